@@ -1,0 +1,19 @@
+"""The `better-compute` Typer application: commands a user runs from a shell.
+
+Commands that talk to a server do so only through `better_compute.client`; commands that answer from
+the catalog (gpus, layouts, advise) use the pure domain directly. Server-side commands (`serve`,
+`admin bootstrap`) are attached by the composition root in `entrypoints/cli.py`.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="better-compute",
+    help="GPU fleet control plane: book whole GPUs, MIG instances and shared slots as atoms.",
+    no_args_is_help=True,
+    add_completion=False,
+)
+admin_app = typer.Typer(help="Fleet administration.", no_args_is_help=True)
+app.add_typer(admin_app, name="admin")

@@ -1,0 +1,49 @@
+"""Suite-wide fixtures: a PostgreSQL database of this run's own, or a clear skip (a failure under CI)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+
+def _pg_admin_url() -> str:
+    return os.environ.get("BC_TEST_POSTGRES_URL", DEFAULT_PG_URL)
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, as a libpq URL; dropped afterwards."""
+    admin_url = _pg_admin_url()
+    try:
+        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        message = f"PostgreSQL not reachable at {admin_url} (set BC_TEST_POSTGRES_URL): {exc}".strip()
+        if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+            pytest.fail(message, pytrace=False)
+        pytest.skip(message)
+    name = f"bc_test_{uuid.uuid4().hex[:12]}"
+    with admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(admin_url, name)
+    finally:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def sqlalchemy_url(libpq_url: str) -> str:
+    """The SQLAlchemy form of a libpq URL, using psycopg 3."""
+    if libpq_url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + libpq_url.removeprefix("postgresql://")
+    return libpq_url
