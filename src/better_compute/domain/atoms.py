@@ -1,0 +1,161 @@
+"""Node inventory -> atoms, exactly as SPEC 2.1's table says.
+
+An atom is the unit the ledger books. Its id is derived from its physical identity (GPU uuid, kind,
+GI/CI or slot number), so re-ingesting a report yields the same ids and bookings keep pointing at them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from better_compute.domain.inventory import GpuReport, NodeReport
+from better_compute.domain.pools import PoolSharing, check_replicas
+
+AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
+ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
+AttrValue = str | int | float | bool
+
+_ATOM_NAMESPACE = uuid.UUID("6f1d8e52-3c1b-4b8e-9a55-0c5b3f1e2a77")
+
+
+def atom_id_for(gpu_uuid: str, key: str) -> str:
+    """The stable id of the atom with this physical identity."""
+    return "atm-" + uuid.uuid5(_ATOM_NAMESPACE, f"{gpu_uuid}/{key}").hex[:24]
+
+
+@dataclass(frozen=True)
+class Atom:
+    """A bookable (or, for parents and pending GPUs, unbookable) piece of one GPU."""
+
+    id: str
+    gpu_id: str
+    node: str
+    cls: AtomClass
+    key: str
+    """Physical identity within the GPU: `gpu`, `mig:<gi>.<ci>` or `slot:<n>`."""
+    bookable: bool
+    partition_pending: bool
+    pool_id: str | None
+    numa_node: int | None
+    nvlink_domain: str | None
+    attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+
+    @property
+    def is_parent(self) -> bool:
+        return self.key == "gpu"
+
+
+def nvlink_domains(gpus: Iterable[GpuReport]) -> dict[str, str | None]:
+    """Each GPU's NVLink domain: its connected component over reported peers, named by its least uuid.
+
+    A GPU with no NVLink peers has no domain.
+    """
+    gpu_list = list(gpus)
+    parent: dict[str, str] = {g.uuid: g.uuid for g in gpu_list}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for gpu in gpu_list:
+        for peer in gpu.nvlink_peers:
+            if peer in parent:
+                a, b = find(gpu.uuid), find(peer)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    linked = {g.uuid for g in gpu_list if any(p in parent for p in g.nvlink_peers)}
+    linked |= {p for g in gpu_list for p in g.nvlink_peers if p in parent}
+    return {g.uuid: (f"nvl-{find(g.uuid)}" if g.uuid in linked else None) for g in gpu_list}
+
+
+def vram_gib(memory_mib: int) -> int:
+    return round(memory_mib / 1024)
+
+
+def derive_gpu_atoms(
+    gpu: GpuReport,
+    node: str,
+    pool: PoolSharing | None,
+    gpu_model: str | None,
+    nvlink_domain: str | None = None,
+) -> list[Atom]:
+    """The atoms of one GPU. The parent `gpu` atom always comes first.
+
+    `pool` None means the GPU belongs to no pool; it is treated like an exclusive GPU.
+    `gpu_model` is the catalog model id (None when the product is unknown to the catalog).
+    """
+    pending = gpu.partition_pending
+    usable = gpu.healthy and not pending
+    base: dict[str, AttrValue] = {"gpuProduct": gpu.product}
+    if gpu_model is not None:
+        base["gpuModel"] = gpu_model
+    if gpu.numa_node is not None:
+        base["numaNode"] = gpu.numa_node
+    pool_id = pool.pool_id if pool else None
+    mode = pool.mode if pool else "exclusive"
+
+    def make(cls: AtomClass, key: str, bookable: bool, attrs: dict[str, AttrValue]) -> Atom:
+        return Atom(
+            id=atom_id_for(gpu.uuid, key),
+            gpu_id=gpu.uuid,
+            node=node,
+            cls=cls,
+            key=key,
+            bookable=bookable and usable,
+            partition_pending=pending,
+            pool_id=pool_id,
+            numa_node=gpu.numa_node,
+            nvlink_domain=nvlink_domain,
+            attributes=attrs,
+        )
+
+    parent_attrs = dict(base)
+    parent_attrs["vramGiB"] = vram_gib(gpu.memory_mib)
+    if nvlink_domain is not None:
+        parent_attrs["nvlinkDomain"] = nvlink_domain
+
+    if gpu.mig_mode_current:
+        atoms = [make("gpu", "gpu", False, parent_attrs)]
+        for inst in sorted(gpu.mig_instances, key=lambda i: (i.gi_id, i.ci_id)):
+            attrs = dict(base)
+            attrs.update(
+                {"migProfile": inst.profile, "giId": inst.gi_id, "ciId": inst.ci_id, "migUuid": inst.uuid}
+            )
+            atoms.append(make("gpu.mig", f"mig:{inst.gi_id}.{inst.ci_id}", True, attrs))
+        return atoms
+
+    if mode in ("timeslice", "mps"):
+        assert pool is not None
+        replicas = check_replicas(pool.replicas)
+        atoms = [make("gpu", "gpu", False, parent_attrs)]
+        for slot in range(replicas):
+            attrs = dict(base)
+            attrs.update(
+                {"sharing": mode, "slot": slot, "slots": replicas, "vramGiB": vram_gib(gpu.memory_mib)}
+            )
+            if mode == "mps":
+                attrs["mpsUnits"] = 100 // replicas
+            atoms.append(make("gpu.slot", f"slot:{slot}", True, attrs))
+        return atoms
+
+    return [make("gpu", "gpu", True, parent_attrs)]
+
+
+def derive_node_atoms(
+    report: NodeReport,
+    pool_of_gpu: Callable[[str], PoolSharing | None],
+    model_of_product: Callable[[str], str | None],
+) -> dict[str, list[Atom]]:
+    """Every atom of a node, keyed by GPU uuid."""
+    domains = nvlink_domains(report.gpus)
+    return {
+        gpu.uuid: derive_gpu_atoms(
+            gpu, report.node, pool_of_gpu(gpu.uuid), model_of_product(gpu.product), domains[gpu.uuid]
+        )
+        for gpu in report.gpus
+    }
