@@ -1,0 +1,217 @@
+"""The method table: every API method by name, and how it travels over HTTP.
+
+This table is the single source of truth for the HTTP shape of the API. The typed client, the CLI's
+`api` command and the documentation read it; the server's routes implement it.
+
+How a call `(name, body)` becomes an HTTP request (`Method.render`):
+
+- `{param}` segments of the path are filled from the body's field of the same (camelCase) name.
+- GET: the remaining fields become query parameters (lists repeat the parameter, `None` is left out,
+  booleans are `true`/`false`); there is no body.
+- Other verbs: the whole body, path parameters included, is sent as JSON. The server takes the path
+  parameter as authoritative and validates the body with the method's request model.
+
+Responses are the method's response model as JSON; a method marked `paged` answers `Page[response]`
+(`{"items": [...], "nextCursor": ...}`). Every refusal is an `ErrorBody` (`{"error": {...}}`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, cast
+from urllib.parse import quote
+
+from better_compute.wire.common import Page, WireModel
+from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
+from better_compute.wire.pools import (
+    PoolCreate,
+    PoolListQuery,
+    PoolOffer,
+    PoolOfferPublic,
+    PoolPublic,
+    PoolUpdate,
+)
+from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
+from better_compute.wire.reservations import (
+    IdRequest,
+    ReservationCreate,
+    ReservationListQuery,
+    ReservationPublic,
+)
+from better_compute.wire.tenants import (
+    CredentialCreate,
+    CredentialCreated,
+    TenantCreate,
+    TenantListQuery,
+    TenantPublic,
+)
+
+Verb = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+_PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+Inventory = dict[str, Any]
+"""Inventory reads (clusters, nodes, GPUs, atoms) are described here as JSON objects; their typed
+models live with the inventory's wire module."""
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """One API call rendered for HTTP: verb, path with parameters filled in, query and JSON body."""
+
+    verb: Verb
+    path: str
+    query: list[tuple[str, str]]
+    json: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One API method: its HTTP verb and path template, request and response models.
+
+    `response` is the model of one answer, or of one item when `paged`. `idempotency_key` marks a POST
+    that accepts `idempotencyKey`: clients generate one when the caller gave none, so that a retried
+    call never acts twice.
+    """
+
+    name: str
+    verb: Verb
+    path: str
+    request: type[WireModel] | None
+    response: Any
+    paged: bool = False
+    idempotency_key: bool = False
+    summary: str = ""
+
+    @property
+    def path_params(self) -> tuple[str, ...]:
+        return tuple(_PARAM.findall(self.path))
+
+    @property
+    def response_type(self) -> Any:
+        """The type of the whole answer: `Page[response]` for paged methods, else `response`."""
+        return cast(Any, Page)[self.response] if self.paged else self.response
+
+    def retry_safe(self, body: Mapping[str, Any]) -> bool:
+        """Whether sending this call twice acts at most once: GET, PUT, DELETE, or a keyed POST."""
+        if self.verb in ("GET", "PUT", "DELETE"):
+            return True
+        return self.idempotency_key and bool(body.get("idempotencyKey"))
+
+    def render(self, body: Mapping[str, Any]) -> HttpCall:
+        """Turn a call's JSON body into an HTTP request; a missing path parameter is a ValueError."""
+        path = self.path
+        for param in self.path_params:
+            value = body.get(param)
+            if value is None or value == "":
+                raise ValueError(f"{self.name} needs {param!r}")
+            path = path.replace("{" + param + "}", quote(str(value), safe=""))
+        if self.verb == "GET":
+            query: list[tuple[str, str]] = []
+            for key, value in body.items():
+                if key in self.path_params or value is None:
+                    continue
+                values = value if isinstance(value, list | tuple) else [value]
+                query.extend((key, _query_value(item)) for item in values if item is not None)
+            return HttpCall(self.verb, path, query, None)
+        return HttpCall(self.verb, path, [], dict(body))
+
+
+def _query_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+_TABLE: tuple[Method, ...] = (
+    Method("tenants.create", "POST", "/v1/tenants", TenantCreate, TenantPublic, summary="Create a tenant."),
+    Method("tenants.list", "GET", "/v1/tenants", TenantListQuery, TenantPublic, paged=True),
+    Method(
+        "credentials.create",
+        "POST",
+        "/v1/credentials",
+        CredentialCreate,
+        CredentialCreated,
+        summary="Create a bearer credential; its token is shown once.",
+    ),
+    Method("pools.create", "POST", "/v1/pools", PoolCreate, PoolPublic, summary="Create a pool."),
+    Method("pools.list", "GET", "/v1/pools", PoolListQuery, PoolPublic, paged=True),
+    Method("pools.get", "GET", "/v1/pools/{id}", IdRequest, PoolPublic),
+    Method(
+        "pools.update",
+        "PATCH",
+        "/v1/pools/{id}",
+        PoolUpdate,
+        PoolPublic,
+        summary="Change a pool's policy or nodes; a new migLayout goes through the layout gate.",
+    ),
+    Method(
+        "pools.offer",
+        "POST",
+        "/v1/pools/{poolId}/offers",
+        PoolOffer,
+        PoolOfferPublic,
+        summary="Give another tenant quota in a pool.",
+    ),
+    Method("quotas.set", "PUT", "/v1/quotas", QuotaSet, QuotaPublic, summary="Set one quota row."),
+    Method("quotas.list", "GET", "/v1/quotas", QuotaListQuery, QuotaPublic, paged=True),
+    Method("policies.create", "POST", "/v1/policies", PolicyCreate, PolicyPublic),
+    Method("policies.list", "GET", "/v1/policies", PolicyListQuery, PolicyPublic, paged=True),
+    Method(
+        "reservations.create",
+        "POST",
+        "/v1/reservations",
+        ReservationCreate,
+        ReservationPublic,
+        idempotency_key=True,
+        summary="Book atoms of a pool for a time window.",
+    ),
+    Method("reservations.get", "GET", "/v1/reservations/{id}", IdRequest, ReservationPublic),
+    Method(
+        "reservations.list", "GET", "/v1/reservations", ReservationListQuery, ReservationPublic, paged=True
+    ),
+    Method(
+        "reservations.cancel",
+        "POST",
+        "/v1/reservations/{id}/cancel",
+        IdRequest,
+        ReservationPublic,
+        summary="Cancel a reservation that has not ended; its remaining window frees.",
+    ),
+    Method(
+        "reservations.release",
+        "POST",
+        "/v1/reservations/{id}/release",
+        IdRequest,
+        ReservationPublic,
+        summary="Release an active reservation early; the rest of its window frees.",
+    ),
+    Method("clusters.list", "GET", "/v1/clusters", None, Inventory, paged=True),
+    Method("nodes.list", "GET", "/v1/nodes", None, Inventory, paged=True),
+    Method("gpus.list", "GET", "/v1/gpus", None, Inventory, paged=True),
+    Method(
+        "atoms.list",
+        "GET",
+        "/v1/atoms",
+        None,
+        Inventory,
+        paged=True,
+        summary="Atoms, filtered by `pool`, `class` and repeated `attr=key=value`.",
+    ),
+)
+
+METHODS: dict[str, Method] = {method.name: method for method in _TABLE}
+"""Every API method by name (`<resource>.<verb>`)."""
+
+
+def method(name: str) -> Method:
+    """The method called `name`; KeyError names the valid ones."""
+    try:
+        return METHODS[name]
+    except KeyError:
+        raise KeyError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}") from None

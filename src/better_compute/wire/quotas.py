@@ -1,0 +1,40 @@
+"""Quota rows: how many atoms of one class a tenant may hold at once in one pool."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from better_compute.wire.common import WireModel
+
+AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
+"""What a device request asks for and what quota is kept in: whole GPUs, MIG instances, shared slots."""
+
+ClassQuota = dict[AtomClass, int]
+"""A limit per atom class, e.g. `{"gpu": 8, "gpu.mig": 14}` (`ownerQuota`, `pools.offer`)."""
+
+
+class QuotaSet(WireModel):
+    """`quotas.set`: create or replace the row for (tenant, pool, class)."""
+
+    tenant_id: str
+    pool_id: str
+    cls: AtomClass = Field(alias="class")
+    limit: int = Field(ge=0)
+
+
+class QuotaPublic(WireModel):
+    tenant_id: str
+    pool_id: str
+    cls: AtomClass = Field(alias="class")
+    limit: int
+
+
+class QuotaListQuery(WireModel):
+    """`quotas.list` filters (query parameters)."""
+
+    tenant_id: str | None = None
+    pool_id: str | None = None
+    limit: int | None = Field(default=None, ge=1, le=1000)
+    cursor: str | None = None

@@ -1,0 +1,49 @@
+"""Tenants and the credentials that act for them (or for the whole fleet)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from better_compute.wire.common import WireModel
+
+
+class TenantCreate(WireModel):
+    """`tenants.create`: a tenant's id is chosen by the operator and never changes."""
+
+    id: str = Field(min_length=1, max_length=63)
+    name: str = Field(min_length=1)
+
+
+class TenantPublic(WireModel):
+    id: str
+    name: str
+    created_at: datetime
+
+
+class TenantListQuery(WireModel):
+    """`tenants.list` filters (query parameters)."""
+
+    limit: int | None = Field(default=None, ge=1, le=1000)
+    cursor: str | None = None
+
+
+class CredentialCreate(WireModel):
+    """`credentials.create`: a null `tenantId` makes a fleet-admin credential, so it must be explicit."""
+
+    tenant_id: str | None
+    name: str | None = None
+
+
+class CredentialPublic(WireModel):
+    id: str
+    tenant_id: str | None
+    name: str | None
+    created_at: datetime
+
+
+class CredentialCreated(CredentialPublic):
+    """The answer to `credentials.create`: the bearer `token` is shown here once and never again."""
+
+    token: str
