@@ -1,0 +1,197 @@
+"""Selectors: Kubernetes label-selector semantics over typed atom attributes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.selectors import EVERYTHING, MatchExpression, Selector, matches, parse_selector
+
+MIG = {"gpuProduct": "NVIDIA H100 80GB HBM3", "migProfile": "3g.40gb", "giId": 1, "ciId": 0, "numaNode": 0}
+SLOT = {"sharing": "mps", "slot": 3, "slots": 4, "vramGiB": 80, "mpsUnits": 25, "healthy": True}
+
+
+def sel(*exprs: dict[str, Any]) -> Selector:
+    return parse_selector({"matchExpressions": list(exprs)})
+
+
+def test_empty_selectors_match_everything() -> None:
+    assert parse_selector(None) == EVERYTHING
+    assert parse_selector({}) == EVERYTHING
+    assert parse_selector({"matchExpressions": []}) == EVERYTHING
+    assert matches(EVERYTHING, {}) and matches(EVERYTHING, MIG)
+
+
+def test_in() -> None:
+    assert matches(sel({"key": "migProfile", "op": "In", "values": ["1g.10gb", "3g.40gb"]}), MIG)
+    assert not matches(sel({"key": "migProfile", "op": "In", "values": ["1g.10gb"]}), MIG)
+    assert not matches(sel({"key": "absent", "op": "In", "values": ["x"]}), MIG)
+
+
+def test_in_compares_as_strings() -> None:
+    assert matches(sel({"key": "giId", "op": "In", "values": ["1"]}), MIG)
+    assert matches(sel({"key": "giId", "op": "In", "values": [1]}), MIG)
+    assert not matches(sel({"key": "giId", "op": "In", "values": ["01"]}), MIG)
+    assert matches(sel({"key": "healthy", "op": "In", "values": ["true"]}), SLOT)
+    assert matches(sel({"key": "healthy", "op": "In", "values": [True]}), SLOT)
+    assert not matches(sel({"key": "healthy", "op": "In", "values": ["True"]}), SLOT)
+
+
+def test_not_in() -> None:
+    assert matches(sel({"key": "migProfile", "op": "NotIn", "values": ["1g.10gb"]}), MIG)
+    assert not matches(sel({"key": "migProfile", "op": "NotIn", "values": ["3g.40gb"]}), MIG)
+    assert matches(sel({"key": "absent", "op": "NotIn", "values": ["x"]}), MIG)
+    assert not matches(sel({"key": "giId", "op": "NotIn", "values": ["1"]}), MIG)
+
+
+def test_exists_and_does_not_exist() -> None:
+    assert matches(sel({"key": "mpsUnits", "op": "Exists"}), SLOT)
+    assert not matches(sel({"key": "mpsUnits", "op": "Exists"}), MIG)
+    assert matches(sel({"key": "mpsUnits", "op": "DoesNotExist"}), MIG)
+    assert not matches(sel({"key": "mpsUnits", "op": "DoesNotExist", "values": []}), SLOT)
+
+
+def test_gt_and_lt() -> None:
+    assert matches(sel({"key": "vramGiB", "op": "Gt", "values": ["40"]}), SLOT)
+    assert not matches(sel({"key": "vramGiB", "op": "Gt", "values": ["80"]}), SLOT)
+    assert matches(sel({"key": "vramGiB", "op": "Lt", "values": [81]}), SLOT)
+    assert not matches(sel({"key": "vramGiB", "op": "Lt", "values": ["80"]}), SLOT)
+    assert matches(sel({"key": "giId", "op": "Gt", "values": ["-1"]}), MIG)
+    assert not matches(sel({"key": "absent", "op": "Gt", "values": ["0"]}), SLOT)
+
+
+def test_gt_and_lt_need_an_integer_attribute() -> None:
+    assert not matches(sel({"key": "migProfile", "op": "Gt", "values": ["0"]}), MIG)
+    assert not matches(sel({"key": "healthy", "op": "Gt", "values": ["0"]}), SLOT)
+    assert matches(sel({"key": "n", "op": "Gt", "values": ["4"]}), {"n": "5"})
+    assert not matches(sel({"key": "n", "op": "Lt", "values": ["4"]}), {"n": 3.5})
+
+
+def test_expressions_all_hold() -> None:
+    both = sel(
+        {"key": "migProfile", "op": "In", "values": ["3g.40gb"]},
+        {"key": "giId", "op": "Gt", "values": ["1"]},
+    )
+    assert not matches(both, MIG)
+    assert matches(both, {**MIG, "giId": 2})
+
+
+def test_match_labels_and_operator_spelling() -> None:
+    s = parse_selector({"matchLabels": {"migProfile": "3g.40gb"}})
+    assert s == Selector((MatchExpression("migProfile", "In", ("3g.40gb",)),))
+    assert parse_selector({"matchExpressions": [{"key": "a", "operator": "Exists"}]}) == Selector(
+        (MatchExpression("a", "Exists"),)
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "text"),
+    [
+        ([], "selector", "must be an object"),
+        ({"matchExpression": []}, "selector.matchExpression", "unknown field"),
+        ({"matchExpressions": "x"}, "selector.matchExpressions", "must be a list"),
+        ({"matchExpressions": ["x"]}, "selector.matchExpressions[0]", "must be an object"),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Equals", "values": ["x"]}]},
+            "selector.matchExpressions[0].op",
+            "unknown operator 'Equals'",
+        ),
+        ({"matchExpressions": [{"key": "a"}]}, "selector.matchExpressions[0].op", "unknown operator None"),
+        (
+            {"matchExpressions": [{"key": "", "op": "Exists"}]},
+            "selector.matchExpressions[0].key",
+            "attribute name",
+        ),
+        (
+            {"matchExpressions": [{"key": 3, "op": "Exists"}]},
+            "selector.matchExpressions[0].key",
+            "attribute name",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "In", "values": []}]},
+            "selector.matchExpressions[0].values",
+            "In needs at least one value",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "NotIn"}]},
+            "selector.matchExpressions[0].values",
+            "NotIn needs at least one value",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Exists", "values": ["x"]}]},
+            "selector.matchExpressions[0].values",
+            "Exists takes no values",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "DoesNotExist", "values": ["x"]}]},
+            "selector.matchExpressions[0].values",
+            "DoesNotExist takes no values",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Gt", "values": []}]},
+            "selector.matchExpressions[0].values",
+            "exactly one integer",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Lt", "values": ["1", "2"]}]},
+            "selector.matchExpressions[0].values",
+            "exactly one integer",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Gt", "values": ["x"]}]},
+            "selector.matchExpressions[0].values",
+            "integer, not 'x'",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "Lt", "values": ["1.5"]}]},
+            "selector.matchExpressions[0].values",
+            "integer",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "In", "values": "x"}]},
+            "selector.matchExpressions[0].values",
+            "must be a list",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "In", "values": [None]}]},
+            "selector.matchExpressions[0].values[0]",
+            "string, number or boolean",
+        ),
+        (
+            {"matchExpressions": [{"key": "a", "op": "In", "values": ["x"], "value": 1}]},
+            "selector.matchExpressions[0].value",
+            "unknown field",
+        ),
+        ({"matchLabels": ["a"]}, "selector.matchLabels", "must be an object"),
+    ],
+)
+def test_bad_selectors_name_the_field(raw: Any, field: str, text: str) -> None:
+    with pytest.raises(InvalidInput, match=text) as err:
+        parse_selector(raw)
+    assert err.value.details["field"] == field
+
+
+def test_field_prefix_is_the_callers() -> None:
+    with pytest.raises(InvalidInput, match=r"^devices\[2\]\.selector\.matchExpressions\[0\]\.op"):
+        parse_selector({"matchExpressions": [{"key": "a", "op": "Nope"}]}, "devices[2].selector")
+
+
+@given(st.integers(-1000, 1000), st.integers(-1000, 1000))
+def test_gt_lt_agree_with_integer_order(actual: int, bound: int) -> None:
+    attrs = {"n": actual}
+    assert matches(sel({"key": "n", "op": "Gt", "values": [str(bound)]}), attrs) == (actual > bound)
+    assert matches(sel({"key": "n", "op": "Lt", "values": [str(bound)]}), attrs) == (actual < bound)
+
+
+@given(
+    st.one_of(st.integers(), st.text(max_size=8), st.booleans()), st.lists(st.text(max_size=8), min_size=1)
+)
+def test_not_in_is_the_negation_of_in_for_a_present_key(value: int | str | bool, values: list[str]) -> None:
+    attrs = {"k": value}
+    inn = matches(sel({"key": "k", "op": "In", "values": values}), attrs)
+    notin = matches(sel({"key": "k", "op": "NotIn", "values": values}), attrs)
+    assert inn != notin

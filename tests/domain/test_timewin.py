@@ -1,0 +1,183 @@
+"""Durations, instants and windows: what a reservation's time means."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.timewin import (
+    START_TOLERANCE,
+    Window,
+    parse_duration,
+    parse_instant,
+    window_for,
+)
+
+NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30m", timedelta(minutes=30)),
+        ("4h", timedelta(hours=4)),
+        ("2d", timedelta(days=2)),
+        ("90s", timedelta(seconds=90)),
+        ("1w", timedelta(weeks=1)),
+        ("1h30m", timedelta(hours=1, minutes=30)),
+        ("1d2h3m4s", timedelta(days=1, hours=2, minutes=3, seconds=4)),
+        (" 4h ", timedelta(hours=4)),
+        ("PT4H", timedelta(hours=4)),
+        ("P1DT2H", timedelta(days=1, hours=2)),
+        ("P2D", timedelta(days=2)),
+        ("P1W", timedelta(weeks=1)),
+        ("PT30M", timedelta(minutes=30)),
+        ("PT1.5S", timedelta(seconds=1.5)),
+        ("pt4h", timedelta(hours=4)),
+    ],
+)
+def test_parse_duration_accepts_short_and_iso_forms(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "0m",
+        "0h0m",
+        "PT0S",
+        "-4h",
+        "4",
+        "h",
+        "4x",
+        "4 h",
+        "30m1h",
+        "1h1h",
+        "P",
+        "PT",
+        "P1DT",
+        "abc",
+        "P1M",
+    ],
+)
+def test_parse_duration_refuses_zero_negative_and_garbage_naming_the_field(text: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_duration(text)
+    assert err.value.message.startswith("duration")
+    assert err.value.details["field"] == "duration"
+
+
+def test_parse_duration_explains_iso_months() -> None:
+    with pytest.raises(InvalidInput, match="no fixed length"):
+        parse_duration("P1Y")
+
+
+@pytest.mark.parametrize("value", [None, 4, 4.0, ["4h"]])
+def test_parse_duration_refuses_non_strings(value: object) -> None:
+    with pytest.raises(InvalidInput, match="duration"):
+        parse_duration(value)
+
+
+def test_parse_duration_refuses_overflow() -> None:
+    with pytest.raises(InvalidInput, match="too long"):
+        parse_duration("99999999999999w")
+
+
+@given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 500), st.integers(0, 500))
+def test_short_and_iso_forms_agree(w: int, d: int, h: int, m: int, s: int) -> None:
+    total = timedelta(weeks=w, days=d, hours=h, minutes=m, seconds=s)
+    parts = [(w, "w"), (d, "d"), (h, "h"), (m, "m"), (s, "s")]
+    short = "".join(f"{n}{u}" for n, u in parts if n)
+    iso = f"P{w}W{d}DT{h}H{m}M{s}S"
+    if total > timedelta(0):
+        assert parse_duration(short) == total
+        assert parse_duration(iso) == total
+    else:
+        with pytest.raises(InvalidInput):
+            parse_duration(iso)
+
+
+def test_parse_instant_reads_iso_with_offset_into_utc() -> None:
+    assert parse_instant("2025-03-01T12:00:00Z") == NOW
+    assert parse_instant("2025-03-01T14:00:00+02:00") == NOW
+    assert parse_instant("2025-03-01T14:00:00+02:00").tzinfo == UTC
+
+
+@pytest.mark.parametrize("text", ["2025-03-01T12:00:00", "yesterday", "", 5])
+def test_parse_instant_refuses_naive_and_garbage(text: object) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_instant(text)
+    assert err.value.details["field"] == "start"
+
+
+def test_window_requires_aware_instants_and_positive_length() -> None:
+    with pytest.raises(InvalidInput, match="timezone"):
+        Window(datetime(2025, 1, 1))  # noqa: DTZ001
+    with pytest.raises(InvalidInput, match="after start"):
+        Window(NOW, NOW)
+    with pytest.raises(InvalidInput, match="after start"):
+        Window(NOW, NOW - timedelta(seconds=1))
+    w = Window(NOW.astimezone(timezone(timedelta(hours=5))), None)
+    assert w.start.tzinfo == UTC
+    assert w.open_ended and w.duration is None
+    assert Window(NOW, NOW + timedelta(hours=1)).duration == timedelta(hours=1)
+
+
+def test_windows_are_half_open() -> None:
+    a = Window(NOW, NOW + timedelta(hours=1))
+    b = Window(NOW + timedelta(hours=1), NOW + timedelta(hours=2))
+    assert not a.overlaps(b) and not b.overlaps(a)
+    assert a.contains(NOW) and not a.contains(NOW + timedelta(hours=1))
+    c = Window(NOW + timedelta(minutes=59), None)
+    assert a.overlaps(c) and c.overlaps(a)
+    assert Window(NOW, None).overlaps(Window(NOW + timedelta(days=900), None))
+    assert not a.overlaps(Window(NOW + timedelta(hours=3), None))
+
+
+@given(st.integers(0, 100), st.integers(1, 50), st.integers(0, 100), st.integers(1, 50))
+def test_overlap_is_symmetric_and_matches_a_shared_minute(s1: int, l1: int, s2: int, l2: int) -> None:
+    a = Window(NOW + timedelta(minutes=s1), NOW + timedelta(minutes=s1 + l1))
+    b = Window(NOW + timedelta(minutes=s2), NOW + timedelta(minutes=s2 + l2))
+    shared = set(range(s1, s1 + l1)) & set(range(s2, s2 + l2))
+    assert a.overlaps(b) == b.overlaps(a) == bool(shared)
+
+
+def test_window_for_defaults_to_now_and_adds_the_duration() -> None:
+    w = window_for(None, "4h", NOW)
+    assert w == Window(NOW, NOW + timedelta(hours=4))
+    assert window_for(None, timedelta(minutes=5), NOW).end == NOW + timedelta(minutes=5)
+    assert window_for(None, None, NOW) == Window(NOW, None)
+
+
+def test_window_for_takes_a_future_start() -> None:
+    start = NOW + timedelta(days=1)
+    assert window_for(start, "1h", NOW) == Window(start, start + timedelta(hours=1))
+
+
+def test_window_for_moves_a_slightly_past_start_to_now() -> None:
+    w = window_for(NOW - START_TOLERANCE, "1h", NOW)
+    assert w.start == NOW and w.end == NOW + timedelta(hours=1)
+
+
+def test_window_for_refuses_a_start_in_the_past() -> None:
+    with pytest.raises(InvalidInput, match="in the past") as err:
+        window_for(NOW - START_TOLERANCE - timedelta(seconds=1), "1h", NOW)
+    assert err.value.details["field"] == "start"
+
+
+def test_window_for_refuses_a_naive_start() -> None:
+    with pytest.raises(InvalidInput, match="timezone") as err:
+        window_for(datetime(2030, 1, 1), "1h", NOW)  # noqa: DTZ001
+    assert err.value.details["field"] == "start"
+
+
+def test_window_for_refuses_a_bad_duration() -> None:
+    with pytest.raises(InvalidInput, match="duration"):
+        window_for(None, "0h", NOW)
+    with pytest.raises(InvalidInput, match="duration"):
+        window_for(None, timedelta(0), NOW)
