@@ -1,0 +1,432 @@
+"""`Compute`: the typed client of the better-compute API, over httpx.
+
+Every call goes through the method table (`better_compute.wire.methods`), so the client and the server
+agree on verbs, paths and models by construction. Tests pass `transport=httpx.MockTransport(handler)`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, ValidationError
+
+from better_compute import __version__
+from better_compute.client._errors import ComputeError, TransportError, error_from_answer
+from better_compute.wire.common import Page
+from better_compute.wire.methods import METHODS, Method
+from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
+from better_compute.wire.pools import (
+    PoolCreate,
+    PoolListQuery,
+    PoolOffer,
+    PoolOfferPublic,
+    PoolPolicy,
+    PoolPublic,
+    PoolUpdate,
+    SharingMode,
+)
+from better_compute.wire.quotas import AtomClass, QuotaListQuery, QuotaPublic, QuotaSet
+from better_compute.wire.reservations import (
+    DeviceRequest,
+    IdRequest,
+    ReservationCreate,
+    ReservationListQuery,
+    ReservationPublic,
+    ReservationStatus,
+)
+from better_compute.wire.tenants import (
+    CredentialCreate,
+    CredentialCreated,
+    TenantCreate,
+    TenantListQuery,
+    TenantPublic,
+)
+
+M = TypeVar("M", bound=BaseModel)
+JsonObject = dict[str, Any]
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_RETRIES = 3
+DEFAULT_BACKOFF = 0.2
+
+_RETRYABLE = (httpx.NetworkError, httpx.TimeoutException, httpx.RemoteProtocolError)
+"""Failures where the request may not have reached the server, or its answer was lost."""
+
+
+class Compute:
+    """A client of one better-compute server.
+
+    ``Compute("http://127.0.0.1:8000", token)`` then ``compute.reservations.create(...)``. Methods take
+    keyword arguments in snake_case and return the wire models; lists return ``Page[...]``.
+
+    Calls that are safe to repeat (GET, PUT, and a POST carrying an idempotency key) are retried up to
+    ``retries`` times on connection failures, with a short exponential ``backoff`` (seconds).
+    ``reservations.create`` gets a generated idempotency key when the caller gives none, so a retry
+    never books twice. Other calls are sent once.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        headers = {"User-Agent": f"better-compute-client/{__version__}", "Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=base_url, headers=headers, transport=transport, timeout=timeout)
+        self._retries = max(0, retries)
+        self._backoff = backoff
+        self._sleep = sleep
+        self.tenants = Tenants(self)
+        self.credentials = Credentials(self)
+        self.pools = Pools(self)
+        self.quotas = Quotas(self)
+        self.policies = Policies(self)
+        self.reservations = Reservations(self)
+        self.clusters = Inventory(self, "clusters.list")
+        self.nodes = Inventory(self, "nodes.list")
+        self.gpus = Inventory(self, "gpus.list")
+        self.atoms = Atoms(self)
+
+    @property
+    def base_url(self) -> str:
+        return str(self._http.base_url)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Compute:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, method_name: str, body: Mapping[str, Any] | None = None) -> Any:
+        """Call an API method by name with a camelCase JSON body; returns the JSON answer as is.
+
+        An unknown method name is a KeyError naming the valid ones; a missing path parameter is a
+        ValueError. Refusals raise the ComputeError subclass of their code.
+        """
+        try:
+            method = METHODS[method_name]
+        except KeyError:
+            raise KeyError(
+                f"unknown method {method_name!r}; valid methods: {', '.join(sorted(METHODS))}"
+            ) from None
+        return self._send(method, dict(body or {}))
+
+    def _send(self, method: Method, body: JsonObject) -> Any:
+        if method.idempotency_key and not body.get("idempotencyKey"):
+            body = {**body, "idempotencyKey": str(uuid.uuid4())}
+        call = method.render(body)
+        attempts = 1 + self._retries if method.retry_safe(body) else 1
+        for attempt in range(attempts):
+            try:
+                response = self._http.request(call.verb, call.path, params=tuple(call.query), json=call.json)
+            except _RETRYABLE as exc:
+                if attempt + 1 < attempts:
+                    self._sleep(self._backoff * 2**attempt)
+                    continue
+                raise _transport_error(method, exc, attempt + 1) from exc
+            except httpx.TransportError as exc:
+                raise _transport_error(method, exc, attempt + 1) from exc
+            return _answer(response)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _typed(self, name: str, request: BaseModel | None, out: type[M]) -> M:
+        body = request.model_dump(mode="json", exclude_unset=True) if request is not None else {}
+        raw = self._send(METHODS[name], body)
+        try:
+            return out.model_validate(raw)
+        except ValidationError as exc:
+            raise ComputeError(
+                f"{name}: the server's answer does not match {out.__name__}",
+                code="UNEXPECTED_RESPONSE",
+                details={"errors": exc.errors(include_url=False, include_context=False)},
+            ) from exc
+
+    def _raw(self, name: str, body: JsonObject) -> Any:
+        return self._send(METHODS[name], body)
+
+
+def _transport_error(method: Method, exc: httpx.TransportError, attempts: int) -> TransportError:
+    return TransportError(
+        f"{method.name}: no answer from the server ({type(exc).__name__}: {exc})",
+        details={"method": method.name, "attempts": attempts},
+    )
+
+
+def _answer(response: httpx.Response) -> Any:
+    payload: Any
+    try:
+        payload = response.json() if response.content else None
+    except ValueError:
+        payload = None
+    if response.is_success:
+        if payload is None and response.content:
+            raise ComputeError(
+                "the server answered with something other than JSON",
+                code="UNEXPECTED_RESPONSE",
+                details={"body": response.text[:2000]},
+                status_code=response.status_code,
+            )
+        return payload
+    raise error_from_answer(response.status_code, payload, response.text)
+
+
+def _fields(**fields: Any) -> JsonObject:
+    """Keyword arguments the caller gave (not None), so defaults stay the server's."""
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+class _Resource:
+    def __init__(self, compute: Compute) -> None:
+        self._compute = compute
+
+
+class Tenants(_Resource):
+    def create(self, *, id: str, name: str) -> TenantPublic:
+        return self._compute._typed("tenants.create", TenantCreate(id=id, name=name), TenantPublic)
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[TenantPublic]:
+        query = TenantListQuery(**_fields(limit=limit, cursor=cursor))
+        return self._compute._typed("tenants.list", query, Page[TenantPublic])
+
+
+class Credentials(_Resource):
+    def create(self, *, tenant_id: str | None, name: str | None = None) -> CredentialCreated:
+        """A credential for `tenant_id`, or for the whole fleet when it is None; the token shows once."""
+        request = CredentialCreate(tenant_id=tenant_id, **_fields(name=name))
+        return self._compute._typed("credentials.create", request, CredentialCreated)
+
+
+class Pools(_Resource):
+    def create(
+        self,
+        *,
+        name: str,
+        cluster_id: str,
+        mode: SharingMode,
+        owner_tenant_id: str,
+        nodes: Sequence[str] = (),
+        policy: PoolPolicy | Mapping[str, Any] | None = None,
+        owner_quota: Mapping[AtomClass, int] | None = None,
+        meter: str | None = None,
+    ) -> PoolPublic:
+        request = PoolCreate.model_validate(
+            _fields(
+                name=name,
+                cluster_id=cluster_id,
+                mode=mode,
+                owner_tenant_id=owner_tenant_id,
+                nodes=list(nodes),
+                policy=policy,
+                owner_quota=dict(owner_quota) if owner_quota is not None else None,
+                meter=meter,
+            )
+        )
+        return self._compute._typed("pools.create", request, PoolPublic)
+
+    def list(
+        self,
+        *,
+        cluster_id: str | None = None,
+        owner_tenant_id: str | None = None,
+        mode: SharingMode | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[PoolPublic]:
+        query = PoolListQuery.model_validate(
+            _fields(
+                cluster_id=cluster_id, owner_tenant_id=owner_tenant_id, mode=mode, limit=limit, cursor=cursor
+            )
+        )
+        return self._compute._typed("pools.list", query, Page[PoolPublic])
+
+    def get(self, id: str) -> PoolPublic:
+        return self._compute._typed("pools.get", IdRequest(id=id), PoolPublic)
+
+    def update(
+        self,
+        id: str,
+        *,
+        policy: PoolPolicy | Mapping[str, Any] | None = None,
+        nodes: Sequence[str] | None = None,
+        generation: int | None = None,
+    ) -> PoolPublic:
+        request = PoolUpdate.model_validate(
+            _fields(
+                id=id, policy=policy, nodes=list(nodes) if nodes is not None else None, generation=generation
+            )
+        )
+        return self._compute._typed("pools.update", request, PoolPublic)
+
+    def offer(self, pool_id: str, *, tenant_id: str, quota: Mapping[AtomClass, int]) -> PoolOfferPublic:
+        request = PoolOffer(pool_id=pool_id, tenant_id=tenant_id, quota=dict(quota))
+        return self._compute._typed("pools.offer", request, PoolOfferPublic)
+
+
+class Quotas(_Resource):
+    def set(self, *, tenant_id: str, pool_id: str, cls: AtomClass, limit: int) -> QuotaPublic:
+        request = QuotaSet(tenant_id=tenant_id, pool_id=pool_id, cls=cls, limit=limit)
+        return self._compute._typed("quotas.set", request, QuotaPublic)
+
+    def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[QuotaPublic]:
+        query = QuotaListQuery.model_validate(
+            _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
+        )
+        return self._compute._typed("quotas.list", query, Page[QuotaPublic])
+
+
+class Policies(_Resource):
+    def create(
+        self,
+        *,
+        name: str,
+        tenant_id: str,
+        limits: PolicyLimits | Mapping[str, Any],
+        pool_id: str | None = None,
+    ) -> PolicyPublic:
+        request = PolicyCreate.model_validate(
+            _fields(name=name, tenant_id=tenant_id, limits=limits, pool_id=pool_id)
+        )
+        return self._compute._typed("policies.create", request, PolicyPublic)
+
+    def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[PolicyPublic]:
+        query = PolicyListQuery.model_validate(
+            _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
+        )
+        return self._compute._typed("policies.list", query, Page[PolicyPublic])
+
+
+class Reservations(_Resource):
+    def create(
+        self,
+        *,
+        pool_id: str,
+        devices: Sequence[DeviceRequest | Mapping[str, Any]],
+        duration: str,
+        tenant_id: str | None = None,
+        start: datetime | None = None,
+        idempotency_key: str | None = None,
+    ) -> ReservationPublic:
+        """Book atoms of a pool, e.g. ``devices=[{"class": "gpu", "count": 2}]``, ``duration="4h"``.
+
+        Without ``tenant_id`` the server takes the credential's tenant. Without ``idempotency_key`` one
+        is generated, so a retried call returns the first reservation instead of booking twice.
+        """
+        request = ReservationCreate.model_validate(
+            _fields(
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                devices=[
+                    device if isinstance(device, DeviceRequest) else DeviceRequest.model_validate(device)
+                    for device in devices
+                ],
+                start=start,
+                duration=duration,
+                idempotency_key=idempotency_key,
+            )
+        )
+        return self._compute._typed("reservations.create", request, ReservationPublic)
+
+    def get(self, id: str) -> ReservationPublic:
+        return self._compute._typed("reservations.get", IdRequest(id=id), ReservationPublic)
+
+    def list(
+        self,
+        *,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        status: ReservationStatus | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[ReservationPublic]:
+        query = ReservationListQuery.model_validate(
+            _fields(tenant_id=tenant_id, pool_id=pool_id, status=status, limit=limit, cursor=cursor)
+        )
+        return self._compute._typed("reservations.list", query, Page[ReservationPublic])
+
+    def iter(
+        self,
+        *,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        status: ReservationStatus | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[ReservationPublic]:
+        """Every matching reservation, following `nextCursor` page by page."""
+        cursor: str | None = None
+        while True:
+            page = self.list(
+                tenant_id=tenant_id, pool_id=pool_id, status=status, limit=page_size, cursor=cursor
+            )
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+    def cancel(self, id: str) -> ReservationPublic:
+        return self._compute._typed("reservations.cancel", IdRequest(id=id), ReservationPublic)
+
+    def release(self, id: str) -> ReservationPublic:
+        return self._compute._typed("reservations.release", IdRequest(id=id), ReservationPublic)
+
+
+class Inventory(_Resource):
+    """A read-only inventory listing (clusters, nodes, GPUs); items are JSON objects."""
+
+    def __init__(self, compute: Compute, method_name: str) -> None:
+        super().__init__(compute)
+        self._method_name = method_name
+
+    def list(
+        self, *, limit: int | None = None, cursor: str | None = None, **filters: Any
+    ) -> Page[JsonObject]:
+        """Filters are passed as query parameters by their camelCase names, e.g. ``clusterId="c1"``."""
+        body = _fields(limit=limit, cursor=cursor, **filters)
+        return Page[JsonObject].model_validate(self._compute._raw(self._method_name, body))
+
+
+class Atoms(_Resource):
+    def list(
+        self,
+        *,
+        pool: str | None = None,
+        cls: AtomClass | None = None,
+        attrs: Mapping[str, str] | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[JsonObject]:
+        """Atoms, filtered by pool, class and attribute values (``attrs={"migProfile": "3g.40gb"}``)."""
+        body = _fields(pool=pool, limit=limit, cursor=cursor)
+        if cls is not None:
+            body["class"] = cls
+        if attrs:
+            body["attr"] = [f"{key}={value}" for key, value in attrs.items()]
+        return Page[JsonObject].model_validate(self._compute._raw("atoms.list", body))
