@@ -43,6 +43,18 @@ class InvalidInput(DomainError):
     code = "INVALID_INPUT"
 
 
+class UnknownProfile(InvalidInput):
+    """A MIG profile the GPU model does not offer; ``details`` names the profile, model and reason."""
+
+
+class LayoutRefused(InvalidInput):
+    """A layout whose instances cannot all exist on the GPU at once.
+
+    ``details`` carries ``profile`` (the instance that does not fit), ``reason`` (a stable code such as
+    ``memory_slices_exceeded``) and ``model``.
+    """
+
+
 class Unauthenticated(DomainError):
     code = "UNAUTHENTICATED"
 
