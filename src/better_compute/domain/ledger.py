@@ -1,0 +1,76 @@
+"""The booking ledger's rules that need no database: windows, when an atom is next free, the atom rule.
+
+The database enforces exclusivity (SPEC 2.2); this module decides what to tell a user when it refuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from better_compute.domain.errors import InvalidInput
+
+
+@dataclass(frozen=True)
+class Span:
+    """A half-open time window `[start, end)`; `end` None means open-ended."""
+
+    start: datetime
+    end: datetime | None = None
+
+    def __post_init__(self) -> None:
+        if self.start.tzinfo is None or (self.end is not None and self.end.tzinfo is None):
+            raise InvalidInput("times must carry a timezone (UTC)", {"field": "during"})
+        if self.end is not None and self.end <= self.start:
+            raise InvalidInput(
+                f"a window must end after it starts: {self.start.isoformat()} .. {self.end.isoformat()}",
+                {"field": "during"},
+            )
+
+    @property
+    def duration(self) -> timedelta | None:
+        return None if self.end is None else self.end - self.start
+
+    def overlaps(self, other: Span) -> bool:
+        a_before_b_ends = other.end is None or self.start < other.end
+        b_before_a_ends = self.end is None or other.start < self.end
+        return a_before_b_ends and b_before_a_ends
+
+
+@dataclass(frozen=True)
+class Booking:
+    """One claim on one atom."""
+
+    id: str
+    atom_id: str
+    gpu_id: str
+    allocation_id: str
+    tenant_id: str | None
+    span: Span
+    state: str = "live"
+
+
+def earliest_free(busy: Iterable[Span], wanted: Span) -> datetime | None:
+    """The earliest start at or after `wanted.start` at which a window of `wanted`'s length is free.
+
+    None when nothing is ever free again (an open-ended booking, or an open-ended request that can
+    only follow bookings that never end).
+    """
+    length = wanted.duration
+    candidate = wanted.start
+    for span in sorted(busy, key=lambda s: s.start):
+        if span.end is not None and span.end <= candidate:
+            continue
+        fits_before = length is not None and candidate + length <= span.start
+        if fits_before:
+            return candidate
+        if span.end is None:
+            return None
+        candidate = max(candidate, span.end)
+    return candidate
+
+
+def partition_allocation_id(gpu_id: str, start: datetime) -> str:
+    """The allocation id of a partition change: `partition:<gpuId>:<start>` (ISO 8601 UTC start)."""
+    return f"partition:{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"

@@ -1,0 +1,103 @@
+"""What the use cases need from storage, as Protocols. `storage.uow` implements them on SQL."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from datetime import datetime
+from typing import Any, Protocol
+
+from better_compute.domain.ledger import Booking, Span
+
+Row = dict[str, Any]
+
+
+class Overlap(Exception):
+    """A live booking already holds one of the atoms in the window (None: the store could not say which)."""
+
+    def __init__(self, atom_id: str | None) -> None:
+        super().__init__(atom_id)
+        self.atom_id = atom_id
+
+
+class NotBookable(Exception):
+    """Some atoms do not exist or may not be booked (parent, unhealthy, missing, partition pending)."""
+
+    def __init__(self, atom_ids: Sequence[str]) -> None:
+        super().__init__(", ".join(atom_ids))
+        self.atom_ids = list(atom_ids)
+
+
+class LedgerPort(Protocol):
+    def book(
+        self,
+        atom_ids: Sequence[str],
+        span: Span,
+        allocation_id: str,
+        tenant_id: str | None,
+        now: datetime,
+        *,
+        require_bookable: bool = True,
+    ) -> int: ...
+
+    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Span]: ...
+
+    def allocation_bookings(self, allocation_id: str) -> list[Booking]: ...
+
+    def booking_allocation(self, booking_id: str) -> str | None: ...
+
+    def end_allocation(self, allocation_id: str, now: datetime, event_type: str) -> int: ...
+
+    def cancel_allocation(self, allocation_id: str, now: datetime) -> int: ...
+
+    def family_atom_ids(self, gpu_id: str) -> list[str]: ...
+
+
+class InventoryPort(Protocol):
+    def nodes_by_id(self, node_ids: Sequence[str]) -> dict[str, Row]: ...
+
+    def gpus_of_nodes(self, node_ids: Sequence[str]) -> list[Row]: ...
+
+    def atoms_of_nodes(self, node_ids: Sequence[str]) -> list[Row]: ...
+
+    def pools_of_nodes(self, node_ids: Sequence[str]) -> dict[str, Row]: ...
+
+    def gpu(self, gpu_id: str) -> Row | None: ...
+
+    def upsert(self, table: str, rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> None: ...
+
+    def mark_observed(self, node_id: str, generation: int, at: datetime) -> None: ...
+
+    def set_pool_nodes(self, pool_id: str, node_ids: Sequence[str]) -> None: ...
+
+    def list(
+        self,
+        table: str,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[Row]: ...
+
+    def get(self, table: str, row_id: str) -> Row | None: ...
+
+
+class EventsPort(Protocol):
+    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...
+
+
+class Tx(Protocol):
+    """One open transaction and the repositories bound to it."""
+
+    ledger: LedgerPort
+    inventory: InventoryPort
+    events: EventsPort
+
+
+class StorePort(Protocol):
+    @property
+    def dialect(self) -> str: ...
+
+    def begin(self) -> AbstractContextManager[Tx]: ...
+
+    def read(self) -> AbstractContextManager[Tx]: ...

@@ -1,0 +1,76 @@
+"""Engines for the two stores: SQLite (embedded default) and PostgreSQL (production).
+
+SQLite writers are serialised with `BEGIN IMMEDIATE`, so a transaction that checks for overlaps and then
+writes cannot interleave with another writer. PostgreSQL relies on its exclusion constraint instead.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
+from sqlalchemy.engine import Dialect
+from sqlalchemy.pool import NullPool
+
+
+def normalise_url(url: str) -> str:
+    """Accept libpq-style URLs and route them to psycopg 3."""
+    for prefix in ("postgresql://", "postgres://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url.removeprefix(prefix)
+    return url
+
+
+def is_sqlite(url: str) -> bool:
+    return url.startswith("sqlite")
+
+
+def make_engine(url: str, *, pool_size: int = 10, synchronous_full: bool = True) -> Engine:
+    url = normalise_url(url)
+    if is_sqlite(url):
+        memory = url in ("sqlite://", "sqlite:///:memory:")
+        engine = create_engine(
+            url,
+            connect_args={"check_same_thread": False, "timeout": 30},
+            poolclass=NullPool if not memory else None,
+        )
+        _sqlite_pragmas(engine, synchronous_full)
+        return engine
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+
+
+def _sqlite_pragmas(engine: Engine, synchronous_full: bool) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in Python on both stores (SQLite keeps naive UTC text)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the store; use timezone-aware UTC")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -1,0 +1,97 @@
+"""Rows of the fleet: clusters, nodes, pools, GPUs and atoms. Bulk reads and upserts, no rules."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Table, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from better_compute.storage.tables import atoms, clusters, gpus, nodes, pool_nodes, pools
+
+Row = dict[str, Any]
+
+
+def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> None:
+    """Insert rows, or update every non-key column of the rows that already exist."""
+    if not rows:
+        return
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    batch = 500
+    for i in range(0, len(rows), batch):
+        chunk = [dict(r) for r in rows[i : i + batch]]
+        stmt = dialect_insert(table).values(chunk)
+        columns = [c for c in chunk[0] if c not in key]
+        if columns:
+            stmt = stmt.on_conflict_do_update(
+                index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
+            )
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+        conn.execute(stmt)
+
+
+def rows(conn: Connection, stmt: Any) -> list[Row]:
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def gpus_of_nodes(conn: Connection, node_ids: Sequence[str]) -> list[Row]:
+    return rows(conn, select(gpus).where(gpus.c.node_id.in_(list(node_ids))))
+
+
+def atoms_of_nodes(conn: Connection, node_ids: Sequence[str]) -> list[Row]:
+    return rows(conn, select(atoms).where(atoms.c.node_id.in_(list(node_ids))))
+
+
+def nodes_by_id(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
+    return {r["id"]: r for r in rows(conn, select(nodes).where(nodes.c.id.in_(list(node_ids))))}
+
+
+def pools_of_nodes(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
+    """The pool (row) of each node that belongs to one."""
+    stmt = select(pool_nodes.c.node_id, pools).join(pools, pools.c.id == pool_nodes.c.pool_id)
+    stmt = stmt.where(pool_nodes.c.node_id.in_(list(node_ids)))
+    return {r["node_id"]: r for r in rows(conn, stmt)}
+
+
+def mark_observed(conn: Connection, node_id: str, generation: int, at: Any) -> None:
+    conn.execute(
+        update(nodes).where(nodes.c.id == node_id).values(observed_generation=generation, last_report_at=at)
+    )
+
+
+def list_table(
+    conn: Connection,
+    table: Table,
+    *,
+    where: Sequence[Any] = (),
+    order_by: Any = None,
+    limit: int | None = None,
+    after: str | None = None,
+) -> list[Row]:
+    stmt = select(table).where(*where)
+    if after is not None:
+        stmt = stmt.where(table.c.id > after)
+    stmt = stmt.order_by(order_by if order_by is not None else table.c.id)
+    if limit is not None:
+        stmt = stmt.limit(limit)
+    return rows(conn, stmt)
+
+
+__all__ = [
+    "atoms",
+    "atoms_of_nodes",
+    "clusters",
+    "gpus",
+    "gpus_of_nodes",
+    "list_table",
+    "mark_observed",
+    "nodes",
+    "nodes_by_id",
+    "pool_nodes",
+    "pools",
+    "pools_of_nodes",
+    "rows",
+    "upsert",
+]

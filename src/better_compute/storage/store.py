@@ -1,0 +1,46 @@
+"""The store: an engine, migrations, and one transaction per use case."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import Engine
+
+from better_compute.storage import migrate
+from better_compute.storage.db import make_engine
+from better_compute.storage.uow import SqlTx
+
+
+class Store:
+    """What the service layer opens transactions on; SQLite or PostgreSQL behind one interface."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @classmethod
+    def open(cls, url: str, *, migrate_schema: bool = True, pool_size: int = 10) -> Store:
+        store = cls(make_engine(url, pool_size=pool_size))
+        if migrate_schema:
+            migrate.upgrade(store.engine)
+        return store
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    @contextmanager
+    def begin(self) -> Iterator[SqlTx]:
+        """A write transaction: committed on success, rolled back on any exception."""
+        with self.engine.begin() as conn:
+            yield SqlTx(conn)
+
+    @contextmanager
+    def read(self) -> Iterator[SqlTx]:
+        """A unit of work that writes nothing; it is rolled back when done."""
+        with self.engine.connect() as conn:
+            yield SqlTx(conn)
+            conn.rollback()
+
+    def close(self) -> None:
+        self.engine.dispose()

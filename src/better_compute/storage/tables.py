@@ -1,0 +1,170 @@
+"""Every table, as SQLAlchemy Core metadata. Migrations create them; tests of migrations compare."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+from better_compute.storage.db import UtcDateTime
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", Text, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=True),
+    Column("name", Text, nullable=False, server_default=""),
+    Column("token_hash", String(128), nullable=False, unique=True),
+    Column("is_admin", Boolean, nullable=False, server_default="0"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("revoked_at", UtcDateTime, nullable=True),
+)
+
+clusters = Table(
+    "clusters",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("region", String(64), nullable=False),
+    Column("residency", JSON, nullable=False),
+    Column("phase", String(16), nullable=False, server_default="active"),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("id", String(128), primary_key=True),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
+    Column("cordoned", Boolean, nullable=False, server_default="0"),
+    Column("public_key", Text, nullable=True),
+    Column("spec_generation", Integer, nullable=False, server_default="0"),
+    Column("observed_generation", Integer, nullable=False, server_default="0"),
+    Column("last_report_at", UtcDateTime, nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+gpus = Table(
+    "gpus",
+    metadata,
+    Column("id", String(96), primary_key=True),
+    Column("node_id", String(128), ForeignKey("nodes.id"), nullable=False, index=True),
+    Column("gpu_index", Integer, nullable=False),
+    Column("product", Text, nullable=False),
+    Column("model", String(32), nullable=True),
+    Column("memory_mib", Integer, nullable=False),
+    Column("numa_node", Integer, nullable=True),
+    Column("nvlink_peers", JSON, nullable=False),
+    Column("healthy", Boolean, nullable=False),
+    Column("present", Boolean, nullable=False),
+    Column("mig_mode_current", Boolean, nullable=False),
+    Column("mig_mode_pending", Boolean, nullable=False),
+    Column("mig_instances", JSON, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+pools = Table(
+    "pools",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(128), nullable=False, unique=True),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False),
+    Column("owner_tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("policy", JSON, nullable=False),
+    Column("meter", String(64), nullable=False),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+pool_nodes = Table(
+    "pool_nodes",
+    metadata,
+    Column("pool_id", String(64), ForeignKey("pools.id"), nullable=False, index=True),
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+)
+
+atoms = Table(
+    "atoms",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("gpu_id", String(96), ForeignKey("gpus.id"), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("pool_id", String(64), nullable=True),
+    Column("class", String(16), nullable=False),
+    Column("key", String(32), nullable=False),
+    Column("bookable", Boolean, nullable=False),
+    Column("partition_pending", Boolean, nullable=False),
+    Column("numa_node", Integer, nullable=True),
+    Column("nvlink_domain", String(128), nullable=True),
+    Column("attributes", JSON, nullable=False),
+    Column("present", Boolean, nullable=False, server_default="1"),
+    UniqueConstraint("gpu_id", "key"),
+    Index("ix_atoms_pool_class", "pool_id", "class"),
+)
+
+allocations = Table(
+    "allocations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(32), nullable=False),
+    Column("tenant_id", String(64), nullable=True),
+    Column("pool_id", String(64), nullable=True),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+bookings = Table(
+    "bookings",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("atom_id", String(32), ForeignKey("atoms.id"), nullable=False),
+    Column("gpu_id", String(96), nullable=False, index=True),
+    Column("pool_id", String(64), nullable=True),
+    Column("class", String(16), nullable=False),
+    Column("tenant_id", String(64), nullable=True),
+    Column("allocation_id", String(128), nullable=False, index=True),
+    Column("starts_at", UtcDateTime, nullable=False),
+    Column("ends_at", UtcDateTime, nullable=True),
+    Column("state", String(16), nullable=False, server_default="live"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_bookings_atom_start", "atom_id", "starts_at"),
+    Index("ix_bookings_tenant_pool", "tenant_id", "pool_id"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("type", String(64), nullable=False),
+    Column("subject", String(256), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Index("ix_events_type", "type"),
+)

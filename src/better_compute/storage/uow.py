@@ -1,0 +1,122 @@
+"""SQL implementations of the service ports, bound to one open connection (one transaction)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, Table, delete, insert, select
+
+from better_compute.domain.ledger import Booking, Span
+from better_compute.service.ports import Row
+from better_compute.storage import inventory as inv
+from better_compute.storage import ledger
+from better_compute.storage.tables import events, metadata, pool_nodes
+
+
+def table_named(name: str) -> Table:
+    return metadata.tables[name]
+
+
+class SqlLedger:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def book(
+        self,
+        atom_ids: Sequence[str],
+        span: Span,
+        allocation_id: str,
+        tenant_id: str | None,
+        now: datetime,
+        *,
+        require_bookable: bool = True,
+    ) -> int:
+        return ledger.book(
+            self.conn, atom_ids, span, allocation_id, tenant_id, now, require_bookable=require_bookable
+        )
+
+    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Span]:
+        return ledger.busy_spans(self.conn, atom_ids, since)
+
+    def allocation_bookings(self, allocation_id: str) -> list[Booking]:
+        return ledger.allocation_bookings(self.conn, allocation_id)
+
+    def booking_allocation(self, booking_id: str) -> str | None:
+        return ledger.booking_allocation(self.conn, booking_id)
+
+    def end_allocation(self, allocation_id: str, now: datetime, event_type: str) -> int:
+        return ledger.end_allocation(self.conn, allocation_id, now, event_type)
+
+    def cancel_allocation(self, allocation_id: str, now: datetime) -> int:
+        return ledger.cancel_allocation(self.conn, allocation_id, now)
+
+    def family_atom_ids(self, gpu_id: str) -> list[str]:
+        return ledger.family_atom_ids(self.conn, gpu_id)
+
+
+class SqlInventory:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def nodes_by_id(self, node_ids: Sequence[str]) -> dict[str, Row]:
+        return inv.nodes_by_id(self.conn, node_ids)
+
+    def gpus_of_nodes(self, node_ids: Sequence[str]) -> list[Row]:
+        return inv.gpus_of_nodes(self.conn, node_ids)
+
+    def atoms_of_nodes(self, node_ids: Sequence[str]) -> list[Row]:
+        return inv.atoms_of_nodes(self.conn, node_ids)
+
+    def pools_of_nodes(self, node_ids: Sequence[str]) -> dict[str, Row]:
+        return inv.pools_of_nodes(self.conn, node_ids)
+
+    def gpu(self, gpu_id: str) -> Row | None:
+        return self.get("gpus", gpu_id)
+
+    def upsert(self, table: str, rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> None:
+        inv.upsert(self.conn, table_named(table), rows, key)
+
+    def mark_observed(self, node_id: str, generation: int, at: datetime) -> None:
+        inv.mark_observed(self.conn, node_id, generation, at)
+
+    def set_pool_nodes(self, pool_id: str, node_ids: Sequence[str]) -> None:
+        self.conn.execute(delete(pool_nodes).where(pool_nodes.c.pool_id == pool_id))
+        if node_ids:
+            self.conn.execute(insert(pool_nodes), [{"pool_id": pool_id, "node_id": n} for n in node_ids])
+
+    def list(
+        self,
+        table: str,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[Row]:
+        t = table_named(table)
+        where = [t.c[k] == v for k, v in (filters or {}).items()]
+        return inv.list_table(self.conn, t, where=where, limit=limit, after=after)
+
+    def get(self, table: str, row_id: str) -> Row | None:
+        t = table_named(table)
+        found = inv.rows(self.conn, select(t).where(t.c.id == row_id))
+        return found[0] if found else None
+
+
+class SqlEvents:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None:
+        self.conn.execute(insert(events).values(type=type_, subject=subject, payload=dict(payload), at=at))
+
+
+class SqlTx:
+    """The repositories of one transaction; also exposes the raw connection to storage-side code."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.ledger = SqlLedger(conn)
+        self.inventory = SqlInventory(conn)
+        self.events = SqlEvents(conn)
