@@ -101,7 +101,7 @@ def parse_selector(raw: object, field: str = "selector") -> Selector:
     unknown = sorted(str(k) for k in raw if k not in ("matchExpressions", "matchLabels"))
     if unknown:
         raise InvalidInput(
-            f"{field} has unknown field {unknown[0]!r}; use matchExpressions or matchLabels",
+            f"{field}.{unknown[0]}: unknown field; use matchExpressions or matchLabels",
             {"field": f"{field}.{unknown[0]}"},
         )
     expressions: list[MatchExpression] = []
@@ -129,7 +129,9 @@ def parse_expression(raw: object, field: str) -> MatchExpression:
         raise InvalidInput(f"{field} must be an object with key, op and values", {"field": field})
     unknown = sorted(str(k) for k in raw if k not in ("key", "op", "operator", "values"))
     if unknown:
-        raise InvalidInput(f"{field} has unknown field {unknown[0]!r}", {"field": f"{field}.{unknown[0]}"})
+        raise InvalidInput(
+            f"{field}.{unknown[0]}: unknown field; use key, op and values", {"field": f"{field}.{unknown[0]}"}
+        )
     key = _parse_key(raw.get("key"), f"{field}.key")
     op = raw.get("op", raw.get("operator"))
     if op not in OPERATORS:

@@ -1,0 +1,135 @@
+"""Admission of a reservation's device requests against the pool they ask of (SPEC 3 and 4).
+
+A request that can never be served in a pool is refused up front, with a message naming the
+request, rather than left to fail as "no capacity": a `gpu.mig` request in a timeslice pool is a
+mistake, not a shortage. The messages below are quoted by SPEC.md and are part of the interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from better_compute.domain.atoms import ATOM_CLASSES, AtomClass
+from better_compute.domain.errors import InvalidInput, InvalidState
+from better_compute.domain.pools import SHARING_MODES, SharingMode
+from better_compute.domain.selectors import EVERYTHING, Selector, parse_selector
+
+FRACTIONAL_CLASSES: frozenset[AtomClass] = frozenset({"gpu.mig", "gpu.slot"})
+"""Atom classes that are a piece of a GPU: they charge their own quota and count as `gpuSlices`."""
+
+SINGLE_TENANT_MODES: frozenset[SharingMode] = frozenset({"timeslice", "mps"})
+"""Sharing modes whose workloads are not isolated from each other, so one tenant owns the pool."""
+
+_REQUEST_FIELDS = frozenset({"class", "count", "sharing", "selector"})
+
+
+@dataclass(frozen=True)
+class DeviceRequest:
+    """`count` atoms of class `cls`, narrowed by `selector`; `sharing` None takes the pool's."""
+
+    cls: AtomClass
+    count: int
+    sharing: SharingMode | None = None
+    selector: Selector = EVERYTHING
+
+
+def parse_device_requests(raw: object) -> list[DeviceRequest]:
+    """The `devices` of a reservation request, each field checked and named as `devices[i].field`."""
+    if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
+        raise InvalidInput("devices must be a list of device requests", {"field": "devices"})
+    if not raw:
+        raise InvalidInput("devices must hold at least one device request", {"field": "devices"})
+    return [parse_device_request(item, f"devices[{i}]") for i, item in enumerate(raw)]
+
+
+def parse_device_request(raw: object, field: str) -> DeviceRequest:
+    """One device request; unknown fields are refused so a typo (`selectors`) is not silently ignored."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"{field} must be an object with class and count", {"field": field})
+    unknown = sorted(str(k) for k in raw if k not in _REQUEST_FIELDS)
+    if unknown:
+        raise InvalidInput(
+            f"{field}.{unknown[0]}: unknown field; use class, count, sharing and selector",
+            {"field": f"{field}.{unknown[0]}"},
+        )
+    cls = raw.get("class")
+    if cls not in ATOM_CLASSES:
+        raise InvalidInput(
+            f"{field}.class must be one of {', '.join(ATOM_CLASSES)}, not {cls!r}",
+            {"field": f"{field}.class"},
+        )
+    count = raw.get("count")
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise InvalidInput(
+            f"{field}.count must be an integer of at least 1, not {count!r}", {"field": f"{field}.count"}
+        )
+    sharing = raw.get("sharing")
+    if sharing is not None and sharing not in SHARING_MODES:
+        raise InvalidInput(
+            f"{field}.sharing must be one of {', '.join(SHARING_MODES)}, not {sharing!r}",
+            {"field": f"{field}.sharing"},
+        )
+    selector = parse_selector(raw.get("selector"), f"{field}.selector")
+    return DeviceRequest(cls=cls, count=count, sharing=sharing, selector=selector)
+
+
+def check_against_pool(mode: SharingMode, requests: Sequence[DeviceRequest]) -> None:
+    """Refuse the first request the pool's sharing mode can never serve (SPEC 3's exact messages).
+
+    Only mig pools accept `gpu.mig` (a MIG-mode GPU in another pool is not for reservation), only
+    timeslice and mps pools have slots, and a request that names its own sharing must name the
+    pool's or `exclusive`: asking for MPS and silently getting time slicing would change how the
+    workload behaves. Whole `gpu` requests are valid everywhere.
+    """
+    for i, request in enumerate(requests):
+        where = f"devices[{i}]"
+        if request.cls == "gpu.mig" and mode != "mig":
+            raise InvalidInput(
+                f"{where}: gpu.mig atoms exist only in mig pools",
+                {"field": f"{where}.class", "poolMode": mode},
+            )
+        if request.cls == "gpu.slot" and mode not in SINGLE_TENANT_MODES:
+            raise InvalidInput(
+                f"{where}: gpu.slot atoms exist only in timeslice or mps pools",
+                {"field": f"{where}.class", "poolMode": mode},
+            )
+        if request.sharing is not None and request.sharing not in ("exclusive", mode):
+            raise InvalidInput(
+                f"{where}: the pool shares GPUs as {mode}, not {request.sharing}",
+                {"field": f"{where}.sharing", "poolMode": mode, "sharing": request.sharing},
+            )
+
+
+def requested_by_class(requests: Sequence[DeviceRequest]) -> dict[AtomClass, int]:
+    """How many atoms of each class the requests ask for together (what quota is charged)."""
+    totals: dict[AtomClass, int] = {}
+    for request in requests:
+        totals[request.cls] = totals.get(request.cls, 0) + request.count
+    return totals
+
+
+def gpu_count(requests: Sequence[DeviceRequest]) -> int:
+    """Whole GPUs asked for: the reservation's `gpuCount`."""
+    return sum(r.count for r in requests if r.cls == "gpu")
+
+
+def gpu_slices(requests: Sequence[DeviceRequest]) -> int:
+    """Fractions asked for (MIG instances and slots): the reservation's `gpuSlices`."""
+    return sum(r.count for r in requests if r.cls in FRACTIONAL_CLASSES)
+
+
+def check_offer(pool_mode: SharingMode, owner_tenant_id: str, tenant_id: str) -> None:
+    """Refuse offering a timeslice or mps pool to anyone but its owner (SPEC 4).
+
+    Time slicing and MPS do not isolate one workload from another the way MIG does: a tenant
+    sharing a GPU that way could see or starve another tenant's work. mig and exclusive pools can
+    be offered freely.
+    """
+    if pool_mode in SINGLE_TENANT_MODES and tenant_id != owner_tenant_id:
+        raise InvalidState(
+            f"{pool_mode} pools are single-tenant: timeslice and mps sharing do not isolate workloads "
+            f"the way MIG does, so this pool cannot be offered to {tenant_id}, only used by its owner "
+            f"{owner_tenant_id}",
+            {"poolMode": pool_mode, "ownerTenantId": owner_tenant_id, "tenantId": tenant_id},
+        )

@@ -1,0 +1,139 @@
+"""Admission: device requests parsed, then checked against the pool's sharing mode."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from better_compute.domain.admission import (
+    DeviceRequest,
+    check_against_pool,
+    check_offer,
+    gpu_count,
+    gpu_slices,
+    parse_device_requests,
+    requested_by_class,
+)
+from better_compute.domain.errors import InvalidInput, InvalidState
+from better_compute.domain.pools import SharingMode
+from better_compute.domain.selectors import EVERYTHING, MatchExpression, Selector
+
+
+def req(cls: Any, count: int = 1, sharing: Any = None) -> DeviceRequest:
+    return DeviceRequest(cls=cls, count=count, sharing=sharing)
+
+
+def test_parse_device_requests_reads_every_field() -> None:
+    parsed = parse_device_requests(
+        [
+            {"class": "gpu", "count": 2},
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "sharing": "mig",
+                "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+            },
+        ]
+    )
+    assert parsed == [
+        DeviceRequest("gpu", 2, None, EVERYTHING),
+        DeviceRequest("gpu.mig", 1, "mig", Selector((MatchExpression("migProfile", "In", ("3g.40gb",)),))),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "field", "text"),
+    [
+        ([], "devices", "at least one"),
+        ("gpu", "devices", "must be a list"),
+        ({"class": "gpu"}, "devices", "must be a list"),
+        (None, "devices", "must be a list"),
+        (["gpu"], "devices[0]", "must be an object"),
+        ([{"count": 1}], "devices[0].class", "must be one of gpu, gpu.mig, gpu.slot, not None"),
+        ([{"class": "tpu", "count": 1}], "devices[0].class", "not 'tpu'"),
+        ([{"class": "gpu", "count": 0}], "devices[0].count", "at least 1"),
+        ([{"class": "gpu", "count": -2}], "devices[0].count", "at least 1"),
+        ([{"class": "gpu", "count": "2"}], "devices[0].count", "integer"),
+        ([{"class": "gpu", "count": 1.0}], "devices[0].count", "integer"),
+        ([{"class": "gpu", "count": True}], "devices[0].count", "integer"),
+        ([{"class": "gpu"}], "devices[0].count", "integer"),
+        ([{"class": "gpu", "count": 1}, {"class": "gpu", "count": 0}], "devices[1].count", "at least 1"),
+        ([{"class": "gpu", "count": 1, "sharing": "shared"}], "devices[0].sharing", "not 'shared'"),
+        ([{"class": "gpu", "count": 1, "selectors": {}}], "devices[0].selectors", "unknown field"),
+        (
+            [{"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "a", "op": "Is"}]}}],
+            "devices[0].selector.matchExpressions[0].op",
+            "unknown operator 'Is'",
+        ),
+    ],
+)
+def test_parse_device_requests_names_the_bad_field(raw: Any, field: str, text: str) -> None:
+    with pytest.raises(InvalidInput, match=text) as err:
+        parse_device_requests(raw)
+    assert err.value.details["field"] == field
+    assert err.value.message.startswith(field)
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "timeslice", "mps"])
+def test_mig_requests_only_in_mig_pools(mode: SharingMode) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool(mode, [req("gpu.mig")])
+    assert err.value.message == "devices[0]: gpu.mig atoms exist only in mig pools"
+    check_against_pool("mig", [req("gpu.mig")])
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "mig"])
+def test_slot_requests_only_in_timeslice_or_mps_pools(mode: SharingMode) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool(mode, [req("gpu.slot")])
+    assert err.value.message == "devices[0]: gpu.slot atoms exist only in timeslice or mps pools"
+    check_against_pool("timeslice", [req("gpu.slot")])
+    check_against_pool("mps", [req("gpu.slot")])
+
+
+def test_sharing_must_be_exclusive_or_the_pools_mode() -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool("timeslice", [req("gpu.slot", sharing="mps")])
+    assert err.value.message == "devices[0]: the pool shares GPUs as timeslice, not mps"
+    assert err.value.details["field"] == "devices[0].sharing"
+    check_against_pool("timeslice", [req("gpu.slot", sharing="timeslice")])
+    check_against_pool("timeslice", [req("gpu.slot", sharing="exclusive")])
+    check_against_pool("mig", [req("gpu.mig", sharing="mig"), req("gpu", sharing="exclusive")])
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool("exclusive", [req("gpu", sharing="mig")])
+    assert err.value.message == "devices[0]: the pool shares GPUs as exclusive, not mig"
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "mig", "timeslice", "mps"])
+def test_whole_gpu_requests_are_valid_in_every_pool(mode: SharingMode) -> None:
+    check_against_pool(mode, [req("gpu", 4)])
+
+
+def test_the_message_names_the_requests_index() -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool("mig", [req("gpu"), req("gpu.mig"), req("gpu.slot")])
+    assert err.value.message == "devices[2]: gpu.slot atoms exist only in timeslice or mps pools"
+    with pytest.raises(InvalidInput) as err:
+        check_against_pool("mps", [req("gpu.slot"), req("gpu.slot", sharing="timeslice")])
+    assert err.value.message == "devices[1]: the pool shares GPUs as mps, not timeslice"
+
+
+def test_counts_split_whole_gpus_from_fractions() -> None:
+    requests = [req("gpu", 2), req("gpu.mig", 3), req("gpu.slot", 1), req("gpu", 1)]
+    assert requested_by_class(requests) == {"gpu": 3, "gpu.mig": 3, "gpu.slot": 1}
+    assert gpu_count(requests) == 3
+    assert gpu_slices(requests) == 4
+
+
+@pytest.mark.parametrize("mode", ["timeslice", "mps"])
+def test_timeslice_and_mps_pools_are_single_tenant(mode: SharingMode) -> None:
+    with pytest.raises(InvalidState, match="single-tenant") as err:
+        check_offer(mode, "acme", "globex")
+    assert "do not isolate workloads" in err.value.message
+    check_offer(mode, "acme", "acme")
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "mig"])
+def test_exclusive_and_mig_pools_can_be_offered(mode: SharingMode) -> None:
+    check_offer(mode, "acme", "globex")
