@@ -17,3 +17,6 @@ app = typer.Typer(
 )
 admin_app = typer.Typer(help="Fleet administration.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
+
+# Commands register themselves on `app` when imported.
+from better_compute.cli import api_cmd, login_cmd, reservations_cmd  # noqa: E402, F401

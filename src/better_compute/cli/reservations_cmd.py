@@ -1,0 +1,220 @@
+"""`better-compute reserve` and `better-compute reservations list|show|cancel|release`.
+
+`reserve` books whole GPUs only (`class: gpu`); fractions (`gpu.mig`, `gpu.slot`) go through
+`better-compute api reservations.create`, the typed client or the HTTP API.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Annotated, TypeVar
+
+import typer
+from rich.table import Table
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.output import fail, print_json, stdout
+from better_compute.client import Compute, ComputeError
+from better_compute.wire.common import Page
+from better_compute.wire.reservations import DeviceRequest, ReservationPublic, ReservationStatus
+
+reservations_app = typer.Typer(help="List, show, cancel and release reservations.", no_args_is_help=True)
+app.add_typer(reservations_app, name="reservations")
+
+T = TypeVar("T")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
+
+
+def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
+    try:
+        settings = config.resolve(server, token)
+    except ValueError as exc:
+        fail(str(exc), as_json=as_json)
+    try:
+        with config.connect(settings) as compute:
+            return action(compute)
+    except ComputeError as exc:
+        fail(exc, as_json=as_json)
+
+
+def _when(value: datetime) -> str:
+    return value.isoformat(timespec="minutes")
+
+
+def _size(reservation: ReservationPublic) -> str:
+    parts = []
+    if reservation.gpu_count:
+        parts.append(f"{reservation.gpu_count} gpu")
+    if reservation.gpu_slices:
+        parts.append(f"{reservation.gpu_slices} slices")
+    return ", ".join(parts) or "0"
+
+
+def _show(reservation: ReservationPublic, as_json: bool) -> None:
+    if as_json:
+        print_json(reservation.model_dump(mode="json"))
+        return
+    summary = Table.grid(padding=(0, 2))
+    summary.add_column(style="bold")
+    summary.add_column()
+    summary.add_row("id", reservation.id)
+    summary.add_row("status", reservation.status)
+    summary.add_row("tenant", reservation.tenant_id)
+    summary.add_row("pool", reservation.pool_id)
+    summary.add_row("window", f"{_when(reservation.start)} → {_when(reservation.end)}")
+    summary.add_row("size", _size(reservation))
+    if reservation.idempotency_key:
+        summary.add_row("idempotency key", reservation.idempotency_key)
+    console = stdout()
+    console.print(summary)
+    if reservation.atoms:
+        atoms = Table("atom", "class", "gpu", "node", title="atoms", title_justify="left")
+        for atom in reservation.atoms:
+            atoms.add_row(atom.id, atom.cls, atom.gpu_id, atom.node)
+        console.print(atoms)
+
+
+def _parse_start(start: str | None) -> datetime | None:
+    if start is None:
+        return None
+    try:
+        parsed = datetime.fromisoformat(start)
+    except ValueError:
+        raise typer.BadParameter(f"{start!r} is not an ISO 8601 time", param_hint="--start") from None
+    return parsed if parsed.tzinfo else parsed.astimezone()
+
+
+@app.command("reserve")
+def reserve(
+    pool: Annotated[str, typer.Option("--pool", help="The pool to book in.", show_default=False)],
+    gpus: Annotated[int, typer.Option("--gpus", min=1, help="How many whole GPUs.", show_default=False)],
+    duration: Annotated[
+        str, typer.Option("--duration", help="How long, e.g. 30m, 4h, 2d.", show_default=False)
+    ],
+    start: Annotated[
+        str | None,
+        typer.Option("--start", help="ISO 8601 start time (default: now).", show_default=False),
+    ] = None,
+    tenant: Annotated[
+        str | None,
+        typer.Option("--tenant", help="Tenant (default: the token's tenant).", show_default=False),
+    ] = None,
+    idempotency_key: Annotated[
+        str | None,
+        typer.Option(
+            "--idempotency-key",
+            help="Repeat the command with the same key to get the same reservation (default: generated).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Reserve whole GPUs of a pool for a time window.
+
+    Fractions (gpu.mig, gpu.slot) go through `better-compute api reservations.create`.
+    """
+    when = _parse_start(start)
+    devices = [DeviceRequest(cls="gpu", count=gpus)]
+    reservation = _call(
+        server,
+        token,
+        as_json,
+        lambda compute: compute.reservations.create(
+            pool_id=pool,
+            devices=devices,
+            duration=duration,
+            tenant_id=tenant,
+            start=when,
+            idempotency_key=idempotency_key,
+        ),
+    )
+    _show(reservation, as_json)
+
+
+@reservations_app.command("list")
+def list_reservations(
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's.")] = None,
+    pool: Annotated[str | None, typer.Option("--pool", help="Only in this pool.")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option("--status", help="scheduled, active, ended, cancelled or released.", show_default=False),
+    ] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")] = None,
+    cursor: Annotated[str | None, typer.Option("--cursor", help="Continue from a previous page.")] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """List reservations, newest first."""
+    statuses: tuple[ReservationStatus, ...] = ("scheduled", "active", "ended", "cancelled", "released")
+    wanted: ReservationStatus | None = None
+    if status is not None:
+        if status not in statuses:
+            raise typer.BadParameter(f"must be one of {', '.join(statuses)}", param_hint="--status")
+        wanted = next(s for s in statuses if s == status)
+    page: Page[ReservationPublic] = _call(
+        server,
+        token,
+        as_json,
+        lambda compute: compute.reservations.list(
+            tenant_id=tenant, pool_id=pool, status=wanted, limit=limit, cursor=cursor
+        ),
+    )
+    if as_json:
+        print_json(page.model_dump(mode="json"))
+        return
+    table = Table("id", "status", "tenant", "pool", "start", "end", "size")
+    for item in page.items:
+        table.add_row(
+            item.id,
+            item.status,
+            item.tenant_id,
+            item.pool_id,
+            _when(item.start),
+            _when(item.end),
+            _size(item),
+        )
+    console = stdout()
+    console.print(table)
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
+@reservations_app.command("show")
+def show(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Show one reservation and the atoms it holds."""
+    _show(_call(server, token, as_json, lambda compute: compute.reservations.get(reservation_id)), as_json)
+
+
+@reservations_app.command("cancel")
+def cancel(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Cancel a reservation that has not ended; its remaining window frees."""
+    _show(_call(server, token, as_json, lambda compute: compute.reservations.cancel(reservation_id)), as_json)
+
+
+@reservations_app.command("release")
+def release(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Release an active reservation early; the rest of its window frees."""
+    _show(
+        _call(server, token, as_json, lambda compute: compute.reservations.release(reservation_id)), as_json
+    )
