@@ -1,0 +1,122 @@
+"""Quota: how many atoms of one class a tenant may hold at once in one pool (SPEC 3).
+
+Quota is kept per (tenant, pool, atom class) because a MIG instance and a whole GPU are not the
+same amount of hardware: a `gpu.mig` row limits MIG instances, a `gpu.slot` row limits slots, and
+neither spends the other's. A pool's owner may use its whole GPUs without a row (the owner paid for
+them), but fractions need an explicit row even for the owner, so that splitting a pool never lets
+anyone take more pieces than an operator decided. Every other tenant needs rows, which `pools.offer`
+or `quotas.set` create.
+
+Which bookings count as "in use" (those of the tenant, of that class, in that pool, overlapping
+the requested window) is the caller's query; `in_use` below counts them from plain values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from better_compute.domain.atoms import ATOM_CLASSES, AtomClass
+from better_compute.domain.errors import InvalidInput, QuotaExceeded
+from better_compute.domain.timewin import Window
+
+
+def parse_quota_limits(raw: object, field: str = "quota") -> dict[AtomClass, int]:
+    """A quota map such as `{"gpu": 8, "gpu.mig": 14, "gpu.slot": 0}`: known classes, limits >= 0."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(
+            f"{field} must be an object mapping atom classes to limits, such as {{'gpu': 8}}",
+            {"field": field},
+        )
+    limits: dict[AtomClass, int] = {}
+    for cls, limit in raw.items():
+        if cls not in ATOM_CLASSES:
+            raise InvalidInput(
+                f"{field}: unknown atom class {cls!r}; use {', '.join(ATOM_CLASSES)}",
+                {"field": f"{field}.{cls}"},
+            )
+        limits[cls] = check_limit(limit, f"{field}.{cls}")
+    return limits
+
+
+def check_limit(limit: object, field: str = "limit") -> int:
+    """One quota limit: a non-negative integer (0 keeps a row that allows nothing)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+        raise InvalidInput(f"{field} must be a non-negative integer, not {limit!r}", {"field": field})
+    return limit
+
+
+def effective_limit(
+    cls: AtomClass, tenant_id: str, owner_tenant_id: str, limits: Mapping[str, int]
+) -> int | None:
+    """The tenant's limit for `cls` in the pool, or None when unlimited.
+
+    A row always wins. Without one, the owner's whole GPUs are unlimited; everything else is 0.
+    """
+    if cls in limits:
+        return limits[cls]
+    if cls == "gpu" and tenant_id == owner_tenant_id:
+        return None
+    return 0
+
+
+def in_use(bookings: Iterable[tuple[str, Window]], window: Window) -> dict[AtomClass, int]:
+    """The tenant's atoms per class held in the pool during `window`, from (class, window) pairs.
+
+    Every booking that overlaps the window counts, even two that follow each other inside it: a
+    limit is on what a tenant holds at once, and counting them all is the safe reading of "at once".
+    """
+    counts: dict[AtomClass, int] = {}
+    for cls, booked in bookings:
+        if cls in ATOM_CLASSES and booked.overlaps(window):
+            counts[cls] = counts.get(cls, 0) + 1
+    return counts
+
+
+def check_quota(
+    tenant_id: str,
+    owner_tenant_id: str,
+    limits: Mapping[str, int],
+    in_use: Mapping[str, int],
+    requested: Mapping[str, int],
+    *,
+    pool_id: str | None = None,
+) -> None:
+    """Refuse a request that would take the tenant past its quota in the pool, class by class.
+
+    `limits` are the tenant's rows in the pool, `in_use` what it already holds in the window,
+    `requested` what this reservation adds. Classes are checked in the order gpu, gpu.mig, gpu.slot,
+    so the first refusal is stable. A stranger to the pool (no rows, not the owner) gets
+    QUOTA_EXCEEDED, not FORBIDDEN: access to a pool is quota, given by `pools.offer`.
+    """
+    in_pool = f" in pool {pool_id}" if pool_id is not None else ""
+    for cls in ATOM_CLASSES:
+        wanted = requested.get(cls, 0)
+        if wanted <= 0:
+            continue
+        held = in_use.get(cls, 0)
+        limit = effective_limit(cls, tenant_id, owner_tenant_id, limits)
+        details: dict[str, Any] = {
+            "class": cls,
+            "limit": limit if cls in limits else None,
+            "inUse": held,
+            "requested": wanted,
+            "tenantId": tenant_id,
+        }
+        if pool_id is not None:
+            details["poolId"] = pool_id
+        if limit is None:
+            continue
+        if cls not in limits:
+            if not limits and tenant_id != owner_tenant_id:
+                message = f"tenant {tenant_id} has no quota{in_pool}; the pool has to be offered to it"
+            else:
+                message = f"no {cls} quota{in_pool} for tenant {tenant_id}"
+                if cls != "gpu":
+                    message += f"; fractional atoms need an explicit {cls} row"
+            raise QuotaExceeded(message, details)
+        if held + wanted > limit:
+            raise QuotaExceeded(
+                f"quota exceeded for {cls}{in_pool}: {held} in use + {wanted} requested > limit {limit}",
+                details,
+            )

@@ -1,0 +1,143 @@
+"""Quota per (tenant, pool, class): owner default, explicit rows, counting."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from better_compute.domain.errors import InvalidInput, QuotaExceeded
+from better_compute.domain.quota import check_quota, effective_limit, in_use, parse_quota_limits
+from better_compute.domain.timewin import Window
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def h(n: int) -> datetime:
+    return T0 + timedelta(hours=n)
+
+
+def test_owner_whole_gpus_are_unlimited_without_a_row() -> None:
+    check_quota("acme", "acme", {}, {"gpu": 1000}, {"gpu": 64}, pool_id="p1")
+    assert effective_limit("gpu", "acme", "acme", {}) is None
+
+
+def test_an_owner_row_limits_whole_gpus() -> None:
+    check_quota("acme", "acme", {"gpu": 4}, {"gpu": 2}, {"gpu": 2}, pool_id="p1")
+    with pytest.raises(QuotaExceeded) as err:
+        check_quota("acme", "acme", {"gpu": 4}, {"gpu": 3}, {"gpu": 2}, pool_id="p1")
+    assert err.value.message == "quota exceeded for gpu in pool p1: 3 in use + 2 requested > limit 4"
+
+
+@pytest.mark.parametrize("cls", ["gpu.mig", "gpu.slot"])
+def test_fractions_need_a_row_even_for_the_owner(cls: str) -> None:
+    with pytest.raises(QuotaExceeded) as err:
+        check_quota("acme", "acme", {}, {}, {cls: 1}, pool_id="p1")
+    assert err.value.message.startswith(f"no {cls} quota in pool p1")
+    assert err.value.details == {
+        "class": cls,
+        "limit": None,
+        "inUse": 0,
+        "requested": 1,
+        "tenantId": "acme",
+        "poolId": "p1",
+    }
+    with pytest.raises(QuotaExceeded, match=f"no {cls} quota"):
+        check_quota("acme", "acme", {"gpu": 8}, {}, {cls: 1}, pool_id="p1")
+    check_quota("acme", "acme", {cls: 2}, {}, {cls: 2}, pool_id="p1")
+
+
+def test_the_mig_message_and_details() -> None:
+    with pytest.raises(QuotaExceeded) as err:
+        check_quota("globex", "acme", {"gpu.mig": 2}, {"gpu.mig": 1}, {"gpu.mig": 2}, pool_id="p1")
+    assert err.value.code == "QUOTA_EXCEEDED"
+    assert err.value.message == "quota exceeded for gpu.mig in pool p1: 1 in use + 2 requested > limit 2"
+    assert err.value.details["class"] == "gpu.mig"
+    assert err.value.details["limit"] == 2
+    assert err.value.details["inUse"] == 1
+    assert err.value.details["requested"] == 2
+
+
+def test_a_stranger_without_rows_is_quota_exceeded_not_forbidden() -> None:
+    with pytest.raises(QuotaExceeded, match="tenant globex has no quota in pool p1"):
+        check_quota("globex", "acme", {}, {}, {"gpu": 1}, pool_id="p1")
+
+
+def test_a_stranger_needs_a_row_per_class() -> None:
+    check_quota("globex", "acme", {"gpu.mig": 4}, {}, {"gpu.mig": 4}, pool_id="p1")
+    with pytest.raises(QuotaExceeded, match="no gpu quota in pool p1 for tenant globex"):
+        check_quota("globex", "acme", {"gpu.mig": 4}, {}, {"gpu": 1, "gpu.mig": 1}, pool_id="p1")
+
+
+def test_classes_do_not_spend_each_other() -> None:
+    check_quota(
+        "acme", "acme", {"gpu": 1, "gpu.mig": 7}, {"gpu": 1, "gpu.slot": 9}, {"gpu.mig": 7}, pool_id="p"
+    )
+
+
+def test_a_zero_row_allows_nothing() -> None:
+    with pytest.raises(QuotaExceeded, match="limit 0"):
+        check_quota("acme", "acme", {"gpu": 0}, {}, {"gpu": 1}, pool_id="p1")
+
+
+def test_nothing_requested_passes() -> None:
+    check_quota("globex", "acme", {}, {}, {}, pool_id="p1")
+    check_quota("globex", "acme", {}, {}, {"gpu": 0})
+
+
+def test_the_pool_is_optional_in_the_message() -> None:
+    with pytest.raises(QuotaExceeded) as err:
+        check_quota("a", "a", {"gpu.slot": 1}, {"gpu.slot": 1}, {"gpu.slot": 1})
+    assert err.value.message == "quota exceeded for gpu.slot: 1 in use + 1 requested > limit 1"
+
+
+@given(st.integers(0, 20), st.integers(0, 20), st.integers(1, 20))
+def test_the_limit_is_held_exactly(limit: int, held: int, wanted: int) -> None:
+    args: tuple[Any, ...] = ("t", "o", {"gpu.mig": limit}, {"gpu.mig": held}, {"gpu.mig": wanted})
+    if held + wanted <= limit:
+        check_quota(*args)
+    else:
+        with pytest.raises(QuotaExceeded):
+            check_quota(*args)
+
+
+def test_in_use_counts_bookings_overlapping_the_window_per_class() -> None:
+    window = Window(h(2), h(4))
+    bookings = [
+        ("gpu.mig", Window(h(0), h(3))),
+        ("gpu.mig", Window(h(3), h(5))),
+        ("gpu.mig", Window(h(4), h(6))),
+        ("gpu.mig", Window(h(0), h(2))),
+        ("gpu", Window(h(1), None)),
+        ("gpu.slot", Window(h(5), None)),
+    ]
+    assert in_use(bookings, window) == {"gpu.mig": 2, "gpu": 1}
+
+
+def test_parse_quota_limits() -> None:
+    assert parse_quota_limits({"gpu": 8, "gpu.mig": 14, "gpu.slot": 0}) == {
+        "gpu": 8,
+        "gpu.mig": 14,
+        "gpu.slot": 0,
+    }
+    assert parse_quota_limits({}) == {}
+
+
+@pytest.mark.parametrize(
+    ("raw", "field"),
+    [
+        ({"tpu": 1}, "quota.tpu"),
+        ({"gpu": -1}, "quota.gpu"),
+        ({"gpu.mig": 1.5}, "quota.gpu.mig"),
+        ({"gpu": True}, "quota.gpu"),
+        ({"gpu": None}, "quota.gpu"),
+        ([1], "quota"),
+    ],
+)
+def test_parse_quota_limits_refuses(raw: Any, field: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_quota_limits(raw)
+    assert err.value.details["field"] == field
