@@ -1,0 +1,347 @@
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+import better_compute.client as client_module
+from better_compute.client import (
+    Compute,
+    ComputeError,
+    ConflictError,
+    ForbiddenError,
+    InsufficientCapacityError,
+    InvalidInputError,
+    InvalidStateError,
+    NotFoundError,
+    QuotaExceededError,
+    TransportError,
+    UnauthenticatedError,
+)
+from better_compute.wire.common import Page
+from better_compute.wire.reservations import ReservationPublic
+from tests.client.fakes import FakeServer, error_json, reservation_json
+
+
+def compute_for(server: FakeServer, *, token: str | None = "tok", retries: int = 3) -> Compute:
+    return Compute(
+        "http://bc.test", token, transport=server.transport(), retries=retries, sleep=lambda _: None
+    )
+
+
+def test_public_names_are_pinned() -> None:
+    assert client_module.__all__ == sorted(client_module.__all__)
+    assert set(client_module.__all__) == {
+        "Compute",
+        "ComputeError",
+        "ConflictError",
+        "ForbiddenError",
+        "InsufficientCapacityError",
+        "InvalidInputError",
+        "InvalidStateError",
+        "NotFoundError",
+        "QuotaExceededError",
+        "TransportError",
+        "UnauthenticatedError",
+    }
+
+
+def test_create_reservation_returns_the_typed_model_and_sends_camel_case() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): (201, reservation_json())})
+    compute = compute_for(server)
+
+    booked = compute.reservations.create(
+        tenant_id="acme",
+        pool_id="h100-a",
+        devices=[{"class": "gpu", "count": 2}],
+        duration="4h",
+        start=datetime(2030, 1, 1, 10, tzinfo=UTC),
+        idempotency_key="k-1",
+    )
+
+    assert isinstance(booked, ReservationPublic)
+    assert booked.gpu_count == 2
+    assert booked.atoms[0].cls == "gpu"
+    assert booked.start == datetime(2030, 1, 1, 10, tzinfo=UTC)
+    assert server.bodies() == [
+        {
+            "tenantId": "acme",
+            "poolId": "h100-a",
+            "devices": [{"class": "gpu", "count": 2}],
+            "start": "2030-01-01T10:00:00Z",
+            "duration": "4h",
+            "idempotencyKey": "k-1",
+        }
+    ]
+    assert server.requests[0].headers["authorization"] == "Bearer tok"
+
+
+def test_fractional_request_carries_its_selector() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): reservation_json()})
+    compute_for(server).reservations.create(
+        pool_id="mig-a",
+        devices=[
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+            }
+        ],
+        duration="4h",
+        idempotency_key="notebook-ana-0924",
+    )
+    (body,) = server.bodies()
+    assert "tenantId" not in body  # the server takes the credential's tenant
+    assert body["devices"] == [
+        {
+            "class": "gpu.mig",
+            "count": 1,
+            "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+        }
+    ]
+
+
+def test_lists_return_pages_and_send_filters_as_query() -> None:
+    server = FakeServer({("GET", "/v1/reservations"): {"items": [reservation_json()], "nextCursor": "c2"}})
+    page = compute_for(server).reservations.list(pool_id="h100-a", status="active", limit=10)
+
+    assert isinstance(page, Page)
+    assert [item.id for item in page.items] == ["rsv-1"]
+    assert page.next_cursor == "c2"
+    request = server.requests[0]
+    assert dict(request.url.params) == {"poolId": "h100-a", "status": "active", "limit": "10"}
+    assert request.content == b""
+
+
+def test_iter_follows_cursors() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("cursor") == "c2":
+            return httpx.Response(200, json={"items": [reservation_json(id="rsv-2")], "nextCursor": None})
+        return httpx.Response(200, json={"items": [reservation_json(id="rsv-1")], "nextCursor": "c2"})
+
+    server = FakeServer({("GET", "/v1/reservations"): answer})
+    assert [r.id for r in compute_for(server).reservations.iter()] == ["rsv-1", "rsv-2"]
+
+
+@pytest.mark.parametrize(
+    ("verb", "path", "invoke"),
+    [
+        ("GET", "/v1/reservations/rsv-1", lambda c: c.reservations.get("rsv-1")),
+        ("POST", "/v1/reservations/rsv-1/cancel", lambda c: c.reservations.cancel("rsv-1")),
+        ("POST", "/v1/reservations/rsv-1/release", lambda c: c.reservations.release("rsv-1")),
+    ],
+)
+def test_path_parameters_come_from_the_body(verb, path, invoke) -> None:
+    server = FakeServer({(verb, path): reservation_json()})
+    assert invoke(compute_for(server)).id == "rsv-1"
+    assert server.requests[0].method == verb
+
+
+def test_pool_offer_fills_pool_id_in_the_path() -> None:
+    server = FakeServer(
+        {
+            ("POST", "/v1/pools/mig-a/offers"): {
+                "poolId": "mig-a",
+                "tenantId": "globex",
+                "quotas": [{"tenantId": "globex", "poolId": "mig-a", "class": "gpu.mig", "limit": 7}],
+            }
+        }
+    )
+    offer = compute_for(server).pools.offer("mig-a", tenant_id="globex", quota={"gpu.mig": 7})
+    assert offer.quotas[0].cls == "gpu.mig"
+    assert server.bodies() == [{"poolId": "mig-a", "tenantId": "globex", "quota": {"gpu.mig": 7}}]
+
+
+def test_quota_set_and_credentials() -> None:
+    server = FakeServer(
+        {
+            ("PUT", "/v1/quotas"): {"tenantId": "acme", "poolId": "p", "class": "gpu.slot", "limit": 4},
+            ("POST", "/v1/credentials"): {
+                "id": "cred-1",
+                "tenantId": None,
+                "name": "ops",
+                "createdAt": "2030-01-01T00:00:00Z",
+                "token": "secret",
+            },
+        }
+    )
+    compute = compute_for(server)
+    assert compute.quotas.set(tenant_id="acme", pool_id="p", cls="gpu.slot", limit=4).limit == 4
+    assert compute.credentials.create(tenant_id=None, name="ops").token == "secret"
+    assert server.bodies() == [
+        {"tenantId": "acme", "poolId": "p", "class": "gpu.slot", "limit": 4},
+        {"tenantId": None, "name": "ops"},  # a null tenant is explicit: a fleet-admin credential
+    ]
+
+
+def test_atoms_list_repeats_attr_filters() -> None:
+    server = FakeServer({("GET", "/v1/atoms"): {"items": [{"id": "a"}], "nextCursor": None}})
+    page = compute_for(server).atoms.list(
+        pool="mig-a", cls="gpu.mig", attrs={"migProfile": "3g.40gb", "numaNode": "1"}
+    )
+    assert page.items == [{"id": "a"}]
+    assert server.requests[0].url.params.multi_items() == [
+        ("pool", "mig-a"),
+        ("class", "gpu.mig"),
+        ("attr", "migProfile=3g.40gb"),
+        ("attr", "numaNode=1"),
+    ]
+
+
+def test_no_authorization_header_without_a_token() -> None:
+    server = FakeServer({("GET", "/v1/clusters"): {"items": [], "nextCursor": None}})
+    compute_for(server, token=None).clusters.list()
+    assert "authorization" not in server.requests[0].headers
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "error_class"),
+    [
+        ("INVALID_INPUT", 400, InvalidInputError),
+        ("UNAUTHENTICATED", 401, UnauthenticatedError),
+        ("FORBIDDEN", 403, ForbiddenError),
+        ("NOT_FOUND", 404, NotFoundError),
+        ("INVALID_STATE", 409, InvalidStateError),
+        ("CONFLICT", 409, ConflictError),
+        ("QUOTA_EXCEEDED", 409, QuotaExceededError),
+        ("INSUFFICIENT_CAPACITY", 409, InsufficientCapacityError),
+    ],
+)
+def test_each_error_code_raises_its_exception(code, status, error_class) -> None:
+    server = FakeServer({("GET", "/v1/reservations/rsv-1"): (status, error_json(code, "nope", atomId="a-1"))})
+    with pytest.raises(error_class) as caught:
+        compute_for(server).reservations.get("rsv-1")
+    error = caught.value
+    assert isinstance(error, ComputeError)
+    assert (error.code, error.message, error.details, error.status_code) == (
+        code,
+        "nope",
+        {"atomId": "a-1"},
+        status,
+    )
+    assert error.to_dict() == error_json(code, "nope", atomId="a-1")
+
+
+def test_unknown_code_and_bodiless_errors_fall_back_to_compute_error() -> None:
+    server = FakeServer(
+        {
+            ("GET", "/v1/pools"): (418, error_json("TEAPOT", "short and stout")),
+            ("GET", "/v1/quotas"): lambda r: httpx.Response(502, text="bad gateway"),
+            ("GET", "/v1/policies"): (422, {"detail": [{"loc": ["query", "limit"]}]}),
+        }
+    )
+    compute = compute_for(server)
+    with pytest.raises(ComputeError) as teapot:
+        compute.pools.list()
+    assert type(teapot.value) is ComputeError
+    assert teapot.value.code == "TEAPOT"
+    with pytest.raises(ComputeError) as gateway:
+        compute.quotas.list()
+    assert gateway.value.code == "HTTP_502"
+    assert gateway.value.details == {"body": "bad gateway"}
+    with pytest.raises(InvalidInputError):
+        compute.policies.list()
+
+
+def test_an_answer_that_does_not_match_the_model_is_reported() -> None:
+    server = FakeServer({("GET", "/v1/reservations/rsv-1"): {"id": "rsv-1"}})
+    with pytest.raises(ComputeError) as caught:
+        compute_for(server).reservations.get("rsv-1")
+    assert caught.value.code == "UNEXPECTED_RESPONSE"
+
+
+def test_safe_calls_are_retried_on_connection_errors() -> None:
+    server = FakeServer({("GET", "/v1/reservations/rsv-1"): reservation_json()}, fail_first=2)
+    assert compute_for(server).reservations.get("rsv-1").id == "rsv-1"
+    assert len(server.requests) == 3
+
+
+def test_put_is_retried() -> None:
+    server = FakeServer(
+        {("PUT", "/v1/quotas"): {"tenantId": "a", "poolId": "p", "class": "gpu", "limit": 1}}, fail_first=1
+    )
+    compute_for(server).quotas.set(tenant_id="a", pool_id="p", cls="gpu", limit=1)
+    assert len(server.requests) == 2
+
+
+def test_retries_give_up_with_a_transport_error() -> None:
+    server = FakeServer({}, fail_first=100)
+    with pytest.raises(TransportError) as caught:
+        compute_for(server, retries=2).tenants.list()
+    assert len(server.requests) == 3
+    assert caught.value.code == "TRANSPORT"
+    assert caught.value.status_code is None
+    assert caught.value.details["attempts"] == 3
+
+
+@pytest.mark.parametrize(
+    "invoke",
+    [
+        lambda c: c.pools.create(name="p", cluster_id="c", mode="exclusive", owner_tenant_id="acme"),
+        lambda c: c.reservations.cancel("rsv-1"),
+        lambda c: c.pools.update("p", nodes=["n1"]),
+        lambda c: c.call("tenants.create", {"id": "acme", "name": "Acme"}),
+    ],
+)
+def test_unsafe_calls_are_sent_once(invoke) -> None:
+    server = FakeServer({}, fail_first=1)
+    with pytest.raises(TransportError):
+        invoke(compute_for(server))
+    assert len(server.requests) == 1
+
+
+def test_reservation_create_gets_one_idempotency_key_reused_across_retries() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): reservation_json()}, fail_first=2)
+    compute_for(server).reservations.create(
+        pool_id="h100-a", devices=[{"class": "gpu", "count": 1}], duration="1h"
+    )
+    keys = [body["idempotencyKey"] for body in server.bodies()]
+    assert len(keys) == 3
+    assert len(set(keys)) == 1
+    assert keys[0]
+
+
+def test_generated_keys_differ_between_calls_and_a_given_key_is_kept() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): reservation_json()})
+    compute = compute_for(server)
+    for _ in range(2):
+        compute.reservations.create(pool_id="p", devices=[{"class": "gpu", "count": 1}], duration="1h")
+    compute.call(
+        "reservations.create",
+        {
+            "poolId": "p",
+            "devices": [{"class": "gpu", "count": 1}],
+            "duration": "1h",
+            "idempotencyKey": "mine",
+        },
+    )
+    keys = [body["idempotencyKey"] for body in server.bodies()]
+    assert keys[0] != keys[1]
+    assert keys[2] == "mine"
+
+
+def test_raw_call_with_a_generated_key_is_retried() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): reservation_json()}, fail_first=1)
+    raw = compute_for(server).call(
+        "reservations.create", {"poolId": "p", "devices": [{"class": "gpu", "count": 1}], "duration": "1h"}
+    )
+    assert raw["id"] == "rsv-1"
+    assert len(server.requests) == 2
+
+
+def test_raw_call_returns_json_and_checks_the_method() -> None:
+    server = FakeServer({("GET", "/v1/pools/p/1"): {"anything": True}})
+    compute = compute_for(server)
+    assert compute.call("pools.get", {"id": "p/1"}) == {"anything": True}
+    assert server.requests[0].url.raw_path == b"/v1/pools/p%2F1"
+    with pytest.raises(KeyError, match=r"reservations\.create"):
+        compute.call("reservations.book", {})
+    with pytest.raises(ValueError, match="'id'"):
+        compute.call("reservations.get", {})
+
+
+def test_client_closes_as_a_context_manager() -> None:
+    server = FakeServer({})
+    with compute_for(server) as compute:
+        assert compute.base_url == "http://bc.test"

@@ -1,0 +1,68 @@
+"""Wire models keep the API's camelCase names, including `class`, a Python keyword."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from better_compute.wire.quotas import QuotaSet
+from better_compute.wire.reservations import DeviceRequest, ReservationCreate, ReservationPublic
+from tests.client.fakes import reservation_json
+
+SEED_REQUEST = {
+    "tenantId": "acme",
+    "poolId": "mig-pool",
+    "devices": [
+        {
+            "class": "gpu.mig",
+            "count": 1,
+            "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+        }
+    ],
+    "duration": "4h",
+    "idempotencyKey": "notebook-ana-0924",
+}
+
+
+def test_the_seed_request_round_trips() -> None:
+    request = ReservationCreate.model_validate(SEED_REQUEST)
+    assert request.devices[0].cls == "gpu.mig"
+    assert request.model_dump(mode="json", exclude_unset=True) == SEED_REQUEST
+
+
+def test_class_is_the_name_both_ways() -> None:
+    device = DeviceRequest(cls="gpu.slot", count=2)
+    assert device.model_dump(exclude_none=True) == {"class": "gpu.slot", "count": 2}
+    assert DeviceRequest.model_validate({"class": "gpu", "count": 1}).cls == "gpu"
+    assert QuotaSet.model_validate({"tenantId": "a", "poolId": "p", "class": "gpu.mig", "limit": 3}).cls == (
+        "gpu.mig"
+    )
+
+
+def test_tenant_is_optional_on_create() -> None:
+    request = ReservationCreate.model_validate({k: v for k, v in SEED_REQUEST.items() if k != "tenantId"})
+    assert request.tenant_id is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"devices": []},
+        {"devices": [{"class": "gpu.whole", "count": 1}]},
+        {"devices": [{"class": "gpu", "count": 0}]},
+        {
+            "devices": [
+                {"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "k", "op": "Is"}]}}
+            ]
+        },
+        {"surprise": 1},
+    ],
+)
+def test_malformed_requests_are_refused(change: dict[str, object]) -> None:
+    with pytest.raises(ValidationError):
+        ReservationCreate.model_validate({**SEED_REQUEST, **change})
+
+
+def test_public_reservation_parses() -> None:
+    reservation = ReservationPublic.model_validate(reservation_json())
+    assert reservation.model_dump(mode="json")["atoms"][0]["class"] == "gpu"
