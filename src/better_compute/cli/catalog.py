@@ -1,0 +1,426 @@
+"""`better-compute gpus`, `layouts validate|list|export|import` and `advise`.
+
+These answer from the catalog alone, so they work without a server: the pure domain is the whole
+answer. A refused layout or an unknown name exits with status 2 and the error.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.table import Table
+
+from better_compute.cli.app import app
+from better_compute.cli.output import print_json, stderr, stdout
+from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
+from better_compute.domain.errors import DomainError
+from better_compute.domain.layouts import Placement, format_layout, parse_layout, partition_types, validate
+from better_compute.domain.migparted import default_config_name, export_layout, import_mig_parted
+from better_compute.domain.sizing import (
+    DEFAULT_OVERHEAD_GIB,
+    Advice,
+    ModelSpec,
+    Price,
+    advise,
+    preset,
+)
+
+layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.", no_args_is_help=True)
+app.add_typer(layouts_app, name="layouts")
+
+REFUSED = 2
+"""Exit status of a refused layout or an unknown name, apart from 1 (a server's refusal)."""
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+GpuOption = Annotated[str, typer.Option("--gpu", help="GPU model id, e.g. H100-80GB (see `gpus`).")]
+
+
+def _refuse(error: DomainError, *, as_json: bool = False, valid_key: bool = False) -> NoReturn:
+    if as_json:
+        body: dict[str, Any] = {"error": {"code": error.code, "message": error.message}}
+        if error.details:
+            body["error"]["details"] = error.details
+        if valid_key:
+            body = {"valid": False, **body}
+        print_json(body)
+    else:
+        stderr().print(f"error: {error.code}: {error.message}", markup=False)
+    raise typer.Exit(REFUSED)
+
+
+def _profile_json(profile: MigProfile) -> dict[str, Any]:
+    return {
+        "name": profile.name,
+        "profileId": profile.profile_id,
+        "computeSlices": profile.compute_slices,
+        "memorySlices": profile.memory_slices,
+        "memoryGiB": profile.memory_gib,
+        "maxInstances": profile.max_instances,
+        "starts": list(profile.starts),
+        "size": profile.size,
+        "minDriver": profile.min_driver,
+        "multiprocessors": profile.multiprocessors,
+        "aliases": list(profile.aliases),
+    }
+
+
+def _model_json(model: GpuModel) -> dict[str, Any]:
+    return {
+        "id": model.id,
+        "name": model.name,
+        "memoryGiB": model.memory_gib,
+        "migCapable": model.mig_capable,
+        "products": list(model.products),
+        "computeSlices": model.compute_slices,
+        "memorySlices": model.memory_slices,
+        "placementUnits": model.placement_units,
+        "placementsConfirmed": model.placements_confirmed,
+        "minDriver": model.min_driver,
+        "profiles": [_profile_json(p) for p in model.profiles],
+    }
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
+
+
+@app.command("gpus")
+def gpus(as_json: JsonFlag = False) -> None:
+    """The GPU catalog: every model, its memory and, for MIG-capable ones, slices and profiles."""
+    models = all_models()
+    if as_json:
+        print_json([_model_json(m) for m in models])
+        return
+    table = Table(title="GPU catalog")
+    for column in ("model", "name", "memory GiB", "MIG", "compute/memory slices", "axis", "profiles"):
+        table.add_column(column)
+    for m in models:
+        slices = f"{m.compute_slices}/{m.memory_slices}" if m.mig_capable else "-"
+        axis = str(m.placement_units) if m.mig_capable else "-"
+        profiles = ", ".join(p.name for p in m.profiles if not p.attribute) if m.mig_capable else "-"
+        table.add_row(
+            m.id, m.name, _number(m.memory_gib), "yes" if m.mig_capable else "no", slices, axis, profiles
+        )
+    stdout().print(table)
+
+
+def diagram(placement: Placement, model: GpuModel) -> str:
+    """The placement axis drawn to scale: one cell per unit, instances as bracketed spans."""
+    units = model.placement_units
+    if not placement.instances or units == 0:
+        return "MIG disabled: the GPU is used whole"
+    width = 5
+    cells: list[str | None] = [None] * units
+    for instance in placement.instances:
+        span = width * instance.size
+        label = instance.profile if len(instance.profile) <= span - 2 else instance.profile.split(".")[0]
+        text = "[" + label[: span - 2].center(span - 2) + "]"
+        for k in range(instance.size):
+            cells[instance.start + k] = text[k * width : (k + 1) * width]
+    ruler = "".join(str(u).ljust(width) for u in range(units))
+    row = "".join(cell if cell is not None else "·" * width for cell in cells)
+    return f"{ruler}\n{row}"
+
+
+def _placement_usage(placement: Placement, model: GpuModel) -> str:
+    compute = sum(model.profile(i.profile).compute_slices for i in placement.instances)
+    memory = sum(model.profile(i.profile).memory_slices for i in placement.instances)
+    return (
+        f"compute slices {compute}/{model.compute_slices}, memory slices {memory}/{model.memory_slices}, "
+        f"axis {sum(i.size for i in placement.instances)}/{model.placement_units} units"
+    )
+
+
+@layouts_app.command("validate")
+def layouts_validate(
+    layout: Annotated[
+        str, typer.Argument(help="all-disabled | all-<profile> | mixed:<n>x<profile>+… | JSON list")
+    ],
+    gpu: GpuOption,
+    driver: Annotated[
+        str | None, typer.Option("--driver", help="Driver version to check against, e.g. 470.256.02 or R525.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Find where every instance of LAYOUT goes on a GPU model, or say why it cannot exist."""
+    try:
+        model = get_model(gpu)
+        placement = validate(layout, model, driver)
+    except DomainError as exc:
+        _refuse(exc, as_json=as_json, valid_key=True)
+    if as_json:
+        print_json(
+            {
+                "valid": True,
+                "model": model.id,
+                "layout": format_layout(placement.layout),
+                "expanded": format_layout(placement.expanded),
+                "placement": [
+                    {"profile": i.profile, "start": i.start, "size": i.size} for i in placement.instances
+                ],
+            }
+        )
+        return
+    console = stdout()
+    console.print(f"{format_layout(placement.layout)} is valid on {model.id}", markup=False)
+    if not placement.instances:
+        console.print("MIG disabled: the GPU is used whole", markup=False)
+        return
+    table = Table(title="placement (creation order)")
+    for column in ("#", "profile", "profile id", "start", "size", "compute", "memory", "GiB"):
+        table.add_column(column)
+    for n, instance in enumerate(placement.instances, 1):
+        p = model.profile(instance.profile)
+        table.add_row(
+            str(n),
+            p.name,
+            str(p.profile_id),
+            str(instance.start),
+            str(instance.size),
+            str(p.compute_slices),
+            str(p.memory_slices),
+            _number(p.memory_gib),
+        )
+    console.print(table)
+    console.print(_placement_usage(placement, model), markup=False)
+    console.print(diagram(placement, model), markup=False)
+
+
+@layouts_app.command("list")
+def layouts_list(gpu: GpuOption, as_json: JsonFlag = False) -> None:
+    """The MIG profiles of a GPU model: slices, memory, how many fit and where they may start."""
+    try:
+        model = get_model(gpu)
+    except DomainError as exc:
+        _refuse(exc, as_json=as_json)
+    if as_json:
+        print_json(
+            {
+                "model": model.id,
+                "migCapable": model.mig_capable,
+                "computeSlices": model.compute_slices,
+                "memorySlices": model.memory_slices,
+                "placementUnits": model.placement_units,
+                "profiles": [_profile_json(p) for p in model.profiles],
+            }
+        )
+        return
+    console = stdout()
+    if not model.mig_capable:
+        console.print(f"{model.id} does not support MIG: it is used whole or shared in slots", markup=False)
+        return
+    table = Table(
+        title=f"{model.id}: {model.compute_slices} compute / {model.memory_slices} memory slices, "
+        f"{model.placement_units}-unit placement axis"
+    )
+    for column in ("profile", "id", "compute", "memory", "GiB", "max", "starts", "size", "driver"):
+        table.add_column(column)
+    for p in model.profiles:
+        table.add_row(
+            p.name,
+            str(p.profile_id),
+            str(p.compute_slices),
+            str(p.memory_slices),
+            _number(p.memory_gib),
+            str(p.max_instances),
+            ",".join(map(str, p.starts)),
+            str(p.size),
+            f"R{p.min_driver}+" if p.min_driver else "",
+        )
+    console.print(table)
+
+
+@layouts_app.command("export")
+def layouts_export(
+    layout: Annotated[str, typer.Argument(help="The layout to export.")],
+    gpu: GpuOption,
+    output_format: Annotated[
+        str, typer.Option("--format", help="mig-parted (a v1 config file) or partition-types (JSON list).")
+    ] = "mig-parted",
+    name: Annotated[str | None, typer.Option("--name", help="Config name in the mig-parted file.")] = None,
+) -> None:
+    """Write a validated layout as an NVIDIA mig-parted config (or as the endpoint's partition types)."""
+    try:
+        parsed = parse_layout(layout)
+        if output_format == "mig-parted":
+            text = export_layout(parsed, gpu, name or default_config_name(parsed))
+        elif output_format == "partition-types":
+            print_json(list(partition_types(parsed, gpu)))
+            return
+        else:
+            stderr().print(
+                f"error: unknown format {output_format!r} (mig-parted, partition-types)", markup=False
+            )
+            raise typer.Exit(REFUSED)
+    except DomainError as exc:
+        _refuse(exc)
+    typer.echo(text, nl=False)
+
+
+@layouts_app.command("import")
+def layouts_import(
+    file: Annotated[Path, typer.Argument(help="A mig-parted config file.", exists=True, dir_okay=False)],
+    config: Annotated[str, typer.Option("--config", help="Name of the config under mig-configs.")],
+    gpu: GpuOption,
+    driver: Annotated[str | None, typer.Option("--driver", help="Driver version to check against.")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Read a named mig-parted config, validate it for a GPU model and print it as a layout string."""
+    try:
+        layout = import_mig_parted(file.read_text(encoding="utf-8"), config, gpu, driver)
+    except DomainError as exc:
+        _refuse(exc, as_json=as_json)
+    if as_json:
+        print_json({"config": config, "model": get_model(gpu).id, "layout": format_layout(layout)})
+    else:
+        typer.echo(format_layout(layout))
+
+
+def _parse_price(text: str) -> Price:
+    model, sep, rest = text.partition("=")
+    amount, _, gpus = rest.partition("/")
+    try:
+        if not sep:
+            raise ValueError(text)
+        return Price(get_model(model).id, float(amount), int(gpus) if gpus else 1)
+    except ValueError as exc:
+        raise typer.BadParameter(
+            f"{text!r}: expected MODEL=USD or MODEL=USD/GPUS, e.g. H100-80GB=63.296/8"
+        ) from exc
+
+
+def _spec(
+    model: str | None, params: float | None, layers: int | None, kv_heads: int | None, head_dim: int | None
+) -> ModelSpec:
+    if model is not None:
+        base = preset(model)
+        return ModelSpec(
+            base.name,
+            params if params is not None else base.params_b,
+            layers if layers is not None else base.layers,
+            kv_heads if kv_heads is not None else base.kv_heads,
+            head_dim if head_dim is not None else base.head_dim,
+            base.max_context,
+        )
+    if params is None or layers is None or kv_heads is None or head_dim is None:
+        raise typer.BadParameter("give --model NAME, or --params with --layers, --kv-heads and --head-dim")
+    return ModelSpec(f"{params:g}B", params, layers, kv_heads, head_dim)
+
+
+def _advice_json(advice: Advice) -> dict[str, Any]:
+    need = advice.need
+    return {
+        "model": {
+            "name": advice.spec.name,
+            "paramsB": advice.spec.params_b,
+            "layers": advice.spec.layers,
+            "kvHeads": advice.spec.kv_heads,
+            "headDim": advice.spec.head_dim,
+        },
+        "dtype": advice.dtype,
+        "context": advice.context,
+        "concurrency": advice.concurrency,
+        "memory": {
+            "weightsGiB": round(need.weights_gib, 3),
+            "kvCacheGiB": round(need.kv_cache_gib, 3),
+            "overheadGiB": round(need.overhead_gib, 3),
+            "totalGiB": round(need.total_gib, 3),
+            "kvBytesPerToken": need.kv_bytes_per_token,
+        },
+        "fits": [
+            {
+                "gpu": f.gpu,
+                "profile": f.profile,
+                "capacityGiB": f.capacity_gib,
+                "headroomGiB": round(f.headroom_gib, 3),
+                "maxContext": f.max_context,
+                "maxConcurrency": f.max_concurrency,
+                "unitsPerGpu": f.units_per_gpu,
+                "costPerUnitHour": round(f.cost_per_unit_hour, 6)
+                if f.cost_per_unit_hour is not None
+                else None,
+            }
+            for f in advice.fits
+        ],
+    }
+
+
+@app.command("advise")
+def advise_cmd(
+    context: Annotated[int, typer.Option("--context", help="Context length in tokens per sequence.", min=1)],
+    model: Annotated[str | None, typer.Option("--model", help="A preset, e.g. Llama-3.1-8B.")] = None,
+    params: Annotated[float | None, typer.Option("--params", help="Parameters, in billions.")] = None,
+    layers: Annotated[int | None, typer.Option("--layers", min=1)] = None,
+    kv_heads: Annotated[int | None, typer.Option("--kv-heads", min=1)] = None,
+    head_dim: Annotated[int | None, typer.Option("--head-dim", min=1)] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="fp32, fp16, bf16, fp8, int8 or int4.")] = "fp16",
+    kv_dtype: Annotated[
+        str | None, typer.Option("--kv-dtype", help="KV-cache dtype (default: --dtype).")
+    ] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Concurrent sequences.", min=1)] = 1,
+    gpu: Annotated[str | None, typer.Option("--gpu", help="Only this GPU model.")] = None,
+    overhead: Annotated[
+        float, typer.Option("--overhead", help="Runtime overhead, GiB.", min=0)
+    ] = DEFAULT_OVERHEAD_GIB,
+    price: Annotated[
+        list[str] | None,
+        typer.Option("--price", help="Instance price MODEL=USD[/GPUS per instance]; repeatable."),
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Which MIG partitions and whole GPUs hold a model at a context length and concurrency."""
+    prices = [_parse_price(p) for p in price or ()]
+    try:
+        spec = _spec(model, params, layers, kv_heads, head_dim)
+        advice = advise(
+            spec,
+            dtype,
+            context,
+            concurrency,
+            overhead_gib=overhead,
+            kv_dtype=kv_dtype,
+            gpu=gpu,
+            prices=prices,
+        )
+    except DomainError as exc:
+        _refuse(exc, as_json=as_json)
+    if as_json:
+        print_json(_advice_json(advice))
+        return
+    need = advice.need
+    console = stdout()
+    console.print(
+        f"{spec.name} in {advice.dtype}, {context} tokens × {concurrency} sequences needs "
+        f"{need.total_gib:.2f} GiB: weights {need.weights_gib:.2f} + KV cache {need.kv_cache_gib:.2f} "
+        f"+ overhead {need.overhead_gib:.2f}",
+        markup=False,
+    )
+    if not advice.fits:
+        console.print("nothing in the catalog holds it on one GPU", markup=False)
+        return
+    table = Table(title="fits (smallest first)")
+    for column in (
+        "gpu",
+        "partition",
+        "GiB",
+        "headroom GiB",
+        "max context",
+        "max sequences",
+        "per GPU",
+        "$/unit-h",
+    ):
+        table.add_column(column)
+    for f in advice.fits:
+        table.add_row(
+            f.gpu,
+            f.profile or "whole GPU",
+            _number(f.capacity_gib),
+            f"{f.headroom_gib:.2f}",
+            str(f.max_context),
+            str(f.max_concurrency),
+            str(f.units_per_gpu),
+            f"{f.cost_per_unit_hour:.4f}" if f.cost_per_unit_hour is not None else "",
+        )
+    console.print(table)
