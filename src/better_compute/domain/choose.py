@@ -1,0 +1,269 @@
+"""Choosing atoms for a reservation inside its pool: keep each request together, leave few fragments.
+
+The service hands in a snapshot: the atoms that are free for the whole window and, per GPU, how many
+of its atoms are already booked in it. `choose` answers with the atoms per request, or with the
+first request it cannot serve. The ledger commit is still the fence; this is only the decision.
+
+Placement rules (SPEC 3):
+
+1. **Together.** A request's atoms come from one GPU when they can, else from one NVLink domain,
+   else from one NUMA node, else from one node; only a request that no node can hold spreads over
+   nodes (fewest nodes first). Atoms on one GPU count as NV-connected to each other.
+2. **Few fragments.** Between groups that keep a request equally together, take the one whose GPUs
+   are already the busiest (partly used GPUs fill up before untouched ones are broken into), then the
+   one that leaves the fewest free atoms behind (best fit). The selector decides the MIG profile;
+   this only decides which instance.
+3. **Deterministic.** Remaining ties go to the smallest ids, so the same snapshot gives the same
+   answer on every replica of the server.
+4. **All or nothing.** Requests are served in order, each avoiding the atoms earlier ones took (and
+   counting them as busy, so a reservation's requests gather on the same GPUs). If the given order
+   fails, the most constrained requests (fewest matching atoms) are tried first once more, since a
+   broad request served first can take the only atom a narrow one could use. If that fails too, the
+   answer is the NoFit of the given order.
+
+Whole `gpu` requests take only bookable `gpu` atoms, which exist only on GPUs that are not split.
+
+Cost: O(n log n) in the number of candidate atoms per request: one pass to filter and group at each
+of the five levels, one sort of the chosen group.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from better_compute.domain.admission import DeviceRequest
+from better_compute.domain.atoms import Atom
+from better_compute.domain.timewin import Window, require_aware
+
+_DIGITS = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The atoms chosen, as ids, in the order of the reservation's device requests."""
+
+    atoms_per_request: tuple[tuple[str, ...], ...]
+
+    @property
+    def atom_ids(self) -> tuple[str, ...]:
+        return tuple(atom for ids in self.atoms_per_request for atom in ids)
+
+
+@dataclass(frozen=True)
+class NoFit:
+    """Request `request_index` cannot be served now: `available` of its `wanted` atoms are free.
+
+    The service turns it into INSUFFICIENT_CAPACITY, adding the earliest start at which the request
+    could be served (see `earliest_start`).
+    """
+
+    request_index: int
+    reason: str
+    wanted: int
+    available: int
+
+    @property
+    def field(self) -> str:
+        return f"devices[{self.request_index}]"
+
+    @property
+    def message(self) -> str:
+        return f"{self.field}: {self.reason}"
+
+
+def matching(request: DeviceRequest, atoms: Iterable[Atom]) -> list[Atom]:
+    """The atoms that could ever serve `request`: bookable, of its class, matching its selector.
+
+    The service uses it to find which atoms' bookings decide the earliest start after a NoFit.
+    """
+    return [
+        atom
+        for atom in atoms
+        if atom.cls == request.cls and atom.bookable and request.selector.matches(atom.attributes)
+    ]
+
+
+def choose(
+    requests: Sequence[DeviceRequest],
+    candidates: Iterable[Atom],
+    busy_by_gpu: Mapping[str, int],
+) -> Chosen | NoFit:
+    """Choose atoms for every request from `candidates` (atoms free for the whole window), or say
+    which request cannot be served. See the module docstring for the rules."""
+    free = [atom for atom in candidates if atom.bookable]
+    first = _choose_in_order(requests, range(len(requests)), free, busy_by_gpu)
+    if isinstance(first, Chosen) or len(requests) < 2:
+        return first
+    breadth = [len(matching(request, free)) for request in requests]
+    order = sorted(range(len(requests)), key=lambda i: (breadth[i], i))
+    if order == list(range(len(requests))):
+        return first
+    second = _choose_in_order(requests, order, free, busy_by_gpu)
+    return second if isinstance(second, Chosen) else first
+
+
+def _choose_in_order(
+    requests: Sequence[DeviceRequest],
+    order: Iterable[int],
+    free: Sequence[Atom],
+    busy_by_gpu: Mapping[str, int],
+) -> Chosen | NoFit:
+    busy: Counter[str] = Counter({gpu: n for gpu, n in busy_by_gpu.items() if n > 0})
+    free_on_gpu: Counter[str] = Counter(atom.gpu_id for atom in free)
+    taken: set[str] = set()
+    chosen: dict[int, tuple[str, ...]] = {}
+    for index in order:
+        request = requests[index]
+        options = [atom for atom in matching(request, free) if atom.id not in taken]
+        if len(options) < request.count:
+            return _no_fit(index, request, len(options))
+        picked = _choose_one(options, request.count, busy, free_on_gpu)
+        for atom in picked:
+            taken.add(atom.id)
+            busy[atom.gpu_id] += 1
+            free_on_gpu[atom.gpu_id] -= 1
+        chosen[index] = tuple(atom.id for atom in picked)
+    return Chosen(tuple(chosen[i] for i in range(len(requests))))
+
+
+def _no_fit(index: int, request: DeviceRequest, available: int) -> NoFit:
+    narrowed = " matching the selector" if request.selector.match_expressions else ""
+    noun = "atom" if request.count == 1 else "atoms"
+    reason = (
+        f"{request.count} {request.cls} {noun}{narrowed} wanted, {available} free in the pool for that window"
+    )
+    return NoFit(index, reason, request.count, available)
+
+
+_Level = Callable[[Atom], Hashable | None]
+_LEVELS: tuple[_Level, ...] = (
+    lambda a: a.gpu_id,
+    lambda a: None if a.nvlink_domain is None else (a.node, a.nvlink_domain),
+    lambda a: None if a.numa_node is None else (a.node, a.numa_node),
+    lambda a: a.node,
+)
+
+
+def _choose_one(
+    options: Sequence[Atom], count: int, busy: Counter[str], free_on_gpu: Counter[str]
+) -> list[Atom]:
+    """`count` atoms of `options` (at least that many), as together and as tightly packed as can be."""
+    for level in _LEVELS:
+        groups: dict[Hashable, list[Atom]] = defaultdict(list)
+        for atom in options:
+            key = level(atom)
+            if key is not None:
+                groups[key].append(atom)
+        best: tuple[tuple[int, int, str], Hashable] | None = None
+        for key, members in groups.items():
+            if len(members) < count:
+                continue
+            gpus = {atom.gpu_id for atom in members}
+            rank = (
+                -sum(busy[gpu] for gpu in gpus),
+                sum(free_on_gpu[gpu] for gpu in gpus) - count,
+                repr(key),
+            )
+            if best is None or rank < best[0]:
+                best = (rank, key)
+        if best is not None:
+            return _pack(groups[best[1]], count, busy, free_on_gpu)
+    by_node: dict[str, list[Atom]] = defaultdict(list)
+    for atom in options:
+        by_node[atom.node].append(atom)
+    nodes = sorted(by_node, key=lambda node: (-len(by_node[node]), node))
+    picked: list[Atom] = []
+    for node in nodes:
+        picked.extend(_pack(by_node[node], count - len(picked), busy, free_on_gpu))
+        if len(picked) == count:
+            break
+    return picked
+
+
+def _pack(members: Sequence[Atom], count: int, busy: Counter[str], free_on_gpu: Counter[str]) -> list[Atom]:
+    """The first `count` of `members`, busiest GPUs first, then the GPUs with the fewest free atoms."""
+    if count >= len(members):
+        return sorted(members, key=lambda a: _atom_rank(a, busy, free_on_gpu))
+    return heapq.nsmallest(count, members, key=lambda a: _atom_rank(a, busy, free_on_gpu))
+
+
+def _atom_rank(
+    atom: Atom, busy: Counter[str], free_on_gpu: Counter[str]
+) -> tuple[int, int, str, tuple[tuple[int, int, str], ...], str]:
+    return (-busy[atom.gpu_id], free_on_gpu[atom.gpu_id], atom.gpu_id, _natural(atom.key), atom.id)
+
+
+def _natural(key: str) -> tuple[tuple[int, int, str], ...]:
+    """`slot:2` before `slot:10`, `mig:1.0` before `mig:1.1`."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGITS.split(key) if p)
+
+
+def earliest_start(candidate_free_from: Mapping[str, datetime], count: int) -> datetime | None:
+    """The earliest time at which `count` atoms are free, given when each is free from onwards.
+
+    Right when each time is the end of the atom's last booking (free for good from then on); when
+    atoms have gaps between bookings, use `earliest_common_start`. None when fewer atoms exist.
+    """
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    if len(candidate_free_from) < count:
+        return None
+    return heapq.nsmallest(count, candidate_free_from.values())[-1]
+
+
+def earliest_common_start(
+    busy: Mapping[str, Iterable[Window]],
+    count: int,
+    duration: timedelta | None,
+    not_before: datetime,
+) -> datetime | None:
+    """The earliest start at or after `not_before` at which `count` of these atoms are all free for
+    `duration` (None: open-ended), given each matching atom's booked windows.
+
+    Each atom contributes the set of starts that fit between its bookings; a sweep over those sets
+    finds the first instant covered by `count` of them. None when that never happens (too few atoms,
+    or open-ended bookings that never end). It ignores keeping the atoms together: it answers when
+    the request could first be served at all.
+    """
+    if count < 1:
+        raise ValueError("count must be at least 1")
+    floor = require_aware(not_before, "not_before")
+    events: list[tuple[datetime, int]] = []
+    for windows in busy.values():
+        for start, end in _free_starts(sorted(windows, key=lambda w: w.start), duration, floor):
+            events.append((start, 0))
+            if end is not None:
+                events.append((end, 1))
+    events.sort()
+    open_now = 0
+    for instant, kind in events:
+        if kind == 0:
+            open_now += 1
+            if open_now >= count:
+                return instant
+        else:
+            open_now -= 1
+    return None
+
+
+def _free_starts(
+    windows: Sequence[Window], duration: timedelta | None, floor: datetime
+) -> list[tuple[datetime, datetime | None]]:
+    """The closed intervals of starts at which one atom is free for `duration` (end None: for ever)."""
+    starts: list[tuple[datetime, datetime | None]] = []
+    free_from = floor
+    for window in windows:
+        if window.end is not None and window.end <= free_from:
+            continue
+        if duration is not None and window.start - duration >= free_from:
+            starts.append((free_from, window.start - duration))
+        if window.end is None:
+            return starts
+        free_from = max(free_from, window.end)
+    starts.append((free_from, None))
+    return starts

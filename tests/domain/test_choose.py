@@ -1,0 +1,333 @@
+"""Choosing atoms: together first (GPU, NVLink, NUMA, node), then few fragments, all or nothing."""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from better_compute.domain.admission import DeviceRequest
+from better_compute.domain.atoms import Atom
+from better_compute.domain.choose import (
+    Chosen,
+    NoFit,
+    choose,
+    earliest_common_start,
+    earliest_start,
+    matching,
+)
+from better_compute.domain.selectors import parse_selector
+from better_compute.domain.timewin import Window
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def h(n: float) -> datetime:
+    return T0 + timedelta(hours=n)
+
+
+def gpu(
+    gpu_id: str, node: str = "n1", numa: int | None = 0, nvlink: str | None = None, bookable: bool = True
+) -> Atom:
+    return Atom(
+        id=f"{gpu_id}/gpu",
+        gpu_id=gpu_id,
+        node=node,
+        cls="gpu",
+        key="gpu",
+        bookable=bookable,
+        partition_pending=False,
+        pool_id="p",
+        numa_node=numa,
+        nvlink_domain=nvlink,
+        attributes={"gpuModel": "H100-80GB", "vramGiB": 80},
+    )
+
+
+def slots(gpu_id: str, n: int, node: str = "n1", numa: int | None = 0, first: int = 0) -> list[Atom]:
+    return [
+        Atom(
+            id=f"{gpu_id}/slot:{i}",
+            gpu_id=gpu_id,
+            node=node,
+            cls="gpu.slot",
+            key=f"slot:{i}",
+            bookable=True,
+            partition_pending=False,
+            pool_id="p",
+            numa_node=numa,
+            nvlink_domain=None,
+            attributes={"sharing": "timeslice", "slot": i, "slots": 4},
+        )
+        for i in range(first, first + n)
+    ]
+
+
+def migs(gpu_id: str, profiles: list[str], node: str = "n1") -> list[Atom]:
+    return [
+        Atom(
+            id=f"{gpu_id}/mig:{gi}.0",
+            gpu_id=gpu_id,
+            node=node,
+            cls="gpu.mig",
+            key=f"mig:{gi}.0",
+            bookable=True,
+            partition_pending=False,
+            pool_id="p",
+            numa_node=0,
+            nvlink_domain=None,
+            attributes={"migProfile": profile, "giId": gi, "ciId": 0},
+        )
+        for gi, profile in enumerate(profiles, start=1)
+    ]
+
+
+def req(cls: Any, count: int = 1, **selector: list[str]) -> DeviceRequest:
+    exprs = [{"key": k, "op": "In", "values": v} for k, v in selector.items()]
+    return DeviceRequest(cls=cls, count=count, selector=parse_selector({"matchExpressions": exprs}))
+
+
+def chosen(result: Chosen | NoFit) -> tuple[tuple[str, ...], ...]:
+    assert isinstance(result, Chosen), result
+    return result.atoms_per_request
+
+
+def test_a_request_stays_on_one_gpu_when_it_can() -> None:
+    atoms = slots("g1", 1, first=3) + slots("g2", 4)
+    assert chosen(choose([req("gpu.slot", 2)], atoms, {"g1": 3})) == (("g2/slot:0", "g2/slot:1"),)
+
+
+def test_nvlink_domain_before_numa_node() -> None:
+    atoms = [
+        gpu("g0", numa=0),
+        gpu("g1", numa=0),
+        gpu("g2", numa=0, nvlink="nvl-a"),
+        gpu("g3", numa=1, nvlink="nvl-a"),
+    ]
+    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("g2/gpu", "g3/gpu"),)
+
+
+def test_numa_node_before_the_rest_of_the_node() -> None:
+    atoms = [gpu("g0", numa=0), gpu("g1", numa=1), gpu("g2", numa=1), gpu("g3", numa=2)]
+    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("g1/gpu", "g2/gpu"),)
+
+
+def test_one_node_before_several() -> None:
+    atoms = [
+        gpu("a0", node="a", numa=0),
+        gpu("b0", node="b", numa=0),
+        gpu("b1", node="b", numa=1),
+        gpu("c0", node="c", numa=0),
+    ]
+    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("b0/gpu", "b1/gpu"),)
+
+
+def test_a_request_no_node_holds_spreads_over_the_fewest_nodes() -> None:
+    atoms = [gpu("a0", node="a"), gpu("b0", node="b"), gpu("b1", node="b"), gpu("c0", node="c")]
+    result = chosen(choose([req("gpu", 3)], atoms, {}))
+    assert result == (("b0/gpu", "b1/gpu", "a0/gpu"),)
+
+
+def test_partly_used_gpus_fill_before_untouched_ones() -> None:
+    atoms = slots("g1", 4) + slots("g2", 2, first=2) + slots("g3", 1, first=3)
+    assert chosen(choose([req("gpu.slot", 1)], atoms, {"g2": 2, "g3": 3})) == (("g3/slot:3",),)
+    assert chosen(choose([req("gpu.slot", 2)], atoms, {"g2": 2, "g3": 3})) == (("g2/slot:2", "g2/slot:3"),)
+
+
+def test_between_equally_busy_gpus_the_tightest_fit_wins() -> None:
+    atoms = migs("g1", ["1g.10gb"] * 7) + migs("g2", ["1g.10gb", "1g.10gb", "3g.40gb"])
+    result = chosen(choose([req("gpu.mig", 1, migProfile=["1g.10gb"])], atoms, {"g1": 2, "g2": 2}))
+    assert result == (("g2/mig:1.0",),)
+
+
+def test_the_busiest_gpu_wins_over_the_tightest_fit() -> None:
+    atoms = migs("g1", ["1g.10gb"] * 5) + migs("g2", ["1g.10gb"])
+    assert chosen(choose([req("gpu.mig", 1)], atoms, {"g1": 2})) == (("g1/mig:1.0",),)
+
+
+def test_the_selector_decides_the_profile() -> None:
+    atoms = migs("g1", ["1g.10gb", "3g.40gb"]) + migs("g2", ["3g.40gb"])
+    result = chosen(choose([req("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {"g1": 5}))
+    assert result == (("g1/mig:2.0",),)
+
+
+def test_whole_gpu_requests_take_only_bookable_gpu_atoms() -> None:
+    atoms = [gpu("g0", bookable=False), *slots("g0", 4), gpu("g1", node="n2")]
+    assert chosen(choose([req("gpu", 1)], atoms, {})) == (("g1/gpu",),)
+    result = choose([req("gpu", 2)], atoms, {})
+    assert isinstance(result, NoFit)
+    assert result.message == "devices[0]: 2 gpu atoms wanted, 1 free in the pool for that window"
+
+
+def test_requests_of_one_reservation_never_share_atoms_and_gather() -> None:
+    atoms = slots("g1", 4) + slots("g2", 4, node="n2")
+    result = chosen(choose([req("gpu.slot", 1), req("gpu.slot", 2)], atoms, {}))
+    assert result == (("g1/slot:0",), ("g1/slot:1", "g1/slot:2"))
+
+
+def test_all_or_nothing_names_the_request_that_does_not_fit() -> None:
+    atoms = [gpu("g0"), gpu("g1")]
+    result = choose([req("gpu", 1), req("gpu", 2)], atoms, {})
+    assert result == NoFit(1, "2 gpu atoms wanted, 1 free in the pool for that window", 2, 1)
+    assert result.field == "devices[1]"
+
+
+def test_the_no_fit_message_mentions_the_selector() -> None:
+    result = choose([req("gpu.mig", 1, migProfile=["7g.80gb"])], migs("g1", ["1g.10gb"]), {})
+    assert isinstance(result, NoFit)
+    assert (
+        result.message
+        == "devices[0]: 1 gpu.mig atom matching the selector wanted, 0 free in the pool for that window"
+    )
+
+
+def test_a_narrow_request_is_served_even_when_a_broad_one_comes_first() -> None:
+    atoms = migs("g1", ["3g.40gb", "1g.10gb"])
+    result = chosen(choose([req("gpu.mig", 1), req("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {}))
+    assert result == (("g1/mig:2.0",), ("g1/mig:1.0",))
+
+
+def test_choices_do_not_depend_on_candidate_order() -> None:
+    atoms = (
+        [gpu(f"g{i}", node=f"n{i % 3}", numa=i % 2, nvlink="x" if i % 4 == 0 else None) for i in range(24)]
+        + slots("s1", 4, node="n9")
+        + slots("s2", 3, node="n9", first=1)
+    )
+    requests = [req("gpu", 3), req("gpu.slot", 2), req("gpu", 1)]
+    expected = choose(requests, atoms, {"s2": 1})
+    rng = random.Random(7)
+    for _ in range(20):
+        shuffled = atoms[:]
+        rng.shuffle(shuffled)
+        assert choose(requests, shuffled, {"s2": 1}) == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 1), st.integers(1, 4)), min_size=1, max_size=12),
+    st.lists(st.tuples(st.sampled_from(["gpu", "gpu.slot"]), st.integers(1, 6)), min_size=1, max_size=4),
+)
+def test_chosen_atoms_are_distinct_of_the_right_class_and_count(
+    layout: list[tuple[int, int, int]], wanted: list[tuple[str, int]]
+) -> None:
+    atoms: list[Atom] = []
+    for i, (node, numa, n_slots) in enumerate(layout):
+        if i % 2:
+            atoms.append(gpu(f"g{i}", node=f"n{node}", numa=numa))
+        else:
+            atoms.extend(slots(f"g{i}", n_slots, node=f"n{node}", numa=numa))
+    requests = [req(cls, count) for cls, count in wanted]
+    result = choose(requests, atoms, {})
+    by_id = {a.id: a for a in atoms}
+    supply = Counter(a.cls for a in atoms)
+    demand: Counter[str] = Counter()
+    for cls, count in wanted:
+        demand[cls] += count
+    if isinstance(result, NoFit):
+        assert any(demand[c] > supply[c] for c in demand)
+        return
+    assert all(demand[c] <= supply[c] for c in demand)
+    ids = result.atom_ids
+    assert len(ids) == len(set(ids))
+    for request, picked in zip(requests, result.atoms_per_request, strict=True):
+        assert len(picked) == request.count
+        assert all(by_id[a].cls == request.cls for a in picked)
+
+
+def test_matching_filters_class_bookability_and_selector() -> None:
+    atoms = [gpu("g0", bookable=False), gpu("g1"), *migs("g2", ["1g.10gb", "3g.40gb"])]
+    assert [a.id for a in matching(req("gpu"), atoms)] == ["g1/gpu"]
+    assert [a.id for a in matching(req("gpu.mig", migProfile=["3g.40gb"]), atoms)] == ["g2/mig:2.0"]
+
+
+def test_a_big_candidate_set_is_fast() -> None:
+    atoms: list[Atom] = []
+    for n in range(250):
+        for g in range(8):
+            gpu_id = f"n{n}-g{g}"
+            atoms.extend(migs(gpu_id, ["1g.10gb"] * 7 + ["3g.40gb"] * 2 + ["2g.20gb"] * 16, node=f"n{n}"))
+    assert len(atoms) == 50_000
+    busy = {f"n{n}-g{g}": (n * g) % 5 for n in range(250) for g in range(8)}
+    requests = [
+        req("gpu.mig", 3, migProfile=["1g.10gb"]),
+        req("gpu.mig", 40, migProfile=["2g.20gb"]),
+        req("gpu.mig", 1),
+    ]
+    began = time.perf_counter()
+    result = choose(requests, atoms, busy)
+    elapsed = time.perf_counter() - began
+    assert isinstance(result, Chosen)
+    assert elapsed < 2.0, elapsed
+    gpus_of_first = {a.split("/")[0] for a in result.atoms_per_request[0]}
+    assert len(gpus_of_first) == 1 and busy[next(iter(gpus_of_first))] == 4
+
+
+def test_earliest_start_is_the_kth_free_from() -> None:
+    free_from = {"a": h(3), "b": h(1), "c": h(2)}
+    assert earliest_start(free_from, 1) == h(1)
+    assert earliest_start(free_from, 2) == h(2)
+    assert earliest_start(free_from, 3) == h(3)
+    assert earliest_start(free_from, 4) is None
+
+
+def test_earliest_common_start_respects_gaps_between_bookings() -> None:
+    busy = {
+        "a": [Window(h(0), h(1)), Window(h(3), h(10))],
+        "b": [Window(h(0), h(2))],
+    }
+    # For an hour, a fits from 1h to 2h and from 10h on, b from 2h on: both at 2h.
+    assert earliest_common_start(busy, 2, timedelta(hours=1), h(0)) == h(2)
+    # For 90 minutes, a fits only at 1h..1h30 before 10h, when b is still booked.
+    assert earliest_common_start(busy, 2, timedelta(minutes=90), h(0)) == h(10)
+    assert earliest_common_start(busy, 1, timedelta(hours=1), h(0)) == h(1)
+    assert earliest_common_start(busy, 1, timedelta(hours=3), h(0)) == h(2)
+    assert earliest_common_start(busy, 3, timedelta(hours=1), h(0)) is None
+
+
+def test_earliest_common_start_with_open_ended_bookings_and_requests() -> None:
+    busy = {
+        "a": [Window(h(2), None)],
+        "b": [Window(h(0), h(5)), Window(h(6), h(7))],
+        "c": [Window(h(0), h(4))],
+    }
+    assert earliest_common_start(busy, 1, timedelta(hours=1), h(0)) == h(0)
+    assert earliest_common_start(busy, 2, timedelta(hours=1), h(0)) == h(5)
+    assert earliest_common_start(busy, 2, None, h(0)) == h(7)
+    assert earliest_common_start(busy, 3, timedelta(minutes=30), h(0)) is None
+    assert earliest_common_start(busy, 2, timedelta(hours=2), h(0)) == h(7)
+    assert earliest_common_start({"free": []}, 1, None, h(3)) == h(3)
+
+
+def test_earliest_common_start_never_goes_before_not_before() -> None:
+    busy = {"a": [Window(h(-6), h(1))], "b": []}
+    assert earliest_common_start(busy, 2, timedelta(hours=1), h(-5)) == h(1)
+    assert earliest_common_start(busy, 2, timedelta(hours=1), h(4)) == h(4)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), max_size=4),
+        min_size=1,
+        max_size=5,
+    ),
+    st.integers(1, 5),
+    st.integers(1, 6),
+)
+def test_earliest_common_start_agrees_with_a_brute_force_scan(
+    bookings: list[list[tuple[int, int]]], count: int, length: int
+) -> None:
+    busy = {f"a{i}": [Window(h(s), h(s + n)) for s, n in spans] for i, spans in enumerate(bookings)}
+
+    def free_at(atom: str, t: int) -> bool:
+        want = Window(h(t), h(t + length))
+        return not any(w.overlaps(want) for w in busy[atom])
+
+    expected = next((t for t in range(0, 40) if sum(free_at(a, t) for a in busy) >= count), None)
+    got = earliest_common_start(busy, count, timedelta(hours=length), h(0))
+    assert got == (None if expected is None else h(expected))
