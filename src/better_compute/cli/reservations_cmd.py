@@ -7,10 +7,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, TypeVar
 
 import typer
+from rich import box
 from rich.table import Table
 
 from better_compute.cli import config
@@ -41,7 +42,17 @@ def _call(server: str | None, token: str | None, as_json: bool, action: Callable
 
 
 def _when(value: datetime) -> str:
-    return value.isoformat(timespec="minutes")
+    """A time in UTC to the minute, e.g. `2030-01-01 10:00Z`."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+
+
+def _span(start: datetime, end: datetime) -> str:
+    """A window's length, e.g. `4h`, `1d12h`, `45m`."""
+    minutes = int((end - start).total_seconds() // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, minutes = divmod(rest, 60)
+    text = "".join(f"{n}{unit}" for n, unit in ((days, "d"), (hours, "h"), (minutes, "m")) if n)
+    return text or "0m"
 
 
 def _size(reservation: ReservationPublic) -> str:
@@ -64,14 +75,24 @@ def _show(reservation: ReservationPublic, as_json: bool) -> None:
     summary.add_row("status", reservation.status)
     summary.add_row("tenant", reservation.tenant_id)
     summary.add_row("pool", reservation.pool_id)
-    summary.add_row("window", f"{_when(reservation.start)} → {_when(reservation.end)}")
+    start, end = reservation.start, reservation.end
+    summary.add_row("window", f"{_when(start)} → {_when(end)} ({_span(start, end)})")
     summary.add_row("size", _size(reservation))
     if reservation.idempotency_key:
         summary.add_row("idempotency key", reservation.idempotency_key)
     console = stdout()
     console.print(summary)
     if reservation.atoms:
-        atoms = Table("atom", "class", "gpu", "node", title="atoms", title_justify="left")
+        atoms = Table(
+            "atom",
+            "class",
+            "gpu",
+            "node",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+            title="atoms",
+            title_justify="left",
+        )
         for atom in reservation.atoms:
             atoms.add_row(atom.id, atom.cls, atom.gpu_id, atom.node)
         console.print(atoms)
@@ -168,7 +189,10 @@ def list_reservations(
     if as_json:
         print_json(page.model_dump(mode="json"))
         return
-    table = Table("id", "status", "tenant", "pool", "start", "end", "size")
+    table = Table("id", "status", "tenant", "pool", "start", "for", "size", box=None, pad_edge=False)
+    table.columns[0].no_wrap = True
+    for column in (table.columns[1], table.columns[4], table.columns[5]):
+        column.no_wrap = True
     for item in page.items:
         table.add_row(
             item.id,
@@ -176,7 +200,7 @@ def list_reservations(
             item.tenant_id,
             item.pool_id,
             _when(item.start),
-            _when(item.end),
+            _span(item.start, item.end),
             _size(item),
         )
     console = stdout()
