@@ -173,7 +173,13 @@ def test_requests_of_one_reservation_never_share_atoms_and_gather() -> None:
 def test_all_or_nothing_names_the_request_that_does_not_fit() -> None:
     atoms = [gpu("g0"), gpu("g1")]
     result = choose([req("gpu", 1), req("gpu", 2)], atoms, {})
-    assert result == NoFit(1, "2 gpu atoms wanted, 1 free in the pool for that window", 2, 1)
+    assert result == NoFit(
+        1,
+        "2 gpu atoms wanted, 1 free in the pool for that window"
+        " besides those the reservation's other requests take",
+        2,
+        1,
+    )
     assert result.field == "devices[1]"
 
 

@@ -119,9 +119,10 @@ def _choose_in_order(
     chosen: dict[int, tuple[str, ...]] = {}
     for index in order:
         request = requests[index]
-        options = [atom for atom in matching(request, free) if atom.id not in taken]
+        candidates = matching(request, free)
+        options = [atom for atom in candidates if atom.id not in taken]
         if len(options) < request.count:
-            return _no_fit(index, request, len(options))
+            return _no_fit(index, request, len(options), shared=len(candidates) > len(options))
         picked = _choose_one(options, request.count, busy, free_on_gpu)
         for atom in picked:
             taken.add(atom.id)
@@ -131,12 +132,14 @@ def _choose_in_order(
     return Chosen(tuple(chosen[i] for i in range(len(requests))))
 
 
-def _no_fit(index: int, request: DeviceRequest, available: int) -> NoFit:
+def _no_fit(index: int, request: DeviceRequest, available: int, shared: bool) -> NoFit:
     narrowed = " matching the selector" if request.selector.match_expressions else ""
     noun = "atom" if request.count == 1 else "atoms"
     reason = (
         f"{request.count} {request.cls} {noun}{narrowed} wanted, {available} free in the pool for that window"
     )
+    if shared:
+        reason += " besides those the reservation's other requests take"
     return NoFit(index, reason, request.count, available)
 
 
