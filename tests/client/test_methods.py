@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,9 @@ def test_lookup_names_the_valid_methods() -> None:
     assert method("pools.get") is METHODS["pools.get"]
     with pytest.raises(KeyError, match=r"reservations\.create"):
         method("reservations.book")
+
+
+def test_the_api_documentation_lists_every_method() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "api.md").read_text(encoding="utf-8")
+    for name, spec in METHODS.items():
+        assert f"| `{name}` | {spec.verb} | `{spec.path}` |" in text, name
