@@ -345,3 +345,68 @@ def test_client_closes_as_a_context_manager() -> None:
     server = FakeServer({})
     with compute_for(server) as compute:
         assert compute.base_url == "http://bc.test"
+
+
+def pool_json(**overrides: object) -> dict[str, object]:
+    body: dict[str, object] = {
+        "id": "pool-1",
+        "name": "mig-a",
+        "clusterId": "c1",
+        "mode": "mig",
+        "policy": {"migLayout": "all-1g.10gb"},
+        "ownerTenantId": "acme",
+        "nodes": ["n1"],
+        "meter": "gpu.h100.hours",
+        "generation": 1,
+        "createdAt": "2030-01-01T00:00:00Z",
+    }
+    body.update(overrides)
+    return body
+
+
+def test_admin_methods_send_camel_case_bodies() -> None:
+    server = FakeServer(
+        {
+            ("POST", "/v1/tenants"): {"id": "acme", "name": "Acme", "createdAt": "2030-01-01T00:00:00Z"},
+            ("POST", "/v1/pools"): pool_json(),
+            ("PATCH", "/v1/pools/pool-1"): pool_json(generation=2),
+            ("POST", "/v1/policies"): {
+                "id": "pol-1",
+                "name": "no-whole-gpus",
+                "tenantId": "acme",
+                "poolId": None,
+                "limits": {"gpuCount": 0},
+                "createdAt": "2030-01-01T00:00:00Z",
+            },
+        }
+    )
+    compute = compute_for(server)
+    assert compute.tenants.create(id="acme", name="Acme").name == "Acme"
+    pool = compute.pools.create(
+        name="mig-a",
+        cluster_id="c1",
+        mode="mig",
+        owner_tenant_id="acme",
+        nodes=["n1"],
+        policy={"migLayout": "all-1g.10gb"},
+        owner_quota={"gpu": 8, "gpu.mig": 56},
+    )
+    assert pool.policy.mig_layout == "all-1g.10gb"
+    assert compute.pools.update("pool-1", policy={"mig_layout": "all-3g.40gb"}, generation=1).generation == 2
+    assert (
+        compute.policies.create(name="no-whole-gpus", tenant_id="acme", limits={"gpuCount": 0}).id == "pol-1"
+    )
+    assert server.bodies() == [
+        {"id": "acme", "name": "Acme"},
+        {
+            "name": "mig-a",
+            "clusterId": "c1",
+            "mode": "mig",
+            "ownerTenantId": "acme",
+            "nodes": ["n1"],
+            "policy": {"migLayout": "all-1g.10gb"},
+            "ownerQuota": {"gpu": 8, "gpu.mig": 56},
+        },
+        {"id": "pool-1", "policy": {"migLayout": "all-3g.40gb"}, "generation": 1},
+        {"name": "no-whole-gpus", "tenantId": "acme", "limits": {"gpuCount": 0}},
+    ]
