@@ -47,3 +47,48 @@ def sqlalchemy_url(libpq_url: str) -> str:
     if libpq_url.startswith("postgresql://"):
         return "postgresql+psycopg://" + libpq_url.removeprefix("postgresql://")
     return libpq_url
+
+
+@pytest.fixture(scope="session")
+def pg_store_url(postgres_url: str) -> str:
+    """The per-run PostgreSQL database, migrated once."""
+    from better_compute.storage.store import Store
+
+    store = Store.open(postgres_url)
+    store.close()
+    return postgres_url
+
+
+def _truncate_all(store: object) -> None:
+    from sqlalchemy import text
+
+    from better_compute.storage.store import Store
+    from better_compute.storage.tables import metadata
+
+    assert isinstance(store, Store)
+    names = [t.name for t in reversed(metadata.sorted_tables)]
+    with store.engine.begin() as conn:
+        if store.dialect == "postgresql":
+            conn.execute(text("TRUNCATE " + ", ".join(names) + " RESTART IDENTITY CASCADE"))
+        else:
+            for name in names:
+                conn.execute(text(f"DELETE FROM {name}"))
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[object]:
+    """A migrated, empty store on each database: the storage contract runs on both."""
+    from pathlib import Path
+
+    from better_compute.storage.store import Store
+
+    if request.param == "sqlite":
+        assert isinstance(tmp_path, Path)
+        s = Store.open(f"sqlite:///{tmp_path / 'bc.db'}")
+    else:
+        s = Store.open(request.getfixturevalue("pg_store_url"), migrate_schema=False)
+        _truncate_all(s)
+    try:
+        yield s
+    finally:
+        s.close()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
-bcd_app = typer.Typer(name="bcd", help="better-compute node daemon.", no_args_is_help=True, add_completion=False)
+bcd_app = typer.Typer(
+    name="bcd", help="better-compute node daemon.", no_args_is_help=True, add_completion=False
+)
 
 
 @bcd_app.command()

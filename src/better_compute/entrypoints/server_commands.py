@@ -2,6 +2,56 @@
 
 from __future__ import annotations
 
-from better_compute.cli.app import admin_app, app
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
 
-__all__ = ["admin_app", "app"]
+import typer
+
+from better_compute.cli.app import admin_app, app
+from better_compute.domain.errors import DomainError
+from better_compute.storage.store import Store
+
+DEFAULT_DATABASE_URL = "sqlite:///better-compute.db"
+
+
+def database_url(option: str | None) -> str:
+    return option or os.environ.get("BC_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+DatabaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--database-url", help="SQLAlchemy or libpq URL (default: $BC_DATABASE_URL or ./better-compute.db)"
+    ),
+]
+
+
+@app.command()
+def serve(
+    database_url_opt: DatabaseOpt = None,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    fleet: Annotated[Path | None, typer.Option(help="Fleet file (YAML) to load before serving.")] = None,
+) -> None:
+    """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
+    import uvicorn
+
+    from better_compute.api.app import create_app
+    from better_compute.entrypoints.fleet import load_fleet, read_fleet
+
+    url = database_url(database_url_opt)
+    store = Store.open(url)
+    if fleet is not None:
+        try:
+            count = load_fleet(store, read_fleet(fleet), datetime.now(UTC))
+        except DomainError as exc:
+            typer.echo(f"error: {exc.message}", err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"loaded {fleet}: {count} simulated nodes")
+    typer.echo(f"serving on http://{host}:{port} (database: {store.dialect}); docs at /docs")
+    uvicorn.run(create_app(store), host=host, port=port, log_level="info")
+
+
+__all__ = ["admin_app", "serve"]

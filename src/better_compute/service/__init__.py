@@ -1,1 +1,4 @@
-"""service."""
+"""Use cases: one transaction each, in the order their side effects must happen.
+
+The service layer talks to storage only through the ports in `ports.py`; entrypoints wire the real store.
+"""

@@ -89,9 +89,14 @@ class EventsPort(Protocol):
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
 
-    ledger: LedgerPort
-    inventory: InventoryPort
-    events: EventsPort
+    @property
+    def ledger(self) -> LedgerPort: ...
+
+    @property
+    def inventory(self) -> InventoryPort: ...
+
+    @property
+    def events(self) -> EventsPort: ...
 
 
 class StorePort(Protocol):

@@ -71,9 +71,10 @@ def list_table(
     after: str | None = None,
 ) -> list[Row]:
     stmt = select(table).where(*where)
+    key = next(iter(table.primary_key.columns))
     if after is not None:
-        stmt = stmt.where(table.c.id > after)
-    stmt = stmt.order_by(order_by if order_by is not None else table.c.id)
+        stmt = stmt.where(key > after)
+    stmt = stmt.order_by(order_by if order_by is not None else key)
     if limit is not None:
         stmt = stmt.limit(limit)
     return rows(conn, stmt)

@@ -99,7 +99,7 @@ def book(
         source,
     )
     try:
-        written = conn.execute(stmt).rowcount
+        written = len(conn.execute(stmt.returning(bookings.c.atom_id)).all())
     except IntegrityError as exc:
         if getattr(exc.orig, "sqlstate", None) == "23P01":
             detail = getattr(getattr(exc.orig, "diag", None), "message_detail", None) or ""

@@ -158,13 +158,13 @@ def upgrade() -> None:
 
     op.create_table(
         "bookings",
-        sa.Column("id", sa.String(length=40), nullable=False),
+        sa.Column("id", sa.String(length=200), nullable=False),
         sa.Column("atom_id", sa.String(length=32), nullable=False),
         sa.Column("gpu_id", sa.String(length=96), nullable=False),
         sa.Column("pool_id", sa.String(length=64), nullable=True),
         sa.Column("class", sa.String(length=16), nullable=False),
         sa.Column("tenant_id", sa.String(length=64), nullable=True),
-        sa.Column("allocation_id", sa.String(length=128), nullable=False),
+        sa.Column("allocation_id", sa.String(length=160), nullable=False),
         sa.Column("starts_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("ends_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("state", sa.String(length=16), server_default="live", nullable=False),

@@ -1,0 +1,32 @@
+"""The FastAPI application, built around a store and a clock handed in by the composition root."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from fastapi import FastAPI
+
+from better_compute import __version__
+from better_compute.api import errors
+from better_compute.api.routes import health, inventory, pools
+from better_compute.service.ports import StorePort
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> FastAPI:
+    app = FastAPI(
+        title="better-compute",
+        version=__version__,
+        description="GPU fleet control plane: whole GPUs, MIG instances and shared slots booked as atoms.",
+    )
+    app.state.store = store
+    app.state.clock = clock
+    errors.install(app)
+    app.include_router(health.router)
+    app.include_router(inventory.router)
+    app.include_router(pools.router)
+    return app

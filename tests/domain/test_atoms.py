@@ -1,0 +1,142 @@
+"""SPEC 2.1: every row of the atom table, and the attributes selectors match on."""
+
+from __future__ import annotations
+
+import pytest
+
+from better_compute.domain.atoms import derive_gpu_atoms, derive_node_atoms, nvlink_domains
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.inventory import NodeReport
+from better_compute.domain.pools import PoolSharing, mps_units
+from tests.builders import h100, mig
+
+EXCLUSIVE = PoolSharing("p", "exclusive")
+
+
+def test_exclusive_gpu_not_in_mig_mode_is_one_bookable_gpu_atom() -> None:
+    atoms = derive_gpu_atoms(h100(numa_node=1), "n1", EXCLUSIVE, "H100-80GB", "nvl-x")
+    assert [(a.cls, a.bookable) for a in atoms] == [("gpu", True)]
+    assert atoms[0].attributes == {
+        "gpuProduct": "NVIDIA H100 80GB HBM3",
+        "gpuModel": "H100-80GB",
+        "numaNode": 1,
+        "vramGiB": 80,
+        "nvlinkDomain": "nvl-x",
+    }
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "mig", "timeslice", "mps"])
+def test_mig_mode_gpu_is_unbookable_parent_plus_one_atom_per_instance(mode: str) -> None:
+    gpu = h100(
+        mig_mode_current=True,
+        mig_mode_pending=True,
+        numa_node=0,
+        mig_instances=(mig("3g.40gb", 1, 4, 4, "MIG-a"), mig("2g.20gb", 2, 0, 2), mig("2g.20gb", 3, 2, 2)),
+    )
+    atoms = derive_gpu_atoms(gpu, "n1", PoolSharing("p", mode, 4), "H100-80GB")  # type: ignore[arg-type]
+    assert [(a.cls, a.bookable) for a in atoms] == [
+        ("gpu", False),
+        ("gpu.mig", True),
+        ("gpu.mig", True),
+        ("gpu.mig", True),
+    ]
+    first = atoms[1]
+    assert first.attributes == {
+        "gpuProduct": "NVIDIA H100 80GB HBM3",
+        "gpuModel": "H100-80GB",
+        "numaNode": 0,
+        "migProfile": "3g.40gb",
+        "giId": 1,
+        "ciId": 0,
+        "migUuid": "MIG-a",
+    }
+
+
+@pytest.mark.parametrize("mode", ["timeslice", "mps"])
+@pytest.mark.parametrize("replicas", [1, 4, 48])
+def test_shared_pools_split_a_gpu_into_replicas_slots(mode: str, replicas: int) -> None:
+    atoms = derive_gpu_atoms(h100(numa_node=0), "n1", PoolSharing("p", mode, replicas), "H100-80GB")  # type: ignore[arg-type]
+    parent, slots = atoms[0], atoms[1:]
+    assert (parent.cls, parent.bookable) == ("gpu", False)
+    assert len(slots) == replicas
+    assert all(a.cls == "gpu.slot" and a.bookable for a in slots)
+    assert [a.attributes["slot"] for a in slots] == list(range(replicas))
+    attrs = slots[0].attributes
+    assert attrs["sharing"] == mode and attrs["slots"] == replicas and attrs["vramGiB"] == 80
+    assert ("mpsUnits" in attrs) == (mode == "mps")
+    if mode == "mps":
+        assert attrs["mpsUnits"] == 100 // replicas
+
+
+def test_mps_units_for_three_replicas_is_33() -> None:
+    atoms = derive_gpu_atoms(h100(), "n1", PoolSharing("p", "mps", 3), "H100-80GB")
+    assert {a.attributes["mpsUnits"] for a in atoms[1:]} == {33}
+    assert mps_units(3) == 33
+
+
+@pytest.mark.parametrize("replicas", [0, 49, -1])
+def test_replicas_out_of_range_is_invalid_input(replicas: int) -> None:
+    with pytest.raises(InvalidInput) as err:
+        derive_gpu_atoms(h100(), "n1", PoolSharing("p", "timeslice", replicas), "H100-80GB")
+    assert err.value.code == "INVALID_INPUT"
+    assert "between 1 and 48" in err.value.message
+
+
+@pytest.mark.parametrize(("current", "pending"), [(False, True), (True, False)])
+def test_mig_mode_changing_makes_every_atom_unbookable_and_partition_pending(
+    current: bool, pending: bool
+) -> None:
+    gpu = h100(
+        mig_mode_current=current,
+        mig_mode_pending=pending,
+        mig_instances=(mig("7g.80gb", 1, 0, 8),) if current else (),
+    )
+    for mode in ("exclusive", "mig", "timeslice"):
+        atoms = derive_gpu_atoms(gpu, "n1", PoolSharing("p", mode, 2), "H100-80GB")  # type: ignore[arg-type]
+        assert atoms and all(not a.bookable and a.partition_pending for a in atoms)
+
+
+def test_unhealthy_gpu_has_no_bookable_atom() -> None:
+    atoms = derive_gpu_atoms(h100(healthy=False), "n1", PoolSharing("p", "mps", 2), "H100-80GB")
+    assert len(atoms) == 3 and not any(a.bookable for a in atoms)
+
+
+def test_atom_ids_follow_physical_identity() -> None:
+    a = derive_gpu_atoms(
+        h100(mig_mode_current=True, mig_mode_pending=True, mig_instances=(mig("1g.10gb", 9, 0, 1),)),
+        "n",
+        None,
+        None,
+    )
+    b = derive_gpu_atoms(
+        h100(mig_mode_current=True, mig_mode_pending=True, mig_instances=(mig("1g.10gb", 9, 0, 1),)),
+        "n",
+        None,
+        None,
+    )
+    c = derive_gpu_atoms(h100("GPU-other"), "n", None, None)
+    assert [x.id for x in a] == [x.id for x in b]
+    assert a[0].id != c[0].id
+    assert len({x.id for x in a}) == len(a)
+
+
+def test_unknown_product_has_no_gpu_model_attribute() -> None:
+    atoms = derive_gpu_atoms(h100(product="NVIDIA Mystery 9000"), "n", None, None)
+    assert "gpuModel" not in atoms[0].attributes
+    assert atoms[0].attributes["gpuProduct"] == "NVIDIA Mystery 9000"
+
+
+def test_nvlink_domains_are_connected_components() -> None:
+    gpus = [
+        h100("GPU-1", nvlink_peers=("GPU-2",)),
+        h100("GPU-2", nvlink_peers=("GPU-1",)),
+        h100("GPU-3", nvlink_peers=("GPU-4",)),
+        h100("GPU-4"),
+        h100("GPU-5"),
+    ]
+    domains = nvlink_domains(gpus)
+    assert domains["GPU-1"] == domains["GPU-2"] == "nvl-GPU-1"
+    assert domains["GPU-3"] == domains["GPU-4"] == "nvl-GPU-3"
+    assert domains["GPU-5"] is None
+    by_gpu = derive_node_atoms(NodeReport("n", tuple(gpus)), lambda _g: None, lambda _p: "H100-80GB")
+    assert by_gpu["GPU-2"][0].attributes["nvlinkDomain"] == "nvl-GPU-1"

@@ -1,0 +1,86 @@
+"""Migrations build exactly the schema the code uses, and PostgreSQL itself refuses double bookings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import inspect, text
+
+from better_compute.storage import migrate
+from better_compute.storage.store import Store
+from better_compute.storage.tables import metadata
+
+
+def test_migrated_schema_matches_the_tables(store: Store) -> None:
+    with store.engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn), metadata)
+    assert diff == []
+
+
+def test_downgrade_to_base_and_up_again(store: Store) -> None:
+    migrate.downgrade(store.engine, "base")
+    assert "bookings" not in inspect(store.engine).get_table_names()
+    migrate.upgrade(store.engine)
+    assert {"bookings", "atoms", "events", "pools"} <= set(inspect(store.engine).get_table_names())
+
+
+@pytest.mark.postgres
+def test_postgres_exclusion_constraint_refuses_overlap_without_any_application_code(
+    pg_store_url: str,
+) -> None:
+    store = Store.open(pg_store_url, migrate_schema=False)
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        with store.engine.begin() as conn:
+            conn.execute(text("DELETE FROM bookings WHERE allocation_id LIKE 'raw-%'"))
+            conn.execute(
+                text(
+                    "INSERT INTO clusters (id, region, residency, created_at) VALUES ('raw-c', 'r', '[]', :t) ON CONFLICT DO NOTHING"
+                ),
+                {"t": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO nodes (id, cluster_id, created_at) VALUES ('raw-n', 'raw-c', :t) ON CONFLICT DO NOTHING"
+                ),
+                {"t": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO gpus (id, node_id, gpu_index, product, memory_mib, nvlink_peers, healthy, present,"
+                    " mig_mode_current, mig_mode_pending, mig_instances, updated_at) VALUES ('raw-g', 'raw-n', 0, 'x',"
+                    " 1, '[]', true, true, false, false, '[]', :t) ON CONFLICT DO NOTHING"
+                ),
+                {"t": now},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO atoms (id, gpu_id, node_id, class, key, bookable, partition_pending, attributes)"
+                    " VALUES ('atm-raw', 'raw-g', 'raw-n', 'gpu', 'gpu', true, false, '{}') ON CONFLICT DO NOTHING"
+                )
+            )
+        insert = text(
+            "INSERT INTO bookings (id, atom_id, gpu_id, class, allocation_id, starts_at, ends_at, state, created_at)"
+            " VALUES (:id, 'atm-raw', 'raw-g', 'gpu', :id, :s, :e, 'live', :s)"
+        )
+        with store.engine.begin() as conn:
+            conn.execute(insert, {"id": "raw-1", "s": "2026-01-01T00:00Z", "e": "2026-01-01T02:00Z"})
+        with pytest.raises(Exception) as err, store.engine.begin() as conn:
+            conn.execute(insert, {"id": "raw-2", "s": "2026-01-01T01:00Z", "e": None})
+        assert "bookings_no_overlap" in str(err.value)
+        with store.engine.begin() as conn:  # adjacent windows do not overlap
+            conn.execute(insert, {"id": "raw-3", "s": "2026-01-01T02:00Z", "e": "2026-01-01T03:00Z"})
+    finally:
+        with store.engine.begin() as conn:
+            for table, column in (
+                ("bookings", "atom_id"),
+                ("atoms", "id"),
+                ("gpus", "id"),
+                ("nodes", "id"),
+                ("clusters", "id"),
+            ):
+                conn.execute(text(f"DELETE FROM {table} WHERE {column} LIKE '%raw%'"))
+        store.close()
