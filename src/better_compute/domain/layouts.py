@@ -27,6 +27,7 @@ from better_compute.domain.catalog import (
     GpuModel,
     MigProfile,
     driver_at_least,
+    find_model,
     get_model,
     is_profile_name,
     normalize_profile_name,
@@ -326,15 +327,12 @@ def _slice_refusal(gpu: GpuModel, instances: Sequence[MigProfile]) -> tuple[str,
     return None
 
 
-@lru_cache(maxsize=16384)
-def _place(model_id: str, names: tuple[str, ...]) -> tuple[int, ...] | None:
+def _search(gpu: GpuModel, names: tuple[str, ...]) -> tuple[int, ...] | None:
     """Starts for ``names`` (in creation order) with no overlap on the axis, or None.
 
     Backtracking over allowed starts, largest instance first. Identical instances take increasing
-    starts, which removes the permutations of interchangeable instances from the search. Cached per
-    model and multiset: the same handful of layouts is validated over and over.
+    starts, which removes the permutations of interchangeable instances from the search.
     """
-    gpu = get_model(model_id)
     profiles = [gpu.profile(n) for n in names]
     options = [[(s, ((1 << p.size) - 1) << s) for s in p.starts] for p in profiles]
     chosen: list[int] = [0] * len(profiles)
@@ -357,6 +355,19 @@ def _place(model_id: str, names: tuple[str, ...]) -> tuple[int, ...] | None:
         return False
 
     return tuple(chosen) if place(0, 0) else None
+
+
+@lru_cache(maxsize=16384)
+def _search_catalog(model_id: str, names: tuple[str, ...]) -> tuple[int, ...] | None:
+    """The search for a catalog model, cached per model and multiset: the same handful of layouts is
+    validated over and over (every pool update, every node spec)."""
+    return _search(get_model(model_id), names)
+
+
+def _place(gpu: GpuModel, names: tuple[str, ...]) -> tuple[int, ...] | None:
+    if find_model(gpu.id) is gpu:
+        return _search_catalog(gpu.id, names)
+    return _search(gpu, names)
 
 
 def _profile_on(gpu: GpuModel, layout: Layout, name: str) -> MigProfile:
@@ -400,11 +411,11 @@ def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = N
     if refusal is not None:
         raise _refuse(gpu, parsed, *refusal)
     names = tuple(p.name for p in instances)
-    starts = _place(gpu.id, names)
+    starts = _place(gpu, names)
     if starts is None:
         # Name the first instance, in creation order, for which no start is left.
         culprit = next(
-            (names[k - 1] for k in range(1, len(names) + 1) if _place(gpu.id, names[:k]) is None),
+            (names[k - 1] for k in range(1, len(names) + 1) if _place(gpu, names[:k]) is None),
             names[-1],
         )
         raise _refuse(
@@ -426,22 +437,27 @@ def is_valid(layout: Layout | str, model: GpuModel | str, driver: str | None = N
     return True
 
 
-@lru_cache(maxsize=1024)
-def _fit_count(model_id: str, profile_name: str) -> int:
-    gpu = get_model(model_id)
-    profile = gpu.profile(profile_name)
+def _count_that_fits(gpu: GpuModel, profile: MigProfile) -> int:
     for count in range(profile.max_instances, 0, -1):
         instances = [profile] * count
-        if _slice_refusal(gpu, instances) is None and _place(gpu.id, (profile.name,) * count) is not None:
+        if _slice_refusal(gpu, instances) is None and _place(gpu, (profile.name,) * count) is not None:
             return count
     return 0
+
+
+@lru_cache(maxsize=1024)
+def _count_that_fits_catalog(model_id: str, profile_name: str) -> int:
+    gpu = get_model(model_id)
+    return _count_that_fits(gpu, gpu.profile(profile_name))
 
 
 def fit_count(model: GpuModel | str, profile: MigProfile | str) -> int:
     """How many instances of one profile fit on one GPU: what `all-<profile>` expands to."""
     gpu = get_model(model)
-    name = profile.name if isinstance(profile, MigProfile) else gpu.profile(profile).name
-    return _fit_count(gpu.id, name)
+    resolved = profile if isinstance(profile, MigProfile) else gpu.profile(profile)
+    if find_model(gpu.id) is gpu:
+        return _count_that_fits_catalog(gpu.id, resolved.name)
+    return _count_that_fits(gpu, resolved)
 
 
 def partition_types(layout: Layout | str, model: GpuModel | str | None = None) -> tuple[str, ...]:
