@@ -227,7 +227,7 @@ def cancel(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Cancel a reservation that has not ended; its remaining window frees."""
+    """Cancel a reservation before its start; its whole window frees."""
     _show(_call(server, token, as_json, lambda compute: compute.reservations.cancel(reservation_id)), as_json)
 
 
@@ -238,7 +238,7 @@ def release(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Release an active reservation early; the rest of its window frees."""
+    """End an active reservation now; the rest of its window frees."""
     _show(
         _call(server, token, as_json, lambda compute: compute.reservations.release(reservation_id)), as_json
     )

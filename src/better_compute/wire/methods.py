@@ -181,7 +181,7 @@ _TABLE: tuple[Method, ...] = (
         "/v1/reservations/{id}/cancel",
         IdRequest,
         ReservationPublic,
-        summary="Cancel a reservation that has not ended; its remaining window frees.",
+        summary="Cancel a reservation before its start; its whole window frees.",
     ),
     Method(
         "reservations.release",
@@ -189,7 +189,7 @@ _TABLE: tuple[Method, ...] = (
         "/v1/reservations/{id}/release",
         IdRequest,
         ReservationPublic,
-        summary="Release an active reservation early; the rest of its window frees.",
+        summary="End an active reservation now; the rest of its window frees.",
     ),
     Method("clusters.list", "GET", "/v1/clusters", None, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", None, Inventory, paged=True),
