@@ -168,3 +168,45 @@ events = Table(
     Column("at", UtcDateTime, nullable=False),
     Index("ix_events_type", "type"),
 )
+
+quotas = Table(
+    "quotas",
+    metadata,
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), primary_key=True),
+    Column("pool_id", String(64), ForeignKey("pools.id"), primary_key=True),
+    Column("class", String(16), primary_key=True),
+    Column("limit", Integer, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+policies = Table(
+    "policies",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("name", String(128), nullable=False),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False, index=True),
+    Column("pool_id", String(64), ForeignKey("pools.id"), nullable=True),
+    Column("limits", JSON, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    UniqueConstraint("tenant_id", "name"),
+)
+
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("pool_id", String(64), ForeignKey("pools.id"), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("starts_at", UtcDateTime, nullable=False),
+    Column("ends_at", UtcDateTime, nullable=True),
+    Column("devices", JSON, nullable=False),
+    Column("gpu_count", Integer, nullable=False),
+    Column("gpu_slices", Integer, nullable=False),
+    Column("idempotency_key", String(200), nullable=True),
+    Column("fingerprint", String(64), nullable=False),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+    UniqueConstraint("tenant_id", "idempotency_key"),
+    Index("ix_reservations_tenant_created", "tenant_id", "created_at"),
+)

@@ -100,7 +100,8 @@ class SqlInventory:
 
     def get(self, table: str, row_id: str) -> Row | None:
         t = table_named(table)
-        found = inv.rows(self.conn, select(t).where(t.c.id == row_id))
+        key = next(iter(t.primary_key.columns))
+        found = inv.rows(self.conn, select(t).where(key == row_id))
         return found[0] if found else None
 
 
