@@ -94,15 +94,17 @@ def gpus(as_json: JsonFlag = False) -> None:
         print_json([_model_json(m) for m in models])
         return
     table = Table(title="GPU catalog")
-    for column in ("model", "name", "memory GiB", "MIG", "compute/memory slices", "axis", "profiles"):
-        table.add_column(column)
+    table.add_column("model", no_wrap=True)
+    table.add_column("GiB", no_wrap=True)
+    table.add_column("MIG", no_wrap=True)
+    table.add_column("compute/memory", no_wrap=True)
+    table.add_column("axis", no_wrap=True)
+    table.add_column("profiles")
     for m in models:
         slices = f"{m.compute_slices}/{m.memory_slices}" if m.mig_capable else "-"
         axis = str(m.placement_units) if m.mig_capable else "-"
-        profiles = ", ".join(p.name for p in m.profiles if not p.attribute) if m.mig_capable else "-"
-        table.add_row(
-            m.id, m.name, _number(m.memory_gib), "yes" if m.mig_capable else "no", slices, axis, profiles
-        )
+        profiles = " ".join(p.name for p in m.profiles if not p.attribute) if m.mig_capable else "-"
+        table.add_row(m.id, _number(m.memory_gib), "yes" if m.mig_capable else "no", slices, axis, profiles)
     stdout().print(table)
 
 

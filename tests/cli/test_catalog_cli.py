@@ -1,0 +1,215 @@
+"""`better-compute gpus`, `layouts …` and `advise`: output shapes and exit statuses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from better_compute.cli.app import app
+
+runner = CliRunner()
+
+
+def _json(args: list[str], code: int = 0) -> object:
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    return json.loads(result.stdout)
+
+
+def test_gpus_json_lists_the_catalog() -> None:
+    models = _json(["gpus", "--json"])
+    assert isinstance(models, list)
+    by_id = {m["id"]: m for m in models}
+    assert by_id["H100-80GB"]["computeSlices"] == 7
+    assert by_id["RTX-PRO-6000"]["placementUnits"] == 12
+    assert by_id["L40S-48GB"]["migCapable"] is False
+    profile = next(p for p in by_id["A100-40GB"]["profiles"] if p["name"] == "1g.10gb")
+    assert profile == {
+        "name": "1g.10gb",
+        "profileId": 15,
+        "computeSlices": 1,
+        "memorySlices": 2,
+        "memoryGiB": 9.62,
+        "maxInstances": 4,
+        "starts": [0, 2, 4, 6],
+        "size": 2,
+        "minDriver": "525",
+        "multiprocessors": 14,
+        "aliases": [],
+    }
+
+
+def test_gpus_table() -> None:
+    result = runner.invoke(app, ["gpus"])
+    assert result.exit_code == 0
+    assert "H100-80GB" in result.stdout and "RTX-6000-ADA" in result.stdout
+
+
+def test_validate_json_valid() -> None:
+    body = _json(["layouts", "validate", "--gpu", "h100-80gb", "mixed:4g.40gb+2g.20gb+1g.10gb", "--json"])
+    assert body["valid"] is True  # type: ignore[index]
+    assert body["placement"] == [  # type: ignore[index]
+        {"profile": "4g.40gb", "start": 0, "size": 4},
+        {"profile": "2g.20gb", "start": 4, "size": 2},
+        {"profile": "1g.10gb", "start": 6, "size": 1},
+    ]
+
+
+def test_validate_json_refused_exits_2() -> None:
+    body = _json(["layouts", "validate", "--gpu", "H100-80GB", "mixed:2x3g.40gb+1g.10gb", "--json"], code=2)
+    assert body["valid"] is False  # type: ignore[index]
+    error = body["error"]  # type: ignore[index]
+    assert error["code"] == "INVALID_INPUT"
+    assert "1g.10gb" in error["message"]
+    assert "placement" not in body  # type: ignore[operator]
+
+
+def test_validate_table_and_diagram() -> None:
+    result = runner.invoke(app, ["layouts", "validate", "--gpu", "RTX-PRO-6000", "mixed:2x1g.24gb+2g.48gb"])
+    assert result.exit_code == 0, result.output
+    assert "is valid on RTX-PRO-6000" in result.stdout
+    assert "[          2g.48gb           ][   1g.24gb   ][   1g.24gb   ]" in result.stdout
+
+
+def test_validate_refused_prints_the_error_and_exits_2() -> None:
+    result = runner.invoke(
+        app, ["layouts", "validate", "--gpu", "A100-40GB", "all-1g.10gb", "--driver", "470.256.02"]
+    )
+    assert result.exit_code == 2
+    assert "R525" in result.stderr
+
+
+def test_validate_unknown_model_exits_2() -> None:
+    result = runner.invoke(app, ["layouts", "validate", "--gpu", "Z9000", "all-disabled", "--json"])
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["code"] == "NOT_FOUND"
+
+
+def test_list_profiles() -> None:
+    body = _json(["layouts", "list", "--gpu", "A30-24GB", "--json"])
+    assert body["placementUnits"] == 4  # type: ignore[index]
+    assert [p["name"] for p in body["profiles"]] == [
+        "1g.6gb",
+        "1g.6gb+me",
+        "2g.12gb",
+        "2g.12gb+me",
+        "4g.24gb",
+    ]  # type: ignore[index]
+    table = runner.invoke(app, ["layouts", "list", "--gpu", "H100-80GB"])
+    assert table.exit_code == 0 and "3g.40gb" in table.stdout
+    non_mig = runner.invoke(app, ["layouts", "list", "--gpu", "L4-24GB"])
+    assert non_mig.exit_code == 0 and "does not support MIG" in non_mig.stdout
+
+
+def test_export_and_import_round_trip(tmp_path: Path) -> None:
+    result = runner.invoke(
+        app,
+        [
+            "layouts",
+            "export",
+            "--gpu",
+            "H100-80GB",
+            "mixed:3g.40gb+2x2g.20gb",
+            "--format",
+            "mig-parted",
+            "--name",
+            "pool-a",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    data = yaml.safe_load(result.stdout)
+    assert data["mig-configs"]["pool-a"][0]["mig-devices"] == {"3g.40gb": 1, "2g.20gb": 2}
+    path = tmp_path / "config.yaml"
+    path.write_text(result.stdout)
+    imported = runner.invoke(
+        app, ["layouts", "import", str(path), "--config", "pool-a", "--gpu", "H100-80GB"]
+    )
+    assert imported.exit_code == 0, imported.output
+    assert imported.stdout.strip() == "mixed:3g.40gb+2x2g.20gb"
+    refused = runner.invoke(app, ["layouts", "import", str(path), "--config", "pool-a", "--gpu", "A100-40GB"])
+    assert refused.exit_code == 2
+
+
+def test_export_partition_types_and_refusal() -> None:
+    assert _json(
+        ["layouts", "export", "--gpu", "A100-40GB", "all-3g.20gb", "--format", "partition-types"]
+    ) == [
+        "mig-3g.20gb",
+        "mig-3g.20gb",
+    ]
+    refused = runner.invoke(app, ["layouts", "export", "--gpu", "A100-40GB", "mixed:2x4g.20gb"])
+    assert refused.exit_code == 2
+
+
+def test_advise_json_shape_and_seed_case() -> None:
+    body = _json(
+        [
+            "advise",
+            "--model",
+            "Llama-3.1-8B",
+            "--dtype",
+            "fp16",
+            "--context",
+            "8000",
+            "--concurrency",
+            "1",
+            "--json",
+        ]
+    )
+    memory = body["memory"]  # type: ignore[index]
+    assert set(memory) >= {"weightsGiB", "kvCacheGiB", "overheadGiB", "totalGiB"}
+    assert memory["overheadGiB"] == 1.5
+    fits = body["fits"]  # type: ignore[index]
+    assert {"gpu", "profile", "headroomGiB"} <= set(fits[0])
+    assert any(f["gpu"] == "H100-80GB" and f["profile"] == "3g.40gb" and f["headroomGiB"] > 20 for f in fits)
+    assert any(f["gpu"] == "L40S-48GB" and f["profile"] is None for f in fits)
+
+
+def test_advise_explicit_architecture_gpu_and_price() -> None:
+    body = _json(
+        [
+            "advise",
+            "--params",
+            "8",
+            "--layers",
+            "32",
+            "--kv-heads",
+            "8",
+            "--head-dim",
+            "128",
+            "--dtype",
+            "fp8",
+            "--context",
+            "4096",
+            "--concurrency",
+            "8",
+            "--gpu",
+            "H100-80GB",
+            "--price",
+            "H100-80GB=63.296/8",
+            "--overhead",
+            "2",
+            "--json",
+        ]
+    )
+    fits = {f["profile"]: f for f in body["fits"]}  # type: ignore[index]
+    assert fits["3g.40gb"]["costPerUnitHour"] == round(63.296 / 16, 6)
+    assert body["memory"]["overheadGiB"] == 2  # type: ignore[index]
+
+
+def test_advise_table() -> None:
+    result = runner.invoke(app, ["advise", "--model", "mistral-7b", "--context", "2048", "--gpu", "A30-24GB"])
+    assert result.exit_code == 0, result.output
+    assert "KV cache" in result.stdout
+
+
+def test_advise_needs_a_model() -> None:
+    result = runner.invoke(app, ["advise", "--context", "2048"])
+    assert result.exit_code == 2
+    unknown = runner.invoke(app, ["advise", "--model", "nope", "--context", "2048"])
+    assert unknown.exit_code == 2
+    bad_price = runner.invoke(app, ["advise", "--model", "mistral-7b", "--context", "1", "--price", "H100"])
+    assert bad_price.exit_code == 2
