@@ -142,5 +142,7 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
     gpu_id = mig_atoms(fleet)[0]["gpu_id"]
     change = ledger.book_partition_change(fleet, gpu_id, Span(at(1), at(2)), T0)
     assert isinstance(change, ledger.PartitionChange)
-    one = f"{change.booking_id}/{change.atom_ids[0]}"
+    with fleet.read() as tx:
+        one = tx.ledger.allocation_bookings(change.booking_id)[0].id
+    assert one.startswith("bkg-") and len(one) == 36
     assert ledger.release_partition_change(fleet, one, at(0)) == 8

@@ -122,7 +122,7 @@ def release_partition_change(store: StorePort, booking_id: str, now: datetime) -
     """End a partition change; accepts its handle or the id of any one of its bookings."""
     with store.begin() as tx:
         allocation_id = booking_id if booking_id.startswith("partition:") else None
-        if allocation_id is None or "/" in booking_id:
+        if allocation_id is None:
             allocation_id = tx.ledger.booking_allocation(booking_id)
         if allocation_id is None or not allocation_id.startswith("partition:"):
             raise NotFound(f"no partition change {booking_id}", {"bookingId": booking_id})

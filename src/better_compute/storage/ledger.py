@@ -12,7 +12,19 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, func, insert, literal, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    String,
+    and_,
+    cast,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 
 from better_compute.domain.ledger import Booking, Span
@@ -31,6 +43,12 @@ def _live_overlapping(span: Span) -> list[object]:
     if span.end is not None:
         clauses.append(bookings.c.starts_at < span.end)
     return clauses
+
+
+def _fresh_booking_id(conn: Connection) -> ColumnElement[str]:
+    if conn.dialect.name == "postgresql":
+        return literal("bkg-") + func.replace(cast(func.gen_random_uuid(), String), "-", "")
+    return literal("bkg-") + func.lower(func.hex(func.randomblob(16)))
 
 
 def _row_to_booking(row: object) -> Booking:
@@ -58,7 +76,7 @@ def book(
 ) -> int:
     """Book every atom for the window, or raise (the caller's transaction then rolls back).
 
-    Returns the number of bookings written. Booking ids are `<allocationId>/<atomId>`.
+    Returns the number of bookings written. Booking ids are random (`bkg-<32 hex>`), made by the database.
     """
     ids = list(dict.fromkeys(atom_ids))
     if conn.dialect.name == "sqlite":
@@ -68,7 +86,7 @@ def book(
         if clash is not None:
             raise Overlap(clash[0])
     source = select(
-        literal(allocation_id + "/") + atoms.c.id,
+        _fresh_booking_id(conn),
         atoms.c.id,
         atoms.c.gpu_id,
         atoms.c.pool_id,
