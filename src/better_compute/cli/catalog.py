@@ -403,17 +403,8 @@ def advise_cmd(
         console.print("nothing in the catalog holds it on one GPU", markup=False)
         return
     table = Table(title="fits (smallest first)")
-    for column in (
-        "gpu",
-        "partition",
-        "GiB",
-        "headroom GiB",
-        "max context",
-        "max sequences",
-        "per GPU",
-        "$/unit-h",
-    ):
-        table.add_column(column)
+    for column in ("gpu", "partition", "GiB", "headroom", "max ctx", "max seqs", "per GPU", "$/unit-h"):
+        table.add_column(column, no_wrap=column in {"gpu", "partition"})
     for f in advice.fits:
         table.add_row(
             f.gpu,
