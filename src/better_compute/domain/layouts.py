@@ -41,6 +41,7 @@ __all__ = [
     "Layout",
     "PlacedInstance",
     "Placement",
+    "clear_caches",
     "fit_count",
     "format_layout",
     "format_partition_types",
@@ -479,3 +480,9 @@ def partition_types(layout: Layout | str, model: GpuModel | str | None = None) -
 
 def format_partition_types(layout: Layout | str, model: GpuModel | str | None = None) -> str:
     return json.dumps(list(partition_types(layout, model)))
+
+
+def clear_caches() -> None:
+    """Forget memoised searches, so a benchmark can time a validation nobody has asked for before."""
+    _search_catalog.cache_clear()
+    _count_that_fits_catalog.cache_clear()
