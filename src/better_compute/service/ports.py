@@ -81,6 +81,16 @@ class InventoryPort(Protocol):
 
     def get(self, table: str, row_id: str) -> Row | None: ...
 
+    def insert_new(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """Insert rows, skipping any that collide with a primary or unique key; returns how many went in."""
+        ...
+
+    def compare_and_set(
+        self, table: str, row_id: str, expected: Mapping[str, Any], values: Mapping[str, Any]
+    ) -> bool:
+        """Update the row only if its columns still equal `expected` (e.g. a generation); True if it did."""
+        ...
+
 
 class EventsPort(Protocol):
     def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...

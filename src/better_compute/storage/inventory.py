@@ -32,6 +32,33 @@ def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], ke
         conn.execute(stmt)
 
 
+def insert_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert rows one by one, skipping those that collide with any primary or unique key.
+
+    Returns how many were inserted, so a caller can tell "created" from "already there" without
+    catching a driver error (and a concurrent insert of the same key waits, then is skipped).
+    """
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    inserted = 0
+    for row in new_rows:
+        result = conn.execute(dialect_insert(table).values(dict(row)).on_conflict_do_nothing())
+        inserted += max(result.rowcount, 0)
+    return inserted
+
+
+def compare_and_set(
+    conn: Connection, table: Table, row_id: str, expected: Mapping[str, Any], values: Mapping[str, Any]
+) -> bool:
+    """Update one row by primary key only while `expected` still holds; True when it did."""
+    key = next(iter(table.primary_key.columns))
+    where = [
+        key == row_id,
+        *(table.c[k].is_(None) if v is None else table.c[k] == v for k, v in expected.items()),
+    ]
+    result = conn.execute(update(table).where(*where).values(dict(values)))
+    return result.rowcount == 1
+
+
 def rows(conn: Connection, stmt: Any) -> list[Row]:
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
@@ -84,8 +111,10 @@ __all__ = [
     "atoms",
     "atoms_of_nodes",
     "clusters",
+    "compare_and_set",
     "gpus",
     "gpus_of_nodes",
+    "insert_new",
     "list_table",
     "mark_observed",
     "nodes",

@@ -104,6 +104,14 @@ class SqlInventory:
         found = inv.rows(self.conn, select(t).where(key == row_id))
         return found[0] if found else None
 
+    def insert_new(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        return inv.insert_new(self.conn, table_named(table), rows)
+
+    def compare_and_set(
+        self, table: str, row_id: str, expected: Mapping[str, Any], values: Mapping[str, Any]
+    ) -> bool:
+        return inv.compare_and_set(self.conn, table_named(table), row_id, expected, values)
+
 
 class SqlEvents:
     def __init__(self, conn: Connection) -> None:
