@@ -144,5 +144,5 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
     assert isinstance(change, ledger.PartitionChange)
     with fleet.read() as tx:
         one = tx.ledger.allocation_bookings(change.booking_id)[0].id
-    assert one.startswith("bkg-") and len(one) == 36
+    assert one.startswith("bkg-") and len(one) == 30
     assert ledger.release_partition_change(fleet, one, at(0)) == 8

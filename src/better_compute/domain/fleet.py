@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from better_compute.domain import catalog, layouts
@@ -57,8 +58,12 @@ class FleetSpec:
     nodes: tuple[NodeSpec, ...]
     pools: tuple[PoolSpec, ...]
 
+    @cached_property
+    def _pool_by_node(self) -> dict[str, PoolSpec]:
+        return {n: p for p in self.pools for n in p.nodes}
+
     def pool_of_node(self, node: str) -> PoolSpec | None:
-        return next((p for p in self.pools if node in p.nodes), None)
+        return self._pool_by_node.get(node)
 
     def layout_of_node(self, node: NodeSpec) -> str:
         """A node's own layout wins; else its mig pool's; else MIG stays disabled."""
@@ -152,13 +157,14 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         raise InvalidInput("node names must be unique across the fleet")
     pools: list[PoolSpec] = []
     seen_nodes: set[str] = set()
+    by_name = {n.name: n for n in nodes}
     for i, p in enumerate(_list(raw.get("pools"), "pools")):
         where = f"pools[{i}]"
         mode = check_mode(str(_req(p, "mode", where)))
         members = tuple(str(n) for n in _list(p.get("nodes"), f"{where}.nodes"))
         cluster = str(_req(p, "cluster", where))
         for n in members:
-            spec = next((x for x in nodes if x.name == n), None)
+            spec = by_name.get(n)
             if spec is None:
                 raise InvalidInput(f"{where}: unknown node {n!r}", {"field": f"{where}.nodes"})
             if spec.cluster != cluster:
@@ -168,10 +174,11 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
             seen_nodes.add(n)
         policy = check_policy(mode, p.get("policy") or {}, where)
         if mode == "mig":
-            for n in members:
-                spec = next(x for x in nodes if x.name == n)
-                layouts.validate(spec.mig_layout or policy["migLayout"], spec.gpu_model)
-        first_model = next((x.gpu_model for x in nodes if x.name in members), None)
+            for node_layout, node_model in {
+                (by_name[n].mig_layout or policy["migLayout"], by_name[n].gpu_model) for n in members
+            }:
+                layouts.validate(node_layout, node_model)
+        first_model = by_name[members[0]].gpu_model if members else None
         pools.append(
             PoolSpec(
                 name=str(_req(p, "name", where)),

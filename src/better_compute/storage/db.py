@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Dialect
-from sqlalchemy.pool import NullPool
+from sqlalchemy.pool import QueuePool
 
 
 def normalise_url(url: str) -> str:
@@ -29,15 +29,17 @@ def is_sqlite(url: str) -> bool:
 def make_engine(url: str, *, pool_size: int = 10, synchronous_full: bool = True) -> Engine:
     url = normalise_url(url)
     if is_sqlite(url):
-        memory = url in ("sqlite://", "sqlite:///:memory:")
         engine = create_engine(
             url,
             connect_args={"check_same_thread": False, "timeout": 30},
-            poolclass=NullPool if not memory else None,
+            poolclass=QueuePool,
+            pool_size=pool_size,
+            max_overflow=pool_size,
         )
         _sqlite_pragmas(engine, synchronous_full)
         return engine
-    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_pre_ping=True)
+    # No pre-ping: it costs a round trip per transaction; stale connections are recycled instead.
+    return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)
 
 
 def _sqlite_pragmas(engine: Engine, synchronous_full: bool) -> None:

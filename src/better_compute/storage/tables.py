@@ -145,7 +145,7 @@ bookings = Table(
     metadata,
     Column("id", String(200), primary_key=True),
     Column("atom_id", String(32), ForeignKey("atoms.id"), nullable=False),
-    Column("gpu_id", String(96), nullable=False, index=True),
+    Column("gpu_id", String(96), nullable=False),
     Column("pool_id", String(64), nullable=True),
     Column("class", String(16), nullable=False),
     Column("tenant_id", String(64), nullable=True),
@@ -155,7 +155,6 @@ bookings = Table(
     Column("state", String(16), nullable=False, server_default="live"),
     Column("created_at", UtcDateTime, nullable=False),
     Index("ix_bookings_atom_start", "atom_id", "starts_at"),
-    Index("ix_bookings_tenant_pool", "tenant_id", "pool_id"),
 )
 
 events = Table(
@@ -166,7 +165,6 @@ events = Table(
     Column("subject", String(256), nullable=False),
     Column("payload", JSON, nullable=False),
     Column("at", UtcDateTime, nullable=False),
-    Index("ix_events_type", "type"),
 )
 
 quotas = Table(

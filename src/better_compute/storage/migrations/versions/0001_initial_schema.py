@@ -45,8 +45,6 @@ def upgrade() -> None:
         sa.Column("at", sa.DateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_events")),
     )
-    with op.batch_alter_table("events", schema=None) as batch_op:
-        batch_op.create_index("ix_events_type", ["type"], unique=False)
 
     op.create_table(
         "tenants",
@@ -175,8 +173,6 @@ def upgrade() -> None:
     with op.batch_alter_table("bookings", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_bookings_allocation_id"), ["allocation_id"], unique=False)
         batch_op.create_index("ix_bookings_atom_start", ["atom_id", "starts_at"], unique=False)
-        batch_op.create_index(batch_op.f("ix_bookings_gpu_id"), ["gpu_id"], unique=False)
-        batch_op.create_index("ix_bookings_tenant_pool", ["tenant_id", "pool_id"], unique=False)
 
     if op.get_bind().dialect.name == "postgresql":
         # The ledger's last fence: two live bookings of one atom can never overlap in time.
@@ -191,8 +187,6 @@ def downgrade() -> None:
     if op.get_bind().dialect.name == "postgresql":
         op.execute("ALTER TABLE bookings DROP CONSTRAINT IF EXISTS bookings_no_overlap")
     with op.batch_alter_table("bookings", schema=None) as batch_op:
-        batch_op.drop_index("ix_bookings_tenant_pool")
-        batch_op.drop_index(batch_op.f("ix_bookings_gpu_id"))
         batch_op.drop_index("ix_bookings_atom_start")
         batch_op.drop_index(batch_op.f("ix_bookings_allocation_id"))
 
@@ -216,9 +210,6 @@ def downgrade() -> None:
     op.drop_table("nodes")
     op.drop_table("credentials")
     op.drop_table("tenants")
-    with op.batch_alter_table("events", schema=None) as batch_op:
-        batch_op.drop_index("ix_events_type")
-
     op.drop_table("events")
     op.drop_table("clusters")
     op.drop_table("allocations")
