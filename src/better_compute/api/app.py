@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import errors
-from better_compute.api.routes import health, inventory, pools
+from better_compute.api import errors, guards
+from better_compute.api.routes import credentials, health, inventory, policies, pools, quotas, tenants
 from better_compute.service.ports import StorePort
 
 
@@ -29,4 +29,9 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.include_router(health.router)
     app.include_router(inventory.router)
     app.include_router(pools.router)
+    guards.install(app)
+    app.include_router(tenants.router)
+    app.include_router(credentials.router)
+    app.include_router(quotas.router)
+    app.include_router(policies.router)
     return app

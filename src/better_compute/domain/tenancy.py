@@ -45,6 +45,16 @@ def check_name(value: object, field: str, max_length: int = MAX_NAME) -> str:
     return text
 
 
+def check_ref(value: object, field: str) -> str:
+    """An id that names something which must already exist: any text a store can hold and compare.
+
+    Ids made elsewhere (fleet files) need not be slugs, so only what no id can contain is refused.
+    """
+    if not isinstance(value, str) or not value or len(value) > 256 or _CONTROL.search(value):
+        raise InvalidInput(f"{field} must be an id of 1-256 printable characters", {"field": field})
+    return value
+
+
 def check_quota_limit(limit: object, field: str = "limit") -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
         raise InvalidInput(

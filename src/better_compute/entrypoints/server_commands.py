@@ -54,4 +54,30 @@ def serve(
     uvicorn.run(create_app(store), host=host, port=port, log_level="info")
 
 
-__all__ = ["admin_app", "serve"]
+@admin_app.command()
+def bootstrap(
+    database_url_opt: DatabaseOpt = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Add another admin token even though one already exists.")
+    ] = False,
+) -> None:
+    """Migrate the database and create the first fleet-admin token, printed once on the last line.
+
+    Only the token's hash is stored, so keep the printed token: it cannot be shown again. A second
+    run refuses while an admin credential exists, unless --force.
+    """
+    from better_compute.service import credentials
+
+    store = Store.open(database_url(database_url_opt))
+    try:
+        issued = credentials.bootstrap_admin(store, datetime.now(UTC), force=force)
+    except DomainError as exc:
+        typer.echo(f"error: {exc.message}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        store.close()
+    typer.echo(f"created fleet-admin credential {issued['id']}; this token is shown only once:")
+    typer.echo(issued["token"])
+
+
+__all__ = ["admin_app", "bootstrap", "serve"]

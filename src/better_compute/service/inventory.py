@@ -8,7 +8,7 @@ instance is gone, becomes unbookable and not present, and bookings keep pointing
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -258,8 +258,14 @@ def list_atoms(
     bookable: bool | None = None,
     limit: int | None = None,
     after: str | None = None,
+    pools: Collection[str] | None = None,
 ) -> list[Row]:
-    """Atoms filtered by pool, class, bookability and attribute equality (values compared as text)."""
+    """Atoms filtered by pool, class, bookability and attribute equality (values compared as text).
+
+    `pools`, when given, keeps only atoms of those pools (what a tenant may see).
+    """
+    if pools is not None and (not pools or (pool is not None and pool not in pools)):
+        return []
     filters: dict[str, Any] = {"present": True}
     if pool:
         filters["pool_id"] = pool
@@ -275,6 +281,8 @@ def list_atoms(
         batch = list_rows(store, "atoms", filters=filters, limit=page, after=cursor)
         for row in batch:
             attrs = row["attributes"]
+            if pools is not None and row["pool_id"] not in pools:
+                continue
             if all(k in attrs and _text(attrs[k]) == v for k, v in wanted.items()):
                 out.append(row)
                 if limit is not None and len(out) >= limit:

@@ -6,13 +6,14 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import CursorQ, LimitQ, StoreDep
 from better_compute.domain.errors import InvalidInput
-from better_compute.service import inventory
+from better_compute.service import inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import AtomPublic, ClusterPublic, GpuPublic, NodePublic
 
-router = APIRouter(prefix="/v1", tags=["inventory"])
+router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED)
 
 
 def _page(items: list[Any], limit: int, last_id: str | None) -> dict[str, Any]:
@@ -95,6 +96,7 @@ def atom_public(r: dict[str, Any]) -> AtomPublic:
 @router.get("/atoms", response_model=Page[AtomPublic])
 def list_atoms(
     store: StoreDep,
+    principal: PrincipalDep,
     pool: str | None = None,
     cls: Annotated[str | None, Query(alias="class")] = None,
     attr: Annotated[list[str] | None, Query(description="Attribute filter `key=value`, repeatable.")] = None,
@@ -111,6 +113,13 @@ def list_atoms(
     if cls is not None and cls not in ("gpu", "gpu.mig", "gpu.slot"):
         raise InvalidInput(f"class must be gpu, gpu.mig or gpu.slot, not {cls!r}", {"field": "class"})
     found = inventory.list_atoms(
-        store, pool=pool, cls=cls, attributes=wanted, bookable=bookable, limit=limit, after=cursor
+        store,
+        pool=pool,
+        cls=cls,
+        attributes=wanted,
+        bookable=bookable,
+        limit=limit,
+        after=cursor,
+        pools=pools.visible_pool_ids(store, principal),
     )
     return _page([atom_public(r) for r in found], limit, found[-1]["id"] if found else None)

@@ -1,42 +1,93 @@
-"""Pools: read endpoints (create, update and offer arrive with tenancy)."""
+"""Pools: list and get (what the caller may see), create and update (admin), offer (admin or owner)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Path, Query
 
-from better_compute.api.deps import StoreDep
-from better_compute.service import inventory
+from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.shapes import paged, public
+from better_compute.service import pools
 from better_compute.wire.common import Page
-from better_compute.wire.pools import PoolPublic
+from better_compute.wire.pools import (
+    PoolCreate,
+    PoolListQuery,
+    PoolOffer,
+    PoolOfferPublic,
+    PoolPublic,
+    PoolUpdate,
+)
+from better_compute.wire.quotas import QuotaPublic
 
-router = APIRouter(prefix="/v1", tags=["pools"])
+router = APIRouter(prefix="/v1", tags=["pools"], dependencies=AUTHENTICATED)
 
 
 def pool_public(r: dict[str, Any]) -> PoolPublic:
-    return PoolPublic.model_validate(
-        {
-            "id": r["id"],
-            "name": r["name"],
-            "clusterId": r["cluster_id"],
-            "mode": r["mode"],
-            "policy": r["policy"],
-            "ownerTenantId": r["owner_tenant_id"],
-            "nodes": r["nodes"],
-            "meter": r["meter"],
-            "generation": r["generation"],
-            "createdAt": r["created_at"],
-        }
-    )
+    return public(PoolPublic, r)
 
 
 @router.get("/pools", response_model=Page[PoolPublic])
-def list_pools(store: StoreDep, cluster: str | None = None) -> dict[str, Any]:
-    found = inventory.list_pools(store, filters={"cluster_id": cluster} if cluster else None)
-    return {"items": [pool_public(r) for r in found], "nextCursor": None}
+def list_pools(
+    q: Annotated[PoolListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[PoolPublic]:
+    found = pools.list_pools(
+        store,
+        principal,
+        cluster_id=q.cluster_id,
+        owner_tenant_id=q.owner_tenant_id,
+        mode=q.mode,
+        limit=q.limit,
+        after=q.cursor,
+    )
+    return paged(PoolPublic, found)
 
 
 @router.get("/pools/{id}", response_model=PoolPublic)
-def get_pool(id: str, store: StoreDep) -> PoolPublic:
-    return pool_public(inventory.get_pool(store, id))
+def get_pool(id: str, principal: PrincipalDep, store: StoreDep) -> PoolPublic:
+    return pool_public(pools.get_pool(store, principal, id))
+
+
+@router.post("/pools", response_model=PoolPublic, status_code=201)
+def create_pool(body: PoolCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PoolPublic:
+    row = pools.create(
+        store,
+        principal,
+        name=body.name,
+        cluster_id=body.cluster_id,
+        mode=body.mode,
+        owner_tenant_id=body.owner_tenant_id,
+        nodes=body.nodes,
+        policy=body.policy.model_dump(exclude_none=True),
+        owner_quota=None if body.owner_quota is None else {str(k): v for k, v in body.owner_quota.items()},
+        meter=body.meter,
+        now=now,
+    )
+    return pool_public(row)
+
+
+@router.patch("/pools/{id}", response_model=PoolPublic)
+def update_pool(
+    id: str, body: PoolUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> PoolPublic:
+    policy = body.policy.model_dump(exclude_none=True) if body.policy is not None else None
+    row = pools.update(
+        store, principal, id, policy=policy, nodes=body.nodes, generation=body.generation, now=now
+    )
+    return pool_public(row)
+
+
+@router.post("/pools/{poolId}/offers", response_model=PoolOfferPublic)
+def offer_pool(
+    pool_id: Annotated[str, Path(alias="poolId")],
+    body: PoolOffer,
+    principal: PrincipalDep,
+    store: StoreDep,
+    now: NowDep,
+) -> PoolOfferPublic:
+    rows = pools.offer(
+        store, principal, pool_id, body.tenant_id, {str(k): v for k, v in body.quota.items()}, now
+    )
+    quotas = [public(QuotaPublic, r) for r in rows]
+    return PoolOfferPublic(pool_id=pool_id, tenant_id=body.tenant_id, quotas=quotas)

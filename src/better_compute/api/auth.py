@@ -1,0 +1,43 @@
+"""Who is calling: the bearer-token dependency every `/v1` route takes.
+
+Routes write `principal: PrincipalDep` to get the caller, or list `AUTHENTICATED` in a router's
+`dependencies` when they only need the call to be authenticated. `/healthz`, `/openapi.json` and
+`/docs` take neither and stay open.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from better_compute.api.deps import StoreDep
+from better_compute.domain.credentials import Principal, bearer_token
+from better_compute.service import credentials
+
+_bearer = HTTPBearer(
+    auto_error=False,
+    scheme_name="bearer",
+    description="A better-compute API token (`bc_...`), for one tenant or for the fleet admin.",
+)
+
+
+def get_principal(
+    request: Request,
+    store: StoreDep,
+    _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+) -> Principal:
+    """The principal behind the request's bearer token; UNAUTHENTICATED (401) when there is none.
+
+    The header is parsed here rather than by `HTTPBearer` so that each refusal says what was wrong
+    (missing, not Bearer, malformed, unknown, revoked); `_scheme` only documents the scheme in OpenAPI.
+    """
+    return credentials.authenticate(store, bearer_token(request.headers.get("authorization")))
+
+
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+AUTHENTICATED = [Depends(get_principal)]
+"""Router-level dependencies that demand a valid token (the principal is computed once per request)."""
+
+__all__ = ["AUTHENTICATED", "Principal", "PrincipalDep", "get_principal"]

@@ -1,0 +1,32 @@
+"""Quotas: `quotas.set` (admin or the pool's owner) and `quotas.list` (a tenant sees its own rows)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from better_compute.api.auth import PrincipalDep
+from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.shapes import paged, public
+from better_compute.service import quotas
+from better_compute.wire.common import Page
+from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
+
+router = APIRouter(prefix="/v1", tags=["quotas"])
+
+
+@router.put("/quotas", response_model=QuotaPublic)
+def set_quota(body: QuotaSet, principal: PrincipalDep, store: StoreDep, now: NowDep) -> QuotaPublic:
+    row = quotas.set_quota(store, principal, body.tenant_id, body.pool_id, body.cls, body.limit, now)
+    return public(QuotaPublic, row)
+
+
+@router.get("/quotas", response_model=Page[QuotaPublic])
+def list_quotas(
+    q: Annotated[QuotaListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[QuotaPublic]:
+    found = quotas.list_quotas(
+        store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
+    )
+    return paged(QuotaPublic, found)

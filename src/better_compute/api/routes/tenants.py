@@ -1,0 +1,28 @@
+"""Tenants: `tenants.create` (admin) and `tenants.list` (a tenant token sees only itself)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from better_compute.api.auth import PrincipalDep
+from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.shapes import paged, public
+from better_compute.service import tenants
+from better_compute.wire.common import Page
+from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
+
+router = APIRouter(prefix="/v1", tags=["tenants"])
+
+
+@router.post("/tenants", response_model=TenantPublic, status_code=201)
+def create_tenant(body: TenantCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> TenantPublic:
+    return public(TenantPublic, tenants.create(store, principal, body.id, body.name, now))
+
+
+@router.get("/tenants", response_model=Page[TenantPublic])
+def list_tenants(
+    q: Annotated[TenantListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[TenantPublic]:
+    return paged(TenantPublic, tenants.list_tenants(store, principal, limit=q.limit, after=q.cursor))

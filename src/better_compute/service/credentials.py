@@ -1,0 +1,125 @@
+"""Credentials: issuing bearer tokens (shown once), authenticating them, and revoking them.
+
+Only a token's hash is stored (see `domain.credentials`), so a token can never be shown again: the
+answer to `create` is the only place it appears. Revoking keeps the row, so an audit can still name
+the credential behind past calls.
+"""
+
+from __future__ import annotations
+
+import secrets
+from datetime import datetime
+
+from better_compute.domain.credentials import TOKEN_PREFIX, Principal, hash_token, require_admin
+from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
+from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import Row, StorePort, Tx
+
+
+def new_token() -> str:
+    """A fresh bearer token: the prefix makes it recognisable to people and secret scanners."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Row:
+    token = new_token()
+    row: Row = {
+        "id": "cred-" + secrets.token_hex(8),
+        "tenant_id": tenant_id,
+        "name": "" if name is None else check_name(name, "name"),
+        "token_hash": hash_token(token),
+        "is_admin": tenant_id is None,
+        "created_at": now,
+        "revoked_at": None,
+    }
+    if tx.inventory.insert_new("credentials", [row]) != 1:
+        raise Conflict("a credential with that id already exists; try again")
+    tx.events.append(
+        "credential.created", row["id"], {"tenantId": tenant_id, "isAdmin": row["is_admin"]}, now
+    )
+    return {**row, "token": token}
+
+
+def create(
+    store: StorePort, principal: Principal, tenant_id: str | None, name: str | None, now: datetime
+) -> Row:
+    """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only).
+
+    The returned row carries `token`, the only time it is ever shown.
+    """
+    require_admin(principal, "credentials.create")
+    if tenant_id is not None:
+        check_ref(tenant_id, "tenantId")
+    with store.begin() as tx:
+        if tenant_id is not None and tx.inventory.get("tenants", tenant_id) is None:
+            raise tenant_not_found(tenant_id)
+        return _issue(tx, tenant_id, name, now)
+
+
+def live_admins(store: StorePort) -> int:
+    """How many fleet-admin credentials are not revoked."""
+    with store.read() as tx:
+        return len(tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None}))
+
+
+def bootstrap_admin(store: StorePort, now: datetime, *, force: bool = False, name: str = "bootstrap") -> Row:
+    """The first fleet-admin credential, made without a token (there is none yet).
+
+    A second bootstrap is refused while a live admin credential exists, so a stray rerun cannot mint
+    an extra all-powerful token unnoticed; `force` asks for one anyway.
+    """
+    with store.begin() as tx:
+        admins = tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None})
+        if admins and not force:
+            raise Conflict(
+                f"{len(admins)} fleet-admin credential(s) already exist; "
+                "use --force to add another admin token",
+                {"adminCredentials": len(admins)},
+            )
+        return _issue(tx, None, name, now)
+
+
+def authenticate(store: StorePort, token: str) -> Principal:
+    """The principal a well-formed token stands for; unknown or revoked tokens are UNAUTHENTICATED."""
+    with store.read() as tx:
+        found = tx.inventory.list("credentials", filters={"token_hash": hash_token(token)}, limit=1)
+    if not found:
+        raise Unauthenticated("unknown token", {"reason": "unknown"})
+    row = found[0]
+    if row["revoked_at"] is not None:
+        raise Unauthenticated("this token was revoked", {"reason": "revoked"})
+    is_admin = bool(row["is_admin"])
+    return Principal(
+        tenant_id=None if is_admin else row["tenant_id"], is_admin=is_admin, credential_id=row["id"]
+    )
+
+
+def revoke(store: StorePort, principal: Principal, credential_id: str, now: datetime) -> Row:
+    """Revoke a credential (admin only); its token stops working at once. Revoking twice is harmless."""
+    require_admin(principal, "credentials.revoke")
+    with store.begin() as tx:
+        row = tx.inventory.get("credentials", credential_id)
+        if row is None:
+            raise NotFound(f"credential {credential_id} not found", {"credentialId": credential_id})
+        if row["revoked_at"] is None and tx.inventory.compare_and_set(
+            "credentials", credential_id, {"revoked_at": None}, {"revoked_at": now}
+        ):
+            tx.events.append("credential.revoked", credential_id, {"tenantId": row["tenant_id"]}, now)
+            row["revoked_at"] = now
+        return public(row)
+
+
+def list_credentials(
+    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+) -> Listing:
+    """Credentials without their hashes; a tenant sees only its own."""
+    with store.read() as tx:
+        filters = None if principal.is_admin else {"tenant_id": principal.tenant_id}
+        rows = [public(r) for r in tx.inventory.list("credentials", filters=filters)]
+    return page(rows, lambda r: str(r["id"]), limit, after)
+
+
+def public(row: Row) -> Row:
+    """A credential row as it may be shown: never its hash."""
+    return {k: v for k, v in row.items() if k != "token_hash"}

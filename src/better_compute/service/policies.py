@@ -1,0 +1,85 @@
+"""IAM policies: per-reservation limits the fleet admin sets on a tenant (rules in `domain.iam`)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from datetime import datetime
+
+from better_compute.domain.credentials import Principal, require_admin
+from better_compute.domain.errors import Conflict
+from better_compute.domain.iam import parse_policy
+from better_compute.domain.tenancy import (
+    check_name,
+    check_ref,
+    pool_not_found,
+    tenant_not_found,
+    tenant_scope,
+)
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import Row, StorePort
+
+
+def create(
+    store: StorePort,
+    principal: Principal,
+    *,
+    name: str,
+    tenant_id: str,
+    pool_id: str | None,
+    limits: Mapping[str, int | None],
+    now: datetime,
+) -> Row:
+    """Create a policy (admin only); a tenant's policy names are unique, a reused one is CONFLICT."""
+    require_admin(principal, "policies.create")
+    policy = parse_policy(
+        {
+            "name": check_name(name, "name", 128),
+            "tenantId": check_ref(tenant_id, "tenantId"),
+            "poolId": None if pool_id is None else check_ref(pool_id, "poolId"),
+            "limits": {k: v for k, v in limits.items() if v is not None},
+        }
+    )
+    row: Row = {
+        "id": "pol-" + secrets.token_hex(8),
+        "name": policy.name,
+        "tenant_id": policy.tenant_id,
+        "pool_id": policy.pool_id,
+        "limits": {
+            k: v
+            for k, v in (("gpuCount", policy.gpu_count), ("gpuSlices", policy.gpu_slices))
+            if v is not None
+        },
+        "created_at": now,
+    }
+    with store.begin() as tx:
+        if tx.inventory.get("tenants", policy.tenant_id) is None:
+            raise tenant_not_found(policy.tenant_id)
+        if policy.pool_id is not None and tx.inventory.get("pools", policy.pool_id) is None:
+            raise pool_not_found(policy.pool_id)
+        if tx.inventory.insert_new("policies", [row]) != 1:
+            raise Conflict(
+                f"tenant {policy.tenant_id} already has a policy named {policy.name}",
+                {"tenantId": policy.tenant_id, "name": policy.name},
+            )
+        tx.events.append(
+            "policy.created", row["id"], {"tenantId": row["tenant_id"], "name": row["name"]}, now
+        )
+    return row
+
+
+def list_policies(
+    store: StorePort,
+    principal: Principal,
+    *,
+    tenant_id: str | None = None,
+    pool_id: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Listing:
+    """Policies by tenant and pool; a tenant token sees only the policies that apply to it."""
+    scope = tenant_scope(principal, tenant_id)
+    filters = {k: v for k, v in (("tenant_id", scope), ("pool_id", pool_id)) if v is not None}
+    with store.read() as tx:
+        rows = tx.inventory.list("policies", filters=filters)
+    return page(rows, lambda r: str(r["id"]), limit, after)

@@ -1,0 +1,125 @@
+"""Quota rows: (tenant, pool, atom class) -> limit. Set by the admin or the pool's owner.
+
+Setting a row is how a tenant gets into a pool, so it obeys the same single-tenant rule as
+`pools.offer`: a timeslice or mps pool takes rows for its owner only (`domain.admission.check_offer`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from better_compute.domain.admission import check_offer
+from better_compute.domain.atoms import ATOM_CLASSES
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.pools import check_mode
+from better_compute.domain.tenancy import (
+    check_quota_limit,
+    check_ref,
+    pool_not_found,
+    require_pool_owner,
+    tenant_not_found,
+    tenant_scope,
+)
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import Row, StorePort, Tx
+
+
+def quota_pool_ids(tx: Tx, tenant_id: str | None) -> set[str]:
+    """Pools the tenant has quota rows in."""
+    if tenant_id is None:
+        return set()
+    return {r["pool_id"] for r in tx.inventory.list("quotas", filters={"tenant_id": tenant_id})}
+
+
+def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) -> Row:
+    """The pool the caller hands out access to: it must exist, be visible, and be the caller's own."""
+    pool = tx.inventory.get("pools", pool_id)
+    if pool is None:
+        raise pool_not_found(pool_id)
+    visible = principal.is_admin or pool_id in quota_pool_ids(tx, principal.tenant_id)
+    require_pool_owner(principal, pool_id, pool["owner_tenant_id"], visible, action)
+    return pool
+
+
+def check_limits(raw: Mapping[str, object], field: str) -> dict[str, int]:
+    """A per-class quota map with known classes and storable limits."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"{field} must be an object mapping atom classes to limits", {"field": field})
+    limits: dict[str, int] = {}
+    for cls, limit in raw.items():
+        if cls not in ATOM_CLASSES:
+            raise InvalidInput(
+                f"{field}: unknown atom class {cls!r}; use {', '.join(ATOM_CLASSES)}",
+                {"field": f"{field}.{cls}"},
+            )
+        limits[cls] = check_quota_limit(limit, f"{field}.{cls}")
+    return limits
+
+
+def write_rows(tx: Tx, tenant_id: str, pool_id: str, limits: Mapping[str, int], now: datetime) -> None:
+    """Create or replace the tenant's rows in the pool, one per class given."""
+    tx.inventory.upsert(
+        "quotas",
+        [
+            {"tenant_id": tenant_id, "pool_id": pool_id, "class": cls, "limit": limit, "updated_at": now}
+            for cls, limit in sorted(limits.items())
+        ],
+        ["tenant_id", "pool_id", "class"],
+    )
+
+
+def rows_of(tx: Tx, tenant_id: str, pool_id: str) -> list[Row]:
+    return sorted(
+        tx.inventory.list("quotas", filters={"tenant_id": tenant_id, "pool_id": pool_id}),
+        key=lambda r: str(r["class"]),
+    )
+
+
+def grant(
+    tx: Tx, pool: Row, tenant_id: str, limits: Mapping[str, int], now: datetime, event: str
+) -> list[Row]:
+    """Give `tenant_id` rows in `pool` after the single-tenant check; returns all its rows there."""
+    if tx.inventory.get("tenants", tenant_id) is None:
+        raise tenant_not_found(tenant_id)
+    check_offer(check_mode(pool["mode"]), pool["owner_tenant_id"], tenant_id)
+    write_rows(tx, tenant_id, pool["id"], limits, now)
+    tx.events.append(event, pool["id"], {"tenantId": tenant_id, "quota": dict(limits)}, now)
+    return rows_of(tx, tenant_id, pool["id"])
+
+
+def set_quota(
+    store: StorePort,
+    principal: Principal,
+    tenant_id: str,
+    pool_id: str,
+    cls: str,
+    limit: int,
+    now: datetime,
+) -> Row:
+    """`quotas.set`: create or replace one row (admin or the pool's owner)."""
+    limits = check_limits({cls: limit}, "quota")
+    check_ref(tenant_id, "tenantId")
+    check_ref(pool_id, "poolId")
+    with store.begin() as tx:
+        pool = pool_for_sharing(tx, principal, pool_id, "quotas.set")
+        rows = grant(tx, pool, tenant_id, limits, now, "quota.set")
+    return next(r for r in rows if r["class"] == cls)
+
+
+def list_quotas(
+    store: StorePort,
+    principal: Principal,
+    *,
+    tenant_id: str | None = None,
+    pool_id: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Listing:
+    """Quota rows by tenant and pool; a tenant token sees only its own rows."""
+    scope = tenant_scope(principal, tenant_id)
+    filters = {k: v for k, v in (("tenant_id", scope), ("pool_id", pool_id)) if v is not None}
+    with store.read() as tx:
+        rows = tx.inventory.list("quotas", filters=filters)
+    return page(rows, lambda r: f"{r['tenant_id']}/{r['pool_id']}/{r['class']}", limit, after)

@@ -1,0 +1,50 @@
+"""Tenants: created by the fleet admin with an id that never changes; each tenant sees only itself."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from better_compute.domain.credentials import Principal, require_admin
+from better_compute.domain.errors import Conflict
+from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import Row, StorePort
+
+
+def create(store: StorePort, principal: Principal, tenant_id: str, name: str, now: datetime) -> Row:
+    """Create a tenant (admin only); an id already taken is CONFLICT, never a silent rename."""
+    require_admin(principal, "tenants.create")
+    row: Row = {
+        "id": check_slug(tenant_id, "id"),
+        "name": check_name(name, "name"),
+        "created_at": now,
+    }
+    with store.begin() as tx:
+        if tx.inventory.insert_new("tenants", [row]) != 1:
+            raise Conflict(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
+        tx.events.append("tenant.created", tenant_id, {"name": row["name"]}, now)
+    return row
+
+
+def get(store: StorePort, principal: Principal, tenant_id: str) -> Row:
+    """One tenant; another tenant's is NOT_FOUND to a tenant token."""
+    if not principal.acts_for(tenant_id):
+        raise tenant_not_found(tenant_id)
+    with store.read() as tx:
+        row = tx.inventory.get("tenants", tenant_id)
+    if row is None:
+        raise tenant_not_found(tenant_id)
+    return row
+
+
+def list_tenants(
+    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+) -> Listing:
+    """Every tenant for the admin; a tenant token lists only its own tenant."""
+    with store.read() as tx:
+        if principal.is_admin:
+            rows = tx.inventory.list("tenants", limit=(limit or 100) + 1, after=after)
+        else:
+            own = tx.inventory.get("tenants", principal.tenant_id or "")
+            rows = [own] if own is not None else []
+    return page(rows, lambda r: str(r["id"]), limit, after)
