@@ -61,3 +61,62 @@ def fleet_spec(**kw: object):  # type: ignore[no-untyped-def]
 
 
 __all__ = ["T0", "FakeNode", "at", "fleet_spec", "h100", "mig", "small_fleet"]
+
+
+def bare_fleet() -> dict[str, object]:
+    """Two clusters of unpooled nodes and three tenants, for tests that create pools themselves.
+
+    c1: `h-1`, `h-2` (2x H100-80GB each) and `l` (2x L40S-48GB); c2: `x` (1x H100-80GB).
+    """
+    return {
+        "tenants": [{"id": "platform"}, {"id": "acme"}, {"id": "beta"}],
+        "clusters": [
+            {
+                "name": "c1",
+                "region": "r1",
+                "nodes": [
+                    {"name": "h", "replicas": 2, "gpus": {"model": "H100-80GB", "count": 2}},
+                    {"name": "l", "gpus": {"model": "L40S-48GB", "count": 2}},
+                ],
+            },
+            {
+                "name": "c2",
+                "region": "r2",
+                "nodes": [{"name": "x", "gpus": {"model": "H100-80GB", "count": 1}}],
+            },
+        ],
+    }
+
+
+def admin_token(store: object, now: datetime = T0) -> str:
+    """A fresh fleet-admin bearer token in `store` (another one if some exist)."""
+    from better_compute.service import credentials
+
+    return str(credentials.bootstrap_admin(store, now, force=True)["token"])  # type: ignore[arg-type]
+
+
+def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
+    """A fresh bearer token for `tenant_id`, which must exist in `store`."""
+    from better_compute.domain.credentials import Principal
+    from better_compute.service import credentials
+
+    admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
+    return str(credentials.create(store, admin, tenant_id, None, now)["token"])  # type: ignore[arg-type]
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+def api_client(store: object, now: datetime = T0):  # type: ignore[no-untyped-def]
+    """The real app over `store` with a fixed clock, driven in-process (no sockets)."""
+    import warnings
+
+    from better_compute.api.app import create_app
+
+    with warnings.catch_warnings():
+        # starlette warns on import when only httpx (not httpx2) is installed; the client works the same.
+        warnings.simplefilter("ignore")
+        from fastapi.testclient import TestClient
+
+    return TestClient(create_app(store, clock=lambda: now))  # type: ignore[arg-type]

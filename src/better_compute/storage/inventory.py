@@ -41,8 +41,9 @@ def insert_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, A
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     inserted = 0
     for row in new_rows:
-        result = conn.execute(dialect_insert(table).values(dict(row)).on_conflict_do_nothing())
-        inserted += max(result.rowcount, 0)
+        stmt = dialect_insert(table).values(dict(row)).on_conflict_do_nothing()
+        # RETURNING, not rowcount: drivers do not all report a row count for ON CONFLICT inserts.
+        inserted += len(conn.execute(stmt.returning(*table.primary_key.columns)).all())
     return inserted
 
 

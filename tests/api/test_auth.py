@@ -1,0 +1,134 @@
+"""Bearer tokens: every /v1 route needs one; health and the API docs stay open."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from better_compute.domain.credentials import Principal, bearer_token, hash_token
+from better_compute.domain.errors import Forbidden, Unauthenticated
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import credentials
+from better_compute.storage.store import Store
+from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, tenant_token
+
+V1_READS = ["/v1/clusters", "/v1/nodes", "/v1/gpus", "/v1/atoms", "/v1/pools", "/v1/pools/p1"]
+V1_READS += ["/v1/tenants", "/v1/quotas", "/v1/policies"]
+
+
+@pytest.fixture
+def fleet(store: Store) -> Store:
+    load_fleet(store, fleet_spec(nodes=1, layout="all-1g.10gb"), T0)
+    return store
+
+
+def error(response: Any) -> dict[str, Any]:
+    body: dict[str, Any] = response.json()["error"]
+    return body
+
+
+@pytest.mark.parametrize("path", V1_READS)
+def test_every_v1_read_needs_a_token(fleet: Store, path: str) -> None:
+    client = api_client(fleet)
+    response = client.get(path)
+    assert response.status_code == 401
+    assert error(response)["code"] == "UNAUTHENTICATED"
+    assert response.headers["www-authenticate"] == "Bearer"
+    assert client.get(path, headers=bearer(admin_token(fleet))).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("header", "reason"),
+    [
+        ("", "missing"),
+        ("Basic dXNlcjpwYXNz", "scheme"),
+        ("Bearer", "malformed"),
+        ("Bearer not-a-token", "malformed"),
+        ("Bearer bc_short", "malformed"),
+        ("Bearer bc_" + "A" * 43, "unknown"),
+    ],
+)
+def test_missing_garbled_and_unknown_tokens_are_401(fleet: Store, header: str, reason: str) -> None:
+    response = api_client(fleet).get("/v1/pools", headers={"Authorization": header} if header else {})
+    assert response.status_code == 401
+    assert error(response)["code"] == "UNAUTHENTICATED"
+    assert error(response)["details"]["reason"] == reason
+
+
+def test_health_and_docs_stay_open(fleet: Store) -> None:
+    client = api_client(fleet)
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/openapi.json").status_code == 200
+    assert client.get("/docs").status_code == 200
+    schemes = client.get("/openapi.json").json()["components"]["securitySchemes"]
+    assert schemes["bearer"]["scheme"] == "bearer"
+
+
+def test_a_revoked_token_stops_working_at_once(fleet: Store) -> None:
+    client = api_client(fleet)
+    admin = admin_token(fleet)
+    created = client.post("/v1/credentials", headers=bearer(admin), json={"tenantId": "acme", "name": "ci"})
+    assert created.status_code == 201
+    token = created.json()["token"]
+    assert token.startswith("bc_") and created.json()["tenantId"] == "acme"
+    assert client.get("/v1/clusters", headers=bearer(token)).status_code == 200
+    root = credentials.authenticate(fleet, admin)
+    credentials.revoke(fleet, root, created.json()["id"], at(1))
+    response = client.get("/v1/clusters", headers=bearer(token))
+    assert response.status_code == 401
+    assert error(response)["details"]["reason"] == "revoked"
+    # Revoking twice is harmless; other tokens keep working.
+    credentials.revoke(fleet, root, created.json()["id"], at(2))
+    assert client.get("/v1/clusters", headers=bearer(admin)).status_code == 200
+
+
+def test_only_the_token_hash_is_stored(fleet: Store) -> None:
+    token = tenant_token(fleet, "acme")
+    with fleet.read() as tx:
+        rows = tx.inventory.list("credentials")
+    assert [r["token_hash"] for r in rows] == [hash_token(token)]
+    assert token not in str(rows)
+    listed = credentials.list_credentials(fleet, credentials.authenticate(fleet, token))
+    assert all("token_hash" not in r for r in listed.items)
+
+
+def test_tenant_and_admin_principals(fleet: Store) -> None:
+    tenant = credentials.authenticate(fleet, tenant_token(fleet, "acme"))
+    admin = credentials.authenticate(fleet, admin_token(fleet))
+    assert (tenant.tenant_id, tenant.is_admin) == ("acme", False)
+    assert (admin.tenant_id, admin.is_admin) == (None, True)
+    with pytest.raises(Forbidden):
+        credentials.create(fleet, tenant, "acme", None, T0)
+
+
+def test_only_the_admin_issues_credentials(fleet: Store) -> None:
+    client = api_client(fleet)
+    tenant = bearer(tenant_token(fleet, "acme"))
+    admin = bearer(admin_token(fleet))
+    refused = client.post("/v1/credentials", headers=tenant, json={"tenantId": "acme"})
+    assert refused.status_code == 403 and error(refused)["code"] == "FORBIDDEN"
+    unknown = client.post("/v1/credentials", headers=admin, json={"tenantId": "nobody"})
+    assert unknown.status_code == 404 and error(unknown)["code"] == "NOT_FOUND"
+    # tenantId must be given: null makes an admin credential, so leaving it out is a mistake.
+    assert client.post("/v1/credentials", headers=admin, json={}).status_code == 400
+    root = client.post("/v1/credentials", headers=admin, json={"tenantId": None})
+    assert root.status_code == 201 and root.json()["tenantId"] is None
+    assert (
+        client.post(
+            "/v1/tenants", headers=bearer(root.json()["token"]), json={"id": "z", "name": "Z"}
+        ).status_code
+        == 201
+    )
+
+
+def test_bearer_token_parsing() -> None:
+    token = "bc_" + "x" * 43
+    assert bearer_token(f"Bearer {token}") == token
+    assert bearer_token(f"bearer   {token} ") == token
+    for bad in (None, " ", "Token abc", f"Bearer {token}\x00", "Bearer bc_***"):
+        with pytest.raises(Unauthenticated):
+            bearer_token(bad)
+    assert Principal("acme", False, "c").acts_for("acme")
+    assert not Principal("acme", False, "c").acts_for("beta")
+    assert Principal(None, True, "c").acts_for("beta")
