@@ -24,7 +24,7 @@ class NotBookable(Exception):
     """Some atoms do not exist or may not be booked (parent, unhealthy, missing, partition pending)."""
 
     def __init__(self, atom_ids: Sequence[str]) -> None:
-        super().__init__(", ".join(atom_ids))
+        super().__init__(list(atom_ids))
         self.atom_ids = list(atom_ids)
 
 
