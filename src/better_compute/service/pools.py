@@ -196,6 +196,8 @@ def create(
     check_ref(owner_tenant_id, "ownerTenantId")
     members = list(nodes)
     with store.begin() as tx:
+        if tx.inventory.get("pools", pool_id) is not None:
+            raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
         if tx.inventory.get("tenants", owner_tenant_id) is None:
             raise tenant_not_found(owner_tenant_id)
         if tx.inventory.get("clusters", cluster_id) is None:
