@@ -26,11 +26,11 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database  # noqa: E402
-from better_compute.domain.errors import BookingConflict  # noqa: E402
-from better_compute.domain.ledger import Span  # noqa: E402
-from better_compute.service import ledger  # noqa: E402
-from better_compute.storage.store import Store  # noqa: E402
+from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database
+from better_compute.domain.errors import BookingConflict
+from better_compute.domain.ledger import Span
+from better_compute.service import ledger
+from better_compute.storage.store import Store
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
@@ -68,8 +68,8 @@ def raw_postgres(url: str, count: int, seed: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
         conn.execute(
-            "CREATE TABLE raw_bookings (id bigserial primary key, atom_id text NOT NULL, starts_at timestamptz"
-            " NOT NULL, ends_at timestamptz, EXCLUDE USING gist (atom_id WITH =,"
+            "CREATE TABLE raw_bookings (id bigserial primary key, atom_id text NOT NULL,"
+            " starts_at timestamptz NOT NULL, ends_at timestamptz, EXCLUDE USING gist (atom_id WITH =,"
             " tstzrange(starts_at, ends_at, '[)') WITH &&))"
         )
         started = time.perf_counter()
@@ -112,7 +112,9 @@ def run_one(db: str, url: str, nodes: int, gpus: int, count: int) -> dict[str, A
     load(store, nodes, gpus, NOW)
     load_s = time.perf_counter() - t0
     with store.read() as tx:
-        atom_ids = [a["id"] for a in tx.inventory.list("atoms", filters={"class": "gpu.mig", "bookable": True})]
+        atom_ids = [
+            a["id"] for a in tx.inventory.list("atoms", filters={"class": "gpu.mig", "bookable": True})
+        ]
     book_loop(store, atom_ids, min(200, count // 5), seed=1)  # warm caches and connections
     measured = book_loop(store, atom_ids, count, seed=2)
     store.close()
@@ -133,7 +135,9 @@ def run_one(db: str, url: str, nodes: int, gpus: int, count: int) -> dict[str, A
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
     parser.add_argument("--nodes", type=int, default=None)
     parser.add_argument("--gpus", type=int, default=8)

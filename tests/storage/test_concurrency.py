@@ -5,7 +5,6 @@ from __future__ import annotations
 import multiprocessing
 from collections import Counter
 
-import pytest
 from sqlalchemy import text
 
 from better_compute.entrypoints.fleet import load_fleet

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -9,12 +11,27 @@ from fastapi import FastAPI
 
 from better_compute import __version__
 from better_compute.api import errors, guards
-from better_compute.api.routes import credentials, health, inventory, policies, pools, quotas, tenants
+from better_compute.api.routes import (
+    credentials,
+    health,
+    inventory,
+    policies,
+    pools,
+    quotas,
+    reservations,
+    tenants,
+)
+from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ports import StorePort
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
+
+
+def new_reservation_id() -> str:
+    """Time-ordered ids (`rsv-<time><random>`): lists page in creation order, indexes append."""
+    return f"rsv-{time.time_ns() // 1000:014x}{secrets.token_hex(5)}"
 
 
 def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> FastAPI:
@@ -25,6 +42,8 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     )
     app.state.store = store
     app.state.clock = clock
+    app.state.index = BookingIndex()
+    app.state.new_id = new_reservation_id
     errors.install(app)
     app.include_router(health.router)
     app.include_router(inventory.router)
@@ -34,4 +53,5 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    app.include_router(reservations.router)
     return app

@@ -8,6 +8,7 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Query, Request
 
+from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ports import StorePort
 
 
@@ -24,3 +25,15 @@ StoreDep = Annotated[StorePort, Depends(get_store)]
 NowDep = Annotated[datetime, Depends(get_now)]
 LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]
+
+
+def get_index(request: Request) -> BookingIndex:
+    return cast(BookingIndex, request.app.state.index)
+
+
+def get_new_id(request: Request) -> Callable[[], str]:
+    return cast(Callable[[], str], request.app.state.new_id)
+
+
+IndexDep = Annotated[BookingIndex, Depends(get_index)]
+NewIdDep = Annotated[Callable[[], str], Depends(get_new_id)]

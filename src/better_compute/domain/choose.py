@@ -32,7 +32,7 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -270,3 +270,33 @@ def _free_starts(
         free_from = max(free_from, window.end)
     starts.append((free_from, None))
     return starts
+
+
+def shortlist(
+    request: DeviceRequest,
+    matching_by_gpu: Mapping[str, Sequence[Atom]],
+    busy_atoms: Container[str],
+    busy_by_gpu: Mapping[str, int],
+    *,
+    reserve: int = 16,
+) -> list[Atom]:
+    """The free matching atoms `choose` needs to see for `request`, without looking at every atom.
+
+    A pool can hold tens of thousands of atoms; the choice is made among the GPUs it prefers anyway:
+    partly used GPUs first (busiest first, rule 2), then untouched ones in the pool's stable order.
+    GPUs are taken whole, so a request that fits on one GPU still finds it, until the shortlist holds
+    four times the count plus `reserve` atoms. `matching_by_gpu` maps each GPU to its atoms that match
+    the request's class and selector, in a stable order.
+    """
+    wanted = 4 * request.count + reserve
+    partly = sorted(
+        (gpu for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu),
+        key=lambda g: (-busy_by_gpu[g], g),
+    )
+    seen = set(partly)
+    out: list[Atom] = []
+    for gpu in [*partly, *(g for g in matching_by_gpu if g not in seen)]:
+        out.extend(atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms)
+        if len(out) >= wanted:
+            break
+    return out

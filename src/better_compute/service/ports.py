@@ -92,6 +92,32 @@ class InventoryPort(Protocol):
         ...
 
 
+class ReservationsPort(Protocol):
+    """What reservations need beyond generic rows: locks, the event tail, live bookings, joins."""
+
+    def lock(self, key: str) -> None:
+        """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
+        ...
+
+    def by_idempotency_key(self, tenant_id: str, key: str) -> Row | None: ...
+
+    def overlapping(self, tenant_id: str, pool_id: str, start: datetime, end: datetime | None) -> list[Row]:
+        """The tenant's reservations in the pool, not cancelled, whose window overlaps [start, end)."""
+        ...
+
+    def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
+        """Per allocation, the atoms its bookings hold (atom rows), cancelled bookings excepted."""
+        ...
+
+    def last_event_id(self) -> int: ...
+
+    def events_after(self, event_id: int, limit: int) -> list[Row]: ...
+
+    def live_bookings(self, since: datetime) -> list[Row]:
+        """Live bookings that end after `since` (or never): allocation_id, atom_id, starts_at, ends_at."""
+        ...
+
+
 class EventsPort(Protocol):
     def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...
 
@@ -107,6 +133,9 @@ class Tx(Protocol):
 
     @property
     def events(self) -> EventsPort: ...
+
+    @property
+    def reservations(self) -> ReservationsPort: ...
 
 
 class StorePort(Protocol):

@@ -233,7 +233,7 @@ def end_allocation(conn: Connection, allocation_id: str, now: datetime, event_ty
         .where(
             bookings.c.allocation_id == allocation_id,
             bookings.c.state == "live",
-            bookings.c.starts_at <= now,
+            bookings.c.starts_at < now,
             or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > now),
         )
         .values(ends_at=now)
@@ -243,7 +243,7 @@ def end_allocation(conn: Connection, allocation_id: str, now: datetime, event_ty
         .where(
             bookings.c.allocation_id == allocation_id,
             bookings.c.state == "live",
-            bookings.c.starts_at > now,
+            bookings.c.starts_at >= now,
         )
         .values(state="cancelled")
     ).rowcount

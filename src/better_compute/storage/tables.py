@@ -201,10 +201,11 @@ reservations = Table(
     Column("devices", JSON, nullable=False),
     Column("gpu_count", Integer, nullable=False),
     Column("gpu_slices", Integer, nullable=False),
+    Column("counts", JSON, nullable=False),
     Column("idempotency_key", String(200), nullable=True),
     Column("fingerprint", String(64), nullable=False),
     Column("generation", Integer, nullable=False, server_default="1"),
     Column("created_at", UtcDateTime, nullable=False),
     UniqueConstraint("tenant_id", "idempotency_key"),
-    Index("ix_reservations_tenant_created", "tenant_id", "created_at"),
+    Index("ix_reservations_tenant_pool_start", "tenant_id", "pool_id", "starts_at"),
 )

@@ -11,7 +11,7 @@ from sqlalchemy import Connection, Table, delete, insert, select
 from better_compute.domain.ledger import Booking, Span
 from better_compute.service.ports import Row
 from better_compute.storage import inventory as inv
-from better_compute.storage import ledger
+from better_compute.storage import ledger, reservations
 from better_compute.storage.tables import events, metadata, pool_nodes
 
 
@@ -121,6 +121,32 @@ class SqlEvents:
         self.conn.execute(insert(events).values(type=type_, subject=subject, payload=dict(payload), at=at))
 
 
+class SqlReservations:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def lock(self, key: str) -> None:
+        reservations.lock(self.conn, key)
+
+    def by_idempotency_key(self, tenant_id: str, key: str) -> Row | None:
+        return reservations.by_idempotency_key(self.conn, tenant_id, key)
+
+    def overlapping(self, tenant_id: str, pool_id: str, start: datetime, end: datetime | None) -> list[Row]:
+        return reservations.overlapping(self.conn, tenant_id, pool_id, start, end)
+
+    def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
+        return reservations.held_atoms(self.conn, allocation_ids)
+
+    def last_event_id(self) -> int:
+        return reservations.last_event_id(self.conn)
+
+    def events_after(self, event_id: int, limit: int) -> list[Row]:
+        return reservations.events_after(self.conn, event_id, limit)
+
+    def live_bookings(self, since: datetime) -> list[Row]:
+        return reservations.live_bookings(self.conn, since)
+
+
 class SqlTx:
     """The repositories of one transaction; also exposes the raw connection to storage-side code."""
 
@@ -129,3 +155,4 @@ class SqlTx:
         self.ledger = SqlLedger(conn)
         self.inventory = SqlInventory(conn)
         self.events = SqlEvents(conn)
+        self.reservations = SqlReservations(conn)

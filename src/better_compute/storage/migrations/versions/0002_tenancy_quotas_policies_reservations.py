@@ -54,6 +54,7 @@ def upgrade() -> None:
         sa.Column("devices", sa.JSON(), nullable=False),
         sa.Column("gpu_count", sa.Integer(), nullable=False),
         sa.Column("gpu_slices", sa.Integer(), nullable=False),
+        sa.Column("counts", sa.JSON(), nullable=False),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column("fingerprint", sa.String(length=64), nullable=False),
         sa.Column("generation", sa.Integer(), server_default="1", nullable=False),
@@ -68,12 +69,14 @@ def upgrade() -> None:
         ),
     )
     with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.create_index("ix_reservations_tenant_created", ["tenant_id", "created_at"], unique=False)
+        batch_op.create_index(
+            "ix_reservations_tenant_pool_start", ["tenant_id", "pool_id", "starts_at"], unique=False
+        )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.drop_index("ix_reservations_tenant_created")
+        batch_op.drop_index("ix_reservations_tenant_pool_start")
 
     op.drop_table("reservations")
     op.drop_table("quotas")

@@ -1,0 +1,232 @@
+"""An in-memory cache of the ledger and of each pool's atoms, kept current by tailing the event log.
+
+Choosing atoms needs to know, for a window, which atoms are booked and which GPUs are partly used;
+asking the database that for every reservation over tens of thousands of atoms is the slow part of
+admission. Every ledger change appends an event in its own transaction, so a replica catches up by
+reading the events after the last one it saw. The cache may lag behind another replica's commit: the
+database's exclusion constraint is still the fence, and a refused write makes the caller resync.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from better_compute.domain.admission import DeviceRequest
+from better_compute.domain.atoms import Atom
+from better_compute.domain.selectors import matches
+from better_compute.domain.timewin import Window
+from better_compute.service.ports import Row, Tx
+
+_BUCKET = timedelta(days=1)
+_EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+_LONG = 60  # intervals spanning more buckets than this are kept in one list checked every time
+_LEDGER_EVENTS = {"ledger.booked", "ledger.released", "ledger.cancelled", "gpu.partition.released"}
+_QUIET_EVENTS = {
+    "reservation.created",
+    "reservation.cancelled",
+    "reservation.released",
+    "gpu.partition.booked",
+}
+
+
+def _bucket(t: datetime) -> int:
+    return (t - _EPOCH) // _BUCKET
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def atom_from_row(row: Row) -> Atom:
+    return Atom(
+        id=row["id"],
+        gpu_id=row["gpu_id"],
+        node=row["node_id"],
+        cls=row["class"],
+        key=row["key"],
+        bookable=row["bookable"],
+        partition_pending=row["partition_pending"],
+        pool_id=row["pool_id"],
+        numa_node=row["numa_node"],
+        nvlink_domain=row["nvlink_domain"],
+        attributes=row["attributes"],
+    )
+
+
+@dataclass
+class PoolAtoms:
+    """A pool's present atoms, and per request shape the matching ones grouped by GPU."""
+
+    atoms: dict[str, Atom]
+    _matching: dict[str, dict[str, list[Atom]]] = field(default_factory=dict)
+
+    def matching_by_gpu(self, request: DeviceRequest) -> dict[str, list[Atom]]:
+        key = repr((request.cls, request.selector))
+        found = self._matching.get(key)
+        if found is None:
+            grouped: dict[str, list[Atom]] = {}
+            for atom in self.atoms.values():
+                if atom.cls == request.cls and atom.bookable and matches(request.selector, atom.attributes):
+                    grouped.setdefault(atom.gpu_id, []).append(atom)
+            found = dict(sorted(grouped.items()))
+            self._matching[key] = found
+        return found
+
+
+@dataclass
+class _Interval:
+    allocation_id: str
+    atom_id: str
+    start: datetime
+    end: datetime | None
+
+    def overlaps(self, start: datetime, end: datetime | None) -> bool:
+        return (self.end is None or start < self.end) and (end is None or self.start < end)
+
+
+class BookingIndex:
+    """Live bookings by atom and by day, and pool atoms; thread-safe, shared by the API's workers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_event: int | None = None
+        self._by_allocation: dict[str, list[_Interval]] = {}
+        self._by_bucket: dict[int, set[str]] = defaultdict(set)
+        self._long: set[str] = set()
+        self._pools: dict[str, PoolAtoms] = {}
+
+    # -- keeping up ------------------------------------------------------------------------------
+    def sync(self, tx: Tx) -> None:
+        """Catch up with the ledger: a full load the first time, the event tail afterwards."""
+        with self._lock:
+            if self._last_event is None:
+                self._load(tx)
+                return
+            while True:
+                batch = tx.reservations.events_after(self._last_event, 5000)
+                for event in batch:
+                    self._apply(event)
+                    self._last_event = event["id"]
+                if len(batch) < 5000:
+                    return
+
+    def reset(self) -> None:
+        with self._lock:
+            self._last_event = None
+            self._by_allocation.clear()
+            self._by_bucket.clear()
+            self._long.clear()
+            self._pools.clear()
+
+    def _load(self, tx: Tx) -> None:
+        last = tx.reservations.last_event_id()
+        self._by_allocation.clear()
+        self._by_bucket.clear()
+        self._long.clear()
+        self._pools.clear()
+        for row in tx.reservations.live_bookings(_EPOCH):
+            self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"])
+        self._last_event = last
+
+    def _apply(self, event: Row) -> None:
+        kind, subject, payload = event["type"], event["subject"], event["payload"] or {}
+        if kind == "ledger.booked":
+            if subject not in self._by_allocation:
+                self._add(
+                    subject,
+                    payload.get("atoms", []),
+                    _parse_time(payload["start"]),
+                    _parse_time(payload.get("end")),
+                )
+        elif kind in ("ledger.released", "gpu.partition.released"):
+            at = _parse_time(payload["at"])
+            assert at is not None
+            self._end(subject, at)
+        elif kind == "ledger.cancelled":
+            self._drop(subject)
+        elif kind not in _QUIET_EVENTS:
+            self._pools.clear()  # inventory or pool changes: atoms are re-read on next use
+
+    def _buckets_of(self, start: datetime, end: datetime | None) -> range | None:
+        if end is None:
+            return None
+        first, last = _bucket(start), _bucket(end - timedelta(microseconds=1))
+        return None if last - first > _LONG else range(first, last + 1)
+
+    def _add(
+        self, allocation_id: str, atom_ids: Iterable[str], start: datetime | None, end: datetime | None
+    ) -> None:
+        assert start is not None
+        intervals = self._by_allocation.setdefault(allocation_id, [])
+        intervals.extend(_Interval(allocation_id, a, start, end) for a in atom_ids)
+        buckets = self._buckets_of(start, end)
+        if buckets is None:
+            self._long.add(allocation_id)
+        else:
+            for b in buckets:
+                self._by_bucket[b].add(allocation_id)
+
+    def _drop(self, allocation_id: str) -> None:
+        intervals = self._by_allocation.pop(allocation_id, [])
+        self._long.discard(allocation_id)
+        for start, end in {(i.start, i.end) for i in intervals}:
+            buckets = self._buckets_of(start, end)
+            for b in buckets or ():
+                self._by_bucket[b].discard(allocation_id)
+
+    def _end(self, allocation_id: str, at: datetime) -> None:
+        """Mirror of the ledger's release: started bookings end at `at`, future ones are cancelled."""
+        intervals = self._by_allocation.get(allocation_id)
+        if not intervals:
+            return
+        kept = [i for i in intervals if i.start < at]
+        self._drop(allocation_id)
+        for interval in kept:
+            end = at if interval.end is None or interval.end > at else interval.end
+            self._add(allocation_id, [interval.atom_id], interval.start, end)
+
+    # -- reading ---------------------------------------------------------------------------------
+    def busy(self, window: Window) -> list[_Interval]:
+        """Every live booking that overlaps the window."""
+        with self._lock:
+            if window.end is None:
+                candidates: set[str] = set(self._by_allocation)
+            else:
+                candidates = set(self._long)
+                for b in range(_bucket(window.start), _bucket(window.end - timedelta(microseconds=1)) + 1):
+                    candidates |= self._by_bucket.get(b, set())
+            return [
+                i
+                for alloc in candidates
+                for i in self._by_allocation.get(alloc, ())
+                if i.overlaps(window.start, window.end)
+            ]
+
+    def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[Window]]:
+        """Every live booking of these atoms, as windows (for the earliest start after a refusal)."""
+        wanted = set(atom_ids)
+        out: dict[str, list[Window]] = {a: [] for a in atom_ids}
+        with self._lock:
+            for intervals in self._by_allocation.values():
+                for i in intervals:
+                    if i.atom_id in wanted:
+                        out[i.atom_id].append(Window(i.start, i.end))
+        return out
+
+    def pool_atoms(self, tx: Tx, pool_id: str) -> PoolAtoms:
+        with self._lock:
+            cached = self._pools.get(pool_id)
+        if cached is not None:
+            return cached
+        rows = tx.inventory.list("atoms", filters={"pool_id": pool_id, "present": True})
+        loaded = PoolAtoms({r["id"]: atom_from_row(r) for r in rows})
+        with self._lock:
+            self._pools[pool_id] = loaded
+        return loaded

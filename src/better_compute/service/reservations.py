@@ -1,0 +1,371 @@
+"""Reservations: admit, choose atoms and book them in one transaction; get, list, cancel, release.
+
+Create follows snapshot -> pure decision -> commit: the pool, quota rows, policies and the booking
+index are read, `domain` decides (admission, IAM, quota, choose), and the ledger commits. On
+PostgreSQL writers to one pool are serialised by an advisory lock, so quota counts and choices are
+made on a snapshot no concurrent reservation of that pool can change; the exclusion constraint stays
+the last fence (a refusal there means the booking index was behind: it resyncs and tries again).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from better_compute.domain import admission, choose, iam, quota
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import (
+    BookingConflict,
+    Conflict,
+    Forbidden,
+    InsufficientCapacity,
+    InvalidInput,
+    NotFound,
+)
+from better_compute.domain.ledger import Span
+from better_compute.domain.reservations import (
+    ReservationStatus,
+    check_cancel,
+    check_replay,
+    release_end,
+    request_fingerprint,
+    status_at,
+)
+from better_compute.domain.timewin import Window, parse_instant, window_for
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ports import Overlap, Row, StorePort, Tx
+
+MAX_ATTEMPTS = 4
+
+
+@dataclass(frozen=True)
+class ReservationView:
+    """A reservation as a use case returns it: its row, the atoms it holds, and its status now."""
+
+    row: Row
+    atoms: list[Row]
+    status: ReservationStatus
+    replayed: bool = False
+
+
+def _tenant_for(principal: Principal, raw: Mapping[str, Any]) -> str:
+    named = raw.get("tenantId")
+    if principal.is_admin:
+        if not named:
+            raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
+        return str(named)
+    assert principal.tenant_id is not None
+    if named and named != principal.tenant_id:
+        raise Forbidden(
+            f"this credential acts for tenant {principal.tenant_id}, not {named}",
+            {"tenantId": named},
+        )
+    return principal.tenant_id
+
+
+def _window(raw: Mapping[str, Any], now: datetime) -> Window:
+    start = raw.get("start")
+    begins = None if start is None else (start if isinstance(start, datetime) else parse_instant(start))
+    return window_for(begins, raw.get("duration"), now)
+
+
+def _policies(tx: Tx, tenant_id: str) -> list[iam.Policy]:
+    return [
+        iam.Policy(
+            name=r["name"],
+            tenant_id=r["tenant_id"],
+            pool_id=r["pool_id"],
+            gpu_count=(r["limits"] or {}).get("gpuCount"),
+            gpu_slices=(r["limits"] or {}).get("gpuSlices"),
+        )
+        for r in tx.inventory.list("policies", filters={"tenant_id": tenant_id})
+    ]
+
+
+def _in_use(tx: Tx, tenant_id: str, pool_id: str, window: Window) -> Counter[str]:
+    held: Counter[str] = Counter()
+    for r in tx.reservations.overlapping(tenant_id, pool_id, window.start, window.end):
+        held.update({k: int(v) for k, v in (r["counts"] or {}).items()})
+    return held
+
+
+def _view(tx: Tx, row: Row, now: datetime, *, replayed: bool = False) -> ReservationView:
+    atoms = tx.reservations.held_atoms([row["id"]])[row["id"]]
+    window = Window(row["starts_at"], row["ends_at"])
+    return ReservationView(row, atoms, status_at(window, row["status"], now), replayed)
+
+
+def _earliest(
+    index: BookingIndex, pool_atoms: Any, request: admission.DeviceRequest, window: Window
+) -> str | None:
+    candidates = [a.id for atoms in pool_atoms.matching_by_gpu(request).values() for a in atoms]
+    start = choose.earliest_common_start(
+        index.windows_of(candidates), request.count, window.duration, window.start
+    )
+    return start.isoformat() if start else None
+
+
+def create(
+    store: StorePort,
+    index: BookingIndex,
+    principal: Principal,
+    raw: Mapping[str, Any],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> ReservationView:
+    """Admit and book a reservation, or return the first one made with the same idempotency key."""
+    tenant_id = _tenant_for(principal, raw)
+    pool_id = str(raw.get("poolId") or "")
+    requests = admission.parse_device_requests(raw.get("devices"))
+    window = _window(raw, now)
+    key = raw.get("idempotencyKey")
+    fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            with store.begin() as tx:
+                return _create_in(
+                    tx, index, tenant_id, pool_id, requests, window, key, fingerprint, raw, now, new_id
+                )
+        except Overlap as clash:
+            if attempt == MAX_ATTEMPTS - 1:
+                raise BookingConflict(clash.atom_id or "unknown", None) from None
+            with store.read() as tx:
+                index.sync(tx)
+    raise AssertionError("unreachable")
+
+
+def _create_in(
+    tx: Tx,
+    index: BookingIndex,
+    tenant_id: str,
+    pool_id: str,
+    requests: list[admission.DeviceRequest],
+    window: Window,
+    key: Any,
+    fingerprint: str,
+    raw: Mapping[str, Any],
+    now: datetime,
+    new_id: Callable[[], str],
+) -> ReservationView:
+    if key:
+        tx.reservations.lock(f"idempotency:{tenant_id}:{key}")
+    tx.reservations.lock(f"pool:{pool_id}")
+    if key:
+        first = tx.reservations.by_idempotency_key(tenant_id, str(key))
+        if first is not None:
+            check_replay(str(key), first["fingerprint"], fingerprint)
+            return _view(tx, first, now, replayed=True)
+    pool = tx.inventory.get("pools", pool_id)
+    if pool is None or tx.inventory.get("tenants", tenant_id) is None:
+        what = "pool" if pool is None else "tenant"
+        raise NotFound(
+            f"{what} {pool_id if pool is None else tenant_id} not found",
+            {f"{what}Id": pool_id if pool is None else tenant_id},
+        )
+    admission.check_against_pool(pool["mode"], requests)
+    requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
+    gpu_count, gpu_slices = iam.reservation_counts(requested)
+    iam.check_policies(_policies(tx, tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
+    limits = {
+        r["class"]: int(r["limit"])
+        for r in tx.inventory.list("quotas", filters={"tenant_id": tenant_id, "pool_id": pool_id})
+    }
+    quota.check_quota(
+        tenant_id,
+        pool["owner_tenant_id"],
+        limits,
+        _in_use(tx, tenant_id, pool_id, window),
+        requested,
+        pool_id=pool_id,
+    )
+
+    index.sync(tx)
+    pool_atoms = index.pool_atoms(tx, pool_id)
+    busy_ids = {i.atom_id for i in index.busy(window)}
+    busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
+    shortlisted: dict[str, Any] = {}
+    for request in requests:
+        for atom in choose.shortlist(request, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
+            shortlisted[atom.id] = atom
+    decision = choose.choose(requests, list(shortlisted.values()), busy_by_gpu)
+    if isinstance(decision, choose.NoFit):
+        earliest = _earliest(index, pool_atoms, requests[decision.request_index], window)
+        raise InsufficientCapacity(
+            decision.message
+            + (f"; the earliest start at which it could be served is {earliest}" if earliest else ""),
+            {
+                "request": decision.request_index,
+                "field": decision.field,
+                "wanted": decision.wanted,
+                "available": decision.available,
+                "earliestStart": earliest,
+            },
+        )
+    reservation_id = new_id()
+    row: Row = {
+        "id": reservation_id,
+        "tenant_id": tenant_id,
+        "pool_id": pool_id,
+        "status": ReservationStatus.SCHEDULED.value,
+        "starts_at": window.start,
+        "ends_at": window.end,
+        "devices": list(raw.get("devices") or []),
+        "gpu_count": gpu_count,
+        "gpu_slices": gpu_slices,
+        "counts": dict(requested),
+        "idempotency_key": str(key) if key else None,
+        "fingerprint": fingerprint,
+        "generation": 1,
+        "created_at": now,
+    }
+    tx.inventory.insert_new(
+        "allocations",
+        [
+            {
+                "id": reservation_id,
+                "kind": "reservation",
+                "tenant_id": tenant_id,
+                "pool_id": pool_id,
+                "created_at": now,
+            }
+        ],
+    )
+    if not tx.inventory.insert_new("reservations", [row]):
+        raise Conflict(
+            f"idempotencyKey {key!r} is being used by a concurrent request; retry", {"idempotencyKey": key}
+        )
+    tx.ledger.book(decision.atom_ids, Span(window.start, window.end), reservation_id, tenant_id, now)
+    tx.events.append(
+        "reservation.created",
+        reservation_id,
+        {"tenantId": tenant_id, "poolId": pool_id, "atoms": list(decision.atom_ids)},
+        now,
+    )
+    atoms = [{**_atom_row(shortlisted[a])} for a in decision.atom_ids]
+    return ReservationView(row, atoms, status_at(window, row["status"], now))
+
+
+def _atom_row(atom: Any) -> Row:
+    return {
+        "id": atom.id,
+        "class": atom.cls,
+        "gpu_id": atom.gpu_id,
+        "node_id": atom.node,
+        "attributes": dict(atom.attributes),
+    }
+
+
+def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Row:
+    row = tx.inventory.get("reservations", reservation_id)
+    if row is None or not principal.acts_for(row["tenant_id"]):
+        raise NotFound(f"reservation {reservation_id} not found", {"id": reservation_id})
+    return row
+
+
+def get(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
+    with store.read() as tx:
+        return _view(tx, _visible(tx, principal, reservation_id), now)
+
+
+def list_reservations(
+    store: StorePort,
+    principal: Principal,
+    now: datetime,
+    *,
+    tenant_id: str | None = None,
+    pool_id: str | None = None,
+    status: str | None = None,
+    limit: int = 100,
+    cursor: str | None = None,
+) -> tuple[list[ReservationView], str | None]:
+    """A page of reservations, newest id last; a tenant sees only its own."""
+    if not principal.is_admin:
+        if tenant_id is not None and tenant_id != principal.tenant_id:
+            return [], None
+        tenant_id = principal.tenant_id
+    filters: dict[str, Any] = {}
+    if tenant_id:
+        filters["tenant_id"] = tenant_id
+    if pool_id:
+        filters["pool_id"] = pool_id
+    out: list[ReservationView] = []
+    after = cursor
+    with store.read() as tx:
+        while len(out) < limit:
+            batch = tx.inventory.list("reservations", filters=filters, limit=limit, after=after)
+            if not batch:
+                break
+            held = tx.reservations.held_atoms([r["id"] for r in batch])
+            for r in batch:
+                view = ReservationView(
+                    r, held[r["id"]], status_at(Window(r["starts_at"], r["ends_at"]), r["status"], now)
+                )
+                if status is None or view.status.value == status:
+                    out.append(view)
+                    if len(out) == limit:
+                        break
+            after = batch[-1]["id"]
+            if len(batch) < limit:
+                break
+    more = len(out) == limit
+    return out, (out[-1].row["id"] if more and out else None)
+
+
+def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> None:
+    """Write `values` if nobody changed the reservation since it was read (its generation)."""
+    changed = tx.inventory.compare_and_set(
+        "reservations",
+        row["id"],
+        {"generation": row["generation"]},
+        {**values, "generation": row["generation"] + 1},
+    )
+    if not changed:
+        raise Conflict(f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]})
+
+
+def cancel(
+    store: StorePort, index: BookingIndex, principal: Principal, reservation_id: str, now: datetime
+) -> ReservationView:
+    """Cancel before the start: the whole window frees."""
+    with store.begin() as tx:
+        row = _visible(tx, principal, reservation_id)
+        tx.reservations.lock(f"pool:{row['pool_id']}")
+        check_cancel(Window(row["starts_at"], row["ends_at"]), row["status"], now)
+        tx.ledger.cancel_allocation(reservation_id, now)
+        tx.inventory.compare_and_set(
+            "reservations",
+            reservation_id,
+            {"generation": row["generation"]},
+            {"status": ReservationStatus.CANCELLED.value, "generation": row["generation"] + 1},
+        )
+        tx.events.append("reservation.cancelled", reservation_id, {"at": now.isoformat()}, now)
+        row = {**row, "status": ReservationStatus.CANCELLED.value, "generation": row["generation"] + 1}
+        return ReservationView(row, [], ReservationStatus.CANCELLED)
+
+
+def release(
+    store: StorePort, index: BookingIndex, principal: Principal, reservation_id: str, now: datetime
+) -> ReservationView:
+    """End an active reservation now; the rest of its window frees for others."""
+    with store.begin() as tx:
+        row = _visible(tx, principal, reservation_id)
+        tx.reservations.lock(f"pool:{row['pool_id']}")
+        end = release_end(Window(row["starts_at"], row["ends_at"]), row["status"], now)
+        tx.ledger.end_allocation(reservation_id, end, "ledger.released")
+        tx.inventory.compare_and_set(
+            "reservations",
+            reservation_id,
+            {"generation": row["generation"]},
+            {"status": ReservationStatus.RELEASED.value, "ends_at": end, "generation": row["generation"] + 1},
+        )
+        tx.events.append("reservation.released", reservation_id, {"at": end.isoformat()}, now)
+        row = {
+            **row,
+            "status": ReservationStatus.RELEASED.value,
+            "ends_at": end,
+            "generation": row["generation"] + 1,
+        }
+        return _view(tx, row, now)

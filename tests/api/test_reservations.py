@@ -1,0 +1,331 @@
+"""Reservations through the real app, on SQLite and PostgreSQL: admission, quota, IAM, choice, lifecycle."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+
+from better_compute.api.app import create_app
+from better_compute.domain.fleet import parse_fleet
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.store import Store
+from tests.builders import T0, admin_token, bearer, tenant_token
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+FLEET: dict[str, Any] = {
+    "tenants": [{"id": "platform"}, {"id": "acme"}, {"id": "globex"}],
+    "clusters": [
+        {
+            "name": "c1",
+            "region": "r1",
+            "nodes": [
+                {"name": "mig", "replicas": 2, "gpus": {"model": "H100-80GB", "count": 2}},
+                {"name": "ex", "replicas": 2, "gpus": {"model": "A100-80GB", "count": 2}},
+                {"name": "ts", "gpus": {"model": "L40S-48GB", "count": 2}},
+            ],
+        }
+    ],
+    "pools": [
+        {
+            "name": "h100",
+            "cluster": "c1",
+            "mode": "mig",
+            "owner": "platform",
+            "policy": {"migLayout": "mixed:3g.40gb+2x2g.20gb"},
+            "nodes": ["mig-1", "mig-2"],
+        },
+        {
+            "name": "a100",
+            "cluster": "c1",
+            "mode": "exclusive",
+            "owner": "platform",
+            "nodes": ["ex-1", "ex-2"],
+        },
+        {
+            "name": "l40s",
+            "cluster": "c1",
+            "mode": "timeslice",
+            "owner": "platform",
+            "policy": {"replicas": 4},
+            "nodes": ["ts"],
+        },
+    ],
+}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class World:
+    """The app over a loaded fleet, an admin, and tokens for two tenants."""
+
+    def __init__(self, store: Store) -> None:
+        load_fleet(store, parse_fleet(FLEET), T0)
+        self.clock = Clock()
+        self.http = TestClient(create_app(store, clock=self.clock))
+        self.admin = bearer(admin_token(store))
+        self.acme = bearer(tenant_token(store, "acme"))
+        self.globex = bearer(tenant_token(store, "globex"))
+        self.platform = bearer(tenant_token(store, "platform"))
+
+    def offer(self, pool: str, tenant: str, **quota: int) -> None:
+        body = {
+            "poolId": pool,
+            "tenantId": tenant,
+            "quota": {k.replace("_", "."): v for k, v in quota.items()},
+        }
+        r = self.http.post(f"/v1/pools/{pool}/offers", json=body, headers=self.admin)
+        assert r.status_code in (200, 201), r.text
+
+    def reserve(self, who: dict[str, str], pool: str, devices: list[dict[str, Any]], **extra: Any) -> Any:
+        body = {"poolId": pool, "devices": devices, "duration": extra.pop("duration", "4h"), **extra}
+        return self.http.post("/v1/reservations", json=body, headers=who)
+
+
+@pytest.fixture
+def world(store: Store) -> World:
+    return World(store)
+
+
+def mig(profile: str | None = None, count: int = 1, **kw: Any) -> dict[str, Any]:
+    device: dict[str, Any] = {"class": "gpu.mig", "count": count, **kw}
+    if profile:
+        device["selector"] = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": [profile]}]}
+    return device
+
+
+def error(r: Any) -> dict[str, Any]:
+    body = r.json()
+    assert set(body) == {"error"}, body
+    return dict(body["error"])
+
+
+def test_seed_example_quota_then_success_then_idempotent_replay(world: World) -> None:
+    seed = [mig("3g.40gb")]
+    refused = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    assert refused.status_code == 409 and error(refused)["code"] == "QUOTA_EXCEEDED"
+    world.offer("h100", "acme", gpu_mig=2)
+    first = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    assert first.status_code == 201, first.text
+    body = first.json()
+    assert body["status"] == "active" and body["tenantId"] == "acme" and body["poolId"] == "h100"
+    assert body["start"].startswith("2026-12-01T09:00:00") and body["end"].startswith("2026-12-01T13:00:00")
+    assert [(a["class"], a["attributes"]["migProfile"]) for a in body["atoms"]] == [("gpu.mig", "3g.40gb")]
+    assert (body["gpuCount"], body["gpuSlices"]) == (0, 1)
+    again = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    assert again.status_code == 200 and again.json() == body
+    other = world.reserve(world.acme, "h100", [mig("2g.20gb")], idempotencyKey="notebook-ana-0924")
+    assert other.status_code == 409 and error(other)["code"] == "INVALID_STATE"
+    listed = world.http.get("/v1/reservations", headers=world.acme).json()["items"]
+    assert [r["id"] for r in listed] == [body["id"]]
+
+
+def test_owner_needs_fraction_rows_too(world: World) -> None:
+    r = world.reserve(world.platform, "h100", [mig()])
+    assert r.status_code == 409 and error(r)["code"] == "QUOTA_EXCEEDED"
+    whole = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}])
+    assert whole.status_code == 201, whole.text
+
+
+@pytest.mark.parametrize(
+    ("pool", "device", "message"),
+    [
+        ("a100", {"class": "gpu.mig", "count": 1}, "devices[0]: gpu.mig atoms exist only in mig pools"),
+        (
+            "h100",
+            {"class": "gpu.slot", "count": 1},
+            "devices[0]: gpu.slot atoms exist only in timeslice or mps pools",
+        ),
+        (
+            "l40s",
+            {"class": "gpu.slot", "count": 1, "sharing": "mps"},
+            "devices[0]: the pool shares GPUs as timeslice, not mps",
+        ),
+    ],
+)
+def test_admission_messages(world: World, pool: str, device: dict[str, Any], message: str) -> None:
+    r = world.reserve(
+        world.platform, pool, [{"class": "gpu", "count": 1}, device] if pool == "l40s" else [device]
+    )
+    assert r.status_code == 400
+    expected = message.replace("devices[0]", "devices[1]") if pool == "l40s" else message
+    assert error(r) == {"code": "INVALID_INPUT", "message": expected, "details": error(r)["details"]}
+
+
+@pytest.mark.parametrize(
+    ("expression", "check"),
+    [
+        ({"key": "migProfile", "op": "In", "values": ["2g.20gb"]}, lambda a: a["migProfile"] == "2g.20gb"),
+        ({"key": "migProfile", "op": "NotIn", "values": ["2g.20gb"]}, lambda a: a["migProfile"] == "3g.40gb"),
+        ({"key": "migUuid", "op": "Exists"}, lambda a: a["migUuid"].startswith("MIG-")),
+        ({"key": "giId", "op": "Gt", "values": ["2"]}, lambda a: a["giId"] > 2),
+        ({"key": "giId", "op": "Lt", "values": ["2"]}, lambda a: a["giId"] < 2),
+    ],
+)
+def test_selector_operators(world: World, expression: dict[str, Any], check: Any) -> None:
+    world.offer("h100", "acme", gpu_mig=6)
+    r = world.reserve(
+        world.acme, "h100", [{"class": "gpu.mig", "count": 2, "selector": {"matchExpressions": [expression]}}]
+    )
+    assert r.status_code == 201, r.text
+    assert all(check(a["attributes"]) for a in r.json()["atoms"])
+
+
+def test_selector_that_matches_nothing_is_insufficient_capacity(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=6)
+    r = world.reserve(
+        world.acme,
+        "h100",
+        [
+            mig(),
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "migUuid", "op": "DoesNotExist"}]},
+            },
+        ],
+    )
+    assert r.status_code == 409
+    err = error(r)
+    assert err["code"] == "INSUFFICIENT_CAPACITY" and err["message"].startswith("devices[1]:")
+    assert err["details"]["earliestStart"] is None
+
+
+def test_bad_selector_op_is_invalid_input(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=6)
+    r = world.reserve(
+        world.acme,
+        "h100",
+        [
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "giId", "op": "Gt", "values": ["x"]}]},
+            }
+        ],
+    )
+    assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
+
+
+def test_quota_counts_only_overlapping_windows(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=1)
+    assert world.reserve(world.acme, "h100", [mig()], duration="2h").status_code == 201
+    overlapping = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T10:00:00Z", duration="2h")
+    assert overlapping.status_code == 409 and error(overlapping)["code"] == "QUOTA_EXCEEDED"
+    assert error(overlapping)["details"]["inUse"] == 1
+    after = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:00:00Z", duration="2h")
+    assert after.status_code == 201, after.text
+
+
+def test_iam_gpu_count_does_not_count_slices(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=6)
+    world.offer("a100", "acme", gpu=4)
+    policy = {"name": "small", "tenantId": "acme", "limits": {"gpuCount": 1}}
+    assert world.http.post("/v1/policies", json=policy, headers=world.admin).status_code == 201
+    whole = world.reserve(world.acme, "a100", [{"class": "gpu", "count": 2}])
+    assert whole.status_code == 403 and error(whole)["code"] == "FORBIDDEN"
+    assert error(whole)["details"]["key"] == "gpuCount"
+    slices = world.reserve(world.acme, "h100", [mig(count=3)])
+    assert slices.status_code == 201, slices.text
+    limit = {"name": "few-slices", "tenantId": "acme", "limits": {"gpuSlices": 2}}
+    assert world.http.post("/v1/policies", json=limit, headers=world.admin).status_code == 201
+    more = world.reserve(world.acme, "h100", [mig(count=3)], start="2026-12-02T09:00:00Z")
+    assert more.status_code == 403 and error(more)["details"]["key"] == "gpuSlices"
+
+
+def test_tenants_cannot_see_or_touch_each_others_reservations(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=2)
+    mine = world.reserve(world.acme, "h100", [mig()], start="2026-12-02T09:00:00Z").json()
+    for method, path in (("get", ""), ("post", "/cancel"), ("post", "/release")):
+        r = getattr(world.http, method)(f"/v1/reservations/{mine['id']}{path}", headers=world.globex)
+        assert r.status_code == 404 and error(r)["code"] == "NOT_FOUND"
+    assert world.http.get("/v1/reservations", headers=world.globex).json()["items"] == []
+    assert world.http.get(f"/v1/reservations/{mine['id']}", headers=world.admin).status_code == 200
+    acting_for_other = world.reserve(world.globex, "h100", [mig()], tenantId="acme")
+    assert acting_for_other.status_code == 403
+
+
+def test_cancel_before_start_release_while_active(world: World) -> None:
+    world.offer("a100", "acme", gpu=4)
+    later = world.reserve(
+        world.acme, "a100", [{"class": "gpu", "count": 4}], start="2026-12-01T12:00:00Z", duration="2h"
+    ).json()
+    # The pool is full from 12:00 to 14:00.
+    full = world.reserve(
+        world.platform, "a100", [{"class": "gpu", "count": 1}], start="2026-12-01T13:00:00Z", duration="2h"
+    )
+    assert full.status_code == 409 and error(full)["code"] == "INSUFFICIENT_CAPACITY"
+    assert error(full)["details"]["earliestStart"].startswith("2026-12-01T14:00:00")
+    cancelled = world.http.post(f"/v1/reservations/{later['id']}/cancel", headers=world.acme)
+    assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
+    assert (
+        world.reserve(
+            world.platform,
+            "a100",
+            [{"class": "gpu", "count": 4}],
+            start="2026-12-01T13:00:00Z",
+            duration="2h",
+        ).status_code
+        == 201
+    )
+
+    now = world.reserve(world.acme, "a100", [{"class": "gpu", "count": 1}], duration="2h").json()
+    world.clock.now = T0 + timedelta(minutes=30)
+    too_late = world.http.post(f"/v1/reservations/{now['id']}/cancel", headers=world.acme)
+    assert too_late.status_code == 409 and error(too_late)["code"] == "INVALID_STATE"
+    released = world.http.post(f"/v1/reservations/{now['id']}/release", headers=world.acme)
+    assert released.status_code == 200, released.text
+    assert released.json()["status"] == "released" and released.json()["end"].startswith(
+        "2026-12-01T09:30:00"
+    )
+    # The freed remainder of the window can be taken at once.
+    again = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="1h")
+    assert again.status_code == 201, again.text
+
+
+def test_requests_stay_together_and_fill_partly_used_gpus(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=8)
+    pair = world.reserve(world.acme, "h100", [mig("2g.20gb", count=2)]).json()
+    assert len({a["gpuId"] for a in pair["atoms"]}) == 1
+    one = world.reserve(world.acme, "h100", [mig()]).json()
+    assert one["atoms"][0]["gpuId"] == pair["atoms"][0]["gpuId"]
+
+
+def test_whole_gpu_requests_take_unsplit_gpus_only(world: World) -> None:
+    r = world.reserve(world.platform, "h100", [{"class": "gpu", "count": 1}])
+    assert r.status_code == 409 and error(r)["code"] == "INSUFFICIENT_CAPACITY"
+    got = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 2}]).json()
+    assert {a["class"] for a in got["atoms"]} == {"gpu"}
+    assert len({a["node"] for a in got["atoms"]}) == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"poolId": "h100", "devices": [], "duration": "4h"},
+        {"poolId": "h100", "devices": [{"class": "gpu", "count": 0}], "duration": "4h"},
+        {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "soon"},
+        {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "4h", "start": "yesterday"},
+        {"poolId": "h100", "devices": [{"class": "tpu", "count": 1}], "duration": "4h"},
+    ],
+)
+def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]) -> None:
+    r = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
+
+
+def test_unknown_pool_is_not_found(world: World) -> None:
+    r = world.reserve(world.acme, "nope", [mig()])
+    assert r.status_code == 404 and error(r)["code"] == "NOT_FOUND"
