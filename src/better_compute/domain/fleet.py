@@ -13,6 +13,7 @@ from typing import Any
 from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.pools import SharingMode, check_mode, check_replicas
+from better_compute.domain.quota import parse_quota_limits
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,10 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
                 owner=str(_req(p, "owner", where)),
                 nodes=members,
                 policy=policy,
-                owner_quota={str(k): int(v) for k, v in (p.get("ownerQuota") or {}).items()},
+                owner_quota={
+                    str(k): v
+                    for k, v in parse_quota_limits(p.get("ownerQuota") or {}, f"{where}.ownerQuota").items()
+                },
                 meter=str(p.get("meter") or default_meter(mode, first_model)),
             )
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.fleet import FleetSpec
+from better_compute.service import quotas
 from better_compute.service.ports import StorePort
 
 
@@ -48,6 +49,8 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
             if current is None or any(current[k] != v for k, v in row.items()):
                 inv.upsert("pools", [row], ["id"])
             inv.set_pool_nodes(pool.name, list(pool.nodes))
+            if pool.owner_quota:
+                quotas.write_rows(tx, pool.owner, pool.name, pool.owner_quota, now)
         tx.events.append(
             "fleet.registered",
             "fleet",
