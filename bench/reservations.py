@@ -1,0 +1,170 @@
+"""Reservations through the HTTP API: reservations per second and p50/p99 latency.
+
+A fleet of MIG nodes (H100, all-1g.10gb: 7 atoms per GPU) is loaded, a real server process is started
+on loopback, and clients reserve one `gpu.mig` atom each for a random 1-hour window in the next 90
+days, with 1 and with 8 concurrent clients, on SQLite and on PostgreSQL.
+
+    python bench/reservations.py           # 1,000 nodes x 8 GPUs (56,000 MIG atoms)
+    python bench/reservations.py --quick   # a small fleet, under a minute
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database  # noqa: E402
+from better_compute.domain.credentials import Principal  # noqa: E402
+from better_compute.service import credentials, quotas, tenants  # noqa: E402
+from better_compute.storage.store import Store  # noqa: E402
+
+ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def prepare(url: str, nodes: int, gpus: int) -> str:
+    """Load the fleet and give tenant `bench` a token and room to book; returns the token."""
+    store = Store.open(url)
+    now = datetime.now(UTC)
+    load(store, nodes, gpus, now)
+    tenants.create(store, ADMIN, "bench", "Benchmark tenant", now)
+    with store.begin() as tx:
+        quotas.write_rows(tx, "bench", "mig", {"gpu.mig": 10_000_000}, now)
+    token = str(credentials.create(store, ADMIN, "bench", "bench", now)["token"])
+    store.close()
+    return token
+
+
+@contextmanager
+def server(url: str) -> Iterator[str]:
+    port = free_port()
+    cli = Path(sys.executable).with_name("better-compute")
+    proc = subprocess.Popen(
+        [str(cli), "serve", "--database-url", url, "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        else:
+            raise RuntimeError("server did not start")
+        yield base
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def client_loop(base: str, token: str, count: int, seed: int, out: list[float], errors: list[str]) -> None:
+    rng = random.Random(seed)
+    now = datetime.now(UTC)
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
+        for n in range(count):
+            start = (now + timedelta(hours=1 + rng.randrange(0, 24 * 90))).replace(minute=0, second=0, microsecond=0)
+            body = {
+                "poolId": "mig",
+                "devices": [{"class": "gpu.mig", "count": 1}],
+                "start": start.isoformat(),
+                "duration": "1h",
+                "idempotencyKey": f"bench-{seed}-{n}",
+            }
+            t0 = time.perf_counter()
+            r = http.post("/v1/reservations", json=body)
+            out.append((time.perf_counter() - t0) * 1000)
+            if r.status_code != 201:
+                errors.append(r.text[:200])
+
+
+def run_clients(base: str, token: str, clients: int, total: int, seed: int) -> dict[str, Any]:
+    per = total // clients
+    latencies: list[list[float]] = [[] for _ in range(clients)]
+    errors: list[str] = []
+    threads = [
+        threading.Thread(target=client_loop, args=(base, token, per, seed * 100 + c, latencies[c], errors))
+        for c in range(clients)
+    ]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    flat = sorted(x for xs in latencies for x in xs)
+    return {
+        "reservations_per_s": round(len(flat) / elapsed, 1),
+        "p50_ms": round(statistics.median(flat), 2),
+        "p99_ms": round(flat[min(len(flat) - 1, int(0.99 * len(flat)))], 2),
+        "requests": len(flat),
+        "errors": len(errors),
+        **({"first_error": errors[0]} if errors else {}),
+    }
+
+
+def bench_database(url: str, nodes: int, gpus: int, total: int) -> dict[str, Any]:
+    token = prepare(url, nodes, gpus)
+    results: dict[str, Any] = {}
+    with server(url) as base:
+        run_clients(base, token, 1, min(100, total), seed=1)  # warm the server's caches
+        for clients in (1, 8):
+            results[f"clients_{clients}"] = run_clients(base, token, clients, total, seed=clients + 10)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
+    parser.add_argument("--nodes", type=int, default=None)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--reservations", type=int, default=None, help="per configuration")
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--pg-url", default=PG_URL)
+    args = parser.parse_args()
+    nodes = args.nodes or (100 if args.quick else 1000)
+    total = args.reservations or (400 if args.quick else 3000)
+    results: dict[str, Any] = {"nodes": nodes, "gpus_per_node": args.gpus, "atoms": nodes * args.gpus * 7}
+    for db in args.databases.split(","):
+        if db == "postgresql":
+            with postgres_database(args.pg_url) as url:
+                outcome = bench_database(url, nodes, args.gpus, total)
+        else:
+            with tempfile.TemporaryDirectory() as tmp, sqlite_database(Path(tmp)) as url:
+                outcome = bench_database(url, nodes, args.gpus, total)
+        for name, figures in outcome.items():
+            results[f"{db}_{name}"] = figures
+            print(f"{db} {name}: {figures}", file=sys.stderr)
+    print(f"command: python bench/reservations.py{' --quick' if args.quick else ''}", file=sys.stderr)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
