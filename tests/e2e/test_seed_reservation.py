@@ -1,0 +1,79 @@
+"""The seed's notebook reservation, end to end with the typed client and the CLI against a real server.
+
+ACME asks for one 3g.40gb MIG instance for four hours in the demo's mig pool, with idempotency key
+`notebook-ana-0924`. A mig pool gives a tenant no `gpu.mig` quota until it is offered, so the request is
+QUOTA_EXCEEDED first; after `pools.offer` it books, and a retry with the same key returns the same
+reservation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from typing import Any
+
+import pytest
+
+from better_compute.client import Compute, ConflictError, InvalidStateError, QuotaExceededError
+from tests.e2e.conftest import Server
+
+pytestmark = pytest.mark.e2e
+
+POOL = "h100-mig"
+KEY = "notebook-ana-0924"
+NOTEBOOK: list[dict[str, Any]] = [
+    {
+        "class": "gpu.mig",
+        "count": 1,
+        "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+    }
+]
+
+
+def test_seed_reservation(server: Server) -> None:
+    with Compute(server.url, server.admin_token) as admin:
+        with contextlib.suppress(ConflictError):  # examples/demo-fleet.yaml may register acme already
+            admin.tenants.create(id="acme", name="ACME")
+        assert "acme" in {t.id for t in admin.tenants.list().items}
+        token = admin.credentials.create(tenant_id="acme", name="ana").token
+
+        with Compute(server.url, token) as acme:
+            with pytest.raises(QuotaExceededError) as refused:
+                acme.reservations.create(pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY)
+            assert refused.value.status_code == 409
+            assert refused.value.details["class"] == "gpu.mig"
+
+            offered = admin.pools.offer(POOL, tenant_id="acme", quota={"gpu.mig": 2})
+            assert {(q.cls, q.limit) for q in offered.quotas} == {("gpu.mig", 2)}
+
+            first = acme.reservations.create(
+                pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY
+            )
+            assert first.tenant_id == "acme"
+            assert first.pool_id == POOL
+            assert first.status == "active"
+            assert (first.end - first.start).total_seconds() == 4 * 3600
+            assert (first.gpu_count, first.gpu_slices) == (0, 1)
+            [atom] = first.atoms
+            assert atom.cls == "gpu.mig"
+            assert atom.attributes["migProfile"] == "3g.40gb"
+
+            again = acme.reservations.create(
+                pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY
+            )
+            assert again.id == first.id
+            assert [a.id for a in again.atoms] == [atom.id]
+
+            with pytest.raises(InvalidStateError, match="different request"):
+                acme.reservations.create(pool_id=POOL, devices=NOTEBOOK, duration="2h", idempotency_key=KEY)
+
+    shown = server.cli("api", "reservations.get", "--json", json.dumps({"id": first.id}), token=token)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["id"] == first.id
+
+    missing = server.cli("api", "reservations.get", "--json", '{"id": "rsv-does-not-exist"}', token=token)
+    assert missing.returncode == 1
+    assert missing.stdout == ""
+    error = json.loads(missing.stderr)["error"]
+    assert error["code"] == "NOT_FOUND"
+    assert set(error) >= {"code", "message", "details"}
