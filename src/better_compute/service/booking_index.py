@@ -117,6 +117,25 @@ class BookingIndex:
                 if len(batch) < 5000:
                     return
 
+    def prepare(self, tx: Tx) -> int:
+        """Load the index if it never was; returns the id of the last event it has seen."""
+        with self._lock:
+            if self._last_event is None:
+                self._load(tx)
+            assert self._last_event is not None
+            return self._last_event
+
+    def apply(self, tx: Tx, events: Sequence[Row]) -> None:
+        """Apply events read after `prepare`'s id (in order), then catch up if there were more."""
+        with self._lock:
+            for event in events:
+                if self._last_event is not None and event["id"] <= self._last_event:
+                    continue
+                self._apply(event)
+                self._last_event = event["id"]
+        if len(events) >= 5000:
+            self.sync(tx)
+
     def reset(self) -> None:
         with self._lock:
             self._last_event = None

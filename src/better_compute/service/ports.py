@@ -28,6 +28,10 @@ class NotBookable(Exception):
         self.atom_ids = list(atom_ids)
 
 
+class KeyTaken(Exception):
+    """A concurrent request committed a reservation with the same idempotency key first."""
+
+
 class LedgerPort(Protocol):
     def book(
         self,
@@ -110,6 +114,24 @@ class ReservationsPort(Protocol):
         ...
 
     def last_event_id(self) -> int: ...
+
+    def snapshot(
+        self,
+        tenant_id: str,
+        pool_id: str,
+        key: str | None,
+        start: datetime,
+        end: datetime | None,
+        last_event: int,
+    ) -> dict[str, Any]:
+        """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
+        `policies`, `limits` and `in_use` per class, and `events` after `last_event` (one page)."""
+        ...
+
+    def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
+        """Write the reservation row, its allocation, bookings and events (raises Overlap,
+        NotBookable, or KeyTaken when the idempotency key was taken concurrently)."""
+        ...
 
     def events_after(self, event_id: int, limit: int) -> list[Row]: ...
 

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain import admission, choose, iam, quota
+from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import (
     BookingConflict,
@@ -25,7 +26,6 @@ from better_compute.domain.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.ledger import Span
 from better_compute.domain.reservations import (
     ReservationStatus,
     check_cancel,
@@ -36,7 +36,7 @@ from better_compute.domain.reservations import (
 )
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.ports import Overlap, Row, StorePort, Tx
+from better_compute.service.ports import KeyTaken, Overlap, Row, StorePort, Tx
 
 MAX_ATTEMPTS = 4
 
@@ -72,24 +72,17 @@ def _window(raw: Mapping[str, Any], now: datetime) -> Window:
     return window_for(begins, raw.get("duration"), now)
 
 
-def _policies(tx: Tx, tenant_id: str) -> list[iam.Policy]:
+def _policies(rows: list[Row], tenant_id: str) -> list[iam.Policy]:
     return [
         iam.Policy(
             name=r["name"],
-            tenant_id=r["tenant_id"],
+            tenant_id=tenant_id,
             pool_id=r["pool_id"],
             gpu_count=(r["limits"] or {}).get("gpuCount"),
             gpu_slices=(r["limits"] or {}).get("gpuSlices"),
         )
-        for r in tx.inventory.list("policies", filters={"tenant_id": tenant_id})
+        for r in rows
     ]
-
-
-def _in_use(tx: Tx, tenant_id: str, pool_id: str, window: Window) -> Counter[str]:
-    held: Counter[str] = Counter()
-    for r in tx.reservations.overlapping(tenant_id, pool_id, window.start, window.end):
-        held.update({k: int(v) for k, v in (r["counts"] or {}).items()})
-    return held
 
 
 def _view(tx: Tx, row: Row, now: datetime, *, replayed: bool = False) -> ReservationView:
@@ -134,6 +127,10 @@ def create(
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
             with store.read() as tx:
                 index.sync(tx)
+        except KeyTaken:
+            # Another request with this key won the race; the next attempt replays its reservation.
+            if attempt == MAX_ATTEMPTS - 1:
+                raise Conflict(f"idempotencyKey {key!r} is in use by a concurrent request; retry") from None
     raise AssertionError("unreachable")
 
 
@@ -150,43 +147,34 @@ def _create_in(
     now: datetime,
     new_id: Callable[[], str],
 ) -> ReservationView:
-    if key:
-        tx.reservations.lock(f"idempotency:{tenant_id}:{key}")
     tx.reservations.lock(f"pool:{pool_id}")
-    if key:
-        first = tx.reservations.by_idempotency_key(tenant_id, str(key))
-        if first is not None:
-            check_replay(str(key), first["fingerprint"], fingerprint)
-            return _view(tx, first, now, replayed=True)
-    pool = tx.inventory.get("pools", pool_id)
-    if pool is None or tx.inventory.get("tenants", tenant_id) is None:
-        what = "pool" if pool is None else "tenant"
-        raise NotFound(
-            f"{what} {pool_id if pool is None else tenant_id} not found",
-            {f"{what}Id": pool_id if pool is None else tenant_id},
-        )
+    seen = index.prepare(tx)
+    snap = tx.reservations.snapshot(
+        tenant_id, pool_id, str(key) if key else None, window.start, window.end, seen
+    )
+    index.apply(tx, snap["events"])
+    if snap["replay_id"] is not None:
+        first = tx.inventory.get("reservations", snap["replay_id"])
+        assert first is not None
+        check_replay(str(key), first["fingerprint"], fingerprint)
+        return _view(tx, first, now, replayed=True)
+    pool = snap["pool"]
+    if pool is None:
+        raise NotFound(f"pool {pool_id} not found", {"poolId": pool_id})
+    if not snap["tenant_exists"]:
+        raise NotFound(f"tenant {tenant_id} not found", {"tenantId": tenant_id})
     admission.check_against_pool(pool["mode"], requests)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
     gpu_count, gpu_slices = iam.reservation_counts(requested)
-    iam.check_policies(_policies(tx, tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
-    limits = {
-        r["class"]: int(r["limit"])
-        for r in tx.inventory.list("quotas", filters={"tenant_id": tenant_id, "pool_id": pool_id})
-    }
-    quota.check_quota(
-        tenant_id,
-        pool["owner_tenant_id"],
-        limits,
-        _in_use(tx, tenant_id, pool_id, window),
-        requested,
-        pool_id=pool_id,
+    iam.check_policies(
+        _policies(snap["policies"], tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id
     )
+    quota.check_quota(tenant_id, pool["owner"], snap["limits"], snap["in_use"], requested, pool_id=pool_id)
 
-    index.sync(tx)
     pool_atoms = index.pool_atoms(tx, pool_id)
     busy_ids = {i.atom_id for i in index.busy(window)}
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
-    shortlisted: dict[str, Any] = {}
+    shortlisted: dict[str, Atom] = {}
     for request in requests:
         for atom in choose.shortlist(request, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
             shortlisted[atom.id] = atom
@@ -204,9 +192,8 @@ def _create_in(
                 "earliestStart": earliest,
             },
         )
-    reservation_id = new_id()
     row: Row = {
-        "id": reservation_id,
+        "id": new_id(),
         "tenant_id": tenant_id,
         "pool_id": pool_id,
         "status": ReservationStatus.SCHEDULED.value,
@@ -215,40 +202,18 @@ def _create_in(
         "devices": list(raw.get("devices") or []),
         "gpu_count": gpu_count,
         "gpu_slices": gpu_slices,
-        "counts": dict(requested),
+        "counts": requested,
         "idempotency_key": str(key) if key else None,
         "fingerprint": fingerprint,
         "generation": 1,
         "created_at": now,
     }
-    tx.inventory.insert_new(
-        "allocations",
-        [
-            {
-                "id": reservation_id,
-                "kind": "reservation",
-                "tenant_id": tenant_id,
-                "pool_id": pool_id,
-                "created_at": now,
-            }
-        ],
-    )
-    if not tx.inventory.insert_new("reservations", [row]):
-        raise Conflict(
-            f"idempotencyKey {key!r} is being used by a concurrent request; retry", {"idempotencyKey": key}
-        )
-    tx.ledger.book(decision.atom_ids, Span(window.start, window.end), reservation_id, tenant_id, now)
-    tx.events.append(
-        "reservation.created",
-        reservation_id,
-        {"tenantId": tenant_id, "poolId": pool_id, "atoms": list(decision.atom_ids)},
-        now,
-    )
-    atoms = [{**_atom_row(shortlisted[a])} for a in decision.atom_ids]
+    tx.reservations.commit(row, decision.atom_ids, now)
+    atoms = [_atom_row(shortlisted[a]) for a in decision.atom_ids]
     return ReservationView(row, atoms, status_at(window, row["status"], now))
 
 
-def _atom_row(atom: Any) -> Row:
+def _atom_row(atom: Atom) -> Row:
     return {
         "id": atom.id,
         "class": atom.cls,

@@ -13,6 +13,9 @@ from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.pool import QueuePool
 
+READ_ONLY = "bc_read_only"
+"""Execution option marking a connection whose transaction only reads."""
+
 
 def normalise_url(url: str) -> str:
     """Accept libpq-style URLs and route them to psycopg 3."""
@@ -55,7 +58,10 @@ def _sqlite_pragmas(engine: Engine, synchronous_full: bool) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        # Writers take the write lock up front, so a check-then-insert cannot interleave; readers
+        # take a plain snapshot and never wait for a writer (WAL).
+        read_only = conn.get_execution_options().get(READ_ONLY, False)
+        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
 
 class UtcDateTime(TypeDecorator[datetime]):

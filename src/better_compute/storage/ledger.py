@@ -55,23 +55,23 @@ def _row_to_booking(row: object) -> Booking:
     )
 
 
-_COLUMNS = (
+COLUMNS = (
     "id, atom_id, gpu_id, pool_id, class, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
 )
 _SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
-def _id_prefix() -> str:
+def id_prefix() -> str:
     """Booking ids start with the wall-clock time, so index inserts append instead of scattering."""
     return f"bkg-{time.time_ns() // 1000:014x}"
 
 
-def _sqlite_time(value: datetime | None) -> str | None:
+def sqlite_time(value: datetime | None) -> str | None:
     """The text SQLAlchemy's DateTime stores on SQLite, so hand-written SQL compares like mapped SQL."""
     return None if value is None else value.astimezone(UTC).replace(tzinfo=None).strftime(_SQLITE_TIME)
 
 
-def _book_sqlite(
+def book_sqlite(
     conn: Connection,
     ids: list[str],
     span: Span,
@@ -86,17 +86,17 @@ def _book_sqlite(
     db = conn.connection.driver_connection
     assert db is not None
     marks = ",".join("?" * len(ids))
-    start, end = _sqlite_time(span.start), _sqlite_time(span.end)
+    start, end = sqlite_time(span.start), sqlite_time(span.end)
     window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + (" AND b.starts_at < ?" if end is not None else "")
     window_params = (start, *([end] if end is not None else []))
     written = db.execute(
-        f"INSERT INTO bookings ({_COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
+        f"INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
         f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks})"
         + (" AND bookable = 1" if require_bookable else "")
         + " AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'"
         + window
         + ") RETURNING id",
-        (_id_prefix(), tenant_id, allocation_id, start, end, _sqlite_time(now), *ids, *window_params),
+        (id_prefix(), tenant_id, allocation_id, start, end, sqlite_time(now), *ids, *window_params),
     ).fetchall()
     if len(written) != len(ids):
         # Slow path: take back this statement's rows, then see whether another booking is in the way.
@@ -112,14 +112,14 @@ def _book_sqlite(
         return len(written)
     db.execute(
         "INSERT INTO events (type, subject, payload, at) VALUES ('ledger.booked', ?, ?, ?)",
-        (allocation_id, payload, _sqlite_time(now)),
+        (allocation_id, payload, sqlite_time(now)),
     )
     return len(written)
 
 
 _PG_BOOK = (
     "WITH b AS (INSERT INTO bookings ("
-    + _COLUMNS
+    + COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
     " FROM atoms WHERE id = ANY(%(ids)s) {bookable} RETURNING atom_id),"
@@ -142,7 +142,7 @@ def _book_postgres(
     payload: str,
 ) -> int:
     params = {
-        "prefix": _id_prefix(),
+        "prefix": id_prefix(),
         "tenant": tenant_id,
         "alloc": allocation_id,
         "start": span.start,
@@ -157,9 +157,26 @@ def _book_postgres(
     try:
         row = db.execute(_PG_BOOK_BOOKABLE if require_bookable else _PG_BOOK_ANY, params).fetchone()
     except psycopg.errors.ExclusionViolation as exc:
-        match = _PG_KEY.search(exc.diag.message_detail or "")
-        raise Overlap(match.group(1) if match else None) from None
+        raise overlap_from(exc) from None
     return int(row[0]) if row is not None else 0
+
+
+def booked_payload(atom_ids: Sequence[str], span: Span, tenant_id: str | None) -> str:
+    """The `ledger.booked` event's payload, as JSON text: what a booking index needs to replay it."""
+    return json.dumps(
+        {
+            "atoms": list(atom_ids),
+            "tenantId": tenant_id,
+            "start": span.start.isoformat(),
+            "end": span.end.isoformat() if span.end else None,
+        }
+    )
+
+
+def overlap_from(exc: psycopg.errors.ExclusionViolation) -> Overlap:
+    """The atom PostgreSQL names in an exclusion violation, as an Overlap."""
+    match = _PG_KEY.search(exc.diag.message_detail or "")
+    return Overlap(match.group(1) if match else None)
 
 
 def book(
@@ -179,22 +196,15 @@ def book(
     Returns the number of bookings written. Booking ids are `bkg-<time><random>`, 30 characters.
     """
     ids = list(dict.fromkeys(atom_ids))
-    payload = json.dumps(
-        {
-            "atoms": ids,
-            "tenantId": tenant_id,
-            "start": span.start.isoformat(),
-            "end": span.end.isoformat() if span.end else None,
-        }
-    )
-    writer = _book_postgres if conn.dialect.name == "postgresql" else _book_sqlite
+    payload = booked_payload(ids, span, tenant_id)
+    writer = _book_postgres if conn.dialect.name == "postgresql" else book_sqlite
     written = writer(conn, ids, span, allocation_id, tenant_id, now, require_bookable, payload)
     if written != len(ids):
-        raise NotBookable(_unbookable(conn, ids))
+        raise NotBookable(unbookable(conn, ids))
     return written
 
 
-def _unbookable(conn: Connection, ids: Sequence[str]) -> list[str]:
+def unbookable(conn: Connection, ids: Sequence[str]) -> list[str]:
     ok = {
         r[0] for r in conn.execute(select(atoms.c.id).where(atoms.c.id.in_(ids), atoms.c.bookable.is_(True)))
     }

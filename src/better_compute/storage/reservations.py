@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, func, or_, select, text
 
+from better_compute.domain.ledger import Span
+from better_compute.service.ports import KeyTaken, NotBookable
+from better_compute.storage import ledger
 from better_compute.storage.inventory import rows
+from better_compute.storage.ledger import sqlite_time
 from better_compute.storage.tables import atoms, bookings, events, reservations
 
 Row = dict[str, Any]
@@ -72,3 +79,192 @@ def live_bookings(conn: Connection, since: datetime) -> list[Row]:
         bookings.c.allocation_id, bookings.c.atom_id, bookings.c.starts_at, bookings.c.ends_at
     ).where(bookings.c.state == "live", or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since))
     return rows(conn, stmt)
+
+
+# -- The admission hot path ----------------------------------------------------------------------
+# Admitting a reservation reads a handful of small things and writes a handful of rows. Built with
+# SQLAlchemy's expression language that is a dozen statements and most of the request's time, so
+# here it is one read statement and one write statement per dialect, straight to the driver.
+
+_PG_SNAPSHOT = """
+SELECT
+  (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s),
+  (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = %(p)s),
+  EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),
+  (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')
+     FROM policies WHERE tenant_id = %(t)s),
+  (SELECT coalesce(json_object_agg(class, "limit"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),
+  (SELECT coalesce(json_object_agg(k, n), '{}') FROM (
+     SELECT c.key AS k, sum(c.value::int) AS n FROM reservations r, json_each_text(r.counts) c
+     WHERE r.tenant_id = %(t)s AND r.pool_id = %(p)s AND r.status <> 'cancelled'
+       AND (r.ends_at IS NULL OR r.ends_at > %(s)s) AND (%(e)s::timestamptz IS NULL OR r.starts_at < %(e)s)
+     GROUP BY c.key) u),
+  (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
+     ORDER BY id), '[]') FROM (SELECT * FROM events WHERE id > %(last)s ORDER BY id LIMIT %(limit)s) ev)
+"""
+
+_SQLITE_SNAPSHOT = """
+SELECT
+  (SELECT id FROM reservations WHERE tenant_id = :t AND idempotency_key = :k),
+  (SELECT json_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = :p),
+  EXISTS (SELECT 1 FROM tenants WHERE id = :t),
+  (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
+     FROM policies WHERE tenant_id = :t),
+  (SELECT json_group_object(class, "limit") FROM quotas WHERE tenant_id = :t AND pool_id = :p),
+  (SELECT json_group_object(k, n) FROM (
+     SELECT c.key AS k, sum(c.value) AS n FROM reservations r, json_each(r.counts) c
+     WHERE r.tenant_id = :t AND r.pool_id = :p AND r.status <> 'cancelled'
+       AND (r.ends_at IS NULL OR r.ends_at > :s) AND (:e IS NULL OR r.starts_at < :e)
+     GROUP BY c.key)),
+  (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
+     FROM (SELECT * FROM events WHERE id > :last ORDER BY id LIMIT :limit))
+"""
+
+EVENT_PAGE = 5000
+
+
+def admission_snapshot(
+    conn: Connection,
+    tenant_id: str,
+    pool_id: str,
+    key: str | None,
+    start: datetime,
+    end: datetime | None,
+    last_event: int,
+) -> dict[str, Any]:
+    """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
+    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, what it holds
+    there during the window per class, and the events after `last_event` (up to EVENT_PAGE)."""
+    db = conn.connection.driver_connection
+    assert db is not None
+    if conn.dialect.name == "postgresql":
+        params = {
+            "t": tenant_id,
+            "p": pool_id,
+            "k": key,
+            "s": start,
+            "e": end,
+            "last": last_event,
+            "limit": EVENT_PAGE,
+        }
+        row = db.execute(_PG_SNAPSHOT, params).fetchone()
+        replay, pool, tenant, policies, limits, used, tail = row
+    else:
+        params = {
+            "t": tenant_id,
+            "p": pool_id,
+            "k": key,
+            "s": sqlite_time(start),
+            "e": sqlite_time(end),
+            "last": last_event,
+            "limit": EVENT_PAGE,
+        }
+        row = db.execute(_SQLITE_SNAPSHOT, params).fetchone()
+        replay, tenant = row[0], row[2]
+        pool, policies, limits, used, tail = (
+            json.loads(v) if v is not None else None for v in (row[1], *row[3:])
+        )
+    return {
+        "replay_id": replay,
+        "pool": pool,
+        "tenant_exists": bool(tenant),
+        "policies": policies or [],
+        "limits": {str(k): int(v) for k, v in (limits or {}).items()},
+        "in_use": {str(k): int(v) for k, v in (used or {}).items()},
+        "events": tail or [],
+    }
+
+
+_PG_COMMIT = (
+    "WITH a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
+    " VALUES (%(id)s, 'reservation', %(t)s, %(p)s, %(now)s)),"
+    " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
+    " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) VALUES (%(id)s, %(t)s, %(p)s,"
+    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s, %(gs)s, %(counts)s::json, %(k)s, %(fp)s, 1, %(now)s)),"
+    " b AS (INSERT INTO bookings ("
+    + ledger.COLUMNS
+    + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
+    " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
+    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable RETURNING atom_id),"
+    " e AS (INSERT INTO events (type, subject, payload, at)"
+    " SELECT 'ledger.booked', %(id)s, %(booked)s::json, %(now)s WHERE (SELECT count(*) FROM b) = %(n)s"
+    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s)"
+    " SELECT count(*) FROM b"
+)
+
+
+def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
+    """Write the reservation, its allocation, its bookings and their events; raise Overlap or
+    NotBookable (the caller rolls back), or KeyTaken when the idempotency key was taken meanwhile."""
+    ids = list(atom_ids)
+    span = Span(row["starts_at"], row["ends_at"])
+    booked = ledger.booked_payload(ids, span, row["tenant_id"])
+    created = json.dumps({"tenantId": row["tenant_id"], "poolId": row["pool_id"], "atoms": ids})
+    db = conn.connection.driver_connection
+    assert db is not None
+    if conn.dialect.name != "postgresql":
+        db.execute(
+            "INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at) VALUES (?, 'reservation', ?, ?, ?)",
+            (row["id"], row["tenant_id"], row["pool_id"], sqlite_time(now)),
+        )
+        try:
+            db.execute(
+                "INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
+                " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at)"
+                " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                (
+                    row["id"],
+                    row["tenant_id"],
+                    row["pool_id"],
+                    sqlite_time(span.start),
+                    sqlite_time(span.end),
+                    json.dumps(row["devices"]),
+                    row["gpu_count"],
+                    row["gpu_slices"],
+                    json.dumps(row["counts"]),
+                    row["idempotency_key"],
+                    row["fingerprint"],
+                    sqlite_time(now),
+                ),
+            )
+        except sqlite3.IntegrityError:
+            raise _key_taken(row) from None
+        written = ledger.book_sqlite(conn, ids, span, row["id"], row["tenant_id"], now, True, booked)
+        if written != len(ids):
+            raise NotBookable(ledger.unbookable(conn, ids))
+        db.execute(
+            "INSERT INTO events (type, subject, payload, at) VALUES ('reservation.created', ?, ?, ?)",
+            (row["id"], created, sqlite_time(now)),
+        )
+        return
+    params = {
+        "id": row["id"],
+        "t": row["tenant_id"],
+        "p": row["pool_id"],
+        "s": span.start,
+        "e": span.end,
+        "devices": json.dumps(row["devices"]),
+        "gc": row["gpu_count"],
+        "gs": row["gpu_slices"],
+        "counts": json.dumps(row["counts"]),
+        "k": row["idempotency_key"],
+        "fp": row["fingerprint"],
+        "now": now,
+        "prefix": ledger.id_prefix(),
+        "ids": ids,
+        "n": len(ids),
+        "booked": booked,
+        "created": created,
+    }
+    try:
+        result = db.execute(_PG_COMMIT, params).fetchone()
+    except psycopg.errors.ExclusionViolation as exc:
+        raise ledger.overlap_from(exc) from None
+    except psycopg.errors.UniqueViolation:
+        raise _key_taken(row) from None
+    if result is None or int(result[0]) != len(ids):
+        raise NotBookable(ledger.unbookable(conn, ids))
+
+
+def _key_taken(row: Row) -> KeyTaken:
+    return KeyTaken(row["idempotency_key"])

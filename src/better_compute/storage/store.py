@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from sqlalchemy import Engine
 
 from better_compute.storage import migrate
-from better_compute.storage.db import make_engine
+from better_compute.storage.db import READ_ONLY, make_engine
 from better_compute.storage.uow import SqlTx
 
 
@@ -38,7 +38,9 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[SqlTx]:
         """A unit of work that writes nothing; it is rolled back when done."""
-        with self.engine.connect() as conn:
+        # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around a single query.
+        options = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {READ_ONLY: True}
+        with self.engine.connect().execution_options(**options) as conn:
             yield SqlTx(conn)
             conn.rollback()
 

@@ -140,6 +140,20 @@ class SqlReservations:
     def last_event_id(self) -> int:
         return reservations.last_event_id(self.conn)
 
+    def snapshot(
+        self,
+        tenant_id: str,
+        pool_id: str,
+        key: str | None,
+        start: datetime,
+        end: datetime | None,
+        last_event: int,
+    ) -> dict[str, Any]:
+        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, start, end, last_event)
+
+    def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
+        reservations.commit_reservation(self.conn, row, atom_ids, now)
+
     def events_after(self, event_id: int, limit: int) -> list[Row]:
         return reservations.events_after(self.conn, event_id, limit)
 
