@@ -10,7 +10,8 @@ database's exclusion constraint is still the fence, and a refused write makes th
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,6 +23,8 @@ from better_compute.domain.selectors import matches
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import Row, Tx
 
+GAP_PATIENCE = 30.0
+"""Seconds an event id skipped over is waited for before it is taken as rolled back."""
 _BUCKET = timedelta(days=1)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _LONG = 60  # intervals spanning more buckets than this are kept in one list checked every time
@@ -97,10 +100,15 @@ class BookingIndex:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._last_event: int | None = None
+        # PostgreSQL hands out event ids at insert, not at commit: a lower id can become visible
+        # after a higher one. Ids skipped over are kept as gaps and asked for again until they show
+        # up or GAP_PATIENCE passes (a rolled-back transaction leaves a gap for ever).
+        self._gaps: dict[int, float] = {}
         self._by_allocation: dict[str, list[_Interval]] = {}
         self._by_bucket: dict[int, set[str]] = defaultdict(set)
         self._long: set[str] = set()
         self._pools: dict[str, PoolAtoms] = {}
+        self._claimed: Counter[str] = Counter()
 
     # -- keeping up ------------------------------------------------------------------------------
     def sync(self, tx: Tx) -> None:
@@ -110,35 +118,55 @@ class BookingIndex:
                 self._load(tx)
                 return
             while True:
-                batch = tx.reservations.events_after(self._last_event, 5000)
-                for event in batch:
-                    self._apply(event)
-                    self._last_event = event["id"]
+                batch = tx.reservations.events_after(self._last_event, 5000, self._pending_gaps())
+                self._apply_batch(batch)
                 if len(batch) < 5000:
                     return
 
-    def prepare(self, tx: Tx) -> int:
-        """Load the index if it never was; returns the id of the last event it has seen."""
+    def prepare(self, tx: Tx) -> tuple[int, list[int]]:
+        """Load the index if it never was; returns the last event id seen and the gaps still open."""
         with self._lock:
             if self._last_event is None:
                 self._load(tx)
             assert self._last_event is not None
-            return self._last_event
+            return self._last_event, self._pending_gaps()
 
     def apply(self, tx: Tx, events: Sequence[Row]) -> None:
-        """Apply events read after `prepare`'s id (in order), then catch up if there were more."""
+        """Apply events read after `prepare`'s id or in its gaps, then catch up if there were more."""
         with self._lock:
-            for event in events:
-                if self._last_event is not None and event["id"] <= self._last_event:
-                    continue
-                self._apply(event)
-                self._last_event = event["id"]
+            if self._last_event is None:
+                # Another request reset the index meanwhile; it reloads from the ledger.
+                self._load(tx)
+                return
+            self._apply_batch(events)
         if len(events) >= 5000:
             self.sync(tx)
+
+    def _pending_gaps(self) -> list[int]:
+        now = time.monotonic()
+        for gap in [g for g, since in self._gaps.items() if now - since > GAP_PATIENCE]:
+            del self._gaps[gap]
+        return sorted(self._gaps)
+
+    def _apply_batch(self, events: Sequence[Row]) -> None:
+        assert self._last_event is not None
+        now = time.monotonic()
+        for event in sorted(events, key=lambda e: int(e["id"])):
+            event_id = int(event["id"])
+            if event_id in self._gaps:
+                del self._gaps[event_id]
+            elif event_id <= self._last_event:
+                continue
+            else:
+                for missing in range(self._last_event + 1, event_id):
+                    self._gaps[missing] = now
+                self._last_event = event_id
+            self._apply(event)
 
     def reset(self) -> None:
         with self._lock:
             self._last_event = None
+            self._gaps.clear()
             self._by_allocation.clear()
             self._by_bucket.clear()
             self._long.clear()
@@ -227,6 +255,22 @@ class BookingIndex:
                 for i in self._by_allocation.get(alloc, ())
                 if i.overlaps(window.start, window.end)
             ]
+
+    def claimed(self) -> set[str]:
+        """Atoms chosen by requests of this process that have not committed or rolled back yet."""
+        with self._lock:
+            return set(self._claimed)
+
+    def claim(self, atom_ids: Iterable[str]) -> None:
+        """Keep concurrent requests in this process off atoms one of them is about to book."""
+        with self._lock:
+            self._claimed.update(atom_ids)
+
+    def unclaim(self, atom_ids: Iterable[str]) -> None:
+        with self._lock:
+            self._claimed.subtract(atom_ids)
+            for atom in [a for a, n in self._claimed.items() if n <= 0]:
+                del self._claimed[atom]
 
     def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[Window]]:
         """Every live booking of these atoms, as windows (for the earliest start after a refusal)."""

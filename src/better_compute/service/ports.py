@@ -123,9 +123,11 @@ class ReservationsPort(Protocol):
         start: datetime,
         end: datetime | None,
         last_event: int,
+        gaps: Sequence[int] = (),
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
-        `policies`, `limits` and `in_use` per class, and `events` after `last_event` (one page)."""
+        `policies`, `limits` and `in_use` per class, and `events` after `last_event` (one page)
+        or among `gaps`."""
         ...
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
@@ -133,7 +135,9 @@ class ReservationsPort(Protocol):
         NotBookable, or KeyTaken when the idempotency key was taken concurrently)."""
         ...
 
-    def events_after(self, event_id: int, limit: int) -> list[Row]: ...
+    def events_after(self, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
+        """Events with ids above `event_id` (at most `limit`), and those among `gaps`, by id."""
+        ...
 
     def live_bookings(self, since: datetime) -> list[Row]:
         """Live bookings that end after `since` (or never): allocation_id, atom_id, starts_at, ends_at."""

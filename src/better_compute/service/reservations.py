@@ -117,20 +117,37 @@ def create(
     key = raw.get("idempotencyKey")
     fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
     for attempt in range(MAX_ATTEMPTS):
+        claims: list[str] = []
         try:
             with store.begin() as tx:
                 return _create_in(
-                    tx, index, tenant_id, pool_id, requests, window, key, fingerprint, raw, now, new_id
+                    tx,
+                    index,
+                    tenant_id,
+                    pool_id,
+                    requests,
+                    window,
+                    key,
+                    fingerprint,
+                    raw,
+                    now,
+                    new_id,
+                    claims,
                 )
         except Overlap as clash:
             if attempt == MAX_ATTEMPTS - 1:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
-            with store.read() as tx:
-                index.sync(tx)
+            if attempt == 0:
+                with store.read() as tx:
+                    index.sync(tx)  # usually a booking that committed a moment ago
+            else:
+                index.reset()  # twice behind: rebuild the index from the ledger itself
         except KeyTaken:
             # Another request with this key won the race; the next attempt replays its reservation.
             if attempt == MAX_ATTEMPTS - 1:
                 raise Conflict(f"idempotencyKey {key!r} is in use by a concurrent request; retry") from None
+        finally:
+            index.unclaim(claims)
     raise AssertionError("unreachable")
 
 
@@ -146,11 +163,15 @@ def _create_in(
     raw: Mapping[str, Any],
     now: datetime,
     new_id: Callable[[], str],
+    claims: list[str],
 ) -> ReservationView:
-    tx.reservations.lock(f"pool:{pool_id}")
-    seen = index.prepare(tx)
+    # Quota is per tenant and pool: its check and the booking must not interleave with another
+    # reservation of the same tenant in the pool. Other tenants go ahead; atoms they race for are
+    # settled by the exclusion constraint (and, within this process, by claims).
+    tx.reservations.lock(f"quota:{tenant_id}:{pool_id}")
+    seen, gaps = index.prepare(tx)
     snap = tx.reservations.snapshot(
-        tenant_id, pool_id, str(key) if key else None, window.start, window.end, seen
+        tenant_id, pool_id, str(key) if key else None, window.start, window.end, seen, gaps
     )
     index.apply(tx, snap["events"])
     if snap["replay_id"] is not None:
@@ -172,7 +193,7 @@ def _create_in(
     quota.check_quota(tenant_id, pool["owner"], snap["limits"], snap["in_use"], requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
-    busy_ids = {i.atom_id for i in index.busy(window)}
+    busy_ids = {i.atom_id for i in index.busy(window)} | index.claimed()
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
     shortlisted: dict[str, Atom] = {}
     for request in requests:
@@ -192,6 +213,8 @@ def _create_in(
                 "earliestStart": earliest,
             },
         )
+    claims.extend(decision.atom_ids)
+    index.claim(decision.atom_ids)
     row: Row = {
         "id": new_id(),
         "tenant_id": tenant_id,

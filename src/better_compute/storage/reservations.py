@@ -70,8 +70,11 @@ def last_event_id(conn: Connection) -> int:
     return int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one())
 
 
-def events_after(conn: Connection, event_id: int, limit: int) -> list[Row]:
-    return rows(conn, select(events).where(events.c.id > event_id).order_by(events.c.id).limit(limit))
+def events_after(conn: Connection, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
+    found = rows(conn, select(events).where(events.c.id > event_id).order_by(events.c.id).limit(limit))
+    if gaps:
+        found += rows(conn, select(events).where(events.c.id.in_(list(gaps))))
+    return found
 
 
 def live_bookings(conn: Connection, since: datetime) -> list[Row]:
@@ -100,7 +103,8 @@ SELECT
        AND (r.ends_at IS NULL OR r.ends_at > %(s)s) AND (%(e)s::timestamptz IS NULL OR r.starts_at < %(e)s)
      GROUP BY c.key) u),
   (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
-     ORDER BY id), '[]') FROM (SELECT * FROM events WHERE id > %(last)s ORDER BY id LIMIT %(limit)s) ev)
+     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s ORDER BY id LIMIT %(limit)s)
+     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s))) ev)
 """
 
 _SQLITE_SNAPSHOT = """
@@ -117,7 +121,8 @@ SELECT
        AND (r.ends_at IS NULL OR r.ends_at > :s) AND (:e IS NULL OR r.starts_at < :e)
      GROUP BY c.key)),
   (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
-     FROM (SELECT * FROM events WHERE id > :last ORDER BY id LIMIT :limit))
+     FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last ORDER BY id LIMIT :limit)
+           UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps))))
 """
 
 EVENT_PAGE = 5000
@@ -131,6 +136,7 @@ def admission_snapshot(
     start: datetime,
     end: datetime | None,
     last_event: int,
+    gaps: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
     mode and owner, whether the tenant exists, its policies, its quota rows in the pool, what it holds
@@ -146,6 +152,7 @@ def admission_snapshot(
             "e": end,
             "last": last_event,
             "limit": EVENT_PAGE,
+            "gaps": list(gaps),
         }
         row = db.execute(_PG_SNAPSHOT, params).fetchone()
         replay, pool, tenant, policies, limits, used, tail = row
@@ -158,6 +165,7 @@ def admission_snapshot(
             "e": sqlite_time(end),
             "last": last_event,
             "limit": EVENT_PAGE,
+            "gaps": json.dumps(list(gaps)),
         }
         row = db.execute(_SQLITE_SNAPSHOT, params).fetchone()
         replay, tenant = row[0], row[2]

@@ -148,14 +148,17 @@ class SqlReservations:
         start: datetime,
         end: datetime | None,
         last_event: int,
+        gaps: Sequence[int] = (),
     ) -> dict[str, Any]:
-        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, start, end, last_event)
+        return reservations.admission_snapshot(
+            self.conn, tenant_id, pool_id, key, start, end, last_event, gaps
+        )
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
         reservations.commit_reservation(self.conn, row, atom_ids, now)
 
-    def events_after(self, event_id: int, limit: int) -> list[Row]:
-        return reservations.events_after(self.conn, event_id, limit)
+    def events_after(self, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
+        return reservations.events_after(self.conn, event_id, limit, gaps)
 
     def live_bookings(self, since: datetime) -> list[Row]:
         return reservations.live_bookings(self.conn, since)
