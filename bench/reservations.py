@@ -2,7 +2,8 @@
 
 A fleet of MIG nodes (H100, all-1g.10gb: 7 atoms per GPU) is loaded, a real server process is started
 on loopback, and clients reserve one `gpu.mig` atom each for a random 1-hour window in the next 90
-days, with 1 and with 8 concurrent clients, on SQLite and on PostgreSQL.
+days, with 1 and with 8 concurrent clients (client n acts as tenant n), on SQLite and on PostgreSQL.
+The server runs `--workers 2` (one process per core) with access logging off.
 
     python bench/reservations.py           # 1,000 nodes x 8 GPUs (56,000 MIG atoms)
     python bench/reservations.py --quick   # a small fleet, under a minute
@@ -31,10 +32,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database  # noqa: E402
-from better_compute.domain.credentials import Principal  # noqa: E402
-from better_compute.service import credentials, quotas, tenants  # noqa: E402
-from better_compute.storage.store import Store  # noqa: E402
+from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database
+from better_compute.domain.credentials import Principal
+from better_compute.service import credentials, quotas, tenants
+from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")
 
@@ -45,25 +46,38 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def prepare(url: str, nodes: int, gpus: int) -> str:
-    """Load the fleet and give tenant `bench` a token and room to book; returns the token."""
+def prepare(url: str, nodes: int, gpus: int, tenant_count: int = 8) -> list[str]:
+    """Load the fleet and give each benchmark tenant a token and room to book; returns the tokens."""
     store = Store.open(url)
     now = datetime.now(UTC)
     load(store, nodes, gpus, now)
-    tenants.create(store, ADMIN, "bench", "Benchmark tenant", now)
-    with store.begin() as tx:
-        quotas.write_rows(tx, "bench", "mig", {"gpu.mig": 10_000_000}, now)
-    token = str(credentials.create(store, ADMIN, "bench", "bench", now)["token"])
+    tokens = []
+    for n in range(tenant_count):
+        tenant = f"bench-{n}"
+        tenants.create(store, ADMIN, tenant, f"Benchmark tenant {n}", now)
+        with store.begin() as tx:
+            quotas.write_rows(tx, tenant, "mig", {"gpu.mig": 10_000_000}, now)
+        tokens.append(str(credentials.create(store, ADMIN, tenant, "bench", now)["token"]))
     store.close()
-    return token
+    return tokens
 
 
 @contextmanager
-def server(url: str) -> Iterator[str]:
+def server(url: str, workers: int = 1) -> Iterator[str]:
     port = free_port()
     cli = Path(sys.executable).with_name("better-compute")
     proc = subprocess.Popen(
-        [str(cli), "serve", "--database-url", url, "--port", str(port)],
+        [
+            str(cli),
+            "serve",
+            "--database-url",
+            url,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-access-log",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -90,7 +104,9 @@ def client_loop(base: str, token: str, count: int, seed: int, out: list[float], 
     now = datetime.now(UTC)
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as http:
         for n in range(count):
-            start = (now + timedelta(hours=1 + rng.randrange(0, 24 * 90))).replace(minute=0, second=0, microsecond=0)
+            start = (now + timedelta(hours=1 + rng.randrange(0, 24 * 90))).replace(
+                minute=0, second=0, microsecond=0
+            )
             body = {
                 "poolId": "mig",
                 "devices": [{"class": "gpu.mig", "count": 1}],
@@ -105,12 +121,17 @@ def client_loop(base: str, token: str, count: int, seed: int, out: list[float], 
                 errors.append(r.text[:200])
 
 
-def run_clients(base: str, token: str, clients: int, total: int, seed: int) -> dict[str, Any]:
+def run_clients(base: str, tokens: list[str], clients: int, total: int, seed: int) -> dict[str, Any]:
+    """`clients` threads, client c acting as tenant c (a tenant's own requests are serialised by its
+    quota lock; different tenants admit in parallel)."""
     per = total // clients
     latencies: list[list[float]] = [[] for _ in range(clients)]
     errors: list[str] = []
     threads = [
-        threading.Thread(target=client_loop, args=(base, token, per, seed * 100 + c, latencies[c], errors))
+        threading.Thread(
+            target=client_loop,
+            args=(base, tokens[c % len(tokens)], per, seed * 100 + c, latencies[c], errors),
+        )
         for c in range(clients)
     ]
     t0 = time.perf_counter()
@@ -130,35 +151,43 @@ def run_clients(base: str, token: str, clients: int, total: int, seed: int) -> d
     }
 
 
-def bench_database(url: str, nodes: int, gpus: int, total: int) -> dict[str, Any]:
-    token = prepare(url, nodes, gpus)
+def bench_database(url: str, nodes: int, gpus: int, total: int, workers: int) -> dict[str, Any]:
+    tokens = prepare(url, nodes, gpus)
     results: dict[str, Any] = {}
-    with server(url) as base:
-        run_clients(base, token, 1, min(100, total), seed=1)  # warm the server's caches
+    with server(url, workers) as base:
+        run_clients(base, tokens, 8, min(400, total), seed=1)  # warm every worker's caches
         for clients in (1, 8):
-            results[f"clients_{clients}"] = run_clients(base, token, clients, total, seed=clients + 10)
+            results[f"clients_{clients}"] = run_clients(base, tokens, clients, total, seed=clients + 10)
     return results
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
     parser.add_argument("--nodes", type=int, default=None)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--reservations", type=int, default=None, help="per configuration")
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default=PG_URL)
+    parser.add_argument("--workers", type=int, default=2, help="server processes (default: one per core)")
     args = parser.parse_args()
     nodes = args.nodes or (100 if args.quick else 1000)
     total = args.reservations or (400 if args.quick else 3000)
-    results: dict[str, Any] = {"nodes": nodes, "gpus_per_node": args.gpus, "atoms": nodes * args.gpus * 7}
+    results: dict[str, Any] = {
+        "nodes": nodes,
+        "gpus_per_node": args.gpus,
+        "atoms": nodes * args.gpus * 7,
+        "server_workers": args.workers,
+    }
     for db in args.databases.split(","):
         if db == "postgresql":
             with postgres_database(args.pg_url) as url:
-                outcome = bench_database(url, nodes, args.gpus, total)
+                outcome = bench_database(url, nodes, args.gpus, total, args.workers)
         else:
             with tempfile.TemporaryDirectory() as tmp, sqlite_database(Path(tmp)) as url:
-                outcome = bench_database(url, nodes, args.gpus, total)
+                outcome = bench_database(url, nodes, args.gpus, total, args.workers)
         for name, figures in outcome.items():
             results[f"{db}_{name}"] = figures
             print(f"{db} {name}: {figures}", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from collections.abc import Callable
@@ -29,9 +30,13 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+_ids = random.Random(secrets.randbits(64))
+"""Id suffixes need uniqueness, not secrecy: a seeded generator avoids a system call per id."""
+
+
 def new_reservation_id() -> str:
     """Time-ordered ids (`rsv-<time><random>`): lists page in creation order, indexes append."""
-    return f"rsv-{time.time_ns() // 1000:014x}{secrets.token_hex(5)}"
+    return f"rsv-{time.time_ns() // 1000:014x}{_ids.getrandbits(40):010x}"
 
 
 def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> FastAPI:

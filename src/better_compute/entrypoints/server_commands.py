@@ -34,6 +34,13 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     fleet: Annotated[Path | None, typer.Option(help="Fleet file (YAML) to load before serving.")] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1, max=64, help="Server processes; more use more cores (each keeps its own caches)."
+        ),
+    ] = 1,
+    access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
@@ -51,7 +58,20 @@ def serve(
             raise typer.Exit(2) from None
         typer.echo(f"loaded {fleet}: {count} simulated nodes")
     typer.echo(f"serving on http://{host}:{port} (database: {store.dialect}); docs at /docs")
-    uvicorn.run(create_app(store), host=host, port=port, log_level="info")
+    if workers == 1:
+        uvicorn.run(create_app(store), host=host, port=port, log_level="info", access_log=access_log)
+        return
+    store.close()
+    os.environ["BC_DATABASE_URL"] = url
+    uvicorn.run(
+        "better_compute.entrypoints.asgi:create",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_level="info",
+        access_log=access_log,
+    )
 
 
 @admin_app.command()

@@ -83,10 +83,9 @@ def bootstrap_admin(store: StorePort, now: datetime, *, force: bool = False, nam
 def authenticate(store: StorePort, token: str) -> Principal:
     """The principal a well-formed token stands for; unknown or revoked tokens are UNAUTHENTICATED."""
     with store.read() as tx:
-        found = tx.inventory.list("credentials", filters={"token_hash": hash_token(token)}, limit=1)
-    if not found:
+        row = tx.inventory.credential_by_hash(hash_token(token))
+    if row is None:
         raise Unauthenticated("unknown token", {"reason": "unknown"})
-    row = found[0]
     if row["revoked_at"] is not None:
         raise Unauthenticated("this token was revoked", {"reason": "revoked"})
     is_admin = bool(row["is_admin"])

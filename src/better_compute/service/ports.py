@@ -85,6 +85,10 @@ class InventoryPort(Protocol):
 
     def get(self, table: str, row_id: str) -> Row | None: ...
 
+    def credential_by_hash(self, token_hash: str) -> Row | None:
+        """The credential row (id, tenant_id, is_admin, revoked_at) with this token hash; on every request."""
+        ...
+
     def insert_new(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
         """Insert rows, skipping any that collide with a primary or unique key; returns how many went in."""
         ...

@@ -126,3 +126,17 @@ __all__ = [
     "rows",
     "upsert",
 ]
+
+
+def credential_by_hash(conn: Connection, token_hash: str) -> Row | None:
+    """Looked up on every request, so straight to the driver with a fixed statement."""
+    db = conn.connection.driver_connection
+    assert db is not None
+    mark = "%s" if conn.dialect.name == "postgresql" else "?"
+    found = db.execute(
+        f"SELECT id, tenant_id, is_admin, revoked_at FROM credentials WHERE token_hash = {mark}",
+        (token_hash,),
+    ).fetchone()
+    if found is None:
+        return None
+    return {"id": found[0], "tenant_id": found[1], "is_admin": bool(found[2]), "revoked_at": found[3]}

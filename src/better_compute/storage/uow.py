@@ -107,6 +107,9 @@ class SqlInventory:
     def insert_new(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
         return inv.insert_new(self.conn, table_named(table), rows)
 
+    def credential_by_hash(self, token_hash: str) -> Row | None:
+        return inv.credential_by_hash(self.conn, token_hash)
+
     def compare_and_set(
         self, table: str, row_id: str, expected: Mapping[str, Any], values: Mapping[str, Any]
     ) -> bool:
