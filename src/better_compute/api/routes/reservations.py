@@ -56,7 +56,7 @@ def reservation_public(view: ReservationView) -> ReservationPublic:
         }
     },
 )
-def create_reservation(
+async def create_reservation(
     body: ReservationCreate,
     principal: PrincipalDep,
     store: StoreDep,
@@ -64,6 +64,9 @@ def create_reservation(
     now: NowDep,
     new_id: NewIdDep,
 ) -> Response:
+    # Admission runs on the event loop: it is one short transaction, and a hop to a worker thread
+    # (plus the GIL hand-offs it brings) cost more than it saved. Each server process admits one
+    # reservation at a time; run one process per core (`serve --workers`).
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(store, index, principal, raw, now, new_id)
     # The hot path answers with the model's JSON directly rather than having it validated again.
