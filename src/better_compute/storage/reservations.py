@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, func, or_, select, text
+from sqlalchemy import Connection, func, or_, select
 
 from better_compute.domain.ledger import Span
 from better_compute.service.ports import KeyTaken, NotBookable
@@ -23,8 +23,11 @@ Row = dict[str, Any]
 
 
 def lock(conn: Connection, key: str) -> None:
+    """A transaction-scoped advisory lock on PostgreSQL; SQLite writers are serialised already."""
     if conn.dialect.name == "postgresql":
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(key.encode()) - 2**31})
+        db = conn.connection.driver_connection
+        assert db is not None
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(key.encode()) - 2**31,))
 
 
 def by_idempotency_key(conn: Connection, tenant_id: str, key: str) -> Row | None:
