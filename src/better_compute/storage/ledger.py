@@ -17,8 +17,6 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import (
     Connection,
-    and_,
-    func,
     insert,
     or_,
     select,
@@ -30,16 +28,6 @@ from better_compute.service.ports import NotBookable, Overlap
 from better_compute.storage.tables import atoms, bookings, events
 
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
-
-
-def _live_overlapping(span: Span) -> list[object]:
-    clauses: list[object] = [
-        bookings.c.state == "live",
-        or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > span.start),
-    ]
-    if span.end is not None:
-        clauses.append(bookings.c.starts_at < span.end)
-    return clauses
 
 
 def _row_to_booking(row: object) -> Booking:
@@ -288,12 +276,3 @@ def family_atom_ids(conn: Connection, gpu_id: str) -> list[str]:
     return [
         r[0] for r in conn.execute(select(atoms.c.id).where(atoms.c.gpu_id == gpu_id).order_by(atoms.c.key))
     ]
-
-
-def live_overlaps_on_gpu(conn: Connection, gpu_id: str, span: Span) -> bool:
-    row = conn.execute(
-        select(func.count())
-        .select_from(bookings)
-        .where(and_(bookings.c.gpu_id == gpu_id, *_live_overlapping(span)))  # type: ignore[arg-type]
-    ).scalar_one()
-    return bool(row)

@@ -17,7 +17,7 @@ from better_compute.service.ports import KeyTaken, NotBookable
 from better_compute.storage import ledger
 from better_compute.storage.inventory import rows
 from better_compute.storage.ledger import sqlite_time
-from better_compute.storage.tables import atoms, bookings, events, reservations
+from better_compute.storage.tables import atoms, bookings, events
 
 Row = dict[str, Any]
 
@@ -28,30 +28,6 @@ def lock(conn: Connection, key: str) -> None:
         db = conn.connection.driver_connection
         assert db is not None
         db.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(key.encode()) - 2**31,))
-
-
-def by_idempotency_key(conn: Connection, tenant_id: str, key: str) -> Row | None:
-    found = rows(
-        conn,
-        select(reservations).where(
-            reservations.c.tenant_id == tenant_id, reservations.c.idempotency_key == key
-        ),
-    )
-    return found[0] if found else None
-
-
-def overlapping(
-    conn: Connection, tenant_id: str, pool_id: str, start: datetime, end: datetime | None
-) -> list[Row]:
-    stmt = select(reservations).where(
-        reservations.c.tenant_id == tenant_id,
-        reservations.c.pool_id == pool_id,
-        reservations.c.status != "cancelled",
-        or_(reservations.c.ends_at.is_(None), reservations.c.ends_at > start),
-    )
-    if end is not None:
-        stmt = stmt.where(reservations.c.starts_at < end)
-    return rows(conn, stmt)
 
 
 def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:

@@ -131,12 +131,6 @@ class SqlReservations:
     def lock(self, key: str) -> None:
         reservations.lock(self.conn, key)
 
-    def by_idempotency_key(self, tenant_id: str, key: str) -> Row | None:
-        return reservations.by_idempotency_key(self.conn, tenant_id, key)
-
-    def overlapping(self, tenant_id: str, pool_id: str, start: datetime, end: datetime | None) -> list[Row]:
-        return reservations.overlapping(self.conn, tenant_id, pool_id, start, end)
-
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
         return reservations.held_atoms(self.conn, allocation_ids)
 
