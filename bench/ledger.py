@@ -40,73 +40,82 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def book_loop(store: Store, atom_ids: list[str], count: int, seed: int) -> dict[str, float]:
-    rng = random.Random(seed)
-    latencies: list[float] = []
-    conflicts = 0
-    started = time.perf_counter()
-    for n in range(count):
-        start = NOW + timedelta(hours=rng.randrange(0, 24 * 90))
-        span = Span(start, start + timedelta(hours=1))
-        t0 = time.perf_counter()
-        try:
-            ledger.book(store, [rng.choice(atom_ids)], span, f"bench-{seed}-{n}", "acme", NOW)
-        except BookingConflict:
-            conflicts += 1
-        latencies.append((time.perf_counter() - t0) * 1000)
-    elapsed = time.perf_counter() - started
-    return {
-        "bookings_per_s": round(count / elapsed, 1),
-        "p50_ms": round(statistics.median(latencies), 3),
-        "p99_ms": round(percentile(latencies, 0.99), 3),
-        "conflicts": conflicts,
-    }
+class AppBookings:
+    """Single-atom bookings through the ledger's use case (service -> storage -> database)."""
 
+    def __init__(self, store: Store, atom_ids: list[str], seed: int) -> None:
+        self.store, self.atom_ids, self.rng = store, atom_ids, random.Random(seed)
+        self.latencies: list[float] = []
+        self.conflicts = 0
+        self.n = 0
 
-def raw_postgres(url: str, count: int, seed: int) -> float:
-    rng = random.Random(seed)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
-        conn.execute(
-            "CREATE TABLE raw_bookings (id bigserial primary key, atom_id text NOT NULL,"
-            " starts_at timestamptz NOT NULL, ends_at timestamptz, EXCLUDE USING gist (atom_id WITH =,"
-            " tstzrange(starts_at, ends_at, '[)') WITH &&))"
-        )
+    def run(self, count: int) -> float:
         started = time.perf_counter()
         for _ in range(count):
-            start = NOW + timedelta(hours=rng.randrange(0, 24 * 90))
-            with conn.transaction():
-                conn.execute(
-                    "INSERT INTO raw_bookings (atom_id, starts_at, ends_at) VALUES (%s, %s, %s)",
-                    (f"atom-{rng.randrange(560_000)}", start, start + timedelta(hours=1)),
+            start = NOW + timedelta(hours=self.rng.randrange(0, 24 * 90))
+            span = Span(start, start + timedelta(hours=1))
+            self.n += 1
+            t0 = time.perf_counter()
+            try:
+                ledger.book(
+                    self.store, [self.rng.choice(self.atom_ids)], span, f"bench-{self.n}", "acme", NOW
                 )
-        return count / (time.perf_counter() - started)
+            except BookingConflict:
+                self.conflicts += 1
+            self.latencies.append((time.perf_counter() - t0) * 1000)
+        return time.perf_counter() - started
 
 
-def raw_sqlite(path: str, count: int, seed: int) -> float:
-    rng = random.Random(seed)
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=FULL")
-    conn.execute(
-        "CREATE TABLE raw_bookings (id INTEGER PRIMARY KEY, atom_id TEXT NOT NULL, starts_at TEXT NOT NULL,"
-        " ends_at TEXT)"
-    )
-    conn.execute("CREATE INDEX ix_raw_atom_start ON raw_bookings (atom_id, starts_at)")
-    started = time.perf_counter()
-    for _ in range(count):
-        start = NOW + timedelta(hours=rng.randrange(0, 24 * 90))
-        conn.execute("BEGIN IMMEDIATE")
-        conn.execute(
-            "INSERT INTO raw_bookings (atom_id, starts_at, ends_at) VALUES (?, ?, ?)",
-            (f"atom-{rng.randrange(560_000)}", start.isoformat(), (start + timedelta(hours=1)).isoformat()),
-        )
-        conn.execute("COMMIT")
-    conn.close()
-    return count / (time.perf_counter() - started)
+class RawInserts:
+    """The database alone: a one-row insert per transaction into a table with the same constraint, in
+    the same database and with the same durability, from the bare driver."""
+
+    def __init__(self, url: str, dialect: str, seed: int) -> None:
+        self.rng = random.Random(seed)
+        self.dialect = dialect
+        if dialect == "postgresql":
+            self.pg = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True)
+            self.pg.execute(
+                "CREATE TABLE raw_bookings (id bigserial primary key, atom_id text NOT NULL,"
+                " starts_at timestamptz NOT NULL, ends_at timestamptz, EXCLUDE USING gist (atom_id WITH =,"
+                " tstzrange(starts_at, ends_at, '[)') WITH &&))"
+            )
+        else:
+            self.lite = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+            self.lite.execute("PRAGMA journal_mode=WAL")
+            self.lite.execute("PRAGMA synchronous=FULL")
+            self.lite.execute(
+                "CREATE TABLE raw_bookings (id INTEGER PRIMARY KEY, atom_id TEXT NOT NULL,"
+                " starts_at TEXT NOT NULL, ends_at TEXT)"
+            )
+            self.lite.execute("CREATE INDEX ix_raw_atom_start ON raw_bookings (atom_id, starts_at)")
+
+    def run(self, count: int) -> float:
+        started = time.perf_counter()
+        for _ in range(count):
+            start = NOW + timedelta(hours=self.rng.randrange(0, 24 * 90))
+            atom = f"atom-{self.rng.randrange(560_000)}"
+            if self.dialect == "postgresql":
+                with self.pg.transaction():
+                    self.pg.execute(
+                        "INSERT INTO raw_bookings (atom_id, starts_at, ends_at) VALUES (%s, %s, %s)",
+                        (atom, start, start + timedelta(hours=1)),
+                    )
+            else:
+                self.lite.execute("BEGIN IMMEDIATE")
+                self.lite.execute(
+                    "INSERT INTO raw_bookings (atom_id, starts_at, ends_at) VALUES (?, ?, ?)",
+                    (atom, start.isoformat(), (start + timedelta(hours=1)).isoformat()),
+                )
+                self.lite.execute("COMMIT")
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        (self.pg if self.dialect == "postgresql" else self.lite).close()
 
 
-def run_one(db: str, url: str, nodes: int, gpus: int, count: int) -> dict[str, Any]:
+def run_one(db: str, url: str, nodes: int, gpus: int, count: int, rounds: int = 10) -> dict[str, Any]:
+    """Both sides in the same run, interleaved in rounds, so that the disk's moods hit both alike."""
     store = Store.open(url, pool_size=2)
     t0 = time.perf_counter()
     load(store, nodes, gpus, NOW)
@@ -115,22 +124,30 @@ def run_one(db: str, url: str, nodes: int, gpus: int, count: int) -> dict[str, A
         atom_ids = [
             a["id"] for a in tx.inventory.list("atoms", filters={"class": "gpu.mig", "bookable": True})
         ]
-    book_loop(store, atom_ids, min(200, count // 5), seed=1)  # warm caches and connections
-    measured = book_loop(store, atom_ids, count, seed=2)
+    app = AppBookings(store, atom_ids, seed=2)
+    raw = RawInserts(url, db, seed=3)
+    app.run(200)  # warm caches and connections
+    raw.run(200)
+    app.latencies.clear()
+    app_s = raw_s = 0.0
+    per_round = max(1, count // rounds)
+    for _ in range(rounds):
+        app_s += app.run(per_round)
+        raw_s += raw.run(per_round)
+    raw.close()
     store.close()
-    if db == "postgresql":
-        raw = raw_postgres(url.replace("postgresql+psycopg://", "postgresql://"), count, seed=3)
-    else:
-        raw = raw_sqlite(url.removeprefix("sqlite:///") + ".raw", count, seed=3)
-        Path(url.removeprefix("sqlite:///") + ".raw").unlink(missing_ok=True)
-    result = {
+    done = per_round * rounds
+    result: dict[str, Any] = {
         "atoms": len(atom_ids),
         "fleet_load_s": round(load_s, 1),
-        "bookings": count,
-        **measured,
-        "raw_per_s": round(raw, 1),
+        "bookings": done,
+        "bookings_per_s": round(done / app_s, 1),
+        "p50_ms": round(statistics.median(app.latencies), 3),
+        "p99_ms": round(percentile(app.latencies, 0.99), 3),
+        "conflicts": app.conflicts,
+        "raw_per_s": round(done / raw_s, 1),
     }
-    result["ratio"] = round(result["bookings_per_s"] / raw, 3)
+    result["ratio"] = round(result["bookings_per_s"] / result["raw_per_s"], 3)
     return result
 
 

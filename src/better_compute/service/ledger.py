@@ -58,7 +58,7 @@ def book(
     if not atom_ids:
         raise InvalidInput("book at least one atom", {"field": "atomIds"})
     try:
-        with store.begin() as tx:
+        with store.begin(single_statement=True) as tx:
             return tx.ledger.book(atom_ids, span, allocation_id, tenant_id, now)
     except Overlap as clash:
         raise _conflict(store, atom_ids, span, clash.atom_id) from None

@@ -105,12 +105,15 @@ def book_sqlite(
     return len(written)
 
 
+# One statement, all or nothing by itself: it inserts only when every atom qualifies, so it may run as
+# its own transaction (autocommit) without a BEGIN/COMMIT round trip each side.
 _PG_BOOK = (
     "WITH b AS (INSERT INTO bookings ("
     + COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) {bookable} RETURNING atom_id),"
+    " FROM atoms WHERE id = ANY(%(ids)s) {bookable}"
+    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) {bookable}) = %(n)s RETURNING atom_id),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(alloc)s, %(payload)s::json, %(now)s WHERE (SELECT count(*) FROM b) = %(n)s)"
     " SELECT count(*) FROM b"

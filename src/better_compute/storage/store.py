@@ -34,8 +34,17 @@ class Store:
         return self.engine.dialect.name
 
     @contextmanager
-    def begin(self) -> Iterator[SqlTx]:
-        """A write transaction: committed on success, rolled back on any exception."""
+    def begin(self, *, single_statement: bool = False) -> Iterator[SqlTx]:
+        """A write transaction: committed on success, rolled back on any exception.
+
+        `single_statement`: the caller makes one write that the store guarantees atomic by itself
+        (the ledger's booking on PostgreSQL); it then runs in autocommit, saving the BEGIN and COMMIT
+        round trips. The durability is the same: the statement is committed before it returns.
+        """
+        if single_statement and self.dialect == "postgresql":
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield SqlTx(conn)
+            return
         if self._writer is None:
             with self.engine.begin() as conn:
                 yield SqlTx(conn)
