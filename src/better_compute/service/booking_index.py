@@ -42,9 +42,11 @@ def _bucket(t: datetime) -> int:
 
 
 def _parse_time(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(str(value))
+    """Event payload times: ISO 8601 from PostgreSQL and Python, naive UTC text from SQLite triggers."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 def atom_from_row(row: Row) -> Atom:
@@ -185,10 +187,13 @@ class BookingIndex:
     def _apply(self, event: Row) -> None:
         kind, subject, payload = event["type"], event["subject"], event["payload"] or {}
         if kind == "ledger.booked":
-            if subject not in self._by_allocation:
+            # One event per booking (an allocation's atoms may arrive in several); replays are no-ops.
+            held = {i.atom_id for i in self._by_allocation.get(subject, ())}
+            fresh = [a for a in payload.get("atoms", []) if a not in held]
+            if fresh:
                 self._add(
                     subject,
-                    payload.get("atoms", []),
+                    fresh,
                     _parse_time(payload["start"]),
                     _parse_time(payload.get("end")),
                 )

@@ -15,6 +15,8 @@ from sqlalchemy.pool import QueuePool
 
 READ_ONLY = "bc_read_only"
 """Execution option marking a connection whose transaction only reads."""
+SINGLE_STATEMENT = "bc_single_statement"
+"""Execution option marking a connection whose one write is atomic by itself (no BEGIN on SQLite)."""
 
 
 def normalise_url(url: str) -> str:
@@ -38,6 +40,9 @@ def make_engine(url: str, *, pool_size: int = 10, synchronous_full: bool = True)
             poolclass=QueuePool,
             pool_size=pool_size,
             max_overflow=pool_size,
+            # Every unit of work ends in an explicit commit or rollback (storage/store.py), so the
+            # pool's own rollback on check-in would only cost a call per transaction.
+            pool_reset_on_return=None,
         )
         _sqlite_pragmas(engine, synchronous_full)
         return engine
@@ -64,8 +69,12 @@ def _sqlite_pragmas(engine: Engine, synchronous_full: bool) -> None:
     def _on_begin(conn: Any) -> None:
         # Writers take the write lock up front, so a check-then-insert cannot interleave; readers
         # take a plain snapshot and never wait for a writer (WAL).
-        read_only = conn.get_execution_options().get(READ_ONLY, False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        options = conn.get_execution_options()
+        if options.get(SINGLE_STATEMENT, False):
+            return  # each statement is its own transaction
+        conn.connection.driver_connection.execute(
+            "BEGIN" if options.get(READ_ONLY, False) else "BEGIN IMMEDIATE"
+        )
 
 
 class UtcDateTime(TypeDecorator[datetime]):

@@ -8,7 +8,6 @@ never as a raw database error.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
@@ -67,55 +66,66 @@ def book_sqlite(
     tenant_id: str | None,
     now: datetime,
     require_bookable: bool,
-    payload: str,
 ) -> int:
-    # Straight to the driver inside the open transaction: SQLAlchemy's per-statement cost is most of a
-    # booking's time on SQLite, and this path runs once per booking.
+    """One INSERT that books every atom or none: its own overlap check runs under SQLite's write lock,
+    and the `bookings_booked_event` trigger appends each booking's event in the same statement, so
+    the statement is atomic by itself and may run without an explicit transaction."""
     db = conn.connection.driver_connection
     assert db is not None
     marks = ",".join("?" * len(ids))
     start, end = sqlite_time(span.start), sqlite_time(span.end)
     window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + (" AND b.starts_at < ?" if end is not None else "")
     window_params = (start, *([end] if end is not None else []))
+    bookable = " AND bookable = 1" if require_bookable else ""
     written = db.execute(
         f"INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
-        f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks})"
-        + (" AND bookable = 1" if require_bookable else "")
-        + " AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'"
-        + window
-        + ") RETURNING id",
-        (id_prefix(), tenant_id, allocation_id, start, end, sqlite_time(now), *ids, *window_params),
+        f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks}){bookable}"
+        f" AND (SELECT count(*) FROM atoms WHERE id IN ({marks}){bookable} AND NOT EXISTS"
+        f" (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window})) = ?"
+        " RETURNING id",
+        (
+            id_prefix(),
+            tenant_id,
+            allocation_id,
+            start,
+            end,
+            sqlite_time(now),
+            *ids,
+            *ids,
+            *window_params,
+            len(ids),
+        ),
     ).fetchall()
     if len(written) != len(ids):
-        # Slow path: take back this statement's rows, then see whether another booking is in the way.
-        mine = ",".join("?" * len(written))
-        if written:
-            db.execute(f"DELETE FROM bookings WHERE id IN ({mine})", [w[0] for w in written])
         clash = db.execute(
             f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1",
             (*ids, *window_params),
         ).fetchone()
         if clash is not None:
             raise Overlap(clash[0])
-        return len(written)
-    db.execute(
-        "INSERT INTO events (type, subject, payload, at) VALUES ('ledger.booked', ?, ?, ?)",
-        (allocation_id, payload, sqlite_time(now)),
-    )
     return len(written)
 
 
 # One statement, all or nothing by itself: it inserts only when every atom qualifies, so it may run as
 # its own transaction (autocommit) without a BEGIN/COMMIT round trip each side.
+BOOKED_PAYLOAD_PG = (
+    "json_build_object('atoms', json_build_array(b.atom_id), 'tenantId', b.tenant_id,"
+    " 'start', b.starts_at, 'end', b.ends_at)"
+)
+"""The `ledger.booked` payload of one booking row `b`: one event per booking, as SQLite's trigger writes."""
+
 _PG_BOOK = (
     "WITH b AS (INSERT INTO bookings ("
     + COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
     " FROM atoms WHERE id = ANY(%(ids)s) {bookable}"
-    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) {bookable}) = %(n)s RETURNING atom_id),"
-    " e AS (INSERT INTO events (type, subject, payload, at)"
-    " SELECT 'ledger.booked', %(alloc)s, %(payload)s::json, %(now)s WHERE (SELECT count(*) FROM b) = %(n)s)"
+    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) {bookable}) = %(n)s"
+    " RETURNING atom_id, tenant_id, starts_at, ends_at),"
+    " e AS (INSERT INTO events (type, subject, payload, at) SELECT 'ledger.booked', %(alloc)s, "
+    + BOOKED_PAYLOAD_PG
+    + ","
+    " %(now)s FROM b)"
     " SELECT count(*) FROM b"
 )
 _PG_BOOK_BOOKABLE = _PG_BOOK.format(bookable="AND bookable")
@@ -130,7 +140,6 @@ def _book_postgres(
     tenant_id: str | None,
     now: datetime,
     require_bookable: bool,
-    payload: str,
 ) -> int:
     params = {
         "prefix": id_prefix(),
@@ -140,7 +149,6 @@ def _book_postgres(
         "end": span.end,
         "now": now,
         "ids": ids,
-        "payload": payload,
         "n": len(ids),
     }
     db = conn.connection.driver_connection
@@ -150,18 +158,6 @@ def _book_postgres(
     except psycopg.errors.ExclusionViolation as exc:
         raise overlap_from(exc) from None
     return int(row[0]) if row is not None else 0
-
-
-def booked_payload(atom_ids: Sequence[str], span: Span, tenant_id: str | None) -> str:
-    """The `ledger.booked` event's payload, as JSON text: what a booking index needs to replay it."""
-    return json.dumps(
-        {
-            "atoms": list(atom_ids),
-            "tenantId": tenant_id,
-            "start": span.start.isoformat(),
-            "end": span.end.isoformat() if span.end else None,
-        }
-    )
 
 
 def overlap_from(exc: psycopg.errors.ExclusionViolation) -> Overlap:
@@ -180,16 +176,15 @@ def book(
     *,
     require_bookable: bool = True,
 ) -> int:
-    """Book every atom for the window, or raise (the caller's transaction then rolls back).
+    """Book every atom for the window, or raise; nothing is written unless everything is.
 
-    This is the hot path, so it is hand-written SQL per dialect: one round trip on PostgreSQL (the
-    bookings and their event in one statement), an indexed overlap check then the insert on SQLite.
+    This is the hot path, so it is one hand-written statement per dialect, atomic by itself: the
+    bookings and one `ledger.booked` event per booking (a CTE on PostgreSQL, a trigger on SQLite).
     Returns the number of bookings written. Booking ids are `bkg-<time><random>`, 30 characters.
     """
     ids = list(dict.fromkeys(atom_ids))
-    payload = booked_payload(ids, span, tenant_id)
     writer = _book_postgres if conn.dialect.name == "postgresql" else book_sqlite
-    written = writer(conn, ids, span, allocation_id, tenant_id, now, require_bookable, payload)
+    written = writer(conn, ids, span, allocation_id, tenant_id, now, require_bookable)
     if written != len(ids):
         raise NotBookable(unbookable(conn, ids))
     return written

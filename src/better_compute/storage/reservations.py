@@ -172,9 +172,9 @@ _PG_COMMIT = (
     + ledger.COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable RETURNING atom_id),"
+    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable RETURNING atom_id, tenant_id, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
-    " SELECT 'ledger.booked', %(id)s, %(booked)s::json, %(now)s WHERE (SELECT count(*) FROM b) = %(n)s"
+    " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
     " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s)"
     " SELECT count(*) FROM b"
 )
@@ -185,7 +185,6 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
     NotBookable (the caller rolls back), or KeyTaken when the idempotency key was taken meanwhile."""
     ids = list(atom_ids)
     span = Span(row["starts_at"], row["ends_at"])
-    booked = ledger.booked_payload(ids, span, row["tenant_id"])
     created = json.dumps({"tenantId": row["tenant_id"], "poolId": row["pool_id"], "atoms": ids})
     db = conn.connection.driver_connection
     assert db is not None
@@ -216,7 +215,7 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
             )
         except sqlite3.IntegrityError:
             raise _key_taken(row) from None
-        written = ledger.book_sqlite(conn, ids, span, row["id"], row["tenant_id"], now, True, booked)
+        written = ledger.book_sqlite(conn, ids, span, row["id"], row["tenant_id"], now, True)
         if written != len(ids):
             raise NotBookable(ledger.unbookable(conn, ids))
         db.execute(
@@ -240,7 +239,6 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         "prefix": ledger.id_prefix(),
         "ids": ids,
         "n": len(ids),
-        "booked": booked,
         "created": created,
     }
     try:

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from sqlalchemy import Engine
 
 from better_compute.storage import migrate
-from better_compute.storage.db import READ_ONLY, make_engine
+from better_compute.storage.db import READ_ONLY, SINGLE_STATEMENT, make_engine
 from better_compute.storage.uow import SqlTx
 
 
@@ -38,12 +38,17 @@ class Store:
         """A write transaction: committed on success, rolled back on any exception.
 
         `single_statement`: the caller makes one write that the store guarantees atomic by itself
-        (the ledger's booking on PostgreSQL); it then runs in autocommit, saving the BEGIN and COMMIT
-        round trips. The durability is the same: the statement is committed before it returns.
+        (a booking); it then runs as its own transaction, without BEGIN and COMMIT statements (round
+        trips on PostgreSQL). The durability is the same: the statement is committed before it returns.
         """
-        if single_statement and self.dialect == "postgresql":
+        if single_statement and self._writer is None:
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 yield SqlTx(conn)
+            return
+        if single_statement and self._writer is not None:
+            with self._writer, self.engine.connect().execution_options(**{SINGLE_STATEMENT: True}) as conn:
+                yield SqlTx(conn)
+                conn.rollback()
             return
         if self._writer is None:
             with self.engine.begin() as conn:

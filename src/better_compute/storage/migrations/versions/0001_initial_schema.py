@@ -174,6 +174,15 @@ def upgrade() -> None:
         batch_op.create_index(batch_op.f("ix_bookings_allocation_id"), ["allocation_id"], unique=False)
         batch_op.create_index("ix_bookings_atom_start", ["atom_id", "starts_at"], unique=False)
 
+    if op.get_bind().dialect.name == "sqlite":
+        # Every booking appends its `ledger.booked` event in the statement that writes it (PostgreSQL
+        # does the same with a CTE in storage/ledger.py), so a booking is one atomic statement.
+        op.execute(
+            "CREATE TRIGGER bookings_booked_event AFTER INSERT ON bookings BEGIN"
+            " INSERT INTO events (type, subject, payload, at) VALUES ('ledger.booked', NEW.allocation_id,"
+            " json_object('atoms', json_array(NEW.atom_id), 'tenantId', NEW.tenant_id,"
+            " 'start', NEW.starts_at, 'end', NEW.ends_at), NEW.created_at); END"
+        )
     if op.get_bind().dialect.name == "postgresql":
         # The ledger's last fence: two live bookings of one atom can never overlap in time.
         op.execute("CREATE EXTENSION IF NOT EXISTS btree_gist")
@@ -184,6 +193,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite":
+        op.execute("DROP TRIGGER IF EXISTS bookings_booked_event")
     if op.get_bind().dialect.name == "postgresql":
         op.execute("ALTER TABLE bookings DROP CONSTRAINT IF EXISTS bookings_no_overlap")
     with op.batch_alter_table("bookings", schema=None) as batch_op:
