@@ -8,6 +8,7 @@ never as a raw database error.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Sequence
@@ -45,7 +46,6 @@ def _row_to_booking(row: object) -> Booking:
 COLUMNS = (
     "id, atom_id, gpu_id, pool_id, class, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
 )
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
 
 
 def id_prefix() -> str:
@@ -55,7 +55,28 @@ def id_prefix() -> str:
 
 def sqlite_time(value: datetime | None) -> str | None:
     """The text SQLAlchemy's DateTime stores on SQLite, so hand-written SQL compares like mapped SQL."""
-    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).strftime(_SQLITE_TIME)
+    if value is None:
+        return None
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
+
+
+@functools.cache
+def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tuple[str, str]:
+    """The booking INSERT and its clash query, for this many atoms and this kind of window."""
+    marks = ",".join("?" * atoms)
+    window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + ("" if open_ended else " AND b.starts_at < ?")
+    bookable = " AND bookable = 1" if require_bookable else ""
+    insert = (
+        f"INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
+        f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks}){bookable}"
+        f" AND (SELECT count(*) FROM atoms WHERE id IN ({marks}){bookable} AND NOT EXISTS"
+        f" (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window})) = ?"
+        " RETURNING id"
+    )
+    clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
+    return insert, clash
 
 
 def book_sqlite(
@@ -72,17 +93,11 @@ def book_sqlite(
     the statement is atomic by itself and may run without an explicit transaction."""
     db = conn.connection.driver_connection
     assert db is not None
-    marks = ",".join("?" * len(ids))
+    insert, clash_sql = _sqlite_book_sql(len(ids), span.end is None, require_bookable)
     start, end = sqlite_time(span.start), sqlite_time(span.end)
-    window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + (" AND b.starts_at < ?" if end is not None else "")
-    window_params = (start, *([end] if end is not None else []))
-    bookable = " AND bookable = 1" if require_bookable else ""
+    window_params = (start,) if end is None else (start, end)
     written = db.execute(
-        f"INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
-        f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks}){bookable}"
-        f" AND (SELECT count(*) FROM atoms WHERE id IN ({marks}){bookable} AND NOT EXISTS"
-        f" (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window})) = ?"
-        " RETURNING id",
+        insert,
         (
             id_prefix(),
             tenant_id,
@@ -97,17 +112,12 @@ def book_sqlite(
         ),
     ).fetchall()
     if len(written) != len(ids):
-        clash = db.execute(
-            f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1",
-            (*ids, *window_params),
-        ).fetchone()
+        clash = db.execute(clash_sql, (*ids, *window_params)).fetchone()
         if clash is not None:
             raise Overlap(clash[0])
     return len(written)
 
 
-# One statement, all or nothing by itself: it inserts only when every atom qualifies, so it may run as
-# its own transaction (autocommit) without a BEGIN/COMMIT round trip each side.
 BOOKED_PAYLOAD_PG = (
     "json_build_object('atoms', json_build_array(b.atom_id), 'tenantId', b.tenant_id,"
     " 'start', b.starts_at, 'end', b.ends_at)"
