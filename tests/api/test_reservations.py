@@ -329,3 +329,15 @@ def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]
 def test_unknown_pool_is_not_found(world: World) -> None:
     r = world.reserve(world.acme, "nope", [mig()])
     assert r.status_code == 404 and error(r)["code"] == "NOT_FOUND"
+
+
+def test_a_retry_after_the_start_has_passed_still_returns_the_first_reservation(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=2)
+    body = {"start": "2026-12-01T09:10:00Z", "duration": "1h", "idempotencyKey": "late-retry"}
+    first = world.reserve(world.acme, "h100", [mig()], **dict(body))
+    assert first.status_code == 201, first.text
+    world.clock.now = T0 + timedelta(hours=3)
+    again = world.reserve(world.acme, "h100", [mig()], **dict(body))
+    assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
+    fresh = world.reserve(world.acme, "h100", [mig()], **{**body, "idempotencyKey": "new-key"})
+    assert fresh.status_code == 400 and error(fresh)["code"] == "INVALID_INPUT"

@@ -1,10 +1,12 @@
 """Reservations: admit, choose atoms and book them in one transaction; get, list, cancel, release.
 
-Create follows snapshot -> pure decision -> commit: the pool, quota rows, policies and the booking
-index are read, `domain` decides (admission, IAM, quota, choose), and the ledger commits. On
-PostgreSQL writers to one pool are serialised by an advisory lock, so quota counts and choices are
-made on a snapshot no concurrent reservation of that pool can change; the exclusion constraint stays
-the last fence (a refusal there means the booking index was behind: it resyncs and tries again).
+Create follows snapshot -> pure decision -> commit: one read brings the pool, quota rows, policies,
+what the tenant holds and the event log's tail for the booking index; `domain` decides (admission,
+IAM, quota, choose); one write commits the reservation, its bookings and their events. A tenant's
+reservations in one pool are serialised (an advisory lock on PostgreSQL; SQLite has one writer), so
+quota is counted on a snapshot that cannot change under it. Different tenants admit in parallel: the
+exclusion constraint settles a race for an atom, the booking index catches up, and the request is
+decided again, a bounded number of times.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from better_compute.domain.reservations import (
     status_at,
 )
 from better_compute.domain.timewin import Window, parse_instant, window_for
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import KeyTaken, Overlap, Row, StorePort, Tx
 
 MAX_ATTEMPTS = 4
@@ -92,13 +94,26 @@ def _view(tx: Tx, row: Row, now: datetime, *, replayed: bool = False) -> Reserva
 
 
 def _earliest(
-    index: BookingIndex, pool_atoms: Any, request: admission.DeviceRequest, window: Window
+    index: BookingIndex, pool_atoms: PoolAtoms, request: admission.DeviceRequest, window: Window
 ) -> str | None:
     candidates = [a.id for atoms in pool_atoms.matching_by_gpu(request).values() for a in atoms]
     start = choose.earliest_common_start(
         index.windows_of(candidates), request.count, window.duration, window.start
     )
     return start.isoformat() if start else None
+
+
+def _replayed(
+    store: StorePort, tenant_id: str, key: Any, fingerprint: str, now: datetime
+) -> ReservationView | None:
+    with store.read() as tx:
+        found = tx.inventory.list(
+            "reservations", filters={"tenant_id": tenant_id, "idempotency_key": str(key)}, limit=1
+        )
+        if not found:
+            return None
+        check_replay(str(key), found[0]["fingerprint"], fingerprint)
+        return _view(tx, found[0], now, replayed=True)
 
 
 def create(
@@ -113,9 +128,16 @@ def create(
     tenant_id = _tenant_for(principal, raw)
     pool_id = str(raw.get("poolId") or "")
     requests = admission.parse_device_requests(raw.get("devices"))
-    window = _window(raw, now)
     key = raw.get("idempotencyKey")
     fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
+    try:
+        window = _window(raw, now)
+    except InvalidInput:
+        # A retry may come after its `start` has passed: the first reservation still answers it.
+        first = _replayed(store, tenant_id, key, fingerprint, now) if key else None
+        if first is None:
+            raise
+        return first
     for attempt in range(MAX_ATTEMPTS):
         claims: list[str] = []
         try:
