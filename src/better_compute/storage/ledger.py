@@ -69,11 +69,10 @@ def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tu
     window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + ("" if open_ended else " AND b.starts_at < ?")
     bookable = " AND bookable = 1" if require_bookable else ""
     insert = (
-        f"INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
-        f" class, ?, ?, ?, ?, 'live', ? FROM atoms WHERE id IN ({marks}){bookable}"
-        f" AND (SELECT count(*) FROM atoms WHERE id IN ({marks}){bookable} AND NOT EXISTS"
-        f" (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window})) = ?"
-        " RETURNING id"
+        f"WITH ok AS MATERIALIZED (SELECT id, gpu_id, pool_id, class FROM atoms WHERE id IN ({marks}){bookable}"
+        f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window}))"
+        f" INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
+        " class, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? RETURNING id"
     )
     clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
     return insert, clash
@@ -98,18 +97,7 @@ def book_sqlite(
     window_params = (start,) if end is None else (start, end)
     written = db.execute(
         insert,
-        (
-            id_prefix(),
-            tenant_id,
-            allocation_id,
-            start,
-            end,
-            sqlite_time(now),
-            *ids,
-            *ids,
-            *window_params,
-            len(ids),
-        ),
+        (*ids, *window_params, id_prefix(), tenant_id, allocation_id, start, end, sqlite_time(now), len(ids)),
     ).fetchall()
     if len(written) != len(ids):
         clash = db.execute(clash_sql, (*ids, *window_params)).fetchone()

@@ -128,6 +128,7 @@ atoms = Table(
     Column("present", Boolean, nullable=False, server_default="1"),
     UniqueConstraint("gpu_id", "key"),
     Index("ix_atoms_pool_class", "pool_id", "class"),
+    sqlite_with_rowid=False,
 )
 
 allocations = Table(
