@@ -35,6 +35,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from itertools import chain
 
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
@@ -295,7 +296,7 @@ def shortlist(
     )
     seen = set(partly)
     out: list[Atom] = []
-    for gpu in [*partly, *(g for g in matching_by_gpu if g not in seen)]:
+    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen)):
         out.extend(atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms)
         if len(out) >= wanted:
             break

@@ -25,6 +25,7 @@ from better_compute.service.ports import Row, Tx
 
 GAP_PATIENCE = 30.0
 """Seconds an event id skipped over is waited for before it is taken as rolled back."""
+Owner = tuple[str | None, str | None, str | None]
 _BUCKET = timedelta(days=1)
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _LONG = 60  # intervals spanning more buckets than this are kept in one list checked every time
@@ -91,6 +92,8 @@ class _Interval:
     atom_id: str
     start: datetime
     end: datetime | None
+    owner: Owner = (None, None, None)
+    """(tenant, pool, atom class) of the booking, for counting what a tenant holds."""
 
     def overlaps(self, start: datetime, end: datetime | None) -> bool:
         return (self.end is None or start < self.end) and (end is None or self.start < end)
@@ -181,7 +184,8 @@ class BookingIndex:
         self._long.clear()
         self._pools.clear()
         for row in tx.reservations.live_bookings(_EPOCH):
-            self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"])
+            owner = (row["tenant_id"], row["pool_id"], row["class"])
+            self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"], owner)
         self._last_event = last
 
     def _apply(self, event: Row) -> None:
@@ -196,6 +200,7 @@ class BookingIndex:
                     fresh,
                     _parse_time(payload["start"]),
                     _parse_time(payload.get("end")),
+                    (payload.get("tenantId"), payload.get("poolId"), payload.get("class")),
                 )
         elif kind in ("ledger.released", "gpu.partition.released"):
             at = _parse_time(payload["at"])
@@ -213,11 +218,16 @@ class BookingIndex:
         return None if last - first > _LONG else range(first, last + 1)
 
     def _add(
-        self, allocation_id: str, atom_ids: Iterable[str], start: datetime | None, end: datetime | None
+        self,
+        allocation_id: str,
+        atom_ids: Iterable[str],
+        start: datetime | None,
+        end: datetime | None,
+        owner: Owner = (None, None, None),
     ) -> None:
         assert start is not None
         intervals = self._by_allocation.setdefault(allocation_id, [])
-        intervals.extend(_Interval(allocation_id, a, start, end) for a in atom_ids)
+        intervals.extend(_Interval(allocation_id, a, start, end, owner) for a in atom_ids)
         buckets = self._buckets_of(start, end)
         if buckets is None:
             self._long.add(allocation_id)
@@ -242,7 +252,7 @@ class BookingIndex:
         self._drop(allocation_id)
         for interval in kept:
             end = at if interval.end is None or interval.end > at else interval.end
-            self._add(allocation_id, [interval.atom_id], interval.start, end)
+            self._add(allocation_id, [interval.atom_id], interval.start, end, interval.owner)
 
     # -- reading ---------------------------------------------------------------------------------
     def busy(self, window: Window) -> list[_Interval]:
@@ -260,6 +270,17 @@ class BookingIndex:
                 for i in self._by_allocation.get(alloc, ())
                 if i.overlaps(window.start, window.end)
             ]
+
+    def held(self, tenant_id: str, pool_id: str, window: Window) -> dict[str, int]:
+        """What the tenant holds in the pool during the window, per atom class (bookings overlapping it).
+
+        Exact when the caller holds the tenant's quota lock and has just caught up with the event log:
+        every booking of this tenant in this pool was committed before the lock was taken.
+        """
+        counts: Counter[str] = Counter(
+            i.owner[2] or "" for i in self.busy(window) if i.owner[0] == tenant_id and i.owner[1] == pool_id
+        )
+        return dict(counts)
 
     def claimed(self) -> set[str]:
         """Atoms chosen by requests of this process that have not committed or rolled back yet."""

@@ -120,13 +120,11 @@ class ReservationsPort(Protocol):
         tenant_id: str,
         pool_id: str,
         key: str | None,
-        start: datetime,
-        end: datetime | None,
         last_event: int,
         gaps: Sequence[int] = (),
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
-        `policies`, `limits` and `in_use` per class, and `events` after `last_event` (one page)
+        `policies`, `limits` per class, and `events` after `last_event` (one page)
         or among `gaps`."""
         ...
 

@@ -192,9 +192,7 @@ def _create_in(
     # settled by the exclusion constraint (and, within this process, by claims).
     tx.reservations.lock(f"quota:{tenant_id}:{pool_id}")
     seen, gaps = index.prepare(tx)
-    snap = tx.reservations.snapshot(
-        tenant_id, pool_id, str(key) if key else None, window.start, window.end, seen, gaps
-    )
+    snap = tx.reservations.snapshot(tenant_id, pool_id, str(key) if key else None, seen, gaps)
     index.apply(tx, snap["events"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])
@@ -212,7 +210,9 @@ def _create_in(
     iam.check_policies(
         _policies(snap["policies"], tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id
     )
-    quota.check_quota(tenant_id, pool["owner"], snap["limits"], snap["in_use"], requested, pool_id=pool_id)
+    # Under the tenant's lock and caught up with the log, the index knows everything the tenant holds.
+    held = index.held(tenant_id, pool_id, window)
+    quota.check_quota(tenant_id, pool["owner"], snap["limits"], held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
     busy_ids = {i.atom_id for i in index.busy(window)} | index.claimed()

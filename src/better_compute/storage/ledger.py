@@ -108,7 +108,7 @@ def book_sqlite(
 
 BOOKED_PAYLOAD_PG = (
     "json_build_object('atoms', json_build_array(b.atom_id), 'tenantId', b.tenant_id,"
-    " 'start', b.starts_at, 'end', b.ends_at)"
+    " 'poolId', b.pool_id, 'class', b.class, 'start', b.starts_at, 'end', b.ends_at)"
 )
 """The `ledger.booked` payload of one booking row `b`: one event per booking, as SQLite's trigger writes."""
 
@@ -119,7 +119,7 @@ _PG_BOOK = (
     " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
     " FROM atoms WHERE id = ANY(%(ids)s) {bookable}"
     " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) {bookable}) = %(n)s"
-    " RETURNING atom_id, tenant_id, starts_at, ends_at),"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT 'ledger.booked', %(alloc)s, "
     + BOOKED_PAYLOAD_PG
     + ","

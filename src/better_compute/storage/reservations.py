@@ -58,7 +58,13 @@ def events_after(conn: Connection, event_id: int, limit: int, gaps: Sequence[int
 
 def live_bookings(conn: Connection, since: datetime) -> list[Row]:
     stmt = select(
-        bookings.c.allocation_id, bookings.c.atom_id, bookings.c.starts_at, bookings.c.ends_at
+        bookings.c.allocation_id,
+        bookings.c.atom_id,
+        bookings.c.starts_at,
+        bookings.c.ends_at,
+        bookings.c.tenant_id,
+        bookings.c.pool_id,
+        bookings.c["class"],
     ).where(bookings.c.state == "live", or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since))
     return rows(conn, stmt)
 
@@ -76,11 +82,6 @@ SELECT
   (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')
      FROM policies WHERE tenant_id = %(t)s),
   (SELECT coalesce(json_object_agg(class, "limit"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),
-  (SELECT coalesce(json_object_agg(k, n), '{}') FROM (
-     SELECT c.key AS k, sum(c.value::int) AS n FROM reservations r, json_each_text(r.counts) c
-     WHERE r.tenant_id = %(t)s AND r.pool_id = %(p)s AND r.status <> 'cancelled'
-       AND (r.ends_at IS NULL OR r.ends_at > %(s)s) AND (%(e)s::timestamptz IS NULL OR r.starts_at < %(e)s)
-     GROUP BY c.key) u),
   (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
      ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s ORDER BY id LIMIT %(limit)s)
      UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s))) ev)
@@ -94,11 +95,6 @@ SELECT
   (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
      FROM policies WHERE tenant_id = :t),
   (SELECT json_group_object(class, "limit") FROM quotas WHERE tenant_id = :t AND pool_id = :p),
-  (SELECT json_group_object(k, n) FROM (
-     SELECT c.key AS k, sum(c.value) AS n FROM reservations r, json_each(r.counts) c
-     WHERE r.tenant_id = :t AND r.pool_id = :p AND r.status <> 'cancelled'
-       AND (r.ends_at IS NULL OR r.ends_at > :s) AND (:e IS NULL OR r.starts_at < :e)
-     GROUP BY c.key)),
   (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
      FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last ORDER BY id LIMIT :limit)
            UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps))))
@@ -108,56 +104,27 @@ EVENT_PAGE = 5000
 
 
 def admission_snapshot(
-    conn: Connection,
-    tenant_id: str,
-    pool_id: str,
-    key: str | None,
-    start: datetime,
-    end: datetime | None,
-    last_event: int,
-    gaps: Sequence[int] = (),
+    conn: Connection, tenant_id: str, pool_id: str, key: str | None, last_event: int, gaps: Sequence[int] = ()
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
-    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, what it holds
-    there during the window per class, and the events after `last_event` (up to EVENT_PAGE)."""
+    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, and the events
+    after `last_event` (up to EVENT_PAGE) or among `gaps`."""
     db = conn.connection.driver_connection
     assert db is not None
+    params: dict[str, Any] = {"t": tenant_id, "p": pool_id, "k": key, "last": last_event, "limit": EVENT_PAGE}
     if conn.dialect.name == "postgresql":
-        params = {
-            "t": tenant_id,
-            "p": pool_id,
-            "k": key,
-            "s": start,
-            "e": end,
-            "last": last_event,
-            "limit": EVENT_PAGE,
-            "gaps": list(gaps),
-        }
-        row = db.execute(_PG_SNAPSHOT, params).fetchone()
-        replay, pool, tenant, policies, limits, used, tail = row
+        row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}).fetchone()
+        replay, pool, tenant, policies, limits, tail = row
     else:
-        params = {
-            "t": tenant_id,
-            "p": pool_id,
-            "k": key,
-            "s": sqlite_time(start),
-            "e": sqlite_time(end),
-            "last": last_event,
-            "limit": EVENT_PAGE,
-            "gaps": json.dumps(list(gaps)),
-        }
-        row = db.execute(_SQLITE_SNAPSHOT, params).fetchone()
+        row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
         replay, tenant = row[0], row[2]
-        pool, policies, limits, used, tail = (
-            json.loads(v) if v is not None else None for v in (row[1], *row[3:])
-        )
+        pool, policies, limits, tail = (json.loads(v) if v is not None else None for v in (row[1], *row[3:]))
     return {
         "replay_id": replay,
         "pool": pool,
         "tenant_exists": bool(tenant),
         "policies": policies or [],
         "limits": {str(k): int(v) for k, v in (limits or {}).items()},
-        "in_use": {str(k): int(v) for k, v in (used or {}).items()},
         "events": tail or [],
     }
 
@@ -172,7 +139,8 @@ _PG_COMMIT = (
     + ledger.COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable RETURNING atom_id, tenant_id, starts_at, ends_at),"
+    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
     " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s)"

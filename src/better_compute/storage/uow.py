@@ -142,14 +142,10 @@ class SqlReservations:
         tenant_id: str,
         pool_id: str,
         key: str | None,
-        start: datetime,
-        end: datetime | None,
         last_event: int,
         gaps: Sequence[int] = (),
     ) -> dict[str, Any]:
-        return reservations.admission_snapshot(
-            self.conn, tenant_id, pool_id, key, start, end, last_event, gaps
-        )
+        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, last_event, gaps)
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
         reservations.commit_reservation(self.conn, row, atom_ids, now)

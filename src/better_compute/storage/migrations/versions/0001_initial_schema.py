@@ -182,7 +182,8 @@ def upgrade() -> None:
         op.execute(
             "CREATE TRIGGER bookings_booked_event AFTER INSERT ON bookings BEGIN"
             " INSERT INTO events (type, subject, payload, at) VALUES ('ledger.booked', NEW.allocation_id,"
-            " json_object('atoms', json_array(NEW.atom_id), 'tenantId', NEW.tenant_id,"
+            " json_object('atoms', json_array(NEW.atom_id), 'tenantId', NEW.tenant_id, 'poolId', NEW.pool_id,"
+            " 'class', NEW.class,"
             " 'start', NEW.starts_at, 'end', NEW.ends_at), NEW.created_at); END"
         )
     if op.get_bind().dialect.name == "postgresql":
