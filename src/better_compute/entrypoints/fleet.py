@@ -40,4 +40,5 @@ def load_fleet(store: StorePort, spec: FleetSpec, now: datetime, *, batch: int =
     fakes = simulated_nodes(spec)
     for i in range(0, len(fakes), batch):
         inventory.ingest(store, [f.report() for f in fakes[i : i + batch]], now)
+    store.analyze()
     return len(fakes)

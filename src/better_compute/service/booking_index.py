@@ -124,8 +124,9 @@ class BookingIndex:
                 return
             while True:
                 batch = tx.reservations.events_after(self._last_event, 5000, self._pending_gaps())
+                before = self._last_event
                 self._apply_batch(batch)
-                if len(batch) < 5000:
+                if len(batch) < 5000 or self._last_event == before:
                     return
 
     def prepare(self, tx: Tx) -> tuple[int, list[int]]:
@@ -136,15 +137,17 @@ class BookingIndex:
             assert self._last_event is not None
             return self._last_event, self._pending_gaps()
 
-    def apply(self, tx: Tx, events: Sequence[Row]) -> None:
-        """Apply events read after `prepare`'s id or in its gaps, then catch up if there were more."""
+    def apply(self, tx: Tx, events: Sequence[Row], newest: int | None = None) -> None:
+        """Apply events read after `prepare`'s id or in its gaps; if `newest` (the log's last id when
+        they were read) is further on, catch up with the rest before anyone decides on the index."""
         with self._lock:
             if self._last_event is None:
                 # Another request reset the index meanwhile; it reloads from the ledger.
                 self._load(tx)
                 return
             self._apply_batch(events)
-        if len(events) >= 5000:
+            behind = newest is not None and self._last_event < newest
+        if behind or len(events) >= 5000:
             self.sync(tx)
 
     def _pending_gaps(self) -> list[int]:

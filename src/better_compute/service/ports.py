@@ -124,8 +124,8 @@ class ReservationsPort(Protocol):
         gaps: Sequence[int] = (),
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
-        `policies`, `limits` per class, and `events` after `last_event` (one page)
-        or among `gaps`."""
+        `policies`, `limits` per class, `events` after `last_event` (one page) or among `gaps`,
+        and `newest_event`, the log's last id."""
         ...
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
@@ -171,3 +171,7 @@ class StorePort(Protocol):
         ...
 
     def read(self) -> AbstractContextManager[Tx]: ...
+
+    def analyze(self) -> None:
+        """Refresh the query planner's statistics (after bulk loads)."""
+        ...

@@ -193,7 +193,7 @@ def _create_in(
     tx.reservations.lock(f"quota:{tenant_id}:{pool_id}")
     seen, gaps = index.prepare(tx)
     snap = tx.reservations.snapshot(tenant_id, pool_id, str(key) if key else None, seen, gaps)
-    index.apply(tx, snap["events"])
+    index.apply(tx, snap["events"], snap["newest_event"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])
         assert first is not None

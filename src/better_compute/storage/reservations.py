@@ -83,8 +83,9 @@ SELECT
      FROM policies WHERE tenant_id = %(t)s),
   (SELECT coalesce(json_object_agg(class, "limit"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),
   (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
-     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s ORDER BY id LIMIT %(limit)s)
-     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s))) ev)
+     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s AND id <= %(last)s + %(limit)s)
+     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s))) ev),
+  (SELECT coalesce(max(id), 0) FROM events)
 """
 
 _SQLITE_SNAPSHOT = """
@@ -96,11 +97,14 @@ SELECT
      FROM policies WHERE tenant_id = :t),
   (SELECT json_group_object(class, "limit") FROM quotas WHERE tenant_id = :t AND pool_id = :p),
   (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
-     FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last ORDER BY id LIMIT :limit)
-           UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps))))
+     FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last AND id <= :last + :limit ORDER BY id)
+           UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps)))),
+  (SELECT coalesce(max(id), 0) FROM events)
 """
 
 EVENT_PAGE = 5000
+"""The tail is read as an id range rather than `id > last LIMIT n`: PostgreSQL's generic plan for a
+prepared statement cannot see that `last` is near the end and would scan the whole events table."""
 
 
 def admission_snapshot(
@@ -108,17 +112,17 @@ def admission_snapshot(
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
     mode and owner, whether the tenant exists, its policies, its quota rows in the pool, and the events
-    after `last_event` (up to EVENT_PAGE) or among `gaps`."""
+    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, and the newest event id."""
     db = conn.connection.driver_connection
     assert db is not None
     params: dict[str, Any] = {"t": tenant_id, "p": pool_id, "k": key, "last": last_event, "limit": EVENT_PAGE}
     if conn.dialect.name == "postgresql":
         row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}).fetchone()
-        replay, pool, tenant, policies, limits, tail = row
+        replay, pool, tenant, policies, limits, tail, newest = row
     else:
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
-        replay, tenant = row[0], row[2]
-        pool, policies, limits, tail = (json.loads(v) if v is not None else None for v in (row[1], *row[3:]))
+        replay, tenant, newest = row[0], row[2], row[6]
+        pool, policies, limits, tail = (json.loads(v) if v is not None else None for v in (row[1], *row[3:6]))
     return {
         "replay_id": replay,
         "pool": pool,
@@ -126,6 +130,7 @@ def admission_snapshot(
         "policies": policies or [],
         "limits": {str(k): int(v) for k, v in (limits or {}).items()},
         "events": tail or [],
+        "newest_event": int(newest),
     }
 
 

@@ -66,5 +66,10 @@ class Store:
             yield SqlTx(conn)
             conn.rollback()
 
+    def analyze(self) -> None:
+        """Refresh the planner's statistics, after a bulk load made them wrong by orders of magnitude."""
+        with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql("ANALYZE")
+
     def close(self) -> None:
         self.engine.dispose()

@@ -208,5 +208,4 @@ reservations = Table(
     Column("generation", Integer, nullable=False, server_default="1"),
     Column("created_at", UtcDateTime, nullable=False),
     UniqueConstraint("tenant_id", "idempotency_key"),
-    Index("ix_reservations_tenant_pool_start", "tenant_id", "pool_id", "starts_at"),
 )

@@ -68,16 +68,9 @@ def upgrade() -> None:
             "tenant_id", "idempotency_key", name=op.f("uq_reservations_tenant_id_idempotency_key")
         ),
     )
-    with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.create_index(
-            "ix_reservations_tenant_pool_start", ["tenant_id", "pool_id", "starts_at"], unique=False
-        )
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("reservations", schema=None) as batch_op:
-        batch_op.drop_index("ix_reservations_tenant_pool_start")
-
     op.drop_table("reservations")
     op.drop_table("quotas")
     with op.batch_alter_table("policies", schema=None) as batch_op:
