@@ -146,3 +146,30 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
         one = tx.ledger.allocation_bookings(change.booking_id)[0].id
     assert one.startswith("bkg-") and len(one) == 30
     assert ledger.release_partition_change(fleet, one, at(0)) == 8
+
+
+def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Store) -> None:
+    from better_compute.service.ports import NotBookable
+
+    good = mig_atoms(fleet)[0]["id"]
+    parent = next(r for r in inventory.list_atoms(fleet, cls="gpu"))["id"]
+    row = {
+        "id": "rsv-test",
+        "tenant_id": "acme",
+        "pool_id": "p1",
+        "starts_at": at(0),
+        "ends_at": at(1),
+        "devices": [],
+        "gpu_count": 0,
+        "gpu_slices": 2,
+        "counts": {"gpu.mig": 2},
+        "idempotency_key": None,
+        "fingerprint": "x",
+    }
+    with pytest.raises(NotBookable), fleet.begin() as tx:
+        tx.reservations.commit(row, [good, parent], T0)
+    with fleet.read() as tx:
+        assert tx.inventory.get("reservations", "rsv-test") is None
+        assert tx.inventory.get("allocations", "rsv-test") is None
+        assert tx.ledger.allocation_bookings("rsv-test") == []
+    ledger.book(fleet, [good], Span(at(0), at(1)), "after", None, T0)

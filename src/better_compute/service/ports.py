@@ -122,15 +122,17 @@ class ReservationsPort(Protocol):
         key: str | None,
         last_event: int,
         gaps: Sequence[int] = (),
+        lock_key: str | None = None,
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
         `policies`, `limits` per class, `events` after `last_event` (one page) or among `gaps`,
-        and `newest_event`, the log's last id."""
+        and `newest_event`, the log's last id. With `lock_key`, the `lock` is taken first."""
         ...
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
-        """Write the reservation row, its allocation, bookings and events (raises Overlap,
-        NotBookable, or KeyTaken when the idempotency key was taken concurrently)."""
+        """Write the reservation row, its allocation, bookings and events, and commit: the last step
+        of a transaction (raises Overlap, NotBookable, or KeyTaken when the idempotency key was
+        taken concurrently; nothing is written then)."""
         ...
 
     def events_after(self, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:

@@ -190,9 +190,10 @@ def _create_in(
     # Quota is per tenant and pool: its check and the booking must not interleave with another
     # reservation of the same tenant in the pool. Other tenants go ahead; atoms they race for are
     # settled by the exclusion constraint (and, within this process, by claims).
-    tx.reservations.lock(f"quota:{tenant_id}:{pool_id}")
     seen, gaps = index.prepare(tx)
-    snap = tx.reservations.snapshot(tenant_id, pool_id, str(key) if key else None, seen, gaps)
+    snap = tx.reservations.snapshot(
+        tenant_id, pool_id, str(key) if key else None, seen, gaps, lock_key=f"quota:{tenant_id}:{pool_id}"
+    )
     index.apply(tx, snap["events"], snap["newest_event"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])
@@ -342,7 +343,7 @@ def cancel(
     """Cancel before the start: the whole window frees."""
     with store.begin() as tx:
         row = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"pool:{row['pool_id']}")
+        tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         check_cancel(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.cancel_allocation(reservation_id, now)
         tx.inventory.compare_and_set(
@@ -362,7 +363,7 @@ def release(
     """End an active reservation now; the rest of its window frees for others."""
     with store.begin() as tx:
         row = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"pool:{row['pool_id']}")
+        tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         end = release_end(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.end_allocation(reservation_id, end, "ledger.released")
         tx.inventory.compare_and_set(

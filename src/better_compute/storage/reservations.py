@@ -27,7 +27,11 @@ def lock(conn: Connection, key: str) -> None:
     if conn.dialect.name == "postgresql":
         db = conn.connection.driver_connection
         assert db is not None
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (zlib.crc32(key.encode()) - 2**31,))
+        db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
+
+
+def _lock_id(key: str) -> int:
+    return zlib.crc32(key.encode()) - 2**31
 
 
 def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
@@ -108,16 +112,28 @@ prepared statement cannot see that `last` is near the end and would scan the who
 
 
 def admission_snapshot(
-    conn: Connection, tenant_id: str, pool_id: str, key: str | None, last_event: int, gaps: Sequence[int] = ()
+    conn: Connection,
+    tenant_id: str,
+    pool_id: str,
+    key: str | None,
+    last_event: int,
+    gaps: Sequence[int] = (),
+    lock_key: str | None = None,
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
     mode and owner, whether the tenant exists, its policies, its quota rows in the pool, and the events
-    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, and the newest event id."""
+    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, and the newest event id.
+
+    With `lock_key`, the transaction first takes that advisory lock; on PostgreSQL the BEGIN, the lock
+    and the read travel in one round trip, and the read still runs after the lock is granted."""
     db = conn.connection.driver_connection
     assert db is not None
     params: dict[str, Any] = {"t": tenant_id, "p": pool_id, "k": key, "last": last_event, "limit": EVENT_PAGE}
     if conn.dialect.name == "postgresql":
-        row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}).fetchone()
+        with db.pipeline():
+            if lock_key is not None:
+                db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(lock_key),))
+            row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}).fetchone()
         replay, pool, tenant, policies, limits, tail, newest = row
     else:
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
@@ -134,28 +150,33 @@ def admission_snapshot(
     }
 
 
+_ALL_BOOKABLE = "(SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) AND bookable) = %(n)s"
 _PG_COMMIT = (
+    # Every part is guarded by _ALL_BOOKABLE, so the statement writes everything or nothing by itself
+    # and its COMMIT can travel with it (see commit_reservation).
     "WITH a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
-    " VALUES (%(id)s, 'reservation', %(t)s, %(p)s, %(now)s)),"
+    " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s WHERE " + _ALL_BOOKABLE + "),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
-    " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) VALUES (%(id)s, %(t)s, %(p)s,"
-    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s, %(gs)s, %(counts)s::json, %(k)s, %(fp)s, 1, %(now)s)),"
+    " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) SELECT %(id)s, %(t)s, %(p)s,"
+    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s, %(gs)s, %(counts)s::json, %(k)s, %(fp)s, 1, %(now)s"
+    " WHERE " + _ALL_BOOKABLE + "),"
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable"
+    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable AND " + _ALL_BOOKABLE + ""
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
-    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s)"
+    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s WHERE " + _ALL_BOOKABLE + ")"
     " SELECT count(*) FROM b"
 )
 
 
 def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
-    """Write the reservation, its allocation, its bookings and their events; raise Overlap or
-    NotBookable (the caller rolls back), or KeyTaken when the idempotency key was taken meanwhile."""
+    """Write the reservation, its allocation, its bookings and their events, and commit: it is the
+    last step of admission. Raise Overlap or NotBookable (nothing was written), or KeyTaken when the
+    idempotency key was taken meanwhile."""
     ids = list(atom_ids)
     span = Span(row["starts_at"], row["ends_at"])
     created = json.dumps({"tenantId": row["tenant_id"], "poolId": row["pool_id"], "atoms": ids})
@@ -215,7 +236,11 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         "created": created,
     }
     try:
-        result = db.execute(_PG_COMMIT, params).fetchone()
+        # The write and its COMMIT go out together (one round trip); the statement is all or nothing.
+        with db.pipeline():
+            cursor = db.execute(_PG_COMMIT, params)
+            db.commit()
+            result = cursor.fetchone()
     except psycopg.errors.ExclusionViolation as exc:
         raise ledger.overlap_from(exc) from None
     except psycopg.errors.UniqueViolation:

@@ -144,8 +144,9 @@ class SqlReservations:
         key: str | None,
         last_event: int,
         gaps: Sequence[int] = (),
+        lock_key: str | None = None,
     ) -> dict[str, Any]:
-        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, last_event, gaps)
+        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, last_event, gaps, lock_key)
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
         reservations.commit_reservation(self.conn, row, atom_ids, now)
