@@ -117,8 +117,8 @@ _PG_BOOK = (
     + COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) {bookable}"
-    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) {bookable}) = %(n)s"
+    " FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}"
+    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}) = %(n)s::bigint"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT 'ledger.booked', %(alloc)s, "
     + BOOKED_PAYLOAD_PG
@@ -152,7 +152,9 @@ def _book_postgres(
     db = conn.connection.driver_connection
     assert db is not None
     try:
-        row = db.execute(_PG_BOOK_BOOKABLE if require_bookable else _PG_BOOK_ANY, params).fetchone()
+        row = db.execute(
+            _PG_BOOK_BOOKABLE if require_bookable else _PG_BOOK_ANY, params, prepare=True
+        ).fetchone()
     except psycopg.errors.ExclusionViolation as exc:
         raise overlap_from(exc) from None
     return int(row[0]) if row is not None else 0

@@ -27,7 +27,7 @@ def lock(conn: Connection, key: str) -> None:
     if conn.dialect.name == "postgresql":
         db = conn.connection.driver_connection
         assert db is not None
-        db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(key),))
+        db.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_lock_id(key),), prepare=True)
 
 
 def _lock_id(key: str) -> int:
@@ -80,15 +80,16 @@ def live_bookings(conn: Connection, since: datetime) -> list[Row]:
 
 _PG_SNAPSHOT = """
 SELECT
-  (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s),
+  (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),
   (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = %(p)s),
   EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),
   (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')
      FROM policies WHERE tenant_id = %(t)s),
   (SELECT coalesce(json_object_agg(class, "limit"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),
   (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
-     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s AND id <= %(last)s + %(limit)s)
-     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s))) ev),
+     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s::bigint
+       AND id <= %(last)s::bigint + %(limit)s::bigint)
+     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s::bigint[]))) ev),
   (SELECT coalesce(max(id), 0) FROM events)
 """
 
@@ -132,8 +133,8 @@ def admission_snapshot(
     if conn.dialect.name == "postgresql":
         with db.pipeline():
             if lock_key is not None:
-                db.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(lock_key),))
-            row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}).fetchone()
+                db.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_lock_id(lock_key),), prepare=True)
+            row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}, prepare=True).fetchone()
         replay, pool, tenant, policies, limits, tail, newest = row
     else:
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
@@ -150,7 +151,7 @@ def admission_snapshot(
     }
 
 
-_ALL_BOOKABLE = "(SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s) AND bookable) = %(n)s"
+_ALL_BOOKABLE = "(SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable) = %(n)s::bigint"
 _PG_COMMIT = (
     # Every part is guarded by _ALL_BOOKABLE, so the statement writes everything or nothing by itself
     # and its COMMIT can travel with it (see commit_reservation).
@@ -158,13 +159,14 @@ _PG_COMMIT = (
     " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s WHERE " + _ALL_BOOKABLE + "),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
     " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) SELECT %(id)s, %(t)s, %(p)s,"
-    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s, %(gs)s, %(counts)s::json, %(k)s, %(fp)s, 1, %(now)s"
+    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text, %(fp)s,"
+    " 1, %(now)s"
     " WHERE " + _ALL_BOOKABLE + "),"
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
     + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
     " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s) AND bookable AND " + _ALL_BOOKABLE + ""
+    " FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable AND " + _ALL_BOOKABLE + ""
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
@@ -238,7 +240,7 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
     try:
         # The write and its COMMIT go out together (one round trip); the statement is all or nothing.
         with db.pipeline():
-            cursor = db.execute(_PG_COMMIT, params)
+            cursor = db.execute(_PG_COMMIT, params, prepare=True)
             db.commit()
             result = cursor.fetchone()
     except psycopg.errors.ExclusionViolation as exc:
