@@ -63,8 +63,8 @@ def test_postgres_exclusion_constraint_refuses_overlap_without_any_application_c
                 )
             )
         insert = text(
-            "INSERT INTO bookings (id, atom_id, gpu_id, class, allocation_id, starts_at, ends_at, state, created_at)"
-            " VALUES (:id, 'atm-raw', 'raw-g', 'gpu', :id, :s, :e, 'live', :s)"
+            "INSERT INTO bookings (atom_id, gpu_id, class, allocation_id, starts_at, ends_at, state, created_at)"
+            " VALUES ('atm-raw', 'raw-g', 'gpu', :id, :s, :e, 'live', :s)"
         )
         with store.engine.begin() as conn:
             conn.execute(insert, {"id": "raw-1", "s": "2026-01-01T00:00Z", "e": "2026-01-01T02:00Z"})

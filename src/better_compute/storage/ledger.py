@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import re
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -30,10 +29,21 @@ from better_compute.storage.tables import atoms, bookings, events
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
 
 
+def booking_id(key: int) -> str:
+    """A booking's id as users see it: `bkg-<n>`."""
+    return f"bkg-{key}"
+
+
+def booking_key(booking_id: str) -> int | None:
+    """The database key of a `bkg-<n>` id; None for anything else."""
+    digits = booking_id.removeprefix("bkg-")
+    return int(digits) if booking_id.startswith("bkg-") and digits.isdigit() and len(digits) < 19 else None
+
+
 def _row_to_booking(row: object) -> Booking:
     r = row._mapping  # type: ignore[attr-defined]
     return Booking(
-        id=r["id"],
+        id=booking_id(r["id"]),
         atom_id=r["atom_id"],
         gpu_id=r["gpu_id"],
         allocation_id=r["allocation_id"],
@@ -43,14 +53,8 @@ def _row_to_booking(row: object) -> Booking:
     )
 
 
-COLUMNS = (
-    "id, atom_id, gpu_id, pool_id, class, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
-)
-
-
-def id_prefix() -> str:
-    """Booking ids start with the wall-clock time, so index inserts append instead of scattering."""
-    return f"bkg-{time.time_ns() // 1000:014x}"
+COLUMNS = "atom_id, gpu_id, pool_id, class, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
+"""The columns a booking is written with; its integer id comes from the database."""
 
 
 def sqlite_time(value: datetime | None) -> str | None:
@@ -71,7 +75,7 @@ def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tu
     insert = (
         f"WITH ok AS MATERIALIZED (SELECT id, gpu_id, pool_id, class FROM atoms WHERE id IN ({marks}){bookable}"
         f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window}))"
-        f" INSERT INTO bookings ({COLUMNS}) SELECT ? || lower(hex(randomblob(6))), id, gpu_id, pool_id,"
+        f" INSERT INTO bookings ({COLUMNS}) SELECT id, gpu_id, pool_id,"
         " class, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? RETURNING id"
     )
     clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
@@ -97,7 +101,7 @@ def book_sqlite(
     window_params = (start,) if end is None else (start, end)
     written = db.execute(
         insert,
-        (*ids, *window_params, id_prefix(), tenant_id, allocation_id, start, end, sqlite_time(now), len(ids)),
+        (*ids, *window_params, tenant_id, allocation_id, start, end, sqlite_time(now), len(ids)),
     ).fetchall()
     if len(written) != len(ids):
         clash = db.execute(clash_sql, (*ids, *window_params)).fetchone()
@@ -115,8 +119,7 @@ BOOKED_PAYLOAD_PG = (
 _PG_BOOK = (
     "WITH b AS (INSERT INTO bookings ("
     + COLUMNS
-    + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
-    " id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
+    + ") SELECT id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
     " FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}"
     " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}) = %(n)s::bigint"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
@@ -140,7 +143,6 @@ def _book_postgres(
     require_bookable: bool,
 ) -> int:
     params = {
-        "prefix": id_prefix(),
         "tenant": tenant_id,
         "alloc": allocation_id,
         "start": span.start,
@@ -180,7 +182,7 @@ def book(
 
     This is the hot path, so it is one hand-written statement per dialect, atomic by itself: the
     bookings and one `ledger.booked` event per booking (a CTE on PostgreSQL, a trigger on SQLite).
-    Returns the number of bookings written. Booking ids are `bkg-<time><random>`, 30 characters.
+    Returns the number of bookings written. Booking ids are `bkg-<n>`.
     """
     ids = list(dict.fromkeys(atom_ids))
     writer = _book_postgres if conn.dialect.name == "postgresql" else book_sqlite
@@ -215,7 +217,10 @@ def allocation_bookings(conn: Connection, allocation_id: str) -> list[Booking]:
 
 
 def booking_allocation(conn: Connection, booking_id: str) -> str | None:
-    row = conn.execute(select(bookings.c.allocation_id).where(bookings.c.id == booking_id)).first()
+    key = booking_key(booking_id)
+    if key is None:
+        return None
+    row = conn.execute(select(bookings.c.allocation_id).where(bookings.c.id == key)).first()
     return None if row is None else str(row[0])
 
 

@@ -164,8 +164,7 @@ _PG_COMMIT = (
     " WHERE " + _ALL_BOOKABLE + "),"
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
-    + ") SELECT %(prefix)s || substr(md5(random()::text), 1, 12),"
-    " id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
+    + ") SELECT id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
     " FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable AND " + _ALL_BOOKABLE + ""
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
@@ -232,7 +231,6 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         "k": row["idempotency_key"],
         "fp": row["fingerprint"],
         "now": now,
-        "prefix": ledger.id_prefix(),
         "ids": ids,
         "n": len(ids),
         "created": created,

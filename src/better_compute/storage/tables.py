@@ -144,7 +144,8 @@ allocations = Table(
 bookings = Table(
     "bookings",
     metadata,
-    Column("id", String(200), primary_key=True),
+    # A plain integer key: on SQLite it is the rowid itself, so a booking writes no separate key index.
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("atom_id", String(32), ForeignKey("atoms.id"), nullable=False),
     Column("gpu_id", String(96), nullable=False),
     Column("pool_id", String(64), nullable=True),

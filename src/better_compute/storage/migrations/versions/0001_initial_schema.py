@@ -158,7 +158,9 @@ def upgrade() -> None:
 
     op.create_table(
         "bookings",
-        sa.Column("id", sa.String(length=200), nullable=False),
+        sa.Column(
+            "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
+        ),
         sa.Column("atom_id", sa.String(length=32), nullable=False),
         sa.Column("gpu_id", sa.String(length=96), nullable=False),
         sa.Column("pool_id", sa.String(length=64), nullable=True),
