@@ -39,10 +39,16 @@ def parse_quota_limits(raw: object, field: str = "quota") -> dict[AtomClass, int
     return limits
 
 
+MAX_LIMIT = 2**31 - 1
+"""The largest limit a quota row stores (a 32-bit integer column)."""
+
+
 def check_limit(limit: object, field: str = "limit") -> int:
-    """One quota limit: a non-negative integer (0 keeps a row that allows nothing)."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidInput(f"{field} must be a non-negative integer, not {limit!r}", {"field": field})
+    """One quota limit: an integer from 0 (a row that allows nothing) to MAX_LIMIT."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
+        raise InvalidInput(
+            f"{field} must be an integer from 0 to {MAX_LIMIT}, not {limit!r}", {"field": field}
+        )
     return limit
 
 

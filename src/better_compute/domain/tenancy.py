@@ -17,7 +17,6 @@ SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """Tenant and pool ids: they appear in URLs, atom ownership and bills, so they are plain and short."""
 
 MAX_NAME = 200
-MAX_LIMIT = 2**31 - 1
 """The largest quota limit a store column holds everywhere."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -53,14 +52,6 @@ def check_ref(value: object, field: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 256 or _CONTROL.search(value):
         raise InvalidInput(f"{field} must be an id of 1-256 printable characters", {"field": field})
     return value
-
-
-def check_quota_limit(limit: object, field: str = "limit") -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 0 <= limit <= MAX_LIMIT:
-        raise InvalidInput(
-            f"{field} must be an integer from 0 to {MAX_LIMIT}, not {limit!r}", {"field": field}
-        )
-    return limit
 
 
 def pool_not_found(pool_id: str) -> NotFound:

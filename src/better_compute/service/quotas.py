@@ -10,12 +10,10 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from better_compute.domain.admission import check_offer
-from better_compute.domain.atoms import ATOM_CLASSES
 from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import InvalidInput
 from better_compute.domain.pools import check_mode
+from better_compute.domain.quota import parse_quota_limits
 from better_compute.domain.tenancy import (
-    check_quota_limit,
     check_ref,
     pool_not_found,
     require_pool_owner,
@@ -44,18 +42,8 @@ def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) ->
 
 
 def check_limits(raw: Mapping[str, object], field: str) -> dict[str, int]:
-    """A per-class quota map with known classes and storable limits."""
-    if not isinstance(raw, Mapping):
-        raise InvalidInput(f"{field} must be an object mapping atom classes to limits", {"field": field})
-    limits: dict[str, int] = {}
-    for cls, limit in raw.items():
-        if cls not in ATOM_CLASSES:
-            raise InvalidInput(
-                f"{field}: unknown atom class {cls!r}; use {', '.join(ATOM_CLASSES)}",
-                {"field": f"{field}.{cls}"},
-            )
-        limits[cls] = check_quota_limit(limit, f"{field}.{cls}")
-    return limits
+    """A per-class quota map with known classes and storable limits (the rule is domain.quota's)."""
+    return {str(cls): limit for cls, limit in parse_quota_limits(raw, field).items()}
 
 
 def write_rows(tx: Tx, tenant_id: str, pool_id: str, limits: Mapping[str, int], now: datetime) -> None:
