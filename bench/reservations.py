@@ -3,7 +3,8 @@
 A fleet of MIG nodes (H100, all-1g.10gb: 7 atoms per GPU) is loaded, a real server process is started
 on loopback, and clients reserve one `gpu.mig` atom each for a random 1-hour window in the next 90
 days, with 1 and with 8 concurrent clients (client n acts as tenant n), on SQLite and on PostgreSQL.
-The server runs `--workers 2` (one process per core) with access logging off.
+The server runs with access logging off and `--workers 2` on PostgreSQL (one process per core) or
+`--workers 1` on SQLite (one writer: a second process would only wait on the file lock).
 
     python bench/reservations.py           # 1,000 nodes x 8 GPUs (56,000 MIG atoms)
     python bench/reservations.py --quick   # a small fleet, under a minute
@@ -181,7 +182,12 @@ def main() -> None:
     parser.add_argument("--reservations", type=int, default=None, help="per configuration")
     parser.add_argument("--databases", default="sqlite,postgresql")
     parser.add_argument("--pg-url", default=PG_URL)
-    parser.add_argument("--workers", type=int, default=2, help="server processes (default: one per core)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="server processes (default: 2 on PostgreSQL, one per core; 1 on SQLite, which has one writer)",
+    )
     args = parser.parse_args()
     nodes = args.nodes or (100 if args.quick else 1000)
     total = args.reservations or (400 if args.quick else 3000)
@@ -189,15 +195,15 @@ def main() -> None:
         "nodes": nodes,
         "gpus_per_node": args.gpus,
         "atoms": nodes * args.gpus * 7,
-        "server_workers": args.workers,
+        "server_workers": args.workers or {"sqlite": 1, "postgresql": 2},
     }
     for db in args.databases.split(","):
         if db == "postgresql":
             with postgres_database(args.pg_url) as url:
-                outcome = bench_database(url, nodes, args.gpus, total, args.workers)
+                outcome = bench_database(url, nodes, args.gpus, total, args.workers or 2)
         else:
             with tempfile.TemporaryDirectory() as tmp, sqlite_database(Path(tmp)) as url:
-                outcome = bench_database(url, nodes, args.gpus, total, args.workers)
+                outcome = bench_database(url, nodes, args.gpus, total, args.workers or 1)
         for name, figures in outcome.items():
             results[f"{db}_{name}"] = figures
             print(f"{db} {name}: {figures}", file=sys.stderr)
