@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database
 from better_compute.domain.errors import BookingConflict
-from better_compute.domain.ledger import Span
+from better_compute.domain.timewin import Window
 from better_compute.service import ledger
 from better_compute.storage.store import Store
 
@@ -53,7 +53,7 @@ class AppBookings:
         started = time.perf_counter()
         for _ in range(count):
             start = NOW + timedelta(hours=self.rng.randrange(0, 24 * 90))
-            span = Span(start, start + timedelta(hours=1))
+            span = Window(start, start + timedelta(hours=1))
             self.n += 1
             t0 = time.perf_counter()
             try:

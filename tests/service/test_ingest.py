@@ -9,7 +9,7 @@ import pytest
 from better_compute.bcd.fake import FakeNode
 from better_compute.domain.errors import InvalidState, NotFound
 from better_compute.domain.inventory import NodeReport
-from better_compute.domain.ledger import Span
+from better_compute.domain.timewin import Window
 from better_compute.service import fleet, inventory, ledger
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec
@@ -44,7 +44,7 @@ def test_reingesting_the_same_report_changes_nothing(store: Store, node: FakeNod
 def test_atoms_keep_their_ids_and_bookings_when_a_gpu_disappears(store: Store, node: FakeNode) -> None:
     inventory.ingest(store, [node.report()], T0)
     atom = inventory.list_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0]
-    ledger.book(store, [atom["id"]], Span(at(0), at(4)), "r1", "acme", T0)
+    ledger.book(store, [atom["id"]], Window(at(0), at(4)), "r1", "acme", T0)
     gone = replace(node.report(), gpus=tuple(g for g in node.report().gpus if g.uuid != atom["gpu_id"]))
     inventory.ingest(store, [gone], at(1))
     with store.read() as tx:
@@ -55,14 +55,14 @@ def test_atoms_keep_their_ids_and_bookings_when_a_gpu_disappears(store: Store, n
     assert not row["bookable"] and not gpu["present"]
     assert [b.atom_id for b in bookings] == [atom["id"]]
     with pytest.raises(InvalidState):
-        ledger.book(store, [atom["id"]], Span(at(5), at(6)), "r2", "acme", T0)
+        ledger.book(store, [atom["id"]], Window(at(5), at(6)), "r2", "acme", T0)
     # It comes back with the same atom id.
     inventory.ingest(store, [node.report()], at(2))
     assert (
         inventory.list_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0]["id"]
         == atom["id"]
     )
-    ledger.book(store, [atom["id"]], Span(at(5), at(6)), "r2", "acme", T0)
+    ledger.book(store, [atom["id"]], Window(at(5), at(6)), "r2", "acme", T0)
 
 
 def test_unhealthy_gpu_makes_its_atoms_unbookable(store: Store, node: FakeNode) -> None:

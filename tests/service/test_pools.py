@@ -11,7 +11,7 @@ import pytest
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import Conflict, Forbidden, InvalidInput, InvalidState, NotFound
 from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.ledger import Span
+from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger, pools, quotas
 from better_compute.service.ports import Tx
@@ -125,7 +125,7 @@ def test_replicas_rederive_the_slots_and_keep_surviving_ids(fleet: Store) -> Non
 def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
     create(fleet, "slots", mode="timeslice", nodes=["l"], policy={"replicas": 4})
     last = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a["key"] == "slot:3")
-    ledger.book(fleet, [last["id"]], Span(at(0), at(5)), "r1", "platform", T0)
+    ledger.book(fleet, [last["id"]], Window(at(0), at(5)), "r1", "platform", T0)
     with pytest.raises(InvalidState) as err:
         pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
     assert err.value.details["freeFrom"] == at(5).isoformat()
@@ -211,7 +211,7 @@ def test_nodes_join_and_leave_a_pool(fleet: Store) -> None:
         pools.update(fleet, ADMIN, "p", nodes=["x"], now=at(3))
     # A node whose atom is booked cannot leave.
     atom = atoms_of(fleet, "h-2", "gpu")[0]
-    ledger.book(fleet, [atom["id"]], Span(at(3)), "r1", "platform", T0)
+    ledger.book(fleet, [atom["id"]], Window(at(3)), "r1", "platform", T0)
     with pytest.raises(InvalidState):
         pools.update(fleet, ADMIN, "p", nodes=[], now=at(4))
     assert pools.get_pool(fleet, ADMIN, "p")["nodes"] == ["h-2"]

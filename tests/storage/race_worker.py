@@ -6,7 +6,7 @@ import random
 from datetime import timedelta
 
 from better_compute.domain.errors import BookingConflict
-from better_compute.domain.ledger import Span
+from better_compute.domain.timewin import Window
 from better_compute.service import ledger
 from better_compute.storage.store import Store
 from tests.builders import T0
@@ -22,7 +22,7 @@ def race(
     try:
         for n in range(attempts):
             start = T0 + timedelta(minutes=15 * rng.randrange(0, 48))
-            span = Span(start, start + timedelta(minutes=15 * rng.randrange(1, 12)))
+            span = Window(start, start + timedelta(minutes=15 * rng.randrange(1, 12)))
             if rng.random() < 0.2:
                 result = ledger.book_partition_change(store, rng.choice(gpus), span, T0)
                 if isinstance(result, ledger.PartitionChange):

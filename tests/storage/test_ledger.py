@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from better_compute.domain.errors import BookingConflict, InvalidInput, InvalidState, NotFound
-from better_compute.domain.ledger import Span, partition_allocation_id
+from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger
 from better_compute.storage.store import Store
@@ -29,64 +30,64 @@ def mig_atoms(store: Store, gpu_index: int = 0) -> list[dict[str, Any]]:
 
 def test_booking_is_exclusive_and_names_when_the_atom_is_free(fleet: Store) -> None:
     atom = mig_atoms(fleet)[0]["id"]
-    ledger.book(fleet, [atom], Span(at(0), at(2)), "a1", "acme", T0)
+    ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", "acme", T0)
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [atom], Span(at(1), at(3)), "a2", "acme", T0)
+        ledger.book(fleet, [atom], Window(at(1), at(3)), "a2", "acme", T0)
     assert err.value.code == "CONFLICT"
     assert err.value.atom_id == atom
     assert err.value.free_from == at(2)
     assert err.value.details == {"atomId": atom, "freeFrom": at(2).isoformat()}
     # Back to back is not an overlap: windows are half-open.
-    ledger.book(fleet, [atom], Span(at(2), at(3)), "a3", "acme", T0)
+    ledger.book(fleet, [atom], Window(at(2), at(3)), "a3", "acme", T0)
 
 
 def test_free_from_skips_gaps_too_short_for_the_window(fleet: Store) -> None:
     atom = mig_atoms(fleet)[0]["id"]
-    ledger.book(fleet, [atom], Span(at(0), at(2)), "a1", None, T0)
-    ledger.book(fleet, [atom], Span(at(3), at(5)), "a2", None, T0)
+    ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", None, T0)
+    ledger.book(fleet, [atom], Window(at(3), at(5)), "a2", None, T0)
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [atom], Span(at(1), at(3)), "a3", None, T0)
+        ledger.book(fleet, [atom], Window(at(1), at(3)), "a3", None, T0)
     assert err.value.free_from == at(5)
 
 
 def test_open_ended_booking_is_never_free(fleet: Store) -> None:
     atom = mig_atoms(fleet)[0]["id"]
-    ledger.book(fleet, [atom], Span(at(1)), "a1", None, T0)
+    ledger.book(fleet, [atom], Window(at(1)), "a1", None, T0)
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [atom], Span(at(5), at(6)), "a2", None, T0)
+        ledger.book(fleet, [atom], Window(at(5), at(6)), "a2", None, T0)
     assert err.value.free_from is None
     # ...but the time before it is still bookable.
-    ledger.book(fleet, [atom], Span(at(0), at(1)), "a3", None, T0)
+    ledger.book(fleet, [atom], Window(at(0), at(1)), "a3", None, T0)
 
 
 def test_booking_a_set_is_all_or_nothing(fleet: Store) -> None:
     a, b, c = (r["id"] for r in mig_atoms(fleet)[:3])
-    ledger.book(fleet, [c], Span(at(0), at(1)), "held", None, T0)
+    ledger.book(fleet, [c], Window(at(0), at(1)), "held", None, T0)
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [a, b, c], Span(at(0), at(1)), "set", None, T0)
+        ledger.book(fleet, [a, b, c], Window(at(0), at(1)), "set", None, T0)
     assert err.value.atom_id == c
     with fleet.read() as tx:
         assert tx.ledger.allocation_bookings("set") == []
-    ledger.book(fleet, [a, b], Span(at(0), at(1)), "set", None, T0)
+    ledger.book(fleet, [a, b], Window(at(0), at(1)), "set", None, T0)
 
 
 def test_release_ends_now_and_frees_the_rest(fleet: Store) -> None:
     atom = mig_atoms(fleet)[0]["id"]
-    ledger.book(fleet, [atom], Span(at(0), at(4)), "a1", None, T0)
+    ledger.book(fleet, [atom], Window(at(0), at(4)), "a1", None, T0)
     assert ledger.release(fleet, "a1", at(1)) == 1
     with fleet.read() as tx:
         (booking,) = tx.ledger.allocation_bookings("a1")
-    assert booking.span == Span(at(0), at(1))
-    ledger.book(fleet, [atom], Span(at(1), at(4)), "a2", None, T0)
+    assert booking.span == Window(at(0), at(1))
+    ledger.book(fleet, [atom], Window(at(1), at(4)), "a2", None, T0)
 
 
 def test_cancel_before_start_and_refuse_after(fleet: Store) -> None:
     atom = mig_atoms(fleet)[0]["id"]
-    ledger.book(fleet, [atom], Span(at(2), at(4)), "a1", None, T0)
+    ledger.book(fleet, [atom], Window(at(2), at(4)), "a1", None, T0)
     with pytest.raises(InvalidState):
         ledger.cancel(fleet, "a1", at(3))
     assert ledger.cancel(fleet, "a1", at(1)) == 1
-    ledger.book(fleet, [atom], Span(at(2), at(4)), "a2", None, T0)
+    ledger.book(fleet, [atom], Window(at(2), at(4)), "a2", None, T0)
     with pytest.raises(NotFound):
         ledger.cancel(fleet, "nope", at(1))
 
@@ -95,16 +96,16 @@ def test_parent_of_a_split_gpu_cannot_be_booked(fleet: Store) -> None:
     parent = next(r for r in inventory.list_atoms(fleet, cls="gpu"))
     assert not parent["bookable"]
     with pytest.raises(InvalidState) as err:
-        ledger.book(fleet, [parent["id"]], Span(at(0), at(1)), "a1", None, T0)
+        ledger.book(fleet, [parent["id"]], Window(at(0), at(1)), "a1", None, T0)
     assert err.value.details["atomIds"] == [parent["id"]]
     with pytest.raises(InvalidInput):
-        ledger.book(fleet, [], Span(at(0), at(1)), "a1", None, T0)
+        ledger.book(fleet, [], Window(at(0), at(1)), "a1", None, T0)
 
 
 def test_partition_change_books_the_whole_family(fleet: Store) -> None:
     family = mig_atoms(fleet)
     gpu_id = family[0]["gpu_id"]
-    change = ledger.book_partition_change(fleet, gpu_id, Span(at(1), at(2)), T0)
+    change = ledger.book_partition_change(fleet, gpu_id, Window(at(1), at(2)), T0)
     assert isinstance(change, ledger.PartitionChange)
     assert change.booking_id == partition_allocation_id(gpu_id, at(1))
     assert change.booking_id == f"partition:{gpu_id}:2026-12-01T10:00:00Z"
@@ -115,18 +116,18 @@ def test_partition_change_books_the_whole_family(fleet: Store) -> None:
     assert all(b.tenant_id is None for b in held)
     # While it holds, nothing of the GPU can be booked in the window...
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [family[3]["id"]], Span(at(0), at(3)), "x", None, T0)
+        ledger.book(fleet, [family[3]["id"]], Window(at(0), at(3)), "x", None, T0)
     assert err.value.free_from == at(2)
     # ...but the rest of the fleet can.
-    ledger.book(fleet, [mig_atoms(fleet, 1)[0]["id"]], Span(at(0), at(3)), "y", None, T0)
+    ledger.book(fleet, [mig_atoms(fleet, 1)[0]["id"]], Window(at(0), at(3)), "y", None, T0)
     assert ledger.release_partition_change(fleet, change.booking_id, at(1.5)) == 8
-    ledger.book(fleet, [family[3]["id"]], Span(at(1.5), at(3)), "z", None, T0)
+    ledger.book(fleet, [family[3]["id"]], Window(at(1.5), at(3)), "z", None, T0)
 
 
 def test_partition_change_conflicts_while_a_child_is_booked(fleet: Store) -> None:
     family = mig_atoms(fleet)
-    ledger.book(fleet, [family[2]["id"]], Span(at(0), at(3)), "child", None, T0)
-    result = ledger.book_partition_change(fleet, family[0]["gpu_id"], Span(at(1), at(2)), T0)
+    ledger.book(fleet, [family[2]["id"]], Window(at(0), at(3)), "child", None, T0)
+    result = ledger.book_partition_change(fleet, family[0]["gpu_id"], Window(at(1), at(2)), T0)
     assert isinstance(result, ledger.PartitionConflict)
     assert result.status == "conflict"
     assert result.free_from == at(3)
@@ -134,14 +135,14 @@ def test_partition_change_conflicts_while_a_child_is_booked(fleet: Store) -> Non
 
 def test_partition_change_on_unknown_gpu_is_not_found(fleet: Store) -> None:
     with pytest.raises(NotFound):
-        ledger.book_partition_change(fleet, "GPU-nope", Span(at(1), at(2)), T0)
+        ledger.book_partition_change(fleet, "GPU-nope", Window(at(1), at(2)), T0)
     with pytest.raises(NotFound):
         ledger.release_partition_change(fleet, "partition:GPU-nope:2026-12-01T10:00:00Z", T0)
 
 
 def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -> None:
     gpu_id = mig_atoms(fleet)[0]["gpu_id"]
-    change = ledger.book_partition_change(fleet, gpu_id, Span(at(1), at(2)), T0)
+    change = ledger.book_partition_change(fleet, gpu_id, Window(at(1), at(2)), T0)
     assert isinstance(change, ledger.PartitionChange)
     with fleet.read() as tx:
         one = tx.ledger.allocation_bookings(change.booking_id)[0].id
@@ -173,4 +174,4 @@ def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Stor
         assert tx.inventory.get("reservations", "rsv-test") is None
         assert tx.inventory.get("allocations", "rsv-test") is None
         assert tx.ledger.allocation_bookings("rsv-test") == []
-    ledger.book(fleet, [good], Span(at(0), at(1)), "after", None, T0)
+    ledger.book(fleet, [good], Window(at(0), at(1)), "after", None, T0)

@@ -60,7 +60,7 @@ class NoFit:
     """Request `request_index` cannot be served now: `available` of its `wanted` atoms are free.
 
     The service turns it into INSUFFICIENT_CAPACITY, adding the earliest start at which the request
-    could be served (see `earliest_start`).
+    could be served (see `earliest_common_start`).
     """
 
     request_index: int

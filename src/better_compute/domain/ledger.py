@@ -7,35 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from better_compute.domain.errors import InvalidInput
-
-
-@dataclass(frozen=True)
-class Span:
-    """A half-open time window `[start, end)`; `end` None means open-ended."""
-
-    start: datetime
-    end: datetime | None = None
-
-    def __post_init__(self) -> None:
-        if self.start.tzinfo is None or (self.end is not None and self.end.tzinfo is None):
-            raise InvalidInput("times must carry a timezone (UTC)", {"field": "during"})
-        if self.end is not None and self.end <= self.start:
-            raise InvalidInput(
-                f"a window must end after it starts: {self.start.isoformat()} .. {self.end.isoformat()}",
-                {"field": "during"},
-            )
-
-    @property
-    def duration(self) -> timedelta | None:
-        return None if self.end is None else self.end - self.start
-
-    def overlaps(self, other: Span) -> bool:
-        a_before_b_ends = other.end is None or self.start < other.end
-        b_before_a_ends = self.end is None or other.start < self.end
-        return a_before_b_ends and b_before_a_ends
+from better_compute.domain.timewin import Window
 
 
 @dataclass(frozen=True)
@@ -47,11 +21,11 @@ class Booking:
     gpu_id: str
     allocation_id: str
     tenant_id: str | None
-    span: Span
+    span: Window
     state: str = "live"
 
 
-def earliest_free(busy: Iterable[Span], wanted: Span) -> datetime | None:
+def earliest_free(busy: Iterable[Window], wanted: Window) -> datetime | None:
     """The earliest start at or after `wanted.start` at which a window of `wanted`'s length is free.
 
     None when nothing is ever free again (an open-ended booking, or an open-ended request that can

@@ -220,29 +220,6 @@ def list_nodes(
     return found
 
 
-def list_pools(store: StorePort, *, filters: dict[str, Any] | None = None) -> list[Row]:
-    with store.read() as tx:
-        found = tx.inventory.list("pools", filters=filters)
-        members = tx.inventory.list("pool_nodes") if found else []
-    by_pool: dict[str, list[str]] = {}
-    for m in members:
-        by_pool.setdefault(m["pool_id"], []).append(m["node_id"])
-    for pool in found:
-        pool["nodes"] = sorted(by_pool.get(pool["id"], []))
-    return found
-
-
-def get_pool(store: StorePort, pool_id: str) -> Row:
-    with store.read() as tx:
-        pool = tx.inventory.get("pools", pool_id)
-        if pool is None:
-            raise NotFound(f"pool {pool_id} not found", {"poolId": pool_id})
-        pool["nodes"] = sorted(
-            m["node_id"] for m in tx.inventory.list("pool_nodes", filters={"pool_id": pool_id})
-        )
-    return pool
-
-
 def list_gpus(
     store: StorePort, *, node: str | None = None, limit: int | None = None, after: str | None = None
 ) -> list[Row]:

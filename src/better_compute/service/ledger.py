@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.errors import BookingConflict, InvalidInput, InvalidState, NotFound
-from better_compute.domain.ledger import Booking, Span, earliest_free, partition_allocation_id
+from better_compute.domain.ledger import Booking, earliest_free, partition_allocation_id
+from better_compute.domain.timewin import Window
 from better_compute.service.ports import NotBookable, Overlap, StorePort
 
 
@@ -21,7 +22,7 @@ class PartitionChange:
 
     booking_id: str
     gpu_id: str
-    span: Span
+    span: Window
     atom_ids: tuple[str, ...]
     status: str = "booked"
 
@@ -35,7 +36,7 @@ class PartitionConflict:
     status: str = "conflict"
 
 
-def _conflict(store: StorePort, atom_ids: Sequence[str], span: Span, hint: str | None) -> BookingConflict:
+def _conflict(store: StorePort, atom_ids: Sequence[str], span: Window, hint: str | None) -> BookingConflict:
     with store.read() as tx:
         candidates = [hint] if hint else list(atom_ids)
         for atom_id in candidates:
@@ -49,7 +50,7 @@ def _conflict(store: StorePort, atom_ids: Sequence[str], span: Span, hint: str |
 def book(
     store: StorePort,
     atom_ids: Sequence[str],
-    span: Span,
+    span: Window,
     allocation_id: str,
     tenant_id: str | None,
     now: datetime,
@@ -94,7 +95,7 @@ def cancel(store: StorePort, allocation_id: str, now: datetime) -> int:
 
 
 def book_partition_change(
-    store: StorePort, gpu_id: str, during: Span, now: datetime
+    store: StorePort, gpu_id: str, during: Window, now: datetime
 ) -> PartitionChange | PartitionConflict:
     """The atom rule: book every atom of the GPU, parent included, or say when the family is free."""
     allocation_id = partition_allocation_id(gpu_id, during.start)

@@ -7,7 +7,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
-from better_compute.domain.ledger import Booking, Span
+from better_compute.domain.ledger import Booking
+from better_compute.domain.timewin import Window
 
 Row = dict[str, Any]
 
@@ -36,7 +37,7 @@ class LedgerPort(Protocol):
     def book(
         self,
         atom_ids: Sequence[str],
-        span: Span,
+        span: Window,
         allocation_id: str,
         tenant_id: str | None,
         now: datetime,
@@ -46,7 +47,7 @@ class LedgerPort(Protocol):
         """Book all the atoms or none. On PostgreSQL this is one statement, atomic by itself."""
         ...
 
-    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Span]: ...
+    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]: ...
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]: ...
 

@@ -22,7 +22,8 @@ from sqlalchemy import (
     update,
 )
 
-from better_compute.domain.ledger import Booking, Span
+from better_compute.domain.ledger import Booking
+from better_compute.domain.timewin import Window
 from better_compute.service.ports import NotBookable, Overlap
 from better_compute.storage.tables import atoms, bookings, events
 
@@ -48,7 +49,7 @@ def _row_to_booking(row: object) -> Booking:
         gpu_id=r["gpu_id"],
         allocation_id=r["allocation_id"],
         tenant_id=r["tenant_id"],
-        span=Span(r["starts_at"], r["ends_at"]),
+        span=Window(r["starts_at"], r["ends_at"]),
         state=r["state"],
     )
 
@@ -85,7 +86,7 @@ def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tu
 def book_sqlite(
     conn: Connection,
     ids: list[str],
-    span: Span,
+    span: Window,
     allocation_id: str,
     tenant_id: str | None,
     now: datetime,
@@ -136,7 +137,7 @@ _PG_BOOK_ANY = _PG_BOOK.format(bookable="")
 def _book_postgres(
     conn: Connection,
     ids: list[str],
-    span: Span,
+    span: Window,
     allocation_id: str,
     tenant_id: str | None,
     now: datetime,
@@ -171,7 +172,7 @@ def overlap_from(exc: psycopg.errors.ExclusionViolation) -> Overlap:
 def book(
     conn: Connection,
     atom_ids: Sequence[str],
-    span: Span,
+    span: Window,
     allocation_id: str,
     tenant_id: str | None,
     now: datetime,
@@ -199,7 +200,7 @@ def unbookable(conn: Connection, ids: Sequence[str]) -> list[str]:
     return [i for i in ids if i not in ok]
 
 
-def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> list[Span]:
+def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> list[Window]:
     """Live bookings of these atoms that end after `since` (or never end)."""
     rows = conn.execute(
         select(bookings.c.starts_at, bookings.c.ends_at).where(
@@ -208,7 +209,7 @@ def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> li
             or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since),
         )
     )
-    return [Span(r[0], r[1]) for r in rows]
+    return [Window(r[0], r[1]) for r in rows]
 
 
 def allocation_bookings(conn: Connection, allocation_id: str) -> list[Booking]:

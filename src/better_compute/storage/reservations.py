@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Connection, func, or_, select
 
-from better_compute.domain.ledger import Span
+from better_compute.domain.timewin import Window
 from better_compute.service.ports import KeyTaken, NotBookable
 from better_compute.storage import ledger
 from better_compute.storage.inventory import rows
@@ -179,7 +179,7 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
     last step of admission. Raise Overlap or NotBookable (nothing was written), or KeyTaken when the
     idempotency key was taken meanwhile."""
     ids = list(atom_ids)
-    span = Span(row["starts_at"], row["ends_at"])
+    span = Window(row["starts_at"], row["ends_at"])
     created = json.dumps({"tenantId": row["tenant_id"], "poolId": row["pool_id"], "atoms": ids})
     db = conn.connection.driver_connection
     assert db is not None

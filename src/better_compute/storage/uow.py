@@ -8,7 +8,8 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, delete, insert, select
 
-from better_compute.domain.ledger import Booking, Span
+from better_compute.domain.ledger import Booking
+from better_compute.domain.timewin import Window
 from better_compute.service.ports import Row
 from better_compute.storage import inventory as inv
 from better_compute.storage import ledger, reservations
@@ -26,7 +27,7 @@ class SqlLedger:
     def book(
         self,
         atom_ids: Sequence[str],
-        span: Span,
+        span: Window,
         allocation_id: str,
         tenant_id: str | None,
         now: datetime,
@@ -37,7 +38,7 @@ class SqlLedger:
             self.conn, atom_ids, span, allocation_id, tenant_id, now, require_bookable=require_bookable
         )
 
-    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Span]:
+    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         return ledger.busy_spans(self.conn, atom_ids, since)
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]:

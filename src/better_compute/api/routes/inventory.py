@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import CursorQ, LimitQ, StoreDep
+from better_compute.domain.atoms import ATOM_CLASSES
 from better_compute.domain.errors import InvalidInput
 from better_compute.service import inventory, pools
 from better_compute.wire.common import Page
@@ -110,8 +111,11 @@ def list_atoms(
         if not sep or not key:
             raise InvalidInput(f"attr must be key=value, not {item!r}", {"field": "attr"})
         wanted[key] = value
-    if cls is not None and cls not in ("gpu", "gpu.mig", "gpu.slot"):
-        raise InvalidInput(f"class must be gpu, gpu.mig or gpu.slot, not {cls!r}", {"field": "class"})
+    if cls is not None and cls not in ATOM_CLASSES:
+        raise InvalidInput(
+            f"class must be {', '.join(ATOM_CLASSES[:-1])} or {ATOM_CLASSES[-1]}, not {cls!r}",
+            {"field": "class"},
+        )
     found = inventory.list_atoms(
         store,
         pool=pool,
