@@ -12,6 +12,7 @@ from fastapi import FastAPI
 
 from better_compute import __version__
 from better_compute.api import errors, guards
+from better_compute.api.deps import AppContext
 from better_compute.api.routes import (
     credentials,
     health,
@@ -49,7 +50,10 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.state.clock = clock
     app.state.index = BookingIndex()
     app.state.new_id = new_reservation_id
+    app.state.context = AppContext(store, clock, app.state.index, new_reservation_id)
     errors.install(app)
+    # Routes are matched in the order they are included: the busiest first.
+    app.include_router(reservations.router)
     app.include_router(health.router)
     app.include_router(inventory.router)
     app.include_router(pools.router)
@@ -58,5 +62,4 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
-    app.include_router(reservations.router)
     return app

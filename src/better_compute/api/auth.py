@@ -7,14 +7,14 @@ Routes write `principal: PrincipalDep` to get the caller, or list `AUTHENTICATED
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from better_compute.api.deps import StoreDep
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials
+from better_compute.service.ports import StorePort
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -25,7 +25,6 @@ _bearer = HTTPBearer(
 
 async def get_principal(
     request: Request,
-    store: StoreDep,
     _scheme: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
 ) -> Principal:
     """The principal behind the request's bearer token; UNAUTHENTICATED (401) when there is none.
@@ -35,6 +34,7 @@ async def get_principal(
     The look-up is one indexed query, run on the event loop: a hop to a worker thread for it costs
     more than the query itself.
     """
+    store = cast(StorePort, request.app.state.store)
     return credentials.authenticate(store, bearer_token(request.headers.get("authorization")))
 
 

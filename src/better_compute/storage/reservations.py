@@ -107,6 +107,19 @@ SELECT
   (SELECT coalesce(max(id), 0) FROM events)
 """
 
+# How the admission transaction's statements are planned. Both are prepared once per connection and
+# then run thousands of times a second, so they must keep one cheap plan whatever the planner's
+# statistics say:
+# - force_generic_plan: with `= ANY($ids)` the generic plan's estimate looks worse than a custom
+#   plan's, so PostgreSQL would plan the write afresh on every execution (about a millisecond each).
+# - enable_seqscan off: every read here is a point or short-range look-up by an index. Statistics
+#   taken when a table was nearly empty (a fresh install, a server with autovacuum off) make a scan of
+#   the whole table look cheaper, and the cached plan would then keep scanning as the table grows.
+# Both are transaction-local (`set_config(..., true)`) and ride with the lock: no extra round trip.
+_PLAN = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
+_PG_PLAN = "SELECT " + _PLAN
+_PG_LOCK_AND_PLAN = "SELECT pg_advisory_xact_lock(%s::bigint), " + _PLAN
+
 EVENT_PAGE = 5000
 """The tail is read as an id range rather than `id > last LIMIT n`: PostgreSQL's generic plan for a
 prepared statement cannot see that `last` is near the end and would scan the whole events table."""
@@ -133,7 +146,9 @@ def admission_snapshot(
     if conn.dialect.name == "postgresql":
         with db.pipeline():
             if lock_key is not None:
-                db.execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_lock_id(lock_key),), prepare=True)
+                db.execute(_PG_LOCK_AND_PLAN, (_lock_id(lock_key),), prepare=True)
+            else:
+                db.execute(_PG_PLAN, prepare=True)
             row = db.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}, prepare=True).fetchone()
         replay, pool, tenant, policies, limits, tail, newest = row
     else:

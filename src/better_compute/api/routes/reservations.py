@@ -7,7 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.deps import IndexDep, NewIdDep, NowDep, StoreDep
+from better_compute.api.deps import ContextDep, IndexDep, NowDep, StoreDep
 from better_compute.service import reservations
 from better_compute.service.reservations import ReservationView
 from better_compute.wire.common import Page
@@ -56,19 +56,12 @@ def reservation_public(view: ReservationView) -> ReservationPublic:
         }
     },
 )
-async def create_reservation(
-    body: ReservationCreate,
-    principal: PrincipalDep,
-    store: StoreDep,
-    index: IndexDep,
-    now: NowDep,
-    new_id: NewIdDep,
-) -> Response:
+async def create_reservation(body: ReservationCreate, principal: PrincipalDep, ctx: ContextDep) -> Response:
     # Admission runs on the event loop: it is one short transaction, and a hop to a worker thread
     # (plus the GIL hand-offs it brings) cost more than it saved. Each server process admits one
     # reservation at a time; run one process per core (`serve --workers`).
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
-    view = reservations.create(store, index, principal, raw, now, new_id)
+    view = reservations.create(ctx.store, ctx.index, principal, raw, ctx.clock(), ctx.new_id)
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(
         content=reservation_public(view).model_dump_json(),
