@@ -2,15 +2,42 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from better_compute.storage import migrate
 from better_compute.storage.db import READ_ONLY, SINGLE_STATEMENT, make_engine
 from better_compute.storage.uow import SqlTx
+
+
+class _Resident:
+    """The connections an event loop's thread keeps checked out (PostgreSQL only).
+
+    Code running on an event loop runs one synchronous unit of work at a time, so the loop's thread
+    needs one connection for transactions and one (in autocommit) for reads, and can keep them:
+    checking a connection out of the pool and back in costs more client time than a short query.
+    A unit of work opened while the thread's connection is busy (nested) takes one from the pool.
+    """
+
+    def __init__(self, writer: Connection, reader: Connection) -> None:
+        self.writer: Connection | None = writer
+        self.reader: Connection | None = reader
+        self._both = (writer, reader)
+
+    def close(self) -> None:
+        for conn in self._both:
+            conn.close()
+
+    def __del__(self) -> None:
+        # The thread ended (its thread-local state is dropped): the connections go back to the pool.
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 class Store:
@@ -21,6 +48,9 @@ class Store:
         # SQLite has one writer at a time. Threads of this process queue here, in order, instead of
         # polling the database's busy handler (which sleeps and makes tail latency unpredictable).
         self._writer = threading.Lock() if engine.dialect.name == "sqlite" else None
+        self._local = threading.local()
+        self._residents: weakref.WeakSet[_Resident] = weakref.WeakSet()
+        self._residents_lock = threading.Lock()
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True, pool_size: int = 10) -> Store:
@@ -51,6 +81,15 @@ class Store:
                 conn.rollback()
             return
         if self._writer is None:
+            resident = self._resident()
+            if resident is not None and resident.writer is not None:
+                conn, resident.writer = resident.writer, None
+                try:
+                    with conn.begin():
+                        yield SqlTx(conn)
+                finally:
+                    resident.writer = conn
+                return
             with self.engine.begin() as conn:
                 yield SqlTx(conn)
             return
@@ -60,11 +99,40 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[SqlTx]:
         """A unit of work that writes nothing; it is rolled back when done."""
-        # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around a single query.
-        options = {"isolation_level": "AUTOCOMMIT"} if self.dialect == "postgresql" else {READ_ONLY: True}
-        with self.engine.connect().execution_options(**options) as conn:
+        if self._writer is None:
+            # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around a single query.
+            resident = self._resident()
+            if resident is not None and resident.reader is not None:
+                conn, resident.reader = resident.reader, None
+                try:
+                    yield SqlTx(conn)
+                finally:
+                    # Ends SQLAlchemy's own bookkeeping transaction (no round trip in autocommit),
+                    # and after a lost connection lets the next use reconnect.
+                    conn.rollback()
+                    resident.reader = conn
+                return
+            with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                yield SqlTx(conn)
+            return
+        with self.engine.connect().execution_options(**{READ_ONLY: True}) as conn:
             yield SqlTx(conn)
             conn.rollback()
+
+    def _resident(self) -> _Resident | None:
+        """This thread's resident connections if it runs an event loop (see `_Resident`), else None."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        resident: _Resident | None = getattr(self._local, "resident", None)
+        if resident is None:
+            writer = self.engine.connect()
+            reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            resident = self._local.resident = _Resident(writer, reader)
+            with self._residents_lock:
+                self._residents.add(resident)
+        return resident
 
     def analyze(self) -> None:
         """Refresh the planner's statistics, after a bulk load made them wrong by orders of magnitude."""
@@ -72,4 +140,10 @@ class Store:
             conn.exec_driver_sql("ANALYZE")
 
     def close(self) -> None:
+        with self._residents_lock:
+            residents = list(self._residents)
+            self._residents.clear()
+        for resident in residents:
+            resident.close()
+        self._local = threading.local()
         self.engine.dispose()
