@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from datetime import datetime, timedelta
 from typing import Any
@@ -341,3 +342,45 @@ def test_a_retry_after_the_start_has_passed_still_returns_the_first_reservation(
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     fresh = world.reserve(world.acme, "h100", [mig()], **{**body, "idempotencyKey": "new-key"})
     assert fresh.status_code == 400 and error(fresh)["code"] == "INVALID_INPUT"
+
+
+GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "4h"}
+
+
+@pytest.mark.parametrize(
+    ("request_kw", "status", "code", "message"),
+    [
+        ({}, 400, "INVALID_INPUT", "body: Field required"),
+        ({"content": b"{nope", "ctype": "application/json"}, 400, "INVALID_INPUT", "[1]: JSON decode error"),
+        (
+            {"content": b'{"poolId": "h100"}', "ctype": "text/plain"},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary or object to extract fields from",
+        ),
+        ({"json": [1, 2]}, 400, "INVALID_INPUT", "body: Input should be a valid dictionary"),
+        ({"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required"),
+        ({"json": {**GOOD, "zzz": 1}}, 400, "INVALID_INPUT", "zzz: Extra inputs are not permitted"),
+        # The JSON is read before the token is checked, the token before the body's fields.
+        ({"content": b"{nope", "ctype": "application/json", "token": "nope"}, 400, "INVALID_INPUT", "[1]"),
+        ({"json": {"poolId": 3}, "token": "nope"}, 401, "UNAUTHENTICATED", "malformed token"),
+        ({"json": GOOD, "token": None}, 401, "UNAUTHENTICATED", "this call needs a token"),
+        ({"json": GOOD, "ctype": "application/vnd.bc+json; charset=utf-8"}, 201, None, None),
+    ],
+)
+def test_create_reads_bodies_and_tokens_like_every_other_route(
+    world: World, request_kw: dict[str, Any], status: int, code: str | None, message: str | None
+) -> None:
+    world.offer("h100", "acme", gpu_mig=1)
+    kw = dict(request_kw)
+    token = kw.pop("token", "acme")
+    headers = dict(world.acme) if token == "acme" else ({"Authorization": f"Bearer {token}"} if token else {})
+    if "ctype" in kw:
+        headers["content-type"] = kw.pop("ctype")
+    if "json" in kw and "content-type" in headers:
+        kw["content"] = json.dumps(kw.pop("json")).encode()
+    r = world.http.post("/v1/reservations", headers=headers, **kw)
+    assert r.status_code == status, r.text
+    if code is not None:
+        assert error(r)["code"] == code
+        assert error(r)["message"].startswith(str(message))
