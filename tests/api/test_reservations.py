@@ -10,8 +10,10 @@ from typing import Any
 import pytest
 
 from better_compute.api.app import create_app
+from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import credentials
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, bearer, tenant_token
 
@@ -384,3 +386,30 @@ def test_create_reads_bodies_and_tokens_like_every_other_route(
     if code is not None:
         assert error(r)["code"] == code
         assert error(r)["message"].startswith(str(message))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"poolId": "h100", "devices": [mig()], "duration": "4h", "idempotencyKey": "after-revoke"},
+        {"poolId": "h100", "devices": [mig()], "duration": "4h", "tenantId": "globex"},  # else FORBIDDEN
+        {"poolId": "h100", "devices": [], "duration": "4h"},  # else INVALID_INPUT
+    ],
+)
+def test_a_revoked_token_cannot_reserve_even_if_the_server_remembers_it(
+    world: World, store: Store, body: dict[str, Any]
+) -> None:
+    world.offer("h100", "acme", gpu_mig=4)
+    created = world.http.post("/v1/credentials", headers=world.admin, json={"tenantId": "acme"})
+    token, credential = created.json()["token"], created.json()["id"]
+    first = world.reserve(bearer(token), "h100", [mig()])
+    assert first.status_code == 201  # the server now knows whose token it is
+    # Revoked elsewhere (another server process, the CLI): this app's memory of the token is not told.
+    admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
+    credentials.revoke(store, admin, credential, T0)
+    r = world.http.post("/v1/reservations", json=body, headers=bearer(token))
+    assert r.status_code == 401, r.text
+    assert error(r)["details"]["reason"] == "revoked"
+    # Nothing was booked, and the token stays refused.
+    assert world.http.get("/v1/reservations", headers=world.acme).json()["items"] == [first.json()]
+    assert world.reserve(bearer(token), "h100", [mig()]).status_code == 401

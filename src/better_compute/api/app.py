@@ -24,6 +24,7 @@ from better_compute.api.routes import (
     tenants,
 )
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.credentials import TokenMemory
 from better_compute.service.ports import StorePort
 
 
@@ -50,7 +51,7 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.state.clock = clock
     app.state.index = BookingIndex()
     app.state.new_id = new_reservation_id
-    app.state.context = AppContext(store, clock, app.state.index, new_reservation_id)
+    app.state.context = AppContext(store, clock, app.state.index, new_reservation_id, TokenMemory())
     errors.install(app)
     # Routes are matched in the order they are included: the busiest first.
     app.include_router(reservations.router)

@@ -16,6 +16,7 @@ from typing import Annotated, cast
 from fastapi import Depends, Query, Request
 
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.credentials import TokenMemory
 from better_compute.service.ports import StorePort
 
 
@@ -48,12 +49,14 @@ NewIdDep = Annotated[Callable[[], str], Depends(get_new_id)]
 
 @dataclass(frozen=True)
 class AppContext:
-    """What the composition root hands the API: the store, the clock, the booking index, the id maker."""
+    """What the composition root hands the API: the store, the clock, the booking index, the id maker,
+    and the tokens this process has seen."""
 
     store: StorePort
     clock: Callable[[], datetime]
     index: BookingIndex
     new_id: Callable[[], str]
+    tokens: TokenMemory
 
 
 async def get_context(request: Request) -> AppContext:

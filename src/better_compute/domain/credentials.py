@@ -25,6 +25,9 @@ class Principal:
     tenant_id: str | None
     is_admin: bool
     credential_id: str
+    recalled: bool = False
+    """True when the token's owner was remembered from an earlier request rather than looked up now:
+    whoever acts on it must confirm, in its own transaction, that the credential is not revoked."""
 
     def acts_for(self, tenant_id: str) -> bool:
         """Whether the caller may see and act on `tenant_id`'s own things (the admin acts for all)."""

@@ -8,6 +8,10 @@ the credential behind past calls.
 from __future__ import annotations
 
 import secrets
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.credentials import TOKEN_PREFIX, Principal, hash_token, require_admin
@@ -92,6 +96,72 @@ def authenticate(store: StorePort, token: str) -> Principal:
     return Principal(
         tenant_id=None if is_admin else row["tenant_id"], is_admin=is_admin, credential_id=row["id"]
     )
+
+
+class TokenMemory:
+    """Whom the tokens this process has seen belong to, so a busy route need not look each one up.
+
+    A token's owner (its credential, tenant, admin or not) never changes; only revocation does. So a
+    remembered principal is handed out `recalled`, and the use case confirms the credential is still
+    live inside its own transaction (reservations.create does, in the read it makes anyway): a revoked
+    token is refused at once, by every process, as with a fresh look-up.
+    """
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._owners: dict[str, Principal] = {}
+        self._capacity = capacity
+        self._lock = threading.Lock()
+
+    def recall(self, token_hash: str) -> Principal | None:
+        with self._lock:
+            found = self._owners.get(token_hash)
+        return None if found is None else replace(found, recalled=True)
+
+    def remember(self, token_hash: str, principal: Principal) -> None:
+        with self._lock:
+            if len(self._owners) >= self._capacity:
+                self._owners.pop(next(iter(self._owners)))  # the oldest: tokens in use come back
+            self._owners[token_hash] = replace(principal, recalled=False)
+
+    def forget(self, token_hash: str) -> None:
+        with self._lock:
+            self._owners.pop(token_hash, None)
+
+
+def identify(store: StorePort, memory: TokenMemory, token: str) -> Principal:
+    """The token's principal: remembered (`recalled`, to be confirmed by the caller's transaction) or
+    looked up now, as `authenticate` does, and remembered for next time."""
+    token_hash = hash_token(token)
+    found = memory.recall(token_hash)
+    if found is not None:
+        return found
+    principal = authenticate(store, token)
+    memory.remember(token_hash, principal)
+    return principal
+
+
+@contextmanager
+def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Principal]:
+    """`identify` for the length of a use case that confirms a recalled principal itself.
+
+    Whatever refuses the request inside, a recalled token is confirmed first, so that a revoked
+    token is answered UNAUTHENTICATED as it would be after a fresh look-up; a token found revoked
+    is forgotten.
+    """
+    principal = identify(store, memory, token)
+    try:
+        yield principal
+    except Unauthenticated:
+        memory.forget(hash_token(token))
+        raise
+    except Exception:
+        if principal.recalled:
+            try:
+                authenticate(store, token)
+            except Unauthenticated:
+                memory.forget(hash_token(token))
+                raise
+        raise
 
 
 def revoke(store: StorePort, principal: Principal, credential_id: str, now: datetime) -> Row:

@@ -27,6 +27,7 @@ from better_compute.domain.errors import (
     InsufficientCapacity,
     InvalidInput,
     NotFound,
+    Unauthenticated,
 )
 from better_compute.domain.reservations import (
     ReservationStatus,
@@ -145,6 +146,7 @@ def create(
                 return _create_in(
                     tx,
                     index,
+                    principal,
                     tenant_id,
                     pool_id,
                     requests,
@@ -176,6 +178,7 @@ def create(
 def _create_in(
     tx: Tx,
     index: BookingIndex,
+    principal: Principal,
     tenant_id: str,
     pool_id: str,
     requests: list[admission.DeviceRequest],
@@ -192,8 +195,16 @@ def _create_in(
     # settled by the exclusion constraint (and, within this process, by claims).
     seen, gaps = index.prepare(tx)
     snap = tx.reservations.snapshot(
-        tenant_id, pool_id, str(key) if key else None, seen, gaps, lock_key=f"quota:{tenant_id}:{pool_id}"
+        tenant_id,
+        pool_id,
+        str(key) if key else None,
+        seen,
+        gaps,
+        lock_key=f"quota:{tenant_id}:{pool_id}",
+        credential_id=principal.credential_id if principal.recalled else None,
     )
+    if principal.recalled and not snap["credential_live"]:
+        raise Unauthenticated("this token was revoked", {"reason": "revoked"})
     index.apply(tx, snap["events"], snap["newest_event"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])

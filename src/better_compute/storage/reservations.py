@@ -104,7 +104,8 @@ SELECT
      ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s::bigint
        AND id <= %(last)s::bigint + %(limit)s::bigint)
      UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s::bigint[]))) ev),
-  (SELECT coalesce(max(id), 0) FROM events)
+  (SELECT coalesce(max(id), 0) FROM events),
+  (SELECT revoked_at IS NULL FROM credentials WHERE id = %(c)s::text)
 """
 
 _SQLITE_SNAPSHOT = """
@@ -118,7 +119,8 @@ SELECT
   (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
      FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last AND id <= :last + :limit ORDER BY id)
            UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps)))),
-  (SELECT coalesce(max(id), 0) FROM events)
+  (SELECT coalesce(max(id), 0) FROM events),
+  (SELECT revoked_at IS NULL FROM credentials WHERE id = :c)
 """
 
 # How the admission transaction's statements are planned. Both are prepared once per connection and
@@ -147,16 +149,25 @@ def admission_snapshot(
     last_event: int,
     gaps: Sequence[int] = (),
     lock_key: str | None = None,
+    credential_id: str | None = None,
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
-    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, and the events
-    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, and the newest event id.
+    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, the events
+    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, the newest event id, and whether
+    `credential_id` is a live credential.
 
     With `lock_key`, the transaction first takes that advisory lock, and the read runs after it is
     granted (in its own statement, so that it sees every commit made before the lock was)."""
     db = conn.connection.driver_connection
     assert db is not None
-    params: dict[str, Any] = {"t": tenant_id, "p": pool_id, "k": key, "last": last_event, "limit": EVENT_PAGE}
+    params: dict[str, Any] = {
+        "t": tenant_id,
+        "p": pool_id,
+        "k": key,
+        "last": last_event,
+        "limit": EVENT_PAGE,
+        "c": credential_id,
+    }
     if conn.dialect.name == "postgresql":
         cur = _cursor(conn)
         if lock_key is not None:
@@ -166,10 +177,10 @@ def admission_snapshot(
         cur.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}, prepare=True)
         row = cur.fetchone()
         assert row is not None
-        replay, pool, tenant, policies, limits, tail, newest = row
+        replay, pool, tenant, policies, limits, tail, newest, live = row
     else:
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
-        replay, tenant, newest = row[0], row[2], row[6]
+        replay, tenant, newest, live = row[0], row[2], row[6], row[7]
         pool, policies, limits, tail = (json.loads(v) if v is not None else None for v in (row[1], *row[3:6]))
     return {
         "replay_id": replay,
@@ -179,6 +190,7 @@ def admission_snapshot(
         "limits": {str(k): int(v) for k, v in (limits or {}).items()},
         "events": tail or [],
         "newest_event": int(newest),
+        "credential_live": None if credential_id is None else bool(live),
     }
 
 

@@ -146,8 +146,11 @@ class SqlReservations:
         last_event: int,
         gaps: Sequence[int] = (),
         lock_key: str | None = None,
+        credential_id: str | None = None,
     ) -> dict[str, Any]:
-        return reservations.admission_snapshot(self.conn, tenant_id, pool_id, key, last_event, gaps, lock_key)
+        return reservations.admission_snapshot(
+            self.conn, tenant_id, pool_id, key, last_event, gaps, lock_key, credential_id
+        )
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
         reservations.commit_reservation(self.conn, row, atom_ids, now)

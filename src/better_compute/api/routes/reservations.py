@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
-from better_compute.api.auth import AUTHENTICATED, PrincipalDep, get_principal
+from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import AppContext, ContextDep, IndexDep, NowDep, StoreDep
-from better_compute.domain.credentials import Principal
-from better_compute.service import reservations
+from better_compute.domain.credentials import Principal, bearer_token
+from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
 from better_compute.wire.common import Page
 from better_compute.wire.reservations import ReservationCreate, ReservationListQuery, ReservationPublic
@@ -91,15 +91,19 @@ class AdmissionRoute(APIRoute):
 
         async def handle(request: Request) -> Response:
             payload = await _json_body(request)
-            principal = await get_principal(request)
-            if payload is None:
-                raise RequestValidationError(
-                    [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
-                )
-            body, problems = body_field.validate(payload, {}, loc=("body",))
-            if problems:
-                raise RequestValidationError(problems)
-            return _admit(body, principal, cast(AppContext, request.app.state.context))
+            ctx = cast(AppContext, request.app.state.context)
+            token = bearer_token(request.headers.get("authorization"))
+            # The token's owner may be remembered from an earlier request; admission then confirms
+            # in its own transaction that the credential is not revoked (no look-up of its own).
+            with credentials.acting_as(ctx.store, ctx.tokens, token) as principal:
+                if payload is None:
+                    raise RequestValidationError(
+                        [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+                    )
+                body, problems = body_field.validate(payload, {}, loc=("body",))
+                if problems:
+                    raise RequestValidationError(problems)
+                return _admit(body, principal, ctx)
 
         return handle
 
