@@ -413,3 +413,21 @@ def test_a_revoked_token_cannot_reserve_even_if_the_server_remembers_it(
     # Nothing was booked, and the token stays refused.
     assert world.http.get("/v1/reservations", headers=world.acme).json()["items"] == [first.json()]
     assert world.reserve(bearer(token), "h100", [mig()]).status_code == 401
+
+
+def test_create_answers_exactly_what_get_answers(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=6)
+    devices = [
+        mig("3g.40gb"),
+        {
+            "class": "gpu.mig",
+            "count": 2,
+            "selector": {"matchExpressions": [{"key": "migProfile", "op": "NotIn", "values": ["3g.40gb"]}]},
+        },
+    ]
+    created = world.reserve(world.acme, "h100", devices, idempotencyKey="same-shape")
+    assert created.status_code == 201, created.text
+    fetched = world.http.get(f"/v1/reservations/{created.json()['id']}", headers=world.acme)
+    assert created.json() == fetched.json()
+    replayed = world.reserve(world.acme, "h100", devices, idempotencyKey="same-shape")
+    assert replayed.status_code == 200 and replayed.json() == fetched.json()

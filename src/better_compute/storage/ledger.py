@@ -71,13 +71,18 @@ def sqlite_time(value: datetime | None) -> str | None:
 def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tuple[str, str]:
     """The booking INSERT and its clash query, for this many atoms and this kind of window."""
     marks = ",".join("?" * atoms)
+    wanted = ",".join(f"(?, {n})" for n in range(atoms))
     window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + ("" if open_ended else " AND b.starts_at < ?")
     bookable = " AND bookable = 1" if require_bookable else ""
+    # Bookings are written in the order the atoms were given (their keys follow it), so an
+    # allocation's atoms read back in the order they were chosen.
     insert = (
-        f"WITH ok AS MATERIALIZED (SELECT id, gpu_id, pool_id, class FROM atoms WHERE id IN ({marks}){bookable}"
+        f"WITH want(aid, ord) AS (VALUES {wanted}),"
+        " ok AS MATERIALIZED (SELECT atoms.id, gpu_id, pool_id, class, want.ord FROM want"
+        f" JOIN atoms ON atoms.id = want.aid WHERE 1{bookable}"
         f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window}))"
         f" INSERT INTO bookings ({COLUMNS}) SELECT id, gpu_id, pool_id,"
-        " class, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? RETURNING id"
+        " class, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? ORDER BY ord RETURNING id"
     )
     clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
     return insert, clash

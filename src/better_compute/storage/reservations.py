@@ -205,10 +205,12 @@ _PG_COMMIT = (
     " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text, %(fp)s,"
     " 1, %(now)s"
     " WHERE " + _ALL_BOOKABLE + "),"
+    # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
-    + ") SELECT id, gpu_id, pool_id, class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable AND " + _ALL_BOOKABLE + ""
+    + ") SELECT a.id, a.gpu_id, a.pool_id, a.class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
+    " FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN atoms a ON a.id = u.id"
+    " WHERE a.bookable AND " + _ALL_BOOKABLE + " ORDER BY u.ord"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"

@@ -16,7 +16,12 @@ from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
 from better_compute.wire.common import Page
-from better_compute.wire.reservations import ReservationCreate, ReservationListQuery, ReservationPublic
+from better_compute.wire.reservations import (
+    ReservationAtom,
+    ReservationCreate,
+    ReservationListQuery,
+    ReservationPublic,
+)
 
 router = APIRouter(prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED)
 
@@ -47,6 +52,40 @@ def reservation_public(view: ReservationView) -> ReservationPublic:
             "idempotencyKey": r["idempotency_key"],
             "createdAt": r["created_at"],
         }
+    )
+
+
+def created_public(view: ReservationView, body: ReservationCreate) -> ReservationPublic:
+    """`reservation_public` of a reservation just made from `body`, without validating it again: every
+    part is already of its wire type (the devices are the request's own, validated). A replayed
+    reservation goes through `reservation_public`: its devices are the first request's."""
+    if view.replayed:
+        return reservation_public(view)
+    r = view.row
+    return ReservationPublic.model_construct(
+        id=r["id"],
+        tenant_id=r["tenant_id"],
+        pool_id=r["pool_id"],
+        status=view.status.value,
+        start=r["starts_at"],
+        end=r["ends_at"],
+        devices=body.devices,
+        atoms=[
+            ReservationAtom.model_construct(  # by alias: `cls` would clash with the classmethod's own
+                **{
+                    "id": a["id"],
+                    "class": a["class"],
+                    "gpuId": a["gpu_id"],
+                    "node": a["node_id"],
+                    "attributes": a["attributes"],
+                }
+            )
+            for a in view.atoms
+        ],
+        gpu_count=r["gpu_count"],
+        gpu_slices=r["gpu_slices"],
+        idempotency_key=r["idempotency_key"],
+        created_at=r["created_at"],
     )
 
 
@@ -116,7 +155,7 @@ def _admit(body: ReservationCreate, principal: Principal, ctx: AppContext) -> Re
     view = reservations.create(ctx.store, ctx.index, principal, raw, ctx.clock(), ctx.new_id)
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(
-        content=reservation_public(view).model_dump_json(),
+        content=created_public(view, body).model_dump_json(),
         status_code=200 if view.replayed else 201,
         media_type="application/json",
     )
