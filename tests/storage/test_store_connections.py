@@ -115,3 +115,19 @@ def test_a_lost_connection_fails_one_unit_of_work_and_the_next_reconnects(
     outcomes = _on_loop(work)
     assert outcomes[2:] == ["write ok", "read ok"]
     assert "conn-after-1" in _tenants(pg)
+
+
+def test_a_thread_told_to_keep_its_connections_reuses_them(pg: Store) -> None:
+    held: list[int] = []
+
+    def work() -> None:
+        pg.keep_connections()
+        assert len({_backend(pg, True) for _ in range(5)}) == 1
+        held.append(pg.engine.pool.checkedout())  # type: ignore[attr-defined]
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=30)
+    assert held == [1]  # kept between units of work, not checked back in
+    gc.collect()
+    assert pg.engine.pool.checkedout() == 0  # type: ignore[attr-defined]

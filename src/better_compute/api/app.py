@@ -5,7 +5,9 @@ from __future__ import annotations
 import random
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from fastapi import FastAPI
@@ -41,17 +43,31 @@ def new_reservation_id() -> str:
     return f"rsv-{time.time_ns() // 1000:014x}{_ids.getrandbits(40):010x}"
 
 
+ADMISSION_THREADS = 4
+"""Reservations admitted at once per process: enough to keep its core busy while others wait on the
+database (admission is short; more threads would only queue for the interpreter lock)."""
+
+
 def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        app.state.context.admission.shutdown(wait=True)
+
     app = FastAPI(
         title="better-compute",
         version=__version__,
         description="GPU fleet control plane: whole GPUs, MIG instances and shared slots booked as atoms.",
+        lifespan=lifespan,
     )
     app.state.store = store
     app.state.clock = clock
     app.state.index = BookingIndex()
     app.state.new_id = new_reservation_id
-    app.state.context = AppContext(store, clock, app.state.index, new_reservation_id, TokenMemory())
+    admission = ThreadPoolExecutor(ADMISSION_THREADS, "admission", initializer=store.keep_connections)
+    app.state.context = AppContext(
+        store, clock, app.state.index, new_reservation_id, TokenMemory(), admission
+    )
     errors.install(app)
     # Routes are matched in the order they are included: the busiest first.
     app.include_router(reservations.router)

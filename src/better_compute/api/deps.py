@@ -9,6 +9,7 @@ about as much as a small database query.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, cast
@@ -57,6 +58,9 @@ class AppContext:
     index: BookingIndex
     new_id: Callable[[], str]
     tokens: TokenMemory
+    admission: Executor
+    """Where reservations are admitted: a few threads that keep their database connections, so that
+    a process goes on serving requests while one waits for the database."""
 
 
 async def get_context(request: Request) -> AppContext:

@@ -177,6 +177,11 @@ class StorePort(Protocol):
 
     def read(self) -> AbstractContextManager[Tx]: ...
 
+    def keep_connections(self) -> None:
+        """Let the calling thread keep its connections between units of work (a thread that runs
+        them one at a time, all day: an event loop's, or an admission worker's)."""
+        ...
+
     def analyze(self) -> None:
         """Refresh the query planner's statistics (after bulk loads)."""
         ...

@@ -17,21 +17,36 @@ from better_compute.storage.uow import SqlTx
 
 
 class _Resident:
-    """The connections an event loop's thread keeps checked out (PostgreSQL only).
+    """The connections a thread keeps checked out (PostgreSQL only), made on first use.
 
-    Code running on an event loop runs one synchronous unit of work at a time, so the loop's thread
-    needs one connection for transactions and one (in autocommit) for reads, and can keep them:
-    checking a connection out of the pool and back in costs more client time than a short query.
-    A unit of work opened while the thread's connection is busy (nested) takes one from the pool.
+    A thread that runs units of work one at a time (an event loop's; an admission worker's) needs
+    one connection for transactions and one (in autocommit) for reads, and can keep them: checking
+    a connection out of the pool and back in costs more client time than a short query. A unit of
+    work opened while the thread's connection is busy (nested) takes one from the pool.
     """
 
-    def __init__(self, writer: Connection, reader: Connection) -> None:
-        self.writer: Connection | None = writer
-        self.reader: Connection | None = reader
-        self._both = (writer, reader)
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._made: list[Connection] = []
+        self._writer: Connection | None = None
+        self._reader: Connection | None = None
+        self.writer_busy = False
+        self.reader_busy = False
+
+    def writer(self) -> Connection:
+        if self._writer is None:
+            self._writer = self._engine.connect()
+            self._made.append(self._writer)
+        return self._writer
+
+    def reader(self) -> Connection:
+        if self._reader is None:
+            self._reader = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._made.append(self._reader)
+        return self._reader
 
     def close(self) -> None:
-        for conn in self._both:
+        for conn in self._made:
             conn.close()
 
     def __del__(self) -> None:
@@ -82,13 +97,13 @@ class Store:
             return
         if self._writer is None:
             resident = self._resident()
-            if resident is not None and resident.writer is not None:
-                conn, resident.writer = resident.writer, None
+            if resident is not None and not resident.writer_busy:
+                conn, resident.writer_busy = resident.writer(), True
                 try:
                     with conn.begin():
                         yield SqlTx(conn)
                 finally:
-                    resident.writer = conn
+                    resident.writer_busy = False
                 return
             with self.engine.begin() as conn:
                 yield SqlTx(conn)
@@ -102,15 +117,15 @@ class Store:
         if self._writer is None:
             # PostgreSQL reads run in autocommit: no BEGIN/ROLLBACK round trips around a single query.
             resident = self._resident()
-            if resident is not None and resident.reader is not None:
-                conn, resident.reader = resident.reader, None
+            if resident is not None and not resident.reader_busy:
+                conn, resident.reader_busy = resident.reader(), True
                 try:
                     yield SqlTx(conn)
                 finally:
                     # Ends SQLAlchemy's own bookkeeping transaction (no round trip in autocommit),
                     # and after a lost connection lets the next use reconnect.
                     conn.rollback()
-                    resident.reader = conn
+                    resident.reader_busy = False
                 return
             with self.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 yield SqlTx(conn)
@@ -119,17 +134,20 @@ class Store:
             yield SqlTx(conn)
             conn.rollback()
 
+    def keep_connections(self) -> None:
+        self._local.keeps = True
+
     def _resident(self) -> _Resident | None:
-        """This thread's resident connections if it runs an event loop (see `_Resident`), else None."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return None
+        """This thread's resident connections if it runs an event loop or was told to keep them (see
+        `_Resident`), else None."""
         resident: _Resident | None = getattr(self._local, "resident", None)
+        if resident is None and not getattr(self._local, "keeps", False):
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return None
         if resident is None:
-            writer = self.engine.connect()
-            reader = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            resident = self._local.resident = _Resident(writer, reader)
+            resident = self._local.resident = _Resident(self.engine)
             with self._residents_lock:
                 self._residents.add(resident)
         return resident

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, cast
@@ -142,15 +143,13 @@ class AdmissionRoute(APIRoute):
                 body, problems = body_field.validate(payload, {}, loc=("body",))
                 if problems:
                     raise RequestValidationError(problems)
-                return _admit(body, principal, ctx)
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(ctx.admission, _admit, body, principal, ctx)
 
         return handle
 
 
 def _admit(body: ReservationCreate, principal: Principal, ctx: AppContext) -> Response:
-    # Admission runs on the event loop: it is one short transaction, and a hop to a worker thread
-    # (plus the GIL hand-offs it brings) cost more than it saved. Each server process admits one
-    # reservation at a time; run one process per core (`serve --workers`).
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(ctx.store, ctx.index, principal, raw, ctx.clock(), ctx.new_id)
     # The hot path answers with the model's JSON directly rather than having it validated again.
