@@ -131,3 +131,28 @@ def test_a_thread_told_to_keep_its_connections_reuses_them(pg: Store) -> None:
     assert held == [1]  # kept between units of work, not checked back in
     gc.collect()
     assert pg.engine.pool.checkedout() == 0  # type: ignore[attr-defined]
+
+
+def test_a_failed_unit_of_work_rolls_back_and_keeps_prepared_statements(pg: Store) -> None:
+    def prepared(prepare_one: bool) -> int:
+        with pg.begin() as tx:
+            db = tx.conn.connection.driver_connection
+            assert db is not None
+            if prepare_one:
+                db.execute("SELECT 1 FROM tenants WHERE id = %s", ("x",), prepare=True)
+            count = db.execute("SELECT count(*) FROM pg_prepared_statements", prepare=False).fetchone()
+            return int(count[0])
+
+    def work() -> tuple[int, int]:
+        before = prepared(True)
+        with pytest.raises(RuntimeError), pg.begin() as tx:
+            tx.conn.execute(
+                text("INSERT INTO tenants (id, name, created_at) VALUES ('conn-failed', 'f', :at)"),
+                {"at": datetime.now(UTC)},
+            )
+            raise RuntimeError("refused")
+        return before, prepared(False)
+
+    before, after = _on_loop(work)
+    assert before >= 1 and after >= before
+    assert "conn-failed" not in _tenants(pg)

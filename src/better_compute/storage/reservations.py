@@ -194,27 +194,27 @@ def admission_snapshot(
     }
 
 
-_ALL_BOOKABLE = "(SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable) = %(n)s::bigint"
 _PG_COMMIT = (
-    # Every part is guarded by _ALL_BOOKABLE, so the statement writes everything or nothing by itself
-    # and its COMMIT can travel with it (see commit_reservation).
-    "WITH a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
-    " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s WHERE " + _ALL_BOOKABLE + "),"
+    # Every part is guarded by `ok` (all the atoms are bookable, counted once), so the statement
+    # writes everything or nothing by itself.
+    "WITH ok AS (SELECT (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable)"
+    " = %(n)s::bigint AS yes),"
+    " a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
+    " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s FROM ok WHERE ok.yes),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
     " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) SELECT %(id)s, %(t)s, %(p)s,"
     " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text, %(fp)s,"
-    " 1, %(now)s"
-    " WHERE " + _ALL_BOOKABLE + "),"
+    " 1, %(now)s FROM ok WHERE ok.yes),"
     # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
     + ") SELECT a.id, a.gpu_id, a.pool_id, a.class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN atoms a ON a.id = u.id"
-    " WHERE a.bookable AND " + _ALL_BOOKABLE + " ORDER BY u.ord"
+    " FROM ok, unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN atoms a ON a.id = u.id"
+    " WHERE ok.yes AND a.bookable ORDER BY u.ord"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
-    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s WHERE " + _ALL_BOOKABLE + ")"
+    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s FROM ok WHERE ok.yes)"
     " SELECT count(*) FROM b"
 )
 

@@ -9,6 +9,8 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import psycopg
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, Engine
 
 from better_compute.storage import migrate
@@ -53,6 +55,20 @@ class _Resident:
         # The thread ended (its thread-local state is dropped): the connections go back to the pool.
         with contextlib.suppress(Exception):
             self.close()
+
+
+def _rollback_keeping_statements(conn: Connection) -> None:
+    """Roll back without psycopg's DEALLOCATE ALL.
+
+    psycopg forgets every prepared statement of a connection when a transaction rolls back (in case
+    the transaction dropped what they refer to). A refused reservation rolls back, and re-preparing
+    the admission statements costs the next request more than its own work; these transactions
+    change no schema, so the statements stay valid. SQLAlchemy's own rollback then finds the
+    connection idle. A connection that is gone is left for SQLAlchemy to invalidate."""
+    db = conn.connection.driver_connection
+    if isinstance(db, psycopg.Connection) and db.info.transaction_status != TransactionStatus.IDLE:
+        with contextlib.suppress(Exception):
+            db.pgconn.exec_(b"ROLLBACK")
 
 
 class Store:
@@ -101,7 +117,11 @@ class Store:
                 conn, resident.writer_busy = resident.writer(), True
                 try:
                     with conn.begin():
-                        yield SqlTx(conn)
+                        try:
+                            yield SqlTx(conn)
+                        except BaseException:
+                            _rollback_keeping_statements(conn)
+                            raise
                 finally:
                     resident.writer_busy = False
                 return
