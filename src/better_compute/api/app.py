@@ -52,7 +52,8 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        app.state.context.admission.shutdown(wait=True)
+        if app.state.context.admission is not None:
+            app.state.context.admission.shutdown(wait=True)
 
     app = FastAPI(
         title="better-compute",
@@ -64,7 +65,12 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.state.clock = clock
     app.state.index = BookingIndex()
     app.state.new_id = new_reservation_id
-    admission = ThreadPoolExecutor(ADMISSION_THREADS, "admission", initializer=store.keep_connections)
+    # SQLite has one writer: admission threads would only queue for it, so it admits on the loop.
+    admission = (
+        None
+        if store.dialect == "sqlite"
+        else ThreadPoolExecutor(ADMISSION_THREADS, "admission", initializer=store.keep_connections)
+    )
     app.state.context = AppContext(
         store, clock, app.state.index, new_reservation_id, TokenMemory(), admission
     )

@@ -58,9 +58,9 @@ class AppContext:
     index: BookingIndex
     new_id: Callable[[], str]
     tokens: TokenMemory
-    admission: Executor
+    admission: Executor | None
     """Where reservations are admitted: a few threads that keep their database connections, so that
-    a process goes on serving requests while one waits for the database."""
+    a process goes on serving requests while one waits for the database; None: on the event loop."""
 
 
 async def get_context(request: Request) -> AppContext:

@@ -143,6 +143,8 @@ class AdmissionRoute(APIRoute):
                 body, problems = body_field.validate(payload, {}, loc=("body",))
                 if problems:
                     raise RequestValidationError(problems)
+                if ctx.admission is None:
+                    return _admit(body, principal, ctx)
                 loop = asyncio.get_running_loop()
                 return await loop.run_in_executor(ctx.admission, _admit, body, principal, ctx)
 
