@@ -27,6 +27,17 @@ from better_compute.wire.reservations import (
 router = APIRouter(prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED)
 
 
+def _atom_fields(atom: dict[str, Any]) -> dict[str, Any]:
+    """An atom a reservation holds, by its wire names."""
+    return {
+        "id": atom["id"],
+        "class": atom["class"],
+        "gpuId": atom["gpu_id"],
+        "node": atom["node_id"],
+        "attributes": atom["attributes"],
+    }
+
+
 def reservation_public(view: ReservationView) -> ReservationPublic:
     r = view.row
     return ReservationPublic.model_validate(
@@ -38,16 +49,7 @@ def reservation_public(view: ReservationView) -> ReservationPublic:
             "start": r["starts_at"],
             "end": r["ends_at"],
             "devices": r["devices"],
-            "atoms": [
-                {
-                    "id": a["id"],
-                    "class": a["class"],
-                    "gpuId": a["gpu_id"],
-                    "node": a["node_id"],
-                    "attributes": a["attributes"],
-                }
-                for a in view.atoms
-            ],
+            "atoms": [_atom_fields(a) for a in view.atoms],
             "gpuCount": r["gpu_count"],
             "gpuSlices": r["gpu_slices"],
             "idempotencyKey": r["idempotency_key"],
@@ -71,18 +73,8 @@ def created_public(view: ReservationView, body: ReservationCreate) -> Reservatio
         start=r["starts_at"],
         end=r["ends_at"],
         devices=body.devices,
-        atoms=[
-            ReservationAtom.model_construct(  # by alias: `cls` would clash with the classmethod's own
-                **{
-                    "id": a["id"],
-                    "class": a["class"],
-                    "gpuId": a["gpu_id"],
-                    "node": a["node_id"],
-                    "attributes": a["attributes"],
-                }
-            )
-            for a in view.atoms
-        ],
+        # By alias: a field named `cls` would clash with the classmethod's own first argument.
+        atoms=[ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms],
         gpu_count=r["gpu_count"],
         gpu_slices=r["gpu_slices"],
         idempotency_key=r["idempotency_key"],
