@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,3 +66,20 @@ def sqlite_database(directory: Path) -> Iterator[str]:
     finally:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def fleet_parser(doc: str | None) -> argparse.ArgumentParser:
+    """The options every fleet benchmark takes: `--quick`, the fleet's size and the databases."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
+    parser.add_argument("--nodes", type=int, default=None)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--pg-url", default=PG_URL)
+    return parser
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """The `q` quantile of `samples` (nearest rank)."""
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]

@@ -10,7 +10,6 @@ table with the same constraint, no application code), and their ratio.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import sqlite3
@@ -26,18 +25,13 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database
+from bench.fleetgen import fleet_parser, load, percentile, postgres_database, sqlite_database
 from better_compute.domain.errors import BookingConflict
 from better_compute.domain.timewin import Window
 from better_compute.service import ledger
 from better_compute.storage.store import Store
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 class AppBookings:
@@ -152,15 +146,8 @@ def run_one(db: str, url: str, nodes: int, gpus: int, count: int, rounds: int = 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
-    parser.add_argument("--nodes", type=int, default=None)
-    parser.add_argument("--gpus", type=int, default=8)
+    parser = fleet_parser(__doc__)
     parser.add_argument("--bookings", type=int, default=None)
-    parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--pg-url", default=PG_URL)
     args = parser.parse_args()
     nodes = args.nodes or (150 if args.quick else 10_000)
     count = args.bookings or (1500 if args.quick else 5000)

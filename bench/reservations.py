@@ -12,7 +12,6 @@ The server runs with access logging off and `--workers 2` on PostgreSQL (one pro
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -34,7 +33,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleetgen import PG_URL, load, postgres_database, sqlite_database
+from bench.fleetgen import fleet_parser, load, percentile, postgres_database, sqlite_database
 from better_compute.domain.credentials import Principal
 from better_compute.service import credentials, quotas, tenants
 from better_compute.storage.store import Store
@@ -188,7 +187,7 @@ def run_clients(base: str, tokens: list[str], clients: int, total: int, seed: in
     return {
         "reservations_per_s": round(len(flat) / elapsed, 1),
         "p50_ms": round(statistics.median(flat), 2),
-        "p99_ms": round(flat[min(len(flat) - 1, int(0.99 * len(flat)))], 2),
+        "p99_ms": round(percentile(flat, 0.99), 2),
         "requests": len(flat),
         "errors": len(errors),
         **({"first_error": errors[0]} if errors else {}),
@@ -206,15 +205,8 @@ def bench_database(url: str, nodes: int, gpus: int, total: int, workers: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--quick", action="store_true", help="a small fleet; finishes in under a minute")
-    parser.add_argument("--nodes", type=int, default=None)
-    parser.add_argument("--gpus", type=int, default=8)
+    parser = fleet_parser(__doc__)
     parser.add_argument("--reservations", type=int, default=None, help="per configuration")
-    parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--pg-url", default=PG_URL)
     parser.add_argument(
         "--workers",
         type=int,

@@ -90,6 +90,7 @@ def test_only_the_token_hash_is_stored(fleet: Store) -> None:
     assert [r["token_hash"] for r in rows] == [hash_token(token)]
     assert token not in str(rows)
     listed = credentials.list_credentials(fleet, credentials.authenticate(fleet, token))
+    assert len(listed.items) == 1
     assert all("token_hash" not in r for r in listed.items)
 
 

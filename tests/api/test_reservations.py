@@ -182,6 +182,7 @@ def test_selector_operators(world: World, expression: dict[str, Any], check: Any
         world.acme, "h100", [{"class": "gpu.mig", "count": 2, "selector": {"matchExpressions": [expression]}}]
     )
     assert r.status_code == 201, r.text
+    assert len(r.json()["atoms"]) == 2
     assert all(check(a["attributes"]) for a in r.json()["atoms"])
 
 

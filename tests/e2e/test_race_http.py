@@ -128,7 +128,8 @@ def test_clients_fill_the_pool_exactly_and_never_double_book(
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a client is stuck"
 
     capacity = 2 * 2 * 7  # two nodes, two H100s each, seven 1g.10gb instances per GPU
     codes = Counter(code for _, code, _ in outcomes)

@@ -167,6 +167,8 @@ def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Stor
         "counts": {"gpu.mig": 2},
         "idempotency_key": None,
         "fingerprint": "x",
+        "status": "scheduled",
+        "generation": 1,
     }
     with pytest.raises(NotBookable), fleet.begin() as tx:
         tx.reservations.commit(row, [good, parent], T0)

@@ -61,19 +61,13 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
         description="GPU fleet control plane: whole GPUs, MIG instances and shared slots booked as atoms.",
         lifespan=lifespan,
     )
-    app.state.store = store
-    app.state.clock = clock
-    app.state.index = BookingIndex()
-    app.state.new_id = new_reservation_id
     # SQLite has one writer: admission threads would only queue for it, so it admits on the loop.
     admission = (
         None
         if store.dialect == "sqlite"
         else ThreadPoolExecutor(ADMISSION_THREADS, "admission", initializer=store.keep_connections)
     )
-    app.state.context = AppContext(
-        store, clock, app.state.index, new_reservation_id, TokenMemory(), admission
-    )
+    app.state.context = AppContext(store, clock, BookingIndex(), new_reservation_id, TokenMemory(), admission)
     errors.install(app)
     # Routes are matched in the order they are included: the busiest first.
     app.include_router(reservations.router)

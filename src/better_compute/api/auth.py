@@ -12,9 +12,9 @@ from typing import Annotated, cast
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from better_compute.api.deps import AppContext
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials
-from better_compute.service.ports import StorePort
 
 _bearer = HTTPBearer(
     auto_error=False,
@@ -34,7 +34,7 @@ async def get_principal(
     The look-up is one indexed query, run on the event loop: a hop to a worker thread for it costs
     more than the query itself.
     """
-    store = cast(StorePort, request.app.state.store)
+    store = cast(AppContext, request.app.state.context).store
     return credentials.authenticate(store, bearer_token(request.headers.get("authorization")))
 
 

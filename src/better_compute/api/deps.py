@@ -1,4 +1,4 @@
-"""Request-scoped dependencies: the store and the clock, taken from the app state.
+"""Request-scoped dependencies: the store, the clock and the rest of the app's `AppContext`.
 
 They are `async` because they do no I/O: FastAPI runs sync dependencies in a worker thread, and
 that hop, once per dependency per request, cost more than the rest of a reservation's admission.
@@ -21,33 +21,6 @@ from better_compute.service.credentials import TokenMemory
 from better_compute.service.ports import StorePort
 
 
-async def get_store(request: Request) -> StorePort:
-    return cast(StorePort, request.app.state.store)
-
-
-async def get_now(request: Request) -> datetime:
-    clock = cast(Callable[[], datetime], request.app.state.clock)
-    return clock()
-
-
-StoreDep = Annotated[StorePort, Depends(get_store)]
-NowDep = Annotated[datetime, Depends(get_now)]
-LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]
-
-
-async def get_index(request: Request) -> BookingIndex:
-    return cast(BookingIndex, request.app.state.index)
-
-
-async def get_new_id(request: Request) -> Callable[[], str]:
-    return cast(Callable[[], str], request.app.state.new_id)
-
-
-IndexDep = Annotated[BookingIndex, Depends(get_index)]
-NewIdDep = Annotated[Callable[[], str], Depends(get_new_id)]
-
-
 @dataclass(frozen=True)
 class AppContext:
     """What the composition root hands the API: the store, the clock, the booking index, the id maker,
@@ -64,7 +37,25 @@ class AppContext:
 
 
 async def get_context(request: Request) -> AppContext:
-    return cast(AppContext, request.app.state.context)
+    return _context(request)
 
 
 ContextDep = Annotated[AppContext, Depends(get_context)]
+
+
+def _context(request: Request) -> AppContext:
+    return cast(AppContext, request.app.state.context)
+
+
+async def get_store(request: Request) -> StorePort:
+    return _context(request).store
+
+
+async def get_now(request: Request) -> datetime:
+    return _context(request).clock()
+
+
+StoreDep = Annotated[StorePort, Depends(get_store)]
+NowDep = Annotated[datetime, Depends(get_now)]
+LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
+CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]

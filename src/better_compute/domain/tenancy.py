@@ -17,7 +17,6 @@ SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """Tenant and pool ids: they appear in URLs, atom ownership and bills, so they are plain and short."""
 
 MAX_NAME = 200
-"""The largest quota limit a store column holds everywhere."""
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from better_compute.domain import choose
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
-from better_compute.domain.selectors import matches
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import Row, Tx
 
@@ -78,9 +78,8 @@ class PoolAtoms:
         found = self._matching.get(key)
         if found is None:
             grouped: dict[str, list[Atom]] = {}
-            for atom in self.atoms.values():
-                if atom.cls == request.cls and atom.bookable and matches(request.selector, atom.attributes):
-                    grouped.setdefault(atom.gpu_id, []).append(atom)
+            for atom in choose.matching(request, self.atoms.values()):
+                grouped.setdefault(atom.gpu_id, []).append(atom)
             found = dict(sorted(grouped.items()))
             self._matching[key] = found
         return found
@@ -274,14 +273,18 @@ class BookingIndex:
                 if i.overlaps(window.start, window.end)
             ]
 
-    def held(self, tenant_id: str, pool_id: str, window: Window) -> dict[str, int]:
-        """What the tenant holds in the pool during the window, per atom class (bookings overlapping it).
+    def held(
+        self, tenant_id: str, pool_id: str, window: Window, busy: Sequence[_Interval] | None = None
+    ) -> dict[str, int]:
+        """What the tenant holds in the pool during the window, per atom class (bookings overlapping it;
+        `busy`, when the caller has `busy(window)` already).
 
         Exact when the caller holds the tenant's quota lock and has just caught up with the event log:
         every booking of this tenant in this pool was committed before the lock was taken.
         """
+        overlapping = self.busy(window) if busy is None else busy
         counts: Counter[str] = Counter(
-            i.owner[2] or "" for i in self.busy(window) if i.owner[0] == tenant_id and i.owner[1] == pool_id
+            i.owner[2] or "" for i in overlapping if i.owner[0] == tenant_id and i.owner[1] == pool_id
         )
         return dict(counts)
 

@@ -90,7 +90,8 @@ def _gpu_row(gpu: GpuReport, node: str, now: datetime) -> Row:
     }
 
 
-def _atom_row(atom: Atom) -> Row:
+def atom_row(atom: Atom) -> Row:
+    """An atom as the store keeps it."""
     return {
         "id": atom.id,
         "gpu_id": atom.gpu_id,
@@ -153,7 +154,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
                 changed_nodes.add(report.node)
             for atom in derived[gpu.uuid]:
                 seen_atoms.add(atom.id)
-                arow = _atom_row(atom)
+                arow = atom_row(atom)
                 if _changed(old_atoms.get(atom.id), arow, _ATOM_FIELDS):
                     atom_rows.append(arow)
                     changed_nodes.add(report.node)

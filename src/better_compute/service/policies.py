@@ -14,9 +14,8 @@ from better_compute.domain.tenancy import (
     check_ref,
     pool_not_found,
     tenant_not_found,
-    tenant_scope,
 )
-from better_compute.service.paging import Listing, page
+from better_compute.service.paging import Listing, tenant_pool_page
 from better_compute.service.ports import Row, StorePort
 
 
@@ -78,8 +77,13 @@ def list_policies(
     after: str | None = None,
 ) -> Listing:
     """Policies by tenant and pool; a tenant token sees only the policies that apply to it."""
-    scope = tenant_scope(principal, tenant_id)
-    filters = {k: v for k, v in (("tenant_id", scope), ("pool_id", pool_id)) if v is not None}
-    with store.read() as tx:
-        rows = tx.inventory.list("policies", filters=filters)
-    return page(rows, lambda r: str(r["id"]), limit, after)
+    return tenant_pool_page(
+        store,
+        principal,
+        "policies",
+        lambda r: str(r["id"]),
+        tenant_id=tenant_id,
+        pool_id=pool_id,
+        limit=limit,
+        after=after,
+    )

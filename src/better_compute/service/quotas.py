@@ -18,9 +18,8 @@ from better_compute.domain.tenancy import (
     pool_not_found,
     require_pool_owner,
     tenant_not_found,
-    tenant_scope,
 )
-from better_compute.service.paging import Listing, page
+from better_compute.service.paging import Listing, tenant_pool_page
 from better_compute.service.ports import Row, StorePort, Tx
 
 
@@ -106,8 +105,13 @@ def list_quotas(
     after: str | None = None,
 ) -> Listing:
     """Quota rows by tenant and pool; a tenant token sees only its own rows."""
-    scope = tenant_scope(principal, tenant_id)
-    filters = {k: v for k, v in (("tenant_id", scope), ("pool_id", pool_id)) if v is not None}
-    with store.read() as tx:
-        rows = tx.inventory.list("quotas", filters=filters)
-    return page(rows, lambda r: f"{r['tenant_id']}/{r['pool_id']}/{r['class']}", limit, after)
+    return tenant_pool_page(
+        store,
+        principal,
+        "quotas",
+        lambda r: f"{r['tenant_id']}/{r['pool_id']}/{r['class']}",
+        tenant_id=tenant_id,
+        pool_id=pool_id,
+        limit=limit,
+        after=after,
+    )

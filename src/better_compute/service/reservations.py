@@ -37,8 +37,10 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
+from better_compute.domain.tenancy import pool_not_found, tenant_not_found
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.inventory import atom_row
 from better_compute.service.ports import KeyTaken, Overlap, Row, StorePort, Tx
 
 MAX_ATTEMPTS = 4
@@ -213,9 +215,9 @@ def _create_in(
         return _view(tx, first, now, replayed=True)
     pool = snap["pool"]
     if pool is None:
-        raise NotFound(f"pool {pool_id} not found", {"poolId": pool_id})
+        raise pool_not_found(pool_id)
     if not snap["tenant_exists"]:
-        raise NotFound(f"tenant {tenant_id} not found", {"tenantId": tenant_id})
+        raise tenant_not_found(tenant_id)
     admission.check_against_pool(pool["mode"], requests)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
     gpu_count, gpu_slices = iam.reservation_counts(requested)
@@ -223,11 +225,12 @@ def _create_in(
         _policies(snap["policies"], tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id
     )
     # Under the tenant's lock and caught up with the log, the index knows everything the tenant holds.
-    held = index.held(tenant_id, pool_id, window)
+    busy = index.busy(window)
+    held = index.held(tenant_id, pool_id, window, busy)
     quota.check_quota(tenant_id, pool["owner"], snap["limits"], held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
-    busy_ids = {i.atom_id for i in index.busy(window)} | index.claimed()
+    busy_ids = {i.atom_id for i in busy} | index.claimed()
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
     shortlisted: dict[str, Atom] = {}
     for request in requests:
@@ -266,18 +269,8 @@ def _create_in(
         "created_at": now,
     }
     tx.reservations.commit(row, decision.atom_ids, now)
-    atoms = [_atom_row(shortlisted[a]) for a in decision.atom_ids]
+    atoms = [atom_row(shortlisted[a]) for a in decision.atom_ids]
     return ReservationView(row, atoms, status_at(window, row["status"], now))
-
-
-def _atom_row(atom: Atom) -> Row:
-    return {
-        "id": atom.id,
-        "class": atom.cls,
-        "gpu_id": atom.gpu_id,
-        "node_id": atom.node,
-        "attributes": dict(atom.attributes),
-    }
 
 
 def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Row:
@@ -348,41 +341,27 @@ def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> None:
         raise Conflict(f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]})
 
 
-def cancel(
-    store: StorePort, index: BookingIndex, principal: Principal, reservation_id: str, now: datetime
-) -> ReservationView:
+def cancel(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
     """Cancel before the start: the whole window frees."""
     with store.begin() as tx:
         row = _visible(tx, principal, reservation_id)
         tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         check_cancel(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.cancel_allocation(reservation_id, now)
-        tx.inventory.compare_and_set(
-            "reservations",
-            reservation_id,
-            {"generation": row["generation"]},
-            {"status": ReservationStatus.CANCELLED.value, "generation": row["generation"] + 1},
-        )
+        _bump(tx, row, {"status": ReservationStatus.CANCELLED.value})
         tx.events.append("reservation.cancelled", reservation_id, {"at": now.isoformat()}, now)
         row = {**row, "status": ReservationStatus.CANCELLED.value, "generation": row["generation"] + 1}
         return ReservationView(row, [], ReservationStatus.CANCELLED)
 
 
-def release(
-    store: StorePort, index: BookingIndex, principal: Principal, reservation_id: str, now: datetime
-) -> ReservationView:
+def release(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
     """End an active reservation now; the rest of its window frees for others."""
     with store.begin() as tx:
         row = _visible(tx, principal, reservation_id)
         tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         end = release_end(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.end_allocation(reservation_id, end, "ledger.released")
-        tx.inventory.compare_and_set(
-            "reservations",
-            reservation_id,
-            {"generation": row["generation"]},
-            {"status": ReservationStatus.RELEASED.value, "ends_at": end, "generation": row["generation"] + 1},
-        )
+        _bump(tx, row, {"status": ReservationStatus.RELEASED.value, "ends_at": end})
         tx.events.append("reservation.released", reservation_id, {"at": end.isoformat()}, now)
         row = {
             **row,

@@ -203,8 +203,8 @@ _PG_COMMIT = (
     " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s FROM ok WHERE ok.yes),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
     " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) SELECT %(id)s, %(t)s, %(p)s,"
-    " 'scheduled', %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text, %(fp)s,"
-    " 1, %(now)s FROM ok WHERE ok.yes),"
+    " %(status)s::text, %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text,"
+    " %(fp)s, %(gen)s::int, %(now)s FROM ok WHERE ok.yes),"
     # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
@@ -237,11 +237,12 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
             db.execute(
                 "INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
                 " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at)"
-                " VALUES (?, ?, ?, 'scheduled', ?, ?, ?, ?, ?, ?, ?, ?, 1, ?)",
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     row["id"],
                     row["tenant_id"],
                     row["pool_id"],
+                    row["status"],
                     sqlite_time(span.start),
                     sqlite_time(span.end),
                     json.dumps(row["devices"]),
@@ -250,6 +251,7 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
                     json.dumps(row["counts"]),
                     row["idempotency_key"],
                     row["fingerprint"],
+                    row["generation"],
                     sqlite_time(now),
                 ),
             )
@@ -275,6 +277,8 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         "counts": json.dumps(row["counts"]),
         "k": row["idempotency_key"],
         "fp": row["fingerprint"],
+        "status": row["status"],
+        "gen": row["generation"],
         "now": now,
         "ids": ids,
         "n": len(ids),

@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.deps import AppContext, ContextDep, IndexDep, NowDep, StoreDep
+from better_compute.api.deps import AppContext, ContextDep, NowDep, StoreDep
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
@@ -199,14 +199,10 @@ def list_reservations(
 
 
 @router.post("/reservations/{id}/cancel", response_model=ReservationPublic)
-def cancel_reservation(
-    id: str, principal: PrincipalDep, store: StoreDep, index: IndexDep, now: NowDep
-) -> ReservationPublic:
-    return reservation_public(reservations.cancel(store, index, principal, id, now))
+def cancel_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ReservationPublic:
+    return reservation_public(reservations.cancel(store, principal, id, now))
 
 
 @router.post("/reservations/{id}/release", response_model=ReservationPublic)
-def release_reservation(
-    id: str, principal: PrincipalDep, store: StoreDep, index: IndexDep, now: NowDep
-) -> ReservationPublic:
-    return reservation_public(reservations.release(store, index, principal, id, now))
+def release_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ReservationPublic:
+    return reservation_public(reservations.release(store, principal, id, now))
