@@ -14,7 +14,7 @@ from sqlalchemy import Connection, func, or_, select
 
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import KeyTaken, NotBookable
-from better_compute.storage import ledger
+from better_compute.storage import ledger, pg_simple
 from better_compute.storage.inventory import rows
 from better_compute.storage.ledger import sqlite_time
 from better_compute.storage.tables import atoms, bookings, events
@@ -169,14 +169,17 @@ def admission_snapshot(
         "c": credential_id,
     }
     if conn.dialect.name == "postgresql":
-        cur = _cursor(conn)
-        if lock_key is not None:
-            cur.execute(_PG_LOCK_AND_PLAN, (_lock_id(lock_key),), prepare=True)
-        else:
-            cur.execute(_PG_PLAN, prepare=True)
-        cur.execute(_PG_SNAPSHOT, {**params, "gaps": list(gaps)}, prepare=True)
-        row = cur.fetchone()
-        assert row is not None
+        params["gaps"] = list(gaps)
+        row = _pg_snapshot_batch(conn, params, lock_key)
+        if row is None:
+            cur = _cursor(conn)
+            if lock_key is not None:
+                cur.execute(_PG_LOCK_AND_PLAN, (_lock_id(lock_key),), prepare=True)
+            else:
+                cur.execute(_PG_PLAN, prepare=True)
+            cur.execute(_PG_SNAPSHOT, params, prepare=True)
+            row = cur.fetchone()
+            assert row is not None
         replay, pool, tenant, policies, limits, tail, newest, live = row
     else:
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
@@ -192,6 +195,59 @@ def admission_snapshot(
         "newest_event": int(newest),
         "credential_live": None if credential_id is None else bool(live),
     }
+
+
+_SNAPSHOT = pg_simple.Statement(
+    "bc_admission_snapshot",
+    _PG_SNAPSHOT,
+    {
+        "t": "text",
+        "p": "text",
+        "k": "text",
+        "last": "bigint",
+        "limit": "bigint",
+        "gaps": "bigint[]",
+        "c": "text",
+    },
+)
+_LOCK = pg_simple.Statement(
+    "bc_admission_lock", "SELECT pg_advisory_xact_lock(%(key)s), " + _PLAN, {"key": "bigint"}
+)
+_BATCHED = (_LOCK, _SNAPSHOT)
+
+
+def _pg_snapshot_batch(
+    conn: Connection, params: dict[str, Any], lock_key: str | None
+) -> tuple[Any, ...] | None:
+    """The snapshot as one round trip that also begins the transaction and takes the lock (see
+    `pg_simple`); None when this transaction already began (it is read the usual way then)."""
+    for _ in range(2):
+        db = pg_simple.driver(conn)
+        if db is None or not pg_simple.idle(db) or not pg_simple.ensure_prepared(conn, _BATCHED):
+            return None
+        lock = (
+            _PG_PLAN.encode()
+            if lock_key is None
+            else b"EXECUTE %s (%d)" % (_LOCK.name.encode(), _lock_id(lock_key))
+        )
+        batch = b"BEGIN; " + lock + b"; " + pg_simple.quote(conn, _SNAPSHOT.execute(), params)
+        try:
+            result = pg_simple.run(conn, batch)
+        except pg_simple.Lost:
+            continue
+        value = result.get_value
+        replay, pool, tenant, policies, limits, tail, newest, live = (value(0, n) for n in range(8))
+        return (
+            None if replay is None else replay.decode(),
+            None if pool is None else json.loads(pool),
+            tenant == b"t",
+            json.loads(policies) if policies is not None else [],
+            json.loads(limits) if limits is not None else {},
+            json.loads(tail) if tail is not None else [],
+            int(newest or 0),
+            None if live is None else live == b"t",
+        )
+    return None
 
 
 _PG_COMMIT = (

@@ -1,0 +1,129 @@
+"""Several statements in one round trip on PostgreSQL, for the admission hot path.
+
+psycopg sends each statement on its own, and BEGIN on its own before a transaction's first, so a
+reservation's BEGIN, lock, read, write and COMMIT cost five round trips: each one a pair of system
+calls and a wake-up in the server process and in PostgreSQL, which share the machine's cores. Sent as
+one simple-protocol query, `BEGIN; SELECT lock; EXECUTE read(...)` is one round trip.
+
+A simple query carries no parameters, so its statements are prepared once per connection with SQL's
+own PREPARE (typed parameters, the same plan a driver-prepared statement gets) and their arguments
+are quoted by psycopg's client-side binding (`ClientCursor.mogrify`), which adapts every value
+exactly as psycopg's server-side binding would.
+
+Statements prepared this way outlive a rolled-back transaction, but not psycopg's `DEALLOCATE ALL`
+(run when it rolls back a connection on which it prepared statements of its own): a use that finds
+them gone prepares them again and repeats itself once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, cast
+
+import psycopg
+from psycopg import errors
+from psycopg.pq import ConnStatus, DiagnosticField, ExecStatus, TransactionStatus
+from psycopg.pq.abc import PGresult
+from sqlalchemy import Connection
+
+_PREPARED = "better_compute.simple.prepared"
+_QUOTER = "better_compute.simple.quoter"
+_NOT_PREPARED = "26000"  # invalid_sql_statement_name: the prepared statement does not exist
+_ALREADY_PREPARED = "42P05"  # duplicate_prepared_statement
+
+
+@dataclass(frozen=True)
+class Statement:
+    """A statement written with psycopg's `%(name)s` placeholders, prepared under `name` with one
+    typed parameter per entry of `types` (in that order)."""
+
+    name: str
+    sql: str
+    types: Mapping[str, str]
+
+    def prepare(self) -> str:
+        position = {arg: n + 1 for n, arg in enumerate(self.types)}
+        body = re.sub(r"%\((\w+)\)s", lambda m: f"${position[m.group(1)]}", self.sql)
+        return f"PREPARE {self.name} ({', '.join(self.types.values())}) AS {body}"
+
+    def execute(self) -> str:
+        """The EXECUTE statement, with placeholders for the arguments."""
+        return f"EXECUTE {self.name} ({', '.join(f'%({arg})s' for arg in self.types)})"
+
+
+class Lost(Exception):
+    """The statements were not prepared on this connection (any more): prepare them and repeat."""
+
+
+def driver(conn: Connection) -> psycopg.Connection[Any] | None:
+    """The psycopg connection under `conn`, or None on another driver."""
+    db = conn.connection.driver_connection
+    return db if isinstance(db, psycopg.Connection) else None
+
+
+def idle(db: psycopg.Connection[Any]) -> bool:
+    """No transaction is open: a batch may begin its own."""
+    return db.pgconn.transaction_status == TransactionStatus.IDLE
+
+
+def ensure_prepared(conn: Connection, statements: Sequence[Statement]) -> bool:
+    """Prepare `statements` on this connection unless they are; outside a transaction only (a failed
+    PREPARE would abort one). Returns whether they are prepared."""
+    db = driver(conn)
+    if db is None:
+        return False
+    if conn.connection.info.get(_PREPARED) is db:
+        return True
+    if not idle(db):
+        return False
+    for statement in statements:
+        result = db.pgconn.exec_(statement.prepare().encode())
+        if result.status == ExecStatus.COMMAND_OK:
+            continue
+        # Already there: prepared by an earlier use whose record was lost (its text is this one's,
+        # the same code prepares it on the same connection).
+        if result.error_field(DiagnosticField.SQLSTATE) != _ALREADY_PREPARED.encode():
+            _raise(db, result)
+    conn.connection.info[_PREPARED] = db
+    return True
+
+
+def forget(conn: Connection) -> None:
+    conn.connection.info.pop(_PREPARED, None)
+
+
+def quote(conn: Connection, sql: str, params: Mapping[str, Any]) -> bytes:
+    """`sql` with `params` bound as literals, as psycopg would bind them on the server."""
+    info = conn.connection.info
+    quoter = info.get(_QUOTER)
+    db = driver(conn)
+    assert db is not None
+    if quoter is None or quoter.connection is not db:
+        quoter = info[_QUOTER] = psycopg.ClientCursor(db)
+    return cast("str", quoter.mogrify(sql, params)).encode(db.info.encoding)
+
+
+def run(conn: Connection, batch: bytes) -> PGresult:
+    """Send `batch` (statements separated by `;`) as one query and return its last statement's
+    result. Raise Lost when it used a statement that is not prepared (the transaction it was in
+    is rolled back), or the error psycopg would raise for the statement that failed."""
+    db = driver(conn)
+    assert db is not None
+    result = db.pgconn.exec_(batch)
+    if result.status in (ExecStatus.TUPLES_OK, ExecStatus.COMMAND_OK):
+        return result
+    if result.error_field(DiagnosticField.SQLSTATE) == _NOT_PREPARED.encode():
+        forget(conn)
+        if db.pgconn.transaction_status != TransactionStatus.IDLE:
+            db.pgconn.exec_(b"ROLLBACK")
+        raise Lost()
+    return _raise(db, result)
+
+
+def _raise(db: psycopg.Connection[Any], result: PGresult) -> NoReturn:
+    if db.pgconn.status == ConnStatus.BAD:
+        message = db.pgconn.error_message.decode(errors="replace").strip()
+        raise psycopg.OperationalError(f"the connection to the database was lost: {message}")
+    raise errors.error_from_result(result, encoding=db.info.encoding)

@@ -1,0 +1,183 @@
+"""Admission's one-round-trip read on PostgreSQL: it recovers when its prepared statements are gone,
+binds any text safely, and a lost connection fails one reservation only."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from itertools import count
+from typing import Any, TypeVar
+
+import psycopg
+import pytest
+from sqlalchemy import text
+
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import DomainError
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import reservations
+from better_compute.service.booking_index import BookingIndex
+from better_compute.storage import pg_simple
+from better_compute.storage.store import Store
+from tests.builders import T0, fleet_spec
+from tests.conftest import _truncate_all
+
+pytestmark = pytest.mark.postgres
+T = TypeVar("T")
+ACME = Principal(tenant_id="acme", is_admin=False, credential_id=None)
+ADMISSION_STATEMENTS = {"bc_admission_lock", "bc_admission_snapshot"}
+
+
+@pytest.fixture
+def pg(pg_store_url: str) -> Iterator[Store]:
+    store = Store.open(pg_store_url, migrate_schema=False)
+    _truncate_all(store)
+    load_fleet(store, fleet_spec(nodes=1, layout="all-1g.10gb"), T0)
+    with store.begin() as tx:
+        tx.conn.execute(
+            text(
+                'INSERT INTO quotas (tenant_id, pool_id, class, "limit", updated_at)'
+                " VALUES ('acme', 'p1', 'gpu.mig', 100, :at)"
+            ),
+            {"at": T0},
+        )
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _kept(store: Store, work: Callable[[], T]) -> T:
+    """Run `work` on a thread that keeps its connections, as an admission worker does."""
+    out: list[Any] = []
+
+    def run() -> None:
+        store.keep_connections()
+        try:
+            out.append(work())
+        except BaseException as exc:  # handed to the test thread
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]  # type: ignore[no-any-return]
+
+
+class Booker:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.index = BookingIndex()
+        self.ids = count()
+
+    def reserve(self, key: str | None = None, hour: int | None = None) -> reservations.ReservationView:
+        n = next(self.ids)
+        body: dict[str, Any] = {
+            "poolId": "p1",
+            "devices": [{"class": "gpu.mig", "count": 1}],
+            "start": (T0 + timedelta(hours=1 + (n if hour is None else hour))).isoformat(),
+            "duration": "1h",
+        }
+        if key is not None:
+            body["idempotencyKey"] = key
+        return reservations.create(self.store, self.index, ACME, body, T0, lambda: f"rsv-batch-{n}")
+
+    def prepared(self) -> set[str]:
+        with self.store.begin() as tx:
+            found = tx.conn.execute(text("SELECT name FROM pg_prepared_statements")).scalars()
+            return {str(name) for name in found} & ADMISSION_STATEMENTS
+
+    def writer_pid(self) -> int:
+        with self.store.begin() as tx:
+            return int(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def test_admission_prepares_its_statements_once_and_reads_in_one_round_trip(pg: Store) -> None:
+    booker = Booker(pg)
+
+    def work() -> tuple[set[str], int, int]:
+        booker.reserve()  # the first one loads the booking index in its transaction, and reads after it
+        booker.reserve()
+        prepared = booker.prepared()
+        pid = booker.writer_pid()
+        for _ in range(3):
+            booker.reserve()
+        return prepared, pid, booker.writer_pid()
+
+    prepared, pid_before, pid_after = _kept(pg, work)
+    assert prepared == ADMISSION_STATEMENTS
+    assert pid_before == pid_after
+    with pg.read() as tx:
+        assert tx.conn.execute(text("SELECT count(*) FROM reservations")).scalar_one() == 5
+
+
+def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(pg: Store) -> None:
+    booker = Booker(pg)
+
+    def work() -> list[str]:
+        booker.reserve()
+        booker.reserve()
+        assert booker.prepared() == ADMISSION_STATEMENTS
+        with pg.begin() as tx:
+            # A failed statement rolled back by psycopg itself: it forgets its prepared statements
+            # with DEALLOCATE ALL, admission's among them.
+            db = pg_simple.driver(tx.conn)
+            assert db is not None
+            with contextlib.suppress(psycopg.errors.DivisionByZero):
+                db.execute("SELECT 1/0")
+            db.rollback()
+        assert booker.prepared() == set()
+        made = booker.reserve()
+        # The record of them was lost while they still exist: prepared again from a clean slate.
+        with pg.begin() as tx:
+            pg_simple.forget(tx.conn)
+        again = booker.reserve()
+        return [made.row["id"], again.row["id"], *sorted(booker.prepared())]
+
+    assert _kept(pg, work) == ["rsv-batch-2", "rsv-batch-3", *sorted(ADMISSION_STATEMENTS)]
+
+
+@pytest.mark.parametrize("key", ["o'neil", "back\\slash", "semi; ROLLBACK; --", "ünï 💡", "$1 %(t)s"])
+def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str) -> None:
+    booker = Booker(pg)
+
+    def work() -> tuple[str, str, bool]:
+        first = booker.reserve(key, hour=5)
+        again = booker.reserve(key, hour=5)
+        return first.row["id"], again.row["id"], again.replayed
+
+    first, again, replayed = _kept(pg, work)
+    assert (first, again, replayed) == ("rsv-batch-0", "rsv-batch-0", True)
+    with pg.read() as tx:
+        stored = tx.conn.execute(text("SELECT idempotency_key FROM reservations")).scalars().all()
+    assert stored == [key]
+
+
+def test_a_lost_connection_fails_one_reservation_and_the_next_reconnects(
+    pg: Store, pg_store_url: str
+) -> None:
+    booker = Booker(pg)
+
+    def work() -> list[str]:
+        booker.reserve()
+        with psycopg.connect(pg_store_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s, 5000)", (booker.writer_pid(),))
+        outcomes = []
+        for _ in range(2):
+            try:
+                booker.reserve()
+                outcomes.append("reserved")
+            except DomainError:
+                raise
+            except Exception:
+                outcomes.append("failed")
+        return outcomes
+
+    assert _kept(pg, work) == ["failed", "reserved"]
+    with pg.read() as tx:
+        assert tx.conn.execute(text("SELECT count(*) FROM reservations")).scalar_one() == 2
