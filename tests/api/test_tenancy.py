@@ -288,11 +288,35 @@ MALFORMED: list[Any] = [
     {"poolId": "p1", "tenantId": "acme", "quota": {"gpu": 2**40}},
     {"name": "\x00", "tenantId": "acme", "limits": {"gpuCount": -1}},
     {"tenantId": "\x00", "name": "n\x00"},
+    {"tenantId": "acme", "poolId": "\x00", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"},
+    {"tenantId": "a\x00", "poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"},
+    {
+        "tenantId": "acme",
+        "poolId": "p1",
+        "devices": [{"class": "gpu.mig", "count": 1}],
+        "duration": "1h",
+        "idempotencyKey": "k\x00",
+    },
+    {
+        "tenantId": "acme",
+        "poolId": "p1",
+        "devices": [
+            {
+                "class": "gpu.mig",
+                "count": 2**80,
+                "selector": {
+                    "matchExpressions": [{"key": "migProfile\x00", "operator": "In", "values": ["\x00"]}]
+                },
+            }
+        ],
+        "duration": "99999999d",
+        "start": "\x00",
+    },
 ]
 
 
 WRITES = ["tenants.create", "credentials.create", "pools.create", "pools.update", "pools.offer"]
-WRITES += ["quotas.set", "policies.create"]
+WRITES += ["quotas.set", "policies.create", "reservations.create"]
 
 
 @pytest.mark.parametrize("name", WRITES)

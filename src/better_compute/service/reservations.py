@@ -37,7 +37,7 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
-from better_compute.domain.tenancy import pool_not_found, tenant_not_found
+from better_compute.domain.tenancy import check_ref, pool_not_found, tenant_not_found
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.inventory import atom_row
@@ -58,6 +58,8 @@ class ReservationView:
 
 def _tenant_for(principal: Principal, raw: Mapping[str, Any]) -> str:
     named = raw.get("tenantId")
+    if named:
+        check_ref(named, "tenantId")
     if principal.is_admin:
         if not named:
             raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
@@ -129,9 +131,11 @@ def create(
 ) -> ReservationView:
     """Admit and book a reservation, or return the first one made with the same idempotency key."""
     tenant_id = _tenant_for(principal, raw)
-    pool_id = str(raw.get("poolId") or "")
+    pool_id = check_ref(raw.get("poolId"), "poolId")
     requests = admission.parse_device_requests(raw.get("devices"))
     key = raw.get("idempotencyKey")
+    if key:
+        check_ref(str(key), "idempotencyKey")
     fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
     try:
         window = _window(raw, now)
