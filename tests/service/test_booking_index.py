@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex
@@ -63,3 +66,67 @@ def test_release_and_cancel_follow_the_ledger() -> None:
     )
     assert [i.atom_id for i in index.busy(Window(at(0), at(10)))] == ["atom-a"]
     assert index.busy(Window(at(1), at(10))) == []
+
+
+# Lengths that land in each way a booking is filed: by the hour, by the day, in the long set, open-ended.
+_MINUTES = st.one_of(
+    st.integers(1, 48 * 60),
+    st.integers(48 * 60 + 1, 31 * 24 * 60),
+    st.integers(31 * 24 * 60 + 1, 120 * 24 * 60),
+    st.none(),
+)
+_BOOKING = st.tuples(st.integers(0, 60 * 24 * 60), _MINUTES)
+_CHANGE = st.tuples(st.sampled_from(["released", "cancelled"]), st.integers(0, 60 * 24 * 60))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    bookings=st.lists(_BOOKING, min_size=1, max_size=25),
+    changes=st.dictionaries(st.integers(0, 24), _CHANGE, max_size=8),
+    windows=st.lists(st.tuples(st.integers(-24 * 60, 150 * 24 * 60), _MINUTES), min_size=1, max_size=8),
+)
+def test_busy_is_exactly_the_live_bookings_that_overlap_the_window(
+    bookings: list[tuple[int, int | None]],
+    changes: dict[int, tuple[str, int]],
+    windows: list[tuple[int, int | None]],
+) -> None:
+    """Whatever their length, and after releases and cancellations, the index finds every booking
+    that overlaps a window and no other (checked against a plain scan of the same bookings)."""
+    minute = timedelta(minutes=1)
+    live: dict[str, tuple[datetime, datetime | None]] = {}
+    events: list[dict[str, Any]] = []
+    for n, (start_m, length) in enumerate(bookings):
+        start, end = T0 + start_m * minute, None if length is None else T0 + (start_m + length) * minute
+        live[f"r{n}"] = (start, end)
+        payload = {"atoms": [f"atom-{n}"], "start": start.isoformat(), "end": end and end.isoformat()}
+        events.append(
+            {"id": len(events) + 1, "type": "ledger.booked", "subject": f"r{n}", "payload": payload}
+        )
+    for n, (kind, at_m) in changes.items():
+        if f"r{n}" not in live:
+            continue
+        moment = T0 + at_m * minute
+        events.append(
+            {
+                "id": len(events) + 1,
+                "type": f"ledger.{kind}",
+                "subject": f"r{n}",
+                "payload": {"at": moment.isoformat()},
+            }
+        )
+        start, end = live.pop(f"r{n}")
+        if kind == "released" and start < moment:  # started: ends then; not started: freed whole
+            live[f"r{n}"] = (start, moment if end is None or end > moment else end)
+    index = BookingIndex()
+    tx: Any = SimpleNamespace(reservations=_Reservations(last=0))
+    index.prepare(tx)
+    index.apply(tx, events)
+    for start_m, length in windows:
+        window = Window(T0 + start_m * minute, None if length is None else T0 + (start_m + length) * minute)
+        expected = {
+            f"atom-{name[1:]}"
+            for name, (start, end) in live.items()
+            if (end is None or end > window.start) and (window.end is None or start < window.end)
+        }
+        found = [i.atom_id for i in index.busy(window)]
+        assert sorted(found) == sorted(expected)
