@@ -133,3 +133,36 @@ def test_bearer_token_parsing() -> None:
     assert Principal("acme", False, "c").acts_for("acme")
     assert not Principal("acme", False, "c").acts_for("beta")
     assert Principal(None, True, "c").acts_for("beta")
+
+
+def test_credentials_are_listed_without_tokens_and_revoked_over_http(fleet: Store) -> None:
+    client = api_client(fleet)
+    admin = bearer(admin_token(fleet))
+    made = client.post("/v1/credentials", headers=admin, json={"tenantId": "acme", "name": "ci"}).json()
+    token = made["token"]
+    tenant = bearer(token)
+    listed = client.get("/v1/credentials", headers=admin).json()
+    assert {c["tenantId"] for c in listed["items"]} == {None, "acme"}
+    assert all(set(c) == {"id", "tenantId", "name", "createdAt", "revokedAt"} for c in listed["items"])
+    assert token not in str(listed) and hash_token(token) not in str(listed)
+    # A tenant sees its own credentials only, and may not revoke (not even its own).
+    own = client.get("/v1/credentials", headers=tenant).json()["items"]
+    assert [(c["id"], c["tenantId"]) for c in own] == [(made["id"], "acme")]
+    refused = client.post(f"/v1/credentials/{made['id']}/revoke", headers=tenant)
+    assert refused.status_code == 403 and error(refused)["code"] == "FORBIDDEN"
+    assert client.get("/v1/clusters", headers=tenant).status_code == 200
+    # Admission remembers whose a token is; revoking must still stop it there at once.
+    reserve = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"}
+    assert client.post("/v1/reservations", headers=tenant, json=reserve).status_code != 401
+
+    revoked = client.post(f"/v1/credentials/{made['id']}/revoke", headers=admin)
+    assert revoked.status_code == 200 and revoked.json()["revokedAt"] is not None
+    for response in (
+        client.get("/v1/clusters", headers=tenant),
+        client.post("/v1/reservations", headers=tenant, json=reserve),
+    ):
+        assert response.status_code == 401 and error(response)["details"]["reason"] == "revoked"
+    again = client.post(f"/v1/credentials/{made['id']}/revoke", headers=admin)
+    assert again.status_code == 200 and again.json()["revokedAt"] == revoked.json()["revokedAt"]
+    missing = client.post("/v1/credentials/cred-nope/revoke", headers=admin)
+    assert missing.status_code == 404 and error(missing)["code"] == "NOT_FOUND"

@@ -175,6 +175,25 @@ def test_quota_set_and_credentials() -> None:
     ]
 
 
+def test_credentials_list_and_revoke() -> None:
+    shown = {"id": "cred-1", "tenantId": "acme", "name": "ci", "createdAt": "2030-01-01T00:00:00Z"}
+    revoked = {**shown, "revokedAt": "2030-01-02T00:00:00Z"}
+    server = FakeServer(
+        {
+            ("GET", "/v1/credentials"): {"items": [shown], "nextCursor": None},
+            ("POST", "/v1/credentials/cred-1/revoke"): revoked,
+        }
+    )
+    compute = compute_for(server)
+    page = compute.credentials.list(limit=5)
+    assert [(c.id, c.revoked_at) for c in page.items] == [("cred-1", None)]
+    assert compute.credentials.revoke("cred-1").revoked_at == datetime(2030, 1, 2, tzinfo=UTC)
+    assert [(r.method, r.url.path, r.url.query) for r in server.requests] == [
+        ("GET", "/v1/credentials", b"limit=5"),
+        ("POST", "/v1/credentials/cred-1/revoke", b""),
+    ]
+
+
 def test_atoms_list_repeats_attr_filters() -> None:
     server = FakeServer({("GET", "/v1/atoms"): {"items": [{"id": "a"}], "nextCursor": None}})
     page = compute_for(server).atoms.list(

@@ -15,6 +15,8 @@ FIXED = {
     "tenants.create": ("POST", "/v1/tenants"),
     "tenants.list": ("GET", "/v1/tenants"),
     "credentials.create": ("POST", "/v1/credentials"),
+    "credentials.list": ("GET", "/v1/credentials"),
+    "credentials.revoke": ("POST", "/v1/credentials/{id}/revoke"),
     "pools.create": ("POST", "/v1/pools"),
     "pools.list": ("GET", "/v1/pools"),
     "pools.get": ("GET", "/v1/pools/{id}"),

@@ -42,6 +42,8 @@ from better_compute.wire.reservations import (
 from better_compute.wire.tenants import (
     CredentialCreate,
     CredentialCreated,
+    CredentialListQuery,
+    CredentialPublic,
     TenantCreate,
     TenantListQuery,
     TenantPublic,
@@ -209,6 +211,15 @@ class Credentials(_Resource):
         """A credential for `tenant_id`, or for the whole fleet when it is None; the token shows once."""
         request = CredentialCreate(tenant_id=tenant_id, **_fields(name=name))
         return self._compute._typed("credentials.create", request, CredentialCreated)
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[CredentialPublic]:
+        """Credentials without their tokens; a tenant's token sees only its tenant's."""
+        query = CredentialListQuery(**_fields(limit=limit, cursor=cursor))
+        return self._compute._typed("credentials.list", query, Page[CredentialPublic])
+
+    def revoke(self, id: str) -> CredentialPublic:
+        """Revoke a credential (admin only): its token stops working at once."""
+        return self._compute._typed("credentials.revoke", IdRequest(id=id), CredentialPublic)
 
 
 class Pools(_Resource):

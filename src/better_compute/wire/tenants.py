@@ -37,10 +37,21 @@ class CredentialCreate(WireModel):
 
 
 class CredentialPublic(WireModel):
+    """A credential as it may be shown: never its token or the token's hash. A null `tenantId` is a
+    fleet-admin credential; `revokedAt` is set once it is revoked (its token no longer works)."""
+
     id: str
     tenant_id: str | None
     name: str | None
     created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class CredentialListQuery(WireModel):
+    """`credentials.list` filters (query parameters)."""
+
+    limit: int | None = Field(default=None, ge=1, le=1000)
+    cursor: str | None = None
 
 
 class CredentialCreated(CredentialPublic):

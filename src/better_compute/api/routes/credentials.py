@@ -1,14 +1,24 @@
-"""Credentials: `credentials.create` (admin) answers the new bearer token, shown this once."""
+"""Credentials: `credentials.create` (admin) answers the new bearer token, shown this once;
+`credentials.list` shows credentials without their tokens (a tenant sees its own);
+`credentials.revoke` (admin) stops a token at once."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
-from better_compute.api.shapes import public
+from better_compute.api.shapes import paged, public
 from better_compute.service import credentials
-from better_compute.wire.tenants import CredentialCreate, CredentialCreated
+from better_compute.wire.common import Page
+from better_compute.wire.tenants import (
+    CredentialCreate,
+    CredentialCreated,
+    CredentialListQuery,
+    CredentialPublic,
+)
 
 router = APIRouter(prefix="/v1", tags=["credentials"])
 
@@ -19,3 +29,16 @@ def create_credential(
 ) -> CredentialCreated:
     row = credentials.create(store, principal, body.tenant_id, body.name, now)
     return public(CredentialCreated, {**row, "name": row["name"] or None})
+
+
+@router.get("/credentials", response_model=Page[CredentialPublic])
+def list_credentials(
+    q: Annotated[CredentialListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[CredentialPublic]:
+    listing = credentials.list_credentials(store, principal, limit=q.limit, after=q.cursor)
+    return paged(CredentialPublic, listing)
+
+
+@router.post("/credentials/{id}/revoke", response_model=CredentialPublic)
+def revoke_credential(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> CredentialPublic:
+    return public(CredentialPublic, credentials.revoke(store, principal, id, now))
