@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,3 +84,18 @@ def percentile(samples: list[float], q: float) -> float:
     """The `q` quantile of `samples` (nearest rank)."""
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def machine_speed_s() -> float:
+    """Seconds a fixed pure-Python loop takes here and now (the best of three).
+
+    Shared and virtual machines change speed over a day, by a factor of two or more; printed beside a
+    benchmark's figures, this says how fast the machine was while they were taken."""
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        total = 0
+        for i in range(10_000_000):
+            total += i
+        best = min(best, time.perf_counter() - start)
+    return round(best, 3)

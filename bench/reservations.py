@@ -33,7 +33,14 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.fleetgen import fleet_parser, load, percentile, postgres_database, sqlite_database
+from bench.fleetgen import (
+    fleet_parser,
+    load,
+    machine_speed_s,
+    percentile,
+    postgres_database,
+    sqlite_database,
+)
 from better_compute.domain.credentials import Principal
 from better_compute.service import credentials, quotas, tenants
 from better_compute.storage.store import Store
@@ -224,6 +231,7 @@ def main() -> None:
         "gpus_per_node": args.gpus,
         "atoms": nodes * args.gpus * 7,
         "server_workers": args.workers or {"sqlite": 1, "postgresql": 2},
+        "machine_loop_s": machine_speed_s(),
     }
     for db in args.databases.split(","):
         if db == "postgresql":
@@ -235,6 +243,7 @@ def main() -> None:
         for name, figures in outcome.items():
             results[f"{db}_{name}"] = figures
             print(f"{db} {name}: {figures}", file=sys.stderr)
+    results["machine_loop_s_after"] = machine_speed_s()
     print(f"command: python bench/reservations.py{' --quick' if args.quick else ''}", file=sys.stderr)
     print(json.dumps(results))
 
