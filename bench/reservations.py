@@ -208,7 +208,7 @@ def bench_database(url: str, nodes: int, gpus: int, total: int, workers: int) ->
         # Warm every worker's caches (its pool's atoms, prepared statements): each round opens fresh
         # connections, and which worker accepts a connection is up to the kernel.
         for round_ in range(4):
-            run_clients(base, tokens, 8, min(400, total) // 4, seed=1 + round_)
+            run_clients(base, tokens, 8, max(8, min(400, total) // 4), seed=1 + round_)
         for clients in (1, 8):
             results[f"clients_{clients}"] = run_clients(base, tokens, clients, total, seed=clients + 10)
     return results

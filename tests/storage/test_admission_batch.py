@@ -30,6 +30,20 @@ ACME = Principal(tenant_id="acme", is_admin=False, credential_id=None)
 ADMISSION_STATEMENTS = {"bc_admission_lock", "bc_admission_snapshot"}
 
 
+@pytest.fixture(autouse=True)
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
+    """Every batch admission sends: a test of the batched read checks it was the one taken."""
+    sent: list[bytes] = []
+    run = pg_simple.run
+
+    def counting(conn: Any, batch: bytes) -> Any:
+        sent.append(batch)
+        return run(conn, batch)
+
+    monkeypatch.setattr(pg_simple, "run", counting)
+    return sent
+
+
 @pytest.fixture
 def pg(pg_store_url: str) -> Iterator[Store]:
     store = Store.open(pg_store_url, migrate_schema=False)
@@ -74,6 +88,10 @@ class Booker:
         self.store = store
         self.index = BookingIndex()
         self.ids = count()
+        # Loaded up front, as a server's is after its first request: a request that loads it reads
+        # inside a transaction already begun, the usual way.
+        with store.read() as tx:
+            self.index.prepare(tx)
 
     def reserve(self, key: str | None = None, hour: int | None = None) -> reservations.ReservationView:
         n = next(self.ids)
@@ -88,20 +106,22 @@ class Booker:
         return reservations.create(self.store, self.index, ACME, body, T0, lambda: f"rsv-batch-{n}")
 
     def prepared(self) -> set[str]:
+        """Admission's statements on this thread's connection, by name without their digest."""
         with self.store.begin() as tx:
             found = tx.conn.execute(text("SELECT name FROM pg_prepared_statements")).scalars()
-            return {str(name) for name in found} & ADMISSION_STATEMENTS
+            return {str(name).rpartition("_")[0] for name in found} & ADMISSION_STATEMENTS
 
     def writer_pid(self) -> int:
         with self.store.begin() as tx:
             return int(tx.conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
-def test_admission_prepares_its_statements_once_and_reads_in_one_round_trip(pg: Store) -> None:
+def test_admission_prepares_its_statements_once_and_reads_in_one_round_trip(
+    pg: Store, batches: list[bytes]
+) -> None:
     booker = Booker(pg)
 
     def work() -> tuple[set[str], int, int]:
-        booker.reserve()  # the first one loads the booking index in its transaction, and reads after it
         booker.reserve()
         prepared = booker.prepared()
         pid = booker.writer_pid()
@@ -112,15 +132,18 @@ def test_admission_prepares_its_statements_once_and_reads_in_one_round_trip(pg: 
     prepared, pid_before, pid_after = _kept(pg, work)
     assert prepared == ADMISSION_STATEMENTS
     assert pid_before == pid_after
+    assert len(batches) == 4
+    assert all(b.startswith(b"BEGIN") and b"; EXECUTE bc_admission_lock_" in b for b in batches)
     with pg.read() as tx:
-        assert tx.conn.execute(text("SELECT count(*) FROM reservations")).scalar_one() == 5
+        assert tx.conn.execute(text("SELECT count(*) FROM reservations")).scalar_one() == 4
 
 
-def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(pg: Store) -> None:
+def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(
+    pg: Store, batches: list[bytes]
+) -> None:
     booker = Booker(pg)
 
     def work() -> list[str]:
-        booker.reserve()
         booker.reserve()
         assert booker.prepared() == ADMISSION_STATEMENTS
         with pg.begin() as tx:
@@ -139,11 +162,13 @@ def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(
         again = booker.reserve()
         return [made.row["id"], again.row["id"], *sorted(booker.prepared())]
 
-    assert _kept(pg, work) == ["rsv-batch-2", "rsv-batch-3", *sorted(ADMISSION_STATEMENTS)]
+    assert _kept(pg, work) == ["rsv-batch-1", "rsv-batch-2", *sorted(ADMISSION_STATEMENTS)]
+    # The first, one after the drop (refused, then repeated after preparing again), the last.
+    assert len(batches) == 4
 
 
 @pytest.mark.parametrize("key", ["o'neil", "back\\slash", "semi; ROLLBACK; --", "ünï 💡", "$1 %(t)s"])
-def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str) -> None:
+def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str, batches: list[bytes]) -> None:
     booker = Booker(pg)
 
     def work() -> tuple[str, str, bool]:
@@ -153,13 +178,14 @@ def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str) -
 
     first, again, replayed = _kept(pg, work)
     assert (first, again, replayed) == ("rsv-batch-0", "rsv-batch-0", True)
+    assert len(batches) == 2
     with pg.read() as tx:
         stored = tx.conn.execute(text("SELECT idempotency_key FROM reservations")).scalars().all()
     assert stored == [key]
 
 
 def test_a_lost_connection_fails_one_reservation_and_the_next_reconnects(
-    pg: Store, pg_store_url: str
+    pg: Store, pg_store_url: str, batches: list[bytes]
 ) -> None:
     booker = Booker(pg)
 
@@ -179,5 +205,29 @@ def test_a_lost_connection_fails_one_reservation_and_the_next_reconnects(
         return outcomes
 
     assert _kept(pg, work) == ["failed", "reserved"]
+    assert len(batches) == 3  # each attempt read in one batch: the failure was the batch's
     with pg.read() as tx:
         assert tx.conn.execute(text("SELECT count(*) FROM reservations")).scalar_one() == 2
+
+
+@pytest.mark.parametrize(
+    ("level", "read_only"),
+    [
+        (None, None),
+        (psycopg.IsolationLevel.READ_COMMITTED, None),
+        (psycopg.IsolationLevel.SERIALIZABLE, True),
+    ],
+)
+def test_a_batch_begins_the_transaction_psycopg_would(
+    pg_store_url: str, level: psycopg.IsolationLevel | None, read_only: bool | None
+) -> None:
+    show = "SELECT current_setting('transaction_isolation'), current_setting('transaction_read_only')"
+    with psycopg.connect(pg_store_url) as db:
+        db.isolation_level, db.read_only = level, read_only
+        psycopgs = db.execute(show).fetchone()
+        db.rollback()
+        result = db.pgconn.exec_(pg_simple.begin(db) + b"; " + show.encode())
+        ours = (result.get_value(0, 0), result.get_value(0, 1))
+        db.pgconn.exec_(b"ROLLBACK")
+    assert psycopgs is not None
+    assert tuple(v.decode() for v in ours if v is not None) == psycopgs

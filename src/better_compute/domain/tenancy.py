@@ -19,6 +19,8 @@ SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 MAX_NAME = 200
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
+"""Control characters, and lone surrogates (JSON can carry them, UTF-8 and the stores cannot)."""
 
 
 def check_slug(value: object, field: str) -> str:
@@ -40,6 +42,8 @@ def check_name(value: object, field: str, max_length: int = MAX_NAME) -> str:
         raise InvalidInput(f"{field} must be at most {max_length} characters", {"field": field})
     if _CONTROL.search(text):
         raise InvalidInput(f"{field} must not contain control characters", {"field": field})
+    if _UNSTORABLE.search(text):
+        raise InvalidInput(f"{field} must be valid Unicode text (no lone surrogates)", {"field": field})
     return text
 
 
@@ -48,7 +52,7 @@ def check_ref(value: object, field: str) -> str:
 
     Ids made elsewhere (fleet files) need not be slugs, so only what no id can contain is refused.
     """
-    if not isinstance(value, str) or not value or len(value) > 256 or _CONTROL.search(value):
+    if not isinstance(value, str) or not value or len(value) > 256 or _UNSTORABLE.search(value):
         raise InvalidInput(f"{field} must be an id of 1-256 printable characters", {"field": field})
     return value
 

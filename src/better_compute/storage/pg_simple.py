@@ -17,9 +17,10 @@ them gone prepares them again and repeats itself once.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn, cast
 
 import psycopg
@@ -36,12 +37,21 @@ _ALREADY_PREPARED = "42P05"  # duplicate_prepared_statement
 
 @dataclass(frozen=True)
 class Statement:
-    """A statement written with psycopg's `%(name)s` placeholders, prepared under `name` with one
-    typed parameter per entry of `types` (in that order)."""
+    """A statement written with psycopg's `%(name)s` placeholders, prepared with one typed parameter
+    per entry of `types` (in that order).
 
-    name: str
+    Its `name` is `base` and a digest of its text: a statement of the same name already on a
+    connection (found when the record of preparing it was lost, or left by another release of the
+    server on a pooled session) is then this very statement."""
+
+    base: str
     sql: str
     types: Mapping[str, str]
+    name: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        digest = hashlib.sha256(f"{self.sql}|{list(self.types.items())}".encode()).hexdigest()[:12]
+        object.__setattr__(self, "name", f"{self.base}_{digest}")
 
     def prepare(self) -> str:
         position = {arg: n + 1 for n, arg in enumerate(self.types)}
@@ -63,9 +73,22 @@ def driver(conn: Connection) -> psycopg.Connection[Any] | None:
     return db if isinstance(db, psycopg.Connection) else None
 
 
-def idle(db: psycopg.Connection[Any]) -> bool:
-    """No transaction is open: a batch may begin its own."""
-    return db.pgconn.transaction_status == TransactionStatus.IDLE
+def may_begin(db: psycopg.Connection[Any]) -> bool:
+    """No transaction is open and the connection is not in autocommit: a batch may begin one."""
+    return db.pgconn.transaction_status == TransactionStatus.IDLE and not db.autocommit
+
+
+def begin(db: psycopg.Connection[Any]) -> bytes:
+    """The BEGIN psycopg would send for this connection, with its isolation level and access mode
+    (SQLAlchemy sets the level on connections it hands back to the pool)."""
+    command = b"BEGIN"
+    if db.isolation_level is not None:
+        command += b" ISOLATION LEVEL " + db.isolation_level.name.replace("_", " ").encode()
+    if db.read_only is not None:
+        command += b" READ ONLY" if db.read_only else b" READ WRITE"
+    if db.deferrable is not None:
+        command += b" DEFERRABLE" if db.deferrable else b" NOT DEFERRABLE"
+    return command
 
 
 def ensure_prepared(conn: Connection, statements: Sequence[Statement]) -> bool:
@@ -76,14 +99,13 @@ def ensure_prepared(conn: Connection, statements: Sequence[Statement]) -> bool:
         return False
     if conn.connection.info.get(_PREPARED) is db:
         return True
-    if not idle(db):
+    if db.pgconn.transaction_status != TransactionStatus.IDLE:
         return False
     for statement in statements:
         result = db.pgconn.exec_(statement.prepare().encode())
         if result.status == ExecStatus.COMMAND_OK:
             continue
-        # Already there: prepared by an earlier use whose record was lost (its text is this one's,
-        # the same code prepares it on the same connection).
+        # Already there, under this name: the same text (see Statement).
         if result.error_field(DiagnosticField.SQLSTATE) != _ALREADY_PREPARED.encode():
             _raise(db, result)
     conn.connection.info[_PREPARED] = db

@@ -223,14 +223,16 @@ def _pg_snapshot_batch(
     `pg_simple`); None when this transaction already began (it is read the usual way then)."""
     for _ in range(2):
         db = pg_simple.driver(conn)
-        if db is None or not pg_simple.idle(db) or not pg_simple.ensure_prepared(conn, _BATCHED):
+        if db is None or not pg_simple.may_begin(db) or not pg_simple.ensure_prepared(conn, _BATCHED):
             return None
         lock = (
             _PG_PLAN.encode()
             if lock_key is None
             else b"EXECUTE %s (%d)" % (_LOCK.name.encode(), _lock_id(lock_key))
         )
-        batch = b"BEGIN; " + lock + b"; " + pg_simple.quote(conn, _SNAPSHOT.execute(), params)
+        batch = (
+            pg_simple.begin(db) + b"; " + lock + b"; " + pg_simple.quote(conn, _SNAPSHOT.execute(), params)
+        )
         try:
             result = pg_simple.run(conn, batch)
         except pg_simple.Lost:
