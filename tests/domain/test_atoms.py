@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.atoms import derive_gpu_atoms, derive_node_atoms, nvlink_domains
+from better_compute.domain.atoms import (
+    attribute_filters,
+    check_atom_class,
+    derive_gpu_atoms,
+    derive_node_atoms,
+    nvlink_domains,
+)
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import NodeReport
 from better_compute.domain.pools import PoolSharing, mps_units
@@ -140,3 +146,20 @@ def test_nvlink_domains_are_connected_components() -> None:
     assert domains["GPU-5"] is None
     by_gpu = derive_node_atoms(NodeReport("n", tuple(gpus)), lambda _g: None, lambda _p: "H100-80GB")
     assert by_gpu["GPU-2"][0].attributes["nvlinkDomain"] == "nvl-GPU-1"
+
+
+def test_an_atom_class_is_named_exactly_or_refused_with_its_field() -> None:
+    assert check_atom_class("gpu.mig", "devices[0].class") == "gpu.mig"
+    for bad in ("GPU", "mig", None, 3):
+        with pytest.raises(InvalidInput) as refused:
+            check_atom_class(bad, "quota.x")
+        assert refused.value.details == {"field": "quota.x"}
+        assert str(refused.value) == f"quota.x must be one of gpu, gpu.mig, gpu.slot, not {bad!r}"
+
+
+def test_attribute_filters_are_key_value_pairs() -> None:
+    assert attribute_filters(["migProfile=3g.40gb", "note=a=b"]) == {"migProfile": "3g.40gb", "note": "a=b"}
+    assert attribute_filters([]) == {}
+    for bad in ("novalue", "=x"):
+        with pytest.raises(InvalidInput, match="attr must be key=value"):
+            attribute_filters([bad])

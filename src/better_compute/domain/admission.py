@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from better_compute.domain.atoms import ATOM_CLASSES, AtomClass
+from better_compute.domain.atoms import AtomClass, check_atom_class
 from better_compute.domain.errors import InvalidInput, InvalidState
 from better_compute.domain.pools import SHARING_MODES, SharingMode
 from better_compute.domain.selectors import EVERYTHING, Selector, parse_selector
@@ -53,12 +53,7 @@ def parse_device_request(raw: object, field: str) -> DeviceRequest:
             f"{field}.{unknown[0]}: unknown field; use class, count, sharing and selector",
             {"field": f"{field}.{unknown[0]}"},
         )
-    cls = raw.get("class")
-    if cls not in ATOM_CLASSES:
-        raise InvalidInput(
-            f"{field}.class must be one of {', '.join(ATOM_CLASSES)}, not {cls!r}",
-            {"field": f"{field}.class"},
-        )
+    cls = check_atom_class(raw.get("class"), f"{field}.class")
     count = raw.get("count")
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(

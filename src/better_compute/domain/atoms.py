@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
+from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.pools import PoolSharing, check_replicas
 
@@ -19,6 +20,26 @@ ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
 AttrValue = str | int | float | bool
 
 _ATOM_NAMESPACE = uuid.UUID("6f1d8e52-3c1b-4b8e-9a55-0c5b3f1e2a77")
+
+
+def check_atom_class(value: object, field: str) -> AtomClass:
+    """An atom class named in a request (a device request, a quota map, a filter)."""
+    if value not in ATOM_CLASSES:
+        raise InvalidInput(
+            f"{field} must be one of {', '.join(ATOM_CLASSES)}, not {value!r}", {"field": field}
+        )
+    return value
+
+
+def attribute_filters(items: Iterable[str], field: str = "attr") -> dict[str, str]:
+    """`key=value` filters on atom attributes (a value may itself contain `=`)."""
+    wanted: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise InvalidInput(f"{field} must be key=value, not {item!r}", {"field": field})
+        wanted[key] = value
+    return wanted
 
 
 def atom_id_for(gpu_uuid: str, key: str) -> str:

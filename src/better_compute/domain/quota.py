@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from better_compute.domain.atoms import ATOM_CLASSES, AtomClass
+from better_compute.domain.atoms import ATOM_CLASSES, AtomClass, check_atom_class
 from better_compute.domain.errors import InvalidInput, QuotaExceeded
 from better_compute.domain.timewin import Window
 
@@ -29,12 +29,8 @@ def parse_quota_limits(raw: object, field: str = "quota") -> dict[AtomClass, int
             {"field": field},
         )
     limits: dict[AtomClass, int] = {}
-    for cls, limit in raw.items():
-        if cls not in ATOM_CLASSES:
-            raise InvalidInput(
-                f"{field}: unknown atom class {cls!r}; use {', '.join(ATOM_CLASSES)}",
-                {"field": f"{field}.{cls}"},
-            )
+    for name, limit in raw.items():
+        cls = check_atom_class(name, f"{field}.{name}")
         limits[cls] = check_limit(limit, f"{field}.{cls}")
     return limits
 

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import CursorQ, LimitQ, StoreDep
-from better_compute.domain.atoms import ATOM_CLASSES
-from better_compute.domain.errors import InvalidInput
+from better_compute.domain.atoms import attribute_filters, check_atom_class
 from better_compute.service import inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import AtomPublic, ClusterPublic, GpuPublic, NodePublic
@@ -105,22 +104,11 @@ def list_atoms(
     limit: LimitQ = 100,
     cursor: CursorQ = None,
 ) -> dict[str, Any]:
-    wanted: dict[str, str] = {}
-    for item in attr or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise InvalidInput(f"attr must be key=value, not {item!r}", {"field": "attr"})
-        wanted[key] = value
-    if cls is not None and cls not in ATOM_CLASSES:
-        raise InvalidInput(
-            f"class must be {', '.join(ATOM_CLASSES[:-1])} or {ATOM_CLASSES[-1]}, not {cls!r}",
-            {"field": "class"},
-        )
     found = inventory.list_atoms(
         store,
         pool=pool,
-        cls=cls,
-        attributes=wanted,
+        cls=None if cls is None else check_atom_class(cls, "class"),
+        attributes=attribute_filters(attr or []),
         bookable=bookable,
         limit=limit,
         after=cursor,
