@@ -323,10 +323,36 @@ def test_whole_gpu_requests_take_unsplit_gpus_only(world: World) -> None:
         {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "soon"},
         {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "4h", "start": "yesterday"},
         {"poolId": "h100", "devices": [{"class": "tpu", "count": 1}], "duration": "4h"},
+        # Past what datetimes and integers can hold.
+        {
+            "poolId": "h100",
+            "devices": [{"class": "gpu", "count": 1}],
+            "duration": "1h",
+            "start": "9999-12-31T23:59:59Z",
+        },
+        {
+            "poolId": "h100",
+            "devices": [
+                {
+                    "class": "gpu.mig",
+                    "count": 1,
+                    "selector": {"matchExpressions": [{"key": "giId", "op": "Lt", "values": ["9" * 5000]}]},
+                }
+            ],
+            "duration": "1h",
+        },
     ],
 )
 def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]) -> None:
     r = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
+
+
+@pytest.mark.parametrize("raw", ['{"a":' * 5000 + "1" + "}" * 5000, "[" * 5000, '{"poolId": ' + "[" * 3000])
+def test_bodies_nested_past_the_parser_are_invalid_input(world: World, raw: str) -> None:
+    r = world.http.post(
+        "/v1/reservations", content=raw, headers={**world.platform, "Content-Type": "application/json"}
+    )
     assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
 
 

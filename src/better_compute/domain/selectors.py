@@ -20,7 +20,9 @@ Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 OPERATORS: tuple[Operator, ...] = get_args(Operator)
 AttrValue = str | int | float | bool
 
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(r"[+-]?\d{1,18}")
+"""Integers for Gt and Lt: 18 digits at most, beyond any attribute's value (and Python's own limit
+on converting long digit strings)."""
 _KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,252}[A-Za-z0-9])?")
 
 
@@ -153,8 +155,10 @@ def parse_expression(raw: object, field: str) -> MatchExpression:
     if op in ("Gt", "Lt"):
         if len(values) != 1:
             raise InvalidInput(f"{field}.values: {op} takes exactly one integer value", where)
-        if not _INTEGER.fullmatch(values[0]):
+        if not re.fullmatch(r"[+-]?\d+", values[0]):
             raise InvalidInput(f"{field}.values: {op} takes an integer, not {values[0]!r}", where)
+        if not _INTEGER.fullmatch(values[0]):
+            raise InvalidInput(f"{field}.values: {op} takes an integer of at most 18 digits", where)
         values = (str(int(values[0])),)
     return MatchExpression(key, op, values)
 

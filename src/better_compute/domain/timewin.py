@@ -151,4 +151,10 @@ def window_for(start: datetime | None, duration: timedelta | str | None, now: da
     length = parse_duration(duration) if isinstance(duration, str) else duration
     if length is not None and length <= timedelta(0):
         raise InvalidInput("duration must be positive", {"field": "duration"})
-    return Window(begin, None if length is None else begin + length)
+    try:
+        return Window(begin, None if length is None else begin + length)
+    except OverflowError:
+        raise InvalidInput(
+            "the window would end after the year 9999; choose an earlier start or a shorter duration",
+            {"field": "duration", "start": begin.isoformat()},
+        ) from None

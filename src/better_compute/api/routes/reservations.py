@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
@@ -94,6 +94,9 @@ async def _json_body(request: Request) -> Any:
         return raw
     try:
         return json.loads(raw)
+    except RecursionError:
+        # Nested deeper than the parser goes: FastAPI answers other routes' bodies the same way.
+        raise HTTPException(400, "There was an error parsing the body") from None
     except json.JSONDecodeError as exc:
         raise RequestValidationError(
             [
