@@ -306,6 +306,21 @@ def test_requests_stay_together_and_fill_partly_used_gpus(world: World) -> None:
     assert one["atoms"][0]["gpuId"] == pair["atoms"][0]["gpuId"]
 
 
+def test_earliest_start_is_for_the_whole_reservation(world: World) -> None:
+    gpus = {"class": "gpu", "count": 2}
+    assert world.reserve(world.platform, "a100", [gpus], duration="4h").status_code == 201  # 2 of 4
+    # Each request fits alone in the two free GPUs; together they need three, free from 13:00.
+    both = [{"class": "gpu", "count": 1}, gpus]
+    refused = world.reserve(world.platform, "a100", both, duration="1h")
+    assert refused.status_code == 409 and error(refused)["code"] == "INSUFFICIENT_CAPACITY"
+    earliest = error(refused)["details"]["earliestStart"]
+    assert earliest.startswith("2026-12-01T13:00:00")
+    assert world.reserve(world.platform, "a100", both, duration="1h", start=earliest).status_code == 201
+    # Five GPUs out of four: never, so no start is given.
+    never = world.reserve(world.platform, "a100", [gpus, {"class": "gpu", "count": 3}], duration="1h")
+    assert never.status_code == 409 and error(never)["details"]["earliestStart"] is None
+
+
 def test_whole_gpu_requests_take_unsplit_gpus_only(world: World) -> None:
     r = world.reserve(world.platform, "h100", [{"class": "gpu", "count": 1}])
     assert r.status_code == 409 and error(r)["code"] == "INSUFFICIENT_CAPACITY"

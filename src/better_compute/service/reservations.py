@@ -98,14 +98,47 @@ def _view(tx: Tx, row: Row, now: datetime, *, replayed: bool = False) -> Reserva
     return ReservationView(row, atoms, status_at(window, row["status"], now), replayed)
 
 
+def _decide(
+    pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], busy_ids: set[str]
+) -> tuple[choose.Chosen | choose.NoFit, dict[str, Atom]]:
+    """Choose among the pool's atoms that are not in `busy_ids`; also returns the atoms that were
+    considered, by id."""
+    busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
+    shortlisted: dict[str, Atom] = {}
+    for request in requests:
+        for atom in choose.shortlist(request, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
+            shortlisted[atom.id] = atom
+    return choose.choose(requests, list(shortlisted.values()), busy_by_gpu), shortlisted
+
+
 def _earliest(
-    index: BookingIndex, pool_atoms: PoolAtoms, request: admission.DeviceRequest, window: Window
+    index: BookingIndex, pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], window: Window
 ) -> str | None:
-    candidates = [a.id for atoms in pool_atoms.matching_by_gpu(request).values() for a in atoms]
-    start = choose.earliest_common_start(
-        index.windows_of(candidates), request.count, window.duration, window.start
-    )
-    return start.isoformat() if start else None
+    """The earliest start at which the whole reservation could be served, when one is known.
+
+    Each request is looked at with the requests that could take the same atoms (their counts add
+    up), and the latest of those starts is checked by choosing for the whole reservation there: a
+    request that fits alone may not fit beside the others, ever."""
+    candidates = [
+        {a.id for atoms in pool_atoms.matching_by_gpu(request).values() for a in atoms}
+        for request in requests
+    ]
+    starts = []
+    for n, mine in enumerate(candidates):
+        competing = sum(r.count for k, r in enumerate(requests) if k == n or candidates[k] & mine)
+        start = choose.earliest_common_start(
+            index.windows_of(sorted(mine)), competing, window.duration, window.start
+        )
+        if start is None:
+            return None
+        starts.append(start)
+    earliest = max(starts)
+    if len(requests) > 1:
+        then = Window(earliest, None if window.duration is None else earliest + window.duration)
+        decision, _ = _decide(pool_atoms, requests, {i.atom_id for i in index.busy(then)})
+        if isinstance(decision, choose.NoFit):
+            return None
+    return earliest.isoformat()
 
 
 def _replayed(
@@ -234,15 +267,9 @@ def _create_in(
     quota.check_quota(tenant_id, pool["owner"], snap["limits"], held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
-    busy_ids = {i.atom_id for i in busy} | index.claimed()
-    busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
-    shortlisted: dict[str, Atom] = {}
-    for request in requests:
-        for atom in choose.shortlist(request, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
-            shortlisted[atom.id] = atom
-    decision = choose.choose(requests, list(shortlisted.values()), busy_by_gpu)
+    decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed())
     if isinstance(decision, choose.NoFit):
-        earliest = _earliest(index, pool_atoms, requests[decision.request_index], window)
+        earliest = _earliest(index, pool_atoms, requests, window)
         raise InsufficientCapacity(
             decision.message
             + (f"; the earliest start at which it could be served is {earliest}" if earliest else ""),
