@@ -337,3 +337,20 @@ def test_earliest_common_start_agrees_with_a_brute_force_scan(
     expected = next((t for t in range(0, 40) if sum(free_at(a, t) for a in busy) >= count), None)
     got = earliest_common_start(busy, count, timedelta(hours=length), h(0))
     assert got == (None if expected is None else h(expected))
+
+
+def test_inside_an_nvlink_domain_a_request_keeps_to_one_numa_node() -> None:
+    # One node, one NVLink domain over 8 GPUs: GPUs 0-3 on NUMA 0, 4-7 on NUMA 1; g5 is busy.
+    atoms = [gpu(f"g{i}", numa=0 if i < 4 else 1, nvlink="nvl") for i in range(8)]
+    free = [a for a in atoms if a.gpu_id != "g5"]
+    busy = {"g5": 1}
+    numa = {a.id: a.numa_node for a in atoms}
+    three = choose([req("gpu", 3)], free, busy)
+    assert isinstance(three, Chosen)
+    # Three fit on either NUMA node: the one with a busy GPU fills up first (few fragments).
+    assert {numa[a] for a in three.atom_ids} == {1}
+    four = choose([req("gpu", 4)], free, busy)
+    assert isinstance(four, Chosen)
+    assert {numa[a] for a in four.atom_ids} == {0}  # only NUMA 0 has four free
+    six = choose([req("gpu", 6)], free, busy)
+    assert isinstance(six, Chosen) and len({numa[a] for a in six.atom_ids}) == 2  # neither can: both

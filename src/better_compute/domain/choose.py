@@ -8,7 +8,9 @@ Placement rules (SPEC 3):
 
 1. **Together.** A request's atoms come from one GPU when they can, else from one NVLink domain,
    else from one NUMA node, else from one node; only a request that no node can hold spreads over
-   nodes (fewest nodes first). Atoms on one GPU count as NV-connected to each other.
+   nodes (fewest nodes first). Atoms on one GPU count as NV-connected to each other. Inside the
+   group chosen, the finer levels still apply: in an NVLink domain that spans NUMA nodes, a request
+   one NUMA node can hold stays on one.
 2. **Few fragments.** Between groups that keep a request equally together, take the one whose GPUs
    are already the busiest (partly used GPUs fill up before untouched ones are broken into), then the
    one that leaves the fewest free atoms behind (best fit). The selector decides the MIG profile;
@@ -154,10 +156,17 @@ _LEVELS: tuple[_Level, ...] = (
 
 
 def _choose_one(
-    options: Sequence[Atom], count: int, busy: Counter[str], free_on_gpu: Counter[str]
+    options: Sequence[Atom],
+    count: int,
+    busy: Counter[str],
+    free_on_gpu: Counter[str],
+    levels: Sequence[_Level] = _LEVELS,
 ) -> list[Atom]:
-    """`count` atoms of `options` (at least that many), as together and as tightly packed as can be."""
-    for level in _LEVELS:
+    """`count` atoms of `options` (at least that many), as together and as tightly packed as can be.
+
+    Inside the group chosen at one level, the next levels still apply: an NVLink domain that spans
+    NUMA nodes gives the request one NUMA node's atoms when one can hold it."""
+    for depth, level in enumerate(levels):
         groups: dict[Hashable, list[Atom]] = defaultdict(list)
         for atom in options:
             key = level(atom)
@@ -176,7 +185,10 @@ def _choose_one(
             if best is None or rank < best[0]:
                 best = (rank, key)
         if best is not None:
-            return _pack(groups[best[1]], count, busy, free_on_gpu)
+            members = groups[best[1]]
+            if len(members) > count and depth + 1 < len(levels):
+                return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :])
+            return _pack(members, count, busy, free_on_gpu)
     by_node: dict[str, list[Atom]] = defaultdict(list)
     for atom in options:
         by_node[atom.node].append(atom)
