@@ -186,7 +186,8 @@ def _choose_one(
                 best = (rank, key)
         if best is not None:
             members = groups[best[1]]
-            if len(members) > count and depth + 1 < len(levels):
+            spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
+            if len(members) > count and depth + 1 < len(levels) and spans_gpus:
                 return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :])
             return _pack(members, count, busy, free_on_gpu)
     by_node: dict[str, list[Atom]] = defaultdict(list)
