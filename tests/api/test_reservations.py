@@ -335,6 +335,7 @@ def test_whole_gpu_requests_take_unsplit_gpus_only(world: World) -> None:
         {},
         {"poolId": "h100", "devices": [], "duration": "4h"},
         {"poolId": "h100", "devices": [{"class": "gpu", "count": 0}], "duration": "4h"},
+        {"poolId": "h100", "devices": [{"class": "gpu", "count": True}], "duration": "4h"},
         {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "soon"},
         {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "4h", "start": "yesterday"},
         {"poolId": "h100", "devices": [{"class": "tpu", "count": 1}], "duration": "4h"},

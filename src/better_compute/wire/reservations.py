@@ -35,7 +35,7 @@ class DeviceRequest(WireModel):
     """One line of `devices`: `count` atoms of one class, optionally narrowed by a selector."""
 
     cls: AtomClass = Field(alias="class")
-    count: int = Field(ge=1)
+    count: int = Field(ge=1, strict=True)  # `true` is not a count
     sharing: SharingMode | None = None
     selector: Selector | None = None
 
