@@ -46,6 +46,7 @@ def test_every_v1_read_needs_a_token(fleet: Store, path: str) -> None:
         ("Bearer", "malformed"),
         ("Bearer not-a-token", "malformed"),
         ("Bearer bc_short", "malformed"),
+        ("Bearer bc_" + "A" * 257, "malformed"),
         ("Bearer bc_" + "A" * 43, "unknown"),
     ],
 )

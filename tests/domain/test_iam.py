@@ -95,3 +95,11 @@ def test_each_limit_sees_only_its_own_count(
         with pytest.raises(Forbidden) as err:
             check_policies([policy], "pool", count, slices)
         assert err.value.details["key"] == ("gpuCount" if count > count_limit else "gpuSlices")
+
+
+def test_policy_limits_are_bounded_like_quota_limits() -> None:
+    base = {"name": "big", "tenantId": "acme"}
+    assert parse_policy({**base, "limits": {"gpuCount": 2**31 - 1}}).gpu_count == 2**31 - 1
+    for bad in (10**30, -1, True, 1.5):
+        with pytest.raises(InvalidInput, match=r"limits\.gpuCount must be an integer from 0 to 2147483647"):
+            parse_policy({**base, "limits": {"gpuCount": bad}})

@@ -54,7 +54,9 @@ def bearer_token(authorization: str | None) -> str:
     token = token.strip()
     if not _TOKEN.fullmatch(token):
         raise Unauthenticated(
-            f"malformed token: better-compute tokens start with {TOKEN_PREFIX!r}", {"reason": "malformed"}
+            f"malformed token: better-compute tokens are {TOKEN_PREFIX!r} and 16 to 256 letters, digits,"
+            " '-' or '_'",
+            {"reason": "malformed"},
         )
     return token
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from better_compute.domain.errors import Forbidden, InvalidInput
+from better_compute.domain.quota import check_limit
 
 LimitKey = Literal["gpuCount", "gpuSlices"]
 LIMIT_KEYS: tuple[LimitKey, ...] = ("gpuCount", "gpuSlices")
@@ -77,11 +78,8 @@ def _text(raw: object, field: str) -> str:
 
 
 def _limit(raw: object, field: str) -> int | None:
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
-        raise InvalidInput(f"{field} must be a non-negative integer, not {raw!r}", {"field": field})
-    return raw
+    """A limit is bounded as a quota row's is (0 to MAX_LIMIT)."""
+    return None if raw is None else check_limit(raw, field)
 
 
 def reservation_counts(requested: Mapping[str, int]) -> tuple[int, int]:
