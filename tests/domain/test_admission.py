@@ -137,3 +137,11 @@ def test_timeslice_and_mps_pools_are_single_tenant(mode: SharingMode) -> None:
 @pytest.mark.parametrize("mode", ["exclusive", "mig"])
 def test_exclusive_and_mig_pools_can_be_offered(mode: SharingMode) -> None:
     check_offer(mode, "acme", "globex")
+
+
+def test_a_reservation_holds_at_most_sixteen_device_requests() -> None:
+    line = {"class": "gpu", "count": 1}
+    assert len(parse_device_requests([line] * 16)) == 16
+    with pytest.raises(InvalidInput, match="devices holds 17 device requests; at most 16") as refused:
+        parse_device_requests([line] * 17)
+    assert refused.value.details["field"] == "devices"

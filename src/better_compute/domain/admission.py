@@ -34,12 +34,23 @@ class DeviceRequest:
     selector: Selector = EVERYTHING
 
 
+MAX_DEVICE_REQUESTS = 16
+"""Lines in one reservation's `devices`: each line is a group kept together, and a reservation is
+decided all at once; more lines than this is a batch of reservations, better sent as such."""
+
+
 def parse_device_requests(raw: object) -> list[DeviceRequest]:
     """The `devices` of a reservation request, each field checked and named as `devices[i].field`."""
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
         raise InvalidInput("devices must be a list of device requests", {"field": "devices"})
     if not raw:
         raise InvalidInput("devices must hold at least one device request", {"field": "devices"})
+    if len(raw) > MAX_DEVICE_REQUESTS:
+        raise InvalidInput(
+            f"devices holds {len(raw)} device requests; at most {MAX_DEVICE_REQUESTS} per reservation"
+            " (a request's count may be as large as needed)",
+            {"field": "devices", "max": MAX_DEVICE_REQUESTS},
+        )
     return [parse_device_request(item, f"devices[{i}]") for i, item in enumerate(raw)]
 
 

@@ -277,7 +277,7 @@ def _free_starts(
     for window in windows:
         if window.end is not None and window.end <= free_from:
             continue
-        if duration is not None and window.start - duration >= free_from:
+        if duration is not None and window.start - free_from >= duration:
             starts.append((free_from, window.start - duration))
         if window.end is None:
             return starts

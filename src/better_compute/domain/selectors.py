@@ -20,9 +20,10 @@ Operator = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 OPERATORS: tuple[Operator, ...] = get_args(Operator)
 AttrValue = str | int | float | bool
 
-_INTEGER = re.compile(r"[+-]?\d{1,18}")
-"""Integers for Gt and Lt: 18 digits at most, beyond any attribute's value (and Python's own limit
-on converting long digit strings)."""
+_INTEGER = re.compile(r"[+-]?\d{1,19}")
+"""Integers for Gt and Lt, as Kubernetes takes them: 64-bit, so never more than 19 digits (which also
+keeps clear of Python's limit on converting long digit strings)."""
+_INT64 = range(-(2**63), 2**63)
 _KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,252}[A-Za-z0-9])?")
 
 
@@ -157,8 +158,8 @@ def parse_expression(raw: object, field: str) -> MatchExpression:
             raise InvalidInput(f"{field}.values: {op} takes exactly one integer value", where)
         if not re.fullmatch(r"[+-]?\d+", values[0]):
             raise InvalidInput(f"{field}.values: {op} takes an integer, not {values[0]!r}", where)
-        if not _INTEGER.fullmatch(values[0]):
-            raise InvalidInput(f"{field}.values: {op} takes an integer of at most 18 digits", where)
+        if not _INTEGER.fullmatch(values[0]) or int(values[0]) not in _INT64:
+            raise InvalidInput(f"{field}.values: {op} takes a 64-bit integer", where)
         values = (str(int(values[0])),)
     return MatchExpression(key, op, values)
 

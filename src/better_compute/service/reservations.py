@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -102,13 +102,22 @@ def _decide(
     pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], busy_ids: set[str]
 ) -> tuple[choose.Chosen | choose.NoFit, dict[str, Atom]]:
     """Choose among the pool's atoms that are not in `busy_ids`; also returns the atoms that were
-    considered, by id."""
+    considered, by id.
+
+    Each request's shortlist is sized for the whole reservation's count: requests of one shape (or
+    of shapes that share atoms) draw on the same shortlisted atoms."""
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
+    total = sum(request.count for request in requests)
     shortlisted: dict[str, Atom] = {}
     for request in requests:
-        for atom in choose.shortlist(request, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
+        sized = request if len(requests) == 1 else replace(request, count=total)
+        for atom in choose.shortlist(sized, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
             shortlisted[atom.id] = atom
     return choose.choose(requests, list(shortlisted.values()), busy_by_gpu), shortlisted
+
+
+EARLIEST_TRIALS = 8
+"""How many starts a reservation of several requests is tried at to find its earliest start."""
 
 
 def _earliest(
@@ -116,29 +125,36 @@ def _earliest(
 ) -> str | None:
     """The earliest start at which the whole reservation could be served, when one is known.
 
-    Each request is looked at with the requests that could take the same atoms (their counts add
-    up), and the latest of those starts is checked by choosing for the whole reservation there: a
-    request that fits alone may not fit beside the others, ever."""
-    candidates = [
-        {a.id for atoms in pool_atoms.matching_by_gpu(request).values() for a in atoms}
-        for request in requests
-    ]
-    starts = []
-    for n, mine in enumerate(candidates):
-        competing = sum(r.count for k, r in enumerate(requests) if k == n or candidates[k] & mine)
-        start = choose.earliest_common_start(
-            index.windows_of(sorted(mine)), competing, window.duration, window.start
-        )
-        if start is None:
-            return None
-        starts.append(start)
-    earliest = max(starts)
-    if len(requests) > 1:
-        then = Window(earliest, None if window.duration is None else earliest + window.duration)
-        decision, _ = _decide(pool_atoms, requests, {i.atom_id for i in index.busy(then)})
-        if isinstance(decision, choose.NoFit):
-            return None
-    return earliest.isoformat()
+    No request can start before it could alone (`earliest_common_start`, exact for a reservation of
+    one request). A reservation of several may need longer: it is tried by choosing for all of its
+    requests at that start, then at the next instants where one of its atoms frees (a booking's end:
+    the only instants at which a refused start can turn into a served one), a few at the most."""
+    shapes = {(r.cls, r.selector, r.count): r for r in requests}  # requests alike are looked at once
+    candidates = {
+        shape: [a.id for atoms in pool_atoms.matching_by_gpu(r).values() for a in atoms]
+        for shape, r in shapes.items()
+    }
+    windows = index.windows_of(sorted({a for ids in candidates.values() for a in ids}))
+    try:
+        floor = window.start
+        for shape, ids in candidates.items():
+            start = choose.earliest_common_start(
+                {a: windows[a] for a in ids}, shapes[shape].count, window.duration, window.start
+            )
+            if start is None:
+                return None
+            floor = max(floor, start)
+        if len(requests) == 1:
+            return floor.isoformat()
+        ends = sorted({w.end for ws in windows.values() for w in ws if w.end is not None and w.end > floor})
+        for start in [floor, *ends][:EARLIEST_TRIALS]:
+            then = Window(start, None if window.duration is None else start + window.duration)
+            decision, _ = _decide(pool_atoms, requests, {i.atom_id for i in index.busy(then)})
+            if isinstance(decision, choose.Chosen):
+                return start.isoformat()
+    except OverflowError:  # past the year 9999
+        return None
+    return None
 
 
 def _replayed(
