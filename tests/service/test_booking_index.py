@@ -130,3 +130,9 @@ def test_busy_is_exactly_the_live_bookings_that_overlap_the_window(
         }
         found = [i.atom_id for i in index.busy(window)]
         assert sorted(found) == sorted(expected)
+    # Looked up by atom, each live booking is found with its window, and nothing else.
+    atoms = [f"atom-{n}" for n in range(len(bookings))]
+    held = index.windows_of(atoms)
+    assert {a: [(i.start, i.end) for i in held[a]] for a in atoms} == {
+        f"atom-{n}": [live[f"r{n}"]] if f"r{n}" in live else [] for n in range(len(bookings))
+    }

@@ -38,10 +38,11 @@ from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Se
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain
+from typing import Protocol
 
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
-from better_compute.domain.timewin import Window, require_aware
+from better_compute.domain.timewin import require_aware
 
 _DIGITS = re.compile(r"(\d+)")
 
@@ -233,8 +234,18 @@ def earliest_start(candidate_free_from: Mapping[str, datetime], count: int) -> d
     return heapq.nsmallest(count, candidate_free_from.values())[-1]
 
 
+class Span(Protocol):
+    """A booked span: a Window, or anything with the same `start` and `end` (None: never ends)."""
+
+    @property
+    def start(self) -> datetime: ...
+
+    @property
+    def end(self) -> datetime | None: ...
+
+
 def earliest_common_start(
-    busy: Mapping[str, Iterable[Window]],
+    busy: Mapping[str, Iterable[Span]],
     count: int,
     duration: timedelta | None,
     not_before: datetime,
@@ -269,7 +280,7 @@ def earliest_common_start(
 
 
 def _free_starts(
-    windows: Sequence[Window], duration: timedelta | None, floor: datetime
+    windows: Sequence[Span], duration: timedelta | None, floor: datetime
 ) -> list[tuple[datetime, datetime | None]]:
     """The closed intervals of starts at which one atom is free for `duration` (end None: for ever)."""
     starts: list[tuple[datetime, datetime | None]] = []

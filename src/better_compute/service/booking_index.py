@@ -108,7 +108,8 @@ class _Interval:
 
 
 class BookingIndex:
-    """Live bookings by atom and by day, and pool atoms; thread-safe, shared by the API's workers."""
+    """Live bookings by allocation, by atom and by hour or day, and pool atoms; thread-safe, shared by
+    the API's workers."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -118,6 +119,7 @@ class BookingIndex:
         # up or GAP_PATIENCE passes (a rolled-back transaction leaves a gap for ever).
         self._gaps: dict[int, float] = {}
         self._by_allocation: dict[str, list[_Interval]] = {}
+        self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
         self._by_hour: dict[int, set[str]] = defaultdict(set)
         self._by_day: dict[int, set[str]] = defaultdict(set)
         self._long: set[str] = set()
@@ -185,6 +187,7 @@ class BookingIndex:
             self._last_event = None
             self._gaps.clear()
             self._by_allocation.clear()
+            self._by_atom.clear()
             self._by_hour.clear()
             self._by_day.clear()
             self._long.clear()
@@ -193,6 +196,7 @@ class BookingIndex:
     def _load(self, tx: Tx) -> None:
         last = tx.reservations.last_event_id()
         self._by_allocation.clear()
+        self._by_atom.clear()
         self._by_hour.clear()
         self._by_day.clear()
         self._long.clear()
@@ -245,7 +249,9 @@ class BookingIndex:
     ) -> None:
         assert start is not None
         intervals = self._by_allocation.setdefault(allocation_id, [])
-        intervals.extend(_Interval(allocation_id, a, start, end, owner) for a in atom_ids)
+        for atom_id in atom_ids:
+            intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
+            self._by_atom[atom_id].add(allocation_id)
         filed = self._buckets_of(start, end)
         if filed is None:
             self._long.add(allocation_id)
@@ -257,6 +263,12 @@ class BookingIndex:
     def _drop(self, allocation_id: str) -> None:
         intervals = self._by_allocation.pop(allocation_id, [])
         self._long.discard(allocation_id)
+        for atom_id in {i.atom_id for i in intervals}:
+            holders = self._by_atom.get(atom_id)
+            if holders is not None:
+                holders.discard(allocation_id)
+                if not holders:
+                    del self._by_atom[atom_id]
         for start, end in {(i.start, i.end) for i in intervals}:
             filed = self._buckets_of(start, end)
             if filed is None:
@@ -336,15 +348,18 @@ class BookingIndex:
             for atom in [a for a, n in self._claimed.items() if n <= 0]:
                 del self._claimed[atom]
 
-    def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[Window]]:
-        """Every live booking of these atoms, as windows (for the earliest start after a refusal)."""
-        wanted = set(atom_ids)
-        out: dict[str, list[Window]] = {a: [] for a in atom_ids}
+    def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[_Interval]]:
+        """Every live booking of these atoms (each with its `start` and `end`), for the earliest start
+        after a refusal; looked up by atom, so it costs what those atoms hold, not the whole index."""
+        out: dict[str, list[_Interval]] = {}
         with self._lock:
-            for intervals in self._by_allocation.values():
-                for i in intervals:
-                    if i.atom_id in wanted:
-                        out[i.atom_id].append(Window(i.start, i.end))
+            for atom_id in atom_ids:
+                out[atom_id] = [
+                    i
+                    for allocation in self._by_atom.get(atom_id, ())
+                    for i in self._by_allocation[allocation]
+                    if i.atom_id == atom_id
+                ]
         return out
 
     def pool_atoms(self, tx: Tx, pool_id: str) -> PoolAtoms:
