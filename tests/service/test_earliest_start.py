@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -82,9 +82,10 @@ def test_no_start_is_given_when_the_pool_can_never_hold_the_reservation() -> Non
 
 
 def test_a_window_ending_past_the_year_9999_has_no_start() -> None:
-    pool = PoolAtoms({a.id: a for a in [gpu(0)]})
+    # Both GPUs are free only from 14:00, and a window that long would then end past the year 9999.
+    pool = PoolAtoms({a.id: a for a in [gpu(0), gpu(1)]})
     index = index_with(("g0/gpu", 0, 5))
-    long = Window(T0, T0 + timedelta(days=2_900_000))
+    long = Window(T0, datetime.max.replace(tzinfo=UTC) - timedelta(hours=2))
     assert _earliest(index, pool, [whole(1), whole(model="H100-80GB")], long) is None
 
 

@@ -279,6 +279,30 @@ def earliest_common_start(
     return None
 
 
+def starts_to_try(
+    busy: Mapping[str, Iterable[Span]],
+    needs: Iterable[tuple[Iterable[str], int]],
+    duration: timedelta | None,
+    not_before: datetime,
+    limit: int,
+) -> list[datetime]:
+    """Where to look for the earliest start of a reservation whose requests need (atoms, count).
+
+    No request can start before it could alone (`earliest_common_start`): the latest of those is the
+    first start to try. Past it, a refused reservation can only become one that is served where one
+    of its atoms frees (a booking's end), so those instants follow, `limit` starts in all. Empty when
+    some request can never be served.
+    """
+    floor = not_before
+    for atom_ids, count in needs:
+        start = earliest_common_start({a: busy.get(a, ()) for a in atom_ids}, count, duration, not_before)
+        if start is None:
+            return []
+        floor = max(floor, start)
+    ends = sorted({s.end for spans in busy.values() for s in spans if s.end is not None and s.end > floor})
+    return [floor, *ends][:limit]
+
+
 def _free_starts(
     windows: Sequence[Span], duration: timedelta | None, floor: datetime
 ) -> list[tuple[datetime, datetime | None]]:
@@ -303,6 +327,7 @@ def shortlist(
     busy_atoms: Container[str],
     busy_by_gpu: Mapping[str, int],
     *,
+    count: int | None = None,
     reserve: int = 16,
 ) -> list[Atom]:
     """The free matching atoms `choose` needs to see for `request`, without looking at every atom.
@@ -312,8 +337,12 @@ def shortlist(
     GPUs are taken whole, so a request that fits on one GPU still finds it, until the shortlist holds
     four times the count plus `reserve` atoms. `matching_by_gpu` maps each GPU to its atoms that match
     the request's class and selector, in a stable order.
+
+    `count` is how many atoms the shortlist must serve: the request's own by default; for a
+    reservation of several requests, all of theirs, since requests alike (or sharing atoms) draw on
+    the same shortlisted atoms.
     """
-    wanted = 4 * request.count + reserve
+    wanted = 4 * (request.count if count is None else count) + reserve
     partly = sorted(
         (gpu for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu),
         key=lambda g: (-busy_by_gpu[g], g),

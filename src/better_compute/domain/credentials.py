@@ -65,3 +65,8 @@ def require_admin(principal: Principal, action: str) -> None:
     """Refuse a fleet-admin action to a tenant token: FORBIDDEN, since the caller is known but not allowed."""
     if not principal.is_admin:
         raise Forbidden(f"{action} needs a fleet-admin token", {"action": action})
+
+
+def token_revoked() -> Unauthenticated:
+    """The refusal of a token whose credential was revoked, wherever that is found out."""
+    return Unauthenticated("this token was revoked", {"reason": "revoked"})

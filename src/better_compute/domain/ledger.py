@@ -9,6 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from better_compute.domain.choose import earliest_common_start
 from better_compute.domain.timewin import Window
 
 
@@ -31,18 +32,7 @@ def earliest_free(busy: Iterable[Window], wanted: Window) -> datetime | None:
     None when nothing is ever free again (an open-ended booking, or an open-ended request that can
     only follow bookings that never end).
     """
-    length = wanted.duration
-    candidate = wanted.start
-    for span in sorted(busy, key=lambda s: s.start):
-        if span.end is not None and span.end <= candidate:
-            continue
-        fits_before = length is not None and candidate + length <= span.start
-        if fits_before:
-            return candidate
-        if span.end is None:
-            return None
-        candidate = max(candidate, span.end)
-    return candidate
+    return earliest_common_start({"atom": list(busy)}, 1, wanted.duration, wanted.start)
 
 
 def partition_allocation_id(gpu_id: str, start: datetime) -> str:

@@ -317,18 +317,15 @@ class BookingIndex:
                 if i.overlaps(window.start, window.end)
             ]
 
-    def held(
-        self, tenant_id: str, pool_id: str, window: Window, busy: Sequence[_Interval] | None = None
-    ) -> dict[str, int]:
-        """What the tenant holds in the pool during the window, per atom class (bookings overlapping it;
-        `busy`, when the caller has `busy(window)` already).
+    @staticmethod
+    def held(tenant_id: str, pool_id: str, busy: Sequence[_Interval]) -> dict[str, int]:
+        """What the tenant holds in the pool during a window, per atom class, from `busy(window)`.
 
         Exact when the caller holds the tenant's quota lock and has just caught up with the event log:
         every booking of this tenant in this pool was committed before the lock was taken.
         """
-        overlapping = self.busy(window) if busy is None else busy
         counts: Counter[str] = Counter(
-            i.owner[2] or "" for i in overlapping if i.owner[0] == tenant_id and i.owner[1] == pool_id
+            i.owner[2] or "" for i in busy if i.owner[0] == tenant_id and i.owner[1] == pool_id
         )
         return dict(counts)
 

@@ -14,7 +14,13 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 
-from better_compute.domain.credentials import TOKEN_PREFIX, Principal, hash_token, require_admin
+from better_compute.domain.credentials import (
+    TOKEN_PREFIX,
+    Principal,
+    hash_token,
+    require_admin,
+    token_revoked,
+)
 from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
 from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
 from better_compute.service.paging import Listing, page
@@ -91,7 +97,7 @@ def authenticate(store: StorePort, token: str) -> Principal:
     if row is None:
         raise Unauthenticated("unknown token", {"reason": "unknown"})
     if row["revoked_at"] is not None:
-        raise Unauthenticated("this token was revoked", {"reason": "revoked"})
+        raise token_revoked()
     is_admin = bool(row["is_admin"])
     return Principal(
         tenant_id=None if is_admin else row["tenant_id"], is_admin=is_admin, credential_id=row["id"]
@@ -114,14 +120,13 @@ class TokenMemory:
 
     def recall(self, token_hash: str) -> Principal | None:
         with self._lock:
-            found = self._owners.get(token_hash)
-        return None if found is None else replace(found, recalled=True)
+            return self._owners.get(token_hash)
 
     def remember(self, token_hash: str, principal: Principal) -> None:
         with self._lock:
             if len(self._owners) >= self._capacity:
                 self._owners.pop(next(iter(self._owners)))  # the oldest: tokens in use come back
-            self._owners[token_hash] = replace(principal, recalled=False)
+            self._owners[token_hash] = replace(principal, recalled=True)  # handed out as recalled
 
     def forget(self, token_hash: str) -> None:
         with self._lock:

@@ -122,14 +122,14 @@ class ReservationsPort(Protocol):
         pool_id: str,
         key: str | None,
         last_event: int,
-        gaps: Sequence[int] = (),
-        lock_key: str | None = None,
+        gaps: Sequence[int],
+        lock_key: str,
         credential_id: str | None = None,
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
         `policies`, `limits` per class, `events` after `last_event` (one page) or among `gaps`,
         `newest_event`, the log's last id, and `credential_live`: whether `credential_id` names a
-        credential that is not revoked (None without one). With `lock_key`, the `lock` is taken first."""
+        credential that is not revoked (None without one). The `lock` `lock_key` is taken first."""
         ...
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from better_compute.domain import admission, choose, iam, quota
 from better_compute.domain.atoms import Atom
-from better_compute.domain.credentials import Principal
+from better_compute.domain.credentials import Principal, token_revoked
 from better_compute.domain.errors import (
     BookingConflict,
     Conflict,
@@ -27,7 +27,6 @@ from better_compute.domain.errors import (
     InsufficientCapacity,
     InvalidInput,
     NotFound,
-    Unauthenticated,
 )
 from better_compute.domain.reservations import (
     ReservationStatus,
@@ -57,13 +56,11 @@ class ReservationView:
 
 
 def _tenant_for(principal: Principal, raw: Mapping[str, Any]) -> str:
-    named = raw.get("tenantId")
-    if named:
-        check_ref(named, "tenantId")
+    named = check_ref(raw["tenantId"], "tenantId") if raw.get("tenantId") else None
     if principal.is_admin:
         if not named:
             raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
-        return str(named)
+        return named
     assert principal.tenant_id is not None
     if named and named != principal.tenant_id:
         raise Forbidden(
@@ -102,16 +99,13 @@ def _decide(
     pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], busy_ids: set[str]
 ) -> tuple[choose.Chosen | choose.NoFit, dict[str, Atom]]:
     """Choose among the pool's atoms that are not in `busy_ids`; also returns the atoms that were
-    considered, by id.
-
-    Each request's shortlist is sized for the whole reservation's count: requests of one shape (or
-    of shapes that share atoms) draw on the same shortlisted atoms."""
+    considered, by id."""
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
     total = sum(request.count for request in requests)
     shortlisted: dict[str, Atom] = {}
     for request in requests:
-        sized = request if len(requests) == 1 else replace(request, count=total)
-        for atom in choose.shortlist(sized, pool_atoms.matching_by_gpu(request), busy_ids, busy_by_gpu):
+        matching = pool_atoms.matching_by_gpu(request)
+        for atom in choose.shortlist(request, matching, busy_ids, busy_by_gpu, count=total):
             shortlisted[atom.id] = atom
     return choose.choose(requests, list(shortlisted.values()), busy_by_gpu), shortlisted
 
@@ -123,31 +117,23 @@ EARLIEST_TRIALS = 8
 def _earliest(
     index: BookingIndex, pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], window: Window
 ) -> str | None:
-    """The earliest start at which the whole reservation could be served, when one is known.
-
-    No request can start before it could alone (`earliest_common_start`, exact for a reservation of
-    one request). A reservation of several may need longer: it is tried by choosing for all of its
-    requests at that start, then at the next instants where one of its atoms frees (a booking's end:
-    the only instants at which a refused start can turn into a served one), a few at the most."""
+    """The earliest start at which the whole reservation could be served, when one is known: the
+    first of `choose.starts_to_try` at which choosing for all of its requests succeeds (the first
+    one, for a reservation of one request)."""
     shapes = {(r.cls, r.selector, r.count): r for r in requests}  # requests alike are looked at once
-    candidates = {
-        shape: [a.id for atoms in pool_atoms.matching_by_gpu(r).values() for a in atoms]
-        for shape, r in shapes.items()
-    }
-    windows = index.windows_of(sorted({a for ids in candidates.values() for a in ids}))
+    needs = [
+        ([a.id for atoms in pool_atoms.matching_by_gpu(r).values() for a in atoms], r.count)
+        for r in shapes.values()
+    ]
+    windows = index.windows_of(list(dict.fromkeys(a for ids, _ in needs for a in ids)))
+    single = len(requests) == 1
     try:
-        floor = window.start
-        for shape, ids in candidates.items():
-            start = choose.earliest_common_start(
-                {a: windows[a] for a in ids}, shapes[shape].count, window.duration, window.start
-            )
-            if start is None:
-                return None
-            floor = max(floor, start)
-        if len(requests) == 1:
-            return floor.isoformat()
-        ends = sorted({w.end for ws in windows.values() for w in ws if w.end is not None and w.end > floor})
-        for start in [floor, *ends][:EARLIEST_TRIALS]:
+        starts = choose.starts_to_try(
+            windows, needs, window.duration, window.start, 1 if single else EARLIEST_TRIALS
+        )
+        for start in starts:
+            if single:
+                return start.isoformat()
             then = Window(start, None if window.duration is None else start + window.duration)
             decision, _ = _decide(pool_atoms, requests, {i.atom_id for i in index.busy(then)})
             if isinstance(decision, choose.Chosen):
@@ -158,15 +144,15 @@ def _earliest(
 
 
 def _replayed(
-    store: StorePort, tenant_id: str, key: Any, fingerprint: str, now: datetime
+    store: StorePort, tenant_id: str, key: str, fingerprint: str, now: datetime
 ) -> ReservationView | None:
     with store.read() as tx:
         found = tx.inventory.list(
-            "reservations", filters={"tenant_id": tenant_id, "idempotency_key": str(key)}, limit=1
+            "reservations", filters={"tenant_id": tenant_id, "idempotency_key": key}, limit=1
         )
         if not found:
             return None
-        check_replay(str(key), found[0]["fingerprint"], fingerprint)
+        check_replay(key, found[0]["fingerprint"], fingerprint)
         return _view(tx, found[0], now, replayed=True)
 
 
@@ -182,9 +168,7 @@ def create(
     tenant_id = _tenant_for(principal, raw)
     pool_id = check_ref(raw.get("poolId"), "poolId")
     requests = admission.parse_device_requests(raw.get("devices"))
-    key = raw.get("idempotencyKey")
-    if key:
-        check_ref(str(key), "idempotencyKey")
+    key = check_ref(str(raw["idempotencyKey"]), "idempotencyKey") if raw.get("idempotencyKey") else None
     fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
     try:
         window = _window(raw, now)
@@ -238,7 +222,7 @@ def _create_in(
     pool_id: str,
     requests: list[admission.DeviceRequest],
     window: Window,
-    key: Any,
+    key: str | None,
     fingerprint: str,
     raw: Mapping[str, Any],
     now: datetime,
@@ -252,19 +236,20 @@ def _create_in(
     snap = tx.reservations.snapshot(
         tenant_id,
         pool_id,
-        str(key) if key else None,
+        key,
         seen,
         gaps,
         lock_key=f"quota:{tenant_id}:{pool_id}",
         credential_id=principal.credential_id if principal.recalled else None,
     )
     if principal.recalled and not snap["credential_live"]:
-        raise Unauthenticated("this token was revoked", {"reason": "revoked"})
+        raise token_revoked()
     index.apply(tx, snap["events"], snap["newest_event"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])
         assert first is not None
-        check_replay(str(key), first["fingerprint"], fingerprint)
+        assert key is not None
+        check_replay(key, first["fingerprint"], fingerprint)
         return _view(tx, first, now, replayed=True)
     pool = snap["pool"]
     if pool is None:
@@ -279,7 +264,7 @@ def _create_in(
     )
     # Under the tenant's lock and caught up with the log, the index knows everything the tenant holds.
     busy = index.busy(window)
-    held = index.held(tenant_id, pool_id, window, busy)
+    held = index.held(tenant_id, pool_id, busy)
     quota.check_quota(tenant_id, pool["owner"], snap["limits"], held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
@@ -310,7 +295,7 @@ def _create_in(
         "gpu_count": gpu_count,
         "gpu_slices": gpu_slices,
         "counts": requested,
-        "idempotency_key": str(key) if key else None,
+        "idempotency_key": key,
         "fingerprint": fingerprint,
         "generation": 1,
         "created_at": now,
@@ -376,16 +361,16 @@ def list_reservations(
     return out, (out[-1].row["id"] if more and out else None)
 
 
-def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> None:
-    """Write `values` if nobody changed the reservation since it was read (its generation)."""
+def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> Row:
+    """Write `values` if nobody changed the reservation since it was read (its generation); returns
+    the row as written."""
+    written = {**values, "generation": row["generation"] + 1}
     changed = tx.inventory.compare_and_set(
-        "reservations",
-        row["id"],
-        {"generation": row["generation"]},
-        {**values, "generation": row["generation"] + 1},
+        "reservations", row["id"], {"generation": row["generation"]}, written
     )
     if not changed:
         raise Conflict(f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]})
+    return {**row, **written}
 
 
 def cancel(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
@@ -395,9 +380,8 @@ def cancel(store: StorePort, principal: Principal, reservation_id: str, now: dat
         tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         check_cancel(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.cancel_allocation(reservation_id, now)
-        _bump(tx, row, {"status": ReservationStatus.CANCELLED.value})
+        row = _bump(tx, row, {"status": ReservationStatus.CANCELLED.value})
         tx.events.append("reservation.cancelled", reservation_id, {"at": now.isoformat()}, now)
-        row = {**row, "status": ReservationStatus.CANCELLED.value, "generation": row["generation"] + 1}
         return ReservationView(row, [], ReservationStatus.CANCELLED)
 
 
@@ -408,12 +392,6 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
         tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
         end = release_end(Window(row["starts_at"], row["ends_at"]), row["status"], now)
         tx.ledger.end_allocation(reservation_id, end, "ledger.released")
-        _bump(tx, row, {"status": ReservationStatus.RELEASED.value, "ends_at": end})
+        row = _bump(tx, row, {"status": ReservationStatus.RELEASED.value, "ends_at": end})
         tx.events.append("reservation.released", reservation_id, {"at": end.isoformat()}, now)
-        row = {
-            **row,
-            "status": ReservationStatus.RELEASED.value,
-            "ends_at": end,
-            "generation": row["generation"] + 1,
-        }
         return _view(tx, row, now)

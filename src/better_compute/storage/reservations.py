@@ -7,7 +7,7 @@ import sqlite3
 import zlib
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, func, or_, select
@@ -22,26 +22,13 @@ from better_compute.storage.tables import atoms, bookings, events
 Row = dict[str, Any]
 
 
+_PG_LOCK = "SELECT pg_advisory_xact_lock(%s::bigint)"
+
+
 def lock(conn: Connection, key: str) -> None:
     """A transaction-scoped advisory lock on PostgreSQL; SQLite writers are serialised already."""
     if conn.dialect.name == "postgresql":
-        _cursor(conn).execute("SELECT pg_advisory_xact_lock(%s::bigint)", (_lock_id(key),), prepare=True)
-
-
-_CURSOR = "better_compute.cursor"
-
-
-def _cursor(conn: Connection) -> psycopg.Cursor[Any]:
-    """The hot path's cursor, one per database connection and reused: making a cursor per statement
-    costs more client time than the statement's round trip. (Plain statements one after another
-    also cost less client time than psycopg's pipeline mode, for the round trip or two they add.)"""
-    info = conn.connection.info
-    cur = info.get(_CURSOR)
-    if cur is None or cur.closed:
-        db = conn.connection.driver_connection
-        assert isinstance(db, psycopg.Connection)
-        cur = info[_CURSOR] = db.cursor()
-    return cast("psycopg.Cursor[Any]", cur)
+        pg_simple.cursor(conn).execute(_PG_LOCK, (_lock_id(key),), prepare=True)
 
 
 def _lock_id(key: str) -> int:
@@ -133,8 +120,7 @@ SELECT
 #   the whole table look cheaper, and the cached plan would then keep scanning as the table grows.
 # Both are transaction-local (`set_config(..., true)`) and ride with the lock: no extra round trip.
 _PLAN = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
-_PG_PLAN = "SELECT " + _PLAN
-_PG_LOCK_AND_PLAN = "SELECT pg_advisory_xact_lock(%s::bigint), " + _PLAN
+_PG_LOCK_AND_PLAN = _PG_LOCK + ", " + _PLAN
 
 EVENT_PAGE = 5000
 """The tail is read as an id range rather than `id > last LIMIT n`: PostgreSQL's generic plan for a
@@ -147,8 +133,8 @@ def admission_snapshot(
     pool_id: str,
     key: str | None,
     last_event: int,
-    gaps: Sequence[int] = (),
-    lock_key: str | None = None,
+    gaps: Sequence[int],
+    lock_key: str,
     credential_id: str | None = None,
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
@@ -156,10 +142,8 @@ def admission_snapshot(
     after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, the newest event id, and whether
     `credential_id` is a live credential.
 
-    With `lock_key`, the transaction first takes that advisory lock, and the read runs after it is
-    granted (in its own statement, so that it sees every commit made before the lock was)."""
-    db = conn.connection.driver_connection
-    assert db is not None
+    The transaction first takes the advisory lock `lock_key`, and the read runs after it is granted
+    (in its own statement, so that it sees every commit made before the lock was)."""
     params: dict[str, Any] = {
         "t": tenant_id,
         "p": pool_id,
@@ -172,19 +156,18 @@ def admission_snapshot(
         params["gaps"] = list(gaps)
         row = _pg_snapshot_batch(conn, params, lock_key)
         if row is None:
-            cur = _cursor(conn)
-            if lock_key is not None:
-                cur.execute(_PG_LOCK_AND_PLAN, (_lock_id(lock_key),), prepare=True)
-            else:
-                cur.execute(_PG_PLAN, prepare=True)
+            cur = pg_simple.cursor(conn)
+            cur.execute(_PG_LOCK_AND_PLAN, (_lock_id(lock_key),), prepare=True)
             cur.execute(_PG_SNAPSHOT, params, prepare=True)
             row = cur.fetchone()
             assert row is not None
         replay, pool, tenant, policies, limits, tail, newest, live = row
     else:
+        db = conn.connection.driver_connection
+        assert db is not None
         row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
         replay, tenant, newest, live = row[0], row[2], row[6], row[7]
-        pool, policies, limits, tail = (json.loads(v) if v is not None else None for v in (row[1], *row[3:6]))
+        pool, policies, limits, tail = (_json(v) for v in (row[1], *row[3:6]))
     return {
         "replay_id": replay,
         "pool": pool,
@@ -214,39 +197,42 @@ _LOCK = pg_simple.Statement(
     "bc_admission_lock", "SELECT pg_advisory_xact_lock(%(key)s), " + _PLAN, {"key": "bigint"}
 )
 _BATCHED = (_LOCK, _SNAPSHOT)
+_EXECUTE_LOCK = f"EXECUTE {_LOCK.name} (%d)".encode()
+_EXECUTE_SNAPSHOT = _SNAPSHOT.execute
 
 
-def _pg_snapshot_batch(
-    conn: Connection, params: dict[str, Any], lock_key: str | None
-) -> tuple[Any, ...] | None:
+def _json(value: str | bytes | None) -> Any:
+    return None if value is None else json.loads(value)
+
+
+def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) -> tuple[Any, ...] | None:
     """The snapshot as one round trip that also begins the transaction and takes the lock (see
-    `pg_simple`); None when this transaction already began (it is read the usual way then)."""
+    `pg_simple`), as the columns the driver would give; None when this transaction already began
+    (it is read the usual way then)."""
+    db = pg_simple.driver(conn)
     for _ in range(2):
-        db = pg_simple.driver(conn)
-        if db is None or not pg_simple.may_begin(db) or not pg_simple.ensure_prepared(conn, _BATCHED):
+        if not pg_simple.may_begin(db):
             return None
-        lock = (
-            _PG_PLAN.encode()
-            if lock_key is None
-            else b"EXECUTE %s (%d)" % (_LOCK.name.encode(), _lock_id(lock_key))
-        )
+        pg_simple.ensure_prepared(conn, db, _BATCHED)
+        lock = _EXECUTE_LOCK % _lock_id(lock_key)
         batch = (
-            pg_simple.begin(db) + b"; " + lock + b"; " + pg_simple.quote(conn, _SNAPSHOT.execute(), params)
+            pg_simple.begin(db) + b"; " + lock + b"; " + pg_simple.quote(conn, db, _EXECUTE_SNAPSHOT, params)
         )
         try:
             result = pg_simple.run(conn, batch)
         except pg_simple.Lost:
             continue
-        value = result.get_value
-        replay, pool, tenant, policies, limits, tail, newest, live = (value(0, n) for n in range(8))
+        replay, pool, tenant, policies, limits, tail, newest, live = (
+            result.get_value(0, n) for n in range(8)
+        )
         return (
             None if replay is None else replay.decode(),
-            None if pool is None else json.loads(pool),
+            _json(pool),
             tenant == b"t",
-            json.loads(policies) if policies is not None else [],
-            json.loads(limits) if limits is not None else {},
-            json.loads(tail) if tail is not None else [],
-            int(newest or 0),
+            _json(policies),
+            _json(limits),
+            _json(tail),
+            newest,
             None if live is None else live == b"t",
         )
     return None
@@ -343,7 +329,7 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         "created": created,
     }
     try:
-        cur = _cursor(conn)
+        cur = pg_simple.cursor(conn)
         cur.execute(_PG_COMMIT, params, prepare=True)
         result = cur.fetchone()
         db.commit()

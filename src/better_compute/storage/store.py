@@ -9,11 +9,9 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import psycopg
-from psycopg.pq import TransactionStatus
 from sqlalchemy import Connection, Engine
 
-from better_compute.storage import migrate
+from better_compute.storage import migrate, pg_simple
 from better_compute.storage.db import READ_ONLY, SINGLE_STATEMENT, make_engine
 from better_compute.storage.uow import SqlTx
 
@@ -29,7 +27,6 @@ class _Resident:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._made: list[Connection] = []
         self._writer: Connection | None = None
         self._reader: Connection | None = None
         self.writer_busy = False
@@ -38,18 +35,17 @@ class _Resident:
     def writer(self) -> Connection:
         if self._writer is None:
             self._writer = self._engine.connect()
-            self._made.append(self._writer)
         return self._writer
 
     def reader(self) -> Connection:
         if self._reader is None:
             self._reader = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            self._made.append(self._reader)
         return self._reader
 
     def close(self) -> None:
-        for conn in self._made:
-            conn.close()
+        for conn in (self._writer, self._reader):
+            if conn is not None:
+                conn.close()
 
     def __del__(self) -> None:
         # The thread ended (its thread-local state is dropped): the connections go back to the pool.
@@ -65,10 +61,8 @@ def _rollback_keeping_statements(conn: Connection) -> None:
     the admission statements costs the next request more than its own work; these transactions
     change no schema, so the statements stay valid. SQLAlchemy's own rollback then finds the
     connection idle. A connection that is gone is left for SQLAlchemy to invalidate."""
-    db = conn.connection.driver_connection
-    if isinstance(db, psycopg.Connection) and db.info.transaction_status != TransactionStatus.IDLE:
-        with contextlib.suppress(Exception):
-            db.pgconn.exec_(b"ROLLBACK")
+    with contextlib.suppress(Exception):
+        pg_simple.rollback(pg_simple.driver(conn))
 
 
 class Store:

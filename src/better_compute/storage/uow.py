@@ -144,8 +144,8 @@ class SqlReservations:
         pool_id: str,
         key: str | None,
         last_event: int,
-        gaps: Sequence[int] = (),
-        lock_key: str | None = None,
+        gaps: Sequence[int],
+        lock_key: str,
         credential_id: str | None = None,
     ) -> dict[str, Any]:
         return reservations.admission_snapshot(

@@ -30,6 +30,13 @@ class ErrorBody(WireModel):
     error: ErrorDetail
 
 
+class PageQuery(WireModel):
+    """The paging of a list method (query parameters): `limit` items (1 to 1000) after `cursor`."""
+
+    limit: int | None = Field(default=None, ge=1, le=1000)
+    cursor: str | None = None
+
+
 class Page(WireModel, Generic[T]):
     """A list response: items under `items`, and a cursor for the next page when there is one."""
 

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import PageQuery, WireModel
 
 
 class TenantCreate(WireModel):
@@ -22,11 +22,8 @@ class TenantPublic(WireModel):
     created_at: datetime
 
 
-class TenantListQuery(WireModel):
+class TenantListQuery(PageQuery):
     """`tenants.list` filters (query parameters)."""
-
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
 
 
 class CredentialCreate(WireModel):
@@ -47,11 +44,8 @@ class CredentialPublic(WireModel):
     revoked_at: datetime | None = None
 
 
-class CredentialListQuery(WireModel):
+class CredentialListQuery(PageQuery):
     """`credentials.list` filters (query parameters)."""
-
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
 
 
 class CredentialCreated(CredentialPublic):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.deps import AppContext, ContextDep, NowDep, StoreDep
+from better_compute.api.deps import AppContext, ContextDep, NowDep, StoreDep, app_context
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
@@ -38,24 +38,28 @@ def _atom_fields(atom: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def reservation_public(view: ReservationView) -> ReservationPublic:
+def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -> dict[str, Any]:
+    """A reservation by its wire names, with its devices and atoms as the caller has them."""
     r = view.row
-    return ReservationPublic.model_validate(
-        {
-            "id": r["id"],
-            "tenantId": r["tenant_id"],
-            "poolId": r["pool_id"],
-            "status": view.status.value,
-            "start": r["starts_at"],
-            "end": r["ends_at"],
-            "devices": r["devices"],
-            "atoms": [_atom_fields(a) for a in view.atoms],
-            "gpuCount": r["gpu_count"],
-            "gpuSlices": r["gpu_slices"],
-            "idempotencyKey": r["idempotency_key"],
-            "createdAt": r["created_at"],
-        }
-    )
+    return {
+        "id": r["id"],
+        "tenantId": r["tenant_id"],
+        "poolId": r["pool_id"],
+        "status": view.status.value,
+        "start": r["starts_at"],
+        "end": r["ends_at"],
+        "devices": devices,
+        "atoms": atoms,
+        "gpuCount": r["gpu_count"],
+        "gpuSlices": r["gpu_slices"],
+        "idempotencyKey": r["idempotency_key"],
+        "createdAt": r["created_at"],
+    }
+
+
+def reservation_public(view: ReservationView) -> ReservationPublic:
+    atoms = [_atom_fields(a) for a in view.atoms]
+    return ReservationPublic.model_validate(_reservation_fields(view, view.row["devices"], atoms))
 
 
 def created_public(view: ReservationView, body: ReservationCreate) -> ReservationPublic:
@@ -64,22 +68,9 @@ def created_public(view: ReservationView, body: ReservationCreate) -> Reservatio
     reservation goes through `reservation_public`: its devices are the first request's."""
     if view.replayed:
         return reservation_public(view)
-    r = view.row
-    return ReservationPublic.model_construct(
-        id=r["id"],
-        tenant_id=r["tenant_id"],
-        pool_id=r["pool_id"],
-        status=view.status.value,
-        start=r["starts_at"],
-        end=r["ends_at"],
-        devices=body.devices,
-        # By alias: a field named `cls` would clash with the classmethod's own first argument.
-        atoms=[ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms],
-        gpu_count=r["gpu_count"],
-        gpu_slices=r["gpu_slices"],
-        idempotency_key=r["idempotency_key"],
-        created_at=r["created_at"],
-    )
+    # By alias: a field named `cls` would clash with model_construct's own first argument.
+    atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
+    return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))
 
 
 async def _json_body(request: Request) -> Any:
@@ -126,7 +117,7 @@ class AdmissionRoute(APIRoute):
 
         async def handle(request: Request) -> Response:
             payload = await _json_body(request)
-            ctx = cast(AppContext, request.app.state.context)
+            ctx = app_context(request)
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
             # in its own transaction that the credential is not revoked (no look-up of its own).
