@@ -364,8 +364,11 @@ def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]
     assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
 
 
-@pytest.mark.parametrize("raw", ['{"a":' * 5000 + "1" + "}" * 5000, "[" * 5000, '{"poolId": ' + "[" * 3000])
-def test_bodies_nested_past_the_parser_are_invalid_input(world: World, raw: str) -> None:
+@pytest.mark.parametrize(
+    "raw",
+    ['{"a":' * 5000 + "1" + "}" * 5000, "[" * 5000, '{"poolId": ' + "[" * 3000, b'{"poolId": "\xff"}'],
+)
+def test_bodies_nested_past_the_parser_are_invalid_input(world: World, raw: str | bytes) -> None:
     r = world.http.post(
         "/v1/reservations", content=raw, headers={**world.platform, "Content-Type": "application/json"}
     )
@@ -387,6 +390,18 @@ def test_a_retry_after_the_start_has_passed_still_returns_the_first_reservation(
     assert again.status_code == 200 and again.json()["id"] == first.json()["id"]
     fresh = world.reserve(world.acme, "h100", [mig()], **{**body, "idempotencyKey": "new-key"})
     assert fresh.status_code == 400 and error(fresh)["code"] == "INVALID_INPUT"
+
+
+def test_a_late_retry_with_a_revoked_remembered_token_is_refused(world: World, store: Store) -> None:
+    world.offer("h100", "acme", gpu_mig=2)
+    created = world.http.post("/v1/credentials", headers=world.admin, json={"tenantId": "acme"}).json()
+    body = {"start": "2026-12-01T09:10:00Z", "duration": "1h", "idempotencyKey": "late-revoked"}
+    first = world.reserve(bearer(created["token"]), "h100", [mig()], **dict(body))
+    assert first.status_code == 201  # the server now remembers whose token it is
+    credentials.revoke(store, Principal(tenant_id=None, is_admin=True, credential_id="t"), created["id"], T0)
+    world.clock.now = T0 + timedelta(hours=3)  # the retry's start has passed: no admission read
+    again = world.reserve(bearer(created["token"]), "h100", [mig()], **dict(body))
+    assert again.status_code == 401 and error(again)["details"]["reason"] == "revoked"
 
 
 GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "4h"}

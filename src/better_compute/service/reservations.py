@@ -144,9 +144,15 @@ def _earliest(
 
 
 def _replayed(
-    store: StorePort, tenant_id: str, key: str, fingerprint: str, now: datetime
+    store: StorePort, principal: Principal, tenant_id: str, key: str, fingerprint: str, now: datetime
 ) -> ReservationView | None:
+    """The first reservation made with `key`, for a retry whose start has passed (admission's own
+    read is not made then, so a remembered token's credential is confirmed live here)."""
     with store.read() as tx:
+        if principal.recalled:
+            credential = tx.inventory.get("credentials", str(principal.credential_id))
+            if credential is None or credential["revoked_at"] is not None:
+                raise token_revoked()
         found = tx.inventory.list(
             "reservations", filters={"tenant_id": tenant_id, "idempotency_key": key}, limit=1
         )
@@ -174,7 +180,7 @@ def create(
         window = _window(raw, now)
     except InvalidInput:
         # A retry may come after its `start` has passed: the first reservation still answers it.
-        first = _replayed(store, tenant_id, key, fingerprint, now) if key else None
+        first = _replayed(store, principal, tenant_id, key, fingerprint, now) if key else None
         if first is None:
             raise
         return first

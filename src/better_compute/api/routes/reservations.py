@@ -85,9 +85,6 @@ async def _json_body(request: Request) -> Any:
         return raw
     try:
         return json.loads(raw)
-    except RecursionError:
-        # Nested deeper than the parser goes: FastAPI answers other routes' bodies the same way.
-        raise HTTPException(400, "There was an error parsing the body") from None
     except json.JSONDecodeError as exc:
         raise RequestValidationError(
             [
@@ -100,6 +97,9 @@ async def _json_body(request: Request) -> Any:
                 }
             ]
         ) from exc
+    except Exception:
+        # Not UTF-8, nested deeper than the parser goes: FastAPI answers other routes' bodies so.
+        raise HTTPException(400, "There was an error parsing the body") from None
 
 
 class AdmissionRoute(APIRoute):
