@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.timewin import (
+    MAX_DURATION_TEXT,
     START_TOLERANCE,
     Window,
     parse_duration,
@@ -84,8 +85,28 @@ def test_parse_duration_refuses_non_strings(value: object) -> None:
 
 
 def test_parse_duration_refuses_overflow() -> None:
-    with pytest.raises(InvalidInput, match="too long"):
+    with pytest.raises(InvalidInput, match="too large to be a duration"):
         parse_duration("99999999999999w")
+
+
+@pytest.mark.parametrize("text", ["9" * 5000 + "s", "P" + "9" * 5000 + "D", "PT" + "9" * 5000 + ".5S"])
+def test_500_on_long_digit_runs_in_duration(text: str) -> None:
+    """Python refuses to read more than 4,300 digits as an integer: the text is refused before that."""
+    with pytest.raises(InvalidInput) as err:
+        parse_duration(text)
+    assert err.value.message.startswith(f"duration is {len(text)} characters long; a duration is at most 64")
+    assert err.value.details == {"field": "duration", "maxLength": MAX_DURATION_TEXT}
+
+
+@pytest.mark.parametrize("text", ["9" * 63 + "s", "P" + "9" * 62 + "D", "PT" + "9" * 61 + "S"])
+def test_500_on_long_digit_runs_in_duration_numbers_too_large_say_so(text: str) -> None:
+    assert len(text) <= MAX_DURATION_TEXT
+    with pytest.raises(InvalidInput, match="too large to be a duration: a window must end by the year 9999"):
+        parse_duration(text)
+
+
+def test_duration_text_at_the_limit_is_read() -> None:
+    assert parse_duration(" " * (MAX_DURATION_TEXT - 2) + "4h") == timedelta(hours=4)
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50), st.integers(0, 500), st.integers(0, 500))
@@ -112,6 +133,18 @@ def test_parse_instant_reads_iso_with_offset_into_utc() -> None:
 def test_parse_instant_refuses_naive_and_garbage(text: object) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_instant(text)
+    assert err.value.details["field"] == "start"
+
+
+@pytest.mark.parametrize("text", ["9999-12-31T23:59:59-23:59", "0001-01-01T00:00:00+23:59"])
+def test_500_on_a_start_whose_offset_pushes_it_past_year_1_or_9999(text: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_instant(text)
+    assert err.value.message == f"start {text} is outside the years 1 to 9999 once converted to UTC"
+    assert err.value.details["field"] == "start"
+    # The HTTP route hands the service a datetime it parsed itself: the same refusal.
+    with pytest.raises(InvalidInput, match="outside the years 1 to 9999") as err:
+        window_for(datetime.fromisoformat(text), "1h", NOW)
     assert err.value.details["field"] == "start"
 
 

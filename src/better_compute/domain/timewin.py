@@ -18,6 +18,11 @@ from better_compute.domain.errors import InvalidInput
 START_TOLERANCE = timedelta(seconds=60)
 """How far in the past a requested start may lie: clocks and round trips drift by a few seconds."""
 
+MAX_DURATION_TEXT = 64
+"""The longest duration text read, in characters. The longest sensible one (`P1W2DT3H4M5.25S`) is
+15, so no real request comes near it; refusing longer text before reading any digit keeps parsing
+cheap and clear of Python's refusal to convert digit runs past 4,300 digits to an integer."""
+
 _UNIT_SECONDS: dict[str, int] = {"w": 604_800, "d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _SHORT_PART = re.compile(r"(\d+)([wdhms])")
 _SHORT_FORM = re.compile(r"(?:\d+[wdhms])+")
@@ -33,10 +38,17 @@ def parse_duration(text: object, field: str = "duration") -> timedelta:
 
     The short form takes its units largest first, each at most once, so `30m1h` (likely a typo) is
     refused instead of read. ISO years and months are refused: they have no fixed length, and a
-    booking must know exactly when it ends.
+    booking must know exactly when it ends. Text longer than MAX_DURATION_TEXT is refused unread.
     """
     if not isinstance(text, str):
         raise InvalidInput(f"{field} must be a string such as '4h'", {"field": field})
+    if len(text) > MAX_DURATION_TEXT:
+        # Not echoed: the text may be megabytes long.
+        raise InvalidInput(
+            f"{field} is {len(text)} characters long; a duration is at most {MAX_DURATION_TEXT} "
+            f"characters ({_DURATION_HELP})",
+            {"field": field, "maxLength": MAX_DURATION_TEXT},
+        )
     raw = text.strip()
     seconds: float
     if _SHORT_FORM.fullmatch(raw):
@@ -58,7 +70,10 @@ def parse_duration(text: object, field: str = "duration") -> timedelta:
     try:
         return timedelta(seconds=seconds)
     except OverflowError:
-        raise InvalidInput(f"{field} {text!r} is too long", {"field": field, "value": text}) from None
+        raise InvalidInput(
+            f"{field} {text!r} is too large to be a duration: a window must end by the year 9999",
+            {"field": field, "value": text},
+        ) from None
 
 
 def _short_seconds(raw: str, field: str) -> int:
@@ -87,10 +102,21 @@ def parse_instant(text: object, field: str = "start") -> datetime:
 
 
 def require_aware(value: datetime, field: str) -> datetime:
-    """`value` in UTC; a naive datetime is refused, since its zone would be a guess."""
+    """`value` in UTC; a naive datetime is refused, since its zone would be a guess.
+
+    A timestamp near either end of the calendar can leave it once its offset is applied
+    (`9999-12-31T23:59:59-23:59` is in the year 10000 in UTC), which no datetime can hold: that is
+    the caller's input out of range, refused by name, not an error of the server.
+    """
     if value.tzinfo is None or value.utcoffset() is None:
         raise InvalidInput(f"{field} must carry a timezone (such as a trailing Z for UTC)", {"field": field})
-    return value.astimezone(UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise InvalidInput(
+            f"{field} {value.isoformat()} is outside the years 1 to 9999 once converted to UTC",
+            {"field": field, "value": value.isoformat()},
+        ) from None
 
 
 @dataclass(frozen=True)
