@@ -14,6 +14,7 @@ from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.pools import SharingMode, check_mode, check_replicas
 from better_compute.domain.quota import parse_quota_limits
+from better_compute.domain.tenancy import check_name, check_ref
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
     return raw[key]
 
 
+def _id(raw: Mapping[str, Any], key: str, where: str) -> str:
+    """A required id, held to the same rule as ids named through the API (`check_ref`)."""
+    return check_ref(str(_req(raw, key, where)), f"{where}.{key}")
+
+
 def _list(raw: Any, where: str) -> Sequence[Any]:
     if raw is None:
         return []
@@ -118,17 +124,22 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     if not isinstance(raw, Mapping):
         raise InvalidInput("a fleet file is a mapping with clusters, pools and tenants")
     tenants = tuple(
-        TenantSpec(id=str(_req(t, "id", f"tenants[{i}]")), name=str(t.get("name", t["id"])))
+        TenantSpec(
+            id=_id(t, "id", f"tenants[{i}]"),
+            name=check_name(str(t.get("name", t["id"])), f"tenants[{i}].name"),
+        )
         for i, t in enumerate(_list(raw.get("tenants"), "tenants"))
     )
     clusters: list[ClusterSpec] = []
     nodes: list[NodeSpec] = []
     for i, c in enumerate(_list(raw.get("clusters"), "clusters")):
         where = f"clusters[{i}]"
-        name = str(_req(c, "name", where))
+        name = _id(c, "name", where)
         clusters.append(
             ClusterSpec(
-                name=name, region=str(_req(c, "region", where)), residency=tuple(c.get("residency", []))
+                name=name,
+                region=check_name(str(_req(c, "region", where)), f"{where}.region"),
+                residency=tuple(c.get("residency", [])),
             )
         )
         for j, n in enumerate(_list(c.get("nodes"), f"{where}.nodes")):
@@ -141,7 +152,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
                 layouts.validate(str(layout), model)
             replicas = int(n.get("replicas", 1))
             for k in range(replicas):
-                base = str(_req(n, "name", nwhere))
+                base = _id(n, "name", nwhere)
                 nodes.append(
                     NodeSpec(
                         name=base if replicas == 1 else f"{base}-{k + 1}",
@@ -163,7 +174,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         where = f"pools[{i}]"
         mode = check_mode(str(_req(p, "mode", where)))
         members = tuple(str(n) for n in _list(p.get("nodes"), f"{where}.nodes"))
-        cluster = str(_req(p, "cluster", where))
+        cluster = _id(p, "cluster", where)
         for n in members:
             spec = by_name.get(n)
             if spec is None:
@@ -182,10 +193,10 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         first_model = by_name[members[0]].gpu_model if members else None
         pools.append(
             PoolSpec(
-                name=str(_req(p, "name", where)),
+                name=_id(p, "name", where),
                 cluster=cluster,
                 mode=mode,
-                owner=str(_req(p, "owner", where)),
+                owner=_id(p, "owner", where),
                 nodes=members,
                 policy=policy,
                 owner_quota={

@@ -8,6 +8,7 @@ it did not exist, so a tenant cannot probe which tenants, pools or policies exis
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Collection
 
 from better_compute.domain.credentials import Principal
@@ -17,17 +18,72 @@ SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """Tenant and pool ids: they appear in URLs, atom ownership and bills, so they are plain and short."""
 
 MAX_NAME = 200
+MAX_REF = 256
+"""The longest id a request may name (`check_ref`): ids made here are far shorter."""
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_UNSTORABLE = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
-"""Control characters, and lone surrogates (JSON can carry them, UTF-8 and the stores cannot)."""
+_SHOWN = 64
+"""How much of a refused value a message repeats: enough to find it, never megabytes."""
+
+_WHY_CATEGORY = {
+    "Cc": "a control character",
+    "Cf": "a format character: invisible, it can change how the text around it displays",
+    "Cs": "a lone surrogate, which is not text: UTF-8 and the stores cannot hold it",
+    "Zl": "a line separator: names and ids are a single line",
+    "Zp": "a paragraph separator: names and ids are a single line",
+}
+_NONCHARACTER = "a Unicode non-character, which is reserved never to appear in text"
+
+
+def _is_noncharacter(code: int) -> bool:
+    """U+FDD0 to U+FDEF and the last two code points of every plane (U+FFFE, U+FFFF, U+1FFFE, ...)."""
+    return 0xFDD0 <= code <= 0xFDEF or code & 0xFFFE == 0xFFFE
+
+
+def forbidden_character(text: str) -> tuple[int, str, str] | None:
+    """The first character no name or id may hold, as (position, `U+XXXX`, why), or None.
+
+    Names and ids are shown to people (listings, bills, audit trails) and compared by machines, so
+    they must read as what they are: control and format characters (U+202E turns text around,
+    U+200B and U+FEFF are invisible, so two names that look alike differ), line and paragraph
+    separators, lone surrogates and non-characters are refused wherever a name or id is taken. Other
+    text, accents and scripts included, is welcome.
+    """
+    if text.isprintable():  # every character refused here is unprintable: the common case is one pass
+        return None
+    for position, char in enumerate(text):
+        code = ord(char)
+        why = _WHY_CATEGORY.get(unicodedata.category(char))
+        if why is None and _is_noncharacter(code):
+            why = _NONCHARACTER
+        if why is not None:
+            return position, f"U+{code:04X}", why
+    return None
+
+
+def check_text(text: str, field: str) -> str:
+    """Refuse `text` when it holds a character no name or id may hold, saying which and why."""
+    found = forbidden_character(text)
+    if found is not None:
+        position, char, why = found
+        raise InvalidInput(
+            f"{field} must not contain {char} ({why})",
+            {"field": field, "character": char, "position": position},
+        )
+    return text
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}... ({len(text)} characters)"
 
 
 def check_slug(value: object, field: str) -> str:
+    if isinstance(value, str) and len(value) <= MAX_REF:
+        check_text(value, field)
     if not isinstance(value, str) or not SLUG.fullmatch(value):
         raise InvalidInput(
             f"{field} must be 1-63 lowercase letters, digits or '-', starting with a letter or digit, "
-            f"not {value!r}",
+            f"not {_shown(value)}",
             {"field": field},
         )
     return value
@@ -40,21 +96,18 @@ def check_name(value: object, field: str, max_length: int = MAX_NAME) -> str:
     text = value.strip()
     if len(text) > max_length:
         raise InvalidInput(f"{field} must be at most {max_length} characters", {"field": field})
-    if _CONTROL.search(text):
-        raise InvalidInput(f"{field} must not contain control characters", {"field": field})
-    if _UNSTORABLE.search(text):
-        raise InvalidInput(f"{field} must be valid Unicode text (no lone surrogates)", {"field": field})
-    return text
+    return check_text(text, field)
 
 
 def check_ref(value: object, field: str) -> str:
     """An id that names something which must already exist: any text a store can hold and compare.
 
-    Ids made elsewhere (fleet files) need not be slugs, so only what no id can contain is refused.
+    Ids made elsewhere (fleet files) need not be slugs, so only what no id can contain is refused:
+    the characters `forbidden_character` names, and more than MAX_REF characters.
     """
-    if not isinstance(value, str) or not value or len(value) > 256 or _UNSTORABLE.search(value):
-        raise InvalidInput(f"{field} must be an id of 1-256 printable characters", {"field": field})
-    return value
+    if not isinstance(value, str) or not value or len(value) > MAX_REF:
+        raise InvalidInput(f"{field} must be an id of 1-{MAX_REF} printable characters", {"field": field})
+    return check_text(value, field)
 
 
 def pool_not_found(pool_id: str) -> NotFound:
