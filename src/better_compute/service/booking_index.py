@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,6 +20,7 @@ from typing import Any
 from better_compute.domain import choose
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
+from better_compute.domain.selectors import Selector
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import Row, Tx
 
@@ -75,22 +76,32 @@ def atom_from_row(row: Row) -> Atom:
     )
 
 
+MATCHING_CACHE = 256
+"""Request shapes (class and selector) whose matching atoms a pool keeps, least recently used first
+out: a handful of shapes serve nearly every request, and a stream of distinct selectors (refused
+requests included) must not grow a process's memory without bound."""
+
+
 @dataclass
 class PoolAtoms:
     """A pool's present atoms, and per request shape the matching ones grouped by GPU."""
 
     atoms: dict[str, Atom]
-    _matching: dict[str, dict[str, list[Atom]]] = field(default_factory=dict)
+    _matching: OrderedDict[tuple[str, Selector], dict[str, list[Atom]]] = field(default_factory=OrderedDict)
 
     def matching_by_gpu(self, request: DeviceRequest) -> dict[str, list[Atom]]:
-        key = repr((request.cls, request.selector))
+        key = (request.cls, request.selector)
         found = self._matching.get(key)
-        if found is None:
-            grouped: dict[str, list[Atom]] = {}
-            for atom in choose.matching(request, self.atoms.values()):
-                grouped.setdefault(atom.gpu_id, []).append(atom)
-            found = dict(sorted(grouped.items()))
-            self._matching[key] = found
+        if found is not None:
+            self._matching.move_to_end(key)
+            return found
+        grouped: dict[str, list[Atom]] = {}
+        for atom in choose.matching(request, self.atoms.values()):
+            grouped.setdefault(atom.gpu_id, []).append(atom)
+        found = dict(sorted(grouped.items()))
+        self._matching[key] = found
+        while len(self._matching) > MATCHING_CACHE:
+            self._matching.popitem(last=False)
         return found
 
 
@@ -358,6 +369,11 @@ class BookingIndex:
                     if i.atom_id == atom_id
                 ]
         return out
+
+    def forget_pool(self, pool_id: str) -> None:
+        """Drop the pool's atoms: they are read again on next use (after a commit found one gone)."""
+        with self._lock:
+            self._pools.pop(pool_id, None)
 
     def pool_atoms(self, tx: Tx, pool_id: str) -> PoolAtoms:
         with self._lock:

@@ -171,8 +171,10 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
             atom_rows.append(gone)
             changed_nodes.add(old["node_id"])
 
-    tx.inventory.upsert("gpus", gpu_rows, ["id"])
-    tx.inventory.upsert("atoms", atom_rows, ["id"])
+    # Rows are written in id order: bookings share-lock atoms in that order too, so the two never
+    # wait on each other in a cycle (storage.ledger.LOCKED_ATOMS_PG).
+    tx.inventory.upsert("gpus", sorted(gpu_rows, key=lambda r: str(r["id"])), ["id"])
+    tx.inventory.upsert("atoms", sorted(atom_rows, key=lambda r: str(r["id"])), ["id"])
     for report in reports:
         if known[report.node]["observed_generation"] != report.observed_generation:
             tx.inventory.mark_observed(report.node, report.observed_generation, now)

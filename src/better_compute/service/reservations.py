@@ -40,7 +40,7 @@ from better_compute.domain.tenancy import check_ref, pool_not_found, tenant_not_
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.inventory import atom_row
-from better_compute.service.ports import KeyTaken, Overlap, Row, StorePort, Tx
+from better_compute.service.ports import KeyTaken, NotBookable, Overlap, Row, StorePort, Tx
 
 MAX_ATTEMPTS = 4
 
@@ -211,6 +211,17 @@ def create(
                     index.sync(tx)  # usually a booking that committed a moment ago
             else:
                 index.reset()  # twice behind: rebuild the index from the ledger itself
+        except NotBookable as gone:
+            # An atom chosen stopped being bookable (a pool change, a node report) between the read
+            # and the commit: nothing was written; the index learns the change and chooses again.
+            if attempt == MAX_ATTEMPTS - 1:
+                raise Conflict(
+                    f"the atoms of pool {pool_id} kept changing while this reservation was admitted; retry",
+                    {"poolId": pool_id, "atomIds": gone.atom_ids[:20]},
+                ) from None
+            index.forget_pool(pool_id)
+            with store.read() as tx:
+                index.sync(tx)
         except KeyTaken:
             # Another request with this key won the race; the next attempt replays its reservation.
             if attempt == MAX_ATTEMPTS - 1:

@@ -122,12 +122,26 @@ BOOKED_PAYLOAD_PG = (
 )
 """The `ledger.booked` payload of one booking row `b`: one event per booking, as SQLite's trigger writes."""
 
+LOCKED_ATOMS_PG = (
+    "SELECT id, gpu_id, pool_id, class FROM atoms WHERE id = ANY(%(ids)s::text[]){bookable}"
+    " ORDER BY id FOR SHARE"
+)
+"""The atoms a booking statement books, share-locked (in id order, so lockers never deadlock).
+
+A change that removes atoms from a pool (fewer `replicas`, a node leaving) updates their rows and
+then looks for live bookings on them. The lock makes the two exclude each other: a booking that
+locks first makes the change wait for its commit, and the change's look-up then sees it; a change
+that updates first makes the booking wait, and PostgreSQL re-checks the row it locks, now
+unbookable, so nothing is written. (The foreign key's own check takes only FOR KEY SHARE, which an
+update of other columns does not conflict with.) The rows come back as locked, after any such
+change, so what is written is what the atoms are now."""
+
 _PG_BOOK = (
-    "WITH b AS (INSERT INTO bookings ("
+    "WITH l AS (" + LOCKED_ATOMS_PG + "),"
+    " b AS (INSERT INTO bookings ("
     + COLUMNS
-    + ") SELECT id, gpu_id, pool_id, class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
-    " FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}"
-    " AND (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) {bookable}) = %(n)s::bigint"
+    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
+    " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT 'ledger.booked', %(alloc)s, "
     + BOOKED_PAYLOAD_PG
@@ -135,8 +149,8 @@ _PG_BOOK = (
     " %(now)s FROM b)"
     " SELECT count(*) FROM b"
 )
-_PG_BOOK_BOOKABLE = _PG_BOOK.format(bookable="AND bookable")
-_PG_BOOK_ANY = _PG_BOOK.format(bookable="")
+_PG_BOOK_BOOKABLE = _PG_BOOK.replace("{bookable}", " AND bookable")
+_PG_BOOK_ANY = _PG_BOOK.replace("{bookable}", "")
 
 
 def _book_postgres(

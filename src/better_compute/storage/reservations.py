@@ -239,10 +239,11 @@ def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) 
 
 
 _PG_COMMIT = (
-    # Every part is guarded by `ok` (all the atoms are bookable, counted once), so the statement
-    # writes everything or nothing by itself.
-    "WITH ok AS (SELECT (SELECT count(*) FROM atoms WHERE id = ANY(%(ids)s::text[]) AND bookable)"
-    " = %(n)s::bigint AS yes),"
+    # Every part is guarded by `ok` (all the atoms are bookable and still in the pool, counted once),
+    # so the statement writes everything or nothing by itself. `l` share-locks the atoms against a
+    # concurrent pool change (see ledger.LOCKED_ATOMS_PG).
+    "WITH l AS (" + ledger.LOCKED_ATOMS_PG.replace("{bookable}", " AND bookable AND pool_id = %(p)s") + "),"
+    " ok AS (SELECT (SELECT count(*) FROM l) = %(n)s::bigint AS yes),"
     " a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
     " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s FROM ok WHERE ok.yes),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
@@ -252,9 +253,9 @@ _PG_COMMIT = (
     # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
-    + ") SELECT a.id, a.gpu_id, a.pool_id, a.class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
-    " FROM ok, unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN atoms a ON a.id = u.id"
-    " WHERE ok.yes AND a.bookable ORDER BY u.ord"
+    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
+    " FROM ok, unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN l ON l.id = u.id"
+    " WHERE ok.yes ORDER BY u.ord"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"

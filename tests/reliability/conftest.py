@@ -1,0 +1,21 @@
+"""Fixtures of the reliability suite: races, stalls and crashes that only PostgreSQL can show."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from better_compute.storage.store import Store
+from tests.conftest import _truncate_all
+
+
+@pytest.fixture
+def pg_store(pg_store_url: str) -> Iterator[Store]:
+    """A migrated, empty store on PostgreSQL (for interleavings SQLite's single writer rules out)."""
+    store = Store.open(pg_store_url, migrate_schema=False)
+    _truncate_all(store)
+    try:
+        yield store
+    finally:
+        store.close()

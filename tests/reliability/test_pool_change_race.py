@@ -1,0 +1,143 @@
+"""A pool change and admission exclude each other: no live booking is ever left on an atom the pool
+no longer has (the pool-change race, issue: a pool change removed atoms a reservation had just booked).
+
+Real processes race on the store: bookers reserve and cancel slots of a timeslice pool while an admin
+flips `replicas` between 4 and 2, or takes a node out of the pool and back. The check is made by SQL,
+on the ledger itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+import threading
+from collections import Counter
+
+import pytest
+from sqlalchemy import text
+
+from better_compute.domain.errors import DomainError
+from better_compute.domain.fleet import parse_fleet
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import pools as pools_service
+from better_compute.service import reservations
+from better_compute.service.booking_index import BookingIndex
+from better_compute.storage.store import Store
+from tests.builders import T0, small_fleet
+from tests.reliability.pool_race_worker import OWNER, book, change
+
+BOOKERS = 3
+ATTEMPTS = 200
+CHANGES = 200
+
+STRANDED_SQL = (
+    "SELECT count(*) FROM bookings b JOIN atoms a ON a.id = b.atom_id"
+    " WHERE b.state = 'live' AND (b.ends_at IS NULL OR b.ends_at > :now)"
+    " AND (NOT a.present OR NOT a.bookable OR a.pool_id IS NULL OR a.pool_id <> b.pool_id)"
+)
+"""Live bookings on an atom that is absent, unbookable or in another pool than the booking's."""
+
+
+def _url(store: Store) -> str:
+    return store.engine.url.render_as_string(hide_password=False)
+
+
+@pytest.mark.parametrize("kind", ["replicas", "nodes"])
+def test_pool_change_race_leaves_no_booking_on_a_removed_atom(store: Store, kind: str) -> None:
+    fleet = small_fleet(nodes=2, mode="timeslice", replicas=4)
+    fleet["pools"][0]["ownerQuota"] = {"gpu.slot": 10_000}  # type: ignore[index]
+    load_fleet(store, parse_fleet(fleet), T0)
+    url = _url(store)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(BOOKERS + 1) as workers:
+        changer = workers.apply_async(change, (url, kind, CHANGES))
+        bookers = [workers.apply_async(book, (url, w, ATTEMPTS, 11)) for w in range(BOOKERS)]
+        booked: Counter[str] = sum((b.get(timeout=240) for b in bookers), Counter())
+        changed = changer.get(timeout=240)
+
+    with store.engine.connect() as conn:
+        stranded = conn.execute(text(STRANDED_SQL), {"now": T0}).scalar_one()
+    # The race was run: reservations were made and cancelled, and the pool did change under them
+    # (some changes refused because a live booking held an atom they would remove).
+    assert booked["booked"] > 0 and booked["cancelled"] > 0
+    assert changed["shrunk"] + changed["grown"] > 0
+    assert set(booked) <= {"booked", "cancelled", "refused:INSUFFICIENT_CAPACITY", "refused:CONFLICT"}
+    assert set(changed) <= {"shrunk", "grown", "refused:INVALID_STATE"}
+    assert stranded == 0, (booked, changed)
+
+
+def _waiting_on_a_lock(store: Store) -> bool:
+    with store.engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("kind", ["replicas", "nodes"])
+def test_pool_change_race_a_booking_committing_inside_the_change_is_refused(
+    pg_store: Store, kind: str
+) -> None:
+    """The exact interleaving the race needs, made on purpose: the change has marked the atoms absent
+    and checked for bookings, but not committed, when a reservation for those atoms commits.
+
+    Without the lock both commit and the booking is stranded; with it the reservation waits for the
+    change, finds its atoms gone and is refused as a user would expect (no capacity left). SQLite
+    serialises writers, so the interleaving cannot happen there."""
+    store = pg_store
+    fleet = small_fleet(nodes=2, mode="timeslice", replicas=4)
+    fleet["pools"][0]["ownerQuota"] = {"gpu.slot": 100}  # type: ignore[index]
+    load_fleet(store, parse_fleet(fleet), T0)
+    index = BookingIndex()
+    ids = iter(f"rsv-{n:04d}" for n in range(100))
+    # Fill what stays, so that the reservation can only land on what the change removes.
+    lower_slots = {"matchExpressions": [{"key": "slot", "op": "Lt", "values": ["2"]}]}
+    kept = lower_slots if kind == "replicas" else {}
+    filler = {
+        "poolId": "p1",
+        "devices": [{"class": "gpu.slot", "count": 8, "selector": kept}],
+        "duration": "2h",
+    }
+    filled = reservations.create(store, index, OWNER, filler, T0, lambda: next(ids))
+    if kind == "replicas":
+        policy, nodes = {"replicas": 2}, None
+    else:
+        node = {a["node_id"] for a in filled.atoms}
+        assert len(node) == 1  # the request was kept together, on one node's two GPUs
+        policy, nodes = None, sorted(node)
+    raw = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"}
+
+    change = store.begin()
+    tx = change.__enter__()
+    outcome: dict[str, object] = {}
+
+    def admit() -> None:
+        try:
+            outcome["view"] = reservations.create(store, index, OWNER, raw, T0, lambda: next(ids))
+        except DomainError as refused:
+            outcome["refused"] = refused
+
+    racer = threading.Thread(target=admit)
+    try:
+        pools_service._update_once(tx, "p1", policy, nodes, None, None, T0)
+        racer.start()
+        for _ in range(200):  # until the reservation either finished or waits on the change's locks
+            if not racer.is_alive() or _waiting_on_a_lock(store):
+                break
+            racer.join(0.05)
+    except BaseException:
+        change.__exit__(*sys.exc_info())
+        raise
+    change.__exit__(None, None, None)
+    racer.join(30)
+    assert not racer.is_alive()
+
+    with store.engine.connect() as conn:
+        stranded = conn.execute(text(STRANDED_SQL), {"now": T0}).scalar_one()
+    assert stranded == 0
+    refused = outcome.get("refused")
+    assert isinstance(refused, DomainError) and refused.code == "INSUFFICIENT_CAPACITY", outcome
