@@ -421,8 +421,8 @@ GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "durati
         ({"json": [1, 2]}, 400, "INVALID_INPUT", "body: Input should be a valid dictionary"),
         ({"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required"),
         ({"json": {**GOOD, "zzz": 1}}, 400, "INVALID_INPUT", "zzz: Extra inputs are not permitted"),
-        # The JSON is read before the token is checked, the token before the body's fields.
-        ({"content": b"{nope", "ctype": "application/json", "token": "nope"}, 400, "INVALID_INPUT", "[1]"),
+        # The token is checked before the body is read: a caller without one never has it read.
+        ({"content": b"{nope", "ctype": "application/json", "token": "nope"}, 401, "UNAUTHENTICATED", "malformed"),
         ({"json": {"poolId": 3}, "token": "nope"}, 401, "UNAUTHENTICATED", "malformed token"),
         ({"json": GOOD, "token": None}, 401, "UNAUTHENTICATED", "this call needs a token"),
         ({"json": GOOD, "ctype": "application/vnd.bc+json; charset=utf-8"}, 201, None, None),

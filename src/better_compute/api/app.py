@@ -15,6 +15,7 @@ from fastapi import FastAPI
 from better_compute import __version__
 from better_compute.api import errors, guards
 from better_compute.api.deps import AppContext
+from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, BodyLimits
 from better_compute.api.routes import (
     credentials,
     health,
@@ -48,7 +49,16 @@ ADMISSION_THREADS = 4
 database (admission is short; more threads would only queue for the interpreter lock)."""
 
 
-def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> FastAPI:
+def create_app(
+    store: StorePort,
+    *,
+    clock: Callable[[], datetime] = utc_now,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT,
+) -> FastAPI:
+    """The app over `store`. A request body over `max_body_bytes` is refused (413), and so is one
+    whose next part does not arrive within `request_timeout` seconds (408): see `api/limits.py`."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
@@ -79,4 +89,6 @@ def create_app(store: StorePort, *, clock: Callable[[], datetime] = utc_now) -> 
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    # Added last, so outermost: a body is capped and timed before anything else reads it.
+    app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
     return app

@@ -107,8 +107,8 @@ class AdmissionRoute(APIRoute):
 
     It is the API's busiest route, and resolving its dependencies cost more than admission's own
     decision. The route is declared like the others (its signature gives OpenAPI the body, the
-    security scheme and the answers), and `get_route_handler` does the same steps directly: read the
-    JSON body, authenticate, validate the body with the route's own field (same errors), admit.
+    security scheme and the answers), and `get_route_handler` does the same steps directly:
+    authenticate, read the JSON body, validate it with the route's own field (same errors), admit.
     """
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
@@ -116,12 +116,13 @@ class AdmissionRoute(APIRoute):
         assert body_field is not None
 
         async def handle(request: Request) -> Response:
-            payload = await _json_body(request)
             ctx = app_context(request)
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
             # in its own transaction that the credential is not revoked (no look-up of its own).
             with credentials.acting_as(ctx.store, ctx.tokens, token) as principal:
+                # Only now the body: a caller without a valid token is refused before sending it.
+                payload = await _json_body(request)
                 if payload is None:
                     raise RequestValidationError(
                         [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]

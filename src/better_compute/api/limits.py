@@ -1,0 +1,203 @@
+"""What a client may send: a request body of bounded size, arriving without long pauses.
+
+Without a cap one anonymous client could make a process buffer a 100 MB body (a route reads its
+body before it can tell what is in it), and without a timeout a client that trickles its body, or
+stops half-way, holds the request and its connection for as long as it likes. Both are refused
+here, before a route runs or as the body arrives, so that every route is covered alike:
+
+- a `Content-Length` over the cap is refused at once, without reading a byte of the body;
+- a body without one (chunked), or one that sends more than it declared, is counted as it is
+  received and refused as soon as it passes the cap;
+- each wait for the next part of a body lasts at most `timeout` seconds;
+- a client that disconnects before its body has arrived is one warning line, not a traceback.
+
+Every refusal closes the connection (`Connection: close`), so the rest of a body that was not read
+is not read either. The cap is far above any request the API takes: a reservation with its 16
+device requests is a few kilobytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.requests import ClientDisconnect
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from better_compute.api.errors import error_response
+
+DEFAULT_MAX_BODY_BYTES = 1_048_576
+"""1 MiB: hundreds of times the largest request body the API takes."""
+
+DEFAULT_REQUEST_TIMEOUT = 30.0
+"""Seconds a client may pause while sending a request: long enough for any real network."""
+
+log = logging.getLogger("better_compute.api")
+
+_DISCONNECT: Message = {"type": "http.disconnect"}
+
+
+def body_too_large(limit: int) -> Response:
+    """The refusal of a body over the cap (413)."""
+    return _closing(
+        error_response(
+            413,
+            "INVALID_INPUT",
+            f"the request body is larger than the limit of {limit} bytes",
+            {"limit": limit},
+        )
+    )
+
+
+def body_too_slow(timeout: float) -> Response:
+    """The refusal of a body whose next part did not arrive in time (408)."""
+    return _closing(
+        error_response(
+            408,
+            "INVALID_INPUT",
+            f"the request body stalled: no part of it arrived within {timeout:g} seconds",
+            {"timeout": timeout},
+        )
+    )
+
+
+def _closing(response: Response) -> Response:
+    response.headers["connection"] = "close"
+    return response
+
+
+def _declared_body(scope: Scope) -> tuple[int | None, bool]:
+    """The request's `Content-Length` (None when absent or not a number) and whether a body follows."""
+    length: int | None = None
+    chunked = False
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                length = int(value)
+            except ValueError:
+                length = None
+        elif name == b"transfer-encoding":
+            chunked = True
+    return length, chunked or bool(length)
+
+
+def _where(scope: Scope) -> str:
+    """`METHOD /path` for a log line, with anything unprintable escaped (the path is the client's)."""
+    raw = scope.get("raw_path")
+    path = raw.decode("ascii", "backslashreplace") if isinstance(raw, bytes) else str(scope.get("path"))
+    return f"{scope.get('method')} {path.encode('unicode_escape').decode('ascii')}"
+
+
+class BodyLimits:
+    """Pure ASGI middleware: a request without a body costs it one scan of the headers."""
+
+    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout: float) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+        self.timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length, has_body = _declared_body(scope)
+        if length is not None and length > self.max_bytes:
+            await body_too_large(self.max_bytes)(scope, receive, send)
+            return
+        reading = _BodyReading(self, scope, receive, send, has_body)
+        try:
+            await self.app(scope, reading.receive, reading.send)
+        except ClientDisconnect:
+            # The client is gone: there is nobody to answer. A refusal of ours also ends so.
+            if not reading.cut:
+                reading.note_disconnect()
+
+
+class _BodyReading:
+    """One request's body as the app reads it: counted, timed, and refused when it breaks a limit."""
+
+    __slots__ = (
+        "body_done",
+        "cut",
+        "limits",
+        "logged",
+        "muted",
+        "raw_receive",
+        "raw_send",
+        "received",
+        "scope",
+        "started",
+    )
+
+    def __init__(
+        self, limits: BodyLimits, scope: Scope, receive: Receive, send: Send, has_body: bool
+    ) -> None:
+        self.limits = limits
+        self.scope = scope
+        self.raw_receive = receive
+        self.raw_send = send
+        self.body_done = not has_body
+        self.received = 0
+        self.started = False
+        self.cut = False
+        """The body broke a limit: the app is told the client is gone."""
+        self.muted = False
+        """Whatever the app answers is dropped: a refusal went in its place, or the client is gone."""
+        self.logged = False
+
+    async def receive(self) -> Message:
+        if self.cut:
+            return _DISCONNECT
+        if self.body_done:
+            # After the body only a disconnect can come, and waiting for it is the app's choice.
+            return await self.raw_receive()
+        try:
+            async with asyncio.timeout(self.limits.timeout):
+                message = await self.raw_receive()
+        except TimeoutError:
+            await self._refuse(body_too_slow(self.limits.timeout))
+            return _DISCONNECT
+        if message["type"] == "http.request":
+            self.received += len(message.get("body", b""))
+            if self.received > self.limits.max_bytes:
+                await self._refuse(body_too_large(self.limits.max_bytes))
+                return _DISCONNECT
+            if not message.get("more_body", False):
+                self.body_done = True
+        elif message["type"] == "http.disconnect":
+            self.note_disconnect()
+            self.cut = self.muted = True
+        return message
+
+    async def send(self, message: Message) -> None:
+        if self.muted:
+            return
+        if message["type"] == "http.response.start":
+            self.started = True
+            if not self.body_done:
+                # Answered before the body was read (a 401, say): close rather than drain the rest.
+                message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        await self.raw_send(message)
+
+    async def _refuse(self, response: Response) -> None:
+        """Answer with `response` in the app's place, unless the app has begun its own answer."""
+        self.cut = True
+        if not self.started:
+            self.started = True
+            self.muted = True
+            await response(self.scope, self.raw_receive, self.raw_send)
+
+    def note_disconnect(self) -> None:
+        if not self.logged and not self.body_done:
+            self.logged = True
+            log.warning("client disconnected before its request body was read: %s", _where(self.scope))
+
+
+__all__ = [
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_REQUEST_TIMEOUT",
+    "BodyLimits",
+    "body_too_large",
+    "body_too_slow",
+]
