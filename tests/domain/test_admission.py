@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from better_compute.domain.admission import (
+    MAX_COUNT,
+    MAX_SELECTOR_VALUES,
     DeviceRequest,
     check_against_pool,
     check_offer,
@@ -145,3 +147,33 @@ def test_a_reservation_holds_at_most_sixteen_device_requests() -> None:
     with pytest.raises(InvalidInput, match="devices holds 17 device requests; at most 16") as refused:
         parse_device_requests([line] * 17)
     assert refused.value.details["field"] == "devices"
+
+
+def _values(n: int) -> dict[str, Any]:
+    expr = {"key": "migProfile", "op": "NotIn", "values": [str(i) for i in range(n)]}
+    return {"class": "gpu.mig", "count": 1, "selector": {"matchExpressions": [expr]}}
+
+
+def test_unbounded_selectors_at_most_1024_values_per_reservation() -> None:
+    assert MAX_SELECTOR_VALUES == 1024
+    assert len(parse_device_requests([_values(256)] * 4)) == 4
+    with pytest.raises(InvalidInput) as err:
+        parse_device_requests([_values(256)] * 4 + [_values(1)])
+    assert err.value.message == (
+        "devices[4].selector: the reservation's selectors hold 1025 values up to here;"
+        " at most 1024 in all its device requests together"
+    )
+    assert err.value.details == {"field": "devices[4].selector", "max": 1024}
+
+
+@pytest.mark.parametrize(
+    "count", [MAX_COUNT + 1, 2**63, 2**80, 10**4000], ids=["65537", "2**63", "2**80", "10**4000"]
+)
+def test_unbounded_selectors_count_at_most_65536(count: int) -> None:
+    assert parse_device_requests([{"class": "gpu", "count": MAX_COUNT}])[0].count == 65536
+    with pytest.raises(InvalidInput) as err:
+        parse_device_requests([{"class": "gpu", "count": count}])
+    assert err.value.message == (
+        "devices[0].count must be at most 65536, the most atoms one device request may ask for"
+    )
+    assert err.value.details == {"field": "devices[0].count", "max": 65536}

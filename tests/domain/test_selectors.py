@@ -9,7 +9,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.selectors import EVERYTHING, MatchExpression, Selector, matches, parse_selector
+from better_compute.domain.selectors import (
+    EVERYTHING,
+    MAX_EXPRESSIONS,
+    MAX_VALUE_LENGTH,
+    MAX_VALUES,
+    MatchExpression,
+    Selector,
+    matches,
+    parse_selector,
+)
 
 MIG = {"gpuProduct": "NVIDIA H100 80GB HBM3", "migProfile": "3g.40gb", "giId": 1, "ciId": 0, "numaNode": 0}
 SLOT = {"sharing": "mps", "slot": 3, "slots": 4, "vramGiB": 80, "mpsUnits": 25, "healthy": True}
@@ -195,3 +204,75 @@ def test_not_in_is_the_negation_of_in_for_a_present_key(value: int | str | bool,
     inn = matches(sel({"key": "k", "op": "In", "values": values}), attrs)
     notin = matches(sel({"key": "k", "op": "NotIn", "values": values}), attrs)
     assert inn != notin
+
+
+def _in(values: list[Any], key: str = "migProfile") -> dict[str, Any]:
+    return {"key": key, "op": "In", "values": values}
+
+
+def test_unbounded_selectors_at_most_32_expressions() -> None:
+    assert len(sel(*[_in(["x"])] * MAX_EXPRESSIONS).match_expressions) == 32
+    with pytest.raises(InvalidInput) as err:
+        sel(*[_in(["x"])] * (MAX_EXPRESSIONS + 1))
+    assert err.value.message == (
+        "selector.matchExpressions holds 33 expressions; a selector holds at most 32"
+        " (matchExpressions and matchLabels together)"
+    )
+    assert err.value.details == {"field": "selector.matchExpressions", "max": 32}
+    # matchLabels count too, and nothing is read past the limit (the items here are not even valid).
+    with pytest.raises(InvalidInput, match="holds 33 expressions; a selector holds at most 32"):
+        parse_selector({"matchLabels": {"a": "1"}, "matchExpressions": ["not an expression"] * 32})
+
+
+def test_unbounded_selectors_at_most_256_values_per_expression() -> None:
+    assert len(sel(_in([str(i) for i in range(MAX_VALUES)])).match_expressions[0].values) == 256
+    with pytest.raises(InvalidInput) as err:
+        sel({"key": "migProfile", "op": "NotIn", "values": [None] * 1_000_000})
+    assert err.value.message == (
+        "selector.matchExpressions[0].values holds 1000000 values; an expression holds at most 256"
+    )
+    assert err.value.details == {"field": "selector.matchExpressions[0].values", "max": 256}
+
+
+def test_unbounded_selectors_values_at_most_256_characters() -> None:
+    assert sel(_in(["v" * MAX_VALUE_LENGTH])).match_expressions[0].values == ("v" * 256,)
+    for value in ["v" * 257, "v" * 10_000_000, 10**300]:
+        with pytest.raises(InvalidInput) as err:
+            sel(_in(["ok", value]))
+        assert err.value.message.startswith("selector.matchExpressions[0].values[1] is ")
+        assert err.value.message.endswith(" characters long; a selector value is at most 256")
+        assert err.value.details == {"field": "selector.matchExpressions[0].values[1]", "max": 256}
+    with pytest.raises(InvalidInput, match=r"^selector.matchLabels.a is 257 characters long; .* at most 256"):
+        parse_selector({"matchLabels": {"a": "v" * 257}})
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_500_on_non_finite_selector_values(value: float) -> None:
+    """NaN reached the request's fingerprint, which no JSON document can hold: a 500."""
+    with pytest.raises(InvalidInput, match=r"values\[0\] must be a finite number, not (nan|inf|-inf)"):
+        sel(_in([value]))
+
+
+class _NoScan(tuple[str, ...]):
+    """A values tuple that fails the test when a match scans it."""
+
+    def __contains__(self, item: object) -> bool:
+        raise AssertionError("a match scanned the values one by one")
+
+
+def test_unbounded_selectors_in_and_not_in_match_in_constant_time() -> None:
+    values = _NoScan(str(i) for i in range(MAX_VALUES))
+    assert MatchExpression("giId", "In", values).matches({"giId": 7})
+    assert not MatchExpression("giId", "NotIn", values).matches({"giId": 7})
+    assert MatchExpression("giId", "NotIn", values).matches({"giId": 700})
+    # The set is derived: equality, hashing and repr (the booking index's cache key) see the values only.
+    a, b = MatchExpression("k", "In", ("x", "y")), MatchExpression("k", "In", ("x", "y"))
+    assert a == b and hash(a) == hash(b)
+    assert repr(a) == "MatchExpression(key='k', op='In', values=('x', 'y'))"
+    assert MatchExpression("k", "In", ("y", "x")) != a  # order is the request's, kept as sent
+
+
+def test_gt_and_lt_read_their_bound_once() -> None:
+    expr = MatchExpression("n", "Gt", ("-9223372036854775808",))
+    assert expr.matches({"n": 0}) and not expr.matches({"n": -(2**63)})
+    assert not MatchExpression("n", "Lt", ("x",)).matches({"n": 0})  # never made by parse_selector

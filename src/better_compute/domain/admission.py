@@ -38,6 +38,17 @@ MAX_DEVICE_REQUESTS = 16
 """Lines in one reservation's `devices`: each line is a group kept together, and a reservation is
 decided all at once; more lines than this is a batch of reservations, better sent as such."""
 
+MAX_COUNT = 65_536
+"""Atoms one device request may ask for: more than a 1,024-node pool of 8-GPU nodes holds even
+split into MIG instances (57,344), so only a mistake or an attack asks for more. Choosing sizes its
+shortlist by the count, and counts are stored, summed into quota and compared with 32-bit limits: a
+count of 2**80 is refused here rather than carried through all of that."""
+
+MAX_SELECTOR_VALUES = 1_024
+"""Selector values in one reservation, all its device requests together. Each request's selector
+is bounded on its own (`selectors.MAX_EXPRESSIONS` x `selectors.MAX_VALUES`); this bounds what one
+reservation stores and echoes with every answer about it."""
+
 
 def parse_device_requests(raw: object) -> list[DeviceRequest]:
     """The `devices` of a reservation request, each field checked and named as `devices[i].field`."""
@@ -51,7 +62,19 @@ def parse_device_requests(raw: object) -> list[DeviceRequest]:
             " (a request's count may be as large as needed)",
             {"field": "devices", "max": MAX_DEVICE_REQUESTS},
         )
-    return [parse_device_request(item, f"devices[{i}]") for i, item in enumerate(raw)]
+    requests: list[DeviceRequest] = []
+    values = 0
+    for i, item in enumerate(raw):
+        request = parse_device_request(item, f"devices[{i}]")
+        values += sum(len(expr.values) for expr in request.selector.match_expressions)
+        if values > MAX_SELECTOR_VALUES:
+            raise InvalidInput(
+                f"devices[{i}].selector: the reservation's selectors hold {values} values up to here;"
+                f" at most {MAX_SELECTOR_VALUES} in all its device requests together",
+                {"field": f"devices[{i}].selector", "max": MAX_SELECTOR_VALUES},
+            )
+        requests.append(request)
+    return requests
 
 
 def parse_device_request(raw: object, field: str) -> DeviceRequest:
@@ -69,6 +92,11 @@ def parse_device_request(raw: object, field: str) -> DeviceRequest:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise InvalidInput(
             f"{field}.count must be an integer of at least 1, not {count!r}", {"field": f"{field}.count"}
+        )
+    if count > MAX_COUNT:
+        raise InvalidInput(
+            f"{field}.count must be at most {MAX_COUNT}, the most atoms one device request may ask for",
+            {"field": f"{field}.count", "max": MAX_COUNT},
         )
     sharing = raw.get("sharing")
     if sharing is not None and sharing not in SHARING_MODES:

@@ -9,6 +9,8 @@ matches the int 1, and booleans read as `true` / `false`.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,19 @@ _INTEGER = re.compile(r"[+-]?\d{1,19}")
 keeps clear of Python's limit on converting long digit strings)."""
 _INT64 = range(-(2**63), 2**63)
 _KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,252}[A-Za-z0-9])?")
+
+MAX_EXPRESSIONS = 32
+"""Expressions in one selector (`matchExpressions` and `matchLabels` together). A selector names a
+few attributes (profile, model, NUMA node); every expression is evaluated against every candidate
+atom, so a long list costs each choice without narrowing it any further."""
+
+MAX_VALUES = 256
+"""Values in one `In` or `NotIn` expression: more than any attribute has distinct values (MIG
+profiles, models, node names of a pool), while a million-value list would be stored and echoed
+with the reservation."""
+
+MAX_VALUE_LENGTH = 256
+"""Characters in one selector value: attribute values are names and numbers, far shorter."""
 
 
 def canonical(value: AttrValue) -> str:
@@ -47,11 +62,24 @@ def _as_integer(value: AttrValue) -> int | None:
 
 @dataclass(frozen=True)
 class MatchExpression:
-    """One condition on one attribute; `values` are canonical strings."""
+    """One condition on one attribute; `values` are canonical strings.
+
+    Choosing runs a selector over every candidate atom of a pool (tens of thousands), so `In` and
+    `NotIn` look a value up in a set, and `Gt`/`Lt` read their bound once. Both are derived from
+    `values`, so they take no part in equality, hashing or repr (the booking index keys its cache
+    by the repr).
+    """
 
     key: str
     op: Operator
     values: tuple[str, ...] = ()
+    _lookup: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False, hash=False)
+    _bound: int | None = dataclasses.field(init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_lookup", frozenset(self.values))
+        ordered = self.op in ("Gt", "Lt") and len(self.values) == 1 and _INTEGER.fullmatch(self.values[0])
+        object.__setattr__(self, "_bound", int(self.values[0]) if ordered else None)
 
     def matches(self, attributes: Mapping[str, AttrValue]) -> bool:
         present = self.key in attributes
@@ -60,16 +88,15 @@ class MatchExpression:
         if self.op == "DoesNotExist":
             return not present
         if self.op == "In":
-            return present and canonical(attributes[self.key]) in self.values
+            return present and canonical(attributes[self.key]) in self._lookup
         if self.op == "NotIn":
-            return not present or canonical(attributes[self.key]) not in self.values
-        if not present:
+            return not present or canonical(attributes[self.key]) not in self._lookup
+        if not present or self._bound is None:
             return False
         actual = _as_integer(attributes[self.key])
         if actual is None:
             return False
-        bound = int(self.values[0])
-        return actual > bound if self.op == "Gt" else actual < bound
+        return actual > self._bound if self.op == "Gt" else actual < self._bound
 
 
 @dataclass(frozen=True)
@@ -107,22 +134,26 @@ def parse_selector(raw: object, field: str = "selector") -> Selector:
             f"{field}.{unknown[0]}: unknown field; use matchExpressions or matchLabels",
             {"field": f"{field}.{unknown[0]}"},
         )
-    expressions: list[MatchExpression] = []
     labels = raw.get("matchLabels")
-    if labels is not None:
-        if not isinstance(labels, Mapping):
-            raise InvalidInput(f"{field}.matchLabels must be an object", {"field": f"{field}.matchLabels"})
-        for key, value in labels.items():
-            where = f"{field}.matchLabels.{key}"
-            expressions.append(MatchExpression(_parse_key(key, where), "In", (_parse_value(value, where),)))
+    if labels is not None and not isinstance(labels, Mapping):
+        raise InvalidInput(f"{field}.matchLabels must be an object", {"field": f"{field}.matchLabels"})
     exprs = raw.get("matchExpressions")
-    if exprs is not None:
-        if isinstance(exprs, str | bytes) or not isinstance(exprs, Sequence):
-            raise InvalidInput(
-                f"{field}.matchExpressions must be a list", {"field": f"{field}.matchExpressions"}
-            )
-        for i, item in enumerate(exprs):
-            expressions.append(parse_expression(item, f"{field}.matchExpressions[{i}]"))
+    if exprs is not None and (isinstance(exprs, str | bytes) or not isinstance(exprs, Sequence)):
+        raise InvalidInput(f"{field}.matchExpressions must be a list", {"field": f"{field}.matchExpressions"})
+    total = len(labels or {}) + len(exprs or ())
+    if total > MAX_EXPRESSIONS:  # counted before any is read
+        where = f"{field}.matchExpressions" if exprs else f"{field}.matchLabels"
+        raise InvalidInput(
+            f"{where} holds {total} expressions; a selector holds at most {MAX_EXPRESSIONS}"
+            " (matchExpressions and matchLabels together)",
+            {"field": where, "max": MAX_EXPRESSIONS},
+        )
+    expressions: list[MatchExpression] = []
+    for key, value in (labels or {}).items():
+        key = _parse_key(key, f"{field}.matchLabels")
+        expressions.append(MatchExpression(key, "In", (_parse_value(value, f"{field}.matchLabels.{key}"),)))
+    for i, item in enumerate(exprs or ()):
+        expressions.append(parse_expression(item, f"{field}.matchExpressions[{i}]"))
     return Selector(tuple(expressions))
 
 
@@ -147,6 +178,11 @@ def parse_expression(raw: object, field: str) -> MatchExpression:
         raw_values = []
     if isinstance(raw_values, str | bytes) or not isinstance(raw_values, Sequence):
         raise InvalidInput(f"{field}.values must be a list", {"field": f"{field}.values"})
+    if len(raw_values) > MAX_VALUES:  # counted before any is read
+        raise InvalidInput(
+            f"{field}.values holds {len(raw_values)} values; an expression holds at most {MAX_VALUES}",
+            {"field": f"{field}.values", "max": MAX_VALUES},
+        )
     values = tuple(_parse_value(v, f"{field}.values[{i}]") for i, v in enumerate(raw_values))
     where = {"field": f"{field}.values"}
     if op in ("In", "NotIn") and not values:
@@ -164,15 +200,32 @@ def parse_expression(raw: object, field: str) -> MatchExpression:
     return MatchExpression(key, op, values)
 
 
+def _shown(raw: object) -> str:
+    """`raw` as a message repeats it: at most 64 characters of it, since it may be megabytes."""
+    text = repr(raw)
+    return text if len(text) <= 64 else f"{text[:64]}..."
+
+
 def _parse_key(raw: object, field: str) -> str:
     if not isinstance(raw, str) or not _KEY.fullmatch(raw):
         raise InvalidInput(
-            f"{field} must be an attribute name such as migProfile, not {raw!r}", {"field": field}
+            f"{field} must be an attribute name such as migProfile, not {_shown(raw)}", {"field": field}
         )
     return raw
 
 
 def _parse_value(raw: object, field: str) -> str:
-    if isinstance(raw, str | bool | int | float):
-        return canonical(raw)
-    raise InvalidInput(f"{field} must be a string, number or boolean, not {raw!r}", {"field": field})
+    if isinstance(raw, float) and not math.isfinite(raw):
+        # NaN and the infinities match no attribute, and no JSON document can hold them.
+        raise InvalidInput(f"{field} must be a finite number, not {raw!r}", {"field": field})
+    if not isinstance(raw, str | bool | int | float):
+        raise InvalidInput(
+            f"{field} must be a string, number or boolean, not {_shown(raw)}", {"field": field}
+        )
+    text = canonical(raw)
+    if len(text) > MAX_VALUE_LENGTH:
+        raise InvalidInput(
+            f"{field} is {len(text)} characters long; a selector value is at most {MAX_VALUE_LENGTH}",
+            {"field": field, "max": MAX_VALUE_LENGTH},
+        )
+    return text

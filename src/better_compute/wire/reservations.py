@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -19,23 +19,45 @@ ReservationStatus = Literal["scheduled", "active", "ended", "cancelled", "releas
 before its start, `released` when released early inside its window."""
 
 
+# The server's limits on a reservation request, as its domain checks them (admission, selectors,
+# timewin). The models below declare them in the OpenAPI document only, without enforcing them: the
+# server's own check refuses past them with a message naming the field and the limit, which a
+# validation error here would replace. A test keeps these numbers equal to the domain's.
+MAX_DEVICE_REQUESTS = 16
+MAX_COUNT = 65_536
+MAX_EXPRESSIONS = 32
+MAX_VALUES = 256
+MAX_VALUE_LENGTH = 256
+MAX_DURATION_TEXT = 64
+
+SelectorValue = Annotated[str, Field(json_schema_extra={"maxLength": MAX_VALUE_LENGTH})] | int | float
+
+
 class MatchExpression(WireModel):
-    """`values` is required by `In`, `NotIn`, `Gt` and `Lt` (one number), and absent for the others."""
+    """`values` is required by `In`, `NotIn`, `Gt` and `Lt` (one number), and absent for the others.
+
+    At most 256 values, each at most 256 characters; at most 1,024 values in one reservation, all its
+    device requests together.
+    """
 
     key: str
     op: SelectorOp
-    values: list[str | int | float] | None = None
+    values: Annotated[list[SelectorValue], Field(json_schema_extra={"maxItems": MAX_VALUES})] | None = None
 
 
 class Selector(WireModel):
-    match_expressions: list[MatchExpression] = Field(default_factory=list)
+    """At most 32 expressions."""
+
+    match_expressions: list[MatchExpression] = Field(
+        default_factory=list, json_schema_extra={"maxItems": MAX_EXPRESSIONS}
+    )
 
 
 class DeviceRequest(WireModel):
-    """One line of `devices`: `count` atoms of one class, optionally narrowed by a selector."""
+    """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a selector."""
 
     cls: AtomClass = Field(alias="class")
-    count: int = Field(ge=1, strict=True)  # `true` is not a count
+    count: int = Field(ge=1, strict=True, json_schema_extra={"maximum": MAX_COUNT})  # `true` is not a count
     sharing: SharingMode | None = None
     selector: Selector | None = None
 
@@ -51,9 +73,9 @@ class ReservationCreate(WireModel):
 
     tenant_id: str | None = None
     pool_id: str
-    devices: list[DeviceRequest] = Field(min_length=1)
+    devices: list[DeviceRequest] = Field(min_length=1, json_schema_extra={"maxItems": MAX_DEVICE_REQUESTS})
     start: datetime | None = None
-    duration: str
+    duration: str = Field(json_schema_extra={"maxLength": MAX_DURATION_TEXT})
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
