@@ -419,7 +419,8 @@ class Inventory(_Resource):
     def list(
         self, *, limit: int | None = None, cursor: str | None = None, **filters: Any
     ) -> Page[JsonObject]:
-        """Filters are passed as query parameters by their camelCase names, e.g. ``clusterId="c1"``."""
+        """Filters are passed as query parameters by their names: ``cluster="c1"`` for nodes, ``node=``
+        for GPUs. A name the server does not take is refused (InvalidInputError), not ignored."""
         body = _fields(limit=limit, cursor=cursor, **filters)
         return Page[JsonObject].model_validate(self._compute._raw(self._method_name, body))
 

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import credentials
 from better_compute.wire.common import Page
@@ -20,7 +21,7 @@ from better_compute.wire.tenants import (
     CredentialPublic,
 )
 
-router = APIRouter(prefix="/v1", tags=["credentials"])
+router = APIRouter(prefix="/v1", tags=["credentials"], route_class=StrictQueryRoute)
 
 
 @router.post("/credentials", response_model=CredentialCreated, status_code=201)

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import CursorQ, LimitQ, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.atoms import attribute_filters, check_atom_class
 from better_compute.service import inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import AtomPublic, ClusterPublic, GpuPublic, NodePublic
 
-router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED)
+router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
 
 def _page(items: list[Any], limit: int, last_id: str | None) -> dict[str, Any]:

@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import policies
 from better_compute.wire.common import Page
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 
-router = APIRouter(prefix="/v1", tags=["policies"])
+router = APIRouter(prefix="/v1", tags=["policies"], route_class=StrictQueryRoute)
 
 
 @router.post("/policies", response_model=PolicyPublic, status_code=201)

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import pools
 from better_compute.wire.common import Page
@@ -21,7 +22,7 @@ from better_compute.wire.pools import (
 )
 from better_compute.wire.quotas import QuotaPublic
 
-router = APIRouter(prefix="/v1", tags=["pools"], dependencies=AUTHENTICATED)
+router = APIRouter(prefix="/v1", tags=["pools"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
 
 def pool_public(r: dict[str, Any]) -> PoolPublic:

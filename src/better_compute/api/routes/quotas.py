@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import quotas
 from better_compute.wire.common import Page
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 
-router = APIRouter(prefix="/v1", tags=["quotas"])
+router = APIRouter(prefix="/v1", tags=["quotas"], route_class=StrictQueryRoute)
 
 
 @router.put("/quotas", response_model=QuotaPublic)

@@ -13,6 +13,7 @@ from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import AppContext, ContextDep, NowDep, StoreDep, app_context
+from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
@@ -24,7 +25,9 @@ from better_compute.wire.reservations import (
     ReservationPublic,
 )
 
-router = APIRouter(prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED)
+router = APIRouter(
+    prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute
+)
 
 
 def _atom_fields(atom: dict[str, Any]) -> dict[str, Any]:

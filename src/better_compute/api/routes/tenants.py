@@ -8,12 +8,13 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import tenants
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
 
-router = APIRouter(prefix="/v1", tags=["tenants"])
+router = APIRouter(prefix="/v1", tags=["tenants"], route_class=StrictQueryRoute)
 
 
 @router.post("/tenants", response_model=TenantPublic, status_code=201)

@@ -1,0 +1,110 @@
+"""Unknown query parameters are refused on every GET of /v1, naming the parameter and what to use."""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from better_compute.api.app import create_app
+from better_compute.domain.fleet import parse_fleet
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.store import Store
+from tests.builders import T0, admin_token, bearer, small_fleet
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """Two MIG pools, `p1` on node n-1 and `p2` on node n-2."""
+    fleet: dict[str, Any] = small_fleet(nodes=2)
+    first = fleet["pools"][0]
+    fleet["pools"] = [{**first, "name": "p1", "nodes": ["n-1"]}, {**first, "name": "p2", "nodes": ["n-2"]}]
+    s = Store.open(f"sqlite:///{tmp_path / 'bc.db'}")
+    load_fleet(s, parse_fleet(fleet), T0)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.fixture
+def http(store: Store) -> TestClient:
+    client = TestClient(create_app(store, clock=lambda: T0))
+    client.headers.update(bearer(admin_token(store)))
+    return client
+
+
+def openapi() -> dict[str, Any]:
+    store = Store.open("sqlite://")
+    try:
+        document: dict[str, Any] = create_app(store).openapi()
+    finally:
+        store.close()
+    return document
+
+
+V1_GETS = sorted(p for p, ops in openapi()["paths"].items() if p.startswith("/v1/") and "get" in ops)
+"""Every GET path of /v1, as the app documents them: a new route is checked without being listed."""
+
+
+def documented_query_names(http: TestClient, path: str) -> list[str]:
+    operation = http.get("/openapi.json").json()["paths"][path]["get"]
+    return [p["name"] for p in operation.get("parameters", []) if p["in"] == "query"]
+
+
+def test_unknown_query_parameters_atoms_pool_id_is_refused_not_read_as_every_pool(http: TestClient) -> None:
+    mine = http.get("/v1/atoms", params={"pool": "p1"})
+    assert mine.status_code == 200 and {a["poolId"] for a in mine.json()["items"]} == {"p1"}
+    typo = http.get("/v1/atoms", params={"poolId": "p1"})
+    assert typo.status_code == 400
+    assert typo.json()["error"] == {
+        "code": "INVALID_INPUT",
+        "message": "poolId: unknown query parameter; use pool, class, attr, bookable, limit or cursor",
+        "details": {"field": "poolId", "accepted": ["pool", "class", "attr", "bookable", "limit", "cursor"]},
+    }
+
+
+def test_unknown_query_parameters_reservations_list_takes_its_camel_case_names_only(http: TestClient) -> None:
+    assert http.get("/v1/reservations", params={"poolId": "p1", "status": "active"}).status_code == 200
+    for wrong in ("pool", "pool_id"):
+        refused = http.get("/v1/reservations", params={wrong: "p1"})
+        assert refused.status_code == 400
+        assert refused.json()["error"]["message"] == (
+            f"{wrong}: unknown query parameter; use tenantId, poolId, status, limit or cursor"
+        )
+
+
+def test_unknown_query_parameters_a_route_without_any_says_so(http: TestClient) -> None:
+    refused = http.get("/v1/pools/p1", params={"verbose": "1"})
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (
+        "verbose: unknown query parameter; GET /v1/pools/{id} takes no query parameters"
+    )
+    assert refused.json()["error"]["details"] == {"field": "verbose", "accepted": []}
+
+
+def test_unknown_query_parameters_every_v1_get_is_checked() -> None:
+    assert len(V1_GETS) == 12, V1_GETS  # the parametrised test below sees them all
+
+
+@pytest.mark.parametrize("route", V1_GETS)
+def test_unknown_query_parameters_are_refused_on_every_v1_get(http: TestClient, route: str) -> None:
+    path = re.sub(r"\{[^}]+\}", "p1", route)
+    documented = documented_query_names(http, route)
+    refused = http.get(path, params={"nope": "1"})
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "INVALID_INPUT"
+    assert refused.json()["error"]["message"].startswith("nope: unknown query parameter; ")
+    # What the refusal offers is what OpenAPI documents, and each of those is taken.
+    assert refused.json()["error"]["details"]["accepted"] == documented
+    for name in documented:
+        taken = http.get(path, params={name: "1"})
+        assert "unknown query parameter" not in taken.text, taken.text
