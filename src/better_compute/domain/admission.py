@@ -59,7 +59,7 @@ def parse_device_requests(raw: object) -> list[DeviceRequest]:
     if len(raw) > MAX_DEVICE_REQUESTS:
         raise InvalidInput(
             f"devices holds {len(raw)} device requests; at most {MAX_DEVICE_REQUESTS} per reservation"
-            " (a request's count may be as large as needed)",
+            f" (one request's count may be as large as {MAX_COUNT})",
             {"field": "devices", "max": MAX_DEVICE_REQUESTS},
         )
     requests: list[DeviceRequest] = []
