@@ -139,8 +139,12 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
 
 
 @contextmanager
-def start_server(home: Path, *, fleet: Path | None = DEMO_FLEET, attempts: int = 3) -> Iterator[Server]:
-    """Serve a SQLite database in `home` on a free loopback port; stopped when the block exits."""
+def start_server(
+    home: Path, *, fleet: Path | None = DEMO_FLEET, attempts: int = 3, options: Sequence[str] = ()
+) -> Iterator[Server]:
+    """Serve a SQLite database in `home` on a free loopback port; stopped when the block exits.
+
+    `options` are more `serve` options (`--timeout-request 1`, `--workers 2`)."""
     home.mkdir(parents=True, exist_ok=True)
     database_url = f"sqlite:///{home / 'bc.db'}"
     log = home / "server.log"
@@ -150,6 +154,7 @@ def start_server(home: Path, *, fleet: Path | None = DEMO_FLEET, attempts: int =
         args = ["serve", "--database-url", database_url, "--host", "127.0.0.1", "--port", str(port)]
         if fleet is not None:
             args += ["--fleet", str(fleet)]
+        args += options
         with log.open("wb") as out:
             proc = subprocess.Popen(
                 command(*args), stdout=out, stderr=subprocess.STDOUT, env=clean_env(home), cwd=home

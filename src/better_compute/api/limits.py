@@ -14,18 +14,22 @@ here, before a route runs or as the body arrives, so that every route is covered
 Every refusal closes the connection (`Connection: close`), so the rest of a body that was not read
 is not read either. The cap is far above any request the API takes: a reservation with its 16
 device requests is a few kilobytes.
+
+`serve` reads the defaults below for its options, so this module imports no FastAPI until it
+refuses a request: every `better-compute` command would pay for that import otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect
-from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from better_compute.api.errors import error_response
+if TYPE_CHECKING:
+    from starlette.responses import Response
 
 DEFAULT_MAX_BODY_BYTES = 1_048_576
 """1 MiB: hundreds of times the largest request body the API takes."""
@@ -40,6 +44,8 @@ _DISCONNECT: Message = {"type": "http.disconnect"}
 
 def body_too_large(limit: int) -> Response:
     """The refusal of a body over the cap (413)."""
+    from better_compute.api.errors import error_response
+
     return _closing(
         error_response(
             413,
@@ -50,13 +56,20 @@ def body_too_large(limit: int) -> Response:
     )
 
 
+def seconds(value: float) -> str:
+    """`1 second`, `30 seconds`, `0.5 seconds`: a timeout as a message names it."""
+    return f"{value:g} second" if value == 1 else f"{value:g} seconds"
+
+
 def body_too_slow(timeout: float) -> Response:
     """The refusal of a body whose next part did not arrive in time (408)."""
+    from better_compute.api.errors import error_response
+
     return _closing(
         error_response(
             408,
             "INVALID_INPUT",
-            f"the request body stalled: no part of it arrived within {timeout:g} seconds",
+            f"the request body stalled: no part of it arrived within {seconds(timeout)}",
             {"timeout": timeout},
         )
     )
@@ -200,4 +213,5 @@ __all__ = [
     "BodyLimits",
     "body_too_large",
     "body_too_slow",
+    "seconds",
 ]

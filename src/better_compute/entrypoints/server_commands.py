@@ -5,15 +5,19 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT
 from better_compute.cli.app import admin_app, app
 from better_compute.domain.errors import DomainError
 from better_compute.storage.store import Store
 
 DEFAULT_DATABASE_URL = "sqlite:///better-compute.db"
+DEFAULT_TIMEOUT_KEEP_ALIVE = 5
+"""Seconds, uvicorn's own default: time for a client's next request on the same connection, and
+short enough that idle connections do not pile up."""
 
 
 def database_url(option: str | None) -> str:
@@ -41,12 +45,26 @@ def serve(
         ),
     ] = 1,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
+    max_body_bytes: Annotated[
+        int, typer.Option(min=1, help="Largest request body taken, in bytes; a larger one is refused (413).")
+    ] = DEFAULT_MAX_BODY_BYTES,
+    timeout_keep_alive: Annotated[
+        int, typer.Option(min=1, help="Seconds an idle connection (no request under way) is kept open.")
+    ] = DEFAULT_TIMEOUT_KEEP_ALIVE,
+    timeout_request: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seconds a client has to send a request's head, and each next part of its body (408).",
+        ),
+    ] = int(DEFAULT_REQUEST_TIMEOUT),
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
 
     from better_compute.api.app import create_app
     from better_compute.entrypoints.fleet import load_fleet, read_fleet
+    from better_compute.entrypoints.http_protocol import timed_protocol
 
     url = database_url(database_url_opt)
     store = Store.open(url)
@@ -58,11 +76,19 @@ def serve(
             raise typer.Exit(2) from None
         typer.echo(f"loaded {fleet}: {count} simulated nodes")
     typer.echo(f"serving on http://{host}:{port} (database: {store.dialect}); docs at /docs")
+    connections: dict[str, Any] = {
+        "http": timed_protocol(timeout_request),
+        "timeout_keep_alive": timeout_keep_alive,
+    }
     if workers == 1:
-        uvicorn.run(create_app(store), host=host, port=port, log_level="info", access_log=access_log)
+        app = create_app(store, max_body_bytes=max_body_bytes, request_timeout=timeout_request)
+        uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log, **connections)
         return
     store.close()
+    # Worker processes build their app from the environment (entrypoints/asgi.py).
     os.environ["BC_DATABASE_URL"] = url
+    os.environ["BC_MAX_BODY_BYTES"] = str(max_body_bytes)
+    os.environ["BC_TIMEOUT_REQUEST"] = str(timeout_request)
     uvicorn.run(
         "better_compute.entrypoints.asgi:create",
         factory=True,
@@ -71,6 +97,7 @@ def serve(
         workers=workers,
         log_level="info",
         access_log=access_log,
+        **connections,
     )
 
 
