@@ -12,6 +12,7 @@ from better_compute.domain.choose import Chosen
 from better_compute.domain.selectors import parse_selector
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.event_tail import LogSnapshot
 from better_compute.service.reservations import _decide, _earliest
 from tests.builders import T0, at
 
@@ -41,9 +42,9 @@ def index_with(*bookings: tuple[str, float, float]) -> BookingIndex:
     """An index holding (atom, start hour, end hour) bookings, fed as the event log would feed it."""
     index = BookingIndex()
     tx: Any = SimpleNamespace(
-        reservations=SimpleNamespace(last_event_id=lambda: 0, live_bookings=lambda since: [])
+        reservations=SimpleNamespace(tail_start=lambda: (0, LogSnapshot()), live_bookings=lambda since: [])
     )
-    index.prepare(tx)
+    read = index.prepare(tx)
     events = [
         {
             "id": n + 1,
@@ -53,7 +54,7 @@ def index_with(*bookings: tuple[str, float, float]) -> BookingIndex:
         }
         for n, (atom, start, end) in enumerate(bookings)
     ]
-    index.apply(tx, events)
+    index.apply(tx, read, events, len(events), LogSnapshot())
     return index
 
 

@@ -10,7 +10,6 @@ database's exclusion constraint is still the fence, and a refused write makes th
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -22,10 +21,9 @@ from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
 from better_compute.domain.selectors import Selector
 from better_compute.domain.timewin import Window
+from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
 from better_compute.service.ports import Row, Tx
 
-GAP_PATIENCE = 30.0
-"""Seconds an event id skipped over is waited for before it is taken as rolled back."""
 Owner = tuple[str | None, str | None, str | None]
 # Bookings are filed under every bucket they touch, so that finding those that overlap a window looks
 # at little more than the bookings that do. Short bookings are filed by the hour (with day buckets, an
@@ -124,11 +122,8 @@ class BookingIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._last_event: int | None = None
-        # PostgreSQL hands out event ids at insert, not at commit: a lower id can become visible
-        # after a higher one. Ids skipped over are kept as gaps and asked for again until they show
-        # up or GAP_PATIENCE passes (a rolled-back transaction leaves a gap for ever).
-        self._gaps: dict[int, float] = {}
+        # Which events have been applied, and which transactions may still commit older ones.
+        self._tail = EventTail()
         self._by_allocation: dict[str, list[_Interval]] = {}
         self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
         self._by_hour: dict[int, set[str]] = defaultdict(set)
@@ -139,64 +134,49 @@ class BookingIndex:
 
     # -- keeping up ------------------------------------------------------------------------------
     def sync(self, tx: Tx) -> None:
-        """Catch up with the ledger: a full load the first time, the event tail afterwards."""
+        """Catch up with the ledger: a full load the first time, the event tail afterwards, page after
+        page until a read reaches the end of the log."""
         with self._lock:
-            if self._last_event is None:
+            if not self._tail.started:
                 self._load(tx)
                 return
             while True:
-                batch = tx.reservations.events_after(self._last_event, 5000, self._pending_gaps())
-                before = self._last_event
-                self._apply_batch(batch)
-                if len(batch) < 5000 or self._last_event == before:
+                read = self._tail.cursor()
+                events, newest, snapshot = tx.reservations.events_after(read)
+                if self._tail.complete(read, newest) and self._tail.is_stale(snapshot):
+                    return
+                for event in self._tail.take(events, read, newest, snapshot):
+                    self._apply(event)
+                if self._tail.complete(read, newest):
                     return
 
-    def prepare(self, tx: Tx) -> tuple[int, list[int]]:
-        """Load the index if it never was; returns the last event id seen and the gaps still open."""
+    def prepare(self, tx: Tx) -> Cursor:
+        """Load the index if it never was; returns what the next read of the log must ask for."""
         with self._lock:
-            if self._last_event is None:
+            if not self._tail.started:
                 self._load(tx)
-            assert self._last_event is not None
-            return self._last_event, self._pending_gaps()
+            return self._tail.cursor()
 
-    def apply(self, tx: Tx, events: Sequence[Row], newest: int | None = None) -> None:
-        """Apply events read after `prepare`'s id or in its gaps; if `newest` (the log's last id when
-        they were read) is further on, catch up with the rest before anyone decides on the index."""
+    def apply(self, tx: Tx, read: Cursor, events: Sequence[Row], newest: int, snapshot: LogSnapshot) -> None:
+        """Apply a read of the log made from `read` (prepare's cursor) in `snapshot`, when the log's
+        last id was `newest`. Afterwards the index has applied every event that snapshot shows (a
+        read that did not reach the end is left to `sync`, which catches up from the index's own
+        position), so a decision taken on it counts every commit the snapshot saw."""
         with self._lock:
-            if self._last_event is None:
+            if not self._tail.started:
                 # Another request reset the index meanwhile; it reloads from the ledger.
                 self._load(tx)
                 return
-            self._apply_batch(events)
-            behind = newest is not None and self._last_event < newest
-        if behind or len(events) >= 5000:
+            complete = self._tail.complete(read, newest)
+            if complete and not self._tail.is_stale(snapshot):
+                for event in self._tail.take(events, read, newest, snapshot):
+                    self._apply(event)
+        if not complete:
             self.sync(tx)
-
-    def _pending_gaps(self) -> list[int]:
-        now = time.monotonic()
-        for gap in [g for g, since in self._gaps.items() if now - since > GAP_PATIENCE]:
-            del self._gaps[gap]
-        return sorted(self._gaps)
-
-    def _apply_batch(self, events: Sequence[Row]) -> None:
-        assert self._last_event is not None
-        now = time.monotonic()
-        for event in sorted(events, key=lambda e: int(e["id"])):
-            event_id = int(event["id"])
-            if event_id in self._gaps:
-                del self._gaps[event_id]
-            elif event_id <= self._last_event:
-                continue
-            else:
-                for missing in range(self._last_event + 1, event_id):
-                    self._gaps[missing] = now
-                self._last_event = event_id
-            self._apply(event)
 
     def reset(self) -> None:
         with self._lock:
-            self._last_event = None
-            self._gaps.clear()
+            self._tail.reset()
             self._by_allocation.clear()
             self._by_atom.clear()
             self._by_hour.clear()
@@ -205,7 +185,9 @@ class BookingIndex:
             self._pools.clear()
 
     def _load(self, tx: Tx) -> None:
-        last = tx.reservations.last_event_id()
+        # The log's position first, then the bookings: a booking committed in between is in the load
+        # and its event is applied again later, which changes nothing.
+        last, snapshot = tx.reservations.tail_start()
         self._by_allocation.clear()
         self._by_atom.clear()
         self._by_hour.clear()
@@ -215,7 +197,7 @@ class BookingIndex:
         for row in tx.reservations.live_bookings(_EPOCH):
             owner = (row["tenant_id"], row["pool_id"], row["class"])
             self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"], owner)
-        self._last_event = last
+        self._tail.start(last, snapshot)
 
     def _apply(self, event: Row) -> None:
         kind, subject, payload = event["type"], event["subject"], event["payload"] or {}

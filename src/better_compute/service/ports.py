@@ -5,10 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from better_compute.domain.ledger import Booking
 from better_compute.domain.timewin import Window
+
+if TYPE_CHECKING:
+    from better_compute.service.event_tail import Cursor, LogSnapshot
 
 Row = dict[str, Any]
 
@@ -114,22 +117,24 @@ class ReservationsPort(Protocol):
         """Per allocation, the atoms its bookings hold (atom rows), cancelled bookings excepted."""
         ...
 
-    def last_event_id(self) -> int: ...
+    def tail_start(self) -> tuple[int, LogSnapshot]:
+        """The event log's last id, and the snapshot it was read in (service.event_tail)."""
+        ...
 
     def snapshot(
         self,
         tenant_id: str,
         pool_id: str,
         key: str | None,
-        last_event: int,
-        gaps: Sequence[int],
+        read: Cursor,
         lock_key: str,
         credential_id: str | None = None,
     ) -> dict[str, Any]:
         """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
-        `policies`, `limits` per class, `events` after `last_event` (one page) or among `gaps`,
-        `newest_event`, the log's last id, and `credential_live`: whether `credential_id` names a
-        credential that is not revoked (None without one). The `lock` `lock_key` is taken first."""
+        `policies`, `limits` per class, `credential_live` (whether `credential_id` names a credential
+        that is not revoked; None without one), and a read of the event log from `read`: `events`,
+        `newest_event` (the log's last id) and `log` (the read's LogSnapshot). The `lock` `lock_key`
+        is taken first."""
         ...
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
@@ -138,8 +143,9 @@ class ReservationsPort(Protocol):
         taken concurrently; nothing is written then)."""
         ...
 
-    def events_after(self, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
-        """Events with ids above `event_id` (at most `limit`), and those among `gaps`, by id."""
+    def events_after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+        """A read of the event log from `read`: its events (one page after `read.last`, and those of
+        transactions it asks about), the log's last id, and the read's snapshot."""
         ...
 
     def live_bookings(self, since: datetime) -> list[Row]:

@@ -249,19 +249,18 @@ def _create_in(
     # Quota is per tenant and pool: its check and the booking must not interleave with another
     # reservation of the same tenant in the pool. Other tenants go ahead; atoms they race for are
     # settled by the exclusion constraint (and, within this process, by claims).
-    seen, gaps = index.prepare(tx)
+    read = index.prepare(tx)
     snap = tx.reservations.snapshot(
         tenant_id,
         pool_id,
         key,
-        seen,
-        gaps,
+        read,
         lock_key=f"quota:{tenant_id}:{pool_id}",
         credential_id=principal.credential_id if principal.recalled else None,
     )
     if principal.recalled and not snap["credential_live"]:
         raise token_revoked()
-    index.apply(tx, snap["events"], snap["newest_event"])
+    index.apply(tx, read, snap["events"], snap["newest_event"], snap["log"])
     if snap["replay_id"] is not None:
         first = tx.inventory.get("reservations", snap["replay_id"])
         assert first is not None

@@ -13,6 +13,7 @@ import psycopg
 from sqlalchemy import Connection, func, or_, select
 
 from better_compute.domain.timewin import Window
+from better_compute.service.event_tail import PAGE, Cursor, LogSnapshot
 from better_compute.service.ports import KeyTaken, NotBookable
 from better_compute.storage import ledger, pg_simple
 from better_compute.storage.inventory import rows
@@ -50,15 +51,52 @@ def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, lis
     return out
 
 
-def last_event_id(conn: Connection) -> int:
-    return int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one())
+_PG_TAIL_EVENTS = (
+    # The events after `last` (one page of ids), and those at or below it written by a transaction
+    # that could still commit then (service.event_tail); `ev` carries each event's transaction.
+    "(SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject,"
+    " 'payload', payload, 'tx', tx) ORDER BY id), '[]')"
+    " FROM ((SELECT * FROM events WHERE id > %(last)s::bigint AND id <= %(last)s::bigint + %(limit)s::bigint)"
+    " UNION ALL (SELECT * FROM events WHERE id <= %(last)s::bigint"
+    " AND (tx = ANY(%(open)s::bigint[]) OR tx >= %(from)s::bigint))) ev)"
+)
+_PG_TAIL_STATE = (
+    # The log's last id, and what this statement's snapshot could not see: transactions from `xmax`
+    # on, and those in progress.
+    "(SELECT coalesce(max(id), 0) FROM events),"
+    " pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
+    " (SELECT coalesce(json_agg(x::text::bigint), '[]') FROM pg_snapshot_xip(pg_current_snapshot()) x)"
+)
 
 
-def events_after(conn: Connection, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
-    found = rows(conn, select(events).where(events.c.id > event_id).order_by(events.c.id).limit(limit))
-    if gaps:
-        found += rows(conn, select(events).where(events.c.id.in_(list(gaps))))
-    return found
+def log_snapshot(xmax: int | None, in_progress: Sequence[int] | None) -> LogSnapshot:
+    return LogSnapshot(None if xmax is None else int(xmax), frozenset(int(x) for x in in_progress or ()))
+
+
+def tail_start(conn: Connection) -> tuple[int, LogSnapshot]:
+    """The log's last id and the snapshot it was read in, to start tailing from."""
+    if conn.dialect.name == "postgresql":
+        newest, xmax, in_progress = conn.exec_driver_sql("SELECT " + _PG_TAIL_STATE).one()
+        return int(newest), log_snapshot(xmax, in_progress)
+    return int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one()), LogSnapshot()
+
+
+def _tail_params(read: Cursor) -> dict[str, Any]:
+    return {"last": read.last, "limit": EVENT_PAGE, "open": list(read.open), "from": read.from_xid}
+
+
+def events_after(conn: Connection, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+    """What a read of the log from `read` finds (see service.event_tail): the events, the log's last
+    id, and the read's snapshot."""
+    if conn.dialect.name == "postgresql":
+        found, newest, xmax, in_progress = pg_simple.cursor(conn).execute(
+            "SELECT " + _PG_TAIL_EVENTS + ", " + _PG_TAIL_STATE, _tail_params(read)
+        ).fetchone() or ([], 0, None, [])
+        return list(found), int(newest), log_snapshot(xmax, in_progress)
+    page = select(events).where(events.c.id > read.last, events.c.id <= read.last + EVENT_PAGE)
+    found = rows(conn, page.order_by(events.c.id))
+    newest = int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one())
+    return found, newest, LogSnapshot()
 
 
 def live_bookings(conn: Connection, since: datetime) -> list[Row]:
@@ -79,21 +117,19 @@ def live_bookings(conn: Connection, since: datetime) -> list[Row]:
 # SQLAlchemy's expression language that is a dozen statements and most of the request's time, so
 # here it is one read statement and one write statement per dialect, straight to the driver.
 
-_PG_SNAPSHOT = """
-SELECT
-  (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),
-  (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = %(p)s),
-  EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),
-  (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')
-     FROM policies WHERE tenant_id = %(t)s),
-  (SELECT coalesce(json_object_agg(class, "limit"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),
-  (SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject, 'payload', payload)
-     ORDER BY id), '[]') FROM ((SELECT * FROM events WHERE id > %(last)s::bigint
-       AND id <= %(last)s::bigint + %(limit)s::bigint)
-     UNION ALL (SELECT * FROM events WHERE id = ANY(%(gaps)s::bigint[]))) ev),
-  (SELECT coalesce(max(id), 0) FROM events),
-  (SELECT revoked_at IS NULL FROM credentials WHERE id = %(c)s::text)
-"""
+_PG_SNAPSHOT = (
+    "SELECT"
+    " (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),"
+    " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = %(p)s),"
+    " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),"
+    " (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')"
+    " FROM policies WHERE tenant_id = %(t)s),"
+    " (SELECT coalesce(json_object_agg(class, \"limit\"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),"
+    " (SELECT revoked_at IS NULL FROM credentials WHERE id = %(c)s::text), "
+    + _PG_TAIL_EVENTS
+    + ", "
+    + _PG_TAIL_STATE
+)
 
 _SQLITE_SNAPSHOT = """
 SELECT
@@ -103,11 +139,10 @@ SELECT
   (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
      FROM policies WHERE tenant_id = :t),
   (SELECT json_group_object(class, "limit") FROM quotas WHERE tenant_id = :t AND pool_id = :p),
+  (SELECT revoked_at IS NULL FROM credentials WHERE id = :c),
   (SELECT json_group_array(json_object('id', id, 'type', type, 'subject', subject, 'payload', json(payload)))
-     FROM (SELECT * FROM (SELECT * FROM events WHERE id > :last AND id <= :last + :limit ORDER BY id)
-           UNION ALL SELECT * FROM events WHERE id IN (SELECT value FROM json_each(:gaps)))),
-  (SELECT coalesce(max(id), 0) FROM events),
-  (SELECT revoked_at IS NULL FROM credentials WHERE id = :c)
+     FROM (SELECT * FROM events WHERE id > :last AND id <= :last + :limit ORDER BY id)),
+  (SELECT coalesce(max(id), 0) FROM events)
 """
 
 # How the admission transaction's statements are planned. Both are prepared once per connection and
@@ -122,7 +157,7 @@ SELECT
 _PLAN = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
 _PG_LOCK_AND_PLAN = _PG_LOCK + ", " + _PLAN
 
-EVENT_PAGE = 5000
+EVENT_PAGE = PAGE
 """The tail is read as an id range rather than `id > last LIMIT n`: PostgreSQL's generic plan for a
 prepared statement cannot see that `last` is near the end and would scan the whole events table."""
 
@@ -132,15 +167,14 @@ def admission_snapshot(
     tenant_id: str,
     pool_id: str,
     key: str | None,
-    last_event: int,
-    gaps: Sequence[int],
+    read: Cursor,
     lock_key: str,
     credential_id: str | None = None,
 ) -> dict[str, Any]:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
-    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, the events
-    after `last_event` (up to EVENT_PAGE ids on) or among `gaps`, the newest event id, and whether
-    `credential_id` is a live credential.
+    mode and owner, whether the tenant exists, its policies, its quota rows in the pool, whether
+    `credential_id` is a live credential, and a read of the event log from `read` (its events, the
+    log's last id and the statement's snapshot, see service.event_tail).
 
     The transaction first takes the advisory lock `lock_key`, and the read runs after it is granted
     (in its own statement, so that it sees every commit made before the lock was)."""
@@ -148,12 +182,10 @@ def admission_snapshot(
         "t": tenant_id,
         "p": pool_id,
         "k": key,
-        "last": last_event,
-        "limit": EVENT_PAGE,
         "c": credential_id,
+        **_tail_params(read),
     }
     if conn.dialect.name == "postgresql":
-        params["gaps"] = list(gaps)
         row = _pg_snapshot_batch(conn, params, lock_key)
         if row is None:
             cur = pg_simple.cursor(conn)
@@ -161,13 +193,16 @@ def admission_snapshot(
             cur.execute(_PG_SNAPSHOT, params, prepare=True)
             row = cur.fetchone()
             assert row is not None
-        replay, pool, tenant, policies, limits, tail, newest, live = row
+        replay, pool, tenant, policies, limits, live, tail, newest, xmax, in_progress = row
+        snapshot = log_snapshot(xmax, in_progress)
     else:
         db = conn.connection.driver_connection
         assert db is not None
-        row = db.execute(_SQLITE_SNAPSHOT, {**params, "gaps": json.dumps(list(gaps))}).fetchone()
-        replay, tenant, newest, live = row[0], row[2], row[6], row[7]
-        pool, policies, limits, tail = (_json(v) for v in (row[1], *row[3:6]))
+        sqlite_params = {k: params[k] for k in ("t", "p", "k", "c", "last", "limit")}
+        row = db.execute(_SQLITE_SNAPSHOT, sqlite_params).fetchone()
+        replay, tenant, live, newest = row[0], row[2], row[5], row[7]
+        pool, policies, limits, tail = (_json(v) for v in (row[1], row[3], row[4], row[6]))
+        snapshot = LogSnapshot()
     return {
         "replay_id": replay,
         "pool": pool,
@@ -176,6 +211,7 @@ def admission_snapshot(
         "limits": {str(k): int(v) for k, v in (limits or {}).items()},
         "events": tail or [],
         "newest_event": int(newest),
+        "log": snapshot,
         "credential_live": None if credential_id is None else bool(live),
     }
 
@@ -187,10 +223,11 @@ _SNAPSHOT = pg_simple.Statement(
         "t": "text",
         "p": "text",
         "k": "text",
+        "c": "text",
         "last": "bigint",
         "limit": "bigint",
-        "gaps": "bigint[]",
-        "c": "text",
+        "open": "bigint[]",
+        "from": "bigint",
     },
 )
 _LOCK = pg_simple.Statement(
@@ -222,8 +259,8 @@ def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) 
             result = pg_simple.run(conn, batch)
         except pg_simple.Lost:
             continue
-        replay, pool, tenant, policies, limits, tail, newest, live = (
-            result.get_value(0, n) for n in range(8)
+        replay, pool, tenant, policies, limits, live, tail, newest, xmax, in_progress = (
+            result.get_value(0, n) for n in range(10)
         )
         return (
             None if replay is None else replay.decode(),
@@ -231,9 +268,11 @@ def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) 
             tenant == b"t",
             _json(policies),
             _json(limits),
+            None if live is None else live == b"t",
             _json(tail),
             newest,
-            None if live is None else live == b"t",
+            None if xmax is None else int(xmax),
+            _json(in_progress),
         )
     return None
 

@@ -167,6 +167,9 @@ events = Table(
     Column("subject", String(256), nullable=False),
     Column("payload", JSON, nullable=False),
     Column("at", UtcDateTime, nullable=False),
+    # PostgreSQL: the id of the transaction that wrote the event (its default); NULL on SQLite, whose
+    # single writer commits events in id order.
+    Column("tx", BigInteger, nullable=True, index=True),
 )
 
 quotas = Table(

@@ -10,6 +10,7 @@ from sqlalchemy import Connection, Table, delete, insert, select
 
 from better_compute.domain.ledger import Booking
 from better_compute.domain.timewin import Window
+from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.ports import Row
 from better_compute.storage import inventory as inv
 from better_compute.storage import ledger, reservations
@@ -135,28 +136,27 @@ class SqlReservations:
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
         return reservations.held_atoms(self.conn, allocation_ids)
 
-    def last_event_id(self) -> int:
-        return reservations.last_event_id(self.conn)
+    def tail_start(self) -> tuple[int, LogSnapshot]:
+        return reservations.tail_start(self.conn)
 
     def snapshot(
         self,
         tenant_id: str,
         pool_id: str,
         key: str | None,
-        last_event: int,
-        gaps: Sequence[int],
+        read: Cursor,
         lock_key: str,
         credential_id: str | None = None,
     ) -> dict[str, Any]:
         return reservations.admission_snapshot(
-            self.conn, tenant_id, pool_id, key, last_event, gaps, lock_key, credential_id
+            self.conn, tenant_id, pool_id, key, read, lock_key, credential_id
         )
 
     def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
         reservations.commit_reservation(self.conn, row, atom_ids, now)
 
-    def events_after(self, event_id: int, limit: int, gaps: Sequence[int] = ()) -> list[Row]:
-        return reservations.events_after(self.conn, event_id, limit, gaps)
+    def events_after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+        return reservations.events_after(self.conn, read)
 
     def live_bookings(self, since: datetime) -> list[Row]:
         return reservations.live_bookings(self.conn, since)
