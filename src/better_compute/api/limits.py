@@ -70,7 +70,7 @@ def body_too_slow(timeout: float) -> Response:
             408,
             "INVALID_INPUT",
             f"the request body stalled: no part of it arrived within {seconds(timeout)}",
-            {"timeout": timeout},
+            {"timeout": int(timeout) if timeout == int(timeout) else timeout},
         )
     )
 
