@@ -116,6 +116,15 @@ def error(r: Any) -> dict[str, Any]:
 
 def test_seed_example_quota_then_success_then_idempotent_replay(world: World) -> None:
     seed = [mig("3g.40gb")]
+    # A pool acme has no quota in is one it cannot see: the same answer as a pool that does not exist.
+    unseen = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    missing = world.reserve(world.acme, "h100-nowhere", seed, idempotencyKey="notebook-ana-0924")
+    assert unseen.status_code == missing.status_code == 404
+    assert error(unseen)["message"] == "pool h100 not found"
+    assert error(missing)["message"] == "pool h100-nowhere not found"
+    assert error(unseen)["details"] == {"poolId": "h100"}
+    # Offered whole GPUs only, it sees the pool, and a MIG instance needs a gpu.mig row.
+    world.offer("h100", "acme", gpu=1)
     refused = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
     assert refused.status_code == 409 and error(refused)["code"] == "QUOTA_EXCEEDED"
     world.offer("h100", "acme", gpu_mig=2)
@@ -422,7 +431,12 @@ GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "durati
         ({"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required"),
         ({"json": {**GOOD, "zzz": 1}}, 400, "INVALID_INPUT", "zzz: Extra inputs are not permitted"),
         # The token is checked before the body is read: a caller without one never has it read.
-        ({"content": b"{nope", "ctype": "application/json", "token": "nope"}, 401, "UNAUTHENTICATED", "malformed"),
+        (
+            {"content": b"{nope", "ctype": "application/json", "token": "nope"},
+            401,
+            "UNAUTHENTICATED",
+            "malformed",
+        ),
         ({"json": {"poolId": 3}, "token": "nope"}, 401, "UNAUTHENTICATED", "malformed token"),
         ({"json": GOOD, "token": None}, 401, "UNAUTHENTICATED", "this call needs a token"),
         ({"json": GOOD, "ctype": "application/vnd.bc+json; charset=utf-8"}, 201, None, None),
