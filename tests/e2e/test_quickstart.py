@@ -61,12 +61,13 @@ def test_tenant_token_offer_and_seed_reservation_through_the_cli(server: Server)
     assert credential.returncode == 0, credential.stderr
     tenant_token = json.loads(credential.stdout)["token"]
 
+    # Before the offer the tenant cannot see the pool: the answer is a missing pool's.
     refused = server.cli_env(
         "api", "reservations.create", "--json", json.dumps(SEED_REQUEST), token=tenant_token
     )
     assert refused.returncode == 1
     assert refused.stdout == ""
-    assert json.loads(refused.stderr)["error"]["code"] == "QUOTA_EXCEEDED"
+    assert json.loads(refused.stderr)["error"]["code"] == "NOT_FOUND"
 
     offer = server.cli_env(
         "api",

@@ -348,4 +348,4 @@ def offer(
         raise InvalidInput("quota must give a limit for at least one atom class", {"field": "quota"})
     with store.begin() as tx:
         pool = quotas.pool_for_sharing(tx, principal, pool_id, "pools.offer")
-        return quotas.grant(tx, pool, tenant_id, limits, now, "pool.offered")
+        return quotas.grant(tx, principal, pool, tenant_id, limits, now, "pool.offered")

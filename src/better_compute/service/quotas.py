@@ -65,10 +65,20 @@ def rows_of(tx: Tx, tenant_id: str, pool_id: str) -> list[Row]:
 
 
 def grant(
-    tx: Tx, pool: Row, tenant_id: str, limits: Mapping[str, int], now: datetime, event: str
+    tx: Tx,
+    principal: Principal,
+    pool: Row,
+    tenant_id: str,
+    limits: Mapping[str, int],
+    now: datetime,
+    event: str,
 ) -> list[Row]:
-    """Give `tenant_id` rows in `pool` after the single-tenant check; returns all its rows there."""
-    if tx.inventory.get("tenants", tenant_id) is None:
+    """Give `tenant_id` rows in `pool` after the single-tenant check; returns all its rows there.
+
+    The admin is told when the tenant does not exist. A pool owner is not: its rows are kept for
+    that id either way (they take effect if the admin creates the tenant), so that the answer does
+    not reveal which tenant ids exist."""
+    if principal.is_admin and tx.inventory.get("tenants", tenant_id) is None:
         raise tenant_not_found(tenant_id)
     check_offer(check_mode(pool["mode"]), pool["owner_tenant_id"], tenant_id)
     write_rows(tx, tenant_id, pool["id"], limits, now)
@@ -91,7 +101,7 @@ def set_quota(
     check_ref(pool_id, "poolId")
     with store.begin() as tx:
         pool = pool_for_sharing(tx, principal, pool_id, "quotas.set")
-        rows = grant(tx, pool, tenant_id, limits, now, "quota.set")
+        rows = grant(tx, principal, pool, tenant_id, limits, now, "quota.set")
     return next(r for r in rows if r["class"] == cls)
 
 

@@ -36,7 +36,7 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
-from better_compute.domain.tenancy import check_ref, pool_not_found, tenant_not_found
+from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.inventory import atom_row
@@ -268,7 +268,9 @@ def _create_in(
         check_replay(key, first["fingerprint"], fingerprint)
         return _view(tx, first, now, replayed=True)
     pool = snap["pool"]
-    if pool is None:
+    # A pool the tenant may not see answers exactly as a pool that does not exist: nothing after this
+    # (its sharing mode, the tenant's quota there) may tell the two apart.
+    if pool is None or not sees_pool(principal, pool["owner"], {pool_id} if snap["limits"] else (), pool_id):
         raise pool_not_found(pool_id)
     if not snap["tenant_exists"]:
         raise tenant_not_found(tenant_id)

@@ -175,7 +175,9 @@ events = Table(
 quotas = Table(
     "quotas",
     metadata,
-    Column("tenant_id", String(64), ForeignKey("tenants.id"), primary_key=True),
+    # No foreign key to tenants: a pool owner's rows for a tenant id are kept whether or not the
+    # tenant exists yet, so that granting them cannot be used to learn which tenants exist.
+    Column("tenant_id", String(64), primary_key=True),
     Column("pool_id", String(64), ForeignKey("pools.id"), primary_key=True),
     Column("class", String(16), primary_key=True),
     Column("limit", Integer, nullable=False),
