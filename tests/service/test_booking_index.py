@@ -185,3 +185,18 @@ def test_busy_is_exactly_the_live_bookings_that_overlap_the_window(
     assert {a: [(i.start, i.end) for i in held[a]] for a in atoms} == {
         f"atom-{n}": [live[f"r{n}"]] if f"r{n}" in live else [] for n in range(len(bookings))
     }
+
+
+def test_unbounded_selector_cache_keeps_at_most_matching_cache_shapes() -> None:
+    """Distinct selectors, refused requests included, no longer grow a process's memory for ever
+    (issue: 20 distinct 1M-value selectors took a process from 113 to 718 MB): a pool keeps the
+    matching atoms of the most recently used shapes only."""
+    from better_compute.domain.admission import DeviceRequest
+    from better_compute.domain.selectors import parse_selector
+    from better_compute.service.booking_index import MATCHING_CACHE, PoolAtoms
+
+    pool = PoolAtoms({})
+    for n in range(MATCHING_CACHE + 50):
+        selector = parse_selector({"matchExpressions": [{"key": "giId", "op": "In", "values": [str(n)]}]})
+        pool.matching_by_gpu(DeviceRequest(cls="gpu.mig", count=1, selector=selector))
+    assert len(pool._matching) == MATCHING_CACHE
