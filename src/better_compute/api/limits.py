@@ -115,10 +115,13 @@ class BodyLimits:
             await self.app(scope, receive, send)
             return
         length, has_body = _declared_body(scope)
+        if not has_body:
+            await self.app(scope, receive, send)
+            return
         if length is not None and length > self.max_bytes:
             await body_too_large(self.max_bytes)(scope, receive, send)
             return
-        reading = _BodyReading(self, scope, receive, send, has_body)
+        reading = _BodyReading(self, scope, receive, send)
         try:
             await self.app(scope, reading.receive, reading.send)
         except ClientDisconnect:
@@ -143,18 +146,17 @@ class _BodyReading:
         "started",
     )
 
-    def __init__(
-        self, limits: BodyLimits, scope: Scope, receive: Receive, send: Send, has_body: bool
-    ) -> None:
+    def __init__(self, limits: BodyLimits, scope: Scope, receive: Receive, send: Send) -> None:
         self.limits = limits
         self.scope = scope
         self.raw_receive = receive
         self.raw_send = send
-        self.body_done = not has_body
+        self.body_done = False
         self.received = 0
         self.started = False
         self.cut = False
-        """The body broke a limit: the app is told the client is gone."""
+        """No more of the body is read (it broke a limit, or the client left): the app is told the
+        client is gone."""
         self.muted = False
         """Whatever the app answers is dropped: a refusal went in its place, or the client is gone."""
         self.logged = False
