@@ -1,9 +1,9 @@
 """The seed's notebook reservation, end to end with the typed client and the CLI against a real server.
 
 ACME asks for one 3g.40gb MIG instance for four hours in the demo's mig pool, with idempotency key
-`notebook-ana-0924`. A mig pool gives a tenant no `gpu.mig` quota until it is offered, so the request is
-QUOTA_EXCEEDED first; after `pools.offer` it books, and a retry with the same key returns the same
-reservation.
+`notebook-ana-0924`. Before the pool is offered to it, ACME cannot see it (NOT_FOUND); offered whole
+GPUs only, the request is QUOTA_EXCEEDED, since MIG instances need a `gpu.mig` row; after a `gpu.mig`
+offer it books, and a retry with the same key returns the same reservation.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from typing import Any
 
 import pytest
 
-from better_compute.client import Compute, ConflictError, InvalidStateError, QuotaExceededError
+from better_compute.client import (
+    Compute,
+    ConflictError,
+    InvalidStateError,
+    NotFoundError,
+    QuotaExceededError,
+)
 from tests.e2e.conftest import Server
 
 pytestmark = pytest.mark.e2e
@@ -38,13 +44,19 @@ def test_seed_reservation(server: Server) -> None:
         token = admin.credentials.create(tenant_id="acme", name="ana").token
 
         with Compute(server.url, token) as acme:
+            # A pool acme has no quota rows in is one it cannot see, answered like a missing pool.
+            with pytest.raises(NotFoundError) as unseen:
+                acme.reservations.create(pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY)
+            assert unseen.value.status_code == 404
+            # Offered whole GPUs only, it sees the pool; a MIG instance needs a gpu.mig row.
+            admin.pools.offer(POOL, tenant_id="acme", quota={"gpu": 1})
             with pytest.raises(QuotaExceededError) as refused:
                 acme.reservations.create(pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY)
             assert refused.value.status_code == 409
             assert refused.value.details["class"] == "gpu.mig"
 
             offered = admin.pools.offer(POOL, tenant_id="acme", quota={"gpu.mig": 2})
-            assert {(q.cls, q.limit) for q in offered.quotas} == {("gpu.mig", 2)}
+            assert {(q.cls, q.limit) for q in offered.quotas} == {("gpu", 1), ("gpu.mig", 2)}
 
             first = acme.reservations.create(
                 pool_id=POOL, devices=NOTEBOOK, duration="4h", idempotency_key=KEY
