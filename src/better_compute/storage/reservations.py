@@ -53,12 +53,18 @@ def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, lis
 
 _PG_TAIL_EVENTS = (
     # The events after `last` (one page of ids), and those at or below it written by a transaction
-    # that could still commit then (service.event_tail); `ev` carries each event's transaction.
+    # that could still commit then (service.event_tail): one of `open`, or one from `from` on. Each
+    # part is shaped to be looked up by its own index under a generic plan: a bare `tx >= $from`
+    # looks to the planner as broad as `id <= $last`, and it would scan every event below `last`
+    # (a transaction id 2^31 past `from` cannot occur between two reads), and `id + 0` keeps the
+    # id index out of the transactions' parts. An event both parts find is taken once
+    # (service.event_tail).
     "(SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject,"
     " 'payload', payload, 'tx', tx) ORDER BY id), '[]')"
     " FROM ((SELECT * FROM events WHERE id > %(last)s::bigint AND id <= %(last)s::bigint + %(limit)s::bigint)"
-    " UNION ALL (SELECT * FROM events WHERE id <= %(last)s::bigint"
-    " AND (tx = ANY(%(open)s::bigint[]) OR tx >= %(from)s::bigint))) ev)"
+    " UNION ALL (SELECT * FROM events WHERE tx = ANY(%(open)s::bigint[]) AND id + 0 <= %(last)s::bigint)"
+    " UNION ALL (SELECT * FROM events WHERE tx >= %(from)s::bigint"
+    " AND tx < %(from)s::bigint + 2147483648 AND id + 0 <= %(last)s::bigint)) ev)"
 )
 _PG_TAIL_STATE = (
     # The log's last id, and what this statement's snapshot could not see: transactions from `xmax`
