@@ -71,3 +71,25 @@ def test_existence_leaks_an_owner_cannot_probe_tenant_ids(store: Store) -> None:
     assert api.call("admin", "tenants.create", {"id": "ghost-tenant", "name": "Ghost"}).status_code == 201
     rows = api.call("admin", "quotas.list", {"tenantId": "ghost-tenant"}).json()["items"]
     assert {(r["class"], r["limit"]) for r in rows} == {("gpu", 2), ("gpu.mig", 3)}
+
+
+def test_existence_leaks_an_owner_offer_answers_alike_for_a_tenant_the_admin_already_offered_to(
+    store: Store,
+) -> None:
+    """Rows the admin wrote exist only for real tenants: an owner's answer shows only its own rows."""
+    api = load(store)
+    offer = {"poolId": "p1", "tenantId": "beta", "quota": {"gpu.mig": 2}}
+    assert api.call("admin", "pools.offer", offer).status_code == 200
+    answers = {}
+    for tenant in ("beta", "ghost-tenant"):
+        r = api.call("platform", "pools.offer", {"poolId": "p1", "tenantId": tenant, "quota": {"gpu": 1}})
+        answers[tenant] = (r.status_code, json.dumps(r.json(), sort_keys=True).replace(tenant, "<tenant>"))
+    assert answers["beta"] == answers["ghost-tenant"]
+
+
+def test_existence_leaks_nodes_do_not_name_pools_the_tenant_cannot_see(store: Store) -> None:
+    api = load(store)  # p1 owned by platform; acme has no rows in it
+    assert api.call("acme", "pools.get", {"id": "p1"}).status_code == 404
+    assert {n["poolId"] for n in api.call("acme", "nodes.list").json()["items"]} == {None}
+    assert {n["poolId"] for n in api.call("platform", "nodes.list").json()["items"]} == {"p1"}
+    assert {n["poolId"] for n in api.call("admin", "nodes.list").json()["items"]} == {"p1"}

@@ -130,6 +130,8 @@ class BookingIndex:
         self._by_day: dict[int, set[str]] = defaultdict(set)
         self._long: set[str] = set()
         self._pools: dict[str, PoolAtoms] = {}
+        self._pools_generation = 0
+        """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._claimed: Counter[str] = Counter()
 
     # -- keeping up ------------------------------------------------------------------------------
@@ -174,15 +176,11 @@ class BookingIndex:
         if not complete:
             self.sync(tx)
 
-    def reset(self) -> None:
+    def reload(self, tx: Tx) -> None:
+        """Rebuild the index from the ledger itself, under the lock: no reader ever sees it empty
+        (a decision on an emptied index would count nothing the tenant holds)."""
         with self._lock:
-            self._tail.reset()
-            self._by_allocation.clear()
-            self._by_atom.clear()
-            self._by_hour.clear()
-            self._by_day.clear()
-            self._long.clear()
-            self._pools.clear()
+            self._load(tx)
 
     def _load(self, tx: Tx) -> None:
         # The log's position first, then the bookings: a booking committed in between is in the load
@@ -193,7 +191,7 @@ class BookingIndex:
         self._by_hour.clear()
         self._by_day.clear()
         self._long.clear()
-        self._pools.clear()
+        self._forget_pools()
         for row in tx.reservations.live_bookings(_EPOCH):
             owner = (row["tenant_id"], row["pool_id"], row["class"])
             self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"], owner)
@@ -220,7 +218,7 @@ class BookingIndex:
         elif kind == "ledger.cancelled":
             self._drop(subject)
         elif kind not in _QUIET_EVENTS:
-            self._pools.clear()  # inventory or pool changes: atoms are re-read on next use
+            self._forget_pools()  # inventory or pool changes: atoms are re-read on next use
 
     def _buckets_of(self, start: datetime, end: datetime | None) -> tuple[dict[int, set[str]], range] | None:
         """Where a booking is filed: hour or day buckets, or None for the set of long ones."""
@@ -352,18 +350,30 @@ class BookingIndex:
                 ]
         return out
 
+    def _forget_pools(self, pool_id: str | None = None) -> None:
+        """Drop every pool's atoms, or one pool's (the caller holds the lock)."""
+        if pool_id is None:
+            self._pools.clear()
+        else:
+            self._pools.pop(pool_id, None)
+        self._pools_generation += 1
+
     def forget_pool(self, pool_id: str) -> None:
         """Drop the pool's atoms: they are read again on next use (after a commit found one gone)."""
         with self._lock:
-            self._pools.pop(pool_id, None)
+            self._forget_pools(pool_id)
 
     def pool_atoms(self, tx: Tx, pool_id: str) -> PoolAtoms:
         with self._lock:
             cached = self._pools.get(pool_id)
+            generation = self._pools_generation
         if cached is not None:
             return cached
         rows = tx.inventory.list("atoms", filters={"pool_id": pool_id, "present": True})
         loaded = PoolAtoms({r["id"]: atom_from_row(r) for r in rows})
         with self._lock:
-            self._pools[pool_id] = loaded
+            # Kept only if nothing was dropped meanwhile: an inventory change applied while these
+            # rows were read may be newer than them (they are used for this request all the same).
+            if self._pools_generation == generation:
+                self._pools[pool_id] = loaded
         return loaded

@@ -133,5 +133,10 @@ class EventTail:
             self._done.clear()
             self._horizon = snapshot
         else:
+            # The whole page is behind the reader now, seen or not: an id in it that this snapshot
+            # could not see belongs to a transaction in progress (asked about from now on), one from
+            # `xmax` on (asked about already) or one that never commits. Without this a page of
+            # ids that are all unseen (a rolled-back bulk write) would be read again for ever.
+            self.last = max(self.last, read.last + PAGE)
             self._open |= snapshot.in_progress
         return fresh

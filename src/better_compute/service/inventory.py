@@ -129,6 +129,9 @@ def _constant(sharing: PoolSharing | None) -> Callable[[str], PoolSharing | None
 def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
     """Ingest within an open transaction (used by the fleet loader and by `ingest`)."""
     node_ids = [r.node for r in reports]
+    # Before reading which pool each node is in: a pool change that moves these nodes commits first,
+    # or waits for this report (it derives again from what this writes).
+    tx.inventory.lock_nodes(node_ids)
     known = tx.inventory.nodes_by_id(node_ids)
     missing = [n for n in node_ids if n not in known]
     if missing:
@@ -210,16 +213,23 @@ def list_rows(
 
 
 def list_nodes(
-    store: StorePort, *, cluster: str | None = None, limit: int | None = None, after: str | None = None
+    store: StorePort,
+    *,
+    cluster: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    pools: Collection[str] | None = None,
 ) -> list[Row]:
+    """Nodes with the pool each is in; `pools`, when given, are the pools the caller may see, and
+    a node in any other pool shows none (its name would reveal that the pool exists)."""
     with store.read() as tx:
         found = tx.inventory.list(
             "nodes", filters={"cluster_id": cluster} if cluster else None, limit=limit, after=after
         )
-        pools = tx.inventory.pools_of_nodes([n["id"] for n in found])
+        of_node = tx.inventory.pools_of_nodes([n["id"] for n in found])
     for node in found:
-        pool = pools.get(node["id"])
-        node["pool_id"] = pool["id"] if pool else None
+        pool = of_node.get(node["id"])
+        node["pool_id"] = pool["id"] if pool and (pools is None or pool["id"] in pools) else None
     return found
 
 

@@ -306,11 +306,13 @@ def _update_once(
         "pools", pool_id, {"generation": current}, {"policy": new_policy, "generation": current + 1}
     ):
         raise _Raced
-    if added or removed:
-        _set_members(tx, pool_id, new_members)
     touched = set(added) | set(removed)
     if new_policy.get("replicas") != old_policy.get("replicas"):
         touched |= set(new_members)
+    # Node reports derive these nodes' atoms from their membership: they wait for this change.
+    tx.inventory.lock_nodes(sorted(touched))
+    if added or removed:
+        _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
     tx.events.append(
         "pool.updated",

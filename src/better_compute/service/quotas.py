@@ -73,7 +73,8 @@ def grant(
     now: datetime,
     event: str,
 ) -> list[Row]:
-    """Give `tenant_id` rows in `pool` after the single-tenant check; returns all its rows there.
+    """Give `tenant_id` rows in `pool` after the single-tenant check; returns its rows there (to a
+    pool owner, only those just written).
 
     The admin is told when the tenant does not exist. A pool owner is not: its rows are kept for
     that id either way (they take effect if the admin creates the tenant), so that the answer does
@@ -83,7 +84,9 @@ def grant(
     check_offer(check_mode(pool["mode"]), pool["owner_tenant_id"], tenant_id)
     write_rows(tx, tenant_id, pool["id"], limits, now)
     tx.events.append(event, pool["id"], {"tenantId": tenant_id, "quota": dict(limits)}, now)
-    return rows_of(tx, tenant_id, pool["id"])
+    rows = rows_of(tx, tenant_id, pool["id"])
+    # An owner sees only the rows it wrote: other rows (the admin's) exist only for real tenants.
+    return rows if principal.is_admin else [r for r in rows if r["class"] in limits]
 
 
 def set_quota(

@@ -206,11 +206,11 @@ def create(
         except Overlap as clash:
             if attempt == MAX_ATTEMPTS - 1:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
-            if attempt == 0:
-                with store.read() as tx:
+            with store.read() as tx:
+                if attempt == 0:
                     index.sync(tx)  # usually a booking that committed a moment ago
-            else:
-                index.reset()  # twice behind: rebuild the index from the ledger itself
+                else:
+                    index.reload(tx)  # twice behind: rebuild the index from the ledger itself
         except NotBookable as gone:
             # An atom chosen stopped being bookable (a pool change, a node report) between the read
             # and the commit: nothing was written; the index learns the change and chooses again.

@@ -76,6 +76,19 @@ def nodes_by_id(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
     return {r["id"]: r for r in rows(conn, select(nodes).where(nodes.c.id.in_(list(node_ids))))}
 
 
+def lock_nodes(conn: Connection, node_ids: Sequence[str]) -> None:
+    """Lock the nodes' rows until the transaction ends (PostgreSQL; SQLite serialises writers), in
+    id order so that lockers never wait on each other in a cycle. FOR NO KEY UPDATE: other writers
+    that merely refer to a node (a foreign key's check) are not held up."""
+    if conn.dialect.name == "postgresql" and node_ids:
+        conn.execute(
+            select(nodes.c.id)
+            .where(nodes.c.id.in_(sorted(node_ids)))
+            .order_by(nodes.c.id)
+            .with_for_update(key_share=True)
+        )
+
+
 def pools_of_nodes(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
     """The pool (row) of each node that belongs to one."""
     stmt = select(pool_nodes.c.node_id, pools).join(pools, pools.c.id == pool_nodes.c.pool_id)

@@ -179,6 +179,8 @@ def _book_postgres(
         ).fetchone()
     except psycopg.errors.ExclusionViolation as exc:
         raise overlap_from(exc) from None
+    except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+        raise contended() from None
     return int(row[0]) if row is not None else 0
 
 
@@ -186,6 +188,13 @@ def overlap_from(exc: psycopg.errors.ExclusionViolation) -> Overlap:
     """The atom PostgreSQL names in an exclusion violation, as an Overlap."""
     match = _PG_KEY.search(exc.diag.message_detail or "")
     return Overlap(match.group(1) if match else None)
+
+
+def contended() -> Overlap:
+    """Two bookings of one atom that both waited on a third transaction's booking of it (say one
+    that then rolled back) re-check each other when it ends, and PostgreSQL breaks the deadlock by
+    refusing one. Nothing was written: to the caller it is a lost race for the atom, decided again."""
+    return Overlap(None)
 
 
 def book(

@@ -381,6 +381,8 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
         db.commit()
     except psycopg.errors.ExclusionViolation as exc:
         raise ledger.overlap_from(exc) from None
+    except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+        raise ledger.contended() from None
     except psycopg.errors.UniqueViolation:
         raise _key_taken(row) from None
     if result is None or int(result[0]) != len(ids):

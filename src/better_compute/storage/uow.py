@@ -71,6 +71,9 @@ class SqlInventory:
     def atoms_of_nodes(self, node_ids: Sequence[str]) -> list[Row]:
         return inv.atoms_of_nodes(self.conn, node_ids)
 
+    def lock_nodes(self, node_ids: Sequence[str]) -> None:
+        inv.lock_nodes(self.conn, node_ids)
+
     def pools_of_nodes(self, node_ids: Sequence[str]) -> dict[str, Row]:
         return inv.pools_of_nodes(self.conn, node_ids)
 

@@ -33,9 +33,15 @@ def list_clusters(store: StoreDep, limit: LimitQ = 100, cursor: CursorQ = None) 
 
 @router.get("/nodes", response_model=Page[NodePublic])
 def list_nodes(
-    store: StoreDep, cluster: str | None = None, limit: LimitQ = 100, cursor: CursorQ = None
+    store: StoreDep,
+    principal: PrincipalDep,
+    cluster: str | None = None,
+    limit: LimitQ = 100,
+    cursor: CursorQ = None,
 ) -> dict[str, Any]:
-    found = inventory.list_nodes(store, cluster=cluster, limit=limit, after=cursor)
+    found = inventory.list_nodes(
+        store, cluster=cluster, limit=limit, after=cursor, pools=pools.visible_pool_ids(store, principal)
+    )
     items = [
         NodePublic(
             id=r["id"],
