@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import errors, guards
+from better_compute.api import errors, guards, links
 from better_compute.api.deps import AppContext
 from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, BodyLimits
 from better_compute.api.routes import (
@@ -89,6 +89,7 @@ def create_app(
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    links.install(app)
     # Added last, so outermost: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
     return app
