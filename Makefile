@@ -6,7 +6,7 @@ DB_URL ?= $(if $(BC_DATABASE_URL),$(BC_DATABASE_URL),sqlite:///better-compute.db
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt check pytest bench-quick openapi clean
+.PHONY: run test lint fmt check pytest fuzz bench-quick openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,17 @@ pytest: $(VENV)/.installed-test
 fmt: $(VENV)/.installed-test
 	$(BIN)/ruff format src tests bench
 	$(BIN)/ruff check --fix src tests bench
+
+# The API fuzz tests at length (tests/reliability/test_fuzz.py; `make test` runs them short): schemathesis
+# sends FUZZ_EXAMPLES generated requests per operation and token and FUZZ_SCENARIOS linked scenarios of
+# up to FUZZ_STEPS calls, and fails on any 5xx. A few minutes; the same counts repeat the same run.
+FUZZ_EXAMPLES ?= 500
+FUZZ_SCENARIOS ?= 200
+FUZZ_STEPS ?= 8
+
+fuzz: $(VENV)/.installed-test
+	BC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) BC_FUZZ_SCENARIOS=$(FUZZ_SCENARIOS) BC_FUZZ_STEPS=$(FUZZ_STEPS) \
+		$(BIN)/pytest tests/reliability/test_fuzz.py --timeout=1800 --durations=5
 
 bench-quick: $(VENV)/.installed-test
 	$(BIN)/python bench/ledger.py --quick
