@@ -287,3 +287,48 @@ def test_the_openapi_document_declares_the_domains_limits() -> None:
     assert schemas["Selector"]["properties"]["matchExpressions"]["maxItems"] == 32
     assert values["maxItems"] == 256
     assert {"type": "string", "maxLength": 256} in values["items"]["anyOf"]
+
+
+REQUEST_SHAPES = [
+    # 6. A body over the cap is refused before it is read (413), whatever route it is sent to.
+    pytest.param(
+        ("POST", "/v1/reservations", b"{" + b" " * 1_048_576 + b"}", 413),
+        "the request body is larger than the limit of 1048576 bytes",
+        id="unbounded-memory-from-a-large-reservation-body",
+    ),
+    pytest.param(
+        ("POST", "/v1/tenants", b"[" + b"1," * 600_000 + b"1]", 413),
+        "the request body is larger than the limit of 1048576 bytes",
+        id="unbounded-memory-from-a-large-body-on-another-route",
+    ),
+    # 10. Unknown query parameters were ignored (every atom of every pool was listed).
+    pytest.param(
+        ("GET", "/v1/atoms?poolId=p1", None, 400),
+        "poolId: unknown query parameter",
+        id="unknown-query-parameter-on-atoms",
+    ),
+    pytest.param(
+        ("GET", "/v1/reservations?pool_id=p1", None, 400),
+        "pool_id: unknown query parameter",
+        id="unknown-query-parameter-on-reservations",
+    ),
+    pytest.param(
+        ("GET", "/v1/nodes?clusterId=c1", None, 400),
+        "clusterId: unknown query parameter",
+        id="unknown-query-parameter-on-nodes",
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_", "message"), REQUEST_SHAPES)
+def test_bad_request_shapes_are_invalid_input_naming_the_limit(
+    store: Store, request_: tuple[str, str, bytes | None, int], message: str
+) -> None:
+    app = App(store)
+    verb, path, body, status = request_
+    headers = {**bearer(app.tokens["acme"]), "Content-Type": "application/json"}
+    response = app.client.request(verb, path, content=body, headers=headers)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["code"] == "INVALID_INPUT", error
+    assert message in error["message"], error
