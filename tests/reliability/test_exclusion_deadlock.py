@@ -29,26 +29,11 @@ from better_compute.service import reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.reliability.interleave import libpq_url, lock_waiters
 
 OWNER = Principal(tenant_id="platform", is_admin=False, credential_id="d-platform")
 ACME = Principal(tenant_id="acme", is_admin=False, credential_id="d-acme")
 REQ = {"poolId": "p1", "devices": [{"class": "gpu", "count": 1}], "duration": "1h"}
-
-
-def _url(store: Store) -> str:
-    return store.engine.url.render_as_string(hide_password=False).replace("postgresql+psycopg", "postgresql")
-
-
-def _lock_waiters(store: Store) -> int:
-    with store.engine.connect() as conn:
-        return int(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 @pytest.mark.postgres
@@ -79,7 +64,7 @@ def test_two_admissions_waiting_on_a_rolled_back_booking_do_not_fail_with_a_500(
         except BaseException as exc:  # what the API would answer 500 for
             outcomes[name] = f"500: {type(exc).__name__}: {exc}".splitlines()[0]
 
-    with psycopg.connect(_url(store)) as s:
+    with psycopg.connect(libpq_url(store)) as s:
         for atom_id, gpu_id in atoms:  # S books every atom, uncommitted
             s.execute(
                 "INSERT INTO bookings (atom_id, gpu_id, pool_id, class, tenant_id, allocation_id,"
@@ -94,10 +79,10 @@ def test_two_admissions_waiting_on_a_rolled_back_booking_do_not_fail_with_a_500(
         for t in threads:
             t.start()
         for _ in range(200):
-            if _lock_waiters(store) >= 2:
+            if lock_waiters(store) >= 2:
                 break
             threads[0].join(0.05)
-        assert _lock_waiters(store) >= 2, outcomes
+        assert lock_waiters(store) >= 2, outcomes
         s.rollback()
     for t in threads:
         t.join(30)

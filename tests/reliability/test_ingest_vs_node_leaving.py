@@ -29,6 +29,7 @@ from better_compute.service.booking_index import BookingIndex
 from better_compute.service.rederive import stored_reports
 from better_compute.storage.store import Store
 from tests.builders import T0, at, small_fleet
+from tests.reliability.interleave import until_blocked
 
 OWNER = Principal(tenant_id="platform", is_admin=False, credential_id="i-platform")
 STRANDED_SQL = (
@@ -43,18 +44,6 @@ def _report(store: Store, node: str, healthy: bool):  # type: ignore[no-untyped-
         (report,) = stored_reports(tx, [node])
     first = dataclasses.replace(report.gpus[0], healthy=healthy)
     return dataclasses.replace(report, gpus=(first, *report.gpus[1:]))
-
-
-def _waiting_on_a_lock(store: Store) -> bool:
-    with store.engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 @pytest.mark.postgres
@@ -77,10 +66,7 @@ def test_a_report_during_node_removal_does_not_put_the_atoms_back(pg_store: Stor
     try:
         pools_service._update_once(tx, "p1", None, ["n-2"], None, None, T0)  # n-1 leaves p1
         racer.start()
-        for _ in range(200):
-            if not racer.is_alive() or _waiting_on_a_lock(store):
-                break
-            racer.join(0.05)
+        until_blocked(store, racer)
     except BaseException:
         change.__exit__(*sys.exc_info())
         raise

@@ -26,6 +26,7 @@ from better_compute.service import booking_index, reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.reliability.interleave import libpq_url, until_blocked
 
 ACME = Principal(tenant_id="acme", is_admin=False, credential_id="stall-acme")
 BETA = Principal(tenant_id="beta", is_admin=False, credential_id="stall-beta")
@@ -36,22 +37,6 @@ def _request(mig_uuid: str | None = None, op: str = "In") -> dict[str, Any]:
     if mig_uuid is not None:
         device["selector"] = {"matchExpressions": [{"key": "migUuid", "op": op, "values": [mig_uuid]}]}
     return {"poolId": "p1", "devices": [device], "duration": "1h"}
-
-
-def _url(store: Store) -> str:
-    return store.engine.url.render_as_string(hide_password=False).replace("postgresql+psycopg", "postgresql")
-
-
-def _waiting_on_a_lock(store: Store) -> bool:
-    with store.engine.connect() as conn:
-        return bool(
-            conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND wait_event_type = 'Lock'"
-                )
-            ).scalar_one()
-        )
 
 
 @pytest.mark.postgres
@@ -90,15 +75,12 @@ def test_invisible_commit_stall_still_counts_against_quota(
         except BaseException as exc:  # reported below
             outcome["error"] = exc
 
-    with psycopg.connect(_url(store)) as stall:
+    with psycopg.connect(libpq_url(store)) as stall:
         # Another session holds acme's row: acme's commit waits on it after its events have ids.
         stall.execute("SELECT id FROM tenants WHERE id = 'acme' FOR UPDATE")
         held_up = threading.Thread(target=first_acme)
         held_up.start()
-        for _ in range(400):
-            if _waiting_on_a_lock(store) or not held_up.is_alive():
-                break
-            held_up.join(0.05)
+        until_blocked(store, held_up)
         assert held_up.is_alive(), outcome
         # Meanwhile other commits pass it in the event log, and the index reads past its ids.
         for _ in range(3):

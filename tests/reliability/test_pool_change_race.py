@@ -24,6 +24,7 @@ from better_compute.service import reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.reliability.interleave import until_blocked
 from tests.reliability.pool_race_worker import OWNER, book, change
 
 BOOKERS = 3
@@ -64,17 +65,6 @@ def test_pool_change_race_leaves_no_booking_on_a_removed_atom(store: Store, kind
     assert set(booked) <= {"booked", "cancelled", "refused:INSUFFICIENT_CAPACITY", "refused:CONFLICT"}
     assert set(changed) <= {"shrunk", "grown", "refused:INVALID_STATE"}
     assert stranded == 0, (booked, changed)
-
-
-def _waiting_on_a_lock(store: Store) -> bool:
-    with store.engine.connect() as conn:
-        waiting = conn.execute(
-            text(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-                " AND wait_event_type = 'Lock'"
-            )
-        ).scalar_one()
-    return bool(waiting)
 
 
 @pytest.mark.postgres
@@ -125,10 +115,7 @@ def test_pool_change_race_a_booking_committing_inside_the_change_is_refused(
     try:
         pools_service._update_once(tx, "p1", policy, nodes, None, None, T0)
         racer.start()
-        for _ in range(200):  # until the reservation either finished or waits on the change's locks
-            if not racer.is_alive() or _waiting_on_a_lock(store):
-                break
-            racer.join(0.05)
+        until_blocked(store, racer)  # the reservation either finished or waits on the change's locks
     except BaseException:
         change.__exit__(*sys.exc_info())
         raise
