@@ -9,6 +9,7 @@ on the ledger itself.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import sys
 import threading
 from collections import Counter
@@ -27,9 +28,11 @@ from tests.builders import T0, small_fleet
 from tests.reliability.interleave import until_blocked
 from tests.reliability.pool_race_worker import OWNER, book, change
 
+SCALE = int(os.environ.get("BC_RACE_SCALE", "1"))
+"""Raise for a soak: `BC_RACE_SCALE=8` makes 1,600 reservations per booker against 1,600 changes."""
 BOOKERS = 3
-ATTEMPTS = 200
-CHANGES = 200
+ATTEMPTS = 200 * SCALE
+CHANGES = 200 * SCALE
 
 STRANDED_SQL = (
     "SELECT count(*) FROM bookings b JOIN atoms a ON a.id = b.atom_id"
@@ -53,8 +56,8 @@ def test_pool_change_race_leaves_no_booking_on_a_removed_atom(store: Store, kind
     with ctx.Pool(BOOKERS + 1) as workers:
         changer = workers.apply_async(change, (url, kind, CHANGES))
         bookers = [workers.apply_async(book, (url, w, ATTEMPTS, 11)) for w in range(BOOKERS)]
-        booked: Counter[str] = sum((b.get(timeout=240) for b in bookers), Counter())
-        changed = changer.get(timeout=240)
+        booked: Counter[str] = sum((b.get(timeout=240 * SCALE) for b in bookers), Counter())
+        changed = changer.get(timeout=240 * SCALE)
 
     with store.engine.connect() as conn:
         stranded = conn.execute(text(STRANDED_SQL), {"now": T0}).scalar_one()
