@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -251,7 +250,8 @@ def test_matching_filters_class_bookability_and_selector() -> None:
     assert [a.id for a in matching(req("gpu.mig", migProfile=["3g.40gb"]), atoms)] == ["g2/mig:2.0"]
 
 
-def test_a_big_candidate_set_is_fast() -> None:
+def test_a_big_candidate_set_is_chosen_on_the_fullest_gpu() -> None:
+    # How fast: bench/reservations.py times admission over 56,000 atoms (timings live in benchmarks).
     atoms: list[Atom] = []
     for n in range(250):
         for g in range(8):
@@ -264,11 +264,8 @@ def test_a_big_candidate_set_is_fast() -> None:
         req("gpu.mig", 40, migProfile=["2g.20gb"]),
         req("gpu.mig", 1),
     ]
-    began = time.perf_counter()
     result = choose(requests, atoms, busy)
-    elapsed = time.perf_counter() - began
     assert isinstance(result, Chosen)
-    assert elapsed < 2.0, elapsed
     gpus_of_first = {a.split("/")[0] for a in result.atoms_per_request[0]}
     assert len(gpus_of_first) == 1 and busy[next(iter(gpus_of_first))] == 4
 
