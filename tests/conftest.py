@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import psycopg
 import pytest
@@ -39,6 +40,20 @@ def postgres_url() -> Iterator[str]:
         yield _with_database(admin_url, name)
     finally:
         with psycopg.connect(admin_url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def own_database(postgres_url: str, prefix: str) -> Iterator[str]:
+    """A database of one test's own on the run's PostgreSQL server (for a server process to own),
+    as a libpq URL; dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield _with_database(postgres_url, name)
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

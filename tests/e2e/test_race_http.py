@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials, quotas, tenants
 from better_compute.storage.store import Store
 from tests.builders import small_fleet
+from tests.conftest import own_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
 
@@ -34,15 +34,8 @@ ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="race")
 @pytest.fixture
 def race_database(postgres_url: str) -> Iterator[str]:
     """A database of this test's own on the run's PostgreSQL server (the server process owns it)."""
-    name = f"bc_race_{uuid.uuid4().hex[:10]}"
-    base = postgres_url.rpartition("/")[0]
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{base}/{name}"
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database(postgres_url, "bc_race") as url:
+        yield url
 
 
 def _free_port() -> int:

@@ -15,14 +15,12 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 from sqlalchemy import text
 
@@ -32,6 +30,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials, quotas
 from better_compute.storage.store import Store
 from tests.builders import small_fleet
+from tests.conftest import own_database
 from tests.e2e.conftest import free_port
 
 pytestmark = pytest.mark.e2e
@@ -52,15 +51,8 @@ def database(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'kill9.db'}"
         return
-    postgres_url: str = request.getfixturevalue("postgres_url")
-    name = f"bc_kill9_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{postgres_url.rpartition('/')[0]}/{name}"
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with own_database(request.getfixturevalue("postgres_url"), "bc_kill9") as url:
+        yield url
 
 
 def _serve(database: str, port: int, log: Path) -> subprocess.Popen[bytes]:

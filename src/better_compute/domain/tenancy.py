@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
+from typing import TypeVar
 
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import Forbidden, InvalidInput, NotFound
@@ -154,3 +155,15 @@ def tenant_scope(principal: Principal, requested: str | None) -> str | None:
     if requested is not None and requested != principal.tenant_id:
         raise tenant_not_found(requested)
     return principal.tenant_id
+
+
+QuotaRow = TypeVar("QuotaRow", bound=Mapping[str, object])
+
+
+def granted_rows_shown(
+    principal: Principal, rows: Sequence[QuotaRow], written: Collection[str]
+) -> list[QuotaRow]:
+    """What an answer to a quota grant shows: the admin every row the tenant has in the pool, a
+    pool's owner only the classes it just wrote. Other rows (the admin's) exist only for tenants that
+    exist, so showing them to an owner would tell it which tenant ids are real."""
+    return list(rows) if principal.is_admin else [r for r in rows if r["class"] in written]

@@ -15,6 +15,7 @@ from better_compute.domain.pools import check_mode
 from better_compute.domain.quota import parse_quota_limits
 from better_compute.domain.tenancy import (
     check_ref,
+    granted_rows_shown,
     pool_not_found,
     require_pool_owner,
     tenant_not_found,
@@ -84,9 +85,7 @@ def grant(
     check_offer(check_mode(pool["mode"]), pool["owner_tenant_id"], tenant_id)
     write_rows(tx, tenant_id, pool["id"], limits, now)
     tx.events.append(event, pool["id"], {"tenantId": tenant_id, "quota": dict(limits)}, now)
-    rows = rows_of(tx, tenant_id, pool["id"])
-    # An owner sees only the rows it wrote: other rows (the admin's) exist only for real tenants.
-    return rows if principal.is_admin else [r for r in rows if r["class"] in limits]
+    return granted_rows_shown(principal, rows_of(tx, tenant_id, pool["id"]), limits)
 
 
 def set_quota(
