@@ -92,7 +92,7 @@ def admin_token(store: object, now: datetime = T0) -> str:
     """A fresh fleet-admin bearer token in `store` (another one if some exist)."""
     from better_compute.service import credentials
 
-    return str(credentials.bootstrap_admin(store, now, force=True)["token"])  # type: ignore[arg-type]
+    return credentials.bootstrap_admin(store, now, force=True).token
 
 
 def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
@@ -101,7 +101,7 @@ def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
     from better_compute.service import credentials
 
     admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
-    return str(credentials.create(store, admin, tenant_id, None, now)["token"])  # type: ignore[arg-type]
+    return credentials.create(store, admin, tenant_id, None, now).token
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -120,3 +120,18 @@ def api_client(store: object, now: datetime = T0):  # type: ignore[no-untyped-de
         from fastapi.testclient import TestClient
 
     return TestClient(create_app(store, clock=lambda: now))  # type: ignore[arg-type]
+
+
+def stored_events(store: object, type_: str | None = None) -> list[dict[str, object]]:
+    """The event log as stored (id order), optionally of one type: what tests assert events on."""
+    from sqlalchemy import select
+
+    from better_compute.storage.store import Store
+    from better_compute.storage.tables import events
+
+    assert isinstance(store, Store)
+    stmt = select(events).order_by(events.c.id)
+    if type_ is not None:
+        stmt = stmt.where(events.c.type == type_)
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from better_compute.domain.records import Tenant
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from better_compute.wire.methods import METHODS
@@ -20,7 +21,7 @@ class Api:
         self.client = api_client(store)
         self.tokens = {"admin": admin_token(store)}
         with store.begin() as tx:
-            tx.inventory.upsert("tenants", [{"id": "beta", "name": "Beta", "created_at": T0}], ["id"])
+            tx.tenants.put([Tenant("beta", "Beta", T0)])
         for tenant in ("platform", "acme", "beta"):
             self.tokens[tenant] = tenant_token(store, tenant)
 

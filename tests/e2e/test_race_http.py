@@ -53,8 +53,8 @@ def server(race_database: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     for tenant in ("acme", "globex"):
         with store.begin() as tx:
             quotas.write_rows(tx, tenant, "p1", {"gpu.mig": 100}, now)
-    token_acme = str(credentials.create(store, ADMIN, "acme", "race", now)["token"])
-    token_globex = str(credentials.create(store, ADMIN, "globex", "race", now)["token"])
+    token_acme = credentials.create(store, ADMIN, "acme", "race", now).token
+    token_globex = credentials.create(store, ADMIN, "globex", "race", now).token
     store.close()
     port = _free_port()
     cli = Path(sys.executable).with_name("better-compute")

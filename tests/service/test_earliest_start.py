@@ -42,7 +42,8 @@ def index_with(*bookings: tuple[str, float, float]) -> BookingIndex:
     """An index holding (atom, start hour, end hour) bookings, fed as the event log would feed it."""
     index = BookingIndex()
     tx: Any = SimpleNamespace(
-        reservations=SimpleNamespace(tail_start=lambda: (0, LogSnapshot()), live_bookings=lambda since: [])
+        events=SimpleNamespace(tail_start=lambda: (0, LogSnapshot())),
+        ledger=SimpleNamespace(live_bookings=lambda since: []),
     )
     read = index.prepare(tx)
     events = [

@@ -160,7 +160,7 @@ def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(
         with pg.begin() as tx:
             pg_simple.forget(tx.conn)
         again = booker.reserve()
-        return [made.row["id"], again.row["id"], *sorted(booker.prepared())]
+        return [made.id, again.id, *sorted(booker.prepared())]
 
     assert _kept(pg, work) == ["rsv-batch-1", "rsv-batch-2", *sorted(ADMISSION_STATEMENTS)]
     # The first, one after the drop (refused, then repeated after preparing again), the last.
@@ -174,7 +174,7 @@ def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str, b
     def work() -> tuple[str, str, bool]:
         first = booker.reserve(key, hour=5)
         again = booker.reserve(key, hour=5)
-        return first.row["id"], again.row["id"], again.replayed
+        return first.id, again.id, again.replayed
 
     first, again, replayed = _kept(pg, work)
     assert (first, again, replayed) == ("rsv-batch-0", "rsv-batch-0", True)

@@ -63,6 +63,8 @@ class Atom:
     numa_node: int | None
     nvlink_domain: str | None
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    present: bool = True
+    """False once its node stopped reporting it: kept, unbookable, so bookings keep pointing at it."""
 
     @property
     def is_parent(self) -> bool:

@@ -123,8 +123,8 @@ def bootstrap(
         raise typer.Exit(1) from None
     finally:
         store.close()
-    typer.echo(f"created fleet-admin credential {issued['id']}; this token is shown only once:")
-    typer.echo(issued["token"])
+    typer.echo(f"created fleet-admin credential {issued.credential.id}; this token is shown only once:")
+    typer.echo(issued.token)
 
 
 __all__ = ["admin_app", "bootstrap", "serve"]

@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import paged, policy_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import policies
 from better_compute.wire.common import Page
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
@@ -29,7 +29,7 @@ def create_policy(body: PolicyCreate, principal: PrincipalDep, store: StoreDep, 
         limits=limits,
         now=now,
     )
-    return public(PolicyPublic, row)
+    return policy_public(row)
 
 
 @router.get("/policies", response_model=Page[PolicyPublic])
@@ -39,4 +39,4 @@ def list_policies(
     found = policies.list_policies(
         store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
     )
-    return paged(PolicyPublic, found)
+    return paged(found, policy_public)
