@@ -114,28 +114,29 @@ def error(r: Any) -> dict[str, Any]:
     return dict(body["error"])
 
 
-def test_seed_example_quota_then_success_then_idempotent_replay(world: World) -> None:
-    seed = [mig("3g.40gb")]
+def test_notebook_example_quota_then_success_then_idempotent_replay(world: World) -> None:
+    # The notebook reservation of docs/concepts.md#reservations: one 3g.40gb for four hours.
+    notebook = [mig("3g.40gb")]
     # A pool acme has no quota in is one it cannot see: the same answer as a pool that does not exist.
-    unseen = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
-    missing = world.reserve(world.acme, "h100-nowhere", seed, idempotencyKey="notebook-ana-0924")
+    unseen = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
+    missing = world.reserve(world.acme, "h100-nowhere", notebook, idempotencyKey="notebook-ana-0924")
     assert unseen.status_code == missing.status_code == 404
     assert error(unseen)["message"] == "pool h100 not found"
     assert error(missing)["message"] == "pool h100-nowhere not found"
     assert error(unseen)["details"] == {"poolId": "h100"}
     # Offered whole GPUs only, it sees the pool, and a MIG instance needs a gpu.mig row.
     world.offer("h100", "acme", gpu=1)
-    refused = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    refused = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert refused.status_code == 409 and error(refused)["code"] == "QUOTA_EXCEEDED"
     world.offer("h100", "acme", gpu_mig=2)
-    first = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    first = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert first.status_code == 201, first.text
     body = first.json()
     assert body["status"] == "active" and body["tenantId"] == "acme" and body["poolId"] == "h100"
     assert body["start"].startswith("2026-12-01T09:00:00") and body["end"].startswith("2026-12-01T13:00:00")
     assert [(a["class"], a["attributes"]["migProfile"]) for a in body["atoms"]] == [("gpu.mig", "3g.40gb")]
     assert (body["gpuCount"], body["gpuSlices"]) == (0, 1)
-    again = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    again = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert again.status_code == 200 and again.json() == body
     other = world.reserve(world.acme, "h100", [mig("2g.20gb")], idempotencyKey="notebook-ana-0924")
     assert other.status_code == 409 and error(other)["code"] == "INVALID_STATE"

@@ -1,4 +1,5 @@
-"""Tenancy through the real app: who may create, see, share and limit what (SPEC 3 and 4)."""
+"""Tenancy through the real app: who may create, see, share and limit what
+(docs/concepts.md#quotas-iam-policies-and-tenancy)."""
 
 from __future__ import annotations
 

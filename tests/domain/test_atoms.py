@@ -1,4 +1,4 @@
-"""SPEC 2.1: every row of the atom table, and the attributes selectors match on."""
+"""Every row of the atom table in docs/concepts.md#atoms, and the attributes selectors match on."""
 
 from __future__ import annotations
 
