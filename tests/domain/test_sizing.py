@@ -119,12 +119,19 @@ def test_too_big_for_anything() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 0, 1),
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 0),
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 1, overhead_gib=-1),
-        lambda: ModelSpec("x", 0, 1, 1, 1),
-        lambda: ModelSpec("x", 1, 0, 1, 1),
-        lambda: Price("H100-80GB", -1),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 0, 1), id="a context of zero tokens"
+        ),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 0), id="no concurrent sequences"
+        ),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 1, overhead_gib=-1),
+            id="a negative overhead",
+        ),
+        pytest.param(lambda: ModelSpec("x", 0, 1, 1, 1), id="a model with no parameters"),
+        pytest.param(lambda: ModelSpec("x", 1, 0, 1, 1), id="a model with no layers"),
+        pytest.param(lambda: Price("H100-80GB", -1), id="a negative price"),
     ],
 )
 def test_bad_inputs(call: object) -> None:
