@@ -48,15 +48,18 @@ def test_tenant_is_optional_on_create() -> None:
 @pytest.mark.parametrize(
     "change",
     [
-        {"devices": []},
-        {"devices": [{"class": "gpu.whole", "count": 1}]},
-        {"devices": [{"class": "gpu", "count": 0}]},
-        {
-            "devices": [
-                {"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "k", "op": "Is"}]}}
-            ]
-        },
-        {"surprise": 1},
+        pytest.param({"devices": []}, id="no devices"),
+        pytest.param({"devices": [{"class": "gpu.whole", "count": 1}]}, id="a class that does not exist"),
+        pytest.param({"devices": [{"class": "gpu", "count": 0}]}, id="a count of zero"),
+        pytest.param(
+            {
+                "devices": [
+                    {"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "k", "op": "Is"}]}}
+                ]
+            },
+            id="an operator that does not exist",
+        ),
+        pytest.param({"surprise": 1}, id="an unknown field"),
     ],
 )
 def test_malformed_requests_are_refused(change: dict[str, object]) -> None:
