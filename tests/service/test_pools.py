@@ -1,4 +1,5 @@
-"""Pool use cases: create over free nodes, update with compare-and-swap, re-derive atoms, offer (SPEC 2, 4)."""
+"""Pool use cases: create over free nodes, update with compare-and-swap, re-derive atoms, offer
+(docs/concepts.md#fleet-pools-and-sharing-modes, docs/concepts.md#quotas-iam-policies-and-tenancy)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The booking ledger's contract, on SQLite and on PostgreSQL alike (SPEC 2.2)."""
+"""The booking ledger's contract, on SQLite and on PostgreSQL alike (docs/concepts.md#the-ledger)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Node inventory -> atoms, exactly as SPEC 2.1's table says.
+"""Node inventory -> atoms, exactly as the table of docs/concepts.md#atoms says.
 
 An atom is the unit the ledger books. Its id is derived from its physical identity (GPU uuid, kind,
 GI/CI or slot number), so re-ingesting a report yields the same ids and bookings keep pointing at them.

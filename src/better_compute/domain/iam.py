@@ -1,4 +1,6 @@
-"""IAM policies on reservations: per-reservation limits on whole GPUs and on fractions (SPEC 3).
+"""IAM policies on reservations: per-reservation limits on whole GPUs and on fractions.
+
+The rule as users read it: docs/concepts.md#quotas-iam-policies-and-tenancy.
 
 A policy is attached to a tenant, in every pool or in one, and caps what a single reservation may
 ask for: `gpuCount` counts whole `gpu` atoms, `gpuSlices` counts fractional atoms (`gpu.mig` and

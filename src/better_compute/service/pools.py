@@ -1,9 +1,9 @@
 """Pools: creating them, changing their policy or nodes, and offering them to other tenants.
 
-A pool's sharing mode decides what its GPUs become (SPEC 2.1), so it is fixed at creation; its policy
-(`replicas`, `migLayout`) and its nodes may change. Every change bumps the pool's `generation`, and a
-change that decided on a stale snapshot is caught by compare-and-swap: retried when the race was the
-server's own, CONFLICT when the client named the generation it had read.
+A pool's sharing mode decides what its GPUs become (docs/concepts.md#atoms), so it is fixed at
+creation; its policy (`replicas`, `migLayout`) and its nodes may change. Every change bumps the
+pool's `generation`, and a change that decided on a stale snapshot is caught by compare-and-swap:
+retried when the race was the server's own, CONFLICT when the client named the generation it had read.
 
 Visibility: the admin sees every pool; a tenant sees the pools it owns and those it has quota rows in.
 Any other pool is NOT_FOUND to it, exactly like a pool that does not exist.
@@ -338,8 +338,8 @@ def offer(
 ) -> list[Quota]:
     """Give a tenant quota rows in a pool (admin or the pool's owner); returns all its rows there.
 
-    timeslice and mps pools are single-tenant (SPEC 4): offering one to anyone but its owner is
-    INVALID_STATE. mig and exclusive pools are offered freely.
+    timeslice and mps pools are single-tenant (docs/concepts.md#quotas-iam-policies-and-tenancy):
+    offering one to anyone but its owner is INVALID_STATE. mig and exclusive pools are offered freely.
     """
     check_ref(pool_id, "poolId")
     check_ref(tenant_id, "tenantId")
