@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.event_tail import Cursor, LogSnapshot
+from better_compute.storage.events import logged
 from tests.builders import T0, at
 
 
@@ -32,6 +33,13 @@ class _Log:
 
     def after(self, read: Cursor) -> tuple[list[dict[str, Any]], int, LogSnapshot]:
         return self.pages.pop(0) if self.pages else ([], read.last, self.snapshot)
+
+
+def _apply(
+    index: BookingIndex, tx: Any, read: Cursor, events: list[dict[str, Any]], newest: int, snap: LogSnapshot
+) -> None:
+    """Apply events given as the log stores them (parsed as the store parses them)."""
+    index.apply(tx, read, logged(events), newest, snap)
 
 
 def _tx(log: _Log) -> Any:
@@ -56,10 +64,10 @@ def test_an_event_that_commits_after_a_later_one_is_not_lost() -> None:
     read = index.prepare(tx)
     assert read == Cursor(10, (), 100)
     # Event 12 (transaction 106) is visible while event 11 (transaction 105) has yet to commit.
-    index.apply(tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
+    _apply(index, tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
     read = index.prepare(tx)
     assert read == Cursor(12, (105,), 107)
-    index.apply(tx, read, [booked(11, "a", "atom-a", 0, 1, tx=105)], 12, LogSnapshot(108))
+    _apply(index, tx, read, [booked(11, "a", "atom-a", 0, 1, tx=105)], 12, LogSnapshot(108))
     assert index.prepare(tx) == Cursor(12, (), 108)
     assert {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))} == {"atom-a", "atom-b"}
 
@@ -71,14 +79,14 @@ def test_invisible_commit_stall_keeps_asking_however_long_it_lasts() -> None:
     index = BookingIndex()
     tx: Any = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
     read = index.prepare(tx)
-    index.apply(tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
+    _apply(index, tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
     for n in range(50):  # other transactions commit; 105 is still in progress in every snapshot
         read = index.prepare(tx)
         assert 105 in read.open
         event = booked(13 + n, f"x{n}", f"atom-x{n}", 0, 1, tx=107 + n)
-        index.apply(tx, read, [event], 13 + n, LogSnapshot(108 + n, frozenset({105})))
+        _apply(index, tx, read, [event], 13 + n, LogSnapshot(108 + n, frozenset({105})))
     read = index.prepare(tx)
-    index.apply(tx, read, [booked(11, "a", "atom-a", 0, 1, tx=105)], 62, LogSnapshot(200))
+    _apply(index, tx, read, [booked(11, "a", "atom-a", 0, 1, tx=105)], 62, LogSnapshot(200))
     assert "atom-a" in {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))}
     assert index.prepare(tx).open == ()
 
@@ -97,8 +105,8 @@ def test_a_read_of_an_older_snapshot_changes_nothing() -> None:
         "payload": {"at": at(0).isoformat()},
         "tx": 102,
     }
-    index.apply(tx, newer, [booked(11, "a", "atom-a", 0, 1, tx=101), cancel], 12, LogSnapshot(103))
-    index.apply(tx, older, [booked(11, "a", "atom-a", 0, 1, tx=101)], 11, LogSnapshot(102))
+    _apply(index, tx, newer, [booked(11, "a", "atom-a", 0, 1, tx=101), cancel], 12, LogSnapshot(103))
+    _apply(index, tx, older, [booked(11, "a", "atom-a", 0, 1, tx=101)], 11, LogSnapshot(102))
     assert index.busy(Window(T0, T0 + timedelta(minutes=30))) == []
 
 
@@ -106,7 +114,8 @@ def test_release_and_cancel_follow_the_ledger() -> None:
     index = BookingIndex()
     tx: Any = _tx(_Log(last=0))
     read = index.prepare(tx)
-    index.apply(
+    _apply(
+        index,
         tx,
         read,
         [
@@ -174,7 +183,7 @@ def test_busy_is_exactly_the_live_bookings_that_overlap_the_window(
     index = BookingIndex()
     tx: Any = _tx(_Log(last=0))
     read = index.prepare(tx)
-    index.apply(tx, read, events, len(events), LogSnapshot())
+    _apply(index, tx, read, events, len(events), LogSnapshot())
     for start_m, length in windows:
         window = Window(T0 + start_m * minute, None if length is None else T0 + (start_m + length) * minute)
         expected = {

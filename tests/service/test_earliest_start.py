@@ -11,9 +11,17 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.choose import Chosen
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
-from better_compute.service.event_tail import LogSnapshot
+from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.reservations import _decide, _earliest
+from better_compute.storage.events import logged
 from tests.builders import T0, at, atom, device_request
+
+
+def _apply(
+    index: BookingIndex, tx: Any, read: Cursor, events: list[dict[str, Any]], newest: int, snap: LogSnapshot
+) -> None:
+    """Apply events given as the log stores them (parsed as the store parses them)."""
+    index.apply(tx, read, logged(events), newest, snap)
 
 
 def gpu(n: int, model: str = "H100-80GB") -> Atom:
@@ -41,7 +49,7 @@ def index_with(*bookings: tuple[str, float, float]) -> BookingIndex:
         }
         for n, (atom, start, end) in enumerate(bookings)
     ]
-    index.apply(tx, read, events, len(events), LogSnapshot())
+    _apply(index, tx, read, events, len(events), LogSnapshot())
     return index
 
 

@@ -14,15 +14,25 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from better_compute.domain import choose
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
+from better_compute.domain.events import (
+    LedgerBooked,
+    LedgerCancelled,
+    LedgerReleased,
+    LoggedEvent,
+    PartitionBooked,
+    PartitionReleased,
+    ReservationCancelled,
+    ReservationCreated,
+    ReservationReleased,
+)
 from better_compute.domain.selectors import Selector
 from better_compute.domain.timewin import Window
 from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
-from better_compute.service.ports import Row, Tx
+from better_compute.service.ports import Tx
 
 Owner = tuple[str | None, str | None, str | None]
 # Bookings are filed under every bucket they touch, so that finding those that overlap a window looks
@@ -36,26 +46,13 @@ _BY_HOUR_MAX = 48
 _BY_DAY_MAX = 31
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _TICK = timedelta(microseconds=1)
-_LEDGER_EVENTS = {"ledger.booked", "ledger.released", "ledger.cancelled", "gpu.partition.released"}
-_QUIET_EVENTS = {
-    "reservation.created",
-    "reservation.cancelled",
-    "reservation.released",
-    "gpu.partition.booked",
-}
+_QUIET_EVENTS = (ReservationCreated, ReservationCancelled, ReservationReleased, PartitionBooked)
+"""Events that change neither bookings (their ledger events do) nor any pool's atoms."""
 
 
 def _span(start: datetime, end: datetime, size: timedelta) -> range:
     """The buckets of `size` that the half-open window [start, end) touches."""
     return range((start - _EPOCH) // size, (end - _TICK - _EPOCH) // size + 1)
-
-
-def _parse_time(value: Any) -> datetime | None:
-    """Event payload times: ISO 8601 from PostgreSQL and Python, naive UTC text from SQLite triggers."""
-    if value is None:
-        return None
-    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 MATCHING_CACHE = 256
@@ -143,7 +140,9 @@ class BookingIndex:
                 self._load(tx)
             return self._tail.cursor()
 
-    def apply(self, tx: Tx, read: Cursor, events: Sequence[Row], newest: int, snapshot: LogSnapshot) -> None:
+    def apply(
+        self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
+    ) -> None:
         """Apply a read of the log made from `read` (prepare's cursor) in `snapshot`, when the log's
         last id was `newest`. Afterwards the index has applied every event that snapshot shows (a
         read that did not reach the end is left to `sync`, which catches up from the index's own
@@ -180,27 +179,21 @@ class BookingIndex:
             self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
         self._tail.start(last, snapshot)
 
-    def _apply(self, event: Row) -> None:
-        kind, subject, payload = event["type"], event["subject"], event["payload"] or {}
-        if kind == "ledger.booked":
+    def _apply(self, logged: LoggedEvent) -> None:
+        event = logged.event
+        if isinstance(event, LedgerBooked):
             # One event per booking (an allocation's atoms may arrive in several); replays are no-ops.
-            held = {i.atom_id for i in self._by_allocation.get(subject, ())}
-            fresh = [a for a in payload.get("atoms", []) if a not in held]
+            held = {i.atom_id for i in self._by_allocation.get(event.subject, ())}
+            fresh = [a for a in event.atoms if a not in held]
             if fresh:
                 self._add(
-                    subject,
-                    fresh,
-                    _parse_time(payload["start"]),
-                    _parse_time(payload.get("end")),
-                    (payload.get("tenantId"), payload.get("poolId"), payload.get("class")),
+                    event.subject, fresh, event.start, event.end, (event.tenant_id, event.pool_id, event.cls)
                 )
-        elif kind in ("ledger.released", "gpu.partition.released"):
-            at = _parse_time(payload["at"])
-            assert at is not None
-            self._end(subject, at)
-        elif kind == "ledger.cancelled":
-            self._drop(subject)
-        elif kind not in _QUIET_EVENTS:
+        elif isinstance(event, LedgerReleased | PartitionReleased):
+            self._end(event.subject, event.at)
+        elif isinstance(event, LedgerCancelled):
+            self._drop(event.subject)
+        elif not isinstance(event, _QUIET_EVENTS):
             self._forget_pools()  # inventory or pool changes: atoms are re-read on next use
 
     def _buckets_of(self, start: datetime, end: datetime | None) -> tuple[dict[int, set[str]], range] | None:

@@ -22,6 +22,7 @@ from better_compute.domain.credentials import (
     token_revoked,
 )
 from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
+from better_compute.domain.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.records import Credential
 from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
 from better_compute.service.paging import Listing, page
@@ -53,9 +54,7 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Is
     )
     if not tx.credentials.add(credential):
         raise Conflict("a credential with that id already exists; try again")
-    tx.events.append(
-        "credential.created", credential.id, {"tenantId": tenant_id, "isAdmin": credential.is_admin}, now
-    )
+    tx.events.append(CredentialCreated(credential.id, tenant_id, credential.is_admin), now)
     return Issued(credential, token)
 
 
@@ -188,7 +187,7 @@ def revoke(store: StorePort, principal: Principal, credential_id: str, now: date
         if found is None:
             raise NotFound(f"credential {credential_id} not found", {"credentialId": credential_id})
         if found.live and tx.credentials.revoke(credential_id, now):
-            tx.events.append("credential.revoked", credential_id, {"tenantId": found.tenant_id}, now)
+            tx.events.append(CredentialRevoked(credential_id, found.tenant_id), now)
             found = replace(found, revoked_at=now)
         return found
 

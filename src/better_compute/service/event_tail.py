@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from better_compute.service.ports import Row
+from better_compute.domain.events import LoggedEvent
 
 PAGE = 5000
 """Event ids read at most per read (the page runs from the last id seen)."""
@@ -106,7 +106,9 @@ class EventTail:
         read of a snapshot at least as new."""
         return self._horizon is not None and not snapshot.newer_than(self._horizon)
 
-    def take(self, events: Sequence[Row], read: Cursor, newest: int, snapshot: LogSnapshot) -> list[Row]:
+    def take(
+        self, events: Sequence[LoggedEvent], read: Cursor, newest: int, snapshot: LogSnapshot
+    ) -> list[LoggedEvent]:
         """The events of a read (made from `read`, in `snapshot`) that were not applied yet, in id
         order; the reader applies them before anything else reads its state.
 
@@ -115,11 +117,9 @@ class EventTail:
         each is taken at most once. A page that did not reach the end (only `sync` reads those, one
         after another) proves no transaction ended, so it only adds what it saw in progress."""
         assert self.last is not None
-        fresh: list[Row] = []
-        for event in sorted(events, key=lambda e: int(e["id"])):
-            event_id = int(event["id"])
-            tx = event.get("tx")
-            tx = None if tx is None else int(tx)
+        fresh: list[LoggedEvent] = []
+        for event in sorted(events, key=lambda e: e.id):
+            event_id, tx = event.id, event.tx
             if event_id > self.last or self._unseen(tx):
                 fresh.append(event)
                 if tx is not None:

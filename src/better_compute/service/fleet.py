@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.errors import Conflict, InvalidInput
+from better_compute.domain.events import FleetRegistered
 from better_compute.domain.fleet import FleetSpec, PoolSpec
 from better_compute.domain.records import Cluster, Node, Tenant
 from better_compute.service import pools, quotas
@@ -27,12 +28,7 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
         tx.nodes.add_missing([Node(n.name, n.cluster, now) for n in spec.nodes])
         for pool in spec.pools:
             _register_pool(tx, pool, now)
-        tx.events.append(
-            "fleet.registered",
-            "fleet",
-            {"clusters": len(spec.clusters), "nodes": len(spec.nodes), "pools": len(spec.pools)},
-            now,
-        )
+        tx.events.append(FleetRegistered("fleet", len(spec.clusters), len(spec.nodes), len(spec.pools)), now)
 
 
 def _register_pool(tx: Tx, spec: PoolSpec, now: datetime) -> None:

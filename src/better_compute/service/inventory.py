@@ -16,6 +16,7 @@ from typing import Any
 from better_compute.domain import catalog
 from better_compute.domain.atoms import Atom, derive_node_atoms
 from better_compute.domain.errors import NotFound
+from better_compute.domain.events import NodeInventoryChanged
 from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.pools import PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
@@ -126,9 +127,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     gpu_counts = Counter(g.node_id for g in gpu_rows)
     atom_counts = Counter(a.node for a in atom_rows)
     for node in sorted(changed_nodes):
-        tx.events.append(
-            "node.inventory.changed", node, {"gpus": gpu_counts[node], "atoms": atom_counts[node]}, now
-        )
+        tx.events.append(NodeInventoryChanged(node, gpu_counts[node], atom_counts[node]), now)
     result.gpus_written = len(gpu_rows)
     result.atoms_written = len(atom_rows)
     result.changed_nodes = sorted(changed_nodes)

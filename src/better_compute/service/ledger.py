@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.errors import BookingConflict, InvalidInput, InvalidState, NotFound
+from better_compute.domain.events import LedgerReleased, PartitionBooked, PartitionReleased
 from better_compute.domain.ledger import Booking, earliest_free, partition_allocation_id
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import NotBookable, Overlap, StorePort
@@ -76,7 +77,7 @@ def release(store: StorePort, allocation_id: str, now: datetime) -> int:
     with store.begin() as tx:
         if not tx.ledger.allocation_bookings(allocation_id):
             raise NotFound(f"no bookings for allocation {allocation_id}", {"allocationId": allocation_id})
-        return tx.ledger.end_allocation(allocation_id, now, "ledger.released")
+        return tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
 
 
 def cancel(store: StorePort, allocation_id: str, now: datetime) -> int:
@@ -106,12 +107,7 @@ def book_partition_change(
     try:
         with store.begin() as tx:
             tx.ledger.book(family, during, allocation_id, None, now, require_bookable=False)
-            tx.events.append(
-                "gpu.partition.booked",
-                gpu_id,
-                {"bookingId": allocation_id, "atoms": family, "start": during.start.isoformat()},
-                now,
-            )
+            tx.events.append(PartitionBooked(gpu_id, allocation_id, tuple(family), during.start), now)
     except Overlap:
         with store.read() as tx:
             busy = tx.ledger.busy_spans(family, during.start)
@@ -130,4 +126,4 @@ def release_partition_change(store: StorePort, booking_id: str, now: datetime) -
         found: list[Booking] = tx.ledger.allocation_bookings(allocation_id)
         if not found:
             raise NotFound(f"no partition change {booking_id}", {"bookingId": booking_id})
-        return tx.ledger.end_allocation(allocation_id, now, "gpu.partition.released")
+        return tx.ledger.end_allocation(allocation_id, now, PartitionReleased(allocation_id, now))

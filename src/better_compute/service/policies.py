@@ -9,6 +9,7 @@ from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import Conflict
+from better_compute.domain.events import PolicyCreated
 from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.tenancy import (
     check_name,
@@ -52,9 +53,7 @@ def create(
                 f"tenant {policy.tenant_id} already has a policy named {policy.name}",
                 {"tenantId": policy.tenant_id, "name": policy.name},
             )
-        tx.events.append(
-            "policy.created", policy.id, {"tenantId": policy.tenant_id, "name": policy.name}, now
-        )
+        tx.events.append(PolicyCreated(policy.id, policy.tenant_id, policy.name), now)
     return policy
 
 

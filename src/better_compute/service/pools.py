@@ -18,6 +18,7 @@ from typing import Any
 
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import Conflict, InvalidInput, NotFound
+from better_compute.domain.events import MigLayoutRequested, PoolCreated, PoolOffered, PoolUpdated
 from better_compute.domain.fleet import default_meter
 from better_compute.domain.pools import (
     PoolSettings,
@@ -223,15 +224,7 @@ def create_in(
     if owner_limits:
         quotas.write_rows(tx, owner_tenant_id, pool_id, owner_limits, now)
     tx.events.append(
-        "pool.created",
-        pool_id,
-        {
-            "mode": sharing,
-            "policy": settings.as_mapping(),
-            "nodes": members,
-            "ownerTenantId": owner_tenant_id,
-        },
-        now,
+        PoolCreated(pool_id, sharing, settings.as_mapping(), tuple(members), owner_tenant_id), now
     )
     rederive_nodes(tx, members, now)
     return PoolView(pool, tuple(sorted(members)))
@@ -312,19 +305,9 @@ def update_in(
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
-    tx.events.append(
-        "pool.updated",
-        pool_id,
-        {"generation": current + 1, "policy": new.as_mapping(), "added": added, "removed": removed},
-        now,
-    )
+    tx.events.append(PoolUpdated(pool_id, current + 1, new.as_mapping(), tuple(added), tuple(removed)), now)
     if layout_changed:
-        tx.events.append(
-            "pool.mig_layout.requested",
-            pool_id,
-            {"from": old.layout, "to": new.layout, "nodes": sorted(new_members)},
-            now,
-        )
+        tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)
     return PoolView(replace(pool, settings=new, generation=current + 1), tuple(sorted(new_members)))
 
 
@@ -348,4 +331,4 @@ def offer(
         raise InvalidInput("quota must give a limit for at least one atom class", {"field": "quota"})
     with store.begin() as tx:
         pool = quotas.pool_for_sharing(tx, principal, pool_id, "pools.offer")
-        return quotas.grant(tx, principal, pool, tenant_id, limits, now, "pool.offered")
+        return quotas.grant(tx, principal, pool, tenant_id, limits, now, PoolOffered)

@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.events import Event, LoggedEvent
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Booking
 from better_compute.domain.pools import PoolSettings, SharingMode
@@ -29,9 +30,6 @@ from better_compute.domain.timewin import Window
 
 if TYPE_CHECKING:
     from better_compute.service.event_tail import Cursor, LogSnapshot
-
-Row = dict[str, Any]
-"""An event as read from the log (until events are typed records too)."""
 
 
 class Overlap(Exception):
@@ -90,7 +88,7 @@ class AdmissionRead:
     limits: dict[str, int]
     credential_live: bool | None
     """Whether the credential asked about is live; None when none was asked about."""
-    events: list[Row]
+    events: list[LoggedEvent]
     newest_event: int
     log: LogSnapshot
 
@@ -304,7 +302,10 @@ class LedgerPort(Protocol):
 
     def booking_allocation(self, booking_id: str) -> str | None: ...
 
-    def end_allocation(self, allocation_id: str, now: datetime, event_type: str) -> int: ...
+    def end_allocation(self, allocation_id: str, now: datetime, event: Event) -> int:
+        """Cut the allocation's live bookings at `now` (cancel those not started); `event` is
+        appended when any changed. Returns how many did."""
+        ...
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int: ...
 
@@ -316,13 +317,16 @@ class LedgerPort(Protocol):
 
 
 class EventLog(Protocol):
-    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...
+    def append(self, event: Event, at: datetime) -> None:
+        """Append the event in the caller's transaction: it is in the log if and only if the change
+        it tells of commits."""
+        ...
 
     def tail_start(self) -> tuple[int, LogSnapshot]:
         """The event log's last id, and the snapshot it was read in (service.event_tail)."""
         ...
 
-    def after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+    def after(self, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         """A read of the event log from `read`: its events (one page after `read.last`, and those of
         transactions it asks about), the log's last id, and the read's snapshot."""
         ...

@@ -11,6 +11,7 @@ from datetime import datetime
 
 from better_compute.domain.admission import check_offer
 from better_compute.domain.credentials import Principal
+from better_compute.domain.events import PoolOffered, QuotaSet
 from better_compute.domain.quota import parse_quota_limits
 from better_compute.domain.records import Pool, Quota
 from better_compute.domain.tenancy import (
@@ -59,7 +60,7 @@ def grant(
     tenant_id: str,
     limits: Mapping[str, int],
     now: datetime,
-    event: str,
+    event: type[QuotaSet | PoolOffered],
 ) -> list[Quota]:
     """Give `tenant_id` rows in `pool` after the single-tenant check; returns its rows there (to a
     pool owner, only those just written).
@@ -71,7 +72,7 @@ def grant(
         raise tenant_not_found(tenant_id)
     check_offer(pool.mode, pool.owner_tenant_id, tenant_id)
     write_rows(tx, tenant_id, pool.id, limits, now)
-    tx.events.append(event, pool.id, {"tenantId": tenant_id, "quota": dict(limits)}, now)
+    tx.events.append(event(pool.id, tenant_id, dict(limits)), now)
     return granted_rows_shown(principal, tx.quotas.find(tenant_id, pool.id), limits)
 
 
@@ -90,7 +91,7 @@ def set_quota(
     check_ref(pool_id, "poolId")
     with store.begin() as tx:
         pool = pool_for_sharing(tx, principal, pool_id, "quotas.set")
-        rows = grant(tx, principal, pool, tenant_id, limits, now, "quota.set")
+        rows = grant(tx, principal, pool, tenant_id, limits, now, QuotaSet)
     return next(r for r in rows if r.cls == cls)
 
 

@@ -28,6 +28,7 @@ from better_compute.domain.errors import (
     InvalidInput,
     NotFound,
 )
+from better_compute.domain.events import LedgerReleased, ReservationCancelled, ReservationReleased
 from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
@@ -380,7 +381,7 @@ def cancel(store: StorePort, principal: Principal, reservation_id: str, now: dat
         check_cancel(Window(r.starts_at, r.ends_at), r.status, now)
         tx.ledger.cancel_allocation(reservation_id, now)
         r = _bump(tx, r, ReservationStatus.CANCELLED, r.ends_at)
-        tx.events.append("reservation.cancelled", reservation_id, {"at": now.isoformat()}, now)
+        tx.events.append(ReservationCancelled(reservation_id, now), now)
         return ReservationView(r, [], ReservationStatus.CANCELLED)
 
 
@@ -390,7 +391,7 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
         r = _visible(tx, principal, reservation_id)
         tx.reservations.lock(f"quota:{r.tenant_id}:{r.pool_id}")
         end = release_end(Window(r.starts_at, r.ends_at), r.status, now)
-        tx.ledger.end_allocation(reservation_id, end, "ledger.released")
+        tx.ledger.end_allocation(reservation_id, end, LedgerReleased(reservation_id, end))
         r = _bump(tx, r, ReservationStatus.RELEASED, end)
-        tx.events.append("reservation.released", reservation_id, {"at": end.isoformat()}, now)
+        tx.events.append(ReservationReleased(reservation_id, end), now)
         return _view(tx, r, now)

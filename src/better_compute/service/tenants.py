@@ -6,6 +6,7 @@ from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import Conflict
+from better_compute.domain.events import TenantCreated
 from better_compute.domain.records import Tenant
 from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
 from better_compute.service.paging import Listing, fetch, page
@@ -19,7 +20,7 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
     with store.begin() as tx:
         if not tx.tenants.add(tenant):
             raise Conflict(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
-        tx.events.append("tenant.created", tenant_id, {"name": tenant.name}, now)
+        tx.events.append(TenantCreated(tenant_id, tenant.name), now)
     return tenant
 
 

@@ -12,10 +12,9 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 
+from better_compute.domain.events import Event, LedgerBooked, LoggedEvent, parse_event, type_of
 from better_compute.service.event_tail import PAGE, Cursor, LogSnapshot
-from better_compute.service.ports import Row
 from better_compute.storage import pg_simple
-from better_compute.storage.rows import rows
 from better_compute.storage.tables import events
 
 EVENT_PAGE = PAGE
@@ -62,29 +61,64 @@ def tail_params(read: Cursor) -> dict[str, Any]:
     return {"last": read.last, "limit": EVENT_PAGE, "open": list(read.open), "from": read.from_xid}
 
 
-def events_after(conn: Connection, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+def events_after(conn: Connection, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
     """What a read of the log from `read` finds (see service.event_tail): the events, the log's last
     id, and the read's snapshot."""
     if conn.dialect.name == "postgresql":
         found, newest, xmax, in_progress = pg_simple.cursor(conn).execute(
             "SELECT " + _PG_TAIL_EVENTS + ", " + _PG_TAIL_STATE, tail_params(read)
         ).fetchone() or ([], 0, None, [])
-        return list(found), int(newest), log_snapshot(xmax, in_progress)
+        return logged(found), int(newest), log_snapshot(xmax, in_progress)
     page = select(events).where(events.c.id > read.last, events.c.id <= read.last + EVENT_PAGE)
-    found = rows(conn, page.order_by(events.c.id))
+    found = [dict(r._mapping) for r in conn.execute(page.order_by(events.c.id))]
     newest = int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one())
-    return found, newest, LogSnapshot()
+    return logged(found), newest, LogSnapshot()
+
+
+def append(conn: Connection, event: Event, at: datetime) -> None:
+    """Write one event, its payload from its definition (domain.events)."""
+    conn.execute(
+        insert(events).values(type=type_of(event), subject=event.subject, payload=event.payload(), at=at)
+    )
+
+
+def logged(found: Sequence[Mapping[str, Any]]) -> list[LoggedEvent]:
+    """Events as read from the log (dicts with id, type, subject, payload and tx), parsed."""
+    return [
+        LoggedEvent(
+            int(e["id"]),
+            None if e.get("tx") is None else int(e["tx"]),
+            parse_event(e["type"], e["subject"], e["payload"]),
+        )
+        for e in found
+    ]
+
+
+def booked_payload_sql(dialect: str, row: str) -> str:
+    """The `ledger.booked` payload of booking row `row` as a SQL expression, from the event's one
+    definition (`LedgerBooked.COLUMNS`): the PostgreSQL booking statements and SQLite's booking
+    trigger write it, and a test checks the installed trigger still says this."""
+    build, array = (
+        ("json_build_object", "json_build_array")
+        if dialect == "postgresql"
+        else ("json_object", "json_array")
+    )
+    parts = []
+    for key, column in LedgerBooked.COLUMNS:
+        value = f"{row}.{column}"
+        parts.append(f"'{key}', {array}({value})" if key == "atoms" else f"'{key}', {value}")
+    return f"{build}(" + ", ".join(parts) + ")"
 
 
 class SqlEvents:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
 
-    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None:
-        self.conn.execute(insert(events).values(type=type_, subject=subject, payload=dict(payload), at=at))
+    def append(self, event: Event, at: datetime) -> None:
+        append(self.conn, event, at)
 
     def tail_start(self) -> tuple[int, LogSnapshot]:
         return tail_start(self.conn)
 
-    def after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+    def after(self, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         return events_after(self.conn, read)

@@ -16,16 +16,17 @@ from datetime import UTC, datetime
 import psycopg
 from sqlalchemy import (
     Connection,
-    insert,
     or_,
     select,
     update,
 )
 
+from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import Booking
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import LiveBooking, NotBookable, Overlap
-from better_compute.storage.tables import atoms, bookings, events
+from better_compute.storage.events import append, booked_payload_sql
+from better_compute.storage.tables import atoms, bookings
 
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
 
@@ -116,10 +117,7 @@ def book_sqlite(
     return len(written)
 
 
-BOOKED_PAYLOAD_PG = (
-    "json_build_object('atoms', json_build_array(b.atom_id), 'tenantId', b.tenant_id,"
-    " 'poolId', b.pool_id, 'class', b.class, 'start', b.starts_at, 'end', b.ends_at)"
-)
+BOOKED_PAYLOAD_PG = booked_payload_sql("postgresql", "b")
 """The `ledger.booked` payload of one booking row `b`: one event per booking, as SQLite's trigger writes."""
 
 LOCKED_ATOMS_PG = (
@@ -143,7 +141,9 @@ _PG_BOOK = (
     + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
     " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
-    " e AS (INSERT INTO events (type, subject, payload, at) SELECT 'ledger.booked', %(alloc)s, "
+    " e AS (INSERT INTO events (type, subject, payload, at) SELECT '"
+    + LedgerBooked.TYPE
+    + "', %(alloc)s, "
     + BOOKED_PAYLOAD_PG
     + ","
     " %(now)s FROM b)"
@@ -253,7 +253,7 @@ def booking_allocation(conn: Connection, booking_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def end_allocation(conn: Connection, allocation_id: str, now: datetime, event_type: str) -> int:
+def end_allocation(conn: Connection, allocation_id: str, now: datetime, event: Event) -> int:
     """End every live booking of the allocation at `now`; bookings that had not started are cancelled.
 
     Returns how many bookings changed. Ended history stays in the ledger.
@@ -279,11 +279,7 @@ def end_allocation(conn: Connection, allocation_id: str, now: datetime, event_ty
     ).rowcount
     changed = int(running) + int(future)
     if changed:
-        conn.execute(
-            insert(events).values(
-                type=event_type, subject=allocation_id, payload={"at": now.isoformat()}, at=now
-            )
-        )
+        append(conn, event, now)
     return changed
 
 
@@ -295,11 +291,7 @@ def cancel_allocation(conn: Connection, allocation_id: str, now: datetime) -> in
         .values(state="cancelled")
     ).rowcount
     if changed:
-        conn.execute(
-            insert(events).values(
-                type="ledger.cancelled", subject=allocation_id, payload={"at": now.isoformat()}, at=now
-            )
-        )
+        append(conn, LedgerCancelled(allocation_id, now), now)
     return int(changed)
 
 
@@ -350,8 +342,8 @@ class SqlLedger:
     def booking_allocation(self, booking_id: str) -> str | None:
         return booking_allocation(self.conn, booking_id)
 
-    def end_allocation(self, allocation_id: str, now: datetime, event_type: str) -> int:
-        return end_allocation(self.conn, allocation_id, now, event_type)
+    def end_allocation(self, allocation_id: str, now: datetime, event: Event) -> int:
+        return end_allocation(self.conn, allocation_id, now, event)
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int:
         return cancel_allocation(self.conn, allocation_id, now)

@@ -17,6 +17,7 @@ import psycopg
 from sqlalchemy import Connection, select
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.events import LedgerBooked, ReservationCreated
 from better_compute.domain.pools import check_mode
 from better_compute.domain.records import Reservation
 from better_compute.domain.timewin import Window
@@ -24,7 +25,7 @@ from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.ports import AdmissionRead, KeyTaken, NotBookable
 from better_compute.storage import ledger, pg_simple, rows
 from better_compute.storage.atoms import atom_of
-from better_compute.storage.events import _PG_TAIL_EVENTS, _PG_TAIL_STATE, log_snapshot, tail_params
+from better_compute.storage.events import _PG_TAIL_EVENTS, _PG_TAIL_STATE, log_snapshot, logged, tail_params
 from better_compute.storage.ledger import sqlite_time
 from better_compute.storage.policies import policy_of
 from better_compute.storage.tables import atoms, bookings, reservations
@@ -228,7 +229,7 @@ def admission_snapshot(
         policies=[policy_of({**p, "tenant_id": tenant_id}) for p in policies or ()],
         limits={str(k): int(v) for k, v in (limits or {}).items()},
         credential_live=None if credential_id is None else bool(live),
-        events=tail or [],
+        events=logged(tail or ()),
         newest_event=int(newest),
         log=snapshot,
     )
@@ -315,8 +316,10 @@ _PG_COMMIT = (
     " WHERE ok.yes ORDER BY u.ord"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
-    " SELECT 'ledger.booked', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
-    " UNION ALL SELECT 'reservation.created', %(id)s, %(created)s::json, %(now)s FROM ok WHERE ok.yes)"
+    " SELECT '" + LedgerBooked.TYPE + "', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
+    " UNION ALL SELECT '"
+    + ReservationCreated.TYPE
+    + "', %(id)s, %(created)s::json, %(now)s FROM ok WHERE ok.yes)"
     " SELECT count(*) FROM b"
 )
 
@@ -327,7 +330,7 @@ def commit_reservation(conn: Connection, r: Reservation, atom_ids: Sequence[str]
     idempotency key was taken meanwhile."""
     ids = list(atom_ids)
     span = Window(r.starts_at, r.ends_at)
-    created = json.dumps({"tenantId": r.tenant_id, "poolId": r.pool_id, "atoms": ids})
+    created = json.dumps(ReservationCreated(r.id, r.tenant_id, r.pool_id, tuple(ids)).payload())
     db = conn.connection.driver_connection
     assert db is not None
     if conn.dialect.name != "postgresql":
@@ -363,8 +366,8 @@ def commit_reservation(conn: Connection, r: Reservation, atom_ids: Sequence[str]
         if written != len(ids):
             raise NotBookable(ledger.unbookable(conn, ids))
         db.execute(
-            "INSERT INTO events (type, subject, payload, at) VALUES ('reservation.created', ?, ?, ?)",
-            (r.id, created, sqlite_time(now)),
+            "INSERT INTO events (type, subject, payload, at) VALUES (?, ?, ?, ?)",
+            (ReservationCreated.TYPE, r.id, created, sqlite_time(now)),
         )
         return
     params = {

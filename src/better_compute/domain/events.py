@@ -1,0 +1,361 @@
+"""Every event type and its payload: the one contract between the writers of the log and its readers.
+
+Each event is a frozen dataclass named after what happened; its `TYPE` is the name stored and shown
+(`ledger.booked`), its `subject` what it happened to (an allocation, a pool, a node), and its other
+fields the payload. `payload()` spells the payload as it is stored (camelCase keys, ISO 8601
+times) and `parse_event` reads it back, so a writer and a reader cannot disagree on a key: both
+stores write from these definitions (the booking statements' JSON comes from `LedgerBooked.COLUMNS`,
+docs/adr/0006-one-event-contract.md) and every consumer (the booking index, metering, reconcilers)
+reads parsed events, never raw payloads.
+
+A reader meets events of types it does not know (written by a newer server) as `UnknownEvent`, and
+keys it does not know are ignored: the log is forward compatible like the wire.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from better_compute.domain.errors import InvalidInput
+
+
+def _key(name: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field whose payload key is not its name in camelCase (`class`, `from`, `to`)."""
+    return field(default=default, metadata={"key": name})
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """The base of every event: what it happened to. Subclasses set `TYPE`."""
+
+    TYPE: ClassVar[str] = ""
+    subject: str
+
+    def payload(self) -> dict[str, Any]:
+        """The payload as stored: every field but `subject`, by its key."""
+        return {key: _dump(getattr(self, name)) for name, key, _ in _fields(type(self))}
+
+
+# -- The ledger: bookings, their end, partition changes -------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerBooked(Event):
+    """Atoms were booked for an allocation (one event per booking row; `subject`: the allocation)."""
+
+    TYPE: ClassVar[str] = "ledger.booked"
+    COLUMNS: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("atoms", "atom_id"),
+        ("tenantId", "tenant_id"),
+        ("poolId", "pool_id"),
+        ("class", "class"),
+        ("start", "starts_at"),
+        ("end", "ends_at"),
+    )
+    """Each payload key and the booking column it is written from, by the statements that book (the
+    booking's one atom as a one-element list)."""
+
+    atoms: tuple[str, ...]
+    start: datetime
+    end: datetime | None = None
+    tenant_id: str | None = None
+    pool_id: str | None = None
+    cls: str | None = _key("class", None)
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerReleased(Event):
+    """An allocation's live bookings were cut at `at`; those not yet started were cancelled."""
+
+    TYPE: ClassVar[str] = "ledger.released"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerCancelled(Event):
+    """An allocation's live bookings were cancelled before they started."""
+
+    TYPE: ClassVar[str] = "ledger.cancelled"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionBooked(Event):
+    """A GPU's whole family of atoms was booked for a MIG layout change (`subject`: the GPU)."""
+
+    TYPE: ClassVar[str] = "gpu.partition.booked"
+    booking_id: str
+    atoms: tuple[str, ...]
+    start: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReleased(Event):
+    """A partition change ended (`subject`: its allocation)."""
+
+    TYPE: ClassVar[str] = "gpu.partition.released"
+    at: datetime
+
+
+# -- Reservations --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationCreated(Event):
+    TYPE: ClassVar[str] = "reservation.created"
+    tenant_id: str
+    pool_id: str
+    atoms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationCancelled(Event):
+    TYPE: ClassVar[str] = "reservation.cancelled"
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationReleased(Event):
+    TYPE: ClassVar[str] = "reservation.released"
+    at: datetime
+
+
+# -- Tenancy -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TenantCreated(Event):
+    TYPE: ClassVar[str] = "tenant.created"
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialCreated(Event):
+    TYPE: ClassVar[str] = "credential.created"
+    tenant_id: str | None
+    is_admin: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialRevoked(Event):
+    TYPE: ClassVar[str] = "credential.revoked"
+    tenant_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCreated(Event):
+    TYPE: ClassVar[str] = "policy.created"
+    tenant_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSet(Event):
+    """A tenant's quota rows in a pool were written (`subject`: the pool)."""
+
+    TYPE: ClassVar[str] = "quota.set"
+    tenant_id: str
+    quota: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolOffered(Event):
+    """A pool was offered to a tenant with these quota rows (`subject`: the pool)."""
+
+    TYPE: ClassVar[str] = "pool.offered"
+    tenant_id: str
+    quota: Mapping[str, int]
+
+
+# -- Pools and inventory -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCreated(Event):
+    TYPE: ClassVar[str] = "pool.created"
+    mode: str
+    policy: Mapping[str, Any]
+    nodes: tuple[str, ...]
+    owner_tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolUpdated(Event):
+    TYPE: ClassVar[str] = "pool.updated"
+    generation: int
+    policy: Mapping[str, Any]
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayoutRequested(Event):
+    """A mig pool's layout changed; the MIG layout gate repartitions its nodes' GPUs."""
+
+    TYPE: ClassVar[str] = "pool.mig_layout.requested"
+    from_layout: str = _key("from")
+    to_layout: str = _key("to")
+    nodes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInventoryChanged(Event):
+    """A node's GPUs or atoms changed: how many rows of each were written."""
+
+    TYPE: ClassVar[str] = "node.inventory.changed"
+    gpus: int
+    atoms: int
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRegistered(Event):
+    TYPE: ClassVar[str] = "fleet.registered"
+    clusters: int
+    nodes: int
+    pools: int
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownEvent(Event):
+    """An event of a type this version does not know, kept as stored."""
+
+    type: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+    def payload(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (
+        LedgerBooked,
+        LedgerReleased,
+        LedgerCancelled,
+        PartitionBooked,
+        PartitionReleased,
+        ReservationCreated,
+        ReservationCancelled,
+        ReservationReleased,
+        TenantCreated,
+        CredentialCreated,
+        CredentialRevoked,
+        PolicyCreated,
+        QuotaSet,
+        PoolOffered,
+        PoolCreated,
+        PoolUpdated,
+        MigLayoutRequested,
+        NodeInventoryChanged,
+        FleetRegistered,
+    )
+}
+
+
+def type_of(event: Event) -> str:
+    """The type an event is stored under."""
+    return event.type if isinstance(event, UnknownEvent) else event.TYPE
+
+
+@dataclass(frozen=True, slots=True)
+class LoggedEvent:
+    """An event as read from the log: its id, the transaction that wrote it (PostgreSQL; None on
+    SQLite) and the event itself."""
+
+    id: int
+    tx: int | None
+    event: Event
+
+
+def parse_event(type_: str, subject: str, payload: Mapping[str, Any] | None) -> Event:
+    """The event stored as (`type_`, `subject`, `payload`); unknown payload keys are ignored, and an
+    unknown type is an `UnknownEvent`. A known type whose payload lacks a required key, or holds
+    a value of the wrong kind, is INVALID_INPUT naming the key."""
+    cls = EVENT_TYPES.get(type_)
+    data = payload or {}
+    if cls is None:
+        return UnknownEvent(subject, type_, dict(data))
+    values: dict[str, Any] = {"subject": subject}
+    for name, key, hint in _fields(cls):
+        if key in data:
+            values[name] = _load(data[key], hint, f"{type_}.{key}")
+    try:
+        return cls(**values)
+    except TypeError:
+        missing = [k for n, k, _ in _fields(cls) if n not in values]
+        raise InvalidInput(f"event {type_} lacks {missing}", {"type": type_, "missing": missing}) from None
+
+
+# -- Encoding ------------------------------------------------------------------------------------
+
+
+_FIELDS: dict[type[Event], tuple[tuple[str, str, Any], ...]] = {}
+
+
+def _fields(cls: type[Event]) -> tuple[tuple[str, str, Any], ...]:
+    """(field name, payload key, type) of every payload field of an event type (worked out once)."""
+    known = _FIELDS.get(cls)
+    if known is not None:
+        return known
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.name == "subject":
+            continue
+        key = f.metadata.get("key") or _camel(f.name)
+        out.append((f.name, key, hints[f.name]))
+    _FIELDS[cls] = tuple(out)
+    return _FIELDS[cls]
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def _dump(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, tuple):
+        return [_dump(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _dump(v) for k, v in value.items()}
+    return value
+
+
+def parse_time(value: object) -> datetime:
+    """A stored time: ISO 8601, with an offset (PostgreSQL's JSON, Python's isoformat) or naive UTC
+    (SQLite's text)."""
+    parsed = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _load(value: Any, hint: Any, where: str) -> Any:
+    args = typing.get_args(hint)
+    if type(None) in args:
+        if value is None:
+            return None
+        hint = next(a for a in args if a is not type(None))
+    origin = typing.get_origin(hint)
+    if hint is datetime:
+        return parse_time(value)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise InvalidInput(f"event field {where} must be a list", {"field": where})
+        return tuple(value)
+    if origin is Mapping or hint is Mapping:
+        if not isinstance(value, Mapping):
+            raise InvalidInput(f"event field {where} must be a mapping", {"field": where})
+        return dict(value)
+    if hint is bool:
+        return bool(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidInput(f"event field {where} must be an integer", {"field": where})
+        return value
+    return value
