@@ -75,6 +75,7 @@ def test_create_reservation_returns_the_typed_model_and_sends_camel_case() -> No
         }
     ]
     assert server.requests[0].headers["authorization"] == "Bearer tok"
+    assert server.requests[0].headers["bc-api-version"] == "1"
 
 
 def test_fractional_request_carries_its_selector() -> None:
@@ -429,3 +430,52 @@ def test_admin_methods_send_camel_case_bodies() -> None:
         {"id": "pool-1", "policy": {"migLayout": "all-3g.40gb"}, "generation": 1},
         {"name": "no-whole-gpus", "tenantId": "acme", "limits": {"gpuCount": 0}},
     ]
+
+
+def test_a_newer_server_that_adds_fields_does_not_break_the_client() -> None:
+    """A field the client does not know, at any depth, is ignored (it was UNEXPECTED_RESPONSE)."""
+    newer = reservation_json(
+        region="eu-west",
+        devices=[
+            {
+                "class": "gpu",
+                "count": 2,
+                "priority": "high",
+                "selector": {
+                    "matchExpressions": [{"key": "numaNode", "op": "In", "values": [0], "weight": 1}],
+                    "matchFields": [],
+                },
+            }
+        ],
+        atoms=[
+            {"id": "atom-1", "class": "gpu", "gpuId": "GPU-1", "node": "n1", "attributes": {}, "rack": "r7"}
+        ],
+    )
+    pool = {
+        "id": "p1",
+        "name": "p1",
+        "clusterId": "c1",
+        "mode": "mig",
+        "policy": {"migLayout": "all-1g.10gb", "gate": "open"},
+        "ownerTenantId": "platform",
+        "nodes": ["n"],
+        "meter": "mig",
+        "generation": 3,
+        "createdAt": "2030-01-01T00:00:00Z",
+        "labels": {"team": "ml"},
+    }
+    server = FakeServer(
+        {
+            ("GET", "/v1/reservations/rsv-1"): newer,
+            ("GET", "/v1/reservations"): {"items": [newer], "nextCursor": None, "total": 1},
+            ("GET", "/v1/pools/p1"): pool,
+        }
+    )
+    compute = compute_for(server)
+    booked = compute.reservations.get("rsv-1")
+    assert (booked.id, booked.gpu_count, booked.atoms[0].gpu_id) == ("rsv-1", 2, "GPU-1")
+    assert booked.devices[0].selector is not None
+    assert booked.devices[0].selector.match_expressions[0].values == [0]
+    assert "region" not in booked.model_dump(by_alias=True)
+    assert [r.id for r in compute.reservations.list().items] == ["rsv-1"]
+    assert compute.pools.get("p1").policy.mig_layout == "all-1g.10gb"

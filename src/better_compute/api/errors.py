@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from better_compute.api.version import VERSION_HEADERS
 from better_compute.domain import errors
 
 log = logging.getLogger("better_compute.api")
@@ -39,9 +40,14 @@ _HTTP_CODES = {
 
 
 def error_response(
-    status: int, code: str, message: str, details: dict[str, Any] | None = None
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(
         status_code=status,
         content={"error": {"code": code, "message": message, "details": details or {}}},
@@ -85,4 +91,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return error_response(500, "INTERNAL", "internal error; the request was not applied")
+        # Sent from outside every middleware (Starlette's last resort), so it adds the version itself.
+        return error_response(
+            500, "INTERNAL", "internal error; the request was not applied", headers=VERSION_HEADERS
+        )
