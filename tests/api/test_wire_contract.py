@@ -1,7 +1,8 @@
-"""The wire contract through the real app: the version header, unknown fields.
+"""The wire contract through the real app: the version header, 405s, conflict reasons, unknown fields.
 
-Each test is what a caller sees over HTTP: a header on every answer (refusals included), and a
-misspelt field refused wherever it sits in the body.
+Each test is what a caller sees over HTTP: a header on every answer (refusals included), a verb the
+path does not take told apart from a path that does not exist, a CONFLICT that says which one it is,
+and a misspelt field refused wherever it sits in the body.
 """
 
 from __future__ import annotations
@@ -92,6 +93,66 @@ def test_an_unexpected_error_answers_internal_with_the_version_too(api: Api) -> 
         "details": {},
     }
     assert answer.headers.get_list("bc-api-version") == ["1"]
+
+
+@pytest.mark.parametrize(
+    ("verb", "path", "allowed"),
+    [
+        pytest.param("DELETE", "/v1/pools/p1", "GET, PATCH", id="a pool cannot be deleted"),
+        pytest.param("PUT", "/v1/reservations", "GET, POST", id="reservations are not put"),
+        pytest.param("GET", "/v1/reservations/r1/cancel", "POST", id="a cancel is a POST"),
+        pytest.param("POST", "/healthz", "GET", id="the health check is read only"),
+    ],
+)
+def test_a_verb_the_path_does_not_take_is_405_method_not_allowed(
+    api: Api, verb: str, path: str, allowed: str
+) -> None:
+    answer = api.client.request(verb, path, headers=api.admin)
+    assert answer.status_code == 405
+    assert error(answer)["code"] == "METHOD_NOT_ALLOWED"
+    assert sorted(answer.headers["allow"].split(", ")) == allowed.split(", ")
+    # A path that does not exist at all is still NOT_FOUND.
+    missing = api.client.request(verb, "/v1/nowhere", headers=api.admin)
+    assert (missing.status_code, error(missing)["code"]) == (404, "NOT_FOUND")
+
+
+def test_a_name_already_taken_is_a_conflict_with_reason_already_exists(api: Api) -> None:
+    assert api.call("tenants.create", {"id": "gamma", "name": "Gamma"}).status_code == 201
+    again = api.call("tenants.create", {"id": "gamma", "name": "Gamma"})
+    assert again.status_code == 409
+    assert error(again) == {
+        "code": "CONFLICT",
+        "message": "tenant gamma already exists",
+        "details": {"tenantId": "gamma", "reason": "already_exists"},
+    }
+    policy = {"name": "small", "tenantId": "acme", "limits": {"gpuCount": 1}}
+    assert api.call("policies.create", policy).status_code == 201
+    assert error(api.call("policies.create", policy))["details"]["reason"] == "already_exists"
+    pool = {"name": "p1", "clusterId": "c1", "mode": "exclusive", "ownerTenantId": "platform"}
+    assert error(api.call("pools.create", pool))["details"] == {"poolId": "p1", "reason": "already_exists"}
+
+
+def test_a_stale_generation_is_a_conflict_with_reason_generation_mismatch(api: Api) -> None:
+    assert api.call("pools.update", {"id": "p1", "generation": 1}).json()["generation"] == 2
+    stale = api.call("pools.update", {"id": "p1", "generation": 1})
+    assert stale.status_code == 409
+    assert error(stale) == {
+        "code": "CONFLICT",
+        "message": "pool p1 is at generation 2, not 1; read it again and retry",
+        "details": {"poolId": "p1", "generation": 2, "expected": 1, "reason": "generation_mismatch"},
+    }
+
+
+def test_an_idempotency_key_reused_with_another_request_says_so(api: Api) -> None:
+    quota = {"tenantId": "platform", "poolId": "p1", "class": "gpu.mig", "limit": 4}
+    assert api.call("quotas.set", quota).status_code == 200
+    body = {"tenantId": "platform", "poolId": "p1", "duration": "1h", "idempotencyKey": "k-1"}
+    first = api.call("reservations.create", {**body, "devices": [{"class": "gpu.mig", "count": 1}]})
+    assert first.status_code == 201, first.text
+    other = api.call("reservations.create", {**body, "devices": [{"class": "gpu.mig", "count": 2}]})
+    assert other.status_code == 409
+    assert error(other)["code"] == "INVALID_STATE"
+    assert error(other)["details"] == {"idempotencyKey": "k-1", "reason": "idempotency_key_reused"}
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,10 @@ from better_compute.client import (
     ConflictError,
     ForbiddenError,
     InsufficientCapacityError,
+    InternalError,
     InvalidInputError,
     InvalidStateError,
+    MethodNotAllowedError,
     NotFoundError,
     QuotaExceededError,
     TransportError,
@@ -38,8 +40,10 @@ def test_public_names_are_pinned() -> None:
         "ConflictError",
         "ForbiddenError",
         "InsufficientCapacityError",
+        "InternalError",
         "InvalidInputError",
         "InvalidStateError",
+        "MethodNotAllowedError",
         "NotFoundError",
         "QuotaExceededError",
         "TransportError",
@@ -226,6 +230,8 @@ def test_no_authorization_header_without_a_token() -> None:
         ("CONFLICT", 409, ConflictError),
         ("QUOTA_EXCEEDED", 409, QuotaExceededError),
         ("INSUFFICIENT_CAPACITY", 409, InsufficientCapacityError),
+        ("METHOD_NOT_ALLOWED", 405, MethodNotAllowedError),
+        ("INTERNAL", 500, InternalError),
     ],
 )
 def test_each_error_code_raises_its_exception(code, status, error_class) -> None:
@@ -479,3 +485,19 @@ def test_a_newer_server_that_adds_fields_does_not_break_the_client() -> None:
     assert "region" not in booked.model_dump(by_alias=True)
     assert [r.id for r in compute.reservations.list().items] == ["rsv-1"]
     assert compute.pools.get("p1").policy.mig_layout == "all-1g.10gb"
+
+
+def test_a_refusal_says_which_one_of_its_code_it_is() -> None:
+    stale = error_json(
+        "CONFLICT", "pool p1 is at generation 3, not 2", generation=3, reason="generation_mismatch"
+    )
+    server = FakeServer(
+        {("PATCH", "/v1/pools/p1"): (409, stale), ("GET", "/v1/pools/p1"): (404, error_json("NOT_FOUND"))}
+    )
+    compute = compute_for(server)
+    with pytest.raises(ConflictError) as caught:
+        compute.pools.update("p1", generation=2)
+    assert caught.value.reason == "generation_mismatch"
+    with pytest.raises(NotFoundError) as missing:
+        compute.pools.get("p1")
+    assert missing.value.reason is None

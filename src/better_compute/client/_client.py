@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from better_compute import __version__
 from better_compute.client._errors import ComputeError, TransportError, error_from_answer
-from better_compute.wire import API_VERSION, API_VERSION_HEADER
+from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.common import Page
 from better_compute.wire.methods import METHODS, Method
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
@@ -162,7 +162,7 @@ class Compute:
         except ValidationError as exc:
             raise ComputeError(
                 f"{name}: the server's answer does not match {out.__name__}",
-                code="UNEXPECTED_RESPONSE",
+                code=codes.UNEXPECTED_RESPONSE,
                 details={"errors": exc.errors(include_url=False, include_context=False)},
             ) from exc
 
@@ -187,7 +187,7 @@ def _answer(response: httpx.Response) -> Any:
         if payload is None and response.content:
             raise ComputeError(
                 "the server answered with something other than JSON",
-                code="UNEXPECTED_RESPONSE",
+                code=codes.UNEXPECTED_RESPONSE,
                 details={"body": response.text[:2000]},
                 status_code=response.status_code,
             )

@@ -24,7 +24,7 @@ from typing import Any, cast
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from better_compute.api.limits import seconds
-from better_compute.wire import API_VERSION, API_VERSION_HEADER
+from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 
 log = logging.getLogger("better_compute.server")
 
@@ -92,7 +92,7 @@ class TimedHttpProtocol(HttpToolsProtocol):
         body = json.dumps(
             {
                 "error": {
-                    "code": "INVALID_INPUT",
+                    "code": codes.INVALID_INPUT,
                     "message": f"the request head did not arrive within {seconds(self.timeout_request)}",
                     "details": {"timeout": self.timeout_request},
                 }

@@ -21,7 +21,7 @@ from better_compute.domain.credentials import (
     require_admin,
     token_revoked,
 )
-from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
+from better_compute.domain.errors import AlreadyExists, NotFound, Unauthenticated
 from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import Row, StorePort, Tx
@@ -44,7 +44,7 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Ro
         "revoked_at": None,
     }
     if tx.inventory.insert_new("credentials", [row]) != 1:
-        raise Conflict("a credential with that id already exists; try again")
+        raise AlreadyExists("a credential with that id already exists; try again")
     tx.events.append(
         "credential.created", row["id"], {"tenantId": tenant_id, "isAdmin": row["is_admin"]}, now
     )
@@ -82,7 +82,7 @@ def bootstrap_admin(store: StorePort, now: datetime, *, force: bool = False, nam
     with store.begin() as tx:
         admins = tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None})
         if admins and not force:
-            raise Conflict(
+            raise AlreadyExists(
                 f"{len(admins)} fleet-admin credential(s) already exist; "
                 "use --force to add another admin token",
                 {"adminCredentials": len(admins)},

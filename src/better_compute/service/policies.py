@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict
+from better_compute.domain.errors import AlreadyExists
 from better_compute.domain.iam import parse_policy
 from better_compute.domain.tenancy import (
     check_name,
@@ -57,7 +57,7 @@ def create(
         if policy.pool_id is not None and tx.inventory.get("pools", policy.pool_id) is None:
             raise pool_not_found(policy.pool_id)
         if tx.inventory.insert_new("policies", [row]) != 1:
-            raise Conflict(
+            raise AlreadyExists(
                 f"tenant {policy.tenant_id} already has a policy named {policy.name}",
                 {"tenantId": policy.tenant_id, "name": policy.name},
             )

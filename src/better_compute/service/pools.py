@@ -17,7 +17,14 @@ from typing import Any
 
 from better_compute.domain import layouts
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict, InvalidInput, InvalidState, NotFound
+from better_compute.domain.errors import (
+    AlreadyExists,
+    ConcurrentChange,
+    GenerationMismatch,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+)
 from better_compute.domain.fleet import check_policy, default_meter
 from better_compute.domain.pools import check_mode
 from better_compute.domain.tenancy import (
@@ -160,7 +167,9 @@ def _set_members(tx: Tx, pool_id: str, node_ids: Sequence[str]) -> None:
     tx.inventory.set_pool_nodes(pool_id, [])
     added = tx.inventory.insert_new("pool_nodes", [{"pool_id": pool_id, "node_id": n} for n in node_ids])
     if added != len(node_ids):
-        raise Conflict("another pool took one of these nodes meanwhile; read the pools again and retry")
+        raise ConcurrentChange(
+            "another pool took one of these nodes meanwhile; read the pools again and retry"
+        )
 
 
 def _first_model(tx: Tx, node_ids: Sequence[str]) -> str | None:
@@ -197,7 +206,7 @@ def create(
     members = list(nodes)
     with store.begin() as tx:
         if tx.inventory.get("pools", pool_id) is not None:
-            raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+            raise AlreadyExists(f"pool {pool_id} already exists", {"poolId": pool_id})
         if tx.inventory.get("tenants", owner_tenant_id) is None:
             raise tenant_not_found(owner_tenant_id)
         if tx.inventory.get("clusters", cluster_id) is None:
@@ -219,7 +228,7 @@ def create(
             "created_at": now,
         }
         if tx.inventory.insert_new("pools", [row]) != 1:
-            raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+            raise AlreadyExists(f"pool {pool_id} already exists", {"poolId": pool_id})
         _set_members(tx, pool_id, members)
         if owner_limits:
             quotas.write_rows(tx, owner_tenant_id, pool_id, owner_limits, now)
@@ -258,11 +267,11 @@ def update(
                 return _update_once(tx, pool_id, policy, nodes, generation, mode, now)
         except _Raced:
             if generation is not None:
-                raise Conflict(
+                raise GenerationMismatch(
                     f"pool {pool_id} changed while this update was applied; read it again and retry",
                     {"poolId": pool_id, "expected": generation},
                 ) from None
-    raise Conflict(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
+    raise ConcurrentChange(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
 
 
 def _update_once(
@@ -286,7 +295,7 @@ def _update_once(
         )
     current = int(pool["generation"])
     if generation is not None and generation != current:
-        raise Conflict(
+        raise GenerationMismatch(
             f"pool {pool_id} is at generation {current}, not {generation}; read it again and retry",
             {"poolId": pool_id, "generation": current, "expected": generation},
         )

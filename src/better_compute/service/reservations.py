@@ -22,7 +22,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal, token_revoked
 from better_compute.domain.errors import (
     BookingConflict,
-    Conflict,
+    ConcurrentChange,
     Forbidden,
     InsufficientCapacity,
     InvalidInput,
@@ -215,7 +215,7 @@ def create(
             # An atom chosen stopped being bookable (a pool change, a node report) between the read
             # and the commit: nothing was written; the index learns the change and chooses again.
             if attempt == MAX_ATTEMPTS - 1:
-                raise Conflict(
+                raise ConcurrentChange(
                     f"the atoms of pool {pool_id} kept changing while this reservation was admitted; retry",
                     {"poolId": pool_id, "atomIds": gone.atom_ids[:20]},
                 ) from None
@@ -225,7 +225,9 @@ def create(
         except KeyTaken:
             # Another request with this key won the race; the next attempt replays its reservation.
             if attempt == MAX_ATTEMPTS - 1:
-                raise Conflict(f"idempotencyKey {key!r} is in use by a concurrent request; retry") from None
+                raise ConcurrentChange(
+                    f"idempotencyKey {key!r} is in use by a concurrent request; retry"
+                ) from None
         finally:
             index.unclaim(claims)
     raise AssertionError("unreachable")
@@ -387,7 +389,9 @@ def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> Row:
         "reservations", row["id"], {"generation": row["generation"]}, written
     )
     if not changed:
-        raise Conflict(f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]})
+        raise ConcurrentChange(
+            f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]}
+        )
     return {**row, **written}
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict
+from better_compute.domain.errors import AlreadyExists
 from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import Row, StorePort
@@ -21,7 +21,7 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
     }
     with store.begin() as tx:
         if tx.inventory.insert_new("tenants", [row]) != 1:
-            raise Conflict(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
+            raise AlreadyExists(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
         tx.events.append("tenant.created", tenant_id, {"name": row["name"]}, now)
     return row
 
