@@ -41,3 +41,12 @@ def test_every_method_has_its_path_and_verb(generated: dict[str, Any], name: str
         f"{name}: {method.verb} {method.path} is not in the OpenAPI document "
         f"(it has {', '.join(sorted(operations)).upper()})"
     )
+
+
+def test_operation_ids_are_the_method_names(generated: dict[str, Any]) -> None:
+    ids = {
+        (verb.upper(), path): operation["operationId"]
+        for path, operations in generated["paths"].items()
+        for verb, operation in operations.items()
+    }
+    assert {name: ids[(m.verb, m.path)] for name, m in METHODS.items()} == {name: name for name in METHODS}

@@ -105,6 +105,7 @@ def test_timeslice_and_mps_pools_are_single_tenant(store: Store, mode: str) -> N
         "poolMode": mode,
         "ownerTenantId": "platform",
         "tenantId": "acme",
+        "reason": "single_tenant_pool",
     }
     # quotas.set is another way in, so it obeys the same rule.
     refused = api.call(

@@ -12,8 +12,10 @@ from better_compute.client import (
     ConflictError,
     ForbiddenError,
     InsufficientCapacityError,
+    InternalError,
     InvalidInputError,
     InvalidStateError,
+    MethodNotAllowedError,
     NotFoundError,
     QuotaExceededError,
     TransportError,
@@ -38,8 +40,10 @@ def test_public_names_are_pinned() -> None:
         "ConflictError",
         "ForbiddenError",
         "InsufficientCapacityError",
+        "InternalError",
         "InvalidInputError",
         "InvalidStateError",
+        "MethodNotAllowedError",
         "NotFoundError",
         "QuotaExceededError",
         "TransportError",
@@ -75,6 +79,7 @@ def test_create_reservation_returns_the_typed_model_and_sends_camel_case() -> No
         }
     ]
     assert server.requests[0].headers["authorization"] == "Bearer tok"
+    assert server.requests[0].headers["bc-api-version"] == "1"
 
 
 def test_fractional_request_carries_its_selector() -> None:
@@ -249,6 +254,13 @@ def test_no_authorization_header_without_a_token() -> None:
             InsufficientCapacityError,
             id="INSUFFICIENT_CAPACITY raises InsufficientCapacityError",
         ),
+        pytest.param(
+            "METHOD_NOT_ALLOWED",
+            405,
+            MethodNotAllowedError,
+            id="METHOD_NOT_ALLOWED raises MethodNotAllowedError",
+        ),
+        pytest.param("INTERNAL", 500, InternalError, id="INTERNAL raises InternalError"),
     ],
 )
 def test_each_error_code_raises_its_exception(code, status, error_class) -> None:
@@ -459,3 +471,68 @@ def test_admin_methods_send_camel_case_bodies() -> None:
         {"id": "pool-1", "policy": {"migLayout": "all-3g.40gb"}, "generation": 1},
         {"name": "no-whole-gpus", "tenantId": "acme", "limits": {"gpuCount": 0}},
     ]
+
+
+def test_a_newer_server_that_adds_fields_does_not_break_the_client() -> None:
+    """A field the client does not know, at any depth, is ignored (it was UNEXPECTED_RESPONSE)."""
+    newer = reservation_json(
+        region="eu-west",
+        devices=[
+            {
+                "class": "gpu",
+                "count": 2,
+                "priority": "high",
+                "selector": {
+                    "matchExpressions": [{"key": "numaNode", "op": "In", "values": [0], "weight": 1}],
+                    "matchFields": [],
+                },
+            }
+        ],
+        atoms=[
+            {"id": "atom-1", "class": "gpu", "gpuId": "GPU-1", "node": "n1", "attributes": {}, "rack": "r7"}
+        ],
+    )
+    pool = {
+        "id": "p1",
+        "name": "p1",
+        "clusterId": "c1",
+        "mode": "mig",
+        "policy": {"migLayout": "all-1g.10gb", "gate": "open"},
+        "ownerTenantId": "platform",
+        "nodes": ["n"],
+        "meter": "mig",
+        "generation": 3,
+        "createdAt": "2030-01-01T00:00:00Z",
+        "labels": {"team": "ml"},
+    }
+    server = FakeServer(
+        {
+            ("GET", "/v1/reservations/rsv-1"): newer,
+            ("GET", "/v1/reservations"): {"items": [newer], "nextCursor": None, "total": 1},
+            ("GET", "/v1/pools/p1"): pool,
+        }
+    )
+    compute = compute_for(server)
+    booked = compute.reservations.get("rsv-1")
+    assert (booked.id, booked.gpu_count, booked.atoms[0].gpu_id) == ("rsv-1", 2, "GPU-1")
+    assert booked.devices[0].selector is not None
+    assert booked.devices[0].selector.match_expressions[0].values == [0]
+    assert "region" not in booked.model_dump(by_alias=True)
+    assert [r.id for r in compute.reservations.list().items] == ["rsv-1"]
+    assert compute.pools.get("p1").policy.mig_layout == "all-1g.10gb"
+
+
+def test_a_refusal_says_which_one_of_its_code_it_is() -> None:
+    stale = error_json(
+        "CONFLICT", "pool p1 is at generation 3, not 2", generation=3, reason="generation_mismatch"
+    )
+    server = FakeServer(
+        {("PATCH", "/v1/pools/p1"): (409, stale), ("GET", "/v1/pools/p1"): (404, error_json("NOT_FOUND"))}
+    )
+    compute = compute_for(server)
+    with pytest.raises(ConflictError) as caught:
+        compute.pools.update("p1", generation=2)
+    assert caught.value.reason == "generation_mismatch"
+    with pytest.raises(NotFoundError) as missing:
+        compute.pools.get("p1")
+    assert missing.value.reason is None

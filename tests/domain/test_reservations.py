@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidState
+from better_compute.domain.errors import IdempotencyKeyReused, InvalidState
 from better_compute.domain.reservations import (
     STORED_STATUSES,
     TRANSITIONS,
@@ -72,10 +72,11 @@ def test_the_fingerprint_does_not_depend_on_insertion_order(body: dict[str, Any]
 
 def test_a_replay_with_a_different_request_is_refused() -> None:
     check_replay("k1", "abc", "abc")
-    with pytest.raises(InvalidState) as err:
+    with pytest.raises(IdempotencyKeyReused) as err:
         check_replay("k1", "abc", "abd")
+    assert err.value.code == "INVALID_STATE"
     assert err.value.message.startswith("idempotencyKey 'k1' was used with a different request")
-    assert err.value.details == {"idempotencyKey": "k1"}
+    assert err.value.details == {"idempotencyKey": "k1", "reason": "idempotency_key_reused"}
 
 
 def test_status_follows_the_window() -> None:

@@ -106,6 +106,7 @@ def test_slow_clients_a_trickled_request_head_is_408_and_closed(limited: Server)
             sock.sendall(b"X-Slow: 1\r\n")
         answer = read_answer(sock)
         assert answer.status == 408
+        assert answer.headers["bc-api-version"] == "1"
         assert answer.error() == {
             "code": "INVALID_INPUT",
             "message": "the request head did not arrive within 1 second",
@@ -155,6 +156,7 @@ def test_unbounded_bodies_a_declared_length_over_the_cap_is_413_before_the_body_
         sock.sendall(head("POST", "/v1/reservations", length=100_000_000))  # and not one byte of it
         answer = read_answer(sock)
         assert answer.status == 413
+        assert answer.headers["bc-api-version"] == "1"
         assert answer.error() == {
             "code": "INVALID_INPUT",
             "message": "the request body is larger than the limit of 4096 bytes",

@@ -11,7 +11,15 @@ import pytest
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import Conflict, Forbidden, InvalidInput, InvalidState, NotFound
+from better_compute.domain.errors import (
+    ConcurrentChange,
+    Conflict,
+    Forbidden,
+    GenerationMismatch,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+)
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
@@ -142,9 +150,14 @@ def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
 def test_generation_is_compared_and_always_bumped(fleet: Store) -> None:
     create(fleet)
     assert pools.update(fleet, ADMIN, "p", generation=1, now=at(1)).pool.generation == 2
-    with pytest.raises(Conflict) as err:
+    with pytest.raises(GenerationMismatch) as err:
         pools.update(fleet, ADMIN, "p", policy={"migLayout": "all-7g.80gb"}, generation=1, now=at(2))
-    assert err.value.details == {"poolId": "p", "generation": 2, "expected": 1}
+    assert err.value.details == {
+        "poolId": "p",
+        "generation": 2,
+        "expected": 1,
+        "reason": "generation_mismatch",
+    }
     assert pools.get_pool(fleet, ADMIN, "p").pool.settings.as_mapping() == {"migLayout": "all-disabled"}
     with pytest.raises(InvalidInput):
         pools.update(fleet, ADMIN, "p", mode="exclusive", now=at(2))
@@ -177,9 +190,9 @@ class RacingStore:
 def test_a_lost_race_is_retried_unless_the_client_named_a_generation(fleet: Store) -> None:
     create(fleet)
     assert pools.update(RacingStore(fleet, 2), ADMIN, "p", now=at(1)).pool.generation == 2
-    with pytest.raises(Conflict):
+    with pytest.raises(GenerationMismatch):
         pools.update(RacingStore(fleet, 1), ADMIN, "p", generation=2, now=at(1))
-    with pytest.raises(Conflict):
+    with pytest.raises(ConcurrentChange):
         pools.update(RacingStore(fleet, pools.UPDATE_ATTEMPTS), ADMIN, "p", now=at(1))
     assert pools.get_pool(fleet, ADMIN, "p").pool.generation == 2
 

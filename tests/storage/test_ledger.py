@@ -37,7 +37,7 @@ def test_booking_is_exclusive_and_names_when_the_atom_is_free(fleet: Store) -> N
     assert err.value.code == "CONFLICT"
     assert err.value.atom_id == atom
     assert err.value.free_from == at(2)
-    assert err.value.details == {"atomId": atom, "freeFrom": at(2).isoformat()}
+    assert err.value.details == {"atomId": atom, "freeFrom": at(2).isoformat(), "reason": "atom_booked"}
     # Back to back is not an overlap: windows are half-open.
     ledger.book(fleet, [atom], Window(at(2), at(3)), "a3", "acme", T0)
 

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import errors, guards, links
+from better_compute.api import errors, guards, links, operations, version
 from better_compute.api.deps import AppContext
 from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT, BodyLimits
 from better_compute.api.routes import (
@@ -70,6 +70,7 @@ def create_app(
         version=__version__,
         description="GPU fleet control plane: whole GPUs, MIG instances and shared slots booked as atoms.",
         lifespan=lifespan,
+        generate_unique_id_function=operations.operation_id,
     )
     # SQLite has one writer: admission threads would only queue for it, so it admits on the loop.
     admission = (
@@ -90,6 +91,7 @@ def create_app(
     app.include_router(quotas.router)
     app.include_router(policies.router)
     links.install(app)
-    # Added last, so outermost: a body is capped and timed before anything else reads it.
+    # Added late, so outer: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
+    version.install(app)  # outermost of all: every answer, refusals included, names the API version
     return app

@@ -14,34 +14,46 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from better_compute.api import operations
+from better_compute.api.version import VERSION_HEADERS
 from better_compute.domain import errors
+from better_compute.wire import codes
 
 log = logging.getLogger("better_compute.api")
 
 STATUS: dict[str, int] = {
-    errors.InvalidInput.code: 400,
-    errors.Unauthenticated.code: 401,
-    errors.Forbidden.code: 403,
-    errors.NotFound.code: 404,
-    errors.InvalidState.code: 409,
-    errors.Conflict.code: 409,
-    errors.QuotaExceeded.code: 409,
-    errors.InsufficientCapacity.code: 409,
+    codes.INVALID_INPUT: 400,
+    codes.UNAUTHENTICATED: 401,
+    codes.FORBIDDEN: 403,
+    codes.NOT_FOUND: 404,
+    codes.METHOD_NOT_ALLOWED: 405,
+    codes.INVALID_STATE: 409,
+    codes.CONFLICT: 409,
+    codes.QUOTA_EXCEEDED: 409,
+    codes.INSUFFICIENT_CAPACITY: 409,
+    codes.INTERNAL: 500,
 }
+"""The HTTP status of every code (`wire.codes.SERVER_CODES`), domain errors' first of all."""
 
 _HTTP_CODES = {
-    400: "INVALID_INPUT",
-    401: "UNAUTHENTICATED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    405: "NOT_FOUND",
+    400: codes.INVALID_INPUT,
+    401: codes.UNAUTHENTICATED,
+    403: codes.FORBIDDEN,
+    404: codes.NOT_FOUND,
+    405: codes.METHOD_NOT_ALLOWED,
 }
+"""Refusals the router makes before any route runs (no such path, a verb the path does not take)."""
 
 
 def error_response(
-    status: int, code: str, message: str, details: dict[str, Any] | None = None
+    status: int,
+    code: str,
+    message: str,
+    details: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    if status == 401:
+        headers = {**(headers or {}), "WWW-Authenticate": "Bearer"}
     return JSONResponse(
         status_code=status,
         content={"error": {"code": code, "message": message, "details": details or {}}},
@@ -55,6 +67,14 @@ def _location(loc: tuple[Any, ...]) -> str:
     for p in parts:
         out += f"[{p}]" if p.isdigit() else (f".{p}" if out else p)
     return out or "body"
+
+
+def _allowed(path: str, exc: StarletteHTTPException) -> str:
+    """The verbs `path` takes, for a 405's `Allow` (as HTTP asks): the method table's, and those of the
+    route that refused (Starlette names only that one, and the API has one route per verb)."""
+    verbs = set(operations.verbs_of(path))
+    verbs.update(v.strip() for v in (exc.headers or {}).get("Allow", "").split(",") if v.strip())
+    return ", ".join(sorted(verbs))
 
 
 def install(app: FastAPI) -> None:
@@ -74,15 +94,19 @@ def install(app: FastAPI) -> None:
                 for p in problems
             ]
         }
-        return error_response(400, "INVALID_INPUT", message, details)
+        return error_response(400, codes.INVALID_INPUT, message, details)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = _HTTP_CODES.get(exc.status_code, "INVALID_INPUT")
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _HTTP_CODES.get(exc.status_code, codes.INVALID_INPUT)
         status = exc.status_code if exc.status_code in _HTTP_CODES else 400
-        return error_response(status, code, str(exc.detail))
+        headers = {"Allow": _allowed(request.url.path, exc)} if status == 405 else None
+        return error_response(status, code, str(exc.detail), headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error", exc_info=exc)
-        return error_response(500, "INTERNAL", "internal error; the request was not applied")
+        # Sent from outside every middleware (Starlette's last resort), so it adds the version itself.
+        return error_response(
+            500, codes.INTERNAL, "internal error; the request was not applied", headers=VERSION_HEADERS
+        )

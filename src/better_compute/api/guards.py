@@ -10,6 +10,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from better_compute.api.errors import error_response
+from better_compute.wire import codes
 
 
 class RejectNul:
@@ -23,7 +24,7 @@ class RejectNul:
             "\x00" in scope.get("path", "") or b"%00" in scope.get("query_string", b"")
         ):
             response = error_response(
-                400, "INVALID_INPUT", "the request's path or query contains a NUL character"
+                400, codes.INVALID_INPUT, "the request's path or query contains a NUL character"
             )
             await response(scope, receive, send)
             return

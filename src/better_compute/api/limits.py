@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from better_compute.wire import codes
+
 if TYPE_CHECKING:
     from starlette.responses import Response
 
@@ -49,7 +51,7 @@ def body_too_large(limit: int) -> Response:
     return _closing(
         error_response(
             413,
-            "INVALID_INPUT",
+            codes.INVALID_INPUT,
             f"the request body is larger than the limit of {limit} bytes",
             {"limit": limit},
         )
@@ -68,7 +70,7 @@ def body_too_slow(timeout: float) -> Response:
     return _closing(
         error_response(
             408,
-            "INVALID_INPUT",
+            codes.INVALID_INPUT,
             f"the request body stalled: no part of it arrived within {seconds(timeout)}",
             {"timeout": int(timeout) if timeout == int(timeout) else timeout},
         )

@@ -13,6 +13,7 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.output import error_object, fail_json, print_json
 from better_compute.client import ComputeError
+from better_compute.wire import codes
 from better_compute.wire.methods import METHODS
 
 
@@ -25,13 +26,13 @@ def _read_body(raw: str | None) -> dict[str, Any]:
         try:
             raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except OSError as exc:
-            fail_json(error_object("INVALID_INPUT", f"cannot read {source}: {exc.strerror or exc}"))
+            fail_json(error_object(codes.INVALID_INPUT, f"cannot read {source}: {exc.strerror or exc}"))
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        fail_json(error_object("INVALID_INPUT", f"--json is not valid JSON: {exc}"))
+        fail_json(error_object(codes.INVALID_INPUT, f"--json is not valid JSON: {exc}"))
     if not isinstance(body, dict):
-        fail_json(error_object("INVALID_INPUT", "--json must be a JSON object"))
+        fail_json(error_object(codes.INVALID_INPUT, "--json must be a JSON object"))
     return body
 
 
@@ -57,7 +58,7 @@ def api(
     if method not in METHODS:
         fail_json(
             error_object(
-                "INVALID_INPUT",
+                codes.INVALID_INPUT,
                 f"unknown method {method!r}; valid methods: {', '.join(sorted(METHODS))}",
                 {"methods": sorted(METHODS)},
             )
@@ -66,12 +67,12 @@ def api(
     try:
         settings = config.resolve(server, token)
     except ValueError as exc:
-        fail_json(error_object("INVALID_INPUT", str(exc)))
+        fail_json(error_object(codes.INVALID_INPUT, str(exc)))
     try:
         with config.connect(settings) as compute:
             result = compute.call(method, body)
     except ComputeError as exc:
         fail_json(exc.to_dict())
     except ValueError as exc:
-        fail_json(error_object("INVALID_INPUT", str(exc)))
+        fail_json(error_object(codes.INVALID_INPUT, str(exc)))
     print_json(result)

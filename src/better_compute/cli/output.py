@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from better_compute.client import ComputeError
+from better_compute.wire import codes
 
 
 def stdout() -> Console:
@@ -40,7 +41,7 @@ def fail(error: ComputeError | str, *, as_json: bool = False) -> NoReturn:
     if as_json:
         if isinstance(error, ComputeError):
             fail_json(error.to_dict())
-        fail_json(error_object("INVALID_INPUT", error))
+        fail_json(error_object(codes.INVALID_INPUT, error))
     if isinstance(error, ComputeError):
         text = f"error: {error.code}: {error.message}"
         if error.details:

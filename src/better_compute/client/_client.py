@@ -1,7 +1,10 @@
 """`Compute`: the typed client of the better-compute API, over httpx.
 
 Every call goes through the method table (`better_compute.wire.methods`), so the client and the server
-agree on verbs, paths and models by construction. Tests pass `transport=httpx.MockTransport(handler)`.
+agree on verbs, paths and models by construction. Answers are read with the wire's answer models,
+which ignore fields they do not know: a newer server that adds a field does not break this client.
+Every request carries `BC-API-Version` (`wire.API_VERSION`). Tests pass
+`transport=httpx.MockTransport(handler)`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from better_compute import __version__
 from better_compute.client._errors import ComputeError, TransportError, error_from_answer
+from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.common import Page
 from better_compute.wire.methods import METHODS, Method
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
@@ -83,7 +87,11 @@ class Compute:
         backoff: float = DEFAULT_BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        headers = {"User-Agent": f"better-compute-client/{__version__}", "Accept": "application/json"}
+        headers = {
+            "User-Agent": f"better-compute-client/{__version__}",
+            "Accept": "application/json",
+            API_VERSION_HEADER: API_VERSION,
+        }
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(base_url=base_url, headers=headers, transport=transport, timeout=timeout)
@@ -154,7 +162,7 @@ class Compute:
         except ValidationError as exc:
             raise ComputeError(
                 f"{name}: the server's answer does not match {out.__name__}",
-                code="UNEXPECTED_RESPONSE",
+                code=codes.UNEXPECTED_RESPONSE,
                 details={"errors": exc.errors(include_url=False, include_context=False)},
             ) from exc
 
@@ -179,7 +187,7 @@ def _answer(response: httpx.Response) -> Any:
         if payload is None and response.content:
             raise ComputeError(
                 "the server answered with something other than JSON",
-                code="UNEXPECTED_RESPONSE",
+                code=codes.UNEXPECTED_RESPONSE,
                 details={"body": response.text[:2000]},
                 status_code=response.status_code,
             )

@@ -7,19 +7,25 @@ The tree::
     ├── UnauthenticatedError         UNAUTHENTICATED        401
     ├── ForbiddenError               FORBIDDEN              403
     ├── NotFoundError                NOT_FOUND              404
+    ├── MethodNotAllowedError        METHOD_NOT_ALLOWED     405
     ├── InvalidStateError            INVALID_STATE          409
     ├── ConflictError                CONFLICT               409
     ├── QuotaExceededError           QUOTA_EXCEEDED         409
     ├── InsufficientCapacityError    INSUFFICIENT_CAPACITY  409
+    ├── InternalError                INTERNAL               500
     └── TransportError               TRANSPORT              (no answer: connection refused, reset...)
 
 An answer with a code this client does not know raises `ComputeError` itself, with that code.
-Every error has `.code`, `.message`, `.details` (a dict) and `.status_code` (None without an answer).
+Every error has `.code`, `.message`, `.details` (a dict), `.reason` (`details.reason`: which refusal
+of its code it is, such as `generation_mismatch` for a CONFLICT; see `wire/codes.py`) and
+`.status_code` (None without an answer).
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
+
+from better_compute.wire import codes
 
 
 class ComputeError(Exception):
@@ -41,6 +47,12 @@ class ComputeError(Exception):
         self.details: dict[str, Any] = details or {}
         self.status_code = status_code
 
+    @property
+    def reason(self) -> str | None:
+        """`details.reason`: which refusal of its code this is (`wire.codes`), when the server said."""
+        reason = self.details.get("reason")
+        return reason if isinstance(reason, str) else None
+
     def __str__(self) -> str:
         return f"{self.code}: {self.message}"
 
@@ -50,41 +62,53 @@ class ComputeError(Exception):
 
 
 class InvalidInputError(ComputeError):
-    code_name = "INVALID_INPUT"
+    code_name = codes.INVALID_INPUT
 
 
 class UnauthenticatedError(ComputeError):
-    code_name = "UNAUTHENTICATED"
+    code_name = codes.UNAUTHENTICATED
 
 
 class ForbiddenError(ComputeError):
-    code_name = "FORBIDDEN"
+    code_name = codes.FORBIDDEN
 
 
 class NotFoundError(ComputeError):
-    code_name = "NOT_FOUND"
+    code_name = codes.NOT_FOUND
+
+
+class MethodNotAllowedError(ComputeError):
+    """The path exists but does not take this verb; `Allow` in the answer's headers lists those it does."""
+
+    code_name = codes.METHOD_NOT_ALLOWED
 
 
 class InvalidStateError(ComputeError):
-    code_name = "INVALID_STATE"
+    code_name = codes.INVALID_STATE
 
 
 class ConflictError(ComputeError):
-    code_name = "CONFLICT"
+    code_name = codes.CONFLICT
 
 
 class QuotaExceededError(ComputeError):
-    code_name = "QUOTA_EXCEEDED"
+    code_name = codes.QUOTA_EXCEEDED
 
 
 class InsufficientCapacityError(ComputeError):
-    code_name = "INSUFFICIENT_CAPACITY"
+    code_name = codes.INSUFFICIENT_CAPACITY
+
+
+class InternalError(ComputeError):
+    """The server failed unexpectedly; the request was not applied."""
+
+    code_name = codes.INTERNAL
 
 
 class TransportError(ComputeError):
     """The call got no answer: the server could not be reached or the connection broke."""
 
-    code_name = "TRANSPORT"
+    code_name = codes.TRANSPORT
 
 
 ERRORS_BY_CODE: dict[str, type[ComputeError]] = {
@@ -94,19 +118,23 @@ ERRORS_BY_CODE: dict[str, type[ComputeError]] = {
         UnauthenticatedError,
         ForbiddenError,
         NotFoundError,
+        MethodNotAllowedError,
         InvalidStateError,
         ConflictError,
         QuotaExceededError,
         InsufficientCapacityError,
+        InternalError,
     )
 }
+"""The exception of every code a server answers with (`wire.codes.SERVER_CODES`)."""
 
 _CODES_BY_STATUS = {
-    400: "INVALID_INPUT",
-    401: "UNAUTHENTICATED",
-    403: "FORBIDDEN",
-    404: "NOT_FOUND",
-    422: "INVALID_INPUT",
+    400: codes.INVALID_INPUT,
+    401: codes.UNAUTHENTICATED,
+    403: codes.FORBIDDEN,
+    404: codes.NOT_FOUND,
+    405: codes.METHOD_NOT_ALLOWED,
+    422: codes.INVALID_INPUT,
 }
 
 

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from better_compute.domain.atoms import AtomClass, check_atom_class
-from better_compute.domain.errors import InvalidInput, InvalidState
+from better_compute.domain.errors import InvalidInput, SingleTenantPool
 from better_compute.domain.pools import SHARING_MODES, SharingMode
 from better_compute.domain.selectors import EVERYTHING, Selector, parse_selector
 
@@ -167,7 +167,7 @@ def check_offer(pool_mode: SharingMode, owner_tenant_id: str, tenant_id: str) ->
     be offered freely.
     """
     if pool_mode in SINGLE_TENANT_MODES and tenant_id != owner_tenant_id:
-        raise InvalidState(
+        raise SingleTenantPool(
             f"{pool_mode} pools are single-tenant: timeslice and mps sharing do not isolate workloads "
             f"the way MIG does, so this pool cannot be offered to {tenant_id}, only used by its owner "
             f"{owner_tenant_id}",

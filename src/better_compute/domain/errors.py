@@ -10,13 +10,22 @@ The tree::
     ├── Forbidden                    FORBIDDEN              403
     ├── NotFound                     NOT_FOUND              404
     ├── InvalidState                 INVALID_STATE          409
-    ├── Conflict                     CONFLICT               409
-    │   └── BookingConflict          CONFLICT  (names the atom and when it is free)
+    │   ├── SingleTenantPool         INVALID_STATE  reason single_tenant_pool
+    │   └── IdempotencyKeyReused     INVALID_STATE  reason idempotency_key_reused
+    ├── Conflict                     CONFLICT               409 (never raised itself: one of below)
+    │   ├── BookingConflict          CONFLICT  reason atom_booked (names the atom and when it is free)
+    │   ├── GenerationMismatch       CONFLICT  reason generation_mismatch
+    │   ├── AlreadyExists            CONFLICT  reason already_exists
+    │   └── ConcurrentChange         CONFLICT  reason concurrent_change
     ├── QuotaExceeded                QUOTA_EXCEEDED         409
     └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409
 
 Each error carries a stable ``code``, a human ``message`` (some are quoted in docs/concepts.md and
-docs/api.md#errors and are part of the interface) and JSON-able ``details``.
+docs/api.md#errors and are part of the interface) and JSON-able ``details``. A code is what a
+caller branches on; where one code covers refusals a caller must still tell apart (a stale
+generation is re-read and retried, a name already taken is not), the subclass sets ``reason`` and
+every answer of it carries ``details.reason``. The codes and reasons are spelled once more in
+``wire/codes.py`` (the domain imports nothing of ours); tests/tripwires keeps the two equal.
 """
 
 from __future__ import annotations
@@ -29,11 +38,15 @@ class DomainError(Exception):
     """Base of every refusal the system can explain to a user."""
 
     code: ClassVar[str] = "INTERNAL"
+    reason: ClassVar[str | None] = None
+    """Set by the errors a caller tells apart within their code; it is sent as ``details.reason``."""
 
     def __init__(self, message: str, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details or {}
+        if self.reason is not None:
+            self.details = {**self.details, "reason": self.reason}
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "message": self.message, "details": self.details}
@@ -71,8 +84,41 @@ class InvalidState(DomainError):
     code = "INVALID_STATE"
 
 
+class SingleTenantPool(InvalidState):
+    """timeslice and mps pools serve their owner only: they cannot be offered to another tenant."""
+
+    reason = "single_tenant_pool"
+
+
+class IdempotencyKeyReused(InvalidState):
+    """An idempotency key names its first request: the same key with another request is refused."""
+
+    reason = "idempotency_key_reused"
+
+
 class Conflict(DomainError):
+    """The request lost to the state of the fleet; a subclass says how (``details.reason``)."""
+
     code = "CONFLICT"
+
+
+class GenerationMismatch(Conflict):
+    """A write that named a ``generation`` finds the object at another: read it again, then decide."""
+
+    reason = "generation_mismatch"
+
+
+class AlreadyExists(Conflict):
+    """The id or name is taken: a caller picks another rather than retrying as it is."""
+
+    reason = "already_exists"
+
+
+class ConcurrentChange(Conflict):
+    """Requests running at once changed what this one decided on, more often than the server retries
+    by itself; sending the same request again may succeed."""
+
+    reason = "concurrent_change"
 
 
 class QuotaExceeded(DomainError):
@@ -85,6 +131,8 @@ class InsufficientCapacity(DomainError):
 
 class BookingConflict(Conflict):
     """Another booking holds the atom in the window; ``free_from`` is when it is next free (None: never)."""
+
+    reason = "atom_booked"
 
     def __init__(self, atom_id: str, free_from: datetime | None, message: str | None = None) -> None:
         self.atom_id = atom_id

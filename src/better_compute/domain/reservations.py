@@ -16,7 +16,7 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from better_compute.domain.errors import InvalidState
+from better_compute.domain.errors import IdempotencyKeyReused, InvalidState
 from better_compute.domain.timewin import Window, require_aware
 
 IDEMPOTENCY_FIELD = "idempotencyKey"
@@ -140,7 +140,7 @@ def check_replay(idempotency_key: str, stored_fingerprint: str, fingerprint: str
     reservation would hand someone atoms they did not ask for.
     """
     if stored_fingerprint != fingerprint:
-        raise InvalidState(
+        raise IdempotencyKeyReused(
             f"idempotencyKey {idempotency_key!r} was used with a different request; "
             "use a new key for a new request",
             {"idempotencyKey": idempotency_key},

@@ -24,6 +24,7 @@ from typing import Any, cast
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from better_compute.api.limits import seconds
+from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 
 log = logging.getLogger("better_compute.server")
 
@@ -91,7 +92,7 @@ class TimedHttpProtocol(HttpToolsProtocol):
         body = json.dumps(
             {
                 "error": {
-                    "code": "INVALID_INPUT",
+                    "code": codes.INVALID_INPUT,
                     "message": f"the request head did not arrive within {seconds(self.timeout_request)}",
                     "details": {"timeout": self.timeout_request},
                 }
@@ -100,6 +101,7 @@ class TimedHttpProtocol(HttpToolsProtocol):
         head = [STATUS_LINE[408]]
         head += [name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers]
         head += [
+            API_VERSION_HEADER.encode("latin-1") + b": " + API_VERSION.encode("latin-1") + b"\r\n",
             b"content-type: application/json\r\n",
             b"content-length: " + str(len(body)).encode("ascii") + b"\r\n",
             b"connection: close\r\n\r\n",

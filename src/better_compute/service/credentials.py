@@ -21,7 +21,7 @@ from better_compute.domain.credentials import (
     require_admin,
     token_revoked,
 )
-from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
+from better_compute.domain.errors import AlreadyExists, NotFound, Unauthenticated
 from better_compute.domain.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.records import Credential
 from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
@@ -53,7 +53,7 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Is
         created_at=now,
     )
     if not tx.credentials.add(credential):
-        raise Conflict("a credential with that id already exists; try again")
+        raise AlreadyExists("a credential with that id already exists; try again")
     tx.events.append(CredentialCreated(credential.id, tenant_id, credential.is_admin), now)
     return Issued(credential, token)
 
@@ -91,7 +91,7 @@ def bootstrap_admin(
     with store.begin() as tx:
         admins = tx.credentials.live_admins()
         if admins and not force:
-            raise Conflict(
+            raise AlreadyExists(
                 f"{len(admins)} fleet-admin credential(s) already exist; "
                 "use --force to add another admin token",
                 {"adminCredentials": len(admins)},

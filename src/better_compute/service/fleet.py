@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.errors import Conflict, InvalidInput
+from better_compute.domain.errors import ConcurrentChange, InvalidInput
 from better_compute.domain.events import FleetRegistered
 from better_compute.domain.fleet import FleetSpec, PoolSpec
 from better_compute.domain.records import Cluster, Node, Tenant
@@ -65,7 +65,7 @@ def _register_pool(tx: Tx, spec: PoolSpec, now: datetime) -> None:
                     tx, spec.name, spec.settings.as_mapping(), list(spec.nodes), None, spec.mode, now
                 )
             except pools.Raced:
-                raise Conflict(
+                raise ConcurrentChange(
                     f"pool {spec.name} changed while the fleet file was loaded; load it again"
                 ) from None
     if spec.owner_quota:

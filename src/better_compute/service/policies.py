@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict
+from better_compute.domain.errors import AlreadyExists
 from better_compute.domain.events import PolicyCreated
 from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.tenancy import (
@@ -49,7 +49,7 @@ def create(
         if policy.pool_id is not None and tx.pools.get(policy.pool_id) is None:
             raise pool_not_found(policy.pool_id)
         if not tx.policies.add(policy):
-            raise Conflict(
+            raise AlreadyExists(
                 f"tenant {policy.tenant_id} already has a policy named {policy.name}",
                 {"tenantId": policy.tenant_id, "name": policy.name},
             )

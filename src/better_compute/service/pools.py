@@ -17,7 +17,13 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict, InvalidInput, NotFound
+from better_compute.domain.errors import (
+    AlreadyExists,
+    ConcurrentChange,
+    GenerationMismatch,
+    InvalidInput,
+    NotFound,
+)
 from better_compute.domain.events import MigLayoutRequested, PoolCreated, PoolOffered, PoolUpdated
 from better_compute.domain.fleet import default_meter
 from better_compute.domain.pools import (
@@ -132,7 +138,9 @@ def _check_nodes(tx: Tx, cluster_id: str, node_ids: Sequence[str], pool_id: str 
 
 def _set_members(tx: Tx, pool_id: str, node_ids: Sequence[str]) -> None:
     if not tx.pools.set_members(pool_id, node_ids):
-        raise Conflict("another pool took one of these nodes meanwhile; read the pools again and retry")
+        raise ConcurrentChange(
+            "another pool took one of these nodes meanwhile; read the pools again and retry"
+        )
 
 
 def _first_model(tx: Tx, node_ids: Sequence[str]) -> str | None:
@@ -199,7 +207,7 @@ def create_in(
     sharing = check_mode(mode)
     members = list(nodes)
     if tx.pools.get(pool_id) is not None:
-        raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+        raise AlreadyExists(f"pool {pool_id} already exists", {"poolId": pool_id})
     if tx.tenants.get(owner_tenant_id) is None:
         raise tenant_not_found(owner_tenant_id)
     if tx.clusters.get(cluster_id) is None:
@@ -219,7 +227,7 @@ def create_in(
         created_at=now,
     )
     if not tx.pools.add(pool):
-        raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+        raise AlreadyExists(f"pool {pool_id} already exists", {"poolId": pool_id})
     _set_members(tx, pool_id, members)
     if owner_limits:
         quotas.write_rows(tx, owner_tenant_id, pool_id, owner_limits, now)
@@ -255,11 +263,11 @@ def update(
                 return update_in(tx, pool_id, policy, nodes, generation, mode, now)
         except Raced:
             if generation is not None:
-                raise Conflict(
+                raise GenerationMismatch(
                     f"pool {pool_id} changed while this update was applied; read it again and retry",
                     {"poolId": pool_id, "expected": generation},
                 ) from None
-    raise Conflict(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
+    raise ConcurrentChange(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
 
 
 def update_in(
@@ -280,7 +288,7 @@ def update_in(
     check_mode_kept(pool_id, pool.mode, mode)
     current = pool.generation
     if generation is not None and generation != current:
-        raise Conflict(
+        raise GenerationMismatch(
             f"pool {pool_id} is at generation {current}, not {generation}; read it again and retry",
             {"poolId": pool_id, "generation": current, "expected": generation},
         )

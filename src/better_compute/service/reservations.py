@@ -22,7 +22,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal, token_revoked
 from better_compute.domain.errors import (
     BookingConflict,
-    Conflict,
+    ConcurrentChange,
     Forbidden,
     InsufficientCapacity,
     InvalidInput,
@@ -205,7 +205,7 @@ def create(
             # An atom chosen stopped being bookable (a pool change, a node report) between the read
             # and the commit: nothing was written; the index learns the change and chooses again.
             if attempt == MAX_ATTEMPTS - 1:
-                raise Conflict(
+                raise ConcurrentChange(
                     f"the atoms of pool {pool_id} kept changing while this reservation was admitted; retry",
                     {"poolId": pool_id, "atomIds": gone.atom_ids[:20]},
                 ) from None
@@ -215,7 +215,9 @@ def create(
         except KeyTaken:
             # Another request with this key won the race; the next attempt replays its reservation.
             if attempt == MAX_ATTEMPTS - 1:
-                raise Conflict(f"idempotencyKey {key!r} is in use by a concurrent request; retry") from None
+                raise ConcurrentChange(
+                    f"idempotencyKey {key!r} is in use by a concurrent request; retry"
+                ) from None
         finally:
             index.unclaim(claims)
     raise AssertionError("unreachable")
@@ -369,7 +371,7 @@ def _bump(tx: Tx, r: Reservation, status: ReservationStatus, ends_at: datetime |
     """Write a new status and end if nobody changed the reservation since it was read (its
     generation); returns the reservation as written."""
     if not tx.reservations.compare_and_set(r.id, r.generation, status.value, ends_at):
-        raise Conflict(f"reservation {r.id} changed while this request ran; retry", {"id": r.id})
+        raise ConcurrentChange(f"reservation {r.id} changed while this request ran; retry", {"id": r.id})
     return replace(r, status=status.value, ends_at=ends_at, generation=r.generation + 1)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict
+from better_compute.domain.errors import AlreadyExists
 from better_compute.domain.events import TenantCreated
 from better_compute.domain.records import Tenant
 from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
@@ -19,7 +19,7 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
     tenant = Tenant(id=check_slug(tenant_id, "id"), name=check_name(name, "name"), created_at=now)
     with store.begin() as tx:
         if not tx.tenants.add(tenant):
-            raise Conflict(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
+            raise AlreadyExists(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
         tx.events.append(TenantCreated(tenant_id, tenant.name), now)
     return tenant
 

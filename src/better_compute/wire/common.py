@@ -1,4 +1,10 @@
-"""Shapes every endpoint shares: the error body and the list envelope."""
+"""Shapes every endpoint shares: the bases of requests and answers, the error body, the list envelope.
+
+A request refuses a field it does not know: a typo (`poolID`, `idempotencyKy`) is an INVALID_INPUT
+naming it, never a silently dropped option. An answer ignores a field it does not know: a server that
+adds one must not break the clients and node daemons already deployed against it. Every model of the
+wire is one or the other (`WireRequest`, `WireAnswer`); tests/tripwires holds them to it.
+"""
 
 from __future__ import annotations
 
@@ -11,33 +17,52 @@ T = TypeVar("T")
 
 
 class WireModel(BaseModel):
-    """Base of every wire model: camelCase on the wire, snake_case in Python, unknown fields refused."""
+    """Base of every wire model: camelCase on the wire, snake_case in Python.
 
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", serialize_by_alias=True
-    )
+    Not used directly: a model is a `WireRequest` or a `WireAnswer`, which decide its unknown fields.
+    """
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
 
 
-class ErrorDetail(WireModel):
+class WireAnswer(WireModel):
+    """What the server answers: unknown fields are ignored, so that the server may add fields."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class WireRequest(WireModel):
+    """What a caller sends: unknown fields are refused, so that a misspelt field is an error.
+
+    A shape that travels both ways (a device request, echoed in its reservation) is an answer model
+    `XPublic` with its request model `X(XPublic, WireRequest)` beside it: the server can echo a
+    validated request in its answer as it is, and a client reading the answer ignores what it does
+    not know.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorDetail(WireAnswer):
     code: str
     message: str
     details: dict[str, Any] = Field(default_factory=dict)
 
 
-class ErrorBody(WireModel):
+class ErrorBody(WireAnswer):
     """`{"error": {"code", "message", "details"}}`: the one shape of every refusal."""
 
     error: ErrorDetail
 
 
-class PageQuery(WireModel):
+class PageQuery(WireRequest):
     """The paging of a list method (query parameters): `limit` items (1 to 1000) after `cursor`."""
 
     limit: int | None = Field(default=None, ge=1, le=1000)
     cursor: str | None = None
 
 
-class Page(WireModel, Generic[T]):
+class Page(WireAnswer, Generic[T]):
     """A list response: items under `items`, and a cursor for the next page when there is one."""
 
     items: list[T]

@@ -7,10 +7,10 @@ from typing import Any
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import WireAnswer
 
 
-class ClusterPublic(WireModel):
+class ClusterPublic(WireAnswer):
     id: str
     name: str
     region: str
@@ -19,7 +19,7 @@ class ClusterPublic(WireModel):
     created_at: datetime
 
 
-class NodePublic(WireModel):
+class NodePublic(WireAnswer):
     id: str
     name: str
     cluster_id: str
@@ -30,12 +30,12 @@ class NodePublic(WireModel):
     last_report_at: datetime | None = None
 
 
-class MigModePublic(WireModel):
+class MigModePublic(WireAnswer):
     current: bool
     pending: bool
 
 
-class MigInstancePublic(WireModel):
+class MigInstancePublic(WireAnswer):
     profile: str
     gi_id: int
     ci_id: int
@@ -44,7 +44,7 @@ class MigInstancePublic(WireModel):
     uuid: str
 
 
-class GpuPublic(WireModel):
+class GpuPublic(WireAnswer):
     id: str
     uuid: str
     node: str
@@ -60,7 +60,7 @@ class GpuPublic(WireModel):
     mig_instances: list[MigInstancePublic]
 
 
-class AtomPublic(WireModel):
+class AtomPublic(WireAnswer):
     id: str
     cls: str = Field(alias="class")
     gpu_id: str
@@ -72,7 +72,7 @@ class AtomPublic(WireModel):
     attributes: dict[str, Any]
 
 
-class Health(WireModel):
+class Health(WireAnswer):
     status: str
     database: str
     version: str

@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
-from better_compute.wire.common import Page, WireModel
+from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
@@ -82,7 +82,7 @@ class Method:
     name: str
     verb: Verb
     path: str
-    request: type[WireModel] | None
+    request: type[WireRequest] | None
     response: Any
     paged: bool = False
     idempotency_key: bool = False

@@ -6,17 +6,21 @@ from datetime import datetime
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import WireAnswer, WireRequest
 
 
-class PolicyLimits(WireModel):
-    """`gpuCount` counts whole GPUs only; `gpuSlices` counts MIG instances and shared slots."""
+class PolicyLimitsPublic(WireAnswer):
+    """A policy's limits as the policy shows them (the request carries `PolicyLimits`)."""
 
     gpu_count: int | None = Field(default=None, ge=0)
     gpu_slices: int | None = Field(default=None, ge=0)
 
 
-class PolicyCreate(WireModel):
+class PolicyLimits(PolicyLimitsPublic, WireRequest):
+    """`gpuCount` counts whole GPUs only; `gpuSlices` counts MIG instances and shared slots."""
+
+
+class PolicyCreate(WireRequest):
     """`policies.create`: without `poolId` the policy applies to the tenant in every pool."""
 
     name: str = Field(min_length=1)
@@ -25,16 +29,16 @@ class PolicyCreate(WireModel):
     limits: PolicyLimits
 
 
-class PolicyPublic(WireModel):
+class PolicyPublic(WireAnswer):
     id: str
     name: str
     tenant_id: str
     pool_id: str | None
-    limits: PolicyLimits
+    limits: PolicyLimitsPublic
     created_at: datetime
 
 
-class PolicyListQuery(WireModel):
+class PolicyListQuery(WireRequest):
     """`policies.list` filters (query parameters)."""
 
     tenant_id: str | None = None

@@ -7,20 +7,24 @@ from typing import Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import WireAnswer, WireRequest
 from better_compute.wire.quotas import ClassQuota, QuotaPublic
 
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
 
 
-class PoolPolicy(WireModel):
-    """`migLayout` for mig pools (e.g. `all-1g.10gb`); `replicas` (1-48) for timeslice and mps pools."""
+class PoolPolicyPublic(WireAnswer):
+    """A pool's policy as the pool shows it (requests carry `PoolPolicy`)."""
 
     mig_layout: str | None = None
     replicas: int | None = Field(default=None, ge=1, le=48)
 
 
-class PoolCreate(WireModel):
+class PoolPolicy(PoolPolicyPublic, WireRequest):
+    """`migLayout` for mig pools (e.g. `all-1g.10gb`); `replicas` (1-48) for timeslice and mps pools."""
+
+
+class PoolCreate(WireRequest):
     """`pools.create`. `ownerQuota` sets the owner's rows per class (default: `gpu` only)."""
 
     name: str = Field(min_length=1)
@@ -33,7 +37,7 @@ class PoolCreate(WireModel):
     meter: str | None = None
 
 
-class PoolUpdate(WireModel):
+class PoolUpdate(WireRequest):
     """`pools.update`: a new `policy.migLayout` goes through the MIG layout gate.
 
     `generation`, when given, must equal the pool's current one (compare-and-swap), else CONFLICT.
@@ -45,12 +49,12 @@ class PoolUpdate(WireModel):
     generation: int | None = None
 
 
-class PoolPublic(WireModel):
+class PoolPublic(WireAnswer):
     id: str
     name: str
     cluster_id: str
     mode: SharingMode
-    policy: PoolPolicy
+    policy: PoolPolicyPublic
     owner_tenant_id: str
     nodes: list[str]
     meter: str
@@ -58,7 +62,7 @@ class PoolPublic(WireModel):
     created_at: datetime
 
 
-class PoolListQuery(WireModel):
+class PoolListQuery(WireRequest):
     """`pools.list` filters (query parameters)."""
 
     cluster_id: str | None = None
@@ -68,7 +72,7 @@ class PoolListQuery(WireModel):
     cursor: str | None = None
 
 
-class PoolOffer(WireModel):
+class PoolOffer(WireRequest):
     """`pools.offer`: give another tenant quota rows in the pool (timeslice/mps pools: owner only)."""
 
     pool_id: str
@@ -76,7 +80,7 @@ class PoolOffer(WireModel):
     quota: ClassQuota
 
 
-class PoolOfferPublic(WireModel):
+class PoolOfferPublic(WireAnswer):
     """The answer to `pools.offer`: the quota rows the tenant now has in the pool."""
 
     pool_id: str

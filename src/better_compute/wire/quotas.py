@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import WireAnswer, WireRequest
 
 AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
 """What a device request asks for and what quota is kept in: whole GPUs, MIG instances, shared slots."""
@@ -15,7 +15,7 @@ ClassQuota = dict[AtomClass, int]
 """A limit per atom class, e.g. `{"gpu": 8, "gpu.mig": 14}` (`ownerQuota`, `pools.offer`)."""
 
 
-class QuotaSet(WireModel):
+class QuotaSet(WireRequest):
     """`quotas.set`: create or replace the row for (tenant, pool, class)."""
 
     tenant_id: str
@@ -24,14 +24,14 @@ class QuotaSet(WireModel):
     limit: int = Field(ge=0)
 
 
-class QuotaPublic(WireModel):
+class QuotaPublic(WireAnswer):
     tenant_id: str
     pool_id: str
     cls: AtomClass = Field(alias="class")
     limit: int
 
 
-class QuotaListQuery(WireModel):
+class QuotaListQuery(WireRequest):
     """`quotas.list` filters (query parameters)."""
 
     tenant_id: str | None = None

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireModel
+from better_compute.wire.common import WireAnswer, WireRequest
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
 
@@ -33,36 +33,57 @@ MAX_DURATION_TEXT = 64
 SelectorValue = Annotated[str, Field(json_schema_extra={"maxLength": MAX_VALUE_LENGTH})] | int | float
 
 
-class MatchExpression(WireModel):
-    """`values` is required by `In`, `NotIn`, `Gt` and `Lt` (one number), and absent for the others.
-
-    At most 256 values, each at most 256 characters; at most 1,024 values in one reservation, all its
-    device requests together.
-    """
+class MatchExpressionPublic(WireAnswer):
+    """A selector's expression as a reservation echoes it (the request carries `MatchExpression`)."""
 
     key: str
     op: SelectorOp
     values: Annotated[list[SelectorValue], Field(json_schema_extra={"maxItems": MAX_VALUES})] | None = None
 
 
-class Selector(WireModel):
-    """At most 32 expressions."""
+class MatchExpression(MatchExpressionPublic, WireRequest):
+    """`values` is required by `In`, `NotIn`, `Gt` and `Lt` (one number), and absent for the others.
 
-    match_expressions: list[MatchExpression] = Field(
+    At most 256 values, each at most 256 characters; at most 1,024 values in one reservation, all its
+    device requests together.
+    """
+
+
+class SelectorPublic(WireAnswer):
+    """A selector as a reservation echoes it (the request carries `Selector`)."""
+
+    match_expressions: list[MatchExpressionPublic] = Field(
         default_factory=list, json_schema_extra={"maxItems": MAX_EXPRESSIONS}
     )
 
 
-class DeviceRequest(WireModel):
-    """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a selector."""
+class Selector(SelectorPublic, WireRequest):
+    """At most 32 expressions."""
+
+    # Narrowed to request expressions, so that they refuse unknown fields too. A list, not a Sequence
+    # (which would type-check without the ignore): pydantic serialises a Sequence by inference, which
+    # turns a NaN into null before the domain can refuse it by name.
+    match_expressions: list[MatchExpression] = Field(  # type: ignore[assignment]
+        default_factory=list, json_schema_extra={"maxItems": MAX_EXPRESSIONS}
+    )
+
+
+class DeviceRequestPublic(WireAnswer):
+    """A device request as its reservation echoes it (the request carries `DeviceRequest`)."""
 
     cls: AtomClass = Field(alias="class")
     count: int = Field(ge=1, strict=True, json_schema_extra={"maximum": MAX_COUNT})  # `true` is not a count
     sharing: SharingMode | None = None
+    selector: SelectorPublic | None = None
+
+
+class DeviceRequest(DeviceRequestPublic, WireRequest):
+    """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a selector."""
+
     selector: Selector | None = None
 
 
-class ReservationCreate(WireModel):
+class ReservationCreate(WireRequest):
     """`reservations.create`.
 
     `tenantId` may be omitted with a tenant's credential (the server takes the credential's tenant);
@@ -79,7 +100,7 @@ class ReservationCreate(WireModel):
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
-class ReservationAtom(WireModel):
+class ReservationAtom(WireAnswer):
     """An atom a reservation holds, with the attributes selectors match on."""
 
     id: str
@@ -89,7 +110,7 @@ class ReservationAtom(WireModel):
     attributes: dict[str, Any] = Field(default_factory=dict)
 
 
-class ReservationPublic(WireModel):
+class ReservationPublic(WireAnswer):
     """A reservation. `devices` echoes the request; `gpuCount` counts whole GPUs, `gpuSlices` fractions."""
 
     id: str
@@ -98,7 +119,7 @@ class ReservationPublic(WireModel):
     status: ReservationStatus
     start: datetime
     end: datetime
-    devices: list[DeviceRequest]
+    devices: list[DeviceRequestPublic]
     atoms: list[ReservationAtom]
     gpu_count: int
     gpu_slices: int
@@ -106,7 +127,7 @@ class ReservationPublic(WireModel):
     created_at: datetime
 
 
-class ReservationListQuery(WireModel):
+class ReservationListQuery(WireRequest):
     """`reservations.list` filters (query parameters)."""
 
     tenant_id: str | None = None
@@ -116,7 +137,7 @@ class ReservationListQuery(WireModel):
     cursor: str | None = None
 
 
-class IdRequest(WireModel):
+class IdRequest(WireRequest):
     """The body of methods that name one object: `pools.get`, `reservations.get|cancel|release`."""
 
     id: str = Field(min_length=1)

@@ -6,17 +6,17 @@ from datetime import datetime
 
 from pydantic import Field
 
-from better_compute.wire.common import PageQuery, WireModel
+from better_compute.wire.common import PageQuery, WireAnswer, WireRequest
 
 
-class TenantCreate(WireModel):
+class TenantCreate(WireRequest):
     """`tenants.create`: a tenant's id is chosen by the operator and never changes."""
 
     id: str = Field(min_length=1, max_length=63)
     name: str = Field(min_length=1)
 
 
-class TenantPublic(WireModel):
+class TenantPublic(WireAnswer):
     id: str
     name: str
     created_at: datetime
@@ -26,14 +26,14 @@ class TenantListQuery(PageQuery):
     """`tenants.list` filters (query parameters)."""
 
 
-class CredentialCreate(WireModel):
+class CredentialCreate(WireRequest):
     """`credentials.create`: a null `tenantId` makes a fleet-admin credential, so it must be explicit."""
 
     tenant_id: str | None
     name: str | None = None
 
 
-class CredentialPublic(WireModel):
+class CredentialPublic(WireAnswer):
     """A credential as it may be shown: never its token or the token's hash. A null `tenantId` is a
     fleet-admin credential; `revokedAt` is set once it is revoked (its token no longer works)."""
 

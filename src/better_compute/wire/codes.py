@@ -1,0 +1,65 @@
+"""Error codes and reasons: what a refusal's `code` and `details.reason` may say on the wire.
+
+A caller branches on `code` (`{"error": {"code": "CONFLICT", ...}}`); within one code, `details.reason`
+tells apart the refusals a caller handles differently (a stale generation is read again and retried, a
+name already taken is not). The server's error mapping, the client's exceptions and the CLI all use
+these constants, so a code is spelt once on this side of the wire; the domain's errors spell them for
+the server side, and tests/tripwires keeps both lists equal.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Codes the server answers with; each has a client exception (client/_errors.py).
+INVALID_INPUT: Final = "INVALID_INPUT"
+UNAUTHENTICATED: Final = "UNAUTHENTICATED"
+FORBIDDEN: Final = "FORBIDDEN"
+NOT_FOUND: Final = "NOT_FOUND"
+METHOD_NOT_ALLOWED: Final = "METHOD_NOT_ALLOWED"
+INVALID_STATE: Final = "INVALID_STATE"
+CONFLICT: Final = "CONFLICT"
+QUOTA_EXCEEDED: Final = "QUOTA_EXCEEDED"
+INSUFFICIENT_CAPACITY: Final = "INSUFFICIENT_CAPACITY"
+INTERNAL: Final = "INTERNAL"
+
+SERVER_CODES: Final[tuple[str, ...]] = (
+    INVALID_INPUT,
+    UNAUTHENTICATED,
+    FORBIDDEN,
+    NOT_FOUND,
+    METHOD_NOT_ALLOWED,
+    INVALID_STATE,
+    CONFLICT,
+    QUOTA_EXCEEDED,
+    INSUFFICIENT_CAPACITY,
+    INTERNAL,
+)
+"""Every code a server answers with."""
+
+# Codes only the client gives, for calls that got no answer of the API's.
+TRANSPORT: Final = "TRANSPORT"
+"""No answer came: the server could not be reached, or the connection broke."""
+UNEXPECTED_RESPONSE: Final = "UNEXPECTED_RESPONSE"
+"""An answer that is not the API's: not JSON, or not the shape the method answers."""
+
+# `details.reason`, by code.
+GENERATION_MISMATCH: Final = "generation_mismatch"
+"""CONFLICT: the object is at another `generation` than the one the request named; read it again."""
+ALREADY_EXISTS: Final = "already_exists"
+"""CONFLICT: the id or name is taken; pick another rather than retrying as it is."""
+ATOM_BOOKED: Final = "atom_booked"
+"""CONFLICT: another booking holds the atom (`details.atomId`) until `details.freeFrom`."""
+CONCURRENT_CHANGE: Final = "concurrent_change"
+"""CONFLICT: requests running at once kept changing what this one decided on; sending it again may
+succeed."""
+SINGLE_TENANT_POOL: Final = "single_tenant_pool"
+"""INVALID_STATE: timeslice and mps pools serve their owner only."""
+IDEMPOTENCY_KEY_REUSED: Final = "idempotency_key_reused"
+"""INVALID_STATE: the idempotency key was used with a different request."""
+
+REASONS: Final[dict[str, tuple[str, ...]]] = {
+    CONFLICT: (GENERATION_MISMATCH, ALREADY_EXISTS, ATOM_BOOKED, CONCURRENT_CHANGE),
+    INVALID_STATE: (SINGLE_TENANT_POOL, IDEMPOTENCY_KEY_REUSED),
+}
+"""The reasons each code may carry; every CONFLICT carries one."""
