@@ -15,7 +15,6 @@ from better_compute.domain.choose import (
     NoFit,
     choose,
     earliest_common_start,
-    earliest_start,
     matching,
 )
 from better_compute.domain.timewin import Window
@@ -248,12 +247,13 @@ def test_a_big_candidate_set_is_chosen_on_the_fullest_gpu() -> None:
     assert len(gpus_of_first) == 1 and busy[next(iter(gpus_of_first))] == 4
 
 
-def test_earliest_start_is_the_kth_free_from() -> None:
-    free_from = {"a": h(3), "b": h(1), "c": h(2)}
-    assert earliest_start(free_from, 1) == h(1)
-    assert earliest_start(free_from, 2) == h(2)
-    assert earliest_start(free_from, 3) == h(3)
-    assert earliest_start(free_from, 4) is None
+def test_atoms_busy_until_different_times_are_free_together_from_the_kth_end() -> None:
+    busy = {"a": [Window(h(0), h(3))], "b": [Window(h(0), h(1))], "c": [Window(h(0), h(2))]}
+    hour = timedelta(hours=1)
+    assert earliest_common_start(busy, 1, hour, h(0)) == h(1)
+    assert earliest_common_start(busy, 2, hour, h(0)) == h(2)
+    assert earliest_common_start(busy, 3, hour, h(0)) == h(3)
+    assert earliest_common_start(busy, 4, hour, h(0)) is None
 
 
 def test_earliest_common_start_respects_gaps_between_bookings() -> None:

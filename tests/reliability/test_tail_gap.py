@@ -70,7 +70,7 @@ def test_more_than_a_page_of_invisible_ids_hangs_admission(pg_store: Store, endi
     t.join(10)
     hung = t.is_alive()
     # Unstick the spinning reader so the test process can end (the defect is shown by `hung`).
-    index._tail.complete = lambda read, newest: True  # type: ignore[method-assign]
+    index._follower.tail.complete = lambda read, newest: True  # type: ignore[method-assign]
     t.join(10)
     if ending == "in-progress":
         tx.rollback()
@@ -128,6 +128,6 @@ def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
     t.start()
     t.join(10)
     hung = t.is_alive()
-    index._tail.complete = lambda read, newest: True  # type: ignore[method-assign]
+    index._follower.tail.complete = lambda read, newest: True  # type: ignore[method-assign]
     t.join(10)
     assert not hung, f"reservations.create still running after 10 s; {done}"

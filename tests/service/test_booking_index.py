@@ -214,3 +214,20 @@ def test_unbounded_selector_cache_keeps_at_most_matching_cache_shapes() -> None:
         selector = parse_selector({"matchExpressions": [{"key": "giId", "op": "In", "values": [str(n)]}]})
         pool.matching_by_gpu(DeviceRequest(cls="gpu.mig", count=1, selector=selector))
     assert len(pool._matching) == MATCHING_CACHE
+
+
+def test_the_tail_says_how_long_a_gap_has_been_open_and_never_gives_up_on_it() -> None:
+    clock = {"now": 100.0}
+    index = BookingIndex(clock=lambda: clock["now"])
+    tx = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
+    read = index.prepare(tx)
+    tail = index._follower.tail
+    assert tail.oldest_open_s() is None
+    # Transaction 105 has yet to commit event 11: it is asked about from now on.
+    _apply(index, tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
+    clock["now"] = 100.0 + 86_400  # a day later it is still asked about, and says so
+    assert tail.oldest_open_s() == 86_400
+    assert index.prepare(tx) == Cursor(12, (105,), 107)
+    _apply(index, tx, index.prepare(tx), [booked(11, "a", "atom-a", 0, 1, tx=105)], 12, LogSnapshot(108))
+    assert tail.oldest_open_s() is None
+    assert {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))} == {"atom-a", "atom-b"}

@@ -13,7 +13,7 @@ from typing import Literal, get_args
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, NodeReport
-from better_compute.domain.pools import PoolSharing, check_replicas
+from better_compute.domain.pools import PoolSharing, check_replicas, mps_units
 
 AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
 ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
@@ -65,10 +65,6 @@ class Atom:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     present: bool = True
     """False once its node stopped reporting it: kept, unbookable, so bookings keep pointing at it."""
-
-    @property
-    def is_parent(self) -> bool:
-        return self.key == "gpu"
 
 
 def nvlink_domains(gpus: Iterable[GpuReport]) -> dict[str, str | None]:
@@ -162,7 +158,7 @@ def derive_gpu_atoms(
                 {"sharing": mode, "slot": slot, "slots": replicas, "vramGiB": vram_gib(gpu.memory_mib)}
             )
             if mode == "mps":
-                attrs["mpsUnits"] = 100 // replicas
+                attrs["mpsUnits"] = mps_units(replicas)
             atoms.append(make("gpu.slot", f"slot:{slot}", True, attrs))
         return atoms
 

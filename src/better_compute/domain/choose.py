@@ -221,19 +221,6 @@ def _natural(key: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGITS.split(key) if p)
 
 
-def earliest_start(candidate_free_from: Mapping[str, datetime], count: int) -> datetime | None:
-    """The earliest time at which `count` atoms are free, given when each is free from onwards.
-
-    Right when each time is the end of the atom's last booking (free for good from then on); when
-    atoms have gaps between bookings, use `earliest_common_start`. None when fewer atoms exist.
-    """
-    if count < 1:
-        raise ValueError("count must be at least 1")
-    if len(candidate_free_from) < count:
-        return None
-    return heapq.nsmallest(count, candidate_free_from.values())[-1]
-
-
 class Span(Protocol):
     """A booked span: a Window, or anything with the same `start` and `end` (None: never ends)."""
 

@@ -145,15 +145,3 @@ class BookingConflict(Conflict):
             text,
             {"atomId": atom_id, "freeFrom": free_from.isoformat() if free_from else None},
         )
-
-
-ALL_CODES: tuple[str, ...] = (
-    InvalidInput.code,
-    Unauthenticated.code,
-    Forbidden.code,
-    NotFound.code,
-    InvalidState.code,
-    Conflict.code,
-    QuotaExceeded.code,
-    InsufficientCapacity.code,
-)

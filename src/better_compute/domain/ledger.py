@@ -36,6 +36,18 @@ def earliest_free(busy: Iterable[Window], wanted: Window) -> datetime | None:
     return earliest_common_start({"atom": list(busy)}, 1, wanted.duration, wanted.start)
 
 
+def released(span: Window, at: datetime) -> Window | None:
+    """What a live booking becomes when its allocation is released at `at`: one that has started is
+    cut to end at `at` (one already over keeps its end), one that has not started is cancelled
+    (None). The ledger's SQL (storage.ledger.end_allocation) and the booking index apply this rule;
+    a test holds both to it."""
+    if span.start >= at:
+        return None
+    if span.end is None or span.end > at:
+        return Window(span.start, at)
+    return span
+
+
 def partition_allocation_id(gpu_id: str, start: datetime) -> str:
     """The allocation id of a partition change: `partition:<gpuId>:<start>` (ISO 8601 UTC start)."""
     return f"partition:{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"

@@ -49,6 +49,7 @@ STORED_STATUSES: frozenset[ReservationStatus] = frozenset(
 
 
 def can_transition(current: ReservationStatus, target: ReservationStatus) -> bool:
+    """Whether a reservation `current` may move to `target` (what cancel and release ask)."""
     return target in TRANSITIONS[current]
 
 
@@ -73,7 +74,7 @@ def check_cancel(window: Window, stored: ReservationStatus | str, now: datetime)
     the time already used (and billed); release ends it now instead.
     """
     status = status_at(window, stored, now)
-    if status is ReservationStatus.SCHEDULED:
+    if can_transition(status, ReservationStatus.CANCELLED):
         return
     if status is ReservationStatus.ACTIVE:
         raise InvalidState(
@@ -92,7 +93,7 @@ def release_end(window: Window, stored: ReservationStatus | str, now: datetime) 
     A scheduled one is cancelled instead (nothing was used); an ended one has nothing left to free.
     """
     status = status_at(window, stored, now)
-    if status is ReservationStatus.ACTIVE:
+    if can_transition(status, ReservationStatus.RELEASED):
         return require_aware(now, "now")
     if status is ReservationStatus.SCHEDULED:
         raise InvalidState(

@@ -10,12 +10,13 @@ database's exclusion constraint is still the fence, and a refused write makes th
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, OrderedDict, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from better_compute.domain import choose
+from better_compute.domain import choose, quota
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
 from better_compute.domain.events import (
@@ -29,9 +30,10 @@ from better_compute.domain.events import (
     ReservationCreated,
     ReservationReleased,
 )
+from better_compute.domain.ledger import released
 from better_compute.domain.selectors import Selector
 from better_compute.domain.timewin import Window
-from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
+from better_compute.service.event_tail import Cursor, Follower, LogSnapshot
 from better_compute.service.ports import Tx
 
 Owner = tuple[str | None, str | None, str | None]
@@ -101,10 +103,9 @@ class BookingIndex:
     """Live bookings by allocation, by atom and by hour or day, and pool atoms; thread-safe, shared by
     the API's workers."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
-        # Which events have been applied, and which transactions may still commit older ones.
-        self._tail = EventTail()
+        self._follower = Follower(_Fed(self), self._lock, clock)
         self._by_allocation: dict[str, list[_Interval]] = {}
         self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
         self._by_hour: dict[int, set[str]] = defaultdict(set)
@@ -115,60 +116,27 @@ class BookingIndex:
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._claimed: Counter[str] = Counter()
 
-    # -- keeping up ------------------------------------------------------------------------------
+    # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
     def sync(self, tx: Tx) -> None:
-        """Catch up with the ledger: a full load the first time, the event tail afterwards, page after
-        page until a read reaches the end of the log."""
-        with self._lock:
-            if not self._tail.started:
-                self._load(tx)
-                return
-            while True:
-                read = self._tail.cursor()
-                events, newest, snapshot = tx.events.after(read)
-                if self._tail.complete(read, newest) and self._tail.is_stale(snapshot):
-                    return
-                for event in self._tail.take(events, read, newest, snapshot):
-                    self._apply(event)
-                if self._tail.complete(read, newest):
-                    return
+        """Catch up with the ledger: a full load the first time, the event tail afterwards."""
+        self._follower.sync(tx)
 
     def prepare(self, tx: Tx) -> Cursor:
         """Load the index if it never was; returns what the next read of the log must ask for."""
-        with self._lock:
-            if not self._tail.started:
-                self._load(tx)
-            return self._tail.cursor()
+        return self._follower.prepare(tx)
 
     def apply(
         self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
     ) -> None:
-        """Apply a read of the log made from `read` (prepare's cursor) in `snapshot`, when the log's
-        last id was `newest`. Afterwards the index has applied every event that snapshot shows (a
-        read that did not reach the end is left to `sync`, which catches up from the index's own
-        position), so a decision taken on it counts every commit the snapshot saw."""
-        with self._lock:
-            if not self._tail.started:
-                # Another request reset the index meanwhile; it reloads from the ledger.
-                self._load(tx)
-                return
-            complete = self._tail.complete(read, newest)
-            if complete and not self._tail.is_stale(snapshot):
-                for event in self._tail.take(events, read, newest, snapshot):
-                    self._apply(event)
-        if not complete:
-            self.sync(tx)
+        """Apply admission's read of the log (see `Follower.apply`)."""
+        self._follower.apply(tx, read, events, newest, snapshot)
 
     def reload(self, tx: Tx) -> None:
-        """Rebuild the index from the ledger itself, under the lock: no reader ever sees it empty
-        (a decision on an emptied index would count nothing the tenant holds)."""
-        with self._lock:
-            self._load(tx)
+        """Rebuild the index from the ledger itself (see `Follower.reload`)."""
+        self._follower.reload(tx)
 
-    def _load(self, tx: Tx) -> None:
-        # The log's position first, then the bookings: a booking committed in between is in the load
-        # and its event is applied again later, which changes nothing.
-        last, snapshot = tx.events.tail_start()
+    def load(self, tx: Tx) -> None:
+        """Rebuild from the ledger's live bookings (the follower holds the lock)."""
         self._by_allocation.clear()
         self._by_atom.clear()
         self._by_hour.clear()
@@ -177,9 +145,8 @@ class BookingIndex:
         self._forget_pools()
         for b in tx.ledger.live_bookings(_EPOCH):
             self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
-        self._tail.start(last, snapshot)
 
-    def _apply(self, logged: LoggedEvent) -> None:
+    def apply_event(self, logged: LoggedEvent) -> None:
         event = logged.event
         if isinstance(event, LedgerBooked):
             # One event per booking (an allocation's atoms may arrive in several); replays are no-ops.
@@ -249,15 +216,15 @@ class BookingIndex:
                         del index[b]
 
     def _end(self, allocation_id: str, at: datetime) -> None:
-        """Mirror of the ledger's release: started bookings end at `at`, future ones are cancelled."""
+        """The ledger's release (domain.ledger.released), applied to the allocation's intervals."""
         intervals = self._by_allocation.get(allocation_id)
         if not intervals:
             return
-        kept = [i for i in intervals if i.start < at]
         self._drop(allocation_id)
-        for interval in kept:
-            end = at if interval.end is None or interval.end > at else interval.end
-            self._add(allocation_id, [interval.atom_id], interval.start, end, interval.owner)
+        for interval in intervals:
+            kept = released(Window(interval.start, interval.end), at)
+            if kept is not None:
+                self._add(allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner)
 
     # -- reading ---------------------------------------------------------------------------------
     def busy(self, window: Window) -> list[_Interval]:
@@ -285,16 +252,19 @@ class BookingIndex:
             ]
 
     @staticmethod
-    def held(tenant_id: str, pool_id: str, busy: Sequence[_Interval]) -> dict[str, int]:
-        """What the tenant holds in the pool during a window, per atom class, from `busy(window)`.
+    def held(tenant_id: str, pool_id: str, busy: Sequence[_Interval], window: Window) -> dict[str, int]:
+        """What the tenant holds in the pool during `window`, per atom class, from `busy(window)`, as
+        quota counts it (`domain.quota.in_use`).
 
         Exact when the caller holds the tenant's quota lock and has just caught up with the event log:
         every booking of this tenant in this pool was committed before the lock was taken.
         """
-        counts: Counter[str] = Counter(
-            i.owner[2] or "" for i in busy if i.owner[0] == tenant_id and i.owner[1] == pool_id
+        own = (
+            (i.owner[2] or "", Window(i.start, i.end))
+            for i in busy
+            if i.owner[0] == tenant_id and i.owner[1] == pool_id
         )
-        return dict(counts)
+        return {str(cls): n for cls, n in quota.in_use(own, window).items()}
 
     def claimed(self) -> set[str]:
         """Atoms chosen by requests of this process that have not committed or rolled back yet."""
@@ -352,3 +322,16 @@ class BookingIndex:
             if self._pools_generation == generation:
                 self._pools[pool_id] = loaded
         return loaded
+
+
+class _Fed:
+    """The index as its follower sees it: `load` and `apply` (the index's own `apply` takes a read)."""
+
+    def __init__(self, index: BookingIndex) -> None:
+        self._index = index
+
+    def load(self, tx: Tx) -> None:
+        self._index.load(tx)
+
+    def apply(self, event: LoggedEvent) -> None:
+        self._index.apply_event(event)

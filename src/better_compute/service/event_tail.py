@@ -16,14 +16,25 @@ transaction ended, its events are all visible to that read; they are applied, an
 is no longer asked about. A rolled-back transaction ends the same way, with nothing to apply.
 
 On SQLite writers commit one at a time, so ids become visible in order: the last id is enough.
+
+`Follower` drives a consumer (the booking index; metering and the reconcilers next) with this: it
+loads the consumer when it starts, then feeds it each event once. Its clock (injected, monotonic)
+only says how long the oldest transaction asked about has been open, for an operator to see;
+nothing is decided by it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.events import LoggedEvent
+
+if TYPE_CHECKING:
+    from better_compute.service.ports import Tx
 
 PAGE = 5000
 """Event ids read at most per read (the page runs from the last id seen)."""
@@ -60,8 +71,10 @@ class Cursor:
 class EventTail:
     """Which events of the log a reader has applied. Not thread-safe: its owner holds a lock."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.last: int | None = None
+        self._clock = clock
+        self._open_since: dict[int, float] = {}
         self._open: set[int] = set()
         self._from: int | None = None
         self._done: set[int] = set()
@@ -78,17 +91,21 @@ class EventTail:
         self._from = snapshot.xmax
         self._done.clear()
         self._horizon = snapshot
-
-    def reset(self) -> None:
-        self.last = None
-        self._open.clear()
-        self._from = None
-        self._done.clear()
-        self._horizon = None
+        self._note_open()
 
     def cursor(self) -> Cursor:
         assert self.last is not None
         return Cursor(self.last, tuple(sorted(self._open)), self._from)
+
+    def oldest_open_s(self) -> float | None:
+        """How long (by the clock) the oldest transaction still asked about has been: a slow commit
+        or a stalled one shows here. None when none is asked about."""
+        self._note_open()
+        return None if not self._open_since else self._clock() - min(self._open_since.values())
+
+    def _note_open(self) -> None:
+        now = self._clock()
+        self._open_since = {tx: self._open_since.get(tx, now) for tx in self._open}
 
     def _unseen(self, tx: int | None) -> bool:
         """Whether events of transaction `tx` may not have been applied yet."""
@@ -139,4 +156,84 @@ class EventTail:
             # ids that are all unseen (a rolled-back bulk write) would be read again for ever.
             self.last = max(self.last, read.last + PAGE)
             self._open |= snapshot.in_progress
+        self._note_open()
         return fresh
+
+
+class Consumer(Protocol):
+    """What a follower keeps up to date: state rebuilt from the store, then changed event by event."""
+
+    def load(self, tx: Tx) -> None:
+        """Rebuild the state from the store itself (the log's position was read just before)."""
+        ...
+
+    def apply(self, event: LoggedEvent) -> None:
+        """Apply one event; each arrives once, in id order within a read (replays must be no-ops)."""
+        ...
+
+
+class Follower:
+    """Keeps a consumer caught up with the event log, under the consumer's own lock (readers of the
+    consumer's state take it too, so they never see a half-applied read)."""
+
+    def __init__(
+        self, consumer: Consumer, lock: threading.Lock, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._consumer = consumer
+        self._lock = lock
+        self.tail = EventTail(clock)
+
+    def _load(self, tx: Tx) -> None:
+        # The log's position first, then the state: a change committed in between is in the load
+        # and its event is applied again later, which changes nothing.
+        last, snapshot = tx.events.tail_start()
+        self._consumer.load(tx)
+        self.tail.start(last, snapshot)
+
+    def sync(self, tx: Tx) -> None:
+        """Catch up: a full load the first time, the tail afterwards, page after page until a read
+        reaches the end of the log."""
+        with self._lock:
+            if not self.tail.started:
+                self._load(tx)
+                return
+            while True:
+                read = self.tail.cursor()
+                events, newest, snapshot = tx.events.after(read)
+                if self.tail.complete(read, newest) and self.tail.is_stale(snapshot):
+                    return
+                for event in self.tail.take(events, read, newest, snapshot):
+                    self._consumer.apply(event)
+                if self.tail.complete(read, newest):
+                    return
+
+    def prepare(self, tx: Tx) -> Cursor:
+        """Load if never loaded; returns what the next read of the log must ask for."""
+        with self._lock:
+            if not self.tail.started:
+                self._load(tx)
+            return self.tail.cursor()
+
+    def apply(
+        self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
+    ) -> None:
+        """Apply a read of the log made from `read` (prepare's cursor) in `snapshot`, when the log's
+        last id was `newest`. Afterwards the consumer has applied every event that snapshot shows (a
+        read that did not reach the end is left to `sync`, which catches up from the tail's own
+        position), so a decision taken on it counts every commit the snapshot saw."""
+        with self._lock:
+            if not self.tail.started:
+                # Another request reset the consumer meanwhile; it reloads from the store.
+                self._load(tx)
+                return
+            complete = self.tail.complete(read, newest)
+            if complete and not self.tail.is_stale(snapshot):
+                for event in self.tail.take(events, read, newest, snapshot):
+                    self._consumer.apply(event)
+        if not complete:
+            self.sync(tx)
+
+    def reload(self, tx: Tx) -> None:
+        """Rebuild from the store itself, under the lock: no reader ever sees the state empty."""
+        with self._lock:
+            self._load(tx)

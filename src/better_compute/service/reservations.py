@@ -276,7 +276,7 @@ def _create_in(
     iam.check_policies(snap.policies, pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
     # Under the tenant's lock and caught up with the log, the index knows everything the tenant holds.
     busy = index.busy(window)
-    held = index.held(tenant_id, pool_id, busy)
+    held = index.held(tenant_id, pool_id, busy, window)
     quota.check_quota(tenant_id, owner, snap.limits, held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)

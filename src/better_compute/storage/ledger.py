@@ -254,7 +254,8 @@ def booking_allocation(conn: Connection, booking_id: str) -> str | None:
 
 
 def end_allocation(conn: Connection, allocation_id: str, now: datetime, event: Event) -> int:
-    """End every live booking of the allocation at `now`; bookings that had not started are cancelled.
+    """Release the allocation at `now` as `domain.ledger.released` says: live bookings that have
+    started end at `now`, those that had not are cancelled, those already over are left alone.
 
     Returns how many bookings changed. Ended history stays in the ledger.
     """
