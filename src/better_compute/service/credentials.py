@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
@@ -32,10 +32,10 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Row:
+def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str) -> Row:
     token = new_token()
     row: Row = {
-        "id": "cred-" + secrets.token_hex(8),
+        "id": credential_id,
         "tenant_id": tenant_id,
         "name": "" if name is None else check_name(name, "name"),
         "token_hash": hash_token(token),
@@ -52,9 +52,16 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Ro
 
 
 def create(
-    store: StorePort, principal: Principal, tenant_id: str | None, name: str | None, now: datetime
+    store: StorePort,
+    principal: Principal,
+    tenant_id: str | None,
+    name: str | None,
+    now: datetime,
+    *,
+    new_id: Callable[[], str],
 ) -> Row:
-    """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only).
+    """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only), named
+    by `new_id()` (`Ids.credential`).
 
     The returned row carries `token`, the only time it is ever shown.
     """
@@ -64,7 +71,7 @@ def create(
     with store.begin() as tx:
         if tenant_id is not None and tx.inventory.get("tenants", tenant_id) is None:
             raise tenant_not_found(tenant_id)
-        return _issue(tx, tenant_id, name, now)
+        return _issue(tx, tenant_id, name, now, new_id())
 
 
 def live_admins(store: StorePort) -> int:
@@ -73,7 +80,14 @@ def live_admins(store: StorePort) -> int:
         return len(tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None}))
 
 
-def bootstrap_admin(store: StorePort, now: datetime, *, force: bool = False, name: str = "bootstrap") -> Row:
+def bootstrap_admin(
+    store: StorePort,
+    now: datetime,
+    *,
+    new_id: Callable[[], str],
+    force: bool = False,
+    name: str = "bootstrap",
+) -> Row:
     """The first fleet-admin credential, made without a token (there is none yet).
 
     A second bootstrap is refused while a live admin credential exists, so a stray rerun cannot mint
@@ -87,7 +101,7 @@ def bootstrap_admin(store: StorePort, now: datetime, *, force: bool = False, nam
                 "use --force to add another admin token",
                 {"adminCredentials": len(admins)},
             )
-        return _issue(tx, None, name, now)
+        return _issue(tx, None, name, now, new_id())
 
 
 def authenticate(store: StorePort, token: str) -> Principal:

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
@@ -28,8 +27,10 @@ def create(
     pool_id: str | None,
     limits: Mapping[str, int | None],
     now: datetime,
+    new_id: Callable[[], str],
 ) -> Row:
-    """Create a policy (admin only); a tenant's policy names are unique, a reused one is CONFLICT."""
+    """Create a policy (admin only), named by `new_id()` (`Ids.policy`); a tenant's policy names are
+    unique, a reused one is CONFLICT."""
     require_admin(principal, "policies.create")
     policy = parse_policy(
         {
@@ -40,7 +41,7 @@ def create(
         }
     )
     row: Row = {
-        "id": "pol-" + secrets.token_hex(8),
+        "id": new_id(),
         "name": policy.name,
         "tenant_id": policy.tenant_id,
         "pool_id": policy.pool_id,

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.api.shapes import paged, public
 from better_compute.service import credentials
@@ -26,9 +26,9 @@ router = APIRouter(prefix="/v1", tags=["credentials"], route_class=StrictQueryRo
 
 @router.post("/credentials", response_model=CredentialCreated, status_code=201)
 def create_credential(
-    body: CredentialCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
+    body: CredentialCreate, principal: PrincipalDep, store: StoreDep, now: NowDep, ids: IdsDep
 ) -> CredentialCreated:
-    row = credentials.create(store, principal, body.tenant_id, body.name, now)
+    row = credentials.create(store, principal, body.tenant_id, body.name, now, new_id=ids.credential)
     return public(CredentialCreated, {**row, "name": row["name"] or None})
 
 

@@ -12,11 +12,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.deps import AppContext, ContextDep, NowDep, StoreDep, app_context
+from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
+from better_compute.service.services import Services
 from better_compute.wire.common import Page
 from better_compute.wire.reservations import (
     ReservationAtom,
@@ -119,11 +120,11 @@ class AdmissionRoute(APIRoute):
         assert body_field is not None
 
         async def handle(request: Request) -> Response:
-            ctx = app_context(request)
+            services = services_of(request)
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
             # in its own transaction that the credential is not revoked (no look-up of its own).
-            with credentials.acting_as(ctx.store, ctx.tokens, token) as principal:
+            with credentials.acting_as(services.store, services.tokens, token) as principal:
                 # Only now the body: a caller without a valid token is refused before sending it.
                 payload = await _json_body(request)
                 if payload is None:
@@ -133,17 +134,19 @@ class AdmissionRoute(APIRoute):
                 body, problems = body_field.validate(payload, {}, loc=("body",))
                 if problems:
                     raise RequestValidationError(problems)
-                if ctx.admission is None:
-                    return _admit(body, principal, ctx)
+                if services.admission is None:
+                    return _admit(body, principal, services)
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(ctx.admission, _admit, body, principal, ctx)
+                return await loop.run_in_executor(services.admission, _admit, body, principal, services)
 
         return handle
 
 
-def _admit(body: ReservationCreate, principal: Principal, ctx: AppContext) -> Response:
+def _admit(body: ReservationCreate, principal: Principal, services: Services) -> Response:
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
-    view = reservations.create(ctx.store, ctx.index, principal, raw, ctx.clock(), ctx.new_id)
+    view = reservations.create(
+        services.store, services.index, principal, raw, services.clock(), services.ids.reservation
+    )
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(
         content=created_public(view, body).model_dump_json(),
@@ -154,8 +157,10 @@ def _admit(body: ReservationCreate, principal: Principal, ctx: AppContext) -> Re
 
 # Served by AdmissionRoute's handler: this signature documents the route in OpenAPI (and serves it
 # the same way under a plain APIRoute). No docstring: it would become the operation's description.
-async def create_reservation(body: ReservationCreate, principal: PrincipalDep, ctx: ContextDep) -> Response:
-    return _admit(body, principal, ctx)
+async def create_reservation(
+    body: ReservationCreate, principal: PrincipalDep, services: ServicesDep
+) -> Response:
+    return _admit(body, principal, services)
 
 
 router.add_api_route(
