@@ -30,7 +30,7 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests/typechecks
 	$(BIN)/lint-imports
 
 pytest: $(VENV)/.installed-test

@@ -11,12 +11,15 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.credentials import (
     TOKEN_PREFIX,
+    Caller,
     Principal,
+    RecalledPrincipal,
+    confirmed,
+    credential_to_confirm,
     hash_token,
     require_admin,
     token_revoked,
@@ -118,21 +121,32 @@ def authenticate(store: StorePort, token: str) -> Principal:
     )
 
 
+def confirm_live(tx: Tx, caller: Caller) -> Principal:
+    """`caller` as a `Principal` for the rest of `tx`: a recalled one once `tx` reads that its
+    credential is not revoked (a use case whose own read brings the credential uses `confirmed`)."""
+    credential_id = credential_to_confirm(caller)
+    if credential_id is None:
+        return confirmed(caller, None)
+    row = tx.inventory.get("credentials", credential_id)
+    return confirmed(caller, row is not None and row["revoked_at"] is None)
+
+
 class TokenMemory:
     """Whom the tokens this process has seen belong to, so a busy route need not look each one up.
 
     A token's owner (its credential, tenant, admin or not) never changes; only revocation does. So a
-    remembered principal is handed out `recalled`, and the use case confirms the credential is still
-    live inside its own transaction (reservations.create does, in the read it makes anyway): a revoked
-    token is refused at once, by every process, as with a fresh look-up.
+    remembered owner is handed out as a `RecalledPrincipal`, which is no `Principal`: the use case
+    confirms the credential is still live inside its own transaction (reservations.create does, in
+    the read it makes anyway) before it has a principal to decide on. A revoked token is refused at
+    once, by every process, as with a fresh look-up.
     """
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._owners: dict[str, Principal] = {}
+        self._owners: dict[str, RecalledPrincipal] = {}
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def recall(self, token_hash: str) -> Principal | None:
+    def recall(self, token_hash: str) -> RecalledPrincipal | None:
         with self._lock:
             return self._owners.get(token_hash)
 
@@ -140,16 +154,16 @@ class TokenMemory:
         with self._lock:
             if len(self._owners) >= self._capacity:
                 self._owners.pop(next(iter(self._owners)))  # the oldest: tokens in use come back
-            self._owners[token_hash] = replace(principal, recalled=True)  # handed out as recalled
+            self._owners[token_hash] = principal.remembered()
 
     def forget(self, token_hash: str) -> None:
         with self._lock:
             self._owners.pop(token_hash, None)
 
 
-def identify(store: StorePort, memory: TokenMemory, token: str) -> Principal:
-    """The token's principal: remembered (`recalled`, to be confirmed by the caller's transaction) or
-    looked up now, as `authenticate` does, and remembered for next time."""
+def identify(store: StorePort, memory: TokenMemory, token: str) -> Caller:
+    """The token's caller: remembered (a `RecalledPrincipal`, for the caller's transaction to
+    confirm) or looked up now, as `authenticate` does, and remembered for next time."""
     token_hash = hash_token(token)
     found = memory.recall(token_hash)
     if found is not None:
@@ -160,21 +174,21 @@ def identify(store: StorePort, memory: TokenMemory, token: str) -> Principal:
 
 
 @contextmanager
-def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Principal]:
+def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Caller]:
     """`identify` for the length of a use case that confirms a recalled principal itself.
 
     Whatever refuses the request inside, a recalled token is confirmed first, so that a revoked
     token is answered UNAUTHENTICATED as it would be after a fresh look-up; a token found revoked
     is forgotten.
     """
-    principal = identify(store, memory, token)
+    caller = identify(store, memory, token)
     try:
-        yield principal
+        yield caller
     except Unauthenticated:
         memory.forget(hash_token(token))
         raise
     except Exception:
-        if principal.recalled:
+        if isinstance(caller, RecalledPrincipal):
             try:
                 authenticate(store, token)
             except Unauthenticated:

@@ -14,7 +14,7 @@ from fastapi.routing import APIRoute
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.credentials import Principal, bearer_token
+from better_compute.domain.credentials import Caller, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.reservations import ReservationView
 from better_compute.service.services import Services
@@ -124,7 +124,7 @@ class AdmissionRoute(APIRoute):
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
             # in its own transaction that the credential is not revoked (no look-up of its own).
-            with credentials.acting_as(services.store, services.tokens, token) as principal:
+            with credentials.acting_as(services.store, services.tokens, token) as caller:
                 # Only now the body: a caller without a valid token is refused before sending it.
                 payload = await _json_body(request)
                 if payload is None:
@@ -135,17 +135,17 @@ class AdmissionRoute(APIRoute):
                 if problems:
                     raise RequestValidationError(problems)
                 if services.admission is None:
-                    return _admit(body, principal, services)
+                    return _admit(body, caller, services)
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(services.admission, _admit, body, principal, services)
+                return await loop.run_in_executor(services.admission, _admit, body, caller, services)
 
         return handle
 
 
-def _admit(body: ReservationCreate, principal: Principal, services: Services) -> Response:
+def _admit(body: ReservationCreate, caller: Caller, services: Services) -> Response:
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(
-        services.store, services.index, principal, raw, services.clock(), services.ids.reservation
+        services.store, services.index, caller, raw, services.clock(), services.ids.reservation
     )
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(
