@@ -427,6 +427,14 @@ GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "durati
             "body: Input should be a valid dictionary or object to extract fields from",
         ),
         ({"json": [1, 2]}, 400, "INVALID_INPUT", "body: Input should be a valid dictionary"),
+        # A JSON null is a body, not a missing one; a type with two slashes is no JSON type.
+        ({"content": b"null", "ctype": "application/json"}, 400, "INVALID_INPUT", "body: Input should be"),
+        (
+            {"content": json.dumps(GOOD).encode(), "ctype": "application/x/+json"},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary",
+        ),
         ({"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required"),
         ({"json": {**GOOD, "zzz": 1}}, 400, "INVALID_INPUT", "zzz: Extra inputs are not permitted"),
         # The token is checked before the body is read: a caller without one never has it read.
