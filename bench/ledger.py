@@ -116,7 +116,7 @@ def run_one(db: str, url: str, nodes: int, gpus: int, count: int, rounds: int = 
     load_s = time.perf_counter() - t0
     with store.read() as tx:
         atom_ids = [
-            a["id"] for a in tx.inventory.list("atoms", filters={"class": "gpu.mig", "bookable": True})
+            a.id for a in tx.atoms.page(pool_id=None, cls="gpu.mig", bookable=True, limit=None, after=None)
         ]
     app = AppBookings(store, atom_ids, seed=2)
     raw = RawInserts(url, db, seed=3)

@@ -67,9 +67,7 @@ def prepare(url: str, nodes: int, gpus: int, tenant_count: int = 8) -> list[str]
         tenants.create(store, ADMIN, tenant, f"Benchmark tenant {n}", now)
         with store.begin() as tx:
             quotas.write_rows(tx, tenant, "mig", {"gpu.mig": 10_000_000}, now)
-        tokens.append(
-            str(credentials.create(store, ADMIN, tenant, "bench", now, new_id=ids.credential)["token"])
-        )
+        tokens.append(credentials.create(store, ADMIN, tenant, "bench", now, new_id=ids.credential).token)
     store.close()
     return tokens
 

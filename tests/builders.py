@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from better_compute.bcd.fake import FakeNode
+from better_compute.domain.admission import DeviceRequest
+from better_compute.domain.atoms import Atom, AtomClass, AttrValue
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.inventory import GpuReport, MigInstance
+from better_compute.domain.pools import SharingMode
+from better_compute.domain.selectors import parse_selector
 from better_compute.entrypoints.ids import RandomIds
 
 if TYPE_CHECKING:
@@ -34,6 +38,59 @@ def h100(uuid: str = "GPU-aaaa", **kw: object) -> GpuReport:
 
 def mig(profile: str, gi: int, start: int, size: int, uuid: str | None = None) -> MigInstance:
     return MigInstance(profile, gi, 0, start, size, uuid or f"MIG-{profile}-{gi}")
+
+
+def _class_of(key: str) -> AtomClass:
+    if key == "gpu":
+        return "gpu"
+    if key.startswith("mig:"):
+        return "gpu.mig"
+    if key.startswith("slot:"):
+        return "gpu.slot"
+    raise ValueError(f"an atom key is gpu, mig:<gi>.<ci> or slot:<n>, not {key!r}")
+
+
+def atom(
+    gpu_id: str = "g1",
+    key: str = "gpu",
+    *,
+    node: str = "n1",
+    pool_id: str | None = "p",
+    numa_node: int | None = 0,
+    nvlink_domain: str | None = None,
+    bookable: bool = True,
+    partition_pending: bool = False,
+    attributes: Mapping[str, AttrValue] | None = None,
+) -> Atom:
+    """One atom of GPU `gpu_id`, with the id `<gpu_id>/<key>` and the class its key implies (`gpu`,
+    `mig:<gi>.<ci>` or `slot:<n>`, as derivation names them): bookable, in pool `p` on node `n1`."""
+    return Atom(
+        id=f"{gpu_id}/{key}",
+        gpu_id=gpu_id,
+        node=node,
+        cls=_class_of(key),
+        key=key,
+        bookable=bookable,
+        partition_pending=partition_pending,
+        pool_id=pool_id,
+        numa_node=numa_node,
+        nvlink_domain=nvlink_domain,
+        attributes=dict(attributes or {}),
+    )
+
+
+def device_request(
+    cls: AtomClass = "gpu",
+    count: int = 1,
+    *,
+    sharing: SharingMode | None = None,
+    **match: Sequence[str],
+) -> DeviceRequest:
+    """`count` atoms of `cls`; each keyword is an `In` expression of the selector (`migProfile=["3g.40gb"]`)."""
+    expressions = [{"key": k, "op": "In", "values": list(v)} for k, v in match.items()]
+    return DeviceRequest(
+        cls=cls, count=count, sharing=sharing, selector=parse_selector({"matchExpressions": expressions})
+    )
 
 
 def small_fleet(
@@ -70,7 +127,7 @@ def fleet_spec(**kw: object):  # type: ignore[no-untyped-def]
     return parse_fleet(small_fleet(**kw))  # type: ignore[arg-type]
 
 
-__all__ = ["T0", "FakeNode", "at", "fleet_spec", "h100", "mig", "small_fleet"]
+__all__ = ["T0", "FakeNode", "at", "atom", "device_request", "fleet_spec", "h100", "mig", "small_fleet"]
 
 
 def bare_fleet() -> dict[str, object]:
@@ -133,8 +190,7 @@ def admin_token(store: object, now: datetime = T0) -> str:
     """A fresh fleet-admin bearer token in `store` (another one if some exist)."""
     from better_compute.service import credentials
 
-    issued = credentials.bootstrap_admin(store, now, new_id=_IDS.credential, force=True)  # type: ignore[arg-type]
-    return str(issued["token"])
+    return credentials.bootstrap_admin(store, now, new_id=_IDS.credential, force=True).token  # type: ignore[arg-type]
 
 
 def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
@@ -143,8 +199,7 @@ def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
     from better_compute.service import credentials
 
     admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
-    issued = credentials.create(store, admin, tenant_id, None, now, new_id=_IDS.credential)  # type: ignore[arg-type]
-    return str(issued["token"])
+    return credentials.create(store, admin, tenant_id, None, now, new_id=_IDS.credential).token  # type: ignore[arg-type]
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -174,3 +229,18 @@ def api_client(store: object, now: datetime = T0, **kw: Any):  # type: ignore[no
         from fastapi.testclient import TestClient
 
     return TestClient(real_app(store, clock=lambda: now, **kw))
+
+
+def stored_events(store: object, type_: str | None = None) -> list[dict[str, object]]:
+    """The event log as stored (id order), optionally of one type: what tests assert events on."""
+    from sqlalchemy import select
+
+    from better_compute.storage.store import Store
+    from better_compute.storage.tables import events
+
+    assert isinstance(store, Store)
+    stmt = select(events).order_by(events.c.id)
+    if type_ is not None:
+        stmt = stmt.where(events.c.type == type_)
+    with store.engine.connect() as conn:
+        return [dict(r._mapping) for r in conn.execute(stmt)]

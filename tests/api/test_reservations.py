@@ -113,28 +113,29 @@ def error(r: Any) -> dict[str, Any]:
     return dict(body["error"])
 
 
-def test_seed_example_quota_then_success_then_idempotent_replay(world: World) -> None:
-    seed = [mig("3g.40gb")]
+def test_notebook_example_quota_then_success_then_idempotent_replay(world: World) -> None:
+    # The notebook reservation of docs/concepts.md#reservations: one 3g.40gb for four hours.
+    notebook = [mig("3g.40gb")]
     # A pool acme has no quota in is one it cannot see: the same answer as a pool that does not exist.
-    unseen = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
-    missing = world.reserve(world.acme, "h100-nowhere", seed, idempotencyKey="notebook-ana-0924")
+    unseen = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
+    missing = world.reserve(world.acme, "h100-nowhere", notebook, idempotencyKey="notebook-ana-0924")
     assert unseen.status_code == missing.status_code == 404
     assert error(unseen)["message"] == "pool h100 not found"
     assert error(missing)["message"] == "pool h100-nowhere not found"
     assert error(unseen)["details"] == {"poolId": "h100"}
     # Offered whole GPUs only, it sees the pool, and a MIG instance needs a gpu.mig row.
     world.offer("h100", "acme", gpu=1)
-    refused = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    refused = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert refused.status_code == 409 and error(refused)["code"] == "QUOTA_EXCEEDED"
     world.offer("h100", "acme", gpu_mig=2)
-    first = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    first = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert first.status_code == 201, first.text
     body = first.json()
     assert body["status"] == "active" and body["tenantId"] == "acme" and body["poolId"] == "h100"
     assert body["start"].startswith("2026-12-01T09:00:00") and body["end"].startswith("2026-12-01T13:00:00")
     assert [(a["class"], a["attributes"]["migProfile"]) for a in body["atoms"]] == [("gpu.mig", "3g.40gb")]
     assert (body["gpuCount"], body["gpuSlices"]) == (0, 1)
-    again = world.reserve(world.acme, "h100", seed, idempotencyKey="notebook-ana-0924")
+    again = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
     assert again.status_code == 200 and again.json() == body
     other = world.reserve(world.acme, "h100", [mig("2g.20gb")], idempotencyKey="notebook-ana-0924")
     assert other.status_code == 409 and error(other)["code"] == "INVALID_STATE"
@@ -152,16 +153,23 @@ def test_owner_needs_fraction_rows_too(world: World) -> None:
 @pytest.mark.parametrize(
     ("pool", "device", "message"),
     [
-        ("a100", {"class": "gpu.mig", "count": 1}, "devices[0]: gpu.mig atoms exist only in mig pools"),
-        (
+        pytest.param(
+            "a100",
+            {"class": "gpu.mig", "count": 1},
+            "devices[0]: gpu.mig atoms exist only in mig pools",
+            id="a gpu.mig request in an exclusive pool",
+        ),
+        pytest.param(
             "h100",
             {"class": "gpu.slot", "count": 1},
             "devices[0]: gpu.slot atoms exist only in timeslice or mps pools",
+            id="a gpu.slot request in a mig pool",
         ),
-        (
+        pytest.param(
             "l40s",
             {"class": "gpu.slot", "count": 1, "sharing": "mps"},
             "devices[0]: the pool shares GPUs as timeslice, not mps",
+            id="an mps request in a timeslice pool",
         ),
     ],
 )
@@ -177,11 +185,31 @@ def test_admission_messages(world: World, pool: str, device: dict[str, Any], mes
 @pytest.mark.parametrize(
     ("expression", "check"),
     [
-        ({"key": "migProfile", "op": "In", "values": ["2g.20gb"]}, lambda a: a["migProfile"] == "2g.20gb"),
-        ({"key": "migProfile", "op": "NotIn", "values": ["2g.20gb"]}, lambda a: a["migProfile"] == "3g.40gb"),
-        ({"key": "migUuid", "op": "Exists"}, lambda a: a["migUuid"].startswith("MIG-")),
-        ({"key": "giId", "op": "Gt", "values": ["2"]}, lambda a: a["giId"] > 2),
-        ({"key": "giId", "op": "Lt", "values": ["2"]}, lambda a: a["giId"] < 2),
+        pytest.param(
+            {"key": "migProfile", "op": "In", "values": ["2g.20gb"]},
+            lambda a: a["migProfile"] == "2g.20gb",
+            id="In keeps the named profile",
+        ),
+        pytest.param(
+            {"key": "migProfile", "op": "NotIn", "values": ["2g.20gb"]},
+            lambda a: a["migProfile"] == "3g.40gb",
+            id="NotIn leaves the named profile out",
+        ),
+        pytest.param(
+            {"key": "migUuid", "op": "Exists"},
+            lambda a: a["migUuid"].startswith("MIG-"),
+            id="Exists on the MIG uuid",
+        ),
+        pytest.param(
+            {"key": "giId", "op": "Gt", "values": ["2"]},
+            lambda a: a["giId"] > 2,
+            id="Gt on the GPU instance id",
+        ),
+        pytest.param(
+            {"key": "giId", "op": "Lt", "values": ["2"]},
+            lambda a: a["giId"] < 2,
+            id="Lt on the GPU instance id",
+        ),
     ],
 )
 def test_selector_operators(world: World, expression: dict[str, Any], check: Any) -> None:
@@ -340,31 +368,59 @@ def test_whole_gpu_requests_take_unsplit_gpus_only(world: World) -> None:
 @pytest.mark.parametrize(
     "body",
     [
-        {},
-        {"poolId": "h100", "devices": [], "duration": "4h"},
-        {"poolId": "h100", "devices": [{"class": "gpu", "count": 0}], "duration": "4h"},
-        {"poolId": "h100", "devices": [{"class": "gpu", "count": True}], "duration": "4h"},
-        {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "soon"},
-        {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "4h", "start": "yesterday"},
-        {"poolId": "h100", "devices": [{"class": "tpu", "count": 1}], "duration": "4h"},
+        pytest.param({}, id="an empty body"),
+        pytest.param({"poolId": "h100", "devices": [], "duration": "4h"}, id="no devices"),
+        pytest.param(
+            {"poolId": "h100", "devices": [{"class": "gpu", "count": 0}], "duration": "4h"},
+            id="a count of zero",
+        ),
+        pytest.param(
+            {"poolId": "h100", "devices": [{"class": "gpu", "count": True}], "duration": "4h"},
+            id="a boolean count",
+        ),
+        pytest.param(
+            {"poolId": "h100", "devices": [{"class": "gpu", "count": 1}], "duration": "soon"},
+            id="a duration that is a word",
+        ),
+        pytest.param(
+            {
+                "poolId": "h100",
+                "devices": [{"class": "gpu", "count": 1}],
+                "duration": "4h",
+                "start": "yesterday",
+            },
+            id="a start that is a word",
+        ),
+        pytest.param(
+            {"poolId": "h100", "devices": [{"class": "tpu", "count": 1}], "duration": "4h"},
+            id="a class that is no atom class",
+        ),
         # Past what datetimes and integers can hold.
-        {
-            "poolId": "h100",
-            "devices": [{"class": "gpu", "count": 1}],
-            "duration": "1h",
-            "start": "9999-12-31T23:59:59Z",
-        },
-        {
-            "poolId": "h100",
-            "devices": [
-                {
-                    "class": "gpu.mig",
-                    "count": 1,
-                    "selector": {"matchExpressions": [{"key": "giId", "op": "Lt", "values": ["9" * 5000]}]},
-                }
-            ],
-            "duration": "1h",
-        },
+        pytest.param(
+            {
+                "poolId": "h100",
+                "devices": [{"class": "gpu", "count": 1}],
+                "duration": "1h",
+                "start": "9999-12-31T23:59:59Z",
+            },
+            id="a window that ends past the year 9999",
+        ),
+        pytest.param(
+            {
+                "poolId": "h100",
+                "devices": [
+                    {
+                        "class": "gpu.mig",
+                        "count": 1,
+                        "selector": {
+                            "matchExpressions": [{"key": "giId", "op": "Lt", "values": ["9" * 5000]}]
+                        },
+                    }
+                ],
+                "duration": "1h",
+            },
+            id="a selector bound with 5000 digits",
+        ),
     ],
 )
 def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]) -> None:
@@ -374,7 +430,12 @@ def test_malformed_requests_are_invalid_input(world: World, body: dict[str, Any]
 
 @pytest.mark.parametrize(
     "raw",
-    ['{"a":' * 5000 + "1" + "}" * 5000, "[" * 5000, '{"poolId": ' + "[" * 3000, b'{"poolId": "\xff"}'],
+    [
+        pytest.param('{"a":' * 5000 + "1" + "}" * 5000, id="objects nested 5000 deep"),
+        pytest.param("[" * 5000, id="lists nested 5000 deep"),
+        pytest.param('{"poolId": ' + "[" * 3000, id="an unfinished list nested 3000 deep"),
+        pytest.param(b'{"poolId": "\xff"}', id="a body that is not UTF-8"),
+    ],
 )
 def test_bodies_nested_past_the_parser_are_invalid_input(world: World, raw: str | bytes) -> None:
     r = world.http.post(
@@ -418,35 +479,81 @@ GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "durati
 @pytest.mark.parametrize(
     ("request_kw", "status", "code", "message"),
     [
-        ({}, 400, "INVALID_INPUT", "body: Field required"),
-        ({"content": b"{nope", "ctype": "application/json"}, 400, "INVALID_INPUT", "[1]: JSON decode error"),
-        (
+        pytest.param({}, 400, "INVALID_INPUT", "body: Field required", id="no body"),
+        pytest.param(
+            {"content": b"{nope", "ctype": "application/json"},
+            400,
+            "INVALID_INPUT",
+            "[1]: JSON decode error",
+            id="a body that is not JSON",
+        ),
+        pytest.param(
             {"content": b'{"poolId": "h100"}', "ctype": "text/plain"},
             400,
             "INVALID_INPUT",
             "body: Input should be a valid dictionary or object to extract fields from",
+            id="a JSON body sent as text/plain",
         ),
-        ({"json": [1, 2]}, 400, "INVALID_INPUT", "body: Input should be a valid dictionary"),
-        # A JSON null is a body, not a missing one; a type with two slashes is no JSON type.
-        ({"content": b"null", "ctype": "application/json"}, 400, "INVALID_INPUT", "body: Input should be"),
-        (
+        pytest.param(
+            {"json": [1, 2]},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary",
+            id="a list instead of an object",
+        ),
+        pytest.param(
+            {"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required", id="no devices"
+        ),
+        pytest.param(
+            {"json": {**GOOD, "zzz": 1}},
+            400,
+            "INVALID_INPUT",
+            "zzz: Extra inputs are not permitted",
+            id="an unknown field",
+        ),
+        pytest.param(
+            {"content": b"null", "ctype": "application/json"},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary",
+            id="a JSON null, which is a body and not a missing one",
+        ),
+        pytest.param(
             {"content": json.dumps(GOOD).encode(), "ctype": "application/x/+json"},
             400,
             "INVALID_INPUT",
             "body: Input should be a valid dictionary",
+            id="a content type with two slashes, which is no JSON type",
         ),
-        ({"json": {"poolId": "h100"}}, 400, "INVALID_INPUT", "devices: Field required"),
-        ({"json": {**GOOD, "zzz": 1}}, 400, "INVALID_INPUT", "zzz: Extra inputs are not permitted"),
         # The token is checked before the body is read: a caller without one never has it read.
-        (
+        pytest.param(
             {"content": b"{nope", "ctype": "application/json", "token": "nope"},
             401,
             "UNAUTHENTICATED",
             "malformed",
+            id="a bad token, so the bad body is never read",
         ),
-        ({"json": {"poolId": 3}, "token": "nope"}, 401, "UNAUTHENTICATED", "malformed token"),
-        ({"json": GOOD, "token": None}, 401, "UNAUTHENTICATED", "this call needs a token"),
-        ({"json": GOOD, "ctype": "application/vnd.bc+json; charset=utf-8"}, 201, None, None),
+        pytest.param(
+            {"json": {"poolId": 3}, "token": "nope"},
+            401,
+            "UNAUTHENTICATED",
+            "malformed token",
+            id="a bad token with a body of the wrong shape",
+        ),
+        pytest.param(
+            {"json": GOOD, "token": None},
+            401,
+            "UNAUTHENTICATED",
+            "this call needs a token",
+            id="no token at all",
+        ),
+        pytest.param(
+            {"json": GOOD, "ctype": "application/vnd.bc+json; charset=utf-8"},
+            201,
+            None,
+            None,
+            id="a JSON media type with parameters",
+        ),
     ],
 )
 def test_create_reads_bodies_and_tokens_like_every_other_route(
@@ -470,9 +577,18 @@ def test_create_reads_bodies_and_tokens_like_every_other_route(
 @pytest.mark.parametrize(
     "body",
     [
-        {"poolId": "h100", "devices": [mig()], "duration": "4h", "idempotencyKey": "after-revoke"},
-        {"poolId": "h100", "devices": [mig()], "duration": "4h", "tenantId": "globex"},  # else FORBIDDEN
-        {"poolId": "h100", "devices": [], "duration": "4h"},  # else INVALID_INPUT
+        pytest.param(
+            {"poolId": "h100", "devices": [mig()], "duration": "4h", "idempotencyKey": "after-revoke"},
+            id="with an idempotency key",
+        ),
+        pytest.param(
+            {"poolId": "h100", "devices": [mig()], "duration": "4h", "tenantId": "globex"},
+            id="for another tenant, which is otherwise FORBIDDEN",
+        ),  # else FORBIDDEN
+        pytest.param(
+            {"poolId": "h100", "devices": [], "duration": "4h"},
+            id="with no devices, which is otherwise INVALID_INPUT",
+        ),  # else INVALID_INPUT
     ],
 )
 def test_a_revoked_token_cannot_reserve_even_if_the_server_remembers_it(

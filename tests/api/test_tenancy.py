@@ -1,4 +1,5 @@
-"""Tenancy through the real app: who may create, see, share and limit what (SPEC 3 and 4)."""
+"""Tenancy through the real app: who may create, see, share and limit what
+(docs/concepts.md#quotas-iam-policies-and-tenancy)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from better_compute.domain.records import Tenant
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from better_compute.wire.methods import METHODS
@@ -20,7 +22,7 @@ class Api:
         self.client = api_client(store)
         self.tokens = {"admin": admin_token(store)}
         with store.begin() as tx:
-            tx.inventory.upsert("tenants", [{"id": "beta", "name": "Beta", "created_at": T0}], ["id"])
+            tx.tenants.put([Tenant("beta", "Beta", T0)])
         for tenant in ("platform", "acme", "beta"):
             self.tokens[tenant] = tenant_token(store, tenant)
 
@@ -344,7 +346,13 @@ def test_no_malformed_request_is_a_server_error(store: Store, name: str) -> None
 
 
 @pytest.mark.parametrize(
-    "query", ["/v1/pools/%00", "/v1/quotas?tenantId=%00", "/v1/atoms?pool=%00", "/v1/tenants?limit=0"]
+    "query",
+    [
+        pytest.param("/v1/pools/%00", id="a NUL in a pool id"),
+        pytest.param("/v1/quotas?tenantId=%00", id="a NUL in the tenant filter"),
+        pytest.param("/v1/atoms?pool=%00", id="a NUL in the pool filter"),
+        pytest.param("/v1/tenants?limit=0", id="a page of zero"),
+    ],
 )
 def test_malformed_queries_are_invalid_input(store: Store, query: str) -> None:
     api = load(store)

@@ -144,7 +144,8 @@ def test_export_partition_types_and_refusal() -> None:
     assert refused.exit_code == 2
 
 
-def test_advise_json_shape_and_seed_case() -> None:
+def test_advise_json_shape_and_reference_case() -> None:
+    # The reference case of docs/layouts.md#sizing-advisor: 8B in FP16, 8,000 tokens, one sequence.
     body = _json(
         [
             "advise",

@@ -127,9 +127,24 @@ def test_iter_follows_cursors() -> None:
 @pytest.mark.parametrize(
     ("verb", "path", "invoke"),
     [
-        ("GET", "/v1/reservations/rsv-1", lambda c: c.reservations.get("rsv-1")),
-        ("POST", "/v1/reservations/rsv-1/cancel", lambda c: c.reservations.cancel("rsv-1")),
-        ("POST", "/v1/reservations/rsv-1/release", lambda c: c.reservations.release("rsv-1")),
+        pytest.param(
+            "GET",
+            "/v1/reservations/rsv-1",
+            lambda c: c.reservations.get("rsv-1"),
+            id="reservations.get puts the id in the path",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/reservations/rsv-1/cancel",
+            lambda c: c.reservations.cancel("rsv-1"),
+            id="reservations.cancel puts the id in the path",
+        ),
+        pytest.param(
+            "POST",
+            "/v1/reservations/rsv-1/release",
+            lambda c: c.reservations.release("rsv-1"),
+            id="reservations.release puts the id in the path",
+        ),
     ],
 )
 def test_path_parameters_come_from_the_body(verb, path, invoke) -> None:
@@ -217,14 +232,23 @@ def test_no_authorization_header_without_a_token() -> None:
 @pytest.mark.parametrize(
     ("code", "status", "error_class"),
     [
-        ("INVALID_INPUT", 400, InvalidInputError),
-        ("UNAUTHENTICATED", 401, UnauthenticatedError),
-        ("FORBIDDEN", 403, ForbiddenError),
-        ("NOT_FOUND", 404, NotFoundError),
-        ("INVALID_STATE", 409, InvalidStateError),
-        ("CONFLICT", 409, ConflictError),
-        ("QUOTA_EXCEEDED", 409, QuotaExceededError),
-        ("INSUFFICIENT_CAPACITY", 409, InsufficientCapacityError),
+        pytest.param("INVALID_INPUT", 400, InvalidInputError, id="INVALID_INPUT raises InvalidInputError"),
+        pytest.param(
+            "UNAUTHENTICATED", 401, UnauthenticatedError, id="UNAUTHENTICATED raises UnauthenticatedError"
+        ),
+        pytest.param("FORBIDDEN", 403, ForbiddenError, id="FORBIDDEN raises ForbiddenError"),
+        pytest.param("NOT_FOUND", 404, NotFoundError, id="NOT_FOUND raises NotFoundError"),
+        pytest.param("INVALID_STATE", 409, InvalidStateError, id="INVALID_STATE raises InvalidStateError"),
+        pytest.param("CONFLICT", 409, ConflictError, id="CONFLICT raises ConflictError"),
+        pytest.param(
+            "QUOTA_EXCEEDED", 409, QuotaExceededError, id="QUOTA_EXCEEDED raises QuotaExceededError"
+        ),
+        pytest.param(
+            "INSUFFICIENT_CAPACITY",
+            409,
+            InsufficientCapacityError,
+            id="INSUFFICIENT_CAPACITY raises InsufficientCapacityError",
+        ),
     ],
 )
 def test_each_error_code_raises_its_exception(code, status, error_class) -> None:
@@ -297,10 +321,16 @@ def test_retries_give_up_with_a_transport_error() -> None:
 @pytest.mark.parametrize(
     "invoke",
     [
-        lambda c: c.pools.create(name="p", cluster_id="c", mode="exclusive", owner_tenant_id="acme"),
-        lambda c: c.reservations.cancel("rsv-1"),
-        lambda c: c.pools.update("p", nodes=["n1"]),
-        lambda c: c.call("tenants.create", {"id": "acme", "name": "Acme"}),
+        pytest.param(
+            lambda c: c.pools.create(name="p", cluster_id="c", mode="exclusive", owner_tenant_id="acme"),
+            id="pools.create",
+        ),
+        pytest.param(lambda c: c.reservations.cancel("rsv-1"), id="reservations.cancel"),
+        pytest.param(lambda c: c.pools.update("p", nodes=["n1"]), id="pools.update"),
+        pytest.param(
+            lambda c: c.call("tenants.create", {"id": "acme", "name": "Acme"}),
+            id="tenants.create through call",
+        ),
     ],
 )
 def test_unsafe_calls_are_sent_once(invoke) -> None:

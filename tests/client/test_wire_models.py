@@ -9,7 +9,8 @@ from better_compute.wire.quotas import QuotaSet
 from better_compute.wire.reservations import DeviceRequest, ReservationCreate, ReservationPublic
 from tests.client.fakes import reservation_json
 
-SEED_REQUEST = {
+# The notebook reservation of docs/concepts.md#reservations.
+NOTEBOOK_REQUEST = {
     "tenantId": "acme",
     "poolId": "mig-pool",
     "devices": [
@@ -24,10 +25,10 @@ SEED_REQUEST = {
 }
 
 
-def test_the_seed_request_round_trips() -> None:
-    request = ReservationCreate.model_validate(SEED_REQUEST)
+def test_the_notebook_request_round_trips() -> None:
+    request = ReservationCreate.model_validate(NOTEBOOK_REQUEST)
     assert request.devices[0].cls == "gpu.mig"
-    assert request.model_dump(mode="json", exclude_unset=True) == SEED_REQUEST
+    assert request.model_dump(mode="json", exclude_unset=True) == NOTEBOOK_REQUEST
 
 
 def test_class_is_the_name_both_ways() -> None:
@@ -40,27 +41,30 @@ def test_class_is_the_name_both_ways() -> None:
 
 
 def test_tenant_is_optional_on_create() -> None:
-    request = ReservationCreate.model_validate({k: v for k, v in SEED_REQUEST.items() if k != "tenantId"})
+    request = ReservationCreate.model_validate({k: v for k, v in NOTEBOOK_REQUEST.items() if k != "tenantId"})
     assert request.tenant_id is None
 
 
 @pytest.mark.parametrize(
     "change",
     [
-        {"devices": []},
-        {"devices": [{"class": "gpu.whole", "count": 1}]},
-        {"devices": [{"class": "gpu", "count": 0}]},
-        {
-            "devices": [
-                {"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "k", "op": "Is"}]}}
-            ]
-        },
-        {"surprise": 1},
+        pytest.param({"devices": []}, id="no devices"),
+        pytest.param({"devices": [{"class": "gpu.whole", "count": 1}]}, id="a class that does not exist"),
+        pytest.param({"devices": [{"class": "gpu", "count": 0}]}, id="a count of zero"),
+        pytest.param(
+            {
+                "devices": [
+                    {"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "k", "op": "Is"}]}}
+                ]
+            },
+            id="an operator that does not exist",
+        ),
+        pytest.param({"surprise": 1}, id="an unknown field"),
     ],
 )
 def test_malformed_requests_are_refused(change: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
-        ReservationCreate.model_validate({**SEED_REQUEST, **change})
+        ReservationCreate.model_validate({**NOTEBOOK_REQUEST, **change})
 
 
 def test_public_reservation_parses() -> None:

@@ -20,10 +20,7 @@ from better_compute.domain.admission import (
 from better_compute.domain.errors import InvalidInput, InvalidState
 from better_compute.domain.pools import SharingMode
 from better_compute.domain.selectors import EVERYTHING, MatchExpression, Selector
-
-
-def req(cls: Any, count: int = 1, sharing: Any = None) -> DeviceRequest:
-    return DeviceRequest(cls=cls, count=count, sharing=sharing)
+from tests.builders import device_request
 
 
 def test_parse_device_requests_reads_every_field() -> None:
@@ -47,26 +44,64 @@ def test_parse_device_requests_reads_every_field() -> None:
 @pytest.mark.parametrize(
     ("raw", "field", "text"),
     [
-        ([], "devices", "at least one"),
-        ("gpu", "devices", "must be a list"),
-        ({"class": "gpu"}, "devices", "must be a list"),
-        (None, "devices", "must be a list"),
-        (["gpu"], "devices[0]", "must be an object"),
-        ([{"count": 1}], "devices[0].class", "must be one of gpu, gpu.mig, gpu.slot, not None"),
-        ([{"class": "tpu", "count": 1}], "devices[0].class", "not 'tpu'"),
-        ([{"class": "gpu", "count": 0}], "devices[0].count", "at least 1"),
-        ([{"class": "gpu", "count": -2}], "devices[0].count", "at least 1"),
-        ([{"class": "gpu", "count": "2"}], "devices[0].count", "integer"),
-        ([{"class": "gpu", "count": 1.0}], "devices[0].count", "integer"),
-        ([{"class": "gpu", "count": True}], "devices[0].count", "integer"),
-        ([{"class": "gpu"}], "devices[0].count", "integer"),
-        ([{"class": "gpu", "count": 1}, {"class": "gpu", "count": 0}], "devices[1].count", "at least 1"),
-        ([{"class": "gpu", "count": 1, "sharing": "shared"}], "devices[0].sharing", "not 'shared'"),
-        ([{"class": "gpu", "count": 1, "selectors": {}}], "devices[0].selectors", "unknown field"),
-        (
+        pytest.param([], "devices", "at least one", id="a reservation without devices"),
+        pytest.param("gpu", "devices", "must be a list", id="devices as a string"),
+        pytest.param(
+            {"class": "gpu"}, "devices", "must be a list", id="devices as one object instead of a list"
+        ),
+        pytest.param(None, "devices", "must be a list", id="no devices at all"),
+        pytest.param(["gpu"], "devices[0]", "must be an object", id="a device request that is a string"),
+        pytest.param(
+            [{"count": 1}],
+            "devices[0].class",
+            "must be one of gpu, gpu.mig, gpu.slot, not None",
+            id="a device request without a class",
+        ),
+        pytest.param(
+            [{"class": "tpu", "count": 1}],
+            "devices[0].class",
+            "not 'tpu'",
+            id="a class that is no atom class",
+        ),
+        pytest.param([{"class": "gpu", "count": 0}], "devices[0].count", "at least 1", id="a count of zero"),
+        pytest.param(
+            [{"class": "gpu", "count": -2}], "devices[0].count", "at least 1", id="a negative count"
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": "2"}], "devices[0].count", "integer", id="a count given as a string"
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": 1.0}], "devices[0].count", "integer", id="a count given as a float"
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": True}], "devices[0].count", "integer", id="a count given as a boolean"
+        ),
+        pytest.param(
+            [{"class": "gpu"}], "devices[0].count", "integer", id="a device request without a count"
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": 1}, {"class": "gpu", "count": 0}],
+            "devices[1].count",
+            "at least 1",
+            id="the second request's count is named by its index",
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": 1, "sharing": "shared"}],
+            "devices[0].sharing",
+            "not 'shared'",
+            id="an unknown sharing mode",
+        ),
+        pytest.param(
+            [{"class": "gpu", "count": 1, "selectors": {}}],
+            "devices[0].selectors",
+            "unknown field",
+            id="a misspelt field",
+        ),
+        pytest.param(
             [{"class": "gpu", "count": 1, "selector": {"matchExpressions": [{"key": "a", "op": "Is"}]}}],
             "devices[0].selector.matchExpressions[0].op",
             "unknown operator 'Is'",
+            id="a selector operator that does not exist",
         ),
     ],
 )
@@ -77,52 +112,78 @@ def test_parse_device_requests_names_the_bad_field(raw: Any, field: str, text: s
     assert err.value.message.startswith(field)
 
 
-@pytest.mark.parametrize("mode", ["exclusive", "timeslice", "mps"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("exclusive", id="an exclusive pool"),
+        pytest.param("timeslice", id="a timeslice pool"),
+        pytest.param("mps", id="an mps pool"),
+    ],
+)
 def test_mig_requests_only_in_mig_pools(mode: SharingMode) -> None:
     with pytest.raises(InvalidInput) as err:
-        check_against_pool(mode, [req("gpu.mig")])
+        check_against_pool(mode, [device_request("gpu.mig")])
     assert err.value.message == "devices[0]: gpu.mig atoms exist only in mig pools"
-    check_against_pool("mig", [req("gpu.mig")])
+    check_against_pool("mig", [device_request("gpu.mig")])
 
 
 @pytest.mark.parametrize("mode", ["exclusive", "mig"])
 def test_slot_requests_only_in_timeslice_or_mps_pools(mode: SharingMode) -> None:
     with pytest.raises(InvalidInput) as err:
-        check_against_pool(mode, [req("gpu.slot")])
+        check_against_pool(mode, [device_request("gpu.slot")])
     assert err.value.message == "devices[0]: gpu.slot atoms exist only in timeslice or mps pools"
-    check_against_pool("timeslice", [req("gpu.slot")])
-    check_against_pool("mps", [req("gpu.slot")])
+    check_against_pool("timeslice", [device_request("gpu.slot")])
+    check_against_pool("mps", [device_request("gpu.slot")])
 
 
 def test_sharing_must_be_exclusive_or_the_pools_mode() -> None:
     with pytest.raises(InvalidInput) as err:
-        check_against_pool("timeslice", [req("gpu.slot", sharing="mps")])
+        check_against_pool("timeslice", [device_request("gpu.slot", sharing="mps")])
     assert err.value.message == "devices[0]: the pool shares GPUs as timeslice, not mps"
     assert err.value.details["field"] == "devices[0].sharing"
-    check_against_pool("timeslice", [req("gpu.slot", sharing="timeslice")])
-    check_against_pool("timeslice", [req("gpu.slot", sharing="exclusive")])
-    check_against_pool("mig", [req("gpu.mig", sharing="mig"), req("gpu", sharing="exclusive")])
+    check_against_pool("timeslice", [device_request("gpu.slot", sharing="timeslice")])
+    check_against_pool("timeslice", [device_request("gpu.slot", sharing="exclusive")])
+    check_against_pool(
+        "mig", [device_request("gpu.mig", sharing="mig"), device_request("gpu", sharing="exclusive")]
+    )
     with pytest.raises(InvalidInput) as err:
-        check_against_pool("exclusive", [req("gpu", sharing="mig")])
+        check_against_pool("exclusive", [device_request("gpu", sharing="mig")])
     assert err.value.message == "devices[0]: the pool shares GPUs as exclusive, not mig"
 
 
-@pytest.mark.parametrize("mode", ["exclusive", "mig", "timeslice", "mps"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("exclusive", id="an exclusive pool"),
+        pytest.param("mig", id="a mig pool"),
+        pytest.param("timeslice", id="a timeslice pool"),
+        pytest.param("mps", id="an mps pool"),
+    ],
+)
 def test_whole_gpu_requests_are_valid_in_every_pool(mode: SharingMode) -> None:
-    check_against_pool(mode, [req("gpu", 4)])
+    check_against_pool(mode, [device_request("gpu", 4)])
 
 
 def test_the_message_names_the_requests_index() -> None:
     with pytest.raises(InvalidInput) as err:
-        check_against_pool("mig", [req("gpu"), req("gpu.mig"), req("gpu.slot")])
+        check_against_pool(
+            "mig", [device_request("gpu"), device_request("gpu.mig"), device_request("gpu.slot")]
+        )
     assert err.value.message == "devices[2]: gpu.slot atoms exist only in timeslice or mps pools"
     with pytest.raises(InvalidInput) as err:
-        check_against_pool("mps", [req("gpu.slot"), req("gpu.slot", sharing="timeslice")])
+        check_against_pool(
+            "mps", [device_request("gpu.slot"), device_request("gpu.slot", sharing="timeslice")]
+        )
     assert err.value.message == "devices[1]: the pool shares GPUs as mps, not timeslice"
 
 
 def test_counts_split_whole_gpus_from_fractions() -> None:
-    requests = [req("gpu", 2), req("gpu.mig", 3), req("gpu.slot", 1), req("gpu", 1)]
+    requests = [
+        device_request("gpu", 2),
+        device_request("gpu.mig", 3),
+        device_request("gpu.slot", 1),
+        device_request("gpu", 1),
+    ]
     assert requested_by_class(requests) == {"gpu": 3, "gpu.mig": 3, "gpu.slot": 1}
     assert gpu_count(requests) == 3
     assert gpu_slices(requests) == 4
@@ -167,7 +228,13 @@ def test_unbounded_selectors_at_most_1024_values_per_reservation() -> None:
 
 
 @pytest.mark.parametrize(
-    "count", [MAX_COUNT + 1, 2**63, 2**80, 10**4000], ids=["65537", "2**63", "2**80", "10**4000"]
+    "count",
+    [
+        pytest.param(MAX_COUNT + 1, id="one past the limit"),
+        pytest.param(2**63, id="one past the largest signed 64-bit integer"),
+        pytest.param(2**80, id="far past 64 bits"),
+        pytest.param(10**4000, id="a number with 4001 digits"),
+    ],
 )
 def test_unbounded_selectors_count_at_most_65536(count: int) -> None:
     assert parse_device_requests([{"class": "gpu", "count": MAX_COUNT}])[0].count == 65536

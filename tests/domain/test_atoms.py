@@ -1,4 +1,4 @@
-"""SPEC 2.1: every row of the atom table, and the attributes selectors match on."""
+"""Every row of the atom table in docs/concepts.md#atoms, and the attributes selectors match on."""
 
 from __future__ import annotations
 
@@ -31,7 +31,15 @@ def test_exclusive_gpu_not_in_mig_mode_is_one_bookable_gpu_atom() -> None:
     }
 
 
-@pytest.mark.parametrize("mode", ["exclusive", "mig", "timeslice", "mps"])
+@pytest.mark.parametrize(
+    "mode",
+    [
+        pytest.param("exclusive", id="in an exclusive pool"),
+        pytest.param("mig", id="in a mig pool"),
+        pytest.param("timeslice", id="in a timeslice pool"),
+        pytest.param("mps", id="in an mps pool"),
+    ],
+)
 def test_mig_mode_gpu_is_unbookable_parent_plus_one_atom_per_instance(mode: str) -> None:
     gpu = h100(
         mig_mode_current=True,
@@ -59,7 +67,14 @@ def test_mig_mode_gpu_is_unbookable_parent_plus_one_atom_per_instance(mode: str)
 
 
 @pytest.mark.parametrize("mode", ["timeslice", "mps"])
-@pytest.mark.parametrize("replicas", [1, 4, 48])
+@pytest.mark.parametrize(
+    "replicas",
+    [
+        pytest.param(1, id="one slot, the fewest"),
+        pytest.param(4, id="four slots"),
+        pytest.param(48, id="48 slots, the most"),
+    ],
+)
 def test_shared_pools_split_a_gpu_into_replicas_slots(mode: str, replicas: int) -> None:
     atoms = derive_gpu_atoms(h100(numa_node=0), "n1", PoolSharing("p", mode, replicas), "H100-80GB")  # type: ignore[arg-type]
     parent, slots = atoms[0], atoms[1:]
@@ -80,7 +95,14 @@ def test_mps_units_for_three_replicas_is_33() -> None:
     assert mps_units(3) == 33
 
 
-@pytest.mark.parametrize("replicas", [0, 49, -1])
+@pytest.mark.parametrize(
+    "replicas",
+    [
+        pytest.param(0, id="no slots"),
+        pytest.param(49, id="one past the most"),
+        pytest.param(-1, id="a negative count"),
+    ],
+)
 def test_replicas_out_of_range_is_invalid_input(replicas: int) -> None:
     with pytest.raises(InvalidInput) as err:
         derive_gpu_atoms(h100(), "n1", PoolSharing("p", "timeslice", replicas), "H100-80GB")

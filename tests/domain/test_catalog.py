@@ -1,7 +1,8 @@
-"""The catalog against the reference facts (nvidia-smi -lgip/-lgipp captures, NVIDIA's profile list).
+"""The catalog against NVIDIA's published tables: nvidia-smi -lgip/-lgipp captures, NVIDIA's MIG user
+guide and profile list, the sources docs/layouts.md#the-catalog names.
 
-The expected tables below are transcribed by hand from the facts, not generated from the YAML, so a
-typo in either shows up here.
+The expected tables below are transcribed by hand from those sources, not generated from the data
+files, so a typo in either shows up here.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ RTX6000 = {
 }
 
 # name: (profile id, compute slices, memory slices, max instances, GiB)
-FACTS: dict[
+PUBLISHED: dict[
     str, tuple[int, dict[int, tuple[tuple[int, ...], int]], dict[str, tuple[int, int, int, int, float]]]
 ] = {
     "A100-40GB": (
@@ -176,9 +177,9 @@ FACTS: dict[
 }
 
 
-@pytest.mark.parametrize("model_id", sorted(FACTS))
-def test_profile_table_matches_the_facts(model_id: str) -> None:
-    axis, placements, profiles = FACTS[model_id]
+@pytest.mark.parametrize("model_id", sorted(PUBLISHED))
+def test_profile_table_matches_the_published_one(model_id: str) -> None:
+    axis, placements, profiles = PUBLISHED[model_id]
     model = get_model(model_id)
     assert model.mig_capable
     assert model.placement_units == axis
@@ -199,15 +200,19 @@ def test_profile_table_matches_the_facts(model_id: str) -> None:
 @pytest.mark.parametrize(
     ("model_id", "compute", "memory", "gib"),
     [
-        ("A100-40GB", 7, 8, 40),
-        ("A100-80GB", 7, 8, 80),
-        ("H100-80GB", 7, 8, 80),
-        ("H100-94GB", 7, 8, 94),
-        ("H200-141GB", 7, 8, 141),
-        ("B200-180GB", 7, 8, 180),
-        ("A30-24GB", 4, 4, 24),
-        ("RTX-PRO-6000", 4, 4, 96),
-        ("RTX-PRO-4500", 2, 2, 32),
+        pytest.param("A100-40GB", 7, 8, 40, id="an A100 40GB has 7 compute and 8 memory slices and 40 GB"),
+        pytest.param("A100-80GB", 7, 8, 80, id="an A100 80GB has 7 compute and 8 memory slices and 80 GB"),
+        pytest.param("H100-80GB", 7, 8, 80, id="an H100 80GB has 7 compute and 8 memory slices and 80 GB"),
+        pytest.param("H100-94GB", 7, 8, 94, id="an H100 NVL has 7 compute and 8 memory slices and 94 GB"),
+        pytest.param("H200-141GB", 7, 8, 141, id="an H200 has 7 compute and 8 memory slices and 141 GB"),
+        pytest.param("B200-180GB", 7, 8, 180, id="a B200 has 7 compute and 8 memory slices and 180 GB"),
+        pytest.param("A30-24GB", 4, 4, 24, id="an A30 has 4 compute and 4 memory slices and 24 GB"),
+        pytest.param(
+            "RTX-PRO-6000", 4, 4, 96, id="an RTX PRO 6000 has 4 compute and 4 memory slices and 96 GB"
+        ),
+        pytest.param(
+            "RTX-PRO-4500", 2, 2, 32, id="an RTX PRO 4500 has 2 compute and 2 memory slices and 32 GB"
+        ),
     ],
 )
 def test_slice_counts_per_model(model_id: str, compute: int, memory: int, gib: float) -> None:
@@ -215,7 +220,8 @@ def test_slice_counts_per_model(model_id: str, compute: int, memory: int, gib: f
     assert (model.compute_slices, model.memory_slices, model.memory_gib) == (compute, memory, gib)
 
 
-def test_seed_granularity_for_rtx_pro_4500() -> None:
+def test_rtx_pro_4500_granularity() -> None:
+    # docs/layouts.md#the-catalog: two compute and two memory slices, 1g.16gb twice or one 2g.32gb.
     model = get_model("RTX-PRO-4500")
     assert {p.name for p in model.profiles if not p.attribute} == {"1g.16gb", "2g.32gb"}
     assert model.profile("1g.16gb").max_instances == 2
@@ -227,7 +233,15 @@ def test_a100_40gb_two_slice_1g_needs_r525() -> None:
     assert get_model("A100-40GB").profile("1g.5gb").min_driver is None
 
 
-@pytest.mark.parametrize("model_id", ["L40S-48GB", "L4-24GB", "A10G-24GB", "RTX-6000-ADA"])
+@pytest.mark.parametrize(
+    "model_id",
+    [
+        pytest.param("L40S-48GB", id="an L40S"),
+        pytest.param("L4-24GB", id="an L4"),
+        pytest.param("A10G-24GB", id="an A10G"),
+        pytest.param("RTX-6000-ADA", id="an RTX 6000 Ada"),
+    ],
+)
 def test_non_mig_models_have_no_profiles(model_id: str) -> None:
     model = get_model(model_id)
     assert not model.mig_capable
@@ -274,18 +288,24 @@ def test_every_required_model_id_exists() -> None:
 @pytest.mark.parametrize(
     ("product", "model_id"),
     [
-        ("NVIDIA H100 80GB HBM3", "H100-80GB"),
-        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
-        ("A100-SXM4-40GB", "A100-40GB"),
-        ("NVIDIA A100-SXM4-80GB", "A100-80GB"),
-        ("NVIDIA H200", "H200-141GB"),
-        ("NVIDIA H100 NVL", "H100-94GB"),
-        ("NVIDIA A30", "A30-24GB"),
-        ("NVIDIA B200", "B200-180GB"),
-        ("NVIDIA RTX PRO 6000 Blackwell Server Edition", "RTX-PRO-6000"),
-        ("NVIDIA L40S", "L40S-48GB"),
-        ("nvidia  l4", "L4-24GB"),
-        ("NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA"),
+        pytest.param("NVIDIA H100 80GB HBM3", "H100-80GB", id="the H100 SXM by its NVML name"),
+        pytest.param("NVIDIA A100-SXM4-40GB", "A100-40GB", id="the A100 40GB SXM by its NVML name"),
+        pytest.param("A100-SXM4-40GB", "A100-40GB", id="an older driver's name without NVIDIA in front"),
+        pytest.param("NVIDIA A100-SXM4-80GB", "A100-80GB", id="the A100 80GB SXM by its NVML name"),
+        pytest.param("NVIDIA H200", "H200-141GB", id="the H200 by its NVML name"),
+        pytest.param("NVIDIA H100 NVL", "H100-94GB", id="H100 NVL is the 94 GB H100"),
+        pytest.param("NVIDIA A30", "A30-24GB", id="the A30 by its NVML name"),
+        pytest.param("NVIDIA B200", "B200-180GB", id="the B200 by its NVML name"),
+        pytest.param(
+            "NVIDIA RTX PRO 6000 Blackwell Server Edition",
+            "RTX-PRO-6000",
+            id="the RTX PRO 6000 Server Edition by its NVML name",
+        ),
+        pytest.param("NVIDIA L40S", "L40S-48GB", id="a GPU without MIG by its NVML name"),
+        pytest.param("nvidia  l4", "L4-24GB", id="case and spacing do not matter"),
+        pytest.param(
+            "NVIDIA RTX 6000 Ada Generation", "RTX-6000-ADA", id="the RTX 6000 Ada by its NVML name"
+        ),
     ],
 )
 def test_nvml_product_names_map_to_models(product: str, model_id: str) -> None:
@@ -295,7 +315,13 @@ def test_nvml_product_names_map_to_models(product: str, model_id: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "product", ["NVIDIA H800", "NVIDIA GeForce RTX 4090", "NVIDIA H100", "Tesla V100-SXM2-16GB"]
+    "product",
+    [
+        pytest.param("NVIDIA H800", id="an H800 is not taken for an H100"),
+        pytest.param("NVIDIA GeForce RTX 4090", id="a GeForce board"),
+        pytest.param("NVIDIA H100", id="an H100 name without its memory or form factor"),
+        pytest.param("Tesla V100-SXM2-16GB", id="a V100, which the catalog lacks"),
+    ],
 )
 def test_unknown_products_are_not_guessed(product: str) -> None:
     assert model_for_product(product) is None

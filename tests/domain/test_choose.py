@@ -5,12 +5,10 @@ from __future__ import annotations
 import random
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
 from better_compute.domain.choose import (
     Chosen,
@@ -20,8 +18,8 @@ from better_compute.domain.choose import (
     earliest_start,
     matching,
 )
-from better_compute.domain.selectors import parse_selector
 from better_compute.domain.timewin import Window
+from tests.builders import atom, device_request
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 
@@ -33,34 +31,23 @@ def h(n: float) -> datetime:
 def gpu(
     gpu_id: str, node: str = "n1", numa: int | None = 0, nvlink: str | None = None, bookable: bool = True
 ) -> Atom:
-    return Atom(
-        id=f"{gpu_id}/gpu",
-        gpu_id=gpu_id,
+    return atom(
+        gpu_id,
         node=node,
-        cls="gpu",
-        key="gpu",
-        bookable=bookable,
-        partition_pending=False,
-        pool_id="p",
         numa_node=numa,
         nvlink_domain=nvlink,
+        bookable=bookable,
         attributes={"gpuModel": "H100-80GB", "vramGiB": 80},
     )
 
 
 def slots(gpu_id: str, n: int, node: str = "n1", numa: int | None = 0, first: int = 0) -> list[Atom]:
     return [
-        Atom(
-            id=f"{gpu_id}/slot:{i}",
-            gpu_id=gpu_id,
+        atom(
+            gpu_id,
+            f"slot:{i}",
             node=node,
-            cls="gpu.slot",
-            key=f"slot:{i}",
-            bookable=True,
-            partition_pending=False,
-            pool_id="p",
             numa_node=numa,
-            nvlink_domain=None,
             attributes={"sharing": "timeslice", "slot": i, "slots": 4},
         )
         for i in range(first, first + n)
@@ -69,26 +56,9 @@ def slots(gpu_id: str, n: int, node: str = "n1", numa: int | None = 0, first: in
 
 def migs(gpu_id: str, profiles: list[str], node: str = "n1") -> list[Atom]:
     return [
-        Atom(
-            id=f"{gpu_id}/mig:{gi}.0",
-            gpu_id=gpu_id,
-            node=node,
-            cls="gpu.mig",
-            key=f"mig:{gi}.0",
-            bookable=True,
-            partition_pending=False,
-            pool_id="p",
-            numa_node=0,
-            nvlink_domain=None,
-            attributes={"migProfile": profile, "giId": gi, "ciId": 0},
-        )
+        atom(gpu_id, f"mig:{gi}.0", node=node, attributes={"migProfile": profile, "giId": gi, "ciId": 0})
         for gi, profile in enumerate(profiles, start=1)
     ]
-
-
-def req(cls: Any, count: int = 1, **selector: list[str]) -> DeviceRequest:
-    exprs = [{"key": k, "op": "In", "values": v} for k, v in selector.items()]
-    return DeviceRequest(cls=cls, count=count, selector=parse_selector({"matchExpressions": exprs}))
 
 
 def chosen(result: Chosen | NoFit) -> tuple[tuple[str, ...], ...]:
@@ -98,7 +68,7 @@ def chosen(result: Chosen | NoFit) -> tuple[tuple[str, ...], ...]:
 
 def test_a_request_stays_on_one_gpu_when_it_can() -> None:
     atoms = slots("g1", 1, first=3) + slots("g2", 4)
-    assert chosen(choose([req("gpu.slot", 2)], atoms, {"g1": 3})) == (("g2/slot:0", "g2/slot:1"),)
+    assert chosen(choose([device_request("gpu.slot", 2)], atoms, {"g1": 3})) == (("g2/slot:0", "g2/slot:1"),)
 
 
 def test_nvlink_domain_before_numa_node() -> None:
@@ -108,12 +78,12 @@ def test_nvlink_domain_before_numa_node() -> None:
         gpu("g2", numa=0, nvlink="nvl-a"),
         gpu("g3", numa=1, nvlink="nvl-a"),
     ]
-    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("g2/gpu", "g3/gpu"),)
+    assert chosen(choose([device_request("gpu", 2)], atoms, {})) == (("g2/gpu", "g3/gpu"),)
 
 
 def test_numa_node_before_the_rest_of_the_node() -> None:
     atoms = [gpu("g0", numa=0), gpu("g1", numa=1), gpu("g2", numa=1), gpu("g3", numa=2)]
-    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("g1/gpu", "g2/gpu"),)
+    assert chosen(choose([device_request("gpu", 2)], atoms, {})) == (("g1/gpu", "g2/gpu"),)
 
 
 def test_one_node_before_several() -> None:
@@ -123,55 +93,57 @@ def test_one_node_before_several() -> None:
         gpu("b1", node="b", numa=1),
         gpu("c0", node="c", numa=0),
     ]
-    assert chosen(choose([req("gpu", 2)], atoms, {})) == (("b0/gpu", "b1/gpu"),)
+    assert chosen(choose([device_request("gpu", 2)], atoms, {})) == (("b0/gpu", "b1/gpu"),)
 
 
 def test_a_request_no_node_holds_spreads_over_the_fewest_nodes() -> None:
     atoms = [gpu("a0", node="a"), gpu("b0", node="b"), gpu("b1", node="b"), gpu("c0", node="c")]
-    result = chosen(choose([req("gpu", 3)], atoms, {}))
+    result = chosen(choose([device_request("gpu", 3)], atoms, {}))
     assert result == (("b0/gpu", "b1/gpu", "a0/gpu"),)
 
 
 def test_partly_used_gpus_fill_before_untouched_ones() -> None:
     atoms = slots("g1", 4) + slots("g2", 2, first=2) + slots("g3", 1, first=3)
-    assert chosen(choose([req("gpu.slot", 1)], atoms, {"g2": 2, "g3": 3})) == (("g3/slot:3",),)
-    assert chosen(choose([req("gpu.slot", 2)], atoms, {"g2": 2, "g3": 3})) == (("g2/slot:2", "g2/slot:3"),)
+    assert chosen(choose([device_request("gpu.slot", 1)], atoms, {"g2": 2, "g3": 3})) == (("g3/slot:3",),)
+    assert chosen(choose([device_request("gpu.slot", 2)], atoms, {"g2": 2, "g3": 3})) == (
+        ("g2/slot:2", "g2/slot:3"),
+    )
 
 
 def test_between_equally_busy_gpus_the_tightest_fit_wins() -> None:
     atoms = migs("g1", ["1g.10gb"] * 7) + migs("g2", ["1g.10gb", "1g.10gb", "3g.40gb"])
-    result = chosen(choose([req("gpu.mig", 1, migProfile=["1g.10gb"])], atoms, {"g1": 2, "g2": 2}))
+    result = chosen(choose([device_request("gpu.mig", 1, migProfile=["1g.10gb"])], atoms, {"g1": 2, "g2": 2}))
     assert result == (("g2/mig:1.0",),)
 
 
 def test_the_busiest_gpu_wins_over_the_tightest_fit() -> None:
     atoms = migs("g1", ["1g.10gb"] * 5) + migs("g2", ["1g.10gb"])
-    assert chosen(choose([req("gpu.mig", 1)], atoms, {"g1": 2})) == (("g1/mig:1.0",),)
+    assert chosen(choose([device_request("gpu.mig", 1)], atoms, {"g1": 2})) == (("g1/mig:1.0",),)
 
 
 def test_the_selector_decides_the_profile() -> None:
     atoms = migs("g1", ["1g.10gb", "3g.40gb"]) + migs("g2", ["3g.40gb"])
-    result = chosen(choose([req("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {"g1": 5}))
+    result = chosen(choose([device_request("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {"g1": 5}))
     assert result == (("g1/mig:2.0",),)
 
 
 def test_whole_gpu_requests_take_only_bookable_gpu_atoms() -> None:
     atoms = [gpu("g0", bookable=False), *slots("g0", 4), gpu("g1", node="n2")]
-    assert chosen(choose([req("gpu", 1)], atoms, {})) == (("g1/gpu",),)
-    result = choose([req("gpu", 2)], atoms, {})
+    assert chosen(choose([device_request("gpu", 1)], atoms, {})) == (("g1/gpu",),)
+    result = choose([device_request("gpu", 2)], atoms, {})
     assert isinstance(result, NoFit)
     assert result.message == "devices[0]: 2 gpu atoms wanted, 1 free in the pool for that window"
 
 
 def test_requests_of_one_reservation_never_share_atoms_and_gather() -> None:
     atoms = slots("g1", 4) + slots("g2", 4, node="n2")
-    result = chosen(choose([req("gpu.slot", 1), req("gpu.slot", 2)], atoms, {}))
+    result = chosen(choose([device_request("gpu.slot", 1), device_request("gpu.slot", 2)], atoms, {}))
     assert result == (("g1/slot:0",), ("g1/slot:1", "g1/slot:2"))
 
 
 def test_all_or_nothing_names_the_request_that_does_not_fit() -> None:
     atoms = [gpu("g0"), gpu("g1")]
-    result = choose([req("gpu", 1), req("gpu", 2)], atoms, {})
+    result = choose([device_request("gpu", 1), device_request("gpu", 2)], atoms, {})
     assert result == NoFit(
         1,
         "2 gpu atoms wanted, 1 free in the pool for that window"
@@ -183,7 +155,7 @@ def test_all_or_nothing_names_the_request_that_does_not_fit() -> None:
 
 
 def test_the_no_fit_message_mentions_the_selector() -> None:
-    result = choose([req("gpu.mig", 1, migProfile=["7g.80gb"])], migs("g1", ["1g.10gb"]), {})
+    result = choose([device_request("gpu.mig", 1, migProfile=["7g.80gb"])], migs("g1", ["1g.10gb"]), {})
     assert isinstance(result, NoFit)
     assert (
         result.message
@@ -193,7 +165,11 @@ def test_the_no_fit_message_mentions_the_selector() -> None:
 
 def test_a_narrow_request_is_served_even_when_a_broad_one_comes_first() -> None:
     atoms = migs("g1", ["3g.40gb", "1g.10gb"])
-    result = chosen(choose([req("gpu.mig", 1), req("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {}))
+    result = chosen(
+        choose(
+            [device_request("gpu.mig", 1), device_request("gpu.mig", 1, migProfile=["3g.40gb"])], atoms, {}
+        )
+    )
     assert result == (("g1/mig:2.0",), ("g1/mig:1.0",))
 
 
@@ -203,7 +179,7 @@ def test_choices_do_not_depend_on_candidate_order() -> None:
         + slots("s1", 4, node="n9")
         + slots("s2", 3, node="n9", first=1)
     )
-    requests = [req("gpu", 3), req("gpu.slot", 2), req("gpu", 1)]
+    requests = [device_request("gpu", 3), device_request("gpu.slot", 2), device_request("gpu", 1)]
     expected = choose(requests, atoms, {"s2": 1})
     rng = random.Random(7)
     for _ in range(20):
@@ -226,7 +202,7 @@ def test_chosen_atoms_are_distinct_of_the_right_class_and_count(
             atoms.append(gpu(f"g{i}", node=f"n{node}", numa=numa))
         else:
             atoms.extend(slots(f"g{i}", n_slots, node=f"n{node}", numa=numa))
-    requests = [req(cls, count) for cls, count in wanted]
+    requests = [device_request(cls, count) for cls, count in wanted]
     result = choose(requests, atoms, {})
     by_id = {a.id: a for a in atoms}
     supply = Counter(a.cls for a in atoms)
@@ -246,8 +222,10 @@ def test_chosen_atoms_are_distinct_of_the_right_class_and_count(
 
 def test_matching_filters_class_bookability_and_selector() -> None:
     atoms = [gpu("g0", bookable=False), gpu("g1"), *migs("g2", ["1g.10gb", "3g.40gb"])]
-    assert [a.id for a in matching(req("gpu"), atoms)] == ["g1/gpu"]
-    assert [a.id for a in matching(req("gpu.mig", migProfile=["3g.40gb"]), atoms)] == ["g2/mig:2.0"]
+    assert [a.id for a in matching(device_request("gpu"), atoms)] == ["g1/gpu"]
+    assert [a.id for a in matching(device_request("gpu.mig", migProfile=["3g.40gb"]), atoms)] == [
+        "g2/mig:2.0"
+    ]
 
 
 def test_a_big_candidate_set_is_chosen_on_the_fullest_gpu() -> None:
@@ -260,9 +238,9 @@ def test_a_big_candidate_set_is_chosen_on_the_fullest_gpu() -> None:
     assert len(atoms) == 50_000
     busy = {f"n{n}-g{g}": (n * g) % 5 for n in range(250) for g in range(8)}
     requests = [
-        req("gpu.mig", 3, migProfile=["1g.10gb"]),
-        req("gpu.mig", 40, migProfile=["2g.20gb"]),
-        req("gpu.mig", 1),
+        device_request("gpu.mig", 3, migProfile=["1g.10gb"]),
+        device_request("gpu.mig", 40, migProfile=["2g.20gb"]),
+        device_request("gpu.mig", 1),
     ]
     result = choose(requests, atoms, busy)
     assert isinstance(result, Chosen)
@@ -342,12 +320,12 @@ def test_inside_an_nvlink_domain_a_request_keeps_to_one_numa_node() -> None:
     free = [a for a in atoms if a.gpu_id != "g5"]
     busy = {"g5": 1}
     numa = {a.id: a.numa_node for a in atoms}
-    three = choose([req("gpu", 3)], free, busy)
+    three = choose([device_request("gpu", 3)], free, busy)
     assert isinstance(three, Chosen)
     # Three fit on either NUMA node: the one with a busy GPU fills up first (few fragments).
     assert {numa[a] for a in three.atom_ids} == {1}
-    four = choose([req("gpu", 4)], free, busy)
+    four = choose([device_request("gpu", 4)], free, busy)
     assert isinstance(four, Chosen)
     assert {numa[a] for a in four.atom_ids} == {0}  # only NUMA 0 has four free
-    six = choose([req("gpu", 6)], free, busy)
+    six = choose([device_request("gpu", 6)], free, busy)
     assert isinstance(six, Chosen) and len({numa[a] for a in six.atom_ids}) == 2  # neither can: both

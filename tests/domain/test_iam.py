@@ -24,19 +24,49 @@ def test_parse_policy() -> None:
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
-        ("x", "policy"),
-        ({"tenantId": "a", "limits": {"gpuCount": 1}}, "name"),
-        ({"name": " ", "tenantId": "a", "limits": {"gpuCount": 1}}, "name"),
-        ({"name": "n", "limits": {"gpuCount": 1}}, "tenantId"),
-        ({"name": "n", "tenantId": "a", "poolId": 3, "limits": {"gpuCount": 1}}, "poolId"),
-        ({"name": "n", "tenantId": "a"}, "limits"),
-        ({"name": "n", "tenantId": "a", "limits": {}}, "limits"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpuCount": None}}, "limits"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpuCount": -1}}, "limits.gpuCount"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpuSlices": 1.5}}, "limits.gpuSlices"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpuSlices": True}}, "limits.gpuSlices"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpus": 1}}, "limits.gpus"),
-        ({"name": "n", "tenantId": "a", "limits": {"gpuCount": 1}, "extra": 1}, "extra"),
+        pytest.param("x", "policy", id="a policy that is not an object"),
+        pytest.param({"tenantId": "a", "limits": {"gpuCount": 1}}, "name", id="a policy without a name"),
+        pytest.param({"name": " ", "tenantId": "a", "limits": {"gpuCount": 1}}, "name", id="a blank name"),
+        pytest.param({"name": "n", "limits": {"gpuCount": 1}}, "tenantId", id="a policy without a tenant"),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "poolId": 3, "limits": {"gpuCount": 1}},
+            "poolId",
+            id="a pool id that is not a string",
+        ),
+        pytest.param({"name": "n", "tenantId": "a"}, "limits", id="a policy without limits"),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {}}, "limits", id="limits with no limit in them"
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpuCount": None}},
+            "limits",
+            id="a limit without a number",
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpuCount": -1}},
+            "limits.gpuCount",
+            id="a negative limit",
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpuSlices": 1.5}},
+            "limits.gpuSlices",
+            id="a fraction of a slice",
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpuSlices": True}},
+            "limits.gpuSlices",
+            id="a boolean for a number",
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpus": 1}},
+            "limits.gpus",
+            id="a limit that does not exist",
+        ),
+        pytest.param(
+            {"name": "n", "tenantId": "a", "limits": {"gpuCount": 1}, "extra": 1},
+            "extra",
+            id="a misspelt field",
+        ),
     ],
 )
 def test_parse_policy_refuses(raw: Any, field: str) -> None:

@@ -1,4 +1,5 @@
-"""Layout grammar and the placement-finding validator, against the seed examples and the facts' lists."""
+"""Layout grammar and the validator that finds instance placements, against the worked examples and
+the counts of layouts that fit in docs/layouts.md#worked-examples."""
 
 from __future__ import annotations
 
@@ -27,19 +28,49 @@ from better_compute.domain.layouts import (
 @pytest.mark.parametrize(
     ("text", "canonical"),
     [
-        ("all-disabled", "all-disabled"),
-        ("ALL-DISABLED", "all-disabled"),
-        ("all-1g.10gb", "all-1g.10gb"),
-        ("all-1g.10gb+me", "all-1g.10gb+me"),
-        ("mixed:3g.40gb+2x2g.20gb", "mixed:3g.40gb+2x2g.20gb"),
-        ("mixed:2x2g.20gb+3g.40gb", "mixed:3g.40gb+2x2g.20gb"),
-        ("mixed:1x2g.20gb+2g.20gb+3g.40gb", "mixed:3g.40gb+2x2g.20gb"),
-        ("mixed: 1g.10gb + 4g.40gb + 2g.20gb", "mixed:4g.40gb+2g.20gb+1g.10gb"),
-        ("mixed:1g.10gb+me+2x1g.10gb", "mixed:2x1g.10gb+1g.10gb+me"),
-        ("mixed:1g.24gb+me.all+3x1g.24gb-me", "mixed:1g.24gb+me.all+3x1g.24gb-me"),
-        ("mixed:1g.10gb+1g.20gb", "mixed:1g.20gb+1g.10gb"),
-        ('["mig-4g.20gb","mig-2g.10gb","mig-1g.5gb"]', "mixed:4g.20gb+2g.10gb+1g.5gb"),
-        ('["mig-1g.5gb", "mig-1g.5gb", "mig-7g.40gb"]', "mixed:7g.40gb+2x1g.5gb"),
+        pytest.param("all-disabled", "all-disabled", id="all-disabled is already canonical"),
+        pytest.param("ALL-DISABLED", "all-disabled", id="case does not matter"),
+        pytest.param("all-1g.10gb", "all-1g.10gb", id="all-<profile> keeps its form"),
+        pytest.param("all-1g.10gb+me", "all-1g.10gb+me", id="a profile attribute is part of the name"),
+        pytest.param(
+            "mixed:3g.40gb+2x2g.20gb", "mixed:3g.40gb+2x2g.20gb", id="a canonical mixed layout is unchanged"
+        ),
+        pytest.param(
+            "mixed:2x2g.20gb+3g.40gb", "mixed:3g.40gb+2x2g.20gb", id="the largest profile comes first"
+        ),
+        pytest.param(
+            "mixed:1x2g.20gb+2g.20gb+3g.40gb",
+            "mixed:3g.40gb+2x2g.20gb",
+            id="counts of one profile are merged and 1x is left out",
+        ),
+        pytest.param(
+            "mixed: 1g.10gb + 4g.40gb + 2g.20gb",
+            "mixed:4g.40gb+2g.20gb+1g.10gb",
+            id="spaces around the terms are ignored",
+        ),
+        pytest.param(
+            "mixed:1g.10gb+me+2x1g.10gb",
+            "mixed:2x1g.10gb+1g.10gb+me",
+            id="a plain profile comes before its +me variant",
+        ),
+        pytest.param(
+            "mixed:1g.24gb+me.all+3x1g.24gb-me",
+            "mixed:1g.24gb+me.all+3x1g.24gb-me",
+            id="+me.all and -me variants keep their names",
+        ),
+        pytest.param(
+            "mixed:1g.10gb+1g.20gb", "mixed:1g.20gb+1g.10gb", id="among 1g profiles more memory comes first"
+        ),
+        pytest.param(
+            '["mig-4g.20gb","mig-2g.10gb","mig-1g.5gb"]',
+            "mixed:4g.20gb+2g.10gb+1g.5gb",
+            id="the endpoint list is a mixed layout",
+        ),
+        pytest.param(
+            '["mig-1g.5gb", "mig-1g.5gb", "mig-7g.40gb"]',
+            "mixed:7g.40gb+2x1g.5gb",
+            id="the endpoint list is counted and sorted",
+        ),
     ],
 )
 def test_parse_and_format_canonically(text: str, canonical: str) -> None:
@@ -71,20 +102,20 @@ def test_layout_construction_is_canonical() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "",
-        "all-",
-        "all-enabled",
-        "mixed:",
-        "mixed:0x3g.40gb",
-        "mixed:3g.40gb++1g.10gb",
-        "mixed:3x",
-        "mixed:three.40gb",
-        "some-layout",
-        "[]",
-        '["mig-3g.40gb"',
-        '{"a": 1}',
-        "[1, 2]",
-        "mixed:4c.3g.40gb",
+        pytest.param("", id="an empty layout"),
+        pytest.param("all-", id="all- without a profile"),
+        pytest.param("all-enabled", id="all-enabled, which is no profile"),
+        pytest.param("mixed:", id="mixed: without a profile"),
+        pytest.param("mixed:0x3g.40gb", id="a count of zero"),
+        pytest.param("mixed:3g.40gb++1g.10gb", id="an empty term between two plus signs"),
+        pytest.param("mixed:3x", id="a count without a profile"),
+        pytest.param("mixed:three.40gb", id="a profile that is not <G>g.<GB>gb"),
+        pytest.param("some-layout", id="an unknown form"),
+        pytest.param("[]", id="an empty partition-type list"),
+        pytest.param('["mig-3g.40gb"', id="a partition-type list that is not JSON"),
+        pytest.param('{"a": 1}', id="a JSON object instead of a list"),
+        pytest.param("[1, 2]", id="numbers instead of partition types"),
+        pytest.param("mixed:4c.3g.40gb", id="a compute-instance profile instead of a GPU-instance one"),
     ],
 )
 def test_malformed_layouts_are_invalid_input(text: str) -> None:
@@ -93,10 +124,10 @@ def test_malformed_layouts_are_invalid_input(text: str) -> None:
     assert info.value.code == "INVALID_INPUT"
 
 
-# --- seed examples ------------------------------------------------------------------------------
+# --- worked examples (docs/layouts.md#worked-examples) ------------------------------------------
 
 
-def test_seed_h100_4g_2g_1g() -> None:
+def test_h100_4g_2g_1g() -> None:
     placement = validate("mixed:4g.40gb+2g.20gb+1g.10gb", "H100-80GB")
     assert placement.instances == (
         PlacedInstance("4g.40gb", 0, 4),
@@ -105,7 +136,7 @@ def test_seed_h100_4g_2g_1g() -> None:
     )
 
 
-def test_seed_h100_two_3g_fill_the_gpu() -> None:
+def test_h100_two_3g_fill_the_gpu() -> None:
     placement = validate("mixed:2x3g.40gb", "H100-80GB")
     assert [(i.start, i.size) for i in placement.instances] == [(0, 4), (4, 4)]
     h100 = get_model("H100-80GB")
@@ -114,7 +145,7 @@ def test_seed_h100_two_3g_fill_the_gpu() -> None:
             validate(Layout.mixed([("3g.40gb", 2), (profile.name, 1)]), h100)
 
 
-def test_seed_rtx_pro_6000_two_1g_with_one_2g() -> None:
+def test_rtx_pro_6000_two_1g_with_one_2g() -> None:
     placement = validate("mixed:2x1g.24gb+2g.48gb", "RTX-PRO-6000")
     # The placement the public RTX PRO 6000 capture shows: 2g at 0:6, 1g at 6:3 and 9:3.
     assert placement.instances == (
@@ -124,17 +155,17 @@ def test_seed_rtx_pro_6000_two_1g_with_one_2g() -> None:
     )
 
 
-def test_seed_sagemaker_a100_list() -> None:
+def test_a100_endpoint_list_uses_every_compute_slice() -> None:
     placement = validate('["mig-4g.20gb", "mig-2g.10gb", "mig-1g.5gb"]', "A100-40GB")
     assert sum(get_model("A100-40GB").profile(i.profile).compute_slices for i in placement.instances) == 7
 
 
-def test_seed_rtx_pro_6000_choices() -> None:
+def test_rtx_pro_6000_choices() -> None:
     for text in ("all-1g.24gb", "mixed:2x1g.24gb+2g.48gb", "mixed:2x2g.48gb", "all-4g.96gb"):
         assert is_valid(text, "RTX-PRO-6000"), text
 
 
-def test_seed_rtx_pro_4500_two_or_one() -> None:
+def test_rtx_pro_4500_two_or_one() -> None:
     assert validate("all-1g.16gb", "RTX-PRO-4500").counts == (("1g.16gb", 2),)
     assert is_valid("all-2g.32gb", "RTX-PRO-4500")
     assert not is_valid("mixed:2g.32gb+1g.16gb", "RTX-PRO-4500")
@@ -142,7 +173,8 @@ def test_seed_rtx_pro_4500_two_or_one() -> None:
 
 # --- a table of valid and invalid layouts ---------------------------------------------------------
 
-# The maximal layouts of the 8-slice family, in abstract names (facts §2), then per model.
+# The maximal layouts of the 8-unit family (docs/layouts.md#worked-examples), in abstract names, then
+# per model: the 12 of the plain profiles, then the 16 more that the two-memory-slice 1g ("1g2m") adds.
 MAXIMAL_CLASSIC = [
     {"7g": 1},
     {"4g": 1, "3g": 1},
@@ -208,7 +240,11 @@ def _concrete(model_id: str, abstract: dict[str, int]) -> str:
 
 
 MAXIMAL_CASES = [
-    (model_id, _concrete(model_id, abstract))
+    pytest.param(
+        model_id,
+        _concrete(model_id, abstract),
+        id=f"{_concrete(model_id, abstract)} fits on {model_id} and no instance fits beside it",
+    )
     for model_id in NAMES
     for abstract in MAXIMAL_CLASSIC + MAXIMAL_REV2
 ]
@@ -224,32 +260,48 @@ def test_maximal_layouts_are_valid_and_cannot_grow(model_id: str, text: str) -> 
 
 
 VALID = [
-    ("A100-40GB", "all-disabled"),
-    ("A100-40GB", "all-1g.5gb"),
-    ("A100-40GB", "all-1g.10gb"),
-    ("A100-40GB", "all-3g.20gb"),
-    ("A100-40GB", "mixed:1g.5gb+me+6x1g.5gb"),
-    ("A100-40GB", "mixed:3g.20gb+2g.10gb+1g.5gb"),
-    ("A100-80GB", "mixed:3g.39gb+3g.40gb"),
-    ("H100-80GB", "all-7g.80gb"),
-    ("H100-80GB", "mixed:2x1g.10gb+2g.20gb+3g.40gb"),
-    ("H100-80GB", "mixed:1g.10gb+me+1g.20gb+2g.20gb"),
-    ("H100-80GB", "mixed:2g.20gb"),
-    ("H200-141GB", "all-1g.35gb"),
-    ("H200-141GB", "mixed:2x1g.18gb+2g.35gb+3g.71gb"),
-    ("H200-141GB", "mixed:4g.71gb+3g.71gb"),
-    ("A30-24GB", "all-4g.24gb"),
-    ("A30-24GB", "all-1g.6gb"),
-    ("A30-24GB", "mixed:2x2g.12gb"),
-    ("A30-24GB", "mixed:2g.12gb+2x1g.6gb"),
-    ("A30-24GB", "mixed:2g.12gb+me+1g.6gb+me+1g.6gb"),
-    ("RTX-PRO-6000", "all-1g.24gb"),
-    ("RTX-PRO-6000", "all-2g.48gb"),
-    ("RTX-PRO-6000", "mixed:1g.24gb+me.all+3x1g.24gb-me"),
-    ("RTX-PRO-6000", "mixed:2g.48gb+me.all+2x1g.24gb-me"),
-    ("RTX-PRO-6000", "mixed:1g.24gb+me+3x1g.24gb"),
-    ("RTX-PRO-6000", "mixed:2x1g.24gb+gfx+2g.48gb+gfx"),
-    ("L40S-48GB", "all-disabled"),
+    pytest.param("A100-40GB", "all-disabled", id="MIG off is a layout on an A100 40GB"),
+    pytest.param("A100-40GB", "all-1g.5gb", id="seven 1g.5gb fill an A100 40GB"),
+    pytest.param("A100-40GB", "all-1g.10gb", id="four two-memory-slice 1g.10gb fill an A100 40GB"),
+    pytest.param("A100-40GB", "all-3g.20gb", id="two 3g.20gb fill an A100 40GB"),
+    pytest.param("A100-40GB", "mixed:1g.5gb+me+6x1g.5gb", id="one 1g.5gb+me beside six plain 1g.5gb"),
+    pytest.param("A100-40GB", "mixed:3g.20gb+2g.10gb+1g.5gb", id="3g, 2g and 1g together on an A100 40GB"),
+    pytest.param("A100-80GB", "mixed:3g.39gb+3g.40gb", id="the 3g.39gb alias counts as a second 3g.40gb"),
+    pytest.param("H100-80GB", "all-7g.80gb", id="one 7g.80gb takes a whole H100 80GB"),
+    pytest.param(
+        "H100-80GB", "mixed:2x1g.10gb+2g.20gb+3g.40gb", id="NVIDIA's balanced layout on an H100 80GB"
+    ),
+    pytest.param(
+        "H100-80GB", "mixed:1g.10gb+me+1g.20gb+2g.20gb", id="a +me 1g beside a two-memory-slice 1g and a 2g"
+    ),
+    pytest.param("H100-80GB", "mixed:2g.20gb", id="one 2g.20gb alone on an H100 80GB"),
+    pytest.param("H200-141GB", "all-1g.35gb", id="four 1g.35gb fill an H200"),
+    pytest.param("H200-141GB", "mixed:2x1g.18gb+2g.35gb+3g.71gb", id="NVIDIA's balanced layout on an H200"),
+    pytest.param("H200-141GB", "mixed:4g.71gb+3g.71gb", id="4g beside 3g on an H200 with a current driver"),
+    pytest.param("A30-24GB", "all-4g.24gb", id="one 4g.24gb takes a whole A30"),
+    pytest.param("A30-24GB", "all-1g.6gb", id="four 1g.6gb fill an A30"),
+    pytest.param("A30-24GB", "mixed:2x2g.12gb", id="two 2g.12gb fill an A30"),
+    pytest.param("A30-24GB", "mixed:2g.12gb+2x1g.6gb", id="NVIDIA's balanced layout on an A30"),
+    pytest.param("A30-24GB", "mixed:2g.12gb+me+1g.6gb+me+1g.6gb", id="a +me 2g and a +me 1g on one A30"),
+    pytest.param("RTX-PRO-6000", "all-1g.24gb", id="four 1g.24gb fill an RTX PRO 6000"),
+    pytest.param("RTX-PRO-6000", "all-2g.48gb", id="two 2g.48gb fill an RTX PRO 6000"),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:1g.24gb+me.all+3x1g.24gb-me",
+        id="a 1g with every media engine beside three 1g with none",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:2g.48gb+me.all+2x1g.24gb-me",
+        id="a 2g with every media engine beside two 1g with none",
+    ),
+    pytest.param(
+        "RTX-PRO-6000", "mixed:1g.24gb+me+3x1g.24gb", id="a +me 1g and three plain 1g share the media engines"
+    ),
+    pytest.param(
+        "RTX-PRO-6000", "mixed:2x1g.24gb+gfx+2g.48gb+gfx", id="graphics profiles place like plain ones"
+    ),
+    pytest.param("L40S-48GB", "all-disabled", id="a GPU without MIG takes all-disabled"),
 ]
 
 
@@ -261,38 +313,220 @@ def test_valid_layouts(model_id: str, text: str) -> None:
 
 INVALID = [
     # (model, layout, offending profile, reason)
-    ("A100-40GB", "mixed:2x4g.20gb", "4g.20gb", "too_many_instances"),
-    ("A100-40GB", "mixed:2x3g.20gb+1g.5gb", "1g.5gb", "memory_slices_exceeded"),
-    ("A100-40GB", "mixed:3x2g.10gb+1g.10gb+1g.5gb", "1g.5gb", "compute_slices_exceeded"),
-    ("A100-40GB", "mixed:5x1g.10gb", "1g.10gb", "too_many_instances"),
-    ("A100-40GB", "mixed:8x1g.5gb", "1g.5gb", "too_many_instances"),
-    ("A100-40GB", "mixed:7g.40gb+1g.5gb", "1g.5gb", "compute_slices_exceeded"),
-    ("A100-40GB", "mixed:2x1g.5gb+me", "1g.5gb+me", "too_many_instances"),
-    ("A100-40GB", "mixed:3g.40gb", "3g.40gb", "unknown_profile"),
-    ("A100-40GB", "all-1g.20gb", "1g.20gb", "unknown_profile"),
-    ("H100-80GB", "mixed:2x4g.40gb", "4g.40gb", "too_many_instances"),
-    ("H100-80GB", "mixed:2x3g.40gb+1g.10gb", "1g.10gb", "memory_slices_exceeded"),
-    ("H100-80GB", "mixed:4g.40gb+3g.40gb+1g.10gb", "1g.10gb", "compute_slices_exceeded"),
-    ("H100-80GB", "mixed:7x1g.10gb+me", "1g.10gb+me", "too_many_instances"),
-    ("H100-80GB", "mixed:4g.40gb+2x2g.20gb", "2g.20gb", "compute_slices_exceeded"),
-    ("H100-80GB", "mixed:3x2g.20gb+1g.20gb+1g.10gb", "1g.10gb", "compute_slices_exceeded"),
-    ("H100-80GB", "mixed:3g.20gb", "3g.20gb", "unknown_profile"),
-    ("H200-141GB", "mixed:7g.141gb+1g.18gb", "1g.18gb", "compute_slices_exceeded"),
-    ("H200-141GB", "mixed:5x1g.35gb", "1g.35gb", "too_many_instances"),
-    ("H200-141GB", "mixed:2x3g.71gb+1g.18gb+me", "1g.18gb+me", "memory_slices_exceeded"),
-    ("A30-24GB", "mixed:4g.24gb+1g.6gb", "1g.6gb", "compute_slices_exceeded"),
-    ("A30-24GB", "mixed:3x2g.12gb", "2g.12gb", "too_many_instances"),
-    ("A30-24GB", "mixed:2x2g.12gb+me", "2g.12gb+me", "too_many_instances"),
-    ("A30-24GB", "mixed:2x2g.12gb+1g.6gb", "1g.6gb", "compute_slices_exceeded"),
-    ("A30-24GB", "mixed:3g.18gb", "3g.18gb", "unknown_profile"),
-    ("RTX-PRO-6000", "mixed:3x2g.48gb", "2g.48gb", "too_many_instances"),
-    ("RTX-PRO-6000", "mixed:4g.96gb+1g.24gb", "1g.24gb", "compute_slices_exceeded"),
-    ("RTX-PRO-6000", "mixed:5x1g.24gb", "1g.24gb", "too_many_instances"),
-    ("RTX-PRO-6000", "mixed:1g.24gb+me.all+1g.24gb", "1g.24gb+me.all", "media_engines_exceeded"),
-    ("RTX-PRO-6000", "mixed:1g.24gb+me+1g.24gb+me.all", "1g.24gb+me.all", "media_engines_exceeded"),
-    ("RTX-PRO-6000", "mixed:2g.48gb+me.all+1g.24gb+me.all", "1g.24gb+me.all", "media_engines_exceeded"),
-    ("RTX-PRO-6000", "mixed:1g.16gb", "1g.16gb", "unknown_profile"),
-    ("L40S-48GB", "all-1g.10gb", "1g.10gb", "unknown_profile"),
+    pytest.param(
+        "A100-40GB",
+        "mixed:2x4g.20gb",
+        "4g.20gb",
+        "too_many_instances",
+        id="two 4g.20gb on an A100 40GB, which holds one",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:2x3g.20gb+1g.5gb",
+        "1g.5gb",
+        "memory_slices_exceeded",
+        id="a 1g beside two 3g, which take all eight memory slices",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:3x2g.10gb+1g.10gb+1g.5gb",
+        "1g.5gb",
+        "compute_slices_exceeded",
+        id="three 2g and two 1g need eight compute slices of seven",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:5x1g.10gb",
+        "1g.10gb",
+        "too_many_instances",
+        id="five 1g.10gb on an A100 40GB, which holds four",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:8x1g.5gb",
+        "1g.5gb",
+        "too_many_instances",
+        id="eight 1g.5gb on an A100 40GB, which holds seven",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:7g.40gb+1g.5gb",
+        "1g.5gb",
+        "compute_slices_exceeded",
+        id="a 1g beside a 7g, which takes every compute slice",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:2x1g.5gb+me",
+        "1g.5gb+me",
+        "too_many_instances",
+        id="two 1g.5gb+me when every +me profile allows one",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:3g.40gb",
+        "3g.40gb",
+        "unknown_profile",
+        id="3g.40gb is an H100 profile, not an A100 40GB one",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "all-1g.20gb",
+        "1g.20gb",
+        "unknown_profile",
+        id="all-1g.20gb names a profile the A100 40GB lacks",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:2x4g.40gb",
+        "4g.40gb",
+        "too_many_instances",
+        id="two 4g.40gb on an H100, which holds one",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:2x3g.40gb+1g.10gb",
+        "1g.10gb",
+        "memory_slices_exceeded",
+        id="a 1g beside two 3g on an H100 runs out of memory slices",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:4g.40gb+3g.40gb+1g.10gb",
+        "1g.10gb",
+        "compute_slices_exceeded",
+        id="4g, 3g and 1g need eight compute slices of seven",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:7x1g.10gb+me",
+        "1g.10gb+me",
+        "too_many_instances",
+        id="seven 1g.10gb+me when the H100 allows one",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:4g.40gb+2x2g.20gb",
+        "2g.20gb",
+        "compute_slices_exceeded",
+        id="a 4g beside two 2g needs eight compute slices of seven",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:3x2g.20gb+1g.20gb+1g.10gb",
+        "1g.10gb",
+        "compute_slices_exceeded",
+        id="three 2g and two 1g on an H100 need eight compute slices of seven",
+    ),
+    pytest.param(
+        "H100-80GB",
+        "mixed:3g.20gb",
+        "3g.20gb",
+        "unknown_profile",
+        id="3g.20gb is an A100 40GB profile, not an H100 one",
+    ),
+    pytest.param(
+        "H200-141GB",
+        "mixed:7g.141gb+1g.18gb",
+        "1g.18gb",
+        "compute_slices_exceeded",
+        id="a 1g beside a 7g on an H200",
+    ),
+    pytest.param(
+        "H200-141GB",
+        "mixed:5x1g.35gb",
+        "1g.35gb",
+        "too_many_instances",
+        id="five 1g.35gb on an H200, which holds four",
+    ),
+    pytest.param(
+        "H200-141GB",
+        "mixed:2x3g.71gb+1g.18gb+me",
+        "1g.18gb+me",
+        "memory_slices_exceeded",
+        id="a +me 1g beside two 3g on an H200 runs out of memory slices",
+    ),
+    pytest.param(
+        "A30-24GB",
+        "mixed:4g.24gb+1g.6gb",
+        "1g.6gb",
+        "compute_slices_exceeded",
+        id="a 1g beside a 4g on an A30 runs out of compute slices",
+    ),
+    pytest.param(
+        "A30-24GB",
+        "mixed:3x2g.12gb",
+        "2g.12gb",
+        "too_many_instances",
+        id="three 2g.12gb on an A30, which holds two",
+    ),
+    pytest.param(
+        "A30-24GB",
+        "mixed:2x2g.12gb+me",
+        "2g.12gb+me",
+        "too_many_instances",
+        id="two 2g.12gb+me when the A30 allows one",
+    ),
+    pytest.param(
+        "A30-24GB",
+        "mixed:2x2g.12gb+1g.6gb",
+        "1g.6gb",
+        "compute_slices_exceeded",
+        id="a 1g beside two 2g on an A30 runs out of compute slices",
+    ),
+    pytest.param("A30-24GB", "mixed:3g.18gb", "3g.18gb", "unknown_profile", id="the A30 has no 3g profile"),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:3x2g.48gb",
+        "2g.48gb",
+        "too_many_instances",
+        id="three 2g.48gb on an RTX PRO 6000, which holds two",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:4g.96gb+1g.24gb",
+        "1g.24gb",
+        "compute_slices_exceeded",
+        id="a 1g beside a 4g on an RTX PRO 6000 runs out of compute slices",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:5x1g.24gb",
+        "1g.24gb",
+        "too_many_instances",
+        id="five 1g.24gb on an RTX PRO 6000, which holds four",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:1g.24gb+me.all+1g.24gb",
+        "1g.24gb+me.all",
+        "media_engines_exceeded",
+        id="a 1g with every media engine beside a plain 1g, which needs one",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:1g.24gb+me+1g.24gb+me.all",
+        "1g.24gb+me.all",
+        "media_engines_exceeded",
+        id="a 1g with every media engine beside a +me 1g",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:2g.48gb+me.all+1g.24gb+me.all",
+        "1g.24gb+me.all",
+        "media_engines_exceeded",
+        id="two instances that each take every media engine",
+    ),
+    pytest.param(
+        "RTX-PRO-6000",
+        "mixed:1g.16gb",
+        "1g.16gb",
+        "unknown_profile",
+        id="1g.16gb is an RTX PRO 4500 profile, not an RTX PRO 6000 one",
+    ),
+    pytest.param(
+        "L40S-48GB", "all-1g.10gb", "1g.10gb", "unknown_profile", id="a GPU without MIG has no 1g.10gb"
+    ),
 ]
 
 
@@ -312,8 +546,8 @@ def test_invalid_layouts_name_the_profile_and_reason(
 
 
 def test_table_size_and_coverage() -> None:
-    valid_models = {m for m, _ in VALID} | {m for m, _ in MAXIMAL_CASES}
-    invalid_models = {m for m, *_ in INVALID}
+    valid_models = {case.values[0] for case in VALID + MAXIMAL_CASES}
+    invalid_models = {case.values[0] for case in INVALID}
     required = {"A100-40GB", "H100-80GB", "H200-141GB", "A30-24GB", "RTX-PRO-6000"}
     assert len(VALID) + len(MAXIMAL_CASES) >= 20 and len(INVALID) >= 20
     assert required <= valid_models and required <= invalid_models

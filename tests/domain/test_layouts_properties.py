@@ -7,7 +7,14 @@ from hypothesis import strategies as st
 
 from better_compute.domain.catalog import GpuModel, mig_models
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.layouts import Layout, Placement, format_layout, is_valid, parse_layout, validate
+from better_compute.domain.layouts import (
+    InstancePlacement,
+    Layout,
+    format_layout,
+    is_valid,
+    parse_layout,
+    validate,
+)
 
 MODELS = mig_models()
 
@@ -22,7 +29,7 @@ def model_and_layout(draw: st.DrawFn) -> tuple[GpuModel, Layout]:
     return model, Layout.mixed(counts)
 
 
-def _check_placement(model: GpuModel, layout: Layout, placement: Placement) -> None:
+def _check_placement(model: GpuModel, layout: Layout, placement: InstancePlacement) -> None:
     wanted = {model.profile(name).name: count for name, count in layout.counts}
     assert dict(placement.counts) == wanted
     used = 0

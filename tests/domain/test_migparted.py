@@ -170,17 +170,38 @@ def test_import_refuses_what_a_pool_cannot_express() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        "not: [valid",
-        "- a list",
-        "version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}",
-        "version: v1\nmig-configs: {}",
-        "version: v1\nextra: 1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}",
-        "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, colour: red}]}",
-        "version: v1\nmig-configs: {a: [{devices: some, mig-enabled: false}]}",
-        "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: maybe}]}",
-        "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, mig-devices: {1g.10gb: 1}}]}",
-        "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {1g.10gb: -1}}]}",
-        "version: v1\nmig-configs: {a: []}",
+        pytest.param("not: [valid", id="a file that is not YAML"),
+        pytest.param("- a list", id="a list instead of a mapping"),
+        pytest.param(
+            "version: v2\nmig-configs: {a: [{devices: all, mig-enabled: false}]}",
+            id="a version mig-parted does not write",
+        ),
+        pytest.param("version: v1\nmig-configs: {}", id="no configs at all"),
+        pytest.param(
+            "version: v1\nextra: 1\nmig-configs: {a: [{devices: all, mig-enabled: false}]}",
+            id="an unknown top-level key",
+        ),
+        pytest.param(
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, colour: red}]}",
+            id="an unknown key in an entry",
+        ),
+        pytest.param(
+            "version: v1\nmig-configs: {a: [{devices: some, mig-enabled: false}]}",
+            id="devices that are neither all nor indexes",
+        ),
+        pytest.param(
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: maybe}]}",
+            id="mig-enabled that is not a boolean",
+        ),
+        pytest.param(
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: false, mig-devices: {1g.10gb: 1}}]}",
+            id="instances while MIG is off",
+        ),
+        pytest.param(
+            "version: v1\nmig-configs: {a: [{devices: all, mig-enabled: true, mig-devices: {1g.10gb: -1}}]}",
+            id="a negative instance count",
+        ),
+        pytest.param("version: v1\nmig-configs: {a: []}", id="a config with no entries"),
     ],
 )
 def test_import_refuses_malformed_files(text: str) -> None:

@@ -129,12 +129,12 @@ def test_parse_quota_limits() -> None:
 @pytest.mark.parametrize(
     ("raw", "field"),
     [
-        ({"tpu": 1}, "quota.tpu"),
-        ({"gpu": -1}, "quota.gpu"),
-        ({"gpu.mig": 1.5}, "quota.gpu.mig"),
-        ({"gpu": True}, "quota.gpu"),
-        ({"gpu": None}, "quota.gpu"),
-        ([1], "quota"),
+        pytest.param({"tpu": 1}, "quota.tpu", id="a class that is no atom class"),
+        pytest.param({"gpu": -1}, "quota.gpu", id="a negative limit"),
+        pytest.param({"gpu.mig": 1.5}, "quota.gpu.mig", id="a fraction of a limit"),
+        pytest.param({"gpu": True}, "quota.gpu", id="a boolean for a number"),
+        pytest.param({"gpu": None}, "quota.gpu", id="a class without a limit"),
+        pytest.param([1], "quota", id="a list instead of a mapping"),
     ],
 )
 def test_parse_quota_limits_refuses(raw: Any, field: str) -> None:

@@ -100,82 +100,118 @@ def test_match_labels_and_operator_spelling() -> None:
 @pytest.mark.parametrize(
     ("raw", "field", "text"),
     [
-        ([], "selector", "must be an object"),
-        ({"matchExpression": []}, "selector.matchExpression", "unknown field"),
-        ({"matchExpressions": "x"}, "selector.matchExpressions", "must be a list"),
-        ({"matchExpressions": ["x"]}, "selector.matchExpressions[0]", "must be an object"),
-        (
+        pytest.param([], "selector", "must be an object", id="a selector that is a list"),
+        pytest.param(
+            {"matchExpression": []},
+            "selector.matchExpression",
+            "unknown field",
+            id="a misspelt matchExpressions",
+        ),
+        pytest.param(
+            {"matchExpressions": "x"},
+            "selector.matchExpressions",
+            "must be a list",
+            id="expressions as a string",
+        ),
+        pytest.param(
+            {"matchExpressions": ["x"]},
+            "selector.matchExpressions[0]",
+            "must be an object",
+            id="an expression that is a string",
+        ),
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Equals", "values": ["x"]}]},
             "selector.matchExpressions[0].op",
             "unknown operator 'Equals'",
+            id="an operator that does not exist",
         ),
-        ({"matchExpressions": [{"key": "a"}]}, "selector.matchExpressions[0].op", "unknown operator None"),
-        (
+        pytest.param(
+            {"matchExpressions": [{"key": "a"}]},
+            "selector.matchExpressions[0].op",
+            "unknown operator None",
+            id="an expression without an operator",
+        ),
+        pytest.param(
             {"matchExpressions": [{"key": "", "op": "Exists"}]},
             "selector.matchExpressions[0].key",
             "attribute name",
+            id="an empty key",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": 3, "op": "Exists"}]},
             "selector.matchExpressions[0].key",
             "attribute name",
+            id="a key that is a number",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "In", "values": []}]},
             "selector.matchExpressions[0].values",
             "In needs at least one value",
+            id="In without values",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "NotIn"}]},
             "selector.matchExpressions[0].values",
             "NotIn needs at least one value",
+            id="NotIn without values",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Exists", "values": ["x"]}]},
             "selector.matchExpressions[0].values",
             "Exists takes no values",
+            id="Exists with values",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "DoesNotExist", "values": ["x"]}]},
             "selector.matchExpressions[0].values",
             "DoesNotExist takes no values",
+            id="DoesNotExist with values",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Gt", "values": []}]},
             "selector.matchExpressions[0].values",
             "exactly one integer",
+            id="Gt without a value",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Lt", "values": ["1", "2"]}]},
             "selector.matchExpressions[0].values",
             "exactly one integer",
+            id="Lt with two values",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Gt", "values": ["x"]}]},
             "selector.matchExpressions[0].values",
             "integer, not 'x'",
+            id="Gt with a value that is no integer",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "Lt", "values": ["1.5"]}]},
             "selector.matchExpressions[0].values",
             "integer",
+            id="Lt with a fraction",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "In", "values": "x"}]},
             "selector.matchExpressions[0].values",
             "must be a list",
+            id="values as a string",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "In", "values": [None]}]},
             "selector.matchExpressions[0].values[0]",
             "string, number or boolean",
+            id="a null value",
         ),
-        (
+        pytest.param(
             {"matchExpressions": [{"key": "a", "op": "In", "values": ["x"], "value": 1}]},
             "selector.matchExpressions[0].value",
             "unknown field",
+            id="a misspelt values field",
         ),
-        ({"matchLabels": ["a"]}, "selector.matchLabels", "must be an object"),
+        pytest.param(
+            {"matchLabels": ["a"]}, "selector.matchLabels", "must be an object", id="matchLabels as a list"
+        ),
     ],
 )
 def test_bad_selectors_name_the_field(raw: Any, field: str, text: str) -> None:
@@ -246,7 +282,14 @@ def test_unbounded_selectors_values_at_most_256_characters() -> None:
         parse_selector({"matchLabels": {"a": "v" * 257}})
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(float("nan"), id="not a number"),
+        pytest.param(float("inf"), id="infinity"),
+        pytest.param(float("-inf"), id="minus infinity"),
+    ],
+)
 def test_500_on_non_finite_selector_values(value: float) -> None:
     """NaN reached the request's fingerprint, which no JSON document can hold: a 500."""
     with pytest.raises(InvalidInput, match=r"values\[0\] must be a finite number, not (nan|inf|-inf)"):

@@ -1,4 +1,5 @@
-"""The sizing advisor: memory terms, the seed's reference case, limits and cost per unit."""
+"""The sizing advisor: memory terms, the reference case and cost per unit of
+docs/layouts.md#sizing-advisor, and limits."""
 
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def test_int4_weights_keep_an_fp16_cache_unless_told() -> None:
     assert memory_needed(spec, "int4", 1000, 1, kv_dtype="fp8").kv_bytes_per_token == 65536
 
 
-def test_seed_reference_8b_fp16_8k_context_fits_a_40gb_partition() -> None:
+def test_reference_case_8b_fp16_8k_context_fits_a_40gb_partition() -> None:
     advice = advise(preset("Llama-3.1-8B"), "fp16", context=8000, concurrency=1)
     need = advice.need
-    assert 14 < need.weights_gib < 16  # "about 16 GB" of weights
+    assert 14 < need.weights_gib < 16  # about 15 GiB (16 GB) of weights
     assert need.kv_cache_gib == pytest.approx(131072 * 8000 / GIB)
     assert need.overhead_gib == 1.5
     fits = {(f.gpu, f.profile): f for f in advice.fits}
@@ -94,7 +95,7 @@ def test_max_context_is_capped_by_the_model() -> None:
 
 
 def test_cost_per_unit_is_instance_price_over_units() -> None:
-    # The seed: p5.48xlarge at $63.296/h holds 8 H100s, so 16 3g.40gb partitions.
+    # docs/layouts.md#sizing-advisor: p5.48xlarge at $63.296/h holds 8 H100s, so 16 3g.40gb partitions.
     advice = advise(
         preset("Llama-3.1-8B"),
         "fp16",
@@ -118,12 +119,19 @@ def test_too_big_for_anything() -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 0, 1),
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 0),
-        lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 1, overhead_gib=-1),
-        lambda: ModelSpec("x", 0, 1, 1, 1),
-        lambda: ModelSpec("x", 1, 0, 1, 1),
-        lambda: Price("H100-80GB", -1),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 0, 1), id="a context of zero tokens"
+        ),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 0), id="no concurrent sequences"
+        ),
+        pytest.param(
+            lambda: memory_needed(preset("Mistral-7B"), "fp16", 10, 1, overhead_gib=-1),
+            id="a negative overhead",
+        ),
+        pytest.param(lambda: ModelSpec("x", 0, 1, 1, 1), id="a model with no parameters"),
+        pytest.param(lambda: ModelSpec("x", 1, 0, 1, 1), id="a model with no layers"),
+        pytest.param(lambda: Price("H100-80GB", -1), id="a negative price"),
     ],
 )
 def test_bad_inputs(call: object) -> None:

@@ -38,7 +38,9 @@ CHECKS: list[tuple[str, Callable[[object, str], str]]] = [
 ]
 
 
-@pytest.mark.parametrize(("char", "code", "why"), SPOOFING)
+@pytest.mark.parametrize(
+    ("char", "code", "why"), SPOOFING, ids=[f"{code}, a {why}" for _, code, why in SPOOFING]
+)
 @pytest.mark.parametrize(("field", "check"), CHECKS, ids=[f for f, _ in CHECKS])
 def test_display_spoofing_characters_in_names_and_ids(
     field: str, check: Callable[[object, str], str], char: str, code: str, why: str
@@ -51,7 +53,15 @@ def test_display_spoofing_characters_in_names_and_ids(
 
 
 @pytest.mark.parametrize(
-    "text", ["Café Zürich", "東京チーム", "Ἀθῆναι", "a\u00a0b", "x" * 200, "data-team 2"]
+    "text",
+    [
+        pytest.param("Café Zürich", id="Latin letters with accents"),
+        pytest.param("東京チーム", id="Japanese"),
+        pytest.param("Ἀθῆναι", id="polytonic Greek"),
+        pytest.param("a\u00a0b", id="a no-break space"),
+        pytest.param("x" * 200, id="200 characters"),
+        pytest.param("data-team 2", id="a hyphen, a space and a digit"),
+    ],
 )
 def test_text_in_any_script_is_a_name(text: str) -> None:
     assert forbidden_character(text) is None

@@ -24,21 +24,23 @@ NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("30m", timedelta(minutes=30)),
-        ("4h", timedelta(hours=4)),
-        ("2d", timedelta(days=2)),
-        ("90s", timedelta(seconds=90)),
-        ("1w", timedelta(weeks=1)),
-        ("1h30m", timedelta(hours=1, minutes=30)),
-        ("1d2h3m4s", timedelta(days=1, hours=2, minutes=3, seconds=4)),
-        (" 4h ", timedelta(hours=4)),
-        ("PT4H", timedelta(hours=4)),
-        ("P1DT2H", timedelta(days=1, hours=2)),
-        ("P2D", timedelta(days=2)),
-        ("P1W", timedelta(weeks=1)),
-        ("PT30M", timedelta(minutes=30)),
-        ("PT1.5S", timedelta(seconds=1.5)),
-        ("pt4h", timedelta(hours=4)),
+        pytest.param("30m", timedelta(minutes=30), id="minutes"),
+        pytest.param("4h", timedelta(hours=4), id="hours"),
+        pytest.param("2d", timedelta(days=2), id="days"),
+        pytest.param("90s", timedelta(seconds=90), id="seconds past a minute"),
+        pytest.param("1w", timedelta(weeks=1), id="a week"),
+        pytest.param("1h30m", timedelta(hours=1, minutes=30), id="hours and minutes"),
+        pytest.param(
+            "1d2h3m4s", timedelta(days=1, hours=2, minutes=3, seconds=4), id="every short unit at once"
+        ),
+        pytest.param(" 4h ", timedelta(hours=4), id="spaces around the text"),
+        pytest.param("PT4H", timedelta(hours=4), id="ISO 8601 hours"),
+        pytest.param("P1DT2H", timedelta(days=1, hours=2), id="ISO 8601 days and hours"),
+        pytest.param("P2D", timedelta(days=2), id="ISO 8601 days"),
+        pytest.param("P1W", timedelta(weeks=1), id="ISO 8601 weeks"),
+        pytest.param("PT30M", timedelta(minutes=30), id="ISO 8601 minutes"),
+        pytest.param("PT1.5S", timedelta(seconds=1.5), id="ISO 8601 fractional seconds"),
+        pytest.param("pt4h", timedelta(hours=4), id="ISO 8601 in lower case"),
     ],
 )
 def test_parse_duration_accepts_short_and_iso_forms(text: str, expected: timedelta) -> None:
@@ -48,22 +50,22 @@ def test_parse_duration_accepts_short_and_iso_forms(text: str, expected: timedel
 @pytest.mark.parametrize(
     "text",
     [
-        "",
-        "0m",
-        "0h0m",
-        "PT0S",
-        "-4h",
-        "4",
-        "h",
-        "4x",
-        "4 h",
-        "30m1h",
-        "1h1h",
-        "P",
-        "PT",
-        "P1DT",
-        "abc",
-        "P1M",
+        pytest.param("", id="empty text"),
+        pytest.param("0m", id="zero minutes"),
+        pytest.param("0h0m", id="zero in two units"),
+        pytest.param("PT0S", id="zero in ISO 8601"),
+        pytest.param("-4h", id="a negative duration"),
+        pytest.param("4", id="a number without a unit"),
+        pytest.param("h", id="a unit without a number"),
+        pytest.param("4x", id="a unit that does not exist"),
+        pytest.param("4 h", id="a space between number and unit"),
+        pytest.param("30m1h", id="units out of order"),
+        pytest.param("1h1h", id="one unit twice"),
+        pytest.param("P", id="ISO 8601 with nothing"),
+        pytest.param("PT", id="ISO 8601 time part with nothing"),
+        pytest.param("P1DT", id="ISO 8601 T with nothing after it"),
+        pytest.param("abc", id="words"),
+        pytest.param("P1M", id="ISO 8601 months, whose length varies"),
     ],
 )
 def test_parse_duration_refuses_zero_negative_and_garbage_naming_the_field(text: str) -> None:
@@ -78,7 +80,15 @@ def test_parse_duration_explains_iso_months() -> None:
         parse_duration("P1Y")
 
 
-@pytest.mark.parametrize("value", [None, 4, 4.0, ["4h"]])
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(None, id="null"),
+        pytest.param(4, id="an integer"),
+        pytest.param(4.0, id="a float"),
+        pytest.param(["4h"], id="a list"),
+    ],
+)
 def test_parse_duration_refuses_non_strings(value: object) -> None:
     with pytest.raises(InvalidInput, match="duration"):
         parse_duration(value)
@@ -89,7 +99,14 @@ def test_parse_duration_refuses_overflow() -> None:
         parse_duration("99999999999999w")
 
 
-@pytest.mark.parametrize("text", ["9" * 5000 + "s", "P" + "9" * 5000 + "D", "PT" + "9" * 5000 + ".5S"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("9" * 5000 + "s", id="5000 digits of seconds"),
+        pytest.param("P" + "9" * 5000 + "D", id="5000 digits of ISO 8601 days"),
+        pytest.param("PT" + "9" * 5000 + ".5S", id="5000 digits of ISO 8601 seconds with a fraction"),
+    ],
+)
 def test_500_on_long_digit_runs_in_duration(text: str) -> None:
     """Python refuses to read more than 4,300 digits as an integer: the text is refused before that."""
     with pytest.raises(InvalidInput) as err:
@@ -98,7 +115,14 @@ def test_500_on_long_digit_runs_in_duration(text: str) -> None:
     assert err.value.details == {"field": "duration", "maxLength": MAX_DURATION_TEXT}
 
 
-@pytest.mark.parametrize("text", ["9" * 63 + "s", "P" + "9" * 62 + "D", "PT" + "9" * 61 + "S"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("9" * 63 + "s", id="63 digits of seconds"),
+        pytest.param("P" + "9" * 62 + "D", id="62 digits of ISO 8601 days"),
+        pytest.param("PT" + "9" * 61 + "S", id="61 digits of ISO 8601 seconds"),
+    ],
+)
 def test_500_on_long_digit_runs_in_duration_numbers_too_large_say_so(text: str) -> None:
     assert len(text) <= MAX_DURATION_TEXT
     with pytest.raises(InvalidInput, match="too large to be a duration: a window must end by the year 9999"):
@@ -129,7 +153,15 @@ def test_parse_instant_reads_iso_with_offset_into_utc() -> None:
     assert parse_instant("2025-03-01T14:00:00+02:00").tzinfo == UTC
 
 
-@pytest.mark.parametrize("text", ["2025-03-01T12:00:00", "yesterday", "", 5])
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("2025-03-01T12:00:00", id="a time without an offset"),
+        pytest.param("yesterday", id="a word"),
+        pytest.param("", id="empty text"),
+        pytest.param(5, id="a number"),
+    ],
+)
 def test_parse_instant_refuses_naive_and_garbage(text: object) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_instant(text)

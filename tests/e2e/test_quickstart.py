@@ -14,7 +14,8 @@ pytestmark = pytest.mark.e2e
 
 DEMO_POOLS = {"h100-mig", "l40s-timeslice", "a100-exclusive"}
 
-SEED_REQUEST: dict[str, Any] = {
+# The notebook reservation of docs/concepts.md#reservations.
+NOTEBOOK_REQUEST: dict[str, Any] = {
     "poolId": "h100-mig",
     "duration": "4h",
     "idempotencyKey": "notebook-ana-0924",
@@ -49,7 +50,7 @@ def test_cli_lists_pools_with_server_and_token_options(server: Server) -> None:
     assert answer["nextCursor"] is None
 
 
-def test_tenant_token_offer_and_seed_reservation_through_the_cli(server: Server) -> None:
+def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Server) -> None:
     # As in the README: BC_SERVER/BC_TOKEN in the environment, the admin's token first.
     created = server.cli_env("api", "tenants.create", "--json", '{"id":"globex","name":"Globex"}')
     assert created.returncode == 0, created.stderr
@@ -63,7 +64,7 @@ def test_tenant_token_offer_and_seed_reservation_through_the_cli(server: Server)
 
     # Before the offer the tenant cannot see the pool: the answer is a missing pool's.
     refused = server.cli_env(
-        "api", "reservations.create", "--json", json.dumps(SEED_REQUEST), token=tenant_token
+        "api", "reservations.create", "--json", json.dumps(NOTEBOOK_REQUEST), token=tenant_token
     )
     assert refused.returncode == 1
     assert refused.stdout == ""
@@ -78,7 +79,7 @@ def test_tenant_token_offer_and_seed_reservation_through_the_cli(server: Server)
     assert offer.returncode == 0, offer.stderr
 
     booked = server.cli_env(
-        "api", "reservations.create", "--json", json.dumps(SEED_REQUEST), token=tenant_token
+        "api", "reservations.create", "--json", json.dumps(NOTEBOOK_REQUEST), token=tenant_token
     )
     assert booked.returncode == 0, booked.stderr
     reservation = json.loads(booked.stdout)

@@ -54,8 +54,8 @@ def server(race_database: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
         with store.begin() as tx:
             quotas.write_rows(tx, tenant, "p1", {"gpu.mig": 100}, now)
     new_id = ids().credential
-    token_acme = str(credentials.create(store, ADMIN, "acme", "race", now, new_id=new_id)["token"])
-    token_globex = str(credentials.create(store, ADMIN, "globex", "race", now, new_id=new_id)["token"])
+    token_acme = credentials.create(store, ADMIN, "acme", "race", now, new_id=new_id).token
+    token_globex = credentials.create(store, ADMIN, "globex", "race", now, new_id=new_id).token
     store.close()
     port = _free_port()
     cli = Path(sys.executable).with_name("better-compute")

@@ -48,7 +48,7 @@ def book(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
             }
             try:
                 view = reservations.create(store, index, OWNER, raw, T0, lambda: next(ids))
-                held.append(view.row["id"])
+                held.append(view.id)
                 outcomes["booked"] += 1
             except DomainError as refused:
                 outcomes[f"refused:{refused.code}"] += 1

@@ -58,7 +58,7 @@ def test_two_admissions_waiting_on_a_rolled_back_booking_do_not_fail_with_a_500(
 
     def admit(name: str, who: Principal, index: BookingIndex) -> None:
         try:
-            outcomes[name] = reservations.create(store, index, who, REQ, T0, next_id).row["id"]
+            outcomes[name] = reservations.create(store, index, who, REQ, T0, next_id).id
         except DomainError as refused:
             outcomes[name] = refused.code
         except BaseException as exc:  # what the API would answer 500 for

@@ -18,12 +18,24 @@ from tests.api.test_tenancy import Api, load
 
 # Requests whose refusal in a visible pool would say something about the pool: its sharing mode
 # (a slot in a MIG pool), or the tenant's quota there.
-BODIES: list[dict[str, Any]] = [
-    {"devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"},
-    {"devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"},
-    {"devices": [{"class": "gpu", "count": 1}], "duration": "1h"},
-    {"devices": [{"class": "gpu", "count": 1, "sharing": "mps"}], "duration": "1h"},
-    {"devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h", "idempotencyKey": "k-1"},
+BODIES: list[Any] = [
+    pytest.param(
+        {"devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"},
+        id="a MIG instance, which the pool's quota would refuse",
+    ),
+    pytest.param(
+        {"devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"},
+        id="a slot, which the pool's sharing mode would refuse",
+    ),
+    pytest.param({"devices": [{"class": "gpu", "count": 1}], "duration": "1h"}, id="a whole GPU"),
+    pytest.param(
+        {"devices": [{"class": "gpu", "count": 1, "sharing": "mps"}], "duration": "1h"},
+        id="a whole GPU shared by MPS, which the pool's sharing mode would refuse",
+    ),
+    pytest.param(
+        {"devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h", "idempotencyKey": "k-1"},
+        id="a MIG instance with an idempotency key",
+    ),
 ]
 
 
@@ -32,7 +44,7 @@ def _answer(response: Any, pool_id: str) -> tuple[int, str]:
     return response.status_code, json.dumps(response.json(), sort_keys=True).replace(pool_id, "<pool>")
 
 
-@pytest.mark.parametrize("body", BODIES, ids=[f"body{n}" for n in range(len(BODIES))])
+@pytest.mark.parametrize("body", BODIES)
 def test_existence_leaks_an_invisible_pool_answers_like_a_missing_one(
     store: Store, body: dict[str, Any]
 ) -> None:

@@ -64,7 +64,7 @@ def test_a_report_during_node_removal_does_not_put_the_atoms_back(pg_store: Stor
 
     racer = threading.Thread(target=report_healthy_again)
     try:
-        pools_service._update_once(tx, "p1", None, ["n-2"], None, None, T0)  # n-1 leaves p1
+        pools_service.update_in(tx, "p1", None, ["n-2"], None, None, T0)  # n-1 leaves p1
         racer.start()
         until_blocked(store, racer)
     except BaseException:
@@ -83,7 +83,7 @@ def test_a_report_during_node_removal_does_not_put_the_atoms_back(pg_store: Stor
     booked = None
     if in_p1:
         raw = {"poolId": "p1", "devices": [{"class": "gpu", "count": 3}], "duration": "2h"}
-        booked = reservations.create(store, BookingIndex(), OWNER, raw, at(0.2), lambda: "rsv-x").row["id"]
+        booked = reservations.create(store, BookingIndex(), OWNER, raw, at(0.2), lambda: "rsv-x").id
         inventory.ingest(store, [_report(store, "n-1", healthy=True)], at(0.3))
     with store.engine.connect() as conn:
         stranded = conn.execute(text(STRANDED_SQL), {"now": at(0.3)}).scalar_one()

@@ -94,7 +94,7 @@ def test_kill9_mid_load_loses_and_duplicates_nothing(database: str, tmp_path: Pa
     load_fleet(store, parse_fleet(small_fleet(nodes=2, layout="all-1g.10gb")), now)
     with store.begin() as tx:
         quotas.write_rows(tx, "acme", "p1", {"gpu.mig": 100_000}, now)
-    token = str(credentials.create(store, ADMIN, "acme", "kill9", now, new_id=ids().credential)["token"])
+    token = credentials.create(store, ADMIN, "acme", "kill9", now, new_id=ids().credential).token
     dialect = store.dialect
     store.close()
     base = (now + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)

@@ -39,11 +39,11 @@ def test_not_bookable_at_commit_is_decided_again(store: Store) -> None:
     index = BookingIndex()
     ids = iter(f"rsv-{n:04d}" for n in range(10))
     first = reservations.create(store, index, OWNER, _mig_request(), T0, lambda: next(ids))
-    keep = next(a for a in reversed(atoms) if a != first.atoms[0]["id"])
+    keep = next(a for a in reversed(atoms) if a != first.atoms[0].id)
     _unbook_all_but(store, keep)
 
     second = reservations.create(store, index, OWNER, _mig_request(), T0, lambda: next(ids))
-    assert [a["id"] for a in second.atoms] == [keep]
+    assert [a.id for a in second.atoms] == [keep]
 
     # Nothing bookable is left: a clean refusal, not a server error.
     _unbook_all_but(store, "none")

@@ -23,7 +23,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import pools as pools_service
 from better_compute.service import reservations
 from better_compute.service.booking_index import BookingIndex
-from better_compute.storage import uow
+from better_compute.storage import atoms as atoms_repo
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 
@@ -49,17 +49,17 @@ def test_atoms_added_by_a_pool_change_are_not_hidden_by_a_racing_cache_fill(
     ids = iter(f"rsv-{n:04d}" for n in range(100))
     read_done, proceed = threading.Event(), threading.Event()
     armed = {"on": True}
-    real_list = uow.SqlInventory.list
+    real_of_pool = atoms_repo.SqlAtoms.of_pool
 
-    def list_then_pause(self, table, *a, **kw):  # type: ignore[no-untyped-def]
-        rows = real_list(self, table, *a, **kw)
-        if table == "atoms" and armed["on"] and threading.current_thread().name == "X":
+    def of_pool_then_pause(self, pool_id):  # type: ignore[no-untyped-def]
+        rows = real_of_pool(self, pool_id)
+        if armed["on"] and threading.current_thread().name == "X":
             armed["on"] = False
             read_done.set()
             assert proceed.wait(10)
         return rows
 
-    monkeypatch.setattr(uow.SqlInventory, "list", list_then_pause)
+    monkeypatch.setattr(atoms_repo.SqlAtoms, "of_pool", of_pool_then_pause)
     x = threading.Thread(
         target=lambda: reservations.create(store, index, OWNER, _slots(1), T0, lambda: next(ids)), name="X"
     )
@@ -73,7 +73,7 @@ def test_atoms_added_by_a_pool_change_are_not_hidden_by_a_racing_cache_fill(
 
     # 8 slots exist, 1 is booked: 7 fit.
     try:
-        outcome = reservations.create(store, index, OWNER, _slots(7), T0, lambda: next(ids)).row["id"]
+        outcome = reservations.create(store, index, OWNER, _slots(7), T0, lambda: next(ids)).id
     except DomainError as refused:
         outcome = refused.code
     assert outcome != "INSUFFICIENT_CAPACITY"

@@ -99,7 +99,7 @@ def test_pool_change_race_a_booking_committing_inside_the_change_is_refused(
     if kind == "replicas":
         policy, nodes = {"replicas": 2}, None
     else:
-        node = {a["node_id"] for a in filled.atoms}
+        node = {a.node for a in filled.atoms}
         assert len(node) == 1  # the request was kept together, on one node's two GPUs
         policy, nodes = None, sorted(node)
     raw = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"}
@@ -116,7 +116,7 @@ def test_pool_change_race_a_booking_committing_inside_the_change_is_refused(
 
     racer = threading.Thread(target=admit)
     try:
-        pools_service._update_once(tx, "p1", policy, nodes, None, None, T0)
+        pools_service.update_in(tx, "p1", policy, nodes, None, None, T0)
         racer.start()
         until_blocked(store, racer)  # the reservation either finished or waits on the change's locks
     except BaseException:

@@ -69,9 +69,7 @@ def test_reset_between_apply_and_busy_lets_tenant_exceed_quota(pg_store: Store) 
     index.apply = apply_then_let_b_reset  # type: ignore[method-assign]
     outcome: object
     try:
-        outcome = reservations.create(
-            store, index, ACME, _req(last_uuid, "NotIn"), T0, lambda: next(ids)
-        ).row["id"]
+        outcome = reservations.create(store, index, ACME, _req(last_uuid, "NotIn"), T0, lambda: next(ids)).id
     except DomainError as refused:
         outcome = refused.code
     finally:

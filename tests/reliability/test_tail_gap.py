@@ -61,7 +61,7 @@ def test_more_than_a_page_of_invisible_ids_hangs_admission(pg_store: Store, endi
 
     def admit() -> None:
         try:
-            done["view"] = reservations.create(store, index, ACME, REQ, T0, lambda: next(ids)).row["id"]
+            done["view"] = reservations.create(store, index, ACME, REQ, T0, lambda: next(ids)).id
         except BaseException as exc:
             done["error"] = exc
 
@@ -90,10 +90,10 @@ def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
     from better_compute.domain.errors import DomainError
     from better_compute.service import event_tail
     from better_compute.service import pools as pools_service
-    from better_compute.storage import reservations as storage_reservations
+    from better_compute.storage import events as storage_events
 
     monkeypatch.setattr(event_tail, "PAGE", 3)
-    monkeypatch.setattr(storage_reservations, "EVENT_PAGE", 3)
+    monkeypatch.setattr(storage_events, "EVENT_PAGE", 3)
     store = pg_store
     fleet = small_fleet(nodes=5, mode="timeslice", replicas=4)
     fleet["pools"][0]["ownerQuota"] = {"gpu.slot": 100}  # type: ignore[index]
@@ -120,7 +120,7 @@ def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
 
     def admit() -> None:
         try:
-            done["view"] = reservations.create(store, index, OWNER, slot, T0, lambda: next(ids)).row["id"]
+            done["view"] = reservations.create(store, index, OWNER, slot, T0, lambda: next(ids)).id
         except BaseException as exc:
             done["error"] = exc
 

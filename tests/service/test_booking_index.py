@@ -15,8 +15,9 @@ from better_compute.service.event_tail import Cursor, LogSnapshot
 from tests.builders import T0, at
 
 
-class _Reservations:
-    """The event log as a fake store shows it: pages of events, each with the read's snapshot."""
+class _Log:
+    """The event log (and an empty ledger) as a fake store shows it: pages of events, each with the
+    read's snapshot."""
 
     def __init__(self, last: int, snapshot: LogSnapshot | None = None) -> None:
         self.last = last
@@ -29,8 +30,12 @@ class _Reservations:
     def live_bookings(self, since: object) -> list[dict[str, Any]]:
         return []
 
-    def events_after(self, read: Cursor) -> tuple[list[dict[str, Any]], int, LogSnapshot]:
+    def after(self, read: Cursor) -> tuple[list[dict[str, Any]], int, LogSnapshot]:
         return self.pages.pop(0) if self.pages else ([], read.last, self.snapshot)
+
+
+def _tx(log: _Log) -> Any:
+    return SimpleNamespace(events=log, ledger=log)
 
 
 def booked(
@@ -47,7 +52,7 @@ def booked(
 
 def test_an_event_that_commits_after_a_later_one_is_not_lost() -> None:
     index = BookingIndex()
-    tx: Any = SimpleNamespace(reservations=_Reservations(last=10, snapshot=LogSnapshot(100)))
+    tx: Any = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
     read = index.prepare(tx)
     assert read == Cursor(10, (), 100)
     # Event 12 (transaction 106) is visible while event 11 (transaction 105) has yet to commit.
@@ -64,7 +69,7 @@ def test_invisible_commit_stall_keeps_asking_however_long_it_lasts() -> None:
     that took longer was never counted): the stalled transaction is asked about until a snapshot
     shows it ended, after any number of reads."""
     index = BookingIndex()
-    tx: Any = SimpleNamespace(reservations=_Reservations(last=10, snapshot=LogSnapshot(100)))
+    tx: Any = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
     read = index.prepare(tx)
     index.apply(tx, read, [booked(12, "b", "atom-b", 0, 1, tx=106)], 12, LogSnapshot(107, frozenset({105})))
     for n in range(50):  # other transactions commit; 105 is still in progress in every snapshot
@@ -82,7 +87,7 @@ def test_a_read_of_an_older_snapshot_changes_nothing() -> None:
     """Admission threads apply their reads in any order: one from an older snapshot, applied after
     a newer one, must not bring back a booking the newer one saw cancelled."""
     index = BookingIndex()
-    tx: Any = SimpleNamespace(reservations=_Reservations(last=10, snapshot=LogSnapshot(100)))
+    tx: Any = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
     older = index.prepare(tx)
     newer = index.prepare(tx)
     cancel = {
@@ -99,7 +104,7 @@ def test_a_read_of_an_older_snapshot_changes_nothing() -> None:
 
 def test_release_and_cancel_follow_the_ledger() -> None:
     index = BookingIndex()
-    tx: Any = SimpleNamespace(reservations=_Reservations(last=0))
+    tx: Any = _tx(_Log(last=0))
     read = index.prepare(tx)
     index.apply(
         tx,
@@ -167,7 +172,7 @@ def test_busy_is_exactly_the_live_bookings_that_overlap_the_window(
         if kind == "released" and start < moment:  # started: ends then; not started: freed whole
             live[f"r{n}"] = (start, moment if end is None or end > moment else end)
     index = BookingIndex()
-    tx: Any = SimpleNamespace(reservations=_Reservations(last=0))
+    tx: Any = _tx(_Log(last=0))
     read = index.prepare(tx)
     index.apply(tx, read, events, len(events), LogSnapshot())
     for start_m, length in windows:

@@ -31,12 +31,12 @@ def fleet(store: Store) -> Store:
     return store
 
 
-def issue(store: Store) -> dict[str, Any]:
+def issue(store: Store) -> credentials.Issued:
     return credentials.create(store, ADMIN, "acme", "ci", T0, new_id=CountingIds().credential)
 
 
 def test_a_token_is_looked_up_once_then_recalled_as_a_recalled_principal(fleet: Store) -> None:
-    token = issue(fleet)["token"]
+    token = issue(fleet).token
     memory = TokenMemory()
     first = credentials.identify(fleet, memory, token)
     again = credentials.identify(fleet, memory, token)
@@ -48,12 +48,12 @@ def test_a_token_is_looked_up_once_then_recalled_as_a_recalled_principal(fleet: 
 def test_a_recalled_principal_becomes_a_principal_only_while_its_credential_is_live(fleet: Store) -> None:
     issued = issue(fleet)
     memory = TokenMemory()
-    memory.remember(hash_token(issued["token"]), credentials.authenticate(fleet, issued["token"]))
-    recalled = memory.recall(hash_token(issued["token"]))
+    memory.remember(hash_token(issued.token), credentials.authenticate(fleet, issued.token))
+    recalled = memory.recall(hash_token(issued.token))
     assert recalled is not None
     with fleet.read() as tx:
-        assert credentials.confirm_live(tx, recalled) == Principal("acme", False, issued["id"])
-    credentials.revoke(fleet, ADMIN, issued["id"], at(1))
+        assert credentials.confirm_live(tx, recalled) == Principal("acme", False, issued.credential.id)
+    credentials.revoke(fleet, ADMIN, issued.credential.id, at(1))
     with fleet.read() as tx, pytest.raises(Unauthenticated) as refused:
         credentials.confirm_live(tx, recalled)
     assert refused.value.details == {"reason": "revoked"}
@@ -63,17 +63,17 @@ def test_admission_refuses_a_recalled_caller_whose_credential_was_revoked_and_bo
     fleet: Store,
 ) -> None:
     issued = issue(fleet)
-    recalled = credentials.authenticate(fleet, issued["token"]).remembered()
+    recalled = credentials.authenticate(fleet, issued.token).remembered()
     ids = CountingIds()
     index = BookingIndex()
     booked = reservations.create(fleet, index, recalled, RESERVE, T0, ids.reservation)
-    assert booked.row["tenant_id"] == "acme"
-    credentials.revoke(fleet, ADMIN, issued["id"], at(1))
+    assert booked.reservation.tenant_id == "acme"
+    credentials.revoke(fleet, ADMIN, issued.credential.id, at(1))
     with pytest.raises(Unauthenticated) as refused:
         reservations.create(fleet, index, recalled, RESERVE, at(1), ids.reservation)
     assert refused.value.details == {"reason": "revoked"}
     with fleet.read() as tx:
-        assert [r["id"] for r in tx.inventory.list("reservations")] == [booked.row["id"]]
+        assert [r.id for r in tx.reservations.page(None, None, None, None)] == [booked.id]
 
 
 def test_a_refusal_answers_a_revoked_recalled_token_as_revoked_and_forgets_it(fleet: Store) -> None:
@@ -81,15 +81,15 @@ def test_a_refusal_answers_a_revoked_recalled_token_as_revoked_and_forgets_it(fl
     told the token was revoked, as a fresh look-up would tell it."""
     issued = issue(fleet)
     memory = TokenMemory()
-    credentials.identify(fleet, memory, issued["token"])  # remembered
-    credentials.revoke(fleet, ADMIN, issued["id"], at(1))
+    credentials.identify(fleet, memory, issued.token)  # remembered
+    credentials.revoke(fleet, ADMIN, issued.credential.id, at(1))
     with (
         pytest.raises(Unauthenticated) as refused,
-        credentials.acting_as(fleet, memory, issued["token"]) as caller,
+        credentials.acting_as(fleet, memory, issued.token) as caller,
     ):
         assert isinstance(caller, RecalledPrincipal)
         reservations.create(
             fleet, BookingIndex(), caller, {**RESERVE, "tenantId": "globex"}, at(1), lambda: "rsv-x"
         )
     assert refused.value.details == {"reason": "revoked"}
-    assert memory.recall(hash_token(issued["token"])) is None
+    assert memory.recall(hash_token(issued.token)) is None

@@ -9,40 +9,27 @@ from typing import Any
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
 from better_compute.domain.choose import Chosen
-from better_compute.domain.selectors import parse_selector
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.event_tail import LogSnapshot
 from better_compute.service.reservations import _decide, _earliest
-from tests.builders import T0, at
+from tests.builders import T0, at, atom, device_request
 
 
 def gpu(n: int, model: str = "H100-80GB") -> Atom:
-    return Atom(
-        id=f"g{n}/gpu",
-        gpu_id=f"g{n}",
-        node=f"n{n // 8}",
-        cls="gpu",
-        key="gpu",
-        bookable=True,
-        partition_pending=False,
-        pool_id="p",
-        numa_node=0,
-        nvlink_domain=None,
-        attributes={"gpuModel": model},
-    )
+    return atom(f"g{n}", node=f"n{n // 8}", attributes={"gpuModel": model})
 
 
 def whole(count: int = 1, model: str | None = None) -> DeviceRequest:
-    exprs = [] if model is None else [{"key": "gpuModel", "op": "In", "values": [model]}]
-    return DeviceRequest(cls="gpu", count=count, selector=parse_selector({"matchExpressions": exprs}))
+    return device_request("gpu", count) if model is None else device_request("gpu", count, gpuModel=[model])
 
 
 def index_with(*bookings: tuple[str, float, float]) -> BookingIndex:
     """An index holding (atom, start hour, end hour) bookings, fed as the event log would feed it."""
     index = BookingIndex()
     tx: Any = SimpleNamespace(
-        reservations=SimpleNamespace(tail_start=lambda: (0, LogSnapshot()), live_bookings=lambda since: [])
+        events=SimpleNamespace(tail_start=lambda: (0, LogSnapshot())),
+        ledger=SimpleNamespace(live_bookings=lambda since: []),
     )
     read = index.prepare(tx)
     events = [

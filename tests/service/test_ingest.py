@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from better_compute.bcd.fake import FakeNode
+from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import InvalidState, NotFound
 from better_compute.domain.inventory import NodeReport
+from better_compute.domain.records import Gpu
 from better_compute.domain.timewin import Window
 from better_compute.service import fleet, inventory, ledger
 from better_compute.storage.store import Store
-from tests.builders import T0, at, fleet_spec
+from tests.builders import T0, at, fleet_spec, stored_events
 
 
 @pytest.fixture
@@ -24,12 +26,15 @@ def node(store: Store) -> FakeNode:
     return fake
 
 
-def snapshot(store: Store) -> tuple[list[dict[str, object]], list[dict[str, object]], int]:
+def snapshot(store: Store) -> tuple[list[Gpu], list[Atom], int]:
     with store.read() as tx:
-        gpus = tx.inventory.list("gpus")
-        atoms = tx.inventory.list("atoms")
-        events = len(tx.inventory.list("events"))
-    return gpus, atoms, events
+        gpus = tx.gpus.of_nodes(["n"])
+        atoms = tx.atoms.of_nodes(["n"])
+    return gpus, atoms, len(stored_events(store))
+
+
+def mig_atoms(store: Store, **filters: object) -> list[Atom]:
+    return inventory.list_atoms(store, limit=1000, **filters).items  # type: ignore[arg-type]
 
 
 def test_reingesting_the_same_report_changes_nothing(store: Store, node: FakeNode) -> None:
@@ -43,61 +48,58 @@ def test_reingesting_the_same_report_changes_nothing(store: Store, node: FakeNod
 
 def test_atoms_keep_their_ids_and_bookings_when_a_gpu_disappears(store: Store, node: FakeNode) -> None:
     inventory.ingest(store, [node.report()], T0)
-    atom = inventory.list_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0]
-    ledger.book(store, [atom["id"]], Window(at(0), at(4)), "r1", "acme", T0)
-    gone = replace(node.report(), gpus=tuple(g for g in node.report().gpus if g.uuid != atom["gpu_id"]))
+    atom = mig_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0]
+    ledger.book(store, [atom.id], Window(at(0), at(4)), "r1", "acme", T0)
+    gone = replace(node.report(), gpus=tuple(g for g in node.report().gpus if g.uuid != atom.gpu_id))
     inventory.ingest(store, [gone], at(1))
     with store.read() as tx:
-        row = tx.inventory.get("atoms", atom["id"])
-        gpu = tx.inventory.get("gpus", atom["gpu_id"])
+        row = next((a for a in tx.atoms.of_nodes(["n"]) if a.id == atom.id), None)
+        gpu = tx.gpus.get(atom.gpu_id)
         bookings = tx.ledger.allocation_bookings("r1")
     assert row is not None and gpu is not None
-    assert not row["bookable"] and not gpu["present"]
-    assert [b.atom_id for b in bookings] == [atom["id"]]
+    assert not row.bookable and not gpu.present
+    assert [b.atom_id for b in bookings] == [atom.id]
     with pytest.raises(InvalidState):
-        ledger.book(store, [atom["id"]], Window(at(5), at(6)), "r2", "acme", T0)
+        ledger.book(store, [atom.id], Window(at(5), at(6)), "r2", "acme", T0)
     # It comes back with the same atom id.
     inventory.ingest(store, [node.report()], at(2))
-    assert (
-        inventory.list_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0]["id"]
-        == atom["id"]
-    )
-    ledger.book(store, [atom["id"]], Window(at(5), at(6)), "r2", "acme", T0)
+    assert mig_atoms(store, cls="gpu.mig", attributes={"migProfile": "3g.40gb"})[0].id == atom.id
+    ledger.book(store, [atom.id], Window(at(5), at(6)), "r2", "acme", T0)
 
 
 def test_unhealthy_gpu_makes_its_atoms_unbookable(store: Store, node: FakeNode) -> None:
     node.gpus[0].healthy = False
     inventory.ingest(store, [node.report()], T0)
-    sick = [a for a in inventory.list_atoms(store) if a["gpu_id"] == node.gpus[0].uuid]
-    well = [a for a in inventory.list_atoms(store) if a["gpu_id"] == node.gpus[1].uuid]
-    assert sick and not any(a["bookable"] for a in sick)
-    assert sum(a["bookable"] for a in well) == 3
+    sick = [a for a in mig_atoms(store) if a.gpu_id == node.gpus[0].uuid]
+    well = [a for a in mig_atoms(store) if a.gpu_id == node.gpus[1].uuid]
+    assert sick and not any(a.bookable for a in sick)
+    assert sum(a.bookable for a in well) == 3
 
 
 def test_pending_mig_mode_marks_every_atom(store: Store, node: FakeNode) -> None:
     node.gpus[1].mig_pending = False
     inventory.ingest(store, [node.report()], T0)
-    pending = [a for a in inventory.list_atoms(store) if a["gpu_id"] == node.gpus[1].uuid]
-    assert pending and all(a["partition_pending"] and not a["bookable"] for a in pending)
+    pending = [a for a in mig_atoms(store) if a.gpu_id == node.gpus[1].uuid]
+    assert pending and all(a.partition_pending and not a.bookable for a in pending)
 
 
 def test_repartition_retires_old_instances_without_deleting_them(store: Store, node: FakeNode) -> None:
     node.apply_layout("all-1g.10gb")
     inventory.ingest(store, [node.report()], T0)
-    old = {a["id"] for a in inventory.list_atoms(store, cls="gpu.mig")}
+    old = {a.id for a in mig_atoms(store, cls="gpu.mig")}
     assert len(old) == 14
     node.apply_layout("mixed:3g.40gb+2x2g.20gb")
     inventory.ingest(store, [node.report()], at(1))
-    listed = inventory.list_atoms(store, cls="gpu.mig")
+    listed = mig_atoms(store, cls="gpu.mig")
     assert len(listed) == 6
-    assert sorted(a["attributes"]["migProfile"] for a in listed) == ["2g.20gb"] * 4 + ["3g.40gb"] * 2
+    assert sorted(a.attributes["migProfile"] for a in listed) == ["2g.20gb"] * 4 + ["3g.40gb"] * 2
     # Identity is GPU + GI/CI: instances that kept their GI id keep their atom id.
-    assert {a["id"] for a in listed} <= old
+    assert {a.id for a in listed} <= old
     with store.read() as tx:
-        stored = {a["id"]: a for a in tx.inventory.list("atoms")}
-    retired = [stored[i] for i in old - {a["id"] for a in listed}]
+        stored = {a.id: a for a in tx.atoms.of_nodes(["n"])}
+    retired = [stored[i] for i in old - {a.id for a in listed}]
     assert len(retired) == 8
-    assert all(not a["present"] and not a["bookable"] for a in retired)
+    assert all(not a.present and not a.bookable for a in retired)
 
 
 def test_unknown_node_is_not_found(store: Store) -> None:

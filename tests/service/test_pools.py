@@ -1,4 +1,5 @@
-"""Pool use cases: create over free nodes, update with compare-and-swap, re-derive atoms, offer (SPEC 2, 4)."""
+"""Pool use cases: create over free nodes, update with compare-and-swap, re-derive atoms, offer
+(docs/concepts.md#fleet-pools-and-sharing-modes, docs/concepts.md#quotas-iam-policies-and-tenancy)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import Conflict, Forbidden, InvalidInput, InvalidState, NotFound
 from better_compute.domain.fleet import parse_fleet
@@ -16,7 +18,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger, pools, quotas
 from better_compute.service.ports import Tx
 from better_compute.storage.store import Store
-from tests.builders import T0, at, bare_fleet
+from tests.builders import T0, at, bare_fleet, stored_events
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="admin")
 ACME = Principal(tenant_id="acme", is_admin=False, credential_id="acme")
@@ -40,26 +42,25 @@ def create(store: Store, name: str = "p", **kw: Any) -> dict[str, Any]:
     return pools.create(store, ADMIN, name=name, now=T0, **args)
 
 
-def atoms_of(store: Store, node: str, cls: str | None = None) -> list[dict[str, Any]]:
-    return [a for a in inventory.list_atoms(store, cls=cls) if a["node_id"] == node]
+def atoms_of(store: Store, node: str, cls: str | None = None) -> list[Atom]:
+    return [a for a in inventory.list_atoms(store, cls=cls, limit=1000).items if a.node == node]
 
 
 def events(store: Store, type_: str) -> list[dict[str, Any]]:
-    with store.read() as tx:
-        return tx.inventory.list("events", filters={"type": type_})
+    return stored_events(store, type_)
 
 
 def test_create_claims_the_nodes_and_rederives_their_atoms(fleet: Store) -> None:
-    assert {a["pool_id"] for a in atoms_of(fleet, "l")} == {None}
+    assert {a.pool_id for a in atoms_of(fleet, "l")} == {None}
     pool = create(fleet, "slots", mode="timeslice", nodes=["l"], policy={"replicas": 4})
-    assert pool["generation"] == 1 and pool["nodes"] == ["l"] and pool["meter"] == "gpu.l40s.hours"
-    assert pool["policy"] == {"replicas": 4}
+    assert pool.pool.generation == 1 and pool.nodes == ("l",) and pool.pool.meter == "gpu.l40s.hours"
+    assert pool.pool.settings.as_mapping() == {"replicas": 4}
     slots = atoms_of(fleet, "l", "gpu.slot")
-    assert len(slots) == 8 and {a["pool_id"] for a in slots} == {"slots"}
-    assert {a["attributes"]["slots"] for a in slots} == {4}
+    assert len(slots) == 8 and {a.pool_id for a in slots} == {"slots"}
+    assert {a.attributes["slots"] for a in slots} == {4}
     parents = atoms_of(fleet, "l", "gpu")
-    assert len(parents) == 2 and not any(a["bookable"] for a in parents)
-    assert pools.get_pool(fleet, ADMIN, "slots")["nodes"] == ["l"]
+    assert len(parents) == 2 and not any(a.bookable for a in parents)
+    assert pools.get_pool(fleet, ADMIN, "slots").nodes == ("l",)
     (event,) = events(fleet, "pool.created")
     assert event["subject"] == "slots" and event["payload"]["nodes"] == ["l"]
 
@@ -67,12 +68,12 @@ def test_create_claims_the_nodes_and_rederives_their_atoms(fleet: Store) -> None
 def test_create_writes_the_owners_quota_rows(fleet: Store) -> None:
     create(fleet, owner_tenant_id="acme", owner_quota={"gpu.mig": 14, "gpu": 2})
     with fleet.read() as tx:
-        rows = quotas.rows_of(tx, "acme", "p")
-    assert [(r["class"], r["limit"]) for r in rows] == [("gpu", 2), ("gpu.mig", 14)]
+        rows = tx.quotas.find("acme", "p")
+    assert [(r.cls, r.limit) for r in rows] == [("gpu", 2), ("gpu.mig", 14)]
     # Without ownerQuota there are no rows: the owner's default covers whole GPUs only.
     create(fleet, "q", nodes=["h-2"])
     with fleet.read() as tx:
-        assert quotas.rows_of(tx, "platform", "q") == []
+        assert tx.quotas.find("platform", "q") == []
 
 
 def test_create_refuses_what_cannot_be_a_pool(fleet: Store) -> None:
@@ -100,7 +101,7 @@ def test_create_refuses_what_cannot_be_a_pool(fleet: Store) -> None:
         pools.create(
             fleet, ACME, name="mine", cluster_id="c1", mode="exclusive", owner_tenant_id="acme", now=T0
         )
-    assert [p["id"] for p in pools.list_pools(fleet, ADMIN).items] == ["p"]
+    assert [p.id for p in pools.list_pools(fleet, ADMIN).items] == ["p"]
 
 
 def test_a_refused_layout_names_the_node_and_the_profile(fleet: Store) -> None:
@@ -112,26 +113,26 @@ def test_a_refused_layout_names_the_node_and_the_profile(fleet: Store) -> None:
 
 def test_replicas_rederive_the_slots_and_keep_surviving_ids(fleet: Store) -> None:
     create(fleet, "slots", mode="mps", nodes=["l"], policy={"replicas": 4})
-    before = {(a["gpu_id"], a["key"]): a["id"] for a in atoms_of(fleet, "l", "gpu.slot")}
+    before = {(a.gpu_id, a.key): a.id for a in atoms_of(fleet, "l", "gpu.slot")}
     updated = pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
-    assert updated["generation"] == 2 and updated["policy"] == {"replicas": 2}
+    assert updated.pool.generation == 2 and updated.pool.settings.as_mapping() == {"replicas": 2}
     slots = atoms_of(fleet, "l", "gpu.slot")
-    assert len(slots) == 4 and {a["attributes"]["mpsUnits"] for a in slots} == {50}
-    assert all(before[a["gpu_id"], a["key"]] == a["id"] for a in slots)
+    assert len(slots) == 4 and {a.attributes["mpsUnits"] for a in slots} == {50}
+    assert all(before[a.gpu_id, a.key] == a.id for a in slots)
     pools.update(fleet, ADMIN, "slots", policy={"replicas": 8}, now=at(2))
     assert len(atoms_of(fleet, "l", "gpu.slot")) == 16
 
 
 def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
     create(fleet, "slots", mode="timeslice", nodes=["l"], policy={"replicas": 4})
-    last = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a["key"] == "slot:3")
-    ledger.book(fleet, [last["id"]], Window(at(0), at(5)), "r1", "platform", T0)
+    last = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:3")
+    ledger.book(fleet, [last.id], Window(at(0), at(5)), "r1", "platform", T0)
     with pytest.raises(InvalidState) as err:
         pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
     assert err.value.details["freeFrom"] == at(5).isoformat()
     # Nothing changed: the pool, its generation and its slots are as before.
     pool = pools.get_pool(fleet, ADMIN, "slots")
-    assert (pool["generation"], pool["policy"]) == (1, {"replicas": 4})
+    assert (pool.pool.generation, pool.pool.settings.as_mapping()) == (1, {"replicas": 4})
     assert len(atoms_of(fleet, "l", "gpu.slot")) == 8
     # Once the booking is over, the change goes through.
     pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(6))
@@ -140,11 +141,11 @@ def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
 
 def test_generation_is_compared_and_always_bumped(fleet: Store) -> None:
     create(fleet)
-    assert pools.update(fleet, ADMIN, "p", generation=1, now=at(1))["generation"] == 2
+    assert pools.update(fleet, ADMIN, "p", generation=1, now=at(1)).pool.generation == 2
     with pytest.raises(Conflict) as err:
         pools.update(fleet, ADMIN, "p", policy={"migLayout": "all-7g.80gb"}, generation=1, now=at(2))
     assert err.value.details == {"poolId": "p", "generation": 2, "expected": 1}
-    assert pools.get_pool(fleet, ADMIN, "p")["policy"] == {"migLayout": "all-disabled"}
+    assert pools.get_pool(fleet, ADMIN, "p").pool.settings.as_mapping() == {"migLayout": "all-disabled"}
     with pytest.raises(InvalidInput):
         pools.update(fleet, ADMIN, "p", mode="exclusive", now=at(2))
     with pytest.raises(Forbidden):
@@ -166,7 +167,7 @@ class RacingStore:
         with self.store.begin() as tx:
             if self.races > 0:
                 self.races -= 1
-                tx.inventory.compare_and_set = lambda *a, **k: False  # type: ignore[method-assign]
+                tx.pools.compare_and_set = lambda *a, **k: False  # type: ignore[method-assign]
             yield tx
 
     def read(self) -> Any:
@@ -175,12 +176,12 @@ class RacingStore:
 
 def test_a_lost_race_is_retried_unless_the_client_named_a_generation(fleet: Store) -> None:
     create(fleet)
-    assert pools.update(RacingStore(fleet, 2), ADMIN, "p", now=at(1))["generation"] == 2
+    assert pools.update(RacingStore(fleet, 2), ADMIN, "p", now=at(1)).pool.generation == 2
     with pytest.raises(Conflict):
         pools.update(RacingStore(fleet, 1), ADMIN, "p", generation=2, now=at(1))
     with pytest.raises(Conflict):
         pools.update(RacingStore(fleet, pools.UPDATE_ATTEMPTS), ADMIN, "p", now=at(1))
-    assert pools.get_pool(fleet, ADMIN, "p")["generation"] == 2
+    assert pools.get_pool(fleet, ADMIN, "p").pool.generation == 2
 
 
 def test_a_new_mig_layout_is_validated_recorded_and_requested(fleet: Store) -> None:
@@ -188,7 +189,7 @@ def test_a_new_mig_layout_is_validated_recorded_and_requested(fleet: Store) -> N
     with pytest.raises(InvalidInput):
         pools.update(fleet, ADMIN, "p", policy={"migLayout": "mixed:3x3g.40gb"}, now=at(1))
     updated = pools.update(fleet, ADMIN, "p", policy={"migLayout": "mixed:3g.40gb+2x2g.20gb"}, now=at(1))
-    assert updated["policy"] == {"migLayout": "mixed:3g.40gb+2x2g.20gb"}
+    assert updated.pool.settings.as_mapping() == {"migLayout": "mixed:3g.40gb+2x2g.20gb"}
     (event,) = events(fleet, "pool.mig_layout.requested")
     assert event["payload"] == {
         "from": "all-1g.10gb",
@@ -203,18 +204,18 @@ def test_a_new_mig_layout_is_validated_recorded_and_requested(fleet: Store) -> N
 def test_nodes_join_and_leave_a_pool(fleet: Store) -> None:
     create(fleet, mode="exclusive", nodes=["h-1"])
     pools.update(fleet, ADMIN, "p", nodes=["h-1", "h-2"], now=at(1))
-    assert {a["pool_id"] for a in atoms_of(fleet, "h-2")} == {"p"}
+    assert {a.pool_id for a in atoms_of(fleet, "h-2")} == {"p"}
     pools.update(fleet, ADMIN, "p", nodes=["h-2"], now=at(2))
-    assert {a["pool_id"] for a in atoms_of(fleet, "h-1")} == {None}
-    assert pools.get_pool(fleet, ADMIN, "p")["nodes"] == ["h-2"]
+    assert {a.pool_id for a in atoms_of(fleet, "h-1")} == {None}
+    assert pools.get_pool(fleet, ADMIN, "p").nodes == ("h-2",)
     with pytest.raises(InvalidInput):
         pools.update(fleet, ADMIN, "p", nodes=["x"], now=at(3))
     # A node whose atom is booked cannot leave.
     atom = atoms_of(fleet, "h-2", "gpu")[0]
-    ledger.book(fleet, [atom["id"]], Window(at(3)), "r1", "platform", T0)
+    ledger.book(fleet, [atom.id], Window(at(3)), "r1", "platform", T0)
     with pytest.raises(InvalidState):
         pools.update(fleet, ADMIN, "p", nodes=[], now=at(4))
-    assert pools.get_pool(fleet, ADMIN, "p")["nodes"] == ["h-2"]
+    assert pools.get_pool(fleet, ADMIN, "p").nodes == ("h-2",)
 
 
 @pytest.mark.parametrize(("mode", "policy"), [("timeslice", {"replicas": 2}), ("mps", {"replicas": 4})])
@@ -225,7 +226,7 @@ def test_single_tenant_pools_refuse_offers_to_others(fleet: Store, mode: str, po
     with pytest.raises(InvalidState):
         quotas.set_quota(fleet, PLATFORM, "acme", "p", "gpu.slot", 1, T0)
     rows = pools.offer(fleet, PLATFORM, "p", "platform", {"gpu.slot": 2}, T0)
-    assert [(r["tenant_id"], r["class"], r["limit"]) for r in rows] == [("platform", "gpu.slot", 2)]
+    assert [(r.tenant_id, r.cls, r.limit) for r in rows] == [("platform", "gpu.slot", 2)]
 
 
 def test_offers_write_rows_and_open_the_pool_to_the_tenant(fleet: Store) -> None:
@@ -236,8 +237,8 @@ def test_offers_write_rows_and_open_the_pool_to_the_tenant(fleet: Store) -> None
     with pytest.raises(NotFound):
         pools.offer(fleet, ACME, "p", "acme", {"gpu": 1}, T0)
     rows = pools.offer(fleet, PLATFORM, "p", "acme", {"gpu.mig": 3, "gpu": 1}, T0)
-    assert [(r["class"], r["limit"]) for r in rows] == [("gpu", 1), ("gpu.mig", 3)]
-    assert [p["id"] for p in pools.list_pools(fleet, ACME).items] == ["p"]
+    assert [(r.cls, r.limit) for r in rows] == [("gpu", 1), ("gpu.mig", 3)]
+    assert [p.id for p in pools.list_pools(fleet, ACME).items] == ["p"]
     assert pools.visible_pool_ids(fleet, ACME) == {"p"} and pools.visible_pool_ids(fleet, ADMIN) is None
     with pytest.raises(Forbidden):
         pools.offer(fleet, ACME, "p", "beta", {"gpu": 1}, T0)

@@ -160,21 +160,30 @@ def test_dropped_statements_are_prepared_again_and_the_reservation_goes_through(
         with pg.begin() as tx:
             pg_simple.forget(tx.conn)
         again = booker.reserve()
-        return [made.row["id"], again.row["id"], *sorted(booker.prepared())]
+        return [made.id, again.id, *sorted(booker.prepared())]
 
     assert _kept(pg, work) == ["rsv-batch-1", "rsv-batch-2", *sorted(ADMISSION_STATEMENTS)]
     # The first, one after the drop (refused, then repeated after preparing again), the last.
     assert len(batches) == 4
 
 
-@pytest.mark.parametrize("key", ["o'neil", "back\\slash", "semi; ROLLBACK; --", "ünï 💡", "$1 %(t)s"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        pytest.param("o'neil", id="a single quote"),
+        pytest.param("back\\slash", id="a backslash"),
+        pytest.param("semi; ROLLBACK; --", id="SQL after a semicolon"),
+        pytest.param("ünï 💡", id="non-ASCII letters and an emoji"),
+        pytest.param("$1 %(t)s", id="placeholders in both psycopg styles"),
+    ],
+)
 def test_any_idempotency_key_is_bound_as_text_and_replays(pg: Store, key: str, batches: list[bytes]) -> None:
     booker = Booker(pg)
 
     def work() -> tuple[str, str, bool]:
         first = booker.reserve(key, hour=5)
         again = booker.reserve(key, hour=5)
-        return first.row["id"], again.row["id"], again.replayed
+        return first.id, again.id, again.replayed
 
     first, again, replayed = _kept(pg, work)
     assert (first, again, replayed) == ("rsv-batch-0", "rsv-batch-0", True)
@@ -213,9 +222,9 @@ def test_a_lost_connection_fails_one_reservation_and_the_next_reconnects(
 @pytest.mark.parametrize(
     ("level", "read_only"),
     [
-        (None, None),
-        (psycopg.IsolationLevel.READ_COMMITTED, None),
-        (psycopg.IsolationLevel.SERIALIZABLE, True),
+        pytest.param(None, None, id="psycopg's defaults"),
+        pytest.param(psycopg.IsolationLevel.READ_COMMITTED, None, id="read committed"),
+        pytest.param(psycopg.IsolationLevel.SERIALIZABLE, True, id="serializable and read only"),
     ],
 )
 def test_a_batch_begins_the_transaction_psycopg_would(

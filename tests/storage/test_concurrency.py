@@ -28,12 +28,10 @@ def _url(store: Store) -> str:
 
 def test_racing_processes_never_double_book(store: Store) -> None:
     load_fleet(store, fleet_spec(nodes=1, layout="all-1g.10gb"), T0)
-    mig = inventory.list_atoms(store, cls="gpu.mig")
-    gpus = sorted({a["gpu_id"] for a in mig})
+    mig = inventory.list_atoms(store, cls="gpu.mig").items
+    gpus = sorted({a.gpu_id for a in mig})
     # A small contended set: four instances of one GPU and two of the other.
-    atoms = [a["id"] for a in mig if a["gpu_id"] == gpus[0]][:4] + [
-        a["id"] for a in mig if a["gpu_id"] == gpus[1]
-    ][:2]
+    atoms = [a.id for a in mig if a.gpu_id == gpus[0]][:4] + [a.id for a in mig if a.gpu_id == gpus[1]][:2]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(WORKERS) as pool:
         results = pool.starmap(race, [(_url(store), w, atoms, gpus, ATTEMPTS, 7) for w in range(WORKERS)])

@@ -1,14 +1,15 @@
-"""The booking ledger's contract, on SQLite and on PostgreSQL alike (SPEC 2.2)."""
+"""The booking ledger's contract, on SQLite and on PostgreSQL alike (docs/concepts.md#the-ledger)."""
 
 from __future__ import annotations
 
 import re
-from typing import Any
 
 import pytest
 
+from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import BookingConflict, InvalidInput, InvalidState, NotFound
 from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.records import Reservation
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger
@@ -22,14 +23,14 @@ def fleet(store: Store) -> Store:
     return store
 
 
-def mig_atoms(store: Store, gpu_index: int = 0) -> list[dict[str, Any]]:
-    rows = inventory.list_atoms(store, cls="gpu.mig")
-    gpus = sorted({r["gpu_id"] for r in rows})
-    return [r for r in rows if r["gpu_id"] == gpus[gpu_index]]
+def mig_atoms(store: Store, gpu_index: int = 0) -> list[Atom]:
+    rows = inventory.list_atoms(store, cls="gpu.mig").items
+    gpus = sorted({r.gpu_id for r in rows})
+    return [r for r in rows if r.gpu_id == gpus[gpu_index]]
 
 
 def test_booking_is_exclusive_and_names_when_the_atom_is_free(fleet: Store) -> None:
-    atom = mig_atoms(fleet)[0]["id"]
+    atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", "acme", T0)
     with pytest.raises(BookingConflict) as err:
         ledger.book(fleet, [atom], Window(at(1), at(3)), "a2", "acme", T0)
@@ -42,7 +43,7 @@ def test_booking_is_exclusive_and_names_when_the_atom_is_free(fleet: Store) -> N
 
 
 def test_free_from_skips_gaps_too_short_for_the_window(fleet: Store) -> None:
-    atom = mig_atoms(fleet)[0]["id"]
+    atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", None, T0)
     ledger.book(fleet, [atom], Window(at(3), at(5)), "a2", None, T0)
     with pytest.raises(BookingConflict) as err:
@@ -51,7 +52,7 @@ def test_free_from_skips_gaps_too_short_for_the_window(fleet: Store) -> None:
 
 
 def test_open_ended_booking_is_never_free(fleet: Store) -> None:
-    atom = mig_atoms(fleet)[0]["id"]
+    atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(1)), "a1", None, T0)
     with pytest.raises(BookingConflict) as err:
         ledger.book(fleet, [atom], Window(at(5), at(6)), "a2", None, T0)
@@ -61,7 +62,7 @@ def test_open_ended_booking_is_never_free(fleet: Store) -> None:
 
 
 def test_booking_a_set_is_all_or_nothing(fleet: Store) -> None:
-    a, b, c = (r["id"] for r in mig_atoms(fleet)[:3])
+    a, b, c = (r.id for r in mig_atoms(fleet)[:3])
     ledger.book(fleet, [c], Window(at(0), at(1)), "held", None, T0)
     with pytest.raises(BookingConflict) as err:
         ledger.book(fleet, [a, b, c], Window(at(0), at(1)), "set", None, T0)
@@ -72,7 +73,7 @@ def test_booking_a_set_is_all_or_nothing(fleet: Store) -> None:
 
 
 def test_release_ends_now_and_frees_the_rest(fleet: Store) -> None:
-    atom = mig_atoms(fleet)[0]["id"]
+    atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(0), at(4)), "a1", None, T0)
     assert ledger.release(fleet, "a1", at(1)) == 1
     with fleet.read() as tx:
@@ -82,7 +83,7 @@ def test_release_ends_now_and_frees_the_rest(fleet: Store) -> None:
 
 
 def test_cancel_before_start_and_refuse_after(fleet: Store) -> None:
-    atom = mig_atoms(fleet)[0]["id"]
+    atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(2), at(4)), "a1", None, T0)
     with pytest.raises(InvalidState):
         ledger.cancel(fleet, "a1", at(3))
@@ -93,18 +94,18 @@ def test_cancel_before_start_and_refuse_after(fleet: Store) -> None:
 
 
 def test_parent_of_a_split_gpu_cannot_be_booked(fleet: Store) -> None:
-    parent = next(r for r in inventory.list_atoms(fleet, cls="gpu"))
-    assert not parent["bookable"]
+    parent = next(r for r in inventory.list_atoms(fleet, cls="gpu").items)
+    assert not parent.bookable
     with pytest.raises(InvalidState) as err:
-        ledger.book(fleet, [parent["id"]], Window(at(0), at(1)), "a1", None, T0)
-    assert err.value.details["atomIds"] == [parent["id"]]
+        ledger.book(fleet, [parent.id], Window(at(0), at(1)), "a1", None, T0)
+    assert err.value.details["atomIds"] == [parent.id]
     with pytest.raises(InvalidInput):
         ledger.book(fleet, [], Window(at(0), at(1)), "a1", None, T0)
 
 
 def test_partition_change_books_the_whole_family(fleet: Store) -> None:
     family = mig_atoms(fleet)
-    gpu_id = family[0]["gpu_id"]
+    gpu_id = family[0].gpu_id
     change = ledger.book_partition_change(fleet, gpu_id, Window(at(1), at(2)), T0)
     assert isinstance(change, ledger.PartitionChange)
     assert change.booking_id == partition_allocation_id(gpu_id, at(1))
@@ -116,18 +117,18 @@ def test_partition_change_books_the_whole_family(fleet: Store) -> None:
     assert all(b.tenant_id is None for b in held)
     # While it holds, nothing of the GPU can be booked in the window...
     with pytest.raises(BookingConflict) as err:
-        ledger.book(fleet, [family[3]["id"]], Window(at(0), at(3)), "x", None, T0)
+        ledger.book(fleet, [family[3].id], Window(at(0), at(3)), "x", None, T0)
     assert err.value.free_from == at(2)
     # ...but the rest of the fleet can.
-    ledger.book(fleet, [mig_atoms(fleet, 1)[0]["id"]], Window(at(0), at(3)), "y", None, T0)
+    ledger.book(fleet, [mig_atoms(fleet, 1)[0].id], Window(at(0), at(3)), "y", None, T0)
     assert ledger.release_partition_change(fleet, change.booking_id, at(1.5)) == 8
-    ledger.book(fleet, [family[3]["id"]], Window(at(1.5), at(3)), "z", None, T0)
+    ledger.book(fleet, [family[3].id], Window(at(1.5), at(3)), "z", None, T0)
 
 
 def test_partition_change_conflicts_while_a_child_is_booked(fleet: Store) -> None:
     family = mig_atoms(fleet)
-    ledger.book(fleet, [family[2]["id"]], Window(at(0), at(3)), "child", None, T0)
-    result = ledger.book_partition_change(fleet, family[0]["gpu_id"], Window(at(1), at(2)), T0)
+    ledger.book(fleet, [family[2].id], Window(at(0), at(3)), "child", None, T0)
+    result = ledger.book_partition_change(fleet, family[0].gpu_id, Window(at(1), at(2)), T0)
     assert isinstance(result, ledger.PartitionConflict)
     assert result.status == "conflict"
     assert result.free_from == at(3)
@@ -141,7 +142,7 @@ def test_partition_change_on_unknown_gpu_is_not_found(fleet: Store) -> None:
 
 
 def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -> None:
-    gpu_id = mig_atoms(fleet)[0]["gpu_id"]
+    gpu_id = mig_atoms(fleet)[0].gpu_id
     change = ledger.book_partition_change(fleet, gpu_id, Window(at(1), at(2)), T0)
     assert isinstance(change, ledger.PartitionChange)
     with fleet.read() as tx:
@@ -153,27 +154,25 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
 def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Store) -> None:
     from better_compute.service.ports import NotBookable
 
-    good = mig_atoms(fleet)[0]["id"]
-    parent = next(r for r in inventory.list_atoms(fleet, cls="gpu"))["id"]
-    row = {
-        "id": "rsv-test",
-        "tenant_id": "acme",
-        "pool_id": "p1",
-        "starts_at": at(0),
-        "ends_at": at(1),
-        "devices": [],
-        "gpu_count": 0,
-        "gpu_slices": 2,
-        "counts": {"gpu.mig": 2},
-        "idempotency_key": None,
-        "fingerprint": "x",
-        "status": "scheduled",
-        "generation": 1,
-    }
+    good = mig_atoms(fleet)[0].id
+    parent = next(r for r in inventory.list_atoms(fleet, cls="gpu").items).id
+    row = Reservation(
+        id="rsv-test",
+        tenant_id="acme",
+        pool_id="p1",
+        status="scheduled",
+        starts_at=at(0),
+        ends_at=at(1),
+        devices=(),
+        gpu_count=0,
+        gpu_slices=2,
+        counts={"gpu.mig": 2},
+        fingerprint="x",
+        created_at=T0,
+    )
     with pytest.raises(NotBookable), fleet.begin() as tx:
         tx.reservations.commit(row, [good, parent], T0)
     with fleet.read() as tx:
-        assert tx.inventory.get("reservations", "rsv-test") is None
-        assert tx.inventory.get("allocations", "rsv-test") is None
+        assert tx.reservations.get("rsv-test") is None
         assert tx.ledger.allocation_bookings("rsv-test") == []
     ledger.book(fleet, [good], Window(at(0), at(1)), "after", None, T0)

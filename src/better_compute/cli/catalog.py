@@ -16,7 +16,13 @@ from better_compute.cli.app import app
 from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
 from better_compute.domain.errors import DomainError
-from better_compute.domain.layouts import Placement, format_layout, parse_layout, partition_types, validate
+from better_compute.domain.layouts import (
+    InstancePlacement,
+    format_layout,
+    parse_layout,
+    partition_types,
+    validate,
+)
 from better_compute.domain.migparted import default_config_name, export_layout, import_mig_parted
 from better_compute.domain.sizing import (
     DEFAULT_OVERHEAD_GIB,
@@ -108,7 +114,7 @@ def gpus(as_json: JsonFlag = False) -> None:
     stdout().print(table)
 
 
-def diagram(placement: Placement, model: GpuModel) -> str:
+def diagram(placement: InstancePlacement, model: GpuModel) -> str:
     """The placement axis drawn to scale: one cell per unit, instances as bracketed spans."""
     units = model.placement_units
     if not placement.instances or units == 0:
@@ -126,7 +132,7 @@ def diagram(placement: Placement, model: GpuModel) -> str:
     return f"{ruler}\n{row}"
 
 
-def _placement_usage(placement: Placement, model: GpuModel) -> str:
+def _placement_usage(placement: InstancePlacement, model: GpuModel) -> str:
     compute = sum(model.profile(i.profile).compute_slices for i in placement.instances)
     memory = sum(model.profile(i.profile).memory_slices for i in placement.instances)
     return (

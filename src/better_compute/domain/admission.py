@@ -1,8 +1,12 @@
-"""Admission of a reservation's device requests against the pool they ask of (SPEC 3 and 4).
+"""Admission of a reservation's device requests against the pool they ask of.
+
+The rules are docs/concepts.md#reservations (admission, step 1) and
+docs/concepts.md#quotas-iam-policies-and-tenancy (single-tenant pools).
 
 A request that can never be served in a pool is refused up front, with a message naming the
 request, rather than left to fail as "no capacity": a `gpu.mig` request in a timeslice pool is a
-mistake, not a shortage. The messages below are quoted by SPEC.md and are part of the interface.
+mistake, not a shortage. The messages below are quoted in docs/concepts.md#reservations and are
+part of the interface.
 """
 
 from __future__ import annotations
@@ -109,7 +113,8 @@ def parse_device_request(raw: object, field: str) -> DeviceRequest:
 
 
 def check_against_pool(mode: SharingMode, requests: Sequence[DeviceRequest]) -> None:
-    """Refuse the first request the pool's sharing mode can never serve (SPEC 3's exact messages).
+    """Refuse the first request the pool's sharing mode can never serve, with the exact messages of
+    docs/concepts.md#reservations.
 
     Only mig pools accept `gpu.mig` (a MIG-mode GPU in another pool is not for reservation), only
     timeslice and mps pools have slots, and a request that names its own sharing must name the
@@ -154,7 +159,8 @@ def gpu_slices(requests: Sequence[DeviceRequest]) -> int:
 
 
 def check_offer(pool_mode: SharingMode, owner_tenant_id: str, tenant_id: str) -> None:
-    """Refuse offering a timeslice or mps pool to anyone but its owner (SPEC 4).
+    """Refuse offering a timeslice or mps pool to anyone but its owner
+    (docs/concepts.md#quotas-iam-policies-and-tenancy).
 
     Time slicing and MPS do not isolate one workload from another the way MIG does: a tenant
     sharing a GPU that way could see or starve another tenant's work. mig and exclusive pools can

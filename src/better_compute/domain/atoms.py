@@ -1,4 +1,4 @@
-"""Node inventory -> atoms, exactly as SPEC 2.1's table says.
+"""Node inventory -> atoms, exactly as the table of docs/concepts.md#atoms says.
 
 An atom is the unit the ledger books. Its id is derived from its physical identity (GPU uuid, kind,
 GI/CI or slot number), so re-ingesting a report yields the same ids and bookings keep pointing at them.
@@ -63,6 +63,8 @@ class Atom:
     numa_node: int | None
     nvlink_domain: str | None
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
+    present: bool = True
+    """False once its node stopped reporting it: kept, unbookable, so bookings keep pointing at it."""
 
     @property
     def is_parent(self) -> bool:

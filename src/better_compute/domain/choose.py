@@ -4,7 +4,7 @@ The service hands in a snapshot: the atoms that are free for the whole window an
 of its atoms are already booked in it. `choose` answers with the atoms per request, or with the
 first request it cannot serve. The ledger commit is still the fence; this is only the decision.
 
-Placement rules (SPEC 3):
+Choice rules (docs/concepts.md#reservations, step 4):
 
 1. **Together.** A request's atoms come from one GPU when they can, else from one NVLink domain,
    else from one NUMA node, else from one node; only a request that no node can hold spreads over

@@ -15,8 +15,8 @@ The tree::
     ├── QuotaExceeded                QUOTA_EXCEEDED         409
     └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409
 
-Each error carries a stable ``code``, a human ``message`` (some are quoted by SPEC.md and are part of
-the interface) and JSON-able ``details``.
+Each error carries a stable ``code``, a human ``message`` (some are quoted in docs/concepts.md and
+docs/api.md#errors and are part of the interface) and JSON-able ``details``.
 """
 
 from __future__ import annotations

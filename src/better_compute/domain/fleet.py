@@ -12,7 +12,7 @@ from typing import Any
 
 from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.pools import SharingMode, check_mode, check_replicas
+from better_compute.domain.pools import PoolSettings, SharingMode, check_mode, check_settings
 from better_compute.domain.quota import parse_quota_limits
 from better_compute.domain.tenancy import check_name, check_ref
 
@@ -42,7 +42,7 @@ class PoolSpec:
     mode: SharingMode
     owner: str
     nodes: tuple[str, ...]
-    policy: Mapping[str, Any] = field(default_factory=dict)
+    settings: PoolSettings = field(default_factory=PoolSettings)
     owner_quota: Mapping[str, int] = field(default_factory=dict)
     meter: str | None = None
 
@@ -73,7 +73,7 @@ class FleetSpec:
             return node.mig_layout
         pool = self.pool_of_node(node.name)
         if pool is not None and pool.mode == "mig":
-            return str(pool.policy.get("migLayout", "all-disabled"))
+            return pool.settings.layout
         return "all-disabled"
 
 
@@ -99,25 +99,6 @@ def _list(raw: Any, where: str) -> Sequence[Any]:
 def default_meter(mode: str, model_id: str | None) -> str:
     family = (model_id or "gpu").split("-")[0].lower()
     return f"gpu.{family}.hours"
-
-
-def check_policy(mode: SharingMode, policy: Mapping[str, Any], where: str) -> dict[str, Any]:
-    """A pool policy: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps pools."""
-    allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
-    unknown = set(policy) - allowed
-    if unknown:
-        raise InvalidInput(
-            f"{where}: policy field {sorted(unknown)[0]!r} does not apply to {mode} pools",
-            {"field": f"{where}.policy"},
-        )
-    out = dict(policy)
-    if mode in ("timeslice", "mps"):
-        out["replicas"] = check_replicas(policy.get("replicas", 1))
-    if mode == "mig":
-        out["migLayout"] = layouts.format_layout(
-            layouts.parse_layout(str(policy.get("migLayout", "all-disabled")))
-        )
-    return out
 
 
 def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
@@ -184,10 +165,10 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
             if n in seen_nodes:
                 raise InvalidInput(f"{where}: node {n!r} already belongs to another pool")
             seen_nodes.add(n)
-        policy = check_policy(mode, p.get("policy") or {}, where)
+        settings = check_settings(mode, p.get("policy") or {}, where)
         if mode == "mig":
             for node_layout, node_model in {
-                (by_name[n].mig_layout or policy["migLayout"], by_name[n].gpu_model) for n in members
+                (by_name[n].mig_layout or settings.layout, by_name[n].gpu_model) for n in members
             }:
                 layouts.validate(node_layout, node_model)
         first_model = by_name[members[0]].gpu_model if members else None
@@ -198,7 +179,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
                 mode=mode,
                 owner=_id(p, "owner", where),
                 nodes=members,
-                policy=policy,
+                settings=settings,
                 owner_quota={
                     str(k): v
                     for k, v in parse_quota_limits(p.get("ownerQuota") or {}, f"{where}.ownerQuota").items()

@@ -1,4 +1,6 @@
-"""IAM policies on reservations: per-reservation limits on whole GPUs and on fractions (SPEC 3).
+"""IAM policies on reservations: per-reservation limits on whole GPUs and on fractions.
+
+The rule as users read it: docs/concepts.md#quotas-iam-policies-and-tenancy.
 
 A policy is attached to a tenant, in every pool or in one, and caps what a single reservation may
 ask for: `gpuCount` counts whole `gpu` atoms, `gpuSlices` counts fractional atoms (`gpu.mig` and
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Literal
 
 from better_compute.domain.errors import Forbidden, InvalidInput
@@ -23,13 +26,21 @@ _POLICY_FIELDS = frozenset({"name", "tenantId", "poolId", "limits"})
 
 @dataclass(frozen=True)
 class Policy:
-    """Limits per reservation for one tenant; `pool_id` None applies in every pool."""
+    """Limits per reservation for one tenant; `pool_id` None applies in every pool. A stored policy
+    has its `id` and creation time; one being parsed has neither yet."""
 
     name: str
     tenant_id: str
     pool_id: str | None = None
     gpu_count: int | None = None
     gpu_slices: int | None = None
+    id: str = ""
+    created_at: datetime | None = None
+
+    def limits(self) -> dict[str, int]:
+        """The limits it sets, as the wire and the store spell them."""
+        pairs = (("gpuCount", self.gpu_count), ("gpuSlices", self.gpu_slices))
+        return {k: v for k, v in pairs if v is not None}
 
     def applies_to(self, pool_id: str, tenant_id: str | None = None) -> bool:
         if tenant_id is not None and self.tenant_id != tenant_id:

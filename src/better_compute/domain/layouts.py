@@ -38,9 +38,9 @@ from better_compute.domain.errors import InvalidInput, LayoutRefused, UnknownPro
 
 __all__ = [
     "REASONS",
+    "InstancePlacement",
     "Layout",
     "PlacedInstance",
-    "Placement",
     "clear_caches",
     "fit_count",
     "format_layout",
@@ -220,8 +220,13 @@ class PlacedInstance:
 
 
 @dataclass(frozen=True)
-class Placement:
-    """A layout that fits, with the instances in the order the node creates them (largest first)."""
+class InstancePlacement:
+    """A layout that fits, with the instances in the order the node creates them (largest first).
+
+    Named after NVML's GPU-instance placement (``nvmlDeviceCreateGpuInstanceWithPlacement``): where
+    each instance starts on the model's placement axis and how much of it it takes. Plain "placement"
+    means placement across clusters (docs/glossary.md), so this one always says "instance".
+    """
 
     model: str
     layout: Layout
@@ -392,7 +397,7 @@ def _resolve(gpu: GpuModel, layout: Layout) -> list[MigProfile]:
     return sorted(instances, key=_creation_key)
 
 
-def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = None) -> Placement:
+def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = None) -> InstancePlacement:
     """The placement of ``layout`` on ``model``, or a refusal naming the profile and the reason.
 
     ``driver`` (e.g. `470.256.02`, `R525`) enables the driver checks; without it a current driver is
@@ -404,7 +409,7 @@ def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = N
     if driver is not None:
         parse_driver_version(driver)
     if parsed.kind == "disabled":
-        return Placement(gpu.id, parsed, ())
+        return InstancePlacement(gpu.id, parsed, ())
     instances = _resolve(gpu, parsed)
     if driver is not None:
         _check_driver(gpu, parsed, instances, driver)
@@ -427,7 +432,7 @@ def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = N
             f"no start position left on the {gpu.placement_units}-unit placement axis",
         )
     placed = tuple(PlacedInstance(p.name, s, p.size) for p, s in zip(instances, starts, strict=True))
-    return Placement(gpu.id, parsed, placed)
+    return InstancePlacement(gpu.id, parsed, placed)
 
 
 def is_valid(layout: Layout | str, model: GpuModel | str, driver: str | None = None) -> bool:

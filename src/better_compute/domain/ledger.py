@@ -1,6 +1,7 @@
 """The booking ledger's rules that need no database: windows, when an atom is next free, the atom rule.
 
-The database enforces exclusivity (SPEC 2.2); this module decides what to tell a user when it refuses.
+The database enforces exclusivity (docs/concepts.md#the-ledger); this module decides what to tell a
+user when it refuses.
 """
 
 from __future__ import annotations

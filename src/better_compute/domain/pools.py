@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from better_compute.domain.errors import InvalidInput
+from better_compute.domain import layouts
+from better_compute.domain.errors import InvalidInput, InvalidState, NotFound
+from better_compute.domain.timewin import Window
+
+if TYPE_CHECKING:
+    from better_compute.domain.atoms import Atom
+    from better_compute.domain.records import Gpu, Node
 
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
 SHARING_MODES: tuple[SharingMode, ...] = get_args(SharingMode)
@@ -22,6 +29,59 @@ class PoolSharing:
     pool_id: str
     mode: SharingMode
     replicas: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    """A pool's sharing settings: `replicas` for timeslice and mps pools, `mig_layout` for mig pools.
+
+    The wire and the fleet file keep the name `policy` for them (`policy.migLayout`); in code,
+    "policy" is the policies resource only.
+    """
+
+    replicas: int | None = None
+    mig_layout: str | None = None
+
+    def as_mapping(self) -> dict[str, Any]:
+        """The settings as the wire, the events and the store spell them (only those that apply)."""
+        out: dict[str, Any] = {}
+        if self.replicas is not None:
+            out["replicas"] = self.replicas
+        if self.mig_layout is not None:
+            out["migLayout"] = self.mig_layout
+        return out
+
+    @property
+    def layout(self) -> str:
+        """The MIG layout asked for (a pool that never named one keeps its GPUs whole)."""
+        return self.mig_layout or "all-disabled"
+
+
+def stored_settings(mode: SharingMode, stored: Mapping[str, Any]) -> PoolSettings:
+    """Settings as written by `check_settings` earlier: trusted, only their defaults filled in."""
+    if mode in ("timeslice", "mps"):
+        return PoolSettings(replicas=int(stored.get("replicas", 1)))
+    if mode == "mig":
+        return PoolSettings(mig_layout=str(stored.get("migLayout", "all-disabled")))
+    return PoolSettings()
+
+
+def check_settings(mode: SharingMode, raw: Mapping[str, Any], where: str) -> PoolSettings:
+    """A pool's settings as sent: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps
+    pools; a field that does not apply to the mode is refused."""
+    allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
+    unknown = set(raw) - allowed
+    if unknown:
+        raise InvalidInput(
+            f"{where}: policy field {sorted(unknown)[0]!r} does not apply to {mode} pools",
+            {"field": f"{where}.policy"},
+        )
+    if mode in ("timeslice", "mps"):
+        return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)))
+    if mode == "mig":
+        layout = layouts.format_layout(layouts.parse_layout(str(raw.get("migLayout", "all-disabled"))))
+        return PoolSettings(mig_layout=layout)
+    return PoolSettings()
 
 
 def check_mode(mode: str) -> SharingMode:
@@ -48,3 +108,93 @@ def check_replicas(replicas: object) -> int:
 def mps_units(replicas: int) -> int:
     """Each MPS slot's share of the GPU's 100 MPS units."""
     return 100 // check_replicas(replicas)
+
+
+def atoms_leaving(before: Iterable[Atom], after: Mapping[str, Atom]) -> list[str]:
+    """The atoms a change takes away from their pool: present before, and now gone or elsewhere."""
+    return sorted(
+        a.id
+        for a in before
+        if a.id not in after or not after[a.id].present or after[a.id].pool_id != a.pool_id
+    )
+
+
+def check_none_held(leaving: Sequence[str], held: Sequence[Window]) -> None:
+    """No atom under a live booking may vanish or leave its pool: its holder would lose its device,
+    or be billed to a pool it no longer runs in. `held` are the live bookings of `leaving`."""
+    if not held:
+        return
+    ends = [s.end for s in held]
+    free = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+    raise InvalidState(
+        f"{len(held)} live booking(s) hold atoms this change would remove from the pool"
+        + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
+        {"atomIds": list(leaving[:20]), "freeFrom": free.isoformat() if free else None},
+    )
+
+
+def check_mode_kept(pool_id: str, mode: SharingMode, asked: str | None) -> None:
+    """A pool's sharing mode decides what its GPUs become, so it is fixed at creation."""
+    if asked is not None and asked != mode:
+        raise InvalidInput(
+            f"a pool's sharing mode is fixed at creation: pool {pool_id} is {mode}; "
+            f"create another pool for {asked}",
+            {"field": "mode", "mode": mode},
+        )
+
+
+def check_members(
+    node_ids: Sequence[str],
+    known: Mapping[str, Node],
+    cluster_id: str,
+    pool_of_node: Mapping[str, str],
+    pool_id: str | None,
+) -> None:
+    """A pool's nodes exist (`known`), sit in the pool's cluster, are listed once, and belong to no
+    other pool (`pool_of_node`: the pool each node is in now)."""
+    seen: set[str] = set()
+    for node in node_ids:
+        if node in seen:
+            raise InvalidInput(f"nodes: {node} is listed twice", {"field": "nodes", "node": node})
+        seen.add(node)
+    for node in node_ids:
+        if node not in known:
+            raise NotFound(f"node {node} not found", {"node": node})
+        if known[node].cluster_id != cluster_id:
+            raise InvalidInput(
+                f"node {node} is in cluster {known[node].cluster_id}, not in the pool's cluster {cluster_id}",
+                {"field": "nodes", "node": node, "clusterId": known[node].cluster_id},
+            )
+    for node, other in sorted(pool_of_node.items()):
+        if other != pool_id:
+            raise InvalidState(
+                f"node {node} already belongs to pool {other}; a node is in at most one pool",
+                {"node": node, "poolId": other},
+            )
+
+
+def check_layout_fits(gpus: Iterable[Gpu], layout: str) -> None:
+    """The layout must place on every GPU model of these GPUs (checked once per model, named by the
+    first node that has it); a GPU the catalog does not know can only stay whole."""
+    checked: set[str] = set()
+    for gpu in sorted(gpus, key=lambda g: (g.node_id, g.index)):
+        if not gpu.present:
+            continue
+        if gpu.model is None:
+            if layout != "all-disabled":
+                raise InvalidInput(
+                    f"policy.migLayout: node {gpu.node_id} has a GPU the catalog does not know "
+                    f"({gpu.product}), so {layout} cannot be checked on it",
+                    {"field": "policy.migLayout", "node": gpu.node_id, "product": gpu.product},
+                )
+            continue
+        if gpu.model in checked:
+            continue
+        try:
+            layouts.validate(layout, gpu.model)
+        except InvalidInput as exc:
+            raise type(exc)(
+                f"policy.migLayout on node {gpu.node_id} ({gpu.model}): {exc.message}",
+                {**exc.details, "field": "policy.migLayout", "node": gpu.node_id},
+            ) from exc
+        checked.add(gpu.model)

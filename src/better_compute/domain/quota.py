@@ -1,4 +1,6 @@
-"""Quota: how many atoms of one class a tenant may hold at once in one pool (SPEC 3).
+"""Quota: how many atoms of one class a tenant may hold at once in one pool.
+
+The rule as users read it: docs/concepts.md#quotas-iam-policies-and-tenancy.
 
 Quota is kept per (tenant, pool, atom class) because a MIG instance and a whole GPU are not the
 same amount of hardware: a `gpu.mig` row limits MIG instances, a `gpu.slot` row limits slots, and

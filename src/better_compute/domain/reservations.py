@@ -1,4 +1,6 @@
-"""Reservations: idempotent creation, their status over time, cancel and release (SPEC 3).
+"""Reservations: idempotent creation, their status over time, cancel and release.
+
+The rules as users read them: docs/concepts.md#reservations.
 
 The stored status records only what a user did (`scheduled`, `cancelled`, `released`); whether a
 scheduled reservation is `active` or `ended` follows from its window and the clock, so it is

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Collection, Mapping, Sequence
-from typing import TypeVar
+from collections.abc import Collection, Sequence
+from typing import Protocol, TypeVar
 
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import Forbidden, InvalidInput, NotFound
@@ -157,7 +157,12 @@ def tenant_scope(principal: Principal, requested: str | None) -> str | None:
     return principal.tenant_id
 
 
-QuotaRow = TypeVar("QuotaRow", bound=Mapping[str, object])
+class _HasClass(Protocol):
+    @property
+    def cls(self) -> str: ...
+
+
+QuotaRow = TypeVar("QuotaRow", bound=_HasClass)
 
 
 def granted_rows_shown(
@@ -166,4 +171,4 @@ def granted_rows_shown(
     """What an answer to a quota grant shows: the admin every row the tenant has in the pool, a
     pool's owner only the classes it just wrote. Other rows (the admin's) exist only for tenants that
     exist, so showing them to an owner would tell it which tenant ids are real."""
-    return list(rows) if principal.is_admin else [r for r in rows if r["class"] in written]
+    return list(rows) if principal.is_admin else [r for r in rows if r.cls in written]

@@ -146,8 +146,8 @@ def bootstrap(
         except DomainError as exc:
             typer.echo(f"error: {exc.message}", err=True)
             raise typer.Exit(1) from None
-    typer.echo(f"created fleet-admin credential {issued['id']}; this token is shown only once:")
-    typer.echo(issued["token"])
+    typer.echo(f"created fleet-admin credential {issued.credential.id}; this token is shown only once:")
+    typer.echo(issued.token)
 
 
 __all__ = ["admin_app", "bootstrap", "serve"]

@@ -58,22 +58,6 @@ def _parse_time(value: Any) -> datetime | None:
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
-def atom_from_row(row: Row) -> Atom:
-    return Atom(
-        id=row["id"],
-        gpu_id=row["gpu_id"],
-        node=row["node_id"],
-        cls=row["class"],
-        key=row["key"],
-        bookable=row["bookable"],
-        partition_pending=row["partition_pending"],
-        pool_id=row["pool_id"],
-        numa_node=row["numa_node"],
-        nvlink_domain=row["nvlink_domain"],
-        attributes=row["attributes"],
-    )
-
-
 MATCHING_CACHE = 256
 """Request shapes (class and selector) whose matching atoms a pool keeps, least recently used first
 out: a handful of shapes serve nearly every request, and a stream of distinct selectors (refused
@@ -144,7 +128,7 @@ class BookingIndex:
                 return
             while True:
                 read = self._tail.cursor()
-                events, newest, snapshot = tx.reservations.events_after(read)
+                events, newest, snapshot = tx.events.after(read)
                 if self._tail.complete(read, newest) and self._tail.is_stale(snapshot):
                     return
                 for event in self._tail.take(events, read, newest, snapshot):
@@ -185,16 +169,15 @@ class BookingIndex:
     def _load(self, tx: Tx) -> None:
         # The log's position first, then the bookings: a booking committed in between is in the load
         # and its event is applied again later, which changes nothing.
-        last, snapshot = tx.reservations.tail_start()
+        last, snapshot = tx.events.tail_start()
         self._by_allocation.clear()
         self._by_atom.clear()
         self._by_hour.clear()
         self._by_day.clear()
         self._long.clear()
         self._forget_pools()
-        for row in tx.reservations.live_bookings(_EPOCH):
-            owner = (row["tenant_id"], row["pool_id"], row["class"])
-            self._add(row["allocation_id"], [row["atom_id"]], row["starts_at"], row["ends_at"], owner)
+        for b in tx.ledger.live_bookings(_EPOCH):
+            self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
         self._tail.start(last, snapshot)
 
     def _apply(self, event: Row) -> None:
@@ -369,8 +352,7 @@ class BookingIndex:
             generation = self._pools_generation
         if cached is not None:
             return cached
-        rows = tx.inventory.list("atoms", filters={"pool_id": pool_id, "present": True})
-        loaded = PoolAtoms({r["id"]: atom_from_row(r) for r in rows})
+        loaded = PoolAtoms({a.id: a for a in tx.atoms.of_pool(pool_id)})
         with self._lock:
             # Kept only if nothing was dropped meanwhile: an inventory change applied while these
             # rows were read may be newer than them (they are used for this request all the same).

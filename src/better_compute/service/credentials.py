@@ -11,6 +11,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.credentials import (
@@ -25,9 +26,18 @@ from better_compute.domain.credentials import (
     token_revoked,
 )
 from better_compute.domain.errors import Conflict, NotFound, Unauthenticated
+from better_compute.domain.records import Credential
 from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
 from better_compute.service.paging import Listing, page
-from better_compute.service.ports import Row, StorePort, Tx
+from better_compute.service.ports import StorePort, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Issued:
+    """A credential just issued, with its token: the only time the token is ever shown."""
+
+    credential: Credential
+    token: str
 
 
 def new_token() -> str:
@@ -35,23 +45,22 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str) -> Row:
+def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str) -> Issued:
     token = new_token()
-    row: Row = {
-        "id": credential_id,
-        "tenant_id": tenant_id,
-        "name": "" if name is None else check_name(name, "name"),
-        "token_hash": hash_token(token),
-        "is_admin": tenant_id is None,
-        "created_at": now,
-        "revoked_at": None,
-    }
-    if tx.inventory.insert_new("credentials", [row]) != 1:
+    credential = Credential(
+        id=credential_id,
+        tenant_id=tenant_id,
+        name="" if name is None else check_name(name, "name"),
+        token_hash=hash_token(token),
+        is_admin=tenant_id is None,
+        created_at=now,
+    )
+    if not tx.credentials.add(credential):
         raise Conflict("a credential with that id already exists; try again")
     tx.events.append(
-        "credential.created", row["id"], {"tenantId": tenant_id, "isAdmin": row["is_admin"]}, now
+        "credential.created", credential.id, {"tenantId": tenant_id, "isAdmin": credential.is_admin}, now
     )
-    return {**row, "token": token}
+    return Issued(credential, token)
 
 
 def create(
@@ -62,17 +71,17 @@ def create(
     now: datetime,
     *,
     new_id: Callable[[], str],
-) -> Row:
+) -> Issued:
     """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only), named
     by `new_id()` (`Ids.credential`).
 
-    The returned row carries `token`, the only time it is ever shown.
+    The answer carries `token`, the only time it is ever shown.
     """
     require_admin(principal, "credentials.create")
     if tenant_id is not None:
         check_ref(tenant_id, "tenantId")
     with store.begin() as tx:
-        if tenant_id is not None and tx.inventory.get("tenants", tenant_id) is None:
+        if tenant_id is not None and tx.tenants.get(tenant_id) is None:
             raise tenant_not_found(tenant_id)
         return _issue(tx, tenant_id, name, now, new_id())
 
@@ -80,7 +89,7 @@ def create(
 def live_admins(store: StorePort) -> int:
     """How many fleet-admin credentials are not revoked."""
     with store.read() as tx:
-        return len(tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None}))
+        return len(tx.credentials.live_admins())
 
 
 def bootstrap_admin(
@@ -90,14 +99,14 @@ def bootstrap_admin(
     new_id: Callable[[], str],
     force: bool = False,
     name: str = "bootstrap",
-) -> Row:
+) -> Issued:
     """The first fleet-admin credential, made without a token (there is none yet).
 
     A second bootstrap is refused while a live admin credential exists, so a stray rerun cannot mint
     an extra all-powerful token unnoticed; `force` asks for one anyway.
     """
     with store.begin() as tx:
-        admins = tx.inventory.list("credentials", filters={"is_admin": True, "revoked_at": None})
+        admins = tx.credentials.live_admins()
         if admins and not force:
             raise Conflict(
                 f"{len(admins)} fleet-admin credential(s) already exist; "
@@ -110,14 +119,15 @@ def bootstrap_admin(
 def authenticate(store: StorePort, token: str) -> Principal:
     """The principal a well-formed token stands for; unknown or revoked tokens are UNAUTHENTICATED."""
     with store.read() as tx:
-        row = tx.inventory.credential_by_hash(hash_token(token))
-    if row is None:
+        owner = tx.credentials.owner_of(hash_token(token))
+    if owner is None:
         raise Unauthenticated("unknown token", {"reason": "unknown"})
-    if row["revoked_at"] is not None:
+    if not owner.live:
         raise token_revoked()
-    is_admin = bool(row["is_admin"])
     return Principal(
-        tenant_id=None if is_admin else row["tenant_id"], is_admin=is_admin, credential_id=row["id"]
+        tenant_id=None if owner.is_admin else owner.tenant_id,
+        is_admin=owner.is_admin,
+        credential_id=owner.credential_id,
     )
 
 
@@ -127,8 +137,8 @@ def confirm_live(tx: Tx, caller: Caller) -> Principal:
     credential_id = credential_to_confirm(caller)
     if credential_id is None:
         return confirmed(caller, None)
-    row = tx.inventory.get("credentials", credential_id)
-    return confirmed(caller, row is not None and row["revoked_at"] is None)
+    found = tx.credentials.get(credential_id)
+    return confirmed(caller, found is not None and found.live)
 
 
 class TokenMemory:
@@ -197,31 +207,23 @@ def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Cal
         raise
 
 
-def revoke(store: StorePort, principal: Principal, credential_id: str, now: datetime) -> Row:
+def revoke(store: StorePort, principal: Principal, credential_id: str, now: datetime) -> Credential:
     """Revoke a credential (admin only); its token stops working at once. Revoking twice is harmless."""
     require_admin(principal, "credentials.revoke")
     with store.begin() as tx:
-        row = tx.inventory.get("credentials", credential_id)
-        if row is None:
+        found = tx.credentials.get(credential_id)
+        if found is None:
             raise NotFound(f"credential {credential_id} not found", {"credentialId": credential_id})
-        if row["revoked_at"] is None and tx.inventory.compare_and_set(
-            "credentials", credential_id, {"revoked_at": None}, {"revoked_at": now}
-        ):
-            tx.events.append("credential.revoked", credential_id, {"tenantId": row["tenant_id"]}, now)
-            row["revoked_at"] = now
-        return public(row)
+        if found.live and tx.credentials.revoke(credential_id, now):
+            tx.events.append("credential.revoked", credential_id, {"tenantId": found.tenant_id}, now)
+            found = replace(found, revoked_at=now)
+        return found
 
 
 def list_credentials(
     store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
-) -> Listing:
-    """Credentials without their hashes; a tenant sees only its own."""
+) -> Listing[Credential]:
+    """Credentials (the API never shows their hashes); a tenant sees only its own."""
     with store.read() as tx:
-        filters = None if principal.is_admin else {"tenant_id": principal.tenant_id}
-        rows = [public(r) for r in tx.inventory.list("credentials", filters=filters)]
-    return page(rows, lambda r: str(r["id"]), limit, after)
-
-
-def public(row: Row) -> Row:
-    """A credential row as it may be shown: never its hash."""
-    return {k: v for k, v in row.items() if k != "token_hash"}
+        found = tx.credentials.of_tenant(None if principal.is_admin else principal.tenant_id)
+    return page(found, lambda c: c.id, limit, after)

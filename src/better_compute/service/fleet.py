@@ -1,59 +1,76 @@
-"""Registering a fleet described by a fleet file: tenants, clusters, nodes and pools, idempotently."""
+"""Registering a fleet described by a fleet file: tenants, clusters, nodes and pools, idempotently.
+
+Pools go through the same path as the pools methods (`pools.create_in`, `pools.update_in`): the
+checks, the generation's compare-and-swap and the events are the same whether a pool comes from a
+file or from the API. So a reloaded file cannot do what `pools.update` refuses (turn a mig pool
+`exclusive` with its generation unchanged); it gets the same error.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.fleet import FleetSpec
-from better_compute.service import quotas
-from better_compute.service.ports import StorePort
+from better_compute.domain.errors import Conflict, InvalidInput
+from better_compute.domain.fleet import FleetSpec, PoolSpec
+from better_compute.domain.records import Cluster, Node, Tenant
+from better_compute.service import pools, quotas
+from better_compute.service.ports import StorePort, Tx
 
 
 def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
     """Create or update everything the file names; existing rows keep their creation time."""
     with store.begin() as tx:
-        inv = tx.inventory
-        inv.upsert("tenants", [{"id": t.id, "name": t.name, "created_at": now} for t in spec.tenants], ["id"])
-        existing_clusters = {c["id"] for c in inv.list("clusters")}
-        inv.upsert(
-            "clusters",
-            [
-                {"id": c.name, "region": c.region, "residency": list(c.residency), "created_at": now}
-                for c in spec.clusters
-                if c.name not in existing_clusters
-            ],
-            ["id"],
+        tx.tenants.put([Tenant(t.id, t.name, now) for t in spec.tenants])
+        tx.clusters.add_missing(
+            [Cluster(c.name, c.region, tuple(c.residency), "active", now) for c in spec.clusters]
         )
-        known_nodes = inv.nodes_by_id([n.name for n in spec.nodes])
-        inv.upsert(
-            "nodes",
-            [
-                {"id": n.name, "cluster_id": n.cluster, "created_at": now}
-                for n in spec.nodes
-                if n.name not in known_nodes
-            ],
-            ["id"],
-        )
+        tx.nodes.add_missing([Node(n.name, n.cluster, now) for n in spec.nodes])
         for pool in spec.pools:
-            current = inv.get("pools", pool.name)
-            row = {
-                "id": pool.name,
-                "name": pool.name,
-                "cluster_id": pool.cluster,
-                "owner_tenant_id": pool.owner,
-                "mode": pool.mode,
-                "policy": dict(pool.policy),
-                "meter": pool.meter,
-                "created_at": current["created_at"] if current else now,
-            }
-            if current is None or any(current[k] != v for k, v in row.items()):
-                inv.upsert("pools", [row], ["id"])
-            inv.set_pool_nodes(pool.name, list(pool.nodes))
-            if pool.owner_quota:
-                quotas.write_rows(tx, pool.owner, pool.name, pool.owner_quota, now)
+            _register_pool(tx, pool, now)
         tx.events.append(
             "fleet.registered",
             "fleet",
             {"clusters": len(spec.clusters), "nodes": len(spec.nodes), "pools": len(spec.pools)},
             now,
         )
+
+
+def _register_pool(tx: Tx, spec: PoolSpec, now: datetime) -> None:
+    current = tx.pools.get(spec.name)
+    if current is None:
+        pools.create_in(
+            tx,
+            pool_id=spec.name,
+            cluster_id=spec.cluster,
+            mode=spec.mode,
+            owner_tenant_id=spec.owner,
+            nodes=list(spec.nodes),
+            settings=spec.settings,
+            owner_limits={},
+            meter=spec.meter,
+            now=now,
+        )
+    else:
+        for field, stored, asked in (
+            ("cluster", current.cluster_id, spec.cluster),
+            ("owner", current.owner_tenant_id, spec.owner),
+            ("meter", current.meter, spec.meter if spec.meter is not None else current.meter),
+        ):
+            if stored != asked:
+                raise InvalidInput(
+                    f"pool {spec.name}: its {field} is fixed at creation ({stored}, not {asked}); "
+                    "create another pool instead",
+                    {"field": f"pools.{spec.name}.{field}", "poolId": spec.name},
+                )
+        members = tx.pools.members([spec.name])[spec.name]
+        if current.mode != spec.mode or current.settings != spec.settings or members != sorted(spec.nodes):
+            try:
+                pools.update_in(
+                    tx, spec.name, spec.settings.as_mapping(), list(spec.nodes), None, spec.mode, now
+                )
+            except pools.Raced:
+                raise Conflict(
+                    f"pool {spec.name} changed while the fleet file was loaded; load it again"
+                ) from None
+    if spec.owner_quota:
+        quotas.write_rows(tx, spec.owner, spec.name, spec.owner_quota, now)

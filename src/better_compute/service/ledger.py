@@ -100,7 +100,7 @@ def book_partition_change(
     """The atom rule: book every atom of the GPU, parent included, or say when the family is free."""
     allocation_id = partition_allocation_id(gpu_id, during.start)
     with store.read() as tx:
-        if tx.inventory.gpu(gpu_id) is None:
+        if tx.gpus.get(gpu_id) is None:
             raise NotFound(f"GPU {gpu_id} not found", {"gpuId": gpu_id})
         family = tx.ledger.family_atom_ids(gpu_id)
     try:

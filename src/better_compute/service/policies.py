@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import Conflict
-from better_compute.domain.iam import parse_policy
+from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.tenancy import (
     check_name,
     check_ref,
     pool_not_found,
     tenant_not_found,
+    tenant_scope,
 )
-from better_compute.service.paging import Listing, tenant_pool_page
-from better_compute.service.ports import Row, StorePort
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import StorePort
 
 
 def create(
@@ -28,7 +30,7 @@ def create(
     limits: Mapping[str, int | None],
     now: datetime,
     new_id: Callable[[], str],
-) -> Row:
+) -> Policy:
     """Create a policy (admin only), named by `new_id()` (`Ids.policy`); a tenant's policy names are
     unique, a reused one is CONFLICT."""
     require_admin(principal, "policies.create")
@@ -40,32 +42,21 @@ def create(
             "limits": {k: v for k, v in limits.items() if v is not None},
         }
     )
-    row: Row = {
-        "id": new_id(),
-        "name": policy.name,
-        "tenant_id": policy.tenant_id,
-        "pool_id": policy.pool_id,
-        "limits": {
-            k: v
-            for k, v in (("gpuCount", policy.gpu_count), ("gpuSlices", policy.gpu_slices))
-            if v is not None
-        },
-        "created_at": now,
-    }
+    policy = replace(policy, id=new_id(), created_at=now)
     with store.begin() as tx:
-        if tx.inventory.get("tenants", policy.tenant_id) is None:
+        if tx.tenants.get(policy.tenant_id) is None:
             raise tenant_not_found(policy.tenant_id)
-        if policy.pool_id is not None and tx.inventory.get("pools", policy.pool_id) is None:
+        if policy.pool_id is not None and tx.pools.get(policy.pool_id) is None:
             raise pool_not_found(policy.pool_id)
-        if tx.inventory.insert_new("policies", [row]) != 1:
+        if not tx.policies.add(policy):
             raise Conflict(
                 f"tenant {policy.tenant_id} already has a policy named {policy.name}",
                 {"tenantId": policy.tenant_id, "name": policy.name},
             )
         tx.events.append(
-            "policy.created", row["id"], {"tenantId": row["tenant_id"], "name": row["name"]}, now
+            "policy.created", policy.id, {"tenantId": policy.tenant_id, "name": policy.name}, now
         )
-    return row
+    return policy
 
 
 def list_policies(
@@ -76,15 +67,9 @@ def list_policies(
     pool_id: str | None = None,
     limit: int | None = None,
     after: str | None = None,
-) -> Listing:
+) -> Listing[Policy]:
     """Policies by tenant and pool; a tenant token sees only the policies that apply to it."""
-    return tenant_pool_page(
-        store,
-        principal,
-        "policies",
-        lambda r: str(r["id"]),
-        tenant_id=tenant_id,
-        pool_id=pool_id,
-        limit=limit,
-        after=after,
-    )
+    scope = tenant_scope(principal, tenant_id)
+    with store.read() as tx:
+        found = tx.policies.find(scope, pool_id)
+    return page(found, lambda p: p.id, limit, after)

@@ -1,9 +1,9 @@
 """Pools: creating them, changing their policy or nodes, and offering them to other tenants.
 
-A pool's sharing mode decides what its GPUs become (SPEC 2.1), so it is fixed at creation; its policy
-(`replicas`, `migLayout`) and its nodes may change. Every change bumps the pool's `generation`, and a
-change that decided on a stale snapshot is caught by compare-and-swap: retried when the race was the
-server's own, CONFLICT when the client named the generation it had read.
+A pool's sharing mode decides what its GPUs become (docs/concepts.md#atoms), so it is fixed at
+creation; its policy (`replicas`, `migLayout`) and its nodes may change. Every change bumps the
+pool's `generation`, and a change that decided on a stale snapshot is caught by compare-and-swap:
+retried when the race was the server's own, CONFLICT when the client named the generation it had read.
 
 Visibility: the admin sees every pool; a tenant sees the pools it owns and those it has quota rows in.
 Any other pool is NOT_FOUND to it, exactly like a pool that does not exist.
@@ -12,14 +12,22 @@ Any other pool is NOT_FOUND to it, exactly like a pool that does not exist.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from better_compute.domain import layouts
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import Conflict, InvalidInput, InvalidState, NotFound
-from better_compute.domain.fleet import check_policy, default_meter
-from better_compute.domain.pools import check_mode
+from better_compute.domain.errors import Conflict, InvalidInput, NotFound
+from better_compute.domain.fleet import default_meter
+from better_compute.domain.pools import (
+    PoolSettings,
+    check_layout_fits,
+    check_members,
+    check_mode,
+    check_mode_kept,
+    check_settings,
+)
+from better_compute.domain.records import Pool, Quota
 from better_compute.domain.tenancy import (
     check_name,
     check_ref,
@@ -30,27 +38,39 @@ from better_compute.domain.tenancy import (
 )
 from better_compute.service import quotas
 from better_compute.service.paging import Listing, page
-from better_compute.service.ports import Row, StorePort, Tx
+from better_compute.service.ports import StorePort, Tx
 from better_compute.service.rederive import rederive_nodes
 
 UPDATE_ATTEMPTS = 3
 """How often an update that lost a race the client did not ask about is retried on a fresh snapshot."""
 
 
-class _Raced(Exception):
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """A pool with its nodes, as the pools methods answer."""
+
+    pool: Pool
+    nodes: tuple[str, ...]
+
+    @property
+    def id(self) -> str:
+        return self.pool.id
+
+
+class Raced(Exception):
     """Another writer bumped the pool's generation between our read and our write."""
 
 
 def _members(tx: Tx, pool_id: str) -> list[str]:
-    return sorted(m["node_id"] for m in tx.inventory.list("pool_nodes", filters={"pool_id": pool_id}))
+    return tx.pools.members([pool_id])[pool_id]
 
 
-def _visible(tx: Tx, principal: Principal) -> list[Row]:
-    pools = tx.inventory.list("pools")
+def _visible(tx: Tx, principal: Principal) -> list[Pool]:
+    found = tx.pools.all()
     if not principal.is_admin:
         mine = quotas.quota_pool_ids(tx, principal.tenant_id)
-        pools = [p for p in pools if sees_pool(principal, p["owner_tenant_id"], mine, p["id"])]
-    return pools
+        found = [p for p in found if sees_pool(principal, p.owner_tenant_id, mine, p.id)]
+    return found
 
 
 def visible_pool_ids(store: StorePort, principal: Principal) -> set[str] | None:
@@ -58,22 +78,21 @@ def visible_pool_ids(store: StorePort, principal: Principal) -> set[str] | None:
     if principal.is_admin:
         return None
     with store.read() as tx:
-        return {p["id"] for p in _visible(tx, principal)}
+        return {p.id for p in _visible(tx, principal)}
 
 
-def _get_visible(tx: Tx, principal: Principal, pool_id: str) -> Row:
-    pool = tx.inventory.get("pools", pool_id)
+def _get_visible(tx: Tx, principal: Principal, pool_id: str) -> PoolView:
+    pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
     if not principal.is_admin and not sees_pool(
-        principal, pool["owner_tenant_id"], quotas.quota_pool_ids(tx, principal.tenant_id), pool_id
+        principal, pool.owner_tenant_id, quotas.quota_pool_ids(tx, principal.tenant_id), pool_id
     ):
         raise pool_not_found(pool_id)
-    pool["nodes"] = _members(tx, pool_id)
-    return pool
+    return PoolView(pool, tuple(_members(tx, pool_id)))
 
 
-def get_pool(store: StorePort, principal: Principal, pool_id: str) -> Row:
+def get_pool(store: StorePort, principal: Principal, pool_id: str) -> PoolView:
     """One pool with its nodes, if the caller may see it."""
     with store.read() as tx:
         return _get_visible(tx, principal, pool_id)
@@ -88,83 +107,35 @@ def list_pools(
     mode: str | None = None,
     limit: int | None = None,
     after: str | None = None,
-) -> Listing:
+) -> Listing[PoolView]:
     """The pools the caller may see, filtered, each with its nodes."""
-    wanted = {"cluster_id": cluster_id, "owner_tenant_id": owner_tenant_id, "mode": mode}
     with store.read() as tx:
-        found = [p for p in _visible(tx, principal) if all(v is None or p[k] == v for k, v in wanted.items())]
-        members = tx.inventory.list("pool_nodes") if found else []
-    by_pool: dict[str, list[str]] = {}
-    for m in members:
-        by_pool.setdefault(m["pool_id"], []).append(m["node_id"])
-    for pool in found:
-        pool["nodes"] = sorted(by_pool.get(pool["id"], []))
-    return page(found, lambda r: str(r["id"]), limit, after)
+        found = [
+            p
+            for p in _visible(tx, principal)
+            if (cluster_id is None or p.cluster_id == cluster_id)
+            and (owner_tenant_id is None or p.owner_tenant_id == owner_tenant_id)
+            and (mode is None or p.mode == mode)
+        ]
+        members = tx.pools.members() if found else {}
+    views = [PoolView(p, tuple(members.get(p.id, ()))) for p in found]
+    return page(views, lambda v: v.id, limit, after)
 
 
 def _check_nodes(tx: Tx, cluster_id: str, node_ids: Sequence[str], pool_id: str | None) -> None:
-    """Nodes must exist, sit in the pool's cluster and belong to no other pool."""
     for node in node_ids:
         check_ref(node, "nodes")
-    seen: set[str] = set()
-    for node in node_ids:
-        if node in seen:
-            raise InvalidInput(f"nodes: {node} is listed twice", {"field": "nodes", "node": node})
-        seen.add(node)
-    known = tx.inventory.nodes_by_id(node_ids)
-    for node in node_ids:
-        if node not in known:
-            raise NotFound(f"node {node} not found", {"node": node})
-        if known[node]["cluster_id"] != cluster_id:
-            raise InvalidInput(
-                f"node {node} is in cluster {known[node]['cluster_id']}, not in the pool's cluster "
-                f"{cluster_id}",
-                {"field": "nodes", "node": node, "clusterId": known[node]["cluster_id"]},
-            )
-    for node, other in sorted(tx.inventory.pools_of_nodes(node_ids).items()):
-        if other["id"] != pool_id:
-            raise InvalidState(
-                f"node {node} already belongs to pool {other['id']}; a node is in at most one pool",
-                {"node": node, "poolId": other["id"]},
-            )
-
-
-def _check_layout(tx: Tx, node_ids: Sequence[str], layout: str) -> None:
-    """The layout must place on every GPU model of these nodes (checked per model, named per node)."""
-    checked: set[str] = set()
-    for gpu in sorted(tx.inventory.gpus_of_nodes(node_ids), key=lambda g: (g["node_id"], g["gpu_index"])):
-        if not gpu["present"]:
-            continue
-        model = gpu["model"]
-        if model is None:
-            if layout != "all-disabled":
-                raise InvalidInput(
-                    f"policy.migLayout: node {gpu['node_id']} has a GPU the catalog does not know "
-                    f"({gpu['product']}), so {layout} cannot be checked on it",
-                    {"field": "policy.migLayout", "node": gpu["node_id"], "product": gpu["product"]},
-                )
-            continue
-        if model in checked:
-            continue
-        try:
-            layouts.validate(layout, model)
-        except InvalidInput as exc:
-            raise type(exc)(
-                f"policy.migLayout on node {gpu['node_id']} ({model}): {exc.message}",
-                {**exc.details, "field": "policy.migLayout", "node": gpu["node_id"]},
-            ) from exc
-        checked.add(model)
+    pool_of_node = {n: p.id for n, p in tx.pools.of_nodes(node_ids).items()}
+    check_members(node_ids, tx.nodes.by_ids(node_ids), cluster_id, pool_of_node, pool_id)
 
 
 def _set_members(tx: Tx, pool_id: str, node_ids: Sequence[str]) -> None:
-    tx.inventory.set_pool_nodes(pool_id, [])
-    added = tx.inventory.insert_new("pool_nodes", [{"pool_id": pool_id, "node_id": n} for n in node_ids])
-    if added != len(node_ids):
+    if not tx.pools.set_members(pool_id, node_ids):
         raise Conflict("another pool took one of these nodes meanwhile; read the pools again and retry")
 
 
 def _first_model(tx: Tx, node_ids: Sequence[str]) -> str | None:
-    models = sorted(g["model"] for g in tx.inventory.gpus_of_nodes(node_ids) if g["model"])
+    models = sorted(g.model for g in tx.gpus.of_nodes(node_ids) if g.model)
     return models[0] if models else None
 
 
@@ -181,7 +152,7 @@ def create(
     owner_quota: Mapping[str, int] | None = None,
     meter: str | None = None,
     now: datetime,
-) -> Row:
+) -> PoolView:
     """Create a pool over nodes of one cluster (admin only); its id is its name.
 
     `ownerQuota` writes the owner's rows (without it the owner has whole GPUs only). The nodes' atoms
@@ -190,47 +161,80 @@ def create(
     require_admin(principal, "pools.create")
     pool_id = check_slug(name, "name")
     sharing = check_mode(mode)
-    checked_policy = check_policy(sharing, policy or {}, "pools.create")
+    settings = check_settings(sharing, policy or {}, "pools.create")
     owner_limits = quotas.check_limits(owner_quota, "ownerQuota") if owner_quota is not None else {}
     check_ref(cluster_id, "clusterId")
     check_ref(owner_tenant_id, "ownerTenantId")
-    members = list(nodes)
     with store.begin() as tx:
-        if tx.inventory.get("pools", pool_id) is not None:
-            raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
-        if tx.inventory.get("tenants", owner_tenant_id) is None:
-            raise tenant_not_found(owner_tenant_id)
-        if tx.inventory.get("clusters", cluster_id) is None:
-            raise NotFound(f"cluster {cluster_id} not found", {"clusterId": cluster_id})
-        _check_nodes(tx, cluster_id, members, None)
-        if sharing == "mig":
-            _check_layout(tx, members, checked_policy["migLayout"])
-        row: Row = {
-            "id": pool_id,
-            "name": pool_id,
-            "cluster_id": cluster_id,
-            "owner_tenant_id": owner_tenant_id,
-            "mode": sharing,
-            "policy": checked_policy,
-            "meter": check_name(meter, "meter", 64)
-            if meter is not None
-            else default_meter(sharing, _first_model(tx, members)),
-            "generation": 1,
-            "created_at": now,
-        }
-        if tx.inventory.insert_new("pools", [row]) != 1:
-            raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
-        _set_members(tx, pool_id, members)
-        if owner_limits:
-            quotas.write_rows(tx, owner_tenant_id, pool_id, owner_limits, now)
-        tx.events.append(
-            "pool.created",
-            pool_id,
-            {"mode": sharing, "policy": checked_policy, "nodes": members, "ownerTenantId": owner_tenant_id},
-            now,
+        return create_in(
+            tx,
+            pool_id=pool_id,
+            cluster_id=cluster_id,
+            mode=sharing,
+            owner_tenant_id=owner_tenant_id,
+            nodes=list(nodes),
+            settings=settings,
+            owner_limits=owner_limits,
+            meter=None if meter is None else check_name(meter, "meter", 64),
+            now=now,
         )
-        rederive_nodes(tx, members, now)
-    return {**row, "nodes": sorted(members)}
+
+
+def create_in(
+    tx: Tx,
+    *,
+    pool_id: str,
+    cluster_id: str,
+    mode: str,
+    owner_tenant_id: str,
+    nodes: Sequence[str],
+    settings: PoolSettings,
+    owner_limits: Mapping[str, int],
+    meter: str | None,
+    now: datetime,
+) -> PoolView:
+    """Create a pool inside the caller's transaction: the one path every new pool takes (the
+    `pools.create` method and the fleet loader), with every check and event."""
+    sharing = check_mode(mode)
+    members = list(nodes)
+    if tx.pools.get(pool_id) is not None:
+        raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+    if tx.tenants.get(owner_tenant_id) is None:
+        raise tenant_not_found(owner_tenant_id)
+    if tx.clusters.get(cluster_id) is None:
+        raise NotFound(f"cluster {cluster_id} not found", {"clusterId": cluster_id})
+    _check_nodes(tx, cluster_id, members, None)
+    if sharing == "mig":
+        check_layout_fits(tx.gpus.of_nodes(members), settings.layout)
+    pool = Pool(
+        id=pool_id,
+        name=pool_id,
+        cluster_id=cluster_id,
+        owner_tenant_id=owner_tenant_id,
+        mode=sharing,
+        settings=settings,
+        meter=meter if meter is not None else default_meter(sharing, _first_model(tx, members)),
+        generation=1,
+        created_at=now,
+    )
+    if not tx.pools.add(pool):
+        raise Conflict(f"pool {pool_id} already exists", {"poolId": pool_id})
+    _set_members(tx, pool_id, members)
+    if owner_limits:
+        quotas.write_rows(tx, owner_tenant_id, pool_id, owner_limits, now)
+    tx.events.append(
+        "pool.created",
+        pool_id,
+        {
+            "mode": sharing,
+            "policy": settings.as_mapping(),
+            "nodes": members,
+            "ownerTenantId": owner_tenant_id,
+        },
+        now,
+    )
+    rederive_nodes(tx, members, now)
+    return PoolView(pool, tuple(sorted(members)))
 
 
 def update(
@@ -243,7 +247,7 @@ def update(
     generation: int | None = None,
     mode: str | None = None,
     now: datetime,
-) -> Row:
+) -> PoolView:
     """Change a pool's policy and/or nodes (admin only); every update bumps `generation`.
 
     A new `replicas` re-derives the slots at once (refused while a booking holds a slot that would
@@ -255,8 +259,8 @@ def update(
     for _ in range(UPDATE_ATTEMPTS):
         try:
             with store.begin() as tx:
-                return _update_once(tx, pool_id, policy, nodes, generation, mode, now)
-        except _Raced:
+                return update_in(tx, pool_id, policy, nodes, generation, mode, now)
+        except Raced:
             if generation is not None:
                 raise Conflict(
                     f"pool {pool_id} changed while this update was applied; read it again and retry",
@@ -265,7 +269,7 @@ def update(
     raise Conflict(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
 
 
-def _update_once(
+def update_in(
     tx: Tx,
     pool_id: str,
     policy: Mapping[str, Any] | None,
@@ -273,61 +277,55 @@ def _update_once(
     generation: int | None,
     mode: str | None,
     now: datetime,
-) -> Row:
-    pool = tx.inventory.get("pools", pool_id)
+) -> PoolView:
+    """Change a pool inside the caller's transaction: the one path every pool change takes.
+
+    Raises `Raced` when another writer bumped the generation since it was read here."""
+    pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
-    sharing = check_mode(pool["mode"])
-    if mode is not None and mode != sharing:
-        raise InvalidInput(
-            f"a pool's sharing mode is fixed at creation: pool {pool_id} is {sharing}; "
-            f"create another pool for {mode}",
-            {"field": "mode", "mode": sharing},
-        )
-    current = int(pool["generation"])
+    check_mode_kept(pool_id, pool.mode, mode)
+    current = pool.generation
     if generation is not None and generation != current:
         raise Conflict(
             f"pool {pool_id} is at generation {current}, not {generation}; read it again and retry",
             {"poolId": pool_id, "generation": current, "expected": generation},
         )
-    old_policy: dict[str, Any] = dict(pool["policy"] or {})
-    new_policy = check_policy(sharing, {**old_policy, **(policy or {})}, "pools.update")
+    old = pool.settings
+    new = check_settings(pool.mode, {**old.as_mapping(), **(policy or {})}, "pools.update")
     old_members = _members(tx, pool_id)
     new_members = old_members if nodes is None else list(nodes)
     if nodes is not None:
-        _check_nodes(tx, pool["cluster_id"], new_members, pool_id)
+        _check_nodes(tx, pool.cluster_id, new_members, pool_id)
     added = sorted(set(new_members) - set(old_members))
     removed = sorted(set(old_members) - set(new_members))
-    old_layout = str(old_policy.get("migLayout", "all-disabled"))
-    layout_changed = sharing == "mig" and new_policy["migLayout"] != old_layout
-    if sharing == "mig":
-        _check_layout(tx, new_members if layout_changed else added, new_policy["migLayout"])
-    if not tx.inventory.compare_and_set(
-        "pools", pool_id, {"generation": current}, {"policy": new_policy, "generation": current + 1}
-    ):
-        raise _Raced
+    layout_changed = pool.mode == "mig" and new.layout != old.layout
+    if pool.mode == "mig":
+        check_layout_fits(tx.gpus.of_nodes(new_members if layout_changed else added), new.layout)
+    if not tx.pools.compare_and_set(pool_id, current, new):
+        raise Raced
     touched = set(added) | set(removed)
-    if new_policy.get("replicas") != old_policy.get("replicas"):
+    if new.replicas != old.replicas:
         touched |= set(new_members)
     # Node reports derive these nodes' atoms from their membership: they wait for this change.
-    tx.inventory.lock_nodes(sorted(touched))
+    tx.nodes.lock(sorted(touched))
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
     tx.events.append(
         "pool.updated",
         pool_id,
-        {"generation": current + 1, "policy": new_policy, "added": added, "removed": removed},
+        {"generation": current + 1, "policy": new.as_mapping(), "added": added, "removed": removed},
         now,
     )
     if layout_changed:
         tx.events.append(
             "pool.mig_layout.requested",
             pool_id,
-            {"from": old_layout, "to": new_policy["migLayout"], "nodes": sorted(new_members)},
+            {"from": old.layout, "to": new.layout, "nodes": sorted(new_members)},
             now,
         )
-    return {**pool, "policy": new_policy, "generation": current + 1, "nodes": sorted(new_members)}
+    return PoolView(replace(pool, settings=new, generation=current + 1), tuple(sorted(new_members)))
 
 
 def offer(
@@ -337,11 +335,11 @@ def offer(
     tenant_id: str,
     quota: Mapping[str, int],
     now: datetime,
-) -> list[Row]:
+) -> list[Quota]:
     """Give a tenant quota rows in a pool (admin or the pool's owner); returns all its rows there.
 
-    timeslice and mps pools are single-tenant (SPEC 4): offering one to anyone but its owner is
-    INVALID_STATE. mig and exclusive pools are offered freely.
+    timeslice and mps pools are single-tenant (docs/concepts.md#quotas-iam-policies-and-tenancy):
+    offering one to anyone but its owner is INVALID_STATE. mig and exclusive pools are offered freely.
     """
     check_ref(pool_id, "poolId")
     check_ref(tenant_id, "tenantId")

@@ -1,19 +1,37 @@
-"""What the use cases need from storage, as Protocols. `storage.uow` implements them on SQL."""
+"""What the use cases need from storage: one small Protocol per aggregate, returning frozen records.
+
+`storage/` implements them on SQL (one repository module per aggregate); no use case names a table.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from better_compute.domain.atoms import Atom
+from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Booking
+from better_compute.domain.pools import PoolSettings, SharingMode
+from better_compute.domain.records import (
+    Cluster,
+    Credential,
+    Gpu,
+    Node,
+    Pool,
+    Quota,
+    Reservation,
+    Tenant,
+)
 from better_compute.domain.timewin import Window
 
 if TYPE_CHECKING:
     from better_compute.service.event_tail import Cursor, LogSnapshot
 
 Row = dict[str, Any]
+"""An event as read from the log (until events are typed records too)."""
 
 
 class Overlap(Exception):
@@ -34,6 +52,236 @@ class NotBookable(Exception):
 
 class KeyTaken(Exception):
     """A concurrent request committed a reservation with the same idempotency key first."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenOwner:
+    """Whom a token hash belongs to, as authentication needs it on every request."""
+
+    credential_id: str
+    tenant_id: str | None
+    is_admin: bool
+    live: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBooking:
+    """A live booking as the booking index keeps it."""
+
+    allocation_id: str
+    atom_id: str
+    starts_at: datetime
+    ends_at: datetime | None
+    tenant_id: str | None
+    pool_id: str | None
+    cls: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRead:
+    """What admission reads in one statement (storage.reservations.admission_snapshot)."""
+
+    replay_id: str | None
+    pool_mode: SharingMode | None
+    """None when no pool has the id."""
+    pool_owner: str | None
+    tenant_exists: bool
+    policies: list[Policy]
+    limits: dict[str, int]
+    credential_live: bool | None
+    """Whether the credential asked about is live; None when none was asked about."""
+    events: list[Row]
+    newest_event: int
+    log: LogSnapshot
+
+
+class TenantRepo(Protocol):
+    def get(self, tenant_id: str) -> Tenant | None: ...
+
+    def page(self, limit: int | None, after: str | None) -> list[Tenant]: ...
+
+    def add(self, tenant: Tenant) -> bool:
+        """Insert the tenant; False when its id is taken (nothing written then)."""
+        ...
+
+    def put(self, tenants: Sequence[Tenant]) -> None:
+        """Create these tenants or rename them; an existing tenant keeps its creation time."""
+        ...
+
+
+class CredentialRepo(Protocol):
+    def get(self, credential_id: str) -> Credential | None: ...
+
+    def owner_of(self, token_hash: str) -> TokenOwner | None:
+        """Whom the token with this hash stands for; on every request, so one fixed statement."""
+        ...
+
+    def live_admins(self) -> list[Credential]: ...
+
+    def of_tenant(self, tenant_id: str | None) -> list[Credential]:
+        """A tenant's credentials, or every credential when `tenant_id` is None."""
+        ...
+
+    def add(self, credential: Credential) -> bool: ...
+
+    def revoke(self, credential_id: str, at: datetime) -> bool:
+        """Mark the credential revoked unless it already was; True when this call revoked it."""
+        ...
+
+
+class ClusterRepo(Protocol):
+    def get(self, cluster_id: str) -> Cluster | None: ...
+
+    def page(self, limit: int | None, after: str | None) -> list[Cluster]: ...
+
+    def add_missing(self, clusters: Sequence[Cluster]) -> None:
+        """Insert the clusters not yet known; known ones are left as they are."""
+        ...
+
+
+class NodeRepo(Protocol):
+    def by_ids(self, node_ids: Sequence[str]) -> dict[str, Node]: ...
+
+    def page(self, cluster_id: str | None, limit: int | None, after: str | None) -> list[Node]: ...
+
+    def add_missing(self, nodes: Sequence[Node]) -> None: ...
+
+    def lock(self, node_ids: Sequence[str]) -> None:
+        """Hold the nodes until the transaction ends: whoever derives their atoms (a report, a pool
+        change) reads their pool membership only once no other such writer is under way."""
+        ...
+
+    def mark_observed(self, node_id: str, generation: int, at: datetime) -> None: ...
+
+
+class GpuRepo(Protocol):
+    def get(self, gpu_id: str) -> Gpu | None: ...
+
+    def of_nodes(self, node_ids: Sequence[str]) -> list[Gpu]: ...
+
+    def page(self, node_id: str | None, limit: int | None, after: str | None) -> list[Gpu]: ...
+
+    def put(self, gpus: Sequence[Gpu]) -> None:
+        """Create or replace these GPUs, in the order given."""
+        ...
+
+
+class AtomRepo(Protocol):
+    def of_nodes(self, node_ids: Sequence[str]) -> list[Atom]: ...
+
+    def of_pool(self, pool_id: str) -> list[Atom]:
+        """The pool's present atoms."""
+        ...
+
+    def page(
+        self,
+        *,
+        pool_id: str | None,
+        cls: str | None,
+        bookable: bool | None,
+        limit: int | None,
+        after: str | None,
+    ) -> list[Atom]:
+        """Present atoms in id order, filtered."""
+        ...
+
+    def put(self, atoms: Sequence[Atom]) -> None:
+        """Create or replace these atoms, in the order given."""
+        ...
+
+
+class PoolRepo(Protocol):
+    def get(self, pool_id: str) -> Pool | None: ...
+
+    def all(self) -> list[Pool]: ...
+
+    def of_nodes(self, node_ids: Sequence[str]) -> dict[str, Pool]:
+        """The pool of each node that belongs to one."""
+        ...
+
+    def members(self, pool_ids: Sequence[str] | None = None) -> dict[str, list[str]]:
+        """Each pool's nodes in name order (every pool's when `pool_ids` is None)."""
+        ...
+
+    def add(self, pool: Pool) -> bool:
+        """Insert the pool; False when its id or name is taken."""
+        ...
+
+    def compare_and_set(self, pool_id: str, generation: int, settings: PoolSettings) -> bool:
+        """Write new settings and bump the generation if it is still `generation`; True if it was."""
+        ...
+
+    def set_members(self, pool_id: str, node_ids: Sequence[str]) -> bool:
+        """Make these the pool's nodes; False (and nothing written for the rest) when another pool
+        holds one of them."""
+        ...
+
+
+class QuotaRepo(Protocol):
+    def find(self, tenant_id: str | None, pool_id: str | None) -> list[Quota]:
+        """Quota rows, by tenant and pool when given, in (tenant, pool, class) order."""
+        ...
+
+    def put(self, quotas: Sequence[Quota]) -> None:
+        """Create or replace these rows."""
+        ...
+
+
+class PolicyRepo(Protocol):
+    def find(self, tenant_id: str | None, pool_id: str | None) -> list[Policy]: ...
+
+    def add(self, policy: Policy) -> bool:
+        """Insert the policy; False when the tenant already has one of that name."""
+        ...
+
+
+class ReservationRepo(Protocol):
+    """Reservations: records, the admission read and commit, and the locks they are taken under."""
+
+    def get(self, reservation_id: str) -> Reservation | None: ...
+
+    def by_key(self, tenant_id: str, key: str) -> Reservation | None:
+        """The tenant's reservation made with this idempotency key."""
+        ...
+
+    def page(
+        self, tenant_id: str | None, pool_id: str | None, limit: int | None, after: str | None
+    ) -> list[Reservation]: ...
+
+    def compare_and_set(
+        self, reservation_id: str, generation: int, status: str, ends_at: datetime | None
+    ) -> bool:
+        """Write a new status and end, bumping the generation, if it is still `generation`."""
+        ...
+
+    def lock(self, key: str) -> None:
+        """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
+        ...
+
+    def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
+        """Per allocation, the atoms its live bookings hold, in booking order."""
+        ...
+
+    def snapshot(
+        self,
+        tenant_id: str,
+        pool_id: str,
+        key: str | None,
+        read: Cursor,
+        lock_key: str,
+        credential_id: str | None = None,
+    ) -> AdmissionRead:
+        """What admission reads, at once, after taking the lock `lock_key`: the replayed reservation
+        id, the pool's mode and owner, whether the tenant exists, its policies, its limits per
+        class, whether `credential_id` names a live credential, and a read of the event log from
+        `read` (its events, the log's last id and the read's LogSnapshot)."""
+        ...
+
+    def commit(self, reservation: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
+        """Write the reservation, its allocation, bookings and events, and commit: the last step
+        of a transaction (raises Overlap, NotBookable, or KeyTaken when the idempotency key was
+        taken concurrently; nothing is written then)."""
+        ...
 
 
 class LedgerPort(Protocol):
@@ -62,120 +310,62 @@ class LedgerPort(Protocol):
 
     def family_atom_ids(self, gpu_id: str) -> list[str]: ...
 
-
-class InventoryPort(Protocol):
-    def nodes_by_id(self, node_ids: Sequence[str]) -> dict[str, Row]: ...
-
-    def gpus_of_nodes(self, node_ids: Sequence[str]) -> list[Row]: ...
-
-    def atoms_of_nodes(self, node_ids: Sequence[str]) -> list[Row]: ...
-
-    def lock_nodes(self, node_ids: Sequence[str]) -> None:
-        """Hold the nodes until the transaction ends: whoever derives their atoms (a report, a pool
-        change) reads their pool membership only once no other such writer is under way."""
-        ...
-
-    def pools_of_nodes(self, node_ids: Sequence[str]) -> dict[str, Row]: ...
-
-    def gpu(self, gpu_id: str) -> Row | None: ...
-
-    def upsert(self, table: str, rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> None: ...
-
-    def mark_observed(self, node_id: str, generation: int, at: datetime) -> None: ...
-
-    def set_pool_nodes(self, pool_id: str, node_ids: Sequence[str]) -> None: ...
-
-    def list(
-        self,
-        table: str,
-        *,
-        filters: Mapping[str, Any] | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> list[Row]: ...
-
-    def get(self, table: str, row_id: str) -> Row | None: ...
-
-    def credential_by_hash(self, token_hash: str) -> Row | None:
-        """The credential row (id, tenant_id, is_admin, revoked_at) with this token hash; on every request."""
-        ...
-
-    def insert_new(self, table: str, rows: Sequence[Mapping[str, Any]]) -> int:
-        """Insert rows, skipping any that collide with a primary or unique key; returns how many went in."""
-        ...
-
-    def compare_and_set(
-        self, table: str, row_id: str, expected: Mapping[str, Any], values: Mapping[str, Any]
-    ) -> bool:
-        """Update the row only if its columns still equal `expected` (e.g. a generation); True if it did."""
+    def live_bookings(self, since: datetime) -> list[LiveBooking]:
+        """Live bookings that end after `since` (or never)."""
         ...
 
 
-class ReservationsPort(Protocol):
-    """What reservations need beyond generic rows: locks, the event tail, live bookings, joins."""
-
-    def lock(self, key: str) -> None:
-        """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
-        ...
-
-    def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
-        """Per allocation, the atoms its bookings hold (atom rows), cancelled bookings excepted."""
-        ...
+class EventLog(Protocol):
+    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...
 
     def tail_start(self) -> tuple[int, LogSnapshot]:
         """The event log's last id, and the snapshot it was read in (service.event_tail)."""
         ...
 
-    def snapshot(
-        self,
-        tenant_id: str,
-        pool_id: str,
-        key: str | None,
-        read: Cursor,
-        lock_key: str,
-        credential_id: str | None = None,
-    ) -> dict[str, Any]:
-        """What admission reads, at once: `replay_id`, `pool` ({mode, owner}), `tenant_exists`,
-        `policies`, `limits` per class, `credential_live` (whether `credential_id` names a credential
-        that is not revoked; None without one), and a read of the event log from `read`: `events`,
-        `newest_event` (the log's last id) and `log` (the read's LogSnapshot). The `lock` `lock_key`
-        is taken first."""
-        ...
-
-    def commit(self, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
-        """Write the reservation row, its allocation, bookings and events, and commit: the last step
-        of a transaction (raises Overlap, NotBookable, or KeyTaken when the idempotency key was
-        taken concurrently; nothing is written then)."""
-        ...
-
-    def events_after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
+    def after(self, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
         """A read of the event log from `read`: its events (one page after `read.last`, and those of
         transactions it asks about), the log's last id, and the read's snapshot."""
         ...
-
-    def live_bookings(self, since: datetime) -> list[Row]:
-        """Live bookings that end after `since` (or never): allocation_id, atom_id, starts_at, ends_at."""
-        ...
-
-
-class EventsPort(Protocol):
-    def append(self, type_: str, subject: str, payload: Mapping[str, Any], at: datetime) -> None: ...
 
 
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
 
     @property
+    def tenants(self) -> TenantRepo: ...
+
+    @property
+    def credentials(self) -> CredentialRepo: ...
+
+    @property
+    def clusters(self) -> ClusterRepo: ...
+
+    @property
+    def nodes(self) -> NodeRepo: ...
+
+    @property
+    def gpus(self) -> GpuRepo: ...
+
+    @property
+    def atoms(self) -> AtomRepo: ...
+
+    @property
+    def pools(self) -> PoolRepo: ...
+
+    @property
+    def quotas(self) -> QuotaRepo: ...
+
+    @property
+    def policies(self) -> PolicyRepo: ...
+
+    @property
+    def reservations(self) -> ReservationRepo: ...
+
+    @property
     def ledger(self) -> LedgerPort: ...
 
     @property
-    def inventory(self) -> InventoryPort: ...
-
-    @property
-    def events(self) -> EventsPort: ...
-
-    @property
-    def reservations(self) -> ReservationsPort: ...
+    def events(self) -> EventLog: ...
 
 
 class StorePort(Protocol):

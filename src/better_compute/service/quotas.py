@@ -11,33 +11,34 @@ from datetime import datetime
 
 from better_compute.domain.admission import check_offer
 from better_compute.domain.credentials import Principal
-from better_compute.domain.pools import check_mode
 from better_compute.domain.quota import parse_quota_limits
+from better_compute.domain.records import Pool, Quota
 from better_compute.domain.tenancy import (
     check_ref,
     granted_rows_shown,
     pool_not_found,
     require_pool_owner,
     tenant_not_found,
+    tenant_scope,
 )
-from better_compute.service.paging import Listing, tenant_pool_page
-from better_compute.service.ports import Row, StorePort, Tx
+from better_compute.service.paging import Listing, page
+from better_compute.service.ports import StorePort, Tx
 
 
 def quota_pool_ids(tx: Tx, tenant_id: str | None) -> set[str]:
     """Pools the tenant has quota rows in."""
     if tenant_id is None:
         return set()
-    return {r["pool_id"] for r in tx.inventory.list("quotas", filters={"tenant_id": tenant_id})}
+    return {q.pool_id for q in tx.quotas.find(tenant_id, None)}
 
 
-def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) -> Row:
+def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) -> Pool:
     """The pool the caller hands out access to: it must exist, be visible, and be the caller's own."""
-    pool = tx.inventory.get("pools", pool_id)
+    pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
     visible = principal.is_admin or pool_id in quota_pool_ids(tx, principal.tenant_id)
-    require_pool_owner(principal, pool_id, pool["owner_tenant_id"], visible, action)
+    require_pool_owner(principal, pool_id, pool.owner_tenant_id, visible, action)
     return pool
 
 
@@ -48,44 +49,30 @@ def check_limits(raw: Mapping[str, object], field: str) -> dict[str, int]:
 
 def write_rows(tx: Tx, tenant_id: str, pool_id: str, limits: Mapping[str, int], now: datetime) -> None:
     """Create or replace the tenant's rows in the pool, one per class given."""
-    tx.inventory.upsert(
-        "quotas",
-        [
-            {"tenant_id": tenant_id, "pool_id": pool_id, "class": cls, "limit": limit, "updated_at": now}
-            for cls, limit in sorted(limits.items())
-        ],
-        ["tenant_id", "pool_id", "class"],
-    )
-
-
-def rows_of(tx: Tx, tenant_id: str, pool_id: str) -> list[Row]:
-    return sorted(
-        tx.inventory.list("quotas", filters={"tenant_id": tenant_id, "pool_id": pool_id}),
-        key=lambda r: str(r["class"]),
-    )
+    tx.quotas.put([Quota(tenant_id, pool_id, cls, limit, now) for cls, limit in sorted(limits.items())])
 
 
 def grant(
     tx: Tx,
     principal: Principal,
-    pool: Row,
+    pool: Pool,
     tenant_id: str,
     limits: Mapping[str, int],
     now: datetime,
     event: str,
-) -> list[Row]:
+) -> list[Quota]:
     """Give `tenant_id` rows in `pool` after the single-tenant check; returns its rows there (to a
     pool owner, only those just written).
 
     The admin is told when the tenant does not exist. A pool owner is not: its rows are kept for
     that id either way (they take effect if the admin creates the tenant), so that the answer does
     not reveal which tenant ids exist."""
-    if principal.is_admin and tx.inventory.get("tenants", tenant_id) is None:
+    if principal.is_admin and tx.tenants.get(tenant_id) is None:
         raise tenant_not_found(tenant_id)
-    check_offer(check_mode(pool["mode"]), pool["owner_tenant_id"], tenant_id)
-    write_rows(tx, tenant_id, pool["id"], limits, now)
-    tx.events.append(event, pool["id"], {"tenantId": tenant_id, "quota": dict(limits)}, now)
-    return granted_rows_shown(principal, rows_of(tx, tenant_id, pool["id"]), limits)
+    check_offer(pool.mode, pool.owner_tenant_id, tenant_id)
+    write_rows(tx, tenant_id, pool.id, limits, now)
+    tx.events.append(event, pool.id, {"tenantId": tenant_id, "quota": dict(limits)}, now)
+    return granted_rows_shown(principal, tx.quotas.find(tenant_id, pool.id), limits)
 
 
 def set_quota(
@@ -96,7 +83,7 @@ def set_quota(
     cls: str,
     limit: int,
     now: datetime,
-) -> Row:
+) -> Quota:
     """`quotas.set`: create or replace one row (admin or the pool's owner)."""
     limits = check_limits({cls: limit}, "quota")
     check_ref(tenant_id, "tenantId")
@@ -104,7 +91,7 @@ def set_quota(
     with store.begin() as tx:
         pool = pool_for_sharing(tx, principal, pool_id, "quotas.set")
         rows = grant(tx, principal, pool, tenant_id, limits, now, "quota.set")
-    return next(r for r in rows if r["class"] == cls)
+    return next(r for r in rows if r.cls == cls)
 
 
 def list_quotas(
@@ -115,15 +102,9 @@ def list_quotas(
     pool_id: str | None = None,
     limit: int | None = None,
     after: str | None = None,
-) -> Listing:
+) -> Listing[Quota]:
     """Quota rows by tenant and pool; a tenant token sees only its own rows."""
-    return tenant_pool_page(
-        store,
-        principal,
-        "quotas",
-        lambda r: f"{r['tenant_id']}/{r['pool_id']}/{r['class']}",
-        tenant_id=tenant_id,
-        pool_id=pool_id,
-        limit=limit,
-        after=after,
-    )
+    scope = tenant_scope(principal, tenant_id)
+    with store.read() as tx:
+        found = tx.quotas.find(scope, pool_id)
+    return page(found, lambda q: f"{q.tenant_id}/{q.pool_id}/{q.cls}", limit, after)

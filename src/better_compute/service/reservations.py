@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from better_compute.domain.errors import (
     InvalidInput,
     NotFound,
 )
+from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
     check_cancel,
@@ -40,20 +41,24 @@ from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, 
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.credentials import confirm_live
-from better_compute.service.inventory import atom_row
-from better_compute.service.ports import KeyTaken, NotBookable, Overlap, Row, StorePort, Tx
+from better_compute.service.paging import Listing
+from better_compute.service.ports import KeyTaken, NotBookable, Overlap, StorePort, Tx
 
 MAX_ATTEMPTS = 4
 
 
 @dataclass(frozen=True)
 class ReservationView:
-    """A reservation as a use case returns it: its row, the atoms it holds, and its status now."""
+    """A reservation as a use case returns it: its record, the atoms it holds, and its status now."""
 
-    row: Row
-    atoms: list[Row]
+    reservation: Reservation
+    atoms: list[Atom]
     status: ReservationStatus
     replayed: bool = False
+
+    @property
+    def id(self) -> str:
+        return self.reservation.id
 
 
 def _tenant_for(caller: Caller, raw: Mapping[str, Any]) -> str:
@@ -80,23 +85,9 @@ def _window(raw: Mapping[str, Any], now: datetime) -> Window:
     return window_for(begins, raw.get("duration"), now)
 
 
-def _policies(rows: list[Row], tenant_id: str) -> list[iam.Policy]:
-    return [
-        iam.Policy(
-            name=r["name"],
-            tenant_id=tenant_id,
-            pool_id=r["pool_id"],
-            gpu_count=(r["limits"] or {}).get("gpuCount"),
-            gpu_slices=(r["limits"] or {}).get("gpuSlices"),
-        )
-        for r in rows
-    ]
-
-
-def _view(tx: Tx, row: Row, now: datetime, *, replayed: bool = False) -> ReservationView:
-    atoms = tx.reservations.held_atoms([row["id"]])[row["id"]]
-    window = Window(row["starts_at"], row["ends_at"])
-    return ReservationView(row, atoms, status_at(window, row["status"], now), replayed)
+def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
+    atoms = tx.reservations.held_atoms([r.id])[r.id]
+    return ReservationView(r, atoms, status_at(Window(r.starts_at, r.ends_at), r.status, now), replayed)
 
 
 def _decide(
@@ -154,13 +145,11 @@ def _replayed(
     read is not made then, so a remembered token's credential is confirmed live here)."""
     with store.read() as tx:
         confirm_live(tx, caller)
-        found = tx.inventory.list(
-            "reservations", filters={"tenant_id": tenant_id, "idempotency_key": key}, limit=1
-        )
-        if not found:
+        found = tx.reservations.by_key(tenant_id, key)
+        if found is None:
             return None
-        check_replay(key, found[0]["fingerprint"], fingerprint)
-        return _view(tx, found[0], now, replayed=True)
+        check_replay(key, found.fingerprint, fingerprint)
+        return _view(tx, found, now, replayed=True)
 
 
 def create(
@@ -262,31 +251,33 @@ def _create_in(
         lock_key=f"quota:{tenant_id}:{pool_id}",
         credential_id=credential_to_confirm(caller),
     )
-    principal = confirmed(caller, snap["credential_live"])
-    index.apply(tx, read, snap["events"], snap["newest_event"], snap["log"])
-    if snap["replay_id"] is not None:
-        first = tx.inventory.get("reservations", snap["replay_id"])
+    principal = confirmed(caller, snap.credential_live)
+    index.apply(tx, read, snap.events, snap.newest_event, snap.log)
+    if snap.replay_id is not None:
+        first = tx.reservations.get(snap.replay_id)
         assert first is not None
         assert key is not None
-        check_replay(key, first["fingerprint"], fingerprint)
+        check_replay(key, first.fingerprint, fingerprint)
         return _view(tx, first, now, replayed=True)
-    pool = snap["pool"]
     # A pool the tenant may not see answers exactly as a pool that does not exist: nothing after this
     # (its sharing mode, the tenant's quota there) may tell the two apart.
-    if pool is None or not sees_pool(principal, pool["owner"], {pool_id} if snap["limits"] else (), pool_id):
+    owner, mode = snap.pool_owner, snap.pool_mode
+    if (
+        owner is None
+        or mode is None
+        or not sees_pool(principal, owner, {pool_id} if snap.limits else (), pool_id)
+    ):
         raise pool_not_found(pool_id)
-    if not snap["tenant_exists"]:
+    if not snap.tenant_exists:
         raise tenant_not_found(tenant_id)
-    admission.check_against_pool(pool["mode"], requests)
+    admission.check_against_pool(mode, requests)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
     gpu_count, gpu_slices = iam.reservation_counts(requested)
-    iam.check_policies(
-        _policies(snap["policies"], tenant_id), pool_id, gpu_count, gpu_slices, tenant_id=tenant_id
-    )
+    iam.check_policies(snap.policies, pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
     # Under the tenant's lock and caught up with the log, the index knows everything the tenant holds.
     busy = index.busy(window)
     held = index.held(tenant_id, pool_id, busy)
-    quota.check_quota(tenant_id, pool["owner"], snap["limits"], held, requested, pool_id=pool_id)
+    quota.check_quota(tenant_id, owner, snap.limits, held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
     decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed())
@@ -305,32 +296,31 @@ def _create_in(
         )
     claims.extend(decision.atom_ids)
     index.claim(decision.atom_ids)
-    row: Row = {
-        "id": new_id(),
-        "tenant_id": tenant_id,
-        "pool_id": pool_id,
-        "status": ReservationStatus.SCHEDULED.value,
-        "starts_at": window.start,
-        "ends_at": window.end,
-        "devices": list(raw.get("devices") or []),
-        "gpu_count": gpu_count,
-        "gpu_slices": gpu_slices,
-        "counts": requested,
-        "idempotency_key": key,
-        "fingerprint": fingerprint,
-        "generation": 1,
-        "created_at": now,
-    }
-    tx.reservations.commit(row, decision.atom_ids, now)
-    atoms = [atom_row(shortlisted[a]) for a in decision.atom_ids]
-    return ReservationView(row, atoms, status_at(window, row["status"], now))
+    reservation = Reservation(
+        id=new_id(),
+        tenant_id=tenant_id,
+        pool_id=pool_id,
+        status=ReservationStatus.SCHEDULED.value,
+        starts_at=window.start,
+        ends_at=window.end,
+        devices=tuple(raw.get("devices") or ()),
+        gpu_count=gpu_count,
+        gpu_slices=gpu_slices,
+        counts=requested,
+        fingerprint=fingerprint,
+        created_at=now,
+        idempotency_key=key,
+    )
+    tx.reservations.commit(reservation, decision.atom_ids, now)
+    atoms = [shortlisted[a] for a in decision.atom_ids]
+    return ReservationView(reservation, atoms, status_at(window, reservation.status, now))
 
 
-def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Row:
-    row = tx.inventory.get("reservations", reservation_id)
-    if row is None or not principal.acts_for(row["tenant_id"]):
+def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Reservation:
+    found = tx.reservations.get(reservation_id)
+    if found is None or not principal.acts_for(found.tenant_id):
         raise NotFound(f"reservation {reservation_id} not found", {"id": reservation_id})
-    return row
+    return found
 
 
 def get(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
@@ -348,71 +338,62 @@ def list_reservations(
     status: str | None = None,
     limit: int = 100,
     cursor: str | None = None,
-) -> tuple[list[ReservationView], str | None]:
+) -> Listing[ReservationView]:
     """A page of reservations, newest id last; a tenant sees only its own."""
     if not principal.is_admin:
         if tenant_id is not None and tenant_id != principal.tenant_id:
-            return [], None
+            return Listing()
         tenant_id = principal.tenant_id
-    filters: dict[str, Any] = {}
-    if tenant_id:
-        filters["tenant_id"] = tenant_id
-    if pool_id:
-        filters["pool_id"] = pool_id
     out: list[ReservationView] = []
     after = cursor
     with store.read() as tx:
         while len(out) < limit:
-            batch = tx.inventory.list("reservations", filters=filters, limit=limit, after=after)
+            batch = tx.reservations.page(tenant_id or None, pool_id or None, limit, after)
             if not batch:
                 break
-            held = tx.reservations.held_atoms([r["id"] for r in batch])
+            held = tx.reservations.held_atoms([r.id for r in batch])
             for r in batch:
                 view = ReservationView(
-                    r, held[r["id"]], status_at(Window(r["starts_at"], r["ends_at"]), r["status"], now)
+                    r, held[r.id], status_at(Window(r.starts_at, r.ends_at), r.status, now)
                 )
                 if status is None or view.status.value == status:
                     out.append(view)
                     if len(out) == limit:
                         break
-            after = batch[-1]["id"]
+            after = batch[-1].id
             if len(batch) < limit:
                 break
     more = len(out) == limit
-    return out, (out[-1].row["id"] if more and out else None)
+    return Listing(out, out[-1].id if more and out else None)
 
 
-def _bump(tx: Tx, row: Row, values: Mapping[str, Any]) -> Row:
-    """Write `values` if nobody changed the reservation since it was read (its generation); returns
-    the row as written."""
-    written = {**values, "generation": row["generation"] + 1}
-    changed = tx.inventory.compare_and_set(
-        "reservations", row["id"], {"generation": row["generation"]}, written
-    )
-    if not changed:
-        raise Conflict(f"reservation {row['id']} changed while this request ran; retry", {"id": row["id"]})
-    return {**row, **written}
+def _bump(tx: Tx, r: Reservation, status: ReservationStatus, ends_at: datetime | None) -> Reservation:
+    """Write a new status and end if nobody changed the reservation since it was read (its
+    generation); returns the reservation as written."""
+    if not tx.reservations.compare_and_set(r.id, r.generation, status.value, ends_at):
+        raise Conflict(f"reservation {r.id} changed while this request ran; retry", {"id": r.id})
+    return replace(r, status=status.value, ends_at=ends_at, generation=r.generation + 1)
 
 
 def cancel(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
     """Cancel before the start: the whole window frees."""
     with store.begin() as tx:
-        row = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
-        check_cancel(Window(row["starts_at"], row["ends_at"]), row["status"], now)
+        r = _visible(tx, principal, reservation_id)
+        tx.reservations.lock(f"quota:{r.tenant_id}:{r.pool_id}")
+        check_cancel(Window(r.starts_at, r.ends_at), r.status, now)
         tx.ledger.cancel_allocation(reservation_id, now)
-        row = _bump(tx, row, {"status": ReservationStatus.CANCELLED.value})
+        r = _bump(tx, r, ReservationStatus.CANCELLED, r.ends_at)
         tx.events.append("reservation.cancelled", reservation_id, {"at": now.isoformat()}, now)
-        return ReservationView(row, [], ReservationStatus.CANCELLED)
+        return ReservationView(r, [], ReservationStatus.CANCELLED)
 
 
 def release(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
     """End an active reservation now; the rest of its window frees for others."""
     with store.begin() as tx:
-        row = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"quota:{row['tenant_id']}:{row['pool_id']}")
-        end = release_end(Window(row["starts_at"], row["ends_at"]), row["status"], now)
+        r = _visible(tx, principal, reservation_id)
+        tx.reservations.lock(f"quota:{r.tenant_id}:{r.pool_id}")
+        end = release_end(Window(r.starts_at, r.ends_at), r.status, now)
         tx.ledger.end_allocation(reservation_id, end, "ledger.released")
-        row = _bump(tx, row, {"status": ReservationStatus.RELEASED.value, "ends_at": end})
+        r = _bump(tx, r, ReservationStatus.RELEASED, end)
         tx.events.append("reservation.released", reservation_id, {"at": end.isoformat()}, now)
-        return _view(tx, row, now)
+        return _view(tx, r, now)

@@ -6,32 +6,29 @@ from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import Conflict
+from better_compute.domain.records import Tenant
 from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
-from better_compute.service.paging import Listing, page
-from better_compute.service.ports import Row, StorePort
+from better_compute.service.paging import Listing, fetch, page
+from better_compute.service.ports import StorePort
 
 
-def create(store: StorePort, principal: Principal, tenant_id: str, name: str, now: datetime) -> Row:
+def create(store: StorePort, principal: Principal, tenant_id: str, name: str, now: datetime) -> Tenant:
     """Create a tenant (admin only); an id already taken is CONFLICT, never a silent rename."""
     require_admin(principal, "tenants.create")
-    row: Row = {
-        "id": check_slug(tenant_id, "id"),
-        "name": check_name(name, "name"),
-        "created_at": now,
-    }
+    tenant = Tenant(id=check_slug(tenant_id, "id"), name=check_name(name, "name"), created_at=now)
     with store.begin() as tx:
-        if tx.inventory.insert_new("tenants", [row]) != 1:
+        if not tx.tenants.add(tenant):
             raise Conflict(f"tenant {tenant_id} already exists", {"tenantId": tenant_id})
-        tx.events.append("tenant.created", tenant_id, {"name": row["name"]}, now)
-    return row
+        tx.events.append("tenant.created", tenant_id, {"name": tenant.name}, now)
+    return tenant
 
 
-def get(store: StorePort, principal: Principal, tenant_id: str) -> Row:
+def get(store: StorePort, principal: Principal, tenant_id: str) -> Tenant:
     """One tenant; another tenant's is NOT_FOUND to a tenant token."""
     if not principal.acts_for(tenant_id):
         raise tenant_not_found(tenant_id)
     with store.read() as tx:
-        row = tx.inventory.get("tenants", tenant_id)
+        row = tx.tenants.get(tenant_id)
     if row is None:
         raise tenant_not_found(tenant_id)
     return row
@@ -39,12 +36,12 @@ def get(store: StorePort, principal: Principal, tenant_id: str) -> Row:
 
 def list_tenants(
     store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
-) -> Listing:
+) -> Listing[Tenant]:
     """Every tenant for the admin; a tenant token lists only its own tenant."""
     with store.read() as tx:
         if principal.is_admin:
-            rows = tx.inventory.list("tenants", limit=(limit or 100) + 1, after=after)
+            found = tx.tenants.page(fetch(limit), after)
         else:
-            own = tx.inventory.get("tenants", principal.tenant_id or "")
-            rows = [own] if own is not None else []
-    return page(rows, lambda r: str(r["id"]), limit, after)
+            own = tx.tenants.get(principal.tenant_id or "")
+            found = [own] if own is not None else []
+    return page(found, lambda t: t.id, limit, after)

@@ -24,7 +24,7 @@ from sqlalchemy import (
 
 from better_compute.domain.ledger import Booking
 from better_compute.domain.timewin import Window
-from better_compute.service.ports import NotBookable, Overlap
+from better_compute.service.ports import LiveBooking, NotBookable, Overlap
 from better_compute.storage.tables import atoms, bookings, events
 
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
@@ -308,3 +308,56 @@ def family_atom_ids(conn: Connection, gpu_id: str) -> list[str]:
     return [
         r[0] for r in conn.execute(select(atoms.c.id).where(atoms.c.gpu_id == gpu_id).order_by(atoms.c.key))
     ]
+
+
+def live_bookings(conn: Connection, since: datetime) -> list[LiveBooking]:
+    stmt = select(
+        bookings.c.allocation_id,
+        bookings.c.atom_id,
+        bookings.c.starts_at,
+        bookings.c.ends_at,
+        bookings.c.tenant_id,
+        bookings.c.pool_id,
+        bookings.c["class"],
+    ).where(bookings.c.state == "live", or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since))
+    return [LiveBooking(a, atom, s, e, t, p, c) for a, atom, s, e, t, p, c in conn.execute(stmt)]
+
+
+class SqlLedger:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def book(
+        self,
+        atom_ids: Sequence[str],
+        span: Window,
+        allocation_id: str,
+        tenant_id: str | None,
+        now: datetime,
+        *,
+        require_bookable: bool = True,
+    ) -> int:
+        return book(
+            self.conn, atom_ids, span, allocation_id, tenant_id, now, require_bookable=require_bookable
+        )
+
+    def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+        return busy_spans(self.conn, atom_ids, since)
+
+    def allocation_bookings(self, allocation_id: str) -> list[Booking]:
+        return allocation_bookings(self.conn, allocation_id)
+
+    def booking_allocation(self, booking_id: str) -> str | None:
+        return booking_allocation(self.conn, booking_id)
+
+    def end_allocation(self, allocation_id: str, now: datetime, event_type: str) -> int:
+        return end_allocation(self.conn, allocation_id, now, event_type)
+
+    def cancel_allocation(self, allocation_id: str, now: datetime) -> int:
+        return cancel_allocation(self.conn, allocation_id, now)
+
+    def family_atom_ids(self, gpu_id: str) -> list[str]:
+        return family_atom_ids(self.conn, gpu_id)
+
+    def live_bookings(self, since: datetime) -> list[LiveBooking]:
+        return live_bookings(self.conn, since)

@@ -1,27 +1,33 @@
-"""SQL for reservations: idempotency look-ups, quota windows, the event tail and live bookings."""
+"""The reservations repository: reservation records, and admission's one read and one write.
+
+Admission is the hot path, so its read (`admission_snapshot`) and its write (`commit_reservation`) are
+hand-written SQL, one statement each per dialect (ADR 0001, 0004); everything else is ordinary SQL.
+"""
 
 from __future__ import annotations
 
 import json
 import sqlite3
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, func, or_, select
+from sqlalchemy import Connection, select
 
+from better_compute.domain.atoms import Atom
+from better_compute.domain.pools import check_mode
+from better_compute.domain.records import Reservation
 from better_compute.domain.timewin import Window
-from better_compute.service.event_tail import PAGE, Cursor, LogSnapshot
-from better_compute.service.ports import KeyTaken, NotBookable
-from better_compute.storage import ledger, pg_simple
-from better_compute.storage.inventory import rows
+from better_compute.service.event_tail import Cursor, LogSnapshot
+from better_compute.service.ports import AdmissionRead, KeyTaken, NotBookable
+from better_compute.storage import ledger, pg_simple, rows
+from better_compute.storage.atoms import atom_of
+from better_compute.storage.events import _PG_TAIL_EVENTS, _PG_TAIL_STATE, log_snapshot, tail_params
 from better_compute.storage.ledger import sqlite_time
-from better_compute.storage.tables import atoms, bookings, events
-
-Row = dict[str, Any]
-
+from better_compute.storage.policies import policy_of
+from better_compute.storage.tables import atoms, bookings, reservations
 
 _PG_LOCK = "SELECT pg_advisory_xact_lock(%s::bigint)"
 
@@ -36,86 +42,95 @@ def _lock_id(key: str) -> int:
     return zlib.crc32(key.encode()) - 2**31
 
 
-def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, list[Row]]:
-    out: dict[str, list[Row]] = {a: [] for a in allocation_ids}
+def held_atoms(conn: Connection, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
+    out: dict[str, list[Atom]] = {a: [] for a in allocation_ids}
     if not allocation_ids:
         return out
     stmt = (
-        select(bookings.c.allocation_id, atoms)
+        select(bookings.c.allocation_id.label("held_by"), atoms)
         .join(atoms, atoms.c.id == bookings.c.atom_id)
         .where(bookings.c.allocation_id.in_(list(allocation_ids)), bookings.c.state == "live")
         .order_by(bookings.c.id)
     )
-    for row in rows(conn, stmt):
-        out[row.pop("allocation_id")].append(row)
+    for row in rows.rows(conn, stmt):
+        out[row["held_by"]].append(atom_of(row))
     return out
 
 
-_PG_TAIL_EVENTS = (
-    # The events after `last` (one page of ids), and those at or below it written by a transaction
-    # that could still commit then (service.event_tail): one of `open`, or one from `from` on. Each
-    # part is shaped to be looked up by its own index under a generic plan: a bare `tx >= $from`
-    # looks to the planner as broad as `id <= $last`, and it would scan every event below `last`
-    # (a transaction id 2^31 past `from` cannot occur between two reads), and `id + 0` keeps the
-    # id index out of the transactions' parts. An event both parts find is taken once
-    # (service.event_tail).
-    "(SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject,"
-    " 'payload', payload, 'tx', tx) ORDER BY id), '[]')"
-    " FROM ((SELECT * FROM events WHERE id > %(last)s::bigint AND id <= %(last)s::bigint + %(limit)s::bigint)"
-    " UNION ALL (SELECT * FROM events WHERE tx = ANY(%(open)s::bigint[]) AND id + 0 <= %(last)s::bigint)"
-    " UNION ALL (SELECT * FROM events WHERE tx >= %(from)s::bigint"
-    " AND tx < %(from)s::bigint + 2147483648 AND id + 0 <= %(last)s::bigint)) ev)"
-)
-_PG_TAIL_STATE = (
-    # The log's last id, and what this statement's snapshot could not see: transactions from `xmax`
-    # on, and those in progress.
-    "(SELECT coalesce(max(id), 0) FROM events),"
-    " pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
-    " (SELECT coalesce(json_agg(x::text::bigint), '[]') FROM pg_snapshot_xip(pg_current_snapshot()) x)"
-)
+def reservation_of(r: Mapping[str, Any]) -> Reservation:
+    return Reservation(
+        id=r["id"],
+        tenant_id=r["tenant_id"],
+        pool_id=r["pool_id"],
+        status=r["status"],
+        starts_at=r["starts_at"],
+        ends_at=r["ends_at"],
+        devices=tuple(r["devices"] or ()),
+        gpu_count=int(r["gpu_count"]),
+        gpu_slices=int(r["gpu_slices"]),
+        counts={str(k): int(v) for k, v in (r["counts"] or {}).items()},
+        fingerprint=r["fingerprint"],
+        created_at=r["created_at"],
+        idempotency_key=r["idempotency_key"],
+        generation=int(r["generation"]),
+    )
 
 
-def log_snapshot(xmax: int | None, in_progress: Sequence[int] | None) -> LogSnapshot:
-    return LogSnapshot(None if xmax is None else int(xmax), frozenset(int(x) for x in in_progress or ()))
+class SqlReservations:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
 
+    def get(self, reservation_id: str) -> Reservation | None:
+        found = rows.rows(self.conn, select(reservations).where(reservations.c.id == reservation_id))
+        return reservation_of(found[0]) if found else None
 
-def tail_start(conn: Connection) -> tuple[int, LogSnapshot]:
-    """The log's last id and the snapshot it was read in, to start tailing from."""
-    if conn.dialect.name == "postgresql":
-        newest, xmax, in_progress = conn.exec_driver_sql("SELECT " + _PG_TAIL_STATE).one()
-        return int(newest), log_snapshot(xmax, in_progress)
-    return int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one()), LogSnapshot()
+    def by_key(self, tenant_id: str, key: str) -> Reservation | None:
+        stmt = select(reservations).where(
+            reservations.c.tenant_id == tenant_id, reservations.c.idempotency_key == key
+        )
+        found = rows.rows(self.conn, stmt)
+        return reservation_of(found[0]) if found else None
 
+    def page(
+        self, tenant_id: str | None, pool_id: str | None, limit: int | None, after: str | None
+    ) -> list[Reservation]:
+        where = [
+            *([] if tenant_id is None else [reservations.c.tenant_id == tenant_id]),
+            *([] if pool_id is None else [reservations.c.pool_id == pool_id]),
+        ]
+        found = rows.page(self.conn, reservations, where=where, limit=limit, after=after)
+        return [reservation_of(r) for r in found]
 
-def _tail_params(read: Cursor) -> dict[str, Any]:
-    return {"last": read.last, "limit": EVENT_PAGE, "open": list(read.open), "from": read.from_xid}
+    def compare_and_set(
+        self, reservation_id: str, generation: int, status: str, ends_at: datetime | None
+    ) -> bool:
+        return rows.compare_and_set(
+            self.conn,
+            reservations,
+            reservation_id,
+            {"generation": generation},
+            {"status": status, "ends_at": ends_at, "generation": generation + 1},
+        )
 
+    def lock(self, key: str) -> None:
+        lock(self.conn, key)
 
-def events_after(conn: Connection, read: Cursor) -> tuple[list[Row], int, LogSnapshot]:
-    """What a read of the log from `read` finds (see service.event_tail): the events, the log's last
-    id, and the read's snapshot."""
-    if conn.dialect.name == "postgresql":
-        found, newest, xmax, in_progress = pg_simple.cursor(conn).execute(
-            "SELECT " + _PG_TAIL_EVENTS + ", " + _PG_TAIL_STATE, _tail_params(read)
-        ).fetchone() or ([], 0, None, [])
-        return list(found), int(newest), log_snapshot(xmax, in_progress)
-    page = select(events).where(events.c.id > read.last, events.c.id <= read.last + EVENT_PAGE)
-    found = rows(conn, page.order_by(events.c.id))
-    newest = int(conn.execute(select(func.coalesce(func.max(events.c.id), 0))).scalar_one())
-    return found, newest, LogSnapshot()
+    def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
+        return held_atoms(self.conn, allocation_ids)
 
+    def snapshot(
+        self,
+        tenant_id: str,
+        pool_id: str,
+        key: str | None,
+        read: Cursor,
+        lock_key: str,
+        credential_id: str | None = None,
+    ) -> AdmissionRead:
+        return admission_snapshot(self.conn, tenant_id, pool_id, key, read, lock_key, credential_id)
 
-def live_bookings(conn: Connection, since: datetime) -> list[Row]:
-    stmt = select(
-        bookings.c.allocation_id,
-        bookings.c.atom_id,
-        bookings.c.starts_at,
-        bookings.c.ends_at,
-        bookings.c.tenant_id,
-        bookings.c.pool_id,
-        bookings.c["class"],
-    ).where(bookings.c.state == "live", or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since))
-    return rows(conn, stmt)
+    def commit(self, reservation: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
+        commit_reservation(self.conn, reservation, atom_ids, now)
 
 
 # -- The admission hot path ----------------------------------------------------------------------
@@ -163,10 +178,6 @@ SELECT
 _PLAN = "set_config('plan_cache_mode', 'force_generic_plan', true), set_config('enable_seqscan', 'off', true)"
 _PG_LOCK_AND_PLAN = _PG_LOCK + ", " + _PLAN
 
-EVENT_PAGE = PAGE
-"""The tail is read as an id range rather than `id > last LIMIT n`: PostgreSQL's generic plan for a
-prepared statement cannot see that `last` is near the end and would scan the whole events table."""
-
 
 def admission_snapshot(
     conn: Connection,
@@ -176,7 +187,7 @@ def admission_snapshot(
     read: Cursor,
     lock_key: str,
     credential_id: str | None = None,
-) -> dict[str, Any]:
+) -> AdmissionRead:
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
     mode and owner, whether the tenant exists, its policies, its quota rows in the pool, whether
     `credential_id` is a live credential, and a read of the event log from `read` (its events, the
@@ -189,7 +200,7 @@ def admission_snapshot(
         "p": pool_id,
         "k": key,
         "c": credential_id,
-        **_tail_params(read),
+        **tail_params(read),
     }
     if conn.dialect.name == "postgresql":
         row = _pg_snapshot_batch(conn, params, lock_key)
@@ -209,17 +220,18 @@ def admission_snapshot(
         replay, tenant, live, newest = row[0], row[2], row[5], row[7]
         pool, policies, limits, tail = (_json(v) for v in (row[1], row[3], row[4], row[6]))
         snapshot = LogSnapshot()
-    return {
-        "replay_id": replay,
-        "pool": pool,
-        "tenant_exists": bool(tenant),
-        "policies": policies or [],
-        "limits": {str(k): int(v) for k, v in (limits or {}).items()},
-        "events": tail or [],
-        "newest_event": int(newest),
-        "log": snapshot,
-        "credential_live": None if credential_id is None else bool(live),
-    }
+    return AdmissionRead(
+        replay_id=replay,
+        pool_mode=None if pool is None else check_mode(pool["mode"]),
+        pool_owner=None if pool is None else pool["owner"],
+        tenant_exists=bool(tenant),
+        policies=[policy_of({**p, "tenant_id": tenant_id}) for p in policies or ()],
+        limits={str(k): int(v) for k, v in (limits or {}).items()},
+        credential_live=None if credential_id is None else bool(live),
+        events=tail or [],
+        newest_event=int(newest),
+        log=snapshot,
+    )
 
 
 _SNAPSHOT = pg_simple.Statement(
@@ -309,19 +321,19 @@ _PG_COMMIT = (
 )
 
 
-def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now: datetime) -> None:
+def commit_reservation(conn: Connection, r: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
     """Write the reservation, its allocation, its bookings and their events, and commit: it is the
     last step of admission. Raise Overlap or NotBookable (nothing was written), or KeyTaken when the
     idempotency key was taken meanwhile."""
     ids = list(atom_ids)
-    span = Window(row["starts_at"], row["ends_at"])
-    created = json.dumps({"tenantId": row["tenant_id"], "poolId": row["pool_id"], "atoms": ids})
+    span = Window(r.starts_at, r.ends_at)
+    created = json.dumps({"tenantId": r.tenant_id, "poolId": r.pool_id, "atoms": ids})
     db = conn.connection.driver_connection
     assert db is not None
     if conn.dialect.name != "postgresql":
         db.execute(
             "INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at) VALUES (?, 'reservation', ?, ?, ?)",
-            (row["id"], row["tenant_id"], row["pool_id"], sqlite_time(now)),
+            (r.id, r.tenant_id, r.pool_id, sqlite_time(now)),
         )
         try:
             db.execute(
@@ -329,46 +341,46 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
                 " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
-                    row["id"],
-                    row["tenant_id"],
-                    row["pool_id"],
-                    row["status"],
+                    r.id,
+                    r.tenant_id,
+                    r.pool_id,
+                    r.status,
                     sqlite_time(span.start),
                     sqlite_time(span.end),
-                    json.dumps(row["devices"]),
-                    row["gpu_count"],
-                    row["gpu_slices"],
-                    json.dumps(row["counts"]),
-                    row["idempotency_key"],
-                    row["fingerprint"],
-                    row["generation"],
+                    json.dumps(list(r.devices)),
+                    r.gpu_count,
+                    r.gpu_slices,
+                    json.dumps(dict(r.counts)),
+                    r.idempotency_key,
+                    r.fingerprint,
+                    r.generation,
                     sqlite_time(now),
                 ),
             )
         except sqlite3.IntegrityError:
-            raise _key_taken(row) from None
-        written = ledger.book_sqlite(conn, ids, span, row["id"], row["tenant_id"], now, True)
+            raise KeyTaken(r.idempotency_key) from None
+        written = ledger.book_sqlite(conn, ids, span, r.id, r.tenant_id, now, True)
         if written != len(ids):
             raise NotBookable(ledger.unbookable(conn, ids))
         db.execute(
             "INSERT INTO events (type, subject, payload, at) VALUES ('reservation.created', ?, ?, ?)",
-            (row["id"], created, sqlite_time(now)),
+            (r.id, created, sqlite_time(now)),
         )
         return
     params = {
-        "id": row["id"],
-        "t": row["tenant_id"],
-        "p": row["pool_id"],
+        "id": r.id,
+        "t": r.tenant_id,
+        "p": r.pool_id,
         "s": span.start,
         "e": span.end,
-        "devices": json.dumps(row["devices"]),
-        "gc": row["gpu_count"],
-        "gs": row["gpu_slices"],
-        "counts": json.dumps(row["counts"]),
-        "k": row["idempotency_key"],
-        "fp": row["fingerprint"],
-        "status": row["status"],
-        "gen": row["generation"],
+        "devices": json.dumps(list(r.devices)),
+        "gc": r.gpu_count,
+        "gs": r.gpu_slices,
+        "counts": json.dumps(dict(r.counts)),
+        "k": r.idempotency_key,
+        "fp": r.fingerprint,
+        "status": r.status,
+        "gen": r.generation,
         "now": now,
         "ids": ids,
         "n": len(ids),
@@ -384,10 +396,6 @@ def commit_reservation(conn: Connection, row: Row, atom_ids: Sequence[str], now:
     except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
         raise ledger.contended() from None
     except psycopg.errors.UniqueViolation:
-        raise _key_taken(row) from None
+        raise KeyTaken(r.idempotency_key) from None
     if result is None or int(result[0]) != len(ids):
         raise NotBookable(ledger.unbookable(conn, ids))
-
-
-def _key_taken(row: Row) -> KeyTaken:
-    return KeyTaken(row["idempotency_key"])

@@ -9,9 +9,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import credential_created, credential_public, paged
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import credentials
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import (
@@ -28,8 +28,8 @@ router = APIRouter(prefix="/v1", tags=["credentials"], route_class=StrictQueryRo
 def create_credential(
     body: CredentialCreate, principal: PrincipalDep, store: StoreDep, now: NowDep, ids: IdsDep
 ) -> CredentialCreated:
-    row = credentials.create(store, principal, body.tenant_id, body.name, now, new_id=ids.credential)
-    return public(CredentialCreated, {**row, "name": row["name"] or None})
+    issued = credentials.create(store, principal, body.tenant_id, body.name, now, new_id=ids.credential)
+    return credential_created(issued)
 
 
 @router.get("/credentials", response_model=Page[CredentialPublic])
@@ -37,9 +37,9 @@ def list_credentials(
     q: Annotated[CredentialListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[CredentialPublic]:
     listing = credentials.list_credentials(store, principal, limit=q.limit, after=q.cursor)
-    return paged(CredentialPublic, listing)
+    return paged(listing, credential_public)
 
 
 @router.post("/credentials/{id}/revoke", response_model=CredentialPublic)
 def revoke_credential(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> CredentialPublic:
-    return public(CredentialPublic, credentials.revoke(store, principal, id, now))
+    return credential_public(credentials.revoke(store, principal, id, now))

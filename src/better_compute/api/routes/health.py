@@ -14,5 +14,5 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz", response_model=Health)
 def healthz(store: StoreDep) -> Health:
-    inventory.list_rows(store, "clusters", limit=1)
+    inventory.list_clusters(store, limit=1)
     return Health(status="ok", database=store.dialect, version=__version__)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.convert import atom_public, cluster_public, gpu_public, node_public, paged
 from better_compute.api.deps import CursorQ, LimitQ, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.atoms import attribute_filters, check_atom_class
@@ -17,18 +18,9 @@ from better_compute.wire.inventory import AtomPublic, ClusterPublic, GpuPublic, 
 router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
 
-def _page(items: list[Any], limit: int, last_id: str | None) -> dict[str, Any]:
-    return {"items": items, "nextCursor": last_id if len(items) >= limit else None}
-
-
 @router.get("/clusters", response_model=Page[ClusterPublic])
-def list_clusters(store: StoreDep, limit: LimitQ = 100, cursor: CursorQ = None) -> dict[str, Any]:
-    found = inventory.list_rows(store, "clusters", limit=limit, after=cursor)
-    items = [
-        ClusterPublic(name=r["id"], **{k: r[k] for k in ("id", "region", "residency", "phase", "created_at")})
-        for r in found
-    ]
-    return _page(items, limit, found[-1]["id"] if found else None)
+def list_clusters(store: StoreDep, limit: LimitQ = 100, cursor: CursorQ = None) -> Page[ClusterPublic]:
+    return paged(inventory.list_clusters(store, limit=limit, after=cursor), cluster_public)
 
 
 @router.get("/nodes", response_model=Page[NodePublic])
@@ -38,66 +30,18 @@ def list_nodes(
     cluster: str | None = None,
     limit: LimitQ = 100,
     cursor: CursorQ = None,
-) -> dict[str, Any]:
+) -> Page[NodePublic]:
     found = inventory.list_nodes(
         store, cluster=cluster, limit=limit, after=cursor, pools=pools.visible_pool_ids(store, principal)
     )
-    items = [
-        NodePublic(
-            id=r["id"],
-            name=r["id"],
-            cluster_id=r["cluster_id"],
-            pool_id=r["pool_id"],
-            cordoned=r["cordoned"],
-            spec_generation=r["spec_generation"],
-            observed_generation=r["observed_generation"],
-            last_report_at=r["last_report_at"],
-        )
-        for r in found
-    ]
-    return _page(items, limit, found[-1]["id"] if found else None)
+    return paged(found, node_public)
 
 
 @router.get("/gpus", response_model=Page[GpuPublic])
 def list_gpus(
     store: StoreDep, node: str | None = None, limit: LimitQ = 100, cursor: CursorQ = None
-) -> dict[str, Any]:
-    found = inventory.list_gpus(store, node=node, limit=limit, after=cursor)
-    items = [
-        GpuPublic.model_validate(
-            {
-                "id": r["id"],
-                "uuid": r["id"],
-                "node": r["node_id"],
-                "index": r["gpu_index"],
-                "product": r["product"],
-                "model": r["model"],
-                "memoryMiB": r["memory_mib"],
-                "numaNode": r["numa_node"],
-                "nvlinkPeers": r["nvlink_peers"],
-                "healthy": r["healthy"],
-                "present": r["present"],
-                "migMode": {"current": r["mig_mode_current"], "pending": r["mig_mode_pending"]},
-                "migInstances": r["mig_instances"],
-            }
-        )
-        for r in found
-    ]
-    return _page(items, limit, found[-1]["id"] if found else None)
-
-
-def atom_public(r: dict[str, Any]) -> AtomPublic:
-    return AtomPublic(
-        id=r["id"],
-        cls=r["class"],
-        gpu_id=r["gpu_id"],
-        node=r["node_id"],
-        pool_id=r["pool_id"],
-        bookable=r["bookable"],
-        partition_pending=r["partition_pending"],
-        present=r["present"],
-        attributes=r["attributes"],
-    )
+) -> Page[GpuPublic]:
+    return paged(inventory.list_gpus(store, node=node, limit=limit, after=cursor), gpu_public)
 
 
 @router.get("/atoms", response_model=Page[AtomPublic])
@@ -110,7 +54,7 @@ def list_atoms(
     bookable: bool | None = None,
     limit: LimitQ = 100,
     cursor: CursorQ = None,
-) -> dict[str, Any]:
+) -> Page[AtomPublic]:
     found = inventory.list_atoms(
         store,
         pool=pool,
@@ -121,4 +65,4 @@ def list_atoms(
         after=cursor,
         pools=pools.visible_pool_ids(store, principal),
     )
-    return _page([atom_public(r) for r in found], limit, found[-1]["id"] if found else None)
+    return paged(found, atom_public)

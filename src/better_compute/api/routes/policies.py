@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import paged, policy_public
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import policies
 from better_compute.wire.common import Page
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
@@ -32,7 +32,7 @@ def create_policy(
         now=now,
         new_id=ids.policy,
     )
-    return public(PolicyPublic, row)
+    return policy_public(row)
 
 
 @router.get("/policies", response_model=Page[PolicyPublic])
@@ -42,4 +42,4 @@ def list_policies(
     found = policies.list_policies(
         store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
     )
-    return paged(PolicyPublic, found)
+    return paged(found, policy_public)

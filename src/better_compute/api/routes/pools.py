@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.convert import paged, pool_public, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import pools
 from better_compute.wire.common import Page
 from better_compute.wire.pools import (
@@ -20,13 +20,8 @@ from better_compute.wire.pools import (
     PoolPublic,
     PoolUpdate,
 )
-from better_compute.wire.quotas import QuotaPublic
 
 router = APIRouter(prefix="/v1", tags=["pools"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
-
-
-def pool_public(r: dict[str, Any]) -> PoolPublic:
-    return public(PoolPublic, r)
 
 
 @router.get("/pools", response_model=Page[PoolPublic])
@@ -42,7 +37,7 @@ def list_pools(
         limit=q.limit,
         after=q.cursor,
     )
-    return paged(PoolPublic, found)
+    return paged(found, pool_public)
 
 
 @router.get("/pools/{id}", response_model=PoolPublic)
@@ -52,7 +47,7 @@ def get_pool(id: str, principal: PrincipalDep, store: StoreDep) -> PoolPublic:
 
 @router.post("/pools", response_model=PoolPublic, status_code=201)
 def create_pool(body: PoolCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PoolPublic:
-    row = pools.create(
+    view = pools.create(
         store,
         principal,
         name=body.name,
@@ -65,7 +60,7 @@ def create_pool(body: PoolCreate, principal: PrincipalDep, store: StoreDep, now:
         meter=body.meter,
         now=now,
     )
-    return pool_public(row)
+    return pool_public(view)
 
 
 @router.patch("/pools/{id}", response_model=PoolPublic)
@@ -73,10 +68,10 @@ def update_pool(
     id: str, body: PoolUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> PoolPublic:
     policy = body.policy.model_dump(exclude_none=True) if body.policy is not None else None
-    row = pools.update(
+    view = pools.update(
         store, principal, id, policy=policy, nodes=body.nodes, generation=body.generation, now=now
     )
-    return pool_public(row)
+    return pool_public(view)
 
 
 @router.post("/pools/{poolId}/offers", response_model=PoolOfferPublic)
@@ -90,5 +85,5 @@ def offer_pool(
     rows = pools.offer(
         store, principal, pool_id, body.tenant_id, {str(k): v for k, v in body.quota.items()}, now
     )
-    quotas = [public(QuotaPublic, r) for r in rows]
+    quotas = [quota_public(q) for q in rows]
     return PoolOfferPublic(pool_id=pool_id, tenant_id=body.tenant_id, quotas=quotas)

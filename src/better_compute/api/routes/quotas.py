@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import paged, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import quotas
 from better_compute.wire.common import Page
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1", tags=["quotas"], route_class=StrictQueryRoute)
 @router.put("/quotas", response_model=QuotaPublic)
 def set_quota(body: QuotaSet, principal: PrincipalDep, store: StoreDep, now: NowDep) -> QuotaPublic:
     row = quotas.set_quota(store, principal, body.tenant_id, body.pool_id, body.cls, body.limit, now)
-    return public(QuotaPublic, row)
+    return quota_public(row)
 
 
 @router.get("/quotas", response_model=Page[QuotaPublic])
@@ -30,4 +30,4 @@ def list_quotas(
     found = quotas.list_quotas(
         store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
     )
-    return paged(QuotaPublic, found)
+    return paged(found, quota_public)

@@ -12,69 +12,18 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.convert import created_public, paged, reservation_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.credentials import Caller, bearer_token
 from better_compute.service import credentials, reservations
-from better_compute.service.reservations import ReservationView
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
-from better_compute.wire.reservations import (
-    ReservationAtom,
-    ReservationCreate,
-    ReservationListQuery,
-    ReservationPublic,
-)
+from better_compute.wire.reservations import ReservationCreate, ReservationListQuery, ReservationPublic
 
 router = APIRouter(
     prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute
 )
-
-
-def _atom_fields(atom: dict[str, Any]) -> dict[str, Any]:
-    """An atom a reservation holds, by its wire names."""
-    return {
-        "id": atom["id"],
-        "class": atom["class"],
-        "gpuId": atom["gpu_id"],
-        "node": atom["node_id"],
-        "attributes": atom["attributes"],
-    }
-
-
-def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -> dict[str, Any]:
-    """A reservation by its wire names, with its devices and atoms as the caller has them."""
-    r = view.row
-    return {
-        "id": r["id"],
-        "tenantId": r["tenant_id"],
-        "poolId": r["pool_id"],
-        "status": view.status.value,
-        "start": r["starts_at"],
-        "end": r["ends_at"],
-        "devices": devices,
-        "atoms": atoms,
-        "gpuCount": r["gpu_count"],
-        "gpuSlices": r["gpu_slices"],
-        "idempotencyKey": r["idempotency_key"],
-        "createdAt": r["created_at"],
-    }
-
-
-def reservation_public(view: ReservationView) -> ReservationPublic:
-    atoms = [_atom_fields(a) for a in view.atoms]
-    return ReservationPublic.model_validate(_reservation_fields(view, view.row["devices"], atoms))
-
-
-def created_public(view: ReservationView, body: ReservationCreate) -> ReservationPublic:
-    """`reservation_public` of a reservation just made from `body`, without validating it again: every
-    part is already of its wire type (the devices are the request's own, validated). A replayed
-    reservation goes through `reservation_public`: its devices are the first request's."""
-    if view.replayed:
-        return reservation_public(view)
-    # By alias: a field named `cls` would clash with model_construct's own first argument.
-    atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
-    return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))
 
 
 _NO_BODY = object()
@@ -207,7 +156,7 @@ def get_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: NowD
 def list_reservations(
     q: Annotated[ReservationListQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> Page[ReservationPublic]:
-    views, cursor = reservations.list_reservations(
+    found = reservations.list_reservations(
         store,
         principal,
         now,
@@ -217,7 +166,7 @@ def list_reservations(
         limit=q.limit or 100,
         cursor=q.cursor,
     )
-    return Page[ReservationPublic](items=[reservation_public(v) for v in views], next_cursor=cursor)
+    return paged(found, reservation_public)
 
 
 @router.post("/reservations/{id}/cancel", response_model=ReservationPublic)

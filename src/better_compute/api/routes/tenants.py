@@ -7,9 +7,9 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import paged, tenant_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.api.shapes import paged, public
 from better_compute.service import tenants
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
@@ -19,11 +19,11 @@ router = APIRouter(prefix="/v1", tags=["tenants"], route_class=StrictQueryRoute)
 
 @router.post("/tenants", response_model=TenantPublic, status_code=201)
 def create_tenant(body: TenantCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> TenantPublic:
-    return public(TenantPublic, tenants.create(store, principal, body.id, body.name, now))
+    return tenant_public(tenants.create(store, principal, body.id, body.name, now))
 
 
 @router.get("/tenants", response_model=Page[TenantPublic])
 def list_tenants(
     q: Annotated[TenantListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[TenantPublic]:
-    return paged(TenantPublic, tenants.list_tenants(store, principal, limit=q.limit, after=q.cursor))
+    return paged(tenants.list_tenants(store, principal, limit=q.limit, after=q.cursor), tenant_public)

@@ -1,21 +1,21 @@
 """The GPU catalog: every model a pool can hold and, for MIG-capable ones, their profiles and placements.
 
-The tables are data (``models.yaml``, ``placements.yaml`` beside this file) because they come from
+The tables are data (``models.toml``, ``placements.toml`` beside this file) because they come from
 NVIDIA's captures and change when a driver or board does; code only types and cross-checks them.
-The loader refuses an inconsistent table at import time rather than letting a wrong placement reach
-a node.
+They are TOML because the standard library reads it (``tomllib``) and it keeps the comments that say
+where each figure comes from: the domain imports nothing outside the standard library. The loader
+refuses an inconsistent table at import time rather than letting a wrong placement reach a node.
 """
 
 from __future__ import annotations
 
 import re
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
-
-import yaml
 
 from better_compute.domain.errors import InvalidInput, NotFound, UnknownProfile
 
@@ -174,12 +174,29 @@ def _engines(raw: Any) -> tuple[tuple[str, int], ...]:
     return tuple(sorted((str(k), int(v)) for k, v in raw.items()))
 
 
-def _load_yaml(name: str) -> dict[str, Any]:
+def _load_table(name: str) -> dict[str, Any]:
+    """One catalog file beside this module, parsed; a file of another format version is refused."""
     text = resources.files(__name__).joinpath(name).read_text(encoding="utf-8")
-    data = yaml.safe_load(text)
-    if not isinstance(data, dict) or data.get("version") != 1:
-        raise ValueError(f"catalog file {name} must be a mapping with version: 1")
+    data = tomllib.loads(text)
+    if data.get("version") != 1:
+        raise ValueError(f"catalog file {name} must say version = 1")
     return data
+
+
+def _placement_families() -> dict[str, dict[str, Any]]:
+    """Placement families by name, each profile table keyed by NVML profile id as an integer.
+
+    TOML keys are always strings, while models name their profiles by the integer id NVML uses.
+    """
+    families: dict[str, dict[str, Any]] = {}
+    for name, family in _load_table("placements.toml")["families"].items():
+        table: dict[int, Any] = {}
+        for key, row in family["profiles"].items():
+            if not key.isdigit():
+                raise ValueError(f"placement family {name}: profile key {key!r} is not an NVML profile id")
+            table[int(key)] = row
+        families[name] = {**family, "profiles": table}
+    return families
 
 
 def _build_profile(model_id: str, raw: Mapping[str, Any], family: Mapping[str, Any]) -> MigProfile:
@@ -274,8 +291,8 @@ def _build_model(raw: Mapping[str, Any], families: Mapping[str, Any]) -> GpuMode
 @cache
 def all_models() -> tuple[GpuModel, ...]:
     """Every catalog model, in catalog order (MIG-capable first, as the data file lists them)."""
-    families = _load_yaml("placements.yaml")["families"]
-    models = tuple(_build_model(raw, families) for raw in _load_yaml("models.yaml")["models"])
+    families = _placement_families()
+    models = tuple(_build_model(raw, families) for raw in _load_table("models.toml")["models"])
     ids = [m.id.lower() for m in models]
     if len(ids) != len(set(ids)):
         raise ValueError("duplicate model id in the catalog")

@@ -1,4 +1,5 @@
-"""The seed's notebook reservation, end to end with the typed client and the CLI against a real server.
+"""The notebook reservation of docs/concepts.md#reservations, end to end with the typed client and
+the CLI against a real server.
 
 ACME asks for one 3g.40gb MIG instance for four hours in the demo's mig pool, with idempotency key
 `notebook-ana-0924`. Before the pool is offered to it, ACME cannot see it (NOT_FOUND); offered whole
@@ -36,7 +37,7 @@ NOTEBOOK: list[dict[str, Any]] = [
 ]
 
 
-def test_seed_reservation(server: Server) -> None:
+def test_notebook_reservation(server: Server) -> None:
     with Compute(server.url, server.admin_token) as admin:
         with contextlib.suppress(ConflictError):  # examples/demo-fleet.yaml may register acme already
             admin.tenants.create(id="acme", name="ACME")

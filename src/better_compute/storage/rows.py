@@ -1,4 +1,8 @@
-"""Rows of the fleet: clusters, nodes, pools, GPUs and atoms. Bulk reads and upserts, no rules."""
+"""Row-level SQL the repositories share: bulk upserts, insert-if-new, compare-and-set, id-ordered pages.
+
+Only repositories (`storage/<aggregate>.py`) call these; they take a Table object, never a name, and
+what they return is turned into records before it leaves `storage/`.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-
-from better_compute.storage.tables import atoms, clusters, gpus, nodes, pool_nodes, pools
 
 Row = dict[str, Any]
 
@@ -30,6 +32,15 @@ def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], ke
         else:
             stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
         conn.execute(stmt)
+
+
+def insert_missing(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert rows in batches, leaving alone those whose primary key is already there."""
+    dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    key = [c.name for c in table.primary_key.columns]
+    for i in range(0, len(new_rows), 500):
+        chunk = [dict(r) for r in new_rows[i : i + 500]]
+        conn.execute(dialect_insert(table).values(chunk).on_conflict_do_nothing(index_elements=key))
 
 
 def insert_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> int:
@@ -61,48 +72,11 @@ def compare_and_set(
 
 
 def rows(conn: Connection, stmt: Any) -> list[Row]:
+    """Every row a statement returns, as a dict by column name."""
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def gpus_of_nodes(conn: Connection, node_ids: Sequence[str]) -> list[Row]:
-    return rows(conn, select(gpus).where(gpus.c.node_id.in_(list(node_ids))))
-
-
-def atoms_of_nodes(conn: Connection, node_ids: Sequence[str]) -> list[Row]:
-    return rows(conn, select(atoms).where(atoms.c.node_id.in_(list(node_ids))))
-
-
-def nodes_by_id(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
-    return {r["id"]: r for r in rows(conn, select(nodes).where(nodes.c.id.in_(list(node_ids))))}
-
-
-def lock_nodes(conn: Connection, node_ids: Sequence[str]) -> None:
-    """Lock the nodes' rows until the transaction ends (PostgreSQL; SQLite serialises writers), in
-    id order so that lockers never wait on each other in a cycle. FOR NO KEY UPDATE: other writers
-    that merely refer to a node (a foreign key's check) are not held up."""
-    if conn.dialect.name == "postgresql" and node_ids:
-        conn.execute(
-            select(nodes.c.id)
-            .where(nodes.c.id.in_(sorted(node_ids)))
-            .order_by(nodes.c.id)
-            .with_for_update(key_share=True)
-        )
-
-
-def pools_of_nodes(conn: Connection, node_ids: Sequence[str]) -> dict[str, Row]:
-    """The pool (row) of each node that belongs to one."""
-    stmt = select(pool_nodes.c.node_id, pools).join(pools, pools.c.id == pool_nodes.c.pool_id)
-    stmt = stmt.where(pool_nodes.c.node_id.in_(list(node_ids)))
-    return {r["node_id"]: r for r in rows(conn, stmt)}
-
-
-def mark_observed(conn: Connection, node_id: str, generation: int, at: Any) -> None:
-    conn.execute(
-        update(nodes).where(nodes.c.id == node_id).values(observed_generation=generation, last_report_at=at)
-    )
-
-
-def list_table(
+def page(
     conn: Connection,
     table: Table,
     *,
@@ -111,6 +85,7 @@ def list_table(
     limit: int | None = None,
     after: str | None = None,
 ) -> list[Row]:
+    """Rows in key order after the key `after`, at most `limit` of them."""
     stmt = select(table).where(*where)
     key = next(iter(table.primary_key.columns))
     if after is not None:
@@ -119,37 +94,3 @@ def list_table(
     if limit is not None:
         stmt = stmt.limit(limit)
     return rows(conn, stmt)
-
-
-__all__ = [
-    "atoms",
-    "atoms_of_nodes",
-    "clusters",
-    "compare_and_set",
-    "gpus",
-    "gpus_of_nodes",
-    "insert_new",
-    "list_table",
-    "mark_observed",
-    "nodes",
-    "nodes_by_id",
-    "pool_nodes",
-    "pools",
-    "pools_of_nodes",
-    "rows",
-    "upsert",
-]
-
-
-def credential_by_hash(conn: Connection, token_hash: str) -> Row | None:
-    """Looked up on every request, so straight to the driver with a fixed statement."""
-    db = conn.connection.driver_connection
-    assert db is not None
-    mark = "%s" if conn.dialect.name == "postgresql" else "?"
-    found = db.execute(
-        f"SELECT id, tenant_id, is_admin, revoked_at FROM credentials WHERE token_hash = {mark}",
-        (token_hash,),
-    ).fetchone()
-    if found is None:
-        return None
-    return {"id": found[0], "tenant_id": found[1], "is_admin": bool(found[2]), "revoked_at": found[3]}

@@ -1,0 +1,214 @@
+"""Records as wire models: the one place a use case's answer becomes an HTTP answer, field by field.
+
+Every mapping is written out, so a renamed column or record field breaks here (and in mypy), never
+silently on the wire; a record field the wire does not show (a credential's token hash) is simply
+not mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from better_compute.domain.atoms import Atom
+from better_compute.domain.iam import Policy
+from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
+from better_compute.service.credentials import Issued
+from better_compute.service.inventory import NodeView
+from better_compute.service.paging import Listing
+from better_compute.service.pools import PoolView
+from better_compute.service.reservations import ReservationView
+from better_compute.wire.common import Page
+from better_compute.wire.inventory import (
+    AtomPublic,
+    ClusterPublic,
+    GpuPublic,
+    MigInstancePublic,
+    MigModePublic,
+    NodePublic,
+)
+from better_compute.wire.policies import PolicyLimits, PolicyPublic
+from better_compute.wire.pools import PoolPolicy, PoolPublic
+from better_compute.wire.quotas import QuotaPublic
+from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
+from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic
+
+R = TypeVar("R")
+M = TypeVar("M")
+
+
+def paged(listing: Listing[R], convert: Callable[[R], M]) -> Page[M]:
+    return Page[Any](items=[convert(r) for r in listing.items], next_cursor=listing.next_cursor)
+
+
+def tenant_public(t: Tenant) -> TenantPublic:
+    return TenantPublic(id=t.id, name=t.name, created_at=t.created_at)
+
+
+def credential_public(c: Credential) -> CredentialPublic:
+    return CredentialPublic(
+        id=c.id, tenant_id=c.tenant_id, name=c.name, created_at=c.created_at, revoked_at=c.revoked_at
+    )
+
+
+def credential_created(issued: Issued) -> CredentialCreated:
+    c = issued.credential
+    return CredentialCreated(
+        id=c.id,
+        tenant_id=c.tenant_id,
+        name=c.name or None,
+        created_at=c.created_at,
+        revoked_at=c.revoked_at,
+        token=issued.token,
+    )
+
+
+def pool_public(v: PoolView) -> PoolPublic:
+    p = v.pool
+    return PoolPublic(
+        id=p.id,
+        name=p.name,
+        cluster_id=p.cluster_id,
+        mode=p.mode,
+        policy=PoolPolicy(mig_layout=p.settings.mig_layout, replicas=p.settings.replicas),
+        owner_tenant_id=p.owner_tenant_id,
+        nodes=list(v.nodes),
+        meter=p.meter,
+        generation=p.generation,
+        created_at=p.created_at,
+    )
+
+
+def quota_public(q: Quota) -> QuotaPublic:
+    return QuotaPublic.model_validate(
+        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit}
+    )
+
+
+def policy_public(p: Policy) -> PolicyPublic:
+    assert p.created_at is not None, "a stored policy has its creation time"
+    return PolicyPublic(
+        id=p.id,
+        name=p.name,
+        tenant_id=p.tenant_id,
+        pool_id=p.pool_id,
+        limits=PolicyLimits(gpu_count=p.gpu_count, gpu_slices=p.gpu_slices),
+        created_at=p.created_at,
+    )
+
+
+def cluster_public(c: Cluster) -> ClusterPublic:
+    return ClusterPublic(
+        id=c.id,
+        name=c.id,
+        region=c.region,
+        residency=list(c.residency),
+        phase=c.phase,
+        created_at=c.created_at,
+    )
+
+
+def node_public(v: NodeView) -> NodePublic:
+    n = v.node
+    return NodePublic(
+        id=n.id,
+        name=n.id,
+        cluster_id=n.cluster_id,
+        pool_id=v.pool_id,
+        cordoned=n.cordoned,
+        spec_generation=n.spec_generation,
+        observed_generation=n.observed_generation,
+        last_report_at=n.last_report_at,
+    )
+
+
+def gpu_public(g: Gpu) -> GpuPublic:
+    return GpuPublic.model_validate(
+        {
+            "id": g.id,
+            "uuid": g.id,
+            "node": g.node_id,
+            "index": g.index,
+            "product": g.product,
+            "model": g.model,
+            "memoryMiB": g.memory_mib,
+            "numaNode": g.numa_node,
+            "nvlinkPeers": list(g.nvlink_peers),
+            "healthy": g.healthy,
+            "present": g.present,
+            "migMode": MigModePublic(current=g.mig_mode_current, pending=g.mig_mode_pending),
+            "migInstances": [
+                MigInstancePublic(
+                    profile=i.profile,
+                    gi_id=i.gi_id,
+                    ci_id=i.ci_id,
+                    placement_start=i.placement_start,
+                    placement_size=i.placement_size,
+                    uuid=i.uuid,
+                )
+                for i in g.mig_instances
+            ],
+        }
+    )
+
+
+def atom_public(a: Atom) -> AtomPublic:
+    return AtomPublic(
+        id=a.id,
+        cls=a.cls,
+        gpu_id=a.gpu_id,
+        node=a.node,
+        pool_id=a.pool_id,
+        bookable=a.bookable,
+        partition_pending=a.partition_pending,
+        present=a.present,
+        attributes=dict(a.attributes),
+    )
+
+
+def _atom_fields(atom: Atom) -> dict[str, Any]:
+    """An atom a reservation holds, by its wire names."""
+    return {
+        "id": atom.id,
+        "class": atom.cls,
+        "gpuId": atom.gpu_id,
+        "node": atom.node,
+        "attributes": dict(atom.attributes),
+    }
+
+
+def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -> dict[str, Any]:
+    """A reservation by its wire names, with its devices and atoms as the caller has them."""
+    r = view.reservation
+    return {
+        "id": r.id,
+        "tenantId": r.tenant_id,
+        "poolId": r.pool_id,
+        "status": view.status.value,
+        "start": r.starts_at,
+        "end": r.ends_at,
+        "devices": devices,
+        "atoms": atoms,
+        "gpuCount": r.gpu_count,
+        "gpuSlices": r.gpu_slices,
+        "idempotencyKey": r.idempotency_key,
+        "createdAt": r.created_at,
+    }
+
+
+def reservation_public(view: ReservationView) -> ReservationPublic:
+    atoms = [_atom_fields(a) for a in view.atoms]
+    return ReservationPublic.model_validate(
+        _reservation_fields(view, [dict(d) for d in view.reservation.devices], atoms)
+    )
+
+
+def created_public(view: ReservationView, body: ReservationCreate) -> ReservationPublic:
+    """`reservation_public` of a reservation just made from `body`, without validating it again: every
+    part is already of its wire type (the devices are the request's own, validated). A replayed
+    reservation goes through `reservation_public`: its devices are the first request's."""
+    if view.replayed:
+        return reservation_public(view)
+    # By alias: a field named `cls` would clash with model_construct's own first argument.
+    atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
+    return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))

@@ -1,0 +1,154 @@
+"""The aggregates as frozen records: what storage returns, what use cases decide on, what the API shows.
+
+A record names its fields after the domain, not after a table or a wire shape: storage maps columns
+to records and the API maps records to wire models, each explicitly, so a column rename or a new wire
+field changes one adapter and nothing else (docs/adr/0005-records-and-repositories.md). Records that
+the domain already had keep their home: an atom is `domain.atoms.Atom`, an IAM policy
+`domain.iam.Policy`, a booking `domain.ledger.Booking`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from better_compute.domain.inventory import GpuReport, MigInstance
+from better_compute.domain.pools import PoolSettings, PoolSharing, SharingMode
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    id: str
+    name: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Credential:
+    """A bearer token's record: only its hash is kept; `tenant_id` is None for a fleet admin's."""
+
+    id: str
+    tenant_id: str | None
+    name: str
+    token_hash: str
+    is_admin: bool
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.revoked_at is None
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    id: str
+    region: str
+    residency: tuple[str, ...]
+    phase: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    id: str
+    cluster_id: str
+    created_at: datetime
+    cordoned: bool = False
+    public_key: str | None = None
+    spec_generation: int = 0
+    observed_generation: int = 0
+    last_report_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """A GPU as its node last reported it, with the catalog model it was recognised as."""
+
+    id: str
+    node_id: str
+    index: int
+    product: str
+    model: str | None
+    memory_mib: int
+    numa_node: int | None
+    nvlink_peers: tuple[str, ...]
+    healthy: bool
+    present: bool
+    mig_mode_current: bool
+    mig_mode_pending: bool
+    mig_instances: tuple[MigInstance, ...]
+    updated_at: datetime
+
+    def report(self) -> GpuReport:
+        """The report this record was made from: what re-deriving atoms replays."""
+        return GpuReport(
+            uuid=self.id,
+            product=self.product,
+            memory_mib=self.memory_mib,
+            index=self.index,
+            numa_node=self.numa_node,
+            nvlink_peers=self.nvlink_peers,
+            healthy=self.healthy,
+            mig_mode_current=self.mig_mode_current,
+            mig_mode_pending=self.mig_mode_pending,
+            mig_instances=self.mig_instances,
+        )
+
+    def same_as(self, other: Gpu | None) -> bool:
+        """Whether `other` says the same about the GPU (when it was written aside)."""
+        return other is not None and replace(other, updated_at=self.updated_at) == self
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A pool: one owner, a sharing mode fixed at creation, its settings and its nodes."""
+
+    id: str
+    name: str
+    cluster_id: str
+    owner_tenant_id: str
+    mode: SharingMode
+    settings: PoolSettings
+    meter: str
+    generation: int
+    created_at: datetime
+    nodes: tuple[str, ...] = ()
+
+    @property
+    def sharing(self) -> PoolSharing:
+        """What decides how the pool's GPUs become atoms."""
+        return PoolSharing(pool_id=self.id, mode=self.mode, replicas=self.settings.replicas or 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """How much of one atom class a tenant may hold at once in one pool."""
+
+    tenant_id: str
+    pool_id: str
+    cls: str
+    limit: int
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A reservation as admitted: what was asked (`devices`, as sent), its window and its counts."""
+
+    id: str
+    tenant_id: str
+    pool_id: str
+    status: str
+    starts_at: datetime
+    ends_at: datetime | None
+    devices: tuple[Mapping[str, Any], ...]
+    gpu_count: int
+    gpu_slices: int
+    counts: Mapping[str, int]
+    fingerprint: str
+    created_at: datetime
+    idempotency_key: str | None = None
+    generation: int = 1

@@ -1,0 +1,50 @@
+"""The clusters repository."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, select
+
+from better_compute.domain.records import Cluster
+from better_compute.storage import rows
+from better_compute.storage.tables import clusters
+
+
+def _cluster(r: Mapping[str, Any]) -> Cluster:
+    return Cluster(
+        id=r["id"],
+        region=r["region"],
+        residency=tuple(r["residency"] or ()),
+        phase=r["phase"],
+        created_at=r["created_at"],
+    )
+
+
+class SqlClusters:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def get(self, cluster_id: str) -> Cluster | None:
+        found = rows.rows(self.conn, select(clusters).where(clusters.c.id == cluster_id))
+        return _cluster(found[0]) if found else None
+
+    def page(self, limit: int | None, after: str | None) -> list[Cluster]:
+        return [_cluster(r) for r in rows.page(self.conn, clusters, limit=limit, after=after)]
+
+    def add_missing(self, items: Sequence[Cluster]) -> None:
+        rows.insert_missing(
+            self.conn,
+            clusters,
+            [
+                {
+                    "id": c.id,
+                    "region": c.region,
+                    "residency": list(c.residency),
+                    "phase": c.phase,
+                    "created_at": c.created_at,
+                }
+                for c in items
+            ],
+        )

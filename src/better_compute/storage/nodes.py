@@ -1,0 +1,65 @@
+"""The nodes repository: node records, and the row locks that order writers deriving their atoms."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, select, update
+
+from better_compute.domain.records import Node
+from better_compute.storage import rows
+from better_compute.storage.tables import nodes
+
+
+def _node(r: Mapping[str, Any]) -> Node:
+    return Node(
+        id=r["id"],
+        cluster_id=r["cluster_id"],
+        created_at=r["created_at"],
+        cordoned=bool(r["cordoned"]),
+        public_key=r["public_key"],
+        spec_generation=int(r["spec_generation"]),
+        observed_generation=int(r["observed_generation"]),
+        last_report_at=r["last_report_at"],
+    )
+
+
+class SqlNodes:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def by_ids(self, node_ids: Sequence[str]) -> dict[str, Node]:
+        found = rows.rows(self.conn, select(nodes).where(nodes.c.id.in_(list(node_ids))))
+        return {r["id"]: _node(r) for r in found}
+
+    def page(self, cluster_id: str | None, limit: int | None, after: str | None) -> list[Node]:
+        where = [] if cluster_id is None else [nodes.c.cluster_id == cluster_id]
+        return [_node(r) for r in rows.page(self.conn, nodes, where=where, limit=limit, after=after)]
+
+    def add_missing(self, items: Sequence[Node]) -> None:
+        rows.insert_missing(
+            self.conn,
+            nodes,
+            [{"id": n.id, "cluster_id": n.cluster_id, "created_at": n.created_at} for n in items],
+        )
+
+    def lock(self, node_ids: Sequence[str]) -> None:
+        """Lock the nodes' rows until the transaction ends (PostgreSQL; SQLite serialises writers), in
+        id order so that lockers never wait on each other in a cycle. FOR NO KEY UPDATE: other writers
+        that merely refer to a node (a foreign key's check) are not held up."""
+        if self.conn.dialect.name == "postgresql" and node_ids:
+            self.conn.execute(
+                select(nodes.c.id)
+                .where(nodes.c.id.in_(sorted(node_ids)))
+                .order_by(nodes.c.id)
+                .with_for_update(key_share=True)
+            )
+
+    def mark_observed(self, node_id: str, generation: int, at: datetime) -> None:
+        self.conn.execute(
+            update(nodes)
+            .where(nodes.c.id == node_id)
+            .values(observed_generation=generation, last_report_at=at)
+        )
