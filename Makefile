@@ -30,7 +30,7 @@ test: $(VENV)/.installed-test
 lint: $(VENV)/.installed-test
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/ruff check src tests bench
-	$(BIN)/mypy src
+	$(BIN)/mypy src tests/typechecks
 	$(BIN)/lint-imports
 
 pytest: $(VENV)/.installed-test
@@ -42,14 +42,16 @@ fmt: $(VENV)/.installed-test
 
 # The API fuzz tests at length (tests/reliability/test_fuzz.py; `make test` runs them short): schemathesis
 # sends FUZZ_EXAMPLES generated requests per operation and token and FUZZ_SCENARIOS linked scenarios of
-# up to FUZZ_STEPS calls, and fails on any 5xx. A few minutes; the same counts repeat the same run.
+# up to FUZZ_STEPS calls, and fails on any 5xx; test_reservation_body_fuzz.py sends 50 x FUZZ_EXAMPLES
+# raw bodies to the reservation route. A few minutes; the same counts repeat the same run.
 FUZZ_EXAMPLES ?= 500
 FUZZ_SCENARIOS ?= 200
 FUZZ_STEPS ?= 8
 
 fuzz: $(VENV)/.installed-test
 	BC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) BC_FUZZ_SCENARIOS=$(FUZZ_SCENARIOS) BC_FUZZ_STEPS=$(FUZZ_STEPS) \
-		$(BIN)/pytest tests/reliability/test_fuzz.py --timeout=1800 --durations=5
+		$(BIN)/pytest tests/reliability/test_fuzz.py tests/reliability/test_reservation_body_fuzz.py \
+		--timeout=1800 --durations=5
 
 bench-quick: $(VENV)/.installed-test
 	$(BIN)/python bench/ledger.py --quick

@@ -42,6 +42,7 @@ from bench.fleetgen import (
     sqlite_database,
 )
 from better_compute.domain.credentials import Principal
+from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import credentials, quotas, tenants
 from better_compute.storage.store import Store
 
@@ -58,6 +59,7 @@ def prepare(url: str, nodes: int, gpus: int, tenant_count: int = 8) -> list[str]
     """Load the fleet and give each benchmark tenant a token and room to book; returns the tokens."""
     store = Store.open(url)
     now = datetime.now(UTC)
+    ids = RandomIds()
     load(store, nodes, gpus, now)
     tokens = []
     for n in range(tenant_count):
@@ -65,7 +67,7 @@ def prepare(url: str, nodes: int, gpus: int, tenant_count: int = 8) -> list[str]
         tenants.create(store, ADMIN, tenant, f"Benchmark tenant {n}", now)
         with store.begin() as tx:
             quotas.write_rows(tx, tenant, "mig", {"gpu.mig": 10_000_000}, now)
-        tokens.append(credentials.create(store, ADMIN, tenant, "bench", now).token)
+        tokens.append(credentials.create(store, ADMIN, tenant, "bench", now, new_id=ids.credential).token)
     store.close()
     return tokens
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.domain.admission import DeviceRequest
@@ -12,6 +15,12 @@ from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.inventory import GpuReport, MigInstance
 from better_compute.domain.pools import SharingMode
 from better_compute.domain.selectors import parse_selector
+from better_compute.entrypoints.ids import RandomIds
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from better_compute.service.ids import Ids
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -146,11 +155,42 @@ def bare_fleet() -> dict[str, object]:
     }
 
 
+class CountingIds:
+    """`service.ids.Ids` that counts, kind by kind (`rsv-000001`, `rsv-000002`, `cred-000001`, ...),
+    so that a test can name the ids it will see. It keeps no two sources apart: one per store."""
+
+    def __init__(self) -> None:
+        self._counts: dict[str, itertools.count[int]] = {}
+        self._lock = threading.Lock()
+
+    def _next(self, kind: str) -> str:
+        with self._lock:
+            n = next(self._counts.setdefault(kind, itertools.count(1)))
+        return f"{kind}-{n:06d}"
+
+    def reservation(self) -> str:
+        return self._next("rsv")
+
+    def credential(self) -> str:
+        return self._next("cred")
+
+    def policy(self) -> str:
+        return self._next("pol")
+
+
+def ids() -> Ids:
+    """Production ids, for tests that do not care which they get (they never collide)."""
+    return RandomIds()
+
+
+_IDS = ids()
+
+
 def admin_token(store: object, now: datetime = T0) -> str:
     """A fresh fleet-admin bearer token in `store` (another one if some exist)."""
     from better_compute.service import credentials
 
-    return credentials.bootstrap_admin(store, now, force=True).token
+    return credentials.bootstrap_admin(store, now, new_id=_IDS.credential, force=True).token  # type: ignore[arg-type]
 
 
 def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
@@ -159,25 +199,36 @@ def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
     from better_compute.service import credentials
 
     admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
-    return credentials.create(store, admin, tenant_id, None, now).token
+    return credentials.create(store, admin, tenant_id, None, now, new_id=_IDS.credential).token  # type: ignore[arg-type]
 
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
 
 
-def api_client(store: object, now: datetime = T0):  # type: ignore[no-untyped-def]
-    """The real app over `store` with a fixed clock, driven in-process (no sockets)."""
-    import warnings
+def real_app(
+    store: object, *, clock: Callable[[], datetime] = lambda: T0, ids: Ids | None = None, **settings: Any
+) -> FastAPI:
+    """The app over `store` as a server process has it, wired by the composition root
+    (`entrypoints/server.py`), with a fixed clock (T0 unless given), `ids` (production ones unless
+    given) and `settings` (`Settings` fields) in place of the environment's."""
+    from better_compute.entrypoints.server import build_app, build_services
+    from better_compute.settings import Settings
 
-    from better_compute.api.app import create_app
+    services = build_services(store, clock=clock, ids=ids)  # type: ignore[arg-type]
+    return build_app(services, Settings(**settings))
+
+
+def api_client(store: object, now: datetime = T0, **kw: Any):  # type: ignore[no-untyped-def]
+    """`real_app` over `store` at `now`, driven in-process (no sockets)."""
+    import warnings
 
     with warnings.catch_warnings():
         # starlette warns on import when only httpx (not httpx2) is installed; the client works the same.
         warnings.simplefilter("ignore")
         from fastapi.testclient import TestClient
 
-    return TestClient(create_app(store, clock=lambda: now))  # type: ignore[arg-type]
+    return TestClient(real_app(store, clock=lambda: now, **kw))
 
 
 def stored_events(store: object, type_: str | None = None) -> list[dict[str, object]]:

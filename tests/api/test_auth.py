@@ -11,7 +11,7 @@ from better_compute.domain.errors import Forbidden, Unauthenticated
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, tenant_token
+from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, ids, tenant_token
 
 V1_READS = ["/v1/clusters", "/v1/nodes", "/v1/gpus", "/v1/atoms", "/v1/pools", "/v1/pools/p1"]
 V1_READS += ["/v1/tenants", "/v1/quotas", "/v1/policies"]
@@ -100,7 +100,7 @@ def test_tenant_and_admin_principals(fleet: Store) -> None:
     assert (tenant.tenant_id, tenant.is_admin) == ("acme", False)
     assert (admin.tenant_id, admin.is_admin) == (None, True)
     with pytest.raises(Forbidden):
-        credentials.create(fleet, tenant, "acme", None, T0)
+        credentials.create(fleet, tenant, "acme", None, T0, new_id=ids().credential)
 
 
 def test_only_the_admin_issues_credentials(fleet: Store) -> None:

@@ -17,10 +17,9 @@ from typing import Any
 
 import pytest
 
-from better_compute.api.app import create_app
-from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES
+from better_compute.settings import DEFAULT_MAX_BODY_BYTES
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token
+from tests.builders import admin_token, real_app
 
 BOUND = 10.0
 """Seconds any one drive may take: only reached when the app hangs, which fails the test."""
@@ -119,7 +118,7 @@ def json_headers(token: str | None, length: int | None) -> list[tuple[str, str]]
 def test_unbounded_request_bodies_a_declared_length_over_the_cap_is_413_before_any_byte_is_read(
     store: Store,
 ) -> None:
-    app = create_app(store, clock=lambda: T0)
+    app = real_app(store)
     size = 12 * 1024 * 1024
     for path in ("/v1/reservations", "/v1/tenants"):
         answer = drive(app, "POST", path, headers=json_headers(None, size), parts=[b"{" * size])
@@ -136,7 +135,7 @@ def test_unbounded_request_bodies_a_declared_length_over_the_cap_is_413_before_a
 def test_unbounded_request_bodies_a_chunked_body_is_counted_and_refused_once_over_the_cap(
     store: Store,
 ) -> None:
-    app = create_app(store, clock=lambda: T0, max_body_bytes=1000)
+    app = real_app(store, max_body_bytes=1000)
     token = admin_token(store)
     chunks: list[bytes | str] = [b" " * 400] * 10
     for path in ("/v1/reservations", "/v1/tenants"):
@@ -148,7 +147,7 @@ def test_unbounded_request_bodies_a_chunked_body_is_counted_and_refused_once_ove
 
 
 def test_unbounded_request_bodies_a_body_longer_than_its_content_length_is_counted(store: Store) -> None:
-    app = create_app(store, clock=lambda: T0, max_body_bytes=1000)
+    app = real_app(store, max_body_bytes=1000)
     answer = drive(
         app, "POST", "/v1/tenants", headers=json_headers(admin_token(store), 10), parts=[b" " * 600] * 2
     )
@@ -157,7 +156,7 @@ def test_unbounded_request_bodies_a_body_longer_than_its_content_length_is_count
 
 
 def test_unbounded_request_bodies_a_body_at_the_cap_is_taken(store: Store) -> None:
-    app = create_app(store, clock=lambda: T0, max_body_bytes=1000)
+    app = real_app(store, max_body_bytes=1000)
     body = json.dumps({"id": "globex", "name": "Globex"}).encode()
     body += b" " * (1000 - len(body))
     answer = drive(app, "POST", "/v1/tenants", headers=json_headers(admin_token(store), 1000), parts=[body])
@@ -169,7 +168,7 @@ def test_unbounded_request_bodies_an_anonymous_reservation_is_401_before_its_bod
     store: Store,
 ) -> None:
     # The body never comes: the answer can only be the refusal of the missing or unknown token.
-    app = create_app(store, clock=lambda: T0)
+    app = real_app(store)
     for token in (None, "bc_" + "A" * 43):
         answer = drive(app, "POST", "/v1/reservations", headers=json_headers(token, 1000), parts=[PAUSE])
         assert answer.status == 401
@@ -179,7 +178,7 @@ def test_unbounded_request_bodies_an_anonymous_reservation_is_401_before_its_bod
 
 
 def test_slow_clients_a_stalled_body_is_408_naming_the_timeout(store: Store) -> None:
-    app = create_app(store, clock=lambda: T0, request_timeout=0.2)
+    app = real_app(store, timeout_request=0.2)
     token = admin_token(store)
     for path in ("/v1/reservations", "/v1/tenants"):
         answer = drive(app, "POST", path, headers=json_headers(token, 1000), parts=[b"{", PAUSE])
@@ -195,7 +194,7 @@ def test_slow_clients_a_stalled_body_is_408_naming_the_timeout(store: Store) -> 
 def test_client_disconnect_mid_body_is_one_warning_line_not_a_traceback(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    app = create_app(store, clock=lambda: T0)
+    app = real_app(store)
     token = admin_token(store)
     for path in ("/v1/reservations", "/v1/tenants"):
         caplog.clear()

@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from better_compute.api.app import create_app
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, bearer, small_fleet
+from tests.builders import T0, admin_token, bearer, real_app, small_fleet
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -37,7 +36,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def http(store: Store) -> TestClient:
-    client = TestClient(create_app(store, clock=lambda: T0))
+    client = TestClient(real_app(store))
     client.headers.update(bearer(admin_token(store)))
     return client
 
@@ -45,7 +44,7 @@ def http(store: Store) -> TestClient:
 def openapi() -> dict[str, Any]:
     store = Store.open("sqlite://")
     try:
-        document: dict[str, Any] = create_app(store).openapi()
+        document: dict[str, Any] = real_app(store).openapi()
     finally:
         store.close()
     return document

@@ -9,13 +9,12 @@ from typing import Any
 
 import pytest
 
-from better_compute.api.app import create_app
 from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, bearer, tenant_token
+from tests.builders import T0, admin_token, bearer, real_app, tenant_token
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -76,7 +75,7 @@ class World:
     def __init__(self, store: Store) -> None:
         load_fleet(store, parse_fleet(FLEET), T0)
         self.clock = Clock()
-        self.http = TestClient(create_app(store, clock=self.clock))
+        self.http = TestClient(real_app(store, clock=self.clock))
         self.admin = bearer(admin_token(store))
         self.acme = bearer(tenant_token(store, "acme"))
         self.globex = bearer(tenant_token(store, "globex"))
@@ -511,6 +510,20 @@ GOOD = {"poolId": "h100", "devices": [{"class": "gpu.mig", "count": 1}], "durati
             "INVALID_INPUT",
             "zzz: Extra inputs are not permitted",
             id="an unknown field",
+        ),
+        pytest.param(
+            {"content": b"null", "ctype": "application/json"},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary",
+            id="a JSON null, which is a body and not a missing one",
+        ),
+        pytest.param(
+            {"content": json.dumps(GOOD).encode(), "ctype": "application/x/+json"},
+            400,
+            "INVALID_INPUT",
+            "body: Input should be a valid dictionary",
+            id="a content type with two slashes, which is no JSON type",
         ),
         # The token is checked before the body is read: a caller without one never has it read.
         pytest.param(

@@ -38,13 +38,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.e2e)
 
 
+NOT_PASSED_ON = {
+    *("BC_SERVER", "BC_TOKEN", "BC_DATABASE_URL", "XDG_CONFIG_HOME"),
+    *("BC_MAX_BODY_BYTES", "BC_TIMEOUT_REQUEST", "BC_TIMEOUT_KEEP_ALIVE"),
+}
+"""The user's server, token, database, server settings (`better_compute.settings`) and login config."""
+
+
 def clean_env(home: Path) -> dict[str, str]:
-    """The environment for our subprocesses: no server, token, database or login config of the user's."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"BC_SERVER", "BC_TOKEN", "BC_DATABASE_URL", "XDG_CONFIG_HOME"}
-    }
+    """The environment for our subprocesses: none of NOT_PASSED_ON."""
+    env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
     env["BC_CONFIG"] = str(home / "config.json")
     env["PYTHONUNBUFFERED"] = "1"
     return env

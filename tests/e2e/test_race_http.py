@@ -22,7 +22,7 @@ from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials, quotas, tenants
 from better_compute.storage.store import Store
-from tests.builders import small_fleet
+from tests.builders import ids, small_fleet
 from tests.conftest import own_database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.e2e]
@@ -53,8 +53,9 @@ def server(race_database: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     for tenant in ("acme", "globex"):
         with store.begin() as tx:
             quotas.write_rows(tx, tenant, "p1", {"gpu.mig": 100}, now)
-    token_acme = credentials.create(store, ADMIN, "acme", "race", now).token
-    token_globex = credentials.create(store, ADMIN, "globex", "race", now).token
+    new_id = ids().credential
+    token_acme = credentials.create(store, ADMIN, "acme", "race", now, new_id=new_id).token
+    token_globex = credentials.create(store, ADMIN, "globex", "race", now, new_id=new_id).token
     store.close()
     port = _free_port()
     cli = Path(sys.executable).with_name("better-compute")

@@ -37,14 +37,13 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core import NotSet
 from schemathesis.core.transport import Response
 
-from better_compute.api.app import create_app
 from better_compute.domain.credentials import Principal
 from better_compute.entrypoints import openapi
 from better_compute.entrypoints.fleet import load_fleet, read_fleet
 from better_compute.service import pools, reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, tenant_token
+from tests.builders import T0, admin_token, real_app, tenant_token
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_FLEET = REPO / "examples" / "demo-fleet.yaml"
@@ -234,7 +233,7 @@ def target(request: pytest.FixtureRequest, seeded: Seeded, tmp_path: Path) -> It
     shutil.copyfile(seeded.database, tmp_path / "bc.db")
     store = Store.open(f"sqlite:///{tmp_path / 'bc.db'}", migrate_schema=False)
     try:
-        app = create_app(store, clock=lambda: T0)
+        app = real_app(store)
         headers = {"Authorization": f"Bearer {seeded.tokens[request.param]}"}
         yield Target(app, request.param, headers, set())
     finally:

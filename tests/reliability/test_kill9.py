@@ -29,7 +29,7 @@ from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import credentials, quotas
 from better_compute.storage.store import Store
-from tests.builders import small_fleet
+from tests.builders import ids, small_fleet
 from tests.conftest import own_database
 from tests.e2e.conftest import free_port
 
@@ -94,7 +94,7 @@ def test_kill9_mid_load_loses_and_duplicates_nothing(database: str, tmp_path: Pa
     load_fleet(store, parse_fleet(small_fleet(nodes=2, layout="all-1g.10gb")), now)
     with store.begin() as tx:
         quotas.write_rows(tx, "acme", "p1", {"gpu.mig": 100_000}, now)
-    token = credentials.create(store, ADMIN, "acme", "kill9", now).token
+    token = credentials.create(store, ADMIN, "acme", "kill9", now, new_id=ids().credential).token
     dialect = store.dialect
     store.close()
     base = (now + timedelta(days=1)).replace(minute=0, second=0, microsecond=0)

@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from better_compute.api.deps import app_context
+from better_compute.api.deps import services_of
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.service import credentials
 
@@ -34,7 +34,7 @@ async def get_principal(
     The look-up is one indexed query, run on the event loop: a hop to a worker thread for it costs
     more than the query itself.
     """
-    store = app_context(request).store
+    store = services_of(request).store
     return credentials.authenticate(store, bearer_token(request.headers.get("authorization")))
 
 

@@ -1,63 +1,50 @@
-"""Request-scoped dependencies: the store, the clock and the rest of the app's `AppContext`.
+"""Request-scoped dependencies: the store, the clock, the id source and the rest of the app's `Services`.
 
 They are `async` because they do no I/O: FastAPI runs sync dependencies in a worker thread, and
 that hop, once per dependency per request, cost more than the rest of a reservation's admission.
 Each dependency FastAPI resolves costs about as much as a small database query: the reservation
-route, the busiest, reads the context straight from the request (`app_context`) and declares the
-one `ContextDep` only for its documented signature.
+route, the busiest, reads the services straight from the request (`services_of`) and declares the
+one `ServicesDep` only for its documented signature.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, cast
 
 from fastapi import Depends, Query, Request
 
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.credentials import TokenMemory
+from better_compute.service.ids import Ids
 from better_compute.service.ports import StorePort
+from better_compute.service.services import Services
 
 
-@dataclass(frozen=True)
-class AppContext:
-    """What the composition root hands the API: the store, the clock, the booking index, the id maker,
-    and the tokens this process has seen."""
-
-    store: StorePort
-    clock: Callable[[], datetime]
-    index: BookingIndex
-    new_id: Callable[[], str]
-    tokens: TokenMemory
-    admission: Executor | None
-    """Where reservations are admitted: a few threads that keep their database connections, so that
-    a process goes on serving requests while one waits for the database; None: on the event loop."""
+def services_of(request: Request) -> Services:
+    """The app's services, for code that has the request in hand (no dependency to resolve)."""
+    return cast(Services, request.app.state.services)
 
 
-def app_context(request: Request) -> AppContext:
-    """The app's context, for code that has the request in hand (no dependency to resolve)."""
-    return cast(AppContext, request.app.state.context)
+async def get_services(request: Request) -> Services:
+    return services_of(request)
 
 
-async def get_context(request: Request) -> AppContext:
-    return app_context(request)
-
-
-ContextDep = Annotated[AppContext, Depends(get_context)]
+ServicesDep = Annotated[Services, Depends(get_services)]
 
 
 async def get_store(request: Request) -> StorePort:
-    return app_context(request).store
+    return services_of(request).store
 
 
 async def get_now(request: Request) -> datetime:
-    return app_context(request).clock()
+    return services_of(request).clock()
+
+
+async def get_ids(request: Request) -> Ids:
+    return services_of(request).ids
 
 
 StoreDep = Annotated[StorePort, Depends(get_store)]
 NowDep = Annotated[datetime, Depends(get_now)]
+IdsDep = Annotated[Ids, Depends(get_ids)]
 LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
 CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]

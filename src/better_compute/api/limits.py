@@ -15,8 +15,8 @@ Every refusal closes the connection (`Connection: close`), so the rest of a body
 is not read either. The cap is far above any request the API takes: a reservation with its 16
 device requests is a few kilobytes.
 
-`serve` reads the defaults below for its options, so this module imports no FastAPI until it
-refuses a request: every `better-compute` command would pay for that import otherwise.
+The limits themselves are settings (`better_compute.settings`: `BC_MAX_BODY_BYTES`,
+`BC_TIMEOUT_REQUEST`), handed to `create_app` by the composition root.
 """
 
 from __future__ import annotations
@@ -32,12 +32,6 @@ from better_compute.wire import codes
 
 if TYPE_CHECKING:
     from starlette.responses import Response
-
-DEFAULT_MAX_BODY_BYTES = 1_048_576
-"""1 MiB: hundreds of times the largest request body the API takes."""
-
-DEFAULT_REQUEST_TIMEOUT = 30.0
-"""Seconds a client may pause while sending a request: long enough for any real network."""
 
 log = logging.getLogger("better_compute.api")
 
@@ -212,8 +206,6 @@ class _BodyReading:
 
 
 __all__ = [
-    "DEFAULT_MAX_BODY_BYTES",
-    "DEFAULT_REQUEST_TIMEOUT",
     "BodyLimits",
     "body_too_large",
     "body_too_slow",

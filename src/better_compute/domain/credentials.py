@@ -20,18 +20,66 @@ _TOKEN = re.compile(r"bc_[A-Za-z0-9_-]{16,256}")
 
 @dataclass(frozen=True)
 class Principal:
-    """The caller behind a token: one tenant, or the fleet admin (`tenant_id` None, `is_admin` True)."""
+    """The caller behind a token whose credential is known to be live in this request: one tenant, or
+    the fleet admin (`tenant_id` None, `is_admin` True).
+
+    Two steps make one for a request: a fresh look-up of the token (`service.credentials.authenticate`),
+    and `RecalledPrincipal.confirm` from what the use case's own transaction read. So whatever takes a
+    `Principal` may rely on the revocation check having been made; it never makes one itself.
+    """
 
     tenant_id: str | None
     is_admin: bool
     credential_id: str
-    recalled: bool = False
-    """True when the token's owner was remembered from an earlier request rather than looked up now:
-    whoever acts on it must confirm, in its own transaction, that the credential is not revoked."""
 
     def acts_for(self, tenant_id: str) -> bool:
         """Whether the caller may see and act on `tenant_id`'s own things (the admin acts for all)."""
         return self.is_admin or self.tenant_id == tenant_id
+
+    def remembered(self) -> RecalledPrincipal:
+        """This principal as a process remembers it for the token's next request: its owner, which
+        never changes, without the liveness, which may (a revocation)."""
+        return RecalledPrincipal(self.tenant_id, self.is_admin, self.credential_id)
+
+
+@dataclass(frozen=True)
+class RecalledPrincipal:
+    """Whom a remembered token belongs to, not yet known to be live: its credential may have been
+    revoked since, by any process.
+
+    It is not a `Principal`, nor a subclass of one, so a use case that takes a `Principal` cannot be
+    given one (mypy refuses it). A use case that accepts a `Caller` turns it into a `Principal` with
+    `confirm`, from its own transaction's read of the credential, before it decides anything on it.
+    Until then only who the caller claims to be is known, which is enough to choose what to read.
+    """
+
+    tenant_id: str | None
+    is_admin: bool
+    credential_id: str
+
+    def confirm(self, credential_live: bool) -> Principal:
+        """The principal, once the caller's transaction read that the credential is live; a revoked
+        (or vanished) credential is refused as a fresh look-up would refuse it."""
+        if not credential_live:
+            raise token_revoked()
+        return Principal(self.tenant_id, self.is_admin, self.credential_id)
+
+
+Caller = Principal | RecalledPrincipal
+"""Who a use case that confirms remembered tokens itself may be called by."""
+
+
+def credential_to_confirm(caller: Caller) -> str | None:
+    """The credential whose liveness the caller's transaction must read; None for a `Principal`."""
+    return caller.credential_id if isinstance(caller, RecalledPrincipal) else None
+
+
+def confirmed(caller: Caller, credential_live: bool | None) -> Principal:
+    """`caller` as a `Principal`: as it is when it is one, else confirmed from `credential_live`,
+    what the transaction read of `credential_to_confirm(caller)` (None: nothing was read, refused)."""
+    if isinstance(caller, Principal):
+        return caller
+    return caller.confirm(credential_live is True)
 
 
 def hash_token(token: str) -> str:

@@ -1,9 +1,9 @@
 """`python -m better_compute.entrypoints.openapi`: print the API's OpenAPI document as stable JSON.
 
-The document is the app's own (`create_app(...).openapi()`), rendered with sorted keys and a two-space
-indent so that it can be committed and compared byte for byte (`make openapi` writes `openapi.json`).
-Building it touches no real database: the app only keeps its store, so it gets one on a throwaway
-SQLite file that is never migrated or queried.
+The document is the app's own (the app `entrypoints/server.py` builds, `.openapi()`), rendered with
+sorted keys and a two-space indent so that it can be committed and compared byte for byte (`make
+openapi` writes `openapi.json`). Building it touches no real database: the app only keeps its store,
+so it gets one on a throwaway SQLite file that is never migrated or queried.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from better_compute.api.app import create_app
+from better_compute.entrypoints.server import build_app, build_services
+from better_compute.settings import Settings
 from better_compute.storage.store import Store
 
 
@@ -23,7 +24,7 @@ def document() -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bc-openapi-") as scratch:
         store = Store.open(f"sqlite:///{Path(scratch) / 'unused.db'}", migrate_schema=False)
         try:
-            return create_app(store).openapi()
+            return build_app(build_services(store), Settings()).openapi()
         finally:
             store.close()
 

@@ -3,25 +3,34 @@
 from __future__ import annotations
 
 import os
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import ValidationError
 
-from better_compute.api.limits import DEFAULT_MAX_BODY_BYTES, DEFAULT_REQUEST_TIMEOUT
 from better_compute.cli.app import admin_app, app
 from better_compute.domain.errors import DomainError
-from better_compute.storage.store import Store
+from better_compute.settings import (
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_TIMEOUT_KEEP_ALIVE,
+    DEFAULT_TIMEOUT_REQUEST,
+    Settings,
+)
 
-DEFAULT_DATABASE_URL = "sqlite:///better-compute.db"
-DEFAULT_TIMEOUT_KEEP_ALIVE = 5
-"""Seconds, uvicorn's own default: time for a client's next request on the same connection, and
-short enough that idle connections do not pile up."""
 
-
-def database_url(option: str | None) -> str:
-    return option or os.environ.get("BC_DATABASE_URL") or DEFAULT_DATABASE_URL
+def read_settings(**options: Any) -> Settings:
+    """The settings: each option given on the command line, else its `BC_*` variable, else its
+    default. A value that is not valid stops the command with a message naming the setting."""
+    try:
+        return Settings(**{name: value for name, value in options.items() if value is not None})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])} (BC_{str(e['loc'][0]).upper()}): {e['msg']}"
+            for e in exc.errors()
+        )
+        typer.echo(f"error: invalid setting: {problems}", err=True)
+        raise typer.Exit(2) from None
 
 
 DatabaseOpt = Annotated[
@@ -46,49 +55,62 @@ def serve(
     ] = 1,
     access_log: Annotated[bool, typer.Option(help="Log every request.")] = True,
     max_body_bytes: Annotated[
-        int, typer.Option(min=1, help="Largest request body taken, in bytes; a larger one is refused (413).")
-    ] = DEFAULT_MAX_BODY_BYTES,
-    timeout_keep_alive: Annotated[
-        int, typer.Option(min=1, help="Seconds an idle connection (no request under way) is kept open.")
-    ] = DEFAULT_TIMEOUT_KEEP_ALIVE,
-    timeout_request: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
-            help="Seconds a client has to send a request's head, and each next part of its body (408).",
+            help="Largest request body taken, in bytes; a larger one is refused (413)."
+            f" [default: $BC_MAX_BODY_BYTES or {DEFAULT_MAX_BODY_BYTES}]",
         ),
-    ] = int(DEFAULT_REQUEST_TIMEOUT),
+    ] = None,
+    timeout_keep_alive: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Seconds an idle connection (no request under way) is kept open."
+            f" [default: $BC_TIMEOUT_KEEP_ALIVE or {DEFAULT_TIMEOUT_KEEP_ALIVE}]",
+        ),
+    ] = None,
+    timeout_request: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Seconds a client has to send a request's head, and each next part of its body (408)."
+            f" [default: $BC_TIMEOUT_REQUEST or {DEFAULT_TIMEOUT_REQUEST:g}]",
+        ),
+    ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
 
-    from better_compute.api.app import create_app
+    from better_compute.entrypoints import server
     from better_compute.entrypoints.fleet import load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
 
-    url = database_url(database_url_opt)
-    store = Store.open(url)
-    if fleet is not None:
-        try:
-            count = load_fleet(store, read_fleet(fleet), datetime.now(UTC))
-        except DomainError as exc:
-            typer.echo(f"error: {exc.message}", err=True)
-            raise typer.Exit(2) from None
-        typer.echo(f"loaded {fleet}: {count} simulated nodes")
-    typer.echo(f"serving on http://{host}:{port} (database: {store.dialect}); docs at /docs")
+    settings = read_settings(
+        database_url=database_url_opt,
+        max_body_bytes=max_body_bytes,
+        timeout_keep_alive=timeout_keep_alive,
+        timeout_request=timeout_request,
+    )
     connections: dict[str, Any] = {
-        "http": timed_protocol(timeout_request),
-        "timeout_keep_alive": timeout_keep_alive,
+        "http": timed_protocol(settings.timeout_request),
+        "timeout_keep_alive": settings.timeout_keep_alive,
     }
-    if workers == 1:
-        app = create_app(store, max_body_bytes=max_body_bytes, request_timeout=timeout_request)
-        uvicorn.run(app, host=host, port=port, log_level="info", access_log=access_log, **connections)
-        return
-    store.close()
-    # Worker processes build their app from the environment (entrypoints/asgi.py).
-    os.environ["BC_DATABASE_URL"] = url
-    os.environ["BC_MAX_BODY_BYTES"] = str(max_body_bytes)
-    os.environ["BC_TIMEOUT_REQUEST"] = str(timeout_request)
+    with server.running(settings) as services:
+        if fleet is not None:
+            try:
+                count = load_fleet(services.store, read_fleet(fleet), services.clock())
+            except DomainError as exc:
+                typer.echo(f"error: {exc.message}", err=True)
+                raise typer.Exit(2) from None
+            typer.echo(f"loaded {fleet}: {count} simulated nodes")
+        typer.echo(f"serving on http://{host}:{port} (database: {services.store.dialect}); docs at /docs")
+        if workers == 1:
+            app_ = server.build_app(services, settings)
+            uvicorn.run(app_, host=host, port=port, log_level="info", access_log=access_log, **connections)
+            return
+    # Worker processes build their own services from the same settings (entrypoints/asgi.py).
+    os.environ.update(settings.environment())
     uvicorn.run(
         "better_compute.entrypoints.asgi:create",
         factory=True,
@@ -113,16 +135,17 @@ def bootstrap(
     Only the token's hash is stored, so keep the printed token: it cannot be shown again. A second
     run refuses while an admin credential exists, unless --force.
     """
+    from better_compute.entrypoints import server
     from better_compute.service import credentials
 
-    store = Store.open(database_url(database_url_opt))
-    try:
-        issued = credentials.bootstrap_admin(store, datetime.now(UTC), force=force)
-    except DomainError as exc:
-        typer.echo(f"error: {exc.message}", err=True)
-        raise typer.Exit(1) from None
-    finally:
-        store.close()
+    with server.running(read_settings(database_url=database_url_opt)) as services:
+        try:
+            issued = credentials.bootstrap_admin(
+                services.store, services.clock(), new_id=services.ids.credential, force=force
+            )
+        except DomainError as exc:
+            typer.echo(f"error: {exc.message}", err=True)
+            raise typer.Exit(1) from None
     typer.echo(f"created fleet-admin credential {issued.credential.id}; this token is shown only once:")
     typer.echo(issued.token)
 

@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import secrets
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.credentials import (
     TOKEN_PREFIX,
+    Caller,
     Principal,
+    RecalledPrincipal,
+    confirmed,
+    credential_to_confirm,
     hash_token,
     require_admin,
     token_revoked,
@@ -42,10 +46,10 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Issued:
+def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str) -> Issued:
     token = new_token()
     credential = Credential(
-        id="cred-" + secrets.token_hex(8),
+        id=credential_id,
         tenant_id=tenant_id,
         name="" if name is None else check_name(name, "name"),
         token_hash=hash_token(token),
@@ -59,9 +63,16 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime) -> Is
 
 
 def create(
-    store: StorePort, principal: Principal, tenant_id: str | None, name: str | None, now: datetime
+    store: StorePort,
+    principal: Principal,
+    tenant_id: str | None,
+    name: str | None,
+    now: datetime,
+    *,
+    new_id: Callable[[], str],
 ) -> Issued:
-    """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only).
+    """Issue a credential for `tenant_id`, or a fleet-admin one when it is None (admin only), named
+    by `new_id()` (`Ids.credential`).
 
     The answer carries `token`, the only time it is ever shown.
     """
@@ -71,7 +82,7 @@ def create(
     with store.begin() as tx:
         if tenant_id is not None and tx.tenants.get(tenant_id) is None:
             raise tenant_not_found(tenant_id)
-        return _issue(tx, tenant_id, name, now)
+        return _issue(tx, tenant_id, name, now, new_id())
 
 
 def live_admins(store: StorePort) -> int:
@@ -81,7 +92,12 @@ def live_admins(store: StorePort) -> int:
 
 
 def bootstrap_admin(
-    store: StorePort, now: datetime, *, force: bool = False, name: str = "bootstrap"
+    store: StorePort,
+    now: datetime,
+    *,
+    new_id: Callable[[], str],
+    force: bool = False,
+    name: str = "bootstrap",
 ) -> Issued:
     """The first fleet-admin credential, made without a token (there is none yet).
 
@@ -96,7 +112,7 @@ def bootstrap_admin(
                 "use --force to add another admin token",
                 {"adminCredentials": len(admins)},
             )
-        return _issue(tx, None, name, now)
+        return _issue(tx, None, name, now, new_id())
 
 
 def authenticate(store: StorePort, token: str) -> Principal:
@@ -114,21 +130,32 @@ def authenticate(store: StorePort, token: str) -> Principal:
     )
 
 
+def confirm_live(tx: Tx, caller: Caller) -> Principal:
+    """`caller` as a `Principal` for the rest of `tx`: a recalled one once `tx` reads that its
+    credential is not revoked (a use case whose own read brings the credential uses `confirmed`)."""
+    credential_id = credential_to_confirm(caller)
+    if credential_id is None:
+        return confirmed(caller, None)
+    found = tx.credentials.get(credential_id)
+    return confirmed(caller, found is not None and found.live)
+
+
 class TokenMemory:
     """Whom the tokens this process has seen belong to, so a busy route need not look each one up.
 
     A token's owner (its credential, tenant, admin or not) never changes; only revocation does. So a
-    remembered principal is handed out `recalled`, and the use case confirms the credential is still
-    live inside its own transaction (reservations.create does, in the read it makes anyway): a revoked
-    token is refused at once, by every process, as with a fresh look-up.
+    remembered owner is handed out as a `RecalledPrincipal`, which is no `Principal`: the use case
+    confirms the credential is still live inside its own transaction (reservations.create does, in
+    the read it makes anyway) before it has a principal to decide on. A revoked token is refused at
+    once, by every process, as with a fresh look-up.
     """
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._owners: dict[str, Principal] = {}
+        self._owners: dict[str, RecalledPrincipal] = {}
         self._capacity = capacity
         self._lock = threading.Lock()
 
-    def recall(self, token_hash: str) -> Principal | None:
+    def recall(self, token_hash: str) -> RecalledPrincipal | None:
         with self._lock:
             return self._owners.get(token_hash)
 
@@ -136,16 +163,16 @@ class TokenMemory:
         with self._lock:
             if len(self._owners) >= self._capacity:
                 self._owners.pop(next(iter(self._owners)))  # the oldest: tokens in use come back
-            self._owners[token_hash] = replace(principal, recalled=True)  # handed out as recalled
+            self._owners[token_hash] = principal.remembered()
 
     def forget(self, token_hash: str) -> None:
         with self._lock:
             self._owners.pop(token_hash, None)
 
 
-def identify(store: StorePort, memory: TokenMemory, token: str) -> Principal:
-    """The token's principal: remembered (`recalled`, to be confirmed by the caller's transaction) or
-    looked up now, as `authenticate` does, and remembered for next time."""
+def identify(store: StorePort, memory: TokenMemory, token: str) -> Caller:
+    """The token's caller: remembered (a `RecalledPrincipal`, for the caller's transaction to
+    confirm) or looked up now, as `authenticate` does, and remembered for next time."""
     token_hash = hash_token(token)
     found = memory.recall(token_hash)
     if found is not None:
@@ -156,21 +183,21 @@ def identify(store: StorePort, memory: TokenMemory, token: str) -> Principal:
 
 
 @contextmanager
-def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Principal]:
+def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Caller]:
     """`identify` for the length of a use case that confirms a recalled principal itself.
 
     Whatever refuses the request inside, a recalled token is confirmed first, so that a revoked
     token is answered UNAUTHENTICATED as it would be after a fresh look-up; a token found revoked
     is forgotten.
     """
-    principal = identify(store, memory, token)
+    caller = identify(store, memory, token)
     try:
-        yield principal
+        yield caller
     except Unauthenticated:
         memory.forget(hash_token(token))
         raise
     except Exception:
-        if principal.recalled:
+        if isinstance(caller, RecalledPrincipal):
             try:
                 authenticate(store, token)
             except Unauthenticated:

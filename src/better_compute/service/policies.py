@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -31,8 +30,10 @@ def create(
     pool_id: str | None,
     limits: Mapping[str, int | None],
     now: datetime,
+    new_id: Callable[[], str],
 ) -> Policy:
-    """Create a policy (admin only); a tenant's policy names are unique, a reused one is CONFLICT."""
+    """Create a policy (admin only), named by `new_id()` (`Ids.policy`); a tenant's policy names are
+    unique, a reused one is CONFLICT."""
     require_admin(principal, "policies.create")
     policy = parse_policy(
         {
@@ -42,7 +43,7 @@ def create(
             "limits": {k: v for k, v in limits.items() if v is not None},
         }
     )
-    policy = replace(policy, id="pol-" + secrets.token_hex(8), created_at=now)
+    policy = replace(policy, id=new_id(), created_at=now)
     with store.begin() as tx:
         if tx.tenants.get(policy.tenant_id) is None:
             raise tenant_not_found(policy.tenant_id)

@@ -19,7 +19,7 @@ from typing import Any
 
 from better_compute.domain import admission, choose, iam, quota
 from better_compute.domain.atoms import Atom
-from better_compute.domain.credentials import Principal, token_revoked
+from better_compute.domain.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.errors import (
     BookingConflict,
     ConcurrentChange,
@@ -41,6 +41,7 @@ from better_compute.domain.reservations import (
 from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.credentials import confirm_live
 from better_compute.service.paging import Listing
 from better_compute.service.ports import KeyTaken, NotBookable, Overlap, StorePort, Tx
 
@@ -61,19 +62,22 @@ class ReservationView:
         return self.reservation.id
 
 
-def _tenant_for(principal: Principal, raw: Mapping[str, Any]) -> str:
+def _tenant_for(caller: Caller, raw: Mapping[str, Any]) -> str:
+    """Whom the reservation is for. Who the caller is settles it, not whether its credential is still
+    live, so a recalled caller will do (a refusal from here reaches a revoked token's caller as 401:
+    `credentials.acting_as` confirms the token first)."""
     named = check_ref(raw["tenantId"], "tenantId") if raw.get("tenantId") else None
-    if principal.is_admin:
+    if caller.is_admin:
         if not named:
             raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
         return named
-    assert principal.tenant_id is not None
-    if named and named != principal.tenant_id:
+    assert caller.tenant_id is not None
+    if named and named != caller.tenant_id:
         raise Forbidden(
-            f"this credential acts for tenant {principal.tenant_id}, not {named}",
+            f"this credential acts for tenant {caller.tenant_id}, not {named}",
             {"tenantId": named},
         )
-    return principal.tenant_id
+    return caller.tenant_id
 
 
 def _window(raw: Mapping[str, Any], now: datetime) -> Window:
@@ -136,15 +140,12 @@ def _earliest(
 
 
 def _replayed(
-    store: StorePort, principal: Principal, tenant_id: str, key: str, fingerprint: str, now: datetime
+    store: StorePort, caller: Caller, tenant_id: str, key: str, fingerprint: str, now: datetime
 ) -> ReservationView | None:
     """The first reservation made with `key`, for a retry whose start has passed (admission's own
     read is not made then, so a remembered token's credential is confirmed live here)."""
     with store.read() as tx:
-        if principal.recalled:
-            credential = tx.credentials.get(str(principal.credential_id))
-            if credential is None or not credential.live:
-                raise token_revoked()
+        confirm_live(tx, caller)
         found = tx.reservations.by_key(tenant_id, key)
         if found is None:
             return None
@@ -155,13 +156,16 @@ def _replayed(
 def create(
     store: StorePort,
     index: BookingIndex,
-    principal: Principal,
+    caller: Caller,
     raw: Mapping[str, Any],
     now: datetime,
     new_id: Callable[[], str],
 ) -> ReservationView:
-    """Admit and book a reservation, or return the first one made with the same idempotency key."""
-    tenant_id = _tenant_for(principal, raw)
+    """Admit and book a reservation, or return the first one made with the same idempotency key.
+
+    `caller` may be a remembered token's `RecalledPrincipal`: admission's read confirms its credential
+    is live, in the transaction that decides, at no cost of its own."""
+    tenant_id = _tenant_for(caller, raw)
     pool_id = check_ref(raw.get("poolId"), "poolId")
     requests = admission.parse_device_requests(raw.get("devices"))
     key = check_ref(str(raw["idempotencyKey"]), "idempotencyKey") if raw.get("idempotencyKey") else None
@@ -170,7 +174,7 @@ def create(
         window = _window(raw, now)
     except InvalidInput:
         # A retry may come after its `start` has passed: the first reservation still answers it.
-        first = _replayed(store, principal, tenant_id, key, fingerprint, now) if key else None
+        first = _replayed(store, caller, tenant_id, key, fingerprint, now) if key else None
         if first is None:
             raise
         return first
@@ -181,7 +185,7 @@ def create(
                 return _create_in(
                     tx,
                     index,
-                    principal,
+                    caller,
                     tenant_id,
                     pool_id,
                     requests,
@@ -226,7 +230,7 @@ def create(
 def _create_in(
     tx: Tx,
     index: BookingIndex,
-    principal: Principal,
+    caller: Caller,
     tenant_id: str,
     pool_id: str,
     requests: list[admission.DeviceRequest],
@@ -248,10 +252,9 @@ def _create_in(
         key,
         read,
         lock_key=f"quota:{tenant_id}:{pool_id}",
-        credential_id=principal.credential_id if principal.recalled else None,
+        credential_id=credential_to_confirm(caller),
     )
-    if principal.recalled and not snap.credential_live:
-        raise token_revoked()
+    principal = confirmed(caller, snap.credential_live)
     index.apply(tx, read, snap.events, snap.newest_event, snap.log)
     if snap.replay_id is not None:
         first = tx.reservations.get(snap.replay_id)

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import credential_created, credential_public, paged
-from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.service import credentials
 from better_compute.wire.common import Page
@@ -26,9 +26,10 @@ router = APIRouter(prefix="/v1", tags=["credentials"], route_class=StrictQueryRo
 
 @router.post("/credentials", response_model=CredentialCreated, status_code=201)
 def create_credential(
-    body: CredentialCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
+    body: CredentialCreate, principal: PrincipalDep, store: StoreDep, now: NowDep, ids: IdsDep
 ) -> CredentialCreated:
-    return credential_created(credentials.create(store, principal, body.tenant_id, body.name, now))
+    issued = credentials.create(store, principal, body.tenant_id, body.name, now, new_id=ids.credential)
+    return credential_created(issued)
 
 
 @router.get("/credentials", response_model=Page[CredentialPublic])

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, policy_public
-from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.service import policies
 from better_compute.wire.common import Page
@@ -18,7 +18,9 @@ router = APIRouter(prefix="/v1", tags=["policies"], route_class=StrictQueryRoute
 
 
 @router.post("/policies", response_model=PolicyPublic, status_code=201)
-def create_policy(body: PolicyCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PolicyPublic:
+def create_policy(
+    body: PolicyCreate, principal: PrincipalDep, store: StoreDep, now: NowDep, ids: IdsDep
+) -> PolicyPublic:
     limits = body.limits.model_dump(by_alias=True)
     row = policies.create(
         store,
@@ -28,6 +30,7 @@ def create_policy(body: PolicyCreate, principal: PrincipalDep, store: StoreDep, 
         pool_id=body.pool_id,
         limits=limits,
         now=now,
+        new_id=ids.policy,
     )
     return policy_public(row)
 

@@ -1,0 +1,45 @@
+"""The parts every use case's caller shares, built once per process by the composition root.
+
+The API and, later, the reconcilers run over one `Services`: the same store, the same clock and id
+source, the same booking index (a cache of the ledger, so one per process), the same memory of whose
+tokens were seen, and the same threads for admission. Building it is `entrypoints/server.py`'s job
+alone; nothing below the entry points makes a clock, an id or a cache of its own, so a test that
+wants a fixed time or known ids builds the same thing with fakes in their place.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.clock import Clock
+from better_compute.service.credentials import TokenMemory
+from better_compute.service.ids import Ids
+from better_compute.service.ports import StorePort
+
+
+@dataclass(frozen=True)
+class Services:
+    """One process's wiring: what the composition root hands `create_app` (and the reconcilers)."""
+
+    store: StorePort
+    clock: Clock
+    ids: Ids
+    index: BookingIndex
+    """The in-process interval index over the ledger's live bookings (service.booking_index)."""
+    tokens: TokenMemory
+    """Whom the tokens this process has seen belong to (never whether they are revoked)."""
+    admission: Executor | None
+    """Where reservations are admitted: a few threads that keep their database connections, so that
+    a process goes on serving requests while one waits for the database; None: on the event loop
+    (SQLite, whose one writer the threads would only queue for)."""
+
+    def close(self) -> None:
+        """Stop the admission threads, once the work they were given is done. The store is closed
+        by whoever opened it."""
+        if self.admission is not None:
+            self.admission.shutdown(wait=True)
+
+
+__all__ = ["Services"]
