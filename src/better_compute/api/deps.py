@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, cast
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Request
 
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.credentials import TokenMemory
@@ -59,5 +59,3 @@ async def get_now(request: Request) -> datetime:
 
 StoreDep = Annotated[StorePort, Depends(get_store)]
 NowDep = Annotated[datetime, Depends(get_now)]
-LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]
