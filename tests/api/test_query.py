@@ -71,6 +71,21 @@ def test_unknown_query_parameters_atoms_pool_id_is_refused_not_read_as_every_poo
     }
 
 
+def test_unknown_query_parameters_nodes_cluster_id_is_refused_not_read_as_every_node(
+    http: TestClient,
+) -> None:
+    """`nodes.list` filters by `cluster`: `clusterId` (the pools' name for it) once answered every node."""
+    assert len(http.get("/v1/nodes", params={"cluster": "c1"}).json()["items"]) == 2
+    assert http.get("/v1/nodes", params={"cluster": "x"}).json()["items"] == []
+    refused = http.get("/v1/nodes", params={"clusterId": "x"})
+    assert refused.status_code == 400
+    assert refused.json()["error"] == {
+        "code": "INVALID_INPUT",
+        "message": "clusterId: unknown query parameter; use cluster, limit or cursor",
+        "details": {"field": "clusterId", "accepted": ["cluster", "limit", "cursor"]},
+    }
+
+
 def test_unknown_query_parameters_reservations_list_takes_its_camel_case_names_only(http: TestClient) -> None:
     assert http.get("/v1/reservations", params={"poolId": "p1", "status": "active"}).status_code == 200
     for wrong in ("pool", "pool_id"):

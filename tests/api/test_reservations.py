@@ -292,8 +292,11 @@ def test_tenants_cannot_see_or_touch_each_others_reservations(world: World) -> N
         assert r.status_code == 404 and error(r)["code"] == "NOT_FOUND"
     assert world.http.get("/v1/reservations", headers=world.globex).json()["items"] == []
     assert world.http.get(f"/v1/reservations/{mine['id']}", headers=world.admin).status_code == 200
+    # Booking for another tenant is NOT_FOUND, as for a tenant that does not exist (tests/api/test_visibility.py).
     acting_for_other = world.reserve(world.globex, "h100", [mig()], tenantId="acme")
-    assert acting_for_other.status_code == 403
+    assert (
+        acting_for_other.status_code == 404 and error(acting_for_other)["message"] == "tenant acme not found"
+    )
 
 
 def test_cancel_before_start_release_while_active(world: World) -> None:
@@ -583,8 +586,8 @@ def test_create_reads_bodies_and_tokens_like_every_other_route(
         ),
         pytest.param(
             {"poolId": "h100", "devices": [mig()], "duration": "4h", "tenantId": "globex"},
-            id="for another tenant, which is otherwise FORBIDDEN",
-        ),  # else FORBIDDEN
+            id="for another tenant, which is otherwise NOT_FOUND",
+        ),  # else NOT_FOUND
         pytest.param(
             {"poolId": "h100", "devices": [], "duration": "4h"},
             id="with no devices, which is otherwise INVALID_INPUT",

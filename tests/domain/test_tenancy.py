@@ -1,4 +1,5 @@
-"""Names and ids: one rule for what text they may hold, wherever they are taken."""
+"""Names and ids: one rule for what text they may hold, wherever they are taken; and the one rule for
+which tenant a call acts for."""
 
 from __future__ import annotations
 
@@ -6,9 +7,17 @@ from collections.abc import Callable
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import InvalidInput, NotFound
 from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.tenancy import check_name, check_ref, check_slug, forbidden_character
+from better_compute.domain.tenancy import (
+    check_grantee,
+    check_name,
+    check_ref,
+    check_slug,
+    forbidden_character,
+    tenant_scope,
+)
 from tests.builders import small_fleet
 
 SPOOFING = [
@@ -89,3 +98,41 @@ def test_display_spoofing_characters_in_fleet_files() -> None:
         with pytest.raises(InvalidInput, match=r"must not contain U\+") as err:
             parse_fleet(fleet)
         assert err.value.details["field"] == path
+
+
+ACME = Principal("acme", False, "cred-acme")
+ADMIN = Principal(None, True, "cred-admin")
+
+
+@pytest.mark.parametrize(
+    ("principal", "named", "scope"),
+    [
+        pytest.param(ACME, None, "acme", id="a tenant naming none acts for itself"),
+        pytest.param(ACME, "acme", "acme", id="a tenant naming itself acts for itself"),
+        pytest.param(ADMIN, "beta", "beta", id="the admin acts for the tenant it names"),
+        pytest.param(ADMIN, None, None, id="the admin naming none acts for every tenant"),
+    ],
+)
+def test_tenant_scope_is_the_tenant_a_call_acts_for(
+    principal: Principal, named: str | None, scope: str
+) -> None:
+    assert tenant_scope(principal, named) == scope
+
+
+@pytest.mark.parametrize("named", ["beta", "no-such-tenant"])
+def test_tenant_scope_another_tenant_is_not_found_whether_or_not_it_exists(named: str) -> None:
+    with pytest.raises(NotFound) as refused:
+        tenant_scope(ACME, named)
+    assert (refused.value.message, refused.value.details) == (
+        f"tenant {named} not found",
+        {"tenantId": named},
+    )
+
+
+def test_check_grantee_tells_only_the_admin_that_a_tenant_does_not_exist() -> None:
+    owner = Principal("platform", False, "cred-platform")
+    for exists in (True, False):
+        check_grantee(owner, "beta", exists=exists)
+    check_grantee(ADMIN, "beta", exists=True)
+    with pytest.raises(NotFound, match="tenant beta not found"):
+        check_grantee(ADMIN, "beta", exists=False)

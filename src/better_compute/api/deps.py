@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, cast
 
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Request
 
 from better_compute.service.ids import Ids
 from better_compute.service.ports import StorePort
@@ -46,5 +46,3 @@ async def get_ids(request: Request) -> Ids:
 StoreDep = Annotated[StorePort, Depends(get_store)]
 NowDep = Annotated[datetime, Depends(get_now)]
 IdsDep = Annotated[Ids, Depends(get_ids)]
-LimitQ = Annotated[int, Query(ge=1, le=1000, description="Page size.")]
-CursorQ = Annotated[str | None, Query(description="`nextCursor` of the previous page.")]

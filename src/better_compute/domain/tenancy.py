@@ -3,6 +3,15 @@
 Two refusals are kept apart on purpose. Calling an admin-only method with a tenant token is FORBIDDEN:
 the method is public knowledge. Acting on something another tenant holds is NOT_FOUND, exactly as if
 it did not exist, so a tenant cannot probe which tenants, pools or policies exist.
+
+The visibility rule for tenant ids lives here and nowhere else (docs/api.md#conventions): a tenant
+token that names another tenant gets an answer that does not depend on whether that tenant exists.
+Methods are of two kinds, and each kind has its function:
+
+- `tenant_scope`, for a method that acts for a tenant (books for it, lists its rows, reads it): a
+  tenant token naming another tenant is NOT_FOUND, "tenant <id> not found".
+- `check_grantee`, for a method whose purpose is to name another tenant (a pool's owner granting
+  quota): the owner is answered alike whether or not that tenant exists; only the admin is told.
 """
 
 from __future__ import annotations
@@ -12,7 +21,7 @@ import unicodedata
 from collections.abc import Collection, Sequence
 from typing import Protocol, TypeVar
 
-from better_compute.domain.credentials import Principal
+from better_compute.domain.credentials import Principal, RecalledPrincipal
 from better_compute.domain.errors import Forbidden, InvalidInput, NotFound
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -144,17 +153,35 @@ def require_pool_owner(
     )
 
 
-def tenant_scope(principal: Principal, requested: str | None) -> str | None:
-    """The tenant a listing is narrowed to: a tenant token only ever lists its own rows.
+def tenant_scope(principal: Principal | RecalledPrincipal, named: str | None) -> str | None:
+    """The tenant a call acts for, given the tenant it names (None: it names none).
 
-    None means every tenant (an admin who named none). A tenant token naming another tenant is
-    NOT_FOUND, the same answer as for a tenant that does not exist.
+    A tenant token acts for its own tenant only: naming none means its own, naming another is
+    NOT_FOUND, "tenant <id> not found", before anything is read, so the answer is the same whether
+    that tenant exists or not and no answer tells a tenant which tenant ids are real. The admin acts
+    for the tenant it names, or for every tenant (None) when it names none. Every method that acts
+    for a tenant decides through here: `reservations.create` books for it, `reservations.list`,
+    `quotas.list`, `policies.list`, `tenants.list` and `credentials.list` are narrowed to it, and
+    `service.tenants.get` reads it.
     """
     if principal.is_admin:
-        return requested
-    if requested is not None and requested != principal.tenant_id:
-        raise tenant_not_found(requested)
+        return named
+    if named is not None and named != principal.tenant_id:
+        raise tenant_not_found(named)
+    assert principal.tenant_id is not None, "a tenant token always acts for a tenant"
     return principal.tenant_id
+
+
+def check_grantee(principal: Principal, tenant_id: str, *, exists: bool) -> None:
+    """The tenant a pool's owner or the admin grants quota to (`quotas.set`, `pools.offer`).
+
+    Naming another tenant is what these methods are for, so `tenant_scope` does not apply; instead
+    an owner's grant is kept and answered alike whether or not `tenant_id` exists (the rows take
+    effect once the admin creates that tenant), so that granting cannot probe tenant ids. The admin,
+    who may list every tenant anyway, is told NOT_FOUND for a tenant that does not exist.
+    """
+    if principal.is_admin and not exists:
+        raise tenant_not_found(tenant_id)
 
 
 class _HasClass(Protocol):

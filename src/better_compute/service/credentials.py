@@ -28,7 +28,7 @@ from better_compute.domain.credentials import (
 from better_compute.domain.errors import AlreadyExists, NotFound, Unauthenticated
 from better_compute.domain.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.records import Credential
-from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found
+from better_compute.domain.tenancy import check_name, check_ref, tenant_not_found, tenant_scope
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
 
@@ -222,7 +222,8 @@ def revoke(store: StorePort, principal: Principal, credential_id: str, now: date
 def list_credentials(
     store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[Credential]:
-    """Credentials (the API never shows their hashes); a tenant sees only its own."""
+    """Credentials (the API never shows their hashes); a tenant sees only its own (`tenant_scope`)."""
+    scope = tenant_scope(principal, None)
     with store.read() as tx:
-        found = tx.credentials.of_tenant(None if principal.is_admin else principal.tenant_id)
+        found = tx.credentials.of_tenant(scope)
     return page(found, lambda c: c.id, limit, after)

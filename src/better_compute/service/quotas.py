@@ -15,11 +15,11 @@ from better_compute.domain.events import PoolOffered, QuotaSet
 from better_compute.domain.quota import parse_quota_limits
 from better_compute.domain.records import Pool, Quota
 from better_compute.domain.tenancy import (
+    check_grantee,
     check_ref,
     granted_rows_shown,
     pool_not_found,
     require_pool_owner,
-    tenant_not_found,
     tenant_scope,
 )
 from better_compute.service.paging import Listing, page
@@ -65,11 +65,9 @@ def grant(
     """Give `tenant_id` rows in `pool` after the single-tenant check; returns its rows there (to a
     pool owner, only those just written).
 
-    The admin is told when the tenant does not exist. A pool owner is not: its rows are kept for
-    that id either way (they take effect if the admin creates the tenant), so that the answer does
-    not reveal which tenant ids exist."""
-    if principal.is_admin and tx.tenants.get(tenant_id) is None:
-        raise tenant_not_found(tenant_id)
+    The admin is told when the tenant does not exist; a pool owner is not (`check_grantee`), so that
+    the answer does not reveal which tenant ids exist."""
+    check_grantee(principal, tenant_id, exists=tx.tenants.get(tenant_id) is not None)
     check_offer(pool.mode, pool.owner_tenant_id, tenant_id)
     write_rows(tx, tenant_id, pool.id, limits, now)
     tx.events.append(event(pool.id, tenant_id, dict(limits)), now)

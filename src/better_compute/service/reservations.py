@@ -23,7 +23,6 @@ from better_compute.domain.credentials import Caller, Principal, confirmed, cred
 from better_compute.domain.errors import (
     BookingConflict,
     ConcurrentChange,
-    Forbidden,
     InsufficientCapacity,
     InvalidInput,
     NotFound,
@@ -38,7 +37,7 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
-from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found
+from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found, tenant_scope
 from better_compute.domain.timewin import Window, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.credentials import confirm_live
@@ -63,21 +62,16 @@ class ReservationView:
 
 
 def _tenant_for(caller: Caller, raw: Mapping[str, Any]) -> str:
-    """Whom the reservation is for. Who the caller is settles it, not whether its credential is still
-    live, so a recalled caller will do (a refusal from here reaches a revoked token's caller as 401:
-    `credentials.acting_as` confirms the token first)."""
+    """The tenant a reservation is for: the token's own, or the one an admin names (the visibility
+    rule is `tenant_scope`'s: another tenant named by a tenant token is NOT_FOUND). Who the caller
+    is settles it, not whether its credential is still live, so a recalled caller will do (a
+    refusal from here reaches a revoked token's caller as 401: `credentials.acting_as` confirms the
+    token first)."""
     named = check_ref(raw["tenantId"], "tenantId") if raw.get("tenantId") else None
-    if caller.is_admin:
-        if not named:
-            raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
-        return named
-    assert caller.tenant_id is not None
-    if named and named != caller.tenant_id:
-        raise Forbidden(
-            f"this credential acts for tenant {caller.tenant_id}, not {named}",
-            {"tenantId": named},
-        )
-    return caller.tenant_id
+    tenant_id = tenant_scope(caller, named)
+    if tenant_id is None:
+        raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
+    return tenant_id
 
 
 def _window(raw: Mapping[str, Any], now: datetime) -> Window:
@@ -342,11 +336,8 @@ def list_reservations(
     limit: int = 100,
     cursor: str | None = None,
 ) -> Listing[ReservationView]:
-    """A page of reservations, newest id last; a tenant sees only its own."""
-    if not principal.is_admin:
-        if tenant_id is not None and tenant_id != principal.tenant_id:
-            return Listing()
-        tenant_id = principal.tenant_id
+    """A page of reservations, newest id last; a tenant sees only its own (`tenant_scope`)."""
+    tenant_id = tenant_scope(principal, tenant_id or None)
     out: list[ReservationView] = []
     after = cursor
     with store.read() as tx:

@@ -8,7 +8,7 @@ from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import AlreadyExists
 from better_compute.domain.events import TenantCreated
 from better_compute.domain.records import Tenant
-from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found
+from better_compute.domain.tenancy import check_name, check_slug, tenant_not_found, tenant_scope
 from better_compute.service.paging import Listing, fetch, page
 from better_compute.service.ports import StorePort
 
@@ -25,9 +25,8 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
 
 
 def get(store: StorePort, principal: Principal, tenant_id: str) -> Tenant:
-    """One tenant; another tenant's is NOT_FOUND to a tenant token."""
-    if not principal.acts_for(tenant_id):
-        raise tenant_not_found(tenant_id)
+    """One tenant; another tenant's is NOT_FOUND to a tenant token (`tenant_scope`)."""
+    tenant_scope(principal, tenant_id)
     with store.read() as tx:
         row = tx.tenants.get(tenant_id)
     if row is None:
@@ -38,11 +37,12 @@ def get(store: StorePort, principal: Principal, tenant_id: str) -> Tenant:
 def list_tenants(
     store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[Tenant]:
-    """Every tenant for the admin; a tenant token lists only its own tenant."""
+    """Every tenant for the admin; a tenant token lists only its own tenant (`tenant_scope`)."""
+    scope = tenant_scope(principal, None)
     with store.read() as tx:
-        if principal.is_admin:
+        if scope is None:
             found = tx.tenants.page(fetch(limit), after)
         else:
-            own = tx.tenants.get(principal.tenant_id or "")
+            own = tx.tenants.get(scope)
             found = [own] if own is not None else []
     return page(found, lambda t: t.id, limit, after)

@@ -8,7 +8,7 @@ wire is one or the other (`WireRequest`, `WireAnswer`); tests/tripwires holds th
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Annotated, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -55,11 +55,23 @@ class ErrorBody(WireAnswer):
     error: ErrorDetail
 
 
-class PageQuery(WireRequest):
-    """The paging of a list method (query parameters): `limit` items (1 to 1000) after `cursor`."""
+PageLimit = Annotated[int | None, Field(ge=1, le=1000)]
+"""`limit`, the page size of every list method: 1 to 1000 items; left out, the server's default (100)."""
 
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
+PageCursor = str | None
+"""`cursor`, the `nextCursor` of the previous page of a list method."""
+
+
+class PageQuery(WireRequest):
+    """The paging of a list method (query parameters): `limit` items (1 to 1000) after `cursor`.
+
+    A list method with filters has its own query model, with the filters first and then `limit:
+    PageLimit = None` and `cursor: PageCursor = None`, declared last rather than inherited: Pydantic
+    puts inherited fields first, and the order is what OpenAPI and a refused parameter list.
+    """
+
+    limit: PageLimit = None
+    cursor: PageCursor = None
 
 
 class Page(WireAnswer, Generic[T]):

@@ -7,7 +7,42 @@ from typing import Any
 
 from pydantic import Field
 
-from better_compute.wire.common import WireAnswer
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
+
+
+class ClusterListQuery(WireRequest):
+    """`clusters.list` paging (query parameters)."""
+
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class NodeListQuery(WireRequest):
+    """`nodes.list` filters (query parameters): `cluster` is a cluster's id."""
+
+    cluster: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class GpuListQuery(WireRequest):
+    """`gpus.list` filters (query parameters): `node` is a node's id."""
+
+    node: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class AtomListQuery(WireRequest):
+    """`atoms.list` filters (query parameters): a pool's id, an atom class, attribute values
+    (`attr=migProfile=3g.40gb`, repeated: every one must match) and bookability."""
+
+    pool: str | None = None
+    cls: str | None = Field(default=None, alias="class")
+    attr: list[str] | None = Field(default=None, description="Attribute filter `key=value`, repeatable.")
+    bookable: bool | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
 
 
 class ClusterPublic(WireAnswer):

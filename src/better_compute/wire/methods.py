@@ -25,6 +25,7 @@ from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from better_compute.wire.common import Page, WireRequest
+from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
@@ -56,8 +57,8 @@ Verb = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 _PARAM = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 Inventory = dict[str, Any]
-"""Inventory reads (clusters, nodes, GPUs, atoms) are described here as JSON objects; their typed
-models live with the inventory's wire module."""
+"""Inventory reads (clusters, nodes, GPUs, atoms) answer JSON objects here; their typed answer models
+and their query models live with the inventory's wire module."""
 
 
 @dataclass(frozen=True)
@@ -210,14 +211,14 @@ _TABLE: tuple[Method, ...] = (
         ReservationPublic,
         summary="End an active reservation now; the rest of its window frees.",
     ),
-    Method("clusters.list", "GET", "/v1/clusters", None, Inventory, paged=True),
-    Method("nodes.list", "GET", "/v1/nodes", None, Inventory, paged=True),
-    Method("gpus.list", "GET", "/v1/gpus", None, Inventory, paged=True),
+    Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
+    Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
+    Method("gpus.list", "GET", "/v1/gpus", GpuListQuery, Inventory, paged=True),
     Method(
         "atoms.list",
         "GET",
         "/v1/atoms",
-        None,
+        AtomListQuery,
         Inventory,
         paged=True,
         summary="Atoms, filtered by `pool`, `class` and repeated `attr=key=value`.",

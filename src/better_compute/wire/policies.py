@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import Field
 
-from better_compute.wire.common import WireAnswer, WireRequest
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 
 
 class PolicyLimitsPublic(WireAnswer):
@@ -43,5 +43,5 @@ class PolicyListQuery(WireRequest):
 
     tenant_id: str | None = None
     pool_id: str | None = None
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireAnswer, WireRequest
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 from better_compute.wire.quotas import ClassQuota, QuotaPublic
 
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
@@ -68,8 +68,8 @@ class PoolListQuery(WireRequest):
     cluster_id: str | None = None
     owner_tenant_id: str | None = None
     mode: SharingMode | None = None
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
 
 
 class PoolOffer(WireRequest):

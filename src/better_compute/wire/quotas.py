@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireAnswer, WireRequest
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 
 AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
 """What a device request asks for and what quota is kept in: whole GPUs, MIG instances, shared slots."""
@@ -36,5 +36,5 @@ class QuotaListQuery(WireRequest):
 
     tenant_id: str | None = None
     pool_id: str | None = None
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from better_compute.wire.common import WireAnswer, WireRequest
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
 
@@ -133,8 +133,8 @@ class ReservationListQuery(WireRequest):
     tenant_id: str | None = None
     pool_id: str | None = None
     status: ReservationStatus | None = None
-    limit: int | None = Field(default=None, ge=1, le=1000)
-    cursor: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
 
 
 class IdRequest(WireRequest):
