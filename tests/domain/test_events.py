@@ -67,3 +67,9 @@ def test_a_known_type_without_a_required_key_is_invalid_input_naming_it() -> Non
     with pytest.raises(InvalidInput) as err:
         parse_event("ledger.released", "r", {})
     assert err.value.details == {"type": "ledger.released", "missing": ["at"]}
+
+
+def test_a_value_of_the_wrong_kind_is_invalid_input_naming_the_field() -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_event("node.inventory.changed", "n", {"gpus": "2", "atoms": 1})
+    assert err.value.message == "event field node.inventory.changed.gpus must be an integer"

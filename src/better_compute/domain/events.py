@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -281,9 +281,13 @@ def parse_event(type_: str, subject: str, payload: Mapping[str, Any] | None) -> 
     if cls is None:
         return UnknownEvent(subject, type_, dict(data))
     values: dict[str, Any] = {"subject": subject}
-    for name, key, hint in _fields(cls):
+    for name, key, load in _fields(cls):
         if key in data:
-            values[name] = _load(data[key], hint, f"{type_}.{key}")
+            try:
+                values[name] = load(data[key])
+            except _NotA as bad:
+                where = f"{type_}.{key}"
+                raise InvalidInput(f"event field {where} must be {bad.kind}", {"field": where}) from None
     try:
         return cls(**values)
     except TypeError:
@@ -294,11 +298,14 @@ def parse_event(type_: str, subject: str, payload: Mapping[str, Any] | None) -> 
 # -- Encoding ------------------------------------------------------------------------------------
 
 
-_FIELDS: dict[type[Event], tuple[tuple[str, str, Any], ...]] = {}
+Loader = Callable[[Any], Any]
+
+_FIELDS: dict[type[Event], tuple[tuple[str, str, Loader], ...]] = {}
 
 
-def _fields(cls: type[Event]) -> tuple[tuple[str, str, Any], ...]:
-    """(field name, payload key, type) of every payload field of an event type (worked out once)."""
+def _fields(cls: type[Event]) -> tuple[tuple[str, str, Loader], ...]:
+    """(field name, payload key, how to read its value) of every payload field of an event type,
+    worked out once per type: the tail parses every event each process reads."""
     known = _FIELDS.get(cls)
     if known is not None:
         return known
@@ -308,7 +315,7 @@ def _fields(cls: type[Event]) -> tuple[tuple[str, str, Any], ...]:
         if f.name == "subject":
             continue
         key = f.metadata.get("key") or _camel(f.name)
-        out.append((f.name, key, hints[f.name]))
+        out.append((f.name, key, _loader(hints[f.name])))
     _FIELDS[cls] = tuple(out)
     return _FIELDS[cls]
 
@@ -335,27 +342,51 @@ def parse_time(value: object) -> datetime:
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
 
 
-def _load(value: Any, hint: Any, where: str) -> Any:
+class _NotA(Exception):
+    """A stored value is not of its field's kind (`kind` says what it must be)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+def _loader(hint: Any) -> Loader:
+    """How to read a stored value of a field typed `hint` (None passes where the type allows it)."""
     args = typing.get_args(hint)
     if type(None) in args:
-        if value is None:
-            return None
-        hint = next(a for a in args if a is not type(None))
+        inner = _loader(next(a for a in args if a is not type(None)))
+        return lambda value: None if value is None else inner(value)
     origin = typing.get_origin(hint)
     if hint is datetime:
-        return parse_time(value)
+        return parse_time
     if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise InvalidInput(f"event field {where} must be a list", {"field": where})
-        return tuple(value)
+        return _tuple
     if origin is Mapping or hint is Mapping:
-        if not isinstance(value, Mapping):
-            raise InvalidInput(f"event field {where} must be a mapping", {"field": where})
-        return dict(value)
+        return _mapping
     if hint is bool:
-        return bool(value)
+        return bool
     if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidInput(f"event field {where} must be an integer", {"field": where})
-        return value
+        return _int
+    return _same
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _tuple(value: Any) -> tuple[Any, ...]:
+    if not isinstance(value, list | tuple):
+        raise _NotA("a list")
+    return tuple(value)
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _NotA("a mapping")
+    return dict(value)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _NotA("an integer")
     return value
