@@ -374,7 +374,9 @@ def advise_cmd(
     ] = DEFAULT_OVERHEAD_GIB,
     price: Annotated[
         list[str] | None,
-        typer.Option("--price", help="Instance price MODEL=USD[/GPUS per instance]; repeatable."),
+        typer.Option(
+            "--price", help="Instance price, MODEL=USD or MODEL=USD/GPUS (GPUs per instance); repeatable."
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:

@@ -59,7 +59,7 @@ def serve(
         typer.Option(
             min=1,
             help="Largest request body taken, in bytes; a larger one is refused (413)."
-            f" [default: $BC_MAX_BODY_BYTES or {DEFAULT_MAX_BODY_BYTES}]",
+            f" \\[default: $BC_MAX_BODY_BYTES or {DEFAULT_MAX_BODY_BYTES}]",
         ),
     ] = None,
     timeout_keep_alive: Annotated[
@@ -67,7 +67,7 @@ def serve(
         typer.Option(
             min=1,
             help="Seconds an idle connection (no request under way) is kept open."
-            f" [default: $BC_TIMEOUT_KEEP_ALIVE or {DEFAULT_TIMEOUT_KEEP_ALIVE}]",
+            f" \\[default: $BC_TIMEOUT_KEEP_ALIVE or {DEFAULT_TIMEOUT_KEEP_ALIVE}]",
         ),
     ] = None,
     timeout_request: Annotated[
@@ -75,7 +75,7 @@ def serve(
         typer.Option(
             min=1,
             help="Seconds a client has to send a request's head, and each next part of its body (408)."
-            f" [default: $BC_TIMEOUT_REQUEST or {DEFAULT_TIMEOUT_REQUEST:g}]",
+            f" \\[default: $BC_TIMEOUT_REQUEST or {DEFAULT_TIMEOUT_REQUEST:g}]",
         ),
     ] = None,
 ) -> None:
