@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import typer
 
+from better_compute.cli.version import VersionOption
+
 app = typer.Typer(
     name="better-compute",
     help="GPU fleet control plane: book whole GPUs, MIG instances and shared slots as atoms.",
     no_args_is_help=True,
     add_completion=False,
 )
+
+
+@app.callback()
+def _root(version: VersionOption = False) -> None:
+    """GPU fleet control plane: book whole GPUs, MIG instances and shared slots as atoms."""
+
+
 admin_app = typer.Typer(help="Fleet administration.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 
