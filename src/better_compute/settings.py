@@ -15,18 +15,12 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_DATABASE_URL = "sqlite:///better-compute.db"
-"""A SQLite file in the working directory: `make run` needs no database server."""
-
-DEFAULT_MAX_BODY_BYTES = 1_048_576
-"""1 MiB: hundreds of times the largest request body the API takes."""
-
-DEFAULT_TIMEOUT_REQUEST = 30.0
-"""Seconds a client may pause while sending a request: long enough for any real network."""
-
-DEFAULT_TIMEOUT_KEEP_ALIVE = 5
-"""Seconds, uvicorn's own default: time for a client's next request on the same connection, and
-short enough that idle connections do not pile up."""
+from better_compute.defaults import (
+    DEFAULT_DATABASE_URL,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_TIMEOUT_KEEP_ALIVE,
+    DEFAULT_TIMEOUT_REQUEST,
+)
 
 
 class Settings(BaseSettings):

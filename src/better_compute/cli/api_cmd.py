@@ -12,9 +12,7 @@ import typer
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.output import error_object, fail_json, print_json
-from better_compute.client import ComputeError
 from better_compute.wire import codes
-from better_compute.wire.methods import METHODS
 
 
 def _read_body(raw: str | None) -> dict[str, Any]:
@@ -55,6 +53,9 @@ def api(
         better-compute api reservations.create --json '{"poolId": "mig-a", "duration": "4h",
           "devices": [{"class": "gpu.mig", "count": 1}]}'
     """
+    from better_compute.client import ComputeError  # imported by the commands that use it: see config
+    from better_compute.wire.methods import METHODS
+
     if method not in METHODS:
         fail_json(
             error_object(

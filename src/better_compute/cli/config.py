@@ -19,11 +19,12 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from better_compute.client import Compute
+if TYPE_CHECKING:
+    from better_compute.client import Compute
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"
 
@@ -101,5 +102,10 @@ def _same_server(a: str, b: str | None) -> bool:
 
 
 def connect(settings: Settings) -> Compute:
-    """The client for resolved settings (tests replace this to use a mock transport)."""
+    """The client for resolved settings (tests replace this to use a mock transport).
+
+    The client (httpx, the wire models) is imported here, by the commands that talk to a server, so
+    that the catalog commands start without it."""
+    from better_compute.client import Compute
+
     return Compute(settings.server, settings.token)

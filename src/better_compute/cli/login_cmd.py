@@ -10,7 +10,6 @@ import typer
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.output import fail, stdout
-from better_compute.client import ComputeError, ForbiddenError
 
 
 @app.command("login")
@@ -29,6 +28,8 @@ def login(
     ] = None,
 ) -> None:
     """Check the token with one read call, then write the server and token to the config file (0600)."""
+    from better_compute.client import ComputeError, ForbiddenError  # see config.connect
+
     server = server or os.environ.get("BC_SERVER") or config.DEFAULT_SERVER
     token = token or os.environ.get("BC_TOKEN") or typer.prompt("Token", hide_input=True)
     settings = config.Settings(server=server, token=token)

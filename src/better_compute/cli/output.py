@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
 
-from better_compute.client import ComputeError
 from better_compute.wire import codes
+
+if TYPE_CHECKING:
+    from better_compute.client import ComputeError
 
 
 def stdout() -> Console:
@@ -38,6 +40,8 @@ def fail_json(error: dict[str, Any]) -> NoReturn:
 
 def fail(error: ComputeError | str, *, as_json: bool = False) -> NoReturn:
     """Report a refusal on stderr (as the API's error object with --json) and exit with status 1."""
+    from better_compute.client import ComputeError  # with the client: not for catalog commands
+
     if as_json:
         if isinstance(error, ComputeError):
             fail_json(error.to_dict())

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from rich import box
@@ -17,9 +17,11 @@ from rich.table import Table
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.output import fail, print_json, stdout
-from better_compute.client import Compute, ComputeError
-from better_compute.wire.common import Page
-from better_compute.wire.reservations import DeviceRequest, ReservationPublic, ReservationStatus
+
+if TYPE_CHECKING:
+    from better_compute.client import Compute
+    from better_compute.wire.common import Page
+    from better_compute.wire.reservations import ReservationPublic, ReservationStatus
 
 reservations_app = typer.Typer(help="List, show, cancel and release reservations.", no_args_is_help=True)
 app.add_typer(reservations_app, name="reservations")
@@ -30,6 +32,8 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON ins
 
 
 def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
+    from better_compute.client import ComputeError  # see config.connect
+
     try:
         settings = config.resolve(server, token)
     except ValueError as exc:
@@ -139,6 +143,8 @@ def reserve(
 
     Fractions (gpu.mig, gpu.slot) go through `better-compute api reservations.create`.
     """
+    from better_compute.wire.reservations import DeviceRequest
+
     when = _parse_start(start)
     devices = [DeviceRequest(cls="gpu", count=gpus)]
     reservation = _call(

@@ -4,24 +4,32 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from better_compute.cli.app import admin_app, app
-from better_compute.domain.errors import DomainError
-from better_compute.settings import (
+from better_compute.defaults import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_TIMEOUT_KEEP_ALIVE,
     DEFAULT_TIMEOUT_REQUEST,
-    Settings,
 )
+from better_compute.domain.errors import DomainError
+
+if TYPE_CHECKING:
+    from better_compute.settings import Settings
 
 
 def read_settings(**options: Any) -> Settings:
     """The settings: each option given on the command line, else its `BC_*` variable, else its
-    default. A value that is not valid stops the command with a message naming the setting."""
+    default. A value that is not valid stops the command with a message naming the setting.
+
+    pydantic-settings is imported here, not at start-up: the console script registers these commands
+    for every call, and the others should not pay for it."""
+    from pydantic import ValidationError
+
+    from better_compute.settings import Settings
+
     try:
         return Settings(**{name: value for name, value in options.items() if value is not None})
     except ValidationError as exc:
