@@ -11,7 +11,7 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import error_object, fail_json, print_json
+from better_compute.cli.output import error_object, fail_json, in_cli_terms, print_json
 from better_compute.wire import codes
 
 
@@ -73,7 +73,7 @@ def api(
         with config.connect(settings) as compute:
             result = compute.call(method, body)
     except ComputeError as exc:
-        fail_json(exc.to_dict())
+        fail_json(in_cli_terms(exc, token=settings.token).to_dict())
     except ValueError as exc:
         fail_json(error_object(codes.INVALID_INPUT, str(exc)))
     print_json(result)

@@ -9,7 +9,7 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, stdout
+from better_compute.cli.output import fail, in_cli_terms, stdout
 
 
 @app.command("login")
@@ -39,7 +39,7 @@ def login(
     except ForbiddenError:
         pass  # the token is genuine; it may just not read the inventory
     except ComputeError as exc:
-        fail(exc)
+        fail(in_cli_terms(exc, token=token))
     path = config.config_path()
     config.write_config(path, server, token)
     stdout().print(f"Logged in to {server}; saved to {path}", markup=False)

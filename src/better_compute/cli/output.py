@@ -54,3 +54,31 @@ def fail(error: ComputeError | str, *, as_json: bool = False) -> NoReturn:
         text = f"error: {error}"
     stderr().print(text, markup=False)
     raise typer.Exit(1)
+
+
+NO_TOKEN_HINT = "set BC_TOKEN, pass --token or run `better-compute login`"
+"""What a user without a token does next: the three ways the CLI finds one (cli/config.py)."""
+
+
+def in_cli_terms(
+    error: ComputeError, *, token: str | None, options: dict[str, str] | None = None
+) -> ComputeError:
+    """`error` told in the command line's words rather than the API's.
+
+    The server speaks of headers and body fields; a CLI user has options and variables. A refusal
+    for a missing token says how to give one; one naming a body field the command fills from an
+    option (`options`: field -> option, e.g. `{"tenantId": "--tenant"}`) names the option; no
+    answer says how to choose another server (the client's message names the one tried). The code
+    and details stay the API's, so `--json` output remains the API's error object.
+    """
+    message = error.message
+    field = error.details.get("field")
+    if error.code == codes.UNAUTHENTICATED and token is None:
+        message = f"no token given: {NO_TOKEN_HINT}"
+    elif error.code == codes.INVALID_INPUT and options and isinstance(field, str) and field in options:
+        message = message.replace(field, options[field])
+    elif error.code == codes.TRANSPORT:
+        message = f"{message}; is it running? set BC_SERVER or pass --server for another server"
+    else:
+        return error
+    return type(error)(message, code=error.code, details=error.details, status_code=error.status_code)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, print_json, stdout
+from better_compute.cli.output import fail, in_cli_terms, print_json, stdout
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -31,6 +31,10 @@ T = TypeVar("T")
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
 
 
+OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
+"""The body fields these commands fill from an option: a refusal naming one names the option."""
+
+
 def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
     from better_compute.client import ComputeError  # see config.connect
 
@@ -42,7 +46,7 @@ def _call(server: str | None, token: str | None, as_json: bool, action: Callable
         with config.connect(settings) as compute:
             return action(compute)
     except ComputeError as exc:
-        fail(exc, as_json=as_json)
+        fail(in_cli_terms(exc, token=settings.token, options=OPTIONS), as_json=as_json)
 
 
 def _when(value: datetime) -> str:

@@ -148,11 +148,20 @@ class Compute:
                 if attempt + 1 < attempts:
                     self._sleep(self._backoff * 2**attempt)
                     continue
-                raise _transport_error(method, exc, attempt + 1) from exc
+                raise self._transport_error(method, exc, attempt + 1) from exc
             except httpx.TransportError as exc:
-                raise _transport_error(method, exc, attempt + 1) from exc
+                raise self._transport_error(method, exc, attempt + 1) from exc
             return _answer(response)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _transport_error(self, method: Method, exc: httpx.TransportError, attempts: int) -> TransportError:
+        """No answer, naming the server tried: a wrong URL is the usual cause, and the reader must see
+        which one was used."""
+        server = self.base_url.rstrip("/")
+        return TransportError(
+            f"{method.name}: no answer from {server} ({type(exc).__name__}: {exc})",
+            details={"method": method.name, "attempts": attempts, "server": server},
+        )
 
     def _typed(self, name: str, request: BaseModel | None, out: type[M]) -> M:
         body = request.model_dump(mode="json", exclude_unset=True) if request is not None else {}
@@ -168,13 +177,6 @@ class Compute:
 
     def _raw(self, name: str, body: JsonObject) -> Any:
         return self._send(METHODS[name], body)
-
-
-def _transport_error(method: Method, exc: httpx.TransportError, attempts: int) -> TransportError:
-    return TransportError(
-        f"{method.name}: no answer from the server ({type(exc).__name__}: {exc})",
-        details={"method": method.name, "attempts": attempts},
-    )
 
 
 def _answer(response: httpx.Response) -> Any:
