@@ -6,6 +6,7 @@ answer. A refused layout or an unknown name exits with status 2 and the error.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -286,17 +287,35 @@ def layouts_import(
         typer.echo(format_layout(layout))
 
 
+PRICE_FORMAT = "expected MODEL=USD or MODEL=USD/GPUS, e.g. H100-80GB=63.296/8"
+
+
 def _parse_price(text: str) -> Price:
+    """`MODEL=USD[/GPUS]`; anything else stops the command with one line saying what is wrong (a bad
+    argument: exit status 2). A price must be a positive, finite number of dollars: a free or negative
+    instance would rank first in every table and mean nothing."""
     model, sep, rest = text.partition("=")
-    amount, _, gpus = rest.partition("/")
+    amount_text, _, gpus_text = rest.partition("/")
+    if not sep:
+        _bad_price(text, PRICE_FORMAT)
     try:
-        if not sep:
-            raise ValueError(text)
-        return Price(get_model(model).id, float(amount), int(gpus) if gpus else 1)
-    except ValueError as exc:
-        raise typer.BadParameter(
-            f"{text!r}: expected MODEL=USD or MODEL=USD/GPUS, e.g. H100-80GB=63.296/8"
-        ) from exc
+        amount = float(amount_text)
+        gpus = int(gpus_text) if gpus_text else 1
+    except ValueError:
+        _bad_price(text, PRICE_FORMAT)
+    if not math.isfinite(amount) or amount <= 0:
+        _bad_price(text, f"the price must be a positive number of USD per hour, not {amount_text!r}")
+    if gpus < 1:
+        _bad_price(text, f"an instance carries at least one GPU, not {gpus_text!r}")
+    try:
+        return Price(get_model(model).id, amount, gpus)
+    except DomainError:
+        _bad_price(text, f"unknown GPU model {model!r}; `better-compute gpus` lists the models")
+
+
+def _bad_price(text: str, why: str) -> NoReturn:
+    stderr().print(f"error: --price {text!r}: {why}", markup=False)
+    raise typer.Exit(REFUSED)
 
 
 def _spec(

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -17,6 +21,8 @@ from better_compute.defaults import (
 from better_compute.domain.errors import DomainError
 
 if TYPE_CHECKING:
+    from better_compute.entrypoints.database import Unusable
+    from better_compute.service.services import Services
     from better_compute.settings import Settings
 
 
@@ -40,6 +46,72 @@ def read_settings(**options: Any) -> Settings:
         typer.echo(f"error: invalid setting: {problems}", err=True)
         raise typer.Exit(2) from None
 
+
+def _refuse(problem: Unusable) -> NoReturn:
+    typer.echo(f"error: {problem.message}", err=True)
+    raise typer.Exit(problem.status)
+
+
+@contextmanager
+def opened(settings: Settings, *, create: bool) -> Iterator[tuple[Services, str]]:
+    """The running services and the database they opened, in words; a database that cannot be
+    opened stops the command with one line saying why and what to do (entrypoints/database.py).
+
+    Only opening (and migrating) is guarded: an error in the command's own work is not a database
+    problem and is not dressed as one."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from better_compute.entrypoints import database, server
+
+    try:
+        found = database.target(settings.database_url)
+        database.check(found, create=create)
+    except database.Unusable as exc:
+        _refuse(exc)
+    with ExitStack() as stack:
+        try:
+            services = stack.enter_context(server.running(settings))
+        except SQLAlchemyError as exc:
+            _refuse(database.explain(exc, found))
+        yield services, found.describe()
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Refuse, in one line with the fix, a port another process listens on, before the database is
+    opened and the fleet loaded (uvicorn would only log `address already in use` after that).
+
+    The probe binds as uvicorn does (SO_REUSEADDR), so it refuses exactly what uvicorn would; a
+    process that takes the port between the probe and uvicorn's bind still gets uvicorn's error."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        typer.echo(f"error: cannot listen on {host}: {exc.strerror}; pass another --host", err=True)
+        raise typer.Exit(2) from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            other = port + 1 if port < 65535 else 8001
+            typer.echo(
+                f"error: cannot listen on {host}:{port}: address already in use; pass another --port"
+                f" (make run: use PORT={other} make run) and point the CLI at it with"
+                f" BC_SERVER=http://{host}:{other}",
+                err=True,
+            )
+            raise typer.Exit(2) from None
+
+
+CreateOpt = Annotated[
+    bool,
+    typer.Option(
+        "--create",
+        help="Create the SQLite database file if it does not exist (without it, a missing file is refused).",
+    ),
+]
 
 DatabaseOpt = Annotated[
     str | None,
@@ -104,7 +176,8 @@ def serve(
         "http": timed_protocol(settings.timeout_request),
         "timeout_keep_alive": settings.timeout_keep_alive,
     }
-    with server.running(settings) as services:
+    check_port_free(host, port)
+    with opened(settings, create=True) as (services, _):
         if fleet is not None:
             try:
                 count = load_fleet(services.store, read_fleet(fleet), services.clock())
@@ -137,25 +210,40 @@ def bootstrap(
     force: Annotated[
         bool, typer.Option("--force", help="Add another admin token even though one already exists.")
     ] = False,
+    create: CreateOpt = False,
 ) -> None:
     """Migrate the database and create the first fleet-admin token, printed once on the last line.
 
     Only the token's hash is stored, so keep the printed token: it cannot be shown again. A second
-    run refuses while an admin credential exists, unless --force.
+    run refuses while an admin credential exists, unless --force. A SQLite file that does not
+    exist is refused unless --create: run in another directory, the default ./better-compute.db
+    would otherwise be a new, empty database that no server reads.
     """
-    from better_compute.entrypoints import server
     from better_compute.service import credentials
 
-    with server.running(read_settings(database_url=database_url_opt)) as services:
+    with opened(read_settings(database_url=database_url_opt), create=create) as (services, used):
         try:
             issued = credentials.bootstrap_admin(
                 services.store, services.clock(), new_id=services.ids.credential, force=force
             )
         except DomainError as exc:
-            typer.echo(f"error: {exc.message}", err=True)
+            typer.echo(f"error: {exc.message} (in {used})", err=True)
             raise typer.Exit(1) from None
-    typer.echo(f"created fleet-admin credential {issued.credential.id}; this token is shown only once:")
+    typer.echo(f"created fleet-admin credential {issued.credential.id} in {used};")
+    typer.echo("this token is shown only once:")
     typer.echo(issued.token)
 
 
-__all__ = ["admin_app", "bootstrap", "serve"]
+@app.command()
+def migrate(database_url_opt: DatabaseOpt = None, create: CreateOpt = False) -> None:
+    """Bring the database to the newest schema and say which database it was.
+
+    `serve` and `admin bootstrap` migrate too; this is for upgrading before starting the servers. A
+    SQLite file that does not exist is refused unless --create.
+    """
+    with opened(read_settings(database_url=database_url_opt), create=create) as (_, used):
+        pass
+    typer.echo(f"migrated {used} to the newest schema")
+
+
+__all__ = ["admin_app", "bootstrap", "check_port_free", "migrate", "opened", "serve"]

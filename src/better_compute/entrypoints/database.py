@@ -1,0 +1,129 @@
+"""The database a server command opens: named for the operator, checked before it is opened, and
+told in one line when it cannot be.
+
+`serve`, `admin bootstrap` and `migrate` take a URL from `--database-url` or `BC_DATABASE_URL`. A
+wrong one used to end in a SQLAlchemy traceback; each way it goes wrong is an `Unusable` here, whose
+message says what to do, and which the command prints as `error: ...` and exits with its status:
+2 for a URL that cannot work as given (usage), 1 for a database server that does not answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from better_compute.storage.db import normalise_url
+
+USAGE = 2
+"""Exit status of a URL that cannot work as given, as for any other bad argument."""
+UNREACHABLE = 1
+"""Exit status of a database server that did not answer: the URL may be right and the server down."""
+
+EXAMPLES = "sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE"
+DRIVERS = {"sqlite": "pysqlite", "postgresql": "psycopg"}
+"""Dialects and drivers this server runs on (after `normalise_url`): SQLite and PostgreSQL on psycopg 3."""
+
+
+@dataclass(frozen=True)
+class Unusable(Exception):
+    """The database cannot be used as given; `message` says why and what to do."""
+
+    message: str
+    status: int = USAGE
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database a URL names: `url` is the parsed form (password hidden when shown)."""
+
+    url: URL
+
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The absolute path of a SQLite file; None for PostgreSQL or an in-memory database."""
+        if self.url.get_backend_name() != "sqlite" or self.url.database in (None, "", ":memory:"):
+            return None
+        return Path(str(self.url.database)).expanduser().absolute()
+
+    def describe(self) -> str:
+        """The database in words, e.g. `the SQLite database /srv/bc/better-compute.db`."""
+        path = self.sqlite_path
+        if self.url.get_backend_name() == "sqlite":
+            return f"the SQLite database {path}" if path else "an in-memory SQLite database"
+        return f"the PostgreSQL database {self.url.database} on {self.server()}"
+
+    def server(self) -> str:
+        """`user@host:port` of a PostgreSQL database."""
+        user = f"{self.url.username}@" if self.url.username else ""
+        return f"{user}{self.url.host or 'localhost'}:{self.url.port or 5432}"
+
+
+def target(url: str) -> Target:
+    """The database `url` names, refused when this server cannot run on it (scheme or driver)."""
+    try:
+        parsed = make_url(normalise_url(url))
+    except ArgumentError:
+        raise Unusable(f"{url!r} is not a database URL: use {EXAMPLES}") from None
+    backend = parsed.get_backend_name()
+    if backend not in DRIVERS or parsed.get_driver_name() != DRIVERS[backend]:
+        raise Unusable(
+            f"unsupported database {parsed.drivername!r} in {_shown(parsed)}:"
+            f" better-compute runs on SQLite and on PostgreSQL with psycopg 3; use {EXAMPLES}"
+        )
+    return Target(parsed)
+
+
+def check(found: Target, *, create: bool) -> None:
+    """Refuse a SQLite file that cannot be opened: its directory missing, or (unless `create`) the
+    file itself, so that a command run in the wrong directory does not make a new, empty database."""
+    path = found.sqlite_path
+    if path is None:
+        return
+    if not path.parent.is_dir():
+        raise Unusable(
+            f"cannot create {found.describe()}: the directory {path.parent} does not exist;"
+            " create it, or give another --database-url (or BC_DATABASE_URL)"
+        )
+    if not create and not path.exists():
+        raise Unusable(
+            f"{found.describe()} does not exist (working directory: {Path.cwd()}): pass --create to"
+            " create it, or give the server's database with --database-url (or BC_DATABASE_URL)"
+        )
+
+
+def explain(error: SQLAlchemyError, found: Target) -> Unusable:
+    """An error from opening the database, as one line with the fix."""
+    cause = str(getattr(error, "orig", None) or error).strip().splitlines()
+    first = cause[0] if cause else type(error).__name__
+    text = " ".join(cause).lower()
+    url = found.url
+    if url.get_backend_name() == "postgresql":
+        server = found.server()
+        if "does not exist" in text and f'database "{url.database}"' in text:
+            return Unusable(
+                f'database "{url.database}" does not exist on {server}: create it'
+                f" (createdb -h {url.host or 'localhost'} -p {url.port or 5432}"
+                f"{f' -U {url.username}' if url.username else ''} {url.database})"
+                " or give another --database-url (or BC_DATABASE_URL)"
+            )
+        if "connection refused" in text or "could not connect" in text or "timeout" in text:
+            return Unusable(
+                f"no PostgreSQL server answers at {server} ({first.removeprefix('connection failed: ')}):"
+                " start it, or fix the host and port in --database-url (or BC_DATABASE_URL)",
+                UNREACHABLE,
+            )
+        return Unusable(f"cannot open {found.describe()}: {first}", UNREACHABLE)
+    return Unusable(f"cannot open {found.describe()}: {first}")
+
+
+def _shown(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+__all__ = ["Target", "Unusable", "check", "explain", "target"]
