@@ -28,14 +28,40 @@ def _with_database(url: str, name: str) -> str:
     return f"{base}/{name}"
 
 
+MAINTENANCE_DATABASE = "postgres"
+"""The database every PostgreSQL server has: where the suite's own database is created from."""
+
+
+def admin_connection(admin_url: str) -> psycopg.Connection[tuple[object, ...]]:
+    """An autocommit connection to `admin_url`, the database the suite creates its own from.
+
+    A server that is up but has no such database (a fresh PostgreSQL has only `postgres`) gets it
+    created, from the maintenance database, rather than every PostgreSQL test skipped as "not
+    reachable". Any other failure is an OperationalError whose message says what to do."""
+    try:
+        return psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        base, _, name = admin_url.rpartition("/")
+        if f'database "{name}" does not exist' not in str(exc) or name == MAINTENANCE_DATABASE:
+            raise psycopg.OperationalError(
+                f"PostgreSQL not reachable at {admin_url}: {str(exc).strip()}; start PostgreSQL there,"
+                " or set BC_TEST_POSTGRES_URL to a server the suite may create databases on"
+            ) from exc
+    with psycopg.connect(f"{base}/{MAINTENANCE_DATABASE}", autocommit=True, connect_timeout=3) as maint:
+        exists = maint.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        if exists is None:
+            maint.execute(f'CREATE DATABASE "{name}"')
+    return psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A fresh PostgreSQL database for this test session, as a libpq URL; dropped afterwards."""
     admin_url = _pg_admin_url()
     try:
-        admin = psycopg.connect(admin_url, autocommit=True, connect_timeout=3)
+        admin = admin_connection(admin_url)
     except psycopg.OperationalError as exc:
-        message = f"PostgreSQL not reachable at {admin_url} (set BC_TEST_POSTGRES_URL): {exc}".strip()
+        message = str(exc).strip()
         if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
