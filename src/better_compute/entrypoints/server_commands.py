@@ -94,7 +94,11 @@ def check_port_free(host: str, port: int) -> None:
             probe.bind(address)
         except OSError as exc:
             if exc.errno != errno.EADDRINUSE:
-                raise
+                typer.echo(
+                    f"error: cannot listen on {host}:{port}: {exc.strerror}; pass another --host or --port",
+                    err=True,
+                )
+                raise typer.Exit(2) from None
             other = port + 1 if port < 65535 else 8001
             typer.echo(
                 f"error: cannot listen on {host}:{port}: address already in use; pass another --port"
