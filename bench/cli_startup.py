@@ -86,7 +86,7 @@ def main() -> None:
     print(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))}: {runs} runs")
     print(f"  median {median:.3f} s, min {min(times):.3f} s, max {max(times):.3f} s (goal: under {GOAL_S} s)")
     print(f"  server modules imported: {', '.join(loaded) if loaded else 'none'}")
-    print(f"reproduce: {Path(sys.executable).name} bench/cli_startup.py{' --quick' if args.quick else ''}")
+    print(f"command: .venv/bin/python bench/cli_startup.py{' --quick' if args.quick else ''}")
     print(
         json.dumps(
             {
