@@ -651,3 +651,12 @@ def test_reservations_list_is_newest_first_with_a_descending_cursor(world: World
     # A page that holds exactly what is left has no cursor to an empty page.
     whole = world.http.get("/v1/reservations", params={"limit": 3}, headers=world.acme).json()
     assert [r["id"] for r in whole["items"]] == newest_first and whole["nextCursor"] is None
+
+
+@pytest.mark.parametrize("cursor", ["garbage", "rsv-", "rsv-ZZ", "pool-1"])
+def test_a_malformed_cursor_is_invalid_input_not_an_empty_page(world: World, cursor: str) -> None:
+    # Defect 12 of issue 11: a cursor no list gave answered an empty page.
+    r = world.http.get("/v1/reservations", params={"cursor": cursor}, headers=world.acme)
+    assert r.status_code == 400, r.text
+    assert error(r)["code"] == "INVALID_INPUT"
+    assert error(r)["details"] == {"field": "cursor"}

@@ -122,3 +122,11 @@ def test_not_found_is_reported(runner: CliRunner, server: FakeServer) -> None:
     result = runner.invoke(app, ["reservations", "show", "rsv-9"])
     assert result.exit_code == 1
     assert "NOT_FOUND" in result.stderr
+
+
+def test_an_empty_list_says_no_reservations(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 12 of issue 11: an empty list printed a bare header.
+    server.routes[("GET", "/v1/reservations")] = {"items": [], "nextCursor": None}
+    result = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "no reservations"

@@ -189,6 +189,10 @@ def list_reservations(
     if as_json:
         print_json(page.model_dump(mode="json"))
         return
+    if not page.items:
+        # An empty table prints only its header, which reads like a failure; say it.
+        stdout().print("no reservations" if cursor is None else "no more reservations", markup=False)
+        return
     table = Table("id", "status", "tenant", "pool", "start", "for", "size", box=None, pad_edge=False)
     table.columns[0].no_wrap = True
     for column in (table.columns[1], table.columns[4], table.columns[5]):

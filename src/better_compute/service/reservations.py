@@ -32,6 +32,7 @@ from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
     check_cancel,
+    check_cursor,
     check_replay,
     release_end,
     request_fingerprint,
@@ -339,6 +340,8 @@ def list_reservations(
     """A page of reservations, newest first (ids are time-ordered); `cursor` is the last id of the
     previous page, and the page holds only older ones. A tenant sees only its own (`tenant_scope`).
     One item more than the page is looked for, so a cursor is given only when a next page exists."""
+    if cursor is not None:
+        check_cursor(cursor)
     tenant_id = tenant_scope(principal, tenant_id or None)
     out: list[ReservationView] = []
     after = cursor
