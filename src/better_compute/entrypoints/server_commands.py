@@ -83,7 +83,9 @@ def serve(
     import uvicorn
 
     from better_compute.entrypoints import server
-    from better_compute.entrypoints.fleet import load_fleet, read_fleet
+    from rich.console import Console
+
+    from better_compute.entrypoints.fleet import fleet_progress, load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
 
     settings = read_settings(
@@ -99,7 +101,9 @@ def serve(
     with server.running(settings) as services:
         if fleet is not None:
             try:
-                count = load_fleet(services.store, read_fleet(fleet), services.clock())
+                spec = read_fleet(fleet)
+                with fleet_progress(Console(stderr=True)) as progress:
+                    count = load_fleet(services.store, spec, services.clock(), progress=progress)
             except DomainError as exc:
                 typer.echo(f"error: {exc.message}", err=True)
                 raise typer.Exit(2) from None
