@@ -81,10 +81,9 @@ def serve(
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
-
-    from better_compute.entrypoints import server
     from rich.console import Console
 
+    from better_compute.entrypoints import server
     from better_compute.entrypoints.fleet import fleet_progress, load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
 
