@@ -195,3 +195,11 @@ def test_show_names_the_mig_profile_gpu_and_mig_device(runner: CliRunner, server
     wide = runner.invoke(app, ["reservations", "show", RSV_ID, "-o", "wide"], env={"COLUMNS": "80"})
     row = next(line for line in wide.stdout.splitlines() if line.startswith(ATOM_ID))
     assert row.split() == [ATOM_ID, "gpu.mig", "3g.40gb", GPU_ID, MIG_ID, "gpu-node-017"]
+
+
+def test_tables_never_cut_ids_even_narrower_than_the_ids(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 3 of issue 11: with nothing left to drop, the table runs past the edge rather than cut.
+    server.routes[("GET", "/v1/reservations")] = {"items": [mig_reservation_json()], "nextCursor": None}
+    listed = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "20"})
+    assert listed.exit_code == 0, listed.output
+    assert RSV_ID in listed.stdout and "…" not in listed.stdout

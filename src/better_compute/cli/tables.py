@@ -71,7 +71,13 @@ def fit(
     for row in rows:
         table.add_row(*(row[i] for i in kept))
     dropped = [columns[i].header for i in range(len(columns)) if i not in kept]
-    at = max(width, sum(natural[i] for i in kept) + _GAP * max(len(kept) - 1, 0)) if wide else width
+    # With every droppable column gone, ids alone may still be wider than the terminal: the table
+    # then runs past its edge rather than cut one.
+    at = (
+        max(width, sum(natural[i] for i in kept) + _GAP * max(len(kept) - 1, 0))
+        if wide
+        else max(width, total(kept))
+    )
     return table, dropped, at
 
 
