@@ -629,3 +629,34 @@ def test_create_answers_exactly_what_get_answers(world: World) -> None:
     assert created.json() == fetched.json()
     replayed = world.reserve(world.acme, "h100", devices, idempotencyKey="same-shape")
     assert replayed.status_code == 200 and replayed.json() == fetched.json()
+
+
+def test_reservations_list_is_newest_first_with_a_descending_cursor(world: World) -> None:
+    # Defect 8 of issue 11: the CLI says "newest first"; the API listed oldest first.
+    world.offer("a100", "acme", gpu=4)
+    made = []
+    for _ in range(3):
+        r = world.reserve(world.acme, "a100", [{"class": "gpu", "count": 1}])
+        assert r.status_code == 201, r.text
+        made.append(r.json()["id"])
+    newest_first = list(reversed(made))
+    first = world.http.get("/v1/reservations", params={"limit": 2}, headers=world.acme).json()
+    assert [r["id"] for r in first["items"]] == newest_first[:2]
+    assert first["nextCursor"] == newest_first[1]
+    rest = world.http.get(
+        "/v1/reservations", params={"limit": 2, "cursor": first["nextCursor"]}, headers=world.acme
+    ).json()
+    assert [r["id"] for r in rest["items"]] == newest_first[2:]
+    assert rest["nextCursor"] is None
+    # A page that holds exactly what is left has no cursor to an empty page.
+    whole = world.http.get("/v1/reservations", params={"limit": 3}, headers=world.acme).json()
+    assert [r["id"] for r in whole["items"]] == newest_first and whole["nextCursor"] is None
+
+
+@pytest.mark.parametrize("cursor", ["garbage", "rsv-", "rsv-ZZ", "pool-1"])
+def test_a_malformed_cursor_is_invalid_input_not_an_empty_page(world: World, cursor: str) -> None:
+    # Defect 12 of issue 11: a cursor no list gave answered an empty page.
+    r = world.http.get("/v1/reservations", params={"cursor": cursor}, headers=world.acme)
+    assert r.status_code == 400, r.text
+    assert error(r)["code"] == "INVALID_INPUT"
+    assert error(r)["details"] == {"field": "cursor"}

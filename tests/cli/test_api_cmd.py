@@ -95,3 +95,26 @@ def test_server_and_token_options_reach_the_client(runner: CliRunner, server: Fa
     request = server.requests[0]
     assert str(request.url) == "http://bc.test:9/v1/tenants?limit=5"
     assert request.headers["authorization"] == "Bearer t"
+
+
+def test_a_mistyped_method_gets_did_you_mean(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 12 of issue 11: the whole list, and no hint at the method meant.
+    result = runner.invoke(app, ["api", "reservations.lst"])
+    assert result.exit_code == 1
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "INVALID_INPUT"
+    assert error["message"].startswith("unknown method 'reservations.lst'; did you mean 'reservations.list'")
+    assert error["details"]["didYouMean"][0] == "reservations.list"
+    assert server.requests == []
+
+
+def test_bad_json_says_where(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 12 of issue 11: bad JSON in --json says where (line and column).
+    raw = '{\n  "tenantId": "acme",\n  "name" "Acme"\n}'
+    result = runner.invoke(app, ["api", "tenants.create", "--json", raw])
+    assert result.exit_code == 1
+    error = json.loads(result.stderr)["error"]
+    assert error["code"] == "INVALID_INPUT"
+    assert error["message"] == "--json is not valid JSON at line 3, column 10: Expecting ':' delimiter"
+    assert error["details"] == {"line": 3, "column": 10}
+    assert server.requests == []

@@ -214,3 +214,48 @@ def test_advise_needs_a_model() -> None:
     assert unknown.exit_code == 2
     bad_price = runner.invoke(app, ["advise", "--model", "mistral-7b", "--context", "1", "--price", "H100"])
     assert bad_price.exit_code == 2
+
+
+def test_advise_table_fits_80_columns_best_first_and_all_for_the_rest() -> None:
+    # Defect 3 of issue 11: at 80 columns advise cut its headers ("headr…", "$/un…") and GPU names.
+    args = ["advise", "--model", "Llama-3.1-8B", "--context", "8000", "--price", "H100-80GB=63.296/8"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.startswith("gpu"))
+    assert header.split() == [
+        "gpu",
+        "partition",
+        "GiB",
+        "headroom",
+        "max",
+        "ctx",
+        "max",
+        "seqs",
+        "per",
+        "GPU",
+        "$/unit-h",
+    ]
+    assert "…" not in result.stdout
+    assert all(len(line) <= 80 for line in lines[1:])
+    rows = lines[lines.index(header) + 1 :]
+    assert rows[-1].endswith("more: --all")
+    shown = rows[:-1]
+    assert len(shown) == 10 and shown[0].split()[:2] == ["A100-40GB", "3g.20gb"]
+    everything = runner.invoke(app, [*args, "--all"], env={"COLUMNS": "80"})
+    assert "more: --all" not in everything.stdout
+    total = len(_json([*args, "--json"])["fits"])  # type: ignore[arg-type,index]
+    assert rows[-1] == f"{total - 10} more: --all"
+
+
+def test_advise_preset_with_other_params_is_labelled_as_computed() -> None:
+    # Defect 10 of issue 11: --model Llama-3.1-8B --params 70 kept the 8B label with 70B weights.
+    args = ["advise", "--model", "Llama-3.1-8B", "--params", "70", "--context", "8000"]
+    result = runner.invoke(app, args, env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Llama-3.1-8B with params 70B in fp16")
+    body = _json([*args, "--json"])
+    assert body["model"]["name"] == "Llama-3.1-8B with params 70B"  # type: ignore[index]
+    assert body["model"]["paramsB"] == 70  # type: ignore[index]
+    same = _json(["advise", "--model", "Llama-3.1-8B", "--params", "8.03", "--context", "8000", "--json"])
+    assert same["model"]["name"] == "Llama-3.1-8B"  # type: ignore[index]

@@ -122,3 +122,84 @@ def test_not_found_is_reported(runner: CliRunner, server: FakeServer) -> None:
     result = runner.invoke(app, ["reservations", "show", "rsv-9"])
     assert result.exit_code == 1
     assert "NOT_FOUND" in result.stderr
+
+
+def test_an_empty_list_says_no_reservations(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 12 of issue 11: an empty list printed a bare header.
+    server.routes[("GET", "/v1/reservations")] = {"items": [], "nextCursor": None}
+    result = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "no reservations"
+
+
+RSV_ID = "rsv-0005f1a2b3c4d5e6f7a8b9c0d1"
+GPU_ID = "GPU-5f3c2a1b-9d8e-4c7b-a6f5-e4d3c2b1a098"
+MIG_ID = "MIG-0a1b2c3d-4e5f-5a6b-8c7d-9e0f1a2b3c4d"
+ATOM_ID = "atm-0123456789abcdef01234567"
+
+
+def mig_reservation_json() -> dict[str, object]:
+    atom = {
+        "id": ATOM_ID,
+        "class": "gpu.mig",
+        "gpuId": GPU_ID,
+        "node": "gpu-node-017",
+        "attributes": {"migProfile": "3g.40gb", "migUuid": MIG_ID, "giId": 1, "ciId": 0},
+    }
+    return reservation_json(
+        id=RSV_ID,
+        tenantId="research-platform",
+        poolId="h100-mig-east",
+        atoms=[atom],
+        gpuCount=0,
+        gpuSlices=1,
+    )
+
+
+def test_tables_never_cut_ids_in_80_columns(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 3 of issue 11: at 80 columns Rich shrank every column and ids ended in "…".
+    server.routes[("GET", "/v1/reservations")] = {"items": [mig_reservation_json()], "nextCursor": None}
+    server.routes[("GET", f"/v1/reservations/{RSV_ID}")] = mig_reservation_json()
+    listed = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert RSV_ID in listed.stdout and "…" not in listed.stdout
+    assert all(len(line) <= 80 for line in listed.stdout.splitlines())
+    assert "-o wide adds: tenant" in listed.stdout
+    shown = runner.invoke(app, ["reservations", "show", RSV_ID], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    for whole in (RSV_ID, ATOM_ID, GPU_ID):
+        assert whole in shown.stdout
+    assert "…" not in shown.stdout
+    assert all(len(line) <= 80 for line in shown.stdout.splitlines())
+
+
+def test_wide_output_shows_every_column(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 3 of issue 11: kubectl-style -o wide shows what the 80-column table drops.
+    server.routes[("GET", "/v1/reservations")] = {"items": [mig_reservation_json()], "nextCursor": None}
+    wide = runner.invoke(app, ["reservations", "list", "-o", "wide"], env={"COLUMNS": "80"})
+    assert wide.exit_code == 0, wide.output
+    row = next(line for line in wide.stdout.splitlines() if line.startswith(RSV_ID))
+    assert row.split()[:4] == [RSV_ID, "scheduled", "research-platform", "h100-mig-east"]
+    assert "1 slices" in row and "wide adds" not in wide.stdout
+
+
+def test_show_names_the_mig_profile_gpu_and_mig_device(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 5 of issue 11: `reservations show` hid what a user needs to use a MIG booking.
+    server.routes[("GET", f"/v1/reservations/{RSV_ID}")] = mig_reservation_json()
+    shown = runner.invoke(app, ["reservations", "show", RSV_ID], env={"COLUMNS": "80"})
+    assert shown.exit_code == 0, shown.output
+    lines = shown.stdout.splitlines()
+    atom_row = next(line for line in lines if line.startswith(ATOM_ID))
+    assert atom_row.split()[1:3] == ["gpu.mig", "3g.40gb"]
+    assert GPU_ID in shown.stdout and MIG_ID in shown.stdout
+    wide = runner.invoke(app, ["reservations", "show", RSV_ID, "-o", "wide"], env={"COLUMNS": "80"})
+    row = next(line for line in wide.stdout.splitlines() if line.startswith(ATOM_ID))
+    assert row.split() == [ATOM_ID, "gpu.mig", "3g.40gb", GPU_ID, MIG_ID, "gpu-node-017"]
+
+
+def test_tables_never_cut_ids_even_narrower_than_the_ids(runner: CliRunner, server: FakeServer) -> None:
+    # Defect 3 of issue 11: with nothing left to drop, the table runs past the edge rather than cut.
+    server.routes[("GET", "/v1/reservations")] = {"items": [mig_reservation_json()], "nextCursor": None}
+    listed = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "20"})
+    assert listed.exit_code == 0, listed.output
+    assert RSV_ID in listed.stdout and "…" not in listed.stdout

@@ -99,4 +99,10 @@ def test_catalog_commands_need_no_server(server: Server) -> None:
     )
     assert advice.returncode == 0, advice.stderr
     assert "Llama-3.1-8B" in advice.stdout
-    assert "3g.40gb" in advice.stdout
+    # The best (smallest) fits first; the rest, the H100's 3g.40gb among them, with --all.
+    assert "3g.20gb" in advice.stdout and "more: --all" in advice.stdout
+    every = run_cli(
+        ["advise", "--model", "Llama-3.1-8B", "--dtype", "fp16", "--context", "8000", "--all"], server.home
+    )
+    assert every.returncode == 0, every.stderr
+    assert "3g.40gb" in every.stdout

@@ -35,7 +35,7 @@ def test_new_credentials_policies_and_reservations_are_named_by_the_injected_ids
     assert policy.status_code == 201 and policy.json()["id"] == "pol-000001"
     assert [first.json()["id"], second.json()["id"]] == ["rsv-000001", "rsv-000002"]
     listed = http.get("/v1/reservations", headers=acme).json()["items"]
-    assert [r["id"] for r in listed] == ["rsv-000001", "rsv-000002"]
+    assert [r["id"] for r in listed] == ["rsv-000002", "rsv-000001"]  # newest first
 
 
 def test_the_app_tells_time_by_the_injected_clock(fleet: Store) -> None:

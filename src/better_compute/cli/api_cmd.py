@@ -28,7 +28,14 @@ def _read_body(raw: str | None) -> dict[str, Any]:
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
-        fail_json(error_object(codes.INVALID_INPUT, f"--json is not valid JSON: {exc}"))
+        # Say where, as an editor would: a long body pasted on one line is otherwise a hunt.
+        fail_json(
+            error_object(
+                codes.INVALID_INPUT,
+                f"--json is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
+                {"line": exc.lineno, "column": exc.colno},
+            )
+        )
     if not isinstance(body, dict):
         fail_json(error_object(codes.INVALID_INPUT, "--json must be a JSON object"))
     return body
@@ -54,14 +61,14 @@ def api(
           "devices": [{"class": "gpu.mig", "count": 1}]}'
     """
     from better_compute.client import ComputeError  # imported by the commands that use it: see config
-    from better_compute.wire.methods import METHODS
+    from better_compute.wire.methods import METHODS, close_methods, unknown_method
 
     if method not in METHODS:
         fail_json(
             error_object(
                 codes.INVALID_INPUT,
-                f"unknown method {method!r}; valid methods: {', '.join(sorted(METHODS))}",
-                {"methods": sorted(METHODS)},
+                unknown_method(method),
+                {"methods": sorted(METHODS), "didYouMean": close_methods(method)},
             )
         )
     body = _read_body(json_body)

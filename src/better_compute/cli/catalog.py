@@ -15,6 +15,7 @@ from rich.table import Table
 
 from better_compute.cli.app import app
 from better_compute.cli.output import print_json, stderr, stdout
+from better_compute.cli.tables import Column, Output, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
 from better_compute.domain.errors import DomainError
 from better_compute.domain.layouts import (
@@ -30,6 +31,7 @@ from better_compute.domain.sizing import (
     Advice,
     ModelSpec,
     Price,
+    adjusted,
     advise,
     preset,
 )
@@ -38,6 +40,8 @@ layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.",
 app.add_typer(layouts_app, name="layouts")
 
 REFUSED = 2
+ADVISE_TOP = 10
+"""How many fits `advise` shows without `--all`: the smallest that hold the model."""
 """Exit status of a refused layout or an unknown name, apart from 1 (a server's refusal)."""
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -322,15 +326,7 @@ def _spec(
     model: str | None, params: float | None, layers: int | None, kv_heads: int | None, head_dim: int | None
 ) -> ModelSpec:
     if model is not None:
-        base = preset(model)
-        return ModelSpec(
-            base.name,
-            params if params is not None else base.params_b,
-            layers if layers is not None else base.layers,
-            kv_heads if kv_heads is not None else base.kv_heads,
-            head_dim if head_dim is not None else base.head_dim,
-            base.max_context,
-        )
+        return adjusted(preset(model), params_b=params, layers=layers, kv_heads=kv_heads, head_dim=head_dim)
     if params is None or layers is None or kv_heads is None or head_dim is None:
         raise typer.BadParameter("give --model NAME, or --params with --layers, --kv-heads and --head-dim")
     return ModelSpec(f"{params:g}B", params, layers, kv_heads, head_dim)
@@ -397,6 +393,12 @@ def advise_cmd(
             "--price", help="Instance price, MODEL=USD or MODEL=USD/GPUS (GPUs per instance); repeatable."
         ),
     ] = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help=f"Every fit, not only the best {ADVISE_TOP}.")
+    ] = False,
+    output: Annotated[
+        Output, typer.Option("--output", "-o", help="table: fit the terminal; wide: every column.")
+    ] = Output.TABLE,
     as_json: JsonFlag = False,
 ) -> None:
     """Which MIG partitions and whole GPUs hold a model at a context length and concurrency."""
@@ -429,11 +431,22 @@ def advise_cmd(
     if not advice.fits:
         console.print("nothing in the catalog holds it on one GPU", markup=False)
         return
-    table = Table(title="fits (smallest first)")
-    for column in ("gpu", "partition", "GiB", "headroom", "max ctx", "max seqs", "per GPU", "$/unit-h"):
-        table.add_column(column, no_wrap=column in {"gpu", "partition"})
-    for f in advice.fits:
-        table.add_row(
+    # The best fits are the smallest that hold the model (the least memory left idle); the rest
+    # follow with --all. The table fits the terminal without cutting a GPU model or a header.
+    shown = advice.fits if show_all else advice.fits[:ADVISE_TOP]
+    priced = any(f.cost_per_unit_hour is not None for f in advice.fits)
+    columns = [
+        Column("gpu"),
+        Column("partition"),
+        Column("GiB", drop=1),
+        Column("headroom", drop=3),
+        Column("max ctx", drop=4),
+        Column("max seqs", drop=6),
+        Column("per GPU", drop=5),
+        *([Column("$/unit-h", drop=2)] if priced else []),
+    ]
+    rows = [
+        [
             f.gpu,
             f.profile or "whole GPU",
             _number(f.capacity_gib),
@@ -441,6 +454,11 @@ def advise_cmd(
             str(f.max_context),
             str(f.max_concurrency),
             str(f.units_per_gpu),
-            f"{f.cost_per_unit_hour:.4f}" if f.cost_per_unit_hour is not None else "",
-        )
-    console.print(table)
+            *([f"{f.cost_per_unit_hour:.4f}" if f.cost_per_unit_hour is not None else ""] if priced else []),
+        ]
+        for f in shown
+    ]
+    console.print("best fits (smallest first)", markup=False)
+    print_fitted(console, columns, rows, output)
+    if len(shown) < len(advice.fits):
+        console.print(f"{len(advice.fits) - len(shown)} more: --all", markup=False)

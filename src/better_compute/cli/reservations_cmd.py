@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich import box
 from rich.table import Table
 
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.output import fail, in_cli_terms, print_json, stdout
+from better_compute.cli.tables import Column, Output, print_fitted
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -29,6 +29,34 @@ app.add_typer(reservations_app, name="reservations")
 T = TypeVar("T")
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
+OutputOption = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="table: fit the terminal (ids always whole); wide: every column."),
+]
+
+_LIST_COLUMNS = (
+    Column("id"),
+    Column("status", drop=1),
+    Column("tenant", drop=6, wrap=True),
+    Column("pool", drop=3, wrap=True),
+    Column("start", drop=2),
+    Column("for", drop=4),
+    Column("size", drop=5),
+)
+_ATOM_COLUMNS = (
+    Column("atom"),
+    Column("class", drop=2),
+    Column("profile", drop=1),
+    Column("gpu"),
+    Column("MIG device"),
+    Column("node", drop=3, wrap=True),
+)
+_NARROW_ATOM_COLUMNS = (
+    Column("atom / GPU / MIG device"),
+    Column("class", drop=2),
+    Column("profile", drop=1),
+    Column("node", drop=3, wrap=True),
+)
 
 
 OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
@@ -72,7 +100,16 @@ def _size(reservation: ReservationPublic) -> str:
     return ", ".join(parts) or "0"
 
 
-def _show(reservation: ReservationPublic, as_json: bool) -> None:
+def _profile(attributes: dict[str, object]) -> str:
+    """What the atom is, in the words a user booked it by: the MIG profile, or the shared slot."""
+    if attributes.get("migProfile"):
+        return str(attributes["migProfile"])
+    if "slot" in attributes:
+        return f"slot {attributes['slot']}"
+    return ""
+
+
+def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output.TABLE) -> None:
     if as_json:
         print_json(reservation.model_dump(mode="json"))
         return
@@ -90,20 +127,25 @@ def _show(reservation: ReservationPublic, as_json: bool) -> None:
         summary.add_row("idempotency key", reservation.idempotency_key)
     console = stdout()
     console.print(summary)
-    if reservation.atoms:
-        atoms = Table(
-            "atom",
-            "class",
-            "gpu",
-            "node",
-            box=box.SIMPLE_HEAD,
-            pad_edge=False,
-            title="atoms",
-            title_justify="left",
-        )
-        for atom in reservation.atoms:
-            atoms.add_row(atom.id, atom.cls, atom.gpu_id, atom.node)
-        console.print(atoms)
+    if not reservation.atoms:
+        return
+    console.print("atoms", markup=False)
+    # A MIG booking is used by its MIG device uuid (CUDA_VISIBLE_DEVICES=MIG-...): it is shown whole
+    # beside the GPU's. The three ids do not fit side by side in 80 columns, so there they stack.
+    wide = output is Output.WIDE or console.width >= 28 + 40 + 40 + 20
+    rows = []
+    for atom in reservation.atoms:
+        attributes = dict(atom.attributes)
+        mig = str(attributes.get("migUuid") or "")
+        if wide:
+            rows.append([atom.id, atom.cls, _profile(attributes), atom.gpu_id, mig, atom.node])
+        else:
+            ids = "\n".join(x for x in (atom.id, atom.gpu_id, mig) if x)
+            rows.append([ids, atom.cls, _profile(attributes), atom.node])
+    if wide:
+        print_fitted(console, _ATOM_COLUMNS, rows, Output.WIDE)
+    else:
+        print_fitted(console, _NARROW_ATOM_COLUMNS, rows, output)
 
 
 def _parse_start(start: str | None) -> datetime | None:
@@ -177,6 +219,7 @@ def list_reservations(
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")] = None,
     cursor: Annotated[str | None, typer.Option("--cursor", help="Continue from a previous page.")] = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
@@ -199,12 +242,12 @@ def list_reservations(
     if as_json:
         print_json(page.model_dump(mode="json"))
         return
-    table = Table("id", "status", "tenant", "pool", "start", "for", "size", box=None, pad_edge=False)
-    table.columns[0].no_wrap = True
-    for column in (table.columns[1], table.columns[4], table.columns[5]):
-        column.no_wrap = True
-    for item in page.items:
-        table.add_row(
+    if not page.items:
+        # An empty table prints only its header, which reads like a failure; say it.
+        stdout().print("no reservations" if cursor is None else "no more reservations", markup=False)
+        return
+    rows = [
+        [
             item.id,
             item.status,
             item.tenant_id,
@@ -212,9 +255,11 @@ def list_reservations(
             _when(item.start),
             _span(item.start, item.end),
             _size(item),
-        )
+        ]
+        for item in page.items
+    ]
     console = stdout()
-    console.print(table)
+    print_fitted(console, _LIST_COLUMNS, rows, output)
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}", markup=False)
 
@@ -222,12 +267,14 @@ def list_reservations(
 @reservations_app.command("show")
 def show(
     reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Show one reservation and the atoms it holds."""
-    _show(_call(server, token, as_json, lambda compute: compute.reservations.get(reservation_id)), as_json)
+    """Show one reservation and the atoms it holds: for a MIG booking its profile, GPU and MIG device."""
+    reservation = _call(server, token, as_json, lambda compute: compute.reservations.get(reservation_id))
+    _show(reservation, as_json, output)
 
 
 @reservations_app.command("cancel")

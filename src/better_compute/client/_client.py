@@ -22,7 +22,7 @@ from better_compute import __version__
 from better_compute.client._errors import ComputeError, TransportError, error_from_answer
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.common import Page
-from better_compute.wire.methods import METHODS, Method
+from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
@@ -131,9 +131,7 @@ class Compute:
         try:
             method = METHODS[method_name]
         except KeyError:
-            raise KeyError(
-                f"unknown method {method_name!r}; valid methods: {', '.join(sorted(METHODS))}"
-            ) from None
+            raise KeyError(unknown_method(method_name)) from None
         return self._send(method, dict(body or {}))
 
     def _send(self, method: Method, body: JsonObject) -> Any:

@@ -16,10 +16,12 @@ from datetime import date, datetime
 from enum import StrEnum
 from typing import Any
 
-from better_compute.domain.errors import IdempotencyKeyReused, InvalidState
+from better_compute.domain.errors import IdempotencyKeyReused, InvalidInput, InvalidState
 from better_compute.domain.timewin import Window, require_aware
 
 IDEMPOTENCY_FIELD = "idempotencyKey"
+ID_PREFIX = "rsv-"
+_ID_CHARS = frozenset("0123456789abcdefghijklmnopqrstuvwxyz")
 
 
 class ReservationStatus(StrEnum):
@@ -145,4 +147,16 @@ def check_replay(idempotency_key: str, stored_fingerprint: str, fingerprint: str
             f"idempotencyKey {idempotency_key!r} was used with a different request; "
             "use a new key for a new request",
             {"idempotencyKey": idempotency_key},
+        )
+
+
+def check_cursor(cursor: str) -> None:
+    """A list cursor is the id of the last reservation of the previous page (`rsv-` and lowercase
+    letters or digits). Anything else was not given by a list, so it is refused rather than
+    answered with an empty page that reads as "no reservations"."""
+    rest = cursor.removeprefix(ID_PREFIX)
+    if rest == cursor or not rest or not set(rest) <= _ID_CHARS:
+        raise InvalidInput(
+            f"cursor {cursor!r} is not a reservation id; pass the nextCursor of a previous page",
+            {"field": "cursor"},
         )

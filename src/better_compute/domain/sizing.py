@@ -104,6 +104,43 @@ def preset(name: str) -> ModelSpec:
     return found
 
 
+def adjusted(
+    base: ModelSpec,
+    *,
+    params_b: float | None = None,
+    layers: int | None = None,
+    kv_heads: int | None = None,
+    head_dim: int | None = None,
+) -> ModelSpec:
+    """A preset with some of its numbers replaced, named after what is computed: advice for 70B
+    weights labelled `Llama-3.1-8B` would be read as advice for the 8B model. Unchanged, the preset
+    keeps its name; changed, the name says which preset and which numbers, e.g.
+    `Llama-3.1-8B with params 70B`."""
+    changes = [
+        (label, new)
+        for label, new, old in (
+            ("params", params_b, base.params_b),
+            ("layers", layers, base.layers),
+            ("kv-heads", kv_heads, base.kv_heads),
+            ("head-dim", head_dim, base.head_dim),
+        )
+        if new is not None and new != old
+    ]
+    if not changes:
+        return base
+    said = ", ".join(
+        f"{label} {value:g}B" if label == "params" else f"{label} {value:g}" for label, value in changes
+    )
+    return ModelSpec(
+        f"{base.name} with {said}",
+        params_b if params_b is not None else base.params_b,
+        layers if layers is not None else base.layers,
+        kv_heads if kv_heads is not None else base.kv_heads,
+        head_dim if head_dim is not None else base.head_dim,
+        base.max_context,
+    )
+
+
 @dataclass(frozen=True)
 class MemoryNeed:
     """Memory one serving process needs, by term, in GiB (2^30 bytes)."""

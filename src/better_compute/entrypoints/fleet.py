@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.domain.errors import InvalidInput
@@ -34,11 +38,43 @@ def simulated_nodes(spec: FleetSpec) -> list[FakeNode]:
     return nodes
 
 
-def load_fleet(store: StorePort, spec: FleetSpec, now: datetime, *, batch: int = 200) -> int:
-    """Register the fleet and ingest one simulated report per node; returns the number of nodes."""
+Report = Callable[[int, int], None]
+"""Told `(nodes loaded, nodes in all)` after each batch of a fleet load."""
+
+
+def load_fleet(
+    store: StorePort, spec: FleetSpec, now: datetime, *, batch: int = 200, progress: Report | None = None
+) -> int:
+    """Register the fleet and ingest one simulated report per node; returns the number of nodes.
+    A large fleet takes a while, so `progress` hears after every batch how far it has got."""
     fleet.register_fleet(store, spec, now)
     fakes = simulated_nodes(spec)
     for i in range(0, len(fakes), batch):
         inventory.ingest(store, [f.report() for f in fakes[i : i + batch]], now)
+        if progress is not None:
+            progress(min(i + batch, len(fakes)), len(fakes))
     store.analyze()
     return len(fakes)
+
+
+@contextmanager
+def fleet_progress(console: Console) -> Iterator[Report | None]:
+    """A progress bar for `load_fleet` on `console` (stderr in `serve`) when it is a terminal, so a
+    large fleet file does not look like a hang; None elsewhere, so logs and pipes stay clean."""
+    if not console.is_terminal:
+        yield None
+        return
+    columns = (
+        TextColumn("loading fleet"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("nodes"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("fleet", total=None)
+
+        def report(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield report

@@ -165,9 +165,10 @@ def serve(
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
+    from rich.console import Console
 
     from better_compute.entrypoints import server
-    from better_compute.entrypoints.fleet import load_fleet, read_fleet
+    from better_compute.entrypoints.fleet import fleet_progress, load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
 
     settings = read_settings(
@@ -184,7 +185,9 @@ def serve(
     with opened(settings, create=True) as (services, _):
         if fleet is not None:
             try:
-                count = load_fleet(services.store, read_fleet(fleet), services.clock())
+                spec = read_fleet(fleet)
+                with fleet_progress(Console(stderr=True)) as progress:
+                    count = load_fleet(services.store, spec, services.clock(), progress=progress)
             except DomainError as exc:
                 typer.echo(f"error: {exc.message}", err=True)
                 raise typer.Exit(2) from None

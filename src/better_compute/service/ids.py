@@ -24,7 +24,7 @@ class Ids(Protocol):
 
     def reservation(self) -> str:
         """A reservation's id (`rsv-...`), also its allocation's. Ids made later sort later, so that
-        lists page in creation order and the index on them only appends."""
+        lists page by creation (newest first) and the index on them only appends."""
         ...
 
     def credential(self) -> str:

@@ -244,7 +244,10 @@ class ReservationRepo(Protocol):
 
     def page(
         self, tenant_id: str | None, pool_id: str | None, limit: int | None, after: str | None
-    ) -> list[Reservation]: ...
+    ) -> list[Reservation]:
+        """Reservations newest first (descending id, ids being time-ordered), those older than the
+        id `after` when given: the order `reservations list` promises."""
+        ...
 
     def compare_and_set(
         self, reservation_id: str, generation: int, status: str, ends_at: datetime | None

@@ -32,6 +32,7 @@ from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
     check_cancel,
+    check_cursor,
     check_replay,
     release_end,
     request_fingerprint,
@@ -336,13 +337,18 @@ def list_reservations(
     limit: int = 100,
     cursor: str | None = None,
 ) -> Listing[ReservationView]:
-    """A page of reservations, newest id last; a tenant sees only its own (`tenant_scope`)."""
+    """A page of reservations, newest first (ids are time-ordered); `cursor` is the last id of the
+    previous page, and the page holds only older ones. A tenant sees only its own (`tenant_scope`).
+    One item more than the page is looked for, so a cursor is given only when a next page exists."""
+    if cursor is not None:
+        check_cursor(cursor)
     tenant_id = tenant_scope(principal, tenant_id or None)
     out: list[ReservationView] = []
     after = cursor
+    wanted = limit + 1
     with store.read() as tx:
-        while len(out) < limit:
-            batch = tx.reservations.page(tenant_id or None, pool_id or None, limit, after)
+        while len(out) < wanted:
+            batch = tx.reservations.page(tenant_id or None, pool_id or None, wanted, after)
             if not batch:
                 break
             held = tx.reservations.held_atoms([r.id for r in batch])
@@ -352,13 +358,13 @@ def list_reservations(
                 )
                 if status is None or view.status.value == status:
                     out.append(view)
-                    if len(out) == limit:
+                    if len(out) == wanted:
                         break
             after = batch[-1].id
-            if len(batch) < limit:
+            if len(batch) < wanted:
                 break
-    more = len(out) == limit
-    return Listing(out, out[-1].id if more and out else None)
+    page = out[:limit]
+    return Listing(page, page[-1].id if len(out) > limit and page else None)
 
 
 def _bump(tx: Tx, r: Reservation, status: ReservationStatus, ends_at: datetime | None) -> Reservation:

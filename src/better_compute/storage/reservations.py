@@ -99,7 +99,12 @@ class SqlReservations:
             *([] if tenant_id is None else [reservations.c.tenant_id == tenant_id]),
             *([] if pool_id is None else [reservations.c.pool_id == pool_id]),
         ]
-        found = rows.page(self.conn, reservations, where=where, limit=limit, after=after)
+        # Newest first: ids are time-ordered, so "after" the cursor means a smaller id.
+        if after is not None:
+            where.append(reservations.c.id < after)
+        found = rows.page(
+            self.conn, reservations, where=where, order_by=reservations.c.id.desc(), limit=limit
+        )
         return [reservation_of(r) for r in found]
 
     def compare_and_set(

@@ -17,6 +17,7 @@ Responses are the method's response model as JSON; a method marked `paged` answe
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -229,9 +230,23 @@ METHODS: dict[str, Method] = {method.name: method for method in _TABLE}
 """Every API method by name (`<resource>.<verb>`)."""
 
 
+def close_methods(name: str) -> list[str]:
+    """The methods a mistyped `name` most likely meant (difflib), best first; none when nothing is
+    close, so a wild guess is not offered as a correction."""
+    return difflib.get_close_matches(name, METHODS, n=3, cutoff=0.6)
+
+
+def unknown_method(name: str) -> str:
+    """The one message for a method name that does not exist: the likely ones first ("did you
+    mean"), then every valid one, so a typo is fixed without reading the whole list."""
+    close = close_methods(name)
+    hint = f"did you mean {' or '.join(repr(m) for m in close)}? " if close else ""
+    return f"unknown method {name!r}; {hint}valid methods: {', '.join(sorted(METHODS))}"
+
+
 def method(name: str) -> Method:
-    """The method called `name`; KeyError names the valid ones."""
+    """The method called `name`; KeyError names the likely and the valid ones."""
     try:
         return METHODS[name]
     except KeyError:
-        raise KeyError(f"unknown method {name!r}; valid methods: {', '.join(sorted(METHODS))}") from None
+        raise KeyError(unknown_method(name)) from None

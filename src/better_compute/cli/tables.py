@@ -1,0 +1,94 @@
+"""Tables that fit the terminal without cutting what people copy.
+
+Rich shrinks every column of a table wider than the terminal, and a shrunk id ends in `…`: the one
+thing a user copies from `reservations list` into the next command is then useless. So a table is
+laid out here first, kubectl-style: id columns are never wrapped, cut or dropped; other columns drop,
+least useful first, until the rest fits, and columns of free text may wrap. `-o wide` keeps every
+column and lets the table run past the terminal's edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from rich.console import Console
+from rich.table import Table
+
+_GAP = 2
+"""Columns are separated by one space of padding on each side (`pad_edge=False` keeps the edges)."""
+
+_WRAPPED_MIN = 8
+"""The narrowest a wrapping column is counted at when deciding what fits."""
+
+
+class Output(StrEnum):
+    """`-o`: `table` fits the terminal, `wide` shows every column."""
+
+    TABLE = "table"
+    WIDE = "wide"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a fitted table. `drop` orders what goes when the table is too wide (the highest
+    first); 0 means never: ids, shown whole. `wrap` lets free text wrap instead of being dropped."""
+
+    header: str
+    drop: int = 0
+    wrap: bool = False
+
+
+def _width(text: str) -> int:
+    return max((len(line) for line in text.split("\n")), default=0)
+
+
+def fit(
+    columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False
+) -> tuple[Table, list[str], int]:
+    """The table of `rows` under `columns` for a terminal `width` columns wide, the headers left
+    out, and the width to print it at (wider than the terminal only with `wide`)."""
+    natural = [max([_width(c.header), *(_width(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    need = [min(n, _WRAPPED_MIN) if c.wrap else n for c, n in zip(columns, natural, strict=True)]
+    kept = list(range(len(columns)))
+
+    def total(indices: list[int]) -> int:
+        return sum(need[i] for i in indices) + _GAP * max(len(indices) - 1, 0)
+
+    if not wide:
+        for i in sorted((i for i in kept if columns[i].drop), key=lambda i: -columns[i].drop):
+            if total(kept) <= width:
+                break
+            kept.remove(i)
+    table = Table(box=None, pad_edge=False, show_edge=False)
+    for i in kept:
+        column = columns[i]
+        if column.wrap:
+            table.add_column(column.header, overflow="fold", min_width=min(natural[i], _WRAPPED_MIN))
+        else:
+            table.add_column(column.header, no_wrap=True, min_width=natural[i])
+    for row in rows:
+        table.add_row(*(row[i] for i in kept))
+    dropped = [columns[i].header for i in range(len(columns)) if i not in kept]
+    # With every droppable column gone, ids alone may still be wider than the terminal: the table
+    # then runs past its edge rather than cut one.
+    at = (
+        max(width, sum(natural[i] for i in kept) + _GAP * max(len(kept) - 1, 0))
+        if wide
+        else max(width, total(kept))
+    )
+    return table, dropped, at
+
+
+def print_fitted(
+    console: Console, columns: Sequence[Column], rows: Sequence[Sequence[str]], output: Output
+) -> None:
+    """Print a fitted table on `console`, and which columns `-o wide` would add."""
+    table, dropped, at = fit(columns, rows, console.width, wide=output is Output.WIDE)
+    if at > console.width:
+        Console(width=at, highlight=False, soft_wrap=False, file=console.file).print(table)
+    else:
+        console.print(table)
+    if dropped:
+        console.print(f"(-o wide adds: {', '.join(dropped)})", markup=False, style="dim")
