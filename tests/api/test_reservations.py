@@ -268,6 +268,20 @@ def test_quota_counts_only_overlapping_windows(world: World) -> None:
     assert after.status_code == 201, after.text
 
 
+def test_quota_counts_peak_concurrent_holding_not_every_booking_in_the_window(world: World) -> None:
+    """Issue 11, defect 18: back-to-back 10:00-12:00 and 12:00-14:00, then 11:00-13:00 over both: at
+    most two are held at once, so a limit of 2 admits the third; a fourth at 11:30 would make three."""
+    world.offer("h100", "acme", gpu_mig=2)
+    first = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T10:00:00Z", duration="2h")
+    second = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T12:00:00Z", duration="2h")
+    assert first.status_code == 201 and second.status_code == 201, (first.text, second.text)
+    third = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:00:00Z", duration="2h")
+    assert third.status_code == 201, third.text
+    fourth = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:30:00Z", duration="1h")
+    assert fourth.status_code == 409 and error(fourth)["code"] == "QUOTA_EXCEEDED"
+    assert error(fourth)["details"]["inUse"] == 2
+
+
 def test_iam_gpu_count_does_not_count_slices(world: World) -> None:
     world.offer("h100", "acme", gpu_mig=6)
     world.offer("a100", "acme", gpu=4)
