@@ -133,6 +133,29 @@ def check_none_held(leaving: Sequence[str], held: Sequence[Window]) -> None:
     )
 
 
+def check_replicas_unbooked(pool_id: str, old: int, new: int, held: Sequence[tuple[str, Window]]) -> None:
+    """`replicas` may not change while a slot of the pool is booked: every slot's share of the GPU
+    (`mpsUnits`, its time share) follows the count, so a booked slot would change size under its
+    holder (33 units become 50). `held` are (reservation id, window) of the slots' live bookings."""
+    if old == new or not held:
+        return
+    ids = sorted({r for r, _ in held})
+    ends = [w.end for _, w in held]
+    free = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+    named = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    raise InvalidState(
+        f"pool {pool_id}: policy.replicas cannot change from {old} to {new} while slots are booked "
+        f"(a booked slot would change size): booked by {named}"
+        + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
+        {
+            "field": "policy.replicas",
+            "poolId": pool_id,
+            "reservationIds": ids[:20],
+            "freeFrom": free.isoformat() if free else None,
+        },
+    )
+
+
 def check_mode_kept(pool_id: str, mode: SharingMode, asked: str | None) -> None:
     """A pool's sharing mode decides what its GPUs become, so it is fixed at creation."""
     if asked is not None and asked != mode:

@@ -32,6 +32,7 @@ from better_compute.domain.pools import (
     check_members,
     check_mode,
     check_mode_kept,
+    check_replicas_unbooked,
     check_settings,
 )
 from better_compute.domain.records import Pool, Quota
@@ -43,6 +44,7 @@ from better_compute.domain.tenancy import (
     sees_pool,
     tenant_not_found,
 )
+from better_compute.domain.timewin import Window
 from better_compute.service import quotas
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
@@ -310,6 +312,8 @@ def update_in(
         touched |= set(new_members)
     # Node reports derive these nodes' atoms from their membership: they wait for this change.
     tx.nodes.lock(sorted(touched))
+    if pool.mode in ("timeslice", "mps") and new.replicas != old.replicas:
+        _check_slots_unbooked(tx, pool_id, old_members, old.replicas or 1, new.replicas or 1, now)
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
@@ -317,6 +321,15 @@ def update_in(
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)
     return PoolView(replace(pool, settings=new, generation=current + 1), tuple(sorted(new_members)))
+
+
+def _check_slots_unbooked(
+    tx: Tx, pool_id: str, members: Sequence[str], old: int, new: int, now: datetime
+) -> None:
+    """Refuse a new slot count while any slot of the pool is booked (domain.pools rule)."""
+    slots = [a.id for a in tx.atoms.of_nodes(members) if a.cls == "gpu.slot" and a.pool_id == pool_id]
+    held = [(b.allocation_id, Window(b.starts_at, b.ends_at)) for b in tx.ledger.live_on(slots, now)]
+    check_replicas_unbooked(pool_id, old, new, held)
 
 
 def offer(
