@@ -119,6 +119,16 @@ def test_a_refused_layout_names_the_node_and_the_profile(fleet: Store) -> None:
     assert err.value.details["node"] == "h-1" and err.value.details["profile"] == "4g.40gb"
 
 
+def test_a_mig_pool_without_nodes_refuses_a_layout_no_catalog_model_could_take(fleet: Store) -> None:
+    """Issue 11, defect 16: with no node to check it on, any well-formed layout was taken."""
+    with pytest.raises(InvalidInput) as err:
+        create(fleet, "empty", nodes=[], policy={"migLayout": "mixed:9x9g.99gb"})
+    assert err.value.message.startswith("pools.create: policy.migLayout mixed:9x9g.99gb fits no GPU model")
+    create(fleet, "empty", nodes=[], policy={"migLayout": "all-1g.10gb"})
+    with pytest.raises(InvalidInput, match="fits no GPU model in the catalog"):
+        pools.update(fleet, ADMIN, "empty", policy={"migLayout": "all-9g.99gb"}, now=at(1))
+
+
 def test_replicas_rederive_the_slots_and_keep_surviving_ids(fleet: Store) -> None:
     create(fleet, "slots", mode="mps", nodes=["l"], policy={"replicas": 4})
     before = {(a.gpu_id, a.key): a.id for a in atoms_of(fleet, "l", "gpu.slot")}

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from better_compute.domain import layouts
+from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput, InvalidState, NotFound
 from better_compute.domain.timewin import Window
 
@@ -66,9 +66,13 @@ def stored_settings(mode: SharingMode, stored: Mapping[str, Any]) -> PoolSetting
     return PoolSettings()
 
 
-def check_settings(mode: SharingMode, raw: Mapping[str, Any], where: str) -> PoolSettings:
+def check_settings(
+    mode: SharingMode, raw: Mapping[str, Any], where: str, *, without_nodes: bool = False
+) -> PoolSettings:
     """A pool's settings as sent: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps
-    pools; a field that does not apply to the mode is refused."""
+    pools; a field that does not apply to the mode is refused. A pool `without_nodes` has no GPU to
+    check its layout on, so the layout must at least fit some catalog model (with nodes,
+    `check_layout_fits` checks it on theirs and names the node)."""
     allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
     unknown = set(raw) - allowed
     if unknown:
@@ -80,8 +84,22 @@ def check_settings(mode: SharingMode, raw: Mapping[str, Any], where: str) -> Poo
         return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)))
     if mode == "mig":
         layout = layouts.format_layout(layouts.parse_layout(str(raw.get("migLayout", "all-disabled"))))
+        if without_nodes:
+            check_layout_possible(layout, where)
         return PoolSettings(mig_layout=layout)
     return PoolSettings()
+
+
+def check_layout_possible(layout: str, where: str) -> None:
+    """A layout must place on at least one catalog model: a pool with no nodes otherwise took any
+    well-formed text (`mixed:9x9g.99gb`), and every node added later would be refused for it."""
+    if layout == "all-disabled" or any(layouts.is_valid(layout, m) for m in catalog.mig_models()):
+        return
+    raise InvalidInput(
+        f"{where}: policy.migLayout {layout} fits no GPU model in the catalog "
+        "(`better-compute gpus` lists each model's profiles)",
+        {"field": f"{where}.policy.migLayout", "layout": layout},
+    )
 
 
 def check_mode(mode: str) -> SharingMode:

@@ -172,7 +172,7 @@ def create(
     require_admin(principal, "pools.create")
     pool_id = check_slug(name, "name")
     sharing = check_mode(mode)
-    settings = check_settings(sharing, policy or {}, "pools.create")
+    settings = check_settings(sharing, policy or {}, "pools.create", without_nodes=not nodes)
     owner_limits = quotas.check_limits(owner_quota, "ownerQuota") if owner_quota is not None else {}
     check_ref(cluster_id, "clusterId")
     check_ref(owner_tenant_id, "ownerTenantId")
@@ -295,9 +295,14 @@ def update_in(
             {"poolId": pool_id, "generation": current, "expected": generation},
         )
     old = pool.settings
-    new = check_settings(pool.mode, {**old.as_mapping(), **(policy or {})}, "pools.update")
     old_members = _members(tx, pool_id)
     new_members = old_members if nodes is None else list(nodes)
+    new = check_settings(
+        pool.mode,
+        {**old.as_mapping(), **(policy or {})},
+        "pools.update",
+        without_nodes=not new_members and bool(policy),
+    )
     if nodes is not None:
         _check_nodes(tx, pool.cluster_id, new_members, pool_id)
     added = sorted(set(new_members) - set(old_members))
