@@ -242,6 +242,73 @@ def test_selector_that_matches_nothing_is_insufficient_capacity(world: World) ->
     assert err["details"]["earliestStart"] is None
 
 
+@pytest.mark.parametrize(
+    ("pool", "device", "message", "in_pool"),
+    [
+        pytest.param(
+            "h100",
+            {"class": "gpu", "count": 1},
+            "devices[0]: pool h100 has no gpu atom (atom classes in this pool: gpu.mig; its GPUs are split)",
+            0,
+            id="a whole gpu where every GPU is split",
+        ),
+        pytest.param(
+            "h100",
+            mig("3g.40GB"),
+            "devices[0]: pool h100 has no gpu.mig atom matching the selector "
+            "(profiles in this pool: 2g.20gb, 3g.40gb)",
+            0,
+            id="a profile spelt in capitals",
+        ),
+        pytest.param(
+            "h100",
+            mig("3g.40gb", count=5),
+            "devices[0]: 5 gpu.mig atoms matching the selector wanted, pool h100 has 4 in all "
+            "(profiles in this pool: 2g.20gb, 3g.40gb)",
+            4,
+            id="more of a profile than the pool has",
+        ),
+        pytest.param(
+            "a100",
+            {"class": "gpu", "count": 5},
+            "devices[0]: 5 gpu atoms wanted, pool a100 has 4 in all",
+            4,
+            id="more whole GPUs than the pool has",
+        ),
+    ],
+)
+def test_a_request_the_pool_can_never_serve_says_what_the_pool_has_not_that_it_is_busy(
+    world: World, pool: str, device: dict[str, Any], message: str, in_pool: int
+) -> None:
+    """Issue 11, defect 4: these answered "0 free" like a busy pool."""
+    world.offer("h100", "platform", gpu_mig=8)  # the owner's whole GPUs need no row
+    r = world.reserve(world.platform, pool, [device])
+    assert r.status_code == 409
+    err = error(r)
+    assert err["code"] == "INSUFFICIENT_CAPACITY"
+    assert err["message"] == message
+    assert err["details"] == {
+        "reason": "not_in_pool",
+        "request": 0,
+        "field": "devices[0]",
+        "wanted": device["count"],
+        "inPool": in_pool,
+        "earliestStart": None,
+    }
+
+
+def test_a_busy_pool_says_all_busy_with_the_earliest_start(world: World) -> None:
+    assert (
+        world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="2h").status_code
+        == 201
+    )
+    r = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}])
+    err = error(r)
+    assert err["code"] == "INSUFFICIENT_CAPACITY" and err["details"]["reason"] == "all_busy"
+    assert err["message"].startswith("devices[0]: 1 gpu atom wanted, 0 free in the pool for that window")
+    assert err["details"]["earliestStart"].startswith("2026-12-01T")
+
+
 def test_bad_selector_op_is_invalid_input(world: World) -> None:
     world.offer("h100", "acme", gpu_mig=6)
     r = world.reserve(

@@ -15,7 +15,9 @@ from better_compute.domain.choose import (
     NoFit,
     choose,
     earliest_common_start,
+    kinds_of,
     matching,
+    never_fits,
 )
 from better_compute.domain.timewin import Window
 from tests.builders import atom, device_request
@@ -329,3 +331,37 @@ def test_inside_an_nvlink_domain_a_request_keeps_to_one_numa_node() -> None:
     assert {numa[a] for a in four.atom_ids} == {0}  # only NUMA 0 has four free
     six = choose([device_request("gpu", 6)], free, busy)
     assert isinstance(six, Chosen) and len({numa[a] for a in six.atom_ids}) == 2  # neither can: both
+
+
+def test_kinds_of_lists_the_bookable_classes_and_profiles_smallest_first() -> None:
+    atoms = [gpu("g0", bookable=False), *migs("g0", ["3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb+me"])]
+    kinds = kinds_of(atoms)
+    assert kinds.classes == ("gpu.mig",)
+    assert kinds.profiles == ("1g.10gb", "1g.10gb+me", "2g.20gb", "3g.40gb")
+
+
+def test_never_fits_names_the_first_request_the_whole_pool_cannot_serve() -> None:
+    """Issue 11, defect 4: what can never be is told apart from what is busy."""
+    atoms = [gpu("g0", bookable=False), *migs("g0", ["3g.40gb", "2g.20gb", "2g.20gb"])]
+    kinds = kinds_of(atoms)
+    requests = [
+        device_request("gpu.mig", 1),
+        device_request("gpu.mig", 3, migProfile=["2g.20gb"]),
+        device_request("gpu", 1),
+    ]
+    in_pool = [len(matching(r, atoms)) for r in requests]
+    assert in_pool == [3, 2, 0]
+    never = never_fits(requests, in_pool, kinds, "p1")
+    assert never is not None and never.never and never.request_index == 1
+    assert never.message == (
+        "devices[1]: 3 gpu.mig atoms matching the selector wanted, pool p1 has 2 in all "
+        "(profiles in this pool: 2g.20gb, 3g.40gb)"
+    )
+    never = never_fits(requests[2:], in_pool[2:], kinds, "p1")
+    assert never is not None and never.message == (
+        "devices[0]: pool p1 has no gpu atom (atom classes in this pool: gpu.mig; its GPUs are split)"
+    )
+    assert never_fits(requests[:1], in_pool[:1], kinds, "p1") is None
+    assert never_fits(requests[2:], [0], kinds_of([]), "p1") == NoFit(
+        0, "pool p1 has no gpu atom (it has no bookable atoms)", 1, 0, never=True
+    )

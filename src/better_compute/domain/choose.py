@@ -42,6 +42,7 @@ from typing import Protocol
 
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
+from better_compute.domain.catalog import profile_name_key
 from better_compute.domain.timewin import require_aware
 
 _DIGITS = re.compile(r"(\d+)")
@@ -62,14 +63,17 @@ class Chosen:
 class NoFit:
     """Request `request_index` cannot be served now: `available` of its `wanted` atoms are free.
 
-    The service turns it into INSUFFICIENT_CAPACITY, adding the earliest start at which the request
-    could be served (see `earliest_common_start`).
+    The service turns it into INSUFFICIENT_CAPACITY: NOT_IN_POOL when `never`, else ALL_BUSY with
+    the earliest start at which the request could be served (see `earliest_common_start`).
     """
 
     request_index: int
     reason: str
     wanted: int
     available: int
+    never: bool = False
+    """True when the pool has not enough such atoms at all (`never_fits`): NOT_IN_POOL, not ALL_BUSY;
+    `available` is then how many the pool has, booked or not."""
 
     @property
     def field(self) -> str:
@@ -78,6 +82,69 @@ class NoFit:
     @property
     def message(self) -> str:
         return f"{self.field}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class PoolKinds:
+    """What a pool has at all, bookable or busy: its atom classes and its MIG profiles, to tell a
+    request that can never be served there what it could ask for instead."""
+
+    classes: tuple[str, ...]
+    profiles: tuple[str, ...]
+
+
+def kinds_of(atoms: Iterable[Atom]) -> PoolKinds:
+    """The classes and MIG profiles of the bookable atoms (once per pool snapshot, not per request)."""
+    classes: set[str] = set()
+    profiles: set[str] = set()
+    for atom in atoms:
+        if not atom.bookable:
+            continue
+        classes.add(atom.cls)
+        profile = atom.attributes.get("migProfile")
+        if atom.cls == "gpu.mig" and isinstance(profile, str):
+            profiles.add(profile)
+    return PoolKinds(tuple(sorted(classes)), tuple(sorted(profiles, key=_smallest_first)))
+
+
+def _smallest_first(profile: str) -> tuple[int, int, str]:
+    slices, memory, attribute = profile_name_key(profile)
+    return (-slices, -memory, attribute)
+
+
+def never_fits(
+    requests: Sequence[DeviceRequest], in_pool: Sequence[int], kinds: PoolKinds, pool_id: str
+) -> NoFit | None:
+    """The first request the pool could not serve even were it empty, or None.
+
+    `in_pool[i]` is how many of the pool's atoms match request i at all, booked or not (its
+    `matching` atoms). A refusal for one of these is NOT_IN_POOL: waiting will not help, so the
+    message says what the pool has ("profiles in this pool: 1g.10gb, 2g.20gb, 3g.40gb"). Other
+    refusals are ALL_BUSY, with the earliest start.
+    """
+    for index, (request, count) in enumerate(zip(requests, in_pool, strict=True)):
+        if count >= request.count:
+            continue
+        narrowed = " matching the selector" if request.selector.match_expressions else ""
+        if count == 0:
+            reason = f"pool {pool_id} has no {request.cls} atom{narrowed}"
+        else:
+            reason = (
+                f"{request.count} {request.cls} atoms{narrowed} wanted, pool {pool_id} has {count} in all"
+            )
+        return NoFit(index, reason + _what_there_is(request, kinds), request.count, count, never=True)
+    return None
+
+
+def _what_there_is(request: DeviceRequest, kinds: PoolKinds) -> str:
+    if request.cls == "gpu.mig" and kinds.profiles:
+        return f" (profiles in this pool: {', '.join(kinds.profiles)})"
+    if not kinds.classes:
+        return " (it has no bookable atoms)"
+    if request.cls not in kinds.classes:
+        split = "; its GPUs are split" if request.cls == "gpu" else ""
+        return f" (atom classes in this pool: {', '.join(kinds.classes)}{split})"
+    return ""
 
 
 def matching(request: DeviceRequest, atoms: Iterable[Atom]) -> list[Atom]:
