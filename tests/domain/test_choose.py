@@ -365,3 +365,77 @@ def test_never_fits_names_the_first_request_the_whole_pool_cannot_serve() -> Non
     assert never_fits(requests[2:], [0], kinds_of([]), "p1") == NoFit(
         0, "pool p1 has no gpu atom (it has no bookable atoms)", 1, 0, never=True
     )
+
+
+def _spread(atoms: list[Atom], ids: tuple[str, ...]) -> int:
+    """How far apart the chosen atoms are: 0 one GPU, 1 one NVLink domain, 2 one NUMA node, 3 one
+    node, 4 several nodes (the topology order of rule 1)."""
+    by_id = {a.id: a for a in atoms}
+    picked = [by_id[i] for i in ids]
+    levels = [
+        lambda a: a.gpu_id,
+        lambda a: None if a.nvlink_domain is None else (a.node, a.nvlink_domain),
+        lambda a: None if a.numa_node is None else (a.node, a.numa_node),
+        lambda a: a.node,
+    ]
+    for depth, level in enumerate(levels):
+        keys = {level(a) for a in picked}
+        if len(keys) == 1 and None not in keys:
+            return depth
+    return 4
+
+
+def test_the_requests_of_one_reservation_are_kept_together_like_one_request() -> None:
+    """Issue 11, defect 19: [{gpu,1},{gpu,1}] on an empty pool landed on two nodes."""
+    atoms = [gpu("a0", node="a"), gpu("b0", node="b"), gpu("b1", node="b"), gpu("c0", node="c")]
+    one = chosen(choose([device_request("gpu", 2)], atoms, {}))
+    split = chosen(choose([device_request("gpu", 1), device_request("gpu", 1)], atoms, {}))
+    assert one == (("b0/gpu", "b1/gpu"),)
+    assert split == (("b0/gpu",), ("b1/gpu",))
+    # And by NVLink domain before NUMA node, as one request would be.
+    atoms = [
+        gpu("g0", numa=0),
+        gpu("g1", numa=0),
+        gpu("g2", numa=0, nvlink="x"),
+        gpu("g3", numa=1, nvlink="x"),
+    ]
+    split = chosen(choose([device_request("gpu", 1), device_request("gpu", 1)], atoms, {}))
+    assert sorted(a for ids in split for a in ids) == ["g2/gpu", "g3/gpu"]
+
+
+def test_a_reservation_with_requests_of_two_classes_stays_on_one_gpu() -> None:
+    atoms = migs("g1", ["1g.10gb", "3g.40gb"], node="a") + migs("g2", ["1g.10gb"], node="b")
+    atoms += migs("g3", ["3g.40gb"], node="c")
+    split = chosen(
+        choose(
+            [
+                device_request("gpu.mig", 1, migProfile=["3g.40gb"]),
+                device_request("gpu.mig", 1, migProfile=["1g.10gb"]),
+            ],
+            atoms,
+            {},
+        )
+    )
+    assert split == (("g1/mig:2.0",), ("g1/mig:1.0",))
+
+
+_topology = st.lists(
+    st.tuples(st.sampled_from("abc"), st.integers(0, 1), st.sampled_from([None, "x", "y"])),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_topology, st.lists(st.integers(1, 2), min_size=2, max_size=3))
+def test_a_reservation_is_never_spread_wider_than_one_request_of_its_total(
+    topology: list[tuple[str, int, str | None]], counts: list[int]
+) -> None:
+    atoms = [gpu(f"g{i}", node=node, numa=numa, nvlink=nvl) for i, (node, numa, nvl) in enumerate(topology)]
+    total = sum(counts)
+    one = choose([device_request("gpu", total)], atoms, {})
+    split = choose([device_request("gpu", n) for n in counts], atoms, {})
+    assert isinstance(one, Chosen) == isinstance(split, Chosen)
+    if isinstance(one, Chosen) and isinstance(split, Chosen):
+        assert _spread(atoms, split.atom_ids) <= _spread(atoms, one.atom_ids)
+        assert len(set(split.atom_ids)) == total
