@@ -242,6 +242,73 @@ def test_selector_that_matches_nothing_is_insufficient_capacity(world: World) ->
     assert err["details"]["earliestStart"] is None
 
 
+@pytest.mark.parametrize(
+    ("pool", "device", "message", "in_pool"),
+    [
+        pytest.param(
+            "h100",
+            {"class": "gpu", "count": 1},
+            "devices[0]: pool h100 has no gpu atom (atom classes in this pool: gpu.mig; its GPUs are split)",
+            0,
+            id="a whole gpu where every GPU is split",
+        ),
+        pytest.param(
+            "h100",
+            mig("3g.40GB"),
+            "devices[0]: pool h100 has no gpu.mig atom matching the selector "
+            "(profiles in this pool: 2g.20gb, 3g.40gb)",
+            0,
+            id="a profile spelt in capitals",
+        ),
+        pytest.param(
+            "h100",
+            mig("3g.40gb", count=5),
+            "devices[0]: 5 gpu.mig atoms matching the selector wanted, pool h100 has 4 in all "
+            "(profiles in this pool: 2g.20gb, 3g.40gb)",
+            4,
+            id="more of a profile than the pool has",
+        ),
+        pytest.param(
+            "a100",
+            {"class": "gpu", "count": 5},
+            "devices[0]: 5 gpu atoms wanted, pool a100 has 4 in all",
+            4,
+            id="more whole GPUs than the pool has",
+        ),
+    ],
+)
+def test_a_request_the_pool_can_never_serve_says_what_the_pool_has_not_that_it_is_busy(
+    world: World, pool: str, device: dict[str, Any], message: str, in_pool: int
+) -> None:
+    """Issue 11, defect 4: these answered "0 free" like a busy pool."""
+    world.offer("h100", "platform", gpu_mig=8)  # the owner's whole GPUs need no row
+    r = world.reserve(world.platform, pool, [device])
+    assert r.status_code == 409
+    err = error(r)
+    assert err["code"] == "INSUFFICIENT_CAPACITY"
+    assert err["message"] == message
+    assert err["details"] == {
+        "reason": "not_in_pool",
+        "request": 0,
+        "field": "devices[0]",
+        "wanted": device["count"],
+        "inPool": in_pool,
+        "earliestStart": None,
+    }
+
+
+def test_a_busy_pool_says_all_busy_with_the_earliest_start(world: World) -> None:
+    assert (
+        world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="2h").status_code
+        == 201
+    )
+    r = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}])
+    err = error(r)
+    assert err["code"] == "INSUFFICIENT_CAPACITY" and err["details"]["reason"] == "all_busy"
+    assert err["message"].startswith("devices[0]: 1 gpu atom wanted, 0 free in the pool for that window")
+    assert err["details"]["earliestStart"].startswith("2026-12-01T")
+
+
 def test_bad_selector_op_is_invalid_input(world: World) -> None:
     world.offer("h100", "acme", gpu_mig=6)
     r = world.reserve(
@@ -266,6 +333,20 @@ def test_quota_counts_only_overlapping_windows(world: World) -> None:
     assert error(overlapping)["details"]["inUse"] == 1
     after = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:00:00Z", duration="2h")
     assert after.status_code == 201, after.text
+
+
+def test_quota_counts_peak_concurrent_holding_not_every_booking_in_the_window(world: World) -> None:
+    """Issue 11, defect 18: back-to-back 10:00-12:00 and 12:00-14:00, then 11:00-13:00 over both: at
+    most two are held at once, so a limit of 2 admits the third; a fourth at 11:30 would make three."""
+    world.offer("h100", "acme", gpu_mig=2)
+    first = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T10:00:00Z", duration="2h")
+    second = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T12:00:00Z", duration="2h")
+    assert first.status_code == 201 and second.status_code == 201, (first.text, second.text)
+    third = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:00:00Z", duration="2h")
+    assert third.status_code == 201, third.text
+    fourth = world.reserve(world.acme, "h100", [mig()], start="2026-12-01T11:30:00Z", duration="1h")
+    assert fourth.status_code == 409 and error(fourth)["code"] == "QUOTA_EXCEEDED"
+    assert error(fourth)["details"]["inUse"] == 2
 
 
 def test_iam_gpu_count_does_not_count_slices(world: World) -> None:

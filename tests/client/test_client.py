@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 import pytest
@@ -536,3 +537,41 @@ def test_a_refusal_says_which_one_of_its_code_it_is() -> None:
     with pytest.raises(NotFoundError) as missing:
         compute.pools.get("p1")
     assert missing.value.reason is None
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        pytest.param(
+            lambda c: c.reservations.create(
+                pool_id="p",
+                devices=[{"class": "gpu", "count": 1}, {"class": "gpu", "count": "two"}],
+                duration="1h",
+            ),
+            "devices[1].count",
+            id="a device count that is a word",
+        ),
+        pytest.param(
+            lambda c: c.reservations.create(pool_id="p", devices=[{"count": 1}], duration="1h"),
+            "devices[0].class",
+            id="a device without a class",
+        ),
+        pytest.param(
+            lambda c: c.reservations.create(
+                pool_id="p", devices=[{"class": "tpu", "count": 1}], duration="1h"
+            ),
+            "devices[0].class",
+            id="a class that is no atom class",
+        ),
+        pytest.param(lambda c: c.pools.list(limit=0), "limit", id="a limit of zero"),
+    ],
+)
+def test_the_client_raises_its_own_invalid_input_for_malformed_arguments(call: Any, field: str) -> None:
+    """Issue 11, defect 16: a malformed device dict raised pydantic's ValidationError."""
+    server = FakeServer({})
+    with pytest.raises(InvalidInputError) as caught:
+        call(compute_for(server))
+    assert caught.value.code == "INVALID_INPUT"
+    assert caught.value.details["field"] == field
+    assert f": {field}: " in caught.value.message
+    assert server.requests == []  # refused before anything was sent

@@ -15,7 +15,9 @@ from better_compute.domain.choose import (
     NoFit,
     choose,
     earliest_common_start,
+    kinds_of,
     matching,
+    never_fits,
 )
 from better_compute.domain.timewin import Window
 from tests.builders import atom, device_request
@@ -329,3 +331,111 @@ def test_inside_an_nvlink_domain_a_request_keeps_to_one_numa_node() -> None:
     assert {numa[a] for a in four.atom_ids} == {0}  # only NUMA 0 has four free
     six = choose([device_request("gpu", 6)], free, busy)
     assert isinstance(six, Chosen) and len({numa[a] for a in six.atom_ids}) == 2  # neither can: both
+
+
+def test_kinds_of_lists_the_bookable_classes_and_profiles_smallest_first() -> None:
+    atoms = [gpu("g0", bookable=False), *migs("g0", ["3g.40gb", "1g.10gb", "2g.20gb", "1g.10gb+me"])]
+    kinds = kinds_of(atoms)
+    assert kinds.classes == ("gpu.mig",)
+    assert kinds.profiles == ("1g.10gb", "1g.10gb+me", "2g.20gb", "3g.40gb")
+
+
+def test_never_fits_names_the_first_request_the_whole_pool_cannot_serve() -> None:
+    """Issue 11, defect 4: what can never be is told apart from what is busy."""
+    atoms = [gpu("g0", bookable=False), *migs("g0", ["3g.40gb", "2g.20gb", "2g.20gb"])]
+    kinds = kinds_of(atoms)
+    requests = [
+        device_request("gpu.mig", 1),
+        device_request("gpu.mig", 3, migProfile=["2g.20gb"]),
+        device_request("gpu", 1),
+    ]
+    in_pool = [len(matching(r, atoms)) for r in requests]
+    assert in_pool == [3, 2, 0]
+    never = never_fits(requests, in_pool, kinds, "p1")
+    assert never is not None and never.never and never.request_index == 1
+    assert never.message == (
+        "devices[1]: 3 gpu.mig atoms matching the selector wanted, pool p1 has 2 in all "
+        "(profiles in this pool: 2g.20gb, 3g.40gb)"
+    )
+    never = never_fits(requests[2:], in_pool[2:], kinds, "p1")
+    assert never is not None and never.message == (
+        "devices[0]: pool p1 has no gpu atom (atom classes in this pool: gpu.mig; its GPUs are split)"
+    )
+    assert never_fits(requests[:1], in_pool[:1], kinds, "p1") is None
+    assert never_fits(requests[2:], [0], kinds_of([]), "p1") == NoFit(
+        0, "pool p1 has no gpu atom (it has no bookable atoms)", 1, 0, never=True
+    )
+
+
+def _spread(atoms: list[Atom], ids: tuple[str, ...]) -> int:
+    """How far apart the chosen atoms are: 0 one GPU, 1 one NVLink domain, 2 one NUMA node, 3 one
+    node, 4 several nodes (the topology order of rule 1)."""
+    by_id = {a.id: a for a in atoms}
+    picked = [by_id[i] for i in ids]
+    levels = [
+        lambda a: a.gpu_id,
+        lambda a: None if a.nvlink_domain is None else (a.node, a.nvlink_domain),
+        lambda a: None if a.numa_node is None else (a.node, a.numa_node),
+        lambda a: a.node,
+    ]
+    for depth, level in enumerate(levels):
+        keys = {level(a) for a in picked}
+        if len(keys) == 1 and None not in keys:
+            return depth
+    return 4
+
+
+def test_the_requests_of_one_reservation_are_kept_together_like_one_request() -> None:
+    """Issue 11, defect 19: [{gpu,1},{gpu,1}] on an empty pool landed on two nodes."""
+    atoms = [gpu("a0", node="a"), gpu("b0", node="b"), gpu("b1", node="b"), gpu("c0", node="c")]
+    one = chosen(choose([device_request("gpu", 2)], atoms, {}))
+    split = chosen(choose([device_request("gpu", 1), device_request("gpu", 1)], atoms, {}))
+    assert one == (("b0/gpu", "b1/gpu"),)
+    assert split == (("b0/gpu",), ("b1/gpu",))
+    # And by NVLink domain before NUMA node, as one request would be.
+    atoms = [
+        gpu("g0", numa=0),
+        gpu("g1", numa=0),
+        gpu("g2", numa=0, nvlink="x"),
+        gpu("g3", numa=1, nvlink="x"),
+    ]
+    split = chosen(choose([device_request("gpu", 1), device_request("gpu", 1)], atoms, {}))
+    assert sorted(a for ids in split for a in ids) == ["g2/gpu", "g3/gpu"]
+
+
+def test_a_reservation_with_requests_of_two_classes_stays_on_one_gpu() -> None:
+    atoms = migs("g1", ["1g.10gb", "3g.40gb"], node="a") + migs("g2", ["1g.10gb"], node="b")
+    atoms += migs("g3", ["3g.40gb"], node="c")
+    split = chosen(
+        choose(
+            [
+                device_request("gpu.mig", 1, migProfile=["3g.40gb"]),
+                device_request("gpu.mig", 1, migProfile=["1g.10gb"]),
+            ],
+            atoms,
+            {},
+        )
+    )
+    assert split == (("g1/mig:2.0",), ("g1/mig:1.0",))
+
+
+_topology = st.lists(
+    st.tuples(st.sampled_from("abc"), st.integers(0, 1), st.sampled_from([None, "x", "y"])),
+    min_size=1,
+    max_size=10,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_topology, st.lists(st.integers(1, 2), min_size=2, max_size=3))
+def test_a_reservation_is_never_spread_wider_than_one_request_of_its_total(
+    topology: list[tuple[str, int, str | None]], counts: list[int]
+) -> None:
+    atoms = [gpu(f"g{i}", node=node, numa=numa, nvlink=nvl) for i, (node, numa, nvl) in enumerate(topology)]
+    total = sum(counts)
+    one = choose([device_request("gpu", total)], atoms, {})
+    split = choose([device_request("gpu", n) for n in counts], atoms, {})
+    assert isinstance(one, Chosen) == isinstance(split, Chosen)
+    if isinstance(one, Chosen) and isinstance(split, Chosen):
+        assert _spread(atoms, split.atom_ids) <= _spread(atoms, one.atom_ids)
+        assert len(set(split.atom_ids)) == total

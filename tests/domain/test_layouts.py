@@ -7,6 +7,7 @@ import itertools
 
 import pytest
 
+from better_compute.domain import catalog
 from better_compute.domain.catalog import GpuModel, MigProfile, get_model
 from better_compute.domain.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
 from better_compute.domain.layouts import (
@@ -282,7 +283,9 @@ VALID = [
     pytest.param("A30-24GB", "all-1g.6gb", id="four 1g.6gb fill an A30"),
     pytest.param("A30-24GB", "mixed:2x2g.12gb", id="two 2g.12gb fill an A30"),
     pytest.param("A30-24GB", "mixed:2g.12gb+2x1g.6gb", id="NVIDIA's balanced layout on an A30"),
-    pytest.param("A30-24GB", "mixed:2g.12gb+me+1g.6gb+me+1g.6gb", id="a +me 2g and a +me 1g on one A30"),
+    pytest.param("A30-24GB", "mixed:2g.12gb+me+2x1g.6gb", id="one +me instance beside plain ones on an A30"),
+    pytest.param("A100-80GB", "mixed:1g.10gb+me+6x1g.10gb", id="one +me 1g beside six plain 1g on an A100"),
+    pytest.param("H100-80GB", "mixed:1g.10gb+me+6x1g.10gb", id="one +me 1g beside six plain 1g on an H100"),
     pytest.param("RTX-PRO-6000", "all-1g.24gb", id="four 1g.24gb fill an RTX PRO 6000"),
     pytest.param("RTX-PRO-6000", "all-2g.48gb", id="two 2g.48gb fill an RTX PRO 6000"),
     pytest.param(
@@ -518,6 +521,27 @@ INVALID = [
         id="two instances that each take every media engine",
     ),
     pytest.param(
+        "A30-24GB",
+        "mixed:1g.6gb+me+2g.12gb+me",
+        "1g.6gb+me",
+        "media_engines_exceeded",
+        id="issue 11 defect 17: two +me instances on an A30, which has one JPEG and one OFA engine",
+    ),
+    pytest.param(
+        "A30-24GB",
+        "mixed:2g.12gb+me+1g.6gb+me+1g.6gb",
+        "1g.6gb+me",
+        "media_engines_exceeded",
+        id="a +me 2g and a +me 1g on one A30",
+    ),
+    pytest.param(
+        "A100-40GB",
+        "mixed:1g.5gb+me+7g.40gb",
+        "1g.5gb+me",
+        "compute_slices_exceeded",
+        id="a +me 1g beside the whole A100",
+    ),
+    pytest.param(
         "RTX-PRO-6000",
         "mixed:1g.16gb",
         "1g.16gb",
@@ -689,3 +713,19 @@ def test_eight_slice_family_feasible_multisets(model_id: str) -> None:
 )
 def test_four_slice_models_feasible_multisets(model_id: str, names: list[str]) -> None:
     assert _feasible(model_id, names) == 9
+
+
+def test_every_mig_model_has_media_engine_totals_and_its_me_profiles_take_from_them() -> None:
+    """Issue 11, defect 17: only RTX PRO modelled media engines, so an A30 took two +me instances."""
+    for model in catalog.mig_models():
+        assert model.engine_total("ofa") >= 1 and model.engine_total("jpeg") >= 1, model.id
+        for profile in model.profiles:
+            if profile.name.endswith("+me"):
+                assert dict(profile.engines).get("ofa") == 1, (model.id, profile.name)
+
+
+def test_placements_are_confirmed_only_for_models_a_real_lgipp_was_read_on() -> None:
+    """Issue 11, defect 17: docs/layouts.md calls the A100 80GB, H200, B200 and GB200 placements
+    inferred, but the catalog said confirmed."""
+    confirmed = {m.id for m in catalog.mig_models() if m.placements_confirmed}
+    assert confirmed == {"A100-40GB", "A30-24GB", "H100-80GB", "H100-94GB", "RTX-PRO-6000"}

@@ -104,17 +104,48 @@ def test_the_limit_is_held_exactly(limit: int, held: int, wanted: int) -> None:
             check_quota(*args)
 
 
-def test_in_use_counts_bookings_overlapping_the_window_per_class() -> None:
+def test_in_use_counts_the_peak_of_bookings_overlapping_the_window_per_class() -> None:
     window = Window(h(2), h(4))
     bookings = [
         ("gpu.mig", Window(h(0), h(3))),
         ("gpu.mig", Window(h(3), h(5))),
-        ("gpu.mig", Window(h(4), h(6))),
+        ("gpu.mig", Window(h(3), h(6))),
         ("gpu.mig", Window(h(0), h(2))),
+        ("gpu.mig", Window(h(4), h(6))),
         ("gpu", Window(h(1), None)),
         ("gpu.slot", Window(h(5), None)),
     ]
     assert in_use(bookings, window) == {"gpu.mig": 2, "gpu": 1}
+
+
+def test_quota_counts_peak_concurrent_holding_not_every_booking_in_the_window() -> None:
+    """Issue 11, defect 18: two back-to-back bookings and a third that overlaps both are held at most
+    two at once, so a limit of 2 admits the third."""
+    held = in_use([("gpu", Window(h(0), h(2))), ("gpu", Window(h(2), h(4)))], Window(h(1), h(3)))
+    assert held == {"gpu": 1}
+    check_quota("globex", "acme", {"gpu": 2}, held, {"gpu": 1}, pool_id="p1")
+    with pytest.raises(QuotaExceeded):
+        check_quota("globex", "acme", {"gpu": 2}, held, {"gpu": 2}, pool_id="p1")
+
+
+_spans = st.tuples(st.integers(0, 12), st.integers(1, 6), st.booleans())
+
+
+@given(st.lists(_spans, max_size=8), _spans)
+def test_in_use_is_the_most_bookings_live_at_any_instant_of_the_window(
+    spans: list[tuple[int, int, bool]], wanted: tuple[int, int, bool]
+) -> None:
+    def window(span: tuple[int, int, bool]) -> Window:
+        start, length, open_ended = span
+        return Window(h(start), None if open_ended else h(start + length))
+
+    booked = [window(s) for s in spans]
+    asked = window(wanted)
+    # Every booking is constant between whole hours, so sampling each hour of the window is exact.
+    last = asked.end or h(20)
+    instants = [h(n) for n in range(0, 21) if asked.start <= h(n) < last]
+    peak = max((sum(1 for b in booked if b.contains(t)) for t in instants), default=0)
+    assert in_use([("gpu", b) for b in booked], asked).get("gpu", 0) == peak
 
 
 def test_parse_quota_limits() -> None:

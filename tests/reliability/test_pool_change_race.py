@@ -87,22 +87,24 @@ def test_pool_change_race_a_booking_committing_inside_the_change_is_refused(
     load_fleet(store, parse_fleet(fleet), T0)
     index = BookingIndex()
     ids = iter(f"rsv-{n:04d}" for n in range(100))
-    # Fill what stays, so that the reservation can only land on what the change removes.
-    lower_slots = {"matchExpressions": [{"key": "slot", "op": "Lt", "values": ["2"]}]}
-    kept = lower_slots if kind == "replicas" else {}
-    filler = {
+    raw: dict[str, object] = {
         "poolId": "p1",
-        "devices": [{"class": "gpu.slot", "count": 8, "selector": kept}],
-        "duration": "2h",
+        "devices": [{"class": "gpu.slot", "count": 1}],
+        "duration": "1h",
     }
-    filled = reservations.create(store, index, OWNER, filler, T0, lambda: next(ids))
     if kind == "replicas":
+        # No slot may be booked while `replicas` changes, so the reservation asks for the slots the
+        # shrink removes instead of finding the others full.
         policy, nodes = {"replicas": 2}, None
+        removed = {"matchExpressions": [{"key": "slot", "op": "Gt", "values": ["1"]}]}
+        raw["devices"] = [{"class": "gpu.slot", "count": 1, "selector": removed}]
     else:
+        # Fill what stays, so that the reservation can only land on what the change removes.
+        filler = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 8}], "duration": "2h"}
+        filled = reservations.create(store, index, OWNER, filler, T0, lambda: next(ids))
         node = {a.node for a in filled.atoms}
         assert len(node) == 1  # the request was kept together, on one node's two GPUs
         policy, nodes = None, sorted(node)
-    raw = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"}
 
     change = store.begin()
     tx = change.__enter__()

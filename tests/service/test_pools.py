@@ -119,6 +119,16 @@ def test_a_refused_layout_names_the_node_and_the_profile(fleet: Store) -> None:
     assert err.value.details["node"] == "h-1" and err.value.details["profile"] == "4g.40gb"
 
 
+def test_a_mig_pool_without_nodes_refuses_a_layout_no_catalog_model_could_take(fleet: Store) -> None:
+    """Issue 11, defect 16: with no node to check it on, any well-formed layout was taken."""
+    with pytest.raises(InvalidInput) as err:
+        create(fleet, "empty", nodes=[], policy={"migLayout": "mixed:9x9g.99gb"})
+    assert err.value.message.startswith("pools.create: policy.migLayout mixed:9x9g.99gb fits no GPU model")
+    create(fleet, "empty", nodes=[], policy={"migLayout": "all-1g.10gb"})
+    with pytest.raises(InvalidInput, match="fits no GPU model in the catalog"):
+        pools.update(fleet, ADMIN, "empty", policy={"migLayout": "all-9g.99gb"}, now=at(1))
+
+
 def test_replicas_rederive_the_slots_and_keep_surviving_ids(fleet: Store) -> None:
     create(fleet, "slots", mode="mps", nodes=["l"], policy={"replicas": 4})
     before = {(a.gpu_id, a.key): a.id for a in atoms_of(fleet, "l", "gpu.slot")}
@@ -145,6 +155,34 @@ def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
     # Once the booking is over, the change goes through.
     pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(6))
     assert len(atoms_of(fleet, "l", "gpu.slot")) == 4
+
+
+@pytest.mark.parametrize("mode", ["timeslice", "mps"])
+def test_replicas_cannot_change_while_slots_are_booked(fleet: Store, mode: str) -> None:
+    """Issue 11, defect 20: slot:0 survives 3 -> 2, but its share would grow from 33 to 50 MPS units
+    under its holder; the change is refused, naming the bookings, until they end."""
+    create(fleet, "slots", mode=mode, nodes=["l"], policy={"replicas": 3})
+    first = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:0")
+    ledger.book(fleet, [first.id], Window(at(0), at(5)), "rsv-a", "platform", T0)
+    ledger.book(fleet, [first.id], Window(at(5), at(7)), "rsv-b", "platform", T0)
+    for replicas in (2, 4):
+        with pytest.raises(InvalidState) as err:
+            pools.update(fleet, ADMIN, "slots", policy={"replicas": replicas}, now=at(1))
+        assert err.value.message == (
+            f"pool slots: policy.replicas cannot change from 3 to {replicas} while slots are booked "
+            f"(a booked slot would change size): booked by rsv-a, rsv-b; they end by {at(7).isoformat()}"
+        )
+        assert err.value.details["reservationIds"] == ["rsv-a", "rsv-b"]
+    pool = pools.get_pool(fleet, ADMIN, "slots")
+    assert (pool.pool.generation, pool.pool.settings.as_mapping()) == (1, {"replicas": 3})
+    assert {a.attributes["slots"] for a in atoms_of(fleet, "l", "gpu.slot")} == {3}
+    if mode == "mps":
+        assert {a.attributes["mpsUnits"] for a in atoms_of(fleet, "l", "gpu.slot")} == {33}
+    # A policy that keeps the count is no change to the slots, and goes through.
+    pools.update(fleet, ADMIN, "slots", policy={"replicas": 3}, now=at(1))
+    # Once the bookings are over, the new count applies.
+    pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(7))
+    assert {a.attributes["slots"] for a in atoms_of(fleet, "l", "gpu.slot")} == {2}
 
 
 def test_generation_is_compared_and_always_bumped(fleet: Store) -> None:

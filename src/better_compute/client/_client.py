@@ -9,6 +9,8 @@ Every request carries `BC-API-Version` (`wire.API_VERSION`). Tests pass
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +21,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from better_compute import __version__
-from better_compute.client._errors import ComputeError, TransportError, error_from_answer
+from better_compute.client._errors import ComputeError, InvalidInputError, TransportError, error_from_answer
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.common import Page
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -205,6 +207,43 @@ class _Resource:
         self._compute = compute
 
 
+R = TypeVar("R", bound=type[_Resource])
+
+
+def _invalid_input(method: str, exc: ValidationError) -> InvalidInputError:
+    """The client's own INVALID_INPUT for arguments the wire models refuse, shaped like the server's
+    (`details.field` names the first field at fault), so callers catch one error tree."""
+    errors = exc.errors(include_url=False, include_context=False, include_input=False)
+    field = ""
+    for part in errors[0]["loc"] if errors else ():
+        field += f"[{part}]" if isinstance(part, int) else (f".{part}" if field else str(part))
+    message = errors[0]["msg"] if errors else str(exc)
+    return InvalidInputError(
+        f"{method}: {field}: {message}" if field else f"{method}: {message}",
+        details={"field": field, "errors": errors},
+    )
+
+
+def _refusing_bad_arguments(cls: R) -> R:
+    """Every public method of the resource raises InvalidInputError, not pydantic's ValidationError,
+    for arguments its request model refuses. Answers are read in `Compute._typed`, which turns a
+    mismatch into UNEXPECTED_RESPONSE first, so what reaches here is always the caller's input."""
+    resource = cls.__name__.lower()
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(fn) or inspect.isgeneratorfunction(fn):
+            continue
+
+        def checked(*args: Any, __fn: Any = fn, __method: str = f"{resource}.{name}", **kw: Any) -> Any:
+            try:
+                return __fn(*args, **kw)
+            except ValidationError as exc:
+                raise _invalid_input(__method, exc) from None
+
+        setattr(cls, name, functools.wraps(fn)(checked))
+    return cls
+
+
+@_refusing_bad_arguments
 class Tenants(_Resource):
     def create(self, *, id: str, name: str) -> TenantPublic:
         return self._compute._typed("tenants.create", TenantCreate(id=id, name=name), TenantPublic)
@@ -214,6 +253,7 @@ class Tenants(_Resource):
         return self._compute._typed("tenants.list", query, Page[TenantPublic])
 
 
+@_refusing_bad_arguments
 class Credentials(_Resource):
     def create(self, *, tenant_id: str | None, name: str | None = None) -> CredentialCreated:
         """A credential for `tenant_id`, or for the whole fleet when it is None; the token shows once."""
@@ -230,6 +270,7 @@ class Credentials(_Resource):
         return self._compute._typed("credentials.revoke", IdRequest(id=id), CredentialPublic)
 
 
+@_refusing_bad_arguments
 class Pools(_Resource):
     def create(
         self,
@@ -296,6 +337,7 @@ class Pools(_Resource):
         return self._compute._typed("pools.offer", request, PoolOfferPublic)
 
 
+@_refusing_bad_arguments
 class Quotas(_Resource):
     def set(self, *, tenant_id: str, pool_id: str, cls: AtomClass, limit: int) -> QuotaPublic:
         request = QuotaSet(tenant_id=tenant_id, pool_id=pool_id, cls=cls, limit=limit)
@@ -315,6 +357,7 @@ class Quotas(_Resource):
         return self._compute._typed("quotas.list", query, Page[QuotaPublic])
 
 
+@_refusing_bad_arguments
 class Policies(_Resource):
     def create(
         self,
@@ -343,6 +386,7 @@ class Policies(_Resource):
         return self._compute._typed("policies.list", query, Page[PolicyPublic])
 
 
+@_refusing_bad_arguments
 class Reservations(_Resource):
     def create(
         self,
@@ -363,10 +407,8 @@ class Reservations(_Resource):
             _fields(
                 tenant_id=tenant_id,
                 pool_id=pool_id,
-                devices=[
-                    device if isinstance(device, DeviceRequest) else DeviceRequest.model_validate(device)
-                    for device in devices
-                ],
+                # Validated as part of the request, so a refusal names the device (`devices[1].count`).
+                devices=[device if isinstance(device, DeviceRequest) else dict(device) for device in devices],
                 start=start,
                 duration=duration,
                 idempotency_key=idempotency_key,

@@ -17,16 +17,20 @@ Choice rules (docs/concepts.md#reservations, step 4):
    this only decides which instance.
 3. **Deterministic.** Remaining ties go to the smallest ids, so the same snapshot gives the same
    answer on every replica of the server.
-4. **All or nothing.** Requests are served in order, each avoiding the atoms earlier ones took (and
-   counting them as busy, so a reservation's requests gather on the same GPUs). If the given order
-   fails, the most constrained requests (fewest matching atoms) are tried first once more, since a
-   broad request served first can take the only atom a narrow one could use. If that fails too, the
-   answer is the NoFit of the given order.
+4. **All or nothing, and together.** A reservation of several requests is kept together by the
+   same order as one request: one GPU that can serve them all, else one NVLink domain, else one
+   NUMA node, else one node (the best such group by rule 2, and inside it the finer levels again);
+   only a reservation no node can hold spreads. Inside the group, requests are served in order,
+   each avoiding the atoms earlier ones took (and counting them as busy, so they gather on the same
+   GPUs). If the given order fails, the most constrained requests (fewest matching atoms) are tried
+   first once more, since a broad request served first can take the only atom a narrow one could
+   use. If that fails too, the answer is the NoFit of the given order.
 
 Whole `gpu` requests take only bookable `gpu` atoms, which exist only on GPUs that are not split.
 
 Cost: O(n log n) in the number of candidate atoms per request: one pass to filter and group at each
-of the five levels, one sort of the chosen group.
+of the five levels, one sort of the chosen group. A reservation of several requests adds, per level,
+trials over its groups that cost what each group holds (the shortlisted atoms, not the pool).
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from typing import Protocol
 
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
+from better_compute.domain.catalog import profile_name_key
 from better_compute.domain.timewin import require_aware
 
 _DIGITS = re.compile(r"(\d+)")
@@ -62,14 +67,17 @@ class Chosen:
 class NoFit:
     """Request `request_index` cannot be served now: `available` of its `wanted` atoms are free.
 
-    The service turns it into INSUFFICIENT_CAPACITY, adding the earliest start at which the request
-    could be served (see `earliest_common_start`).
+    The service turns it into INSUFFICIENT_CAPACITY: NOT_IN_POOL when `never`, else ALL_BUSY with
+    the earliest start at which the request could be served (see `earliest_common_start`).
     """
 
     request_index: int
     reason: str
     wanted: int
     available: int
+    never: bool = False
+    """True when the pool has not enough such atoms at all (`never_fits`): NOT_IN_POOL, not ALL_BUSY;
+    `available` is then how many the pool has, booked or not."""
 
     @property
     def field(self) -> str:
@@ -78,6 +86,69 @@ class NoFit:
     @property
     def message(self) -> str:
         return f"{self.field}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class PoolKinds:
+    """What a pool has at all, bookable or busy: its atom classes and its MIG profiles, to tell a
+    request that can never be served there what it could ask for instead."""
+
+    classes: tuple[str, ...]
+    profiles: tuple[str, ...]
+
+
+def kinds_of(atoms: Iterable[Atom]) -> PoolKinds:
+    """The classes and MIG profiles of the bookable atoms (once per pool snapshot, not per request)."""
+    classes: set[str] = set()
+    profiles: set[str] = set()
+    for atom in atoms:
+        if not atom.bookable:
+            continue
+        classes.add(atom.cls)
+        profile = atom.attributes.get("migProfile")
+        if atom.cls == "gpu.mig" and isinstance(profile, str):
+            profiles.add(profile)
+    return PoolKinds(tuple(sorted(classes)), tuple(sorted(profiles, key=_smallest_first)))
+
+
+def _smallest_first(profile: str) -> tuple[int, int, str]:
+    slices, memory, attribute = profile_name_key(profile)
+    return (-slices, -memory, attribute)
+
+
+def never_fits(
+    requests: Sequence[DeviceRequest], in_pool: Sequence[int], kinds: PoolKinds, pool_id: str
+) -> NoFit | None:
+    """The first request the pool could not serve even were it empty, or None.
+
+    `in_pool[i]` is how many of the pool's atoms match request i at all, booked or not (its
+    `matching` atoms). A refusal for one of these is NOT_IN_POOL: waiting will not help, so the
+    message says what the pool has ("profiles in this pool: 1g.10gb, 2g.20gb, 3g.40gb"). Other
+    refusals are ALL_BUSY, with the earliest start.
+    """
+    for index, (request, count) in enumerate(zip(requests, in_pool, strict=True)):
+        if count >= request.count:
+            continue
+        narrowed = " matching the selector" if request.selector.match_expressions else ""
+        if count == 0:
+            reason = f"pool {pool_id} has no {request.cls} atom{narrowed}"
+        else:
+            reason = (
+                f"{request.count} {request.cls} atoms{narrowed} wanted, pool {pool_id} has {count} in all"
+            )
+        return NoFit(index, reason + _what_there_is(request, kinds), request.count, count, never=True)
+    return None
+
+
+def _what_there_is(request: DeviceRequest, kinds: PoolKinds) -> str:
+    if request.cls == "gpu.mig" and kinds.profiles:
+        return f" (profiles in this pool: {', '.join(kinds.profiles)})"
+    if not kinds.classes:
+        return " (it has no bookable atoms)"
+    if request.cls not in kinds.classes:
+        split = "; its GPUs are split" if request.cls == "gpu" else ""
+        return f" (atom classes in this pool: {', '.join(kinds.classes)}{split})"
+    return ""
 
 
 def matching(request: DeviceRequest, atoms: Iterable[Atom]) -> list[Atom]:
@@ -100,15 +171,71 @@ def choose(
     """Choose atoms for every request from `candidates` (atoms free for the whole window), or say
     which request cannot be served. See the module docstring for the rules."""
     free = [atom for atom in candidates if atom.bookable]
-    first = _choose_in_order(requests, range(len(requests)), free, busy_by_gpu)
-    if isinstance(first, Chosen) or len(requests) < 2:
-        return first
+    given = list(range(len(requests)))
+    if len(requests) < 2:
+        return _choose_in_order(requests, given, free, busy_by_gpu)
     breadth = [len(matching(request, free)) for request in requests]
-    order = sorted(range(len(requests)), key=lambda i: (breadth[i], i))
-    if order == list(range(len(requests))):
+    narrow_first = sorted(given, key=lambda i: (breadth[i], i))
+    orders = [given] if narrow_first == given else [given, narrow_first]
+    together = _together(requests, orders, free, busy_by_gpu, _LEVELS)
+    if together is not None:
+        return together
+    first = _choose_in_order(requests, given, free, busy_by_gpu)
+    if isinstance(first, Chosen) or len(orders) == 1:
         return first
-    second = _choose_in_order(requests, order, free, busy_by_gpu)
+    second = _choose_in_order(requests, narrow_first, free, busy_by_gpu)
     return second if isinstance(second, Chosen) else first
+
+
+def _together(
+    requests: Sequence[DeviceRequest],
+    orders: Sequence[Sequence[int]],
+    free: Sequence[Atom],
+    busy_by_gpu: Mapping[str, int],
+    levels: Sequence[_Level],
+) -> Chosen | None:
+    """The whole reservation inside one group, by the topology order one request follows (rule 1):
+    the first level at which some group can serve every request, the best group there by rule 2,
+    and inside it the finer levels again. None when no node can hold it all.
+
+    Cost: per level, one pass to group and one trial per group tried; a trial costs what its group
+    holds, so a level costs at most O(n) per request over the shortlisted atoms."""
+    total = sum(request.count for request in requests)
+    busy = Counter({gpu: n for gpu, n in busy_by_gpu.items() if n > 0})
+    free_on_gpu: Counter[str] = Counter(atom.gpu_id for atom in free)
+    for depth, level in enumerate(levels):
+        groups: dict[Hashable, list[Atom]] = defaultdict(list)
+        for atom in free:
+            key = level(atom)
+            if key is not None:
+                groups[key].append(atom)
+        ranked = sorted(
+            (
+                (-sum(busy[g] for g in gpus), sum(free_on_gpu[g] for g in gpus) - total, repr(key), key)
+                for key, members in groups.items()
+                if len(members) >= total
+                for gpus in [{atom.gpu_id for atom in members}]
+            ),
+        )
+        for *_, key in ranked:
+            members = groups[key]
+            served = next(
+                (
+                    c
+                    for c in (_choose_in_order(requests, o, members, busy_by_gpu) for o in orders)
+                    if isinstance(c, Chosen)
+                ),
+                None,
+            )
+            if served is None:
+                continue
+            spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
+            if len(members) > total and depth + 1 < len(levels) and spans_gpus:
+                finer = _together(requests, orders, members, busy_by_gpu, levels[depth + 1 :])
+                if finer is not None:
+                    return finer
+            return served
+    return None
 
 
 def _choose_in_order(

@@ -18,7 +18,9 @@ The tree::
     │   ├── AlreadyExists            CONFLICT  reason already_exists
     │   └── ConcurrentChange         CONFLICT  reason concurrent_change
     ├── QuotaExceeded                QUOTA_EXCEEDED         409
-    └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409
+    └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409 (never raised itself: one of below)
+        ├── AllBusy                  INSUFFICIENT_CAPACITY  reason all_busy (with the earliest start)
+        └── NotInPool                INSUFFICIENT_CAPACITY  reason not_in_pool (says what the pool has)
 
 Each error carries a stable ``code``, a human ``message`` (some are quoted in docs/concepts.md and
 docs/api.md#errors and are part of the interface) and JSON-able ``details``. A code is what a
@@ -127,6 +129,20 @@ class QuotaExceeded(DomainError):
 
 class InsufficientCapacity(DomainError):
     code = "INSUFFICIENT_CAPACITY"
+
+
+class AllBusy(InsufficientCapacity):
+    """What was asked for exists in the pool, but not enough of it is free in the window; waiting
+    (``details.earliestStart``) or a shorter window may serve it."""
+
+    reason = "all_busy"
+
+
+class NotInPool(InsufficientCapacity):
+    """The pool never had enough of what was asked for (a whole GPU in a pool whose GPUs are all
+    split, a selector no atom matches): waiting will not help, so the answer says what the pool has."""
+
+    reason = "not_in_pool"
 
 
 class BookingConflict(Conflict):

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from better_compute.domain import layouts
+from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput, InvalidState, NotFound
 from better_compute.domain.timewin import Window
 
@@ -66,9 +66,13 @@ def stored_settings(mode: SharingMode, stored: Mapping[str, Any]) -> PoolSetting
     return PoolSettings()
 
 
-def check_settings(mode: SharingMode, raw: Mapping[str, Any], where: str) -> PoolSettings:
+def check_settings(
+    mode: SharingMode, raw: Mapping[str, Any], where: str, *, without_nodes: bool = False
+) -> PoolSettings:
     """A pool's settings as sent: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps
-    pools; a field that does not apply to the mode is refused."""
+    pools; a field that does not apply to the mode is refused. A pool `without_nodes` has no GPU to
+    check its layout on, so the layout must at least fit some catalog model (with nodes,
+    `check_layout_fits` checks it on theirs and names the node)."""
     allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
     unknown = set(raw) - allowed
     if unknown:
@@ -80,8 +84,22 @@ def check_settings(mode: SharingMode, raw: Mapping[str, Any], where: str) -> Poo
         return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)))
     if mode == "mig":
         layout = layouts.format_layout(layouts.parse_layout(str(raw.get("migLayout", "all-disabled"))))
+        if without_nodes:
+            check_layout_possible(layout, where)
         return PoolSettings(mig_layout=layout)
     return PoolSettings()
+
+
+def check_layout_possible(layout: str, where: str) -> None:
+    """A layout must place on at least one catalog model: a pool with no nodes otherwise took any
+    well-formed text (`mixed:9x9g.99gb`), and every node added later would be refused for it."""
+    if layout == "all-disabled" or any(layouts.is_valid(layout, m) for m in catalog.mig_models()):
+        return
+    raise InvalidInput(
+        f"{where}: policy.migLayout {layout} fits no GPU model in the catalog "
+        "(`better-compute gpus` lists each model's profiles)",
+        {"field": f"{where}.policy.migLayout", "layout": layout},
+    )
 
 
 def check_mode(mode: str) -> SharingMode:
@@ -130,6 +148,29 @@ def check_none_held(leaving: Sequence[str], held: Sequence[Window]) -> None:
         f"{len(held)} live booking(s) hold atoms this change would remove from the pool"
         + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
         {"atomIds": list(leaving[:20]), "freeFrom": free.isoformat() if free else None},
+    )
+
+
+def check_replicas_unbooked(pool_id: str, old: int, new: int, held: Sequence[tuple[str, Window]]) -> None:
+    """`replicas` may not change while a slot of the pool is booked: every slot's share of the GPU
+    (`mpsUnits`, its time share) follows the count, so a booked slot would change size under its
+    holder (33 units become 50). `held` are (reservation id, window) of the slots' live bookings."""
+    if old == new or not held:
+        return
+    ids = sorted({r for r, _ in held})
+    ends = [w.end for _, w in held]
+    free = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
+    named = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
+    raise InvalidState(
+        f"pool {pool_id}: policy.replicas cannot change from {old} to {new} while slots are booked "
+        f"(a booked slot would change size): booked by {named}"
+        + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
+        {
+            "field": "policy.replicas",
+            "poolId": pool_id,
+            "reservationIds": ids[:20],
+            "freeFrom": free.isoformat() if free else None,
+        },
     )
 
 

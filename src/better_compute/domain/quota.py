@@ -10,12 +10,14 @@ anyone take more pieces than an operator decided. Every other tenant needs rows,
 or `quotas.set` create.
 
 Which bookings count as "in use" (those of the tenant, of that class, in that pool, overlapping
-the requested window) is the caller's query; `in_use` below counts them from plain values.
+the requested window) is the caller's query; `in_use` below takes their peak concurrent holding
+over the window from plain values.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from better_compute.domain.atoms import ATOM_CLASSES, AtomClass, check_atom_class
@@ -65,15 +67,32 @@ def effective_limit(
 
 
 def in_use(bookings: Iterable[tuple[str, Window]], window: Window) -> dict[AtomClass, int]:
-    """The tenant's atoms per class held in the pool during `window`, from (class, window) pairs.
+    """The tenant's peak holding per class in the pool during `window`, from (class, window) pairs.
 
-    Every booking that overlaps the window counts, even two that follow each other inside it: a
-    limit is on what a tenant holds at once, and counting them all is the safe reading of "at once".
+    A limit is on what a tenant may hold at once, so two bookings that follow each other inside the
+    window count as one: the answer is the largest number of that class's bookings live at any one
+    instant of the window. A new reservation holds its atoms over the whole window, so peak + wanted
+    is exactly what the tenant would hold at the busiest instant. Windows are half-open: a booking
+    that ends as another starts is never live beside it. Costs O(k log k) in the tenant's own k
+    bookings, never in the pool.
     """
-    counts: dict[AtomClass, int] = {}
+    edges: dict[AtomClass, list[tuple[datetime, int]]] = {}
     for cls, booked in bookings:
-        if cls in ATOM_CLASSES and booked.overlaps(window):
-            counts[cls] = counts.get(cls, 0) + 1
+        if cls not in ATOM_CLASSES or not booked.overlaps(window):
+            continue
+        marks = edges.setdefault(cls, [])
+        marks.append((max(booked.start, window.start), 1))
+        ends = [e for e in (booked.end, window.end) if e is not None]
+        if ends:
+            marks.append((min(ends), -1))
+    counts: dict[AtomClass, int] = {}
+    for cls, marks in edges.items():
+        marks.sort()  # at one instant an end (-1) sorts before a start (+1): half-open windows
+        live = peak = 0
+        for _, step in marks:
+            live += step
+            peak = max(peak, live)
+        counts[cls] = peak
     return counts
 
 

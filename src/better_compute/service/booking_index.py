@@ -69,6 +69,14 @@ class PoolAtoms:
 
     atoms: dict[str, Atom]
     _matching: OrderedDict[tuple[str, Selector], dict[str, list[Atom]]] = field(default_factory=OrderedDict)
+    _kinds: choose.PoolKinds | None = None
+
+    def kinds(self) -> choose.PoolKinds:
+        """What the pool has at all (`choose.kinds_of`), worked out once per snapshot: it is read
+        only to explain a refusal."""
+        if self._kinds is None:
+            self._kinds = choose.kinds_of(self.atoms.values())
+        return self._kinds
 
     def matching_by_gpu(self, request: DeviceRequest) -> dict[str, list[Atom]]:
         key = (request.cls, request.selector)

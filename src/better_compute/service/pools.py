@@ -32,6 +32,7 @@ from better_compute.domain.pools import (
     check_members,
     check_mode,
     check_mode_kept,
+    check_replicas_unbooked,
     check_settings,
 )
 from better_compute.domain.records import Pool, Quota
@@ -43,6 +44,7 @@ from better_compute.domain.tenancy import (
     sees_pool,
     tenant_not_found,
 )
+from better_compute.domain.timewin import Window
 from better_compute.service import quotas
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
@@ -170,7 +172,7 @@ def create(
     require_admin(principal, "pools.create")
     pool_id = check_slug(name, "name")
     sharing = check_mode(mode)
-    settings = check_settings(sharing, policy or {}, "pools.create")
+    settings = check_settings(sharing, policy or {}, "pools.create", without_nodes=not nodes)
     owner_limits = quotas.check_limits(owner_quota, "ownerQuota") if owner_quota is not None else {}
     check_ref(cluster_id, "clusterId")
     check_ref(owner_tenant_id, "ownerTenantId")
@@ -293,9 +295,14 @@ def update_in(
             {"poolId": pool_id, "generation": current, "expected": generation},
         )
     old = pool.settings
-    new = check_settings(pool.mode, {**old.as_mapping(), **(policy or {})}, "pools.update")
     old_members = _members(tx, pool_id)
     new_members = old_members if nodes is None else list(nodes)
+    new = check_settings(
+        pool.mode,
+        {**old.as_mapping(), **(policy or {})},
+        "pools.update",
+        without_nodes=not new_members and bool(policy),
+    )
     if nodes is not None:
         _check_nodes(tx, pool.cluster_id, new_members, pool_id)
     added = sorted(set(new_members) - set(old_members))
@@ -310,6 +317,8 @@ def update_in(
         touched |= set(new_members)
     # Node reports derive these nodes' atoms from their membership: they wait for this change.
     tx.nodes.lock(sorted(touched))
+    if pool.mode in ("timeslice", "mps") and new.replicas != old.replicas:
+        _check_slots_unbooked(tx, pool_id, old_members, old.replicas or 1, new.replicas or 1, now)
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
@@ -317,6 +326,15 @@ def update_in(
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)
     return PoolView(replace(pool, settings=new, generation=current + 1), tuple(sorted(new_members)))
+
+
+def _check_slots_unbooked(
+    tx: Tx, pool_id: str, members: Sequence[str], old: int, new: int, now: datetime
+) -> None:
+    """Refuse a new slot count while any slot of the pool is booked (domain.pools rule)."""
+    slots = [a.id for a in tx.atoms.of_nodes(members) if a.cls == "gpu.slot" and a.pool_id == pool_id]
+    held = [(b.allocation_id, Window(b.starts_at, b.ends_at)) for b in tx.ledger.live_on(slots, now)]
+    check_replicas_unbooked(pool_id, old, new, held)
 
 
 def offer(

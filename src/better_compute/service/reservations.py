@@ -21,11 +21,13 @@ from better_compute.domain import admission, choose, iam, quota
 from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.errors import (
+    AllBusy,
     BookingConflict,
     ConcurrentChange,
     InsufficientCapacity,
     InvalidInput,
     NotFound,
+    NotInPool,
 )
 from better_compute.domain.events import LedgerReleased, ReservationCancelled, ReservationReleased
 from better_compute.domain.records import Reservation
@@ -99,6 +101,44 @@ def _decide(
         for atom in choose.shortlist(request, matching, busy_ids, busy_by_gpu, count=total):
             shortlisted[atom.id] = atom
     return choose.choose(requests, list(shortlisted.values()), busy_by_gpu), shortlisted
+
+
+def _refusal(
+    index: BookingIndex,
+    pool_atoms: PoolAtoms,
+    requests: list[admission.DeviceRequest],
+    window: Window,
+    pool_id: str,
+    decision: choose.NoFit,
+) -> InsufficientCapacity:
+    """NOT_IN_POOL when some request could not be served even by an empty pool (choose.never_fits),
+    else ALL_BUSY with the earliest start. Counting what matches reads the per-shape matching atoms
+    `_decide` has just grouped (cached), so a refusal costs no pass over the pool."""
+    in_pool = [sum(len(a) for a in pool_atoms.matching_by_gpu(r).values()) for r in requests]
+    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id)
+    if never is not None:
+        return NotInPool(
+            never.message,
+            {
+                "request": never.request_index,
+                "field": never.field,
+                "wanted": never.wanted,
+                "inPool": never.available,
+                "earliestStart": None,
+            },
+        )
+    earliest = _earliest(index, pool_atoms, requests, window)
+    return AllBusy(
+        decision.message
+        + (f"; the earliest start at which it could be served is {earliest}" if earliest else ""),
+        {
+            "request": decision.request_index,
+            "field": decision.field,
+            "wanted": decision.wanted,
+            "available": decision.available,
+            "earliestStart": earliest,
+        },
+    )
 
 
 EARLIEST_TRIALS = 8
@@ -280,18 +320,7 @@ def _create_in(
     pool_atoms = index.pool_atoms(tx, pool_id)
     decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed())
     if isinstance(decision, choose.NoFit):
-        earliest = _earliest(index, pool_atoms, requests, window)
-        raise InsufficientCapacity(
-            decision.message
-            + (f"; the earliest start at which it could be served is {earliest}" if earliest else ""),
-            {
-                "request": decision.request_index,
-                "field": decision.field,
-                "wanted": decision.wanted,
-                "available": decision.available,
-                "earliestStart": earliest,
-            },
-        )
+        raise _refusal(index, pool_atoms, requests, window, pool_id, decision)
     claims.extend(decision.atom_ids)
     index.claim(decision.atom_ids)
     reservation = Reservation(

@@ -303,7 +303,10 @@ def family_atom_ids(conn: Connection, gpu_id: str) -> list[str]:
     ]
 
 
-def live_bookings(conn: Connection, since: datetime) -> list[LiveBooking]:
+def live_bookings(
+    conn: Connection, since: datetime, atom_ids: Sequence[str] | None = None
+) -> list[LiveBooking]:
+    """Live bookings that end after `since` (or never); only those of `atom_ids` when given."""
     stmt = select(
         bookings.c.allocation_id,
         bookings.c.atom_id,
@@ -313,6 +316,8 @@ def live_bookings(conn: Connection, since: datetime) -> list[LiveBooking]:
         bookings.c.pool_id,
         bookings.c["class"],
     ).where(bookings.c.state == "live", or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since))
+    if atom_ids is not None:
+        stmt = stmt.where(bookings.c.atom_id.in_(list(atom_ids)))
     return [LiveBooking(a, atom, s, e, t, p, c) for a, atom, s, e, t, p, c in conn.execute(stmt)]
 
 
@@ -336,6 +341,9 @@ class SqlLedger:
 
     def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         return busy_spans(self.conn, atom_ids, since)
+
+    def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
+        return live_bookings(self.conn, since, atom_ids) if atom_ids else []
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]:
         return allocation_bookings(self.conn, allocation_id)

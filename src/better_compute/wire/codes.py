@@ -58,8 +58,16 @@ SINGLE_TENANT_POOL: Final = "single_tenant_pool"
 IDEMPOTENCY_KEY_REUSED: Final = "idempotency_key_reused"
 """INVALID_STATE: the idempotency key was used with a different request."""
 
+ALL_BUSY: Final = "all_busy"
+"""INSUFFICIENT_CAPACITY: what was asked for exists in the pool but is busy; `details.earliestStart`
+says when it could be served (None: not within what is booked now)."""
+NOT_IN_POOL: Final = "not_in_pool"
+"""INSUFFICIENT_CAPACITY: the pool has not enough of what was asked for at all (a whole GPU where every
+GPU is split, a selector nothing matches); the message says what the pool has. Waiting will not help."""
+
 REASONS: Final[dict[str, tuple[str, ...]]] = {
     CONFLICT: (GENERATION_MISMATCH, ALREADY_EXISTS, ATOM_BOOKED, CONCURRENT_CHANGE),
     INVALID_STATE: (SINGLE_TENANT_POOL, IDEMPOTENCY_KEY_REUSED),
+    INSUFFICIENT_CAPACITY: (ALL_BUSY, NOT_IN_POOL),
 }
-"""The reasons each code may carry; every CONFLICT carries one."""
+"""The reasons each code may carry; every CONFLICT and every INSUFFICIENT_CAPACITY carries one."""

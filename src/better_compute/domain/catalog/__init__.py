@@ -128,6 +128,8 @@ class GpuModel:
     """Length of the axis placements are drawn on: 8 on A100/H100/H200/B200, 4 on A30, 12 on RTX PRO 6000."""
     placement_family: str | None = None
     placements_confirmed: bool = False
+    """True only where a real `nvidia-smi mig -lgipp` of this model was read (placements.toml
+    `capturedOn`); a model that shares a captured model's table is inferred, and says so."""
     min_driver: str | None = None
     driver_rules: tuple[DriverRule, ...] = ()
     engine_totals: tuple[tuple[str, int], ...] = ()
@@ -277,7 +279,7 @@ def _build_model(raw: Mapping[str, Any], families: Mapping[str, Any]) -> GpuMode
         memory_slices=int(mig["memorySlices"]),
         placement_units=int(family["axis"]),
         placement_family=family_name,
-        placements_confirmed=bool(family.get("confirmed", False)),
+        placements_confirmed=model_id in family.get("capturedOn", ()),
         min_driver=str(mig["minDriver"]) if mig.get("minDriver") is not None else None,
         driver_rules=rules,
         engine_totals=_engines(mig.get("engines")),
