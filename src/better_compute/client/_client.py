@@ -39,6 +39,7 @@ from better_compute.wire.reservations import (
     DeviceRequest,
     IdRequest,
     ReservationCreate,
+    ReservationExtend,
     ReservationListQuery,
     ReservationPublic,
     ReservationStatus,
@@ -415,6 +416,13 @@ class Reservations(_Resource):
 
     def release(self, id: str) -> ReservationPublic:
         return self._compute._typed("reservations.release", IdRequest(id=id), ReservationPublic)
+
+    def extend(self, id: str, duration: str) -> ReservationPublic:
+        """Move the reservation's end later by `duration` (`30m`, `4h`); BookingConflict when one
+        of its atoms is booked by someone else in the added time."""
+        return self._compute._typed(
+            "reservations.extend", ReservationExtend(id=id, duration=duration), ReservationPublic
+        )
 
 
 class Inventory(_Resource):

@@ -77,6 +77,14 @@ class LedgerReleased(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerExtended(Event):
+    """An allocation's live bookings were extended: they now end at `end` (`subject`: the allocation)."""
+
+    TYPE: ClassVar[str] = "ledger.extended"
+    end: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerCancelled(Event):
     """An allocation's live bookings were cancelled before they started."""
 
@@ -236,6 +244,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         LedgerBooked,
         LedgerReleased,
+        LedgerExtended,
         LedgerCancelled,
         PartitionBooked,
         PartitionReleased,

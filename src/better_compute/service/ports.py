@@ -309,6 +309,11 @@ class LedgerPort(Protocol):
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int: ...
 
+    def extend_allocation(self, allocation_id: str, end: datetime, event: Event, now: datetime) -> int:
+        """Move the end of the allocation's live bookings to `end`, appending `event`; raises
+        Overlap (nothing written) when another live booking holds one of its atoms then."""
+        ...
+
     def family_atom_ids(self, gpu_id: str) -> list[str]: ...
 
     def live_bookings(self, since: datetime) -> list[LiveBooking]:

@@ -39,6 +39,7 @@ from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 from better_compute.wire.reservations import (
     IdRequest,
     ReservationCreate,
+    ReservationExtend,
     ReservationListQuery,
     ReservationPublic,
 )
@@ -210,6 +211,14 @@ _TABLE: tuple[Method, ...] = (
         IdRequest,
         ReservationPublic,
         summary="End an active reservation now; the rest of its window frees.",
+    ),
+    Method(
+        "reservations.extend",
+        "POST",
+        "/v1/reservations/{id}/extend",
+        ReservationExtend,
+        ReservationPublic,
+        summary="Move a reservation's end later on the atoms it holds; CONFLICT when they are booked then.",
     ),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
