@@ -90,3 +90,36 @@ def test_extend_refuses_unknown_fields(store: Store) -> None:
         f"/v1/reservations/{rid}/extend", json={"id": rid, "duration": "1h", "until": "x"}, headers=w.platform
     )
     assert r.status_code == 400 and error(r)["code"] == "INVALID_INPUT"
+
+
+def test_a_pools_max_duration_holds_at_admission_and_at_extend(world: World) -> None:
+    bad = world.http.patch(
+        "/v1/pools/a100", json={"id": "a100", "policy": {"maxDuration": "forever"}}, headers=world.admin
+    )
+    assert bad.status_code == 400 and "maxDuration" in error(bad)["message"]
+    set_ = world.http.patch(
+        "/v1/pools/a100", json={"id": "a100", "policy": {"maxDuration": "6h"}}, headers=world.admin
+    )
+    assert set_.status_code == 200, set_.text
+    assert set_.json()["policy"]["maxDuration"] == "6h"
+    long = world.reserve(world.platform, "a100", GPUS4, duration="8h")
+    assert long.status_code == 400 and error(long)["code"] == "INVALID_INPUT"
+    assert error(long)["message"] == (
+        "pool a100 allows reservations of at most 6h; this one would be 8h long"
+    )
+    assert error(long)["details"]["maxDuration"] == "6h"
+    ok = world.reserve(world.platform, "a100", GPUS4, duration="4h")
+    assert ok.status_code == 201, ok.text
+    rid = ok.json()["id"]
+    over = extend(world, world.platform, rid, "3h")
+    assert over.status_code == 400 and "this one would be 7h long" in error(over)["message"]
+    assert extend(world, world.platform, rid, "2h").status_code == 200
+    # Other settings are kept beside it: a mig pool's layout is untouched by a new maxDuration.
+    mig = world.http.patch(
+        "/v1/pools/h100", json={"id": "h100", "policy": {"maxDuration": "1d"}}, headers=world.admin
+    )
+    assert mig.status_code == 200, mig.text
+    policy = mig.json()["policy"]
+    assert (policy["migLayout"], policy["maxDuration"]) == ("mixed:3g.40gb+2x2g.20gb", "1d")
+    day = world.reserve(world.platform, "h100", [{"class": "gpu.mig", "count": 1}], duration="2d")
+    assert "at most 1d (24h); this one would be 48h long" in error(day)["message"]

@@ -70,7 +70,11 @@ def pool_public(v: PoolView) -> PoolPublic:
         name=p.name,
         cluster_id=p.cluster_id,
         mode=p.mode,
-        policy=PoolPolicy(mig_layout=p.settings.mig_layout, replicas=p.settings.replicas),
+        policy=PoolPolicy(
+            mig_layout=p.settings.mig_layout,
+            replicas=p.settings.replicas,
+            max_duration=p.settings.max_duration,
+        ),
         owner_tenant_id=p.owner_tenant_id,
         nodes=list(v.nodes),
         meter=p.meter,

@@ -91,6 +91,8 @@ class AdmissionRead:
     events: list[LoggedEvent]
     newest_event: int
     log: LogSnapshot
+    pool_max_duration: str | None = None
+    """The pool's `policy.maxDuration`, as set; None when it has none."""
 
 
 class TenantRepo(Protocol):

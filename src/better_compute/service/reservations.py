@@ -34,6 +34,7 @@ from better_compute.domain.events import (
     ReservationReleased,
 )
 from better_compute.domain.ledger import earliest_free
+from better_compute.domain.pools import check_duration_allowed
 from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
@@ -275,6 +276,7 @@ def _create_in(
     if not snap.tenant_exists:
         raise tenant_not_found(tenant_id)
     admission.check_against_pool(mode, requests)
+    check_duration_allowed(pool_id, snap.pool_max_duration, window.duration)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
     gpu_count, gpu_slices = iam.reservation_counts(requested)
     iam.check_policies(snap.policies, pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
@@ -430,6 +432,7 @@ def extend(
             r = current
             window = Window(r.starts_at, r.ends_at)
             end = extended_end(window, r.status, by, now)
+            check_duration_allowed(r.pool_id, snap.pool_max_duration, end - r.starts_at)
             assert r.ends_at is not None
             added = Window(r.ends_at, end)
             held = index.held(r.tenant_id, r.pool_id, index.busy(added), added)
