@@ -52,6 +52,8 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    WhoAmI,
+    WhoAmIQuery,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -229,6 +231,10 @@ class Credentials(_Resource):
     def revoke(self, id: str) -> CredentialPublic:
         """Revoke a credential (admin only): its token stops working at once."""
         return self._compute._typed("credentials.revoke", IdRequest(id=id), CredentialPublic)
+
+    def whoami(self) -> WhoAmI:
+        """Who this client's token is: its credential and the tenant it acts for."""
+        return self._compute._typed("credentials.whoami", WhoAmIQuery(), WhoAmI)
 
 
 class Pools(_Resource):

@@ -51,6 +51,8 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    WhoAmI,
+    WhoAmIQuery,
 )
 
 Verb = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -159,6 +161,14 @@ _TABLE: tuple[Method, ...] = (
         IdRequest,
         CredentialPublic,
         summary="Revoke a credential: its token stops working at once. Revoking twice is harmless.",
+    ),
+    Method(
+        "credentials.whoami",
+        "GET",
+        "/v1/whoami",
+        WhoAmIQuery,
+        WhoAmI,
+        summary="Who the token is: its credential and the tenant it acts for.",
     ),
     Method("pools.create", "POST", "/v1/pools", PoolCreate, PoolPublic, summary="Create a pool."),
     Method("pools.list", "GET", "/v1/pools", PoolListQuery, PoolPublic, paged=True),
