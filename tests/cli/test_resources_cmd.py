@@ -112,6 +112,9 @@ def test_quotas_policies_and_credentials(runner: CliRunner, live: Live) -> None:
     policy_id = json.loads(policy.stdout)["id"]
     assert "small" in run(runner, live.admin, "policies", "show", policy_id).stdout
     assert policy_id in run(runner, live.admin, "policies", "list").stdout
+    deleted = run(runner, live.admin, "policies", "delete", policy_id)
+    assert deleted.exit_code == 0, deleted.output
+    assert run(runner, live.admin, "policies", "list").stdout.strip() == "no policies"
     cred = run(runner, live.admin, "credentials", "create", "--tenant", "acme", "--name", "ci", "--json")
     assert cred.exit_code == 0, cred.output
     made = json.loads(cred.stdout)

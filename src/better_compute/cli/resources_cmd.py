@@ -357,7 +357,7 @@ def quotas_set(
 
 
 # -- policies ------------------------------------------------------------------------------------
-policies_app = typer.Typer(help="List, show and create policies.", no_args_is_help=True)
+policies_app = typer.Typer(help="List, show, create and delete policies.", no_args_is_help=True)
 app.add_typer(policies_app, name="policies")
 POLICY_COLUMNS = [
     ("id", "id"),
@@ -433,6 +433,17 @@ def policies_create(
         lambda c: c.policies.create(name=name, tenant_id=tenant, pool_id=pool, limits=limits),
     )
     _one(made, as_json)
+
+
+@policies_app.command("delete")
+def policies_delete(
+    policy_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete a policy (admin); reservations it admitted stand."""
+    _one(_call(server, token, as_json, lambda c: c.policies.delete(policy_id)), as_json)
 
 
 # -- credentials ---------------------------------------------------------------------------------

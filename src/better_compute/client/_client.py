@@ -349,6 +349,10 @@ class Policies(_Resource):
         )
         return self._compute._typed("policies.list", query, Page[PolicyPublic])
 
+    def delete(self, id: str) -> PolicyPublic:
+        """Delete a policy (admin only); answers it as it was."""
+        return self._compute._typed("policies.delete", IdRequest(id=id), PolicyPublic)
+
 
 class Reservations(_Resource):
     def create(

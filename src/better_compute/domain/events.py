@@ -163,6 +163,13 @@ class PolicyCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyDeleted(Event):
+    TYPE: ClassVar[str] = "policy.deleted"
+    tenant_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaSet(Event):
     """A tenant's quota rows in a pool were written (`subject`: the pool)."""
 
@@ -255,6 +262,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,
+        PolicyDeleted,
         QuotaSet,
         PoolOffered,
         PoolCreated,

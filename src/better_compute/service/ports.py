@@ -234,6 +234,10 @@ class PolicyRepo(Protocol):
         """Insert the policy; False when the tenant already has one of that name."""
         ...
 
+    def remove(self, policy_id: str) -> Policy | None:
+        """Delete the policy and return it as it was; None when no policy has the id."""
+        ...
+
 
 class ReservationRepo(Protocol):
     """Reservations: records, the admission read and commit, and the locks they are taken under."""

@@ -194,6 +194,14 @@ _TABLE: tuple[Method, ...] = (
     Method("policies.create", "POST", "/v1/policies", PolicyCreate, PolicyPublic),
     Method("policies.list", "GET", "/v1/policies", PolicyListQuery, PolicyPublic, paged=True),
     Method(
+        "policies.delete",
+        "DELETE",
+        "/v1/policies/{id}",
+        IdRequest,
+        PolicyPublic,
+        summary="Delete a policy; reservations it admitted stand.",
+    ),
+    Method(
         "reservations.create",
         "POST",
         "/v1/reservations",
