@@ -29,3 +29,37 @@ def test_a_deleted_policy_limits_no_later_reservation(world: World) -> None:
     assert world.reserve(world.platform, "a100", two).status_code == 201
     again = world.http.delete(f"/v1/policies/{policy_id}", headers=world.admin)
     assert again.status_code == 404 and error(again)["code"] == "NOT_FOUND"
+
+
+def test_only_an_empty_pool_is_deleted_with_its_quota_rows_and_policies(world: World) -> None:
+    has_nodes = world.http.delete("/v1/pools/a100", headers=world.admin)
+    assert has_nodes.status_code == 409 and error(has_nodes)["code"] == "INVALID_STATE"
+    assert error(has_nodes)["message"].startswith("pool a100 still has 2 node(s) (")
+    assert (
+        world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}], duration="1h").status_code
+        == 201
+    )
+    emptied = world.http.patch("/v1/pools/l40s", json={"id": "l40s", "nodes": []}, headers=world.admin)
+    assert emptied.status_code == 200, emptied.text
+    quota = {"tenantId": "platform", "poolId": "l40s", "class": "gpu.slot", "limit": 2}
+    assert world.http.put("/v1/quotas", json=quota, headers=world.admin).status_code == 200
+    body = {"name": "slots", "tenantId": "platform", "poolId": "l40s", "limits": {"gpuSlices": 1}}
+    assert world.http.post("/v1/policies", json=body, headers=world.admin).status_code == 201
+    denied = world.http.delete("/v1/pools/l40s", headers=world.acme)
+    assert denied.status_code == 403
+    gone = world.http.delete("/v1/pools/l40s", headers=world.admin)
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["id"] == "l40s"
+    assert world.http.get("/v1/pools/l40s", headers=world.admin).status_code == 404
+    assert world.http.get("/v1/quotas", params={"poolId": "l40s"}, headers=world.admin).json()["items"] == []
+    assert (
+        world.http.get("/v1/policies", params={"poolId": "l40s"}, headers=world.admin).json()["items"] == []
+    )
+    # A pool with reservation history keeps it: emptied of nodes, a100 still cannot go.
+    world.clock.now = world.clock.now.replace(hour=12)
+    assert (
+        world.http.patch("/v1/pools/a100", json={"id": "a100", "nodes": []}, headers=world.admin).status_code
+        == 200
+    )
+    kept = world.http.delete("/v1/pools/a100", headers=world.admin)
+    assert kept.status_code == 409 and "has reservations" in error(kept)["message"]

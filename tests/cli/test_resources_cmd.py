@@ -154,3 +154,9 @@ def test_logout_forgets_the_stored_token_and_keeps_the_server(
 def test_shell_completion_is_offered(runner: CliRunner) -> None:
     result = runner.invoke(app, ["--help"])
     assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
+
+
+def test_pools_delete_refuses_a_pool_with_nodes(runner: CliRunner, live: Live) -> None:
+    result = run(runner, live.admin, "pools", "delete", "p1")
+    assert result.exit_code == 1
+    assert "INVALID_STATE: pool p1 still has" in result.stderr

@@ -114,7 +114,7 @@ def _find(pages: Callable[[str | None], Page[Any]], wanted: str, noun: str, as_j
 
 
 # -- pools ---------------------------------------------------------------------------------------
-pools_app = typer.Typer(help="List, show, create and update pools.", no_args_is_help=True)
+pools_app = typer.Typer(help="List, show, create, update and delete pools.", no_args_is_help=True)
 app.add_typer(pools_app, name="pools")
 POOL_COLUMNS = [
     ("id", "id"),
@@ -226,6 +226,17 @@ def pools_update(
     """Change a pool's policy or nodes (admin); other settings are kept."""
     policy = _policy(mig_layout, replicas, max_duration) or None
     _one(_call(server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node)), as_json)
+
+
+@pools_app.command("delete")
+def pools_delete(
+    pool_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete an empty pool (admin): no nodes, no reservations; its quota rows and policies go too."""
+    _one(_call(server, token, as_json, lambda c: c.pools.delete(pool_id)), as_json)
 
 
 # -- nodes ---------------------------------------------------------------------------------------

@@ -298,6 +298,10 @@ class Pools(_Resource):
         )
         return self._compute._typed("pools.update", request, PoolPublic)
 
+    def delete(self, id: str) -> PoolPublic:
+        """Delete an empty pool (admin only); answers it as it was."""
+        return self._compute._typed("pools.delete", IdRequest(id=id), PoolPublic)
+
     def offer(self, pool_id: str, *, tenant_id: str, quota: Mapping[AtomClass, int]) -> PoolOfferPublic:
         request = PoolOffer(pool_id=pool_id, tenant_id=tenant_id, quota=dict(quota))
         return self._compute._typed("pools.offer", request, PoolOfferPublic)

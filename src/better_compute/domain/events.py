@@ -200,6 +200,12 @@ class PoolCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PoolDeleted(Event):
+    TYPE: ClassVar[str] = "pool.deleted"
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class PoolUpdated(Event):
     TYPE: ClassVar[str] = "pool.updated"
     generation: int
@@ -267,6 +273,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PoolOffered,
         PoolCreated,
         PoolUpdated,
+        PoolDeleted,
         MigLayoutRequested,
         NodeInventoryChanged,
         FleetRegistered,

@@ -244,3 +244,21 @@ def check_layout_fits(gpus: Iterable[Gpu], layout: str) -> None:
                 {**exc.details, "field": "policy.migLayout", "node": gpu.node_id},
             ) from exc
         checked.add(gpu.model)
+
+
+def check_deletable(pool_id: str, members: Sequence[str], has_reservations: bool) -> None:
+    """Only an empty pool may be deleted: no member nodes (their atoms, and whoever books them, would
+    lose their pool) and no reservations (their history, and what is billed for it, names the pool).
+    Its quota rows and policies go with it."""
+    if members:
+        shown = ", ".join(members[:5]) + (", ..." if len(members) > 5 else "")
+        raise InvalidState(
+            f"pool {pool_id} still has {len(members)} node(s) ({shown}); move them out first "
+            "(pools.update with the nodes that stay, or none)",
+            {"poolId": pool_id, "nodes": list(members[:20])},
+        )
+    if has_reservations:
+        raise InvalidState(
+            f"pool {pool_id} has reservations, which keep its history; it cannot be deleted",
+            {"poolId": pool_id},
+        )

@@ -211,6 +211,11 @@ class PoolRepo(Protocol):
         """Write new settings and bump the generation if it is still `generation`; True if it was."""
         ...
 
+    def remove(self, pool_id: str, generation: int) -> bool:
+        """Delete the pool, its quota rows and policies, if it is still at `generation` (else
+        nothing, and False): a concurrent change of its nodes bumps the generation first."""
+        ...
+
     def set_members(self, pool_id: str, node_ids: Sequence[str]) -> bool:
         """Make these the pool's nodes; False (and nothing written for the rest) when another pool
         holds one of them."""

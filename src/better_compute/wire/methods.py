@@ -182,6 +182,14 @@ _TABLE: tuple[Method, ...] = (
         summary="Change a pool's policy or nodes; a new migLayout goes through the layout gate.",
     ),
     Method(
+        "pools.delete",
+        "DELETE",
+        "/v1/pools/{id}",
+        IdRequest,
+        PoolPublic,
+        summary="Delete an empty pool (no nodes, no reservations) with its quota rows and policies.",
+    ),
+    Method(
         "pools.offer",
         "POST",
         "/v1/pools/{poolId}/offers",
