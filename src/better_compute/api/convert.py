@@ -84,9 +84,9 @@ def pool_public(v: PoolView) -> PoolPublic:
     )
 
 
-def quota_public(q: Quota) -> QuotaPublic:
+def quota_public(q: Quota, used: int | None = None) -> QuotaPublic:
     return QuotaPublic.model_validate(
-        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit}
+        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit, "used": used}
     )
 
 

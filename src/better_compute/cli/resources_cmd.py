@@ -336,14 +336,20 @@ def quotas_list(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Quota rows: how much of a class a tenant may hold at once in a pool."""
+    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used)."""
     page = _call(
         server,
         token,
         as_json,
         lambda c: c.quotas.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
     )
-    columns = [("tenant", "tenantId"), ("pool", "poolId"), ("class", "class"), ("limit", "limit")]
+    columns = [
+        ("tenant", "tenantId"),
+        ("pool", "poolId"),
+        ("class", "class"),
+        ("used", "used"),
+        ("limit", "limit"),
+    ]
     _page(page, columns, "no quotas", as_json)
 
 

@@ -1,4 +1,4 @@
-"""Deleting through the real app, on SQLite and PostgreSQL: `policies.delete`."""
+"""Deleting and reading usage through the real app, on SQLite and PostgreSQL: `policies.delete`, `pools.delete`, `quotas.list` with `used`."""
 
 from __future__ import annotations
 
@@ -63,3 +63,15 @@ def test_only_an_empty_pool_is_deleted_with_its_quota_rows_and_policies(world: W
     )
     kept = world.http.delete("/v1/pools/a100", headers=world.admin)
     assert kept.status_code == 409 and "has reservations" in error(kept)["message"]
+
+
+def test_quotas_list_shows_what_is_held_now_beside_the_limit(world: World) -> None:
+    world.offer("a100", "acme", gpu=3)
+    assert world.reserve(world.acme, "a100", [{"class": "gpu", "count": 2}], duration="2h").status_code == 201
+    later = world.reserve(world.acme, "a100", [{"class": "gpu", "count": 1}], start="2026-12-01T20:00:00Z")
+    assert later.status_code == 201, later.text
+    rows = world.http.get("/v1/quotas", params={"tenantId": "acme"}, headers=world.acme).json()["items"]
+    assert [(r["poolId"], r["class"], r["used"], r["limit"]) for r in rows] == [("a100", "gpu", 2, 3)]
+    world.clock.now = world.clock.now.replace(hour=20, minute=30)
+    rows = world.http.get("/v1/quotas", params={"tenantId": "acme"}, headers=world.acme).json()["items"]
+    assert [(r["used"], r["limit"]) for r in rows] == [(1, 3)]
