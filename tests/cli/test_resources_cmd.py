@@ -160,3 +160,37 @@ def test_pools_delete_refuses_a_pool_with_nodes(runner: CliRunner, live: Live) -
     result = run(runner, live.admin, "pools", "delete", "p1")
     assert result.exit_code == 1
     assert "INVALID_STATE: pool p1 still has" in result.stderr
+
+
+def test_pools_create_then_list_every_noun(runner: CliRunner, live: Live) -> None:
+    made = run(
+        runner,
+        live.admin,
+        "pools",
+        "create",
+        "--name",
+        "spare",
+        "--cluster",
+        "c1",
+        "--mode",
+        "exclusive",
+        "--owner",
+        "acme",
+        "--max-duration",
+        "2h",
+    )
+    assert made.exit_code == 0, made.output
+    assert "spare" in made.stdout and "maxDuration=2h" in made.stdout
+    assert "spare" in run(runner, live.admin, "pools", "list", "--limit", "1", "--cursor", "p1").stdout
+    assert "more: --cursor" in run(runner, live.admin, "pools", "list", "--limit", "1").stdout
+    assert "acme" in run(runner, live.admin, "tenants", "list").stdout
+    assert "c1" in run(runner, live.admin, "nodes", "list", "--cluster", "c1").stdout
+    assert run(runner, live.admin, "credentials", "list", "--json").exit_code == 0
+    assert run(runner, live.admin, "quotas", "list").exit_code == 0
+
+
+def test_logout_with_a_malformed_config_says_so(runner: CliRunner, isolated_config: Path) -> None:
+    isolated_config.parent.mkdir(parents=True)
+    isolated_config.write_text("{not json")
+    result = runner.invoke(app, ["logout"])
+    assert result.exit_code == 1 and "is not valid JSON" in result.stderr
