@@ -213,7 +213,7 @@ def test_pools_create_update_through_the_api(store: Store) -> None:
     assert created.status_code == 201
     assert created.json()["generation"] == 1 and created.json()["nodes"] == []
     assert api.call("acme", "quotas.list", {"poolId": "p2"}).json()["items"] == [
-        {"tenantId": "acme", "poolId": "p2", "class": "gpu.mig", "limit": 7}
+        {"tenantId": "acme", "poolId": "p2", "class": "gpu.mig", "limit": 7, "used": 0}
     ]
     assert api.call("admin", "pools.create", body).status_code == 409
 

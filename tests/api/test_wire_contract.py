@@ -98,7 +98,7 @@ def test_an_unexpected_error_answers_internal_with_the_version_too(api: Api) -> 
 @pytest.mark.parametrize(
     ("verb", "path", "allowed"),
     [
-        pytest.param("DELETE", "/v1/pools/p1", "GET, PATCH", id="a pool cannot be deleted"),
+        pytest.param("PUT", "/v1/pools/p1", "DELETE, GET, PATCH", id="a pool is not put"),
         pytest.param("PUT", "/v1/reservations", "GET, POST", id="reservations are not put"),
         pytest.param("GET", "/v1/reservations/r1/cancel", "POST", id="a cancel is a POST"),
         pytest.param("POST", "/healthz", "GET", id="the health check is read only"),

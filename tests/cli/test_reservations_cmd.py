@@ -203,3 +203,23 @@ def test_tables_never_cut_ids_even_narrower_than_the_ids(runner: CliRunner, serv
     listed = runner.invoke(app, ["reservations", "list"], env={"COLUMNS": "20"})
     assert listed.exit_code == 0, listed.output
     assert RSV_ID in listed.stdout and "…" not in listed.stdout
+
+
+def test_reservations_extend_sends_the_duration_and_shows_the_new_end(
+    runner: CliRunner, server: FakeServer
+) -> None:
+    server.routes[("POST", "/v1/reservations/rsv-1/extend")] = (200, reservation_json())
+    result = runner.invoke(app, ["reservations", "extend", "rsv-1", "--by", "2h"])
+    assert result.exit_code == 0, result.output
+    assert server.bodies() == [{"id": "rsv-1", "duration": "2h"}]
+    assert "rsv-1" in result.stdout
+
+
+def test_reservations_extend_refused_names_the_atom(runner: CliRunner, server: FakeServer) -> None:
+    server.routes[("POST", "/v1/reservations/rsv-1/extend")] = (
+        409,
+        error_json("CONFLICT", "atom atm-1 is booked by another reservation from 13:00", atomId="atm-1"),
+    )
+    result = runner.invoke(app, ["reservations", "extend", "rsv-1", "--by", "2h"])
+    assert result.exit_code == 1
+    assert "CONFLICT: atom atm-1 is booked by another reservation" in result.stderr

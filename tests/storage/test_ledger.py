@@ -176,3 +176,23 @@ def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Stor
         assert tx.reservations.get("rsv-test") is None
         assert tx.ledger.allocation_bookings("rsv-test") == []
     ledger.book(fleet, [good], Window(at(0), at(1)), "after", None, T0)
+
+
+def test_an_extension_over_another_booking_is_refused_by_the_store_itself(fleet: Store) -> None:
+    """The last fence for `reservations.extend`: the write itself refuses (PostgreSQL's exclusion
+    constraint; SQLite's check under its one writer), whatever the use case read before it."""
+    from better_compute.domain.events import LedgerExtended
+    from better_compute.service.ports import Overlap
+
+    atom = mig_atoms(fleet)[0].id
+    ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", "acme", T0)
+    ledger.book(fleet, [atom], Window(at(3), at(5)), "a2", "acme", T0)
+    with pytest.raises(Overlap) as refused, fleet.begin() as tx:
+        tx.ledger.extend_allocation("a1", at(4), LedgerExtended("a1", at(4)), T0)
+    assert refused.value.atom_id == atom
+    with fleet.read() as tx:
+        assert [b.span for b in tx.ledger.allocation_bookings("a1")] == [Window(at(0), at(2))]
+    with fleet.begin() as tx:  # up to the next booking's start is free
+        assert tx.ledger.extend_allocation("a1", at(3), LedgerExtended("a1", at(3)), T0) == 1
+    with fleet.read() as tx:
+        assert [b.span for b in tx.ledger.allocation_bookings("a1")] == [Window(at(0), at(3))]

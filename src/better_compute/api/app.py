@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import errors, guards, links, operations, version
+from better_compute.api import docs, errors, guards, links, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
     credentials,
@@ -29,12 +29,15 @@ def create_app(services: Services, *, max_body_bytes: int, request_timeout: floa
         version=__version__,
         description="GPU fleet control plane: whole GPUs, MIG instances and shared slots booked as atoms.",
         generate_unique_id_function=operations.operation_id,
+        docs_url=None,  # served by api/docs.py from local assets, not a CDN
+        redoc_url=None,
     )
     app.state.services = services
     errors.install(app)
     # Routes are matched in the order they are included: the busiest first.
     app.include_router(reservations.router)
     app.include_router(health.router)
+    docs.install(app)
     app.include_router(inventory.router)
     app.include_router(pools.router)
     guards.install(app)

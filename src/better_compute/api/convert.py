@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.credentials import Principal
 from better_compute.domain.iam import Policy
 from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
 from better_compute.service.credentials import Issued
@@ -31,7 +32,7 @@ from better_compute.wire.policies import PolicyLimits, PolicyPublic
 from better_compute.wire.pools import PoolPolicy, PoolPublic
 from better_compute.wire.quotas import QuotaPublic
 from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
-from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic
+from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic, WhoAmI
 
 R = TypeVar("R")
 M = TypeVar("M")
@@ -70,7 +71,11 @@ def pool_public(v: PoolView) -> PoolPublic:
         name=p.name,
         cluster_id=p.cluster_id,
         mode=p.mode,
-        policy=PoolPolicy(mig_layout=p.settings.mig_layout, replicas=p.settings.replicas),
+        policy=PoolPolicy(
+            mig_layout=p.settings.mig_layout,
+            replicas=p.settings.replicas,
+            max_duration=p.settings.max_duration,
+        ),
         owner_tenant_id=p.owner_tenant_id,
         nodes=list(v.nodes),
         meter=p.meter,
@@ -79,9 +84,9 @@ def pool_public(v: PoolView) -> PoolPublic:
     )
 
 
-def quota_public(q: Quota) -> QuotaPublic:
+def quota_public(q: Quota, used: int | None = None) -> QuotaPublic:
     return QuotaPublic.model_validate(
-        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit}
+        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit, "used": used}
     )
 
 
@@ -212,3 +217,7 @@ def created_public(view: ReservationView, body: ReservationCreate) -> Reservatio
     # By alias: a field named `cls` would clash with model_construct's own first argument.
     atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
     return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))
+
+
+def whoami(p: Principal) -> WhoAmI:
+    return WhoAmI(credential_id=p.credential_id, tenant_id=p.tenant_id, is_admin=p.is_admin)

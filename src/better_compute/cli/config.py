@@ -84,6 +84,15 @@ def write_config(path: Path, server: str, token: str) -> None:
         handle.write("\n")
 
 
+def forget_token(path: Path) -> None:
+    """Drop the token from the config file at `path`, keeping the rest (the server)."""
+    kept = {k: v for k, v in read_config(path).items() if k != "token"}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(kept, handle, indent=2)
+        handle.write("\n")
+
+
 def resolve(server: str | None, token: str | None, env: Mapping[str, str] | None = None) -> Settings:
     """Server and token by the order in this module's docstring."""
     env = os.environ if env is None else env

@@ -1,4 +1,4 @@
-"""`better-compute reserve` and `better-compute reservations list|show|cancel|release`.
+"""`better-compute reserve` and `better-compute reservations list|show|cancel|release|extend`.
 
 `reserve` books whole GPUs only (`class: gpu`); fractions (`gpu.mig`, `gpu.slot`) go through
 `better-compute api reservations.create`, the typed client or the HTTP API.
@@ -23,7 +23,9 @@ if TYPE_CHECKING:
     from better_compute.wire.common import Page
     from better_compute.wire.reservations import ReservationPublic, ReservationStatus
 
-reservations_app = typer.Typer(help="List, show, cancel and release reservations.", no_args_is_help=True)
+reservations_app = typer.Typer(
+    help="List, show, cancel, release and extend reservations.", no_args_is_help=True
+)
 app.add_typer(reservations_app, name="reservations")
 
 T = TypeVar("T")
@@ -298,4 +300,21 @@ def release(
     """End an active reservation now; the rest of its window frees."""
     _show(
         _call(server, token, as_json, lambda compute: compute.reservations.release(reservation_id)), as_json
+    )
+
+
+@reservations_app.command("extend")
+def extend(
+    reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
+    duration: Annotated[
+        str, typer.Option("--by", help="How much later it ends: 30m, 4h, 1d.", show_default=False)
+    ],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Move a reservation's end later on the atoms it holds; refused when one is booked then."""
+    _show(
+        _call(server, token, as_json, lambda compute: compute.reservations.extend(reservation_id, duration)),
+        as_json,
     )

@@ -41,6 +41,7 @@ from better_compute.wire.reservations import (
     DeviceRequest,
     IdRequest,
     ReservationCreate,
+    ReservationExtend,
     ReservationListQuery,
     ReservationPublic,
     ReservationStatus,
@@ -53,6 +54,8 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    WhoAmI,
+    WhoAmIQuery,
 )
 
 M = TypeVar("M", bound=BaseModel)
@@ -269,6 +272,10 @@ class Credentials(_Resource):
         """Revoke a credential (admin only): its token stops working at once."""
         return self._compute._typed("credentials.revoke", IdRequest(id=id), CredentialPublic)
 
+    def whoami(self) -> WhoAmI:
+        """Who this client's token is: its credential and the tenant it acts for."""
+        return self._compute._typed("credentials.whoami", WhoAmIQuery(), WhoAmI)
+
 
 @_refusing_bad_arguments
 class Pools(_Resource):
@@ -332,6 +339,10 @@ class Pools(_Resource):
         )
         return self._compute._typed("pools.update", request, PoolPublic)
 
+    def delete(self, id: str) -> PoolPublic:
+        """Delete an empty pool (admin only); answers it as it was."""
+        return self._compute._typed("pools.delete", IdRequest(id=id), PoolPublic)
+
     def offer(self, pool_id: str, *, tenant_id: str, quota: Mapping[AtomClass, int]) -> PoolOfferPublic:
         request = PoolOffer(pool_id=pool_id, tenant_id=tenant_id, quota=dict(quota))
         return self._compute._typed("pools.offer", request, PoolOfferPublic)
@@ -384,6 +395,10 @@ class Policies(_Resource):
             _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
         )
         return self._compute._typed("policies.list", query, Page[PolicyPublic])
+
+    def delete(self, id: str) -> PolicyPublic:
+        """Delete a policy (admin only); answers it as it was."""
+        return self._compute._typed("policies.delete", IdRequest(id=id), PolicyPublic)
 
 
 @_refusing_bad_arguments
@@ -457,6 +472,13 @@ class Reservations(_Resource):
 
     def release(self, id: str) -> ReservationPublic:
         return self._compute._typed("reservations.release", IdRequest(id=id), ReservationPublic)
+
+    def extend(self, id: str, duration: str) -> ReservationPublic:
+        """Move the reservation's end later by `duration` (`30m`, `4h`); BookingConflict when one
+        of its atoms is booked by someone else in the added time."""
+        return self._compute._typed(
+            "reservations.extend", ReservationExtend(id=id, duration=duration), ReservationPublic
+        )
 
 
 class Inventory(_Resource):

@@ -77,6 +77,14 @@ class LedgerReleased(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerExtended(Event):
+    """An allocation's live bookings were extended: they now end at `end` (`subject`: the allocation)."""
+
+    TYPE: ClassVar[str] = "ledger.extended"
+    end: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerCancelled(Event):
     """An allocation's live bookings were cancelled before they started."""
 
@@ -155,6 +163,13 @@ class PolicyCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class PolicyDeleted(Event):
+    TYPE: ClassVar[str] = "policy.deleted"
+    tenant_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaSet(Event):
     """A tenant's quota rows in a pool were written (`subject`: the pool)."""
 
@@ -182,6 +197,12 @@ class PoolCreated(Event):
     policy: Mapping[str, Any]
     nodes: tuple[str, ...]
     owner_tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDeleted(Event):
+    TYPE: ClassVar[str] = "pool.deleted"
+    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +257,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
     for cls in (
         LedgerBooked,
         LedgerReleased,
+        LedgerExtended,
         LedgerCancelled,
         PartitionBooked,
         PartitionReleased,
@@ -246,10 +268,12 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,
+        PolicyDeleted,
         QuotaSet,
         PoolOffered,
         PoolCreated,
         PoolUpdated,
+        PoolDeleted,
         MigLayoutRequested,
         NodeInventoryChanged,
         FleetRegistered,

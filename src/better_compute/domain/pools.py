@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import InvalidInput, InvalidState, NotFound
-from better_compute.domain.timewin import Window
+from better_compute.domain.timewin import Window, parse_duration
 
 if TYPE_CHECKING:
     from better_compute.domain.atoms import Atom
@@ -41,6 +42,8 @@ class PoolSettings:
 
     replicas: int | None = None
     mig_layout: str | None = None
+    max_duration: str | None = None
+    """The longest a reservation in the pool may be, as set (`8h`, `P2D`); None: no limit."""
 
     def as_mapping(self) -> dict[str, Any]:
         """The settings as the wire, the events and the store spell them (only those that apply)."""
@@ -49,6 +52,8 @@ class PoolSettings:
             out["replicas"] = self.replicas
         if self.mig_layout is not None:
             out["migLayout"] = self.mig_layout
+        if self.max_duration is not None:
+            out["maxDuration"] = self.max_duration
         return out
 
     @property
@@ -59,35 +64,76 @@ class PoolSettings:
 
 def stored_settings(mode: SharingMode, stored: Mapping[str, Any]) -> PoolSettings:
     """Settings as written by `check_settings` earlier: trusted, only their defaults filled in."""
+    longest = stored.get("maxDuration")
+    max_duration = None if longest is None else str(longest)
     if mode in ("timeslice", "mps"):
-        return PoolSettings(replicas=int(stored.get("replicas", 1)))
+        return PoolSettings(replicas=int(stored.get("replicas", 1)), max_duration=max_duration)
     if mode == "mig":
-        return PoolSettings(mig_layout=str(stored.get("migLayout", "all-disabled")))
-    return PoolSettings()
+        return PoolSettings(
+            mig_layout=str(stored.get("migLayout", "all-disabled")), max_duration=max_duration
+        )
+    return PoolSettings(max_duration=max_duration)
+
+
+def check_max_duration(raw: object, where: str) -> str | None:
+    """`policy.maxDuration` as sent: a positive duration (`8h`, `2d`, `PT8H`), kept as written."""
+    if raw is None:
+        return None
+    field = f"{where}.policy.maxDuration"
+    if not isinstance(raw, str):
+        raise InvalidInput(f"{field} must be a duration such as 8h or 2d", {"field": field})
+    parse_duration(raw, field)
+    return raw
+
+
+def check_duration_allowed(pool_id: str, max_duration: str | None, duration: timedelta | None) -> None:
+    """A reservation (or what an extension makes of it) may last at most the pool's maxDuration, so
+    that one booking cannot hold a pool's atoms for longer than its owner allows; an open-ended one
+    is refused where there is a limit."""
+    if max_duration is None:
+        return
+    longest = parse_duration(max_duration, "maxDuration")
+    if duration is None or duration > longest:
+        asked = "open-ended" if duration is None else f"{_hours(duration)} long"
+        spelled = _hours(longest)
+        limit = max_duration if spelled == max_duration else f"{max_duration} ({spelled})"
+        raise InvalidInput(
+            f"pool {pool_id} allows reservations of at most {limit}; this one would be {asked}",
+            {"field": "duration", "poolId": pool_id, "maxDuration": max_duration},
+        )
+
+
+def _hours(length: timedelta) -> str:
+    seconds = int(length.total_seconds())
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h" + (f"{minutes:02d}m" if minutes or secs else "") + (f"{secs:02d}s" if secs else "")
 
 
 def check_settings(
     mode: SharingMode, raw: Mapping[str, Any], where: str, *, without_nodes: bool = False
 ) -> PoolSettings:
     """A pool's settings as sent: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps
-    pools; a field that does not apply to the mode is refused. A pool `without_nodes` has no GPU to
-    check its layout on, so the layout must at least fit some catalog model (with nodes,
-    `check_layout_fits` checks it on theirs and names the node)."""
+    pools, `maxDuration` for any; a field that does not apply to the mode is refused. A pool
+    `without_nodes` has no GPU to check its layout on, so the layout must at least fit some catalog
+    model (with nodes, `check_layout_fits` checks it on theirs and names the node)."""
     allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
+    allowed = allowed | {"maxDuration"}
     unknown = set(raw) - allowed
     if unknown:
         raise InvalidInput(
             f"{where}: policy field {sorted(unknown)[0]!r} does not apply to {mode} pools",
             {"field": f"{where}.policy"},
         )
+    longest = check_max_duration(raw.get("maxDuration"), where)
     if mode in ("timeslice", "mps"):
-        return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)))
+        return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)), max_duration=longest)
     if mode == "mig":
         layout = layouts.format_layout(layouts.parse_layout(str(raw.get("migLayout", "all-disabled"))))
         if without_nodes:
             check_layout_possible(layout, where)
-        return PoolSettings(mig_layout=layout)
-    return PoolSettings()
+        return PoolSettings(mig_layout=layout, max_duration=longest)
+    return PoolSettings(max_duration=longest)
 
 
 def check_layout_possible(layout: str, where: str) -> None:
@@ -239,3 +285,21 @@ def check_layout_fits(gpus: Iterable[Gpu], layout: str) -> None:
                 {**exc.details, "field": "policy.migLayout", "node": gpu.node_id},
             ) from exc
         checked.add(gpu.model)
+
+
+def check_deletable(pool_id: str, members: Sequence[str], has_reservations: bool) -> None:
+    """Only an empty pool may be deleted: no member nodes (their atoms, and whoever books them, would
+    lose their pool) and no reservations (their history, and what is billed for it, names the pool).
+    Its quota rows and policies go with it."""
+    if members:
+        shown = ", ".join(members[:5]) + (", ..." if len(members) > 5 else "")
+        raise InvalidState(
+            f"pool {pool_id} still has {len(members)} node(s) ({shown}); move them out first "
+            "(pools.update with the nodes that stay, or none)",
+            {"poolId": pool_id, "nodes": list(members[:20])},
+        )
+    if has_reservations:
+        raise InvalidState(
+            f"pool {pool_id} has reservations, which keep its history; it cannot be deleted",
+            {"poolId": pool_id},
+        )

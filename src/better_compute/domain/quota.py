@@ -143,3 +143,17 @@ def check_quota(
                 f"quota exceeded for {cls}{in_pool}: {held} in use + {wanted} requested > limit {limit}",
                 details,
             )
+
+
+def held_at(
+    bookings: Iterable[tuple[str | None, str | None, str, Window]], at: datetime
+) -> dict[tuple[str, str, str], int]:
+    """Atoms held at the instant `at`, per (tenant, pool, class), from (tenant, pool, class, window)
+    of live bookings: what `quotas.list` shows as `used` beside each limit."""
+    counts: dict[tuple[str, str, str], int] = {}
+    for tenant_id, pool_id, cls, booked in bookings:
+        if tenant_id is None or pool_id is None or not booked.contains(at):
+            continue
+        key = (tenant_id, pool_id, cls)
+        counts[key] = counts.get(key, 0) + 1
+    return counts

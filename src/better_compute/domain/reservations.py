@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
@@ -105,6 +105,31 @@ def release_end(window: Window, stored: ReservationStatus | str, now: datetime) 
     raise InvalidState(
         f"the reservation is already {status.value} and cannot be released", {"status": status.value}
     )
+
+
+def extended_end(window: Window, stored: ReservationStatus | str, by: timedelta, now: datetime) -> datetime:
+    """When a reservation extended by `by` ends: its end moved later by `by`. Only a reservation
+    that is scheduled or active may be extended; one that has ended, or was cancelled or released,
+    has given its atoms back, and booking them again is a new reservation.
+
+    Whether the atoms are free for the added time is the ledger's to say (the exclusion constraint on
+    PostgreSQL), not this rule's: another booking may commit between any read and the write.
+    """
+    status = status_at(window, stored, now)
+    if status not in (ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE) or window.end is None:
+        raise InvalidState(
+            f"the reservation is already {status.value} and cannot be extended; make a new reservation",
+            {"status": status.value},
+        )
+    if by <= timedelta(0):
+        raise InvalidInput("duration must be positive", {"field": "duration"})
+    try:
+        return window.end + by
+    except OverflowError:
+        raise InvalidInput(
+            "the reservation would end after the year 9999; choose a shorter duration",
+            {"field": "duration"},
+        ) from None
 
 
 def request_fingerprint(body: Mapping[str, Any]) -> str:

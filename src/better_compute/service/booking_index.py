@@ -22,6 +22,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.events import (
     LedgerBooked,
     LedgerCancelled,
+    LedgerExtended,
     LedgerReleased,
     LoggedEvent,
     PartitionBooked,
@@ -166,6 +167,8 @@ class BookingIndex:
                 )
         elif isinstance(event, LedgerReleased | PartitionReleased):
             self._end(event.subject, event.at)
+        elif isinstance(event, LedgerExtended):
+            self._extend(event.subject, event.end)
         elif isinstance(event, LedgerCancelled):
             self._drop(event.subject)
         elif not isinstance(event, _QUIET_EVENTS):
@@ -233,6 +236,15 @@ class BookingIndex:
             kept = released(Window(interval.start, interval.end), at)
             if kept is not None:
                 self._add(allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner)
+
+    def _extend(self, allocation_id: str, end: datetime) -> None:
+        """The ledger's extension: every live interval of the allocation now ends at `end`."""
+        intervals = self._by_allocation.get(allocation_id)
+        if not intervals:
+            return
+        self._drop(allocation_id)
+        for interval in intervals:
+            self._add(allocation_id, [interval.atom_id], interval.start, end, interval.owner)
 
     # -- reading ---------------------------------------------------------------------------------
     def busy(self, window: Window) -> list[_Interval]:

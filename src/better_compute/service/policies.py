@@ -7,8 +7,8 @@ from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import AlreadyExists
-from better_compute.domain.events import PolicyCreated
+from better_compute.domain.errors import AlreadyExists, NotFound
+from better_compute.domain.events import PolicyCreated, PolicyDeleted
 from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.tenancy import (
     check_name,
@@ -72,3 +72,15 @@ def list_policies(
     with store.read() as tx:
         found = tx.policies.find(scope, pool_id)
     return page(found, lambda p: p.id, limit, after)
+
+
+def delete(store: StorePort, principal: Principal, policy_id: str, now: datetime) -> Policy:
+    """Delete a policy (admin only): reservations admitted from then on are no longer limited by it;
+    those it admitted stand. Returns the policy as it was."""
+    require_admin(principal, "policies.delete")
+    with store.begin() as tx:
+        gone = tx.policies.remove(check_ref(policy_id, "id"))
+        if gone is None:
+            raise NotFound(f"policy {policy_id} not found", {"id": policy_id})
+        tx.events.append(PolicyDeleted(gone.id, gone.tenant_id, gone.name), now)
+    return gone

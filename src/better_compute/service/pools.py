@@ -24,10 +24,17 @@ from better_compute.domain.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.events import MigLayoutRequested, PoolCreated, PoolOffered, PoolUpdated
+from better_compute.domain.events import (
+    MigLayoutRequested,
+    PoolCreated,
+    PoolDeleted,
+    PoolOffered,
+    PoolUpdated,
+)
 from better_compute.domain.fleet import default_meter
 from better_compute.domain.pools import (
     PoolSettings,
+    check_deletable,
     check_layout_fits,
     check_members,
     check_mode,
@@ -358,3 +365,23 @@ def offer(
     with store.begin() as tx:
         pool = quotas.pool_for_sharing(tx, principal, pool_id, "pools.offer")
         return quotas.grant(tx, principal, pool, tenant_id, limits, now, PoolOffered)
+
+
+def delete(store: StorePort, principal: Principal, pool_id: str, now: datetime) -> PoolView:
+    """Delete an empty pool (admin only): no nodes, no reservations (`pools.check_deletable`); its
+    quota rows and policies go with it. Answers the pool as it was.
+
+    The check and the delete are one transaction, and the delete is a compare-and-swap on the
+    pool's generation, which a concurrent node change bumps first: the two cannot both succeed."""
+    require_admin(principal, "pools.delete")
+    check_ref(pool_id, "id")
+    with store.begin() as tx:
+        pool = tx.pools.get(pool_id)
+        if pool is None:
+            raise pool_not_found(pool_id)
+        members = _members(tx, pool_id)
+        check_deletable(pool_id, members, bool(tx.reservations.page(None, pool_id, 1, None)))
+        if not tx.pools.remove(pool_id, pool.generation):
+            raise ConcurrentChange(f"pool {pool_id} changed while it was deleted; retry", {"poolId": pool_id})
+        tx.events.append(PoolDeleted(pool_id, pool.generation + 1), now)
+        return PoolView(pool, ())

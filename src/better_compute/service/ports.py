@@ -91,6 +91,8 @@ class AdmissionRead:
     events: list[LoggedEvent]
     newest_event: int
     log: LogSnapshot
+    pool_max_duration: str | None = None
+    """The pool's `policy.maxDuration`, as set; None when it has none."""
 
 
 class TenantRepo(Protocol):
@@ -209,6 +211,11 @@ class PoolRepo(Protocol):
         """Write new settings and bump the generation if it is still `generation`; True if it was."""
         ...
 
+    def remove(self, pool_id: str, generation: int) -> bool:
+        """Delete the pool, its quota rows and policies, if it is still at `generation` (else
+        nothing, and False): a concurrent change of its nodes bumps the generation first."""
+        ...
+
     def set_members(self, pool_id: str, node_ids: Sequence[str]) -> bool:
         """Make these the pool's nodes; False (and nothing written for the rest) when another pool
         holds one of them."""
@@ -230,6 +237,10 @@ class PolicyRepo(Protocol):
 
     def add(self, policy: Policy) -> bool:
         """Insert the policy; False when the tenant already has one of that name."""
+        ...
+
+    def remove(self, policy_id: str) -> Policy | None:
+        """Delete the policy and return it as it was; None when no policy has the id."""
         ...
 
 
@@ -315,6 +326,11 @@ class LedgerPort(Protocol):
         ...
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int: ...
+
+    def extend_allocation(self, allocation_id: str, end: datetime, event: Event, now: datetime) -> int:
+        """Move the end of the allocation's live bookings to `end`, appending `event`; raises
+        Overlap (nothing written) when another live booking holds one of its atoms then."""
+        ...
 
     def family_atom_ids(self, gpu_id: str) -> list[str]: ...
 

@@ -7,8 +7,10 @@ Setting a row is how a tenant gets into a pool, so it obeys the same single-tena
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 
+from better_compute.domain import quota
 from better_compute.domain.admission import check_offer
 from better_compute.domain.credentials import Principal
 from better_compute.domain.events import PoolOffered, QuotaSet
@@ -22,6 +24,7 @@ from better_compute.domain.tenancy import (
     require_pool_owner,
     tenant_scope,
 )
+from better_compute.domain.timewin import Window
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
 
@@ -101,9 +104,35 @@ def list_quotas(
     pool_id: str | None = None,
     limit: int | None = None,
     after: str | None = None,
-) -> Listing[Quota]:
-    """Quota rows by tenant and pool; a tenant token sees only its own rows."""
+    now: datetime | None = None,
+) -> Listing[QuotaUse]:
+    """Quota rows by tenant and pool; a tenant token sees only its own rows. With `now`, each row
+    comes with what its tenant holds of its class in its pool then (`quota.held_at`), read from the
+    ledger's live bookings in the same transaction."""
     scope = tenant_scope(principal, tenant_id)
     with store.read() as tx:
-        found = tx.quotas.find(scope, pool_id)
-    return page(found, lambda q: f"{q.tenant_id}/{q.pool_id}/{q.cls}", limit, after)
+        found = page(
+            tx.quotas.find(scope, pool_id), lambda q: f"{q.tenant_id}/{q.pool_id}/{q.cls}", limit, after
+        )
+        held: dict[tuple[str, str, str], int] = {}
+        if now is not None and found.items:
+            wanted = {(q.tenant_id, q.pool_id) for q in found.items}
+            live = [
+                (b.tenant_id, b.pool_id, b.cls, Window(b.starts_at, b.ends_at))
+                for b in tx.ledger.live_bookings(now)
+                if (b.tenant_id, b.pool_id) in wanted
+            ]
+            held = quota.held_at(live, now)
+    uses = [
+        QuotaUse(q, None if now is None else held.get((q.tenant_id, q.pool_id, q.cls), 0))
+        for q in found.items
+    ]
+    return Listing(uses, found.next_cursor)
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    """A quota row and how much of it is held now (None when not asked)."""
+
+    quota: Quota
+    used: int | None

@@ -29,19 +29,27 @@ from better_compute.domain.errors import (
     NotFound,
     NotInPool,
 )
-from better_compute.domain.events import LedgerReleased, ReservationCancelled, ReservationReleased
+from better_compute.domain.events import (
+    LedgerExtended,
+    LedgerReleased,
+    ReservationCancelled,
+    ReservationReleased,
+)
+from better_compute.domain.ledger import earliest_free
+from better_compute.domain.pools import check_duration_allowed
 from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
     ReservationStatus,
     check_cancel,
     check_cursor,
     check_replay,
+    extended_end,
     release_end,
     request_fingerprint,
     status_at,
 )
 from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found, tenant_scope
-from better_compute.domain.timewin import Window, parse_instant, window_for
+from better_compute.domain.timewin import Window, parse_duration, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.credentials import confirm_live
 from better_compute.service.paging import Listing
@@ -309,6 +317,7 @@ def _create_in(
     if not snap.tenant_exists:
         raise tenant_not_found(tenant_id)
     admission.check_against_pool(mode, requests)
+    check_duration_allowed(pool_id, snap.pool_max_duration, window.duration)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
     gpu_count, gpu_slices = iam.reservation_counts(requested)
     iam.check_policies(snap.policies, pool_id, gpu_count, gpu_slices, tenant_id=tenant_id)
@@ -426,3 +435,71 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
         r = _bump(tx, r, ReservationStatus.RELEASED, end)
         tx.events.append(ReservationReleased(reservation_id, end), now)
         return _view(tx, r, now)
+
+
+def extend(
+    store: StorePort,
+    index: BookingIndex,
+    principal: Principal,
+    reservation_id: str,
+    duration: str,
+    now: datetime,
+) -> ReservationView:
+    """Move a scheduled or active reservation's end later by `duration`, on the atoms it holds.
+
+    Under the tenant's quota lock (as admission takes it), the added time is checked against the
+    tenant's quota like a new reservation of the same devices; whether the atoms are free then is
+    the ledger's to decide, in the same write (PostgreSQL's exclusion constraint), so an extension
+    racing another booking of the same atom loses cleanly: BookingConflict, naming the atom and when
+    it is free again."""
+    by = parse_duration(duration)
+    added: Window | None = None
+    try:
+        with store.begin() as tx:
+            r = _visible(tx, principal, reservation_id)
+            read = index.prepare(tx)
+            snap = tx.reservations.snapshot(
+                r.tenant_id, r.pool_id, None, read, lock_key=f"quota:{r.tenant_id}:{r.pool_id}"
+            )
+            index.apply(tx, read, snap.events, snap.newest_event, snap.log)
+            current = tx.reservations.get(reservation_id)  # as it is under the lock
+            assert current is not None
+            r = current
+            window = Window(r.starts_at, r.ends_at)
+            end = extended_end(window, r.status, by, now)
+            check_duration_allowed(r.pool_id, snap.pool_max_duration, end - r.starts_at)
+            assert r.ends_at is not None
+            added = Window(r.ends_at, end)
+            held = index.held(r.tenant_id, r.pool_id, index.busy(added), added)
+            if snap.pool_owner is not None:
+                quota.check_quota(
+                    r.tenant_id, snap.pool_owner, snap.limits, held, dict(r.counts), pool_id=r.pool_id
+                )
+            tx.ledger.extend_allocation(r.id, end, LedgerExtended(r.id, end), now)
+            r = _bump(tx, r, ReservationStatus(r.status), end)
+            return _view(tx, r, now)
+    except Overlap as clash:
+        assert added is not None  # only the ledger's write raises Overlap
+        raise _extension_conflict(store, reservation_id, added, clash.atom_id) from None
+
+
+def _extension_conflict(
+    store: StorePort, reservation_id: str, added: Window, hint: str | None
+) -> BookingConflict:
+    """The refusal of an extension: the first atom of the reservation booked by someone else in the
+    added time, until when the reservation could be extended, and when that atom is free again."""
+    with store.read() as tx:
+        atoms = [a.id for a in tx.reservations.held_atoms([reservation_id])[reservation_id]]
+        for atom_id in [hint, *atoms] if hint else atoms:
+            busy = [b for b in tx.ledger.busy_spans([atom_id], added.start) if b.overlaps(added)]
+            if busy:
+                until = min(b.start for b in busy)
+                free = earliest_free(busy, added)
+                return BookingConflict(
+                    atom_id,
+                    free,
+                    f"atom {atom_id} is booked by another reservation from {until.isoformat()}; "
+                    f"the reservation can be extended to {until.isoformat()} at most"
+                    + (f", or the atom is free again from {free.isoformat()}" if free else ""),
+                )
+    return BookingConflict(hint or "unknown", added.start)

@@ -20,6 +20,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import Booking
@@ -284,6 +285,51 @@ def end_allocation(conn: Connection, allocation_id: str, now: datetime, event: E
     return changed
 
 
+def extend_allocation(
+    conn: Connection, allocation_id: str, end: datetime, event: Event, now: datetime
+) -> int:
+    """Move the end of the allocation's live bookings to `end` (later than their end), or raise
+    Overlap naming an atom another live booking holds in the added time; nothing is written then.
+
+    PostgreSQL's exclusion constraint refuses the UPDATE itself. SQLite's writers are serialised, so
+    the look-up for a clash before the UPDATE cannot be overtaken by another booking.
+    """
+    mine = bookings.alias("mine")
+    if conn.dialect.name != "postgresql":
+        clash = conn.execute(
+            select(bookings.c.atom_id)
+            .join(mine, mine.c.atom_id == bookings.c.atom_id)
+            .where(
+                mine.c.allocation_id == allocation_id,
+                mine.c.state == "live",
+                bookings.c.allocation_id != allocation_id,
+                bookings.c.state == "live",
+                bookings.c.starts_at < end,
+                or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > mine.c.ends_at),
+            )
+            .limit(1)
+        ).first()
+        if clash is not None:
+            raise Overlap(str(clash[0]))
+    try:
+        changed = conn.execute(
+            update(bookings)
+            .where(bookings.c.allocation_id == allocation_id, bookings.c.state == "live")
+            .values(ends_at=end)
+        ).rowcount
+    except IntegrityError as exc:
+        if isinstance(exc.orig, psycopg.errors.ExclusionViolation):
+            raise overlap_from(exc.orig) from None
+        raise
+    except OperationalError as exc:
+        if isinstance(exc.orig, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure):
+            raise contended() from None
+        raise
+    if changed:
+        append(conn, event, now)
+    return int(changed)
+
+
 def cancel_allocation(conn: Connection, allocation_id: str, now: datetime) -> int:
     """Cancel every live booking of the allocation (the caller checked none has started)."""
     changed = conn.execute(
@@ -356,6 +402,9 @@ class SqlLedger:
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int:
         return cancel_allocation(self.conn, allocation_id, now)
+
+    def extend_allocation(self, allocation_id: str, end: datetime, event: Event, now: datetime) -> int:
+        return extend_allocation(self.conn, allocation_id, end, event, now)
 
     def family_atom_ids(self, gpu_id: str) -> list[str]:
         return family_atom_ids(self.conn, gpu_id)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, delete, select
 
 from better_compute.domain.iam import Policy
 from better_compute.storage import rows
@@ -46,3 +46,10 @@ class SqlPolicies:
             "created_at": policy.created_at,
         }
         return rows.insert_new(self.conn, policies, [row]) == 1
+
+    def remove(self, policy_id: str) -> Policy | None:
+        found = self.conn.execute(select(policies).where(policies.c.id == policy_id)).first()
+        if found is None:
+            return None
+        self.conn.execute(delete(policies).where(policies.c.id == policy_id))
+        return policy_of(dict(found._mapping))

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, delete, select
 from better_compute.domain.pools import PoolSettings, check_mode, stored_settings
 from better_compute.domain.records import Pool
 from better_compute.storage import rows
-from better_compute.storage.tables import pool_nodes, pools
+from better_compute.storage.tables import policies, pool_nodes, pools, quotas
 
 
 def _pool(r: Mapping[str, Any]) -> Pool:
@@ -75,6 +75,19 @@ class SqlPools:
             {"generation": generation},
             {"policy": settings.as_mapping(), "generation": generation + 1},
         )
+
+    def remove(self, pool_id: str, generation: int) -> bool:
+        # The generation first: the compare-and-swap takes the pool row's lock (PostgreSQL), so a
+        # concurrent pools.update (which bumps it before it adds nodes) either finished before and
+        # fails this, or waits and then finds the pool gone.
+        if not rows.compare_and_set(
+            self.conn, pools, pool_id, {"generation": generation}, {"generation": generation + 1}
+        ):
+            return False
+        self.conn.execute(delete(quotas).where(quotas.c.pool_id == pool_id))
+        self.conn.execute(delete(policies).where(policies.c.pool_id == pool_id))
+        self.conn.execute(delete(pools).where(pools.c.id == pool_id))
+        return True
 
     def set_members(self, pool_id: str, node_ids: Sequence[str]) -> bool:
         self.conn.execute(delete(pool_nodes).where(pool_nodes.c.pool_id == pool_id))

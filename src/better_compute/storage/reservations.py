@@ -147,7 +147,8 @@ class SqlReservations:
 _PG_SNAPSHOT = (
     "SELECT"
     " (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),"
-    " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = %(p)s),"
+    " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', policy->>'maxDuration')"
+    " FROM pools WHERE id = %(p)s),"
     " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),"
     " (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')"
     " FROM policies WHERE tenant_id = %(t)s),"
@@ -161,7 +162,8 @@ _PG_SNAPSHOT = (
 _SQLITE_SNAPSHOT = """
 SELECT
   (SELECT id FROM reservations WHERE tenant_id = :t AND idempotency_key = :k),
-  (SELECT json_object('mode', mode, 'owner', owner_tenant_id) FROM pools WHERE id = :p),
+  (SELECT json_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', json_extract(policy, '$.maxDuration'))
+     FROM pools WHERE id = :p),
   EXISTS (SELECT 1 FROM tenants WHERE id = :t),
   (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
      FROM policies WHERE tenant_id = :t),
@@ -230,6 +232,7 @@ def admission_snapshot(
         replay_id=replay,
         pool_mode=None if pool is None else check_mode(pool["mode"]),
         pool_owner=None if pool is None else pool["owner"],
+        pool_max_duration=None if pool is None else pool.get("maxDuration"),
         tenant_exists=bool(tenant),
         policies=[policy_of({**p, "tenant_id": tenant_id}) for p in policies or ()],
         limits={str(k): int(v) for k, v in (limits or {}).items()},

@@ -40,6 +40,7 @@ from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 from better_compute.wire.reservations import (
     IdRequest,
     ReservationCreate,
+    ReservationExtend,
     ReservationListQuery,
     ReservationPublic,
 )
@@ -51,6 +52,8 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    WhoAmI,
+    WhoAmIQuery,
 )
 
 Verb = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -160,6 +163,14 @@ _TABLE: tuple[Method, ...] = (
         CredentialPublic,
         summary="Revoke a credential: its token stops working at once. Revoking twice is harmless.",
     ),
+    Method(
+        "credentials.whoami",
+        "GET",
+        "/v1/whoami",
+        WhoAmIQuery,
+        WhoAmI,
+        summary="Who the token is: its credential and the tenant it acts for.",
+    ),
     Method("pools.create", "POST", "/v1/pools", PoolCreate, PoolPublic, summary="Create a pool."),
     Method("pools.list", "GET", "/v1/pools", PoolListQuery, PoolPublic, paged=True),
     Method("pools.get", "GET", "/v1/pools/{id}", IdRequest, PoolPublic),
@@ -170,6 +181,14 @@ _TABLE: tuple[Method, ...] = (
         PoolUpdate,
         PoolPublic,
         summary="Change a pool's policy or nodes; a new migLayout goes through the layout gate.",
+    ),
+    Method(
+        "pools.delete",
+        "DELETE",
+        "/v1/pools/{id}",
+        IdRequest,
+        PoolPublic,
+        summary="Delete an empty pool (no nodes, no reservations) with its quota rows and policies.",
     ),
     Method(
         "pools.offer",
@@ -183,6 +202,14 @@ _TABLE: tuple[Method, ...] = (
     Method("quotas.list", "GET", "/v1/quotas", QuotaListQuery, QuotaPublic, paged=True),
     Method("policies.create", "POST", "/v1/policies", PolicyCreate, PolicyPublic),
     Method("policies.list", "GET", "/v1/policies", PolicyListQuery, PolicyPublic, paged=True),
+    Method(
+        "policies.delete",
+        "DELETE",
+        "/v1/policies/{id}",
+        IdRequest,
+        PolicyPublic,
+        summary="Delete a policy; reservations it admitted stand.",
+    ),
     Method(
         "reservations.create",
         "POST",
@@ -211,6 +238,14 @@ _TABLE: tuple[Method, ...] = (
         IdRequest,
         ReservationPublic,
         summary="End an active reservation now; the rest of its window frees.",
+    ),
+    Method(
+        "reservations.extend",
+        "POST",
+        "/v1/reservations/{id}/extend",
+        ReservationExtend,
+        ReservationPublic,
+        summary="Move a reservation's end later on the atoms it holds; CONFLICT when they are booked then.",
     ),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),

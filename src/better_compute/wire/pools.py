@@ -18,10 +18,13 @@ class PoolPolicyPublic(WireAnswer):
 
     mig_layout: str | None = None
     replicas: int | None = Field(default=None, ge=1, le=48)
+    max_duration: str | None = Field(default=None, json_schema_extra={"maxLength": 64})
 
 
 class PoolPolicy(PoolPolicyPublic, WireRequest):
-    """`migLayout` for mig pools (e.g. `all-1g.10gb`); `replicas` (1-48) for timeslice and mps pools."""
+    """`migLayout` for mig pools (e.g. `all-1g.10gb`); `replicas` (1-48) for timeslice and mps pools;
+    `maxDuration` (e.g. `8h`), in any pool, the longest a reservation there may be (extensions
+    included)."""
 
 
 class PoolCreate(WireRequest):

@@ -29,6 +29,9 @@ class QuotaPublic(WireAnswer):
     pool_id: str
     cls: AtomClass = Field(alias="class")
     limit: int
+    # Only quotas.list knows it: the other answers that carry quota rows leave it out, not null.
+    used: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """How many of the class the tenant holds in the pool now (`quotas.list`; absent elsewhere)."""
 
 
 class QuotaListQuery(WireRequest):

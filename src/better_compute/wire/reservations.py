@@ -100,6 +100,16 @@ class ReservationCreate(WireRequest):
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
 
 
+class ReservationExtend(WireRequest):
+    """`reservations.extend`: move a scheduled or active reservation's end later by `duration` (like
+    `30m`, `4h`), on the atoms it holds. Refused with CONFLICT when another booking holds one of them
+    in the added time (the answer names the atom and when it is free), and like a new reservation
+    when the tenant's quota would not cover the added time."""
+
+    id: str
+    duration: str = Field(json_schema_extra={"maxLength": MAX_DURATION_TEXT})
+
+
 class ReservationAtom(WireAnswer):
     """An atom a reservation holds, with the attributes selectors match on."""
 

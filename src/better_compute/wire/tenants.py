@@ -52,3 +52,15 @@ class CredentialCreated(CredentialPublic):
     """The answer to `credentials.create`: the bearer `token` is shown here once and never again."""
 
     token: str
+
+
+class WhoAmIQuery(WireRequest):
+    """`credentials.whoami` takes nothing: the token says who."""
+
+
+class WhoAmI(WireAnswer):
+    """Who the token is: its credential, and the tenant it acts for (None with `isAdmin`: the fleet)."""
+
+    credential_id: str
+    tenant_id: str | None
+    is_admin: bool

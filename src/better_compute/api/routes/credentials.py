@@ -1,6 +1,6 @@
 """Credentials: `credentials.create` (admin) answers the new bearer token, shown this once;
 `credentials.list` shows credentials without their tokens (a tenant sees its own);
-`credentials.revoke` (admin) stops a token at once."""
+`credentials.revoke` (admin) stops a token at once; `credentials.whoami` says who a token is."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import credential_created, credential_public, paged
+from better_compute.api.convert import credential_created, credential_public, paged, whoami
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.service import credentials
@@ -19,6 +19,8 @@ from better_compute.wire.tenants import (
     CredentialCreated,
     CredentialListQuery,
     CredentialPublic,
+    WhoAmI,
+    WhoAmIQuery,
 )
 
 router = APIRouter(prefix="/v1", tags=["credentials"], route_class=StrictQueryRoute)
@@ -43,3 +45,8 @@ def list_credentials(
 @router.post("/credentials/{id}/revoke", response_model=CredentialPublic)
 def revoke_credential(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> CredentialPublic:
     return credential_public(credentials.revoke(store, principal, id, now))
+
+
+@router.get("/whoami", response_model=WhoAmI)
+def get_whoami(q: Annotated[WhoAmIQuery, Query()], principal: PrincipalDep) -> WhoAmI:
+    return whoami(principal)

@@ -43,3 +43,8 @@ def list_policies(
         store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
     )
     return paged(found, policy_public)
+
+
+@router.delete("/policies/{id}", response_model=PolicyPublic)
+def delete_policy(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PolicyPublic:
+    return policy_public(policies.delete(store, principal, id, now))

@@ -87,3 +87,8 @@ def offer_pool(
     )
     quotas = [quota_public(q) for q in rows]
     return PoolOfferPublic(pool_id=pool_id, tenant_id=body.tenant_id, quotas=quotas)
+
+
+@router.delete("/pools/{id}", response_model=PoolPublic)
+def delete_pool(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PoolPublic:
+    return pool_public(pools.delete(store, principal, id, now))

@@ -25,9 +25,9 @@ def set_quota(body: QuotaSet, principal: PrincipalDep, store: StoreDep, now: Now
 
 @router.get("/quotas", response_model=Page[QuotaPublic])
 def list_quotas(
-    q: Annotated[QuotaListQuery, Query()], principal: PrincipalDep, store: StoreDep
+    q: Annotated[QuotaListQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> Page[QuotaPublic]:
     found = quotas.list_quotas(
-        store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
+        store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor, now=now
     )
-    return paged(found, quota_public)
+    return paged(found, lambda row: quota_public(row.quota, row.used))

@@ -1,4 +1,4 @@
-"""Reservations: create (201, or 200 for a replayed idempotency key), get, list, cancel, release."""
+"""Reservations: create (201, or 200 for a replayed idempotency key), get, list, cancel, release, extend."""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ from better_compute.domain.credentials import Caller, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
-from better_compute.wire.reservations import ReservationCreate, ReservationListQuery, ReservationPublic
+from better_compute.wire.reservations import (
+    ReservationCreate,
+    ReservationExtend,
+    ReservationListQuery,
+    ReservationPublic,
+)
 
 router = APIRouter(
     prefix="/v1", tags=["reservations"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute
@@ -177,3 +182,11 @@ def cancel_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: N
 @router.post("/reservations/{id}/release", response_model=ReservationPublic)
 def release_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ReservationPublic:
     return reservation_public(reservations.release(store, principal, id, now))
+
+
+@router.post("/reservations/{id}/extend", response_model=ReservationPublic)
+def extend_reservation(
+    id: str, body: ReservationExtend, principal: PrincipalDep, services: ServicesDep, now: NowDep
+) -> ReservationPublic:
+    view = reservations.extend(services.store, services.index, principal, id, body.duration, now)
+    return reservation_public(view)

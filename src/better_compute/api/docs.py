@@ -1,0 +1,50 @@
+"""The API's own pages: `/docs` (Swagger UI) with every asset served by this process, and `/`.
+
+FastAPI's default `/docs` page loads Swagger UI's script and stylesheet from a public CDN, so on a host
+without internet access (the usual place for a GPU fleet's control plane) it renders blank. The assets
+come from the `swagger-ui-bundle` package instead, mounted under `/docs/assets`, and ReDoc (CDN only)
+is not offered. `GET /` is where a browser pointed at the server lands: it is sent to `/docs` (and,
+once there is one, to the console).
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
+
+DOCS_PATH = "/docs"
+ASSETS_PATH = "/docs/assets"
+OAUTH2_REDIRECT_PATH = "/docs/oauth2-redirect"
+
+
+def install(app: FastAPI) -> None:
+    """Serve `/docs` from local assets and send `/` there. `app` must be built with `docs_url=None`
+    and `redoc_url=None`, so that FastAPI's CDN pages are not registered first."""
+    app.mount(ASSETS_PATH, StaticFiles(directory=str(swagger_ui_path)), name="docs-assets")
+    openapi_url = app.openapi_url or "/openapi.json"
+    title = f"{app.title} API"
+
+    @app.get(DOCS_PATH, include_in_schema=False)
+    def swagger_ui() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url=openapi_url,
+            title=title,
+            swagger_js_url=f"{ASSETS_PATH}/swagger-ui-bundle.js",
+            swagger_css_url=f"{ASSETS_PATH}/swagger-ui.css",
+            swagger_favicon_url=f"{ASSETS_PATH}/favicon-32x32.png",
+            oauth2_redirect_url=OAUTH2_REDIRECT_PATH,
+        )
+
+    @app.get(OAUTH2_REDIRECT_PATH, include_in_schema=False)
+    def swagger_ui_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse(DOCS_PATH, status_code=307)
+
+
+__all__ = ["install"]

@@ -1,0 +1,570 @@
+"""Friendly commands beside `api`: `pools`, `nodes`, `tenants`, `quotas`, `policies`, `credentials`
+(`list`, `show`, `create`, ... as each method allows), and `logout`.
+
+Each is a thin spelling of one API method through the typed client: a table for people, `--json`
+for scripts (the API's own answer). Nothing here decides anything the server does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+
+import typer
+from pydantic import BaseModel
+from rich import box
+from rich.table import Table
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.output import fail, in_cli_terms, print_json, stdout
+from better_compute.wire.common import Page
+from better_compute.wire.pools import SharingMode
+from better_compute.wire.quotas import AtomClass
+
+if TYPE_CHECKING:
+    from better_compute.client import Compute
+
+T = TypeVar("T")
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
+LimitOption = Annotated[
+    int | None, typer.Option("--limit", min=1, help="At most this many.", show_default=False)
+]
+CursorOption = Annotated[
+    str | None, typer.Option("--cursor", help="The next page's cursor.", show_default=False)
+]
+
+
+def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
+    from better_compute.client import ComputeError  # imported only by commands that call a server
+
+    try:
+        settings = config.resolve(server, token)
+    except ValueError as exc:
+        fail(str(exc), as_json=as_json)
+    try:
+        with config.connect(settings) as compute:
+            return action(compute)
+    except ComputeError as exc:
+        fail(in_cli_terms(exc, token=settings.token, options={}), as_json=as_json)
+
+
+def _plain(value: Any) -> dict[str, Any]:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json", by_alias=True)
+    return dict(value)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):
+        shown = {k: v for k, v in value.items() if v is not None}
+        return ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
+    if isinstance(value, list):
+        return ", ".join(_cell(v) for v in value) or "-"
+    return str(value)
+
+
+def _table(rows: Iterable[Mapping[str, Any]], columns: Sequence[tuple[str, str]], empty: str) -> None:
+    """Rows as a table of `columns` ((header, key) pairs); the first column is the id, never cut."""
+    items = list(rows)
+    console = stdout()
+    if not items:
+        console.print(empty, markup=False)
+        return
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for n, (header, _) in enumerate(columns):
+        table.add_column(header, no_wrap=n == 0, overflow="fold")
+    for item in items:
+        table.add_row(*(_cell(item.get(key)) for _, key in columns))
+    console.print(table)
+
+
+def _page(page: Page[Any], columns: Sequence[tuple[str, str]], empty: str, as_json: bool) -> None:
+    if as_json:
+        print_json({"items": [_plain(i) for i in page.items], "nextCursor": page.next_cursor})
+        return
+    _table((_plain(i) for i in page.items), columns, empty)
+    if page.next_cursor:
+        stdout().print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
+def _one(item: Any, as_json: bool) -> None:
+    data = _plain(item)
+    if as_json:
+        print_json(data)
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in data.items():
+        grid.add_row(key, _cell(value))
+    stdout().print(grid)
+
+
+def _find(pages: Callable[[str | None], Page[Any]], wanted: str, noun: str, as_json: bool) -> Any:
+    """The item with id `wanted`, read page by page (for nouns whose API has no `get`)."""
+    cursor: str | None = None
+    while True:
+        page = pages(cursor)
+        for item in page.items:
+            if _plain(item).get("id") == wanted:
+                return item
+        cursor = page.next_cursor
+        if not cursor:
+            from better_compute.client import NotFoundError
+
+            fail(NotFoundError(f"{noun} {wanted} not found", details={"id": wanted}), as_json=as_json)
+
+
+# -- pools ---------------------------------------------------------------------------------------
+pools_app = typer.Typer(help="List, show, create, update and delete pools.", no_args_is_help=True)
+app.add_typer(pools_app, name="pools")
+POOL_COLUMNS = [
+    ("id", "id"),
+    ("mode", "mode"),
+    ("owner", "ownerTenantId"),
+    ("cluster", "clusterId"),
+    ("policy", "policy"),
+    ("nodes", "nodes"),
+]
+
+
+@pools_app.command("list")
+def pools_list(
+    cluster: Annotated[str | None, typer.Option("--cluster", show_default=False)] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Owner tenant.", show_default=False)] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Pools the token may see."""
+    page = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.pools.list(cluster_id=cluster, owner_tenant_id=owner, limit=limit, cursor=cursor),
+    )
+    _page(page, POOL_COLUMNS, "no pools", as_json)
+
+
+@pools_app.command("show")
+def pools_show(
+    pool_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One pool, its policy and nodes."""
+    _one(_call(server, token, as_json, lambda c: c.pools.get(pool_id)), as_json)
+
+
+def _policy(mig_layout: str | None, replicas: int | None, max_duration: str | None) -> dict[str, Any]:
+    raw = {"migLayout": mig_layout, "replicas": replicas, "maxDuration": max_duration}
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+MigLayoutOption = Annotated[
+    str | None, typer.Option("--mig-layout", help="mig pools: e.g. all-1g.10gb.", show_default=False)
+]
+ReplicasOption = Annotated[
+    int | None, typer.Option("--replicas", help="timeslice and mps pools: 1-48.", show_default=False)
+]
+MaxDurationOption = Annotated[
+    str | None, typer.Option("--max-duration", help="The longest reservation: e.g. 8h.", show_default=False)
+]
+
+
+@pools_app.command("create")
+def pools_create(
+    name: Annotated[str, typer.Option("--name", show_default=False)],
+    cluster: Annotated[str, typer.Option("--cluster", show_default=False)],
+    mode: Annotated[
+        str, typer.Option("--mode", help="exclusive, mig, timeslice or mps.", show_default=False)
+    ],
+    owner: Annotated[str, typer.Option("--owner", help="Owner tenant.", show_default=False)],
+    node: Annotated[
+        list[str] | None, typer.Option("--node", help="A member node (repeat).", show_default=False)
+    ] = None,
+    mig_layout: MigLayoutOption = None,
+    replicas: ReplicasOption = None,
+    max_duration: MaxDurationOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a pool (admin)."""
+    policy = _policy(mig_layout, replicas, max_duration)
+    created = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.pools.create(
+            name=name,
+            cluster_id=cluster,
+            mode=cast(SharingMode, mode),
+            owner_tenant_id=owner,
+            nodes=node or (),
+            policy=policy,
+        ),
+    )
+    _one(created, as_json)
+
+
+@pools_app.command("update")
+def pools_update(
+    pool_id: Annotated[str, typer.Argument(metavar="ID")],
+    node: Annotated[
+        list[str] | None,
+        typer.Option("--node", help="The member nodes (repeat; replaces them).", show_default=False),
+    ] = None,
+    mig_layout: MigLayoutOption = None,
+    replicas: ReplicasOption = None,
+    max_duration: MaxDurationOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Change a pool's policy or nodes (admin); other settings are kept."""
+    policy = _policy(mig_layout, replicas, max_duration) or None
+    _one(_call(server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node)), as_json)
+
+
+@pools_app.command("delete")
+def pools_delete(
+    pool_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete an empty pool (admin): no nodes, no reservations; its quota rows and policies go too."""
+    _one(_call(server, token, as_json, lambda c: c.pools.delete(pool_id)), as_json)
+
+
+# -- nodes ---------------------------------------------------------------------------------------
+nodes_app = typer.Typer(help="List nodes.", no_args_is_help=True)
+app.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.command("list")
+def nodes_list(
+    cluster: Annotated[str | None, typer.Option("--cluster", show_default=False)] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Nodes of the fleet, with their cluster and pool."""
+    filters = {"cluster": cluster} if cluster else {}
+    page = _call(server, token, as_json, lambda c: c.nodes.list(limit=limit, cursor=cursor, **filters))
+    columns = [
+        ("id", "id"),
+        ("cluster", "clusterId"),
+        ("pool", "poolId"),
+        ("cordoned", "cordoned"),
+        ("last report", "lastReportAt"),
+    ]
+    _page(page, columns, "no nodes", as_json)
+
+
+# -- tenants -------------------------------------------------------------------------------------
+tenants_app = typer.Typer(help="List, show and create tenants.", no_args_is_help=True)
+app.add_typer(tenants_app, name="tenants")
+TENANT_COLUMNS = [("id", "id"), ("name", "name"), ("created", "createdAt")]
+
+
+@tenants_app.command("list")
+def tenants_list(
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Tenants (a tenant's token sees its own)."""
+    _page(
+        _call(server, token, as_json, lambda c: c.tenants.list(limit=limit, cursor=cursor)),
+        TENANT_COLUMNS,
+        "no tenants",
+        as_json,
+    )
+
+
+@tenants_app.command("show")
+def tenants_show(
+    tenant_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One tenant."""
+    found = _call(
+        server,
+        token,
+        as_json,
+        lambda c: _find(lambda cur: c.tenants.list(cursor=cur), tenant_id, "tenant", as_json),
+    )
+    _one(found, as_json)
+
+
+@tenants_app.command("create")
+def tenants_create(
+    tenant_id: Annotated[str, typer.Option("--id", show_default=False)],
+    name: Annotated[str | None, typer.Option("--name", help="Default: the id.", show_default=False)] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a tenant (admin)."""
+    _one(
+        _call(server, token, as_json, lambda c: c.tenants.create(id=tenant_id, name=name or tenant_id)),
+        as_json,
+    )
+
+
+# -- quotas --------------------------------------------------------------------------------------
+quotas_app = typer.Typer(help="List and set quota rows.", no_args_is_help=True)
+app.add_typer(quotas_app, name="quotas")
+
+
+@quotas_app.command("list")
+def quotas_list(
+    tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
+    pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used)."""
+    page = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.quotas.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
+    )
+    columns = [
+        ("tenant", "tenantId"),
+        ("pool", "poolId"),
+        ("class", "class"),
+        ("used", "used"),
+        ("limit", "limit"),
+    ]
+    _page(page, columns, "no quotas", as_json)
+
+
+@quotas_app.command("set")
+def quotas_set(
+    tenant: Annotated[str, typer.Option("--tenant", show_default=False)],
+    pool: Annotated[str, typer.Option("--pool", show_default=False)],
+    cls: Annotated[str, typer.Option("--class", help="gpu, gpu.mig or gpu.slot.", show_default=False)],
+    limit: Annotated[int, typer.Option("--limit", min=0, show_default=False)],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Set one quota row (the pool's owner or an admin)."""
+    row = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.quotas.set(tenant_id=tenant, pool_id=pool, cls=cast(AtomClass, cls), limit=limit),
+    )
+    _one(row, as_json)
+
+
+# -- policies ------------------------------------------------------------------------------------
+policies_app = typer.Typer(help="List, show, create and delete policies.", no_args_is_help=True)
+app.add_typer(policies_app, name="policies")
+POLICY_COLUMNS = [
+    ("id", "id"),
+    ("name", "name"),
+    ("tenant", "tenantId"),
+    ("pool", "poolId"),
+    ("limits", "limits"),
+]
+
+
+@policies_app.command("list")
+def policies_list(
+    tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
+    pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Policies: per-reservation limits on a tenant, in one pool or all."""
+    page = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.policies.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
+    )
+    _page(page, POLICY_COLUMNS, "no policies", as_json)
+
+
+@policies_app.command("show")
+def policies_show(
+    policy_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One policy."""
+    found = _call(
+        server,
+        token,
+        as_json,
+        lambda c: _find(lambda cur: c.policies.list(cursor=cur), policy_id, "policy", as_json),
+    )
+    _one(found, as_json)
+
+
+@policies_app.command("create")
+def policies_create(
+    name: Annotated[str, typer.Option("--name", show_default=False)],
+    tenant: Annotated[str, typer.Option("--tenant", show_default=False)],
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="Default: every pool.", show_default=False)
+    ] = None,
+    gpu_count: Annotated[
+        int | None,
+        typer.Option("--gpu-count", min=0, help="Most whole GPUs per reservation.", show_default=False),
+    ] = None,
+    gpu_slices: Annotated[
+        int | None,
+        typer.Option("--gpu-slices", min=0, help="Most fractions per reservation.", show_default=False),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a policy (admin)."""
+    limits = {k: v for k, v in {"gpuCount": gpu_count, "gpuSlices": gpu_slices}.items() if v is not None}
+    made = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.policies.create(name=name, tenant_id=tenant, pool_id=pool, limits=limits),
+    )
+    _one(made, as_json)
+
+
+@policies_app.command("delete")
+def policies_delete(
+    policy_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete a policy (admin); reservations it admitted stand."""
+    _one(_call(server, token, as_json, lambda c: c.policies.delete(policy_id)), as_json)
+
+
+# -- credentials ---------------------------------------------------------------------------------
+credentials_app = typer.Typer(help="List, create and revoke credentials.", no_args_is_help=True)
+app.add_typer(credentials_app, name="credentials")
+CREDENTIAL_COLUMNS = [
+    ("id", "id"),
+    ("tenant", "tenantId"),
+    ("name", "name"),
+    ("created", "createdAt"),
+    ("revoked", "revokedAt"),
+]
+
+
+@credentials_app.command("list")
+def credentials_list(
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Credentials, without their tokens (a tenant's token sees its tenant's)."""
+    page = _call(server, token, as_json, lambda c: c.credentials.list(limit=limit, cursor=cursor))
+    _page(page, CREDENTIAL_COLUMNS, "no credentials", as_json)
+
+
+@credentials_app.command("show")
+def credentials_show(
+    credential_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One credential, without its token."""
+    found = _call(
+        server,
+        token,
+        as_json,
+        lambda c: _find(lambda cur: c.credentials.list(cursor=cur), credential_id, "credential", as_json),
+    )
+    _one(found, as_json)
+
+
+@credentials_app.command("create")
+def credentials_create(
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Omit for a fleet-admin credential.", show_default=False)
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", show_default=False)] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a credential (admin); its token is shown this once."""
+    _one(_call(server, token, as_json, lambda c: c.credentials.create(tenant_id=tenant, name=name)), as_json)
+
+
+@credentials_app.command("revoke")
+def credentials_revoke(
+    credential_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Revoke a credential (admin): its token stops working at once."""
+    _one(_call(server, token, as_json, lambda c: c.credentials.revoke(credential_id)), as_json)
+
+
+# -- whoami --------------------------------------------------------------------------------------
+@app.command("whoami")
+def whoami(
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Who the token is, as the server says: its credential and the tenant it acts for."""
+    me = _call(server, token, as_json, lambda c: c.credentials.whoami())
+    if as_json:
+        print_json(_plain(me))
+        return
+    who = "fleet admin" if me.is_admin else f"tenant {me.tenant_id}"
+    stdout().print(
+        f"{who} (credential {me.credential_id}) at {config.resolve(server, token).server}", markup=False
+    )
+
+
+# -- logout --------------------------------------------------------------------------------------
+@app.command("logout")
+def logout() -> None:
+    """Forget the token `login` stored (the config file keeps the server). $BC_TOKEN is not touched."""
+    path = config.config_path()
+    try:
+        stored = config.read_config(path)
+    except ValueError as exc:
+        fail(str(exc))
+    if not stored.get("token"):
+        stdout().print(f"no stored token ({path})", markup=False)
+        return
+    config.forget_token(path)
+    stdout().print(f"Logged out: the token in {path} is forgotten", markup=False)

@@ -1,0 +1,196 @@
+"""The friendly commands beside `api` (pools, nodes, tenants, quotas, policies, credentials, whoami,
+logout, completion), run through typer's CliRunner against the real app on both stores: the client's
+transport hands each request to the app in-process (no sockets)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.client import Compute
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.store import Store
+from tests.builders import T0, admin_token, api_client, fleet_spec, tenant_token
+
+
+class Live:
+    def __init__(self, store: Store) -> None:
+        load_fleet(store, fleet_spec(nodes=1, layout="all-1g.10gb"), T0)
+        self.http = api_client(store)
+        self.admin = admin_token(store)
+        self.acme = tenant_token(store, "acme")
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        answer = self.http.request(
+            request.method, str(request.url), headers=dict(request.headers), content=request.content
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+@pytest.fixture
+def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    world = Live(store)
+
+    def connect(settings: config.Settings) -> Compute:
+        transport = httpx.MockTransport(world.handle)
+        return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
+
+    monkeypatch.setattr(config, "connect", connect)
+    yield world
+
+
+def run(runner: CliRunner, token: str, *args: str) -> Any:
+    return runner.invoke(app, [*args, "--token", token])
+
+
+def test_pools_nodes_and_tenants_read_as_tables_and_json(runner: CliRunner, live: Live) -> None:
+    pools = run(runner, live.admin, "pools", "list")
+    assert pools.exit_code == 0, pools.output
+    assert "p1" in pools.stdout and "mig" in pools.stdout
+    shown = run(runner, live.admin, "pools", "show", "p1", "--json")
+    assert json.loads(shown.stdout)["id"] == "p1"
+    nodes = run(runner, live.admin, "nodes", "list", "--json")
+    assert nodes.exit_code == 0, nodes.output
+    node_ids = [n["id"] for n in json.loads(nodes.stdout)["items"]]
+    assert node_ids and all(i in run(runner, live.admin, "nodes", "list").stdout for i in node_ids)
+    made = run(runner, live.admin, "tenants", "create", "--id", "globex", "--name", "Globex")
+    assert made.exit_code == 0, made.output
+    assert "Globex" in run(runner, live.admin, "tenants", "show", "globex").stdout
+    missing = run(runner, live.admin, "tenants", "show", "nobody")
+    assert missing.exit_code == 1 and "NOT_FOUND: tenant nobody not found" in missing.stderr
+
+
+def test_pools_update_sets_max_duration_keeping_the_layout(runner: CliRunner, live: Live) -> None:
+    result = run(runner, live.admin, "pools", "update", "p1", "--max-duration", "8h", "--json")
+    assert result.exit_code == 0, result.output
+    policy = json.loads(result.stdout)["policy"]
+    assert (policy["maxDuration"], policy["migLayout"]) == ("8h", "all-1g.10gb")
+
+
+def test_quotas_policies_and_credentials(runner: CliRunner, live: Live) -> None:
+    quota = run(
+        runner,
+        live.admin,
+        "quotas",
+        "set",
+        "--tenant",
+        "acme",
+        "--pool",
+        "p1",
+        "--class",
+        "gpu.mig",
+        "--limit",
+        "3",
+    )
+    assert quota.exit_code == 0, quota.output
+    listed = run(runner, live.admin, "quotas", "list", "--tenant", "acme", "--json")
+    assert {"tenantId": "acme", "poolId": "p1", "class": "gpu.mig", "limit": 3}.items() <= json.loads(
+        listed.stdout
+    )["items"][0].items()
+    policy = run(
+        runner,
+        live.admin,
+        "policies",
+        "create",
+        "--name",
+        "small",
+        "--tenant",
+        "acme",
+        "--gpu-count",
+        "2",
+        "--json",
+    )
+    assert policy.exit_code == 0, policy.output
+    policy_id = json.loads(policy.stdout)["id"]
+    assert "small" in run(runner, live.admin, "policies", "show", policy_id).stdout
+    assert policy_id in run(runner, live.admin, "policies", "list").stdout
+    deleted = run(runner, live.admin, "policies", "delete", policy_id)
+    assert deleted.exit_code == 0, deleted.output
+    assert run(runner, live.admin, "policies", "list").stdout.strip() == "no policies"
+    cred = run(runner, live.admin, "credentials", "create", "--tenant", "acme", "--name", "ci", "--json")
+    assert cred.exit_code == 0, cred.output
+    made = json.loads(cred.stdout)
+    assert made["token"].startswith("bc_")
+    assert "ci" in run(runner, live.admin, "credentials", "show", made["id"]).stdout
+    revoked = run(runner, live.admin, "credentials", "revoke", made["id"], "--json")
+    assert json.loads(revoked.stdout)["revokedAt"] is not None
+    denied = run(runner, made["token"], "whoami")
+    assert denied.exit_code == 1 and "UNAUTHENTICATED" in denied.stderr
+
+
+def test_an_empty_list_says_so(runner: CliRunner, live: Live) -> None:
+    result = run(runner, live.acme, "policies", "list")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "no policies"
+
+
+def test_whoami_names_the_tenant_or_the_fleet_admin(runner: CliRunner, live: Live) -> None:
+    tenant = run(runner, live.acme, "whoami")
+    assert tenant.exit_code == 0, tenant.output
+    assert tenant.stdout.startswith("tenant acme (credential ")
+    admin = run(runner, live.admin, "whoami", "--json")
+    assert json.loads(admin.stdout)["isAdmin"] is True and json.loads(admin.stdout)["tenantId"] is None
+
+
+def test_logout_forgets_the_stored_token_and_keeps_the_server(
+    runner: CliRunner, isolated_config: Path
+) -> None:
+    config.write_config(isolated_config, "http://bc.test:8000", "sekret")
+    result = runner.invoke(app, ["logout"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(isolated_config.read_text()) == {"server": "http://bc.test:8000"}
+    again = runner.invoke(app, ["logout"])
+    assert again.exit_code == 0 and "no stored token" in again.stdout
+
+
+def test_shell_completion_is_offered(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["--help"])
+    assert "--install-completion" in result.stdout and "--show-completion" in result.stdout
+
+
+def test_pools_delete_refuses_a_pool_with_nodes(runner: CliRunner, live: Live) -> None:
+    result = run(runner, live.admin, "pools", "delete", "p1")
+    assert result.exit_code == 1
+    assert "INVALID_STATE: pool p1 still has" in result.stderr
+
+
+def test_pools_create_then_list_every_noun(runner: CliRunner, live: Live) -> None:
+    made = run(
+        runner,
+        live.admin,
+        "pools",
+        "create",
+        "--name",
+        "spare",
+        "--cluster",
+        "c1",
+        "--mode",
+        "exclusive",
+        "--owner",
+        "acme",
+        "--max-duration",
+        "2h",
+    )
+    assert made.exit_code == 0, made.output
+    assert "spare" in made.stdout and "maxDuration=2h" in made.stdout
+    assert "spare" in run(runner, live.admin, "pools", "list", "--limit", "1", "--cursor", "p1").stdout
+    assert "more: --cursor" in run(runner, live.admin, "pools", "list", "--limit", "1").stdout
+    assert "acme" in run(runner, live.admin, "tenants", "list").stdout
+    assert "c1" in run(runner, live.admin, "nodes", "list", "--cluster", "c1").stdout
+    assert run(runner, live.admin, "credentials", "list", "--json").exit_code == 0
+    assert run(runner, live.admin, "quotas", "list").exit_code == 0
+
+
+def test_logout_with_a_malformed_config_says_so(runner: CliRunner, isolated_config: Path) -> None:
+    isolated_config.parent.mkdir(parents=True)
+    isolated_config.write_text("{not json")
+    result = runner.invoke(app, ["logout"])
+    assert result.exit_code == 1 and "is not valid JSON" in result.stderr
