@@ -15,7 +15,8 @@ from rich.table import Table
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, in_cli_terms, print_json, stdout
+from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.output import print_json, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
 
 if TYPE_CHECKING:
@@ -30,7 +31,6 @@ app.add_typer(reservations_app, name="reservations")
 
 T = TypeVar("T")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
 OutputOption = Annotated[
     Output,
     typer.Option("--output", "-o", help="table: fit the terminal (ids always whole); wide: every column."),
@@ -66,17 +66,7 @@ OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
 
 
 def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
-    from better_compute.client import ComputeError  # see config.connect
-
-    try:
-        settings = config.resolve(server, token)
-    except ValueError as exc:
-        fail(str(exc), as_json=as_json)
-    try:
-        with config.connect(settings) as compute:
-            return action(compute)
-    except ComputeError as exc:
-        fail(in_cli_terms(exc, token=settings.token, options=OPTIONS), as_json=as_json)
+    return call(server, token, as_json, action, OPTIONS)
 
 
 def _when(value: datetime) -> str:

@@ -17,7 +17,8 @@ from rich.table import Table
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, in_cli_terms, print_json, stdout
+from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.output import fail, print_json, stdout
 from better_compute.wire.common import Page
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print the API's JSON instead of a table.")]
 LimitOption = Annotated[
     int | None, typer.Option("--limit", min=1, help="At most this many.", show_default=False)
 ]
@@ -37,17 +37,7 @@ CursorOption = Annotated[
 
 
 def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
-    from better_compute.client import ComputeError  # imported only by commands that call a server
-
-    try:
-        settings = config.resolve(server, token)
-    except ValueError as exc:
-        fail(str(exc), as_json=as_json)
-    try:
-        with config.connect(settings) as compute:
-            return action(compute)
-    except ComputeError as exc:
-        fail(in_cli_terms(exc, token=settings.token, options={}), as_json=as_json)
+    return call(server, token, as_json, action)
 
 
 def _plain(value: Any) -> dict[str, Any]:
