@@ -322,8 +322,8 @@ def check_event_type(value: str, field: str = "type") -> str:
     not know yet (a newer server's), which then simply matches nothing it wrote."""
     if len(value) > MAX_TYPE or not TYPE_NAME.fullmatch(value):
         raise InvalidInput(
-            f"{field} must be an event type such as ledger.booked (dotted lowercase words, at most"
-            f" {MAX_TYPE} characters), not {value[:MAX_TYPE]!r}",
+            f"{field} must be dotted lowercase words such as ledger.booked (at most {MAX_TYPE}"
+            f" characters), not {value[:MAX_TYPE]!r}",
             {"field": field},
         )
     return value
