@@ -51,3 +51,8 @@ def released(span: Window, at: datetime) -> Window | None:
 def partition_allocation_id(gpu_id: str, start: datetime) -> str:
     """The allocation id of a partition change: `partition:<gpuId>:<start>` (ISO 8601 UTC start)."""
     return f"partition:{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+
+
+def is_partition_change(allocation_id: str) -> bool:
+    """Whether an allocation is a partition change (`partition_allocation_id`), not a reservation."""
+    return allocation_id.startswith("partition:")
