@@ -4,9 +4,9 @@ On SQLite writers commit one at a time, so events become visible in id order and
 log by id. On PostgreSQL an event's id is handed out when it is written, not when its transaction
 commits: event 12 can be visible while event 11 is still to commit. A cursor that moved past 12
 would never see 11. So on PostgreSQL the stream holds only *settled* events, those whose transaction
-(`events.tx`) is older than every transaction still in progress (the snapshot's `xmin`): no event of
-such a transaction can still appear. It serves them by (transaction, id). Every transaction that
-can still write events is at least that `xmin`, so whatever settles later sorts after everything
+(`events.tx`) is older than every transaction still in progress in the database: no event of such
+a transaction can still appear. It serves them by (transaction, id). Every transaction that can
+still write events is at least that old, so whatever settles later sorts after everything
 already served: a cursor skips nothing and repeats nothing, and a rolled-back transaction holds the
 stream up only until it ends. Events logged before transactions were recorded (`tx` NULL) come
 first, by id.
@@ -44,10 +44,21 @@ from better_compute.domain.events import Event, StreamedEvent, UnknownEvent, par
 from better_compute.service.ports import LogPosition
 from better_compute.storage.tables import events, pools, reservations
 
-_XMIN: ColumnElement[int] = literal_column(
-    "pg_snapshot_xmin(pg_current_snapshot())::text::bigint", BigInteger
+_SETTLED_BELOW: ColumnElement[int] = literal_column(
+    "(SELECT least(pg_snapshot_xmax(pg_current_snapshot())::text::bigint,"
+    " (SELECT min(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) x"
+    " WHERE x::xid NOT IN (SELECT backend_xid FROM pg_stat_activity"
+    " WHERE backend_xid IS NOT NULL AND datname IS DISTINCT FROM current_database()))))",
+    BigInteger,
 )
-"""The oldest transaction still in progress, as the statement's snapshot sees it (PostgreSQL)."""
+"""The oldest transaction that may still write events, as the statement's snapshot sees it
+(PostgreSQL): the oldest one in progress, or every one from the snapshot's `xmax` on when none is.
+
+Transaction ids are the whole server's, so the snapshot also lists transactions of other databases,
+which cannot write this log: those `pg_stat_activity` shows in another database are left out, and a
+long transaction elsewhere does not hold this stream back. One it does not show (its session is
+hidden from this role without `pg_read_all_stats`, or it ended since the snapshot) is counted, which
+only makes the stream wait for it."""
 
 
 def _postgres(conn: Connection) -> bool:
@@ -134,7 +145,7 @@ def stream(
     if _postgres(conn) and len(found) < limit:
         settled = (
             select(*columns)
-            .where(*_after_in_transactions(after), events.c.tx < _XMIN, *where)
+            .where(*_after_in_transactions(after), events.c.tx < _SETTLED_BELOW, *where)
             .order_by(events.c.tx, events.c.id)
             .limit(limit - len(found))
         )
@@ -147,7 +158,7 @@ def _last_settled(conn: Connection) -> LogPosition | None:
     if _postgres(conn):
         last = conn.execute(
             select(events.c.tx, events.c.id)
-            .where(events.c.tx.is_not(None), events.c.tx < _XMIN)
+            .where(events.c.tx.is_not(None), events.c.tx < _SETTLED_BELOW)
             .order_by(events.c.tx.desc(), events.c.id.desc())
             .limit(1)
         ).first()
