@@ -57,6 +57,7 @@ CATALOG_COMMANDS = [
 SERVER_COMMANDS = [
     ["api", "clusters.list", "--token", "bc_x"],
     ["reservations", "list", "--token", "bc_x"],
+    ["events", "--token", "bc_x"],
 ]
 
 
