@@ -8,6 +8,7 @@ from better_compute import __version__
 from better_compute.api import docs, errors, guards, links, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
+    capacity,
     credentials,
     health,
     inventory,
@@ -45,6 +46,7 @@ def create_app(services: Services, *, max_body_bytes: int, request_timeout: floa
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    app.include_router(capacity.router)
     links.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
