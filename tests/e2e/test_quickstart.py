@@ -87,6 +87,18 @@ def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Ser
     assert reservation["status"] == "active"
     assert [a["attributes"]["migProfile"] for a in reservation["atoms"]] == ["3g.40gb"]
 
+    # What is left to book, as the README's everyday commands show it.
+    free = server.cli_env("capacity", "free", "--pool", "h100-mig", "--json", token=tenant_token)
+    assert free.returncode == 0, free.stderr
+    kinds = {k["migProfile"]: (k["atoms"], k["free"]) for k in json.loads(free.stdout)["kinds"]}
+    assert kinds["3g.40gb"] == (8, 7)
+    atoms = server.cli_env(
+        "atoms", "list", "--pool", "h100-mig", "--attr", "migProfile=3g.40gb", token=tenant_token
+    )
+    assert atoms.returncode == 0, atoms.stderr
+    held = reservation["atoms"][0]["id"]
+    assert "yes" in next(line for line in atoms.stdout.splitlines() if held in line).split()
+
 
 def test_catalog_commands_need_no_server(server: Server) -> None:
     valid = run_cli(["layouts", "validate", "--gpu", "H100-80GB", "mixed:3g.40gb+2x2g.20gb"], server.home)
