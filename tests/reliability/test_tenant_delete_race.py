@@ -8,8 +8,10 @@ starts. SQLite serialises writers, so these cannot happen there.
 
 from __future__ import annotations
 
+import multiprocessing
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -24,16 +26,19 @@ from better_compute.service import credentials, pools, reservations, tenants
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.reliability import tenant_race_worker
 from tests.reliability.interleave import until_blocked
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="race-admin")
+
+BOOKERS = 3
 
 pytestmark = pytest.mark.postgres
 
 
 def _fleet(store: Store) -> None:
-    load_fleet(store, parse_fleet(small_fleet(nodes=1, mode="exclusive")), T0)
-    pools.offer(store, ADMIN, "p1", "acme", {"gpu": 2}, T0)
+    load_fleet(store, parse_fleet(small_fleet(nodes=2, mode="exclusive")), T0)
+    pools.offer(store, ADMIN, "p1", "acme", {"gpu": 4}, T0)  # one GPU for each booker, and to spare
 
 
 def _while_deleting(store: Store, racer_body: Callable[[], Any]) -> dict[str, Any]:
@@ -75,6 +80,31 @@ def test_a_reservation_made_while_its_tenant_is_deleted_is_refused(pg_store: Sto
         assert (
             conn.execute(text("SELECT count(*) FROM reservations WHERE tenant_id = 'acme'")).scalar_one() == 0
         )
+
+
+def test_racing_processes_never_leave_a_reservation_to_a_deleted_tenant(pg_store: Store) -> None:
+    """Bookers book for acme and cancel again while another process deletes acme: the delete is
+    refused while one is held, and once it succeeds nothing of acme's is live and every later booking
+    is refused. No lock is ever taken out of order (a deadlock would end a worker with an error)."""
+    _fleet(pg_store)
+    url = pg_store.engine.url.render_as_string(hide_password=False)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(BOOKERS + 1) as workers:
+        deleter = workers.apply_async(tenant_race_worker.delete, (url, 10_000, 30))
+        bookers = [workers.apply_async(tenant_race_worker.book, (url, w, 150)) for w in range(BOOKERS)]
+        booked: Counter[str] = sum((b.get(timeout=240) for b in bookers), Counter())
+        deleted = deleter.get(timeout=240)
+    assert deleted["deleted"] == 1, deleted
+    assert booked["booked"] > 0 and booked["refused:NOT_FOUND"] > 0, booked
+    assert set(booked) <= {"booked", "refused:NOT_FOUND"}, booked
+    assert set(deleted) <= {"deleted", "refused:INVALID_STATE"}, deleted
+    with pg_store.engine.connect() as conn:
+        live = conn.execute(
+            text(
+                "SELECT count(*) FROM reservations WHERE tenant_id = 'acme' AND status IN ('scheduled', 'active')"
+            )
+        ).scalar_one()
+    assert live == 0
 
 
 def test_a_credential_made_while_its_tenant_is_deleted_is_refused(pg_store: Store) -> None:

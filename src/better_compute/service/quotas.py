@@ -70,7 +70,7 @@ def grant(
 
     The admin is told when the tenant does not exist; a pool owner is not (`check_grantee`), so that
     the answer does not reveal which tenant ids exist."""
-    check_grantee(principal, tenant_id, exists=tx.tenants.get(tenant_id) is not None)
+    check_grantee(principal, tenant_id, exists=tx.tenants.hold(tenant_id) is not None)
     check_offer(pool.mode, pool.owner_tenant_id, tenant_id)
     write_rows(tx, tenant_id, pool.id, limits, now)
     tx.events.append(event(pool.id, tenant_id, dict(limits)), now)

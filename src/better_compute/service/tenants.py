@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.credentials import Principal, require_admin
+from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import PolicyDeleted, TenantCreated, TenantDeleted
 from better_compute.domain.records import Tenant
 from better_compute.domain.tenancy import (
@@ -22,6 +23,7 @@ from better_compute.domain.tenancy import (
 )
 from better_compute.service.paging import Listing, fetch, page
 from better_compute.service.ports import StorePort, Tx
+from better_compute.service.reservations import quota_lock
 
 
 def create(store: StorePort, principal: Principal, tenant_id: str, name: str, now: datetime) -> Tenant:
@@ -47,15 +49,32 @@ def delete(store: StorePort, principal: Principal, tenant_id: str, now: datetime
         return delete_in(tx, tenant_id, now)
 
 
+def _quota_pools(tx: Tx, tenant_id: str) -> list[str]:
+    return sorted({q.pool_id for q in tx.quotas.find(tenant_id, None)})
+
+
 def delete_in(tx: Tx, tenant_id: str, now: datetime) -> Tenant:
     """`delete` within an open transaction.
 
-    The tenant row is locked first (`TenantRepo.lock`): a reservation, credential or pool being made
-    for it concurrently (each holds the row, `TenantRepo.hold`) commits before the checks read, or
-    waits and then finds the tenant gone."""
+    A reservation for the tenant is admitted under its quota lock in the pool (`quota_lock`), and
+    only a pool it has quota rows in can admit one (one it owns stops the delete anyway). So the
+    delete takes those locks first: an admission under way commits before the checks read, and a
+    later one reads the tenant after this commits and finds it gone. Then the tenant row is locked
+    (`TenantRepo.lock`), which every write that gives the tenant something holds
+    (`TenantRepo.hold`): a credential, a pool, a policy, a quota row. Locks are taken in that order,
+    the admission's own, so neither ever waits for the other in a cycle; a quota row granted in a new
+    pool between the two is CONFLICT (retry), not a lock taken out of order."""
+    locked = _quota_pools(tx, tenant_id)
+    for pool_id in locked:
+        tx.reservations.lock(quota_lock(tenant_id, pool_id))
     tenant = tx.tenants.lock(tenant_id)
     if tenant is None:
         raise tenant_not_found(tenant_id)
+    if set(_quota_pools(tx, tenant_id)) - set(locked):
+        raise ConcurrentChange(
+            f"tenant {tenant_id} was given quota in another pool while it was deleted; retry",
+            {"tenantId": tenant_id},
+        )
     owned = sorted(p.id for p in tx.pools.all() if p.owner_tenant_id == tenant_id)
     live = [r.id for r in tx.reservations.live_of_tenant(tenant_id, now, 21)]
     check_tenant_deletable(tenant_id, owned, live)

@@ -160,15 +160,12 @@ class SqlReservations:
 # SQLAlchemy's expression language that is a dozen statements and most of the request's time, so
 # here it is one read statement and one write statement per dialect, straight to the driver.
 
-# The tenant is read FOR KEY SHARE, as the reservation's foreign key would read it anyway: a
-# concurrent `tenants.delete` (FOR UPDATE) either commits first, and the tenant is not found, or waits
-# until this reservation is committed and then refuses to delete a tenant holding it.
 _PG_SNAPSHOT = (
     "SELECT"
     " (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),"
     " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', policy->>'maxDuration')"
     " FROM pools WHERE id = %(p)s),"
-    " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s AND deleted_at IS NULL FOR KEY SHARE),"
+    " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s AND deleted_at IS NULL),"
     " (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')"
     " FROM policies WHERE tenant_id = %(t)s),"
     " (SELECT coalesce(json_object_agg(class, \"limit\"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),"
