@@ -90,3 +90,15 @@ def test_tenants_delete_then_the_tenant_is_gone(runner: CliRunner, live: Live) -
     assert again.exit_code == 1 and "tenant acme not found" in again.output
     owner = run(runner, live.admin, "tenants", "delete", "platform")
     assert owner.exit_code == 1 and "owns 1 pool(s) (p1); delete them first" in owner.output
+
+
+def test_quotas_list_over_a_window(runner: CliRunner, live: Live) -> None:
+    _book(runner, live)  # 09:00 to 11:00
+    later = run(runner, live.admin, "quotas", "list", "--pool", "p1", "--from", "2026-12-01T12:00Z", "--json")
+    assert later.exit_code == 0, later.output
+    used = {r["class"]: r["used"] for r in json.loads(later.stdout)["items"]}
+    assert used["gpu.mig"] == 0
+    during = run(
+        runner, live.admin, "quotas", "list", "--pool", "p1", "--from", "2026-12-01T10:00Z", "--json"
+    )
+    assert {r["class"]: r["used"] for r in json.loads(during.stdout)["items"]}["gpu.mig"] == 1

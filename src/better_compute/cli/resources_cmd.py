@@ -21,7 +21,7 @@ from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
-from better_compute.cli.times import when
+from better_compute.cli.times import parse_time, when
 from better_compute.wire.common import Page
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
@@ -423,18 +423,32 @@ app.add_typer(quotas_app, name="quotas")
 def quotas_list(
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="used: the most held at once from this time (ISO 8601).", show_default=False
+        ),
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option("--to", help="...to this time (default: an hour after --from).", show_default=False),
+    ] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used)."""
+    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used), or
+    at most at once between --from and --to."""
+    window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     page = _call(
         server,
         token,
         as_json,
-        lambda c: c.quotas.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
+        lambda c: c.quotas.list(
+            tenant_id=tenant, pool_id=pool, start=window_start, end=window_end, limit=limit, cursor=cursor
+        ),
     )
     columns = [
         ("tenant", "tenantId"),

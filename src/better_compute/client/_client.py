@@ -366,11 +366,14 @@ class Quotas(_Resource):
         *,
         tenant_id: str | None = None,
         pool_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[QuotaPublic]:
+        """Quota rows with `used`: held now, or with `start` (and `end`) the most held at once then."""
         query = QuotaListQuery.model_validate(
-            _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
+            _fields(tenant_id=tenant_id, pool_id=pool_id, from_=start, to=end, limit=limit, cursor=cursor)
         )
         return self._compute._typed("quotas.list", query, Page[QuotaPublic])
 

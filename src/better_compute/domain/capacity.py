@@ -10,34 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.catalog import profile_name_key
 from better_compute.domain.choose import earliest_common_start
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.timewin import Window, require_aware
+from better_compute.domain.timewin import Window
 
 MAX_FREE_COUNT = 4096
 """The most atoms one `capacity.free` question may ask to start together: more than any pool's
 GPUs times seven MIG instances in practice, and a bound on the sweep's work."""
-
-
-DEFAULT_FREE_WINDOW = timedelta(hours=1)
-"""The window `capacity.free` asks about when no `to` is given: the next hour, a short booking."""
-
-
-def window_asked(start: datetime | None, end: datetime | None, now: datetime) -> Window:
-    """The window a `capacity.free` question means: from `start` (default now) to `end` (default an
-    hour later); an end not after the start is INVALID_INPUT naming `to`."""
-    begin = now if start is None else require_aware(start, "from")
-    finish = begin + DEFAULT_FREE_WINDOW if end is None else require_aware(end, "to")
-    if finish <= begin:
-        raise InvalidInput(
-            f"to ({finish.isoformat()}) must be after from ({begin.isoformat()})",
-            {"field": "to", "from": begin.isoformat(), "to": finish.isoformat()},
-        )
-    return Window(begin, finish)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import capacity_free
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.capacity import window_asked
+from better_compute.domain.timewin import window_asked
 from better_compute.service import capacity
 from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 
