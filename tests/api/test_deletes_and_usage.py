@@ -75,3 +75,25 @@ def test_quotas_list_shows_what_is_held_now_beside_the_limit(world: World) -> No
     world.clock.now = world.clock.now.replace(hour=20, minute=30)
     rows = world.http.get("/v1/quotas", params={"tenantId": "acme"}, headers=world.acme).json()["items"]
     assert [(r["used"], r["limit"]) for r in rows] == [(1, 3)]
+
+
+def test_quotas_list_over_a_window_shows_the_most_held_at_once(world: World) -> None:
+    world.offer("a100", "acme", gpu=3)
+    one = [{"class": "gpu", "count": 1}]
+    for start in ("2026-12-01T10:00:00Z", "2026-12-01T11:00:00Z", "2026-12-01T10:30:00Z"):
+        assert world.reserve(world.acme, "a100", one, start=start, duration="1h").status_code == 201
+    now = world.http.get("/v1/quotas", params={"tenantId": "acme"}, headers=world.acme).json()["items"]
+    assert [(r["used"], r["limit"]) for r in now] == [(0, 3)]
+    window = {"tenantId": "acme", "from": "2026-12-01T10:00:00Z", "to": "2026-12-01T12:00:00Z"}
+    peak = world.http.get("/v1/quotas", params=window, headers=world.acme).json()["items"]
+    assert [(r["used"], r["limit"]) for r in peak] == [(2, 3)]  # back to back, and one across both
+    hour = world.http.get(
+        "/v1/quotas", params={"tenantId": "acme", "from": "2026-12-01T11:30:00Z"}, headers=world.acme
+    ).json()["items"]
+    assert [r["used"] for r in hour] == [1]
+    bad = world.http.get(
+        "/v1/quotas",
+        params={"from": "2026-12-01T12:00:00Z", "to": "2026-12-01T11:00:00Z"},
+        headers=world.acme,
+    )
+    assert bad.status_code == 400 and error(bad)["code"] == "INVALID_INPUT"

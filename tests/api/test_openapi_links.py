@@ -47,6 +47,6 @@ def test_a_reservation_links_to_get_cancel_and_release_it(document: dict[str, An
 
 
 def test_a_link_to_an_operation_the_app_lacks_is_an_error(document: dict[str, Any]) -> None:
-    dangling = Link("Nowhere", ("POST", "/v1/tenants"), 201, ("DELETE", "/v1/tenants/{id}"))
+    dangling = Link("Nowhere", ("POST", "/v1/tenants"), 201, ("DELETE", "/v1/clusters/{id}"))
     with pytest.raises(KeyError):
         add_links(copy.deepcopy(document), [dangling])

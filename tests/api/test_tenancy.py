@@ -47,7 +47,12 @@ def test_tenants_are_created_by_the_admin_and_see_only_themselves(store: Store) 
     api = load(store)
     created = api.call("admin", "tenants.create", {"id": "gamma-2", "name": "Gamma"})
     assert created.status_code == 201
-    assert created.json() == {"id": "gamma-2", "name": "Gamma", "createdAt": "2026-12-01T09:00:00Z"}
+    assert created.json() == {
+        "id": "gamma-2",
+        "name": "Gamma",
+        "createdAt": "2026-12-01T09:00:00Z",
+        "deletedAt": None,
+    }
     again = api.call("admin", "tenants.create", {"id": "gamma-2", "name": "Other"})
     assert again.status_code == 409 and code(again) == "CONFLICT"
     for bad in ("Gamma", "-x", "a_b", "a" * 64):

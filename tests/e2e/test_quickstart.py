@@ -78,6 +78,13 @@ def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Ser
     )
     assert offer.returncode == 0, offer.stderr
 
+    def three_g() -> tuple[int, int]:
+        free = server.cli_env("capacity", "free", "--pool", "h100-mig", "--json", token=tenant_token)
+        assert free.returncode == 0, free.stderr
+        kinds = {k["migProfile"]: (k["atoms"], k["free"]) for k in json.loads(free.stdout)["kinds"]}
+        return kinds["3g.40gb"]
+
+    before = three_g()
     booked = server.cli_env(
         "api", "reservations.create", "--json", json.dumps(NOTEBOOK_REQUEST), token=tenant_token
     )
@@ -86,6 +93,15 @@ def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Ser
     assert reservation["tenantId"] == "globex"
     assert reservation["status"] == "active"
     assert [a["attributes"]["migProfile"] for a in reservation["atoms"]] == ["3g.40gb"]
+
+    # What is left to book, as the README's everyday commands show it: one 3g.40gb fewer.
+    assert three_g() == (before[0], before[1] - 1)
+    atoms = server.cli_env(
+        "atoms", "list", "--pool", "h100-mig", "--attr", "migProfile=3g.40gb", token=tenant_token
+    )
+    assert atoms.returncode == 0, atoms.stderr
+    held = reservation["atoms"][0]["id"]
+    assert "yes" in next(line for line in atoms.stdout.splitlines() if held in line).split()
 
 
 def test_catalog_commands_need_no_server(server: Server) -> None:

@@ -8,6 +8,7 @@ from better_compute import __version__
 from better_compute.api import docs, errors, guards, links, metrics, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
+    capacity,
     credentials,
     events,
     health,
@@ -53,6 +54,7 @@ def create_app(
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)
     links.install(app)

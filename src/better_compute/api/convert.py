@@ -14,12 +14,15 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
+from better_compute.domain.ledger import Availability
 from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
+from better_compute.service.capacity import PoolFree
 from better_compute.service.credentials import Issued
 from better_compute.service.inventory import NodeView
 from better_compute.service.paging import Listing
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
+from better_compute.wire.capacity import CapacityFree, FreeKindPublic
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
@@ -45,7 +48,7 @@ def paged(listing: Listing[R], convert: Callable[[R], M]) -> Page[M]:
 
 
 def tenant_public(t: Tenant) -> TenantPublic:
-    return TenantPublic(id=t.id, name=t.name, created_at=t.created_at)
+    return TenantPublic(id=t.id, name=t.name, created_at=t.created_at, deleted_at=t.deleted_at)
 
 
 def credential_public(c: Credential) -> CredentialPublic:
@@ -159,7 +162,8 @@ def gpu_public(g: Gpu) -> GpuPublic:
     )
 
 
-def atom_public(a: Atom) -> AtomPublic:
+def atom_public(a: Atom, free: Availability | None = None) -> AtomPublic:
+    """An atom; with its `Availability`, whether it is booked now and when it is next free."""
     return AtomPublic(
         id=a.id,
         cls=a.cls,
@@ -170,6 +174,29 @@ def atom_public(a: Atom) -> AtomPublic:
         partition_pending=a.partition_pending,
         present=a.present,
         attributes=dict(a.attributes),
+        booked_now=free.booked_now if free else False,
+        next_free_at=free.next_free_at if free else None,
+    )
+
+
+def capacity_free(answer: PoolFree) -> CapacityFree:
+    assert answer.window.end is not None
+    return CapacityFree(
+        pool_id=answer.pool_id,
+        from_=answer.window.start,
+        to=answer.window.end,
+        count=answer.count,
+        kinds=[
+            FreeKindPublic(
+                cls=k.cls,
+                gpu_model=k.gpu_model,
+                mig_profile=k.mig_profile,
+                atoms=k.atoms,
+                free=k.free,
+                earliest_start=k.earliest_start,
+            )
+            for k in answer.kinds
+        ],
     )
 
 

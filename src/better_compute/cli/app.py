@@ -29,5 +29,12 @@ admin_app = typer.Typer(help="Fleet administration.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 
 # Commands register themselves on `app` when imported.
-from better_compute.cli import api_cmd, events_cmd, login_cmd, reservations_cmd, resources_cmd  # noqa: E402, F401
+from better_compute.cli import (  # noqa: E402, F401
+    api_cmd,
+    capacity_cmd,
+    events_cmd,
+    login_cmd,
+    reservations_cmd,
+    resources_cmd,
+)
 from better_compute.cli import catalog as _catalog  # noqa: E402, F401  (gpus, layouts, advise)

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -17,7 +17,8 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
-from better_compute.cli.tables import Column, Output, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.times import parse_time, when
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -30,11 +31,6 @@ reservations_app = typer.Typer(
 app.add_typer(reservations_app, name="reservations")
 
 T = TypeVar("T")
-
-OutputOption = Annotated[
-    Output,
-    typer.Option("--output", "-o", help="table: fit the terminal (ids always whole); wide: every column."),
-]
 
 _LIST_COLUMNS = (
     Column("id"),
@@ -67,11 +63,6 @@ OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
 
 def _call(server: str | None, token: str | None, as_json: bool, action: Callable[[Compute], T]) -> T:
     return call(server, token, as_json, action, OPTIONS)
-
-
-def _when(value: datetime) -> str:
-    """A time in UTC to the minute, e.g. `2030-01-01 10:00Z`."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 def _span(start: datetime, end: datetime) -> str:
@@ -113,7 +104,7 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
     summary.add_row("tenant", reservation.tenant_id)
     summary.add_row("pool", reservation.pool_id)
     start, end = reservation.start, reservation.end
-    summary.add_row("window", f"{_when(start)} → {_when(end)} ({_span(start, end)})")
+    summary.add_row("window", f"{when(start)} → {when(end)} ({_span(start, end)})")
     summary.add_row("size", _size(reservation))
     if reservation.idempotency_key:
         summary.add_row("idempotency key", reservation.idempotency_key)
@@ -138,16 +129,6 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
         print_fitted(console, _ATOM_COLUMNS, rows, Output.WIDE)
     else:
         print_fitted(console, _NARROW_ATOM_COLUMNS, rows, output)
-
-
-def _parse_start(start: str | None) -> datetime | None:
-    if start is None:
-        return None
-    try:
-        parsed = datetime.fromisoformat(start)
-    except ValueError:
-        raise typer.BadParameter(f"{start!r} is not an ISO 8601 time", param_hint="--start") from None
-    return parsed if parsed.tzinfo else parsed.astimezone()
 
 
 @app.command("reserve")
@@ -183,7 +164,7 @@ def reserve(
     """
     from better_compute.wire.reservations import DeviceRequest
 
-    when = _parse_start(start)
+    starts_at = parse_time(start, "--start")
     devices = [DeviceRequest(cls="gpu", count=gpus)]
     reservation = _call(
         server,
@@ -194,7 +175,7 @@ def reserve(
             devices=devices,
             duration=duration,
             tenant_id=tenant,
-            start=when,
+            start=starts_at,
             idempotency_key=idempotency_key,
         ),
     )
@@ -244,7 +225,7 @@ def list_reservations(
             item.status,
             item.tenant_id,
             item.pool_id,
-            _when(item.start),
+            when(item.start),
             _span(item.start, item.end),
             _size(item),
         ]

@@ -1,4 +1,4 @@
-"""Friendly commands beside `api`: `pools`, `nodes`, `tenants`, `quotas`, `policies`, `credentials`
+"""Friendly commands beside `api`: `pools`, `nodes`, `atoms`, `tenants`, `quotas`, `policies`, `credentials`
 (`list`, `show`, `create`, ... as each method allows), and `logout`.
 
 Each is a thin spelling of one API method through the typed client: a table for people, `--json`
@@ -8,6 +8,7 @@ for scripts (the API's own answer). Nothing here decides anything the server doe
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
 
 import typer
@@ -19,6 +20,8 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stdout
+from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.times import parse_time, when
 from better_compute.wire.common import Page
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
@@ -262,8 +265,90 @@ def nodes_list(
     _page(page, columns, "no nodes", as_json)
 
 
+# -- atoms ---------------------------------------------------------------------------------------
+atoms_app = typer.Typer(
+    help="List atoms: what can be booked, booked now or not, and when next free.", no_args_is_help=True
+)
+app.add_typer(atoms_app, name="atoms")
+_ATOM_COLUMNS = (
+    Column("id"),
+    Column("class", drop=3),
+    Column("profile", drop=2),
+    Column("node", drop=4, wrap=True),
+    Column("bookable", drop=5),
+    Column("booked now"),
+    Column("next free", drop=1),
+)
+
+
+def _atom_profile(attributes: Mapping[str, Any]) -> str:
+    if attributes.get("migProfile"):
+        return str(attributes["migProfile"])
+    if "slot" in attributes:
+        return f"slot {attributes['slot']}/{attributes.get('slots', '?')}"
+    return str(attributes.get("gpuModel") or "-")
+
+
+def _next_free(atom: Mapping[str, Any]) -> str:
+    if not atom.get("bookable") and not atom.get("bookedNow"):
+        return "unbookable"  # a split GPU's parent, a GPU changing layout, an atom gone from its node
+    if not atom.get("bookedNow"):
+        return "now"
+    at = atom.get("nextFreeAt")
+    return "never" if at is None else when(datetime.fromisoformat(str(at)))
+
+
+@atoms_app.command("list")
+def atoms_list(
+    pool: Annotated[str | None, typer.Option("--pool", help="Only this pool's.", show_default=False)] = None,
+    cls: Annotated[
+        AtomClass | None, typer.Option("--class", help="Only this class.", show_default=False)
+    ] = None,
+    attr: Annotated[
+        list[str] | None,
+        typer.Option("--attr", help="key=value an attribute must equal; repeatable.", show_default=False),
+    ] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Atoms of the pools you may see: whether each is booked now, and when it is next free."""
+    attrs = dict(item.partition("=")[::2] for item in attr or [])
+    page = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.atoms.list(pool=pool, cls=cls, attrs=attrs or None, limit=limit, cursor=cursor),
+    )
+    if as_json:
+        _page(page, [], "", as_json)
+        return
+    console = stdout()
+    if not page.items:
+        console.print("no atoms" if cursor is None else "no more atoms", markup=False)
+        return
+    rows = [
+        [
+            str(a["id"]),
+            str(a["class"]),
+            _atom_profile(a.get("attributes") or {}),
+            str(a["node"]),
+            "yes" if a.get("bookable") else "no",
+            "yes" if a.get("bookedNow") else "no",
+            _next_free(a),
+        ]
+        for a in page.items
+    ]
+    print_fitted(console, _ATOM_COLUMNS, rows, output)
+    if page.next_cursor:
+        console.print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
 # -- tenants -------------------------------------------------------------------------------------
-tenants_app = typer.Typer(help="List, show and create tenants.", no_args_is_help=True)
+tenants_app = typer.Typer(help="List, show, create and delete tenants.", no_args_is_help=True)
 app.add_typer(tenants_app, name="tenants")
 TENANT_COLUMNS = [("id", "id"), ("name", "name"), ("created", "createdAt")]
 
@@ -317,6 +402,18 @@ def tenants_create(
     )
 
 
+@tenants_app.command("delete")
+def tenants_delete(
+    tenant_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete a tenant (admin) that owns no pool and holds no reservation not over: its credentials
+    stop working, its quota rows and policies go; its id is never reused."""
+    _one(_call(server, token, as_json, lambda c: c.tenants.delete(tenant_id)), as_json)
+
+
 # -- quotas --------------------------------------------------------------------------------------
 quotas_app = typer.Typer(help="List and set quota rows.", no_args_is_help=True)
 app.add_typer(quotas_app, name="quotas")
@@ -326,18 +423,32 @@ app.add_typer(quotas_app, name="quotas")
 def quotas_list(
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            "--from", help="used: the most held at once from this time (ISO 8601).", show_default=False
+        ),
+    ] = None,
+    end: Annotated[
+        str | None,
+        typer.Option("--to", help="...to this time (default: an hour after --from).", show_default=False),
+    ] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used)."""
+    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used), or
+    at most at once between --from and --to."""
+    window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     page = _call(
         server,
         token,
         as_json,
-        lambda c: c.quotas.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
+        lambda c: c.quotas.list(
+            tenant_id=tenant, pool_id=pool, start=window_start, end=window_end, limit=limit, cursor=cursor
+        ),
     )
     columns = [
         ("tenant", "tenantId"),

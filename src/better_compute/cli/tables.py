@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Annotated
 
+import typer
 from rich.console import Console
 from rich.table import Table
 
@@ -28,6 +30,12 @@ class Output(StrEnum):
 
     TABLE = "table"
     WIDE = "wide"
+
+
+OutputOption = Annotated[
+    Output,
+    typer.Option("--output", "-o", help="table: fit the terminal (ids always whole); wide: every column."),
+]
 
 
 @dataclass(frozen=True)

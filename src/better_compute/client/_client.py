@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from better_compute import __version__
 from better_compute.client._errors import ComputeError, InvalidInputError, TransportError, error_from_answer
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
+from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -114,6 +115,7 @@ class Compute:
         self.nodes = Inventory(self, "nodes.list")
         self.gpus = Inventory(self, "gpus.list")
         self.atoms = Atoms(self)
+        self.capacity = Capacity(self)
         self.events = Events(self)
 
     @property
@@ -257,6 +259,11 @@ class Tenants(_Resource):
         query = TenantListQuery(**_fields(limit=limit, cursor=cursor))
         return self._compute._typed("tenants.list", query, Page[TenantPublic])
 
+    def delete(self, id: str) -> TenantPublic:
+        """Delete a tenant (admin only) that owns no pool and holds no reservation not over; its
+        credentials stop working. Answers it with `deleted_at` set."""
+        return self._compute._typed("tenants.delete", IdRequest(id=id), TenantPublic)
+
 
 @_refusing_bad_arguments
 class Credentials(_Resource):
@@ -361,11 +368,14 @@ class Quotas(_Resource):
         *,
         tenant_id: str | None = None,
         pool_id: str | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[QuotaPublic]:
+        """Quota rows with `used`: held now, or with `start` (and `end`) the most held at once then."""
         query = QuotaListQuery.model_validate(
-            _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
+            _fields(tenant_id=tenant_id, pool_id=pool_id, from_=start, to=end, limit=limit, cursor=cursor)
         )
         return self._compute._typed("quotas.list", query, Page[QuotaPublic])
 
@@ -516,6 +526,25 @@ class Atoms(_Resource):
         if attrs:
             body["attr"] = [f"{key}={value}" for key, value in attrs.items()]
         return Page[JsonObject].model_validate(self._compute._raw("atoms.list", body))
+
+
+@_refusing_bad_arguments
+class Capacity(_Resource):
+    def free(
+        self,
+        *,
+        pool: str,
+        cls: AtomClass | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        count: int = 1,
+    ) -> CapacityFree:
+        """What `pool` could book from `start` (default now) to `end` (default an hour later), per
+        kind of atom, with the earliest start at which `count` of a kind are free for that long."""
+        query = CapacityFreeQuery.model_validate(
+            _fields(pool=pool, cls=cls, from_=start, to=end, count=count)
+        )
+        return self._compute._typed("capacity.free", query, CapacityFree)
 
 
 @_refusing_bad_arguments

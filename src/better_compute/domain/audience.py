@@ -11,7 +11,7 @@ How the tenant of an event is found, by the kind of its entry:
 
 - `NamedInPayload(key)`: the payload names it (`ledger.booked`'s `tenantId`, `pool.created`'s
   `ownerTenantId`);
-- `SubjectIsTenant`: the event is about the tenant itself (`tenant.created`);
+- `SubjectIsTenant`: the event is about the tenant itself (`tenant.created`, `tenant.deleted`);
 - `SubjectIsReservation`: the event is about an allocation, and the tenant is that reservation's
   (`ledger.released`, `reservation.cancelled`, ...); a partition change has no reservation, so its
   events stay the admin's;
@@ -65,6 +65,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.ReservationCancelled.TYPE: SubjectIsReservation(),
     ev.ReservationReleased.TYPE: SubjectIsReservation(),
     ev.TenantCreated.TYPE: SubjectIsTenant(),
+    ev.TenantDeleted.TYPE: SubjectIsTenant(),
     ev.CredentialCreated.TYPE: NamedInPayload("tenantId"),
     ev.CredentialRevoked.TYPE: NamedInPayload("tenantId"),
     ev.PolicyCreated.TYPE: NamedInPayload("tenantId"),

@@ -144,6 +144,16 @@ class TenantCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class TenantDeleted(Event):
+    """A tenant was deleted: its credentials were revoked, its quota rows and policies removed."""
+
+    TYPE: ClassVar[str] = "tenant.deleted"
+    revoked_credentials: int
+    removed_quotas: int
+    removed_policies: int
+
+
+@dataclass(frozen=True, slots=True)
 class CredentialCreated(Event):
     TYPE: ClassVar[str] = "credential.created"
     tenant_id: str | None
@@ -266,6 +276,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReservationCancelled,
         ReservationReleased,
         TenantCreated,
+        TenantDeleted,
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,

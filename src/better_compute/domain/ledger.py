@@ -53,6 +53,31 @@ def partition_allocation_id(gpu_id: str, start: datetime) -> str:
     return f"partition:{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
 
 
+@dataclass(frozen=True, slots=True)
+class Availability:
+    """Whether an atom is booked at an instant, and when it is next free.
+
+    `next_free_at` is the instant itself when the atom is free then, the end of the chain of
+    back-to-back bookings covering it otherwise, and None when that chain never ends (an
+    open-ended booking): waiting will not free it.
+    """
+
+    booked_now: bool
+    next_free_at: datetime | None
+
+
+def availability(busy: Iterable[Window], at: datetime) -> Availability:
+    """`Availability` of one atom at `at`, from its live bookings (any order, any overlap)."""
+    spans = sorted(busy, key=lambda w: w.start)
+    free_at: datetime | None = at
+    for span in spans:
+        if free_at is None or span.start > free_at:
+            break
+        if span.end is None or span.end > free_at:
+            free_at = span.end
+    return Availability(booked_now=any(w.contains(at) for w in spans), next_free_at=free_at)
+
+
 def is_partition_change(allocation_id: str) -> bool:
     """Whether an allocation is a partition change (`partition_allocation_id`), not a reservation."""
     return allocation_id.startswith("partition:")

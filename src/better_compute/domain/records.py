@@ -23,6 +23,8 @@ class Tenant:
     id: str
     name: str
     created_at: datetime
+    deleted_at: datetime | None = None
+    """When the tenant was deleted (`tenants.delete`); its id is never given to another tenant."""
 
 
 @dataclass(frozen=True, slots=True)

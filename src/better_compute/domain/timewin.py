@@ -184,3 +184,20 @@ def window_for(start: datetime | None, duration: timedelta | str | None, now: da
             "the window would end after the year 9999; choose an earlier start or a shorter duration",
             {"field": "duration", "start": begin.isoformat()},
         ) from None
+
+
+DEFAULT_ASKED_WINDOW = timedelta(hours=1)
+"""The window a read (`capacity.free`, `quotas.list`) asks about when no `to` is given: an hour."""
+
+
+def window_asked(start: datetime | None, end: datetime | None, now: datetime) -> Window:
+    """The window a read such as `capacity.free` asks about: from `start` (default now) to `end` (default an
+    hour later); an end not after the start is INVALID_INPUT naming `to`."""
+    begin = now if start is None else require_aware(start, "from")
+    finish = begin + DEFAULT_ASKED_WINDOW if end is None else require_aware(end, "to")
+    if finish <= begin:
+        raise InvalidInput(
+            f"to ({finish.isoformat()}) must be after from ({begin.isoformat()})",
+            {"field": "to", "from": begin.isoformat(), "to": finish.isoformat()},
+        )
+    return Window(begin, finish)

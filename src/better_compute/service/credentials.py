@@ -80,7 +80,7 @@ def create(
     if tenant_id is not None:
         check_ref(tenant_id, "tenantId")
     with store.begin() as tx:
-        if tenant_id is not None and tx.tenants.get(tenant_id) is None:
+        if tenant_id is not None and tx.tenants.hold(tenant_id) is None:
             raise tenant_not_found(tenant_id)
         return _issue(tx, tenant_id, name, now, new_id())
 

@@ -45,7 +45,7 @@ def create(
     )
     policy = replace(policy, id=new_id(), created_at=now)
     with store.begin() as tx:
-        if tx.tenants.get(policy.tenant_id) is None:
+        if tx.tenants.hold(policy.tenant_id) is None:
             raise tenant_not_found(policy.tenant_id)
         if policy.pool_id is not None and tx.pools.get(policy.pool_id) is None:
             raise pool_not_found(policy.pool_id)

@@ -222,7 +222,7 @@ def create_in(
     members = list(nodes)
     if tx.pools.get(pool_id) is not None:
         raise AlreadyExists(f"pool {pool_id} already exists", {"poolId": pool_id})
-    if tx.tenants.get(owner_tenant_id) is None:
+    if tx.tenants.hold(owner_tenant_id) is None:
         raise tenant_not_found(owner_tenant_id)
     if tx.clusters.get(cluster_id) is None:
         raise NotFound(f"cluster {cluster_id} not found", {"clusterId": cluster_id})

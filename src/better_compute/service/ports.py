@@ -120,7 +120,24 @@ class AdmissionRead:
 
 
 class TenantRepo(Protocol):
+    """Tenants; every read but `any_state` sees only those not deleted."""
+
     def get(self, tenant_id: str) -> Tenant | None: ...
+
+    def any_state(self, tenant_id: str) -> Tenant | None:
+        """The tenant, deleted or not."""
+        ...
+
+    def hold(self, tenant_id: str) -> Tenant | None:
+        """The tenant, kept from `tenants.delete` until the transaction ends (a write that gives the
+        tenant something reads it so)."""
+        ...
+
+    def lock(self, tenant_id: str) -> Tenant | None:
+        """The tenant, locked against every `hold` until the transaction ends (`tenants.delete`)."""
+        ...
+
+    def mark_deleted(self, tenant_id: str, at: datetime) -> None: ...
 
     def page(self, limit: int | None, after: str | None) -> list[Tenant]: ...
 
@@ -255,6 +272,10 @@ class QuotaRepo(Protocol):
         """Create or replace these rows."""
         ...
 
+    def remove_tenant(self, tenant_id: str) -> int:
+        """Delete every row of the tenant; how many there were."""
+        ...
+
 
 class PolicyRepo(Protocol):
     def find(self, tenant_id: str | None, pool_id: str | None) -> list[Policy]: ...
@@ -296,6 +317,11 @@ class ReservationRepo(Protocol):
 
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
         """Per allocation, the atoms its live bookings hold, in booking order."""
+        ...
+
+    def live_of_tenant(self, tenant_id: str, now: datetime, limit: int) -> list[Reservation]:
+        """The tenant's reservations not over at `now` (scheduled, or active and not yet ended),
+        oldest first, at most `limit`."""
         ...
 
     def snapshot(

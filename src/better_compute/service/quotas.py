@@ -70,7 +70,7 @@ def grant(
 
     The admin is told when the tenant does not exist; a pool owner is not (`check_grantee`), so that
     the answer does not reveal which tenant ids exist."""
-    check_grantee(principal, tenant_id, exists=tx.tenants.get(tenant_id) is not None)
+    check_grantee(principal, tenant_id, exists=tx.tenants.hold(tenant_id) is not None)
     check_offer(pool.mode, pool.owner_tenant_id, tenant_id)
     write_rows(tx, tenant_id, pool.id, limits, now)
     tx.events.append(event(pool.id, tenant_id, dict(limits)), now)
@@ -105,10 +105,12 @@ def list_quotas(
     limit: int | None = None,
     after: str | None = None,
     now: datetime | None = None,
+    window: Window | None = None,
 ) -> Listing[QuotaUse]:
     """Quota rows by tenant and pool; a tenant token sees only its own rows. With `now`, each row
-    comes with what its tenant holds of its class in its pool then (`quota.held_at`), read from the
-    ledger's live bookings in the same transaction."""
+    comes with what its tenant holds of its class in its pool then (`quota.held_at`); with `window`,
+    the most it holds at once during the window (`quota.in_use`, as admission counts it). Both are
+    read from the ledger's live bookings in the same transaction."""
     scope = tenant_scope(principal, tenant_id)
     with store.read() as tx:
         found = page(
@@ -117,12 +119,13 @@ def list_quotas(
         held: dict[tuple[str, str, str], int] = {}
         if now is not None and found.items:
             wanted = {(q.tenant_id, q.pool_id) for q in found.items}
+            since = now if window is None else window.start
             live = [
                 (b.tenant_id, b.pool_id, b.cls, Window(b.starts_at, b.ends_at))
-                for b in tx.ledger.live_bookings(now)
+                for b in tx.ledger.live_bookings(since)
                 if (b.tenant_id, b.pool_id) in wanted
             ]
-            held = quota.held_at(live, now)
+            held = quota.held_at(live, now) if window is None else _peaks(live, window)
     uses = [
         QuotaUse(q, None if now is None else held.get((q.tenant_id, q.pool_id, q.cls), 0))
         for q in found.items
@@ -136,3 +139,18 @@ class QuotaUse:
 
     quota: Quota
     used: int | None
+
+
+def _peaks(
+    live: list[tuple[str | None, str | None, str, Window]], window: Window
+) -> dict[tuple[str, str, str], int]:
+    """The peak holding during `window` per (tenant, pool, class), by the admission's own rule."""
+    by_owner: dict[tuple[str, str], list[tuple[str, Window]]] = {}
+    for tenant_id, pool_id, cls, booked in live:
+        if tenant_id is not None and pool_id is not None:
+            by_owner.setdefault((tenant_id, pool_id), []).append((cls, booked))
+    return {
+        (tenant_id, pool_id, str(cls)): n
+        for (tenant_id, pool_id), bookings in by_owner.items()
+        for cls, n in quota.in_use(bookings, window).items()
+    }

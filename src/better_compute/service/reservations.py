@@ -73,6 +73,12 @@ class ReservationView:
         return self.reservation.id
 
 
+def quota_lock(tenant_id: str, pool_id: str) -> str:
+    """The lock a tenant's writes in a pool are serialised on: admission, cancel, release and
+    extend take it, and so does `tenants.delete` for every pool the tenant has quota in."""
+    return f"quota:{tenant_id}:{pool_id}"
+
+
 def _tenant_for(caller: Caller, raw: Mapping[str, Any]) -> str:
     """The tenant a reservation is for: the token's own, or the one an admin names (the visibility
     rule is `tenant_scope`'s: another tenant named by a tenant token is NOT_FOUND). Who the caller
@@ -299,7 +305,7 @@ def _create_in(
         pool_id,
         key,
         read,
-        lock_key=f"quota:{tenant_id}:{pool_id}",
+        lock_key=quota_lock(tenant_id, pool_id),
         credential_id=credential_to_confirm(caller),
     )
     principal = confirmed(caller, snap.credential_live)
@@ -422,7 +428,7 @@ def cancel(store: StorePort, principal: Principal, reservation_id: str, now: dat
     """Cancel before the start: the whole window frees."""
     with store.begin() as tx:
         r = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"quota:{r.tenant_id}:{r.pool_id}")
+        tx.reservations.lock(quota_lock(r.tenant_id, r.pool_id))
         check_cancel(Window(r.starts_at, r.ends_at), r.status, now)
         tx.ledger.cancel_allocation(reservation_id, now)
         r = _bump(tx, r, ReservationStatus.CANCELLED, r.ends_at)
@@ -434,7 +440,7 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
     """End an active reservation now; the rest of its window frees for others."""
     with store.begin() as tx:
         r = _visible(tx, principal, reservation_id)
-        tx.reservations.lock(f"quota:{r.tenant_id}:{r.pool_id}")
+        tx.reservations.lock(quota_lock(r.tenant_id, r.pool_id))
         end = release_end(Window(r.starts_at, r.ends_at), r.status, now)
         tx.ledger.end_allocation(reservation_id, end, LedgerReleased(reservation_id, end))
         r = _bump(tx, r, ReservationStatus.RELEASED, end)
@@ -466,7 +472,7 @@ def extend(
             r = _visible(tx, principal, reservation_id)
             read = index.prepare(tx)
             snap = tx.reservations.snapshot(
-                r.tenant_id, r.pool_id, None, read, lock_key=f"quota:{r.tenant_id}:{r.pool_id}"
+                r.tenant_id, r.pool_id, None, read, lock_key=quota_lock(r.tenant_id, r.pool_id)
             )
             index.apply(tx, read, snap.events, snap.newest_event, snap.log)
             current = tx.reservations.get(reservation_id)  # as it is under the lock

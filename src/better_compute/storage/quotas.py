@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, delete
 
 from better_compute.domain.records import Quota
 from better_compute.storage import rows
@@ -51,3 +51,6 @@ class SqlQuotas:
             ],
             ["tenant_id", "pool_id", "class"],
         )
+
+    def remove_tenant(self, tenant_id: str) -> int:
+        return self.conn.execute(delete(quotas).where(quotas.c.tenant_id == tenant_id)).rowcount

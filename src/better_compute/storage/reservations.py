@@ -14,12 +14,13 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.events import LedgerBooked, ReservationCreated
 from better_compute.domain.pools import check_mode
 from better_compute.domain.records import Reservation
+from better_compute.domain.reservations import ReservationStatus
 from better_compute.domain.timewin import Window
 from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.ports import AdmissionRead, KeyTaken, NotBookable
@@ -124,6 +125,21 @@ class SqlReservations:
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
         return held_atoms(self.conn, allocation_ids)
 
+    def live_of_tenant(self, tenant_id: str, now: datetime, limit: int) -> list[Reservation]:
+        stmt = (
+            select(reservations)
+            .where(
+                reservations.c.tenant_id == tenant_id,
+                reservations.c.status.in_(
+                    [ReservationStatus.SCHEDULED.value, ReservationStatus.ACTIVE.value]
+                ),
+                or_(reservations.c.ends_at.is_(None), reservations.c.ends_at > now),
+            )
+            .order_by(reservations.c.id)
+            .limit(limit)
+        )
+        return [reservation_of(r) for r in rows.rows(self.conn, stmt)]
+
     def snapshot(
         self,
         tenant_id: str,
@@ -149,7 +165,7 @@ _PG_SNAPSHOT = (
     " (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),"
     " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', policy->>'maxDuration')"
     " FROM pools WHERE id = %(p)s),"
-    " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s),"
+    " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s AND deleted_at IS NULL),"
     " (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')"
     " FROM policies WHERE tenant_id = %(t)s),"
     " (SELECT coalesce(json_object_agg(class, \"limit\"), '{}') FROM quotas WHERE tenant_id = %(t)s AND pool_id = %(p)s),"
@@ -164,7 +180,7 @@ SELECT
   (SELECT id FROM reservations WHERE tenant_id = :t AND idempotency_key = :k),
   (SELECT json_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', json_extract(policy, '$.maxDuration'))
      FROM pools WHERE id = :p),
-  EXISTS (SELECT 1 FROM tenants WHERE id = :t),
+  EXISTS (SELECT 1 FROM tenants WHERE id = :t AND deleted_at IS NULL),
   (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
      FROM policies WHERE tenant_id = :t),
   (SELECT json_group_object(class, "limit") FROM quotas WHERE tenant_id = :t AND pool_id = :p),

@@ -34,6 +34,7 @@ tenants = Table(
     Column("id", String(64), primary_key=True),
     Column("name", Text, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    Column("deleted_at", UtcDateTime, nullable=True),
 )
 
 credentials = Table(

@@ -105,6 +105,11 @@ class AtomPublic(WireAnswer):
     partition_pending: bool
     present: bool
     attributes: dict[str, Any]
+    booked_now: bool = False
+    """Whether a live booking holds the atom at the moment the list was read."""
+    next_free_at: datetime | None = None
+    """When the atom is next free: the moment of the read when it is free then, the end of the
+    back-to-back bookings holding it otherwise, null when one of them never ends."""
 
 
 class Health(WireAnswer):

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
+from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
@@ -139,6 +140,14 @@ def _query_value(value: Any) -> str:
 _TABLE: tuple[Method, ...] = (
     Method("tenants.create", "POST", "/v1/tenants", TenantCreate, TenantPublic, summary="Create a tenant."),
     Method("tenants.list", "GET", "/v1/tenants", TenantListQuery, TenantPublic, paged=True),
+    Method(
+        "tenants.delete",
+        "DELETE",
+        "/v1/tenants/{id}",
+        IdRequest,
+        TenantPublic,
+        summary="Delete a tenant that owns no pool and holds no reservation; its credentials stop working.",
+    ),
     Method(
         "credentials.create",
         "POST",
@@ -267,7 +276,18 @@ _TABLE: tuple[Method, ...] = (
         AtomListQuery,
         Inventory,
         paged=True,
-        summary="Atoms, filtered by `pool`, `class` and repeated `attr=key=value`.",
+        summary=(
+            "Atoms, filtered by `pool`, `class` and repeated `attr=key=value`; each says whether it is"
+            " booked now and when it is next free."
+        ),
+    ),
+    Method(
+        "capacity.free",
+        "GET",
+        "/v1/capacity/free",
+        CapacityFreeQuery,
+        CapacityFree,
+        summary="What a pool could book for a window, per kind of atom, and the earliest start when busy.",
     ),
 )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
@@ -35,9 +36,12 @@ class QuotaPublic(WireAnswer):
 
 
 class QuotaListQuery(WireRequest):
-    """`quotas.list` filters (query parameters)."""
+    """`quotas.list` filters (query parameters). With `from` (and `to`, default an hour later),
+    `used` is the most the tenant holds at once during that window instead of now."""
 
     tenant_id: str | None = None
     pool_id: str | None = None
+    from_: datetime | None = Field(default=None, alias="from")
+    to: datetime | None = None
     limit: PageLimit = None
     cursor: PageCursor = None

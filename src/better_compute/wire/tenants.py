@@ -20,6 +20,7 @@ class TenantPublic(WireAnswer):
     id: str
     name: str
     created_at: datetime
+    deleted_at: datetime | None = None
 
 
 class TenantListQuery(PageQuery):

@@ -8,10 +8,10 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import atom_public, cluster_public, gpu_public, node_public, paged
-from better_compute.api.deps import StoreDep
+from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.atoms import attribute_filters, check_atom_class
-from better_compute.service import inventory, pools
+from better_compute.service import capacity, inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
     AtomListQuery,
@@ -53,7 +53,7 @@ def list_gpus(q: Annotated[GpuListQuery, Query()], store: StoreDep) -> Page[GpuP
 
 @router.get("/atoms", response_model=Page[AtomPublic])
 def list_atoms(
-    q: Annotated[AtomListQuery, Query()], store: StoreDep, principal: PrincipalDep
+    q: Annotated[AtomListQuery, Query()], store: StoreDep, principal: PrincipalDep, now: NowDep
 ) -> Page[AtomPublic]:
     found = inventory.list_atoms(
         store,
@@ -65,4 +65,5 @@ def list_atoms(
         after=q.cursor,
         pools=pools.visible_pool_ids(store, principal),
     )
-    return paged(found, atom_public)
+    free = capacity.availability_of(store, found.items, now)
+    return paged(found, lambda a: atom_public(a, free.get(a.id)))

@@ -1,4 +1,5 @@
-"""Tenants: `tenants.create` (admin) and `tenants.list` (a tenant token sees only itself)."""
+"""Tenants: `tenants.create` and `tenants.delete` (admin), `tenants.list` (a tenant token sees only
+itself)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,8 @@ def list_tenants(
     q: Annotated[TenantListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[TenantPublic]:
     return paged(tenants.list_tenants(store, principal, limit=q.limit, after=q.cursor), tenant_public)
+
+
+@router.delete("/tenants/{id}", response_model=TenantPublic)
+def delete_tenant(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> TenantPublic:
+    return tenant_public(tenants.delete(store, principal, id, now))

@@ -1,0 +1,104 @@
+"""`capacity free`, `atoms list` and `tenants delete` through the CLI against the real app on both
+stores (the client's transport hands each request to the app in-process)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from tests.cli.test_resources_cmd import Live, live, run
+
+__all__ = ["live"]
+
+BOOK = {
+    "tenantId": "platform",
+    "poolId": "p1",
+    "devices": [{"class": "gpu.mig", "count": 1}],
+    "duration": "2h",
+}
+
+
+def _book(runner: CliRunner, live: Live) -> str:
+    quota = {"tenantId": "platform", "poolId": "p1", "class": "gpu.mig", "limit": 4}
+    assert run(runner, live.admin, "api", "quotas.set", "--json", json.dumps(quota)).exit_code == 0
+    made = run(runner, live.admin, "api", "reservations.create", "--json", json.dumps(BOOK))
+    assert made.exit_code == 0, made.output
+    return str(json.loads(made.stdout)["atoms"][0]["id"])
+
+
+def test_capacity_free_shows_each_kind_free_now_and_when_busy(runner: CliRunner, live: Live) -> None:
+    shown = run(runner, live.admin, "capacity", "free", "--pool", "p1")
+    assert shown.exit_code == 0, shown.output
+    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 10:00Z" in shown.stdout
+    row = next(line for line in shown.stdout.splitlines() if "1g.10gb" in line)
+    assert row.split()[-3:] == ["14", "14", "now"]
+    answer = json.loads(
+        run(runner, live.admin, "capacity", "free", "--pool", "p1", "--count", "14", "--json").stdout
+    )
+    assert [(k["migProfile"], k["free"]) for k in answer["kinds"]] == [("1g.10gb", 14)]
+    _book(runner, live)
+    busy = run(runner, live.admin, "capacity", "free", "--pool", "p1", "--count", "14")
+    row = next(line for line in busy.stdout.splitlines() if "1g.10gb" in line)
+    assert row.split()[-4:] == ["14", "13", "2026-12-01", "11:00Z"]
+
+
+def test_capacity_free_refuses_a_bad_time_with_the_option_named(runner: CliRunner, live: Live) -> None:
+    bad = run(runner, live.admin, "capacity", "free", "--pool", "p1", "--from", "noon")
+    assert bad.exit_code == 2
+    assert "'noon' is not an ISO 8601 time" in bad.output and "--from" in bad.output
+    inverted = run(
+        runner,
+        live.admin,
+        "capacity",
+        "free",
+        "--pool",
+        "p1",
+        "--from",
+        "2026-12-01T12:00Z",
+        "--to",
+        "2026-12-01T11:00Z",
+    )
+    assert inverted.exit_code == 1 and "must be after from" in inverted.output
+
+
+def test_atoms_list_says_which_atom_is_booked_now_and_when_it_frees(runner: CliRunner, live: Live) -> None:
+    held = _book(runner, live)
+    shown = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu.mig", "-o", "wide")
+    assert shown.exit_code == 0, shown.output
+    row = next(line for line in shown.stdout.splitlines() if held in line)
+    assert row.split()[-3:] == ["yes", "2026-12-01", "11:00Z"]
+    others = [line for line in shown.stdout.splitlines() if line.startswith("atm-") and held not in line]
+    assert others and all(line.split()[-2:] == ["no", "now"] for line in others)
+    as_json = json.loads(
+        run(runner, live.admin, "atoms", "list", "--attr", "migProfile=1g.10gb", "--json").stdout
+    )
+    booked = [a["id"] for a in as_json["items"] if a["bookedNow"]]
+    assert booked == [held]
+    parents = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu")
+    rows = [line.split() for line in parents.stdout.splitlines() if line.startswith("atm-")]
+    assert len(rows) == 2 and all(row[-2:] == ["no", "unbookable"] for row in rows)
+    none = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu.slot")
+    assert none.exit_code == 0 and none.stdout.strip() == "no atoms"
+
+
+def test_tenants_delete_then_the_tenant_is_gone(runner: CliRunner, live: Live) -> None:
+    gone = run(runner, live.admin, "tenants", "delete", "acme", "--json")
+    assert gone.exit_code == 0, gone.output
+    assert json.loads(gone.stdout)["deletedAt"].startswith("2026-12-01T09:00:00")
+    again = run(runner, live.admin, "tenants", "delete", "acme")
+    assert again.exit_code == 1 and "tenant acme not found" in again.output
+    owner = run(runner, live.admin, "tenants", "delete", "platform")
+    assert owner.exit_code == 1 and "owns 1 pool(s) (p1); delete them first" in owner.output
+
+
+def test_quotas_list_over_a_window(runner: CliRunner, live: Live) -> None:
+    _book(runner, live)  # 09:00 to 11:00
+    later = run(runner, live.admin, "quotas", "list", "--pool", "p1", "--from", "2026-12-01T12:00Z", "--json")
+    assert later.exit_code == 0, later.output
+    used = {r["class"]: r["used"] for r in json.loads(later.stdout)["items"]}
+    assert used["gpu.mig"] == 0
+    during = run(
+        runner, live.admin, "quotas", "list", "--pool", "p1", "--from", "2026-12-01T10:00Z", "--json"
+    )
+    assert {r["class"]: r["used"] for r in json.loads(during.stdout)["items"]}["gpu.mig"] == 1
