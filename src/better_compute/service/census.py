@@ -26,6 +26,8 @@ _INSTANT = timedelta(microseconds=1)
 
 @dataclass(frozen=True)
 class Census:
+    """What one scrape read, in one read of the store."""
+
     atoms: Mapping[CensusKey, int]
     """Present atoms of every pool, by (pool, class, state) (domain.census)."""
     billable_hours: Mapping[str, float]
