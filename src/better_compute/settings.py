@@ -12,6 +12,8 @@ environment, so a test sees exactly what it passes in.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -37,6 +39,9 @@ class Settings(BaseSettings):
     (`BC_TIMEOUT_REQUEST`)."""
     timeout_keep_alive: int = Field(DEFAULT_TIMEOUT_KEEP_ALIVE, ge=1)
     """Seconds an idle connection (no request under way) is kept open (`BC_TIMEOUT_KEEP_ALIVE`)."""
+    metrics_auth: Literal["none", "admin"] = "none"
+    """Who may read `/metrics`: anyone who reaches the server (`none`), or only a fleet-admin token
+    (`admin`) (`BC_METRICS_AUTH`)."""
 
     def environment(self) -> dict[str, str]:
         """These settings as the environment variables that give them back: what a worker process

@@ -1,9 +1,9 @@
 """Defect 15 of issue 11: a CLI call imports only what it uses.
 
 Commands that read the catalog or talk to a server must not import server code (SQLAlchemy, Alembic,
-psycopg, FastAPI): each CLI call pays for its imports before it does anything. Each command runs in a
-fresh interpreter, so what it imported is exactly what `sys.modules` holds after it; the server is a
-mock transport behind the CLI's `config.connect` seam (no sockets). How long a call takes is
+psycopg, FastAPI, prometheus-client): each CLI call pays for its imports before it does anything.
+Each command runs in a fresh interpreter, so what it imported is exactly what `sys.modules` holds
+after it; the server is a mock transport behind the CLI's `config.connect` seam (no sockets). How long a call takes is
 `bench/cli_startup.py`'s business, not a test's.
 """
 
@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-SERVER_MODULES = ("sqlalchemy", "alembic", "psycopg", "fastapi", "uvicorn")
+SERVER_MODULES = ("sqlalchemy", "alembic", "psycopg", "fastapi", "uvicorn", "prometheus_client")
 OUR_SERVER_PACKAGES = ("better_compute.api", "better_compute.service", "better_compute.storage")
 
 PROBE = """
@@ -57,6 +57,7 @@ CATALOG_COMMANDS = [
 SERVER_COMMANDS = [
     ["api", "clusters.list", "--token", "bc_x"],
     ["reservations", "list", "--token", "bc_x"],
+    ["events", "--token", "bc_x"],
 ]
 
 

@@ -575,3 +575,29 @@ def test_the_client_raises_its_own_invalid_input_for_malformed_arguments(call: A
     assert caught.value.details["field"] == field
     assert f": {field}: " in caught.value.message
     assert server.requests == []  # refused before anything was sent
+
+
+def event_json(id: int, type_: str = "ledger.booked") -> dict[str, Any]:
+    return {"id": id, "type": type_, "subject": "rsv-1", "time": "2030-01-01T10:00:00Z", "payload": {"x": 1}}
+
+
+def test_events_list_sends_its_filters_and_iter_resumes_after_the_last_id() -> None:
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("after") == "2":
+            return httpx.Response(200, json={"items": [event_json(3)], "nextCursor": None})
+        return httpx.Response(200, json={"items": [event_json(1), event_json(2)], "nextCursor": "2"})
+
+    server = FakeServer({("GET", "/v1/events"): answer})
+    compute = compute_for(server)
+    page = compute.events.list(type="ledger.booked", subject="rsv-1", after=7, limit=2)
+    assert [e.id for e in page.items] == [1, 2] and page.next_cursor == "2"
+    assert page.items[0].payload == {"x": 1} and page.items[0].time == datetime(2030, 1, 1, 10, tzinfo=UTC)
+    assert dict(server.requests[0].url.params) == {
+        "type": "ledger.booked",
+        "subject": "rsv-1",
+        "after": "7",
+        "limit": "2",
+    }
+    assert [e.id for e in compute.events.iter(page_size=2)] == [1, 2, 3]
+    with pytest.raises(InvalidInputError):
+        compute.events.list(limit=0)

@@ -10,7 +10,15 @@ from typing import Any
 import pytest
 
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.events import EVENT_TYPES, Event, LedgerBooked, UnknownEvent, parse_event
+from better_compute.domain.events import (
+    EVENT_TYPES,
+    Event,
+    LedgerBooked,
+    UnknownEvent,
+    check_event_id,
+    check_event_type,
+    parse_event,
+)
 
 WHEN = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 
@@ -73,3 +81,24 @@ def test_a_value_of_the_wrong_kind_is_invalid_input_naming_the_field() -> None:
     with pytest.raises(InvalidInput) as err:
         parse_event("node.inventory.changed", "n", {"gpus": "2", "atoms": 1})
     assert err.value.message == "event field node.inventory.changed.gpus must be an integer"
+
+
+@pytest.mark.parametrize("good", ["ledger.booked", "pool.mig_layout.requested", "some.future.type"])
+def test_an_event_type_is_dotted_lowercase_words(good: str) -> None:
+    assert check_event_type(good) == good
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "ledger", "Ledger.booked", "ledger.", ".booked", "a.b c", "a." + "b" * 63]
+)
+def test_a_malformed_event_type_is_invalid_input(bad: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_event_type(bad)
+    assert refused.value.details == {"field": "type"}
+
+
+def test_an_event_id_is_a_positive_64_bit_integer() -> None:
+    assert check_event_id("42") == 42 and check_event_id(str(2**63 - 1)) == 2**63 - 1
+    for bad in ("0", "-1", "+1", "1e3", "x", "", str(2**63), "١"):
+        with pytest.raises(InvalidInput):
+            check_event_id(bad)

@@ -35,7 +35,7 @@ from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
-from better_compute.api import errors, guards
+from better_compute.api import errors, guards, metrics
 from better_compute.api.auth import AUTHENTICATED
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import reservations as routes
@@ -212,6 +212,7 @@ def fastapi_own(store: Store) -> FastAPI:
     app = FastAPI()
     app.state.services = build_services(store, clock=lambda: T0, ids=CountingIds())
     errors.install(app)
+    metrics.install(app, app.state.services, "none")  # the route reports to the app's metrics
     router = APIRouter(prefix="/v1", dependencies=AUTHENTICATED)
     router.add_api_route(
         "/reservations",

@@ -5,11 +5,12 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import docs, errors, guards, links, operations, version
+from better_compute.api import docs, errors, guards, links, metrics, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
     capacity,
     credentials,
+    events,
     health,
     inventory,
     policies,
@@ -21,10 +22,17 @@ from better_compute.api.routes import (
 from better_compute.service.services import Services
 
 
-def create_app(services: Services, *, max_body_bytes: int, request_timeout: float) -> FastAPI:
+def create_app(
+    services: Services,
+    *,
+    max_body_bytes: int,
+    request_timeout: float,
+    metrics_auth: metrics.MetricsAuth = "none",
+) -> FastAPI:
     """The app over `services` (built by `entrypoints/server.py`, which also closes them). A request
     body over `max_body_bytes` is refused (413), and so is one whose next part does not arrive
-    within `request_timeout` seconds (408): see `api/limits.py`."""
+    within `request_timeout` seconds (408): see `api/limits.py`. `/metrics` is open to anyone who
+    reaches it, or needs a fleet-admin token with `metrics_auth="admin"` (`api/metrics.py`)."""
     app = FastAPI(
         title="better-compute",
         version=__version__,
@@ -47,6 +55,8 @@ def create_app(services: Services, *, max_body_bytes: int, request_timeout: floa
     app.include_router(quotas.router)
     app.include_router(policies.router)
     app.include_router(capacity.router)
+    app.include_router(events.router)
+    metrics.install(app, services, metrics_auth)
     links.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)

@@ -2,7 +2,8 @@
 
 Routes write `principal: PrincipalDep` to get the caller, or list `AUTHENTICATED` in a router's
 `dependencies` when they only need the call to be authenticated. `/healthz`, `/openapi.json` and
-`/docs` take neither and stay open.
+`/docs` take neither and stay open; `/metrics` checks for a fleet-admin token itself when the server is
+told to (`api/metrics.py`).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
+from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Availability
 from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
@@ -23,6 +24,7 @@ from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
 from better_compute.wire.capacity import CapacityFree, FreeKindPublic
 from better_compute.wire.common import Page
+from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
     AtomPublic,
     ClusterPublic,
@@ -248,3 +250,9 @@ def created_public(view: ReservationView, body: ReservationCreate) -> Reservatio
 
 def whoami(p: Principal) -> WhoAmI:
     return WhoAmI(credential_id=p.credential_id, tenant_id=p.tenant_id, is_admin=p.is_admin)
+
+
+def event_public(e: StreamedEvent) -> EventPublic:
+    return EventPublic(
+        id=e.id, type=type_of(e.event), subject=e.event.subject, time=e.at, payload=e.event.payload()
+    )

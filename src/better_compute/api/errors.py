@@ -45,6 +45,17 @@ _HTTP_CODES = {
 """Refusals the router makes before any route runs (no such path, a verb the path does not take)."""
 
 
+def code_of(exc: BaseException) -> str:
+    """The error code the handlers below answer `exc` with (for counting refusals by code)."""
+    if isinstance(exc, errors.DomainError):
+        return exc.code
+    if isinstance(exc, RequestValidationError):
+        return codes.INVALID_INPUT
+    if isinstance(exc, StarletteHTTPException):
+        return _HTTP_CODES.get(exc.status_code, codes.INVALID_INPUT)
+    return codes.INTERNAL
+
+
 def error_response(
     status: int,
     code: str,

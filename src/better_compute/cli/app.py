@@ -32,6 +32,7 @@ app.add_typer(admin_app, name="admin")
 from better_compute.cli import (  # noqa: E402, F401
     api_cmd,
     capacity_cmd,
+    events_cmd,
     login_cmd,
     reservations_cmd,
     resources_cmd,

@@ -25,6 +25,7 @@ from better_compute.client._errors import ComputeError, InvalidInputError, Trans
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page
+from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
@@ -115,6 +116,7 @@ class Compute:
         self.gpus = Inventory(self, "gpus.list")
         self.atoms = Atoms(self)
         self.capacity = Capacity(self)
+        self.events = Events(self)
 
     @property
     def base_url(self) -> str:
@@ -543,3 +545,39 @@ class Capacity(_Resource):
             _fields(pool=pool, cls=cls, from_=start, to=end, count=count)
         )
         return self._compute._typed("capacity.free", query, CapacityFree)
+
+
+@_refusing_bad_arguments
+class Events(_Resource):
+    def list(
+        self,
+        *,
+        type: str | None = None,
+        subject: str | None = None,
+        after: str | int | None = None,
+        limit: int | None = None,
+    ) -> Page[EventPublic]:
+        """Events the token may read, oldest first, after the event id `after` (from the start
+        without it); ``nextCursor`` is set when the page is full and more may follow."""
+        query = EventListQuery.model_validate(
+            _fields(type=type, subject=subject, after=None if after is None else str(after), limit=limit)
+        )
+        return self._compute._typed("events.list", query, Page[EventPublic])
+
+    def iter(
+        self,
+        *,
+        type: str | None = None,
+        subject: str | None = None,
+        after: str | int | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[EventPublic]:
+        """Every event after `after` that the stream holds now, following `nextCursor` page by page.
+        To follow the stream, call it again with the id of the last event received."""
+        cursor = None if after is None else str(after)
+        while True:
+            page = self.list(type=type, subject=subject, after=cursor, limit=page_size)
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor

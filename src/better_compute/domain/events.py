@@ -15,6 +15,7 @@ keys it does not know are ignored: the log is forward compatible like the wire.
 from __future__ import annotations
 
 import dataclasses
+import re
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -305,6 +306,50 @@ class LoggedEvent:
     id: int
     tx: int | None
     event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class StreamedEvent:
+    """An event as the events stream (`events.list`) serves it: its id, when it was logged, and the
+    event itself."""
+
+    id: int
+    at: datetime
+    event: Event
+
+
+TYPE_NAME = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
+"""How event types are spelled: dotted lowercase words (`ledger.booked`, `pool.mig_layout.requested`)."""
+
+MAX_TYPE = 64
+"""The longest event type the log stores (the `events.type` column)."""
+
+MAX_EVENT_ID = 2**63 - 1
+"""The largest event id a log can hand out (a 64-bit signed integer)."""
+
+
+def check_event_type(value: str, field: str = "type") -> str:
+    """An event type named in a query: spelled as types are, though it may be one this version does
+    not know yet (a newer server's), which then simply matches nothing it wrote."""
+    if len(value) > MAX_TYPE or not TYPE_NAME.fullmatch(value):
+        raise InvalidInput(
+            f"{field} must be dotted lowercase words such as ledger.booked (at most {MAX_TYPE}"
+            f" characters), not {value[:MAX_TYPE]!r}",
+            {"field": field},
+        )
+    return value
+
+
+def check_event_id(value: str, field: str = "after") -> int:
+    """An event id named in a query (the cursor of the events stream): a positive integer."""
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 19 or not 0 < int(text) <= MAX_EVENT_ID:
+        raise InvalidInput(
+            f"{field} must be an event id (a positive integer, the id of an event already read),"
+            f" not {value[:32]!r}",
+            {"field": field},
+        )
+    return int(text)
 
 
 def parse_event(type_: str, subject: str, payload: Mapping[str, Any] | None) -> Event:

@@ -76,3 +76,8 @@ def availability(busy: Iterable[Window], at: datetime) -> Availability:
         if span.end is None or span.end > free_at:
             free_at = span.end
     return Availability(booked_now=any(w.contains(at) for w in spans), next_free_at=free_at)
+
+
+def is_partition_change(allocation_id: str) -> bool:
+    """Whether an allocation is a partition change (`partition_allocation_id`), not a reservation."""
+    return allocation_id.startswith("partition:")

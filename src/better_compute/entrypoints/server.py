@@ -63,9 +63,12 @@ def build_services(store: StorePort, *, clock: Clock = utc_now, ids: Ids | None 
 
 
 def build_app(services: Services, settings: Settings) -> FastAPI:
-    """The HTTP API over `services`, with the body limits of `settings`."""
+    """The HTTP API over `services`, with the body limits and the metrics access of `settings`."""
     return create_app(
-        services, max_body_bytes=settings.max_body_bytes, request_timeout=settings.timeout_request
+        services,
+        max_body_bytes=settings.max_body_bytes,
+        request_timeout=settings.timeout_request,
+        metrics_auth=settings.metrics_auth,
     )
 
 

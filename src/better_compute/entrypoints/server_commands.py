@@ -162,6 +162,14 @@ def serve(
             f" \\[default: $BC_TIMEOUT_REQUEST or {DEFAULT_TIMEOUT_REQUEST:g}]",
         ),
     ] = None,
+    metrics_auth: Annotated[
+        str | None,
+        typer.Option(
+            metavar="none|admin",
+            help="Who may read /metrics: anyone who reaches the server (none), or a fleet-admin token"
+            " (admin). \\[default: $BC_METRICS_AUTH or none]",
+        ),
+    ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import uvicorn
@@ -176,6 +184,7 @@ def serve(
         max_body_bytes=max_body_bytes,
         timeout_keep_alive=timeout_keep_alive,
         timeout_request=timeout_request,
+        metrics_auth=metrics_auth,
     )
     connections: dict[str, Any] = {
         "http": timed_protocol(settings.timeout_request),

@@ -89,6 +89,11 @@ def _visible(tx: Tx, principal: Principal) -> list[Pool]:
     return found
 
 
+def seen_pool_ids(tx: Tx, principal: Principal) -> set[str]:
+    """The ids of the pools the caller may see, read in the caller's own transaction."""
+    return {p.id for p in _visible(tx, principal)}
+
+
 def visible_pool_ids(store: StorePort, principal: Principal) -> set[str] | None:
     """The ids of the pools the caller may see; None means every pool (the admin)."""
     if principal.is_admin:

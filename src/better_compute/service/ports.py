@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.atoms import Atom
-from better_compute.domain.events import Event, LoggedEvent
+from better_compute.domain.audience import Reader
+from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Booking
 from better_compute.domain.pools import PoolSettings, SharingMode
@@ -73,6 +74,29 @@ class LiveBooking:
     tenant_id: str | None
     pool_id: str | None
     cls: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogPosition:
+    """Where a reader of the events stream stands: just after the event `id`, written by transaction
+    `tx` (None on SQLite, and for events logged before transactions were recorded).
+
+    The stream serves events in this order, not by id alone: on PostgreSQL ids are handed out when
+    events are written, not when they commit, so a later id can commit first. The stream serves only
+    events of transactions older than every one still in progress, by (transaction, id), so an event
+    that commits late always sorts after what was already served (storage/event_stream.py)."""
+
+    tx: int | None
+    id: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeldHours:
+    """Hours one atom has been held by tenants' bookings up to some time, and its pool's meter."""
+
+    atom: Atom
+    meter: str
+    hours: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +388,11 @@ class LedgerPort(Protocol):
         """Live bookings that end after `since` (or never)."""
         ...
 
+    def held_hours(self, until: datetime) -> list[HeldHours]:
+        """Per atom, the hours tenants' bookings have held it before `until` (partition changes are no
+        tenant's), with the meter of the booking's pool."""
+        ...
+
 
 class EventLog(Protocol):
     def append(self, event: Event, at: datetime) -> None:
@@ -378,6 +407,28 @@ class EventLog(Protocol):
     def after(self, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         """A read of the event log from `read`: its events (one page after `read.last`, and those of
         transactions it asks about), the log's last id, and the read's snapshot."""
+        ...
+
+    def position(self, event_id: int) -> LogPosition | None:
+        """Where the events stream stands just after the event `event_id`; None when no event has it."""
+        ...
+
+    def stream(
+        self,
+        reader: Reader,
+        after: LogPosition | None,
+        limit: int,
+        type_: str | None = None,
+        subject: str | None = None,
+    ) -> list[StreamedEvent]:
+        """Up to `limit` events after `after` (from the start when None), in stream order, of those
+        whose transactions ended before any still in progress began: each one `reader` may read
+        (domain.audience), of type `type_` and about `subject` when given."""
+        ...
+
+    def count_by_type(self, after: LogPosition | None) -> tuple[dict[str, int], LogPosition | None]:
+        """How many events of each type the stream holds after `after` (from the start when None),
+        and the position of the last one counted (`after` when none was)."""
         ...
 
 

@@ -54,6 +54,7 @@ from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.credentials import confirm_live
 from better_compute.service.paging import Listing
 from better_compute.service.ports import KeyTaken, NotBookable, Overlap, StorePort, Tx
+from better_compute.service.telemetry import SILENT, Telemetry
 
 MAX_ATTEMPTS = 4
 
@@ -209,11 +210,14 @@ def create(
     raw: Mapping[str, Any],
     now: datetime,
     new_id: Callable[[], str],
+    *,
+    telemetry: Telemetry = SILENT,
 ) -> ReservationView:
     """Admit and book a reservation, or return the first one made with the same idempotency key.
 
     `caller` may be a remembered token's `RecalledPrincipal`: admission's read confirms its credential
-    is live, in the transaction that decides, at no cost of its own."""
+    is live, in the transaction that decides, at no cost of its own. Each booking the ledger refuses
+    for an atom taken first is reported to `telemetry` before it is decided again."""
     tenant_id = _tenant_for(caller, raw)
     pool_id = check_ref(raw.get("poolId"), "poolId")
     requests = admission.parse_device_requests(raw.get("devices"))
@@ -247,6 +251,7 @@ def create(
                     claims,
                 )
         except Overlap as clash:
+            telemetry.ledger_conflict()
             if attempt == MAX_ATTEMPTS - 1:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
             with store.read() as tx:
@@ -450,6 +455,8 @@ def extend(
     reservation_id: str,
     duration: str,
     now: datetime,
+    *,
+    telemetry: Telemetry = SILENT,
 ) -> ReservationView:
     """Move a scheduled or active reservation's end later by `duration`, on the atoms it holds.
 
@@ -485,6 +492,7 @@ def extend(
             r = _bump(tx, r, ReservationStatus(r.status), end)
             return _view(tx, r, now)
     except Overlap as clash:
+        telemetry.ledger_conflict()
         assert added is not None  # only the ledger's write raises Overlap
         raise _extension_conflict(store, reservation_id, added, clash.atom_id) from None
 

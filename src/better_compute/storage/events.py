@@ -12,9 +12,11 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 
-from better_compute.domain.events import Event, LedgerBooked, LoggedEvent, parse_event, type_of
+from better_compute.domain.audience import Reader
+from better_compute.domain.events import Event, LedgerBooked, LoggedEvent, StreamedEvent, parse_event, type_of
 from better_compute.service.event_tail import PAGE, Cursor, LogSnapshot
-from better_compute.storage import pg_simple
+from better_compute.service.ports import LogPosition
+from better_compute.storage import event_stream, pg_simple
 from better_compute.storage.tables import events
 
 EVENT_PAGE = PAGE
@@ -122,3 +124,19 @@ class SqlEvents:
 
     def after(self, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         return events_after(self.conn, read)
+
+    def position(self, event_id: int) -> LogPosition | None:
+        return event_stream.position(self.conn, event_id)
+
+    def stream(
+        self,
+        reader: Reader,
+        after: LogPosition | None,
+        limit: int,
+        type_: str | None = None,
+        subject: str | None = None,
+    ) -> list[StreamedEvent]:
+        return event_stream.stream(self.conn, reader, after, limit, type_, subject)
+
+    def count_by_type(self, after: LogPosition | None) -> tuple[dict[str, int], LogPosition | None]:
+        return event_stream.count_by_type(self.conn, after)

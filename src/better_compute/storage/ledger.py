@@ -25,8 +25,9 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import Booking
 from better_compute.domain.timewin import Window
-from better_compute.service.ports import LiveBooking, NotBookable, Overlap
+from better_compute.service.ports import HeldHours, LiveBooking, NotBookable, Overlap
 from better_compute.storage.events import append, booked_payload_sql
+from better_compute.storage.held_hours import held_hours
 from better_compute.storage.tables import atoms, bookings
 
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
@@ -411,3 +412,6 @@ class SqlLedger:
 
     def live_bookings(self, since: datetime) -> list[LiveBooking]:
         return live_bookings(self.conn, since)
+
+    def held_hours(self, until: datetime) -> list[HeldHours]:
+        return held_hours(self.conn, until)

@@ -27,6 +27,7 @@ from urllib.parse import quote
 
 from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page, WireRequest
+from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
@@ -255,6 +256,15 @@ _TABLE: tuple[Method, ...] = (
         ReservationExtend,
         ReservationPublic,
         summary="Move a reservation's end later on the atoms it holds; CONFLICT when they are booked then.",
+    ),
+    Method(
+        "events.list",
+        "GET",
+        "/v1/events",
+        EventListQuery,
+        EventPublic,
+        paged=True,
+        summary="Events the token may read, oldest first, after the event `after`; by `type` and `subject`.",
     ),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),

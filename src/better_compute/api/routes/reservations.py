@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
@@ -14,10 +15,13 @@ from fastapi.routing import APIRoute
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import created_public, paged, reservation_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
+from better_compute.api.errors import code_of
+from better_compute.api.metrics import Metrics, metrics_of
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.credentials import Caller, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.services import Services
+from better_compute.service.telemetry import Telemetry
 from better_compute.wire.common import Page
 from better_compute.wire.reservations import (
     ReservationCreate,
@@ -93,6 +97,17 @@ class AdmissionRoute(APIRoute):
         assert body_field is not None
 
         async def handle(request: Request) -> Response:
+            metrics = metrics_of(request)
+            started = time.perf_counter()
+            try:
+                answer = await admit(request, metrics)
+            except Exception as exc:
+                metrics.answered(started, refused=code_of(exc))
+                raise
+            metrics.answered(started, created=answer.status_code == 201)
+            return answer
+
+        async def admit(request: Request, metrics: Metrics) -> Response:
             services = services_of(request)
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
@@ -108,17 +123,23 @@ class AdmissionRoute(APIRoute):
                 if problems:
                     raise RequestValidationError(problems)
                 if services.admission is None:
-                    return _admit(body, caller, services)
+                    return _admit(body, caller, services, metrics)
                 loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(services.admission, _admit, body, caller, services)
+                return await loop.run_in_executor(services.admission, _admit, body, caller, services, metrics)
 
         return handle
 
 
-def _admit(body: ReservationCreate, caller: Caller, services: Services) -> Response:
+def _admit(body: ReservationCreate, caller: Caller, services: Services, telemetry: Telemetry) -> Response:
     raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(
-        services.store, services.index, caller, raw, services.clock(), services.ids.reservation
+        services.store,
+        services.index,
+        caller,
+        raw,
+        services.clock(),
+        services.ids.reservation,
+        telemetry=telemetry,
     )
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(
@@ -131,9 +152,9 @@ def _admit(body: ReservationCreate, caller: Caller, services: Services) -> Respo
 # Served by AdmissionRoute's handler: this signature documents the route in OpenAPI (and serves it
 # the same way under a plain APIRoute). No docstring: it would become the operation's description.
 async def create_reservation(
-    body: ReservationCreate, principal: PrincipalDep, services: ServicesDep
+    body: ReservationCreate, principal: PrincipalDep, services: ServicesDep, request: Request
 ) -> Response:
-    return _admit(body, principal, services)
+    return _admit(body, principal, services, metrics_of(request))
 
 
 router.add_api_route(
@@ -186,7 +207,14 @@ def release_reservation(id: str, principal: PrincipalDep, store: StoreDep, now: 
 
 @router.post("/reservations/{id}/extend", response_model=ReservationPublic)
 def extend_reservation(
-    id: str, body: ReservationExtend, principal: PrincipalDep, services: ServicesDep, now: NowDep
+    id: str,
+    body: ReservationExtend,
+    principal: PrincipalDep,
+    services: ServicesDep,
+    now: NowDep,
+    request: Request,
 ) -> ReservationPublic:
-    view = reservations.extend(services.store, services.index, principal, id, body.duration, now)
+    view = reservations.extend(
+        services.store, services.index, principal, id, body.duration, now, telemetry=metrics_of(request)
+    )
     return reservation_public(view)

@@ -1,0 +1,27 @@
+"""The events stream: `events.list` (the admin reads every event, a tenant the events about itself)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import event_public, paged
+from better_compute.api.deps import StoreDep
+from better_compute.api.query import StrictQueryRoute
+from better_compute.service import events
+from better_compute.wire.common import Page
+from better_compute.wire.events import EventListQuery, EventPublic
+
+router = APIRouter(prefix="/v1", tags=["events"], route_class=StrictQueryRoute)
+
+
+@router.get("/events", response_model=Page[EventPublic])
+def list_events(
+    q: Annotated[EventListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[EventPublic]:
+    found = events.list_events(
+        store, principal, type_=q.type, subject=q.subject, after=q.after, limit=q.limit
+    )
+    return paged(found, event_public)

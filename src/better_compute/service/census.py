@@ -1,0 +1,75 @@
+"""What /metrics reads at scrape time: atoms by pool, class and state, billable hours by meter, and
+the event log's events by type.
+
+Each figure is read from the store (and the booking index, a cache of the ledger kept current from
+the event log) when it is asked for, so every server process answers the same numbers and none has
+to be told of a change. The events are counted once each: a process counts the whole log on its
+first scrape, then only what the stream settled since (`EventTally`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from better_compute.domain.billable import share
+from better_compute.domain.census import CensusKey, atom_census
+from better_compute.domain.timewin import Window
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ports import LogPosition, StorePort, Tx
+
+_INSTANT = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Census:
+    """What one scrape read, in one read of the store."""
+
+    atoms: Mapping[CensusKey, int]
+    """Present atoms of every pool, by (pool, class, state) (domain.census)."""
+    billable_hours: Mapping[str, float]
+    """GPU-hours tenants' bookings have held up to now, by meter (every pool's meter, zero included)."""
+    events: Mapping[str, int]
+    """Events in the log, by type."""
+
+
+class EventTally:
+    """The log's events by type, counted incrementally: thread-safe, one per process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        self._position: LogPosition | None = None
+
+    def read(self, tx: Tx) -> dict[str, int]:
+        with self._lock:
+            counts, self._position = tx.events.count_by_type(self._position)
+            self._counts.update(counts)
+            return dict(self._counts)
+
+
+def _atoms(tx: Tx, index: BookingIndex, now: datetime) -> Counter[CensusKey]:
+    index.sync(tx)
+    holders = {i.atom_id: i.allocation_id for i in index.busy(Window(now, now + _INSTANT))}
+    census: Counter[CensusKey] = Counter()
+    for pool in tx.pools.all():
+        census.update(atom_census(index.pool_atoms(tx, pool.id).atoms.values(), holders))
+    return census
+
+
+def billable_hours(tx: Tx, now: datetime) -> dict[str, float]:
+    """GPU-hours billed up to `now` by meter: each atom's hours held times its `share`."""
+    hours = dict.fromkeys(sorted({p.meter for p in tx.pools.all()}), 0.0)
+    for held in tx.ledger.held_hours(now):
+        hours[held.meter] = hours.get(held.meter, 0.0) + float(share(held.atom)) * held.hours
+    return hours
+
+
+def take(store: StorePort, index: BookingIndex, tally: EventTally, now: datetime) -> Census:
+    with store.read() as tx:
+        return Census(
+            atoms=_atoms(tx, index, now), billable_hours=billable_hours(tx, now), events=tally.read(tx)
+        )

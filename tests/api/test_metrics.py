@@ -1,0 +1,181 @@
+"""`GET /metrics` through the real app, on SQLite and PostgreSQL: each series of docs/metrics.md
+with the value the fleet's story gives it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from better_compute.domain.records import Tenant
+from better_compute.storage.store import Store
+from tests.api.test_reservations import World, error
+from tests.builders import T0, admin_token, api_client, bearer, tenant_token
+
+GPUS = [{"class": "gpu", "count": 2}]
+FLEET_METERS = ("gpu.a100.hours", "gpu.h100.hours", "gpu.l40s.hours")
+
+
+@pytest.fixture
+def world(store: Store) -> World:
+    return World(store)
+
+
+def scrape(world: World, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics by (name, sorted labels)."""
+    r = world.http.get("/metrics", headers=headers)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: str, **labels: str) -> float:
+    return samples[(name, tuple(sorted(labels.items())))]
+
+
+def test_reservations_created_and_refused_are_counted_by_code(world: World) -> None:
+    world.offer("a100", "acme", gpu=2)
+    assert world.reserve(world.acme, "a100", GPUS).status_code == 201
+    over = world.reserve(world.acme, "a100", GPUS)
+    assert error(over)["code"] == "QUOTA_EXCEEDED"
+    assert error(world.reserve(world.acme, "a100", [{"class": "gpu", "count": 0}]))["code"] == "INVALID_INPUT"
+    assert error(world.reserve(world.acme, "nope", GPUS))["code"] == "NOT_FOUND"
+    assert world.http.post("/v1/reservations", json={}).status_code == 401
+    keyed = world.reserve(world.platform, "a100", GPUS, idempotencyKey="k1")
+    assert keyed.status_code == 201
+    assert world.reserve(world.platform, "a100", GPUS, idempotencyKey="k1").status_code == 200  # a replay
+
+    samples = scrape(world)
+    assert value(samples, "better_compute_reservations_created_total") == 2
+    refused = {
+        dict(labels)["code"]: n
+        for (name, labels), n in samples.items()
+        if name == "better_compute_reservations_refused_total"
+    }
+    assert {code: n for code, n in refused.items() if n} == {
+        "QUOTA_EXCEEDED": 1,
+        "INVALID_INPUT": 1,
+        "NOT_FOUND": 1,
+        "UNAUTHENTICATED": 1,
+    }
+    assert refused["INSUFFICIENT_CAPACITY"] == 0  # every code's series is there from the start
+    assert value(samples, "better_compute_admission_seconds_count") == 7
+    assert value(samples, "better_compute_admission_seconds_bucket", le="+Inf") == 7
+
+
+def test_atoms_by_pool_class_and_state_follow_bookings(world: World) -> None:
+    booked = world.reserve(world.platform, "a100", GPUS, duration="2h")
+    assert booked.status_code == 201
+    later = world.reserve(world.platform, "a100", GPUS, start="2026-12-01T12:00:00Z", duration="1h")
+    assert later.status_code == 201
+
+    samples = scrape(world)
+    a100 = {
+        state: value(samples, "better_compute_atoms", pool="a100", **{"class": "gpu"}, state=state)
+        for state in ("free", "booked", "changing", "parent", "unavailable")
+    }
+    assert a100 == {"free": 2, "booked": 2, "changing": 0, "parent": 0, "unavailable": 0}
+    # 2 nodes x 2 H100s, each split as 3g.40gb + 2x 2g.20gb: a parent and 3 instances per GPU.
+    assert value(samples, "better_compute_atoms", pool="h100", **{"class": "gpu"}, state="parent") == 4
+    assert value(samples, "better_compute_atoms", pool="h100", **{"class": "gpu.mig"}, state="free") == 12
+    # timeslice: a parent and 4 slots per L40S.
+    assert value(samples, "better_compute_atoms", pool="l40s", **{"class": "gpu.slot"}, state="free") == 8
+
+    world.clock.now = T0 + timedelta(hours=2, minutes=30)  # the first has ended, the second is ahead
+    samples = scrape(world)
+    assert value(samples, "better_compute_atoms", pool="a100", **{"class": "gpu"}, state="booked") == 0
+    world.clock.now = T0 + timedelta(hours=3, minutes=30)
+    samples = scrape(world)
+    assert value(samples, "better_compute_atoms", pool="a100", **{"class": "gpu"}, state="booked") == 2
+
+
+def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) -> None:
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.platform, "a100", GPUS, duration="2h").status_code == 201
+    released = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}], duration="4h")
+    assert (
+        world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}], duration="1h").status_code
+        == 201
+    )
+    cancelled = world.reserve(world.platform, "a100", GPUS, start="2026-12-01T20:00:00Z", duration="1h")
+    assert released.status_code == cancelled.status_code == 201
+
+    samples = scrape(world)
+    assert {m: value(samples, "better_compute_billable_hours_total", meter=m) for m in FLEET_METERS} == {
+        "gpu.a100.hours": 0,
+        "gpu.h100.hours": 0,
+        "gpu.l40s.hours": 0,
+    }
+    world.clock.now = T0 + timedelta(hours=1)
+    r = world.http.post(f"/v1/reservations/{released.json()['id']}/release", headers=world.platform)
+    assert r.status_code == 200, r.text
+    r = world.http.post(f"/v1/reservations/{cancelled.json()['id']}/cancel", headers=world.platform)
+    assert r.status_code == 200, r.text
+
+    world.clock.now = T0 + timedelta(hours=3)
+    samples = scrape(world)
+    # a100: 2 GPUs for their 2 hours, and 1 GPU for the hour before its release; the cancelled
+    # reservation bills nothing. h100: one MIG instance for its hour, as a whole GPU (share 1).
+    assert value(samples, "better_compute_billable_hours_total", meter="gpu.a100.hours") == pytest.approx(5)
+    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(1)
+    assert value(samples, "better_compute_billable_hours_total", meter="gpu.l40s.hours") == 0
+
+
+def test_events_by_type_are_counted_once_each_across_scrapes(world: World) -> None:
+    first = scrape(world)
+    assert value(first, "better_compute_events_total", type="fleet.registered") == 1
+    assert ("better_compute_events_total", (("type", "reservation.created"),)) not in first
+    assert world.reserve(world.platform, "a100", GPUS).status_code == 201
+
+    samples = scrape(world)
+    assert value(samples, "better_compute_events_total", type="reservation.created") == 1
+    assert value(samples, "better_compute_events_total", type="ledger.booked") == 2  # one per booking
+    assert value(samples, "better_compute_events_total", type="fleet.registered") == 1
+    again = scrape(world)
+    assert value(again, "better_compute_events_total", type="ledger.booked") == 2
+
+
+def test_a_ledger_conflict_is_counted(world: World) -> None:
+    first = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="4h")
+    nxt = world.reserve(
+        world.platform, "a100", [{"class": "gpu", "count": 4}], start="2026-12-01T13:00:00Z", duration="4h"
+    )
+    assert first.status_code == nxt.status_code == 201
+    rid = first.json()["id"]
+    r = world.http.post(
+        f"/v1/reservations/{rid}/extend", json={"id": rid, "duration": "1h"}, headers=world.platform
+    )
+    assert error(r)["code"] == "CONFLICT"
+    assert value(scrape(world), "better_compute_ledger_conflicts_total") == 1
+
+
+def test_metrics_are_per_app_and_name_no_tenant(store: Store) -> None:
+    one, two = World(store), api_client(store)
+    one.offer("a100", "acme", gpu=2)
+    assert one.reserve(one.acme, "a100", GPUS).status_code == 201
+    text = two.get("/metrics").text
+    assert "better_compute_reservations_created_total 0.0" in text  # the other app's counter
+    assert "acme" not in one.http.get("/metrics").text and "globex" not in text
+
+
+def test_metrics_may_require_a_fleet_admin_token(store: Store) -> None:
+    http = api_client(store, metrics_auth="admin")
+    missing = http.get("/metrics")
+    assert missing.status_code == 401 and missing.json()["error"]["code"] == "UNAUTHENTICATED"
+    with store.begin() as tx:
+        tx.tenants.put([Tenant("acme", "Acme", T0)])
+    tenant = http.get("/metrics", headers=bearer(tenant_token(store, "acme")))
+    assert tenant.status_code == 403 and tenant.json()["error"]["code"] == "FORBIDDEN"
+    admin = http.get("/metrics", headers=bearer(admin_token(store)))
+    assert admin.status_code == 200 and "better_compute_atoms" in admin.text
+
+
+def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(world: World) -> None:
+    r = world.http.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("application/openmetrics-text")
+    assert r.text.rstrip().endswith("# EOF")
