@@ -8,14 +8,17 @@ from better_compute import __version__
 from better_compute.api import docs, errors, guards, links, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
+    bills,
     credentials,
     health,
     inventory,
     policies,
     pools,
+    prices,
     quotas,
     reservations,
     tenants,
+    usage,
 )
 from better_compute.service.services import Services
 
@@ -45,6 +48,9 @@ def create_app(services: Services, *, max_body_bytes: int, request_timeout: floa
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    app.include_router(usage.router)
+    app.include_router(bills.router)
+    app.include_router(prices.router)
     links.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
