@@ -57,6 +57,7 @@ CATALOG_COMMANDS = [
 SERVER_COMMANDS = [
     ["api", "clusters.list", "--token", "bc_x"],
     ["reservations", "list", "--token", "bc_x"],
+    ["usage", "export", "--from", "2030-01-01", "--to", "2030-02-01", "--token", "bc_x"],
 ]
 
 

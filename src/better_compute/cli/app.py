@@ -29,5 +29,5 @@ admin_app = typer.Typer(help="Fleet administration.", no_args_is_help=True)
 app.add_typer(admin_app, name="admin")
 
 # Commands register themselves on `app` when imported.
-from better_compute.cli import api_cmd, login_cmd, reservations_cmd, resources_cmd  # noqa: E402, F401
+from better_compute.cli import api_cmd, billing_cmd, login_cmd, reservations_cmd, resources_cmd  # noqa: E402, F401
 from better_compute.cli import catalog as _catalog  # noqa: E402, F401  (gpus, layouts, advise)
