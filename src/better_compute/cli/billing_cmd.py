@@ -39,7 +39,9 @@ FromOption = Annotated[
     ),
 ]
 ToOption = Annotated[str | None, typer.Option("--to", help="End (excluded), as --from.", show_default=False)]
-PERIOD_OPTIONS = {"from": "--from", "to": "--to", "tenantId": "--tenant", "poolId": "--pool"}
+PERIOD_OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
+"""Body fields the commands fill from an option (a refusal naming one names the option); `from` and
+`to` are named alike in both."""
 
 EXPORT_PAGE = 1000
 """Rows per `usage.list` page while exporting: the most a page may hold."""

@@ -17,7 +17,7 @@ from fractions import Fraction
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.metering import rounded
-from better_compute.domain.timewin import Window, parse_instant
+from better_compute.domain.timewin import Window, require_aware
 
 MAX_PERIOD = timedelta(days=366)
 """The longest period one bill or usage read covers: a year, leap day included. A longer one is
@@ -86,13 +86,14 @@ def parse_bound(text: object, field: str) -> datetime:
             ) from None
         return datetime(day.year, day.month, day.day, tzinfo=UTC)
     try:
-        return parse_instant(raw, field)
-    except InvalidInput:
+        value = datetime.fromisoformat(raw)
+    except ValueError:
         raise InvalidInput(
             f"{field} {text!r} is not a date (2030-01-01) or an ISO 8601 timestamp with its offset"
             " (2030-01-01T00:00:00Z)",
             {"field": field, "value": text},
         ) from None
+    return require_aware(value, field)
 
 
 def period(from_text: object, to_text: object, now: datetime) -> Window:
