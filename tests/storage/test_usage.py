@@ -209,3 +209,13 @@ def test_a_booking_written_without_its_share_bills_its_atoms(fleet: Store) -> No
     assert [(r.reservation_id, r.share) for r in rows] == [("by-hand", Fraction(33, 100))]
     assert [(t.share, t.microseconds) for t in totals] == [(Fraction(33, 100), 2 * 3_600_000_000)]
     assert totals[0].hours == hours(Fraction(33, 100), 2 * 3_600_000_000) == Fraction(66, 100)
+
+
+def test_held_time_is_exact_to_the_microsecond_even_just_under_a_second(fleet: Store) -> None:
+    # SQLite's date functions keep milliseconds: .999776 read by them is the next whole second.
+    whole = next(a for a in bookable(fleet) if a.pool_id == "ex")
+    start, end = at(0) + timedelta(microseconds=999_776), at(1) + timedelta(microseconds=999_999)
+    ledger.book(fleet, [whole.id], Window(start, end), "fine", "acme", T0)
+    totals, rows = read(fleet, DAY, at(5))
+    assert [t.microseconds for t in totals] == [3_600_000_223]
+    assert summed(rows, DAY, at(5)) == by_key(totals)

@@ -35,11 +35,13 @@ _IN_PERIOD = " AND b.starts_at < :until AND COALESCE(b.ends_at, :now) > :since A
 after `from`, and an open-ended one started before now."""
 
 _HELD_SQLITE = (
-    "(CAST(strftime('%s', hi) AS INTEGER) - CAST(strftime('%s', lo) AS INTEGER)) * 1000000"
-    " + CAST(substr(hi, 21, 6) AS INTEGER) - CAST(substr(lo, 21, 6) AS INTEGER)"
+    "(CAST(strftime('%s', substr(hi, 1, 19)) AS INTEGER) - CAST(strftime('%s', substr(lo, 1, 19)) AS INTEGER))"
+    " * 1000000 + CAST(substr(hi, 21, 6) AS INTEGER) - CAST(substr(lo, 21, 6) AS INTEGER)"
 )
 """Microseconds from `lo` to `hi`, SQLite's stored times (`2030-01-01 10:00:00.000000`, always
-to the microsecond): whole seconds from strftime, the rest from the text, so nothing is a float."""
+to the microsecond): whole seconds from strftime over the text without its fraction (SQLite's date
+functions keep milliseconds, so they would round `.999776` up to the next second), the rest from
+the text, so nothing is a float."""
 
 _CLIP_SQLITE = "MAX(b.starts_at, :since) AS lo, MIN(COALESCE(b.ends_at, :now), :until) AS hi"
 _CLIP_PG = "GREATEST(b.starts_at, :since) AS lo, LEAST(COALESCE(b.ends_at, :now), :until) AS hi"
