@@ -161,3 +161,20 @@ def test_usage_export_refuses_a_format_it_does_not_write(
     assert missing.exit_code == 1 and "cannot write" in missing.stderr
     wrong = run(runner, live.admin, "usage", "export", "--from", "soon", "--to", "2026-12-02")
     assert wrong.exit_code == 1 and "from 'soon' is not a date" in wrong.stderr
+
+
+def test_usage_export_shows_its_progress_on_a_terminal(
+    runner: CliRunner, live: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from better_compute.cli import billing_cmd
+
+    screen = io.StringIO()
+    monkeypatch.setattr(billing_cmd, "stderr", lambda: Console(file=screen, force_terminal=True, width=80))
+    monkeypatch.setattr(billing_cmd, "PROGRESS_EVERY", 1)
+    out = tmp_path / "usage.json"
+    result = run(runner, live.admin, "usage", "export", *DAY, "--format", "json", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "exporting usage: 6 rows" in screen.getvalue()
+    assert len(json.loads(out.read_text(encoding="utf-8"))["rows"]) == 6

@@ -46,6 +46,9 @@ PERIOD_OPTIONS = {"tenantId": "--tenant", "poolId": "--pool"}
 EXPORT_PAGE = 1000
 """Rows per `usage.list` page while exporting: the most a page may hold."""
 
+PROGRESS_EVERY = 100
+"""Rows between two updates of the progress line."""
+
 COLUMNS = (
     "kind",
     "bookingId",
@@ -188,19 +191,16 @@ def _progress(stream: IO[str]) -> Iterator[Callable[[int], None]]:
     if not console.is_terminal or (stream is sys.stdout and sys.stdout.isatty()):
         yield lambda _: None
         return
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    # How many rows will come is not known before the last page, so the bar pulses and counts.
     with Progress(
-        SpinnerColumn(),
-        TextColumn("{task.description}"),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
+        TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), console=console, transient=True
     ) as progress:
-        task = progress.add_task("exporting usage: 0 rows")
+        task = progress.add_task("exporting usage: 0 rows", total=None)
 
         def advance(count: int) -> None:
-            if count % 100 == 0:
+            if count % PROGRESS_EVERY == 0:
                 progress.update(task, description=f"exporting usage: {count:,} rows")
 
         yield advance
