@@ -219,3 +219,19 @@ def test_held_time_is_exact_to_the_microsecond_even_just_under_a_second(fleet: S
     totals, rows = read(fleet, DAY, at(5))
     assert [t.microseconds for t in totals] == [3_600_000_223]
     assert summed(rows, DAY, at(5)) == by_key(totals)
+
+
+def test_migration_0005_gives_atoms_and_earlier_bookings_their_share(fleet: Store) -> None:
+    from better_compute.storage import migrate
+
+    slot = next(a for a in bookable(fleet) if a.pool_id == "mps")
+    instance = next(a for a in bookable(fleet) if a.attributes.get("migProfile") == "3g.40gb")
+    ledger.book(fleet, [slot.id, instance.id], Window(at(0), at(1)), "earlier", "acme", T0)
+    migrate.downgrade(fleet.engine, "0004")
+    migrate.upgrade(fleet.engine)
+    with fleet.engine.connect() as conn:
+        atoms = dict(conn.execute(text("SELECT id, gpu_share FROM atoms")).all())
+        booked = dict(conn.execute(text("SELECT atom_id, gpu_share FROM bookings")).all())
+    assert (atoms[slot.id], atoms[instance.id]) == ("33/100", "3/7")
+    assert booked == {slot.id: "33/100", instance.id: "3/7"}
+    assert None not in atoms.values()
