@@ -58,6 +58,7 @@ SERVER_COMMANDS = [
     ["api", "clusters.list", "--token", "bc_x"],
     ["reservations", "list", "--token", "bc_x"],
     ["events", "--token", "bc_x"],
+    ["usage", "export", "--from", "2030-01-01", "--to", "2030-02-01", "--token", "bc_x"],
 ]
 
 

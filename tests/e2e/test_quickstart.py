@@ -12,7 +12,7 @@ from tests.e2e.conftest import Server, run_cli
 
 pytestmark = pytest.mark.e2e
 
-DEMO_POOLS = {"h100-mig", "l40s-timeslice", "a100-exclusive"}
+DEMO_POOLS = {"h100-mig", "h100-timeslice", "l40s-timeslice", "a100-exclusive"}
 
 # The notebook reservation of docs/concepts.md#reservations.
 NOTEBOOK_REQUEST: dict[str, Any] = {

@@ -71,7 +71,7 @@ TENANT = "acme"
 # is shown. Each dictionary holds both kinds.
 SPOOFING = ["\u202eevil", "a\u200bb", "\ufeffacme", "x\u0301", "\u2066rtl\u2069", "\x7f", "a\u0085b"]
 DICTIONARIES: dict[str, list[str | int | float]] = {
-    "pools": ["h100-mig", "l40s-timeslice", "a100-exclusive", "h100-mig\u202e", "p" * 300],
+    "pools": ["h100-mig", "h100-timeslice", "l40s-timeslice", "a100-exclusive", "h100-mig\u202e", "p" * 300],
     "tenants": ["platform", "acme", "acme\u200b", "t" * 300],
     "clusters": ["eu-west", "us-east", "eu-west\u2066"],
     "nodes": ["euw-h100-a-1", "euw-h100-a-2", "euw-h100-b", "euw-l40s-1", "use-a100-1", "use-a100-2"],
@@ -88,6 +88,13 @@ DICTIONARIES: dict[str, list[str | int | float]] = {
     "attributes": ["migProfile", "model", "memoryMiB", "numaNode", "node", "k" * 300],
     "values": ["1g.10gb", "3g.40gb", 40960, 2**63 - 1, -(2**63), 2**64, 10**1000, 1e308, -1e-308, "9" * 400],
     "counts": [1, 2, 8, 64, 65536, 2**31, 2**63, 10**20],
+    "periods": [
+        *["2026-12-01", "2027-01-01", "2026-12-01T09:00:00Z", "2026-12-01T13:00:00+02:00"],
+        *["9999-12-31", "0001-01-01", "2026-02-30", "9999-12-31T23:59:59-23:59", "2026-12-01T09:00:00"],
+    ],
+    "meters": ["gpu.h100.hours", "gpu.a100.hours", "gpu.l40s.hours", "m\u202e", "m" * 300],
+    "prices": ["2.50", "0", "0.000000001", "-1", "1e3", "NaN", "9" * 40, "1.2.3"],
+    "currencies": ["USD", "eur", "JPY", "BHD", "US", "\u20ac", "usd\x00"],
 }
 BINDINGS: dict[str, str] = {
     "body.poolId": "pools",
@@ -117,6 +124,12 @@ BINDINGS: dict[str, str] = {
     "body.generation": "counts",
     "body.limits.gpuCount": "counts",
     "body.limits.gpuSlices": "counts",
+    "path.tenantId": "tenants",
+    "query.from": "periods",
+    "query.to": "periods",
+    "body.meter": "meters",
+    "body.perHour": "prices",
+    "body.currency": "currencies",
 }
 
 CONFIG = schemathesis.Config.from_dict(

@@ -8,6 +8,7 @@ from better_compute import __version__
 from better_compute.api import docs, errors, guards, links, metrics, operations, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
+    bills,
     capacity,
     credentials,
     events,
@@ -15,9 +16,11 @@ from better_compute.api.routes import (
     inventory,
     policies,
     pools,
+    prices,
     quotas,
     reservations,
     tenants,
+    usage,
 )
 from better_compute.service.services import Services
 
@@ -57,6 +60,9 @@ def create_app(
     app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)
+    app.include_router(usage.router)
+    app.include_router(bills.router)
+    app.include_router(prices.router)
     links.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.
     app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)

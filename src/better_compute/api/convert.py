@@ -11,10 +11,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.billing import Bill, Price
 from better_compute.domain.credentials import Principal
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Availability
+from better_compute.domain.metering import Usage, shown
 from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
 from better_compute.service.capacity import PoolFree
 from better_compute.service.credentials import Issued
@@ -22,6 +24,7 @@ from better_compute.service.inventory import NodeView
 from better_compute.service.paging import Listing
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
+from better_compute.wire.billing import BillLinePublic, BillPublic, PricePublic, UsageRowPublic
 from better_compute.wire.capacity import CapacityFree, FreeKindPublic
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventPublic
@@ -256,3 +259,45 @@ def event_public(e: StreamedEvent) -> EventPublic:
     return EventPublic(
         id=e.id, type=type_of(e.event), subject=e.event.subject, time=e.at, payload=e.event.payload()
     )
+
+
+def usage_public(u: Usage) -> UsageRowPublic:
+    b = u.booking
+    assert u.held.end is not None, "held time always ends"
+    return UsageRowPublic(
+        booking_id=b.booking_id,
+        reservation_id=b.reservation_id,
+        tenant_id=b.tenant_id,
+        pool_id=b.pool_id,
+        atom_id=b.atom_id,
+        cls=b.cls,
+        gpu_model=b.gpu_model,
+        meter=b.meter,
+        share=str(b.share),
+        start=u.held.start,
+        end=u.held.end,
+        hours=shown(u.hours),
+    )
+
+
+def bill_public(bill: Bill) -> BillPublic:
+    assert bill.period.end is not None, "a period has an end"
+    return BillPublic(
+        tenant_id=bill.tenant_id,
+        from_=bill.period.start,
+        to=bill.period.end,
+        lines=[
+            BillLinePublic(
+                meter=line.meter,
+                hours=shown(line.hours),
+                amount=None if line.amount is None else str(line.amount),
+                currency=line.currency,
+            )
+            for line in bill.lines
+        ],
+        total=None if bill.total is None else str(bill.total),
+    )
+
+
+def price_public(p: Price) -> PricePublic:
+    return PricePublic(meter=p.meter, per_hour=p.per_hour, currency=p.currency, updated_at=p.updated_at)

@@ -31,6 +31,7 @@ app.add_typer(admin_app, name="admin")
 # Commands register themselves on `app` when imported.
 from better_compute.cli import (  # noqa: E402, F401
     api_cmd,
+    billing_cmd,
     capacity_cmd,
     events_cmd,
     login_cmd,

@@ -14,7 +14,7 @@ import inspect
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, TypeVar
 
 import httpx
@@ -23,6 +23,15 @@ from pydantic import BaseModel, ValidationError
 from better_compute import __version__
 from better_compute.client._errors import ComputeError, InvalidInputError, TransportError, error_from_answer
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
+from better_compute.wire.billing import (
+    BillPublic,
+    BillQuery,
+    PriceListQuery,
+    PricePublic,
+    PriceSet,
+    UsageListQuery,
+    UsageRowPublic,
+)
 from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
@@ -117,6 +126,9 @@ class Compute:
         self.atoms = Atoms(self)
         self.capacity = Capacity(self)
         self.events = Events(self)
+        self.usage = Usage(self)
+        self.bills = Bills(self)
+        self.prices = Prices(self)
 
     @property
     def base_url(self) -> str:
@@ -491,6 +503,85 @@ class Reservations(_Resource):
         return self._compute._typed(
             "reservations.extend", ReservationExtend(id=id, duration=duration), ReservationPublic
         )
+
+
+Bound = str | date | datetime | None
+"""One end of a period: `"2030-01-01"`, a date, or an aware datetime (sent as ISO 8601)."""
+
+
+def _bound(value: Bound) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return value.isoformat()
+
+
+@_refusing_bad_arguments
+class Usage(_Resource):
+    def list(
+        self,
+        *,
+        from_: Bound = None,
+        to: Bound = None,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+    ) -> Page[UsageRowPublic]:
+        """GPU-hours per booking in `[from_, to)` (both None: this calendar month), a page at a time;
+        a tenant's token sees its own."""
+        query = UsageListQuery.model_validate(
+            _fields(
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                **{"from": _bound(from_)},
+                to=_bound(to),
+                limit=limit,
+                cursor=cursor,
+            )
+        )
+        return self._compute._typed("usage.list", query, Page[UsageRowPublic])
+
+    def iter(
+        self,
+        *,
+        from_: Bound = None,
+        to: Bound = None,
+        tenant_id: str | None = None,
+        pool_id: str | None = None,
+        page_size: int | None = None,
+    ) -> Iterator[UsageRowPublic]:
+        """Every usage row of the period, following `nextCursor`: one page in memory at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.list(
+                from_=from_, to=to, tenant_id=tenant_id, pool_id=pool_id, limit=page_size, cursor=cursor
+            )
+            yield from page.items
+            if not page.next_cursor:
+                return
+            cursor = page.next_cursor
+
+
+@_refusing_bad_arguments
+class Bills(_Resource):
+    def get(self, tenant_id: str, *, from_: Bound = None, to: Bound = None) -> BillPublic:
+        """The tenant's bill for `[from_, to)` (both None: this calendar month)."""
+        query = BillQuery.model_validate(
+            _fields(tenant_id=tenant_id, **{"from": _bound(from_)}, to=_bound(to))
+        )
+        return self._compute._typed("bills.get", query, BillPublic)
+
+
+@_refusing_bad_arguments
+class Prices(_Resource):
+    def set(self, *, meter: str, per_hour: str, currency: str) -> PricePublic:
+        """Set what one hour of `meter` costs (admin only): `per_hour` a decimal string (`"2.50"`)."""
+        request = PriceSet(meter=meter, per_hour=per_hour, currency=currency)
+        return self._compute._typed("prices.set", request, PricePublic)
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[PricePublic]:
+        query = PriceListQuery(**_fields(limit=limit, cursor=cursor))
+        return self._compute._typed("prices.list", query, Page[PricePublic])
 
 
 class Inventory(_Resource):

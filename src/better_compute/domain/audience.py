@@ -85,6 +85,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.PoolDeleted.TYPE,
         ev.NodeInventoryChanged.TYPE,
         ev.FleetRegistered.TYPE,
+        ev.PriceSet.TYPE,
     }
 )
 """The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).

@@ -198,6 +198,18 @@ class PoolOffered(Event):
     quota: Mapping[str, int]
 
 
+# -- Billing -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PriceSet(Event):
+    """A meter's price was set (`subject`: the meter); it prices every bill read from now on."""
+
+    TYPE: ClassVar[str] = "price.set"
+    per_hour: str
+    currency: str
+
+
 # -- Pools and inventory -------------------------------------------------------------------------
 
 
@@ -283,6 +295,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PolicyDeleted,
         QuotaSet,
         PoolOffered,
+        PriceSet,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.audience import Reader
+from better_compute.domain.billing import Price
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Booking
+from better_compute.domain.metering import HeldTotal, MeteredBooking
 from better_compute.domain.pools import PoolSettings, SharingMode
 from better_compute.domain.records import (
     Cluster,
@@ -394,6 +396,38 @@ class LedgerPort(Protocol):
         ...
 
 
+class UsageRepo(Protocol):
+    """What tenants held in a period, read from the ledger (`domain.metering.held`'s rule)."""
+
+    def totals(
+        self, period: Window, now: datetime, tenant_id: str | None, pool_id: str | None
+    ) -> list[HeldTotal]:
+        """Held time per (tenant, pool, share), summed by the database: a bill's input."""
+        ...
+
+    def bookings(
+        self,
+        period: Window,
+        now: datetime,
+        tenant_id: str | None,
+        pool_id: str | None,
+        after: str | None,
+        limit: int,
+    ) -> list[MeteredBooking]:
+        """Bookings with time held in the period, in id order after the booking id `after`."""
+        ...
+
+
+class PriceRepo(Protocol):
+    def all(self) -> list[Price]:
+        """Every meter's price, by meter."""
+        ...
+
+    def put(self, price: Price) -> None:
+        """Create or replace the meter's price."""
+        ...
+
+
 class EventLog(Protocol):
     def append(self, event: Event, at: datetime) -> None:
         """Append the event in the caller's transaction: it is in the log if and only if the change
@@ -470,6 +504,12 @@ class Tx(Protocol):
 
     @property
     def events(self) -> EventLog: ...
+
+    @property
+    def usage(self) -> UsageRepo: ...
+
+    @property
+    def prices(self) -> PriceRepo: ...
 
 
 class StorePort(Protocol):

@@ -1,4 +1,7 @@
-"""The atoms repository: what node reports and pool changes derived, by node, by pool, by id."""
+"""The atoms repository: what node reports and pool changes derived, by node, by pool, by id.
+
+Each atom is written with its share of a GPU (`domain.metering.share`), which the booking statements
+copy onto every booking of it (storage.ledger.COLUMNS)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.metering import share
 from better_compute.storage import rows
 from better_compute.storage.tables import atoms
 
@@ -44,6 +48,7 @@ def _row(a: Atom) -> dict[str, Any]:
         "nvlink_domain": a.nvlink_domain,
         "attributes": dict(a.attributes),
         "present": a.present,
+        "gpu_share": str(share(a)),
     }
 
 

@@ -57,8 +57,9 @@ def _row_to_booking(row: object) -> Booking:
     )
 
 
-COLUMNS = "atom_id, gpu_id, pool_id, class, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
-"""The columns a booking is written with; its integer id comes from the database."""
+COLUMNS = "atom_id, gpu_id, pool_id, class, gpu_share, tenant_id, allocation_id, starts_at, ends_at, state, created_at"
+"""The columns a booking is written with; its integer id comes from the database. The first five
+are copied from the atom (`gpu_share`: its share of a GPU now, what the booking bills)."""
 
 
 def sqlite_time(value: datetime | None) -> str | None:
@@ -81,11 +82,12 @@ def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tu
     # allocation's atoms read back in the order they were chosen.
     insert = (
         f"WITH want(aid, ord) AS (VALUES {wanted}),"
-        " ok AS MATERIALIZED (SELECT atoms.id, gpu_id, pool_id, class, want.ord FROM want"
+        " ok AS MATERIALIZED (SELECT atoms.id, gpu_id, pool_id, class, gpu_share, want.ord FROM want"
         f" JOIN atoms ON atoms.id = want.aid WHERE 1{bookable}"
         f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window}))"
         f" INSERT INTO bookings ({COLUMNS}) SELECT id, gpu_id, pool_id,"
-        " class, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? ORDER BY ord RETURNING id"
+        " class, gpu_share, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? ORDER BY ord"
+        " RETURNING id"
     )
     clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
     return insert, clash
@@ -123,7 +125,7 @@ BOOKED_PAYLOAD_PG = booked_payload_sql("postgresql", "b")
 """The `ledger.booked` payload of one booking row `b`: one event per booking, as SQLite's trigger writes."""
 
 LOCKED_ATOMS_PG = (
-    "SELECT id, gpu_id, pool_id, class FROM atoms WHERE id = ANY(%(ids)s::text[]){bookable}"
+    "SELECT id, gpu_id, pool_id, class, gpu_share FROM atoms WHERE id = ANY(%(ids)s::text[]){bookable}"
     " ORDER BY id FOR SHARE"
 )
 """The atoms a booking statement books, share-locked (in id order, so lockers never deadlock).
@@ -140,7 +142,8 @@ _PG_BOOK = (
     "WITH l AS (" + LOCKED_ATOMS_PG + "),"
     " b AS (INSERT INTO bookings ("
     + COLUMNS
-    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, %(tenant)s, %(alloc)s, %(start)s, %(end)s, 'live', %(now)s"
+    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, %(tenant)s, %(alloc)s, %(start)s, %(end)s,"
+    " 'live', %(now)s"
     " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT '"

@@ -335,7 +335,7 @@ _PG_COMMIT = (
     # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
-    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
+    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
     " FROM ok, unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN l ON l.id = u.id"
     " WHERE ok.yes ORDER BY u.ord"
     " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"

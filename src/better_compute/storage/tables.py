@@ -127,6 +127,9 @@ atoms = Table(
     Column("nvlink_domain", String(128), nullable=True),
     Column("attributes", JSON, nullable=False),
     Column("present", Boolean, nullable=False, server_default="1"),
+    # Its share of a GPU (`domain.metering.share`, as `str(Fraction)`: `1`, `3/7`), written with the
+    # atom and copied onto each booking of it as it is made.
+    Column("gpu_share", String(32), nullable=True),
     UniqueConstraint("gpu_id", "key"),
     Index("ix_atoms_pool_class", "pool_id", "class"),
     sqlite_with_rowid=False,
@@ -151,6 +154,10 @@ bookings = Table(
     Column("gpu_id", String(96), nullable=False),
     Column("pool_id", String(64), nullable=True),
     Column("class", String(16), nullable=False),
+    # The atom's share of a GPU when it was booked: what the booking bills per hour, whatever the
+    # atom becomes later (a pool's new replicas, a new MIG layout). NULL only for rows written
+    # without it (by hand); metering then reads the atom's share.
+    Column("gpu_share", String(32), nullable=True),
     Column("tenant_id", String(64), nullable=True),
     Column("allocation_id", String(160), nullable=False, index=True),
     Column("starts_at", UtcDateTime, nullable=False),
@@ -171,6 +178,16 @@ events = Table(
     # PostgreSQL: the id of the transaction that wrote the event (its default); NULL on SQLite, whose
     # single writer commits events in id order.
     Column("tx", BigInteger, nullable=True, index=True),
+)
+
+prices = Table(
+    "prices",
+    metadata,
+    Column("meter", String(64), primary_key=True),
+    # A decimal string, kept exactly as set (`2.50`): money is never a float here.
+    Column("per_hour", String(32), nullable=False),
+    Column("currency", String(3), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
 
 quotas = Table(

@@ -15,9 +15,11 @@ from better_compute.storage.ledger import SqlLedger
 from better_compute.storage.nodes import SqlNodes
 from better_compute.storage.policies import SqlPolicies
 from better_compute.storage.pools import SqlPools
+from better_compute.storage.prices import SqlPrices
 from better_compute.storage.quotas import SqlQuotas
 from better_compute.storage.reservations import SqlReservations
 from better_compute.storage.tenants import SqlTenants
+from better_compute.storage.usage import SqlUsage
 
 
 class SqlTx:
@@ -66,3 +68,11 @@ class SqlTx:
     @cached_property
     def policies(self) -> SqlPolicies:
         return SqlPolicies(self.conn)
+
+    @cached_property
+    def usage(self) -> SqlUsage:
+        return SqlUsage(self.conn)
+
+    @cached_property
+    def prices(self) -> SqlPrices:
+        return SqlPrices(self.conn)

@@ -25,6 +25,15 @@ from datetime import datetime
 from typing import Any, Literal, cast
 from urllib.parse import quote
 
+from better_compute.wire.billing import (
+    BillPublic,
+    BillQuery,
+    PriceListQuery,
+    PricePublic,
+    PriceSet,
+    UsageListQuery,
+    UsageRowPublic,
+)
 from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.events import EventListQuery, EventPublic
@@ -266,6 +275,32 @@ _TABLE: tuple[Method, ...] = (
         paged=True,
         summary="Events the token may read, oldest first, after the event `after`; by `type` and `subject`.",
     ),
+    Method(
+        "usage.list",
+        "GET",
+        "/v1/usage",
+        UsageListQuery,
+        UsageRowPublic,
+        paged=True,
+        summary="GPU-hours per booking in a period (at most 366 days; default: this calendar month).",
+    ),
+    Method(
+        "bills.get",
+        "GET",
+        "/v1/bills/{tenantId}",
+        BillQuery,
+        BillPublic,
+        summary="A tenant's GPU-hours per meter in a period, priced where the meter has a price.",
+    ),
+    Method(
+        "prices.set",
+        "PUT",
+        "/v1/prices",
+        PriceSet,
+        PricePublic,
+        summary="Set what one hour of a meter costs (admin).",
+    ),
+    Method("prices.list", "GET", "/v1/prices", PriceListQuery, PricePublic, paged=True),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
     Method("gpus.list", "GET", "/v1/gpus", GpuListQuery, Inventory, paged=True),

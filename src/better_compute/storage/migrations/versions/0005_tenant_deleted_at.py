@@ -16,11 +16,13 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ADD and DROP COLUMN, not a batch copy of the table: SQLite (3.35 and later) alters it in
+# place, where copying `tenants` would drop a table other tables' rows refer to.
+
+
 def upgrade() -> None:
-    with op.batch_alter_table("tenants", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column("tenants", sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("tenants", schema=None) as batch_op:
-        batch_op.drop_column("deleted_at")
+    op.drop_column("tenants", "deleted_at")

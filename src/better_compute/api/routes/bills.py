@@ -1,0 +1,35 @@
+"""Bills: `bills.get`, a tenant's GPU-hours per meter in a period, priced (a tenant reads its own)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query
+
+from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import bill_public
+from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
+from better_compute.service import bills
+from better_compute.wire.billing import MAX_BOUND_TEXT, BillPublic
+
+router = APIRouter(prefix="/v1", tags=["billing"], route_class=StrictQueryRoute)
+
+_FROM = "The period's start: a date (2030-01-01, midnight UTC) or an ISO 8601 timestamp with its offset."
+_TO = "The period's end (excluded), as `from`; both left out: the current calendar month."
+
+
+@router.get("/bills/{tenantId}", response_model=BillPublic)
+def get_bill(
+    tenant_id: Annotated[str, Path(alias="tenantId")],
+    principal: PrincipalDep,
+    store: StoreDep,
+    now: NowDep,
+    since: Annotated[
+        str | None, Query(alias="from", description=_FROM, json_schema_extra={"maxLength": MAX_BOUND_TEXT})
+    ] = None,
+    until: Annotated[
+        str | None, Query(alias="to", description=_TO, json_schema_extra={"maxLength": MAX_BOUND_TEXT})
+    ] = None,
+) -> BillPublic:
+    return bill_public(bills.get_bill(store, principal, tenant_id, since=since, until=until, now=now))
