@@ -14,6 +14,7 @@ import pytest
 
 from better_compute.domain.accounting import StateHours, grid_of
 from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import InvalidState
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
@@ -287,3 +288,21 @@ def test_timeline_counts_whole_gpus_booked_per_bucket(fleet: Fleet) -> None:
     assert body["bucket"] == "1h" and body["poolId"] is None
     by_day = fleet.get("timeline", poolId="h100", bucket="1d", **window).json()
     assert [(b["booked"], b["hours"]) for b in by_day["buckets"]] == [(0, "0.000000")]
+
+
+def test_a_refused_pool_change_leaves_the_history_as_it_was(fleet: Fleet) -> None:
+    """The history is written in the change's own transaction: a change refused after its atoms
+    were re-derived (a node leaving under a live booking) records nothing."""
+    fleet.reserve("h100", mig("3g.40gb"), duration="4h")
+    with pytest.raises(InvalidState):
+        pools.update(fleet.store, ADMIN, "h100", nodes=[], now=at(1))
+    assert [b.capacity for b in fleet.hours("h100", at(1), at(3))] == [1, 1]
+
+
+def test_a_gpu_gone_from_its_nodes_report_is_no_capacity_from_then_on(fleet: Fleet) -> None:
+    with fleet.store.read() as tx:
+        (report,) = stored_reports(tx, ["x"])
+    inventory.ingest(fleet.store, [replace(report, gpus=())], at(1))
+    assert fleet.hours("x100", T0, at(2)) == [hours(free=1), hours()]
+    inventory.ingest(fleet.store, [report], at(1.5))
+    assert fleet.hours("x100", at(1), at(2)) == [hours(free=Fraction(1, 2))]

@@ -247,3 +247,9 @@ def test_every_gpu_hour_is_in_exactly_one_state_as_the_reference_says(
         )
         assert got.capacity == capacity
         assert sum(got.by_state().values(), Fraction(0)) == capacity
+
+
+def test_a_range_at_the_end_of_the_calendar_has_buckets_that_stay_inside_it() -> None:
+    end = datetime.max.replace(tzinfo=T0.tzinfo)
+    grid = grid_of(end - timedelta(days=2), end, "1w")
+    assert grid.buckets() == [Window(end - timedelta(days=2), end)]

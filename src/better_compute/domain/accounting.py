@@ -70,10 +70,9 @@ class Grid:
     def buckets(self) -> list[Window]:
         """The buckets, in order."""
         count = -(-self.length_us // self.size_us)
-        return [
-            Window(self.start + i * self.size, min(self.end, self.start + (i + 1) * self.size))
-            for i in range(count)
-        ]
+        # The last one ends at `end`, not a bucket later: that could be past the year 9999.
+        starts = [self.start + i * self.size for i in range(count)]
+        return [Window(s, e) for s, e in zip(starts, [*starts[1:], self.end], strict=True)]
 
 
 def grid_of(start: datetime, end: datetime, bucket: str | None) -> Grid:
