@@ -169,16 +169,16 @@ def _clip(span: Window, grid: Grid) -> tuple[int, int] | None:
 
 def _vector(period: GpuPeriod | None, changing: int, booked: int, unit: int) -> Vector:
     """One GPU's split between the states at an instant, in units of 1/unit of the GPU."""
+    out = [0] * len(STATES)
     if period is None:
-        return _ZERO
-    if changing:
-        return (0, 0, unit, 0, 0)
-    part = min(unit, booked)
-    rest = unit - part
-    state = period.state
-    rest_in = _UNHEALTHY if not state.healthy else _CORDONED if state.cordoned else _FREE
-    out = [part, 0, 0, 0, 0]
-    out[rest_in] += rest
+        pass
+    elif changing:
+        out[_CHANGING] = unit
+    else:
+        part = min(unit, booked)
+        state = period.state
+        out[_BOOKED] = part
+        out[_UNHEALTHY if not state.healthy else _CORDONED if state.cordoned else _FREE] += unit - part
     return (out[0], out[1], out[2], out[3], out[4])
 
 
