@@ -102,3 +102,61 @@ def test_quotas_list_over_a_window(runner: CliRunner, live: Live) -> None:
         runner, live.admin, "quotas", "list", "--pool", "p1", "--from", "2026-12-01T10:00Z", "--json"
     )
     assert {r["class"]: r["used"] for r in json.loads(during.stdout)["items"]}["gpu.mig"] == 1
+
+
+RANGE = ("--from", "2026-12-01T09:00Z", "--to", "2026-12-01T11:00Z")
+
+
+def test_capacity_accounting_shows_every_gpu_hour_by_state_per_bucket(runner: CliRunner, live: Live) -> None:
+    _book(runner, live)  # one 1g.10gb of two H100s, for two hours: 1/7 of a GPU
+    shown = run(runner, live.admin, "capacity", "accounting", "--pool", "p1", *RANGE, "-o", "wide")
+    assert shown.exit_code == 0, shown.output
+    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 11:00Z, GPU-hours per 1h" in shown.stdout
+    lines = shown.stdout.splitlines()
+    assert lines[1].split() == ["from", "capacity", "booked", "free", "changing", "unhealthy", "cordoned"]
+    assert lines[2].split() == ["2026-12-01", "09:00Z", "2.000000", "0.142857", "1.857143", *["0.000000"] * 3]
+    assert lines[-1].split() == ["total", "4.000000", "0.285714", "3.714286", *["0.000000"] * 3]
+    answer = json.loads(
+        run(runner, live.admin, "capacity", "accounting", *RANGE, "--bucket", "2h", "--json").stdout
+    )
+    assert answer["poolId"] is None and len(answer["buckets"]) == 1
+    assert answer["total"]["booked"] == "0.285714"
+
+
+def test_capacity_accounting_refuses_too_many_buckets_naming_the_option(
+    runner: CliRunner, live: Live
+) -> None:
+    refused = run(runner, live.admin, "capacity", "accounting", *RANGE, "--bucket", "1s")
+    assert refused.exit_code == 1
+    assert "at most 1000" in refused.output and "--bucket" in refused.output
+    assert run(runner, live.admin, "capacity", "accounting", "--from", "noon", "--to", "x").exit_code == 2
+
+
+def test_capacity_summary_by_pool_and_timeline(runner: CliRunner, live: Live) -> None:
+    _book(runner, live)
+    summary = run(runner, live.admin, "capacity", "summary")
+    assert summary.exit_code == 0, summary.output
+    assert summary.stdout.splitlines()[1].split() == ["H100-80GB", "2", "0", "0", "0"]
+    assert (
+        json.loads(run(runner, live.admin, "capacity", "summary", "--json").stdout)["models"][0]["total"] == 2
+    )
+    by_pool = run(runner, live.admin, "capacity", "by-pool", "--pool", "p1")
+    assert by_pool.exit_code == 0, by_pool.output
+    rows = [line.split() for line in by_pool.stdout.splitlines()[1:]]
+    assert rows == [
+        ["p1", "gpu", "2", "0", "0"],
+        ["p1", "gpu.mig", "14", "14", "1"],
+        ["p1", "gpu.slot", "0", "0", "0"],
+    ]
+    timeline = run(runner, live.admin, "capacity", "timeline", *RANGE)
+    assert timeline.exit_code == 0, timeline.output
+    assert timeline.stdout.splitlines()[2].split() == ["2026-12-01", "09:00Z", "0", "0.000000"]
+    as_json = json.loads(run(runner, live.admin, "capacity", "timeline", *RANGE, "--json").stdout)
+    assert [b["booked"] for b in as_json["buckets"]] == [0, 0]
+
+
+def test_capacity_rollups_of_a_tenant_that_sees_no_pool_say_so(runner: CliRunner, live: Live) -> None:
+    assert run(runner, live.acme, "capacity", "summary").stdout.strip() == "no GPUs"
+    assert run(runner, live.acme, "capacity", "by-pool").stdout.strip() == "no pools"
+    hidden = run(runner, live.acme, "capacity", "accounting", "--pool", "p1", *RANGE)
+    assert hidden.exit_code == 1 and "pool p1 not found" in hidden.output

@@ -84,3 +84,30 @@ def test_postgres_exclusion_constraint_refuses_overlap_without_any_application_c
             ):
                 conn.execute(text(f"DELETE FROM {table} WHERE {column} LIKE '%raw%'"))
         store.close()
+
+
+def test_capacity_history_starts_with_one_open_period_per_present_gpu(store: Store) -> None:
+    """A database from before the history (revision 0006) gets each GPU's state as it is now."""
+    from fractions import Fraction
+
+    from better_compute.domain.fleet import parse_fleet
+    from better_compute.domain.timewin import Window
+    from better_compute.entrypoints.fleet import load_fleet
+    from tests.builders import T0, small_fleet
+
+    load_fleet(store, parse_fleet(small_fleet(nodes=1, layout="mixed:3g.40gb+2x2g.20gb")), T0)
+    with store.read() as tx:
+        recorded = tx.gpu_states.during(None, Window(T0))
+    migrate.downgrade(store.engine, "0006")
+    assert "gpu_states" not in inspect(store.engine).get_table_names()
+    migrate.upgrade(store.engine)
+    with store.read() as tx:
+        rebuilt = tx.gpu_states.during(None, Window(T0))
+    assert sorted(rebuilt, key=lambda p: p.state.gpu_id) == sorted(recorded, key=lambda p: p.state.gpu_id)
+    assert len(rebuilt) == 2 and all(p.span == Window(T0) and p.state.pool_id == "p1" for p in rebuilt)
+    assert sorted(s for _, s in rebuilt[0].state.shares) == [
+        Fraction(2, 7),
+        Fraction(2, 7),
+        Fraction(3, 7),
+        Fraction(1),
+    ]

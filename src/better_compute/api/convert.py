@@ -8,8 +8,10 @@ not mapped.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar
 
+from better_compute.domain.accounting import StateHours
 from better_compute.domain.atoms import Atom
 from better_compute.domain.billing import Bill, Price
 from better_compute.domain.credentials import Principal
@@ -18,14 +20,27 @@ from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Availability
 from better_compute.domain.metering import Usage, shown
 from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
-from better_compute.service.capacity import PoolFree
+from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
+from better_compute.service.capacity import Accounting, PoolFree
 from better_compute.service.credentials import Issued
 from better_compute.service.inventory import NodeView
 from better_compute.service.paging import Listing
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
 from better_compute.wire.billing import BillLinePublic, BillPublic, PricePublic, UsageRowPublic
-from better_compute.wire.capacity import CapacityFree, FreeKindPublic
+from better_compute.wire.capacity import (
+    AccountingBucket,
+    CapacityAccounting,
+    CapacityByPool,
+    CapacityFree,
+    CapacitySummary,
+    CapacityTimeline,
+    FreeKindPublic,
+    ModelCountPublic,
+    PoolClassCountPublic,
+    StateHoursPublic,
+    TimelineBucket,
+)
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
@@ -199,6 +214,72 @@ def capacity_free(answer: PoolFree) -> CapacityFree:
                 earliest_start=k.earliest_start,
             )
             for k in answer.kinds
+        ],
+    )
+
+
+def state_hours(hours: StateHours) -> StateHoursPublic:
+    """Hours by state, each rounded for display only (`domain.metering.shown`)."""
+    return StateHoursPublic(
+        capacity=shown(hours.capacity),
+        booked=shown(hours.booked),
+        free=shown(hours.free),
+        changing=shown(hours.changing),
+        unhealthy=shown(hours.unhealthy),
+        cordoned=shown(hours.cordoned),
+    )
+
+
+def capacity_accounting(answer: Accounting) -> CapacityAccounting:
+    return CapacityAccounting(
+        pool_id=answer.pool_id,
+        from_=answer.grid.start,
+        to=answer.grid.end,
+        bucket=answer.grid.bucket,
+        buckets=[
+            AccountingBucket(from_=span.start, to=span.end, hours=state_hours(hours))
+            for span, hours in answer.buckets
+        ],
+        total=state_hours(answer.total),
+    )
+
+
+def capacity_summary(at: datetime, pool_id: str | None, models: list[ModelCount]) -> CapacitySummary:
+    return CapacitySummary(
+        at=at,
+        pool_id=pool_id,
+        models=[
+            ModelCountPublic(
+                model=m.model, total=m.total, bookable=m.bookable, booked=m.booked, unhealthy=m.unhealthy
+            )
+            for m in models
+        ],
+    )
+
+
+def capacity_by_pool(at: datetime, rows: list[ClassCount]) -> CapacityByPool:
+    return CapacityByPool(
+        at=at,
+        rows=[
+            PoolClassCountPublic(
+                pool_id=r.pool_id, cls=r.cls, total=r.total, bookable=r.bookable, booked=r.booked
+            )
+            for r in rows
+        ],
+    )
+
+
+def capacity_timeline(
+    pool_id: str | None, start: datetime, end: datetime, bucket: str, buckets: list[WholeBooked]
+) -> CapacityTimeline:
+    return CapacityTimeline(
+        pool_id=pool_id,
+        from_=start,
+        to=end,
+        bucket=bucket,
+        buckets=[
+            TimelineBucket(from_=b.span.start, to=b.span.end, booked=b.peak, hours=shown(b.hours))
+            for b in buckets
         ],
     )
 

@@ -1,7 +1,9 @@
-"""`better-compute capacity free`: what a pool could book for a window, and when.
+"""`better-compute capacity free|accounting|summary|timeline|by-pool`: what the fleet has free, and
+where every GPU-hour went.
 
-One call to `capacity.free`; the table is one row per kind of atom (a whole GPU of a model, a MIG
-profile, a slot), the kinds a device request's class and selector choose between.
+Each command is one call of its API method. `free`'s table is one row per kind of atom (a whole GPU
+of a model, a MIG profile, a slot), the kinds a device request's class and selector choose between;
+`accounting`'s and `timeline`'s are one row per bucket.
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import parse_time, when
+from better_compute.wire.capacity import StateHoursPublic
 from better_compute.wire.quotas import AtomClass
 
-capacity_app = typer.Typer(help="What the fleet has free, and when.", no_args_is_help=True)
+capacity_app = typer.Typer(
+    help="What the fleet has free, and where every GPU-hour went.", no_args_is_help=True
+)
 app.add_typer(capacity_app, name="capacity")
 
 _FREE_COLUMNS = (
@@ -92,3 +97,153 @@ def free(
         for k in answer.kinds
     ]
     print_fitted(console, _FREE_COLUMNS, rows, output)
+
+
+PoolFilter = Annotated[
+    str | None,
+    typer.Option(
+        "--pool", help="Only this pool (default: every pool the token may see).", show_default=False
+    ),
+]
+RangeStart = Annotated[str, typer.Option("--from", help="ISO 8601 start of the range.", show_default=False)]
+RangeEnd = Annotated[str, typer.Option("--to", help="ISO 8601 end of the range.", show_default=False)]
+Bucket = Annotated[str, typer.Option("--bucket", help="Length of each row: 1h, 1d, 30m (at most 1000 rows).")]
+_RANGE_OPTIONS = {"poolId": "--pool", "from": "--from", "to": "--to", "bucket": "--bucket"}
+
+_ACCOUNTING_COLUMNS = (
+    Column("from"),
+    Column("capacity"),
+    Column("booked"),
+    Column("free"),
+    Column("changing", drop=2),
+    Column("unhealthy", drop=1),
+    Column("cordoned", drop=1),
+)
+
+
+def _range(start: str, end: str) -> tuple[datetime, datetime]:
+    first, last = parse_time(start, "--from"), parse_time(end, "--to")
+    assert first is not None and last is not None
+    return first, last
+
+
+def _scope(pool: str | None) -> str:
+    return f"pool {pool}" if pool else "every pool"
+
+
+@capacity_app.command("accounting")
+def accounting(
+    start: RangeStart,
+    end: RangeEnd,
+    pool: PoolFilter = None,
+    bucket: Bucket = "1h",
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Every GPU-hour from --from to --to, per --bucket, in exactly one state: booked, free,
+    changing (a partition change holds the GPU), unhealthy or cordoned. Hours are rounded to 6
+    places; unrounded, the states sum to capacity."""
+    first, last = _range(start, end)
+    answer = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.capacity.accounting(start=first, end=last, bucket=bucket, pool_id=pool),
+        _RANGE_OPTIONS,
+    )
+    if as_json:
+        print_json(answer.model_dump(mode="json"))
+        return
+    console = stdout()
+    console.print(
+        f"{_scope(answer.pool_id)}, {when(answer.from_)} → {when(answer.to)}, GPU-hours per {answer.bucket}",
+        markup=False,
+    )
+    rows = [[when(b.from_), *_hours(b.hours)] for b in answer.buckets]
+    rows.append(["total", *_hours(answer.total)])
+    print_fitted(console, _ACCOUNTING_COLUMNS, rows, output)
+
+
+def _hours(h: StateHoursPublic) -> list[str]:
+    return [h.capacity, h.booked, h.free, h.changing, h.unhealthy, h.cordoned]
+
+
+@capacity_app.command("summary")
+def summary(
+    pool: PoolFilter = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Whole GPUs per model now: how many, how many can be booked whole, how many are booked whole,
+    how many are unhealthy. A GPU split into MIG instances or slots is not bookable whole."""
+    answer = call(server, token, as_json, lambda c: c.capacity.summary(pool_id=pool), {"poolId": "--pool"})
+    if as_json:
+        print_json(answer.model_dump(mode="json"))
+        return
+    console = stdout()
+    if not answer.models:
+        console.print("no GPUs", markup=False)
+        return
+    columns = (Column("model"), Column("gpus"), Column("bookable"), Column("booked"), Column("unhealthy"))
+    rows = [[m.model, str(m.total), str(m.bookable), str(m.booked), str(m.unhealthy)] for m in answer.models]
+    print_fitted(console, columns, rows, output)
+
+
+@capacity_app.command("timeline")
+def timeline(
+    start: RangeStart,
+    end: RangeEnd,
+    pool: PoolFilter = None,
+    bucket: Bucket = "1h",
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Whole GPUs booked per --bucket from --from to --to: the most at once, and their GPU-hours."""
+    first, last = _range(start, end)
+    answer = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.capacity.timeline(start=first, end=last, bucket=bucket, pool_id=pool),
+        _RANGE_OPTIONS,
+    )
+    if as_json:
+        print_json(answer.model_dump(mode="json"))
+        return
+    console = stdout()
+    console.print(
+        f"{_scope(answer.pool_id)}, {when(answer.from_)} → {when(answer.to)}, whole GPUs per {answer.bucket}",
+        markup=False,
+    )
+    columns = (Column("from"), Column("booked"), Column("gpu-hours"))
+    rows = [[when(b.from_), str(b.booked), b.hours] for b in answer.buckets]
+    print_fitted(console, columns, rows, output)
+
+
+@capacity_app.command("by-pool")
+def by_pool(
+    pool: PoolFilter = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Atoms per pool and class now (gpu, gpu.mig, gpu.slot): how many, how many are bookable,
+    how many are booked. A split GPU's parent counts under gpu, unbookable."""
+    answer = call(server, token, as_json, lambda c: c.capacity.by_pool(pool_id=pool), {"poolId": "--pool"})
+    if as_json:
+        print_json(answer.model_dump(mode="json"))
+        return
+    console = stdout()
+    if not answer.rows:
+        console.print("no pools", markup=False)
+        return
+    columns = (Column("pool"), Column("class"), Column("atoms"), Column("bookable"), Column("booked"))
+    rows = [[r.pool_id, r.cls, str(r.total), str(r.bookable), str(r.booked)] for r in answer.rows]
+    print_fitted(console, columns, rows, output)

@@ -32,7 +32,18 @@ from better_compute.wire.billing import (
     UsageListQuery,
     UsageRowPublic,
 )
-from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
+from better_compute.wire.capacity import (
+    CapacityAccounting,
+    CapacityAccountingQuery,
+    CapacityByPool,
+    CapacityByPoolQuery,
+    CapacityFree,
+    CapacityFreeQuery,
+    CapacitySummary,
+    CapacitySummaryQuery,
+    CapacityTimeline,
+    CapacityTimelineQuery,
+)
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -636,6 +647,35 @@ class Capacity(_Resource):
             _fields(pool=pool, cls=cls, from_=start, to=end, count=count)
         )
         return self._compute._typed("capacity.free", query, CapacityFree)
+
+    def accounting(
+        self, *, start: datetime, end: datetime, bucket: str | None = None, pool_id: str | None = None
+    ) -> CapacityAccounting:
+        """Every GPU-hour from `start` to `end` of `pool_id` (default: every pool the token may
+        see), per `bucket` (default 1h, at most 1000 buckets), in exactly one state."""
+        query = CapacityAccountingQuery.model_validate(
+            _fields(pool_id=pool_id, from_=start, to=end, bucket=bucket)
+        )
+        return self._compute._typed("capacity.accounting", query, CapacityAccounting)
+
+    def summary(self, *, pool_id: str | None = None) -> CapacitySummary:
+        """Whole GPUs per model now: total, bookable, booked, unhealthy."""
+        query = CapacitySummaryQuery.model_validate(_fields(pool_id=pool_id))
+        return self._compute._typed("capacity.summary", query, CapacitySummary)
+
+    def timeline(
+        self, *, start: datetime, end: datetime, bucket: str | None = None, pool_id: str | None = None
+    ) -> CapacityTimeline:
+        """Whole GPUs booked per `bucket` from `start` to `end`: the most at once, and their hours."""
+        query = CapacityTimelineQuery.model_validate(
+            _fields(pool_id=pool_id, from_=start, to=end, bucket=bucket)
+        )
+        return self._compute._typed("capacity.timeline", query, CapacityTimeline)
+
+    def by_pool(self, *, pool_id: str | None = None) -> CapacityByPool:
+        """Atoms per pool and class now (`gpu`, `gpu.mig`, `gpu.slot`): total, bookable, booked."""
+        query = CapacityByPoolQuery.model_validate(_fields(pool_id=pool_id))
+        return self._compute._typed("capacity.byPool", query, CapacityByPool)
 
 
 @_refusing_bad_arguments

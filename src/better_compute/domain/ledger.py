@@ -48,9 +48,17 @@ def released(span: Window, at: datetime) -> Window | None:
     return span
 
 
+PARTITION_PREFIX = "partition:"
+
+
 def partition_allocation_id(gpu_id: str, start: datetime) -> str:
     """The allocation id of a partition change: `partition:<gpuId>:<start>` (ISO 8601 UTC start)."""
-    return f"partition:{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+    return f"{PARTITION_PREFIX}{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+
+
+def is_partition_change(allocation_id: str) -> bool:
+    """Whether a booking is a partition change's (it holds its GPU's whole family; no tenant's)."""
+    return allocation_id.startswith(PARTITION_PREFIX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +84,3 @@ def availability(busy: Iterable[Window], at: datetime) -> Availability:
         if span.end is None or span.end > free_at:
             free_at = span.end
     return Availability(booked_now=any(w.contains(at) for w in spans), next_free_at=free_at)
-
-
-def is_partition_change(allocation_id: str) -> bool:
-    """Whether an allocation is a partition change (`partition_allocation_id`), not a reservation."""
-    return allocation_id.startswith("partition:")

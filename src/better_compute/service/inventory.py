@@ -20,6 +20,7 @@ from better_compute.domain.events import NodeInventoryChanged
 from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.pools import PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
+from better_compute.service.gpu_states import record_nodes
 from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.ports import StorePort, Tx
 
@@ -124,6 +125,8 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     for report in reports:
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)
+    # In this transaction, as the change it records: accounting a past range reads this history.
+    record_nodes(tx, sorted(changed_nodes), now)
     gpu_counts = Counter(g.node_id for g in gpu_rows)
     atom_counts = Counter(a.node for a in atom_rows)
     for node in sorted(changed_nodes):

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
+from better_compute.domain.accounting import Held
 from better_compute.domain.atoms import Atom
 from better_compute.domain.audience import Reader
 from better_compute.domain.billing import Price
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
+from better_compute.domain.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.iam import Policy
 from better_compute.domain.ledger import Booking
 from better_compute.domain.metering import HeldTotal, MeteredBooking
@@ -233,6 +235,26 @@ class AtomRepo(Protocol):
         ...
 
 
+class GpuStateRepo(Protocol):
+    """The history of each GPU's state (`domain.gpu_states`): periods, at most one open per GPU."""
+
+    def open_of(self, gpu_ids: Sequence[str]) -> dict[str, GpuPeriod]:
+        """The open period of each of these GPUs that has one."""
+        ...
+
+    def write(self, changes: Sequence[StateChange]) -> None:
+        """Close and open periods as planned; in the transaction of the change they record."""
+        ...
+
+    def during(self, pool_ids: Sequence[str] | None, window: Window) -> list[GpuPeriod]:
+        """Periods in these pools (in any pool or none, when None) that meet `window`."""
+        ...
+
+    def held_during(self, pool_ids: Sequence[str] | None, window: Window) -> list[Held]:
+        """Live bookings that meet `window`, of the GPUs that have a period `during` returns."""
+        ...
+
+
 class PoolRepo(Protocol):
     def get(self, pool_id: str) -> Pool | None: ...
 
@@ -390,6 +412,11 @@ class LedgerPort(Protocol):
         """Live bookings that end after `since` (or never)."""
         ...
 
+    def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
+        """Windows of tenants' live bookings of whole GPUs in these pools (every pool when None)
+        that meet `window`."""
+        ...
+
     def held_hours(self, until: datetime) -> list[HeldHours]:
         """Per atom, the hours tenants' bookings have held it before `until` (partition changes are no
         tenant's), with the meter of the booking's pool."""
@@ -486,6 +513,9 @@ class Tx(Protocol):
 
     @property
     def atoms(self) -> AtomRepo: ...
+
+    @property
+    def gpu_states(self) -> GpuStateRepo: ...
 
     @property
     def pools(self) -> PoolRepo: ...

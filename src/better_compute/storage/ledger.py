@@ -23,7 +23,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
-from better_compute.domain.ledger import Booking
+from better_compute.domain.ledger import Booking, is_partition_change
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import HeldHours, LiveBooking, NotBookable, Overlap
 from better_compute.storage.events import append, booked_payload_sql
@@ -371,6 +371,25 @@ def live_bookings(
     return [LiveBooking(a, atom, s, e, t, p, c) for a, atom, s, e, t, p, c in conn.execute(stmt)]
 
 
+def whole_gpus_held(conn: Connection, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
+    """The windows of tenants' live bookings of whole GPUs (class `gpu`; partition changes left
+    out) in these pools (every pool when None) that meet `window`."""
+    stmt = select(bookings.c.starts_at, bookings.c.ends_at, bookings.c.allocation_id).where(
+        bookings.c["class"] == "gpu",
+        bookings.c.state == "live",
+        or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > window.start),
+    )
+    if window.end is not None:
+        stmt = stmt.where(bookings.c.starts_at < window.end)
+    if pool_ids is not None:
+        stmt = stmt.where(bookings.c.pool_id.in_(list(pool_ids)))
+    return [
+        Window(start, end)
+        for start, end, allocation in conn.execute(stmt)
+        if not is_partition_change(allocation)
+    ]
+
+
 class SqlLedger:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -418,3 +437,6 @@ class SqlLedger:
 
     def held_hours(self, until: datetime) -> list[HeldHours]:
         return held_hours(self.conn, until)
+
+    def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
+        return whole_gpus_held(self.conn, pool_ids, window)

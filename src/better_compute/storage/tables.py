@@ -15,6 +15,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from better_compute.storage.db import UtcDateTime
@@ -89,6 +90,32 @@ gpus = Table(
     Column("mig_mode_pending", Boolean, nullable=False),
     Column("mig_instances", JSON, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+gpu_states = Table(
+    "gpu_states",
+    metadata,
+    # One row per period of a GPU's state (domain.gpu_states): written in the transaction of the change
+    # it records, never updated but to close it (`valid_to`). At most one open row per GPU.
+    Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
+    Column("gpu_id", String(96), ForeignKey("gpus.id"), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    # No foreign key: a pool may be deleted, and what its GPUs were in it stays history.
+    Column("pool_id", String(64), nullable=True),
+    Column("healthy", Boolean, nullable=False),
+    Column("cordoned", Boolean, nullable=False),
+    # {atom id: its share of the GPU as "n/d"} while the period holds.
+    Column("shares", JSON, nullable=False),
+    Column("valid_from", UtcDateTime, nullable=False),
+    Column("valid_to", UtcDateTime, nullable=True),
+    Index("ix_gpu_states_pool_from", "pool_id", "valid_from"),
+    Index(
+        "uq_gpu_states_open",
+        "gpu_id",
+        unique=True,
+        sqlite_where=text("valid_to IS NULL"),
+        postgresql_where=text("valid_to IS NULL"),
+    ),
 )
 
 pools = Table(

@@ -10,6 +10,7 @@ from better_compute.storage.atoms import SqlAtoms
 from better_compute.storage.clusters import SqlClusters
 from better_compute.storage.credentials import SqlCredentials
 from better_compute.storage.events import SqlEvents
+from better_compute.storage.gpu_states import SqlGpuStates
 from better_compute.storage.gpus import SqlGpus
 from better_compute.storage.ledger import SqlLedger
 from better_compute.storage.nodes import SqlNodes
@@ -56,6 +57,10 @@ class SqlTx:
     @cached_property
     def atoms(self) -> SqlAtoms:
         return SqlAtoms(self.conn)
+
+    @cached_property
+    def gpu_states(self) -> SqlGpuStates:
+        return SqlGpuStates(self.conn)
 
     @cached_property
     def pools(self) -> SqlPools:

@@ -1,4 +1,6 @@
-"""`capacity.free`: what a pool could book for a window, per kind of atom, and when."""
+"""Capacity reads: `capacity.free` (what a pool could book for a window, and when),
+`capacity.accounting` (every GPU-hour of a range by state) and the rollups `capacity.summary`,
+`capacity.byPool` and `capacity.timeline`."""
 
 from __future__ import annotations
 
@@ -40,3 +42,113 @@ class CapacityFree(WireAnswer):
     to: datetime
     count: int
     kinds: list[FreeKindPublic]
+
+
+class CapacityAccountingQuery(WireRequest):
+    """`capacity.accounting` (query parameters): a pool (`poolId`; left out, every pool the token
+    may see), the range `from` to `to` (ISO 8601 with a zone) and the bucket (`1h`, `1d`, `PT30M`;
+    default 1h), at most 1000 buckets."""
+
+    pool_id: str | None = None
+    from_: datetime = Field(alias="from")
+    to: datetime
+    bucket: str | None = None
+
+
+class StateHoursPublic(WireAnswer):
+    """GPU-hours by state, as decimal strings rounded to 6 places; unrounded, the five states sum
+    exactly to `capacity`."""
+
+    capacity: str
+    booked: str
+    free: str
+    changing: str
+    unhealthy: str
+    cordoned: str
+
+
+class AccountingBucket(WireAnswer):
+    from_: datetime = Field(alias="from")
+    to: datetime
+    hours: StateHoursPublic
+
+
+class CapacityAccounting(WireAnswer):
+    """Every GPU-hour of the range in exactly one state, per bucket and in total."""
+
+    pool_id: str | None = None
+    from_: datetime = Field(alias="from")
+    to: datetime
+    bucket: str
+    buckets: list[AccountingBucket]
+    total: StateHoursPublic
+
+
+class CapacitySummaryQuery(WireRequest):
+    """`capacity.summary` (query parameters): optionally one pool (`poolId`)."""
+
+    pool_id: str | None = None
+
+
+class ModelCountPublic(WireAnswer):
+    """Whole GPUs of one model: present, bookable as a whole GPU, booked whole now, unhealthy."""
+
+    model: str
+    total: int
+    bookable: int
+    booked: int
+    unhealthy: int
+
+
+class CapacitySummary(WireAnswer):
+    at: datetime
+    pool_id: str | None = None
+    models: list[ModelCountPublic]
+
+
+class CapacityByPoolQuery(WireRequest):
+    """`capacity.byPool` (query parameters): optionally one pool (`poolId`)."""
+
+    pool_id: str | None = None
+
+
+class PoolClassCountPublic(WireAnswer):
+    """Atoms of one class in one pool: present, bookable, held by a tenant's booking now."""
+
+    pool_id: str
+    cls: str = Field(alias="class")
+    total: int
+    bookable: int
+    booked: int
+
+
+class CapacityByPool(WireAnswer):
+    at: datetime
+    rows: list[PoolClassCountPublic]
+
+
+class CapacityTimelineQuery(WireRequest):
+    """`capacity.timeline` (query parameters): as `capacity.accounting`'s."""
+
+    pool_id: str | None = None
+    from_: datetime = Field(alias="from")
+    to: datetime
+    bucket: str | None = None
+
+
+class TimelineBucket(WireAnswer):
+    """Whole GPUs booked in one bucket: the most at once (`booked`) and their GPU-hours (`hours`,
+    a decimal string rounded to 6 places)."""
+
+    from_: datetime = Field(alias="from")
+    to: datetime
+    booked: int
+    hours: str
+
+
+class CapacityTimeline(WireAnswer):
+    pool_id: str | None = None
+    from_: datetime = Field(alias="from")
+    to: datetime
+    bucket: str
+    buckets: list[TimelineBucket]

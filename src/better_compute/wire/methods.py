@@ -34,7 +34,18 @@ from better_compute.wire.billing import (
     UsageListQuery,
     UsageRowPublic,
 )
-from better_compute.wire.capacity import CapacityFree, CapacityFreeQuery
+from better_compute.wire.capacity import (
+    CapacityAccounting,
+    CapacityAccountingQuery,
+    CapacityByPool,
+    CapacityByPoolQuery,
+    CapacityFree,
+    CapacityFreeQuery,
+    CapacitySummary,
+    CapacitySummaryQuery,
+    CapacityTimeline,
+    CapacityTimelineQuery,
+)
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
@@ -323,6 +334,41 @@ _TABLE: tuple[Method, ...] = (
         CapacityFreeQuery,
         CapacityFree,
         summary="What a pool could book for a window, per kind of atom, and the earliest start when busy.",
+    ),
+    Method(
+        "capacity.accounting",
+        "GET",
+        "/v1/capacity/accounting",
+        CapacityAccountingQuery,
+        CapacityAccounting,
+        summary=(
+            "Every GPU-hour of a range, per bucket, in exactly one state: booked, free, changing,"
+            " unhealthy or cordoned; the states sum to capacity."
+        ),
+    ),
+    Method(
+        "capacity.summary",
+        "GET",
+        "/v1/capacity/summary",
+        CapacitySummaryQuery,
+        CapacitySummary,
+        summary="Whole GPUs per model now: total, bookable, booked, unhealthy.",
+    ),
+    Method(
+        "capacity.timeline",
+        "GET",
+        "/v1/capacity/timeline",
+        CapacityTimelineQuery,
+        CapacityTimeline,
+        summary="Whole GPUs booked per bucket of a range: the most at once, and their GPU-hours.",
+    ),
+    Method(
+        "capacity.byPool",
+        "GET",
+        "/v1/capacity/by-pool",
+        CapacityByPoolQuery,
+        CapacityByPool,
+        summary="Atoms per pool and class now (gpu, gpu.mig, gpu.slot): total, bookable, booked.",
     ),
 )
 

@@ -1,0 +1,83 @@
+"""Rollups: whole GPUs per model, atoms per pool and class, whole GPUs booked over time."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from fractions import Fraction
+
+from better_compute.domain.accounting import grid_of
+from better_compute.domain.records import Gpu
+from better_compute.domain.rollups import ClassCount, ModelCount, by_pool, summary, timeline
+from better_compute.domain.timewin import Window
+from tests.builders import T0, at, atom
+
+
+def gpu(gpu_id: str, model: str | None = "H100-80GB", *, healthy: bool = True, present: bool = True) -> Gpu:
+    return Gpu(
+        gpu_id,
+        "n1",
+        0,
+        "NVIDIA Mystery",
+        model,
+        1024,
+        0,
+        (),
+        healthy,
+        present,
+        False,
+        False,
+        (),
+        datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+def test_summary_counts_whole_gpus_per_model() -> None:
+    gpus = [
+        gpu("g1"),
+        gpu("g2"),
+        gpu("g3", healthy=False),
+        gpu("g4"),
+        gpu("g5", None),
+        gpu("g6", present=False),
+    ]
+    atoms = [
+        atom("g1"),
+        atom("g2"),
+        atom("g3", bookable=False),
+        atom("g4", bookable=False),  # split: its parent is not bookable
+        atom("g4", "mig:1.0"),
+        atom("g5"),
+    ]
+    assert summary(gpus, atoms, {"g2/gpu", "g4/mig:1.0"}) == [
+        ModelCount("H100-80GB", total=4, bookable=2, booked=1, unhealthy=1),
+        ModelCount("NVIDIA Mystery", total=1, bookable=1, booked=0, unhealthy=0),
+    ]
+
+
+def test_by_pool_has_a_row_per_pool_and_class_even_when_empty() -> None:
+    atoms = [
+        atom("g1", bookable=False),
+        atom("g1", "mig:1.0"),
+        atom("g1", "mig:2.0"),
+        atom("g2", pool_id="other"),
+        atom("g3", pool_id=None),
+    ]
+    assert by_pool(["p"], atoms, {"g1/mig:2.0"}) == [
+        ClassCount("p", "gpu", 1, 0, 0),
+        ClassCount("p", "gpu.mig", 2, 2, 1),
+        ClassCount("p", "gpu.slot", 0, 0, 0),
+    ]
+
+
+def test_timeline_says_the_most_whole_gpus_booked_at_once_and_their_hours() -> None:
+    held = [
+        Window(at(0), at(1)),
+        Window(at(1), at(2)),  # back to back with the first: one GPU at a time
+        Window(at(0.5), at(1.5)),
+        Window(at(1.75), None),
+    ]
+    first, second, third = timeline(held, grid_of(T0, at(3), "1h"))
+    assert (first.peak, first.hours) == (2, Fraction(3, 2))
+    assert (second.peak, second.hours) == (2, Fraction(7, 4))
+    assert (third.peak, third.hours) == (1, Fraction(1))
+    assert third.span == Window(at(2), at(3))
