@@ -120,9 +120,10 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     world.clock.now = T0 + timedelta(hours=3)
     samples = scrape(world)
     # a100: 2 GPUs for their 2 hours, and 1 GPU for the hour before its release; the cancelled
-    # reservation bills nothing. h100: one MIG instance for its hour, as a whole GPU (share 1).
+    # reservation bills nothing. h100: one MIG instance (a 3g.40gb, 3/7 of the GPU) for its hour, as
+    # the bills count it.
     assert value(samples, "better_compute_billable_hours_total", meter="gpu.a100.hours") == pytest.approx(5)
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(1)
+    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(3 / 7)
     assert value(samples, "better_compute_billable_hours_total", meter="gpu.l40s.hours") == 0
 
 

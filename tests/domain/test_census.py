@@ -1,10 +1,7 @@
-"""The state of each atom behind `better_compute_atoms`, and the share billable hours use."""
+"""The state of each atom behind `better_compute_atoms`."""
 
 from __future__ import annotations
 
-from fractions import Fraction
-
-from better_compute.domain.billable import share
 from better_compute.domain.census import ATOM_STATES, atom_census, atom_state
 from better_compute.domain.ledger import is_partition_change, partition_allocation_id
 from tests.builders import T0, atom
@@ -40,8 +37,3 @@ def test_the_census_counts_every_state_of_every_pool_and_class_zeros_included() 
 def test_partition_changes_are_told_from_reservations_by_their_allocation_id() -> None:
     assert is_partition_change(partition_allocation_id("GPU-1", T0))
     assert not is_partition_change("rsv-0001")
-
-
-def test_every_atom_bills_as_a_whole_gpu() -> None:
-    assert share(atom("g1")) == Fraction(1)
-    assert share(atom("g1", "slot:0", attributes={"slots": 4})) == Fraction(1)

@@ -13,10 +13,10 @@ import threading
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from better_compute.domain.billable import share
 from better_compute.domain.census import CensusKey, atom_census
+from better_compute.domain.metering import hours_by_meter
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ports import LogPosition, StorePort, Tx
@@ -60,11 +60,17 @@ def _atoms(tx: Tx, index: BookingIndex, now: datetime) -> Counter[CensusKey]:
     return census
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
 def billable_hours(tx: Tx, now: datetime) -> dict[str, float]:
-    """GPU-hours billed up to `now` by meter: each atom's hours held times its `share`."""
-    hours = dict.fromkeys(sorted({p.meter for p in tx.pools.all()}), 0.0)
-    for held in tx.ledger.held_hours(now):
-        hours[held.meter] = hours.get(held.meter, 0.0) + float(share(held.atom)) * held.hours
+    """GPU-hours billed up to `now` by meter, by the bills' own rule and sums (`tx.usage.totals`,
+    `metering.hours_by_meter`): the counter always agrees with the bills."""
+    meter_of = {p.id: p.meter for p in tx.pools.all()}
+    hours = dict.fromkeys(sorted(set(meter_of.values())), 0.0)
+    totals = tx.usage.totals(Window(_EPOCH, now), now, None, None)
+    for meter, held in hours_by_meter(totals, meter_of).items():
+        hours[meter] = float(held)
     return hours
 
 

@@ -95,15 +95,6 @@ class LogPosition:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldHours:
-    """Hours one atom has been held by tenants' bookings up to some time, and its pool's meter."""
-
-    atom: Atom
-    meter: str
-    hours: float
-
-
-@dataclass(frozen=True, slots=True)
 class AdmissionRead:
     """What admission reads in one statement (storage.reservations.admission_snapshot)."""
 
@@ -415,11 +406,6 @@ class LedgerPort(Protocol):
     def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
         """Windows of tenants' live bookings of whole GPUs in these pools (every pool when None)
         that meet `window`."""
-        ...
-
-    def held_hours(self, until: datetime) -> list[HeldHours]:
-        """Per atom, the hours tenants' bookings have held it before `until` (partition changes are no
-        tenant's), with the meter of the booking's pool."""
         ...
 
 

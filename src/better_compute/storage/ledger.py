@@ -25,9 +25,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import Booking, is_partition_change
 from better_compute.domain.timewin import Window
-from better_compute.service.ports import HeldHours, LiveBooking, NotBookable, Overlap
+from better_compute.service.ports import LiveBooking, NotBookable, Overlap
 from better_compute.storage.events import append, booked_payload_sql
-from better_compute.storage.held_hours import held_hours
 from better_compute.storage.tables import atoms, bookings
 
 _PG_KEY = re.compile(r"=\((atm-[0-9a-f]+),")
@@ -434,9 +433,6 @@ class SqlLedger:
 
     def live_bookings(self, since: datetime) -> list[LiveBooking]:
         return live_bookings(self.conn, since)
-
-    def held_hours(self, until: datetime) -> list[HeldHours]:
-        return held_hours(self.conn, until)
 
     def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
         return whole_gpus_held(self.conn, pool_ids, window)
