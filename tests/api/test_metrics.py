@@ -123,7 +123,9 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     # reservation bills nothing. h100: one MIG instance (a 3g.40gb, 3/7 of the GPU) for its hour, as
     # the bills count it.
     assert value(samples, "better_compute_billable_hours_total", meter="gpu.a100.hours") == pytest.approx(5)
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(3 / 7)
+    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(
+        3 / 7
+    )
     assert value(samples, "better_compute_billable_hours_total", meter="gpu.l40s.hours") == 0
 
 
