@@ -26,7 +26,6 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stderr, stdout
-from better_compute.domain.metering import hours, microseconds, shown
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -214,11 +213,15 @@ class Totals:
         self.by_key: dict[tuple[str, str], Fraction] = {}
 
     def add(self, row: UsageRowPublic) -> None:
+        from better_compute.domain.metering import hours, microseconds  # the catalog: only when exporting
+
         key = (row.tenant_id, row.meter)
         held = hours(Fraction(row.share), microseconds(row.end - row.start))
         self.by_key[key] = self.by_key.get(key, Fraction(0)) + held
 
     def rows(self) -> list[dict[str, str]]:
+        from better_compute.domain.metering import shown
+
         return [
             {"tenantId": tenant, "meter": meter, "hours": shown(total)}
             for (tenant, meter), total in sorted(self.by_key.items())
