@@ -80,7 +80,8 @@ def load_library() -> ModuleType:
         import pynvml
     except ImportError as exc:  # pragma: no cover - nvidia-ml-py is a dependency of the package
         raise NvmlUnavailable("the nvidia-ml-py package is not installed (pip install nvidia-ml-py)") from exc
-    return pynvml
+    module: ModuleType = pynvml
+    return module
 
 
 def _run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:  # pragma: no cover - needs a GPU
@@ -264,7 +265,7 @@ class NvmlBackend:
 
     def _gi_handles(self, handle: Any) -> list[tuple[Any, Any]]:
         """(GPU instance handle, its profile info) for every GPU instance: NVML lists them per profile."""
-        found = []
+        found: list[tuple[Any, Any]] = []
         for info in self._gi_profiles(handle):
             if int(info.instanceCount) <= 0:
                 continue
@@ -309,7 +310,7 @@ class NvmlBackend:
         return list(infos.values())
 
     def _ci_handles(self, gi: Any) -> list[tuple[Any, Any]]:
-        found = []
+        found: list[tuple[Any, Any]] = []
         for info in self._ci_profiles(gi):
             if int(info.instanceCount) <= 0:
                 continue
