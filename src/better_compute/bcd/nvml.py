@@ -148,7 +148,10 @@ class NvmlBackend:
                 "NVML and the loaded NVIDIA driver are different versions; reboot the node"
             )
         if code == _NO_PERMISSION:
-            return GpuError(f"{name}: permission denied (MIG changes need root or the mig/config capability)")
+            return GpuError(
+                f"{name}: permission denied: run as root (or with the mig/monitor capability to read MIG"
+                " instances, mig/config to change them)"
+            )
         if code == _FUNCTION_NOT_FOUND:
             return GpuError(f"{name} is not in this driver's NVML; a newer driver is needed")
         if code == _IN_USE:
