@@ -1,7 +1,16 @@
-"""A simulated node: GPUs from the catalog, partitioned exactly as the validator places them.
+"""A simulated node: GPUs from the catalog that keep the hardware's rules, behind `GpuBackend`.
 
-It produces the same `NodeReport` a real node daemon sends, so demo and test fleets go through the
-control plane's real ingestion path.
+Demo and test fleets go through the control plane's real ingestion path with it, and convergers are
+tested against it, so it refuses what NVML refuses: a profile the model lacks, a placement start the
+profile does not allow, one overlapping an instance, more instances than the profile or the GPU's
+slices and engines allow. An instance can be marked busy (a process on it), and is then neither
+destroyed nor reset; a GPU can be told to fail its resets. A MIG mode change waits for a reset or a
+reboot, and a reboot loses every instance, as on hardware.
+
+Ids are stable: a GPU's uuid derives from the node name and its index, a MIG device's from the GPU,
+its GPU instance id and profile, so a fleet simulated twice reports the same atoms. An instance
+created after start-up gets a new MIG uuid each time, since hardware gives a re-created instance a
+new one.
 """
 
 from __future__ import annotations
@@ -9,8 +18,22 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
+from better_compute.bcd.gpu import (
+    ComputeInstance,
+    Gpu,
+    GpuInstance,
+    Health,
+    InstanceInUse,
+    InstanceRefused,
+    MigNotSupported,
+    ResetFailed,
+    UnknownGpu,
+    UnknownInstance,
+)
 from better_compute.domain import catalog, layouts
-from better_compute.domain.inventory import GpuReport, MigInstance, NodeReport
+from better_compute.domain.errors import NotFound
+from better_compute.domain.fleet import FleetSpec, NodeSpec
+from better_compute.domain.inventory import MigInstance, NodeReport
 
 _NS = uuid.UUID("0b6a3d7e-95a4-4f0e-8f44-2f6d1c7a9b10")
 
@@ -19,12 +42,16 @@ def gpu_uuid(node: str, index: int) -> str:
     return "GPU-" + str(uuid.uuid5(_NS, f"{node}/{index}"))
 
 
-def mig_uuid(gpu: str, gi_id: int, profile: str) -> str:
-    return "MIG-" + str(uuid.uuid5(_NS, f"{gpu}/{gi_id}/{profile}"))
+def mig_uuid(gpu: str, gi_id: int, profile: str, serial: int = 0) -> str:
+    """The MIG uuid of a GPU instance; `serial` tells apart instances created after start-up."""
+    key = f"{gpu}/{gi_id}/{profile}" + (f"/{serial}" if serial else "")
+    return "MIG-" + str(uuid.uuid5(_NS, key))
 
 
 @dataclass
 class FakeGpu:
+    """One simulated GPU. Its fields are its state; tests set them directly (`healthy`, `busy`)."""
+
     uuid: str
     index: int
     model: catalog.GpuModel
@@ -34,12 +61,30 @@ class FakeGpu:
     mig_current: bool = False
     mig_pending: bool = False
     instances: list[MigInstance] = field(default_factory=list)
+    busy: set[int] = field(default_factory=set)
+    """GPU instance ids with work on them."""
+    reset_fails: bool = False
+    mig_mode_persists: bool = True
+    """Whether MIG mode survives a reboot: True on Ampere (kept in the InfoROM), False on Hopper and
+    later, where MIG mode is lost on reboot or driver reload."""
+    created: int = 0
+    """GPU instances created since start-up, which numbers their MIG uuids."""
+
+    @property
+    def product(self) -> str:
+        return self.model.products[0] if self.model.products else self.model.name
+
+    @property
+    def memory_mib(self) -> int:
+        return int(self.model.memory_gib * 1024)
 
     def apply_layout(self, layout: str) -> None:
-        """Partition the GPU; instances are created in the validator's placement order."""
+        """Partition the GPU as a node comes up already partitioned: the validator's placement order,
+        MIG mode on (or off) with nothing pending."""
         placement = layouts.validate(layout, self.model)
         enabled = placement.mig_enabled
         self.mig_current = self.mig_pending = enabled and self.model.mig_capable
+        self.busy.clear()
         self.instances = [
             MigInstance(
                 profile=inst.profile,
@@ -52,23 +97,124 @@ class FakeGpu:
             for n, inst in enumerate(placement.instances)
         ]
 
-    def report(self) -> GpuReport:
-        return GpuReport(
-            uuid=self.uuid,
-            product=self.model.products[0] if self.model.products else self.model.name,
-            memory_mib=int(self.model.memory_gib * 1024),
+    def read(self) -> Gpu:
+        return Gpu(
             index=self.index,
+            uuid=self.uuid,
+            name=self.product,
+            memory_mib=self.memory_mib,
+            pci_bus_id=f"00000000:{0x18 + self.index:02X}:00.0",
             numa_node=self.numa_node,
             nvlink_peers=self.nvlink_peers,
-            healthy=self.healthy,
-            mig_mode_current=self.mig_current,
-            mig_mode_pending=self.mig_pending,
-            mig_instances=tuple(self.instances) if self.mig_current else (),
+            health=Health(ecc_uncorrected=0, notes=() if self.healthy else ("marked unhealthy",)),
+            mig_capable=self.model.mig_capable,
+            mig_current=self.mig_current,
+            mig_pending=self.mig_pending,
+            instances=tuple(self._instance(m) for m in self.instances) if self.mig_current else (),
         )
+
+    def _instance(self, inst: MigInstance) -> GpuInstance:
+        profile = self.model.profile(inst.profile)
+        return GpuInstance(
+            gi_id=inst.gi_id,
+            profile=profile.name,
+            profile_id=profile.profile_id,
+            placement_start=inst.placement_start,
+            placement_size=inst.placement_size,
+            slices=profile.compute_slices,
+            compute_instances=(
+                ComputeInstance(ci_id=inst.ci_id, slices=profile.compute_slices, uuid=inst.uuid),
+            ),
+        )
+
+    def create(self, profile_name: str, start: int) -> GpuInstance:
+        if not self.model.mig_capable:
+            raise InstanceRefused(f"{self.uuid} ({self.model.id}) does not support MIG")
+        if not self.mig_current:
+            raise InstanceRefused(f"MIG mode is not enabled on {self.uuid}")
+        profile = self.model.find_profile(profile_name)
+        if profile is None:
+            known = ", ".join(p.name for p in self.model.profiles)
+            raise InstanceRefused(f"{self.model.id} has no profile {profile_name} (profiles: {known})")
+        if start not in profile.starts:
+            starts = ", ".join(str(s) for s in profile.starts)
+            raise InstanceRefused(f"{profile.name} cannot start at {start} (placements start at {starts})")
+        end = start + profile.size
+        for other in self.instances:
+            if start < other.placement_start + other.placement_size and other.placement_start < end:
+                raise InstanceRefused(
+                    f"{profile.name} at {start}:{profile.size} overlaps {other.profile} "
+                    f"at {other.placement_start}:{other.placement_size} (GPU instance {other.gi_id})"
+                )
+        self._check_capacity(profile)
+        gi_id = next(
+            i for i in range(1, len(self.instances) + 2) if i not in {m.gi_id for m in self.instances}
+        )
+        self.created += 1
+        inst = MigInstance(
+            profile=profile.name,
+            gi_id=gi_id,
+            ci_id=0,
+            placement_start=start,
+            placement_size=profile.size,
+            uuid=mig_uuid(self.uuid, gi_id, profile.name, self.created),
+        )
+        self.instances.append(inst)
+        return self._instance(inst)
+
+    def _check_capacity(self, profile: catalog.MigProfile) -> None:
+        """What NVML refuses beyond overlap: the profile's own limit, slices and shared engines."""
+        held = [self.model.profile(m.profile) for m in self.instances] + [profile]
+        if sum(p.name == profile.name for p in held) > profile.max_instances:
+            raise InstanceRefused(f"{self.model.id} allows at most {profile.max_instances} {profile.name}")
+        if sum(p.compute_slices for p in held) > self.model.compute_slices:
+            raise InstanceRefused(f"{profile.name} does not fit: compute slices of {self.uuid} exceeded")
+        if sum(p.memory_slices for p in held) > self.model.memory_slices:
+            raise InstanceRefused(f"{profile.name} does not fit: memory slices of {self.uuid} exceeded")
+        for engine, _ in profile.engines:
+            if sum(p.engine_count(engine) for p in held) > self.model.engine_total(engine):
+                raise InstanceRefused(
+                    f"{profile.name} does not fit: {engine} engines of {self.uuid} exceeded"
+                )
+
+    def destroy(self, gi_id: int) -> None:
+        inst = next((m for m in self.instances if m.gi_id == gi_id), None)
+        if inst is None or not self.mig_current:
+            raise UnknownInstance(f"{self.uuid} has no GPU instance {gi_id}")
+        if gi_id in self.busy:
+            raise InstanceInUse(f"GPU instance {gi_id} ({inst.profile}) of {self.uuid} is in use")
+        self.instances.remove(inst)
+
+    def set_mig_mode(self, enabled: bool) -> bool:
+        if not self.model.mig_capable:
+            raise MigNotSupported(f"{self.uuid} ({self.model.id}) does not support MIG")
+        if not enabled and self.instances:
+            raise InstanceInUse(f"{self.uuid} still has GPU instances: destroy them before disabling MIG")
+        self.mig_pending = enabled
+        return self.mig_current != self.mig_pending
+
+    def reset(self) -> None:
+        if self.reset_fails:
+            raise ResetFailed(f"the reset of {self.uuid} did not complete")
+        if self.busy:
+            raise ResetFailed(
+                f"the reset of {self.uuid} was refused: GPU instances {sorted(self.busy)} in use"
+            )
+        self.mig_current = self.mig_pending
+        self.instances = []
+
+    def reboot(self) -> None:
+        if not self.mig_mode_persists:
+            self.mig_pending = False
+        self.mig_current = self.mig_pending
+        self.instances = []
+        self.busy.clear()
 
 
 @dataclass
 class FakeNode:
+    """A simulated node, and the `GpuBackend` over its GPUs."""
+
     name: str
     gpus: list[FakeGpu]
     observed_generation: int = 0
@@ -92,13 +238,75 @@ class FakeNode:
         ]
         return cls(name=name, gpus=gpus)
 
+    @classmethod
+    def from_fleet(cls, spec: FleetSpec, node: str) -> FakeNode:
+        """The node `node` of a fleet file, with its GPUs partitioned to its layout."""
+        found = next((n for n in spec.nodes if n.name == node), None)
+        if found is None:
+            names = ", ".join(n.name for n in spec.nodes[:20]) + (", …" if len(spec.nodes) > 20 else "")
+            raise NotFound(f"the fleet file has no node {node!r} (nodes: {names})", {"node": node})
+        return cls.for_node(spec, found)
+
+    @classmethod
+    def for_node(cls, spec: FleetSpec, node: NodeSpec) -> FakeNode:
+        """A node of `spec` (its GPUs, NUMA nodes, NVLink and layout)."""
+        fake = cls.build(
+            node.name, node.gpu_model, node.gpu_count, numa_nodes=node.numa_nodes, nvlink=node.nvlink
+        )
+        fake.apply_layout(spec.layout_of_node(node))
+        return fake
+
     def apply_layout(self, layout: str) -> None:
         for gpu in self.gpus:
             gpu.apply_layout(layout)
 
     def report(self) -> NodeReport:
-        return NodeReport(
-            node=self.name,
-            gpus=tuple(g.report() for g in self.gpus),
-            observed_generation=self.observed_generation,
-        )
+        from better_compute.bcd.inventory import node_report
+
+        return node_report(self, self.name, observed_generation=self.observed_generation)
+
+    def gpu(self, gpu: str) -> FakeGpu:
+        found = next((g for g in self.gpus if g.uuid == gpu), None)
+        if found is None:
+            raise UnknownGpu(f"node {self.name} has no GPU {gpu}")
+        return found
+
+    def mark_busy(self, gpu: str, gi_id: int, busy: bool = True) -> None:
+        """Put work on a GPU instance (or take it off): a busy instance is not destroyed or reset."""
+        target = self.gpu(gpu)
+        if gi_id not in {m.gi_id for m in target.instances}:
+            raise UnknownInstance(f"{gpu} has no GPU instance {gi_id}")
+        if busy:
+            target.busy.add(gi_id)
+        else:
+            target.busy.discard(gi_id)
+
+    def fail_resets(self, gpu: str, fail: bool = True) -> None:
+        """Make the GPU's resets fail (or succeed again), as a reset blocked by the driver does."""
+        self.gpu(gpu).reset_fails = fail
+
+    def reboot(self) -> None:
+        """Restart the node: pending MIG modes apply (or are lost where they do not persist), every
+        GPU and compute instance is gone."""
+        for gpu in self.gpus:
+            gpu.reboot()
+
+    # GpuBackend
+
+    def list_gpus(self) -> tuple[Gpu, ...]:
+        return tuple(g.read() for g in self.gpus)
+
+    def create_instance(self, gpu: str, profile: str, placement_start: int) -> GpuInstance:
+        return self.gpu(gpu).create(profile, placement_start)
+
+    def destroy_instance(self, gpu: str, gi_id: int) -> None:
+        self.gpu(gpu).destroy(gi_id)
+
+    def set_mig_mode(self, gpu: str, enabled: bool) -> bool:
+        return self.gpu(gpu).set_mig_mode(enabled)
+
+    def reset_gpu(self, gpu: str) -> None:
+        self.gpu(gpu).reset()
+
+    def close(self) -> None:
+        """Nothing to release."""

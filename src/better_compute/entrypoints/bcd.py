@@ -1,6 +1,13 @@
-"""The `bcd` node daemon console script."""
+"""The `bcd` node daemon console script: where the real or the fake GPU backend is chosen."""
 
 from __future__ import annotations
+
+import enum
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -9,6 +16,11 @@ from better_compute.cli.version import VersionOption
 bcd_app = typer.Typer(
     name="bcd", help="better-compute node daemon.", no_args_is_help=True, add_completion=False
 )
+
+
+class NvmlKind(enum.StrEnum):
+    real = "real"
+    fake = "fake"
 
 
 @bcd_app.callback()
@@ -26,6 +38,63 @@ def version() -> None:
     from better_compute import __version__
 
     typer.echo(__version__)
+
+
+def _fail(message: str, status: int = 1) -> NoReturn:
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(status)
+
+
+@bcd_app.command()
+def inventory(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the node report as JSON.")] = False,
+    nvml: Annotated[
+        NvmlKind, typer.Option("--nvml", help="GPU backend: the driver's NVML, or a node of a fleet file.")
+    ] = NvmlKind.real,
+    fleet: Annotated[
+        Path | None, typer.Option("--fleet", help="Fleet file the fake backend reads the node from.")
+    ] = None,
+    node: Annotated[
+        str | None, typer.Option("--node", help="Node name (with --nvml fake: a node of the fleet file).")
+    ] = None,
+) -> None:
+    """Print this node's GPUs as the daemon reports them. Read-only: it never changes MIG mode,
+    creates or destroys instances, or resets a GPU, so it is safe on a node in service."""
+    from better_compute.bcd.gpu import GpuBackend, GpuError
+    from better_compute.bcd.inventory import report_json, report_of
+    from better_compute.domain.errors import DomainError
+
+    backend: GpuBackend
+    try:
+        if nvml is NvmlKind.fake:
+            if fleet is None or node is None:
+                _fail("--nvml fake needs --fleet FILE and --node NAME", 2)
+            from better_compute.bcd.fake import FakeNode
+            from better_compute.bcd.fleet_file import read_fleet
+
+            backend = FakeNode.from_fleet(read_fleet(fleet), node)
+        else:
+            if fleet is not None:
+                _fail("--fleet is for --nvml fake", 2)
+            from better_compute.bcd.nvml import NvmlBackend
+
+            backend = NvmlBackend()
+        name = node or socket.gethostname()
+        try:
+            gpus = backend.list_gpus()
+        finally:
+            backend.close()
+    except (GpuError, DomainError) as exc:
+        _fail(str(exc))
+    report = report_of(name, gpus)
+    if as_json:
+        sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")
+        return
+    from rich.console import Console
+
+    from better_compute.bcd.inventory_table import inventory_table
+
+    Console(highlight=False).print(inventory_table(name, gpus))
 
 
 def main() -> None:

@@ -5,37 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
-from typing import Any
 
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.fleet import FleetSpec, parse_fleet
+from better_compute.bcd.fleet_file import read_fleet
+from better_compute.domain.fleet import FleetSpec
 from better_compute.service import fleet, inventory
 from better_compute.service.ports import StorePort
 
-
-def read_fleet(path: str | Path) -> FleetSpec:
-    try:
-        raw: Any = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise InvalidInput(f"cannot read fleet file {path}: {exc}") from exc
-    return parse_fleet(raw)
+__all__ = ["fleet_progress", "load_fleet", "read_fleet", "simulated_nodes"]
 
 
 def simulated_nodes(spec: FleetSpec) -> list[FakeNode]:
-    nodes = []
-    for node in spec.nodes:
-        fake = FakeNode.build(
-            node.name, node.gpu_model, node.gpu_count, numa_nodes=node.numa_nodes, nvlink=node.nvlink
-        )
-        fake.apply_layout(spec.layout_of_node(node))
-        nodes.append(fake)
-    return nodes
+    return [FakeNode.for_node(spec, node) for node in spec.nodes]
 
 
 Report = Callable[[int, int], None]

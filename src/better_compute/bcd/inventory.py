@@ -1,0 +1,94 @@
+"""A node's inventory report, built from whichever GPU backend is active.
+
+The report is `domain.inventory.NodeReport`, the value the control plane derives atoms from, so a
+node that reports through `bcd` and a simulated one go through the same ingestion. Building it only
+reads the backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from better_compute.bcd.gpu import Gpu, GpuBackend, GpuInstance
+from better_compute.domain.inventory import GpuReport, MigInstance, NodeReport
+
+
+def node_report(backend: GpuBackend, node: str, *, observed_generation: int = 0) -> NodeReport:
+    """The node's report as the backend reads it now."""
+    return report_of(node, backend.list_gpus(), observed_generation=observed_generation)
+
+
+def report_of(node: str, gpus: Iterable[Gpu], *, observed_generation: int = 0) -> NodeReport:
+    """The report of GPUs already read (a caller that also shows them reads the backend once)."""
+    return NodeReport(
+        node=node,
+        gpus=tuple(gpu_report(g) for g in gpus),
+        observed_generation=observed_generation,
+    )
+
+
+def gpu_report(gpu: Gpu) -> GpuReport:
+    """One GPU of the report; MIG instances only while MIG mode is on, as NVML lists them."""
+    return GpuReport(
+        uuid=gpu.uuid,
+        product=gpu.name,
+        memory_mib=gpu.memory_mib,
+        index=gpu.index,
+        numa_node=gpu.numa_node,
+        nvlink_peers=gpu.nvlink_peers,
+        healthy=gpu.health.healthy,
+        mig_mode_current=gpu.mig_current,
+        mig_mode_pending=gpu.mig_pending,
+        mig_instances=tuple(m for gi in gpu.instances for m in mig_instances(gi)) if gpu.mig_current else (),
+    )
+
+
+def mig_instances(gi: GpuInstance) -> list[MigInstance]:
+    """One MIG instance per compute instance (each is a MIG device with its own uuid). A GPU instance
+    without a compute instance has no device to hand out, so it is not reported. A compute instance
+    narrower than its GPU instance is named `<c>c.<profile>`, as `nvidia-smi` names it."""
+    return [
+        MigInstance(
+            profile=gi.profile if ci.slices >= gi.slices else f"{ci.slices}c.{gi.profile}",
+            gi_id=gi.gi_id,
+            ci_id=ci.ci_id,
+            placement_start=gi.placement_start,
+            placement_size=gi.placement_size,
+            uuid=ci.uuid,
+        )
+        for ci in gi.compute_instances
+    ]
+
+
+def report_json(report: NodeReport) -> dict[str, Any]:
+    """The report with camelCase keys, as the API spells its fields (`memoryMiB` as in `GpuPublic`)."""
+    return {
+        "node": report.node,
+        "observedGeneration": report.observed_generation,
+        "gpus": [
+            {
+                "uuid": g.uuid,
+                "product": g.product,
+                "memoryMiB": g.memory_mib,
+                "index": g.index,
+                "numaNode": g.numa_node,
+                "nvlinkPeers": list(g.nvlink_peers),
+                "healthy": g.healthy,
+                "migModeCurrent": g.mig_mode_current,
+                "migModePending": g.mig_mode_pending,
+                "migInstances": [
+                    {
+                        "profile": m.profile,
+                        "giId": m.gi_id,
+                        "ciId": m.ci_id,
+                        "placementStart": m.placement_start,
+                        "placementSize": m.placement_size,
+                        "uuid": m.uuid,
+                    }
+                    for m in g.mig_instances
+                ],
+            }
+            for g in report.gpus
+        ],
+    }
