@@ -75,12 +75,13 @@ def verify(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
 def accept(
     store: StorePort, signed: SignedRequest, read: Callable[[bytes], Report], now: datetime
 ) -> Accepted:
-    """Check `signed`, read its body with `read` (INVALID_INPUT when it is no report), and apply it
-    once (see the module)."""
+    """Check `signed`, read its body with `read` (INVALID_INPUT when it is no report; `read` also
+    refuses a body about another node than the path's), and apply it once (see the module)."""
     node = verify(store, signed, now)
-    report = read(signed.body)
-    kind = kind_of(report)
+    kind: str | None = None
     try:
+        report = read(signed.body)
+        kind = kind_of(report)
         check_same_node(node.id, report.node)
         with store.begin() as tx:
             tx.nodes.lock([node.id])
@@ -94,7 +95,7 @@ def accept(
     except Unauthenticated as error:
         _log_refusal(store, node.id, _reason(error), kind, now)
         raise
-    return Accepted(node.id, kind, signed.sequence)
+    return Accepted(node.id, kind_of(report), signed.sequence)
 
 
 def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
