@@ -85,7 +85,9 @@ def test_a_join_token_works_once_and_a_new_join_replaces_the_key(world: NodeWorl
 def test_an_expired_or_foreign_join_token_is_refused(world: NodeWorld) -> None:
     token = world.join_token("n-1", ttlSeconds=60)
     world.clock.now += timedelta(seconds=61)
-    late = world.http.post("/v1/nodes/n-1/join", json={"node": "n-1", "token": token, "publicKey": "A" * 43 + "="})
+    late = world.http.post(
+        "/v1/nodes/n-1/join", json={"node": "n-1", "token": token, "publicKey": "A" * 43 + "="}
+    )
     assert late.status_code == 401 and late.json()["error"]["code"] == "UNAUTHENTICATED"
     other = world.join_token("n-2")
     foreign = world.http.post(
@@ -130,7 +132,11 @@ def test_a_signed_inventory_report_changes_the_atoms(world: NodeWorld) -> None:
     accepted = node.nodes.report("n-1", inventory("n-1", healthy_first=False))
     assert (accepted.kind, accepted.sequence) == ("Inventory", 1)
     after = world.http.get("/v1/atoms", params={"bookable": "true"}, headers=world.admin).json()["items"]
-    sick = next(g for g in world.http.get("/v1/gpus", params={"node": "n-1"}, headers=world.admin).json()["items"] if g["index"] == 0)
+    sick = next(
+        g
+        for g in world.http.get("/v1/gpus", params={"node": "n-1"}, headers=world.admin).json()["items"]
+        if g["index"] == 0
+    )
     assert not sick["healthy"]
     assert {a["id"] for a in after} < {a["id"] for a in before}
     assert all(a["gpuId"] != sick["id"] for a in after)
@@ -156,7 +162,9 @@ def test_forged_replayed_stale_unsigned_and_cross_node_reports_are_unauthenticat
     client.nodes._compute._http.event_hooks["request"].append(sent.append)  # type: ignore[union-attr]
     client.nodes.report("n-1", report)
     replay = sent[-1]
-    again = world.http.post(replay.url.raw_path.decode(), content=replay.content, headers=dict(replay.headers))
+    again = world.http.post(
+        replay.url.raw_path.decode(), content=replay.content, headers=dict(replay.headers)
+    )
     assert again.status_code == 401 and again.json()["error"]["details"]["reason"] == "replayed"
     # Cross-node: n-1 signs a report about n-2.
     with pytest.raises(UnauthenticatedError) as e:
@@ -175,7 +183,9 @@ def test_reports_racing_with_one_sequence_number_take_effect_once(world: NodeWor
     client = world.node(identity)
     client.nodes._compute._http.event_hooks["request"].append(sent.append)  # type: ignore[union-attr]
     rid = world.reserve([{"class": "gpu.mig", "count": 1}])["id"]
-    mine = "n-1" in {a["node"] for a in world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["atoms"]}
+    mine = "n-1" in {
+        a["node"] for a in world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["atoms"]
+    }
     node = "n-1" if mine else "n-2"
     if not mine:
         identity = world.join("n-2")
@@ -196,7 +206,9 @@ def test_reports_racing_with_one_sequence_number_take_effect_once(world: NodeWor
 
     def send() -> None:
         barrier.wait()
-        r = world.http.post(signed.url.raw_path.decode(), content=signed.content, headers=dict(signed.headers))
+        r = world.http.post(
+            signed.url.raw_path.decode(), content=signed.content, headers=dict(signed.headers)
+        )
         codes.append(r.status_code)
 
     threads = [threading.Thread(target=send) for _ in range(6)]
@@ -216,10 +228,15 @@ def test_binding_reports_show_on_the_reservation(world: NodeWorld) -> None:
     node = shown["atoms"][0]["node"]
     holder, other = (one, two) if node == "n-1" else (two, one)
     with pytest.raises(ForbiddenError):
-        world.node(other).nodes.report(other.node, {"kind": "AllocationBound", "allocationId": rid, "binding": "bound"})
+        world.node(other).nodes.report(
+            other.node, {"kind": "AllocationBound", "allocationId": rid, "binding": "bound"}
+        )
     client = world.node(holder)
     client.nodes.report(node, {"kind": "AllocationBound", "allocationId": rid, "binding": "device-missing"})
-    assert world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["binding"] == "device-missing"
+    assert (
+        world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["binding"]
+        == "device-missing"
+    )
     client.nodes.report(node, {"kind": "AllocationBound", "allocationId": rid, "binding": "bound"})
     listed = world.http.get("/v1/reservations", headers=world.platform).json()["items"]
     assert [r["binding"] for r in listed if r["id"] == rid] == ["bound"]
@@ -240,7 +257,11 @@ def test_observed_generation_and_scrub_reports(world: NodeWorld) -> None:
     with pytest.raises(Exception) as never:
         client.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": spec.generation + 5})
     assert getattr(never.value, "code", None) == "INVALID_INPUT"
-    atoms = [a["id"] for a in world.http.get("/v1/atoms", params={"pool": "p1"}, headers=world.admin).json()["items"] if a["node"] == "n-1"]
+    atoms = [
+        a["id"]
+        for a in world.http.get("/v1/atoms", params={"pool": "p1"}, headers=world.admin).json()["items"]
+        if a["node"] == "n-1"
+    ]
     client.nodes.report("n-1", {"kind": "ScrubDone", "atoms": atoms[:2]})
     with pytest.raises(ForbiddenError):
         client.nodes.report("n-1", {"kind": "ScrubDone", "atoms": ["atm-elsewhere"]})
