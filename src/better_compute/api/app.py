@@ -14,6 +14,7 @@ from better_compute.api.routes import (
     events,
     health,
     inventory,
+    nodes,
     policies,
     pools,
     prices,
@@ -51,6 +52,7 @@ def create_app(
     app.include_router(health.router)
     docs.install(app)
     app.include_router(inventory.router)
+    app.include_router(nodes.router)
     app.include_router(pools.router)
     guards.install(app)
     app.include_router(tenants.router)

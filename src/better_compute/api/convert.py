@@ -17,13 +17,22 @@ from better_compute.domain.billing import Bill, Price
 from better_compute.domain.credentials import Principal
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
+from better_compute.domain.inventory import GpuReport, MigInstance
 from better_compute.domain.ledger import Availability
 from better_compute.domain.metering import Usage, shown
-from better_compute.domain.records import Cluster, Credential, Gpu, Quota, Tenant
+from better_compute.domain.node_reports import (
+    BindingReported,
+    GenerationObserved,
+    InventoryReported,
+    Report,
+    ScrubDone,
+)
+from better_compute.domain.records import Cluster, Credential, Gpu, Node, Quota, Tenant
 from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.service.capacity import Accounting, PoolFree
 from better_compute.service.credentials import Issued
 from better_compute.service.inventory import NodeView
+from better_compute.service.node_spec import ServedSpec
 from better_compute.service.paging import Listing
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
@@ -50,6 +59,20 @@ from better_compute.wire.inventory import (
     MigInstancePublic,
     MigModePublic,
     NodePublic,
+)
+from better_compute.wire.nodes import (
+    AllocationBoundReport,
+    AllocationReleasedReport,
+    AssignmentPublic,
+    GpuReported,
+    GpuSpecPublic,
+    InventoryReport,
+    NodeJoined,
+    NodeReportSend,
+    NodeSpecPublic,
+    ObservedGenerationReport,
+    ScrubDoneReport,
+    SharingPublic,
 )
 from better_compute.wire.policies import PolicyLimits, PolicyPublic
 from better_compute.wire.pools import PoolPolicy, PoolPublic
@@ -311,6 +334,7 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "gpuSlices": r.gpu_slices,
         "idempotencyKey": r.idempotency_key,
         "createdAt": r.created_at,
+        "binding": view.binding,
     }
 
 
@@ -382,3 +406,65 @@ def bill_public(bill: Bill) -> BillPublic:
 
 def price_public(p: Price) -> PricePublic:
     return PricePublic(meter=p.meter, per_hour=p.per_hour, currency=p.currency, updated_at=p.updated_at)
+
+
+def joined_public(node: Node) -> NodeJoined:
+    assert node.public_key is not None and node.joined_at is not None
+    return NodeJoined(node=node.id, public_key=node.public_key, joined_at=node.joined_at, next_sequence=1)
+
+
+def _gpu_reported(g: GpuReported) -> GpuReport:
+    return GpuReport(
+        uuid=g.uuid,
+        product=g.product,
+        memory_mib=g.memory_mib,
+        index=g.index,
+        numa_node=g.numa_node,
+        nvlink_peers=tuple(g.nvlink_peers),
+        healthy=g.healthy,
+        mig_mode_current=g.mig_mode.current,
+        mig_mode_pending=g.mig_mode.pending,
+        mig_instances=tuple(
+            MigInstance(
+                profile=i.profile,
+                gi_id=i.gi_id,
+                ci_id=i.ci_id,
+                placement_start=i.placement_start,
+                placement_size=i.placement_size,
+                uuid=i.uuid,
+            )
+            for i in g.mig_instances
+        ),
+    )
+
+
+def report_of(sent: NodeReportSend) -> Report:
+    """A signed report's body as the domain's report about `sent.node`."""
+    r = sent.report
+    match r:
+        case InventoryReport():
+            return InventoryReported(
+                sent.node, tuple(_gpu_reported(g) for g in r.gpus), r.observed_generation
+            )
+        case AllocationBoundReport():
+            return BindingReported(sent.node, r.allocation_id, r.binding, r.detail)
+        case AllocationReleasedReport():
+            return BindingReported(sent.node, r.allocation_id, "released")
+        case ObservedGenerationReport():
+            return GenerationObserved(sent.node, r.generation)
+        case ScrubDoneReport():
+            return ScrubDone(sent.node, tuple(r.atoms))
+
+
+def spec_public(served: ServedSpec) -> NodeSpecPublic:
+    spec = served.spec
+    return NodeSpecPublic(
+        node=spec.node,
+        generation=served.generation,
+        gpus=[GpuSpecPublic(uuid=g.uuid, mig_layout=g.mig_layout) for g in spec.gpus],
+        sharing=SharingPublic(mode=spec.sharing.mode, replicas=spec.sharing.replicas),
+        assignments=[
+            AssignmentPublic(allocation_id=a.allocation_id, atoms=list(a.atoms), env=dict(a.env))
+            for a in spec.assignments
+        ],
+    )

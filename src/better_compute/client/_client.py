@@ -47,6 +47,16 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
+from better_compute.wire.nodes import (
+    JoinTokenCreate,
+    JoinTokenIssued,
+    NodeJoin,
+    NodeJoined,
+    NodeReportSend,
+    NodeSpecPublic,
+    NodeSpecQuery,
+    ReportAccepted,
+)
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
@@ -113,6 +123,7 @@ class Compute:
         retries: int = DEFAULT_RETRIES,
         backoff: float = DEFAULT_BACKOFF,
         sleep: Callable[[float], None] = time.sleep,
+        auth: httpx.Auth | None = None,
     ) -> None:
         headers = {
             "User-Agent": f"better-compute-client/{__version__}",
@@ -121,7 +132,9 @@ class Compute:
         }
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._http = httpx.Client(base_url=base_url, headers=headers, transport=transport, timeout=timeout)
+        self._http = httpx.Client(
+            base_url=base_url, headers=headers, transport=transport, timeout=timeout, auth=auth
+        )
         self._retries = max(0, retries)
         self._backoff = backoff
         self._sleep = sleep
@@ -132,7 +145,7 @@ class Compute:
         self.policies = Policies(self)
         self.reservations = Reservations(self)
         self.clusters = Inventory(self, "clusters.list")
-        self.nodes = Inventory(self, "nodes.list")
+        self.nodes = Nodes(self, "nodes.list")
         self.gpus = Inventory(self, "gpus.list")
         self.atoms = Atoms(self)
         self.capacity = Capacity(self)
@@ -609,6 +622,30 @@ class Inventory(_Resource):
         for GPUs. A name the server does not take is refused (InvalidInputError), not ignored."""
         body = _fields(limit=limit, cursor=cursor, **filters)
         return Page[JsonObject].model_validate(self._compute._raw(self._method_name, body))
+
+
+class Nodes(Inventory):
+    """Nodes: the inventory listing, joining, and what a node itself sends and reads (signed by the
+    `auth` the client was made with: `bcd.signing.ReportSigner`)."""
+
+    def join_token(self, node: str, *, ttl_seconds: int | None = None) -> JoinTokenIssued:
+        request = JoinTokenCreate.model_validate(_fields(node=node, ttl_seconds=ttl_seconds))
+        return self._compute._typed("nodes.joinToken", request, JoinTokenIssued)
+
+    def join(self, node: str, *, token: str, public_key: str) -> NodeJoined:
+        request = NodeJoin(node=node, token=token, public_key=public_key)
+        return self._compute._typed("nodes.join", request, NodeJoined)
+
+    def report(self, node: str, report: Mapping[str, Any]) -> ReportAccepted:
+        """Send one report (`{"kind": "Inventory", ...}`) about `node`, signed by the client's `auth`."""
+        request = NodeReportSend.model_validate({"node": node, "report": dict(report)})
+        return self._compute._typed("nodes.report", request, ReportAccepted)
+
+    def spec(self, node: str, *, after: int | None = None, wait: float | None = None) -> NodeSpecPublic:
+        """The node's spec; with `after`, waits up to `wait` seconds for another generation (the
+        client's timeout must be longer than `wait`)."""
+        request = NodeSpecQuery.model_validate(_fields(node=node, after=after, wait=wait))
+        return self._compute._typed("nodes.spec", request, NodeSpecPublic)
 
 
 class Atoms(_Resource):

@@ -75,6 +75,8 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.PoolCreated.TYPE: NamedInPayload("ownerTenantId"),
     ev.PoolUpdated.TYPE: SubjectIsPool(),
     ev.MigLayoutRequested.TYPE: SubjectIsPool(),
+    ev.AllocationBound.TYPE: SubjectIsReservation(),
+    ev.AllocationReleased.TYPE: SubjectIsReservation(),
 }
 """The event types a tenant may read, and how each one's tenant is found."""
 
@@ -86,6 +88,9 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeInventoryChanged.TYPE,
         ev.FleetRegistered.TYPE,
         ev.PriceSet.TYPE,
+        ev.NodeJoined.TYPE,
+        ev.NodeReportRefused.TYPE,
+        ev.NodeScrubbed.TYPE,
     }
 )
 """The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).

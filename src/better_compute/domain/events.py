@@ -257,6 +257,52 @@ class NodeInventoryChanged(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeJoined(Event):
+    """A node registered its signing key with a join token (`subject`: the node); `replaced` when it
+    had one before, which no longer verifies anything."""
+
+    TYPE: ClassVar[str] = "node.joined"
+    replaced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeReportRefused(Event):
+    """A request signed as coming from a node was refused (`subject`: the node it claimed to be):
+    `reason` is the rule it broke (`signature`, `stale`, `replayed`, `other_node`, ...)."""
+
+    TYPE: ClassVar[str] = "node.report.refused"
+    reason: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeScrubbed(Event):
+    """A node reported it scrubbed these atoms (`subject`: the node)."""
+
+    TYPE: ClassVar[str] = "node.scrubbed"
+    atoms: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationBound(Event):
+    """A node reported where it got handing an allocation's atoms over (`subject`: the allocation,
+    a reservation's id): `binding` is `bound`, `device-missing` or `refused`."""
+
+    TYPE: ClassVar[str] = "allocation.bound"
+    node: str
+    binding: str
+    detail: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AllocationReleased(Event):
+    """A node reported it took an allocation's devices back (`subject`: the allocation)."""
+
+    TYPE: ClassVar[str] = "allocation.released"
+    node: str
+
+
+@dataclass(frozen=True, slots=True)
 class FleetRegistered(Event):
     TYPE: ClassVar[str] = "fleet.registered"
     clusters: int
@@ -301,6 +347,11 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PoolDeleted,
         MigLayoutRequested,
         NodeInventoryChanged,
+        NodeJoined,
+        NodeReportRefused,
+        NodeScrubbed,
+        AllocationBound,
+        AllocationReleased,
         FleetRegistered,
     )
 }

@@ -63,6 +63,12 @@ class Node:
     spec_generation: int = 0
     observed_generation: int = 0
     last_report_at: datetime | None = None
+    report_sequence: int = 0
+    """The sequence number of the last signed report accepted from the node (domain.node_reports)."""
+    spec_digest: str | None = None
+    """The digest of the spec `spec_generation` was given for (domain.node_spec.next_generation)."""
+    joined_at: datetime | None = None
+    """When the node last joined (registered `public_key`); None: never."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,11 @@ from better_compute.domain.accounting import Held
 from better_compute.domain.atoms import Atom
 from better_compute.domain.audience import Reader
 from better_compute.domain.billing import Price
+from better_compute.domain.bindings import BindingState
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.iam import Policy
+from better_compute.domain.join_tokens import JoinToken
 from better_compute.domain.ledger import Booking
 from better_compute.domain.metering import HeldTotal, MeteredBooking
 from better_compute.domain.pools import PoolSettings, SharingMode
@@ -188,6 +190,42 @@ class NodeRepo(Protocol):
         ...
 
     def mark_observed(self, node_id: str, generation: int, at: datetime) -> None: ...
+
+    def register_key(self, node_id: str, public_key: str, at: datetime) -> None:
+        """Make `public_key` the node's signing key and start its report sequence from 0 again."""
+        ...
+
+    def accept_sequence(self, node_id: str, sequence: int, at: datetime) -> bool:
+        """Record `sequence` as the node's last accepted report if it is greater than the stored one;
+        False, and nothing written, when it is not (a replay, or a report that lost a race)."""
+        ...
+
+    def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
+        """Store `digest` with generation `generation + 1` if the node is still at `generation`."""
+        ...
+
+
+class JoinTokenRepo(Protocol):
+    def add(self, token: JoinToken) -> None: ...
+
+    def spend(self, token_hash: str, node_id: str, now: datetime) -> bool:
+        """Mark the node's token used if it is unused and unexpired at `now`; True for the one call
+        that did (of any number racing)."""
+        ...
+
+    def get(self, token_hash: str) -> JoinToken | None: ...
+
+
+class BindingRepo(Protocol):
+    """Each node's part of an allocation's binding (domain.bindings), as the node last reported it."""
+
+    def put(
+        self, allocation_id: str, node_id: str, state: BindingState, detail: str | None, at: datetime
+    ) -> None: ...
+
+    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, dict[str, BindingState]]:
+        """Per allocation, the state each node reported (none: no node reported yet)."""
+        ...
 
 
 class GpuRepo(Protocol):
@@ -493,6 +531,12 @@ class Tx(Protocol):
 
     @property
     def nodes(self) -> NodeRepo: ...
+
+    @property
+    def join_tokens(self) -> JoinTokenRepo: ...
+
+    @property
+    def bindings(self) -> BindingRepo: ...
 
     @property
     def gpus(self) -> GpuRepo: ...

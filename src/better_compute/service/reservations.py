@@ -19,6 +19,7 @@ from typing import Any
 
 from better_compute.domain import admission, choose, iam, quota
 from better_compute.domain.atoms import Atom
+from better_compute.domain.bindings import BindingState, binding_of
 from better_compute.domain.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.errors import (
     AllBusy,
@@ -67,6 +68,8 @@ class ReservationView:
     atoms: list[Atom]
     status: ReservationStatus
     replayed: bool = False
+    binding: BindingState = "pending"
+    """Whether the nodes have handed its atoms over (domain.bindings); `pending` until one reports."""
 
     @property
     def id(self) -> str:
@@ -100,7 +103,10 @@ def _window(raw: Mapping[str, Any], now: datetime) -> Window:
 
 def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
     atoms = tx.reservations.held_atoms([r.id])[r.id]
-    return ReservationView(r, atoms, status_at(Window(r.starts_at, r.ends_at), r.status, now), replayed)
+    binding = binding_of(tx.bindings.of_allocations([r.id])[r.id], {a.node for a in atoms})
+    return ReservationView(
+        r, atoms, status_at(Window(r.starts_at, r.ends_at), r.status, now), replayed, binding
+    )
 
 
 def _decide(
@@ -401,9 +407,13 @@ def list_reservations(
             if not batch:
                 break
             held = tx.reservations.held_atoms([r.id for r in batch])
+            reported = tx.bindings.of_allocations([r.id for r in batch])
             for r in batch:
                 view = ReservationView(
-                    r, held[r.id], status_at(Window(r.starts_at, r.ends_at), r.status, now)
+                    r,
+                    held[r.id],
+                    status_at(Window(r.starts_at, r.ends_at), r.status, now),
+                    binding=binding_of(reported[r.id], {a.node for a in held[r.id]}),
                 )
                 if status is None or view.status.value == status:
                     out.append(view)

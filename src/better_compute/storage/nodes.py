@@ -23,6 +23,9 @@ def _node(r: Mapping[str, Any]) -> Node:
         spec_generation=int(r["spec_generation"]),
         observed_generation=int(r["observed_generation"]),
         last_report_at=r["last_report_at"],
+        report_sequence=int(r["report_sequence"]),
+        spec_digest=r["spec_digest"],
+        joined_at=r["joined_at"],
     )
 
 
@@ -63,3 +66,33 @@ class SqlNodes:
             .where(nodes.c.id == node_id)
             .values(observed_generation=generation, last_report_at=at)
         )
+
+    def register_key(self, node_id: str, public_key: str, at: datetime) -> None:
+        """Make `public_key` the node's, and start its report sequence again: reports signed with
+        an earlier key no longer verify, so their numbers mean nothing."""
+        self.conn.execute(
+            update(nodes)
+            .where(nodes.c.id == node_id)
+            .values(public_key=public_key, joined_at=at, report_sequence=0)
+        )
+
+    def accept_sequence(self, node_id: str, sequence: int, at: datetime) -> bool:
+        """Record `sequence` as the node's last accepted report if it is greater than the one stored;
+        False (nothing written) when it is not. One statement: of two reports with the same number,
+        the second waits for the first's row lock, then finds the number taken."""
+        result = self.conn.execute(
+            update(nodes)
+            .where(nodes.c.id == node_id, nodes.c.report_sequence < sequence)
+            .values(report_sequence=sequence, last_report_at=at)
+        )
+        return result.rowcount == 1
+
+    def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
+        """Store `digest` with the generation after `generation`, if the node is still at
+        `generation`; False when another reader advanced it first."""
+        result = self.conn.execute(
+            update(nodes)
+            .where(nodes.c.id == node_id, nodes.c.spec_generation == generation)
+            .values(spec_generation=generation + 1, spec_digest=digest)
+        )
+        return result.rowcount == 1

@@ -71,6 +71,33 @@ nodes = Table(
     Column("observed_generation", Integer, nullable=False, server_default="0"),
     Column("last_report_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
+    # The last signed report's sequence number (domain.node_reports), written with its effect.
+    Column("report_sequence", BigInteger, nullable=False, server_default="0"),
+    # The digest of the spec `spec_generation` was handed out for (domain.node_spec).
+    Column("spec_digest", String(64), nullable=True),
+    Column("joined_at", UtcDateTime, nullable=True),
+)
+
+join_tokens = Table(
+    "join_tokens",
+    metadata,
+    # Only the token's SHA-256 is kept (domain.join_tokens); `used_at` is set by the one join that spends it.
+    Column("token_hash", String(128), primary_key=True),
+    Column("node_id", String(128), ForeignKey("nodes.id"), nullable=False, index=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Column("used_at", UtcDateTime, nullable=True),
+)
+
+bindings = Table(
+    "bindings",
+    metadata,
+    # Each node's part of an allocation's binding (domain.bindings), as the node last reported it.
+    Column("allocation_id", String(160), primary_key=True),
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("detail", Text, nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
 )
 
 gpus = Table(

@@ -7,11 +7,13 @@ from functools import cached_property
 from sqlalchemy import Connection
 
 from better_compute.storage.atoms import SqlAtoms
+from better_compute.storage.bindings import SqlBindings
 from better_compute.storage.clusters import SqlClusters
 from better_compute.storage.credentials import SqlCredentials
 from better_compute.storage.events import SqlEvents
 from better_compute.storage.gpu_states import SqlGpuStates
 from better_compute.storage.gpus import SqlGpus
+from better_compute.storage.join_tokens import SqlJoinTokens
 from better_compute.storage.ledger import SqlLedger
 from better_compute.storage.nodes import SqlNodes
 from better_compute.storage.policies import SqlPolicies
@@ -81,3 +83,11 @@ class SqlTx:
     @cached_property
     def prices(self) -> SqlPrices:
         return SqlPrices(self.conn)
+
+    @cached_property
+    def join_tokens(self) -> SqlJoinTokens:
+        return SqlJoinTokens(self.conn)
+
+    @cached_property
+    def bindings(self) -> SqlBindings:
+        return SqlBindings(self.conn)

@@ -49,6 +49,16 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
+from better_compute.wire.nodes import (
+    JoinTokenCreate,
+    JoinTokenIssued,
+    NodeJoin,
+    NodeJoined,
+    NodeReportSend,
+    NodeSpecPublic,
+    NodeSpecQuery,
+    ReportAccepted,
+)
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
@@ -314,6 +324,44 @@ _TABLE: tuple[Method, ...] = (
     Method("prices.list", "GET", "/v1/prices", PriceListQuery, PricePublic, paged=True),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
+    Method(
+        "nodes.joinToken",
+        "POST",
+        "/v1/nodes/{node}/join-tokens",
+        JoinTokenCreate,
+        JoinTokenIssued,
+        summary="A one-time token for the node to join with (admin); valid an hour unless ttlSeconds says.",
+    ),
+    Method(
+        "nodes.join",
+        "POST",
+        "/v1/nodes/{node}/join",
+        NodeJoin,
+        NodeJoined,
+        summary="Spend a join token and register the node's Ed25519 public key (no bearer token).",
+    ),
+    Method(
+        "nodes.report",
+        "POST",
+        "/v1/nodes/{node}/reports",
+        NodeReportSend,
+        ReportAccepted,
+        summary=(
+            "A report signed by the node itself: inventory, allocation bound or released, observed"
+            " generation, scrub done."
+        ),
+    ),
+    Method(
+        "nodes.spec",
+        "GET",
+        "/v1/nodes/{node}/spec",
+        NodeSpecQuery,
+        NodeSpecPublic,
+        summary=(
+            "What the node must make true: MIG layout per GPU, sharing, assignments; signed by the node"
+            " or read by the admin. `after` and `wait` wait for another generation."
+        ),
+    ),
     Method("gpus.list", "GET", "/v1/gpus", GpuListQuery, Inventory, paged=True),
     Method(
         "atoms.list",

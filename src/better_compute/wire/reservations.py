@@ -135,6 +135,9 @@ class ReservationPublic(WireAnswer):
     gpu_slices: int
     idempotency_key: str | None
     created_at: datetime
+    binding: str = "pending"
+    """Whether the nodes handed its atoms over: `pending` (no node said yet), `bound`,
+    `device-missing`, `refused` or `released` (docs/node-auth.md#binding)."""
 
 
 class ReservationListQuery(WireRequest):

@@ -1,0 +1,99 @@
+"""Node identities: `nodes.joinToken` (admin), `nodes.join` (with a join token, no bearer token),
+`nodes.report` (signed by the node) and `nodes.spec` (signed by the node, or read by the admin).
+
+These routes take no router-wide bearer token: a node proves who it is with its signature
+(api/signed.py, docs/node-auth.md), and a joining node with its join token.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+
+from better_compute.api.auth import PrincipalDep, get_principal
+from better_compute.api.convert import joined_public, report_of, spec_public
+from better_compute.api.deps import NowDep, ServicesDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
+from better_compute.api.signed import is_signed, signed_request
+from better_compute.domain.credentials import require_admin
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.node_reports import Report, check_same_node
+from better_compute.domain.node_spec import check_wait
+from better_compute.service import joining, node_reports, node_spec
+from better_compute.wire.nodes import (
+    JoinTokenCreate,
+    JoinTokenIssued,
+    NodeJoin,
+    NodeJoined,
+    NodeReportSend,
+    NodeSpecPublic,
+    ReportAccepted,
+)
+
+router = APIRouter(prefix="/v1", tags=["nodes"], route_class=StrictQueryRoute)
+
+
+@router.post("/nodes/{node}/join-tokens", response_model=JoinTokenIssued, status_code=201)
+def create_join_token(
+    node: str, body: JoinTokenCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> JoinTokenIssued:
+    issued = joining.issue(store, principal, node, now, body.ttl_seconds)
+    return JoinTokenIssued(node=issued.node_id, token=issued.token, expires_at=issued.expires_at)
+
+
+@router.post("/nodes/{node}/join", response_model=NodeJoined)
+def join_node(node: str, body: NodeJoin, store: StoreDep, now: NowDep) -> NodeJoined:
+    return joined_public(joining.join(store, node, body.token, body.public_key, now))
+
+
+def _read_report(node: str) -> Callable[[bytes], Report]:
+    def read(raw: bytes) -> Report:
+        try:
+            sent = NodeReportSend.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as bad:
+            raise InvalidInput(f"the body is not a node report: {str(bad)[:300]}") from None
+        check_same_node(node, sent.node)
+        return report_of(sent)
+
+    return read
+
+
+@router.post("/nodes/{node}/reports", response_model=ReportAccepted)
+async def send_report(
+    node: str, body: NodeReportSend, request: Request, services: ServicesDep
+) -> ReportAccepted:
+    """`body` is validated by FastAPI for the documentation's sake; what counts is the signed bytes,
+    read again after the signature is checked."""
+    signed = await signed_request(request)
+    now = services.clock()
+    accepted = await run_in_threadpool(node_reports.accept, services.store, signed, _read_report(node), now)
+    return ReportAccepted(node=accepted.node, kind=accepted.kind, sequence=accepted.sequence)
+
+
+_AFTER = "A generation the caller has: the answer waits (up to `wait`) for another one."
+_WAIT = "Seconds to wait for a generation other than `after` (0 to 60; default 0)."
+
+
+@router.get("/nodes/{node}/spec", response_model=NodeSpecPublic)
+async def get_spec(
+    node: str,
+    request: Request,
+    services: ServicesDep,
+    after: Annotated[int | None, Query(ge=0, description=_AFTER)] = None,
+    wait: Annotated[float | None, Query(ge=0, le=60, description=_WAIT)] = None,
+) -> NodeSpecPublic:
+    waited = check_wait(wait)
+    if is_signed(request):
+        signed = await signed_request(request)
+        check_same_node(signed.node, node)
+        await run_in_threadpool(node_reports.verify, services.store, signed, services.clock())
+    else:
+        principal = await get_principal(request)
+        require_admin(principal, "nodes.spec")
+    served = await node_spec.read_after(services.store, node, after, waited, services.clock)
+    return spec_public(served)

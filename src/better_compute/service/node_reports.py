@@ -1,0 +1,150 @@
+"""Signed node reports: checking who sent one, then applying it once, with its sequence number.
+
+A request is checked in this order: the signature headers are there (`domain.node_reports`), the node
+is registered and has joined, the signature verifies under its key, the timestamp is fresh; only then
+is the body read (`read`), and a report must name the node that signed it. The report's effect and its
+sequence number are written in one transaction, under the node's row lock, so a replayed or raced
+report is refused and changes nothing. Refusals of a node that has joined are logged
+(`node.report.refused`, for the admin), in a transaction of their own since the refused one wrote
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from better_compute.domain.errors import Forbidden, InvalidInput, Unauthenticated
+from better_compute.domain.events import AllocationBound, AllocationReleased, NodeReportRefused, NodeScrubbed
+from better_compute.domain.inventory import NodeReport
+from better_compute.domain.node_reports import (
+    BindingReported,
+    GenerationObserved,
+    InventoryReported,
+    Report,
+    ScrubDone,
+    SignedRequest,
+    check_fresh,
+    check_same_node,
+    check_sequence,
+    kind_of,
+    refused,
+)
+from better_compute.domain.records import Node
+from better_compute.service.inventory import ingest_in
+from better_compute.service.node_keys import verifies
+from better_compute.service.ports import StorePort, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """A report taken: its node, kind and sequence number."""
+
+    node: str
+    kind: str
+    sequence: int
+
+
+def _log_refusal(store: StorePort, node: str, reason: str, kind: str | None, now: datetime) -> None:
+    with store.begin() as tx:
+        tx.events.append(NodeReportRefused(node, reason, kind), now)
+
+
+def _reason(error: Unauthenticated) -> str:
+    return str(error.details.get("reason", "unauthenticated"))
+
+
+def verify(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
+    """The node that signed `signed`; UNAUTHENTICATED when it is unknown, has not joined, the
+    signature does not verify, or the timestamp is not fresh."""
+    with store.read() as tx:
+        node = tx.nodes.by_ids([signed.node]).get(signed.node) if signed.node else None
+    if node is None or node.public_key is None:
+        raise refused("not_joined", "no node with that id has joined; run `bcd join` on it first")
+    try:
+        if not verifies(node.public_key, signed.signature, signed.canonical()):
+            raise refused("signature", "the signature does not verify under the node's registered key")
+        check_fresh(signed.timestamp, now)
+    except Unauthenticated as error:
+        _log_refusal(store, node.id, _reason(error), None, now)
+        raise
+    return node
+
+
+def accept(
+    store: StorePort, signed: SignedRequest, read: Callable[[bytes], Report], now: datetime
+) -> Accepted:
+    """Check `signed`, read its body with `read` (INVALID_INPUT when it is no report; `read` also
+    refuses a body about another node than the path's), and apply it once (see the module)."""
+    node = verify(store, signed, now)
+    kind: str | None = None
+    try:
+        report = read(signed.body)
+        kind = kind_of(report)
+        check_same_node(node.id, report.node)
+        with store.begin() as tx:
+            tx.nodes.lock([node.id])
+            current = tx.nodes.by_ids([node.id])[node.id]
+            if current.public_key != node.public_key:
+                raise refused("signature", "the node joined again with another key; sign with the new one")
+            check_sequence(signed.sequence, current.report_sequence)
+            if not tx.nodes.accept_sequence(node.id, signed.sequence, now):
+                raise refused("replayed", f"sequence {signed.sequence} was already used")
+            _apply(tx, current, report, now)
+    except Unauthenticated as error:
+        _log_refusal(store, node.id, _reason(error), kind, now)
+        raise
+    return Accepted(node.id, kind_of(report), signed.sequence)
+
+
+def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
+    match report:
+        case InventoryReported():
+            observed = node.observed_generation
+            if report.observed_generation is not None:
+                observed = _observable(node, report.observed_generation)
+            ingest_in(tx, [NodeReport(node.id, report.gpus, observed)], now)
+        case GenerationObserved():
+            tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)
+        case BindingReported():
+            _check_on_node(tx, node.id, report.allocation_id)
+            tx.bindings.put(report.allocation_id, node.id, report.state, report.detail, now)
+            if report.state == "released":
+                tx.events.append(AllocationReleased(report.allocation_id, node.id), now)
+            else:
+                tx.events.append(
+                    AllocationBound(report.allocation_id, node.id, report.state, report.detail), now
+                )
+        case ScrubDone():
+            mine = {a.id for a in tx.atoms.of_nodes([node.id])}
+            foreign = sorted(set(report.atoms) - mine)
+            if foreign:
+                raise Forbidden(f"atoms {foreign} are not on node {node.id}", {"atoms": foreign})
+            tx.events.append(NodeScrubbed(node.id, tuple(sorted(set(report.atoms)))), now)
+
+
+def _observable(node: Node, generation: int) -> int:
+    """A generation the node may say it observed: one the server has handed out."""
+    if not 0 <= generation <= node.spec_generation:
+        raise InvalidInput(
+            f"generation {generation} was never handed to node {node.id} (its spec is at"
+            f" {node.spec_generation})",
+            {"field": "generation"},
+        )
+    return generation
+
+
+def _check_on_node(tx: Tx, node_id: str, allocation_id: str) -> None:
+    """A node reports only on tenants' allocations that booked its atoms (FORBIDDEN otherwise, the
+    same for one that does not exist, so a node learns nothing of other nodes' allocations)."""
+    booked = {b.atom_id for b in tx.ledger.allocation_bookings(allocation_id) if b.tenant_id is not None}
+    mine = {a.id for a in tx.atoms.of_nodes([node_id])}
+    if not booked & mine:
+        raise Forbidden(
+            f"allocation {allocation_id} holds no atom of node {node_id}",
+            {"allocationId": allocation_id, "node": node_id},
+        )
+
+
+__all__ = ["Accepted", "accept", "verify"]

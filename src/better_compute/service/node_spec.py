@@ -1,0 +1,90 @@
+"""Serving node specs: derive one (`domain.node_spec.plan_spec`), give it its generation, and wait
+for a change when the node asks to.
+
+A spec is read in a read transaction; only when its digest differs from the one stored with the
+node's generation is a write made, under the node's row lock, deriving the spec again there and
+advancing the generation by one (compare-and-set). So the generation moves whenever the content
+does, including when a booking starts or ends with the clock, and a generation always names one
+content. A wait polls this every `POLL_INTERVAL`: the poll only decides how soon a change is seen,
+never what the spec is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from better_compute.domain.errors import ConcurrentChange, NotFound
+from better_compute.domain.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
+from better_compute.domain.records import Node
+from better_compute.service.clock import Clock
+from better_compute.service.ports import StorePort, Tx
+
+POLL_INTERVAL = timedelta(milliseconds=200)
+"""How often a waiting spec read derives the spec again."""
+
+_ATTEMPTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ServedSpec:
+    """A node's spec with the generation that names its content."""
+
+    generation: int
+    spec: NodeSpec
+
+
+def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
+    node = tx.nodes.by_ids([node_id]).get(node_id)
+    if node is None:
+        raise NotFound(f"node {node_id} not found", {"node": node_id})
+    pool = tx.pools.of_nodes([node_id]).get(node_id)
+    atoms = tx.atoms.of_nodes([node_id])
+    holds = [
+        LiveHold(b.allocation_id, b.atom_id, b.starts_at, b.ends_at, b.tenant_id)
+        for b in tx.ledger.live_on([a.id for a in atoms], now)
+    ]
+    return node, plan_spec(node_id, tx.gpus.of_nodes([node_id]), pool, atoms, holds, now)
+
+
+def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:
+    """The node's spec at `now` and its generation, advanced when the content changed."""
+    with store.read() as tx:
+        node, spec = _derive(tx, node_id, now)
+    if next_generation(node.spec_generation, node.spec_digest, spec.digest()) is None:
+        return ServedSpec(node.spec_generation, spec)
+    for _ in range(_ATTEMPTS):
+        with store.begin() as tx:
+            tx.nodes.lock([node_id])
+            node, spec = _derive(tx, node_id, now)
+            digest = spec.digest()
+            following = next_generation(node.spec_generation, node.spec_digest, digest)
+            if following is None:
+                return ServedSpec(node.spec_generation, spec)
+            if tx.nodes.advance_spec(node_id, node.spec_generation, digest):
+                return ServedSpec(following, spec)
+    raise ConcurrentChange(f"node {node_id}'s spec kept changing while it was read; retry", {"node": node_id})
+
+
+async def read_after(
+    store: StorePort,
+    node_id: str,
+    after: int | None,
+    wait: timedelta,
+    clock: Clock,
+    *,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> ServedSpec:
+    """The spec, at once when its generation is not `after` (or `after` is None), else once it
+    changes or `wait` has passed (answering the same generation then). Database work runs in a
+    worker thread, the waiting on the event loop."""
+    deadline = monotonic() + wait.total_seconds()
+    while True:
+        served = await asyncio.to_thread(read, store, node_id, clock())
+        if after is None or served.generation != after or monotonic() >= deadline:
+            return served
+        await sleep(min(POLL_INTERVAL.total_seconds(), max(0.0, deadline - monotonic())))

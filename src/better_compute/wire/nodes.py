@@ -1,0 +1,180 @@
+"""The wire of node identities: join tokens, joining, signed reports and the node spec.
+
+A node's reports and spec reads are signed (docs/node-auth.md): the headers named here travel with
+every such request, over the canonical bytes `domain.node_reports` defines.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from better_compute.wire.common import WireAnswer, WireRequest
+
+NodeId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class JoinTokenCreate(WireRequest):
+    """`nodes.joinToken`: a one-time token for `node` to join with, valid `ttlSeconds` (default 3600,
+    60 to 86400)."""
+
+    node: NodeId
+    ttl_seconds: int | None = None
+
+
+class JoinTokenIssued(WireAnswer):
+    """A join token, shown this once; it admits one `bcd join` of its node before `expiresAt`."""
+
+    node: str
+    token: str
+    expires_at: datetime
+
+
+class NodeJoin(WireRequest):
+    """`nodes.join`: spend a join token and register the node's Ed25519 public key, as the base64 of
+    its 32 raw bytes or a PEM `PUBLIC KEY` block. No bearer token: the join token is the credential."""
+
+    node: NodeId
+    token: str = Field(min_length=1, max_length=300)
+    public_key: str = Field(min_length=1, max_length=4096)
+
+
+class NodeJoined(WireAnswer):
+    """The node's identity as registered: its key (base64 of the raw bytes) and when it joined."""
+
+    node: str
+    public_key: str
+    joined_at: datetime
+    next_sequence: int = 1
+    """The sequence number its first signed report carries."""
+
+
+class MigModeReported(WireRequest):
+    current: bool = False
+    pending: bool = False
+
+
+class MigInstanceReported(WireRequest):
+    profile: str = Field(min_length=1, max_length=32)
+    gi_id: int = Field(ge=0)
+    ci_id: int = Field(ge=0)
+    placement_start: int = Field(ge=0)
+    placement_size: int = Field(ge=1)
+    uuid: str = Field(min_length=1, max_length=96)
+
+
+class GpuReported(WireRequest):
+    """One GPU as the node sees it (NVML's view)."""
+
+    uuid: str = Field(min_length=1, max_length=96)
+    product: str = Field(min_length=1, max_length=128)
+    memory_mib: int = Field(ge=0, alias="memoryMiB")
+    index: int = Field(default=0, ge=0)
+    numa_node: int | None = None
+    nvlink_peers: list[str] = Field(default_factory=list, max_length=64)
+    healthy: bool = True
+    mig_mode: MigModeReported = Field(default_factory=MigModeReported)
+    mig_instances: list[MigInstanceReported] = Field(default_factory=list, max_length=64)
+
+
+class InventoryReport(WireRequest):
+    """The node's whole inventory; atoms are derived from it. `observedGeneration`, when sent, is
+    recorded as with an `ObservedGeneration` report."""
+
+    kind: Literal["Inventory"]
+    gpus: list[GpuReported] = Field(max_length=64)
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class AllocationBoundReport(WireRequest):
+    """Where the node got handing an allocation's atoms over: `bound`, `device-missing` (an
+    instance does not exist yet) or `refused` (`detail` says why)."""
+
+    kind: Literal["AllocationBound"]
+    allocation_id: str = Field(min_length=1, max_length=160)
+    binding: Literal["bound", "device-missing", "refused"]
+    detail: str | None = Field(default=None, max_length=1000)
+
+
+class AllocationReleasedReport(WireRequest):
+    """The node took an allocation's devices back."""
+
+    kind: Literal["AllocationReleased"]
+    allocation_id: str = Field(min_length=1, max_length=160)
+
+
+class ObservedGenerationReport(WireRequest):
+    """The node converged the spec of `generation`."""
+
+    kind: Literal["ObservedGeneration"]
+    generation: int = Field(ge=0)
+
+
+class ScrubDoneReport(WireRequest):
+    """The node cleaned these atoms of a previous tenant's data."""
+
+    kind: Literal["ScrubDone"]
+    atoms: list[str] = Field(min_length=1, max_length=1024)
+
+
+NodeReportBody = Annotated[
+    InventoryReport
+    | AllocationBoundReport
+    | AllocationReleasedReport
+    | ObservedGenerationReport
+    | ScrubDoneReport,
+    Field(discriminator="kind"),
+]
+"""A signed report's body, told apart by `kind`."""
+
+
+class NodeReportSend(WireRequest):
+    """`nodes.report`: one report about `node`, the node that signs it (BC-* headers over these
+    exact bytes; docs/node-auth.md)."""
+
+    node: NodeId
+    report: NodeReportBody
+
+
+class ReportAccepted(WireAnswer):
+    node: str
+    kind: str
+    sequence: int
+
+
+class NodeSpecQuery(WireRequest):
+    """`nodes.spec` (query parameters): `after`, a generation the node has; `wait`, how many seconds
+    (at most 60) to wait for a generation other than `after`."""
+
+    node: NodeId
+    after: int | None = Field(default=None, ge=0)
+    wait: float | None = Field(default=None, ge=0, le=60)
+
+
+class GpuSpecPublic(WireAnswer):
+    uuid: str
+    mig_layout: str | None = None
+
+
+class SharingPublic(WireAnswer):
+    mode: str
+    replicas: int
+
+
+class AssignmentPublic(WireAnswer):
+    allocation_id: str
+    atoms: list[str]
+    env: dict[str, str]
+
+
+class NodeSpecPublic(WireAnswer):
+    """What the node must make true: the MIG layout per GPU, the sharing, and the assignments held
+    now. `generation` changes whenever anything else here does."""
+
+    node: str
+    generation: int
+    gpus: list[GpuSpecPublic]
+    sharing: SharingPublic
+    assignments: list[AssignmentPublic]
