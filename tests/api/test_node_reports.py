@@ -266,3 +266,15 @@ def test_observed_generation_and_scrub_reports(world: NodeWorld) -> None:
     with pytest.raises(ForbiddenError):
         client.nodes.report("n-1", {"kind": "ScrubDone", "atoms": ["atm-elsewhere"]})
     assert [e["payload"]["atoms"] for e in stored_events(world.store, "node.scrubbed")] == [sorted(atoms[:2])]
+
+
+def test_what_bcd_inventory_prints_is_a_report_the_server_takes_as_it_is(world: NodeWorld) -> None:
+    from better_compute.bcd.fake import FakeNode
+    from better_compute.bcd.inventory import report_json
+
+    fake = FakeNode.build("n-1", "H100-80GB", 2)
+    fake.apply_layout("all-1g.10gb")
+    body = report_json(fake.report())
+    node = world.node(world.join("n-1"))
+    accepted = node.nodes.report(body["node"], body["report"])
+    assert (accepted.kind, accepted.sequence) == ("Inventory", 1)

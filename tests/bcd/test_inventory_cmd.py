@@ -27,8 +27,9 @@ def test_json_from_the_fake_backend_is_the_fleet_nodes_report() -> None:
     assert (status, err) == (0, "")
     body = json.loads(out)
     assert body == report_json(FakeNode.from_fleet(read_fleet(DEMO), "euw-h100-b").report())
-    assert body["node"] == "euw-h100-b" and len(body["gpus"]) == 8
-    gpu = body["gpus"][0]
+    assert body["node"] == "euw-h100-b" and body["report"]["kind"] == "Inventory"
+    assert len(body["report"]["gpus"]) == 8
+    gpu = body["report"]["gpus"][0]
     assert set(gpu) == {
         "uuid",
         "product",
@@ -37,11 +38,14 @@ def test_json_from_the_fake_backend_is_the_fleet_nodes_report() -> None:
         "numaNode",
         "nvlinkPeers",
         "healthy",
-        "migModeCurrent",
-        "migModePending",
+        "migMode",
         "migInstances",
     }
-    assert (gpu["product"], gpu["memoryMiB"], gpu["migModeCurrent"]) == ("NVIDIA H100 80GB HBM3", 81920, True)
+    assert (gpu["product"], gpu["memoryMiB"], gpu["migMode"]) == (
+        "NVIDIA H100 80GB HBM3",
+        81920,
+        {"current": True, "pending": True},
+    )
     assert [(m["profile"], m["placementStart"], m["placementSize"]) for m in gpu["migInstances"]] == [
         ("3g.40gb", 4, 4),
         ("2g.20gb", 0, 2),
@@ -52,9 +56,9 @@ def test_json_from_the_fake_backend_is_the_fleet_nodes_report() -> None:
 
 def test_a_node_without_mig_has_no_instances() -> None:
     status, out, _ = invoke("--json", "--nvml", "fake", "--fleet", DEMO, "--node", "euw-l40s-1")
-    gpus = json.loads(out)["gpus"]
+    gpus = json.loads(out)["report"]["gpus"]
     assert status == 0 and len(gpus) == 4
-    assert all(not g["migModeCurrent"] and g["migInstances"] == [] for g in gpus)
+    assert all(not g["migMode"]["current"] and g["migInstances"] == [] for g in gpus)
 
 
 def test_the_table_names_each_gpu_and_instance() -> None:
@@ -70,7 +74,7 @@ def test_the_real_backend_reads_nvml_only(monkeypatch: pytest.MonkeyPatch) -> No
     assert (status, err) == (0, "")
     body = json.loads(out)
     assert body["node"] == "gpu-7"
-    assert [g["product"] for g in body["gpus"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA L40S"]
+    assert [g["product"] for g in body["report"]["gpus"]] == ["NVIDIA H100 80GB HBM3", "NVIDIA L40S"]
     from better_compute.bcd.nvml import MUTATING_CALLS
 
     assert not MUTATING_CALLS & set(stub.calls)

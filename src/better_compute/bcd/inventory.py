@@ -12,6 +12,13 @@ from typing import Any
 
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuInstance
 from better_compute.domain.inventory import GpuReport, MigInstance, NodeReport
+from better_compute.wire.nodes import (
+    GpuReported,
+    InventoryReport,
+    MigInstanceReported,
+    MigModeReported,
+    NodeReportSend,
+)
 
 
 def node_report(backend: GpuBackend, node: str, *, observed_generation: int = 0) -> NodeReport:
@@ -61,34 +68,37 @@ def mig_instances(gi: GpuInstance) -> list[MigInstance]:
     ]
 
 
+def report_send(report: NodeReport) -> NodeReportSend:
+    """The report as the node sends it (`nodes.report`, kind `Inventory`): what `bcd inventory
+    --json` prints is exactly the body a signed report carries."""
+    gpus = [
+        GpuReported(
+            uuid=g.uuid,
+            product=g.product,
+            memory_mib=g.memory_mib,
+            index=g.index,
+            numa_node=g.numa_node,
+            nvlink_peers=list(g.nvlink_peers),
+            healthy=g.healthy,
+            mig_mode=MigModeReported(current=g.mig_mode_current, pending=g.mig_mode_pending),
+            mig_instances=[
+                MigInstanceReported(
+                    profile=m.profile,
+                    gi_id=m.gi_id,
+                    ci_id=m.ci_id,
+                    placement_start=m.placement_start,
+                    placement_size=m.placement_size,
+                    uuid=m.uuid,
+                )
+                for m in g.mig_instances
+            ],
+        )
+        for g in report.gpus
+    ]
+    body = InventoryReport(kind="Inventory", gpus=gpus, observed_generation=report.observed_generation)
+    return NodeReportSend(node=report.node, report=body)
+
+
 def report_json(report: NodeReport) -> dict[str, Any]:
-    """The report with camelCase keys, as the API spells its fields (`memoryMiB` as in `GpuPublic`)."""
-    return {
-        "node": report.node,
-        "observedGeneration": report.observed_generation,
-        "gpus": [
-            {
-                "uuid": g.uuid,
-                "product": g.product,
-                "memoryMiB": g.memory_mib,
-                "index": g.index,
-                "numaNode": g.numa_node,
-                "nvlinkPeers": list(g.nvlink_peers),
-                "healthy": g.healthy,
-                "migModeCurrent": g.mig_mode_current,
-                "migModePending": g.mig_mode_pending,
-                "migInstances": [
-                    {
-                        "profile": m.profile,
-                        "giId": m.gi_id,
-                        "ciId": m.ci_id,
-                        "placementStart": m.placement_start,
-                        "placementSize": m.placement_size,
-                        "uuid": m.uuid,
-                    }
-                    for m in g.mig_instances
-                ],
-            }
-            for g in report.gpus
-        ],
-    }
+    """`report_send` as JSON, with the API's camelCase names."""
+    return report_send(report).model_dump(mode="json", by_alias=True)
