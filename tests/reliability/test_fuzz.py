@@ -142,8 +142,14 @@ CONFIG = schemathesis.Config.from_dict(
             "database": "none",
             "with-security-parameters": False,
         },
-        # Only 5xx are looked for: the app answers its validation errors 400 where FastAPI documents 422.
-        "checks": {"enabled": False, "not_a_server_error": {"enabled": True}},
+        # No 5xx, and every answer is one the document describes: its status and its body's schema
+        # (refusals included, `400` and `default` as `ErrorBody`).
+        "checks": {
+            "enabled": False,
+            "not_a_server_error": {"enabled": True},
+            "status_code_conformance": {"enabled": True},
+            "response_schema_conformance": {"enabled": True},
+        },
         "dictionaries": {name: {"values": values} for name, values in DICTIONARIES.items()},
         "parameters": {key: {"dictionary": name, "probability": 0.8} for key, name in BINDINGS.items()},
         "phases": {"stateful": {"max-steps": STEPS}},
