@@ -75,6 +75,19 @@ def test_pools_update_sets_max_duration_keeping_the_layout(runner: CliRunner, li
     assert (policy["maxDuration"], policy["migLayout"]) == ("8h", "all-1g.10gb")
 
 
+def test_max_duration_can_be_removed_again(runner: CliRunner, live: Live) -> None:
+    """Regression: a null maxDuration in pools.update was dropped, so a limit once set stayed for good."""
+    assert run(runner, live.admin, "pools", "update", "p1", "--max-duration", "8h").exit_code == 0
+    result = run(runner, live.admin, "pools", "update", "p1", "--no-max-duration", "--json")
+    assert result.exit_code == 0, result.output
+    policy = json.loads(result.stdout)["policy"]
+    assert (policy["maxDuration"], policy["migLayout"]) == (None, "all-1g.10gb")
+    both = run(runner, live.admin, "pools", "update", "p1", "--max-duration", "8h", "--no-max-duration")
+    assert both.exit_code == 2 and "not both" in both.output
+    kept = run(runner, live.admin, "pools", "update", "p1", "--mig-layout", "all-1g.10gb", "--json")
+    assert json.loads(kept.stdout)["policy"]["maxDuration"] is None
+
+
 def test_quotas_policies_and_credentials(runner: CliRunner, live: Live) -> None:
     quota = run(
         runner,

@@ -218,12 +218,21 @@ def pools_update(
     mig_layout: MigLayoutOption = None,
     replicas: ReplicasOption = None,
     max_duration: MaxDurationOption = None,
+    no_max_duration: Annotated[
+        bool, typer.Option("--no-max-duration", help="Remove the pool's longest-reservation limit.")
+    ] = False,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Change a pool's policy or nodes (admin); other settings are kept."""
-    policy = _policy(mig_layout, replicas, max_duration) or None
+    if no_max_duration and max_duration is not None:
+        raise typer.BadParameter(
+            "give --max-duration or --no-max-duration, not both", param_hint="--no-max-duration"
+        )
+    policy: dict[str, Any] | None = _policy(mig_layout, replicas, max_duration) or None
+    if no_max_duration:
+        policy = {**(policy or {}), "maxDuration": None}
     _one(_call(server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node)), as_json)
 
 

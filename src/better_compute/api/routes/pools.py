@@ -67,7 +67,8 @@ def create_pool(body: PoolCreate, principal: PrincipalDep, store: StoreDep, now:
 def update_pool(
     id: str, body: PoolUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> PoolPublic:
-    policy = body.policy.model_dump(exclude_none=True) if body.policy is not None else None
+    # Unset fields keep their value; a field sent as null removes it (`"maxDuration": null`).
+    policy = body.policy.model_dump(exclude_unset=True) if body.policy is not None else None
     view = pools.update(
         store, principal, id, policy=policy, nodes=body.nodes, generation=body.generation, now=now
     )
