@@ -123,3 +123,16 @@ def test_a_pools_max_duration_holds_at_admission_and_at_extend(world: World) -> 
     assert (policy["migLayout"], policy["maxDuration"]) == ("mixed:3g.40gb+2x2g.20gb", "1d")
     day = world.reserve(world.platform, "h100", [{"class": "gpu.mig", "count": 1}], duration="2d")
     assert "at most 1d (24h); this one would be 48h long" in error(day)["message"]
+
+
+def test_an_extension_is_in_the_events_stream_for_its_tenant(world: World) -> None:
+    """Regression: an extension logged only `ledger.extended`, which tenants do not read."""
+    made = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}], duration="1h")
+    rid = made.json()["id"]
+    assert extend(world, world.platform, rid, "30m").status_code == 200
+    events = world.http.get("/v1/events", params={"type": "reservation.extended"}, headers=world.platform)
+    assert events.status_code == 200, events.text
+    (event,) = events.json()["items"]
+    assert event["subject"] == rid and event["payload"]["end"].startswith("2026-12-01T10:30:00")
+    other = world.http.get("/v1/events", params={"type": "reservation.extended"}, headers=world.acme)
+    assert other.json()["items"] == []

@@ -64,6 +64,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.ReservationCreated.TYPE: NamedInPayload("tenantId"),
     ev.ReservationCancelled.TYPE: SubjectIsReservation(),
     ev.ReservationReleased.TYPE: SubjectIsReservation(),
+    ev.ReservationExtended.TYPE: SubjectIsReservation(),
     ev.TenantCreated.TYPE: SubjectIsTenant(),
     ev.TenantDeleted.TYPE: SubjectIsTenant(),
     ev.CredentialCreated.TYPE: NamedInPayload("tenantId"),

@@ -134,6 +134,14 @@ class ReservationReleased(Event):
     at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class ReservationExtended(Event):
+    """A reservation's end moved later (`reservations.extend`); `end` is its new end."""
+
+    TYPE: ClassVar[str] = "reservation.extended"
+    end: datetime
+
+
 # -- Tenancy -------------------------------------------------------------------------------------
 
 
@@ -333,6 +341,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReservationCreated,
         ReservationCancelled,
         ReservationReleased,
+        ReservationExtended,
         TenantCreated,
         TenantDeleted,
         CredentialCreated,

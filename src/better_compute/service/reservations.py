@@ -34,6 +34,7 @@ from better_compute.domain.events import (
     LedgerExtended,
     LedgerReleased,
     ReservationCancelled,
+    ReservationExtended,
     ReservationReleased,
 )
 from better_compute.domain.ledger import earliest_free
@@ -499,6 +500,7 @@ def extend(
                     r.tenant_id, snap.pool_owner, snap.limits, held, dict(r.counts), pool_id=r.pool_id
                 )
             tx.ledger.extend_allocation(r.id, end, LedgerExtended(r.id, end), now)
+            tx.events.append(ReservationExtended(r.id, end), now)
             r = _bump(tx, r, ReservationStatus(r.status), end)
             return _view(tx, r, now)
     except Overlap as clash:
