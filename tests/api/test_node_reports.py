@@ -278,3 +278,19 @@ def test_what_bcd_inventory_prints_is_a_report_the_server_takes_as_it_is(world: 
     node = world.node(world.join("n-1"))
     accepted = node.nodes.report(body["node"], body["report"])
     assert (accepted.kind, accepted.sequence) == ("Inventory", 1)
+
+
+def test_a_resent_report_id_is_answered_as_accepted_and_applied_once(world: NodeWorld) -> None:
+    one, two = world.join("n-1"), world.join("n-2")
+    rid = world.reserve([{"class": "gpu.mig", "count": 1}])["id"]
+    node = world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["atoms"][0]["node"]
+    holder = one if node == "n-1" else two
+    client = world.node(holder)
+    bound = {"kind": "AllocationBound", "allocationId": rid, "binding": "bound"}
+    first = client.nodes.report(node, bound, report_id="r-1")
+    again = client.nodes.report(node, bound, report_id="r-1")
+    assert (first.duplicate, again.duplicate) == (False, True)
+    assert again.sequence > first.sequence
+    events = world.http.get("/v1/events", params={"type": "allocation.bound"}, headers=world.platform).json()
+    assert [e["payload"]["binding"] for e in events["items"]] == ["bound"]
+    assert not client.nodes.report(node, bound, report_id="r-2").duplicate

@@ -441,19 +441,20 @@ def _gpu_reported(g: GpuReported) -> GpuReport:
 def report_of(sent: NodeReportSend) -> Report:
     """A signed report's body as the domain's report about `sent.node`."""
     r = sent.report
+    rid = sent.report_id
     match r:
         case InventoryReport():
             return InventoryReported(
-                sent.node, tuple(_gpu_reported(g) for g in r.gpus), r.observed_generation
+                sent.node, tuple(_gpu_reported(g) for g in r.gpus), r.observed_generation, rid
             )
         case AllocationBoundReport():
-            return BindingReported(sent.node, r.allocation_id, r.binding, r.detail)
+            return BindingReported(sent.node, r.allocation_id, r.binding, r.detail, rid)
         case AllocationReleasedReport():
-            return BindingReported(sent.node, r.allocation_id, "released")
+            return BindingReported(sent.node, r.allocation_id, "released", None, rid)
         case ObservedGenerationReport():
-            return GenerationObserved(sent.node, r.generation)
+            return GenerationObserved(sent.node, r.generation, rid)
         case ScrubDoneReport():
-            return ScrubDone(sent.node, tuple(r.atoms))
+            return ScrubDone(sent.node, tuple(r.atoms), rid)
 
 
 def spec_public(served: ServedSpec) -> NodeSpecPublic:

@@ -636,9 +636,10 @@ class Nodes(Inventory):
         request = NodeJoin(node=node, token=token, public_key=public_key)
         return self._compute._typed("nodes.join", request, NodeJoined)
 
-    def report(self, node: str, report: Mapping[str, Any]) -> ReportAccepted:
-        """Send one report (`{"kind": "Inventory", ...}`) about `node`, signed by the client's `auth`."""
-        request = NodeReportSend.model_validate({"node": node, "report": dict(report)})
+    def report(self, node: str, report: Mapping[str, Any], *, report_id: str | None = None) -> ReportAccepted:
+        """Send one report (`{"kind": "Inventory", ...}`) about `node`, signed by the client's `auth`;
+        `report_id` makes a resent copy of it take effect once."""
+        request = NodeReportSend.model_validate({"node": node, "report": dict(report), "reportId": report_id})
         return self._compute._typed("nodes.report", request, ReportAccepted)
 
     def spec(self, node: str, *, after: int | None = None, wait: float | None = None) -> NodeSpecPublic:

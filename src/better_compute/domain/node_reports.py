@@ -19,6 +19,11 @@ clock (stale, or from the future), and a report whose sequence is not greater th
 (a replay). The sequence is stored in the transaction that applies the report, so two reports with
 the same number, even sent at once, take effect once. A node reports only about itself: the body
 names the node of the headers.
+
+Exactly once across resends: a node queues each report with a `reportId` (a uuid) and resends it,
+signed again with a new sequence number, until it is answered. The server records the ids it
+accepted (for `REPORT_IDS_KEPT`) in the transaction that applies the report, and answers a copy of
+an accepted one as accepted (`duplicate`) without applying it again.
 """
 
 from __future__ import annotations
@@ -45,6 +50,10 @@ HEADERS = (HEADER_NODE, HEADER_TIMESTAMP, HEADER_SEQUENCE, HEADER_SIGNATURE)
 CLOCK_SKEW = timedelta(minutes=5)
 """How far a signed request's timestamp may be from the server's clock, either way: a captured
 request is worthless after this, and a node's clock may drift this much."""
+
+REPORT_IDS_KEPT = timedelta(days=7)
+"""How long the server remembers the `reportId` of an accepted report. A node resends a queued
+report until it is answered, so a copy arriving later than this is far past any outage it covers."""
 
 MAX_SEQUENCE = 2**63 - 1
 """The largest sequence number a node may send (the stored column is a 64-bit integer)."""
@@ -152,6 +161,7 @@ class InventoryReported:
     node: str
     gpus: tuple[GpuReport, ...]
     observed_generation: int | None = None
+    report_id: str | None = None
 
     KIND: ClassVar[str] = "Inventory"
 
@@ -165,6 +175,7 @@ class BindingReported:
     allocation_id: str
     state: BindingState
     detail: str | None = None
+    report_id: str | None = None
 
     @property
     def kind(self) -> str:
@@ -177,6 +188,7 @@ class GenerationObserved:
 
     node: str
     generation: int
+    report_id: str | None = None
 
     KIND: ClassVar[str] = "ObservedGeneration"
 
@@ -187,6 +199,7 @@ class ScrubDone:
 
     node: str
     atoms: tuple[str, ...]
+    report_id: str | None = None
 
     KIND: ClassVar[str] = "ScrubDone"
 

@@ -119,5 +119,82 @@ def join(
     typer.echo(f"joined {identity.node} to {identity.server}; identity in {state_dir}")
 
 
+@bcd_app.command()
+def run(
+    state_dir: Annotated[
+        Path,
+        typer.Option("--state-dir", help="Where `bcd join` kept the identity; the queue lives here too."),
+    ] = Path("/var/lib/bcd"),
+    nvml: Annotated[
+        NvmlKind, typer.Option("--nvml", help="GPU backend: the driver's NVML, or a node of a fleet file.")
+    ] = NvmlKind.real,
+    fleet: Annotated[
+        Path | None, typer.Option("--fleet", help="Fleet file the fake backend reads the node from.")
+    ] = None,
+    node: Annotated[
+        str | None,
+        typer.Option("--node", help="With --nvml fake: the fleet file's node (the joined node's id)."),
+    ] = None,
+    cdi_root: Annotated[Path, typer.Option("--cdi-root", help="Where CDI spec files are written.")] = Path(
+        "/var/run/cdi"
+    ),
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, max=60, help="Seconds each spec long poll waits for a change.")
+    ] = 30.0,
+) -> None:
+    """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, report. Stops
+    cleanly (exit 0) on SIGTERM. Logs are JSON lines on stderr (docs/bcd.md)."""
+    from better_compute.bcd.daemon import Daemon, LoggingRunner
+    from better_compute.bcd.gpu import GpuBackend, GpuError
+    from better_compute.bcd.identity import Identity
+    from better_compute.bcd.joining import node_client
+    from better_compute.bcd.logs import Log
+    from better_compute.bcd.mps import Runner, SystemdRunner
+    from better_compute.domain.errors import DomainError
+
+    try:
+        identity = Identity.load(state_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        _fail(f"no node identity in {state_dir} ({exc}); run `bcd join` first", 2)
+    log = Log(node=identity.node)
+    backend: GpuBackend
+    runner: Runner
+    try:
+        if nvml is NvmlKind.fake:
+            if fleet is None:
+                _fail("--nvml fake needs --fleet FILE", 2)
+            from better_compute.bcd.fake import FakeNode
+            from better_compute.bcd.fleet_file import read_fleet
+
+            backend = FakeNode.from_fleet(read_fleet(fleet), node or identity.node)
+            runner = LoggingRunner(log)
+        else:
+            if fleet is not None:
+                _fail("--fleet is for --nvml fake", 2)
+            from better_compute.bcd.nvml import NvmlBackend
+
+            backend = NvmlBackend()
+            runner = SystemdRunner()
+    except (GpuError, DomainError) as exc:
+        _fail(str(exc))
+    try:
+        with node_client(identity, timeout=wait + 30.0) as compute:
+            unit_dir = state_dir / "systemd" if nvml is NvmlKind.fake else Path("/etc/systemd/system")
+            daemon = Daemon(
+                identity,
+                backend,
+                compute,
+                cdi_root=cdi_root,
+                log=log,
+                mps_runner=runner,
+                unit_dir=unit_dir,
+                wait=wait,
+            )
+            status = daemon.run()
+    finally:
+        backend.close()
+    raise typer.Exit(status)
+
+
 def main() -> None:
     bcd_app()

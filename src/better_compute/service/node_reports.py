@@ -4,9 +4,10 @@ A request is checked in this order: the signature headers are there (`domain.nod
 is registered and has joined, the signature verifies under its key, the timestamp is fresh; only then
 is the body read (`read`), and a report must name the node that signed it. The report's effect and its
 sequence number are written in one transaction, under the node's row lock, so a replayed or raced
-report is refused and changes nothing. Refusals of a node that has joined are logged
-(`node.report.refused`, for the admin), in a transaction of their own since the refused one wrote
-nothing.
+report is refused and changes nothing. A report whose `reportId` was accepted before (a queued report
+resent, signed again) is answered as accepted and not applied again. Refusals of a node that has
+joined are logged (`node.report.refused`, for the admin), in a transaction of their own since the
+refused one wrote nothing.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class Accepted:
     node: str
     kind: str
     sequence: int
+    duplicate: bool = False
+    """The report's `reportId` had been accepted before; nothing was applied this time."""
 
 
 def _log_refusal(store: StorePort, node: str, reason: str, kind: str | None, now: datetime) -> None:
@@ -79,6 +82,7 @@ def accept(
     refuses a body about another node than the path's), and apply it once (see the module)."""
     node = verify(store, signed, now)
     kind: str | None = None
+    duplicate = False
     try:
         report = read(signed.body)
         kind = kind_of(report)
@@ -91,11 +95,14 @@ def accept(
             check_sequence(signed.sequence, current.report_sequence)
             if not tx.nodes.accept_sequence(node.id, signed.sequence, now):
                 raise refused("replayed", f"sequence {signed.sequence} was already used")
-            _apply(tx, current, report, now)
+            fresh = report.report_id is None or tx.nodes.take_report_id(node.id, report.report_id, now)
+            if fresh:
+                _apply(tx, current, report, now)
+            duplicate = not fresh
     except Unauthenticated as error:
         _log_refusal(store, node.id, _reason(error), kind, now)
         raise
-    return Accepted(node.id, kind_of(report), signed.sequence)
+    return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
 
 
 def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:

@@ -200,6 +200,11 @@ class NodeRepo(Protocol):
         False, and nothing written, when it is not (a replay, or a report that lost a race)."""
         ...
 
+    def take_report_id(self, node_id: str, report_id: str, at: datetime) -> bool:
+        """Record a report's `reportId` as accepted from the node; False when it already was (a
+        resent report, to be answered as accepted and not applied again)."""
+        ...
+
     def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
         """Store `digest` with generation `generation + 1` if the node is still at `generation`."""
         ...

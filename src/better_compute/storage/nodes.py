@@ -6,11 +6,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, delete, insert, select, update
 
+from better_compute.domain.node_reports import REPORT_IDS_KEPT
 from better_compute.domain.records import Node
 from better_compute.storage import rows
-from better_compute.storage.tables import nodes
+from better_compute.storage.tables import node_report_ids, nodes
 
 
 def _node(r: Mapping[str, Any]) -> Node:
@@ -86,6 +87,26 @@ class SqlNodes:
             .values(report_sequence=sequence, last_report_at=at)
         )
         return result.rowcount == 1
+
+    def take_report_id(self, node_id: str, report_id: str, at: datetime) -> bool:
+        """Record `report_id` as accepted from the node; False when it already was. Called under the
+        node's row lock (`lock`), so a look-up then an insert cannot race another report of the node."""
+        seen = self.conn.execute(
+            select(node_report_ids.c.report_id).where(
+                node_report_ids.c.node_id == node_id, node_report_ids.c.report_id == report_id
+            )
+        ).first()
+        if seen is not None:
+            return False
+        self.conn.execute(
+            delete(node_report_ids).where(
+                node_report_ids.c.node_id == node_id, node_report_ids.c.accepted_at < at - REPORT_IDS_KEPT
+            )
+        )
+        self.conn.execute(
+            insert(node_report_ids).values(node_id=node_id, report_id=report_id, accepted_at=at)
+        )
+        return True
 
     def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
         """Store `digest` with the generation after `generation`, if the node is still at

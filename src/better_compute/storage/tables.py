@@ -89,6 +89,16 @@ join_tokens = Table(
     Column("used_at", UtcDateTime, nullable=True),
 )
 
+node_report_ids = Table(
+    "node_report_ids",
+    metadata,
+    # The `reportId`s of reports a node had accepted (domain.node_reports): a report resent after a
+    # lost answer or a restart is answered as accepted and not applied again.
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("report_id", String(64), primary_key=True),
+    Column("accepted_at", UtcDateTime, nullable=False),
+)
+
 bindings = Table(
     "bindings",
     metadata,

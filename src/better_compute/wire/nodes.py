@@ -136,12 +136,17 @@ class NodeReportSend(WireRequest):
 
     node: NodeId
     report: NodeReportBody
+    report_id: str | None = Field(default=None, min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.:-]+$")
+    """The node's own id for this report (a uuid made when it was queued): a copy of a report
+    already accepted is answered as accepted and not applied again."""
 
 
 class ReportAccepted(WireAnswer):
     node: str
     kind: str
     sequence: int
+    duplicate: bool = False
+    """True when the report's `reportId` had been accepted before: this copy changed nothing."""
 
 
 class NodeSpecQuery(WireRequest):

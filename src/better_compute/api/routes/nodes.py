@@ -72,7 +72,9 @@ async def send_report(
     signed = await signed_request(request)
     now = services.clock()
     accepted = await run_in_threadpool(node_reports.accept, services.store, signed, _read_report(node), now)
-    return ReportAccepted(node=accepted.node, kind=accepted.kind, sequence=accepted.sequence)
+    return ReportAccepted(
+        node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
+    )
 
 
 _AFTER = "A generation the caller has: the answer waits (up to `wait`) for another one."

@@ -1,0 +1,227 @@
+"""`bcd run`: the node daemon's loop. Read the node's spec (a signed long poll), converge the host
+and the devices, report, and wait for the next generation.
+
+Every report goes through the on-disk queue (`bcd.queue`) first and leaves it only once the server
+accepted it, so what a pass decided reaches the server even across a crash or an outage. A pass
+reports `ObservedGeneration` once every assignment of the spec got its devices or a final answer;
+until then the next pass comes after `retry` seconds instead of a long poll.
+
+SIGTERM (and SIGINT) stop the loop: a pass under way finishes, a long poll or a pause is cut short,
+and `run` returns 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
+from better_compute.bcd.gpu import GpuBackend, GpuError
+from better_compute.bcd.host import HostConverger
+from better_compute.bcd.identity import Identity
+from better_compute.bcd.inventory import node_report, report_json
+from better_compute.bcd.logs import Log
+from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
+from better_compute.bcd.queue import ReportQueue
+from better_compute.client import Compute, ComputeError, TransportError, UnauthenticatedError
+from better_compute.wire.nodes import NodeSpecPublic
+
+QUEUE_DIR = "queue"
+ENV_DIR = "env"
+
+
+class _Stopped(BaseException):
+    """Raised out of a long poll or a pause when the daemon is told to stop (a BaseException, so no
+    `except Exception` on the way swallows it)."""
+
+
+class LoggingRunner:
+    """The runner under `--nvml fake`: logs each command instead of running it (no systemd there)."""
+
+    def __init__(self, log: Log) -> None:
+        self.log = log
+        self.commands: list[list[str]] = []
+
+    def run(self, argv: Sequence[str]) -> None:
+        self.commands.append(list(argv))
+        self.log.info("mps.command", argv=list(argv), simulated=True)
+
+
+class Daemon:
+    """One node's loop, over `backend`, signing as `identity` through `compute`."""
+
+    def __init__(
+        self,
+        identity: Identity,
+        backend: GpuBackend,
+        compute: Compute,
+        *,
+        cdi_root: Path,
+        log: Log,
+        mps_runner: Runner | None = None,
+        unit_dir: Path | None = None,
+        wait: float = 30.0,
+        retry: float = 1.0,
+    ) -> None:
+        self.identity = identity
+        self.node = identity.node
+        self.backend = backend
+        self.compute = compute
+        self.log = log
+        self.wait = wait
+        self.retry = retry
+        state = identity.state_dir
+        self.queue = ReportQueue(state / QUEUE_DIR)
+        self.devices = DevicesConverger(cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"))
+        mps = (
+            MpsUnit(unit_dir or state / "systemd", MpsPaths.under(state / "mps"), mps_runner)
+            if mps_runner
+            else None
+        )
+        self.host = HostConverger(backend, log, mps)
+        self.generation: int | None = None
+        self.observed: int | None = None
+        self.stopping = False
+        self._idle = False
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self.stopping = True
+        self.log.info("bcd.stopping", signal=signal.Signals(signum).name)
+        if self._idle:
+            raise _Stopped
+
+    def _pause(self, seconds: float) -> None:
+        self._idle = True
+        try:
+            if not self.stopping:
+                time.sleep(seconds)
+        finally:
+            self._idle = False
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def enqueue(self, report: dict[str, Any]) -> None:
+        entry = self.queue.put(report)
+        self.log.info(
+            "report.queued",
+            kind=report["kind"],
+            reportId=entry.report_id,
+            allocation=report.get("allocationId"),
+        )
+
+    def flush(self) -> bool:
+        """Send the queue, oldest first; False when the server could not be reached (the rest stays)."""
+        for entry in self.queue.pending():
+            try:
+                answer = self.compute.nodes.report(self.node, entry.report, report_id=entry.report_id)
+            except (TransportError, UnauthenticatedError) as exc:
+                # Unreachable, or refused for the clock or the key: kept, to be sent again.
+                self.log.warning(
+                    "report.unsent", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
+                )
+                return False
+            except ComputeError as exc:
+                # The server read it and will never take it (an allocation that is gone, say).
+                self.log.error(
+                    "report.dropped", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
+                )
+                self.queue.done(entry)
+                continue
+            self.queue.done(entry)
+            self.log.info(
+                "report.sent",
+                kind=answer.kind,
+                reportId=entry.report_id,
+                sequence=answer.sequence,
+                duplicate=answer.duplicate,
+            )
+        return True
+
+    def inventory(self) -> dict[str, Any]:
+        report = report_json(node_report(self.backend, self.node))["report"]
+        report.pop("observedGeneration", None)
+        if self.host.reboot_required:
+            self.log.error("host.reboot-required", gpus=sorted(self.host.reboot_required))
+        return dict(report)
+
+    # -- converging ----------------------------------------------------------------------------
+
+    def converge(self, spec: NodeSpecPublic) -> bool:
+        """One pass over `spec`; True when it is converged (and its generation reported)."""
+        held = self._held_gpus(spec)
+        if self.host.converge(spec, held):
+            self.enqueue(self.inventory())
+        done = self.devices.converge(spec, self.backend.list_gpus())
+        for report in done.reports:
+            self.enqueue(report)
+        if done.settled and self.observed != spec.generation:
+            self.enqueue({"kind": "ObservedGeneration", "generation": spec.generation})
+            self.observed = spec.generation
+        self.generation = spec.generation
+        return done.settled
+
+    def _held_gpus(self, spec: NodeSpecPublic) -> set[str]:
+        """The GPUs a bound allocation still in the spec uses: the mig-layout unit leaves them alone."""
+        bound = self.devices.bound()
+        index = device_index(self.backend.list_gpus(), slots_of(spec))
+        return {
+            index[atom].gpu_uuid
+            for a in spec.assignments
+            if a.allocation_id in bound
+            for atom in a.atoms
+            if atom in index
+        }
+
+    def step(self, settled: bool) -> bool:
+        """Send what is queued, read the spec (waiting for a new generation once settled), converge
+        it and send again; returns whether the spec is converged."""
+        reachable = self.flush()
+        waiting = settled and reachable and self.generation is not None
+        self._idle = True
+        try:
+            if self.stopping:
+                raise _Stopped
+            spec = self.compute.nodes.spec(
+                self.node, after=self.generation if waiting else None, wait=self.wait if waiting else None
+            )
+        finally:
+            self._idle = False
+        if waiting and spec.generation == self.generation and settled:
+            return True
+        settled = self.converge(spec)
+        self.flush()
+        return settled
+
+    def run(self) -> int:
+        """The loop, until SIGTERM or SIGINT; returns the exit status (0)."""
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.log.info("bcd.start", queued=len(self.queue))
+        settled = False
+        try:
+            self.enqueue(self.inventory())
+            while not self.stopping:
+                try:
+                    settled = self.step(settled)
+                    if not settled:
+                        self._pause(self.retry)
+                except ComputeError as exc:
+                    self.log.warning("spec.unread", reason=str(exc))
+                    settled = False
+                    self._pause(self.retry)
+                except GpuError as exc:
+                    self.log.error("host.error", reason=str(exc))
+                    settled = False
+                    self._pause(self.retry)
+        except _Stopped:
+            pass
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+        self.log.info("bcd.stopped", queued=len(self.queue))
+        return 0

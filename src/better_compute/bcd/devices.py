@@ -1,0 +1,173 @@
+"""The devices converger: hand each assignment of the node's spec its devices, and take them back.
+
+An assignment names atoms; the node resolves each to a device from what its own GPUs show now (the
+spec's `NVIDIA_VISIBLE_DEVICES` is the server's view, which may lag a repartition): a `gpu.mig` atom
+to its MIG instance's `MIG-…` uuid, matched by GPU uuid and GI/CI ids, a whole GPU or a slot to the
+GPU's uuid. An atom with no device yet (an instance not created) leaves its allocation
+`device-missing`, tried again on the next pass. `domain.handoff.refusals` keeps the whole-against-part
+rule on the node; a refused allocation gets nothing. A bound allocation has a CDI spec under the CDI
+root and an env file under the state directory; the env files are the record of what is handed
+over, so a restarted daemon knows it without asking anyone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from better_compute.bcd import cdi
+from better_compute.bcd.gpu import Gpu
+from better_compute.bcd.mps import MpsPaths, client_env
+from better_compute.domain.atoms import atom_id_for
+from better_compute.domain.handoff import Held, refusals
+from better_compute.domain.node_spec import VISIBLE_DEVICES
+from better_compute.domain.pools import mps_units
+from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
+
+SLOT_MODES = ("timeslice", "mps")
+"""Pools whose GPUs are booked in slots."""
+
+
+def slots_of(spec: NodeSpecPublic) -> int:
+    """How many slots each GPU of the node is booked in (0 outside timeslice and mps pools)."""
+    return spec.sharing.replicas if spec.sharing.mode in SLOT_MODES else 0
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """What one atom of this node is on the hardware now."""
+
+    atom_id: str
+    gpu_uuid: str
+    whole: bool
+    uuid: str
+    """What `NVIDIA_VISIBLE_DEVICES` names: the `MIG-…` uuid of a MIG atom, else the GPU's."""
+    slot: bool = False
+
+
+def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
+    """Every atom id this node's GPUs can answer for now, derived as the server derives them
+    (`domain.atoms.atom_id_for`): the whole GPU, each MIG device while MIG mode is on, and `slots`
+    slots of each GPU (a timeslice or mps pool's replicas; 0 elsewhere)."""
+    index: dict[str, Device] = {}
+    for gpu in gpus:
+        whole = atom_id_for(gpu.uuid, "gpu")
+        index[whole] = Device(whole, gpu.uuid, True, gpu.uuid)
+        if gpu.mig_current:
+            for gi in gpu.instances:
+                for ci in gi.compute_instances:
+                    atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{ci.ci_id}")
+                    index[atom] = Device(atom, gpu.uuid, False, ci.uuid)
+        for slot in range(slots):
+            atom = atom_id_for(gpu.uuid, f"slot:{slot}")
+            index[atom] = Device(atom, gpu.uuid, False, gpu.uuid, slot=True)
+    return index
+
+
+@dataclass
+class DevicesPass:
+    """What one pass did: the reports to send, the GPUs a bound allocation uses, and whether
+    every assignment got its devices or a final answer (`refused`)."""
+
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    held_gpus: set[str] = field(default_factory=set)
+    settled: bool = True
+
+
+def _resolved(a: AssignmentPublic, index: dict[str, Device]) -> list[Device]:
+    return [index[atom] for atom in a.atoms if atom in index]
+
+
+class DevicesConverger:
+    """Keeps the CDI specs (under `cdi_root`) and env files (under `env_dir`) equal to the spec's
+    assignments; `mps` is where the node's MPS daemon meets its clients, for slots of an mps pool."""
+
+    def __init__(self, cdi_root: Path, env_dir: Path, mps: MpsPaths | None = None) -> None:
+        self.cdi_root = cdi_root
+        self.env_dir = env_dir
+        self.mps = mps
+        env_dir.mkdir(parents=True, exist_ok=True)
+        self._reported: dict[str, tuple[str, str | None]] = {a: ("bound", None) for a in self.bound()}
+
+    def env_path(self, allocation_id: str) -> Path:
+        return self.env_dir / f"{cdi.device_name(allocation_id)}.env"
+
+    def bound(self) -> set[str]:
+        """The allocations handed over now (those with an env file)."""
+        return {p.name.removesuffix(".env") for p in self.env_dir.glob("*.env")}
+
+    def converge(self, spec: NodeSpecPublic, gpus: Sequence[Gpu]) -> DevicesPass:
+        done = DevicesPass()
+        index = device_index(gpus, slots_of(spec))
+        bound = self.bound()
+        wanted = {a.allocation_id: a for a in spec.assignments}
+        for allocation_id in sorted(bound - set(wanted)):
+            self._release(allocation_id, done)
+        for allocation_id in sorted(set(self._reported) - set(wanted) - bound):
+            self._release(allocation_id, done)
+        held: list[Held] = []
+        new: list[Held] = []
+        missing: dict[str, list[str]] = {}
+        for a in spec.assignments:
+            absent = [atom for atom in a.atoms if atom not in index]
+            items = [Held(a.allocation_id, d.atom_id, d.gpu_uuid, d.whole) for d in _resolved(a, index)]
+            if a.allocation_id in bound:
+                held.extend(items)
+            elif absent:
+                missing[a.allocation_id] = absent
+            else:
+                new.extend(items)
+        refused = refusals(held, new)
+        for a in spec.assignments:
+            if a.allocation_id in missing:
+                detail = f"no device yet for atoms {', '.join(missing[a.allocation_id])}"
+                self._report(a.allocation_id, "device-missing", detail, done)
+                done.settled = False
+            elif a.allocation_id in refused:
+                self._report(a.allocation_id, "refused", refused[a.allocation_id], done)
+            else:
+                devices = _resolved(a, index)
+                self._hand_over(a, devices, spec)
+                self._report(a.allocation_id, "bound", None, done)
+                done.held_gpus.update(d.gpu_uuid for d in devices)
+        return done
+
+    def _hand_over(self, a: AssignmentPublic, devices: Sequence[Device], spec: NodeSpecPublic) -> None:
+        uuids = sorted({d.uuid for d in devices})
+        env: dict[str, str] = {k: v for k, v in a.env.items() if k != VISIBLE_DEVICES}
+        pipe: str | None = None
+        slots = sum(1 for d in devices if d.slot)
+        if slots and spec.sharing.mode == "mps" and self.mps is not None:
+            units = min(100, mps_units(spec.sharing.replicas) * slots)
+            env.update(client_env(self.mps, units))
+            pipe = env.pop("CUDA_MPS_PIPE_DIRECTORY")
+        variables = {VISIBLE_DEVICES: ",".join(uuids), **env}
+        if pipe is not None:
+            variables["CUDA_MPS_PIPE_DIRECTORY"] = pipe
+        text = cdi.env_file_text(variables)
+        path = self.env_path(a.allocation_id)
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            return
+        cdi.write_spec(
+            self.cdi_root, a.allocation_id, cdi.spec_for(a.allocation_id, uuids, env, mps_pipe_directory=pipe)
+        )
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(path)
+
+    def _release(self, allocation_id: str, done: DevicesPass) -> None:
+        cdi.remove_spec(self.cdi_root, allocation_id)
+        self.env_path(allocation_id).unlink(missing_ok=True)
+        self._reported.pop(allocation_id, None)
+        done.reports.append({"kind": "AllocationReleased", "allocationId": allocation_id})
+
+    def _report(self, allocation_id: str, binding: str, detail: str | None, done: DevicesPass) -> None:
+        if self._reported.get(allocation_id) == (binding, detail):
+            return
+        self._reported[allocation_id] = (binding, detail)
+        body: dict[str, Any] = {"kind": "AllocationBound", "allocationId": allocation_id, "binding": binding}
+        if detail is not None:
+            body["detail"] = detail[:1000]
+        done.reports.append(body)

@@ -1,0 +1,149 @@
+"""`bcd run`'s loop against the real app in-process: devices handed over and taken back, reports
+queued and sent once, layouts applied to idle GPUs only, the reboot-required path."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from better_compute.bcd import cdi
+from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.devices import DevicesConverger
+from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.host import HostConverger
+from better_compute.bcd.logs import Log
+from better_compute.domain.atoms import atom_id_for
+from better_compute.storage.store import Store
+from better_compute.wire.nodes import NodeSpecPublic
+from tests.builders import fleet_spec
+from tests.node_world import NodeWorld
+
+
+@pytest.fixture
+def world(store: Store, tmp_path: Path) -> NodeWorld:
+    return NodeWorld(store, tmp_path)
+
+
+def daemon_for(world: NodeWorld, node: str) -> tuple[Daemon, FakeNode]:
+    identity = world.join(node)
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), node)
+    log = Log(io.StringIO(), node=node)
+    daemon = Daemon(
+        identity,
+        fake,
+        world.node(identity),
+        cdi_root=world.tmp_path / node / "cdi",
+        log=log,
+        mps_runner=LoggingRunner(log),
+        wait=0,
+    )
+    daemon.enqueue(daemon.inventory())
+    return daemon, fake
+
+
+def reservation(world: NodeWorld, rid: str) -> dict[str, object]:
+    answer: dict[str, object] = world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()
+    return answer
+
+
+def test_a_mig_reservation_is_handed_over_and_taken_back(world: NodeWorld) -> None:
+    daemons = dict(daemon_for(world, n) for n in ("n-1", "n-2"))
+    for d in daemons:
+        assert d.step(False)
+    rid = world.reserve([{"class": "gpu.mig", "count": 1}])["id"]
+    shown = reservation(world, rid)
+    atom = shown["atoms"][0]  # type: ignore[index]
+    daemon = next(d for d in daemons if d.node == atom["node"])
+    assert daemon.step(True)
+    spec = json.loads(cdi.spec_path(daemon.devices.cdi_root, rid).read_text())
+    env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == atom["attributes"]["migUuid"]
+    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert (daemon.identity.state_dir / "env" / f"{rid}.env").exists()
+    assert reservation(world, rid)["binding"] == "bound"
+    world.clock.now += timedelta(minutes=5)
+    released = world.http.post(f"/v1/reservations/{rid}/release", json={"id": rid}, headers=world.platform)
+    assert released.status_code == 200, released.text
+    daemon.step(True)
+    assert not cdi.spec_path(daemon.devices.cdi_root, rid).exists()
+    assert reservation(world, rid)["binding"] == "released"
+    assert len(daemon.queue) == 0
+
+
+def test_a_report_resent_after_its_answer_was_lost_takes_effect_once(world: NodeWorld) -> None:
+    daemon, _ = daemon_for(world, "n-1")
+    daemon.step(False)
+    rid = world.reserve([{"class": "gpu.mig", "count": 1}])["id"]
+    node = reservation(world, rid)["atoms"][0]["node"]  # type: ignore[index]
+    if node != "n-1":
+        daemon, _ = daemon_for(world, "n-2")
+        daemon.step(False)
+    daemon.enqueue({"kind": "AllocationBound", "allocationId": rid, "binding": "device-missing"})
+    (entry,) = daemon.queue.pending()
+    # Sent, but the answer never came back: the entry is still queued.
+    daemon.compute.nodes.report(daemon.node, entry.report, report_id=entry.report_id)
+    assert daemon.flush()
+    assert len(daemon.queue) == 0
+    events = world.http.get("/v1/events", params={"type": "allocation.bound"}, headers=world.platform).json()
+    assert [e["payload"]["binding"] for e in events["items"]] == ["device-missing"]
+    sent = [json.loads(line) for line in daemon.log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
+    assert [r["duplicate"] for r in sent if r["event"] == "report.sent"][-1] is True
+
+
+def spec_of(
+    fake: FakeNode, assignments: list[dict[str, object]], layout: str | None = "all-1g.10gb"
+) -> NodeSpecPublic:
+    return NodeSpecPublic.model_validate(
+        {
+            "node": fake.name,
+            "generation": 1,
+            "gpus": [{"uuid": g.uuid, "migLayout": layout} for g in fake.list_gpus()],
+            "sharing": {"mode": "mig", "replicas": 1},
+            "assignments": assignments,
+        }
+    )
+
+
+def test_device_missing_until_the_instance_exists_and_whole_against_part_refused(tmp_path: Path) -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    gpu = fake.list_gpus()[0]
+    gi = gpu.instances[0]
+    mig_atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{gi.compute_instances[0].ci_id}")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [mig_atom], "env": {}}])
+    fake.destroy_instance(gpu.uuid, gi.gi_id)
+    missing = devices.converge(spec, fake.list_gpus())
+    assert not missing.settled
+    assert [r["binding"] for r in missing.reports] == ["device-missing"]
+    fake.create_instance(gpu.uuid, gi.profile, gi.placement_start)
+    bound = devices.converge(spec, fake.list_gpus())
+    assert bound.settled and [r["binding"] for r in bound.reports] == ["bound"]
+    whole: dict[str, object] = {"allocationId": "res-b", "atoms": [atom_id_for(gpu.uuid, "gpu")], "env": {}}
+    both = spec_of(fake, [{"allocationId": "res-a", "atoms": [mig_atom], "env": {}}, whole])
+    refused = devices.converge(both, fake.list_gpus())
+    assert [(r["allocationId"], r["binding"]) for r in refused.reports] == [("res-b", "refused")]
+    assert "whole GPU cannot be handed over" in refused.reports[0]["detail"]
+    assert not cdi.spec_path(tmp_path / "cdi", "res-b").exists()
+    gone = devices.converge(spec_of(fake, []), fake.list_gpus())
+    assert sorted(r["kind"] for r in gone.reports) == ["AllocationReleased", "AllocationReleased"]
+    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+
+
+def test_layouts_go_to_idle_gpus_only_and_a_failed_reset_asks_for_a_reboot() -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    first, second = fake.list_gpus()[:2]
+    host = HostConverger(fake, Log(io.StringIO()))
+    assert host.converge(spec_of(fake, [], "all-3g.40gb"), {first.uuid})
+    after = {g.uuid: g for g in fake.list_gpus()}
+    assert after[first.uuid].instances == first.instances
+    assert {gi.profile for gi in after[second.uuid].instances} == {"3g.40gb"}
+    assert not host.converge(spec_of(fake, [], "all-3g.40gb"), {first.uuid})
+    fake.fail_resets(second.uuid)
+    host.converge(spec_of(fake, [], "all-disabled"), {first.uuid})
+    assert host.reboot_required == {second.uuid}
+    stuck = {g.uuid: g for g in fake.list_gpus()}[second.uuid]
+    assert stuck.mig_current and not stuck.mig_pending
