@@ -270,7 +270,9 @@ def main() -> None:
     results["load_s"] = {db: r["load_s"] for db, r in per_store.items()}
     results["bill_lines"] = {db: r["bill_lines"] for db, r in per_store.items()}
     print(f"command: python bench/usage.py{' --quick' if args.quick else ''}", file=sys.stderr)
+    # Everything measured, then, last, exactly the figures the goals are stated in.
     print(json.dumps(results))
+    print(json.dumps({key: results[key] for key in ("bill_s", "export_peak_rss_mb")}))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ every answer of it carries ``details.reason``. The codes and reasons are spelled
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -161,3 +162,8 @@ class BookingConflict(Conflict):
             text,
             {"atomId": atom_id, "freeFrom": free_from.isoformat() if free_from else None},
         )
+
+
+def listed(ids: Sequence[str], shown: int = 5) -> str:
+    """Ids a refusal names, the first `shown` of them: `a, b, c, ...`; the full list goes in details."""
+    return ", ".join(ids[:shown]) + (", ..." if len(ids) > shown else "")

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from better_compute.domain import catalog, layouts
-from better_compute.domain.errors import InvalidInput, InvalidState, NotFound
+from better_compute.domain.errors import InvalidInput, InvalidState, NotFound, listed
 from better_compute.domain.timewin import Window, parse_duration
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ def check_deletable(pool_id: str, members: Sequence[str], has_reservations: bool
     lose their pool) and no reservations (their history, and what is billed for it, names the pool).
     Its quota rows and policies go with it."""
     if members:
-        shown = ", ".join(members[:5]) + (", ..." if len(members) > 5 else "")
+        shown = listed(members)
         raise InvalidState(
             f"pool {pool_id} still has {len(members)} node(s) ({shown}); move them out first "
             "(pools.update with the nodes that stay, or none)",

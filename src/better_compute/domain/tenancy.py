@@ -22,7 +22,14 @@ from collections.abc import Collection, Sequence
 from typing import Protocol, TypeVar
 
 from better_compute.domain.credentials import Principal, RecalledPrincipal
-from better_compute.domain.errors import AlreadyExists, Forbidden, InvalidInput, InvalidState, NotFound
+from better_compute.domain.errors import (
+    AlreadyExists,
+    Forbidden,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    listed,
+)
 
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """Tenant and pool ids: they appear in URLs, atom ownership and bills, so they are plain and short."""
@@ -184,10 +191,6 @@ def check_grantee(principal: Principal, tenant_id: str, *, exists: bool) -> None
         raise tenant_not_found(tenant_id)
 
 
-def _listed(ids: Sequence[str], shown: int = 5) -> str:
-    return ", ".join(ids[:shown]) + (", ..." if len(ids) > shown else "")
-
-
 def check_tenant_deletable(tenant_id: str, owned_pools: Sequence[str], live: Sequence[str]) -> None:
     """A tenant may be deleted only when nothing would be left without it: it owns no pool (a pool
     cannot change owner, so delete the pool first) and holds no reservation that is not over
@@ -195,13 +198,13 @@ def check_tenant_deletable(tenant_id: str, owned_pools: Sequence[str], live: Seq
     history and bills keep naming it."""
     if owned_pools:
         raise InvalidState(
-            f"tenant {tenant_id} owns {len(owned_pools)} pool(s) ({_listed(owned_pools)}); "
+            f"tenant {tenant_id} owns {len(owned_pools)} pool(s) ({listed(owned_pools)}); "
             "delete them first (pools.delete)",
             {"tenantId": tenant_id, "pools": list(owned_pools[:20])},
         )
     if live:
         raise InvalidState(
-            f"tenant {tenant_id} holds reservations that are not over ({_listed(live)}); "
+            f"tenant {tenant_id} holds reservations that are not over ({listed(live)}); "
             "cancel or release them first",
             {"tenantId": tenant_id, "reservations": list(live[:20])},
         )
