@@ -102,3 +102,27 @@ def test_a_spec_is_read_by_its_node_or_the_admin_only(store: Store, tmp_path: Pa
     assert too_long.status_code == 400
     missing = world.http.get("/v1/nodes/nope/spec", headers=world.admin)
     assert missing.status_code == 404
+
+
+def test_a_node_that_keeps_its_own_layout_is_told_none_and_says_so(store: Store) -> None:
+    """The demo fleet's `euw-h100-b` keeps `mixed:3g.40gb+2x2g.20gb` (`carriesPoolLayout: false`)
+    in a pool whose layout is `all-1g.10gb`: its spec leaves its GPUs as they are, while its pool's
+    other nodes are told the pool's layout, so a daemon never repartitions it under the quickstart."""
+    from better_compute.entrypoints.fleet import load_fleet, read_fleet
+    from tests.builders import T0, admin_token, bearer, real_app
+    from tests.node_world import TestClient
+
+    load_fleet(store, read_fleet(Path("examples/demo-fleet.yaml")), T0)
+    http = TestClient(real_app(store))
+    admin = bearer(admin_token(store))
+
+    def layouts(node: str) -> set[str | None]:
+        r = http.get(f"/v1/nodes/{node}/spec", headers=admin)
+        assert r.status_code == 200, r.text
+        return {g["migLayout"] for g in r.json()["gpus"]}
+
+    assert layouts("euw-h100-b") == {None}
+    assert layouts("euw-h100-a-1") == {"all-1g.10gb"}
+    shown = {n["id"]: n for n in http.get("/v1/nodes", headers=admin).json()["items"]}
+    assert shown["euw-h100-b"]["carriesPoolLayout"] is False
+    assert shown["euw-h100-a-1"]["carriesPoolLayout"] is True

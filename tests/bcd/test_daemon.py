@@ -147,3 +147,20 @@ def test_layouts_go_to_idle_gpus_only_and_a_failed_reset_asks_for_a_reboot() -> 
     assert host.reboot_required == {second.uuid}
     stuck = {g.uuid: g for g in fake.list_gpus()}[second.uuid]
     assert stuck.mig_current and not stuck.mig_pending
+
+
+def test_a_node_whose_reset_fails_shows_reboot_required(world: NodeWorld) -> None:
+    """The reboot-required path end to end: the daemon's mode change needs a reset that fails, its
+    next inventory names the GPU, and the server shows the node `rebootRequired` with an event."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.flush()
+    stuck = fake.list_gpus()[0]
+    fake.fail_resets(stuck.uuid)
+    daemon.converge(spec_of(fake, [], "all-disabled"))
+    daemon.flush()
+    nodes = world.http.get("/v1/nodes", headers=world.admin).json()["items"]
+    shown = {n["id"]: n for n in nodes}
+    assert shown["n-1"]["rebootRequired"] is True
+    assert shown["n-2"]["rebootRequired"] is False
+    events = world.http.get("/v1/events", params={"type": "node.reboot_required"}, headers=world.admin).json()
+    assert [(e["subject"], e["payload"]["gpus"]) for e in events["items"]] == [("n-1", [stuck.uuid])]

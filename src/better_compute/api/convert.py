@@ -168,6 +168,8 @@ def node_public(v: NodeView) -> NodePublic:
         pool_id=v.pool_id,
         cordoned=n.cordoned,
         spec_generation=n.spec_generation,
+        carries_pool_layout=n.carries_pool_layout,
+        reboot_required=n.reboot_required,
         observed_generation=n.observed_generation,
         last_report_at=n.last_report_at,
     )
@@ -445,7 +447,11 @@ def report_of(sent: NodeReportSend) -> Report:
     match r:
         case InventoryReport():
             return InventoryReported(
-                sent.node, tuple(_gpu_reported(g) for g in r.gpus), r.observed_generation, rid
+                sent.node,
+                tuple(_gpu_reported(g) for g in r.gpus),
+                r.observed_generation,
+                rid,
+                tuple(sorted(set(r.reboot_required))),
             )
         case AllocationBoundReport():
             return BindingReported(sent.node, r.allocation_id, r.binding, r.detail, rid)

@@ -148,6 +148,7 @@ class Daemon:
         report.pop("observedGeneration", None)
         if self.host.reboot_required:
             self.log.error("host.reboot-required", gpus=sorted(self.host.reboot_required))
+            report["rebootRequired"] = sorted(self.host.reboot_required)
         return dict(report)
 
     # -- converging ----------------------------------------------------------------------------

@@ -92,6 +92,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeJoined.TYPE,
         ev.NodeReportRefused.TYPE,
         ev.NodeScrubbed.TYPE,
+        ev.NodeRebootRequired.TYPE,
     }
 )
 """The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).

@@ -292,6 +292,15 @@ class NodeScrubbed(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRebootRequired(Event):
+    """A node's inventory newly says GPUs wait for a reboot: a MIG mode change needed a GPU reset
+    that failed (`subject`: the node)."""
+
+    TYPE: ClassVar[str] = "node.reboot_required"
+    gpus: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationBound(Event):
     """A node reported where it got handing an allocation's atoms over (`subject`: the allocation,
     a reservation's id): `binding` is `bound`, `device-missing` or `refused`."""
@@ -359,6 +368,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeJoined,
         NodeReportRefused,
         NodeScrubbed,
+        NodeRebootRequired,
         AllocationBound,
         AllocationReleased,
         FleetRegistered,

@@ -27,6 +27,9 @@ class NodeSpec:
     mig_layout: str | None = None
     numa_nodes: int = 1
     nvlink: bool = False
+    carries_pool_layout: bool = True
+    """Whether the node's host config takes its MIG layout from its pool (SPEC 6.1); False: it keeps
+    the layout it has (`gpus.migLayout`), and nothing repartitions it."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ _KEYS: dict[str, frozenset[str]] = {
     "fleet": frozenset({"tenants", "clusters", "pools"}),
     "tenant": frozenset({"id", "name"}),
     "cluster": frozenset({"name", "region", "residency", "nodes"}),
-    "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink"}),
+    "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout"}),
     "gpus": frozenset({"model", "count", "migLayout"}),
     "pool": frozenset({"name", "cluster", "mode", "owner", "policy", "nodes", "ownerQuota", "meter"}),
 }
@@ -221,6 +224,7 @@ def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeS
     replicas = _int(node, "replicas", 1, where)
     numa_nodes = _int(node, "numaNodes", 2 if count >= 4 else 1, where)
     nvlink = _bool(node, "nvlink", count > 1, where)
+    carries = _bool(node, "carriesPoolLayout", True, where)
     return [
         NodeSpec(
             name=base if replicas == 1 else f"{base}-{k + 1}",
@@ -230,6 +234,7 @@ def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeS
             mig_layout=str(layout) if layout is not None else None,
             numa_nodes=numa_nodes,
             nvlink=nvlink,
+            carries_pool_layout=carries,
         )
         for k in range(replicas)
     ]

@@ -162,6 +162,8 @@ class InventoryReported:
     gpus: tuple[GpuReport, ...]
     observed_generation: int | None = None
     report_id: str | None = None
+    reboot_required: tuple[str, ...] = ()
+    """GPUs (uuids) whose MIG mode change waits for a reboot: a GPU reset failed."""
 
     KIND: ClassVar[str] = "Inventory"
 

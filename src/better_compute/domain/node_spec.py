@@ -116,11 +116,14 @@ def plan_spec(
     atoms: Iterable[Atom],
     holds: Iterable[LiveHold],
     now: datetime,
+    *,
+    carries_pool_layout: bool = True,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
     pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
     tenant allocation whose live booking holds one of the node's atoms at `now` (a layout change's
-    own bookings are no tenant's and assign nothing)."""
+    own bookings are no tenant's and assign nothing). A node that does not carry its pool's layout
+    gets no layout (None: leave it as it is)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     for hold in holds:
@@ -144,7 +147,7 @@ def plan_spec(
     )
     return NodeSpec(
         node=node,
-        gpus=tuple(GpuSpec(g.id, _layout(pool)) for g in present),
+        gpus=tuple(GpuSpec(g.id, _layout(pool) if carries_pool_layout else None) for g in present),
         sharing=sharing,
         assignments=assignments,
     )

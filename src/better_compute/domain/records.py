@@ -69,6 +69,12 @@ class Node:
     """The digest of the spec `spec_generation` was given for (domain.node_spec.next_generation)."""
     joined_at: datetime | None = None
     """When the node last joined (registered `public_key`); None: never."""
+    carries_pool_layout: bool = True
+    """Whether the node takes its MIG layout from its pool's policy (SPEC 6.1). False: its spec
+    leaves its layout as it is, and no layout change of the pool repartitions it."""
+    reboot_required: bool = False
+    """The node's last inventory said a GPU waits for a reboot: a MIG mode change needed a GPU reset
+    that failed (SPEC 7)."""
 
 
 @dataclass(frozen=True, slots=True)

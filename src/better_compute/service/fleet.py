@@ -25,7 +25,9 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
         tx.clusters.add_missing(
             [Cluster(c.name, c.region, tuple(c.residency), "active", now) for c in spec.clusters]
         )
-        tx.nodes.add_missing([Node(n.name, n.cluster, now) for n in spec.nodes])
+        tx.nodes.add_missing(
+            [Node(n.name, n.cluster, now, carries_pool_layout=n.carries_pool_layout) for n in spec.nodes]
+        )
         for pool in spec.pools:
             _register_pool(tx, pool, now)
         tx.events.append(FleetRegistered("fleet", len(spec.clusters), len(spec.nodes), len(spec.pools)), now)

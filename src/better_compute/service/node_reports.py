@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.errors import Forbidden, InvalidInput, Unauthenticated
-from better_compute.domain.events import AllocationBound, AllocationReleased, NodeReportRefused, NodeScrubbed
+from better_compute.domain.events import (
+    AllocationBound,
+    AllocationReleased,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
+)
 from better_compute.domain.inventory import NodeReport
 from better_compute.domain.node_reports import (
     BindingReported,
@@ -112,6 +118,11 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
             if report.observed_generation is not None:
                 observed = _observable(node, report.observed_generation)
             ingest_in(tx, [NodeReport(node.id, report.gpus, observed)], now)
+            required = bool(report.reboot_required)
+            if required != node.reboot_required:
+                tx.nodes.set_reboot_required(node.id, required)
+                if required:
+                    tx.events.append(NodeRebootRequired(node.id, report.reboot_required), now)
         case GenerationObserved():
             tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)
         case BindingReported():

@@ -47,7 +47,16 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
         LiveHold(b.allocation_id, b.atom_id, b.starts_at, b.ends_at, b.tenant_id)
         for b in tx.ledger.live_on([a.id for a in atoms], now)
     ]
-    return node, plan_spec(node_id, tx.gpus.of_nodes([node_id]), pool, atoms, holds, now)
+    spec = plan_spec(
+        node_id,
+        tx.gpus.of_nodes([node_id]),
+        pool,
+        atoms,
+        holds,
+        now,
+        carries_pool_layout=node.carries_pool_layout,
+    )
+    return node, spec
 
 
 def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:

@@ -209,6 +209,10 @@ class NodeRepo(Protocol):
         """Store `digest` with generation `generation + 1` if the node is still at `generation`."""
         ...
 
+    def set_reboot_required(self, node_id: str, required: bool) -> None:
+        """Record whether the node's last inventory said a GPU waits for a reboot."""
+        ...
+
 
 class JoinTokenRepo(Protocol):
     def add(self, token: JoinToken) -> None: ...

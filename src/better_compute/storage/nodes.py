@@ -27,6 +27,8 @@ def _node(r: Mapping[str, Any]) -> Node:
         report_sequence=int(r["report_sequence"]),
         spec_digest=r["spec_digest"],
         joined_at=r["joined_at"],
+        carries_pool_layout=bool(r["carries_pool_layout"]),
+        reboot_required=bool(r["reboot_required"]),
     )
 
 
@@ -46,7 +48,15 @@ class SqlNodes:
         rows.insert_missing(
             self.conn,
             nodes,
-            [{"id": n.id, "cluster_id": n.cluster_id, "created_at": n.created_at} for n in items],
+            [
+                {
+                    "id": n.id,
+                    "cluster_id": n.cluster_id,
+                    "created_at": n.created_at,
+                    "carries_pool_layout": n.carries_pool_layout,
+                }
+                for n in items
+            ],
         )
 
     def lock(self, node_ids: Sequence[str]) -> None:
@@ -107,6 +117,9 @@ class SqlNodes:
             insert(node_report_ids).values(node_id=node_id, report_id=report_id, accepted_at=at)
         )
         return True
+
+    def set_reboot_required(self, node_id: str, required: bool) -> None:
+        self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(reboot_required=required))
 
     def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
         """Store `digest` with the generation after `generation`, if the node is still at

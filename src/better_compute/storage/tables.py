@@ -76,6 +76,8 @@ nodes = Table(
     # The digest of the spec `spec_generation` was handed out for (domain.node_spec).
     Column("spec_digest", String(64), nullable=True),
     Column("joined_at", UtcDateTime, nullable=True),
+    Column("carries_pool_layout", Boolean, nullable=False, server_default="1"),
+    Column("reboot_required", Boolean, nullable=False, server_default="0"),
 )
 
 join_tokens = Table(

@@ -63,6 +63,10 @@ class NodePublic(WireAnswer):
     spec_generation: int
     observed_generation: int
     last_report_at: datetime | None = None
+    carries_pool_layout: bool = True
+    """False: the node keeps its own MIG layout; its pool's layout changes do not repartition it."""
+    reboot_required: bool = False
+    """The node's last inventory said a GPU waits for a reboot (a GPU reset failed)."""
 
 
 class MigModePublic(WireAnswer):

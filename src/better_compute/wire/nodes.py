@@ -86,6 +86,11 @@ class InventoryReport(WireRequest):
     kind: Literal["Inventory"]
     gpus: list[GpuReported] = Field(max_length=64)
     observed_generation: int | None = Field(default=None, ge=0)
+    reboot_required: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="GPU uuids whose MIG mode change needed a GPU reset that failed: they wait for a reboot.",
+    )
 
 
 class AllocationBoundReport(WireRequest):
