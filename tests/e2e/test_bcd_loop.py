@@ -61,7 +61,8 @@ def bcd(state: Path, fleet: Path, home: Path) -> subprocess.Popen[bytes]:
 def fleet(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(small_fleet(nodes=3)), encoding="utf-8")
-    with start_server(tmp_path / "server", fleet=path) as server:
+    # --no-simulate: the nodes are this test's `bcd` processes, not the server's own loops.
+    with start_server(tmp_path / "server", fleet=path, options=["--no-simulate"]) as server:
         yield server, path
 
 
@@ -86,6 +87,12 @@ def run_the_loop(
 ) -> None:
     procs = {n: bcd(tmp_path / n, fleet_file, server.home) for n in NODES}
     try:
+
+        def reported() -> bool:
+            nodes = admin.get("/v1/nodes").json()["items"]
+            return all(n["lastReportAt"] is not None for n in nodes) and len(nodes) == len(NODES)
+
+        eventually(reported, "every node's first report")  # the nodes have no atoms until then
         body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "4h"}
         made = user.post("/v1/reservations", json=body)
         assert made.status_code == 201, made.text

@@ -7,13 +7,15 @@ reports `ObservedGeneration` once every assignment of the spec got its devices o
 until then the next pass comes after `retry` seconds instead of a long poll.
 
 SIGTERM (and SIGINT) stop the loop: a pass under way finishes, a long poll or a pause is cut short,
-and `run` returns 0.
+and `run` returns 0. A loop run in a thread (`serve`'s simulated nodes) takes no signals; `stop`
+ends it instead: a pause is cut short at once, a long poll when the server answers it (a server
+that is shutting down answers its long polls at once).
 """
 
 from __future__ import annotations
 
 import signal
-import time
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -87,20 +89,26 @@ class Daemon:
         self.observed: int | None = None
         self.stopping = False
         self._idle = False
+        self._woken = threading.Event()
 
     # -- stopping ------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.stopping = True
-        self.log.info("bcd.stopping", signal=signal.Signals(signum).name)
+        self.stop(signal.Signals(signum).name)
         if self._idle:
             raise _Stopped
+
+    def stop(self, why: str = "stop") -> None:
+        """Ask the loop to end after the pass under way (any thread may call it)."""
+        self.stopping = True
+        self._woken.set()
+        self.log.info("bcd.stopping", signal=why)
 
     def _pause(self, seconds: float) -> None:
         self._idle = True
         try:
             if not self.stopping:
-                time.sleep(seconds)
+                self._woken.wait(seconds)
         finally:
             self._idle = False
 
@@ -199,9 +207,12 @@ class Daemon:
         self.flush()
         return settled
 
-    def run(self) -> int:
-        """The loop, until SIGTERM or SIGINT; returns the exit status (0)."""
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    def run(self, *, signals: bool = True) -> int:
+        """The loop, until SIGTERM or SIGINT (with `signals`, in the main thread only) or `stop`;
+        returns the exit status (0)."""
+        previous = (
+            {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)} if signals else {}
+        )
         self.log.info("bcd.start", queued=len(self.queue))
         settled = False
         try:

@@ -27,11 +27,22 @@ Report = Callable[[int, int], None]
 
 
 def load_fleet(
-    store: StorePort, spec: FleetSpec, now: datetime, *, batch: int = 200, progress: Report | None = None
+    store: StorePort,
+    spec: FleetSpec,
+    now: datetime,
+    *,
+    batch: int = 200,
+    progress: Report | None = None,
+    simulate: bool = True,
 ) -> int:
-    """Register the fleet and ingest one simulated report per node; returns the number of nodes.
-    A large fleet takes a while, so `progress` hears after every batch how far it has got."""
+    """Register the fleet and, when `simulate`, ingest one simulated report per node (the report
+    each node's simulated daemon would send first, so the atoms are there before it has started);
+    returns the number of nodes. A large fleet takes a while, so `progress` hears after every batch
+    how far it has got. Without `simulate` the nodes have no GPUs until their own daemons report."""
     fleet.register_fleet(store, spec, now)
+    if not simulate:
+        store.analyze()
+        return len(spec.nodes)
     fakes = simulated_nodes(spec)
     for i in range(0, len(fakes), batch):
         inventory.ingest(store, [f.report() for f in fakes[i : i + batch]], now)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import socket
 from collections.abc import Iterator
@@ -131,6 +132,14 @@ def serve(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     fleet: Annotated[Path | None, typer.Option(help="Fleet file (YAML) to load before serving.")] = None,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            help="With --fleet: run a bcd loop (fake NVML) for every node of the file, in this process,"
+            " talking HTTP to this server; --no-simulate registers the nodes and waits for real bcd"
+            " processes to join."
+        ),
+    ] = True,
     workers: Annotated[
         int,
         typer.Option(
@@ -172,12 +181,16 @@ def serve(
     ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
+    import tempfile
+
     import uvicorn
     from rich.console import Console
 
     from better_compute.entrypoints import server
     from better_compute.entrypoints.fleet import fleet_progress, load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
+    from better_compute.entrypoints.serving import Serving
+    from better_compute.entrypoints.simulation import QuietNodeTraffic, SimulatedNodes, join_tokens, local_url
 
     settings = read_settings(
         database_url=database_url_opt,
@@ -191,33 +204,57 @@ def serve(
         "timeout_keep_alive": settings.timeout_keep_alive,
     }
     check_port_free(host, port)
-    with opened(settings, create=True) as (services, _):
+    with ExitStack() as stack:
+        nodes: SimulatedNodes | None = None
+        services, _ = stack.enter_context(opened(settings, create=True))
         if fleet is not None:
             try:
                 spec = read_fleet(fleet)
                 with fleet_progress(Console(stderr=True)) as progress:
-                    count = load_fleet(services.store, spec, services.clock(), progress=progress)
+                    count = load_fleet(
+                        services.store, spec, services.clock(), progress=progress, simulate=simulate
+                    )
             except DomainError as exc:
                 typer.echo(f"error: {exc.message}", err=True)
                 raise typer.Exit(2) from None
-            typer.echo(f"loaded {fleet}: {count} simulated nodes")
+            if simulate:
+                root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="better-compute-nodes-")))
+                tokens = join_tokens(services.store, spec, services.clock())
+                nodes = SimulatedNodes(spec, tokens, local_url(host, port), root)
+                typer.echo(
+                    f"loaded {fleet}: {count} nodes, each run by a bcd loop with fake NVML"
+                    f" (keys, CDI files and logs under {root})"
+                )
+            else:
+                typer.echo(
+                    f"loaded {fleet}: {count} nodes registered; each waits for its bcd to join"
+                    " (docs/bcd.md: nodes.joinToken, then bcd join and bcd run on the node)"
+                )
         typer.echo(f"serving on http://{host}:{port} (database: {services.store.dialect}); docs at /docs")
+        if nodes is not None:
+            nodes.start()
+            stack.callback(nodes.stop)
         if workers == 1:
             app_ = server.build_app(services, settings)
-            uvicorn.run(app_, host=host, port=port, log_level="info", access_log=access_log, **connections)
+            config = uvicorn.Config(
+                app_, host=host, port=port, log_level="info", access_log=access_log, **connections
+            )
+            if nodes is not None:
+                logging.getLogger("uvicorn.access").addFilter(QuietNodeTraffic())
+            Serving(config, services.stopping).run()
             return
-    # Worker processes build their own services from the same settings (entrypoints/asgi.py).
-    os.environ.update(settings.environment())
-    uvicorn.run(
-        "better_compute.entrypoints.asgi:create",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_level="info",
-        access_log=access_log,
-        **connections,
-    )
+        # Worker processes build their own services from the same settings (entrypoints/asgi.py).
+        os.environ.update(settings.environment())
+        uvicorn.run(
+            "better_compute.entrypoints.asgi:create",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_level="info",
+            access_log=access_log,
+            **connections,
+        )
 
 
 @admin_app.command()

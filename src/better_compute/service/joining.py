@@ -46,6 +46,14 @@ def issue(
 ) -> IssuedJoinToken:
     """A fresh join token for a registered node (admin only), valid for `ttl_seconds` (an hour)."""
     require_admin(principal, "nodes.joinToken")
+    return issue_in_process(store, node_id, now, ttl_seconds)
+
+
+def issue_in_process(
+    store: StorePort, node_id: str, now: datetime, ttl_seconds: int | None = None
+) -> IssuedJoinToken:
+    """A join token made by the server process itself, with no caller: for the nodes `serve`
+    simulates, which join over HTTP like any node but whose operator is that process."""
     check_ref(node_id, "node")
     ttl = token_ttl(ttl_seconds)
     token = new_join_token()

@@ -12,6 +12,7 @@ never what the spec is.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -87,13 +88,15 @@ async def read_after(
     *,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     monotonic: Callable[[], float] = time.monotonic,
+    stopping: threading.Event | None = None,
 ) -> ServedSpec:
     """The spec, at once when its generation is not `after` (or `after` is None), else once it
-    changes or `wait` has passed (answering the same generation then). Database work runs in a
-    worker thread, the waiting on the event loop."""
+    changes, `wait` has passed or the process is `stopping` (answering the same generation then).
+    Database work runs in a worker thread, the waiting on the event loop."""
     deadline = monotonic() + wait.total_seconds()
     while True:
         served = await asyncio.to_thread(read, store, node_id, clock())
-        if after is None or served.generation != after or monotonic() >= deadline:
+        over = monotonic() >= deadline or (stopping is not None and stopping.is_set())
+        if after is None or served.generation != after or over:
             return served
         await sleep(min(POLL_INTERVAL.total_seconds(), max(0.0, deadline - monotonic())))

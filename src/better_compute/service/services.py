@@ -9,8 +9,9 @@ wants a fixed time or known ids builds the same thing with fakes in their place.
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.clock import Clock
@@ -34,6 +35,9 @@ class Services:
     """Where reservations are admitted: a few threads that keep their database connections, so that
     a process goes on serving requests while one waits for the database; None: on the event loop
     (SQLite, whose one writer the threads would only queue for)."""
+    stopping: threading.Event = field(default_factory=threading.Event)
+    """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
+    so that shutting down does not wait out every node's poll."""
 
     def close(self) -> None:
         """Stop the admission threads, once the work they were given is done. The store is closed

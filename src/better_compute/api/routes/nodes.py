@@ -97,5 +97,7 @@ async def get_spec(
     else:
         principal = await get_principal(request)
         require_admin(principal, "nodes.spec")
-    served = await node_spec.read_after(services.store, node, after, waited, services.clock)
+    served = await node_spec.read_after(
+        services.store, node, after, waited, services.clock, stopping=services.stopping
+    )
     return spec_public(served)

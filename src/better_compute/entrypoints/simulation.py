@@ -1,0 +1,160 @@
+"""`serve --fleet`'s simulated nodes: one `bcd run` loop per node of the fleet file, over the fake
+GPU backend, in a thread of the server process, talking HTTP to the server like a real node.
+
+Each node joins as `bcd join` does (the join token is made in-process, the server being the fleet's
+operator here; the join itself goes over HTTP), keeps its key, report queue, CDI files and log in a
+directory of its own under `root`, and runs the daemon's loop (`bcd.daemon.Daemon`) with signed
+reports and spec long polls. So `make run` takes the production path: a reservation's binding
+state comes from a daemon's report, its CDI file appears in the node's CDI directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+
+from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.joining import join, node_client
+from better_compute.bcd.logs import Log
+from better_compute.domain.fleet import FleetSpec
+from better_compute.service import joining
+from better_compute.service.ports import StorePort
+
+READY_POLL = 0.05
+"""Seconds between the probes of `/healthz` while the server starts (readiness only)."""
+
+
+class QuietNodeTraffic(logging.Filter):
+    """Leaves out of uvicorn's access log the simulated nodes' routine requests (spec long polls
+    and reports answered without error), which would otherwise fill the console of `make run`."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        if not isinstance(args, tuple) or len(args) < 5:
+            return True
+        path, status = args[2], args[4]
+        routine = isinstance(path, str) and path.startswith("/v1/nodes/")
+        return not (routine and isinstance(status, int) and status < 400)
+
+
+def local_url(host: str, port: int) -> str:
+    """Where a process on this machine reaches a server listening on `host`: a wildcard address
+    is reached on loopback."""
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+@dataclass
+class SimulatedNode:
+    """One node's daemon, its thread and where it keeps its state."""
+
+    name: str
+    state_dir: Path
+    daemon: Daemon
+    thread: threading.Thread
+    stream: TextIO = field(repr=False)
+
+
+def join_tokens(store: StorePort, spec: FleetSpec, now: datetime) -> dict[str, str]:
+    """A join token for each node of `spec`, made by the server process (`joining.issue_in_process`)
+    before it serves, so the daemons need no store of their own."""
+    return {n.name: joining.issue_in_process(store, n.name, now).token for n in spec.nodes}
+
+
+class SimulatedNodes:
+    """The daemons of every node of `spec`, started once the server at `url` answers; each joins
+    with its token of `tokens`."""
+
+    def __init__(
+        self,
+        spec: FleetSpec,
+        tokens: dict[str, str],
+        url: str,
+        root: Path,
+        *,
+        wait: float = 10.0,
+    ) -> None:
+        self.spec = spec
+        self.tokens = tokens
+        self.url = url
+        self.root = root
+        self.wait = wait
+        self.nodes: list[SimulatedNode] = []
+        self.failed: str | None = None
+        self.ready = threading.Event()
+        self._stopping = threading.Event()
+        self._starter = threading.Thread(target=self._bring_up, name="simulated-nodes", daemon=True)
+
+    def start(self) -> None:
+        """Bring the nodes up in the background; `ready` is set once all run (or `failed` says why)."""
+        self._starter.start()
+
+    def _server_up(self) -> bool:
+        while not self._stopping.is_set():
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=2.0).status_code == 200:
+                    return True
+            except httpx.HTTPError:
+                pass
+            self._stopping.wait(READY_POLL)
+        return False
+
+    def _bring_up(self) -> None:
+        try:
+            if not self._server_up():
+                return
+            for node in self.spec.nodes:
+                if self._stopping.is_set():
+                    return
+                self.nodes.append(self._run_node(node.name, FakeNode.for_node(self.spec, node)))
+        except Exception as exc:  # reported on `failed`: the server goes on serving without them
+            self.failed = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.ready.set()
+
+    def _run_node(self, name: str, fake: FakeNode) -> SimulatedNode:
+        state_dir = self.root / name
+        state_dir.mkdir(parents=True, exist_ok=True)
+        identity = join(self.url, self.tokens[name], name, state_dir)
+        stream = (state_dir / "bcd.log").open("a", encoding="utf-8")
+        log = Log(stream, node=name)
+        daemon = Daemon(
+            identity,
+            fake,
+            node_client(identity, timeout=self.wait + 30.0),
+            cdi_root=state_dir / "cdi",
+            log=log,
+            mps_runner=LoggingRunner(log),
+            wait=self.wait,
+        )
+        thread = threading.Thread(
+            target=daemon.run, kwargs={"signals": False}, name=f"bcd-{name}", daemon=True
+        )
+        thread.start()
+        return SimulatedNode(name, state_dir, daemon, thread, stream)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every daemon (each ends after its pass or long poll) and close what they opened."""
+        self._stopping.set()
+        self.ready.wait(timeout)
+        for node in self.nodes:
+            node.daemon.stop("server stopping")
+        for node in self.nodes:
+            node.thread.join(timeout)
+            node.daemon.compute.close()
+            node.stream.close()
+
+
+__all__ = ["QuietNodeTraffic", "SimulatedNode", "SimulatedNodes", "join_tokens", "local_url"]

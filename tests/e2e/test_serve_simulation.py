@@ -1,0 +1,72 @@
+"""`serve --fleet` runs a `bcd` loop for every node of the file (fake NVML, HTTP to the server, like a
+real node), so a reservation made on `make run`'s fleet is handed to its node: its CDI file appears
+in that node's CDI directory and the reservation shows `bound`; released, the file goes. With
+`--no-simulate` the nodes are registered and have no atoms until their own `bcd` reports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import httpx
+import pytest
+
+from better_compute.bcd import cdi
+from tests.e2e.conftest import Server, start_server
+from tests.e2e.test_bcd_loop import eventually
+
+pytestmark = pytest.mark.e2e
+
+NOTEBOOK = {
+    "tenantId": "platform",
+    "poolId": "h100-mig",
+    "duration": "1h",
+    "devices": [
+        {
+            "class": "gpu.mig",
+            "count": 1,
+            "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+        }
+    ],
+}
+
+
+def nodes_dir(server: Server) -> Path:
+    found = re.search(r"keys, CDI files and logs under (\S+)\)", server.output())
+    assert found, server.output()
+    return Path(found.group(1))
+
+
+def test_a_reservation_on_the_demo_fleet_is_handed_to_its_node_by_the_simulated_bcd(server: Server) -> None:
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
+        made = http.post("/v1/reservations", json=NOTEBOOK)
+        assert made.status_code == 201, made.text
+        rid, atom = made.json()["id"], made.json()["atoms"][0]
+        assert atom["node"] == "euw-h100-b"  # the node that keeps its mixed layout
+        spec_file = cdi.spec_path(nodes_dir(server) / "euw-h100-b" / "cdi", rid)
+        eventually(spec_file.exists, f"{spec_file} written by the simulated bcd")
+        written = json.loads(spec_file.read_text())
+        env = dict(e.split("=", 1) for e in written["devices"][0]["containerEdits"]["env"])
+        assert env["NVIDIA_VISIBLE_DEVICES"] == atom["attributes"]["migUuid"]
+        eventually(lambda: http.get(f"/v1/reservations/{rid}").json()["binding"] == "bound", "bound")
+        assert http.post(f"/v1/reservations/{rid}/release").status_code == 200
+        eventually(lambda: not spec_file.exists(), f"{spec_file} removed")
+        eventually(lambda: http.get(f"/v1/reservations/{rid}").json()["binding"] == "released", "released")
+        gpus = {g["id"]: g for g in http.get("/v1/gpus", params={"node": "euw-h100-b"}).json()["items"]}
+    # The daemon left the node's own layout alone: its pool's policy is all-1g.10gb.
+    profiles = {i["profile"] for g in gpus.values() for i in g["migInstances"]}
+    assert profiles == {"3g.40gb", "2g.20gb"}
+
+
+def test_no_simulate_registers_the_nodes_and_waits_for_their_bcd(tmp_path: Path) -> None:
+    with start_server(tmp_path, options=["--no-simulate"]) as server:
+        admin = {"Authorization": f"Bearer {server.admin_token}"}
+        with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
+            nodes = http.get("/v1/nodes").json()["items"]
+            atoms = http.get("/v1/atoms").json()["items"]
+        assert len(nodes) == 8 and all(n["lastReportAt"] is None for n in nodes)
+        assert atoms == []
+        assert "each waits for its bcd to join" in server.output()
+        assert "bcd loop" not in server.output()
