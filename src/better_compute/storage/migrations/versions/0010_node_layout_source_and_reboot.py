@@ -16,13 +16,13 @@ branch_labels = None
 depends_on = None
 
 
+# Plain ADD and DROP COLUMN, not a batch copy of the table: SQLite (3.35 and later) alters it in
+# place, where copying `nodes` would drop a table other tables' rows refer to.
 def upgrade() -> None:
-    with op.batch_alter_table("nodes") as batch:
-        batch.add_column(sa.Column("carries_pool_layout", sa.Boolean(), nullable=False, server_default="1"))
-        batch.add_column(sa.Column("reboot_required", sa.Boolean(), nullable=False, server_default="0"))
+    op.add_column("nodes", sa.Column("carries_pool_layout", sa.Boolean(), nullable=False, server_default="1"))
+    op.add_column("nodes", sa.Column("reboot_required", sa.Boolean(), nullable=False, server_default="0"))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("nodes") as batch:
-        batch.drop_column("reboot_required")
-        batch.drop_column("carries_pool_layout")
+    op.drop_column("nodes", "reboot_required")
+    op.drop_column("nodes", "carries_pool_layout")
