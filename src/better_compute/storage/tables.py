@@ -171,6 +171,29 @@ pools = Table(
     Column("created_at", UtcDateTime, nullable=False),
 )
 
+capacity_mig_layouts = Table(
+    # The MIG layout gate (SPEC 6.1, docs/adr/0012): a node of a mig pool whose layout change is
+    # under way, frozen at `frozen_layout` until the change is granted. One row per node; the row
+    # goes once the node has converged the new layout (`node.mig.applied`).
+    "capacity_mig_layouts",
+    metadata,
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("pool_id", String(64), ForeignKey("pools.id"), nullable=False, index=True),
+    Column("frozen_layout", String(512), nullable=True),
+    Column("pending_layout", String(512), nullable=False),
+    # pending (requested) -> scheduled (families booked from `scheduled_from`) -> granted.
+    Column("state", String(16), nullable=False),
+    Column("requested_at", UtcDateTime, nullable=False),
+    Column("scheduled_from", UtcDateTime, nullable=True),
+    Column("granted_at", UtcDateTime, nullable=True),
+    # The node's spec generation when the grant was made: a higher observed one has the new layout.
+    Column("granted_generation", Integer, nullable=True),
+    Column("version", Integer, nullable=False, server_default="1"),
+    # Which reconciler works on the node, until when (a replica that dies loses it then).
+    Column("lease_owner", String(64), nullable=True),
+    Column("lease_until", UtcDateTime, nullable=True),
+)
+
 pool_nodes = Table(
     "pool_nodes",
     metadata,
