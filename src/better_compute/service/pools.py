@@ -266,8 +266,10 @@ def update(
     """Change a pool's policy and/or nodes (admin only); every update bumps `generation`.
 
     A new `replicas` re-derives the slots at once (refused while a booking holds a slot that would
-    go). A new `migLayout` is validated on every node's GPU model and recorded, with the event
-    `pool.mig_layout.requested`; repartitioning is the MIG layout gate's job, never done here.
+    go). A `scrub` turned on counts every atom of the pool as clean now: it applies to atoms
+    released from then on (domain.scrub). A new `migLayout` is validated on every node's GPU model
+    and recorded, with the event `pool.mig_layout.requested`; repartitioning is the MIG layout
+    gate's job, never done here.
     """
     require_admin(principal, "pools.update")
     check_ref(pool_id, "id")
@@ -334,6 +336,9 @@ def update_in(
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
+    if old.scrub == "none" and new.scrub != "none":
+        # Scrubbing applies to what is released from now on: earlier holders owe nothing.
+        tx.atoms.mark_scrubbed_pool(pool_id, now)
     tx.events.append(PoolUpdated(pool_id, current + 1, new.as_mapping(), tuple(added), tuple(removed)), now)
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)
