@@ -37,9 +37,14 @@ def test_a_timeslice_node_is_told_its_replicas_and_whole_gpu_uuids(store: Store,
     atom = world.http.get(f"/v1/reservations/{rid}", headers=world.platform).json()["atoms"][0]
     spec = world.http.get(f"/v1/nodes/{atom['node']}/spec", headers=world.admin).json()
     assert [g["migLayout"] for g in spec["gpus"]] == ["all-disabled", "all-disabled"]
-    assert spec["sharing"] == {"mode": "timeslice", "replicas": 4}
+    assert spec["sharing"] == {"mode": "timeslice", "replicas": 4, "scrub": "none"}
     assert spec["assignments"] == [
-        {"allocationId": rid, "atoms": [atom["id"]], "env": {"NVIDIA_VISIBLE_DEVICES": atom["gpuId"]}}
+        {
+            "allocationId": rid,
+            "tenantId": "platform",
+            "atoms": [atom["id"]],
+            "env": {"NVIDIA_VISIBLE_DEVICES": atom["gpuId"]},
+        }
     ]
 
 

@@ -22,6 +22,7 @@ from better_compute.bcd.gpu import (
     ResetFailed,
     UnknownGpu,
     UnknownInstance,
+    ZeroingFailed,
 )
 from better_compute.bcd.inventory import node_report
 from better_compute.bcd.nvml import MUTATING_CALLS, NVML_MISSING, NvmlBackend, profile_name, sysfs_numa_node
@@ -201,6 +202,15 @@ def test_set_mig_mode_says_whether_a_reset_is_needed(tmp_path: Path) -> None:
     assert b.set_mig_mode(stub.gpus[0].uuid, False) is False
     with pytest.raises(MigNotSupported):
         b.set_mig_mode(stub.gpus[1].uuid, True)
+
+
+def test_a_zeroing_pass_is_refused_in_words_since_nvml_has_none(tmp_path: Path) -> None:
+    stub = StubNvml([h100(0)])
+    b = backend(stub, tmp_path)
+    with pytest.raises(ZeroingFailed, match="NVML has no call that zeroes GPU memory"):
+        b.zero_memory(stub.gpus[0].uuid, None)
+    with pytest.raises(ZeroingFailed, match="GPU instance 1 of"):
+        b.zero_memory(stub.gpus[0].uuid, 1)
 
 
 def test_reset_runs_nvidia_smi_and_reports_its_failure(tmp_path: Path) -> None:

@@ -75,6 +75,18 @@ def test_pools_update_sets_max_duration_keeping_the_layout(runner: CliRunner, li
     assert (policy["maxDuration"], policy["migLayout"]) == ("8h", "all-1g.10gb")
 
 
+def test_pools_update_sets_the_scrub_between_tenants_and_refuses_one_the_mode_has_not(
+    runner: CliRunner, live: Live
+) -> None:
+    result = run(runner, live.admin, "pools", "update", "p1", "--scrub", "zero", "--json")
+    assert result.exit_code == 0, result.output
+    policy = json.loads(result.stdout)["policy"]
+    assert (policy["scrub"], policy["migLayout"]) == ("zero", "all-1g.10gb")
+    refused = run(runner, live.admin, "pools", "update", "p1", "--scrub", "reset")
+    assert refused.exit_code == 1 and "does not apply to mig pools" in refused.stderr
+    assert run(runner, live.admin, "pools", "update", "p1", "--scrub", "none").exit_code == 0
+
+
 def test_max_duration_can_be_removed_again(runner: CliRunner, live: Live) -> None:
     """Regression: a null maxDuration in pools.update was dropped, so a limit once set stayed for good."""
     assert run(runner, live.admin, "pools", "update", "p1", "--max-duration", "8h").exit_code == 0

@@ -121,6 +121,7 @@ def pool_public(v: PoolView) -> PoolPublic:
             mig_layout=p.settings.mig_layout,
             replicas=p.settings.replicas,
             max_duration=p.settings.max_duration,
+            scrub=p.settings.scrub,
         ),
         owner_tenant_id=p.owner_tenant_id,
         nodes=list(v.nodes),
@@ -205,8 +206,9 @@ def gpu_public(g: Gpu) -> GpuPublic:
     )
 
 
-def atom_public(a: Atom, free: Availability | None = None) -> AtomPublic:
-    """An atom; with its `Availability`, whether it is booked now and when it is next free."""
+def atom_public(a: Atom, free: Availability | None = None, *, scrub_pending: bool = False) -> AtomPublic:
+    """An atom; with its `Availability`, whether it is booked now and when it is next free, and
+    whether it waits for a scrub before the caller may have it."""
     return AtomPublic(
         id=a.id,
         cls=a.cls,
@@ -219,6 +221,7 @@ def atom_public(a: Atom, free: Availability | None = None) -> AtomPublic:
         attributes=dict(a.attributes),
         booked_now=free.booked_now if free else False,
         next_free_at=free.next_free_at if free else None,
+        scrub_pending=scrub_pending,
     )
 
 
@@ -469,9 +472,13 @@ def spec_public(served: ServedSpec) -> NodeSpecPublic:
         node=spec.node,
         generation=served.generation,
         gpus=[GpuSpecPublic(uuid=g.uuid, mig_layout=g.mig_layout) for g in spec.gpus],
-        sharing=SharingPublic(mode=spec.sharing.mode, replicas=spec.sharing.replicas),
+        sharing=SharingPublic(
+            mode=spec.sharing.mode, replicas=spec.sharing.replicas, scrub=spec.sharing.scrub
+        ),
         assignments=[
-            AssignmentPublic(allocation_id=a.allocation_id, atoms=list(a.atoms), env=dict(a.env))
+            AssignmentPublic(
+                allocation_id=a.allocation_id, atoms=list(a.atoms), env=dict(a.env), tenant_id=a.tenant_id
+            )
             for a in spec.assignments
         ],
     )

@@ -29,11 +29,13 @@ from better_compute.bcd.inventory import node_report, report_json
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
+from better_compute.bcd.scrub import Scrubber, ScrubState
 from better_compute.client import Compute, ComputeError, TransportError, UnauthenticatedError
 from better_compute.wire.nodes import NodeSpecPublic
 
 QUEUE_DIR = "queue"
 ENV_DIR = "env"
+SCRUB_FILE = "scrub.json"
 
 
 class _Stopped(BaseException):
@@ -78,7 +80,10 @@ class Daemon:
         self.retry = retry
         state = identity.state_dir
         self.queue = ReportQueue(state / QUEUE_DIR)
-        self.devices = DevicesConverger(cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"))
+        scrubber = Scrubber(backend, ScrubState(state / SCRUB_FILE))
+        self.devices = DevicesConverger(
+            cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log
+        )
         mps = (
             MpsUnit(unit_dir or state / "systemd", MpsPaths.under(state / "mps"), mps_runner)
             if mps_runner

@@ -8,6 +8,10 @@ GPU's uuid. An atom with no device yet (an instance not created) leaves its allo
 rule on the node; a refused allocation gets nothing. A bound allocation has a CDI spec under the CDI
 root and an env file under the state directory; the env files are the record of what is handed
 over, so a restarted daemon knows it without asking anyone.
+
+Between tenants (`bcd.scrub`): an atom released in a pool whose spec says `scrub` is scrubbed at
+once and reported `ScrubDone`; an allocation whose atoms still hold another tenant's data is not
+handed over (it stays pending) until that scrub has succeeded.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from better_compute.bcd import cdi
-from better_compute.bcd.gpu import Gpu
+from better_compute.bcd.gpu import Gpu, GpuError
+from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
+from better_compute.bcd.scrub import Scrubber, Target
 from better_compute.domain.atoms import atom_id_for
 from better_compute.domain.handoff import Held, refusals
 from better_compute.domain.node_spec import VISIBLE_DEVICES
@@ -28,6 +34,9 @@ from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
 
 SLOT_MODES = ("timeslice", "mps")
 """Pools whose GPUs are booked in slots."""
+
+SCRUB_REPORT_ATOMS = 1024
+"""The most atoms one `ScrubDone` report names (the server's limit)."""
 
 
 def slots_of(spec: NodeSpecPublic) -> int:
@@ -45,6 +54,8 @@ class Device:
     uuid: str
     """What `NVIDIA_VISIBLE_DEVICES` names: the `MIG-…` uuid of a MIG atom, else the GPU's."""
     slot: bool = False
+    gi_id: int | None = None
+    """The GPU instance of a MIG atom (None for a whole GPU or a slot)."""
 
 
 def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
@@ -59,7 +70,7 @@ def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
             for gi in gpu.instances:
                 for ci in gi.compute_instances:
                     atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{ci.ci_id}")
-                    index[atom] = Device(atom, gpu.uuid, False, ci.uuid)
+                    index[atom] = Device(atom, gpu.uuid, False, ci.uuid, gi_id=gi.gi_id)
         for slot in range(slots):
             atom = atom_id_for(gpu.uuid, f"slot:{slot}")
             index[atom] = Device(atom, gpu.uuid, False, gpu.uuid, slot=True)
@@ -84,10 +95,19 @@ class DevicesConverger:
     """Keeps the CDI specs (under `cdi_root`) and env files (under `env_dir`) equal to the spec's
     assignments; `mps` is where the node's MPS daemon meets its clients, for slots of an mps pool."""
 
-    def __init__(self, cdi_root: Path, env_dir: Path, mps: MpsPaths | None = None) -> None:
+    def __init__(
+        self,
+        cdi_root: Path,
+        env_dir: Path,
+        mps: MpsPaths | None = None,
+        scrubber: Scrubber | None = None,
+        log: Log | None = None,
+    ) -> None:
         self.cdi_root = cdi_root
         self.env_dir = env_dir
         self.mps = mps
+        self.scrubber = scrubber
+        self.log = log
         env_dir.mkdir(parents=True, exist_ok=True)
         self._reported: dict[str, tuple[str, str | None]] = {a: ("bound", None) for a in self.bound()}
 
@@ -107,6 +127,10 @@ class DevicesConverger:
             self._release(allocation_id, done)
         for allocation_id in sorted(set(self._reported) - set(wanted) - bound):
             self._release(allocation_id, done)
+        scrub = spec.sharing.scrub
+        if self.scrubber is not None and scrub != "none":
+            self._scrub(spec, index, self.bound(), scrub, done)
+        waiting: set[str] = set()
         held: list[Held] = []
         new: list[Held] = []
         missing: dict[str, list[str]] = {}
@@ -117,6 +141,8 @@ class DevicesConverger:
                 held.extend(items)
             elif absent:
                 missing[a.allocation_id] = absent
+            elif scrub != "none" and self._unclean_for(a):
+                waiting.add(a.allocation_id)
             else:
                 new.extend(items)
         refused = refusals(held, new)
@@ -125,14 +151,62 @@ class DevicesConverger:
                 detail = f"no device yet for atoms {', '.join(missing[a.allocation_id])}"
                 self._report(a.allocation_id, "device-missing", detail, done)
                 done.settled = False
+            elif a.allocation_id in waiting:
+                # Another tenant's data is on an atom until its scrub succeeds: no hand-over, and
+                # no report (the allocation stays pending); the next pass tries the scrub again.
+                done.settled = False
             elif a.allocation_id in refused:
                 self._report(a.allocation_id, "refused", refused[a.allocation_id], done)
             else:
                 devices = _resolved(a, index)
+                if self.scrubber is not None:
+                    self.scrubber.state.hold(a.atoms, a.tenant_id, a.allocation_id)
                 self._hand_over(a, devices, spec)
                 self._report(a.allocation_id, "bound", None, done)
                 done.held_gpus.update(d.gpu_uuid for d in devices)
         return done
+
+    def _unclean_for(self, a: AssignmentPublic) -> list[str]:
+        """The assignment's atoms that still hold another tenant's data."""
+        if self.scrubber is None:
+            return []
+        return [atom for atom in a.atoms if self.scrubber.state.blocks(atom, a.tenant_id)]
+
+    def _scrub(
+        self, spec: NodeSpecPublic, index: dict[str, Device], bound: set[str], mode: str, done: DevicesPass
+    ) -> None:
+        """Scrub every unclean atom no bound allocation holds, unless the tenant that left it takes
+        it back now; report those cleaned in one `ScrubDone` (a failure is logged and tried again
+        on the next pass; an atom with no device now waits for it)."""
+        assert self.scrubber is not None
+        returning = {
+            (atom, a.tenant_id) for a in spec.assignments if a.allocation_id not in bound for atom in a.atoms
+        }
+        cleaned: list[str] = []
+        for atom, holder in self.scrubber.state.unclean().items():
+            if holder.allocation in bound or (atom, holder.tenant) in returning:
+                continue
+            device = index.get(atom)
+            if device is None:
+                continue
+            target = Target(atom, device.gpu_uuid, device.gi_id, device.whole)
+            try:
+                self.scrubber.scrub(target, mode)
+            except GpuError as exc:
+                done.settled = False
+                if self.log is not None:
+                    self.log.error(
+                        "scrub.failed", atom=atom, gpu=device.gpu_uuid, scrub=mode, reason=str(exc)
+                    )
+                continue
+            cleaned.append(atom)
+        if not cleaned:
+            return
+        self.scrubber.state.mark_clean(cleaned)
+        if self.log is not None:
+            self.log.info("scrub.done", atoms=cleaned, scrub=mode)
+        for i in range(0, len(cleaned), SCRUB_REPORT_ATOMS):
+            done.reports.append({"kind": "ScrubDone", "atoms": cleaned[i : i + SCRUB_REPORT_ATOMS]})
 
     def _hand_over(self, a: AssignmentPublic, devices: Sequence[Device], spec: NodeSpecPublic) -> None:
         uuids = sorted({d.uuid for d in devices})

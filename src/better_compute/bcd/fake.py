@@ -4,7 +4,8 @@ Demo and test fleets go through the control plane's real ingestion path with it,
 tested against it, so it refuses what NVML refuses: a profile the model lacks, a placement start the
 profile does not allow, one overlapping an instance, more instances than the profile or the GPU's
 slices and engines allow. An instance can be marked busy (a process on it), and is then neither
-destroyed nor reset; a GPU can be told to fail its resets. A MIG mode change waits for a reset or a
+destroyed nor reset; a GPU can be told to fail its resets or its zeroing passes, and records
+those that completed (`resets`, `zeroed`). A MIG mode change waits for a reset or a
 reboot, and a reboot loses every instance, as on hardware.
 
 Ids are stable: a GPU's uuid derives from the node name and its index, a MIG device's from the GPU,
@@ -29,6 +30,7 @@ from better_compute.bcd.gpu import (
     ResetFailed,
     UnknownGpu,
     UnknownInstance,
+    ZeroingFailed,
 )
 from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import NotFound
@@ -64,6 +66,11 @@ class FakeGpu:
     busy: set[int] = field(default_factory=set)
     """GPU instance ids with work on them."""
     reset_fails: bool = False
+    resets: int = 0
+    """GPU resets that completed since start-up."""
+    zero_fails: bool = False
+    zeroed: list[int | None] = field(default_factory=list)
+    """The zeroing passes that completed, in order: a GPU instance id, or None for the whole GPU."""
     mig_mode_persists: bool = True
     """Whether MIG mode survives a reboot: True on Ampere (kept in the InfoROM), False on Hopper and
     later, where MIG mode is lost on reboot or driver reload."""
@@ -202,6 +209,17 @@ class FakeGpu:
             )
         self.mig_current = self.mig_pending
         self.instances = []
+        self.resets += 1
+
+    def zero(self, gi_id: int | None) -> None:
+        if self.zero_fails:
+            raise ZeroingFailed(f"the zeroing pass over {self.uuid} did not complete")
+        if gi_id is not None:
+            if not self.mig_current or gi_id not in {m.gi_id for m in self.instances}:
+                raise UnknownInstance(f"{self.uuid} has no GPU instance {gi_id}")
+            if gi_id in self.busy:
+                raise InstanceInUse(f"GPU instance {gi_id} of {self.uuid} is in use")
+        self.zeroed.append(gi_id)
 
     def reboot(self) -> None:
         if not self.mig_mode_persists:
@@ -285,6 +303,10 @@ class FakeNode:
         """Make the GPU's resets fail (or succeed again), as a reset blocked by the driver does."""
         self.gpu(gpu).reset_fails = fail
 
+    def fail_zeroing(self, gpu: str, fail: bool = True) -> None:
+        """Make the GPU's zeroing passes fail (or succeed again)."""
+        self.gpu(gpu).zero_fails = fail
+
     def reboot(self) -> None:
         """Restart the node: pending MIG modes apply (or are lost where they do not persist), every
         GPU and compute instance is gone."""
@@ -307,6 +329,9 @@ class FakeNode:
 
     def reset_gpu(self, gpu: str) -> None:
         self.gpu(gpu).reset()
+
+    def zero_memory(self, gpu: str, gi_id: int | None) -> None:
+        self.gpu(gpu).zero(gi_id)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -46,6 +46,10 @@ class ResetFailed(GpuError):
     """A GPU reset did not complete; a pending MIG mode change then waits for a reboot."""
 
 
+class ZeroingFailed(GpuError):
+    """A zeroing pass over a GPU's (or a MIG instance's) memory did not complete."""
+
+
 UNHEALTHY_THROTTLE_REASONS: tuple[str, ...] = ("HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown")
 """Clock event (throttle) reasons that make a GPU unhealthy: the hardware itself slowing down (an
 external power brake, a thermal or power alarm). Idle, application clock settings, sync boost,
@@ -153,6 +157,11 @@ class GpuBackend(Protocol):
     def reset_gpu(self, gpu: str) -> None:
         """Reset the GPU, which applies a pending MIG mode and loses its instances; `ResetFailed`
         when it does not complete."""
+        ...
+
+    def zero_memory(self, gpu: str, gi_id: int | None) -> None:
+        """Overwrite the memory of GPU instance `gi_id` (None: of the whole GPU) with zeros, so the
+        next holder reads nothing of the last one's; `ZeroingFailed` when it does not complete."""
         ...
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from better_compute.bcd.gpu import (
     ResetFailed,
     UnknownGpu,
     UnknownInstance,
+    ZeroingFailed,
 )
 from better_compute.domain.catalog import normalize_profile_name
 
@@ -402,6 +403,16 @@ class NvmlBackend:
             raise ResetFailed(
                 f"the reset of {gpu} failed: {lines[-1] if lines else f'exit {result.returncode}'}"
             )
+
+    def zero_memory(self, gpu: str, gi_id: int | None) -> None:
+        """NVML has no call that writes a GPU's memory; a zeroing pass needs a CUDA program, which
+        this daemon does not carry. Refused, so the atom stays unclean and its next tenant waits."""
+        self._handle(gpu)
+        where = f"GPU instance {gi_id} of {gpu}" if gi_id is not None else gpu
+        raise ZeroingFailed(
+            f"the zeroing pass over {where} cannot run: NVML has no call that zeroes GPU memory; "
+            "use policy.scrub reset (exclusive pools) or none on this node's pool"
+        )
 
     def close(self) -> None:
         self._try("nvmlShutdown")

@@ -156,8 +156,10 @@ def pools_show(
     _one(_call(server, token, as_json, lambda c: c.pools.get(pool_id)), as_json)
 
 
-def _policy(mig_layout: str | None, replicas: int | None, max_duration: str | None) -> dict[str, Any]:
-    raw = {"migLayout": mig_layout, "replicas": replicas, "maxDuration": max_duration}
+def _policy(
+    mig_layout: str | None, replicas: int | None, max_duration: str | None, scrub: str | None = None
+) -> dict[str, Any]:
+    raw = {"migLayout": mig_layout, "replicas": replicas, "maxDuration": max_duration, "scrub": scrub}
     return {k: v for k, v in raw.items() if v is not None}
 
 
@@ -169,6 +171,14 @@ ReplicasOption = Annotated[
 ]
 MaxDurationOption = Annotated[
     str | None, typer.Option("--max-duration", help="The longest reservation: e.g. 8h.", show_default=False)
+]
+ScrubOption = Annotated[
+    str | None,
+    typer.Option(
+        "--scrub",
+        help="Between tenants: none, reset (a GPU reset; exclusive pools) or zero (exclusive, mig).",
+        show_default=False,
+    ),
 ]
 
 
@@ -186,12 +196,13 @@ def pools_create(
     mig_layout: MigLayoutOption = None,
     replicas: ReplicasOption = None,
     max_duration: MaxDurationOption = None,
+    scrub: ScrubOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Create a pool (admin)."""
-    policy = _policy(mig_layout, replicas, max_duration)
+    policy = _policy(mig_layout, replicas, max_duration, scrub)
     created = _call(
         server,
         token,
@@ -218,6 +229,7 @@ def pools_update(
     mig_layout: MigLayoutOption = None,
     replicas: ReplicasOption = None,
     max_duration: MaxDurationOption = None,
+    scrub: ScrubOption = None,
     no_max_duration: Annotated[
         bool, typer.Option("--no-max-duration", help="Remove the pool's longest-reservation limit.")
     ] = False,
@@ -230,7 +242,7 @@ def pools_update(
         raise typer.BadParameter(
             "give --max-duration or --no-max-duration, not both", param_hint="--no-max-duration"
         )
-    policy: dict[str, Any] | None = _policy(mig_layout, replicas, max_duration) or None
+    policy: dict[str, Any] | None = _policy(mig_layout, replicas, max_duration, scrub) or None
     if no_max_duration:
         policy = {**(policy or {}), "maxDuration": None}
     _one(_call(server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node)), as_json)

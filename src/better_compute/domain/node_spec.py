@@ -40,10 +40,12 @@ class GpuSpec:
 
 @dataclass(frozen=True, slots=True)
 class SharingSpec:
-    """How the node's GPUs are shared: the pool's mode and its replicas (1 unless shared in slots)."""
+    """How the node's GPUs are shared: the pool's mode and its replicas (1 unless shared in slots),
+    and what the node does to an atom between tenants (`policy.scrub`: none, reset or zero)."""
 
     mode: str
     replicas: int
+    scrub: str = "none"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,8 @@ class Assignment:
     allocation_id: str
     atoms: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    tenant_id: str | None = None
+    """The tenant holding the allocation: a node scrubs an atom before another tenant gets it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +85,18 @@ class NodeSpec:
         return {
             "node": self.node,
             "gpus": [{"uuid": g.uuid, "migLayout": g.mig_layout} for g in self.gpus],
-            "sharing": {"mode": self.sharing.mode, "replicas": self.sharing.replicas},
+            "sharing": {
+                "mode": self.sharing.mode,
+                "replicas": self.sharing.replicas,
+                "scrub": self.sharing.scrub,
+            },
             "assignments": [
-                {"allocationId": a.allocation_id, "atoms": list(a.atoms), "env": dict(sorted(a.env.items()))}
+                {
+                    "allocationId": a.allocation_id,
+                    "tenantId": a.tenant_id,
+                    "atoms": list(a.atoms),
+                    "env": dict(sorted(a.env.items())),
+                }
                 for a in self.assignments
             ],
         }
@@ -116,29 +129,36 @@ def plan_spec(
     gate: MigLayoutGate | None = None,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
-        pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
-        tenant allocation whose live booking holds one of the node's atoms at `now` (a layout change's
-        own bookings are no tenant's and assign nothing). A node that does not carry its pool's layout
-        gets no layout (None: leave it as it is); a node under a layout change (`gate`) is told the layout
-    the gate gives it (`domain.mig_gate.told_layout`)."""
+    pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
+    tenant allocation whose live booking holds one of the node's atoms at `now`, with its tenant (a
+    layout change's own bookings are no tenant's and assign nothing). A node that does not carry
+    its pool's layout gets no layout (None: leave it as it is); a node under a layout change
+    (`gate`) is told the layout the gate gives it (`domain.mig_gate.told_layout`)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
+    tenants: dict[str, str] = {}
     for hold in holds:
         atom = by_id.get(hold.atom_id)
         if atom is None or hold.tenant_id is None or not hold.holds_at(now):
             continue
         held.setdefault(hold.allocation_id, []).append(atom)
+        tenants[hold.allocation_id] = hold.tenant_id
     assignments = tuple(
         Assignment(
             allocation_id=allocation,
             atoms=tuple(a.id for a in sorted(mine, key=lambda a: a.id)),
             env={VISIBLE_DEVICES: ",".join(sorted({device_of(a) for a in mine}))},
+            tenant_id=tenants[allocation],
         )
         for allocation, mine in sorted(held.items())
     )
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
     sharing = (
-        SharingSpec(pool.mode, pool.sharing.replicas if pool.mode in ("timeslice", "mps") else 1)
+        SharingSpec(
+            pool.mode,
+            pool.sharing.replicas if pool.mode in ("timeslice", "mps") else 1,
+            pool.settings.scrub,
+        )
         if pool is not None
         else SharingSpec("exclusive", 1)
     )

@@ -18,6 +18,19 @@ if TYPE_CHECKING:
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
 SHARING_MODES: tuple[SharingMode, ...] = get_args(SharingMode)
 
+ScrubMode = Literal["none", "reset", "zero"]
+SCRUB_MODES: tuple[ScrubMode, ...] = get_args(ScrubMode)
+SCRUBS_BY_MODE: Mapping[SharingMode, tuple[ScrubMode, ...]] = {
+    "exclusive": ("none", "reset", "zero"),
+    "mig": ("none", "zero"),
+    "timeslice": ("none",),
+    "mps": ("none",),
+}
+"""What `policy.scrub` each sharing mode allows between tenants. A GPU reset cleans a whole GPU, so
+only where an atom is one (exclusive pools); a zeroing pass covers one MIG instance or one GPU.
+timeslice and mps pools share a GPU among holders at once, so there is nothing to clean in
+between."""
+
 MIN_REPLICAS = 1
 MAX_REPLICAS = 48
 """MPS serves at most 48 clients per GPU; time slicing is held to the same bound."""
@@ -44,6 +57,9 @@ class PoolSettings:
     mig_layout: str | None = None
     max_duration: str | None = None
     """The longest a reservation in the pool may be, as set (`8h`, `P2D`); None: no limit."""
+    scrub: ScrubMode = "none"
+    """What the node does to an atom released by one tenant before another may have it
+    (`SCRUBS_BY_MODE`); `none` keeps atoms as they are."""
 
     def as_mapping(self) -> dict[str, Any]:
         """The settings as the wire, the events and the store spell them (only those that apply)."""
@@ -54,6 +70,8 @@ class PoolSettings:
             out["migLayout"] = self.mig_layout
         if self.max_duration is not None:
             out["maxDuration"] = self.max_duration
+        if self.scrub != "none":
+            out["scrub"] = self.scrub
         return out
 
     @property
@@ -66,13 +84,40 @@ def stored_settings(mode: SharingMode, stored: Mapping[str, Any]) -> PoolSetting
     """Settings as written by `check_settings` earlier: trusted, only their defaults filled in."""
     longest = stored.get("maxDuration")
     max_duration = None if longest is None else str(longest)
+    scrub = stored.get("scrub") or "none"
+    kept: ScrubMode = scrub if scrub in SCRUBS_BY_MODE[mode] else "none"
     if mode in ("timeslice", "mps"):
         return PoolSettings(replicas=int(stored.get("replicas", 1)), max_duration=max_duration)
     if mode == "mig":
         return PoolSettings(
-            mig_layout=str(stored.get("migLayout", "all-disabled")), max_duration=max_duration
+            mig_layout=str(stored.get("migLayout", "all-disabled")), max_duration=max_duration, scrub=kept
         )
-    return PoolSettings(max_duration=max_duration)
+    return PoolSettings(max_duration=max_duration, scrub=kept)
+
+
+def check_scrub(mode: SharingMode, raw: object, where: str) -> ScrubMode:
+    """`policy.scrub` as sent (None: `none`), one the pool's sharing mode allows (`SCRUBS_BY_MODE`)."""
+    if raw is None:
+        return "none"
+    field = f"{where}.policy.scrub"
+    if raw not in SCRUB_MODES:
+        raise InvalidInput(
+            f"{field} must be one of {', '.join(SCRUB_MODES)}, not {raw!r}", {"field": field, "value": raw}
+        )
+    allowed = SCRUBS_BY_MODE[mode]
+    if raw not in allowed:
+        shared = "their holders share a GPU at once, so there is no moment to clean it between them"
+        why = {
+            "timeslice": shared,
+            "mps": shared,
+            "mig": "a GPU reset would clean every MIG instance of the GPU, not the one released",
+        }[mode]
+        raise InvalidInput(
+            f"{field} {raw} does not apply to {mode} pools ({why}); {mode} pools allow "
+            + " or ".join(allowed),
+            {"field": field, "value": raw, "mode": mode, "allowed": list(allowed)},
+        )
+    return raw
 
 
 def check_max_duration(raw: object, where: str) -> str | None:
@@ -114,11 +159,12 @@ def check_settings(
     mode: SharingMode, raw: Mapping[str, Any], where: str, *, without_nodes: bool = False
 ) -> PoolSettings:
     """A pool's settings as sent: `migLayout` for mig pools, `replicas` (1-48) for timeslice and mps
-    pools, `maxDuration` for any; a field that does not apply to the mode is refused. A pool
-    `without_nodes` has no GPU to check its layout on, so the layout must at least fit some catalog
-    model (with nodes, `check_layout_fits` checks it on theirs and names the node)."""
+    pools, `maxDuration` for any, `scrub` where the mode allows it (`check_scrub`); a field that
+    does not apply to the mode is refused. A pool `without_nodes` has no GPU to check its layout
+    on, so the layout must at least fit some catalog model (with nodes, `check_layout_fits` checks
+    it on theirs and names the node)."""
     allowed = {"mig": {"migLayout"}, "timeslice": {"replicas"}, "mps": {"replicas"}, "exclusive": set()}[mode]
-    allowed = allowed | {"maxDuration"}
+    allowed = allowed | {"maxDuration", "scrub"}
     unknown = set(raw) - allowed
     if unknown:
         raise InvalidInput(
@@ -126,14 +172,15 @@ def check_settings(
             {"field": f"{where}.policy"},
         )
     longest = check_max_duration(raw.get("maxDuration"), where)
+    scrub = check_scrub(mode, raw.get("scrub"), where)
     if mode in ("timeslice", "mps"):
         return PoolSettings(replicas=check_replicas(raw.get("replicas", 1)), max_duration=longest)
     if mode == "mig":
         layout = layouts.format_layout(layouts.parse_layout(str(raw.get("migLayout", "all-disabled"))))
         if without_nodes:
             check_layout_possible(layout, where)
-        return PoolSettings(mig_layout=layout, max_duration=longest)
-    return PoolSettings(max_duration=longest)
+        return PoolSettings(mig_layout=layout, max_duration=longest, scrub=scrub)
+    return PoolSettings(max_duration=longest, scrub=scrub)
 
 
 def check_layout_possible(layout: str, where: str) -> None:

@@ -22,6 +22,7 @@ from better_compute.domain.gpu_states import GpuPeriod
 from better_compute.domain.ledger import Availability, availability, is_partition_change
 from better_compute.domain.records import Gpu
 from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
+from better_compute.domain.scrub import owed_by, owed_to_others
 from better_compute.domain.timewin import Window
 from better_compute.service.pools import get_pool, visible_pool_ids
 from better_compute.service.ports import StorePort, Tx
@@ -58,6 +59,25 @@ def availability_of(store: StorePort, atoms: Iterable[Atom], now: datetime) -> d
     return {atom_id: availability(spans, now) for atom_id, spans in busy.items()}
 
 
+def _scrub_pending(tx: Tx, atoms: Sequence[Atom], now: datetime, tenant_id: str | None) -> set[str]:
+    """The atoms, of pools that scrub between tenants, owed a scrub by another tenant than
+    `tenant_id` at `now` (domain.scrub): not bookable by it until their node scrubs them."""
+    scrubbing = {p.id for p in tx.pools.all() if p.settings.scrub != "none"}
+    ids = [a.id for a in atoms if a.pool_id in scrubbing]
+    if not ids:
+        return set()
+    return owed_to_others(owed_by(tx.atoms.ended_unscrubbed(now, atom_ids=ids), now), tenant_id)
+
+
+def scrub_pending_of(
+    store: StorePort, principal: Principal, atoms: Sequence[Atom], now: datetime
+) -> set[str]:
+    """The atoms among these that wait for a scrub before the caller's tenant may have them (for
+    `atoms.list`'s `scrubPending`; every one owed a scrub, for the admin)."""
+    with store.read() as tx:
+        return _scrub_pending(tx, atoms, now, principal.tenant_id)
+
+
 def free(
     store: StorePort,
     principal: Principal,
@@ -66,10 +86,13 @@ def free(
     *,
     cls: str | None = None,
     count: int = 1,
+    now: datetime | None = None,
 ) -> PoolFree:
     """What the pool could book for `window`, per kind of atom (`domain.capacity.free_by_kind`).
 
-    A pool the caller may not see is NOT_FOUND, as everywhere (`pools.get`)."""
+    A pool the caller may not see is NOT_FOUND, as everywhere (`pools.get`). An atom waiting for
+    a scrub at `now` after another tenant (domain.scrub) is not free for the caller: how long the
+    node takes is not known, so it counts as busy from the window's start on."""
     wanted_cls = None if cls is None else check_atom_class(cls, "class")
     wanted_count = check_count(count)
     get_pool(store, principal, pool_id)
@@ -78,6 +101,8 @@ def free(
             a for a in tx.atoms.of_pool(pool_id) if a.bookable and (wanted_cls is None or a.cls == wanted_cls)
         ]
         busy = _busy(tx, [a.id for a in atoms], window.start)
+        for atom_id in _scrub_pending(tx, atoms, now or window.start, principal.tenant_id):
+            busy[atom_id].append(Window(window.start, None))
     kinds = free_by_kind(atoms, busy, window, wanted_count)
     return PoolFree(pool_id, window, wanted_count, tuple(kinds))
 

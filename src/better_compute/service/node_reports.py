@@ -139,6 +139,7 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
             foreign = sorted(set(report.atoms) - mine)
             if foreign:
                 raise Forbidden(f"atoms {foreign} are not on node {node.id}", {"atoms": foreign})
+            tx.atoms.mark_scrubbed(node.id, report.atoms, now)
             tx.events.append(NodeScrubbed(node.id, tuple(sorted(set(report.atoms)))), now)
 
 

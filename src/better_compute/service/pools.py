@@ -266,9 +266,11 @@ def update(
     """Change a pool's policy and/or nodes (admin only); every update bumps `generation`.
 
     A new `replicas` re-derives the slots at once (refused while a booking holds a slot that would
-    go). A new `migLayout` is validated on every node's GPU model and recorded, with the event
-    `pool.mig_layout.requested`, and gates every node of the pool (`service.mig_gate`): each keeps
-    its layout until the gate grants it the new one, never repartitioned under a holder.
+    go). A `scrub` turned on counts every atom of the pool as clean now: it applies to atoms
+    released from then on (domain.scrub). A new `migLayout` is validated on every node's GPU model
+    and recorded, with the event `pool.mig_layout.requested`, and gates every node of the pool
+    (`service.mig_gate`): each keeps its layout until the gate grants it the new one, never
+    repartitioned under a holder.
     """
     require_admin(principal, "pools.update")
     check_ref(pool_id, "id")
@@ -339,6 +341,9 @@ def update_in(
         # The gate's steps take the node locks too: this change and theirs are one after the other.
         tx.nodes.lock(sorted(set(new_members) - touched))
         mig_gate.request_in(tx, pool_id, sorted(new_members), old.layout, new.layout, now)
+    if old.scrub == "none" and new.scrub != "none":
+        # Scrubbing applies to what is released from now on: earlier holders owe nothing.
+        tx.atoms.mark_scrubbed_pool(pool_id, now)
     tx.events.append(PoolUpdated(pool_id, current + 1, new.as_mapping(), tuple(added), tuple(removed)), now)
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)

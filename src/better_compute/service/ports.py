@@ -34,6 +34,7 @@ from better_compute.domain.records import (
     Reservation,
     Tenant,
 )
+from better_compute.domain.scrub import EndedHold
 from better_compute.domain.timewin import Window
 
 if TYPE_CHECKING:
@@ -115,6 +116,8 @@ class AdmissionRead:
     log: LogSnapshot
     pool_max_duration: str | None = None
     """The pool's `policy.maxDuration`, as set; None when it has none."""
+    pool_scrub: str | None = None
+    """The pool's `policy.scrub` (None: `none`, as it is unless set)."""
 
 
 class TenantRepo(Protocol):
@@ -273,6 +276,21 @@ class AtomRepo(Protocol):
         """Create or replace these atoms, in the order given."""
         ...
 
+    def ended_unscrubbed(
+        self, now: datetime, *, pool_id: str | None = None, atom_ids: Sequence[str] | None = None
+    ) -> list[EndedHold]:
+        """Tenants' bookings of the pool's atoms (or of `atom_ids`), made in the atom's pool, that
+        ended by `now` and after the atom's last scrub (domain.scrub.owed_by)."""
+        ...
+
+    def mark_scrubbed(self, node_id: str, atom_ids: Sequence[str], now: datetime) -> list[str]:
+        """Record the node's atoms among these as scrubbed at `now`; returns those."""
+        ...
+
+    def mark_scrubbed_pool(self, pool_id: str, now: datetime) -> None:
+        """Count every atom of the pool as scrubbed at `now`."""
+        ...
+
 
 class GpuStateRepo(Protocol):
     """The history of each GPU's state (`domain.gpu_states`): periods, at most one open per GPU."""
@@ -402,10 +420,13 @@ class ReservationRepo(Protocol):
         `read` (its events, the log's last id and the read's LogSnapshot)."""
         ...
 
-    def commit(self, reservation: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
+    def commit(
+        self, reservation: Reservation, atom_ids: Sequence[str], now: datetime, *, scrub: bool = False
+    ) -> None:
         """Write the reservation, its allocation, bookings and events, and commit: the last step
         of a transaction (raises Overlap, NotBookable, or KeyTaken when the idempotency key was
-        taken concurrently; nothing is written then)."""
+        taken concurrently; nothing is written then). `scrub`: the pool scrubs between tenants,
+        and an atom another tenant released since its last scrub is NotBookable."""
         ...
 
 

@@ -50,6 +50,7 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
+from better_compute.domain.scrub import owed_by, owed_to_others
 from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found, tenant_scope
 from better_compute.domain.timewin import Window, parse_duration, parse_instant, window_for
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
@@ -345,7 +346,17 @@ def _create_in(
     quota.check_quota(tenant_id, owner, snap.limits, held, requested, pool_id=pool_id)
 
     pool_atoms = index.pool_atoms(tx, pool_id)
-    decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed())
+    # In a pool that scrubs between tenants, atoms another tenant left and the node has not scrubbed
+    # since are not this tenant's to have (domain.scrub); asked of the database, in this
+    # transaction, since no index holds when a booking ended with time. The commit re-checks them
+    # under the atoms' locks against a release racing this admission.
+    scrub = snap.pool_scrub not in (None, "none")
+    owed = (
+        owed_to_others(owed_by(tx.atoms.ended_unscrubbed(now, pool_id=pool_id), now), tenant_id)
+        if scrub
+        else set()
+    )
+    decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed() | owed)
     if isinstance(decision, choose.NoFit):
         raise _refusal(index, pool_atoms, requests, window, pool_id, decision)
     claims.extend(decision.atom_ids)
@@ -365,7 +376,7 @@ def _create_in(
         created_at=now,
         idempotency_key=key,
     )
-    tx.reservations.commit(reservation, decision.atom_ids, now)
+    tx.reservations.commit(reservation, decision.atom_ids, now, scrub=scrub)
     atoms = [shortlisted[a] for a in decision.atom_ids]
     return ReservationView(reservation, atoms, status_at(window, reservation.status, now))
 

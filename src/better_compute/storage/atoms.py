@@ -6,14 +6,18 @@ copy onto every booking of it (storage.ledger.COLUMNS)."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, or_, select, update
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.metering import share
+from better_compute.domain.scrub import EndedHold
 from better_compute.storage import rows
-from better_compute.storage.tables import atoms
+from better_compute.storage.tables import atoms, bookings
+
+_CHUNK = 1000
 
 
 def atom_of(r: Mapping[str, Any]) -> Atom:
@@ -84,3 +88,70 @@ class SqlAtoms:
 
     def put(self, items: Sequence[Atom]) -> None:
         rows.upsert(self.conn, atoms, [_row(a) for a in items], ["id"])
+
+    def ended_unscrubbed(
+        self, now: datetime, *, pool_id: str | None = None, atom_ids: Sequence[str] | None = None
+    ) -> list[EndedHold]:
+        """Tenants' bookings of these atoms (of the pool's, or the ids given) made in the atom's
+        pool, that ended by `now` and after the atom was last scrubbed (`domain.scrub.owed_by`)."""
+        where: list[Any] = [
+            bookings.c.state == "live",
+            bookings.c.tenant_id.is_not(None),
+            bookings.c.ends_at.is_not(None),
+            bookings.c.ends_at <= now,
+            bookings.c.pool_id == atoms.c.pool_id,
+            or_(atoms.c.scrubbed_at.is_(None), bookings.c.ends_at > atoms.c.scrubbed_at),
+        ]
+        stmt = select(bookings.c.atom_id, bookings.c.tenant_id, bookings.c.ends_at, atoms.c.scrubbed_at).join(
+            atoms, atoms.c.id == bookings.c.atom_id
+        )
+        if pool_id is not None:
+            found = self.conn.execute(stmt.where(atoms.c.pool_id == pool_id, *where))
+            return [EndedHold(a, t, e, s) for a, t, e, s in found]
+        ids = list(atom_ids or ())
+        out: list[EndedHold] = []
+        for i in range(0, len(ids), _CHUNK):
+            found = self.conn.execute(stmt.where(bookings.c.atom_id.in_(ids[i : i + _CHUNK]), *where))
+            out.extend(EndedHold(a, t, e, s) for a, t, e, s in found)
+        return out
+
+    def mark_scrubbed(self, node_id: str, atom_ids: Sequence[str], now: datetime) -> list[str]:
+        """Record that the node scrubbed these atoms at `now`; only the node's own atoms change.
+        Returns the ids that did."""
+        ids = sorted(set(atom_ids))
+        if not ids:
+            return []
+        mine = [
+            r[0]
+            for r in self.conn.execute(
+                select(atoms.c.id).where(atoms.c.id.in_(ids), atoms.c.node_id == node_id).order_by(atoms.c.id)
+            )
+        ]
+        if mine:
+            self.conn.execute(update(atoms).where(atoms.c.id.in_(mine)).values(scrubbed_at=now))
+        return mine
+
+    def mark_scrubbed_pool(self, pool_id: str, now: datetime) -> None:
+        """Count every atom of the pool as scrubbed at `now` (a pool that starts scrubbing: what was
+        released before owes nothing)."""
+        self.conn.execute(update(atoms).where(atoms.c.pool_id == pool_id).values(scrubbed_at=now))
+
+
+def mark_released(conn: Connection, atom_ids: Sequence[str], tenant_id: str, at: datetime) -> None:
+    """Record that `tenant_id` released these atoms early, at `at`. On PostgreSQL the rows are
+    locked first, in id order, as admission's booking statement share-locks them
+    (storage.ledger.LOCKED_ATOMS_PG): a booking racing the release either commits first (and the
+    exclusion constraint sees it overlap the booking not yet ended) or waits, and then re-reads
+    these rows and sees the atom owed a scrub (storage.reservations._PG_COMMIT)."""
+    ids = sorted(set(atom_ids))
+    if not ids:
+        return
+    if conn.dialect.name == "postgresql":
+        conn.execute(
+            select(atoms.c.id).where(atoms.c.id.in_(ids)).order_by(atoms.c.id).with_for_update(key_share=True)
+        )
+    conn.execute(
+        update(atoms)
+        .where(atoms.c.id.in_(ids), or_(atoms.c.released_at.is_(None), atoms.c.released_at <= at))
+        .values(released_by=tenant_id, released_at=at)
+    )

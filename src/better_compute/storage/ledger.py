@@ -26,6 +26,7 @@ from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import Booking, is_partition_change
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import LiveBooking, NotBookable, Overlap
+from better_compute.storage.atoms import mark_released
 from better_compute.storage.events import append, booked_payload_sql
 from better_compute.storage.tables import atoms, bookings
 
@@ -261,8 +262,24 @@ def end_allocation(conn: Connection, allocation_id: str, now: datetime, event: E
     """Release the allocation at `now` as `domain.ledger.released` says: live bookings that have
     started end at `now`, those that had not are cancelled, those already over are left alone.
 
-    Returns how many bookings changed. Ended history stays in the ledger.
+    Returns how many bookings changed. Ended history stays in the ledger. A tenant's atoms whose
+    bookings end here are first marked released by it (storage.atoms.mark_released), which a scrub
+    between tenants needs to see (domain.scrub).
     """
+    started = conn.execute(
+        select(bookings.c.atom_id, bookings.c.tenant_id).where(
+            bookings.c.allocation_id == allocation_id,
+            bookings.c.state == "live",
+            bookings.c.tenant_id.is_not(None),
+            bookings.c.starts_at < now,
+            or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > now),
+        )
+    ).all()
+    by_tenant: dict[str, list[str]] = {}
+    for atom_id, tenant_id in started:
+        by_tenant.setdefault(str(tenant_id), []).append(str(atom_id))
+    for tenant_id, atom_ids in sorted(by_tenant.items()):
+        mark_released(conn, atom_ids, tenant_id, now)
     running = conn.execute(
         update(bookings)
         .where(

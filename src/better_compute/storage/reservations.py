@@ -151,8 +151,10 @@ class SqlReservations:
     ) -> AdmissionRead:
         return admission_snapshot(self.conn, tenant_id, pool_id, key, read, lock_key, credential_id)
 
-    def commit(self, reservation: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
-        commit_reservation(self.conn, reservation, atom_ids, now)
+    def commit(
+        self, reservation: Reservation, atom_ids: Sequence[str], now: datetime, *, scrub: bool = False
+    ) -> None:
+        commit_reservation(self.conn, reservation, atom_ids, now, scrub=scrub)
 
 
 # -- The admission hot path ----------------------------------------------------------------------
@@ -163,7 +165,7 @@ class SqlReservations:
 _PG_SNAPSHOT = (
     "SELECT"
     " (SELECT id FROM reservations WHERE tenant_id = %(t)s AND idempotency_key = %(k)s::text),"
-    " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', policy->>'maxDuration')"
+    " (SELECT json_build_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', policy->>'maxDuration', 'scrub', policy->>'scrub')"
     " FROM pools WHERE id = %(p)s),"
     " EXISTS (SELECT 1 FROM tenants WHERE id = %(t)s AND deleted_at IS NULL),"
     " (SELECT coalesce(json_agg(json_build_object('name', name, 'pool_id', pool_id, 'limits', limits)), '[]')"
@@ -178,7 +180,8 @@ _PG_SNAPSHOT = (
 _SQLITE_SNAPSHOT = """
 SELECT
   (SELECT id FROM reservations WHERE tenant_id = :t AND idempotency_key = :k),
-  (SELECT json_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', json_extract(policy, '$.maxDuration'))
+  (SELECT json_object('mode', mode, 'owner', owner_tenant_id, 'maxDuration', json_extract(policy, '$.maxDuration'),
+                    'scrub', json_extract(policy, '$.scrub'))
      FROM pools WHERE id = :p),
   EXISTS (SELECT 1 FROM tenants WHERE id = :t AND deleted_at IS NULL),
   (SELECT json_group_array(json_object('name', name, 'pool_id', pool_id, 'limits', json(limits)))
@@ -249,6 +252,7 @@ def admission_snapshot(
         pool_mode=None if pool is None else check_mode(pool["mode"]),
         pool_owner=None if pool is None else pool["owner"],
         pool_max_duration=None if pool is None else pool.get("maxDuration"),
+        pool_scrub=None if pool is None else pool.get("scrub"),
         tenant_exists=bool(tenant),
         policies=[policy_of({**p, "tenant_id": tenant_id}) for p in policies or ()],
         limits={str(k): int(v) for k, v in (limits or {}).items()},
@@ -323,8 +327,16 @@ def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) 
 _PG_COMMIT = (
     # Every part is guarded by `ok` (all the atoms are bookable and still in the pool, counted once),
     # so the statement writes everything or nothing by itself. `l` share-locks the atoms against a
-    # concurrent pool change (see ledger.LOCKED_ATOMS_PG).
-    "WITH l AS (" + ledger.LOCKED_ATOMS_PG.replace("{bookable}", " AND bookable AND pool_id = %(p)s") + "),"
+    # concurrent pool change (see ledger.LOCKED_ATOMS_PG), and, in a pool that scrubs between tenants
+    # (`scrub`), against a release by another tenant that came first: the release marks the rows
+    # (storage.atoms.mark_released), and a row re-read after the lock was waited for no longer matches.
+    "WITH l AS ("
+    + ledger.LOCKED_ATOMS_PG.replace(
+        "{bookable}",
+        " AND bookable AND pool_id = %(p)s AND NOT (%(scrub)s::boolean AND released_by IS NOT NULL"
+        " AND released_by <> %(t)s AND (scrubbed_at IS NULL OR released_at > scrubbed_at))",
+    )
+    + "),"
     " ok AS (SELECT (SELECT count(*) FROM l) = %(n)s::bigint AS yes),"
     " a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
     " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s FROM ok WHERE ok.yes),"
@@ -348,10 +360,15 @@ _PG_COMMIT = (
 )
 
 
-def commit_reservation(conn: Connection, r: Reservation, atom_ids: Sequence[str], now: datetime) -> None:
+def commit_reservation(
+    conn: Connection, r: Reservation, atom_ids: Sequence[str], now: datetime, *, scrub: bool = False
+) -> None:
     """Write the reservation, its allocation, its bookings and their events, and commit: it is the
     last step of admission. Raise Overlap or NotBookable (nothing was written), or KeyTaken when the
-    idempotency key was taken meanwhile."""
+    idempotency key was taken meanwhile. `scrub`: the pool scrubs between tenants, so an atom
+    another tenant released and the node has not scrubbed since is not booked (NotBookable) even
+    when that release committed while this statement waited for the atom's lock (SQLite's writers
+    are serialised: admission's own look-up, in this transaction, is the last word there)."""
     ids = list(atom_ids)
     span = Window(r.starts_at, r.ends_at)
     created = json.dumps(ReservationCreated(r.id, r.tenant_id, r.pool_id, tuple(ids)).payload())
@@ -412,6 +429,7 @@ def commit_reservation(conn: Connection, r: Reservation, atom_ids: Sequence[str]
         "ids": ids,
         "n": len(ids),
         "created": created,
+        "scrub": scrub,
     }
     try:
         cur = pg_simple.cursor(conn)

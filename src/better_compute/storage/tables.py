@@ -219,6 +219,12 @@ atoms = Table(
     # Its share of a GPU (`domain.metering.share`, as `str(Fraction)`: `1`, `3/7`), written with the
     # atom and copied onto each booking of it as it is made.
     Column("gpu_share", String(32), nullable=True),
+    # Scrubbing between tenants (domain.scrub): when the node last reported the atom scrubbed (the
+    # server's clock), and the tenant that last released it early, and when. Never written by
+    # inventory, so a node's report keeps them.
+    Column("scrubbed_at", UtcDateTime, nullable=True),
+    Column("released_by", String(64), nullable=True),
+    Column("released_at", UtcDateTime, nullable=True),
     UniqueConstraint("gpu_id", "key"),
     Index("ix_atoms_pool_class", "pool_id", "class"),
     sqlite_with_rowid=False,

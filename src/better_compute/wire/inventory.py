@@ -114,6 +114,9 @@ class AtomPublic(WireAnswer):
     next_free_at: datetime | None = None
     """When the atom is next free: the moment of the read when it is free then, the end of the
     back-to-back bookings holding it otherwise, null when one of them never ends."""
+    scrub_pending: bool = False
+    """Whether the atom waits for its node to scrub it after another tenant held it (a pool with
+    `policy.scrub`): until then the caller cannot book it."""
 
 
 class Health(WireAnswer):

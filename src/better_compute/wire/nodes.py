@@ -171,12 +171,18 @@ class GpuSpecPublic(WireAnswer):
 class SharingPublic(WireAnswer):
     mode: str
     replicas: int
+    scrub: str = "none"
+    """What the node does to an atom released by one tenant before another gets it: `none`,
+    `reset` (a GPU reset) or `zero` (a zeroing pass over its memory). Absent from an older server:
+    `none`."""
 
 
 class AssignmentPublic(WireAnswer):
     allocation_id: str
     atoms: list[str]
     env: dict[str, str]
+    tenant_id: str | None = None
+    """The tenant holding the allocation (absent from an older server)."""
 
 
 class NodeSpecPublic(WireAnswer):

@@ -19,12 +19,18 @@ class PoolPolicyPublic(WireAnswer):
     mig_layout: str | None = None
     replicas: int | None = Field(default=None, ge=1, le=48)
     max_duration: str | None = Field(default=None, json_schema_extra={"maxLength": 64})
+    scrub: str | None = None
+    """What a node does to an atom one tenant released before another may have it: `none` (the
+    default), `reset` (a GPU reset; exclusive pools) or `zero` (a zeroing pass over the atom's
+    memory; exclusive and mig pools)."""
 
 
 class PoolPolicy(PoolPolicyPublic, WireRequest):
     """`migLayout` for mig pools (e.g. `all-1g.10gb`); `replicas` (1-48) for timeslice and mps pools;
     `maxDuration` (e.g. `8h`), in any pool, the longest a reservation there may be (extensions
-    included)."""
+    included); `scrub` (`none`, `reset`, `zero`) between tenants, where the mode allows it."""
+
+    scrub: Literal["none", "reset", "zero"] | None = None
 
 
 class PoolCreate(WireRequest):

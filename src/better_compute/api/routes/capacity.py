@@ -42,7 +42,7 @@ def free_capacity(
     q: Annotated[CapacityFreeQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> CapacityFree:
     window = window_asked(q.from_, q.to, now)
-    return capacity_free(capacity.free(store, principal, q.pool, window, cls=q.cls, count=q.count))
+    return capacity_free(capacity.free(store, principal, q.pool, window, cls=q.cls, count=q.count, now=now))
 
 
 @router.get("/capacity/accounting", response_model=CapacityAccounting)

@@ -66,4 +66,5 @@ def list_atoms(
         pools=pools.visible_pool_ids(store, principal),
     )
     free = capacity.availability_of(store, found.items, now)
-    return paged(found, lambda a: atom_public(a, free.get(a.id)))
+    pending = capacity.scrub_pending_of(store, principal, found.items, now)
+    return paged(found, lambda a: atom_public(a, free.get(a.id), scrub_pending=a.id in pending))
