@@ -41,7 +41,7 @@ def eventually(probe: Callable[[], T | None], what: str) -> T:
     deadline = time.monotonic() + BOUND
     while time.monotonic() < deadline:
         found = probe()
-        if found is not None and found is not False:
+        if found:  # an empty list is "not yet", like None and False
             return found
         time.sleep(0.1)
     raise AssertionError(f"not within {BOUND:.0f} s: {what}")

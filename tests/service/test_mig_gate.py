@@ -206,6 +206,8 @@ def test_a_daemon_repartitions_an_idle_node_through_the_gate(store: Store, tmp_p
     reconciler.tick()
     assert daemon.step(True)
     assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"3g.40gb", "2g.20gb"}
+    shown = world.http.get("/v1/gpus", params={"node": "n-1"}, headers=world.admin).json()["items"]
+    assert {i["profile"] for g in shown for i in g["migInstances"]} == {"3g.40gb", "2g.20gb"}
     reconciler.tick()
     assert "n-1" not in gates(store)
     body = {
