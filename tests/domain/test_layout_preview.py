@@ -89,9 +89,8 @@ def test_an_open_ended_booking_makes_the_node_never_grantable_while_it_lasts() -
 
 def test_a_partition_changes_own_hold_is_listed_apart_and_delays_nothing() -> None:
     change = partition_allocation_id("g1", T0)
-    preview = plan_node_preview(
-        node(gpu("g1"), bookings=(booking(change, "g1", None, tenant=None),)), MIXED, T0
-    )
+    family = (booking(change, "g1", None, tenant=None),) * 8  # the parent and its seven instances
+    preview = plan_node_preview(node(gpu("g1"), bookings=family), MIXED, T0)
     assert preview.grantable_at == T0 and not preview.held_open_ended
     assert preview.held_by == ()
     assert preview.change_holds == (ChangeHold(change, "g1", T0, None),)

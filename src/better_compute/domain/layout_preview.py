@@ -182,12 +182,13 @@ def plan_node_preview(state: NodeState, to_layout: str, now: datetime) -> NodePr
     """The preview of one node: when it could be granted `to_layout`, who holds it, what changes."""
     live = [b for b in state.bookings if b.ends_at is None or b.ends_at > now]
     tenants = [b for b in live if not is_partition_change(b.allocation_id)]
+    # A partition change books every atom of its GPU's family: one entry per change, not per atom.
     holds = sorted(
-        (
-            ChangeHold(b.allocation_id, b.gpu_id, b.starts_at, b.ends_at)
+        {
+            b.allocation_id: ChangeHold(b.allocation_id, b.gpu_id, b.starts_at, b.ends_at)
             for b in live
             if is_partition_change(b.allocation_id)
-        ),
+        }.values(),
         key=lambda h: (h.gpu_id, h.starts_at, h.allocation_id),
     )
     held_by = _holders(tenants)
