@@ -27,6 +27,7 @@ from better_compute.domain.records import (
     Cluster,
     Credential,
     Gpu,
+    MigLayoutGate,
     Node,
     Pool,
     Quota,
@@ -526,8 +527,33 @@ class EventLog(Protocol):
         ...
 
 
+class MigLayoutRepo(Protocol):
+    """The MIG layout gate's rows (storage.mig_layouts): compare-and-set writes, reconciler leases."""
+
+    def all_rows(self) -> list[MigLayoutGate]: ...
+
+    def of_nodes(self, node_ids: Sequence[str]) -> dict[str, MigLayoutGate]: ...
+
+    def add(self, gate: MigLayoutGate) -> None: ...
+
+    def replace(self, gate: MigLayoutGate) -> bool:
+        """Write `gate` over the row at `gate.version - 1`; False when another writer moved it."""
+        ...
+
+    def remove(self, node_id: str, version: int) -> bool: ...
+
+    def lease(self, owner: str, now: datetime, until: datetime, limit: int) -> list[str]:
+        """Take or renew leases on up to `limit` free nodes; the nodes `owner` holds."""
+        ...
+
+    def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...
+
+
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
+
+    @property
+    def mig_layouts(self) -> MigLayoutRepo: ...
 
     @property
     def tenants(self) -> TenantRepo: ...
