@@ -171,3 +171,17 @@ def test_a_pool_that_is_not_mig_has_no_layout_to_preview(store: Store) -> None:
         error["message"]
         == "pool px shares its GPUs as exclusive; only mig pools have a MIG layout to preview"
     )
+
+
+def test_a_node_frozen_by_a_layout_change_shows_the_layout_it_is_told_and_the_change_state(
+    store: Store,
+) -> None:
+    api = Api(store)
+    before = api.preview().json()["nodes"]
+    assert [(n["layout"], n["changeState"]) for n in before] == [("all-1g.10gb", None)] * 2
+    changed = api.call("admin", "pools.update", {"id": "p1", "policy": {"migLayout": MIXED}})
+    assert changed.status_code == 200, changed.text
+    body = api.preview(layout="all-3g.40gb").json()
+    assert (body["from"], body["to"]) == (MIXED, "all-3g.40gb")
+    frozen = {n["node"]: (n["layout"], n["changeState"]) for n in body["nodes"]}
+    assert frozen["n-1"] == ("all-1g.10gb", "pending")

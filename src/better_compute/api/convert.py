@@ -144,6 +144,8 @@ def _node_layout_preview(n: NodePreview) -> NodeLayoutPreviewPublic:
     return NodeLayoutPreviewPublic(
         node=n.node,
         carries_pool_layout=n.carries_pool_layout,
+        layout=n.layout,
+        change_state=n.change_state,
         grantable_at=n.grantable_at,
         held_open_ended=n.held_open_ended,
         held_by=[

@@ -51,6 +51,10 @@ class NodeState:
     carries_pool_layout: bool
     gpus: tuple[Gpu, ...]
     bookings: tuple[NodeBooking, ...] = ()
+    layout: str | None = None
+    """The layout the node is told now (`mig_gate.told_layout`: its frozen one while a change waits)."""
+    change_state: str | None = None
+    """The state of the node's layout change under way (`pending`, `scheduled`, `granted`), if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,8 @@ class AppearingInstance:
 class NodePreview:
     node: str
     carries_pool_layout: bool
+    layout: str | None
+    change_state: str | None
     grantable_at: datetime | None
     """When the gate could grant the new layout: now, the end of the last live booking, or None."""
     held_open_ended: bool
@@ -215,6 +221,8 @@ def plan_node_preview(state: NodeState, to_layout: str, now: datetime) -> NodePr
     return NodePreview(
         node=state.node,
         carries_pool_layout=state.carries_pool_layout,
+        layout=state.layout,
+        change_state=state.change_state,
         grantable_at=grantable,
         held_open_ended=open_ended,
         held_by=tuple(held_by),

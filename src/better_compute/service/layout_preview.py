@@ -14,6 +14,7 @@ from better_compute.domain import layouts
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import InvalidState
 from better_compute.domain.layout_preview import LayoutPreview, NodeBooking, NodeState, plan_layout_preview
+from better_compute.domain.mig_gate import told_layout
 from better_compute.domain.pools import check_layout_fits, check_layout_possible
 from better_compute.domain.tenancy import check_ref, pool_not_found, require_pool_owner, sees_pool
 from better_compute.service import quotas
@@ -52,6 +53,7 @@ def preview(
             check_layout_possible(layout, METHOD)
         nodes = tx.nodes.by_ids(members)
         atoms = tx.atoms.of_nodes(members)
+        gates = tx.mig_layouts.of_nodes(members)
         gpu_of_atom = {a.id: a.gpu_id for a in atoms}
         node_of_gpu = {g.id: g.node_id for g in gpus} | {a.gpu_id: a.node for a in atoms}
         bookings: dict[str, list[NodeBooking]] = {m: [] for m in members}
@@ -66,6 +68,8 @@ def preview(
                 carries_pool_layout=nodes[m].carries_pool_layout if m in nodes else True,
                 gpus=tuple(g for g in gpus if g.node_id == m),
                 bookings=tuple(bookings[m]),
+                layout=told_layout(pool, gates.get(m)),
+                change_state=gates[m].state if m in gates else None,
             )
             for m in members
         ]

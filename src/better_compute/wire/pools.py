@@ -138,6 +138,10 @@ class NodeLayoutPreviewPublic(WireAnswer):
 
     node: str
     carries_pool_layout: bool
+    layout: str | None
+    """The layout the node is told now: its frozen one while a change of it waits."""
+    change_state: str | None
+    """`pending`, `scheduled` or `granted` while a layout change of the node is under way; else null."""
     grantable_at: datetime | None
     held_open_ended: bool
     held_by: list[LayoutHolderPublic]
