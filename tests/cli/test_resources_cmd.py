@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,9 @@ from typer.testing import CliRunner
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.client import Compute
+from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import ledger
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, api_client, fleet_spec, tenant_token
 
@@ -219,3 +222,40 @@ def test_logout_with_a_malformed_config_says_so(runner: CliRunner, isolated_conf
     isolated_config.write_text("{not json")
     result = runner.invoke(app, ["logout"])
     assert result.exit_code == 1 and "is not valid JSON" in result.stderr
+
+
+def test_pools_preview_layout_shows_each_node_and_the_capacity_before_and_after(
+    runner: CliRunner, live: Live, store: Store
+) -> None:
+    shown = run(runner, live.admin, "pools", "preview-layout", "p1", "mixed:3g.40gb+2x2g.20gb")
+    assert shown.exit_code == 0, shown.output
+    lines = [line.split() for line in shown.stdout.splitlines()]
+    assert ["pool", "p1:", "all-1g.10gb", "->", "mixed:3g.40gb+2x2g.20gb"] in lines
+    assert ["n", "now", "-", "-14/+6"] in lines
+    assert (
+        ["3g.40gb", "0", "2"] in lines and ["2g.20gb", "0", "4"] in lines and ["1g.10gb", "14", "0"] in lines
+    )
+    answer = json.loads(
+        run(runner, live.admin, "pools", "preview-layout", "p1", "all-3g.40gb", "--json").stdout
+    )
+    assert answer["to"] == "all-3g.40gb"
+    assert answer["capacity"]["after"] == {"3g.40gb": 4, "1g.10gb": 0}
+    refused = run(runner, live.admin, "pools", "preview-layout", "p1", "mixed:3x3g.40gb")
+    assert refused.exit_code != 0 and "3g.40gb" in refused.output
+
+
+def test_pools_preview_layout_names_the_bookings_that_hold_a_node_back(
+    runner: CliRunner, live: Live, store: Store
+) -> None:
+    with store.read() as tx:
+        mig = sorted(a.id for a in tx.atoms.of_pool("p1") if a.cls == "gpu.mig")
+    ledger.book(store, [mig[0]], Window(T0, T0 + timedelta(hours=3)), "rsv-a", "acme", T0)
+    shown = run(runner, live.acme, "pools", "preview-layout", "p1", "all-disabled")
+    assert shown.exit_code != 0 and "not found" in shown.output  # acme does not own p1
+    platform = tenant_token(store, "platform")
+    shown = run(runner, platform, "pools", "preview-layout", "p1", "all-disabled")
+    assert shown.exit_code == 0, shown.output
+    assert "2026-12-01 12:00Z" in shown.stdout and "rsv-a (acme, 2026-12-01 12:00Z)" in shown.stdout
+    ledger.book(store, [mig[1]], Window(T0), "rsv-b", "acme", T0)
+    shown = run(runner, platform, "pools", "preview-layout", "p1", "all-disabled")
+    assert "never (open-ended booking)" in shown.stdout and "rsv-b (acme, never ends)" in shown.stdout

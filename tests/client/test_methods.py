@@ -22,6 +22,7 @@ FIXED = {
     "pools.get": ("GET", "/v1/pools/{id}"),
     "pools.update": ("PATCH", "/v1/pools/{id}"),
     "pools.offer": ("POST", "/v1/pools/{poolId}/offers"),
+    "pools.previewLayout": ("POST", "/v1/pools/{id}/preview-layout"),
     "quotas.set": ("PUT", "/v1/quotas"),
     "quotas.list": ("GET", "/v1/quotas"),
     "policies.create": ("POST", "/v1/policies"),

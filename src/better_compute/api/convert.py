@@ -18,6 +18,7 @@ from better_compute.domain.credentials import Principal
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
 from better_compute.domain.inventory import GpuReport, MigInstance
+from better_compute.domain.layout_preview import LayoutPreview, NodePreview
 from better_compute.domain.ledger import Availability
 from better_compute.domain.metering import Usage, shown
 from better_compute.domain.node_reports import (
@@ -75,7 +76,16 @@ from better_compute.wire.nodes import (
     SharingPublic,
 )
 from better_compute.wire.policies import PolicyLimits, PolicyPublic
-from better_compute.wire.pools import PoolPolicy, PoolPublic
+from better_compute.wire.pools import (
+    AppearingInstancePublic,
+    LayoutCapacityPublic,
+    LayoutChangeHoldPublic,
+    LayoutHolderPublic,
+    NodeLayoutPreviewPublic,
+    PoolLayoutPreview,
+    PoolPolicy,
+    PoolPublic,
+)
 from better_compute.wire.quotas import QuotaPublic
 from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
 from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic, WhoAmI
@@ -128,6 +138,49 @@ def pool_public(v: PoolView) -> PoolPublic:
         meter=p.meter,
         generation=p.generation,
         created_at=p.created_at,
+    )
+
+
+def _node_layout_preview(n: NodePreview) -> NodeLayoutPreviewPublic:
+    return NodeLayoutPreviewPublic(
+        node=n.node,
+        carries_pool_layout=n.carries_pool_layout,
+        layout=n.layout,
+        change_state=n.change_state,
+        grantable_at=n.grantable_at,
+        held_open_ended=n.held_open_ended,
+        held_by=[
+            LayoutHolderPublic(allocation_id=h.allocation_id, tenant_id=h.tenant_id, ends_at=h.ends_at)
+            for h in n.held_by
+        ],
+        change_holds=[
+            LayoutChangeHoldPublic(
+                allocation_id=h.allocation_id, gpu_id=h.gpu_id, starts_at=h.starts_at, ends_at=h.ends_at
+            )
+            for h in n.change_holds
+        ],
+        disappear=list(n.disappear),
+        appear=[
+            AppearingInstancePublic(
+                gpu_id=i.gpu_id,
+                mig_profile=i.mig_profile,
+                placement_start=i.placement_start,
+                placement_size=i.placement_size,
+            )
+            for i in n.appear
+        ],
+        capacity=LayoutCapacityPublic(before=dict(n.before), after=dict(n.after)),
+    )
+
+
+def layout_preview(p: LayoutPreview) -> PoolLayoutPreview:
+    return PoolLayoutPreview(
+        pool_id=p.pool_id,
+        from_=p.from_layout,
+        to=p.to_layout,
+        at=p.at,
+        nodes=[_node_layout_preview(n) for n in p.nodes],
+        capacity=LayoutCapacityPublic(before=dict(p.before), after=dict(p.after)),
     )
 
 

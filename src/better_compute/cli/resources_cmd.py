@@ -28,6 +28,7 @@ from better_compute.wire.quotas import AtomClass
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
+    from better_compute.wire.pools import NodeLayoutPreviewPublic, PoolLayoutPreview
 
 T = TypeVar("T")
 
@@ -113,7 +114,9 @@ def _find(pages: Callable[[str | None], Page[Any]], wanted: str, noun: str, as_j
 
 
 # -- pools ---------------------------------------------------------------------------------------
-pools_app = typer.Typer(help="List, show, create, update and delete pools.", no_args_is_help=True)
+pools_app = typer.Typer(
+    help="List, show, create, update and delete pools; preview a MIG layout change.", no_args_is_help=True
+)
 app.add_typer(pools_app, name="pools")
 POOL_COLUMNS = [
     ("id", "id"),
@@ -257,6 +260,71 @@ def pools_delete(
 ) -> None:
     """Delete an empty pool (admin): no nodes, no reservations; its quota rows and policies go too."""
     _one(_call(server, token, as_json, lambda c: c.pools.delete(pool_id)), as_json)
+
+
+def _held_by(node: NodeLayoutPreviewPublic) -> str:
+    shown = [
+        f"{h.allocation_id} ({h.tenant_id or '-'}, {when(h.ends_at) if h.ends_at else 'never ends'})"
+        for h in node.held_by
+    ]
+    return "\n".join(shown) or "-"
+
+
+def _grantable(node: NodeLayoutPreviewPublic, now: datetime) -> str:
+    if node.grantable_at is None:
+        return "never (open-ended booking)"
+    return "now" if node.grantable_at <= now else when(node.grantable_at)
+
+
+def _changes(node: NodeLayoutPreviewPublic) -> str:
+    if not node.carries_pool_layout:
+        return "keeps its layout"
+    return f"-{len(node.disappear)}/+{len(node.appear)}"
+
+
+def _print_preview(preview: PoolLayoutPreview) -> None:
+    console = stdout()
+    console.print(f"pool {preview.pool_id}: {preview.from_} -> {preview.to}", markup=False)
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for n, header in enumerate(("node", "grantable at", "held by", "atoms")):
+        table.add_column(header, no_wrap=n == 0, overflow="fold")
+    for node in preview.nodes:
+        table.add_row(node.node, _grantable(node, preview.at), _held_by(node), _changes(node))
+    if preview.nodes:
+        console.print(table)
+    else:
+        console.print("no nodes", markup=False)
+    capacity = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for header in ("profile", "before", "after"):
+        capacity.add_column(header, no_wrap=True)
+    for profile, before in preview.capacity.before.items():
+        capacity.add_row(profile, str(before), str(preview.capacity.after.get(profile, 0)))
+    console.print(capacity)
+
+
+@pools_app.command("preview-layout")
+def pools_preview_layout(
+    pool_id: Annotated[str, typer.Argument(metavar="POOL")],
+    layout: Annotated[str, typer.Argument(metavar="LAYOUT", help="e.g. mixed:3g.40gb+2x2g.20gb.")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """What a new MIG layout would do (admin or the pool's owner); nothing is changed.
+
+    Per node: when the layout gate could grant it, which bookings hold it back, and how many atoms
+    would disappear (-N) and appear (+M); then the pool's instances by profile before and after.
+    """
+    preview = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.pools.preview_layout(pool_id, layout),
+    )
+    if as_json:
+        print_json(_plain(preview))
+        return
+    _print_preview(preview)
 
 
 # -- nodes ---------------------------------------------------------------------------------------

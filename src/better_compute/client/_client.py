@@ -60,6 +60,8 @@ from better_compute.wire.nodes import (
 from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
+    PoolLayoutPreview,
+    PoolLayoutPreviewRequest,
     PoolListQuery,
     PoolOffer,
     PoolOfferPublic,
@@ -391,6 +393,11 @@ class Pools(_Resource):
     def offer(self, pool_id: str, *, tenant_id: str, quota: Mapping[AtomClass, int]) -> PoolOfferPublic:
         request = PoolOffer(pool_id=pool_id, tenant_id=tenant_id, quota=dict(quota))
         return self._compute._typed("pools.offer", request, PoolOfferPublic)
+
+    def preview_layout(self, id: str, mig_layout: str) -> PoolLayoutPreview:
+        """What `mig_layout` would do to the pool, node by node (admin or owner); writes nothing."""
+        request = PoolLayoutPreviewRequest(id=id, mig_layout=mig_layout)
+        return self._compute._typed("pools.previewLayout", request, PoolLayoutPreview)
 
 
 @_refusing_bad_arguments

@@ -52,10 +52,12 @@ def plan_gpu(gpu: GpuReport, model: GpuModel, layout: str, held: bool) -> GpuPla
         return GpuPlan(gpu.uuid, action, reason="a MIG mode change takes effect at the GPU's reset")
     if not wants_mig:
         return GpuPlan(gpu.uuid, "keep")
-    return _repartition(gpu, placement)
+    return plan_repartition(gpu, placement)
 
 
-def _repartition(gpu: GpuReport, placement: layouts.InstancePlacement) -> GpuPlan:
+def plan_repartition(gpu: GpuReport, placement: layouts.InstancePlacement) -> GpuPlan:
+    """What a GPU already in MIG mode destroys and creates to reach `placement`: an instance already
+    where the placement wants one is kept (so is its uuid, and the atom it is)."""
     wanted = [_key(i.profile, i.start, i.size) for i in placement.instances]
     have: dict[tuple[str, int, int], MigInstance] = {
         _key(i.profile, i.placement_start, i.placement_size): i for i in gpu.mig_instances

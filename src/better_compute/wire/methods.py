@@ -62,6 +62,8 @@ from better_compute.wire.nodes import (
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
 from better_compute.wire.pools import (
     PoolCreate,
+    PoolLayoutPreview,
+    PoolLayoutPreviewRequest,
     PoolListQuery,
     PoolOffer,
     PoolOfferPublic,
@@ -113,7 +115,8 @@ class Method:
 
     `response` is the model of one answer, or of one item when `paged`. `idempotency_key` marks a POST
     that accepts `idempotencyKey`: clients generate one when the caller gave none, so that a retried
-    call never acts twice.
+    call never acts twice. `writes_nothing` marks a POST that only reads (it carries a body), which
+    a client may resend as freely as a GET.
     """
 
     name: str
@@ -124,6 +127,7 @@ class Method:
     paged: bool = False
     idempotency_key: bool = False
     summary: str = ""
+    writes_nothing: bool = False
 
     @property
     def path_params(self) -> tuple[str, ...]:
@@ -135,8 +139,9 @@ class Method:
         return cast(Any, Page)[self.response] if self.paged else self.response
 
     def retry_safe(self, body: Mapping[str, Any]) -> bool:
-        """Whether sending this call twice acts at most once: GET, PUT, DELETE, or a keyed POST."""
-        if self.verb in ("GET", "PUT", "DELETE"):
+        """Whether sending this call twice acts at most once: GET, PUT, DELETE, a POST that writes
+        nothing, or a keyed POST."""
+        if self.verb in ("GET", "PUT", "DELETE") or self.writes_nothing:
             return True
         return self.idempotency_key and bool(body.get("idempotencyKey"))
 
@@ -237,6 +242,16 @@ _TABLE: tuple[Method, ...] = (
         PoolOffer,
         PoolOfferPublic,
         summary="Give another tenant quota in a pool.",
+    ),
+    Method(
+        "pools.previewLayout",
+        "POST",
+        "/v1/pools/{id}/preview-layout",
+        PoolLayoutPreviewRequest,
+        PoolLayoutPreview,
+        summary="What a new migLayout would do, node by node: when it could be granted, who holds it "
+        "back, the atoms that go and come, capacity before and after. Writes nothing.",
+        writes_nothing=True,
     ),
     Method("quotas.set", "PUT", "/v1/quotas", QuotaSet, QuotaPublic, summary="Set one quota row."),
     Method("quotas.list", "GET", "/v1/quotas", QuotaListQuery, QuotaPublic, paged=True),

@@ -95,3 +95,74 @@ class PoolOfferPublic(WireAnswer):
     pool_id: str
     tenant_id: str
     quotas: list[QuotaPublic]
+
+
+class PoolLayoutPreviewRequest(WireRequest):
+    """`pools.previewLayout`: what `migLayout` would do to the pool; nothing is written."""
+
+    id: str
+    mig_layout: str = Field(min_length=1, max_length=512)
+
+
+class LayoutHolderPublic(WireAnswer):
+    """A tenant's allocation holding a node back from a layout change; `endsAt` null: it never ends."""
+
+    allocation_id: str
+    tenant_id: str | None
+    ends_at: datetime | None
+
+
+class LayoutChangeHoldPublic(WireAnswer):
+    """A partition change's own hold on a GPU (allocation `partition:<gpuId>:<start>`, no tenant)."""
+
+    allocation_id: str
+    gpu_id: str
+    starts_at: datetime
+    ends_at: datetime | None
+
+
+class AppearingInstancePublic(WireAnswer):
+    """A MIG instance the node would create. It has no atom id yet: atom ids derive from the GI and CI
+    ids the driver gives the instance when it creates it."""
+
+    gpu_id: str
+    mig_profile: str
+    placement_start: int
+    placement_size: int
+
+
+class LayoutCapacityPublic(WireAnswer):
+    """Instances per MIG profile (a GPU that is not split counts under `gpu`), before and after."""
+
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+class NodeLayoutPreviewPublic(WireAnswer):
+    """One node of a layout preview. `grantableAt`: when the gate could grant the layout (now, or the
+    end of the node's last live booking); null with `heldOpenEnded` when a booking never ends."""
+
+    node: str
+    carries_pool_layout: bool
+    layout: str | None
+    """The layout the node is told now: its frozen one while a change of it waits."""
+    change_state: str | None
+    """`pending`, `scheduled` or `granted` while a layout change of the node is under way; else null."""
+    grantable_at: datetime | None
+    held_open_ended: bool
+    held_by: list[LayoutHolderPublic]
+    change_holds: list[LayoutChangeHoldPublic]
+    disappear: list[str]
+    appear: list[AppearingInstancePublic]
+    capacity: LayoutCapacityPublic
+
+
+class PoolLayoutPreview(WireAnswer):
+    """The answer to `pools.previewLayout`: per node and for the whole pool, at `at`."""
+
+    pool_id: str
+    from_: str = Field(alias="from")
+    to: str
+    at: datetime
+    nodes: list[NodeLayoutPreviewPublic]
+    capacity: LayoutCapacityPublic

@@ -1,4 +1,5 @@
-"""Pools: list and get (what the caller may see), create and update (admin), offer (admin or owner)."""
+"""Pools: list and get (what the caller may see), create and update (admin), offer and preview a layout
+(admin or owner)."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import paged, pool_public, quota_public
+from better_compute.api.convert import layout_preview, paged, pool_public, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.service import layout_preview as previews
 from better_compute.service import pools
 from better_compute.wire.common import Page
 from better_compute.wire.pools import (
     PoolCreate,
+    PoolLayoutPreview,
+    PoolLayoutPreviewRequest,
     PoolListQuery,
     PoolOffer,
     PoolOfferPublic,
@@ -93,3 +97,11 @@ def offer_pool(
 @router.delete("/pools/{id}", response_model=PoolPublic)
 def delete_pool(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PoolPublic:
     return pool_public(pools.delete(store, principal, id, now))
+
+
+@router.post("/pools/{id}/preview-layout", response_model=PoolLayoutPreview)
+def preview_layout(
+    id: str, body: PoolLayoutPreviewRequest, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> PoolLayoutPreview:
+    # Reads only: the path's id is authoritative, as for every method with a body.
+    return layout_preview(previews.preview(store, principal, id, body.mig_layout, now))
