@@ -39,6 +39,9 @@ def test_the_idle_node_converges_and_the_busy_one_waits_for_its_booking(tmp_path
         reservation = json.loads(booked.stdout)
         busy = reservation["atoms"][0]["node"]
         idle = "euw-h100-a-2" if busy == "euw-h100-a-1" else "euw-h100-a-1"
+        preview = server.cli_env("pools", "preview-layout", "h100-mig", NEW)
+        assert preview.returncode == 0, preview.stderr
+        assert busy in preview.stdout
         changed = server.cli_env(
             "api", "pools.update", "--json", json.dumps({"id": "h100-mig", "policy": {"migLayout": NEW}})
         )
@@ -61,6 +64,9 @@ def test_the_idle_node_converges_and_the_busy_one_waits_for_its_booking(tmp_path
                 "+00:00", "Z"
             )
             assert events("node.mig.granted", busy) == []
+            listed = server.cli_env("events", "--type", "node.mig.scheduled")
+            assert listed.returncode == 0, listed.stderr
+            assert busy in listed.stdout and idle in listed.stdout
             assert profiles(busy) == {"1g.10gb"}  # its holder keeps its instance
             kept = http.get(f"/v1/reservations/{reservation['id']}").json()
             assert kept["status"] == "active" and kept["atoms"] == reservation["atoms"]
