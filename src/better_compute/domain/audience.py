@@ -93,6 +93,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeReportRefused.TYPE,
         ev.NodeScrubbed.TYPE,
         ev.NodeRebootRequired.TYPE,
+        ev.DoctorRun.TYPE,
     }
 )
 """The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).

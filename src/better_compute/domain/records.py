@@ -166,3 +166,24 @@ class Reservation:
     created_at: datetime
     idempotency_key: str | None = None
     generation: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MigLayoutGate:
+    """A node's row in the MIG layout gate (SPEC 6.1, table `capacity_mig_layouts`): the node is
+    frozen at `frozen_layout` while `pending_layout` waits to be granted. `state` is `pending`
+    (requested), `scheduled` (its GPU families booked from `scheduled_from`) or `granted` (at
+    `granted_at`, when the node's spec generation was `granted_generation`)."""
+
+    node_id: str
+    pool_id: str
+    frozen_layout: str | None
+    pending_layout: str
+    state: str
+    requested_at: datetime
+    scheduled_from: datetime | None = None
+    granted_at: datetime | None = None
+    granted_generation: int | None = None
+    version: int = 1
+    lease_owner: str | None = None
+    lease_until: datetime | None = None

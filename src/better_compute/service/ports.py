@@ -27,6 +27,7 @@ from better_compute.domain.records import (
     Cluster,
     Credential,
     Gpu,
+    MigLayoutGate,
     Node,
     Pool,
     Quota,
@@ -455,6 +456,24 @@ class LedgerPort(Protocol):
         that meet `window`."""
         ...
 
+    def partition_holds(self, since: datetime) -> list[Booking]:
+        """Live bookings of partition changes that end after `since` (or never), in id order."""
+        ...
+
+    def overlaps(self, limit: int) -> list[tuple[Booking, Booking]]:
+        """Pairs of live bookings of one atom whose windows meet (at most `limit`): none, unless
+        something wrote the ledger around its fences (`better-compute doctor`'s self-check)."""
+        ...
+
+
+class MigLayoutRepo(Protocol):
+    """The MIG layout gate's rows (table `capacity_mig_layouts`, SPEC 6.1), one per node whose
+    layout change is under way."""
+
+    def all_rows(self) -> list[MigLayoutGate]:
+        """Every row, by node id."""
+        ...
+
 
 class UsageRepo(Protocol):
     """What tenants held in a period, read from the ledger (`domain.metering.held`'s rule)."""
@@ -576,6 +595,9 @@ class Tx(Protocol):
 
     @property
     def usage(self) -> UsageRepo: ...
+
+    @property
+    def mig_layouts(self) -> MigLayoutRepo: ...
 
     @property
     def prices(self) -> PriceRepo: ...

@@ -15,6 +15,7 @@ from better_compute.storage.gpu_states import SqlGpuStates
 from better_compute.storage.gpus import SqlGpus
 from better_compute.storage.join_tokens import SqlJoinTokens
 from better_compute.storage.ledger import SqlLedger
+from better_compute.storage.mig_layouts import SqlMigLayouts
 from better_compute.storage.nodes import SqlNodes
 from better_compute.storage.policies import SqlPolicies
 from better_compute.storage.pools import SqlPools
@@ -91,3 +92,7 @@ class SqlTx:
     @cached_property
     def bindings(self) -> SqlBindings:
         return SqlBindings(self.conn)
+
+    @cached_property
+    def mig_layouts(self) -> SqlMigLayouts:
+        return SqlMigLayouts(self.conn)
