@@ -187,8 +187,8 @@ def fractional_without_quota(pools: Iterable[Pool], quotas: Iterable[Quota]) -> 
             POOL_FRACTIONAL_WITHOUT_QUOTA,
             pool.id,
             f"{pool.mode} pool with no {cls} quota row for any tenant: every {cls} request is QUOTA_EXCEEDED",
-            f"give a tenant {cls} quota: `better-compute api quotas.set` (class {cls}) or"
-            " pools.offer; a fleet file's pool takes ownerQuota",
+            f"give a tenant {cls} quota: better-compute quotas set --tenant T --pool {pool.id}"
+            f" --class {cls} --limit N (or pools.offer; ownerQuota in a fleet file)",
         )
 
 
