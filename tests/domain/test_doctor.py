@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from better_compute.domain import doctor
-from better_compute.domain.doctor import FleetFacts, Finding, counts, diagnose
+from better_compute.domain.doctor import Finding, FleetFacts, counts, diagnose
 from better_compute.domain.ledger import Booking, partition_allocation_id
 from better_compute.domain.pools import PoolSettings, SharingMode
 from better_compute.domain.records import Gpu, MigLayoutGate, Node, Pool, Quota
