@@ -55,7 +55,7 @@ def test_the_example_fleet_parses() -> None:
         pytest.param(
             lambda f: f["clusters"][0]["nodes"][0].update(numaNode=2),
             "node h: clusters[0].nodes[0]: unknown key 'numaNode' "
-            "(a node takes gpus, name, numaNodes, nvlink, replicas)",
+            "(a node takes carriesPoolLayout, gpus, name, numaNodes, nvlink, replicas)",
             "clusters[0].nodes[0].numaNode",
             id="a misspelt node key",
         ),

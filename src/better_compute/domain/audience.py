@@ -93,6 +93,9 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeReportRefused.TYPE,
         ev.NodeScrubbed.TYPE,
         ev.NodeRebootRequired.TYPE,
+        ev.NodeMigScheduled.TYPE,
+        ev.NodeMigGranted.TYPE,
+        ev.NodeMigApplied.TYPE,
         ev.DoctorRun.TYPE,
     }
 )

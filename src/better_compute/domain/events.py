@@ -292,6 +292,39 @@ class NodeScrubbed(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeMigScheduled(Event):
+    """The layout gate booked every GPU family of a node from `at` onward, when the node's last
+    booking ends (`subject`: the node); the change is granted then."""
+
+    TYPE: ClassVar[str] = "node.mig.scheduled"
+    pool: str
+    at: datetime
+    layout: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMigGranted(Event):
+    """A node is told its pool's new layout (`subject`: the node); `released` when nothing will
+    repartition it (it keeps its own layout), so its holds ended at once."""
+
+    TYPE: ClassVar[str] = "node.mig.granted"
+    pool: str
+    layout: str
+    released: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeMigApplied(Event):
+    """A node converged its new layout, or the change was undone (`undone`): its partition
+    bookings are released and its atoms take work (`subject`: the node)."""
+
+    TYPE: ClassVar[str] = "node.mig.applied"
+    pool: str
+    layout: str
+    undone: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class NodeRebootRequired(Event):
     """A node's inventory newly says GPUs wait for a reboot: a MIG mode change needed a GPU reset
     that failed (`subject`: the node)."""
@@ -380,6 +413,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeReportRefused,
         NodeScrubbed,
         NodeRebootRequired,
+        NodeMigScheduled,
+        NodeMigGranted,
+        NodeMigApplied,
         AllocationBound,
         AllocationReleased,
         FleetRegistered,

@@ -21,7 +21,8 @@ from datetime import datetime, timedelta
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.records import Gpu, Pool
+from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.records import Gpu, MigLayoutGate, Pool
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 
@@ -103,12 +104,6 @@ def device_of(atom: Atom) -> str:
     return atom.gpu_id
 
 
-def _layout(pool: Pool | None) -> str | None:
-    if pool is None:
-        return None
-    return pool.settings.layout if pool.mode == "mig" else "all-disabled"
-
-
 def plan_spec(
     node: str,
     gpus: Iterable[Gpu],
@@ -118,12 +113,14 @@ def plan_spec(
     now: datetime,
     *,
     carries_pool_layout: bool = True,
+    gate: MigLayoutGate | None = None,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
-    pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
-    tenant allocation whose live booking holds one of the node's atoms at `now` (a layout change's
-    own bookings are no tenant's and assign nothing). A node that does not carry its pool's layout
-    gets no layout (None: leave it as it is)."""
+        pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
+        tenant allocation whose live booking holds one of the node's atoms at `now` (a layout change's
+        own bookings are no tenant's and assign nothing). A node that does not carry its pool's layout
+        gets no layout (None: leave it as it is); a node under a layout change (`gate`) is told the layout
+    the gate gives it (`domain.mig_gate.told_layout`)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     for hold in holds:
@@ -147,7 +144,7 @@ def plan_spec(
     )
     return NodeSpec(
         node=node,
-        gpus=tuple(GpuSpec(g.id, _layout(pool) if carries_pool_layout else None) for g in present),
+        gpus=tuple(GpuSpec(g.id, told_layout(pool, gate) if carries_pool_layout else None) for g in present),
         sharing=sharing,
         assignments=assignments,
     )

@@ -170,10 +170,11 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class MigLayoutGate:
-    """A node's row in the MIG layout gate (SPEC 6.1, table `capacity_mig_layouts`): the node is
-    frozen at `frozen_layout` while `pending_layout` waits to be granted. `state` is `pending`
-    (requested), `scheduled` (its GPU families booked from `scheduled_from`) or `granted` (at
-    `granted_at`, when the node's spec generation was `granted_generation`)."""
+    """A node of a mig pool whose layout change is under way (SPEC 6.1, `domain.mig_gate`): frozen
+    at `frozen_layout` while `state` is `pending` or `scheduled`, told `pending_layout` once
+    `granted`. `scheduled_from` is when its GPU families' partition bookings start;
+    `granted_generation` the node's spec generation at the grant (a higher one observed carries the
+    new layout). `lease_owner` / `lease_until`: which reconciler works on the node, until when."""
 
     node_id: str
     pool_id: str

@@ -6,7 +6,7 @@ import errno
 import logging
 import os
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -75,6 +75,23 @@ def opened(settings: Settings, *, create: bool) -> Iterator[tuple[Services, str]
         except SQLAlchemyError as exc:
             _refuse(database.explain(exc, found))
         yield services, found.describe()
+
+
+def _reconciling(services: Services, owner: str) -> Callable[[], None]:
+    """Run the MIG layout gate's reconciler in a thread of `serve`; returns what stops it."""
+    import threading
+
+    from better_compute.service.mig_gate import Reconciler
+
+    reconciler = Reconciler(services.store, services.clock, owner)
+    thread = threading.Thread(target=reconciler.run, args=(services.stopping,), name="mig-gate", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        services.stopping.set()
+        thread.join(10)
+
+    return stop
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -234,6 +251,7 @@ def serve(
         if nodes is not None:
             nodes.start()
             stack.callback(nodes.stop)
+        stack.callback(_reconciling(services, reconciler_owner()))
         if workers == 1:
             app_ = server.build_app(services, settings)
             config = uvicorn.Config(
@@ -299,4 +317,45 @@ def migrate(database_url_opt: DatabaseOpt = None, create: CreateOpt = False) -> 
     typer.echo(f"migrated {used} to the newest schema")
 
 
-__all__ = ["admin_app", "bootstrap", "check_port_free", "migrate", "opened", "serve"]
+def reconciler_owner() -> str:
+    """A reconciler's name in the gate's leases: host and process, so an operator can tell whose."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}"
+
+
+@app.command()
+def reconcile(
+    database_url_opt: DatabaseOpt = None,
+    interval: Annotated[
+        float, typer.Option(min=0.05, max=60, help="Seconds between passes over the gated nodes.")
+    ] = 0.5,
+    lease_seconds: Annotated[
+        float,
+        typer.Option(
+            min=1, max=3600, help="How long this process holds a node; another takes it after (if it dies)."
+        ),
+    ] = 15.0,
+) -> None:
+    """Run the MIG layout gate's reconciler until SIGTERM or Ctrl-C (serve runs one too).
+
+    Any number may run against one PostgreSQL database: they share the gated nodes through leases,
+    each node worked on by one at a time. On SQLite, run one (serve's own) and no more.
+    """
+    import signal
+    import threading
+    from datetime import timedelta
+
+    from better_compute.service.mig_gate import Reconciler
+
+    stopping = threading.Event()
+    for s in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(s, lambda signum, frame: stopping.set())
+    with opened(read_settings(database_url=database_url_opt), create=False) as (services, used):
+        owner = reconciler_owner()
+        typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
+        Reconciler(services.store, services.clock, owner, timedelta(seconds=lease_seconds)).run(
+            stopping, interval
+        )
+    typer.echo("stopped")
+
+
+__all__ = ["admin_app", "bootstrap", "check_port_free", "migrate", "opened", "reconcile", "serve"]

@@ -56,6 +56,7 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
         holds,
         now,
         carries_pool_layout=node.carries_pool_layout,
+        gate=tx.mig_layouts.of_nodes([node_id]).get(node_id),
     )
     return node, spec
 

@@ -52,7 +52,7 @@ from better_compute.domain.tenancy import (
     tenant_not_found,
 )
 from better_compute.domain.timewin import Window
-from better_compute.service import quotas
+from better_compute.service import mig_gate, quotas
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
 from better_compute.service.rederive import rederive_nodes
@@ -267,7 +267,8 @@ def update(
 
     A new `replicas` re-derives the slots at once (refused while a booking holds a slot that would
     go). A new `migLayout` is validated on every node's GPU model and recorded, with the event
-    `pool.mig_layout.requested`; repartitioning is the MIG layout gate's job, never done here.
+    `pool.mig_layout.requested`, and gates every node of the pool (`service.mig_gate`): each keeps
+    its layout until the gate grants it the new one, never repartitioned under a holder.
     """
     require_admin(principal, "pools.update")
     check_ref(pool_id, "id")
@@ -334,6 +335,10 @@ def update_in(
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
+    if layout_changed:
+        # The gate's steps take the node locks too: this change and theirs are one after the other.
+        tx.nodes.lock(sorted(set(new_members) - touched))
+        mig_gate.request_in(tx, pool_id, sorted(new_members), old.layout, new.layout, now)
     tx.events.append(PoolUpdated(pool_id, current + 1, new.as_mapping(), tuple(added), tuple(removed)), now)
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)

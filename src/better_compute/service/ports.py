@@ -466,15 +466,6 @@ class LedgerPort(Protocol):
         ...
 
 
-class MigLayoutRepo(Protocol):
-    """The MIG layout gate's rows (table `capacity_mig_layouts`, SPEC 6.1), one per node whose
-    layout change is under way."""
-
-    def all_rows(self) -> list[MigLayoutGate]:
-        """Every row, by node id."""
-        ...
-
-
 class UsageRepo(Protocol):
     """What tenants held in a period, read from the ledger (`domain.metering.held`'s rule)."""
 
@@ -545,8 +536,33 @@ class EventLog(Protocol):
         ...
 
 
+class MigLayoutRepo(Protocol):
+    """The MIG layout gate's rows (storage.mig_layouts): compare-and-set writes, reconciler leases."""
+
+    def all_rows(self) -> list[MigLayoutGate]: ...
+
+    def of_nodes(self, node_ids: Sequence[str]) -> dict[str, MigLayoutGate]: ...
+
+    def add(self, gate: MigLayoutGate) -> None: ...
+
+    def replace(self, gate: MigLayoutGate) -> bool:
+        """Write `gate` over the row at `gate.version - 1`; False when another writer moved it."""
+        ...
+
+    def remove(self, node_id: str, version: int) -> bool: ...
+
+    def lease(self, owner: str, now: datetime, until: datetime, limit: int) -> list[str]:
+        """Take or renew leases on up to `limit` free nodes; the nodes `owner` holds."""
+        ...
+
+    def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...
+
+
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
+
+    @property
+    def mig_layouts(self) -> MigLayoutRepo: ...
 
     @property
     def tenants(self) -> TenantRepo: ...
@@ -595,9 +611,6 @@ class Tx(Protocol):
 
     @property
     def usage(self) -> UsageRepo: ...
-
-    @property
-    def mig_layouts(self) -> MigLayoutRepo: ...
 
     @property
     def prices(self) -> PriceRepo: ...

@@ -66,6 +66,10 @@ class SqlTx:
         return SqlGpuStates(self.conn)
 
     @cached_property
+    def mig_layouts(self) -> SqlMigLayouts:
+        return SqlMigLayouts(self.conn)
+
+    @cached_property
     def pools(self) -> SqlPools:
         return SqlPools(self.conn)
 
@@ -92,7 +96,3 @@ class SqlTx:
     @cached_property
     def bindings(self) -> SqlBindings:
         return SqlBindings(self.conn)
-
-    @cached_property
-    def mig_layouts(self) -> SqlMigLayouts:
-        return SqlMigLayouts(self.conn)

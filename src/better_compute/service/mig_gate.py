@@ -1,0 +1,171 @@
+"""The MIG layout gate (SPEC 6.1): a pool's new layout freezes each of its nodes, and a reconciler
+moves each node through `domain.mig_gate` one step at a time.
+
+Each step is one transaction under the node's row lock, written compare-and-set on the gate's
+`version`: two reconcilers, or a reconciler and a new request, never both move one node, and a
+crash between steps leaves the node at the last step committed. Scheduling books the node's GPU
+families in the ledger, where the exclusion constraint decides: a booking that landed since the
+plan was made makes the insert fail, and the next pass plans again from its end.
+
+Reconcilers shard the nodes through leases on the gate rows (`Reconciler.tick`): on PostgreSQL
+each replica takes free rows `SKIP LOCKED`, so any number share the work, one per node at a time,
+and a replica that dies loses its leases when they run out. A lease only says who should try; a
+step is correct whoever makes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from better_compute.domain import mig_gate as rules
+from better_compute.domain.errors import ConcurrentChange
+from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled, PartitionReleased
+from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.records import MigLayoutGate
+from better_compute.domain.timewin import Window
+from better_compute.service.clock import Clock
+from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
+
+_log = logging.getLogger("better_compute.mig_gate")
+
+LEASE = timedelta(seconds=15)
+"""How long a reconciler's hold on a node lasts without renewal; another takes the node after."""
+
+INTERVAL = 0.5
+"""Seconds between a reconciler's passes."""
+
+BATCH = 200
+"""Nodes one reconciler holds at most (it takes more as it finishes them)."""
+
+
+def request_in(
+    tx: Tx, pool_id: str, node_ids: list[str], old_layout: str | None, new_layout: str, now: datetime
+) -> None:
+    """Gate `node_ids` (a mig pool's nodes, locked by the caller) for the pool's new layout."""
+    gates = tx.mig_layouts.of_nodes(node_ids)
+    for node_id in sorted(node_ids):
+        gate = gates.get(node_id)
+        current = old_layout if gate is None else rules.told_layout(None, gate)
+        change = rules.requested(gate, node_id, pool_id, current, new_layout, now)
+        match change:
+            case rules.Put(gate=put) if put.version == 1:
+                tx.mig_layouts.add(put)
+            case rules.Put(gate=put):
+                if not tx.mig_layouts.replace(put):
+                    raise ConcurrentChange(
+                        f"node {node_id}'s layout change moved while this one was made; try again",
+                        {"node": node_id},
+                    )
+            case rules.Drop(gate=dropped):
+                _end(tx, dropped, now, undone=True)
+
+
+def _release(tx: Tx, gate: MigLayoutGate, now: datetime) -> None:
+    if gate.scheduled_from is None:
+        return
+    for gpu in tx.gpus.of_nodes([gate.node_id]):
+        allocation = partition_allocation_id(gpu.id, gate.scheduled_from)
+        tx.ledger.end_allocation(allocation, now, PartitionReleased(allocation, now))
+
+
+def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) -> None:
+    _release(tx, gate, now)
+    if not tx.mig_layouts.remove(gate.node_id, gate.version):
+        raise Overlap(gate.node_id)
+    layout = gate.frozen_layout if undone else gate.pending_layout
+    tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
+
+
+def facts(tx: Tx, node_id: str, now: datetime) -> rules.NodeFacts:
+    node = tx.nodes.by_ids([node_id])[node_id]
+    atoms = [a.id for a in tx.atoms.of_nodes([node_id])]
+    tenant = [b for b in tx.ledger.live_on(atoms, now) if b.tenant_id is not None]
+    ends = [b.ends_at for b in tenant]
+    return rules.NodeFacts(
+        carries_pool_layout=node.carries_pool_layout,
+        spec_generation=node.spec_generation,
+        observed_generation=node.observed_generation,
+        booked_until=max((e for e in ends if e is not None), default=None),
+        open_ended=any(e is None for e in ends),
+    )
+
+
+def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
+    """Take the gate's next step in the caller's transaction (which holds the node's row lock);
+    raises `Overlap` when a booking or another writer got there first (nothing is then written)."""
+    step = rules.next_step(gate, facts(tx, gate.node_id, now), now)
+    match step:
+        case rules.Schedule(at=at):
+            for gpu in tx.gpus.of_nodes([gate.node_id]):
+                family = tx.ledger.family_atom_ids(gpu.id)
+                allocation = partition_allocation_id(gpu.id, at)
+                tx.ledger.book(family, Window(at, None), allocation, None, now, require_bookable=False)
+            if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
+                raise Overlap(gate.node_id)
+            tx.events.append(NodeMigScheduled(gate.node_id, gate.pool_id, at, gate.pending_layout), now)
+        case rules.Grant(release=release):
+            generation = tx.nodes.by_ids([gate.node_id])[gate.node_id].spec_generation
+            moved = rules.granted(gate, now, generation)
+            if not tx.mig_layouts.replace(moved):
+                raise Overlap(gate.node_id)
+            tx.events.append(NodeMigGranted(gate.node_id, gate.pool_id, gate.pending_layout, release), now)
+            if release:
+                _end(tx, moved, now)
+        case rules.Apply():
+            _end(tx, gate, now)
+        case rules.Wait():
+            pass
+    return step
+
+
+def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None) -> rules.Step | None:
+    """One step for the node in a transaction of its own; None when it has no gate, its lease is
+    another reconciler's (with `owner`), or a booking or another writer got there first (the next
+    pass plans again)."""
+    try:
+        with store.begin() as tx:
+            tx.nodes.lock([node_id])
+            gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
+            if gate is None or (owner is not None and not tx.mig_layouts.leased_to(node_id, owner, now)):
+                return None
+            return step_in(tx, gate, now)
+    except (Overlap, NotBookable):
+        return None
+
+
+@dataclass
+class Reconciler:
+    """Drives the gate: each pass leases nodes (`BATCH` at most) and steps each of them once."""
+
+    store: StorePort
+    clock: Clock
+    owner: str
+    lease: timedelta = LEASE
+    batch: int = BATCH
+
+    def tick(self) -> dict[str, rules.Step]:
+        """One pass: the steps taken, by node (waits included)."""
+        now = self.clock()
+        with self.store.begin() as tx:
+            held = tx.mig_layouts.lease(self.owner, now, now + self.lease, self.batch)
+        taken: dict[str, rules.Step] = {}
+        for node_id in held:
+            done = step(self.store, node_id, self.clock(), self.owner)
+            if done is not None:
+                taken[node_id] = done
+        return taken
+
+    def run(self, stopping: threading.Event, interval: float = INTERVAL) -> None:
+        """Pass after pass until `stopping` is set."""
+        while not stopping.is_set():
+            try:
+                self.tick()
+            except Exception:  # a lost database, say: logged, and the next pass tries again
+                _log.exception("mig gate pass failed")
+            stopping.wait(interval)
+
+
+__all__ = ["BATCH", "INTERVAL", "LEASE", "Reconciler", "facts", "request_in", "step", "step_in"]

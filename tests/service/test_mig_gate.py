@@ -1,0 +1,224 @@
+"""The MIG layout gate with a fake clock, through the real app, on SQLite and PostgreSQL: a pool's
+new layout never repartitions a node under a holder, an idle node is scheduled at once, a booking
+ending later delays its own node only, a second change replaces a pending one, a node that keeps
+its own layout is released at the grant, and a node that never converges stays held."""
+
+from __future__ import annotations
+
+import io
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text, update
+
+from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.logs import Log
+from better_compute.domain import mig_gate as rules
+from better_compute.service.mig_gate import Reconciler
+from better_compute.storage.store import Store
+from better_compute.storage.tables import nodes
+from tests.builders import fleet_spec
+from tests.node_world import NodeWorld
+
+NEW = "mixed:3g.40gb+2x2g.20gb"
+
+
+def change_layout(world: NodeWorld, layout: str) -> None:
+    r = world.http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": layout}}, headers=world.admin
+    )
+    assert r.status_code == 200, r.text
+
+
+def told(world: NodeWorld, node: str) -> set[str | None]:
+    spec = world.http.get(f"/v1/nodes/{node}/spec", headers=world.admin).json()
+    return {g["migLayout"] for g in spec["gpus"]}
+
+
+def gates(store: Store) -> dict[str, Any]:
+    with store.read() as tx:
+        return {g.node_id: g for g in tx.mig_layouts.all_rows()}
+
+
+def partition_holds(store: Store) -> list[tuple[str, Any, Any]]:
+    with store.engine.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT DISTINCT allocation_id, starts_at, ends_at FROM bookings"
+                " WHERE allocation_id LIKE 'partition:%' AND state = 'live' ORDER BY allocation_id"
+            )
+        )
+        return [tuple(r) for r in found]
+
+
+def observe(world: NodeWorld, node: str) -> None:
+    """The node reports it converged its current spec (what `bcd run` does after a pass)."""
+    spec = world.http.get(f"/v1/nodes/{node}/spec", headers=world.admin).json()
+    with world.store.begin() as tx:
+        tx.nodes.mark_observed(node, int(spec["generation"]), world.clock.now)
+
+
+def types(world: NodeWorld, prefix: str = "node.mig.") -> list[tuple[str, str]]:
+    items = world.http.get("/v1/events", params={"limit": 500}, headers=world.admin).json()["items"]
+    return [(e["type"], e["subject"]) for e in items if e["type"].startswith(prefix)]
+
+
+def test_an_idle_node_is_scheduled_at_once_granted_and_released_once_converged(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    assert {g.state for g in gates(store).values()} == {rules.PENDING}
+    assert told(world, "n-1") == {"all-1g.10gb"}  # frozen until the grant
+    steps = reconciler.tick()
+    assert {type(s) for s in steps.values()} == {rules.Schedule}
+    assert all(s.at == world.clock.now for s in steps.values())  # type: ignore[union-attr]
+    assert len(partition_holds(store)) == 4  # two GPUs on each of two nodes
+    reconciler.tick()
+    assert {g.state for g in gates(store).values()} == {rules.GRANTED}
+    assert told(world, "n-1") == {NEW}
+    refused = world.http.post(
+        "/v1/reservations",
+        json={"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"},
+        headers=world.platform,
+    )
+    assert refused.status_code == 409, refused.text  # every atom is held by the change
+    reconciler.tick()
+    assert {g.state for g in gates(store).values()} == {rules.GRANTED}  # no timer releases a hold
+    observe(world, "n-1")
+    reconciler.tick()
+    assert set(gates(store)) == {"n-2"}
+    n2 = {
+        g["id"]
+        for g in world.http.get("/v1/gpus", params={"node": "n-2"}, headers=world.admin).json()["items"]
+    }
+    assert {a.split(":")[1] for a, _, _ in partition_holds(store)} == n2  # n-2's, until it converges too
+    assert ("node.mig.applied", "n-1") in types(world)
+    assert told(world, "n-1") == {NEW}  # the pool's own layout now
+
+
+def test_a_booking_ending_later_delays_its_own_node_and_idle_time_before_still_books(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    held = world.reserve([{"class": "gpu.mig", "count": 1}], duration="3h")
+    busy = held["atoms"][0]["node"]
+    idle = "n-2" if busy == "n-1" else "n-1"
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    shown = gates(store)
+    assert shown[busy].state == rules.SCHEDULED
+    assert shown[busy].scheduled_from == world.clock.now + timedelta(hours=3)
+    assert shown[idle].scheduled_from == world.clock.now
+    reconciler.tick()
+    assert gates(store)[idle].state == rules.GRANTED
+    assert gates(store)[busy].state == rules.SCHEDULED
+    assert told(world, busy) == {"all-1g.10gb"}  # its holder keeps its instance
+    kept = world.http.get(f"/v1/reservations/{held['id']}", headers=world.platform).json()
+    assert kept["status"] == "active" and kept["atoms"] == held["atoms"]
+    # Idle time before the hold still books on the busy node; nothing lands past it.
+    short = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "2h"}
+    before = world.http.post("/v1/reservations", json=short, headers=world.platform)
+    assert before.status_code == 201, before.text
+    assert before.json()["atoms"][0]["node"] == busy
+    past = world.http.post("/v1/reservations", json={**short, "duration": "4h"}, headers=world.platform)
+    assert past.status_code == 409, past.text
+    world.clock.now += timedelta(hours=3)
+    reconciler.tick()
+    assert gates(store)[busy].state == rules.GRANTED
+    assert told(world, busy) == {NEW}
+    assert [t for t in types(world) if t[1] == busy] == [
+        ("node.mig.scheduled", busy),
+        ("node.mig.granted", busy),
+    ]
+
+
+def test_a_second_change_replaces_a_pending_one_and_one_back_undoes_it(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.reserve([{"class": "gpu.mig", "count": 1}], duration="3h")
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    change_layout(world, "all-2g.20gb")
+    assert {g.pending_layout for g in gates(store).values()} == {"all-2g.20gb"}
+    reconciler.tick()
+    scheduled = {n: g for n, g in gates(store).items() if g.state == rules.SCHEDULED}
+    change_layout(world, "all-1g.10gb")  # back to what every node has: nothing to do any more
+    assert gates(store) == {}
+    assert partition_holds(store) == []
+    assert len(scheduled) == 2
+    assert sum(1 for t, _ in types(world) if t == "node.mig.applied") == 2
+
+
+def test_a_node_that_keeps_its_own_layout_is_released_at_the_grant(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    with store.begin() as tx:
+        tx.conn.execute(update(nodes).where(nodes.c.id == "n-1").values(carries_pool_layout=False))  # type: ignore[attr-defined]
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    assert set(gates(store)) == {"n-2"}  # n-1's holds ended at the grant: nothing repartitions it
+    assert all("n-1" not in a for a, _, _ in partition_holds(store))
+    assert told(world, "n-1") == {None}
+    events = world.http.get("/v1/events", params={"type": "node.mig.granted"}, headers=world.admin).json()
+    released = {e["subject"]: e["payload"]["released"] for e in events["items"]}
+    assert released == {"n-1": True, "n-2": False}
+
+
+def test_a_node_that_never_converges_stays_held(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    world.clock.now += timedelta(days=30)
+    reconciler.tick()
+    assert {g.state for g in gates(store).values()} == {rules.GRANTED}
+    assert len(partition_holds(store)) == 4
+    assert all(end is None for _, _, end in partition_holds(store))
+
+
+def test_a_daemon_repartitions_an_idle_node_through_the_gate(store: Store, tmp_path: Path) -> None:
+    """End to end with `bcd run`'s loop: the grant moves the node's spec, the daemon repartitions
+    the idle GPUs and reports, and the next pass releases the holds; the new atoms take work."""
+    world = NodeWorld(store, tmp_path)
+    identity = world.join("n-1")
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    log = Log(io.StringIO(), node="n-1")
+    daemon = Daemon(
+        identity,
+        fake,
+        world.node(identity),
+        cdi_root=tmp_path / "cdi",
+        log=log,
+        mps_runner=LoggingRunner(log),
+        wait=0,
+    )
+    daemon.enqueue(daemon.inventory())
+    assert daemon.step(False)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    assert daemon.step(True)
+    assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"3g.40gb", "2g.20gb"}
+    reconciler.tick()
+    assert "n-1" not in gates(store)
+    body = {
+        "poolId": "p1",
+        "duration": "1h",
+        "devices": [
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+            }
+        ],
+    }
+    made = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert made.status_code == 201, made.text
+    assert made.json()["atoms"][0]["node"] == "n-1"
