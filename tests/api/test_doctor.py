@@ -4,6 +4,7 @@ fleet's tables make it, admin only, and one `doctor.run` event per run."""
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -212,3 +213,43 @@ def test_doctor_ledger_overlap_found_on_sqlite_and_refused_by_postgresql(fleet: 
     assert any("rsv-first" in d and "rsv-second" in d for d in details)
     assert any("rsv-second" in d and "rsv-after" in d for d in details)
     assert not any("rsv-first" in d and "rsv-after" in d for d in details)
+
+
+def test_doctor_with_the_gate_a_node_that_never_converges_shows_after_24_hours_not_before(
+    store: Store, tmp_path: Path
+) -> None:
+    from better_compute.service.mig_gate import Reconciler
+    from tests.node_world import NodeWorld
+
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    patched = world.http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": "all-3g.40gb"}}, headers=world.admin
+    )
+    assert patched.status_code == 200, patched.text
+    reconciler.tick()  # scheduled at once: the nodes are idle
+    reconciler.tick()  # granted
+    with store.read() as tx:
+        assert {g.state for g in tx.mig_layouts.all_rows()} == {"granted"}
+
+    def run() -> list[tuple[str, str]]:
+        answer = world.http.get("/v1/doctor", headers=world.admin)
+        assert answer.status_code == 200, answer.text
+        return found(answer.json())
+
+    assert run() == []  # held by the gate: no orphans
+    world.clock.now += timedelta(hours=23, minutes=59)
+    reconciler.tick()
+    assert run() == []
+    world.clock.now += timedelta(minutes=1)
+    reconciler.tick()
+    assert run() == [("capacity.mig.stuck", "n-1"), ("capacity.mig.stuck", "n-2")]
+    with store.engine.connect() as conn:
+        held = conn.execute(
+            select(bookings.c.allocation_id).where(
+                bookings.c.state == "live",
+                bookings.c.allocation_id.startswith("partition:"),
+                bookings.c.ends_at.is_(None),
+            )
+        ).all()
+    assert len({r[0] for r in held}) == 4  # both GPUs of both nodes, still held
