@@ -11,6 +11,7 @@ from better_compute.api.routes import (
     bills,
     capacity,
     credentials,
+    doctor,
     events,
     health,
     inventory,
@@ -65,6 +66,7 @@ def create_app(
     app.include_router(usage.router)
     app.include_router(bills.router)
     app.include_router(prices.router)
+    app.include_router(doctor.router)
     links.install(app)
     refusals.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.

@@ -15,6 +15,7 @@ from better_compute.domain.accounting import StateHours
 from better_compute.domain.atoms import Atom
 from better_compute.domain.billing import Bill, Price
 from better_compute.domain.credentials import Principal
+from better_compute.domain.doctor import Finding
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
 from better_compute.domain.inventory import GpuReport, MigInstance
@@ -52,6 +53,7 @@ from better_compute.wire.capacity import (
     TimelineBucket,
 )
 from better_compute.wire.common import Page
+from better_compute.wire.doctor import DoctorFinding, DoctorReport
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
     AtomPublic,
@@ -335,6 +337,15 @@ def capacity_summary(at: datetime, pool_id: str | None, models: list[ModelCount]
             )
             for m in models
         ],
+    )
+
+
+def doctor_report(checked_at: datetime, findings: list[Finding]) -> DoctorReport:
+    return DoctorReport(
+        findings=[
+            DoctorFinding(code=f.code, subject=f.subject, detail=f.detail, action=f.action) for f in findings
+        ],
+        checked_at=checked_at,
     )
 
 

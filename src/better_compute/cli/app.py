@@ -33,6 +33,7 @@ from better_compute.cli import (  # noqa: E402, F401
     api_cmd,
     billing_cmd,
     capacity_cmd,
+    doctor_cmd,
     events_cmd,
     login_cmd,
     reservations_cmd,

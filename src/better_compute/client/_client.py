@@ -45,6 +45,7 @@ from better_compute.wire.capacity import (
     CapacityTimelineQuery,
 )
 from better_compute.wire.common import Page
+from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.nodes import (
@@ -155,6 +156,7 @@ class Compute:
         self.usage = Usage(self)
         self.bills = Bills(self)
         self.prices = Prices(self)
+        self.doctor = Doctor(self)
 
     @property
     def base_url(self) -> str:
@@ -721,6 +723,16 @@ class Capacity(_Resource):
         """Atoms per pool and class now (`gpu`, `gpu.mig`, `gpu.slot`): total, bookable, booked."""
         query = CapacityByPoolQuery.model_validate(_fields(pool_id=pool_id))
         return self._compute._typed("capacity.byPool", query, CapacityByPool)
+
+
+@_refusing_bad_arguments
+class Doctor(_Resource):
+    def run(self, *, silent_minutes: int | None = None) -> DoctorReport:
+        """What in the fleet needs an operator (admin only): findings sorted by code and subject,
+        none when all is well. A joined node with no report for `silent_minutes` (default 10) is
+        `node.silent`."""
+        query = DoctorQuery.model_validate(_fields(silent_minutes=silent_minutes))
+        return self._compute._typed("doctor.run", query, DoctorReport)
 
 
 @_refusing_bad_arguments

@@ -96,6 +96,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeMigScheduled.TYPE,
         ev.NodeMigGranted.TYPE,
         ev.NodeMigApplied.TYPE,
+        ev.DoctorRun.TYPE,
     }
 )
 """The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).

@@ -361,6 +361,17 @@ class FleetRegistered(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class DoctorRun(Event):
+    """`better-compute doctor` ran (`subject`: `fleet`): how many findings, and how many of each
+    code (docs/operations.md#doctor). One event per run, not one per finding: a doctor run every
+    minute by a cron job would otherwise repeat every standing finding into the stream."""
+
+    TYPE: ClassVar[str] = "doctor.run"
+    findings: int
+    counts: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
 class UnknownEvent(Event):
     """An event of a type this version does not know, kept as stored."""
 
@@ -408,6 +419,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         AllocationBound,
         AllocationReleased,
         FleetRegistered,
+        DoctorRun,
     )
 }
 

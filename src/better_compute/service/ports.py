@@ -477,6 +477,15 @@ class LedgerPort(Protocol):
         that meet `window`."""
         ...
 
+    def partition_holds(self, since: datetime) -> list[Booking]:
+        """Live bookings of partition changes that end after `since` (or never), in id order."""
+        ...
+
+    def overlaps(self, limit: int) -> list[tuple[Booking, Booking]]:
+        """Pairs of live bookings of one atom whose windows meet (at most `limit`): none, unless
+        something wrote the ledger around its fences (`better-compute doctor`'s self-check)."""
+        ...
+
 
 class UsageRepo(Protocol):
     """What tenants held in a period, read from the ledger (`domain.metering.held`'s rule)."""

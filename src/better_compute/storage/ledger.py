@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import psycopg
 from sqlalchemy import (
@@ -23,7 +24,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
-from better_compute.domain.ledger import Booking, is_partition_change
+from better_compute.domain.ledger import PARTITION_PREFIX, Booking, is_partition_change
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import LiveBooking, NotBookable, Overlap
 from better_compute.storage.atoms import mark_released
@@ -406,6 +407,62 @@ def whole_gpus_held(conn: Connection, pool_ids: Sequence[str] | None, window: Wi
     ]
 
 
+def partition_holds(conn: Connection, since: datetime) -> list[Booking]:
+    """Live bookings of partition changes (allocation id `partition:...`) that end after `since`
+    (or never), in id order."""
+    stmt = (
+        select(bookings)
+        .where(
+            bookings.c.allocation_id.startswith(PARTITION_PREFIX, autoescape=True),
+            bookings.c.state == "live",
+            or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > since),
+        )
+        .order_by(bookings.c.id)
+    )
+    return [_row_to_booking(r) for r in conn.execute(stmt)]
+
+
+def overlaps(conn: Connection, limit: int) -> list[tuple[Booking, Booking]]:
+    """Pairs of live bookings of one atom whose windows meet, at most `limit` of them; the first of
+    each pair starts first (or, starting together, has the lower id).
+
+    There should be none: PostgreSQL's `bookings_no_overlap` refuses them, and SQLite's serialised
+    writers check before they insert. It is `better-compute doctor`'s self-check of the ledger. Each
+    booking is paired with those starting inside its window, a range of the (atom, start) index."""
+    a, b = bookings.alias("a"), bookings.alias("b")
+    stmt = (
+        select(*(a.c[c].label(f"a_{c}") for c in _PAIR), *(b.c[c].label(f"b_{c}") for c in _PAIR))
+        .select_from(a)
+        .join(b, b.c.atom_id == a.c.atom_id)
+        .where(
+            a.c.state == "live",
+            b.c.state == "live",
+            a.c.id != b.c.id,
+            b.c.starts_at >= a.c.starts_at,
+            or_(b.c.starts_at > a.c.starts_at, b.c.id > a.c.id),
+            or_(a.c.ends_at.is_(None), b.c.starts_at < a.c.ends_at),
+        )
+        .order_by(a.c.id, b.c.id)
+        .limit(limit)
+    )
+    return [(_paired(r._mapping, "a_"), _paired(r._mapping, "b_")) for r in conn.execute(stmt)]
+
+
+_PAIR = ("id", "atom_id", "gpu_id", "allocation_id", "tenant_id", "starts_at", "ends_at", "state")
+
+
+def _paired(r: Mapping[Any, Any], prefix: str) -> Booking:
+    return Booking(
+        id=booking_id(r[f"{prefix}id"]),
+        atom_id=r[f"{prefix}atom_id"],
+        gpu_id=r[f"{prefix}gpu_id"],
+        allocation_id=r[f"{prefix}allocation_id"],
+        tenant_id=r[f"{prefix}tenant_id"],
+        span=Window(r[f"{prefix}starts_at"], r[f"{prefix}ends_at"]),
+        state=r[f"{prefix}state"],
+    )
+
+
 class SqlLedger:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -453,3 +510,9 @@ class SqlLedger:
 
     def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
         return whole_gpus_held(self.conn, pool_ids, window)
+
+    def partition_holds(self, since: datetime) -> list[Booking]:
+        return partition_holds(self.conn, since)
+
+    def overlaps(self, limit: int) -> list[tuple[Booking, Booking]]:
+        return overlaps(self.conn, limit)

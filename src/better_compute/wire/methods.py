@@ -47,6 +47,7 @@ from better_compute.wire.capacity import (
     CapacityTimelineQuery,
 )
 from better_compute.wire.common import Page, WireRequest
+from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
 from better_compute.wire.nodes import (
@@ -432,6 +433,17 @@ _TABLE: tuple[Method, ...] = (
         CapacityByPoolQuery,
         CapacityByPool,
         summary="Atoms per pool and class now (gpu, gpu.mig, gpu.slot): total, bookable, booked.",
+    ),
+    Method(
+        "doctor.run",
+        "GET",
+        "/v1/doctor",
+        DoctorQuery,
+        DoctorReport,
+        summary=(
+            "What in the fleet needs an operator (admin): each finding's code, subject, detail and"
+            " action; logs a doctor.run event."
+        ),
     ),
 )
 

@@ -1,0 +1,25 @@
+"""`doctor.run` (admin): what in the fleet needs an operator (docs/operations.md#doctor)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+
+from better_compute.api.auth import PrincipalDep
+from better_compute.api.convert import doctor_report
+from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.query import StrictQueryRoute
+from better_compute.service import doctor
+from better_compute.wire.doctor import DoctorQuery, DoctorReport
+
+router = APIRouter(prefix="/v1", tags=["doctor"], route_class=StrictQueryRoute)
+
+
+@router.get("/doctor", response_model=DoctorReport)
+def run_doctor(
+    q: Annotated[DoctorQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> DoctorReport:
+    findings = doctor.run(store, principal, now, timedelta(minutes=q.silent_minutes))
+    return doctor_report(now, findings)

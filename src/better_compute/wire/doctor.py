@@ -1,0 +1,34 @@
+"""`doctor.run` (admin): what in the fleet needs an operator, as findings (docs/operations.md#doctor)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from better_compute.wire.common import WireAnswer, WireRequest
+
+
+class DoctorQuery(WireRequest):
+    """`doctor.run` (query parameters): how many minutes without a report make a joined node
+    `node.silent` (`silentMinutes`, 1 to 10080; default 10)."""
+
+    silent_minutes: int = Field(default=10, ge=1, le=10080)
+
+
+class DoctorFinding(WireAnswer):
+    """One finding: its `code` (`capacity.mig.stuck`, `node.silent`, ...), what it is about
+    (`subject`: a node, GPU, pool, atom or allocation id), what was found and what to do."""
+
+    code: str
+    subject: str
+    detail: str
+    action: str
+
+
+class DoctorReport(WireAnswer):
+    """Every finding, sorted by (code, subject); none when all is well. `checkedAt`: when the
+    fleet was read."""
+
+    findings: list[DoctorFinding]
+    checked_at: datetime

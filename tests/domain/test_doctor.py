@@ -1,0 +1,262 @@
+"""The doctor's rules (domain.doctor): each finding, and the boundaries of the ones that have one."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from better_compute.domain import doctor
+from better_compute.domain.doctor import Finding, FleetFacts, counts, diagnose
+from better_compute.domain.ledger import Booking, partition_allocation_id
+from better_compute.domain.pools import PoolSettings, SharingMode
+from better_compute.domain.records import Gpu, MigLayoutGate, Node, Pool, Quota
+from better_compute.domain.timewin import Window
+from tests.builders import T0, at
+
+SILENT = timedelta(minutes=10)
+
+
+def node(node_id: str = "n1", **kw: object) -> Node:
+    return Node(id=node_id, cluster_id="c1", created_at=T0, **kw)  # type: ignore[arg-type]
+
+
+def gpu(gpu_id: str = "GPU-1", node_id: str = "n1", **kw: object) -> Gpu:
+    fields: dict[str, object] = {
+        "index": 0,
+        "product": "NVIDIA H100 80GB HBM3",
+        "model": "H100-80GB",
+        "memory_mib": 81559,
+        "numa_node": 0,
+        "nvlink_peers": (),
+        "healthy": True,
+        "present": True,
+        "mig_mode_current": False,
+        "mig_mode_pending": False,
+        "mig_instances": (),
+        "updated_at": T0,
+        **kw,
+    }
+    return Gpu(id=gpu_id, node_id=node_id, **fields)  # type: ignore[arg-type]
+
+
+def pool(pool_id: str, mode: SharingMode) -> Pool:
+    settings = PoolSettings(mig_layout="all-1g.10gb") if mode == "mig" else PoolSettings(replicas=4)
+    if mode == "exclusive":
+        settings = PoolSettings()
+    return Pool(
+        id=pool_id,
+        name=pool_id,
+        cluster_id="c1",
+        owner_tenant_id="platform",
+        mode=mode,
+        settings=settings,
+        meter="gpu.h100.hours",
+        generation=1,
+        created_at=T0,
+    )
+
+
+def quota(pool_id: str, cls: str, limit: int = 4) -> Quota:
+    return Quota(tenant_id="acme", pool_id=pool_id, cls=cls, limit=limit, updated_at=T0)
+
+
+def gate(node_id: str = "n1", state: str = "granted", granted_at: object = T0) -> MigLayoutGate:
+    return MigLayoutGate(
+        node_id=node_id,
+        pool_id="p1",
+        frozen_layout="all-1g.10gb",
+        pending_layout="all-3g.40gb",
+        state=state,
+        requested_at=T0 - timedelta(hours=1),
+        scheduled_from=T0 if state != "pending" else None,
+        granted_at=granted_at,  # type: ignore[arg-type]
+        granted_generation=3 if state == "granted" else None,
+    )
+
+
+def booking(
+    key: int, atom_id: str, span: Window, allocation_id: str = "rsv-1", gpu_id: str = "GPU-1"
+) -> Booking:
+    return Booking(
+        id=f"bkg-{key}",
+        atom_id=atom_id,
+        gpu_id=gpu_id,
+        allocation_id=allocation_id,
+        tenant_id=None,
+        span=span,
+    )
+
+
+def codes(findings: list[Finding]) -> list[tuple[str, str]]:
+    return [(f.code, f.subject) for f in findings]
+
+
+def test_a_healthy_fleet_has_no_findings() -> None:
+    facts = FleetFacts(
+        nodes=[node(public_key="k", joined_at=T0, last_report_at=at(1))],
+        gpus=[gpu()],
+        pools=[pool("p1", "mig"), pool("x1", "exclusive")],
+        quotas=[quota("p1", "gpu.mig")],
+    )
+    assert diagnose(facts, at(1), SILENT) == []
+
+
+@pytest.mark.parametrize(
+    ("after", "stuck"),
+    [
+        (timedelta(hours=23, minutes=59), False),
+        (timedelta(hours=23, minutes=59, seconds=59), False),
+        (timedelta(hours=24), True),
+        (timedelta(hours=30), True),
+    ],
+)
+def test_a_granted_node_is_stuck_from_24_hours_after_its_grant(after: timedelta, stuck: bool) -> None:
+    facts = FleetFacts(nodes=[node(observed_generation=3)], gates=[gate()])
+    found = diagnose(facts, T0 + after, SILENT)
+    assert codes(found) == ([("capacity.mig.stuck", "n1")] if stuck else [])
+    if stuck:
+        assert "all-3g.40gb" in found[0].detail and "p1" in found[0].detail
+        assert "observed spec generation 3" in found[0].detail
+        assert "bcd" in found[0].action
+
+
+@pytest.mark.parametrize("state", ["pending", "scheduled"])
+def test_a_change_not_yet_granted_is_never_stuck(state: str) -> None:
+    facts = FleetFacts(nodes=[node()], gates=[gate(state=state, granted_at=None)])
+    assert diagnose(facts, at(100), SILENT) == []
+
+
+def test_a_node_that_never_joined_is_never_silent() -> None:
+    assert diagnose(FleetFacts(nodes=[node()]), at(100), SILENT) == []
+
+
+@pytest.mark.parametrize(("minutes", "silent"), [(9, False), (9.99, False), (10, True), (60, True)], ids=str)
+def test_a_joined_node_is_silent_after_the_window_without_a_report(minutes: float, silent: bool) -> None:
+    reported = node(public_key="k", joined_at=T0, last_report_at=at(1))
+    found = diagnose(FleetFacts(nodes=[reported]), at(1) + timedelta(minutes=minutes), SILENT)
+    assert codes(found) == ([("node.silent", "n1")] if silent else [])
+    if silent:
+        assert found[0].detail == "no report since 2026-12-01T10:00:00Z (10 minutes or more)"
+
+
+def test_a_node_that_joined_and_never_reported_is_silent_once_the_window_has_passed() -> None:
+    joined = node(public_key="k", joined_at=T0)
+    assert diagnose(FleetFacts(nodes=[joined]), T0 + timedelta(minutes=5), SILENT) == []
+    found = diagnose(FleetFacts(nodes=[joined]), T0 + timedelta(minutes=10), SILENT)
+    assert codes(found) == [("node.silent", "n1")]
+    assert found[0].detail.startswith("no report since it joined at 2026-12-01T09:00:00Z")
+
+
+def test_a_node_that_joined_again_counts_its_silence_from_the_new_join() -> None:
+    rejoined = node(public_key="k2", joined_at=at(5), last_report_at=at(1))
+    assert diagnose(FleetFacts(nodes=[rejoined]), at(5) + timedelta(minutes=5), SILENT) == []
+    found = diagnose(FleetFacts(nodes=[rejoined]), at(5) + timedelta(minutes=30), SILENT)
+    assert found[0].detail.startswith("no report since it joined at 2026-12-01T14:00:00Z")
+
+
+def test_a_key_with_no_join_time_is_silent() -> None:
+    found = diagnose(FleetFacts(nodes=[node(public_key="k")]), T0, timedelta(minutes=1))
+    assert codes(found) == [("node.silent", "n1")]
+    assert found[0].detail == "no report since it joined (1 minute or more)"
+
+
+def test_an_unhealthy_gpu_that_is_present_is_a_finding_and_a_missing_one_is_not() -> None:
+    facts = FleetFacts(
+        gpus=[gpu("GPU-1", healthy=False), gpu("GPU-2", healthy=False, present=False), gpu("GPU-3")]
+    )
+    found = diagnose(facts, T0, SILENT)
+    assert codes(found) == [("gpu.unhealthy", "GPU-1")]
+    assert "node n1" in found[0].detail
+
+
+def test_a_node_waiting_for_a_reboot_is_a_finding() -> None:
+    found = diagnose(FleetFacts(nodes=[node("n1", reboot_required=True), node("n2")]), T0, SILENT)
+    assert codes(found) == [("node.reboot-required", "n1")]
+    assert "reboot" in found[0].action
+
+
+def test_fractional_pools_without_fractional_quota_rows() -> None:
+    facts = FleetFacts(
+        pools=[
+            pool("mig-ok", "mig"),
+            pool("mig-bare", "mig"),
+            pool("mig-whole-only", "mig"),
+            pool("mig-zero", "mig"),
+            pool("ts-ok", "timeslice"),
+            pool("mps-bare", "mps"),
+            pool("ts-mig-row", "timeslice"),
+            pool("whole", "exclusive"),
+        ],
+        quotas=[
+            quota("mig-ok", "gpu.mig"),
+            quota("mig-whole-only", "gpu"),
+            quota("mig-zero", "gpu.mig", limit=0),
+            quota("ts-ok", "gpu.slot"),
+            quota("ts-mig-row", "gpu.mig"),
+        ],
+    )
+    found = diagnose(facts, T0, SILENT)
+    assert codes(found) == [
+        ("pool.fractional-without-quota", "mig-bare"),
+        ("pool.fractional-without-quota", "mig-whole-only"),
+        ("pool.fractional-without-quota", "mig-zero"),
+        ("pool.fractional-without-quota", "mps-bare"),
+        ("pool.fractional-without-quota", "ts-mig-row"),
+    ]
+    mps = next(f for f in found if f.subject == "mps-bare")
+    assert "gpu.slot" in mps.detail and "QUOTA_EXCEEDED" in mps.detail
+    assert "--class gpu.slot" in mps.action
+
+
+def test_overlapping_bookings_are_reported_by_atom() -> None:
+    first = booking(1, "atm-1", Window(T0, at(2)), "rsv-a")
+    second = booking(2, "atm-1", Window(at(1), None), "rsv-b")
+    found = diagnose(FleetFacts(overlaps=[(first, second)]), T0, SILENT)
+    assert codes(found) == [("ledger.overlap", "atm-1")]
+    assert "bkg-1" in found[0].detail and "bkg-2" in found[0].detail and "open-ended" in found[0].detail
+
+
+def test_a_partition_hold_of_a_node_without_a_gate_row_is_an_orphan() -> None:
+    held = partition_allocation_id("GPU-1", T0)
+    gated = partition_allocation_id("GPU-2", T0)
+    lost = partition_allocation_id("GPU-gone", T0)
+    facts = FleetFacts(
+        gpus=[gpu("GPU-1", "n1"), gpu("GPU-2", "n2")],
+        gates=[gate("n2")],
+        partition_holds=[
+            booking(1, "atm-1", Window(T0), held, "GPU-1"),
+            booking(2, "atm-2", Window(T0), held, "GPU-1"),
+            booking(3, "atm-3", Window(T0), gated, "GPU-2"),
+            booking(4, "atm-4", Window(T0, at(1)), lost, "GPU-gone"),
+        ],
+    )
+    found = diagnose(facts, T0, SILENT)
+    assert codes(found) == [("ledger.orphan-partition", held), ("ledger.orphan-partition", lost)]
+    assert found[0].detail.startswith("holds 2 atoms of GPU GPU-1 on node n1")
+    assert "a GPU no node reports" in found[1].detail
+
+
+def test_findings_sort_by_code_then_subject_and_count_by_code() -> None:
+    facts = FleetFacts(
+        nodes=[node("n2", reboot_required=True), node("n1", reboot_required=True, observed_generation=1)],
+        gpus=[gpu("GPU-9", "n2", healthy=False)],
+        pools=[pool("p2", "mps")],
+        gates=[gate("n1")],
+    )
+    found = diagnose(facts, at(48), SILENT)
+    assert codes(found) == [
+        ("capacity.mig.stuck", "n1"),
+        ("gpu.unhealthy", "GPU-9"),
+        ("node.reboot-required", "n1"),
+        ("node.reboot-required", "n2"),
+        ("pool.fractional-without-quota", "p2"),
+    ]
+    assert counts(found) == {
+        "capacity.mig.stuck": 1,
+        "gpu.unhealthy": 1,
+        "node.reboot-required": 2,
+        "pool.fractional-without-quota": 1,
+    }
+    assert sorted(doctor.CODES) == list(doctor.CODES)
+    assert {f.code for f in found} <= set(doctor.CODES)
