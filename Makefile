@@ -6,7 +6,7 @@ DB_URL ?= $(if $(BC_DATABASE_URL),$(BC_DATABASE_URL),sqlite:///better-compute.db
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt check pytest fuzz bench-quick openapi clean
+.PHONY: run test lint fmt check pytest fuzz torture bench-quick openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,18 @@ fuzz: $(VENV)/.installed-test
 	BC_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) BC_FUZZ_SCENARIOS=$(FUZZ_SCENARIOS) BC_FUZZ_STEPS=$(FUZZ_STEPS) \
 		$(BIN)/pytest tests/reliability/test_fuzz.py tests/reliability/test_reservation_body_fuzz.py \
 		--timeout=1800 --durations=5
+
+# The MIG torture test at length (tests/torture; `make test` runs it bounded): 3 placers of TORTURE_ATTEMPTS
+# reservations each race TORTURE_CHANGES layout changes through the gate and simulated nodes, on
+# PostgreSQL ($$BC_TEST_POSTGRES_URL or 127.0.0.1:5432); it prints the counts, the time and any violation.
+TORTURE_ATTEMPTS ?= 340000
+TORTURE_CHANGES ?= 1000
+TORTURE_CHANGE_PAUSE ?= 1.0
+
+torture: $(VENV)/.installed-test
+	CI=true TORTURE_ATTEMPTS=$(TORTURE_ATTEMPTS) TORTURE_CHANGES=$(TORTURE_CHANGES) \
+		TORTURE_CHANGE_PAUSE=$(TORTURE_CHANGE_PAUSE) \
+		$(BIN)/pytest tests/torture --no-cov --timeout=14400 -s
 
 bench-quick: $(VENV)/.installed-test
 	$(BIN)/python bench/ledger.py --quick
