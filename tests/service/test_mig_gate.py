@@ -224,3 +224,37 @@ def test_a_daemon_repartitions_an_idle_node_through_the_gate(store: Store, tmp_p
     made = world.http.post("/v1/reservations", json=body, headers=world.platform)
     assert made.status_code == 201, made.text
     assert made.json()["atoms"][0]["node"] == "n-1"
+
+
+def test_a_node_that_joins_the_pool_later_takes_no_work_before_its_first_converged_spec(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    moved = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-1"]}, headers=world.admin)
+    assert moved.status_code == 200, moved.text
+    world.join("n-2")  # a node run by a daemon
+    back = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-1", "n-2"]}, headers=world.admin)
+    assert back.status_code == 200, back.text
+    assert gates(store)["n-2"].state == rules.GRANTED
+    assert told(world, "n-2") == {"all-1g.10gb"}  # the pool's layout, directly
+    body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 15}], "duration": "1h"}
+    refused = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert refused.status_code == 409, refused.text  # n-1's 14 instances only
+    observe(world, "n-2")
+    Reconciler(store, world.clock, "r1").tick()
+    assert gates(store) == {}
+    made = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert made.status_code == 201, made.text
+    assert {a["node"] for a in made.json()["atoms"]} == {"n-1", "n-2"}
+
+
+def test_a_simulated_node_that_never_joined_is_bookable_as_soon_as_it_is_added(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-1"]}, headers=world.admin)
+    back = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-1", "n-2"]}, headers=world.admin)
+    assert back.status_code == 200, back.text
+    assert gates(store) == {}
+    body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 15}], "duration": "1h"}
+    assert world.http.post("/v1/reservations", json=body, headers=world.platform).status_code == 201

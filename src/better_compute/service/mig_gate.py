@@ -63,6 +63,36 @@ def request_in(
                 _end(tx, dropped, now, undone=True)
 
 
+def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetime) -> None:
+    """Nodes added to a mig pool (locked by the caller, their atoms derived for it) read the pool's
+    layout directly and take no work before their first converged spec: each one that runs a
+    daemon (it has joined) is held from now and granted at once, so the gate releases it when it
+    reports a newer generation (SPEC 6.1). A node with no daemon (a simulated one that never
+    joined) has nothing to wait for."""
+    nodes = tx.nodes.by_ids(node_ids)
+    gates = tx.mig_layouts.of_nodes(node_ids)
+    for node_id in sorted(node_ids):
+        node = nodes.get(node_id)
+        if node is None or node.public_key is None:
+            continue
+        old = gates.get(node_id)
+        if old is not None:
+            _end(tx, old, now, undone=True)
+        for gpu in tx.gpus.of_nodes([node_id]):
+            family = tx.ledger.family_atom_ids(gpu.id)
+            allocation = partition_allocation_id(gpu.id, now)
+            tx.ledger.book(family, Window(now, None), allocation, None, now, require_bookable=False)
+        gate = MigLayoutGate(node_id, pool_id, None, layout, rules.SCHEDULED, now, scheduled_from=now)
+        tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
+        tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
+
+
+def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
+    """Nodes removed from a pool end its layout change: their holds are released."""
+    for gate in tx.mig_layouts.of_nodes(node_ids).values():
+        _end(tx, gate, now, undone=True)
+
+
 def _release(tx: Tx, gate: MigLayoutGate, now: datetime) -> None:
     if gate.scheduled_from is None:
         return
@@ -168,4 +198,15 @@ class Reconciler:
             stopping.wait(interval)
 
 
-__all__ = ["BATCH", "INTERVAL", "LEASE", "Reconciler", "facts", "request_in", "step", "step_in"]
+__all__ = [
+    "BATCH",
+    "INTERVAL",
+    "LEASE",
+    "Reconciler",
+    "facts",
+    "join_in",
+    "leave_in",
+    "request_in",
+    "step",
+    "step_in",
+]

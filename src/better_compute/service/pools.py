@@ -337,10 +337,15 @@ def update_in(
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
+    if removed:
+        mig_gate.leave_in(tx, removed, now)
     if layout_changed:
         # The gate's steps take the node locks too: this change and theirs are one after the other.
         tx.nodes.lock(sorted(set(new_members) - touched))
-        mig_gate.request_in(tx, pool_id, sorted(new_members), old.layout, new.layout, now)
+        kept = sorted(set(new_members) - set(added))
+        mig_gate.request_in(tx, pool_id, kept, old.layout, new.layout, now)
+    if added and pool.mode == "mig" and new.layout is not None:
+        mig_gate.join_in(tx, pool_id, added, new.layout, now)
     if old.scrub == "none" and new.scrub != "none":
         # Scrubbing applies to what is released from now on: earlier holders owe nothing.
         tx.atoms.mark_scrubbed_pool(pool_id, now)
