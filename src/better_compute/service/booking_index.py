@@ -20,11 +20,21 @@ from better_compute.domain import choose, quota
 from better_compute.domain.admission import DeviceRequest
 from better_compute.domain.atoms import Atom
 from better_compute.domain.events import (
+    AllocationBound,
+    AllocationReleased,
+    DoctorRun,
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
     LedgerReleased,
     LoggedEvent,
+    NodeJoined,
+    NodeMigApplied,
+    NodeMigGranted,
+    NodeMigScheduled,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
     PartitionBooked,
     PartitionReleased,
     ReservationCancelled,
@@ -49,8 +59,26 @@ _BY_HOUR_MAX = 48
 _BY_DAY_MAX = 31
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
 _TICK = timedelta(microseconds=1)
-_QUIET_EVENTS = (ReservationCreated, ReservationCancelled, ReservationReleased, PartitionBooked)
-"""Events that change neither bookings (their ledger events do) nor any pool's atoms."""
+_QUIET_EVENTS = (
+    ReservationCreated,
+    ReservationCancelled,
+    ReservationReleased,
+    PartitionBooked,
+    # A node's hand-overs, reports and layout-gate steps: the gate's holds arrive as ledger events,
+    # its new atoms with the node's inventory (`node.inventory.changed`).
+    AllocationBound,
+    AllocationReleased,
+    NodeJoined,
+    NodeReportRefused,
+    NodeScrubbed,
+    NodeRebootRequired,
+    NodeMigScheduled,
+    NodeMigGranted,
+    NodeMigApplied,
+    DoctorRun,
+)
+"""Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
+keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
 
 
 def _span(start: datetime, end: datetime, size: timedelta) -> range:

@@ -53,18 +53,24 @@ class SqlMigLayouts:
         return result.rowcount == 1
 
     def lease(self, owner: str, now: datetime, until: datetime, limit: int) -> list[str]:
-        """Take (or renew) the lease of up to `limit` nodes no other live lease holds; returns the
-        nodes `owner` holds now. On PostgreSQL the candidates are locked `SKIP LOCKED`, so replicas
-        leasing at once split the nodes instead of queueing on each other's rows."""
+        """Take (or renew) the lease of up to `limit` nodes no other live lease holds and that have
+        something to do now (a node scheduled for later waits unleased, so a reconciler's leases go to
+        nodes it can move), least recently leased first; returns the nodes `owner` holds now. On PostgreSQL the candidates are
+        locked `SKIP LOCKED`, so replicas leasing at once split the nodes instead of queueing on each
+        other's rows."""
         free = or_(gates.c.lease_until.is_(None), gates.c.lease_until <= now, gates.c.lease_owner == owner)
-        query = select(gates.c.node_id).where(free).order_by(gates.c.node_id).limit(limit)
+        due = or_(gates.c.state != "scheduled", gates.c.scheduled_from <= now)
+        # Least recently leased first, so a reconciler holding fewer leases than there are nodes
+        # goes round them all instead of renewing the same ones.
+        order = (gates.c.lease_until.asc().nulls_first(), gates.c.node_id)
+        query = select(gates.c.node_id).where(free, due).order_by(*order).limit(limit)
         if self.conn.dialect.name == "postgresql":
             query = query.with_for_update(skip_locked=True)
         node_ids = [r[0] for r in self.conn.execute(query)]
         if node_ids:
             self.conn.execute(
                 update(gates)
-                .where(and_(gates.c.node_id.in_(node_ids), free))
+                .where(and_(gates.c.node_id.in_(node_ids), free, due))
                 .values(lease_owner=owner, lease_until=until)
             )
         return node_ids
