@@ -24,10 +24,8 @@ Then, in the same run:
 `ratio_during_gate` = reservations/s during / before (goal: at least 0.8). Reservations the gate
 refuses (all of an idle node's atoms are held from now once it is scheduled) are counted apart.
 
-The reconciler leases `--batch` nodes at most, the number of nodes by default: a node scheduled
-hours ahead keeps its lease until it is granted, so with fewer one reconciler never reaches the
-rest while the clock stands still (`--batch 200`, the default in `serve`, shows it: the run stops
-after passes that schedule nothing more, and says how many nodes it reached).
+The reconciler leases `--batch` nodes at most per pass (default: `serve`'s, 200). A node scheduled
+for later is not leased, so passes go on to the nodes that have something to do.
 
     python bench/gate.py            # 1,000 nodes x 8 GPUs, 300 reservations before and during
     python bench/gate.py --quick    # 100 nodes, 200 reservations each, under a minute
@@ -58,7 +56,7 @@ from better_compute.domain.timewin import Window
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import pools, quotas, reservations
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import INTERVAL, Reconciler
+from better_compute.service.mig_gate import BATCH, INTERVAL, Reconciler
 from better_compute.storage.store import Store
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -259,7 +257,9 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=None)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--reservations", type=int, default=None, help="before, and again during")
-    parser.add_argument("--batch", type=int, default=None, help="nodes the reconciler leases (default: all)")
+    parser.add_argument(
+        "--batch", type=int, default=BATCH, help=f"nodes the reconciler leases a pass (default: {BATCH})"
+    )
     parser.add_argument(
         "--database-url",
         default=None,
@@ -270,7 +270,7 @@ def main() -> None:
     nodes = args.nodes or (100 if args.quick else 1000)
     count = args.reservations or (200 if args.quick else 300)
     with database(args.database_url) as url:
-        result = run(url, nodes, args.gpus, count, args.batch or nodes, args.seed)
+        result = run(url, nodes, args.gpus, count, args.batch, args.seed)
     result["database"] = url.partition(":")[0].partition("+")[0]
     result["before_per_s"] = result["before"]["per_s"]
     result["during_per_s"] = result["during"]["per_s"]
