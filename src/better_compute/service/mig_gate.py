@@ -158,7 +158,15 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
 def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None) -> rules.Step | None:
     """One step for the node in a transaction of its own; None when it has no gate, its lease is
     another reconciler's (with `owner`), or a booking or another writer got there first (the next
-    pass plans again)."""
+    pass plans again). A read decides first whether there is anything to do: a wait takes no write
+    transaction (the step is decided again under the node's lock when there is)."""
+    with store.read() as tx:  # most passes find nothing to do: decide that without the writer lock
+        gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
+        if gate is None:
+            return None
+        planned = rules.next_step(gate, facts(tx, node_id, now), now)
+    if isinstance(planned, rules.Wait):
+        return planned
     try:
         with store.begin() as tx:
             tx.nodes.lock([node_id])
