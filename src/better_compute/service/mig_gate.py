@@ -112,7 +112,7 @@ def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) ->
 def facts(tx: Tx, node_id: str, now: datetime, atoms: list[str] | None = None) -> rules.NodeFacts:
     node = tx.nodes.by_ids([node_id])[node_id]
     if atoms is None:
-        atoms = [a.id for a in tx.atoms.of_nodes([node_id])]
+        atoms = [a for family in tx.atoms.ids_by_gpu([node_id]).values() for a in family]
     tenant = [b for b in tx.ledger.live_on(atoms, now) if b.tenant_id is not None]
     ends = [b.ends_at for b in tenant]
     return rules.NodeFacts(
@@ -127,13 +127,10 @@ def facts(tx: Tx, node_id: str, now: datetime, atoms: list[str] | None = None) -
 def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
     """Take the gate's next step in the caller's transaction (which holds the node's row lock);
     raises `Overlap` when a booking or another writer got there first (nothing is then written)."""
-    atoms = tx.atoms.of_nodes([gate.node_id])
-    step = rules.next_step(gate, facts(tx, gate.node_id, now, [a.id for a in atoms]), now)
+    families = tx.atoms.ids_by_gpu([gate.node_id])  # every atom of each GPU, parent included
+    step = rules.next_step(gate, facts(tx, gate.node_id, now, [a for f in families.values() for a in f]), now)
     match step:
         case rules.Schedule(at=at):
-            families: dict[str, list[str]] = {}
-            for atom in atoms:  # every atom of each GPU, parent included (the atom rule)
-                families.setdefault(atom.gpu_id, []).append(atom.id)
             for gpu_id, family in sorted(families.items()):
                 allocation = partition_allocation_id(gpu_id, at)
                 tx.ledger.book(family, Window(at, None), allocation, None, now, require_bookable=False)

@@ -256,6 +256,10 @@ class GpuRepo(Protocol):
 class AtomRepo(Protocol):
     def of_nodes(self, node_ids: Sequence[str]) -> list[Atom]: ...
 
+    def ids_by_gpu(self, node_ids: Sequence[str]) -> dict[str, list[str]]:
+        """Every atom id of the nodes' GPUs (present or not, parents included), by GPU."""
+        ...
+
     def of_pool(self, pool_id: str) -> list[Atom]:
         """The pool's present atoms."""
         ...

@@ -64,6 +64,17 @@ class SqlAtoms:
         stmt = select(atoms).where(atoms.c.node_id.in_(list(node_ids)))
         return [atom_of(r) for r in rows.rows(self.conn, stmt)]
 
+    def ids_by_gpu(self, node_ids: Sequence[str]) -> dict[str, list[str]]:
+        stmt = (
+            select(atoms.c.gpu_id, atoms.c.id)
+            .where(atoms.c.node_id.in_(list(node_ids)))
+            .order_by(atoms.c.gpu_id, atoms.c.key)
+        )
+        found: dict[str, list[str]] = {}
+        for gpu_id, atom_id in self.conn.execute(stmt):
+            found.setdefault(gpu_id, []).append(atom_id)
+        return found
+
     def of_pool(self, pool_id: str) -> list[Atom]:
         where = [atoms.c.pool_id == pool_id, atoms.c.present.is_(True)]
         return [atom_of(r) for r in rows.page(self.conn, atoms, where=where)]

@@ -227,6 +227,8 @@ atoms = Table(
     Column("released_at", UtcDateTime, nullable=True),
     UniqueConstraint("gpu_id", "key"),
     Index("ix_atoms_pool_class", "pool_id", "class"),
+    # A node's atoms: ingestion, the node spec and the layout gate read them by node.
+    Index("ix_atoms_node_id", "node_id"),
     sqlite_with_rowid=False,
 )
 
