@@ -206,6 +206,19 @@ def test_a_daemon_repartitions_an_idle_node_through_the_gate(store: Store, tmp_p
     reconciler.tick()
     assert daemon.step(True)
     assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"3g.40gb", "2g.20gb"}
+    early = {
+        "poolId": "p1",
+        "duration": "1h",
+        "devices": [
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+            }
+        ],
+    }
+    # The new instances are there, but the change is not applied yet: they are held with the rest.
+    assert world.http.post("/v1/reservations", json=early, headers=world.platform).status_code == 409
     shown = world.http.get("/v1/gpus", params={"node": "n-1"}, headers=world.admin).json()["items"]
     assert {i["profile"] for g in shown for i in g["migInstances"]} == {"3g.40gb", "2g.20gb"}
     reconciler.tick()
@@ -273,3 +286,74 @@ def test_a_reconciler_with_few_leases_is_not_stalled_by_nodes_scheduled_for_late
         reconciler.tick()
     states = {n: g.state for n, g in gates(store).items()}
     assert sorted(states.values()) == sorted([rules.SCHEDULED, rules.GRANTED]), states
+
+
+def test_a_change_back_and_forth_after_a_grant_keeps_the_node_held(store: Store, tmp_path: Path) -> None:
+    """L1 -> L2 granted, then L1 and L2 again before the next pass: the node may be part-way to
+    L2, so it stays held and is granted L2 again, never dropped with its holds released."""
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    assert {g.state for g in gates(store).values()} == {rules.GRANTED}
+    change_layout(world, "all-1g.10gb")
+    change_layout(world, NEW)
+    assert {g.state for g in gates(store).values()} == {rules.SCHEDULED}
+    assert len(partition_holds(store)) == 4
+    reconciler.tick()
+    assert {(g.state, g.pending_layout) for g in gates(store).values()} == {(rules.GRANTED, NEW)}
+    assert told(world, "n-1") == {NEW}
+    observe(world, "n-1")
+    reconciler.tick()
+    assert set(gates(store)) == {"n-2"}
+
+
+def test_a_node_under_a_change_can_leave_its_pool_and_its_holds_go(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    left = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-1"]}, headers=world.admin)
+    assert left.status_code == 200, left.text
+    assert set(gates(store)) == {"n-1"}
+    n2 = {
+        g["id"]
+        for g in world.http.get("/v1/gpus", params={"node": "n-2"}, headers=world.admin).json()["items"]
+    }
+    assert not {a.split(":")[1] for a, _, _ in partition_holds(store)} & n2
+
+
+def test_instances_a_repartition_adds_are_held_until_the_change_is_applied(
+    store: Store, tmp_path: Path
+) -> None:
+    """From three instances a GPU to seven: the four new atoms did not exist when the holds were
+    made, and still take no booking before the node's change is applied."""
+    world = NodeWorld(store, tmp_path, layout=NEW)
+    identity = world.join("n-1")
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout=NEW), "n-1")
+    log = Log(io.StringIO(), node="n-1")
+    daemon = Daemon(
+        identity,
+        fake,
+        world.node(identity),
+        cdi_root=tmp_path / "cdi",
+        log=log,
+        mps_runner=LoggingRunner(log),
+        wait=0,
+    )
+    daemon.enqueue(daemon.inventory())
+    assert daemon.step(False)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, "all-1g.10gb")
+    reconciler.tick()
+    reconciler.tick()
+    assert daemon.step(True)
+    assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"1g.10gb"}
+    one = {"poolId": "p1", "duration": "1h", "devices": [{"class": "gpu.mig", "count": 1}]}
+    assert world.http.post("/v1/reservations", json=one, headers=world.platform).status_code == 409
+    reconciler.tick()
+    assert "n-1" not in gates(store)
+    made = world.http.post("/v1/reservations", json=one, headers=world.platform)
+    assert made.status_code == 201 and made.json()["atoms"][0]["node"] == "n-1", made.text

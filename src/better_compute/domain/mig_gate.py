@@ -51,8 +51,10 @@ def requested(
 ) -> GateChange:
     """What a request for layout `new` does to a node's gate. `current` is the layout the node is
     told to have now (`told_layout`). A newer change replaces a pending one; one back to the
-    frozen layout undoes it; a granted node is frozen at the layout it is converging to, keeps its
-    holds, and is granted again at once."""
+    frozen layout undoes it, unless the node was told another layout since (`granted_at` is kept
+    from a grant: the node may be part-way there, so it keeps its holds and is granted the layout
+    again, to be released once it has converged); a granted node is frozen at the layout it is
+    converging to, keeps its holds, and is granted again at once."""
     if gate is None:
         if new == current:
             return Keep()
@@ -60,7 +62,7 @@ def requested(
     if new == gate.pending_layout:
         return Keep()
     if gate.state in (PENDING, SCHEDULED):
-        if new == gate.frozen_layout:
+        if new == gate.frozen_layout and gate.granted_at is None:
             return Drop(gate)
         return Put(replace(gate, pending_layout=new, requested_at=now, version=gate.version + 1))
     return Put(
@@ -70,18 +72,19 @@ def requested(
             pending_layout=new,
             state=SCHEDULED,
             requested_at=now,
-            granted_at=None,
-            granted_generation=None,
             version=gate.version + 1,
         )
     )
 
 
-def told_layout(pool: Pool | None, gate: MigLayoutGate | None) -> str | None:
-    """The MIG layout a node's spec gives it: its frozen layout while its gate is not granted, the
-    new one once it is, else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
+def told_layout(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> str | None:
+    """The MIG layout a node's spec gives it: its frozen layout while its gate is not granted, or
+    while a tenant's booking of the node is `held` at the spec's time (a server whose clock is
+    behind the reconciler's must not tell a new layout to a node still in use), the new one once it
+    is granted, else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
     if gate is not None:
-        return gate.frozen_layout if gate.state in (PENDING, SCHEDULED) else gate.pending_layout
+        frozen = gate.state in (PENDING, SCHEDULED) or held
+        return gate.frozen_layout if frozen else gate.pending_layout
     if pool is None:
         return None
     return pool.settings.layout if pool.mode == "mig" else "all-disabled"
@@ -140,6 +143,9 @@ def next_step(gate: MigLayoutGate, facts: NodeFacts, now: datetime) -> Step:
         assert gate.scheduled_from is not None
         if now < gate.scheduled_from:
             return Wait("the node's last booking has not ended", gate.scheduled_from)
+        if facts.open_ended or (facts.booked_until is not None and facts.booked_until > gate.scheduled_from):
+            # The holds cover every atom, so this cannot be; if it were, granting would cut a holder.
+            return Wait("a live booking of the node reaches past the scheduled time")
         return Grant(release=not facts.carries_pool_layout)
     generation = gate.granted_generation if gate.granted_generation is not None else facts.spec_generation
     if facts.observed_generation > generation:

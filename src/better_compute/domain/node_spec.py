@@ -164,7 +164,10 @@ def plan_spec(
     )
     return NodeSpec(
         node=node,
-        gpus=tuple(GpuSpec(g.id, told_layout(pool, gate) if carries_pool_layout else None) for g in present),
+        gpus=tuple(
+            GpuSpec(g.id, told_layout(pool, gate, held=bool(held)) if carries_pool_layout else None)
+            for g in present
+        ),
         sharing=sharing,
         assignments=assignments,
     )

@@ -22,6 +22,7 @@ from better_compute.domain.pools import PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
 from better_compute.service.gpu_states import record_nodes
 from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
+from better_compute.service.mig_gate import hold_new_atoms_in
 from better_compute.service.ports import StorePort, Tx
 
 
@@ -122,6 +123,10 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     # wait on each other in a cycle (storage.ledger.LOCKED_ATOMS_PG).
     tx.gpus.put(sorted(gpu_rows, key=lambda g: g.id))
     tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
+    fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
+    if fresh:
+        # A node under a layout change holds its new atoms too, until the change is applied.
+        hold_new_atoms_in(tx, fresh, now)
     for report in reports:
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)

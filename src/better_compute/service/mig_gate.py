@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -24,6 +25,7 @@ from better_compute.domain import mig_gate as rules
 from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled, PartitionReleased
 from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.atoms import Atom
 from better_compute.domain.records import MigLayoutGate
 from better_compute.domain.timewin import Window
 from better_compute.service.clock import Clock
@@ -85,6 +87,29 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
         gate = MigLayoutGate(node_id, pool_id, None, layout, rules.SCHEDULED, now, scheduled_from=now)
         tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
         tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
+
+
+def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
+    """Atoms that just appeared on nodes under a layout change (the repartition's instances, a
+    joining node's first report) join their GPU's partition hold, so no tenant books them before
+    the change is applied (the holds were made on the atoms there were). Called by ingestion under
+    the nodes' locks. An atom a live booking already holds (an instance back under its holder) is
+    left as it is."""
+    gates = tx.mig_layouts.of_nodes(sorted({a.node for a in fresh}))
+    mine = [a for a in fresh if (g := gates.get(a.node)) is not None and g.scheduled_from is not None]
+    if not mine:
+        return
+    live = {b.atom_id for b in tx.ledger.live_on([a.id for a in mine], now)}
+    by_gpu: dict[str, list[Atom]] = {}
+    for atom in mine:
+        if atom.id not in live:
+            by_gpu.setdefault(atom.gpu_id, []).append(atom)
+    for gpu_id, atoms in sorted(by_gpu.items()):
+        start = gates[atoms[0].node].scheduled_from
+        assert start is not None
+        allocation = partition_allocation_id(gpu_id, start)
+        ids = sorted(a.id for a in atoms)
+        tx.ledger.book(ids, Window(start, None), allocation, None, now, require_bookable=False)
 
 
 def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:

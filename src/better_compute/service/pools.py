@@ -330,18 +330,17 @@ def update_in(
     touched = set(added) | set(removed)
     if new.replicas != old.replicas:
         touched |= set(new_members)
-    # Node reports derive these nodes' atoms from their membership: they wait for this change.
-    tx.nodes.lock(sorted(touched))
+    # Node reports derive these nodes' atoms from their membership: they wait for this change. The
+    # gate's steps take the node locks too. All in one sorted batch: lockers never wait in a cycle.
+    tx.nodes.lock(sorted(touched | (set(new_members) if layout_changed else set())))
+    if removed:
+        mig_gate.leave_in(tx, removed, now)  # before re-deriving: a leaving node's holds go first
     if pool.mode in ("timeslice", "mps") and new.replicas != old.replicas:
         _check_slots_unbooked(tx, pool_id, old_members, old.replicas or 1, new.replicas or 1, now)
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
-    if removed:
-        mig_gate.leave_in(tx, removed, now)
     if layout_changed:
-        # The gate's steps take the node locks too: this change and theirs are one after the other.
-        tx.nodes.lock(sorted(set(new_members) - touched))
         kept = sorted(set(new_members) - set(added))
         mig_gate.request_in(tx, pool_id, kept, old.layout, new.layout, now)
     if added and pool.mode == "mig" and new.layout is not None:

@@ -1,0 +1,37 @@
+"""The layout gate's pure rules (domain.mig_gate)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from better_compute.domain import mig_gate as rules
+from better_compute.domain.records import MigLayoutGate
+from tests.builders import T0
+
+OLD, NEW = "all-1g.10gb", "mixed:3g.40gb+2x2g.20gb"
+
+
+def gate(state: str, **kw: object) -> MigLayoutGate:
+    return MigLayoutGate("n", "p", OLD, NEW, state, T0, scheduled_from=T0, **kw)  # type: ignore[arg-type]
+
+
+def test_a_granted_node_with_a_live_tenant_hold_is_told_its_frozen_layout() -> None:
+    granted = gate(rules.GRANTED, granted_at=T0, granted_generation=3)
+    assert rules.told_layout(None, granted) == NEW
+    assert rules.told_layout(None, granted, held=True) == OLD  # a spec server whose clock lags
+
+
+def test_only_a_change_never_granted_is_undone_by_going_back() -> None:
+    never = gate(rules.SCHEDULED)
+    assert isinstance(rules.requested(never, "n", "p", OLD, OLD, T0), rules.Drop)
+    once = gate(rules.SCHEDULED, granted_at=T0)
+    kept = rules.requested(once, "n", "p", OLD, OLD, T0)
+    assert isinstance(kept, rules.Put) and kept.gate.state == rules.SCHEDULED
+
+
+def test_a_scheduled_node_is_not_granted_while_a_booking_reaches_past_its_time() -> None:
+    scheduled = gate(rules.SCHEDULED)
+    late = rules.NodeFacts(True, 1, 1, booked_until=T0 + timedelta(hours=1))
+    assert isinstance(rules.next_step(scheduled, late, T0 + timedelta(minutes=1)), rules.Wait)
+    clear = rules.NodeFacts(True, 1, 1, booked_until=None)
+    assert rules.next_step(scheduled, clear, T0) == rules.Grant(release=False)
