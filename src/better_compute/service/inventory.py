@@ -21,8 +21,8 @@ from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.pools import PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
 from better_compute.service.gpu_states import record_nodes
-from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.mig_gate import hold_new_atoms_in
+from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.ports import StorePort, Tx
 
 

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain import mig_gate as rules
+from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled, PartitionReleased
 from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.atoms import Atom
 from better_compute.domain.records import MigLayoutGate
 from better_compute.domain.timewin import Window
 from better_compute.service.clock import Clock
