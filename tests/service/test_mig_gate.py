@@ -357,3 +357,37 @@ def test_instances_a_repartition_adds_are_held_until_the_change_is_applied(
     assert "n-1" not in gates(store)
     made = world.http.post("/v1/reservations", json=one, headers=world.platform)
     assert made.status_code == 201 and made.json()["atoms"][0]["node"] == "n-1", made.text
+
+
+def test_a_node_that_could_not_reach_the_layout_does_not_report_it_and_stays_held(
+    store: Store, tmp_path: Path
+) -> None:
+    """A GPU whose mode change needs a reset that fails keeps the node from reporting the spec
+    observed: the holds stay (the node shows rebootRequired), nothing is booked on a GPU part-way."""
+    world = NodeWorld(store, tmp_path)
+    identity = world.join("n-1")
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    log = Log(io.StringIO(), node="n-1")
+    daemon = Daemon(
+        identity,
+        fake,
+        world.node(identity),
+        cdi_root=tmp_path / "cdi",
+        log=log,
+        mps_runner=LoggingRunner(log),
+        wait=0,
+    )
+    daemon.enqueue(daemon.inventory())
+    assert daemon.step(False)
+    fake.fail_resets(fake.list_gpus()[0].uuid)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, "all-disabled")
+    reconciler.tick()
+    reconciler.tick()
+    daemon.step(True)
+    daemon.step(False)
+    reconciler.tick()
+    assert gates(store)["n-1"].state == rules.GRANTED
+    assert "host.unconverged" in log.stream.getvalue()  # type: ignore[union-attr]
+    shown = {n["id"]: n for n in world.http.get("/v1/nodes", headers=world.admin).json()["items"]}
+    assert shown["n-1"]["rebootRequired"] is True

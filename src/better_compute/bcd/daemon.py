@@ -174,23 +174,23 @@ class Daemon:
         done = self.devices.converge(spec, self.backend.list_gpus())
         for report in done.reports:
             self.enqueue(report)
-        if done.settled and self.observed != spec.generation:
+        behind = self.host.unconverged(spec)
+        if behind:
+            # Not observed: the server releases a layout change's holds on that report, and a GPU
+            # part-way (refused by the hardware, or held) must not take work meanwhile.
+            self.log.warning("host.unconverged", gpus=behind, generation=spec.generation)
+        elif done.settled and self.observed != spec.generation:
             self.enqueue({"kind": "ObservedGeneration", "generation": spec.generation})
             self.observed = spec.generation
         self.generation = spec.generation
-        return done.settled
+        # A GPU waiting for a reboot will not converge by trying again: long-poll meanwhile.
+        return done.settled and all(g in self.host.reboot_required for g in behind)
 
     def _held_gpus(self, spec: NodeSpecPublic) -> set[str]:
-        """The GPUs a bound allocation still in the spec uses: the mig-layout unit leaves them alone."""
-        bound = self.devices.bound()
+        """The GPUs an allocation of the spec uses, handed over yet or not: the mig-layout unit
+        leaves them alone (one not bound yet is about to be)."""
         index = device_index(self.backend.list_gpus(), slots_of(spec))
-        return {
-            index[atom].gpu_uuid
-            for a in spec.assignments
-            if a.allocation_id in bound
-            for atom in a.atoms
-            if atom in index
-        }
+        return {index[atom].gpu_uuid for a in spec.assignments for atom in a.atoms if atom in index}
 
     def step(self, settled: bool) -> bool:
         """Send what is queued, read the spec (waiting for a new generation once settled), converge

@@ -53,6 +53,18 @@ class HostConverger:
                 changed = True
         return changed
 
+    def unconverged(self, spec: NodeSpecPublic) -> list[str]:
+        """The GPUs not at the spec's layout yet (held ones included: a hold only delays them; and
+        a MIG mode change still waiting for its reset), so the daemon reports the spec's generation
+        observed only once this is empty."""
+        layout_of = {g.uuid: g.mig_layout for g in spec.gpus if g.mig_layout is not None}
+        gpus = self.backend.list_gpus()
+        pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
+        plans = plan_node(pairs, layout_of, set())
+        behind = {p.gpu_uuid for p in plans if p.action not in ("keep", "not-mig-capable")}
+        behind |= {g.uuid for g in gpus if g.uuid in layout_of and g.mig_current != g.mig_pending}
+        return sorted(behind)
+
     def _apply_pending(self, gpus: Sequence[Gpu], held: set[str]) -> bool:
         """Reset idle GPUs whose MIG mode change is still pending (asked for by an earlier pass)."""
         changed = False
