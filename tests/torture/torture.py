@@ -105,12 +105,15 @@ def placer(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
     return outcomes
 
 
-def changer(url: str, changes: int, pause: float) -> int:
-    """Change the pool's layout `changes` times, cycling through LAYOUTS; returns the changes made."""
+def changer(url: str, changes: int, pause: float, seed: int = 7) -> int:
+    """Change the pool's layout `changes` times, each time to one of LAYOUTS at random (so a change
+    often goes back to the layout a node is frozen at, or was just granted); returns the changes
+    made."""
+    rng = random.Random(seed)
     store = Store.open(url, migrate_schema=False, pool_size=2)
     made = 0
     try:
-        for layout in itertools.islice(itertools.cycle(LAYOUTS), changes):
+        for layout in (rng.choice(LAYOUTS) for _ in range(changes)):
             try:
                 pools.update(store, ADMIN, "p1", policy={"migLayout": layout}, now=now())
                 made += 1
