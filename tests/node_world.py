@@ -6,6 +6,7 @@ whose transport hands each request, bytes unchanged, to a TestClient of the app.
 
 from __future__ import annotations
 
+import io
 import warnings
 from datetime import datetime
 from pathlib import Path
@@ -13,8 +14,11 @@ from typing import Any
 
 import httpx
 
+from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.identity import Identity
 from better_compute.bcd.joining import join, node_client
+from better_compute.bcd.logs import Log
 from better_compute.client import Compute
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
@@ -75,6 +79,25 @@ class NodeWorld:
         return node_client(
             identity, transport=self.transport(), clock=lambda: self.clock.now.timestamp() + skew
         )
+
+    def daemon(self, node: str, mode: str = "mig", layout: str = "all-1g.10gb") -> tuple[Daemon, FakeNode]:
+        """`bcd run`'s loop for `node`, joined, over a fake of the fleet's node (`mode`, `layout`),
+        logging to memory, its first inventory queued."""
+        identity = self.join(node)
+        spec = fleet_spec(nodes=2, mode=mode, layout=layout)
+        fake = FakeNode.from_fleet(spec, node)
+        log = Log(io.StringIO(), node=node)
+        daemon = Daemon(
+            identity,
+            fake,
+            self.node(identity),
+            cdi_root=self.tmp_path / node / "cdi",
+            log=log,
+            mps_runner=LoggingRunner(log),
+            wait=0,
+        )
+        daemon.enqueue(daemon.inventory())
+        return daemon, fake
 
     def reserve(self, devices: list[dict[str, Any]], **extra: Any) -> Any:
         body = {"poolId": "p1", "devices": devices, "duration": extra.pop("duration", "4h"), **extra}

@@ -5,19 +5,17 @@ again, a node clears only its own atoms, and `bcd` scrubs before it hands the at
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.daemon import Daemon
 from better_compute.bcd.fake import FakeNode
-from better_compute.bcd.logs import Log
 from better_compute.client import ForbiddenError
 from better_compute.storage.store import Store
-from tests.builders import bearer, fleet_spec, tenant_token
+from tests.builders import bearer, tenant_token
 from tests.node_world import NodeWorld
 
 GPUS = 4
@@ -154,20 +152,7 @@ def test_turning_scrub_on_owes_nothing_for_earlier_releases(store: Store, tmp_pa
 
 
 def daemon_for(world: NodeWorld, node: str) -> tuple[Daemon, FakeNode]:
-    identity = world.join(node)
-    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="exclusive"), node)
-    log = Log(io.StringIO(), node=node)
-    daemon = Daemon(
-        identity,
-        fake,
-        world.node(identity),
-        cdi_root=world.tmp_path / node / "cdi",
-        log=log,
-        mps_runner=LoggingRunner(log),
-        wait=0,
-    )
-    daemon.enqueue(daemon.inventory())
-    return daemon, fake
+    return world.daemon(node, mode="exclusive")
 
 
 def test_scrub_before_a_cross_tenant_rebook(store: Store, tmp_path: Path) -> None:

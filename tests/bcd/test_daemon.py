@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from better_compute.bcd import cdi
-from better_compute.bcd.daemon import Daemon, LoggingRunner
+from better_compute.bcd.daemon import Daemon
 from better_compute.bcd.devices import DevicesConverger
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
@@ -29,20 +29,7 @@ def world(store: Store, tmp_path: Path) -> NodeWorld:
 
 
 def daemon_for(world: NodeWorld, node: str) -> tuple[Daemon, FakeNode]:
-    identity = world.join(node)
-    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), node)
-    log = Log(io.StringIO(), node=node)
-    daemon = Daemon(
-        identity,
-        fake,
-        world.node(identity),
-        cdi_root=world.tmp_path / node / "cdi",
-        log=log,
-        mps_runner=LoggingRunner(log),
-        wait=0,
-    )
-    daemon.enqueue(daemon.inventory())
-    return daemon, fake
+    return world.daemon(node)
 
 
 def reservation(world: NodeWorld, rid: str) -> dict[str, object]:

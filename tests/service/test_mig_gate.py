@@ -5,21 +5,16 @@ its own layout is released at the grant, and a node that never converges stays h
 
 from __future__ import annotations
 
-import io
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text, update
 
-from better_compute.bcd.daemon import Daemon, LoggingRunner
-from better_compute.bcd.fake import FakeNode
-from better_compute.bcd.logs import Log
 from better_compute.domain import mig_gate as rules
 from better_compute.service.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from better_compute.storage.tables import nodes
-from tests.builders import fleet_spec
 from tests.node_world import NodeWorld
 
 NEW = "mixed:3g.40gb+2x2g.20gb"
@@ -186,19 +181,7 @@ def test_a_daemon_repartitions_an_idle_node_through_the_gate(store: Store, tmp_p
     """End to end with `bcd run`'s loop: the grant moves the node's spec, the daemon repartitions
     the idle GPUs and reports, and the next pass releases the holds; the new atoms take work."""
     world = NodeWorld(store, tmp_path)
-    identity = world.join("n-1")
-    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
-    log = Log(io.StringIO(), node="n-1")
-    daemon = Daemon(
-        identity,
-        fake,
-        world.node(identity),
-        cdi_root=tmp_path / "cdi",
-        log=log,
-        mps_runner=LoggingRunner(log),
-        wait=0,
-    )
-    daemon.enqueue(daemon.inventory())
+    daemon, fake = world.daemon("n-1", layout="all-1g.10gb")
     assert daemon.step(False)
     reconciler = Reconciler(store, world.clock, "r1")
     change_layout(world, NEW)
@@ -331,19 +314,7 @@ def test_instances_a_repartition_adds_are_held_until_the_change_is_applied(
     """From three instances a GPU to seven: the four new atoms did not exist when the holds were
     made, and still take no booking before the node's change is applied."""
     world = NodeWorld(store, tmp_path, layout=NEW)
-    identity = world.join("n-1")
-    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout=NEW), "n-1")
-    log = Log(io.StringIO(), node="n-1")
-    daemon = Daemon(
-        identity,
-        fake,
-        world.node(identity),
-        cdi_root=tmp_path / "cdi",
-        log=log,
-        mps_runner=LoggingRunner(log),
-        wait=0,
-    )
-    daemon.enqueue(daemon.inventory())
+    daemon, fake = world.daemon("n-1", layout=NEW)
     assert daemon.step(False)
     reconciler = Reconciler(store, world.clock, "r1")
     change_layout(world, "all-1g.10gb")
@@ -365,19 +336,7 @@ def test_a_node_that_could_not_reach_the_layout_does_not_report_it_and_stays_hel
     """A GPU whose mode change needs a reset that fails keeps the node from reporting the spec
     observed: the holds stay (the node shows rebootRequired), nothing is booked on a GPU part-way."""
     world = NodeWorld(store, tmp_path)
-    identity = world.join("n-1")
-    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
-    log = Log(io.StringIO(), node="n-1")
-    daemon = Daemon(
-        identity,
-        fake,
-        world.node(identity),
-        cdi_root=tmp_path / "cdi",
-        log=log,
-        mps_runner=LoggingRunner(log),
-        wait=0,
-    )
-    daemon.enqueue(daemon.inventory())
+    daemon, fake = world.daemon("n-1", layout="all-1g.10gb")
     assert daemon.step(False)
     fake.fail_resets(fake.list_gpus()[0].uuid)
     reconciler = Reconciler(store, world.clock, "r1")
@@ -388,6 +347,6 @@ def test_a_node_that_could_not_reach_the_layout_does_not_report_it_and_stays_hel
     daemon.step(False)
     reconciler.tick()
     assert gates(store)["n-1"].state == rules.GRANTED
-    assert "host.unconverged" in log.stream.getvalue()  # type: ignore[union-attr]
+    assert "host.unconverged" in daemon.log.stream.getvalue()  # type: ignore[union-attr]
     shown = {n["id"]: n for n in world.http.get("/v1/nodes", headers=world.admin).json()["items"]}
     assert shown["n-1"]["rebootRequired"] is True
