@@ -56,7 +56,7 @@ from better_compute.domain.timewin import Window
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import pools, quotas, reservations
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import BATCH, INTERVAL, Reconciler
+from better_compute.service.mig_gate import BATCH, INTERVAL, SERVER_DUTY, Reconciler
 from better_compute.storage.store import Store
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -200,7 +200,7 @@ def run(url: str, nodes: int, gpus: int, count: int, batch: int, seed: int) -> d
         before = workload(store, index, count, "before")
         before.pop("ends")
 
-        reconciler = Reconciler(store, lambda: NOW, "bench", batch=batch)
+        reconciler = Reconciler(store, lambda: NOW, "bench", batch=batch, duty=SERVER_DUTY)
         stop = threading.Event()
         gate: dict[str, Any] = {}
         t1 = time.perf_counter()

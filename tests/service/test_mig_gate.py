@@ -350,3 +350,13 @@ def test_a_node_that_could_not_reach_the_layout_does_not_report_it_and_stays_hel
     assert "host.unconverged" in daemon.log.stream.getvalue()  # type: ignore[union-attr]
     shown = {n["id"]: n for n in world.http.get("/v1/nodes", headers=world.admin).json()["items"]}
     assert shown["n-1"]["rebootRequired"] is True
+
+
+def test_a_paced_reconciler_pauses_after_each_step_and_decides_the_same(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    paused: list[float] = []
+    reconciler = Reconciler(store, world.clock, "r1", duty=0.25, pause=paused.append)
+    change_layout(world, NEW)
+    steps = reconciler.tick()
+    assert {type(s) for s in steps.values()} == {rules.Schedule}
+    assert len(paused) == 2 and all(p > 0 for p in paused)  # three times each step's own time

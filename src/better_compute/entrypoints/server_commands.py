@@ -81,9 +81,9 @@ def _reconciling(services: Services, owner: str) -> Callable[[], None]:
     """Run the MIG layout gate's reconciler in a thread of `serve`; returns what stops it."""
     import threading
 
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.service.mig_gate import SERVER_DUTY, Reconciler
 
-    reconciler = Reconciler(services.store, services.clock, owner)
+    reconciler = Reconciler(services.store, services.clock, owner, duty=SERVER_DUTY)
     thread = threading.Thread(target=reconciler.run, args=(services.stopping,), name="mig-gate", daemon=True)
     thread.start()
 
@@ -334,6 +334,14 @@ def reconcile(
             min=1, max=3600, help="How long this process holds a node; another takes it after (if it dies)."
         ),
     ] = 15.0,
+    duty: Annotated[
+        float,
+        typer.Option(
+            min=0.01,
+            max=1.0,
+            help="Share of its time spent stepping nodes (pauses between steps leave the rest).",
+        ),
+    ] = 1.0,
 ) -> None:
     """Run the MIG layout gate's reconciler until SIGTERM or Ctrl-C (serve runs one too).
 
@@ -352,7 +360,7 @@ def reconcile(
     with opened(read_settings(database_url=database_url_opt), create=False) as (services, used):
         owner = reconciler_owner()
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
-        Reconciler(services.store, services.clock, owner, timedelta(seconds=lease_seconds)).run(
+        Reconciler(services.store, services.clock, owner, timedelta(seconds=lease_seconds), duty=duty).run(
             stopping, interval
         )
     typer.echo("stopped")

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -41,6 +42,9 @@ INTERVAL = 0.5
 
 BATCH = 200
 """Nodes one reconciler holds at most (it takes more as it finishes them)."""
+
+SERVER_DUTY = 0.25
+"""The share of its time a reconciler inside a server process spends stepping nodes."""
 
 
 def request_in(
@@ -209,6 +213,11 @@ class Reconciler:
     owner: str
     lease: timedelta = LEASE
     batch: int = BATCH
+    duty: float = 1.0
+    """The share of its time a pass may spend stepping nodes: after a step that took t seconds it
+    pauses t * (1 / duty - 1), so a reconciler in a server process leaves the rest to the requests
+    it shares the process (and SQLite's one writer) with. Pacing only; it decides nothing."""
+    pause: Callable[[float], None] = time.sleep
 
     def tick(self) -> dict[str, rules.Step]:
         """One pass: the steps taken, by node (waits included)."""
@@ -216,10 +225,14 @@ class Reconciler:
         with self.store.begin() as tx:
             held = tx.mig_layouts.lease(self.owner, now, now + self.lease, self.batch)
         taken: dict[str, rules.Step] = {}
+        rest = max(0.0, 1.0 / self.duty - 1.0) if self.duty > 0 else 0.0
         for node_id in held:
+            started = time.perf_counter()
             done = step(self.store, node_id, self.clock(), self.owner)
             if done is not None:
                 taken[node_id] = done
+            if rest:
+                self.pause((time.perf_counter() - started) * rest)
         return taken
 
     def run(self, stopping: threading.Event, interval: float = INTERVAL) -> None:
@@ -236,6 +249,7 @@ __all__ = [
     "BATCH",
     "INTERVAL",
     "LEASE",
+    "SERVER_DUTY",
     "Reconciler",
     "facts",
     "join_in",
