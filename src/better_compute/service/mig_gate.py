@@ -84,13 +84,18 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
         old = gates.get(node_id)
         if old is not None:
             _end(tx, old, now, undone=True)
-        for gpu in tx.gpus.of_nodes([node_id]):
-            family = tx.ledger.family_atom_ids(gpu.id)
-            allocation = partition_allocation_id(gpu.id, now)
-            tx.ledger.book(family, Window(now, None), allocation, None, now, require_bookable=False)
+        _hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
         gate = MigLayoutGate(node_id, pool_id, None, layout, rules.SCHEDULED, now, scheduled_from=now)
         tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
         tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
+
+
+def _hold(tx: Tx, families: dict[str, list[str]], start: datetime, now: datetime) -> None:
+    """The atom rule for a node: book every GPU's `families` atoms from `start` on, open-ended,
+    under that GPU's partition allocation (`partition:<gpuId>:<start>`)."""
+    for gpu_id, family in sorted(families.items()):
+        allocation = partition_allocation_id(gpu_id, start)
+        tx.ledger.book(family, Window(start, None), allocation, None, now, require_bookable=False)
 
 
 def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
@@ -160,9 +165,7 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
     step = rules.next_step(gate, facts(tx, gate.node_id, now, [a for f in families.values() for a in f]), now)
     match step:
         case rules.Schedule(at=at):
-            for gpu_id, family in sorted(families.items()):
-                allocation = partition_allocation_id(gpu_id, at)
-                tx.ledger.book(family, Window(at, None), allocation, None, now, require_bookable=False)
+            _hold(tx, families, at, now)
             if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
                 raise Overlap(gate.node_id)
             tx.events.append(NodeMigScheduled(gate.node_id, gate.pool_id, at, gate.pending_layout), now)
