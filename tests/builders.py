@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from better_compute.service.ids import Ids
+    from better_compute.service.ports import StorePort
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -244,3 +245,18 @@ def stored_events(store: object, type_: str | None = None) -> list[dict[str, obj
         stmt = stmt.where(events.c.type == type_)
     with store.engine.connect() as conn:
         return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def settle_gate(store: StorePort, now: datetime) -> dict[str, list[object]]:
+    """Step every node's layout gate at `now` until each waits or is gone, as a reconciler's passes
+    would (a pool's new `migLayout` or `replicas` takes effect through it); the steps, by node."""
+    from better_compute.domain import mig_gate as rules
+    from better_compute.service import mig_gate
+
+    with store.read() as tx:
+        nodes = sorted(g.node_id for g in tx.mig_layouts.all_rows())
+    taken: dict[str, list[object]] = {}
+    for node in nodes:
+        while (step := mig_gate.step(store, node, now)) is not None and not isinstance(step, rules.Wait):
+            taken.setdefault(node, []).append(step)
+    return taken

@@ -4,7 +4,9 @@ the pool under them. Each process has its own store and booking index, as a serv
 from __future__ import annotations
 
 import itertools
+import os
 import random
+import time
 from collections import Counter
 from datetime import timedelta
 from typing import Any
@@ -13,6 +15,7 @@ from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import DomainError
 from better_compute.service import pools, reservations
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.builders import T0
 
@@ -56,6 +59,9 @@ def book(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
                 # At most one held at a time, so that the shrinks are not all refused.
                 reservations.cancel(store, OWNER, held.pop(0), T0)
                 outcomes["cancelled"] += 1
+        for rid in held:  # the pool ends with no slot booked, so a last change is granted at once
+            reservations.cancel(store, OWNER, rid, T0)
+            outcomes["cancelled"] += 1
     finally:
         store.close()
     return outcomes
@@ -71,6 +77,7 @@ def change(url: str, kind: str, changes: int) -> Counter[str]:
             try:
                 if kind == "replicas":
                     pools.update(store, ADMIN, "p1", policy={"replicas": 2 if shrink else 4}, now=T0)
+                    time.sleep(0.02)  # the reconciler's turn: each count has a chance to be granted
                 else:
                     nodes = ["n-1"] if shrink else ["n-1", "n-2"]
                     pools.update(store, ADMIN, "p1", nodes=nodes, now=T0)
@@ -80,3 +87,27 @@ def change(url: str, kind: str, changes: int) -> Counter[str]:
     finally:
         store.close()
     return outcomes
+
+
+def reconcile(url: str, stop: str) -> int:
+    """Drive the layout gate at T0 (every process's clock) until the file `stop` exists, then until
+    no node is gated (the caller makes its last change with no slot booked, so that one goes all
+    the way); returns the passes made. A node whose slots are all free when it is scheduled is
+    granted the new count at once, its slots re-derived while the bookers race it."""
+    store = Store.open(url, migrate_schema=False, pool_size=2)
+    gate = Reconciler(store, lambda: T0, "race", timedelta(seconds=30))
+    passes = 0
+    try:
+        while not os.path.exists(stop):
+            gate.tick()
+            passes += 1
+            time.sleep(0.005)
+        for _ in range(100):
+            gate.tick()
+            passes += 1
+            with store.read() as tx:
+                if not tx.mig_layouts.all_rows():
+                    break
+    finally:
+        store.close()
+    return passes

@@ -7,7 +7,8 @@ NotBookable -> forget_pool; atoms *added* (replicas 2 -> 4 here) stay invisible,
 fit are refused INSUFFICIENT_CAPACITY indefinitely.
 
 Interleaving: thread X (reservations.create) misses the cache and reads p1's atoms; pools.update
-commits replicas 4; thread Y's admission applies pool.updated (clears _pools); X stores its read.
+and the gate commit replicas 4; thread Y's admission applies the events (clears _pools); X stores
+its read.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from better_compute.service import reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage import atoms as atoms_repo
 from better_compute.storage.store import Store
-from tests.builders import T0, small_fleet
+from tests.builders import T0, settle_gate, small_fleet
 
 OWNER = Principal(tenant_id="platform", is_admin=False, credential_id="c-platform")
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="c-admin")
@@ -65,7 +66,8 @@ def test_atoms_added_by_a_pool_change_are_not_hidden_by_a_racing_cache_fill(
     )
     x.start()
     assert read_done.wait(10)
-    pools_service.update(store, ADMIN, "p1", policy={"replicas": 4}, now=T0)  # 2 GPUs x 4 slots now
+    pools_service.update(store, ADMIN, "p1", policy={"replicas": 4}, now=T0)
+    settle_gate(store, T0)  # the idle node is granted its new count: 2 GPUs x 4 slots now
     with store.read() as tx:
         index.sync(tx)  # thread Y's admission applies pool.updated: _pools cleared
     proceed.set()

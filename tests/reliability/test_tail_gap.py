@@ -82,11 +82,12 @@ def test_more_than_a_page_of_invisible_ids_hangs_admission(pg_store: Store, endi
 def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
     pg_store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same hang from an ordinary, designed refusal. pools.update(replicas 4 -> 2) rederives every
-    node (one node.inventory.changed event each) and only then finds a live booking on a slot that
-    would go: INVALID_STATE, rolled back, one burned event id per node. With a pool of more nodes than
-    PAGE that is a run of > PAGE ids nobody will ever see. PAGE is lowered to 3 here so that a 5-node
-    pool shows it; with the real PAGE it takes a pool of 5001+ nodes (or a refused fleet load)."""
+    """The same hang from an ordinary, designed refusal. pools.update taking four nodes out of the
+    pool rederives each of them (one node.inventory.changed event each) and only then finds a live
+    booking on a slot that would leave: INVALID_STATE, rolled back, one burned event id per node. With
+    a pool of more nodes than PAGE that is a run of > PAGE ids nobody will ever see. PAGE is lowered
+    to 3 here so that a 5-node pool shows it; with the real PAGE it takes a pool of 5001+ nodes (or a
+    refused fleet load)."""
     from better_compute.domain.errors import DomainError
     from better_compute.service import event_tail
     from better_compute.service import pools as pools_service
@@ -100,19 +101,12 @@ def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
     load_fleet(store, parse_fleet(fleet), T0)
     index = BookingIndex()
     ids = iter(f"rsv-{n:04d}" for n in range(100))
-    high_slot = {"matchExpressions": [{"key": "slot", "op": "Gt", "values": ["2"]}]}
     slot = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 1}], "duration": "1h"}
-    reservations.create(
-        store,
-        index,
-        OWNER,
-        {**slot, "devices": [{"class": "gpu.slot", "count": 1, "selector": high_slot}]},
-        T0,
-        lambda: next(ids),
-    )
+    held = reservations.create(store, index, OWNER, slot, T0, lambda: next(ids))
+    kept = next(f"n-{i}" for i in range(1, 6) if f"n-{i}" != held.atoms[0].node)
     admin = Principal(tenant_id=None, is_admin=True, credential_id="g-admin")
     with pytest.raises(DomainError) as refused:
-        pools_service.update(store, admin, "p1", policy={"replicas": 2}, now=T0)
+        pools_service.update(store, admin, "p1", nodes=[kept], now=T0)
     assert refused.value.code == "INVALID_STATE"
     reservations.create(store, BookingIndex(), OWNER, slot, T0, lambda: next(ids))  # another process
 

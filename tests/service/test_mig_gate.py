@@ -360,3 +360,46 @@ def test_a_paced_reconciler_pauses_after_each_step_and_decides_the_same(store: S
     steps = reconciler.tick()
     assert {type(s) for s in steps.values()} == {rules.Schedule}
     assert len(paused) == 2 and all(p > 0 for p in paused)  # three times each step's own time
+
+
+def test_a_new_slot_count_goes_through_the_gate_and_a_joined_node_is_held_until_it_has_the_slots(
+    store: Store, tmp_path: Path
+) -> None:
+    """Issue 13: `replicas` on an mps pool changes its slot atoms through the same gate. The node's
+    spec tells its frozen count until the grant; its new slots exist from the grant but take no work
+    until its daemon has read them (a newer generation observed). A node with no daemon has nothing
+    to wait for and is released at the grant."""
+    world = NodeWorld(store, tmp_path, mode="mps")
+    world.join("n-1")
+    r = world.http.patch("/v1/pools/p1", json={"id": "p1", "policy": {"replicas": 2}}, headers=world.admin)
+    assert r.status_code == 200, r.text
+
+    def spec_replicas(node: str) -> int:
+        spec = world.http.get(f"/v1/nodes/{node}/spec", headers=world.admin).json()
+        return int(spec["sharing"]["replicas"])
+
+    def slots(node: str) -> set[tuple[int, int]]:
+        items = world.http.get("/v1/atoms", params={"class": "gpu.slot", "limit": 100}, headers=world.admin)
+        return {
+            (a["attributes"]["slots"], a["attributes"]["mpsUnits"])
+            for a in items.json()["items"]
+            if a["node"] == node and a["present"]
+        }
+
+    assert spec_replicas("n-1") == 4 and slots("n-1") == {(4, 25)}
+    reconciler = Reconciler(store, world.clock, "r1")
+    reconciler.tick()  # scheduled at once: both nodes are idle
+    assert spec_replicas("n-1") == 4
+    steps = reconciler.tick()
+    assert steps == {"n-1": rules.Grant(release=False), "n-2": rules.Grant(release=True)}
+    assert spec_replicas("n-1") == 2 and slots("n-1") == {(2, 50)} and slots("n-2") == {(2, 50)}
+    assert set(gates(store)) == {"n-1"}
+    body = {"poolId": "p1", "devices": [{"class": "gpu.slot", "count": 5}], "duration": "1h"}
+    refused = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert refused.status_code == 409, refused.text  # n-2's 4 new slots only: n-1's are held
+    observe(world, "n-1")
+    reconciler.tick()
+    assert gates(store) == {} and partition_holds(store) == []
+    made = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert made.status_code == 201, made.text
+    assert ("node.mig.applied", "n-1") in types(world)

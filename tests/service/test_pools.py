@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from typing import Any
 
 import pytest
 
+from better_compute.domain import mig_gate as rules
 from better_compute.domain.atoms import Atom
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import (
@@ -23,7 +25,7 @@ from better_compute.domain.errors import (
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, ledger, pools, quotas
+from better_compute.service import inventory, ledger, mig_gate, pools, quotas
 from better_compute.service.ports import Tx
 from better_compute.storage.store import Store
 from tests.builders import T0, at, bare_fleet, stored_events
@@ -129,60 +131,74 @@ def test_a_mig_pool_without_nodes_refuses_a_layout_no_catalog_model_could_take(f
         pools.update(fleet, ADMIN, "empty", policy={"migLayout": "all-9g.99gb"}, now=at(1))
 
 
-def test_replicas_rederive_the_slots_and_keep_surviving_ids(fleet: Store) -> None:
+def settle(store: Store, node: str, now: datetime) -> list[rules.Step]:
+    """Step the node's layout gate at `now` until it waits or is gone (what a reconciler does)."""
+    taken: list[rules.Step] = []
+    while (step := mig_gate.step(store, node, now)) is not None and not isinstance(step, rules.Wait):
+        taken.append(step)
+    return taken
+
+
+def test_replicas_go_through_the_gate_and_keep_surviving_ids(fleet: Store) -> None:
     create(fleet, "slots", mode="mps", nodes=["l"], policy={"replicas": 4})
     before = {(a.gpu_id, a.key): a.id for a in atoms_of(fleet, "l", "gpu.slot")}
     updated = pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
     assert updated.pool.generation == 2 and updated.pool.settings.as_mapping() == {"replicas": 2}
+    # Frozen until the gate grants the node its new count: the slots are as they were.
+    assert {a.attributes["mpsUnits"] for a in atoms_of(fleet, "l", "gpu.slot")} == {25}
+    # An idle node is scheduled at once and granted; one with no daemon is released at the grant.
+    steps = settle(fleet, "l", at(1))
+    assert [type(s) for s in steps] == [rules.Schedule, rules.Grant] and steps[1] == rules.Grant(release=True)
     slots = atoms_of(fleet, "l", "gpu.slot")
     assert len(slots) == 4 and {a.attributes["mpsUnits"] for a in slots} == {50}
     assert all(before[a.gpu_id, a.key] == a.id for a in slots)
+    assert all(a.bookable for a in slots)
     pools.update(fleet, ADMIN, "slots", policy={"replicas": 8}, now=at(2))
+    settle(fleet, "l", at(2))
     assert len(atoms_of(fleet, "l", "gpu.slot")) == 16
-
-
-def test_replicas_cannot_drop_a_booked_slot(fleet: Store) -> None:
-    create(fleet, "slots", mode="timeslice", nodes=["l"], policy={"replicas": 4})
-    last = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:3")
-    ledger.book(fleet, [last.id], Window(at(0), at(5)), "r1", "platform", T0)
-    with pytest.raises(InvalidState) as err:
-        pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
-    assert err.value.details["freeFrom"] == at(5).isoformat()
-    # Nothing changed: the pool, its generation and its slots are as before.
-    pool = pools.get_pool(fleet, ADMIN, "slots")
-    assert (pool.pool.generation, pool.pool.settings.as_mapping()) == (1, {"replicas": 4})
-    assert len(atoms_of(fleet, "l", "gpu.slot")) == 8
-    # Once the booking is over, the change goes through.
-    pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(6))
-    assert len(atoms_of(fleet, "l", "gpu.slot")) == 4
+    with fleet.read() as tx:
+        assert tx.mig_layouts.all_rows() == []
+        assert [b for b in tx.ledger.live_on([a.id for a in atoms_of(fleet, "l")], at(2))] == []
 
 
 @pytest.mark.parametrize("mode", ["timeslice", "mps"])
-def test_replicas_cannot_change_while_slots_are_booked(fleet: Store, mode: str) -> None:
+def test_replicas_wait_for_the_slots_bookings_and_never_resize_a_booked_slot(fleet: Store, mode: str) -> None:
     """Issue 11, defect 20: slot:0 survives 3 -> 2, but its share would grow from 33 to 50 MPS units
-    under its holder; the change is refused, naming the bookings, until they end."""
+    under its holder. The change is accepted and waits at the gate: the node keeps 3 slots until
+    its last booking ends, idle time before then still books, and nothing lands past it."""
     create(fleet, "slots", mode=mode, nodes=["l"], policy={"replicas": 3})
     first = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:0")
     ledger.book(fleet, [first.id], Window(at(0), at(5)), "rsv-a", "platform", T0)
     ledger.book(fleet, [first.id], Window(at(5), at(7)), "rsv-b", "platform", T0)
-    for replicas in (2, 4):
-        with pytest.raises(InvalidState) as err:
-            pools.update(fleet, ADMIN, "slots", policy={"replicas": replicas}, now=at(1))
-        assert err.value.message == (
-            f"pool slots: policy.replicas cannot change from 3 to {replicas} while slots are booked "
-            f"(a booked slot would change size): booked by rsv-a, rsv-b; they end by {at(7).isoformat()}"
-        )
-        assert err.value.details["reservationIds"] == ["rsv-a", "rsv-b"]
-    pool = pools.get_pool(fleet, ADMIN, "slots")
-    assert (pool.pool.generation, pool.pool.settings.as_mapping()) == (1, {"replicas": 3})
+    pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
+    assert settle(fleet, "l", at(1)) == [rules.Schedule(at(7))]
     assert {a.attributes["slots"] for a in atoms_of(fleet, "l", "gpu.slot")} == {3}
     if mode == "mps":
         assert {a.attributes["mpsUnits"] for a in atoms_of(fleet, "l", "gpu.slot")} == {33}
-    # A policy that keeps the count is no change to the slots, and goes through.
-    pools.update(fleet, ADMIN, "slots", policy={"replicas": 3}, now=at(1))
-    # Once the bookings are over, the new count applies.
-    pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(7))
+    other = next(
+        a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:1" and a.gpu_id == first.gpu_id
+    )
+    ledger.book(fleet, [other.id], Window(at(2), at(6)), "rsv-c", "platform", at(1))  # before: books
+    with pytest.raises(Conflict):
+        ledger.book(fleet, [other.id], Window(at(6), at(9)), "rsv-d", "platform", at(1))  # past it
+    assert settle(fleet, "l", at(6)) == []  # the node's last booking has not ended
+    assert settle(fleet, "l", at(7)) == [rules.Grant(release=True)]
     assert {a.attributes["slots"] for a in atoms_of(fleet, "l", "gpu.slot")} == {2}
+    if mode == "mps":
+        assert {a.attributes["mpsUnits"] for a in atoms_of(fleet, "l", "gpu.slot")} == {50}
+
+
+def test_a_new_count_back_to_the_frozen_one_undoes_the_change(fleet: Store) -> None:
+    create(fleet, "slots", mode="timeslice", nodes=["l"], policy={"replicas": 3})
+    first = next(a for a in atoms_of(fleet, "l", "gpu.slot") if a.key == "slot:0")
+    ledger.book(fleet, [first.id], Window(at(0), at(5)), "rsv-a", "platform", T0)
+    pools.update(fleet, ADMIN, "slots", policy={"replicas": 2}, now=at(1))
+    settle(fleet, "l", at(1))
+    pools.update(fleet, ADMIN, "slots", policy={"replicas": 3}, now=at(2))
+    with fleet.read() as tx:
+        assert tx.mig_layouts.all_rows() == []  # undone: the holds went with it
+    ledger.book(fleet, [first.id], Window(at(5), at(9)), "rsv-b", "platform", at(2))
+    assert {a.attributes["slots"] for a in atoms_of(fleet, "l", "gpu.slot")} == {3}
 
 
 def test_generation_is_compared_and_always_bumped(fleet: Store) -> None:

@@ -21,7 +21,7 @@ from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger, pools
 from better_compute.storage.store import Store
-from tests.builders import T0, at
+from tests.builders import T0, at, settle_gate
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test")
 
@@ -188,6 +188,7 @@ def test_a_booking_bills_the_share_its_atom_had_when_booked(fleet: Store) -> Non
     ledger.book(fleet, [slot.id], Window(at(0), at(1)), "before", "platform", T0)
     # Two slots instead of four, once the booking is over: the same atom id now is half a GPU.
     pools.update(fleet, ADMIN, "ts", policy={"replicas": 2}, now=at(2))
+    settle_gate(fleet, at(2))  # no daemon runs the node: the new count applies at the grant
     again = next(a for a in bookable(fleet) if a.id == slot.id)
     assert again.attributes["slots"] == 2
     ledger.book(fleet, [slot.id], Window(at(3), at(4)), "after", "platform", T0)

@@ -8,6 +8,12 @@ it) → `granted` (told the new layout at that time) → gone, once the node rep
 newer than the one at the grant, when the partition bookings are released. A node that does not
 take its layout from its pool (`carriesPoolLayout` false) is released at the grant: nothing will
 repartition it. No timer releases a hold.
+
+The same gate changes a timeslice or mps pool's `replicas`: what a node is frozen at, and what it
+waits for, is then its slot count, written as the shape `replicas:<n>` (`slots_shape`) where a mig
+pool's node has a layout name. Its slot atoms follow the shape it is told (`told_replicas`), so the
+slots re-derive at the grant; a node with no daemon (one that never joined) has nothing to hand the
+new slots out and is released at the grant too.
 """
 
 from __future__ import annotations
@@ -15,12 +21,38 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from better_compute.domain.pools import SLOT_MODES
 from better_compute.domain.records import MigLayoutGate, Pool
 
 PENDING = "pending"
 SCHEDULED = "scheduled"
 GRANTED = "granted"
 STATES = (PENDING, SCHEDULED, GRANTED)
+
+_SLOTS = "replicas:"
+
+
+def slots_shape(replicas: int) -> str:
+    """The shape a slot pool's gate freezes and waits for: its slot count, `replicas:<n>` (never a
+    MIG layout name, which the catalog spells `all-...` or `mixed:...`)."""
+    return f"{_SLOTS}{replicas}"
+
+
+def shape_replicas(shape: str | None) -> int | None:
+    """The slot count a `slots_shape` names; None for a MIG layout (or no shape)."""
+    if shape is None or not shape.startswith(_SLOTS):
+        return None
+    return int(shape.removeprefix(_SLOTS))
+
+
+def pool_shape(pool: Pool) -> str | None:
+    """What a pool's gate changes: a mig pool's layout, a timeslice or mps pool's slot count (None:
+    an exclusive pool, which has neither)."""
+    if pool.mode == "mig":
+        return pool.settings.layout
+    if pool.mode in SLOT_MODES:
+        return slots_shape(pool.settings.replicas or 1)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,17 +109,33 @@ def requested(
     )
 
 
+def told_shape(gate: MigLayoutGate, *, held: bool = False) -> str | None:
+    """The shape a gated node is told: its frozen one while its gate is not granted, or while a
+    tenant's booking of the node is `held` at the spec's time (a server whose clock is behind the
+    reconciler's must not tell a new shape to a node still in use), the new one once granted."""
+    frozen = gate.state in (PENDING, SCHEDULED) or held
+    return gate.frozen_layout if frozen else gate.pending_layout
+
+
 def told_layout(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> str | None:
-    """The MIG layout a node's spec gives it: its frozen layout while its gate is not granted, or
-    while a tenant's booking of the node is `held` at the spec's time (a server whose clock is
-    behind the reconciler's must not tell a new layout to a node still in use), the new one once it
-    is granted, else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
-    if gate is not None:
-        frozen = gate.state in (PENDING, SCHEDULED) or held
-        return gate.frozen_layout if frozen else gate.pending_layout
+    """The MIG layout a node's spec gives it: the one its gate tells it (`told_shape`) while a
+    change is under way, else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
+    if gate is not None and shape_replicas(gate.pending_layout) is None:
+        return told_shape(gate, held=held)
     if pool is None:
         return None
     return pool.settings.layout if pool.mode == "mig" else "all-disabled"
+
+
+def told_replicas(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> int:
+    """The slot count a node of a timeslice or mps pool is told and its slot atoms are derived at:
+    the one its gate tells it while a change of `replicas` is under way, else its pool's (1 outside
+    slot pools)."""
+    if gate is not None and (told := shape_replicas(told_shape(gate, held=held))) is not None:
+        return told
+    if pool is None or pool.mode not in SLOT_MODES:
+        return 1
+    return pool.settings.replicas or 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +148,8 @@ class NodeFacts:
     observed_generation: int
     booked_until: datetime | None
     open_ended: bool = False
+    joined: bool = True
+    """Whether a daemon runs the node (it has joined); a node with none never reports converging."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +196,11 @@ def next_step(gate: MigLayoutGate, facts: NodeFacts, now: datetime) -> Step:
         if facts.open_ended or (facts.booked_until is not None and facts.booked_until > gate.scheduled_from):
             # The holds cover every atom, so this cannot be; if it were, granting would cut a holder.
             return Wait("a live booking of the node reaches past the scheduled time")
+        if shape_replicas(gate.pending_layout) is not None:
+            # The new slots exist once derived; the node's daemon must learn them before they take
+            # work (its spec hands them out), and a node with none has nothing to wait for.
+            return Grant(release=not facts.joined)
+        # Nothing will repartition a node that does not take its layout from its pool.
         return Grant(release=not facts.carries_pool_layout)
     generation = gate.granted_generation if gate.granted_generation is not None else facts.spec_generation
     if facts.observed_generation > generation:
@@ -179,7 +234,12 @@ __all__ = [
     "Wait",
     "granted",
     "next_step",
+    "pool_shape",
     "requested",
     "scheduled",
+    "shape_replicas",
+    "slots_shape",
     "told_layout",
+    "told_replicas",
+    "told_shape",
 ]

@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.mig_gate import told_layout, told_replicas
 from better_compute.domain.records import Gpu, MigLayoutGate, Pool
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -133,7 +133,7 @@ def plan_spec(
     tenant allocation whose live booking holds one of the node's atoms at `now`, with its tenant (a
     layout change's own bookings are no tenant's and assign nothing). A node that does not carry
     its pool's layout gets no layout (None: leave it as it is); a node under a layout change
-    (`gate`) is told the layout the gate gives it (`domain.mig_gate.told_layout`)."""
+    (`gate`) is told the layout, or the slot count, the gate gives it (`domain.mig_gate`)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     tenants: dict[str, str] = {}
@@ -156,7 +156,7 @@ def plan_spec(
     sharing = (
         SharingSpec(
             pool.mode,
-            pool.sharing.replicas if pool.mode in ("timeslice", "mps") else 1,
+            told_replicas(pool, gate, held=bool(held)),
             pool.settings.scrub,
         )
         if pool is not None

@@ -31,6 +31,9 @@ only where an atom is one (exclusive pools); a zeroing pass covers one MIG insta
 timeslice and mps pools share a GPU among holders at once, so there is nothing to clean in
 between."""
 
+SLOT_MODES: tuple[SharingMode, ...] = ("timeslice", "mps")
+"""The sharing modes whose GPUs are booked in `replicas` slots."""
+
 MIN_REPLICAS = 1
 MAX_REPLICAS = 48
 """MPS serves at most 48 clients per GPU; time slicing is held to the same bound."""
@@ -241,29 +244,6 @@ def check_none_held(leaving: Sequence[str], held: Sequence[Window]) -> None:
         f"{len(held)} live booking(s) hold atoms this change would remove from the pool"
         + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
         {"atomIds": list(leaving[:20]), "freeFrom": free.isoformat() if free else None},
-    )
-
-
-def check_replicas_unbooked(pool_id: str, old: int, new: int, held: Sequence[tuple[str, Window]]) -> None:
-    """`replicas` may not change while a slot of the pool is booked: every slot's share of the GPU
-    (`mpsUnits`, its time share) follows the count, so a booked slot would change size under its
-    holder (33 units become 50). `held` are (reservation id, window) of the slots' live bookings."""
-    if old == new or not held:
-        return
-    ids = sorted({r for r, _ in held})
-    ends = [w.end for _, w in held]
-    free = None if any(e is None for e in ends) else max(e for e in ends if e is not None)
-    named = ", ".join(ids[:10]) + (f" and {len(ids) - 10} more" if len(ids) > 10 else "")
-    raise InvalidState(
-        f"pool {pool_id}: policy.replicas cannot change from {old} to {new} while slots are booked "
-        f"(a booked slot would change size): booked by {named}"
-        + (f"; they end by {free.isoformat()}" if free else "; some are open-ended"),
-        {
-            "field": "policy.replicas",
-            "poolId": pool_id,
-            "reservationIds": ids[:20],
-            "freeFrom": free.isoformat() if free else None,
-        },
     )
 
 

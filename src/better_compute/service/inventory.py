@@ -18,11 +18,12 @@ from better_compute.domain.atoms import Atom, derive_node_atoms
 from better_compute.domain.errors import NotFound
 from better_compute.domain.events import NodeInventoryChanged
 from better_compute.domain.inventory import GpuReport, NodeReport
-from better_compute.domain.pools import PoolSharing
+from better_compute.domain.mig_gate import told_replicas
+from better_compute.domain.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
 from better_compute.service.gpu_states import record_nodes
-from better_compute.service.mig_gate import hold_new_atoms_in
 from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
+from better_compute.service.partition_holds import hold_new_atoms_in
 from better_compute.service.ports import StorePort, Tx
 
 
@@ -96,9 +97,14 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     seen_atoms: set[str] = set()
     result = IngestResult()
     changed_nodes: set[str] = set()
+    slotted = [n for n in node_ids if (p := pools_by_node.get(n)) is not None and p.mode in SLOT_MODES]
+    gates = tx.mig_layouts.of_nodes(slotted)  # a slot count under change: each node's is its gate's
     for report in reports:
         pool = pools_by_node.get(report.node)
-        derived = derive_node_atoms(report, _constant(pool.sharing if pool else None), model_id_of)
+        sharing = pool.sharing if pool else None
+        if sharing is not None and report.node in gates:
+            sharing = replace(sharing, replicas=told_replicas(pool, gates[report.node]))
+        derived = derive_node_atoms(report, _constant(sharing), model_id_of)
         for gpu in report.gpus:
             seen_gpus.add(gpu.uuid)
             row = _gpu(gpu, report.node, now)

@@ -18,19 +18,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain import mig_gate as rules
-from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import ConcurrentChange
-from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled, PartitionReleased
-from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.records import MigLayoutGate
-from better_compute.domain.timewin import Window
+from better_compute.service import partition_holds
 from better_compute.service.clock import Clock
+from better_compute.service.inventory import ingest_in
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
+from better_compute.service.rederive import stored_reports
 
 _log = logging.getLogger("better_compute.mig_gate")
 
@@ -48,14 +48,15 @@ SERVER_DUTY = 0.25
 
 
 def request_in(
-    tx: Tx, pool_id: str, node_ids: list[str], old_layout: str | None, new_layout: str, now: datetime
+    tx: Tx, pool_id: str, node_ids: list[str], old_shape: str | None, new_shape: str, now: datetime
 ) -> None:
-    """Gate `node_ids` (a mig pool's nodes, locked by the caller) for the pool's new layout."""
+    """Gate `node_ids` (a pool's nodes, locked by the caller) for the pool's new shape: a mig pool's
+    layout, or a slot pool's `replicas` as `domain.mig_gate.slots_shape` writes it."""
     gates = tx.mig_layouts.of_nodes(node_ids)
     for node_id in sorted(node_ids):
         gate = gates.get(node_id)
-        current = old_layout if gate is None else rules.told_layout(None, gate)
-        change = rules.requested(gate, node_id, pool_id, current, new_layout, now)
+        current = old_shape if gate is None else rules.told_shape(gate)
+        change = rules.requested(gate, node_id, pool_id, current, new_shape, now)
         match change:
             case rules.Put(gate=put) if put.version == 1:
                 tx.mig_layouts.add(put)
@@ -84,41 +85,10 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
         old = gates.get(node_id)
         if old is not None:
             _end(tx, old, now, undone=True)
-        _hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
+        partition_holds.hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
         gate = MigLayoutGate(node_id, pool_id, None, layout, rules.SCHEDULED, now, scheduled_from=now)
         tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
         tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
-
-
-def _hold(tx: Tx, families: dict[str, list[str]], start: datetime, now: datetime) -> None:
-    """The atom rule for a node: book every GPU's `families` atoms from `start` on, open-ended,
-    under that GPU's partition allocation (`partition:<gpuId>:<start>`)."""
-    for gpu_id, family in sorted(families.items()):
-        allocation = partition_allocation_id(gpu_id, start)
-        tx.ledger.book(family, Window(start, None), allocation, None, now, require_bookable=False)
-
-
-def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
-    """Atoms that just appeared on nodes under a layout change (the repartition's instances, a
-    joining node's first report) join their GPU's partition hold, so no tenant books them before
-    the change is applied (the holds were made on the atoms there were). Called by ingestion under
-    the nodes' locks. An atom a live booking already holds (an instance back under its holder) is
-    left as it is."""
-    gates = tx.mig_layouts.of_nodes(sorted({a.node for a in fresh}))
-    mine = [a for a in fresh if (g := gates.get(a.node)) is not None and g.scheduled_from is not None]
-    if not mine:
-        return
-    live = {b.atom_id for b in tx.ledger.live_on([a.id for a in mine], now)}
-    by_gpu: dict[str, list[Atom]] = {}
-    for atom in mine:
-        if atom.id not in live:
-            by_gpu.setdefault(atom.gpu_id, []).append(atom)
-    for gpu_id, atoms in sorted(by_gpu.items()):
-        start = gates[atoms[0].node].scheduled_from
-        assert start is not None
-        allocation = partition_allocation_id(gpu_id, start)
-        ids = sorted(a.id for a in atoms)
-        tx.ledger.book(ids, Window(start, None), allocation, None, now, require_bookable=False)
 
 
 def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
@@ -127,16 +97,8 @@ def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
         _end(tx, gate, now, undone=True)
 
 
-def _release(tx: Tx, gate: MigLayoutGate, now: datetime) -> None:
-    if gate.scheduled_from is None:
-        return
-    for gpu in tx.gpus.of_nodes([gate.node_id]):
-        allocation = partition_allocation_id(gpu.id, gate.scheduled_from)
-        tx.ledger.end_allocation(allocation, now, PartitionReleased(allocation, now))
-
-
 def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) -> None:
-    _release(tx, gate, now)
+    partition_holds.release(tx, gate, now)
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
     layout = gate.frozen_layout if undone else gate.pending_layout
@@ -155,6 +117,7 @@ def facts(tx: Tx, node_id: str, now: datetime, atoms: list[str] | None = None) -
         observed_generation=node.observed_generation,
         booked_until=max((e for e in ends if e is not None), default=None),
         open_ended=any(e is None for e in ends),
+        joined=node.public_key is not None,
     )
 
 
@@ -165,7 +128,7 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
     step = rules.next_step(gate, facts(tx, gate.node_id, now, [a for f in families.values() for a in f]), now)
     match step:
         case rules.Schedule(at=at):
-            _hold(tx, families, at, now)
+            partition_holds.hold(tx, families, at, now)
             if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
                 raise Overlap(gate.node_id)
             tx.events.append(NodeMigScheduled(gate.node_id, gate.pool_id, at, gate.pending_layout), now)
@@ -174,6 +137,10 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
             moved = rules.granted(gate, now, generation)
             if not tx.mig_layouts.replace(moved):
                 raise Overlap(gate.node_id)
+            if rules.shape_replicas(moved.pending_layout) is not None:
+                # A slot count is the control plane's to derive: the new slots exist from now (held
+                # with the rest until the node has them), the ones past the count are gone.
+                ingest_in(tx, stored_reports(tx, [gate.node_id]), now)
             tx.events.append(NodeMigGranted(gate.node_id, gate.pool_id, gate.pending_layout, release), now)
             if release:
                 _end(tx, moved, now)

@@ -32,14 +32,15 @@ from better_compute.domain.events import (
     PoolUpdated,
 )
 from better_compute.domain.fleet import default_meter
+from better_compute.domain.mig_gate import pool_shape
 from better_compute.domain.pools import (
+    SLOT_MODES,
     PoolSettings,
     check_deletable,
     check_layout_fits,
     check_members,
     check_mode,
     check_mode_kept,
-    check_replicas_unbooked,
     check_settings,
 )
 from better_compute.domain.records import Pool, Quota
@@ -51,7 +52,6 @@ from better_compute.domain.tenancy import (
     sees_pool,
     tenant_not_found,
 )
-from better_compute.domain.timewin import Window
 from better_compute.service import mig_gate, quotas
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
@@ -265,12 +265,12 @@ def update(
 ) -> PoolView:
     """Change a pool's policy and/or nodes (admin only); every update bumps `generation`.
 
-    A new `replicas` re-derives the slots at once (refused while a booking holds a slot that would
-    go). A `scrub` turned on counts every atom of the pool as clean now: it applies to atoms
-    released from then on (domain.scrub). A new `migLayout` is validated on every node's GPU model
-    and recorded, with the event `pool.mig_layout.requested`, and gates every node of the pool
+    A `scrub` turned on counts every atom of the pool as clean now: it applies to atoms released
+    from then on (domain.scrub). A new `migLayout` is validated on every node's GPU model and
+    recorded, with the event `pool.mig_layout.requested`, and gates every node of the pool
     (`service.mig_gate`): each keeps its layout until the gate grants it the new one, never
-    repartitioned under a holder.
+    repartitioned under a holder. A new `replicas` (timeslice and mps pools) goes through the same
+    gate: each node keeps its slots, and its holders theirs, until it is granted the new count.
     """
     require_admin(principal, "pools.update")
     check_ref(pool_id, "id")
@@ -328,21 +328,23 @@ def update_in(
     if not tx.pools.compare_and_set(pool_id, current, new):
         raise Raced
     touched = set(added) | set(removed)
-    if new.replicas != old.replicas:
-        touched |= set(new_members)
+    slots_changed = pool.mode in SLOT_MODES and new.replicas != old.replicas
+    gated = layout_changed or slots_changed
     # Node reports derive these nodes' atoms from their membership: they wait for this change. The
     # gate's steps take the node locks too. All in one sorted batch: lockers never wait in a cycle.
-    tx.nodes.lock(sorted(touched | (set(new_members) if layout_changed else set())))
+    tx.nodes.lock(sorted(touched | (set(new_members) if gated else set())))
     if removed:
         mig_gate.leave_in(tx, removed, now)  # before re-deriving: a leaving node's holds go first
-    if pool.mode in ("timeslice", "mps") and new.replicas != old.replicas:
-        _check_slots_unbooked(tx, pool_id, old_members, old.replicas or 1, new.replicas or 1, now)
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
-    if layout_changed:
+    if gated:
+        # Each node kept keeps its shape until the gate grants it the new one: a slot count, as a
+        # MIG layout, never changes under a holder (a booked slot would change size).
         kept = sorted(set(new_members) - set(added))
-        mig_gate.request_in(tx, pool_id, kept, old.layout, new.layout, now)
+        old_shape, new_shape = pool_shape(pool), pool_shape(replace(pool, settings=new))
+        assert new_shape is not None
+        mig_gate.request_in(tx, pool_id, kept, old_shape, new_shape, now)
     if added and pool.mode == "mig" and new.layout is not None:
         mig_gate.join_in(tx, pool_id, added, new.layout, now)
     if old.scrub == "none" and new.scrub != "none":
@@ -352,15 +354,6 @@ def update_in(
     if layout_changed:
         tx.events.append(MigLayoutRequested(pool_id, old.layout, new.layout, tuple(sorted(new_members))), now)
     return PoolView(replace(pool, settings=new, generation=current + 1), tuple(sorted(new_members)))
-
-
-def _check_slots_unbooked(
-    tx: Tx, pool_id: str, members: Sequence[str], old: int, new: int, now: datetime
-) -> None:
-    """Refuse a new slot count while any slot of the pool is booked (domain.pools rule)."""
-    slots = [a.id for a in tx.atoms.of_nodes(members) if a.cls == "gpu.slot" and a.pool_id == pool_id]
-    held = [(b.allocation_id, Window(b.starts_at, b.ends_at)) for b in tx.ledger.live_on(slots, now)]
-    check_replicas_unbooked(pool_id, old, new, held)
 
 
 def offer(
