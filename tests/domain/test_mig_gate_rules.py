@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from better_compute.domain import mig_gate as rules
-from better_compute.domain.records import MigLayoutGate
+from better_compute.domain.pools import PoolSettings
+from better_compute.domain.records import MigLayoutGate, Pool
 from tests.builders import T0
 
 OLD, NEW = "all-1g.10gb", "mixed:3g.40gb+2x2g.20gb"
@@ -35,3 +36,36 @@ def test_a_scheduled_node_is_not_granted_while_a_booking_reaches_past_its_time()
     assert isinstance(rules.next_step(scheduled, late, T0 + timedelta(minutes=1)), rules.Wait)
     clear = rules.NodeFacts(True, 1, 1, booked_until=None)
     assert rules.next_step(scheduled, clear, T0) == rules.Grant(release=False)
+
+
+def slot_gate(state: str, **kw: object) -> MigLayoutGate:
+    return MigLayoutGate(  # type: ignore[arg-type]
+        "n", "p", rules.slots_shape(4), rules.slots_shape(2), state, T0, scheduled_from=T0, **kw
+    )
+
+
+def test_a_slot_count_is_a_shape_no_layout_name_can_be() -> None:
+    assert rules.shape_replicas(rules.slots_shape(7)) == 7
+    assert rules.shape_replicas(OLD) is None and rules.shape_replicas(NEW) is None
+    assert rules.shape_replicas(None) is None
+
+
+def test_a_node_under_a_slot_change_is_told_its_frozen_count_until_the_grant() -> None:
+    pool = Pool("p", "p", "c", "platform", "mps", PoolSettings(replicas=2), "gpu-hours", 1, T0)
+    assert rules.told_replicas(pool, slot_gate(rules.SCHEDULED)) == 4
+    granted = slot_gate(rules.GRANTED, granted_at=T0, granted_generation=3)
+    assert rules.told_replicas(pool, granted) == 2
+    assert rules.told_replicas(pool, granted, held=True) == 4
+    assert rules.told_replicas(pool, None) == 2
+    assert rules.told_layout(pool, granted) == "all-disabled"  # a slot change tells no MIG layout
+
+
+def test_a_slot_change_holds_a_joined_node_until_it_reports_and_releases_one_without_a_daemon() -> None:
+    scheduled = slot_gate(rules.SCHEDULED)
+    joined = rules.NodeFacts(True, 1, 1, booked_until=None, joined=True)
+    assert rules.next_step(scheduled, joined, T0) == rules.Grant(release=False)
+    alone = rules.NodeFacts(True, 1, 1, booked_until=None, joined=False)
+    assert rules.next_step(scheduled, alone, T0) == rules.Grant(release=True)
+    # `carriesPoolLayout` is about MIG layouts: a node that keeps its own still takes its slot count.
+    own = rules.NodeFacts(False, 1, 1, booked_until=None, joined=True)
+    assert rules.next_step(scheduled, own, T0) == rules.Grant(release=False)
