@@ -70,3 +70,30 @@ def test_the_idle_node_converges_and_the_busy_one_waits_for_its_booking(tmp_path
             assert profiles(busy) == {"1g.10gb"}  # its holder keeps its instance
             kept = http.get(f"/v1/reservations/{reservation['id']}").json()
             assert kept["status"] == "active" and kept["atoms"] == reservation["atoms"]
+
+
+def test_a_new_slot_count_on_the_demo_reaches_the_simulated_node(tmp_path: Path) -> None:
+    """The README's `replicas` change on `h100-timeslice`: the idle node's daemon reads the new
+    count and the gate releases it, with two slots per GPU instead of four, bookable."""
+    with start_server(tmp_path) as server:
+        changed = server.cli_env(
+            "api", "pools.update", "--json", json.dumps({"id": "h100-timeslice", "policy": {"replicas": 2}})
+        )
+        assert changed.returncode == 0, changed.stderr
+        admin = {"Authorization": f"Bearer {server.admin_token}"}
+        with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
+            applied = eventually(
+                lambda: (
+                    http.get(
+                        "/v1/events", params={"type": "node.mig.applied", "subject": "euw-h100-ts"}
+                    ).json()["items"]
+                    or None
+                ),
+                "euw-h100-ts applied",
+            )
+            assert applied[0]["payload"]["layout"] == "replicas:2"
+            atoms = http.get("/v1/atoms", params={"class": "gpu.slot", "limit": 100}).json()["items"]
+            mine = [a for a in atoms if a["node"] == "euw-h100-ts" and a["present"]]
+            assert {a["attributes"]["slots"] for a in mine} == {2} and all(a["bookable"] for a in mine)
+            spec = http.get("/v1/nodes/euw-h100-ts/spec").json()
+            assert spec["sharing"]["replicas"] == 2
