@@ -24,7 +24,9 @@ Then, in the same run:
 `ratio_during_gate` = reservations/s during / before (goal: at least 0.8). Reservations the gate
 refuses (all of an idle node's atoms are held from now once it is scheduled) are counted apart.
 
-The reconciler leases `--batch` nodes at most per pass (default: `serve`'s, 200). A node scheduled
+The reconciler runs at `serve`'s duty for the database (`server_duty`: 0.25 of its time stepping
+nodes on PostgreSQL, 0.1 on SQLite, whose one writer lock each step holds; `--duty` to try another)
+and leases `--batch` nodes at most per pass (default: `serve`'s, 200). A node scheduled
 for later is not leased, so passes go on to the nodes that have something to do.
 
     python bench/gate.py            # 1,000 nodes x 8 GPUs, 300 reservations before and during
@@ -56,7 +58,7 @@ from better_compute.domain.timewin import Window
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import pools, quotas, reservations
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import BATCH, INTERVAL, SERVER_DUTY, Reconciler
+from better_compute.service.mig_gate import BATCH, INTERVAL, Reconciler, server_duty
 from better_compute.storage.store import Store
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)
@@ -186,7 +188,9 @@ def drive(reconciler: Reconciler, store: Store, stop: threading.Event, out: dict
         out["states"] = gate_states(store)
 
 
-def run(url: str, nodes: int, gpus: int, count: int, batch: int, seed: int) -> dict[str, Any]:
+def run(
+    url: str, nodes: int, gpus: int, count: int, batch: int, seed: int, duty: float | None = None
+) -> dict[str, Any]:
     store = Store.open(url)
     try:
         t0 = time.perf_counter()
@@ -200,7 +204,9 @@ def run(url: str, nodes: int, gpus: int, count: int, batch: int, seed: int) -> d
         before = workload(store, index, count, "before")
         before.pop("ends")
 
-        reconciler = Reconciler(store, lambda: NOW, "bench", batch=batch, duty=SERVER_DUTY)
+        reconciler = Reconciler(
+            store, lambda: NOW, "bench", batch=batch, duty=duty or server_duty(store.dialect)
+        )
         stop = threading.Event()
         gate: dict[str, Any] = {}
         t1 = time.perf_counter()
@@ -227,6 +233,7 @@ def run(url: str, nodes: int, gpus: int, count: int, batch: int, seed: int) -> d
             **booked,
             "setup_s": setup_s,
             "batch": batch,
+            "duty": reconciler.duty,
             "pools_update_s": round(update_s, 3),
             **gate,
             "before": before,
@@ -265,12 +272,15 @@ def main() -> None:
         default=None,
         help=f"PostgreSQL server to make a throwaway database on (e.g. {PG_URL}); default: SQLite",
     )
+    parser.add_argument(
+        "--duty", type=float, default=None, help="the reconciler's duty (default: serve's for the database)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     nodes = args.nodes or (100 if args.quick else 1000)
     count = args.reservations or (200 if args.quick else 300)
     with database(args.database_url) as url:
-        result = run(url, nodes, args.gpus, count, args.batch, args.seed)
+        result = run(url, nodes, args.gpus, count, args.batch, args.seed, args.duty)
     result["database"] = url.partition(":")[0].partition("+")[0]
     result["before_per_s"] = result["before"]["per_s"]
     result["during_per_s"] = result["during"]["per_s"]

@@ -81,9 +81,9 @@ def _reconciling(services: Services, owner: str) -> Callable[[], None]:
     """Run the MIG layout gate's reconciler in a thread of `serve`; returns what stops it."""
     import threading
 
-    from better_compute.service.mig_gate import SERVER_DUTY, Reconciler
+    from better_compute.service.mig_gate import Reconciler, server_duty
 
-    reconciler = Reconciler(services.store, services.clock, owner, duty=SERVER_DUTY)
+    reconciler = Reconciler(services.store, services.clock, owner, duty=server_duty(services.store.dialect))
     thread = threading.Thread(target=reconciler.run, args=(services.stopping,), name="mig-gate", daemon=True)
     thread.start()
 

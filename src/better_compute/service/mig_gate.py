@@ -44,7 +44,16 @@ BATCH = 200
 """Nodes one reconciler holds at most (it takes more as it finishes them)."""
 
 SERVER_DUTY = 0.25
-"""The share of its time a reconciler inside a server process spends stepping nodes."""
+"""The share of its time a reconciler inside a server process spends stepping nodes, on PostgreSQL."""
+
+SERVER_DUTY_SQLITE = 0.1
+"""The same on SQLite, lower: a step holds SQLite's single writer lock, which every request that
+writes waits for, where on PostgreSQL it locks one node's rows."""
+
+
+def server_duty(dialect: str) -> float:
+    """The duty a reconciler inside a server process runs at on a database of `dialect`."""
+    return SERVER_DUTY_SQLITE if dialect == "sqlite" else SERVER_DUTY
 
 
 def request_in(
@@ -220,11 +229,13 @@ __all__ = [
     "INTERVAL",
     "LEASE",
     "SERVER_DUTY",
+    "SERVER_DUTY_SQLITE",
     "Reconciler",
     "facts",
     "join_in",
     "leave_in",
     "request_in",
+    "server_duty",
     "step",
     "step_in",
 ]
