@@ -54,7 +54,8 @@ fuzz: $(VENV)/.installed-test
 		--timeout=1800 --durations=5
 
 # The MIG torture test at length (tests/torture; `make test` runs it bounded): 3 placers of TORTURE_ATTEMPTS
-# reservations each race TORTURE_CHANGES layout changes through the gate and simulated nodes, on
+# reservations each race layout changes (at least TORTURE_CHANGES, and on until the placers are done)
+# through the gate and simulated nodes, on
 # PostgreSQL ($$BC_TEST_POSTGRES_URL or 127.0.0.1:5432); it prints the counts, the time and any violation.
 TORTURE_ATTEMPTS ?= 340000
 TORTURE_CHANGES ?= 1000

@@ -36,17 +36,18 @@ def test_placers_racing_layout_changes_never_break_the_atom_rule(pg_store: Store
     load_fleet(pg_store, torture.fleet(NODES), torture.now())
     with pg_store.begin() as tx:
         tx.quotas.put([Quota(t, "p1", "gpu.mig", 1_000_000, torture.now()) for t in torture.TENANTS])
-    stop = tmp_path / "stop"
+    stop, placed = tmp_path / "stop", tmp_path / "placed"
     url = pg_store.engine.url.render_as_string(hide_password=False)
     started = time.monotonic()
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(PLACERS + 3) as workers:
         nodes = workers.apply_async(torture.node_process, (url, NODES, str(stop)))
         gate = workers.apply_async(torture.reconciler, (url, str(stop)))
-        changing = workers.apply_async(torture.changer, (url, changes, pause))
+        changing = workers.apply_async(torture.changer, (url, changes, pause, str(placed)))
         placing = [workers.apply_async(torture.placer, (url, w, attempts, w)) for w in range(PLACERS)]
-        outcomes: Counter[str] = sum((p.get(timeout=7200) for p in placing), Counter())
-        made = changing.get(timeout=7200)
+        outcomes: Counter[str] = sum((p.get(timeout=14400) for p in placing), Counter())
+        placed.touch()  # the changer stops once it has made its changes
+        made = changing.get(timeout=14400)
         stop.touch()  # the gate and the nodes go on a little longer, so the last change goes through
         record = nodes.get(timeout=600)
         passes = gate.get(timeout=600)

@@ -15,6 +15,8 @@ The invariant checker (`violations`) reads the ledger and what the nodes reporte
 from __future__ import annotations
 
 import itertools
+import json
+import os
 import random
 import time
 from collections import Counter
@@ -82,7 +84,9 @@ def placer(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
     ids = (f"rsv-t{worker}-{n:07d}" for n in itertools.count())
     outcomes: Counter[str] = Counter()
     try:
-        for _ in range(attempts):
+        for n in range(attempts):
+            if n and n % PROGRESS == 0:  # a long run says how far it is
+                print(json.dumps({"placer": worker, "attempts": n, **outcomes}), flush=True)
             raw: dict[str, Any] = {
                 "tenantId": rng.choice(TENANTS),
                 "poolId": "p1",
@@ -105,17 +109,18 @@ def placer(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
     return outcomes
 
 
-def changer(url: str, changes: int, pause: float, seed: int = 7) -> int:
-    """Change the pool's layout `changes` times, each time to one of LAYOUTS at random (so a change
-    often goes back to the layout a node is frozen at, or was just granted); returns the changes
-    made."""
+def changer(url: str, changes: int, pause: float, placed: str, seed: int = 7) -> int:
+    """Change the pool's layout to one of LAYOUTS at random (so a change often goes back to the
+    layout a node is frozen at, or was just granted), `pause` seconds apart, at least `changes`
+    times and until the file `placed` exists (the placers are done), so the layout keeps changing
+    under them however long they take; returns the changes made."""
     rng = random.Random(seed)
     store = Store.open(url, migrate_schema=False, pool_size=2)
     made = 0
     try:
-        for layout in (rng.choice(LAYOUTS) for _ in range(changes)):
+        while made < changes or not os.path.exists(placed):
             try:
-                pools.update(store, ADMIN, "p1", policy={"migLayout": layout}, now=now())
+                pools.update(store, ADMIN, "p1", policy={"migLayout": rng.choice(LAYOUTS)}, now=now())
                 made += 1
             except DomainError:
                 pass  # a concurrent change: the next one comes
@@ -124,6 +129,12 @@ def changer(url: str, changes: int, pause: float, seed: int = 7) -> int:
         store.close()
     return made
 
+
+PROGRESS = 20_000
+"""A placer prints its counts every this many attempts."""
+
+NODE_PAUSE = 0.05
+"""Seconds the node process waits between its passes over the nodes (a daemon waits longer)."""
 
 SETTLE = 6.0
 """Seconds the gate and the nodes go on after the stop file appears, for the last change to apply."""
@@ -137,8 +148,6 @@ class _Until:
         self.deadline: float | None = None
 
     def __call__(self) -> bool:
-        import os
-
         if self.deadline is None and os.path.exists(self.stop):
             self.deadline = time.monotonic() + SETTLE
         return self.deadline is None or time.monotonic() < self.deadline
@@ -182,9 +191,11 @@ def node_process(url: str, node_count: int, stop: str) -> NodesRecord:
         for gpu, atoms in _mig_atoms(fake).items():
             record.sets.setdefault(gpu, []).append(atoms)
     hosts = {name: HostConverger(fake, Log(_Null())) for name, fake in fakes.items()}
+    observed: dict[str, int] = {}
     going = _Until(stop)
     try:
         while going():
+            time.sleep(NODE_PAUSE)
             for name, fake in fakes.items():
                 served = node_spec.read(store, name, now())
                 public = NodeSpecPublic.model_validate(_spec_json(served.generation, served.spec.content()))
@@ -194,8 +205,10 @@ def node_process(url: str, node_count: int, stop: str) -> NodesRecord:
                     for gpu, atoms in _mig_atoms(fake).items():
                         record.sets.setdefault(gpu, []).append(atoms)
                     inventory.ingest(store, [fake.report()], now())
-                with store.begin() as tx:
-                    tx.nodes.mark_observed(name, served.generation, now())
+                if observed.get(name) != served.generation and not hosts[name].unconverged(public):
+                    with store.begin() as tx:
+                        tx.nodes.mark_observed(name, served.generation, now())
+                    observed[name] = served.generation
             record.passes += 1
     finally:
         store.close()
