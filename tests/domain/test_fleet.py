@@ -87,7 +87,7 @@ def test_the_example_fleet_parses() -> None:
         ),
         pytest.param(
             lambda f: f.update(pool=[]),
-            "the fleet file: unknown key 'pool' (a fleet takes clusters, pools, tenants)",
+            "the fleet file: unknown key 'pool' (a fleet takes clusters, deviceClasses, pools, tenants)",
             "pool",
             id="a misspelt top-level key",
         ),

@@ -11,6 +11,7 @@ from better_compute.api.routes import (
     bills,
     capacity,
     credentials,
+    device_classes,
     doctor,
     events,
     health,
@@ -19,6 +20,7 @@ from better_compute.api.routes import (
     policies,
     pools,
     prices,
+    priority_classes,
     quotas,
     reservations,
     tenants,
@@ -60,6 +62,8 @@ def create_app(
     app.include_router(credentials.router)
     app.include_router(quotas.router)
     app.include_router(policies.router)
+    app.include_router(device_classes.router)
+    app.include_router(priority_classes.router)
     app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)

@@ -15,6 +15,7 @@ from better_compute.domain.accounting import StateHours
 from better_compute.domain.atoms import Atom
 from better_compute.domain.billing import Bill, Price
 from better_compute.domain.credentials import Principal
+from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.doctor import Finding
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
@@ -29,8 +30,10 @@ from better_compute.domain.node_reports import (
     Report,
     ScrubDone,
 )
+from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import Cluster, Credential, Gpu, Node, Quota, Tenant
 from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
+from better_compute.domain.selectors import document
 from better_compute.service.capacity import Accounting, PoolFree
 from better_compute.service.credentials import Issued
 from better_compute.service.inventory import NodeView
@@ -53,6 +56,7 @@ from better_compute.wire.capacity import (
     TimelineBucket,
 )
 from better_compute.wire.common import Page
+from better_compute.wire.device_classes import DeviceClassPublic
 from better_compute.wire.doctor import DoctorFinding, DoctorReport
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
@@ -88,6 +92,7 @@ from better_compute.wire.pools import (
     PoolPolicy,
     PoolPublic,
 )
+from better_compute.wire.priority_classes import PriorityClassPublic
 from better_compute.wire.quotas import QuotaPublic
 from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
 from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic, WhoAmI
@@ -475,6 +480,24 @@ def bill_public(bill: Bill) -> BillPublic:
 
 def price_public(p: Price) -> PricePublic:
     return PricePublic(meter=p.meter, per_hour=p.per_hour, currency=p.currency, updated_at=p.updated_at)
+
+
+def device_class_public(d: DeviceClass) -> DeviceClassPublic:
+    return DeviceClassPublic.model_validate(
+        {
+            "id": d.name,
+            "name": d.name,
+            "class": d.cls,
+            "selector": document(d.selector),
+            "createdAt": d.created_at,
+        }
+    )
+
+
+def priority_class_public(p: PriorityClass) -> PriorityClassPublic:
+    return PriorityClassPublic(
+        id=p.name, name=p.name, priority=p.priority, preemptible=p.preemptible, created_at=p.created_at
+    )
 
 
 def joined_public(node: Node) -> NodeJoined:

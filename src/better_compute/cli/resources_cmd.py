@@ -1,5 +1,5 @@
-"""Friendly commands beside `api`: `pools`, `nodes`, `atoms`, `tenants`, `quotas`, `policies`, `credentials`
-(`list`, `show`, `create`, ... as each method allows), and `logout`.
+"""Friendly commands beside `api`: `pools`, `nodes`, `atoms`, `tenants`, `quotas`, `policies`, `credentials`,
+`device-classes`, `priority-classes` (`list`, `show`, `create`, ... as each method allows), and `logout`.
 
 Each is a thin spelling of one API method through the typed client: a table for people, `--json`
 for scripts (the API's own answer). Nothing here decides anything the server does not.
@@ -567,6 +567,194 @@ def quotas_set(
         lambda c: c.quotas.set(tenant_id=tenant, pool_id=pool, cls=cast(AtomClass, cls), limit=limit),
     )
     _one(row, as_json)
+
+
+# -- device classes ------------------------------------------------------------------------------
+device_classes_app = typer.Typer(
+    help="List, show and create device classes: an atom class and a selector, by name.", no_args_is_help=True
+)
+app.add_typer(device_classes_app, name="device-classes")
+DEVICE_CLASS_COLUMNS = [
+    ("name", "name"),
+    ("class", "class"),
+    ("selector", "selector"),
+    ("created", "createdAt"),
+]
+
+
+def _selector_text(selector: Any) -> str:
+    """A selector as people write it: `gpuModel In [H100-80GB], numaNode Exists`; `-` for none."""
+    exprs = selector.get("matchExpressions") if isinstance(selector, Mapping) else None
+    if not exprs:
+        return "-"
+    shown = []
+    for e in exprs:
+        values = e.get("values")
+        shown.append(f"{e['key']} {e['op']}" + (f" [{', '.join(str(v) for v in values)}]" if values else ""))
+    return ", ".join(shown)
+
+
+def _device_class_row(item: Any) -> dict[str, Any]:
+    row = _plain(item)
+    return {**row, "selector": _selector_text(row.get("selector"))}
+
+
+def _selector_option(selector: str | None, match: Sequence[str]) -> dict[str, Any] | None:
+    """`--selector` (a selector as JSON) and `--match KEY=VALUE` (each an `In` with that one value)
+    as one selector; None when neither is given. The server checks what it holds."""
+    import json
+
+    if selector is None and not match:
+        return None
+    body: Any = {}
+    if selector is not None:
+        try:
+            body = json.loads(selector)
+        except json.JSONDecodeError as exc:
+            raise typer.BadParameter(f"not JSON: {exc}", param_hint="--selector") from None
+        if not isinstance(body, dict):
+            raise typer.BadParameter(
+                'a JSON object, e.g. {"matchExpressions": [...]}', param_hint="--selector"
+            )
+    if match:
+        body["matchExpressions"] = [*body.get("matchExpressions", []), *_matches(match)]
+    return dict(body)
+
+
+def _matches(match: Sequence[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in match:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"KEY=VALUE, not {item!r}", param_hint="--match")
+        out.append({"key": key, "op": "In", "values": [value]})
+    return out
+
+
+@device_classes_app.command("list")
+def device_classes_list(
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Device classes by name."""
+    page = _call(server, token, as_json, lambda c: c.device_classes.list(limit=limit, cursor=cursor))
+    if as_json:
+        _page(page, DEVICE_CLASS_COLUMNS, "no device classes", as_json)
+        return
+    _table((_device_class_row(i) for i in page.items), DEVICE_CLASS_COLUMNS, "no device classes")
+    if page.next_cursor:
+        stdout().print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
+@device_classes_app.command("show")
+def device_classes_show(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One device class."""
+    found = _call(server, token, as_json, lambda c: c.device_classes.get(name))
+    _one(found if as_json else _device_class_row(found), as_json)
+
+
+@device_classes_app.command("create")
+def device_classes_create(
+    name: Annotated[str, typer.Option("--name", help="Its id: e.g. h100-80gb-sxm.", show_default=False)],
+    cls: Annotated[str, typer.Option("--class", help="gpu, gpu.mig or gpu.slot.", show_default=False)],
+    match: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--match", help="KEY=VALUE: atoms whose attribute is VALUE (repeat).", show_default=False
+        ),
+    ] = None,
+    selector: Annotated[
+        str | None,
+        typer.Option(
+            "--selector",
+            help='A selector as JSON: {"matchExpressions": [{"key", "op", "values"}]}.',
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a device class (admin): atoms of --class that match every --match and --selector."""
+    chosen = _selector_option(selector, match or ())
+    created = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.device_classes.create(name=name, cls=cast(AtomClass, cls), selector=chosen),
+        {"class": "--class", "name": "--name", "selector": "--selector"},
+    )
+    _one(created if as_json else _device_class_row(created), as_json)
+
+
+# -- priority classes ----------------------------------------------------------------------------
+priority_classes_app = typer.Typer(
+    help="List, show and create priority classes (recorded; nothing preempts yet).", no_args_is_help=True
+)
+app.add_typer(priority_classes_app, name="priority-classes")
+PRIORITY_CLASS_COLUMNS = [
+    ("name", "name"),
+    ("priority", "priority"),
+    ("preemptible", "preemptible"),
+    ("created", "createdAt"),
+]
+
+
+@priority_classes_app.command("list")
+def priority_classes_list(
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Priority classes by name, `standard` among them."""
+    page = _call(server, token, as_json, lambda c: c.priority_classes.list(limit=limit, cursor=cursor))
+    _page(page, PRIORITY_CLASS_COLUMNS, "no priority classes", as_json)
+
+
+@priority_classes_app.command("show")
+def priority_classes_show(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One priority class."""
+    _one(_call(server, token, as_json, lambda c: c.priority_classes.get(name)), as_json)
+
+
+@priority_classes_app.command("create")
+def priority_classes_create(
+    name: Annotated[str, typer.Option("--name", show_default=False)],
+    priority: Annotated[
+        int,
+        typer.Option("--priority", help="-1,000,000 to 1,000,000; higher wins.", show_default=False),
+    ],
+    preemptible: Annotated[
+        bool, typer.Option("--preemptible", help="Its workloads may be evicted for higher ones.")
+    ] = False,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a priority class (admin)."""
+    created = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.priority_classes.create(name=name, priority=priority, preemptible=preemptible),
+        {"name": "--name", "priority": "--priority"},
+    )
+    _one(created, as_json)
 
 
 # -- policies ------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from better_compute.wire.capacity import (
     CapacityTimelineQuery,
 )
 from better_compute.wire.common import Page
+from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -71,6 +72,11 @@ from better_compute.wire.pools import (
     PoolUpdate,
     SharingMode,
 )
+from better_compute.wire.priority_classes import (
+    PriorityClassCreate,
+    PriorityClassListQuery,
+    PriorityClassPublic,
+)
 from better_compute.wire.quotas import AtomClass, QuotaListQuery, QuotaPublic, QuotaSet
 from better_compute.wire.reservations import (
     DeviceRequest,
@@ -80,6 +86,7 @@ from better_compute.wire.reservations import (
     ReservationListQuery,
     ReservationPublic,
     ReservationStatus,
+    Selector,
 )
 from better_compute.wire.tenants import (
     CredentialCreate,
@@ -146,6 +153,8 @@ class Compute:
         self.pools = Pools(self)
         self.quotas = Quotas(self)
         self.policies = Policies(self)
+        self.device_classes = DeviceClasses(self)
+        self.priority_classes = PriorityClasses(self)
         self.reservations = Reservations(self)
         self.clusters = Inventory(self, "clusters.list")
         self.nodes = Nodes(self, "nodes.list")
@@ -456,6 +465,40 @@ class Policies(_Resource):
     def delete(self, id: str) -> PolicyPublic:
         """Delete a policy (admin only); answers it as it was."""
         return self._compute._typed("policies.delete", IdRequest(id=id), PolicyPublic)
+
+
+@_refusing_bad_arguments
+class DeviceClasses(_Resource):
+    def create(
+        self, *, name: str, cls: AtomClass, selector: Selector | Mapping[str, Any] | None = None
+    ) -> DeviceClassPublic:
+        """Create a device class (admin only): atoms of `cls` that match `selector` (a device
+        request's selector, e.g. `{"matchExpressions": [{"key": "gpuModel", "op": "In", "values":
+        ["H100-80GB"]}]}`); no selector: every atom of the class."""
+        request = DeviceClassCreate.model_validate(_fields(name=name, cls=cls, selector=selector))
+        return self._compute._typed("deviceClasses.create", request, DeviceClassPublic)
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[DeviceClassPublic]:
+        query = DeviceClassListQuery(**_fields(limit=limit, cursor=cursor))
+        return self._compute._typed("deviceClasses.list", query, Page[DeviceClassPublic])
+
+    def get(self, id: str) -> DeviceClassPublic:
+        return self._compute._typed("deviceClasses.get", IdRequest(id=id), DeviceClassPublic)
+
+
+@_refusing_bad_arguments
+class PriorityClasses(_Resource):
+    def create(self, *, name: str, priority: int, preemptible: bool = False) -> PriorityClassPublic:
+        """Create a priority class (admin only): `priority` from -1,000,000 to 1,000,000, higher wins."""
+        request = PriorityClassCreate(name=name, priority=priority, preemptible=preemptible)
+        return self._compute._typed("priorityClasses.create", request, PriorityClassPublic)
+
+    def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[PriorityClassPublic]:
+        query = PriorityClassListQuery(**_fields(limit=limit, cursor=cursor))
+        return self._compute._typed("priorityClasses.list", query, Page[PriorityClassPublic])
+
+    def get(self, id: str) -> PriorityClassPublic:
+        return self._compute._typed("priorityClasses.get", IdRequest(id=id), PriorityClassPublic)
 
 
 @_refusing_bad_arguments

@@ -89,6 +89,8 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.NodeInventoryChanged.TYPE,
         ev.FleetRegistered.TYPE,
         ev.PriceSet.TYPE,
+        ev.DeviceClassCreated.TYPE,
+        ev.PriorityClassCreated.TYPE,
         ev.NodeJoined.TYPE,
         ev.NodeReportRefused.TYPE,
         ev.NodeScrubbed.TYPE,

@@ -218,6 +218,27 @@ class PriceSet(Event):
     currency: str
 
 
+# -- Device and priority classes ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClassCreated(Event):
+    """A device class was created (`subject`: its name); `selector` as `selectors.document` spells it."""
+
+    TYPE: ClassVar[str] = "device_class.created"
+    cls: str = _key("class")
+    selector: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PriorityClassCreated(Event):
+    """A priority class was created (`subject`: its name)."""
+
+    TYPE: ClassVar[str] = "priority_class.created"
+    priority: int
+    preemptible: bool
+
+
 # -- Pools and inventory -------------------------------------------------------------------------
 
 
@@ -404,6 +425,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         QuotaSet,
         PoolOffered,
         PriceSet,
+        DeviceClassCreated,
+        PriorityClassCreated,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

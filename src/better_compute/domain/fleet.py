@@ -1,4 +1,4 @@
-"""The fleet file: clusters, nodes with their GPUs, pools and tenants, as validated values.
+"""The fleet file: clusters, nodes with their GPUs, pools, tenants and device classes, as validated values.
 
 The file only describes hardware to simulate and how to group it; atoms still come from node reports.
 """
@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any
 
 from better_compute.domain import catalog, layouts
+from better_compute.domain.device_classes import DeviceClassSpec, parse_spec
 from better_compute.domain.errors import DomainError, InvalidInput
 from better_compute.domain.pools import PoolSettings, SharingMode, check_mode, check_settings
 from better_compute.domain.quota import parse_quota_limits
@@ -63,6 +64,7 @@ class FleetSpec:
     clusters: tuple[ClusterSpec, ...]
     nodes: tuple[NodeSpec, ...]
     pools: tuple[PoolSpec, ...]
+    device_classes: tuple[DeviceClassSpec, ...] = ()
 
     @cached_property
     def _pool_by_node(self) -> dict[str, PoolSpec]:
@@ -82,7 +84,8 @@ class FleetSpec:
 
 
 _KEYS: dict[str, frozenset[str]] = {
-    "fleet": frozenset({"tenants", "clusters", "pools"}),
+    "fleet": frozenset({"tenants", "clusters", "pools", "deviceClasses"}),
+    "deviceClass": frozenset({"name", "class", "selector"}),
     "tenant": frozenset({"id", "name"}),
     "cluster": frozenset({"name", "region", "residency", "nodes"}),
     "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout"}),
@@ -210,7 +213,30 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         where = f"pools[{i}]"
         with _at(_name(p, "pool"), where):
             pools.append(_pool_spec(_mapping(p, "pool", where), where, by_name, seen_nodes))
-    return FleetSpec(tenants=tuple(tenants), clusters=tuple(clusters), nodes=tuple(nodes), pools=tuple(pools))
+    return FleetSpec(
+        tenants=tuple(tenants),
+        clusters=tuple(clusters),
+        nodes=tuple(nodes),
+        pools=tuple(pools),
+        device_classes=_device_classes(raw.get("deviceClasses")),
+    )
+
+
+def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
+    """`deviceClasses`: each `{name, class, selector}` as `deviceClasses.create` takes it; a name
+    given twice is refused, since the second could only contradict or repeat the first."""
+    found: dict[str, DeviceClassSpec] = {}
+    for i, d in enumerate(_list(raw, "deviceClasses")):
+        where = f"deviceClasses[{i}]"
+        with _at(_name(d, "device class"), where):
+            item = _mapping(d, "deviceClass", where)
+            spec = parse_spec(item.get("name"), item.get("class"), item.get("selector"), where)
+        if spec.name in found:
+            raise InvalidInput(
+                f"{where}: device class {spec.name} is named twice", {"field": f"{where}.name"}
+            )
+        found[spec.name] = spec
+    return tuple(found.values())
 
 
 def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeSpec]:

@@ -117,6 +117,18 @@ def matches(selector: Selector, attributes: Mapping[str, AttrValue]) -> bool:
     return selector.matches(attributes)
 
 
+def document(selector: Selector) -> dict[str, list[dict[str, object]]]:
+    """The selector as `parse_selector` reads it (`{matchExpressions: [{key, op, values}]}`, values
+    in their canonical strings, none for `Exists`/`DoesNotExist`): how it is stored and shown, so
+    that parsing the document gives the same selector back."""
+    return {
+        "matchExpressions": [
+            {"key": e.key, "op": e.op, **({"values": list(e.values)} if e.values else {})}
+            for e in selector.match_expressions
+        ]
+    }
+
+
 def parse_selector(raw: object, field: str = "selector") -> Selector:
     """A Selector from `{matchExpressions: [{key, op, values}], matchLabels: {key: value}}`.
 

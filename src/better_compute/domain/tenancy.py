@@ -34,6 +34,12 @@ from better_compute.domain.errors import (
 SLUG = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 """Tenant and pool ids: they appear in URLs, atom ownership and bills, so they are plain and short."""
 
+CLASS_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?")
+"""Device and priority class names (Kubernetes' own rule for such names, capped at 63): they are ids in
+URLs and are named in workloads and quotas, and profiles such as `3g.40gb` need the dot."""
+
+MAX_CLASS_NAME = 63
+
 MAX_NAME = 200
 MAX_REF = 256
 """The longest id a request may name (`check_ref`): ids made here are far shorter."""
@@ -102,6 +108,20 @@ def check_slug(value: object, field: str) -> str:
             f"{field} must be 1-63 lowercase letters, digits or '-', starting with a letter or digit, "
             f"not {_shown(value)}",
             {"field": field},
+        )
+    return value
+
+
+def check_class_name(value: object, field: str = "name") -> str:
+    """A device or priority class name: 1-63 lowercase letters, digits, '-' or '.', starting and
+    ending with a letter or digit (`h100-80gb-sxm`, `h100-3g.40gb`, `standard`)."""
+    if isinstance(value, str) and len(value) <= MAX_REF:
+        check_text(value, field)
+    if not isinstance(value, str) or not CLASS_NAME.fullmatch(value):
+        raise InvalidInput(
+            f"{field} must be 1-{MAX_CLASS_NAME} lowercase letters, digits, '-' or '.', starting and"
+            f" ending with a letter or digit, not {_shown(value)}",
+            {"field": field, "max": MAX_CLASS_NAME},
         )
     return value
 

@@ -1,4 +1,5 @@
-"""Registering a fleet described by a fleet file: tenants, clusters, nodes and pools, idempotently.
+"""Registering a fleet described by a fleet file: tenants, clusters, nodes, pools and device classes,
+idempotently.
 
 Pools go through the same path as the pools methods (`pools.create_in`, `pools.update_in`): the
 checks, the generation's compare-and-swap and the events are the same whether a pool comes from a
@@ -14,7 +15,7 @@ from better_compute.domain.errors import ConcurrentChange, InvalidInput
 from better_compute.domain.events import FleetRegistered
 from better_compute.domain.fleet import FleetSpec, PoolSpec
 from better_compute.domain.records import Cluster, Node, Tenant
-from better_compute.service import pools, quotas
+from better_compute.service import device_classes, pools, quotas
 from better_compute.service.ports import StorePort, Tx
 
 
@@ -30,6 +31,8 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
         )
         for pool in spec.pools:
             _register_pool(tx, pool, now)
+        for item in spec.device_classes:
+            device_classes.register(tx, item.created(now), now)
         tx.events.append(FleetRegistered("fleet", len(spec.clusters), len(spec.nodes), len(spec.pools)), now)
 
 

@@ -16,6 +16,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.audience import Reader
 from better_compute.domain.billing import Price
 from better_compute.domain.bindings import BindingState
+from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.iam import Policy
@@ -23,6 +24,7 @@ from better_compute.domain.join_tokens import JoinToken
 from better_compute.domain.ledger import Booking
 from better_compute.domain.metering import HeldTotal, MeteredBooking
 from better_compute.domain.pools import PoolSettings, SharingMode
+from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import (
     Cluster,
     Credential,
@@ -523,6 +525,30 @@ class PriceRepo(Protocol):
         ...
 
 
+class DeviceClassRepo(Protocol):
+    def get(self, name: str) -> DeviceClass | None: ...
+
+    def all(self) -> list[DeviceClass]:
+        """Every device class, by name."""
+        ...
+
+    def add(self, item: DeviceClass) -> bool:
+        """Create the class; False when its name is taken (nothing is written then)."""
+        ...
+
+
+class PriorityClassRepo(Protocol):
+    def get(self, name: str) -> PriorityClass | None: ...
+
+    def all(self) -> list[PriorityClass]:
+        """Every priority class, by name."""
+        ...
+
+    def add(self, item: PriorityClass) -> bool:
+        """Create the class; False when its name is taken (nothing is written then)."""
+        ...
+
+
 class EventLog(Protocol):
     def append(self, event: Event, at: datetime) -> None:
         """Append the event in the caller's transaction: it is in the log if and only if the change
@@ -639,6 +665,12 @@ class Tx(Protocol):
 
     @property
     def prices(self) -> PriceRepo: ...
+
+    @property
+    def device_classes(self) -> DeviceClassRepo: ...
+
+    @property
+    def priority_classes(self) -> PriorityClassRepo: ...
 
 
 class StorePort(Protocol):

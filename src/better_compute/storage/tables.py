@@ -287,6 +287,25 @@ prices = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+device_classes = Table(
+    "device_classes",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("class", String(16), nullable=False),
+    # `selectors.document` of the class's selector: what `parse_selector` reads back.
+    Column("selector", JSON, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+priority_classes = Table(
+    "priority_classes",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("priority", Integer, nullable=False),
+    Column("preemptible", Boolean, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
 quotas = Table(
     "quotas",
     metadata,

@@ -10,6 +10,7 @@ from better_compute.storage.atoms import SqlAtoms
 from better_compute.storage.bindings import SqlBindings
 from better_compute.storage.clusters import SqlClusters
 from better_compute.storage.credentials import SqlCredentials
+from better_compute.storage.device_classes import SqlDeviceClasses
 from better_compute.storage.events import SqlEvents
 from better_compute.storage.gpu_states import SqlGpuStates
 from better_compute.storage.gpus import SqlGpus
@@ -20,6 +21,7 @@ from better_compute.storage.nodes import SqlNodes
 from better_compute.storage.policies import SqlPolicies
 from better_compute.storage.pools import SqlPools
 from better_compute.storage.prices import SqlPrices
+from better_compute.storage.priority_classes import SqlPriorityClasses
 from better_compute.storage.quotas import SqlQuotas
 from better_compute.storage.reservations import SqlReservations
 from better_compute.storage.tenants import SqlTenants
@@ -96,3 +98,11 @@ class SqlTx:
     @cached_property
     def bindings(self) -> SqlBindings:
         return SqlBindings(self.conn)
+
+    @cached_property
+    def device_classes(self) -> SqlDeviceClasses:
+        return SqlDeviceClasses(self.conn)
+
+    @cached_property
+    def priority_classes(self) -> SqlPriorityClasses:
+        return SqlPriorityClasses(self.conn)

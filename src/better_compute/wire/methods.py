@@ -47,6 +47,7 @@ from better_compute.wire.capacity import (
     CapacityTimelineQuery,
 )
 from better_compute.wire.common import Page, WireRequest
+from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
@@ -70,6 +71,11 @@ from better_compute.wire.pools import (
     PoolOfferPublic,
     PoolPublic,
     PoolUpdate,
+)
+from better_compute.wire.priority_classes import (
+    PriorityClassCreate,
+    PriorityClassListQuery,
+    PriorityClassPublic,
 )
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 from better_compute.wire.reservations import (
@@ -266,6 +272,42 @@ _TABLE: tuple[Method, ...] = (
         PolicyPublic,
         summary="Delete a policy; reservations it admitted stand.",
     ),
+    Method(
+        "deviceClasses.create",
+        "POST",
+        "/v1/device-classes",
+        DeviceClassCreate,
+        DeviceClassPublic,
+        summary="Create a device class (admin): an atom class and a selector over atom attributes, by name.",
+    ),
+    Method(
+        "deviceClasses.list",
+        "GET",
+        "/v1/device-classes",
+        DeviceClassListQuery,
+        DeviceClassPublic,
+        paged=True,
+        summary="Device classes by name (any token).",
+    ),
+    Method("deviceClasses.get", "GET", "/v1/device-classes/{id}", IdRequest, DeviceClassPublic),
+    Method(
+        "priorityClasses.create",
+        "POST",
+        "/v1/priority-classes",
+        PriorityClassCreate,
+        PriorityClassPublic,
+        summary="Create a priority class (admin): a priority for workloads, higher wins; recorded only.",
+    ),
+    Method(
+        "priorityClasses.list",
+        "GET",
+        "/v1/priority-classes",
+        PriorityClassListQuery,
+        PriorityClassPublic,
+        paged=True,
+        summary="Priority classes by name, `standard` among them (any token).",
+    ),
+    Method("priorityClasses.get", "GET", "/v1/priority-classes/{id}", IdRequest, PriorityClassPublic),
     Method(
         "reservations.create",
         "POST",
