@@ -25,9 +25,11 @@ def test_a_granted_node_with_a_live_tenant_hold_is_told_its_frozen_layout() -> N
 def test_only_a_change_never_granted_is_undone_by_going_back() -> None:
     never = gate(rules.SCHEDULED)
     assert isinstance(rules.requested(never, "n", "p", OLD, OLD, T0), rules.Drop)
-    once = gate(rules.SCHEDULED, granted_at=T0)
+    once = gate(rules.SCHEDULED, granted_at=T0, granted_generation=3)
     kept = rules.requested(once, "n", "p", OLD, OLD, T0)
-    assert isinstance(kept, rules.Put) and kept.gate.state == rules.SCHEDULED
+    # Back to its grant, whose generation still says when the node has the layout.
+    assert isinstance(kept, rules.Put) and kept.gate.state == rules.GRANTED
+    assert kept.gate.granted_generation == 3
 
 
 def test_a_scheduled_node_is_not_granted_while_a_booking_reaches_past_its_time() -> None:

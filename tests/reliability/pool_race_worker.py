@@ -59,7 +59,7 @@ def book(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
                 # At most one held at a time, so that the shrinks are not all refused.
                 reservations.cancel(store, OWNER, held.pop(0), T0)
                 outcomes["cancelled"] += 1
-        for rid in held:  # the pool ends with no slot booked, so a last change is granted at once
+        for rid in held:  # the pool ends with no slot booked, so a last change goes all the way
             reservations.cancel(store, OWNER, rid, T0)
             outcomes["cancelled"] += 1
     finally:
@@ -91,19 +91,21 @@ def change(url: str, kind: str, changes: int) -> Counter[str]:
 
 def reconcile(url: str, stop: str) -> int:
     """Drive the layout gate at T0 (every process's clock) until the file `stop` exists, then until
-    no node is gated (the caller makes its last change with no slot booked, so that one goes all
-    the way); returns the passes made. A node whose slots are all free when it is scheduled is
-    granted the new count at once, its slots re-derived while the bookers race it."""
+    no node is gated, three hours later (the bookers' slots, booked an hour ahead for an hour, are
+    all cancelled by then: a node scheduled for the end of one it had gets there, and the caller's
+    last change goes all the way); returns the passes made. A node whose slots are all free when it
+    is scheduled is granted the new count at once, its slots re-derived while the bookers race it."""
     store = Store.open(url, migrate_schema=False, pool_size=2)
-    gate = Reconciler(store, lambda: T0, "race", timedelta(seconds=30))
     passes = 0
     try:
+        gate = Reconciler(store, lambda: T0, "race", timedelta(seconds=30))
         while not os.path.exists(stop):
             gate.tick()
             passes += 1
             time.sleep(0.005)
+        later = Reconciler(store, lambda: T0 + timedelta(hours=3), "race", timedelta(seconds=30))
         for _ in range(100):
-            gate.tick()
+            later.tick()
             passes += 1
             with store.read() as tx:
                 if not tx.mig_layouts.all_rows():

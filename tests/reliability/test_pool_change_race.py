@@ -64,7 +64,7 @@ def test_pool_change_race_leaves_no_booking_on_a_removed_atom(
         bookers = [workers.apply_async(book, (url, w, ATTEMPTS, 11)) for w in range(BOOKERS)]
         booked: Counter[str] = sum((b.get(timeout=240 * SCALE) for b in bookers), Counter())
         changed = changer.get(timeout=240 * SCALE)
-        if kind == "replicas":  # nothing is booked now: the gate carries this one through
+        if kind == "replicas":  # nothing is booked now: the gate carries this one through (later)
             pools_service.update(store, ADMIN, "p1", policy={"replicas": 3}, now=T0)
         stop.touch()
         gate.get(timeout=60)

@@ -9,6 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import text, update
 
 from better_compute.domain import mig_gate as rules
@@ -273,7 +274,7 @@ def test_a_reconciler_with_few_leases_is_not_stalled_by_nodes_scheduled_for_late
 
 def test_a_change_back_and_forth_after_a_grant_keeps_the_node_held(store: Store, tmp_path: Path) -> None:
     """L1 -> L2 granted, then L1 and L2 again before the next pass: the node may be part-way to
-    L2, so it stays held and is granted L2 again, never dropped with its holds released."""
+    L2, so it stays held and goes back to its L2 grant, never dropped with its holds released."""
     world = NodeWorld(store, tmp_path)
     reconciler = Reconciler(store, world.clock, "r1")
     change_layout(world, NEW)
@@ -281,11 +282,10 @@ def test_a_change_back_and_forth_after_a_grant_keeps_the_node_held(store: Store,
     reconciler.tick()
     assert {g.state for g in gates(store).values()} == {rules.GRANTED}
     change_layout(world, "all-1g.10gb")
-    change_layout(world, NEW)
     assert {g.state for g in gates(store).values()} == {rules.SCHEDULED}
-    assert len(partition_holds(store)) == 4
-    reconciler.tick()
+    change_layout(world, NEW)
     assert {(g.state, g.pending_layout) for g in gates(store).values()} == {(rules.GRANTED, NEW)}
+    assert len(partition_holds(store)) == 4
     assert told(world, "n-1") == {NEW}
     observe(world, "n-1")
     reconciler.tick()
@@ -403,3 +403,37 @@ def test_a_new_slot_count_goes_through_the_gate_and_a_joined_node_is_held_until_
     made = world.http.post("/v1/reservations", json=body, headers=world.platform)
     assert made.status_code == 201, made.text
     assert ("node.mig.applied", "n-1") in types(world)
+
+
+@pytest.mark.parametrize(
+    ("mode", "policy", "away"),
+    [("mig", {"migLayout": NEW}, {"migLayout": "all-1g.10gb"}), ("mps", {"replicas": 2}, {"replicas": 4})],
+)
+def test_a_change_away_and_back_after_the_node_read_its_grant_is_released_once_it_reports(
+    store: Store, tmp_path: Path, mode: str, policy: dict[str, Any], away: dict[str, Any]
+) -> None:
+    """Regression: granted, its spec read by the daemon, then changed away and back within one
+    pass. The node has been told the granted shape all along, so its spec never changes again: a
+    grant made again at that generation would wait forever for a newer one. It goes back to its
+    first grant, and the node's report releases it."""
+    world = NodeWorld(store, tmp_path, mode=mode)
+    world.join("n-1")
+    reconciler = Reconciler(store, world.clock, "r1")
+
+    def patch(body: dict[str, Any]) -> None:
+        r = world.http.patch("/v1/pools/p1", json={"id": "p1", "policy": body}, headers=world.admin)
+        assert r.status_code == 200, r.text
+
+    patch(policy)
+    reconciler.tick()
+    reconciler.tick()
+    assert gates(store)["n-1"].state == rules.GRANTED
+    observed = world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()["generation"]
+    patch(away)
+    patch(policy)
+    reconciler.tick()
+    with store.begin() as tx:  # the daemon reports the spec it read, which tells the granted shape
+        tx.nodes.mark_observed("n-1", int(observed), world.clock.now)
+    reconciler.tick()
+    assert "n-1" not in gates(store)
+    assert world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()["generation"] == observed

@@ -82,10 +82,10 @@ def requested(
     gate: MigLayoutGate | None, node_id: str, pool_id: str, current: str | None, new: str, now: datetime
 ) -> GateChange:
     """What a request for layout `new` does to a node's gate. `current` is the layout the node is
-    told to have now (`told_layout`). A newer change replaces a pending one; one back to the
+    told to have now (`told_shape`). A newer change replaces a pending one; one back to the
     frozen layout undoes it, unless the node was told another layout since (`granted_at` is kept
-    from a grant: the node may be part-way there, so it keeps its holds and is granted the layout
-    again, to be released once it has converged); a granted node is frozen at the layout it is
+    from a grant: the node may be part-way there, so it keeps its holds and goes back to that
+    grant, to be released once it has converged); a granted node is frozen at the layout it is
     converging to, keeps its holds, and is granted again at once."""
     if gate is None:
         if new == current:
@@ -94,8 +94,15 @@ def requested(
     if new == gate.pending_layout:
         return Keep()
     if gate.state in (PENDING, SCHEDULED):
-        if new == gate.frozen_layout and gate.granted_at is None:
-            return Drop(gate)
+        if new == gate.frozen_layout:
+            if gate.granted_at is None:
+                return Drop(gate)
+            # Back to the shape of its last grant, which the node has been told ever since: that
+            # grant stands, its generation still says when the node has it. (Granted again, at the
+            # generation the node may already have read, it would wait for one that never comes.)
+            return Put(
+                replace(gate, pending_layout=new, state=GRANTED, requested_at=now, version=gate.version + 1)
+            )
         return Put(replace(gate, pending_layout=new, requested_at=now, version=gate.version + 1))
     return Put(
         replace(

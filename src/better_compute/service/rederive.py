@@ -1,12 +1,13 @@
 """Re-deriving atoms from stored inventory when a pool, not the node, changed.
 
-Atoms normally follow node reports. When a pool's membership or `replicas` changes, the hardware did
-not move, so the last stored report of each node (its GPU rows) is replayed through the same
-ingestion as a live report. Atom ids are physical, so unchanged atoms keep their ids and bookings.
+Atoms normally follow node reports. When a pool's membership changes, or the layout gate grants a
+node a new slot count, the hardware did not move, so the last stored report of each node (its GPU
+rows) is replayed through the same ingestion as a live report. Atom ids are physical, so unchanged
+atoms keep their ids and bookings.
 
-An atom that would vanish (a slot beyond the new replica count) or leave its pool (a node leaving)
-while a live booking holds it is refused with INVALID_STATE: the booking's holder would otherwise lose
-its device, or be billed to a pool it no longer runs in.
+An atom that would leave its pool (a node leaving) while a live booking holds it is refused with
+INVALID_STATE: the booking's holder would otherwise lose its device, or be billed to a pool it no
+longer runs in. (A slot count changes only under the gate's holds, so no tenant holds a slot then.)
 """
 
 from __future__ import annotations
