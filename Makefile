@@ -60,10 +60,12 @@ fuzz: $(VENV)/.installed-test
 TORTURE_ATTEMPTS ?= 340000
 TORTURE_CHANGES ?= 1000
 TORTURE_CHANGE_PAUSE ?= 1.0
+# Stop the placers after this many seconds even short of TORTURE_ATTEMPTS (empty: no limit).
+TORTURE_SECONDS ?=
 
 torture: $(VENV)/.installed-test
 	CI=true TORTURE_ATTEMPTS=$(TORTURE_ATTEMPTS) TORTURE_CHANGES=$(TORTURE_CHANGES) \
-		TORTURE_CHANGE_PAUSE=$(TORTURE_CHANGE_PAUSE) \
+		TORTURE_CHANGE_PAUSE=$(TORTURE_CHANGE_PAUSE) TORTURE_SECONDS=$(TORTURE_SECONDS) \
 		$(BIN)/pytest tests/torture --no-cov --timeout=14400 -s
 
 bench-quick: $(VENV)/.installed-test

@@ -1,6 +1,7 @@
 """The MIG torture test (`tests/torture/torture.py` says what runs and what is checked). `make test`
 runs it bounded; `make torture` runs it long (TORTURE_ATTEMPTS per placer, TORTURE_CHANGES layout
-changes), printing the counts, the time taken and any violation."""
+changes at least, the placers stopping after TORTURE_SECONDS if that is set and comes first),
+printing the counts, the time taken and any violation."""
 
 from __future__ import annotations
 
@@ -44,7 +45,10 @@ def test_placers_racing_layout_changes_never_break_the_atom_rule(pg_store: Store
         nodes = workers.apply_async(torture.node_process, (url, NODES, str(stop)))
         gate = workers.apply_async(torture.reconciler, (url, str(stop)))
         changing = workers.apply_async(torture.changer, (url, changes, pause, str(placed)))
-        placing = [workers.apply_async(torture.placer, (url, w, attempts, w)) for w in range(PLACERS)]
+        seconds = float(s) if (s := os.environ.get("TORTURE_SECONDS")) else None
+        placing = [
+            workers.apply_async(torture.placer, (url, w, attempts, w, seconds)) for w in range(PLACERS)
+        ]
         outcomes: Counter[str] = sum((p.get(timeout=14400) for p in placing), Counter())
         placed.touch()  # the changer stops once it has made its changes
         made = changing.get(timeout=14400)

@@ -75,18 +75,21 @@ def _mig_atoms(fake: FakeNode) -> dict[str, frozenset[str]]:
     }
 
 
-def placer(url: str, worker: int, attempts: int, seed: int) -> Counter[str]:
-    """Reserve one `gpu.mig` atom now for 1 to 4 s, `attempts` times, releasing some at once; the
-    outcomes, `booked` or `refused:<code>`."""
+def placer(url: str, worker: int, attempts: int, seed: int, seconds: float | None = None) -> Counter[str]:
+    """Reserve one `gpu.mig` atom now for 1 to 4 s, `attempts` times (or for `seconds`, if that
+    ends first), releasing some at once; the outcomes, `booked` or `refused:<code>`."""
     rng = random.Random(seed)
     store = Store.open(url, migrate_schema=False, pool_size=2)
     index = BookingIndex()
     ids = (f"rsv-t{worker}-{n:07d}" for n in itertools.count())
     outcomes: Counter[str] = Counter()
+    until = None if seconds is None else time.monotonic() + seconds
     try:
         for n in range(attempts):
             if n and n % PROGRESS == 0:  # a long run says how far it is
                 print(json.dumps({"placer": worker, "attempts": n, **outcomes}), flush=True)
+            if until is not None and time.monotonic() >= until:
+                break
             raw: dict[str, Any] = {
                 "tenantId": rng.choice(TENANTS),
                 "poolId": "p1",
