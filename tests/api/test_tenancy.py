@@ -126,7 +126,9 @@ def test_timeslice_and_mps_pools_are_single_tenant(store: Store, mode: str) -> N
     assert owner.json() == {
         "poolId": "p1",
         "tenantId": "platform",
-        "quotas": [{"tenantId": "platform", "poolId": "p1", "class": "gpu.slot", "limit": 4}],
+        "quotas": [
+            {"tenantId": "platform", "poolId": "p1", "class": "gpu.slot", "limit": 4, "scope": "pool"}
+        ],
     }
 
 
@@ -136,7 +138,9 @@ def test_mig_and_exclusive_pools_are_offered_like_any_other(store: Store, mode: 
     cls = "gpu.mig" if mode == "mig" else "gpu"
     offered = api.call("platform", "pools.offer", {"poolId": "p1", "tenantId": "acme", "quota": {cls: 3}})
     assert offered.status_code == 200
-    assert offered.json()["quotas"] == [{"tenantId": "acme", "poolId": "p1", "class": cls, "limit": 3}]
+    assert offered.json()["quotas"] == [
+        {"tenantId": "acme", "poolId": "p1", "class": cls, "limit": 3, "scope": "pool"}
+    ]
     # Offering again replaces the rows it names and keeps the others.
     api.call("admin", "pools.offer", {"poolId": "p1", "tenantId": "acme", "quota": {"gpu.slot": 1}})
     api.call("admin", "pools.offer", {"poolId": "p1", "tenantId": "acme", "quota": {"gpu.slot": 2}})
@@ -172,7 +176,7 @@ def test_quotas_set_and_list(store: Store) -> None:
     api = load(store)
     row = {"tenantId": "acme", "poolId": "p1", "class": "gpu.mig", "limit": 5}
     first = api.call("platform", "quotas.set", row)
-    assert first.status_code == 200 and first.json() == row
+    assert first.status_code == 200 and first.json() == {**row, "scope": "pool"}
     assert api.call("admin", "quotas.set", {**row, "limit": 7}).json()["limit"] == 7
     api.call("admin", "quotas.set", {**row, "tenantId": "beta", "class": "gpu"})
     everyone = api.call("admin", "quotas.list").json()["items"]
@@ -218,7 +222,7 @@ def test_pools_create_update_through_the_api(store: Store) -> None:
     assert created.status_code == 201
     assert created.json()["generation"] == 1 and created.json()["nodes"] == []
     assert api.call("acme", "quotas.list", {"poolId": "p2"}).json()["items"] == [
-        {"tenantId": "acme", "poolId": "p2", "class": "gpu.mig", "limit": 7, "used": 0}
+        {"tenantId": "acme", "poolId": "p2", "class": "gpu.mig", "limit": 7, "scope": "pool", "used": 0}
     ]
     assert api.call("admin", "pools.create", body).status_code == 409
 

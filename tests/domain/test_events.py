@@ -33,7 +33,7 @@ def _sample(hint: Any) -> Any:
         return ("a", "b")
     if typing.get_origin(hint) is not None or hint is typing.Mapping:
         return {"gpu.mig": 3}
-    return {str: "x", int: 7, bool: True}[hint]
+    return {str: "x", int: 7, bool: True, float: 2.5}[hint]
 
 
 def _example(cls: type[Event]) -> Event:

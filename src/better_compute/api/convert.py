@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from better_compute.domain.accounting import StateHours
 from better_compute.domain.atoms import Atom
 from better_compute.domain.billing import Bill, Price
+from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.doctor import Finding
@@ -191,7 +192,20 @@ def layout_preview(p: LayoutPreview) -> PoolLayoutPreview:
     )
 
 
-def quota_public(q: Quota, used: int | None = None) -> QuotaPublic:
+def quota_public(q: Quota | ClassQuota, used: int | None = None) -> QuotaPublic:
+    if isinstance(q, ClassQuota):
+        return QuotaPublic.model_validate(
+            {
+                "tenantId": q.tenant_id,
+                "scope": q.scope,
+                "deviceClass": q.device_class,
+                "clusterId": q.cluster_id,
+                "guaranteedDevices": q.guaranteed_devices,
+                "floorDevices": q.floor_devices,
+                "overQuotaWeight": q.over_quota_weight,
+                "used": used,
+            }
+        )
     return QuotaPublic.model_validate(
         {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit, "used": used}
     )

@@ -24,7 +24,7 @@ from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import parse_time, when
 from better_compute.wire.common import Page
 from better_compute.wire.pools import SharingMode
-from better_compute.wire.quotas import AtomClass
+from better_compute.wire.quotas import AtomClass, QuotaPublic
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -512,6 +512,11 @@ app.add_typer(quotas_app, name="quotas")
 def quotas_list(
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    device_class: Annotated[str | None, typer.Option("--device-class", show_default=False)] = None,
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="pool, cluster or fleet.", show_default=False)
+    ] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", show_default=False)] = None,
     start: Annotated[
         str | None,
         typer.Option(
@@ -528,45 +533,124 @@ def quotas_list(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Quota rows: how much of a class a tenant may hold at once in a pool, and holds now (used), or
-    at most at once between --from and --to."""
+    """Quota rows of both kinds: pool rows (how much of an atom class a tenant may hold at once in a
+    pool) and device-class rows (how many devices of a class in a cluster or the fleet), with what
+    the tenant holds now (used); for pool rows, at most at once between --from and --to."""
     window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     page = _call(
         server,
         token,
         as_json,
         lambda c: c.quotas.list(
-            tenant_id=tenant, pool_id=pool, start=window_start, end=window_end, limit=limit, cursor=cursor
+            tenant_id=tenant,
+            pool_id=pool,
+            device_class=device_class,
+            scope=cast(Any, scope),
+            cluster_id=cluster,
+            start=window_start,
+            end=window_end,
+            limit=limit,
+            cursor=cursor,
         ),
     )
+    if not as_json:
+        page = page.model_copy(update={"items": [_quota_row(q) for q in page.items]})
     columns = [
         ("tenant", "tenantId"),
+        ("scope", "scope"),
         ("pool", "poolId"),
         ("class", "class"),
+        ("device", "deviceClass"),
+        ("cluster", "clusterId"),
         ("used", "used"),
         ("limit", "limit"),
     ]
     _page(page, columns, "no quotas", as_json)
 
 
+def _quota_row(q: QuotaPublic) -> dict[str, Any]:
+    """A row of the table: a device-class row's ceiling (guaranteedDevices) in the limit column."""
+    row = _plain(q)
+    if q.guaranteed_devices is not None:
+        row["limit"] = q.guaranteed_devices
+    return row
+
+
 @quotas_app.command("set")
 def quotas_set(
     tenant: Annotated[str, typer.Option("--tenant", show_default=False)],
-    pool: Annotated[str, typer.Option("--pool", show_default=False)],
-    cls: Annotated[str, typer.Option("--class", help="gpu, gpu.mig or gpu.slot.", show_default=False)],
-    limit: Annotated[int, typer.Option("--limit", min=0, show_default=False)],
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="A pool row: the pool.", show_default=False)
+    ] = None,
+    cls: Annotated[
+        str | None, typer.Option("--class", help="A pool row: gpu, gpu.mig or gpu.slot.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=0, help="A pool row: its limit.", show_default=False)
+    ] = None,
+    device_class: Annotated[
+        str | None, typer.Option("--device-class", help="A device-class row: the class.", show_default=False)
+    ] = None,
+    scope: Annotated[
+        str | None, typer.Option("--scope", help="A device-class row: cluster or fleet.", show_default=False)
+    ] = None,
+    cluster: Annotated[
+        str | None, typer.Option("--cluster", help="With --scope cluster: the cluster.", show_default=False)
+    ] = None,
+    guaranteed: Annotated[
+        int | None,
+        typer.Option(
+            "--guaranteed", min=0, help="A device-class row: the most devices held.", show_default=False
+        ),
+    ] = None,
+    floor: Annotated[
+        int | None,
+        typer.Option("--floor", min=0, help="Recorded, not enforced yet (default 0).", show_default=False),
+    ] = None,
+    weight: Annotated[
+        float | None,
+        typer.Option(
+            "--weight", help="Over-quota weight, >0 and <=1000 (default 1; recorded).", show_default=False
+        ),
+    ] = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Set one quota row (the pool's owner or an admin)."""
-    row = _call(
+    """Set one quota row: a pool row with --pool, --class and --limit (the pool's owner or an admin),
+    or a device-class row with --device-class, --scope (cluster with --cluster, or fleet) and
+    --guaranteed (an admin). Setting a row again replaces it."""
+    if device_class is not None or scope is not None:
+        if device_class is None or scope is None or guaranteed is None:
+            raise typer.BadParameter(
+                "a device-class row needs --device-class, --scope and --guaranteed",
+                param_hint="--device-class",
+            )
+        row = _call(
+            server,
+            token,
+            as_json,
+            lambda c: c.quotas.set_class(
+                tenant_id=tenant,
+                device_class=device_class,
+                scope=cast(Any, scope),
+                cluster_id=cluster,
+                guaranteed_devices=guaranteed,
+                floor_devices=floor,
+                over_quota_weight=weight,
+            ),
+        )
+        _one(row, as_json)
+        return
+    if pool is None or cls is None or limit is None:
+        raise typer.BadParameter("a pool row needs --pool, --class and --limit", param_hint="--pool")
+    pool_row = _call(
         server,
         token,
         as_json,
         lambda c: c.quotas.set(tenant_id=tenant, pool_id=pool, cls=cast(AtomClass, cls), limit=limit),
     )
-    _one(row, as_json)
+    _one(pool_row, as_json)
 
 
 # -- device classes ------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -417,19 +417,59 @@ class Quotas(_Resource):
         request = QuotaSet(tenant_id=tenant_id, pool_id=pool_id, cls=cls, limit=limit)
         return self._compute._typed("quotas.set", request, QuotaPublic)
 
+    def set_class(
+        self,
+        *,
+        tenant_id: str,
+        device_class: str,
+        scope: Literal["cluster", "fleet"],
+        guaranteed_devices: int,
+        cluster_id: str | None = None,
+        floor_devices: int | None = None,
+        over_quota_weight: float | None = None,
+    ) -> QuotaPublic:
+        """Set one device-class row (admin): at most `guaranteed_devices` of the class in `cluster_id`
+        (scope cluster) or across the fleet; the server fills in floor 0 and weight 1 when not given."""
+        request = QuotaSet.model_validate(
+            _fields(
+                tenant_id=tenant_id,
+                device_class=device_class,
+                scope=scope,
+                cluster_id=cluster_id,
+                guaranteed_devices=guaranteed_devices,
+                floor_devices=floor_devices,
+                over_quota_weight=over_quota_weight,
+            )
+        )
+        return self._compute._typed("quotas.set", request, QuotaPublic)
+
     def list(
         self,
         *,
         tenant_id: str | None = None,
         pool_id: str | None = None,
+        device_class: str | None = None,
+        scope: Literal["pool", "cluster", "fleet"] | None = None,
+        cluster_id: str | None = None,
         start: datetime | None = None,
         end: datetime | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[QuotaPublic]:
-        """Quota rows with `used`: held now, or with `start` (and `end`) the most held at once then."""
+        """Quota rows of both kinds with `used`: held now, or for pool rows with `start` (and `end`)
+        the most held at once then."""
         query = QuotaListQuery.model_validate(
-            _fields(tenant_id=tenant_id, pool_id=pool_id, from_=start, to=end, limit=limit, cursor=cursor)
+            _fields(
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                device_class=device_class,
+                scope=scope,
+                cluster_id=cluster_id,
+                from_=start,
+                to=end,
+                limit=limit,
+                cursor=cursor,
+            )
         )
         return self._compute._typed("quotas.list", query, Page[QuotaPublic])
 

@@ -190,11 +190,23 @@ class PolicyDeleted(Event):
 
 @dataclass(frozen=True, slots=True)
 class QuotaSet(Event):
-    """A tenant's quota rows in a pool were written (`subject`: the pool)."""
+    """A tenant's quota rows were written: pool rows (`subject`: the pool; `quota` maps atom class to
+    limit) or one device-class row (`subject`: the device class; `quota` maps it to
+    `guaranteedDevices`, and the row's other fields follow). The fields of device-class rows are left
+    out of a pool row's payload, which stays as it was before they existed."""
 
     TYPE: ClassVar[str] = "quota.set"
     tenant_id: str
     quota: Mapping[str, int]
+    device_class: str | None = None
+    scope: str | None = None
+    cluster_id: str | None = None
+    guaranteed_devices: int | None = None
+    floor_devices: int | None = None
+    over_quota_weight: float | None = None
+
+    def payload(self) -> dict[str, Any]:
+        return {k: v for k, v in Event.payload(self).items() if v is not None}
 
 
 @dataclass(frozen=True, slots=True)

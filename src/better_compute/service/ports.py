@@ -16,6 +16,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.audience import Reader
 from better_compute.domain.billing import Price
 from better_compute.domain.bindings import BindingState
+from better_compute.domain.class_quotas import ClassQuota, HeldAtom
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.gpu_states import GpuPeriod, StateChange
@@ -297,6 +298,12 @@ class AtomRepo(Protocol):
         """Count every atom of the pool as scrubbed at `now`."""
         ...
 
+    def held_at(self, tenant_ids: Sequence[str] | None, at: datetime) -> list[HeldAtom]:
+        """The atoms these tenants (every tenant when None) hold at `at`: one per live booking of
+        theirs that covers the instant, reservations and every other allocation alike, with the
+        cluster of the atom's node."""
+        ...
+
 
 class GpuStateRepo(Protocol):
     """The history of each GPU's state (`domain.gpu_states`): periods, at most one open per GPU."""
@@ -361,6 +368,27 @@ class QuotaRepo(Protocol):
 
     def remove_tenant(self, tenant_id: str) -> int:
         """Delete every row of the tenant; how many there were."""
+        ...
+
+
+class ClassQuotaRepo(Protocol):
+    def find(
+        self,
+        tenant_id: str | None = None,
+        device_class: str | None = None,
+        scope: str | None = None,
+        cluster_id: str | None = None,
+    ) -> list[ClassQuota]:
+        """Device-class rows, filtered by what is given (a fleet row's cluster is None, stored as
+        ''), in (tenant, device class, scope, cluster) order."""
+        ...
+
+    def put(self, row: ClassQuota) -> None:
+        """Create or replace the row of its (tenant, device class, scope, cluster)."""
+        ...
+
+    def remove_tenant(self, tenant_id: str) -> int:
+        """Delete every device-class row of the tenant; how many there were."""
         ...
 
 
@@ -647,6 +675,9 @@ class Tx(Protocol):
 
     @property
     def quotas(self) -> QuotaRepo: ...
+
+    @property
+    def class_quotas(self) -> ClassQuotaRepo: ...
 
     @property
     def policies(self) -> PolicyRepo: ...

@@ -1,4 +1,5 @@
-"""Quota rows: (tenant, pool, atom class) -> limit. Set by the admin or the pool's owner.
+"""Quota rows: (tenant, pool, atom class) -> limit. Set by the admin or the pool's owner. The same
+resource holds device-class rows (`service.class_quotas`, admin only); `list_quotas` lists both.
 
 Setting a row is how a tenant gets into a pool, so it obeys the same single-tenant rule as
 `pools.offer`: a timeslice or mps pool takes rows for its owner only (`domain.admission.check_offer`).
@@ -12,6 +13,7 @@ from datetime import datetime
 
 from better_compute.domain import quota
 from better_compute.domain.admission import check_offer
+from better_compute.domain.class_quotas import SCOPES, ClassQuota, used_by
 from better_compute.domain.credentials import Principal
 from better_compute.domain.events import PoolOffered, QuotaSet
 from better_compute.domain.quota import parse_quota_limits
@@ -25,6 +27,7 @@ from better_compute.domain.tenancy import (
     tenant_scope,
 )
 from better_compute.domain.timewin import Window
+from better_compute.service.class_quotas import held_by_class
 from better_compute.service.paging import Listing, page
 from better_compute.service.ports import StorePort, Tx
 
@@ -102,23 +105,41 @@ def list_quotas(
     *,
     tenant_id: str | None = None,
     pool_id: str | None = None,
+    device_class: str | None = None,
+    scope: str | None = None,
+    cluster_id: str | None = None,
     limit: int | None = None,
     after: str | None = None,
     now: datetime | None = None,
     window: Window | None = None,
 ) -> Listing[QuotaUse]:
-    """Quota rows by tenant and pool; a tenant token sees only its own rows. With `now`, each row
-    comes with what its tenant holds of its class in its pool then (`quota.held_at`); with `window`,
-    the most it holds at once during the window (`quota.in_use`, as admission counts it). Both are
-    read from the ledger's live bookings in the same transaction."""
-    scope = tenant_scope(principal, tenant_id)
+    """Quota rows of both kinds; a tenant token sees only its own rows.
+
+    Pool rows come first, by (tenant, pool, class), then device-class rows, by (tenant, device class,
+    scope, cluster), and one cursor pages through both. A filter only one kind has keeps to that kind:
+    `poolId` or `scope: pool` lists pool rows only; `deviceClass`, `clusterId` or `scope: cluster|fleet`
+    device-class rows only.
+
+    With `now`, each row comes with what its tenant holds of it: for a pool row, of its class in its
+    pool then (`quota.held_at`), or with `window` the most it holds at once during the window
+    (`quota.in_use`, as admission counts it); for a device-class row, the devices of its class held
+    at `now` in its cluster (scope cluster) or in every cluster (fleet), `window` or not: that is what
+    the device-class rule counts. All is read in the same transaction."""
+    who = tenant_scope(principal, tenant_id)
+    pool_rows = scope in (None, "pool") and device_class is None and cluster_id is None
+    class_rows = scope in (None, *SCOPES) and pool_id is None
     with store.read() as tx:
-        found = page(
-            tx.quotas.find(scope, pool_id), lambda q: f"{q.tenant_id}/{q.pool_id}/{q.cls}", limit, after
-        )
+        rows: list[Quota | ClassQuota] = []
+        if pool_rows:
+            rows.extend(tx.quotas.find(who, pool_id))
+        if class_rows:
+            rows.extend(tx.class_quotas.find(who, device_class, scope, cluster_id))
+        found = page(rows, _cursor_key, limit, after)
+        pools = [q for q in found.items if isinstance(q, Quota)]
+        classes = [q for q in found.items if isinstance(q, ClassQuota)]
         held: dict[tuple[str, str, str], int] = {}
-        if now is not None and found.items:
-            wanted = {(q.tenant_id, q.pool_id) for q in found.items}
+        if now is not None and pools:
+            wanted = {(q.tenant_id, q.pool_id) for q in pools}
             since = now if window is None else window.start
             live = [
                 (b.tenant_id, b.pool_id, b.cls, Window(b.starts_at, b.ends_at))
@@ -126,18 +147,35 @@ def list_quotas(
                 if (b.tenant_id, b.pool_id) in wanted
             ]
             held = quota.held_at(live, now) if window is None else _peaks(live, window)
-    uses = [
-        QuotaUse(q, None if now is None else held.get((q.tenant_id, q.pool_id, q.cls), 0))
-        for q in found.items
-    ]
+        by_class: dict[tuple[str, str], dict[str, int]] = {}
+        if now is not None and classes:
+            known = [tx.device_classes.get(name) for name in sorted({q.device_class for q in classes})]
+            tenants = sorted({q.tenant_id for q in classes})
+            by_class = held_by_class(tx, tenants, [d for d in known if d is not None], now)
+    uses: list[QuotaUse] = []
+    for q in found.items:
+        if now is None:
+            uses.append(QuotaUse(q, None))
+        elif isinstance(q, ClassQuota):
+            uses.append(QuotaUse(q, used_by(q, by_class.get((q.tenant_id, q.device_class), {}))))
+        else:
+            uses.append(QuotaUse(q, held.get((q.tenant_id, q.pool_id, q.cls), 0)))
     return Listing(uses, found.next_cursor)
+
+
+def _cursor_key(q: Quota | ClassQuota) -> str:
+    """The order of `quotas.list` and its cursor: pool rows (`0/...`) before device-class rows
+    (`1/...`), each in its key's order; a fleet row's empty cluster sorts before every cluster."""
+    if isinstance(q, Quota):
+        return f"0/{q.tenant_id}/{q.pool_id}/{q.cls}"
+    return f"1/{q.tenant_id}/{q.device_class}/{q.scope}/{q.cluster_id or ''}"
 
 
 @dataclass(frozen=True)
 class QuotaUse:
-    """A quota row and how much of it is held now (None when not asked)."""
+    """A quota row of either kind and how much of it is held now (None when not asked)."""
 
-    quota: Quota
+    quota: Quota | ClassQuota
     used: int | None
 
 

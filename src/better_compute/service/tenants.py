@@ -42,7 +42,7 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
 def delete(store: StorePort, principal: Principal, tenant_id: str, now: datetime) -> Tenant:
     """Delete a tenant (admin only) that owns no pool and holds no reservation not over
     (`tenancy.check_tenant_deletable`): its credentials are revoked at once, its quota rows (its
-    offers too) and policies removed. Answers the tenant with `deleted_at` set."""
+    offers too, and its device-class rows) and policies removed. Answers the tenant with `deleted_at` set."""
     require_admin(principal, "tenants.delete")
     check_ref(tenant_id, "id")
     with store.begin() as tx:
@@ -87,7 +87,7 @@ def delete_in(tx: Tx, tenant_id: str, now: datetime) -> Tenant:
     for policy in policies:
         tx.policies.remove(policy.id)
         tx.events.append(PolicyDeleted(policy.id, tenant_id, policy.name), now)
-    quotas = tx.quotas.remove_tenant(tenant_id)
+    quotas = tx.quotas.remove_tenant(tenant_id) + tx.class_quotas.remove_tenant(tenant_id)
     tx.tenants.mark_deleted(tenant_id, now)
     tx.events.append(TenantDeleted(tenant_id, revoked, quotas, len(policies)), now)
     return Tenant(id=tenant.id, name=tenant.name, created_at=tenant.created_at, deleted_at=now)

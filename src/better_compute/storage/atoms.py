@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import Connection, or_, select, update
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.class_quotas import HeldAtom
 from better_compute.domain.metering import share
 from better_compute.domain.scrub import EndedHold
 from better_compute.storage import rows
-from better_compute.storage.tables import atoms, bookings
+from better_compute.storage.tables import atoms, bookings, nodes
 
 _CHUNK = 1000
 
@@ -142,10 +143,33 @@ class SqlAtoms:
             self.conn.execute(update(atoms).where(atoms.c.id.in_(mine)).values(scrubbed_at=now))
         return mine
 
+    def held_at(self, tenant_ids: Sequence[str] | None, at: datetime) -> list[HeldAtom]:
+        return held_at(self.conn, tenant_ids, at)
+
     def mark_scrubbed_pool(self, pool_id: str, now: datetime) -> None:
         """Count every atom of the pool as scrubbed at `now` (a pool that starts scrubbing: what was
         released before owes nothing)."""
         self.conn.execute(update(atoms).where(atoms.c.pool_id == pool_id).values(scrubbed_at=now))
+
+
+def held_at(conn: Connection, tenant_ids: Sequence[str] | None, at: datetime) -> list[HeldAtom]:
+    """`AtomRepo.held_at`: one join of live bookings covering `at` to their atoms and nodes. A
+    partition change's bookings have no tenant, so they never count."""
+    b = bookings.c
+    stmt = (
+        select(b.tenant_id, nodes.c.cluster_id, atoms)
+        .select_from(bookings.join(atoms, atoms.c.id == b.atom_id).join(nodes, nodes.c.id == atoms.c.node_id))
+        .where(
+            b.state == "live",
+            b.tenant_id.is_not(None),
+            b.starts_at <= at,
+            or_(b.ends_at.is_(None), b.ends_at > at),
+        )
+        .order_by(b.tenant_id, atoms.c.id)
+    )
+    if tenant_ids is not None:
+        stmt = stmt.where(b.tenant_id.in_(list(tenant_ids)))
+    return [HeldAtom(r["tenant_id"], r["cluster_id"], atom_of(r)) for r in rows.rows(conn, stmt)]
 
 
 def mark_released(conn: Connection, atom_ids: Sequence[str], tenant_id: str, at: datetime) -> None:

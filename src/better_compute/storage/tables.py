@@ -7,6 +7,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -315,6 +316,21 @@ quotas = Table(
     Column("pool_id", String(64), ForeignKey("pools.id"), primary_key=True),
     Column("class", String(16), primary_key=True),
     Column("limit", Integer, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+class_quotas = Table(
+    "class_quotas",
+    metadata,
+    # Device-class rows (domain.class_quotas). A fleet row's cluster_id is '' rather than NULL, so
+    # that the primary key holds it: PostgreSQL takes NULLs in a unique key as all distinct.
+    Column("tenant_id", String(64), primary_key=True),
+    Column("device_class", String(63), ForeignKey("device_classes.name"), primary_key=True),
+    Column("scope", String(16), primary_key=True),
+    Column("cluster_id", String(64), primary_key=True),
+    Column("guaranteed_devices", Integer, nullable=False),
+    Column("floor_devices", Integer, nullable=False),
+    Column("over_quota_weight", Float, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
 )
 

@@ -8,6 +8,7 @@ from sqlalchemy import Connection
 
 from better_compute.storage.atoms import SqlAtoms
 from better_compute.storage.bindings import SqlBindings
+from better_compute.storage.class_quotas import SqlClassQuotas
 from better_compute.storage.clusters import SqlClusters
 from better_compute.storage.credentials import SqlCredentials
 from better_compute.storage.device_classes import SqlDeviceClasses
@@ -78,6 +79,10 @@ class SqlTx:
     @cached_property
     def quotas(self) -> SqlQuotas:
         return SqlQuotas(self.conn)
+
+    @cached_property
+    def class_quotas(self) -> SqlClassQuotas:
+        return SqlClassQuotas(self.conn)
 
     @cached_property
     def policies(self) -> SqlPolicies:

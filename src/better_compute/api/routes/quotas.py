@@ -1,4 +1,5 @@
-"""Quotas: `quotas.set` (admin or the pool's owner) and `quotas.list` (a tenant sees its own rows)."""
+"""Quotas: `quotas.set` (a pool row: admin or the pool's owner; a device-class row: admin) and
+`quotas.list` (both kinds; a tenant sees its own rows)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.class_quotas import check_pool_row, is_class_row
 from better_compute.domain.timewin import window_asked
-from better_compute.service import quotas
+from better_compute.service import class_quotas, quotas
 from better_compute.wire.common import Page
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 
@@ -20,8 +22,26 @@ router = APIRouter(prefix="/v1", tags=["quotas"], route_class=StrictQueryRoute)
 
 @router.put("/quotas", response_model=QuotaPublic)
 def set_quota(body: QuotaSet, principal: PrincipalDep, store: StoreDep, now: NowDep) -> QuotaPublic:
-    row = quotas.set_quota(store, principal, body.tenant_id, body.pool_id, body.cls, body.limit, now)
-    return quota_public(row)
+    named = body.named()
+    if is_class_row(named, body.scope):
+        row = class_quotas.set_class_quota(
+            store,
+            principal,
+            tenant_id=body.tenant_id,
+            device_class=body.device_class,
+            scope=body.scope,
+            cluster_id=body.cluster_id,
+            guaranteed_devices=body.guaranteed_devices,
+            floor_devices=body.floor_devices,
+            over_quota_weight=body.over_quota_weight,
+            now=now,
+            given=named,
+        )
+        return quota_public(row)
+    check_pool_row(named, body.pool_id, body.cls, body.limit)
+    assert body.pool_id is not None and body.cls is not None and body.limit is not None
+    pool_row = quotas.set_quota(store, principal, body.tenant_id, body.pool_id, body.cls, body.limit, now)
+    return quota_public(pool_row)
 
 
 @router.get("/quotas", response_model=Page[QuotaPublic])
@@ -34,6 +54,9 @@ def list_quotas(
         principal,
         tenant_id=q.tenant_id,
         pool_id=q.pool_id,
+        device_class=q.device_class,
+        scope=q.scope,
+        cluster_id=q.cluster_id,
         limit=q.limit,
         after=q.cursor,
         now=now,
