@@ -178,6 +178,15 @@ class CountingIds:
     def policy(self) -> str:
         return self._next("pol")
 
+    def workload(self) -> str:
+        return self._next("wkl")
+
+    def deployment(self) -> str:
+        return self._next("dep")
+
+    def operation(self) -> str:
+        return self._next("op")
+
 
 def ids() -> Ids:
     """Production ids, for tests that do not care which they get (they never collide)."""

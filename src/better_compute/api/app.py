@@ -25,6 +25,7 @@ from better_compute.api.routes import (
     reservations,
     tenants,
     usage,
+    workloads,
 )
 from better_compute.service.services import Services
 
@@ -64,6 +65,7 @@ def create_app(
     app.include_router(policies.router)
     app.include_router(device_classes.router)
     app.include_router(priority_classes.router)
+    app.include_router(workloads.router)
     app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)

@@ -31,8 +31,9 @@ from better_compute.domain.node_reports import (
     Report,
     ScrubDone,
 )
+from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.priority_classes import PriorityClass
-from better_compute.domain.records import Cluster, Credential, Gpu, Node, Quota, Tenant
+from better_compute.domain.records import Cluster, Credential, Gpu, Node, Operation, Quota, Tenant
 from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.domain.selectors import document
 from better_compute.service.capacity import Accounting, PoolFree
@@ -40,8 +41,10 @@ from better_compute.service.credentials import Issued
 from better_compute.service.inventory import NodeView
 from better_compute.service.node_spec import ServedSpec
 from better_compute.service.paging import Listing
+from better_compute.service.placement import main_reason
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
+from better_compute.service.workloads import DeploymentView, WorkloadView
 from better_compute.wire.billing import BillLinePublic, BillPublic, PricePublic, UsageRowPublic
 from better_compute.wire.capacity import (
     AccountingBucket,
@@ -97,6 +100,14 @@ from better_compute.wire.priority_classes import PriorityClassPublic
 from better_compute.wire.quotas import QuotaPublic
 from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
 from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic, WhoAmI
+from better_compute.wire.workloads import (
+    DeploymentPublic,
+    OperationPublic,
+    PlacementPreview,
+    ShapePublic,
+    VerdictPublic,
+    WorkloadPublic,
+)
 
 R = TypeVar("R")
 M = TypeVar("M")
@@ -582,4 +593,89 @@ def spec_public(served: ServedSpec) -> NodeSpecPublic:
             )
             for a in spec.assignments
         ],
+    )
+
+
+def verdict_public(v: Verdict) -> VerdictPublic:
+    return VerdictPublic(
+        cluster_id=v.cluster_id,
+        admitted=v.admitted,
+        reason=v.reason,
+        message=v.message,
+        free_devices=v.free_devices,
+        quota_left=v.quota_left,
+        largest_domain=v.largest_domain,
+        room=v.room,
+        share=v.share,
+        shortfall=v.shortfall,
+    )
+
+
+def deployment_public(v: DeploymentView) -> DeploymentPublic:
+    d = v.deployment
+    return DeploymentPublic(
+        id=d.id,
+        workload_id=d.workload_id,
+        tenant_id=d.tenant_id,
+        cluster_id=d.cluster_id,
+        desired_replicas=d.desired_replicas,
+        placed_replicas=v.booked,
+        running_replicas=v.bound,
+        phase=v.phase,
+        reason=d.reason,
+        message=d.message,
+        shortfall=d.shortfall,
+        created_at=d.created_at,
+        updated_at=d.updated_at,
+    )
+
+
+def workload_public(v: WorkloadView) -> WorkloadPublic:
+    w, s = v.workload, v.workload.spec
+    return WorkloadPublic(
+        id=w.id,
+        name=s.name,
+        tenant_id=w.tenant_id,
+        shape=ShapePublic(device_class=s.device_class, device_count=s.device_count),
+        replicas=s.replicas,
+        strategy=s.strategy,
+        cluster_floors=dict(s.cluster_floors),
+        max_clusters=s.max_clusters,
+        priority_class=s.priority_class,
+        cluster=s.pinned_cluster,
+        requires_single_topology_domain=s.single_domain,
+        topology_domain_kind=s.domain_kind,
+        allowed_regions=list(s.allowed_regions),
+        allowed_clusters=list(s.allowed_clusters),
+        policy_id=w.policy_id,
+        placed_replicas=v.booked,
+        unplaced_replicas=w.unplaced,
+        reason=w.reason,
+        generation=w.generation,
+        created_at=w.created_at,
+        deployments=[deployment_public(d) for d in v.deployments],
+        verdicts=None if v.placement is None else [verdict_public(x) for x in v.placement.verdicts],
+    )
+
+
+def preview_public(p: Placement) -> PlacementPreview:
+    return PlacementPreview(
+        clusters=list(p.shares),
+        shares=dict(p.shares),
+        verdicts=[verdict_public(v) for v in p.verdicts],
+        unplaced_replicas=p.unplaced,
+        reason=main_reason(p),
+    )
+
+
+def operation_public(o: Operation) -> OperationPublic:
+    return OperationPublic(
+        id=o.id,
+        type=o.type,
+        status=o.status,
+        workload_id=o.workload_id,
+        payload=dict(o.payload),
+        result=dict(o.result),
+        created_at=o.created_at,
+        finished_at=o.finished_at,
     )

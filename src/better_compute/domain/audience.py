@@ -58,6 +58,10 @@ Audience = NamedInPayload | SubjectIsTenant | SubjectIsReservation | SubjectIsPo
 
 TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.LedgerBooked.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadCreated.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadScaled.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadDeleted.TYPE: NamedInPayload("tenantId"),
+    ev.DeploymentUpdated.TYPE: NamedInPayload("tenantId"),
     ev.LedgerReleased.TYPE: SubjectIsReservation(),
     ev.LedgerExtended.TYPE: SubjectIsReservation(),
     ev.LedgerCancelled.TYPE: SubjectIsReservation(),

@@ -251,6 +251,53 @@ class PriorityClassCreated(Event):
     preemptible: bool
 
 
+# -- Workloads ------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class WorkloadCreated(Event):
+    """A workload was created (`subject`: its id)."""
+
+    TYPE: ClassVar[str] = "workload.created"
+    tenant_id: str
+    name: str
+    device_class: str
+    device_count: int
+    replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadScaled(Event):
+    """A workload was asked for a new number of replicas (`subject`: its id)."""
+
+    TYPE: ClassVar[str] = "workload.scaled"
+    tenant_id: str
+    replicas: int
+    previous: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadDeleted(Event):
+    """A workload was deleted and its replicas' devices released (`subject`: its id)."""
+
+    TYPE: ClassVar[str] = "workload.deleted"
+    tenant_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentUpdated(Event):
+    """A deployment's share, replicas or phase changed (`subject`: its id); `phase` `removed` when
+    its cluster holds none of the workload's replicas any more."""
+
+    TYPE: ClassVar[str] = "deployment.updated"
+    tenant_id: str
+    workload_id: str
+    cluster_id: str
+    phase: str
+    desired_replicas: int
+    booked_replicas: int
+    reason: str | None = None
+
+
 # -- Pools and inventory -------------------------------------------------------------------------
 
 
@@ -439,6 +486,10 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PriceSet,
         DeviceClassCreated,
         PriorityClassCreated,
+        WorkloadCreated,
+        WorkloadScaled,
+        WorkloadDeleted,
+        DeploymentUpdated,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

@@ -188,3 +188,19 @@ class MigLayoutGate:
     version: int = 1
     lease_owner: str | None = None
     lease_until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """A long-running request (`workload.drain`), kept so its caller can read how it ended."""
+
+    id: str
+    type: str
+    tenant_id: str | None
+    workload_id: str | None
+    payload: Mapping[str, Any]
+    status: str
+    """`running`, `succeeded` or `failed`."""
+    result: Mapping[str, Any]
+    created_at: datetime
+    finished_at: datetime | None = None

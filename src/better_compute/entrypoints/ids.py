@@ -28,5 +28,15 @@ class RandomIds:
     def policy(self) -> str:
         return f"pol-{self._random.getrandbits(64):016x}"
 
+    def workload(self) -> str:
+        """`wkl-<time><random>`: time-ordered, so lists page by creation."""
+        return f"wkl-{time.time_ns() // 1000:014x}{self._random.getrandbits(40):010x}"
+
+    def deployment(self) -> str:
+        return f"dep-{time.time_ns() // 1000:014x}{self._random.getrandbits(40):010x}"
+
+    def operation(self) -> str:
+        return f"op-{time.time_ns() // 1000:014x}{self._random.getrandbits(40):010x}"
+
 
 __all__ = ["RandomIds"]

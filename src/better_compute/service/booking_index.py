@@ -152,6 +152,9 @@ class BookingIndex:
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._claimed: Counter[str] = Counter()
+        self._pool_changes: Counter[str | None] = Counter()
+        """Per pool, bumped by every booking added or dropped there: what a cache of a pool's free
+        devices (`service.placement_stock`) is checked against."""
 
     # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
     def sync(self, tx: Tx) -> None:
@@ -221,6 +224,7 @@ class BookingIndex:
         owner: Owner = (None, None, None),
     ) -> None:
         assert start is not None
+        self._pool_changes[owner[1]] += 1
         intervals = self._by_allocation.setdefault(allocation_id, [])
         for atom_id in atom_ids:
             intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
@@ -236,6 +240,8 @@ class BookingIndex:
     def _drop(self, allocation_id: str) -> None:
         intervals = self._by_allocation.pop(allocation_id, [])
         self._long.discard(allocation_id)
+        for pool in {i.owner[1] for i in intervals}:
+            self._pool_changes[pool] += 1
         for atom_id in {i.atom_id for i in intervals}:
             holders = self._by_atom.get(atom_id)
             if holders is not None:
@@ -313,6 +319,28 @@ class BookingIndex:
             if i.owner[0] == tenant_id and i.owner[1] == pool_id
         )
         return {str(cls): n for cls, n in quota.in_use(own, window).items()}
+
+    def pool_version(self, pool_id: str) -> tuple[int, int]:
+        """Changes when the pool's bookings or any pool's atoms change (a cache key, never a truth)."""
+        with self._lock:
+            return (self._pools_generation, self._pool_changes[pool_id])
+
+    def busy_from(self, atom_ids: Iterable[str], at: datetime) -> tuple[set[str], datetime | None]:
+        """Of `atom_ids`, those a live booking holds at or after `at` (an open-ended booking from `at`
+        cannot have them), and the earliest end among those bookings: until then the answer can
+        change only by a new event, never by time alone."""
+        busy: set[str] = set()
+        soonest: datetime | None = None
+        with self._lock:
+            for atom_id in atom_ids:
+                for allocation in self._by_atom.get(atom_id, ()):
+                    for i in self._by_allocation[allocation]:
+                        if i.atom_id != atom_id or (i.end is not None and i.end <= at):
+                            continue
+                        busy.add(atom_id)
+                        if i.end is not None and (soonest is None or i.end < soonest):
+                            soonest = i.end
+        return busy, soonest
 
     def claimed(self) -> set[str]:
         """Atoms chosen by requests of this process that have not committed or rolled back yet."""

@@ -4,7 +4,7 @@ A use case that mints an id takes it from an `Ids` its caller injects, so a test
 will find (and a replay can repeat a run) without patching a module. The composition root wires the
 production source (`entrypoints/ids.py`); tests wire a counting one.
 
-Only three aggregates are named by the server. The others are named otherwise, and need no source:
+Only a few aggregates are named by the server. The others are named otherwise, and need no source:
 tenants, clusters, nodes and pools by whoever creates them (the API's caller, the fleet file); GPUs by
 their NVML uuid; atoms by their physical identity (`domain.atoms.atom_id_for`); a reservation's
 allocation by the reservation's id, a partition's by its GPU and start (`domain.ledger`); quota rows
@@ -33,6 +33,18 @@ class Ids(Protocol):
 
     def policy(self) -> str:
         """An IAM policy's id (`pol-...`)."""
+        ...
+
+    def workload(self) -> str:
+        """A workload's id (`wkl-...`), time-ordered."""
+        ...
+
+    def deployment(self) -> str:
+        """A deployment's id (`dep-...`); its replicas' allocations are `<id>/r<n>`."""
+        ...
+
+    def operation(self) -> str:
+        """An operation's id (`op-...`)."""
         ...
 
 

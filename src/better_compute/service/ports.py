@@ -32,6 +32,7 @@ from better_compute.domain.records import (
     Gpu,
     MigLayoutGate,
     Node,
+    Operation,
     Pool,
     Quota,
     Reservation,
@@ -39,6 +40,7 @@ from better_compute.domain.records import (
 )
 from better_compute.domain.scrub import EndedHold
 from better_compute.domain.timewin import Window
+from better_compute.domain.workloads import Deployment, Workload
 
 if TYPE_CHECKING:
     from better_compute.service.event_tail import Cursor, LogSnapshot
@@ -186,6 +188,10 @@ class ClusterRepo(Protocol):
 
 class NodeRepo(Protocol):
     def by_ids(self, node_ids: Sequence[str]) -> dict[str, Node]: ...
+
+    def cordoned_ids(self) -> set[str]:
+        """The nodes that take no new bookings."""
+        ...
 
     def page(self, cluster_id: str | None, limit: int | None, after: str | None) -> list[Node]: ...
 
@@ -565,6 +571,54 @@ class DeviceClassRepo(Protocol):
         ...
 
 
+class WorkloadRepo(Protocol):
+    """Workloads, their deployments (one per cluster) and replicas, and operations."""
+
+    def add(self, w: Workload) -> bool:
+        """Insert a new workload; False when the tenant already has one of that name."""
+        ...
+
+    def get(self, workload_id: str) -> Workload | None: ...
+
+    def by_name(self, tenant_id: str, name: str) -> Workload | None: ...
+
+    def page(self, tenant_id: str | None, limit: int | None, after: str | None) -> list[Workload]: ...
+
+    def unplaced(self, limit: int) -> list[Workload]: ...
+
+    def update(self, w: Workload, generation: int) -> bool:
+        """Compare-and-set on `generation`; True when written."""
+        ...
+
+    def remove(self, workload_id: str) -> None: ...
+
+    def deployments_of(self, workload_ids: Sequence[str]) -> dict[str, list[Deployment]]: ...
+
+    def deployments_page(
+        self, tenant_id: str | None, workload_id: str | None, limit: int | None, after: str | None
+    ) -> list[Deployment]: ...
+
+    def put_deployment(self, d: Deployment) -> None: ...
+
+    def remove_deployment(self, deployment_id: str) -> None: ...
+
+    def pending_workloads(self, limit: int) -> list[str]: ...
+
+    def replicas_of(self, deployment_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]: ...
+
+    def add_replicas(self, deployment_id: str, items: Sequence[tuple[int, str]], now: datetime) -> None: ...
+
+    def remove_replicas(self, deployment_id: str, indexes: Sequence[int]) -> None: ...
+
+    def replica_counts(self, tenant_id: str | None = None) -> dict[str, int]: ...
+
+    def add_operation(self, op: Operation) -> None: ...
+
+    def finish_operation(self, op: Operation) -> None: ...
+
+    def operation(self, operation_id: str) -> Operation | None: ...
+
+
 class PriorityClassRepo(Protocol):
     def get(self, name: str) -> PriorityClass | None: ...
 
@@ -702,6 +756,9 @@ class Tx(Protocol):
 
     @property
     def priority_classes(self) -> PriorityClassRepo: ...
+
+    @property
+    def workloads(self) -> WorkloadRepo: ...
 
 
 class StorePort(Protocol):

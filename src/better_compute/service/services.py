@@ -17,6 +17,7 @@ from better_compute.service.booking_index import BookingIndex
 from better_compute.service.clock import Clock
 from better_compute.service.credentials import TokenMemory
 from better_compute.service.ids import Ids
+from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import StorePort
 
 
@@ -35,6 +36,10 @@ class Services:
     """Where reservations are admitted: a few threads that keep their database connections, so that
     a process goes on serving requests while one waits for the database; None: on the event loop
     (SQLite, whose one writer the threads would only queue for)."""
+    stock: Stock = field(default_factory=Stock)
+    """Each pool's free devices per device class, for placement (service.placement_stock)."""
+    placement_wakeup: threading.Event = field(default_factory=threading.Event)
+    """Set by writes that may free capacity or quota: the placement retry loop wakes on it."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
     so that shutting down does not wait out every node's poll."""

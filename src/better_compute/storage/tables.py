@@ -365,3 +365,62 @@ reservations = Table(
     Column("created_at", UtcDateTime, nullable=False),
     UniqueConstraint("tenant_id", "idempotency_key"),
 )
+
+workloads = Table(
+    "workloads",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
+    Column("name", String(63), nullable=False),
+    # The checked request (domain.workloads.WorkloadSpec): shape, replicas, strategy, floors, ...
+    Column("spec", JSON, nullable=False),
+    # Replicas no cluster could take at the last placement: the retry loop looks for these.
+    Column("unplaced", Integer, nullable=False, server_default="0", index=True),
+    Column("reason", String(32), nullable=True),
+    Column("policy_id", String(64), nullable=True),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+    UniqueConstraint("tenant_id", "name"),
+)
+
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("workload_id", String(64), ForeignKey("workloads.id"), nullable=False),
+    Column("tenant_id", String(64), nullable=False),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False),
+    Column("desired_replicas", Integer, nullable=False),
+    Column("phase", String(16), nullable=False, index=True),
+    Column("reason", String(32), nullable=True),
+    Column("message", Text, nullable=False, server_default=""),
+    Column("shortfall", Integer, nullable=False, server_default="0"),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    UniqueConstraint("workload_id", "cluster_id"),
+)
+
+replicas = Table(
+    "replicas",
+    metadata,
+    # One per booked replica: its ledger allocation (`<deploymentId>/r<idx>`) holds its devices.
+    Column("deployment_id", String(64), ForeignKey("deployments.id"), primary_key=True),
+    Column("idx", Integer, primary_key=True),
+    Column("allocation_id", String(160), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+operations = Table(
+    "operations",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("type", String(32), nullable=False),
+    Column("tenant_id", String(64), nullable=True),
+    Column("workload_id", String(64), nullable=True),
+    Column("payload", JSON, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("result", JSON, nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=True),
+)

@@ -27,6 +27,7 @@ from better_compute.storage.quotas import SqlQuotas
 from better_compute.storage.reservations import SqlReservations
 from better_compute.storage.tenants import SqlTenants
 from better_compute.storage.usage import SqlUsage
+from better_compute.storage.workloads import SqlWorkloads
 
 
 class SqlTx:
@@ -111,3 +112,7 @@ class SqlTx:
     @cached_property
     def priority_classes(self) -> SqlPriorityClasses:
         return SqlPriorityClasses(self.conn)
+
+    @cached_property
+    def workloads(self) -> SqlWorkloads:
+        return SqlWorkloads(self.conn)

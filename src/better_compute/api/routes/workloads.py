@@ -1,0 +1,156 @@
+"""Workloads across clusters: `workloads.create|list|get|scale|delete`, `deployments.list`,
+`placement.preview`, and `operations.create|get` (`workload.drain`)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+
+from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.convert import (
+    deployment_public,
+    operation_public,
+    paged,
+    preview_public,
+    workload_public,
+)
+from better_compute.api.deps import NowDep, ServicesDep
+from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.tenancy import check_ref, tenant_scope
+from better_compute.domain.workloads import parse_workload
+from better_compute.service import placement, workloads
+from better_compute.service.services import Services
+from better_compute.wire.common import Page
+from better_compute.wire.workloads import (
+    DeploymentListQuery,
+    DeploymentPublic,
+    OperationCreate,
+    OperationPublic,
+    PlacementPreview,
+    PlacementPreviewRequest,
+    WorkloadCreate,
+    WorkloadListQuery,
+    WorkloadPublic,
+    WorkloadScale,
+)
+
+router = APIRouter(prefix="/v1", tags=["workloads"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
+
+
+def _wiring(services: Services) -> workloads.Wiring:
+    return workloads.Wiring(services.store, services.index, services.stock, services.ids)
+
+
+def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
+    """The request as `domain.workloads.parse_workload` reads it (camelCase keys)."""
+    raw = body.model_dump(by_alias=True, exclude_none=True)
+    if body.shape is not None:
+        raw["shape"] = {"deviceClass": body.shape.device_class, "deviceCount": body.shape.device_count}
+    return raw
+
+
+@router.post("/workloads", response_model=WorkloadPublic, status_code=201)
+def create_workload(
+    body: WorkloadCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
+) -> WorkloadPublic:
+    view = workloads.create(_wiring(services), principal, _raw(body), now)
+    services.placement_wakeup.set()
+    return workload_public(view)
+
+
+@router.get("/workloads", response_model=Page[WorkloadPublic])
+def list_workloads(
+    q: Annotated[WorkloadListQuery, Query()], principal: PrincipalDep, services: ServicesDep
+) -> Page[WorkloadPublic]:
+    found = workloads.list_workloads(
+        services.store, principal, tenant_id=q.tenant_id, limit=q.limit, after=q.cursor
+    )
+    return paged(found, workload_public)
+
+
+@router.get("/workloads/{id}", response_model=WorkloadPublic)
+def get_workload(id: str, principal: PrincipalDep, services: ServicesDep) -> WorkloadPublic:
+    return workload_public(workloads.get(services.store, principal, id))
+
+
+@router.post("/workloads/{id}/scale", response_model=WorkloadPublic)
+def scale_workload(
+    id: str, body: WorkloadScale, principal: PrincipalDep, services: ServicesDep, now: NowDep
+) -> WorkloadPublic:
+    view = workloads.scale(_wiring(services), principal, id, body.replicas, now, body.generation)
+    services.placement_wakeup.set()
+    return workload_public(view)
+
+
+@router.delete("/workloads/{id}", response_model=WorkloadPublic)
+def delete_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: NowDep) -> WorkloadPublic:
+    view = workloads.delete(_wiring(services), principal, id, now)
+    services.placement_wakeup.set()
+    return workload_public(view)
+
+
+@router.get("/deployments", response_model=Page[DeploymentPublic])
+def list_deployments(
+    q: Annotated[DeploymentListQuery, Query()], principal: PrincipalDep, services: ServicesDep
+) -> Page[DeploymentPublic]:
+    found = workloads.list_deployments(
+        services.store, principal, workload_id=q.workload_id, limit=q.limit, after=q.cursor
+    )
+    return paged(found, deployment_public)
+
+
+def _preview_tenant(principal: Principal, named: str | None) -> str:
+    tenant_id = tenant_scope(principal, None if named is None else check_ref(named, "project"))
+    if tenant_id is None:
+        raise InvalidInput("project (tenantId) is required with an admin credential", {"field": "project"})
+    return tenant_id
+
+
+@router.post("/placement/preview", response_model=PlacementPreview)
+def preview_placement(
+    body: PlacementPreviewRequest, principal: PrincipalDep, services: ServicesDep, now: NowDep
+) -> PlacementPreview:
+    if body.workload_id is not None:
+        view = workloads.get(services.store, principal, body.workload_id)
+        current = {d.deployment.cluster_id: d.booked for d in view.deployments}
+        got = placement.preview(
+            services.store,
+            services.index,
+            services.stock,
+            principal,
+            view.workload.spec,
+            now,
+            workload_id=view.id,
+            current=current,
+        )
+        return preview_public(got.placement)
+    if body.shape is None:
+        raise InvalidInput("give workloadId, or project, shape and replicas", {"field": "shape"})
+    raw = _raw(body)
+    raw["name"] = "preview"
+    spec = parse_workload(raw, _preview_tenant(principal, body.tenant_id))
+    got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
+    return preview_public(got.placement)
+
+
+@router.post("/operations", response_model=OperationPublic, status_code=201)
+def create_operation(
+    body: OperationCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
+) -> OperationPublic:
+    unknown = sorted(k for k in body.payload if k != "cluster")
+    if unknown or "cluster" not in body.payload:
+        raise InvalidInput(
+            "payload must be {cluster} for workload.drain" + (f"; unknown: {unknown[0]}" if unknown else ""),
+            {"field": "payload"},
+        )
+    op, _ = workloads.drain(_wiring(services), principal, body.workload_id, body.payload["cluster"], now)
+    services.placement_wakeup.set()
+    return operation_public(op)
+
+
+@router.get("/operations/{id}", response_model=OperationPublic)
+def get_operation(id: str, principal: PrincipalDep, services: ServicesDep) -> OperationPublic:
+    return operation_public(workloads.get_operation(services.store, principal, id))

@@ -1,0 +1,244 @@
+"""Placement across clusters: the snapshot it decides on, the figures per cluster, and the preview
+(SPEC 8; the rules are `domain.placement`).
+
+One read brings what placement needs for a tenant and a device class: the clusters, the pools the
+tenant may use in each (its own, and those whose owner offered it quota rows), the tenant's quota
+rows for the class and what it holds of it now, the placement policies that apply, and the nodes
+that are cordoned. The free devices per pool come from the process's `Stock` (a cache over the
+booking index). `domain.placement.verdicts.plan_placement` then decides.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from better_compute.domain.class_quotas import ClassQuota, held_per_cluster
+from better_compute.domain.credentials import Principal
+from better_compute.domain.device_classes import DeviceClass, device_class_not_found
+from better_compute.domain.placement.topology import FreeDevice, Room
+from better_compute.domain.placement.verdicts import (
+    REASONS,
+    Ask,
+    ClusterFigures,
+    Placement,
+    Reason,
+    plan_placement,
+)
+from better_compute.domain.records import Cluster, Pool
+from better_compute.domain.workloads import WorkloadSpec
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.class_quotas import ClassQuotaFigures
+from better_compute.service.placement_stock import Stock
+from better_compute.service.ports import StorePort, Tx
+
+INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
+
+
+@dataclass
+class Snapshot:
+    """What placement decides on for one tenant and device class (read in one transaction)."""
+
+    tenant_id: str
+    device_class: DeviceClass
+    clusters: dict[str, Cluster]
+    pools: dict[str, list[Pool]]
+    """The pools the tenant may use, by cluster."""
+    pool_left: dict[str, int | None]
+    """Devices of the class the tenant may still take per pool (None: its own pool, not limited)."""
+    quota: ClassQuotaFigures
+    cordoned: set[str]
+    denials: dict[str, str] = field(default_factory=dict)
+    """Why a cluster is refused by a policy or its phase, by cluster."""
+
+
+def _policy_denials(
+    tx: Tx, tenant_id: str, workload_id: str | None, device_class: str, clusters: Mapping[str, Cluster]
+) -> dict[str, str]:
+    """Why the placement policies that apply refuse each cluster (none refused: empty)."""
+    return {}
+
+
+def snapshot_in(
+    tx: Tx, tenant_id: str, device_class_name: str, workload_id: str | None, now: datetime
+) -> Snapshot:
+    """Read everything placement needs for the tenant and class (NOT_FOUND for an unknown class)."""
+    found = tx.device_classes.get(device_class_name)
+    if found is None:
+        raise device_class_not_found(device_class_name)
+    clusters = {c.id: c for c in tx.clusters.page(None, None)}
+    rows = tx.quotas.find(tenant_id, None)
+    offered = {(q.pool_id, str(q.cls)): q.limit for q in rows}
+    held = tx.atoms.held_at([tenant_id], now)
+    held_by_pool: Counter[str | None] = Counter(h.atom.pool_id for h in held if h.atom.cls == found.cls)
+    pools: dict[str, list[Pool]] = {}
+    pool_left: dict[str, int | None] = {}
+    for pool in tx.pools.all():
+        if pool.owner_tenant_id == tenant_id:
+            left: int | None = None
+        elif (pool.id, found.cls) in offered:
+            left = max(0, offered[(pool.id, found.cls)] - held_by_pool[pool.id])
+        else:
+            continue
+        pools.setdefault(pool.cluster_id, []).append(pool)
+        pool_left[pool.id] = left
+    class_rows: tuple[ClassQuota, ...] = tuple(tx.class_quotas.find(tenant_id, found.name))
+    quota = ClassQuotaFigures(tenant_id, found.name, class_rows, held_per_cluster(held, found))
+    denials = {
+        c.id: INACTIVE.format(cluster=c.id, phase=c.phase) for c in clusters.values() if c.phase != "active"
+    }
+    for cluster_id, why in _policy_denials(tx, tenant_id, workload_id, found.name, clusters).items():
+        denials.setdefault(cluster_id, why)
+    return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, tx.nodes.cordoned_ids(), denials)
+
+
+def quota_left(snap: Snapshot, cluster_id: str) -> tuple[int | None, bool]:
+    """Devices of the class the quota rows leave the tenant in the cluster, and whether the fleet row
+    decides there (None: no row limits it)."""
+    verdict = snap.quota.admit(cluster_id, 0)
+    if verdict.limit is None:
+        return None, False
+    return max(0, verdict.limit - verdict.held), verdict.scope == "fleet"
+
+
+def fleet_left(snap: Snapshot) -> int | None:
+    fleet = next((r for r in snap.quota.rows if r.scope == "fleet"), None)
+    return None if fleet is None else max(0, fleet.guaranteed_devices - sum(snap.quota.held.values()))
+
+
+def room_in(
+    tx: Tx,
+    index: BookingIndex,
+    stock: Stock,
+    snap: Snapshot,
+    cluster_id: str,
+    spec: WorkloadSpec,
+    now: datetime,
+) -> Room:
+    """What the tenant's pools in the cluster hold of the workload's replicas now."""
+    free = replicas = largest = 0
+    for pool in snap.pools.get(cluster_id, ()):
+        room = stock.room(
+            tx, index, pool.id, snap.device_class, spec.device_count, spec.topology_kind, now, snap.cordoned
+        )
+        left = snap.pool_left[pool.id]
+        if left is not None:
+            room = Room(
+                min(room.free_devices, left),
+                min(room.replicas, left // spec.device_count),
+                room.largest_group,
+            )
+        free += room.free_devices
+        replicas += room.replicas
+        largest = max(largest, room.largest_group)
+    return Room(free, replicas, largest)
+
+
+def free_devices_in(
+    tx: Tx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, now: datetime
+) -> dict[str, tuple[tuple[FreeDevice, ...], int | None]]:
+    """Per pool of the tenant's in the cluster, its free devices of the class (cordoned nodes left
+    out) and how many of them the tenant may take (None: all)."""
+    out: dict[str, tuple[tuple[FreeDevice, ...], int | None]] = {}
+    for pool in snap.pools.get(cluster_id, ()):
+        devices = stock.free(tx, index, pool.id, snap.device_class, now)
+        if snap.cordoned:
+            devices = tuple(d for d in devices if d.node not in snap.cordoned)
+        out[pool.id] = (devices, snap.pool_left[pool.id])
+    return out
+
+
+def ask_of(spec: WorkloadSpec, replicas: int | None = None) -> Ask:
+    return Ask(
+        device_count=spec.device_count,
+        replicas=spec.replicas if replicas is None else replicas,
+        strategy=spec.strategy,
+        floors=dict(spec.cluster_floors),
+        max_clusters=spec.max_clusters,
+        pinned=spec.pinned_cluster,
+        single_domain=spec.single_domain,
+    )
+
+
+def plan_in(
+    tx: Tx,
+    index: BookingIndex,
+    stock: Stock,
+    snap: Snapshot,
+    spec: WorkloadSpec,
+    current: Mapping[str, int],
+    now: datetime,
+    *,
+    replicas: int | None = None,
+    excluded: Mapping[str, str] | None = None,
+) -> Placement:
+    """Placement of `spec` (or of `replicas` of it) over the snapshot's clusters, `current` being
+    what the workload has booked per cluster; `excluded` clusters are refused with the message given
+    (a drain's cluster)."""
+    considered: Sequence[str] = (
+        [spec.pinned_cluster] if spec.pinned_cluster is not None else sorted(snap.clusters)
+    )
+    figures = []
+    for cluster_id in considered:
+        left, fleet = quota_left(snap, cluster_id)
+        denial = (excluded or {}).get(cluster_id) or snap.denials.get(cluster_id)
+        figures.append(
+            ClusterFigures(
+                cluster_id=cluster_id,
+                room=room_in(tx, index, stock, snap, cluster_id, spec, now),
+                quota_left=left,
+                denial=denial,
+                current=current.get(cluster_id, 0),
+                fleet_scoped=fleet,
+            )
+        )
+    return plan_placement(ask_of(spec, replicas), figures, fleet_left(snap))
+
+
+def main_reason(placement: Placement) -> Reason | None:
+    """The reason to show for replicas left unplaced: the commonest among the clusters' verdicts."""
+    if placement.unplaced <= 0:
+        return None
+    counted = Counter(v.reason for v in placement.verdicts if v.reason is not None)
+    if not counted:
+        return "insufficient_capacity"
+    return min(counted, key=lambda r: (-counted[r], REASONS.index(r)))
+
+
+@dataclass(frozen=True)
+class Preview:
+    spec: WorkloadSpec
+    placement: Placement
+
+
+def preview(
+    store: StorePort,
+    index: BookingIndex,
+    stock: Stock,
+    principal: Principal,
+    spec: WorkloadSpec,
+    now: datetime,
+    *,
+    workload_id: str | None = None,
+    current: Mapping[str, int] | None = None,
+) -> Preview:
+    """`placement.preview`: what placing `spec` would choose now. It writes nothing."""
+    with store.read() as tx:
+        index.sync(tx)
+        snap = snapshot_in(tx, spec.tenant_id, spec.device_class, workload_id, now)
+        return Preview(spec, plan_in(tx, index, stock, snap, spec, current or {}, now))
+
+
+__all__ = [
+    "Preview",
+    "Snapshot",
+    "ask_of",
+    "free_devices_in",
+    "main_reason",
+    "plan_in",
+    "preview",
+    "room_in",
+    "snapshot_in",
+]

@@ -1,0 +1,106 @@
+"""Each pool's free devices of a device class, cached per process for placement and its preview.
+
+Placement asks every cluster how many replicas it could take: over a fleet of 80,000 atoms, reading
+them and their bookings for every preview would be the whole cost. A pool's free devices of a class
+change only when the pool's bookings change (the booking index counts those), when any pool's atoms
+change (the index's atoms generation), or when a booking that holds one ends with time (the entry
+keeps the earliest such end). So an entry is reused while all three stand, and re-derived otherwise:
+the cache can be stale only as the booking index is, and the ledger's constraint is the fence.
+
+The rooms (`topology.Room`) add up over pools: a replica sits on one node, and a node is in one pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+
+from better_compute.domain.device_classes import DeviceClass, belongs_to
+from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ports import Tx
+
+MAX_ENTRIES = 20_000
+"""Entries kept before the cache starts over: pools x classes x shapes in use stays far below."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    version: tuple[int, int]
+    until: datetime | None
+    devices: tuple[FreeDevice, ...]
+
+
+class Stock:
+    """Free devices per (pool, class) and rooms per (pool, class, shape); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._free: dict[tuple[str, str], _Entry] = {}
+        self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
+
+    def free(
+        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+    ) -> tuple[FreeDevice, ...]:
+        """The pool's atoms of the class that are bookable and free from `at` on."""
+        return self._entry(tx, index, pool_id, device_class, at).devices
+
+    def _entry(
+        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+    ) -> _Entry:
+        key = (pool_id, device_class.name)
+        version = index.pool_version(pool_id)
+        with self._lock:
+            cached = self._free.get(key)
+        if cached is not None and cached.version == version and (cached.until is None or at < cached.until):
+            return cached
+        atoms = index.pool_atoms(tx, pool_id).atoms.values()
+        mine = [a for a in atoms if a.bookable and belongs_to(a, device_class)]
+        busy, until = index.busy_from([a.id for a in mine], at)
+        devices = tuple(
+            FreeDevice(a.id, a.node, a.gpu_id, a.numa_node, a.nvlink_domain)
+            for a in sorted(mine, key=lambda a: a.id)
+            if a.id not in busy
+        )
+        entry = _Entry(version, until, devices)
+        with self._lock:
+            if len(self._free) >= MAX_ENTRIES:
+                self._free.clear()
+            self._free[key] = entry
+        return entry
+
+    def room(
+        self,
+        tx: Tx,
+        index: BookingIndex,
+        pool_id: str,
+        device_class: DeviceClass,
+        device_count: int,
+        kind: DomainKind | None,
+        at: datetime,
+        cordoned: Collection[str] = frozenset(),
+    ) -> Room:
+        """What the pool's free devices of the class hold of replicas of `device_count` devices,
+        leaving out the `cordoned` nodes'."""
+        entry = self._entry(tx, index, pool_id, device_class, at)
+        mine = (
+            frozenset(n for n in cordoned if any(d.node == n for d in entry.devices))
+            if cordoned
+            else frozenset()
+        )
+        key = (pool_id, device_class.name, device_count, kind, mine)
+        with self._lock:
+            cached = self._rooms.get(key)
+        if cached is not None and cached[0] is entry:
+            return cached[1]
+        room = room_for((d for d in entry.devices if d.node not in mine), device_count, kind)
+        with self._lock:
+            if len(self._rooms) >= MAX_ENTRIES:
+                self._rooms.clear()
+            self._rooms[key] = (entry, room)
+        return room
+
+
+__all__ = ["Stock"]

@@ -1,0 +1,582 @@
+"""Workloads: create, get, list, scale, delete, drain, and the retry of what could not be placed
+(SPEC 8; rules in `domain.workloads` and `domain.placement`).
+
+Every write follows snapshot -> pure decision -> commit in one transaction, under the tenant's
+workload lock (an advisory lock on PostgreSQL; SQLite has one writer), so the quota counted is the
+quota held: two writes of one tenant never both count the same headroom. Writes of different
+tenants go ahead in parallel; an atom two of them choose at once is settled by the ledger's
+exclusion constraint, and the loser decides again on a caught-up index.
+
+`place_in` is the one routine under create, scale, drain and retry: it plans over what the workload
+has booked per cluster, removes replicas a smaller share no longer holds (their allocations end at
+once: a terminating replica's devices count as held until then), books new replicas, and writes
+each deployment's share, phase and reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from better_compute.domain.bindings import binding_of
+from better_compute.domain.credentials import Principal, require_admin
+from better_compute.domain.errors import (
+    AlreadyExists,
+    BookingConflict,
+    ConcurrentChange,
+    GenerationMismatch,
+    InvalidInput,
+    NotFound,
+)
+from better_compute.domain.events import (
+    DeploymentUpdated,
+    LedgerReleased,
+    WorkloadCreated,
+    WorkloadDeleted,
+    WorkloadScaled,
+)
+from better_compute.domain.placement.binpack import choose_replicas
+from better_compute.domain.placement.verdicts import Placement
+from better_compute.domain.priority_classes import STANDARD
+from better_compute.domain.records import Operation
+from better_compute.domain.tenancy import check_ref, tenant_not_found, tenant_scope
+from better_compute.domain.timewin import Window
+from better_compute.domain.workloads import (
+    Deployment,
+    Phase,
+    Workload,
+    WorkloadSpec,
+    check_floors,
+    check_replicas,
+    phase_of,
+    replica_allocation_id,
+    workload_not_found,
+)
+from better_compute.service import placement
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ids import Ids
+from better_compute.service.paging import Listing, page
+from better_compute.service.placement_stock import Stock
+from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
+
+MAX_ATTEMPTS = 4
+DRAIN = "workload.drain"
+OPERATION_TYPES = (DRAIN,)
+DRAINED = "cluster {cluster} is being drained of this workload"
+
+
+def workload_lock(tenant_id: str) -> str:
+    """The lock a tenant's workload writes are serialised on (quota is counted under it)."""
+    return f"workloads:{tenant_id}"
+
+
+@dataclass(frozen=True)
+class DeploymentView:
+    deployment: Deployment
+    booked: int
+    bound: int
+    phase: Phase
+
+
+@dataclass(frozen=True)
+class WorkloadView:
+    workload: Workload
+    deployments: list[DeploymentView]
+    placement: Placement | None = None
+    """The placement just made (create, scale, drain), with a verdict per cluster; None on reads."""
+
+    @property
+    def id(self) -> str:
+        return self.workload.id
+
+    @property
+    def booked(self) -> int:
+        return sum(d.booked for d in self.deployments)
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """What the use cases share with reservations: the store, the index, the stock, ids."""
+
+    store: StorePort
+    index: BookingIndex
+    stock: Stock
+    ids: Ids
+
+
+def _views(tx: Tx, workloads: list[Workload]) -> dict[str, list[DeploymentView]]:
+    deps = tx.workloads.deployments_of([w.id for w in workloads])
+    flat = [d for ds in deps.values() for d in ds]
+    reps = tx.workloads.replicas_of([d.id for d in flat])
+    allocations = [a for rs in reps.values() for _, a in rs]
+    bindings = tx.bindings.of_allocations(allocations) if allocations else {}
+    out: dict[str, list[DeploymentView]] = {}
+    for w in workloads:
+        views = []
+        for d in deps.get(w.id, []):
+            mine = reps.get(d.id, [])
+            bound = sum(1 for _, a in mine if binding_of(bindings.get(a, {}), ()) == "bound")
+            views.append(DeploymentView(d, len(mine), bound, _shown_phase(d, len(mine), bound)))
+        out[w.id] = views
+    return out
+
+
+def _shown_phase(d: Deployment, booked: int, bound: int) -> Phase:
+    if bound > 0:
+        return "running"
+    return d.phase
+
+
+def _view(tx: Tx, w: Workload, plan: Placement | None = None) -> WorkloadView:
+    return WorkloadView(w, _views(tx, [w])[w.id], plan)
+
+
+def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
+    found = tx.workloads.get(check_ref(ref, "workloadId"))
+    if found is None or not principal.acts_for(found.tenant_id):
+        raise workload_not_found(ref)
+    return found
+
+
+def _tenant_for(principal: Principal, named: str | None) -> str:
+    tenant_id = tenant_scope(principal, named)
+    if tenant_id is None:
+        raise InvalidInput("project (tenantId) is required with an admin credential", {"field": "project"})
+    return tenant_id
+
+
+def _attempts(wiring: Wiring, run: Callable[[Tx], WorkloadView]) -> WorkloadView:
+    """Run a write, deciding again on a caught-up index when the ledger refused an atom."""
+    for attempt in range(MAX_ATTEMPTS):
+        try:
+            with wiring.store.begin() as tx:
+                return run(tx)
+        except Overlap as clash:
+            if attempt == MAX_ATTEMPTS - 1:
+                raise BookingConflict(clash.atom_id or "unknown", None) from None
+            with wiring.store.read() as tx:
+                if attempt == 0:
+                    wiring.index.sync(tx)
+                else:
+                    wiring.index.reload(tx)
+        except NotBookable:
+            if attempt == MAX_ATTEMPTS - 1:
+                raise ConcurrentChange(
+                    "the fleet's atoms kept changing while this workload was placed; retry"
+                ) from None
+            with wiring.store.read() as tx:
+                wiring.index.reload(tx)
+    raise AssertionError("unreachable")
+
+
+def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: datetime) -> WorkloadView:
+    """`workloads.create`: check, place, book; the workload is created even when no cluster can
+    take a replica now (its deployments, if any, wait as `pending`, and it is retried)."""
+    from better_compute.domain.workloads import parse_workload
+
+    named = raw.get("tenantId")
+    tenant_id = _tenant_for(principal, None if named is None else check_ref(named, "project"))
+    spec = parse_workload(raw, tenant_id)
+    workload_id = wiring.ids.workload()
+
+    def run(tx: Tx) -> WorkloadView:
+        tx.reservations.lock(workload_lock(tenant_id))
+        wiring.index.sync(tx)
+        if tx.tenants.get(tenant_id) is None:
+            raise tenant_not_found(tenant_id)
+        _check_refs(tx, spec)
+        if tx.workloads.by_name(tenant_id, spec.name) is not None:
+            raise AlreadyExists(
+                f"project {tenant_id} already has a workload named {spec.name}",
+                {"tenantId": tenant_id, "name": spec.name},
+            )
+        workload = Workload(workload_id, spec, 1, now)
+        if not tx.workloads.add(workload):
+            raise ConcurrentChange(f"workload {spec.name} was created by a concurrent request; retry")
+        tx.events.append(
+            WorkloadCreated(
+                workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
+            ),
+            now,
+        )
+        return place_in(tx, wiring, workload, now)
+
+    return _attempts(wiring, run)
+
+
+def _check_refs(tx: Tx, spec: WorkloadSpec) -> None:
+    if tx.device_classes.get(spec.device_class) is None:
+        raise NotFound(f"device class {spec.device_class} not found", {"deviceClass": spec.device_class})
+    if spec.priority_class != STANDARD and tx.priority_classes.get(spec.priority_class) is None:
+        raise NotFound(
+            f"priority class {spec.priority_class} not found", {"priorityClass": spec.priority_class}
+        )
+    if spec.pinned_cluster is not None and tx.clusters.get(spec.pinned_cluster) is None:
+        raise NotFound(f"cluster {spec.pinned_cluster} not found", {"cluster": spec.pinned_cluster})
+    for cluster_id in [*spec.cluster_floors]:
+        if tx.clusters.get(cluster_id) is None:
+            raise NotFound(
+                f"cluster {cluster_id} not found", {"field": "clusterFloors", "cluster": cluster_id}
+            )
+
+
+def place_in(
+    tx: Tx,
+    wiring: Wiring,
+    workload: Workload,
+    now: datetime,
+    *,
+    excluded: Mapping[str, str] | None = None,
+) -> WorkloadView:
+    """Place the workload's replicas (module docstring); returns it with its deployments and the
+    placement made. The caller holds the tenant's workload lock and a caught-up index."""
+    spec = workload.spec
+    deps = {d.cluster_id: d for d in tx.workloads.deployments_of([workload.id])[workload.id]}
+    reps = tx.workloads.replicas_of([d.id for d in deps.values()])
+    booked = {c: len(reps[d.id]) for c, d in deps.items()}
+    snap = placement.snapshot_in(tx, workload.tenant_id, spec.device_class, workload.id, now)
+    plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
+    claims: list[str] = []
+    try:
+        for cluster_id in sorted(set(deps) | set(plan.shares)):
+            share = plan.shares.get(cluster_id, 0)
+            dep = deps.get(cluster_id)
+            have = reps[dep.id] if dep is not None else []
+            if share == 0 and not have:
+                if dep is not None:
+                    tx.workloads.remove_deployment(dep.id)
+                    _updated(tx, workload, dep, "removed", 0, 0, None, now)
+                continue
+            if dep is None:
+                dep = Deployment(
+                    id=wiring.ids.deployment(),
+                    workload_id=workload.id,
+                    tenant_id=workload.tenant_id,
+                    cluster_id=cluster_id,
+                    desired_replicas=share,
+                    phase="pending",
+                    reason=None,
+                    message="",
+                    shortfall=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+                tx.workloads.put_deployment(dep)
+            count = len(have)
+            if share < count:
+                gone = have[share:]
+                for _, allocation in gone:
+                    tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+                tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
+                count = share
+            elif share > count:
+                count += _book(tx, wiring, snap, spec, dep, have, share - count, now, claims)
+            verdict = plan.verdict(cluster_id)
+            blocked = count < share
+            reason = verdict.reason if verdict is not None and blocked else None
+            if blocked and reason is None:
+                reason = "insufficient_capacity"
+            message = verdict.message if verdict is not None and blocked else ""
+            shortfall = max(verdict.shortfall if verdict is not None else 0, share - count)
+            if share == 0 and count == 0:
+                tx.workloads.remove_deployment(dep.id)
+                _updated(tx, workload, dep, "removed", 0, 0, None, now)
+                continue
+            phase = phase_of(share, count, 0, blocked)
+            if phase == "placed" and dep.phase != "placed":
+                # the share passed quota and the cluster had room: admitted, then every replica booked
+                _updated(tx, workload, replace(dep, phase="admitted"), "admitted", share, count, None, now)
+            new = replace(
+                dep,
+                desired_replicas=share,
+                phase=phase,
+                reason=reason,
+                message=message[:500],
+                shortfall=max(0, shortfall),
+                updated_at=now,
+                generation=dep.generation + 1 if dep.id in {d.id for d in deps.values()} else dep.generation,
+            )
+            tx.workloads.put_deployment(new)
+            if (new.phase, new.desired_replicas, new.reason) != (
+                dep.phase,
+                dep.desired_replicas,
+                dep.reason,
+            ) or dep.id not in {d.id for d in deps.values()}:
+                _updated(tx, workload, new, phase, share, count, reason, now)
+        total = sum(
+            len(r)
+            for r in tx.workloads.replicas_of(
+                [d.id for d in tx.workloads.deployments_of([workload.id])[workload.id]]
+            ).values()
+        )
+        unplaced = max(0, spec.replicas - total)
+        placed = replace(
+            workload,
+            unplaced=unplaced,
+            reason=placement.main_reason(plan) if unplaced else None,
+            generation=workload.generation + 1,
+        )
+        if not tx.workloads.update(placed, workload.generation):
+            raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
+        return _view(tx, placed, plan)
+    finally:
+        wiring.index.unclaim(claims)
+
+
+def _book(
+    tx: Tx,
+    wiring: Wiring,
+    snap: placement.Snapshot,
+    spec: WorkloadSpec,
+    dep: Deployment,
+    have: list[tuple[int, str]],
+    wanted: int,
+    now: datetime,
+    claims: list[str],
+) -> int:
+    """Book up to `wanted` more replicas of the deployment in its cluster; how many were booked."""
+    taken = set(wiring.index.claimed())
+    used = {i for i, _ in have}
+    next_index = 0
+    booked = 0
+    new_rows: list[tuple[int, str]] = []
+    pools = placement.free_devices_in(tx, wiring.index, wiring.stock, snap, dep.cluster_id, now)
+    for pool_id in sorted(pools, key=lambda p: (-len(pools[p][0]), p)):
+        devices, left = pools[pool_id]
+        if booked >= wanted:
+            break
+        may = wanted - booked
+        if left is not None:
+            may = min(may, left // spec.device_count)
+        free = [d for d in devices if d.atom_id not in taken]
+        for atoms in choose_replicas(free, spec.device_count, may, spec.topology_kind):
+            while next_index in used:
+                next_index += 1
+            allocation = replica_allocation_id(dep.id, next_index)
+            wiring.index.claim(atoms)
+            claims.extend(atoms)
+            taken.update(atoms)
+            tx.ledger.book(list(atoms), Window(now, None), allocation, dep.tenant_id, now)
+            new_rows.append((next_index, allocation))
+            used.add(next_index)
+            booked += 1
+    tx.workloads.add_replicas(dep.id, new_rows, now)
+    return booked
+
+
+def _updated(
+    tx: Tx,
+    workload: Workload,
+    dep: Deployment,
+    phase: str,
+    desired: int,
+    booked: int,
+    reason: str | None,
+    now: datetime,
+) -> None:
+    tx.events.append(
+        DeploymentUpdated(
+            dep.id, workload.tenant_id, workload.id, dep.cluster_id, phase, desired, booked, reason
+        ),
+        now,
+    )
+
+
+def get(store: StorePort, principal: Principal, ref: str) -> WorkloadView:
+    with store.read() as tx:
+        return _view(tx, _visible(tx, principal, ref))
+
+
+def list_workloads(
+    store: StorePort, principal: Principal, *, tenant_id: str | None, limit: int | None, after: str | None
+) -> Listing[WorkloadView]:
+    scope = tenant_scope(principal, tenant_id)
+    with store.read() as tx:
+        found = tx.workloads.page(scope, None, None)
+        listing = page(found, lambda w: w.id, limit, after)
+        views = _views(tx, list(listing.items))
+    return Listing([WorkloadView(w, views[w.id]) for w in listing.items], listing.next_cursor)
+
+
+def list_deployments(
+    store: StorePort, principal: Principal, *, workload_id: str | None, limit: int | None, after: str | None
+) -> Listing[DeploymentView]:
+    with store.read() as tx:
+        if workload_id is not None:
+            workloads = [_visible(tx, principal, workload_id)]
+        else:
+            workloads = tx.workloads.page(tenant_scope(principal, None), None, None)
+        views = [v for vs in _views(tx, workloads).values() for v in vs]
+    views.sort(key=lambda v: v.deployment.id)
+    return page(views, lambda v: v.deployment.id, limit, after)
+
+
+def scale(
+    wiring: Wiring,
+    principal: Principal,
+    ref: str,
+    replicas: object,
+    now: datetime,
+    generation: int | None = None,
+) -> WorkloadView:
+    """`workloads.scale`: re-run placement for the new count (module docstring)."""
+    count = check_replicas(replicas)
+
+    def run(tx: Tx) -> WorkloadView:
+        found = _visible(tx, principal, ref)
+        tx.reservations.lock(workload_lock(found.tenant_id))
+        wiring.index.sync(tx)
+        current = tx.workloads.get(found.id)
+        if current is None:
+            raise workload_not_found(ref)
+        if generation is not None and generation != current.generation:
+            raise GenerationMismatch(
+                f"workload {current.id} is at generation {current.generation}, not {generation};"
+                " read it again",
+                {"id": current.id, "generation": current.generation, "given": generation},
+            )
+        check_floors(current.spec.cluster_floors, count)
+        scaled = replace(current, spec=replace(current.spec, replicas=count))
+        tx.events.append(WorkloadScaled(current.id, current.tenant_id, count, current.spec.replicas), now)
+        return place_in(tx, wiring, scaled, now)
+
+    return _attempts(wiring, run)
+
+
+def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> WorkloadView:
+    """`workloads.delete`: end every replica's allocation, remove the deployments and the workload
+    (and its own `<name>-placement` policy). Returns it as it was."""
+    with wiring.store.begin() as tx:
+        found = _visible(tx, principal, ref)
+        tx.reservations.lock(workload_lock(found.tenant_id))
+        view = _view(tx, found)
+        deps = tx.workloads.deployments_of([found.id])[found.id]
+        for rs in tx.workloads.replicas_of([d.id for d in deps]).values():
+            for _, allocation in rs:
+                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+        for d in deps:
+            _updated(tx, found, d, "removed", 0, 0, None, now)
+        if found.policy_id is not None:
+            tx.policies.remove(found.policy_id)
+        tx.workloads.remove(found.id)
+        tx.events.append(WorkloadDeleted(found.id, found.tenant_id, found.spec.name), now)
+    return view
+
+
+def drain(
+    wiring: Wiring, principal: Principal, ref: str, cluster: str, now: datetime
+) -> tuple[Operation, WorkloadView]:
+    """`workload.drain`: remove the workload's deployment from `cluster` and place its replicas
+    elsewhere, in one transaction; recorded as an operation that has succeeded."""
+    cluster_id = check_ref(cluster, "payload.cluster")
+    op_id = wiring.ids.operation()
+
+    def run(tx: Tx) -> WorkloadView:
+        found = _visible(tx, principal, ref)
+        tx.reservations.lock(workload_lock(found.tenant_id))
+        wiring.index.sync(tx)
+        if tx.clusters.get(cluster_id) is None:
+            raise NotFound(
+                f"cluster {cluster_id} not found", {"field": "payload.cluster", "cluster": cluster_id}
+            )
+        if found.spec.pinned_cluster == cluster_id:
+            raise InvalidInput(
+                f"workload {found.id} is pinned to cluster {cluster_id}; scale it to 0 or delete it instead",
+                {"field": "payload.cluster"},
+            )
+        deps = {d.cluster_id: d for d in tx.workloads.deployments_of([found.id])[found.id]}
+        dep = deps.get(cluster_id)
+        removed = 0
+        if dep is not None:
+            for _, allocation in tx.workloads.replicas_of([dep.id])[dep.id]:
+                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+                removed += 1
+            tx.workloads.remove_deployment(dep.id)
+            _updated(tx, found, dep, "removed", 0, 0, None, now)
+        view = place_in(tx, wiring, found, now, excluded={cluster_id: DRAINED.format(cluster=cluster_id)})
+        tx.workloads.add_operation(
+            Operation(
+                id=op_id,
+                type=DRAIN,
+                tenant_id=found.tenant_id,
+                workload_id=found.id,
+                payload={"cluster": cluster_id},
+                status="succeeded",
+                result={
+                    "removedReplicas": removed,
+                    "shares": dict(view.placement.shares) if view.placement else {},
+                    "unplaced": view.workload.unplaced,
+                },
+                created_at=now,
+                finished_at=now,
+            )
+        )
+        return view
+
+    view = _attempts(wiring, run)
+    with wiring.store.read() as tx:
+        op = tx.workloads.operation(op_id)
+    assert op is not None
+    return op, view
+
+
+def get_operation(store: StorePort, principal: Principal, operation_id: str) -> Operation:
+    with store.read() as tx:
+        found = tx.workloads.operation(check_ref(operation_id, "id"))
+    if found is None or (found.tenant_id is not None and not principal.acts_for(found.tenant_id)):
+        raise NotFound(f"operation {operation_id} not found", {"id": operation_id})
+    return found
+
+
+def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
+    """Place again every workload with replicas short of its count (a deployment pending or
+    admitted, or replicas unplaced); how many gained replicas. Called when capacity or quota may
+    have freed (`service.placement_retry`)."""
+    with wiring.store.read() as tx:
+        ids = sorted({*tx.workloads.pending_workloads(limit), *(w.id for w in tx.workloads.unplaced(limit))})
+    gained = 0
+    for workload_id in ids:
+
+        def run(tx: Tx, workload_id: str = workload_id) -> WorkloadView:
+            found = tx.workloads.get(workload_id)
+            if found is None:
+                raise workload_not_found(workload_id)
+            tx.reservations.lock(workload_lock(found.tenant_id))
+            wiring.index.sync(tx)
+            again = tx.workloads.get(workload_id)
+            assert again is not None
+            return place_in(tx, wiring, again, now)
+
+        try:
+            view = _attempts(wiring, run)
+        except NotFound:
+            continue
+        if view.workload.unplaced == 0:
+            gained += 1
+    return gained
+
+
+def admin_only(principal: Principal) -> None:
+    require_admin(principal, "operations.create")
+
+
+__all__ = [
+    "DRAIN",
+    "OPERATION_TYPES",
+    "DeploymentView",
+    "Wiring",
+    "WorkloadView",
+    "create",
+    "delete",
+    "drain",
+    "get",
+    "get_operation",
+    "list_deployments",
+    "list_workloads",
+    "place_in",
+    "retry",
+    "scale",
+    "workload_lock",
+]

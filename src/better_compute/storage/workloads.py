@@ -1,0 +1,294 @@
+"""The workloads repository: workloads, their deployments and replicas, and operations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, delete, func, select, update
+
+from better_compute.domain.records import Operation
+from better_compute.domain.workloads import Deployment, Workload, WorkloadSpec
+from better_compute.storage import rows
+from better_compute.storage.tables import deployments, operations, replicas, workloads
+
+
+def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
+    return {
+        "deviceClass": spec.device_class,
+        "deviceCount": spec.device_count,
+        "replicas": spec.replicas,
+        "strategy": spec.strategy,
+        "clusterFloors": dict(spec.cluster_floors),
+        "maxClusters": spec.max_clusters,
+        "priorityClass": spec.priority_class,
+        "cluster": spec.pinned_cluster,
+        "requiresSingleTopologyDomain": spec.single_domain,
+        "topologyDomainKind": spec.domain_kind,
+        "allowedRegions": list(spec.allowed_regions),
+        "allowedClusters": list(spec.allowed_clusters),
+    }
+
+
+def _spec(name: str, tenant_id: str, d: Mapping[str, Any]) -> WorkloadSpec:
+    return WorkloadSpec(
+        name=name,
+        tenant_id=tenant_id,
+        device_class=d["deviceClass"],
+        device_count=int(d["deviceCount"]),
+        replicas=int(d["replicas"]),
+        strategy=d["strategy"],
+        cluster_floors={str(k): int(v) for k, v in (d.get("clusterFloors") or {}).items()},
+        max_clusters=d.get("maxClusters"),
+        priority_class=d.get("priorityClass") or "standard",
+        pinned_cluster=d.get("cluster"),
+        single_domain=bool(d.get("requiresSingleTopologyDomain")),
+        domain_kind=d.get("topologyDomainKind"),
+        allowed_regions=tuple(d.get("allowedRegions") or ()),
+        allowed_clusters=tuple(d.get("allowedClusters") or ()),
+    )
+
+
+def _workload(r: Mapping[str, Any]) -> Workload:
+    return Workload(
+        id=r["id"],
+        spec=_spec(r["name"], r["tenant_id"], r["spec"]),
+        generation=int(r["generation"]),
+        created_at=r["created_at"],
+        unplaced=int(r["unplaced"]),
+        reason=r["reason"],
+        policy_id=r["policy_id"],
+    )
+
+
+def _deployment(r: Mapping[str, Any]) -> Deployment:
+    return Deployment(
+        id=r["id"],
+        workload_id=r["workload_id"],
+        tenant_id=r["tenant_id"],
+        cluster_id=r["cluster_id"],
+        desired_replicas=int(r["desired_replicas"]),
+        phase=r["phase"],
+        reason=r["reason"],
+        message=r["message"] or "",
+        shortfall=int(r["shortfall"]),
+        created_at=r["created_at"],
+        updated_at=r["updated_at"],
+        generation=int(r["generation"]),
+    )
+
+
+def _deployment_row(d: Deployment) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "workload_id": d.workload_id,
+        "tenant_id": d.tenant_id,
+        "cluster_id": d.cluster_id,
+        "desired_replicas": d.desired_replicas,
+        "phase": d.phase,
+        "reason": d.reason,
+        "message": d.message,
+        "shortfall": d.shortfall,
+        "generation": d.generation,
+        "created_at": d.created_at,
+        "updated_at": d.updated_at,
+    }
+
+
+class SqlWorkloads:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    # -- workloads ---------------------------------------------------------------------------
+    def add(self, w: Workload) -> bool:
+        """Insert a new workload; False when the tenant already has one of that name."""
+        return (
+            rows.insert_new(
+                self.conn,
+                workloads,
+                [
+                    {
+                        "id": w.id,
+                        "tenant_id": w.tenant_id,
+                        "name": w.spec.name,
+                        "spec": spec_document(w.spec),
+                        "unplaced": w.unplaced,
+                        "reason": w.reason,
+                        "policy_id": w.policy_id,
+                        "generation": w.generation,
+                        "created_at": w.created_at,
+                    }
+                ],
+            )
+            == 1
+        )
+
+    def get(self, workload_id: str) -> Workload | None:
+        found = rows.rows(self.conn, select(workloads).where(workloads.c.id == workload_id))
+        return _workload(found[0]) if found else None
+
+    def by_name(self, tenant_id: str, name: str) -> Workload | None:
+        found = rows.rows(
+            self.conn, select(workloads).where(workloads.c.tenant_id == tenant_id, workloads.c.name == name)
+        )
+        return _workload(found[0]) if found else None
+
+    def page(self, tenant_id: str | None, limit: int | None, after: str | None) -> list[Workload]:
+        where = [] if tenant_id is None else [workloads.c.tenant_id == tenant_id]
+        return [_workload(r) for r in rows.page(self.conn, workloads, where=where, limit=limit, after=after)]
+
+    def unplaced(self, limit: int) -> list[Workload]:
+        """Workloads with replicas no cluster took, oldest first."""
+        stmt = select(workloads).where(workloads.c.unplaced > 0).order_by(workloads.c.id).limit(limit)
+        return [_workload(r) for r in rows.rows(self.conn, stmt)]
+
+    def update(self, w: Workload, generation: int) -> bool:
+        """Write the workload's spec and placement figures if its generation is still `generation`."""
+        return rows.compare_and_set(
+            self.conn,
+            workloads,
+            w.id,
+            {"generation": generation},
+            {
+                "spec": spec_document(w.spec),
+                "unplaced": w.unplaced,
+                "reason": w.reason,
+                "policy_id": w.policy_id,
+                "generation": w.generation,
+            },
+        )
+
+    def remove(self, workload_id: str) -> None:
+        ids = select(deployments.c.id).where(deployments.c.workload_id == workload_id)
+        self.conn.execute(delete(replicas).where(replicas.c.deployment_id.in_(ids)))
+        self.conn.execute(delete(deployments).where(deployments.c.workload_id == workload_id))
+        self.conn.execute(delete(workloads).where(workloads.c.id == workload_id))
+
+    # -- deployments -------------------------------------------------------------------------
+    def deployments_of(self, workload_ids: Sequence[str]) -> dict[str, list[Deployment]]:
+        out: dict[str, list[Deployment]] = {w: [] for w in workload_ids}
+        if not workload_ids:
+            return out
+        stmt = (
+            select(deployments)
+            .where(deployments.c.workload_id.in_(list(workload_ids)))
+            .order_by(deployments.c.workload_id, deployments.c.cluster_id)
+        )
+        for r in rows.rows(self.conn, stmt):
+            out[r["workload_id"]].append(_deployment(r))
+        return out
+
+    def deployments_page(
+        self, tenant_id: str | None, workload_id: str | None, limit: int | None, after: str | None
+    ) -> list[Deployment]:
+        where = []
+        if tenant_id is not None:
+            where.append(deployments.c.tenant_id == tenant_id)
+        if workload_id is not None:
+            where.append(deployments.c.workload_id == workload_id)
+        return [
+            _deployment(r) for r in rows.page(self.conn, deployments, where=where, limit=limit, after=after)
+        ]
+
+    def put_deployment(self, d: Deployment) -> None:
+        rows.upsert(self.conn, deployments, [_deployment_row(d)], ["id"])
+
+    def remove_deployment(self, deployment_id: str) -> None:
+        self.conn.execute(delete(replicas).where(replicas.c.deployment_id == deployment_id))
+        self.conn.execute(delete(deployments).where(deployments.c.id == deployment_id))
+
+    def pending_workloads(self, limit: int) -> list[str]:
+        """Workloads with a deployment short of its replicas (pending or admitted), oldest first."""
+        stmt = (
+            select(deployments.c.workload_id)
+            .where(deployments.c.phase.in_(("pending", "admitted")))
+            .group_by(deployments.c.workload_id)
+            .order_by(deployments.c.workload_id)
+            .limit(limit)
+        )
+        return [r[0] for r in self.conn.execute(stmt)]
+
+    # -- replicas ----------------------------------------------------------------------------
+    def replicas_of(self, deployment_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
+        """Per deployment, its replicas as (index, allocation id), in index order."""
+        out: dict[str, list[tuple[int, str]]] = {d: [] for d in deployment_ids}
+        if not deployment_ids:
+            return out
+        stmt = (
+            select(replicas.c.deployment_id, replicas.c.idx, replicas.c.allocation_id)
+            .where(replicas.c.deployment_id.in_(list(deployment_ids)))
+            .order_by(replicas.c.deployment_id, replicas.c.idx)
+        )
+        for dep, idx, alloc in self.conn.execute(stmt):
+            out[dep].append((int(idx), alloc))
+        return out
+
+    def add_replicas(self, deployment_id: str, items: Sequence[tuple[int, str]], now: datetime) -> None:
+        if items:
+            self.conn.execute(
+                replicas.insert(),
+                [
+                    {"deployment_id": deployment_id, "idx": i, "allocation_id": a, "created_at": now}
+                    for i, a in items
+                ],
+            )
+
+    def remove_replicas(self, deployment_id: str, indexes: Sequence[int]) -> None:
+        if indexes:
+            self.conn.execute(
+                delete(replicas).where(
+                    replicas.c.deployment_id == deployment_id, replicas.c.idx.in_(list(indexes))
+                )
+            )
+
+    def replica_counts(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Booked replicas per deployment."""
+        stmt = select(replicas.c.deployment_id, func.count()).group_by(replicas.c.deployment_id)
+        if tenant_id is not None:
+            stmt = stmt.where(
+                replicas.c.deployment_id.in_(
+                    select(deployments.c.id).where(deployments.c.tenant_id == tenant_id)
+                )
+            )
+        return {d: int(n) for d, n in self.conn.execute(stmt)}
+
+    # -- operations --------------------------------------------------------------------------
+    def add_operation(self, op: Operation) -> None:
+        self.conn.execute(
+            operations.insert().values(
+                id=op.id,
+                type=op.type,
+                tenant_id=op.tenant_id,
+                workload_id=op.workload_id,
+                payload=dict(op.payload),
+                status=op.status,
+                result=dict(op.result),
+                created_at=op.created_at,
+                finished_at=op.finished_at,
+            )
+        )
+
+    def finish_operation(self, op: Operation) -> None:
+        self.conn.execute(
+            update(operations)
+            .where(operations.c.id == op.id)
+            .values(status=op.status, result=dict(op.result), finished_at=op.finished_at)
+        )
+
+    def operation(self, operation_id: str) -> Operation | None:
+        found = rows.rows(self.conn, select(operations).where(operations.c.id == operation_id))
+        if not found:
+            return None
+        r = found[0]
+        return Operation(
+            id=r["id"],
+            type=r["type"],
+            tenant_id=r["tenant_id"],
+            workload_id=r["workload_id"],
+            payload=r["payload"],
+            status=r["status"],
+            result=r["result"],
+            created_at=r["created_at"],
+            finished_at=r["finished_at"],
+        )

@@ -1,0 +1,209 @@
+"""Workloads across clusters, their deployments, placement previews and operations (SPEC 8).
+
+Requests take the API's camelCase and the seed's snake_case names (`device_class`, `cluster_floors`,
+`requires_single_topology_domain`, ...), and `project` for `tenantId`; answers are camelCase.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import AliasChoices, Field
+
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
+
+MAX_REPLICAS = 10_000
+MAX_DEVICE_COUNT = 64
+MAX_LIST = 64
+"""Limits of the server's `domain.workloads` (a test keeps them equal)."""
+
+Strategy = Literal["pack", "spread"]
+DomainKind = Literal["nvlink", "pcie", "numa"]
+Phase = Literal["pending", "admitted", "placed", "running"]
+Reason = Literal[
+    "insufficient_quota", "insufficient_capacity", "topology_constraint_not_met", "policy_denied"
+]
+
+_TENANT = AliasChoices("tenantId", "tenant_id", "project")
+
+
+def _alias(camel: str, snake: str) -> Any:
+    return AliasChoices(camel, snake)
+
+
+class ShapePublic(WireAnswer):
+    """What one replica needs: `deviceCount` devices of `deviceClass`."""
+
+    device_class: str = Field(validation_alias=_alias("deviceClass", "device_class"))
+    device_count: int = Field(default=1, validation_alias=_alias("deviceCount", "device_count"))
+
+
+class Shape(ShapePublic, WireRequest):
+    device_count: int = Field(
+        default=1,
+        validation_alias=_alias("deviceCount", "device_count"),
+        json_schema_extra={"minimum": 1, "maximum": MAX_DEVICE_COUNT},
+    )
+
+
+class _Placing(WireRequest):
+    """The fields placement reads, shared by `workloads.create` and `placement.preview`."""
+
+    tenant_id: str | None = Field(default=None, validation_alias=_TENANT)
+    shape: Shape | None = None
+    replicas: int = Field(default=1, json_schema_extra={"minimum": 0, "maximum": MAX_REPLICAS})
+    strategy: Strategy = "pack"
+    cluster_floors: dict[str, int] | None = Field(
+        default=None, validation_alias=_alias("clusterFloors", "cluster_floors")
+    )
+    max_clusters: int | None = Field(default=None, validation_alias=_alias("maxClusters", "max_clusters"))
+    cluster: str | None = None
+    requires_single_topology_domain: bool = Field(
+        default=False,
+        validation_alias=_alias("requiresSingleTopologyDomain", "requires_single_topology_domain"),
+    )
+    topology_domain_kind: DomainKind | None = Field(
+        default=None, validation_alias=_alias("topologyDomainKind", "topology_domain_kind")
+    )
+
+
+class WorkloadCreate(_Placing):
+    """`workloads.create`: `{name, project, shape: {deviceClass, deviceCount}, replicas, strategy:
+    pack|spread, clusterFloors?, maxClusters?, priorityClass?, cluster? (pins the workload there),
+    allowedRegions?, allowedClusters?, requiresSingleTopologyDomain?, topologyDomainKind?}`. Giving
+    `allowedRegions` or `allowedClusters` creates the policy `<name>-placement` on the workload."""
+
+    name: str = Field(json_schema_extra={"maxLength": 63})
+    shape: Shape
+    priority_class: str | None = Field(
+        default=None, validation_alias=_alias("priorityClass", "priority_class")
+    )
+    allowed_regions: list[str] | None = Field(
+        default=None, validation_alias=_alias("allowedRegions", "allowed_regions"), max_length=MAX_LIST
+    )
+    allowed_clusters: list[str] | None = Field(
+        default=None, validation_alias=_alias("allowedClusters", "allowed_clusters"), max_length=MAX_LIST
+    )
+
+
+class WorkloadScale(WireRequest):
+    """`workloads.scale`: the new number of replicas; `generation` makes it a compare-and-swap."""
+
+    replicas: int = Field(json_schema_extra={"minimum": 0, "maximum": MAX_REPLICAS})
+    generation: int | None = None
+
+
+class PlacementPreviewRequest(_Placing):
+    """`placement.preview`: a workload's id (`workloadId`), or `{project, shape, replicas}` with the
+    other placement fields of `workloads.create`."""
+
+    workload_id: str | None = Field(default=None, validation_alias=_alias("workloadId", "workload_id"))
+
+
+class VerdictPublic(WireAnswer):
+    """One cluster's verdict: admitted or why not, and the figures that decided."""
+
+    cluster_id: str
+    admitted: bool
+    reason: Reason | None
+    message: str
+    free_devices: int
+    """Free, healthy devices of the class the project may use there (cordoned nodes left out)."""
+    quota_left: int | None
+    """Devices of the class the project's quota still allows there (null: no quota row limits it)."""
+    largest_domain: int
+    """The most free devices in one topology domain (one node without a topology requirement)."""
+    room: int
+    """New replicas the cluster could take now."""
+    share: int
+    shortfall: int
+
+
+class DeploymentPublic(WireAnswer):
+    """A workload's share in one cluster and where it got to."""
+
+    id: str
+    workload_id: str
+    tenant_id: str
+    cluster_id: str
+    desired_replicas: int
+    placed_replicas: int
+    """Replicas whose devices are booked."""
+    running_replicas: int
+    """Replicas bound on their node."""
+    phase: Phase
+    reason: Reason | None
+    message: str
+    shortfall: int
+    """Replicas of its share it could not take (quota or capacity)."""
+    created_at: datetime
+    updated_at: datetime
+
+
+class WorkloadPublic(WireAnswer):
+    id: str
+    name: str
+    tenant_id: str
+    shape: ShapePublic
+    replicas: int
+    strategy: Strategy
+    cluster_floors: dict[str, int]
+    max_clusters: int | None
+    priority_class: str
+    cluster: str | None
+    requires_single_topology_domain: bool
+    topology_domain_kind: DomainKind | None
+    allowed_regions: list[str]
+    allowed_clusters: list[str]
+    policy_id: str | None
+    placed_replicas: int
+    unplaced_replicas: int
+    reason: Reason | None
+    generation: int
+    created_at: datetime
+    deployments: list[DeploymentPublic]
+    verdicts: list[VerdictPublic] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """A verdict per cluster, in the answers of create, scale and drain."""
+
+
+class PlacementPreview(WireAnswer):
+    """What placement would choose now: the clusters and shares, a verdict per cluster, and the
+    replicas no cluster could take. Nothing was written."""
+
+    clusters: list[str]
+    shares: dict[str, int]
+    verdicts: list[VerdictPublic]
+    unplaced_replicas: int
+    reason: Reason | None
+
+
+class WorkloadListQuery(WireRequest):
+    tenant_id: str | None = Field(default=None, validation_alias=_TENANT)
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class DeploymentListQuery(WireRequest):
+    workload_id: str | None = Field(default=None, validation_alias=_alias("workloadId", "workload_id"))
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class OperationCreate(WireRequest):
+    """`operations.create`: `{type: 'workload.drain', workloadId, payload: {cluster}}`."""
+
+    type: Literal["workload.drain"]
+    workload_id: str = Field(validation_alias=AliasChoices("workloadId", "workload_id", "workload"))
+    payload: dict[str, str]
+
+
+class OperationPublic(WireAnswer):
+    id: str
+    type: str
+    status: Literal["running", "succeeded", "failed"]
+    workload_id: str | None
+    payload: dict[str, Any]
+    result: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None

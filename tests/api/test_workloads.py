@@ -1,0 +1,231 @@
+"""Workloads across clusters through the real app, on SQLite and PostgreSQL: one test per sentence of
+the placement seed (quotas, pinning, verdicts, pack and spread, floors, max_clusters, scaling,
+drain), each named after it."""
+
+from __future__ import annotations
+
+import warnings
+from datetime import datetime
+from typing import Any
+
+import pytest
+
+from better_compute.domain.fleet import parse_fleet
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.store import Store
+from tests.builders import T0, admin_token, bearer, real_app, tenant_token
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+H100 = {"model": "H100-80GB", "count": 8}
+CLUSTERS = {"iad-1": ("us-east", 3), "fra-1": ("eu-central", 2), "sjc-1": ("us-west", 1)}
+
+
+def fleet() -> dict[str, Any]:
+    return {
+        "tenants": [{"id": "platform"}, {"id": "acme"}, {"id": "globex"}],
+        "deviceClasses": [
+            {
+                "name": "h100-80gb-sxm",
+                "class": "gpu",
+                "selector": {"matchExpressions": [{"key": "gpuModel", "op": "In", "values": ["H100-80GB"]}]},
+            }
+        ],
+        "clusters": [
+            {
+                "name": name,
+                "region": region,
+                "nodes": [{"name": f"{name}-n{i}", "gpus": H100} for i in range(nodes)],
+            }
+            for name, (region, nodes) in CLUSTERS.items()
+        ],
+        "pools": [
+            {
+                "name": f"p-{name}",
+                "cluster": name,
+                "mode": "exclusive",
+                "owner": "acme",
+                "nodes": [f"{name}-n{i}" for i in range(nodes)],
+            }
+            for name, (_, nodes) in CLUSTERS.items()
+        ],
+    }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class World:
+    def __init__(self, store: Store) -> None:
+        load_fleet(store, parse_fleet(fleet()), T0)
+        self.store = store
+        self.clock = Clock()
+        self.http = TestClient(real_app(store, clock=self.clock))
+        self.admin = bearer(admin_token(store))
+        self.acme = bearer(tenant_token(store, "acme"))
+
+    def create(self, body: dict[str, Any], status: int = 201) -> dict[str, Any]:
+        got = self.http.post("/v1/workloads", json={"project": "acme", **body}, headers=self.admin)
+        assert got.status_code == status, got.text
+        out: dict[str, Any] = got.json()
+        return out
+
+    def quota(self, **row: Any) -> None:
+        got = self.http.put(
+            "/v1/quotas", json={"project": "acme", "device_class": "h100-80gb-sxm", **row}, headers=self.admin
+        )
+        assert got.status_code == 200, got.text
+
+    def shares(self, workload: dict[str, Any]) -> dict[str, int]:
+        return {d["clusterId"]: d["placedReplicas"] for d in workload["deployments"]}
+
+    def preview(self, **body: Any) -> dict[str, Any]:
+        got = self.http.post("/v1/placement/preview", json=body, headers=self.admin)
+        assert got.status_code == 200, got.text
+        out: dict[str, Any] = got.json()
+        return out
+
+
+@pytest.fixture
+def world(store: Store) -> World:
+    return World(store)
+
+
+def shape(count: int = 8) -> dict[str, Any]:
+    return {"device_class": "h100-80gb-sxm", "device_count": count}
+
+
+def verdicts(answer: dict[str, Any]) -> dict[str, str | None]:
+    return {v["clusterId"]: v["reason"] for v in answer["verdicts"]}
+
+
+def test_a_project_holding_16_of_16_h100s_in_iad_1_cannot_deploy_more_there_but_can_use_fra_1(
+    world: World,
+) -> None:
+    world.quota(scope="cluster", cluster_id="iad-1", guaranteed_devices=16)
+    first = world.create({"name": "big", "shape": shape(), "replicas": 2, "cluster": "iad-1"})
+    assert world.shares(first) == {"iad-1": 2}
+    more = world.create({"name": "more", "shape": shape(), "replicas": 1})
+    assert verdicts(more)["iad-1"] == "insufficient_quota"
+    assert world.shares(more) == {"fra-1": 1}
+
+
+def test_a_fleet_quota_of_32_with_16_held_in_iad_1_and_16_in_fra_1_is_at_the_limit_everywhere(
+    world: World,
+) -> None:
+    world.quota(scope="fleet", guaranteed_devices=32)
+    world.create({"name": "east", "shape": shape(), "replicas": 2, "cluster": "iad-1"})
+    world.create({"name": "west", "shape": shape(), "replicas": 2, "cluster": "fra-1"})
+    more = world.create({"name": "more", "shape": shape(), "replicas": 1})
+    # iad-1 and sjc-1 have free H100s, but the fleet row is spent; fra-1 is full as well
+    assert verdicts(more) == {
+        "iad-1": "insufficient_quota",
+        "sjc-1": "insufficient_quota",
+        "fra-1": "insufficient_capacity",
+    }
+    assert more["deployments"] == []
+    assert more["unplacedReplicas"] == 1
+    assert more["reason"] == "insufficient_quota"
+
+
+def test_the_cluster_quota_takes_precedence_over_the_fleet_quota_in_its_cluster(world: World) -> None:
+    world.quota(scope="fleet", guaranteed_devices=8)
+    world.quota(scope="cluster", cluster_id="iad-1", guaranteed_devices=24)
+    got = world.create({"name": "w", "shape": shape(), "replicas": 3})
+    assert world.shares(got) == {"iad-1": 3}
+
+
+def test_pinning_to_a_full_cluster_stays_pending_with_a_reason(world: World) -> None:
+    got = world.create({"name": "pinned", "shape": shape(), "replicas": 2, "cluster": "sjc-1"})
+    (dep,) = got["deployments"]
+    assert dep["clusterId"] == "sjc-1"
+    assert dep["phase"] == "pending"
+    assert dep["placedReplicas"] == 1
+    assert dep["reason"] == "insufficient_capacity"
+    assert dep["shortfall"] == 1
+
+
+def test_pack_fills_one_cluster_before_opening_another(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 4})
+    assert world.shares(got) == {"iad-1": 3, "fra-1": 1}
+    assert {d["phase"] for d in got["deployments"]} == {"placed"}
+
+
+def test_spread_distributes_replicas_across_clusters(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 3, "strategy": "spread"})
+    assert world.shares(got) == {"iad-1": 1, "fra-1": 1, "sjc-1": 1}
+
+
+def test_cluster_floors_and_max_clusters(world: World) -> None:
+    floors = world.create({"name": "f", "shape": shape(), "replicas": 3, "cluster_floors": {"sjc-1": 1}})
+    assert world.shares(floors) == {"iad-1": 2, "sjc-1": 1}
+    capped = world.create(
+        {"name": "c", "shape": shape(1), "replicas": 6, "strategy": "spread", "max_clusters": 2}
+    )
+    assert len(world.shares(capped)) == 2
+
+
+def test_a_verdict_explains_why_each_cluster_was_rejected(world: World) -> None:
+    got = world.preview(project="acme", shape=shape(16), replicas=1)
+    assert got["clusters"] == []
+    assert verdicts(got) == {c: "insufficient_capacity" for c in CLUSTERS}
+    assert all(v["largestDomain"] == 8 for v in got["verdicts"])
+
+
+def test_preview_writes_nothing(world: World) -> None:
+    before = world.http.get("/v1/events", headers=world.admin).json()["items"]
+    got = world.preview(project="acme", shape=shape(), replicas=2)
+    assert got["shares"] == {"iad-1": 2}
+    assert world.http.get("/v1/events", headers=world.admin).json()["items"] == before
+
+
+def test_scaling_up_past_capacity_keeps_the_count_and_reports_a_shortfall(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 2, "cluster": "fra-1"})
+    scaled = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 3}, headers=world.admin)
+    assert scaled.status_code == 200, scaled.text
+    (dep,) = scaled.json()["deployments"]
+    assert dep["placedReplicas"] == 2
+    assert dep["shortfall"] == 1
+
+
+def test_scaling_down_reduces_shares_proportionally(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(1), "replicas": 12, "strategy": "spread"})
+    assert world.shares(got) == {"iad-1": 4, "fra-1": 4, "sjc-1": 4}
+    scaled = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 6}, headers=world.admin)
+    assert world.shares(scaled.json()) == {"iad-1": 2, "fra-1": 2, "sjc-1": 2}
+
+
+def test_a_drained_cluster_loses_its_deployment_and_its_replicas_are_placed_elsewhere(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 2})
+    assert world.shares(got) == {"iad-1": 2}
+    op = world.http.post(
+        "/v1/operations",
+        json={"type": "workload.drain", "workloadId": got["id"], "payload": {"cluster": "iad-1"}},
+        headers=world.admin,
+    )
+    assert op.status_code == 201, op.text
+    assert op.json()["status"] == "succeeded"
+    again = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    assert world.shares(again) == {"fra-1": 2}
+    read = world.http.get(f"/v1/operations/{op.json()['id']}", headers=world.admin)
+    assert read.json()["result"]["removedReplicas"] == 2
+
+
+def test_a_workload_and_a_reservation_never_hold_one_atom(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 2, "cluster": "sjc-1"})
+    assert got["placedReplicas"] == 1
+    pools = world.http.get("/v1/pools", headers=world.admin).json()["items"]
+    sjc = next(p["id"] for p in pools if p["clusterId"] == "sjc-1")
+    refused = world.http.post(
+        "/v1/reservations",
+        json={"tenantId": "acme", "poolId": sjc, "devices": [{"class": "gpu", "count": 1}], "duration": "1h"},
+        headers=world.admin,
+    )
+    assert refused.status_code == 409, refused.text
