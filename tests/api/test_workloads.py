@@ -5,15 +5,19 @@ drain), each named after it."""
 from __future__ import annotations
 
 import warnings
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service.booking_index import BookingIndex
+from better_compute.service.placement_retry import Retrier
+from better_compute.service.placement_stock import Stock
+from better_compute.service.workloads import Wiring
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, bearer, real_app, tenant_token
+from tests.builders import T0, CountingIds, admin_token, bearer, real_app, tenant_token
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -229,3 +233,39 @@ def test_a_workload_and_a_reservation_never_hold_one_atom(world: World) -> None:
         headers=world.admin,
     )
     assert refused.status_code == 409, refused.text
+
+
+def _retrier(world: World) -> Retrier:
+    wiring = Wiring(world.store, BookingIndex(), Stock(), CountingIds())
+    return Retrier(wiring, world.clock)
+
+
+def test_a_refused_deployment_sits_in_pending_until_capacity_frees_up(world: World) -> None:
+    retrier = _retrier(world)
+    first = world.create({"name": "first", "shape": shape(), "replicas": 1, "cluster": "sjc-1"})
+    waiting = world.create({"name": "waiting", "shape": shape(), "replicas": 1, "cluster": "sjc-1"})
+    assert waiting["deployments"][0]["phase"] == "pending"
+    retrier.tick()  # nothing freed yet: it stays pending
+    assert world.http.get(f"/v1/workloads/{waiting['id']}", headers=world.admin).json()["placedReplicas"] == 0
+    assert world.http.delete(f"/v1/workloads/{first['id']}", headers=world.admin).status_code == 200
+    assert retrier.tick() == 1
+    again = world.http.get(f"/v1/workloads/{waiting['id']}", headers=world.admin).json()
+    assert again["deployments"][0]["phase"] == "placed"
+    assert again["unplacedReplicas"] == 0
+
+
+def test_a_reservation_that_ends_frees_its_devices_for_a_pending_workload(world: World) -> None:
+    retrier = _retrier(world)
+    pools = world.http.get("/v1/pools", headers=world.admin).json()["items"]
+    sjc = next(p["id"] for p in pools if p["clusterId"] == "sjc-1")
+    held = world.http.post(
+        "/v1/reservations",
+        json={"tenantId": "acme", "poolId": sjc, "devices": [{"class": "gpu", "count": 8}], "duration": "1h"},
+        headers=world.admin,
+    )
+    assert held.status_code == 201, held.text
+    waiting = world.create({"name": "waiting", "shape": shape(), "replicas": 1, "cluster": "sjc-1"})
+    assert waiting["placedReplicas"] == 0
+    retrier.tick()
+    world.clock.now = T0 + timedelta(hours=1, seconds=1)
+    assert retrier.tick() == 1

@@ -94,6 +94,26 @@ def _reconciling(services: Services, owner: str) -> Callable[[], None]:
     return stop
 
 
+def _retrying(services: Services) -> Callable[[], None]:
+    """Run the placement retry loop (service.placement_retry) in a thread of `serve`."""
+    import threading
+
+    from better_compute.service.placement_retry import Retrier
+    from better_compute.service.workloads import Wiring
+
+    wiring = Wiring(services.store, services.index, services.stock, services.ids)
+    retrier = Retrier(wiring, services.clock, services.placement_wakeup)
+    thread = threading.Thread(target=retrier.run, args=(services.stopping,), name="placement", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        services.stopping.set()
+        services.placement_wakeup.set()
+        thread.join(10)
+
+    return stop
+
+
 def check_port_free(host: str, port: int) -> None:
     """Refuse, in one line with the fix, a port another process listens on, before the database is
     opened and the fleet loaded (uvicorn would only log `address already in use` after that).
@@ -252,6 +272,7 @@ def serve(
             nodes.start()
             stack.callback(nodes.stop)
         stack.callback(_reconciling(services, reconciler_owner()))
+        stack.callback(_retrying(services))
         if workers == 1:
             app_ = server.build_app(services, settings)
             config = uvicorn.Config(

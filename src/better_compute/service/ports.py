@@ -517,6 +517,10 @@ class LedgerPort(Protocol):
         that meet `window`."""
         ...
 
+    def any_ended_between(self, after: datetime, until: datetime) -> bool:
+        """Whether a live booking's end falls in (after, until]: time alone freed its atom."""
+        ...
+
     def partition_holds(self, since: datetime) -> list[Booking]:
         """Live bookings of partition changes that end after `since` (or never), in id order."""
         ...

@@ -511,6 +511,15 @@ class SqlLedger:
     def whole_gpus_held(self, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
         return whole_gpus_held(self.conn, pool_ids, window)
 
+    def any_ended_between(self, after: datetime, until: datetime) -> bool:
+        """Whether a live booking's end falls in (after, until]: time alone freed its atom."""
+        stmt = (
+            select(bookings.c.id)
+            .where(bookings.c.state == "live", bookings.c.ends_at > after, bookings.c.ends_at <= until)
+            .limit(1)
+        )
+        return self.conn.execute(stmt).first() is not None
+
     def partition_holds(self, since: datetime) -> list[Booking]:
         return partition_holds(self.conn, since)
 
