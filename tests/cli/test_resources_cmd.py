@@ -259,3 +259,37 @@ def test_pools_preview_layout_names_the_bookings_that_hold_a_node_back(
     ledger.book(store, [mig[1]], Window(T0), "rsv-b", "acme", T0)
     shown = run(runner, platform, "pools", "preview-layout", "p1", "all-disabled")
     assert "never (open-ended booking)" in shown.stdout and "rsv-b (acme, never ends)" in shown.stdout
+
+
+def test_clusters_list_show_and_update_the_phase(runner: CliRunner, live: Live) -> None:
+    listed = run(runner, live.acme, "clusters", "list")
+    assert listed.exit_code == 0, listed.output
+    assert "c1" in listed.stdout and "active" in listed.stdout
+    changed = run(runner, live.admin, "clusters", "update", "c1", "--phase", "draining", "--json")
+    assert changed.exit_code == 0, changed.output
+    assert json.loads(changed.stdout)["phase"] == "draining"
+    shown = run(runner, live.acme, "clusters", "show", "c1")
+    assert shown.exit_code == 0 and "draining" in shown.stdout
+    bad = run(runner, live.admin, "clusters", "update", "c1", "--phase", "paused")
+    assert bad.exit_code == 1
+    assert "INVALID_INPUT: phase must be one of active, cordoned, draining, not 'paused'" in bad.stderr
+    refused = run(runner, live.acme, "clusters", "update", "c1", "--phase", "active")
+    assert refused.exit_code == 1 and "FORBIDDEN" in refused.stderr
+    missing = run(runner, live.acme, "clusters", "show", "c9")
+    assert missing.exit_code == 1 and "NOT_FOUND: cluster c9 not found" in missing.stderr
+
+
+def test_nodes_cordon_and_uncordon(runner: CliRunner, live: Live) -> None:
+    node = json.loads(run(runner, live.admin, "nodes", "list", "--json").stdout)["items"][0]["id"]
+    cordoned = run(runner, live.admin, "nodes", "cordon", node, "--json")
+    assert cordoned.exit_code == 0, cordoned.output
+    assert json.loads(cordoned.stdout)["cordoned"] is True
+    listed = json.loads(run(runner, live.admin, "nodes", "list", "--json").stdout)["items"]
+    assert {n["id"]: n["cordoned"] for n in listed}[node] is True
+    lifted = run(runner, live.admin, "nodes", "uncordon", node)
+    assert lifted.exit_code == 0, lifted.output
+    assert "cordoned" in lifted.stdout and "False" in lifted.stdout
+    refused = run(runner, live.acme, "nodes", "cordon", node)
+    assert refused.exit_code == 1 and "FORBIDDEN: nodes.update needs a fleet-admin token" in refused.stderr
+    missing = run(runner, live.admin, "nodes", "cordon", "nowhere")
+    assert missing.exit_code == 1 and "NOT_FOUND: node nowhere not found" in missing.stderr

@@ -601,3 +601,29 @@ def test_events_list_sends_its_filters_and_iter_resumes_after_the_last_id() -> N
     assert [e.id for e in compute.events.iter(page_size=2)] == [1, 2, 3]
     with pytest.raises(InvalidInputError):
         compute.events.list(limit=0)
+
+
+def test_clusters_get_and_update_and_nodes_update_are_typed() -> None:
+    cluster = {"id": "c1", "name": "c1", "region": "r1", "residency": [], "phase": "draining"}
+    cluster["createdAt"] = "2026-12-01T09:00:00Z"
+    node = {"id": "n1", "name": "n1", "clusterId": "c1", "cordoned": True, "specGeneration": 1}
+    node["observedGeneration"] = 1
+    server = FakeServer(
+        {
+            ("GET", "/v1/clusters/c1"): cluster,
+            ("PATCH", "/v1/clusters/c1"): cluster,
+            ("PATCH", "/v1/nodes/n1"): node,
+        }
+    )
+    compute = compute_for(server)
+    assert compute.clusters.get("c1").phase == "draining"
+    assert compute.clusters.update("c1", phase="draining").region == "r1"
+    assert compute.nodes.update("n1", cordoned=True).cordoned is True
+    assert [(r.method, r.url.path) for r in server.requests] == [
+        ("GET", "/v1/clusters/c1"),
+        ("PATCH", "/v1/clusters/c1"),
+        ("PATCH", "/v1/nodes/n1"),
+    ]
+    assert server.bodies()[1:] == [{"id": "c1", "phase": "draining"}, {"node": "n1", "cordoned": True}]
+    with pytest.raises(InvalidInputError):
+        compute.nodes.update("n1", cordoned="yes")  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from better_compute.domain.choose import (
     Chosen,
     NoFit,
     choose,
+    cordoned_note,
     earliest_common_start,
     kinds_of,
     matching,
@@ -439,3 +440,29 @@ def test_a_reservation_is_never_spread_wider_than_one_request_of_its_total(
     if isinstance(one, Chosen) and isinstance(split, Chosen):
         assert _spread(atoms, split.atom_ids) <= _spread(atoms, one.atom_ids)
         assert len(set(split.atom_ids)) == total
+
+
+def test_never_fits_counts_atoms_of_cordoned_nodes_apart() -> None:
+    kinds = kinds_of([gpu("g0"), gpu("g1")])
+    one, three = device_request("gpu", 1), device_request("gpu", 3)
+    # Only a cordon keeps it from fitting: the message says so, and how many are cordoned.
+    never = never_fits([one], [0], kinds, "p1", [2])
+    assert never == NoFit(
+        0,
+        "1 gpu atom wanted, pool p1 has 0 on nodes that take new bookings and 2 more on cordoned nodes",
+        1,
+        0,
+        never=True,
+        cordoned=2,
+    )
+    # More than the pool has at all: said as ever, the cordoned ones counted apart.
+    never = never_fits([three], [1], kinds, "p1", [1])
+    assert never is not None and never.cordoned == 1
+    assert never.reason == (
+        "3 gpu atoms wanted, pool p1 has 1 on nodes that take new bookings and 1 more on cordoned nodes"
+    )
+    # Enough on nodes that take bookings: not for never_fits to refuse.
+    assert never_fits([one], [1], kinds, "p1", [5]) is None
+    assert cordoned_note(0) == ""
+    assert cordoned_note(1) == " (1 more matching atom is on cordoned nodes)"
+    assert cordoned_note(3) == " (3 more matching atoms are on cordoned nodes)"

@@ -231,3 +231,31 @@ def test_the_tail_says_how_long_a_gap_has_been_open_and_never_gives_up_on_it() -
     _apply(index, tx, index.prepare(tx), [booked(11, "a", "atom-a", 0, 1, tx=105)], 12, LogSnapshot(108))
     assert tail.oldest_open_s() is None
     assert {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))} == {"atom-a", "atom-b"}
+
+
+def test_a_pools_atoms_on_cordoned_nodes_are_kept_but_never_offered() -> None:
+    from better_compute.service.booking_index import PoolAtoms
+    from tests.builders import atom, device_request
+
+    atoms = [atom("g1", node="n1"), atom("g2", node="n2"), atom("g3", node="n2")]
+    pool = PoolAtoms({a.id: a for a in atoms}, frozenset({"n2"}))
+    request = device_request("gpu", 1)
+    assert list(pool.matching_by_gpu(request)) == ["g1"]
+    assert pool.cordoned_matching(request) == 2
+    assert pool.kinds().classes == ("gpu",)  # what the pool has, cordoned or not
+    assert PoolAtoms({a.id: a for a in atoms}).cordoned_matching(request) == 0
+
+
+def test_a_cordon_makes_the_index_read_pool_atoms_again_and_a_phase_does_not() -> None:
+    from better_compute.domain.events import ClusterUpdated, LoggedEvent, NodeCordoned, NodeUncordoned
+    from better_compute.service.booking_index import PoolAtoms
+
+    index = BookingIndex()
+    for event, kept in (
+        (ClusterUpdated("c1", "draining", "active"), True),
+        (NodeCordoned("n1"), False),
+        (NodeUncordoned("n1"), False),
+    ):
+        index._pools["p"] = PoolAtoms({})
+        index.apply_event(LoggedEvent(1, None, event))
+        assert ("p" in index._pools) is kept, event

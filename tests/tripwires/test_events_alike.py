@@ -14,7 +14,7 @@ from better_compute.domain.events import Event, LedgerBooked, UnknownEvent, pars
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, ledger, pools, quotas, reservations, tenants
+from better_compute.service import clusters, inventory, ledger, pools, quotas, reservations, tenants
 from better_compute.service.booking_index import BookingIndex
 from better_compute.storage.events import booked_payload_sql
 from better_compute.storage.store import Store
@@ -48,6 +48,9 @@ def _story(store: Store) -> list[tuple[str, Event]]:
     change = ledger.book_partition_change(store, atom.gpu_id, Window(at(20), at(21)), at(2))
     assert isinstance(change, ledger.PartitionChange)
     ledger.release_partition_change(store, change.booking_id, at(20))
+    clusters.update(store, ADMIN, "c1", "draining", at(21))
+    clusters.update_node(store, ADMIN, atom.node, True, at(21))
+    clusters.update_node(store, ADMIN, atom.node, False, at(22))
     with store.engine.connect() as conn:
         rows = conn.execute(select(events.c.type, events.c.subject, events.c.payload).order_by(events.c.id))
         return [(t, parse_event(t, s, p)) for t, s, p in rows]
@@ -76,6 +79,7 @@ def test_both_stores_log_the_same_story_as_the_same_events(both: tuple[Store, St
     assert sorted(map(repr, sqlite_log)) == sorted(map(repr, pg_log))
     kinds = {t for t, _ in pg_log}
     assert {"ledger.booked", "ledger.released", "ledger.cancelled", "gpu.partition.booked"} <= kinds
+    assert {"cluster.updated", "node.cordoned", "node.uncordoned"} <= kinds
     assert not any(isinstance(e, UnknownEvent) for _, e in pg_log)
     booked = [e for _, e in pg_log if isinstance(e, LedgerBooked)]
     assert {e.cls for e in booked} == {"gpu.mig", "gpu"} and {e.pool_id for e in booked} == {"p1"}

@@ -1,5 +1,6 @@
-"""Friendly commands beside `api`: `pools`, `nodes`, `atoms`, `tenants`, `quotas`, `policies`, `credentials`,
-`device-classes`, `priority-classes` (`list`, `show`, `create`, ... as each method allows), and `logout`.
+"""Friendly commands beside `api`: `pools`, `clusters`, `nodes`, `atoms`, `tenants`, `quotas`, `policies`,
+`credentials`, `device-classes`, `priority-classes` (`list`, `show`, `create`, ... as each method allows),
+and `logout`.
 
 Each is a thin spelling of one API method through the typed client: a table for people, `--json`
 for scripts (the API's own answer). Nothing here decides anything the server does not.
@@ -327,9 +328,81 @@ def pools_preview_layout(
     _print_preview(preview)
 
 
+# -- clusters ------------------------------------------------------------------------------------
+clusters_app = typer.Typer(help="List and show clusters; set a cluster's phase.", no_args_is_help=True)
+app.add_typer(clusters_app, name="clusters")
+CLUSTER_COLUMNS = [("id", "id"), ("region", "region"), ("residency", "residency"), ("phase", "phase")]
+
+
+@clusters_app.command("list")
+def clusters_list(
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Clusters of the fleet, with their region and phase."""
+    page = _call(server, token, as_json, lambda c: c.clusters.list(limit=limit, cursor=cursor))
+    _page(page, CLUSTER_COLUMNS, "no clusters", as_json)
+
+
+@clusters_app.command("show")
+def clusters_show(
+    cluster_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One cluster: its region, residency and phase."""
+    _one(_call(server, token, as_json, lambda c: c.clusters.get(cluster_id)), as_json)
+
+
+@clusters_app.command("update")
+def clusters_update(
+    cluster_id: Annotated[str, typer.Argument(metavar="ID")],
+    phase: Annotated[
+        str,
+        typer.Option(
+            "--phase",
+            help="active (takes new work), cordoned (no new placements) or draining (no new placements;"
+            " its work is being moved away).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Set a cluster's phase (admin); what runs there keeps running."""
+    _one(_call(server, token, as_json, lambda c: c.clusters.update(cluster_id, phase=phase)), as_json)
+
+
 # -- nodes ---------------------------------------------------------------------------------------
-nodes_app = typer.Typer(help="List nodes.", no_args_is_help=True)
+nodes_app = typer.Typer(help="List nodes; cordon and uncordon them.", no_args_is_help=True)
 app.add_typer(nodes_app, name="nodes")
+
+
+@nodes_app.command("cordon")
+def nodes_cordon(
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Keep new bookings off a node's atoms (admin); the bookings it holds stay."""
+    _one(_call(server, token, as_json, lambda c: c.nodes.update(node, cordoned=True)), as_json)
+
+
+@nodes_app.command("uncordon")
+def nodes_uncordon(
+    node: Annotated[str, typer.Argument(metavar="NODE")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Let a cordoned node's atoms take new bookings again (admin)."""
+    _one(_call(server, token, as_json, lambda c: c.nodes.update(node, cordoned=False)), as_json)
 
 
 @nodes_app.command("list")

@@ -48,6 +48,7 @@ from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
+from better_compute.wire.inventory import ClusterPublic, ClusterUpdate, NodePublic, NodeUpdate
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.nodes import (
     JoinTokenCreate,
@@ -156,7 +157,7 @@ class Compute:
         self.device_classes = DeviceClasses(self)
         self.priority_classes = PriorityClasses(self)
         self.reservations = Reservations(self)
-        self.clusters = Inventory(self, "clusters.list")
+        self.clusters = Clusters(self, "clusters.list")
         self.nodes = Nodes(self, "nodes.list")
         self.gpus = Inventory(self, "gpus.list")
         self.atoms = Atoms(self)
@@ -716,9 +717,28 @@ class Inventory(_Resource):
         return Page[JsonObject].model_validate(self._compute._raw(self._method_name, body))
 
 
+@_refusing_bad_arguments
+class Clusters(Inventory):
+    """Clusters: the inventory listing, one cluster, and its phase (admin)."""
+
+    def get(self, id: str) -> ClusterPublic:
+        return self._compute._typed("clusters.get", IdRequest(id=id), ClusterPublic)
+
+    def update(self, id: str, *, phase: str) -> ClusterPublic:
+        """Set the cluster's phase (admin): `active` takes new work; `cordoned` and `draining` take
+        no new placements and keep what runs."""
+        return self._compute._typed("clusters.update", ClusterUpdate(id=id, phase=phase), ClusterPublic)
+
+
+@_refusing_bad_arguments
 class Nodes(Inventory):
-    """Nodes: the inventory listing, joining, and what a node itself sends and reads (signed by the
-    `auth` the client was made with: `bcd.signing.ReportSigner`)."""
+    """Nodes: the inventory listing, cordons (admin), joining, and what a node itself sends and
+    reads (signed by the `auth` the client was made with: `bcd.signing.ReportSigner`)."""
+
+    def update(self, node: str, *, cordoned: bool) -> NodePublic:
+        """Cordon (`cordoned=True`) or uncordon a node (admin): a cordoned node's atoms take no new
+        booking; those it holds stay."""
+        return self._compute._typed("nodes.update", NodeUpdate(node=node, cordoned=cordoned), NodePublic)
 
     def join_token(self, node: str, *, ttl_seconds: int | None = None) -> JoinTokenIssued:
         request = JoinTokenCreate.model_validate(_fields(node=node, ttl_seconds=ttl_seconds))

@@ -77,7 +77,9 @@ class NoFit:
     available: int
     never: bool = False
     """True when the pool has not enough such atoms at all (`never_fits`): NOT_IN_POOL, not ALL_BUSY;
-    `available` is then how many the pool has, booked or not."""
+    `available` is then how many the pool has, booked or not, on nodes that take new bookings."""
+    cordoned: int = 0
+    """How many more such atoms the pool has on cordoned nodes: never offered, never `available`."""
 
     @property
     def field(self) -> str:
@@ -117,27 +119,51 @@ def _smallest_first(profile: str) -> tuple[int, int, str]:
 
 
 def never_fits(
-    requests: Sequence[DeviceRequest], in_pool: Sequence[int], kinds: PoolKinds, pool_id: str
+    requests: Sequence[DeviceRequest],
+    in_pool: Sequence[int],
+    kinds: PoolKinds,
+    pool_id: str,
+    cordoned: Sequence[int] | None = None,
 ) -> NoFit | None:
     """The first request the pool could not serve even were it empty, or None.
 
     `in_pool[i]` is how many of the pool's atoms match request i at all, booked or not (its
-    `matching` atoms). A refusal for one of these is NOT_IN_POOL: waiting will not help, so the
-    message says what the pool has ("profiles in this pool: 1g.10gb, 2g.20gb, 3g.40gb"). Other
+    `matching` atoms), on nodes that take new bookings; `cordoned[i]` how many more are on cordoned
+    nodes (none when not given). A refusal for one of these is NOT_IN_POOL: waiting will not help
+    (only lifting a cordon would), so the message says what the pool has ("profiles in this pool:
+    1g.10gb, 2g.20gb, 3g.40gb"), and how many of the matching atoms are on cordoned nodes. Other
     refusals are ALL_BUSY, with the earliest start.
     """
     for index, (request, count) in enumerate(zip(requests, in_pool, strict=True)):
         if count >= request.count:
             continue
+        off = cordoned[index] if cordoned is not None else 0
         narrowed = " matching the selector" if request.selector.match_expressions else ""
-        if count == 0:
+        if off:
+            noun = "atom" if request.count == 1 else "atoms"
+            reason = (
+                f"{request.count} {request.cls} {noun}{narrowed} wanted, pool {pool_id} has {count} on nodes"
+                f" that take new bookings and {off} more on cordoned nodes"
+            )
+            if count + off >= request.count:
+                return NoFit(index, reason, request.count, count, never=True, cordoned=off)
+        elif count == 0:
             reason = f"pool {pool_id} has no {request.cls} atom{narrowed}"
         else:
             reason = (
                 f"{request.count} {request.cls} atoms{narrowed} wanted, pool {pool_id} has {count} in all"
             )
-        return NoFit(index, reason + _what_there_is(request, kinds), request.count, count, never=True)
+        return NoFit(
+            index, reason + _what_there_is(request, kinds), request.count, count, never=True, cordoned=off
+        )
     return None
+
+
+def cordoned_note(count: int) -> str:
+    """What a refusal adds when matching atoms sit on cordoned nodes (they were not offered)."""
+    if not count:
+        return ""
+    return f" ({count} more matching {'atom is' if count == 1 else 'atoms are'} on cordoned nodes)"
 
 
 def _what_there_is(request: DeviceRequest, kinds: PoolKinds) -> str:

@@ -336,6 +336,30 @@ class MigLayoutRequested(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterUpdated(Event):
+    """A cluster's phase was set (`subject`: the cluster): `active`, `cordoned` or `draining`
+    (domain.clusters); `previous` is the phase it had."""
+
+    TYPE: ClassVar[str] = "cluster.updated"
+    phase: str
+    previous: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCordoned(Event):
+    """A node was cordoned (`subject`: the node): its atoms take no new booking; those booked stay."""
+
+    TYPE: ClassVar[str] = "node.cordoned"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeUncordoned(Event):
+    """A node's cordon was lifted (`subject`: the node): its atoms take new bookings again."""
+
+    TYPE: ClassVar[str] = "node.uncordoned"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeInventoryChanged(Event):
     """A node's GPUs or atoms changed: how many rows of each were written."""
 
@@ -494,6 +518,9 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PoolUpdated,
         PoolDeleted,
         MigLayoutRequested,
+        ClusterUpdated,
+        NodeCordoned,
+        NodeUncordoned,
         NodeInventoryChanged,
         NodeJoined,
         NodeReportRefused,

@@ -22,6 +22,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
+    ClusterUpdated,
     DoctorRun,
     LedgerBooked,
     LedgerCancelled,
@@ -76,6 +77,9 @@ _QUIET_EVENTS = (
     NodeMigGranted,
     NodeMigApplied,
     DoctorRun,
+    # A cluster's phase: what placement across clusters reads; no pool's atoms change with it (a
+    # node's cordon does: `node.cordoned` and `node.uncordoned` make the index read atoms again).
+    ClusterUpdated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
@@ -94,10 +98,17 @@ requests included) must not grow a process's memory without bound."""
 
 @dataclass
 class PoolAtoms:
-    """A pool's present atoms, and per request shape the matching ones grouped by GPU."""
+    """A pool's present atoms, and per request shape the matching ones grouped by GPU.
+
+    `cordoned` are the nodes that take no new booking (domain.clusters): their atoms stay in
+    `atoms` (what the pool has) but are never among the matching ones offered to choose; how many
+    of those a shape would have matched is kept beside them, to explain a refusal."""
 
     atoms: dict[str, Atom]
-    _matching: OrderedDict[tuple[str, Selector], dict[str, list[Atom]]] = field(default_factory=OrderedDict)
+    cordoned: frozenset[str] = frozenset()
+    _matching: OrderedDict[tuple[str, Selector], tuple[dict[str, list[Atom]], int]] = field(
+        default_factory=OrderedDict
+    )
     _kinds: choose.PoolKinds | None = None
 
     def kinds(self) -> choose.PoolKinds:
@@ -108,15 +119,28 @@ class PoolAtoms:
         return self._kinds
 
     def matching_by_gpu(self, request: DeviceRequest) -> dict[str, list[Atom]]:
+        """The atoms that could serve `request`, by GPU, leaving out those of cordoned nodes."""
+        return self._shape(request)[0]
+
+    def cordoned_matching(self, request: DeviceRequest) -> int:
+        """How many atoms of cordoned nodes match `request` (left out of `matching_by_gpu`)."""
+        return self._shape(request)[1]
+
+    def _shape(self, request: DeviceRequest) -> tuple[dict[str, list[Atom]], int]:
         key = (request.cls, request.selector)
         found = self._matching.get(key)
         if found is not None:
             self._matching.move_to_end(key)
             return found
         grouped: dict[str, list[Atom]] = {}
+        off = 0
+        cordoned = self.cordoned
         for atom in choose.matching(request, self.atoms.values()):
-            grouped.setdefault(atom.gpu_id, []).append(atom)
-        found = dict(sorted(grouped.items()))
+            if cordoned and atom.node in cordoned:
+                off += 1
+            else:
+                grouped.setdefault(atom.gpu_id, []).append(atom)
+        found = (dict(sorted(grouped.items())), off)
         self._matching[key] = found
         while len(self._matching) > MATCHING_CACHE:
             self._matching.popitem(last=False)
@@ -391,7 +415,11 @@ class BookingIndex:
             generation = self._pools_generation
         if cached is not None:
             return cached
-        loaded = PoolAtoms({a.id: a for a in tx.atoms.of_pool(pool_id)})
+        atoms = {a.id: a for a in tx.atoms.of_pool(pool_id)}
+        cordoned = tx.nodes.cordoned_ids()  # the fleet's: a handful, usually none
+        if cordoned:
+            cordoned &= {a.node for a in atoms.values()}
+        loaded = PoolAtoms(atoms, cordoned)
         with self._lock:
             # Kept only if nothing was dropped meanwhile: an inventory change applied while these
             # rows were read may be newer than them (they are used for this request all the same).

@@ -185,6 +185,11 @@ class ClusterRepo(Protocol):
         """Insert the clusters not yet known; known ones are left as they are."""
         ...
 
+    def set_phase(self, cluster_id: str, phase: str, previous: str) -> bool:
+        """Set the cluster's phase if it is still `previous`; False, and nothing written, when it is
+        not (another writer changed it since it was read)."""
+        ...
+
 
 class NodeRepo(Protocol):
     def by_ids(self, node_ids: Sequence[str]) -> dict[str, Node]: ...
@@ -224,6 +229,14 @@ class NodeRepo(Protocol):
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         """Record whether the node's last inventory said a GPU waits for a reboot."""
+        ...
+
+    def set_cordoned(self, node_id: str, cordoned: bool) -> None:
+        """Record the node's cordon (the caller holds the node: `lock`)."""
+        ...
+
+    def cordoned_ids(self) -> frozenset[str]:
+        """Every cordoned node of the fleet (a handful at most: an operator's doing)."""
         ...
 
 

@@ -134,11 +134,13 @@ def _refusal(
     pool_id: str,
     decision: choose.NoFit,
 ) -> InsufficientCapacity:
-    """NOT_IN_POOL when some request could not be served even by an empty pool (choose.never_fits),
-    else ALL_BUSY with the earliest start. Counting what matches reads the per-shape matching atoms
+    """NOT_IN_POOL when some request could not be served even by an empty pool (choose.never_fits;
+    atoms of cordoned nodes are not counted, and the message says how many there are), else
+    ALL_BUSY with the earliest start. Counting what matches reads the per-shape matching atoms
     `_decide` has just grouped (cached), so a refusal costs no pass over the pool."""
     in_pool = [sum(len(a) for a in pool_atoms.matching_by_gpu(r).values()) for r in requests]
-    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id)
+    cordoned = [pool_atoms.cordoned_matching(r) for r in requests]
+    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id, cordoned)
     if never is not None:
         return NotInPool(
             never.message,
@@ -147,18 +149,22 @@ def _refusal(
                 "field": never.field,
                 "wanted": never.wanted,
                 "inPool": never.available,
+                **({"cordoned": never.cordoned} if never.cordoned else {}),
                 "earliestStart": None,
             },
         )
     earliest = _earliest(index, pool_atoms, requests, window)
+    off = cordoned[decision.request_index]
     return AllBusy(
         decision.message
+        + choose.cordoned_note(off)
         + (f"; the earliest start at which it could be served is {earliest}" if earliest else ""),
         {
             "request": decision.request_index,
             "field": decision.field,
             "wanted": decision.wanted,
             "available": decision.available,
+            **({"cordoned": off} if off else {}),
             "earliestStart": earliest,
         },
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, select, update
 
 from better_compute.domain.records import Cluster
 from better_compute.storage import rows
@@ -48,3 +48,11 @@ class SqlClusters:
                 for c in items
             ],
         )
+
+    def set_phase(self, cluster_id: str, phase: str, previous: str) -> bool:
+        result = self.conn.execute(
+            update(clusters)
+            .where(clusters.c.id == cluster_id, clusters.c.phase == previous)
+            .values(phase=phase)
+        )
+        return result.rowcount == 1

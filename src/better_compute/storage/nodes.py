@@ -125,6 +125,13 @@ class SqlNodes:
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(reboot_required=required))
 
+    def set_cordoned(self, node_id: str, cordoned: bool) -> None:
+        self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(cordoned=cordoned))
+
+    def cordoned_ids(self) -> frozenset[str]:
+        found = self.conn.execute(select(nodes.c.id).where(nodes.c.cordoned.is_(True)))
+        return frozenset(r[0] for r in found)
+
     def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
         """Store `digest` with the generation after `generation`, if the node is still at
         `generation`; False when another reader advanced it first."""

@@ -45,6 +45,23 @@ class AtomListQuery(WireRequest):
     cursor: PageCursor = None
 
 
+class ClusterUpdate(WireRequest):
+    """`clusters.update` (admin): the cluster's `phase`, one of `active` (takes new work),
+    `cordoned` (takes no new placements; what runs there stays) or `draining` (takes no new
+    placements; its work is being moved away)."""
+
+    id: str | None = Field(default=None, description="The path's cluster id; may be left out.")
+    phase: str = Field(description="One of `active`, `cordoned`, `draining`.")
+
+
+class NodeUpdate(WireRequest):
+    """`nodes.update` (admin): `cordoned` true keeps new bookings off the node's atoms (those it
+    holds stay); false lifts the cordon."""
+
+    node: str | None = Field(default=None, description="The path's node id; may be left out.")
+    cordoned: bool = Field(strict=True)
+
+
 class ClusterPublic(WireAnswer):
     id: str
     name: str

@@ -50,7 +50,16 @@ from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.events import EventListQuery, EventPublic
-from better_compute.wire.inventory import AtomListQuery, ClusterListQuery, GpuListQuery, NodeListQuery
+from better_compute.wire.inventory import (
+    AtomListQuery,
+    ClusterListQuery,
+    ClusterPublic,
+    ClusterUpdate,
+    GpuListQuery,
+    NodeListQuery,
+    NodePublic,
+    NodeUpdate,
+)
 from better_compute.wire.nodes import (
     JoinTokenCreate,
     JoinTokenIssued,
@@ -381,7 +390,27 @@ _TABLE: tuple[Method, ...] = (
     ),
     Method("prices.list", "GET", "/v1/prices", PriceListQuery, PricePublic, paged=True),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
+    Method("clusters.get", "GET", "/v1/clusters/{id}", IdRequest, ClusterPublic),
+    Method(
+        "clusters.update",
+        "PATCH",
+        "/v1/clusters/{id}",
+        ClusterUpdate,
+        ClusterPublic,
+        summary=(
+            "Set a cluster's phase (admin): `active` takes new work, `cordoned` and `draining` take no"
+            " new placements and keep what runs."
+        ),
+    ),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
+    Method(
+        "nodes.update",
+        "PATCH",
+        "/v1/nodes/{node}",
+        NodeUpdate,
+        NodePublic,
+        summary="Cordon or uncordon a node (admin): its atoms take no new booking; those held stay.",
+    ),
     Method(
         "nodes.joinToken",
         "POST",

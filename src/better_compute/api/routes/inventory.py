@@ -1,4 +1,5 @@
-"""Read endpoints of the fleet: clusters, nodes, GPUs and atoms."""
+"""The fleet's inventory: clusters, nodes, GPUs and atoms (any token reads them); a cluster's phase
+and a node's cordon (admin writes them)."""
 
 from __future__ import annotations
 
@@ -11,17 +12,19 @@ from better_compute.api.convert import atom_public, cluster_public, gpu_public, 
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.atoms import attribute_filters, check_atom_class
-from better_compute.service import capacity, inventory, pools
+from better_compute.service import capacity, clusters, inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
     AtomListQuery,
     AtomPublic,
     ClusterListQuery,
     ClusterPublic,
+    ClusterUpdate,
     GpuListQuery,
     GpuPublic,
     NodeListQuery,
     NodePublic,
+    NodeUpdate,
 )
 
 router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
@@ -30,6 +33,25 @@ router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED,
 @router.get("/clusters", response_model=Page[ClusterPublic])
 def list_clusters(q: Annotated[ClusterListQuery, Query()], store: StoreDep) -> Page[ClusterPublic]:
     return paged(inventory.list_clusters(store, limit=q.limit, after=q.cursor), cluster_public)
+
+
+@router.get("/clusters/{id}", response_model=ClusterPublic)
+def get_cluster(id: str, store: StoreDep) -> ClusterPublic:
+    return cluster_public(clusters.get(store, id))
+
+
+@router.patch("/clusters/{id}", response_model=ClusterPublic)
+def update_cluster(
+    id: str, body: ClusterUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> ClusterPublic:
+    return cluster_public(clusters.update(store, principal, id, body.phase, now))
+
+
+@router.patch("/nodes/{node}", response_model=NodePublic)
+def update_node(
+    node: str, body: NodeUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> NodePublic:
+    return node_public(clusters.update_node(store, principal, node, body.cordoned, now))
 
 
 @router.get("/nodes", response_model=Page[NodePublic])
