@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from sqlalchemy import update
 
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
@@ -16,7 +17,9 @@ from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_retry import Retrier
 from better_compute.service.placement_stock import Stock
 from better_compute.service.workloads import Wiring
+from better_compute.service.rederive import rederive_nodes
 from better_compute.storage.store import Store
+from better_compute.storage.tables import gpus
 from tests.builders import T0, CountingIds, admin_token, bearer, real_app, tenant_token
 
 with warnings.catch_warnings():
@@ -269,3 +272,82 @@ def test_a_reservation_that_ends_frees_its_devices_for_a_pending_workload(world:
     retrier.tick()
     world.clock.now = T0 + timedelta(hours=1, seconds=1)
     assert retrier.tick() == 1
+
+
+def test_an_unhealthy_device_does_not_count_as_capacity(world: World) -> None:
+    with world.store.begin() as tx:
+        (gpu, *_) = sorted(g.id for g in tx.gpus.of_nodes(["sjc-1-n0"]))
+    with world.store.engine.begin() as conn:
+        conn.execute(update(gpus).where(gpus.c.id == gpu).values(healthy=False))
+    with world.store.begin() as tx:
+        rederive_nodes(tx, ["sjc-1-n0"], T0)
+    got = world.preview(project="acme", shape=shape(1), replicas=1)
+    free = {v["clusterId"]: v["freeDevices"] for v in got["verdicts"]}
+    assert free == {"iad-1": 24, "fra-1": 16, "sjc-1": 7}
+
+
+def test_a_cordoned_node_and_a_cordoned_cluster_take_no_new_replicas(world: World) -> None:
+    assert (
+        world.http.patch("/v1/nodes/sjc-1-n0", json={"cordoned": True}, headers=world.admin).status_code
+        == 200
+    )
+    got = world.preview(project="acme", shape=shape(1), replicas=1)
+    assert {v["clusterId"]: v["freeDevices"] for v in got["verdicts"]}["sjc-1"] == 0
+    assert (
+        world.http.patch("/v1/clusters/iad-1", json={"phase": "cordoned"}, headers=world.admin).status_code
+        == 200
+    )
+    got = world.preview(project="acme", shape=shape(1), replicas=1)
+    iad = next(v for v in got["verdicts"] if v["clusterId"] == "iad-1")
+    assert iad["reason"] == "policy_denied"
+    assert iad["message"] == "cluster iad-1 is cordoned; only active clusters take new placements"
+    assert got["shares"] == {"fra-1": 1}
+
+
+def test_a_running_replica_is_one_its_node_has_bound(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(1), "replicas": 1, "cluster": "sjc-1"})
+    (dep,) = got["deployments"]
+    assert dep["phase"] == "placed"
+    with world.store.begin() as tx:
+        (alloc,) = [a for _, a in tx.workloads.replicas_of([dep["id"]])[dep["id"]]]
+        tx.bindings.put(alloc, "sjc-1-n0", "bound", None, T0)
+    again = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    assert again["deployments"][0]["phase"] == "running"
+    assert again["deployments"][0]["runningReplicas"] == 1
+
+
+def test_deployments_list_by_workload_and_a_tenant_sees_only_its_own(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(1), "replicas": 2, "strategy": "spread"})
+    listed = world.http.get("/v1/deployments", params={"workloadId": got["id"]}, headers=world.acme)
+    assert listed.status_code == 200, listed.text
+    assert {d["clusterId"] for d in listed.json()["items"]} == {"iad-1", "fra-1"}
+    globex = bearer(tenant_token(world.store, "globex"))
+    assert world.http.get(f"/v1/workloads/{got['id']}", headers=globex).status_code == 404
+    assert world.http.get("/v1/workloads", headers=globex).json()["items"] == []
+
+
+def test_bad_workload_requests_are_refused_with_the_field(world: World) -> None:
+    cases = [
+        ({"name": "w", "shape": shape(), "replicas": -1}, "replicas"),
+        ({"name": "w", "shape": shape(0)}, "deviceCount"),
+        ({"name": "w", "shape": shape(), "strategy": "scatter"}, "strategy"),
+        ({"name": "w", "shape": shape(), "replicas": 1, "cluster_floors": {"iad-1": 2}}, "clusterFloors"),
+        ({"name": "W!", "shape": shape()}, "name"),
+        ({"name": "w", "shape": shape(), "topology_domain_kind": "rack"}, "topology_domain_kind"),
+    ]
+    for body, field in cases:
+        got = world.http.post("/v1/workloads", json={"project": "acme", **body}, headers=world.admin)
+        assert got.status_code == 400, (body, got.text)
+        assert got.json()["error"]["code"] == "INVALID_INPUT"
+        assert field in got.text, (field, got.text)
+    unknown = world.http.post(
+        "/v1/workloads",
+        json={"project": "acme", "name": "w", "shape": {"device_class": "nope", "device_count": 1}},
+        headers=world.admin,
+    )
+    assert unknown.status_code == 404
+    world.create({"name": "twice", "shape": shape(1)})
+    again = world.http.post(
+        "/v1/workloads", json={"project": "acme", "name": "twice", "shape": shape(1)}, headers=world.admin
+    )
+    assert again.status_code == 409

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from better_compute.domain.class_quotas import ClassQuota, held_per_cluster
+from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass, device_class_not_found
 from better_compute.domain.placement.topology import FreeDevice, Room
@@ -49,7 +50,7 @@ class Snapshot:
     pool_left: dict[str, int | None]
     """Devices of the class the tenant may still take per pool (None: its own pool, not limited)."""
     quota: ClassQuotaFigures
-    cordoned: set[str]
+    cordoned: frozenset[str]
     denials: dict[str, str] = field(default_factory=dict)
     """Why a cluster is refused by a policy or its phase, by cluster."""
 
@@ -87,7 +88,9 @@ def snapshot_in(
     class_rows: tuple[ClassQuota, ...] = tuple(tx.class_quotas.find(tenant_id, found.name))
     quota = ClassQuotaFigures(tenant_id, found.name, class_rows, held_per_cluster(held, found))
     denials = {
-        c.id: INACTIVE.format(cluster=c.id, phase=c.phase) for c in clusters.values() if c.phase != "active"
+        c.id: INACTIVE.format(cluster=c.id, phase=c.phase)
+        for c in clusters.values()
+        if not accepts_placements(c.phase)
     }
     for cluster_id, why in _policy_denials(tx, tenant_id, workload_id, found.name, clusters).items():
         denials.setdefault(cluster_id, why)

@@ -59,10 +59,6 @@ class SqlNodes:
             ],
         )
 
-    def cordoned_ids(self) -> set[str]:
-        """The nodes that take no new bookings."""
-        return {r[0] for r in self.conn.execute(select(nodes.c.id).where(nodes.c.cordoned.is_(True)))}
-
     def lock(self, node_ids: Sequence[str]) -> None:
         """Lock the nodes' rows until the transaction ends (PostgreSQL; SQLite serialises writers), in
         id order so that lockers never wait on each other in a cycle. FOR NO KEY UPDATE: other writers
