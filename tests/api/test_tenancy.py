@@ -331,7 +331,7 @@ MALFORMED: list[Any] = [
 
 
 WRITES = ["tenants.create", "credentials.create", "pools.create", "pools.update", "pools.offer"]
-WRITES += ["quotas.set", "policies.create", "reservations.create"]
+WRITES += ["quotas.set", "policies.create", "policies.update", "reservations.create"]
 
 
 @pytest.mark.parametrize("name", WRITES)

@@ -154,6 +154,63 @@ def test_quotas_policies_and_credentials(runner: CliRunner, live: Live) -> None:
     assert denied.exit_code == 1 and "UNAUTHENTICATED" in denied.stderr
 
 
+def test_policies_with_placement_constraints(runner: CliRunner, live: Live) -> None:
+    made = run(
+        runner,
+        live.admin,
+        "policies",
+        "create",
+        "--name",
+        "us-only",
+        "--tenant",
+        "acme",
+        "--subject-type",
+        "workload",
+        "--subject",
+        "wkl-1",
+        "--allowed-region",
+        "us-east",
+        "--allowed-region",
+        "us-west",
+        "--denied-cluster",
+        "c9",
+        "--json",
+    )
+    assert made.exit_code == 0, made.output
+    policy = json.loads(made.stdout)
+    assert (policy["subjectType"], policy["allowedRegions"]) == ("workload", ["us-east", "us-west"])
+    found = run(
+        runner, live.admin, "policies", "list", "--subject-type", "workload", "--subject", "wkl-1", "--json"
+    )
+    assert [p["id"] for p in json.loads(found.stdout)["items"]] == [policy["id"]]
+    changed = run(
+        runner,
+        live.admin,
+        "policies",
+        "update",
+        policy["id"],
+        "--allowed-cluster",
+        "c1",
+        "--clear",
+        "denied-clusters",
+        "--generation",
+        "1",
+        "--json",
+    )
+    assert changed.exit_code == 0, changed.output
+    after = json.loads(changed.stdout)
+    assert (after["allowedClusters"], after["deniedClusters"], after["generation"]) == (["c1"], [], 2)
+    assert after["allowedRegions"] == ["us-east", "us-west"]
+    stale = run(
+        runner, live.admin, "policies", "update", policy["id"], "--allowed-cluster", "c2", "--generation", "1"
+    )
+    assert stale.exit_code == 1 and "CONFLICT" in stale.stderr
+    shown = run(runner, live.admin, "policies", "show", policy["id"], "--json")
+    assert json.loads(shown.stdout)["generation"] == 2
+    bad = run(runner, live.admin, "policies", "list", "--subject-type", "pod")
+    assert bad.exit_code == 2
+
+
 def test_an_empty_list_says_so(runner: CliRunner, live: Live) -> None:
     result = run(runner, live.acme, "policies", "list")
     assert result.exit_code == 0, result.output

@@ -27,6 +27,8 @@ FIXED = {
     "quotas.list": ("GET", "/v1/quotas"),
     "policies.create": ("POST", "/v1/policies"),
     "policies.list": ("GET", "/v1/policies"),
+    "policies.get": ("GET", "/v1/policies/{id}"),
+    "policies.update": ("PATCH", "/v1/policies/{id}"),
     "reservations.create": ("POST", "/v1/reservations"),
     "reservations.get": ("GET", "/v1/reservations/{id}"),
     "reservations.list": ("GET", "/v1/reservations"),

@@ -111,3 +111,48 @@ def test_capacity_history_starts_with_one_open_period_per_present_gpu(store: Sto
         Fraction(3, 7),
         Fraction(1),
     ]
+
+
+def test_policies_from_before_subjects_become_their_tenants(store: Store) -> None:
+    """A database from before placement constraints (revision 0015) keeps its policies: each is its
+    tenant's, with no constraints, at generation 1; and going down drops only what it cannot hold."""
+    from dataclasses import replace
+
+    from better_compute.domain.fleet import parse_fleet
+    from better_compute.domain.iam import Policy
+    from better_compute.domain.placement.constraints import Constraints
+    from better_compute.entrypoints.fleet import load_fleet
+    from tests.builders import T0, small_fleet
+
+    load_fleet(store, parse_fleet(small_fleet(nodes=1)), T0)
+    migrate.downgrade(store.engine, "0015")
+    with store.engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO policies (id, name, tenant_id, pool_id, limits, created_at)"
+                " VALUES ('pol-old', 'two-gpus', 'acme', NULL, '{\"gpuCount\": 2}', :t)"
+            ),
+            {"t": T0},
+        )
+    migrate.upgrade(store.engine)
+    with store.read() as tx:
+        (old,) = tx.policies.find("acme", None)
+        assert (old.subject_type, old.subject_id, old.generation, old.gpu_count) == ("tenant", "acme", 1, 2)
+        assert old.constraints == Constraints()
+    fenced = Policy(
+        "us-only",
+        None,
+        id="pol-c",
+        created_at=T0,
+        constraints=Constraints(allowed_regions=("us-east",)),
+        subject_type="cluster",
+        subject_id="c1",
+    )
+    with store.begin() as tx:
+        assert tx.policies.add(fenced)
+        # A cluster's policy names are unique though it has no tenant (NULL never collides).
+        assert not tx.policies.add(replace(fenced, id="pol-d"))
+    migrate.downgrade(store.engine, "0015")
+    with store.engine.connect() as conn:
+        assert [r[0] for r in conn.execute(text("SELECT id FROM policies"))] == ["pol-old"]
+    migrate.upgrade(store.engine)

@@ -224,12 +224,22 @@ def quota_public(q: Quota | ClassQuota, used: int | None = None) -> QuotaPublic:
 
 def policy_public(p: Policy) -> PolicyPublic:
     assert p.created_at is not None, "a stored policy has its creation time"
+    c = p.constraints
     return PolicyPublic(
         id=p.id,
         name=p.name,
         tenant_id=p.tenant_id,
         pool_id=p.pool_id,
+        subject_type=p.subject_type,
+        subject_id=p.subject_id,
         limits=PolicyLimits(gpu_count=p.gpu_count, gpu_slices=p.gpu_slices),
+        allowed_regions=list(c.allowed_regions),
+        allowed_residencies=list(c.allowed_residencies),
+        allowed_device_classes=list(c.allowed_device_classes),
+        allowed_clusters=list(c.allowed_clusters),
+        denied_clusters=list(c.denied_clusters),
+        cost_ceiling=c.cost_ceiling,
+        generation=p.generation,
         created_at=p.created_at,
     )
 

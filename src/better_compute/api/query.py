@@ -7,7 +7,9 @@ fields), but a route that declares them one by one does not, and the two would a
 
 `StrictQueryRoute` refuses them all the same way, before the route runs: the names it accepts are
 read from the route's own declaration (its parameters and those of its dependencies, a model's
-fields by their wire names), the same ones OpenAPI documents, so no list is kept by hand. Only GET
+fields by their wire names), the same ones OpenAPI documents, so no list is kept by hand. A model's
+field may also take other spellings (`AliasChoices`: `subject_type` beside `subjectType`); those are
+accepted too, though only the wire name is documented and offered. Only GET
 routes check: other methods take their input as a JSON body, whose models refuse unknown fields.
 """
 
@@ -19,7 +21,7 @@ from typing import Any
 from fastapi import Request, Response
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel
 
 from better_compute.domain.errors import InvalidInput
 
@@ -34,6 +36,21 @@ def declared_query_names(dependant: Dependant) -> tuple[str, ...]:
                 names[info.alias or name] = None
         else:
             names[field.alias] = None
+    return tuple(names)
+
+
+def other_spellings(dependant: Dependant) -> tuple[str, ...]:
+    """The other names a model's query parameter takes besides its wire name (`subject_type` beside
+    `subjectType`, from the field's `AliasChoices`): accepted, but neither documented nor offered."""
+    names: dict[str, None] = {}
+    for field in _query_fields(dependant):
+        annotation = field.field_info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            for info in annotation.model_fields.values():
+                if isinstance(info.validation_alias, AliasChoices):
+                    names.update(
+                        dict.fromkeys(c for c in info.validation_alias.choices if isinstance(c, str))
+                    )
     return tuple(names)
 
 
@@ -64,7 +81,7 @@ class StrictQueryRoute(APIRoute):
         if self.methods is None or "GET" not in self.methods:
             return handler
         accepted = declared_query_names(self.dependant)
-        known = frozenset(accepted)
+        known = frozenset(accepted) | frozenset(other_spellings(self.dependant))
         route = f"GET {self.path}"
 
         async def handle(request: Request) -> Response:
@@ -77,4 +94,4 @@ class StrictQueryRoute(APIRoute):
         return handle
 
 
-__all__ = ["StrictQueryRoute", "declared_query_names", "unknown_query_parameter"]
+__all__ = ["StrictQueryRoute", "declared_query_names", "other_spellings", "unknown_query_parameter"]

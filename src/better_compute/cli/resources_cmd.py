@@ -915,33 +915,100 @@ def priority_classes_create(
 
 
 # -- policies ------------------------------------------------------------------------------------
-policies_app = typer.Typer(help="List, show, create and delete policies.", no_args_is_help=True)
+policies_app = typer.Typer(
+    help="List, show, create, update and delete policies (limits and placement constraints).",
+    no_args_is_help=True,
+)
 app.add_typer(policies_app, name="policies")
 POLICY_COLUMNS = [
     ("id", "id"),
     ("name", "name"),
+    ("subject", "subjectType"),
+    ("subject id", "subjectId"),
     ("tenant", "tenantId"),
     ("pool", "poolId"),
     ("limits", "limits"),
+    ("regions", "allowedRegions"),
+    ("clusters", "allowedClusters"),
+    ("denied", "deniedClusters"),
 ]
+SUBJECT_TYPES = ("tenant", "endpoint", "workload", "cluster")
+
+
+def _names_option(flag: str, what: str) -> Any:
+    return typer.Option(flag, help=f"{what} (repeat).", show_default=False)
+
+
+RegionOption = Annotated[
+    list[str] | None, _names_option("--allowed-region", "Clusters must be in one of these regions")
+]
+ResidencyOption = Annotated[
+    list[str] | None, _names_option("--allowed-residency", "Clusters must have one of these residency labels")
+]
+DeviceClassesOption = Annotated[
+    list[str] | None, _names_option("--allowed-device-class", "Only devices of these classes may be used")
+]
+AllowedClusterOption = Annotated[
+    list[str] | None, _names_option("--allowed-cluster", "Only these clusters may be used")
+]
+DeniedClusterOption = Annotated[
+    list[str] | None, _names_option("--denied-cluster", "These clusters may not be used")
+]
+CostCeilingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cost-ceiling",
+        help="Most cost per hour, such as 12.50 (recorded, not enforced).",
+        show_default=False,
+    ),
+]
+GpuCountOption = Annotated[
+    int | None,
+    typer.Option("--gpu-count", min=0, help="Most whole GPUs per reservation.", show_default=False),
+]
+GpuSlicesOption = Annotated[
+    int | None,
+    typer.Option("--gpu-slices", min=0, help="Most fractions per reservation.", show_default=False),
+]
+
+
+def _subject_type(value: str | None) -> Any:
+    if value is not None and value not in SUBJECT_TYPES:
+        raise typer.BadParameter(f"use one of {', '.join(SUBJECT_TYPES)}", param_hint="--subject-type")
+    return value
+
+
+def _limits(gpu_count: int | None, gpu_slices: int | None) -> dict[str, int] | None:
+    limits = {k: v for k, v in {"gpuCount": gpu_count, "gpuSlices": gpu_slices}.items() if v is not None}
+    return limits or None
 
 
 @policies_app.command("list")
 def policies_list(
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    subject_type: Annotated[
+        str | None,
+        typer.Option("--subject-type", help="tenant, endpoint, workload or cluster.", show_default=False),
+    ] = None,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="The subject's id.", show_default=False)
+    ] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Policies: per-reservation limits on a tenant, in one pool or all."""
+    """Policies: per-reservation limits on a tenant and placement constraints on any subject."""
+    kind = _subject_type(subject_type)
     page = _call(
         server,
         token,
         as_json,
-        lambda c: c.policies.list(tenant_id=tenant, pool_id=pool, limit=limit, cursor=cursor),
+        lambda c: c.policies.list(
+            tenant_id=tenant, pool_id=pool, subject_type=kind, subject=subject, limit=limit, cursor=cursor
+        ),
     )
     _page(page, POLICY_COLUMNS, "no policies", as_json)
 
@@ -954,41 +1021,133 @@ def policies_show(
     token: config.TokenOption = None,
 ) -> None:
     """One policy."""
-    found = _call(
-        server,
-        token,
-        as_json,
-        lambda c: _find(lambda cur: c.policies.list(cursor=cur), policy_id, "policy", as_json),
-    )
-    _one(found, as_json)
+    _one(_call(server, token, as_json, lambda c: c.policies.get(policy_id)), as_json)
 
 
 @policies_app.command("create")
 def policies_create(
     name: Annotated[str, typer.Option("--name", show_default=False)],
-    tenant: Annotated[str, typer.Option("--tenant", show_default=False)],
+    tenant: Annotated[
+        str | None,
+        typer.Option(
+            "--tenant",
+            help="The tenant (its policy), or the workload's or endpoint's tenant; none for a cluster.",
+            show_default=False,
+        ),
+    ] = None,
+    subject_type: Annotated[
+        str | None,
+        typer.Option(
+            "--subject-type", help="tenant (default), endpoint, workload or cluster.", show_default=False
+        ),
+    ] = None,
+    subject: Annotated[
+        str | None, typer.Option("--subject", help="The subject's id.", show_default=False)
+    ] = None,
     pool: Annotated[
         str | None, typer.Option("--pool", help="Default: every pool.", show_default=False)
     ] = None,
-    gpu_count: Annotated[
-        int | None,
-        typer.Option("--gpu-count", min=0, help="Most whole GPUs per reservation.", show_default=False),
+    gpu_count: GpuCountOption = None,
+    gpu_slices: GpuSlicesOption = None,
+    allowed_region: RegionOption = None,
+    allowed_residency: ResidencyOption = None,
+    allowed_device_class: DeviceClassesOption = None,
+    allowed_cluster: AllowedClusterOption = None,
+    denied_cluster: DeniedClusterOption = None,
+    cost_ceiling: CostCeilingOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a policy (admin): limits, placement constraints or both."""
+    kind = _subject_type(subject_type)
+    made = _call(
+        server,
+        token,
+        as_json,
+        lambda c: c.policies.create(
+            name=name,
+            tenant_id=tenant,
+            pool_id=pool,
+            limits=_limits(gpu_count, gpu_slices),
+            subject_type=kind,
+            subject_id=subject,
+            allowed_regions=allowed_region,
+            allowed_residencies=allowed_residency,
+            allowed_device_classes=allowed_device_class,
+            allowed_clusters=allowed_cluster,
+            denied_clusters=denied_cluster,
+            cost_ceiling=cost_ceiling,
+        ),
+    )
+    _one(made, as_json)
+
+
+@policies_app.command("update")
+def policies_update(
+    policy_id: Annotated[str, typer.Argument(metavar="ID")],
+    gpu_count: GpuCountOption = None,
+    gpu_slices: GpuSlicesOption = None,
+    no_limits: Annotated[bool, typer.Option("--no-limits", help="Remove every limit.")] = False,
+    allowed_region: RegionOption = None,
+    allowed_residency: ResidencyOption = None,
+    allowed_device_class: DeviceClassesOption = None,
+    allowed_cluster: AllowedClusterOption = None,
+    denied_cluster: DeniedClusterOption = None,
+    cost_ceiling: CostCeilingOption = None,
+    clear: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clear",
+            help="Remove a constraint list (repeat): allowed-regions, allowed-residencies,"
+            " allowed-device-classes, allowed-clusters or denied-clusters.",
+            show_default=False,
+        ),
     ] = None,
-    gpu_slices: Annotated[
+    generation: Annotated[
         int | None,
-        typer.Option("--gpu-slices", min=0, help="Most fractions per reservation.", show_default=False),
+        typer.Option(
+            "--generation", help="Only if the policy is still at this generation.", show_default=False
+        ),
     ] = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Create a policy (admin)."""
-    limits = {k: v for k, v in {"gpuCount": gpu_count, "gpuSlices": gpu_slices}.items() if v is not None}
+    """Replace a policy's limits and/or constraints (admin); what is not given is kept. Limits given
+    replace every limit."""
+    limits = _limits(gpu_count, gpu_slices)
+    if no_limits and limits is not None:
+        raise typer.BadParameter("give limits or --no-limits, not both", param_hint="--no-limits")
+    lists: dict[str, list[str] | None] = {
+        "allowed-regions": allowed_region,
+        "allowed-residencies": allowed_residency,
+        "allowed-device-classes": allowed_device_class,
+        "allowed-clusters": allowed_cluster,
+        "denied-clusters": denied_cluster,
+    }
+    for name in clear or ():
+        if name not in lists:
+            raise typer.BadParameter(f"{name}: use one of {', '.join(lists)}", param_hint="--clear")
+        if lists[name] is not None:
+            raise typer.BadParameter(f"give {name} or clear it, not both", param_hint="--clear")
+        lists[name] = []
     made = _call(
         server,
         token,
         as_json,
-        lambda c: c.policies.create(name=name, tenant_id=tenant, pool_id=pool, limits=limits),
+        lambda c: c.policies.update(
+            policy_id,
+            limits=limits,
+            remove_limits=no_limits,
+            allowed_regions=lists["allowed-regions"],
+            allowed_residencies=lists["allowed-residencies"],
+            allowed_device_classes=lists["allowed-device-classes"],
+            allowed_clusters=lists["allowed-clusters"],
+            denied_clusters=lists["denied-clusters"],
+            cost_ceiling=cost_ceiling,
+            generation=generation,
+        ),
     )
     _one(made, as_json)
 

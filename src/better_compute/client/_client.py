@@ -60,7 +60,14 @@ from better_compute.wire.nodes import (
     NodeSpecQuery,
     ReportAccepted,
 )
-from better_compute.wire.policies import PolicyCreate, PolicyLimits, PolicyListQuery, PolicyPublic
+from better_compute.wire.policies import (
+    PolicyCreate,
+    PolicyLimits,
+    PolicyListQuery,
+    PolicyPublic,
+    PolicyUpdate,
+    SubjectType,
+)
 from better_compute.wire.pools import (
     PoolCreate,
     PoolLayoutPreview,
@@ -477,16 +484,43 @@ class Quotas(_Resource):
 
 @_refusing_bad_arguments
 class Policies(_Resource):
+    """Policies: per-reservation limits (a tenant's), placement constraints (any subject's), or both."""
+
     def create(
         self,
         *,
         name: str,
-        tenant_id: str,
-        limits: PolicyLimits | Mapping[str, Any],
+        tenant_id: str | None = None,
+        limits: PolicyLimits | Mapping[str, Any] | None = None,
         pool_id: str | None = None,
+        subject_type: SubjectType | None = None,
+        subject_id: str | None = None,
+        allowed_regions: Sequence[str] | None = None,
+        allowed_residencies: Sequence[str] | None = None,
+        allowed_device_classes: Sequence[str] | None = None,
+        allowed_clusters: Sequence[str] | None = None,
+        denied_clusters: Sequence[str] | None = None,
+        cost_ceiling: str | None = None,
     ) -> PolicyPublic:
+        """Create a policy (admin only). Without `subject_type` it is `tenant_id`'s; a workload's or
+        an endpoint's names it (`subject_id`) and its tenant; a cluster's names the cluster only."""
         request = PolicyCreate.model_validate(
-            _fields(name=name, tenant_id=tenant_id, limits=limits, pool_id=pool_id)
+            _fields(
+                name=name,
+                tenant_id=tenant_id,
+                limits=limits,
+                pool_id=pool_id,
+                subject_type=subject_type,
+                subject_id=subject_id,
+                **_constraint_fields(
+                    allowed_regions,
+                    allowed_residencies,
+                    allowed_device_classes,
+                    allowed_clusters,
+                    denied_clusters,
+                    cost_ceiling,
+                ),
+            )
         )
         return self._compute._typed("policies.create", request, PolicyPublic)
 
@@ -495,17 +529,88 @@ class Policies(_Resource):
         *,
         tenant_id: str | None = None,
         pool_id: str | None = None,
+        subject_type: SubjectType | None = None,
+        subject: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
     ) -> Page[PolicyPublic]:
         query = PolicyListQuery.model_validate(
-            _fields(tenant_id=tenant_id, pool_id=pool_id, limit=limit, cursor=cursor)
+            _fields(
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                subject_type=subject_type,
+                subject=subject,
+                limit=limit,
+                cursor=cursor,
+            )
         )
         return self._compute._typed("policies.list", query, Page[PolicyPublic])
+
+    def get(self, id: str) -> PolicyPublic:
+        """One policy (a tenant token reads its own tenant's and the clusters')."""
+        return self._compute._typed("policies.get", IdRequest(id=id), PolicyPublic)
+
+    def update(
+        self,
+        id: str,
+        *,
+        limits: PolicyLimits | Mapping[str, Any] | None = None,
+        remove_limits: bool = False,
+        allowed_regions: Sequence[str] | None = None,
+        allowed_residencies: Sequence[str] | None = None,
+        allowed_device_classes: Sequence[str] | None = None,
+        allowed_clusters: Sequence[str] | None = None,
+        denied_clusters: Sequence[str] | None = None,
+        cost_ceiling: str | None = None,
+        generation: int | None = None,
+    ) -> PolicyPublic:
+        """Replace a policy's limits and/or constraints (admin only): what is given replaces, what is
+        not is kept; an empty list removes a constraint and `remove_limits` every limit. With
+        `generation`, only if the policy is still at it (else CONFLICT)."""
+        body = _fields(
+            id=id,
+            limits=limits,
+            generation=generation,
+            **_constraint_fields(
+                allowed_regions,
+                allowed_residencies,
+                allowed_device_classes,
+                allowed_clusters,
+                denied_clusters,
+                cost_ceiling,
+            ),
+        )
+        if remove_limits:
+            if limits is not None:
+                raise ValueError("give limits or remove_limits, not both")
+            body["limits"] = None
+        request = PolicyUpdate.model_validate(body)
+        return self._compute._typed("policies.update", request, PolicyPublic)
 
     def delete(self, id: str) -> PolicyPublic:
         """Delete a policy (admin only); answers it as it was."""
         return self._compute._typed("policies.delete", IdRequest(id=id), PolicyPublic)
+
+
+def _constraint_fields(
+    allowed_regions: Sequence[str] | None,
+    allowed_residencies: Sequence[str] | None,
+    allowed_device_classes: Sequence[str] | None,
+    allowed_clusters: Sequence[str] | None,
+    denied_clusters: Sequence[str] | None,
+    cost_ceiling: str | None,
+) -> JsonObject:
+    lists = {
+        "allowed_regions": allowed_regions,
+        "allowed_residencies": allowed_residencies,
+        "allowed_device_classes": allowed_device_classes,
+        "allowed_clusters": allowed_clusters,
+        "denied_clusters": denied_clusters,
+    }
+    return {
+        **{k: list(v) for k, v in lists.items() if v is not None},
+        **_fields(cost_ceiling=cost_ceiling),
+    }
 
 
 @_refusing_bad_arguments

@@ -74,6 +74,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.CredentialCreated.TYPE: NamedInPayload("tenantId"),
     ev.CredentialRevoked.TYPE: NamedInPayload("tenantId"),
     ev.PolicyCreated.TYPE: NamedInPayload("tenantId"),
+    ev.PolicyUpdated.TYPE: NamedInPayload("tenantId"),
     ev.PolicyDeleted.TYPE: NamedInPayload("tenantId"),
     ev.QuotaSet.TYPE: NamedInPayload("tenantId"),
     ev.PoolOffered.TYPE: NamedInPayload("tenantId"),

@@ -143,10 +143,9 @@ class Price:
         return Fraction(Decimal(self.per_hour))
 
 
-def check_per_hour(value: object) -> str:
-    """`perHour` as sent: a non-negative decimal string such as `2.50`, kept as written so that it
-    is stored and shown exactly (a float would not be)."""
-    field = "perHour"
+def check_per_hour(value: object, field: str = "perHour") -> str:
+    """`perHour` as sent (or another price per hour, named `field`): a non-negative decimal string
+    such as `2.50`, kept as written so that it is stored and shown exactly (a float would not be)."""
     if not isinstance(value, str):
         raise InvalidInput(f'{field} must be a decimal string such as "2.50"', {"field": field})
     if len(value) > MAX_PRICE_TEXT:

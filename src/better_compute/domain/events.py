@@ -176,15 +176,32 @@ class CredentialRevoked(Event):
 
 @dataclass(frozen=True, slots=True)
 class PolicyCreated(Event):
+    """A policy was created (`subject`: the policy). `tenantId` is None for a cluster's policy,
+    which belongs to no tenant; `subjectType` and `subjectId` say what it is attached to (absent
+    from events written before policies had subjects: those were their tenant's)."""
+
     TYPE: ClassVar[str] = "policy.created"
-    tenant_id: str
+    tenant_id: str | None
     name: str
+    subject_type: str | None = None
+    subject_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyUpdated(Event):
+    """A policy's limits and/or constraints were replaced (`subject`: the policy); `generation` is
+    its new one."""
+
+    TYPE: ClassVar[str] = "policy.updated"
+    tenant_id: str | None
+    name: str
+    generation: int
 
 
 @dataclass(frozen=True, slots=True)
 class PolicyDeleted(Event):
     TYPE: ClassVar[str] = "policy.deleted"
-    tenant_id: str
+    tenant_id: str | None
     name: str
 
 
@@ -504,6 +521,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,
+        PolicyUpdated,
         PolicyDeleted,
         QuotaSet,
         PoolOffered,

@@ -408,10 +408,33 @@ class ClassQuotaRepo(Protocol):
 
 
 class PolicyRepo(Protocol):
-    def find(self, tenant_id: str | None, pool_id: str | None) -> list[Policy]: ...
+    def find(
+        self,
+        tenant_id: str | None,
+        pool_id: str | None,
+        *,
+        subject_type: str | None = None,
+        subject_id: str | None = None,
+        with_clusters: bool = False,
+    ) -> list[Policy]:
+        """Policies by id, filtered by each argument given: the tenant's (and, `with_clusters`, the
+        clusters' policies besides, which apply to every tenant), in a pool, on a subject."""
+        ...
+
+    def get(self, policy_id: str) -> Policy | None: ...
+
+    def for_placement(self, tenant_id: str, workload_id: str | None) -> list[Policy]:
+        """In one read: the policies on the tenant, on the workload (when given) and on every cluster."""
+        ...
 
     def add(self, policy: Policy) -> bool:
-        """Insert the policy; False when the tenant already has one of that name."""
+        """Insert the policy; False when its tenant (or, a cluster's policy, its cluster) already has
+        one of that name."""
+        ...
+
+    def replace(self, policy: Policy, generation: int) -> bool:
+        """Write the policy's limits, constraints and generation if it is still at `generation`;
+        False when it is not (or is gone)."""
         ...
 
     def remove(self, policy_id: str) -> Policy | None:

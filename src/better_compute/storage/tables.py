@@ -339,11 +339,19 @@ policies = Table(
     metadata,
     Column("id", String(64), primary_key=True),
     Column("name", String(128), nullable=False),
-    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False, index=True),
+    # The tenant the policy belongs to; NULL for a cluster's policy (it applies to every tenant).
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=True, index=True),
     Column("pool_id", String(64), ForeignKey("pools.id"), nullable=True),
     Column("limits", JSON, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+    # What the policy is attached to (domain.iam.SUBJECT_TYPES) and its placement constraints.
+    Column("subject_type", String(16), nullable=False, server_default="tenant"),
+    Column("subject_id", String(64), nullable=False),
+    Column("constraints", JSON, nullable=False, server_default="{}"),
+    Column("generation", Integer, nullable=False, server_default="1"),
     UniqueConstraint("tenant_id", "name"),
+    # Also the index placement reads a subject's policies by (subject_type, subject_id).
+    UniqueConstraint("subject_type", "subject_id", "name"),
 )
 
 reservations = Table(

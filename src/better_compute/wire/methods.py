@@ -70,7 +70,7 @@ from better_compute.wire.nodes import (
     NodeSpecQuery,
     ReportAccepted,
 )
-from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
+from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic, PolicyUpdate
 from better_compute.wire.pools import (
     PoolCreate,
     PoolLayoutPreview,
@@ -271,8 +271,24 @@ _TABLE: tuple[Method, ...] = (
     ),
     Method("quotas.set", "PUT", "/v1/quotas", QuotaSet, QuotaPublic, summary="Set one quota row."),
     Method("quotas.list", "GET", "/v1/quotas", QuotaListQuery, QuotaPublic, paged=True),
-    Method("policies.create", "POST", "/v1/policies", PolicyCreate, PolicyPublic),
+    Method(
+        "policies.create",
+        "POST",
+        "/v1/policies",
+        PolicyCreate,
+        PolicyPublic,
+        summary="Create a policy: per-reservation limits, placement constraints or both, on a subject.",
+    ),
     Method("policies.list", "GET", "/v1/policies", PolicyListQuery, PolicyPublic, paged=True),
+    Method("policies.get", "GET", "/v1/policies/{id}", IdRequest, PolicyPublic),
+    Method(
+        "policies.update",
+        "PATCH",
+        "/v1/policies/{id}",
+        PolicyUpdate,
+        PolicyPublic,
+        summary="Replace a policy's limits and/or placement constraints; its name and subject are fixed.",
+    ),
     Method(
         "policies.delete",
         "DELETE",

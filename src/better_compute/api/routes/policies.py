@@ -1,8 +1,9 @@
-"""IAM policies: `policies.create` (admin) and `policies.list` (a tenant sees the policies on it)."""
+"""Policies: `policies.create`, `policies.update` and `policies.delete` (admin); `policies.list` and
+`policies.get` (a tenant sees its own policies and the clusters')."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
@@ -12,23 +13,39 @@ from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.service import policies
 from better_compute.wire.common import Page
-from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic
+from better_compute.wire.policies import (
+    CONSTRAINT_FIELDS,
+    PolicyConstraints,
+    PolicyCreate,
+    PolicyListQuery,
+    PolicyPublic,
+    PolicyUpdate,
+)
 
 router = APIRouter(prefix="/v1", tags=["policies"], route_class=StrictQueryRoute)
+
+
+def _constraints(body: PolicyConstraints, *, given_only: bool) -> dict[str, Any]:
+    """The constraints a request gives, by their wire names: those set (null included, to remove
+    one: `policies.update`), or those with a value (`policies.create`)."""
+    fields = CONSTRAINT_FIELDS & body.model_fields_set if given_only else CONSTRAINT_FIELDS
+    return body.model_dump(by_alias=True, include=set(fields), exclude_none=not given_only)
 
 
 @router.post("/policies", response_model=PolicyPublic, status_code=201)
 def create_policy(
     body: PolicyCreate, principal: PrincipalDep, store: StoreDep, now: NowDep, ids: IdsDep
 ) -> PolicyPublic:
-    limits = body.limits.model_dump(by_alias=True)
     row = policies.create(
         store,
         principal,
         name=body.name,
         tenant_id=body.tenant_id,
         pool_id=body.pool_id,
-        limits=limits,
+        limits=None if body.limits is None else body.limits.model_dump(by_alias=True),
+        subject_type=body.subject_type,
+        subject_id=body.subject_id,
+        constraints=_constraints(body, given_only=False),
         now=now,
         new_id=ids.policy,
     )
@@ -40,9 +57,32 @@ def list_policies(
     q: Annotated[PolicyListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[PolicyPublic]:
     found = policies.list_policies(
-        store, principal, tenant_id=q.tenant_id, pool_id=q.pool_id, limit=q.limit, after=q.cursor
+        store,
+        principal,
+        tenant_id=q.tenant_id,
+        pool_id=q.pool_id,
+        subject_type=q.subject_type,
+        subject=q.subject,
+        limit=q.limit,
+        after=q.cursor,
     )
     return paged(found, policy_public)
+
+
+@router.get("/policies/{id}", response_model=PolicyPublic)
+def get_policy(id: str, principal: PrincipalDep, store: StoreDep) -> PolicyPublic:
+    return policy_public(policies.get(store, principal, id))
+
+
+@router.patch("/policies/{id}", response_model=PolicyPublic)
+def update_policy(
+    id: str, body: PolicyUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> PolicyPublic:
+    changes = _constraints(body, given_only=True)
+    if "limits" in body.model_fields_set:
+        changes["limits"] = None if body.limits is None else body.limits.model_dump(by_alias=True)
+    row = policies.update(store, principal, id, changes=changes, generation=body.generation, now=now)
+    return policy_public(row)
 
 
 @router.delete("/policies/{id}", response_model=PolicyPublic)
