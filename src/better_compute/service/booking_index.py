@@ -22,6 +22,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
+    DeploymentUpdated,
     DoctorRun,
     LedgerBooked,
     LedgerCancelled,
@@ -40,6 +41,9 @@ from better_compute.domain.events import (
     ReservationCancelled,
     ReservationCreated,
     ReservationReleased,
+    WorkloadCreated,
+    WorkloadDeleted,
+    WorkloadScaled,
 )
 from better_compute.domain.ledger import released
 from better_compute.domain.selectors import Selector
@@ -76,6 +80,11 @@ _QUIET_EVENTS = (
     NodeMigGranted,
     NodeMigApplied,
     DoctorRun,
+    # Workloads and their deployments: their replicas' bookings arrive as ledger events.
+    WorkloadCreated,
+    WorkloadScaled,
+    WorkloadDeleted,
+    DeploymentUpdated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
