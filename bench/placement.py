@@ -81,7 +81,9 @@ def fleet(clusters: int, nodes: int, gpus: int) -> dict[str, object]:
             {
                 "name": f"c{c:03d}",
                 "region": f"r{c % 4}",
-                "nodes": [{"name": f"c{c:03d}-n", "replicas": nodes, "gpus": {"model": "H100-80GB", "count": gpus}}],
+                "nodes": [
+                    {"name": f"c{c:03d}-n", "replicas": nodes, "gpus": {"model": "H100-80GB", "count": gpus}}
+                ],
             }
             for c in range(clusters)
         ],
@@ -244,7 +246,9 @@ def main() -> None:
     parser.add_argument("--clusters", type=int, default=None)
     parser.add_argument("--previews", type=int, default=None)
     parser.add_argument("--workloads", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=None, help="server processes (default: 2 on PostgreSQL, 1 on SQLite)")
+    parser.add_argument(
+        "--workers", type=int, default=None, help="server processes (default: 2 on PostgreSQL, 1 on SQLite)"
+    )
     args = parser.parse_args()
     clusters = args.clusters or (20 if args.quick else 100)
     nodes = args.nodes or (50 if args.quick else 100)
