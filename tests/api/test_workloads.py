@@ -16,8 +16,8 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_retry import Retrier
 from better_compute.service.placement_stock import Stock
-from better_compute.service.workloads import Wiring
 from better_compute.service.rederive import rederive_nodes
+from better_compute.service.workloads import Wiring
 from better_compute.storage.store import Store
 from better_compute.storage.tables import gpus
 from tests.builders import T0, CountingIds, admin_token, bearer, real_app, tenant_token

@@ -23,6 +23,7 @@ from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
     ClusterUpdated,
+    DeploymentUpdated,
     DoctorRun,
     LedgerBooked,
     LedgerCancelled,
@@ -41,6 +42,9 @@ from better_compute.domain.events import (
     ReservationCancelled,
     ReservationCreated,
     ReservationReleased,
+    WorkloadCreated,
+    WorkloadDeleted,
+    WorkloadScaled,
 )
 from better_compute.domain.ledger import released
 from better_compute.domain.selectors import Selector
@@ -80,6 +84,11 @@ _QUIET_EVENTS = (
     # A cluster's phase: what placement across clusters reads; no pool's atoms change with it (a
     # node's cordon does: `node.cordoned` and `node.uncordoned` make the index read atoms again).
     ClusterUpdated,
+    # Workloads and their deployments: their replicas' bookings arrive as ledger events.
+    WorkloadCreated,
+    WorkloadScaled,
+    WorkloadDeleted,
+    DeploymentUpdated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""

@@ -2,7 +2,7 @@
 deployment's replicas (one ledger allocation each), and operations (`workload.drain`).
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from alembic import op
 from better_compute.storage.db import UtcDateTime
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,284 @@
+"""Placement across clusters: the preview's latency and workloads created and placed per second.
+
+A fleet of `--clusters` clusters x `--nodes` nodes x 8 H100-80GB GPUs is loaded through the real
+fleet path (one exclusive pool per cluster, owned by the project `acme`; a device class
+`h100-80gb-sxm` selecting the H100s) into a fresh database, on SQLite and on PostgreSQL. Then:
+
+- the preview: `POST /v1/placement/preview` for 4 replicas of 8 devices, through the real app in
+  this process (`build_services` + `build_app`, driven by Starlette's test client), timed call by
+  call: `preview_p50_ms` / `preview_p99_ms`. `placement.preview` called directly (no HTTP) is
+  timed too (`direct_p50_ms`, `direct_p99_ms`). The first call warms the process's caches (the
+  booking index, each pool's free devices) and is left out;
+- workloads: a real server process on loopback (`--workers 2` on PostgreSQL, one per core; 1 on
+  SQLite, which has one writer), 8 client threads on keep-alive connections, each sending
+  `POST /v1/workloads` for one replica of one device as the project's tenant: `workloads_per_s`
+  counts only the 201 answers whose workload has `placedReplicas` 1, over the wall time.
+  All the workloads are the one project's, so they are serialised by its workload lock (its quota is
+  counted under it).
+
+The required keys (`preview_p50_ms`, `preview_p99_ms`, `workloads_per_s`) are the last database's
+figures (PostgreSQL by default); each database's figures are under its name as well.
+
+    python bench/placement.py           # 100 clusters x 100 nodes x 8 GPUs (80,000 GPUs)
+    python bench/placement.py --quick   # 20 clusters x 50 nodes x 8 GPUs, under a minute
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import warnings
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.fleetgen import (
+    fleet_parser,
+    machine_speed_s,
+    percentile,
+    postgres_database,
+    sqlite_database,
+)
+from bench.reservations import _LENGTH, ADMIN, _recv, server
+from better_compute.domain.credentials import Principal
+from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.workloads import parse_workload
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.entrypoints.ids import RandomIds
+from better_compute.entrypoints.server import build_app, build_services
+from better_compute.service import credentials, placement
+from better_compute.settings import Settings
+from better_compute.storage.store import Store
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
+
+PROJECT = "acme"
+DEVICE_CLASS = "h100-80gb-sxm"
+CLIENTS = 8
+
+
+def fleet(clusters: int, nodes: int, gpus: int) -> dict[str, object]:
+    return {
+        "tenants": [{"id": "platform"}, {"id": PROJECT}],
+        "deviceClasses": [
+            {
+                "name": DEVICE_CLASS,
+                "class": "gpu",
+                "selector": {"matchExpressions": [{"key": "gpuModel", "op": "In", "values": ["H100-80GB"]}]},
+            }
+        ],
+        "clusters": [
+            {
+                "name": f"c{c:03d}",
+                "region": f"r{c % 4}",
+                "nodes": [
+                    {"name": f"c{c:03d}-n", "replicas": nodes, "gpus": {"model": "H100-80GB", "count": gpus}}
+                ],
+            }
+            for c in range(clusters)
+        ],
+        "pools": [
+            {
+                "name": f"p-c{c:03d}",
+                "cluster": f"c{c:03d}",
+                "mode": "exclusive",
+                "owner": PROJECT,
+                "nodes": [f"c{c:03d}-n-{i + 1}" if nodes > 1 else f"c{c:03d}-n" for i in range(nodes)],
+            }
+            for c in range(clusters)
+        ],
+    }
+
+
+def prepare(url: str, clusters: int, nodes: int, gpus: int) -> tuple[str, float]:
+    """Load the fleet; returns a token of the project's and the seconds the load took."""
+    store = Store.open(url)
+    now = datetime.now(UTC)
+    t0 = time.perf_counter()
+    load_fleet(store, parse_fleet(fleet(clusters, nodes, gpus)), now, batch=250)
+    loaded = time.perf_counter() - t0
+    token = credentials.create(store, ADMIN, PROJECT, "bench", now, new_id=RandomIds().credential).token
+    store.close()
+    return token, loaded
+
+
+def preview_figures(url: str, count: int) -> dict[str, Any]:
+    """`count` previews through HTTP and `count` direct calls, in this process; latencies in ms."""
+    store = Store.open(url, migrate_schema=False)
+    services = build_services(store)
+    body = {"project": PROJECT, "shape": {"device_class": DEVICE_CLASS, "device_count": 8}, "replicas": 4}
+    out: dict[str, Any] = {}
+    try:
+        with TestClient(build_app(services, Settings())) as http:
+            token = credentials.bootstrap_admin(
+                store, datetime.now(UTC), new_id=RandomIds().credential, force=True
+            ).token
+            headers = {"Authorization": f"Bearer {token}"}
+            http_ms: list[float] = []
+            shares: dict[str, int] = {}
+            for n in range(count + 1):
+                t0 = time.perf_counter()
+                got = http.post("/v1/placement/preview", json=body, headers=headers)
+                elapsed = (time.perf_counter() - t0) * 1000
+                if got.status_code != 200:
+                    raise RuntimeError(f"preview answered {got.status_code}: {got.text[:300]}")
+                shares = got.json()["shares"]
+                if n:
+                    http_ms.append(elapsed)
+            spec = parse_workload(
+                {"name": "preview", "shape": {"deviceClass": DEVICE_CLASS, "deviceCount": 8}, "replicas": 4},
+                PROJECT,
+            )
+            principal = Principal(tenant_id=None, is_admin=True, credential_id="bench")
+            direct_ms: list[float] = []
+            for _ in range(count):
+                t0 = time.perf_counter()
+                placement.preview(store, services.index, services.stock, principal, spec, datetime.now(UTC))
+                direct_ms.append((time.perf_counter() - t0) * 1000)
+        out = {
+            "preview_p50_ms": round(statistics.median(http_ms), 2),
+            "preview_p99_ms": round(percentile(http_ms, 0.99), 2),
+            "direct_p50_ms": round(statistics.median(direct_ms), 2),
+            "direct_p99_ms": round(percentile(direct_ms, 0.99), 2),
+            "previews": len(http_ms),
+            "preview_shares": shares,
+        }
+    finally:
+        store.close()
+    return out
+
+
+def workload_requests(base: str, token: str, client: int, count: int) -> list[bytes]:
+    """The client's requests, as bytes on the wire, made before the clock starts."""
+    host = httpx.URL(base).netloc.decode()
+    out = []
+    for n in range(count):
+        body = json.dumps(
+            {
+                "name": f"w{client * 1_000_000 + n}",
+                "project": PROJECT,
+                "shape": {"device_class": DEVICE_CLASS, "device_count": 1},
+                "replicas": 1,
+            }
+        ).encode()
+        head = (
+            f"POST /v1/workloads HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+        )
+        out.append(head.encode() + body)
+    return out
+
+
+def client_loop(base: str, requests: list[bytes], placed: list[int], errors: list[str]) -> None:
+    """One client on one keep-alive connection (as `bench/reservations.py`'s), reading each answer
+    whole: a 201 counts when its workload has its one replica placed."""
+    import socket
+
+    address = httpx.URL(base)
+    sock = socket.create_connection((address.host, address.port or 80), timeout=60)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    pending = b""
+    try:
+        for request in requests:
+            sock.sendall(request)
+            while b"\r\n\r\n" not in pending:
+                pending += _recv(sock)
+            head, _, pending = pending.partition(b"\r\n\r\n")
+            found = _LENGTH.search(head)
+            length = int(found.group(1)) if found else 0
+            while len(pending) < length:
+                pending += _recv(sock)
+            answer, pending = pending[:length], pending[length:]
+            if head[9:12] == b"201" and json.loads(answer).get("placedReplicas") == 1:
+                placed.append(1)
+            else:
+                errors.append((head[:12] + b" " + answer[:200]).decode(errors="replace"))
+    finally:
+        sock.close()
+
+
+def run_clients(base: str, token: str, total: int, offset: int) -> dict[str, Any]:
+    per = total // CLIENTS
+    placed: list[int] = []
+    errors: list[str] = []
+    requests = [workload_requests(base, token, offset + c, per) for c in range(CLIENTS)]
+    threads = [
+        threading.Thread(target=client_loop, args=(base, requests[c], placed, errors)) for c in range(CLIENTS)
+    ]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    return {
+        "workloads_per_s": round(len(placed) / elapsed, 1),
+        "workloads": len(placed),
+        "seconds": round(elapsed, 2),
+        "errors": len(errors),
+        **({"first_error": errors[0]} if errors else {}),
+    }
+
+
+def bench_database(
+    url: str, clusters: int, nodes: int, gpus: int, previews: int, total: int, workers: int
+) -> dict[str, Any]:
+    token, loaded = prepare(url, clusters, nodes, gpus)
+    results: dict[str, Any] = {"load_s": round(loaded, 1), **preview_figures(url, previews)}
+    with server(url, workers) as base:
+        run_clients(base, token, CLIENTS * 8, offset=100)  # warm every worker's caches
+        results.update(run_clients(base, token, total, offset=0))
+    return results
+
+
+def main() -> None:
+    parser = fleet_parser(__doc__)
+    parser.add_argument("--clusters", type=int, default=None)
+    parser.add_argument("--previews", type=int, default=None)
+    parser.add_argument("--workloads", type=int, default=None)
+    parser.add_argument(
+        "--workers", type=int, default=None, help="server processes (default: 2 on PostgreSQL, 1 on SQLite)"
+    )
+    args = parser.parse_args()
+    clusters = args.clusters or (20 if args.quick else 100)
+    nodes = args.nodes or (50 if args.quick else 100)
+    previews = args.previews or (100 if args.quick else 300)
+    total = args.workloads or (400 if args.quick else 2000)
+    results: dict[str, Any] = {
+        "fleet": f"{clusters} clusters x {nodes} nodes x {args.gpus} GPUs",
+        "clusters": clusters,
+        "nodes": clusters * nodes,
+        "gpus": clusters * nodes * args.gpus,
+        "machine_loop_s": machine_speed_s(),
+    }
+    for db in args.databases.split(","):
+        if db == "postgresql":
+            with postgres_database(args.pg_url) as url:
+                outcome = bench_database(url, clusters, nodes, args.gpus, previews, total, args.workers or 2)
+        else:
+            with tempfile.TemporaryDirectory() as tmp, sqlite_database(Path(tmp)) as url:
+                outcome = bench_database(url, clusters, nodes, args.gpus, previews, total, args.workers or 1)
+        print(f"{db}: {outcome}", file=sys.stderr)
+        results[db] = outcome
+        for key in ("preview_p50_ms", "preview_p99_ms", "workloads_per_s", "previews", "workloads"):
+            results[key] = outcome[key]
+        results["database"] = db
+    results["machine_loop_s_after"] = machine_speed_s()
+    argv = " ".join(sys.argv[1:])
+    print(f"fleet: {results['fleet']}", file=sys.stderr)
+    print(f"command: python bench/placement.py{' ' + argv if argv else ''}", file=sys.stderr)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
