@@ -351,3 +351,49 @@ def test_bad_workload_requests_are_refused_with_the_field(world: World) -> None:
         "/v1/workloads", json={"project": "acme", "name": "twice", "shape": shape(1)}, headers=world.admin
     )
     assert again.status_code == 409
+
+
+def test_allowed_regions_on_create_become_a_real_policy_named_after_the_workload(world: World) -> None:
+    got = world.create({"name": "us", "shape": shape(), "replicas": 1, "allowed_regions": ["us-west"]})
+    assert world.shares(got) == {"sjc-1": 1}
+    assert verdicts(got)["iad-1"] == "policy_denied"
+    found = world.http.get(
+        "/v1/policies", params={"subject_type": "workload", "subject": got["id"]}, headers=world.admin
+    )
+    assert found.status_code == 200, found.text
+    (policy,) = found.json()["items"]
+    assert policy["name"] == "us-placement"
+    assert policy["id"] == got["policyId"]
+    assert world.http.delete(f"/v1/workloads/{got['id']}", headers=world.admin).status_code == 200
+    assert world.http.get(f"/v1/policies/{policy['id']}", headers=world.admin).status_code == 404
+
+
+def test_policies_are_cumulative_a_cluster_must_pass_the_tenants_and_the_workloads(world: World) -> None:
+    tenant_policy = world.http.post(
+        "/v1/policies",
+        json={"name": "us-only", "tenantId": "acme", "allowed_regions": ["us-east", "us-west"]},
+        headers=world.admin,
+    )
+    assert tenant_policy.status_code == 201, tenant_policy.text
+    got = world.create({"name": "w", "shape": shape(), "replicas": 1, "allowed_clusters": ["fra-1", "sjc-1"]})
+    # fra-1 is allowed by the workload's policy but not by the tenant's; iad-1 the other way round
+    assert verdicts(got)["fra-1"] == "policy_denied"
+    assert verdicts(got)["iad-1"] == "policy_denied"
+    assert world.shares(got) == {"sjc-1": 1}
+
+
+def test_a_cluster_policy_denies_it_to_every_project(world: World) -> None:
+    made = world.http.post(
+        "/v1/policies",
+        json={
+            "name": "no-iad",
+            "subject_type": "cluster",
+            "subject_id": "iad-1",
+            "denied_clusters": ["iad-1"],
+        },
+        headers=world.admin,
+    )
+    assert made.status_code == 201, made.text
+    got = world.preview(project="acme", shape=shape(), replicas=1)
+    assert verdicts(got)["iad-1"] == "policy_denied"
+    assert got["shares"] == {"fra-1": 1}

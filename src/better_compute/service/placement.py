@@ -19,6 +19,7 @@ from better_compute.domain.class_quotas import ClassQuota, held_per_cluster
 from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass, device_class_not_found
+from better_compute.domain.placement.constraints import applicable, deny
 from better_compute.domain.placement.topology import FreeDevice, Room
 from better_compute.domain.placement.verdicts import (
     REASONS,
@@ -33,6 +34,7 @@ from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.class_quotas import ClassQuotaFigures
 from better_compute.service.placement_stock import Stock
+from better_compute.service.policies import placement_policies_in
 from better_compute.service.ports import StorePort, Tx
 
 INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
@@ -59,7 +61,16 @@ def _policy_denials(
     tx: Tx, tenant_id: str, workload_id: str | None, device_class: str, clusters: Mapping[str, Cluster]
 ) -> dict[str, str]:
     """Why the placement policies that apply refuse each cluster (none refused: empty)."""
-    return {}
+    found = placement_policies_in(tx, tenant_id, workload_id)
+    if not found:
+        return {}
+    out: dict[str, str] = {}
+    for cluster in clusters.values():
+        mine = applicable(found, tenant_id=tenant_id, workload_id=workload_id, cluster_id=cluster.id)
+        denial = deny(mine, cluster, device_class) if mine else None
+        if denial is not None:
+            out[cluster.id] = denial.message
+    return out
 
 
 def snapshot_in(

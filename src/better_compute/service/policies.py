@@ -93,14 +93,17 @@ def create_in(tx: Tx, policy: Policy, *, policy_id: str, now: datetime) -> Polic
 
 def subject_exists(tx: Tx, policy: Policy) -> None:
     """Refuse (NOT_FOUND) a policy whose subject does not exist. A tenant's subject is its tenant
-    (checked with the tenant) and a cluster must be known. Workloads and endpoints are not yet
-    resources of this server: their refs are taken as given, and the change that adds one adds its
-    check here."""
+    (checked with the tenant) and a cluster must be known. Endpoints are not yet a resource of
+    this server: their refs are taken as given, and the change that adds them adds their check here. A workload must exist and be the policy's tenant's."""
     match policy.subject_type:
         case "cluster":
             if tx.clusters.get(policy.subject_id) is None:
                 raise NotFound(f"cluster {policy.subject_id} not found", {"clusterId": policy.subject_id})
-        case "tenant" | "workload" | "endpoint":
+        case "workload":
+            found = tx.workloads.get(policy.subject_id)
+            if found is None or found.tenant_id != policy.tenant_id:
+                raise NotFound(f"workload {policy.subject_id} not found", {"workloadId": policy.subject_id})
+        case "tenant" | "endpoint":
             pass
 
 

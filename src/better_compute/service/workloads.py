@@ -33,12 +33,14 @@ from better_compute.domain.errors import (
 from better_compute.domain.events import (
     DeploymentUpdated,
     LedgerReleased,
+    PolicyDeleted,
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
 )
 from better_compute.domain.placement.binpack import choose_replicas
 from better_compute.domain.placement.verdicts import Placement
+from better_compute.domain.iam import parse_policy
 from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.records import Operation
 from better_compute.domain.tenancy import check_ref, tenant_not_found, tenant_scope
@@ -51,10 +53,11 @@ from better_compute.domain.workloads import (
     check_floors,
     check_replicas,
     phase_of,
+    placement_policy_name,
     replica_allocation_id,
     workload_not_found,
 )
-from better_compute.service import placement
+from better_compute.service import placement, policies
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ids import Ids
 from better_compute.service.paging import Listing, page
@@ -195,6 +198,8 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         workload = Workload(workload_id, spec, 1, now)
         if not tx.workloads.add(workload):
             raise ConcurrentChange(f"workload {spec.name} was created by a concurrent request; retry")
+        if spec.allowed_regions or spec.allowed_clusters:
+            workload = _with_own_policy(tx, wiring, workload, now)
         tx.events.append(
             WorkloadCreated(
                 workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
@@ -204,6 +209,27 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         return place_in(tx, wiring, workload, now)
 
     return _attempts(wiring, run)
+
+
+def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> Workload:
+    """The `<name>-placement` policy a workload's `allowedRegions`/`allowedClusters` become: a real
+    policy on the workload, made in the workload's transaction (seed 001 "Attaching policies")."""
+    spec = workload.spec
+    raw: dict[str, Any] = {
+        "name": placement_policy_name(spec.name),
+        "tenantId": workload.tenant_id,
+        "subjectType": "workload",
+        "subjectId": workload.id,
+    }
+    if spec.allowed_regions:
+        raw["allowedRegions"] = list(spec.allowed_regions)
+    if spec.allowed_clusters:
+        raw["allowedClusters"] = list(spec.allowed_clusters)
+    made = policies.create_in(tx, parse_policy(raw), policy_id=wiring.ids.policy(), now=now)
+    own = replace(workload, policy_id=made.id, generation=workload.generation + 1)
+    if not tx.workloads.update(own, workload.generation):
+        raise ConcurrentChange(f"workload {workload.id} changed while it was created; retry")
+    return own
 
 
 def _check_refs(tx: Tx, spec: WorkloadSpec) -> None:
@@ -459,7 +485,9 @@ def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> Wor
         for d in deps:
             _updated(tx, found, d, "removed", 0, 0, None, now)
         if found.policy_id is not None:
-            tx.policies.remove(found.policy_id)
+            gone = tx.policies.remove(found.policy_id)
+            if gone is not None:
+                tx.events.append(PolicyDeleted(gone.id, gone.tenant_id, gone.name), now)
         tx.workloads.remove(found.id)
         tx.events.append(WorkloadDeleted(found.id, found.tenant_id, found.spec.name), now)
     return view
