@@ -9,7 +9,8 @@ import pytest
 
 from better_compute.storage.store import Store
 from tests.api.test_tenancy import Api, code, load
-from tests.builders import bearer
+from better_compute.domain.workloads import Workload, WorkloadSpec
+from tests.builders import T0, bearer
 
 US_ONLY = {
     "name": "us-only",
@@ -20,12 +21,23 @@ US_ONLY = {
 }
 
 
+def loaded(store: Store) -> Api:
+    """The tenancy fleet, with acme's workload `wkl-01hq0v` that the seed's example names."""
+    api = load(store)
+    spec = WorkloadSpec(
+        name="web", tenant_id="acme", device_class="h100-80gb-sxm", device_count=1, replicas=0
+    )
+    with store.begin() as tx:
+        assert tx.workloads.add(Workload("wkl-01hq0v", spec, 1, T0))
+    return api
+
+
 def create(api: Api, body: dict[str, Any], who: str = "admin") -> Any:
     return api.call(who, "policies.create", body)
 
 
 def test_a_policy_in_the_seeds_snake_case_is_created_and_answered_in_camel_case(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     made = create(api, US_ONLY)
     assert made.status_code == 201, made.text
     policy = made.json()
@@ -58,7 +70,7 @@ def test_a_policy_in_the_seeds_snake_case_is_created_and_answered_in_camel_case(
 
 
 def test_policies_are_listed_by_subject_as_the_seed_writes_it(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     workload = create(api, US_ONLY).json()
     create(api, {"name": "two-gpus", "tenantId": "acme", "limits": {"gpuCount": 2}})
     fenced = create(
@@ -84,7 +96,7 @@ def test_policies_are_listed_by_subject_as_the_seed_writes_it(store: Store) -> N
 
 
 def test_get_a_policy_a_tenant_reads_its_own_and_the_clusters(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     mine = create(api, US_ONLY).json()
     fenced = create(
         api, {"name": "eu", "subjectType": "cluster", "subjectId": "c1", "allowedRegions": ["r1"]}
@@ -100,7 +112,7 @@ def test_get_a_policy_a_tenant_reads_its_own_and_the_clusters(store: Store) -> N
 
 
 def test_update_replaces_limits_and_constraints_with_a_generation(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     made = create(
         api, {"name": "p", "tenantId": "acme", "limits": {"gpuCount": 2}, "allowedRegions": ["r1"]}
     ).json()
@@ -132,7 +144,7 @@ def test_update_replaces_limits_and_constraints_with_a_generation(store: Store) 
 
 
 def test_subjects_must_exist_and_names_stay_unique_per_cluster(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     ghost = create(
         api, {"name": "x", "subjectType": "cluster", "subjectId": "nope", "allowedRegions": ["r1"]}
     )
@@ -148,6 +160,13 @@ def test_subjects_must_exist_and_names_stay_unique_per_cluster(store: Store) -> 
     assert code(create(api, {"name": "x", "tenantId": "nope", "allowedRegions": ["r1"]})) == "NOT_FOUND"
     tenant_again = create(api, {"name": "x", "subjectId": "nope", "allowedRegions": ["r1"]})
     assert code(tenant_again) == "NOT_FOUND"
+    no_workload = create(api, {**US_ONLY, "subject_id": "wkl-nope"})
+    assert (
+        no_workload.status_code == 404
+        and no_workload.json()["error"]["message"] == "workload wkl-nope not found"
+    )
+    theirs = create(api, {**US_ONLY, "tenant_id": "beta"})
+    assert code(theirs) == "NOT_FOUND"
 
 
 @pytest.mark.parametrize(
@@ -164,14 +183,14 @@ def test_subjects_must_exist_and_names_stay_unique_per_cluster(store: Store) -> 
     ],
 )
 def test_bad_policies_are_refused_naming_the_field(store: Store, extra: dict[str, Any], field: str) -> None:
-    api = load(store)
+    api = loaded(store)
     refused = create(api, {"name": "bad", "tenantId": "acme", **extra})
     assert refused.status_code == 400 and code(refused) == "INVALID_INPUT", refused.text
     assert refused.json()["error"]["details"]["field"] == field
 
 
 def test_a_constraints_only_policy_limits_no_reservation(store: Store) -> None:
-    api = load(store)
+    api = loaded(store)
     offered = api.call("admin", "pools.offer", {"poolId": "p1", "tenantId": "acme", "quota": {"gpu.mig": 8}})
     assert offered.status_code == 200, offered.text
     assert create(api, {"name": "nowhere", "tenantId": "acme", "allowedRegions": ["mars"]}).status_code == 201
