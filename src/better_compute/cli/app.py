@@ -38,5 +38,6 @@ from better_compute.cli import (  # noqa: E402, F401
     login_cmd,
     reservations_cmd,
     resources_cmd,
+    workloads_cmd,
 )
 from better_compute.cli import catalog as _catalog  # noqa: E402, F401  (gpus, layouts, advise)

@@ -107,6 +107,20 @@ from better_compute.wire.tenants import (
     WhoAmI,
     WhoAmIQuery,
 )
+from better_compute.wire.workloads import (
+    DeploymentListQuery,
+    DeploymentPublic,
+    DomainKind,
+    OperationCreate,
+    OperationPublic,
+    PlacementPreview,
+    PlacementPreviewRequest,
+    Strategy,
+    WorkloadCreate,
+    WorkloadListQuery,
+    WorkloadPublic,
+    WorkloadScale,
+)
 
 M = TypeVar("M", bound=BaseModel)
 JsonObject = dict[str, Any]
@@ -164,6 +178,10 @@ class Compute:
         self.device_classes = DeviceClasses(self)
         self.priority_classes = PriorityClasses(self)
         self.reservations = Reservations(self)
+        self.workloads = Workloads(self)
+        self.deployments = Deployments(self)
+        self.placement = Placement(self)
+        self.operations = Operations(self)
         self.clusters = Clusters(self, "clusters.list")
         self.nodes = Nodes(self, "nodes.list")
         self.gpus = Inventory(self, "gpus.list")
@@ -645,6 +663,175 @@ class PriorityClasses(_Resource):
 
     def get(self, id: str) -> PriorityClassPublic:
         return self._compute._typed("priorityClasses.get", IdRequest(id=id), PriorityClassPublic)
+
+
+def _placing(
+    *,
+    device_class: str | None,
+    device_count: int | None,
+    replicas: int | None,
+    strategy: Strategy | None,
+    cluster_floors: Mapping[str, int] | None,
+    max_clusters: int | None,
+    cluster: str | None,
+    requires_single_topology_domain: bool | None,
+    topology_domain_kind: DomainKind | None,
+) -> JsonObject:
+    """The placement fields `workloads.create` and `placement.preview` share, as given."""
+    shape = None
+    if device_class is not None:
+        shape = _fields(device_class=device_class, device_count=device_count)
+    return _fields(
+        shape=shape,
+        replicas=replicas,
+        strategy=strategy,
+        cluster_floors=dict(cluster_floors) if cluster_floors is not None else None,
+        max_clusters=max_clusters,
+        cluster=cluster,
+        requires_single_topology_domain=requires_single_topology_domain,
+        topology_domain_kind=topology_domain_kind,
+    )
+
+
+@_refusing_bad_arguments
+class Workloads(_Resource):
+    def create(
+        self,
+        *,
+        name: str,
+        device_class: str,
+        device_count: int = 1,
+        replicas: int = 1,
+        tenant_id: str | None = None,
+        strategy: Strategy | None = None,
+        cluster_floors: Mapping[str, int] | None = None,
+        max_clusters: int | None = None,
+        cluster: str | None = None,
+        priority_class: str | None = None,
+        allowed_regions: Sequence[str] | None = None,
+        allowed_clusters: Sequence[str] | None = None,
+        requires_single_topology_domain: bool | None = None,
+        topology_domain_kind: DomainKind | None = None,
+    ) -> WorkloadPublic:
+        """Create a workload: `replicas` of `device_count` devices of `device_class`, placed across
+        clusters by `strategy` (pack or spread). `cluster` pins it there; `allowed_regions` or
+        `allowed_clusters` make its `<name>-placement` policy. Without `tenant_id` the server takes
+        the credential's tenant (an admin must give one). The answer carries a verdict per cluster."""
+        request = WorkloadCreate.model_validate(
+            _fields(
+                name=name,
+                tenant_id=tenant_id,
+                priority_class=priority_class,
+                allowed_regions=list(allowed_regions) if allowed_regions is not None else None,
+                allowed_clusters=list(allowed_clusters) if allowed_clusters is not None else None,
+                **_placing(
+                    device_class=device_class,
+                    device_count=device_count,
+                    replicas=replicas,
+                    strategy=strategy,
+                    cluster_floors=cluster_floors,
+                    max_clusters=max_clusters,
+                    cluster=cluster,
+                    requires_single_topology_domain=requires_single_topology_domain,
+                    topology_domain_kind=topology_domain_kind,
+                ),
+            )
+        )
+        return self._compute._typed("workloads.create", request, WorkloadPublic)
+
+    def list(
+        self, *, tenant_id: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[WorkloadPublic]:
+        query = WorkloadListQuery.model_validate(_fields(tenant_id=tenant_id, limit=limit, cursor=cursor))
+        return self._compute._typed("workloads.list", query, Page[WorkloadPublic])
+
+    def get(self, id: str) -> WorkloadPublic:
+        """A workload by id or name, with its deployments."""
+        return self._compute._typed("workloads.get", IdRequest(id=id), WorkloadPublic)
+
+    def scale(self, id: str, replicas: int, *, generation: int | None = None) -> WorkloadPublic:
+        """Set the workload's replicas; with `generation`, only if it is still the current one
+        (else CONFLICT). Replicas no cluster can take show as `unplaced_replicas`."""
+        request = WorkloadScale.model_validate(_fields(id=id, replicas=replicas, generation=generation))
+        return self._compute._typed("workloads.scale", request, WorkloadPublic)
+
+    def delete(self, id: str) -> WorkloadPublic:
+        """Delete the workload: its replicas' devices are freed; answers it as it was."""
+        return self._compute._typed("workloads.delete", IdRequest(id=id), WorkloadPublic)
+
+    def drain(self, id: str, *, cluster: str) -> OperationPublic:
+        """Move the workload out of `cluster`: `operations.create` of a `workload.drain`."""
+        return self._compute.operations.create(workload_id=id, payload={"cluster": cluster})
+
+
+@_refusing_bad_arguments
+class Deployments(_Resource):
+    def list(
+        self, *, workload_id: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[DeploymentPublic]:
+        """Deployments (a workload's share in one cluster) the token may see, of `workload_id`."""
+        query = DeploymentListQuery.model_validate(
+            _fields(workload_id=workload_id, limit=limit, cursor=cursor)
+        )
+        return self._compute._typed("deployments.list", query, Page[DeploymentPublic])
+
+
+@_refusing_bad_arguments
+class Placement(_Resource):
+    def preview(
+        self,
+        *,
+        workload_id: str | None = None,
+        tenant_id: str | None = None,
+        device_class: str | None = None,
+        device_count: int | None = None,
+        replicas: int | None = None,
+        strategy: Strategy | None = None,
+        cluster_floors: Mapping[str, int] | None = None,
+        max_clusters: int | None = None,
+        cluster: str | None = None,
+        requires_single_topology_domain: bool | None = None,
+        topology_domain_kind: DomainKind | None = None,
+    ) -> PlacementPreview:
+        """What placement would choose now, writing nothing: for the workload `workload_id` as it
+        stands, or for a shape (`device_class`, `device_count`, `replicas` and the other placement
+        fields of `workloads.create`). A verdict per cluster, the shares, the replicas left over."""
+        request = PlacementPreviewRequest.model_validate(
+            _fields(
+                workload_id=workload_id,
+                tenant_id=tenant_id,
+                **_placing(
+                    device_class=device_class,
+                    device_count=device_count,
+                    replicas=replicas,
+                    strategy=strategy,
+                    cluster_floors=cluster_floors,
+                    max_clusters=max_clusters,
+                    cluster=cluster,
+                    requires_single_topology_domain=requires_single_topology_domain,
+                    topology_domain_kind=topology_domain_kind,
+                ),
+            )
+        )
+        return self._compute._typed("placement.preview", request, PlacementPreview)
+
+
+@_refusing_bad_arguments
+class Operations(_Resource):
+    def create(
+        self,
+        *,
+        workload_id: str,
+        payload: Mapping[str, str],
+        type: Literal["workload.drain"] = "workload.drain",
+    ) -> OperationPublic:
+        """Start an operation: `workload.drain` with `payload={"cluster": ...}` removes the workload's
+        deployment there and places its replicas elsewhere."""
+        request = OperationCreate(type=type, workload_id=workload_id, payload=dict(payload))
+        return self._compute._typed("operations.create", request, OperationPublic)
+
+    def get(self, id: str) -> OperationPublic:
+        return self._compute._typed("operations.get", IdRequest(id=id), OperationPublic)
 
 
 @_refusing_bad_arguments

@@ -94,7 +94,8 @@ def create_in(tx: Tx, policy: Policy, *, policy_id: str, now: datetime) -> Polic
 def subject_exists(tx: Tx, policy: Policy) -> None:
     """Refuse (NOT_FOUND) a policy whose subject does not exist. A tenant's subject is its tenant
     (checked with the tenant) and a cluster must be known. Endpoints are not yet a resource of
-    this server: their refs are taken as given, and the change that adds them adds their check here. A workload must exist and be the policy's tenant's."""
+    this server: their refs are taken as given, and the change that adds them adds their check here.
+    A workload must exist and be the policy's tenant's."""
     match policy.subject_type:
         case "cluster":
             if tx.clusters.get(policy.subject_id) is None:

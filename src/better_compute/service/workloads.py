@@ -38,9 +38,9 @@ from better_compute.domain.events import (
     WorkloadDeleted,
     WorkloadScaled,
 )
+from better_compute.domain.iam import parse_policy
 from better_compute.domain.placement.binpack import choose_replicas
 from better_compute.domain.placement.verdicts import Placement
-from better_compute.domain.iam import parse_policy
 from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.records import Operation
 from better_compute.domain.tenancy import check_ref, tenant_not_found, tenant_scope

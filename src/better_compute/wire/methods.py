@@ -105,6 +105,18 @@ from better_compute.wire.tenants import (
     WhoAmI,
     WhoAmIQuery,
 )
+from better_compute.wire.workloads import (
+    DeploymentListQuery,
+    DeploymentPublic,
+    OperationCreate,
+    OperationPublic,
+    PlacementPreview,
+    PlacementPreviewRequest,
+    WorkloadCreate,
+    WorkloadListQuery,
+    WorkloadPublic,
+    WorkloadScale,
+)
 
 Verb = Literal["GET", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -333,6 +345,68 @@ _TABLE: tuple[Method, ...] = (
         summary="Priority classes by name, `standard` among them (any token).",
     ),
     Method("priorityClasses.get", "GET", "/v1/priority-classes/{id}", IdRequest, PriorityClassPublic),
+    Method(
+        "workloads.create",
+        "POST",
+        "/v1/workloads",
+        WorkloadCreate,
+        WorkloadPublic,
+        summary="Create a workload: replicas of a shape placed across clusters, a verdict per cluster.",
+    ),
+    Method(
+        "workloads.list",
+        "GET",
+        "/v1/workloads",
+        WorkloadListQuery,
+        WorkloadPublic,
+        paged=True,
+        summary="Workloads with their deployments; a tenant sees its own.",
+    ),
+    Method("workloads.get", "GET", "/v1/workloads/{id}", IdRequest, WorkloadPublic),
+    Method(
+        "workloads.scale",
+        "POST",
+        "/v1/workloads/{id}/scale",
+        WorkloadScale,
+        WorkloadPublic,
+        summary="Set a workload's replicas; `generation` makes it a compare-and-swap.",
+    ),
+    Method(
+        "workloads.delete",
+        "DELETE",
+        "/v1/workloads/{id}",
+        IdRequest,
+        WorkloadPublic,
+        summary="Delete a workload: its deployments go and its replicas' devices are freed.",
+    ),
+    Method(
+        "deployments.list",
+        "GET",
+        "/v1/deployments",
+        DeploymentListQuery,
+        DeploymentPublic,
+        paged=True,
+        summary="Deployments (a workload's share in one cluster), filtered by `workloadId`.",
+    ),
+    Method(
+        "placement.preview",
+        "POST",
+        "/v1/placement/preview",
+        PlacementPreviewRequest,
+        PlacementPreview,
+        summary="What placement would choose now for a workload or a shape: clusters, shares and a "
+        "verdict per cluster. Writes nothing.",
+        writes_nothing=True,
+    ),
+    Method(
+        "operations.create",
+        "POST",
+        "/v1/operations",
+        OperationCreate,
+        OperationPublic,
+        summary="Start an operation: `workload.drain` moves a workload's replicas out of one cluster.",
+    ),
+    Method("operations.get", "GET", "/v1/operations/{id}", IdRequest, OperationPublic),
     Method(
         "reservations.create",
         "POST",

@@ -88,8 +88,10 @@ class WorkloadCreate(_Placing):
 
 
 class WorkloadScale(WireRequest):
-    """`workloads.scale`: the new number of replicas; `generation` makes it a compare-and-swap."""
+    """`workloads.scale`: the new number of replicas; `generation` makes it a compare-and-swap.
+    `id` is the path's (the method table sends it in the body too); the server goes by the path."""
 
+    id: str | None = None
     replicas: int = Field(json_schema_extra={"minimum": 0, "maximum": MAX_REPLICAS})
     generation: int | None = None
 

@@ -1,0 +1,538 @@
+"""`workloads` (create, list, show, scale, delete, drain) and `placement preview`: workloads placed
+across clusters, each command one API method through the typed client.
+
+A table for people, `--json` for scripts (the API's own answer). Placement is the server's: these
+commands only spell its requests and print its verdicts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+import typer
+from rich.table import Table
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.output import print_json, stdout
+from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.times import when
+
+if TYPE_CHECKING:
+    from better_compute.wire.common import Page
+    from better_compute.wire.workloads import (
+        DeploymentPublic,
+        DomainKind,
+        OperationPublic,
+        PlacementPreview,
+        Strategy,
+        VerdictPublic,
+        WorkloadPublic,
+    )
+
+workloads_app = typer.Typer(
+    help="Create, list, show, scale, delete and drain workloads placed across clusters.",
+    no_args_is_help=True,
+)
+app.add_typer(workloads_app, name="workloads")
+placement_app = typer.Typer(help="What placement would choose now; nothing is written.", no_args_is_help=True)
+app.add_typer(placement_app, name="placement")
+
+OPTIONS = {
+    "project": "--project",
+    "tenantId": "--project",
+    "shape.deviceClass": "--device-class",
+    "shape.deviceCount": "--device-count",
+    "clusterFloors": "--floor",
+    "maxClusters": "--max-clusters",
+    "priorityClass": "--priority-class",
+    "allowedRegions": "--allowed-region",
+    "allowedClusters": "--allowed-cluster",
+    "topologyDomainKind": "--domain-kind",
+    "workloadId": "--workload",
+}
+"""Body fields the commands fill from an option, so a refusal naming one names the option."""
+
+LimitOption = Annotated[
+    int | None, typer.Option("--limit", min=1, help="At most this many.", show_default=False)
+]
+CursorOption = Annotated[
+    str | None, typer.Option("--cursor", help="The next page's cursor.", show_default=False)
+]
+ProjectOption = Annotated[
+    str | None,
+    typer.Option("--project", help="The tenant (an admin must give it).", show_default=False),
+]
+DeviceCountOption = Annotated[
+    int, typer.Option("--device-count", min=1, help="Devices per replica.", show_default=False)
+]
+StrategyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--strategy", help="pack (fill one cluster first) or spread (default pack).", show_default=False
+    ),
+]
+ClusterOption = Annotated[
+    str | None, typer.Option("--cluster", help="Pin the workload to this cluster.", show_default=False)
+]
+FloorOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--floor", help="CLUSTER=N: at least N replicas there, or none at all (repeat).", show_default=False
+    ),
+]
+MaxClustersOption = Annotated[
+    int | None,
+    typer.Option("--max-clusters", min=1, help="Spread over at most this many clusters.", show_default=False),
+]
+SingleDomainOption = Annotated[
+    bool,
+    typer.Option("--single-domain", help="Each replica's devices in one topology domain."),
+]
+DomainKindOption = Annotated[
+    str | None,
+    typer.Option("--domain-kind", help="The topology domain: nvlink, pcie or numa.", show_default=False),
+]
+
+WORKLOAD_COLUMNS = [
+    Column("id"),
+    Column("name"),
+    Column("project", drop=3),
+    Column("shape", drop=4),
+    Column("replicas"),
+    Column("placed"),
+    Column("unplaced", drop=2),
+    Column("strategy", drop=5),
+    Column("clusters", drop=1, wrap=True),
+    Column("reason", drop=6),
+]
+DEPLOYMENT_COLUMNS = [
+    Column("cluster"),
+    Column("phase"),
+    Column("desired"),
+    Column("placed"),
+    Column("running"),
+    Column("reason", drop=2),
+    Column("shortfall", drop=1),
+    Column("message", drop=3, wrap=True),
+]
+VERDICT_COLUMNS = [
+    Column("cluster"),
+    Column("verdict"),
+    Column("share"),
+    Column("free devices", drop=3),
+    Column("quota left", drop=2),
+    Column("largest domain", drop=4),
+    Column("message", drop=1, wrap=True),
+]
+
+
+def _dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+def _floors(floors: Sequence[str]) -> dict[str, int] | None:
+    """`--floor CLUSTER=N` options as `clusterFloors`; None when none are given."""
+    if not floors:
+        return None
+    out: dict[str, int] = {}
+    for item in floors:
+        cluster, sep, count = item.partition("=")
+        if not sep or not cluster or not count.strip().isdigit():
+            raise typer.BadParameter(f"CLUSTER=N, not {item!r}", param_hint="--floor")
+        out[cluster] = int(count)
+    return out
+
+
+def _shape(w: WorkloadPublic) -> str:
+    return f"{w.shape.device_count} x {w.shape.device_class}"
+
+
+def _clusters(w: WorkloadPublic) -> str:
+    return ", ".join(f"{d.cluster_id}={d.desired_replicas}" for d in w.deployments) or "-"
+
+
+def _print_workloads(items: Sequence[WorkloadPublic], output: Output) -> None:
+    console = stdout()
+    if not items:
+        console.print("no workloads", markup=False)
+        return
+    rows = [
+        [
+            w.id,
+            w.name,
+            w.tenant_id,
+            _shape(w),
+            str(w.replicas),
+            str(w.placed_replicas),
+            str(w.unplaced_replicas),
+            w.strategy,
+            _clusters(w),
+            _dash(w.reason),
+        ]
+        for w in items
+    ]
+    print_fitted(console, WORKLOAD_COLUMNS, rows, output)
+
+
+def _print_deployments(deployments: Sequence[DeploymentPublic], output: Output) -> None:
+    console = stdout()
+    if not deployments:
+        console.print("no deployments", markup=False)
+        return
+    rows = [
+        [
+            d.cluster_id,
+            d.phase,
+            str(d.desired_replicas),
+            str(d.placed_replicas),
+            str(d.running_replicas),
+            _dash(d.reason),
+            str(d.shortfall),
+            d.message or "-",
+        ]
+        for d in deployments
+    ]
+    print_fitted(console, DEPLOYMENT_COLUMNS, rows, output)
+
+
+def _print_verdicts(verdicts: Sequence[VerdictPublic], output: Output) -> None:
+    console = stdout()
+    if not verdicts:
+        console.print("no clusters", markup=False)
+        return
+    rows = [
+        [
+            v.cluster_id,
+            "admitted" if v.admitted else _dash(v.reason),
+            str(v.share),
+            str(v.free_devices),
+            "no limit" if v.quota_left is None else str(v.quota_left),
+            str(v.largest_domain),
+            v.message or "-",
+        ]
+        for v in verdicts
+    ]
+    print_fitted(console, VERDICT_COLUMNS, rows, output)
+
+
+def _grid(rows: Sequence[tuple[str, str]]) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in rows:
+        grid.add_row(key, value, end_section=False)
+    stdout().print(grid)
+
+
+def _print_workload(w: WorkloadPublic, output: Output) -> None:
+    """The workload's fields, then its deployments, and the verdicts when the answer has them."""
+    floors = ", ".join(f"{c}={n}" for c, n in w.cluster_floors.items()) or "-"
+    rows = [
+        ("id", w.id),
+        ("name", w.name),
+        ("project", w.tenant_id),
+        ("shape", _shape(w)),
+        ("replicas", str(w.replicas)),
+        ("placed", str(w.placed_replicas)),
+        ("unplaced", str(w.unplaced_replicas)),
+        ("reason", _dash(w.reason)),
+        ("strategy", w.strategy),
+        ("cluster", _dash(w.cluster)),
+        ("floors", floors),
+        ("max clusters", _dash(w.max_clusters)),
+        ("priority class", w.priority_class),
+        (
+            "single domain",
+            f"yes ({w.topology_domain_kind or 'any kind'})" if w.requires_single_topology_domain else "no",
+        ),
+        ("allowed regions", ", ".join(w.allowed_regions) or "any"),
+        ("allowed clusters", ", ".join(w.allowed_clusters) or "any"),
+        ("policy", _dash(w.policy_id)),
+        ("generation", str(w.generation)),
+        ("created", when(w.created_at)),
+    ]
+    _grid(rows)
+    console = stdout()
+    console.print()
+    console.print("deployments", markup=False, style="bold")
+    _print_deployments(w.deployments, output)
+    if w.verdicts is not None:
+        console.print()
+        console.print("verdicts", markup=False, style="bold")
+        _print_verdicts(w.verdicts, output)
+
+
+def _print_operation(op: OperationPublic) -> None:
+    def pairs(values: Mapping[str, Any]) -> str:
+        return ", ".join(f"{k}={v}" for k, v in values.items()) or "-"
+
+    _grid(
+        [
+            ("id", op.id),
+            ("type", op.type),
+            ("status", op.status),
+            ("workload", _dash(op.workload_id)),
+            ("payload", pairs(op.payload)),
+            ("result", pairs(op.result)),
+            ("created", when(op.created_at)),
+            ("finished", when(op.finished_at) if op.finished_at else "-"),
+        ]
+    )
+
+
+def _show(w: WorkloadPublic, as_json: bool, output: Output = Output.TABLE) -> None:
+    if as_json:
+        print_json(w.model_dump(mode="json", by_alias=True))
+        return
+    _print_workload(w, output)
+
+
+@workloads_app.command("create")
+def workloads_create(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    device_class: Annotated[
+        str, typer.Option("--device-class", help="The device class: e.g. h100-80gb-sxm.", show_default=False)
+    ],
+    device_count: DeviceCountOption,
+    replicas: Annotated[
+        int, typer.Option("--replicas", min=0, help="How many replicas.", show_default=False)
+    ],
+    project: ProjectOption = None,
+    strategy: StrategyOption = None,
+    cluster: ClusterOption = None,
+    floor: FloorOption = None,
+    max_clusters: MaxClustersOption = None,
+    priority_class: Annotated[
+        str | None,
+        typer.Option("--priority-class", help="Default standard (recorded).", show_default=False),
+    ] = None,
+    allowed_region: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-region", help="Place only in this region (repeat).", show_default=False),
+    ] = None,
+    allowed_cluster: Annotated[
+        list[str] | None,
+        typer.Option("--allowed-cluster", help="Place only in this cluster (repeat).", show_default=False),
+    ] = None,
+    single_domain: SingleDomainOption = False,
+    domain_kind: DomainKindOption = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create a workload: --replicas of --device-count devices of --device-class, placed across
+    clusters; prints where each replica went and a verdict per cluster. --allowed-region and
+    --allowed-cluster make its NAME-placement policy."""
+    floors = _floors(floor or ())
+    created = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.create(
+            name=name,
+            tenant_id=project,
+            device_class=device_class,
+            device_count=device_count,
+            replicas=replicas,
+            strategy=cast("Strategy | None", strategy),
+            cluster_floors=floors,
+            max_clusters=max_clusters,
+            cluster=cluster,
+            priority_class=priority_class,
+            allowed_regions=allowed_region or None,
+            allowed_clusters=allowed_cluster or None,
+            requires_single_topology_domain=single_domain or None,
+            topology_domain_kind=cast("DomainKind | None", domain_kind),
+        ),
+        OPTIONS,
+    )
+    _show(created, as_json, output)
+
+
+@workloads_app.command("list")
+def workloads_list(
+    project: Annotated[
+        str | None, typer.Option("--project", help="Only this tenant's (admin).", show_default=False)
+    ] = None,
+    limit: LimitOption = None,
+    cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Workloads the token may see, with where their replicas are (clusters: CLUSTER=replicas)."""
+    page: Page[WorkloadPublic] = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.list(tenant_id=project, limit=limit, cursor=cursor),
+        OPTIONS,
+    )
+    if as_json:
+        print_json(page.model_dump(mode="json", by_alias=True))
+        return
+    _print_workloads(page.items, output)
+    if page.next_cursor:
+        stdout().print(f"more: --cursor {page.next_cursor}", markup=False)
+
+
+@workloads_app.command("show")
+def workloads_show(
+    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """One workload and its deployments: per cluster its phase, replicas desired, placed and
+    running, and why it has fewer (reason, shortfall)."""
+    _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
+
+
+@workloads_app.command("scale")
+def workloads_scale(
+    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    replicas: Annotated[int, typer.Argument(metavar="REPLICAS", min=0)],
+    generation: Annotated[
+        int | None,
+        typer.Option(
+            "--generation", help="Only if the workload is still at this generation.", show_default=False
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Set a workload's replicas; those no cluster can take show as unplaced, with the reason."""
+    scaled = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.scale(workload_id, replicas, generation=generation),
+        {"replicas": "REPLICAS", "generation": "--generation"},
+    )
+    _show(scaled, as_json, output)
+
+
+@workloads_app.command("delete")
+def workloads_delete(
+    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete a workload: its replicas' devices are freed; prints it as it was."""
+    _show(call(server, token, as_json, lambda c: c.workloads.delete(workload_id)), as_json)
+
+
+@workloads_app.command("drain")
+def workloads_drain(
+    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    cluster: Annotated[
+        str, typer.Option("--cluster", help="The cluster to move the workload out of.", show_default=False)
+    ],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Move a workload out of one cluster (a workload.drain operation): its deployment there goes
+    and its replicas are placed elsewhere."""
+    op = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.drain(workload_id, cluster=cluster),
+        {"payload.cluster": "--cluster", "payload": "--cluster"},
+    )
+    if as_json:
+        print_json(op.model_dump(mode="json", by_alias=True))
+        return
+    _print_operation(op)
+
+
+def _print_preview(preview: PlacementPreview, output: Output) -> None:
+    console = stdout()
+    _print_verdicts(preview.verdicts, output)
+    console.print()
+    shares = ", ".join(f"{c}={n}" for c, n in preview.shares.items() if n) or "none"
+    console.print(f"chosen: {shares}", markup=False)
+    if preview.unplaced_replicas:
+        console.print(
+            f"unplaced: {preview.unplaced_replicas} ({_dash(preview.reason)})", markup=False, style="bold"
+        )
+
+
+@placement_app.command("preview")
+def placement_preview(
+    workload: Annotated[
+        str | None,
+        typer.Option("--workload", help="An existing workload, as it stands.", show_default=False),
+    ] = None,
+    project: ProjectOption = None,
+    device_class: Annotated[
+        str | None, typer.Option("--device-class", help="Without --workload: the class.", show_default=False)
+    ] = None,
+    device_count: Annotated[
+        int | None,
+        typer.Option(
+            "--device-count", min=1, help="Without --workload: devices per replica.", show_default=False
+        ),
+    ] = None,
+    replicas: Annotated[
+        int | None,
+        typer.Option("--replicas", min=0, help="Without --workload: how many replicas.", show_default=False),
+    ] = None,
+    strategy: StrategyOption = None,
+    cluster: ClusterOption = None,
+    floor: FloorOption = None,
+    max_clusters: MaxClustersOption = None,
+    single_domain: SingleDomainOption = False,
+    domain_kind: DomainKindOption = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """What placement would choose now, writing nothing: for --workload, or for --device-class,
+    --device-count and --replicas (with --project for an admin). A verdict per cluster (admitted,
+    or why not, with the figures that decided), then the chosen shares."""
+    shaped = (device_class, device_count, replicas)
+    if workload is not None and any(v is not None for v in shaped):
+        raise typer.BadParameter(
+            "give --workload, or --device-class, --device-count and --replicas, not both",
+            param_hint="--workload",
+        )
+    if workload is None and any(v is None for v in shaped):
+        raise typer.BadParameter(
+            "give --workload, or --device-class, --device-count and --replicas", param_hint="--workload"
+        )
+    floors = _floors(floor or ())
+    preview = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.placement.preview(
+            workload_id=workload,
+            tenant_id=project,
+            device_class=device_class,
+            device_count=device_count,
+            replicas=replicas,
+            strategy=cast("Strategy | None", strategy),
+            cluster_floors=floors,
+            max_clusters=max_clusters,
+            cluster=cluster,
+            requires_single_topology_domain=single_domain or None,
+            topology_domain_kind=cast("DomainKind | None", domain_kind),
+        ),
+        OPTIONS,
+    )
+    if as_json:
+        print_json(preview.model_dump(mode="json", by_alias=True))
+        return
+    _print_preview(preview, output)

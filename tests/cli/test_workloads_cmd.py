@@ -1,0 +1,225 @@
+"""`workloads` and `placement preview` through typer's CliRunner against the real app on both stores
+(the client's transport hands each request to the app in-process), on three clusters of H100s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.client import Compute
+from better_compute.domain.fleet import parse_fleet
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.store import Store
+from tests.api.test_workloads import fleet
+from tests.builders import T0, admin_token, api_client, tenant_token
+
+
+class Fleet:
+    def __init__(self, store: Store) -> None:
+        load_fleet(store, parse_fleet(fleet()), T0)
+        self.http = api_client(store)
+        self.admin = admin_token(store)
+        self.acme = tenant_token(store, "acme")
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        answer = self.http.request(
+            request.method, str(request.url), headers=dict(request.headers), content=request.content
+        )
+        return httpx.Response(answer.status_code, headers=answer.headers, content=answer.content)
+
+
+@pytest.fixture
+def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+    live = Fleet(store)
+
+    def connect(settings: config.Settings) -> Compute:
+        transport = httpx.MockTransport(live.handle)
+        return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
+
+    monkeypatch.setattr(config, "connect", connect)
+    yield live
+
+
+def run(runner: CliRunner, token: str, *args: str) -> Any:
+    return runner.invoke(app, [*args, "--token", token], env={"COLUMNS": "250"})
+
+
+SHAPE = ("--device-class", "h100-80gb-sxm", "--device-count", "8")
+
+
+def test_create_list_show_scale_drain_and_delete(runner: CliRunner, world: Fleet) -> None:
+    created = run(runner, world.acme, "workloads", "create", "train", *SHAPE, "--replicas", "4")
+    assert created.exit_code == 0, created.output
+    assert "8 x h100-80gb-sxm" in created.stdout
+    assert "deployments" in created.stdout and "verdicts" in created.stdout
+    made = json.loads(run(runner, world.acme, "workloads", "list", "--json").stdout)["items"][0]
+    wid = made["id"]
+    assert {d["clusterId"]: d["placedReplicas"] for d in made["deployments"]} == {"iad-1": 3, "fra-1": 1}
+
+    listed = run(runner, world.acme, "workloads", "list")
+    assert listed.exit_code == 0, listed.output
+    assert wid in listed.stdout and "fra-1=1, iad-1=3" in listed.stdout
+
+    shown = run(runner, world.acme, "workloads", "show", wid)
+    assert shown.exit_code == 0, shown.output
+    header = next(line for line in shown.stdout.splitlines() if "phase" in line)
+    assert header.split() == [
+        "cluster",
+        "phase",
+        "desired",
+        "placed",
+        "running",
+        "reason",
+        "shortfall",
+        "message",
+    ]
+    iad = next(line for line in shown.stdout.splitlines() if line.startswith("iad-1"))
+    assert iad.split()[:7] == ["iad-1", "placed", "3", "3", "0", "-", "0"]
+
+    scaled = run(runner, world.acme, "workloads", "scale", wid, "7", "--json")
+    assert scaled.exit_code == 0, scaled.output
+    answer = json.loads(scaled.stdout)
+    assert (answer["replicas"], answer["placedReplicas"]) == (7, 6)
+    assert answer["unplacedReplicas"] == 1 and answer["reason"] == "insufficient_capacity"
+    assert {v["clusterId"] for v in answer["verdicts"]} == {"iad-1", "fra-1", "sjc-1"}
+    down = run(runner, world.acme, "workloads", "scale", wid, "2")
+    assert down.exit_code == 0, down.output
+
+    before = json.loads(run(runner, world.acme, "workloads", "show", wid, "--json").stdout)
+    clusters = {d["clusterId"] for d in before["deployments"]}
+    drained = run(runner, world.acme, "workloads", "drain", wid, "--cluster", "iad-1")
+    assert drained.exit_code == 0, drained.output
+    assert "workload.drain" in drained.stdout and "succeeded" in drained.stdout
+    after = json.loads(run(runner, world.acme, "workloads", "show", wid, "--json").stdout)
+    assert "iad-1" in clusters and "iad-1" not in {d["clusterId"] for d in after["deployments"]}
+    assert sum(d["placedReplicas"] for d in after["deployments"]) == 2
+
+    drained_json = run(runner, world.acme, "workloads", "drain", wid, "--cluster", "fra-1", "--json")
+    op = json.loads(drained_json.stdout)
+    assert (op["type"], op["workloadId"], op["payload"]) == ("workload.drain", wid, {"cluster": "fra-1"})
+
+    deleted = run(runner, world.acme, "workloads", "delete", wid, "--json")
+    assert deleted.exit_code == 0, deleted.output
+    assert json.loads(deleted.stdout)["id"] == wid
+    assert "no workloads" in run(runner, world.acme, "workloads", "list").stdout
+    gone = run(runner, world.acme, "workloads", "show", wid)
+    assert gone.exit_code == 1 and "NOT_FOUND" in gone.stderr
+
+
+def test_create_takes_every_placement_option(runner: CliRunner, world: Fleet) -> None:
+    created = run(
+        runner,
+        world.admin,
+        "workloads",
+        "create",
+        "spread",
+        "--project",
+        "acme",
+        "--device-class",
+        "h100-80gb-sxm",
+        "--device-count",
+        "1",
+        "--replicas",
+        "3",
+        "--strategy",
+        "spread",
+        "--floor",
+        "sjc-1=1",
+        "--max-clusters",
+        "3",
+        "--priority-class",
+        "standard",
+        "--allowed-region",
+        "us-east",
+        "--allowed-region",
+        "us-west",
+        "--single-domain",
+        "--domain-kind",
+        "nvlink",
+        "--json",
+    )
+    assert created.exit_code == 0, created.output
+    got = json.loads(created.stdout)
+    assert (got["tenantId"], got["strategy"], got["clusterFloors"], got["maxClusters"]) == (
+        "acme",
+        "spread",
+        {"sjc-1": 1},
+        3,
+    )
+    assert got["allowedRegions"] == ["us-east", "us-west"]
+    assert (got["requiresSingleTopologyDomain"], got["topologyDomainKind"]) == (True, "nvlink")
+    assert sum(d["placedReplicas"] for d in got["deployments"]) == 3
+    pinned = run(
+        runner, world.acme, "workloads", "create", "pinned", *SHAPE, "--replicas", "2", "--cluster", "sjc-1"
+    )
+    assert pinned.exit_code == 0, pinned.output
+    assert "insufficient_capacity" in pinned.stdout
+
+
+def test_bad_options_are_refused_with_the_option_named(runner: CliRunner, world: Fleet) -> None:
+    floor = run(runner, world.acme, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--floor", "iad-1")
+    assert floor.exit_code != 0 and "CLUSTER=N" in floor.output
+    strategy = run(
+        runner, world.acme, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--strategy", "fill"
+    )
+    assert strategy.exit_code == 1 and "INVALID_INPUT" in strategy.stderr and "strategy" in strategy.stderr
+    admin = run(runner, world.admin, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--json")
+    assert admin.exit_code == 1
+    assert json.loads(admin.stderr)["error"]["code"] == "INVALID_INPUT"
+    assert "--project" in json.loads(admin.stderr)["error"]["message"]
+    neither = run(runner, world.acme, "placement", "preview")
+    assert neither.exit_code != 0 and "--workload" in neither.output
+    both = run(runner, world.acme, "placement", "preview", "--workload", "w", *SHAPE, "--replicas", "1")
+    assert both.exit_code != 0 and "not both" in both.output
+
+
+def test_placement_preview_prints_a_verdict_per_cluster_and_the_shares(
+    runner: CliRunner, world: Fleet
+) -> None:
+    table = run(runner, world.acme, "placement", "preview", *SHAPE, "--replicas", "4")
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    header = next(line for line in lines if "verdict" in line)
+    assert header.split()[:4] == ["cluster", "verdict", "share", "free"]
+    assert "quota left" in header and "largest domain" in header and "message" in header
+    iad = next(line for line in lines if line.startswith("iad-1"))
+    assert iad.split()[:7] == ["iad-1", "admitted", "3", "24", "no", "limit", "8"]
+    assert "chosen: iad-1=3, fra-1=1" in table.stdout
+    assert json.loads(run(runner, world.acme, "workloads", "list", "--json").stdout)["items"] == []
+
+    too_big = run(
+        runner,
+        world.acme,
+        "placement",
+        "preview",
+        "--device-class",
+        "h100-80gb-sxm",
+        "--device-count",
+        "16",
+        "--replicas",
+        "1",
+        "--json",
+    )
+    assert too_big.exit_code == 0, too_big.output
+    answer = json.loads(too_big.stdout)
+    assert answer["clusters"] == [] and answer["unplacedReplicas"] == 1
+    assert {v["clusterId"]: v["reason"] for v in answer["verdicts"]} == {
+        c: "insufficient_capacity" for c in ("iad-1", "fra-1", "sjc-1")
+    }
+    text = run(
+        runner, world.acme, "placement", "preview", *SHAPE[:2], "--device-count", "16", "--replicas", "1"
+    )
+    assert "unplaced: 1 (insufficient_capacity)" in text.stdout and "chosen: none" in text.stdout
+
+    made = run(runner, world.acme, "workloads", "create", "w", *SHAPE, "--replicas", "2", "--json")
+    wid = json.loads(made.stdout)["id"]
+    existing = run(runner, world.acme, "placement", "preview", "--workload", wid, "--json")
+    assert existing.exit_code == 0, existing.output
+    assert json.loads(existing.stdout)["shares"] == {"iad-1": 2}
