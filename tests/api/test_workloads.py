@@ -397,3 +397,15 @@ def test_a_cluster_policy_denies_it_to_every_project(world: World) -> None:
     got = world.preview(project="acme", shape=shape(), replicas=1)
     assert verdicts(got)["iad-1"] == "policy_denied"
     assert got["shares"] == {"fra-1": 1}
+
+
+def test_a_pinned_workload_beyond_its_quota_waits_with_insufficient_quota(world: World) -> None:
+    world.quota(scope="cluster", cluster_id="iad-1", guaranteed_devices=8)
+    got = world.create({"name": "w", "shape": shape(), "replicas": 2, "cluster": "iad-1"})
+    (dep,) = got["deployments"]
+    assert (dep["phase"], dep["placedReplicas"], dep["reason"], dep["shortfall"]) == (
+        "pending",
+        1,
+        "insufficient_quota",
+        1,
+    )

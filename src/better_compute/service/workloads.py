@@ -40,7 +40,7 @@ from better_compute.domain.events import (
 )
 from better_compute.domain.iam import parse_policy
 from better_compute.domain.placement.binpack import choose_replicas
-from better_compute.domain.placement.verdicts import Placement
+from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.records import Operation
 from better_compute.domain.tenancy import check_ref, tenant_not_found, tenant_scope
@@ -257,14 +257,21 @@ def place_in(
     excluded: Mapping[str, str] | None = None,
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
-    placement made. The caller holds the tenant's workload lock and a caught-up index."""
+    placement made. The caller holds the tenant's workload lock and a caught-up index.
+
+    Each deployment is written once, after its replicas are booked, with one `deployment.updated`
+    event when its share, phase or reason changed. A share the plan admitted but the scheduler could
+    not fully book (an atom another request of this process holds) leaves it `admitted`; a share
+    beyond what the cluster can take (a pinned workload's) leaves it `pending` with the reason."""
     spec = workload.spec
-    deps = {d.cluster_id: d for d in tx.workloads.deployments_of([workload.id])[workload.id]}
-    reps = tx.workloads.replicas_of([d.id for d in deps.values()])
+    known = tx.workloads.deployments_of([workload.id])[workload.id]
+    deps = {d.cluster_id: d for d in known}
+    reps = tx.workloads.replicas_of([d.id for d in known]) if known else {}
     booked = {c: len(reps[d.id]) for c, d in deps.items()}
     snap = placement.snapshot_in(tx, workload.tenant_id, spec.device_class, workload.id, now)
     plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
     claims: list[str] = []
+    views: list[tuple[Deployment, int, list[str]]] = []
     try:
         for cluster_id in sorted(set(deps) | set(plan.shares)):
             share = plan.shares.get(cluster_id, 0)
@@ -275,6 +282,7 @@ def place_in(
                     tx.workloads.remove_deployment(dep.id)
                     _updated(tx, workload, dep, "removed", 0, 0, None, now)
                 continue
+            fresh = dep is None
             if dep is None:
                 dep = Deployment(
                     id=wiring.ids.deployment(),
@@ -289,31 +297,39 @@ def place_in(
                     created_at=now,
                     updated_at=now,
                 )
-                tx.workloads.put_deployment(dep)
             count = len(have)
+            kept = [a for _, a in have]
+            added: list[tuple[int, str]] = []
             if share < count:
                 gone = have[share:]
                 for _, allocation in gone:
                     tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
                 tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
+                kept = [a for _, a in have[:share]]
                 count = share
             elif share > count:
-                count += _book(tx, wiring, snap, spec, dep, have, share - count, now, claims)
-            verdict = plan.verdict(cluster_id)
-            blocked = count < share
-            reason = verdict.reason if verdict is not None and blocked else None
-            if blocked and reason is None:
-                reason = "insufficient_capacity"
-            message = verdict.message if verdict is not None and blocked else ""
-            shortfall = max(verdict.shortfall if verdict is not None else 0, share - count)
+                # never past what the verdict allows (quota and capacity), even for a pinned share
+                verdict_room = plan.verdict(cluster_id)
+                allowed = min(share - count, verdict_room.room if verdict_room is not None else 0)
+                added = _book(tx, wiring, snap, spec, dep, have, allowed, now, claims) if allowed > 0 else []
+            before = count
+            count += len(added)
             if share == 0 and count == 0:
                 tx.workloads.remove_deployment(dep.id)
                 _updated(tx, workload, dep, "removed", 0, 0, None, now)
                 continue
+            verdict = plan.verdict(cluster_id)
+            short = count < share
+            room = verdict.room if verdict is not None else 0
+            blocked = short and (share - before > room or verdict is None or verdict.reason is not None)
+            reason: Reason | None = None
+            if blocked:
+                reason = (verdict.reason if verdict is not None else None) or _limit_of(
+                    verdict, spec, share - before
+                )
+            message = verdict.message if verdict is not None and short else ""
+            shortfall = max(verdict.shortfall if verdict is not None else 0, share - count)
             phase = phase_of(share, count, 0, blocked)
-            if phase == "placed" and dep.phase != "placed":
-                # the share passed quota and the cluster had room: admitted, then every replica booked
-                _updated(tx, workload, replace(dep, phase="admitted"), "admitted", share, count, None, now)
             new = replace(
                 dep,
                 desired_replicas=share,
@@ -322,21 +338,19 @@ def place_in(
                 message=message[:500],
                 shortfall=max(0, shortfall),
                 updated_at=now,
-                generation=dep.generation + 1 if dep.id in {d.id for d in deps.values()} else dep.generation,
+                generation=dep.generation if fresh else dep.generation + 1,
             )
-            tx.workloads.put_deployment(new)
-            if (new.phase, new.desired_replicas, new.reason) != (
+            if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall) != (
                 dep.phase,
                 dep.desired_replicas,
                 dep.reason,
-            ) or dep.id not in {d.id for d in deps.values()}:
+                dep.shortfall,
+            ):
+                tx.workloads.put_deployment(new)
                 _updated(tx, workload, new, phase, share, count, reason, now)
-        total = sum(
-            len(r)
-            for r in tx.workloads.replicas_of(
-                [d.id for d in tx.workloads.deployments_of([workload.id])[workload.id]]
-            ).values()
-        )
+            tx.workloads.add_replicas(new.id, added, now)
+            views.append((new, count, kept))
+        total = sum(count for _, count, _ in views)
         unplaced = max(0, spec.replicas - total)
         placed = replace(
             workload,
@@ -346,9 +360,32 @@ def place_in(
         )
         if not tx.workloads.update(placed, workload.generation):
             raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
-        return _view(tx, placed, plan)
+        return WorkloadView(placed, _deployment_views(tx, views), plan)
     finally:
         wiring.index.unclaim(claims)
+
+
+def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reason:
+    """Why a cluster that takes some replicas cannot take `wanted`: its quota when that is what
+    runs out first, else its capacity."""
+    if (
+        verdict is not None
+        and verdict.quota_left is not None
+        and verdict.quota_left // spec.device_count < wanted
+    ):
+        return "insufficient_quota"
+    return "insufficient_capacity"
+
+
+def _deployment_views(tx: Tx, placed: list[tuple[Deployment, int, list[str]]]) -> list[DeploymentView]:
+    """Views of deployments just written: only replicas that were there before can be bound yet."""
+    earlier = [a for _, _, kept in placed for a in kept]
+    bindings = tx.bindings.of_allocations(earlier) if earlier else {}
+    out = []
+    for dep, count, kept in placed:
+        bound = sum(1 for a in kept if binding_of(bindings.get(a, {}), ()) == "bound")
+        out.append(DeploymentView(dep, count, bound, _shown_phase(dep, count, bound)))
+    return out
 
 
 def _book(
@@ -361,19 +398,19 @@ def _book(
     wanted: int,
     now: datetime,
     claims: list[str],
-) -> int:
-    """Book up to `wanted` more replicas of the deployment in its cluster; how many were booked."""
+) -> list[tuple[int, str]]:
+    """Book up to `wanted` more replicas of the deployment in its cluster; the replicas booked, as
+    (index, allocation id), for the caller to record once the deployment is written."""
     taken = set(wiring.index.claimed())
     used = {i for i, _ in have}
     next_index = 0
-    booked = 0
     new_rows: list[tuple[int, str]] = []
     pools = placement.free_devices_in(tx, wiring.index, wiring.stock, snap, dep.cluster_id, now)
     for pool_id in sorted(pools, key=lambda p: (-len(pools[p][0]), p)):
         devices, left = pools[pool_id]
-        if booked >= wanted:
+        if len(new_rows) >= wanted:
             break
-        may = wanted - booked
+        may = wanted - len(new_rows)
         if left is not None:
             may = min(may, left // spec.device_count)
         free = [d for d in devices if d.atom_id not in taken]
@@ -387,9 +424,7 @@ def _book(
             tx.ledger.book(list(atoms), Window(now, None), allocation, dep.tenant_id, now)
             new_rows.append((next_index, allocation))
             used.add(next_index)
-            booked += 1
-    tx.workloads.add_replicas(dep.id, new_rows, now)
-    return booked
+    return new_rows
 
 
 def _updated(
