@@ -52,6 +52,7 @@ def run(url: str, worker: int, project: str, rounds: int, seed: int) -> Counter[
                     outcomes["deleted"] += 1
             except DomainError as refused:
                 outcomes[f"refused:{refused.code}"] += 1
+                outcomes[f"why:{refused.message[:80]}"] += 1
             while len(mine) > 4:
                 workloads.delete(wiring, ADMIN, mine.pop(0), datetime.now(UTC))
                 outcomes["deleted"] += 1
