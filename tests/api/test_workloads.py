@@ -223,6 +223,11 @@ def test_a_drained_cluster_loses_its_deployment_and_its_replicas_are_placed_else
     assert world.shares(again) == {"fra-1": 2}
     read = world.http.get(f"/v1/operations/{op.json()['id']}", headers=world.admin)
     assert read.json()["result"]["removedReplicas"] == 2
+    # iad-1 stays out of this workload's placements: scaling up does not bring it back there
+    assert again["drainedClusters"] == ["iad-1"]
+    up = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 3}, headers=world.admin).json()
+    assert world.shares(up) == {"fra-1": 2, "sjc-1": 1}
+    assert verdicts(up)["iad-1"] == "policy_denied"
 
 
 def test_a_workload_and_a_reservation_never_hold_one_atom(world: World) -> None:

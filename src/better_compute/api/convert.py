@@ -657,6 +657,7 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
         topology_domain_kind=s.domain_kind,
         allowed_regions=list(s.allowed_regions),
         allowed_clusters=list(s.allowed_clusters),
+        drained_clusters=list(s.drained_clusters),
         policy_id=w.policy_id,
         placed_replicas=v.booked,
         unplaced_replicas=w.unplaced,

@@ -72,6 +72,8 @@ class WorkloadSpec:
     domain_kind: DomainKind | None = None
     allowed_regions: tuple[str, ...] = ()
     allowed_clusters: tuple[str, ...] = ()
+    drained_clusters: tuple[str, ...] = ()
+    """Clusters a `workload.drain` took the workload out of: placement leaves them out from then on."""
 
     @property
     def topology_kind(self) -> DomainKind | None:

@@ -29,6 +29,7 @@ from better_compute.domain.placement.verdicts import (
     Reason,
     plan_placement,
 )
+from better_compute.domain.quota import effective_limit
 from better_compute.domain.records import Cluster, Pool
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
@@ -88,11 +89,12 @@ def snapshot_in(
     pools: dict[str, list[Pool]] = {}
     pool_left: dict[str, int | None] = {}
     for pool in tx.pools.all():
-        if pool.owner_tenant_id == tenant_id:
-            left: int | None = None
-        elif (pool.id, found.cls) in offered:
-            left = max(0, offered[(pool.id, found.cls)] - held_by_pool[pool.id])
-        else:
+        limits = {str(cls): limit for (pid, cls), limit in offered.items() if pid == pool.id}
+        if pool.owner_tenant_id != tenant_id and not limits:
+            continue  # neither the tenant's pool nor offered to it
+        limit = effective_limit(found.cls, tenant_id, pool.owner_tenant_id, limits)
+        left = None if limit is None else max(0, limit - held_by_pool[pool.id])
+        if left == 0:
             continue
         pools.setdefault(pool.cluster_id, []).append(pool)
         pool_left[pool.id] = left

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.bindings import binding_of
-from better_compute.domain.credentials import Principal, require_admin
+from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import (
     AlreadyExists,
     BookingConflict,
@@ -67,7 +67,7 @@ from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
 MAX_ATTEMPTS = 4
 DRAIN = "workload.drain"
 OPERATION_TYPES = (DRAIN,)
-DRAINED = "cluster {cluster} is being drained of this workload"
+DRAINED = "cluster {cluster} was drained of this workload (workload.drain)"
 
 
 def workload_lock(tenant_id: str) -> str:
@@ -264,6 +264,7 @@ def place_in(
     not fully book (an atom another request of this process holds) leaves it `admitted`; a share
     beyond what the cluster can take (a pinned workload's) leaves it `pending` with the reason."""
     spec = workload.spec
+    excluded = {**{c: DRAINED.format(cluster=c) for c in spec.drained_clusters}, **(excluded or {})}
     known = tx.workloads.deployments_of([workload.id])[workload.id]
     deps = {d.cluster_id: d for d in known}
     reps = tx.workloads.replicas_of([d.id for d in known]) if known else {}
@@ -558,7 +559,13 @@ def drain(
                 removed += 1
             tx.workloads.remove_deployment(dep.id)
             _updated(tx, found, dep, "removed", 0, 0, None, now)
-        view = place_in(tx, wiring, found, now, excluded={cluster_id: DRAINED.format(cluster=cluster_id)})
+        drained = replace(
+            found,
+            spec=replace(
+                found.spec, drained_clusters=tuple(sorted({*found.spec.drained_clusters, cluster_id}))
+            ),
+        )
+        view = place_in(tx, wiring, drained, now)
         tx.workloads.add_operation(
             Operation(
                 id=op_id,
@@ -619,10 +626,6 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
         if view.workload.unplaced == 0:
             gained += 1
     return gained
-
-
-def admin_only(principal: Principal) -> None:
-    require_admin(principal, "operations.create")
 
 
 __all__ = [

@@ -28,6 +28,7 @@ def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
         "topologyDomainKind": spec.domain_kind,
         "allowedRegions": list(spec.allowed_regions),
         "allowedClusters": list(spec.allowed_clusters),
+        "drainedClusters": list(spec.drained_clusters),
     }
 
 
@@ -47,6 +48,7 @@ def _spec(name: str, tenant_id: str, d: Mapping[str, Any]) -> WorkloadSpec:
         domain_kind=d.get("topologyDomainKind"),
         allowed_regions=tuple(d.get("allowedRegions") or ()),
         allowed_clusters=tuple(d.get("allowedClusters") or ()),
+        drained_clusters=tuple(d.get("drainedClusters") or ()),
     )
 
 

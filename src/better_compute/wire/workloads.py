@@ -158,6 +158,8 @@ class WorkloadPublic(WireAnswer):
     topology_domain_kind: DomainKind | None
     allowed_regions: list[str]
     allowed_clusters: list[str]
+    drained_clusters: list[str]
+    """Clusters a `workload.drain` took it out of: placement leaves them out."""
     policy_id: str | None
     placed_replicas: int
     unplaced_replicas: int

@@ -7,7 +7,7 @@ The rules, as a user reads them:
   only adds: each cluster starts from what the workload has there, and no cluster is asked to give
   up replicas so that another can take them.
 - **Floors first.** `cluster_floors` give named clusters at least that many replicas, as far as each
-  has room; a floor on a cluster that has none is reported as that cluster's shortfall.
+  has room; a floor on a cluster placement refuses gets nothing (its verdict says why).
 - **pack** (the default) fills one cluster before opening another: clusters already used first,
   then the roomiest, then by id. **spread** gives each new replica to the cluster with the fewest,
   the same order breaking ties, so shares differ by at most one where room allows.
