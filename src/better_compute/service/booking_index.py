@@ -185,6 +185,7 @@ class BookingIndex:
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._claimed: Counter[str] = Counter()
+        self._by_tenant: dict[str, set[str]] = defaultdict(set)  # tenant -> its allocations
         self._pool_changes: Counter[str | None] = Counter()
         """Per pool, bumped by every booking added or dropped there: what a cache of a pool's free
         devices (`service.placement_stock`) is checked against."""
@@ -211,6 +212,7 @@ class BookingIndex:
     def load(self, tx: Tx) -> None:
         """Rebuild from the ledger's live bookings (the follower holds the lock)."""
         self._by_allocation.clear()
+        self._by_tenant.clear()
         self._by_atom.clear()
         self._by_hour.clear()
         self._by_day.clear()
@@ -258,6 +260,8 @@ class BookingIndex:
     ) -> None:
         assert start is not None
         self._pool_changes[owner[1]] += 1
+        if owner[0] is not None:
+            self._by_tenant[owner[0]].add(allocation_id)
         intervals = self._by_allocation.setdefault(allocation_id, [])
         for atom_id in atom_ids:
             intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
@@ -275,6 +279,12 @@ class BookingIndex:
         self._long.discard(allocation_id)
         for pool in {i.owner[1] for i in intervals}:
             self._pool_changes[pool] += 1
+        for tenant in {i.owner[0] for i in intervals if i.owner[0] is not None}:
+            mine = self._by_tenant.get(tenant)
+            if mine is not None:
+                mine.discard(allocation_id)
+                if not mine:
+                    del self._by_tenant[tenant]
         for atom_id in {i.atom_id for i in intervals}:
             holders = self._by_atom.get(atom_id)
             if holders is not None:
@@ -357,6 +367,17 @@ class BookingIndex:
         """Changes when the pool's bookings or any pool's atoms change (a cache key, never a truth)."""
         with self._lock:
             return (self._pools_generation, self._pool_changes[pool_id])
+
+    def holding_at(self, tenant_id: str, at: datetime) -> list[tuple[str, str | None, str | None]]:
+        """(atom, pool, atom class) of each live booking of the tenant's that covers the instant `at`: what it
+        holds then. Exact, as `held` is, under the tenant's lock on a caught-up index."""
+        with self._lock:
+            return [
+                (i.atom_id, i.owner[1], i.owner[2])
+                for allocation in self._by_tenant.get(tenant_id, ())
+                for i in self._by_allocation.get(allocation, ())
+                if i.start <= at and (i.end is None or at < i.end)
+            ]
 
     def busy_from(self, atom_ids: Iterable[str], at: datetime) -> tuple[set[str], datetime | None]:
         """Of `atom_ids`, those a live booking holds at or after `at` (an open-ended booking from `at`

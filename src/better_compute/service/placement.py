@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from better_compute.domain.class_quotas import ClassQuota, held_per_cluster
+from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass, device_class_not_found
@@ -75,20 +75,31 @@ def _policy_denials(
 
 
 def snapshot_in(
-    tx: Tx, tenant_id: str, device_class_name: str, workload_id: str | None, now: datetime
+    tx: Tx,
+    index: BookingIndex,
+    stock: Stock,
+    tenant_id: str,
+    device_class_name: str,
+    workload_id: str | None,
+    now: datetime,
 ) -> Snapshot:
-    """Read everything placement needs for the tenant and class (NOT_FOUND for an unknown class)."""
+    """Read everything placement needs for the tenant and class (NOT_FOUND for an unknown class).
+
+    What the tenant holds comes from the booking index (caught up by the caller, under the tenant's
+    lock when it writes), and which of those atoms are of the class from the stock's pool members:
+    no read of the tenant's atoms, which would grow with everything it runs."""
     found = tx.device_classes.get(device_class_name)
     if found is None:
         raise device_class_not_found(device_class_name)
     clusters = {c.id: c for c in tx.clusters.page(None, None)}
     rows = tx.quotas.find(tenant_id, None)
     offered = {(q.pool_id, str(q.cls)): q.limit for q in rows}
-    held = tx.atoms.held_at([tenant_id], now)
-    held_by_pool: Counter[str | None] = Counter(h.atom.pool_id for h in held if h.atom.cls == found.cls)
+    holding = index.holding_at(tenant_id, now)
+    held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
+    every_pool = {p.id: p for p in tx.pools.all()}
     pools: dict[str, list[Pool]] = {}
     pool_left: dict[str, int | None] = {}
-    for pool in tx.pools.all():
+    for pool in every_pool.values():
         limits = {str(cls): limit for (pid, cls), limit in offered.items() if pid == pool.id}
         if pool.owner_tenant_id != tenant_id and not limits:
             continue  # neither the tenant's pool nor offered to it
@@ -99,7 +110,16 @@ def snapshot_in(
         pools.setdefault(pool.cluster_id, []).append(pool)
         pool_left[pool.id] = left
     class_rows: tuple[ClassQuota, ...] = tuple(tx.class_quotas.find(tenant_id, found.name))
-    quota = ClassQuotaFigures(tenant_id, found.name, class_rows, held_per_cluster(held, found))
+    held: Counter[str] = Counter()
+    members: dict[str, frozenset[str]] = {}
+    for atom_id, pool_id, cls in holding:
+        if cls != found.cls or pool_id is None or pool_id not in every_pool:
+            continue
+        if pool_id not in members:
+            members[pool_id] = stock.members(tx, index, pool_id, found, now)
+        if atom_id in members[pool_id]:
+            held[every_pool[pool_id].cluster_id] += 1
+    quota = ClassQuotaFigures(tenant_id, found.name, class_rows, dict(held))
     denials = {
         c.id: INACTIVE.format(cluster=c.id, phase=c.phase)
         for c in clusters.values()
@@ -243,7 +263,7 @@ def preview(
     """`placement.preview`: what placing `spec` would choose now. It writes nothing."""
     with store.read() as tx:
         index.sync(tx)
-        snap = snapshot_in(tx, spec.tenant_id, spec.device_class, workload_id, now)
+        snap = snapshot_in(tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now)
         return Preview(spec, plan_in(tx, index, stock, snap, spec, current or {}, now))
 
 

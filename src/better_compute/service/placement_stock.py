@@ -31,6 +31,8 @@ class _Entry:
     version: tuple[int, int]
     until: datetime | None
     devices: tuple[FreeDevice, ...]
+    members: frozenset[str]
+    """Every present atom of the pool that belongs to the class, booked or not."""
 
 
 class Stock:
@@ -57,19 +59,26 @@ class Stock:
         if cached is not None and cached.version == version and (cached.until is None or at < cached.until):
             return cached
         atoms = index.pool_atoms(tx, pool_id).atoms.values()
-        mine = [a for a in atoms if a.bookable and belongs_to(a, device_class)]
+        members = [a for a in atoms if belongs_to(a, device_class)]
+        mine = [a for a in members if a.bookable]
         busy, until = index.busy_from([a.id for a in mine], at)
         devices = tuple(
             FreeDevice(a.id, a.node, a.gpu_id, a.numa_node, a.nvlink_domain)
             for a in sorted(mine, key=lambda a: a.id)
             if a.id not in busy
         )
-        entry = _Entry(version, until, devices)
+        entry = _Entry(version, until, devices, frozenset(a.id for a in members))
         with self._lock:
             if len(self._free) >= MAX_ENTRIES:
                 self._free.clear()
             self._free[key] = entry
         return entry
+
+    def members(
+        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+    ) -> frozenset[str]:
+        """The pool's atoms of the class, booked or not (to count what a tenant holds of it)."""
+        return self._entry(tx, index, pool_id, device_class, at).members
 
     def room(
         self,

@@ -269,7 +269,9 @@ def place_in(
     deps = {d.cluster_id: d for d in known}
     reps = tx.workloads.replicas_of([d.id for d in known]) if known else {}
     booked = {c: len(reps[d.id]) for c, d in deps.items()}
-    snap = placement.snapshot_in(tx, workload.tenant_id, spec.device_class, workload.id, now)
+    snap = placement.snapshot_in(
+        tx, wiring.index, wiring.stock, workload.tenant_id, spec.device_class, workload.id, now
+    )
     plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
     claims: list[str] = []
     views: list[tuple[Deployment, int, list[str]]] = []
@@ -347,7 +349,7 @@ def place_in(
                 dep.reason,
                 dep.shortfall,
             ):
-                tx.workloads.put_deployment(new)
+                tx.workloads.put_deployment(new, new=fresh)
                 _updated(tx, workload, new, phase, share, count, reason, now)
             tx.workloads.add_replicas(new.id, added, now)
             views.append((new, count, kept))

@@ -193,8 +193,14 @@ class SqlWorkloads:
             _deployment(r) for r in rows.page(self.conn, deployments, where=where, limit=limit, after=after)
         ]
 
-    def put_deployment(self, d: Deployment) -> None:
-        rows.upsert(self.conn, deployments, [_deployment_row(d)], ["id"])
+    def put_deployment(self, d: Deployment, *, new: bool = False) -> None:
+        """Insert a new deployment, or write one over its row: a plain insert or update, whose
+        compiled form SQLAlchemy keeps (an upsert is built anew each time)."""
+        row = _deployment_row(d)
+        if new:
+            self.conn.execute(deployments.insert(), [row])
+            return
+        self.conn.execute(update(deployments).where(deployments.c.id == d.id).values(row))
 
     def remove_deployment(self, deployment_id: str) -> None:
         self.conn.execute(delete(replicas).where(replicas.c.deployment_id == deployment_id))
