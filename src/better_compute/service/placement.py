@@ -18,7 +18,7 @@ from datetime import datetime
 from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
-from better_compute.domain.device_classes import DeviceClass, device_class_not_found
+from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.placement.constraints import applicable, deny
 from better_compute.domain.placement.topology import FreeDevice, Room
 from better_compute.domain.placement.verdicts import (
@@ -88,9 +88,7 @@ def snapshot_in(
     What the tenant holds comes from the booking index (caught up by the caller, under the tenant's
     lock when it writes), and which of those atoms are of the class from the stock's pool members:
     no read of the tenant's atoms, which would grow with everything it runs."""
-    found = tx.device_classes.get(device_class_name)
-    if found is None:
-        raise device_class_not_found(device_class_name)
+    found = stock.device_class(tx, device_class_name)
     clusters = {c.id: c for c in tx.clusters.page(None, None)}
     rows = tx.quotas.find(tenant_id, None)
     offered = {(q.pool_id, str(q.cls)): q.limit for q in rows}

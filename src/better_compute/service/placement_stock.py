@@ -17,7 +17,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.device_classes import DeviceClass, belongs_to
+from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ports import Tx
@@ -41,7 +41,21 @@ class Stock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._free: dict[tuple[str, str], _Entry] = {}
+        self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
+
+    def device_class(self, tx: Tx, name: str) -> DeviceClass:
+        """The device class `name` (NOT_FOUND naming it). A class is never changed once created
+        (`domain.device_classes`), so the first read of it serves the process."""
+        with self._lock:
+            found = self._classes.get(name)
+        if found is None:
+            found = tx.device_classes.get(name)
+            if found is None:
+                raise device_class_not_found(name)
+            with self._lock:
+                self._classes[name] = found
+        return found
 
     def free(
         self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime

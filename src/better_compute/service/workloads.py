@@ -189,15 +189,15 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         wiring.index.sync(tx)
         if tx.tenants.get(tenant_id) is None:
             raise tenant_not_found(tenant_id)
-        _check_refs(tx, spec)
-        if tx.workloads.by_name(tenant_id, spec.name) is not None:
+        _check_refs(tx, wiring, spec)
+        workload = Workload(workload_id, spec, 1, now)
+        # Names are unique per project (a unique key): under the project's lock, a refused insert
+        # is a name taken, never a race.
+        if not tx.workloads.add(workload):
             raise AlreadyExists(
                 f"project {tenant_id} already has a workload named {spec.name}",
                 {"tenantId": tenant_id, "name": spec.name},
             )
-        workload = Workload(workload_id, spec, 1, now)
-        if not tx.workloads.add(workload):
-            raise ConcurrentChange(f"workload {spec.name} was created by a concurrent request; retry")
         if spec.allowed_regions or spec.allowed_clusters:
             workload = _with_own_policy(tx, wiring, workload, now)
         tx.events.append(
@@ -206,7 +206,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
             ),
             now,
         )
-        return place_in(tx, wiring, workload, now)
+        return place_in(tx, wiring, workload, now, fresh=True)
 
     return _attempts(wiring, run)
 
@@ -232,9 +232,8 @@ def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) 
     return own
 
 
-def _check_refs(tx: Tx, spec: WorkloadSpec) -> None:
-    if tx.device_classes.get(spec.device_class) is None:
-        raise NotFound(f"device class {spec.device_class} not found", {"deviceClass": spec.device_class})
+def _check_refs(tx: Tx, wiring: Wiring, spec: WorkloadSpec) -> None:
+    wiring.stock.device_class(tx, spec.device_class)  # NOT_FOUND naming it
     if spec.priority_class != STANDARD and tx.priority_classes.get(spec.priority_class) is None:
         raise NotFound(
             f"priority class {spec.priority_class} not found", {"priorityClass": spec.priority_class}
@@ -255,9 +254,11 @@ def place_in(
     now: datetime,
     *,
     excluded: Mapping[str, str] | None = None,
+    fresh: bool = False,
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
-    placement made. The caller holds the tenant's workload lock and a caught-up index.
+    placement made. The caller holds the tenant's workload lock and a caught-up index. `fresh`: a
+    workload created in this transaction, which has no deployments to read.
 
     Each deployment is written once, after its replicas are booked, with one `deployment.updated`
     event when its share, phase or reason changed. A share the plan admitted but the scheduler could
@@ -265,7 +266,7 @@ def place_in(
     beyond what the cluster can take (a pinned workload's) leaves it `pending` with the reason."""
     spec = workload.spec
     excluded = {**{c: DRAINED.format(cluster=c) for c in spec.drained_clusters}, **(excluded or {})}
-    known = tx.workloads.deployments_of([workload.id])[workload.id]
+    known = [] if fresh else tx.workloads.deployments_of([workload.id])[workload.id]
     deps = {d.cluster_id: d for d in known}
     reps = tx.workloads.replicas_of([d.id for d in known]) if known else {}
     booked = {c: len(reps[d.id]) for c, d in deps.items()}
