@@ -321,6 +321,30 @@ def test_a_running_replica_is_one_its_node_has_bound(world: World) -> None:
     assert again["deployments"][0]["runningReplicas"] == 1
 
 
+def test_a_workload_is_named_by_its_id_or_its_name_within_what_the_caller_sees(world: World) -> None:
+    made = world.create({"name": "train", "shape": shape(1), "replicas": 1})
+    by_name = world.http.get("/v1/workloads/train", headers=world.acme)
+    assert by_name.status_code == 200, by_name.text
+    assert by_name.json()["id"] == made["id"]
+    assert world.http.get("/v1/workloads/train", headers=world.admin).json()["id"] == made["id"]
+    scaled = world.http.post("/v1/workloads/train/scale", json={"replicas": 2}, headers=world.acme)
+    assert scaled.status_code == 200 and scaled.json()["placedReplicas"] == 2, scaled.text
+    globex = bearer(tenant_token(world.store, "globex"))
+    assert world.http.get("/v1/workloads/train", headers=globex).status_code == 404
+    theirs = world.http.post(
+        "/v1/workloads", json={"name": "train", "shape": shape(1), "replicas": 0}, headers=globex
+    )
+    assert theirs.status_code == 201, theirs.text
+    assert world.http.get("/v1/workloads/train", headers=globex).json()["id"] == theirs.json()["id"]
+    both = world.http.get("/v1/workloads/train", headers=world.admin)
+    assert both.status_code == 400
+    assert both.json()["error"]["message"] == (
+        "more than one project has a workload named train; give the workload's id"
+    )
+    gone = world.http.delete("/v1/workloads/train", headers=world.acme)
+    assert gone.status_code == 200 and gone.json()["id"] == made["id"]
+
+
 def test_deployments_list_by_workload_and_a_tenant_sees_only_its_own(world: World) -> None:
     got = world.create({"name": "w", "shape": shape(1), "replicas": 2, "strategy": "spread"})
     listed = world.http.get("/v1/deployments", params={"workloadId": got["id"]}, headers=world.acme)

@@ -151,3 +151,30 @@ def test_a_node_whose_reset_fails_shows_reboot_required(world: NodeWorld) -> Non
     assert shown["n-2"]["rebootRequired"] is False
     events = world.http.get("/v1/events", params={"type": "node.reboot_required"}, headers=world.admin).json()
     assert [(e["subject"], e["payload"]["gpus"]) for e in events["items"]] == [("n-1", [stuck.uuid])]
+
+
+def test_an_allocation_id_no_cdi_device_can_carry_is_refused_and_the_others_are_handed_over(
+    tmp_path: Path,
+) -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    first, second = (atom_id_for(g.uuid, "gpu") for g in fake.list_gpus()[:2])
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    spec = spec_of(
+        fake,
+        [
+            {"allocationId": "dep-1/r0", "atoms": [first], "env": {}},
+            {"allocationId": "res-ok", "atoms": [second], "env": {}},
+        ],
+        layout=None,
+    )
+    done = devices.converge(spec, fake.list_gpus())
+    assert sorted((r["allocationId"], r["binding"]) for r in done.reports) == [
+        ("dep-1/r0", "refused"),
+        ("res-ok", "bound"),
+    ]
+    assert "not a valid CDI device name" in next(
+        r["detail"] for r in done.reports if r["binding"] == "refused"
+    )
+    assert cdi.spec_path(tmp_path / "cdi", "res-ok").exists()
+    gone = devices.converge(spec_of(fake, []), fake.list_gpus())
+    assert sorted(r["allocationId"] for r in gone.reports) == ["dep-1/r0", "res-ok"]

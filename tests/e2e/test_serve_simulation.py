@@ -70,3 +70,34 @@ def test_no_simulate_registers_the_nodes_and_waits_for_their_bcd(tmp_path: Path)
         assert atoms == []
         assert "each waits for its bcd to join" in server.output()
         assert "bcd loop" not in server.output()
+
+
+def test_a_workload_replica_is_a_cdi_device_its_simulated_node_binds_and_it_runs(server: Server) -> None:
+    """A replica's allocation id (`<deploymentId>.r<n>`) is what the node names its CDI device: an
+    id with a `/` in it stopped every node's loop at the hand-over, and no replica ever ran."""
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    body = {
+        "project": "platform",
+        "name": "e2e-train",
+        "shape": {"device_class": "a100-80gb", "device_count": 2},
+        "replicas": 2,
+    }
+    with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
+        made = http.post("/v1/workloads", json=body)
+        assert made.status_code == 201, made.text
+        wid = made.json()["id"]
+        assert made.json()["placedReplicas"] == 2
+
+        def running() -> int:
+            deps = http.get(f"/v1/workloads/{wid}").json()["deployments"]
+            return sum(int(d["runningReplicas"]) for d in deps)
+
+        eventually(lambda: running() == 2, "both replicas running")
+        (dep,) = http.get(f"/v1/workloads/{wid}").json()["deployments"]
+        assert dep["phase"] == "running" and dep["clusterId"] == "us-east"
+        written = list((nodes_dir(server)).glob("use-a100-*/cdi/*.json"))
+        assert {p.name for p in written} == {
+            cdi.spec_path(Path("."), f"{dep['id']}.r{i}").name for i in (0, 1)
+        }, written
+        assert http.delete(f"/v1/workloads/{wid}").status_code in (200, 204)
+        eventually(lambda: not list(nodes_dir(server).glob("use-a100-*/cdi/*.json")), "CDI files removed")

@@ -35,9 +35,14 @@ class CdiError(ValueError):
     """An allocation that cannot be written as a CDI device (its id is not a valid device name)."""
 
 
+def valid_device_name(allocation_id: str) -> bool:
+    """Whether an allocation id can name a CDI device (at most 128 characters)."""
+    return bool(_DEVICE_NAME.match(allocation_id)) and len(allocation_id) <= 128
+
+
 def device_name(allocation_id: str) -> str:
     """The CDI device of an allocation: its id, which must be a valid CDI device name."""
-    if not _DEVICE_NAME.match(allocation_id) or len(allocation_id) > 128:
+    if not valid_device_name(allocation_id):
         raise CdiError(f"allocation id {allocation_id!r} is not a valid CDI device name")
     return allocation_id
 

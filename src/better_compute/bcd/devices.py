@@ -158,6 +158,11 @@ class DevicesConverger:
             elif a.allocation_id in refused:
                 self._report(a.allocation_id, "refused", refused[a.allocation_id], done)
             else:
+                if not cdi.valid_device_name(a.allocation_id):
+                    # One allocation the node cannot name must not stop the others' hand-over.
+                    detail = f"allocation id {a.allocation_id!r} is not a valid CDI device name"
+                    self._report(a.allocation_id, "refused", detail, done)
+                    continue
                 devices = _resolved(a, index)
                 if self.scrubber is not None:
                     self.scrubber.state.hold(a.atoms, a.tenant_id, a.allocation_id)
@@ -232,8 +237,9 @@ class DevicesConverger:
         partial.replace(path)
 
     def _release(self, allocation_id: str, done: DevicesPass) -> None:
-        cdi.remove_spec(self.cdi_root, allocation_id)
-        self.env_path(allocation_id).unlink(missing_ok=True)
+        if cdi.valid_device_name(allocation_id):  # one it could not name has no files
+            cdi.remove_spec(self.cdi_root, allocation_id)
+            self.env_path(allocation_id).unlink(missing_ok=True)
         self._reported.pop(allocation_id, None)
         done.reports.append({"kind": "AllocationReleased", "allocationId": allocation_id})
 

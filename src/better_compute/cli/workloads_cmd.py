@@ -32,6 +32,10 @@ if TYPE_CHECKING:
         WorkloadPublic,
     )
 
+WorkloadArgument = Annotated[
+    str, typer.Argument(metavar="WORKLOAD", help="The workload's id, or its name in your project.")
+]
+
 workloads_app = typer.Typer(
     help="Create, list, show, scale, delete and drain workloads placed across clusters.",
     no_args_is_help=True,
@@ -383,7 +387,7 @@ def workloads_list(
 
 @workloads_app.command("show")
 def workloads_show(
-    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    workload_id: WorkloadArgument,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -396,7 +400,7 @@ def workloads_show(
 
 @workloads_app.command("scale")
 def workloads_scale(
-    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    workload_id: WorkloadArgument,
     replicas: Annotated[int, typer.Argument(metavar="REPLICAS", min=0)],
     generation: Annotated[
         int | None,
@@ -422,7 +426,7 @@ def workloads_scale(
 
 @workloads_app.command("delete")
 def workloads_delete(
-    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    workload_id: WorkloadArgument,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
@@ -433,7 +437,7 @@ def workloads_delete(
 
 @workloads_app.command("drain")
 def workloads_drain(
-    workload_id: Annotated[str, typer.Argument(metavar="ID")],
+    workload_id: WorkloadArgument,
     cluster: Annotated[
         str, typer.Option("--cluster", help="The cluster to move the workload out of.", show_default=False)
     ],

@@ -36,11 +36,13 @@ MAX_FLOORS = 64
 MAX_CLUSTERS = 1_000
 """The largest `max_clusters` taken."""
 
-REPLICA_SEPARATOR = "/r"
+REPLICA_SEPARATOR = ".r"
+"""Between a replica's deployment and its number: `.` keeps the id a valid CDI device name (the
+node hands the replica to its container under it) and a single URL path segment."""
 
 
 def replica_allocation_id(deployment_id: str, index: int) -> str:
-    """The ledger allocation of one replica: `<deploymentId>/r<n>`."""
+    """The ledger allocation of one replica: `<deploymentId>.r<n>`."""
     return f"{deployment_id}{REPLICA_SEPARATOR}{index}"
 
 

@@ -40,7 +40,7 @@ class Ids(Protocol):
         ...
 
     def deployment(self) -> str:
-        """A deployment's id (`dep-...`); its replicas' allocations are `<id>/r<n>`."""
+        """A deployment's id (`dep-...`); its replicas' allocations are `<id>.r<n>`."""
         ...
 
     def operation(self) -> str:

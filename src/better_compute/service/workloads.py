@@ -137,10 +137,20 @@ def _view(tx: Tx, w: Workload, plan: Placement | None = None) -> WorkloadView:
 
 
 def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
+    """The workload `ref` names: its id, or else its name among the workloads the principal may
+    see (names are unique per project; an admin's name matching several projects' is refused)."""
     found = tx.workloads.get(check_ref(ref, "workloadId"))
-    if found is None or not principal.acts_for(found.tenant_id):
+    if found is not None and principal.acts_for(found.tenant_id):
+        return found
+    named = [w for w in tx.workloads.named(ref, principal.tenant_id, 2) if principal.acts_for(w.tenant_id)]
+    if len(named) > 1:
+        raise InvalidInput(
+            f"more than one project has a workload named {ref}; give the workload's id",
+            {"field": "workloadId", "name": ref},
+        )
+    if not named:
         raise workload_not_found(ref)
-    return found
+    return named[0]
 
 
 def _tenant_for(principal: Principal, named: str | None) -> str:

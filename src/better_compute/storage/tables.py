@@ -412,7 +412,7 @@ deployments = Table(
 replicas = Table(
     "replicas",
     metadata,
-    # One per booked replica: its ledger allocation (`<deploymentId>/r<idx>`) holds its devices.
+    # One per booked replica: its ledger allocation (`<deploymentId>.r<idx>`) holds its devices.
     Column("deployment_id", String(64), ForeignKey("deployments.id"), primary_key=True),
     Column("idx", Integer, primary_key=True),
     Column("allocation_id", String(160), nullable=False),

@@ -136,6 +136,14 @@ class SqlWorkloads:
         )
         return _workload(found[0]) if found else None
 
+    def named(self, name: str, tenant_id: str | None, limit: int) -> list[Workload]:
+        """Up to `limit` workloads called `name`: the tenant's (at most one), or any tenant's."""
+        where = [workloads.c.name == name]
+        if tenant_id is not None:
+            where.append(workloads.c.tenant_id == tenant_id)
+        stmt = select(workloads).where(*where).order_by(workloads.c.id).limit(limit)
+        return [_workload(r) for r in rows.rows(self.conn, stmt)]
+
     def page(self, tenant_id: str | None, limit: int | None, after: str | None) -> list[Workload]:
         where = [] if tenant_id is None else [workloads.c.tenant_id == tenant_id]
         return [_workload(r) for r in rows.page(self.conn, workloads, where=where, limit=limit, after=after)]
