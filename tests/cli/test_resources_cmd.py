@@ -165,9 +165,9 @@ def test_policies_with_placement_constraints(runner: CliRunner, live: Live) -> N
         "--tenant",
         "acme",
         "--subject-type",
-        "workload",
+        "endpoint",
         "--subject",
-        "wkl-1",
+        "ep-1",
         "--allowed-region",
         "us-east",
         "--allowed-region",
@@ -178,9 +178,9 @@ def test_policies_with_placement_constraints(runner: CliRunner, live: Live) -> N
     )
     assert made.exit_code == 0, made.output
     policy = json.loads(made.stdout)
-    assert (policy["subjectType"], policy["allowedRegions"]) == ("workload", ["us-east", "us-west"])
+    assert (policy["subjectType"], policy["allowedRegions"]) == ("endpoint", ["us-east", "us-west"])
     found = run(
-        runner, live.admin, "policies", "list", "--subject-type", "workload", "--subject", "wkl-1", "--json"
+        runner, live.admin, "policies", "list", "--subject-type", "endpoint", "--subject", "ep-1", "--json"
     )
     assert [p["id"] for p in json.loads(found.stdout)["items"]] == [policy["id"]]
     changed = run(

@@ -196,3 +196,17 @@ def test_an_extension_over_another_booking_is_refused_by_the_store_itself(fleet:
         assert tx.ledger.extend_allocation("a1", at(3), LedgerExtended("a1", at(3)), T0) == 1
     with fleet.read() as tx:
         assert [b.span for b in tx.ledger.allocation_bookings("a1")] == [Window(at(0), at(3))]
+
+
+def test_try_book_answers_false_on_a_taken_atom_and_the_transaction_goes_on(fleet: Store) -> None:
+    a, b, c = (r.id for r in mig_atoms(fleet)[:3])
+    ledger.book(fleet, [b], Window(at(0)), "held", None, T0)
+    with fleet.begin() as tx:
+        assert tx.ledger.try_book([a, b], Window(at(0)), "first", "acme", T0) is False
+        # After the refusal (an aborted statement on PostgreSQL) the same transaction still books.
+        assert tx.ledger.try_book([a, c], Window(at(0)), "second", "acme", T0) is True
+        tx.ledger.book([mig_atoms(fleet)[3].id], Window(at(0)), "third", "acme", T0)
+    with fleet.read() as tx:
+        assert tx.ledger.allocation_bookings("first") == []
+        assert {x.atom_id for x in tx.ledger.allocation_bookings("second")} == {a, c}
+        assert len(tx.ledger.allocation_bookings("third")) == 1

@@ -516,6 +516,13 @@ class LedgerPort(Protocol):
         """Book all the atoms or none. On PostgreSQL this is one statement, atomic by itself."""
         ...
 
+    def try_book(
+        self, atom_ids: Sequence[str], span: Window, allocation_id: str, tenant_id: str | None, now: datetime
+    ) -> bool:
+        """Book all the atoms, or write nothing and answer False when one is taken or not
+        bookable; the transaction goes on either way."""
+        ...
+
     def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]: ...
 
     def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:

@@ -160,12 +160,15 @@ def _tenant_for(principal: Principal, named: str | None) -> str:
     return tenant_id
 
 
-def _attempts(wiring: Wiring, run: Callable[[Tx], WorkloadView]) -> WorkloadView:
-    """Run a write, deciding again on a caught-up index when the ledger refused an atom."""
+def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> WorkloadView:
+    """Run a write, deciding again on a caught-up index when the ledger refused an atom. The last
+    attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is left unbooked,
+    for the retrier, rather than the whole write refused, since other processes booking the same
+    best atoms can outrun any number of attempts."""
     for attempt in range(MAX_ATTEMPTS):
         try:
             with wiring.store.begin() as tx:
-                return run(tx)
+                return run(tx, attempt == MAX_ATTEMPTS - 1)
         except Overlap as clash:
             if attempt == MAX_ATTEMPTS - 1:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
@@ -194,7 +197,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     spec = parse_workload(raw, tenant_id)
     workload_id = wiring.ids.workload()
 
-    def run(tx: Tx) -> WorkloadView:
+    def run(tx: Tx, settle: bool) -> WorkloadView:
         tx.reservations.lock(workload_lock(tenant_id))
         wiring.index.sync(tx)
         if tx.tenants.get(tenant_id) is None:
@@ -216,7 +219,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
             ),
             now,
         )
-        return place_in(tx, wiring, workload, now, fresh=True)
+        return place_in(tx, wiring, workload, now, fresh=True, settle=settle)
 
     return _attempts(wiring, run)
 
@@ -265,10 +268,12 @@ def place_in(
     *,
     excluded: Mapping[str, str] | None = None,
     fresh: bool = False,
+    settle: bool = False,
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
     placement made. The caller holds the tenant's workload lock and a caught-up index. `fresh`: a
-    workload created in this transaction, which has no deployments to read.
+    workload created in this transaction, which has no deployments to read. `settle`: a replica
+    whose atoms another process took since the index was read stays unbooked (see `_attempts`).
 
     Each deployment is written once, after its replicas are booked, with one `deployment.updated`
     event when its share, phase or reason changed. A share the plan admitted but the scheduler could
@@ -325,7 +330,11 @@ def place_in(
                 # never past what the verdict allows (quota and capacity), even for a pinned share
                 verdict_room = plan.verdict(cluster_id)
                 allowed = min(share - count, verdict_room.room if verdict_room is not None else 0)
-                added = _book(tx, wiring, snap, spec, dep, have, allowed, now, claims) if allowed > 0 else []
+                added = (
+                    _book(tx, wiring, snap, spec, dep, have, allowed, now, claims, settle)
+                    if allowed > 0
+                    else []
+                )
             before = count
             count += len(added)
             if share == 0 and count == 0:
@@ -412,9 +421,11 @@ def _book(
     wanted: int,
     now: datetime,
     claims: list[str],
+    settle: bool = False,
 ) -> list[tuple[int, str]]:
     """Book up to `wanted` more replicas of the deployment in its cluster; the replicas booked, as
-    (index, allocation id), for the caller to record once the deployment is written."""
+    (index, allocation id), for the caller to record once the deployment is written. With `settle`
+    a replica whose atoms were taken meanwhile is skipped instead of refusing the write."""
     taken = set(wiring.index.claimed())
     used = {i for i, _ in have}
     next_index = 0
@@ -435,7 +446,11 @@ def _book(
             wiring.index.claim(atoms)
             claims.extend(atoms)
             taken.update(atoms)
-            tx.ledger.book(list(atoms), Window(now, None), allocation, dep.tenant_id, now)
+            if settle:
+                if not tx.ledger.try_book(list(atoms), Window(now, None), allocation, dep.tenant_id, now):
+                    continue
+            else:
+                tx.ledger.book(list(atoms), Window(now, None), allocation, dep.tenant_id, now)
             new_rows.append((next_index, allocation))
             used.add(next_index)
     return new_rows
@@ -499,7 +514,7 @@ def scale(
     """`workloads.scale`: re-run placement for the new count (module docstring)."""
     count = check_replicas(replicas)
 
-    def run(tx: Tx) -> WorkloadView:
+    def run(tx: Tx, settle: bool) -> WorkloadView:
         found = _visible(tx, principal, ref)
         tx.reservations.lock(workload_lock(found.tenant_id))
         wiring.index.sync(tx)
@@ -515,7 +530,7 @@ def scale(
         check_floors(current.spec.cluster_floors, count)
         scaled = replace(current, spec=replace(current.spec, replicas=count))
         tx.events.append(WorkloadScaled(current.id, current.tenant_id, count, current.spec.replicas), now)
-        return place_in(tx, wiring, scaled, now)
+        return place_in(tx, wiring, scaled, now, settle=settle)
 
     return _attempts(wiring, run)
 
@@ -550,7 +565,7 @@ def drain(
     cluster_id = check_ref(cluster, "payload.cluster")
     op_id = wiring.ids.operation()
 
-    def run(tx: Tx) -> WorkloadView:
+    def run(tx: Tx, settle: bool) -> WorkloadView:
         found = _visible(tx, principal, ref)
         tx.reservations.lock(workload_lock(found.tenant_id))
         wiring.index.sync(tx)
@@ -578,7 +593,7 @@ def drain(
                 found.spec, drained_clusters=tuple(sorted({*found.spec.drained_clusters, cluster_id}))
             ),
         )
-        view = place_in(tx, wiring, drained, now)
+        view = place_in(tx, wiring, drained, now, settle=settle)
         tx.workloads.add_operation(
             Operation(
                 id=op_id,
@@ -622,7 +637,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     gained = 0
     for workload_id in ids:
 
-        def run(tx: Tx, workload_id: str = workload_id) -> WorkloadView:
+        def run(tx: Tx, settle: bool, workload_id: str = workload_id) -> WorkloadView:
             found = tx.workloads.get(workload_id)
             if found is None:
                 raise workload_not_found(workload_id)
@@ -630,7 +645,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
             wiring.index.sync(tx)
             again = tx.workloads.get(workload_id)
             assert again is not None
-            return place_in(tx, wiring, again, now)
+            return place_in(tx, wiring, again, now, settle=settle)
 
         try:
             view = _attempts(wiring, run)

@@ -227,6 +227,34 @@ def book(
     return written
 
 
+def try_book(
+    conn: Connection,
+    atom_ids: Sequence[str],
+    span: Window,
+    allocation_id: str,
+    tenant_id: str | None,
+    now: datetime,
+) -> bool:
+    """Book as `book` does, or write nothing and answer False when an atom is taken or no longer
+    bookable, leaving the transaction usable. On PostgreSQL a refused statement aborts its
+    transaction, so the booking runs inside a savepoint (two more round trips: callers use this
+    only once plain `book` has lost its races); SQLite's statement writes all or nothing by itself."""
+    postgres = conn.dialect.name == "postgresql"
+    db = conn.connection.driver_connection
+    assert db is not None
+    if postgres:
+        db.execute("SAVEPOINT bc_try_book")
+    try:
+        book(conn, atom_ids, span, allocation_id, tenant_id, now)
+    except (Overlap, NotBookable):
+        if postgres:
+            db.execute("ROLLBACK TO SAVEPOINT bc_try_book")
+        return False
+    if postgres:
+        db.execute("RELEASE SAVEPOINT bc_try_book")
+    return True
+
+
 def unbookable(conn: Connection, ids: Sequence[str]) -> list[str]:
     ok = {
         r[0] for r in conn.execute(select(atoms.c.id).where(atoms.c.id.in_(ids), atoms.c.bookable.is_(True)))
@@ -480,6 +508,11 @@ class SqlLedger:
         return book(
             self.conn, atom_ids, span, allocation_id, tenant_id, now, require_bookable=require_bookable
         )
+
+    def try_book(
+        self, atom_ids: Sequence[str], span: Window, allocation_id: str, tenant_id: str | None, now: datetime
+    ) -> bool:
+        return try_book(self.conn, atom_ids, span, allocation_id, tenant_id, now)
 
     def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         return busy_spans(self.conn, atom_ids, since)
