@@ -28,6 +28,7 @@ def workload_json(**overrides: Any) -> dict[str, Any]:
         "topologyDomainKind": None,
         "allowedRegions": [],
         "allowedClusters": [],
+        "drainedClusters": [],
         "policyId": None,
         "placedReplicas": 2,
         "unplacedReplicas": 0,
