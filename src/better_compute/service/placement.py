@@ -30,7 +30,7 @@ from better_compute.domain.placement.verdicts import (
     plan_placement,
 )
 from better_compute.domain.quota import effective_limit
-from better_compute.domain.records import Cluster, Pool
+from better_compute.domain.records import Cluster
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.class_quotas import ClassQuotaFigures
@@ -41,6 +41,15 @@ from better_compute.service.ports import StorePort, Tx
 INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
 
 
+@dataclass(frozen=True, slots=True)
+class PoolSeat:
+    """What placement needs of a pool: where it is and whose it is (both fixed at creation)."""
+
+    id: str
+    cluster_id: str
+    owner_tenant_id: str
+
+
 @dataclass
 class Snapshot:
     """What placement decides on for one tenant and device class (read in one transaction)."""
@@ -48,7 +57,7 @@ class Snapshot:
     tenant_id: str
     device_class: DeviceClass
     clusters: dict[str, Cluster]
-    pools: dict[str, list[Pool]]
+    pools: dict[str, list[PoolSeat]]
     """The pools the tenant may use, by cluster."""
     pool_left: dict[str, int | None]
     """Devices of the class the tenant may still take per pool (None: its own pool, not limited)."""
@@ -89,16 +98,17 @@ def snapshot_in(
     lock when it writes), and which of those atoms are of the class from the stock's pool members:
     no read of the tenant's atoms, which would grow with everything it runs."""
     found = stock.device_class(tx, device_class_name)
-    clusters = {c.id: c for c in tx.clusters.page(None, None)}
-    rows = tx.quotas.find(tenant_id, None)
-    offered = {(q.pool_id, str(q.cls)): q.limit for q in rows}
+    clusters = {c.id: c for c in tx.clusters.all()}
+    offered: dict[str, dict[str, int]] = {}
+    for q in tx.quotas.find(tenant_id, None):
+        offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
     holding = index.holding_at(tenant_id, now)
     held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
-    every_pool = {p.id: p for p in tx.pools.all()}
-    pools: dict[str, list[Pool]] = {}
+    every_pool = {seat[0]: PoolSeat(*seat) for seat in tx.pools.seats()}
+    pools: dict[str, list[PoolSeat]] = {}
     pool_left: dict[str, int | None] = {}
     for pool in every_pool.values():
-        limits = {str(cls): limit for (pid, cls), limit in offered.items() if pid == pool.id}
+        limits = offered.get(pool.id, {})
         if pool.owner_tenant_id != tenant_id and not limits:
             continue  # neither the tenant's pool nor offered to it
         limit = effective_limit(found.cls, tenant_id, pool.owner_tenant_id, limits)

@@ -181,6 +181,10 @@ class ClusterRepo(Protocol):
 
     def page(self, limit: int | None, after: str | None) -> list[Cluster]: ...
 
+    def all(self) -> list[Cluster]:
+        """Every cluster, read lean (placement reads them on every decision)."""
+        ...
+
     def add_missing(self, clusters: Sequence[Cluster]) -> None:
         """Insert the clusters not yet known; known ones are left as they are."""
         ...
@@ -344,6 +348,11 @@ class PoolRepo(Protocol):
     def get(self, pool_id: str) -> Pool | None: ...
 
     def all(self) -> list[Pool]: ...
+
+    def seats(self) -> list[tuple[str, str, str]]:
+        """Every pool's (id, cluster, owner): what placement needs of a pool, all fixed at creation,
+        read without the settings."""
+        ...
 
     def of_nodes(self, node_ids: Sequence[str]) -> dict[str, Pool]:
         """The pool of each node that belongs to one."""

@@ -33,6 +33,11 @@ class SqlClusters:
     def page(self, limit: int | None, after: str | None) -> list[Cluster]:
         return [_cluster(r) for r in rows.page(self.conn, clusters, limit=limit, after=after)]
 
+    def all(self) -> list[Cluster]:
+        c = clusters.c
+        stmt = select(c.id, c.region, c.residency, c.phase, c.created_at).order_by(c.id)
+        return [Cluster(r[0], r[1], tuple(r[2] or ()), r[3], r[4]) for r in self.conn.execute(stmt)]
+
     def add_missing(self, items: Sequence[Cluster]) -> None:
         rows.insert_missing(
             self.conn,
