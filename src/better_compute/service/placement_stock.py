@@ -19,11 +19,21 @@ from datetime import datetime
 
 from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
 
 MAX_ENTRIES = 20_000
 """Entries kept before the cache starts over: pools x classes x shapes in use stays far below."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Members:
+    atoms: PoolAtoms
+    """The index's read of the pool's atoms these were matched from (compared by identity)."""
+    bookable: tuple[FreeDevice, ...]
+    """The bookable atoms of the class, by id."""
+    ids: frozenset[str]
+    """Every present atom of the pool that belongs to the class, booked or not."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class Stock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._free: dict[tuple[str, str], _Entry] = {}
+        self._members_of: dict[tuple[str, str], _Members] = {}
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
 
@@ -63,6 +74,28 @@ class Stock:
         """The pool's atoms of the class that are bookable and free from `at` on."""
         return self._entry(tx, index, pool_id, device_class, at).devices
 
+    def _members(self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass) -> _Members:
+        """The pool's atoms of the class, matched once per read of the pool's atoms (the index
+        keeps one `PoolAtoms` until they change), so a booking costs a filter, not a match."""
+        key = (pool_id, device_class.name)
+        atoms = index.pool_atoms(tx, pool_id)
+        with self._lock:
+            cached = self._members_of.get(key)
+        if cached is not None and cached.atoms is atoms:
+            return cached
+        members = [a for a in atoms.atoms.values() if belongs_to(a, device_class)]
+        bookable = tuple(
+            FreeDevice(a.id, a.node, a.gpu_id, a.numa_node, a.nvlink_domain)
+            for a in sorted(members, key=lambda a: a.id)
+            if a.bookable
+        )
+        found = _Members(atoms, bookable, frozenset(a.id for a in members))
+        with self._lock:
+            if len(self._members_of) >= MAX_ENTRIES:
+                self._members_of.clear()
+            self._members_of[key] = found
+        return found
+
     def _entry(
         self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
     ) -> _Entry:
@@ -72,16 +105,10 @@ class Stock:
             cached = self._free.get(key)
         if cached is not None and cached.version == version and (cached.until is None or at < cached.until):
             return cached
-        atoms = index.pool_atoms(tx, pool_id).atoms.values()
-        members = [a for a in atoms if belongs_to(a, device_class)]
-        mine = [a for a in members if a.bookable]
-        busy, until = index.busy_from([a.id for a in mine], at)
-        devices = tuple(
-            FreeDevice(a.id, a.node, a.gpu_id, a.numa_node, a.nvlink_domain)
-            for a in sorted(mine, key=lambda a: a.id)
-            if a.id not in busy
-        )
-        entry = _Entry(version, until, devices, frozenset(a.id for a in members))
+        members = self._members(tx, index, pool_id, device_class)
+        busy, until = index.busy_from([d.atom_id for d in members.bookable], at)
+        devices = tuple(d for d in members.bookable if d.atom_id not in busy) if busy else members.bookable
+        entry = _Entry(version, until, devices, members.ids)
         with self._lock:
             if len(self._free) >= MAX_ENTRIES:
                 self._free.clear()
@@ -92,7 +119,7 @@ class Stock:
         self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
     ) -> frozenset[str]:
         """The pool's atoms of the class, booked or not (to count what a tenant holds of it)."""
-        return self._entry(tx, index, pool_id, device_class, at).members
+        return self._members(tx, index, pool_id, device_class).ids
 
     def room(
         self,

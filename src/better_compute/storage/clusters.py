@@ -36,7 +36,7 @@ class SqlClusters:
     def all(self) -> list[Cluster]:
         c = clusters.c
         stmt = select(c.id, c.region, c.residency, c.phase, c.created_at).order_by(c.id)
-        return [Cluster(r[0], r[1], tuple(r[2] or ()), r[3], r[4]) for r in self.conn.execute(stmt)]
+        return [Cluster(r[0], r[1], tuple(r[2] or ()), r[3], r[4]) for r in self.conn.execute(stmt).all()]
 
     def add_missing(self, items: Sequence[Cluster]) -> None:
         rows.insert_missing(

@@ -41,7 +41,7 @@ class SqlPools:
 
     def seats(self) -> list[tuple[str, str, str]]:
         stmt = select(pools.c.id, pools.c.cluster_id, pools.c.owner_tenant_id).order_by(pools.c.id)
-        return [(r[0], r[1], r[2]) for r in self.conn.execute(stmt)]
+        return [(r[0], r[1], r[2]) for r in self.conn.execute(stmt).all()]
 
     def of_nodes(self, node_ids: Sequence[str]) -> dict[str, Pool]:
         stmt = select(pool_nodes.c.node_id, pools).join(pools, pools.c.id == pool_nodes.c.pool_id)
