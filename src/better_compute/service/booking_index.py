@@ -184,6 +184,8 @@ class BookingIndex:
         self._pools: dict[str, PoolAtoms] = {}
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
+        self._catalog_generation = 0
+        """Bumped by every event that may change the clusters, the pools or the cordoned nodes."""
         self._claimed: Counter[str] = Counter()
         self._by_tenant: dict[str, set[str]] = defaultdict(set)  # tenant -> its allocations
         self._pool_changes: Counter[str | None] = Counter()
@@ -237,6 +239,8 @@ class BookingIndex:
             self._extend(event.subject, event.end)
         elif isinstance(event, LedgerCancelled):
             self._drop(event.subject)
+        elif isinstance(event, ClusterUpdated):
+            self._catalog_generation += 1  # a phase: no pool's atoms change with it
         elif not isinstance(event, _QUIET_EVENTS):
             self._forget_pools()  # inventory or pool changes: atoms are re-read on next use
 
@@ -363,6 +367,13 @@ class BookingIndex:
         )
         return {str(cls): n for cls, n in quota.in_use(own, window).items()}
 
+    def catalog_version(self) -> int:
+        """Changes with every event that may change the clusters, the pools or the cordoned nodes
+        (a cluster's phase, and every event that makes pools' atoms be read again): a cache key,
+        never a truth (`service.placement_stock.Stock.catalog`)."""
+        with self._lock:
+            return self._catalog_generation
+
     def pool_version(self, pool_id: str) -> tuple[int, int]:
         """Changes when the pool's bookings or any pool's atoms change (a cache key, never a truth)."""
         with self._lock:
@@ -433,6 +444,7 @@ class BookingIndex:
         else:
             self._pools.pop(pool_id, None)
         self._pools_generation += 1
+        self._catalog_generation += 1
 
     def forget_pool(self, pool_id: str) -> None:
         """Drop the pool's atoms: they are read again on next use (after a commit found one gone)."""

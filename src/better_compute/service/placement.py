@@ -98,13 +98,14 @@ def snapshot_in(
     lock when it writes), and which of those atoms are of the class from the stock's pool members:
     no read of the tenant's atoms, which would grow with everything it runs."""
     found = stock.device_class(tx, device_class_name)
-    clusters = {c.id: c for c in tx.clusters.all()}
+    catalog = stock.catalog(tx, index)
+    clusters = dict(catalog.clusters)
     offered: dict[str, dict[str, int]] = {}
     for q in tx.quotas.find(tenant_id, None):
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
     holding = index.holding_at(tenant_id, now)
     held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
-    every_pool = {seat[0]: PoolSeat(*seat) for seat in tx.pools.seats()}
+    every_pool = {seat[0]: PoolSeat(*seat) for seat in catalog.seats}
     pools: dict[str, list[PoolSeat]] = {}
     pool_left: dict[str, int | None] = {}
     for pool in every_pool.values():
@@ -135,7 +136,7 @@ def snapshot_in(
     }
     for cluster_id, why in _policy_denials(tx, tenant_id, workload_id, found.name, clusters).items():
         denials.setdefault(cluster_id, why)
-    return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, tx.nodes.cordoned_ids(), denials)
+    return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, catalog.cordoned, denials)
 
 
 def quota_left(snap: Snapshot, cluster_id: str) -> tuple[int | None, bool]:

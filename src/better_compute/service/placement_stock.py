@@ -13,17 +13,28 @@ The rooms (`topology.Room`) add up over pools: a replica sits on one node, and a
 from __future__ import annotations
 
 import threading
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
+from better_compute.domain.records import Cluster
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
 
 MAX_ENTRIES = 20_000
 """Entries kept before the cache starts over: pools x classes x shapes in use stays far below."""
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """What placement reads of the fleet's shape on every decision, cached by `Stock.catalog`."""
+
+    clusters: Mapping[str, Cluster]
+    seats: tuple[tuple[str, str, str], ...]
+    """Each pool's (id, cluster, owner)."""
+    cordoned: frozenset[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +63,29 @@ class Stock:
         self._lock = threading.Lock()
         self._free: dict[tuple[str, str], _Entry] = {}
         self._members_of: dict[tuple[str, str], _Members] = {}
+        self._catalog: tuple[int, Catalog] | None = None
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
+
+    def catalog(self, tx: Tx, index: BookingIndex) -> Catalog:
+        """The clusters, the pools' seats and the cordoned nodes, read again only when the index's
+        catalog version moves. The version is taken before the read: every statement of a store
+        transaction sees what was committed when it started (readers autocommit, writers hold the
+        write lock or read committed), so what is read is at least as new as every event the index
+        had applied, and a change committed meanwhile moves the version for the next caller."""
+        version = index.catalog_version()
+        with self._lock:
+            cached = self._catalog
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        found = Catalog(
+            clusters={c.id: c for c in tx.clusters.all()},
+            seats=tuple(tx.pools.seats()),
+            cordoned=tx.nodes.cordoned_ids(),
+        )
+        with self._lock:
+            self._catalog = (version, found)
+        return found
 
     def device_class(self, tx: Tx, name: str) -> DeviceClass:
         """The device class `name` (NOT_FOUND naming it). A class is never changed once created
@@ -153,4 +185,4 @@ class Stock:
         return room
 
 
-__all__ = ["Stock"]
+__all__ = ["Catalog", "Stock"]
