@@ -12,10 +12,11 @@ fleet path (one exclusive pool per cluster, owned by the project `acme`; a devic
   caches (the booking index, each pool's free devices) and is left out;
 - workloads: a real server process on loopback (`--workers 2` on PostgreSQL, one per core; 1 on
   SQLite, which has one writer), 8 client threads on keep-alive connections, each sending
-  `POST /v1/workloads` for one replica of one device as the project's tenant: `workloads_per_s`
-  counts only the 201 answers whose workload has `placedReplicas` 1, over the wall time.
-  All the workloads are the one project's, so they are serialised by its workload lock (its quota is
-  counted under it).
+  `POST /v1/workloads` for one replica of one device: `workloads_per_s` counts only the 201 answers
+  whose workload has `placedReplicas` 1, over the wall time. Each client acts as its own project
+  (acme and seven teams offered every pool), as a fleet's tenants do; a project's creates are
+  serialised by its workload lock (its quota is counted under it), so
+  `workloads_per_s_one_project` is the same run with every client acting as acme.
 
 The required keys (`preview_p50_ms`, `preview_p99_ms`, `workloads_per_s`) are the last database's
 figures (PostgreSQL by default); each database's figures are under its name as well.
@@ -55,17 +56,19 @@ from better_compute.domain.workloads import parse_workload
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.entrypoints.server import build_services
-from better_compute.service import credentials, placement
+from better_compute.service import credentials, placement, pools
 from better_compute.storage.store import Store
 
 PROJECT = "acme"
+TEAMS = tuple(f"team-{n}" for n in range(1, 8))
+"""Seven more projects, each offered every pool: with acme, one project a client."""
 DEVICE_CLASS = "h100-80gb-sxm"
 CLIENTS = 8
 
 
 def fleet(clusters: int, nodes: int, gpus: int) -> dict[str, object]:
     return {
-        "tenants": [{"id": "platform"}, {"id": PROJECT}],
+        "tenants": [{"id": "platform"}, {"id": PROJECT}, *({"id": t} for t in TEAMS)],
         "deviceClasses": [
             {
                 "name": DEVICE_CLASS,
@@ -96,16 +99,24 @@ def fleet(clusters: int, nodes: int, gpus: int) -> dict[str, object]:
     }
 
 
-def prepare(url: str, clusters: int, nodes: int, gpus: int) -> tuple[str, float]:
-    """Load the fleet; returns a token of the project's and the seconds the load took."""
+def prepare(url: str, clusters: int, nodes: int, gpus: int) -> tuple[list[str], float]:
+    """Load the fleet and offer every pool to the other projects; returns a token of each project
+    (acme's first) and the seconds the load took."""
     store = Store.open(url)
     now = datetime.now(UTC)
     t0 = time.perf_counter()
     load_fleet(store, parse_fleet(fleet(clusters, nodes, gpus)), now, batch=250)
     loaded = time.perf_counter() - t0
-    token = credentials.create(store, ADMIN, PROJECT, "bench", now, new_id=RandomIds().credential).token
+    for c in range(clusters):
+        for team in TEAMS:
+            pools.offer(store, ADMIN, f"p-c{c:03d}", team, {"gpu": nodes * gpus}, now)
+    ids = RandomIds()
+    tokens = [
+        credentials.create(store, ADMIN, project, "bench", now, new_id=ids.credential).token
+        for project in (PROJECT, *TEAMS)
+    ]
     store.close()
-    return token, loaded
+    return tokens, loaded
 
 
 def direct_figures(url: str, count: int) -> dict[str, Any]:
@@ -204,7 +215,6 @@ def workload_requests(base: str, token: str, client: int, count: int) -> list[by
         body = json.dumps(
             {
                 "name": f"w{client * 1_000_000 + n}",
-                "project": PROJECT,
                 "shape": {"device_class": DEVICE_CLASS, "device_count": 1},
                 "replicas": 1,
             }
@@ -233,11 +243,13 @@ def client_loop(base: str, requests: list[bytes], placed: list[int], errors: lis
         sock.close()
 
 
-def run_clients(base: str, token: str, total: int, offset: int) -> dict[str, Any]:
+def run_clients(base: str, tokens: list[str], total: int, offset: int) -> dict[str, Any]:
+    """`CLIENTS` clients sending `total` creates in all; client c acts as project c of `tokens`
+    (modulo their number)."""
     per = total // CLIENTS
     placed: list[int] = []
     errors: list[str] = []
-    requests = [workload_requests(base, token, offset + c, per) for c in range(CLIENTS)]
+    requests = [workload_requests(base, tokens[c % len(tokens)], offset + c, per) for c in range(CLIENTS)]
     threads = [
         threading.Thread(target=client_loop, args=(base, requests[c], placed, errors)) for c in range(CLIENTS)
     ]
@@ -259,12 +271,14 @@ def run_clients(base: str, token: str, total: int, offset: int) -> dict[str, Any
 def bench_database(
     url: str, clusters: int, nodes: int, gpus: int, previews: int, total: int, workers: int
 ) -> dict[str, Any]:
-    token, loaded = prepare(url, clusters, nodes, gpus)
+    tokens, loaded = prepare(url, clusters, nodes, gpus)
     results: dict[str, Any] = {"load_s": round(loaded, 1), **direct_figures(url, previews)}
     with server(url, workers) as base:
-        results.update(http_previews(base, token, previews))
-        run_clients(base, token, CLIENTS * 8, offset=100)  # warm every worker's caches
-        results.update(run_clients(base, token, total, offset=0))
+        results.update(http_previews(base, tokens[0], previews))
+        run_clients(base, tokens, CLIENTS * 8, offset=100)  # warm every worker's caches
+        one = run_clients(base, tokens[:1], total, offset=200)
+        results.update({f"{k}_one_project": v for k, v in one.items()})
+        results.update(run_clients(base, tokens, total, offset=0))
     return results
 
 
@@ -297,7 +311,14 @@ def main() -> None:
                 outcome = bench_database(url, clusters, nodes, args.gpus, previews, total, args.workers or 1)
         print(f"{db}: {outcome}", file=sys.stderr)
         results[db] = outcome
-        for key in ("preview_p50_ms", "preview_p99_ms", "workloads_per_s", "previews", "workloads"):
+        for key in (
+            "preview_p50_ms",
+            "preview_p99_ms",
+            "workloads_per_s",
+            "workloads_per_s_one_project",
+            "previews",
+            "workloads",
+        ):
             results[key] = outcome[key]
         results["database"] = db
     results["machine_loop_s_after"] = machine_speed_s()
