@@ -8,6 +8,11 @@ keeps the earliest such end). So an entry is reused while all three stand, and r
 the cache can be stale only as the booking index is, and the ledger's constraint is the fence.
 
 The rooms (`topology.Room`) add up over pools: a replica sits on one node, and a node is in one pool.
+
+Two more reads are kept: which of a pool's atoms belong to a class (matched once per read of the
+pool's atoms, so a booking costs a filter over them, not a selector match per atom), and the
+catalog: the clusters, each pool's seat (id, cluster, owner) and the cordoned nodes, read again
+whenever the index applies an event that may change them.
 """
 
 from __future__ import annotations
