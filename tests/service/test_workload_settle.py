@@ -39,7 +39,7 @@ class OutrunIndex(BookingIndex):
 
 def fleet() -> dict[str, object]:
     return {
-        "tenants": [{"id": "platform"}, {"id": "acme"}],
+        "tenants": [{"id": "platform"}, {"id": "acme"}, {"id": "globex"}],
         "deviceClasses": [
             {
                 "name": "h100-80gb-sxm",

@@ -407,6 +407,11 @@ class BookingIndex:
                             soonest = i.end
         return busy, soonest
 
+    def knows_booking_of(self, atom_id: str) -> bool:
+        """Whether the index holds any live booking of the atom (at any time)."""
+        with self._lock:
+            return bool(self._by_atom.get(atom_id))
+
     def claimed(self) -> set[str]:
         """Atoms chosen by requests of this process that have not committed or rolled back yet."""
         with self._lock:

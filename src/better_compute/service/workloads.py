@@ -161,8 +161,11 @@ def _tenant_for(principal: Principal, named: str | None) -> str:
 
 
 def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> WorkloadView:
-    """Run a write, deciding again on a caught-up index when the ledger refused an atom. The last
-    attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is left unbooked,
+    """Run a write, deciding again on a caught-up index when the ledger refused an atom. Losing an
+    atom to another tenant's write is the common case when many place at once (each picks the same
+    best devices), so the index only catches up with the log; it is rebuilt from the ledger (under
+    its lock, costly on a large fleet) only when, caught up, it still knows no booking of the atom
+    lost. The last attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is left unbooked,
     for the retrier, rather than the whole write refused, since other processes booking the same
     best atoms can outrun any number of attempts."""
     for attempt in range(MAX_ATTEMPTS):
@@ -173,9 +176,9 @@ def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> Worklo
             if attempt == MAX_ATTEMPTS - 1:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
             with wiring.store.read() as tx:
-                if attempt == 0:
-                    wiring.index.sync(tx)
-                else:
+                wiring.index.sync(tx)
+                if clash.atom_id is not None and not wiring.index.knows_booking_of(clash.atom_id):
+                    # caught up, and still no booking of the atom it lost: rebuild from the ledger
                     wiring.index.reload(tx)
         except NotBookable:
             if attempt == MAX_ATTEMPTS - 1:
