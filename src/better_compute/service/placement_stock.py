@@ -17,6 +17,7 @@ whenever the index applies an event that may change them.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -64,7 +65,10 @@ class _Entry:
 class Stock:
     """Free devices per (pool, class) and rooms per (pool, class, shape); thread-safe."""
 
-    def __init__(self) -> None:
+    def __init__(self, salt: int | None = None) -> None:
+        self.salt = os.getpid() if salt is None else salt
+        """This process's tie-break among equally good devices (`domain.placement.binpack`): two
+        processes placing at once then seldom reach for the same atoms."""
         self._lock = threading.Lock()
         self._free: dict[tuple[str, str], _Entry] = {}
         self._members_of: dict[tuple[str, str], _Members] = {}

@@ -165,9 +165,9 @@ def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> Worklo
     atom to another tenant's write is the common case when many place at once (each picks the same
     best devices), so the index only catches up with the log; it is rebuilt from the ledger (under
     its lock, costly on a large fleet) only when, caught up, it still knows no booking of the atom
-    lost. The last attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is left unbooked,
-    for the retrier, rather than the whole write refused, since other processes booking the same
-    best atoms can outrun any number of attempts."""
+    lost. The last attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is
+    left unbooked, for the retrier, rather than the whole write refused, since other processes
+    booking the same best atoms can outrun any number of attempts."""
     for attempt in range(MAX_ATTEMPTS):
         try:
             with wiring.store.begin() as tx:
@@ -442,7 +442,7 @@ def _book(
         if left is not None:
             may = min(may, left // spec.device_count)
         free = [d for d in devices if d.atom_id not in taken]
-        for atoms in choose_replicas(free, spec.device_count, may, spec.topology_kind):
+        for atoms in choose_replicas(free, spec.device_count, may, spec.topology_kind, wiring.stock.salt):
             while next_index in used:
                 next_index += 1
             allocation = replica_allocation_id(dep.id, next_index)

@@ -5,7 +5,11 @@ workload requires: `topology.domain_of`); inside the group they are taken in NVL
 and GPU order, so that a replica keeps its devices as close together as the group allows (the same
 GPU's MIG instances, then NV-connected GPUs, then one NUMA node), as reservations do. Between groups
 the fullest one that still holds a replica goes first (best fit): partly used nodes fill up before
-empty ones are broken into. Ties go to the smallest ids, so the answer is deterministic.
+empty ones are broken into. Ties go to the smallest ids, so the answer is deterministic, unless a
+`salt` is given: then ties (between equally full groups, and between equally close runs of a group)
+are broken by a rotation the salt sets. Server processes each pass their own, so that two placing
+at once, each unaware of the other's uncommitted choice, rarely pick the same atoms; the quality of
+the choice is the same either way.
 """
 
 from __future__ import annotations
@@ -25,35 +29,42 @@ def _closeness(device: FreeDevice) -> tuple[str, int, str, str]:
 
 
 def choose_replicas(
-    devices: Iterable[FreeDevice], device_count: int, replicas: int, kind: DomainKind | None
+    devices: Iterable[FreeDevice], device_count: int, replicas: int, kind: DomainKind | None, salt: int = 0
 ) -> list[tuple[str, ...]]:
     """Atom ids for up to `replicas` replicas of `device_count` devices each (fewer when the devices
-    hold fewer); no atom is given twice."""
+    hold fewer); no atom is given twice. `salt` breaks ties (module docstring)."""
     groups: dict[tuple[str, str], list[FreeDevice]] = {}
     for device in devices:
         groups.setdefault(domain_of(device, kind), []).append(device)
     for members in groups.values():
         members.sort(key=_closeness)
+    order = {key: n for n, key in enumerate(sorted(groups))}
     out: list[tuple[str, ...]] = []
     while len(out) < replicas:
-        fitting = [(len(m), key) for key, m in groups.items() if len(m) >= device_count]
+        fitting = [
+            (len(m), (order[key] - salt) % len(order), key)
+            for key, m in groups.items()
+            if len(m) >= device_count
+        ]
         if not fitting:
             break
-        _, key = min(fitting)
+        _, _, key = min(fitting)
         members = groups[key]
-        taken, groups[key] = _closest_run(members, device_count), []
+        taken = _closest_run(members, device_count, salt)
         groups[key] = [d for d in members if d.atom_id not in set(taken)]
         out.append(taken)
     return out
 
 
-def _closest_run(members: Sequence[FreeDevice], count: int) -> tuple[str, ...]:
-    """`count` devices of a group, preferring a run that shares an NVLink domain, then a NUMA node."""
+def _closest_run(members: Sequence[FreeDevice], count: int, salt: int = 0) -> tuple[str, ...]:
+    """`count` devices of a group, preferring a run that shares an NVLink domain, then a NUMA node
+    (equally close runs: the first, rotated by `salt`)."""
+    runs = len(members) - count + 1
     best: tuple[int, int, int] | None = None
     at = 0
-    for i in range(len(members) - count + 1):
+    for i in range(runs):
         run = members[i : i + count]
-        score = (len({_closeness(d)[0] for d in run}), len({d.numa_node for d in run}), i)
+        score = (len({_closeness(d)[0] for d in run}), len({d.numa_node for d in run}), (i - salt) % runs)
         if best is None or score < best:
             best, at = score, i
     return tuple(d.atom_id for d in members[at : at + count])
