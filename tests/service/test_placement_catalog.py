@@ -1,6 +1,8 @@
 """The stock's catalog (clusters, pool seats, cordoned nodes) is read again whenever an event that
 may change it reaches the booking index: a cluster's phase, a node's cordon, a pool added by a
-fleet file. Placement decides on it, so a stale copy would place into a cordoned cluster."""
+fleet file; and a tenant's rules (quota rows, offers, placement policies) whenever one of those is
+written. Placement decides on both, so a stale copy would place into a cordoned cluster or past a
+quota."""
 
 from __future__ import annotations
 
@@ -9,9 +11,10 @@ from datetime import UTC, datetime
 from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import clusters
+from better_compute.entrypoints.ids import RandomIds
+from better_compute.service import class_quotas, clusters, policies, pools
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Catalog, Stock
+from better_compute.service.placement_stock import Catalog, Rules, Stock
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
@@ -58,3 +61,53 @@ def test_the_catalog_follows_phases_cordons_and_new_pools(store: Store) -> None:
     assert read(store, index, stock).cordoned == {"n-2"}
     load_fleet(store, parse_fleet(fleet(2)), NOW)
     assert [s[0] for s in read(store, index, stock).seats] == ["p1", "p2"]
+
+
+def test_the_rules_follow_quota_rows_offers_and_policies(store: Store) -> None:
+    raw = fleet(1)
+    raw["tenants"] = [{"id": "platform"}, {"id": "acme"}]
+    raw["deviceClasses"] = [
+        {
+            "name": "h100",
+            "class": "gpu",
+            "selector": {"matchExpressions": [{"key": "gpuModel", "op": "In", "values": ["H100-80GB"]}]},
+        }
+    ]
+    load_fleet(store, parse_fleet(raw), NOW)
+    index, stock = BookingIndex(), Stock()
+
+    def rules() -> Rules:
+        with store.read() as tx:
+            index.sync(tx)
+            return stock.rules(tx, index, "acme", "h100", None)
+
+    first = rules()
+    assert (first.quotas, first.class_rows, first.policies) == ((), (), ())
+    assert rules() is first
+    pools.offer(store, ADMIN, "p1", "acme", {"gpu": 4}, NOW)
+    assert [(q.pool_id, q.limit) for q in rules().quotas] == [("p1", 4)]
+    class_quotas.set_class_quota(
+        store,
+        ADMIN,
+        tenant_id="acme",
+        device_class="h100",
+        scope="fleet",
+        cluster_id=None,
+        guaranteed_devices=2,
+        now=NOW,
+    )
+    assert [r.guaranteed_devices for r in rules().class_rows] == [2]
+    made = policies.create(
+        store,
+        ADMIN,
+        name="no-c1",
+        tenant_id="acme",
+        pool_id=None,
+        limits=None,
+        constraints={"deniedClusters": ["c1"]},
+        now=NOW,
+        new_id=RandomIds().policy,
+    )
+    assert [p.id for p in rules().policies] == [made.id]
+    policies.delete(store, ADMIN, made.id, NOW)
+    assert rules().policies == ()

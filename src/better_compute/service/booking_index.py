@@ -39,6 +39,11 @@ from better_compute.domain.events import (
     NodeScrubbed,
     PartitionBooked,
     PartitionReleased,
+    PolicyCreated,
+    PolicyDeleted,
+    PolicyUpdated,
+    PoolOffered,
+    QuotaSet,
     ReservationCancelled,
     ReservationCreated,
     ReservationReleased,
@@ -92,6 +97,10 @@ _QUIET_EVENTS = (
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
+
+_CATALOG_EVENTS = (ClusterUpdated, QuotaSet, PoolOffered, PolicyCreated, PolicyUpdated, PolicyDeleted)
+"""Events that change what placement reads beside the atoms (a cluster's phase, quota rows and
+offers, policies) and no pool's atoms: they move `catalog_version` only."""
 
 
 def _span(start: datetime, end: datetime, size: timedelta) -> range:
@@ -239,8 +248,8 @@ class BookingIndex:
             self._extend(event.subject, event.end)
         elif isinstance(event, LedgerCancelled):
             self._drop(event.subject)
-        elif isinstance(event, ClusterUpdated):
-            self._catalog_generation += 1  # a phase: no pool's atoms change with it
+        elif isinstance(event, _CATALOG_EVENTS):
+            self._catalog_generation += 1  # no pool's atoms change with these
         elif not isinstance(event, _QUIET_EVENTS):
             self._forget_pools()  # inventory or pool changes: atoms are re-read on next use
 

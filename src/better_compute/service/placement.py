@@ -19,6 +19,7 @@ from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
+from better_compute.domain.iam import Policy
 from better_compute.domain.placement.constraints import applicable, deny
 from better_compute.domain.placement.topology import FreeDevice, Room
 from better_compute.domain.placement.verdicts import (
@@ -35,7 +36,6 @@ from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.class_quotas import ClassQuotaFigures
 from better_compute.service.placement_stock import Stock
-from better_compute.service.policies import placement_policies_in
 from better_compute.service.ports import StorePort, Tx
 
 INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
@@ -68,10 +68,13 @@ class Snapshot:
 
 
 def _policy_denials(
-    tx: Tx, tenant_id: str, workload_id: str | None, device_class: str, clusters: Mapping[str, Cluster]
+    found: Sequence[Policy],
+    tenant_id: str,
+    workload_id: str | None,
+    device_class: str,
+    clusters: Mapping[str, Cluster],
 ) -> dict[str, str]:
-    """Why the placement policies that apply refuse each cluster (none refused: empty)."""
-    found = placement_policies_in(tx, tenant_id, workload_id)
+    """Why the placement policies that apply (`found`) refuse each cluster (none refused: empty)."""
     if not found:
         return {}
     out: dict[str, str] = {}
@@ -99,9 +102,10 @@ def snapshot_in(
     no read of the tenant's atoms, which would grow with everything it runs."""
     found = stock.device_class(tx, device_class_name)
     catalog = stock.catalog(tx, index)
+    rules = stock.rules(tx, index, tenant_id, found.name, workload_id)
     clusters = dict(catalog.clusters)
     offered: dict[str, dict[str, int]] = {}
-    for q in tx.quotas.find(tenant_id, None):
+    for q in rules.quotas:
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
     holding = index.holding_at(tenant_id, now)
     held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
@@ -118,7 +122,7 @@ def snapshot_in(
             continue
         pools.setdefault(pool.cluster_id, []).append(pool)
         pool_left[pool.id] = left
-    class_rows: tuple[ClassQuota, ...] = tuple(tx.class_quotas.find(tenant_id, found.name))
+    class_rows: tuple[ClassQuota, ...] = rules.class_rows
     held: Counter[str] = Counter()
     members: dict[str, frozenset[str]] = {}
     for atom_id, pool_id, cls in holding:
@@ -134,7 +138,9 @@ def snapshot_in(
         for c in clusters.values()
         if not accepts_placements(c.phase)
     }
-    for cluster_id, why in _policy_denials(tx, tenant_id, workload_id, found.name, clusters).items():
+    for cluster_id, why in _policy_denials(
+        rules.policies, tenant_id, workload_id, found.name, clusters
+    ).items():
         denials.setdefault(cluster_id, why)
     return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, catalog.cordoned, denials)
 

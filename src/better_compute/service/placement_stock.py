@@ -23,9 +23,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
+from better_compute.domain.iam import Policy
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
-from better_compute.domain.records import Cluster
+from better_compute.domain.records import Cluster, Quota
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
 
@@ -41,6 +43,15 @@ class Catalog:
     seats: tuple[tuple[str, str, str], ...]
     """Each pool's (id, cluster, owner)."""
     cordoned: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """A tenant's quota rows and the policies that place its workloads, cached by `Stock.rules`."""
+
+    quotas: tuple[Quota, ...]
+    class_rows: tuple[ClassQuota, ...]
+    policies: tuple[Policy, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +84,7 @@ class Stock:
         self._free: dict[tuple[str, str], _Entry] = {}
         self._members_of: dict[tuple[str, str], _Members] = {}
         self._catalog: tuple[int, Catalog] | None = None
+        self._rules: dict[tuple[str, str, str | None], tuple[int, Rules]] = {}
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
 
@@ -94,6 +106,30 @@ class Stock:
         )
         with self._lock:
             self._catalog = (version, found)
+        return found
+
+    def rules(
+        self, tx: Tx, index: BookingIndex, tenant_id: str, device_class: str, workload_id: str | None
+    ) -> Rules:
+        """The tenant's pool quota rows, its rows of the device class and the placement policies
+        that apply (the tenant's, the workload's, every cluster's), under the catalog's version:
+        every write of them appends an event that moves it (see `catalog` for why the read is as
+        new as the version)."""
+        version = index.catalog_version()
+        key = (tenant_id, device_class, workload_id)
+        with self._lock:
+            cached = self._rules.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        found = Rules(
+            quotas=tuple(tx.quotas.find(tenant_id, None)),
+            class_rows=tuple(tx.class_quotas.find(tenant_id, device_class)),
+            policies=tuple(tx.policies.for_placement(tenant_id, workload_id)),
+        )
+        with self._lock:
+            if len(self._rules) >= MAX_ENTRIES:
+                self._rules.clear()
+            self._rules[key] = (version, found)
         return found
 
     def device_class(self, tx: Tx, name: str) -> DeviceClass:
@@ -194,4 +230,4 @@ class Stock:
         return room
 
 
-__all__ = ["Catalog", "Stock"]
+__all__ = ["Catalog", "Rules", "Stock"]

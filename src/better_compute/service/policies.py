@@ -108,13 +108,6 @@ def subject_exists(tx: Tx, policy: Policy) -> None:
             pass
 
 
-def placement_policies_in(tx: Tx, tenant_id: str, workload_id: str | None) -> list[Policy]:
-    """The policies placing a workload of `tenant_id` (`workload_id`, when it has one) must pass,
-    read in the caller's transaction (placement's snapshot): the tenant's, the workload's and every
-    cluster's, in one read. `domain.placement.constraints.applicable` picks those of each cluster."""
-    return tx.policies.for_placement(tenant_id, workload_id)
-
-
 def list_policies(
     store: StorePort,
     principal: Principal,
