@@ -12,7 +12,7 @@ from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import class_quotas, clusters, policies, pools
+from better_compute.service import class_quotas, clusters, credentials, policies, pools
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_stock import Catalog, Rules, Stock
 from better_compute.storage.store import Store
@@ -111,3 +111,34 @@ def test_the_rules_follow_quota_rows_offers_and_policies(store: Store) -> None:
     assert [p.id for p in rules().policies] == [made.id]
     policies.delete(store, ADMIN, made.id, NOW)
     assert rules().policies == ()
+
+
+def test_events_that_touch_no_atom_keep_the_index_read_of_a_pools_atoms(store: Store) -> None:
+    """Re-reading every pool's atoms costs a full read of the fleet's atoms: a credential, an offer
+    or a policy must not cause it; a cordon must."""
+    raw = fleet(1)
+    raw["tenants"] = [{"id": "platform"}, {"id": "acme"}]
+    load_fleet(store, parse_fleet(raw), NOW)
+    index = BookingIndex()
+
+    def atoms_read() -> object:
+        with store.read() as tx:
+            index.sync(tx)
+            return index.pool_atoms(tx, "p1")
+
+    first = atoms_read()
+    credentials.create(store, ADMIN, "acme", "ci", NOW, new_id=RandomIds().credential)
+    pools.offer(store, ADMIN, "p1", "acme", {"gpu": 4}, NOW)
+    policies.create(
+        store,
+        ADMIN,
+        name="p",
+        tenant_id="acme",
+        pool_id=None,
+        limits={"gpuCount": 2},
+        now=NOW,
+        new_id=RandomIds().policy,
+    )
+    assert atoms_read() is first
+    clusters.update_node(store, ADMIN, "n-1", True, NOW)
+    assert atoms_read() is not first

@@ -23,7 +23,10 @@ from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
     ClusterUpdated,
+    CredentialCreated,
+    CredentialRevoked,
     DeploymentUpdated,
+    DeviceClassCreated,
     DoctorRun,
     LedgerBooked,
     LedgerCancelled,
@@ -43,10 +46,14 @@ from better_compute.domain.events import (
     PolicyDeleted,
     PolicyUpdated,
     PoolOffered,
+    PriceSet,
+    PriorityClassCreated,
     QuotaSet,
     ReservationCancelled,
     ReservationCreated,
+    ReservationExtended,
     ReservationReleased,
+    TenantCreated,
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
@@ -94,6 +101,15 @@ _QUIET_EVENTS = (
     WorkloadScaled,
     WorkloadDeleted,
     DeploymentUpdated,
+    # An extension's new end arrives as `ledger.extended`; tenants, credentials, prices and the
+    # named classes touch no atom (a device class never changes once made).
+    ReservationExtended,
+    TenantCreated,
+    CredentialCreated,
+    CredentialRevoked,
+    PriceSet,
+    DeviceClassCreated,
+    PriorityClassCreated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
