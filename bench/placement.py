@@ -28,7 +28,6 @@ figures (PostgreSQL by default); each database's figures are under its name as w
 from __future__ import annotations
 
 import json
-import socket
 import statistics
 import sys
 import tempfile
@@ -49,7 +48,7 @@ from bench.fleetgen import (
     postgres_database,
     sqlite_database,
 )
-from bench.reservations import _LENGTH, ADMIN, _recv, server
+from bench.reservations import ADMIN, connect, exchange, server
 from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.domain.workloads import parse_workload
@@ -143,25 +142,14 @@ def direct_figures(url: str, count: int) -> dict[str, Any]:
     }
 
 
-def exchange(sock: socket.socket, request: bytes, pending: bytes) -> tuple[bytes, bytes, bytes]:
-    """Send one request on a keep-alive connection and read its whole answer: (head, body, what
-    was read past it)."""
-    sock.sendall(request)
-    while b"\r\n\r\n" not in pending:
-        pending += _recv(sock)
-    head, _, pending = pending.partition(b"\r\n\r\n")
-    found = _LENGTH.search(head)
-    length = int(found.group(1)) if found else 0
-    while len(pending) < length:
-        pending += _recv(sock)
-    return head, pending[:length], pending[length:]
-
-
-def connect(base: str) -> socket.socket:
-    address = httpx.URL(base)
-    sock = socket.create_connection((address.host, address.port or 80), timeout=60)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
+def post(host: str, token: str, path: str, body: object) -> bytes:
+    """A JSON POST as bytes on the wire, made before the clock starts."""
+    data = json.dumps(body).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+    )
+    return head.encode() + data
 
 
 def http_previews(base: str, token: str, count: int) -> dict[str, Any]:
@@ -170,11 +158,8 @@ def http_previews(base: str, token: str, count: int) -> dict[str, Any]:
     each pool's free devices); `healthz_p50_ms` is the same loop's floor (a request that does
     nothing)."""
     host = httpx.URL(base).netloc.decode()
-    body = json.dumps({"shape": {"device_class": DEVICE_CLASS, "device_count": 8}, "replicas": 4}).encode()
-    preview = (
-        f"POST /v1/placement/preview HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    ).encode() + body
+    shape = {"shape": {"device_class": DEVICE_CLASS, "device_count": 8}, "replicas": 4}
+    preview = post(host, token, "/v1/placement/preview", shape)
     health = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n".encode()
     sock = connect(base)
     pending = b""
@@ -210,21 +195,11 @@ def http_previews(base: str, token: str, count: int) -> dict[str, Any]:
 def workload_requests(base: str, token: str, client: int, count: int) -> list[bytes]:
     """The client's requests, as bytes on the wire, made before the clock starts."""
     host = httpx.URL(base).netloc.decode()
-    out = []
-    for n in range(count):
-        body = json.dumps(
-            {
-                "name": f"w{client * 1_000_000 + n}",
-                "shape": {"device_class": DEVICE_CLASS, "device_count": 1},
-                "replicas": 1,
-            }
-        ).encode()
-        head = (
-            f"POST /v1/workloads HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        out.append(head.encode() + body)
-    return out
+    body = {"shape": {"device_class": DEVICE_CLASS, "device_count": 1}, "replicas": 1}
+    return [
+        post(host, token, "/v1/workloads", {"name": f"w{client * 1_000_000 + n}", **body})
+        for n in range(count)
+    ]
 
 
 def client_loop(base: str, requests: list[bytes], placed: list[int], errors: list[str]) -> None:

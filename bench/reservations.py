@@ -139,26 +139,38 @@ def reservation_requests(base: str, token: str, count: int, seed: int) -> list[b
 _LENGTH = re.compile(rb"(?im)^content-length:\s*(\d+)")
 
 
+def connect(base: str) -> socket.socket:
+    """A keep-alive connection to the server, with Nagle off (requests are one write each)."""
+    address = httpx.URL(base)
+    sock = socket.create_connection((address.host, address.port or 80), timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def exchange(sock: socket.socket, request: bytes, pending: bytes) -> tuple[bytes, bytes, bytes]:
+    """Send one request on a keep-alive connection and read just enough to find the end of its
+    answer: (head, body, what was read past it)."""
+    sock.sendall(request)
+    while b"\r\n\r\n" not in pending:
+        pending += _recv(sock)
+    head, _, pending = pending.partition(b"\r\n\r\n")
+    found = _LENGTH.search(head)
+    length = int(found.group(1)) if found else 0
+    while len(pending) < length:
+        pending += _recv(sock)
+    return head, pending[:length], pending[length:]
+
+
 def client_loop(base: str, requests: list[bytes], out: list[float], errors: list[str]) -> None:
     """One client on one keep-alive connection, sending prepared requests and reading just enough of
     each answer to find its end. The load generator shares the machine's two cores with the server
     and PostgreSQL: the less time it takes, the more of them the server gets (as with wrk)."""
-    address = httpx.URL(base)
-    sock = socket.create_connection((address.host, address.port or 80), timeout=30)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock = connect(base)
     pending = b""
     try:
         for request in requests:
             t0 = time.perf_counter()
-            sock.sendall(request)
-            while b"\r\n\r\n" not in pending:
-                pending += _recv(sock)
-            head, _, pending = pending.partition(b"\r\n\r\n")
-            found = _LENGTH.search(head)
-            length = int(found.group(1)) if found else 0
-            while len(pending) < length:
-                pending += _recv(sock)
-            answer, pending = pending[:length], pending[length:]
+            head, answer, pending = exchange(sock, request, pending)
             out.append((time.perf_counter() - t0) * 1000)
             if head[9:12] != b"201":
                 errors.append((head[:12] + b" " + answer[:200]).decode(errors="replace"))

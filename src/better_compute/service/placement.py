@@ -35,19 +35,10 @@ from better_compute.domain.records import Cluster
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.class_quotas import ClassQuotaFigures
-from better_compute.service.placement_stock import Stock
+from better_compute.service.placement_stock import PoolSeat, Stock
 from better_compute.service.ports import StorePort, Tx
 
 INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolSeat:
-    """What placement needs of a pool: where it is and whose it is (both fixed at creation)."""
-
-    id: str
-    cluster_id: str
-    owner_tenant_id: str
 
 
 @dataclass
@@ -56,7 +47,7 @@ class Snapshot:
 
     tenant_id: str
     device_class: DeviceClass
-    clusters: dict[str, Cluster]
+    clusters: Mapping[str, Cluster]
     pools: dict[str, list[PoolSeat]]
     """The pools the tenant may use, by cluster."""
     pool_left: dict[str, int | None]
@@ -103,13 +94,13 @@ def snapshot_in(
     found = stock.device_class(tx, device_class_name)
     catalog = stock.catalog(tx, index)
     rules = stock.rules(tx, index, tenant_id, found.name, workload_id)
-    clusters = dict(catalog.clusters)
+    clusters = catalog.clusters
     offered: dict[str, dict[str, int]] = {}
     for q in rules.quotas:
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
     holding = index.holding_at(tenant_id, now)
     held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
-    every_pool = {seat[0]: PoolSeat(*seat) for seat in catalog.seats}
+    every_pool = catalog.seats
     pools: dict[str, list[PoolSeat]] = {}
     pool_left: dict[str, int | None] = {}
     for pool in every_pool.values():

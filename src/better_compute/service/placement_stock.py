@@ -36,12 +36,21 @@ MAX_ENTRIES = 20_000
 
 
 @dataclass(frozen=True, slots=True)
+class PoolSeat:
+    """What placement needs of a pool: where it is and whose it is (both fixed at creation)."""
+
+    id: str
+    cluster_id: str
+    owner_tenant_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Catalog:
     """What placement reads of the fleet's shape on every decision, cached by `Stock.catalog`."""
 
     clusters: Mapping[str, Cluster]
-    seats: tuple[tuple[str, str, str], ...]
-    """Each pool's (id, cluster, owner)."""
+    seats: Mapping[str, PoolSeat]
+    """Every pool's seat, by pool id."""
     cordoned: frozenset[str]
 
 
@@ -101,7 +110,7 @@ class Stock:
             return cached[1]
         found = Catalog(
             clusters={c.id: c for c in tx.clusters.all()},
-            seats=tuple(tx.pools.seats()),
+            seats={seat[0]: PoolSeat(*seat) for seat in tx.pools.seats()},
             cordoned=tx.nodes.cordoned_ids(),
         )
         with self._lock:
@@ -230,4 +239,4 @@ class Stock:
         return room
 
 
-__all__ = ["Catalog", "Rules", "Stock"]
+__all__ = ["Catalog", "PoolSeat", "Rules", "Stock"]
