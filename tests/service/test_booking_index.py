@@ -72,6 +72,31 @@ def test_an_event_that_commits_after_a_later_one_is_not_lost() -> None:
     assert {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))} == {"atom-a", "atom-b"}
 
 
+def test_a_slow_transactions_every_event_counts_not_only_its_first() -> None:
+    """Defect: a transaction that commits after a later event was seen, and that wrote more than one
+    event below that one (a workload's creation, then its replica's booking), lost every event but
+    its first: the first marked the transaction done and the others were skipped as seen. The index
+    never knew the booking (quota undercounted, the atom offered again) until a full reload."""
+    index = BookingIndex()
+    tx: Any = _tx(_Log(last=10, snapshot=LogSnapshot(100)))
+    read = index.prepare(tx)
+    # Transaction 106's event 14 is seen while 105 (events 11, 12 and 13) has yet to commit.
+    _apply(index, tx, read, [booked(14, "b", "atom-b", 0, 1, tx=106)], 14, LogSnapshot(107, frozenset({105})))
+    read = index.prepare(tx)
+    created = {
+        "id": 11,
+        "type": "workload.created",
+        "subject": "w",
+        "payload": {"tenantId": "t", "name": "w", "deviceClass": "c", "deviceCount": 1, "replicas": 2},
+        "tx": 105,
+    }
+    events = [created, booked(12, "a", "atom-a", 0, 1, tx=105), booked(13, "c", "atom-c", 0, 1, tx=105)]
+    _apply(index, tx, read, events, 14, LogSnapshot(108))
+    busy = {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))}
+    assert busy == {"atom-a", "atom-b", "atom-c"}
+    assert index.knows_booking_of("atom-a") and index.knows_booking_of("atom-c")
+
+
 def test_invisible_commit_stall_keeps_asking_however_long_it_lasts() -> None:
     """No timer decides (issue: after 30 s an unseen event id was taken as rolled back, and a commit
     that took longer was never counted): the stalled transaction is asked about until a snapshot

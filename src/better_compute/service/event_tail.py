@@ -135,13 +135,18 @@ class EventTail:
         after another) proves no transaction ended, so it only adds what it saw in progress."""
         assert self.last is not None
         fresh: list[LoggedEvent] = []
+        ended: set[int] = set()
         for event in sorted(events, key=lambda e: e.id):
             event_id, tx = event.id, event.tx
             if event_id > self.last or self._unseen(tx):
                 fresh.append(event)
                 if tx is not None:
-                    self._done.add(tx)
+                    ended.add(tx)
             self.last = max(self.last, event_id)
+        # A transaction is done once the whole read is taken, not at its first event: a read shows
+        # every event of a transaction that ended, and those below `last` (a slow commit's, written
+        # while later ids were seen) are taken by `_unseen`, all of them, not only the first.
+        self._done |= ended
         if snapshot.xmax is None:
             return fresh
         if self.complete(read, newest):
