@@ -12,7 +12,7 @@ from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import class_quotas, clusters, credentials, policies, pools
+from better_compute.service import class_quotas, clusters, credentials, policies, pools, tenants
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_stock import Catalog, Rules, Stock
 from better_compute.storage.store import Store
@@ -79,7 +79,7 @@ def test_the_rules_follow_quota_rows_offers_and_policies(store: Store) -> None:
     def rules() -> Rules:
         with store.read() as tx:
             index.sync(tx)
-            return stock.rules(tx, index, "acme", "h100", None)
+            return stock.rules(tx, index, "acme", "h100")
 
     first = rules()
     assert (first.quotas, first.class_rows, first.policies) == ((), (), ())
@@ -111,6 +111,26 @@ def test_the_rules_follow_quota_rows_offers_and_policies(store: Store) -> None:
     assert [p.id for p in rules().policies] == [made.id]
     policies.delete(store, ADMIN, made.id, NOW)
     assert rules().policies == ()
+
+
+def test_a_tenant_seen_once_is_refused_once_deleted(store: Store) -> None:
+    """The stock keeps a tenant's existence (a workload create asks it each time) only until the
+    catalog moves: a deleted tenant is no longer taken for one."""
+    raw = fleet(1)
+    raw["tenants"] = [{"id": "platform"}, {"id": "acme"}, {"id": "beta"}]
+    load_fleet(store, parse_fleet(raw), NOW)
+    index, stock = BookingIndex(), Stock()
+
+    def exists(tenant_id: str) -> bool:
+        with store.read() as tx:
+            index.sync(tx)
+            return stock.tenant_exists(tx, index, tenant_id)
+
+    assert exists("beta") and exists("beta")
+    assert not exists("nobody")
+    tenants.delete(store, ADMIN, "beta", NOW)
+    assert not exists("beta")
+    assert exists("acme")
 
 
 def test_events_that_touch_no_atom_keep_the_index_read_of_a_pools_atoms(store: Store) -> None:

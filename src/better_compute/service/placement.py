@@ -85,15 +85,24 @@ def snapshot_in(
     device_class_name: str,
     workload_id: str | None,
     now: datetime,
+    workload_policies: Sequence[Policy] | None = None,
 ) -> Snapshot:
     """Read everything placement needs for the tenant and class (NOT_FOUND for an unknown class).
+    The workload's own policies are read unless given (`workload_policies`: a workload created in
+    this transaction has only the one it made, if any).
 
     What the tenant holds comes from the booking index (caught up by the caller, under the tenant's
     lock when it writes), and which of those atoms are of the class from the stock's pool members:
     no read of the tenant's atoms, which would grow with everything it runs."""
     found = stock.device_class(tx, device_class_name)
     catalog = stock.catalog(tx, index)
-    rules = stock.rules(tx, index, tenant_id, found.name, workload_id)
+    rules = stock.rules(tx, index, tenant_id, found.name)
+    if workload_policies is None:
+        workload_policies = (
+            tx.policies.find(None, None, subject_type="workload", subject_id=workload_id)
+            if workload_id is not None
+            else ()
+        )
     clusters = catalog.clusters
     offered: dict[str, dict[str, int]] = {}
     for q in rules.quotas:
@@ -129,9 +138,8 @@ def snapshot_in(
         for c in clusters.values()
         if not accepts_placements(c.phase)
     }
-    for cluster_id, why in _policy_denials(
-        rules.policies, tenant_id, workload_id, found.name, clusters
-    ).items():
+    policies = [*rules.policies, *workload_policies]
+    for cluster_id, why in _policy_denials(policies, tenant_id, workload_id, found.name, clusters).items():
         denials.setdefault(cluster_id, why)
     return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, catalog.cordoned, denials)
 

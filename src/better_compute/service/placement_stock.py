@@ -56,7 +56,8 @@ class Catalog:
 
 @dataclass(frozen=True, slots=True)
 class Rules:
-    """A tenant's quota rows and the policies that place its workloads, cached by `Stock.rules`."""
+    """A tenant's quota rows and the policies that place its workloads (the tenant's and every
+    cluster's; a workload's own are read with it), cached by `Stock.rules`."""
 
     quotas: tuple[Quota, ...]
     class_rows: tuple[ClassQuota, ...]
@@ -93,7 +94,8 @@ class Stock:
         self._free: dict[tuple[str, str], _Entry] = {}
         self._members_of: dict[tuple[str, str], _Members] = {}
         self._catalog: tuple[int, Catalog] | None = None
-        self._rules: dict[tuple[str, str, str | None], tuple[int, Rules]] = {}
+        self._rules: dict[tuple[str, str], tuple[int, Rules]] = {}
+        self._tenants: tuple[int, set[str]] = (-1, set())
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
 
@@ -117,15 +119,14 @@ class Stock:
             self._catalog = (version, found)
         return found
 
-    def rules(
-        self, tx: Tx, index: BookingIndex, tenant_id: str, device_class: str, workload_id: str | None
-    ) -> Rules:
+    def rules(self, tx: Tx, index: BookingIndex, tenant_id: str, device_class: str) -> Rules:
         """The tenant's pool quota rows, its rows of the device class and the placement policies
-        that apply (the tenant's, the workload's, every cluster's), under the catalog's version:
-        every write of them appends an event that moves it (see `catalog` for why the read is as
-        new as the version)."""
+        that apply to it (the tenant's and every cluster's), under the catalog's version: every
+        write of them appends an event that moves it (see `catalog` for why the read is as new as
+        the version). Keyed by tenant and class, not by workload: a create is a new workload each
+        time, and a workload's own policies are few and read with it."""
         version = index.catalog_version()
-        key = (tenant_id, device_class, workload_id)
+        key = (tenant_id, device_class)
         with self._lock:
             cached = self._rules.get(key)
         if cached is not None and cached[0] == version:
@@ -133,13 +134,29 @@ class Stock:
         found = Rules(
             quotas=tuple(tx.quotas.find(tenant_id, None)),
             class_rows=tuple(tx.class_quotas.find(tenant_id, device_class)),
-            policies=tuple(tx.policies.for_placement(tenant_id, workload_id)),
+            policies=tuple(tx.policies.for_placement(tenant_id, None)),
         )
         with self._lock:
             if len(self._rules) >= MAX_ENTRIES:
                 self._rules.clear()
             self._rules[key] = (version, found)
         return found
+
+    def tenant_exists(self, tx: Tx, index: BookingIndex, tenant_id: str) -> bool:
+        """Whether the tenant exists and is not deleted. Only a yes is kept, under the catalog's
+        version: a deletion (`tenant.deleted`) moves it, a creation may come at any time."""
+        version = index.catalog_version()
+        with self._lock:
+            seen_at, known = self._tenants
+            if seen_at == version and tenant_id in known:
+                return True
+        if tx.tenants.get(tenant_id) is None:
+            return False
+        with self._lock:
+            if self._tenants[0] != version or len(self._tenants[1]) >= MAX_ENTRIES:
+                self._tenants = (version, set())
+            self._tenants[1].add(tenant_id)
+        return True
 
     def device_class(self, tx: Tx, name: str) -> DeviceClass:
         """The device class `name` (NOT_FOUND naming it). A class is never changed once created

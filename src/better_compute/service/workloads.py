@@ -15,7 +15,7 @@ each deployment's share, phase and reason.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -38,7 +38,7 @@ from better_compute.domain.events import (
     WorkloadDeleted,
     WorkloadScaled,
 )
-from better_compute.domain.iam import parse_policy
+from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.placement.binpack import choose_replicas
 from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.priority_classes import STANDARD
@@ -203,7 +203,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     def run(tx: Tx, settle: bool) -> WorkloadView:
         tx.reservations.lock(workload_lock(tenant_id))
         wiring.index.sync(tx)
-        if tx.tenants.get(tenant_id) is None:
+        if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
         _check_refs(tx, wiring, spec)
         workload = Workload(workload_id, spec, 1, now)
@@ -214,20 +214,22 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
                 f"project {tenant_id} already has a workload named {spec.name}",
                 {"tenantId": tenant_id, "name": spec.name},
             )
+        own: tuple[Policy, ...] = ()
         if spec.allowed_regions or spec.allowed_clusters:
-            workload = _with_own_policy(tx, wiring, workload, now)
+            workload, made = _with_own_policy(tx, wiring, workload, now)
+            own = (made,)
         tx.events.append(
             WorkloadCreated(
                 workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
             ),
             now,
         )
-        return place_in(tx, wiring, workload, now, fresh=True, settle=settle)
+        return place_in(tx, wiring, workload, now, fresh=True, settle=settle, own_policies=own)
 
     return _attempts(wiring, run)
 
 
-def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> Workload:
+def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> tuple[Workload, Policy]:
     """The `<name>-placement` policy a workload's `allowedRegions`/`allowedClusters` become: a real
     policy on the workload, made in the workload's transaction (seed 001 "Attaching policies")."""
     spec = workload.spec
@@ -245,7 +247,7 @@ def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) 
     own = replace(workload, policy_id=made.id, generation=workload.generation + 1)
     if not tx.workloads.update(own, workload.generation):
         raise ConcurrentChange(f"workload {workload.id} changed while it was created; retry")
-    return own
+    return own, made
 
 
 def _check_refs(tx: Tx, wiring: Wiring, spec: WorkloadSpec) -> None:
@@ -272,10 +274,12 @@ def place_in(
     excluded: Mapping[str, str] | None = None,
     fresh: bool = False,
     settle: bool = False,
+    own_policies: Sequence[Policy] = (),
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
     placement made. The caller holds the tenant's workload lock and a caught-up index. `fresh`: a
-    workload created in this transaction, which has no deployments to read. `settle`: a replica
+    workload created in this transaction, which has no deployments to read and no policies but
+    `own_policies` (the one it made, if any). `settle`: a replica
     whose atoms another process took since the index was read stays unbooked (see `_attempts`).
 
     Each deployment is written once, after its replicas are booked, with one `deployment.updated`
@@ -289,7 +293,14 @@ def place_in(
     reps = tx.workloads.replicas_of([d.id for d in known]) if known else {}
     booked = {c: len(reps[d.id]) for c, d in deps.items()}
     snap = placement.snapshot_in(
-        tx, wiring.index, wiring.stock, workload.tenant_id, spec.device_class, workload.id, now
+        tx,
+        wiring.index,
+        wiring.stock,
+        workload.tenant_id,
+        spec.device_class,
+        workload.id,
+        now,
+        workload_policies=own_policies if fresh else None,
     )
     plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
     claims: list[str] = []
