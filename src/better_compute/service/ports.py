@@ -630,6 +630,24 @@ class WorkloadRepo(Protocol):
         """Insert a new workload; False when the tenant already has one of that name."""
         ...
 
+    def create(self, w: Workload, event: Event, at: datetime) -> bool:
+        """Insert a new workload and its creation event; False (nothing written) when the tenant
+        already has one of that name."""
+        ...
+
+    def record_placement(
+        self,
+        w: Workload,
+        generation: int,
+        written: Sequence[tuple[Deployment, bool]],
+        added: Sequence[tuple[str, int, str]],
+        events: Sequence[Event],
+        now: datetime,
+    ) -> bool:
+        """Write a placement's outcome at once (see `SqlWorkloads.record_placement`); False, with
+        nothing written, when the workload's generation moved."""
+        ...
+
     def get(self, workload_id: str) -> Workload | None: ...
 
     def by_name(self, tenant_id: str, name: str) -> Workload | None: ...

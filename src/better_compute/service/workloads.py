@@ -32,6 +32,7 @@ from better_compute.domain.errors import (
 )
 from better_compute.domain.events import (
     DeploymentUpdated,
+    Event,
     LedgerReleased,
     PolicyDeleted,
     WorkloadCreated,
@@ -207,9 +208,12 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
             raise tenant_not_found(tenant_id)
         _check_refs(tx, wiring, spec)
         workload = Workload(workload_id, spec, 1, now)
+        created = WorkloadCreated(
+            workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
+        )
         # Names are unique per project (a unique key): under the project's lock, a refused insert
         # is a name taken, never a race.
-        if not tx.workloads.add(workload):
+        if not tx.workloads.create(workload, created, now):
             raise AlreadyExists(
                 f"project {tenant_id} already has a workload named {spec.name}",
                 {"tenantId": tenant_id, "name": spec.name},
@@ -218,12 +222,6 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         if spec.allowed_regions or spec.allowed_clusters:
             workload, made = _with_own_policy(tx, wiring, workload, now)
             own = (made,)
-        tx.events.append(
-            WorkloadCreated(
-                workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
-            ),
-            now,
-        )
         return place_in(tx, wiring, workload, now, fresh=True, settle=settle, own_policies=own)
 
     return _attempts(wiring, run)
@@ -305,6 +303,9 @@ def place_in(
     plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
     claims: list[str] = []
     views: list[tuple[Deployment, int, list[str]]] = []
+    written: list[tuple[Deployment, bool]] = []
+    new_replicas: list[tuple[str, int, str]] = []
+    events: list[Event] = []
     try:
         for cluster_id in sorted(set(deps) | set(plan.shares)):
             share = plan.shares.get(cluster_id, 0)
@@ -313,7 +314,7 @@ def place_in(
             if share == 0 and not have:
                 if dep is not None:
                     tx.workloads.remove_deployment(dep.id)
-                    _updated(tx, workload, dep, "removed", 0, 0, None, now)
+                    events.append(_updated(workload, dep, "removed", 0, 0, None))
                 continue
             fresh = dep is None
             if dep is None:
@@ -353,7 +354,7 @@ def place_in(
             count += len(added)
             if share == 0 and count == 0:
                 tx.workloads.remove_deployment(dep.id)
-                _updated(tx, workload, dep, "removed", 0, 0, None, now)
+                events.append(_updated(workload, dep, "removed", 0, 0, None))
                 continue
             verdict = plan.verdict(cluster_id)
             short = count < share
@@ -383,9 +384,9 @@ def place_in(
                 dep.reason,
                 dep.shortfall,
             ):
-                tx.workloads.put_deployment(new, new=fresh)
-                _updated(tx, workload, new, phase, share, count, reason, now)
-            tx.workloads.add_replicas(new.id, added, now)
+                written.append((new, fresh))
+                events.append(_updated(workload, new, phase, share, count, reason))
+            new_replicas.extend((new.id, i, a) for i, a in added)
             views.append((new, count, kept))
         total = sum(count for _, count, _ in views)
         unplaced = max(0, spec.replicas - total)
@@ -395,7 +396,8 @@ def place_in(
             reason=placement.main_reason(plan) if unplaced else None,
             generation=workload.generation + 1,
         )
-        if not tx.workloads.update(placed, workload.generation):
+        # the deployments, their new replicas, their events and the workload's figures, at once
+        if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
             raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
         return WorkloadView(placed, _deployment_views(tx, views), plan)
     finally:
@@ -471,20 +473,10 @@ def _book(
 
 
 def _updated(
-    tx: Tx,
-    workload: Workload,
-    dep: Deployment,
-    phase: str,
-    desired: int,
-    booked: int,
-    reason: str | None,
-    now: datetime,
-) -> None:
-    tx.events.append(
-        DeploymentUpdated(
-            dep.id, workload.tenant_id, workload.id, dep.cluster_id, phase, desired, booked, reason
-        ),
-        now,
+    workload: Workload, dep: Deployment, phase: str, desired: int, booked: int, reason: str | None
+) -> DeploymentUpdated:
+    return DeploymentUpdated(
+        dep.id, workload.tenant_id, workload.id, dep.cluster_id, phase, desired, booked, reason
     )
 
 
@@ -561,7 +553,7 @@ def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> Wor
             for _, allocation in rs:
                 tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
         for d in deps:
-            _updated(tx, found, d, "removed", 0, 0, None, now)
+            tx.events.append(_updated(found, d, "removed", 0, 0, None), now)
         if found.policy_id is not None:
             gone = tx.policies.remove(found.policy_id)
             if gone is not None:
@@ -600,7 +592,7 @@ def drain(
                 tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
                 removed += 1
             tx.workloads.remove_deployment(dep.id)
-            _updated(tx, found, dep, "removed", 0, 0, None, now)
+            tx.events.append(_updated(found, dep, "removed", 0, 0, None), now)
         drained = replace(
             found,
             spec=replace(

@@ -2,16 +2,76 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, update
 
+from better_compute.domain.events import Event, type_of
 from better_compute.domain.records import Operation
 from better_compute.domain.workloads import Deployment, Workload, WorkloadSpec
-from better_compute.storage import rows
+from better_compute.storage import events as event_log
+from better_compute.storage import pg_simple, rows
 from better_compute.storage.tables import deployments, operations, replicas, workloads
+
+# A workload's create and each placement write several rows and events. Built with SQLAlchemy's
+# expression language that is a statement per row and most of a create's time, so on PostgreSQL
+# each is one hand-written statement (rows passed as JSON); SQLite, one writer in process, keeps
+# the plain statements.
+_PG_CREATE = (
+    "WITH w AS (INSERT INTO workloads (id, tenant_id, name, spec, unplaced, reason, policy_id, generation,"
+    " created_at) VALUES (%(id)s, %(t)s, %(name)s, %(spec)s::json, %(unplaced)s::int, %(reason)s::text,"
+    " %(policy)s::text, %(gen)s::int, %(created)s::timestamptz) ON CONFLICT DO NOTHING RETURNING id),"
+    " e AS (INSERT INTO events (type, subject, payload, at)"
+    " SELECT %(etype)s::text, %(esubject)s::text, %(epayload)s::json, %(at)s::timestamptz FROM w)"
+    " SELECT count(*) FROM w"
+)
+
+# Every part is guarded by `w` (the workload's compare-and-set), so the statement writes all or nothing.
+_PG_RECORD = (
+    "WITH w AS (UPDATE workloads SET spec = %(spec)s::json, unplaced = %(unplaced)s::int,"
+    " reason = %(reason)s::text, policy_id = %(policy)s::text, generation = %(gen)s::int"
+    " WHERE id = %(id)s AND generation = %(expected)s::int RETURNING id),"
+    " n AS (INSERT INTO deployments (id, workload_id, tenant_id, cluster_id, desired_replicas, phase, reason,"
+    " message, shortfall, generation, created_at, updated_at) SELECT d.id, d.workload_id, d.tenant_id,"
+    " d.cluster_id, d.desired_replicas, d.phase, d.reason, d.message, d.shortfall, d.generation,"
+    " d.created_at, d.updated_at FROM json_populate_recordset(NULL::deployments, %(new)s::json) d"
+    " WHERE EXISTS (SELECT 1 FROM w)),"
+    " o AS (UPDATE deployments t SET desired_replicas = d.desired_replicas, phase = d.phase,"
+    " reason = d.reason, message = d.message, shortfall = d.shortfall, generation = d.generation,"
+    " updated_at = d.updated_at FROM json_populate_recordset(NULL::deployments, %(old)s::json) d"
+    " WHERE t.id = d.id AND EXISTS (SELECT 1 FROM w)),"
+    " r AS (INSERT INTO replicas (deployment_id, idx, allocation_id, created_at)"
+    " SELECT r.deployment_id, r.idx, r.allocation_id, r.created_at"
+    " FROM json_populate_recordset(NULL::replicas, %(replicas)s::json) r WHERE EXISTS (SELECT 1 FROM w)),"
+    " e AS (INSERT INTO events (type, subject, payload, at)"
+    " SELECT x.e->>'type', x.e->>'subject', x.e->'payload', %(at)s::timestamptz"
+    " FROM json_array_elements(%(events)s::json) WITH ORDINALITY AS x(e, ord)"
+    " WHERE EXISTS (SELECT 1 FROM w) ORDER BY x.ord)"
+    " SELECT count(*) FROM w"
+)
+
+
+def _workload_params(w: Workload) -> dict[str, Any]:
+    return {
+        "id": w.id,
+        "spec": json.dumps(spec_document(w.spec)),
+        "unplaced": w.unplaced,
+        "reason": w.reason,
+        "policy": w.policy_id,
+        "gen": w.generation,
+    }
+
+
+def _json_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+def _pg_one(conn: Connection, sql: str, params: Mapping[str, Any]) -> int:
+    row = pg_simple.cursor(conn).execute(sql, params, prepare=True).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
@@ -125,6 +185,67 @@ class SqlWorkloads:
             )
             == 1
         )
+
+    def create(self, w: Workload, event: Event, at: datetime) -> bool:
+        """Insert a new workload and, when it was inserted, its creation event; False (nothing
+        written) when the tenant already has one of that name."""
+        if self.conn.dialect.name != "postgresql":
+            if not self.add(w):
+                return False
+            event_log.append(self.conn, event, at)
+            return True
+        params = {
+            **_workload_params(w),
+            "t": w.tenant_id,
+            "name": w.spec.name,
+            "created": w.created_at,
+            "at": at,
+            "etype": type_of(event),
+            "esubject": event.subject,
+            "epayload": json.dumps(event.payload()),
+        }
+        return _pg_one(self.conn, _PG_CREATE, params) == 1
+
+    def record_placement(
+        self,
+        w: Workload,
+        generation: int,
+        written: Sequence[tuple[Deployment, bool]],
+        added: Sequence[tuple[str, int, str]],
+        events: Sequence[Event],
+        now: datetime,
+    ) -> bool:
+        """A placement's outcome at once: the workload's figures (compare-and-set on `generation`),
+        its deployments (each new, or written over its row), their new replicas (deployment, index,
+        allocation) and the events, in order. False, with nothing written, when the workload's
+        generation moved."""
+        if self.conn.dialect.name != "postgresql":
+            if not self.update(w, generation):
+                return False
+            for d, new in written:
+                self.put_deployment(d, new=new)
+            for deployment_id, idx, allocation in added:
+                self.add_replicas(deployment_id, [(idx, allocation)], now)
+            for event in events:
+                event_log.append(self.conn, event, now)
+            return True
+        params = {
+            **_workload_params(w),
+            "expected": generation,
+            "new": json.dumps([_json_row(_deployment_row(d)) for d, new in written if new]),
+            "old": json.dumps([_json_row(_deployment_row(d)) for d, new in written if not new]),
+            "replicas": json.dumps(
+                [
+                    {"deployment_id": d, "idx": i, "allocation_id": a, "created_at": now.isoformat()}
+                    for d, i, a in added
+                ]
+            ),
+            "events": json.dumps(
+                [{"type": type_of(e), "subject": e.subject, "payload": e.payload()} for e in events]
+            ),
+            "at": now,
+        }
+        return _pg_one(self.conn, _PG_RECORD, params) == 1
 
     def get(self, workload_id: str) -> Workload | None:
         found = rows.rows(self.conn, select(workloads).where(workloads.c.id == workload_id))
