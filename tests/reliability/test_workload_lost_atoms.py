@@ -4,13 +4,17 @@ large fleet stalls every request of the process. Only PostgreSQL lets two writer
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import pytest
 
+from better_compute.domain.events import LoggedEvent
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import pools, workloads
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import Tx
 from better_compute.storage.store import Store
@@ -47,21 +51,31 @@ def test_an_atom_lost_to_another_process_twice_is_caught_up_on_without_rebuildin
     other = workloads.Wiring(store, BookingIndex(), Stock(), RandomIds())
     with store.read() as tx:
         behind.index.sync(tx)
-    real_sync = behind.index.sync
+    real_sync, real_apply = behind.index.sync, behind.index.apply
     calls = {"n": 0}
 
-    def racing_sync(tx: Tx) -> None:
+    def step(catch_up: Callable[[], None]) -> None:
+        # An attempt catches up after taking its lock (`apply`), a clash after it (`sync`).
         # 1: the first attempt's, left undone (the process has not read the log since `first`);
         # 2: after the first clash; 3: the second attempt's, after which `other` takes the next
         # GPU this process will pick; 4: after the second clash.
         calls["n"] += 1
         if calls["n"] == 1:
             return
-        real_sync(tx)
+        catch_up()
         if calls["n"] == 3:
             assert workloads.create(other, ADMIN, one_gpu("third", "globex"), NOW)
 
+    def racing_sync(tx: Tx) -> None:
+        step(lambda: real_sync(tx))
+
+    def racing_apply(
+        tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snap: LogSnapshot
+    ) -> None:
+        step(lambda: real_apply(tx, read, events, newest, snap))
+
     behind.index.sync = racing_sync  # type: ignore[method-assign]
+    behind.index.apply = racing_apply  # type: ignore[method-assign]
     assert workloads.create(other, ADMIN, one_gpu("first", "globex"), NOW).workload.unplaced == 0
 
     second = workloads.create(behind, ADMIN, one_gpu("second", "acme"), NOW)

@@ -5,14 +5,17 @@ refused. The losing process is modelled by an index that never catches up after 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from better_compute.domain.credentials import Principal
+from better_compute.domain.events import LoggedEvent
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service import workloads
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import Tx
 from better_compute.storage.store import Store
@@ -32,6 +35,11 @@ class OutrunIndex(BookingIndex):
         if not self.loaded:
             super().sync(tx)
             self.loaded = True
+
+    def apply(
+        self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
+    ) -> None:
+        return None  # a write's read of the log after its lock
 
     def reload(self, tx: Tx) -> None:
         return None

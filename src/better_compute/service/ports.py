@@ -477,6 +477,11 @@ class ReservationRepo(Protocol):
         """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
         ...
 
+    def locked_tail(self, key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
+        """`lock(key)`, then a read of the event log from `read` (as `EventRepo.after`) that sees
+        every commit made before the lock was granted; one round trip when it begins the transaction."""
+        ...
+
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
         """Per allocation, the atoms its live bookings hold, in booking order."""
         ...

@@ -154,6 +154,15 @@ def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
     return named[0]
 
 
+def _lock_and_catch_up(tx: Tx, wiring: Wiring, tenant_id: str) -> None:
+    """Take the tenant's workload lock, then catch the index up with every commit made before it
+    was granted: what the tenant holds is then exact for this write (one round trip with the
+    transaction's BEGIN when it is the transaction's first statement)."""
+    read = wiring.index.prepare(tx)
+    events, newest, snapshot = tx.reservations.locked_tail(workload_lock(tenant_id), read)
+    wiring.index.apply(tx, read, events, newest, snapshot)
+
+
 def _tenant_for(principal: Principal, named: str | None) -> str:
     tenant_id = tenant_scope(principal, named)
     if tenant_id is None:
@@ -202,8 +211,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     workload_id = wiring.ids.workload()
 
     def run(tx: Tx, settle: bool) -> WorkloadView:
-        tx.reservations.lock(workload_lock(tenant_id))
-        wiring.index.sync(tx)
+        _lock_and_catch_up(tx, wiring, tenant_id)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
         _check_refs(tx, wiring, spec)
@@ -522,8 +530,7 @@ def scale(
 
     def run(tx: Tx, settle: bool) -> WorkloadView:
         found = _visible(tx, principal, ref)
-        tx.reservations.lock(workload_lock(found.tenant_id))
-        wiring.index.sync(tx)
+        _lock_and_catch_up(tx, wiring, found.tenant_id)
         current = tx.workloads.get(found.id)
         if current is None:
             raise workload_not_found(ref)
@@ -573,8 +580,7 @@ def drain(
 
     def run(tx: Tx, settle: bool) -> WorkloadView:
         found = _visible(tx, principal, ref)
-        tx.reservations.lock(workload_lock(found.tenant_id))
-        wiring.index.sync(tx)
+        _lock_and_catch_up(tx, wiring, found.tenant_id)
         if tx.clusters.get(cluster_id) is None:
             raise NotFound(
                 f"cluster {cluster_id} not found", {"field": "payload.cluster", "cluster": cluster_id}
@@ -647,8 +653,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
             found = tx.workloads.get(workload_id)
             if found is None:
                 raise workload_not_found(workload_id)
-            tx.reservations.lock(workload_lock(found.tenant_id))
-            wiring.index.sync(tx)
+            _lock_and_catch_up(tx, wiring, found.tenant_id)
             again = tx.workloads.get(workload_id)
             assert again is not None
             return place_in(tx, wiring, again, now, settle=settle)

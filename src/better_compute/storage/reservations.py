@@ -17,7 +17,7 @@ import psycopg
 from sqlalchemy import Connection, or_, select
 
 from better_compute.domain.atoms import Atom
-from better_compute.domain.events import LedgerBooked, ReservationCreated
+from better_compute.domain.events import LedgerBooked, LoggedEvent, ReservationCreated
 from better_compute.domain.pools import check_mode
 from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import ReservationStatus
@@ -26,7 +26,14 @@ from better_compute.service.event_tail import Cursor, LogSnapshot
 from better_compute.service.ports import AdmissionRead, KeyTaken, NotBookable
 from better_compute.storage import ledger, pg_simple, rows
 from better_compute.storage.atoms import atom_of
-from better_compute.storage.events import _PG_TAIL_EVENTS, _PG_TAIL_STATE, log_snapshot, logged, tail_params
+from better_compute.storage.events import (
+    _PG_TAIL_EVENTS,
+    _PG_TAIL_STATE,
+    events_after,
+    log_snapshot,
+    logged,
+    tail_params,
+)
 from better_compute.storage.ledger import sqlite_time
 from better_compute.storage.policies import policy_of
 from better_compute.storage.tables import atoms, bookings, reservations
@@ -121,6 +128,9 @@ class SqlReservations:
 
     def lock(self, key: str) -> None:
         lock(self.conn, key)
+
+    def locked_tail(self, key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
+        return locked_tail(self.conn, key, read)
 
     def held_atoms(self, allocation_ids: Sequence[str]) -> dict[str, list[Atom]]:
         return held_atoms(self.conn, allocation_ids)
@@ -322,6 +332,48 @@ def _pg_snapshot_batch(conn: Connection, params: dict[str, Any], lock_key: str) 
             _json(in_progress),
         )
     return None
+
+
+_TAIL = pg_simple.Statement(
+    "bc_locked_tail",
+    "SELECT " + _PG_TAIL_EVENTS + ", " + _PG_TAIL_STATE,
+    {"last": "bigint", "limit": "bigint", "open": "bigint[]", "from": "bigint"},
+)
+_LOCKED_TAIL = (_LOCK, _TAIL)
+
+
+def locked_tail(
+    conn: Connection, lock_key: str, read: Cursor
+) -> tuple[list[LoggedEvent], int, LogSnapshot]:
+    """Take the advisory lock `lock_key`, then read the event log from `read` (as
+    `events.events_after`) in a statement of its own, so that it sees every commit made before the
+    lock was granted. On PostgreSQL, when the transaction has not begun yet, BEGIN, the lock and
+    the read are one round trip (see `pg_simple`)."""
+    if conn.dialect.name == "postgresql":
+        db = pg_simple.driver(conn)
+        for _ in range(2):
+            if not pg_simple.may_begin(db):
+                break
+            pg_simple.ensure_prepared(conn, db, _LOCKED_TAIL)
+            batch = (
+                pg_simple.begin(db)
+                + b"; "
+                + _EXECUTE_LOCK % _lock_id(lock_key)
+                + b"; "
+                + pg_simple.quote(conn, db, _TAIL.execute, tail_params(read))
+            )
+            try:
+                result = pg_simple.run(conn, batch)
+            except pg_simple.Lost:
+                continue
+            tail, newest, xmax, in_progress = (result.get_value(0, n) for n in range(4))
+            return (
+                logged(_json(tail) or ()),
+                int(newest or 0),
+                log_snapshot(None if xmax is None else int(xmax), _json(in_progress)),
+            )
+    lock(conn, lock_key)
+    return events_after(conn, read)
 
 
 _PG_COMMIT = (
