@@ -147,6 +147,8 @@ def snapshot_in(
 def quota_left(snap: Snapshot, cluster_id: str) -> tuple[int | None, bool]:
     """Devices of the class the quota rows leave the tenant in the cluster, and whether the fleet row
     decides there (None: no row limits it)."""
+    if not snap.quota.rows:
+        return None, False  # the common case, asked once per cluster of the fleet
     verdict = snap.quota.admit(cluster_id, 0)
     if verdict.limit is None:
         return None, False

@@ -342,9 +342,7 @@ _TAIL = pg_simple.Statement(
 _LOCKED_TAIL = (_LOCK, _TAIL)
 
 
-def locked_tail(
-    conn: Connection, lock_key: str, read: Cursor
-) -> tuple[list[LoggedEvent], int, LogSnapshot]:
+def locked_tail(conn: Connection, lock_key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
     """Take the advisory lock `lock_key`, then read the event log from `read` (as
     `events.events_after`) in a statement of its own, so that it sees every commit made before the
     lock was granted. On PostgreSQL, when the transaction has not begun yet, BEGIN, the lock and
