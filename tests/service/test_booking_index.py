@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from better_compute.domain.timewin import Window
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.event_tail import Cursor, LogSnapshot
+from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
 from better_compute.storage.events import logged
 from tests.builders import T0, at
 
@@ -95,6 +95,18 @@ def test_a_slow_transactions_every_event_counts_not_only_its_first() -> None:
     busy = {i.atom_id for i in index.busy(Window(T0, T0 + timedelta(minutes=30)))}
     assert busy == {"atom-a", "atom-b", "atom-c"}
     assert index.knows_booking_of("atom-a") and index.knows_booking_of("atom-c")
+
+
+def test_an_event_two_parts_of_a_read_find_is_taken_once() -> None:
+    """A read asks for the events of the transactions it saw open and of those from `xmax` on; after
+    a read that did not reach the log's end one transaction can be in both, and its events come back
+    twice. Each must reach the consumer once (a counting consumer, metering, would count it twice)."""
+    tail = EventTail()
+    tail.start(10, LogSnapshot(100))
+    read = tail.cursor()
+    events = logged([booked(8, "a", "atom-a", 0, 1, tx=101), booked(8, "a", "atom-a", 0, 1, tx=101)])
+    fresh = tail.take(events, read, 12, LogSnapshot(102))
+    assert [e.id for e in fresh] == [8]
 
 
 def test_invisible_commit_stall_keeps_asking_however_long_it_lasts() -> None:

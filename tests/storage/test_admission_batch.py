@@ -240,3 +240,22 @@ def test_a_batch_begins_the_transaction_psycopg_would(
         db.pgconn.exec_(b"ROLLBACK")
     assert psycopgs is not None
     assert tuple(v.decode() for v in ours if v is not None) == psycopgs
+
+
+def test_a_workload_lock_after_admission_on_one_connection_is_one_round_trip(
+    pg: Store, batches: list[bytes]
+) -> None:
+    """Admission's batch and a workload write's (lock and log read) prepare their own statements on a
+    shared connection. Defect: one flag said "prepared" for the connection, so the second batch
+    ran unprepared, failed, was rolled back and sent again (its lock waited for twice)."""
+    booker = Booker(pg)
+
+    def work() -> None:
+        booker.reserve()
+        with pg.begin() as tx:
+            tx.reservations.locked_tail("workloads:acme", booker.index.prepare(tx))
+        booker.reserve()
+
+    _kept(pg, work)
+    assert len(batches) == 3
+    assert b"EXECUTE bc_plain_lock_" in batches[1]

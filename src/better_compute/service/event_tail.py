@@ -136,8 +136,12 @@ class EventTail:
         assert self.last is not None
         fresh: list[LoggedEvent] = []
         ended: set[int] = set()
+        previous: int | None = None
         for event in sorted(events, key=lambda e: e.id):
             event_id, tx = event.id, event.tx
+            if event_id == previous:
+                continue  # found by two parts of the read (an open transaction from `xmax` on)
+            previous = event_id
             if event_id > self.last or self._unseen(tx):
                 fresh.append(event)
                 if tx is not None:

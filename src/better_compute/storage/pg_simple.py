@@ -113,9 +113,15 @@ def begin(db: psycopg.Connection[Any]) -> bytes:
 
 
 def ensure_prepared(conn: Connection, db: psycopg.Connection[Any], statements: Sequence[Statement]) -> None:
-    """Prepare `statements` on this connection (`db` under `conn`) unless they are. Outside a
+    """Prepare `statements` on this connection (`db` under `conn`) unless they are (each batch's
+    own: admission's and the workload writes' share a connection). Outside a
     transaction only (`may_begin`): a failed PREPARE would abort one."""
-    if conn.connection.info.get(_PREPARED) is db:
+    info = conn.connection.info
+    known = info.get(_PREPARED)
+    if known is None or known[0] is not db:
+        known = info[_PREPARED] = (db, set())
+    names: set[str] = known[1]
+    if all(statement.name in names for statement in statements):
         return
     for statement in statements:
         result = db.pgconn.exec_(statement.prepare().encode())
@@ -124,7 +130,7 @@ def ensure_prepared(conn: Connection, db: psycopg.Connection[Any], statements: S
         # Already there, under this name: the same text (see Statement).
         if result.error_field(DiagnosticField.SQLSTATE) != _ALREADY_PREPARED.encode():
             _raise(db, result)
-    conn.connection.info[_PREPARED] = db
+    names.update(statement.name for statement in statements)
 
 
 def forget(conn: Connection) -> None:

@@ -339,14 +339,19 @@ _TAIL = pg_simple.Statement(
     "SELECT " + _PG_TAIL_EVENTS + ", " + _PG_TAIL_STATE,
     {"last": "bigint", "limit": "bigint", "open": "bigint[]", "from": "bigint"},
 )
-_LOCKED_TAIL = (_LOCK, _TAIL)
+_PLAIN_LOCK = pg_simple.Statement("bc_plain_lock", "SELECT pg_advisory_xact_lock(%(key)s)", {"key": "bigint"})
+"""The lock alone: admission's planner settings (`_PLAN`) are tuned for its own statements, not for
+the rest of a workload write's transaction."""
+_LOCKED_TAIL = (_PLAIN_LOCK, _TAIL)
+_EXECUTE_PLAIN_LOCK = f"EXECUTE {_PLAIN_LOCK.name} (%d)".encode()
 
 
 def locked_tail(conn: Connection, lock_key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
     """Take the advisory lock `lock_key`, then read the event log from `read` (as
     `events.events_after`) in a statement of its own, so that it sees every commit made before the
     lock was granted. On PostgreSQL, when the transaction has not begun yet, BEGIN, the lock and
-    the read are one round trip (see `pg_simple`)."""
+    the read are one round trip (see `pg_simple`). Called before the transaction writes anything:
+    a read after its own writes would show its own uncommitted events."""
     if conn.dialect.name == "postgresql":
         db = pg_simple.driver(conn)
         for _ in range(2):
@@ -356,7 +361,7 @@ def locked_tail(conn: Connection, lock_key: str, read: Cursor) -> tuple[list[Log
             batch = (
                 pg_simple.begin(db)
                 + b"; "
-                + _EXECUTE_LOCK % _lock_id(lock_key)
+                + _EXECUTE_PLAIN_LOCK % _lock_id(lock_key)
                 + b"; "
                 + pg_simple.quote(conn, db, _TAIL.execute, tail_params(read))
             )
