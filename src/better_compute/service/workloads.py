@@ -99,6 +99,12 @@ class WorkloadView:
     def booked(self) -> int:
         return sum(d.booked for d in self.deployments)
 
+    @property
+    def waiting(self) -> bool:
+        """Short of its replicas: some no cluster took, or a deployment `pending` or `admitted`
+        (what the retrier places again)."""
+        return self.workload.unplaced > 0 or any(d.phase in ("pending", "admitted") for d in self.deployments)
+
 
 @dataclass(frozen=True)
 class Wiring:

@@ -57,8 +57,7 @@ def create_workload(
     body: WorkloadCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> WorkloadPublic:
     view = workloads.create(_wiring(services), principal, _raw(body), now)
-    if view.workload.unplaced or any(d.phase in ("pending", "admitted") for d in view.deployments):
-        # short of its replicas (a race lost on the last attempt leaves some for the retrier)
+    if view.waiting:  # a race lost on the last attempt leaves replicas for the retrier
         services.placement_wakeup.set()
     return workload_public(view)
 
