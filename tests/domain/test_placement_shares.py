@@ -135,3 +135,20 @@ def test_pinned_takes_every_replica_and_reports_its_shortfall() -> None:
     assert got.shares == {"a": 5}
     assert got.verdicts[0].shortfall == 3
     assert got.unplaced == 3
+
+
+def test_a_salt_orders_equally_good_clusters_its_own_way_and_never_a_worse_one_first() -> None:
+    """Two server processes placing at once each see the same figures; with id order both would
+    pick the same cluster (then node, then atoms) and refuse each other at the ledger."""
+    tied = {f"c{n:03d}": 10 for n in range(100)}
+    firsts = {next(iter(divide(1, tied, {}, salt=salt).shares)) for salt in range(1, 33)}
+    assert len(firsts) > 20  # processes spread over the tied clusters
+    assert divide(1, tied, {}).shares == {"c000": 1}  # no salt: id order
+    assert divide(1, tied, {}, salt=7) == divide(1, tied, {}, salt=7)  # a salt decides alike
+    # each salt's order is a shuffle, not a rotation: two salts that pick alike once part after it
+    a, b = (list(divide(100, tied, {}, strategy="spread", salt=s).shares) for s in (3, 4))
+    assert sum(x == y for x, y in zip(a, b, strict=True)) < 10
+    roomier = {**tied, "c050": 11}
+    for salt in range(1, 33):
+        assert divide(1, roomier, {}, salt=salt).shares == {"c050": 1}  # quality first
+        assert divide(1, tied, {"c042": 1}, salt=salt).shares == {"c042": 1}  # used first

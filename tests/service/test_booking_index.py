@@ -325,3 +325,22 @@ def test_workload_events_keep_every_pools_atoms() -> None:
     assert index.pool_version("p1") == before
     index.apply_event(LoggedEvent(9, None, NodeInventoryChanged("n1", 8, 8)))
     assert index.pool_version("p1") != before
+
+
+def test_a_rolled_back_writes_claims_end_at_once_and_a_committed_ones_after_a_later_catch_up() -> None:
+    index = BookingIndex()
+    tx: Any = _tx(_Log(last=0))
+    index.sync(tx)
+    before = index.prepare(tx)  # a request that caught up before the commit below
+    index.claim(["atom-a", "atom-b"])
+    index.claim(["atom-c"])
+    index.release(["atom-c"], committed=False)
+    index.release(["atom-a", "atom-b"], committed=True)
+    assert index.claimed() == {"atom-a", "atom-b"}
+    _apply(index, tx, before, [], 0, LogSnapshot())
+    assert index.claimed() == {"atom-a", "atom-b"}  # that catch-up cannot have seen the commit
+    after = index.prepare(tx)
+    _apply(
+        index, tx, after, [booked(1, "r", "atom-a", 0, 4), booked(2, "r", "atom-b", 0, 4)], 2, LogSnapshot()
+    )
+    assert index.claimed() == set()

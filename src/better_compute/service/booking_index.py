@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, OrderedDict, defaultdict
+from collections import Counter, OrderedDict, defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -212,6 +212,12 @@ class BookingIndex:
         self._catalog_generation = 0
         """Bumped by every event that may change the clusters, the pools or the cordoned nodes."""
         self._claimed: Counter[str] = Counter()
+        self._catch_ups = 0
+        """Catch-ups begun (a read of the log prepared, a sync, a reload): see `release`."""
+        self._handed: deque[tuple[int, list[str]]] = deque()
+        """Claims of committed writes, with `_catch_ups` when they committed (see `release`)."""
+        self._ticket = threading.local()
+        """The catch-up a thread's `prepare` began, for its `apply` to end."""
         self._by_tenant: dict[str, set[str]] = defaultdict(set)  # tenant -> its allocations
         self._pool_changes: Counter[str | None] = Counter()
         """Per pool, bumped by every booking added or dropped there: what a cache of a pool's free
@@ -220,10 +226,13 @@ class BookingIndex:
     # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
     def sync(self, tx: Tx) -> None:
         """Catch up with the ledger: a full load the first time, the event tail afterwards."""
+        begun = self._begin_catch_up()
         self._follower.sync(tx)
+        self._caught_up(begun)
 
     def prepare(self, tx: Tx) -> Cursor:
         """Load the index if it never was; returns what the next read of the log must ask for."""
+        self._ticket.begun = self._begin_catch_up()
         return self._follower.prepare(tx)
 
     def apply(
@@ -231,10 +240,28 @@ class BookingIndex:
     ) -> None:
         """Apply admission's read of the log (see `Follower.apply`)."""
         self._follower.apply(tx, read, events, newest, snapshot)
+        begun: int | None = getattr(self._ticket, "begun", None)
+        self._ticket.begun = None
+        if begun is not None:
+            self._caught_up(begun)
 
     def reload(self, tx: Tx) -> None:
         """Rebuild the index from the ledger itself (see `Follower.reload`)."""
+        begun = self._begin_catch_up()
         self._follower.reload(tx)
+        self._caught_up(begun)
+
+    def _begin_catch_up(self) -> int:
+        with self._lock:
+            self._catch_ups += 1
+            return self._catch_ups
+
+    def _caught_up(self, begun: int) -> None:
+        """A catch-up begun as the `begun`th has applied every commit made before it began: the
+        claims of writes that committed before then are in the index now (see `release`)."""
+        with self._lock:
+            while self._handed and self._handed[0][0] < begun:
+                self._unclaim(self._handed.popleft()[1])
 
     def load(self, tx: Tx) -> None:
         """Rebuild from the ledger's live bookings (the follower holds the lock)."""
@@ -404,6 +431,13 @@ class BookingIndex:
         with self._lock:
             return (self._pools_generation, self._pool_changes[pool_id])
 
+    def pools_versions(self, groups: Iterable[Iterable[tuple[str, object]]]) -> list[tuple[int, ...]]:
+        """For each group of pools (pool id first in each item), one key that changes when any of
+        their `pool_version`s does (a cache key for what they hold together, never a truth)."""
+        with self._lock:
+            changes, generation = self._pool_changes, self._pools_generation
+            return [(generation, *(changes[p] for p, _ in group)) for group in groups]
+
     def holding_at(self, tenant_id: str, at: datetime) -> list[tuple[str, str | None, str | None]]:
         """(atom, pool, atom class) of each live booking of the tenant's that covers the instant `at`: what it
         holds then. Exact, as `held` is, under the tenant's lock on a caught-up index."""
@@ -447,11 +481,27 @@ class BookingIndex:
         with self._lock:
             self._claimed.update(atom_ids)
 
-    def unclaim(self, atom_ids: Iterable[str]) -> None:
+    def release(self, atom_ids: Sequence[str], committed: bool) -> None:
+        """End the claims of a write whose transaction has ended. Rolled back, nobody holds the atoms.
+        Committed, they stay claimed until a catch-up that began after the commit has applied its
+        bookings: until then the index does not show them, and a request of this process that
+        caught up before the commit would choose them again and lose them to the ledger."""
+        if not atom_ids:
+            return
         with self._lock:
-            self._claimed.subtract(atom_ids)
-            for atom in [a for a, n in self._claimed.items() if n <= 0]:
-                del self._claimed[atom]
+            if committed:
+                self._handed.append((self._catch_ups, list(atom_ids)))
+            else:
+                self._unclaim(atom_ids)
+
+    def _unclaim(self, atom_ids: Iterable[str]) -> None:
+        """(The caller holds the lock.)"""
+        for atom in atom_ids:
+            left = self._claimed.get(atom, 0) - 1
+            if left > 0:
+                self._claimed[atom] = left
+            else:
+                self._claimed.pop(atom, None)
 
     def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[_Interval]]:
         """Every live booking of these atoms (each with its `start` and `end`), for the earliest start

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cache
 
 from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.clusters import accepts_placements
@@ -52,6 +53,8 @@ class Snapshot:
     """The pools the tenant may use, by cluster."""
     pool_left: dict[str, int | None]
     """Devices of the class the tenant may still take per pool (None: its own pool, not limited)."""
+    pools_left: dict[str, tuple[tuple[str, int | None], ...]]
+    """By cluster, its pools the tenant may use with what it may take of each (`pool_left`)."""
     quota: ClassQuotaFigures
     cordoned: frozenset[str]
     denials: dict[str, str] = field(default_factory=dict)
@@ -107,8 +110,17 @@ def snapshot_in(
     offered: dict[str, dict[str, int]] = {}
     for q in rules.quotas:
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
-    holding = index.holding_at(tenant_id, now)
-    held_by_pool: Counter[str | None] = Counter(pool for _, pool, cls in holding if cls == found.cls)
+    # What the tenant holds is read only where it is needed (a limited pool, a class quota row): it
+    # grows with everything the tenant runs, and an owner's own pools under no row need none of it.
+
+    @cache
+    def holding() -> list[tuple[str, str | None, str | None]]:
+        return index.holding_at(tenant_id, now)
+
+    @cache
+    def held_by_pool() -> Counter[str | None]:
+        return Counter(pool for _, pool, cls in holding() if cls == found.cls)
+
     every_pool = catalog.seats
     pools: dict[str, list[PoolSeat]] = {}
     pool_left: dict[str, int | None] = {}
@@ -117,7 +129,7 @@ def snapshot_in(
         if pool.owner_tenant_id != tenant_id and not limits:
             continue  # neither the tenant's pool nor offered to it
         limit = effective_limit(found.cls, tenant_id, pool.owner_tenant_id, limits)
-        left = None if limit is None else max(0, limit - held_by_pool[pool.id])
+        left = None if limit is None else max(0, limit - held_by_pool()[pool.id])
         if left == 0:
             continue
         pools.setdefault(pool.cluster_id, []).append(pool)
@@ -125,7 +137,7 @@ def snapshot_in(
     class_rows: tuple[ClassQuota, ...] = rules.class_rows
     held: Counter[str] = Counter()
     members: dict[str, frozenset[str]] = {}
-    for atom_id, pool_id, cls in holding:
+    for atom_id, pool_id, cls in holding() if class_rows else ():
         if cls != found.cls or pool_id is None or pool_id not in every_pool:
             continue
         if pool_id not in members:
@@ -133,6 +145,7 @@ def snapshot_in(
         if atom_id in members[pool_id]:
             held[every_pool[pool_id].cluster_id] += 1
     quota = ClassQuotaFigures(tenant_id, found.name, class_rows, dict(held))
+    pools_left = {c: tuple((p.id, pool_left[p.id]) for p in seats) for c, seats in pools.items()}
     denials = {
         c.id: INACTIVE.format(cluster=c.id, phase=c.phase)
         for c in clusters.values()
@@ -141,7 +154,9 @@ def snapshot_in(
     policies = [*rules.policies, *workload_policies]
     for cluster_id, why in _policy_denials(policies, tenant_id, workload_id, found.name, clusters).items():
         denials.setdefault(cluster_id, why)
-    return Snapshot(tenant_id, found, clusters, pools, pool_left, quota, catalog.cordoned, denials)
+    return Snapshot(
+        tenant_id, found, clusters, pools, pool_left, pools_left, quota, catalog.cordoned, denials
+    )
 
 
 def quota_left(snap: Snapshot, cluster_id: str) -> tuple[int | None, bool]:
@@ -160,32 +175,26 @@ def fleet_left(snap: Snapshot) -> int | None:
     return None if fleet is None else max(0, fleet.guaranteed_devices - sum(snap.quota.held.values()))
 
 
-def room_in(
+def rooms_in(
     tx: Tx,
     index: BookingIndex,
     stock: Stock,
     snap: Snapshot,
-    cluster_id: str,
+    cluster_ids: Sequence[str],
     spec: WorkloadSpec,
     now: datetime,
-) -> Room:
-    """What the tenant's pools in the cluster hold of the workload's replicas now."""
-    free = replicas = largest = 0
-    for pool in snap.pools.get(cluster_id, ()):
-        room = stock.room(
-            tx, index, pool.id, snap.device_class, spec.device_count, spec.topology_kind, now, snap.cordoned
-        )
-        left = snap.pool_left[pool.id]
-        if left is not None:
-            room = Room(
-                min(room.free_devices, left),
-                min(room.replicas, left // spec.device_count),
-                room.largest_group,
-            )
-        free += room.free_devices
-        replicas += room.replicas
-        largest = max(largest, room.largest_group)
-    return Room(free, replicas, largest)
+) -> dict[str, Room]:
+    """What the tenant's pools in each cluster hold of the workload's replicas now."""
+    return stock.rooms_together(
+        tx,
+        index,
+        {c: snap.pools_left.get(c, ()) for c in cluster_ids},
+        snap.device_class,
+        spec.device_count,
+        spec.topology_kind,
+        now,
+        snap.cordoned,
+    )
 
 
 def free_devices_in(
@@ -232,6 +241,7 @@ def plan_in(
     considered: Sequence[str] = (
         [spec.pinned_cluster] if spec.pinned_cluster is not None else sorted(snap.clusters)
     )
+    rooms = rooms_in(tx, index, stock, snap, considered, spec, now)
     figures = []
     for cluster_id in considered:
         left, fleet = quota_left(snap, cluster_id)
@@ -239,14 +249,14 @@ def plan_in(
         figures.append(
             ClusterFigures(
                 cluster_id=cluster_id,
-                room=room_in(tx, index, stock, snap, cluster_id, spec, now),
+                room=rooms[cluster_id],
                 quota_left=left,
                 denial=denial,
                 current=current.get(cluster_id, 0),
                 fleet_scoped=fleet,
             )
         )
-    return plan_placement(ask_of(spec, replicas), figures, fleet_left(snap))
+    return plan_placement(ask_of(spec, replicas), figures, fleet_left(snap), stock.salt)
 
 
 def main_reason(placement: Placement) -> Reason | None:
@@ -291,6 +301,6 @@ __all__ = [
     "main_reason",
     "plan_in",
     "preview",
-    "room_in",
+    "rooms_in",
     "snapshot_in",
 ]

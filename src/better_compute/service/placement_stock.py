@@ -8,6 +8,8 @@ keeps the earliest such end). So an entry is reused while all three stand, and r
 the cache can be stale only as the booking index is, and the ledger's constraint is the fence.
 
 The rooms (`topology.Room`) add up over pools: a replica sits on one node, and a node is in one pool.
+A cluster's room for a tenant (its pools there, each capped by what the tenant may take) is kept
+too, under the versions of those pools: a decision asks it of every cluster, and changes few.
 
 Two more reads are kept: which of a pool's atoms belong to a class (matched once per read of the
 pool's atoms, so a booking costs a filter over them, not a selector match per atom), and the
@@ -98,6 +100,8 @@ class Stock:
         self._tenants: tuple[int, set[str]] = (-1, set())
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
+        self._together: dict[tuple[object, ...], tuple[tuple[int, ...], datetime | None, Room]] = {}
+        """Rooms of several pools together (`rooms_together`)."""
 
     def catalog(self, tx: Tx, index: BookingIndex) -> Catalog:
         """The clusters, the pools' seats and the cordoned nodes, read again only when the index's
@@ -224,7 +228,7 @@ class Stock:
         """The pool's atoms of the class, booked or not (to count what a tenant holds of it)."""
         return self._members(tx, index, pool_id, device_class).ids
 
-    def room(
+    def _room(
         self,
         tx: Tx,
         index: BookingIndex,
@@ -233,10 +237,8 @@ class Stock:
         device_count: int,
         kind: DomainKind | None,
         at: datetime,
-        cordoned: Collection[str] = frozenset(),
-    ) -> Room:
-        """What the pool's free devices of the class hold of replicas of `device_count` devices,
-        leaving out the `cordoned` nodes'."""
+        cordoned: Collection[str],
+    ) -> tuple[_Entry, Room]:
         entry = self._entry(tx, index, pool_id, device_class, at)
         mine = (
             frozenset(n for n in cordoned if any(d.node == n for d in entry.devices))
@@ -247,13 +249,77 @@ class Stock:
         with self._lock:
             cached = self._rooms.get(key)
         if cached is not None and cached[0] is entry:
-            return cached[1]
+            return entry, cached[1]
         room = room_for((d for d in entry.devices if d.node not in mine), device_count, kind)
         with self._lock:
             if len(self._rooms) >= MAX_ENTRIES:
                 self._rooms.clear()
             self._rooms[key] = (entry, room)
-        return room
+        return entry, room
+
+    def rooms_together(
+        self,
+        tx: Tx,
+        index: BookingIndex,
+        clusters: Mapping[str, tuple[tuple[str, int | None], ...]],
+        device_class: DeviceClass,
+        device_count: int,
+        kind: DomainKind | None,
+        at: datetime,
+        cordoned: frozenset[str] = frozenset(),
+    ) -> dict[str, Room]:
+        """What each cluster's pools (for one tenant) hold together of replicas of `device_count`
+        devices, each pool's share capped by what the tenant may still take there (`clusters`: by
+        cluster, (pool id, devices left, None for no cap) per pool). Kept per set of pools and caps
+        while none of the pools changes (`BookingIndex.pools_version`, read before the figures are,
+        so that a change meanwhile is seen by the next caller) and no booking in them ends:
+        placement asks it of every cluster of the fleet on every decision, and one decision books
+        in few, so most clusters cost a look-up."""
+        shape = (device_class.name, device_count, kind, cordoned)
+        versions = index.pools_versions(clusters.values())
+        out: dict[str, Room] = {}
+        missed: list[tuple[str, tuple[tuple[str, int | None], ...], tuple[int, ...]]] = []
+        with self._lock:
+            for (cluster_id, pools), version in zip(clusters.items(), versions, strict=True):
+                cached = self._together.get((pools, shape))
+                if cached is not None and cached[0] == version and (cached[1] is None or at < cached[1]):
+                    out[cluster_id] = cached[2]
+                else:
+                    missed.append((cluster_id, pools, version))
+        for cluster_id, pools, version in missed:
+            room, until = self._together_now(tx, index, pools, device_class, device_count, kind, at, cordoned)
+            with self._lock:
+                if len(self._together) >= MAX_ENTRIES:
+                    self._together.clear()
+                self._together[(pools, shape)] = (version, until, room)
+            out[cluster_id] = room
+        return out
+
+    def _together_now(
+        self,
+        tx: Tx,
+        index: BookingIndex,
+        pools: tuple[tuple[str, int | None], ...],
+        device_class: DeviceClass,
+        device_count: int,
+        kind: DomainKind | None,
+        at: datetime,
+        cordoned: frozenset[str],
+    ) -> tuple[Room, datetime | None]:
+        free = replicas = largest = 0
+        until: datetime | None = None
+        for pool_id, left in pools:
+            entry, room = self._room(tx, index, pool_id, device_class, device_count, kind, at, cordoned)
+            if entry.until is not None and (until is None or entry.until < until):
+                until = entry.until
+            if left is not None:
+                room = Room(
+                    min(room.free_devices, left), min(room.replicas, left // device_count), room.largest_group
+                )
+            free += room.free_devices
+            replicas += room.replicas
+            largest = max(largest, room.largest_group)
+        return Room(free, replicas, largest), until
 
 
 __all__ = ["Catalog", "PoolSeat", "Rules", "Stock"]

@@ -247,9 +247,10 @@ def create(
         return first
     for attempt in range(MAX_ATTEMPTS):
         claims: list[str] = []
+        committed = False
         try:
             with store.begin() as tx:
-                return _create_in(
+                view = _create_in(
                     tx,
                     index,
                     caller,
@@ -264,6 +265,8 @@ def create(
                     new_id,
                     claims,
                 )
+            committed = True
+            return view
         except Overlap as clash:
             telemetry.ledger_conflict()
             if attempt == MAX_ATTEMPTS - 1:
@@ -291,7 +294,7 @@ def create(
                     f"idempotencyKey {key!r} is in use by a concurrent request; retry"
                 ) from None
         finally:
-            index.unclaim(claims)
+            index.release(claims, committed)
     raise AssertionError("unreachable")
 
 

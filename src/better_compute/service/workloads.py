@@ -16,7 +16,7 @@ each deployment's share, phase and reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -116,6 +116,15 @@ class Wiring:
     ids: Ids
 
 
+@dataclass
+class Attempt:
+    """One try of a write (`_attempts`): whether it settles, and the atoms it claimed, released by
+    `_attempts` once its transaction has ended (`BookingIndex.release`)."""
+
+    settle: bool = False
+    claims: list[str] = field(default_factory=list)
+
+
 def _views(tx: Tx, workloads: list[Workload]) -> dict[str, list[DeploymentView]]:
     deps = tx.workloads.deployments_of([w.id for w in workloads])
     flat = [d for ds in deps.values() for d in ds]
@@ -176,20 +185,25 @@ def _tenant_for(principal: Principal, named: str | None) -> str:
     return tenant_id
 
 
-def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> WorkloadView:
+def _attempts(wiring: Wiring, run: Callable[[Tx, Attempt], WorkloadView]) -> WorkloadView:
     """Run a write, deciding again on a caught-up index when the ledger refused an atom. Losing an
     atom to another tenant's write is the common case when many place at once (each picks the same
     best devices), so the index only catches up with the log; it is rebuilt from the ledger (under
     its lock, costly on a large fleet) only when, caught up, it still knows no booking of the atom
-    lost. The last attempt settles (`run(tx, True)`): a replica whose atoms are taken even then is
+    lost. The last attempt settles (`Attempt.settle`): a replica whose atoms are taken even then is
     left unbooked, for the retrier, rather than the whole write refused, since other processes
-    booking the same best atoms can outrun any number of attempts."""
-    for attempt in range(MAX_ATTEMPTS):
+    booking the same best atoms can outrun any number of attempts. The atoms an attempt claimed
+    are released once its transaction has ended, committed or not (`BookingIndex.release`)."""
+    for n in range(MAX_ATTEMPTS):
+        attempt = Attempt(settle=n == MAX_ATTEMPTS - 1)
+        committed = False
         try:
             with wiring.store.begin() as tx:
-                return run(tx, attempt == MAX_ATTEMPTS - 1)
+                view = run(tx, attempt)
+            committed = True
+            return view
         except Overlap as clash:
-            if attempt == MAX_ATTEMPTS - 1:
+            if attempt.settle:
                 raise BookingConflict(clash.atom_id or "unknown", None) from None
             with wiring.store.read() as tx:
                 wiring.index.sync(tx)
@@ -197,12 +211,14 @@ def _attempts(wiring: Wiring, run: Callable[[Tx, bool], WorkloadView]) -> Worklo
                     # caught up, and still no booking of the atom it lost: rebuild from the ledger
                     wiring.index.reload(tx)
         except NotBookable:
-            if attempt == MAX_ATTEMPTS - 1:
+            if attempt.settle:
                 raise ConcurrentChange(
                     "the fleet's atoms kept changing while this workload was placed; retry"
                 ) from None
             with wiring.store.read() as tx:
                 wiring.index.reload(tx)
+        finally:
+            wiring.index.release(attempt.claims, committed)
     raise AssertionError("unreachable")
 
 
@@ -216,7 +232,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     spec = parse_workload(raw, tenant_id)
     workload_id = wiring.ids.workload()
 
-    def run(tx: Tx, settle: bool) -> WorkloadView:
+    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         _lock_and_catch_up(tx, wiring, tenant_id)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
@@ -236,7 +252,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         if spec.allowed_regions or spec.allowed_clusters:
             workload, made = _with_own_policy(tx, wiring, workload, now)
             own = (made,)
-        return place_in(tx, wiring, workload, now, fresh=True, settle=settle, own_policies=own)
+        return place_in(tx, wiring, workload, now, fresh=True, attempt=attempt, own_policies=own)
 
     return _attempts(wiring, run)
 
@@ -284,15 +300,16 @@ def place_in(
     now: datetime,
     *,
     excluded: Mapping[str, str] | None = None,
+    attempt: Attempt,
     fresh: bool = False,
-    settle: bool = False,
     own_policies: Sequence[Policy] = (),
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
-    placement made. The caller holds the tenant's workload lock and a caught-up index. `fresh`: a
+    placement made. The caller holds the tenant's workload lock and a caught-up index, and runs in
+    `attempt` (`_attempts`): with `attempt.settle`, a replica whose atoms another process took since
+    the index was read stays unbooked; the atoms chosen are claimed in `attempt.claims`. `fresh`: a
     workload created in this transaction, which has no deployments to read and no policies but
-    `own_policies` (the one it made, if any). `settle`: a replica
-    whose atoms another process took since the index was read stays unbooked (see `_attempts`).
+    `own_policies` (the one it made, if any).
 
     Each deployment is written once, after its replicas are booked, with one `deployment.updated`
     event when its share, phase or reason changed. A share the plan admitted but the scheduler could
@@ -315,107 +332,99 @@ def place_in(
         workload_policies=own_policies if fresh else None,
     )
     plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
-    claims: list[str] = []
     views: list[tuple[Deployment, int, list[str]]] = []
     written: list[tuple[Deployment, bool]] = []
     new_replicas: list[tuple[str, int, str]] = []
     events: list[Event] = []
-    try:
-        for cluster_id in sorted(set(deps) | set(plan.shares)):
-            share = plan.shares.get(cluster_id, 0)
-            dep = deps.get(cluster_id)
-            have = reps[dep.id] if dep is not None else []
-            if share == 0 and not have:
-                if dep is not None:
-                    tx.workloads.remove_deployment(dep.id)
-                    events.append(_updated(workload, dep, "removed", 0, 0, None))
-                continue
-            fresh = dep is None
-            if dep is None:
-                dep = Deployment(
-                    id=wiring.ids.deployment(),
-                    workload_id=workload.id,
-                    tenant_id=workload.tenant_id,
-                    cluster_id=cluster_id,
-                    desired_replicas=share,
-                    phase="pending",
-                    reason=None,
-                    message="",
-                    shortfall=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            count = len(have)
-            kept = [a for _, a in have]
-            added: list[tuple[int, str]] = []
-            if share < count:
-                gone = have[share:]
-                for _, allocation in gone:
-                    tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
-                tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
-                kept = [a for _, a in have[:share]]
-                count = share
-            elif share > count:
-                # never past what the verdict allows (quota and capacity), even for a pinned share
-                verdict_room = plan.verdict(cluster_id)
-                allowed = min(share - count, verdict_room.room if verdict_room is not None else 0)
-                added = (
-                    _book(tx, wiring, snap, spec, dep, have, allowed, now, claims, settle)
-                    if allowed > 0
-                    else []
-                )
-            before = count
-            count += len(added)
-            if share == 0 and count == 0:
+    for cluster_id in sorted(set(deps) | set(plan.shares)):
+        share = plan.shares.get(cluster_id, 0)
+        dep = deps.get(cluster_id)
+        have = reps[dep.id] if dep is not None else []
+        if share == 0 and not have:
+            if dep is not None:
                 tx.workloads.remove_deployment(dep.id)
                 events.append(_updated(workload, dep, "removed", 0, 0, None))
-                continue
-            verdict = plan.verdict(cluster_id)
-            short = count < share
-            room = verdict.room if verdict is not None else 0
-            blocked = short and (share - before > room or verdict is None or verdict.reason is not None)
-            reason: Reason | None = None
-            if blocked:
-                reason = (verdict.reason if verdict is not None else None) or _limit_of(
-                    verdict, spec, share - before
-                )
-            message = verdict.message if verdict is not None and short else ""
-            shortfall = max(verdict.shortfall if verdict is not None else 0, share - count)
-            phase = phase_of(share, count, 0, blocked)
-            new = replace(
-                dep,
+            continue
+        fresh = dep is None
+        if dep is None:
+            dep = Deployment(
+                id=wiring.ids.deployment(),
+                workload_id=workload.id,
+                tenant_id=workload.tenant_id,
+                cluster_id=cluster_id,
                 desired_replicas=share,
-                phase=phase,
-                reason=reason,
-                message=message[:500],
-                shortfall=max(0, shortfall),
+                phase="pending",
+                reason=None,
+                message="",
+                shortfall=0,
+                created_at=now,
                 updated_at=now,
-                generation=dep.generation if fresh else dep.generation + 1,
             )
-            if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall) != (
-                dep.phase,
-                dep.desired_replicas,
-                dep.reason,
-                dep.shortfall,
-            ):
-                written.append((new, fresh))
-                events.append(_updated(workload, new, phase, share, count, reason))
-            new_replicas.extend((new.id, i, a) for i, a in added)
-            views.append((new, count, kept))
-        total = sum(count for _, count, _ in views)
-        unplaced = max(0, spec.replicas - total)
-        placed = replace(
-            workload,
-            unplaced=unplaced,
-            reason=placement.main_reason(plan) if unplaced else None,
-            generation=workload.generation + 1,
+        count = len(have)
+        kept = [a for _, a in have]
+        added: list[tuple[int, str]] = []
+        if share < count:
+            gone = have[share:]
+            for _, allocation in gone:
+                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+            tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
+            kept = [a for _, a in have[:share]]
+            count = share
+        elif share > count:
+            # never past what the verdict allows (quota and capacity), even for a pinned share
+            verdict_room = plan.verdict(cluster_id)
+            allowed = min(share - count, verdict_room.room if verdict_room is not None else 0)
+            added = _book(tx, wiring, snap, spec, dep, have, allowed, now, attempt) if allowed > 0 else []
+        before = count
+        count += len(added)
+        if share == 0 and count == 0:
+            tx.workloads.remove_deployment(dep.id)
+            events.append(_updated(workload, dep, "removed", 0, 0, None))
+            continue
+        verdict = plan.verdict(cluster_id)
+        short = count < share
+        room = verdict.room if verdict is not None else 0
+        blocked = short and (share - before > room or verdict is None or verdict.reason is not None)
+        reason: Reason | None = None
+        if blocked:
+            reason = (verdict.reason if verdict is not None else None) or _limit_of(
+                verdict, spec, share - before
+            )
+        message = verdict.message if verdict is not None and short else ""
+        shortfall = max(verdict.shortfall if verdict is not None else 0, share - count)
+        phase = phase_of(share, count, 0, blocked)
+        new = replace(
+            dep,
+            desired_replicas=share,
+            phase=phase,
+            reason=reason,
+            message=message[:500],
+            shortfall=max(0, shortfall),
+            updated_at=now,
+            generation=dep.generation if fresh else dep.generation + 1,
         )
-        # the deployments, their new replicas, their events and the workload's figures, at once
-        if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
-            raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
-        return WorkloadView(placed, _deployment_views(tx, views), plan)
-    finally:
-        wiring.index.unclaim(claims)
+        if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall) != (
+            dep.phase,
+            dep.desired_replicas,
+            dep.reason,
+            dep.shortfall,
+        ):
+            written.append((new, fresh))
+            events.append(_updated(workload, new, phase, share, count, reason))
+        new_replicas.extend((new.id, i, a) for i, a in added)
+        views.append((new, count, kept))
+    total = sum(count for _, count, _ in views)
+    unplaced = max(0, spec.replicas - total)
+    placed = replace(
+        workload,
+        unplaced=unplaced,
+        reason=placement.main_reason(plan) if unplaced else None,
+        generation=workload.generation + 1,
+    )
+    # the deployments, their new replicas, their events and the workload's figures, at once
+    if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
+        raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
+    return WorkloadView(placed, _deployment_views(tx, views), plan)
 
 
 def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reason:
@@ -450,12 +459,12 @@ def _book(
     have: list[tuple[int, str]],
     wanted: int,
     now: datetime,
-    claims: list[str],
-    settle: bool = False,
+    attempt: Attempt,
 ) -> list[tuple[int, str]]:
     """Book up to `wanted` more replicas of the deployment in its cluster; the replicas booked, as
-    (index, allocation id), for the caller to record once the deployment is written. With `settle`
-    a replica whose atoms were taken meanwhile is skipped instead of refusing the write."""
+    (index, allocation id), for the caller to record once the deployment is written. With
+    `attempt.settle` a replica whose atoms were taken meanwhile is skipped instead of refusing the
+    write."""
     taken = set(wiring.index.claimed())
     used = {i for i, _ in have}
     next_index = 0
@@ -474,9 +483,9 @@ def _book(
                 next_index += 1
             allocation = replica_allocation_id(dep.id, next_index)
             wiring.index.claim(atoms)
-            claims.extend(atoms)
+            attempt.claims.extend(atoms)
             taken.update(atoms)
-            if settle:
+            if attempt.settle:
                 if not tx.ledger.try_book(list(atoms), Window(now, None), allocation, dep.tenant_id, now):
                     continue
             else:
@@ -534,7 +543,7 @@ def scale(
     """`workloads.scale`: re-run placement for the new count (module docstring)."""
     count = check_replicas(replicas)
 
-    def run(tx: Tx, settle: bool) -> WorkloadView:
+    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
         _lock_and_catch_up(tx, wiring, found.tenant_id)
         current = tx.workloads.get(found.id)
@@ -549,7 +558,7 @@ def scale(
         check_floors(current.spec.cluster_floors, count)
         scaled = replace(current, spec=replace(current.spec, replicas=count))
         tx.events.append(WorkloadScaled(current.id, current.tenant_id, count, current.spec.replicas), now)
-        return place_in(tx, wiring, scaled, now, settle=settle)
+        return place_in(tx, wiring, scaled, now, attempt=attempt)
 
     return _attempts(wiring, run)
 
@@ -584,7 +593,7 @@ def drain(
     cluster_id = check_ref(cluster, "payload.cluster")
     op_id = wiring.ids.operation()
 
-    def run(tx: Tx, settle: bool) -> WorkloadView:
+    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
         _lock_and_catch_up(tx, wiring, found.tenant_id)
         if tx.clusters.get(cluster_id) is None:
@@ -611,7 +620,7 @@ def drain(
                 found.spec, drained_clusters=tuple(sorted({*found.spec.drained_clusters, cluster_id}))
             ),
         )
-        view = place_in(tx, wiring, drained, now, settle=settle)
+        view = place_in(tx, wiring, drained, now, attempt=attempt)
         tx.workloads.add_operation(
             Operation(
                 id=op_id,
@@ -655,14 +664,14 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     gained = 0
     for workload_id in ids:
 
-        def run(tx: Tx, settle: bool, workload_id: str = workload_id) -> WorkloadView:
+        def run(tx: Tx, attempt: Attempt, workload_id: str = workload_id) -> WorkloadView:
             found = tx.workloads.get(workload_id)
             if found is None:
                 raise workload_not_found(workload_id)
             _lock_and_catch_up(tx, wiring, found.tenant_id)
             again = tx.workloads.get(workload_id)
             assert again is not None
-            return place_in(tx, wiring, again, now, settle=settle)
+            return place_in(tx, wiring, again, now, attempt=attempt)
 
         try:
             view = _attempts(wiring, run)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Response
 
+from better_compute.api.answers import json_answer
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import (
     deployment_public,
@@ -55,11 +56,11 @@ def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
 @router.post("/workloads", response_model=WorkloadPublic, status_code=201)
 def create_workload(
     body: WorkloadCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
-) -> WorkloadPublic:
+) -> Response:
     view = workloads.create(_wiring(services), principal, _raw(body), now)
     if view.waiting:  # a race lost on the last attempt leaves replicas for the retrier
         services.placement_wakeup.set()
-    return workload_public(view)
+    return json_answer(workload_public(view), 201)
 
 
 @router.get("/workloads", response_model=Page[WorkloadPublic])
@@ -80,17 +81,17 @@ def get_workload(id: str, principal: PrincipalDep, services: ServicesDep) -> Wor
 @router.post("/workloads/{id}/scale", response_model=WorkloadPublic)
 def scale_workload(
     id: str, body: WorkloadScale, principal: PrincipalDep, services: ServicesDep, now: NowDep
-) -> WorkloadPublic:
+) -> Response:
     view = workloads.scale(_wiring(services), principal, id, body.replicas, now, body.generation)
     services.placement_wakeup.set()
-    return workload_public(view)
+    return json_answer(workload_public(view))
 
 
 @router.delete("/workloads/{id}", response_model=WorkloadPublic)
-def delete_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: NowDep) -> WorkloadPublic:
+def delete_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: NowDep) -> Response:
     view = workloads.delete(_wiring(services), principal, id, now)
     services.placement_wakeup.set()
-    return workload_public(view)
+    return json_answer(workload_public(view))
 
 
 @router.get("/deployments", response_model=Page[DeploymentPublic])
@@ -113,7 +114,7 @@ def _preview_tenant(principal: Principal, named: str | None) -> str:
 @router.post("/placement/preview", response_model=PlacementPreview)
 def preview_placement(
     body: PlacementPreviewRequest, principal: PrincipalDep, services: ServicesDep, now: NowDep
-) -> PlacementPreview:
+) -> Response:
     if body.workload_id is not None:
         view = workloads.get(services.store, principal, body.workload_id)
         current = {d.deployment.cluster_id: d.booked for d in view.deployments}
@@ -127,14 +128,14 @@ def preview_placement(
             workload_id=view.id,
             current=current,
         )
-        return preview_public(got.placement)
+        return json_answer(preview_public(got.placement))
     if body.shape is None:
         raise InvalidInput("give workloadId, or project, shape and replicas", {"field": "shape"})
     raw = _raw(body)
     raw["name"] = "preview"
     spec = parse_workload(raw, _preview_tenant(principal, body.tenant_id))
     got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
-    return preview_public(got.placement)
+    return json_answer(preview_public(got.placement))
 
 
 @router.post("/operations", response_model=OperationPublic, status_code=201)

@@ -36,9 +36,10 @@ def choose_replicas(
     groups: dict[tuple[str, str], list[FreeDevice]] = {}
     for device in devices:
         groups.setdefault(domain_of(device, kind), []).append(device)
-    for members in groups.values():
-        members.sort(key=_closeness)
     order = {key: n for n, key in enumerate(sorted(groups))}
+    ordered: set[tuple[str, str]] = set()
+    """Groups whose members are in closeness order: only those a replica is taken from are sorted,
+    so a choice costs a pass over the devices, not a sort of every node's."""
     out: list[tuple[str, ...]] = []
     while len(out) < replicas:
         fitting = [
@@ -50,8 +51,12 @@ def choose_replicas(
             break
         _, _, key = min(fitting)
         members = groups[key]
+        if key not in ordered:
+            members.sort(key=_closeness)
+            ordered.add(key)
         taken = _closest_run(members, device_count, salt)
-        groups[key] = [d for d in members if d.atom_id not in set(taken)]
+        gone = set(taken)
+        groups[key] = [d for d in members if d.atom_id not in gone]
         out.append(taken)
     return out
 

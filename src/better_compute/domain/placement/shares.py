@@ -23,6 +23,7 @@ the server.
 from __future__ import annotations
 
 import heapq
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -44,10 +45,12 @@ class Division:
         return sum(self.shares.values())
 
 
-def order_of(room: Mapping[str, int], current: Mapping[str, int]) -> list[str]:
+def order_of(room: Mapping[str, int], current: Mapping[str, int], salt: int = 0) -> list[str]:
     """The order clusters are filled in: those already used (most replicas first), then the roomiest,
-    then by id."""
-    return sorted(room, key=lambda c: (-current.get(c, 0), -room[c], c))
+    then by id (or, given a `salt`, in an order the salt sets: see `divide`)."""
+    if not salt:
+        return sorted(room, key=lambda c: (-current.get(c, 0), -room[c], c))
+    return sorted(room, key=lambda c: (-current.get(c, 0), -room[c], zlib.crc32(f"{salt}:{c}".encode()), c))
 
 
 def divide(
@@ -58,13 +61,21 @@ def divide(
     strategy: Strategy = "pack",
     floors: Mapping[str, int] | None = None,
     max_clusters: int | None = None,
+    salt: int = 0,
 ) -> Division:
     """Give `total` replicas to clusters. `room[c]` is the most replicas cluster c may hold in all
     (what it has now included); `current[c]` what the workload has there now, kept even where room
     is smaller (a cluster that became full or denied keeps what runs). Only clusters in `room` get
-    new replicas. Assumes `total` is at least what `current` holds (a scale down is `shrink`)."""
+    new replicas. Assumes `total` is at least what `current` holds (a scale down is `shrink`).
+
+    `salt` replaces id order in the last tie-break (between clusters equally used and equally
+    roomy) by an order of its own: server processes pass their own, so that two placing at once,
+    each unaware of the other's uncommitted bookings, seldom pick the same cluster, and then the
+    same node and atoms (`binpack`), and refuse each other. Each salt's order is a shuffle of the
+    clusters, not a rotation, so two processes that once chose alike do not go on choosing alike.
+    The shares are as good either way; with the same salt the same figures give the same shares."""
     shares = {c: n for c, n in current.items() if n > 0}
-    order = order_of(room, current)
+    order = order_of(room, current, salt)
     cap = {c: max(room.get(c, 0), shares.get(c, 0)) for c in set(room) | set(shares)}
     left = total - sum(shares.values())
     used = set(shares)

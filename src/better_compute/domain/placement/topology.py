@@ -51,7 +51,10 @@ class Room:
 
 def room_for(devices: Iterable[FreeDevice], device_count: int, kind: DomainKind | None) -> Room:
     """Replicas of `device_count` devices that `devices` hold, each inside one group."""
-    groups = Counter(domain_of(d, kind) for d in devices)
+    # without a kind the group is the node: counted by name, the commonest call stays one pass
+    groups: Counter[str] | Counter[tuple[str, str]] = (
+        Counter(d.node for d in devices) if kind is None else Counter(domain_of(d, kind) for d in devices)
+    )
     return Room(
         free_devices=sum(groups.values()),
         replicas=sum(n // device_count for n in groups.values()) if device_count > 0 else 0,

@@ -142,12 +142,15 @@ def judge(ask: Ask, figures: ClusterFigures) -> Verdict:
     )
 
 
-def plan_placement(ask: Ask, figures: Sequence[ClusterFigures], fleet_left: int | None = None) -> Placement:
+def plan_placement(
+    ask: Ask, figures: Sequence[ClusterFigures], fleet_left: int | None = None, salt: int = 0
+) -> Placement:
     """Shares for `ask.replicas` over `figures`' clusters and a verdict for each (module docstring).
     Scaling down (fewer replicas than the clusters hold now) takes replicas away in proportion.
 
     `fleet_left` is what the fleet row leaves the project of the class: the clusters it decides in
-    (`fleet_scoped`) share it, so their new replicas together stay within it."""
+    (`fleet_scoped`) share it, so their new replicas together stay within it. `salt` breaks ties
+    between equally good clusters (`shares.divide`)."""
     verdicts = {f.cluster_id: judge(ask, f) for f in figures}
     current = {f.cluster_id: f.current for f in figures if f.current > 0}
     have = sum(current.values())
@@ -169,6 +172,7 @@ def plan_placement(ask: Ask, figures: Sequence[ClusterFigures], fleet_left: int 
             strategy=ask.strategy,
             floors=ask.floors,
             max_clusters=ask.max_clusters,
+            salt=salt,
         )
         if fleet_left is not None:
             division = _within_fleet(division, current, figures, fleet_left // ask.device_count)
