@@ -271,7 +271,7 @@ class Stock:
         """What each cluster's pools (for one tenant) hold together of replicas of `device_count`
         devices, each pool's share capped by what the tenant may still take there (`clusters`: by
         cluster, (pool id, devices left, None for no cap) per pool). Kept per set of pools and caps
-        while none of the pools changes (`BookingIndex.pools_version`, read before the figures are,
+        while none of the pools changes (`BookingIndex.pools_versions`, read before the figures are,
         so that a change meanwhile is seen by the next caller) and no booking in them ends:
         placement asks it of every cluster of the fleet on every decision, and one decision books
         in few, so most clusters cost a look-up."""

@@ -9,8 +9,9 @@ The rules, as a user reads them:
 - **Floors first.** `cluster_floors` give named clusters at least that many replicas, as far as each
   has room; a floor on a cluster placement refuses gets nothing (its verdict says why).
 - **pack** (the default) fills one cluster before opening another: clusters already used first,
-  then the roomiest, then by id. **spread** gives each new replica to the cluster with the fewest,
-  the same order breaking ties, so shares differ by at most one where room allows.
+  then the roomiest, then by id (or a server process's own order: `divide`'s `salt`). **spread**
+  gives each new replica to the cluster with the fewest, the same order breaking ties, so shares
+  differ by at most one where room allows.
 - **max_clusters** caps how many clusters get replicas at all; clusters already used and floored
   clusters count first.
 - **Scaling down** takes replicas away in proportion to each cluster's share (largest remainders
