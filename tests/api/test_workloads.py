@@ -438,3 +438,131 @@ def test_a_pinned_workload_beyond_its_quota_waits_with_insufficient_quota(world:
         "insufficient_quota",
         1,
     )
+
+
+def _sicken(world: World, node: str, count: int) -> list[str]:
+    """Mark `count` of the node's GPUs unhealthy, as an inventory report would; their ids."""
+    with world.store.begin() as tx:
+        sick = sorted(g.id for g in tx.gpus.of_nodes([node]))[:count]
+    with world.store.engine.begin() as conn:
+        conn.execute(update(gpus).where(gpus.c.id.in_(sick)).values(healthy=False))
+    with world.store.begin() as tx:
+        rederive_nodes(tx, [node], T0)
+    return sick
+
+
+def test_a_pinned_cluster_is_checked_for_existence(world: World) -> None:
+    got = world.http.post(
+        "/v1/workloads",
+        json={"project": "acme", "name": "w", "shape": shape(1), "replicas": 1, "cluster": "nowhere-1"},
+        headers=world.admin,
+    )
+    assert got.status_code == 404, got.text
+    assert got.json()["error"]["code"] == "NOT_FOUND"
+    assert "nowhere-1" in got.json()["error"]["message"]
+    assert world.http.get("/v1/workloads", headers=world.admin).json()["items"] == []
+
+
+def test_a_cluster_where_the_devices_are_scattered_is_rejected_with_topology_constraint_not_met(
+    world: World,
+) -> None:
+    for node in ("fra-1-n0", "fra-1-n1"):
+        _sicken(world, node, 4)  # fra-1 keeps 8 healthy H100s, 4 on each node
+    body = {"shape": shape(8), "replicas": 1, "cluster": "fra-1", "requires_single_topology_domain": True}
+    got = world.create({"name": "one-fabric", "topology_domain_kind": "nvlink", **body})
+    (dep,) = got["deployments"]
+    assert (dep["phase"], dep["reason"], dep["placedReplicas"]) == (
+        "pending",
+        "topology_constraint_not_met",
+        0,
+    )
+    fra = next(v for v in got["verdicts"] if v["clusterId"] == "fra-1")
+    assert (fra["freeDevices"], fra["largestDomain"]) == (8, 4)
+    # the same shape fits in one domain of iad-1, where nothing is scattered
+    free = world.create({"name": "anywhere", **{**body, "cluster": None}})
+    assert world.shares(free) == {"iad-1": 1}
+    assert verdicts(free)["fra-1"] == "topology_constraint_not_met"
+
+
+def test_a_device_that_goes_unhealthy_after_admission_leaves_the_deployment_running(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(8), "replicas": 1, "cluster": "sjc-1"})
+    (dep,) = got["deployments"]
+    with world.store.begin() as tx:
+        (before,) = [a for _, a in tx.workloads.replicas_of([dep["id"]])[dep["id"]]]
+        tx.bindings.put(before, "sjc-1-n0", "bound", None, T0)
+    _sicken(world, "sjc-1-n0", 2)
+    _retrier(world).tick()
+    again = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    (kept,) = again["deployments"]
+    assert (kept["phase"], kept["placedReplicas"], kept["runningReplicas"]) == ("running", 1, 1)
+    with world.store.begin() as tx:
+        assert [a for _, a in tx.workloads.replicas_of([dep["id"]])[dep["id"]]] == [before]
+    # capacity checks only affect admission: scaling up finds no room there now
+    up = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 2}, headers=world.admin)
+    (dep_up,) = up.json()["deployments"]
+    assert (dep_up["placedReplicas"], dep_up["phase"]) == (1, "running")
+    assert (dep_up["reason"], dep_up["shortfall"]) == ("insufficient_capacity", 1)
+
+
+def test_every_workload_declares_a_priority_class_standard_unless_named(world: World) -> None:
+    made = world.http.post(
+        "/v1/priority-classes",
+        json={"name": "batch", "priority": 10, "preemptible": True},
+        headers=world.admin,
+    )
+    assert made.status_code == 201, made.text
+    plain = world.create({"name": "plain", "shape": shape(1), "replicas": 1})
+    batch = world.create({"name": "batch", "shape": shape(1), "replicas": 1, "priority_class": "batch"})
+    assert (plain["priorityClass"], batch["priorityClass"]) == ("standard", "batch")
+    unknown = world.http.post(
+        "/v1/workloads",
+        json={"project": "acme", "name": "x", "shape": shape(1), "priority_class": "urgent"},
+        headers=world.admin,
+    )
+    assert unknown.status_code == 404, unknown.text
+    assert unknown.json()["error"]["message"] == "priority class urgent not found"
+
+
+def test_allowed_clusters_on_create_become_a_policy_read_edited_by_the_workloads_name(world: World) -> None:
+    got = world.create({"name": "eu", "shape": shape(), "replicas": 1, "allowed_clusters": ["fra-1"]})
+    assert world.shares(got) == {"fra-1": 1}
+    found = world.http.get(
+        "/v1/policies", params={"subject_type": "workload", "subject": "eu"}, headers=world.acme
+    )
+    assert found.status_code == 200, found.text
+    (policy,) = found.json()["items"]
+    assert (policy["name"], policy["id"], policy["subjectId"]) == ("eu-placement", got["policyId"], got["id"])
+    edited = world.http.patch(
+        f"/v1/policies/{policy['id']}",
+        json={"id": policy["id"], "allowed_clusters": ["fra-1", "sjc-1"]},
+        headers=world.admin,
+    )
+    assert edited.status_code == 200, edited.text
+    up = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 3}, headers=world.admin).json()
+    assert world.shares(up) == {"fra-1": 2, "sjc-1": 1}
+    assert verdicts(up)["iad-1"] == "policy_denied"
+
+
+def test_the_retrier_places_again_only_after_an_event_that_may_free_devices(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from better_compute.service import placement_retry
+
+    passes: list[datetime] = []
+    real = placement_retry.workloads.retry
+
+    def counted(wiring: Wiring, now: datetime, limit: int = 100) -> int:
+        passes.append(now)
+        return real(wiring, now, limit)
+
+    monkeypatch.setattr(placement_retry.workloads, "retry", counted)
+    retrier = _retrier(world)
+    retrier.tick()  # the first pass always looks
+    assert len(passes) == 1
+    world.create({"name": "taking", "shape": shape(1), "replicas": 1})  # takes devices: frees none
+    assert retrier.tick() == 0
+    assert len(passes) == 1
+    world.quota(scope="fleet", guaranteed_devices=100)  # a quota row may free headroom
+    retrier.tick()
+    assert len(passes) == 2
+    assert retrier.tick() == 0 and len(passes) == 2  # nothing new since

@@ -21,6 +21,7 @@ from datetime import datetime
 
 from better_compute.domain.events import (
     AllocationBound,
+    DeploymentUpdated,
     DoctorRun,
     LedgerBooked,
     LoggedEvent,
@@ -45,10 +46,12 @@ NOT_FREEING = (
     ReservationCreated,
     WorkloadCreated,
     AllocationBound,
+    DeploymentUpdated,
     NodeJoined,
     DoctorRun,
 )
-"""Events that take devices or tell of nothing placement counts: every other event may free some."""
+"""Events that take devices or tell of nothing placement counts: every other event may free some.
+A deployment's update frees nothing by itself: the replicas it gives up end with `ledger.released`."""
 
 
 @dataclass

@@ -129,6 +129,8 @@ def list_policies(
         )
     subject_id = None if subject is None else check_ref(subject, "subject")
     with store.read() as tx:
+        if subject_type == "workload" and subject_id is not None:
+            subject_id = _workload_subject(tx, principal, subject_id)
         found = tx.policies.find(
             scope,
             pool_id,
@@ -137,6 +139,23 @@ def list_policies(
             with_clusters=not principal.is_admin,
         )
     return page(found, lambda p: p.id, limit, after)
+
+
+def _workload_subject(tx: Tx, principal: Principal, ref: str) -> str:
+    """The workload id a `subject` names: the id itself, or else the one workload of that name the
+    principal sees (seed 001 reads a workload's policies by its ref). A name several projects use is
+    refused for an admin, as everywhere a workload is named; a name nobody uses stays as given and
+    finds nothing."""
+    found = tx.workloads.get(ref)
+    if found is not None and principal.acts_for(found.tenant_id):
+        return ref
+    named = [w for w in tx.workloads.named(ref, principal.tenant_id, 2) if principal.acts_for(w.tenant_id)]
+    if len(named) > 1:
+        raise InvalidInput(
+            f"more than one project has a workload named {ref}; give the workload's id",
+            {"field": "subject", "name": ref},
+        )
+    return named[0].id if named else ref
 
 
 def get(store: StorePort, principal: Principal, policy_id: str) -> Policy:
