@@ -546,16 +546,16 @@ def test_allowed_clusters_on_create_become_a_policy_read_edited_by_the_workloads
 def test_the_retrier_places_again_only_after_an_event_that_may_free_devices(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from better_compute.service import placement_retry
+    from better_compute.service import workloads
 
     passes: list[datetime] = []
-    real = placement_retry.workloads.retry
+    real = workloads.retry
 
     def counted(wiring: Wiring, now: datetime, limit: int = 100) -> int:
         passes.append(now)
         return real(wiring, now, limit)
 
-    monkeypatch.setattr(placement_retry.workloads, "retry", counted)
+    monkeypatch.setattr(workloads, "retry", counted)
     retrier = _retrier(world)
     retrier.tick()  # the first pass always looks
     assert len(passes) == 1
