@@ -566,3 +566,23 @@ def test_the_retrier_places_again_only_after_an_event_that_may_free_devices(
     retrier.tick()
     assert len(passes) == 2
     assert retrier.tick() == 0 and len(passes) == 2  # nothing new since
+
+
+def test_a_replica_taken_away_and_added_again_gets_an_allocation_id_no_replica_had(world: World) -> None:
+    """A regression: replica indexes were reused, so a replica added after a scale down took the
+    allocation id of the one removed, and the node's reports of the old one (bound, released) were
+    read as the new one's."""
+    got = world.create({"name": "w", "shape": shape(1), "replicas": 2, "cluster": "sjc-1"})
+    (dep,) = got["deployments"]
+
+    def allocations() -> list[str]:
+        with world.store.begin() as tx:
+            return [a for _, a in tx.workloads.replicas_of([dep["id"]])[dep["id"]]]
+
+    first = allocations()
+    world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 1}, headers=world.admin)
+    world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 2}, headers=world.admin)
+    again = allocations()
+    assert again[0] == first[0]
+    assert again[1] not in first
+    assert again[1].endswith(".r2")

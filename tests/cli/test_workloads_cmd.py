@@ -76,12 +76,13 @@ def test_create_list_show_scale_drain_and_delete(runner: CliRunner, world: Fleet
         "desired",
         "placed",
         "running",
+        "terminating",
         "reason",
         "shortfall",
         "message",
     ]
     iad = next(line for line in shown.stdout.splitlines() if line.startswith("iad-1"))
-    assert iad.split()[:7] == ["iad-1", "placed", "3", "3", "0", "-", "0"]
+    assert iad.split()[:8] == ["iad-1", "placed", "3", "3", "0", "0", "-", "0"]
 
     scaled = run(runner, world.acme, "workloads", "scale", wid, "7", "--json")
     assert scaled.exit_code == 0, scaled.output

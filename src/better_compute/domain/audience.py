@@ -62,6 +62,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.WorkloadScaled.TYPE: NamedInPayload("tenantId"),
     ev.WorkloadDeleted.TYPE: NamedInPayload("tenantId"),
     ev.DeploymentUpdated.TYPE: NamedInPayload("tenantId"),
+    ev.ReplicasTerminating.TYPE: NamedInPayload("tenantId"),
     ev.LedgerReleased.TYPE: SubjectIsReservation(),
     ev.LedgerExtended.TYPE: SubjectIsReservation(),
     ev.LedgerCancelled.TYPE: SubjectIsReservation(),

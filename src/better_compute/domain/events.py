@@ -315,6 +315,17 @@ class DeploymentUpdated(Event):
     reason: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicasTerminating(Event):
+    """Replicas taken away from a workload in a cluster while their node had them handed over
+    (`subject`: the workload): their devices stay booked until the node releases each allocation."""
+
+    TYPE: ClassVar[str] = "workload.replicas.terminating"
+    tenant_id: str
+    cluster_id: str
+    allocations: tuple[str, ...]
+
+
 # -- Pools and inventory -------------------------------------------------------------------------
 
 
@@ -532,6 +543,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WorkloadScaled,
         WorkloadDeleted,
         DeploymentUpdated,
+        ReplicasTerminating,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

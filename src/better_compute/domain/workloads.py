@@ -117,6 +117,34 @@ class Deployment:
     created_at: datetime
     updated_at: datetime
     generation: int = 1
+    next_replica: int = 0
+    """The index its next replica takes: a replica's allocation id is never another's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Terminating:
+    """A replica taken away (a scale down, a drain, a delete) while its node had it handed over.
+    Seed 001: "A device allocated to a replica that's terminating still counts as allocated until
+    the allocation is removed": its allocation keeps its devices booked until the node reports it
+    released (`hands_over` says when a replica must wait for that)."""
+
+    allocation_id: str
+    tenant_id: str
+    workload_id: str
+    deployment_id: str
+    cluster_id: str
+    since: datetime
+
+
+HANDED_OVER: tuple[str, ...] = ("bound", "device-missing")
+"""Binding states a node reports once it may have given an allocation's devices to a container."""
+
+
+def hands_over(reported: Mapping[str, str]) -> bool:
+    """Whether a replica being taken away must terminate (wait for its node) rather than end at
+    once: some node reported it handed over and has not released it. A replica no node has spoken
+    of, or one every node refused or released, holds nothing on a node."""
+    return any(state in HANDED_OVER for state in reported.values())
 
 
 def phase_of(desired: int, booked: int, bound: int, blocked: bool) -> Phase:
@@ -226,15 +254,18 @@ def workload_not_found(ref: str) -> NotFound:
 
 
 __all__ = [
+    "HANDED_OVER",
     "MAX_DEVICE_COUNT",
     "MAX_REPLICAS",
     "PHASES",
     "Deployment",
     "Phase",
+    "Terminating",
     "Workload",
     "WorkloadSpec",
     "check_floors",
     "check_replicas",
+    "hands_over",
     "is_replica",
     "parse_workload",
     "phase_of",

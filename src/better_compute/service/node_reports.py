@@ -20,6 +20,7 @@ from better_compute.domain.errors import Forbidden, InvalidInput, Unauthenticate
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
+    LedgerReleased,
     NodeRebootRequired,
     NodeReportRefused,
     NodeScrubbed,
@@ -39,6 +40,7 @@ from better_compute.domain.node_reports import (
     refused,
 )
 from better_compute.domain.records import Node
+from better_compute.domain.workloads import hands_over, is_replica
 from better_compute.service.inventory import ingest_in
 from better_compute.service.node_keys import verifies
 from better_compute.service.ports import StorePort, Tx
@@ -130,6 +132,7 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
             tx.bindings.put(report.allocation_id, node.id, report.state, report.detail, now)
             if report.state == "released":
                 tx.events.append(AllocationReleased(report.allocation_id, node.id), now)
+                _end_if_terminating(tx, report.allocation_id, now)
             else:
                 tx.events.append(
                     AllocationBound(report.allocation_id, node.id, report.state, report.detail), now
@@ -141,6 +144,17 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
                 raise Forbidden(f"atoms {foreign} are not on node {node.id}", {"atoms": foreign})
             tx.atoms.mark_scrubbed(node.id, report.atoms, now)
             tx.events.append(NodeScrubbed(node.id, tuple(sorted(set(report.atoms)))), now)
+
+
+def _end_if_terminating(tx: Tx, allocation_id: str, now: datetime) -> None:
+    """A terminating replica's allocation ends once no node holds it handed over any more: its
+    devices are free from then on (seed 001: "until the allocation is removed")."""
+    if not is_replica(allocation_id) or not tx.workloads.terminating_among([allocation_id]):
+        return
+    if hands_over(tx.bindings.of_allocations([allocation_id])[allocation_id]):
+        return  # another node of the allocation has not released it yet
+    if tx.workloads.end_terminating(allocation_id) is not None:
+        tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
 
 
 def _observable(node: Node, generation: int) -> int:

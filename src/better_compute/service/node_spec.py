@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from better_compute.domain.errors import ConcurrentChange, NotFound
 from better_compute.domain.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
 from better_compute.domain.records import Node
+from better_compute.domain.workloads import is_replica
 from better_compute.service.clock import Clock
 from better_compute.service.ports import StorePort, Tx
 
@@ -44,9 +45,14 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
         raise NotFound(f"node {node_id} not found", {"node": node_id})
     pool = tx.pools.of_nodes([node_id]).get(node_id)
     atoms = tx.atoms.of_nodes([node_id])
+    live = tx.ledger.live_on([a.id for a in atoms], now)
+    replicas = sorted({b.allocation_id for b in live if is_replica(b.allocation_id)})
+    # a terminating replica's devices stay booked, but the node is told to take them back
+    ending = tx.workloads.terminating_among(replicas) if replicas else set()
     holds = [
         LiveHold(b.allocation_id, b.atom_id, b.starts_at, b.ends_at, b.tenant_id)
-        for b in tx.ledger.live_on([a.id for a in atoms], now)
+        for b in live
+        if b.allocation_id not in ending
     ]
     spec = plan_spec(
         node_id,

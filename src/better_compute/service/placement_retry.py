@@ -27,6 +27,7 @@ from better_compute.domain.events import (
     LoggedEvent,
     NodeJoined,
     PartitionBooked,
+    ReplicasTerminating,
     ReservationCreated,
     WorkloadCreated,
 )
@@ -43,6 +44,7 @@ INTERVAL = 2.0
 NOT_FREEING = (
     LedgerBooked,
     PartitionBooked,
+    ReplicasTerminating,
     ReservationCreated,
     WorkloadCreated,
     AllocationBound,

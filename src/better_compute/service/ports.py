@@ -40,7 +40,7 @@ from better_compute.domain.records import (
 )
 from better_compute.domain.scrub import EndedHold
 from better_compute.domain.timewin import Window
-from better_compute.domain.workloads import Deployment, Workload
+from better_compute.domain.workloads import Deployment, Terminating, Workload
 
 if TYPE_CHECKING:
     from better_compute.service.event_tail import Cursor, LogSnapshot
@@ -258,8 +258,11 @@ class BindingRepo(Protocol):
         self, allocation_id: str, node_id: str, state: BindingState, detail: str | None, at: datetime
     ) -> None: ...
 
-    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, dict[str, BindingState]]:
-        """Per allocation, the state each node reported (none: no node reported yet)."""
+    def of_allocations(
+        self, allocation_ids: Sequence[str], *, for_update: bool = False
+    ) -> dict[str, dict[str, BindingState]]:
+        """Per allocation, the state each node reported (none: no node reported yet); `for_update`
+        locks the rows read until the transaction ends (a node's report of them waits)."""
         ...
 
 
@@ -688,6 +691,14 @@ class WorkloadRepo(Protocol):
     def remove_replicas(self, deployment_id: str, indexes: Sequence[int]) -> None: ...
 
     def replica_counts(self, tenant_id: str | None = None) -> dict[str, int]: ...
+
+    def add_terminating(self, items: Sequence[Terminating]) -> None: ...
+
+    def terminating_of(self, workload_ids: Sequence[str]) -> list[Terminating]: ...
+
+    def terminating_among(self, allocation_ids: Sequence[str]) -> set[str]: ...
+
+    def end_terminating(self, allocation_id: str) -> Terminating | None: ...
 
     def add_operation(self, op: Operation) -> None: ...
 

@@ -8,13 +8,17 @@ tenants go ahead in parallel; an atom two of them choose at once is settled by t
 exclusion constraint, and the loser decides again on a caught-up index.
 
 `place_in` is the one routine under create, scale, drain and retry: it plans over what the workload
-has booked per cluster, removes replicas a smaller share no longer holds (their allocations end at
-once: a terminating replica's devices count as held until then), books new replicas, and writes
-each deployment's share, phase and reason.
+has booked per cluster, removes replicas a smaller share no longer holds, books new replicas, and
+writes each deployment's share, phase and reason. A replica taken away (a scale down, a drain, a
+delete) ends at once unless its node has handed it over; then it terminates: its devices stay
+booked, and count as allocated, until the node reports the allocation released (`_take_away`).
+Replica indexes, and so allocation ids, are never used twice in a deployment, so what a node
+reports of an allocation is always about one replica.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -35,6 +39,7 @@ from better_compute.domain.events import (
     Event,
     LedgerReleased,
     PolicyDeleted,
+    ReplicasTerminating,
     WorkloadCreated,
     WorkloadDeleted,
     WorkloadScaled,
@@ -49,10 +54,12 @@ from better_compute.domain.timewin import Window
 from better_compute.domain.workloads import (
     Deployment,
     Phase,
+    Terminating,
     Workload,
     WorkloadSpec,
     check_floors,
     check_replicas,
+    hands_over,
     phase_of,
     placement_policy_name,
     replica_allocation_id,
@@ -82,6 +89,8 @@ class DeploymentView:
     booked: int
     bound: int
     phase: Phase
+    terminating: int = 0
+    """Its replicas taken away whose node has not released them yet."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class WorkloadView:
     deployments: list[DeploymentView]
     placement: Placement | None = None
     """The placement just made (create, scale, drain), with a verdict per cluster; None on reads."""
+    terminating: int = 0
+    """Replicas taken away, in any cluster, whose node has not released them yet."""
 
     @property
     def id(self) -> str:
@@ -125,20 +136,30 @@ class Attempt:
     claims: list[str] = field(default_factory=list)
 
 
-def _views(tx: Tx, workloads: list[Workload]) -> dict[str, list[DeploymentView]]:
+def _terminating(tx: Tx, workload_ids: Sequence[str]) -> Counter[str]:
+    """Terminating replicas per deployment and per workload (ids of both kinds in one counter)."""
+    counts: Counter[str] = Counter()
+    for t in tx.workloads.terminating_of(workload_ids):
+        counts[t.deployment_id] += 1
+        counts[t.workload_id] += 1
+    return counts
+
+
+def _views(tx: Tx, workloads: list[Workload]) -> dict[str, WorkloadView]:
     deps = tx.workloads.deployments_of([w.id for w in workloads])
     flat = [d for ds in deps.values() for d in ds]
     reps = tx.workloads.replicas_of([d.id for d in flat])
     allocations = [a for rs in reps.values() for _, a in rs]
     bindings = tx.bindings.of_allocations(allocations) if allocations else {}
-    out: dict[str, list[DeploymentView]] = {}
+    ending = _terminating(tx, [w.id for w in workloads])
+    out: dict[str, WorkloadView] = {}
     for w in workloads:
         views = []
         for d in deps.get(w.id, []):
             mine = reps.get(d.id, [])
             bound = sum(1 for _, a in mine if binding_of(bindings.get(a, {}), ()) == "bound")
-            views.append(DeploymentView(d, len(mine), bound, _shown_phase(d, len(mine), bound)))
-        out[w.id] = views
+            views.append(DeploymentView(d, len(mine), bound, _shown_phase(d, len(mine), bound), ending[d.id]))
+        out[w.id] = WorkloadView(w, views, terminating=ending[w.id])
     return out
 
 
@@ -148,8 +169,8 @@ def _shown_phase(d: Deployment, booked: int, bound: int) -> Phase:
     return d.phase
 
 
-def _view(tx: Tx, w: Workload, plan: Placement | None = None) -> WorkloadView:
-    return WorkloadView(w, _views(tx, [w])[w.id], plan)
+def _view(tx: Tx, w: Workload) -> WorkloadView:
+    return _views(tx, [w])[w.id]
 
 
 def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
@@ -316,6 +337,7 @@ def place_in(
     not fully book (an atom another request of this process holds) leaves it `admitted`; a share
     beyond what the cluster can take (a pinned workload's) leaves it `pending` with the reason."""
     spec = workload.spec
+    fresh_workload = fresh
     excluded = {**{c: DRAINED.format(cluster=c) for c in spec.drained_clusters}, **(excluded or {})}
     known = [] if fresh else tx.workloads.deployments_of([workload.id])[workload.id]
     deps = {d.cluster_id: d for d in known}
@@ -364,10 +386,7 @@ def place_in(
         kept = [a for _, a in have]
         added: list[tuple[int, str]] = []
         if share < count:
-            gone = have[share:]
-            for _, allocation in gone:
-                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
-            tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
+            _take_away(tx, dep, have[share:], now)
             kept = [a for _, a in have[:share]]
             count = share
         elif share > count:
@@ -402,12 +421,14 @@ def place_in(
             shortfall=max(0, shortfall),
             updated_at=now,
             generation=dep.generation if fresh else dep.generation + 1,
+            next_replica=max([dep.next_replica, *(i + 1 for i, _ in added)]),
         )
-        if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall) != (
+        if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall, new.next_replica) != (
             dep.phase,
             dep.desired_replicas,
             dep.reason,
             dep.shortfall,
+            dep.next_replica,
         ):
             written.append((new, fresh))
             events.append(_updated(workload, new, phase, share, count, reason))
@@ -424,7 +445,8 @@ def place_in(
     # the deployments, their new replicas, their events and the workload's figures, at once
     if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
         raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
-    return WorkloadView(placed, _deployment_views(tx, views), plan)
+    ending = Counter[str]() if fresh_workload else _terminating(tx, [workload.id])
+    return WorkloadView(placed, _deployment_views(tx, views, ending), plan, ending[workload.id])
 
 
 def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reason:
@@ -439,14 +461,16 @@ def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reaso
     return "insufficient_capacity"
 
 
-def _deployment_views(tx: Tx, placed: list[tuple[Deployment, int, list[str]]]) -> list[DeploymentView]:
+def _deployment_views(
+    tx: Tx, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
+) -> list[DeploymentView]:
     """Views of deployments just written: only replicas that were there before can be bound yet."""
     earlier = [a for _, _, kept in placed for a in kept]
     bindings = tx.bindings.of_allocations(earlier) if earlier else {}
     out = []
     for dep, count, kept in placed:
         bound = sum(1 for a in kept if binding_of(bindings.get(a, {}), ()) == "bound")
-        out.append(DeploymentView(dep, count, bound, _shown_phase(dep, count, bound)))
+        out.append(DeploymentView(dep, count, bound, _shown_phase(dep, count, bound), ending[dep.id]))
     return out
 
 
@@ -467,7 +491,7 @@ def _book(
     write."""
     taken = set(wiring.index.claimed())
     used = {i for i, _ in have}
-    next_index = 0
+    next_index = dep.next_replica
     new_rows: list[tuple[int, str]] = []
     pools = placement.free_devices_in(tx, wiring.index, wiring.stock, snap, dep.cluster_id, now)
     for pool_id in sorted(pools, key=lambda p: (-len(pools[p][0]), p)):
@@ -495,6 +519,34 @@ def _book(
     return new_rows
 
 
+def _take_away(tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: datetime) -> int:
+    """Remove these replicas of the deployment; returns how many terminate. A replica its node has
+    handed over (`domain.workloads.hands_over`) terminates: its allocation keeps its devices booked,
+    so they count as allocated, until the node reports it released (`service.node_reports`) and the
+    node's spec no longer assigns it (`service.node_spec`). Any other ends at once."""
+    if not gone:
+        return 0
+    # locked: a node's report about one of them waits for this write, and sees what it decided
+    # (a release that committed first is read here, and the replica ends at once)
+    reported = tx.bindings.of_allocations([a for _, a in gone], for_update=True)
+    terminating = [
+        Terminating(a, dep.tenant_id, dep.workload_id, dep.id, dep.cluster_id, now)
+        for _, a in gone
+        if hands_over(reported.get(a, {}))
+    ]
+    waiting = {t.allocation_id for t in terminating}
+    for _, allocation in gone:
+        if allocation not in waiting:
+            tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+    tx.workloads.add_terminating(terminating)
+    if terminating:
+        tx.events.append(
+            ReplicasTerminating(dep.workload_id, dep.tenant_id, dep.cluster_id, tuple(sorted(waiting))), now
+        )
+    tx.workloads.remove_replicas(dep.id, [i for i, _ in gone])
+    return len(terminating)
+
+
 def _updated(
     workload: Workload, dep: Deployment, phase: str, desired: int, booked: int, reason: str | None
 ) -> DeploymentUpdated:
@@ -516,7 +568,7 @@ def list_workloads(
         found = tx.workloads.page(scope, None, None)
         listing = page(found, lambda w: w.id, limit, after)
         views = _views(tx, list(listing.items))
-    return Listing([WorkloadView(w, views[w.id]) for w in listing.items], listing.next_cursor)
+    return Listing([views[w.id] for w in listing.items], listing.next_cursor)
 
 
 def list_deployments(
@@ -527,7 +579,7 @@ def list_deployments(
             workloads = [_visible(tx, principal, workload_id)]
         else:
             workloads = tx.workloads.page(tenant_scope(principal, None), None, None)
-        views = [v for vs in _views(tx, workloads).values() for v in vs]
+        views = [d for v in _views(tx, workloads).values() for d in v.deployments]
     views.sort(key=lambda v: v.deployment.id)
     return page(views, lambda v: v.deployment.id, limit, after)
 
@@ -564,16 +616,17 @@ def scale(
 
 
 def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> WorkloadView:
-    """`workloads.delete`: end every replica's allocation, remove the deployments and the workload
-    (and its own `<name>-placement` policy). Returns it as it was."""
+    """`workloads.delete`: take every replica away (those handed over terminate: `_take_away`),
+    remove the deployments and the workload (and its own `<name>-placement` policy). Returns it as
+    it was."""
     with wiring.store.begin() as tx:
         found = _visible(tx, principal, ref)
         tx.reservations.lock(workload_lock(found.tenant_id))
         view = _view(tx, found)
         deps = tx.workloads.deployments_of([found.id])[found.id]
-        for rs in tx.workloads.replicas_of([d.id for d in deps]).values():
-            for _, allocation in rs:
-                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+        reps = tx.workloads.replicas_of([d.id for d in deps])
+        for d in deps:
+            _take_away(tx, d, reps[d.id], now)
         for d in deps:
             tx.events.append(_updated(found, d, "removed", 0, 0, None), now)
         if found.policy_id is not None:
@@ -609,9 +662,9 @@ def drain(
         dep = deps.get(cluster_id)
         removed = 0
         if dep is not None:
-            for _, allocation in tx.workloads.replicas_of([dep.id])[dep.id]:
-                tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
-                removed += 1
+            gone = tx.workloads.replicas_of([dep.id])[dep.id]
+            _take_away(tx, dep, gone, now)
+            removed = len(gone)
             tx.workloads.remove_deployment(dep.id)
             tx.events.append(_updated(found, dep, "removed", 0, 0, None), now)
         drained = replace(

@@ -34,13 +34,20 @@ class SqlBindings:
             key=["allocation_id", "node_id"],
         )
 
-    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, dict[str, BindingState]]:
+    def of_allocations(
+        self, allocation_ids: Sequence[str], *, for_update: bool = False
+    ) -> dict[str, dict[str, BindingState]]:
+        """Each allocation's state per node. `for_update` locks the rows read until the
+        transaction ends, so a node's report about them (an upsert of the same rows) waits for it,
+        and one that came first is read as it committed."""
         out: dict[str, dict[str, BindingState]] = {a: {} for a in allocation_ids}
         if not allocation_ids:
             return out
         stmt = select(bindings.c.allocation_id, bindings.c.node_id, bindings.c.state).where(
             bindings.c.allocation_id.in_(list(allocation_ids))
         )
+        if for_update:
+            stmt = stmt.with_for_update()
         for r in rows.rows(self.conn, stmt):
             out[r["allocation_id"]][r["node_id"]] = r["state"]
         return out

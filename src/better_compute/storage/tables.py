@@ -406,6 +406,8 @@ deployments = Table(
     Column("generation", Integer, nullable=False, server_default="1"),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # The index its next replica takes: indexes (so allocation ids) are never used twice.
+    Column("next_replica", Integer, nullable=False, server_default="0"),
     UniqueConstraint("workload_id", "cluster_id"),
 )
 
@@ -417,6 +419,20 @@ replicas = Table(
     Column("idx", Integer, primary_key=True),
     Column("allocation_id", String(160), nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
+)
+
+terminating_replicas = Table(
+    "terminating_replicas",
+    metadata,
+    # A replica taken away while its node had it handed over: its allocation keeps its devices
+    # booked until the node reports it released. No foreign keys: it outlives its deployment and
+    # workload (a delete), as the devices it holds do.
+    Column("allocation_id", String(160), primary_key=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("workload_id", String(64), nullable=False, index=True),
+    Column("deployment_id", String(64), nullable=False),
+    Column("cluster_id", String(64), nullable=False),
+    Column("since", UtcDateTime, nullable=False),
 )
 
 operations = Table(

@@ -11,10 +11,10 @@ from sqlalchemy import Connection, delete, func, select, update
 
 from better_compute.domain.events import Event, type_of
 from better_compute.domain.records import Operation
-from better_compute.domain.workloads import Deployment, Workload, WorkloadSpec
+from better_compute.domain.workloads import Deployment, Terminating, Workload, WorkloadSpec
 from better_compute.storage import events as event_log
 from better_compute.storage import pg_simple, rows
-from better_compute.storage.tables import deployments, operations, replicas, workloads
+from better_compute.storage.tables import deployments, operations, replicas, terminating_replicas, workloads
 
 # A workload's create and each placement write several rows and events. Built with SQLAlchemy's
 # expression language that is a statement per row and most of a create's time, so on PostgreSQL
@@ -35,13 +35,15 @@ _PG_RECORD = (
     " reason = %(reason)s::text, policy_id = %(policy)s::text, generation = %(gen)s::int"
     " WHERE id = %(id)s AND generation = %(expected)s::int RETURNING id),"
     " n AS (INSERT INTO deployments (id, workload_id, tenant_id, cluster_id, desired_replicas, phase, reason,"
-    " message, shortfall, generation, created_at, updated_at) SELECT d.id, d.workload_id, d.tenant_id,"
-    " d.cluster_id, d.desired_replicas, d.phase, d.reason, d.message, d.shortfall, d.generation,"
-    " d.created_at, d.updated_at FROM json_populate_recordset(NULL::deployments, %(new)s::json) d"
+    " message, shortfall, generation, created_at, updated_at, next_replica) SELECT d.id, d.workload_id,"
+    " d.tenant_id, d.cluster_id, d.desired_replicas, d.phase, d.reason, d.message, d.shortfall,"
+    " d.generation, d.created_at, d.updated_at, d.next_replica"
+    " FROM json_populate_recordset(NULL::deployments, %(new)s::json) d"
     " WHERE EXISTS (SELECT 1 FROM w)),"
     " o AS (UPDATE deployments t SET desired_replicas = d.desired_replicas, phase = d.phase,"
     " reason = d.reason, message = d.message, shortfall = d.shortfall, generation = d.generation,"
-    " updated_at = d.updated_at FROM json_populate_recordset(NULL::deployments, %(old)s::json) d"
+    " updated_at = d.updated_at, next_replica = d.next_replica"
+    " FROM json_populate_recordset(NULL::deployments, %(old)s::json) d"
     " WHERE t.id = d.id AND EXISTS (SELECT 1 FROM w)),"
     " r AS (INSERT INTO replicas (deployment_id, idx, allocation_id, created_at)"
     " SELECT r.deployment_id, r.idx, r.allocation_id, r.created_at"
@@ -138,6 +140,7 @@ def _deployment(r: Mapping[str, Any]) -> Deployment:
         created_at=r["created_at"],
         updated_at=r["updated_at"],
         generation=int(r["generation"]),
+        next_replica=int(r["next_replica"]),
     )
 
 
@@ -155,7 +158,19 @@ def _deployment_row(d: Deployment) -> dict[str, Any]:
         "generation": d.generation,
         "created_at": d.created_at,
         "updated_at": d.updated_at,
+        "next_replica": d.next_replica,
     }
+
+
+def _terminating(r: Mapping[str, Any]) -> Terminating:
+    return Terminating(
+        allocation_id=r["allocation_id"],
+        tenant_id=r["tenant_id"],
+        workload_id=r["workload_id"],
+        deployment_id=r["deployment_id"],
+        cluster_id=r["cluster_id"],
+        since=r["since"],
+    )
 
 
 class SqlWorkloads:
@@ -389,6 +404,57 @@ class SqlWorkloads:
                 )
             )
         return {d: int(n) for d, n in self.conn.execute(stmt)}
+
+    # -- terminating replicas ----------------------------------------------------------------
+    def add_terminating(self, items: Sequence[Terminating]) -> None:
+        if items:
+            self.conn.execute(
+                terminating_replicas.insert(),
+                [
+                    {
+                        "allocation_id": t.allocation_id,
+                        "tenant_id": t.tenant_id,
+                        "workload_id": t.workload_id,
+                        "deployment_id": t.deployment_id,
+                        "cluster_id": t.cluster_id,
+                        "since": t.since,
+                    }
+                    for t in items
+                ],
+            )
+
+    def terminating_of(self, workload_ids: Sequence[str]) -> list[Terminating]:
+        """The workloads' replicas that are terminating, by allocation id."""
+        if not workload_ids:
+            return []
+        stmt = (
+            select(terminating_replicas)
+            .where(terminating_replicas.c.workload_id.in_(list(workload_ids)))
+            .order_by(terminating_replicas.c.allocation_id)
+        )
+        return [_terminating(r) for r in rows.rows(self.conn, stmt)]
+
+    def terminating_among(self, allocation_ids: Sequence[str]) -> set[str]:
+        """Which of these allocations are terminating replicas'."""
+        if not allocation_ids:
+            return set()
+        stmt = select(terminating_replicas.c.allocation_id).where(
+            terminating_replicas.c.allocation_id.in_(list(allocation_ids))
+        )
+        return {r[0] for r in self.conn.execute(stmt)}
+
+    def end_terminating(self, allocation_id: str) -> Terminating | None:
+        """Forget a terminating replica (its node released it); the row, or None if it was none."""
+        found = rows.rows(
+            self.conn,
+            select(terminating_replicas).where(terminating_replicas.c.allocation_id == allocation_id),
+        )
+        if not found:
+            return None
+        self.conn.execute(
+            delete(terminating_replicas).where(terminating_replicas.c.allocation_id == allocation_id)
+        )
+        return _terminating(found[0])
 
     # -- operations --------------------------------------------------------------------------
     def add_operation(self, op: Operation) -> None:

@@ -134,6 +134,8 @@ class DeploymentPublic(WireAnswer):
     """Replicas whose devices are booked."""
     running_replicas: int
     """Replicas bound on their node."""
+    terminating_replicas: int = 0
+    """Replicas taken away whose node has not released them yet: their devices stay allocated."""
     phase: Phase
     reason: Reason | None
     message: str
@@ -163,6 +165,8 @@ class WorkloadPublic(WireAnswer):
     policy_id: str | None
     placed_replicas: int
     unplaced_replicas: int
+    terminating_replicas: int = 0
+    """Replicas taken away (in any cluster) whose node has not released them yet."""
     reason: Reason | None
     generation: int
     created_at: datetime
