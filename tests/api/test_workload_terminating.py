@@ -8,6 +8,7 @@ removes the allocation, and the devices are free from then on."""
 from __future__ import annotations
 
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -201,3 +202,52 @@ def test_a_release_reported_while_a_scale_down_decides_ends_the_replica_it_made_
             assert tx.workloads.terminating_of([made["id"]]) == []
     finally:
         store.close()
+
+
+def test_a_replica_terminating_for_a_day_shows_in_doctor_and_an_admin_may_release_it(fleet: Fleet) -> None:
+    total = fleet.free()
+    made = fleet.workload(1)
+    ((allocation, node),) = fleet.replicas(made).items()
+    fleet.report(node, {"kind": "AllocationBound", "allocationId": allocation, "binding": "bound"})
+    fleet.scale(made, 0)  # the node goes away for good and never releases it
+
+    def stuck() -> list[str]:
+        got = fleet.http.get("/v1/doctor", headers=fleet.admin)
+        assert got.status_code == 200, got.text
+        return [f["subject"] for f in got.json()["findings"] if f["code"] == "workload.terminating-stuck"]
+
+    start = fleet.clock.now
+    fleet.clock.now = start + timedelta(hours=23, minutes=59)
+    assert stuck() == []
+    fleet.clock.now = start + timedelta(hours=24)
+    assert stuck() == [allocation]
+    assert fleet.free() == total - 1  # no timer freed it
+    body = {"type": "replica.release", "payload": {"allocation": allocation}}
+    refused = fleet.http.post("/v1/operations", json=body, headers=fleet.platform)
+    assert refused.status_code == 403, refused.text
+    done = fleet.http.post("/v1/operations", json=body, headers=fleet.admin)
+    assert done.status_code == 201, done.text
+    op = done.json()
+    assert (op["type"], op["status"], op["workloadId"]) == ("replica.release", "succeeded", made["id"])
+    assert fleet.http.get(f"/v1/operations/{op['id']}", headers=fleet.platform).json()["id"] == op["id"]
+    assert not fleet.live(allocation)
+    assert fleet.free() == total
+    assert stuck() == []
+    again = fleet.http.post("/v1/operations", json=body, headers=fleet.admin)
+    assert again.status_code == 404, again.text
+    assert again.json()["error"]["message"] == f"no replica with allocation {allocation} is terminating"
+
+
+def test_an_operation_is_refused_without_what_its_type_needs(fleet: Fleet) -> None:
+    made = fleet.workload(1)
+    cases = [
+        ({"type": "workload.drain", "payload": {"cluster": "c1"}}, "workloadId"),
+        ({"type": "replica.release", "payload": {"cluster": "c1"}}, "payload"),
+        ({"type": "replica.release", "workloadId": made["id"], "payload": {"allocation": "a"}}, "workloadId"),
+        ({"type": "workload.drain", "workloadId": made["id"], "payload": {"allocation": "a"}}, "payload"),
+    ]
+    for body, field in cases:
+        got = fleet.http.post("/v1/operations", json=body, headers=fleet.admin)
+        assert got.status_code == 400, (body, got.text)
+        assert got.json()["error"]["code"] == "INVALID_INPUT"
+        assert got.json()["error"]["details"]["field"] == field, got.text

@@ -224,3 +224,25 @@ def test_placement_preview_prints_a_verdict_per_cluster_and_the_shares(
     existing = run(runner, world.acme, "placement", "preview", "--workload", wid, "--json")
     assert existing.exit_code == 0, existing.output
     assert json.loads(existing.stdout)["shares"] == {"iad-1": 2}
+
+
+def test_release_replica_ends_a_terminating_replica_for_an_admin(
+    runner: CliRunner, world: Fleet, store: Store
+) -> None:
+    created = run(runner, world.acme, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--json")
+    wid = json.loads(created.stdout)["id"]
+    with store.begin() as tx:
+        (dep,) = tx.workloads.deployments_of([wid])[wid]
+        ((_, allocation),) = tx.workloads.replicas_of([dep.id])[dep.id]
+        tx.bindings.put(allocation, "iad-1-n0", "bound", None, T0)
+    scaled = run(runner, world.acme, "workloads", "scale", wid, "0", "--json")
+    assert json.loads(scaled.stdout)["terminatingReplicas"] == 1
+    denied = run(runner, world.acme, "workloads", "release-replica", allocation)
+    assert denied.exit_code != 0 and "FORBIDDEN" in denied.output
+    released = run(runner, world.admin, "workloads", "release-replica", allocation)
+    assert released.exit_code == 0, released.output
+    assert "replica.release" in released.stdout and "succeeded" in released.stdout
+    again = run(runner, world.admin, "workloads", "release-replica", allocation, "--json")
+    assert again.exit_code != 0 and "NOT_FOUND" in again.output
+    shown = run(runner, world.acme, "workloads", "show", wid, "--json")
+    assert json.loads(shown.stdout)["terminatingReplicas"] == 0

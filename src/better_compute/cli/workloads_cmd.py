@@ -1,5 +1,5 @@
-"""`workloads` (create, list, show, scale, delete, drain) and `placement preview`: workloads placed
-across clusters, each command one API method through the typed client.
+"""`workloads` (create, list, show, scale, delete, drain, release-replica) and `placement preview`:
+workloads placed across clusters, each command one API method through the typed client.
 
 A table for people, `--json` for scripts (the API's own answer). Placement is the server's: these
 commands only spell its requests and print its verdicts.
@@ -455,6 +455,31 @@ def workloads_drain(
         as_json,
         lambda c: c.workloads.drain(workload_id, cluster=cluster),
         {"payload.cluster": "--cluster", "payload": "--cluster"},
+    )
+    if as_json:
+        print_json(op.model_dump(mode="json", by_alias=True))
+        return
+    _print_operation(op)
+
+
+@workloads_app.command("release-replica")
+def workloads_release_replica(
+    allocation: Annotated[
+        str, typer.Argument(help="The terminating replica's allocation id (<deploymentId>.r<n>).")
+    ],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """End a terminating replica whose node will not release it (a replica.release operation,
+    admin): its devices are free at once. Only for a node gone for good: a node that comes back
+    releases its replicas itself."""
+    op = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.release_replica(allocation),
+        {"payload.allocation": "ALLOCATION", "payload": "ALLOCATION"},
     )
     if as_json:
         print_json(op.model_dump(mode="json", by_alias=True))

@@ -763,6 +763,11 @@ class Workloads(_Resource):
         """Move the workload out of `cluster`: `operations.create` of a `workload.drain`."""
         return self._compute.operations.create(workload_id=id, payload={"cluster": cluster})
 
+    def release_replica(self, allocation: str) -> OperationPublic:
+        """End a terminating replica whose node will not release it (admin): `operations.create`
+        of a `replica.release`."""
+        return self._compute.operations.create(type="replica.release", payload={"allocation": allocation})
+
 
 @_refusing_bad_arguments
 class Deployments(_Resource):
@@ -821,12 +826,14 @@ class Operations(_Resource):
     def create(
         self,
         *,
-        workload_id: str,
+        workload_id: str | None = None,
         payload: Mapping[str, str],
-        type: Literal["workload.drain"] = "workload.drain",
+        type: Literal["workload.drain", "replica.release"] = "workload.drain",
     ) -> OperationPublic:
         """Start an operation: `workload.drain` with `payload={"cluster": ...}` removes the workload's
-        deployment there and places its replicas elsewhere."""
+        deployment there and places its replicas elsewhere; `replica.release` with
+        `payload={"allocation": ...}` (admin) ends a terminating replica whose node will not release
+        it."""
         request = OperationCreate(type=type, workload_id=workload_id, payload=dict(payload))
         return self._compute._typed("operations.create", request, OperationPublic)
 

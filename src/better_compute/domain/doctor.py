@@ -14,6 +14,8 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `ledger.overlap`: two live bookings of one atom overlap in time (the ledger's fences failed).
 - `ledger.orphan-partition`: a live partition change of a GPU whose node has no gate row: nothing
   will release it.
+- `workload.terminating-stuck`: a workload's replica terminating for 24 hours or more: its node has
+  not released it, so its devices stay booked (docs/placement.md#terminating-replicas).
 
 Findings sort by (code, subject, detail), so two runs over the same fleet print the same.
 """
@@ -27,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 
 from better_compute.domain.ledger import Booking
 from better_compute.domain.records import Gpu, MigLayoutGate, Node, Pool, Quota
+from better_compute.domain.workloads import Terminating
 
 STUCK_AFTER = timedelta(hours=24)
 """How long after its grant a node that has not converged its new layout is reported stuck."""
@@ -42,6 +45,7 @@ NODE_REBOOT_REQUIRED = "node.reboot-required"
 POOL_FRACTIONAL_WITHOUT_QUOTA = "pool.fractional-without-quota"
 LEDGER_OVERLAP = "ledger.overlap"
 LEDGER_ORPHAN_PARTITION = "ledger.orphan-partition"
+WORKLOAD_TERMINATING_STUCK = "workload.terminating-stuck"
 
 CODES: tuple[str, ...] = (
     MIG_STUCK,
@@ -51,6 +55,7 @@ CODES: tuple[str, ...] = (
     NODE_REBOOT_REQUIRED,
     NODE_SILENT,
     POOL_FRACTIONAL_WITHOUT_QUOTA,
+    WORKLOAD_TERMINATING_STUCK,
 )
 """Every code a finding may have, in the order findings sort by."""
 
@@ -81,6 +86,8 @@ class FleetFacts:
     """Live bookings of partition changes not over at `now`."""
     overlaps: Sequence[tuple[Booking, Booking]] = ()
     """Pairs of live bookings of one atom that overlap (the ledger's own self-check)."""
+    terminating: Sequence[Terminating] = ()
+    """Workloads' replicas waiting for their node to release them."""
 
 
 def diagnose(facts: FleetFacts, now: datetime, silent_after: timedelta) -> list[Finding]:
@@ -93,6 +100,7 @@ def diagnose(facts: FleetFacts, now: datetime, silent_after: timedelta) -> list[
         *fractional_without_quota(facts.pools, facts.quotas),
         *ledger_overlaps(facts.overlaps),
         *orphan_partitions(facts.partition_holds, facts.gpus, facts.gates),
+        *terminating_stuck(facts.terminating, now),
     ]
     return sorted(findings, key=lambda f: (f.code, f.subject, f.detail))
 
@@ -228,6 +236,23 @@ def orphan_partitions(
             "make sure no layout change of the GPU's pool is under way, then end the partition"
             " change's bookings (no API call releases one yet: docs/operations.md#doctor); the GPU"
             " takes no work until then",
+        )
+
+
+def terminating_stuck(items: Iterable[Terminating], now: datetime) -> Iterator[Finding]:
+    """Replicas terminating `STUCK_AFTER` or more before `now`: their node has not released them."""
+    for t in items:
+        if now - t.since < STUCK_AFTER:
+            continue
+        yield Finding(
+            WORKLOAD_TERMINATING_STUCK,
+            t.allocation_id,
+            f"a replica of workload {t.workload_id} (tenant {t.tenant_id}) in cluster {t.cluster_id} has"
+            f" been terminating since {_when(t.since)}: its node has not released it, so its devices"
+            " stay booked",
+            "bring its node's bcd back (it releases the replica); if the node is gone for good,"
+            f" end it: better-compute workloads release-replica {t.allocation_id} (operations.create"
+            " {type: replica.release, payload: {allocation}})",
         )
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.doctor import Finding, FleetFacts, counts, diagnose
+from better_compute.domain.doctor import STUCK_AFTER, Finding, FleetFacts, counts, diagnose
 from better_compute.domain.events import DoctorRun
 from better_compute.service.ports import StorePort
 
 MAX_OVERLAPS = 100
 """The most overlapping pairs the ledger self-check reports (there should be none at all)."""
+
+MAX_TERMINATING = 1000
+"""The most stuck terminating replicas one run reports (oldest first)."""
 
 
 def run(store: StorePort, principal: Principal, now: datetime, silent_after: timedelta) -> list[Finding]:
@@ -27,6 +30,7 @@ def run(store: StorePort, principal: Principal, now: datetime, silent_after: tim
             gates=tx.mig_layouts.all_rows(),
             partition_holds=tx.ledger.partition_holds(now),
             overlaps=tx.ledger.overlaps(MAX_OVERLAPS),
+            terminating=tx.workloads.terminating_since(now - STUCK_AFTER, MAX_TERMINATING),
         )
     findings = diagnose(facts, now, silent_after)
     with store.begin() as tx:

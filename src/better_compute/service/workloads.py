@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.bindings import binding_of
-from better_compute.domain.credentials import Principal
+from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import (
     AlreadyExists,
     BookingConflict,
@@ -74,7 +74,8 @@ from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
 
 MAX_ATTEMPTS = 4
 DRAIN = "workload.drain"
-OPERATION_TYPES = (DRAIN,)
+RELEASE_REPLICA = "replica.release"
+OPERATION_TYPES = (DRAIN, RELEASE_REPLICA)
 DRAINED = "cluster {cluster} was drained of this workload (workload.drain)"
 
 
@@ -700,6 +701,38 @@ def drain(
     return op, view
 
 
+def release_replica(wiring: Wiring, principal: Principal, allocation: str, now: datetime) -> Operation:
+    """`replica.release` (admin): end a terminating replica whose node will not release it (a node
+    gone for good): its allocation ends at `now` and its devices are free. The operator's word
+    stands in for the node's report, so this is for an admin alone; a replica that is not
+    terminating is NOT_FOUND (scale the workload, or delete it, to take a running one away)."""
+    require_admin(principal, "operations.create (replica.release)")
+    allocation_id = check_ref(allocation, "payload.allocation")
+    op_id = wiring.ids.operation()
+    with wiring.store.begin() as tx:
+        tx.bindings.of_allocations([allocation_id], for_update=True)  # as a node's report would
+        gone = tx.workloads.end_terminating(allocation_id)
+        if gone is None:
+            raise NotFound(
+                f"no replica with allocation {allocation_id} is terminating",
+                {"field": "payload.allocation", "allocation": allocation_id},
+            )
+        tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
+        op = Operation(
+            id=op_id,
+            type=RELEASE_REPLICA,
+            tenant_id=gone.tenant_id,
+            workload_id=gone.workload_id,
+            payload={"allocation": allocation_id},
+            status="succeeded",
+            result={"clusterId": gone.cluster_id, "terminatingSince": gone.since.isoformat()},
+            created_at=now,
+            finished_at=now,
+        )
+        tx.workloads.add_operation(op)
+    return op
+
+
 def get_operation(store: StorePort, principal: Principal, operation_id: str) -> Operation:
     with store.read() as tx:
         found = tx.workloads.operation(check_ref(operation_id, "id"))
@@ -738,6 +771,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
 __all__ = [
     "DRAIN",
     "OPERATION_TYPES",
+    "RELEASE_REPLICA",
     "DeploymentView",
     "Wiring",
     "WorkloadView",
@@ -749,6 +783,7 @@ __all__ = [
     "list_deployments",
     "list_workloads",
     "place_in",
+    "release_replica",
     "retry",
     "scale",
     "workload_lock",

@@ -434,6 +434,16 @@ class SqlWorkloads:
         )
         return [_terminating(r) for r in rows.rows(self.conn, stmt)]
 
+    def terminating_since(self, at: datetime, limit: int) -> list[Terminating]:
+        """Up to `limit` replicas terminating since `at` or earlier, oldest first."""
+        stmt = (
+            select(terminating_replicas)
+            .where(terminating_replicas.c.since <= at)
+            .order_by(terminating_replicas.c.since, terminating_replicas.c.allocation_id)
+            .limit(limit)
+        )
+        return [_terminating(r) for r in rows.rows(self.conn, stmt)]
+
     def terminating_among(self, allocation_ids: Sequence[str]) -> set[str]:
         """Which of these allocations are terminating replicas'."""
         if not allocation_ids:

@@ -199,10 +199,14 @@ class DeploymentListQuery(WireRequest):
 
 
 class OperationCreate(WireRequest):
-    """`operations.create`: `{type: 'workload.drain', workloadId, payload: {cluster}}`."""
+    """`operations.create`: `{type: 'workload.drain', workloadId, payload: {cluster}}` moves a
+    workload out of a cluster; `{type: 'replica.release', payload: {allocation}}` (admin) ends a
+    terminating replica whose node will not release it."""
 
-    type: Literal["workload.drain"]
-    workload_id: str = Field(validation_alias=AliasChoices("workloadId", "workload_id", "workload"))
+    type: Literal["workload.drain", "replica.release"]
+    workload_id: str | None = Field(
+        default=None, validation_alias=AliasChoices("workloadId", "workload_id", "workload")
+    )
     payload: dict[str, str]
 
 

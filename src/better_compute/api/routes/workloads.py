@@ -1,5 +1,5 @@
 """Workloads across clusters: `workloads.create|list|get|scale|delete`, `deployments.list`,
-`placement.preview`, and `operations.create|get` (`workload.drain`)."""
+`placement.preview`, and `operations.create|get` (`workload.drain`, `replica.release`)."""
 
 from __future__ import annotations
 
@@ -142,13 +142,24 @@ def preview_placement(
 def create_operation(
     body: OperationCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> OperationPublic:
-    unknown = sorted(k for k in body.payload if k != "cluster")
-    if unknown or "cluster" not in body.payload:
+    key = "allocation" if body.type == workloads.RELEASE_REPLICA else "cluster"
+    unknown = sorted(k for k in body.payload if k != key)
+    if unknown or key not in body.payload:
         raise InvalidInput(
-            "payload must be {cluster} for workload.drain" + (f"; unknown: {unknown[0]}" if unknown else ""),
+            f"payload must be {{{key}}} for {body.type}" + (f"; unknown: {unknown[0]}" if unknown else ""),
             {"field": "payload"},
         )
-    op, _ = workloads.drain(_wiring(services), principal, body.workload_id, body.payload["cluster"], now)
+    if body.type == workloads.RELEASE_REPLICA:
+        if body.workload_id is not None:
+            raise InvalidInput(
+                "replica.release names its replica by payload.allocation, not by workloadId",
+                {"field": "workloadId"},
+            )
+        op = workloads.release_replica(_wiring(services), principal, body.payload[key], now)
+    else:
+        if body.workload_id is None:
+            raise InvalidInput("workload.drain needs the workloadId it drains", {"field": "workloadId"})
+        op, _ = workloads.drain(_wiring(services), principal, body.workload_id, body.payload[key], now)
     services.placement_wakeup.set()
     return operation_public(op)
 
