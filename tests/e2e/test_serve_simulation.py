@@ -101,3 +101,13 @@ def test_a_workload_replica_is_a_cdi_device_its_simulated_node_binds_and_it_runs
         }, written
         assert http.delete(f"/v1/workloads/{wid}").status_code in (200, 204)
         eventually(lambda: not list(nodes_dir(server).glob("use-a100-*/cdi/*.json")), "CDI files removed")
+        # handed over, the replicas terminated; each ends when its node reports it released
+        replicas = [f"{dep['id']}.r{i}" for i in (0, 1)]
+        terminating = http.get("/v1/events", params={"type": "workload.replicas.terminating", "subject": wid})
+        assert sorted(a for e in terminating.json()["items"] for a in e["payload"]["allocations"]) == replicas
+
+        def released(allocation: str) -> bool:
+            got = http.get("/v1/events", params={"type": "ledger.released", "subject": allocation})
+            return bool(got.json()["items"])
+
+        eventually(lambda: all(released(a) for a in replicas), "the nodes released both replicas")
