@@ -532,6 +532,16 @@ def test_allowed_clusters_on_create_become_a_policy_read_edited_by_the_workloads
     assert found.status_code == 200, found.text
     (policy,) = found.json()["items"]
     assert (policy["name"], policy["id"], policy["subjectId"]) == ("eu-placement", got["policyId"], got["id"])
+    globex = bearer(tenant_token(world.store, "globex"))
+    theirs = world.http.post(
+        "/v1/workloads", json={"name": "eu", "shape": shape(1), "replicas": 0}, headers=globex
+    )
+    assert theirs.status_code == 201, theirs.text
+    by_admin = {"subject_type": "workload", "subject": "eu"}
+    mixed = world.http.get("/v1/policies", params=by_admin, headers=world.admin)
+    assert mixed.status_code == 400 and mixed.json()["error"]["details"]["field"] == "subject", mixed.text
+    narrowed = world.http.get("/v1/policies", params={**by_admin, "tenantId": "acme"}, headers=world.admin)
+    assert [p["id"] for p in narrowed.json()["items"]] == [policy["id"]], narrowed.text
     edited = world.http.patch(
         f"/v1/policies/{policy['id']}",
         json={"id": policy["id"], "allowed_clusters": ["fra-1", "sjc-1"]},
@@ -559,7 +569,18 @@ def test_the_retrier_places_again_only_after_an_event_that_may_free_devices(
     retrier = _retrier(world)
     retrier.tick()  # the first pass always looks
     assert len(passes) == 1
-    world.create({"name": "taking", "shape": shape(1), "replicas": 1})  # takes devices: frees none
+    pools = world.http.get("/v1/pools", headers=world.admin).json()["items"]
+    taking = world.http.post(  # a reservation takes devices and frees none
+        "/v1/reservations",
+        json={
+            "tenantId": "acme",
+            "poolId": pools[0]["id"],
+            "devices": [{"class": "gpu", "count": 1}],
+            "duration": "1h",
+        },
+        headers=world.admin,
+    )
+    assert taking.status_code == 201, taking.text
     assert retrier.tick() == 0
     assert len(passes) == 1
     world.quota(scope="fleet", guaranteed_devices=100)  # a quota row may free headroom
@@ -586,3 +607,48 @@ def test_a_replica_taken_away_and_added_again_gets_an_allocation_id_no_replica_h
     assert again[0] == first[0]
     assert again[1] not in first
     assert again[1].endswith(".r2")
+
+
+def test_a_cluster_whose_price_would_exceed_the_cost_ceiling_is_refused_with_the_figure(world: World) -> None:
+    ceiling = world.http.post(
+        "/v1/policies", json={"name": "budget", "tenantId": "acme", "cost_ceiling": "30"}, headers=world.admin
+    )
+    assert ceiling.status_code == 201, ceiling.text
+    # no price yet: the ceiling cannot be checked, and nothing passes it
+    unpriced = world.preview(project="acme", shape=shape(), replicas=1)
+    assert set(verdicts(unpriced).values()) == {"cost_ceiling_exceeded"}
+    assert "gpu.h100.hours has no price" in unpriced["verdicts"][0]["message"]
+    priced = world.http.put(
+        "/v1/prices",
+        json={"meter": "gpu.h100.hours", "perHour": "2.50", "currency": "USD"},
+        headers=world.admin,
+    )
+    assert priced.status_code == 200, priced.text
+    one = world.create({"name": "one", "shape": shape(), "replicas": 1})  # 8 x 2.50 = 20.00 an hour
+    assert world.shares(one) == {"iad-1": 1}
+    assert {v["costPerHour"] for v in one["verdicts"]} == {"20.00"}
+    two = world.preview(project="acme", shape=shape(), replicas=2)  # 40.00 an hour, over 30
+    assert two["shares"] == {} and two["reason"] == "cost_ceiling_exceeded"
+    iad = next(v for v in two["verdicts"] if v["clusterId"] == "iad-1")
+    assert (
+        iad["message"]
+        == "2 replica(s) in cluster iad-1 would cost 40.00 USD per hour; the cost ceiling is 30.00"
+    )
+    # policies are cumulative: a cluster's own lower ceiling refuses it alone
+    low = world.http.post(
+        "/v1/policies",
+        json={"name": "iad-budget", "subject_type": "cluster", "subject_id": "iad-1", "cost_ceiling": "10"},
+        headers=world.admin,
+    )
+    assert low.status_code == 201, low.text
+    again = world.create({"name": "again", "shape": shape(), "replicas": 1})
+    assert verdicts(again)["iad-1"] == "cost_ceiling_exceeded"
+    assert world.shares(again) == {"fra-1": 1}
+    # a price change is seen at once (no stale catalog): 1.00 an hour fits everywhere
+    world.http.put(
+        "/v1/prices",
+        json={"meter": "gpu.h100.hours", "perHour": "1.00", "currency": "USD"},
+        headers=world.admin,
+    )
+    cheap = world.preview(project="acme", shape=shape(), replicas=1)
+    assert set(verdicts(cheap).values()) == {None}

@@ -156,3 +156,24 @@ def test_policies_from_before_subjects_become_their_tenants(store: Store) -> Non
     with store.engine.connect() as conn:
         assert [r[0] for r in conn.execute(text("SELECT id FROM policies"))] == ["pol-old"]
     migrate.upgrade(store.engine)
+
+
+def test_deployments_from_before_replica_numbering_continue_past_every_index_the_ledger_has_seen(
+    store: Store,
+) -> None:
+    """Before revision 0018 a deployment reused the index of a replica removed earlier; the upgrade
+    numbers each deployment onward from the highest index its bookings show, not only its replicas
+    left."""
+    from tests.api.test_workloads import World, shape
+
+    world = World(store)
+    made = world.create({"name": "w", "shape": shape(1), "replicas": 3, "cluster": "sjc-1"})
+    down = world.http.post(f"/v1/workloads/{made['id']}/scale", json={"replicas": 1}, headers=world.admin)
+    assert down.status_code == 200, down.text
+    (dep,) = down.json()["deployments"]
+    migrate.downgrade(store.engine, "0017")
+    migrate.upgrade(store.engine)
+    with store.read() as tx:
+        (again,) = tx.workloads.deployments_of([made["id"]])[made["id"]]
+    assert again.id == dep["id"]
+    assert again.next_replica == 3  # r1 and r2 are in the ledger, though only r0 is left

@@ -618,6 +618,7 @@ def verdict_public(v: Verdict) -> VerdictPublic:
         room=v.room,
         share=v.share,
         shortfall=v.shortfall,
+        cost_per_hour=v.cost_per_hour,
     )
 
 

@@ -958,7 +958,7 @@ CostCeilingOption = Annotated[
     str | None,
     typer.Option(
         "--cost-ceiling",
-        help="Most cost per hour, such as 12.50 (recorded, not enforced).",
+        help="Most a workload may cost per hour, such as 12.50 (placement refuses dearer clusters).",
         show_default=False,
     ),
 ]

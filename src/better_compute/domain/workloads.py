@@ -136,8 +136,10 @@ class Terminating:
     since: datetime
 
 
-HANDED_OVER: tuple[str, ...] = ("bound", "device-missing")
-"""Binding states a node reports once it may have given an allocation's devices to a container."""
+HANDED_OVER: tuple[str, ...] = ("bound",)
+"""Binding states a node reports once it has given an allocation's devices to a container. A
+`device-missing` allocation was never handed over (its node lacks a device), so nothing waits on
+its node to take it back."""
 
 
 def hands_over(reported: Mapping[str, str]) -> bool:

@@ -101,22 +101,30 @@ _QUIET_EVENTS = (
     WorkloadScaled,
     WorkloadDeleted,
     DeploymentUpdated,
-    # An extension's new end arrives as `ledger.extended`; tenants, credentials, prices and the
-    # named classes touch no atom (a device class never changes once made).
+    # An extension's new end arrives as `ledger.extended`; tenants, credentials and the named
+    # classes touch no atom (a device class never changes once made).
     ReservationExtended,
     TenantCreated,
     CredentialCreated,
     CredentialRevoked,
-    PriceSet,
     DeviceClassCreated,
     PriorityClassCreated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
 
-_CATALOG_EVENTS = (ClusterUpdated, QuotaSet, PoolOffered, PolicyCreated, PolicyUpdated, PolicyDeleted)
+_CATALOG_EVENTS = (
+    ClusterUpdated,
+    QuotaSet,
+    PoolOffered,
+    PolicyCreated,
+    PolicyUpdated,
+    PolicyDeleted,
+    PriceSet,
+)
 """Events that change what placement reads beside the atoms (a cluster's phase, quota rows and
-offers, policies) and no pool's atoms: they move `catalog_version` only."""
+offers, policies, the prices a cost ceiling is checked against) and no pool's atoms: they move
+`catalog_version` only."""
 
 
 def _span(start: datetime, end: datetime, size: timedelta) -> range:

@@ -14,14 +14,17 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from decimal import Decimal
 from functools import cache
 
+from better_compute.domain.billing import Price
 from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.iam import Policy
-from better_compute.domain.placement.constraints import applicable, deny
+from better_compute.domain.placement.constraints import applicable, ceiling, deny
+from better_compute.domain.placement.costs import Cost, replica_cost
 from better_compute.domain.placement.topology import FreeDevice, Room
 from better_compute.domain.placement.verdicts import (
     REASONS,
@@ -59,6 +62,10 @@ class Snapshot:
     cordoned: frozenset[str]
     denials: dict[str, str] = field(default_factory=dict)
     """Why a cluster is refused by a policy or its phase, by cluster."""
+    ceilings: dict[str, Decimal] = field(default_factory=dict)
+    """The cost ceiling per hour the policies set, by cluster (none: no ceiling there)."""
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    """Every meter's price (`Catalog.prices`)."""
 
 
 def _policy_denials(
@@ -67,17 +74,23 @@ def _policy_denials(
     workload_id: str | None,
     device_class: str,
     clusters: Mapping[str, Cluster],
-) -> dict[str, str]:
-    """Why the placement policies that apply (`found`) refuse each cluster (none refused: empty)."""
+) -> tuple[dict[str, str], dict[str, Decimal]]:
+    """Why the placement policies that apply (`found`) refuse each cluster (none refused: empty),
+    and the cost ceiling they set in each (none set: empty)."""
     if not found:
-        return {}
+        return {}, {}
     out: dict[str, str] = {}
+    ceilings: dict[str, Decimal] = {}
+    priced = any(p.constraints.cost_ceiling is not None for p in found)
     for cluster in clusters.values():
         mine = applicable(found, tenant_id=tenant_id, workload_id=workload_id, cluster_id=cluster.id)
         denial = deny(mine, cluster, device_class) if mine else None
         if denial is not None:
             out[cluster.id] = denial.message
-    return out
+        most = ceiling(mine) if priced and mine else None
+        if most is not None:
+            ceilings[cluster.id] = most
+    return out, ceilings
 
 
 def snapshot_in(
@@ -152,10 +165,21 @@ def snapshot_in(
         if not accepts_placements(c.phase)
     }
     policies = [*rules.policies, *workload_policies]
-    for cluster_id, why in _policy_denials(policies, tenant_id, workload_id, found.name, clusters).items():
+    refused, ceilings = _policy_denials(policies, tenant_id, workload_id, found.name, clusters)
+    for cluster_id, why in refused.items():
         denials.setdefault(cluster_id, why)
     return Snapshot(
-        tenant_id, found, clusters, pools, pool_left, pools_left, quota, catalog.cordoned, denials
+        tenant_id,
+        found,
+        clusters,
+        pools,
+        pool_left,
+        pools_left,
+        quota,
+        catalog.cordoned,
+        denials,
+        ceilings,
+        catalog.prices,
     )
 
 
@@ -254,9 +278,25 @@ def plan_in(
                 denial=denial,
                 current=current.get(cluster_id, 0),
                 fleet_scoped=fleet,
+                cost=_cost_in(tx, index, stock, snap, cluster_id, spec.device_count),
             )
         )
     return plan_placement(ask_of(spec, replicas), figures, fleet_left(snap), stock.salt)
+
+
+def _cost_in(
+    tx: Tx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, device_count: int
+) -> Cost | None:
+    """What a replica costs per hour in the cluster against the ceiling there (None: no ceiling;
+    the rule: `domain.placement.costs`)."""
+    most = snap.ceilings.get(cluster_id)
+    if most is None:
+        return None
+    offers = [
+        (pool.meter, stock.share(tx, index, pool.id, snap.device_class), snap.prices.get(pool.meter))
+        for pool in snap.pools.get(cluster_id, ())
+    ]
+    return replica_cost(most, device_count, offers)
 
 
 def main_reason(placement: Placement) -> Reason | None:

@@ -21,7 +21,6 @@ from datetime import datetime
 
 from better_compute.domain.events import (
     AllocationBound,
-    DeploymentUpdated,
     DoctorRun,
     LedgerBooked,
     LoggedEvent,
@@ -48,12 +47,12 @@ NOT_FREEING = (
     ReservationCreated,
     WorkloadCreated,
     AllocationBound,
-    DeploymentUpdated,
     NodeJoined,
     DoctorRun,
 )
 """Events that take devices or tell of nothing placement counts: every other event may free some.
-A deployment's update frees nothing by itself: the replicas it gives up end with `ledger.released`."""
+A deployment's update stays a wake-up: one left `admitted` lost atoms to a request of its own
+process that may roll back, freeing them with no event of its own."""
 
 
 @dataclass

@@ -22,12 +22,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from fractions import Fraction
 
+from better_compute.domain.billing import Price
 from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
 from better_compute.domain.iam import Policy
+from better_compute.domain.metering import share
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
 from better_compute.domain.records import Cluster, Quota
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
@@ -39,11 +42,13 @@ MAX_ENTRIES = 20_000
 
 @dataclass(frozen=True, slots=True)
 class PoolSeat:
-    """What placement needs of a pool: where it is and whose it is (both fixed at creation)."""
+    """What placement needs of a pool: where it is, whose it is and what its hours bill on (all
+    fixed at creation)."""
 
     id: str
     cluster_id: str
     owner_tenant_id: str
+    meter: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,8 @@ class Catalog:
     seats: Mapping[str, PoolSeat]
     """Every pool's seat, by pool id."""
     cordoned: frozenset[str]
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    """Every meter's price, by meter (what a cost ceiling is checked against)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +81,8 @@ class _Members:
     """The bookable atoms of the class, by id."""
     ids: frozenset[str]
     """Every present atom of the pool that belongs to the class, booked or not."""
+    share: Fraction = Fraction(0)
+    """The largest share of a GPU one of them bills (`domain.metering.share`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +127,7 @@ class Stock:
             clusters={c.id: c for c in tx.clusters.all()},
             seats={seat[0]: PoolSeat(*seat) for seat in tx.pools.seats()},
             cordoned=tx.nodes.cordoned_ids(),
+            prices={p.meter: p for p in tx.prices.all()},
         )
         with self._lock:
             self._catalog = (version, found)
@@ -196,7 +206,12 @@ class Stock:
             for a in sorted(members, key=lambda a: a.id)
             if a.bookable
         )
-        found = _Members(atoms, bookable, frozenset(a.id for a in members))
+        found = _Members(
+            atoms,
+            bookable,
+            frozenset(a.id for a in members),
+            max((share(a) for a in members), default=Fraction(0)),
+        )
         with self._lock:
             if len(self._members_of) >= MAX_ENTRIES:
                 self._members_of.clear()
@@ -227,6 +242,11 @@ class Stock:
     ) -> frozenset[str]:
         """The pool's atoms of the class, booked or not (to count what a tenant holds of it)."""
         return self._members(tx, index, pool_id, device_class).ids
+
+    def share(self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass) -> Fraction:
+        """The largest share of a GPU that one of the pool's devices of the class bills: what a
+        device placed there costs per hour, times its meter's price."""
+        return self._members(tx, index, pool_id, device_class).share
 
     def _room(
         self,

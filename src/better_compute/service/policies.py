@@ -130,7 +130,7 @@ def list_policies(
     subject_id = None if subject is None else check_ref(subject, "subject")
     with store.read() as tx:
         if subject_type == "workload" and subject_id is not None:
-            subject_id = _workload_subject(tx, principal, subject_id)
+            subject_id = _workload_subject(tx, principal, scope, subject_id)
         found = tx.policies.find(
             scope,
             pool_id,
@@ -141,15 +141,15 @@ def list_policies(
     return page(found, lambda p: p.id, limit, after)
 
 
-def _workload_subject(tx: Tx, principal: Principal, ref: str) -> str:
+def _workload_subject(tx: Tx, principal: Principal, scope: str | None, ref: str) -> str:
     """The workload id a `subject` names: the id itself, or else the one workload of that name the
     principal sees (seed 001 reads a workload's policies by its ref). A name several projects use is
     refused for an admin, as everywhere a workload is named; a name nobody uses stays as given and
-    finds nothing."""
+    finds nothing. `scope` is the tenant the listing is narrowed to (None: every tenant)."""
     found = tx.workloads.get(ref)
     if found is not None and principal.acts_for(found.tenant_id):
         return ref
-    named = [w for w in tx.workloads.named(ref, principal.tenant_id, 2) if principal.acts_for(w.tenant_id)]
+    named = [w for w in tx.workloads.named(ref, scope, 2) if principal.acts_for(w.tenant_id)]
     if len(named) > 1:
         raise InvalidInput(
             f"more than one project has a workload named {ref}; give the workload's id",

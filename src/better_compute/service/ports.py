@@ -352,9 +352,9 @@ class PoolRepo(Protocol):
 
     def all(self) -> list[Pool]: ...
 
-    def seats(self) -> list[tuple[str, str, str]]:
-        """Every pool's (id, cluster, owner): what placement needs of a pool, all fixed at creation,
-        read without the settings."""
+    def seats(self) -> list[tuple[str, str, str, str]]:
+        """Every pool's (id, cluster, owner, meter): what placement needs of a pool, all fixed at
+        creation, read without the settings."""
         ...
 
     def of_nodes(self, node_ids: Sequence[str]) -> dict[str, Pool]:

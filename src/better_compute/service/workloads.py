@@ -619,15 +619,15 @@ def scale(
 def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> WorkloadView:
     """`workloads.delete`: take every replica away (those handed over terminate: `_take_away`),
     remove the deployments and the workload (and its own `<name>-placement` policy). Returns it as
-    it was."""
+    it was, with `terminating` counting the replicas now terminating."""
     with wiring.store.begin() as tx:
         found = _visible(tx, principal, ref)
         tx.reservations.lock(workload_lock(found.tenant_id))
         view = _view(tx, found)
         deps = tx.workloads.deployments_of([found.id])[found.id]
         reps = tx.workloads.replicas_of([d.id for d in deps])
-        for d in deps:
-            _take_away(tx, d, reps[d.id], now)
+        ending = sum(_take_away(tx, d, reps[d.id], now) for d in deps)
+        view = replace(view, terminating=view.terminating + ending)
         for d in deps:
             tx.events.append(_updated(found, d, "removed", 0, 0, None), now)
         if found.policy_id is not None:

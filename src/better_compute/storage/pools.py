@@ -39,9 +39,11 @@ class SqlPools:
     def all(self) -> list[Pool]:
         return [_pool(r) for r in rows.page(self.conn, pools)]
 
-    def seats(self) -> list[tuple[str, str, str]]:
-        stmt = select(pools.c.id, pools.c.cluster_id, pools.c.owner_tenant_id).order_by(pools.c.id)
-        return [(r[0], r[1], r[2]) for r in self.conn.execute(stmt).all()]
+    def seats(self) -> list[tuple[str, str, str, str]]:
+        stmt = select(pools.c.id, pools.c.cluster_id, pools.c.owner_tenant_id, pools.c.meter).order_by(
+            pools.c.id
+        )
+        return [(r[0], r[1], r[2], r[3]) for r in self.conn.execute(stmt).all()]
 
     def of_nodes(self, node_ids: Sequence[str]) -> dict[str, Pool]:
         stmt = select(pool_nodes.c.node_id, pools).join(pools, pools.c.id == pool_nodes.c.pool_id)

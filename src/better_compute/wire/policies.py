@@ -78,7 +78,7 @@ class PolicyConstraints(WireRequest):
     cost_ceiling: str | None = Field(
         default=None,
         validation_alias=AliasChoices("costCeiling", "cost_ceiling"),
-        description="Most cost per hour, a decimal string such as 12.50 (recorded, not enforced yet).",
+        description="Most a workload may cost per hour, a decimal string such as 12.50: placement refuses a dearer cluster.",
         json_schema_extra={"maxLength": 32},
     )
 

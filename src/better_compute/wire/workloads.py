@@ -22,7 +22,11 @@ Strategy = Literal["pack", "spread"]
 DomainKind = Literal["nvlink", "pcie", "numa"]
 Phase = Literal["pending", "admitted", "placed", "running"]
 Reason = Literal[
-    "insufficient_quota", "insufficient_capacity", "topology_constraint_not_met", "policy_denied"
+    "insufficient_quota",
+    "insufficient_capacity",
+    "topology_constraint_not_met",
+    "policy_denied",
+    "cost_ceiling_exceeded",
 ]
 
 _TENANT = AliasChoices("tenantId", "tenant_id", "project")
@@ -120,6 +124,9 @@ class VerdictPublic(WireAnswer):
     """New replicas the cluster could take now."""
     share: int
     shortfall: int
+    cost_per_hour: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What the workload's replicas would cost per hour there, all of them (a decimal in the
+    prices' currency): shown where a policy's cost ceiling applies and the price is known."""
 
 
 class DeploymentPublic(WireAnswer):

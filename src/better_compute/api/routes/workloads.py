@@ -18,7 +18,7 @@ from better_compute.api.convert import (
 )
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.credentials import Principal
+from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.tenancy import check_ref, tenant_scope
 from better_compute.domain.workloads import parse_workload
@@ -142,6 +142,8 @@ def preview_placement(
 def create_operation(
     body: OperationCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> OperationPublic:
+    if body.type == workloads.RELEASE_REPLICA:
+        require_admin(principal, "operations.create (replica.release)")
     key = "allocation" if body.type == workloads.RELEASE_REPLICA else "cluster"
     unknown = sorted(k for k in body.payload if k != key)
     if unknown or key not in body.payload:

@@ -8,8 +8,9 @@ the policies of its tenant, of the workload itself and of the cluster considered
 (`applicable`), and they are cumulative: the cluster must pass every one of them (`deny` answers
 the first constraint broken, or None).
 
-`costCeiling` (a decimal per hour, kept exactly as written, like a price) is recorded, not enforced
-here.
+`costCeiling` (a decimal per hour, kept exactly as written, like a price) is the most a workload
+may cost per hour; of several policies that apply, the lowest ceiling holds (`ceiling`). Placement
+checks it against each cluster's price (`domain.placement.verdicts.Cost`).
 
 The rule as users read it: docs/concepts.md#placement-constraints.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
 from better_compute.domain.billing import check_per_hour
@@ -57,7 +59,7 @@ class Constraints:
     allowed_clusters: tuple[str, ...] = ()
     denied_clusters: tuple[str, ...] = ()
     cost_ceiling: str | None = None
-    """Most cost per hour, a decimal string as written (`"12.50"`); recorded, not enforced."""
+    """Most cost per hour, a decimal string as written (`"12.50"`), in the prices' currency."""
 
     def is_empty(self) -> bool:
         return not (
@@ -164,6 +166,13 @@ def applicable(
         if applies:
             out.append(policy)
     return out
+
+
+def ceiling(policies: Sequence[Policy]) -> Decimal | None:
+    """The cost ceiling per hour `policies` set together: the lowest of theirs (they are
+    cumulative), or None when none sets one."""
+    found = [Decimal(p.constraints.cost_ceiling) for p in policies if p.constraints.cost_ceiling is not None]
+    return min(found) if found else None
 
 
 def deny(policies: Sequence[Policy], cluster: Cluster, device_class: str) -> Denial | None:

@@ -12,6 +12,11 @@ the order the seed checks them:
 3. `topology_constraint_not_met`: enough devices, but no single domain of the kind holds a replica;
 4. `insufficient_quota`: the quota left there is under one replica's devices.
 
+A policy's `costCeiling` (the most the workload may cost per hour) is checked right after the
+policies' other constraints: `cost_ceiling_exceeded` when the workload's replicas, all run in that
+cluster, would cost more per hour than the ceiling (`Cost`), or when the cluster's price is not
+known. A cluster under the ceiling for all the replicas keeps any mix of clusters under it too.
+
 A cluster that already runs some of the workload's replicas keeps them whatever its verdict says
 about taking more. A pinned workload is given all its replicas in its cluster; the cluster's verdict
 then says how many it can take now and why not the rest.
@@ -23,17 +28,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from better_compute.domain.placement.costs import Cost, money
 from better_compute.domain.placement.shares import Division, Strategy, divide, shrink
 from better_compute.domain.placement.topology import Room
 
 Reason = Literal[
-    "insufficient_quota", "insufficient_capacity", "topology_constraint_not_met", "policy_denied"
+    "insufficient_quota",
+    "insufficient_capacity",
+    "topology_constraint_not_met",
+    "policy_denied",
+    "cost_ceiling_exceeded",
 ]
 REASONS: tuple[Reason, ...] = (
     "insufficient_quota",
     "insufficient_capacity",
     "topology_constraint_not_met",
     "policy_denied",
+    "cost_ceiling_exceeded",
 )
 
 
@@ -51,6 +62,8 @@ class ClusterFigures:
     """Replicas of the workload there now (its deployment's desired count)."""
     fleet_scoped: bool = False
     """Whether `quota_left` is the fleet row's (shared by every cluster without a row of its own)."""
+    cost: Cost | None = None
+    """The cost of a replica there against the policies' ceiling (None: no ceiling applies)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +81,9 @@ class Verdict:
     """New replicas it could take now (capacity and quota both counted)."""
     share: int = 0
     shortfall: int = 0
+    cost_per_hour: str | None = None
+    """What the workload's replicas would cost per hour there, all of them (a decimal, in the
+    price's currency), when a cost ceiling applies and the price is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,8 +120,22 @@ def judge(ask: Ask, figures: ClusterFigures) -> Verdict:
     can_take = room.replicas if by_quota is None else min(room.replicas, by_quota)
     reason: Reason | None = None
     message = f"cluster {figures.cluster_id} can take {can_take} more replica(s) of {count} device(s)"
+    cost = figures.cost
+    total = None if cost is None or cost.per_replica is None else cost.per_replica * max(1, ask.replicas)
     if figures.denial is not None:
         reason, message, can_take = "policy_denied", figures.denial, 0
+    elif cost is not None and total is None:
+        reason, can_take = "cost_ceiling_exceeded", 0
+        message = (
+            f"cluster {figures.cluster_id}'s meter {cost.unpriced} has no price, so the cost ceiling of"
+            f" {money(cost.ceiling)} per hour cannot be checked"
+        )
+    elif cost is not None and total is not None and total > cost.ceiling:
+        reason, can_take = "cost_ceiling_exceeded", 0
+        message = (
+            f"{max(1, ask.replicas)} replica(s) in cluster {figures.cluster_id} would cost"
+            f" {money(total)}{_in(cost.currency)} per hour; the cost ceiling is {money(cost.ceiling)}"
+        )
     elif room.free_devices < count:
         reason = "insufficient_capacity"
         message = (
@@ -139,7 +169,12 @@ def judge(ask: Ask, figures: ClusterFigures) -> Verdict:
         quota_left=figures.quota_left,
         largest_domain=room.largest_group,
         room=can_take,
+        cost_per_hour=None if total is None else money(total),
     )
+
+
+def _in(currency: str | None) -> str:
+    return f" {currency}" if currency else ""
 
 
 def plan_placement(
@@ -227,7 +262,18 @@ def _with(verdict: Verdict, share: int, shortfall: int) -> Verdict:
         verdict.room,
         share,
         shortfall,
+        verdict.cost_per_hour,
     )
 
 
-__all__ = ["REASONS", "Ask", "ClusterFigures", "Placement", "Reason", "Verdict", "judge", "plan_placement"]
+__all__ = [
+    "REASONS",
+    "Ask",
+    "ClusterFigures",
+    "Cost",
+    "Placement",
+    "Reason",
+    "Verdict",
+    "judge",
+    "plan_placement",
+]

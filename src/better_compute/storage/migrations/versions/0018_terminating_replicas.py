@@ -20,12 +20,26 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("deployments") as batch:
-        batch.add_column(sa.Column("next_replica", sa.Integer(), server_default="0", nullable=False))
-    op.execute(
-        "UPDATE deployments SET next_replica = COALESCE("
-        "(SELECT MAX(idx) + 1 FROM replicas WHERE replicas.deployment_id = deployments.id), 0)"
-    )
+    # plain ALTER TABLE on both databases (SQLite 3.35+ drops a column in place; a batch copy of
+    # the table would trip the replicas' foreign key)
+    op.add_column("deployments", sa.Column("next_replica", sa.Integer(), server_default="0", nullable=False))
+    # Indexes were reused before: a replica removed earlier may have had a higher one than any
+    # replica left, and its allocation id is in the ledger and the bindings. Number onward from the
+    # highest index any of them shows.
+    conn = op.get_bind()
+    highest: dict[str, int] = {}
+    for table in ("replicas", "bookings", "bindings"):
+        column = "deployment_id || '.r' || idx" if table == "replicas" else "allocation_id"
+        found = conn.execute(sa.text(f"SELECT DISTINCT {column} FROM {table} WHERE {column} LIKE 'dep-%.r%'"))
+        for (allocation,) in found:
+            head, _, tail = str(allocation).rpartition(".r")
+            if head and tail.isdigit():
+                highest[head] = max(highest.get(head, -1), int(tail))
+    for deployment_id, index in highest.items():
+        conn.execute(
+            sa.text("UPDATE deployments SET next_replica = :n WHERE id = :d"),
+            {"n": index + 1, "d": deployment_id},
+        )
     op.create_table(
         "terminating_replicas",
         sa.Column("allocation_id", sa.String(length=160), nullable=False),
@@ -42,5 +56,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index(op.f("ix_terminating_replicas_workload_id"), table_name="terminating_replicas")
     op.drop_table("terminating_replicas")
-    with op.batch_alter_table("deployments") as batch:
-        batch.drop_column("next_replica")
+    op.drop_column("deployments", "next_replica")
