@@ -78,7 +78,10 @@ class PolicyConstraints(WireRequest):
     cost_ceiling: str | None = Field(
         default=None,
         validation_alias=AliasChoices("costCeiling", "cost_ceiling"),
-        description="Most a workload may cost per hour, a decimal string such as 12.50: placement refuses a dearer cluster.",
+        description=(
+            "Most a workload may cost per hour, a decimal string such as 12.50:"
+            " placement refuses a dearer cluster."
+        ),
         json_schema_extra={"maxLength": 32},
     )
 
