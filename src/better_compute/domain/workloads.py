@@ -149,6 +149,31 @@ def hands_over(reported: Mapping[str, str]) -> bool:
     return any(state in HANDED_OVER for state in reported.values())
 
 
+OPERATION_PAYLOADS: Mapping[str, str] = {"workload.drain": "cluster", "replica.release": "allocation"}
+"""Each operation type's one payload key."""
+
+
+def operation_target(type_: str, workload_id: str | None, payload: Mapping[str, str]) -> str:
+    """The payload value an operation acts on, once its request has what its type needs (a drain
+    names its workload and `{cluster}`; a replica.release names no workload, only `{allocation}`):
+    INVALID_INPUT naming the field otherwise."""
+    key = OPERATION_PAYLOADS[type_]
+    unknown = sorted(k for k in payload if k != key)
+    if unknown or key not in payload:
+        raise InvalidInput(
+            f"payload must be {{{key}}} for {type_}" + (f"; unknown: {unknown[0]}" if unknown else ""),
+            {"field": "payload"},
+        )
+    if type_ == "replica.release" and workload_id is not None:
+        raise InvalidInput(
+            "replica.release names its replica by payload.allocation, not by workloadId",
+            {"field": "workloadId"},
+        )
+    if type_ == "workload.drain" and workload_id is None:
+        raise InvalidInput("workload.drain needs the workloadId it drains", {"field": "workloadId"})
+    return payload[key]
+
+
 def phase_of(desired: int, booked: int, bound: int, blocked: bool) -> Phase:
     """A deployment's phase from its replicas: `running` once one is bound on its node, `placed`
     once all are booked, `admitted` while its share is admitted and replicas remain to book,
@@ -259,6 +284,7 @@ __all__ = [
     "HANDED_OVER",
     "MAX_DEVICE_COUNT",
     "MAX_REPLICAS",
+    "OPERATION_PAYLOADS",
     "PHASES",
     "Deployment",
     "Phase",
@@ -269,6 +295,7 @@ __all__ = [
     "check_replicas",
     "hands_over",
     "is_replica",
+    "operation_target",
     "parse_workload",
     "phase_of",
     "placement_policy_name",

@@ -21,7 +21,7 @@ from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.credentials import Principal, require_admin
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.tenancy import check_ref, tenant_scope
-from better_compute.domain.workloads import parse_workload
+from better_compute.domain.workloads import operation_target, parse_workload
 from better_compute.service import placement, workloads
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
@@ -144,24 +144,12 @@ def create_operation(
 ) -> OperationPublic:
     if body.type == workloads.RELEASE_REPLICA:
         require_admin(principal, "operations.create (replica.release)")
-    key = "allocation" if body.type == workloads.RELEASE_REPLICA else "cluster"
-    unknown = sorted(k for k in body.payload if k != key)
-    if unknown or key not in body.payload:
-        raise InvalidInput(
-            f"payload must be {{{key}}} for {body.type}" + (f"; unknown: {unknown[0]}" if unknown else ""),
-            {"field": "payload"},
-        )
+    target = operation_target(body.type, body.workload_id, body.payload)
     if body.type == workloads.RELEASE_REPLICA:
-        if body.workload_id is not None:
-            raise InvalidInput(
-                "replica.release names its replica by payload.allocation, not by workloadId",
-                {"field": "workloadId"},
-            )
-        op = workloads.release_replica(_wiring(services), principal, body.payload[key], now)
+        op = workloads.release_replica(_wiring(services), principal, target, now)
     else:
-        if body.workload_id is None:
-            raise InvalidInput("workload.drain needs the workloadId it drains", {"field": "workloadId"})
-        op, _ = workloads.drain(_wiring(services), principal, body.workload_id, body.payload[key], now)
+        assert body.workload_id is not None  # operation_target refused a drain without one
+        op, _ = workloads.drain(_wiring(services), principal, body.workload_id, target, now)
     services.placement_wakeup.set()
     return operation_public(op)
 
