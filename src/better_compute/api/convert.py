@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from better_compute.domain.accounting import StateHours
 from better_compute.domain.atoms import Atom
@@ -104,6 +104,7 @@ from better_compute.wire.workloads import (
     DeploymentPublic,
     OperationPublic,
     PlacementPreview,
+    PreemptionPublic,
     ShapePublic,
     VerdictPublic,
     WorkloadPublic,
@@ -637,9 +638,24 @@ def deployment_public(v: DeploymentView) -> DeploymentPublic:
         reason=d.reason,
         message=d.message,
         shortfall=d.shortfall,
+        preempted_by=d.preempted_by,
         created_at=d.created_at,
         updated_at=d.updated_at,
     )
+
+
+def preemptions_public(p: Placement) -> list[PreemptionPublic]:
+    return [
+        PreemptionPublic(
+            cluster_id=cluster_id,
+            workload_id=v.candidate.workload_id,
+            allocation_id=v.candidate.allocation_id,
+            priority_class=v.candidate.priority_class,
+            why=cast("Any", v.why),
+        )
+        for cluster_id, eviction in sorted(p.evictions.items())
+        for v in eviction.victims
+    ]
 
 
 def workload_public(v: WorkloadView) -> WorkloadPublic:
@@ -669,6 +685,7 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
         created_at=w.created_at,
         deployments=[deployment_public(d) for d in v.deployments],
         verdicts=None if v.placement is None else [verdict_public(x) for x in v.placement.verdicts],
+        preemptions=None if v.placement is None else preemptions_public(v.placement),
     )
 
 
@@ -679,6 +696,7 @@ def preview_public(p: Placement) -> PlacementPreview:
         verdicts=[verdict_public(v) for v in p.verdicts],
         unplaced_replicas=p.unplaced,
         reason=main_reason(p),
+        preemptions=preemptions_public(p),
     )
 
 

@@ -63,6 +63,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.WorkloadDeleted.TYPE: NamedInPayload("tenantId"),
     ev.DeploymentUpdated.TYPE: NamedInPayload("tenantId"),
     ev.ReplicasTerminating.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadPreempted.TYPE: NamedInPayload("tenantId"),
     ev.LedgerReleased.TYPE: SubjectIsReservation(),
     ev.LedgerExtended.TYPE: SubjectIsReservation(),
     ev.LedgerCancelled.TYPE: SubjectIsReservation(),

@@ -326,6 +326,22 @@ class ReplicasTerminating(Event):
     allocations: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class WorkloadPreempted(Event):
+    """Replicas of a workload were evicted so that another workload's could be placed (`subject`:
+    the evicted workload; SPEC 10). `preemptor_id` is the workload placed, `why` the rule that let
+    it (`priority`, `floor` or `fair_share`); the deployment goes back to `pending` and its
+    replicas are placed again when they can be."""
+
+    TYPE: ClassVar[str] = "workload.preempted"
+    tenant_id: str
+    cluster_id: str
+    deployment_id: str
+    allocations: tuple[str, ...]
+    preemptor_id: str
+    why: str
+
+
 # -- Pools and inventory -------------------------------------------------------------------------
 
 
@@ -544,6 +560,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WorkloadDeleted,
         DeploymentUpdated,
         ReplicasTerminating,
+        WorkloadPreempted,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

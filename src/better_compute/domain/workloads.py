@@ -119,6 +119,21 @@ class Deployment:
     generation: int = 1
     next_replica: int = 0
     """The index its next replica takes: a replica's allocation id is never another's."""
+    preempted_by: str | None = None
+    """The workload whose placement evicted replicas of this deployment (reason `preempted`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunningReplica:
+    """A booked replica and whose it is: what a preemption reads of its candidates."""
+
+    allocation_id: str
+    index: int
+    deployment_id: str
+    workload_id: str
+    tenant_id: str
+    cluster_id: str
+    priority_class: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,6 +56,7 @@ from better_compute.domain.events import (
     TenantCreated,
     WorkloadCreated,
     WorkloadDeleted,
+    WorkloadPreempted,
     WorkloadScaled,
 )
 from better_compute.domain.ledger import released
@@ -101,6 +102,7 @@ _QUIET_EVENTS = (
     WorkloadScaled,
     WorkloadDeleted,
     DeploymentUpdated,
+    WorkloadPreempted,
     # An extension's new end arrives as `ledger.extended`; tenants, credentials and the named
     # classes touch no atom (a device class never changes once made).
     ReservationExtended,
@@ -108,7 +110,6 @@ _QUIET_EVENTS = (
     CredentialCreated,
     CredentialRevoked,
     DeviceClassCreated,
-    PriorityClassCreated,
 )
 """Events that change neither bookings (their ledger events do) nor any pool's atoms: the index
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
@@ -121,10 +122,11 @@ _CATALOG_EVENTS = (
     PolicyUpdated,
     PolicyDeleted,
     PriceSet,
+    PriorityClassCreated,
 )
 """Events that change what placement reads beside the atoms (a cluster's phase, quota rows and
-offers, policies, the prices a cost ceiling is checked against) and no pool's atoms: they move
-`catalog_version` only."""
+offers, policies, the prices a cost ceiling is checked against, the priority classes preemption
+compares) and no pool's atoms: they move `catalog_version` only."""
 
 
 def _span(start: datetime, end: datetime, size: timedelta) -> range:
@@ -473,6 +475,20 @@ class BookingIndex:
                         if i.end is not None and (soonest is None or i.end < soonest):
                             soonest = i.end
         return busy, soonest
+
+    def holders_at(
+        self, atom_ids: Iterable[str], at: datetime
+    ) -> dict[str, tuple[str, str | None, datetime]]:
+        """Of `atom_ids`, those a live booking holds at the instant `at`, each with that booking's
+        allocation, tenant and start (who runs on it now: the candidates of a preemption)."""
+        out: dict[str, tuple[str, str | None, datetime]] = {}
+        with self._lock:
+            for atom_id in atom_ids:
+                for allocation in self._by_atom.get(atom_id, ()):
+                    for i in self._by_allocation[allocation]:
+                        if i.atom_id == atom_id and i.start <= at and (i.end is None or at < i.end):
+                            out[atom_id] = (allocation, i.owner[0], i.start)
+        return out
 
     def knows_booking_of(self, atom_id: str) -> bool:
         """Whether the index holds any live booking of the atom (at any time)."""

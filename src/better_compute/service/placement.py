@@ -34,9 +34,11 @@ from better_compute.domain.placement.verdicts import (
     Reason,
     plan_placement,
 )
+from better_compute.domain.priority_classes import priority_class_not_found
 from better_compute.domain.quota import effective_limit
 from better_compute.domain.records import Cluster
 from better_compute.domain.workloads import WorkloadSpec
+from better_compute.service import preemption
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.class_quotas import ClassQuotaFigures
 from better_compute.service.placement_stock import PoolSeat, Stock
@@ -258,14 +260,26 @@ def plan_in(
     *,
     replicas: int | None = None,
     excluded: Mapping[str, str] | None = None,
-) -> Placement:
+    workload_id: str | None = None,
+    skip_tenants: frozenset[str] = frozenset(),
+    preempt: bool = True,
+) -> tuple[Placement, list[preemption.Opened]]:
     """Placement of `spec` (or of `replicas` of it) over the snapshot's clusters, `current` being
     what the workload has booked per cluster; `excluded` clusters are refused with the message given
-    (a drain's cluster)."""
+    (a drain's cluster). Replicas free devices cannot hold are placed by evicting others where the
+    rules allow (`service.preemption`; `skip_tenants`' replicas are left alone); the evictions
+    come back beside the placement, which counts the replicas they make room for."""
     considered: Sequence[str] = (
         [spec.pinned_cluster] if spec.pinned_cluster is not None else sorted(snap.clusters)
     )
     rooms = rooms_in(tx, index, stock, snap, considered, spec, now)
+    pools_by_cluster = {c: [p.id for p in seats] for c, seats in snap.pools.items()}
+    reserved: dict[str, int] = {}
+    standing = stock.standing(tx, index, spec.device_class)
+    if standing.floors and not preemption.preemptible(standing, spec):
+        reserved = preemption.reserved_in(
+            tx, index, stock, standing, spec.tenant_id, pools_by_cluster, snap.device_class, now
+        )
     figures = []
     for cluster_id in considered:
         left, fleet = quota_left(snap, cluster_id)
@@ -279,9 +293,28 @@ def plan_in(
                 current=current.get(cluster_id, 0),
                 fleet_scoped=fleet,
                 cost=_cost_in(tx, index, stock, snap, cluster_id, spec.device_count),
+                reserved=reserved.get(cluster_id, 0),
             )
         )
-    return plan_placement(ask_of(spec, replicas), figures, fleet_left(snap), stock.salt)
+    left = fleet_left(snap)
+    plan = plan_placement(ask_of(spec, replicas), figures, left, stock.salt)
+    if not preempt or plan.unplaced <= 0:
+        return plan, []
+    opened = preemption.plan_evictions(
+        tx,
+        index,
+        stock,
+        spec,
+        workload_id,
+        plan,
+        current,
+        pools_by_cluster,
+        snap.device_class,
+        None if left is None else left // spec.device_count,
+        now,
+        skip_tenants=skip_tenants,
+    )
+    return preemption.with_evictions(plan, opened, spec.pinned_cluster is not None), opened
 
 
 def _cost_in(
@@ -330,7 +363,10 @@ def preview(
     with store.read() as tx:
         index.sync(tx)
         snap = snapshot_in(tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now)
-        return Preview(spec, plan_in(tx, index, stock, snap, spec, current or {}, now))
+        if spec.priority_class not in stock.standing(tx, index, spec.device_class).priority_classes:
+            raise priority_class_not_found(spec.priority_class)
+        plan, _ = plan_in(tx, index, stock, snap, spec, current or {}, now, workload_id=workload_id)
+        return Preview(spec, plan)
 
 
 __all__ = [

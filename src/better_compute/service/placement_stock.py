@@ -32,6 +32,7 @@ from better_compute.domain.device_classes import DeviceClass, belongs_to, device
 from better_compute.domain.iam import Policy
 from better_compute.domain.metering import share
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
+from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import Cluster, Quota
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
@@ -74,6 +75,19 @@ class Rules:
 
 
 @dataclass(frozen=True, slots=True)
+class Standing:
+    """What scheduling policy reads for a device class, the same for every tenant: every tenant's
+    rows of the class (floors and weights) and every priority class, cached by `Stock.standing`."""
+
+    class_rows: tuple[ClassQuota, ...]
+    priority_classes: Mapping[str, PriorityClass]
+    floors: bool
+    """Whether any tenant has a floor of the class (else no capacity is reserved)."""
+    preemptible: bool
+    """Whether any priority class is preemptible (else no replica is ever a victim)."""
+
+
+@dataclass(frozen=True, slots=True)
 class _Members:
     atoms: PoolAtoms
     """The index's read of the pool's atoms these were matched from (compared by identity)."""
@@ -107,6 +121,7 @@ class Stock:
         self._catalog: tuple[int, Catalog] | None = None
         self._rules: dict[tuple[str, str], tuple[int, Rules]] = {}
         self._tenants: tuple[int, set[str]] = (-1, set())
+        self._standing: dict[str, tuple[int, Standing]] = {}
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
         self._together: dict[tuple[object, ...], tuple[tuple[int, ...], datetime | None, Room]] = {}
@@ -154,6 +169,28 @@ class Stock:
             if len(self._rules) >= MAX_ENTRIES:
                 self._rules.clear()
             self._rules[key] = (version, found)
+        return found
+
+    def standing(self, tx: Tx, index: BookingIndex, device_class: str) -> Standing:
+        """Every tenant's rows of the class and the priority classes, under the catalog's version
+        (quota rows and priority classes move it; see `catalog`)."""
+        version = index.catalog_version()
+        with self._lock:
+            cached = self._standing.get(device_class)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        rows = tuple(tx.class_quotas.find(None, device_class))
+        classes = {p.name: p for p in tx.priority_classes.all()}
+        found = Standing(
+            class_rows=rows,
+            priority_classes=classes,
+            floors=any(r.floor_devices > 0 for r in rows),
+            preemptible=any(p.preemptible for p in classes.values()),
+        )
+        with self._lock:
+            if len(self._standing) >= MAX_ENTRIES:
+                self._standing.clear()
+            self._standing[device_class] = (version, found)
         return found
 
     def tenant_exists(self, tx: Tx, index: BookingIndex, tenant_id: str) -> bool:
@@ -236,6 +273,12 @@ class Stock:
                 self._free.clear()
             self._free[key] = entry
         return entry
+
+    def devices(
+        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass
+    ) -> tuple[FreeDevice, ...]:
+        """The pool's bookable atoms of the class, free or not, where they sit."""
+        return self._members(tx, index, pool_id, device_class).bookable
 
     def members(
         self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime

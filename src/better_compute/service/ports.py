@@ -40,7 +40,7 @@ from better_compute.domain.records import (
 )
 from better_compute.domain.scrub import EndedHold
 from better_compute.domain.timewin import Window
-from better_compute.domain.workloads import Deployment, Terminating, Workload
+from better_compute.domain.workloads import Deployment, RunningReplica, Terminating, Workload
 
 if TYPE_CHECKING:
     from better_compute.service.event_tail import Cursor, LogSnapshot
@@ -480,6 +480,11 @@ class ReservationRepo(Protocol):
         """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
         ...
 
+    def try_lock(self, key: str) -> bool:
+        """`lock(key)` if no other transaction holds it now, without waiting: False when one does
+        (a write that needs a second tenant's lock takes it so, and never deadlocks)."""
+        ...
+
     def locked_tail(self, key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         """`lock(key)`, then a read of the event log from `read` (as `EventRepo.after`) that sees
         every commit made before the lock was granted; one round trip when it begins the transaction."""
@@ -685,6 +690,14 @@ class WorkloadRepo(Protocol):
     def pending_workloads(self, limit: int) -> list[str]: ...
 
     def replicas_of(self, deployment_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]: ...
+
+    def awaiting(self, workload_id: str) -> set[str]:
+        """Clusters where replicas this workload's placement evicted still terminate."""
+        ...
+
+    def running(self, allocation_ids: Sequence[str]) -> list[RunningReplica]:
+        """The replicas among `allocation_ids`, with whose they are (other allocations left out)."""
+        ...
 
     def add_replicas(self, deployment_id: str, items: Sequence[tuple[int, str]], now: datetime) -> None: ...
 

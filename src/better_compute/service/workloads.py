@@ -42,10 +42,14 @@ from better_compute.domain.events import (
     ReplicasTerminating,
     WorkloadCreated,
     WorkloadDeleted,
+    WorkloadPreempted,
     WorkloadScaled,
 )
 from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.placement.binpack import choose_replicas
+from better_compute.domain.placement.fairness import admission_order
+from better_compute.domain.placement.preemption import Victim
+from better_compute.domain.placement.topology import FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.records import Operation
@@ -65,7 +69,7 @@ from better_compute.domain.workloads import (
     replica_allocation_id,
     workload_not_found,
 )
-from better_compute.service import placement, policies
+from better_compute.service import placement, policies, preemption
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ids import Ids
 from better_compute.service.paging import Listing, page
@@ -354,7 +358,7 @@ def place_in(
         now,
         workload_policies=own_policies if fresh else None,
     )
-    plan = placement.plan_in(tx, wiring.index, wiring.stock, snap, spec, booked, now, excluded=excluded)
+    plan, freed = _plan_and_evict(tx, wiring, workload, snap, booked, excluded, now)
     views: list[tuple[Deployment, int, list[str]]] = []
     written: list[tuple[Deployment, bool]] = []
     new_replicas: list[tuple[str, int, str]] = []
@@ -394,7 +398,11 @@ def place_in(
             # never past what the verdict allows (quota and capacity), even for a pinned share
             verdict_room = plan.verdict(cluster_id)
             allowed = min(share - count, verdict_room.room if verdict_room is not None else 0)
-            added = _book(tx, wiring, snap, spec, dep, have, allowed, now, attempt) if allowed > 0 else []
+            added = (
+                _book(tx, wiring, snap, spec, dep, have, allowed, now, attempt, freed.get(cluster_id, {}))
+                if allowed > 0
+                else []
+            )
         before = count
         count += len(added)
         if share == 0 and count == 0:
@@ -423,14 +431,16 @@ def place_in(
             updated_at=now,
             generation=dep.generation if fresh else dep.generation + 1,
             next_replica=max([dep.next_replica, *(i + 1 for i, _ in added)]),
+            preempted_by=dep.preempted_by if short else None,
         )
-        if fresh or (new.phase, new.desired_replicas, new.reason, new.shortfall, new.next_replica) != (
-            dep.phase,
-            dep.desired_replicas,
-            dep.reason,
-            dep.shortfall,
-            dep.next_replica,
-        ):
+        if fresh or (
+            new.phase,
+            new.desired_replicas,
+            new.reason,
+            new.shortfall,
+            new.next_replica,
+            new.preempted_by,
+        ) != (dep.phase, dep.desired_replicas, dep.reason, dep.shortfall, dep.next_replica, dep.preempted_by):
             written.append((new, fresh))
             events.append(_updated(workload, new, phase, share, count, reason))
         new_replicas.extend((new.id, i, a) for i, a in added)
@@ -448,6 +458,134 @@ def place_in(
         raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
     ending = Counter[str]() if fresh_workload else _terminating(tx, [workload.id])
     return WorkloadView(placed, _deployment_views(tx, views, ending), plan, ending[workload.id])
+
+
+MAX_LOCK_ROUNDS = 8
+"""Plans made again, each without the tenants whose workload lock another write held, before a
+placement gives up evicting for this attempt."""
+
+
+def _plan_and_evict(
+    tx: Tx,
+    wiring: Wiring,
+    workload: Workload,
+    snap: placement.Snapshot,
+    booked: Mapping[str, int],
+    excluded: Mapping[str, str],
+    now: datetime,
+) -> tuple[Placement, dict[str, dict[str, list[FreeDevice]]]]:
+    """Plan the workload's placement and carry out the evictions it needs (`service.preemption`):
+    the victims' tenants are locked without waiting (a plan is made again without a tenant whose
+    lock is held), their replicas taken away, their deployments sent back to `pending` with reason
+    `preempted`. Returns the plan and, by cluster and pool, the devices the victims freed at once
+    (a victim its node has handed over terminates, and its devices come when the node lets go)."""
+    spec = workload.spec
+    skip: frozenset[str] = frozenset()
+    for round_ in range(MAX_LOCK_ROUNDS + 1):
+        plan, opened = placement.plan_in(
+            tx,
+            wiring.index,
+            wiring.stock,
+            snap,
+            spec,
+            booked,
+            now,
+            excluded=excluded,
+            workload_id=workload.id,
+            skip_tenants=skip,
+            preempt=round_ < MAX_LOCK_ROUNDS,
+        )
+        tenants = {v.candidate.tenant_id for o in opened for v in o.eviction.victims} - {workload.tenant_id}
+        busy = {t for t in sorted(tenants) if not tx.reservations.try_lock(workload_lock(t))}
+        if not busy:
+            break
+        skip |= busy
+    freed: dict[str, dict[str, list[FreeDevice]]] = {}
+    for o in opened:
+        freed[o.cluster_id] = _evict(tx, workload, o, now)
+    return plan, freed
+
+
+def _evict(
+    tx: Tx, preemptor: Workload, opened: preemption.Opened, now: datetime
+) -> dict[str, list[FreeDevice]]:
+    """Take the victims' replicas away (those handed over terminate), send their deployments back
+    to `pending` with reason `preempted`, and tell of it. Returns the devices freed at once, by
+    pool. A victim gone since the index was read (its tenant scaled it down) makes the attempt
+    decide again on a caught-up index."""
+    by_deployment: dict[str, list[Victim]] = {}
+    for victim in opened.eviction.victims:
+        by_deployment.setdefault(victim.candidate.deployment_id, []).append(victim)
+    owners = sorted({v.candidate.workload_id for v in opened.eviction.victims})
+    deps = {d.id: d for ds in tx.workloads.deployments_of(owners).values() for d in ds}
+    reps = tx.workloads.replicas_of(sorted(by_deployment))
+    gone_all: list[str] = []
+    for dep_id, victims in sorted(by_deployment.items()):
+        dep = deps.get(dep_id)
+        wanted = {v.candidate.allocation_id for v in victims}
+        gone = [(i, a) for i, a in reps.get(dep_id, []) if a in wanted]
+        if dep is None or len(gone) != len(wanted):
+            raise Overlap(None)
+        _take_away(tx, dep, gone, now)
+        gone_all.extend(wanted)
+        left = len(reps[dep_id]) - len(gone)
+        why = victims[0].why
+        message = (
+            f"{len(gone)} replica(s) preempted by workload {preemptor.id} ({_WHY[why]}); placed again"
+            " when devices free up"
+        )
+        tx.workloads.put_deployment(
+            replace(
+                dep,
+                phase="pending",
+                reason="preempted",
+                message=message,
+                shortfall=max(0, dep.desired_replicas - left),
+                preempted_by=preemptor.id,
+                updated_at=now,
+                generation=dep.generation + 1,
+            )
+        )
+        tx.events.append(
+            DeploymentUpdated(
+                dep.id,
+                dep.tenant_id,
+                dep.workload_id,
+                dep.cluster_id,
+                "pending",
+                dep.desired_replicas,
+                left,
+                "preempted",
+            ),
+            now,
+        )
+        tx.events.append(
+            WorkloadPreempted(
+                dep.workload_id,
+                dep.tenant_id,
+                dep.cluster_id,
+                dep.id,
+                tuple(sorted(wanted)),
+                preemptor.id,
+                why,
+            ),
+            now,
+        )
+    ending = tx.workloads.terminating_among(gone_all)
+    freed: dict[str, list[FreeDevice]] = {}
+    for victim in opened.eviction.victims:
+        if victim.candidate.allocation_id in ending:
+            continue
+        for device in victim.candidate.devices:
+            freed.setdefault(opened.pools[device.atom_id], []).append(device)
+    return freed
+
+
+_WHY = {
+    "priority": "a higher priority",
+    "floor": "its project's floor",
+    "fair_share": "its project's fair share",
+}
 
 
 def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reason:
@@ -485,6 +623,7 @@ def _book(
     wanted: int,
     now: datetime,
     attempt: Attempt,
+    freed: Mapping[str, Sequence[FreeDevice]] | None = None,
 ) -> list[tuple[int, str]]:
     """Book up to `wanted` more replicas of the deployment in its cluster; the replicas booked, as
     (index, allocation id), for the caller to record once the deployment is written. With
@@ -495,6 +634,9 @@ def _book(
     next_index = dep.next_replica
     new_rows: list[tuple[int, str]] = []
     pools = placement.free_devices_in(tx, wiring.index, wiring.stock, snap, dep.cluster_id, now)
+    for pool_id, devices in (freed or {}).items():
+        have_there, left_there = pools.get(pool_id, ((), snap.pool_left.get(pool_id)))
+        pools[pool_id] = (tuple(have_there) + tuple(devices), left_there)
     for pool_id in sorted(pools, key=lambda p: (-len(pools[p][0]), p)):
         devices, left = pools[pool_id]
         if len(new_rows) >= wanted:
@@ -746,7 +888,10 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     admitted, or replicas unplaced); how many gained replicas. Called when capacity or quota may
     have freed (`service.placement_retry`)."""
     with wiring.store.read() as tx:
-        ids = sorted({*tx.workloads.pending_workloads(limit), *(w.id for w in tx.workloads.unplaced(limit))})
+        waiting = {*tx.workloads.pending_workloads(limit), *(w.id for w in tx.workloads.unplaced(limit))}
+        found = [w for w in (tx.workloads.get(i) for i in sorted(waiting)) if w is not None]
+        priorities = {p.name: p.priority for p in tx.priority_classes.all()}
+    ids = admission_order((w.id, priorities.get(w.spec.priority_class, 0), w.created_at) for w in found)
     gained = 0
     for workload_id in ids:
 

@@ -47,6 +47,17 @@ def lock(conn: Connection, key: str) -> None:
         pg_simple.cursor(conn).execute(_PG_LOCK, (_lock_id(key),), prepare=True)
 
 
+_PG_TRY_LOCK = "SELECT pg_try_advisory_xact_lock(%s::bigint)"
+
+
+def try_lock(conn: Connection, key: str) -> bool:
+    """`lock` if it is free now, without waiting (True when held); SQLite writers are serialised."""
+    if conn.dialect.name != "postgresql":
+        return True
+    row = pg_simple.cursor(conn).execute(_PG_TRY_LOCK, (_lock_id(key),), prepare=True).fetchone()
+    return bool(row and row[0])
+
+
 def _lock_id(key: str) -> int:
     return zlib.crc32(key.encode()) - 2**31
 
@@ -128,6 +139,9 @@ class SqlReservations:
 
     def lock(self, key: str) -> None:
         lock(self.conn, key)
+
+    def try_lock(self, key: str) -> bool:
+        return try_lock(self.conn, key)
 
     def locked_tail(self, key: str, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
         return locked_tail(self.conn, key, read)

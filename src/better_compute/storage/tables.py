@@ -408,6 +408,8 @@ deployments = Table(
     Column("updated_at", UtcDateTime, nullable=False),
     # The index its next replica takes: indexes (so allocation ids) are never used twice.
     Column("next_replica", Integer, nullable=False, server_default="0"),
+    # The workload whose placement evicted its replicas (reason `preempted`), until it is placed again.
+    Column("preempted_by", String(64), nullable=True),
     UniqueConstraint("workload_id", "cluster_id"),
 )
 

@@ -11,7 +11,14 @@ from sqlalchemy import Connection, delete, func, select, update
 
 from better_compute.domain.events import Event, type_of
 from better_compute.domain.records import Operation
-from better_compute.domain.workloads import Deployment, Terminating, Workload, WorkloadSpec
+from better_compute.domain.workloads import (
+    Deployment,
+    RunningReplica,
+    Terminating,
+    Workload,
+    WorkloadSpec,
+    replica_index,
+)
 from better_compute.storage import events as event_log
 from better_compute.storage import pg_simple, rows
 from better_compute.storage.tables import deployments, operations, replicas, terminating_replicas, workloads
@@ -35,14 +42,14 @@ _PG_RECORD = (
     " reason = %(reason)s::text, policy_id = %(policy)s::text, generation = %(gen)s::int"
     " WHERE id = %(id)s AND generation = %(expected)s::int RETURNING id),"
     " n AS (INSERT INTO deployments (id, workload_id, tenant_id, cluster_id, desired_replicas, phase, reason,"
-    " message, shortfall, generation, created_at, updated_at, next_replica) SELECT d.id, d.workload_id,"
-    " d.tenant_id, d.cluster_id, d.desired_replicas, d.phase, d.reason, d.message, d.shortfall,"
-    " d.generation, d.created_at, d.updated_at, d.next_replica"
+    " message, shortfall, generation, created_at, updated_at, next_replica, preempted_by) SELECT d.id,"
+    " d.workload_id, d.tenant_id, d.cluster_id, d.desired_replicas, d.phase, d.reason, d.message,"
+    " d.shortfall, d.generation, d.created_at, d.updated_at, d.next_replica, d.preempted_by"
     " FROM json_populate_recordset(NULL::deployments, %(new)s::json) d"
     " WHERE EXISTS (SELECT 1 FROM w)),"
     " o AS (UPDATE deployments t SET desired_replicas = d.desired_replicas, phase = d.phase,"
     " reason = d.reason, message = d.message, shortfall = d.shortfall, generation = d.generation,"
-    " updated_at = d.updated_at, next_replica = d.next_replica"
+    " updated_at = d.updated_at, next_replica = d.next_replica, preempted_by = d.preempted_by"
     " FROM json_populate_recordset(NULL::deployments, %(old)s::json) d"
     " WHERE t.id = d.id AND EXISTS (SELECT 1 FROM w)),"
     " r AS (INSERT INTO replicas (deployment_id, idx, allocation_id, created_at)"
@@ -141,6 +148,7 @@ def _deployment(r: Mapping[str, Any]) -> Deployment:
         updated_at=r["updated_at"],
         generation=int(r["generation"]),
         next_replica=int(r["next_replica"]),
+        preempted_by=r.get("preempted_by"),
     )
 
 
@@ -159,6 +167,7 @@ def _deployment_row(d: Deployment) -> dict[str, Any]:
         "created_at": d.created_at,
         "updated_at": d.updated_at,
         "next_replica": d.next_replica,
+        "preempted_by": d.preempted_by,
     }
 
 
@@ -374,6 +383,54 @@ class SqlWorkloads:
         )
         for dep, idx, alloc in self.conn.execute(stmt):
             out[dep].append((int(idx), alloc))
+        return out
+
+    def awaiting(self, workload_id: str) -> set[str]:
+        stmt = (
+            select(terminating_replicas.c.cluster_id)
+            .join(deployments, deployments.c.id == terminating_replicas.c.deployment_id)
+            .where(deployments.c.preempted_by == workload_id)
+            .distinct()
+        )
+        return {r[0] for r in self.conn.execute(stmt)}
+
+    def running(self, allocation_ids: Sequence[str]) -> list[RunningReplica]:
+        """The replicas among `allocation_ids` (other allocations are left out), with their
+        deployment, workload, tenant, cluster and priority class."""
+        wanted = {a for a in allocation_ids if replica_index(a) is not None}
+        if not wanted:
+            return []
+        deployment_ids = sorted({a.rpartition(".r")[0] for a in wanted})
+        stmt = (
+            select(
+                replicas.c.allocation_id,
+                replicas.c.idx,
+                replicas.c.deployment_id,
+                deployments.c.workload_id,
+                deployments.c.tenant_id,
+                deployments.c.cluster_id,
+                workloads.c.spec,
+            )
+            .join(deployments, deployments.c.id == replicas.c.deployment_id)
+            .join(workloads, workloads.c.id == deployments.c.workload_id)
+            .where(replicas.c.deployment_id.in_(deployment_ids))
+        )
+        out = []
+        for r in rows.rows(self.conn, stmt):
+            if r["allocation_id"] not in wanted:
+                continue
+            spec = r["spec"]
+            out.append(
+                RunningReplica(
+                    allocation_id=r["allocation_id"],
+                    index=int(r["idx"]),
+                    deployment_id=r["deployment_id"],
+                    workload_id=r["workload_id"],
+                    tenant_id=r["tenant_id"],
+                    cluster_id=r["cluster_id"],
+                    priority_class=spec.get("priorityClass") or "standard",
+                )
+            )
         return out
 
     def add_replicas(self, deployment_id: str, items: Sequence[tuple[int, str]], now: datetime) -> None:

@@ -27,6 +27,7 @@ Reason = Literal[
     "topology_constraint_not_met",
     "policy_denied",
     "cost_ceiling_exceeded",
+    "preempted",
 ]
 
 _TENANT = AliasChoices("tenantId", "tenant_id", "project")
@@ -70,6 +71,10 @@ class _Placing(WireRequest):
     topology_domain_kind: DomainKind | None = Field(
         default=None, validation_alias=_alias("topologyDomainKind", "topology_domain_kind")
     )
+    priority_class: str | None = Field(
+        default=None, validation_alias=_alias("priorityClass", "priority_class")
+    )
+    """Whom the workload may evict to be placed, and who may evict it (SPEC 10)."""
 
 
 class WorkloadCreate(_Placing):
@@ -80,9 +85,6 @@ class WorkloadCreate(_Placing):
 
     name: str = Field(json_schema_extra={"maxLength": 63})
     shape: Shape
-    priority_class: str | None = Field(
-        default=None, validation_alias=_alias("priorityClass", "priority_class")
-    )
     allowed_regions: list[str] | None = Field(
         default=None, validation_alias=_alias("allowedRegions", "allowed_regions"), max_length=MAX_LIST
     )
@@ -129,6 +131,17 @@ class VerdictPublic(WireAnswer):
     prices' currency): shown where a policy's cost ceiling applies and the price is known."""
 
 
+class PreemptionPublic(WireAnswer):
+    """A replica of another workload evicted (or, in a preview, to be evicted) so that this one's
+    replicas fit, and the rule that allowed it."""
+
+    cluster_id: str
+    workload_id: str
+    allocation_id: str
+    priority_class: str
+    why: Literal["priority", "floor", "fair_share"]
+
+
 class DeploymentPublic(WireAnswer):
     """A workload's share in one cluster and where it got to."""
 
@@ -148,6 +161,8 @@ class DeploymentPublic(WireAnswer):
     message: str
     shortfall: int
     """Replicas of its share it could not take (quota or capacity)."""
+    preempted_by: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    """With reason `preempted`: the workload whose placement evicted its replicas."""
     created_at: datetime
     updated_at: datetime
 
@@ -180,6 +195,9 @@ class WorkloadPublic(WireAnswer):
     deployments: list[DeploymentPublic]
     verdicts: list[VerdictPublic] | None = Field(default=None, exclude_if=lambda v: v is None)
     """A verdict per cluster, in the answers of create, scale and drain."""
+    preemptions: list[PreemptionPublic] | None = Field(default=None, exclude_if=lambda v: not v)
+    """Replicas of other workloads this placement evicted, in the answers of create, scale and
+    drain (left out when none)."""
 
 
 class PlacementPreview(WireAnswer):
@@ -191,6 +209,8 @@ class PlacementPreview(WireAnswer):
     verdicts: list[VerdictPublic]
     unplaced_replicas: int
     reason: Reason | None
+    preemptions: list[PreemptionPublic] = Field(default_factory=list)
+    """Replicas of other workloads the placement would evict (none: empty)."""
 
 
 class WorkloadListQuery(WireRequest):

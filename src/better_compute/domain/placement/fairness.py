@@ -31,8 +31,9 @@ cluster's capacity of the class.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from better_compute.domain.placement.preemption import Candidate, Why
 
@@ -111,6 +112,13 @@ def fair_shares(
     return share
 
 
+def admission_order(waiting: Iterable[tuple[str, int, datetime]]) -> list[str]:
+    """The order in which waiting workloads are placed again, given (id, priority, created): the
+    higher priority first, then the oldest. A workload that evicted others to be placed is placed
+    before them when the devices free up, and its victims (of lower priority) wait behind it."""
+    return [w for w, _, _ in sorted(waiting, key=lambda x: (-x[1], x[2], x[0]))]
+
+
 @dataclass
 class Rules:
     """Who a workload may evict in one cluster and device class (module docstring). It counts what
@@ -183,6 +191,7 @@ __all__ = [
     "WHYS",
     "Entitlement",
     "Rules",
+    "admission_order",
     "dominant_share",
     "fair_shares",
     "reserved_for_others",

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from better_compute.domain.placement.costs import Cost, money
+from better_compute.domain.placement.preemption import Eviction
 from better_compute.domain.placement.shares import Division, Strategy, divide, shrink
 from better_compute.domain.placement.topology import Room
 
@@ -38,6 +39,7 @@ Reason = Literal[
     "topology_constraint_not_met",
     "policy_denied",
     "cost_ceiling_exceeded",
+    "preempted",
 ]
 REASONS: tuple[Reason, ...] = (
     "insufficient_quota",
@@ -45,7 +47,10 @@ REASONS: tuple[Reason, ...] = (
     "topology_constraint_not_met",
     "policy_denied",
     "cost_ceiling_exceeded",
+    "preempted",
 )
+"""Why replicas are not where they were asked: a cluster's verdict gives one of the first five; a
+deployment shows `preempted` when another workload's placement evicted its replicas."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,8 @@ class ClusterFigures:
     """Whether `quota_left` is the fleet row's (shared by every cluster without a row of its own)."""
     cost: Cost | None = None
     """The cost of a replica there against the policies' ceiling (None: no ceiling applies)."""
+    reserved: int = 0
+    """Free devices other projects' unused floors keep from this workload (`fairness.usable`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +116,10 @@ class Placement:
     verdicts: tuple[Verdict, ...]
     unplaced: int
 
+    evictions: Mapping[str, Eviction] = field(default_factory=dict)
+    """By cluster, the replicas to evict for the shares (`domain.placement.preemption`); the shares
+    count the replicas they make room for."""
+
     def verdict(self, cluster_id: str) -> Verdict | None:
         return next((v for v in self.verdicts if v.cluster_id == cluster_id), None)
 
@@ -118,8 +129,16 @@ def judge(ask: Ask, figures: ClusterFigures) -> Verdict:
     room, count = figures.room, ask.device_count
     by_quota = None if figures.quota_left is None else max(0, figures.quota_left) // count
     can_take = room.replicas if by_quota is None else min(room.replicas, by_quota)
+    by_floors = None
+    if figures.reserved > 0:
+        # other projects' unused floors are kept from non-preemptible work (`fairness.usable`)
+        by_floors = max(0, room.free_devices - figures.reserved) // count
+        can_take = min(can_take, by_floors)
     reason: Reason | None = None
     message = f"cluster {figures.cluster_id} can take {can_take} more replica(s) of {count} device(s)"
+    if by_floors is not None and by_floors < room.replicas:
+        kept = min(figures.reserved, room.free_devices)
+        message += f"; {kept} free device(s) there are other projects' unused floors"
     cost = figures.cost
     total = None if cost is None or cost.per_replica is None else cost.per_replica * max(1, ask.replicas)
     if figures.denial is not None:
@@ -135,6 +154,14 @@ def judge(ask: Ask, figures: ClusterFigures) -> Verdict:
         message = (
             f"{max(1, ask.replicas)} replica(s) in cluster {figures.cluster_id} would cost"
             f" {money(total)}{_in(cost.currency)} per hour; the cost ceiling is {money(cost.ceiling)}"
+        )
+    elif by_floors == 0 and room.replicas > 0:
+        reason = "insufficient_capacity"
+        message = (
+            f"cluster {figures.cluster_id} has {room.free_devices} free device(s) of the class;"
+            f" {min(figures.reserved, room.free_devices)} of them are other projects' unused floors,"
+            " which only preemptible work may use; a replica needs"
+            f" {count}"
         )
     elif room.free_devices < count:
         reason = "insufficient_capacity"
