@@ -901,7 +901,8 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
                 raise workload_not_found(workload_id)
             _lock_and_catch_up(tx, wiring, found.tenant_id)
             again = tx.workloads.get(workload_id)
-            assert again is not None
+            if again is None:  # deleted by its project between the read and the lock
+                raise workload_not_found(workload_id)
             return place_in(tx, wiring, again, now, attempt=attempt)
 
         try:
