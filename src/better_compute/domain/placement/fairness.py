@@ -143,11 +143,13 @@ class Rules:
     def _row(self, tenant_id: str) -> Entitlement:
         return self.entitlements.get(tenant_id, NONE)
 
+    def __post_init__(self) -> None:
+        self._above_floors = max(1, self.capacity - sum(e.floor for e in self.entitlements.values()))
+
     def share(self, tenant_id: str, held: int) -> float:
         """The project's dominant share in the cluster if it held `held` devices of the class."""
-        above = max(0, held - self._row(tenant_id).floor)
-        floors = sum(e.floor for e in self.entitlements.values())
-        return dominant_share({"": above}, {"": max(1, self.capacity - floors)}, self._row(tenant_id).weight)
+        row = self._row(tenant_id)
+        return dominant_share({"": max(0, held - row.floor)}, {"": self._above_floors}, row.weight)
 
     def why(self, candidate: Candidate) -> Why | None:
         """Under which rule `candidate` may be evicted for one more replica (None: it may not)."""

@@ -24,7 +24,7 @@ The rule, as a user reads it:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -83,7 +83,9 @@ class Eligibility(Protocol):
         ...
 
     def why(self, candidate: Candidate) -> Why | None:
-        """Under which rule the candidate may be evicted now (None: it may not)."""
+        """Under which rule the candidate may be evicted now (None: it may not). It may depend on
+        the candidate's project, priority and number of devices only: the planner asks once per
+        such kind of replica."""
         ...
 
     def planned(self, victims: Sequence[Candidate], devices: int) -> None:
@@ -91,22 +93,43 @@ class Eligibility(Protocol):
         ...
 
 
-def _preference(c: Candidate) -> tuple[int, float, str]:
+Preference = tuple[int, float, str]
+Cost = tuple[int, tuple[Preference, ...]]
+
+
+def _preference(c: Candidate) -> Preference:
     """Lowest priority first, then newest first, then by allocation id."""
     return (c.priority, -c.started.timestamp(), c.allocation_id)
 
 
-def _cost(victims: Sequence[Candidate]) -> tuple[int, tuple[tuple[int, float, str], ...]]:
+@dataclass(frozen=True, slots=True)
+class _Member:
+    """A candidate in one group: its preference, and how many of its devices are in the group."""
+
+    preference: Preference
+    candidate: Candidate
+    devices: int
+    kind: tuple[str, int, int]
+    """What the eligibility rule looks at (project, devices, priority): asked once per kind."""
+
+
+def _cost(victims: Sequence[_Member]) -> Cost:
     """How much evicting `victims` disturbs: how many, then the worst of them first (its priority,
     how long it ran), so the set that spares the higher and the older wins."""
-    worst_first = sorted((_preference(c) for c in victims), reverse=True)
-    return (len(victims), tuple(worst_first))
+    return (len(victims), tuple(sorted((m.preference for m in victims), reverse=True)))
 
 
-def _fewest(needed: int, sizes: Sequence[tuple[Candidate, int]]) -> list[Candidate] | None:
-    """The fewest candidates whose devices here add up to `needed`, preferred ones first among sets
-    of that size (None: all of them together are not enough)."""
-    by_size = sorted((n for _, n in sizes), reverse=True)
+def _fewest(needed: int, members: Sequence[_Member]) -> list[_Member] | None:
+    """The fewest members (in preference order) whose devices here add up to `needed`, preferred
+    ones first among sets of that size (None: all of them together are not enough)."""
+    for m in members:  # the common case: one victim is enough
+        if m.devices >= needed:
+            break
+    else:
+        m = None
+    if m is not None:
+        return [m]
+    by_size = sorted((m.devices for m in members), reverse=True)
     total, count = 0, 0
     for n in by_size:
         if total >= needed:
@@ -115,18 +138,64 @@ def _fewest(needed: int, sizes: Sequence[tuple[Candidate, int]]) -> list[Candida
         count += 1
     if total < needed:
         return None
-    chosen: list[Candidate] = []
-    rest = sorted(sizes, key=lambda cn: _preference(cn[0]))
+    chosen: list[_Member] = []
     left = needed
-    for i, (candidate, n) in enumerate(rest):
+    for i, member in enumerate(members):
         if left <= 0:
             break
         slots = count - len(chosen) - 1
-        others = sorted((m for _, m in rest[i + 1 :]), reverse=True)[:slots]
-        if n + sum(others) >= left:
-            chosen.append(candidate)
-            left -= n
+        others = sorted((o.devices for o in members[i + 1 :]), reverse=True)[:slots]
+        if member.devices + sum(others) >= left:
+            chosen.append(member)
+            left -= member.devices
     return chosen if left <= 0 else None
+
+
+def _groups_of(devices: Sequence[FreeDevice], kind: DomainKind | None) -> list[tuple[tuple[str, str], int]]:
+    """The groups a replica's devices are in, with how many in each (one node, without a kind)."""
+    if not devices:
+        return []
+    node = devices[0].node
+    if kind is None and all(d.node == node for d in devices):
+        return [((node, ""), len(devices))]
+    counts: dict[tuple[str, str], int] = {}
+    for device in devices:
+        key = domain_of(device, kind)
+        counts[key] = counts.get(key, 0) + 1
+    return list(counts.items())
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """Who runs where in one cluster, grouped as replicas of one topology kind need (`board`): the
+    free devices per group, and per group its preemptible replicas in preference order. Built once
+    per change of the bookings and asked any number of decisions (`plan_on` changes nothing)."""
+
+    kind: DomainKind | None
+    free: Mapping[tuple[str, str], int]
+    members: Mapping[tuple[str, str], tuple[_Member, ...]]
+    sizes: Mapping[tuple[str, str], tuple[int, ...]]
+    """Per group, its members' devices there, largest first (how few victims a hole needs, at least)."""
+
+
+def board(free: Iterable[FreeDevice], candidates: Iterable[Candidate], kind: DomainKind | None) -> Board:
+    """The `Board` of these free devices and running replicas. Only `preemptible` replicas are
+    kept: no rule ever evicts another."""
+    free_in: dict[tuple[str, str], int] = {}
+    for device in free:
+        key = (device.node, "") if kind is None else domain_of(device, kind)
+        free_in[key] = free_in.get(key, 0) + 1
+    present: dict[tuple[str, str], list[_Member]] = {}
+    for candidate in candidates:
+        if not candidate.preemptible:
+            continue
+        preference = _preference(candidate)
+        what = (candidate.tenant_id, len(candidate.devices), candidate.priority)
+        for key, n in _groups_of(candidate.devices, kind):
+            present.setdefault(key, []).append(_Member(preference, candidate, n, what))
+    members = {k: tuple(sorted(ms, key=lambda m: m.preference)) for k, ms in present.items()}
+    sizes = {k: tuple(sorted((m.devices for m in ms), reverse=True)) for k, ms in members.items()}
+    return Board(kind, free_in, members, sizes)
 
 
 def plan_preemption(
@@ -139,66 +208,89 @@ def plan_preemption(
 ) -> Eviction:
     """Victims among `candidates` that, with the `free` devices, make room for up to `replicas`
     replicas of `device_count` devices each (module docstring). A replica that no eligible set
-    makes room for is left out: `Eviction.replicas` says how many fit."""
+    makes room for is left out: `Eviction.replicas` says how many fit. Only `preemptible`
+    candidates are ever victims, whatever `eligible` says."""
+    return plan_on(board(free, candidates, kind), device_count, replicas, eligible)
+
+
+def _bound(sizes: Sequence[int], members: Sequence[_Member], need: int) -> tuple[int, Preference] | None:
+    """The least a hole of `need` devices in a group can cost: the fewest victims its members'
+    sizes allow, and the best its worst victim can be (the k-th preferred member). None: even all of
+    them are not enough."""
+    total = 0
+    for k, n in enumerate(sizes, 1):
+        total += n
+        if total >= need:
+            return (k, members[k - 1].preference)
+    return None
+
+
+def plan_on(board: Board, device_count: int, replicas: int, eligible: Eligibility) -> Eviction:
+    """`plan_preemption` over a prepared `Board`. Groups are looked at in the order of the least
+    their hole can cost, and the search stops once no group left can beat the best found."""
     if device_count <= 0 or replicas <= 0:
         return Eviction((), 0)
-    free_in: dict[tuple[str, str], int] = {}
-    for device in free:
-        key = domain_of(device, kind)
-        free_in[key] = free_in.get(key, 0) + 1
-    present: dict[tuple[str, str], dict[str, tuple[Candidate, int]]] = {}
-    for candidate in candidates:
-        counts: dict[tuple[str, str], int] = {}
-        for device in candidate.devices:
-            key = domain_of(device, kind)
-            counts[key] = counts.get(key, 0) + 1
-        for key, n in counts.items():
-            present.setdefault(key, {})[candidate.allocation_id] = (candidate, n)
-    chosen: list[Victim] = []
+    kind = board.kind
+    free_in = dict(board.free)
     gone: set[str] = set()
+    chosen: list[Victim] = []
     opened = 0
-    why_of: dict[str, Why | None] = {}
+    why_of: dict[tuple[str, int, int], Why | None] = {}
+    keys = sorted(set(free_in) | set(board.members))
     while opened < replicas:
         if eligible.counts_holdings:
             why_of.clear()
-        best: tuple[tuple[int, tuple[tuple[int, float, str], ...]], tuple[str, str], list[Candidate]] | None
-        best = None
-        for key in sorted(set(free_in) | set(present)):
-            have = free_in.get(key, 0)
-            if have >= device_count:
-                best = ((0, ()), key, [])
-                break
-            sizes = []
-            for allocation_id, (candidate, n) in present.get(key, {}).items():
-                if allocation_id in gone:
+        best: tuple[Cost, tuple[str, str], list[_Member]] | None
+        best = next((((0, ()), k, []) for k in keys if free_in.get(k, 0) >= device_count), None)
+        if best is None:
+            bounds = []
+            for key, in_group in board.members.items():
+                bound = _bound(board.sizes[key], in_group, device_count - free_in.get(key, 0))
+                if bound is not None:
+                    bounds.append((bound, key))
+            bounds.sort()
+            for (count, worst), key in bounds:
+                if best is not None and (count, worst) > (best[0][0], best[0][1][0]):
+                    break  # neither this group nor any after it can cost less
+                open_to: list[_Member] = []
+                for member in board.members[key]:
+                    if member.candidate.allocation_id in gone:
+                        continue
+                    if member.kind not in why_of:
+                        why_of[member.kind] = eligible.why(member.candidate)
+                    if why_of[member.kind] is not None:
+                        open_to.append(member)
+                victims = _fewest(device_count - free_in.get(key, 0), open_to)
+                if victims is None:
                     continue
-                if allocation_id not in why_of:
-                    why_of[allocation_id] = eligible.why(candidate)
-                if why_of[allocation_id] is not None:
-                    sizes.append((candidate, n))
-            if have + sum(n for _, n in sizes) < device_count:
-                continue
-            victims = _fewest(device_count - have, sizes)
-            if victims is None:
-                continue
-            cost = _cost(victims)
-            if best is None or (cost, key) < (best[0], best[1]):
-                best = (cost, key, victims)
+                cost = _cost(victims)
+                if best is None or (cost, key) < (best[0], best[1]):
+                    best = (cost, key, victims)
         if best is None:
             break
         _, key, victims = best
-        for candidate in victims:
-            why = why_of[candidate.allocation_id]
+        for member in victims:
+            why = why_of[member.kind]
             assert why is not None
+            candidate = member.candidate
             chosen.append(Victim(candidate, why))
             gone.add(candidate.allocation_id)
-            for device in candidate.devices:
-                k = domain_of(device, kind)
-                free_in[k] = free_in.get(k, 0) + 1
+            for k, n in _groups_of(candidate.devices, kind):
+                free_in[k] = free_in.get(k, 0) + n
         free_in[key] -= device_count
         opened += 1
-        eligible.planned(victims, device_count)
+        eligible.planned([m.candidate for m in victims], device_count)
     return Eviction(tuple(chosen), opened)
 
 
-__all__ = ["Candidate", "Eligibility", "Eviction", "Victim", "Why", "plan_preemption"]
+__all__ = [
+    "Board",
+    "Candidate",
+    "Eligibility",
+    "Eviction",
+    "Victim",
+    "Why",
+    "board",
+    "plan_on",
+    "plan_preemption",
+]
