@@ -246,3 +246,36 @@ def test_release_replica_ends_a_terminating_replica_for_an_admin(
     assert again.exit_code != 0 and "NOT_FOUND" in again.output
     shown = run(runner, world.acme, "workloads", "show", wid, "--json")
     assert json.loads(shown.stdout)["terminatingReplicas"] == 0
+
+
+def test_placement_preview_with_a_priority_class_prints_whom_it_would_preempt(
+    runner: CliRunner, world: Fleet
+) -> None:
+    admin = world.admin
+    for name, priority, flag in (("batch", "1", ["--preemptible"]), ("prod", "100", [])):
+        made = run(runner, admin, "priority-classes", "create", "--name", name, "--priority", priority, *flag)
+        assert made.exit_code == 0, made.output
+    full = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "filler",
+        *SHAPE,
+        "--replicas",
+        "6",
+        "--priority-class",
+        "batch",
+    )
+    assert full.exit_code == 0, full.output
+    table = run(
+        runner, world.acme, "placement", "preview", *SHAPE, "--replicas", "1", "--priority-class", "prod"
+    )
+    assert table.exit_code == 0, table.output
+    assert "preempts" in table.stdout
+    line = next(line for line in table.stdout.splitlines() if line.rstrip().endswith("priority"))
+    assert line.split()[3:] == ["batch", "priority"]
+    unknown = run(
+        runner, world.acme, "placement", "preview", *SHAPE, "--replicas", "1", "--priority-class", "nope"
+    )
+    assert unknown.exit_code != 0 and "priority class nope not found" in unknown.output

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         DomainKind,
         OperationPublic,
         PlacementPreview,
+        PreemptionPublic,
         Strategy,
         VerdictPublic,
         WorkloadPublic,
@@ -123,6 +124,14 @@ DEPLOYMENT_COLUMNS = [
     Column("shortfall", drop=1),
     Column("message", drop=3, wrap=True),
 ]
+PREEMPTION_COLUMNS = [
+    Column("cluster"),
+    Column("workload"),
+    Column("allocation"),
+    Column("priority class", drop=1),
+    Column("why"),
+]
+
 VERDICT_COLUMNS = [
     Column("cluster"),
     Column("verdict"),
@@ -269,6 +278,7 @@ def _print_workload(w: WorkloadPublic, output: Output) -> None:
         console.print()
         console.print("verdicts", markup=False, style="bold")
         _print_verdicts(w.verdicts, output)
+    _print_preemptions(w.preemptions, output)
 
 
 def _print_operation(op: OperationPublic) -> None:
@@ -313,7 +323,11 @@ def workloads_create(
     max_clusters: MaxClustersOption = None,
     priority_class: Annotated[
         str | None,
-        typer.Option("--priority-class", help="Default standard (recorded).", show_default=False),
+        typer.Option(
+            "--priority-class",
+            help="Default standard: whom it may evict, and who may evict it.",
+            show_default=False,
+        ),
     ] = None,
     allowed_region: Annotated[
         list[str] | None,
@@ -497,6 +511,18 @@ def _print_preview(preview: PlacementPreview, output: Output) -> None:
         console.print(
             f"unplaced: {preview.unplaced_replicas} ({_dash(preview.reason)})", markup=False, style="bold"
         )
+    _print_preemptions(preview.preemptions, output)
+
+
+def _print_preemptions(preemptions: Sequence[PreemptionPublic] | None, output: Output) -> None:
+    """The replicas of other workloads a placement evicts (or, previewed, would evict)."""
+    if not preemptions:
+        return
+    console = stdout()
+    console.print()
+    console.print("preempts", markup=False, style="bold")
+    rows = [[p.cluster_id, p.workload_id, p.allocation_id, p.priority_class, p.why] for p in preemptions]
+    print_fitted(console, PREEMPTION_COLUMNS, rows, output)
 
 
 @placement_app.command("preview")
@@ -525,6 +551,14 @@ def placement_preview(
     max_clusters: MaxClustersOption = None,
     single_domain: SingleDomainOption = False,
     domain_kind: DomainKindOption = None,
+    priority_class: Annotated[
+        str | None,
+        typer.Option(
+            "--priority-class",
+            help="Without --workload: whom it may evict (default standard).",
+            show_default=False,
+        ),
+    ] = None,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -532,7 +566,8 @@ def placement_preview(
 ) -> None:
     """What placement would choose now, writing nothing: for --workload, or for --device-class,
     --device-count and --replicas (with --project for an admin). A verdict per cluster (admitted,
-    or why not, with the figures that decided), then the chosen shares."""
+    or why not, with the figures that decided), then the chosen shares and the replicas of other
+    workloads it would evict."""
     shaped = (device_class, device_count, replicas)
     if workload is not None and any(v is not None for v in shaped):
         raise typer.BadParameter(
@@ -560,6 +595,7 @@ def placement_preview(
             cluster=cluster,
             requires_single_topology_domain=single_domain or None,
             topology_domain_kind=cast("DomainKind | None", domain_kind),
+            priority_class=priority_class,
         ),
         OPTIONS,
     )

@@ -797,14 +797,17 @@ class Placement(_Resource):
         cluster: str | None = None,
         requires_single_topology_domain: bool | None = None,
         topology_domain_kind: DomainKind | None = None,
+        priority_class: str | None = None,
     ) -> PlacementPreview:
         """What placement would choose now, writing nothing: for the workload `workload_id` as it
         stands, or for a shape (`device_class`, `device_count`, `replicas` and the other placement
-        fields of `workloads.create`). A verdict per cluster, the shares, the replicas left over."""
+        fields of `workloads.create`). A verdict per cluster, the shares, the replicas left over,
+        and the replicas of other workloads it would evict (`priority_class` decides whom)."""
         request = PlacementPreviewRequest.model_validate(
             _fields(
                 workload_id=workload_id,
                 tenant_id=tenant_id,
+                priority_class=priority_class,
                 **_placing(
                     device_class=device_class,
                     device_count=device_count,

@@ -18,8 +18,9 @@ The rule, exactly as the seed states it:
   silent; capacity, pool rows and policies still apply). Writing a row with `guaranteed_devices: 0`
   is how an operator says "none".
 
-`floor_devices` and `over_quota_weight` are recorded and validated, not enforced yet (the seed's
-"recorded, not enforced yet").
+`floor_devices` and `over_quota_weight` act in placement (`domain.placement.fairness`): a cluster
+row's floor is kept from other projects' non-preemptible work, and capacity above the floors is
+shared by weight.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
 """Priority classes: a named priority for workloads (SPEC 8), higher wins; `preemptible` says whether
 a workload of the class may be evicted to make room for a higher one.
 
-They are recorded only: nothing orders admission by priority or preempts yet. The class `standard`
-(priority 0, not preemptible) always exists, so that a workload that names no class has one; the
-migration that made the table created it, and it cannot be created again.
+A workload evicts preemptible replicas of lower priority to be placed
+(`domain.placement.preemption`), and waiting workloads are placed again highest priority first
+(`fairness.admission_order`). The class `standard` (priority 0, not preemptible) always exists, so
+that a workload that names no class has one; the migration that made the table created it, and it
+cannot be created again.
 """
 
 from __future__ import annotations

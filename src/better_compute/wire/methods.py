@@ -333,7 +333,8 @@ _TABLE: tuple[Method, ...] = (
         "/v1/priority-classes",
         PriorityClassCreate,
         PriorityClassPublic,
-        summary="Create a priority class (admin): a priority for workloads, higher wins; recorded only.",
+        summary="Create a priority class (admin): a priority for workloads, higher wins; preemptible ones"
+        " may be evicted for higher ones.",
     ),
     Method(
         "priorityClasses.list",

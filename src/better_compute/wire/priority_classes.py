@@ -1,5 +1,5 @@
-"""Priority classes: a named priority for workloads (higher wins) and whether they may be preempted.
-Recorded only for now; `standard` (priority 0, not preemptible) always exists."""
+"""Priority classes: a named priority for workloads (higher wins) and whether they may be preempted
+(docs/scheduling.md); `standard` (priority 0, not preemptible) always exists."""
 
 from __future__ import annotations
 
