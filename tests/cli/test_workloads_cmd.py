@@ -279,3 +279,66 @@ def test_placement_preview_with_a_priority_class_prints_whom_it_would_preempt(
         runner, world.acme, "placement", "preview", *SHAPE, "--replicas", "1", "--priority-class", "nope"
     )
     assert unknown.exit_code != 0 and "priority class nope not found" in unknown.output
+
+
+def test_workloads_why_prints_the_chain_of_decisions_including_preemptions(
+    runner: CliRunner, world: Fleet
+) -> None:
+    for name, priority, flag in (("batch", "1", ["--preemptible"]), ("prod", "100", [])):
+        assert run(
+            runner, world.admin, "priority-classes", "create", "--name", name, "--priority", priority, *flag
+        )
+    filler = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "filler",
+        *SHAPE,
+        "--replicas",
+        "6",
+        "--priority-class",
+        "batch",
+    )
+    assert filler.exit_code == 0, filler.output
+    prod = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "prod",
+        *SHAPE,
+        "--replicas",
+        "2",
+        "--priority-class",
+        "prod",
+    )
+    assert prod.exit_code == 0, prod.output
+    scaled = run(runner, world.acme, "workloads", "scale", "prod", "3")
+    assert scaled.exit_code == 0, scaled.output
+
+    mine = run(runner, world.acme, "workloads", "why", "prod")
+    assert mine.exit_code == 0, mine.output
+    lines = mine.stdout.splitlines()
+    assert lines[0].startswith("prod (wkl-") and "3 of 3 placed" in lines[0]
+    assert "created: 2 replica(s) of 8 x h100-80gb-sxm" in lines[1]
+    assert (
+        "create: placed" in lines[2] and "preempted 2 replica(s) of" in lines[2] and "(priority)" in lines[2]
+    )
+    assert "scaled: 2 -> 3 replica(s)" in lines[3]
+    assert "scale: placed" in lines[4] and "preempted 1 replica(s)" in lines[4]
+
+    theirs = run(runner, world.acme, "workloads", "why", "filler")
+    assert theirs.exit_code == 0, theirs.output
+    assert "3 of 6 placed" in theirs.stdout.splitlines()[0]
+    evicted = [line for line in theirs.stdout.splitlines() if "preempted:" in line]
+    assert len(evicted) == 2 and all("evicted by workload wkl-" in line for line in evicted)
+
+    as_json = json.loads(run(runner, world.acme, "workloads", "why", "prod", "--json").stdout)
+    assert [e["type"] for e in as_json["decisions"]] == [
+        "workload.created",
+        "workload.decided",
+        "workload.scaled",
+        "workload.decided",
+    ]
+    assert as_json["decisions"][1]["payload"]["evicted"][0]["why"] == "priority"

@@ -307,7 +307,9 @@ def test_workload_events_keep_every_pools_atoms() -> None:
         LoggedEvent,
         NodeInventoryChanged,
         WorkloadCreated,
+        WorkloadDecided,
         WorkloadDeleted,
+        WorkloadPreempted,
         WorkloadScaled,
     )
 
@@ -318,6 +320,8 @@ def test_workload_events_keep_every_pools_atoms() -> None:
             WorkloadCreated("wl-1", "acme", "w", "h100", 1, 1),
             WorkloadScaled("wl-1", "acme", 2, 1),
             DeploymentUpdated("dep-1", "acme", "wl-1", "c1", "placed", 2, 2),
+            WorkloadDecided("wl-1", "acme", "scale", 2, {"c1": 2}, 0),
+            WorkloadPreempted("wl-1", "acme", "c1", "dep-1", ("dep-1.r0",), "wl-2", "priority"),
             WorkloadDeleted("wl-1", "acme", "w"),
         ]
     ):

@@ -21,7 +21,9 @@ from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
 if TYPE_CHECKING:
+    from better_compute.client import Compute
     from better_compute.wire.common import Page
+    from better_compute.wire.events import EventPublic
     from better_compute.wire.workloads import (
         DeploymentPublic,
         DomainKind,
@@ -412,6 +414,74 @@ def workloads_show(
     """One workload and its deployments: per cluster its phase, replicas desired, placed and
     running, and why it has fewer (reason, shortfall)."""
     _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
+
+
+def decision(event: EventPublic) -> str:
+    """One step of a workload's history for people: what happened and why."""
+    p = event.payload
+    if event.type == "workload.created":
+        return f"created: {p.get('replicas')} replica(s) of {p.get('deviceCount')} x {p.get('deviceClass')}"
+    if event.type == "workload.scaled":
+        return f"scaled: {p.get('previous')} -> {p.get('replicas')} replica(s)"
+    if event.type == "workload.decided":
+        shares = ", ".join(f"{c}={n}" for c, n in (p.get("shares") or {}).items()) or "none"
+        parts = [f"{p.get('trigger')}: placed {shares} of {p.get('replicas')}"]
+        if p.get("unplaced"):
+            parts.append(f"{p.get('unplaced')} unplaced ({p.get('reason')})")
+        refused = p.get("refused") or {}
+        if refused:
+            parts.append("refused by " + ", ".join(f"{c} ({why})" for c, why in refused.items()))
+        evicted = p.get("evicted") or []
+        if evicted:
+            whose = sorted({f"{e.get('workloadId')} ({e.get('why')})" for e in evicted})
+            parts.append(f"preempted {len(evicted)} replica(s) of " + ", ".join(whose))
+        return "; ".join(parts)
+    if event.type == "workload.preempted":
+        count = len(p.get("allocations") or [])
+        return (
+            f"preempted: {count} replica(s) in {p.get('clusterId')} evicted by workload"
+            f" {p.get('preemptorId')} ({p.get('why')}); placed again when devices free up"
+        )
+    if event.type == "workload.replicas.terminating":
+        count = len(p.get("allocations") or [])
+        return f"terminating: {count} replica(s) in {p.get('clusterId')} wait for their node"
+    if event.type == "workload.deleted":
+        return "deleted"
+    return event.type + "".join(f" {k}={v}" for k, v in p.items())
+
+
+@workloads_app.command("why")
+def workloads_why(
+    workload_id: WorkloadArgument,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """The chain of decisions that put a workload where it is: its creation and scalings, each
+    placement (where its replicas went, which clusters refused and why, whom it preempted), and
+    the evictions it suffered, oldest first."""
+
+    def chain(c: Compute) -> tuple[WorkloadPublic, list[EventPublic]]:
+        found = c.workloads.get(workload_id)
+        return found, list(c.events.iter(subject=found.id))
+
+    found, events = call(server, token, as_json, chain)
+    if as_json:
+        print_json(
+            {
+                "workload": found.model_dump(mode="json", by_alias=True),
+                "decisions": [e.model_dump(mode="json", by_alias=True) for e in events],
+            }
+        )
+        return
+    console = stdout()
+    console.print(
+        f"{found.name} ({found.id}): {found.placed_replicas} of {found.replicas} placed"
+        + (f", {found.unplaced_replicas} unplaced ({found.reason})" if found.unplaced_replicas else ""),
+        markup=False,
+    )
+    for event in events:
+        console.print(f"{when(event.time)}  {decision(event)}", markup=False)
 
 
 @workloads_app.command("scale")

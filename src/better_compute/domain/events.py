@@ -292,6 +292,30 @@ class WorkloadScaled(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadDecided(Event):
+    """Placement decided where a workload's replicas go (`subject`: its id): on its create, scale
+    and drain, and on a retry that changed something. `trigger` says which; `shares` are the
+    replicas booked per cluster after it, `unplaced` (with `reason`) those no cluster took,
+    `refused` the clusters that took none (cluster -> reason, at most `MAX_REFUSED`), and
+    `evicted` the replicas of other workloads it preempted (clusterId, workloadId, allocationId,
+    why). `better-compute workloads why` reads these."""
+
+    TYPE: ClassVar[str] = "workload.decided"
+    tenant_id: str
+    trigger: str
+    replicas: int
+    shares: Mapping[str, int]
+    unplaced: int
+    reason: str | None = None
+    refused: Mapping[str, str] = field(default_factory=dict)
+    evicted: tuple[Mapping[str, str], ...] = ()
+
+
+MAX_REFUSED = 20
+"""Clusters a `workload.decided` names as refused: enough to say why, bounded on a large fleet."""
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadDeleted(Event):
     """A workload was deleted and its replicas' devices released (`subject`: its id)."""
 
@@ -561,6 +585,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DeploymentUpdated,
         ReplicasTerminating,
         WorkloadPreempted,
+        WorkloadDecided,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

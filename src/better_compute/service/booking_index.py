@@ -55,6 +55,7 @@ from better_compute.domain.events import (
     ReservationReleased,
     TenantCreated,
     WorkloadCreated,
+    WorkloadDecided,
     WorkloadDeleted,
     WorkloadPreempted,
     WorkloadScaled,
@@ -103,6 +104,7 @@ _QUIET_EVENTS = (
     WorkloadDeleted,
     DeploymentUpdated,
     WorkloadPreempted,
+    WorkloadDecided,
     # An extension's new end arrives as `ledger.extended`; tenants, credentials and the named
     # classes touch no atom (a device class never changes once made).
     ReservationExtended,

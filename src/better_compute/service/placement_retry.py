@@ -29,6 +29,7 @@ from better_compute.domain.events import (
     ReplicasTerminating,
     ReservationCreated,
     WorkloadCreated,
+    WorkloadDecided,
 )
 from better_compute.service import workloads
 from better_compute.service.clock import Clock
@@ -46,6 +47,7 @@ NOT_FREEING = (
     ReplicasTerminating,
     ReservationCreated,
     WorkloadCreated,
+    WorkloadDecided,
     AllocationBound,
     NodeJoined,
     DoctorRun,

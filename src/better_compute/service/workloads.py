@@ -35,12 +35,14 @@ from better_compute.domain.errors import (
     NotFound,
 )
 from better_compute.domain.events import (
+    MAX_REFUSED,
     DeploymentUpdated,
     Event,
     LedgerReleased,
     PolicyDeleted,
     ReplicasTerminating,
     WorkloadCreated,
+    WorkloadDecided,
     WorkloadDeleted,
     WorkloadPreempted,
     WorkloadScaled,
@@ -81,6 +83,8 @@ DRAIN = "workload.drain"
 RELEASE_REPLICA = "replica.release"
 OPERATION_TYPES = (DRAIN, RELEASE_REPLICA)
 DRAINED = "cluster {cluster} was drained of this workload (workload.drain)"
+CREATE, SCALE, RETRY = "create", "scale", "retry"
+"""What set a placement off (`workload.decided`'s `trigger`; a drain's is `workload.drain`)."""
 
 
 def workload_lock(tenant_id: str) -> str:
@@ -278,7 +282,9 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         if spec.allowed_regions or spec.allowed_clusters:
             workload, made = _with_own_policy(tx, wiring, workload, now)
             own = (made,)
-        return place_in(tx, wiring, workload, now, fresh=True, attempt=attempt, own_policies=own)
+        return place_in(
+            tx, wiring, workload, now, fresh=True, attempt=attempt, own_policies=own, trigger=CREATE
+        )
 
     return _attempts(wiring, run)
 
@@ -329,6 +335,7 @@ def place_in(
     attempt: Attempt,
     fresh: bool = False,
     own_policies: Sequence[Policy] = (),
+    trigger: str = "retry",
 ) -> WorkloadView:
     """Place the workload's replicas (module docstring); returns it with its deployments and the
     placement made. The caller holds the tenant's workload lock and a caught-up index, and runs in
@@ -453,6 +460,8 @@ def place_in(
         reason=placement.main_reason(plan) if unplaced else None,
         generation=workload.generation + 1,
     )
+    if trigger != RETRY or events or plan.evictions or placed.unplaced != workload.unplaced:
+        events.append(_decided(placed, trigger, plan, {d.cluster_id: n for d, n, _ in views if n > 0}))
     # the deployments, their new replicas, their events and the workload's figures, at once
     if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
         raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
@@ -586,6 +595,31 @@ _WHY = {
     "floor": "its project's floor",
     "fair_share": "its project's fair share",
 }
+
+
+def _decided(workload: Workload, trigger: str, plan: Placement, shares: Mapping[str, int]) -> WorkloadDecided:
+    """The decision a placement made, as `workloads why` tells it (`WorkloadDecided`)."""
+    refused = {v.cluster_id: v.reason for v in plan.verdicts if v.reason is not None and v.share == 0}
+    return WorkloadDecided(
+        workload.id,
+        workload.tenant_id,
+        trigger,
+        workload.spec.replicas,
+        dict(sorted(shares.items())),
+        workload.unplaced,
+        workload.reason,
+        dict(sorted(refused.items())[:MAX_REFUSED]),
+        tuple(
+            {
+                "clusterId": cluster_id,
+                "workloadId": v.candidate.workload_id,
+                "allocationId": v.candidate.allocation_id,
+                "why": v.why,
+            }
+            for cluster_id, eviction in sorted(plan.evictions.items())
+            for v in eviction.victims
+        ),
+    )
 
 
 def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reason:
@@ -753,7 +787,7 @@ def scale(
         check_floors(current.spec.cluster_floors, count)
         scaled = replace(current, spec=replace(current.spec, replicas=count))
         tx.events.append(WorkloadScaled(current.id, current.tenant_id, count, current.spec.replicas), now)
-        return place_in(tx, wiring, scaled, now, attempt=attempt)
+        return place_in(tx, wiring, scaled, now, attempt=attempt, trigger=SCALE)
 
     return _attempts(wiring, run)
 
@@ -816,7 +850,7 @@ def drain(
                 found.spec, drained_clusters=tuple(sorted({*found.spec.drained_clusters, cluster_id}))
             ),
         )
-        view = place_in(tx, wiring, drained, now, attempt=attempt)
+        view = place_in(tx, wiring, drained, now, attempt=attempt, trigger=DRAIN)
         tx.workloads.add_operation(
             Operation(
                 id=op_id,
@@ -903,7 +937,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
             again = tx.workloads.get(workload_id)
             if again is None:  # deleted by its project between the read and the lock
                 raise workload_not_found(workload_id)
-            return place_in(tx, wiring, again, now, attempt=attempt)
+            return place_in(tx, wiring, again, now, attempt=attempt, trigger=RETRY)
 
         try:
             view = _attempts(wiring, run)
