@@ -326,3 +326,30 @@ def test_the_dominant_share_is_the_largest_over_device_classes_divided_by_weight
     assert dominant_share(above, capacity, 1.0) == pytest.approx(0.5)
     assert dominant_share(above, capacity, 2.0) == pytest.approx(0.25)
     assert dominant_share({}, capacity, 1.0) == 0.0
+
+
+def test_the_victim_set_spares_the_higher_priority_replica_not_only_the_first_preferred() -> None:
+    """A regression: the set was filled greedily in preference order, so a hole of 4 took the
+    lowest replica (1 device) and then the priority-9 one (3 devices), where two priority-1
+    replicas of 2 devices each opened it and spared the priority-9 replica."""
+    n = [dev("n1", i) for i in range(8)]
+    candidates = [
+        replica("low1", n[0:1], priority=0),
+        replica("mid2", n[1:3], priority=1),
+        replica("mid3", n[3:5], priority=1),
+        replica("high", n[5:8], priority=9),
+    ]
+    plan = plan_preemption([], candidates, 4, 1, None, by_priority(10))
+    assert victims(plan) == ["mid2", "mid3"]
+
+
+def test_two_victims_of_one_project_never_take_it_below_its_floor_together() -> None:
+    """A regression: the floor was checked one victim at a time, so a hole of two took two
+    replicas of a project holding 3 with a floor of 2, leaving it at 1."""
+    m = [dev("m", i) for i in range(3)]
+    theirs = [replica(f"b{i}", [m[i]], tenant="b") for i in range(3)]
+    rules = Rules("a", 10, {"b": 3}, {"b": Entitlement(floor=2)}, capacity=3, devices=2)
+    assert plan_preemption([], theirs, 2, 1, None, rules).replicas == 0
+    # one device is within its budget
+    one = Rules("a", 10, {"b": 3}, {"b": Entitlement(floor=2)}, capacity=3, devices=1)
+    assert len(plan_preemption([], theirs, 1, 2, None, one).victims) == 1

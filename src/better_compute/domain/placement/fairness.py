@@ -138,7 +138,13 @@ class Rules:
 
     @property
     def counts_holdings(self) -> bool:
-        return self.fair
+        return True  # the floors' budgets and the shares move with every replica planned
+
+    def budget(self, tenant_id: str) -> int | None:
+        if tenant_id == self.tenant_id:
+            return None
+        floor = self._row(tenant_id).floor
+        return max(0, self.held.get(tenant_id, 0) - floor) if floor else None
 
     def _row(self, tenant_id: str) -> Entitlement:
         return self.entitlements.get(tenant_id, NONE)

@@ -24,7 +24,7 @@ The rule, as a user reads it:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -92,6 +92,11 @@ class Eligibility(Protocol):
         """One replica of `devices` devices was planned, evicting `victims`."""
         ...
 
+    def budget(self, tenant_id: str) -> int | None:
+        """How many devices may be taken from a project in all now (None: no limit): what keeps
+        it at its floor, which no set of victims may cross."""
+        ...
+
 
 Preference = tuple[int, float, str]
 Cost = tuple[int, tuple[Preference, ...]]
@@ -119,16 +124,13 @@ def _cost(victims: Sequence[_Member]) -> Cost:
     return (len(victims), tuple(sorted((m.preference for m in victims), reverse=True)))
 
 
-def _fewest(needed: int, members: Sequence[_Member]) -> list[_Member] | None:
-    """The fewest members (in preference order) whose devices here add up to `needed`, preferred
-    ones first among sets of that size (None: all of them together are not enough)."""
-    for m in members:  # the common case: one victim is enough
-        if m.devices >= needed:
-            break
-    else:
-        m = None
-    if m is not None:
-        return [m]
+def _fewest(
+    needed: int, members: Sequence[_Member], budget: Callable[[str], int | None]
+) -> list[_Member] | None:
+    """The fewest members whose devices here add up to `needed` and, among sets of that size, the
+    one whose worst victim is best, then its second worst, and so on (`_cost`). `members` are in
+    preference order (best first); `budget(project)` is how many devices may be taken from a
+    project at most (None: no limit). None: no such set."""
     by_size = sorted((m.devices for m in members), reverse=True)
     total, count = 0, 0
     for n in by_size:
@@ -138,17 +140,47 @@ def _fewest(needed: int, members: Sequence[_Member]) -> list[_Member] | None:
         count += 1
     if total < needed:
         return None
-    chosen: list[_Member] = []
-    left = needed
-    for i, member in enumerate(members):
-        if left <= 0:
-            break
-        slots = count - len(chosen) - 1
-        others = sorted((o.devices for o in members[i + 1 :]), reverse=True)[:slots]
-        if member.devices + sum(others) >= left:
-            chosen.append(member)
-            left -= member.devices
-    return chosen if left <= 0 else None
+    limits: dict[str, int | None] = {}
+    for m in members:
+        if m.candidate.tenant_id not in limits:
+            limits[m.candidate.tenant_id] = budget(m.candidate.tenant_id)
+    for size in range(count, len(members) + 1):  # more victims only when budgets forbid the fewest
+        found = _best_set(needed, members, len(members), size, limits, {})
+        if found is not None:
+            return found
+    return None
+
+
+def _best_set(
+    needed: int,
+    members: Sequence[_Member],
+    end: int,
+    size: int,
+    limits: Mapping[str, int | None],
+    taken: dict[str, int],
+) -> list[_Member] | None:
+    """Of `members[:end]`, at most `size` whose devices add up to `needed` within the projects'
+    limits, choosing the best possible worst member first (then, recursively, the rest)."""
+    if needed <= 0:
+        return []
+    if size == 0:
+        return None
+    for i in range(end):
+        member = members[i]
+        tenant = member.candidate.tenant_id
+        limit = limits.get(tenant)
+        took = taken.get(tenant, 0) + len(member.candidate.devices)
+        if limit is not None and took > limit:
+            continue
+        best_others = sum(sorted((m.devices for m in members[:i]), reverse=True)[: size - 1])
+        if member.devices + best_others < needed:
+            continue  # even the largest of the better members do not fill the hole with this one
+        taken[tenant] = took
+        rest = _best_set(needed - member.devices, members, i, size - 1, limits, taken)
+        taken[tenant] = took - len(member.candidate.devices)
+        if rest is not None:
+            return [*rest, member]
+    return None
 
 
 def _groups_of(devices: Sequence[FreeDevice], kind: DomainKind | None) -> list[tuple[tuple[str, str], int]]:
@@ -260,7 +292,7 @@ def plan_on(board: Board, device_count: int, replicas: int, eligible: Eligibilit
                         why_of[member.kind] = eligible.why(member.candidate)
                     if why_of[member.kind] is not None:
                         open_to.append(member)
-                victims = _fewest(device_count - free_in.get(key, 0), open_to)
+                victims = _fewest(device_count - free_in.get(key, 0), open_to, eligible.budget)
                 if victims is None:
                     continue
                 cost = _cost(victims)
