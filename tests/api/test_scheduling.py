@@ -246,3 +246,26 @@ def test_weights_two_to_one_split_contended_capacity_two_to_one(world: World) ->
     for _ in range(3):
         world.retrier.tick()
     assert (world.placed(mine), world.placed(theirs)) == (5, 3)
+
+
+def test_a_replica_on_a_cordoned_node_is_never_evicted_for_a_replica_that_could_not_land_there(
+    world: World,
+) -> None:
+    """A regression: the victims' devices were read without the cordoned nodes left out, so a
+    replica on a cordoned node was evicted and the preemptor booked onto that node."""
+    batch = world.create("globex", "batch", 8, "batch")
+    got = world.http.patch("/v1/nodes/n0", json={"cordoned": True}, headers=world.admin)
+    assert got.status_code == 200, got.text
+    serve = world.create("acme", "serve", 2, "prod", count=4)
+    # n1 opens for one replica of 4; n0's replicas stay, cordoned
+    assert serve["placedReplicas"] == 1
+    assert len(serve["preemptions"]) == 4
+    assert world.placed(batch) == 4
+    with world.store.begin() as tx:
+        nodes = {
+            a.node
+            for r in tx.workloads.replicas_of([d["id"] for d in serve["deployments"]]).values()
+            for _, alloc in r
+            for a in tx.reservations.held_atoms([alloc])[alloc]
+        }
+    assert nodes == {"n1"}

@@ -353,3 +353,18 @@ def test_two_victims_of_one_project_never_take_it_below_its_floor_together() -> 
     # one device is within its budget
     one = Rules("a", 10, {"b": 3}, {"b": Entitlement(floor=2)}, capacity=3, devices=1)
     assert len(plan_preemption([], theirs, 1, 2, None, one).victims) == 1
+
+
+def test_a_preemptor_is_placed_again_before_its_victims_whatever_their_priorities() -> None:
+    from better_compute.domain.placement.fairness import admission_order
+
+    waiting = [("victim", 5, T0), ("preemptor", 0, T0 + timedelta(minutes=5)), ("other", 3, T0)]
+    # by priority alone the victim would go first and take back the devices it was evicted from
+    assert admission_order(waiting) == ["victim", "other", "preemptor"]
+    assert admission_order(waiting, {"victim": "preemptor"}) == ["preemptor", "victim", "other"]
+    # a preemptor that no longer waits changes nothing, and a cycle does not hang
+    assert admission_order(waiting, {"victim": "gone"}) == ["victim", "other", "preemptor"]
+    assert admission_order(waiting, {"victim": "preemptor", "preemptor": "victim"})[:2] == [
+        "preemptor",
+        "victim",
+    ]

@@ -149,6 +149,8 @@ class Terminating:
     deployment_id: str
     cluster_id: str
     since: datetime
+    preempted_by: str | None = None
+    """The workload whose placement evicted it (None: a scale down, a drain or a delete)."""
 
 
 HANDED_OVER: tuple[str, ...] = ("bound",)

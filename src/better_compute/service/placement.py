@@ -277,8 +277,9 @@ def plan_in(
     reserved: dict[str, int] = {}
     standing = stock.standing(tx, index, spec.device_class)
     if standing.floors and not preemption.preemptible(standing, spec):
+        with_free = [c for c in considered if rooms[c].free_devices > 0]
         reserved = preemption.reserved_in(
-            tx, index, stock, standing, spec.tenant_id, pools_by_cluster, snap.device_class, now
+            tx, index, stock, standing, spec.tenant_id, with_free, snap.device_class, now
         )
     figures = []
     for cluster_id in considered:
@@ -300,19 +301,16 @@ def plan_in(
     plan = plan_placement(ask_of(spec, replicas), figures, left, stock.salt)
     if not preempt or plan.unplaced <= 0:
         return plan, []
+    bounds = preemption.Room(
+        pools=pools_by_cluster,
+        pool_left=snap.pool_left,
+        fleet_left=None if left is None else left // spec.device_count,
+        fleet_scoped={f.cluster_id for f in figures if f.fleet_scoped},
+        device_class=snap.device_class,
+        cordoned=snap.cordoned,
+    )
     opened = preemption.plan_evictions(
-        tx,
-        index,
-        stock,
-        spec,
-        workload_id,
-        plan,
-        current,
-        pools_by_cluster,
-        snap.device_class,
-        None if left is None else left // spec.device_count,
-        now,
-        skip_tenants=skip_tenants,
+        tx, index, stock, spec, workload_id, plan, current, bounds, now, skip_tenants=skip_tenants
     )
     return preemption.with_evictions(plan, opened, spec.pinned_cluster is not None), opened
 

@@ -21,12 +21,12 @@ evicts no more there until they are released: the devices are on their way to it
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.device_classes import DeviceClass
-from better_compute.domain.placement.fairness import Entitlement, Rules, reserved_for_others
+from better_compute.domain.placement.fairness import Entitlement, Rules, reserved_for_others, unused_floor
 from better_compute.domain.placement.preemption import Candidate, Eviction, plan_preemption
 from better_compute.domain.placement.topology import FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Verdict
@@ -42,16 +42,21 @@ or quota stays a refusal whoever runs there."""
 
 @dataclass(frozen=True)
 class Census:
-    """Who holds the devices of the class in the tenant's pools of one cluster, now."""
+    """Who holds the devices of the class in one cluster, now: every pool of the cluster counts
+    for what each project holds and for the capacity (shares and floors are the cluster's, the
+    same for every project that asks), and the tenant's own usable pools for what it may take."""
 
     devices: Mapping[str, tuple[FreeDevice, str]]
-    """Every bookable device of the class there, with its pool."""
+    """The bookable devices of the class in the tenant's usable pools there (cordoned nodes left
+    out), with their pool: what it may take, free or by evicting."""
     free: tuple[FreeDevice, ...]
     """Those no booking holds and no write of this process has claimed."""
     held: Mapping[str, int]
-    """Devices of the class each tenant holds there."""
+    """Devices of the class each tenant holds in the cluster."""
+    capacity: int
+    """Bookable devices of the class in the cluster, in every pool."""
     allocations: Mapping[str, tuple[tuple[str, ...], str | None, datetime]]
-    """Each allocation holding some of them: its atoms there, its tenant, its start."""
+    """Each allocation holding some of `devices`: those atoms, its tenant, its start."""
 
 
 def preemptible(standing: Standing, spec: WorkloadSpec) -> bool:
@@ -64,17 +69,22 @@ def census_in(
     tx: Tx,
     index: BookingIndex,
     stock: Stock,
-    pool_ids: Sequence[str],
+    cluster_id: str,
+    usable: Collection[str],
     device_class: DeviceClass,
     now: datetime,
+    cordoned: Collection[str] = frozenset(),
 ) -> Census:
-    """Who holds what of the class in these pools (of one cluster) now, from the booking index."""
-    devices: dict[str, tuple[FreeDevice, str]] = {}
-    for pool_id in pool_ids:
+    """Who holds what of the class in the cluster now, from the booking index (`Census`);
+    `usable` are the tenant's pools there."""
+    seats = stock.catalog(tx, index).seats
+    everything: dict[str, tuple[FreeDevice, str]] = {}
+    for pool_id in sorted(p for p, seat in seats.items() if seat.cluster_id == cluster_id):
         for device in stock.devices(tx, index, pool_id, device_class):
-            devices[device.atom_id] = (device, pool_id)
-    holders = index.holders_at(devices, now)
+            everything[device.atom_id] = (device, pool_id)
+    holders = index.holders_at(everything, now)
     claimed = index.claimed()
+    devices = {a: dp for a, dp in everything.items() if dp[1] in usable and dp[0].node not in cordoned}
     free = tuple(d for a, (d, _) in devices.items() if a not in holders and a not in claimed)
     held: Counter[str] = Counter()
     atoms_of: dict[str, list[str]] = {}
@@ -82,10 +92,11 @@ def census_in(
     for atom_id, (allocation, tenant, start) in holders.items():
         if tenant is not None:
             held[tenant] += 1
-        atoms_of.setdefault(allocation, []).append(atom_id)
-        meta[allocation] = (tenant, start)
+        if atom_id in devices:
+            atoms_of.setdefault(allocation, []).append(atom_id)
+            meta[allocation] = (tenant, start)
     allocations = {a: (tuple(atoms), meta[a][0], meta[a][1]) for a, atoms in atoms_of.items()}
-    return Census(devices, free, dict(held), allocations)
+    return Census(devices, free, dict(held), len(everything), allocations)
 
 
 def entitlements_in(standing: Standing, cluster_id: str) -> dict[str, Entitlement]:
@@ -106,27 +117,37 @@ def reserved_in(
     stock: Stock,
     standing: Standing,
     tenant_id: str,
-    pools_by_cluster: Mapping[str, Sequence[str]],
+    clusters: Collection[str],
     device_class: DeviceClass,
     now: datetime,
 ) -> dict[str, int]:
-    """By cluster, free devices other projects' unused floors keep from the tenant's
-    non-preemptible work (clusters where none is kept left out)."""
-    floored = {
-        r.cluster_id
+    """By cluster (of `clusters`), free devices other projects' unused floors keep from the
+    tenant's non-preemptible work (clusters where none is kept left out). What a floored project
+    holds is read from its own bookings in the index, never by walking the cluster's atoms."""
+    floors = {
+        (r.tenant_id, r.cluster_id): r.floor_devices
         for r in standing.class_rows
-        if r.scope == "cluster" and r.floor_devices > 0 and r.tenant_id != tenant_id and r.cluster_id
+        if r.scope == "cluster"
+        and r.floor_devices > 0
+        and r.tenant_id != tenant_id
+        and r.cluster_id in clusters
     }
-    out: dict[str, int] = {}
-    for cluster_id in sorted(c for c in floored if c is not None):
-        pools = pools_by_cluster.get(cluster_id, ())
-        if not pools:
-            continue
-        census = census_in(tx, index, stock, pools, device_class, now)
-        reserved = reserved_for_others(tenant_id, entitlements_in(standing, cluster_id), census.held)
-        if reserved > 0:
-            out[cluster_id] = reserved
-    return out
+    if not floors:
+        return {}
+    seats = stock.catalog(tx, index).seats
+    held: Counter[tuple[str, str | None]] = Counter()
+    for owner in sorted({t for t, _ in floors}):
+        for atom_id, pool_id, cls in index.holding_at(owner, now):
+            seat = seats.get(pool_id) if pool_id is not None else None
+            if seat is None or cls != device_class.cls or (owner, seat.cluster_id) not in floors:
+                continue
+            if atom_id in stock.members(tx, index, seat.id, device_class, now):
+                held[(owner, seat.cluster_id)] += 1
+    out: Counter[str] = Counter()
+    for (owner, cluster_id), floor in floors.items():
+        if cluster_id is not None:
+            out[cluster_id] += unused_floor(Entitlement(floor), held[(owner, cluster_id)])
+    return {c: n for c, n in out.items() if n > 0}
 
 
 def candidates_in(
@@ -176,9 +197,7 @@ def plan_evictions(
     workload_id: str | None,
     plan: Placement,
     current: Mapping[str, int],
-    pools_by_cluster: Mapping[str, Sequence[str]],
-    device_class: DeviceClass,
-    fleet_room: int | None,
+    room: Room,
     now: datetime,
     *,
     skip_tenants: frozenset[str] = frozenset(),
@@ -192,9 +211,10 @@ def plan_evictions(
     priority = mine.priority if mine is not None else 0
     lends = mine is not None and mine.preemptible
     needed = plan.unplaced
-    if fleet_room is not None:
-        new = sum(max(0, n - current.get(c, 0)) for c, n in plan.shares.items())
-        needed = min(needed, max(0, fleet_room - new))
+    fleet_budget = None
+    if room.fleet_left is not None:
+        new = sum(max(0, n - current.get(c, 0)) for c, n in plan.shares.items() if c in room.fleet_scoped)
+        fleet_budget = max(0, room.fleet_left - new)
     waiting = tx.workloads.awaiting(workload_id) if workload_id is not None else set()
     used = set(plan.shares) | {c for c, n in current.items() if n > 0}
     open_to = [v for v in plan.verdicts if _may_evict_in(v, spec, used, v.cluster_id in waiting)]
@@ -206,10 +226,19 @@ def plan_evictions(
         allowed = wanted
         if verdict.quota_left is not None:
             allowed = min(allowed, verdict.quota_left // spec.device_count - new_there)
+        if fleet_budget is not None and cluster_id in room.fleet_scoped:
+            allowed = min(allowed, fleet_budget)
+        pools = room.pools.get(cluster_id, ())
+        limits = [room.pool_left.get(p) for p in pools]
+        if pools and all(left is not None for left in limits):
+            # the pools' quota rows cap what the tenant may book there, evictions or not
+            allowed = min(allowed, sum((left or 0) // spec.device_count for left in limits) - new_there)
         if allowed <= 0:
             return None
         if cluster_id not in seen:
-            census = census_in(tx, index, stock, pools_by_cluster.get(cluster_id, ()), device_class, now)
+            census = census_in(
+                tx, index, stock, cluster_id, set(pools), room.device_class, now, room.cordoned
+            )
             seen[cluster_id] = (census, candidates_in(tx, census, standing, workload_id, skip_tenants))
         census, candidates = seen[cluster_id]
         if not candidates:
@@ -224,7 +253,7 @@ def plan_evictions(
             priority,
             dict(census.held),
             rows,
-            capacity=len(census.devices),
+            capacity=census.capacity,
             devices=spec.device_count,
         )
         eviction = plan_preemption(
@@ -233,10 +262,10 @@ def plan_evictions(
         extra = eviction.replicas - new_there
         if extra <= 0 or not eviction.victims:
             return None
-        pools = {
+        where = {
             d.atom_id: census.devices[d.atom_id][1] for v in eviction.victims for d in v.candidate.devices
         }
-        return Opened(cluster_id, eviction, extra, pools)
+        return Opened(cluster_id, eviction, extra, where)
 
     chosen: list[Opened] = []
     while needed > 0 and open_to:
@@ -248,8 +277,24 @@ def plan_evictions(
         best = min(options, key=lambda o: (-o.extra, len(o.eviction.victims), o.cluster_id))
         chosen.append(best)
         needed -= best.extra
+        if fleet_budget is not None and best.cluster_id in room.fleet_scoped:
+            fleet_budget -= best.extra
         open_to = [v for v in open_to if v.cluster_id != best.cluster_id]
     return chosen
+
+
+@dataclass(frozen=True)
+class Room:
+    """What bounds evictions besides the verdicts: the tenant's pools per cluster and what each
+    lets it take, the fleet row's room (in replicas) and the clusters it decides in, the class,
+    and the cordoned nodes."""
+
+    pools: Mapping[str, Sequence[str]]
+    pool_left: Mapping[str, int | None]
+    fleet_left: int | None
+    fleet_scoped: Collection[str]
+    device_class: DeviceClass
+    cordoned: Collection[str]
 
 
 def _may_evict_in(verdict: Verdict, spec: WorkloadSpec, used: set[str], awaiting: bool) -> bool:
@@ -270,11 +315,16 @@ def with_evictions(plan: Placement, opened: Sequence[Opened], pinned: bool) -> P
     for o in opened:
         if not pinned:
             shares[o.cluster_id] = shares.get(o.cluster_id, 0) + o.extra
+    extra = sum(o.extra for o in opened)
+    # the replicas the evictions place are no longer short wherever they were counted short
+    settled = extra
     verdicts = []
     for v in plan.verdicts:
         found = by_cluster.get(v.cluster_id)
+        less = min(v.shortfall, settled)
+        settled -= less
         if found is None:
-            verdicts.append(v)
+            verdicts.append(replace(v, shortfall=v.shortfall - less) if less else v)
             continue
         n = len(found.eviction.victims)
         verdicts.append(
@@ -284,12 +334,11 @@ def with_evictions(plan: Placement, opened: Sequence[Opened], pinned: bool) -> P
                 reason=None,
                 room=v.room + found.extra,
                 share=shares[v.cluster_id],
-                shortfall=max(0, v.shortfall - found.extra),
+                shortfall=v.shortfall - less,
                 message=f"cluster {v.cluster_id} can take {v.room + found.extra} more replica(s) by"
                 f" preempting {n} replica(s) of other workloads",
             )
         )
-    extra = sum(o.extra for o in opened)
     return Placement(
         shares,
         tuple(verdicts),
@@ -301,6 +350,7 @@ def with_evictions(plan: Placement, opened: Sequence[Opened], pinned: bool) -> P
 __all__ = [
     "Census",
     "Opened",
+    "Room",
     "census_in",
     "entitlements_in",
     "plan_evictions",

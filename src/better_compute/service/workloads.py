@@ -469,6 +469,9 @@ def place_in(
     return WorkloadView(placed, _deployment_views(tx, views, ending), plan, ending[workload.id])
 
 
+WIDER = 10
+"""How many times its limit a retry pass reads of the waiting workloads before it orders them."""
+
 MAX_LOCK_ROUNDS = 8
 """Plans made again, each without the tenants whose workload lock another write held, before a
 placement gives up evicting for this attempt."""
@@ -504,8 +507,13 @@ def _plan_and_evict(
             skip_tenants=skip,
             preempt=round_ < MAX_LOCK_ROUNDS,
         )
-        tenants = {v.candidate.tenant_id for o in opened for v in o.eviction.victims} - {workload.tenant_id}
+        victims = [v.candidate for o in opened for v in o.eviction.victims]
+        tenants = {v.tenant_id for v in victims} - {workload.tenant_id}
         busy = {t for t in sorted(tenants) if not tx.reservations.try_lock(workload_lock(t))}
+        if not busy:
+            # held now: a victim its project took away since the index was read is gone for good
+            there = {r.allocation_id for r in tx.workloads.running([v.allocation_id for v in victims])}
+            busy = {v.tenant_id for v in victims if v.allocation_id not in there}
         if not busy:
             break
         skip |= busy
@@ -518,10 +526,10 @@ def _plan_and_evict(
 def _evict(
     tx: Tx, preemptor: Workload, opened: preemption.Opened, now: datetime
 ) -> dict[str, list[FreeDevice]]:
-    """Take the victims' replicas away (those handed over terminate), send their deployments back
-    to `pending` with reason `preempted`, and tell of it. Returns the devices freed at once, by
-    pool. A victim gone since the index was read (its tenant scaled it down) makes the attempt
-    decide again on a caught-up index."""
+    """Take the victims' replicas away (those handed over terminate, naming the preemptor, which
+    waits for them), send their deployments back to `pending` with reason `preempted`, and tell of
+    it: one `workload.preempted` per deployment and rule. Returns the devices freed at once, by
+    pool. The victims were read again under their projects' locks (`_plan_and_evict`)."""
     by_deployment: dict[str, list[Victim]] = {}
     for victim in opened.eviction.victims:
         by_deployment.setdefault(victim.candidate.deployment_id, []).append(victim)
@@ -535,13 +543,13 @@ def _evict(
         gone = [(i, a) for i, a in reps.get(dep_id, []) if a in wanted]
         if dep is None or len(gone) != len(wanted):
             raise Overlap(None)
-        _take_away(tx, dep, gone, now)
+        _take_away(tx, dep, gone, now, preempted_by=preemptor.id)
         gone_all.extend(wanted)
         left = len(reps[dep_id]) - len(gone)
-        why = victims[0].why
+        whys = sorted({v.why for v in victims})
         message = (
-            f"{len(gone)} replica(s) preempted by workload {preemptor.id} ({_WHY[why]}); placed again"
-            " when devices free up"
+            f"{len(gone)} replica(s) preempted by workload {preemptor.id}"
+            f" ({', '.join(_WHY[w] for w in whys)}); placed again when devices free up"
         )
         tx.workloads.put_deployment(
             replace(
@@ -568,18 +576,19 @@ def _evict(
             ),
             now,
         )
-        tx.events.append(
-            WorkloadPreempted(
-                dep.workload_id,
-                dep.tenant_id,
-                dep.cluster_id,
-                dep.id,
-                tuple(sorted(wanted)),
-                preemptor.id,
-                why,
-            ),
-            now,
-        )
+        for why in whys:
+            tx.events.append(
+                WorkloadPreempted(
+                    dep.workload_id,
+                    dep.tenant_id,
+                    dep.cluster_id,
+                    dep.id,
+                    tuple(sorted(v.candidate.allocation_id for v in victims if v.why == why)),
+                    preemptor.id,
+                    why,
+                ),
+                now,
+            )
     ending = tx.workloads.terminating_among(gone_all)
     freed: dict[str, list[FreeDevice]] = {}
     for victim in opened.eviction.victims:
@@ -696,7 +705,9 @@ def _book(
     return new_rows
 
 
-def _take_away(tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: datetime) -> int:
+def _take_away(
+    tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: datetime, preempted_by: str | None = None
+) -> int:
     """Remove these replicas of the deployment; returns how many terminate. A replica its node has
     handed over (`domain.workloads.hands_over`) terminates: its allocation keeps its devices booked,
     so they count as allocated, until the node reports it released (`service.node_reports`) and the
@@ -707,7 +718,7 @@ def _take_away(tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: da
     # (a release that committed first is read here, and the replica ends at once)
     reported = tx.bindings.of_allocations([a for _, a in gone], for_update=True)
     terminating = [
-        Terminating(a, dep.tenant_id, dep.workload_id, dep.id, dep.cluster_id, now)
+        Terminating(a, dep.tenant_id, dep.workload_id, dep.id, dep.cluster_id, now, preempted_by)
         for _, a in gone
         if hands_over(reported.get(a, {}))
     ]
@@ -922,10 +933,16 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     admitted, or replicas unplaced); how many gained replicas. Called when capacity or quota may
     have freed (`service.placement_retry`)."""
     with wiring.store.read() as tx:
-        waiting = {*tx.workloads.pending_workloads(limit), *(w.id for w in tx.workloads.unplaced(limit))}
+        # read past `limit`, so that the highest priorities among more of those waiting go first
+        wider = limit * WIDER
+        waiting = {*tx.workloads.pending_workloads(wider), *(w.id for w in tx.workloads.unplaced(wider))}
         found = [w for w in (tx.workloads.get(i) for i in sorted(waiting)) if w is not None]
         priorities = {p.name: p.priority for p in tx.priority_classes.all()}
-    ids = admission_order((w.id, priorities.get(w.spec.priority_class, 0), w.created_at) for w in found)
+        deps = tx.workloads.deployments_of([w.id for w in found])
+    evicted_by = {w: d.preempted_by for w, ds in deps.items() for d in ds if d.preempted_by is not None}
+    ids = admission_order(
+        ((w.id, priorities.get(w.spec.priority_class, 0), w.created_at) for w in found), evicted_by
+    )[:limit]
     gained = 0
     for workload_id in ids:
 

@@ -435,6 +435,8 @@ terminating_replicas = Table(
     Column("deployment_id", String(64), nullable=False),
     Column("cluster_id", String(64), nullable=False),
     Column("since", UtcDateTime, nullable=False),
+    # The workload whose placement evicted it, which waits for its devices (`awaiting`).
+    Column("preempted_by", String(64), nullable=True, index=True),
 )
 
 operations = Table(

@@ -179,6 +179,7 @@ def _terminating(r: Mapping[str, Any]) -> Terminating:
         deployment_id=r["deployment_id"],
         cluster_id=r["cluster_id"],
         since=r["since"],
+        preempted_by=r.get("preempted_by"),
     )
 
 
@@ -388,8 +389,7 @@ class SqlWorkloads:
     def awaiting(self, workload_id: str) -> set[str]:
         stmt = (
             select(terminating_replicas.c.cluster_id)
-            .join(deployments, deployments.c.id == terminating_replicas.c.deployment_id)
-            .where(deployments.c.preempted_by == workload_id)
+            .where(terminating_replicas.c.preempted_by == workload_id)
             .distinct()
         )
         return {r[0] for r in self.conn.execute(stmt)}
@@ -475,6 +475,7 @@ class SqlWorkloads:
                         "deployment_id": t.deployment_id,
                         "cluster_id": t.cluster_id,
                         "since": t.since,
+                        "preempted_by": t.preempted_by,
                     }
                     for t in items
                 ],

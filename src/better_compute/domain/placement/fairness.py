@@ -112,11 +112,31 @@ def fair_shares(
     return share
 
 
-def admission_order(waiting: Iterable[tuple[str, int, datetime]]) -> list[str]:
+def admission_order(
+    waiting: Iterable[tuple[str, int, datetime]], preempted_by: Mapping[str, str] | None = None
+) -> list[str]:
     """The order in which waiting workloads are placed again, given (id, priority, created): the
-    higher priority first, then the oldest. A workload that evicted others to be placed is placed
-    before them when the devices free up, and its victims (of lower priority) wait behind it."""
-    return [w for w, _, _ in sorted(waiting, key=lambda x: (-x[1], x[2], x[0]))]
+    higher priority first, then the oldest; and a workload that evicted another (`preempted_by`:
+    victim -> preemptor) always before it, whatever their priorities (an eviction for a floor or
+    a fair share may be by lower priority): the devices its victims free are its, and a victim
+    placed first would take them back only to be evicted again."""
+    ordered = [w for w, _, _ in sorted(waiting, key=lambda x: (-x[1], x[2], x[0]))]
+    waits = set(ordered)
+    out: list[str] = []
+    done: set[str] = set()
+
+    def place(workload: str, seen: frozenset[str]) -> None:
+        if workload in done:
+            return
+        first = (preempted_by or {}).get(workload)
+        if first is not None and first in waits and first not in seen:
+            place(first, seen | {workload})
+        done.add(workload)
+        out.append(workload)
+
+    for workload in ordered:
+        place(workload, frozenset())
+    return out
 
 
 @dataclass
