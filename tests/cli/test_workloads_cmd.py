@@ -342,3 +342,54 @@ def test_workloads_why_prints_the_chain_of_decisions_including_preemptions(
         "workload.decided",
     ]
     assert as_json["decisions"][1]["payload"]["evicted"][0]["why"] == "priority"
+
+
+def test_a_workload_asked_by_capability_prints_what_it_resolved_to(runner: CliRunner, world: Fleet) -> None:
+    made = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "cap",
+        "--min-memory-gib",
+        "40",
+        "--device-count",
+        "8",
+        "--replicas",
+        "1",
+    )
+    assert made.exit_code == 0, made.output
+    assert "resolved: H100-80GB" in made.stdout and "capability/gpu/H100-80GB" in made.stdout
+    preview = run(
+        runner,
+        world.acme,
+        "placement",
+        "preview",
+        "--min-memory-gib",
+        "400",
+        "--device-count",
+        "1",
+        "--replicas",
+        "1",
+    )
+    assert preview.exit_code == 0, preview.output
+    assert "resolved: no kind of device the project may use gives it" in preview.stdout
+    assert "under the 400 asked" in preview.stdout
+    both = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "x",
+        "--device-class",
+        "h100-80gb-sxm",
+        "--min-memory-gib",
+        "4",
+        "--device-count",
+        "1",
+        "--replicas",
+        "1",
+    )
+    assert both.exit_code != 0 and "not both" in both.output
+    neither = run(runner, world.acme, "workloads", "create", "x", "--device-count", "1", "--replicas", "1")
+    assert neither.exit_code != 0 and "--device-class" in neither.output

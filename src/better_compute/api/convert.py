@@ -31,6 +31,8 @@ from better_compute.domain.node_reports import (
     Report,
     ScrubDone,
 )
+from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.costs import money
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import Cluster, Credential, Gpu, Node, Operation, Quota, Tenant
@@ -101,10 +103,13 @@ from better_compute.wire.quotas import QuotaPublic
 from better_compute.wire.reservations import ReservationAtom, ReservationCreate, ReservationPublic
 from better_compute.wire.tenants import CredentialCreated, CredentialPublic, TenantPublic, WhoAmI
 from better_compute.wire.workloads import (
+    CapabilityPublic,
     DeploymentPublic,
     OperationPublic,
     PlacementPreview,
     PreemptionPublic,
+    RefusedOfferPublic,
+    ResolutionPublic,
     ShapePublic,
     VerdictPublic,
     WorkloadPublic,
@@ -664,7 +669,13 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
         id=w.id,
         name=s.name,
         tenant_id=w.tenant_id,
-        shape=ShapePublic(device_class=s.device_class, device_count=s.device_count),
+        shape=ShapePublic(
+            device_class=s.device_class,
+            device_count=s.device_count,
+            capability=None
+            if s.capability is None
+            else CapabilityPublic.model_validate(s.capability.document()),
+        ),
         replicas=s.replicas,
         strategy=s.strategy,
         cluster_floors=dict(s.cluster_floors),
@@ -686,10 +697,35 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
         deployments=[deployment_public(d) for d in v.deployments],
         verdicts=None if v.placement is None else [verdict_public(x) for x in v.placement.verdicts],
         preemptions=None if v.placement is None else preemptions_public(v.placement),
+        resolution=None if v.resolution is None else resolution_public(v.resolution),
     )
 
 
-def preview_public(p: Placement) -> PlacementPreview:
+def resolution_public(r: Resolution) -> ResolutionPublic:
+    chosen = r.chosen
+    return ResolutionPublic(
+        device_class=None if chosen is None else chosen.kind.class_name,
+        kind=None if chosen is None else chosen.kind.name,
+        memory_gib=None if chosen is None else chosen.memory_gib,
+        compute_slices=None if chosen is None else chosen.compute_slices,
+        price_per_hour=None
+        if chosen is None or chosen.price_per_hour is None
+        else money(chosen.price_per_hour),
+        currency=None if chosen is None else chosen.currency,
+        free_devices=None if chosen is None else chosen.free,
+        refused=[
+            RefusedOfferPublic(
+                device_class=x.offer.kind.class_name,
+                kind=x.offer.kind.name,
+                price_per_hour=None if x.offer.price_per_hour is None else money(x.offer.price_per_hour),
+                reason=x.reason,
+            )
+            for x in r.refused
+        ],
+    )
+
+
+def preview_public(p: Placement, resolution: Resolution | None = None) -> PlacementPreview:
     return PlacementPreview(
         clusters=list(p.shares),
         shares=dict(p.shares),
@@ -697,6 +733,7 @@ def preview_public(p: Placement) -> PlacementPreview:
         unplaced_replicas=p.unplaced,
         reason=main_reason(p),
         preemptions=preemptions_public(p),
+        resolution=None if resolution is None else resolution_public(resolution),
     )
 
 

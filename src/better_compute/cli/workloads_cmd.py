@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         OperationPublic,
         PlacementPreview,
         PreemptionPublic,
+        ResolutionPublic,
         Strategy,
         VerdictPublic,
         WorkloadPublic,
@@ -71,6 +72,26 @@ CursorOption = Annotated[
 ProjectOption = Annotated[
     str | None,
     typer.Option("--project", help="The tenant (an admin must give it).", show_default=False),
+]
+MinMemoryOption = Annotated[
+    float | None,
+    typer.Option(
+        "--min-memory-gib",
+        help="Instead of --device-class: each device gives at least this much memory (GiB).",
+        show_default=False,
+    ),
+]
+MinSlicesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--min-compute-slices",
+        min=1,
+        help="Instead of --device-class: each device gives at least this many compute slices.",
+        show_default=False,
+    ),
+]
+NvlinkPeerOption = Annotated[
+    bool, typer.Option("--nvlink-peer", help="Instead of --device-class: whole GPUs with NVLink peers.")
 ]
 DeviceCountOption = Annotated[
     int, typer.Option("--device-count", min=1, help="Devices per replica.", show_default=False)
@@ -126,6 +147,8 @@ DEPLOYMENT_COLUMNS = [
     Column("shortfall", drop=1),
     Column("message", drop=3, wrap=True),
 ]
+REFUSED_COLUMNS = [Column("cheaper kind"), Column("per hour"), Column("why not", wrap=True)]
+
 PREEMPTION_COLUMNS = [
     Column("cluster"),
     Column("workload"),
@@ -281,6 +304,7 @@ def _print_workload(w: WorkloadPublic, output: Output) -> None:
         console.print("verdicts", markup=False, style="bold")
         _print_verdicts(w.verdicts, output)
     _print_preemptions(w.preemptions, output)
+    _print_resolution(w.resolution, output)
 
 
 def _print_operation(op: OperationPublic) -> None:
@@ -311,9 +335,6 @@ def _show(w: WorkloadPublic, as_json: bool, output: Output = Output.TABLE) -> No
 @workloads_app.command("create")
 def workloads_create(
     name: Annotated[str, typer.Argument(metavar="NAME")],
-    device_class: Annotated[
-        str, typer.Option("--device-class", help="The device class: e.g. h100-80gb-sxm.", show_default=False)
-    ],
     device_count: DeviceCountOption,
     replicas: Annotated[
         int, typer.Option("--replicas", min=0, help="How many replicas.", show_default=False)
@@ -341,14 +362,24 @@ def workloads_create(
     ] = None,
     single_domain: SingleDomainOption = False,
     domain_kind: DomainKindOption = None,
+    device_class: Annotated[
+        str | None,
+        typer.Option("--device-class", help="The device class: e.g. h100-80gb-sxm.", show_default=False),
+    ] = None,
+    min_memory_gib: MinMemoryOption = None,
+    min_compute_slices: MinSlicesOption = None,
+    nvlink_peer: NvlinkPeerOption = False,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Create a workload: --replicas of --device-count devices of --device-class, placed across
-    clusters; prints where each replica went and a verdict per cluster. --allowed-region and
-    --allowed-cluster make its NAME-placement policy."""
+    """Create a workload: --replicas of --device-count devices of --device-class (or of the
+    cheapest kind of device that gives --min-memory-gib, --min-compute-slices, --nvlink-peer: it
+    prints what that resolved to and why cheaper kinds were not), placed across clusters; prints
+    where each replica went and a verdict per cluster. --allowed-region and --allowed-cluster make
+    its NAME-placement policy."""
+    _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
     floors = _floors(floor or ())
     created = call(
         server,
@@ -369,10 +400,28 @@ def workloads_create(
             allowed_clusters=allowed_cluster or None,
             requires_single_topology_domain=single_domain or None,
             topology_domain_kind=cast("DomainKind | None", domain_kind),
+            min_memory_gib=min_memory_gib,
+            min_compute_slices=min_compute_slices,
+            nvlink_peer=nvlink_peer or None,
         ),
         OPTIONS,
     )
     _show(created, as_json, output)
+
+
+def _one_shape(device_class: str | None, memory: float | None, slices: int | None, nvlink: bool) -> None:
+    """A shape is a device class or a capability: one of the two, never both."""
+    asked = memory is not None or slices is not None or nvlink
+    if device_class is None and not asked:
+        raise typer.BadParameter(
+            "give --device-class, or --min-memory-gib / --min-compute-slices / --nvlink-peer",
+            param_hint="--device-class",
+        )
+    if device_class is not None and asked:
+        raise typer.BadParameter(
+            "give --device-class or a capability (--min-memory-gib, ...), not both",
+            param_hint="--device-class",
+        )
 
 
 @workloads_app.command("list")
@@ -582,6 +631,32 @@ def _print_preview(preview: PlacementPreview, output: Output) -> None:
             f"unplaced: {preview.unplaced_replicas} ({_dash(preview.reason)})", markup=False, style="bold"
         )
     _print_preemptions(preview.preemptions, output)
+    _print_resolution(preview.resolution, output)
+
+
+def _print_resolution(resolution: ResolutionPublic | None, output: Output) -> None:
+    """What a capability resolved to, and why each cheaper kind of device was not chosen."""
+    if resolution is None:
+        return
+    console = stdout()
+    console.print()
+    if resolution.device_class is None:
+        console.print("resolved: no kind of device the project may use gives it", markup=False, style="bold")
+    else:
+        price = (
+            f"{resolution.price_per_hour} {resolution.currency or ''}".strip()
+            if resolution.price_per_hour
+            else "no price"
+        )
+        console.print(
+            f"resolved: {resolution.kind} ({resolution.device_class}): {resolution.memory_gib or 0:g} GiB,"
+            f" {resolution.compute_slices} compute slice(s), {price} per device-hour",
+            markup=False,
+            style="bold",
+        )
+    if resolution.refused:
+        rows = [[r.kind, r.price_per_hour or "-", r.reason] for r in resolution.refused]
+        print_fitted(console, REFUSED_COLUMNS, rows, output)
 
 
 def _print_preemptions(preemptions: Sequence[PreemptionPublic] | None, output: Output) -> None:
@@ -629,6 +704,9 @@ def placement_preview(
             show_default=False,
         ),
     ] = None,
+    min_memory_gib: MinMemoryOption = None,
+    min_compute_slices: MinSlicesOption = None,
+    nvlink_peer: NvlinkPeerOption = False,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -638,7 +716,10 @@ def placement_preview(
     --device-count and --replicas (with --project for an admin). A verdict per cluster (admitted,
     or why not, with the figures that decided), then the chosen shares and the replicas of other
     workloads it would evict."""
-    shaped = (device_class, device_count, replicas)
+    asked = min_memory_gib is not None or min_compute_slices is not None or nvlink_peer
+    if asked and device_class is not None:
+        _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
+    shaped = (device_class if not asked else "capability", device_count, replicas)
     if workload is not None and any(v is not None for v in shaped):
         raise typer.BadParameter(
             "give --workload, or --device-class, --device-count and --replicas, not both",
@@ -666,6 +747,9 @@ def placement_preview(
             requires_single_topology_domain=single_domain or None,
             topology_domain_kind=cast("DomainKind | None", domain_kind),
             priority_class=priority_class,
+            min_memory_gib=min_memory_gib,
+            min_compute_slices=min_compute_slices,
+            nvlink_peer=nvlink_peer or None,
         ),
         OPTIONS,
     )

@@ -676,11 +676,20 @@ def _placing(
     cluster: str | None,
     requires_single_topology_domain: bool | None,
     topology_domain_kind: DomainKind | None,
+    min_memory_gib: float | None = None,
+    min_compute_slices: int | None = None,
+    nvlink_peer: bool | None = None,
 ) -> JsonObject:
-    """The placement fields `workloads.create` and `placement.preview` share, as given."""
+    """The placement fields `workloads.create` and `placement.preview` share, as given: a shape by
+    `device_class`, or by capability (`min_memory_gib`, `min_compute_slices`, `nvlink_peer`)."""
     shape = None
-    if device_class is not None:
-        shape = _fields(device_class=device_class, device_count=device_count)
+    capability = _fields(
+        memory_gib=None if min_memory_gib is None else {"min": min_memory_gib},
+        compute_slices=None if min_compute_slices is None else {"min": min_compute_slices},
+        nvlink_peer=nvlink_peer,
+    )
+    if device_class is not None or capability:
+        shape = _fields(device_class=device_class, device_count=device_count, capability=capability or None)
     return _fields(
         shape=shape,
         replicas=replicas,
@@ -699,7 +708,7 @@ class Workloads(_Resource):
         self,
         *,
         name: str,
-        device_class: str,
+        device_class: str | None = None,
         device_count: int = 1,
         replicas: int = 1,
         tenant_id: str | None = None,
@@ -712,11 +721,17 @@ class Workloads(_Resource):
         allowed_clusters: Sequence[str] | None = None,
         requires_single_topology_domain: bool | None = None,
         topology_domain_kind: DomainKind | None = None,
+        min_memory_gib: float | None = None,
+        min_compute_slices: int | None = None,
+        nvlink_peer: bool | None = None,
     ) -> WorkloadPublic:
-        """Create a workload: `replicas` of `device_count` devices of `device_class`, placed across
-        clusters by `strategy` (pack or spread). `cluster` pins it there; `allowed_regions` or
-        `allowed_clusters` make its `<name>-placement` policy. Without `tenant_id` the server takes
-        the credential's tenant (an admin must give one). The answer carries a verdict per cluster."""
+        """Create a workload: `replicas` of `device_count` devices of `device_class` (or of the
+        cheapest kind of device that gives `min_memory_gib`, `min_compute_slices` and an NVLink peer
+        when `nvlink_peer`: the answer's `resolution` says which, and why cheaper kinds were not),
+        placed across clusters by `strategy` (pack or spread). `cluster` pins it there;
+        `allowed_regions` or `allowed_clusters` make its `<name>-placement` policy. Without
+        `tenant_id` the server takes the credential's tenant (an admin must give one). The answer
+        carries a verdict per cluster."""
         request = WorkloadCreate.model_validate(
             _fields(
                 name=name,
@@ -734,6 +749,9 @@ class Workloads(_Resource):
                     cluster=cluster,
                     requires_single_topology_domain=requires_single_topology_domain,
                     topology_domain_kind=topology_domain_kind,
+                    min_memory_gib=min_memory_gib,
+                    min_compute_slices=min_compute_slices,
+                    nvlink_peer=nvlink_peer,
                 ),
             )
         )
@@ -798,6 +816,9 @@ class Placement(_Resource):
         requires_single_topology_domain: bool | None = None,
         topology_domain_kind: DomainKind | None = None,
         priority_class: str | None = None,
+        min_memory_gib: float | None = None,
+        min_compute_slices: int | None = None,
+        nvlink_peer: bool | None = None,
     ) -> PlacementPreview:
         """What placement would choose now, writing nothing: for the workload `workload_id` as it
         stands, or for a shape (`device_class`, `device_count`, `replicas` and the other placement
@@ -818,6 +839,9 @@ class Placement(_Resource):
                     cluster=cluster,
                     requires_single_topology_domain=requires_single_topology_domain,
                     topology_domain_kind=topology_domain_kind,
+                    min_memory_gib=min_memory_gib,
+                    min_compute_slices=min_compute_slices,
+                    nvlink_peer=nvlink_peer,
                 ),
             )
         )

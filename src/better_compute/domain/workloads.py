@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal, get_args
 
 from better_compute.domain.errors import InvalidInput, NotFound
+from better_compute.domain.placement.capability import Capability, parse_capability
 from better_compute.domain.placement.shares import STRATEGIES, Strategy
 from better_compute.domain.placement.topology import DOMAIN_KINDS, DomainKind
 from better_compute.domain.placement.verdicts import Reason
@@ -76,6 +77,9 @@ class WorkloadSpec:
     allowed_clusters: tuple[str, ...] = ()
     drained_clusters: tuple[str, ...] = ()
     """Clusters a `workload.drain` took the workload out of: placement leaves them out from then on."""
+    capability: Capability | None = None
+    """What each device must give, when the shape asked so: `device_class` is then the implicit
+    class it resolved to at creation (`domain.placement.capability`), empty until it is resolved."""
 
     @property
     def topology_kind(self) -> DomainKind | None:
@@ -261,10 +265,18 @@ def parse_workload(raw: Mapping[str, object], tenant_id: str) -> WorkloadSpec:
         )
     pinned = raw.get("cluster")
     priority = raw.get("priorityClass") or "standard"
+    capability = None
+    if shape.get("capability") is not None:
+        if shape.get("deviceClass") is not None:
+            raise InvalidInput(
+                "give shape.deviceClass or shape.capability, not both", {"field": "shape.capability"}
+            )
+        capability = parse_capability(shape.get("capability"))
     return WorkloadSpec(
         name=check_slug(raw.get("name"), "name"),
         tenant_id=tenant_id,
-        device_class=check_class_name(shape.get("deviceClass"), "shape.deviceClass"),
+        device_class="" if capability is not None else _class_of(shape.get("deviceClass")),
+        capability=capability,
         device_count=_int(shape.get("deviceCount", 1), "shape.deviceCount", 1, MAX_DEVICE_COUNT),
         replicas=replicas,
         strategy=strategy,
@@ -277,6 +289,15 @@ def parse_workload(raw: Mapping[str, object], tenant_id: str) -> WorkloadSpec:
         allowed_regions=_refs(raw.get("allowedRegions"), "allowedRegions"),
         allowed_clusters=_refs(raw.get("allowedClusters"), "allowedClusters"),
     )
+
+
+def _class_of(value: object) -> str:
+    if value is None:
+        raise InvalidInput(
+            "shape needs deviceClass, or capability (what each device must give)",
+            {"field": "shape.deviceClass"},
+        )
+    return check_class_name(value, "shape.deviceClass")
 
 
 def check_floors(floors: Mapping[str, int], replicas: int) -> None:

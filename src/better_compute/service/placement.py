@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -23,6 +23,7 @@ from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.iam import Policy
+from better_compute.domain.placement.capability import Resolution, resolve
 from better_compute.domain.placement.constraints import applicable, ceiling, deny
 from better_compute.domain.placement.costs import Cost, replica_cost
 from better_compute.domain.placement.topology import FreeDevice, Room
@@ -40,6 +41,7 @@ from better_compute.domain.records import Cluster
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service import preemption
 from better_compute.service.booking_index import BookingIndex
+from better_compute.service.capabilities import offers_in
 from better_compute.service.class_quotas import ClassQuotaFigures
 from better_compute.service.placement_stock import PoolSeat, Stock
 from better_compute.service.ports import StorePort, Tx
@@ -344,6 +346,8 @@ def main_reason(placement: Placement) -> Reason | None:
 class Preview:
     spec: WorkloadSpec
     placement: Placement
+    resolution: Resolution | None = None
+    """What a shape asked by capability resolved to."""
 
 
 def preview(
@@ -360,11 +364,19 @@ def preview(
     """`placement.preview`: what placing `spec` would choose now. It writes nothing."""
     with store.read() as tx:
         index.sync(tx)
+        resolution = None
+        if spec.capability is not None and not spec.device_class:
+            found = resolve(
+                spec.capability, offers_in(tx, index, stock, spec.tenant_id, now), spec.device_count
+            )
+            if found.chosen is None:
+                return Preview(spec, Placement({}, (), spec.replicas), found)
+            spec, resolution = replace(spec, device_class=found.chosen.kind.class_name), found
         snap = snapshot_in(tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now)
         if spec.priority_class not in stock.standing(tx, index, spec.device_class).priority_classes:
             raise priority_class_not_found(spec.priority_class)
         plan, _ = plan_in(tx, index, stock, snap, spec, current or {}, now, workload_id=workload_id)
-        return Preview(spec, plan)
+        return Preview(spec, plan, resolution)
 
 
 __all__ = [

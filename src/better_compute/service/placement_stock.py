@@ -31,6 +31,7 @@ from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.device_classes import DeviceClass, belongs_to, device_class_not_found
 from better_compute.domain.iam import Policy
 from better_compute.domain.metering import share
+from better_compute.domain.placement.capability import implicit_class, is_implicit
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
 from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import Cluster, Quota
@@ -212,6 +213,8 @@ class Stock:
     def device_class(self, tx: Tx, name: str) -> DeviceClass:
         """The device class `name` (NOT_FOUND naming it). A class is never changed once created
         (`domain.device_classes`), so the first read of it serves the process."""
+        if is_implicit(name):
+            return implicit_class(name)  # a capability's: spelled by its name, never stored
         with self._lock:
             found = self._classes.get(name)
         if found is None:

@@ -49,6 +49,7 @@ from better_compute.domain.events import (
 )
 from better_compute.domain.iam import Policy, parse_policy
 from better_compute.domain.placement.binpack import choose_replicas
+from better_compute.domain.placement.capability import Resolution
 from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.topology import FreeDevice
@@ -71,7 +72,7 @@ from better_compute.domain.workloads import (
     replica_allocation_id,
     workload_not_found,
 )
-from better_compute.service import placement, policies, preemption
+from better_compute.service import capabilities, placement, policies, preemption
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ids import Ids
 from better_compute.service.paging import Listing, page
@@ -110,6 +111,8 @@ class WorkloadView:
     """The placement just made (create, scale, drain), with a verdict per cluster; None on reads."""
     terminating: int = 0
     """Replicas taken away, in any cluster, whose node has not released them yet."""
+    resolution: Resolution | None = None
+    """What a shape asked by capability resolved to (a create's answer only)."""
 
     @property
     def id(self) -> str:
@@ -259,13 +262,14 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
 
     named = raw.get("tenantId")
     tenant_id = _tenant_for(principal, None if named is None else check_ref(named, "project"))
-    spec = parse_workload(raw, tenant_id)
+    asked = parse_workload(raw, tenant_id)
     workload_id = wiring.ids.workload()
 
     def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         _lock_and_catch_up(tx, wiring, tenant_id)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
+        spec, resolution = capabilities.resolve_in(tx, wiring.index, wiring.stock, asked, now)
         _check_refs(tx, wiring, spec)
         workload = Workload(workload_id, spec, 1, now)
         created = WorkloadCreated(
@@ -282,9 +286,10 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         if spec.allowed_regions or spec.allowed_clusters:
             workload, made = _with_own_policy(tx, wiring, workload, now)
             own = (made,)
-        return place_in(
+        view = place_in(
             tx, wiring, workload, now, fresh=True, attempt=attempt, own_policies=own, trigger=CREATE
         )
+        return replace(view, resolution=resolution)
 
     return _attempts(wiring, run)
 

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, select, update
 
 from better_compute.domain.events import Event, type_of
+from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.records import Operation
 from better_compute.domain.workloads import (
     Deployment,
@@ -98,6 +99,7 @@ def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
         "allowedRegions": list(spec.allowed_regions),
         "allowedClusters": list(spec.allowed_clusters),
         "drainedClusters": list(spec.drained_clusters),
+        **({"capability": spec.capability.document()} if spec.capability is not None else {}),
     }
 
 
@@ -118,6 +120,7 @@ def _spec(name: str, tenant_id: str, d: Mapping[str, Any]) -> WorkloadSpec:
         allowed_regions=tuple(d.get("allowedRegions") or ()),
         allowed_clusters=tuple(d.get("allowedClusters") or ()),
         drained_clusters=tuple(d.get("drainedClusters") or ()),
+        capability=parse_capability(d["capability"]) if d.get("capability") else None,
     )
 
 

@@ -16,7 +16,10 @@ from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRe
 MAX_REPLICAS = 10_000
 MAX_DEVICE_COUNT = 64
 MAX_LIST = 64
-"""Limits of the server's `domain.workloads` (a test keeps them equal)."""
+MAX_MEMORY_GIB = 100_000
+MAX_COMPUTE_SLICES = 1_000
+"""Limits of the server's `domain.workloads` and `domain.placement.capability` (a test keeps them
+equal)."""
 
 Strategy = Literal["pack", "spread"]
 DomainKind = Literal["nvlink", "pcie", "numa"]
@@ -37,19 +40,102 @@ def _alias(camel: str, snake: str) -> Any:
     return AliasChoices(camel, snake)
 
 
+class AtLeastPublic(WireAnswer):
+    min: float
+
+
+class AtLeast(AtLeastPublic, WireRequest):
+    min: float = Field(json_schema_extra={"exclusiveMinimum": 0, "maximum": MAX_MEMORY_GIB})
+
+
+class AtLeastSlicesPublic(WireAnswer):
+    min: int
+
+
+class AtLeastSlices(AtLeastSlicesPublic, WireRequest):
+    min: int = Field(json_schema_extra={"minimum": 1, "maximum": MAX_COMPUTE_SLICES})
+
+
+class CapabilityPublic(WireAnswer):
+    """What each device must give at least, instead of a named class (docs/scheduling.md)."""
+
+    memory_gib: AtLeastPublic | None = Field(
+        default=None,
+        alias="memoryGiB",
+        validation_alias=_alias("memoryGiB", "memory_gib"),
+        exclude_if=lambda v: v is None,
+    )
+    compute_slices: AtLeastSlicesPublic | None = Field(
+        default=None,
+        validation_alias=_alias("computeSlices", "compute_slices"),
+        exclude_if=lambda v: v is None,
+    )
+    nvlink_peer: bool | None = Field(
+        default=None, validation_alias=_alias("nvlinkPeer", "nvlink_peer"), exclude_if=lambda v: v is None
+    )
+
+
+class Capability(CapabilityPublic, WireRequest):
+    memory_gib: AtLeast | None = Field(
+        default=None,
+        alias="memoryGiB",
+        validation_alias=_alias("memoryGiB", "memory_gib"),
+        exclude_if=lambda v: v is None,
+    )
+    compute_slices: AtLeastSlices | None = Field(
+        default=None,
+        validation_alias=_alias("computeSlices", "compute_slices"),
+        exclude_if=lambda v: v is None,
+    )
+
+
 class ShapePublic(WireAnswer):
-    """What one replica needs: `deviceCount` devices of `deviceClass`."""
+    """What one replica needs: `deviceCount` devices of `deviceClass`. A shape asked by
+    `capability` shows the implicit class it resolved to (`capability/...`) and the capability."""
 
     device_class: str = Field(validation_alias=_alias("deviceClass", "device_class"))
     device_count: int = Field(default=1, validation_alias=_alias("deviceCount", "device_count"))
+    capability: CapabilityPublic | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
 class Shape(ShapePublic, WireRequest):
+    """`deviceClass`, or `capability` (what each device must give: the cheapest kind of device
+    that gives it is chosen), and `deviceCount`."""
+
+    device_class: str | None = Field(  # type: ignore[assignment]
+        default=None, validation_alias=_alias("deviceClass", "device_class")
+    )
     device_count: int = Field(
         default=1,
         validation_alias=_alias("deviceCount", "device_count"),
         json_schema_extra={"minimum": 1, "maximum": MAX_DEVICE_COUNT},
     )
+    capability: Capability | None = None
+
+
+class RefusedOfferPublic(WireAnswer):
+    """A kind of device cheaper than the one chosen (or any, when none was), and why it was not."""
+
+    device_class: str
+    kind: str
+    price_per_hour: str | None
+    reason: str
+
+
+class ResolutionPublic(WireAnswer):
+    """What a capability request resolved to: the implicit device class of the cheapest kind of
+    device that gives it (null: none the project may use does), what it gives and costs, and why
+    each cheaper kind was refused."""
+
+    device_class: str | None
+    kind: str | None
+    memory_gib: float | None = Field(alias="memoryGiB")
+    compute_slices: int | None
+    price_per_hour: str | None
+    """Per device, in the prices' currency (its share of a GPU times its meter's price)."""
+    currency: str | None
+    free_devices: int | None
+    refused: list[RefusedOfferPublic]
 
 
 class _Placing(WireRequest):
@@ -195,6 +281,8 @@ class WorkloadPublic(WireAnswer):
     deployments: list[DeploymentPublic]
     verdicts: list[VerdictPublic] | None = Field(default=None, exclude_if=lambda v: v is None)
     """A verdict per cluster, in the answers of create, scale and drain."""
+    resolution: ResolutionPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """In the answer of a create by capability: what it resolved to, and why cheaper kinds were not."""
     preemptions: list[PreemptionPublic] | None = Field(default=None, exclude_if=lambda v: not v)
     """Replicas of other workloads this placement evicted, in the answers of create, scale and
     drain (left out when none)."""
@@ -211,6 +299,8 @@ class PlacementPreview(WireAnswer):
     reason: Reason | None
     preemptions: list[PreemptionPublic] = Field(default_factory=list)
     """Replicas of other workloads the placement would evict (none: empty)."""
+    resolution: ResolutionPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """For a shape asked by capability: what it resolved to, and why cheaper kinds were not."""
 
 
 class WorkloadListQuery(WireRequest):

@@ -50,6 +50,8 @@ def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
     raw = body.model_dump(by_alias=True, exclude_none=True)
     if body.shape is not None:
         raw["shape"] = {"deviceClass": body.shape.device_class, "deviceCount": body.shape.device_count}
+        if body.shape.capability is not None:
+            raw["shape"]["capability"] = body.shape.capability.model_dump(by_alias=True, exclude_none=True)
     return raw
 
 
@@ -128,14 +130,14 @@ def preview_placement(
             workload_id=view.id,
             current=current,
         )
-        return json_answer(preview_public(got.placement))
+        return json_answer(preview_public(got.placement, got.resolution))
     if body.shape is None:
         raise InvalidInput("give workloadId, or project, shape and replicas", {"field": "shape"})
     raw = _raw(body)
     raw["name"] = "preview"
     spec = parse_workload(raw, _preview_tenant(principal, body.tenant_id))
     got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
-    return json_answer(preview_public(got.placement))
+    return json_answer(preview_public(got.placement, got.resolution))
 
 
 @router.post("/operations", response_model=OperationPublic, status_code=201)

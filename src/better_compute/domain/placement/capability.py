@@ -1,0 +1,310 @@
+"""Capability requests: asking for what a device must give instead of naming its class (SPEC 10;
+users of Ray and Kubernetes ask for this: ray#37574, ray-project/enhancements#47).
+
+A workload's shape may say `{capability: {memoryGiB: {min: 20}, computeSlices: {min: 2},
+nvlinkPeer: true}, deviceCount: 1}`. Every kind of device the project may use (an `Offer`: a whole
+GPU of a model, a MIG instance of a profile, a time-slice or MPS slot of a pool's size) gives some
+memory and some compute slices, at a price per hour (its share of a GPU times its meter's price, as
+a bill counts it). The request resolves to the cheapest offer that gives at least what is asked
+(`resolve`); of equally cheap ones, the one that strands the least (memory, then slices, beyond
+the ask); of those, one with free devices now for a replica before one without. The answer says
+what it resolved to and why every cheaper offer was refused.
+
+What an offer gives:
+
+- a whole GPU: its memory (`vramGiB`) and all its model's compute slices; `nvlinkPeer` when it
+  has NVLink peers;
+- a MIG instance: its profile's memory and compute slices (the catalog's); never an NVLink peer
+  (MIG instances do not take part in NVLink peer traffic);
+- a time-slice slot: the GPU's memory over the slots (what each may count on; nothing isolates
+  it) and no compute slice of its own; an MPS slot: its share of memory the same way, and no
+  slice either. A request for compute slices therefore never resolves to a slot.
+
+The resolved offer becomes an implicit device class, `capability/...` (`implicit_class`): placement
+then works exactly as for a named class, and the workload keeps it, so its replicas stay one kind
+of device whatever prices do later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
+
+from better_compute.domain import catalog
+from better_compute.domain.atoms import Atom, AtomClass
+from better_compute.domain.device_classes import DeviceClass
+from better_compute.domain.errors import InvalidInput, NotFound
+from better_compute.domain.metering import share
+from better_compute.domain.placement.costs import money
+from better_compute.domain.selectors import MatchExpression, Selector
+
+PREFIX = "capability/"
+"""Names of implicit device classes: `/` is in no class name a user may give, so none collides."""
+
+MAX_MEMORY_GIB = 100_000
+MAX_COMPUTE_SLICES = 1_000
+FIELDS = ("memoryGiB", "computeSlices", "nvlinkPeer")
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """What each device must give at least."""
+
+    memory_gib: float | None = None
+    compute_slices: int | None = None
+    nvlink_peer: bool = False
+
+    def document(self) -> dict[str, object]:
+        out: dict[str, object] = {}
+        if self.memory_gib is not None:
+            out["memoryGiB"] = {"min": self.memory_gib}
+        if self.compute_slices is not None:
+            out["computeSlices"] = {"min": self.compute_slices}
+        if self.nvlink_peer:
+            out["nvlinkPeer"] = True
+        return out
+
+
+def _minimum(raw: object, field: str, most: float, integral: bool) -> float | int:
+    if not isinstance(raw, Mapping) or set(raw) != {"min"}:
+        raise InvalidInput(f"{field} must be an object {{min: <number>}}", {"field": field})
+    value = raw["min"]
+    kind = int if integral else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind) or not 0 < value <= most:
+        what = "an integer" if integral else "a number"
+        raise InvalidInput(
+            f"{field}.min must be {what} above 0 and at most {most:,}, not {value!r}"[:200],
+            {"field": f"{field}.min", "max": most},
+        )
+    return value
+
+
+def parse_capability(raw: object, field: str = "shape.capability") -> Capability:
+    """A capability from a request (`memoryGiB: {min}`, `computeSlices: {min}`, `nvlinkPeer`; the
+    snake_case names too); each refusal names its field."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(
+            f"{field} must be an object with memoryGiB, computeSlices or nvlinkPeer", {"field": field}
+        )
+    aliases = {"memory_gib": "memoryGiB", "compute_slices": "computeSlices", "nvlink_peer": "nvlinkPeer"}
+    given = {aliases.get(str(k), str(k)): v for k, v in raw.items()}
+    unknown = sorted(k for k in given if k not in FIELDS)
+    if unknown:
+        raise InvalidInput(
+            f"{field}.{unknown[0]} is not a capability; give {', '.join(FIELDS)}",
+            {"field": f"{field}.{unknown[0]}"},
+        )
+    if not given:
+        raise InvalidInput(f"{field} must ask for at least one of {', '.join(FIELDS)}", {"field": field})
+    memory = given.get("memoryGiB")
+    slices = given.get("computeSlices")
+    nvlink = given.get("nvlinkPeer", False)
+    if not isinstance(nvlink, bool):
+        raise InvalidInput(f"{field}.nvlinkPeer must be true or false", {"field": f"{field}.nvlinkPeer"})
+    return Capability(
+        memory_gib=None
+        if memory is None
+        else float(_minimum(memory, f"{field}.memoryGiB", MAX_MEMORY_GIB, False)),
+        compute_slices=None
+        if slices is None
+        else int(_minimum(slices, f"{field}.computeSlices", MAX_COMPUTE_SLICES, True)),
+        nvlink_peer=nvlink,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of device: an atom class and what tells its atoms apart from other kinds."""
+
+    cls: AtomClass
+    gpu_model: str | None
+    mig_profile: str | None = None
+    sharing: str | None = None
+    slots: int | None = None
+    nvlink: bool = False
+
+    @property
+    def name(self) -> str:
+        """How people read it: `H100-80GB`, `H100-80GB 3g.40gb`, `L4 timeslice slot (1 of 4)`."""
+        model = self.gpu_model or "unknown model"
+        if self.mig_profile is not None:
+            return f"{model} {self.mig_profile}"
+        if self.sharing is not None:
+            return f"{model} {self.sharing} slot (1 of {self.slots})"
+        return model + (" (NVLink)" if self.nvlink else "")
+
+    @property
+    def class_name(self) -> str:
+        """The implicit device class of this kind (`implicit_class` reads it back)."""
+        parts = [self.cls, self.gpu_model or "-"]
+        if self.mig_profile is not None:
+            parts.append(f"mig={self.mig_profile}")
+        elif self.sharing is not None:
+            parts.append(f"{self.sharing}={self.slots}")
+        elif self.nvlink:
+            parts.append("nvlink")
+        return PREFIX + "/".join(parts)
+
+
+def kind_of(atom: Atom) -> Kind | None:
+    """The kind of a bookable atom (None for a parent GPU of instances or slots)."""
+    attrs = atom.attributes
+    model = attrs.get("gpuModel")
+    model_id = model if isinstance(model, str) else None
+    if atom.cls == "gpu.mig":
+        profile = attrs.get("migProfile")
+        return Kind("gpu.mig", model_id, mig_profile=str(profile)) if profile is not None else None
+    if atom.cls == "gpu.slot":
+        slots = attrs.get("slots")
+        return Kind(
+            "gpu.slot",
+            model_id,
+            sharing=str(attrs.get("sharing")),
+            slots=slots if isinstance(slots, int) else None,
+        )
+    return Kind("gpu", model_id, nvlink=atom.nvlink_domain is not None)
+
+
+def gives(kind: Kind, atom: Atom) -> tuple[float, int]:
+    """The memory (GiB) and compute slices a device of this kind gives (module docstring)."""
+    model = catalog.find_model(kind.gpu_model) if kind.gpu_model else None
+    vram = atom.attributes.get("vramGiB")
+    memory = float(vram) if isinstance(vram, int | float) and not isinstance(vram, bool) else 0.0
+    if kind.cls == "gpu.mig":
+        profile = model.find_profile(kind.mig_profile) if model and kind.mig_profile else None
+        return (profile.memory_gib, profile.compute_slices) if profile else (0.0, 0)
+    if kind.cls == "gpu.slot":
+        if model is not None and not memory:
+            memory = model.memory_gib
+        return (float(memory * share(atom)), 0)
+    if model is not None:
+        return (memory or model.memory_gib, model.compute_slices or 1)
+    return (memory, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """A kind of device the project may use, what it gives, what it costs, and how many are free."""
+
+    kind: Kind
+    memory_gib: float
+    compute_slices: int
+    share: Fraction
+    price_per_hour: Decimal | None
+    """Per device: its share of a GPU times the meter's price (the dearest of the pools holding it)."""
+    currency: str | None
+    free: int
+    """Devices free now in the project's pools (how many more replicas could start at once)."""
+    unpriced: str | None = None
+    """A meter of the kind's pools with no price (then `price_per_hour` is None)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    offer: Offer
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """What a capability resolved to (None: nothing the project may use gives it), and why each
+    cheaper offer was refused."""
+
+    capability: Capability
+    chosen: Offer | None
+    refused: tuple[Refusal, ...]
+
+
+def shortfall(capability: Capability, offer: Offer, device_count: int) -> str | None:
+    """Why the offer does not give what is asked (None: it does)."""
+    if capability.memory_gib is not None and offer.memory_gib < capability.memory_gib:
+        return f"{_gib(offer.memory_gib)} GiB of memory, under the {_gib(capability.memory_gib)} asked"
+    if capability.compute_slices is not None and offer.compute_slices < capability.compute_slices:
+        return f"{offer.compute_slices} compute slice(s), under the {capability.compute_slices} asked"
+    if capability.nvlink_peer and not offer.kind.nvlink:
+        return "no NVLink peer"
+    return None
+
+
+def _gib(value: float) -> str:
+    return str(int(value)) if value == int(value) else f"{value:g}"
+
+
+def _rank(capability: Capability, offer: Offer, device_count: int) -> tuple[object, ...]:
+    """Cheapest first (an unknown price last); then what it strands beyond the ask (memory, then
+    slices); then one with room for a replica now; then by name."""
+    price = offer.price_per_hour
+    return (
+        price is None,
+        price if price is not None else Decimal(0),
+        offer.memory_gib - (capability.memory_gib or 0),
+        offer.compute_slices - (capability.compute_slices or 0),
+        offer.free < device_count,
+        offer.kind.class_name,
+    )
+
+
+def resolve(capability: Capability, offers: Iterable[Offer], device_count: int) -> Resolution:
+    """The cheapest offer that gives what is asked (module docstring), and for every offer ranked
+    before it, why it was refused."""
+    ranked = sorted(offers, key=lambda o: _rank(capability, o, device_count))
+    refused: list[Refusal] = []
+    for offer in ranked:
+        why = shortfall(capability, offer, device_count)
+        if why is None:
+            return Resolution(capability, offer, tuple(refused))
+        refused.append(Refusal(offer, why))
+    return Resolution(capability, None, tuple(refused))
+
+
+def price_text(offer: Offer) -> str:
+    if offer.price_per_hour is None:
+        return f"no price (meter {offer.unpriced})"
+    return f"{money(offer.price_per_hour)}{' ' + offer.currency if offer.currency else ''} per hour"
+
+
+def implicit_class(name: str) -> DeviceClass:
+    """The device class an implicit name stands for (NOT_FOUND when it is not one)."""
+    parts = name[len(PREFIX) :].split("/") if name.startswith(PREFIX) else []
+    if len(parts) not in (2, 3) or parts[0] not in ("gpu", "gpu.mig", "gpu.slot"):
+        raise NotFound(f"device class {name} not found", {"deviceClass": name})
+    cls: AtomClass = parts[0]  # type: ignore[assignment]
+    expressions = []
+    if parts[1] != "-":
+        expressions.append(MatchExpression("gpuModel", "In", (parts[1],)))
+    extra = parts[2] if len(parts) == 3 else None
+    if extra is not None and extra.startswith("mig="):
+        expressions.append(MatchExpression("migProfile", "In", (extra[4:],)))
+    elif extra is not None and "=" in extra:
+        sharing, _, slots = extra.partition("=")
+        expressions.append(MatchExpression("sharing", "In", (sharing,)))
+        expressions.append(MatchExpression("slots", "In", (slots,)))
+    elif extra == "nvlink":
+        expressions.append(MatchExpression("nvlinkDomain", "Exists", ()))
+    return DeviceClass(name, cls, Selector(tuple(expressions)), EPOCH)
+
+
+def is_implicit(name: str) -> bool:
+    return name.startswith(PREFIX)
+
+
+__all__ = [
+    "PREFIX",
+    "Capability",
+    "Kind",
+    "Offer",
+    "Refusal",
+    "Resolution",
+    "gives",
+    "implicit_class",
+    "is_implicit",
+    "kind_of",
+    "parse_capability",
+    "price_text",
+    "resolve",
+    "shortfall",
+]
