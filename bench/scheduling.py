@@ -34,6 +34,7 @@ import argparse
 import json
 import random
 import sys
+import tempfile
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -229,6 +230,107 @@ def fairness(capacity: int, events: int, seed: int) -> dict[str, Any]:
     }
 
 
+def slot_fleet(nodes: int) -> dict[str, Any]:
+    """One cluster of `nodes` nodes of 5 H100s, time-sliced in 2: 10 slots a node, in one pool of
+    the platform's (a time-sliced pool is single-tenant: its batch and its prod work share it)."""
+    return {
+        "tenants": [{"id": "platform"}],
+        "deviceClasses": [
+            {
+                "name": "h100-slot",
+                "class": "gpu.slot",
+                "selector": {"matchExpressions": [{"key": "gpuModel", "op": "In", "values": ["H100-80GB"]}]},
+            }
+        ],
+        "clusters": [
+            {
+                "name": "c1",
+                "region": "r1",
+                "nodes": [{"name": "n", "replicas": nodes, "gpus": {"model": "H100-80GB", "count": 5}}],
+            }
+        ],
+        "pools": [
+            {
+                "name": "slots",
+                "cluster": "c1",
+                "mode": "timeslice",
+                "owner": "platform",
+                "policy": {"replicas": 2},
+                "nodes": [f"n-{i + 1}" for i in range(nodes)],
+                "ownerQuota": {"gpu.slot": nodes * 20},  # above what it holds: the quota is not what binds
+            }
+        ],
+    }
+
+
+def time_service(nodes: int, replicas: int, previews: int, url: str) -> dict[str, Any]:
+    """The server's whole decision: `placement.preview` (in process, on a caught-up index) of a
+    priority-100 workload of one replica of 4 slots on one node, over `replicas` running
+    one-slot replicas of a preemptible class filling every slot (10 a node). It reads
+    the cluster's bookings from the booking index, the candidates' workloads from the database,
+    and plans: what every placement short of free devices pays."""
+    from better_compute.domain.credentials import Principal
+    from better_compute.domain.fleet import parse_fleet
+    from better_compute.domain.workloads import parse_workload
+    from better_compute.entrypoints.fleet import load_fleet
+    from better_compute.entrypoints.ids import RandomIds
+    from better_compute.service import placement, priority_classes, workloads
+    from better_compute.service.booking_index import BookingIndex
+    from better_compute.service.placement_stock import Stock
+    from better_compute.storage.store import Store
+
+    admin = Principal(tenant_id=None, is_admin=True, credential_id="bench")
+    store = Store.open(url)
+    try:
+        started = time.perf_counter()
+        load_fleet(store, parse_fleet(slot_fleet(nodes)), T0, batch=250)
+        priority_classes.create(store, admin, "batch", 1, True, T0)
+        priority_classes.create(store, admin, "prod", 100, False, T0)
+        wiring = workloads.Wiring(store, BookingIndex(), Stock(), RandomIds())
+        left = replicas
+        n = 0
+        while left > 0:
+            count = min(250, left)
+            raw = {
+                "tenantId": "platform",
+                "name": f"batch-{n}",
+                "shape": {"deviceClass": "h100-slot", "deviceCount": 1},
+                "replicas": count,
+                "priorityClass": "batch",
+            }
+            workloads.create(wiring, admin, raw, T0)
+            left -= count
+            n += 1
+        load_s = time.perf_counter() - started
+        ask = parse_workload(
+            {
+                "name": "prod",
+                "shape": {"deviceClass": "h100-slot", "deviceCount": 4},
+                "replicas": 1,
+                "priorityClass": "prod",
+            },
+            "platform",
+        )
+        samples = []
+        victims = 0
+        for _ in range(previews):
+            start = time.perf_counter()
+            got = placement.preview(store, wiring.index, wiring.stock, admin, ask, T0)
+            samples.append((time.perf_counter() - start) * 1000)
+            victims = sum(len(e.victims) for e in got.placement.evictions.values())
+        return {
+            "service_preemption_p50_ms": round(percentile(samples, 0.5), 2),
+            "service_preemption_p99_ms": round(percentile(samples, 0.99), 2),
+            "nodes": nodes,
+            "running_replicas": replicas,
+            "victims": victims,
+            "previews": previews,
+            "load_s": round(load_s, 1),
+        }
+    finally:
+        store.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -240,17 +342,28 @@ def main() -> None:
     parser.add_argument("--capacity", type=int, default=100)
     parser.add_argument("--events", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--database-url", default=None, help="where the server-side decision runs (default: a SQLite file)"
+    )
     args = parser.parse_args()
     decisions = args.decisions or (200 if args.quick else 1000)
     results: dict[str, Any] = {"machine_loop_s": machine_speed_s()}
     decided = time_decisions(args.nodes, args.replicas, decisions, args.seed)
     shared = fairness(args.capacity, args.events, args.seed)
+    service_nodes = 100 if args.quick else args.nodes
+    service_replicas = min(service_nodes * 10, 1000 if args.quick else args.replicas)
+    with tempfile.TemporaryDirectory() as directory:
+        url = args.database_url or f"sqlite:///{directory}/scheduling.db"
+        served = time_service(service_nodes, service_replicas, 20 if args.quick else 50, url)
     results = {
         "preemption_p50_ms": decided.pop("preemption_p50_ms"),
         "preemption_p99_ms": decided.pop("preemption_p99_ms"),
         "fairness_error_devices": shared.pop("fairness_error_devices"),
         "fairness_error_max_devices": shared.pop("fairness_error_max_devices"),
+        "service_preemption_p50_ms": served.pop("service_preemption_p50_ms"),
+        "service_preemption_p99_ms": served.pop("service_preemption_p99_ms"),
         "preemption": decided,
+        "service": served,
         "fairness": shared,
         **results,
     }

@@ -156,23 +156,27 @@ def candidates_in(
     """The replicas running on the class's devices there (reservations are never evicted), the
     workload's own left out."""
     running = tx.workloads.running(list(census.allocations))
+    classes = standing.priority_classes
+    devices = census.devices
     out = []
     for r in running:
+        found = classes.get(r.priority_class)
+        if found is None or not found.preemptible:
+            continue  # never a victim: not worth a candidate
         if r.workload_id == workload_id or r.tenant_id in skip_tenants:
             continue
         atoms, _, start = census.allocations[r.allocation_id]
-        found = standing.priority_classes.get(r.priority_class)
         out.append(
             Candidate(
-                allocation_id=r.allocation_id,
-                workload_id=r.workload_id,
-                tenant_id=r.tenant_id,
-                devices=tuple(census.devices[a][0] for a in atoms),
-                priority=found.priority if found is not None else 0,
-                preemptible=found.preemptible if found is not None else False,
-                started=start,
-                priority_class=r.priority_class,
-                deployment_id=r.deployment_id,
+                r.allocation_id,
+                r.workload_id,
+                r.tenant_id,
+                tuple([devices[a][0] for a in atoms]),
+                found.priority,
+                True,
+                start,
+                r.priority_class,
+                r.deployment_id,
             )
         )
     return out

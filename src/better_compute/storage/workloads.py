@@ -64,6 +64,10 @@ _PG_RECORD = (
 )
 
 
+RUNNING_CHUNK = 2_000
+"""Deployments read per statement by `running` (SQLite takes at most 32,766 parameters)."""
+
+
 def _workload_params(w: Workload) -> dict[str, Any]:
     return {
         "id": w.id,
@@ -404,34 +408,51 @@ class SqlWorkloads:
         if not wanted:
             return []
         deployment_ids = sorted({a.rpartition(".r")[0] for a in wanted})
-        stmt = (
-            select(
-                replicas.c.allocation_id,
-                replicas.c.idx,
-                replicas.c.deployment_id,
-                deployments.c.workload_id,
-                deployments.c.tenant_id,
-                deployments.c.cluster_id,
-                workloads.c.spec,
+        present: list[tuple[str, int, str]] = []
+        owners: dict[str, tuple[str, str, str]] = {}
+        for at in range(0, len(deployment_ids), RUNNING_CHUNK):  # a statement's parameters are bounded
+            chunk = deployment_ids[at : at + RUNNING_CHUNK]
+            # plain tuples, and each workload's spec read once: a cluster's replicas run to thousands
+            got = self.conn.execute(
+                select(replicas.c.allocation_id, replicas.c.idx, replicas.c.deployment_id).where(
+                    replicas.c.deployment_id.in_(chunk)
+                )
             )
-            .join(deployments, deployments.c.id == replicas.c.deployment_id)
-            .join(workloads, workloads.c.id == deployments.c.workload_id)
-            .where(replicas.c.deployment_id.in_(deployment_ids))
-        )
+            present.extend((a, int(i), d) for a, i, d in got if a in wanted)
+            for d, w, t, c in self.conn.execute(
+                select(
+                    deployments.c.id,
+                    deployments.c.workload_id,
+                    deployments.c.tenant_id,
+                    deployments.c.cluster_id,
+                ).where(deployments.c.id.in_(chunk))
+            ):
+                owners[d] = (w, t, c)
+        workload_ids = sorted({w for w, _, _ in owners.values()})
+        classes: dict[str, str] = {}
+        for at in range(0, len(workload_ids), RUNNING_CHUNK):
+            for w, spec in self.conn.execute(
+                select(workloads.c.id, workloads.c.spec).where(
+                    workloads.c.id.in_(workload_ids[at : at + RUNNING_CHUNK])
+                )
+            ):
+                document = json.loads(spec) if isinstance(spec, str) else spec
+                classes[w] = document.get("priorityClass") or "standard"
         out = []
-        for r in rows.rows(self.conn, stmt):
-            if r["allocation_id"] not in wanted:
+        for allocation_id, index, deployment_id in present:
+            owner = owners.get(deployment_id)
+            if owner is None:
                 continue
-            spec = r["spec"]
+            workload_id, tenant_id, cluster_id = owner
             out.append(
                 RunningReplica(
-                    allocation_id=r["allocation_id"],
-                    index=int(r["idx"]),
-                    deployment_id=r["deployment_id"],
-                    workload_id=r["workload_id"],
-                    tenant_id=r["tenant_id"],
-                    cluster_id=r["cluster_id"],
-                    priority_class=spec.get("priorityClass") or "standard",
+                    allocation_id=allocation_id,
+                    number=index,
+                    deployment_id=deployment_id,
+                    workload_id=workload_id,
+                    tenant_id=tenant_id,
+                    cluster_id=cluster_id,
+                    priority_class=classes.get(workload_id, "standard"),
                 )
             )
         return out

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, domain_of
 
@@ -35,9 +35,9 @@ Why = str
 """Why a victim may be evicted: `priority`, `floor` or `fair_share` (`fairness.WHYS`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """A running replica another workload might take the devices of."""
+class Candidate(NamedTuple):
+    """A running replica another workload might take the devices of (a named tuple: a decision
+    reads thousands of them, and a tuple is made several times faster than a frozen dataclass)."""
 
     allocation_id: str
     workload_id: str
@@ -107,8 +107,7 @@ def _preference(c: Candidate) -> Preference:
     return (c.priority, -c.started.timestamp(), c.allocation_id)
 
 
-@dataclass(frozen=True, slots=True)
-class _Member:
+class _Member(NamedTuple):
     """A candidate in one group: its preference, and how many of its devices are in the group."""
 
     preference: Preference
@@ -187,6 +186,8 @@ def _groups_of(devices: Sequence[FreeDevice], kind: DomainKind | None) -> list[t
     """The groups a replica's devices are in, with how many in each (one node, without a kind)."""
     if not devices:
         return []
+    if kind is None and len(devices) == 1:
+        return [((devices[0].node, ""), 1)]
     node = devices[0].node
     if kind is None and all(d.node == node for d in devices):
         return [((node, ""), len(devices))]
