@@ -480,17 +480,28 @@ class BookingIndex:
 
     def holders_at(
         self, atom_ids: Iterable[str], at: datetime
-    ) -> dict[str, tuple[str, str | None, datetime]]:
-        """Of `atom_ids`, those a live booking holds at the instant `at`, each with that booking's
-        allocation, tenant and start (who runs on it now: the candidates of a preemption)."""
-        out: dict[str, tuple[str, str | None, datetime]] = {}
+    ) -> tuple[dict[str, tuple[str, str | None, datetime]], set[str], datetime | None]:
+        """Of `atom_ids`: those a live booking holds at the instant `at`, each with that booking's
+        allocation, tenant and start (who runs on it now: the candidates of a preemption); those a
+        live booking holds at or after `at` (not free for an open-ended booking); and the first
+        instant after `at` at which either answer changes by time alone (a booking's start or end),
+        None when none does: until then only a new event changes them."""
+        holders: dict[str, tuple[str, str | None, datetime]] = {}
+        busy: set[str] = set()
+        soonest: datetime | None = None
         with self._lock:
             for atom_id in atom_ids:
                 for allocation in self._by_atom.get(atom_id, ()):
                     for i in self._by_allocation[allocation]:
-                        if i.atom_id == atom_id and i.start <= at and (i.end is None or at < i.end):
-                            out[atom_id] = (allocation, i.owner[0], i.start)
-        return out
+                        if i.atom_id != atom_id or (i.end is not None and i.end <= at):
+                            continue
+                        busy.add(atom_id)
+                        if i.start <= at:
+                            holders[atom_id] = (allocation, i.owner[0], i.start)
+                        for edge in (i.start, i.end):
+                            if edge is not None and edge > at and (soonest is None or edge < soonest):
+                                soonest = edge
+        return holders, busy, soonest
 
     def knows_booking_of(self, atom_id: str) -> bool:
         """Whether the index holds any live booking of the atom (at any time)."""

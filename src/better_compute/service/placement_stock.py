@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from fractions import Fraction
+from typing import TypeVar, cast
 
 from better_compute.domain.billing import Price
 from better_compute.domain.class_quotas import ClassQuota
@@ -37,6 +38,8 @@ from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import Cluster, Quota
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
+
+T = TypeVar("T")
 
 MAX_ENTRIES = 20_000
 """Entries kept before the cache starts over: pools x classes x shapes in use stays far below."""
@@ -123,6 +126,7 @@ class Stock:
         self._rules: dict[tuple[str, str], tuple[int, Rules]] = {}
         self._tenants: tuple[int, set[str]] = (-1, set())
         self._standing: dict[str, tuple[int, Standing]] = {}
+        self._kept: dict[tuple[object, ...], tuple[tuple[int, ...], datetime | None, object]] = {}
         self._classes: dict[str, DeviceClass] = {}
         self._rooms: dict[tuple[str, str, int, str | None, frozenset[str]], tuple[_Entry, Room]] = {}
         self._together: dict[tuple[object, ...], tuple[tuple[int, ...], datetime | None, Room]] = {}
@@ -193,6 +197,27 @@ class Stock:
                 self._standing.clear()
             self._standing[device_class] = (version, found)
         return found
+
+    def kept(
+        self,
+        key: tuple[object, ...],
+        version: tuple[int, ...],
+        now: datetime,
+        build: Callable[[], tuple[T, datetime | None]],
+    ) -> T:
+        """What `build` makes, kept under `key` while `version` stands and until the instant it
+        returned beside it (None: no instant): a cache of what is derived from the booking index,
+        which `version` (the index's versions) says has not changed, never a truth."""
+        with self._lock:
+            cached = self._kept.get(key)
+        if cached is not None and cached[0] == version and (cached[1] is None or now < cached[1]):
+            return cast("T", cached[2])
+        made, until = build()
+        with self._lock:
+            if len(self._kept) >= MAX_ENTRIES:
+                self._kept.clear()
+            self._kept[key] = (version, until, made)
+        return made
 
     def tenant_exists(self, tx: Tx, index: BookingIndex, tenant_id: str) -> bool:
         """Whether the tenant exists and is not deleted. Only a yes is kept, under the catalog's

@@ -22,13 +22,20 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.placement.fairness import Entitlement, Rules, reserved_for_others, unused_floor
-from better_compute.domain.placement.preemption import Candidate, Eviction, plan_preemption
-from better_compute.domain.placement.topology import FreeDevice
+from better_compute.domain.placement.preemption import (
+    Board,
+    Candidate,
+    Eviction,
+    plan_on,
+    running_board,
+    with_free,
+)
+from better_compute.domain.placement.topology import DomainKind, FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
@@ -50,7 +57,8 @@ class Census:
     """The bookable devices of the class in the tenant's usable pools there (cordoned nodes left
     out), with their pool: what it may take, free or by evicting."""
     free: tuple[FreeDevice, ...]
-    """Those no booking holds and no write of this process has claimed."""
+    """Those no booking holds from now on (claims of this process's writes in flight are taken
+    out where it is used: they change with no event)."""
     held: Mapping[str, int]
     """Devices of the class each tenant holds in the cluster."""
     capacity: int
@@ -59,33 +67,73 @@ class Census:
     """Each allocation holding some of `devices`: those atoms, its tenant, its start."""
 
 
+@dataclass(frozen=True)
+class Stand:
+    """A cluster's census and its preemptible replicas (every workload's), with their boards per
+    topology kind: kept per process while the cluster's bookings and the priority classes stand
+    (`Stock.kept`), so the decisions of a retry pass, or of writes in a row, read them once."""
+
+    census: Census
+    candidates: tuple[Candidate, ...]
+    boards: dict[DomainKind | None, Board] = field(default_factory=dict)
+
+    def board(self, kind: DomainKind | None) -> Board:
+        found = self.boards.get(kind)
+        if found is None:
+            found = self.boards[kind] = running_board(self.candidates, kind)
+        return found
+
+
 def preemptible(standing: Standing, spec: WorkloadSpec) -> bool:
     """Whether the workload's own priority class is preemptible (it may then borrow floors)."""
     found = standing.priority_classes.get(spec.priority_class)
     return found is not None and found.preemptible
 
 
-def census_in(
+def stand_in(
     tx: Tx,
     index: BookingIndex,
     stock: Stock,
+    standing: Standing,
     cluster_id: str,
     usable: Collection[str],
     device_class: DeviceClass,
     now: datetime,
     cordoned: Collection[str] = frozenset(),
-) -> Census:
-    """Who holds what of the class in the cluster now, from the booking index (`Census`);
-    `usable` are the tenant's pools there."""
+) -> Stand:
+    """The cluster's `Stand` for the class and the tenant's usable pools there, from the process's
+    cache when nothing it was read from has changed."""
     seats = stock.catalog(tx, index).seats
+    pools = sorted(p for p, seat in seats.items() if seat.cluster_id == cluster_id)
+    version = (*index.pools_versions([[(p, None) for p in pools]])[0], index.catalog_version())
+    key = ("stand", cluster_id, device_class.name, frozenset(usable), frozenset(cordoned))
+
+    def build() -> tuple[Stand, datetime | None]:
+        census, until = census_in(tx, index, stock, pools, usable, device_class, now, cordoned)
+        return Stand(census, tuple(candidates_in(tx, census, standing))), until
+
+    return stock.kept(key, version, now, build)
+
+
+def census_in(
+    tx: Tx,
+    index: BookingIndex,
+    stock: Stock,
+    pools: Sequence[str],
+    usable: Collection[str],
+    device_class: DeviceClass,
+    now: datetime,
+    cordoned: Collection[str] = frozenset(),
+) -> tuple[Census, datetime | None]:
+    """Who holds what of the class in these pools (a cluster's) now, from the booking index
+    (`Census`), and the instant it would change by time alone; `usable` are the tenant's pools."""
     everything: dict[str, tuple[FreeDevice, str]] = {}
-    for pool_id in sorted(p for p, seat in seats.items() if seat.cluster_id == cluster_id):
+    for pool_id in pools:
         for device in stock.devices(tx, index, pool_id, device_class):
             everything[device.atom_id] = (device, pool_id)
-    holders = index.holders_at(everything, now)
-    claimed = index.claimed()
+    holders, busy, until = index.holders_at(everything, now)
     devices = {a: dp for a, dp in everything.items() if dp[1] in usable and dp[0].node not in cordoned}
-    free = tuple(d for a, (d, _) in devices.items() if a not in holders and a not in claimed)
+    free = tuple(d for a, (d, _) in devices.items() if a not in busy)
     held: Counter[str] = Counter()
     atoms_of: dict[str, list[str]] = {}
     meta: dict[str, tuple[str | None, datetime]] = {}
@@ -96,7 +144,7 @@ def census_in(
             atoms_of.setdefault(allocation, []).append(atom_id)
             meta[allocation] = (tenant, start)
     allocations = {a: (tuple(atoms), meta[a][0], meta[a][1]) for a, atoms in atoms_of.items()}
-    return Census(devices, free, dict(held), len(everything), allocations)
+    return Census(devices, free, dict(held), len(everything), allocations), until
 
 
 def entitlements_in(standing: Standing, cluster_id: str) -> dict[str, Entitlement]:
@@ -150,11 +198,9 @@ def reserved_in(
     return {c: n for c, n in out.items() if n > 0}
 
 
-def candidates_in(
-    tx: Tx, census: Census, standing: Standing, workload_id: str | None, skip_tenants: frozenset[str]
-) -> list[Candidate]:
-    """The replicas running on the class's devices there (reservations are never evicted), the
-    workload's own left out."""
+def candidates_in(tx: Tx, census: Census, standing: Standing) -> list[Candidate]:
+    """The preemptible replicas running on the class's devices there (reservations are never
+    evicted; the rules leave out the workload's own, `Rules.skips`)."""
     running = tx.workloads.running(list(census.allocations))
     classes = standing.priority_classes
     devices = census.devices
@@ -163,8 +209,6 @@ def candidates_in(
         found = classes.get(r.priority_class)
         if found is None or not found.preemptible:
             continue  # never a victim: not worth a candidate
-        if r.workload_id == workload_id or r.tenant_id in skip_tenants:
-            continue
         atoms, _, start = census.allocations[r.allocation_id]
         out.append(
             Candidate(
@@ -222,7 +266,8 @@ def plan_evictions(
     waiting = tx.workloads.awaiting(workload_id) if workload_id is not None else set()
     used = set(plan.shares) | {c for c, n in current.items() if n > 0}
     open_to = [v for v in plan.verdicts if _may_evict_in(v, spec, used, v.cluster_id in waiting)]
-    seen: dict[str, tuple[Census, list[Candidate]]] = {}
+    seen: dict[str, Stand] = {}
+    claimed = index.claimed()
 
     def option(verdict: Verdict, wanted: int) -> Opened | None:
         cluster_id = verdict.cluster_id
@@ -240,15 +285,15 @@ def plan_evictions(
         if allowed <= 0:
             return None
         if cluster_id not in seen:
-            census = census_in(
-                tx, index, stock, cluster_id, set(pools), room.device_class, now, room.cordoned
+            seen[cluster_id] = stand_in(
+                tx, index, stock, standing, cluster_id, set(pools), room.device_class, now, room.cordoned
             )
-            seen[cluster_id] = (census, candidates_in(tx, census, standing, workload_id, skip_tenants))
-        census, candidates = seen[cluster_id]
-        if not candidates:
+        stand = seen[cluster_id]
+        if not stand.candidates:
             return None
+        census = stand.census
         rows = entitlements_in(standing, cluster_id)
-        free = census.free
+        free = [d for d in census.free if d.atom_id not in claimed] if claimed else list(census.free)
         if not lends:
             # other projects' unused floors are not this workload's to fill
             free = free[reserved_for_others(spec.tenant_id, rows, census.held) :]
@@ -259,10 +304,11 @@ def plan_evictions(
             rows,
             capacity=census.capacity,
             devices=spec.device_count,
+            workload_id=workload_id,
+            skip_tenants=skip_tenants,
         )
-        eviction = plan_preemption(
-            free, candidates, spec.device_count, new_there + allowed, spec.topology_kind, rules
-        )
+        prepared = with_free(stand.board(spec.topology_kind), free)
+        eviction = plan_on(prepared, spec.device_count, new_there + allowed, rules)
         extra = eviction.replicas - new_there
         if extra <= 0 or not eviction.victims:
             return None
@@ -355,10 +401,12 @@ __all__ = [
     "Census",
     "Opened",
     "Room",
+    "Stand",
     "census_in",
     "entitlements_in",
     "plan_evictions",
     "preemptible",
     "reserved_in",
+    "stand_in",
     "with_evictions",
 ]

@@ -155,10 +155,17 @@ class Rules:
     """Devices of the class one replica of the workload needs."""
     fair: bool = True
     """Whether floors and fair sharing may evict (False: priority alone)."""
+    workload_id: str | None = None
+    """The workload placed: its own replicas are never its victims."""
+    skip_tenants: frozenset[str] = frozenset()
+    """Projects left out of this decision (another write holds their lock)."""
 
     @property
     def counts_holdings(self) -> bool:
         return True  # the floors' budgets and the shares move with every replica planned
+
+    def skips(self, candidate: Candidate) -> bool:
+        return candidate.workload_id == self.workload_id or candidate.tenant_id in self.skip_tenants
 
     def budget(self, tenant_id: str) -> int | None:
         if tenant_id == self.tenant_id:

@@ -97,6 +97,11 @@ class Eligibility(Protocol):
         it at its floor, which no set of victims may cross."""
         ...
 
+    def skips(self, candidate: Candidate) -> bool:
+        """Whether this candidate is out of the question whatever the rules (the workload's own
+        replicas; a project whose lock another write holds): asked of each, before `why`."""
+        ...
+
 
 Preference = tuple[int, float, str]
 Cost = tuple[int, tuple[Preference, ...]]
@@ -214,10 +219,22 @@ class Board:
 def board(free: Iterable[FreeDevice], candidates: Iterable[Candidate], kind: DomainKind | None) -> Board:
     """The `Board` of these free devices and running replicas. Only `preemptible` replicas are
     kept: no rule ever evicts another."""
+    return with_free(running_board(candidates, kind), free)
+
+
+def with_free(board: Board, free: Iterable[FreeDevice]) -> Board:
+    """`board` with these free devices (what changes between decisions far more often, and far
+    cheaper to count, than who runs where)."""
     free_in: dict[tuple[str, str], int] = {}
+    kind = board.kind
     for device in free:
         key = (device.node, "") if kind is None else domain_of(device, kind)
         free_in[key] = free_in.get(key, 0) + 1
+    return Board(kind, free_in, board.members, board.sizes)
+
+
+def running_board(candidates: Iterable[Candidate], kind: DomainKind | None) -> Board:
+    """A `Board` of these running replicas and no free device."""
     present: dict[tuple[str, str], list[_Member]] = {}
     for candidate in candidates:
         if not candidate.preemptible:
@@ -228,7 +245,7 @@ def board(free: Iterable[FreeDevice], candidates: Iterable[Candidate], kind: Dom
             present.setdefault(key, []).append(_Member(preference, candidate, n, what))
     members = {k: tuple(sorted(ms, key=lambda m: m.preference)) for k, ms in present.items()}
     sizes = {k: tuple(sorted((m.devices for m in ms), reverse=True)) for k, ms in members.items()}
-    return Board(kind, free_in, members, sizes)
+    return Board(kind, {}, members, sizes)
 
 
 def plan_preemption(
@@ -287,7 +304,7 @@ def plan_on(board: Board, device_count: int, replicas: int, eligible: Eligibilit
                     break  # neither this group nor any after it can cost less
                 open_to: list[_Member] = []
                 for member in board.members[key]:
-                    if member.candidate.allocation_id in gone:
+                    if member.candidate.allocation_id in gone or eligible.skips(member.candidate):
                         continue
                     if member.kind not in why_of:
                         why_of[member.kind] = eligible.why(member.candidate)
@@ -326,4 +343,6 @@ __all__ = [
     "board",
     "plan_on",
     "plan_preemption",
+    "running_board",
+    "with_free",
 ]
