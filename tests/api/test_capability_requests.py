@@ -123,3 +123,68 @@ def test_a_capability_nothing_gives_is_not_found_with_the_reasons_and_bad_ones_a
         assert got.status_code == 400, (shape, got.text)
         assert got.json()["error"]["code"] == "INVALID_INPUT"
         assert field in got.text, (shape, got.text)
+
+
+def test_a_kind_a_quota_row_names_by_class_is_refused_so_capability_never_slips_past_quota(
+    world: World,
+) -> None:
+    """A regression: a class row of 0 for a100-80gb refused it by name, while a capability of
+    60 GiB placed on the same A100s under an implicit class no row names."""
+    got = world.http.put(
+        "/v1/quotas",
+        json={"project": "platform", "device_class": "a100-80gb", "scope": "fleet", "guaranteed_devices": 0},
+        headers=world.admin,
+    )
+    assert got.status_code == 200, got.text
+    # the A100s are the only devices with 60 GiB the project may use: nothing is left
+    none = world.http.post(
+        "/v1/workloads",
+        json={"project": "platform", "name": "big", "shape": {"capability": {"memoryGiB": {"min": 60}}}},
+        headers=world.admin,
+    )
+    assert none.status_code == 404, none.text
+    refused = {r["kind"]: r["reason"] for r in none.json()["error"]["details"]["refused"]}
+    assert refused["A100-80GB (NVLink)"] == (
+        "device class a100-80gb, which it is, limits the project by quota: ask for a100-80gb by name"
+    )
+    # by name, the row decides as it always did
+    named = world.post(
+        "/v1/workloads", {"name": "named", "shape": {"device_class": "a100-80gb", "device_count": 1}}, 201
+    )
+    assert named["placedReplicas"] == 0 and named["reason"] == "insufficient_quota"
+
+
+def test_the_kind_chosen_is_one_a_cluster_takes_now_policies_counted(world: World) -> None:
+    """A regression: the cheapest kind was chosen even where every cluster holding it was denied
+    by a policy, and the workload waited while a dearer kind elsewhere would have placed."""
+    got = world.http.post(
+        "/v1/policies",
+        json={"name": "no-eu", "tenantId": "platform", "deniedClusters": ["eu-west"]},
+        headers=world.admin,
+    )
+    assert got.status_code == 201, got.text
+    made = world.post(
+        "/v1/workloads", {"name": "w", "shape": {"capability": {"memoryGiB": {"min": 30}}}}, 201
+    )
+    assert made["resolution"]["kind"] == "A100-80GB (NVLink)"
+    assert made["placedReplicas"] == 1
+    refused = {r["kind"]: r["reason"] for r in made["resolution"]["refused"]}
+    assert refused["H100-80GB 3g.40gb"] == (
+        "no cluster would take a replica of it now (eu-west: policy_denied, us-east: insufficient_capacity)"
+    )
+
+
+def test_a_policy_allowing_only_some_classes_refuses_capability_kinds_with_a_way_out(world: World) -> None:
+    got = world.http.post(
+        "/v1/policies",
+        json={"name": "classes", "tenantId": "platform", "allowedDeviceClasses": ["h100-80gb-sxm"]},
+        headers=world.admin,
+    )
+    assert got.status_code == 201, got.text
+    none = world.http.post(
+        "/v1/workloads",
+        json={"project": "platform", "name": "w", "shape": {"capability": {"memoryGiB": {"min": 30}}}},
+        headers=world.admin,
+    )
+    assert none.status_code == 404, none.text
+    assert "policy classes allows only device classes h100-80gb-sxm: ask for one of them by name" in none.text

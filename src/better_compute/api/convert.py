@@ -31,7 +31,7 @@ from better_compute.domain.node_reports import (
     Report,
     ScrubDone,
 )
-from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.capability import WHOLE, Resolution
 from better_compute.domain.placement.costs import money
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.priority_classes import PriorityClass
@@ -707,7 +707,7 @@ def resolution_public(r: Resolution) -> ResolutionPublic:
         device_class=None if chosen is None else chosen.kind.class_name,
         kind=None if chosen is None else chosen.kind.name,
         memory_gib=None if chosen is None else chosen.memory_gib,
-        compute_slices=None if chosen is None else chosen.compute_slices,
+        compute_slices=None if chosen is None or chosen.compute_slices >= WHOLE else chosen.compute_slices,
         price_per_hour=None
         if chosen is None or chosen.price_per_hour is None
         else money(chosen.price_per_hour),

@@ -483,7 +483,8 @@ def decision(event: EventPublic) -> str:
         evicted = p.get("evicted") or []
         if evicted:
             whose = sorted({f"{e.get('workloadId')} ({e.get('why')})" for e in evicted})
-            parts.append(f"preempted {len(evicted)} replica(s) of " + ", ".join(whose))
+            count = p.get("evictions") or len(evicted)
+            parts.append(f"preempted {count} replica(s) of " + ", ".join(whose))
         return "; ".join(parts)
     if event.type == "workload.preempted":
         count = len(p.get("allocations") or [])

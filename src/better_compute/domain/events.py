@@ -309,10 +309,13 @@ class WorkloadDecided(Event):
     reason: str | None = None
     refused: Mapping[str, str] = field(default_factory=dict)
     evicted: tuple[Mapping[str, str], ...] = ()
+    evictions: int = 0
+    """How many replicas it preempted in all (`evicted` names at most `MAX_REFUSED`)."""
 
 
 MAX_REFUSED = 20
-"""Clusters a `workload.decided` names as refused: enough to say why, bounded on a large fleet."""
+"""Clusters a `workload.decided` names as refused, and evictions it names: enough to say why,
+bounded on a large fleet."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,13 +11,16 @@ then, not on every placement.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.device_classes import belongs_to
 from better_compute.domain.errors import NotFound
 from better_compute.domain.metering import share
 from better_compute.domain.placement.capability import (
@@ -27,10 +30,8 @@ from better_compute.domain.placement.capability import (
     gives,
     kind_of,
     price_text,
-    resolve,
 )
 from better_compute.domain.quota import effective_limit
-from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import Tx
@@ -45,6 +46,7 @@ class _Gathered:
     unpriced: str | None = None
     free: int = 0
     pools: set[str] = field(default_factory=set)
+    covers: tuple[str, ...] = ()
 
 
 def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: datetime) -> list[Offer]:
@@ -55,6 +57,7 @@ def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: da
     for q in rules.quotas:
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
     claimed = index.claimed()
+    named = tx.device_classes.all()
     kinds: dict[Kind, _Gathered] = {}
     for pool in catalog.seats.values():
         limits = offered.get(pool.id, {})
@@ -71,6 +74,7 @@ def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: da
             found = kinds.get(kind)
             if found is None:
                 found = kinds[kind] = _Gathered(atom, share(atom))
+                found.covers = tuple(sorted(c.name for c in named if belongs_to(atom, c)))
             if pool.id not in found.pools:
                 found.pools.add(pool.id)
                 if price is None:
@@ -91,34 +95,56 @@ def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: da
                 memory_gib=memory,
                 compute_slices=slices,
                 share=g.share,
-                price_per_hour=None if g.unpriced else g.price,
+                price_per_hour=g.price,
                 currency=g.currency,
                 free=g.free,
                 unpriced=g.unpriced,
+                covers=g.covers,
             )
         )
     return out
 
 
-def resolve_in(
-    tx: Tx, index: BookingIndex, stock: Stock, spec: WorkloadSpec, now: datetime
-) -> tuple[WorkloadSpec, Resolution | None]:
-    """The spec with its capability resolved to an implicit device class, and the resolution
-    (None for a spec that names its class). Nothing the tenant may use gives it: NOT_FOUND, with
-    every offer and why it was refused."""
-    if spec.capability is None or spec.device_class:
-        return spec, None
-    resolution = resolve(spec.capability, offers_in(tx, index, stock, spec.tenant_id, now), spec.device_count)
-    if resolution.chosen is None:
-        raise nothing_gives(resolution)
-    return replace(spec, device_class=resolution.chosen.kind.class_name), resolution
+def refusal(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str) -> Callable[[Offer], str | None]:
+    """Why a kind that gives what is asked is still refused for the tenant: a kind would slip
+    past what names a class. A device-class quota row of the tenant's, or another project's
+    floor, on a class its devices belong to (those count devices of the class, and a kind asked
+    by capability is not that class); a policy that allows only some device classes (it names
+    classes, not kinds). Asking for the class by name keeps them all."""
+    rows = stock.standing_rows(tx, index)
+    limited = {r.device_class for r in rows if r.tenant_id == tenant_id}
+    floored = {r.device_class for r in rows if r.tenant_id != tenant_id and r.floor_devices > 0}
+    allowing = [
+        p for p in stock.rules(tx, index, tenant_id, "").policies if p.constraints.allowed_device_classes
+    ]
+
+    def check(offer: Offer) -> str | None:
+        for name in offer.covers:
+            if name in limited:
+                return (
+                    f"device class {name}, which it is, limits the project by quota: ask for {name} by name"
+                )
+            if name in floored:
+                return (
+                    f"device class {name}, which it is, carries other projects' floors:"
+                    f" ask for {name} by name"
+                )
+        if allowing:
+            allowed = ", ".join(allowing[0].constraints.allowed_device_classes)
+            return (
+                f"policy {allowing[0].name} allows only device classes {allowed}: ask for one of them by name"
+            )
+        return None
+
+    return check
 
 
 def nothing_gives(resolution: Resolution) -> NotFound:
     reasons = Counter(r.reason for r in resolution.refused)
     said = "; ".join(f"{n} kind(s): {why}" for why, n in reasons.most_common(3)) or "it may use no device"
     return NotFound(
-        f"no kind of device the project may use gives {resolution.capability.document()} ({said})"[:500],
+        f"no kind of device the project may use gives {json.dumps(resolution.capability.document())}"
+        f" ({said})"[:500],
         {
             "capability": resolution.capability.document(),
             "refused": [
@@ -129,4 +155,4 @@ def nothing_gives(resolution: Resolution) -> NotFound:
     )
 
 
-__all__ = ["nothing_gives", "offers_in", "price_text", "resolve_in"]
+__all__ = ["nothing_gives", "offers_in", "price_text", "refusal"]

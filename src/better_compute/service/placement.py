@@ -23,7 +23,7 @@ from better_compute.domain.clusters import accepts_placements
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.iam import Policy
-from better_compute.domain.placement.capability import Resolution, resolve
+from better_compute.domain.placement.capability import Offer, Resolution, resolve
 from better_compute.domain.placement.constraints import applicable, ceiling, deny
 from better_compute.domain.placement.costs import Cost, replica_cost
 from better_compute.domain.placement.topology import FreeDevice, Room
@@ -41,7 +41,7 @@ from better_compute.domain.records import Cluster
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service import preemption
 from better_compute.service.booking_index import BookingIndex
-from better_compute.service.capabilities import offers_in
+from better_compute.service.capabilities import offers_in, refusal
 from better_compute.service.class_quotas import ClassQuotaFigures
 from better_compute.service.placement_stock import PoolSeat, Stock
 from better_compute.service.ports import StorePort, Tx
@@ -342,6 +342,56 @@ def main_reason(placement: Placement) -> Reason | None:
     return min(counted, key=lambda r: (-counted[r], REASONS.index(r)))
 
 
+def resolved(
+    tx: Tx,
+    index: BookingIndex,
+    stock: Stock,
+    spec: WorkloadSpec,
+    now: datetime,
+    *,
+    workload_id: str | None = None,
+    workload_policies: Sequence[Policy] = (),
+) -> tuple[WorkloadSpec, Resolution | None]:
+    """`spec` with its capability resolved to an implicit class, and the resolution (None for a
+    spec that names its class; a resolution with nothing chosen leaves the spec as it is). Of the
+    kinds that give what is asked, cheapest first, the first that a cluster would take a replica of
+    now wins (a plan for each, writing nothing: policies, phases, quotas and capacity all count),
+    else the cheapest (the workload waits for it); kinds a quota row, a floor or a policy names
+    by class are refused (`capabilities.refusal`)."""
+    if spec.capability is None or spec.device_class:
+        return spec, None
+
+    def places(offer: Offer) -> str | None:
+        trial = replace(spec, device_class=offer.kind.class_name)
+        snap = snapshot_in(
+            tx,
+            index,
+            stock,
+            spec.tenant_id,
+            trial.device_class,
+            workload_id,
+            now,
+            workload_policies=workload_policies,
+        )
+        plan, _ = plan_in(tx, index, stock, snap, trial, {}, now, workload_id=workload_id)
+        if trial.replicas == 0 or plan.unplaced < trial.replicas:
+            return None
+        why = ", ".join(f"{v.cluster_id}: {v.reason}" for v in plan.verdicts[:3] if v.reason is not None)
+        more = ", ..." if len(plan.verdicts) > 3 else ""
+        return f"no cluster would take a replica of it now ({why or 'insufficient_capacity'}{more})"
+
+    found = resolve(
+        spec.capability,
+        offers_in(tx, index, stock, spec.tenant_id, now),
+        spec.device_count,
+        refuses=refusal(tx, index, stock, spec.tenant_id),
+        places=places,
+    )
+    if found.chosen is None:
+        return spec, found
+    return replace(spec, device_class=found.chosen.kind.class_name), found
+
+
 @dataclass(frozen=True)
 class Preview:
     spec: WorkloadSpec
@@ -364,14 +414,9 @@ def preview(
     """`placement.preview`: what placing `spec` would choose now. It writes nothing."""
     with store.read() as tx:
         index.sync(tx)
-        resolution = None
-        if spec.capability is not None and not spec.device_class:
-            found = resolve(
-                spec.capability, offers_in(tx, index, stock, spec.tenant_id, now), spec.device_count
-            )
-            if found.chosen is None:
-                return Preview(spec, Placement({}, (), spec.replicas), found)
-            spec, resolution = replace(spec, device_class=found.chosen.kind.class_name), found
+        spec, resolution = resolved(tx, index, stock, spec, now, workload_id=workload_id)
+        if resolution is not None and resolution.chosen is None:
+            return Preview(spec, Placement({}, (), spec.replicas), resolution)
         snap = snapshot_in(tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now)
         if spec.priority_class not in stock.standing(tx, index, spec.device_class).priority_classes:
             raise priority_class_not_found(spec.priority_class)

@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from fractions import Fraction
 from typing import TypeVar, cast
 
@@ -40,6 +40,9 @@ from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ports import Tx
 
 T = TypeVar("T")
+
+EVER = datetime.min.replace(tzinfo=UTC)
+"""The instant given to `kept` for what time alone never changes."""
 
 MAX_ENTRIES = 20_000
 """Entries kept before the cache starts over: pools x classes x shapes in use stays far below."""
@@ -218,6 +221,12 @@ class Stock:
                 self._kept.clear()
             self._kept[key] = (version, until, made)
         return made
+
+    def standing_rows(self, tx: Tx, index: BookingIndex) -> tuple[ClassQuota, ...]:
+        """Every device-class quota row of every tenant, under the catalog's version."""
+        return self.kept(
+            ("class-rows",), (index.catalog_version(),), EVER, lambda: (tuple(tx.class_quotas.find()), None)
+        )
 
     def tenant_exists(self, tx: Tx, index: BookingIndex, tenant_id: str) -> bool:
         """Whether the tenant exists and is not deleted. Only a yes is kept, under the catalog's

@@ -62,7 +62,7 @@ class Census:
     held: Mapping[str, int]
     """Devices of the class each tenant holds in the cluster."""
     capacity: int
-    """Bookable devices of the class in the cluster, in every pool."""
+    """Bookable devices of the class in the cluster, in every pool (cordoned nodes left out)."""
     allocations: Mapping[str, tuple[tuple[str, ...], str | None, datetime]]
     """Each allocation holding some of `devices`: those atoms, its tenant, its start."""
 
@@ -144,7 +144,8 @@ def census_in(
             atoms_of.setdefault(allocation, []).append(atom_id)
             meta[allocation] = (tenant, start)
     allocations = {a: (tuple(atoms), meta[a][0], meta[a][1]) for a, atoms in atoms_of.items()}
-    return Census(devices, free, dict(held), len(everything), allocations), until
+    capacity = sum(1 for device, _ in everything.values() if device.node not in cordoned)
+    return Census(devices, free, dict(held), capacity, allocations), until
 
 
 def entitlements_in(standing: Standing, cluster_id: str) -> dict[str, Entitlement]:

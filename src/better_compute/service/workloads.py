@@ -269,7 +269,17 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
         _lock_and_catch_up(tx, wiring, tenant_id)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
-        spec, resolution = capabilities.resolve_in(tx, wiring.index, wiring.stock, asked, now)
+        spec, resolution = placement.resolved(
+            tx,
+            wiring.index,
+            wiring.stock,
+            asked,
+            now,
+            workload_id=workload_id,
+            workload_policies=_own(asked, workload_id),
+        )
+        if resolution is not None and resolution.chosen is None:
+            raise capabilities.nothing_gives(resolution)
         _check_refs(tx, wiring, spec)
         workload = Workload(workload_id, spec, 1, now)
         created = WorkloadCreated(
@@ -294,20 +304,32 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     return _attempts(wiring, run)
 
 
-def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> tuple[Workload, Policy]:
-    """The `<name>-placement` policy a workload's `allowedRegions`/`allowedClusters` become: a real
-    policy on the workload, made in the workload's transaction (seed 001 "Attaching policies")."""
-    spec = workload.spec
+def _own_raw(spec: WorkloadSpec, workload_id: str) -> dict[str, Any]:
     raw: dict[str, Any] = {
         "name": placement_policy_name(spec.name),
-        "tenantId": workload.tenant_id,
+        "tenantId": spec.tenant_id,
         "subjectType": "workload",
-        "subjectId": workload.id,
+        "subjectId": workload_id,
     }
     if spec.allowed_regions:
         raw["allowedRegions"] = list(spec.allowed_regions)
     if spec.allowed_clusters:
         raw["allowedClusters"] = list(spec.allowed_clusters)
+    return raw
+
+
+def _own(spec: WorkloadSpec, workload_id: str) -> tuple[Policy, ...]:
+    """The policy a new workload's `allowedRegions`/`allowedClusters` will become, not stored yet
+    (what a capability's resolution plans with)."""
+    if not (spec.allowed_regions or spec.allowed_clusters):
+        return ()
+    return (parse_policy(_own_raw(spec, workload_id)),)
+
+
+def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> tuple[Workload, Policy]:
+    """The `<name>-placement` policy a workload's `allowedRegions`/`allowedClusters` become: a real
+    policy on the workload, made in the workload's transaction (seed 001 "Attaching policies")."""
+    raw = _own_raw(workload.spec, workload.id)
     made = policies.create_in(tx, parse_policy(raw), policy_id=wiring.ids.policy(), now=now)
     own = replace(workload, policy_id=made.id, generation=workload.generation + 1)
     if not tx.workloads.update(own, workload.generation):
@@ -632,7 +654,8 @@ def _decided(workload: Workload, trigger: str, plan: Placement, shares: Mapping[
             }
             for cluster_id, eviction in sorted(plan.evictions.items())
             for v in eviction.victims
-        ),
+        )[:MAX_REFUSED],
+        sum(len(e.victims) for e in plan.evictions.values()),
     )
 
 
@@ -941,7 +964,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
         # read past `limit`, so that the highest priorities among more of those waiting go first
         wider = limit * WIDER
         waiting = {*tx.workloads.pending_workloads(wider), *(w.id for w in tx.workloads.unplaced(wider))}
-        found = [w for w in (tx.workloads.get(i) for i in sorted(waiting)) if w is not None]
+        found = tx.workloads.many(sorted(waiting))
         priorities = {p.name: p.priority for p in tx.priority_classes.all()}
         deps = tx.workloads.deployments_of([w.id for w in found])
     evicted_by = {w: d.preempted_by for w, ds in deps.items() for d in ds if d.preempted_by is not None}

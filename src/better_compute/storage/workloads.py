@@ -279,6 +279,15 @@ class SqlWorkloads:
         }
         return _pg_one(self.conn, _PG_RECORD, params) == 1
 
+    def many(self, workload_ids: Sequence[str]) -> list[Workload]:
+        """The workloads of these ids that exist, by id (read in bounded statements)."""
+        out: list[Workload] = []
+        ids = sorted(set(workload_ids))
+        for at in range(0, len(ids), RUNNING_CHUNK):
+            stmt = select(workloads).where(workloads.c.id.in_(ids[at : at + RUNNING_CHUNK]))
+            out.extend(_workload(r) for r in rows.rows(self.conn, stmt))
+        return sorted(out, key=lambda w: w.id)
+
     def get(self, workload_id: str) -> Workload | None:
         found = rows.rows(self.conn, select(workloads).where(workloads.c.id == workload_id))
         return _workload(found[0]) if found else None

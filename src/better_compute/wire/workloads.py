@@ -131,6 +131,7 @@ class ResolutionPublic(WireAnswer):
     kind: str | None
     memory_gib: float | None = Field(alias="memoryGiB")
     compute_slices: int | None
+    """Null for a whole GPU: all of its compute."""
     price_per_hour: str | None
     """Per device, in the prices' currency (its share of a GPU times its meter's price)."""
     currency: str | None

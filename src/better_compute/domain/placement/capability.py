@@ -27,7 +27,7 @@ of device whatever prices do later.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -98,8 +98,10 @@ def parse_capability(raw: object, field: str = "shape.capability") -> Capability
             f"{field}.{unknown[0]} is not a capability; give {', '.join(FIELDS)}",
             {"field": f"{field}.{unknown[0]}"},
         )
-    if not given:
-        raise InvalidInput(f"{field} must ask for at least one of {', '.join(FIELDS)}", {"field": field})
+    if not given or (set(given) == {"nvlinkPeer"} and given["nvlinkPeer"] is False):
+        raise InvalidInput(
+            f"{field} must ask for memoryGiB, computeSlices or nvlinkPeer: true", {"field": field}
+        )
     memory = given.get("memoryGiB")
     slices = given.get("computeSlices")
     nvlink = given.get("nvlinkPeer", False)
@@ -147,6 +149,8 @@ class Kind:
             parts.append(f"{self.sharing}={self.slots}")
         elif self.nvlink:
             parts.append("nvlink")
+        elif self.cls == "gpu":
+            parts.append("no-nvlink")
         return PREFIX + "/".join(parts)
 
 
@@ -169,21 +173,26 @@ def kind_of(atom: Atom) -> Kind | None:
     return Kind("gpu", model_id, nvlink=atom.nvlink_domain is not None)
 
 
+WHOLE = MAX_COMPUTE_SLICES
+"""The compute slices a whole GPU gives a request: all of it, whatever slice count is asked (a
+model without MIG has no slices, and its whole GPU is still more than any slice of it)."""
+
+
 def gives(kind: Kind, atom: Atom) -> tuple[float, int]:
-    """The memory (GiB) and compute slices a device of this kind gives (module docstring)."""
+    """The memory (GiB) and compute slices a device of this kind gives (module docstring). Memory
+    is the catalog's, for whole GPUs and instances alike (a 3g.40gb of an H100 is 39.5, the whole
+    GPU 79.6), so the two compare fairly; the GPU's reported memory where the catalog lacks its
+    model."""
     model = catalog.find_model(kind.gpu_model) if kind.gpu_model else None
     vram = atom.attributes.get("vramGiB")
-    memory = float(vram) if isinstance(vram, int | float) and not isinstance(vram, bool) else 0.0
+    reported = float(vram) if isinstance(vram, int | float) and not isinstance(vram, bool) else 0.0
+    memory = model.memory_gib if model is not None else reported
     if kind.cls == "gpu.mig":
         profile = model.find_profile(kind.mig_profile) if model and kind.mig_profile else None
         return (profile.memory_gib, profile.compute_slices) if profile else (0.0, 0)
     if kind.cls == "gpu.slot":
-        if model is not None and not memory:
-            memory = model.memory_gib
-        return (float(memory * share(atom)), 0)
-    if model is not None:
-        return (memory or model.memory_gib, model.compute_slices or 1)
-    return (memory, 1)
+        return (round(float(memory * share(atom)), 2), 0)
+    return (memory, WHOLE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +209,10 @@ class Offer:
     free: int
     """Devices free now in the project's pools (how many more replicas could start at once)."""
     unpriced: str | None = None
-    """A meter of the kind's pools with no price (then `price_per_hour` is None)."""
+    """A meter of the kind's pools with no price (then `price_per_hour` is the dearest known, or
+    None when no pool of the kind has a price)."""
+    covers: tuple[str, ...] = ()
+    """The named device classes its devices belong to (quota rows and policies name those)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,16 +260,40 @@ def _rank(capability: Capability, offer: Offer, device_count: int) -> tuple[obje
     )
 
 
-def resolve(capability: Capability, offers: Iterable[Offer], device_count: int) -> Resolution:
+Check = Callable[[Offer], str | None]
+"""A reason an offer that gives what is asked is still refused (None: it is not)."""
+
+
+def resolve(
+    capability: Capability,
+    offers: Iterable[Offer],
+    device_count: int,
+    *,
+    refuses: Check | None = None,
+    places: Check | None = None,
+) -> Resolution:
     """The cheapest offer that gives what is asked (module docstring), and for every offer ranked
-    before it, why it was refused."""
+    before it, why it was refused. `refuses` rules an offer out for good (a quota or policy the
+    kind would slip past); `places` says why no cluster would take a replica of it now: the first
+    offer that gives it and places wins, and when none places, the first that gives it (the
+    workload then waits for it)."""
     ranked = sorted(offers, key=lambda o: _rank(capability, o, device_count))
     refused: list[Refusal] = []
+    waiting: tuple[Offer, int] | None = None
     for offer in ranked:
-        why = shortfall(capability, offer, device_count)
+        why = shortfall(capability, offer, device_count) or (refuses(offer) if refuses else None)
+        if why is None and places is not None:
+            not_now = places(offer)
+            if not_now is not None:
+                waiting = waiting or (offer, len(refused))
+                refused.append(Refusal(offer, not_now))
+                continue
         if why is None:
             return Resolution(capability, offer, tuple(refused))
         refused.append(Refusal(offer, why))
+    if waiting is not None:
+        offer, cheaper = waiting
+        return Resolution(capability, offer, tuple(refused[:cheaper]))
     return Resolution(capability, None, tuple(refused))
 
 
@@ -285,6 +321,8 @@ def implicit_class(name: str) -> DeviceClass:
         expressions.append(MatchExpression("slots", "In", (slots,)))
     elif extra == "nvlink":
         expressions.append(MatchExpression("nvlinkDomain", "Exists", ()))
+    elif extra == "no-nvlink":
+        expressions.append(MatchExpression("nvlinkDomain", "DoesNotExist", ()))
     return DeviceClass(name, cls, Selector(tuple(expressions)), EPOCH)
 
 
@@ -294,6 +332,7 @@ def is_implicit(name: str) -> bool:
 
 __all__ = [
     "PREFIX",
+    "WHOLE",
     "Capability",
     "Kind",
     "Offer",

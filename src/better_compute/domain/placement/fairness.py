@@ -122,20 +122,17 @@ def admission_order(
     placed first would take them back only to be evicted again."""
     ordered = [w for w, _, _ in sorted(waiting, key=lambda x: (-x[1], x[2], x[0]))]
     waits = set(ordered)
+    before = preempted_by or {}
     out: list[str] = []
     done: set[str] = set()
-
-    def place(workload: str, seen: frozenset[str]) -> None:
-        if workload in done:
-            return
-        first = (preempted_by or {}).get(workload)
-        if first is not None and first in waits and first not in seen:
-            place(first, seen | {workload})
-        done.add(workload)
-        out.append(workload)
-
     for workload in ordered:
-        place(workload, frozenset())
+        chain = [workload]  # the workload, who evicted it, who evicted that one, ... (no cycle)
+        while (first := before.get(chain[-1])) is not None and first in waits and first not in chain:
+            chain.append(first)
+        for each in reversed(chain):
+            if each not in done:
+                done.add(each)
+                out.append(each)
     return out
 
 
