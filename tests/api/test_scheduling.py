@@ -5,7 +5,7 @@ against a burst, borrowing and reclaim, no loop between equal projects, weights 
 from __future__ import annotations
 
 import warnings
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -269,3 +269,35 @@ def test_a_replica_on_a_cordoned_node_is_never_evicted_for_a_replica_that_could_
             for a in tx.reservations.held_atoms([alloc])[alloc]
         }
     assert nodes == {"n1"}
+
+
+def reserve(world: World, tenant: str, count: int, preemptible: bool | None) -> dict[str, Any]:
+    pool = world.http.get("/v1/pools", headers=world.admin).json()["items"][0]["id"]
+    body: dict[str, Any] = {
+        "tenantId": tenant,
+        "poolId": pool,
+        "devices": [{"class": "gpu", "count": count}],
+        "duration": "4h",
+    }
+    if preemptible is not None:
+        body["preemptible"] = preemptible
+    return world.post("/v1/reservations", body)
+
+
+def test_a_reservation_made_preemptible_is_ended_for_a_workload_and_any_other_never_is(world: World) -> None:
+    kept = reserve(world, "globex", 4, None)
+    assert kept["preemptible"] is False
+    spare = reserve(world, "globex", 4, True)
+    assert spare["preemptible"] is True
+    world.clock.now = T0 + timedelta(hours=1)  # both have run an hour
+    serve = world.create("acme", "serve", 2, "prod", count=4)
+    # only the preemptible reservation's node opens: one replica placed, one waits
+    assert serve["placedReplicas"] == 1
+    (gone,) = serve["preemptions"]
+    assert (gone["kind"], gone["allocationId"], gone["why"]) == ("reservation", spare["id"], "priority")
+    ended = world.http.get(f"/v1/reservations/{spare['id']}", headers=world.admin).json()
+    assert ended["status"] == "released" and ended["end"].startswith("2026-12-01T10:00")
+    still = world.http.get(f"/v1/reservations/{kept['id']}", headers=world.admin).json()
+    assert still["status"] == "active"
+    (told,) = world.events("reservation.preempted")
+    assert told["subject"] == spare["id"] and told["payload"]["preemptorId"] == serve["id"]

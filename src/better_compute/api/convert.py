@@ -450,6 +450,7 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "idempotencyKey": r.idempotency_key,
         "createdAt": r.created_at,
         "binding": view.binding,
+        "preemptible": r.preemptible,
     }
 
 
@@ -657,6 +658,7 @@ def preemptions_public(p: Placement) -> list[PreemptionPublic]:
             allocation_id=v.candidate.allocation_id,
             priority_class=v.candidate.priority_class,
             why=cast("Any", v.why),
+            kind="reservation" if v.candidate.reservation else "replica",
         )
         for cluster_id, eviction in sorted(p.evictions.items())
         for v in eviction.victims

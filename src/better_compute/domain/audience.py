@@ -64,6 +64,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.DeploymentUpdated.TYPE: NamedInPayload("tenantId"),
     ev.ReplicasTerminating.TYPE: NamedInPayload("tenantId"),
     ev.WorkloadPreempted.TYPE: NamedInPayload("tenantId"),
+    ev.ReservationPreempted.TYPE: NamedInPayload("tenantId"),
     ev.WorkloadDecided.TYPE: NamedInPayload("tenantId"),
     ev.LedgerReleased.TYPE: SubjectIsReservation(),
     ev.LedgerExtended.TYPE: SubjectIsReservation(),

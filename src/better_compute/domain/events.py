@@ -292,6 +292,18 @@ class WorkloadScaled(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationPreempted(Event):
+    """A reservation made with `preemptible: true` was ended early so that a workload's replicas
+    could be placed (`subject`: the reservation; SPEC 10): `preemptor_id` is the workload, `why` the
+    rule (`priority`, `floor` or `fair_share`). Its `reservation.released` comes with it."""
+
+    TYPE: ClassVar[str] = "reservation.preempted"
+    tenant_id: str
+    preemptor_id: str
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadDecided(Event):
     """Placement decided where a workload's replicas go (`subject`: its id): on its create, scale
     and drain, and on a retry that changed something. `trigger` says which; `shares` are the
@@ -588,6 +600,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DeploymentUpdated,
         ReplicasTerminating,
         WorkloadPreempted,
+        ReservationPreempted,
         WorkloadDecided,
         PoolCreated,
         PoolUpdated,

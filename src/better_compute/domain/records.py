@@ -166,6 +166,8 @@ class Reservation:
     created_at: datetime
     idempotency_key: str | None = None
     generation: int = 1
+    preemptible: bool = False
+    """Made with `preemptible: true`: a workload placement cannot fit may end it early."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,6 +52,7 @@ from better_compute.domain.events import (
     ReservationCancelled,
     ReservationCreated,
     ReservationExtended,
+    ReservationPreempted,
     ReservationReleased,
     TenantCreated,
     WorkloadCreated,
@@ -105,6 +106,7 @@ _QUIET_EVENTS = (
     DeploymentUpdated,
     WorkloadPreempted,
     WorkloadDecided,
+    ReservationPreempted,
     # An extension's new end arrives as `ledger.extended`; tenants, credentials and the named
     # classes touch no atom (a device class never changes once made).
     ReservationExtended,

@@ -480,6 +480,10 @@ class ReservationRepo(Protocol):
         """Serialise writers on `key` until the transaction ends (SQLite serialises every writer)."""
         ...
 
+    def preemptible_among(self, ids: Sequence[str]) -> list[Reservation]:
+        """The reservations of these ids made with `preemptible: true` and not over yet."""
+        ...
+
     def try_lock(self, key: str) -> bool:
         """`lock(key)` if no other transaction holds it now, without waiting: False when one does
         (a write that needs a second tenant's lock takes it so, and never deadlocks)."""

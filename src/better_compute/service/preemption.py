@@ -37,10 +37,14 @@ from better_compute.domain.placement.preemption import (
 )
 from better_compute.domain.placement.topology import DomainKind, FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Verdict
+from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.workloads import WorkloadSpec
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_stock import Standing, Stock
 from better_compute.service.ports import Tx
+
+RESERVATION_PRIORITY = 0
+"""What a preemptible reservation counts as against a workload: the `standard` class's priority."""
 
 PREEMPTIBLE_REASONS = (None, "insufficient_capacity", "topology_constraint_not_met")
 """Verdicts a preemption may overturn: capacity is what evictions free; a policy, a cost ceiling
@@ -200,8 +204,9 @@ def reserved_in(
 
 
 def candidates_in(tx: Tx, census: Census, standing: Standing) -> list[Candidate]:
-    """The preemptible replicas running on the class's devices there (reservations are never
-    evicted; the rules leave out the workload's own, `Rules.skips`)."""
+    """The preemptible replicas running on the class's devices there, and the reservations made
+    with `preemptible: true` holding them now (any other reservation is never evicted; the rules
+    leave out the workload's own replicas, `Rules.skips`)."""
     running = tx.workloads.running(list(census.allocations))
     classes = standing.priority_classes
     devices = census.devices
@@ -222,6 +227,24 @@ def candidates_in(tx: Tx, census: Census, standing: Standing) -> list[Candidate]
                 start,
                 r.priority_class,
                 r.deployment_id,
+            )
+        )
+    replicas = {r.allocation_id for r in running}
+    others = [a for a in census.allocations if a not in replicas]
+    for reservation in tx.reservations.preemptible_among(others) if others else ():
+        atoms, _, start = census.allocations[reservation.id]
+        out.append(
+            Candidate(
+                reservation.id,
+                reservation.id,
+                reservation.tenant_id,
+                tuple([devices[a][0] for a in atoms]),
+                RESERVATION_PRIORITY,
+                True,
+                start,
+                STANDARD,
+                "",
+                True,
             )
         )
     return out

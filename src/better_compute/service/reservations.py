@@ -35,6 +35,7 @@ from better_compute.domain.events import (
     LedgerReleased,
     ReservationCancelled,
     ReservationExtended,
+    ReservationPreempted,
     ReservationReleased,
 )
 from better_compute.domain.ledger import earliest_free
@@ -384,10 +385,37 @@ def _create_in(
         fingerprint=fingerprint,
         created_at=now,
         idempotency_key=key,
+        preemptible=_preemptible(raw.get("preemptible")),
     )
     tx.reservations.commit(reservation, decision.atom_ids, now, scrub=scrub)
     atoms = [shortlisted[a] for a in decision.atom_ids]
     return ReservationView(reservation, atoms, status_at(window, reservation.status, now))
+
+
+def _preemptible(value: object) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise InvalidInput(
+            f"preemptible must be true or false, not {value!r}"[:200], {"field": "preemptible"}
+        )
+    return value
+
+
+def preempt_in(tx: Tx, reservation: Reservation, preemptor_id: str, why: str, now: datetime) -> None:
+    """End a preemptible reservation now for the workload `preemptor_id` (the caller holds its
+    tenant's quota lock and read it in this transaction): it is `released`, as by its tenant (or
+    `cancelled` when it starts now), the rest of its window frees, and `reservation.preempted`
+    says who and why."""
+    if reservation.starts_at >= now:  # nothing of it has run: cancelled, as before its start
+        tx.ledger.cancel_allocation(reservation.id, now)
+        _bump(tx, reservation, ReservationStatus.CANCELLED, reservation.ends_at)
+        tx.events.append(ReservationCancelled(reservation.id, now), now)
+    else:
+        tx.ledger.end_allocation(reservation.id, now, LedgerReleased(reservation.id, now))
+        _bump(tx, reservation, ReservationStatus.RELEASED, now)
+        tx.events.append(ReservationReleased(reservation.id, now), now)
+    tx.events.append(ReservationPreempted(reservation.id, reservation.tenant_id, preemptor_id, why), now)
 
 
 def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Reservation:

@@ -72,12 +72,13 @@ from better_compute.domain.workloads import (
     replica_allocation_id,
     workload_not_found,
 )
-from better_compute.service import capabilities, placement, policies, preemption
+from better_compute.service import capabilities, placement, policies, preemption, reservations
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.ids import Ids
 from better_compute.service.paging import Listing, page
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
+from better_compute.service.reservations import quota_lock
 
 MAX_ATTEMPTS = 4
 DRAIN = "workload.drain"
@@ -535,11 +536,23 @@ def _plan_and_evict(
             preempt=round_ < MAX_LOCK_ROUNDS,
         )
         victims = [v.candidate for o in opened for v in o.eviction.victims]
-        tenants = {v.tenant_id for v in victims} - {workload.tenant_id}
-        busy = {t for t in sorted(tenants) if not tx.reservations.try_lock(workload_lock(t))}
+        # a replica's project is locked as its workload writes lock it; a reservation's as its
+        # tenant's writes in its pool do (quota_lock)
+        locks = {workload_lock(v.tenant_id): v.tenant_id for v in victims if not v.reservation}
+        locks.pop(workload_lock(workload.tenant_id), None)
+        for o in opened:
+            for v in o.eviction.victims:
+                if v.candidate.reservation:
+                    pool = o.pools[v.candidate.devices[0].atom_id]
+                    locks[quota_lock(v.candidate.tenant_id, pool)] = v.candidate.tenant_id
+        busy = {t for key, t in sorted(locks.items()) if not tx.reservations.try_lock(key)}
         if not busy:
             # held now: a victim its project took away since the index was read is gone for good
-            there = {r.allocation_id for r in tx.workloads.running([v.allocation_id for v in victims])}
+            ids = [v.allocation_id for v in victims]
+            there = {r.allocation_id for r in tx.workloads.running(ids)}
+            there |= {
+                r.id for r in tx.reservations.preemptible_among(ids) if r.ends_at is None or r.ends_at > now
+            }
             busy = {v.tenant_id for v in victims if v.allocation_id not in there}
         if not busy:
             break
@@ -559,8 +572,13 @@ def _evict(
     pool. The victims were read again under their projects' locks (`_plan_and_evict`)."""
     by_deployment: dict[str, list[Victim]] = {}
     for victim in opened.eviction.victims:
+        if victim.candidate.reservation:
+            found = tx.reservations.get(victim.candidate.allocation_id)
+            assert found is not None  # read again under its lock (`_plan_and_evict`)
+            reservations.preempt_in(tx, found, preemptor.id, victim.why, now)
+            continue
         by_deployment.setdefault(victim.candidate.deployment_id, []).append(victim)
-    owners = sorted({v.candidate.workload_id for v in opened.eviction.victims})
+    owners = sorted({v.candidate.workload_id for v in opened.eviction.victims if not v.candidate.reservation})
     deps = {d.id: d for ds in tx.workloads.deployments_of(owners).values() for d in ds}
     reps = tx.workloads.replicas_of(sorted(by_deployment))
     gone_all: list[str] = []
@@ -651,6 +669,7 @@ def _decided(workload: Workload, trigger: str, plan: Placement, shares: Mapping[
                 "workloadId": v.candidate.workload_id,
                 "allocationId": v.candidate.allocation_id,
                 "why": v.why,
+                "kind": "reservation" if v.candidate.reservation else "replica",
             }
             for cluster_id, eviction in sorted(plan.evictions.items())
             for v in eviction.victims

@@ -93,6 +93,7 @@ def reservation_of(r: Mapping[str, Any]) -> Reservation:
         created_at=r["created_at"],
         idempotency_key=r["idempotency_key"],
         generation=int(r["generation"]),
+        preemptible=bool(r.get("preemptible") or False),
     )
 
 
@@ -103,6 +104,19 @@ class SqlReservations:
     def get(self, reservation_id: str) -> Reservation | None:
         found = rows.rows(self.conn, select(reservations).where(reservations.c.id == reservation_id))
         return reservation_of(found[0]) if found else None
+
+    def preemptible_among(self, ids: Sequence[str]) -> list[Reservation]:
+        """The reservations of these ids made with `preemptible: true` and not over yet."""
+        out: list[Reservation] = []
+        wanted = sorted(set(ids))
+        for at in range(0, len(wanted), 2_000):
+            stmt = select(reservations).where(
+                reservations.c.id.in_(wanted[at : at + 2_000]),
+                reservations.c.preemptible.is_(True),
+                reservations.c.status.in_(("scheduled", "active")),
+            )
+            out.extend(reservation_of(r) for r in rows.rows(self.conn, stmt))
+        return out
 
     def by_key(self, tenant_id: str, key: str) -> Reservation | None:
         stmt = select(reservations).where(
@@ -410,9 +424,9 @@ _PG_COMMIT = (
     " a AS (INSERT INTO allocations (id, kind, tenant_id, pool_id, created_at)"
     " SELECT %(id)s, 'reservation', %(t)s, %(p)s, %(now)s FROM ok WHERE ok.yes),"
     " r AS (INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
-    " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at) SELECT %(id)s, %(t)s, %(p)s,"
-    " %(status)s::text, %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int, %(counts)s::json, %(k)s::text,"
-    " %(fp)s, %(gen)s::int, %(now)s FROM ok WHERE ok.yes),"
+    " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at, preemptible) SELECT %(id)s,"
+    " %(t)s, %(p)s, %(status)s::text, %(s)s, %(e)s, %(devices)s::json, %(gc)s::int, %(gs)s::int,"
+    " %(counts)s::json, %(k)s::text, %(fp)s, %(gen)s::int, %(now)s, %(pre)s::boolean FROM ok WHERE ok.yes),"
     # Bookings are written in the order the atoms were chosen, so the reservation reads them back so.
     " b AS (INSERT INTO bookings ("
     + ledger.COLUMNS
@@ -451,8 +465,8 @@ def commit_reservation(
         try:
             db.execute(
                 "INSERT INTO reservations (id, tenant_id, pool_id, status, starts_at, ends_at, devices, gpu_count,"
-                " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " gpu_slices, counts, idempotency_key, fingerprint, generation, created_at, preemptible)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     r.id,
                     r.tenant_id,
@@ -468,6 +482,7 @@ def commit_reservation(
                     r.fingerprint,
                     r.generation,
                     sqlite_time(now),
+                    r.preemptible,
                 ),
             )
         except sqlite3.IntegrityError:
@@ -495,6 +510,7 @@ def commit_reservation(
         "status": r.status,
         "gen": r.generation,
         "now": now,
+        "pre": r.preemptible,
         "ids": ids,
         "n": len(ids),
         "created": created,

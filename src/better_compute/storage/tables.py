@@ -371,6 +371,8 @@ reservations = Table(
     Column("fingerprint", String(64), nullable=False),
     Column("generation", Integer, nullable=False, server_default="1"),
     Column("created_at", UtcDateTime, nullable=False),
+    # Made with `preemptible: true`: a workload placement cannot fit may end it early.
+    Column("preemptible", Boolean, nullable=False, server_default="0"),
     UniqueConstraint("tenant_id", "idempotency_key"),
 )
 

@@ -98,6 +98,9 @@ class ReservationCreate(WireRequest):
     start: datetime | None = None
     duration: str = Field(json_schema_extra={"maxLength": MAX_DURATION_TEXT})
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=200)
+    preemptible: bool | None = None
+    """`true`: a workload that placement cannot fit may end it early, as it evicts preemptible
+    replicas (docs/scheduling.md); without it a reservation is never preempted."""
 
 
 class ReservationExtend(WireRequest):
@@ -138,6 +141,8 @@ class ReservationPublic(WireAnswer):
     binding: str = "pending"
     """Whether the nodes handed its atoms over: `pending` (no node said yet), `bound`,
     `device-missing`, `refused` or `released` (docs/node-auth.md#binding)."""
+    preemptible: bool = False
+    """Whether a workload may end it early to be placed (it is then `released`)."""
 
 
 class ReservationListQuery(WireRequest):

@@ -224,9 +224,12 @@ class PreemptionPublic(WireAnswer):
 
     cluster_id: str
     workload_id: str
+    """The evicted replica's workload, or the reservation's id for a reservation."""
     allocation_id: str
     priority_class: str
     why: Literal["priority", "floor", "fair_share"]
+    kind: Literal["replica", "reservation"] = "replica"
+    """A workload's replica, or a reservation made with `preemptible: true` (ended early)."""
 
 
 class DeploymentPublic(WireAnswer):

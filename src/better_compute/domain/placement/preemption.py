@@ -50,6 +50,8 @@ class Candidate(NamedTuple):
     """When its booking began: of equals, the newest goes first."""
     priority_class: str = "standard"
     deployment_id: str = ""
+    reservation: bool = False
+    """A reservation made with `preemptible: true` (its `allocation_id` is the reservation's id)."""
 
 
 @dataclass(frozen=True, slots=True)
