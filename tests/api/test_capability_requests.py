@@ -12,7 +12,7 @@ import pytest
 
 from better_compute.entrypoints.fleet import load_fleet, read_fleet
 from better_compute.storage.store import Store
-from tests.builders import T0, admin_token, bearer, real_app
+from tests.builders import T0, admin_token, bearer, real_app, tenant_token
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -188,3 +188,47 @@ def test_a_policy_allowing_only_some_classes_refuses_capability_kinds_with_a_way
     )
     assert none.status_code == 404, none.text
     assert "policy classes allows only device classes h100-80gb-sxm: ask for one of them by name" in none.text
+
+
+def test_a_reservation_may_ask_by_capability_and_books_the_pools_cheapest_kind_that_gives_it(
+    world: World,
+) -> None:
+    pools = {p["name"]: p["id"] for p in world.http.get("/v1/pools", headers=world.admin).json()["items"]}
+    body = {
+        "tenantId": "platform",
+        "poolId": pools["h100-mig"],
+        "devices": [{"capability": {"memoryGiB": {"min": 16}}, "count": 2}],
+        "duration": "1h",
+    }
+    made = world.http.post("/v1/reservations", json=body, headers=world.admin)
+    assert made.status_code == 201, made.text
+    answer = made.json()
+    (line,) = answer["devices"]
+    assert line["class"] == "gpu.mig" and line["count"] == 2
+    assert {"key": "migProfile", "op": "In", "values": ["2g.20gb"]} in line["selector"]["matchExpressions"]
+    assert len(answer["atoms"]) == 2
+    assert all(a["attributes"]["migProfile"] == "2g.20gb" for a in answer["atoms"])
+    # the same key again: the first reservation, as it was resolved
+    again = world.http.post("/v1/reservations", json={**body, "idempotencyKey": "k1"}, headers=world.admin)
+    replay = world.http.post("/v1/reservations", json={**body, "idempotencyKey": "k1"}, headers=world.admin)
+    assert (again.status_code, replay.status_code) == (201, 200) and again.json()["id"] == replay.json()["id"]
+    # nothing in this pool gives 100 GiB; a class beside a capability is refused
+    none = world.http.post(
+        "/v1/reservations",
+        json={**body, "devices": [{"capability": {"memoryGiB": {"min": 100}}, "count": 1}]},
+        headers=world.admin,
+    )
+    assert none.status_code == 404 and none.json()["error"]["code"] == "NOT_FOUND", none.text
+    both = world.http.post(
+        "/v1/reservations",
+        json={**body, "devices": [{"class": "gpu.mig", "capability": {"memoryGiB": {"min": 1}}, "count": 1}]},
+        headers=world.admin,
+    )
+    assert both.status_code == 400 and "devices[0].class" in both.text, both.text
+    # a pool the tenant may not see answers as one that does not exist, capability or not: the
+    # kinds it holds are never told
+    acme = bearer(tenant_token(world.store, "acme"))
+    hidden = world.http.post(
+        "/v1/reservations", json={k: v for k, v in body.items() if k != "tenantId"}, headers=acme
+    )
+    assert hidden.status_code == 404 and f"pool {pools['h100-mig']} not found" in hidden.text, hidden.text

@@ -553,7 +553,7 @@ def test_a_refusal_says_which_one_of_its_code_it_is() -> None:
         ),
         pytest.param(
             lambda c: c.reservations.create(pool_id="p", devices=[{"count": 1}], duration="1h"),
-            "devices[0].class",
+            "devices[0]",  # neither class nor capability
             id="a device without a class",
         ),
         pytest.param(

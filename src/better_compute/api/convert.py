@@ -465,8 +465,8 @@ def created_public(view: ReservationView, body: ReservationCreate) -> Reservatio
     """`reservation_public` of a reservation just made from `body`, without validating it again: every
     part is already of its wire type (the devices are the request's own, validated). A replayed
     reservation goes through `reservation_public`: its devices are the first request's."""
-    if view.replayed:
-        return reservation_public(view)
+    if view.replayed or any(d.capability is not None for d in body.devices):
+        return reservation_public(view)  # the devices as resolved and stored
     # By alias: a field named `cls` would clash with model_construct's own first argument.
     atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
     return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
+from typing import Any
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.device_classes import belongs_to
@@ -28,10 +29,14 @@ from better_compute.domain.placement.capability import (
     Offer,
     Resolution,
     gives,
+    implicit_class,
     kind_of,
+    parse_capability,
     price_text,
+    resolve,
 )
 from better_compute.domain.quota import effective_limit
+from better_compute.domain.selectors import document
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import Tx
@@ -139,6 +144,84 @@ def refusal(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str) -> Callab
     return check
 
 
+def pool_offers(
+    tx: Tx,
+    index: BookingIndex,
+    pool_id: str,
+    tenant_id: str,
+    owner: str,
+    limits: Mapping[str, int],
+    now: datetime,
+) -> list[Offer]:
+    """The kinds of device of one pool the tenant may book (a reservation's request by capability:
+    a reservation is in one pool), with what each gives and costs there."""
+    pool = tx.pools.get(pool_id)
+    meter = pool.meter if pool is not None else ""
+    price = next((p for p in tx.prices.all() if p.meter == meter), None)
+    named = tx.device_classes.all()
+    atoms = [a for a in index.pool_atoms(tx, pool_id).atoms.values() if a.bookable]
+    busy, _ = index.busy_from([a.id for a in atoms], now)
+    claimed = index.claimed()
+    kinds: dict[Kind, _Gathered] = {}
+    for atom in atoms:
+        kind = kind_of(atom)
+        if kind is None or effective_limit(atom.cls, tenant_id, owner, limits) == 0:
+            continue
+        found = kinds.get(kind)
+        if found is None:
+            found = kinds[kind] = _Gathered(atom, share(atom))
+            found.covers = tuple(sorted(c.name for c in named if belongs_to(atom, c)))
+            if price is None:
+                found.unpriced = meter
+            else:
+                each = Decimal(found.share.numerator) / Decimal(found.share.denominator)
+                found.price, found.currency = each * Decimal(price.per_hour), price.currency
+        if atom.id not in busy and atom.id not in claimed:
+            found.free += 1
+    return [_offer(kind, g) for kind, g in kinds.items()]
+
+
+def _offer(kind: Kind, g: _Gathered) -> Offer:
+    memory, slices = gives(kind, g.sample)
+    return Offer(
+        kind=kind,
+        memory_gib=memory,
+        compute_slices=slices,
+        share=g.share,
+        price_per_hour=g.price,
+        currency=g.currency,
+        free=g.free,
+        unpriced=g.unpriced,
+        covers=g.covers,
+    )
+
+
+def device_lines(
+    lines: Sequence[Mapping[str, Any]], offers: Sequence[Offer]
+) -> tuple[list[dict[str, Any]], list[Resolution]]:
+    """A reservation's `devices` with each line asked by capability replaced by the class and the
+    selector of the cheapest kind of the pool that gives it (NOT_FOUND when none does), and the
+    resolutions, line by line."""
+    out: list[dict[str, Any]] = []
+    resolutions: list[Resolution] = []
+    for i, line in enumerate(lines):
+        if line.get("capability") is None:
+            out.append(dict(line))
+            continue
+        asked = parse_capability(line.get("capability"), f"devices[{i}].capability")
+        count = line.get("count", 1)
+        found = resolve(asked, offers, count if isinstance(count, int) and not isinstance(count, bool) else 1)
+        if found.chosen is None:
+            raise nothing_gives(found)
+        resolutions.append(found)
+        chosen = implicit_class(found.chosen.kind.class_name)
+        resolved = {"class": chosen.cls, "count": count, "selector": document(chosen.selector)}
+        if line.get("sharing") is not None:
+            resolved["sharing"] = line["sharing"]
+        out.append(resolved)
+    return out, resolutions
+
+
 def nothing_gives(resolution: Resolution) -> NotFound:
     reasons = Counter(r.reason for r in resolution.refused)
     said = "; ".join(f"{n} kind(s): {why}" for why, n in reasons.most_common(3)) or "it may use no device"
@@ -155,4 +238,4 @@ def nothing_gives(resolution: Resolution) -> NotFound:
     )
 
 
-__all__ = ["nothing_gives", "offers_in", "price_text", "refusal"]
+__all__ = ["device_lines", "nothing_gives", "offers_in", "pool_offers", "price_text", "refusal"]

@@ -12,7 +12,7 @@ decided again, a bounded number of times.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -39,6 +39,7 @@ from better_compute.domain.events import (
     ReservationReleased,
 )
 from better_compute.domain.ledger import earliest_free
+from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.pools import check_duration_allowed
 from better_compute.domain.records import Reservation
 from better_compute.domain.reservations import (
@@ -54,6 +55,7 @@ from better_compute.domain.reservations import (
 from better_compute.domain.scrub import owed_by, owed_to_others
 from better_compute.domain.tenancy import check_ref, pool_not_found, sees_pool, tenant_not_found, tenant_scope
 from better_compute.domain.timewin import Window, parse_duration, parse_instant, window_for
+from better_compute.service import capabilities
 from better_compute.service.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.credentials import confirm_live
 from better_compute.service.paging import Listing
@@ -235,7 +237,10 @@ def create(
     for an atom taken first is reported to `telemetry` before it is decided again."""
     tenant_id = _tenant_for(caller, raw)
     pool_id = check_ref(raw.get("poolId"), "poolId")
-    requests = admission.parse_device_requests(raw.get("devices"))
+    by_capability = capability_lines(raw.get("devices"))
+    requests = admission.parse_device_requests(
+        [_stand_in(line) for line in raw["devices"]] if by_capability else raw.get("devices")
+    )
     key = check_ref(str(raw["idempotencyKey"]), "idempotencyKey") if raw.get("idempotencyKey") else None
     fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
     try:
@@ -265,6 +270,7 @@ def create(
                     now,
                     new_id,
                     claims,
+                    by_capability,
                 )
             committed = True
             return view
@@ -313,6 +319,7 @@ def _create_in(
     now: datetime,
     new_id: Callable[[], str],
     claims: list[str],
+    by_capability: bool = False,
 ) -> ReservationView:
     # Quota is per tenant and pool: its check and the booking must not interleave with another
     # reservation of the same tenant in the pool. Other tenants go ahead; atoms they race for are
@@ -345,6 +352,13 @@ def _create_in(
         raise pool_not_found(pool_id)
     if not snap.tenant_exists:
         raise tenant_not_found(tenant_id)
+    if by_capability:
+        # resolved only now that the pool is known to be the tenant's to see: a kind the pool has
+        # is never told to a tenant that may not use it
+        offers = capabilities.pool_offers(tx, index, pool_id, tenant_id, owner, snap.limits, now)
+        lines, _ = capabilities.device_lines(raw["devices"], offers)
+        requests = admission.parse_device_requests(lines)
+        raw = {**raw, "devices": lines}
     admission.check_against_pool(mode, requests)
     check_duration_allowed(pool_id, snap.pool_max_duration, window.duration)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
@@ -390,6 +404,37 @@ def _create_in(
     tx.reservations.commit(reservation, decision.atom_ids, now, scrub=scrub)
     atoms = [shortlisted[a] for a in decision.atom_ids]
     return ReservationView(reservation, atoms, status_at(window, reservation.status, now))
+
+
+CAPABILITY_LINE_FIELDS = frozenset({"capability", "count", "sharing"})
+
+
+def capability_lines(lines: object) -> bool:
+    """Whether some of a reservation's device lines ask by capability (each such line is checked:
+    `capability` instead of `class` and `selector`, with `count` and `sharing`)."""
+    if not isinstance(lines, Sequence) or isinstance(lines, str | bytes):
+        return False
+    asked = False
+    for i, line in enumerate(lines):
+        if not isinstance(line, Mapping) or line.get("capability") is None:
+            continue
+        asked = True
+        stray = sorted(str(k) for k in line if k not in CAPABILITY_LINE_FIELDS)
+        if stray:
+            raise InvalidInput(
+                f"devices[{i}].{stray[0]}: a line asked by capability takes capability, count and sharing"
+                " (the capability chooses the class)",
+                {"field": f"devices[{i}].{stray[0]}"},
+            )
+        parse_capability(line["capability"], f"devices[{i}].capability")
+    return asked
+
+
+def _stand_in(line: object) -> object:
+    """What a line asked by capability is checked as before it is resolved: its count and sharing."""
+    if isinstance(line, Mapping) and line.get("capability") is not None:
+        return {"class": "gpu", **{k: v for k, v in line.items() if k != "capability"}}
+    return line
 
 
 def _preemptible(value: object) -> bool:

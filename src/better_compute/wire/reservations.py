@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass
+from better_compute.wire.workloads import Capability
 
 SelectorOp = Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
 """Kubernetes label-selector operators."""
@@ -78,9 +79,20 @@ class DeviceRequestPublic(WireAnswer):
 
 
 class DeviceRequest(DeviceRequestPublic, WireRequest):
-    """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a selector."""
+    """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a
+    selector; or, instead of `class` and `selector`, `capability`: what each device must give (the
+    pool's cheapest kind of device that gives it is booked, and the reservation shows its class and
+    selector)."""
 
+    cls: AtomClass | None = Field(default=None, alias="class")  # type: ignore[assignment]
     selector: Selector | None = None
+    capability: Capability | None = None
+
+    @model_validator(mode="after")
+    def _class_or_capability(self) -> DeviceRequest:
+        if self.cls is None and self.capability is None:
+            raise ValueError("class is required (or capability instead of class and selector)")
+        return self
 
 
 class ReservationCreate(WireRequest):
