@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -21,7 +21,8 @@ from fractions import Fraction
 from typing import Any
 
 from better_compute.domain.atoms import Atom
-from better_compute.domain.device_classes import belongs_to
+from better_compute.domain.billing import Price
+from better_compute.domain.device_classes import DeviceClass, belongs_to
 from better_compute.domain.errors import NotFound
 from better_compute.domain.metering import share
 from better_compute.domain.placement.capability import (
@@ -31,6 +32,7 @@ from better_compute.domain.placement.capability import (
     gives,
     implicit_class,
     kind_of,
+    named_by_class,
     parse_capability,
     price_text,
     resolve,
@@ -57,91 +59,31 @@ class _Gathered:
 def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: datetime) -> list[Offer]:
     """Every kind of device the tenant may use now, with what it gives and costs (module docstring)."""
     catalog = stock.catalog(tx, index)
-    rules = stock.rules(tx, index, tenant_id, "")
     offered: dict[str, dict[str, int]] = {}
-    for q in rules.quotas:
+    for q in stock.rules(tx, index, tenant_id, "").quotas:
         offered.setdefault(q.pool_id, {})[str(q.cls)] = q.limit
-    claimed = index.claimed()
-    named = tx.device_classes.all()
     kinds: dict[Kind, _Gathered] = {}
+    named = tx.device_classes.all()
     for pool in catalog.seats.values():
         limits = offered.get(pool.id, {})
         if pool.owner_tenant_id != tenant_id and not limits:
             continue
-        atoms = [a for a in index.pool_atoms(tx, pool.id).atoms.values() if a.bookable]
-        busy, _ = index.busy_from([a.id for a in atoms], now)
         price = catalog.prices.get(pool.meter)
-        for atom in atoms:
-            limit = effective_limit(atom.cls, tenant_id, pool.owner_tenant_id, limits)
-            kind = kind_of(atom)
-            if kind is None or limit == 0:
-                continue
-            found = kinds.get(kind)
-            if found is None:
-                found = kinds[kind] = _Gathered(atom, share(atom))
-                found.covers = tuple(sorted(c.name for c in named if belongs_to(atom, c)))
-            if pool.id not in found.pools:
-                found.pools.add(pool.id)
-                if price is None:
-                    found.unpriced = found.unpriced or pool.meter
-                else:
-                    each = Decimal(found.share.numerator) / Decimal(found.share.denominator)
-                    cost = each * Decimal(price.per_hour)
-                    found.price = cost if found.price is None else max(found.price, cost)
-                    found.currency = found.currency or price.currency
-            if atom.id not in busy and atom.id not in claimed and atom.node not in catalog.cordoned:
-                found.free += 1
-    out = []
-    for kind, g in kinds.items():
-        memory, slices = gives(kind, g.sample)
-        out.append(
-            Offer(
-                kind=kind,
-                memory_gib=memory,
-                compute_slices=slices,
-                share=g.share,
-                price_per_hour=g.price,
-                currency=g.currency,
-                free=g.free,
-                unpriced=g.unpriced,
-                covers=g.covers,
-            )
+        _gather(
+            kinds,
+            tx,
+            index,
+            pool.id,
+            pool.meter,
+            price,
+            tenant_id,
+            pool.owner_tenant_id,
+            limits,
+            now,
+            named,
+            catalog.cordoned,
         )
-    return out
-
-
-def refusal(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str) -> Callable[[Offer], str | None]:
-    """Why a kind that gives what is asked is still refused for the tenant: a kind would slip
-    past what names a class. A device-class quota row of the tenant's, or another project's
-    floor, on a class its devices belong to (those count devices of the class, and a kind asked
-    by capability is not that class); a policy that allows only some device classes (it names
-    classes, not kinds). Asking for the class by name keeps them all."""
-    rows = stock.standing_rows(tx, index)
-    limited = {r.device_class for r in rows if r.tenant_id == tenant_id}
-    floored = {r.device_class for r in rows if r.tenant_id != tenant_id and r.floor_devices > 0}
-    allowing = [
-        p for p in stock.rules(tx, index, tenant_id, "").policies if p.constraints.allowed_device_classes
-    ]
-
-    def check(offer: Offer) -> str | None:
-        for name in offer.covers:
-            if name in limited:
-                return (
-                    f"device class {name}, which it is, limits the project by quota: ask for {name} by name"
-                )
-            if name in floored:
-                return (
-                    f"device class {name}, which it is, carries other projects' floors:"
-                    f" ask for {name} by name"
-                )
-        if allowing:
-            allowed = ", ".join(allowing[0].constraints.allowed_device_classes)
-            return (
-                f"policy {allowing[0].name} allows only device classes {allowed}: ask for one of them by name"
-            )
-        return None
-
-    return check
+    return [_offer(kind, g) for kind, g in kinds.items()]
 
 
 def pool_offers(
@@ -158,11 +100,30 @@ def pool_offers(
     pool = tx.pools.get(pool_id)
     meter = pool.meter if pool is not None else ""
     price = next((p for p in tx.prices.all() if p.meter == meter), None)
-    named = tx.device_classes.all()
+    kinds: dict[Kind, _Gathered] = {}
+    _gather(kinds, tx, index, pool_id, meter, price, tenant_id, owner, limits, now, tx.device_classes.all())
+    return [_offer(kind, g) for kind, g in kinds.items()]
+
+
+def _gather(
+    kinds: dict[Kind, _Gathered],
+    tx: Tx,
+    index: BookingIndex,
+    pool_id: str,
+    meter: str,
+    price: Price | None,
+    tenant_id: str,
+    owner: str,
+    limits: Mapping[str, int],
+    now: datetime,
+    named: Sequence[DeviceClass],
+    cordoned: Collection[str] = frozenset(),
+) -> None:
+    """Add one pool's bookable atoms the tenant may book to `kinds`: each kind's devices, the
+    named classes they belong to, its price there (the dearest of its pools'), and those free now."""
     atoms = [a for a in index.pool_atoms(tx, pool_id).atoms.values() if a.bookable]
     busy, _ = index.busy_from([a.id for a in atoms], now)
     claimed = index.claimed()
-    kinds: dict[Kind, _Gathered] = {}
     for atom in atoms:
         kind = kind_of(atom)
         if kind is None or effective_limit(atom.cls, tenant_id, owner, limits) == 0:
@@ -171,14 +132,17 @@ def pool_offers(
         if found is None:
             found = kinds[kind] = _Gathered(atom, share(atom))
             found.covers = tuple(sorted(c.name for c in named if belongs_to(atom, c)))
+        if pool_id not in found.pools:
+            found.pools.add(pool_id)
             if price is None:
-                found.unpriced = meter
+                found.unpriced = found.unpriced or meter
             else:
                 each = Decimal(found.share.numerator) / Decimal(found.share.denominator)
-                found.price, found.currency = each * Decimal(price.per_hour), price.currency
-        if atom.id not in busy and atom.id not in claimed:
+                cost = each * Decimal(price.per_hour)
+                found.price = cost if found.price is None else max(found.price, cost)
+                found.currency = found.currency or price.currency
+        if atom.id not in busy and atom.id not in claimed and atom.node not in cordoned:
             found.free += 1
-    return [_offer(kind, g) for kind, g in kinds.items()]
 
 
 def _offer(kind: Kind, g: _Gathered) -> Offer:
@@ -193,6 +157,16 @@ def _offer(kind: Kind, g: _Gathered) -> Offer:
         free=g.free,
         unpriced=g.unpriced,
         covers=g.covers,
+    )
+
+
+def refusal(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str) -> Callable[[Offer], str | None]:
+    """The rows and policies a kind must not slip past, read for the tenant, as the check
+    `domain.placement.capability.named_by_class` makes of them."""
+    return named_by_class(
+        tenant_id,
+        stock.standing_rows(tx, index),
+        [p for p in stock.rules(tx, index, tenant_id, "").policies if p.constraints.allowed_device_classes],
     )
 
 

@@ -275,7 +275,6 @@ def plan_in(
         [spec.pinned_cluster] if spec.pinned_cluster is not None else sorted(snap.clusters)
     )
     rooms = rooms_in(tx, index, stock, snap, considered, spec, now)
-    pools_by_cluster = {c: [p.id for p in seats] for c, seats in snap.pools.items()}
     reserved: dict[str, int] = {}
     standing = stock.standing(tx, index, spec.device_class)
     if standing.floors and not preemption.preemptible(standing, spec):
@@ -304,7 +303,7 @@ def plan_in(
     if not preempt or plan.unplaced <= 0:
         return plan, []
     bounds = preemption.Room(
-        pools=pools_by_cluster,
+        pools={c: [p.id for p in seats] for c, seats in snap.pools.items()},
         pool_left=snap.pool_left,
         fleet_left=None if left is None else left // spec.device_count,
         fleet_scoped={f.cluster_id for f in figures if f.fleet_scoped},

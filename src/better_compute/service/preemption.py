@@ -26,7 +26,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from better_compute.domain.device_classes import DeviceClass
-from better_compute.domain.placement.fairness import Entitlement, Rules, reserved_for_others, unused_floor
+from better_compute.domain.placement.fairness import (
+    Entitlement,
+    Rules,
+    entitlements,
+    reserved_for_others,
+    unused_floor,
+)
 from better_compute.domain.placement.preemption import (
     Board,
     Candidate,
@@ -153,15 +159,8 @@ def census_in(
 
 
 def entitlements_in(standing: Standing, cluster_id: str) -> dict[str, Entitlement]:
-    """Each tenant's floor and weight in the cluster: its cluster row of the class, else its fleet
-    row's weight (a floor is capacity in a cluster: a fleet row reserves none in any one)."""
-    out: dict[str, Entitlement] = {}
-    for row in standing.class_rows:
-        if row.scope == "cluster" and row.cluster_id == cluster_id:
-            out[row.tenant_id] = Entitlement(row.floor_devices, row.over_quota_weight)
-        elif row.scope == "fleet" and row.tenant_id not in out:
-            out[row.tenant_id] = Entitlement(0, row.over_quota_weight)
-    return out
+    """Each tenant's floor and weight in the cluster (`fairness.entitlements`)."""
+    return entitlements(standing.class_rows, cluster_id)
 
 
 def reserved_in(

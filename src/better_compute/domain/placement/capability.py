@@ -27,7 +27,7 @@ of device whatever prices do later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -35,8 +35,10 @@ from fractions import Fraction
 
 from better_compute.domain import catalog
 from better_compute.domain.atoms import Atom, AtomClass
+from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.errors import InvalidInput, NotFound
+from better_compute.domain.iam import Policy
 from better_compute.domain.metering import share
 from better_compute.domain.placement.costs import money
 from better_compute.domain.selectors import MatchExpression, Selector
@@ -242,6 +244,39 @@ def shortfall(capability: Capability, offer: Offer, device_count: int) -> str | 
     return None
 
 
+def named_by_class(
+    tenant_id: str, rows: Iterable[ClassQuota], allowing: Sequence[Policy]
+) -> Callable[[Offer], str | None]:
+    """Why a kind that gives what is asked is still refused for the tenant: it would slip past
+    what names a class. A device-class quota row of the tenant's, or another project's floor, on a
+    class its devices belong to (those count devices of the class, and a kind asked by capability
+    is not that class); a policy that allows only some device classes (`allowing`: it names
+    classes, not kinds). Asking for the class by name keeps them all."""
+    listed = list(rows)
+    limited = {r.device_class for r in listed if r.tenant_id == tenant_id}
+    floored = {r.device_class for r in listed if r.tenant_id != tenant_id and r.floor_devices > 0}
+
+    def check(offer: Offer) -> str | None:
+        for name in offer.covers:
+            if name in limited:
+                return (
+                    f"device class {name}, which it is, limits the project by quota: ask for {name} by name"
+                )
+            if name in floored:
+                return (
+                    f"device class {name}, which it is, carries other projects' floors:"
+                    f" ask for {name} by name"
+                )
+        if allowing:
+            allowed = ", ".join(allowing[0].constraints.allowed_device_classes)
+            return (
+                f"policy {allowing[0].name} allows only device classes {allowed}: ask for one of them by name"
+            )
+        return None
+
+    return check
+
+
 def _gib(value: float) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
@@ -342,6 +377,7 @@ __all__ = [
     "implicit_class",
     "is_implicit",
     "kind_of",
+    "named_by_class",
     "parse_capability",
     "price_text",
     "resolve",

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.placement.preemption import Candidate, Why
 
 WHYS: tuple[Why, ...] = ("priority", "floor", "fair_share")
@@ -52,6 +53,19 @@ class Entitlement:
 
 NONE = Entitlement()
 """A project with no row: no floor, weight 1."""
+
+
+def entitlements(rows: Iterable[ClassQuota], cluster_id: str) -> dict[str, Entitlement]:
+    """Each project's floor and weight in a cluster, from its rows of one device class: its
+    cluster row, else its fleet row's weight (a floor is capacity in a place: a fleet row reserves
+    none in any one cluster)."""
+    out: dict[str, Entitlement] = {}
+    for row in rows:
+        if row.scope == "cluster" and row.cluster_id == cluster_id:
+            out[row.tenant_id] = Entitlement(row.floor_devices, row.over_quota_weight)
+        elif row.scope == "fleet" and row.tenant_id not in out:
+            out[row.tenant_id] = Entitlement(0, row.over_quota_weight)
+    return out
 
 
 def unused_floor(entitlement: Entitlement, held: int) -> int:
@@ -225,6 +239,7 @@ __all__ = [
     "Rules",
     "admission_order",
     "dominant_share",
+    "entitlements",
     "fair_shares",
     "reserved_for_others",
     "unused_floor",
