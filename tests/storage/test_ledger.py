@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 import pytest
+from sqlalchemy import text
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.errors import BookingConflict, InvalidInput, InvalidState, NotFound
@@ -13,6 +15,7 @@ from better_compute.domain.records import Reservation
 from better_compute.domain.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory, ledger
+from better_compute.service.ports import Overlap
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec
 
@@ -210,3 +213,47 @@ def test_try_book_answers_false_on_a_taken_atom_and_the_transaction_goes_on(flee
         assert tx.ledger.allocation_bookings("first") == []
         assert {x.atom_id for x in tx.ledger.allocation_bookings("second")} == {a, c}
         assert len(tx.ledger.allocation_bookings("third")) == 1
+
+
+def test_tenants_booked_until_is_the_latest_live_tenant_end_on_the_node(fleet: Store) -> None:
+    """What the layout gate plans from: tenants' live bookings that end after the instant, on any of
+    the node's GPUs; partition holds (no tenant) and ended or cancelled bookings do not count, and
+    an open-ended one says so."""
+    first, second = mig_atoms(fleet, 0), mig_atoms(fleet, 1)
+    node = first[0].node
+    assert second[0].node == node  # one node, two GPUs
+    with fleet.read() as tx:
+        assert tx.ledger.tenants_booked_until(node, at(0)) == (None, False)
+    ledger.book(fleet, [first[0].id], Window(at(0), at(3)), "a1", "acme", T0)
+    ledger.book(fleet, [second[0].id], Window(at(1), at(5)), "a2", "acme", T0)
+    ledger.book(fleet, [second[1].id], Window(at(2), at(9)), "a3", "acme", T0)
+    ledger.book(fleet, [first[1].id], Window(at(4)), "hold", None, T0)  # no tenant: a hold
+    ledger.cancel(fleet, "a3", T0)
+    with fleet.read() as tx:
+        assert tx.ledger.tenants_booked_until(node, at(0)) == (at(5), False)
+        assert tx.ledger.tenants_booked_until(node, at(5)) == (None, False)
+    ledger.book(fleet, [first[2].id], Window(at(6)), "a4", "acme", T0)
+    with fleet.read() as tx:
+        assert tx.ledger.tenants_booked_until(node, at(0)) == (at(5), True)
+
+
+def test_book_holds_books_every_gpus_family_under_its_own_allocation_or_nothing(fleet: Store) -> None:
+    first, second = mig_atoms(fleet, 0), mig_atoms(fleet, 1)
+    ledger.book(fleet, [second[2].id], Window(at(0), at(5)), "a1", "acme", T0)
+    groups = {"partition:g0": [a.id for a in first], "partition:g1": [a.id for a in second]}
+    with pytest.raises(Overlap), fleet.begin() as tx:  # a tenant holds one atom past the start
+        tx.ledger.book_holds(groups, Window(at(4)), T0)
+    with fleet.read() as tx:
+        assert tx.ledger.allocation_bookings("partition:g0") == []
+    with fleet.begin() as tx:
+        assert tx.ledger.book_holds(groups, Window(at(5)), T0) == len(first) + len(second)
+    with fleet.read() as tx:
+        for allocation, ids in groups.items():
+            held = tx.ledger.allocation_bookings(allocation)
+            assert sorted(b.atom_id for b in held) == sorted(ids)
+            assert all(b.tenant_id is None and b.span == Window(at(5)) for b in held)
+    with fleet.engine.connect() as conn:  # one `ledger.booked` event per booking, by allocation
+        subjects = Counter(
+            r[0] for r in conn.execute(text("SELECT subject FROM events WHERE type = 'ledger.booked'"))
+        )
+    assert {g: subjects[g] for g in groups} == {g: len(ids) for g, ids in groups.items()}

@@ -9,6 +9,7 @@ database's exclusion constraint is still the fence, and a refused write makes th
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict, deque
@@ -72,7 +73,9 @@ Owner = tuple[str | None, str | None, str | None]
 # at little more than the bookings that do. Short bookings are filed by the hour (with day buckets, an
 # hour's request looked at a whole day's bookings: 24 times as many on a fleet booked by the hour);
 # longer ones by the day, so that a week's booking is filed 7 times, not 168; bookings longer than a
-# month (and open-ended ones) are kept in one set that every look-up checks.
+# month (and open-ended ones) are kept in order of their start, so a look-up checks only those that
+# begin before its window ends (a layout change's holds, open-ended from hours ahead, are thousands
+# of them on a big pool, and a reservation for the next hour passes them all by).
 _HOUR = timedelta(hours=1)
 _DAY = timedelta(days=1)
 _BY_HOUR_MAX = 48
@@ -195,6 +198,39 @@ class PoolAtoms:
         return found
 
 
+class _ByStart:
+    """Allocations kept in order of their start: those that begin before an instant, cheaply."""
+
+    def __init__(self) -> None:
+        self._order: list[tuple[datetime, str]] = []
+        self._start: dict[str, datetime] = {}
+
+    def add(self, allocation_id: str, start: datetime) -> None:
+        """File the allocation under `start` (under the earliest, when filed twice)."""
+        known = self._start.get(allocation_id)
+        if known is not None and known <= start:
+            return
+        if known is not None:
+            self.discard(allocation_id)
+        self._start[allocation_id] = start
+        bisect.insort(self._order, (start, allocation_id))
+
+    def discard(self, allocation_id: str) -> None:
+        start = self._start.pop(allocation_id, None)
+        if start is None:
+            return
+        at = bisect.bisect_left(self._order, (start, allocation_id))
+        del self._order[at]
+
+    def starting_before(self, end: datetime) -> list[str]:
+        """Allocations filed under a start earlier than `end`."""
+        return [a for _, a in self._order[: bisect.bisect_left(self._order, (end, ""))]]
+
+    def clear(self) -> None:
+        self._order.clear()
+        self._start.clear()
+
+
 @dataclass
 class _Interval:
     allocation_id: str
@@ -219,7 +255,7 @@ class BookingIndex:
         self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
         self._by_hour: dict[int, set[str]] = defaultdict(set)
         self._by_day: dict[int, set[str]] = defaultdict(set)
-        self._long: set[str] = set()
+        self._long = _ByStart()
         self._pools: dict[str, PoolAtoms] = {}
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
@@ -338,7 +374,7 @@ class BookingIndex:
             self._by_atom[atom_id].add(allocation_id)
         filed = self._buckets_of(start, end)
         if filed is None:
-            self._long.add(allocation_id)
+            self._long.add(allocation_id, start)
         else:
             index, buckets = filed
             for b in buckets:
@@ -400,7 +436,7 @@ class BookingIndex:
             if window.end is None:
                 candidates: set[str] = set(self._by_allocation)
             else:
-                candidates = set(self._long)
+                candidates = set(self._long.starting_before(window.end))
                 for index, size in ((self._by_hour, _HOUR), (self._by_day, _DAY)):
                     buckets = _span(window.start, window.end, size)
                     if len(buckets) > len(index):  # a long window: walk the buckets there are

@@ -114,18 +114,15 @@ def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) ->
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
 
-def facts(tx: Tx, node_id: str, now: datetime, atoms: list[str] | None = None) -> rules.NodeFacts:
+def facts(tx: Tx, node_id: str, now: datetime) -> rules.NodeFacts:
     node = tx.nodes.by_ids([node_id])[node_id]
-    if atoms is None:
-        atoms = [a for family in tx.atoms.ids_by_gpu([node_id]).values() for a in family]
-    tenant = [b for b in tx.ledger.live_on(atoms, now) if b.tenant_id is not None]
-    ends = [b.ends_at for b in tenant]
+    booked_until, open_ended = tx.ledger.tenants_booked_until(node_id, now)
     return rules.NodeFacts(
         carries_pool_layout=node.carries_pool_layout,
         spec_generation=node.spec_generation,
         observed_generation=node.observed_generation,
-        booked_until=max((e for e in ends if e is not None), default=None),
-        open_ended=any(e is None for e in ends),
+        booked_until=booked_until,
+        open_ended=open_ended,
         joined=node.public_key is not None,
     )
 
@@ -133,10 +130,10 @@ def facts(tx: Tx, node_id: str, now: datetime, atoms: list[str] | None = None) -
 def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
     """Take the gate's next step in the caller's transaction (which holds the node's row lock);
     raises `Overlap` when a booking or another writer got there first (nothing is then written)."""
-    families = tx.atoms.ids_by_gpu([gate.node_id])  # every atom of each GPU, parent included
-    step = rules.next_step(gate, facts(tx, gate.node_id, now, [a for f in families.values() for a in f]), now)
+    step = rules.next_step(gate, facts(tx, gate.node_id, now), now)
     match step:
         case rules.Schedule(at=at):
+            families = tx.atoms.ids_by_gpu([gate.node_id])  # every atom of each GPU, parent included
             partition_holds.hold(tx, families, at, now)
             if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
                 raise Overlap(gate.node_id)

@@ -21,9 +21,8 @@ from better_compute.service.ports import Tx
 def hold(tx: Tx, families: dict[str, list[str]], start: datetime, now: datetime) -> None:
     """Book every GPU's `families` atoms from `start` on, open-ended, under that GPU's partition
     allocation."""
-    for gpu_id, family in sorted(families.items()):
-        allocation = partition_allocation_id(gpu_id, start)
-        tx.ledger.book(family, Window(start, None), allocation, None, now, require_bookable=False)
+    groups = {partition_allocation_id(gpu_id, start): family for gpu_id, family in families.items()}
+    tx.ledger.book_holds(groups, Window(start, None), now)
 
 
 def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
@@ -553,6 +553,17 @@ class LedgerPort(Protocol):
 
     def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
         """Live bookings of these atoms that end after `since` (or never), with who holds them."""
+        ...
+
+    def book_holds(self, groups: Mapping[str, Sequence[str]], span: Window, now: datetime) -> int:
+        """Book each allocation's atoms (`groups`: allocation to atoms) for the window with no
+        tenant, bookable or not, all or nothing: a layout change's holds on every GPU of a node.
+        Raises as `book` does; one statement on PostgreSQL."""
+        ...
+
+    def tenants_booked_until(self, node_id: str, since: datetime) -> tuple[datetime | None, bool]:
+        """Of tenants' live bookings on the node's atoms that end after `since`: the latest end,
+        and whether one never ends."""
         ...
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]: ...

@@ -17,6 +17,8 @@ from typing import Any
 import psycopg
 from sqlalchemy import (
     Connection,
+    case,
+    func,
     or_,
     select,
     update,
@@ -188,6 +190,59 @@ def _book_postgres(
     except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
         raise contended() from None
     return int(row[0]) if row is not None else 0
+
+
+_PG_HOLD = (
+    "WITH w AS (SELECT * FROM unnest(%(ids)s::text[], %(allocs)s::text[]) AS w(id, alloc)),"
+    " l AS (SELECT atoms.id, gpu_id, pool_id, class, gpu_share, w.alloc FROM atoms JOIN w ON atoms.id = w.id"
+    " ORDER BY atoms.id FOR SHARE OF atoms),"
+    " b AS (INSERT INTO bookings ("
+    + COLUMNS
+    + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, NULL, l.alloc, %(start)s, %(end)s,"
+    " 'live', %(now)s"
+    " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at, allocation_id),"
+    " e AS (INSERT INTO events (type, subject, payload, at) SELECT '"
+    + LedgerBooked.TYPE
+    + "', b.allocation_id, "
+    + BOOKED_PAYLOAD_PG
+    + ","
+    " %(now)s FROM b)"
+    " SELECT count(*) FROM b"
+)
+"""`book`'s statement for several allocations at once, no tenant, bookable or not: what a layout
+change's holds write for every GPU of a node in one round trip."""
+
+
+def book_holds(conn: Connection, groups: Mapping[str, Sequence[str]], span: Window, now: datetime) -> int:
+    """Book each allocation's atoms for the window with no tenant, bookable or not (a layout
+    change's holds), all or nothing; raises as `book` does. One statement on PostgreSQL."""
+    if conn.dialect.name != "postgresql":
+        return sum(
+            book(conn, ids, span, allocation, None, now, require_bookable=False)
+            for allocation, ids in sorted(groups.items())
+        )
+    pairs = [(atom, allocation) for allocation, ids in sorted(groups.items()) for atom in dict.fromkeys(ids)]
+    params = {
+        "ids": [a for a, _ in pairs],
+        "allocs": [g for _, g in pairs],
+        "start": span.start,
+        "end": span.end,
+        "now": now,
+        "n": len(pairs),
+    }
+    db = conn.connection.driver_connection
+    assert db is not None
+    try:
+        row = db.execute(_PG_HOLD, params, prepare=True).fetchone()
+    except psycopg.errors.ExclusionViolation as exc:
+        raise overlap_from(exc) from None
+    except (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure):
+        raise contended() from None
+    written = int(row[0]) if row is not None else 0
+    if written != len(pairs):
+        raise NotBookable(unbookable(conn, [a for a, _ in pairs]))
+    return written
 
 
 def overlap_from(exc: psycopg.errors.ExclusionViolation) -> Overlap:
@@ -416,6 +471,25 @@ def live_bookings(
     return [LiveBooking(a, atom, s, e, t, p, c) for a, atom, s, e, t, p, c in conn.execute(stmt)]
 
 
+def tenants_booked_until(conn: Connection, node_id: str, since: datetime) -> tuple[datetime | None, bool]:
+    """Of tenants' live bookings on the node's atoms that end after `since` (or never): the latest
+    end, and whether one never ends. One aggregate over the node's atoms (partition holds, which
+    have no tenant, left out): what the layout gate plans a node's change from."""
+    ends = bookings.c.ends_at
+    stmt = (
+        select(func.max(ends, type_=ends.type), func.sum(case((ends.is_(None), 1), else_=0)))
+        .select_from(bookings.join(atoms, atoms.c.id == bookings.c.atom_id))
+        .where(
+            atoms.c.node_id == node_id,
+            bookings.c.state == "live",
+            bookings.c.tenant_id.is_not(None),
+            or_(ends.is_(None), ends > since),
+        )
+    )
+    row = conn.execute(stmt).one()
+    return row[0], bool(row[1])
+
+
 def whole_gpus_held(conn: Connection, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
     """The windows of tenants' live bookings of whole GPUs (class `gpu`; partition changes left
     out) in these pools (every pool when None) that meet `window`."""
@@ -519,6 +593,12 @@ class SqlLedger:
 
     def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
         return live_bookings(self.conn, since, atom_ids) if atom_ids else []
+
+    def tenants_booked_until(self, node_id: str, since: datetime) -> tuple[datetime | None, bool]:
+        return tenants_booked_until(self.conn, node_id, since)
+
+    def book_holds(self, groups: Mapping[str, Sequence[str]], span: Window, now: datetime) -> int:
+        return book_holds(self.conn, groups, span, now)
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]:
         return allocation_bookings(self.conn, allocation_id)
