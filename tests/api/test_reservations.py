@@ -380,6 +380,20 @@ def test_tenants_cannot_see_or_touch_each_others_reservations(world: World) -> N
     )
 
 
+def test_a_reservation_released_the_instant_it_starts_is_cancelled_not_refused(world: World) -> None:
+    """Released at its very start, nothing of it has run: the whole window frees and it answers
+    `cancelled` (it was refused with INVALID_INPUT "end must be after start", and kept its atoms)."""
+    world.offer("a100", "acme", gpu=4)
+    now = world.reserve(world.acme, "a100", [{"class": "gpu", "count": 4}], duration="2h").json()
+    released = world.http.post(f"/v1/reservations/{now['id']}/release", headers=world.acme)
+    assert released.status_code == 200, released.text
+    assert released.json()["status"] == "cancelled"
+    shown = world.http.get(f"/v1/reservations/{now['id']}", headers=world.acme).json()
+    assert shown["status"] == "cancelled"
+    again = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="2h")
+    assert again.status_code == 201, again.text
+
+
 def test_cancel_before_start_release_while_active(world: World) -> None:
     world.offer("a100", "acme", gpu=4)
     later = world.reserve(

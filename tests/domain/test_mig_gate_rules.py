@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from better_compute.domain import mig_gate as rules
@@ -38,6 +39,25 @@ def test_a_scheduled_node_is_not_granted_while_a_booking_reaches_past_its_time()
     assert isinstance(rules.next_step(scheduled, late, T0 + timedelta(minutes=1)), rules.Wait)
     clear = rules.NodeFacts(True, 1, 1, booked_until=None)
     assert rules.next_step(scheduled, clear, T0) == rules.Grant(release=False)
+
+
+def test_a_node_scheduled_later_moves_sooner_only_when_its_bookings_end_before_its_time() -> None:
+    at = T0 + timedelta(hours=5)
+    scheduled = replace(gate(rules.SCHEDULED), scheduled_from=at)
+    now = T0 + timedelta(minutes=10)
+
+    def facts(until: timedelta | None, open_ended: bool = False) -> rules.NodeFacts:
+        return rules.NodeFacts(True, 1, 1, None if until is None else T0 + until, open_ended)
+
+    # The booking that held it back was released: nothing left, so from now.
+    assert rules.next_step(scheduled, facts(None), now) == rules.Schedule(now)
+    # Bookings left end sooner than its time: from the last of them.
+    assert rules.next_step(scheduled, facts(timedelta(hours=2)), now) == rules.Schedule(
+        T0 + timedelta(hours=2)
+    )
+    # Still held back as far as its time (or one never ends): it waits for its time.
+    assert isinstance(rules.next_step(scheduled, facts(timedelta(hours=5)), now), rules.Wait)
+    assert isinstance(rules.next_step(scheduled, facts(None, open_ended=True), now), rules.Wait)
 
 
 def slot_gate(state: str, **kw: object) -> MigLayoutGate:

@@ -348,3 +348,45 @@ def test_a_rolled_back_writes_claims_end_at_once_and_a_committed_ones_after_a_la
         index, tx, after, [booked(1, "r", "atom-a", 0, 4), booked(2, "r", "atom-b", 0, 4)], 2, LogSnapshot()
     )
     assert index.claimed() == set()
+
+
+def test_an_index_forgets_bookings_ended_before_now_and_answers_from_now_the_same() -> None:
+    """A long-running process's index forgets bookings that ended before its requests' present
+    (it kept every booking ever made, and each look-up of an hour scanned all of that hour's past
+    bookings); one extended past that instant, or open-ended, is kept; look-ups from then on
+    answer as before."""
+    index = BookingIndex()
+    tx: Any = _tx(_Log(last=0))
+    read = index.prepare(tx)
+    events = [booked(n + 1, f"r{n}", f"atom-{n}", n * 0.1, n * 0.1 + 0.05) for n in range(20)]
+    events.append(booked(21, "long", "atom-long", 0, 1))
+    events.append(
+        {"id": 22, "type": "ledger.extended", "subject": "long", "payload": {"end": at(5).isoformat()}}
+    )
+    events.append(
+        {
+            "id": 23,
+            "type": "ledger.booked",
+            "subject": "open",
+            "payload": {"atoms": ["atom-open"], "start": at(0).isoformat(), "end": None},
+        }
+    )
+    _apply(index, tx, read, events, 23, LogSnapshot())
+    now = at(1.5)
+    windows = [Window(now, now + timedelta(minutes=m)) for m in (1, 30, 600)] + [Window(now)]
+    before = {w: sorted(i.atom_id for i in index.busy(w)) for w in windows}
+    assert index.forget_ended(now) == 15  # ended by 1.5 h less KEEP_ENDED: r0..r14
+    assert {w: sorted(i.atom_id for i in index.busy(w)) for w in windows} == before
+    assert sorted(i.atom_id for i in index.busy(Window(at(0), at(10)))) == [
+        "atom-15",
+        "atom-16",
+        "atom-17",
+        "atom-18",
+        "atom-19",
+        "atom-long",
+        "atom-open",
+    ]
+    assert index.windows_of(["atom-3"]) == {"atom-3": []}
+    assert index.forget_ended(now) == 0
+    assert index.forget_ended(at(10)) == 6  # the rest that end, the extended one at its new end
+    assert [i.atom_id for i in index.busy(Window(at(0)))] == ["atom-open"]

@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import text, update
 
 from better_compute.domain import mig_gate as rules
-from better_compute.service.mig_gate import Reconciler
+from better_compute.domain.ledger import partition_allocation_id
+from better_compute.service.mig_gate import LEASE, RECHECK, Reconciler
 from better_compute.storage.store import Store
 from better_compute.storage.tables import nodes
 from tests.node_world import NodeWorld
@@ -128,6 +129,48 @@ def test_a_booking_ending_later_delays_its_own_node_and_idle_time_before_still_b
     assert gates(store)[busy].state == rules.GRANTED
     assert told(world, busy) == {NEW}
     assert [t for t in types(world) if t[1] == busy] == [
+        ("node.mig.scheduled", busy),
+        ("node.mig.granted", busy),
+    ]
+
+
+def test_a_node_whose_blocking_booking_ends_early_is_scheduled_again_sooner(
+    store: Store, tmp_path: Path
+) -> None:
+    """A booking released hours before its end no longer holds its node's change back: once the
+    reconciler looks at the node again (`RECHECK` after its last lease), the holds move to the end
+    of the bookings left, and the node is granted then, not at the released booking's old end."""
+    world = NodeWorld(store, tmp_path)
+    long = world.reserve([{"class": "gpu.mig", "count": 1}], duration="5h")
+    busy = long["atoms"][0]["node"]
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    assert gates(store)[busy].scheduled_from == world.clock.now + timedelta(hours=5)
+    # Idle time before the hold books on the busy node: a 1 h booking of another of its instances.
+    short = world.reserve([{"class": "gpu.mig", "count": 1}], duration="1h")
+    assert short["atoms"][0]["node"] == busy
+    released = world.http.post(f"/v1/reservations/{long['id']}/release", headers=world.platform)
+    assert released.status_code == 200, released.text
+    reconciler.tick()  # its lease has not run out: the node is not looked at yet
+    assert gates(store)[busy].scheduled_from == world.clock.now + timedelta(hours=5)
+    released_at = world.clock.now
+    world.clock.now += LEASE + RECHECK
+    steps = reconciler.tick()
+    short_end = released_at + timedelta(hours=1)
+    assert steps[busy] == rules.Schedule(short_end)
+    moved = gates(store)[busy]
+    assert moved.state == rules.SCHEDULED and moved.scheduled_from == short_end
+    with store.read() as tx:
+        node_gpus = {g.id for g in tx.gpus.of_nodes([busy])}
+    held = {a for a, _, _ in partition_holds(store) if a.split(":")[1] in node_gpus}
+    # One hold per GPU, each from the short booking's end; the old ones, never started, are gone.
+    assert held == {partition_allocation_id(g, short_end) for g in node_gpus}
+    world.clock.now = moved.scheduled_from
+    reconciler.tick()
+    assert gates(store)[busy].state == rules.GRANTED
+    assert [t for t in types(world) if t[1] == busy] == [
+        ("node.mig.scheduled", busy),
         ("node.mig.scheduled", busy),
         ("node.mig.granted", busy),
     ]

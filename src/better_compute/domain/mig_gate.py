@@ -169,7 +169,8 @@ class Wait:
 
 @dataclass(frozen=True, slots=True)
 class Schedule:
-    """Book every GPU family of the node from `at` onward (open-ended), then grant at `at`."""
+    """Book every GPU family of the node from `at` onward (open-ended), then grant at `at`; for a
+    node already scheduled later, its holds move to `at`."""
 
     at: datetime
 
@@ -199,6 +200,11 @@ def next_step(gate: MigLayoutGate, facts: NodeFacts, now: datetime) -> Step:
     if gate.state == SCHEDULED:
         assert gate.scheduled_from is not None
         if now < gate.scheduled_from:
+            sooner = None if facts.open_ended else max(now, facts.booked_until or now)
+            if sooner is not None and sooner < gate.scheduled_from:
+                # The bookings that held the node back ended early (released, cancelled, evicted):
+                # its holds move to the end of those left, so the change does not wait for nothing.
+                return Schedule(sooner)
             return Wait("the node's last booking has not ended", gate.scheduled_from)
         if facts.open_ended or (facts.booked_until is not None and facts.booked_until > gate.scheduled_from):
             # The holds cover every atom, so this cannot be; if it were, granting would cut a holder.

@@ -10,6 +10,7 @@ database's exclusion constraint is still the fence, and a refused write makes th
 from __future__ import annotations
 
 import bisect
+import heapq
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict, deque
@@ -81,6 +82,9 @@ _DAY = timedelta(days=1)
 _BY_HOUR_MAX = 48
 _BY_DAY_MAX = 31
 _EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+KEEP_ENDED = timedelta(minutes=1)
+"""How long the index keeps a booking after its end (`forget_ended`): a cushion for a request whose
+own clock reading is older than the one that forgot it."""
 _TICK = timedelta(microseconds=1)
 _QUIET_EVENTS = (
     ReservationCreated,
@@ -272,6 +276,8 @@ class BookingIndex:
         self._pool_changes: Counter[str | None] = Counter()
         """Per pool, bumped by every booking added or dropped there: what a cache of a pool's free
         devices (`service.placement_stock`) is checked against."""
+        self._ends: list[tuple[datetime, str]] = []
+        """A heap of (end, allocation) for bookings that end: what `forget_ended` pops."""
 
     # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
     def sync(self, tx: Tx) -> None:
@@ -321,6 +327,7 @@ class BookingIndex:
         self._by_hour.clear()
         self._by_day.clear()
         self._long.clear()
+        self._ends.clear()
         self._forget_pools()
         for b in tx.ledger.live_bookings(_EPOCH):
             self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
@@ -372,6 +379,8 @@ class BookingIndex:
         for atom_id in atom_ids:
             intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
             self._by_atom[atom_id].add(allocation_id)
+        if end is not None:
+            heapq.heappush(self._ends, (end, allocation_id))
         filed = self._buckets_of(start, end)
         if filed is None:
             self._long.add(allocation_id, start)
@@ -380,10 +389,32 @@ class BookingIndex:
             for b in buckets:
                 index[b].add(allocation_id)
 
-    def _drop(self, allocation_id: str) -> None:
+    def forget_ended(self, now: datetime) -> int:
+        """Forget every booking that ended `KEEP_ENDED` or more before `now`; returns how many.
+
+        Every look-up asks about its own present or later (a reservation's window starts at its
+        `now`, placement asks at its `now`), so a booking that ended before then changes no answer;
+        kept, it only makes each look-up of its hour slower and the process bigger, for ever. A
+        request whose clock reading is older than that may find an atom free that was booked in
+        its past: the ledger's exclusion constraint refuses any overlap it would write, and a
+        quota counted over instants already past holds nothing back. A booking's pool caches are
+        left as they are: its end had already passed for them."""
+        before = now - KEEP_ENDED
+        forgotten = 0
+        with self._lock:
+            while self._ends and self._ends[0][0] <= before:
+                _, allocation_id = heapq.heappop(self._ends)
+                intervals = self._by_allocation.get(allocation_id)
+                # An extended booking was filed again under its new end; that entry comes later.
+                if intervals and all(i.end is not None and i.end <= before for i in intervals):
+                    self._drop(allocation_id, changes=False)
+                    forgotten += 1
+        return forgotten
+
+    def _drop(self, allocation_id: str, *, changes: bool = True) -> None:
         intervals = self._by_allocation.pop(allocation_id, [])
         self._long.discard(allocation_id)
-        for pool in {i.owner[1] for i in intervals}:
+        for pool in {i.owner[1] for i in intervals} if changes else ():
             self._pool_changes[pool] += 1
         for tenant in {i.owner[0] for i in intervals if i.owner[0] is not None}:
             mine = self._by_tenant.get(tenant)

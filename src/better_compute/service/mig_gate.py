@@ -37,6 +37,12 @@ _log = logging.getLogger("better_compute.mig_gate")
 LEASE = timedelta(seconds=15)
 """How long a reconciler's hold on a node lasts without renewal; another takes the node after."""
 
+RECHECK = timedelta(seconds=60)
+"""A node scheduled for later is looked at again this long after its last lease ran out: if the
+bookings that held it back ended early (released, cancelled, evicted), its holds move to the end
+of those left (`domain.mig_gate.next_step`). Only when to look; what happens is decided from the
+ledger under the node's lock."""
+
 INTERVAL = 0.5
 """Seconds between a reconciler's passes."""
 
@@ -133,6 +139,7 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
     step = rules.next_step(gate, facts(tx, gate.node_id, now), now)
     match step:
         case rules.Schedule(at=at):
+            partition_holds.release(tx, gate, now)  # a node scheduled later: its holds move to `at`
             families = tx.atoms.ids_by_gpu([gate.node_id])  # every atom of each GPU, parent included
             partition_holds.hold(tx, families, at, now)
             if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
@@ -188,6 +195,7 @@ class Reconciler:
     clock: Clock
     owner: str
     lease: timedelta = LEASE
+    recheck: timedelta = RECHECK
     batch: int = BATCH
     duty: float = 1.0
     """The share of its time a pass may spend stepping nodes: after a step that took t seconds it
@@ -199,7 +207,7 @@ class Reconciler:
         """One pass: the steps taken, by node (waits included)."""
         now = self.clock()
         with self.store.begin() as tx:
-            held = tx.mig_layouts.lease(self.owner, now, now + self.lease, self.batch)
+            held = tx.mig_layouts.lease(self.owner, now, now + self.lease, self.batch, now - self.recheck)
         taken: dict[str, rules.Step] = {}
         rest = max(0.0, 1.0 / self.duty - 1.0) if self.duty > 0 else 0.0
         for node_id in held:
@@ -225,6 +233,7 @@ __all__ = [
     "BATCH",
     "INTERVAL",
     "LEASE",
+    "RECHECK",
     "SERVER_DUTY",
     "SERVER_DUTY_SQLITE",
     "Reconciler",

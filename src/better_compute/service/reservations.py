@@ -251,6 +251,7 @@ def create(
         if first is None:
             raise
         return first
+    index.forget_ended(now)
     for attempt in range(MAX_ATTEMPTS):
         claims: list[str] = []
         committed = False
@@ -452,14 +453,7 @@ def preempt_in(tx: Tx, reservation: Reservation, preemptor_id: str, why: str, no
     tenant's quota lock and read it in this transaction): it is `released`, as by its tenant (or
     `cancelled` when it starts now), the rest of its window frees, and `reservation.preempted`
     says who and why."""
-    if reservation.starts_at >= now:  # nothing of it has run: cancelled, as before its start
-        tx.ledger.cancel_allocation(reservation.id, now)
-        _bump(tx, reservation, ReservationStatus.CANCELLED, reservation.ends_at)
-        tx.events.append(ReservationCancelled(reservation.id, now), now)
-    else:
-        tx.ledger.end_allocation(reservation.id, now, LedgerReleased(reservation.id, now))
-        _bump(tx, reservation, ReservationStatus.RELEASED, now)
-        tx.events.append(ReservationReleased(reservation.id, now), now)
+    _end_now(tx, reservation, now)
     tx.events.append(ReservationPreempted(reservation.id, reservation.tenant_id, preemptor_id, why), now)
 
 
@@ -545,11 +539,25 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
     with store.begin() as tx:
         r = _visible(tx, principal, reservation_id)
         tx.reservations.lock(quota_lock(r.tenant_id, r.pool_id))
-        end = release_end(Window(r.starts_at, r.ends_at), r.status, now)
-        tx.ledger.end_allocation(reservation_id, end, LedgerReleased(reservation_id, end))
-        r = _bump(tx, r, ReservationStatus.RELEASED, end)
-        tx.events.append(ReservationReleased(reservation_id, end), now)
+        r = _end_now(tx, r, release_end(Window(r.starts_at, r.ends_at), r.status, now))
+        if r.status == ReservationStatus.CANCELLED:
+            return ReservationView(r, [], ReservationStatus.CANCELLED)
         return _view(tx, r, now)
+
+
+def _end_now(tx: Tx, reservation: Reservation, now: datetime) -> Reservation:
+    """End a started reservation at `now` (the caller holds its tenant's quota lock): `released`,
+    the rest of its window freed; or `cancelled`, the whole window freed, when it starts at `now`
+    (nothing of it has run, and a window that ends as it starts is no window)."""
+    if reservation.starts_at >= now:
+        tx.ledger.cancel_allocation(reservation.id, now)
+        reservation = _bump(tx, reservation, ReservationStatus.CANCELLED, reservation.ends_at)
+        tx.events.append(ReservationCancelled(reservation.id, now), now)
+        return reservation
+    tx.ledger.end_allocation(reservation.id, now, LedgerReleased(reservation.id, now))
+    reservation = _bump(tx, reservation, ReservationStatus.RELEASED, now)
+    tx.events.append(ReservationReleased(reservation.id, now), now)
+    return reservation
 
 
 def extend(

@@ -203,10 +203,12 @@ def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
     return named[0]
 
 
-def _lock_and_catch_up(tx: Tx, wiring: Wiring, tenant_id: str) -> None:
+def _lock_and_catch_up(tx: Tx, wiring: Wiring, tenant_id: str, now: datetime) -> None:
     """Take the tenant's workload lock, then catch the index up with every commit made before it
     was granted: what the tenant holds is then exact for this write (one round trip with the
-    transaction's BEGIN when it is the transaction's first statement)."""
+    transaction's BEGIN when it is the transaction's first statement). Bookings ended well before
+    `now` are forgotten first (`BookingIndex.forget_ended`)."""
+    wiring.index.forget_ended(now)
     read = wiring.index.prepare(tx)
     events, newest, snapshot = tx.reservations.locked_tail(workload_lock(tenant_id), read)
     wiring.index.apply(tx, read, events, newest, snapshot)
@@ -267,7 +269,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     workload_id = wiring.ids.workload()
 
     def run(tx: Tx, attempt: Attempt) -> WorkloadView:
-        _lock_and_catch_up(tx, wiring, tenant_id)
+        _lock_and_catch_up(tx, wiring, tenant_id, now)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
         spec, resolution = placement.resolved(
@@ -832,7 +834,7 @@ def scale(
 
     def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
-        _lock_and_catch_up(tx, wiring, found.tenant_id)
+        _lock_and_catch_up(tx, wiring, found.tenant_id, now)
         current = tx.workloads.get(found.id)
         if current is None:
             raise workload_not_found(ref)
@@ -883,7 +885,7 @@ def drain(
 
     def run(tx: Tx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
-        _lock_and_catch_up(tx, wiring, found.tenant_id)
+        _lock_and_catch_up(tx, wiring, found.tenant_id, now)
         if tx.clusters.get(cluster_id) is None:
             raise NotFound(
                 f"cluster {cluster_id} not found", {"field": "payload.cluster", "cluster": cluster_id}
@@ -997,7 +999,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
             found = tx.workloads.get(workload_id)
             if found is None:
                 raise workload_not_found(workload_id)
-            _lock_and_catch_up(tx, wiring, found.tenant_id)
+            _lock_and_catch_up(tx, wiring, found.tenant_id, now)
             again = tx.workloads.get(workload_id)
             if again is None:  # deleted by its project between the read and the lock
                 raise workload_not_found(workload_id)
