@@ -43,13 +43,13 @@ def test_gpus_json_lists_the_catalog() -> None:
 
 
 def test_gpus_json_says_placements_confirmed_only_where_a_real_lgipp_was_read() -> None:
-    """Issue 11, defect 17: the A100 80GB, H200, B200 and GB200 placements are inferred."""
+    """Issue 11, defect 17: the A100 80GB, B200 and GB200 placements are inferred."""
     models = _json(["gpus", "--json"])
     assert isinstance(models, list)
     confirmed = {m["id"]: m["placementsConfirmed"] for m in models if m["migCapable"]}
-    for inferred in ("A100-80GB", "H200-141GB", "B200-180GB", "GB200-186GB", "RTX-PRO-4500"):
+    for inferred in ("A100-80GB", "B200-180GB", "GB200-186GB", "RTX-PRO-4500"):
         assert confirmed[inferred] is False, inferred
-    for captured in ("A100-40GB", "A30-24GB", "H100-80GB", "H100-94GB", "RTX-PRO-6000"):
+    for captured in ("A100-40GB", "A30-24GB", "H100-80GB", "H100-94GB", "H200-141GB", "RTX-PRO-6000"):
         assert confirmed[captured] is True, captured
 
 

@@ -725,7 +725,7 @@ def test_every_mig_model_has_media_engine_totals_and_its_me_profiles_take_from_t
 
 
 def test_placements_are_confirmed_only_for_models_a_real_lgipp_was_read_on() -> None:
-    """Issue 11, defect 17: docs/layouts.md calls the A100 80GB, H200, B200 and GB200 placements
-    inferred, but the catalog said confirmed."""
+    """Issue 11, defect 17: docs/layouts.md calls the A100 80GB, B200 and GB200 placements inferred,
+    but the catalog said confirmed. (The H200's were read on a real H200 since.)"""
     confirmed = {m.id for m in catalog.mig_models() if m.placements_confirmed}
-    assert confirmed == {"A100-40GB", "A30-24GB", "H100-80GB", "H100-94GB", "RTX-PRO-6000"}
+    assert confirmed == {"A100-40GB", "A30-24GB", "H100-80GB", "H100-94GB", "H200-141GB", "RTX-PRO-6000"}
