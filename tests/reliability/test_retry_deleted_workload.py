@@ -60,10 +60,10 @@ def test_a_workload_deleted_while_the_retrier_takes_its_lock_is_skipped_not_a_cr
     real = workloads._lock_and_catch_up
     deleted: list[str] = []
 
-    def deleting_first(tx: Tx, w: workloads.Wiring, tenant_id: str) -> None:
+    def deleting_first(tx: Tx, w: workloads.Wiring, tenant_id: str, now: datetime) -> None:
         if not deleted:  # the project deletes it from another connection, before the lock
             deleted.append(workloads.delete(wiring, ADMIN, gone.id, NOW).id)
-        real(tx, w, tenant_id)
+        real(tx, w, tenant_id, now)
 
     monkeypatch.setattr(workloads, "_lock_and_catch_up", deleting_first)
     assert workloads.retry(wiring, NOW) == 0
