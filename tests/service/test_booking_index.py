@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from better_compute.domain.timewin import Window
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.booking_index import KEEP_ENDED, BookingIndex
 from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
+from better_compute.service.ports import LiveBooking
 from better_compute.storage.events import logged
 from tests.builders import T0, at
 
@@ -390,3 +391,50 @@ def test_an_index_forgets_bookings_ended_before_now_and_answers_from_now_the_sam
     assert index.forget_ended(now) == 0
     assert index.forget_ended(at(10)) == 6  # the rest that end, the extended one at its new end
     assert [i.atom_id for i in index.busy(Window(at(0)))] == ["atom-open"]
+
+
+class _Ledger(_Log):
+    """A ledger whose live bookings are `held`, read as the store reads them: those that end after
+    `since` (or never); it records each `since` asked for."""
+
+    def __init__(self, held: list[LiveBooking]) -> None:
+        super().__init__(last=0)
+        self.held = held
+        self.asked: list[datetime] = []
+
+    def live_bookings(self, since: object) -> list[LiveBooking]:  # type: ignore[override]
+        assert isinstance(since, datetime)
+        self.asked.append(since)
+        return [b for b in self.held if b.ends_at is None or b.ends_at > since]
+
+
+def test_reload_after_forget_ended_reads_only_bookings_reaching_past_what_was_forgotten() -> None:
+    """A rebuild after a refused write read every live booking the ledger ever had (since 2000):
+    with a hundred thousand past bookings a reload took seconds and grew with history. Once the
+    index forgot what ended before an instant, a reload asks only for what reaches past it, and
+    answers the same."""
+    held = [
+        LiveBooking(f"r{n}", f"atom-{n}", at(n * 0.1), at(n * 0.1 + 0.05), "t", "p1", "gpu")
+        for n in range(20)
+    ]
+    held.append(LiveBooking("open", "atom-open", at(0), None, "t", "p1", "gpu"))
+    ledger = _Ledger(held)
+    tx: Any = _tx(ledger)
+    index = BookingIndex()
+    index.sync(tx)
+    assert ledger.asked == [datetime(2000, 1, 1, tzinfo=T0.tzinfo)]  # never forgot: everything
+    now = at(1.5)
+    assert index.forget_ended(now) == 15
+    index.reload(tx)
+    assert ledger.asked[-1] == now - KEEP_ENDED
+    assert sorted(i.atom_id for i in index.busy(Window(at(0), at(10)))) == [
+        "atom-15",
+        "atom-16",
+        "atom-17",
+        "atom-18",
+        "atom-19",
+        "atom-open",
+    ]
+    assert index.forget_ended(at(0.5)) == 0  # an older reading moves nothing back
+    index.reload(tx)
+    assert ledger.asked[-1] == now - KEEP_ENDED

@@ -278,6 +278,10 @@ class BookingIndex:
         devices (`service.placement_stock`) is checked against."""
         self._ends: list[tuple[datetime, str]] = []
         """A heap of (end, allocation) for bookings that end: what `forget_ended` pops."""
+        self._forgotten_before = _EPOCH
+        """Bookings that ended at or before this were forgotten (`forget_ended`): a reload reads
+        only those that reach past it, so that rebuilding after a refused write costs the live
+        bookings, not every booking the ledger ever had."""
 
     # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
     def sync(self, tx: Tx) -> None:
@@ -329,7 +333,7 @@ class BookingIndex:
         self._long.clear()
         self._ends.clear()
         self._forget_pools()
-        for b in tx.ledger.live_bookings(_EPOCH):
+        for b in tx.ledger.live_bookings(self._forgotten_before):
             self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
 
     def apply_event(self, logged: LoggedEvent) -> None:
@@ -402,6 +406,7 @@ class BookingIndex:
         before = now - KEEP_ENDED
         forgotten = 0
         with self._lock:
+            self._forgotten_before = max(self._forgotten_before, before)
             while self._ends and self._ends[0][0] <= before:
                 _, allocation_id = heapq.heappop(self._ends)
                 intervals = self._by_allocation.get(allocation_id)
