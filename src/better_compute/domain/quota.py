@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from better_compute.domain.atoms import ATOM_CLASSES, AtomClass, check_atom_class
 from better_compute.domain.errors import InvalidInput, QuotaExceeded
@@ -76,23 +76,36 @@ def in_use(bookings: Iterable[tuple[str, Window]], window: Window) -> dict[AtomC
     that ends as another starts is never live beside it. Costs O(k log k) in the tenant's own k
     bookings, never in the pool.
     """
-    edges: dict[AtomClass, list[tuple[datetime, int]]] = {}
-    for cls, booked in bookings:
-        if cls not in ATOM_CLASSES or not booked.overlaps(window):
+    return spans_in_use(((cls, b.start, b.end) for cls, b in bookings), window)
+
+
+def spans_in_use(
+    spans: Iterable[tuple[str, datetime, datetime | None]], window: Window
+) -> dict[AtomClass, int]:
+    """`in_use` from (class, start, end) triples, each a window already checked (start before end,
+    both in UTC; end None never ends): admission counts a tenant's thousands of bookings on every
+    reservation, and building a checked `Window` for each one was most of its time."""
+    lo, hi = window.start, window.end
+    edges: dict[str, list[tuple[datetime, int]]] = {}
+    for cls, start, end in spans:
+        if (end is not None and end <= lo) or (hi is not None and start >= hi) or cls not in ATOM_CLASSES:
             continue
-        marks = edges.setdefault(cls, [])
-        marks.append((max(booked.start, window.start), 1))
-        ends = [e for e in (booked.end, window.end) if e is not None]
-        if ends:
-            marks.append((min(ends), -1))
+        marks = edges.get(cls)
+        if marks is None:
+            marks = edges[cls] = []
+        marks.append((start if start > lo else lo, 1))
+        until = end if hi is None or (end is not None and end < hi) else hi
+        if until is not None:
+            marks.append((until, -1))
     counts: dict[AtomClass, int] = {}
     for cls, marks in edges.items():
         marks.sort()  # at one instant an end (-1) sorts before a start (+1): half-open windows
         live = peak = 0
         for _, step in marks:
             live += step
-            peak = max(peak, live)
-        counts[cls] = peak
+            if live > peak:
+                peak = live
+        counts[cast(AtomClass, cls)] = peak
     return counts
 
 

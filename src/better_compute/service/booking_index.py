@@ -499,11 +499,11 @@ class BookingIndex:
         every booking of this tenant in this pool was committed before the lock was taken.
         """
         own = (
-            (i.owner[2] or "", Window(i.start, i.end))
+            (i.owner[2] or "", i.start, i.end)
             for i in busy
             if i.owner[0] == tenant_id and i.owner[1] == pool_id
         )
-        return {str(cls): n for cls, n in quota.in_use(own, window).items()}
+        return {str(cls): n for cls, n in quota.spans_in_use(own, window).items()}
 
     def catalog_version(self) -> int:
         """Changes with every event that may change the clusters, the pools or the cordoned nodes
