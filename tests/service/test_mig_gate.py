@@ -14,6 +14,7 @@ from sqlalchemy import text, update
 
 from better_compute.domain import mig_gate as rules
 from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.timewin import Window
 from better_compute.service.mig_gate import LEASE, RECHECK, Reconciler
 from better_compute.storage.store import Store
 from better_compute.storage.tables import nodes
@@ -174,6 +175,47 @@ def test_a_node_whose_blocking_booking_ends_early_is_scheduled_again_sooner(
         ("node.mig.scheduled", busy),
         ("node.mig.granted", busy),
     ]
+
+
+def test_a_booking_landing_between_a_steps_read_and_its_write_keeps_its_instance(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step plans from a read taken before the node's lock, and writes from that read: a tenant
+    booking that lands on the node in between makes the schedule's holds overlap it, the ledger
+    refuses them and nothing is written; the next pass schedules the node from the booking's end."""
+    world = NodeWorld(store, tmp_path)
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    planned = rules.next_step
+    landed: list[tuple[str, str]] = []
+
+    def racing(gate: Any, facts: Any, now: Any) -> rules.Step:
+        step = planned(gate, facts, now)
+        if not landed:  # the first node's read is done: a tenant books one of its instances now
+            with store.read() as tx:
+                atom = next(
+                    a.id for a in tx.atoms.of_pool("p1") if a.node == gate.node_id and a.cls == "gpu.mig"
+                )
+            with store.begin() as tx:
+                tx.ledger.book([atom], Window(now, now + timedelta(hours=3)), "rsv-race", "platform", now)
+            landed.append((gate.node_id, atom))
+        return step
+
+    monkeypatch.setattr(rules, "next_step", racing)
+    steps = reconciler.tick()
+    ((busy, atom),) = landed
+    assert busy not in steps  # its schedule was refused: nothing written
+    assert gates(store)[busy].state == rules.PENDING
+    with store.read() as tx:
+        node_gpus = {g.id for g in tx.gpus.of_nodes([busy])}
+    assert not [h for h in partition_holds(store) if h[0].split(":")[1] in node_gpus]
+    steps = reconciler.tick()
+    until = world.clock.now + timedelta(hours=3)
+    assert steps[busy] == rules.Schedule(until)
+    assert gates(store)[busy].scheduled_from == until
+    with store.read() as tx:
+        kept = [b for b in tx.ledger.live_bookings(world.clock.now) if b.allocation_id == "rsv-race"]
+    assert [(b.atom_id, b.ends_at) for b in kept] == [(atom, until)]
 
 
 def test_a_second_change_replaces_a_pending_one_and_one_back_undoes_it(store: Store, tmp_path: Path) -> None:

@@ -120,9 +120,16 @@ def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) ->
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
 
-def facts(tx: Tx, node_id: str, now: datetime) -> rules.NodeFacts:
+Booked = tuple[datetime | None, bool]
+"""The node's tenant bookings as `tenants_booked_until` reads them: the latest end, and whether
+one never ends."""
+
+
+def facts(tx: Tx, node_id: str, now: datetime, booked: Booked | None = None) -> rules.NodeFacts:
+    """What the planner reads of the node; `booked`, when given, stands for the ledger read (see
+    `step`), and the node's own row is read afresh."""
     node = tx.nodes.by_ids([node_id])[node_id]
-    booked_until, open_ended = tx.ledger.tenants_booked_until(node_id, now)
+    booked_until, open_ended = tx.ledger.tenants_booked_until(node_id, now) if booked is None else booked
     return rules.NodeFacts(
         carries_pool_layout=node.carries_pool_layout,
         spec_generation=node.spec_generation,
@@ -133,10 +140,11 @@ def facts(tx: Tx, node_id: str, now: datetime) -> rules.NodeFacts:
     )
 
 
-def step_in(tx: Tx, gate: MigLayoutGate, now: datetime) -> rules.Step:
+def step_in(tx: Tx, gate: MigLayoutGate, now: datetime, booked: Booked | None = None) -> rules.Step:
     """Take the gate's next step in the caller's transaction (which holds the node's row lock);
-    raises `Overlap` when a booking or another writer got there first (nothing is then written)."""
-    step = rules.next_step(gate, facts(tx, gate.node_id, now), now)
+    raises `Overlap` when a booking or another writer got there first (nothing is then written).
+    `booked`: the node's tenant bookings as read before the lock was taken (see `step`)."""
+    step = rules.next_step(gate, facts(tx, gate.node_id, now, booked), now)
     match step:
         case rules.Schedule(at=at):
             partition_holds.release(tx, gate, now)  # a node scheduled later: its holds move to `at`
@@ -168,12 +176,20 @@ def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None
     """One step for the node in a transaction of its own; None when it has no gate, its lease is
     another reconciler's (with `owner`), or a booking or another writer got there first (the next
     pass plans again). A read decides first whether there is anything to do: a wait takes no write
-    transaction (the step is decided again under the node's lock when there is)."""
+    transaction (the step is decided again under the node's lock when there is).
+
+    The write plans from that read's ledger facts, not a second one (the ledger's read is most of a
+    step's database time, which every request shares): a tenant booking that landed on the node
+    since then overlaps the holds a schedule writes, and the exclusion constraint refuses them;
+    one that ended early since leaves the holds later than they could be, until the node's
+    `RECHECK`; and bookings never land under the holds a grant or an apply follows. The gate and
+    the node's row are read again under the lock."""
     with store.read() as tx:  # most passes find nothing to do: decide that without the writer lock
         gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
         if gate is None:
             return None
-        planned = rules.next_step(gate, facts(tx, node_id, now), now)
+        booked = tx.ledger.tenants_booked_until(node_id, now)
+        planned = rules.next_step(gate, facts(tx, node_id, now, booked), now)
     if isinstance(planned, rules.Wait):
         return planned
     try:
@@ -182,7 +198,7 @@ def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None
             gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
             if gate is None or (owner is not None and not tx.mig_layouts.leased_to(node_id, owner, now)):
                 return None
-            return step_in(tx, gate, now)
+            return step_in(tx, gate, now, booked)
     except (Overlap, NotBookable):
         return None
 
@@ -236,6 +252,7 @@ __all__ = [
     "RECHECK",
     "SERVER_DUTY",
     "SERVER_DUTY_SQLITE",
+    "Booked",
     "Reconciler",
     "facts",
     "join_in",
