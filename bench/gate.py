@@ -13,10 +13,13 @@ Then, in the same run:
 - a reservation workload (one `gpu.mig` atom for 10 minutes from now, through the use case
   `reservations.create` with a booking index of its own, as a server admits them) is timed for
   `--reservations` reservations before the change: reservations/s before;
+- the reservations made before are cancelled (released at their start), so that the ledger is the
+  same for both (admission's work grows with the bookings a tenant holds over the window);
 - `pools.update` sets the pool's layout to `mixed:3g.40gb+2x2g.20gb`, which gates every node, and a
-  thread drives `Reconciler.tick()` pass after pass (`INTERVAL` apart, as `serve` does) until every
-  node's gate is `scheduled` or `granted`: `schedule_all_s` is the wall time from the update to
-  there, and the passes it took are reported (`ticks`);
+  reconciler in a process of its own (as `serve` runs it: `entrypoints.reconciler_process`;
+  `--in-thread` runs it in a thread of this process instead) drives `Reconciler.tick()` pass after
+  pass, `INTERVAL` apart, until every node's gate is `scheduled` or `granted`: `schedule_all_s` is
+  the wall time from the update to there, and the passes it took are reported (`ticks`);
 - meanwhile the same number of reservations is made again, while those passes go on (every node
   stays gated, and each pass steps every node it leases): reservations/s during the gate, and how
   many of them were answered before the last node was scheduled (`while_scheduling`).
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import random
 import sys
 import tempfile
@@ -110,6 +114,7 @@ def workload(store: Store, index: BookingIndex, count: int, tag: str) -> dict[st
     (each one's end time under `ends`); refusals are counted apart."""
     ids = RandomIds()
     made = refused = 0
+    made_ids: list[str] = []
     first_refusal: str | None = None
     conflicts = Conflicts()
     latencies: list[float] = []
@@ -125,8 +130,9 @@ def workload(store: Store, index: BookingIndex, count: int, tag: str) -> dict[st
         }
         t = time.perf_counter()
         try:
-            reservations.create(store, index, ADMIN, raw, NOW, ids.reservation, telemetry=conflicts)
+            view = reservations.create(store, index, ADMIN, raw, NOW, ids.reservation, telemetry=conflicts)
             made += 1
+            made_ids.append(view.id)
         except DomainError as refusal:
             refused += 1
             first_refusal = first_refusal or f"{type(refusal).__name__}: {refusal}"
@@ -142,6 +148,7 @@ def workload(store: Store, index: BookingIndex, count: int, tag: str) -> dict[st
         "p99_ms": round(percentile(latencies, 0.99), 2) if latencies else None,
         "ledger_conflicts": conflicts.count,
         "ends": ends,
+        "ids": made_ids,
         **({"first_refusal": first_refusal[:200]} if first_refusal else {}),
     }
 
@@ -188,8 +195,82 @@ def drive(reconciler: Reconciler, store: Store, stop: threading.Event, out: dict
         out["states"] = gate_states(store)
 
 
+def fixed_now() -> datetime:
+    return NOW
+
+
+def drive_process(url: str, batch: int, duty: float, go: Any, stop: Any, results: Any) -> None:
+    """`drive` in a process of its own, as `serve` runs its reconciler: it says when it is ready,
+    drives from `go` until `stop`, and puts what it measured (`scheduled_at` on the machine's
+    monotonic clock, which every process reads alike)."""
+    store = Store.open(url, migrate_schema=False, pool_size=2)
+    try:
+        reconciler = Reconciler(store, fixed_now, "bench", batch=batch, duty=duty)
+        results.put("ready")
+        go.wait()
+        out: dict[str, Any] = {}
+        drive(reconciler, store, stop, out)
+        results.put(out)
+    finally:
+        store.close()
+
+
+def _gate_in_process(
+    store: Store, index: BookingIndex, url: str, count: int, batch: int, duty: float
+) -> tuple[dict[str, Any], float, dict[str, Any]]:
+    """The change, with the reconciler in a process of its own (as `serve` runs it) and the
+    reservations made meanwhile: what the reconciler measured, when the change began, and the
+    reservations' figures."""
+    spawn = multiprocessing.get_context("spawn")
+    go, stop, results = spawn.Event(), spawn.Event(), spawn.Queue()
+    child = spawn.Process(target=drive_process, args=(url, batch, duty, go, stop, results), daemon=True)
+    child.start()
+    try:
+        if results.get(timeout=120) != "ready":
+            raise RuntimeError("the reconciler process did not start")
+        t1 = time.perf_counter()
+        pools.update(store, ADMIN, "mig", policy={"migLayout": NEW_LAYOUT}, now=NOW)
+        go.set()
+        try:
+            during = workload(store, index, count, "during")
+        finally:
+            stop.set()
+        gate: dict[str, Any] = results.get(timeout=3600)
+    finally:
+        go.set()
+        stop.set()
+        child.join(60)
+    return gate, t1, during
+
+
+def _gate_in_thread(
+    store: Store, index: BookingIndex, url: str, count: int, batch: int, duty: float
+) -> tuple[dict[str, Any], float, dict[str, Any]]:
+    """The same with the reconciler in a thread of this process (`--in-thread`)."""
+    reconciler = Reconciler(store, fixed_now, "bench", batch=batch, duty=duty)
+    stop = threading.Event()
+    gate: dict[str, Any] = {}
+    t1 = time.perf_counter()
+    pools.update(store, ADMIN, "mig", policy={"migLayout": NEW_LAYOUT}, now=NOW)
+    thread = threading.Thread(target=drive, args=(reconciler, store, stop, gate))
+    thread.start()
+    try:
+        during = workload(store, index, count, "during")
+    finally:
+        stop.set()
+        thread.join()
+    return gate, t1, during
+
+
 def run(
-    url: str, nodes: int, gpus: int, count: int, batch: int, seed: int, duty: float | None = None
+    url: str,
+    nodes: int,
+    gpus: int,
+    count: int,
+    batch: int,
+    seed: int,
+    duty: float | None = None,
+    in_thread: bool = False,
 ) -> dict[str, Any]:
     store = Store.open(url)
     try:
@@ -204,29 +285,22 @@ def run(
         workload(store, index, max(20, count // 10), "warm")  # the index and caches loaded
         before = workload(store, index, count, "before")
         before.pop("ends")
+        for made in before.pop("ids"):  # the same ledger for both: every booking adds to each one's work
+            reservations.release(store, ADMIN, made, NOW)  # at their start: cancelled
 
-        reconciler = Reconciler(
-            store, lambda: NOW, "bench", batch=batch, duty=duty or server_duty(store.dialect)
-        )
-        stop = threading.Event()
-        gate: dict[str, Any] = {}
-        t1 = time.perf_counter()
-        pools.update(store, ADMIN, "mig", policy={"migLayout": NEW_LAYOUT}, now=NOW)
-        update_s = time.perf_counter() - t1
-        thread = threading.Thread(target=drive, args=(reconciler, store, stop, gate))
-        thread.start()
-        try:
-            during = workload(store, index, count, "during")
-        finally:
-            stop.set()
-            thread.join()
+        duty = duty or server_duty(store.dialect)
+        if in_thread:
+            gate, t1, during = _gate_in_thread(store, index, url, count, batch, duty)
+        else:
+            gate, t1, during = _gate_in_process(store, index, url, count, batch, duty)
         scheduled_at = gate.pop("scheduled_at", None)
-        if "schedule_all_s" in gate:
-            gate["schedule_all_s"] = round(gate["schedule_all_s"] + update_s, 3)
+        if scheduled_at is not None:
+            gate["schedule_all_s"] = round(scheduled_at - t1, 3)
         else:  # stalled: some nodes were never reached
             gate["schedule_all_s"] = None
             gate["ticks"] = None
         ends = during.pop("ends")
+        during.pop("ids")
         during["while_scheduling"] = sum(1 for e in ends if scheduled_at is None or e <= scheduled_at)
         return {
             "nodes": nodes,
@@ -234,8 +308,7 @@ def run(
             **booked,
             "setup_s": setup_s,
             "batch": batch,
-            "duty": reconciler.duty,
-            "pools_update_s": round(update_s, 3),
+            "duty": duty,
             **gate,
             "before": before,
             "during": during,
@@ -276,12 +349,15 @@ def main() -> None:
     parser.add_argument(
         "--duty", type=float, default=None, help="the reconciler's duty (default: serve's for the database)"
     )
+    parser.add_argument(
+        "--in-thread", action="store_true", help="the reconciler in a thread of this process, not its own"
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     nodes = args.nodes or (100 if args.quick else 1000)
     count = args.reservations or (200 if args.quick else 300)
     with database(args.database_url) as url:
-        result = run(url, nodes, args.gpus, count, args.batch, args.seed, args.duty)
+        result = run(url, nodes, args.gpus, count, args.batch, args.seed, args.duty, args.in_thread)
     result["database"] = url.partition(":")[0].partition("+")[0]
     result["before_per_s"] = result["before"]["per_s"]
     result["during_per_s"] = result["during"]["per_s"]

@@ -77,13 +77,30 @@ def opened(settings: Settings, *, create: bool) -> Iterator[tuple[Services, str]
         yield services, found.describe()
 
 
-def _reconciling(services: Services, owner: str) -> Callable[[], None]:
-    """Run the MIG layout gate's reconciler in a thread of `serve`; returns what stops it."""
+def _reconciling(services: Services, settings: Settings, owner: str) -> Callable[[], None]:
+    """Run the MIG layout gate's reconciler beside `serve`, at `server_duty`; returns what stops it.
+
+    In a process of its own (`entrypoints.reconciler_process`: its steps never hold the lock this
+    process's requests need), opening the database from the same settings; in a thread for an
+    in-memory SQLite database, which no other process can open."""
     import threading
 
+    from better_compute.entrypoints import database
+    from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
     from better_compute.service.mig_gate import Reconciler, server_duty
 
-    reconciler = Reconciler(services.store, services.clock, owner, duty=server_duty(services.store.dialect))
+    duty = server_duty(services.store.dialect)
+    found = database.target(settings.database_url)
+    if found.url.get_backend_name() != "sqlite" or found.sqlite_path is not None:
+        child = ReconcilerProcess(reconcile_command(duty), {**os.environ, **settings.environment()})
+        child.start()
+
+        def stop_child() -> None:
+            services.stopping.set()
+            child.stop()
+
+        return stop_child
+    reconciler = Reconciler(services.store, services.clock, owner, duty=duty)
     thread = threading.Thread(target=reconciler.run, args=(services.stopping,), name="mig-gate", daemon=True)
     thread.start()
 
@@ -271,7 +288,7 @@ def serve(
         if nodes is not None:
             nodes.start()
             stack.callback(nodes.stop)
-        stack.callback(_reconciling(services, reconciler_owner()))
+        stack.callback(_reconciling(services, settings, reconciler_owner()))
         stack.callback(_retrying(services))
         if workers == 1:
             app_ = server.build_app(services, settings)

@@ -1,0 +1,61 @@
+"""`serve`'s reconciler process: started again whenever it exits, and stopped for good with the server."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from better_compute.entrypoints import reconciler_process
+from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
+
+CHILD = """
+import pathlib, sys, time
+p = pathlib.Path(sys.argv[1])
+p.write_text((p.read_text() if p.exists() else "") + "x")
+time.sleep(60 if len(p.read_text()) >= 3 else 0)  # the third one stays up
+"""
+
+
+def eventually(probe: Callable[[], bool], what: str, seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline, f"not within {seconds:g} s: {what}"
+        time.sleep(0.02)
+
+
+def test_a_reconciler_process_that_exits_is_started_again_until_the_server_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reconciler_process, "RESTART_FIRST", 0.01)
+    starts = tmp_path / "starts"
+    child = ReconcilerProcess([sys.executable, "-c", CHILD, str(starts)], os.environ)
+    child.start()
+    try:
+        eventually(
+            lambda: starts.exists() and starts.read_text() == "xxx" and child.pid is not None, "a third"
+        )
+        running = child.pid
+        assert running is not None and child.started == 3
+    finally:
+        child.stop()
+    assert child.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(running, 0)  # stopped (and reaped), not left behind
+    assert starts.read_text() == "xxx" and child.started == 3  # and none started after
+
+
+def test_a_stop_before_the_first_start_starts_nothing() -> None:
+    child = ReconcilerProcess([sys.executable, "-c", "raise SystemExit(1)"], os.environ)
+    child.stop()
+    child.start()
+    child.stop()
+    assert child.started == 0 and child.pid is None
+
+
+def test_the_command_is_reconcile_at_the_duty_given() -> None:
+    assert reconcile_command(0.25)[-4:] == ["better_compute.entrypoints.cli", "reconcile", "--duty", "0.25"]
