@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -12,6 +14,7 @@ import pytest
 
 from better_compute.entrypoints import reconciler_process
 from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
+from better_compute.storage.store import Store
 
 CHILD = """
 import pathlib, sys, time
@@ -57,5 +60,51 @@ def test_a_stop_before_the_first_start_starts_nothing() -> None:
     assert child.started == 0 and child.pid is None
 
 
-def test_the_command_is_reconcile_at_the_duty_given() -> None:
-    assert reconcile_command(0.25)[-4:] == ["better_compute.entrypoints.cli", "reconcile", "--duty", "0.25"]
+def test_the_command_is_reconcile_at_the_duty_given_stopping_with_this_process() -> None:
+    assert reconcile_command(0.25)[-6:] == [
+        "better_compute.entrypoints.cli",
+        "reconcile",
+        "--duty",
+        "0.25",
+        "--parent",
+        str(os.getpid()),
+    ]
+
+
+SERVER = """
+import subprocess, sys, time
+child = subprocess.Popen(
+    sys.argv[1:] + ["--parent", str(__import__("os").getpid())], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+)
+print(child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_reconciler_whose_server_is_killed_outright_stops_by_itself(tmp_path: Path) -> None:
+    """A server killed with SIGKILL runs no stop callback: its reconciler child, left behind, went
+    on stepping nodes (on SQLite beside the next server's own) until the machine stopped."""
+    child_pid = 0
+
+    def gone() -> bool:  # exited: reaped, or a zombie its new parent has not reaped yet
+        try:
+            return Path(f"/proc/{child_pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+        except FileNotFoundError:
+            return True
+
+    url = f"sqlite:///{tmp_path / 'bc.db'}"
+    Store.open(url).close()  # migrated, as serve leaves it
+    command = [*reconcile_command(0.1)[:-2], "--database-url", url]
+    server = subprocess.Popen([sys.executable, "-c", SERVER, *command], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        child_pid = int(server.stdout.readline())
+        time.sleep(3)  # past its start-up
+        assert not gone()
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait(10)
+        if server.stdout is not None:
+            server.stdout.close()
+
+    eventually(gone, "the orphaned reconciler stopped", seconds=60)

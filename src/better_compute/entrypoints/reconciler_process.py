@@ -14,6 +14,7 @@ holding some loses them when they run out, and its successor takes them then.
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -33,8 +34,18 @@ STOP_WAIT = 10.0
 
 
 def reconcile_command(duty: float) -> list[str]:
-    """`better-compute reconcile` at `duty`, run by this interpreter."""
-    return [sys.executable, "-m", "better_compute.entrypoints.cli", "reconcile", "--duty", f"{duty:g}"]
+    """`better-compute reconcile` at `duty`, run by this interpreter, stopping by itself should
+    this process die without stopping it (`--parent`: SIGKILL, a crash)."""
+    return [
+        sys.executable,
+        "-m",
+        "better_compute.entrypoints.cli",
+        "reconcile",
+        "--duty",
+        f"{duty:g}",
+        "--parent",
+        str(os.getpid()),
+    ]
 
 
 class ReconcilerProcess:

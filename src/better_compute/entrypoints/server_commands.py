@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -83,7 +84,6 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
     In a process of its own (`entrypoints.reconciler_process`: its steps never hold the lock this
     process's requests need), opening the database from the same settings; in a thread for an
     in-memory SQLite database, which no other process can open."""
-    import threading
 
     from better_compute.entrypoints import database
     from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
@@ -113,8 +113,6 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
 
 def _retrying(services: Services) -> Callable[[], None]:
     """Run the placement retry loop (service.placement_retry) in a thread of `serve`."""
-    import threading
-
     from better_compute.service.placement_retry import Retrier
     from better_compute.service.workloads import Wiring
 
@@ -360,6 +358,14 @@ def reconciler_owner() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}"
 
 
+def _stop_when_orphaned(parent: int, stopping: threading.Event) -> None:
+    """Set `stopping` once this process's parent is no longer `parent` (it died: the process was
+    handed to another), checking every second."""
+    while os.getppid() == parent and not stopping.wait(1.0):
+        pass
+    stopping.set()
+
+
 @app.command()
 def reconcile(
     database_url_opt: DatabaseOpt = None,
@@ -380,6 +386,10 @@ def reconcile(
             help="Share of its time spent stepping nodes (pauses between steps leave the rest).",
         ),
     ] = 1.0,
+    parent: Annotated[
+        int | None,
+        typer.Option(hidden=True, help="Stop once this process (the server that started this one) is gone."),
+    ] = None,
 ) -> None:
     """Run the MIG layout gate's reconciler until SIGTERM or Ctrl-C (serve runs one too).
 
@@ -387,7 +397,6 @@ def reconcile(
     each node worked on by one at a time. On SQLite, run one (serve's own) and no more.
     """
     import signal
-    import threading
     from datetime import timedelta
 
     from better_compute.service.mig_gate import Reconciler
@@ -395,6 +404,8 @@ def reconcile(
     stopping = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
         signal.signal(s, lambda signum, frame: stopping.set())
+    if parent is not None:  # serve's child: a server killed outright must not leave it running
+        threading.Thread(target=_stop_when_orphaned, args=(parent, stopping), daemon=True).start()
     with opened(read_settings(database_url=database_url_opt), create=False) as (services, used):
         owner = reconciler_owner()
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
