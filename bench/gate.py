@@ -203,16 +203,20 @@ def drive_process(url: str, batch: int, duty: float, go: Any, stop: Any, results
     """`drive` in a process of its own, as `serve` runs its reconciler: it says when it is ready,
     drives from `go` until `stop`, and puts what it measured (`scheduled_at` on the machine's
     monotonic clock, which every process reads alike)."""
-    store = Store.open(url, migrate_schema=False, pool_size=2)
     try:
-        reconciler = Reconciler(store, fixed_now, "bench", batch=batch, duty=duty)
-        results.put("ready")
-        go.wait()
-        out: dict[str, Any] = {}
-        drive(reconciler, store, stop, out)
-        results.put(out)
-    finally:
-        store.close()
+        store = Store.open(url, migrate_schema=False, pool_size=2)
+        try:
+            reconciler = Reconciler(store, fixed_now, "bench", batch=batch, duty=duty)
+            results.put("ready")
+            go.wait()
+            out: dict[str, Any] = {}
+            drive(reconciler, store, stop, out)
+            results.put(out)
+        finally:
+            store.close()
+    except Exception as exc:  # the parent waits on the queue: tell it, rather than leave it waiting
+        results.put({"error": f"{type(exc).__name__}: {exc}"})
+        raise
 
 
 def _gate_in_process(
@@ -226,8 +230,9 @@ def _gate_in_process(
     child = spawn.Process(target=drive_process, args=(url, batch, duty, go, stop, results), daemon=True)
     child.start()
     try:
-        if results.get(timeout=120) != "ready":
-            raise RuntimeError("the reconciler process did not start")
+        ready = results.get(timeout=120)
+        if ready != "ready":
+            raise RuntimeError(f"the reconciler process did not start: {ready}")
         t1 = time.perf_counter()
         pools.update(store, ADMIN, "mig", policy={"migLayout": NEW_LAYOUT}, now=NOW)
         go.set()
@@ -236,6 +241,8 @@ def _gate_in_process(
         finally:
             stop.set()
         gate: dict[str, Any] = results.get(timeout=3600)
+        if "error" in gate:
+            raise RuntimeError(f"the reconciler process failed: {gate['error']}")
     finally:
         go.set()
         stop.set()

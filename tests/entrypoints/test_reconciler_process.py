@@ -6,13 +6,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from better_compute.entrypoints import reconciler_process
+from better_compute.entrypoints import database, reconciler_process
 from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
 from better_compute.storage.store import Store
 
@@ -108,3 +109,48 @@ def test_a_reconciler_whose_server_is_killed_outright_stops_by_itself(tmp_path: 
             server.stdout.close()
 
     eventually(gone, "the orphaned reconciler stopped", seconds=60)
+
+
+def test_a_child_that_exits_once_the_server_is_stopping_is_not_started_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Ctrl-C reached the child with the server (one process group): it exited, and the supervisor
+    started another while the server was still finishing its requests."""
+    monkeypatch.setattr(reconciler_process, "RESTART_FIRST", 0.01)
+    server_stopping = threading.Event()
+    server_stopping.set()
+    child = ReconcilerProcess([sys.executable, "-c", "pass"], os.environ, server_stopping)
+    child.start()
+    try:
+        eventually(lambda: child.started == 1 and child.pid is None, "the one child ran and exited")
+        time.sleep(0.2)
+        assert child.started == 1
+    finally:
+        child.stop()
+
+
+def test_the_child_runs_in_a_session_of_its_own() -> None:
+    """So a signal to the server's terminal or process group is the server's to act on."""
+    child = ReconcilerProcess([sys.executable, "-c", "import time; time.sleep(60)"], os.environ)
+    child.start()
+    try:
+        eventually(lambda: child.pid is not None, "the child started")
+        running = child.pid
+        assert running is not None and os.getsid(running) != os.getsid(0)
+    finally:
+        child.stop()
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite://",
+        "sqlite:///:memory:",
+        "sqlite:///file::memory:?cache=shared&uri=true",
+        "sqlite:///x?mode=memory&uri=true",
+    ],
+)
+def test_every_spelling_of_an_in_memory_sqlite_database_has_no_file(url: str) -> None:
+    """An in-memory database in SQLite's URI form was taken for a file: serve started a reconciler
+    process that could never open it."""
+    assert database.target(url).sqlite_path is None

@@ -5,6 +5,7 @@ its own layout is released at the grant, and a node that never converges stays h
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -445,6 +446,31 @@ def test_a_paced_reconciler_pauses_after_each_step_and_decides_the_same(store: S
     steps = reconciler.tick()
     assert {type(s) for s in steps.values()} == {rules.Schedule}
     assert len(paused) == 2 and all(p > 0 for p in paused)  # three times each step's own time
+
+
+def test_a_stop_cuts_a_paced_pass_short_and_ends_its_pause(store: Store, tmp_path: Path) -> None:
+    """A pass at a low duty pauses for long after each step: a stop (the server shutting down)
+    waited for the whole pass, past the time a supervisor gives before SIGKILL."""
+    world = NodeWorld(store, tmp_path)
+    change_layout(world, NEW)
+    stopping = threading.Event()
+    steps: list[str] = []
+
+    reconciler = Reconciler(store, world.clock, "r1", duty=0.0001)
+    original = rules.next_step
+
+    def counting(gate: Any, facts: Any, now: Any) -> rules.Step:
+        steps.append(gate.node_id)
+        stopping.set()  # the stop comes while the first node is stepped
+        return original(gate, facts, now)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rules, "next_step", counting)
+        runner = threading.Thread(target=reconciler.run, args=(stopping, 0.01))
+        runner.start()
+        runner.join(30)
+    assert not runner.is_alive()
+    assert len(set(steps)) == 1  # the second node was never begun
 
 
 def test_a_new_slot_count_goes_through_the_gate_and_a_joined_node_is_held_until_it_has_the_slots(

@@ -49,6 +49,8 @@ class Target:
         """The absolute path of a SQLite file; None for PostgreSQL or an in-memory database."""
         if self.url.get_backend_name() != "sqlite" or self.url.database in (None, "", ":memory:"):
             return None
+        if str(self.url.database).startswith("file::memory:") or self.url.query.get("mode") == "memory":
+            return None  # SQLite's URI form of an in-memory database
         return Path(str(self.url.database)).expanduser().absolute()
 
     def describe(self) -> str:

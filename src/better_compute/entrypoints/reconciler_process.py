@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 
 _log = logging.getLogger("better_compute.mig_gate")
@@ -54,12 +55,17 @@ class ReconcilerProcess:
     `environment` is the whole environment the child gets: the server's settings as `BC_*`
     variables (`Settings.environment`), so that it opens the same database."""
 
-    def __init__(self, command: Sequence[str], environment: Mapping[str, str]) -> None:
+    def __init__(
+        self, command: Sequence[str], environment: Mapping[str, str], stopping: threading.Event | None = None
+    ) -> None:
         self.command = list(command)
         self.environment = dict(environment)
         self.started = 0
         """Child processes started so far."""
         self._stopping = threading.Event()
+        self._server_stopping = stopping
+        """The server's own stop signal, set the moment it is told to stop: a child that exits then
+        is not started again while the server finishes its requests."""
         self._lock = threading.Lock()
         self._child: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(target=self._supervise, name="mig-gate-process", daemon=True)
@@ -81,16 +87,23 @@ class ReconcilerProcess:
                 if self._stopping.is_set():
                     return
                 try:
-                    child = subprocess.Popen(self.command, env=self.environment)
+                    # A session of its own: a Ctrl-C in the server's terminal (or a signal to its
+                    # process group) is the server's to act on; it stops the child itself.
+                    child = subprocess.Popen(self.command, env=self.environment, start_new_session=True)
                 except OSError as exc:
                     _log.error("could not start the reconciler process: %s", exc)
                     child = None
                 else:
                     self._child = child
                     self.started += 1
+            began = time.monotonic()
             code = child.wait() if child is not None else None
-            if self._stopping.is_set():
+            if self._stopping.is_set() or (
+                self._server_stopping is not None and self._server_stopping.is_set()
+            ):
                 return
+            if time.monotonic() - began > RESTART_MAX:
+                pause = RESTART_FIRST  # it had run a while: a new failure, not the same one again
             _log.warning("the reconciler process exited (status %s); starting another in %g s", code, pause)
             if self._stopping.wait(pause):
                 return

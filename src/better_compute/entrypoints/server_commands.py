@@ -92,7 +92,9 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
     duty = server_duty(services.store.dialect)
     found = database.target(settings.database_url)
     if found.url.get_backend_name() != "sqlite" or found.sqlite_path is not None:
-        child = ReconcilerProcess(reconcile_command(duty), {**os.environ, **settings.environment()})
+        child = ReconcilerProcess(
+            reconcile_command(duty), {**os.environ, **settings.environment()}, services.stopping
+        )
         child.start()
 
         def stop_child() -> None:

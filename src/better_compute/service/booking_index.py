@@ -402,7 +402,12 @@ class BookingIndex:
         request whose clock reading is older than that may find an atom free that was booked in
         its past: the ledger's exclusion constraint refuses any overlap it would write, and a
         quota counted over instants already past holds nothing back. A booking's pool caches are
-        left as they are: its end had already passed for them."""
+        left as they are: its end had already passed for them.
+
+        A reload reads only what reaches past the latest instant forgotten: were the clock to
+        step back by more than `KEEP_ENDED` (a bad time source corrected), bookings that end in
+        between stay out of the index until then; the ledger still refuses any overlap, and the
+        refusal reloads what it can."""
         before = now - KEEP_ENDED
         forgotten = 0
         with self._lock:

@@ -50,7 +50,7 @@ BATCH = 200
 """Nodes one reconciler holds at most (it takes more as it finishes them)."""
 
 SERVER_DUTY = 0.25
-"""The share of its time a reconciler inside a server process spends stepping nodes, on PostgreSQL."""
+"""The share of its time `serve`'s reconciler spends stepping nodes, on PostgreSQL."""
 
 SERVER_DUTY_SQLITE = 0.1
 """The same on SQLite, lower: a step holds SQLite's single writer lock, which every request that
@@ -58,7 +58,7 @@ writes waits for, where on PostgreSQL it locks one node's rows."""
 
 
 def server_duty(dialect: str) -> float:
-    """The duty a reconciler inside a server process runs at on a database of `dialect`."""
+    """The duty `serve`'s reconciler runs at on a database of `dialect`."""
     return SERVER_DUTY_SQLITE if dialect == "sqlite" else SERVER_DUTY
 
 
@@ -215,9 +215,12 @@ class Reconciler:
     batch: int = BATCH
     duty: float = 1.0
     """The share of its time a pass may spend stepping nodes: after a step that took t seconds it
-    pauses t * (1 / duty - 1), so a reconciler in a server process leaves the rest to the requests
-    it shares the process (and SQLite's one writer) with. Pacing only; it decides nothing."""
+    pauses t * (1 / duty - 1), so a reconciler beside a server leaves the rest to the requests it
+    shares the machine and the database (on SQLite, its one writer) with. Pacing only; it decides
+    nothing."""
     pause: Callable[[float], None] = time.sleep
+    stopping: threading.Event | None = None
+    """Set by `run`: a pass ends at the next node once it is set, and its pauses end at once."""
 
     def tick(self) -> dict[str, rules.Step]:
         """One pass: the steps taken, by node (waits included)."""
@@ -227,16 +230,23 @@ class Reconciler:
         taken: dict[str, rules.Step] = {}
         rest = max(0.0, 1.0 / self.duty - 1.0) if self.duty > 0 else 0.0
         for node_id in held:
+            if self.stopping is not None and self.stopping.is_set():
+                break  # its leases run out; a successor takes the nodes then
             started = time.perf_counter()
             done = step(self.store, node_id, self.clock(), self.owner)
             if done is not None:
                 taken[node_id] = done
             if rest:
-                self.pause((time.perf_counter() - started) * rest)
+                pause = (time.perf_counter() - started) * rest
+                if self.stopping is not None and self.pause is time.sleep:
+                    self.stopping.wait(pause)
+                else:
+                    self.pause(pause)
         return taken
 
     def run(self, stopping: threading.Event, interval: float = INTERVAL) -> None:
-        """Pass after pass until `stopping` is set."""
+        """Pass after pass until `stopping` is set (which also cuts a pass short)."""
+        self.stopping = stopping
         while not stopping.is_set():
             try:
                 self.tick()
