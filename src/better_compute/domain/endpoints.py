@@ -142,20 +142,23 @@ class EndpointSpec:
         return next((v for v in self.variants if v.name == name), None)
 
 
-def _price(raw: object, field: str) -> Decimal | None:
-    if raw is None:
-        return None
+def _number(raw: object, field: str, high: Decimal, example: str, *, positive: bool = False) -> Decimal:
+    """A decimal number from 0 (or above 0, `positive`) to `high`; `example` shows one in a refusal."""
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise InvalidInput(
-            f"{field} must be a number of currency units per hour, such as 25.25", {"field": field}
-        )
+        raise InvalidInput(f"{field} must be a number, such as {example}", {"field": field})
     try:
-        price = Decimal(str(raw))
+        value = Decimal(str(raw))
     except InvalidOperation:
         raise InvalidInput(f"{field} must be a number, not {raw!r}"[:200], {"field": field}) from None
-    if not price.is_finite() or not Decimal(0) <= price <= MAX_PRICE:
-        raise InvalidInput(f"{field} must be from 0 to {MAX_PRICE}, not {raw!r}"[:200], {"field": field})
-    return price
+    low = "more than 0" if positive else "from 0"
+    if not value.is_finite() or value < 0 or (positive and value == 0) or value > high:
+        raise InvalidInput(f"{field} must be {low} and at most {high}, not {raw!r}"[:200], {"field": field})
+    return value
+
+
+def _price(raw: object, field: str) -> Decimal | None:
+    """A price per instance hour, in currency units (such as 25.25); None when not given."""
+    return None if raw is None else _number(raw, field, MAX_PRICE, "25.25")
 
 
 def _layouts(raw: object, field: str) -> tuple[str, ...]:
@@ -277,10 +280,7 @@ def parse_component(raw: object) -> ComponentSpec:
     model = body.get("model")
     if not isinstance(model, str) or not 1 <= len(model.strip()) <= 256:
         raise InvalidInput("model must be the model's name, 1 to 256 characters", {"field": "model"})
-    cores = _price(body.get("cpuCores", 1), "cpuCores")
-    assert cores is not None
-    if cores <= 0 or cores > MAX_CPU_CORES:
-        raise InvalidInput(f"cpuCores must be more than 0 and at most {MAX_CPU_CORES}", {"field": "cpuCores"})
+    cores = _number(body.get("cpuCores", 1), "cpuCores", Decimal(MAX_CPU_CORES), "1.5", positive=True)
     copies = _count(body.get("copies"), "copies", 0, MAX_COPIES, default=1)
     min_copies = _count(body.get("minCopies"), "minCopies", 0, copies, default=default_min_copies(copies))
     return ComponentSpec(
