@@ -23,6 +23,19 @@ def test_a_granted_node_with_a_live_tenant_hold_is_told_its_frozen_layout() -> N
     assert rules.told_layout(None, granted, held=True) == OLD  # a spec server whose clock lags
 
 
+def test_a_new_generation_telling_a_granted_node_its_frozen_layout_moves_the_grant_to_it() -> None:
+    granted = gate(rules.GRANTED, granted_at=T0, granted_generation=3)
+    again = rules.told_frozen_again(granted, True, 4)
+    assert again is not None and again.granted_generation == 4 and again.version == granted.version + 1
+    assert again.granted_at == T0  # how long it has been granted is unchanged (doctor's stuck check)
+    converged = rules.NodeFacts(True, 4, 4, booked_until=None)
+    assert isinstance(rules.next_step(again, converged, T0), rules.Wait)  # its report of 4 is not enough
+    assert rules.told_frozen_again(granted, False, 4) is None  # told the new layout: nothing to move
+    assert rules.told_frozen_again(granted, True, 3) is None
+    assert rules.told_frozen_again(gate(rules.SCHEDULED), True, 4) is None
+    assert rules.told_frozen_again(None, True, 4) is None
+
+
 def test_only_a_change_never_granted_is_undone_by_going_back() -> None:
     never = gate(rules.SCHEDULED)
     assert isinstance(rules.requested(never, "n", "p", OLD, OLD, T0), rules.Drop)

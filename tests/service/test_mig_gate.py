@@ -16,6 +16,7 @@ from sqlalchemy import text, update
 from better_compute.domain import mig_gate as rules
 from better_compute.domain.ledger import partition_allocation_id
 from better_compute.domain.timewin import Window
+from better_compute.service import node_spec
 from better_compute.service.mig_gate import LEASE, RECHECK, Reconciler
 from better_compute.storage.store import Store
 from better_compute.storage.tables import nodes
@@ -548,3 +549,59 @@ def test_a_change_away_and_back_after_the_node_read_its_grant_is_released_once_i
     reconciler.tick()
     assert "n-1" not in gates(store)
     assert world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()["generation"] == observed
+
+
+@pytest.mark.parametrize(("mode", "policy"), [("mig", {"migLayout": NEW}), ("mps", {"replicas": 2})])
+def test_a_spec_read_at_a_lagging_time_after_the_grant_does_not_release_the_node(
+    store: Store, tmp_path: Path, mode: str, policy: dict[str, Any]
+) -> None:
+    """Regression (found by the torture run): a spec read with a time before the grant (a server
+    whose clock lags, or a read that took its time before the grant committed) still sees a
+    tenant's booking live, so it tells the node its frozen shape, at a new generation. The node
+    reports that generation converged, which says nothing about the new shape: releasing the
+    node's holds then let tenants book instances the node destroyed at its next read. The gate is
+    granted again at that generation, and only a report of a newer one, which tells the new shape,
+    releases it."""
+    world = NodeWorld(store, tmp_path, mode=mode)
+    world.join("n-1")
+    start = world.clock.now
+    cls = "gpu.mig" if mode == "mig" else "gpu.slot"
+    with store.read() as tx:
+        mine = sorted(a.id for a in tx.atoms.of_pool("p1") if a.node == "n-1" and a.cls == cls)
+    with store.begin() as tx:  # two holders on n-1: one for an hour, one for half of it
+        tx.ledger.book([mine[0]], Window(start, start + timedelta(hours=1)), "rsv-long", "platform", start)
+        tx.ledger.book([mine[1]], Window(start, start + timedelta(minutes=30)), "rsv-short", "acme", start)
+    reconciler = Reconciler(store, world.clock, "r1")
+    r = world.http.patch("/v1/pools/p1", json={"id": "p1", "policy": policy}, headers=world.admin)
+    assert r.status_code == 200, r.text
+    reconciler.tick()
+    assert gates(store)["n-1"].scheduled_from == start + timedelta(hours=1)
+    first = node_spec.read(store, "n-1", start)  # the daemon's read while both hold the node
+    world.clock.now = start + timedelta(hours=1)
+    reconciler.tick()
+    assert gates(store)["n-1"].state == rules.GRANTED
+    # A read whose time is a second before the grant: rsv-short has ended, rsv-long has not.
+    lagging = node_spec.read(store, "n-1", start + timedelta(hours=1) - timedelta(seconds=1))
+    assert lagging.generation > first.generation
+    frozen = lagging.spec.content()
+    assert frozen == {**first.spec.content(), "assignments": frozen["assignments"]}  # the old shape
+    with store.begin() as tx:  # the node reports it has that spec (it had the old shape already)
+        tx.nodes.mark_observed("n-1", lagging.generation, world.clock.now)
+    reconciler.tick()
+    assert gates(store)["n-1"].state == rules.GRANTED
+    with store.read() as tx:
+        n1_gpus = {g.id for g in tx.gpus.of_nodes(["n-1"])}
+    assert {h[0].split(":")[1] for h in partition_holds(store)} >= n1_gpus  # still held
+    landed = world.http.post(
+        "/v1/reservations",
+        json={"poolId": "p1", "devices": [{"class": cls, "count": 1}], "duration": "1h"},
+        headers=world.platform,
+    )
+    # nothing lands on what n-1 will cut (n-2, if it was released, may take it)
+    assert landed.status_code == 409 or landed.json()["atoms"][0]["node"] != "n-1", landed.text
+    told_new = node_spec.read(store, "n-1", world.clock.now)
+    assert told_new.generation > lagging.generation and told_new.spec.content() != frozen
+    with store.begin() as tx:
+        tx.nodes.mark_observed("n-1", told_new.generation, world.clock.now)
+    reconciler.tick()
+    assert "n-1" not in gates(store)

@@ -231,6 +231,19 @@ def granted(gate: MigLayoutGate, now: datetime, generation: int) -> MigLayoutGat
     )
 
 
+def told_frozen_again(gate: MigLayoutGate | None, held: bool, generation: int) -> MigLayoutGate | None:
+    """The gate to write when a granted node's spec is stored at `generation` while a tenant's
+    booking is `held` at the spec's time, so that the spec tells the frozen shape (`told_shape`): a
+    spec read with a time before the grant (a server whose clock lags, or a read that began before
+    the grant committed). The node's report of that generation says nothing about the new shape, so
+    the grant moves to it and only a newer one applies the change; None when nothing changes."""
+    if gate is None or gate.state != GRANTED or not held:
+        return None
+    if gate.granted_generation is not None and gate.granted_generation >= generation:
+        return None
+    return replace(gate, granted_generation=generation, version=gate.version + 1)
+
+
 __all__ = [
     "GRANTED",
     "PENDING",
@@ -252,6 +265,7 @@ __all__ = [
     "scheduled",
     "shape_replicas",
     "slots_shape",
+    "told_frozen_again",
     "told_layout",
     "told_replicas",
     "told_shape",

@@ -5,8 +5,12 @@ A spec is read in a read transaction; only when its digest differs from the one 
 node's generation is a write made, under the node's row lock, deriving the spec again there and
 advancing the generation by one (compare-and-set). So the generation moves whenever the content
 does, including when a booking starts or ends with the clock, and a generation always names one
-content. A wait polls this every `POLL_INTERVAL`: the poll only decides how soon a change is seen,
-never what the spec is.
+content. A granted layout change whose node is told its frozen shape at a new generation (a
+tenant's booking held at the read's time) is granted again at it, under the same lock
+(`domain.mig_gate.told_frozen_again`): the node's report of such a generation never applies it.
+
+A wait polls this every `POLL_INTERVAL`: the poll only decides how soon a change is seen, never
+what the spec is.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain.errors import ConcurrentChange, NotFound
+from better_compute.domain.mig_gate import told_frozen_again
 from better_compute.domain.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
-from better_compute.domain.records import Node
+from better_compute.domain.records import MigLayoutGate, Node
 from better_compute.domain.workloads import is_replica
 from better_compute.service.clock import Clock
 from better_compute.service.ports import StorePort, Tx
@@ -39,7 +44,7 @@ class ServedSpec:
     spec: NodeSpec
 
 
-def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
+def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:
     node = tx.nodes.by_ids([node_id]).get(node_id)
     if node is None:
         raise NotFound(f"node {node_id} not found", {"node": node_id})
@@ -54,6 +59,7 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
         for b in live
         if b.allocation_id not in ending
     ]
+    gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
     spec = plan_spec(
         node_id,
         tx.gpus.of_nodes([node_id]),
@@ -62,26 +68,33 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, NodeSpec]:
         holds,
         now,
         carries_pool_layout=node.carries_pool_layout,
-        gate=tx.mig_layouts.of_nodes([node_id]).get(node_id),
+        gate=gate,
     )
-    return node, spec
+    return node, gate, spec
 
 
 def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:
     """The node's spec at `now` and its generation, advanced when the content changed."""
     with store.read() as tx:
-        node, spec = _derive(tx, node_id, now)
+        node, _, spec = _derive(tx, node_id, now)
     if next_generation(node.spec_generation, node.spec_digest, spec.digest()) is None:
         return ServedSpec(node.spec_generation, spec)
     for _ in range(_ATTEMPTS):
         with store.begin() as tx:
             tx.nodes.lock([node_id])
-            node, spec = _derive(tx, node_id, now)
+            node, gate, spec = _derive(tx, node_id, now)
             digest = spec.digest()
             following = next_generation(node.spec_generation, node.spec_digest, digest)
             if following is None:
                 return ServedSpec(node.spec_generation, spec)
             if tx.nodes.advance_spec(node_id, node.spec_generation, digest):
+                # assignments: a tenant's booking holds the node at `now` (`plan_spec`)
+                again = told_frozen_again(gate, bool(spec.assignments), following)
+                if again is not None and not tx.mig_layouts.replace(again):
+                    raise ConcurrentChange(
+                        f"node {node_id}'s layout change moved while its spec was read; retry",
+                        {"node": node_id},
+                    )
                 return ServedSpec(following, spec)
     raise ConcurrentChange(f"node {node_id}'s spec kept changing while it was read; retry", {"node": node_id})
 
