@@ -83,6 +83,8 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.QuotaSet.TYPE: NamedInPayload("tenantId"),
     ev.PoolOffered.TYPE: NamedInPayload("tenantId"),
     ev.PoolCreated.TYPE: NamedInPayload("ownerTenantId"),
+    ev.EndpointCreated.TYPE: NamedInPayload("tenantId"),
+    ev.EndpointDeleted.TYPE: NamedInPayload("tenantId"),
     ev.PoolUpdated.TYPE: SubjectIsPool(),
     ev.MigLayoutRequested.TYPE: SubjectIsPool(),
     ev.AllocationBound.TYPE: SubjectIsReservation(),

@@ -30,7 +30,12 @@ from typing import Any
 
 from better_compute.domain.catalog import GpuModel, get_model, is_profile_name, normalize_profile_name
 from better_compute.domain.errors import InvalidInput, InvalidState, LayoutRefused, UnknownProfile
-from better_compute.domain.layouts import InstancePlacement, layout_from_partition_types, validate
+from better_compute.domain.layouts import (
+    InstancePlacement,
+    format_layout,
+    layout_from_partition_types,
+    validate,
+)
 from better_compute.domain.tenancy import check_slug
 
 NAME = re.compile(r"[A-Za-z0-9](-*[A-Za-z0-9])*")
@@ -236,6 +241,120 @@ def check_variant_layout(variant: Variant, model: GpuModel | str) -> InstancePla
                 "reason": refused.details.get("reason"),
             },
         ) from refused
+
+
+def variant_layout(variant: Variant) -> str:
+    """The MIG layout, in the catalog's spelling, that splits each of the variant's accelerators
+    (`mig-4g.20gb, mig-2g.10gb, mig-1g.5gb` is `mixed:4g.20gb+2g.10gb+1g.5gb`): what its instances'
+    specs tell their GPUs."""
+    return format_layout(layout_from_partition_types(variant.partition_types))
+
+
+ALLOCATION_PREFIX = "endpoint:"
+
+
+def endpoint_allocation_id(name: str) -> str:
+    """The allocation under which an endpoint holds every atom of its instances once they are cut
+    (`endpoint:<name>`): no tenant's booking, so no request lands on them and no quota counts them."""
+    return f"{ALLOCATION_PREFIX}{name}"
+
+
+def endpoint_json(spec: EndpointSpec) -> dict[str, Any]:
+    """The endpoint as `parse_endpoint` takes it back (what is stored, and what is shown)."""
+    return {
+        "name": spec.name,
+        "tenantId": spec.tenant_id,
+        "variants": [
+            {
+                "name": v.name,
+                "poolId": v.pool_id,
+                "instanceCount": v.instance_count,
+                "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": list(v.partition_types)}],
+                **(
+                    {"pricePerInstanceHour": str(v.price_per_instance_hour)}
+                    if v.price_per_instance_hour is not None
+                    else {}
+                ),
+            }
+            for v in spec.variants
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A node of a variant's pool as provisioning sees it."""
+
+    node: str
+    gpus: int
+    joined: bool
+    """A daemon runs it: only a node with one is ever re-cut (the gate waits for its report)."""
+    carries_pool_layout: bool
+    cordoned: bool = False
+    serving: str | None = None
+    """The endpoint it already serves."""
+    changing: bool = False
+    """A layout change is under way on it."""
+    booked: bool = False
+    """A tenant's booking holds it now or later."""
+
+
+@dataclass(frozen=True, slots=True)
+class Picked:
+    """The instances a variant takes, or why it cannot have them all (`reason`; nothing taken)."""
+
+    nodes: tuple[str, ...]
+    reason: str | None = None
+
+
+def pick_instances(variant: Variant, candidates: Sequence[Candidate]) -> Picked:
+    """`instance_count` idle nodes of the variant's pool, in name order: joined (a daemon will cut
+    them), taking their layout from the control plane, with GPUs, not cordoned, serving no
+    endpoint, under no layout change and booked by no tenant from now on. A shortfall takes none
+    and says what held each other node back."""
+    idle = [
+        c.node
+        for c in candidates
+        if c.gpus
+        and c.joined
+        and c.carries_pool_layout
+        and not (c.cordoned or c.serving or c.changing or c.booked)
+    ]
+    if len(idle) >= variant.instance_count:
+        return Picked(tuple(sorted(idle)[: variant.instance_count]))
+    why = Counter(
+        "serve another endpoint"
+        if c.serving
+        else "are booked by tenants"
+        if c.booked
+        else "are changing layout"
+        if c.changing
+        else "are cordoned"
+        if c.cordoned
+        else "run no daemon (never joined)"
+        if not c.joined
+        else "keep their own layout (carriesPoolLayout false)"
+        if not c.carries_pool_layout
+        else "have no GPUs"
+        for c in candidates
+        if c.node not in idle
+    )
+    held = "; ".join(f"{n} {what}" for what, n in sorted(why.items()))
+    return Picked(
+        (),
+        f"variant {variant.name} asks for {variant.instance_count} instances and pool {variant.pool_id}"
+        f" has {len(idle)} idle nodes" + (f" ({held})" if held else ""),
+    )
+
+
+def endpoint_status(stored: str, changing: bool) -> str:
+    """What an endpoint shows: `Failed` and `Deleting` as stored; otherwise `Creating` (or
+    `Updating`) while any of its instances is being cut, `InService` once none is."""
+    if stored in ("Failed", "Deleting"):
+        return stored
+    if changing:
+        return "Updating" if stored == "Updating" else "Creating"
+    return "InService"
 
 
 def partitions_per_instance(variant: Variant, gpus_per_instance: int) -> dict[str, int]:
@@ -500,16 +619,19 @@ def plan_relayout(
 
 
 __all__ = [
+    "ALLOCATION_PREFIX",
     "MAX_COPIES",
     "MAX_INSTANCES",
     "MAX_PARTITION_TYPES",
     "MAX_VARIANTS",
     "STATUSES",
+    "Candidate",
     "ComponentSpec",
     "CopyPlan",
     "EndpointSpec",
     "HostRoom",
     "Partition",
+    "Picked",
     "RelayoutStep",
     "Variant",
     "check_component_type",
@@ -517,9 +639,14 @@ __all__ = [
     "check_type_unchanged",
     "check_variant_layout",
     "default_min_copies",
+    "endpoint_allocation_id",
+    "endpoint_json",
+    "endpoint_status",
     "parse_component",
     "parse_endpoint",
     "partitions_per_instance",
+    "pick_instances",
     "place_copies",
     "plan_relayout",
+    "variant_layout",
 ]

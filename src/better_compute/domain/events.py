@@ -268,6 +268,29 @@ class PriorityClassCreated(Event):
     preemptible: bool
 
 
+# -- Inference endpoints --------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class EndpointCreated(Event):
+    """An endpoint was created (`subject`: its name): `Creating` with the nodes its variants took,
+    whose GPUs are being cut to its layout, or `Failed` with the reason (nothing taken)."""
+
+    TYPE: ClassVar[str] = "endpoint.created"
+    tenant_id: str
+    status: str
+    instances: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointDeleted(Event):
+    """An endpoint was deleted (`subject`: its name): its nodes go back to their pool's layout
+    through the layout gate and then take tenants' work again."""
+
+    TYPE: ClassVar[str] = "endpoint.deleted"
+    tenant_id: str
+    instances: int
+
+
 # -- Workloads ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class WorkloadCreated(Event):
@@ -594,6 +617,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PriceSet,
         DeviceClassCreated,
         PriorityClassCreated,
+        EndpointCreated,
+        EndpointDeleted,
         WorkloadCreated,
         WorkloadScaled,
         WorkloadDeleted,

@@ -124,11 +124,16 @@ def told_shape(gate: MigLayoutGate, *, held: bool = False) -> str | None:
     return gate.frozen_layout if frozen else gate.pending_layout
 
 
-def told_layout(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> str | None:
+def told_layout(
+    pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False, own: str | None = None
+) -> str | None:
     """The MIG layout a node's spec gives it: the one its gate tells it (`told_shape`) while a
-    change is under way, else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
+    change is under way, else its `own` (an endpoint's instance is cut to the endpoint's layout),
+    else its pool's (`all-disabled` outside mig pools; None: in no pool)."""
     if gate is not None and shape_replicas(gate.pending_layout) is None:
         return told_shape(gate, held=held)
+    if own is not None:
+        return own
     if pool is None:
         return None
     return pool.settings.layout if pool.mode == "mig" else "all-disabled"

@@ -127,13 +127,15 @@ def plan_spec(
     *,
     carries_pool_layout: bool = True,
     gate: MigLayoutGate | None = None,
+    own_layout: str | None = None,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
     pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
     tenant allocation whose live booking holds one of the node's atoms at `now`, with its tenant (a
     layout change's own bookings are no tenant's and assign nothing). A node that does not carry
     its pool's layout gets no layout (None: leave it as it is); a node under a layout change
-    (`gate`) is told the layout, or the slot count, the gate gives it (`domain.mig_gate`)."""
+    (`gate`) is told the layout, or the slot count, the gate gives it (`domain.mig_gate`); one with
+    a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     tenants: dict[str, str] = {}
@@ -165,7 +167,10 @@ def plan_spec(
     return NodeSpec(
         node=node,
         gpus=tuple(
-            GpuSpec(g.id, told_layout(pool, gate, held=bool(held)) if carries_pool_layout else None)
+            GpuSpec(
+                g.id,
+                told_layout(pool, gate, held=bool(held), own=own_layout) if carries_pool_layout else None,
+            )
             for g in present
         ),
         sharing=sharing,

@@ -75,6 +75,9 @@ class Node:
     reboot_required: bool = False
     """The node's last inventory said a GPU waits for a reboot: a MIG mode change needed a GPU reset
     that failed (SPEC 7)."""
+    mig_layout: str | None = None
+    """The MIG layout the node is told instead of its pool's (an endpoint's instance is cut to the
+    endpoint's layout); None: its pool's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,3 +209,29 @@ class Operation:
     result: Mapping[str, Any]
     created_at: datetime
     finished_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointRecord:
+    """An inference endpoint as stored (SPEC 9): its checked request (`domain.endpoints.endpoint_json`),
+    its stored status (Creating, Failed or Deleting; InService is derived) and why it failed."""
+
+    name: str
+    tenant_id: str
+    spec: Mapping[str, Any]
+    status: str
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    generation: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointInstance:
+    """A node an endpoint's variant took, and the layout it cuts the node's GPUs to."""
+
+    node_id: str
+    endpoint: str
+    variant: str
+    layout: str
+    created_at: datetime

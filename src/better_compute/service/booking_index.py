@@ -30,6 +30,8 @@ from better_compute.domain.events import (
     DeploymentUpdated,
     DeviceClassCreated,
     DoctorRun,
+    EndpointCreated,
+    EndpointDeleted,
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
@@ -106,6 +108,10 @@ _QUIET_EVENTS = (
     # A cluster's phase: what placement across clusters reads; no pool's atoms change with it (a
     # node's cordon does: `node.cordoned` and `node.uncordoned` make the index read atoms again).
     ClusterUpdated,
+    # Endpoints: their nodes' holds arrive as ledger events, their new instances with the nodes'
+    # inventory.
+    EndpointCreated,
+    EndpointDeleted,
     # Workloads and their deployments: their replicas' bookings arrive as ledger events.
     WorkloadCreated,
     WorkloadScaled,

@@ -21,6 +21,7 @@ from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.mig_gate import told_replicas
 from better_compute.domain.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
+from better_compute.service import endpoint_holds
 from better_compute.service.gpu_states import record_nodes
 from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.partition_holds import hold_new_atoms_in
@@ -131,8 +132,10 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
     fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
     if fresh:
-        # A node under a layout change holds its new atoms too, until the change is applied.
+        # A node under a layout change holds its new atoms too, until the change is applied; one
+        # serving an endpoint holds them for it.
         hold_new_atoms_in(tx, fresh, now)
+        endpoint_holds.hold_new_atoms_in(tx, fresh, now)
     for report in reports:
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)

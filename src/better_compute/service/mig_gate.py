@@ -26,7 +26,7 @@ from better_compute.domain import mig_gate as rules
 from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.records import MigLayoutGate
-from better_compute.service import partition_holds
+from better_compute.service import endpoint_holds, partition_holds
 from better_compute.service.clock import Clock
 from better_compute.service.inventory import ingest_in
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
@@ -92,18 +92,25 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
     reports a newer generation (SPEC 6.1). A node with no daemon (a simulated one that never
     joined) has nothing to wait for."""
     nodes = tx.nodes.by_ids(node_ids)
-    gates = tx.mig_layouts.of_nodes(node_ids)
     for node_id in sorted(node_ids):
         node = nodes.get(node_id)
-        if node is None or node.public_key is None:
-            continue
-        old = gates.get(node_id)
-        if old is not None:
-            _end(tx, old, now, undone=True)
-        partition_holds.hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
-        gate = MigLayoutGate(node_id, pool_id, None, layout, rules.SCHEDULED, now, scheduled_from=now)
-        tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
-        tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
+        if node is not None and node.public_key is not None:
+            cut_now_in(tx, pool_id, node_id, None, layout, now)
+
+
+def cut_now_in(tx: Tx, pool_id: str, node_id: str, frozen: str | None, layout: str, now: datetime) -> None:
+    """Hold every atom of a node (locked by the caller) from now and grant it `layout` at once:
+    for a node no tenant's booking holds from now on (a joining node, an endpoint's instance), so
+    there is nothing to wait for. A change under way is undone first (its holds end at now, these
+    start then). Raises `Overlap` when a tenant's booking landed on the node meanwhile."""
+    node = tx.nodes.by_ids([node_id])[node_id]
+    old = tx.mig_layouts.of_nodes([node_id]).get(node_id)
+    if old is not None:
+        _end(tx, old, now, undone=True)
+    partition_holds.hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
+    gate = MigLayoutGate(node_id, pool_id, frozen, layout, rules.SCHEDULED, now, scheduled_from=now)
+    tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
+    tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
 
 
 def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
@@ -116,6 +123,8 @@ def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) ->
     partition_holds.release(tx, gate, now)
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
+    if not undone:  # an endpoint's instance, cut: the endpoint holds it from the moment the gate lets go
+        endpoint_holds.take_over(tx, gate.node_id, now)
     layout = gate.frozen_layout if undone else gate.pending_layout
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
@@ -264,6 +273,7 @@ __all__ = [
     "SERVER_DUTY_SQLITE",
     "Booked",
     "Reconciler",
+    "cut_now_in",
     "facts",
     "join_in",
     "leave_in",

@@ -69,6 +69,7 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | 
         now,
         carries_pool_layout=node.carries_pool_layout,
         gate=gate,
+        own_layout=node.mig_layout,
     )
     return node, gate, spec
 

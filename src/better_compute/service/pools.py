@@ -22,6 +22,7 @@ from better_compute.domain.errors import (
     ConcurrentChange,
     GenerationMismatch,
     InvalidInput,
+    InvalidState,
     NotFound,
 )
 from better_compute.domain.events import (
@@ -43,7 +44,7 @@ from better_compute.domain.pools import (
     check_mode_kept,
     check_settings,
 )
-from better_compute.domain.records import Pool, Quota
+from better_compute.domain.records import EndpointInstance, Pool, Quota
 from better_compute.domain.tenancy import (
     check_name,
     check_ref,
@@ -287,6 +288,17 @@ def update(
     raise ConcurrentChange(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
 
 
+def check_not_serving(pool_id: str, leaving: Sequence[str], serving: Mapping[str, EndpointInstance]) -> None:
+    """A node serving an endpoint stays in its pool until the endpoint is deleted."""
+    held = [n for n in leaving if n in serving]
+    if held:
+        raise InvalidState(
+            f"node {held[0]} serves endpoint {serving[held[0]].endpoint}; delete the endpoint before"
+            f" taking the node out of pool {pool_id}",
+            {"poolId": pool_id, "nodes": held, "endpoint": serving[held[0]].endpoint},
+        )
+
+
 def update_in(
     tx: Tx,
     pool_id: str,
@@ -322,6 +334,8 @@ def update_in(
         _check_nodes(tx, pool.cluster_id, new_members, pool_id)
     added = sorted(set(new_members) - set(old_members))
     removed = sorted(set(old_members) - set(new_members))
+    serving = tx.endpoints.instances_of_nodes(old_members)
+    check_not_serving(pool_id, removed, serving)
     layout_changed = pool.mode == "mig" and new.layout != old.layout
     if pool.mode == "mig":
         check_layout_fits(tx.gpus.of_nodes(new_members if layout_changed else added), new.layout)
@@ -341,7 +355,9 @@ def update_in(
     if gated:
         # Each node kept keeps its shape until the gate grants it the new one: a slot count, as a
         # MIG layout, never changes under a holder (a booked slot would change size).
-        kept = sorted(set(new_members) - set(added))
+        # An endpoint's instance keeps the endpoint's layout (it goes back to the pool's when the
+        # endpoint is deleted).
+        kept = sorted(set(new_members) - set(added) - set(serving))
         old_shape, new_shape = pool_shape(pool), pool_shape(replace(pool, settings=new))
         assert new_shape is not None
         mig_gate.request_in(tx, pool_id, kept, old_shape, new_shape, now)

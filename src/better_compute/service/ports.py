@@ -29,6 +29,8 @@ from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import (
     Cluster,
     Credential,
+    EndpointInstance,
+    EndpointRecord,
     Gpu,
     MigLayoutGate,
     Node,
@@ -229,6 +231,10 @@ class NodeRepo(Protocol):
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         """Record whether the node's last inventory said a GPU waits for a reboot."""
+        ...
+
+    def set_mig_layout(self, node_ids: Sequence[str], layout: str | None) -> None:
+        """The layout the nodes are told instead of their pool's (None: their pool's again)."""
         ...
 
     def set_cordoned(self, node_id: str, cordoned: bool) -> None:
@@ -817,6 +823,28 @@ class MigLayoutRepo(Protocol):
     def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...
 
 
+class EndpointRepo(Protocol):
+    """Endpoints and the nodes their variants took (storage.endpoints)."""
+
+    def get(self, name: str, *, lock: bool = False) -> EndpointRecord | None: ...
+
+    def page(self, tenant_id: str | None, limit: int | None, after: str | None) -> list[EndpointRecord]: ...
+
+    def add(self, item: EndpointRecord) -> bool: ...
+
+    def set_status(self, name: str, status: str, reason: str | None, at: datetime) -> None: ...
+
+    def remove(self, name: str) -> None: ...
+
+    def add_instances(self, items: Sequence[EndpointInstance]) -> None: ...
+
+    def instances(self, name: str) -> list[EndpointInstance]: ...
+
+    def instances_of_nodes(self, node_ids: Sequence[str]) -> dict[str, EndpointInstance]: ...
+
+    def instances_of_endpoints(self, names: Sequence[str]) -> dict[str, list[EndpointInstance]]: ...
+
+
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
 
@@ -882,6 +910,9 @@ class Tx(Protocol):
 
     @property
     def priority_classes(self) -> PriorityClassRepo: ...
+
+    @property
+    def endpoints(self) -> EndpointRepo: ...
 
     @property
     def workloads(self) -> WorkloadRepo: ...

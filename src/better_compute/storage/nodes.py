@@ -29,6 +29,7 @@ def _node(r: Mapping[str, Any]) -> Node:
         joined_at=r["joined_at"],
         carries_pool_layout=bool(r["carries_pool_layout"]),
         reboot_required=bool(r["reboot_required"]),
+        mig_layout=r["mig_layout"],
     )
 
 
@@ -70,6 +71,10 @@ class SqlNodes:
                 .order_by(nodes.c.id)
                 .with_for_update(key_share=True)
             )
+
+    def set_mig_layout(self, node_ids: Sequence[str], layout: str | None) -> None:
+        """The layout the nodes are told instead of their pool's (None: their pool's again)."""
+        self.conn.execute(update(nodes).where(nodes.c.id.in_(list(node_ids))).values(mig_layout=layout))
 
     def mark_observed(self, node_id: str, generation: int, at: datetime) -> None:
         self.conn.execute(

@@ -79,6 +79,8 @@ nodes = Table(
     Column("joined_at", UtcDateTime, nullable=True),
     Column("carries_pool_layout", Boolean, nullable=False, server_default="1"),
     Column("reboot_required", Boolean, nullable=False, server_default="0"),
+    # The layout the node is told instead of its pool's: an endpoint's instance's (SPEC 9).
+    Column("mig_layout", String(512), nullable=True),
 )
 
 join_tokens = Table(
@@ -453,4 +455,30 @@ operations = Table(
     Column("result", JSON, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
     Column("finished_at", UtcDateTime, nullable=True),
+)
+
+endpoints = Table(
+    # Inference endpoints (SPEC 9): the checked request as `domain.endpoints.endpoint_json` writes it;
+    # `status` is Creating, Failed or Deleting as stored (InService is derived: no instance changing).
+    "endpoints",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False, index=True),
+    Column("spec", JSON, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+endpoint_instances = Table(
+    # The nodes an endpoint's variants took: one endpoint per node at most (the primary key).
+    "endpoint_instances",
+    metadata,
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("endpoint", String(63), ForeignKey("endpoints.name"), nullable=False, index=True),
+    Column("variant", String(63), nullable=False),
+    Column("layout", String(512), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
 )

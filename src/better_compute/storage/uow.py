@@ -12,6 +12,7 @@ from better_compute.storage.class_quotas import SqlClassQuotas
 from better_compute.storage.clusters import SqlClusters
 from better_compute.storage.credentials import SqlCredentials
 from better_compute.storage.device_classes import SqlDeviceClasses
+from better_compute.storage.endpoints import SqlEndpoints
 from better_compute.storage.events import SqlEvents
 from better_compute.storage.gpu_states import SqlGpuStates
 from better_compute.storage.gpus import SqlGpus
@@ -108,6 +109,10 @@ class SqlTx:
     @cached_property
     def device_classes(self) -> SqlDeviceClasses:
         return SqlDeviceClasses(self.conn)
+
+    @cached_property
+    def endpoints(self) -> SqlEndpoints:
+        return SqlEndpoints(self.conn)
 
     @cached_property
     def priority_classes(self) -> SqlPriorityClasses:

@@ -1,0 +1,60 @@
+"""An endpoint's hold on its instances (SPEC 9): once a node is cut to the endpoint's layout, every
+atom of it is booked open-ended under the endpoint's allocation (`endpoint:<name>`, no tenant's),
+so no reservation or workload lands on the endpoint's partitions and no quota counts them. The
+layout gate's partition holds cover the node until then, and the gate hands over to this hold in
+the transaction that applies the change (`take_over`), so the node is never free in between."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from better_compute.domain.atoms import Atom
+from better_compute.domain.endpoints import endpoint_allocation_id
+from better_compute.domain.events import LedgerReleased
+from better_compute.domain.timewin import Window
+from better_compute.service.ports import Tx
+
+
+def take_over(tx: Tx, node_id: str, now: datetime) -> bool:
+    """When the node serves an endpoint, book all its atoms for it from `now` on (the caller has
+    just ended the gate's holds at `now`); False when it serves none."""
+    instance = tx.endpoints.instances_of_nodes([node_id]).get(node_id)
+    if instance is None:
+        return False
+    ids = [a for family in tx.atoms.ids_by_gpu([node_id]).values() for a in family]
+    if ids:
+        allocation = endpoint_allocation_id(instance.endpoint)
+        tx.ledger.book(ids, Window(now, None), allocation, None, now, require_bookable=False)
+    return True
+
+
+def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
+    """Atoms that appear on a node serving an endpoint, with no layout change under way there (the
+    gate's holds take those), join the endpoint's hold. Called by ingestion under the nodes' locks."""
+    nodes = sorted({a.node for a in fresh})
+    serving = tx.endpoints.instances_of_nodes(nodes)
+    if not serving:
+        return
+    gated = tx.mig_layouts.of_nodes(sorted(serving))
+    mine = [a for a in fresh if a.node in serving and a.node not in gated]
+    if not mine:
+        return
+    live = {b.atom_id for b in tx.ledger.live_on([a.id for a in mine], now)}
+    by_endpoint: dict[str, list[str]] = {}
+    for atom in mine:
+        if atom.id not in live:
+            by_endpoint.setdefault(serving[atom.node].endpoint, []).append(atom.id)
+    for name, ids in sorted(by_endpoint.items()):
+        tx.ledger.book(
+            sorted(ids), Window(now, None), endpoint_allocation_id(name), None, now, require_bookable=False
+        )
+
+
+def release(tx: Tx, name: str, now: datetime) -> None:
+    """End the endpoint's hold on every node it has at `now`."""
+    allocation = endpoint_allocation_id(name)
+    tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+
+
+__all__ = ["hold_new_atoms_in", "release", "take_over"]

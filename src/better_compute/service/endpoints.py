@@ -1,0 +1,279 @@
+"""Inference endpoints (SPEC 9): `endpoints.create`, `get`, `list` and `delete`.
+
+Creating an endpoint checks its layout against the GPU models of each variant's pool, takes
+`instanceCount` idle nodes of the pool and cuts each one to the layout through the layout gate, in
+one transaction: each node is held from now (the partition holds, which the ledger's exclusion
+constraint refuses if a tenant's booking landed meanwhile) and granted the endpoint's layout at
+once (`mig_gate.cut_now_in`); the node is told it from then on (`nodes.mig_layout`). When the node
+reports it converged, the gate hands it over to the endpoint's own hold (`endpoint_holds`), and
+once no instance is still being cut the endpoint is `InService`. A pool without enough idle nodes
+leaves the endpoint `Failed` with the reason, nothing taken.
+
+Deleting ends the endpoint's hold and puts each node back to its pool's layout through the gate
+the same way (held from now, granted at once), so no tenant lands on a partition about to go.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from better_compute.domain import endpoints as rules
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import AlreadyExists, ConcurrentChange, InvalidInput, NotFound
+from better_compute.domain.events import EndpointCreated, EndpointDeleted
+from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.records import EndpointInstance, EndpointRecord, Pool
+from better_compute.domain.tenancy import (
+    check_ref,
+    pool_not_found,
+    require_pool_owner,
+    tenant_not_found,
+    tenant_scope,
+)
+from better_compute.service import endpoint_holds, mig_gate, quotas
+from better_compute.service.paging import Listing, fetch, page
+from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceView:
+    """One node of an endpoint: `Creating` while its GPUs are being cut, `InService` after, with
+    the partitions of each type its GPUs have now."""
+
+    node: str
+    variant: str
+    layout: str
+    state: str
+    gpus: int
+    partitions: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointView:
+    record: EndpointRecord
+    spec: rules.EndpointSpec
+    status: str
+    instances: tuple[InstanceView, ...]
+
+
+def endpoint_not_found(name: str) -> NotFound:
+    return NotFound(f"endpoint {name} not found", {"name": name})
+
+
+def _pool(tx: Tx, principal: Principal, pool_id: str) -> Pool:
+    pool = tx.pools.get(pool_id)
+    if pool is None:
+        raise pool_not_found(pool_id)
+    visible = principal.is_admin or pool_id in quotas.quota_pool_ids(tx, principal.tenant_id)
+    require_pool_owner(principal, pool_id, pool.owner_tenant_id, visible, "endpoints.create")
+    if pool.mode != "mig":
+        raise InvalidInput(
+            f"pool {pool_id} is a {pool.mode} pool; an endpoint's instances come from a mig pool",
+            {"field": "poolId", "poolId": pool_id, "mode": pool.mode},
+        )
+    return pool
+
+
+def _check_layout(tx: Tx, variant: rules.Variant, members: Sequence[str]) -> None:
+    """The layout must place on every GPU model of the pool (the seed's check at create time)."""
+    models = sorted({g.model for g in tx.gpus.of_nodes(list(members)) if g.present and g.model})
+    if not models:
+        raise InvalidInput(
+            f"variant {variant.name}: pool {variant.pool_id} has no GPUs to check the layout against",
+            {"field": "poolId", "poolId": variant.pool_id},
+        )
+    for model in models:
+        rules.check_variant_layout(variant, model)
+
+
+def _candidates(tx: Tx, members: Sequence[str], now: datetime) -> list[rules.Candidate]:
+    nodes = tx.nodes.by_ids(list(members))
+    gates = tx.mig_layouts.of_nodes(list(members))
+    serving = tx.endpoints.instances_of_nodes(list(members))
+    gpus = Counter(g.node_id for g in tx.gpus.of_nodes(list(members)) if g.present)
+    found = []
+    for node_id in sorted(members):
+        node = nodes[node_id]
+        until, open_ended = tx.ledger.tenants_booked_until(node_id, now)
+        found.append(
+            rules.Candidate(
+                node=node_id,
+                gpus=gpus[node_id],
+                joined=node.public_key is not None,
+                carries_pool_layout=node.carries_pool_layout,
+                cordoned=node.cordoned,
+                serving=serving[node_id].endpoint if node_id in serving else None,
+                changing=node_id in gates,
+                booked=open_ended or until is not None,
+            )
+        )
+    return found
+
+
+def create(store: StorePort, principal: Principal, raw: object, now: datetime) -> EndpointView:
+    """Create an endpoint and start cutting its instances (or record it `Failed`, with why)."""
+    spec = rules.parse_endpoint(raw)
+    tenant_scope(principal, spec.tenant_id)  # a tenant token creates for its own tenant only
+    try:
+        with store.begin() as tx:
+            if tx.tenants.get(spec.tenant_id) is None:
+                raise tenant_not_found(spec.tenant_id)
+            pools = {v.pool_id: _pool(tx, principal, v.pool_id) for v in spec.variants}
+            members = tx.pools.members(sorted(pools))
+            for variant in spec.variants:
+                _check_layout(tx, variant, members[variant.pool_id])
+            if tx.endpoints.get(spec.name) is not None:
+                raise _taken(spec.name)
+            every = sorted({n for p in pools for n in members[p]})
+            tx.nodes.lock(every)  # pool changes, reports and gate steps wait for this
+            candidates = {p: _candidates(tx, members[p], now) for p in pools}
+            picked: dict[str, tuple[str, ...]] = {}
+            reasons: list[str] = []
+            for variant in spec.variants:
+                taken = {n for nodes in picked.values() for n in nodes}
+                free = [c for c in candidates[variant.pool_id] if c.node not in taken]
+                choice = rules.pick_instances(variant, free)
+                picked[variant.name] = choice.nodes
+                if choice.reason is not None:
+                    reasons.append(choice.reason)
+            reason = "; ".join(reasons) or None
+            status = "Failed" if reason else "Creating"
+            record = EndpointRecord(
+                spec.name, spec.tenant_id, rules.endpoint_json(spec), status, reason, now, now
+            )
+            if not tx.endpoints.add(record):
+                raise _taken(spec.name)
+            count = 0
+            if reason is None:
+                count = _cut(tx, spec, pools, picked, now)
+            tx.events.append(EndpointCreated(spec.name, spec.tenant_id, status, count, reason or ""), now)
+            return _view(tx, record, now)
+    except (Overlap, NotBookable):
+        raise ConcurrentChange(
+            f"a booking landed on a node endpoint {spec.name} was taking; create it again",
+            {"name": spec.name},
+        ) from None
+
+
+def _taken(name: str) -> AlreadyExists:
+    return AlreadyExists(f"endpoint {name} already exists", {"name": name})
+
+
+def _cut(
+    tx: Tx,
+    spec: rules.EndpointSpec,
+    pools: dict[str, Pool],
+    picked: dict[str, tuple[str, ...]],
+    now: datetime,
+) -> int:
+    """Claim the picked nodes and cut each one to its variant's layout through the gate."""
+    instances: list[EndpointInstance] = []
+    for variant in spec.variants:
+        layout = rules.variant_layout(variant)
+        pool = pools[variant.pool_id]
+        nodes = picked[variant.name]
+        instances.extend(EndpointInstance(n, spec.name, variant.name, layout, now) for n in nodes)
+        tx.nodes.set_mig_layout(list(nodes), layout)
+        for node_id in nodes:
+            mig_gate.cut_now_in(tx, pool.id, node_id, told_layout(pool, None), layout, now)
+    tx.endpoints.add_instances(instances)
+    return len(instances)
+
+
+def _view(tx: Tx, record: EndpointRecord, now: datetime) -> EndpointView:
+    del now
+    spec = rules.parse_endpoint(record.spec)
+    instances = tx.endpoints.instances(record.name)
+    node_ids = [i.node_id for i in instances]
+    gates = tx.mig_layouts.of_nodes(node_ids)
+    gpus = Counter(g.node_id for g in tx.gpus.of_nodes(node_ids) if g.present)
+    partitions: dict[str, Counter[str]] = {n: Counter() for n in node_ids}
+    for atom in tx.atoms.of_nodes(node_ids):
+        profile = atom.attributes.get("migProfile")
+        if atom.present and atom.cls == "gpu.mig" and isinstance(profile, str):
+            partitions[atom.node][f"mig-{profile}"] += 1
+    shown = tuple(
+        InstanceView(
+            i.node_id,
+            i.variant,
+            i.layout,
+            "Creating" if i.node_id in gates else "InService",
+            gpus[i.node_id],
+            dict(sorted(partitions[i.node_id].items())),
+        )
+        for i in instances
+    )
+    status = rules.endpoint_status(record.status, bool(gates))
+    return EndpointView(record, spec, status, shown)
+
+
+def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:
+    check_ref(name, "name")
+    record = tx.endpoints.get(name)
+    if record is None or not (principal.is_admin or principal.tenant_id == record.tenant_id):
+        raise endpoint_not_found(name)
+    return record
+
+
+def get(store: StorePort, principal: Principal, name: str, now: datetime) -> EndpointView:
+    """The endpoint with its instances and their partitions (another tenant's is NOT_FOUND)."""
+    with store.read() as tx:
+        return _view(tx, _visible(tx, principal, name), now)
+
+
+def list_endpoints(
+    store: StorePort,
+    principal: Principal,
+    now: datetime,
+    *,
+    tenant_id: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Listing[EndpointView]:
+    """Endpoints by name: a tenant's own, or (the admin) every tenant's or the one named."""
+    scope = tenant_scope(principal, check_ref(tenant_id, "tenantId") if tenant_id else None)
+    with store.read() as tx:
+        found = page(tx.endpoints.page(scope, fetch(limit), after), lambda r: r.name, limit, None)
+        return Listing([_view(tx, r, now) for r in found.items], found.next_cursor)
+
+
+def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> EndpointView:
+    """Delete the endpoint: its hold ends and each node goes back to its pool's layout through the
+    gate (held from now, granted at once), taking tenants' work once it has converged. Answers the
+    endpoint as it was, `Deleting`."""
+    with store.begin() as tx:
+        record = _visible(tx, principal, name)
+        instances = tx.endpoints.instances(name)
+        node_ids = [i.node_id for i in instances]
+        tx.nodes.lock(node_ids)
+        pools = tx.pools.of_nodes(node_ids)
+        view = _view(tx, record, now)
+        endpoint_holds.release(tx, name, now)
+        tx.nodes.set_mig_layout(node_ids, None)
+        tx.endpoints.remove(name)
+        try:
+            for instance in instances:
+                pool = pools.get(instance.node_id)
+                back = told_layout(pool, None)
+                if pool is not None and back is not None:
+                    mig_gate.cut_now_in(tx, pool.id, instance.node_id, instance.layout, back, now)
+        except (Overlap, NotBookable):  # its own hold ended at now: nothing else can be there
+            raise ConcurrentChange(
+                f"endpoint {name} changed while it was deleted; retry", {"name": name}
+            ) from None
+        tx.events.append(EndpointDeleted(name, record.tenant_id, len(instances)), now)
+    return EndpointView(view.record, view.spec, "Deleting", view.instances)
+
+
+__all__ = [
+    "EndpointView",
+    "InstanceView",
+    "create",
+    "delete",
+    "endpoint_not_found",
+    "get",
+    "list_endpoints",
+]

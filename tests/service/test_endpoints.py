@@ -1,0 +1,158 @@
+"""Inference endpoints through the layout gate (SPEC 9), on SQLite and PostgreSQL: creating one takes
+idle nodes of a mig pool and cuts them to its layout, with `bcd run`'s loop repartitioning; the
+endpoint holds its nodes once cut, so no tenant lands there; deleting one gives them back to the
+pool's layout; a pool short of idle nodes leaves it `Failed`, saying why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import AlreadyExists, Forbidden, InvalidInput, NotFound, UnknownProfile
+from better_compute.service import endpoints
+from better_compute.service.mig_gate import Reconciler
+from better_compute.storage.store import Store
+from tests.node_world import NodeWorld
+
+ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
+PLATFORM = Principal(tenant_id="platform", is_admin=False, credential_id="test-platform")
+ACME = Principal(tenant_id="acme", is_admin=False, credential_id="test-acme")
+TYPES = ["mig-3g.40gb", "mig-2g.20gb", "mig-2g.20gb"]
+
+
+def body(name: str = "chat", count: int = 1, types: list[str] | None = None, pool: str = "p1") -> Any:
+    return {
+        "name": name,
+        "tenantId": "platform",
+        "variants": [
+            {
+                "name": "AllTraffic",
+                "poolId": pool,
+                "instanceCount": count,
+                "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": types or TYPES}],
+                "pricePerInstanceHour": 25.25,
+            }
+        ],
+    }
+
+
+def live_holders(store: Store, node: str) -> set[str]:
+    """The allocations holding the node's atoms from now on (the ledger's word, not the index's)."""
+    with store.engine.connect() as conn:
+        found = conn.execute(
+            text(
+                "SELECT DISTINCT b.allocation_id FROM bookings b JOIN atoms a ON a.id = b.atom_id"
+                " WHERE a.node_id = :node AND b.state = 'live' AND b.ends_at IS NULL"
+            ),
+            {"node": node},
+        )
+        return {str(r[0]).split(":")[0] + ":" for r in found}
+
+
+def reserve_3g(world: NodeWorld) -> Any:
+    selector = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]}
+    return world.http.post(
+        "/v1/reservations",
+        json={
+            "poolId": "p1",
+            "duration": "1h",
+            "devices": [{"class": "gpu.mig", "count": 1, "selector": selector}],
+        },
+        headers=world.platform,
+    )
+
+
+def test_an_endpoint_cuts_an_idle_node_to_its_layout_holds_it_and_gives_it_back_when_deleted(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    reconciler = Reconciler(store, world.clock, "r1")
+    created = endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert created.status == "Creating"
+    assert [(i.node, i.state, i.layout) for i in created.instances] == [
+        ("n-1", "Creating", "mixed:3g.40gb+2x2g.20gb")
+    ]
+    assert live_holders(store, "n-1") == {"partition:"}  # held by the gate while it is cut
+    assert daemon.step(True)
+    assert (
+        sorted(gi.profile for g in fake.list_gpus() for gi in g.instances)
+        == ["2g.20gb"] * 4 + ["3g.40gb"] * 2
+    )
+    assert reserve_3g(world).status_code == 409  # cut, not yet handed over: still the gate's
+    reconciler.tick()
+    shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert shown.status == "InService"
+    assert [(i.state, i.gpus, i.partitions) for i in shown.instances] == [
+        ("InService", 2, {"mig-2g.20gb": 4, "mig-3g.40gb": 2})
+    ]
+    assert live_holders(store, "n-1") == {"endpoint:"}  # the endpoint's from the gate's last instant
+    assert reserve_3g(world).status_code == 409  # no tenant lands on the endpoint's partitions
+    # A change of the pool's layout leaves the endpoint's node alone.
+    r = world.http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": "all-2g.20gb"}}, headers=world.admin
+    )
+    assert r.status_code == 200, r.text
+    with store.read() as tx:
+        assert set(tx.mig_layouts.of_nodes(["n-1", "n-2"])) == {"n-2"}
+    out = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": ["n-2"]}, headers=world.admin)
+    assert out.status_code == 409 and "serves endpoint chat" in out.json()["error"]["message"]
+
+    gone = endpoints.delete(store, PLATFORM, "chat", world.clock.now)
+    assert gone.status == "Deleting"
+    with pytest.raises(NotFound):
+        endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert live_holders(store, "n-1") == {"partition:"}  # back through the gate, held meanwhile
+    assert daemon.step(True)
+    assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"2g.20gb"}  # the pool's now
+    reconciler.tick()
+    assert live_holders(store, "n-1") == set()
+    types = [
+        e["type"]
+        for e in world.http.get("/v1/events", params={"limit": 500}, headers=world.admin).json()["items"]
+    ]
+    assert "endpoint.created" in types and "endpoint.deleted" in types
+
+
+def test_a_pool_short_of_idle_nodes_leaves_the_endpoint_failed_saying_why(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.join("n-1")
+    world.reserve([{"class": "gpu.mig", "count": 1}], duration="2h")  # lands on n-1 or n-2
+    failed = endpoints.create(store, PLATFORM, body(count=2), world.clock.now)
+    assert failed.status == "Failed" and failed.instances == ()
+    assert failed.record.reason is not None
+    assert "asks for 2 instances and pool p1 has" in failed.record.reason
+    assert (
+        "run no daemon (never joined)" in failed.record.reason or "booked by tenants" in failed.record.reason
+    )
+    with store.read() as tx:
+        assert tx.mig_layouts.of_nodes(["n-1", "n-2"]) == {}  # nothing taken, nothing cut
+    assert endpoints.get(store, ADMIN, "chat", world.clock.now).status == "Failed"
+
+
+def test_endpoint_refusals_name_what_is_wrong(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.join("n-1")
+    with pytest.raises(UnknownProfile, match="mig-4g.20gb is not offered by H100-80GB"):
+        endpoints.create(store, PLATFORM, body(types=["mig-4g.20gb"]), world.clock.now)
+    with pytest.raises(NotFound, match="tenant platform not found"):
+        endpoints.create(store, ACME, body(), world.clock.now)  # a tenant creates for itself only
+    with pytest.raises(NotFound, match="pool p9 not found"):
+        endpoints.create(store, PLATFORM, body(pool="p9"), world.clock.now)
+    acme = {**body(), "tenantId": "acme"}
+    with pytest.raises((Forbidden, NotFound)):
+        endpoints.create(store, ACME, acme, world.clock.now)  # not the pool's owner
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    with pytest.raises(AlreadyExists, match="endpoint chat already exists"):
+        endpoints.create(store, ADMIN, body(), world.clock.now)
+    with pytest.raises(NotFound, match="endpoint chat not found"):
+        endpoints.get(store, ACME, "chat", world.clock.now)  # another tenant's reads as missing
+    with pytest.raises(InvalidInput):
+        endpoints.create(store, PLATFORM, {**body(), "extra": 1}, world.clock.now)
