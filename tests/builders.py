@@ -95,20 +95,26 @@ def device_request(
 
 
 def small_fleet(
-    nodes: int = 2, layout: str = "all-1g.10gb", mode: str = "mig", replicas: int = 4
+    nodes: int = 2,
+    layout: str = "all-1g.10gb",
+    mode: str = "mig",
+    replicas: int = 4,
+    model: str | None = None,
+    gpus: int = 2,
 ) -> dict[str, object]:
-    """A one-cluster fleet file (as parsed YAML) with one pool over `nodes` nodes."""
+    """A one-cluster fleet file (as parsed YAML) with one pool over `nodes` nodes of `gpus` GPUs of
+    `model` (default: H100-80GB in mig and exclusive pools, L40S-48GB in shared ones)."""
     policy: dict[str, object] = {"migLayout": layout} if mode == "mig" else {}
     if mode in ("timeslice", "mps"):
         policy = {"replicas": replicas}
-    model = "H100-80GB" if mode in ("mig", "exclusive") else "L40S-48GB"
+    model = model or ("H100-80GB" if mode in ("mig", "exclusive") else "L40S-48GB")
     return {
         "tenants": [{"id": "platform"}, {"id": "acme"}],
         "clusters": [
             {
                 "name": "c1",
                 "region": "r1",
-                "nodes": [{"name": "n", "replicas": nodes, "gpus": {"model": model, "count": 2}}],
+                "nodes": [{"name": "n", "replicas": nodes, "gpus": {"model": model, "count": gpus}}],
             }
         ],
         "pools": [

@@ -43,8 +43,17 @@ class NodeWorld:
     """The app over a two-node pool (`n-1`, `n-2`, two GPUs each) of `mode`, an admin and the
     pool's owner `platform`."""
 
-    def __init__(self, store: Store, tmp_path: Path, mode: str = "mig", layout: str = "all-1g.10gb") -> None:
-        load_fleet(store, fleet_spec(nodes=2, mode=mode, layout=layout), T0)
+    def __init__(
+        self,
+        store: Store,
+        tmp_path: Path,
+        mode: str = "mig",
+        layout: str = "all-1g.10gb",
+        model: str | None = None,
+        gpus: int = 2,
+    ) -> None:
+        self.fleet = {"mode": mode, "layout": layout, "model": model, "gpus": gpus}
+        load_fleet(store, fleet_spec(nodes=2, **self.fleet), T0)
         self.store = store
         self.tmp_path = tmp_path
         self.clock = Clock()
@@ -80,11 +89,14 @@ class NodeWorld:
             identity, transport=self.transport(), clock=lambda: self.clock.now.timestamp() + skew
         )
 
-    def daemon(self, node: str, mode: str = "mig", layout: str = "all-1g.10gb") -> tuple[Daemon, FakeNode]:
-        """`bcd run`'s loop for `node`, joined, over a fake of the fleet's node (`mode`, `layout`),
-        logging to memory, its first inventory queued."""
+    def daemon(
+        self, node: str, mode: str | None = None, layout: str | None = None
+    ) -> tuple[Daemon, FakeNode]:
+        """`bcd run`'s loop for `node`, joined, over a fake of the fleet's node (`mode`, `layout`:
+        the world's unless given), logging to memory, its first inventory queued."""
         identity = self.join(node)
-        spec = fleet_spec(nodes=2, mode=mode, layout=layout)
+        given = {k: v for k, v in (("mode", mode), ("layout", layout)) if v is not None}
+        spec = fleet_spec(nodes=2, **{**self.fleet, **given})
         fake = FakeNode.from_fleet(spec, node)
         log = Log(io.StringIO(), node=node)
         daemon = Daemon(

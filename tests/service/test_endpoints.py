@@ -140,7 +140,7 @@ def test_a_pool_short_of_idle_nodes_leaves_the_endpoint_failed_saying_why(
 def test_endpoint_refusals_name_what_is_wrong(store: Store, tmp_path: Path) -> None:
     world = NodeWorld(store, tmp_path)
     world.join("n-1")
-    with pytest.raises(UnknownProfile, match="mig-4g.20gb is not offered by H100-80GB"):
+    with pytest.raises(UnknownProfile, match=r"mig-4g\.20gb is not offered by H100-80GB"):
         endpoints.create(store, PLATFORM, body(types=["mig-4g.20gb"]), world.clock.now)
     with pytest.raises(NotFound, match="tenant platform not found"):
         endpoints.create(store, ACME, body(), world.clock.now)  # a tenant creates for itself only

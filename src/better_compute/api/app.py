@@ -13,6 +13,7 @@ from better_compute.api.routes import (
     credentials,
     device_classes,
     doctor,
+    endpoints,
     events,
     health,
     inventory,
@@ -66,6 +67,7 @@ def create_app(
     app.include_router(device_classes.router)
     app.include_router(priority_classes.router)
     app.include_router(workloads.router)
+    app.include_router(endpoints.router)
     app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)

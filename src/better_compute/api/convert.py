@@ -18,6 +18,7 @@ from better_compute.domain.class_quotas import ClassQuota
 from better_compute.domain.credentials import Principal
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.doctor import Finding
+from better_compute.domain.endpoints import endpoint_json
 from better_compute.domain.events import StreamedEvent, type_of
 from better_compute.domain.iam import Policy
 from better_compute.domain.inventory import GpuReport, MigInstance
@@ -40,6 +41,7 @@ from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.domain.selectors import document
 from better_compute.service.capacity import Accounting, PoolFree
 from better_compute.service.credentials import Issued
+from better_compute.service.endpoints import EndpointView
 from better_compute.service.inventory import NodeView
 from better_compute.service.node_spec import ServedSpec
 from better_compute.service.paging import Listing
@@ -64,6 +66,7 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassPublic
 from better_compute.wire.doctor import DoctorFinding, DoctorReport
+from better_compute.wire.endpoints import EndpointPublic, InstancePublic, VariantPublic
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
     AtomPublic,
@@ -749,4 +752,28 @@ def operation_public(o: Operation) -> OperationPublic:
         result=dict(o.result),
         created_at=o.created_at,
         finished_at=o.finished_at,
+    )
+
+
+def endpoint_public(v: EndpointView) -> EndpointPublic:
+    r = v.record
+    return EndpointPublic(
+        name=r.name,
+        tenant_id=r.tenant_id,
+        status=v.status,
+        reason=r.reason,
+        variants=[VariantPublic.model_validate(x) for x in endpoint_json(v.spec)["variants"]],
+        instances=[
+            InstancePublic(
+                node=i.node,
+                variant=i.variant,
+                layout=i.layout,
+                state=i.state,
+                gpus=i.gpus,
+                partitions=i.partitions,
+            )
+            for i in v.instances
+        ],
+        created_at=r.created_at,
+        updated_at=r.updated_at,
     )

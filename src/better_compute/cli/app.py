@@ -34,6 +34,7 @@ from better_compute.cli import (  # noqa: E402, F401
     billing_cmd,
     capacity_cmd,
     doctor_cmd,
+    endpoints_cmd,
     events_cmd,
     login_cmd,
     reservations_cmd,

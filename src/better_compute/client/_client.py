@@ -47,6 +47,7 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
+from better_compute.wire.endpoints import EndpointCreate, EndpointListQuery, EndpointPublic, NameRequest
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import ClusterPublic, ClusterUpdate, NodePublic, NodeUpdate
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -179,6 +180,7 @@ class Compute:
         self.priority_classes = PriorityClasses(self)
         self.reservations = Reservations(self)
         self.workloads = Workloads(self)
+        self.endpoints = Endpoints(self)
         self.deployments = Deployments(self)
         self.placement = Placement(self)
         self.operations = Operations(self)
@@ -663,6 +665,38 @@ class PriorityClasses(_Resource):
 
     def get(self, id: str) -> PriorityClassPublic:
         return self._compute._typed("priorityClasses.get", IdRequest(id=id), PriorityClassPublic)
+
+
+class Endpoints(_Resource):
+    def create(
+        self,
+        *,
+        name: str,
+        variants: Sequence[Mapping[str, Any]],
+        tenant_id: str | None = None,
+    ) -> EndpointPublic:
+        """Create an inference endpoint. Each variant, in the seed's field names: `{name, poolId,
+        instanceCount, acceleratorPartitionLayouts: [{acceleratorPartitionTypes: [...]}],
+        pricePerInstanceHour?}`. Without `tenant_id` the endpoint is the credential's tenant's (an
+        admin must give one). It answers `Creating` (or `Failed` with the reason) at once; `get`
+        shows it `InService` once every instance is cut."""
+        request = EndpointCreate.model_validate(
+            _fields(name=name, tenantId=tenant_id, variants=[dict(v) for v in variants])
+        )
+        return self._compute._typed("endpoints.create", request, EndpointPublic)
+
+    def list(
+        self, *, tenant_id: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[EndpointPublic]:
+        query = EndpointListQuery(**_fields(tenant_id=tenant_id, limit=limit, cursor=cursor))
+        return self._compute._typed("endpoints.list", query, Page[EndpointPublic])
+
+    def get(self, name: str) -> EndpointPublic:
+        return self._compute._typed("endpoints.get", NameRequest(name=name), EndpointPublic)
+
+    def delete(self, name: str) -> EndpointPublic:
+        """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""
+        return self._compute._typed("endpoints.delete", NameRequest(name=name), EndpointPublic)
 
 
 def _placing(

@@ -49,6 +49,7 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
+from better_compute.wire.endpoints import EndpointCreate, EndpointListQuery, EndpointPublic, NameRequest
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import (
     AtomListQuery,
@@ -346,6 +347,33 @@ _TABLE: tuple[Method, ...] = (
         summary="Priority classes by name, `standard` among them (any token).",
     ),
     Method("priorityClasses.get", "GET", "/v1/priority-classes/{id}", IdRequest, PriorityClassPublic),
+    Method(
+        "endpoints.create",
+        "POST",
+        "/v1/endpoints",
+        EndpointCreate,
+        EndpointPublic,
+        summary="Create an inference endpoint: each variant takes idle nodes of a mig pool and cuts every"
+        " GPU to its partition layout through the layout gate (`Creating`, then `InService`).",
+    ),
+    Method(
+        "endpoints.list",
+        "GET",
+        "/v1/endpoints",
+        EndpointListQuery,
+        EndpointPublic,
+        paged=True,
+        summary="Endpoints by name: the token's tenant's, or (admin) every tenant's or the one named.",
+    ),
+    Method("endpoints.get", "GET", "/v1/endpoints/{name}", NameRequest, EndpointPublic),
+    Method(
+        "endpoints.delete",
+        "DELETE",
+        "/v1/endpoints/{name}",
+        NameRequest,
+        EndpointPublic,
+        summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate.",
+    ),
     Method(
         "workloads.create",
         "POST",

@@ -1,0 +1,272 @@
+"""`endpoints` (create, list, show, delete): inference endpoints whose nodes' GPUs are split by a
+partition layout (SPEC 9), each command one API method through the typed client.
+
+A table for people, with each instance's GPUs drawn split into their partitions (widths by memory);
+`--json` for scripts (the API's own answer).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.output import fail, print_json, stdout
+from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.times import when
+
+if TYPE_CHECKING:
+    from better_compute.wire.common import Page
+    from better_compute.wire.endpoints import EndpointPublic
+
+endpoints_app = typer.Typer(
+    help="Create, list, show and delete inference endpoints on MIG partitions.", no_args_is_help=True
+)
+app.add_typer(endpoints_app, name="endpoints")
+
+OPTIONS = {
+    "tenantId": "--tenant",
+    "variants[0].poolId": "--pool",
+    "variants[0].instanceCount": "--instances",
+    "variants[0].acceleratorPartitionLayouts": "--partition-type",
+    "variants[0].acceleratorPartitionLayouts[0].acceleratorPartitionTypes": "--partition-type",
+    "variants[0].pricePerInstanceHour": "--price",
+    "variants[0].name": "--variant",
+}
+"""Body fields the commands fill from an option, so a refusal naming one names the option."""
+
+ENDPOINT_COLUMNS = [
+    Column("name"),
+    Column("tenant", drop=3),
+    Column("status"),
+    Column("variants", drop=2, wrap=True),
+    Column("instances", drop=1),
+    Column("reason", drop=4, wrap=True),
+]
+INSTANCE_COLUMNS = [
+    Column("node"),
+    Column("variant", drop=2),
+    Column("state"),
+    Column("partitions", wrap=True),
+]
+
+_MEMORY = re.compile(r"\.(\d+)gb")
+_SEGMENT_COLOURS = ("cyan", "magenta", "green", "yellow", "blue", "red", "white")
+
+
+def draw_gpu(partition_types: Sequence[str], width: int = 48) -> Text:
+    """One GPU split into its partitions, each as wide as its share of the layout's memory."""
+    sizes = [int(m.group(1)) if (m := _MEMORY.search(t)) else 1 for t in partition_types]
+    total = sum(sizes) or 1
+    bar = Text()
+    for i, (kind, size) in enumerate(zip(partition_types, sizes, strict=True)):
+        cells = max(len(kind.removeprefix("mig-")) + 2, round(width * size / total))
+        label = kind.removeprefix("mig-").center(cells - 2)
+        bar.append(f"[{label}]", style=f"reverse {_SEGMENT_COLOURS[i % len(_SEGMENT_COLOURS)]}")
+    return bar
+
+
+def _types(e: EndpointPublic, variant: str) -> list[str]:
+    found = next((v for v in e.variants if v.name == variant), None)
+    return [] if found is None else list(found.accelerator_partition_layouts[0].accelerator_partition_types)
+
+
+def _variants(e: EndpointPublic) -> str:
+    return "; ".join(
+        f"{v.name}: {v.instance_count} x {v.pool_id} "
+        f"({', '.join(v.accelerator_partition_layouts[0].accelerator_partition_types)})"
+        for v in e.variants
+    )
+
+
+def _print_endpoints(items: Sequence[EndpointPublic], output: Output) -> None:
+    console = stdout()
+    if not items:
+        console.print("no endpoints", markup=False)
+        return
+    rows = [
+        [e.name, e.tenant_id, e.status, _variants(e), str(len(e.instances)), e.reason or "-"] for e in items
+    ]
+    print_fitted(console, ENDPOINT_COLUMNS, rows, output)
+
+
+def _print_endpoint(e: EndpointPublic, output: Output) -> None:
+    console = stdout()
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for key, value in (
+        ("name", e.name),
+        ("tenant", e.tenant_id),
+        ("status", e.status),
+        ("reason", e.reason or "-"),
+        ("variants", _variants(e)),
+        ("created", when(e.created_at)),
+    ):
+        grid.add_row(key, value)
+    console.print(grid)
+    console.print()
+    console.print("instances", markup=False, style="bold")
+    if not e.instances:
+        console.print("no instances", markup=False)
+        return
+    rows = [
+        [
+            i.node,
+            i.variant,
+            i.state,
+            ", ".join(f"{n} x {t}" for t, n in i.partitions.items()) or "none yet",
+        ]
+        for i in e.instances
+    ]
+    print_fitted(console, INSTANCE_COLUMNS, rows, output)
+    console.print()
+    for i in e.instances:
+        console.print(f"{i.node} ({i.gpus} GPUs, each split as below)", markup=False)
+        console.print(draw_gpu(_types(e, i.variant)))
+
+
+def _show(e: EndpointPublic, as_json: bool, output: Output = Output.TABLE) -> None:
+    if as_json:
+        print_json(e.model_dump(mode="json", by_alias=True))
+        return
+    _print_endpoint(e, output)
+
+
+def _from_file(path: Path, as_json: bool) -> dict[str, Any]:
+    try:
+        body = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        fail(f"--file {path}: {exc}", as_json=as_json)
+    if not isinstance(body, dict):
+        fail(f"--file {path}: an endpoint is a JSON object", as_json=as_json)
+    return body
+
+
+@endpoints_app.command("create")
+def endpoints_create(
+    name: Annotated[str | None, typer.Argument(metavar="NAME", show_default=False)] = None,
+    pool: Annotated[
+        str | None, typer.Option("--pool", help="The mig pool its instances come from.", show_default=False)
+    ] = None,
+    instances: Annotated[int, typer.Option("--instances", min=1, help="How many nodes of the pool.")] = 1,
+    partition_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--partition-type",
+            help="One MIG instance of every GPU, such as mig-3g.40gb (repeat, one per instance).",
+            show_default=False,
+        ),
+    ] = None,
+    variant: Annotated[str, typer.Option("--variant", help="The variant's name.")] = "AllTraffic",
+    price: Annotated[
+        str | None,
+        typer.Option("--price", help="The price of an instance hour, such as 25.25.", show_default=False),
+    ] = None,
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="The tenant (an admin must give it).", show_default=False)
+    ] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option(
+            "--file",
+            help="The whole endpoints.create body as JSON (several variants), instead of the options.",
+            show_default=False,
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create an endpoint: --instances idle nodes of --pool, every GPU split into the
+    --partition-type list (one entry per MIG instance, the same on every GPU). It is Creating while
+    the nodes are cut through the layout gate, then InService; a pool short of idle nodes leaves
+    it Failed with the reason."""
+    if file is not None:
+        body = _from_file(file, as_json)
+        given_name, tenant_id, variants = body.get("name"), body.get("tenantId", tenant), body.get("variants")
+        if not isinstance(given_name, str) or not isinstance(variants, list):
+            fail(f"--file {file}: it needs name and variants", as_json=as_json)
+    else:
+        if name is None or pool is None or not partition_type:
+            raise typer.BadParameter("give NAME, --pool and --partition-type (or --file)", param_hint="NAME")
+        given_name, tenant_id = name, tenant
+        variants = [
+            {
+                "name": variant,
+                "poolId": pool,
+                "instanceCount": instances,
+                "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": list(partition_type)}],
+                **({"pricePerInstanceHour": price} if price is not None else {}),
+            }
+        ]
+    created = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.endpoints.create(name=given_name, tenant_id=tenant_id, variants=variants),
+        OPTIONS,
+    )
+    _show(created, as_json, output)
+
+
+@endpoints_app.command("list")
+def endpoints_list(
+    tenant: Annotated[
+        str | None, typer.Option("--tenant", help="Only this tenant's (admin).", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many.", show_default=False)
+    ] = None,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="The next page's cursor.", show_default=False)
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Endpoints by name, with their status and instances."""
+    found: Page[EndpointPublic] = call(
+        server, token, as_json, lambda c: c.endpoints.list(tenant_id=tenant, limit=limit, cursor=cursor)
+    )
+    if as_json:
+        print_json(found.model_dump(mode="json", by_alias=True))
+        return
+    _print_endpoints(found.items, output)
+    if found.next_cursor:
+        stdout().print(f"more: --cursor {found.next_cursor}", markup=False)
+
+
+@endpoints_app.command("show")
+def endpoints_show(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """An endpoint, its instances and the partitions of each, with one GPU drawn split."""
+    _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
+
+
+@endpoints_app.command("delete")
+def endpoints_delete(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete an endpoint: its nodes go back to their pool's layout through the layout gate."""
+    _show(call(server, token, as_json, lambda c: c.endpoints.delete(name)), as_json, output)

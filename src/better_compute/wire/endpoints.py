@@ -1,0 +1,96 @@
+"""Inference endpoints on MIG partitions (SPEC 9; the seed's field names, camelCase): an endpoint's
+variants each take `instanceCount` nodes of a mig pool and split every accelerator by one partition
+layout. Limits: 10 variants, 64 instances a variant, 7 partition types a layout, names of 1-63
+letters, digits or inner hyphens (the server's `domain.endpoints`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import Field
+
+from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
+
+MAX_NAME = 63
+MAX_VARIANTS = 10
+MAX_INSTANCES = 64
+MAX_PARTITION_TYPES = 7
+STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
+
+
+class PartitionLayoutPublic(WireAnswer):
+    """One accelerator's split: one `mig-<profile>` entry per MIG instance (`mig-3g.40gb`)."""
+
+    accelerator_partition_types: list[str]
+
+
+class PartitionLayout(PartitionLayoutPublic, WireRequest):
+    accelerator_partition_types: list[str] = Field(min_length=1, max_length=MAX_PARTITION_TYPES)
+
+
+class VariantPublic(WireAnswer):
+    name: str
+    pool_id: str
+    instance_count: int
+    accelerator_partition_layouts: list[PartitionLayoutPublic]
+    price_per_instance_hour: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
+class Variant(VariantPublic, WireRequest):
+    """A production variant: `instanceCount` nodes of the mig pool `poolId`, every accelerator split
+    by the one entry of `acceleratorPartitionLayouts` (it is not positional), and an optional
+    `pricePerInstanceHour` (a decimal number, for showback and the cost per unit)."""
+
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    instance_count: int = Field(json_schema_extra={"minimum": 1, "maximum": MAX_INSTANCES})
+    accelerator_partition_layouts: list[PartitionLayout] = Field(min_length=1, max_length=1)  # type: ignore[assignment]
+    price_per_instance_hour: str | float | None = None  # type: ignore[assignment]
+
+
+class EndpointCreate(WireRequest):
+    """`endpoints.create`: `{name, tenantId?, variants: [...]}`. Without `tenantId` the endpoint is
+    the token's tenant's (an admin names one). Takes idle nodes of each variant's pool (the pool's
+    owner or the admin may) and cuts them to the layout through the layout gate."""
+
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    tenant_id: str | None = None
+    variants: list[Variant] = Field(min_length=1, max_length=MAX_VARIANTS)
+
+
+class InstancePublic(WireAnswer):
+    """A node an endpoint took: `Creating` while its GPUs are cut, `InService` after; `partitions`
+    counts the MIG instances of each type its GPUs have now."""
+
+    node: str
+    variant: str
+    layout: str
+    state: str
+    gpus: int
+    partitions: dict[str, int]
+
+
+class EndpointPublic(WireAnswer):
+    """An endpoint: `status` is Creating, InService, Failed (with `reason`) or Deleting."""
+
+    name: str
+    tenant_id: str
+    status: str
+    reason: str | None = None
+    variants: list[VariantPublic]
+    instances: list[InstancePublic]
+    created_at: datetime
+    updated_at: datetime
+
+
+class EndpointListQuery(WireRequest):
+    """`endpoints.list` (query parameters): by name; `tenantId` narrows the admin's list."""
+
+    tenant_id: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None
+
+
+class NameRequest(WireRequest):
+    """The body of methods that name one endpoint: `endpoints.get|delete`."""
+
+    name: str = Field(min_length=1)

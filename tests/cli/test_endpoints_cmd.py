@@ -1,0 +1,96 @@
+"""`endpoints` through typer's CliRunner against the real app (the client's transport hands each
+request to the app in-process), on a pool of H100 nodes whose `n-1` runs `bcd run`'s loop."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.endpoints_cmd import draw_gpu
+from better_compute.client import Compute
+from better_compute.service.mig_gate import Reconciler
+from better_compute.storage.store import Store
+from tests.builders import admin_token, tenant_token
+from tests.node_world import NodeWorld
+
+
+@pytest.fixture
+def world(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeWorld]:
+    live = NodeWorld(store, tmp_path)
+
+    def connect(settings: config.Settings) -> Compute:
+        return Compute(
+            settings.server, settings.token, transport=live.transport(), retries=1, sleep=lambda _: None
+        )
+
+    monkeypatch.setattr(config, "connect", connect)
+    yield live
+
+
+def run(runner: CliRunner, token: str, *args: str) -> Any:
+    return runner.invoke(
+        app, [*args, "--token", token, "--server", "http://testserver"], env={"COLUMNS": "200"}
+    )
+
+
+def test_create_list_show_and_delete_an_endpoint(runner: CliRunner, world: NodeWorld, store: Store) -> None:
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    platform = tenant_token(store, "platform")
+    types = (
+        "--partition-type",
+        "mig-3g.40gb",
+        "--partition-type",
+        "mig-2g.20gb",
+        "--partition-type",
+        "mig-2g.20gb",
+    )
+    created = run(runner, platform, "endpoints", "create", "chat", "--pool", "p1", *types, "--price", "25.25")
+    assert created.exit_code == 0, created.output
+    assert "Creating" in created.stdout and "n-1" in created.stdout
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    shown = run(runner, platform, "endpoints", "show", "chat")
+    assert shown.exit_code == 0, shown.output
+    assert "InService" in shown.stdout
+    assert "4 x mig-2g.20gb, 2 x mig-3g.40gb" in shown.stdout
+    assert "[" in shown.stdout and "3g.40gb" in shown.stdout  # one GPU drawn split
+    listed = run(runner, admin_token(store), "endpoints", "list", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert [e["name"] for e in json.loads(listed.stdout)["items"]] == ["chat"]
+    deleted = run(runner, platform, "endpoints", "delete", "chat")
+    assert deleted.exit_code == 0 and "Deleting" in deleted.stdout
+
+
+def test_a_refusal_names_the_option_and_a_failed_endpoint_says_why(
+    runner: CliRunner, world: NodeWorld, store: Store
+) -> None:
+    platform = tenant_token(store, "platform")
+    lacks = run(
+        runner, platform, "endpoints", "create", "x", "--pool", "p1", "--partition-type", "mig-4g.20gb"
+    )
+    assert lacks.exit_code != 0
+    assert "mig-4g.20gb is not offered by H100-80GB" in lacks.output
+    failed = run(
+        runner, platform, "endpoints", "create", "x", "--pool", "p1", "--partition-type", "mig-7g.80gb"
+    )
+    assert failed.exit_code == 0, failed.output  # recorded, Failed, with the reason
+    assert "Failed" in failed.stdout and "run no daemon (never joined)" in failed.stdout
+    missing = run(runner, platform, "endpoints", "create", "y", "--pool", "p1")
+    assert missing.exit_code != 0 and "--partition-type" in missing.output
+
+
+def test_a_gpu_is_drawn_split_by_memory() -> None:
+    bar = draw_gpu(["mig-4g.40gb", "mig-2g.20gb", "mig-1g.10gb"], width=56).plain
+    assert bar.count("[") == 3
+    assert bar.index("2g.20gb") > bar.index("4g.40gb")
+    widths = [len(part) + 1 for part in bar.split("]")[:-1]]
+    assert widths[0] > widths[1] > widths[2]  # 40 GB wider than 20 GB wider than 10 GB
