@@ -101,9 +101,11 @@ def small_fleet(
     replicas: int = 4,
     model: str | None = None,
     gpus: int = 2,
+    host: dict[str, int] | None = None,
 ) -> dict[str, object]:
     """A one-cluster fleet file (as parsed YAML) with one pool over `nodes` nodes of `gpus` GPUs of
-    `model` (default: H100-80GB in mig and exclusive pools, L40S-48GB in shared ones)."""
+    `model` (default: H100-80GB in mig and exclusive pools, L40S-48GB in shared ones), each host
+    declaring `host` (`{cpuCores, memoryGiB}`) when given."""
     policy: dict[str, object] = {"migLayout": layout} if mode == "mig" else {}
     if mode in ("timeslice", "mps"):
         policy = {"replicas": replicas}
@@ -114,7 +116,14 @@ def small_fleet(
             {
                 "name": "c1",
                 "region": "r1",
-                "nodes": [{"name": "n", "replicas": nodes, "gpus": {"model": model, "count": gpus}}],
+                "nodes": [
+                    {
+                        "name": "n",
+                        "replicas": nodes,
+                        "gpus": {"model": model, "count": gpus},
+                        **({"host": host} if host else {}),
+                    }
+                ],
             }
         ],
         "pools": [

@@ -51,8 +51,15 @@ class NodeWorld:
         layout: str = "all-1g.10gb",
         model: str | None = None,
         gpus: int = 2,
+        host: dict[str, int] | None = None,
     ) -> None:
-        self.fleet = {"mode": mode, "layout": layout, "model": model, "gpus": gpus}
+        self.fleet: dict[str, Any] = {
+            "mode": mode,
+            "layout": layout,
+            "model": model,
+            "gpus": gpus,
+            "host": host,
+        }
         load_fleet(store, fleet_spec(nodes=2, **self.fleet), T0)
         self.store = store
         self.tmp_path = tmp_path

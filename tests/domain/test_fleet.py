@@ -55,7 +55,7 @@ def test_the_example_fleet_parses() -> None:
         pytest.param(
             lambda f: f["clusters"][0]["nodes"][0].update(numaNode=2),
             "node h: clusters[0].nodes[0]: unknown key 'numaNode' "
-            "(a node takes carriesPoolLayout, gpus, name, numaNodes, nvlink, replicas)",
+            "(a node takes carriesPoolLayout, gpus, host, name, numaNodes, nvlink, replicas)",
             "clusters[0].nodes[0].numaNode",
             id="a misspelt node key",
         ),
@@ -118,6 +118,20 @@ def test_fleet_file_replicas_and_counts_are_integers_only(value: Any, key: str, 
     assert refused.value.code == "INVALID_INPUT"
     assert refused.value.message.startswith("node h: clusters[0].nodes[0]")
     assert f"{key} must be an integer of at least 1, not {value!r}" in refused.value.message
+
+
+def test_fleet_file_host_declares_cpu_cores_and_memory_within_limits() -> None:
+    spec = parse_fleet(
+        changed(lambda f: f["clusters"][0]["nodes"][0].update(host={"cpuCores": 96, "memoryGiB": 1024}))
+    )
+    assert (spec.nodes[0].host_cpu_cores, spec.nodes[0].host_memory_mib) == (96, 1024 * 1024)
+    assert parse_fleet(FLEET).nodes[0].host_cpu_cores is None  # not declared: not checked
+    with pytest.raises(DomainError, match="cpuCores is at most 4096"):
+        parse_fleet(changed(lambda f: f["clusters"][0]["nodes"][0].update(host={"cpuCores": 5000})))
+    with pytest.raises(DomainError, match="unknown key 'cores'"):
+        parse_fleet(changed(lambda f: f["clusters"][0]["nodes"][0].update(host={"cores": 8})))
+    with pytest.raises(DomainError, match="memoryGiB must be an integer of at least 1"):
+        parse_fleet(changed(lambda f: f["clusters"][0]["nodes"][0].update(host={"memoryGiB": 0})))
 
 
 def test_fleet_file_nvlink_is_a_boolean() -> None:

@@ -12,8 +12,15 @@ import pytest
 from sqlalchemy import text
 
 from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import AlreadyExists, Forbidden, InvalidInput, NotFound, UnknownProfile
-from better_compute.service import endpoints
+from better_compute.domain.errors import (
+    AlreadyExists,
+    Forbidden,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+    UnknownProfile,
+)
+from better_compute.service import components, endpoints
 from better_compute.service.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
@@ -156,3 +163,89 @@ def test_endpoint_refusals_name_what_is_wrong(store: Store, tmp_path: Path) -> N
         endpoints.get(store, ACME, "chat", world.clock.now)  # another tenant's reads as missing
     with pytest.raises(InvalidInput):
         endpoints.create(store, PLATFORM, {**body(), "extra": 1}, world.clock.now)
+
+
+def component(name: str, copies: int, partition: str = "mig-2g.20gb", **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "endpointName": "chat",
+        "variantName": "AllTraffic",
+        "model": "llama-3-8b",
+        "partitionType": partition,
+        "devicesRequired": 1,
+        "copies": copies,
+        **extra,
+    }
+
+
+def in_service(world: NodeWorld) -> Any:
+    """Endpoint `chat` on n-1 (2 GPUs of 3g.40gb + 2 x 2g.20gb), cut and handed over."""
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    endpoints.create(world.store, PLATFORM, body(), world.clock.now)
+    assert daemon.step(True)
+    Reconciler(world.store, world.clock, "r1").tick()
+    assert endpoints.get(world.store, PLATFORM, "chat", world.clock.now).status == "InService"
+    return daemon
+
+
+def test_copies_take_free_partitions_of_their_type_and_the_rest_wait(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    in_service(world)
+    small = components.create(store, PLATFORM, component("small", 3), world.clock.now)
+    assert [c.state for c in small.copies] == ["placed"] * 3
+    assert all(c.partition == "mig-2g.20gb" and c.node == "n-1" and c.mig_uuid for c in small.copies)
+    assert len({c.atom_id for c in small.copies}) == 3
+    big = components.create(store, PLATFORM, component("big", 3, "mig-3g.40gb"), world.clock.now)
+    assert [c.state for c in big.copies] == ["placed", "placed", "pending"]  # two 3g partitions
+    assert big.reason == "1 copies wait: no free mig-3g.40gb partition"
+    more = components.scale(store, PLATFORM, "small", 5, world.clock.now)
+    assert [c.state for c in more.copies] == ["placed"] * 4 + ["pending"]  # four 2g partitions
+    components.delete(store, PLATFORM, "big", world.clock.now)
+    fewer = components.scale(store, PLATFORM, "small", 2, world.clock.now)
+    assert [c.state for c in fewer.copies] == ["placed", "placed"] and fewer.spec.min_copies == 1
+    with pytest.raises(InvalidInput, match="does not declare"):
+        components.create(store, PLATFORM, component("odd", 1, "mig-1g.10gb"), world.clock.now)
+    with pytest.raises(InvalidInput, match="devicesRequired must be 1"):
+        components.create(store, PLATFORM, component("wide", 1, devicesRequired=2), world.clock.now)
+    with pytest.raises(InvalidState, match=r"partition type is mig-2g\.20gb for its life"):
+        components.scale(store, PLATFORM, "small", 2, world.clock.now, partition_type="mig-3g.40gb")
+    with pytest.raises(InvalidState, match=r"partition type is mig-2g\.20gb for its life"):
+        components.create(store, PLATFORM, component("small", 1, "mig-3g.40gb"), world.clock.now)
+    with pytest.raises(AlreadyExists):
+        components.create(store, PLATFORM, component("small", 1), world.clock.now)
+    with pytest.raises(NotFound, match="component small not found"):
+        components.get(store, ACME, "small")  # another tenant's reads as missing
+
+
+def test_copies_asked_for_before_the_instances_are_cut_are_placed_when_the_gate_hands_them_over(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    early = components.create(store, PLATFORM, component("early", 2), world.clock.now)
+    assert [c.state for c in early.copies] == ["pending", "pending"]  # nothing is cut yet
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()  # the hand-over places them, no timer
+    assert [c.state for c in components.get(store, PLATFORM, "early").copies] == ["placed", "placed"]
+
+
+def test_copies_stay_within_the_hosts_cpu_cores_and_memory(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path, host={"cpuCores": 8, "memoryGiB": 64})
+    in_service(world)
+    heavy = components.create(
+        store, PLATFORM, component("heavy", 4, cpuCores=3, memoryMiB=8192), world.clock.now
+    )
+    assert [c.state for c in heavy.copies] == ["placed", "placed", "pending", "pending"]  # 8 cores / 3
+    assert heavy.reason is not None and "lack the host room (3 CPU cores and 8192 MiB a copy)" in heavy.reason
+
+
+def test_deleting_an_endpoint_deletes_its_components(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    in_service(world)
+    components.create(store, PLATFORM, component("small", 2), world.clock.now)
+    endpoints.delete(store, PLATFORM, "chat", world.clock.now)
+    with pytest.raises(NotFound):
+        components.get(store, PLATFORM, "small")

@@ -85,6 +85,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.PoolCreated.TYPE: NamedInPayload("ownerTenantId"),
     ev.EndpointCreated.TYPE: NamedInPayload("tenantId"),
     ev.EndpointDeleted.TYPE: NamedInPayload("tenantId"),
+    ev.ComponentChanged.TYPE: NamedInPayload("tenantId"),
     ev.PoolUpdated.TYPE: SubjectIsPool(),
     ev.MigLayoutRequested.TYPE: SubjectIsPool(),
     ev.AllocationBound.TYPE: SubjectIsReservation(),

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -415,6 +415,30 @@ def parse_component(raw: object) -> ComponentSpec:
     )
 
 
+def component_json(component: ComponentSpec) -> dict[str, Any]:
+    """The component as `parse_component` takes it back (what is stored, and what is shown)."""
+    return {
+        "name": component.name,
+        "endpointName": component.endpoint_name,
+        "variantName": component.variant_name,
+        "model": component.model,
+        "partitionType": component.partition_type,
+        "devicesRequired": 1,
+        "cpuCores": str(component.cpu_cores),
+        "memoryMiB": component.memory_mib,
+        "copies": component.copies,
+        "minCopies": component.min_copies,
+    }
+
+
+def scaled(component: ComponentSpec, copies: object, min_copies: object = None) -> ComponentSpec:
+    """The component at a new copy count (`components.scale`); `minCopies` follows the count
+    (`copies - 1`, at least 1) unless given, and is never above it."""
+    count = _count(copies, "copies", 0, MAX_COPIES)
+    floor = _count(min_copies, "minCopies", 0, count, default=default_min_copies(count))
+    return replace(component, copies=count, min_copies=floor)
+
+
 def check_component_type(component: ComponentSpec, endpoint: EndpointSpec) -> Variant:
     """The variant a component runs on; refuses a variant the endpoint lacks and a partition type
     the variant did not declare (no fallback to a whole GPU)."""
@@ -638,6 +662,7 @@ __all__ = [
     "check_endpoint_name",
     "check_type_unchanged",
     "check_variant_layout",
+    "component_json",
     "default_min_copies",
     "endpoint_allocation_id",
     "endpoint_json",
@@ -648,5 +673,6 @@ __all__ = [
     "pick_instances",
     "place_copies",
     "plan_relayout",
+    "scaled",
     "variant_layout",
 ]

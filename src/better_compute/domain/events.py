@@ -291,6 +291,19 @@ class EndpointDeleted(Event):
     instances: int
 
 
+@dataclass(frozen=True, slots=True)
+class ComponentChanged(Event):
+    """A component was created, scaled or deleted (`change`; `subject`: its name): its copies, how
+    many have a partition (`placed`) and how many wait for one."""
+
+    TYPE: ClassVar[str] = "component.changed"
+    tenant_id: str
+    endpoint: str
+    change: str
+    copies: int
+    placed: int
+
+
 # -- Workloads ------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class WorkloadCreated(Event):
@@ -619,6 +632,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PriorityClassCreated,
         EndpointCreated,
         EndpointDeleted,
+        ComponentChanged,
         WorkloadCreated,
         WorkloadScaled,
         WorkloadDeleted,

@@ -31,6 +31,10 @@ class NodeSpec:
     carries_pool_layout: bool = True
     """Whether the node's host config takes its MIG layout from its pool (SPEC 6.1); False: it keeps
     the layout it has (`gpus.migLayout`), and nothing repartitions it."""
+    host_cpu_cores: int | None = None
+    host_memory_mib: int | None = None
+    """The host's CPU cores and memory (`host: {cpuCores, memoryGiB}`), which an endpoint's component
+    copies ask for beside their partition (SPEC 9); None: not declared, not checked."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +92,9 @@ _KEYS: dict[str, frozenset[str]] = {
     "deviceClass": frozenset({"name", "class", "selector"}),
     "tenant": frozenset({"id", "name"}),
     "cluster": frozenset({"name", "region", "residency", "nodes"}),
-    "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout"}),
+    "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout", "host"}),
     "gpus": frozenset({"model", "count", "migLayout"}),
+    "host": frozenset({"cpuCores", "memoryGiB"}),
     "pool": frozenset({"name", "cluster", "mode", "owner", "policy", "nodes", "ownerQuota", "meter"}),
 }
 """The keys each part of a fleet file may have: a misspelt key (`ownerquota`, `migLayot`) is refused
@@ -251,6 +256,7 @@ def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeS
     numa_nodes = _int(node, "numaNodes", 2 if count >= 4 else 1, where)
     nvlink = _bool(node, "nvlink", count > 1, where)
     carries = _bool(node, "carriesPoolLayout", True, where)
+    cores, memory = _host(node.get("host"), f"{where}.host")
     return [
         NodeSpec(
             name=base if replicas == 1 else f"{base}-{k + 1}",
@@ -261,9 +267,34 @@ def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeS
             numa_nodes=numa_nodes,
             nvlink=nvlink,
             carries_pool_layout=carries,
+            host_cpu_cores=cores,
+            host_memory_mib=memory,
         )
         for k in range(replicas)
     ]
+
+
+MAX_HOST_CPU_CORES = 4096
+MAX_HOST_MEMORY_GIB = 65536
+
+
+def _host(raw: Any, where: str) -> tuple[int | None, int | None]:
+    """A node's `host: {cpuCores, memoryGiB}` (each optional): cores up to 4,096, memory up to
+    64 TiB; the memory is kept in MiB."""
+    if raw is None:
+        return None, None
+    host = _mapping(raw, "host", where)
+    cores = _int(host, "cpuCores", 1, where) if "cpuCores" in host else None
+    memory = _int(host, "memoryGiB", 1, where) if "memoryGiB" in host else None
+    if cores is not None and cores > MAX_HOST_CPU_CORES:
+        raise InvalidInput(
+            f"{where}: cpuCores is at most {MAX_HOST_CPU_CORES}", {"field": f"{where}.cpuCores"}
+        )
+    if memory is not None and memory > MAX_HOST_MEMORY_GIB:
+        raise InvalidInput(
+            f"{where}: memoryGiB is at most {MAX_HOST_MEMORY_GIB}", {"field": f"{where}.memoryGiB"}
+        )
+    return cores, None if memory is None else memory * 1024
 
 
 def _pool_spec(

@@ -78,6 +78,9 @@ class Node:
     mig_layout: str | None = None
     """The MIG layout the node is told instead of its pool's (an endpoint's instance is cut to the
     endpoint's layout); None: its pool's."""
+    host_cpu_cores: int | None = None
+    host_memory_mib: int | None = None
+    """The host's CPU cores and memory as the fleet file declares them (None: not declared)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,4 +237,27 @@ class EndpointInstance:
     endpoint: str
     variant: str
     layout: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentRecord:
+    """A component as stored: its checked request (`domain.endpoints.component_json`)."""
+
+    name: str
+    endpoint: str
+    spec: Mapping[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    generation: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CopyRecord:
+    """One copy of a component and the partition (a `gpu.mig` atom) it takes; None: it waits."""
+
+    component: str
+    copy: int
+    atom_id: str | None
+    node_id: str | None
     created_at: datetime

@@ -25,6 +25,7 @@ from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
     ClusterUpdated,
+    ComponentChanged,
     CredentialCreated,
     CredentialRevoked,
     DeploymentUpdated,
@@ -112,6 +113,7 @@ _QUIET_EVENTS = (
     # inventory.
     EndpointCreated,
     EndpointDeleted,
+    ComponentChanged,
     # Workloads and their deployments: their replicas' bookings arrive as ledger events.
     WorkloadCreated,
     WorkloadScaled,

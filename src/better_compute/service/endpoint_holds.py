@@ -2,7 +2,8 @@
 atom of it is booked open-ended under the endpoint's allocation (`endpoint:<name>`, no tenant's),
 so no reservation or workload lands on the endpoint's partitions and no quota counts them. The
 layout gate's partition holds cover the node until then, and the gate hands over to this hold in
-the transaction that applies the change (`take_over`), so the node is never free in between."""
+the transaction that applies the change (`take_over`), so the node is never free in between, and
+the endpoint's waiting component copies take the new partitions there and then."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.endpoints import endpoint_allocation_id
 from better_compute.domain.events import LedgerReleased
 from better_compute.domain.timewin import Window
+from better_compute.service import components
 from better_compute.service.ports import Tx
 
 
@@ -26,6 +28,9 @@ def take_over(tx: Tx, node_id: str, now: datetime) -> bool:
     if ids:
         allocation = endpoint_allocation_id(instance.endpoint)
         tx.ledger.book(ids, Window(now, None), allocation, None, now, require_bookable=False)
+    # Its partitions take the endpoint's waiting copies now (after the node's lock, its endpoint's).
+    if tx.endpoints.get(instance.endpoint, lock=True) is not None:
+        components.place_pending_in(tx, instance.endpoint, now)
     return True
 
 

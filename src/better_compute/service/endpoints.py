@@ -33,7 +33,7 @@ from better_compute.domain.tenancy import (
     tenant_not_found,
     tenant_scope,
 )
-from better_compute.service import endpoint_holds, mig_gate, quotas
+from better_compute.service import components, endpoint_holds, mig_gate, quotas
 from better_compute.service.paging import Listing, fetch, page
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
 
@@ -245,12 +245,18 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
     gate (held from now, granted at once), taking tenants' work once it has converged. Answers the
     endpoint as it was, `Deleting`."""
     with store.begin() as tx:
-        record = _visible(tx, principal, name)
+        _visible(tx, principal, name)
+        # Its nodes' locks before its own (the gate's hand-over takes them in that order). An
+        # endpoint's nodes never change after its creation, so the ones read first are all of them.
+        tx.nodes.lock([i.node_id for i in tx.endpoints.instances(name)])
+        record = tx.endpoints.get(name, lock=True)
+        if record is None:
+            raise endpoint_not_found(name)
         instances = tx.endpoints.instances(name)
         node_ids = [i.node_id for i in instances]
-        tx.nodes.lock(node_ids)
         pools = tx.pools.of_nodes(node_ids)
         view = _view(tx, record, now)
+        components.remove_of_endpoint_in(tx, name)
         endpoint_holds.release(tx, name, now)
         tx.nodes.set_mig_layout(node_ids, None)
         tx.endpoints.remove(name)

@@ -27,7 +27,17 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
             [Cluster(c.name, c.region, tuple(c.residency), "active", now) for c in spec.clusters]
         )
         tx.nodes.add_missing(
-            [Node(n.name, n.cluster, now, carries_pool_layout=n.carries_pool_layout) for n in spec.nodes]
+            [
+                Node(
+                    n.name,
+                    n.cluster,
+                    now,
+                    carries_pool_layout=n.carries_pool_layout,
+                    host_cpu_cores=n.host_cpu_cores,
+                    host_memory_mib=n.host_memory_mib,
+                )
+                for n in spec.nodes
+            ]
         )
         for pool in spec.pools:
             _register_pool(tx, pool, now)

@@ -28,6 +28,8 @@ from better_compute.domain.pools import PoolSettings, SharingMode
 from better_compute.domain.priority_classes import PriorityClass
 from better_compute.domain.records import (
     Cluster,
+    ComponentRecord,
+    CopyRecord,
     Credential,
     EndpointInstance,
     EndpointRecord,
@@ -845,6 +847,32 @@ class EndpointRepo(Protocol):
     def instances_of_endpoints(self, names: Sequence[str]) -> dict[str, list[EndpointInstance]]: ...
 
 
+class ComponentRepo(Protocol):
+    """An endpoint's components and each copy's partition (storage.components)."""
+
+    def get(self, name: str) -> ComponentRecord | None: ...
+
+    def page(
+        self, endpoints: Sequence[str] | None, limit: int | None, after: str | None
+    ) -> list[ComponentRecord]: ...
+
+    def of_endpoint(self, endpoint: str) -> list[ComponentRecord]: ...
+
+    def add(self, item: ComponentRecord) -> bool: ...
+
+    def set_spec(self, name: str, spec: Mapping[str, object], at: datetime) -> None: ...
+
+    def remove(self, names: Sequence[str]) -> None: ...
+
+    def copies(self, names: Sequence[str]) -> dict[str, list[CopyRecord]]: ...
+
+    def add_copies(self, items: Sequence[CopyRecord]) -> None: ...
+
+    def place_copy(self, component: str, copy: int, atom_id: str | None, node_id: str | None) -> None: ...
+
+    def drop_copies(self, component: str, copies: Sequence[int]) -> None: ...
+
+
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
 
@@ -913,6 +941,9 @@ class Tx(Protocol):
 
     @property
     def endpoints(self) -> EndpointRepo: ...
+
+    @property
+    def components(self) -> ComponentRepo: ...
 
     @property
     def workloads(self) -> WorkloadRepo: ...

@@ -30,6 +30,8 @@ def _node(r: Mapping[str, Any]) -> Node:
         carries_pool_layout=bool(r["carries_pool_layout"]),
         reboot_required=bool(r["reboot_required"]),
         mig_layout=r["mig_layout"],
+        host_cpu_cores=r["host_cpu_cores"],
+        host_memory_mib=r["host_memory_mib"],
     )
 
 
@@ -55,6 +57,8 @@ class SqlNodes:
                     "cluster_id": n.cluster_id,
                     "created_at": n.created_at,
                     "carries_pool_layout": n.carries_pool_layout,
+                    "host_cpu_cores": n.host_cpu_cores,
+                    "host_memory_mib": n.host_memory_mib,
                 }
                 for n in items
             ],

@@ -81,6 +81,9 @@ nodes = Table(
     Column("reboot_required", Boolean, nullable=False, server_default="0"),
     # The layout the node is told instead of its pool's: an endpoint's instance's (SPEC 9).
     Column("mig_layout", String(512), nullable=True),
+    # The host's CPU cores and memory as the fleet file declares them (NULL: not declared).
+    Column("host_cpu_cores", Integer, nullable=True),
+    Column("host_memory_mib", BigInteger, nullable=True),
 )
 
 join_tokens = Table(
@@ -480,5 +483,30 @@ endpoint_instances = Table(
     Column("endpoint", String(63), ForeignKey("endpoints.name"), nullable=False, index=True),
     Column("variant", String(63), nullable=False),
     Column("layout", String(512), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+components = Table(
+    # An endpoint's components (SPEC 9): one model on one partition type, `copies` of it; the checked
+    # request as `domain.endpoints.component_json` writes it.
+    "components",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("endpoint", String(63), ForeignKey("endpoints.name"), nullable=False, index=True),
+    Column("spec", JSON, nullable=False),
+    Column("generation", Integer, nullable=False, server_default="1"),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+component_copies = Table(
+    # Each copy of a component and the partition (a `gpu.mig` atom) it takes; NULL: it waits
+    # (`pending`). One copy per partition (the unique key), whichever component asks.
+    "component_copies",
+    metadata,
+    Column("component", String(63), ForeignKey("components.name"), primary_key=True),
+    Column("copy", Integer, primary_key=True),
+    Column("atom_id", String(32), ForeignKey("atoms.id"), nullable=True, unique=True),
+    Column("node_id", String(128), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
 )

@@ -10,6 +10,7 @@ from better_compute.storage.atoms import SqlAtoms
 from better_compute.storage.bindings import SqlBindings
 from better_compute.storage.class_quotas import SqlClassQuotas
 from better_compute.storage.clusters import SqlClusters
+from better_compute.storage.components import SqlComponents
 from better_compute.storage.credentials import SqlCredentials
 from better_compute.storage.device_classes import SqlDeviceClasses
 from better_compute.storage.endpoints import SqlEndpoints
@@ -113,6 +114,10 @@ class SqlTx:
     @cached_property
     def endpoints(self) -> SqlEndpoints:
         return SqlEndpoints(self.conn)
+
+    @cached_property
+    def components(self) -> SqlComponents:
+        return SqlComponents(self.conn)
 
     @cached_property
     def priority_classes(self) -> SqlPriorityClasses:

@@ -1,5 +1,6 @@
-"""Inference endpoints (SPEC 9): endpoints, the nodes each one's variants took, and the layout a
-node is told instead of its pool's while it serves one (`nodes.mig_layout`).
+"""Inference endpoints (SPEC 9): endpoints, the nodes each one's variants took, their components and
+each copy's partition, the layout a node is told instead of its pool's while it serves one
+(`nodes.mig_layout`), and the host resources a fleet file declares (`nodes.host_*`).
 
 Revision ID: 0021
 Revises: 0020
@@ -20,6 +21,8 @@ depends_on = None
 
 def upgrade() -> None:
     op.add_column("nodes", sa.Column("mig_layout", sa.String(length=512), nullable=True))
+    op.add_column("nodes", sa.Column("host_cpu_cores", sa.Integer(), nullable=True))
+    op.add_column("nodes", sa.Column("host_memory_mib", sa.BigInteger(), nullable=True))
     op.create_table(
         "endpoints",
         sa.Column("name", sa.String(length=63), nullable=False),
@@ -48,11 +51,44 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("node_id", name=op.f("pk_endpoint_instances")),
     )
     op.create_index(op.f("ix_endpoint_instances_endpoint"), "endpoint_instances", ["endpoint"])
+    op.create_table(
+        "components",
+        sa.Column("name", sa.String(length=63), nullable=False),
+        sa.Column("endpoint", sa.String(length=63), nullable=False),
+        sa.Column("spec", sa.JSON(), nullable=False),
+        sa.Column("generation", sa.Integer(), server_default="1", nullable=False),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.Column("updated_at", UtcDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["endpoint"], ["endpoints.name"], name=op.f("fk_components_endpoint_endpoints")
+        ),
+        sa.PrimaryKeyConstraint("name", name=op.f("pk_components")),
+    )
+    op.create_index(op.f("ix_components_endpoint"), "components", ["endpoint"])
+    op.create_table(
+        "component_copies",
+        sa.Column("component", sa.String(length=63), nullable=False),
+        sa.Column("copy", sa.Integer(), nullable=False),
+        sa.Column("atom_id", sa.String(length=32), nullable=True),
+        sa.Column("node_id", sa.String(length=128), nullable=True),
+        sa.Column("created_at", UtcDateTime(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["component"], ["components.name"], name=op.f("fk_component_copies_component_components")
+        ),
+        sa.ForeignKeyConstraint(["atom_id"], ["atoms.id"], name=op.f("fk_component_copies_atom_id_atoms")),
+        sa.PrimaryKeyConstraint("component", "copy", name=op.f("pk_component_copies")),
+        sa.UniqueConstraint("atom_id", name=op.f("uq_component_copies_atom_id")),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("component_copies")
+    op.drop_index(op.f("ix_components_endpoint"), table_name="components")
+    op.drop_table("components")
     op.drop_index(op.f("ix_endpoint_instances_endpoint"), table_name="endpoint_instances")
     op.drop_table("endpoint_instances")
     op.drop_index(op.f("ix_endpoints_tenant_id"), table_name="endpoints")
     op.drop_table("endpoints")
+    op.drop_column("nodes", "host_memory_mib")
+    op.drop_column("nodes", "host_cpu_cores")
     op.drop_column("nodes", "mig_layout")

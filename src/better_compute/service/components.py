@@ -1,0 +1,322 @@
+"""An endpoint's components (SPEC 9): `components.create`, `get`, `list`, `scale` and `delete`.
+
+A component deploys one model on one partition type of its variant; each copy takes one free
+partition of that type on an instance that has been cut (`domain.endpoints.place_copies`), on a
+node whose host still has the copy's CPU cores and memory, and copies beyond what is free wait
+(`pending`, with the shortfall's reason). Waiting copies are placed again whenever the endpoint
+gains partitions (an instance handed over by the layout gate: `place_pending_in`, called by
+`endpoint_holds.take_over`) and whenever a component is created, scaled or deleted. No timer.
+
+Every write to an endpoint's components holds the endpoint's row lock, so two writers never
+choose the same partition; the unique key on a copy's partition is the database's fence behind it.
+Lock order: a node's row before its endpoint's (the gate's hand-over holds the node's).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from better_compute.domain import endpoints as rules
+from better_compute.domain.credentials import Principal
+from better_compute.domain.errors import AlreadyExists, InvalidState, NotFound
+from better_compute.domain.events import ComponentChanged
+from better_compute.domain.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.tenancy import check_ref, tenant_scope
+from better_compute.service.paging import Listing, fetch, page
+from better_compute.service.ports import StorePort, Tx
+
+UNLIMITED_CORES = Decimal(10**9)
+UNLIMITED_MEMORY = 10**15
+"""What a host that declares no CPU cores or memory offers: it is not checked."""
+
+
+@dataclass(frozen=True, slots=True)
+class CopyView:
+    """One copy: where it runs (`placed`), or that it waits (`pending`). `mig_uuid` is the
+    partition's `MIG-…` uuid once the node has reported it: what a serving gateway routes to."""
+
+    copy: int
+    state: str
+    node: str | None = None
+    gpu_id: str | None = None
+    partition: str | None = None
+    atom_id: str | None = None
+    mig_uuid: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentView:
+    record: ComponentRecord
+    spec: rules.ComponentSpec
+    tenant_id: str
+    copies: tuple[CopyView, ...]
+    reason: str | None
+
+    @property
+    def placed(self) -> int:
+        return sum(1 for c in self.copies if c.state == "placed")
+
+
+def component_not_found(name: str) -> NotFound:
+    return NotFound(f"component {name} not found", {"name": name})
+
+
+def _endpoint(tx: Tx, principal: Principal, name: str, *, lock: bool) -> EndpointRecord:
+    record = tx.endpoints.get(name, lock=lock)
+    if record is None or not (principal.is_admin or principal.tenant_id == record.tenant_id):
+        raise NotFound(f"endpoint {name} not found", {"endpointName": name})
+    return record
+
+
+def _partitions(
+    tx: Tx, endpoint: str, variant: str
+) -> tuple[list[rules.Partition], dict[str, rules.HostRoom]]:
+    """The partitions of the variant's cut instances (no layout change under way), and each
+    instance's host room before any copy."""
+    instances = [i for i in tx.endpoints.instances(endpoint) if i.variant == variant]
+    nodes = [i.node_id for i in instances]
+    cut = [n for n in nodes if n not in tx.mig_layouts.of_nodes(nodes)]
+    partitions = [
+        rules.Partition(a.id, a.node, a.gpu_id, f"mig-{a.attributes['migProfile']}")
+        for a in tx.atoms.of_nodes(cut)
+        if a.present and a.cls == "gpu.mig" and isinstance(a.attributes.get("migProfile"), str)
+    ]
+    hosts = tx.nodes.by_ids(cut)
+    rooms = {
+        n: rules.HostRoom(
+            UNLIMITED_CORES if h.host_cpu_cores is None else Decimal(h.host_cpu_cores),
+            UNLIMITED_MEMORY if h.host_memory_mib is None else h.host_memory_mib,
+        )
+        for n, h in hosts.items()
+    }
+    return partitions, rooms
+
+
+def place_pending_in(tx: Tx, endpoint: str, now: datetime) -> dict[str, str | None]:
+    """Give waiting copies of the endpoint's components free partitions of their type, and make a
+    copy whose partition is gone (its instance re-cut or lost) wait again; the reason each
+    component still waits, by component (None: every copy placed). The caller holds the
+    endpoint's row lock."""
+    del now
+    found = tx.components.of_endpoint(endpoint)
+    specs = {c.name: rules.parse_component(c.spec) for c in found}
+    copies = tx.components.copies(sorted(specs))
+    reasons: dict[str, str | None] = {}
+    by_variant: dict[str, tuple[list[rules.Partition], dict[str, rules.HostRoom]]] = {}
+    for variant in sorted({s.variant_name for s in specs.values()}):
+        by_variant[variant] = _partitions(tx, endpoint, variant)
+    valid = {p.atom_id: p for parts, _ in by_variant.values() for p in parts}
+    # Each node's host room left after the copies that keep their partition.
+    left: dict[str, rules.HostRoom] = {n: r for _, rooms in by_variant.values() for n, r in rooms.items()}
+    taken: set[str] = set()
+    for name, spec in sorted(specs.items()):
+        for c in copies[name]:
+            if c.atom_id is None:
+                continue
+            if c.atom_id not in valid or valid[c.atom_id].partition_type != spec.partition_type:
+                tx.components.place_copy(name, c.copy, None, None)  # its partition is gone: it waits
+                continue
+            taken.add(c.atom_id)
+            node = valid[c.atom_id].node
+            room = left[node]
+            left[node] = rules.HostRoom(room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib)
+    for name, spec in sorted(specs.items()):
+        waiting = [c for c in copies[name] if c.atom_id is None or c.atom_id not in taken]
+        if not waiting:
+            reasons[name] = None
+            continue
+        partitions, _ = by_variant[spec.variant_name]
+        on = Counter(valid[c.atom_id].node for c in copies[name] if c.atom_id in taken)
+        plan = rules.place_copies(spec, len(waiting), partitions, taken, left, on)
+        for c, p in zip(waiting, plan.placed, strict=False):
+            tx.components.place_copy(name, c.copy, p.atom_id, p.node)
+            taken.add(p.atom_id)
+            room = left[p.node]
+            left[p.node] = rules.HostRoom(room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib)
+        reasons[name] = plan.reason
+    return reasons
+
+
+def _view(tx: Tx, record: ComponentRecord, tenant_id: str, reason: str | None = None) -> ComponentView:
+    spec = rules.parse_component(record.spec)
+    copies = tx.components.copies([record.name])[record.name]
+    atoms = {a.id: a for a in tx.atoms.of_nodes(sorted({c.node_id for c in copies if c.node_id}))}
+    shown = []
+    for c in copies:
+        atom = atoms.get(c.atom_id) if c.atom_id else None
+        if atom is None:
+            shown.append(CopyView(c.copy, "pending"))
+            continue
+        uuid = atom.attributes.get("migUuid")
+        shown.append(
+            CopyView(
+                c.copy,
+                "placed",
+                atom.node,
+                atom.gpu_id,
+                spec.partition_type,
+                atom.id,
+                uuid if isinstance(uuid, str) and uuid else None,
+            )
+        )
+    pending = sum(1 for c in shown if c.state == "pending")
+    if pending and reason is None:
+        reason = f"{pending} copies wait for a free {spec.partition_type} partition"
+    return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None)
+
+
+def _changed(tx: Tx, view: ComponentView, change: str, now: datetime) -> None:
+    event = ComponentChanged(
+        view.record.name, view.tenant_id, view.record.endpoint, change, view.spec.copies, view.placed
+    )
+    tx.events.append(event, now)
+
+
+def create(store: StorePort, principal: Principal, raw: object, now: datetime) -> ComponentView:
+    """Create a component and place its copies on free partitions of its type (the rest wait)."""
+    spec = rules.parse_component(raw)
+    with store.begin() as tx:
+        endpoint = _endpoint(tx, principal, spec.endpoint_name, lock=True)
+        if endpoint.status in ("Failed", "Deleting"):
+            raise InvalidState(
+                f"endpoint {endpoint.name} is {endpoint.status}; a component needs an endpoint that is"
+                " Creating or InService",
+                {"endpointName": endpoint.name, "status": endpoint.status},
+            )
+        rules.check_component_type(spec, rules.parse_endpoint(endpoint.spec))
+        existing = tx.components.get(spec.name)
+        if existing is not None:
+            rules.check_type_unchanged(rules.parse_component(existing.spec), spec.partition_type)
+            raise AlreadyExists(f"component {spec.name} already exists", {"name": spec.name})
+        record = ComponentRecord(spec.name, endpoint.name, rules.component_json(spec), now, now)
+        if not tx.components.add(record):
+            raise AlreadyExists(f"component {spec.name} already exists", {"name": spec.name})
+        tx.components.add_copies([CopyRecord(spec.name, i, None, None, now) for i in range(spec.copies)])
+        reasons = place_pending_in(tx, endpoint.name, now)
+        view = _view(tx, record, endpoint.tenant_id, reasons.get(spec.name))
+        _changed(tx, view, "created", now)
+        return view
+
+
+def _mine(tx: Tx, principal: Principal, name: str, *, lock: bool) -> tuple[ComponentRecord, EndpointRecord]:
+    check_ref(name, "name")
+    record = tx.components.get(name)
+    if record is None:
+        raise component_not_found(name)
+    try:
+        endpoint = _endpoint(tx, principal, record.endpoint, lock=lock)
+    except NotFound:
+        raise component_not_found(name) from None
+    if lock:  # read again under the endpoint's lock: a concurrent delete or scale went first
+        record = tx.components.get(name)
+        if record is None:
+            raise component_not_found(name)
+    return record, endpoint
+
+
+def get(store: StorePort, principal: Principal, name: str) -> ComponentView:
+    """The component and each copy: the routing table a serving gateway reads."""
+    with store.read() as tx:
+        record, endpoint = _mine(tx, principal, name, lock=False)
+        return _view(tx, record, endpoint.tenant_id)
+
+
+def list_components(
+    store: StorePort,
+    principal: Principal,
+    *,
+    endpoint_name: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+) -> Listing[ComponentView]:
+    """Components by name: of one endpoint, or of every endpoint the caller sees."""
+    with store.read() as tx:
+        if endpoint_name is not None:
+            endpoints = {
+                endpoint_name: _endpoint(tx, principal, check_ref(endpoint_name, "endpointName"), lock=False)
+            }
+        else:
+            scope = tenant_scope(principal, None)
+            endpoints = {e.name: e for e in tx.endpoints.page(scope, None, None)}
+        names = None if principal.is_admin and endpoint_name is None else sorted(endpoints)
+        found = page(tx.components.page(names, fetch(limit), after), lambda r: r.name, limit, None)
+        tenants = {e.name: e.tenant_id for e in endpoints.values()}
+        items = []
+        for r in found.items:
+            tenant = tenants.get(r.endpoint)
+            if tenant is None:
+                owner = tx.endpoints.get(r.endpoint)
+                tenant = owner.tenant_id if owner is not None else ""
+            items.append(_view(tx, r, tenant))
+        return Listing(items, found.next_cursor)
+
+
+def scale(
+    store: StorePort,
+    principal: Principal,
+    name: str,
+    copies: object,
+    now: datetime,
+    *,
+    min_copies: object = None,
+    partition_type: object = None,
+) -> ComponentView:
+    """Set a component's copies: new ones take free partitions (or wait); going down drops
+    waiting copies first, then the newest. Its partition type is fixed for its life."""
+    with store.begin() as tx:
+        record, endpoint = _mine(tx, principal, name, lock=True)
+        spec = rules.parse_component(record.spec)
+        rules.check_type_unchanged(spec, partition_type)
+        new = rules.scaled(spec, copies, min_copies)
+        have = tx.components.copies([name])[name]
+        if new.copies > len(have):
+            start = max((c.copy for c in have), default=-1) + 1
+            tx.components.add_copies(
+                [CopyRecord(name, start + i, None, None, now) for i in range(new.copies - len(have))]
+            )
+        elif new.copies < len(have):
+            order = sorted(have, key=lambda c: (c.atom_id is not None, -c.copy))  # waiting, newest first
+            tx.components.drop_copies(name, [c.copy for c in order[: len(have) - new.copies]])
+        tx.components.set_spec(name, rules.component_json(new), now)
+        reasons = place_pending_in(tx, endpoint.name, now)
+        refreshed = tx.components.get(name)
+        assert refreshed is not None
+        view = _view(tx, refreshed, endpoint.tenant_id, reasons.get(name))
+        _changed(tx, view, "scaled", now)
+        return view
+
+
+def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> ComponentView:
+    """Delete a component: its partitions are free for the endpoint's other components' waiting
+    copies at once. Answers the component as it was."""
+    with store.begin() as tx:
+        record, endpoint = _mine(tx, principal, name, lock=True)
+        view = _view(tx, record, endpoint.tenant_id)
+        tx.components.remove([name])
+        place_pending_in(tx, endpoint.name, now)
+        _changed(tx, view, "deleted", now)
+        return view
+
+
+def remove_of_endpoint_in(tx: Tx, endpoint: str) -> list[str]:
+    """Remove every component of an endpoint being deleted (the caller holds its lock)."""
+    names = [c.name for c in tx.components.of_endpoint(endpoint)]
+    tx.components.remove(names)
+    return names
+
+
+__all__ = [
+    "ComponentView",
+    "CopyView",
+    "component_not_found",
+    "create",
+    "delete",
+    "get",
+    "list_components",
+    "place_pending_in",
+    "remove_of_endpoint_in",
+    "scale",
+]
