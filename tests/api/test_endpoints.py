@@ -135,3 +135,62 @@ def test_endpoint_requests_refuse_unknown_fields_and_sizes_past_their_limits(
         "/v1/endpoints", json=endpoint(["mig-7g.80gb"], name="x" * 64), headers=world.platform
     )
     assert long_name.status_code == 400
+
+
+def test_components_over_http_copies_pending_beyond_free_partitions_and_the_routing_table(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    made = world.http.post(
+        "/v1/endpoints", json=endpoint(["mig-3g.40gb", "mig-3g.40gb"], name="chat"), headers=world.platform
+    )
+    assert made.status_code == 201, made.text
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    body = {
+        "name": "llama",
+        "endpointName": "chat",
+        "variantName": "AllTraffic",
+        "model": "llama-3-8b",
+        "partitionType": "mig-3g.40gb",
+        "devicesRequired": 1,
+        "cpuCores": 2,
+        "memoryMiB": 16384,
+        "copies": 5,
+    }
+    created = world.http.post("/v1/components", json=body, headers=world.platform)
+    assert created.status_code == 201, created.text
+    c = created.json()
+    assert (c["copyCount"], c["placedCopies"], c["pendingCopies"]) == (5, 4, 1)  # 2 GPUs x two 3g
+    assert c["reason"] == "1 copies wait: no free mig-3g.40gb partition"
+    uuids = {ci.uuid for g in fake.list_gpus() for gi in g.instances for ci in gi.compute_instances}
+    placed = [x for x in c["copies"] if x["state"] == "placed"]
+    assert {x["migUuid"] for x in placed} <= uuids and len({x["migUuid"] for x in placed}) == 4
+    assert {x["node"] for x in placed} == {"n-1"} and len({x["gpuId"] for x in placed}) == 2
+    shown = world.http.get("/v1/components/llama", headers=world.platform).json()
+    assert shown["copies"] == c["copies"]
+    undeclared = world.http.post(
+        "/v1/components",
+        json={**body, "name": "other", "partitionType": "mig-1g.10gb"},
+        headers=world.platform,
+    )
+    assert undeclared.status_code == 400 and "does not declare" in undeclared.json()["error"]["message"]
+    fixed = world.http.post(
+        "/v1/components/llama/scale",
+        json={"copies": 2, "partitionType": "mig-7g.80gb"},
+        headers=world.platform,
+    )
+    assert fixed.status_code == 409 and fixed.json()["error"]["code"] == "INVALID_STATE"
+    down = world.http.post("/v1/components/llama/scale", json={"copies": 3}, headers=world.platform)
+    assert down.status_code == 200 and (down.json()["placedCopies"], down.json()["pendingCopies"]) == (3, 0)
+    listed = world.http.get("/v1/components", params={"endpointName": "chat"}, headers=world.platform).json()
+    assert [x["name"] for x in listed["items"]] == ["llama"]
+    acme = bearer(tenant_token(store, "acme"))
+    assert world.http.get("/v1/components/llama", headers=acme).status_code == 404
+    assert world.http.get("/v1/components", headers=acme).json()["items"] == []
+    gone = world.http.delete("/v1/components/llama", headers=world.platform)
+    assert gone.status_code == 200
+    events = world.http.get("/v1/events", params={"type": "component.changed"}, headers=world.platform).json()
+    assert [e["payload"]["change"] for e in events["items"]] == ["created", "scaled", "deleted"]

@@ -4,6 +4,7 @@ request to the app in-process), on a pool of H100 nodes whose `n-1` runs `bcd ru
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,3 +94,43 @@ def test_a_gpu_is_drawn_split_by_memory() -> None:
     assert bar.index("2g.20gb") > bar.index("4g.40gb")
     widths = [len(part) + 1 for part in bar.split("]")[:-1]]
     assert widths[0] > widths[1] > widths[2]  # 40 GB wider than 20 GB wider than 10 GB
+
+
+def test_components_create_show_scale_and_delete(runner: CliRunner, world: NodeWorld, store: Store) -> None:
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    platform = tenant_token(store, "platform")
+    made = run(
+        runner, platform, "endpoints", "create", "chat", "--pool", "p1", "--partition-type", "mig-7g.80gb"
+    )
+    assert made.exit_code == 0, made.output
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    args = (
+        "--endpoint",
+        "chat",
+        "--model",
+        "llama-3-70b",
+        "--partition-type",
+        "mig-7g.80gb",
+        "--copies",
+        "3",
+    )
+    created = run(runner, platform, "components", "create", "big", *args)
+    assert created.exit_code == 0, created.output
+    assert "1 copies wait: no free mig-7g.80gb partition" in created.stdout
+    copies = [
+        line.split()[:2]
+        for line in created.stdout.splitlines()
+        if re.match(r"\s*\d+\s+(placed|pending)\b", line)
+    ]
+    assert [state for _, state in copies] == ["placed", "placed", "pending"] and "MIG-" in created.stdout
+    scaled = run(runner, platform, "components", "scale", "big", "--copies", "2", "--json")
+    assert scaled.exit_code == 0, scaled.output
+    assert json.loads(scaled.stdout)["pendingCopies"] == 0
+    wrong = run(runner, platform, "components", "create", "odd", *args[:4], "--partition-type", "mig-1g.10gb")
+    assert wrong.exit_code != 0 and "does not declare" in wrong.output
+    listed = run(runner, platform, "components", "list")
+    assert listed.exit_code == 0 and "big" in listed.stdout
+    deleted = run(runner, platform, "components", "delete", "big")
+    assert deleted.exit_code == 0, deleted.output

@@ -40,6 +40,7 @@ from better_compute.domain.records import Cluster, Credential, Gpu, Node, Operat
 from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.domain.selectors import document
 from better_compute.service.capacity import Accounting, PoolFree
+from better_compute.service.components import ComponentView
 from better_compute.service.credentials import Issued
 from better_compute.service.endpoints import EndpointView
 from better_compute.service.inventory import NodeView
@@ -66,7 +67,13 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassPublic
 from better_compute.wire.doctor import DoctorFinding, DoctorReport
-from better_compute.wire.endpoints import EndpointPublic, InstancePublic, VariantPublic
+from better_compute.wire.endpoints import (
+    ComponentPublic,
+    CopyPublic,
+    EndpointPublic,
+    InstancePublic,
+    VariantPublic,
+)
 from better_compute.wire.events import EventPublic
 from better_compute.wire.inventory import (
     AtomPublic,
@@ -773,6 +780,40 @@ def endpoint_public(v: EndpointView) -> EndpointPublic:
                 partitions=i.partitions,
             )
             for i in v.instances
+        ],
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )
+
+
+def component_public(v: ComponentView) -> ComponentPublic:
+    r, s = v.record, v.spec
+    return ComponentPublic(
+        name=r.name,
+        endpoint_name=r.endpoint,
+        variant_name=s.variant_name,
+        tenant_id=v.tenant_id,
+        model=s.model,
+        partition_type=s.partition_type,
+        devices_required=1,
+        cpu_cores=str(s.cpu_cores),
+        memory_mib=s.memory_mib,
+        copy_count=s.copies,
+        min_copies=s.min_copies,
+        placed_copies=v.placed,
+        pending_copies=len(v.copies) - v.placed,
+        reason=v.reason,
+        copies=[
+            CopyPublic(
+                index=c.copy,
+                state=c.state,
+                node=c.node,
+                gpu_id=c.gpu_id,
+                partition=c.partition,
+                atom_id=c.atom_id,
+                mig_uuid=c.mig_uuid,
+            )
+            for c in v.copies
         ],
         created_at=r.created_at,
         updated_at=r.updated_at,

@@ -1,5 +1,6 @@
-"""`endpoints` (create, list, show, delete): inference endpoints whose nodes' GPUs are split by a
-partition layout (SPEC 9), each command one API method through the typed client.
+"""`endpoints` (create, list, show, delete) and `components` (create, list, show, scale, delete):
+inference endpoints whose nodes' GPUs are split by a partition layout, and the models deployed on
+their partitions (SPEC 9), each command one API method through the typed client.
 
 A table for people, with each instance's GPUs drawn split into their partitions (widths by memory);
 `--json` for scripts (the API's own answer).
@@ -26,7 +27,7 @@ from better_compute.cli.times import when
 
 if TYPE_CHECKING:
     from better_compute.wire.common import Page
-    from better_compute.wire.endpoints import EndpointPublic
+    from better_compute.wire.endpoints import ComponentPublic, EndpointPublic
 
 endpoints_app = typer.Typer(
     help="Create, list, show and delete inference endpoints on MIG partitions.", no_args_is_help=True
@@ -270,3 +271,215 @@ def endpoints_delete(
 ) -> None:
     """Delete an endpoint: its nodes go back to their pool's layout through the layout gate."""
     _show(call(server, token, as_json, lambda c: c.endpoints.delete(name)), as_json, output)
+
+
+components_app = typer.Typer(
+    help="Create, list, show, scale and delete an endpoint's components (models on partitions).",
+    no_args_is_help=True,
+)
+app.add_typer(components_app, name="components")
+
+COMPONENT_OPTIONS = {
+    "endpointName": "--endpoint",
+    "variantName": "--variant",
+    "partitionType": "--partition-type",
+    "cpuCores": "--cpu-cores",
+    "memoryMiB": "--memory-mib",
+    "minCopies": "--min-copies",
+    "copies": "--copies",
+}
+COMPONENT_COLUMNS = [
+    Column("name"),
+    Column("endpoint"),
+    Column("model", drop=3),
+    Column("partition type"),
+    Column("copies"),
+    Column("placed"),
+    Column("pending", drop=1),
+    Column("reason", drop=2, wrap=True),
+]
+COPY_COLUMNS = [
+    Column("copy"),
+    Column("state"),
+    Column("node"),
+    Column("gpu", drop=2),
+    Column("partition", drop=3),
+    Column("MIG uuid", drop=1),
+]
+
+
+def _print_components(items: Sequence[ComponentPublic], output: Output) -> None:
+    console = stdout()
+    if not items:
+        console.print("no components", markup=False)
+        return
+    rows = [
+        [
+            c.name,
+            c.endpoint_name,
+            c.model,
+            c.partition_type,
+            str(c.copy_count),
+            str(c.placed_copies),
+            str(c.pending_copies),
+            c.reason or "-",
+        ]
+        for c in items
+    ]
+    print_fitted(console, COMPONENT_COLUMNS, rows, output)
+
+
+def _show_component(c: ComponentPublic, as_json: bool, output: Output = Output.TABLE) -> None:
+    if as_json:
+        print_json(c.model_dump(mode="json", by_alias=True))
+        return
+    _print_components([c], output)
+    console = stdout()
+    console.print()
+    console.print("copies", markup=False, style="bold")
+    if not c.copies:
+        console.print("no copies", markup=False)
+        return
+    rows = [
+        [str(x.index), x.state, x.node or "-", x.gpu_id or "-", x.partition or "-", x.mig_uuid or "-"]
+        for x in c.copies
+    ]
+    print_fitted(console, COPY_COLUMNS, rows, output)
+
+
+@components_app.command("create")
+def components_create(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    endpoint: Annotated[str, typer.Option("--endpoint", help="The endpoint it runs on.", show_default=False)],
+    model: Annotated[str, typer.Option("--model", help="The model's name.", show_default=False)],
+    partition_type: Annotated[
+        str,
+        typer.Option(
+            "--partition-type", help="One of the endpoint's, such as mig-3g.40gb.", show_default=False
+        ),
+    ],
+    copies: Annotated[int, typer.Option("--copies", min=0, help="How many copies.")] = 1,
+    variant: Annotated[str, typer.Option("--variant", help="The endpoint's variant.")] = "AllTraffic",
+    min_copies: Annotated[
+        int | None,
+        typer.Option(
+            "--min-copies", min=0, help="The floor a relayout keeps (default copies - 1).", show_default=False
+        ),
+    ] = None,
+    cpu_cores: Annotated[
+        str | None,
+        typer.Option("--cpu-cores", help="Host CPU cores a copy needs (default 1).", show_default=False),
+    ] = None,
+    memory_mib: Annotated[
+        int | None,
+        typer.Option(
+            "--memory-mib", min=1, help="Host memory a copy needs, MiB (default 1024).", show_default=False
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Deploy a model on --partition-type partitions of --endpoint: each copy takes a free one, the
+    rest wait (pending) and are placed as partitions free up."""
+    created = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.components.create(
+            name=name,
+            endpoint_name=endpoint,
+            model=model,
+            partition_type=partition_type,
+            variant_name=variant,
+            copies=copies,
+            min_copies=min_copies,
+            cpu_cores=cpu_cores,
+            memory_mib=memory_mib,
+        ),
+        COMPONENT_OPTIONS,
+    )
+    _show_component(created, as_json, output)
+
+
+@components_app.command("list")
+def components_list(
+    endpoint: Annotated[
+        str | None, typer.Option("--endpoint", help="Only this endpoint's.", show_default=False)
+    ] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", min=1, help="At most this many.", show_default=False)
+    ] = None,
+    cursor: Annotated[
+        str | None, typer.Option("--cursor", help="The next page's cursor.", show_default=False)
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Components by name, with their copies placed and waiting."""
+    found: Page[ComponentPublic] = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.components.list(endpoint_name=endpoint, limit=limit, cursor=cursor),
+        COMPONENT_OPTIONS,
+    )
+    if as_json:
+        print_json(found.model_dump(mode="json", by_alias=True))
+        return
+    _print_components(found.items, output)
+    if found.next_cursor:
+        stdout().print(f"more: --cursor {found.next_cursor}", markup=False)
+
+
+@components_app.command("show")
+def components_show(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """A component and where each copy runs: node, GPU, partition and MIG uuid (the routing table)."""
+    _show_component(call(server, token, as_json, lambda c: c.components.get(name)), as_json, output)
+
+
+@components_app.command("scale")
+def components_scale(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    copies: Annotated[
+        int, typer.Option("--copies", min=0, help="The new number of copies.", show_default=False)
+    ],
+    min_copies: Annotated[
+        int | None,
+        typer.Option("--min-copies", min=0, help="The new floor (default copies - 1).", show_default=False),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Set a component's copies: new ones take free partitions or wait; fewer drops waiting ones first."""
+    scaled = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.components.scale(name, copies, min_copies=min_copies),
+        COMPONENT_OPTIONS,
+    )
+    _show_component(scaled, as_json, output)
+
+
+@components_app.command("delete")
+def components_delete(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Delete a component: its partitions take other components' waiting copies."""
+    _show_component(call(server, token, as_json, lambda c: c.components.delete(name)), as_json, output)

@@ -47,7 +47,16 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
-from better_compute.wire.endpoints import EndpointCreate, EndpointListQuery, EndpointPublic, NameRequest
+from better_compute.wire.endpoints import (
+    ComponentCreate,
+    ComponentListQuery,
+    ComponentPublic,
+    ComponentScale,
+    EndpointCreate,
+    EndpointListQuery,
+    EndpointPublic,
+    NameRequest,
+)
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import ClusterPublic, ClusterUpdate, NodePublic, NodeUpdate
 from better_compute.wire.methods import METHODS, Method, unknown_method
@@ -181,6 +190,7 @@ class Compute:
         self.reservations = Reservations(self)
         self.workloads = Workloads(self)
         self.endpoints = Endpoints(self)
+        self.components = Components(self)
         self.deployments = Deployments(self)
         self.placement = Placement(self)
         self.operations = Operations(self)
@@ -697,6 +707,56 @@ class Endpoints(_Resource):
     def delete(self, name: str) -> EndpointPublic:
         """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""
         return self._compute._typed("endpoints.delete", NameRequest(name=name), EndpointPublic)
+
+
+class Components(_Resource):
+    def create(
+        self,
+        *,
+        name: str,
+        endpoint_name: str,
+        model: str,
+        partition_type: str,
+        variant_name: str = "AllTraffic",
+        copies: int | None = None,
+        min_copies: int | None = None,
+        cpu_cores: float | str | None = None,
+        memory_mib: int | None = None,
+    ) -> ComponentPublic:
+        """Deploy `model` on `partition_type` partitions of an endpoint's variant: each of `copies`
+        takes a free partition of that type on a node whose host has its `cpu_cores` and
+        `memory_mib`; the rest wait (`pending`) and are placed as partitions free up."""
+        request = ComponentCreate.model_validate(
+            _fields(
+                name=name,
+                endpointName=endpoint_name,
+                variantName=variant_name,
+                model=model,
+                partitionType=partition_type,
+                copies=copies,
+                minCopies=min_copies,
+                cpuCores=cpu_cores,
+                memoryMiB=memory_mib,
+            )
+        )
+        return self._compute._typed("components.create", request, ComponentPublic)
+
+    def list(
+        self, *, endpoint_name: str | None = None, limit: int | None = None, cursor: str | None = None
+    ) -> Page[ComponentPublic]:
+        query = ComponentListQuery(**_fields(endpoint_name=endpoint_name, limit=limit, cursor=cursor))
+        return self._compute._typed("components.list", query, Page[ComponentPublic])
+
+    def get(self, name: str) -> ComponentPublic:
+        """The component and each copy's node, GPU, partition and `MIG-…` uuid: the routing table."""
+        return self._compute._typed("components.get", NameRequest(name=name), ComponentPublic)
+
+    def scale(self, name: str, copies: int, *, min_copies: int | None = None) -> ComponentPublic:
+        request = ComponentScale(**_fields(name=name, copies=copies, min_copies=min_copies))
+        return self._compute._typed("components.scale", request, ComponentPublic)
+
+    def delete(self, name: str) -> ComponentPublic:
+        return self._compute._typed("components.delete", NameRequest(name=name), ComponentPublic)
 
 
 def _placing(

@@ -94,3 +94,81 @@ class NameRequest(WireRequest):
     """The body of methods that name one endpoint: `endpoints.get|delete`."""
 
     name: str = Field(min_length=1)
+
+
+MAX_COPIES = 1_000
+MAX_CPU_CORES = 1_024
+MAX_MEMORY_MIB = 16 * 1024 * 1024
+
+
+class ComponentCreate(WireRequest):
+    """`components.create`: one model on one partition type of an endpoint's variant, `copies` of
+    it (0-1,000; default 1), each on a free partition of that type; `devicesRequired` is 1 (one
+    partition); `cpuCores` (default 1, at most 1,024) and `memoryMiB` (default 1024, at most 16 TiB)
+    are each copy's host resources; `minCopies` (default `copies - 1`, at least 1) is the floor a
+    live relayout keeps."""
+
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    endpoint_name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    variant_name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    model: str = Field(json_schema_extra={"maxLength": 256})
+    partition_type: str = Field(json_schema_extra={"maxLength": 64})
+    devices_required: int = 1
+    cpu_cores: float | str | None = None
+    memory_mib: int | None = Field(default=None, alias="memoryMiB")
+    copies: int | None = Field(default=None, json_schema_extra={"minimum": 0, "maximum": MAX_COPIES})
+    min_copies: int | None = None
+
+
+class ComponentScale(WireRequest):
+    """`components.scale`: the new number of copies (and `minCopies`). `partitionType`, when given,
+    must be the component's own: a component's partition type is fixed for its life."""
+
+    name: str | None = None
+    copies: int = Field(json_schema_extra={"minimum": 0, "maximum": MAX_COPIES})
+    min_copies: int | None = None
+    partition_type: str | None = Field(default=None, json_schema_extra={"maxLength": 64})
+
+
+class CopyPublic(WireAnswer):
+    """One copy (`index`): `placed` on a partition (`node`, `gpuId`, `partition` type, `atomId`, and
+    `migUuid` once the node reported it: what a serving gateway routes to), or `pending`."""
+
+    index: int
+    state: str
+    node: str | None = None
+    gpu_id: str | None = None
+    partition: str | None = None
+    atom_id: str | None = None
+    mig_uuid: str | None = None
+
+
+class ComponentPublic(WireAnswer):
+    """A component: `copyCount` copies asked for, `placedCopies` on a partition, `pendingCopies`
+    waiting (`reason` says why), and `copies`, each copy where it runs: the routing table."""
+
+    name: str
+    endpoint_name: str
+    variant_name: str
+    tenant_id: str
+    model: str
+    partition_type: str
+    devices_required: int
+    cpu_cores: str
+    memory_mib: int = Field(alias="memoryMiB")
+    copy_count: int
+    min_copies: int
+    placed_copies: int
+    pending_copies: int
+    reason: str | None = None
+    copies: list[CopyPublic]
+    created_at: datetime
+    updated_at: datetime
+
+
+class ComponentListQuery(WireRequest):
+    """`components.list` (query parameters): by name; `endpointName` narrows to one endpoint."""
+
+    endpoint_name: str | None = None
+    limit: PageLimit = None
+    cursor: PageCursor = None

@@ -49,7 +49,16 @@ from better_compute.wire.capacity import (
 from better_compute.wire.common import Page, WireRequest
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
-from better_compute.wire.endpoints import EndpointCreate, EndpointListQuery, EndpointPublic, NameRequest
+from better_compute.wire.endpoints import (
+    ComponentCreate,
+    ComponentListQuery,
+    ComponentPublic,
+    ComponentScale,
+    EndpointCreate,
+    EndpointListQuery,
+    EndpointPublic,
+    NameRequest,
+)
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import (
     AtomListQuery,
@@ -373,6 +382,41 @@ _TABLE: tuple[Method, ...] = (
         NameRequest,
         EndpointPublic,
         summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate.",
+    ),
+    Method(
+        "components.create",
+        "POST",
+        "/v1/components",
+        ComponentCreate,
+        ComponentPublic,
+        summary="Deploy a model on an endpoint's partition type: each copy takes a free partition of that"
+        " type; the rest wait (`pending`).",
+    ),
+    Method(
+        "components.list",
+        "GET",
+        "/v1/components",
+        ComponentListQuery,
+        ComponentPublic,
+        paged=True,
+        summary="Components by name, of one endpoint (`endpointName`) or of every endpoint the caller sees.",
+    ),
+    Method("components.get", "GET", "/v1/components/{name}", NameRequest, ComponentPublic),
+    Method(
+        "components.scale",
+        "POST",
+        "/v1/components/{name}/scale",
+        ComponentScale,
+        ComponentPublic,
+        summary="Set a component's copies; its partition type is fixed for its life.",
+    ),
+    Method(
+        "components.delete",
+        "DELETE",
+        "/v1/components/{name}",
+        NameRequest,
+        ComponentPublic,
+        summary="Delete a component: its partitions take other components' waiting copies.",
     ),
     Method(
         "workloads.create",

@@ -1,4 +1,5 @@
-"""Inference endpoints: `endpoints.create|list|get|delete` (SPEC 9)."""
+"""Inference endpoints and their components: `endpoints.create|list|get|delete` and
+`components.create|list|get|scale|delete` (SPEC 9)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,21 @@ from fastapi import APIRouter, Query, Response
 
 from better_compute.api.answers import json_answer
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import endpoint_public, paged
+from better_compute.api.convert import component_public, endpoint_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.tenancy import tenant_scope
-from better_compute.service import endpoints
+from better_compute.service import components, endpoints
 from better_compute.wire.common import Page
-from better_compute.wire.endpoints import EndpointCreate, EndpointListQuery, EndpointPublic
+from better_compute.wire.endpoints import (
+    ComponentCreate,
+    ComponentListQuery,
+    ComponentPublic,
+    ComponentScale,
+    EndpointCreate,
+    EndpointListQuery,
+    EndpointPublic,
+)
 
 router = APIRouter(prefix="/v1", tags=["endpoints"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
@@ -46,3 +55,47 @@ def get_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: NowDe
 @router.delete("/endpoints/{name}", response_model=EndpointPublic)
 def delete_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> EndpointPublic:
     return endpoint_public(endpoints.delete(store, principal, name, now))
+
+
+@router.post("/components", response_model=ComponentPublic, status_code=201)
+def create_component(
+    body: ComponentCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> Response:
+    raw = body.model_dump(by_alias=True, exclude_none=True)
+    return json_answer(component_public(components.create(store, principal, raw, now)), 201)
+
+
+@router.get("/components", response_model=Page[ComponentPublic])
+def list_components(
+    q: Annotated[ComponentListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[ComponentPublic]:
+    found = components.list_components(
+        store, principal, endpoint_name=q.endpoint_name, limit=q.limit, after=q.cursor
+    )
+    return paged(found, component_public)
+
+
+@router.get("/components/{name}", response_model=ComponentPublic)
+def get_component(name: str, principal: PrincipalDep, store: StoreDep) -> ComponentPublic:
+    return component_public(components.get(store, principal, name))
+
+
+@router.post("/components/{name}/scale", response_model=ComponentPublic)
+def scale_component(
+    name: str, body: ComponentScale, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> ComponentPublic:
+    view = components.scale(
+        store,
+        principal,
+        name,
+        body.copies,
+        now,
+        min_copies=body.min_copies,
+        partition_type=body.partition_type,
+    )
+    return component_public(view)
+
+
+@router.delete("/components/{name}", response_model=ComponentPublic)
+def delete_component(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ComponentPublic:
+    return component_public(components.delete(store, principal, name, now))
