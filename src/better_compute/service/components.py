@@ -71,9 +71,11 @@ def _endpoint(tx: Tx, principal: Principal, name: str, *, lock: bool) -> Endpoin
     return record
 
 
-def _partitions(
-    tx: Tx, endpoint: str, variant: str
-) -> tuple[list[rules.Partition], dict[str, rules.HostRoom]]:
+Rooms = dict[str, rules.HostRoom]
+"""Each node's host room (CPU cores and memory) for copies."""
+
+
+def _partitions(tx: Tx, endpoint: str, variant: str) -> tuple[list[rules.Partition], Rooms]:
     """The partitions of the variant's cut instances (no layout change under way), and each
     instance's host room before any copy."""
     instances = [i for i in tx.endpoints.instances(endpoint) if i.variant == variant]
@@ -95,49 +97,105 @@ def _partitions(
     return partitions, rooms
 
 
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """Where every copy of an endpoint's components goes (None: it waits), how many each component
+    has placed, and why each one still waits (None: every copy placed)."""
+
+    specs: dict[str, rules.ComponentSpec]
+    copies: dict[str, list[CopyRecord]]
+    where: dict[tuple[str, int], rules.Partition | None]
+    reasons: dict[str, str | None]
+
+    def placed(self, name: str) -> int:
+        return sum(1 for c in self.copies[name] if self.where[(name, c.copy)] is not None)
+
+
+def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Plan:
+    """Plan the copies of the endpoint's components: a copy keeps its partition while that is still
+    there, of its type, and not on a node `leaving` (about to be re-cut); waiting copies take free
+    partitions of their type (`domain.endpoints.place_copies`). Writes nothing."""
+    found = tx.components.of_endpoint(endpoint)
+    specs = {c.name: rules.parse_component(c.spec) for c in found}
+    copies = tx.components.copies(sorted(specs))
+    by_variant: dict[str, tuple[list[rules.Partition], Rooms]] = {}
+    for variant in sorted({s.variant_name for s in specs.values()}):
+        partitions, rooms = _partitions(tx, endpoint, variant)
+        by_variant[variant] = (
+            [p for p in partitions if p.node not in leaving],
+            {n: r for n, r in rooms.items() if n not in leaving},
+        )
+    valid = {p.atom_id: p for parts, _ in by_variant.values() for p in parts}
+    # Each node's host room left after the copies that keep their partition.
+    left: Rooms = {n: r for _, rooms in by_variant.values() for n, r in rooms.items()}
+    where: dict[tuple[str, int], rules.Partition | None] = {}
+    taken: set[str] = set()
+    for name, spec in sorted(specs.items()):
+        for c in copies[name]:
+            kept = valid.get(c.atom_id) if c.atom_id is not None else None
+            if kept is None or kept.partition_type != spec.partition_type or kept.atom_id in taken:
+                where[(name, c.copy)] = None
+                continue
+            where[(name, c.copy)] = kept
+            taken.add(kept.atom_id)
+            room = left[kept.node]
+            left[kept.node] = rules.HostRoom(
+                room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
+            )
+    reasons: dict[str, str | None] = {}
+    for name, spec in sorted(specs.items()):
+        waiting = [c for c in copies[name] if where[(name, c.copy)] is None]
+        if not waiting:
+            reasons[name] = None
+            continue
+        partitions, _ = by_variant[spec.variant_name]
+        on = Counter(p.node for c in copies[name] if (p := where[(name, c.copy)]) is not None)
+        plan = rules.place_copies(spec, len(waiting), partitions, taken, left, on)
+        for c, chosen in zip(waiting, plan.placed, strict=False):
+            where[(name, c.copy)] = chosen
+            taken.add(chosen.atom_id)
+            room = left[chosen.node]
+            left[chosen.node] = rules.HostRoom(
+                room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
+            )
+        reasons[name] = plan.reason
+    return Plan(specs, copies, where, reasons)
+
+
+def below_floor(plan: Plan) -> tuple[str, int, int] | None:
+    """The first component the plan leaves with fewer placed copies than its `minCopies` (name,
+    placed, floor), counting only components that had that many placed before; None: none."""
+    for name, spec in sorted(plan.specs.items()):
+        before = sum(1 for c in plan.copies[name] if c.atom_id is not None)
+        after = plan.placed(name)
+        if after < spec.min_copies <= before:
+            return name, after, spec.min_copies
+    return None
+
+
+def apply_in(tx: Tx, plan: Plan) -> dict[str, str | None]:
+    """Write the plan's moves; the reason each component still waits."""
+    for name, mine in plan.copies.items():
+        for c in mine:
+            chosen = plan.where[(name, c.copy)]
+            atom = chosen.atom_id if chosen is not None else None
+            if atom != c.atom_id and c.atom_id is not None:
+                tx.components.place_copy(name, c.copy, None, None)
+    for name, mine in plan.copies.items():  # freed first, then taken: the unique key never trips
+        for c in mine:
+            chosen = plan.where[(name, c.copy)]
+            if chosen is not None and chosen.atom_id != c.atom_id:
+                tx.components.place_copy(name, c.copy, chosen.atom_id, chosen.node)
+    return plan.reasons
+
+
 def place_pending_in(tx: Tx, endpoint: str, now: datetime) -> dict[str, str | None]:
     """Give waiting copies of the endpoint's components free partitions of their type, and make a
     copy whose partition is gone (its instance re-cut or lost) wait again; the reason each
     component still waits, by component (None: every copy placed). The caller holds the
     endpoint's row lock."""
     del now
-    found = tx.components.of_endpoint(endpoint)
-    specs = {c.name: rules.parse_component(c.spec) for c in found}
-    copies = tx.components.copies(sorted(specs))
-    reasons: dict[str, str | None] = {}
-    by_variant: dict[str, tuple[list[rules.Partition], dict[str, rules.HostRoom]]] = {}
-    for variant in sorted({s.variant_name for s in specs.values()}):
-        by_variant[variant] = _partitions(tx, endpoint, variant)
-    valid = {p.atom_id: p for parts, _ in by_variant.values() for p in parts}
-    # Each node's host room left after the copies that keep their partition.
-    left: dict[str, rules.HostRoom] = {n: r for _, rooms in by_variant.values() for n, r in rooms.items()}
-    taken: set[str] = set()
-    for name, spec in sorted(specs.items()):
-        for c in copies[name]:
-            if c.atom_id is None:
-                continue
-            if c.atom_id not in valid or valid[c.atom_id].partition_type != spec.partition_type:
-                tx.components.place_copy(name, c.copy, None, None)  # its partition is gone: it waits
-                continue
-            taken.add(c.atom_id)
-            node = valid[c.atom_id].node
-            room = left[node]
-            left[node] = rules.HostRoom(room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib)
-    for name, spec in sorted(specs.items()):
-        waiting = [c for c in copies[name] if c.atom_id is None or c.atom_id not in taken]
-        if not waiting:
-            reasons[name] = None
-            continue
-        partitions, _ = by_variant[spec.variant_name]
-        on = Counter(valid[c.atom_id].node for c in copies[name] if c.atom_id in taken)
-        plan = rules.place_copies(spec, len(waiting), partitions, taken, left, on)
-        for c, p in zip(waiting, plan.placed, strict=False):
-            tx.components.place_copy(name, c.copy, p.atom_id, p.node)
-            taken.add(p.atom_id)
-            room = left[p.node]
-            left[p.node] = rules.HostRoom(room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib)
-        reasons[name] = plan.reason
-    return reasons
+    return apply_in(tx, plan_in(tx, endpoint))
 
 
 def _view(tx: Tx, record: ComponentRecord, tenant_id: str, reason: str | None = None) -> ComponentView:
@@ -311,12 +369,16 @@ def remove_of_endpoint_in(tx: Tx, endpoint: str) -> list[str]:
 __all__ = [
     "ComponentView",
     "CopyView",
+    "Plan",
+    "apply_in",
+    "below_floor",
     "component_not_found",
     "create",
     "delete",
     "get",
     "list_components",
     "place_pending_in",
+    "plan_in",
     "remove_of_endpoint_in",
     "scale",
 ]
