@@ -5,6 +5,7 @@ pool's layout; a pool short of idle nodes leaves it `Failed`, saying why."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -249,3 +250,98 @@ def test_deleting_an_endpoint_deletes_its_components(store: Store, tmp_path: Pat
     endpoints.delete(store, PLATFORM, "chat", world.clock.now)
     with pytest.raises(NotFound):
         components.get(store, PLATFORM, "small")
+
+
+def two_instances(world: NodeWorld) -> Any:
+    """Endpoint `chat` on n-1 and n-2 (each GPU 3g.40gb + 2 x 2g.20gb), cut and handed over."""
+    daemons = [world.daemon(n)[0] for n in ("n-1", "n-2")]
+    for d in daemons:
+        assert d.step(False)
+    endpoints.create(world.store, PLATFORM, body(count=2), world.clock.now)
+    for d in daemons:
+        assert d.step(True)
+    Reconciler(world.store, world.clock, "r1").tick()
+    assert endpoints.get(world.store, PLATFORM, "chat", world.clock.now).status == "InService"
+    return daemons
+
+
+def placed_by_node(name: str, store: Store) -> dict[str, int]:
+    shown = components.get(store, PLATFORM, name)
+    return dict(Counter(c.node for c in shown.copies if c.state == "placed"))
+
+
+def relayout(types: list[str]) -> dict[str, Any]:
+    return {
+        "name": "chat",
+        "variants": [
+            {"name": "AllTraffic", "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": types}]}
+        ],
+    }
+
+
+def test_a_live_relayout_recuts_instance_by_instance_and_never_takes_a_component_below_min_copies(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemons = two_instances(world)
+    reconciler = Reconciler(store, world.clock, "r1")
+    components.create(store, PLATFORM, component("small", 4), world.clock.now)  # minCopies 3
+    assert placed_by_node("small", store) == {"n-1": 2, "n-2": 2}
+    started = endpoints.update(store, PLATFORM, relayout(["mig-2g.20gb"] * 3), world.clock.now)
+    assert started.status == "Updating"
+    assert [(i.node, i.state) for i in started.instances] == [("n-1", "Updating"), ("n-2", "InService")]
+    assert placed_by_node("small", store) == {"n-2": 4}  # moved off n-1 before it is cut
+    seen = [sum(placed_by_node("small", store).values())]
+    for _ in range(2):  # each instance: its daemon re-cuts it, the gate hands it back, the next starts
+        for d in daemons:
+            d.step(True)
+        reconciler.tick()
+        seen.append(sum(placed_by_node("small", store).values()))
+    done = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert done.status == "InService"
+    assert [(i.layout, i.partitions) for i in done.instances] == [("mixed:3x2g.20gb", {"mig-2g.20gb": 6})] * 2
+    assert min(seen) >= 3 and seen[-1] == 4
+    assert placed_by_node("small", store) == {"n-1": 4}  # n-2's copies moved to n-1 before n-2 was cut
+    items = world.http.get("/v1/events", params={"type": "endpoint.updated"}, headers=world.admin).json()[
+        "items"
+    ]
+    assert [(e["payload"]["status"], e["payload"]["node"]) for e in items] == [
+        ("Updating", ""),
+        ("Updating", "n-1"),
+        ("Updating", "n-2"),
+        ("InService", ""),
+    ]
+
+
+def test_a_relayout_that_would_take_a_component_below_min_copies_or_drop_its_type_is_refused_up_front(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    two_instances(world)
+    components.create(store, PLATFORM, component("big", 4, "mig-3g.40gb", minCopies=4), world.clock.now)
+    with pytest.raises(
+        InvalidState,
+        match="component big would run 3 copies while instance n-1 is re-cut, below its minCopies 4",
+    ):
+        endpoints.update(store, PLATFORM, relayout(["mig-3g.40gb", "mig-3g.40gb"]), world.clock.now)
+    with pytest.raises(InvalidState, match=r"component big runs 4 copies on mig-3g\.40gb"):
+        endpoints.update(store, PLATFORM, relayout(["mig-2g.20gb"] * 3), world.clock.now)
+    with pytest.raises(InvalidInput, match="has no variant Canary"):
+        endpoints.update(
+            store,
+            PLATFORM,
+            {
+                **relayout(["mig-7g.80gb"]),
+                "variants": [
+                    {
+                        "name": "Canary",
+                        "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": ["mig-7g.80gb"]}],
+                    }
+                ],
+            },
+            world.clock.now,
+        )
+    shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert shown.status == "InService" and {i.layout for i in shown.instances} == {"mixed:3g.40gb+2x2g.20gb"}
+    with store.read() as tx:
+        assert tx.mig_layouts.of_nodes(["n-1", "n-2"]) == {}  # nothing moved

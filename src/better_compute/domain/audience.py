@@ -84,6 +84,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ev.PoolOffered.TYPE: NamedInPayload("tenantId"),
     ev.PoolCreated.TYPE: NamedInPayload("ownerTenantId"),
     ev.EndpointCreated.TYPE: NamedInPayload("tenantId"),
+    ev.EndpointUpdated.TYPE: NamedInPayload("tenantId"),
     ev.EndpointDeleted.TYPE: NamedInPayload("tenantId"),
     ev.ComponentChanged.TYPE: NamedInPayload("tenantId"),
     ev.PoolUpdated.TYPE: SubjectIsPool(),

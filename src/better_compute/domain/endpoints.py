@@ -253,10 +253,11 @@ def variant_layout(variant: Variant) -> str:
 ALLOCATION_PREFIX = "endpoint:"
 
 
-def endpoint_allocation_id(name: str) -> str:
-    """The allocation under which an endpoint holds every atom of its instances once they are cut
-    (`endpoint:<name>`): no tenant's booking, so no request lands on them and no quota counts them."""
-    return f"{ALLOCATION_PREFIX}{name}"
+def endpoint_allocation_id(name: str, node: str) -> str:
+    """The allocation under which an endpoint holds every atom of one instance once it is cut
+    (`endpoint:<name>:<node>`): no tenant's booking, so no request lands on them and no quota counts
+    them; one per node, so that one instance is re-cut while the others stay held."""
+    return f"{ALLOCATION_PREFIX}{name}:{node}"
 
 
 def endpoint_json(spec: EndpointSpec) -> dict[str, Any]:
@@ -348,13 +349,40 @@ def pick_instances(variant: Variant, candidates: Sequence[Candidate]) -> Picked:
 
 
 def endpoint_status(stored: str, changing: bool) -> str:
-    """What an endpoint shows: `Failed` and `Deleting` as stored; otherwise `Creating` (or
-    `Updating`) while any of its instances is being cut, `InService` once none is."""
-    if stored in ("Failed", "Deleting"):
-        return stored
-    if changing:
-        return "Updating" if stored == "Updating" else "Creating"
-    return "InService"
+    """What an endpoint shows: a new one is `Creating` while any of its instances is being cut and
+    `InService` once none is; `Updating` (a live relayout under way), `Failed` and `Deleting` are
+    shown as stored."""
+    if stored == "Creating":
+        return "Creating" if changing else "InService"
+    return stored
+
+
+def relayout_spec(spec: EndpointSpec, raw: object) -> EndpointSpec:
+    """An `endpoints.update` body, `{name, variants: [{name, acceleratorPartitionLayouts}]}`, applied
+    to the endpoint: each named variant takes the new layout. Only layouts change live; a variant
+    the endpoint lacks, or any other field, is refused."""
+    body = _fields(raw, frozenset({"name", "variants"}), "an endpoint update", "endpoint")
+    raw_variants = body.get("variants")
+    if not isinstance(raw_variants, list) or not 1 <= len(raw_variants) <= MAX_VARIANTS:
+        raise InvalidInput(f"variants must list 1 to {MAX_VARIANTS} variants", {"field": "variants"})
+    layouts: dict[str, tuple[str, ...]] = {}
+    for i, item in enumerate(raw_variants):
+        where = f"variants[{i}]"
+        v = _fields(item, frozenset({"name", "acceleratorPartitionLayouts"}), "a variant's new layout", where)
+        name = check_endpoint_name(v.get("name"), f"{where}.name")
+        if spec.variant(name) is None:
+            raise InvalidInput(
+                f"endpoint {spec.name} has no variant {name}"
+                f" (it has {', '.join(x.name for x in spec.variants)})",
+                {"field": f"{where}.name"},
+            )
+        layouts[name] = _layouts(v.get("acceleratorPartitionLayouts"), f"{where}.acceleratorPartitionLayouts")
+    return replace(
+        spec,
+        variants=tuple(
+            replace(v, partition_types=layouts[v.name]) if v.name in layouts else v for v in spec.variants
+        ),
+    )
 
 
 def partitions_per_instance(variant: Variant, gpus_per_instance: int) -> dict[str, int]:
@@ -673,6 +701,7 @@ __all__ = [
     "pick_instances",
     "place_copies",
     "plan_relayout",
+    "relayout_spec",
     "scaled",
     "variant_layout",
 ]

@@ -282,6 +282,20 @@ class EndpointCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointUpdated(Event):
+    """A live relayout's progress (`subject`: the endpoint): `Updating` when it starts and as each
+    instance (`node`) starts being re-cut to `layout`; `InService` once every instance has its
+    variant's layout; `reason` when a step waits (a component would drop below its minCopies)."""
+
+    TYPE: ClassVar[str] = "endpoint.updated"
+    tenant_id: str
+    status: str
+    node: str = ""
+    layout: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class EndpointDeleted(Event):
     """An endpoint was deleted (`subject`: its name): its nodes go back to their pool's layout
     through the layout gate and then take tenants' work again."""
@@ -631,6 +645,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         DeviceClassCreated,
         PriorityClassCreated,
         EndpointCreated,
+        EndpointUpdated,
         EndpointDeleted,
         ComponentChanged,
         WorkloadCreated,

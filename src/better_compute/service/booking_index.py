@@ -33,6 +33,7 @@ from better_compute.domain.events import (
     DoctorRun,
     EndpointCreated,
     EndpointDeleted,
+    EndpointUpdated,
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
@@ -112,6 +113,7 @@ _QUIET_EVENTS = (
     # Endpoints: their nodes' holds arrive as ledger events, their new instances with the nodes'
     # inventory.
     EndpointCreated,
+    EndpointUpdated,
     EndpointDeleted,
     ComponentChanged,
     # Workloads and their deployments: their replicas' bookings arrive as ledger events.

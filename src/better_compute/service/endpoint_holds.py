@@ -14,7 +14,7 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.endpoints import endpoint_allocation_id
 from better_compute.domain.events import LedgerReleased
 from better_compute.domain.timewin import Window
-from better_compute.service import components
+from better_compute.service import components, endpoint_relayout
 from better_compute.service.ports import Tx
 
 
@@ -26,11 +26,13 @@ def take_over(tx: Tx, node_id: str, now: datetime) -> bool:
         return False
     ids = [a for family in tx.atoms.ids_by_gpu([node_id]).values() for a in family]
     if ids:
-        allocation = endpoint_allocation_id(instance.endpoint)
+        allocation = endpoint_allocation_id(instance.endpoint, node_id)
         tx.ledger.book(ids, Window(now, None), allocation, None, now, require_bookable=False)
-    # Its partitions take the endpoint's waiting copies now (after the node's lock, its endpoint's).
+    # Its partitions take the endpoint's waiting copies now (after the node's lock, its endpoint's),
+    # and a live relayout goes on to its next instance.
     if tx.endpoints.get(instance.endpoint, lock=True) is not None:
         components.place_pending_in(tx, instance.endpoint, now)
+        endpoint_relayout.next_cut_in(tx, instance.endpoint, now)
     return True
 
 
@@ -46,20 +48,20 @@ def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
     if not mine:
         return
     live = {b.atom_id for b in tx.ledger.live_on([a.id for a in mine], now)}
-    by_endpoint: dict[str, list[str]] = {}
+    by_node: dict[str, list[str]] = {}
     for atom in mine:
         if atom.id not in live:
-            by_endpoint.setdefault(serving[atom.node].endpoint, []).append(atom.id)
-    for name, ids in sorted(by_endpoint.items()):
-        tx.ledger.book(
-            sorted(ids), Window(now, None), endpoint_allocation_id(name), None, now, require_bookable=False
-        )
+            by_node.setdefault(atom.node, []).append(atom.id)
+    for node, ids in sorted(by_node.items()):
+        allocation = endpoint_allocation_id(serving[node].endpoint, node)
+        tx.ledger.book(sorted(ids), Window(now, None), allocation, None, now, require_bookable=False)
 
 
-def release(tx: Tx, name: str, now: datetime) -> None:
-    """End the endpoint's hold on every node it has at `now`."""
-    allocation = endpoint_allocation_id(name)
-    tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+def release(tx: Tx, name: str, nodes: Sequence[str], now: datetime) -> None:
+    """End the endpoint's hold on these nodes at `now`."""
+    for node in sorted(nodes):
+        allocation = endpoint_allocation_id(name, node)
+        tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
 
 
 __all__ = ["hold_new_atoms_in", "release", "take_over"]

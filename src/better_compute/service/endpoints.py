@@ -22,8 +22,8 @@ from datetime import datetime
 
 from better_compute.domain import endpoints as rules
 from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import AlreadyExists, ConcurrentChange, InvalidInput, NotFound
-from better_compute.domain.events import EndpointCreated, EndpointDeleted
+from better_compute.domain.errors import AlreadyExists, ConcurrentChange, InvalidInput, InvalidState, NotFound
+from better_compute.domain.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.mig_gate import told_layout
 from better_compute.domain.records import EndpointInstance, EndpointRecord, Pool
 from better_compute.domain.tenancy import (
@@ -33,7 +33,7 @@ from better_compute.domain.tenancy import (
     tenant_not_found,
     tenant_scope,
 )
-from better_compute.service import components, endpoint_holds, mig_gate, quotas
+from better_compute.service import components, endpoint_holds, endpoint_relayout, mig_gate, quotas
 from better_compute.service.paging import Listing, fetch, page
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
 
@@ -200,7 +200,9 @@ def _view(tx: Tx, record: EndpointRecord, now: datetime) -> EndpointView:
             i.node_id,
             i.variant,
             i.layout,
-            "Creating" if i.node_id in gates else "InService",
+            ("Updating" if record.status == "Updating" else "Creating")
+            if i.node_id in gates
+            else "InService",
             gpus[i.node_id],
             dict(sorted(partitions[i.node_id].items())),
         )
@@ -208,6 +210,60 @@ def _view(tx: Tx, record: EndpointRecord, now: datetime) -> EndpointView:
     )
     status = rules.endpoint_status(record.status, bool(gates))
     return EndpointView(record, spec, status, shown)
+
+
+def update(store: StorePort, principal: Principal, raw: object, now: datetime) -> EndpointView:
+    """Change an endpoint's layout live (`{name, variants: [{name, acceleratorPartitionLayouts}]}`):
+    checked up front, then rolled instance by instance through the gate (`endpoint_relayout`).
+    Refused when the endpoint is not `InService` (or `Updating` and waiting), when the new layout
+    does not fit the pool's GPUs, and when no order of the roll keeps every component at or above
+    its `minCopies`, naming the component and why."""
+    name = check_ref(raw.get("name") if isinstance(raw, dict) else None, "name")
+    with store.begin() as tx:
+        _visible(tx, principal, name)
+        tx.nodes.lock([i.node_id for i in tx.endpoints.instances(name)])  # nodes, then the endpoint
+        record = tx.endpoints.get(name, lock=True)
+        if record is None:
+            raise endpoint_not_found(name)
+        current = _view(tx, record, now)
+        waiting = current.status == "Updating" and record.reason is not None
+        if current.status != "InService" and not waiting:
+            raise InvalidState(
+                f"endpoint {name} is {current.status}; its layout changes once it is InService",
+                {"name": name, "status": current.status},
+            )
+        old = rules.parse_endpoint(record.spec)
+        new = rules.relayout_spec(old, raw)
+        if new == old and not waiting:
+            return current
+        instances = tx.endpoints.instances(name)
+        members = tx.pools.members(sorted({v.pool_id for v in new.variants}))
+        gpus = Counter(g.node_id for g in tx.gpus.of_nodes([i.node_id for i in instances]) if g.present)
+        for variant, before in zip(new.variants, old.variants, strict=True):
+            if variant.partition_types == before.partition_types:
+                continue
+            _check_layout(tx, variant, members[variant.pool_id])
+            mine = sorted(i.node_id for i in instances if i.variant == variant.name)
+            found = [c for c in tx.components.of_endpoint(name) if c.spec.get("variantName") == variant.name]
+            specs = [rules.parse_component(c.spec) for c in found]
+            copies = tx.components.copies([c.name for c in found])
+            placed = {c: [x.node_id for x in copies[c] if x.node_id is not None] for c in copies}
+            rules.plan_relayout(
+                mine, dict(gpus), before.partition_types, variant.partition_types, specs, placed
+            )
+        tx.endpoints.set_spec(name, rules.endpoint_json(new), "Updating", now)
+        tx.events.append(EndpointUpdated(name, record.tenant_id, "Updating"), now)
+        endpoint_relayout.next_cut_in(tx, name, now)
+        refreshed = tx.endpoints.get(name)
+        assert refreshed is not None
+        return _view(tx, refreshed, now)
+
+
+def _instance_state(stored: str, changing: bool) -> str:
+    """An instance is `InService` once cut; while it is being cut, `Updating` in a relayout."""
+    if not changing:
+        return "InService"
+    return "Updating" if stored == "Updating" else "Creating"
 
 
 def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:
@@ -257,7 +313,7 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
         pools = tx.pools.of_nodes(node_ids)
         view = _view(tx, record, now)
         components.remove_of_endpoint_in(tx, name)
-        endpoint_holds.release(tx, name, now)
+        endpoint_holds.release(tx, name, node_ids, now)
         tx.nodes.set_mig_layout(node_ids, None)
         tx.endpoints.remove(name)
         try:
@@ -282,4 +338,5 @@ __all__ = [
     "endpoint_not_found",
     "get",
     "list_endpoints",
+    "update",
 ]

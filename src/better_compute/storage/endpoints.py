@@ -68,6 +68,24 @@ class SqlEndpoints:
             .values(status=status, reason=reason, updated_at=at, generation=endpoints.c.generation + 1)
         )
 
+    def set_spec(self, name: str, spec: Mapping[str, Any], status: str, at: datetime) -> None:
+        self.conn.execute(
+            update(endpoints)
+            .where(endpoints.c.name == name)
+            .values(
+                spec=dict(spec),
+                status=status,
+                reason=None,
+                updated_at=at,
+                generation=endpoints.c.generation + 1,
+            )
+        )
+
+    def set_instance_layout(self, node_id: str, layout: str) -> None:
+        self.conn.execute(
+            update(endpoint_instances).where(endpoint_instances.c.node_id == node_id).values(layout=layout)
+        )
+
     def remove(self, name: str) -> None:
         self.conn.execute(delete(endpoint_instances).where(endpoint_instances.c.endpoint == name))
         self.conn.execute(delete(endpoints).where(endpoints.c.name == name))
