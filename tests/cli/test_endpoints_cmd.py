@@ -134,3 +134,29 @@ def test_components_create_show_scale_and_delete(runner: CliRunner, world: NodeW
     assert listed.exit_code == 0 and "big" in listed.stdout
     deleted = run(runner, platform, "components", "delete", "big")
     assert deleted.exit_code == 0, deleted.output
+
+
+def test_endpoints_update_recuts_live_and_is_refused_while_creating(
+    runner: CliRunner, world: NodeWorld, store: Store
+) -> None:
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    platform = tenant_token(store, "platform")
+    made = run(
+        runner, platform, "endpoints", "create", "chat", "--pool", "p1", "--partition-type", "mig-7g.80gb"
+    )
+    assert made.exit_code == 0, made.output
+    early = run(runner, platform, "endpoints", "update", "chat", "--partition-type", "mig-3g.40gb")
+    assert early.exit_code != 0 and "endpoint chat is Creating" in early.output
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    args = ("--partition-type", "mig-3g.40gb", "--partition-type", "mig-3g.40gb")
+    updated = run(runner, platform, "endpoints", "update", "chat", *args, "--json")
+    assert updated.exit_code == 0, updated.output
+    assert json.loads(updated.stdout)["status"] == "Updating"
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    shown = run(runner, platform, "endpoints", "show", "chat", "--json")
+    assert json.loads(shown.stdout)["status"] == "InService"
+    assert json.loads(shown.stdout)["instances"][0]["partitions"] == {"mig-3g.40gb": 4}
+    assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"3g.40gb"}

@@ -261,6 +261,38 @@ def endpoints_show(
     _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
 
 
+@endpoints_app.command("update")
+def endpoints_update(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    partition_type: Annotated[
+        list[str],
+        typer.Option(
+            "--partition-type",
+            help="The new layout: one MIG instance of every GPU (repeat, one per instance).",
+            show_default=False,
+        ),
+    ],
+    variant: Annotated[
+        str, typer.Option("--variant", help="The variant whose layout changes.")
+    ] = "AllTraffic",
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Change an endpoint's layout live: the instances are re-cut one at a time through the layout
+    gate, copies moving off each first and coming back after, never below a component's
+    minCopies (refused up front, naming the component, when that is impossible)."""
+    updated = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.endpoints.update(name, {variant: list(partition_type)}),
+        {"variants[0].acceleratorPartitionLayouts": "--partition-type", "variants[0].name": "--variant"},
+    )
+    _show(updated, as_json, output)
+
+
 @endpoints_app.command("delete")
 def endpoints_delete(
     name: Annotated[str, typer.Argument(metavar="NAME")],

@@ -55,6 +55,7 @@ from better_compute.wire.endpoints import (
     EndpointCreate,
     EndpointListQuery,
     EndpointPublic,
+    EndpointUpdate,
     NameRequest,
 )
 from better_compute.wire.events import EventListQuery, EventPublic
@@ -703,6 +704,20 @@ class Endpoints(_Resource):
 
     def get(self, name: str) -> EndpointPublic:
         return self._compute._typed("endpoints.get", NameRequest(name=name), EndpointPublic)
+
+    def update(self, name: str, layouts: Mapping[str, Sequence[str]]) -> EndpointPublic:
+        """Change the layouts of some variants live (`{variant: ["mig-2g.20gb", ...]}`): checked up
+        front, then re-cut instance by instance (`Updating`, then `InService`)."""
+        request = EndpointUpdate.model_validate(
+            {
+                "name": name,
+                "variants": [
+                    {"name": v, "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": list(t)}]}
+                    for v, t in layouts.items()
+                ],
+            }
+        )
+        return self._compute._typed("endpoints.update", request, EndpointPublic)
 
     def delete(self, name: str) -> EndpointPublic:
         """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""

@@ -57,9 +57,25 @@ class EndpointCreate(WireRequest):
     variants: list[Variant] = Field(min_length=1, max_length=MAX_VARIANTS)
 
 
+class VariantRelayout(WireRequest):
+    """A variant's new layout: `{name, acceleratorPartitionLayouts: [{acceleratorPartitionTypes}]}`."""
+
+    name: str = Field(json_schema_extra={"maxLength": MAX_NAME})
+    accelerator_partition_layouts: list[PartitionLayout] = Field(min_length=1, max_length=1)
+
+
+class EndpointUpdate(WireRequest):
+    """`endpoints.update`: new partition layouts for some of the endpoint's variants, rolled live
+    instance by instance through the layout gate (`Updating`, then `InService`). Only layouts
+    change; `name` is the path's."""
+
+    name: str | None = None
+    variants: list[VariantRelayout] = Field(min_length=1, max_length=MAX_VARIANTS)
+
+
 class InstancePublic(WireAnswer):
-    """A node an endpoint took: `Creating` while its GPUs are cut, `InService` after; `partitions`
-    counts the MIG instances of each type its GPUs have now."""
+    """A node an endpoint took: `Creating` while its GPUs are cut (`Updating` while a relayout re-cuts
+    it), `InService` after; `partitions` counts the MIG instances of each type its GPUs have now."""
 
     node: str
     variant: str
@@ -70,7 +86,8 @@ class InstancePublic(WireAnswer):
 
 
 class EndpointPublic(WireAnswer):
-    """An endpoint: `status` is Creating, InService, Failed (with `reason`) or Deleting."""
+    """An endpoint: `status` is Creating, InService, Updating (a live relayout; `reason` when a step
+    waits), Failed (with `reason`) or Deleting."""
 
     name: str
     tenant_id: str

@@ -57,6 +57,7 @@ from better_compute.wire.endpoints import (
     EndpointCreate,
     EndpointListQuery,
     EndpointPublic,
+    EndpointUpdate,
     NameRequest,
 )
 from better_compute.wire.events import EventListQuery, EventPublic
@@ -375,6 +376,15 @@ _TABLE: tuple[Method, ...] = (
         summary="Endpoints by name: the token's tenant's, or (admin) every tenant's or the one named.",
     ),
     Method("endpoints.get", "GET", "/v1/endpoints/{name}", NameRequest, EndpointPublic),
+    Method(
+        "endpoints.update",
+        "PATCH",
+        "/v1/endpoints/{name}",
+        EndpointUpdate,
+        EndpointPublic,
+        summary="Change an endpoint's layout live: checked up front, then re-cut instance by instance through"
+        " the layout gate, never taking a component below its minCopies.",
+    ),
     Method(
         "endpoints.delete",
         "DELETE",

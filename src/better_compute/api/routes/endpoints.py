@@ -1,4 +1,4 @@
-"""Inference endpoints and their components: `endpoints.create|list|get|delete` and
+"""Inference endpoints and their components: `endpoints.create|list|get|update|delete` and
 `components.create|list|get|scale|delete` (SPEC 9)."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from better_compute.wire.endpoints import (
     EndpointCreate,
     EndpointListQuery,
     EndpointPublic,
+    EndpointUpdate,
 )
 
 router = APIRouter(prefix="/v1", tags=["endpoints"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
@@ -50,6 +51,14 @@ def list_endpoints(
 @router.get("/endpoints/{name}", response_model=EndpointPublic)
 def get_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> EndpointPublic:
     return endpoint_public(endpoints.get(store, principal, name, now))
+
+
+@router.patch("/endpoints/{name}", response_model=EndpointPublic)
+def update_endpoint(
+    name: str, body: EndpointUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> EndpointPublic:
+    raw = {**body.model_dump(by_alias=True, exclude_none=True), "name": name}
+    return endpoint_public(endpoints.update(store, principal, raw, now))
 
 
 @router.delete("/endpoints/{name}", response_model=EndpointPublic)
