@@ -3,6 +3,7 @@ decides it."""
 
 from __future__ import annotations
 
+from collections import Counter
 from decimal import Decimal
 from typing import Any
 
@@ -248,6 +249,21 @@ def test_a_live_relayout_rolls_instance_by_instance_keeping_every_component_at_m
     first = steps[0]
     assert dict(first.moves) == {"a": None, "b": None}  # n1's partitions of both types are taken
     assert sorted(first.returns) == ["a", "b"]
+
+
+def test_a_relayout_short_of_room_leaves_waiting_the_copies_no_floor_needs() -> None:
+    """Regression: moving copies off an instance into too little room went component by component in
+    name order, so `small` took the room `tiny` needed for its floor and the roll was refused though
+    an order that keeps both floors exists (one copy of each waits)."""
+    old = ["mig-3g.40gb", "mig-2g.20gb", "mig-2g.20gb"]
+    new = ["mig-3g.40gb", "mig-2g.20gb", "mig-1g.10gb", "mig-1g.10gb"]
+    small = spec_of("small", "mig-2g.20gb", 6)  # minCopies 5
+    tiny = spec_of("tiny", "mig-2g.20gb", 4)  # minCopies 3
+    copies = {"small": ["n0"] * 3 + ["n1"] * 3, "tiny": ["n0"] * 2 + ["n1"] * 2}
+    steps = plan_relayout(["n0", "n1"], {"n0": 8, "n1": 8}, old, new, [small, tiny], copies)
+    second = steps[1]  # n1 holds all ten by then; n0, re-cut, has room for eight
+    assert Counter(name for name, target in second.moves if target is None) == {"small": 1, "tiny": 1}
+    assert sorted(second.returns) == ["small", "tiny"]
 
 
 def test_a_relayout_that_would_take_a_component_below_min_copies_is_refused_up_front() -> None:

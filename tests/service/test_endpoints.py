@@ -321,7 +321,7 @@ def test_a_relayout_that_would_take_a_component_below_min_copies_or_drop_its_typ
     components.create(store, PLATFORM, component("big", 4, "mig-3g.40gb", minCopies=4), world.clock.now)
     with pytest.raises(
         InvalidState,
-        match="component big would run 3 copies while instance n-1 is re-cut, below its minCopies 4",
+        match="component big would run 2 copies while instance n-1 is re-cut, below its minCopies 4",
     ):
         endpoints.update(store, PLATFORM, relayout(["mig-3g.40gb", "mig-3g.40gb"]), world.clock.now)
     with pytest.raises(InvalidState, match=r"component big runs 4 copies on mig-3g\.40gb"):

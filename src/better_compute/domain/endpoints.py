@@ -634,26 +634,35 @@ def plan_relayout(
     for node in nodes:
         moves: list[tuple[str, str | None]] = []
         waiting: list[str] = []
-        for name in sorted(where):
-            c = by_name[name]
-            for _ in range(where[name][node]):
-                target = free_elsewhere(c.partition_type, node)
-                where[name][node] -= 1
-                used[node][c.partition_type] -= 1
-                if target is not None:
-                    where[name][target] += 1
-                    used[target][c.partition_type] += 1
-                else:
-                    live = sum(where[name].values())
-                    if live < c.min_copies:
+        for t in sorted({by_name[n].partition_type for n in where if where[n][node]}):
+            names = sorted(n for n in where if by_name[n].partition_type == t and where[n][node])
+            # Each component first moves the copies it needs to stay at its floor, then the rest:
+            # scarce room goes where a floor depends on it (as `service.components.plan_in` places).
+            stay = {n: sum(where[n].values()) - where[n][node] for n in names}
+            first = {n: min(where[n][node], max(0, by_name[n].min_copies - stay[n])) for n in names}
+            rounds = [(n, first[n], True) for n in names] + [
+                (n, where[n][node] - first[n], False) for n in names
+            ]
+            for name, count, floor in rounds:
+                c = by_name[name]
+                for _ in range(count):
+                    target = free_elsewhere(t, node)
+                    where[name][node] -= 1
+                    used[node][t] -= 1
+                    if target is not None:
+                        where[name][target] += 1
+                        used[target][t] += 1
+                    elif floor:
+                        live = sum(where[name].values()) - where[name][node]
                         raise InvalidState(
                             f"component {name} would run {live} copies while instance {node} is re-cut,"
                             f" below its minCopies {c.min_copies}: no other instance has a free"
-                            f" {c.partition_type} partition; lower minCopies or add an instance",
+                            f" {t} partition; lower minCopies or add an instance",
                             {"component": name, "node": node, "minCopies": c.min_copies, "copies": live},
                         )
-                    waiting.append(name)
-                moves.append((name, target))
+                    else:
+                        waiting.append(name)
+                    moves.append((name, target))
         cut.add(node)
         returns: list[str] = []
         for name in waiting:

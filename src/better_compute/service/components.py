@@ -142,23 +142,29 @@ def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Pla
             left[kept.node] = rules.HostRoom(
                 room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
             )
-    reasons: dict[str, str | None] = {}
-    for name, spec in sorted(specs.items()):
-        waiting = [c for c in copies[name] if where[(name, c.copy)] is None]
-        if not waiting:
-            reasons[name] = None
-            continue
-        partitions, _ = by_variant[spec.variant_name]
-        on = Counter(p.node for c in copies[name] if (p := where[(name, c.copy)]) is not None)
-        plan = rules.place_copies(spec, len(waiting), partitions, taken, left, on)
-        for c, chosen in zip(waiting, plan.placed, strict=False):
-            where[(name, c.copy)] = chosen
-            taken.add(chosen.atom_id)
-            room = left[chosen.node]
-            left[chosen.node] = rules.HostRoom(
-                room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
-            )
-        reasons[name] = plan.reason
+    reasons: dict[str, str | None] = {name: None for name in specs}
+    holding = {name: sum(1 for c in copies[name] if where[(name, c.copy)] is not None) for name in specs}
+    # Each component first places the waiting copies it needs to reach its floor, then the rest:
+    # scarce partitions go where a floor depends on them (as `domain.endpoints.plan_relayout` plans).
+    for floor in (True, False):
+        for name, spec in sorted(specs.items()):
+            waiting = [c for c in copies[name] if where[(name, c.copy)] is None]
+            if floor:
+                waiting = waiting[: max(0, spec.min_copies - holding[name])]
+            if not waiting:
+                continue
+            partitions, _ = by_variant[spec.variant_name]
+            on = Counter(p.node for c in copies[name] if (p := where[(name, c.copy)]) is not None)
+            plan = rules.place_copies(spec, len(waiting), partitions, taken, left, on)
+            for c, chosen in zip(waiting, plan.placed, strict=False):
+                where[(name, c.copy)] = chosen
+                taken.add(chosen.atom_id)
+                room = left[chosen.node]
+                left[chosen.node] = rules.HostRoom(
+                    room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
+                )
+            if not floor or plan.pending:
+                reasons[name] = plan.reason
     return Plan(specs, copies, where, reasons)
 
 
