@@ -4,7 +4,6 @@ nodes. Each process has its own store and booking index, as a server process doe
 from __future__ import annotations
 
 import itertools
-import random
 from collections import Counter
 from typing import Any
 
@@ -19,31 +18,36 @@ OWNER = Principal(tenant_id="platform", is_admin=False, credential_id="race-owne
 
 
 def book(url: str, worker: int, attempts: int) -> Counter[str]:
-    """Reserve one MIG instance for an hour, `attempts` times, releasing about half at once."""
-    rng = random.Random(worker)
+    """Reserve one MIG instance for an hour, `attempts` times, holding one booking at a time: each
+    new booking is made after the last is released, so a booker keeps at most one node busy and the
+    race's outcome cannot hinge on which process starts first."""
     store = Store.open(url, migrate_schema=False, pool_size=2)
     index = BookingIndex()
     ids = (f"rsv-b{worker}-{n:05d}" for n in itertools.count())
     outcomes: Counter[str] = Counter()
+    held: str | None = None
     try:
         for _ in range(attempts):
+            if held is not None:
+                reservations.release(store, OWNER, held, T0)
+                outcomes["released"] += 1
+                held = None
             raw = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"}
             try:
-                view = reservations.create(store, index, OWNER, raw, T0, lambda: next(ids))
+                held = reservations.create(store, index, OWNER, raw, T0, lambda: next(ids)).id
             except DomainError as refused:
                 outcomes[f"refused:{refused.code}"] += 1
                 continue
             outcomes["booked"] += 1
-            if rng.random() < 0.5:
-                reservations.release(store, OWNER, view.id, T0)
-                outcomes["released"] += 1
     finally:
         store.close()
     return outcomes
 
 
 def create(url: str, worker: int, attempts: int) -> Counter[str]:
-    """Create one-instance endpoints, `attempts` times; the outcomes by status or refusal code."""
+    """Create a one-instance endpoint, trying up to `attempts` times until one is taken; the outcomes
+    by status or refusal code. One endpoint per creator leaves nodes for the bookers whatever the
+    order in which the processes start."""
     store = Store.open(url, migrate_schema=False, pool_size=2)
     outcomes: Counter[str] = Counter()
     try:
@@ -61,9 +65,13 @@ def create(url: str, worker: int, attempts: int) -> Counter[str]:
                 ],
             }
             try:
-                outcomes[endpoints.create(store, OWNER, raw, T0).status] += 1
+                status = endpoints.create(store, OWNER, raw, T0).status
             except DomainError as refused:
                 outcomes[f"refused:{refused.code}"] += 1
+                continue
+            outcomes[status] += 1
+            if status == "Creating":
+                break
     finally:
         store.close()
     return outcomes
