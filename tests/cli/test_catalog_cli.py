@@ -270,3 +270,54 @@ def test_advise_preset_with_other_params_is_labelled_as_computed() -> None:
     assert body["model"]["paramsB"] == 70  # type: ignore[index]
     same = _json(["advise", "--model", "Llama-3.1-8B", "--params", "8.03", "--context", "8000", "--json"])
     assert same["model"]["name"] == "Llama-3.1-8B"  # type: ignore[index]
+
+
+MODELS_FILE = {
+    "models": [
+        {"name": "summarizer", "model": "Llama-3.1-8B", "context": 8000, "copies": 2},
+        {"name": "embedder", "model": "bge-large-en-v1.5", "context": 512, "concurrency": 8, "copies": 4},
+        {"name": "chat", "model": "Qwen2.5-14B", "context": 4000, "concurrency": 4},
+    ]
+}
+
+
+def test_advise_endpoint_proposes_the_cheapest_endpoint_in_the_shape_endpoints_create_takes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "models.yaml"
+    path.write_text(yaml.safe_dump(MODELS_FILE))
+    prices = ["--price", "A100-40GB=25.251286/8", "--price", "H100-80GB=63.296/8"]
+    body = _json(["advise", "--endpoint", str(path), *prices, "--json"])
+    proposal = body["proposal"]  # type: ignore[index]
+    assert proposal["gpu"] == "A100-40GB" and proposal["pricePerHour"] == 25.251286
+    assert proposal["variant"] == {
+        "instanceCount": 1,
+        "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": ["mig-7g.40gb"]}],
+        "pricePerInstanceHour": 25.251286,
+    }
+    assert [c["name"] for c in proposal["components"]] == ["summarizer", "embedder", "chat"]
+    h100 = body["plans"][1]  # type: ignore[index]
+    assert {c["name"]: c["partitionType"] for c in h100["components"]}["chat"] == "mig-3g.40gb"
+    chat = body["models"][2]  # type: ignore[index]
+    option = next(o for o in chat["options"] if o["gpu"] == "H100-80GB" and o["profile"] == "3g.40gb")
+    assert option["costPerUnitHour"] == round(63.296 / 16, 6)
+    table = runner.invoke(app, ["advise", "--endpoint", str(path), *prices], env={"COLUMNS": "100"})
+    assert table.exit_code == 0, table.output
+    assert "proposed: 1 × A100-40GB instance (8 GPUs each) at $25.25/h" in table.stdout
+
+
+def test_advise_endpoint_reads_stdin_and_refuses_what_it_cannot_use(tmp_path: Path) -> None:
+    piped = runner.invoke(
+        app, ["advise", "--endpoint", "-", "--gpu", "H100-80GB", "--json"], input=json.dumps(MODELS_FILE)
+    )
+    assert piped.exit_code == 0, piped.output
+    assert json.loads(piped.stdout)["proposal"]["gpu"] == "H100-80GB"
+    bad = runner.invoke(app, ["advise", "--endpoint", "-", "--json"], input='{"models": [{"context": 1}]}')
+    assert bad.exit_code == 2
+    assert json.loads(bad.stdout)["error"]["details"]["field"] == "models[0].model"
+    mixed = runner.invoke(app, ["advise", "--endpoint", "-", "--model", "Mistral-7B"], input="{}")
+    assert mixed.exit_code == 2 and "each model is described in the file" in mixed.output
+    missing = runner.invoke(app, ["advise", "--endpoint", str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2
+    not_yaml = runner.invoke(app, ["advise", "--endpoint", "-"], input="models: [")
+    assert not_yaml.exit_code == 2 and "not YAML or JSON" in not_yaml.stderr

@@ -7,17 +7,21 @@ answer. A refused layout or an unknown name exits with status 2 and the error.
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
+import yaml
 from rich.table import Table
 
 from better_compute.cli.app import app
+from better_compute.cli.endpoint_advice import fit_json, show_endpoint_advice
 from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
-from better_compute.domain.errors import DomainError
+from better_compute.domain.endpoint_sizing import advise_endpoint, parse_served_models
+from better_compute.domain.errors import DomainError, InvalidInput
 from better_compute.domain.layouts import (
     InstancePlacement,
     format_layout,
@@ -40,9 +44,9 @@ layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.",
 app.add_typer(layouts_app, name="layouts")
 
 REFUSED = 2
+"""Exit status of a refused layout or an unknown name, apart from 1 (a server's refusal)."""
 ADVISE_TOP = 10
 """How many fits `advise` shows without `--all`: the smallest that hold the model."""
-"""Exit status of a refused layout or an unknown name, apart from 1 (a server's refusal)."""
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 GpuOption = Annotated[str, typer.Option("--gpu", help="GPU model id, e.g. H100-80GB (see `gpus`).")]
@@ -352,27 +356,48 @@ def _advice_json(advice: Advice) -> dict[str, Any]:
             "totalGiB": round(need.total_gib, 3),
             "kvBytesPerToken": need.kv_bytes_per_token,
         },
-        "fits": [
-            {
-                "gpu": f.gpu,
-                "profile": f.profile,
-                "capacityGiB": f.capacity_gib,
-                "headroomGiB": round(f.headroom_gib, 3),
-                "maxContext": f.max_context,
-                "maxConcurrency": f.max_concurrency,
-                "unitsPerGpu": f.units_per_gpu,
-                "costPerUnitHour": round(f.cost_per_unit_hour, 6)
-                if f.cost_per_unit_hour is not None
-                else None,
-            }
-            for f in advice.fits
-        ],
+        "fits": [fit_json(f) for f in advice.fits],
     }
+
+
+MAX_ENDPOINT_FILE = 1 << 20
+"""Bytes an `advise --endpoint` file may hold."""
+
+
+def _advise_endpoint(
+    path: Path, gpu: str | None, prices: list[Price], *, show_all: bool, output: Output, as_json: bool
+) -> None:
+    try:
+        text = sys.stdin.read(MAX_ENDPOINT_FILE + 1) if str(path) == "-" else path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        stderr().print(f"error: --endpoint {path}: {exc}", markup=False)
+        raise typer.Exit(REFUSED) from exc
+    try:
+        if len(text) > MAX_ENDPOINT_FILE:
+            raise InvalidInput(f"the models file is over {MAX_ENDPOINT_FILE} bytes", {"field": "models"})
+        try:
+            raw = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise InvalidInput(f"the models file is not YAML or JSON: {exc}", {"field": "models"}) from exc
+        advice = advise_endpoint(parse_served_models(raw), gpu=gpu, prices=prices)
+    except DomainError as exc:
+        _refuse(exc, as_json=as_json)
+    show_endpoint_advice(advice, top=None if show_all else ADVISE_TOP, output=output, as_json=as_json)
 
 
 @app.command("advise")
 def advise_cmd(
-    context: Annotated[int, typer.Option("--context", help="Context length in tokens per sequence.", min=1)],
+    context: Annotated[
+        int | None, typer.Option("--context", help="Context length in tokens per sequence.", min=1)
+    ] = None,
+    endpoint: Annotated[
+        Path | None,
+        typer.Option(
+            "--endpoint",
+            help="A YAML or JSON file of models to serve on one endpoint (- reads stdin): propose the"
+            " layout and instance count that serve them at the lowest price.",
+        ),
+    ] = None,
     model: Annotated[str | None, typer.Option("--model", help="A preset, e.g. Llama-3.1-8B.")] = None,
     params: Annotated[float | None, typer.Option("--params", help="Parameters, in billions.")] = None,
     layers: Annotated[int | None, typer.Option("--layers", min=1)] = None,
@@ -401,8 +426,32 @@ def advise_cmd(
     ] = Output.TABLE,
     as_json: JsonFlag = False,
 ) -> None:
-    """Which MIG partitions and whole GPUs hold a model at a context length and concurrency."""
+    """Which MIG partitions and whole GPUs hold a model at a context length and concurrency; with
+    `--endpoint`, the partition layout and instance count that serve several models at the lowest
+    price."""
     prices = [_parse_price(p) for p in price or ()]
+    if endpoint is not None:
+        given = [
+            flag
+            for flag, value in (
+                ("--context", context),
+                ("--model", model),
+                ("--params", params),
+                ("--layers", layers),
+                ("--kv-heads", kv_heads),
+                ("--head-dim", head_dim),
+                ("--kv-dtype", kv_dtype),
+            )
+            if value is not None
+        ]
+        if given:
+            raise typer.BadParameter(
+                f"{', '.join(given)}: with --endpoint, each model is described in the file"
+            )
+        _advise_endpoint(endpoint, gpu, prices, show_all=show_all, output=output, as_json=as_json)
+        return
+    if context is None:
+        raise typer.BadParameter("give --context (tokens per sequence), or --endpoint FILE")
     try:
         spec = _spec(model, params, layers, kv_heads, head_dim)
         advice = advise(
