@@ -50,7 +50,13 @@ from better_compute.service.placement import main_reason
 from better_compute.service.pools import PoolView
 from better_compute.service.reservations import ReservationView
 from better_compute.service.workloads import DeploymentView, WorkloadView
-from better_compute.wire.billing import BillLinePublic, BillPublic, PricePublic, UsageRowPublic
+from better_compute.wire.billing import (
+    BillLinePublic,
+    BillPublic,
+    PricePublic,
+    ShowbackLinePublic,
+    UsageRowPublic,
+)
 from better_compute.wire.capacity import (
     AccountingBucket,
     CapacityAccounting,
@@ -527,6 +533,15 @@ def bill_public(bill: Bill) -> BillPublic:
             for line in bill.lines
         ],
         total=None if bill.total is None else str(bill.total),
+        showback=[
+            ShowbackLinePublic(
+                endpoint=line.endpoint,
+                component=line.component,
+                gpu_hours=shown(line.gpu_hours),
+                amount=None if line.amount is None else str(line.amount),
+            )
+            for line in bill.showback
+        ],
     )
 
 

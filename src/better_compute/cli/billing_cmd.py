@@ -107,6 +107,7 @@ def _print_bill(bill: BillPublic) -> None:
     title = f"tenant {bill.tenant_id}, {_time(bill.from_)} to {_time(bill.to)}"
     if not bill.lines:
         console.print(f"{title}: no usage", markup=False)
+        _print_showback(bill)
         return
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, show_footer=bill.total is not None)
     currency = next((line.currency for line in bill.lines if line.currency), "")
@@ -117,6 +118,25 @@ def _print_bill(bill: BillPublic) -> None:
         amount = f"{line.amount} {line.currency}" if line.amount is not None else "-"
         table.add_row(line.meter, line.hours, amount)
     console.print(table)
+    _print_showback(bill)
+
+
+def _print_showback(bill: BillPublic) -> None:
+    """The endpoints' cost per component, beside the bill (not in its total)."""
+    if not bill.showback:
+        return
+    table = Table(
+        title="showback: endpoints' cost per component (not in the total)",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+    )
+    table.add_column("endpoint", no_wrap=True)
+    table.add_column("component", no_wrap=True)
+    table.add_column("GPU-hours", justify="right")
+    table.add_column("amount", justify="right")
+    for line in bill.showback:
+        table.add_row(line.endpoint, line.component, line.gpu_hours, line.amount or "-")
+    stdout().print(table)
 
 
 def _time(at: datetime) -> str:

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.metering import rounded
+from better_compute.domain.showback import ShowbackLine
 from better_compute.domain.timewin import Window, require_aware
 
 MAX_PERIOD = timedelta(days=366)
@@ -200,6 +201,9 @@ class Bill:
     period: Window
     lines: tuple[BillLine, ...]
     total: Decimal | None = None
+    showback: tuple[ShowbackLine, ...] = ()
+    """The tenant's endpoints' cost split per component (`domain.showback`): shown beside the
+    lines, not added to the total (the endpoint's price carries no meter or currency)."""
 
 
 def amount(hours: Fraction, price: Price) -> Decimal:

@@ -3,16 +3,19 @@
 The hours are summed by the database per (pool, share) over the ledger's bookings
 (`storage.usage`), then made exact GPU-hours and rated by the domain (`domain.metering`,
 `domain.billing`): a bill never loads its bookings one by one, and always agrees with `usage.list`
-over the same period.
+over the same period. Its `showback` splits the tenant's endpoints' cost over their components, from
+the spans each copy held a partition (`domain.showback`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.billing import Bill, period, rate
 from better_compute.domain.credentials import Principal
 from better_compute.domain.metering import hours_by_meter
+from better_compute.domain.showback import showback
 from better_compute.domain.tenancy import check_ref, tenant_not_found, tenant_scope
 from better_compute.service.ports import StorePort
 
@@ -38,4 +41,6 @@ def get_bill(
         totals = tx.usage.totals(within, now, scope, None)
         meters = {p.id: p.meter for p in tx.pools.all()}
         prices = {p.meter: p for p in tx.prices.all()}
-    return rate(scope, within, hours_by_meter(totals, meters), prices)
+        copies = tx.usage.copy_totals(within, now, scope)
+    bill = rate(scope, within, hours_by_meter(totals, meters), prices)
+    return replace(bill, showback=showback(copies))

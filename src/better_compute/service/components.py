@@ -18,12 +18,15 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from fractions import Fraction
 
 from better_compute.domain import endpoints as rules
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import AlreadyExists, InvalidState, NotFound
 from better_compute.domain.events import ComponentChanged
+from better_compute.domain.metering import share
 from better_compute.domain.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.showback import gpu_hour_price
 from better_compute.domain.tenancy import check_ref, tenant_scope
 from better_compute.service.paging import Listing, fetch, page
 from better_compute.service.ports import StorePort, Tx
@@ -75,17 +78,26 @@ Rooms = dict[str, rules.HostRoom]
 """Each node's host room (CPU cores and memory) for copies."""
 
 
-def _partitions(tx: Tx, endpoint: str, variant: str) -> tuple[list[rules.Partition], Rooms]:
-    """The partitions of the variant's cut instances (no layout change under way), and each
-    instance's host room before any copy."""
-    instances = [i for i in tx.endpoints.instances(endpoint) if i.variant == variant]
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """A variant's cut instances: their partitions, each node's host room before any copy, each
+    partition's share of its GPU and each node's price per GPU-hour (showback)."""
+
+    partitions: list[rules.Partition]
+    rooms: Rooms
+    shares: dict[str, Fraction]
+    prices: dict[str, Decimal | None]
+
+
+def _cut(tx: Tx, endpoint: str, variant: rules.Variant) -> Cut:
+    """The variant's instances that are cut (no layout change under way)."""
+    instances = [i for i in tx.endpoints.instances(endpoint) if i.variant == variant.name]
     nodes = [i.node_id for i in instances]
     cut = [n for n in nodes if n not in tx.mig_layouts.of_nodes(nodes)]
-    partitions = [
-        rules.Partition(a.id, a.node, a.gpu_id, f"mig-{a.attributes['migProfile']}")
-        for a in tx.atoms.of_nodes(cut)
-        if a.present and a.cls == "gpu.mig" and isinstance(a.attributes.get("migProfile"), str)
-    ]
+    found = [a for a in tx.atoms.of_nodes(cut) if a.present]
+    mig = [a for a in found if a.cls == "gpu.mig" and isinstance(a.attributes.get("migProfile"), str)]
+    partitions = [rules.Partition(a.id, a.node, a.gpu_id, f"mig-{a.attributes['migProfile']}") for a in mig]
+    gpus = Counter(node for node, _ in {(a.node, a.gpu_id) for a in found})
     hosts = tx.nodes.by_ids(cut)
     rooms = {
         n: rules.HostRoom(
@@ -94,7 +106,12 @@ def _partitions(tx: Tx, endpoint: str, variant: str) -> tuple[list[rules.Partiti
         )
         for n, h in hosts.items()
     }
-    return partitions, rooms
+    return Cut(
+        partitions,
+        rooms,
+        {a.id: share(a) for a in mig},
+        {n: gpu_hour_price(variant.price_per_instance_hour, gpus[n]) for n in cut},
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +123,10 @@ class Plan:
     copies: dict[str, list[CopyRecord]]
     where: dict[tuple[str, int], rules.Partition | None]
     reasons: dict[str, str | None]
+    shares: dict[str, Fraction]
+    """Each partition's share of its GPU, by atom id."""
+    prices: dict[str, Decimal | None]
+    """Each instance's price per GPU-hour, by node id."""
 
     def placed(self, name: str) -> int:
         return sum(1 for c in self.copies[name] if self.where[(name, c.copy)] is not None)
@@ -118,13 +139,19 @@ def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Pla
     found = tx.components.of_endpoint(endpoint)
     specs = {c.name: rules.parse_component(c.spec) for c in found}
     copies = tx.components.copies(sorted(specs))
+    record = tx.endpoints.get(endpoint)
+    variants = {v.name: v for v in rules.parse_endpoint(record.spec).variants} if record else {}
     by_variant: dict[str, tuple[list[rules.Partition], Rooms]] = {}
-    for variant in sorted({s.variant_name for s in specs.values()}):
-        partitions, rooms = _partitions(tx, endpoint, variant)
+    shares: dict[str, Fraction] = {}
+    prices: dict[str, Decimal | None] = {}
+    for variant in sorted({s.variant_name for s in specs.values()} & set(variants)):
+        cut = _cut(tx, endpoint, variants[variant])
         by_variant[variant] = (
-            [p for p in partitions if p.node not in leaving],
-            {n: r for n, r in rooms.items() if n not in leaving},
+            [p for p in cut.partitions if p.node not in leaving],
+            {n: r for n, r in cut.rooms.items() if n not in leaving},
         )
+        shares.update(cut.shares)
+        prices.update(cut.prices)
     valid = {p.atom_id: p for parts, _ in by_variant.values() for p in parts}
     # Each node's host room left after the copies that keep their partition.
     left: Rooms = {n: r for _, rooms in by_variant.values() for n, r in rooms.items()}
@@ -165,7 +192,7 @@ def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Pla
                 )
             if not floor or plan.pending:
                 reasons[name] = plan.reason
-    return Plan(specs, copies, where, reasons)
+    return Plan(specs, copies, where, reasons, shares, prices)
 
 
 def below_floor(plan: Plan) -> tuple[str, int, int] | None:
@@ -179,19 +206,28 @@ def below_floor(plan: Plan) -> tuple[str, int, int] | None:
     return None
 
 
-def apply_in(tx: Tx, plan: Plan) -> dict[str, str | None]:
-    """Write the plan's moves; the reason each component still waits."""
+def apply_in(tx: Tx, plan: Plan, now: datetime) -> dict[str, str | None]:
+    """Write the plan's moves, each copy's showback span closing and opening at `now`; the reason
+    each component still waits."""
     for name, mine in plan.copies.items():
         for c in mine:
             chosen = plan.where[(name, c.copy)]
             atom = chosen.atom_id if chosen is not None else None
             if atom != c.atom_id and c.atom_id is not None:
-                tx.components.place_copy(name, c.copy, None, None)
+                tx.components.place_copy(name, c.copy, None, None, now)
     for name, mine in plan.copies.items():  # freed first, then taken: the unique key never trips
         for c in mine:
             chosen = plan.where[(name, c.copy)]
             if chosen is not None and chosen.atom_id != c.atom_id:
-                tx.components.place_copy(name, c.copy, chosen.atom_id, chosen.node)
+                tx.components.place_copy(
+                    name,
+                    c.copy,
+                    chosen.atom_id,
+                    chosen.node,
+                    now,
+                    plan.shares[chosen.atom_id],
+                    plan.prices.get(chosen.node),
+                )
     return plan.reasons
 
 
@@ -200,8 +236,7 @@ def place_pending_in(tx: Tx, endpoint: str, now: datetime) -> dict[str, str | No
     copy whose partition is gone (its instance re-cut or lost) wait again; the reason each
     component still waits, by component (None: every copy placed). The caller holds the
     endpoint's row lock."""
-    del now
-    return apply_in(tx, plan_in(tx, endpoint))
+    return apply_in(tx, plan_in(tx, endpoint), now)
 
 
 def _view(tx: Tx, record: ComponentRecord, tenant_id: str, reason: str | None = None) -> ComponentView:
@@ -343,7 +378,7 @@ def scale(
             )
         elif new.copies < len(have):
             order = sorted(have, key=lambda c: (c.atom_id is not None, -c.copy))  # waiting, newest first
-            tx.components.drop_copies(name, [c.copy for c in order[: len(have) - new.copies]])
+            tx.components.drop_copies(name, [c.copy for c in order[: len(have) - new.copies]], now)
         tx.components.set_spec(name, rules.component_json(new), now)
         reasons = place_pending_in(tx, endpoint.name, now)
         refreshed = tx.components.get(name)
@@ -359,16 +394,16 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
     with store.begin() as tx:
         record, endpoint = _mine(tx, principal, name, lock=True)
         view = _view(tx, record, endpoint.tenant_id)
-        tx.components.remove([name])
+        tx.components.remove([name], now)
         place_pending_in(tx, endpoint.name, now)
         _changed(tx, view, "deleted", now)
         return view
 
 
-def remove_of_endpoint_in(tx: Tx, endpoint: str) -> list[str]:
+def remove_of_endpoint_in(tx: Tx, endpoint: str, now: datetime) -> list[str]:
     """Remove every component of an endpoint being deleted (the caller holds its lock)."""
     names = [c.name for c in tx.components.of_endpoint(endpoint)]
-    tx.components.remove(names)
+    tx.components.remove(names, now)
     return names
 
 

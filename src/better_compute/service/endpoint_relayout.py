@@ -70,7 +70,7 @@ def next_cut_in(tx: Tx, name: str, now: datetime) -> str | None:
             tx.endpoints.set_status(name, "Updating", reason, now)
             _announce(tx, record, "Updating", now, node=instance.node_id, reason=reason)
         return None
-    components.apply_in(tx, plan)
+    components.apply_in(tx, plan, now)
     from better_compute.service import endpoint_holds
 
     endpoint_holds.release(tx, name, [instance.node_id], now)

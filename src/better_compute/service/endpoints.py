@@ -312,7 +312,7 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
         node_ids = [i.node_id for i in instances]
         pools = tx.pools.of_nodes(node_ids)
         view = _view(tx, record, now)
-        components.remove_of_endpoint_in(tx, name)
+        components.remove_of_endpoint_in(tx, name, now)
         endpoint_holds.release(tx, name, node_ids, now)
         tx.nodes.set_mig_layout(node_ids, None)
         tx.endpoints.remove(name)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.accounting import Held
@@ -43,6 +45,7 @@ from better_compute.domain.records import (
     Tenant,
 )
 from better_compute.domain.scrub import EndedHold
+from better_compute.domain.showback import CopyTotal
 from better_compute.domain.timewin import Window
 from better_compute.domain.workloads import Deployment, RunningReplica, Terminating, Workload
 
@@ -636,6 +639,11 @@ class UsageRepo(Protocol):
         """Bookings with time held in the period, in id order after the booking id `after`."""
         ...
 
+    def copy_totals(self, period: Window, now: datetime, tenant_id: str) -> list[CopyTotal]:
+        """Time the tenant's component copies held partitions in the period, summed by the database
+        per (endpoint, component, share, price per GPU-hour): showback's input."""
+        ...
+
 
 class PriceRepo(Protocol):
     def all(self) -> list[Price]:
@@ -866,15 +874,29 @@ class ComponentRepo(Protocol):
 
     def set_spec(self, name: str, spec: Mapping[str, object], at: datetime) -> None: ...
 
-    def remove(self, names: Sequence[str]) -> None: ...
+    def remove(self, names: Sequence[str], at: datetime) -> None:
+        """Remove the components and their copies, closing each placed copy's span at `at`."""
+        ...
 
     def copies(self, names: Sequence[str]) -> dict[str, list[CopyRecord]]: ...
 
     def add_copies(self, items: Sequence[CopyRecord]) -> None: ...
 
-    def place_copy(self, component: str, copy: int, atom_id: str | None, node_id: str | None) -> None: ...
+    def place_copy(
+        self,
+        component: str,
+        copy: int,
+        atom_id: str | None,
+        node_id: str | None,
+        at: datetime,
+        gpu_share: Fraction | None = None,
+        gpu_hour_price: Decimal | None = None,
+    ) -> None:
+        """Give a copy its partition (None: it waits again): its open span closes at `at`, and a new
+        one opens on the partition at `gpu_share` of its GPU and `gpu_hour_price` (showback)."""
+        ...
 
-    def drop_copies(self, component: str, copies: Sequence[int]) -> None: ...
+    def drop_copies(self, component: str, copies: Sequence[int], at: datetime) -> None: ...
 
 
 class Tx(Protocol):

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, select, update
 
 from better_compute.domain.records import ComponentRecord, CopyRecord
 from better_compute.storage import rows
-from better_compute.storage.tables import component_copies, components
+from better_compute.storage.tables import component_copies, components, copy_spans, endpoints
 
 
 def _component(r: Mapping[str, Any]) -> ComponentRecord:
@@ -68,10 +70,17 @@ class SqlComponents:
             .values(spec=dict(spec), updated_at=at, generation=components.c.generation + 1)
         )
 
-    def remove(self, names: Sequence[str]) -> None:
+    def remove(self, names: Sequence[str], at: datetime) -> None:
         if names:
+            self._close(copy_spans.c.component.in_(list(names)), at)
             self.conn.execute(delete(component_copies).where(component_copies.c.component.in_(list(names))))
             self.conn.execute(delete(components).where(components.c.name.in_(list(names))))
+
+    def _close(self, where: ColumnElement[bool], at: datetime) -> None:
+        """End the open spans `where` selects at `at`."""
+        self.conn.execute(
+            update(copy_spans).where(and_(copy_spans.c.ended_at.is_(None), where)).values(ended_at=at)
+        )
 
     def copies(self, names: Sequence[str]) -> dict[str, list[CopyRecord]]:
         found: dict[str, list[CopyRecord]] = {n: [] for n in names}
@@ -101,16 +110,50 @@ class SqlComponents:
                 ],
             )
 
-    def place_copy(self, component: str, copy: int, atom_id: str | None, node_id: str | None) -> None:
-        """Give a copy its partition (None: it waits again)."""
+    def place_copy(
+        self,
+        component: str,
+        copy: int,
+        atom_id: str | None,
+        node_id: str | None,
+        at: datetime,
+        gpu_share: Fraction | None = None,
+        gpu_hour_price: Decimal | None = None,
+    ) -> None:
+        """Give a copy its partition (None: it waits again), closing its open span at `at` and
+        opening one on the new partition at `gpu_share` of its GPU and `gpu_hour_price`."""
+        self._close(and_(copy_spans.c.component == component, copy_spans.c.copy == copy), at)
         self.conn.execute(
             update(component_copies)
             .where(and_(component_copies.c.component == component, component_copies.c.copy == copy))
             .values(atom_id=atom_id, node_id=node_id)
         )
+        if atom_id is None or node_id is None:
+            return
+        assert gpu_share is not None, "a placed copy's span needs its partition's share"
+        owner = (
+            select(endpoints.c.tenant_id, endpoints.c.name)
+            .select_from(components.join(endpoints, endpoints.c.name == components.c.endpoint))
+            .where(components.c.name == component)
+        )
+        tenant_id, endpoint = self.conn.execute(owner).one()
+        self.conn.execute(
+            copy_spans.insert().values(
+                tenant_id=tenant_id,
+                endpoint=endpoint,
+                component=component,
+                copy=copy,
+                node_id=node_id,
+                atom_id=atom_id,
+                gpu_share=str(gpu_share),
+                gpu_hour_price=None if gpu_hour_price is None else str(gpu_hour_price),
+                started_at=at,
+            )
+        )
 
-    def drop_copies(self, component: str, copies: Sequence[int]) -> None:
+    def drop_copies(self, component: str, copies: Sequence[int], at: datetime) -> None:
         if copies:
+            self._close(and_(copy_spans.c.component == component, copy_spans.c.copy.in_(list(copies))), at)
             self.conn.execute(
                 delete(component_copies).where(
                     component_copies.c.component == component, component_copies.c.copy.in_(list(copies))

@@ -510,3 +510,31 @@ component_copies = Table(
     Column("node_id", String(128), nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
 )
+
+copy_spans = Table(
+    # Showback (docs/endpoints.md): each span a copy held a partition, with the partition's share of
+    # its GPU and the endpoint's price per GPU-hour (NULL: unpriced) when it was placed. Open while
+    # it holds it (`ended_at` NULL), at most one open span a copy; kept after the endpoint is gone.
+    "copy_spans",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant_id", String(64), nullable=False),
+    Column("endpoint", String(63), nullable=False),
+    Column("component", String(63), nullable=False),
+    Column("copy", Integer, nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Column("atom_id", String(32), nullable=False),
+    Column("gpu_share", String(32), nullable=False),
+    Column("gpu_hour_price", String(40), nullable=True),
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("ended_at", UtcDateTime, nullable=True),
+    Index("ix_copy_spans_tenant_started", "tenant_id", "started_at"),
+    Index(
+        "ux_copy_spans_open",
+        "component",
+        "copy",
+        unique=True,
+        sqlite_where=text("ended_at IS NULL"),
+        postgresql_where=text("ended_at IS NULL"),
+    ),
+)

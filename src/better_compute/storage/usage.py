@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import Connection, and_, func, literal, select, text
 
 from better_compute.domain.atoms import Atom
 from better_compute.domain.metering import UNMETERED, HeldTotal, MeteredBooking, parse_share, share
+from better_compute.domain.showback import CopyTotal
 from better_compute.domain.timewin import Window
 from better_compute.storage.db import UtcDateTime
 from better_compute.storage.ledger import booking_id, booking_key, sqlite_time
@@ -65,6 +67,20 @@ def _totals_sql(dialect: str, tenant: bool, pool: bool) -> str:
     )
 
 
+def _copy_totals_sql(dialect: str) -> str:
+    """Held time of a tenant's copy spans in the period, per (endpoint, component, share, price):
+    the bookings' clipping and exact microseconds, over `copy_spans` (an open span: up to now)."""
+    clip, held = (_CLIP_PG, _HELD_PG) if dialect == "postgresql" else (_CLIP_SQLITE, _HELD_SQLITE)
+    return (
+        "SELECT endpoint, component, gpu_share, gpu_hour_price, SUM(" + held + ") AS held FROM ("
+        " SELECT b.endpoint, b.component, b.gpu_share, b.gpu_hour_price, " + clip + " FROM ("
+        " SELECT endpoint, component, gpu_share, gpu_hour_price, started_at AS starts_at,"
+        " ended_at AS ends_at FROM copy_spans WHERE tenant_id = :tenant AND started_at < :until) b"
+        " WHERE " + _IN_PERIOD.removeprefix(" AND ") + ") clipped"
+        " GROUP BY endpoint, component, gpu_share, gpu_hour_price"
+    )
+
+
 class SqlUsage:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -90,6 +106,18 @@ class SqlUsage:
             summed[0] += int(held)
             summed[1] += int(count)
         return [HeldTotal(t, p, s, held, n) for (t, p, s), (held, n) in out.items()]
+
+    def copy_totals(self, period: Window, now: datetime, tenant_id: str) -> list[CopyTotal]:
+        """Held time of the tenant's component copies in the period, summed by the database."""
+        sql = _copy_totals_sql(self.conn.dialect.name)
+        found = self.conn.execute(text(sql), {**self._times(period, now), "tenant": tenant_id})
+        return [
+            CopyTotal(
+                endpoint, component, parse_share(shared), None if price is None else Decimal(price), int(held)
+            )
+            for endpoint, component, shared, price, held in found
+            if int(held) > 0
+        ]
 
     def bookings(
         self,

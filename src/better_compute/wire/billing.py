@@ -78,15 +78,29 @@ class BillLinePublic(WireAnswer):
     currency: str | None = Field(default=None, exclude_if=lambda v: v is None)
 
 
+class ShowbackLinePublic(WireAnswer):
+    """One component's part of its endpoint's cost in the period: its copies' GPU-hours (each copy's
+    partition share of its GPU times the time it held it, 6 places) and, when the endpoint has a
+    price, their cost at the endpoint's price per GPU-hour (2 places, in the endpoint's price's
+    currency)."""
+
+    endpoint: str
+    component: str
+    gpu_hours: str
+    amount: str | None = Field(default=None, exclude_if=lambda v: v is None)
+
+
 class BillPublic(WireAnswer):
     """A tenant's bill: one line per meter used in the period. `total`, the sum of the lines'
-    amounts, is there when every line has an amount in one currency."""
+    amounts, is there when every line has an amount in one currency. `showback` splits the
+    tenant's inference endpoints' cost per component, beside the lines (not in the total)."""
 
     tenant_id: str
     from_: datetime = Field(alias="from")
     to: datetime
     lines: list[BillLinePublic]
     total: str | None = Field(default=None, exclude_if=lambda v: v is None)
+    showback: list[ShowbackLinePublic] = Field(default_factory=list)
 
 
 class PriceSet(WireRequest):
