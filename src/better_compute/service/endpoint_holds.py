@@ -3,7 +3,8 @@ atom of it is booked open-ended under the endpoint's allocation (`endpoint:<name
 so no reservation or workload lands on the endpoint's partitions and no quota counts them. The
 layout gate's partition holds cover the node until then, and the gate hands over to this hold in
 the transaction that applies the change (`take_over`), so the node is never free in between, and
-the endpoint's waiting component copies take the new partitions there and then."""
+the endpoint's waiting component copies take the new partitions there and then. The gate then goes
+on with a live relayout's next instance (`endpoint_relayout.next_cut_in`)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,27 @@ from better_compute.domain.atoms import Atom
 from better_compute.domain.endpoints import endpoint_allocation_id
 from better_compute.domain.events import LedgerReleased
 from better_compute.domain.timewin import Window
-from better_compute.service import components, endpoint_relayout
+from better_compute.service import components
 from better_compute.service.ports import Tx
 
 
-def take_over(tx: Tx, node_id: str, now: datetime) -> bool:
+def take_over(tx: Tx, node_id: str, now: datetime) -> str | None:
     """When the node serves an endpoint, book all its atoms for it from `now` on (the caller has
-    just ended the gate's holds at `now`); False when it serves none."""
+    just ended the gate's holds at `now`) and give its partitions to the endpoint's waiting copies;
+    the endpoint's name, its row locked, for the caller to go on with a live relayout (None: the
+    node serves no endpoint, or one being deleted)."""
     instance = tx.endpoints.instances_of_nodes([node_id]).get(node_id)
     if instance is None:
-        return False
+        return None
     ids = [a for family in tx.atoms.ids_by_gpu([node_id]).values() for a in family]
     if ids:
         allocation = endpoint_allocation_id(instance.endpoint, node_id)
         tx.ledger.book(ids, Window(now, None), allocation, None, now, require_bookable=False)
-    # Its partitions take the endpoint's waiting copies now (after the node's lock, its endpoint's),
-    # and a live relayout goes on to its next instance.
-    if tx.endpoints.get(instance.endpoint, lock=True) is not None:
-        components.place_pending_in(tx, instance.endpoint, now)
-        endpoint_relayout.next_cut_in(tx, instance.endpoint, now)
-    return True
+    # Its partitions take the endpoint's waiting copies now (after the node's lock, its endpoint's).
+    if tx.endpoints.get(instance.endpoint, lock=True) is None:
+        return None
+    components.place_pending_in(tx, instance.endpoint, now)
+    return instance.endpoint
 
 
 def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:

@@ -30,7 +30,7 @@ from better_compute.domain import endpoints as rules
 from better_compute.domain import mig_gate as gate_rules
 from better_compute.domain.events import EndpointUpdated, NodeMigGranted
 from better_compute.domain.records import EndpointRecord, MigLayoutGate
-from better_compute.service import components, partition_holds
+from better_compute.service import components, endpoint_holds, partition_holds
 from better_compute.service.ports import Tx
 
 
@@ -71,8 +71,6 @@ def next_cut_in(tx: Tx, name: str, now: datetime) -> str | None:
             _announce(tx, record, "Updating", now, node=instance.node_id, reason=reason)
         return None
     components.apply_in(tx, plan, now)
-    from better_compute.service import endpoint_holds
-
     endpoint_holds.release(tx, name, [instance.node_id], now)
     node = tx.nodes.by_ids([instance.node_id])[instance.node_id]
     pool = tx.pools.of_nodes([instance.node_id])[instance.node_id]

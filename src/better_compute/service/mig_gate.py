@@ -26,7 +26,7 @@ from better_compute.domain import mig_gate as rules
 from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.records import MigLayoutGate
-from better_compute.service import endpoint_holds, partition_holds
+from better_compute.service import endpoint_holds, endpoint_relayout, partition_holds
 from better_compute.service.clock import Clock
 from better_compute.service.inventory import ingest_in
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
@@ -124,7 +124,9 @@ def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) ->
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
     if not undone:  # an endpoint's instance, cut: the endpoint holds it from the moment the gate lets go
-        endpoint_holds.take_over(tx, gate.node_id, now)
+        serving = endpoint_holds.take_over(tx, gate.node_id, now)
+        if serving is not None:  # and a live relayout goes on to its next instance
+            endpoint_relayout.next_cut_in(tx, serving, now)
     layout = gate.frozen_layout if undone else gate.pending_layout
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
