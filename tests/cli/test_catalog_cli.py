@@ -321,3 +321,10 @@ def test_advise_endpoint_reads_stdin_and_refuses_what_it_cannot_use(tmp_path: Pa
     assert missing.exit_code == 2
     not_yaml = runner.invoke(app, ["advise", "--endpoint", "-"], input="models: [")
     assert not_yaml.exit_code == 2 and "not YAML or JSON" in not_yaml.stderr
+
+
+def test_advise_endpoint_runs_on_the_readmes_example_file() -> None:
+    path = Path(__file__).resolve().parents[2] / "examples" / "endpoint-models.yaml"
+    body = _json(["advise", "--endpoint", str(path), "--price", "H100-80GB=63.296/8", "--json"])
+    assert body["proposal"]["gpu"] == "H100-80GB"  # type: ignore[index]
+    assert len(body["models"]) == 3  # type: ignore[index]

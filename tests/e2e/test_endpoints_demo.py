@@ -65,3 +65,7 @@ def test_an_endpoint_goes_in_service_and_relayouts_live_keeping_min_copies(tmp_p
         ] * 2
         updates = compute.events.list(type="endpoint.updated").items
         assert [e.payload["status"] for e in updates][-1] == "InService"
+        # Showback: the bill splits the endpoint's cost over the three components' copies.
+        bill = compute.bills.get("platform")
+        assert {line.component for line in bill.showback} == set(floors)
+        assert all(line.endpoint == "chat" and float(line.gpu_hours) > 0 for line in bill.showback)
