@@ -9,6 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from better_compute.cli.app import app
+from better_compute.domain.endpoints import parse_component
 
 runner = CliRunner()
 
@@ -296,6 +297,9 @@ def test_advise_endpoint_proposes_the_cheapest_endpoint_in_the_shape_endpoints_c
         "pricePerInstanceHour": 25.251286,
     }
     assert [c["name"] for c in proposal["components"]] == ["summarizer", "embedder", "chat"]
+    for made in proposal["components"]:  # what components create takes, once the endpoint is named
+        parse_component({**made, "endpointName": "e", "variantName": "AllTraffic"})
+    assert proposal["headroomGiB"]["chat"] == 7.439
     h100 = body["plans"][1]  # type: ignore[index]
     assert {c["name"]: c["partitionType"] for c in h100["components"]}["chat"] == "mig-3g.40gb"
     chat = body["models"][2]  # type: ignore[index]
@@ -321,6 +325,10 @@ def test_advise_endpoint_reads_stdin_and_refuses_what_it_cannot_use(tmp_path: Pa
     assert missing.exit_code == 2
     not_yaml = runner.invoke(app, ["advise", "--endpoint", "-"], input="models: [")
     assert not_yaml.exit_code == 2 and "not YAML or JSON" in not_yaml.stderr
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("#" * (2 << 20))
+    too_big = runner.invoke(app, ["advise", "--endpoint", str(huge), "--json"])
+    assert too_big.exit_code == 2 and "over 1048576 characters" in too_big.stdout
 
 
 def test_advise_endpoint_runs_on_the_readmes_example_file() -> None:

@@ -127,6 +127,8 @@ def test_the_rtx_pro_6000_maximal_layouts_are_the_seeds_four_splits() -> None:
         ({"models": [{"name": "a", "paramsB": 8, "context": 10}]}, "models[0].model"),
         ({"models": [served("a", paramsB=-1)]}, "models[0].paramsB"),
         ({"models": [served("a")], "prices": {}}, "models"),
+        ({"models": [{1: 2, "context": 3}]}, "models[0]"),
+        ({"models": [served("a b.c")]}, "models[0].name"),
     ],
 )
 def test_a_malformed_models_file_is_refused_naming_the_field(raw: dict[str, Any], field: str) -> None:

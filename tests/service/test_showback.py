@@ -5,6 +5,7 @@ endpoint's price per GPU-hour. On SQLite and PostgreSQL, through `bills.get`."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from pathlib import Path
@@ -12,12 +13,20 @@ from pathlib import Path
 from sqlalchemy import text
 
 from better_compute.domain.showback import ShowbackLine
-from better_compute.service import components, endpoints
+from better_compute.service import components, endpoints, inventory
 from better_compute.service.bills import get_bill
 from better_compute.service.mig_gate import Reconciler
+from better_compute.storage import migrate
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
-from tests.service.test_endpoints import PLATFORM, component, in_service, relayout, two_instances
+from tests.service.test_endpoints import (
+    PLATFORM,
+    body,
+    component,
+    in_service,
+    relayout,
+    two_instances,
+)
 
 HOUR = timedelta(hours=1)
 PER_GPU_HOUR = Fraction(2525, 100) / 2
@@ -128,3 +137,43 @@ def utc(at: datetime | str) -> datetime:
     """A time as the database hands it back (SQLite: text), made aware."""
     parsed = datetime.fromisoformat(at) if isinstance(at, str) else at
     return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def test_copies_placed_before_the_upgrade_get_an_open_unpriced_span(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    in_service(world)
+    components.create(store, PLATFORM, component("small", 3), world.clock.now)
+    migrate.downgrade(store.engine, "0021")
+    migrate.upgrade(store.engine)
+    with store.engine.connect() as conn:
+        spans = conn.execute(
+            text("SELECT copy, gpu_share, gpu_hour_price, ended_at FROM copy_spans ORDER BY copy")
+        ).all()
+    assert [(c, share, price, ended) for c, share, price, ended in spans] == [
+        (0, "2/7", None, None),
+        (1, "2/7", None, None),
+        (2, "2/7", None, None),
+    ]
+
+
+def test_copies_on_a_gpu_that_disappears_wait_and_stop_counting(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    start = world.clock.now
+    small = components.create(store, PLATFORM, component("small", 4), start)  # every 2g.20gb of n-1
+    lost = small.copies[0].gpu_id
+    world.clock.now = start + HOUR
+    report = fake.report()
+    inventory.ingest(
+        store, [replace(report, gpus=tuple(g for g in report.gpus if g.uuid != lost))], world.clock.now
+    )
+    after = components.get(store, PLATFORM, "small")
+    assert sorted(c.state for c in after.copies) == ["pending", "pending", "placed", "placed"]
+    assert all(c.gpu_id != lost for c in after.copies if c.state == "placed")
+    world.clock.now = start + 2 * HOUR
+    day = (start - timedelta(days=1)).isoformat(), (start + timedelta(days=1)).isoformat()
+    assert showback(world, *day)["small"].gpu_hours == 4 * Fraction(2, 7) + 2 * Fraction(2, 7)

@@ -361,20 +361,24 @@ def _advice_json(advice: Advice) -> dict[str, Any]:
 
 
 MAX_ENDPOINT_FILE = 1 << 20
-"""Bytes an `advise --endpoint` file may hold."""
+"""Characters an `advise --endpoint` file may hold."""
 
 
 def _advise_endpoint(
     path: Path, gpu: str | None, prices: list[Price], *, show_all: bool, output: Output, as_json: bool
 ) -> None:
     try:
-        text = sys.stdin.read(MAX_ENDPOINT_FILE + 1) if str(path) == "-" else path.read_text()
+        if str(path) == "-":
+            text = sys.stdin.read(MAX_ENDPOINT_FILE + 1)
+        else:
+            with path.open(encoding="utf-8") as f:  # never more than the limit, whatever the file
+                text = f.read(MAX_ENDPOINT_FILE + 1)
     except (OSError, UnicodeDecodeError) as exc:
         stderr().print(f"error: --endpoint {path}: {exc}", markup=False)
         raise typer.Exit(REFUSED) from exc
     try:
         if len(text) > MAX_ENDPOINT_FILE:
-            raise InvalidInput(f"the models file is over {MAX_ENDPOINT_FILE} bytes", {"field": "models"})
+            raise InvalidInput(f"the models file is over {MAX_ENDPOINT_FILE} characters", {"field": "models"})
         try:
             raw = yaml.safe_load(text)
         except yaml.YAMLError as exc:

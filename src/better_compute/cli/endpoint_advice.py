@@ -2,7 +2,8 @@
 every partition type that holds each model as a GPU option with its cost per unit.
 
 `--json` gives the proposal's `variant` in the very shape `endpoints create` takes, and its
-`components` in the shape `components create` takes, so a script can pass them on.
+`components` in the shape `components create` takes once `endpointName` and `variantName` are
+filled in, so a script can pass them on.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ def plan_json(plan: EndpointPlan) -> dict[str, Any]:
         "components": [
             {
                 "name": c.name,
+                "model": c.model,
                 "partitionType": c.partition_type,
                 "devicesRequired": 1,
                 "copies": c.copies,
-                "headroomGiB": c.headroom_gib,
             }
             for c in plan.components
         ],
+        "headroomGiB": {c.name: c.headroom_gib for c in plan.components},
         "spare": dict(plan.spare),
     }
 
@@ -152,16 +154,7 @@ def show_endpoint_advice(advice: EndpointAdvice, *, top: int | None, output: Out
     print_fitted(
         console,
         PLAN_COLUMNS,
-        [
-            [
-                p.gpu,
-                str(p.instance_count),
-                str(p.gpus),
-                _money(p.price_per_hour),
-                ", ".join(p.partition_types),
-            ]
-            for p in advice.plans
-        ],
+        [_plan_row(p) for p in advice.plans],
         output,
     )
     for u in advice.unservable:

@@ -12,7 +12,9 @@ every maximal layout (one no partition can be added to: a smaller one holds noth
 price) is tried; for a layout the fewest instances that hold every model's copies are found, each
 component on a single type (its type is fixed for life, so copies are not split across types), then
 the plans are ranked by the hourly price (or, unpriced, by the GPUs they take), then by the memory
-the copies take (the smallest partitions that serve each model), then by the name of the layout.
+the copies take, then by the name of the layout. Within a layout, the search tries each model's
+smallest type first, so the copies tend to the smallest partitions that serve them; the instance
+count is the fewest there is, the memory is not always the least.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from better_compute.domain.catalog import GpuModel, MigProfile, get_model, mig_models
+from better_compute.domain.endpoints import check_endpoint_name
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.layouts import Layout, is_valid
 from better_compute.domain.sizing import (
@@ -114,6 +117,8 @@ def _served(raw: Any, index: int) -> ServedModel:
     where = f"models[{index}]"
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{where} must be a mapping", {"field": where})
+    if not all(isinstance(k, str) for k in raw):
+        raise InvalidInput(f"{where}: every field name must be text", {"field": where})
     unknown = sorted(set(raw) - _MODEL_FIELDS)
     if unknown:
         raise InvalidInput(
@@ -136,9 +141,8 @@ def _served(raw: Any, index: int) -> ServedModel:
             f"{where} needs model (a preset), or paramsB with layers, kvHeads and headDim",
             {"field": f"{where}.model"},
         )
-    name = raw.get("name", spec.name if model is not None else f"model-{index}")
-    if not isinstance(name, str) or not name.strip() or len(name) > 63:
-        raise InvalidInput(f"{where}.name must be 1 to 63 characters", {"field": f"{where}.name"})
+    # A model becomes a component, so its name is a component's name.
+    name = check_endpoint_name(raw.get("name", f"model-{index}"), f"{where}.name")
     dtype = raw.get("dtype", "fp16")
     kv_dtype = raw.get("kvDtype")
     for field, value in (("dtype", dtype), ("kvDtype", kv_dtype)):
@@ -148,7 +152,7 @@ def _served(raw: Any, index: int) -> ServedModel:
     if isinstance(overhead, bool) or not isinstance(overhead, int | float) or not 0 <= overhead <= 1024:
         raise InvalidInput(f"{where}.overheadGiB must be from 0 to 1024", {"field": f"{where}.overheadGiB"})
     served = ServedModel(
-        name=name.strip(),
+        name=name,
         spec=spec,
         dtype=dtype,
         context=_int(raw.get("context"), f"{where}.context", 1, MAX_CONTEXT),
@@ -194,6 +198,7 @@ class ModelPlacement:
     """Where a plan puts one model: its partition type and copies, and the headroom each keeps."""
 
     name: str
+    model: str
     partition_type: str
     copies: int
     headroom_gib: float
@@ -353,7 +358,11 @@ def _plan(
             used[t] += s.model.copies
             placements.append(
                 ModelPlacement(
-                    s.model.name, f"mig-{types[t][0]}", s.model.copies, round(memory[t] - s.need.total_gib, 3)
+                    s.model.name,
+                    s.model.spec.name,
+                    f"mig-{types[t][0]}",
+                    s.model.copies,
+                    round(memory[t] - s.need.total_gib, 3),
                 )
             )
         ordered = sorted(types, key=lambda c: (-gpu.profile(c[0]).memory_gib, c[0]))

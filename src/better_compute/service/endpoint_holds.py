@@ -59,6 +59,17 @@ def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
         tx.ledger.book(sorted(ids), Window(now, None), allocation, None, now, require_bookable=False)
 
 
+def replan_lost_in(tx: Tx, gone: Sequence[Atom], now: datetime) -> None:
+    """Atoms gone from nodes serving an endpoint (a GPU lost, an instance destroyed under it): the
+    copies on them wait again, and take other free partitions, at `now`, so a copy never runs, or
+    counts in showback, on a partition that is not there. Called by ingestion under the nodes'
+    locks (then each endpoint's, the documented order)."""
+    serving = tx.endpoints.instances_of_nodes(sorted({a.node for a in gone}))
+    for name in sorted({i.endpoint for i in serving.values()}):
+        if tx.endpoints.get(name, lock=True) is not None:
+            components.place_pending_in(tx, name, now)
+
+
 def release(tx: Tx, name: str, nodes: Sequence[str], now: datetime) -> None:
     """End the endpoint's hold on these nodes at `now`."""
     for node in sorted(nodes):
@@ -66,4 +77,4 @@ def release(tx: Tx, name: str, nodes: Sequence[str], now: datetime) -> None:
         tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
 
 
-__all__ = ["hold_new_atoms_in", "release", "take_over"]
+__all__ = ["hold_new_atoms_in", "release", "replan_lost_in", "take_over"]

@@ -131,6 +131,9 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     tx.gpus.put(sorted(gpu_rows, key=lambda g: g.id))
     tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
     fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
+    gone = [a for a in atom_rows if not a.present and a.id in old_atoms and old_atoms[a.id].present]
+    if gone:  # copies of an endpoint's components on them wait again, and move if they can
+        endpoint_holds.replan_lost_in(tx, gone, now)
     if fresh:
         # A node under a layout change holds its new atoms too, until the change is applied; one
         # serving an endpoint holds them for it.

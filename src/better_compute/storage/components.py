@@ -130,7 +130,8 @@ class SqlComponents:
         )
         if atom_id is None or node_id is None:
             return
-        assert gpu_share is not None, "a placed copy's span needs its partition's share"
+        if gpu_share is None:
+            raise ValueError(f"copy {copy} of {component} is placed without its partition's share")
         owner = (
             select(endpoints.c.tenant_id, endpoints.c.name)
             .select_from(components.join(endpoints, endpoints.c.name == components.c.endpoint))

@@ -81,8 +81,8 @@ class BillLinePublic(WireAnswer):
 class ShowbackLinePublic(WireAnswer):
     """One component's part of its endpoint's cost in the period: its copies' GPU-hours (each copy's
     partition share of its GPU times the time it held it, 6 places) and, when the endpoint has a
-    price, their cost at the endpoint's price per GPU-hour (2 places, in the endpoint's price's
-    currency)."""
+    price, their cost at the endpoint's price per GPU-hour (2 places; the endpoint's price names no
+    currency, so neither does this)."""
 
     endpoint: str
     component: str

@@ -2,11 +2,17 @@
 the partition's share of its GPU and the endpoint's price per GPU-hour when it was placed. A copy
 has at most one open span (the partial unique index), closed when it moves, waits or is removed.
 
+A copy already placed when the database is upgraded gets an open span from the upgrade on, with no
+price (its endpoint's price was not recorded with it): its showback counts from then, unpriced,
+until the copy next moves.
+
 Revision ID: 0022
 Revises: 0021
 """
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import sqlalchemy as sa
 from alembic import op
@@ -44,6 +50,15 @@ def upgrade() -> None:
         sqlite_where=sa.text("ended_at IS NULL"),
         postgresql_where=sa.text("ended_at IS NULL"),
     )
+    placed = sa.text(
+        "INSERT INTO copy_spans (tenant_id, endpoint, component, copy, node_id, atom_id, gpu_share,"
+        " gpu_hour_price, started_at)"
+        " SELECT e.tenant_id, e.name, cc.component, cc.copy, cc.node_id, cc.atom_id, a.gpu_share, NULL, :now"
+        " FROM component_copies cc JOIN components c ON c.name = cc.component"
+        " JOIN endpoints e ON e.name = c.endpoint JOIN atoms a ON a.id = cc.atom_id"
+        " WHERE cc.node_id IS NOT NULL AND a.gpu_share IS NOT NULL"
+    ).bindparams(sa.bindparam("now", type_=UtcDateTime()))
+    op.get_bind().execute(placed, {"now": datetime.now(UTC)})
 
 
 def downgrade() -> None:
