@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from better_compute import __version__
-from better_compute.api import docs, errors, guards, links, metrics, operations, refusals, version
+from better_compute.api import console, docs, errors, guards, links, metrics, operations, refusals, version
 from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
     bills,
@@ -75,6 +75,7 @@ def create_app(
     app.include_router(bills.router)
     app.include_router(prices.router)
     app.include_router(doctor.router)
+    console.install(app)
     links.install(app)
     refusals.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.

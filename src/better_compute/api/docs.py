@@ -9,7 +9,7 @@ once there is one, to the console).
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
@@ -43,8 +43,10 @@ def install(app: FastAPI) -> None:
         return get_swagger_ui_oauth2_redirect_html()
 
     @app.get("/", include_in_schema=False)
-    def root() -> RedirectResponse:
-        return RedirectResponse(DOCS_PATH, status_code=307)
+    def root(request: Request) -> RedirectResponse:
+        """A browser (it asks for HTML) goes to the console; anything else to the API's docs."""
+        wants_html = "text/html" in request.headers.get("accept", "")
+        return RedirectResponse("/console" if wants_html else DOCS_PATH, status_code=307)
 
 
 __all__ = ["install"]

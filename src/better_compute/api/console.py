@@ -1,0 +1,201 @@
+"""The web console (SPEC 10) at `/console`: server-rendered pages over the same tokens as the API.
+
+- **Log in** with a token (`POST /console/login`, form field `token`): it is checked as a bearer
+  token is, then kept in a cookie marked HttpOnly and SameSite=Strict (Secure over HTTPS), scoped
+  to `/console`. Every page checks it again, so a revoked token logs the browser out at once.
+- **Forms are CSRF-safe** twice over: SameSite=Strict keeps the cookie off other sites' requests,
+  and every form that changes something carries a token derived from the cookie
+  (`csrf_for`), which another site can neither read nor forge.
+- **A tenant sees only its own**: the pages read through the same services and visibility rules as
+  the API (`service.console`); another tenant's pool is NOT_FOUND, shown as a 404 page.
+- Pages are sent with a strict Content-Security-Policy (no inline script, nothing from elsewhere)
+  and are never cached.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from datetime import timedelta
+from typing import Annotated, Any
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from better_compute.api.deps import services_of
+from better_compute.domain.console import STATES
+from better_compute.domain.credentials import Principal, bearer_token
+from better_compute.domain.errors import DomainError, NotFound, Unauthenticated
+from better_compute.domain.timewin import Window
+from better_compute.service import console, credentials
+from better_compute.web import STATIC, TEMPLATES
+
+COOKIE = "bc_console"
+PREFIX = "/console"
+PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"))
+"""The console's pages, in the order the navigation lists them."""
+MAX_FORM_BYTES = 4096
+"""The largest login or logout form read: a token is at most 260 characters."""
+DEFAULT_DAYS = 1
+MAX_DAYS = 31
+"""How far either side of now the bookings timeline reaches by default, and at most."""
+
+HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none';"
+    " form-action 'self'; base-uri 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+"""Sent with every page. `style-src 'unsafe-inline'` allows the `style` attributes that place each
+drawn piece (no script runs from them)."""
+
+_env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]))
+
+
+def csrf_for(token: str) -> str:
+    """The form token of a session: a keyed digest of its cookie. Only a page served to the holder
+    of the cookie carries it; another site can neither read the cookie nor compute this."""
+    return hmac.new(token.encode(), b"better-compute console form", hashlib.sha256).hexdigest()
+
+
+def _render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
+    context.setdefault("pages", PAGES)
+    context.setdefault("who", None)
+    html = _env.get_template(template).render(**context)
+    return HTMLResponse(html, status_code=status, headers=HEADERS)
+
+
+def _session(request: Request) -> tuple[Principal, str] | None:
+    """The principal behind the console cookie, and the cookie; None when there is none or it is
+    no longer good (unknown, revoked, malformed)."""
+    token = request.cookies.get(COOKIE)
+    if not token:
+        return None
+    try:
+        bearer_token(f"Bearer {token}")
+        return credentials.authenticate(services_of(request).store, token), token
+    except Unauthenticated:
+        return None
+
+
+def _who(principal: Principal) -> str:
+    return "fleet admin" if principal.is_admin else f"tenant {principal.tenant_id}"
+
+
+def _to_login() -> RedirectResponse:
+    response = RedirectResponse(f"{PREFIX}/login", status_code=303)
+    response.delete_cookie(COOKIE, path=PREFIX)
+    return response
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """A small url-encoded form: its first value per field; an oversized body reads as empty."""
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return {}
+    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {k: v[0] for k, v in fields.items() if v}
+
+
+def _page(request: Request, name: str, template: str, **context: Any) -> Response:
+    session = _session(request)
+    if session is None:
+        return _to_login()
+    principal, token = session
+    return _render(template, page=name, who=_who(principal), csrf=csrf_for(token), **context)
+
+
+def _not_found(request: Request, error: DomainError) -> Response:
+    session = _session(request)
+    who = _who(session[0]) if session else None
+    csrf = csrf_for(session[1]) if session else ""
+    return _render("error.html", 404, page="", who=who, csrf=csrf, message=error.message)
+
+
+def _days(text: str | None) -> int:
+    """The timeline's reach either side of now, in days: the default when not a number, held
+    within 1 to MAX_DAYS (a page never refuses a range; it shows the nearest it may)."""
+    try:
+        asked = int(text) if text is not None else DEFAULT_DAYS
+    except ValueError:
+        asked = DEFAULT_DAYS
+    return max(1, min(MAX_DAYS, asked))
+
+
+def install(app: FastAPI) -> None:
+    """Add the console's routes and static files to `app`."""
+    app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC), name="console-static")
+
+    @app.get(PREFIX, include_in_schema=False)
+    def console_root(request: Request) -> Response:
+        target = "fleet" if _session(request) else "login"
+        return RedirectResponse(f"{PREFIX}/{target}", status_code=303)
+
+    @app.get(f"{PREFIX}/login", include_in_schema=False)
+    def login_page(request: Request) -> Response:
+        if _session(request) is not None:
+            return RedirectResponse(f"{PREFIX}/fleet", status_code=303)
+        return _render("login.html", page="login")
+
+    @app.post(f"{PREFIX}/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        token = (await _form(request)).get("token", "").strip()
+        try:
+            bearer_token(f"Bearer {token}")
+            credentials.authenticate(services_of(request).store, token)
+        except Unauthenticated as refused:
+            return _render("login.html", 401, page="login", error=f"Not logged in: {refused.message}.")
+        response = RedirectResponse(f"{PREFIX}/fleet", status_code=303)
+        response.set_cookie(
+            COOKIE,
+            token,
+            path=PREFIX,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+        return response
+
+    @app.post(f"{PREFIX}/logout", include_in_schema=False)
+    async def logout(request: Request) -> Response:
+        session = _session(request)
+        sent = (await _form(request)).get("csrf", "")
+        if session is not None and not hmac.compare_digest(sent, csrf_for(session[1])):
+            return _render("error.html", 403, page="", message="This form is not from this console.")
+        return _to_login()
+
+    @app.get(f"{PREFIX}/fleet", include_in_schema=False)
+    def fleet_page(request: Request) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        services = services_of(request)
+        page = console.fleet(services.store, session[0], services.clock())
+        return _page(request, "fleet", "fleet.html", states=STATES, fleet=page)
+
+    @app.get(f"{PREFIX}/bookings", include_in_schema=False)
+    def bookings_page(
+        request: Request,
+        pool: Annotated[str | None, Query(max_length=64)] = None,
+        days: Annotated[str | None, Query(max_length=8)] = None,
+    ) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        reach = _days(days)
+        services = services_of(request)
+        now = services.clock()
+        window = Window(now - timedelta(days=reach), now + timedelta(days=reach))
+        try:
+            timeline = console.bookings(services.store, session[0], pool, window, now)
+        except NotFound as missing:
+            return _not_found(request, missing)
+        return _page(request, "bookings", "bookings.html", timeline=timeline, days=reach, max_days=MAX_DAYS)
+
+
+__all__ = ["COOKIE", "csrf_for", "install"]

@@ -1,0 +1,203 @@
+"""What the console's pages show (SPEC 10), read in one transaction each, as far as the caller may
+see: a tenant sees the pools it may use, the admin the whole fleet (GPUs in no pool too).
+
+- `fleet`: clusters → nodes → GPUs, each GPU drawn as a bar of its pieces (`domain.console`), with
+  a node's layout change under way (its layout now and the one it is going to) beside it;
+- `bookings`: one pool's atoms as rows and the bookings on them over a range, as bars.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from better_compute.domain.atoms import Atom
+from better_compute.domain.console import GpuBar, Holder, gpu_bar
+from better_compute.domain.credentials import Principal
+from better_compute.domain.ledger import is_partition_change
+from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.timewin import Window
+from better_compute.service.pools import get_pool, visible_pool_ids
+from better_compute.service.ports import LiveBooking, StorePort, Tx
+
+__all__ = ["BookingBar", "FleetNode", "FleetPage", "PoolTimeline", "TimelineRow", "bookings", "fleet"]
+
+_CHUNK = 500
+"""Atom ids per `live_on` query (an IN list)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    node_id: str
+    cluster_id: str
+    pool_id: str | None
+    cordoned: bool
+    layout: str | None
+    """The MIG layout the node carries (its pool's, or its own), None outside mig pools."""
+    pending_layout: str | None
+    """The layout a change under way takes it to (None: none under way)."""
+    gpus: tuple[GpuBar, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPage:
+    at: datetime
+    clusters: tuple[tuple[str, tuple[FleetNode, ...]], ...]
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(n.gpus) for _, nodes in self.clusters for n in nodes)
+
+
+def _live(tx: Tx, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
+    ids = list(atom_ids)
+    return [b for i in range(0, len(ids), _CHUNK) for b in tx.ledger.live_on(ids[i : i + _CHUNK], since)]
+
+
+def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
+    """Every GPU the caller may see, drawn as it is at `now`."""
+    visible = visible_pool_ids(store, principal)
+    with store.read() as tx:
+        atoms = [
+            a
+            for a in tx.atoms.page(pool_id=None, cls=None, bookable=None, limit=None, after=None)
+            if visible is None or a.pool_id in visible
+        ]
+        on = {a.gpu_id for a in atoms}
+        gpus = [g for g in tx.gpus.page(None, None, None) if g.id in on and g.present]
+        node_ids = sorted({g.node_id for g in gpus})
+        nodes = tx.nodes.by_ids(node_ids)
+        pools = tx.pools.of_nodes(node_ids)
+        gates = tx.mig_layouts.of_nodes(node_ids)
+        held: dict[str, list[Holder]] = defaultdict(list)
+        for b in _live(tx, sorted(a.id for a in atoms), now):
+            if b.starts_at <= now:
+                held[b.atom_id].append(Holder(b.allocation_id, b.tenant_id))
+    by_gpu: dict[str, list[Atom]] = defaultdict(list)
+    for a in atoms:
+        by_gpu[a.gpu_id].append(a)
+    by_cluster: dict[str, list[FleetNode]] = defaultdict(list)
+    for node_id in node_ids:
+        node = nodes[node_id]
+        pool = pools.get(node_id)
+        gate = gates.get(node_id)
+        bars = tuple(
+            gpu_bar(
+                g,
+                by_gpu[g.id],
+                held,
+                changing=gate is not None,
+                viewer=principal.tenant_id,
+                is_admin=principal.is_admin,
+            )
+            for g in sorted((g for g in gpus if g.node_id == node_id), key=lambda g: g.index)
+        )
+        mig = pool is not None and pool.mode == "mig"
+        layout = told_layout(pool, None, own=node.mig_layout) if mig else None
+        by_cluster[node.cluster_id].append(
+            FleetNode(
+                node_id,
+                node.cluster_id,
+                pool.id if pool else None,
+                node.cordoned,
+                gate.frozen_layout if gate is not None else layout,
+                gate.pending_layout if gate is not None else None,
+                bars,
+            )
+        )
+    return FleetPage(now, tuple((c, tuple(ns)) for c, ns in sorted(by_cluster.items())))
+
+
+@dataclass(frozen=True, slots=True)
+class BookingBar:
+    """One booking on a row, clipped to the range: where it starts and how long, in percent."""
+
+    allocation_id: str
+    label: str
+    kind: str
+    """`booking` (a tenant's), `hold` (an endpoint's or the fleet's own) or `changing` (a partition
+    change's window)."""
+    start: datetime
+    end: datetime | None
+    left: str
+    width: str
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineRow:
+    atom_id: str
+    label: str
+    bars: tuple[BookingBar, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolTimeline:
+    pool_id: str
+    pool_ids: tuple[str, ...]
+    """Every pool the caller may pick."""
+    window: Window
+    now_left: str
+    rows: tuple[TimelineRow, ...]
+
+
+def _percent(part: float) -> str:
+    return f"{max(0.0, min(100.0, part * 100)):.4f}%"
+
+
+def bookings(
+    store: StorePort, principal: Principal, pool_id: str | None, window: Window, now: datetime
+) -> PoolTimeline:
+    """The pool's atoms and the bookings on them over `window` (bounded). NOT_FOUND for a pool the
+    caller may not see; with no pool named, the first the caller may see."""
+    visible = visible_pool_ids(store, principal)
+    with store.read() as tx:
+        every = sorted(p.id for p in tx.pools.all() if visible is None or p.id in visible)
+    if pool_id is None:
+        pool_id = every[0] if every else None
+    if pool_id is None:
+        return PoolTimeline("", (), window, _percent(0), ())
+    get_pool(store, principal, pool_id)  # NOT_FOUND unless the caller may see it
+    assert window.end is not None, "a timeline's range is bounded"
+    lo, hi = window.start.timestamp(), window.end.timestamp()
+    span = hi - lo
+    with store.read() as tx:
+        atoms = sorted(
+            (a for a in tx.atoms.of_pool(pool_id) if a.bookable or a.partition_pending),
+            key=lambda a: (a.node, a.gpu_id, a.key),
+        )
+        gpus = {g.id: g for g in tx.gpus.of_nodes(sorted({a.node for a in atoms}))}
+        live = [b for b in _live(tx, [a.id for a in atoms], window.start) if b.starts_at < window.end]
+    on: dict[str, list[LiveBooking]] = defaultdict(list)
+    for b in live:
+        on[b.atom_id].append(b)
+    rows = []
+    for a in atoms:
+        gpu = gpus.get(a.gpu_id)
+        label = f"{a.node} GPU {gpu.index if gpu else '?'} {a.attributes.get('migProfile') or a.key}"
+        bars = []
+        for b in sorted(on[a.id], key=lambda b: b.starts_at):
+            start = max(b.starts_at.timestamp(), lo)
+            end = min(b.ends_at.timestamp() if b.ends_at else hi, hi)
+            if is_partition_change(b.allocation_id):
+                kind, shown = "changing", "partition change"
+            elif b.tenant_id is None:
+                kind, shown = "hold", b.allocation_id.split(":")[0] + " hold"
+            else:
+                kind = "booking"
+                mine = principal.is_admin or b.tenant_id == principal.tenant_id
+                shown = f"{b.allocation_id} ({b.tenant_id})" if mine else "taken"
+            bars.append(
+                BookingBar(
+                    b.allocation_id if kind != "booking" or shown != "taken" else "",
+                    shown,
+                    kind,
+                    b.starts_at,
+                    b.ends_at,
+                    _percent((start - lo) / span),
+                    _percent((end - start) / span),
+                )
+            )
+        rows.append(TimelineRow(a.id, label, tuple(bars)))
+    return PoolTimeline(pool_id, tuple(every), window, _percent((now.timestamp() - lo) / span), tuple(rows))

@@ -1,0 +1,152 @@
+"""The web console's pages and session, over the app (the browser tests drive the same pages in
+Chromium): log in with a token kept in an HttpOnly, SameSite=Strict cookie; CSRF-safe logout; each
+GPU drawn on its placement units; a tenant sees only its own; bad tokens and unknown pools answer
+with a page, never a traceback."""
+
+from __future__ import annotations
+
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from better_compute.api.console import COOKIE, csrf_for
+from better_compute.domain.layouts import validate
+from better_compute.storage.store import Store
+from tests.builders import tenant_token
+from tests.node_world import NodeWorld
+
+
+def logged_in(world: NodeWorld, token: str) -> None:
+    answer = world.http.post("/console/login", data={"token": token}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/console/fleet", answer.text
+    cookie = answer.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie and "Path=/console" in cookie
+
+
+class _Gpus(HTMLParser):
+    """Each drawn GPU (`div.gpu`) with its cells' data attributes, style and label."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gpus: list[dict[str, Any]] = []
+        self._cell: dict[str, Any] | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        classes = (found.get("class") or "").split()
+        if "gpu" in classes:
+            self.gpus.append({"units": found["data-units"], "mode": found["data-mode"], "cells": []})
+        elif "cell" in classes:
+            self._cell = {
+                "start": found["data-start"],
+                "size": found["data-size"],
+                "style": found["style"],
+                "state": classes[1],
+                "title": found["title"],
+                "label": "",
+            }
+            self.gpus[-1]["cells"].append(self._cell)
+
+    def handle_data(self, data: str) -> None:
+        if self._cell is not None and data.strip():
+            self._cell["label"] = data.strip()
+            self._cell = None
+
+
+def drawn_gpus(html: str) -> list[dict[str, Any]]:
+    parser = _Gpus()
+    parser.feed(html)
+    return parser.gpus
+
+
+def token_of(headers: dict[str, str]) -> str:
+    return headers["Authorization"].removeprefix("Bearer ")
+
+
+def test_pages_send_a_logged_out_browser_to_the_login_form_and_a_bad_token_is_told_why(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    for path in ("/console", "/console/fleet", "/console/bookings"):
+        answer = world.http.get(path, follow_redirects=False)
+        assert answer.status_code == 303 and answer.headers["location"] == "/console/login"
+    refused = world.http.post("/console/login", data={"token": "bc_" + "x" * 30})
+    assert refused.status_code == 401 and "Not logged in: unknown token." in refused.text
+    malformed = world.http.post("/console/login", data={"token": "<script>"})
+    assert malformed.status_code == 401 and "<script>" not in malformed.text
+    empty = world.http.post("/console/login", content=b"token=" + b"a" * 10_000)
+    assert empty.status_code == 401
+    browser = world.http.get("/", headers={"Accept": "text/html"}, follow_redirects=False)
+    assert browser.headers["location"] == "/console"
+    assert world.http.get("/", follow_redirects=False).headers["location"] == "/docs"
+
+
+def test_the_fleet_draws_every_mig_instance_at_its_placement(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(True)
+    logged_in(world, token_of(world.admin))
+    page = world.http.get("/console/fleet")
+    assert page.status_code == 200
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert page.headers["cache-control"] == "no-store"
+    placed = {
+        (i.profile, i.start, i.size) for i in validate("mixed:3g.40gb+2x2g.20gb", "H100-80GB").instances
+    }
+    gpus = drawn_gpus(page.text)
+    assert len(gpus) == 4 and all(g["units"] == "8" and g["mode"] == "mig" for g in gpus)
+    for gpu in gpus:
+        shown = {(c["label"], int(c["start"]), int(c["size"])) for c in gpu["cells"]}
+        assert shown == placed
+        for c in gpu["cells"]:
+            assert c["style"] == f"left: {int(c['start']) * 12.5:.4f}%; width: {int(c['size']) * 12.5:.4f}%"
+
+
+def test_a_tenant_sees_only_its_own_and_another_tenants_pool_is_not_found(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(True)
+    reserved = world.http.post(
+        "/v1/reservations",
+        json={"poolId": "p1", "duration": "2h", "devices": [{"class": "gpu.mig", "count": 1}]},
+        headers=world.platform,
+    )
+    assert reserved.status_code == 201, reserved.text
+    rid = reserved.json()["id"]
+    logged_in(world, token_of(world.platform))
+    mine = world.http.get("/console/bookings?pool=p1&days=2")
+    assert mine.status_code == 200 and f"{rid} (platform)" in mine.text
+    cells = [c for g in drawn_gpus(world.http.get("/console/fleet").text) for c in g["cells"]]
+    assert [c["title"] for c in cells if c["state"] == "state-booked"] == [
+        f"1g.10gb · booked · {rid} (platform)"
+    ]
+    world.http.cookies.clear()
+    logged_in(world, tenant_token(store, "acme"))
+    theirs = world.http.get("/console/bookings?pool=p1")
+    assert theirs.status_code == 404 and "pool p1 not found" in theirs.text
+    assert rid not in world.http.get("/console/fleet").text
+    assert world.http.get("/console/bookings?days=nonsense").status_code == 200  # acme has no pool
+
+
+def test_logout_needs_the_pages_form_token_and_a_revoked_token_is_logged_out(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    token = tenant_token(store, "platform")
+    logged_in(world, token)
+    forged = world.http.post("/console/logout", data={"csrf": "0" * 64})
+    assert forged.status_code == 403
+    assert world.http.get("/console/fleet", follow_redirects=False).status_code == 200
+    page = world.http.get("/console/fleet").text
+    assert f'name="csrf" value="{csrf_for(token)}"' in page
+    out = world.http.post("/console/logout", data={"csrf": csrf_for(token)}, follow_redirects=False)
+    assert out.status_code == 303 and f'{COOKIE}=""' in out.headers["set-cookie"]
+    world.http.cookies.clear()
+    logged_in(world, token)
+    credential = world.http.get("/v1/credentials", headers=world.admin).json()["items"]
+    for c in credential:
+        if c.get("tenantId") == "platform":
+            world.http.post(f"/v1/credentials/{c['id']}/revoke", headers=world.admin)
+    assert world.http.get("/console/fleet", follow_redirects=False).headers["location"] == "/console/login"
