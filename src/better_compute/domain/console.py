@@ -4,8 +4,9 @@ real start and width, and each piece's state and holder.
 A MIG instance sits where the GPU placed it (`placement_start`, `placement_size` as NVML reports
 them, on the model's placement axis: a 3g.40gb on an H100 spans 4 of 8 units); time-slice and MPS
 slots are equal cells; a whole GPU is one cell. A piece is `changing` while a layout change holds
-its node or its GPU waits for a MIG mode change (its pending mode is not its current one), `unhealthy` when its GPU is, `booked` while a
-booking holds it now (a tenant's, an endpoint's or a layout change's), and `free` otherwise. The
+its node or its GPU waits for a MIG mode change (its pending mode differs from its current one),
+`unhealthy` when its GPU is, `booked` while a booking holds it now (a tenant's, an endpoint's or a
+layout change's), and `free` otherwise. The
 holder is named to the admin and to the holder's own tenant; anyone else sees that it is taken.
 """
 
