@@ -118,6 +118,8 @@ def test_a_tenant_sees_only_its_own_and_another_tenants_pool_is_not_found(
     logged_in(world, token_of(world.platform))
     mine = world.http.get("/console/bookings?pool=p1&days=2")
     assert mine.status_code == 200 and f"{rid} (platform)" in mine.text
+    busy = world.http.get("/console/bookings?pool=p1&busy=1").text
+    assert busy.count('class="trow"') == 1 and f"{rid} (platform)" in busy
     cells = [c for g in drawn_gpus(world.http.get("/console/fleet").text) for c in g["cells"]]
     assert [c["title"] for c in cells if c["state"] == "state-booked"] == [
         f"1g.10gb · booked · {rid} (platform)"

@@ -183,6 +183,7 @@ def install(app: FastAPI) -> None:
         request: Request,
         pool: Annotated[str | None, Query(max_length=64)] = None,
         days: Annotated[str | None, Query(max_length=8)] = None,
+        busy: Annotated[str | None, Query(max_length=8)] = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -192,10 +193,18 @@ def install(app: FastAPI) -> None:
         now = services.clock()
         window = Window(now - timedelta(days=reach), now + timedelta(days=reach))
         try:
-            timeline = console.bookings(services.store, session[0], pool, window, now)
+            timeline = console.bookings(services.store, session[0], pool, window, now, busy_only=busy == "1")
         except NotFound as missing:
             return _not_found(request, missing)
-        return _page(request, "bookings", "bookings.html", timeline=timeline, days=reach, max_days=MAX_DAYS)
+        return _page(
+            request,
+            "bookings",
+            "bookings.html",
+            timeline=timeline,
+            days=reach,
+            max_days=MAX_DAYS,
+            busy=busy == "1",
+        )
 
 
 __all__ = ["COOKIE", "csrf_for", "install"]

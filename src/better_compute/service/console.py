@@ -35,7 +35,8 @@ class FleetNode:
     pool_id: str | None
     cordoned: bool
     layout: str | None
-    """The MIG layout the node carries (its pool's, or its own), None outside mig pools."""
+    """The MIG layout the node is told (its pool's, or an endpoint's); None outside mig pools and
+    for a node that keeps its own (`carriesPoolLayout: false`)."""
     pending_layout: str | None
     """The layout a change under way takes it to (None: none under way)."""
     gpus: tuple[GpuBar, ...]
@@ -94,7 +95,7 @@ def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
             )
             for g in sorted((g for g in gpus if g.node_id == node_id), key=lambda g: g.index)
         )
-        mig = pool is not None and pool.mode == "mig"
+        mig = pool is not None and pool.mode == "mig" and node.carries_pool_layout
         layout = told_layout(pool, None, own=node.mig_layout) if mig else None
         by_cluster[node.cluster_id].append(
             FleetNode(
@@ -147,10 +148,17 @@ def _percent(part: float) -> str:
 
 
 def bookings(
-    store: StorePort, principal: Principal, pool_id: str | None, window: Window, now: datetime
+    store: StorePort,
+    principal: Principal,
+    pool_id: str | None,
+    window: Window,
+    now: datetime,
+    *,
+    busy_only: bool = False,
 ) -> PoolTimeline:
-    """The pool's atoms and the bookings on them over `window` (bounded). NOT_FOUND for a pool the
-    caller may not see; with no pool named, the first the caller may see."""
+    """The pool's atoms and the bookings on them over `window` (bounded), by node, GPU and piece;
+    `busy_only`: only the atoms with a booking in the range. NOT_FOUND for a pool the caller may
+    not see; with no pool named, the first the caller may see."""
     visible = visible_pool_ids(store, principal)
     with store.read() as tx:
         every = sorted(p.id for p in tx.pools.all() if visible is None or p.id in visible)
@@ -163,11 +171,9 @@ def bookings(
     lo, hi = window.start.timestamp(), window.end.timestamp()
     span = hi - lo
     with store.read() as tx:
-        atoms = sorted(
-            (a for a in tx.atoms.of_pool(pool_id) if a.bookable or a.partition_pending),
-            key=lambda a: (a.node, a.gpu_id, a.key),
-        )
+        atoms = [a for a in tx.atoms.of_pool(pool_id) if a.bookable or a.partition_pending]
         gpus = {g.id: g for g in tx.gpus.of_nodes(sorted({a.node for a in atoms}))}
+        atoms.sort(key=lambda a: (a.node, gpus[a.gpu_id].index if a.gpu_id in gpus else -1, a.key))
         live = [b for b in _live(tx, [a.id for a in atoms], window.start) if b.starts_at < window.end]
     on: dict[str, list[LiveBooking]] = defaultdict(list)
     for b in live:
@@ -199,5 +205,6 @@ def bookings(
                     _percent((end - start) / span),
                 )
             )
-        rows.append(TimelineRow(a.id, label, tuple(bars)))
+        if bars or not busy_only:
+            rows.append(TimelineRow(a.id, label, tuple(bars)))
     return PoolTimeline(pool_id, tuple(every), window, _percent((now.timestamp() - lo) / span), tuple(rows))

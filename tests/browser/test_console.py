@@ -1,0 +1,124 @@
+"""The console in real headless Chromium, on the demo fleet (`make run`'s): log in, see every GPU
+drawn with the right number of pieces at the widths the placement table gives, see a 3g.40gb
+booking on the timeline and on its GPU, see a tenant refused another tenant's pool, and no error
+in the browser's console. A screenshot of each page is written under the test's temp dir (and to
+$BC_SCREENSHOTS when set, as docs/img's were made)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import httpx
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
+
+from better_compute.domain.layouts import validate
+from tests.e2e.conftest import Server
+
+SELECTOR_3G = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]}
+
+
+def log_in(browser: webdriver.Chrome, server: Server, token: str) -> None:
+    browser.delete_all_cookies()
+    browser.get(f"{server.url}/console")
+    assert browser.current_url.endswith("/console/login")
+    browser.find_element(By.ID, "token").send_keys(token)
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    WebDriverWait(browser, 10).until(
+        lambda b: b.current_url.endswith("/console/fleet") or b.find_elements(By.CSS_SELECTOR, ".error")
+    )
+    assert browser.current_url.endswith("/console/fleet"), browser.find_element(By.TAG_NAME, "main").text
+
+
+def screenshot(browser: webdriver.Chrome, tmp_path: Path, name: str) -> None:
+    path = tmp_path / f"{name}.png"
+    browser.save_screenshot(str(path))
+    wanted = os.environ.get("BC_SCREENSHOTS")
+    if wanted:
+        Path(wanted).mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, Path(wanted) / path.name)
+
+
+def errors_in_console(browser: webdriver.Chrome) -> list[str]:
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def drawn(browser: webdriver.Chrome, node: str) -> list[list[dict[str, float | str]]]:
+    """Each GPU of `node` as its cells: label, start and size as placed, left and width as drawn,
+    over the bar's width."""
+    script = """
+    const node = document.querySelector(`article.node[data-node="${arguments[0]}"]`);
+    return [...node.querySelectorAll("div.gpu")].map(gpu => {
+      const bar = gpu.getBoundingClientRect();
+      return [...gpu.querySelectorAll("div.cell")].map(cell => {
+        const r = cell.getBoundingClientRect();
+        return {label: cell.innerText.trim(), start: +cell.dataset.start, size: +cell.dataset.size,
+                units: +gpu.dataset.units, left: (r.left - bar.left - gpu.clientLeft) / gpu.clientWidth,
+                width: r.width / gpu.clientWidth, state: cell.className, title: cell.title};
+      });
+    });
+    """
+    return browser.execute_script(script, node)  # type: ignore[no-any-return]
+
+
+def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_apart(
+    console_server: Server, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    server = console_server
+    log_in(browser, server, server.admin_token)
+    screenshot(browser, tmp_path, "fleet")
+    for node, layout, model in (
+        ("euw-h100-b", "mixed:3g.40gb+2x2g.20gb", "H100-80GB"),
+        ("euw-h100-a-1", "all-1g.10gb", "H100-80GB"),
+    ):
+        table = sorted((i.profile, i.start, i.size) for i in validate(layout, model).instances)
+        gpus = drawn(browser, node)
+        assert len(gpus) == 8, node
+        for cells in gpus:
+            assert sorted((str(c["label"]), c["start"], c["size"]) for c in cells) == table
+            for c in cells:  # drawn where placed: the width less the 2 px gap between pieces
+                assert abs(float(c["left"]) - float(c["start"]) / float(c["units"])) < 0.005, c
+                assert abs(float(c["width"]) - float(c["size"]) / float(c["units"])) < 0.01, c
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}) as api:
+        made = api.post(
+            "/v1/reservations",
+            json={
+                "tenantId": "platform",
+                "poolId": "h100-mig",
+                "duration": "4h",
+                "devices": [{"class": "gpu.mig", "count": 1, "selector": SELECTOR_3G}],
+            },
+        )
+        assert made.status_code == 201, made.text
+        rid = made.json()["id"]
+        acme = api.post("/v1/credentials", json={"tenantId": "acme", "name": "console"})
+        assert acme.status_code == 201, acme.text
+    browser.get(f"{server.url}/console/bookings?pool=h100-mig&days=1&busy=1")
+    bars = browser.find_elements(By.CSS_SELECTOR, f'.tbar[data-allocation="{rid}"]')
+    assert len(bars) == 1 and "(platform)" in bars[0].get_attribute("title")  # type: ignore[operator]
+    screenshot(browser, tmp_path, "bookings")
+    browser.get(f"{server.url}/console/fleet")
+    held = [
+        c
+        for node in ("euw-h100-b", "euw-h100-a-1", "euw-h100-a-2")
+        for cells in drawn(browser, node)
+        for c in cells
+        if rid in str(c["title"])
+    ]
+    assert [(c["label"], "state-booked" in str(c["state"])) for c in held] == [("3g.40gb", True)]
+    assert errors_in_console(browser) == []
+
+    log_in(browser, server, acme.json()["token"])
+    browser.get(f"{server.url}/console/bookings?pool=h100-mig")
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Not here"
+    assert "pool h100-mig not found" in browser.find_element(By.CSS_SELECTOR, ".error").text
+    screenshot(browser, tmp_path, "tenant-refused")
+    browser.get(f"{server.url}/console/fleet")
+    assert rid not in browser.page_source
+    errors = [e for e in errors_in_console(browser) if "404" not in e]  # the refused page itself
+    assert errors == [], json.dumps(errors)
