@@ -5,6 +5,8 @@ with a page, never a traceback."""
 
 from __future__ import annotations
 
+import re
+from datetime import timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -152,3 +154,36 @@ def test_logout_needs_the_pages_form_token_and_a_revoked_token_is_logged_out(
         if c.get("tenantId") == "platform":
             world.http.post(f"/v1/credentials/{c['id']}/revoke", headers=world.admin)
     assert world.http.get("/console/fleet", follow_redirects=False).headers["location"] == "/console/login"
+
+
+def test_usage_charts_what_was_used_and_the_bill_downloads_as_csv(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(True)
+    world.http.put(
+        "/v1/prices",
+        json={"meter": "gpu.hours", "perHour": "7", "currency": "EUR"},
+        headers=world.admin,
+    )
+    start = world.clock.now
+    reserved = world.http.post(
+        "/v1/reservations",
+        json={"poolId": "p1", "duration": "1h", "devices": [{"class": "gpu.mig", "count": 7}]},
+        headers=world.platform,
+    )
+    assert reserved.status_code == 201, reserved.text
+    world.clock.now = start + timedelta(hours=2)
+    logged_in(world, token_of(world.platform))
+    page = world.http.get("/console/usage?days=1")
+    assert page.status_code == 200
+    assert page.text.count("<figure") == 2 and "platform · " in page.text
+    assert re.search(r"<th scope=\"row\">[^<]+</th><td>1.000000</td>", page.text)  # 7 x 1/7 for 1 h
+    csv_answer = world.http.get(f"/console/usage/bill.csv?month={start:%Y-%m}")
+    assert csv_answer.status_code == 200 and csv_answer.headers["content-type"].startswith("text/csv")
+    rows = csv_answer.text.splitlines()
+    assert rows[0] == "tenant,from,to,meter,gpu_hours,amount,currency"
+    assert rows[1].startswith("platform,") and ",1.000000," in rows[1]
+    # A tenant asking for another tenant's bill gets its own.
+    assert world.http.get("/console/usage/bill.csv?tenant=acme").text.splitlines()[1].startswith("platform,")
+    world.http.cookies.clear()
+    assert world.http.get("/console/usage/bill.csv", follow_redirects=False).status_code == 303

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -41,6 +42,10 @@ def screenshot(browser: webdriver.Chrome, tmp_path: Path, name: str) -> None:
     if wanted:
         Path(wanted).mkdir(parents=True, exist_ok=True)
         shutil.copy(path, Path(wanted) / path.name)
+
+
+def month_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m")
 
 
 def errors_in_console(browser: webdriver.Chrome) -> list[str]:
@@ -111,6 +116,16 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
         if rid in str(c["title"])
     ]
     assert [(c["label"], "state-booked" in str(c["state"])) for c in held] == [("3g.40gb", True)]
+    browser.get(f"{server.url}/console/usage?days=1&tenant=platform")
+    charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
+    assert len(charts) == 2
+    assert charts[0].find_elements(By.CSS_SELECTOR, "rect")  # platform's booking, by tenant and meter
+    assert (
+        "platform · gpu.h100.hours" in browser.find_element(By.CSS_SELECTOR, "figure.chart figcaption").text
+    )
+    link = browser.find_element(By.LINK_TEXT, "Download CSV").get_attribute("href")
+    assert link is not None and link.endswith("/console/usage/bill.csv?tenant=platform&month=" + month_now())
+    screenshot(browser, tmp_path, "usage")
     assert errors_in_console(browser) == []
 
     log_in(browser, server, acme.json()["token"])

@@ -14,9 +14,12 @@
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import hmac
-from datetime import timedelta
+import io
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qs
 
@@ -25,17 +28,21 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from better_compute.api.console_charts import stacked
 from better_compute.api.deps import services_of
+from better_compute.domain.accounting import Grid, grid_of
+from better_compute.domain.billing import month_of
 from better_compute.domain.console import STATES
 from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.domain.errors import DomainError, NotFound, Unauthenticated
+from better_compute.domain.metering import shown
 from better_compute.domain.timewin import Window
 from better_compute.service import console, credentials
 from better_compute.web import STATIC, TEMPLATES
 
 COOKIE = "bc_console"
 PREFIX = "/console"
-PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"))
+PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"), ("usage", "Usage"))
 """The console's pages, in the order the navigation lists them."""
 MAX_FORM_BYTES = 4096
 """The largest login or logout form read: a token is at most 260 characters."""
@@ -127,6 +134,34 @@ def _days(text: str | None) -> int:
     return max(1, min(MAX_DAYS, asked))
 
 
+_MONTH = re.compile(r"^(\d{4})-(\d{2})$")
+STATE_ORDER = ("booked", "changing", "unhealthy", "cordoned", "free")
+"""The capacity chart's stack, bottom up: use first, idle last."""
+
+
+def _month(text: str | None, now: datetime) -> Window:
+    """The calendar month (UTC) `YYYY-MM` names; this month when it names none."""
+    found = _MONTH.match(text or "")
+    if found and 1 <= int(found[2]) <= 12 and 1970 <= int(found[1]) <= 9998:
+        return month_of(datetime(int(found[1]), int(found[2]), 1, tzinfo=UTC))
+    return month_of(now)
+
+
+def _usage(
+    request: Request, session: tuple[Principal, str], days: str | None, tenant: str | None, month: str | None
+) -> console.UsagePage:
+    services = services_of(request)
+    now = services.clock()
+    reach = _days(days)
+    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    grid = grid_of(end - timedelta(days=reach), end, "1h" if reach <= 2 else "1d")
+    return console.usage(services.store, session[0], grid, now, bill_tenant=tenant, month=_month(month, now))
+
+
+def _label(window: Window, grid: Grid) -> str:
+    return window.start.strftime("%H:%M" if grid.size < timedelta(days=1) else "%m-%d")
+
+
 def install(app: FastAPI) -> None:
     """Add the console's routes and static files to `app`."""
     app.mount(f"{PREFIX}/static", StaticFiles(directory=STATIC), name="console-static")
@@ -205,6 +240,75 @@ def install(app: FastAPI) -> None:
             max_days=MAX_DAYS,
             busy=busy == "1",
         )
+
+    @app.get(f"{PREFIX}/usage", include_in_schema=False)
+    def usage_page(
+        request: Request,
+        days: Annotated[str | None, Query(max_length=8)] = None,
+        tenant: Annotated[str | None, Query(max_length=64)] = None,
+        month: Annotated[str | None, Query(max_length=8)] = None,
+    ) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        page = _usage(request, session, days, tenant, month)
+        used_series = sorted({k for _, hours in page.used for k in hours})
+        used = stacked(
+            [(_label(w, page.grid), {k: float(v) for k, v in hours.items()}) for w, hours in page.used],
+            used_series,
+        )
+        states = stacked(
+            [(_label(w, page.grid), {k: float(v) for k, v in h.by_state().items()}) for w, h in page.states],
+            STATE_ORDER,
+        )
+        return _page(
+            request,
+            "usage",
+            "usage.html",
+            usage=page,
+            used=used,
+            states=states,
+            days=_days(days),
+            max_days=MAX_DAYS,
+            month=page.bill.period.start.strftime("%Y-%m") if page.bill else "",
+            shown=shown,
+        )
+
+    @app.get(f"{PREFIX}/usage/bill.csv", include_in_schema=False)
+    def bill_csv(
+        request: Request,
+        tenant: Annotated[str | None, Query(max_length=64)] = None,
+        month: Annotated[str | None, Query(max_length=8)] = None,
+    ) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        page = _usage(request, session, "1", tenant, month)
+        if page.bill is None:
+            return _render("error.html", 404, page="", message="No bill to download.")
+        bill = page.bill
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(["tenant", "from", "to", "meter", "gpu_hours", "amount", "currency"])
+        for line in bill.lines:
+            writer.writerow(
+                [
+                    bill.tenant_id,
+                    bill.period.start.isoformat(),
+                    bill.period.end.isoformat() if bill.period.end else "",
+                    line.meter,
+                    shown(line.hours),
+                    "" if line.amount is None else str(line.amount),
+                    line.currency or "",
+                ]
+            )
+        if bill.total is not None:
+            writer.writerow(
+                [bill.tenant_id, "", "", "total", "", str(bill.total), bill.lines[0].currency or ""]
+            )
+        name = f"bill-{bill.tenant_id}-{bill.period.start.strftime('%Y-%m')}.csv"
+        headers = {**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'}
+        return Response(out.getvalue(), media_type="text/csv", headers=headers)
 
 
 __all__ = ["COOKIE", "csrf_for", "install"]

@@ -3,7 +3,8 @@ see: a tenant sees the pools it may use, the admin the whole fleet (GPUs in no p
 
 - `fleet`: clusters → nodes → GPUs, each GPU drawn as a bar of its pieces (`domain.console`), with
   a node's layout change under way (its layout now and the one it is going to) beside it;
-- `bookings`: one pool's atoms as rows and the bookings on them over a range, as bars.
+- `bookings`: one pool's atoms as rows and the bookings on them over a range, as bars;
+- `usage`: GPU-hours by tenant and meter over time, the capacity's hours by state, and a bill.
 """
 
 from __future__ import annotations
@@ -12,17 +13,33 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from fractions import Fraction
 
+from better_compute.domain.accounting import Grid, StateHours
 from better_compute.domain.atoms import Atom
+from better_compute.domain.billing import Bill
 from better_compute.domain.console import GpuBar, Holder, gpu_bar
 from better_compute.domain.credentials import Principal
 from better_compute.domain.ledger import is_partition_change
+from better_compute.domain.metering import UNMETERED
 from better_compute.domain.mig_gate import told_layout
 from better_compute.domain.timewin import Window
+from better_compute.service import capacity
+from better_compute.service.bills import get_bill
 from better_compute.service.pools import get_pool, visible_pool_ids
 from better_compute.service.ports import LiveBooking, StorePort, Tx
 
-__all__ = ["BookingBar", "FleetNode", "FleetPage", "PoolTimeline", "TimelineRow", "bookings", "fleet"]
+__all__ = [
+    "BookingBar",
+    "FleetNode",
+    "FleetPage",
+    "PoolTimeline",
+    "TimelineRow",
+    "UsagePage",
+    "bookings",
+    "fleet",
+    "usage",
+]
 
 _CHUNK = 500
 """Atom ids per `live_on` query (an IN list)."""
@@ -208,3 +225,54 @@ def bookings(
         if bars or not busy_only:
             rows.append(TimelineRow(a.id, label, tuple(bars)))
     return PoolTimeline(pool_id, tuple(every), window, _percent((now.timestamp() - lo) / span), tuple(rows))
+
+
+@dataclass(frozen=True, slots=True)
+class UsagePage:
+    """GPU-hours used per bucket by tenant and meter, the capacity's hours by state per bucket, and
+    the bill of one tenant for one month."""
+
+    grid: Grid
+    used: tuple[tuple[Window, dict[str, Fraction]], ...]
+    """Per bucket: `<tenant> · <meter>` to GPU-hours."""
+    states: tuple[tuple[Window, StateHours], ...]
+    tenants: tuple[str, ...]
+    """The tenants whose bill the caller may read."""
+    bill: Bill | None
+
+
+def usage(
+    store: StorePort,
+    principal: Principal,
+    grid: Grid,
+    now: datetime,
+    *,
+    bill_tenant: str | None,
+    month: Window,
+) -> UsagePage:
+    """What the usage page shows: a tenant sees its own use and bill, and the capacity of the pools
+    it may see; the admin everyone's. `bill_tenant` None: the caller's own (the admin's first
+    tenant's)."""
+    with store.read() as tx:
+        meters = {p.id: p.meter for p in tx.pools.all()}
+        tenants = (
+            tuple(t.id for t in tx.tenants.page(None, None))
+            if principal.is_admin
+            else (principal.tenant_id or "",)
+        )
+        used = []
+        for window in grid.buckets():
+            hours: dict[str, Fraction] = defaultdict(Fraction)
+            for total in tx.usage.totals(window, now, principal.tenant_id, None):
+                key = f"{total.tenant_id} · {meters.get(total.pool_id or '', UNMETERED)}"
+                hours[key] += total.hours
+            used.append((window, dict(hours)))
+    states = capacity.accounting(store, principal, None, grid).buckets
+    chosen = bill_tenant if bill_tenant in tenants else (tenants[0] if tenants else None)
+    bill = None
+    if chosen:
+        assert month.end is not None, "a month is bounded"
+        bill = get_bill(
+            store, principal, chosen, since=month.start.isoformat(), until=month.end.isoformat(), now=now
+        )
+    return UsagePage(grid, tuple(used), states, tenants, bill)
