@@ -187,3 +187,28 @@ def test_usage_charts_what_was_used_and_the_bill_downloads_as_csv(store: Store, 
     assert world.http.get("/console/usage/bill.csv?tenant=acme").text.splitlines()[1].startswith("platform,")
     world.http.cookies.clear()
     assert world.http.get("/console/usage/bill.csv", follow_redirects=False).status_code == 303
+
+
+def test_the_reserve_form_books_through_admission_and_shows_its_answer(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    for node in ("n-1", "n-2"):
+        daemon, _ = world.daemon(node)
+        assert daemon.step(True)
+    token = token_of(world.platform)
+    logged_in(world, token)
+    form = world.http.get("/console/reserve")
+    assert form.status_code == 200 and '<option value="p1"' in form.text
+    ask = {"csrf": csrf_for(token), "pool": "p1", "class": "gpu.mig", "count": "4", "profile": "3g.40gb"}
+    made = world.http.post("/console/reserve", data={**ask, "duration": "4h"})
+    assert made.status_code == 201 and "Reserved rsv-" in made.text, made.text
+    rid = re.search(r"Reserved (rsv-\w+)", made.text)
+    assert rid is not None
+    timeline = world.http.get("/console/bookings?pool=p1&busy=1").text
+    assert timeline.count(f'data-allocation="{rid[1]}"') == 4  # one bar per 3g.40gb it holds
+    short = world.http.post("/console/reserve", data={**ask, "count": "1", "duration": "1h"})
+    assert short.status_code == 422 and "Not reserved: INSUFFICIENT_CAPACITY" in short.text
+    assert "Earliest start: <strong>" in short.text  # when the four end
+    bad = world.http.post("/console/reserve", data={**ask, "duration": "forever"})
+    assert bad.status_code == 422 and "Not reserved: INVALID_INPUT" in bad.text
+    forged = world.http.post("/console/reserve", data={**ask, "csrf": "x", "duration": "1h"})
+    assert forged.status_code == 403

@@ -1,6 +1,6 @@
 """The console in real headless Chromium, on the demo fleet (`make run`'s): log in, see every GPU
-drawn with the right number of pieces at the widths the placement table gives, see a 3g.40gb
-booking on the timeline and on its GPU, see a tenant refused another tenant's pool, and no error
+drawn with the right number of pieces at the widths the placement table gives, book a 3g.40gb
+through the form and see it on the timeline and on its GPU, see the usage charts, see a tenant refused another tenant's pool, and no error
 in the browser's console. A screenshot of each page is written under the test's temp dir (and to
 $BC_SCREENSHOTS when set, as docs/img's were made)."""
 
@@ -15,12 +15,11 @@ from pathlib import Path
 import httpx
 from selenium import webdriver
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
 from better_compute.domain.layouts import validate
 from tests.e2e.conftest import Server
-
-SELECTOR_3G = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]}
 
 
 def log_in(browser: webdriver.Chrome, server: Server, token: str) -> None:
@@ -89,18 +88,18 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
                 assert abs(float(c["left"]) - float(c["start"]) / float(c["units"])) < 0.005, c
                 assert abs(float(c["width"]) - float(c["size"]) / float(c["units"])) < 0.01, c
 
+    browser.get(f"{server.url}/console/reserve")  # book a 3g.40gb through the form
+    Select(browser.find_element(By.ID, "tenant")).select_by_value("platform")
+    Select(browser.find_element(By.ID, "pool")).select_by_value("h100-mig")
+    Select(browser.find_element(By.ID, "class")).select_by_value("gpu.mig")
+    browser.find_element(By.ID, "profile").send_keys("3g.40gb")
+    browser.find_element(By.CSS_SELECTOR, "form.reserve button").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".answer"))
+    answer = browser.find_element(By.CSS_SELECTOR, ".answer h2").text
+    assert answer.startswith("Reserved rsv-"), browser.find_element(By.CSS_SELECTOR, ".answer").text
+    rid = answer.removeprefix("Reserved ")
+    screenshot(browser, tmp_path, "reserve")
     with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}) as api:
-        made = api.post(
-            "/v1/reservations",
-            json={
-                "tenantId": "platform",
-                "poolId": "h100-mig",
-                "duration": "4h",
-                "devices": [{"class": "gpu.mig", "count": 1, "selector": SELECTOR_3G}],
-            },
-        )
-        assert made.status_code == 201, made.text
-        rid = made.json()["id"]
         acme = api.post("/v1/credentials", json={"tenantId": "acme", "name": "console"})
         assert acme.status_code == 201, acme.text
     browser.get(f"{server.url}/console/bookings?pool=h100-mig&days=1&busy=1")

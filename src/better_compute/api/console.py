@@ -19,6 +19,7 @@ import hashlib
 import hmac
 import io
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qs
@@ -37,12 +38,12 @@ from better_compute.domain.credentials import Principal, bearer_token
 from better_compute.domain.errors import DomainError, NotFound, Unauthenticated
 from better_compute.domain.metering import shown
 from better_compute.domain.timewin import Window
-from better_compute.service import console, credentials
+from better_compute.service import console, credentials, reservations
 from better_compute.web import STATIC, TEMPLATES
 
 COOKIE = "bc_console"
 PREFIX = "/console"
-PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"), ("usage", "Usage"))
+PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"), ("usage", "Usage"), ("reserve", "Reserve"))
 """The console's pages, in the order the navigation lists them."""
 MAX_FORM_BYTES = 4096
 """The largest login or logout form read: a token is at most 260 characters."""
@@ -132,6 +133,33 @@ def _days(text: str | None) -> int:
     except ValueError:
         asked = DEFAULT_DAYS
     return max(1, min(MAX_DAYS, asked))
+
+
+CLASSES = ("gpu", "gpu.mig", "gpu.slot")
+"""The device classes the reserve form offers."""
+
+
+def reservation_body(form: Mapping[str, str], principal: Principal) -> dict[str, Any]:
+    """The `reservations.create` body the reserve form asks for: what admission then checks, as it
+    checks the API's (every field's limits and refusals are admission's own)."""
+    device: dict[str, Any] = {"class": form.get("class", "gpu")}
+    count = form.get("count", "1").strip()
+    device["count"] = int(count) if count.isdigit() else count
+    profile = form.get("profile", "").strip()
+    if profile:
+        device["selector"] = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": [profile]}]}
+    body: dict[str, Any] = {
+        "poolId": form.get("pool", ""),
+        "duration": form.get("duration", "").strip(),
+        "devices": [device],
+    }
+    start = form.get("start", "").strip()
+    if start:
+        body["start"] = start
+    tenant = form.get("tenant", "").strip()
+    if principal.is_admin and tenant:
+        body["tenantId"] = tenant
+    return body
 
 
 _MONTH = re.compile(r"^(\d{4})-(\d{2})$")
@@ -310,5 +338,44 @@ def install(app: FastAPI) -> None:
         headers = {**HEADERS, "Content-Disposition": f'attachment; filename="{name}"'}
         return Response(out.getvalue(), media_type="text/csv", headers=headers)
 
+    def reserve_form(
+        request: Request, session: tuple[Principal, str], status: int = 200, **shown: Any
+    ) -> Response:
+        services = services_of(request)
+        pools = console.pool_ids(services.store, session[0])
+        tenants = []
+        if session[0].is_admin:
+            with services.store.read() as tx:
+                tenants = [t.id for t in tx.tenants.page(None, None)]
+        context = {"pools": pools, "classes": CLASSES, "tenants": tenants, "form": {}, **shown}
+        return _render(
+            "reserve.html", status, page="reserve", who=_who(session[0]), csrf=csrf_for(session[1]), **context
+        )
 
-__all__ = ["COOKIE", "csrf_for", "install"]
+    @app.get(f"{PREFIX}/reserve", include_in_schema=False)
+    def reserve_page(request: Request) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        return reserve_form(request, session)
+
+    @app.post(f"{PREFIX}/reserve", include_in_schema=False)
+    async def reserve(request: Request) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        form = await _form(request)
+        if not hmac.compare_digest(form.get("csrf", ""), csrf_for(session[1])):
+            return _render("error.html", 403, page="", message="This form is not from this console.")
+        services = services_of(request)
+        body = reservation_body(form, session[0])
+        try:
+            view = reservations.create(
+                services.store, services.index, session[0], body, services.clock(), services.ids.reservation
+            )
+        except DomainError as refused:
+            return reserve_form(request, session, 422, form=form, refused=refused)
+        return reserve_form(request, session, 201, form=form, made=view)
+
+
+__all__ = ["COOKIE", "csrf_for", "install", "reservation_body"]

@@ -38,6 +38,7 @@ __all__ = [
     "UsagePage",
     "bookings",
     "fleet",
+    "pool_ids",
     "usage",
 ]
 
@@ -164,6 +165,13 @@ def _percent(part: float) -> str:
     return f"{max(0.0, min(100.0, part * 100)):.4f}%"
 
 
+def pool_ids(store: StorePort, principal: Principal) -> tuple[str, ...]:
+    """The pools the caller may see, by id."""
+    visible = visible_pool_ids(store, principal)
+    with store.read() as tx:
+        return tuple(sorted(p.id for p in tx.pools.all() if visible is None or p.id in visible))
+
+
 def bookings(
     store: StorePort,
     principal: Principal,
@@ -176,9 +184,7 @@ def bookings(
     """The pool's atoms and the bookings on them over `window` (bounded), by node, GPU and piece;
     `busy_only`: only the atoms with a booking in the range. NOT_FOUND for a pool the caller may
     not see; with no pool named, the first the caller may see."""
-    visible = visible_pool_ids(store, principal)
-    with store.read() as tx:
-        every = sorted(p.id for p in tx.pools.all() if visible is None or p.id in visible)
+    every = pool_ids(store, principal)
     if pool_id is None:
         pool_id = every[0] if every else None
     if pool_id is None:
