@@ -11,6 +11,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from better_compute.api.console import COOKIE, csrf_for
 from better_compute.domain.layouts import validate
 from better_compute.storage.store import Store
@@ -212,3 +214,26 @@ def test_the_reserve_form_books_through_admission_and_shows_its_answer(store: St
     assert bad.status_code == 422 and "Not reserved: INVALID_INPUT" in bad.text
     forged = world.http.post("/console/reserve", data={**ask, "csrf": "x", "duration": "1h"})
     assert forged.status_code == 403
+
+
+def test_the_fleet_and_the_timeline_show_a_page_of_nodes_at_a_time(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from better_compute.service import console
+
+    monkeypatch.setattr(console, "FLEET_PAGE_NODES", 1)
+    monkeypatch.setattr(console, "TIMELINE_PAGE_NODES", 1)
+    world = NodeWorld(store, tmp_path)
+    for node in ("n-1", "n-2"):
+        daemon, _ = world.daemon(node)
+        assert daemon.step(True)
+    logged_in(world, token_of(world.admin))
+    first = world.http.get("/console/fleet").text
+    assert 'data-node="n-1"' in first and 'data-node="n-2"' not in first
+    assert "Nodes 1–1 of 2" in first and 'href="/console/fleet?after=n-1"' in first
+    second = world.http.get("/console/fleet?after=n-1").text
+    assert 'data-node="n-2"' in second and 'data-node="n-1"' not in second and "Next nodes" not in second
+    rows = world.http.get("/console/bookings?pool=p1").text
+    assert "n-1 GPU" in rows and "n-2 GPU" not in rows
+    assert 'href="/console/bookings?pool=p1&amp;days=1&amp;after=n-1"' in rows
+    assert "n-2 GPU" in world.http.get("/console/bookings?pool=p1&after=n-1").text

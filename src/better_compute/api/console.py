@@ -233,12 +233,12 @@ def install(app: FastAPI) -> None:
         return _to_login()
 
     @app.get(f"{PREFIX}/fleet", include_in_schema=False)
-    def fleet_page(request: Request) -> Response:
+    def fleet_page(request: Request, after: Annotated[str | None, Query(max_length=128)] = None) -> Response:
         session = _session(request)
         if session is None:
             return _to_login()
         services = services_of(request)
-        page = console.fleet(services.store, session[0], services.clock())
+        page = console.fleet(services.store, session[0], services.clock(), after=after)
         return _page(request, "fleet", "fleet.html", states=STATES, fleet=page)
 
     @app.get(f"{PREFIX}/bookings", include_in_schema=False)
@@ -247,6 +247,7 @@ def install(app: FastAPI) -> None:
         pool: Annotated[str | None, Query(max_length=64)] = None,
         days: Annotated[str | None, Query(max_length=8)] = None,
         busy: Annotated[str | None, Query(max_length=8)] = None,
+        after: Annotated[str | None, Query(max_length=128)] = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -256,7 +257,9 @@ def install(app: FastAPI) -> None:
         now = services.clock()
         window = Window(now - timedelta(days=reach), now + timedelta(days=reach))
         try:
-            timeline = console.bookings(services.store, session[0], pool, window, now, busy_only=busy == "1")
+            timeline = console.bookings(
+                services.store, session[0], pool, window, now, busy_only=busy == "1", after=after
+            )
         except NotFound as missing:
             return _not_found(request, missing)
         return _page(

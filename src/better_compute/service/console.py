@@ -23,6 +23,7 @@ from better_compute.domain.credentials import Principal
 from better_compute.domain.ledger import is_partition_change
 from better_compute.domain.metering import UNMETERED
 from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.records import Gpu
 from better_compute.domain.timewin import Window
 from better_compute.service import capacity
 from better_compute.service.bills import get_bill
@@ -33,6 +34,7 @@ __all__ = [
     "BookingBar",
     "FleetNode",
     "FleetPage",
+    "Paging",
     "PoolTimeline",
     "TimelineRow",
     "UsagePage",
@@ -60,10 +62,37 @@ class FleetNode:
     gpus: tuple[GpuBar, ...]
 
 
+FLEET_PAGE_NODES = 16
+"""Nodes one fleet page draws (up to 16 x 8 GPUs): a page costs the same on any fleet."""
+TIMELINE_PAGE_NODES = 4
+"""Nodes whose atoms one bookings page shows as rows (up to 4 x 8 GPUs x 7 instances)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """Where a page of nodes sits: the first node's position (from 1), how many there are in all,
+    and the node to continue after (None: the last page)."""
+
+    first: int
+    count: int
+    total: int
+    next_after: str | None
+
+
+def _page_of(ids: Sequence[str], after: str | None, limit: int) -> tuple[list[str], Paging]:
+    start = 0
+    if after is not None:
+        start = next((k + 1 for k, n in enumerate(ids) if n == after), 0)
+    chosen = list(ids[start : start + limit])
+    more = start + limit < len(ids)
+    return chosen, Paging(start + 1, len(chosen), len(ids), chosen[-1] if more and chosen else None)
+
+
 @dataclass(frozen=True, slots=True)
 class FleetPage:
     at: datetime
     clusters: tuple[tuple[str, tuple[FleetNode, ...]], ...]
+    paging: Paging
 
     @property
     def gpu_count(self) -> int:
@@ -75,20 +104,25 @@ def _live(tx: Tx, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]
     return [b for i in range(0, len(ids), _CHUNK) for b in tx.ledger.live_on(ids[i : i + _CHUNK], since)]
 
 
-def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
-    """Every GPU the caller may see, drawn as it is at `now`."""
+def fleet(store: StorePort, principal: Principal, now: datetime, *, after: str | None = None) -> FleetPage:
+    """The GPUs of one page of the nodes the caller may see (by cluster, then node), drawn as they
+    are at `now`; `after`: the node the page starts after."""
     visible = visible_pool_ids(store, principal)
     with store.read() as tx:
-        atoms = [
-            a
-            for a in tx.atoms.page(pool_id=None, cls=None, bookable=None, limit=None, after=None)
-            if visible is None or a.pool_id in visible
+        every = tx.nodes.page(None, None, None)
+        pools = tx.pools.of_nodes([n.id for n in every])
+        seen = [
+            n
+            for n in every
+            if visible is None or ((pool := pools.get(n.id)) is not None and pool.id in visible)
         ]
-        on = {a.gpu_id for a in atoms}
-        gpus = [g for g in tx.gpus.page(None, None, None) if g.id in on and g.present]
-        node_ids = sorted({g.node_id for g in gpus})
-        nodes = tx.nodes.by_ids(node_ids)
-        pools = tx.pools.of_nodes(node_ids)
+        ordered = [n.id for n in sorted(seen, key=lambda n: (n.cluster_id, n.id))]
+        node_ids, paging = _page_of(ordered, after, FLEET_PAGE_NODES)
+        nodes = {n.id: n for n in seen if n.id in set(node_ids)}
+        gpus = [g for g in tx.gpus.of_nodes(node_ids) if g.present]
+        atoms = [
+            a for a in tx.atoms.of_nodes(node_ids) if a.present and (visible is None or a.pool_id in visible)
+        ]
         gates = tx.mig_layouts.of_nodes(node_ids)
         held: dict[str, list[Holder]] = defaultdict(list)
         for b in _live(tx, sorted(a.id for a in atoms), now):
@@ -97,6 +131,9 @@ def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
     by_gpu: dict[str, list[Atom]] = defaultdict(list)
     for a in atoms:
         by_gpu[a.gpu_id].append(a)
+    by_node: dict[str, list[Gpu]] = defaultdict(list)
+    for g in gpus:
+        by_node[g.node_id].append(g)
     by_cluster: dict[str, list[FleetNode]] = defaultdict(list)
     for node_id in node_ids:
         node = nodes[node_id]
@@ -111,7 +148,7 @@ def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
                 viewer=principal.tenant_id,
                 is_admin=principal.is_admin,
             )
-            for g in sorted((g for g in gpus if g.node_id == node_id), key=lambda g: g.index)
+            for g in sorted(by_node[node_id], key=lambda g: g.index)
         )
         mig = pool is not None and pool.mode == "mig" and node.carries_pool_layout
         layout = told_layout(pool, None, own=node.mig_layout) if mig else None
@@ -126,7 +163,7 @@ def fleet(store: StorePort, principal: Principal, now: datetime) -> FleetPage:
                 bars,
             )
         )
-    return FleetPage(now, tuple((c, tuple(ns)) for c, ns in sorted(by_cluster.items())))
+    return FleetPage(now, tuple((c, tuple(ns)) for c, ns in sorted(by_cluster.items())), paging)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +196,7 @@ class PoolTimeline:
     window: Window
     now_left: str
     rows: tuple[TimelineRow, ...]
+    paging: Paging
 
 
 def _percent(part: float) -> str:
@@ -180,6 +218,7 @@ def bookings(
     now: datetime,
     *,
     busy_only: bool = False,
+    after: str | None = None,
 ) -> PoolTimeline:
     """The pool's atoms and the bookings on them over `window` (bounded), by node, GPU and piece;
     `busy_only`: only the atoms with a booking in the range. NOT_FOUND for a pool the caller may
@@ -188,14 +227,19 @@ def bookings(
     if pool_id is None:
         pool_id = every[0] if every else None
     if pool_id is None:
-        return PoolTimeline("", (), window, _percent(0), ())
-    get_pool(store, principal, pool_id)  # NOT_FOUND unless the caller may see it
+        return PoolTimeline("", (), window, _percent(0), (), Paging(1, 0, 0, None))
+    pool = get_pool(store, principal, pool_id)  # NOT_FOUND unless the caller may see it
+    node_ids, paging = _page_of(sorted(pool.nodes), after, TIMELINE_PAGE_NODES)
     assert window.end is not None, "a timeline's range is bounded"
     lo, hi = window.start.timestamp(), window.end.timestamp()
     span = hi - lo
     with store.read() as tx:
-        atoms = [a for a in tx.atoms.of_pool(pool_id) if a.bookable or a.partition_pending]
-        gpus = {g.id: g for g in tx.gpus.of_nodes(sorted({a.node for a in atoms}))}
+        atoms = [
+            a
+            for a in tx.atoms.of_nodes(node_ids)
+            if a.present and a.pool_id == pool_id and (a.bookable or a.partition_pending)
+        ]
+        gpus = {g.id: g for g in tx.gpus.of_nodes(node_ids)}
         atoms.sort(key=lambda a: (a.node, gpus[a.gpu_id].index if a.gpu_id in gpus else -1, a.key))
         live = [b for b in _live(tx, [a.id for a in atoms], window.start) if b.starts_at < window.end]
     on: dict[str, list[LiveBooking]] = defaultdict(list)
@@ -230,7 +274,8 @@ def bookings(
             )
         if bars or not busy_only:
             rows.append(TimelineRow(a.id, label, tuple(bars)))
-    return PoolTimeline(pool_id, tuple(every), window, _percent((now.timestamp() - lo) / span), tuple(rows))
+    now_left = _percent((now.timestamp() - lo) / span)
+    return PoolTimeline(pool_id, tuple(every), window, now_left, tuple(rows), paging)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import Connection, and_, insert, or_, select, update
@@ -13,6 +12,7 @@ from sqlalchemy import Connection, and_, insert, or_, select, update
 from better_compute.domain.accounting import Held
 from better_compute.domain.gpu_states import GpuPeriod, GpuState, StateChange
 from better_compute.domain.ledger import is_partition_change
+from better_compute.domain.metering import parse_share
 from better_compute.domain.timewin import Window
 from better_compute.storage import rows
 from better_compute.storage.tables import atoms, bookings, gpu_states
@@ -22,7 +22,7 @@ _CHUNK = 1000
 
 
 def _period(r: Mapping[str, Any]) -> GpuPeriod:
-    shares = tuple(sorted((atom_id, Fraction(text)) for atom_id, text in (r["shares"] or {}).items()))
+    shares = tuple(sorted((atom_id, parse_share(text)) for atom_id, text in (r["shares"] or {}).items()))
     state = GpuState(r["gpu_id"], r["node_id"], r["pool_id"], bool(r["healthy"]), bool(r["cordoned"]), shares)
     return GpuPeriod(state, Window(r["valid_from"], r["valid_to"]))
 
