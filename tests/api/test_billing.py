@@ -155,6 +155,7 @@ def test_two_of_four_slots_and_a_3g_for_an_hour_bill_0_928571_gpu_h100_hours(wor
         "from": "2026-12-01T00:00:00Z",
         "to": "2026-12-02T00:00:00Z",
         "lines": [{"meter": "gpu.h100.hours", "hours": "0.928571"}],
+        "showback": [],  # no endpoint
     }
     shares = sorted(r["share"] for r in world.rows())
     assert shares == ["1/4", "1/4", "3/7"]
