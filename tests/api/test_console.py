@@ -237,3 +237,43 @@ def test_the_fleet_and_the_timeline_show_a_page_of_nodes_at_a_time(
     assert "n-1 GPU" in rows and "n-2 GPU" not in rows
     assert 'href="/console/bookings?pool=p1&amp;days=1&amp;after=n-1"' in rows
     assert "n-2 GPU" in world.http.get("/console/bookings?pool=p1&after=n-1").text
+
+
+def test_the_endpoints_page_draws_each_partition_with_the_copy_on_it(store: Store, tmp_path: Path) -> None:
+    from better_compute.service import components
+    from tests.service.test_endpoints import PLATFORM, component, in_service
+
+    world = NodeWorld(store, tmp_path)
+    in_service(world)
+    components.create(store, PLATFORM, component("small", 3), world.clock.now)
+    logged_in(world, token_of(world.platform))
+    page = world.http.get("/console/endpoints").text
+    cells = [c for g in drawn_gpus(page) for c in g["cells"]]
+    assert len(cells) == 6  # n-1's two GPUs, each 3g.40gb + 2 x 2g.20gb
+    running = sorted(c["label"] for c in cells if c["state"] == "state-booked")
+    assert running == ["small copy 0", "small copy 1", "small copy 2"]
+    assert "<td>small</td><td>mig-2g.20gb</td><td>3 of 3</td>" in page
+    world.http.cookies.clear()
+    logged_in(world, tenant_token(store, "acme"))
+    assert "No endpoint yet" in world.http.get("/console/endpoints").text
+
+
+def test_events_are_listed_and_filtered_and_the_admin_runs_the_doctor(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    token = token_of(world.admin)
+    logged_in(world, token)
+    listed = world.http.get("/console/events")
+    assert listed.status_code == 200 and "<code>pool.created</code>" in listed.text
+    only = world.http.get("/console/events?type=quota.set").text
+    assert "<code>quota.set</code>" in only and "<code>pool.created</code>" not in only
+    bad = world.http.get("/console/events?type=Not-A-Type")
+    assert bad.status_code == 200 and 'role="alert"' in bad.text
+    ran = world.http.post("/console/events", data={"csrf": csrf_for(token)})
+    assert ran.status_code == 200 and ("<code>node." in ran.text or "Nothing found" in ran.text)
+    assert world.http.post("/console/events", data={"csrf": "no"}).status_code == 403
+    world.http.cookies.clear()
+    tenant = tenant_token(store, "platform")
+    logged_in(world, tenant)
+    assert "run with a fleet-admin token" in world.http.get("/console/events").text
+    refused = world.http.post("/console/events", data={"csrf": csrf_for(tenant)})
+    assert refused.status_code == 403 and "needs a fleet-admin token" in refused.text

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -125,6 +126,44 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     link = browser.find_element(By.LINK_TEXT, "Download CSV").get_attribute("href")
     assert link is not None and link.endswith("/console/usage/bill.csv?tenant=platform&month=" + month_now())
     screenshot(browser, tmp_path, "usage")
+    assert errors_in_console(browser) == []
+
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}) as api:
+        variant = {
+            "name": "AllTraffic",
+            "poolId": "h100-mig",
+            "instanceCount": 1,
+            "acceleratorPartitionLayouts": [
+                {"acceleratorPartitionTypes": ["mig-3g.40gb", "mig-2g.20gb", "mig-2g.20gb"]}
+            ],
+        }
+        made_endpoint = api.post(
+            "/v1/endpoints", json={"name": "chat", "tenantId": "platform", "variants": [variant]}
+        )
+        assert made_endpoint.status_code == 201, made_endpoint.text
+        deadline = time.monotonic() + 60
+        while api.get("/v1/endpoints/chat").json()["status"] != "InService":
+            assert time.monotonic() < deadline, api.get("/v1/endpoints/chat").text
+            time.sleep(0.2)
+        body = {
+            "name": "llama",
+            "endpointName": "chat",
+            "variantName": "AllTraffic",
+            "model": "llama-3-8b",
+            "partitionType": "mig-2g.20gb",
+            "devicesRequired": 1,
+            "copies": 5,
+        }
+        assert api.post("/v1/components", json=body).status_code == 201
+    browser.get(f"{server.url}/console/endpoints")
+    labels = [
+        c.text for c in browser.find_elements(By.CSS_SELECTOR, '[data-endpoint="chat"] .cell.state-booked')
+    ]
+    assert sorted(labels) == [f"llama copy {k}" for k in range(5)]
+    screenshot(browser, tmp_path, "endpoints")
+    browser.get(f"{server.url}/console/events?type=endpoint.created")
+    assert browser.find_elements(By.XPATH, "//td/code[text()='endpoint.created']")
+    screenshot(browser, tmp_path, "events")
     assert errors_in_console(browser) == []
 
     log_in(browser, server, acme.json()["token"])

@@ -18,6 +18,7 @@ import csv
 import hashlib
 import hmac
 import io
+import json
 import re
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -35,15 +36,24 @@ from better_compute.domain.accounting import Grid, grid_of
 from better_compute.domain.billing import month_of
 from better_compute.domain.console import STATES
 from better_compute.domain.credentials import Principal, bearer_token
+from better_compute.domain.doctor import Finding
 from better_compute.domain.errors import DomainError, NotFound, Unauthenticated
+from better_compute.domain.events import EVENT_TYPES
 from better_compute.domain.metering import shown
 from better_compute.domain.timewin import Window
-from better_compute.service import console, credentials, reservations
+from better_compute.service import console, credentials, doctor, events, reservations
 from better_compute.web import STATIC, TEMPLATES
 
 COOKIE = "bc_console"
 PREFIX = "/console"
-PAGES = (("fleet", "Fleet"), ("bookings", "Bookings"), ("usage", "Usage"), ("reserve", "Reserve"))
+PAGES = (
+    ("fleet", "Fleet"),
+    ("bookings", "Bookings"),
+    ("usage", "Usage"),
+    ("reserve", "Reserve"),
+    ("endpoints", "Endpoints"),
+    ("events", "Doctor and events"),
+)
 """The console's pages, in the order the navigation lists them."""
 MAX_FORM_BYTES = 4096
 """The largest login or logout form read: a token is at most 260 characters."""
@@ -134,6 +144,12 @@ def _days(text: str | None) -> int:
         asked = DEFAULT_DAYS
     return max(1, min(MAX_DAYS, asked))
 
+
+EVENTS_PER_PAGE = 50
+MAX_PAYLOAD_SHOWN = 400
+"""Characters of an event's payload a row shows (`events.list` has the whole)."""
+DOCTOR_SILENT_AFTER = timedelta(minutes=10)
+"""How long without a report makes a joined node silent, as `better-compute doctor` defaults."""
 
 CLASSES = ("gpu", "gpu.mig", "gpu.slot")
 """The device classes the reserve form offers."""
@@ -379,6 +395,80 @@ def install(app: FastAPI) -> None:
         except DomainError as refused:
             return reserve_form(request, session, 422, form=form, refused=refused)
         return reserve_form(request, session, 201, form=form, made=view)
+
+    @app.get(f"{PREFIX}/endpoints", include_in_schema=False)
+    def endpoints_page(request: Request) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        services = services_of(request)
+        drawings = console.endpoints_page(services.store, session[0], services.clock())
+        return _page(request, "endpoints", "endpoints.html", drawings=drawings)
+
+    def events_page(
+        request: Request,
+        session: tuple[Principal, str],
+        type_: str | None,
+        subject: str | None,
+        after: str | None,
+        findings: list[Finding] | None = None,
+    ) -> Response:
+        services = services_of(request)
+        error = None
+        try:
+            found = events.list_events(
+                services.store,
+                session[0],
+                type_=type_ or None,
+                subject=subject or None,
+                after=after or None,
+                limit=EVENTS_PER_PAGE,
+            )
+            listed, next_after = found.items, found.next_cursor
+        except DomainError as refused:
+            listed, next_after, error = [], None, refused.message
+        return _render(
+            "events.html",
+            page="events",
+            who=_who(session[0]),
+            csrf=csrf_for(session[1]),
+            is_admin=session[0].is_admin,
+            findings=findings,
+            types=sorted(EVENT_TYPES),
+            type=type_,
+            subject=subject,
+            events=listed,
+            next_after=next_after,
+            error=error,
+            payload=lambda e: json.dumps(e.event.payload(), sort_keys=True)[:MAX_PAYLOAD_SHOWN],
+        )
+
+    @app.get(f"{PREFIX}/events", include_in_schema=False)
+    def events_get(
+        request: Request,
+        type: Annotated[str | None, Query(max_length=64)] = None,
+        subject: Annotated[str | None, Query(max_length=128)] = None,
+        after: Annotated[str | None, Query(max_length=32)] = None,
+    ) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        return events_page(request, session, type, subject, after)
+
+    @app.post(f"{PREFIX}/events", include_in_schema=False)
+    async def doctor_run(request: Request) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        form = await _form(request)
+        if not hmac.compare_digest(form.get("csrf", ""), csrf_for(session[1])):
+            return _render("error.html", 403, page="", message="This form is not from this console.")
+        services = services_of(request)
+        try:
+            findings = doctor.run(services.store, session[0], services.clock(), DOCTOR_SILENT_AFTER)
+        except DomainError as refused:
+            return _render("error.html", 403, page="", message=refused.message)
+        return events_page(request, session, None, None, None, findings)
 
 
 __all__ = ["COOKIE", "csrf_for", "install", "reservation_body"]

@@ -25,13 +25,14 @@ from better_compute.domain.metering import UNMETERED
 from better_compute.domain.mig_gate import told_layout
 from better_compute.domain.records import Gpu
 from better_compute.domain.timewin import Window
-from better_compute.service import capacity
+from better_compute.service import capacity, endpoints
 from better_compute.service.bills import get_bill
 from better_compute.service.pools import get_pool, visible_pool_ids
 from better_compute.service.ports import LiveBooking, StorePort, Tx
 
 __all__ = [
     "BookingBar",
+    "EndpointDrawing",
     "FleetNode",
     "FleetPage",
     "Paging",
@@ -39,6 +40,7 @@ __all__ = [
     "TimelineRow",
     "UsagePage",
     "bookings",
+    "endpoints_page",
     "fleet",
     "pool_ids",
     "usage",
@@ -64,6 +66,8 @@ class FleetNode:
 
 FLEET_PAGE_NODES = 16
 """Nodes one fleet page draws (up to 16 x 8 GPUs): a page costs the same on any fleet."""
+MAX_ENDPOINTS_DRAWN = 50
+"""Endpoints the endpoints page draws (by name); `endpoints list` has the rest."""
 TIMELINE_PAGE_NODES = 4
 """Nodes whose atoms one bookings page shows as rows (up to 4 x 8 GPUs x 7 instances)."""
 
@@ -327,3 +331,82 @@ def usage(
             store, principal, chosen, since=month.start.isoformat(), until=month.end.isoformat(), now=now
         )
     return UsagePage(grid, tuple(used), states, tenants, bill)
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointDrawing:
+    """One endpoint: its status, and each instance's GPUs drawn with the copy on each partition."""
+
+    name: str
+    tenant_id: str
+    status: str
+    reason: str | None
+    nodes: tuple[FleetNode, ...]
+    components: tuple[tuple[str, str, int, int], ...]
+    """Each component: name, partition type, copies placed, copies asked for."""
+
+
+def endpoints_page(store: StorePort, principal: Principal, now: datetime) -> tuple[EndpointDrawing, ...]:
+    """The caller's endpoints (the admin's: every one), each instance's GPUs drawn with the copy on
+    each partition: `booked` where a copy runs (its holder: the component and copy), `free` where
+    none does, `changing` while a relayout re-cuts the instance."""
+    listed = endpoints.list_endpoints(store, principal, now, limit=MAX_ENDPOINTS_DRAWN).items
+    out = []
+    with store.read() as tx:
+        for view in listed:
+            node_ids = [i.node for i in view.instances]
+            gpus = [g for g in tx.gpus.of_nodes(node_ids) if g.present]
+            atoms = [a for a in tx.atoms.of_nodes(node_ids) if a.present]
+            gates = tx.mig_layouts.of_nodes(node_ids)
+            found = tx.components.of_endpoint(view.record.name)
+            copies = tx.components.copies([c.name for c in found])
+            held: dict[str, list[Holder]] = defaultdict(list)
+            for name, mine in copies.items():
+                for c in mine:
+                    if c.atom_id is not None:
+                        held[c.atom_id].append(Holder(f"{name} copy {c.copy}", view.record.tenant_id))
+            by_gpu: dict[str, list[Atom]] = defaultdict(list)
+            for a in atoms:
+                by_gpu[a.gpu_id].append(a)
+            nodes = tuple(
+                FleetNode(
+                    i.node,
+                    "",
+                    None,
+                    False,
+                    i.layout,
+                    None,
+                    tuple(
+                        gpu_bar(
+                            g,
+                            by_gpu[g.id],
+                            held,
+                            changing=i.node in gates,
+                            viewer=principal.tenant_id,
+                            is_admin=principal.is_admin,
+                        )
+                        for g in sorted((g for g in gpus if g.node_id == i.node), key=lambda g: g.index)
+                    ),
+                )
+                for i in view.instances
+            )
+            components = tuple(
+                (
+                    c.name,
+                    str(c.spec.get("partitionType", "")),
+                    sum(1 for x in copies[c.name] if x.atom_id is not None),
+                    len(copies[c.name]),
+                )
+                for c in found
+            )
+            out.append(
+                EndpointDrawing(
+                    view.record.name,
+                    view.record.tenant_id,
+                    view.status,
+                    view.record.reason,
+                    nodes,
+                    components,
+                )
+            )
+    return tuple(out)
