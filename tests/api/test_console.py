@@ -277,3 +277,28 @@ def test_events_are_listed_and_filtered_and_the_admin_runs_the_doctor(store: Sto
     assert "run with a fleet-admin token" in world.http.get("/console/events").text
     refused = world.http.post("/console/events", data={"csrf": csrf_for(tenant)})
     assert refused.status_code == 403 and "needs a fleet-admin token" in refused.text
+
+
+def test_the_placement_page_shows_each_clusters_verdict_and_refuses_bad_input_on_the_page(
+    store: Store,
+) -> None:
+    import yaml
+    from fastapi.testclient import TestClient
+
+    from better_compute.domain.fleet import parse_fleet
+    from better_compute.entrypoints.fleet import load_fleet
+    from tests.builders import T0, admin_token, real_app
+
+    demo = Path(__file__).resolve().parents[2] / "examples" / "demo-fleet.yaml"
+    load_fleet(store, parse_fleet(yaml.safe_load(demo.read_text())), T0)
+    http = TestClient(real_app(store))
+    answer = http.post("/console/login", data={"token": admin_token(store)}, follow_redirects=False)
+    assert answer.status_code == 303
+    page = http.get("/console/placement?project=platform&class=a100-80gb&devices=1&replicas=2").text
+    rows = dict(re.findall(r'<tr data-cluster="([\w-]+)"><th scope="row">[\w-]+</th><td>(\w+)</td>', page))
+    assert rows == {"eu-west": "insufficient_capacity", "us-east": "admitted"}
+    assert "Every replica would be placed" in page
+    bad = http.get("/console/placement?project=platform&class=a100-80gb&devices=1&replicas=lots")
+    assert bad.status_code == 200 and "No verdict: INVALID_INPUT" in bad.text
+    unknown = http.get("/console/placement?project=platform&class=nope&devices=1&replicas=1")
+    assert "No verdict: NOT_FOUND" in unknown.text

@@ -16,7 +16,16 @@ from tests.browser.test_console import log_in
 from tests.e2e.conftest import Server
 
 AXE = (Path(__file__).resolve().parent / "vendor" / "axe.min.js").read_text(encoding="utf-8")
-PAGES = ("login", "fleet", "bookings?pool=h100-mig&busy=1", "usage?days=1", "reserve", "endpoints", "events")
+PAGES = (
+    "login",
+    "fleet",
+    "bookings?pool=h100-mig&busy=1",
+    "usage?days=1",
+    "reserve",
+    "placement?project=platform&class=a100-80gb&devices=1&replicas=2",
+    "endpoints",
+    "events",
+)
 
 
 def violations(browser: webdriver.Chrome) -> list[dict[str, object]]:

@@ -161,6 +161,21 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     ]
     assert sorted(labels) == [f"llama copy {k}" for k in range(5)]
     screenshot(browser, tmp_path, "endpoints")
+    browser.get(f"{server.url}/console/placement")
+    Select(browser.find_element(By.ID, "project")).select_by_value("platform")
+    Select(browser.find_element(By.ID, "device-class")).select_by_value("a100-80gb")
+    replicas = browser.find_element(By.ID, "replicas")
+    replicas.clear()
+    replicas.send_keys("20")
+    browser.find_element(By.CSS_SELECTOR, "form.reserve button").click()
+    WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, "table.verdicts"))
+    verdicts = {
+        r.get_attribute("data-cluster"): r.find_elements(By.TAG_NAME, "td")[0].text
+        for r in browser.find_elements(By.CSS_SELECTOR, "table.verdicts tbody tr")
+    }
+    assert verdicts == {"eu-west": "insufficient_capacity", "us-east": "admitted"}
+    assert "4 replicas would wait" in browser.find_element(By.ID, "verdict-title").text  # 16 A100s
+    screenshot(browser, tmp_path, "placement")
     browser.get(f"{server.url}/console/events?type=endpoint.created")
     assert browser.find_elements(By.XPATH, "//td/code[text()='endpoint.created']")
     screenshot(browser, tmp_path, "events")

@@ -40,8 +40,10 @@ from better_compute.domain.doctor import Finding
 from better_compute.domain.errors import DomainError, NotFound, Unauthenticated
 from better_compute.domain.events import EVENT_TYPES
 from better_compute.domain.metering import shown
+from better_compute.domain.tenancy import check_ref
 from better_compute.domain.timewin import Window
-from better_compute.service import console, credentials, doctor, events, reservations
+from better_compute.domain.workloads import parse_workload
+from better_compute.service import console, credentials, doctor, events, placement, reservations, workloads
 from better_compute.web import STATIC, TEMPLATES
 
 COOKIE = "bc_console"
@@ -51,6 +53,7 @@ PAGES = (
     ("bookings", "Bookings"),
     ("usage", "Usage"),
     ("reserve", "Reserve"),
+    ("placement", "Placement"),
     ("endpoints", "Endpoints"),
     ("events", "Doctor and events"),
 )
@@ -145,6 +148,8 @@ def _days(text: str | None) -> int:
     return max(1, min(MAX_DAYS, asked))
 
 
+WORKLOADS_SHOWN = 100
+"""Workloads the placement page lists (`workloads list` has the rest)."""
 EVENTS_PER_PAGE = 50
 MAX_PAYLOAD_SHOWN = 400
 """Characters of an event's payload a row shows (`events.list` has the whole)."""
@@ -204,6 +209,12 @@ def _usage(
 
 def _label(window: Window, grid: Grid) -> str:
     return window.start.strftime("%H:%M" if grid.size < timedelta(days=1) else "%m-%d")
+
+
+def _whole(text: str | None) -> int | str:
+    """A form's whole number, or its text as typed, for the parser to refuse by name."""
+    value = (text or "1").strip()
+    return int(value) if value.isdigit() else value
 
 
 def install(app: FastAPI) -> None:
@@ -395,6 +406,65 @@ def install(app: FastAPI) -> None:
         except DomainError as refused:
             return reserve_form(request, session, 422, form=form, refused=refused)
         return reserve_form(request, session, 201, form=form, made=view)
+
+    @app.get(f"{PREFIX}/placement", include_in_schema=False)
+    def placement_page(
+        request: Request,
+        project: Annotated[str | None, Query(max_length=64)] = None,
+        class_: Annotated[str | None, Query(alias="class", max_length=64)] = None,
+        devices: Annotated[str | None, Query(max_length=8)] = None,
+        replicas: Annotated[str | None, Query(max_length=8)] = None,
+    ) -> Response:
+        session = _session(request)
+        if session is None:
+            return _to_login()
+        principal = session[0]
+        services = services_of(request)
+        now = services.clock()
+        with services.store.read() as tx:
+            classes = sorted(c.name for c in tx.device_classes.all())
+            tenants = [t.id for t in tx.tenants.page(None, None)] if principal.is_admin else []
+        form = {
+            k: v
+            for k, v in (
+                ("project", project),
+                ("class", class_),
+                ("devices", devices),
+                ("replicas", replicas),
+            )
+            if v is not None
+        }
+        shown: dict[str, Any] = {"verdicts": None, "shares": {}, "unplaced": 0}
+        if class_ is not None:
+            raw = {
+                "name": "preview",
+                "shape": {"deviceClass": class_, "deviceCount": _whole(devices)},
+                "replicas": _whole(replicas),
+            }
+            try:
+                tenant = principal.tenant_id if not principal.is_admin else (project or "")
+                spec = parse_workload(raw, check_ref(tenant, "project"))
+                got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
+                shown = {
+                    "verdicts": got.placement.verdicts,
+                    "shares": got.placement.shares,
+                    "unplaced": got.placement.unplaced,
+                }
+            except DomainError as refused:
+                shown["refused"] = refused
+        listed = workloads.list_workloads(
+            services.store, principal, tenant_id=None, limit=WORKLOADS_SHOWN, after=None
+        ).items
+        return _page(
+            request,
+            "placement",
+            "placement.html",
+            classes=classes,
+            tenants=tenants,
+            form=form,
+            workloads=listed,
+            **shown,
+        )
 
     @app.get(f"{PREFIX}/endpoints", include_in_schema=False)
     def endpoints_page(request: Request) -> Response:
