@@ -124,6 +124,8 @@ def test_a_tenant_sees_only_its_own_and_another_tenants_pool_is_not_found(
     assert mine.status_code == 200 and f"{rid} (platform)" in mine.text
     busy = world.http.get("/console/bookings?pool=p1&busy=1").text
     assert busy.count('class="trow"') == 1 and f"{rid} (platform)" in busy
+    part = world.http.get("/console/bookings?pool=p1&busy=1&partial=1").text  # what the page refreshes
+    assert "<html" not in part and part.count('class="trow"') == 1 and f"{rid} (platform)" in part
     cells = [c for g in drawn_gpus(world.http.get("/console/fleet").text) for c in g["cells"]]
     assert [c["title"] for c in cells if c["state"] == "state-booked"] == [
         f"1g.10gb · booked · {rid} (platform)"
@@ -298,6 +300,10 @@ def test_the_placement_page_shows_each_clusters_verdict_and_refuses_bad_input_on
     rows = dict(re.findall(r'<tr data-cluster="([\w-]+)"><th scope="row">[\w-]+</th><td>(\w+)</td>', page))
     assert rows == {"eu-west": "insufficient_capacity", "us-east": "admitted"}
     assert "Every replica would be placed" in page
+    part = http.get(
+        "/console/placement?project=platform&class=a100-80gb&devices=1&replicas=20&partial=1"
+    ).text
+    assert "<html" not in part and "4 replicas would wait" in part
     bad = http.get("/console/placement?project=platform&class=a100-80gb&devices=1&replicas=lots")
     assert bad.status_code == 200 and "No verdict: INVALID_INPUT" in bad.text
     unknown = http.get("/console/placement?project=platform&class=nope&devices=1&replicas=1")

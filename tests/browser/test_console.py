@@ -107,6 +107,19 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     bars = browser.find_elements(By.CSS_SELECTOR, f'.tbar[data-allocation="{rid}"]')
     assert len(bars) == 1 and "(platform)" in bars[0].get_attribute("title")  # type: ignore[operator]
     screenshot(browser, tmp_path, "bookings")
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}) as api:
+        selector = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["2g.20gb"]}]}
+        body = {
+            "tenantId": "platform",
+            "poolId": "h100-mig",
+            "duration": "1h",
+            "devices": [{"class": "gpu.mig", "count": 1, "selector": selector}],
+        }
+        later = api.post("/v1/reservations", json=body)
+        assert later.status_code == 201, later.text
+    WebDriverWait(browser, 15).until(  # the open page shows it, with no reload
+        lambda b: b.find_elements(By.CSS_SELECTOR, f'.tbar[data-allocation="{later.json()["id"]}"]')
+    )
     browser.get(f"{server.url}/console/fleet")
     held = [
         c
@@ -166,8 +179,7 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     Select(browser.find_element(By.ID, "device-class")).select_by_value("a100-80gb")
     replicas = browser.find_element(By.ID, "replicas")
     replicas.clear()
-    replicas.send_keys("20")
-    browser.find_element(By.CSS_SELECTOR, "form.reserve button").click()
+    replicas.send_keys("20")  # the verdicts follow the form, with no click
     WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, "table.verdicts"))
     verdicts = {
         r.get_attribute("data-cluster"): r.find_elements(By.TAG_NAME, "td")[0].text

@@ -91,6 +91,11 @@ def _render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, status_code=status, headers=HEADERS)
 
 
+def _fragment(template: str, **context: Any) -> HTMLResponse:
+    """A part of a page, as the page's live script fetches it (`?partial=1`)."""
+    return HTMLResponse(_env.get_template(template).render(**context), headers=HEADERS)
+
+
 def _session(request: Request) -> tuple[Principal, str] | None:
     """The principal behind the console cookie, and the cookie; None when there is none or it is
     no longer good (unknown, revoked, malformed)."""
@@ -275,6 +280,7 @@ def install(app: FastAPI) -> None:
         days: Annotated[str | None, Query(max_length=8)] = None,
         busy: Annotated[str | None, Query(max_length=8)] = None,
         after: Annotated[str | None, Query(max_length=128)] = None,
+        partial: Annotated[str | None, Query(max_length=8)] = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -289,6 +295,8 @@ def install(app: FastAPI) -> None:
             )
         except NotFound as missing:
             return _not_found(request, missing)
+        if partial == "1":
+            return _fragment("_timeline.html", timeline=timeline, busy=busy == "1")
         return _page(
             request,
             "bookings",
@@ -297,6 +305,7 @@ def install(app: FastAPI) -> None:
             days=reach,
             max_days=MAX_DAYS,
             busy=busy == "1",
+            after=after,
         )
 
     @app.get(f"{PREFIX}/usage", include_in_schema=False)
@@ -414,6 +423,7 @@ def install(app: FastAPI) -> None:
         class_: Annotated[str | None, Query(alias="class", max_length=64)] = None,
         devices: Annotated[str | None, Query(max_length=8)] = None,
         replicas: Annotated[str | None, Query(max_length=8)] = None,
+        partial: Annotated[str | None, Query(max_length=8)] = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -452,6 +462,8 @@ def install(app: FastAPI) -> None:
                 }
             except DomainError as refused:
                 shown["refused"] = refused
+        if partial == "1":
+            return _fragment("_verdicts.html", **shown)
         listed = workloads.list_workloads(
             services.store, principal, tenant_id=None, limit=WORKLOADS_SHOWN, after=None
         ).items
