@@ -308,3 +308,21 @@ def test_the_placement_page_shows_each_clusters_verdict_and_refuses_bad_input_on
     assert bad.status_code == 200 and "No verdict: INVALID_INPUT" in bad.text
     unknown = http.get("/console/placement?project=platform&class=nope&devices=1&replicas=1")
     assert "No verdict: NOT_FOUND" in unknown.text
+
+
+def test_a_node_under_a_layout_change_shows_its_target_beside_its_layout_and_changing_pieces(
+    store: Store, tmp_path: Path
+) -> None:
+    from better_compute.service.mig_gate import Reconciler
+    from tests.service.test_mig_gate import NEW, change_layout
+
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(True)
+    change_layout(world, NEW)
+    Reconciler(store, world.clock, "r1").tick()  # an idle node: scheduled and granted at once
+    logged_in(world, token_of(world.admin))
+    page = world.http.get("/console/fleet").text
+    assert f'<span class="pending">changing to {NEW}</span>' in page
+    node = page.split('data-node="n-1"')[1].split("</article>")[0]
+    assert "all-1g.10gb" in node and 'class="cell state-changing"' in node and "state-free" not in node
