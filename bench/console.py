@@ -46,6 +46,9 @@ PAGES = {
     "bookings": "/console/bookings?days=1",
     "usage": "/console/usage?days=1",
     "reserve": "/console/reserve",
+    "placement": "/console/placement",
+    "endpoints": "/console/endpoints",
+    "events": "/console/events",
 }
 
 

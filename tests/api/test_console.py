@@ -326,3 +326,50 @@ def test_a_node_under_a_layout_change_shows_its_target_beside_its_layout_and_cha
     assert f'<span class="pending">changing to {NEW}</span>' in page
     node = page.split('data-node="n-1"')[1].split("</article>")[0]
     assert "all-1g.10gb" in node and 'class="cell state-changing"' in node and "state-free" not in node
+
+
+def test_odd_input_is_answered_on_the_page_never_with_a_500(store: Store, tmp_path: Path) -> None:
+    """Review findings: a non-ASCII form token, Unicode digits, an `after` past the last node, a
+    login posted from another site, and a tenant's bookings page never naming another's endpoint."""
+    world = NodeWorld(store, tmp_path)
+    token = token_of(world.platform)
+    logged_in(world, token)
+    for path in ("/console/logout", "/console/reserve", "/console/events"):
+        answer = world.http.post(path, data={"csrf": "é", "pool": "p1", "count": "²", "duration": "1h"})
+        assert answer.status_code == 403, (path, answer.status_code)
+    odd = world.http.post(
+        "/console/reserve", data={"csrf": csrf_for(token), "pool": "p1", "count": "²", "duration": "1h"}
+    )
+    assert odd.status_code == 422 and "Not reserved: INVALID_INPUT" in odd.text
+    assert world.http.get("/console/placement?class=gpu&devices=%C2%B2").status_code == 200
+    assert world.http.get("/console/fleet?after=n-2").status_code == 200  # the last node: page 1
+    assert "Nodes 1–2 of 2" in world.http.get("/console/fleet?after=n-2").text
+    assert world.http.get("/console/bookings?pool=" + "x" * 500).status_code == 404
+    assert "No bill of tenant acme for you to read" in world.http.get("/console/usage?tenant=acme").text
+    world.http.cookies.clear()
+    forged = world.http.post(
+        "/console/login",
+        data={"token": token},
+        headers={"Sec-Fetch-Site": "cross-site"},
+        follow_redirects=False,
+    )
+    assert forged.status_code == 403 and "set-cookie" not in forged.headers
+    other_origin = world.http.post(
+        "/console/login",
+        data={"token": token},
+        headers={"Origin": "https://evil.example"},
+        follow_redirects=False,
+    )
+    assert other_origin.status_code == 403
+
+
+def test_a_tenants_timeline_does_not_name_another_tenants_endpoint(store: Store, tmp_path: Path) -> None:
+    from tests.service.test_endpoints import in_service
+
+    world = NodeWorld(store, tmp_path)
+    in_service(world)  # platform's endpoint `chat` holds n-1
+    quota = {"tenantId": "acme", "poolId": "p1", "class": "gpu.mig", "limit": 8}
+    assert world.http.put("/v1/quotas", json=quota, headers=world.admin).status_code == 200
+    logged_in(world, tenant_token(store, "acme"))
+    page = world.http.get("/console/bookings?pool=p1&busy=1").text
+    assert "endpoint hold" in page and "endpoint:chat" not in page and "chat" not in page

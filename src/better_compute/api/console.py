@@ -91,6 +91,26 @@ def _render(template: str, status: int = 200, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, status_code=status, headers=HEADERS)
 
 
+def _same(sent: str, expected: str) -> bool:
+    """Whether a form's token is the session's, in constant time; any text compares (as bytes)."""
+    return hmac.compare_digest(sent.encode("utf-8", "replace"), expected.encode())
+
+
+def _whole_number(text: str) -> bool:
+    """ASCII digits only: `"²".isdigit()` is true, but `int("²")` fails."""
+    return text.isascii() and text.isdigit()
+
+
+def _cross_site(request: Request) -> bool:
+    """A request another site's page sent: the browser says so (`Sec-Fetch-Site`), or its `Origin`
+    is not this server's."""
+    fetch_site = request.headers.get("sec-fetch-site")
+    if fetch_site is not None and fetch_site not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("origin")
+    return origin is not None and origin != f"{request.url.scheme}://{request.url.netloc}"
+
+
 def _fragment(template: str, **context: Any) -> HTMLResponse:
     """A part of a page, as the page's live script fetches it (`?partial=1`)."""
     return HTMLResponse(_env.get_template(template).render(**context), headers=HEADERS)
@@ -128,10 +148,8 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in fields.items() if v}
 
 
-def _page(request: Request, name: str, template: str, **context: Any) -> Response:
-    session = _session(request)
-    if session is None:
-        return _to_login()
+def _page(session: tuple[Principal, str], name: str, template: str, **context: Any) -> Response:
+    """A page for the session the route has checked."""
     principal, token = session
     return _render(template, page=name, who=_who(principal), csrf=csrf_for(token), **context)
 
@@ -153,6 +171,8 @@ def _days(text: str | None) -> int:
     return max(1, min(MAX_DAYS, asked))
 
 
+HOURLY_DAYS = 2
+"""The usage page draws hourly bars for up to this many days, daily bars beyond."""
 WORKLOADS_SHOWN = 100
 """Workloads the placement page lists (`workloads list` has the rest)."""
 EVENTS_PER_PAGE = 50
@@ -170,7 +190,7 @@ def reservation_body(form: Mapping[str, str], principal: Principal) -> dict[str,
     checks the API's (every field's limits and refusals are admission's own)."""
     device: dict[str, Any] = {"class": form.get("class", "gpu")}
     count = form.get("count", "1").strip()
-    device["count"] = int(count) if count.isdigit() else count
+    device["count"] = int(count) if _whole_number(count) else count
     profile = form.get("profile", "").strip()
     if profile:
         device["selector"] = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": [profile]}]}
@@ -207,8 +227,11 @@ def _usage(
     services = services_of(request)
     now = services.clock()
     reach = _days(days)
-    end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-    grid = grid_of(end - timedelta(days=reach), end, "1h" if reach <= 2 else "1d")
+    if reach <= HOURLY_DAYS:  # hourly bars, up to the end of this hour
+        end = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    else:  # daily bars, each a calendar day (UTC), up to the end of today
+        end = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+    grid = grid_of(end - timedelta(days=reach), end, "1h" if reach <= HOURLY_DAYS else "1d")
     return console.usage(services.store, session[0], grid, now, bill_tenant=tenant, month=_month(month, now))
 
 
@@ -219,7 +242,7 @@ def _label(window: Window, grid: Grid) -> str:
 def _whole(text: str | None) -> int | str:
     """A form's whole number, or its text as typed, for the parser to refuse by name."""
     value = (text or "1").strip()
-    return int(value) if value.isdigit() else value
+    return int(value) if _whole_number(value) else value
 
 
 def install(app: FastAPI) -> None:
@@ -239,6 +262,10 @@ def install(app: FastAPI) -> None:
 
     @app.post(f"{PREFIX}/login", include_in_schema=False)
     async def login(request: Request) -> Response:
+        if _cross_site(request):  # another site logging the browser in under a token of its choosing
+            return _render(
+                "login.html", 403, page="login", error="Not logged in: this form is not from this console."
+            )
         token = (await _form(request)).get("token", "").strip()
         try:
             bearer_token(f"Bearer {token}")
@@ -260,27 +287,27 @@ def install(app: FastAPI) -> None:
     async def logout(request: Request) -> Response:
         session = _session(request)
         sent = (await _form(request)).get("csrf", "")
-        if session is not None and not hmac.compare_digest(sent, csrf_for(session[1])):
+        if session is not None and not _same(sent, csrf_for(session[1])):
             return _render("error.html", 403, page="", message="This form is not from this console.")
         return _to_login()
 
     @app.get(f"{PREFIX}/fleet", include_in_schema=False)
-    def fleet_page(request: Request, after: Annotated[str | None, Query(max_length=128)] = None) -> Response:
+    def fleet_page(request: Request, after: str | None = None) -> Response:
         session = _session(request)
         if session is None:
             return _to_login()
         services = services_of(request)
         page = console.fleet(services.store, session[0], services.clock(), after=after)
-        return _page(request, "fleet", "fleet.html", states=STATES, fleet=page)
+        return _page(session, "fleet", "fleet.html", states=STATES, fleet=page)
 
     @app.get(f"{PREFIX}/bookings", include_in_schema=False)
     def bookings_page(
         request: Request,
-        pool: Annotated[str | None, Query(max_length=64)] = None,
-        days: Annotated[str | None, Query(max_length=8)] = None,
-        busy: Annotated[str | None, Query(max_length=8)] = None,
-        after: Annotated[str | None, Query(max_length=128)] = None,
-        partial: Annotated[str | None, Query(max_length=8)] = None,
+        pool: str | None = None,
+        days: str | None = None,
+        busy: str | None = None,
+        after: str | None = None,
+        partial: str | None = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -298,7 +325,7 @@ def install(app: FastAPI) -> None:
         if partial == "1":
             return _fragment("_timeline.html", timeline=timeline, busy=busy == "1")
         return _page(
-            request,
+            session,
             "bookings",
             "bookings.html",
             timeline=timeline,
@@ -311,9 +338,9 @@ def install(app: FastAPI) -> None:
     @app.get(f"{PREFIX}/usage", include_in_schema=False)
     def usage_page(
         request: Request,
-        days: Annotated[str | None, Query(max_length=8)] = None,
-        tenant: Annotated[str | None, Query(max_length=64)] = None,
-        month: Annotated[str | None, Query(max_length=8)] = None,
+        days: str | None = None,
+        tenant: str | None = None,
+        month: str | None = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -329,7 +356,7 @@ def install(app: FastAPI) -> None:
             STATE_ORDER,
         )
         return _page(
-            request,
+            session,
             "usage",
             "usage.html",
             usage=page,
@@ -344,8 +371,8 @@ def install(app: FastAPI) -> None:
     @app.get(f"{PREFIX}/usage/bill.csv", include_in_schema=False)
     def bill_csv(
         request: Request,
-        tenant: Annotated[str | None, Query(max_length=64)] = None,
-        month: Annotated[str | None, Query(max_length=8)] = None,
+        tenant: str | None = None,
+        month: str | None = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -404,7 +431,7 @@ def install(app: FastAPI) -> None:
         if session is None:
             return _to_login()
         form = await _form(request)
-        if not hmac.compare_digest(form.get("csrf", ""), csrf_for(session[1])):
+        if not _same(form.get("csrf", ""), csrf_for(session[1])):
             return _render("error.html", 403, page="", message="This form is not from this console.")
         services = services_of(request)
         body = reservation_body(form, session[0])
@@ -419,11 +446,11 @@ def install(app: FastAPI) -> None:
     @app.get(f"{PREFIX}/placement", include_in_schema=False)
     def placement_page(
         request: Request,
-        project: Annotated[str | None, Query(max_length=64)] = None,
-        class_: Annotated[str | None, Query(alias="class", max_length=64)] = None,
-        devices: Annotated[str | None, Query(max_length=8)] = None,
-        replicas: Annotated[str | None, Query(max_length=8)] = None,
-        partial: Annotated[str | None, Query(max_length=8)] = None,
+        project: str | None = None,
+        class_: Annotated[str | None, Query(alias="class")] = None,
+        devices: str | None = None,
+        replicas: str | None = None,
+        partial: str | None = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -468,7 +495,7 @@ def install(app: FastAPI) -> None:
             services.store, principal, tenant_id=None, limit=WORKLOADS_SHOWN, after=None
         ).items
         return _page(
-            request,
+            session,
             "placement",
             "placement.html",
             classes=classes,
@@ -485,7 +512,7 @@ def install(app: FastAPI) -> None:
             return _to_login()
         services = services_of(request)
         drawings = console.endpoints_page(services.store, session[0], services.clock())
-        return _page(request, "endpoints", "endpoints.html", drawings=drawings)
+        return _page(session, "endpoints", "endpoints.html", drawings=drawings)
 
     def events_page(
         request: Request,
@@ -528,9 +555,9 @@ def install(app: FastAPI) -> None:
     @app.get(f"{PREFIX}/events", include_in_schema=False)
     def events_get(
         request: Request,
-        type: Annotated[str | None, Query(max_length=64)] = None,
-        subject: Annotated[str | None, Query(max_length=128)] = None,
-        after: Annotated[str | None, Query(max_length=32)] = None,
+        type: str | None = None,
+        subject: str | None = None,
+        after: str | None = None,
     ) -> Response:
         session = _session(request)
         if session is None:
@@ -543,7 +570,7 @@ def install(app: FastAPI) -> None:
         if session is None:
             return _to_login()
         form = await _form(request)
-        if not hmac.compare_digest(form.get("csrf", ""), csrf_for(session[1])):
+        if not _same(form.get("csrf", ""), csrf_for(session[1])):
             return _render("error.html", 403, page="", message="This form is not from this console.")
         services = services_of(request)
         try:

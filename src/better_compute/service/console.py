@@ -84,9 +84,12 @@ class Paging:
 
 
 def _page_of(ids: Sequence[str], after: str | None, limit: int) -> tuple[list[str], Paging]:
+    """The page after the node `after`; the first page when `after` is unknown or the last node."""
     start = 0
     if after is not None:
         start = next((k + 1 for k, n in enumerate(ids) if n == after), 0)
+        if start >= len(ids):
+            start = 0
     chosen = list(ids[start : start + limit])
     more = start + limit < len(ids)
     return chosen, Paging(start + 1, len(chosen), len(ids), chosen[-1] if more and chosen else None)
@@ -257,17 +260,19 @@ def bookings(
         for b in sorted(on[a.id], key=lambda b: b.starts_at):
             start = max(b.starts_at.timestamp(), lo)
             end = min(b.ends_at.timestamp() if b.ends_at else hi, hi)
+            # Only the admin and a booking's own tenant learn its allocation: a hold's names an
+            # endpoint (`endpoint:<name>:<node>`), which is its tenant's business.
+            mine = principal.is_admin or (b.tenant_id is not None and b.tenant_id == principal.tenant_id)
             if is_partition_change(b.allocation_id):
                 kind, shown = "changing", "partition change"
             elif b.tenant_id is None:
                 kind, shown = "hold", b.allocation_id.split(":")[0] + " hold"
             else:
                 kind = "booking"
-                mine = principal.is_admin or b.tenant_id == principal.tenant_id
                 shown = f"{b.allocation_id} ({b.tenant_id})" if mine else "taken"
             bars.append(
                 BookingBar(
-                    b.allocation_id if kind != "booking" or shown != "taken" else "",
+                    b.allocation_id if mine else "",
                     shown,
                     kind,
                     b.starts_at,
@@ -294,6 +299,8 @@ class UsagePage:
     tenants: tuple[str, ...]
     """The tenants whose bill the caller may read."""
     bill: Bill | None
+    not_readable: str | None = None
+    """A tenant asked for whose bill the caller may not read (or that does not exist)."""
 
 
 def usage(
@@ -330,7 +337,8 @@ def usage(
         bill = get_bill(
             store, principal, chosen, since=month.start.isoformat(), until=month.end.isoformat(), now=now
         )
-    return UsagePage(grid, tuple(used), states, tenants, bill)
+    refused = bill_tenant if bill_tenant and bill_tenant not in tenants else None
+    return UsagePage(grid, tuple(used), states, tenants, bill, refused)
 
 
 @dataclass(frozen=True, slots=True)
