@@ -1,4 +1,4 @@
-"""The console's templates (Jinja2, server-rendered) and static files, served by `api/console.py`
+"""The console's templates (Jinja2, server-rendered) and static files, served by `api/console/`
 under `/console`. Nothing here is fetched from the internet at run time."""
 
 from __future__ import annotations
