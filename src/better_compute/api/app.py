@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Literal
+
 from fastapi import FastAPI
 
 from better_compute import __version__
@@ -29,6 +35,43 @@ from better_compute.api.routes import (
     workloads,
 )
 from better_compute.service.services import Services
+from better_compute.service.warmup import warm as warm_caches
+
+Warming = Literal["none", "background", "blocking"]
+"""How a process warms its caches as it starts (`service.warmup`): not at all (an app driven
+in-process), in the background while it already answers `/healthz` with `starting` (one `serve`
+process), or before it accepts anything (a worker of `serve --workers N`)."""
+
+_log = logging.getLogger("better_compute.warmup")
+
+
+def _warm_until_done(services: Services) -> None:
+    """Warm, trying again each second while the database cannot be read (a restart racing its
+    database); then say ready. Whether the process is ready never decides what a request gets: a
+    cold process loads what a request needs on the way."""
+    while not services.stopping.is_set():
+        try:
+            warm_caches(services)
+        except Exception:  # the next try logs again; readiness waits
+            _log.exception("warming the caches failed; trying again")
+            services.stopping.wait(1.0)
+            continue
+        services.ready.set()
+        return
+
+
+def _lifespan(services: Services, warming: Warming) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if warming == "blocking":
+            services.ready.clear()
+            _warm_until_done(services)
+        elif warming == "background":
+            services.ready.clear()
+            threading.Thread(target=_warm_until_done, args=(services,), name="warmup", daemon=True).start()
+        yield
+
+    return lifespan
 
 
 def create_app(
@@ -37,11 +80,13 @@ def create_app(
     max_body_bytes: int,
     request_timeout: float,
     metrics_auth: metrics.MetricsAuth = "none",
+    warming: Warming = "none",
 ) -> FastAPI:
     """The app over `services` (built by `entrypoints/server.py`, which also closes them). A request
     body over `max_body_bytes` is refused (413), and so is one whose next part does not arrive
     within `request_timeout` seconds (408): see `api/limits.py`. `/metrics` is open to anyone who
-    reaches it, or needs a fleet-admin token with `metrics_auth="admin"` (`api/metrics.py`)."""
+    reaches it, or needs a fleet-admin token with `metrics_auth="admin"` (`api/metrics.py`).
+    `warming`: how the process warms its caches as it starts (`Warming`)."""
     app = FastAPI(
         title="better-compute",
         version=__version__,
@@ -49,6 +94,7 @@ def create_app(
         generate_unique_id_function=operations.operation_id,
         docs_url=None,  # served by api/docs.py from local assets, not a CDN
         redoc_url=None,
+        lifespan=_lifespan(services, warming),
     )
     app.state.services = services
     errors.install(app)

@@ -16,4 +16,6 @@ from better_compute.settings import Settings
 
 def create() -> FastAPI:
     settings = Settings()
-    return build_app(build_services(open_store(settings, migrate=False)), settings)
+    # A worker warms its caches before it accepts anything: a rolling restart never sends a request
+    # to a cold one (the others, already warm, take the connections meanwhile).
+    return build_app(build_services(open_store(settings, migrate=False)), settings, warming="blocking")

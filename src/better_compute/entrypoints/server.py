@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from fastapi import FastAPI
 
-from better_compute.api.app import create_app
+from better_compute.api.app import Warming, create_app
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service.booking_index import BookingIndex
 from better_compute.service.clock import Clock
@@ -62,13 +62,15 @@ def build_services(store: StorePort, *, clock: Clock = utc_now, ids: Ids | None 
     )
 
 
-def build_app(services: Services, settings: Settings) -> FastAPI:
-    """The HTTP API over `services`, with the body limits and the metrics access of `settings`."""
+def build_app(services: Services, settings: Settings, *, warming: Warming = "none") -> FastAPI:
+    """The HTTP API over `services`, with the body limits and the metrics access of `settings`;
+    `warming`: how it warms its caches as it starts (`api.app.Warming`)."""
     return create_app(
         services,
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.timeout_request,
         metrics_auth=settings.metrics_auth,
+        warming=warming,
     )
 
 

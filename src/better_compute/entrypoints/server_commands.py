@@ -291,7 +291,7 @@ def serve(
         stack.callback(_reconciling(services, settings, reconciler_owner()))
         stack.callback(_retrying(services))
         if workers == 1:
-            app_ = server.build_app(services, settings)
+            app_ = server.build_app(services, settings, warming="background")
             config = uvicorn.Config(
                 app_, host=host, port=port, log_level="info", access_log=access_log, **connections
             )

@@ -21,6 +21,12 @@ from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import StorePort
 
 
+def _already_set() -> threading.Event:
+    ready = threading.Event()
+    ready.set()
+    return ready
+
+
 @dataclass(frozen=True)
 class Services:
     """One process's wiring: what the composition root hands `create_app` (and the reconcilers)."""
@@ -43,6 +49,10 @@ class Services:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
     so that shutting down does not wait out every node's poll."""
+    ready: threading.Event = field(default_factory=_already_set)
+    """Set once the process has loaded what its hot path needs (`service.warmup`): until then
+    `/healthz` and `/readyz` answer `starting` (503). Set from the start where nothing warms it
+    (an app driven in-process without its lifespan)."""
 
     def close(self) -> None:
         """Stop the admission threads, once the work they were given is done. The store is closed

@@ -1,18 +1,42 @@
-"""Liveness: the process answers and its database does too."""
+"""Health and readiness: the process answers, its database does too, and it has warmed the caches
+its hot path reads (`service.warmup`). Until it has, both answer `starting` with 503, so a load
+balancer sends it nothing yet."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter
+from fastapi.responses import JSONResponse, Response
 
 from better_compute import __version__
-from better_compute.api.deps import StoreDep
+from better_compute.api.deps import ServicesDep
 from better_compute.service import inventory
 from better_compute.wire.inventory import Health
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/healthz", response_model=Health)
-def healthz(store: StoreDep) -> Health:
-    inventory.list_clusters(store, limit=1)
-    return Health(status="ok", database=store.dialect, version=__version__)
+STARTING: dict[int | str, dict[str, Any]] = {
+    503: {"model": Health, "description": "Starting: the process is still warming its caches."}
+}
+
+
+def _health(services: ServicesDep) -> Response:
+    inventory.list_clusters(services.store, limit=1)
+    ready = services.ready.is_set()
+    body = Health(status="ok" if ready else "starting", database=services.store.dialect, version=__version__)
+    return JSONResponse(body.model_dump(mode="json"), status_code=200 if ready else 503)
+
+
+@router.get("/healthz", response_model=Health, responses=STARTING)
+def healthz(services: ServicesDep) -> Response:
+    """`ok` once the process and its database answer and its caches are warm; `starting` (503)
+    while it warms them."""
+    return _health(services)
+
+
+@router.get("/readyz", response_model=Health, responses=STARTING)
+def readyz(services: ServicesDep) -> Response:
+    """For load balancers: 200 once the process is ready for traffic, 503 (`starting`) before."""
+    return _health(services)

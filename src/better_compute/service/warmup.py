@@ -1,0 +1,22 @@
+"""Warm before ready: a server process loads what its hot path needs before it says it is ready, so
+that no request pays for loading the fleet (docs/operations.md, Starting and readiness).
+
+What is loaded: the booking index (every live booking, then the event log's tail) and each pool's
+atoms, which admission reads on every reservation. Until then the process answers `/healthz` and
+`/readyz` with `starting` (503), and a worker of `serve --workers N` accepts no connection at all.
+"""
+
+from __future__ import annotations
+
+from better_compute.service.services import Services
+
+
+def warm(services: Services) -> None:
+    """Load the booking index and every pool's atoms into `services`' caches."""
+    with services.store.read() as tx:
+        services.index.sync(tx)
+        for pool in tx.pools.all():
+            services.index.pool_atoms(tx, pool.id)
+
+
+__all__ = ["warm"]
