@@ -10,8 +10,7 @@ under 1 s with 1,000 nodes.
     python bench/console.py            # the demo fleet and 1,000 nodes (8 H100 each, all-1g.10gb)
     python bench/console.py --quick    # the demo fleet and 250 nodes, under a minute
 
-The last line is JSON: `render_ms` (page: ms on the demo fleet), `render_ms_large` (page: ms on the
-large fleet) and `large_nodes`.
+The last line is JSON with one key, `render_ms`: per fleet (`demo`, `nodes_<N>`), page to ms.
 """
 
 from __future__ import annotations
@@ -102,7 +101,8 @@ def main() -> None:
     print(f"demo fleet: {demo}", file=sys.stderr)
     print(f"{nodes} nodes: {large}", file=sys.stderr)
     print(f"command: python bench/console.py{' --quick' if args.quick else ''}", file=sys.stderr)
-    print(json.dumps({"render_ms": demo, "render_ms_large": large, "large_nodes": nodes}))
+    print(json.dumps({"render_ms_demo": demo, f"render_ms_{nodes}_nodes": large}), file=sys.stderr)
+    print(json.dumps({"render_ms": {"demo": demo, f"nodes_{nodes}": large}}))
 
 
 if __name__ == "__main__":
