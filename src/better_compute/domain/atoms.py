@@ -6,10 +6,11 @@ GI/CI or slot number), so re-ingesting a report yields the same ids and bookings
 
 from __future__ import annotations
 
+import sys
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import ClassVar, Literal, get_args
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, NodeReport
@@ -47,7 +48,58 @@ def atom_id_for(gpu_uuid: str, key: str) -> str:
     return "atm-" + uuid.uuid5(_ATOM_NAMESPACE, f"{gpu_uuid}/{key}").hex[:24]
 
 
-@dataclass(frozen=True)
+class Attributes(Mapping[str, AttrValue]):
+    """An atom's attributes, compact: a process holds every atom of its pools (hundreds of thousands
+    on a big fleet), and a dict of strings per atom was most of each one's memory.
+
+    The keys' positions are shared by every mapping with the same keys in the same order (one
+    small dict per shape of attributes, not per atom); each mapping holds only a tuple of its
+    values, strings among them interned (`compact`), so that every atom of a GPU model shares its
+    product and profile names. It reads as any mapping does, compares equal to the dict with the
+    same items, and is immutable."""
+
+    __slots__ = ("_at", "_values")
+
+    _SHAPES: ClassVar[dict[tuple[str, ...], dict[str, int]]] = {}
+
+    def __init__(self, items: Mapping[str, AttrValue]) -> None:
+        keys = tuple(items)
+        at = self._SHAPES.get(keys)
+        if at is None:
+            at = self._SHAPES.setdefault(
+                tuple(sys.intern(k) for k in keys), {k: n for n, k in enumerate(keys)}
+            )
+        self._at = at
+        self._values = tuple(
+            sys.intern(v) if type(v) is str and k not in UNIQUE_ATTRIBUTES else v for k, v in items.items()
+        )
+
+    def __getitem__(self, key: str) -> AttrValue:
+        return self._values[self._at[key]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._at
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._at)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+
+UNIQUE_ATTRIBUTES = frozenset({"migUuid"})
+"""Attributes whose value differs on every atom: interning them would only add an entry each."""
+
+
+def compact(items: Mapping[str, AttrValue]) -> Attributes:
+    """`items` as a compact `Attributes` (itself, when it already is one)."""
+    return items if isinstance(items, Attributes) else Attributes(items)
+
+
+@dataclass(frozen=True, slots=True)
 class Atom:
     """A bookable (or, for parents and pending GPUs, unbookable) piece of one GPU."""
 

@@ -143,7 +143,13 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)
     # In this transaction, as the change it records: accounting a past range reads this history.
-    record_nodes(tx, sorted(changed_nodes), now)
+    gpus_now = {**old_gpus, **{g.id: g for g in gpu_rows}}.values()
+    atoms_now = {**old_atoms, **{a.id: a for a in atom_rows}}.values()
+    written = (
+        [g for g in gpus_now if g.node_id in changed_nodes],
+        [a for a in atoms_now if a.node in changed_nodes],
+    )
+    record_nodes(tx, sorted(changed_nodes), now, written)
     gpu_counts = Counter(g.node_id for g in gpu_rows)
     atom_counts = Counter(a.node for a in atom_rows)
     for node in sorted(changed_nodes):

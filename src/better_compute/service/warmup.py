@@ -12,7 +12,11 @@ from better_compute.service.services import Services
 
 
 def warm(services: Services) -> None:
-    """Load the booking index and every pool's atoms into `services`' caches."""
+    """Load the booking index and every pool's atoms into `services`' caches.
+
+    Only bookings that reach past the present are read: a year of ended ones changes no answer,
+    and loading them only to forget them made a process slower to start and bigger for ever."""
+    services.index.forget_ended(services.clock())
     with services.store.read() as tx:
         services.index.sync(tx)
         for pool in tx.pools.all():

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from sys import intern
 from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
-from better_compute.domain.atoms import Atom
+from better_compute.domain.atoms import ATOM_CLASSES, Atom, AtomClass, compact
 from better_compute.domain.class_quotas import HeldAtom
 from better_compute.domain.metering import share
 from better_compute.domain.scrub import EndedHold
@@ -19,22 +20,27 @@ from better_compute.storage import rows
 from better_compute.storage.tables import atoms, bookings, nodes
 
 _CHUNK = 1000
+_CLASSES: dict[str, AtomClass] = {c: c for c in ATOM_CLASSES}
 
 
-def atom_of(r: Mapping[str, Any]) -> Atom:
-    """An atom record from its row (also used by the reservations repository's joins)."""
+def atom_of(r: Mapping[Any, Any]) -> Atom:
+    """An atom record from its row (also used by the reservations repository's joins). Strings that
+    many atoms share (their GPU, node, pool, class, key) are interned and the attributes compact
+    (`domain.atoms.Attributes`): a server holds every atom of its pools."""
+    nvlink = r["nvlink_domain"]
+    pool_id = r["pool_id"]
     return Atom(
         id=r["id"],
-        gpu_id=r["gpu_id"],
-        node=r["node_id"],
-        cls=r["class"],
-        key=r["key"],
+        gpu_id=intern(r["gpu_id"]),
+        node=intern(r["node_id"]),
+        cls=_CLASSES[r["class"]],
+        key=intern(r["key"]),
         bookable=bool(r["bookable"]),
         partition_pending=bool(r["partition_pending"]),
-        pool_id=r["pool_id"],
+        pool_id=None if pool_id is None else intern(pool_id),
         numa_node=r["numa_node"],
-        nvlink_domain=r["nvlink_domain"],
-        attributes=r["attributes"] or {},
+        nvlink_domain=None if nvlink is None else intern(nvlink),
+        attributes=compact(r["attributes"] or {}),
         present=bool(r["present"]),
     )
 
@@ -77,8 +83,10 @@ class SqlAtoms:
         return found
 
     def of_pool(self, pool_id: str) -> list[Atom]:
-        where = [atoms.c.pool_id == pool_id, atoms.c.present.is_(True)]
-        return [atom_of(r) for r in rows.page(self.conn, atoms, where=where)]
+        """Every present atom of the pool, in id order; each row made an atom as it is read, so that
+        a big pool's rows are never all held at once as Python objects beside the atoms."""
+        stmt = select(atoms).where(atoms.c.pool_id == pool_id, atoms.c.present.is_(True)).order_by(atoms.c.id)
+        return [atom_of(r._mapping) for r in self.conn.execute(stmt)]
 
     def page(
         self,

@@ -3,6 +3,7 @@ GPUs of a pool over a range, read together for accounting."""
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -64,12 +65,18 @@ class SqlGpuStates:
         return out
 
     def write(self, changes: Sequence[StateChange]) -> None:
+        # Open periods end in one statement per instant and chunk (a fleet's first report changes
+        # thousands of GPUs at once; a statement per GPU was most of its ingest).
+        ending: dict[datetime, list[str]] = defaultdict(list)
         for change in changes:
-            self.conn.execute(
-                update(gpu_states)
-                .where(gpu_states.c.gpu_id == change.gpu_id, gpu_states.c.valid_to.is_(None))
-                .values(valid_to=change.at)
-            )
+            ending[change.at].append(change.gpu_id)
+        for at, gpu_ids in ending.items():
+            for i in range(0, len(gpu_ids), _CHUNK):
+                self.conn.execute(
+                    update(gpu_states)
+                    .where(gpu_states.c.gpu_id.in_(gpu_ids[i : i + _CHUNK]), gpu_states.c.valid_to.is_(None))
+                    .values(valid_to=at)
+                )
         new = [_row(c.state, c.at) for c in changes if c.state is not None]
         if new:
             self.conn.execute(insert(gpu_states), new)

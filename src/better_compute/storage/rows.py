@@ -6,56 +6,118 @@ what they return is turned into records before it leaves `storage/`.
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, select, update
+from sqlalchemy import JSON, Connection, Table, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 Row = dict[str, Any]
 
 
+COPY_FROM = 100
+"""Rows from which a PostgreSQL upsert goes through COPY: fewer go as one cached statement."""
+
+
 def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], key: Sequence[str]) -> None:
-    """Insert rows, or update every non-key column of the rows that already exist."""
+    """Insert rows, or update every non-key column of the rows that already exist.
+
+    Many rows on PostgreSQL are copied into a temporary table and merged from there in one statement
+    (`_copy_upsert`); otherwise one statement, compiled once and cached, is executed for every row.
+    A multi-VALUES statement built per batch spent most of a big fleet's ingest compiling thousands
+    of bind parameters. Every row must name the same columns."""
     if not rows:
         return
+    if conn.dialect.name == "postgresql" and len(rows) >= COPY_FROM:
+        _copy_upsert(conn, table, rows, key)
+        return
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    batch = 500
-    for i in range(0, len(rows), batch):
-        chunk = [dict(r) for r in rows[i : i + batch]]
-        stmt = dialect_insert(table).values(chunk)
-        columns = [c for c in chunk[0] if c not in key]
-        if columns:
-            stmt = stmt.on_conflict_do_update(
-                index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
-            )
-        else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
-        conn.execute(stmt)
+    stmt = dialect_insert(table)
+    columns = [c for c in rows[0] if c not in key]
+    if columns:
+        stmt = stmt.on_conflict_do_update(
+            index_elements=list(key), set_={c: stmt.excluded[c] for c in columns}
+        )
+    else:
+        stmt = stmt.on_conflict_do_nothing(index_elements=list(key))
+    conn.execute(stmt, [dict(r) for r in rows])
+
+
+def _copy_upsert(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], key: Sequence[str]
+) -> None:
+    """The PostgreSQL bulk path of `upsert`: COPY into a temporary table (dropped at commit), then one
+    INSERT ... SELECT ... ON CONFLICT, in key order (the order the caller's locks are taken in).
+    COPY sends the rows as one stream the server parses without planning a statement per row: a
+    fleet's first reports write tens of thousands of atoms a batch."""
+    columns = list(rows[0])
+    # JSON as SQLAlchemy writes it: a None is JSON's null unless the column stores it as SQL NULL.
+    as_json = {c: not t.none_as_null for c in columns if isinstance(t := table.c[c].type, JSON)}
+    names = ", ".join(f'"{c}"' for c in columns)
+    scratch = f"_upsert_{table.name}_{next(_SCRATCH)}"
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    with raw.cursor() as cur:
+        # The columns alone (types, no constraint or default): what the merge checks is the table's.
+        cur.execute(
+            f'CREATE TEMPORARY TABLE "{scratch}" ON COMMIT DROP AS SELECT {names} FROM "{table.name}" WITH NO DATA'
+        )
+        with cur.copy(f'COPY "{scratch}" ({names}) FROM STDIN') as copy:
+            for row in rows:
+                copy.write_row([_copied(row[c], as_json.get(c)) for c in columns])
+        updates = [c for c in columns if c not in key]
+        conflict = ", ".join(f'"{c}"' for c in key)
+        action = (
+            "DO UPDATE SET " + ", ".join(f'"{c}" = EXCLUDED."{c}"' for c in updates)
+            if updates
+            else "DO NOTHING"
+        )
+        cur.execute(
+            f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{scratch}" ORDER BY {conflict} '
+            f"ON CONFLICT ({conflict}) {action}"
+        )
+        cur.execute(f'DROP TABLE "{scratch}"')
+
+
+_SCRATCH = itertools.count()
+
+
+def _copied(value: Any, json_null: bool | None) -> Any:
+    """A value as COPY takes it: a JSON column's as its text (`json_null`: None is JSON's null)."""
+    if json_null is None or (value is None and not json_null):
+        return value
+    return json.dumps(value)
 
 
 def insert_missing(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> None:
-    """Insert rows in batches, leaving alone those whose primary key is already there."""
+    """Insert rows, leaving alone those whose primary key is already there (one cached statement,
+    executed for every row, as `upsert`). Every row must name the same columns."""
+    if not new_rows:
+        return
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
     key = [c.name for c in table.primary_key.columns]
-    for i in range(0, len(new_rows), 500):
-        chunk = [dict(r) for r in new_rows[i : i + 500]]
-        conn.execute(dialect_insert(table).values(chunk).on_conflict_do_nothing(index_elements=key))
+    conn.execute(
+        dialect_insert(table).on_conflict_do_nothing(index_elements=key), [dict(r) for r in new_rows]
+    )
 
 
 def insert_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> int:
-    """Insert rows one by one, skipping those that collide with any primary or unique key.
+    """Insert rows, skipping those that collide with any primary or unique key.
 
     Returns how many were inserted, so a caller can tell "created" from "already there" without
-    catching a driver error (and a concurrent insert of the same key waits, then is skipped).
+    catching a driver error (and a concurrent insert of the same key waits, then is skipped). One
+    cached statement for every row, sent in batches (a big pool's members are thousands of rows).
+    Every row must name the same columns.
     """
+    if not new_rows:
+        return 0
     dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    inserted = 0
-    for row in new_rows:
-        stmt = dialect_insert(table).values(dict(row)).on_conflict_do_nothing()
-        # RETURNING, not rowcount: drivers do not all report a row count for ON CONFLICT inserts.
-        inserted += len(conn.execute(stmt.returning(*table.primary_key.columns)).all())
-    return inserted
+    stmt = dialect_insert(table).on_conflict_do_nothing()
+    # RETURNING, not rowcount: drivers do not all report a row count for ON CONFLICT inserts.
+    returned = conn.execute(stmt.returning(*table.primary_key.columns), [dict(r) for r in new_rows])
+    return len(returned.all())
 
 
 def compare_and_set(

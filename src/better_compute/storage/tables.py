@@ -268,6 +268,13 @@ bookings = Table(
     Column("state", String(16), nullable=False, server_default="live"),
     Column("created_at", UtcDateTime, nullable=False),
     Index("ix_bookings_atom_start", "atom_id", "starts_at"),
+    # Live bookings by end: the whole ledger's "reaching past now" and "ended since" (migration 0023).
+    Index(
+        "ix_bookings_live_ends",
+        "ends_at",
+        sqlite_where=text("state = 'live'"),
+        postgresql_where=text("state = 'live'"),
+    ),
 )
 
 events = Table(
