@@ -142,13 +142,23 @@ def rss_mb(pid: int) -> float:
 
 
 @contextmanager
-def server(url: str) -> Iterator[tuple[str, int, float]]:
-    """`serve --workers 1` on the database; yields its address, pid and seconds until ready."""
+def server(url: str, workers: int = 1) -> Iterator[tuple[str, int, float]]:
+    """`serve --workers N` on the database; yields its address, pid and seconds until ready."""
     port = free_port()
     cli = Path(sys.executable).with_name("better-compute")
     t0 = time.perf_counter()
     proc = subprocess.Popen(
-        [str(cli), "serve", "--database-url", url, "--port", str(port), "--workers", "1", "--no-access-log"],
+        [
+            str(cli),
+            "serve",
+            "--database-url",
+            url,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--no-access-log",
+        ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},

@@ -12,11 +12,11 @@ refused one wrote nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.errors import Forbidden, InvalidInput, Unauthenticated
+from better_compute.domain.errors import DomainError, Forbidden, InvalidInput, Unauthenticated
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
@@ -113,6 +113,135 @@ def accept(
     return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """A signed report as it arrived, with the reader of its body and when it arrived."""
+
+    signed: SignedRequest
+    read: Callable[[bytes], Report]
+    now: datetime
+
+
+Outcome = Accepted | DomainError
+"""What became of one report of a batch: accepted, or the error its sender is answered with."""
+
+
+def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
+    """Accept reports of distinct nodes together, each as `accept` would on its own; outcomes in
+    the batch's order.
+
+    Inventory reports (a node's first ones are a whole fleet's worth of GPUs and atoms) are taken in
+    one transaction and ingested in one `ingest_in`: a transaction per node cost each report four
+    times what the node's rows do. Each is checked under its node's row lock first (nodes locked in
+    id order, as every writer of several nodes locks them), and one that fails a check writes
+    nothing and is answered with its error while the others go on. If the shared write fails as a
+    whole, each report is accepted again on its own, so one bad report never costs the others.
+    Reports of any other kind are accepted on their own. An error that is no `DomainError` (the
+    database's) is raised, as `accept` raises it."""
+    if len({sent.signed.node for sent in batch}) != len(batch):
+        raise ValueError("a batch holds one report per node")
+    outcomes: list[Outcome | None] = [None] * len(batch)
+    checked: list[tuple[int, Node, InventoryReported]] = []
+    for n, sent in enumerate(batch):
+        try:
+            node = verify(store, sent.signed, sent.now)
+            report = _read(store, node, sent)
+        except DomainError as error:
+            outcomes[n] = error
+            continue
+        if isinstance(report, InventoryReported):
+            checked.append((n, node, report))
+        else:
+            outcomes[n] = _alone(store, sent)
+    if checked:
+        try:
+            for n, outcome in _inventories(store, batch, sorted(checked, key=lambda c: c[1].id)).items():
+                outcomes[n] = outcome
+        except Exception:  # the shared write failed: each on its own, as if never batched
+            for n, _, _ in checked:
+                outcomes[n] = _alone(store, batch[n])
+    assert all(outcome is not None for outcome in outcomes)
+    return [outcome for outcome in outcomes if outcome is not None]
+
+
+def _read(store: StorePort, node: Node, sent: Sent) -> Report:
+    """The report `sent` carries, from the node that signed it (a refusal logged as `accept` logs
+    it)."""
+    report = sent.read(sent.signed.body)
+    try:
+        check_same_node(node.id, report.node)
+    except Unauthenticated as error:
+        _log_refusal(store, node.id, _reason(error), kind_of(report), sent.now)
+        raise
+    return report
+
+
+def _alone(store: StorePort, sent: Sent) -> Outcome:
+    try:
+        return accept(store, sent.signed, sent.read, sent.now)
+    except DomainError as error:
+        return error
+
+
+def _inventories(
+    store: StorePort, batch: Sequence[Sent], checked: Sequence[tuple[int, Node, InventoryReported]]
+) -> dict[int, Outcome]:
+    """The inventory reports of `accept_batch`, in one transaction (nodes in id order)."""
+    outcomes: dict[int, Outcome] = {}
+    refusals: list[tuple[str, str, datetime]] = []
+    with store.begin() as tx:
+        tx.nodes.lock([node.id for _, node, _ in checked])
+        current = tx.nodes.by_ids([node.id for _, node, _ in checked])
+        taken: list[tuple[Node, InventoryReported, int]] = []
+        for n, node, report in checked:
+            sent, now = batch[n], batch[n].now
+            try:
+                observed = _inventory_checked(tx, node, current[node.id], report, sent.signed, now)
+            except DomainError as error:
+                outcomes[n] = error
+                if isinstance(error, Unauthenticated):
+                    refusals.append((node.id, _reason(error), now))
+                continue
+            fresh = report.report_id is None or tx.nodes.take_report_id(node.id, report.report_id, now)
+            if fresh:
+                taken.append((current[node.id], report, observed))
+            outcomes[n] = Accepted(node.id, report.KIND, sent.signed.sequence, not fresh)
+        if taken:
+            at = max(batch[n].now for n, _, _ in checked)
+            ingest_in(
+                tx, [NodeReport(node.id, report.gpus, observed) for node, report, observed in taken], at
+            )
+            for node, report, _ in taken:
+                _mark_reboot(tx, node, report, at)
+    for node_id, reason, now in refusals:
+        _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
+    return outcomes
+
+
+def _inventory_checked(
+    tx: Tx, signer: Node, current: Node, report: InventoryReported, signed: SignedRequest, now: datetime
+) -> int:
+    """Every check `accept` makes of an inventory report under its node's lock, then its sequence
+    taken; returns the generation it observed. Raises before it writes anything."""
+    if current.public_key != signer.public_key:
+        raise refused("signature", "the node joined again with another key; sign with the new one")
+    check_sequence(signed.sequence, current.report_sequence)
+    observed = current.observed_generation
+    if report.observed_generation is not None:
+        observed = _observable(current, report.observed_generation)
+    if not tx.nodes.accept_sequence(current.id, signed.sequence, now):
+        raise refused("replayed", f"sequence {signed.sequence} was already used")
+    return observed
+
+
+def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -> None:
+    required = bool(report.reboot_required)
+    if required != node.reboot_required:
+        tx.nodes.set_reboot_required(node.id, required)
+        if required:
+            tx.events.append(NodeRebootRequired(node.id, report.reboot_required), now)
+
+
 def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
     match report:
         case InventoryReported():
@@ -120,11 +249,7 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
             if report.observed_generation is not None:
                 observed = _observable(node, report.observed_generation)
             ingest_in(tx, [NodeReport(node.id, report.gpus, observed)], now)
-            required = bool(report.reboot_required)
-            if required != node.reboot_required:
-                tx.nodes.set_reboot_required(node.id, required)
-                if required:
-                    tx.events.append(NodeRebootRequired(node.id, report.reboot_required), now)
+            _mark_reboot(tx, node, report, now)
         case GenerationObserved():
             tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)
         case BindingReported():
@@ -180,4 +305,4 @@ def _check_on_node(tx: Tx, node_id: str, allocation_id: str) -> None:
         )
 
 
-__all__ = ["Accepted", "accept", "verify"]
+__all__ = ["Accepted", "Outcome", "Sent", "accept", "accept_batch", "verify"]

@@ -19,6 +19,7 @@ from better_compute.service.credentials import TokenMemory
 from better_compute.service.ids import Ids
 from better_compute.service.placement_stock import Stock
 from better_compute.service.ports import StorePort
+from better_compute.service.report_batches import ReportBatches
 
 
 def _already_set() -> threading.Event:
@@ -49,6 +50,8 @@ class Services:
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
     so that shutting down does not wait out every node's poll."""
+    reports: ReportBatches = field(default_factory=ReportBatches)
+    """Signed node reports being written, batched as they arrive (service.report_batches)."""
     ready: threading.Event = field(default_factory=_already_set)
     """Set once the process has loaded what its hot path needs (`service.warmup`): until then
     `/healthz` and `/readyz` answer `starting` (503). Set from the start where nothing warms it

@@ -1,13 +1,15 @@
 """Warm before ready: a server process loads what its hot path needs before it says it is ready, so
 that no request pays for loading the fleet (docs/operations.md, Starting and readiness).
 
-What is loaded: the booking index (every live booking, then the event log's tail) and each pool's
-atoms, which admission reads on every reservation. Until then the process answers `/healthz` and
+What is loaded: the booking index (every live booking, then the event log's tail), each pool's
+atoms, which admission reads on every reservation, and those atoms grouped by GPU for each class
+with no selector (the shape of nearly every request). Until then the process answers `/healthz` and
 `/readyz` with `starting` (503), and a worker of `serve --workers N` accepts no connection at all.
 """
 
 from __future__ import annotations
 
+from better_compute.domain.admission import DeviceRequest
 from better_compute.service.services import Services
 
 
@@ -20,7 +22,11 @@ def warm(services: Services) -> None:
     with services.store.read() as tx:
         services.index.sync(tx)
         for pool in tx.pools.all():
-            services.index.pool_atoms(tx, pool.id)
+            held = services.index.pool_atoms(tx, pool.id)
+            # The shape nearly every request has (a class, no selector): grouping a big pool's
+            # atoms by GPU for it is most of a cold first reservation.
+            for cls in sorted({a.cls for a in held.atoms.values()}):
+                held.matching_by_gpu(DeviceRequest(cls, 1))
 
 
 __all__ = ["warm"]

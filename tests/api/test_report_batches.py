@@ -1,0 +1,167 @@
+"""Signed inventory reports that arrive while others are being written are written together, on
+SQLite and PostgreSQL: each sender is answered as if its report were alone, a report that fails a
+check writes nothing while the rest of its batch lands, and a batch whose shared write fails is
+written again one report at a time."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from better_compute.client import InvalidInputError
+from better_compute.service import node_reports
+from better_compute.service.node_reports import Outcome, Sent
+from better_compute.service.ports import StorePort
+from better_compute.service.report_batches import ReportBatches
+from better_compute.storage.store import Store
+from tests.api.test_node_reports import inventory
+from tests.node_world import NodeWorld
+
+
+@pytest.fixture
+def world(store: Store, tmp_path: Path) -> NodeWorld:
+    return NodeWorld(store, tmp_path)
+
+
+class HeldFirst:
+    """`accept_batch`, recording each batch's nodes; the first batch waits for `release`, so that the
+    reports sent meanwhile queue behind it."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.batches: list[list[str]] = []
+
+    def __call__(self, store: StorePort, batch: list[Sent]) -> list[Outcome]:
+        self.batches.append([s.signed.node for s in batch])
+        if len(self.batches) == 1:
+            assert self.release.wait(30)
+        return node_reports.accept_batch(store, batch)
+
+
+def batched(world: NodeWorld) -> tuple[HeldFirst, ReportBatches]:
+    writer = HeldFirst()
+    reports: ReportBatches = world.http.app.state.services.reports  # type: ignore[attr-defined]
+    reports._write = writer
+    return writer, reports
+
+
+def queued(reports: ReportBatches, count: int) -> None:
+    """Wait until `count` reports wait behind the one being written."""
+    deadline = time.monotonic() + 30
+    while len(reports._queue) < count:
+        assert time.monotonic() < deadline, "the reports never queued"
+        time.sleep(0.005)
+
+
+def in_threads(*calls: Callable[[], Any]) -> tuple[list[threading.Thread], list[Any]]:
+    """Run each call on its own thread, in order, each started once the one before is under way."""
+    results: list[Any] = [None] * len(calls)
+
+    def run(n: int) -> None:
+        try:
+            results[n] = calls[n]()
+        except Exception as error:  # the caller asserts on it
+            results[n] = error
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def bookable_atoms(world: NodeWorld, node: str) -> int:
+    items = world.http.get("/v1/atoms", params={"bookable": "true"}, headers=world.admin).json()["items"]
+    gpus = {
+        g["id"]
+        for g in world.http.get("/v1/gpus", params={"node": node}, headers=world.admin).json()["items"]
+    }
+    return sum(1 for a in items if a["gpuId"] in gpus)
+
+
+def test_reports_sent_while_one_is_written_are_written_together_and_each_answered(world: NodeWorld) -> None:
+    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
+    writer, reports = batched(world)
+    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    threads, results = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
+    while not writer.batches:
+        time.sleep(0.005)
+    late_threads, late = in_threads(
+        lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
+        lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False)),
+    )
+    queued(reports, 2)
+    writer.release.set()
+    for thread in [*threads, *late_threads]:
+        thread.join(30)
+    assert [(r.node, r.kind, r.sequence, r.duplicate) for r in [*results, *late]] == [
+        ("n-1", "Inventory", 1, False),
+        ("n-2", "Inventory", 1, False),
+        ("n-1", "Inventory", 2, False),
+    ]
+    assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
+    # Both reports of the second batch were applied: each node's first GPU is down now.
+    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
+    assert reports._queue == type(reports._queue)() and not reports._leading
+
+
+def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_lands(world: NodeWorld) -> None:
+    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
+    writer, reports = batched(world)
+    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    # A generation never handed to n-1: refused under its lock, after its sequence was checked.
+    never = {**inventory("n-1", healthy_first=False), "observedGeneration": 99}
+    threads, _ = in_threads(lambda: one.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": 0}))
+    while not writer.batches:
+        time.sleep(0.005)
+    late_threads, late = in_threads(
+        lambda: one.nodes.report("n-1", never),
+        lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
+    )
+    queued(reports, 2)
+    writer.release.set()
+    for thread in [*threads, *late_threads]:
+        thread.join(30)
+    assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
+    assert isinstance(late[0], InvalidInputError) and late[0].details["field"] == "generation"
+    assert late[1].sequence == 1 and not late[1].duplicate
+    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0], before[1] - 7)
+    # The refused report took no sequence number: n-1's next one is its third signed, and lands.
+    assert one.nodes.report("n-1", inventory("n-1", healthy_first=False)).sequence == 3
+    assert bookable_atoms(world, "n-1") == before[0] - 7
+
+
+def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
+    world: NodeWorld, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
+    writer, reports = batched(world)
+    real = node_reports.ingest_in
+    shared: list[int] = []
+
+    def fails_together(tx: Any, batch: Any, now: Any) -> Any:
+        if len(batch) > 1:
+            shared.append(len(batch))
+            raise RuntimeError("the shared write failed")
+        return real(tx, batch, now)
+
+    monkeypatch.setattr(node_reports, "ingest_in", fails_together)
+    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    threads, _ = in_threads(lambda: one.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": 0}))
+    while not writer.batches:
+        time.sleep(0.005)
+    late_threads, late = in_threads(
+        lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False)),
+        lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
+    )
+    queued(reports, 2)
+    writer.release.set()
+    for thread in [*threads, *late_threads]:
+        thread.join(30)
+    assert shared == [2]
+    assert [(r.node, r.sequence) for r in late] == [("n-1", 2), ("n-2", 1)]
+    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
