@@ -152,8 +152,10 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     record_nodes(tx, sorted(changed_nodes), now, written)
     gpu_counts = Counter(g.node_id for g in gpu_rows)
     atom_counts = Counter(a.node for a in atom_rows)
-    for node in sorted(changed_nodes):
-        tx.events.append(NodeInventoryChanged(node, gpu_counts[node], atom_counts[node]), now)
+    tx.events.append_all(
+        [NodeInventoryChanged(node, gpu_counts[node], atom_counts[node]) for node in sorted(changed_nodes)],
+        now,
+    )
     result.gpus_written = len(gpu_rows)
     result.atoms_written = len(atom_rows)
     result.changed_nodes = sorted(changed_nodes)

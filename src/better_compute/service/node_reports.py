@@ -71,6 +71,11 @@ def verify(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
     signature does not verify, or the timestamp is not fresh."""
     with store.read() as tx:
         node = tx.nodes.by_ids([signed.node]).get(signed.node) if signed.node else None
+    return _verified(store, node, signed, now)
+
+
+def _verified(store: StorePort, node: Node | None, signed: SignedRequest, now: datetime) -> Node:
+    """`verify`, the signer's row read (None: no such node)."""
     if node is None or node.public_key is None:
         raise refused("not_joined", "no node with that id has joined; run `bcd join` on it first")
     try:
@@ -142,9 +147,11 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
         raise ValueError("a batch holds one report per node")
     outcomes: list[Outcome | None] = [None] * len(batch)
     checked: list[tuple[int, Node, InventoryReported]] = []
+    with store.read() as tx:  # every signer's row in one read
+        signers = tx.nodes.by_ids([sent.signed.node for sent in batch if sent.signed.node])
     for n, sent in enumerate(batch):
         try:
-            node = verify(store, sent.signed, sent.now)
+            node = _verified(store, signers.get(sent.signed.node), sent.signed, sent.now)
             report = _read(store, node, sent)
         except DomainError as error:
             outcomes[n] = error

@@ -775,6 +775,11 @@ class EventLog(Protocol):
         it tells of commits."""
         ...
 
+    def append_all(self, items: Sequence[Event], at: datetime) -> None:
+        """Append the events, in order, as `append` does each (in one statement: a batch of node
+        reports tells of thousands of changes)."""
+        ...
+
     def tail_start(self) -> tuple[int, LogSnapshot]:
         """The event log's last id, and the snapshot it was read in (service.event_tail)."""
         ...

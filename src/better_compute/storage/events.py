@@ -119,6 +119,13 @@ class SqlEvents:
     def append(self, event: Event, at: datetime) -> None:
         append(self.conn, event, at)
 
+    def append_all(self, items: Sequence[Event], at: datetime) -> None:
+        if items:
+            rows = [
+                {"type": type_of(e), "subject": e.subject, "payload": e.payload(), "at": at} for e in items
+            ]
+            self.conn.execute(insert(events), rows)
+
     def tail_start(self) -> tuple[int, LogSnapshot]:
         return tail_start(self.conn)
 
