@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import threading
 import warnings
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +20,7 @@ from better_compute.service.warmup import warm
 from better_compute.settings import Settings
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.node_world import NodeWorld
 
 with warnings.catch_warnings():
     # starlette warns on import when only httpx (not httpx2) is installed; the client works the same.
@@ -92,3 +95,16 @@ def test_warming_loads_every_pools_atoms_and_the_live_bookings(store: Store) -> 
         assert pools
         for pool in pools:  # cached: handed back as loaded, without reading the pool again
             assert services.index.pool_atoms(tx, pool) is services.index.pool_atoms(tx, pool)
+
+
+def test_warm_up_reads_only_bookings_that_reach_past_now_regression(store: Store, tmp_path: Path) -> None:
+    """A year of ended bookings made a process slower to start and bigger for ever: warming loaded
+    every live booking the ledger ever had, to forget them on the first reservation."""
+    world = NodeWorld(store, tmp_path)
+    ended = world.reserve([{"class": "gpu.mig", "count": 1}], duration="1h")["atoms"][0]["id"]
+    running = world.reserve([{"class": "gpu.mig", "count": 1}], duration="4h")["atoms"][0]["id"]
+    later = world.clock.now + timedelta(hours=2)
+    services = build_services(store, clock=lambda: later)
+    warm(services)
+    assert not services.index.knows_booking_of(ended)
+    assert services.index.knows_booking_of(running)
