@@ -438,3 +438,97 @@ def test_reload_after_forget_ended_reads_only_bookings_reaching_past_what_was_fo
     assert index.forget_ended(at(0.5)) == 0  # an older reading moves nothing back
     index.reload(tx)
     assert ledger.asked[-1] == now - KEEP_ENDED
+
+
+def _fleet_atoms(layout: list[tuple[str, str, str]]) -> list[Any]:
+    """(node, gpu, profile) triples as MIG atoms, keyed by position on their GPU."""
+    from tests.builders import atom
+
+    per_gpu: dict[str, int] = {}
+    out = []
+    for node, gpu, profile in layout:
+        n = per_gpu[gpu] = per_gpu.get(gpu, 0) + 1
+        out.append(atom(gpu, f"mig:{n}.0", node=node, attributes={"migProfile": profile}))
+    return out
+
+
+_LAYOUTS = st.lists(
+    st.tuples(
+        st.sampled_from(["n1", "n2", "n3"]),
+        st.sampled_from(["a", "b"]),
+        st.sampled_from(["1g.10gb", "3g.40gb"]),
+    ),
+    max_size=12,
+).map(lambda rows: [(node, f"{node}-{gpu}", profile) for node, gpu, profile in rows])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    before=_LAYOUTS,
+    after=_LAYOUTS,
+    changed=st.frozensets(st.sampled_from(["n1", "n2", "n3"])),
+    cordoned=st.frozensets(st.sampled_from(["n1", "n2", "n3"])),
+)
+def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
+    before: list[tuple[str, str, str]],
+    after: list[tuple[str, str, str]],
+    changed: frozenset[str],
+    cordoned: frozenset[str],
+) -> None:
+    from better_compute.service.booking_index import PoolAtoms
+    from tests.builders import device_request
+
+    old = _fleet_atoms(before)
+    fresh = [a for a in _fleet_atoms(after) if a.node in changed]
+    now = [a for a in old if a.node not in changed] + fresh
+    shapes = [
+        device_request("gpu.mig"),
+        device_request("gpu.mig", migProfile=["3g.40gb"]),
+        device_request("gpu"),
+    ]
+    cached = PoolAtoms({a.id: a for a in old}, cordoned)
+    for request in shapes[:2]:  # two shapes cached before the change, one not
+        cached.matching_by_gpu(request)
+    refreshed = cached.refreshed(changed, fresh)
+    anew = PoolAtoms({a.id: a for a in now}, cordoned)
+    assert refreshed.atoms == anew.atoms
+    for request in shapes:
+        got = {gpu: sorted(a.id for a in held) for gpu, held in refreshed.matching_by_gpu(request).items()}
+        want = {gpu: sorted(a.id for a in held) for gpu, held in anew.matching_by_gpu(request).items()}
+        assert got == want and list(got) == sorted(got)
+        assert refreshed.cordoned_matching(request) == anew.cordoned_matching(request)
+    assert refreshed.kinds() == anew.kinds()
+
+
+def test_a_nodes_new_inventory_reads_that_nodes_atoms_again_not_the_pools() -> None:
+    from better_compute.domain.events import LoggedEvent, NodeInventoryChanged
+    from tests.builders import atom
+
+    rows = {"n1": [atom("g1", "mig:1.0", node="n1")], "n2": [atom("g2", "mig:1.0", node="n2")]}
+    reads: list[str] = []
+
+    def of_pool(pool_id: str) -> list[Any]:
+        reads.append(f"pool {pool_id}")
+        return [a for held in rows.values() for a in held]
+
+    def of_nodes(nodes: list[str]) -> list[Any]:
+        reads.append(f"nodes {','.join(nodes)}")
+        return [a for n in nodes for a in rows[n]]
+
+    tx: Any = SimpleNamespace(
+        atoms=SimpleNamespace(of_pool=of_pool, of_nodes=of_nodes),
+        nodes=SimpleNamespace(cordoned_ids=lambda: set()),
+    )
+    index = BookingIndex()
+    assert set(index.pool_atoms(tx, "p").atoms) == {"g1/mig:1.0", "g2/mig:1.0"}
+    before = index.pool_version("p")
+    rows["n2"] = [atom("g2", "mig:1.0", node="n2"), atom("g2", "mig:2.0", node="n2")]
+    index.apply_event(LoggedEvent(1, None, NodeInventoryChanged("n2", 1, 2)))
+    assert index.pool_version("p") != before
+    assert set(index.pool_atoms(tx, "p").atoms) == {"g1/mig:1.0", "g2/mig:1.0", "g2/mig:2.0"}
+    assert index.pool_atoms(tx, "p") is index.pool_atoms(tx, "p")  # kept, with nothing left stale
+    assert reads == ["pool p", "nodes n2"]
+    rows["n1"] = []  # n1's GPU gone: its atoms leave the pool
+    index.apply_event(LoggedEvent(2, None, NodeInventoryChanged("n1", 1, 1)))
+    assert set(index.pool_atoms(tx, "p").atoms) == {"g2/mig:1.0", "g2/mig:2.0"}
+    assert reads == ["pool p", "nodes n2", "nodes n1"]

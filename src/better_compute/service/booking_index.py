@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 
 from better_compute.domain import choose, quota
 from better_compute.domain.admission import DeviceRequest
-from better_compute.domain.atoms import Atom
+from better_compute.domain.atoms import Atom, AtomClass
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
@@ -39,6 +39,7 @@ from better_compute.domain.events import (
     LedgerExtended,
     LedgerReleased,
     LoggedEvent,
+    NodeInventoryChanged,
     NodeJoined,
     NodeMigApplied,
     NodeMigGranted,
@@ -171,7 +172,7 @@ class PoolAtoms:
 
     atoms: dict[str, Atom]
     cordoned: frozenset[str] = frozenset()
-    _matching: OrderedDict[tuple[str, Selector], tuple[dict[str, list[Atom]], int]] = field(
+    _matching: OrderedDict[tuple[AtomClass, Selector], tuple[dict[str, list[Atom]], int]] = field(
         default_factory=OrderedDict
     )
     _kinds: choose.PoolKinds | None = None
@@ -190,6 +191,32 @@ class PoolAtoms:
     def cordoned_matching(self, request: DeviceRequest) -> int:
         """How many atoms of cordoned nodes match `request` (left out of `matching_by_gpu`)."""
         return self._shape(request)[1]
+
+    def refreshed(self, nodes: frozenset[str], fresh: Iterable[Atom]) -> PoolAtoms:
+        """The pool with `nodes`' atoms replaced by `fresh` (what those nodes have in the pool now),
+        its cached request shapes brought up to date rather than dropped: one node's new inventory
+        costs a pass over the pool's atoms, not reading them all again and grouping each shape anew
+        (seconds, on a pool of half a million atoms)."""
+        new = sorted(fresh, key=lambda a: a.id)
+        old = [a for a in self.atoms.values() if a.node in nodes]
+        atoms = {i: a for i, a in self.atoms.items() if a.node not in nodes}
+        atoms.update((a.id, a) for a in new)
+        out = PoolAtoms(atoms, self.cordoned)
+        cordoned = self.cordoned
+        for key, (grouped, off) in self._matching.items():
+            request = DeviceRequest(key[0], 1, selector=key[1])
+            off -= sum(1 for a in choose.matching(request, old) if a.node in cordoned)
+            regrouped = {gpu: held for gpu, held in grouped.items() if held[0].node not in nodes}
+            added: dict[str, list[Atom]] = {}
+            for atom in choose.matching(request, new):
+                if cordoned and atom.node in cordoned:
+                    off += 1
+                else:
+                    added.setdefault(atom.gpu_id, []).append(atom)
+            for gpu, held in added.items():
+                regrouped[gpu] = [*regrouped.get(gpu, ()), *held]
+            out._matching[key] = (dict(sorted(regrouped.items())), off)
+        return out
 
     def _shape(self, request: DeviceRequest) -> tuple[dict[str, list[Atom]], int]:
         key = (request.cls, request.selector)
@@ -271,6 +298,10 @@ class BookingIndex:
         self._by_day: dict[int, set[str]] = defaultdict(set)
         self._long = _ByStart()
         self._pools: dict[str, PoolAtoms] = {}
+        self._stale: dict[str, dict[str, int]] = {}
+        """Per cached pool, the nodes whose inventory changed since its atoms were read, each with
+        the number of the change (`_node_changed`): read again on the pool's next use."""
+        self._changes = 0
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._catalog_generation = 0
@@ -364,6 +395,8 @@ class BookingIndex:
             self._drop(event.subject)
         elif isinstance(event, _CATALOG_EVENTS):
             self._catalog_generation += 1  # no pool's atoms change with these
+        elif isinstance(event, NodeInventoryChanged):
+            self._node_changed(event.subject)
         elif not isinstance(event, _QUIET_EVENTS):
             self._forget_pools()  # inventory or pool changes: atoms are re-read on next use
 
@@ -647,8 +680,21 @@ class BookingIndex:
         """Drop every pool's atoms, or one pool's (the caller holds the lock)."""
         if pool_id is None:
             self._pools.clear()
+            self._stale.clear()
         else:
             self._pools.pop(pool_id, None)
+            self._stale.pop(pool_id, None)
+        self._pools_generation += 1
+        self._catalog_generation += 1
+
+    def _node_changed(self, node: str) -> None:
+        """A node's inventory changed (its pool did not: that is a pool event, which drops every
+        pool's atoms): each cached pool reads that node's atoms again on next use, and only those
+        (the caller holds the lock). A node reporting for the first time changes one pool of many,
+        and on a big fleet nodes report all the time."""
+        self._changes += 1
+        for pool_id in self._pools:
+            self._stale.setdefault(pool_id, {})[node] = self._changes
         self._pools_generation += 1
         self._catalog_generation += 1
 
@@ -661,8 +707,25 @@ class BookingIndex:
         with self._lock:
             cached = self._pools.get(pool_id)
             generation = self._pools_generation
-        if cached is not None:
+            stale = dict(self._stale.get(pool_id, {}))
+        if cached is not None and not stale:
             return cached
+        if cached is not None:
+            nodes = frozenset(stale)
+            fresh = [a for a in tx.atoms.of_nodes(sorted(nodes)) if a.pool_id == pool_id and a.present]
+            refreshed = cached.refreshed(nodes, fresh)
+            with self._lock:
+                # Kept only if the pool was not dropped meanwhile; a node that changed again while
+                # its rows were read stays stale (its newer change is read on next use).
+                if self._pools.get(pool_id) is cached:
+                    self._pools[pool_id] = refreshed
+                    left = self._stale.get(pool_id, {})
+                    for node, change in stale.items():
+                        if left.get(node) == change:
+                            del left[node]
+                    if not left:
+                        self._stale.pop(pool_id, None)
+            return refreshed
         atoms = {a.id: a for a in tx.atoms.of_pool(pool_id)}
         cordoned = tx.nodes.cordoned_ids()  # the fleet's: a handful, usually none
         if cordoned:
