@@ -17,7 +17,7 @@ For each fleet size (nodes of 8 H100 in `all-1g.10gb`, 56 MIG atoms a node), on 
 holds for the pool's atoms once warm; `bytes_per_booking` (stderr) for live bookings alike.
 
     python bench/scale.py            # 1,000, 4,000 and 10,000 nodes on PostgreSQL
-    python bench/scale.py --quick    # 500 and 2,000 nodes, 200,000 past bookings; under a minute
+    python bench/scale.py --quick    # 500 and 2,000 nodes, 50,000 past bookings; under a minute
 """
 
 from __future__ import annotations
@@ -359,7 +359,7 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in (args.sizes or ("500,2000" if args.quick else "1000,4000,10000")).split(",")]
     stream = args.reservations or (100 if args.quick else 300)
-    history = args.history or (200_000 if args.quick else 1_000_000)
+    history = args.history or (50_000 if args.quick else 1_000_000)
     log(f"machine loop: {machine_speed_s()} s; booking index: {bytes_per_booking():.0f} bytes per booking")
     results: dict[str, Any] = {}
     for nodes in sizes:

@@ -272,7 +272,7 @@ class _ByStart:
         self._start.clear()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Interval:
     allocation_id: str
     atom_id: str
@@ -302,6 +302,9 @@ class BookingIndex:
         """Per cached pool, the nodes whose inventory changed since its atoms were read, each with
         the number of the change (`_node_changed`): read again on the pool's next use."""
         self._changes = 0
+        self._owners: dict[Owner, Owner] = {}
+        """Every (tenant, pool, class) a booking has had, so that bookings share one tuple each:
+        as many as tenants times pools times classes."""
         self._pools_generation = 0
         """Bumped whenever pool atoms are dropped: a load that raced with a drop is not kept."""
         self._catalog_generation = 0
@@ -423,6 +426,7 @@ class BookingIndex:
         if owner[0] is not None:
             self._by_tenant[owner[0]].add(allocation_id)
         intervals = self._by_allocation.setdefault(allocation_id, [])
+        owner = self._owners.setdefault(owner, owner)  # one tuple per (tenant, pool, class)
         for atom_id in atom_ids:
             intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
             self._by_atom[atom_id].add(allocation_id)
