@@ -115,7 +115,7 @@ def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_la
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
     # A generation never handed to n-1: refused under its lock, after its sequence was checked.
     never = {**inventory("n-1", healthy_first=False), "observedGeneration": 99}
-    threads, _ = in_threads(lambda: one.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": 0}))
+    threads, _ = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
     while not writer.batches:
         time.sleep(0.005)
     late_threads, late = in_threads(
@@ -130,7 +130,9 @@ def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_la
     assert isinstance(late[0], InvalidInputError) and late[0].details["field"] == "generation"
     assert late[1].sequence == 1 and not late[1].duplicate
     assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0], before[1] - 7)
-    # The refused report took no sequence number: n-1's next one is its third signed, and lands.
+    # The refused report took no sequence number: n-1's last taken is still its first report's.
+    with world.store.read() as tx:
+        assert tx.nodes.by_ids(["n-1"])["n-1"].report_sequence == 1
     assert one.nodes.report("n-1", inventory("n-1", healthy_first=False)).sequence == 3
     assert bookable_atoms(world, "n-1") == before[0] - 7
 
@@ -151,7 +153,7 @@ def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
 
     monkeypatch.setattr(node_reports, "ingest_in", fails_together)
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
-    threads, _ = in_threads(lambda: one.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": 0}))
+    threads, _ = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
     while not writer.batches:
         time.sleep(0.005)
     late_threads, late = in_threads(

@@ -445,10 +445,11 @@ def _fleet_atoms(layout: list[tuple[str, str, str]]) -> list[Any]:
     from tests.builders import atom
 
     per_gpu: dict[str, int] = {}
+    on: dict[str, str] = {}  # a GPU is on one node in a layout (on another, maybe, in the next)
     out = []
     for node, gpu, profile in layout:
         n = per_gpu[gpu] = per_gpu.get(gpu, 0) + 1
-        out.append(atom(gpu, f"mig:{n}.0", node=node, attributes={"migProfile": profile}))
+        out.append(atom(gpu, f"mig:{n}.0", node=on.setdefault(gpu, node), attributes={"migProfile": profile}))
     return out
 
 
@@ -459,7 +460,7 @@ _LAYOUTS = st.lists(
         st.sampled_from(["1g.10gb", "3g.40gb"]),
     ),
     max_size=12,
-).map(lambda rows: [(node, f"{node}-{gpu}", profile) for node, gpu, profile in rows])
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -468,13 +469,17 @@ _LAYOUTS = st.lists(
     after=_LAYOUTS,
     changed=st.frozensets(st.sampled_from(["n1", "n2", "n3"])),
     cordoned=st.frozensets(st.sampled_from(["n1", "n2", "n3"])),
+    newly_cordoned=st.frozensets(st.sampled_from(["n1", "n2", "n3"])),
 )
 def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
     before: list[tuple[str, str, str]],
     after: list[tuple[str, str, str]],
     changed: frozenset[str],
     cordoned: frozenset[str],
+    newly_cordoned: frozenset[str],
 ) -> None:
+    """Nodes' atoms replaced, GPUs moved between nodes, a changed node cordoned that had no atom
+    before: the refreshed pool is the pool read anew."""
     from better_compute.service.booking_index import PoolAtoms
     from tests.builders import device_request
 
@@ -489,8 +494,9 @@ def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
     cached = PoolAtoms({a.id: a for a in old}, cordoned)
     for request in shapes[:2]:  # two shapes cached before the change, one not
         cached.matching_by_gpu(request)
-    refreshed = cached.refreshed(changed, fresh)
-    anew = PoolAtoms({a.id: a for a in now}, cordoned)
+    cordoned_now = cordoned | (newly_cordoned & changed)
+    refreshed = cached.refreshed(changed, fresh, cordoned_now)
+    anew = PoolAtoms({a.id: a for a in now}, cordoned_now)
     assert refreshed.atoms == anew.atoms
     for request in shapes:
         got = {gpu: sorted(a.id for a in held) for gpu, held in refreshed.matching_by_gpu(request).items()}

@@ -156,6 +156,10 @@ def _span(start: datetime, end: datetime, size: timedelta) -> range:
     return range((start - _EPOCH) // size, (end - _TICK - _EPOCH) // size + 1)
 
 
+STALE_NODES_MAX = 500
+"""Nodes whose inventory changed since a pool's atoms were read, beyond which the pool is read anew
+rather than those nodes' atoms (a pool idle through a fleet's start-up)."""
+
 MATCHING_CACHE = 256
 """Request shapes (class and selector) whose matching atoms a pool keeps, least recently used first
 out: a handful of shapes serve nearly every request, and a stream of distinct selectors (refused
@@ -176,6 +180,8 @@ class PoolAtoms:
         default_factory=OrderedDict
     )
     _kinds: choose.PoolKinds | None = None
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    """Guards `_matching` (request threads share a pool's snapshot)."""
 
     def kinds(self) -> choose.PoolKinds:
         """What the pool has at all (`choose.kinds_of`), worked out once per snapshot: it is read
@@ -192,38 +198,42 @@ class PoolAtoms:
         """How many atoms of cordoned nodes match `request` (left out of `matching_by_gpu`)."""
         return self._shape(request)[1]
 
-    def refreshed(self, nodes: frozenset[str], fresh: Iterable[Atom]) -> PoolAtoms:
-        """The pool with `nodes`' atoms replaced by `fresh` (what those nodes have in the pool now),
-        its cached request shapes brought up to date rather than dropped: one node's new inventory
-        costs a pass over the pool's atoms, not reading them all again and grouping each shape anew
-        (seconds, on a pool of half a million atoms)."""
+    def refreshed(self, nodes: frozenset[str], fresh: Iterable[Atom], cordoned: frozenset[str]) -> PoolAtoms:
+        """The pool with `nodes`' atoms replaced by `fresh` (what those nodes have in the pool now;
+        `cordoned`, the pool's cordoned nodes now), its cached request shapes brought up to date
+        rather than dropped: one node's new inventory costs a pass over the pool's atoms, not
+        reading them all again and grouping each shape anew (seconds, on a pool of half a million
+        atoms). A GPU whose atoms changed is grouped again whole, wherever its atoms were."""
         new = sorted(fresh, key=lambda a: a.id)
-        old = [a for a in self.atoms.values() if a.node in nodes]
+        removed = [a for a in self.atoms.values() if a.node in nodes]
+        removed += [
+            self.atoms[a.id] for a in new if a.id in self.atoms and self.atoms[a.id].node not in nodes
+        ]
         atoms = {i: a for i, a in self.atoms.items() if a.node not in nodes}
         atoms.update((a.id, a) for a in new)
-        out = PoolAtoms(atoms, self.cordoned)
-        cordoned = self.cordoned
-        for key, (grouped, off) in self._matching.items():
+        touched = {a.gpu_id for a in removed} | {a.gpu_id for a in new}
+        regroup = sorted((a for a in atoms.values() if a.gpu_id in touched), key=lambda a: a.id)
+        out = PoolAtoms(atoms, cordoned)
+        with self._guard:
+            shapes = list(self._matching.items())
+        for key, (grouped, off) in shapes:
             request = DeviceRequest(key[0], 1, selector=key[1])
-            off -= sum(1 for a in choose.matching(request, old) if a.node in cordoned)
-            regrouped = {gpu: held for gpu, held in grouped.items() if held[0].node not in nodes}
-            added: dict[str, list[Atom]] = {}
-            for atom in choose.matching(request, new):
-                if cordoned and atom.node in cordoned:
-                    off += 1
-                else:
-                    added.setdefault(atom.gpu_id, []).append(atom)
-            for gpu, held in added.items():
-                regrouped[gpu] = [*regrouped.get(gpu, ()), *held]
-            out._matching[key] = (dict(sorted(regrouped.items())), off)
+            off -= sum(1 for a in choose.matching(request, removed) if a.node in self.cordoned)
+            off += sum(1 for a in choose.matching(request, new) if a.node in cordoned)
+            kept = {gpu: held for gpu, held in grouped.items() if gpu not in touched}
+            for atom in choose.matching(request, regroup):
+                if atom.node not in cordoned:
+                    kept.setdefault(atom.gpu_id, []).append(atom)
+            out._matching[key] = (dict(sorted(kept.items())), off)
         return out
 
     def _shape(self, request: DeviceRequest) -> tuple[dict[str, list[Atom]], int]:
         key = (request.cls, request.selector)
-        found = self._matching.get(key)
-        if found is not None:
-            self._matching.move_to_end(key)
-            return found
+        with self._guard:
+            found = self._matching.get(key)
+            if found is not None:
+                self._matching.move_to_end(key)
+                return found
         grouped: dict[str, list[Atom]] = {}
         off = 0
         cordoned = self.cordoned
@@ -233,9 +243,10 @@ class PoolAtoms:
             else:
                 grouped.setdefault(atom.gpu_id, []).append(atom)
         found = (dict(sorted(grouped.items())), off)
-        self._matching[key] = found
-        while len(self._matching) > MATCHING_CACHE:
-            self._matching.popitem(last=False)
+        with self._guard:
+            self._matching[key] = found
+            while len(self._matching) > MATCHING_CACHE:
+                self._matching.popitem(last=False)
         return found
 
 
@@ -714,10 +725,13 @@ class BookingIndex:
             stale = dict(self._stale.get(pool_id, {}))
         if cached is not None and not stale:
             return cached
-        if cached is not None:
+        if cached is not None and len(stale) <= STALE_NODES_MAX:
             nodes = frozenset(stale)
             fresh = [a for a in tx.atoms.of_nodes(sorted(nodes)) if a.pool_id == pool_id and a.present]
-            refreshed = cached.refreshed(nodes, fresh)
+            # A cordon drops every pool (an event of its own), but the snapshot holds only the
+            # cordoned nodes that had atoms in it: a node may bring its first ones now.
+            cordoned = cached.cordoned | (tx.nodes.cordoned_ids() & nodes)
+            refreshed = cached.refreshed(nodes, fresh, cordoned)
             with self._lock:
                 # Kept only if the pool was not dropped meanwhile; a node that changed again while
                 # its rows were read stays stale (its newer change is read on next use).

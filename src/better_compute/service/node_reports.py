@@ -12,6 +12,7 @@ refused one wrote nothing.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,6 +45,8 @@ from better_compute.domain.workloads import hands_over, is_replica
 from better_compute.service.inventory import ingest_in
 from better_compute.service.node_keys import verifies
 from better_compute.service.ports import StorePort, Tx
+
+_LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +106,7 @@ def accept(
         with store.begin() as tx:
             tx.nodes.lock([node.id])
             current = tx.nodes.by_ids([node.id])[node.id]
-            if current.public_key != node.public_key:
-                raise refused("signature", "the node joined again with another key; sign with the new one")
-            check_sequence(signed.sequence, current.report_sequence)
-            if not tx.nodes.accept_sequence(node.id, signed.sequence, now):
-                raise refused("replayed", f"sequence {signed.sequence} was already used")
-            fresh = report.report_id is None or tx.nodes.take_report_id(node.id, report.report_id, now)
+            fresh = _take(tx, node, current, report, signed, now)
             if fresh:
                 _apply(tx, current, report, now)
             duplicate = not fresh
@@ -116,6 +114,17 @@ def accept(
         _log_refusal(store, node.id, _reason(error), kind, now)
         raise
     return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
+
+
+def _take(tx: Tx, signer: Node, current: Node, report: Report, signed: SignedRequest, now: datetime) -> bool:
+    """Check the report under its node's lock and take its sequence number (and its `reportId`);
+    whether it is fresh (False: a copy of one accepted before, to answer without applying)."""
+    if current.public_key != signer.public_key:
+        raise refused("signature", "the node joined again with another key; sign with the new one")
+    check_sequence(signed.sequence, current.report_sequence)
+    if not tx.nodes.accept_sequence(current.id, signed.sequence, now):
+        raise refused("replayed", f"sequence {signed.sequence} was already used")
+    return report.report_id is None or tx.nodes.take_report_id(current.id, report.report_id, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,8 +136,9 @@ class Sent:
     now: datetime
 
 
-Outcome = Accepted | DomainError
-"""What became of one report of a batch: accepted, or the error its sender is answered with."""
+Outcome = Accepted | Exception
+"""What became of one report of a batch: accepted, or the error its sender is answered with (a
+`DomainError`, or the database's)."""
 
 
 def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
@@ -137,12 +147,12 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
 
     Inventory reports (a node's first ones are a whole fleet's worth of GPUs and atoms) are taken in
     one transaction and ingested in one `ingest_in`: a transaction per node cost each report four
-    times what the node's rows do. Each is checked under its node's row lock first (nodes locked in
-    id order, as every writer of several nodes locks them), and one that fails a check writes
-    nothing and is answered with its error while the others go on. If the shared write fails as a
-    whole, each report is accepted again on its own, so one bad report never costs the others.
-    Reports of any other kind are accepted on their own. An error that is no `DomainError` (the
-    database's) is raised, as `accept` raises it."""
+    times what the node's rows do. Each is checked under its node's row lock (nodes locked in id
+    order, as every writer of several nodes locks them) in a savepoint of its own, with the same
+    checks in the same order as `accept`: one that fails a check writes nothing and is answered with
+    its error while the others go on. If the shared write fails as a whole, each report is accepted
+    again on its own, so one bad report never costs the others. Reports of any other kind are
+    accepted on their own. The batch's ingest is stamped with the latest of its reports' arrival."""
     if len({sent.signed.node for sent in batch}) != len(batch):
         raise ValueError("a batch holds one report per node")
     outcomes: list[Outcome | None] = [None] * len(batch)
@@ -153,20 +163,29 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
         try:
             node = _verified(store, signers.get(sent.signed.node), sent.signed, sent.now)
             report = _read(store, node, sent)
-        except DomainError as error:
+        except Exception as error:
             outcomes[n] = error
             continue
         if isinstance(report, InventoryReported):
             checked.append((n, node, report))
         else:
             outcomes[n] = _alone(store, sent)
+    refusals: list[tuple[str, str, datetime]] = []
     if checked:
         try:
-            for n, outcome in _inventories(store, batch, sorted(checked, key=lambda c: c[1].id)).items():
-                outcomes[n] = outcome
+            together = _inventories(store, batch, sorted(checked, key=lambda c: c[1].id), refusals)
         except Exception:  # the shared write failed: each on its own, as if never batched
+            refusals.clear()
             for n, _, _ in checked:
                 outcomes[n] = _alone(store, batch[n])
+        else:
+            for n, outcome in together.items():
+                outcomes[n] = outcome
+    for node_id, reason, now in refusals:  # in transactions of their own, as `accept` logs them
+        try:
+            _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
+        except Exception:  # the refusal stands, logged or not
+            _LOG.exception("a refused report of node %s could not be logged", node_id)
     assert all(outcome is not None for outcome in outcomes)
     return [outcome for outcome in outcomes if outcome is not None]
 
@@ -174,11 +193,13 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
 def _read(store: StorePort, node: Node, sent: Sent) -> Report:
     """The report `sent` carries, from the node that signed it (a refusal logged as `accept` logs
     it)."""
-    report = sent.read(sent.signed.body)
+    kind: str | None = None
     try:
+        report = sent.read(sent.signed.body)
+        kind = kind_of(report)
         check_same_node(node.id, report.node)
     except Unauthenticated as error:
-        _log_refusal(store, node.id, _reason(error), kind_of(report), sent.now)
+        _log_refusal(store, node.id, _reason(error), kind, sent.now)
         raise
     return report
 
@@ -186,32 +207,38 @@ def _read(store: StorePort, node: Node, sent: Sent) -> Report:
 def _alone(store: StorePort, sent: Sent) -> Outcome:
     try:
         return accept(store, sent.signed, sent.read, sent.now)
-    except DomainError as error:
+    except Exception as error:
         return error
 
 
 def _inventories(
-    store: StorePort, batch: Sequence[Sent], checked: Sequence[tuple[int, Node, InventoryReported]]
+    store: StorePort,
+    batch: Sequence[Sent],
+    checked: Sequence[tuple[int, Node, InventoryReported]],
+    refusals: list[tuple[str, str, datetime]],
 ) -> dict[int, Outcome]:
-    """The inventory reports of `accept_batch`, in one transaction (nodes in id order)."""
+    """The inventory reports of `accept_batch`, in one transaction (nodes in id order); refusals to
+    log are added to `refusals`, for after the commit."""
     outcomes: dict[int, Outcome] = {}
-    refusals: list[tuple[str, str, datetime]] = []
     with store.begin() as tx:
         tx.nodes.lock([node.id for _, node, _ in checked])
         current = tx.nodes.by_ids([node.id for _, node, _ in checked])
         taken: list[tuple[Node, InventoryReported, int]] = []
         for n, node, report in checked:
-            sent, now = batch[n], batch[n].now
+            sent, now, held = batch[n], batch[n].now, current[node.id]
             try:
-                observed = _inventory_checked(tx, node, current[node.id], report, sent.signed, now)
+                with tx.savepoint():
+                    fresh = _take(tx, node, held, report, sent.signed, now)
+                    observed = held.observed_generation
+                    if fresh and report.observed_generation is not None:
+                        observed = _observable(held, report.observed_generation)
             except DomainError as error:
                 outcomes[n] = error
                 if isinstance(error, Unauthenticated):
                     refusals.append((node.id, _reason(error), now))
                 continue
-            fresh = report.report_id is None or tx.nodes.take_report_id(node.id, report.report_id, now)
             if fresh:
-                taken.append((current[node.id], report, observed))
+                taken.append((held, report, observed))
             outcomes[n] = Accepted(node.id, report.KIND, sent.signed.sequence, not fresh)
         if taken:
             at = max(batch[n].now for n, _, _ in checked)
@@ -220,25 +247,7 @@ def _inventories(
             )
             for node, report, _ in taken:
                 _mark_reboot(tx, node, report, at)
-    for node_id, reason, now in refusals:
-        _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
     return outcomes
-
-
-def _inventory_checked(
-    tx: Tx, signer: Node, current: Node, report: InventoryReported, signed: SignedRequest, now: datetime
-) -> int:
-    """Every check `accept` makes of an inventory report under its node's lock, then its sequence
-    taken; returns the generation it observed. Raises before it writes anything."""
-    if current.public_key != signer.public_key:
-        raise refused("signature", "the node joined again with another key; sign with the new one")
-    check_sequence(signed.sequence, current.report_sequence)
-    observed = current.observed_generation
-    if report.observed_generation is not None:
-        observed = _observable(current, report.observed_generation)
-    if not tx.nodes.accept_sequence(current.id, signed.sequence, now):
-        raise refused("replayed", f"sequence {signed.sequence} was already used")
-    return observed
 
 
 def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -> None:

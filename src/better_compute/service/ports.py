@@ -907,6 +907,10 @@ class ComponentRepo(Protocol):
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
 
+    def savepoint(self) -> AbstractContextManager[None]:
+        """A part of the transaction undone alone when it raises (the exception goes on)."""
+        ...
+
     @property
     def mig_layouts(self) -> MigLayoutRepo: ...
 

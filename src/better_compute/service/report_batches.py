@@ -65,28 +65,37 @@ class ReportBatches:
         return me.outcome
 
     def _lead(self, store: StorePort, me: _Waiting) -> None:
-        """Write batches until `me` is answered, then hand the lead on (or drop it)."""
-        while True:
-            batch = self._take()
-            try:
-                outcomes: list[Outcome | BaseException] = list(self._write(store, [w.sent for w in batch]))
-            except BaseException as error:  # the database failed: every report of the batch hears it
-                outcomes = [error] * len(batch)
-            for waiting, outcome in zip(batch, outcomes, strict=True):
-                waiting.outcome = outcome
-                if waiting is not me:
-                    waiting.woken.set()
+        """Write batches until `me` is answered, then hand the lead on (or drop it). Whatever goes
+        wrong, every report taken is answered and the lead is passed on: a report is never left
+        waiting for a leader that has gone."""
+        try:
+            while me.outcome is None:
+                batch = self._take()
+                if not batch:  # (never: the leader's own report is the oldest queued)
+                    break
+                try:
+                    outcomes: list[Outcome | BaseException] = list(
+                        self._write(store, [w.sent for w in batch])
+                    )
+                    if len(outcomes) != len(batch):
+                        raise RuntimeError(f"{len(outcomes)} outcomes for a batch of {len(batch)} reports")
+                except BaseException as error:  # the database failed: every report of the batch hears it
+                    outcomes = [error] * len(batch)
+                for waiting, outcome in zip(batch, outcomes, strict=True):
+                    waiting.outcome = outcome
+                    if waiting is not me:
+                        waiting.woken.set()
+        finally:
             with self._lock:
-                if me.outcome is None:
-                    continue
+                if me.outcome is None:  # (an error outside the write: nothing was answered for me)
+                    me.outcome = RuntimeError("the report could not be written")
                 if self._queue:
                     heir = self._queue[0]
                     heir.leads = True
                     heir.woken.set()
                 else:
                     self._leading = False
-                me.woken.set()
-                return
+            me.woken.set()
 
     def _take(self) -> list[_Waiting]:
         """The next batch: the oldest queued report of each node, up to `MAX_BATCH`, in order."""

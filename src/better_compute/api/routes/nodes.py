@@ -68,12 +68,17 @@ async def send_report(
     node: str, body: NodeReportSend, request: Request, services: ServicesDep
 ) -> ReportAccepted:
     """`body` is validated by FastAPI for the documentation's sake; what counts is the signed bytes,
-    read again after the signature is checked. Reports that arrive while others are written are
-    written together (service.report_batches)."""
+    read again after the signature is checked. Inventory reports that arrive while others are
+    written are written together (service.report_batches)."""
     signed = await signed_request(request)
     now = services.clock()
-    sent = node_reports.Sent(signed, _read_report(node), now)
-    accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
+    if body.report.kind == "Inventory":  # the heavy kind, written in batches as they arrive
+        sent = node_reports.Sent(signed, _read_report(node), now)
+        accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
+    else:
+        accepted = await run_in_threadpool(
+            node_reports.accept, services.store, signed, _read_report(node), now
+        )
     return ReportAccepted(
         node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
     )
