@@ -26,7 +26,6 @@ import argparse
 import gc
 import json
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from sqlalchemy import text
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, machine_speed_s, mig_fleet, postgres_database, sqlite_database
-from bench.reservations import connect, exchange, free_port
+from bench.reservations import connect, exchange, free_port, reservation_requests
 from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
@@ -183,33 +182,6 @@ def server(url: str, workers: int = 1) -> Iterator[tuple[str, int, float]]:
         proc.wait(timeout=60)
 
 
-def requests(base: str, token: str, count: int, seed: int) -> list[bytes]:
-    """One-hour reservations of one MIG atom at random hours of the next 90 days."""
-    rng = random.Random(seed)
-    now = datetime.now(UTC)
-    host = httpx.URL(base).netloc.decode()
-    out = []
-    for n in range(count):
-        start = (now + timedelta(hours=1 + rng.randrange(0, 24 * 90))).replace(
-            minute=0, second=0, microsecond=0
-        )
-        body = json.dumps(
-            {
-                "poolId": "mig",
-                "devices": [{"class": "gpu.mig", "count": 1}],
-                "start": start.isoformat(),
-                "duration": "1h",
-                "idempotencyKey": f"scale-{seed}-{n}",
-            }
-        ).encode()
-        head = (
-            f"POST /v1/reservations HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-        )
-        out.append(head.encode() + body)
-    return out
-
-
 def timed(base: str, batch: list[bytes]) -> list[float]:
     """Send the requests one after another on one connection; each one's latency in ms."""
     sock = connect(base)
@@ -313,15 +285,15 @@ def one_size(url: str, nodes: int, gpus: int, stream: int, history: int) -> dict
     per_atom, atoms = bytes_per_atom(url)
     with server(url) as (base, pid, ready_s):
         idle_mb = rss_mb(pid)
-        first_ms = timed(base, requests(base, token, 1, seed=1))[0]
-        stream_ms = timed(base, requests(base, token, stream, seed=2))
+        first_ms = timed(base, reservation_requests(base, token, 1, seed=1))[0]
+        stream_ms = timed(base, reservation_requests(base, token, stream, seed=2))
         rss = rss_mb(pid)
     log(f"{nodes} nodes: ready in {ready_s:.2f} s, {idle_mb:.0f} MB idle, {rss:.0f} MB after the stream")
     written_s = write_history(url, history)
     log(f"{nodes} nodes: {history:,} past bookings written in {written_s:.1f} s")
     with server(url) as (base, pid, ready_again_s):
-        timed(base, requests(base, token, 1, seed=3))
-        after_ms = timed(base, requests(base, token, stream, seed=4))
+        timed(base, reservation_requests(base, token, 1, seed=3))
+        after_ms = timed(base, reservation_requests(base, token, stream, seed=4))
         rss_after = rss_mb(pid)
     log(f"{nodes} nodes, after history: ready in {ready_again_s:.2f} s, {rss_after:.0f} MB")
     figures = {
