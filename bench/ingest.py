@@ -25,6 +25,7 @@ import json
 import sys
 import threading
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -67,7 +68,7 @@ def fleet_file(url: str, nodes: int) -> float:
 
 def joined_reports(url: str, nodes: int, host: str) -> list[bytes]:
     """Register the fleet (no reports), join every node with a key of its own, and build each node's
-    first inventory report as `bcd` sends it, signed."""
+    first inventory report as `bcd` sends it, signed, with a `reportId`."""
     store = Store.open(url)
     spec = parse_fleet(mig_fleet(nodes, 8))
     now = datetime.now(UTC)
@@ -77,7 +78,8 @@ def joined_reports(url: str, nodes: int, host: str) -> list[bytes]:
         key = Ed25519PrivateKey.generate()
         token = joining.issue_in_process(store, fake.name, now).token
         joining.join(store, fake.name, token, public_key_text(key), now)
-        body = json.dumps(report_json(fake.report())).encode()
+        # With a reportId of its own, as `bcd` sends every report it queued (bcd.queue).
+        body = json.dumps({**report_json(fake.report()), "reportId": str(uuid.uuid4())}).encode()
         target = f"/v1/nodes/{fake.name}/reports"
         stamp = int(time.time())
         signature = key.sign(signed_bytes("POST", target, fake.name, stamp, 1, body))
