@@ -167,3 +167,35 @@ def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
     assert shared == [2]
     assert [(r.node, r.sequence) for r in late] == [("n-1", 2), ("n-2", 1)]
     assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
+
+
+def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_and_is_not_applied(
+    world: NodeWorld,
+) -> None:
+    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
+    writer, reports = batched(world)
+    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    threads, first = in_threads(lambda: one.nodes.report("n-1", inventory("n-1"), report_id="r-1"))
+    while not writer.batches:
+        time.sleep(0.005)
+    # n-1 resends r-1 (its answer lost, say) with what would take a GPU down if it were applied again.
+    late_threads, late = in_threads(
+        lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False), report_id="r-1"),
+        lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False), report_id="r-1"),
+    )
+    queued(reports, 2)
+    writer.release.set()
+    for thread in [*threads, *late_threads]:
+        thread.join(30)
+    assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
+    assert [(r.node, r.sequence, r.duplicate) for r in [*first, *late]] == [
+        ("n-1", 1, False),
+        ("n-1", 2, True),
+        ("n-2", 1, False),  # the same reportId from another node is another report
+    ]
+    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0], before[1] - 7)
+    with world.store.read() as tx:
+        assert {n.id: n.report_sequence for n in tx.nodes.by_ids(["n-1", "n-2"]).values()} == {
+            "n-1": 2,
+            "n-2": 1,
+        }

@@ -106,7 +106,8 @@ def accept(
         with store.begin() as tx:
             tx.nodes.lock([node.id])
             current = tx.nodes.by_ids([node.id])[node.id]
-            fresh = _take(tx, node, current, report, signed, now)
+            fresh = _check(node, current, report, signed, _seen(tx, [(node.id, report)]))
+            _record(tx, [_Taken(node.id, signed.sequence, report.report_id, fresh, now)])
             if fresh:
                 _apply(tx, current, report, now)
             duplicate = not fresh
@@ -116,15 +117,43 @@ def accept(
     return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
 
 
-def _take(tx: Tx, signer: Node, current: Node, report: Report, signed: SignedRequest, now: datetime) -> bool:
-    """Check the report under its node's lock and take its sequence number (and its `reportId`);
-    whether it is fresh (False: a copy of one accepted before, to answer without applying)."""
+def _seen(tx: Tx, reports: Sequence[tuple[str, Report]]) -> set[tuple[str, str]]:
+    """The `(node, reportId)` pairs of these reports accepted before (read under the nodes' locks)."""
+    return tx.nodes.report_ids_taken([(n, r.report_id) for n, r in reports if r.report_id is not None])
+
+
+def _check(
+    signer: Node, current: Node, report: Report, signed: SignedRequest, seen: set[tuple[str, str]]
+) -> bool:
+    """Check the report under its node's lock (`current`: the node's row as the lock found it, `seen`:
+    `_seen`); whether it is fresh (False: a copy of one accepted before, to answer without applying).
+    Its sequence number is taken, fresh or not, by `_record`."""
     if current.public_key != signer.public_key:
         raise refused("signature", "the node joined again with another key; sign with the new one")
     check_sequence(signed.sequence, current.report_sequence)
-    if not tx.nodes.accept_sequence(current.id, signed.sequence, now):
-        raise refused("replayed", f"sequence {signed.sequence} was already used")
-    return report.report_id is None or tx.nodes.take_report_id(current.id, report.report_id, now)
+    return report.report_id is None or (current.id, report.report_id) not in seen
+
+
+@dataclass(frozen=True, slots=True)
+class _Taken:
+    """A report `_check` passed: its sequence number to record, and its `reportId` if it is fresh."""
+
+    node: str
+    sequence: int
+    report_id: str | None
+    fresh: bool
+    at: datetime
+
+
+def _record(tx: Tx, taken: Sequence[_Taken]) -> None:
+    """Take the reports' sequence numbers and fresh `reportId`s, a few statements for all of them.
+    Under the nodes' locks every number `_check` passed is still free; one found taken all the same
+    is refused as a replay, and the transaction with it."""
+    recorded = tx.nodes.accept_sequences([(t.node, t.sequence, t.at) for t in taken])
+    lost = [t for t in taken if t.node not in recorded]
+    if lost:
+        raise refused("replayed", f"sequence {lost[0].sequence} was already used")
+    tx.nodes.take_report_ids([(t.node, t.report_id, t.at) for t in taken if t.fresh and t.report_id])
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,9 +177,10 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
     Inventory reports (a node's first ones are a whole fleet's worth of GPUs and atoms) are taken in
     one transaction and ingested in one `ingest_in`: a transaction per node cost each report four
     times what the node's rows do. Each is checked under its node's row lock (nodes locked in id
-    order, as every writer of several nodes locks them) in a savepoint of its own, with the same
-    checks in the same order as `accept`: one that fails a check writes nothing and is answered with
-    its error while the others go on. If the shared write fails as a whole, each report is accepted
+    order, as every writer of several nodes locks them) with the same checks in the same order as
+    `accept`, before anything is written: one that fails a check writes nothing and is answered with
+    its error while the others go on; the sequence numbers and `reportId`s of the rest are recorded
+    together (`_record`). If the shared write fails as a whole, each report is accepted
     again on its own, so one bad report never costs the others. Reports of any other kind are
     accepted on their own. The batch's ingest is stamped with the latest of its reports' arrival."""
     if len({sent.signed.node for sent in batch}) != len(batch):
@@ -223,23 +253,26 @@ def _inventories(
     with store.begin() as tx:
         tx.nodes.lock([node.id for _, node, _ in checked])
         current = tx.nodes.by_ids([node.id for _, node, _ in checked])
+        seen = _seen(tx, [(node.id, report) for _, node, report in checked])
+        recorded: list[_Taken] = []
         taken: list[tuple[Node, InventoryReported, int]] = []
         for n, node, report in checked:
             sent, now, held = batch[n], batch[n].now, current[node.id]
             try:
-                with tx.savepoint():
-                    fresh = _take(tx, node, held, report, sent.signed, now)
-                    observed = held.observed_generation
-                    if fresh and report.observed_generation is not None:
-                        observed = _observable(held, report.observed_generation)
+                fresh = _check(node, held, report, sent.signed, seen)
+                observed = held.observed_generation
+                if fresh and report.observed_generation is not None:
+                    observed = _observable(held, report.observed_generation)
             except DomainError as error:
                 outcomes[n] = error
                 if isinstance(error, Unauthenticated):
                     refusals.append((node.id, _reason(error), now))
                 continue
+            recorded.append(_Taken(node.id, sent.signed.sequence, report.report_id, fresh, now))
             if fresh:
                 taken.append((held, report, observed))
             outcomes[n] = Accepted(node.id, report.KIND, sent.signed.sequence, not fresh)
+        _record(tx, recorded)
         if taken:
             at = max(batch[n].now for n, _, _ in checked)
             ingest_in(

@@ -220,14 +220,20 @@ class NodeRepo(Protocol):
         """Make `public_key` the node's signing key and start its report sequence from 0 again."""
         ...
 
-    def accept_sequence(self, node_id: str, sequence: int, at: datetime) -> bool:
-        """Record `sequence` as the node's last accepted report if it is greater than the stored one;
-        False, and nothing written, when it is not (a replay, or a report that lost a race)."""
+    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> set[str]:
+        """Record each `(node, sequence, at)` as its node's last accepted report where the sequence
+        is greater than the stored one; the nodes whose number was recorded (one left out: a replay,
+        or a report that lost a race, and nothing written for it)."""
         ...
 
-    def take_report_id(self, node_id: str, report_id: str, at: datetime) -> bool:
-        """Record a report's `reportId` as accepted from the node; False when it already was (a
-        resent report, to be answered as accepted and not applied again)."""
+    def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which of these `(node, reportId)` pairs were accepted before: resent reports, to be
+        answered as accepted and not applied again."""
+        ...
+
+    def take_report_ids(self, taken: Sequence[tuple[str, str, datetime]]) -> None:
+        """Record each `(node, reportId, at)` as accepted from its node (ids `report_ids_taken`
+        said are new, under the nodes' locks)."""
         ...
 
     def advance_spec(self, node_id: str, generation: int, digest: str) -> bool:
@@ -906,10 +912,6 @@ class ComponentRepo(Protocol):
 
 class Tx(Protocol):
     """One open transaction and the repositories bound to it."""
-
-    def savepoint(self) -> AbstractContextManager[None]:
-        """A part of the transaction undone alone when it raises (the exception goes on)."""
-        ...
 
     @property
     def mig_layouts(self) -> MigLayoutRepo: ...

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, select, update
 
 from better_compute.domain.node_reports import REPORT_IDS_KEPT
 from better_compute.domain.records import Node
@@ -96,36 +96,55 @@ class SqlNodes:
             .values(public_key=public_key, joined_at=at, report_sequence=0)
         )
 
-    def accept_sequence(self, node_id: str, sequence: int, at: datetime) -> bool:
-        """Record `sequence` as the node's last accepted report if it is greater than the one stored;
-        False (nothing written) when it is not. One statement: of two reports with the same number,
-        the second waits for the first's row lock, then finds the number taken."""
-        result = self.conn.execute(
+    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> set[str]:
+        """Record each `(node, sequence, at)` as its node's last accepted report where the sequence is
+        greater than the one stored; the nodes whose number was recorded (one missing: a replay, or a
+        report that lost a race). Called under the nodes' row locks (`lock`): one cached statement
+        for every node, then one read of what they hold."""
+        if not taken:
+            return set()
+        stmt = (
             update(nodes)
-            .where(nodes.c.id == node_id, nodes.c.report_sequence < sequence)
-            .values(report_sequence=sequence, last_report_at=at)
+            .where(nodes.c.id == bindparam("b_id"), nodes.c.report_sequence < bindparam("b_sequence"))
+            .values(report_sequence=bindparam("b_sequence"), last_report_at=bindparam("b_at"))
         )
-        return result.rowcount == 1
-
-    def take_report_id(self, node_id: str, report_id: str, at: datetime) -> bool:
-        """Record `report_id` as accepted from the node; False when it already was. Called under the
-        node's row lock (`lock`), so a look-up then an insert cannot race another report of the node."""
-        seen = self.conn.execute(
-            select(node_report_ids.c.report_id).where(
-                node_report_ids.c.node_id == node_id, node_report_ids.c.report_id == report_id
+        self.conn.execute(stmt, [{"b_id": n, "b_sequence": q, "b_at": at} for n, q, at in taken])
+        held = {
+            node_id: sequence
+            for node_id, sequence in self.conn.execute(
+                select(nodes.c.id, nodes.c.report_sequence).where(nodes.c.id.in_([n for n, _, _ in taken]))
             )
-        ).first()
-        if seen is not None:
-            return False
+        }
+        return {n for n, q, _ in taken if held.get(n) == q}
+
+    def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which `(node, reportId)` pairs were accepted before (and are still kept)."""
+        if not wanted:
+            return set()
+        found = self.conn.execute(
+            select(node_report_ids.c.node_id, node_report_ids.c.report_id).where(
+                node_report_ids.c.node_id.in_(sorted({n for n, _ in wanted})),
+                node_report_ids.c.report_id.in_(sorted({r for _, r in wanted})),
+            )
+        )
+        return {(node_id, report_id) for node_id, report_id in found} & set(wanted)
+
+    def take_report_ids(self, taken: Sequence[tuple[str, str, datetime]]) -> None:
+        """Record each `(node, reportId, at)` as accepted, and forget the nodes' ids older than
+        `REPORT_IDS_KEPT`. Called under the nodes' row locks, after `report_ids_taken` said the ids
+        are new."""
+        if not taken:
+            return
         self.conn.execute(
             delete(node_report_ids).where(
-                node_report_ids.c.node_id == node_id, node_report_ids.c.accepted_at < at - REPORT_IDS_KEPT
+                node_report_ids.c.node_id.in_(sorted({n for n, _, _ in taken})),
+                node_report_ids.c.accepted_at < min(at for _, _, at in taken) - REPORT_IDS_KEPT,
             )
         )
         self.conn.execute(
-            insert(node_report_ids).values(node_id=node_id, report_id=report_id, accepted_at=at)
+            insert(node_report_ids),
+            [{"node_id": n, "report_id": r, "accepted_at": at} for n, r, at in taken],
         )
-        return True
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(reboot_required=required))

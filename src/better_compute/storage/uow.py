@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cached_property
 
 from sqlalchemy import Connection
@@ -44,12 +42,6 @@ class SqlTx:
         self.reservations = SqlReservations(conn)
         self.ledger = SqlLedger(conn)
         self.events = SqlEvents(conn)
-
-    @contextmanager
-    def savepoint(self) -> Iterator[None]:
-        """A part of the transaction undone alone when it raises (the exception goes on)."""
-        with self.conn.begin_nested():
-            yield
 
     @cached_property
     def tenants(self) -> SqlTenants:
