@@ -7,12 +7,10 @@ These routes take no router-wide bearer token: a node proves who it is with its 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
-from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from better_compute.api.auth import PrincipalDep, get_principal
@@ -21,7 +19,6 @@ from better_compute.api.deps import NowDep, ServicesDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.api.signed import is_signed, signed_request
 from better_compute.domain.credentials import require_admin
-from better_compute.domain.errors import InvalidInput
 from better_compute.domain.node_reports import Report, check_same_node
 from better_compute.domain.node_spec import check_wait
 from better_compute.service import joining, node_reports, node_spec
@@ -51,14 +48,13 @@ def join_node(node: str, body: NodeJoin, store: StoreDep, now: NowDep) -> NodeJo
     return joined_public(joining.join(store, node, body.token, body.public_key, now))
 
 
-def _read_report(node: str) -> Callable[[bytes], Report]:
-    def read(raw: bytes) -> Report:
-        try:
-            sent = NodeReportSend.model_validate(json.loads(raw))
-        except (ValueError, ValidationError) as bad:
-            raise InvalidInput(f"the body is not a node report: {str(bad)[:300]}") from None
-        check_same_node(node, sent.node)
-        return report_of(sent)
+def _validated(node: str, body: NodeReportSend) -> Callable[[bytes], Report]:
+    """The reader of a report's signed bytes: `body`, which FastAPI validated from those very bytes
+    (the request's body, read once and kept), taken only once the signature is checked."""
+
+    def read(_raw: bytes) -> Report:
+        check_same_node(node, body.node)
+        return report_of(body)
 
     return read
 
@@ -67,18 +63,11 @@ def _read_report(node: str) -> Callable[[bytes], Report]:
 async def send_report(
     node: str, body: NodeReportSend, request: Request, services: ServicesDep
 ) -> ReportAccepted:
-    """`body` is validated by FastAPI for the documentation's sake; what counts is the signed bytes,
-    read again after the signature is checked. Inventory reports that arrive while others are
-    written are written together (service.report_batches)."""
+    """A signed report about `node`. Reports that arrive while others are written are written
+    together (service.report_batches), each answered as if it were alone."""
     signed = await signed_request(request)
-    now = services.clock()
-    if body.report.kind == "Inventory":  # the heavy kind, written in batches as they arrive
-        sent = node_reports.Sent(signed, _read_report(node), now)
-        accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
-    else:
-        accepted = await run_in_threadpool(
-            node_reports.accept, services.store, signed, _read_report(node), now
-        )
+    sent = node_reports.Sent(signed, _validated(node, body), services.clock())
+    accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
     return ReportAccepted(
         node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
     )
