@@ -1,12 +1,15 @@
-"""Bulk upserts (storage.rows.upsert): what a repository writes in bulk reads back the same, on
+"""Bulk writes (storage.rows.upsert and insert_all): what a repository writes in bulk reads back the same, on
 SQLite (one cached statement) and on PostgreSQL (COPY into a scratch table, then one merge), JSON
 columns included."""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
+from fractions import Fraction
 
 from better_compute.domain.atoms import Atom, atom_id_for
+from better_compute.domain.gpu_states import GpuState, StateChange
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.rows import COPY_FROM
 from better_compute.storage.store import Store
@@ -47,3 +50,31 @@ def test_atoms_written_in_bulk_read_back_the_same_and_are_updated_in_bulk(store:
     with store.read() as tx:
         found = {a.id: a for a in tx.atoms.of_nodes([node])}
     assert [found[a.id] for a in changed] == changed
+
+
+def test_gpu_state_periods_written_in_bulk_read_back_the_same(store: Store) -> None:
+    """A fleet's first reports open a period for each of thousands of GPUs at once (COPY on
+    PostgreSQL); each reads back as written, and closing them all leaves none open."""
+    load_fleet(store, fleet_spec(nodes=16, gpus=8), T0)
+    with store.read() as tx:
+        nodes = [n.id for n in tx.nodes.page(None, None, None)]
+        gpus = tx.gpus.of_nodes(nodes)
+    assert len(gpus) >= COPY_FROM
+    states = [
+        GpuState(
+            g.id, g.node_id, None if n % 2 else "p1", n % 5 != 0, n % 3 == 0, (("a", Fraction(n % 7 + 1, 7)),)
+        )
+        for n, g in enumerate(gpus)
+    ]
+    at = T0 + timedelta(hours=1)
+    with store.begin() as tx:
+        tx.gpu_states.write([StateChange(s.gpu_id, at, s) for s in states])
+    with store.read() as tx:
+        found = tx.gpu_states.open_of([s.gpu_id for s in states])
+    assert [(found[s.gpu_id].state, found[s.gpu_id].span.start) for s in states] == [
+        (s, at) for s in states
+    ]
+    with store.begin() as tx:
+        tx.gpu_states.write([StateChange(s.gpu_id, at + timedelta(hours=1), None) for s in states])
+    with store.read() as tx:
+        assert tx.gpu_states.open_of([s.gpu_id for s in states]) == {}

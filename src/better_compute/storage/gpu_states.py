@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, and_, insert, or_, select, update
+from sqlalchemy import Connection, and_, or_, select, update
 
 from better_compute.domain.accounting import Held
 from better_compute.domain.gpu_states import GpuPeriod, GpuState, StateChange
@@ -78,8 +78,7 @@ class SqlGpuStates:
                     .values(valid_to=at)
                 )
         new = [_row(c.state, c.at) for c in changes if c.state is not None]
-        if new:
-            self.conn.execute(insert(gpu_states), new)
+        rows.insert_all(self.conn, gpu_states, new)
 
     def during(self, pool_ids: Sequence[str] | None, window: Window) -> list[GpuPeriod]:
         stmt = select(gpu_states).where(*_overlapping(window, pool_ids)).order_by(gpu_states.c.id)

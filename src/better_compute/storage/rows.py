@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Connection, Table, select, update
+from sqlalchemy import JSON, Connection, Table, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 Row = dict[str, Any]
@@ -55,8 +55,6 @@ def _copy_upsert(
     COPY sends the rows as one stream the server parses without planning a statement per row: a
     fleet's first reports write tens of thousands of atoms a batch."""
     columns = list(rows[0])
-    # JSON as SQLAlchemy writes it: a None is JSON's null unless the column stores it as SQL NULL.
-    as_json = {c: not t.none_as_null for c in columns if isinstance(t := table.c[c].type, JSON)}
     names = ", ".join(f'"{c}"' for c in columns)
     scratch = f"_upsert_{table.name}_{next(_SCRATCH)}"
     raw = conn.connection.driver_connection
@@ -66,15 +64,7 @@ def _copy_upsert(
         cur.execute(
             f'CREATE TEMPORARY TABLE "{scratch}" ON COMMIT DROP AS SELECT {names} FROM "{table.name}" WITH NO DATA'
         )
-        values = operator.itemgetter(*columns)
-        texts = [(n, as_json[c]) for n, c in enumerate(columns) if c in as_json]
-        with cur.copy(f'COPY "{scratch}" ({names}) FROM STDIN') as copy:
-            for row in rows:
-                copied = list(values(row)) if len(columns) > 1 else [row[columns[0]]]
-                for n, json_null in texts:  # a JSON column's value as its text
-                    if copied[n] is not None or json_null:
-                        copied[n] = _dumps(copied[n])
-                copy.write_row(copied)
+        _copy(cur, scratch, table, rows)
         updates = [c for c in columns if c not in key]
         conflict = ", ".join(f'"{c}"' for c in key)
         action = (
@@ -90,6 +80,38 @@ def _copy_upsert(
 
 
 _SCRATCH = itertools.count()
+
+
+def _copy(cur: Any, target: str, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
+    """COPY `rows` (of `table`'s columns) into the table named `target`."""
+    columns = list(rows[0])
+    # JSON as SQLAlchemy writes it: a None is JSON's null unless the column stores it as SQL NULL.
+    as_json = {c: not t.none_as_null for c in columns if isinstance(t := table.c[c].type, JSON)}
+    texts = [(n, as_json[c]) for n, c in enumerate(columns) if c in as_json]
+    values = operator.itemgetter(*columns)
+    names = ", ".join(f'"{c}"' for c in columns)
+    with cur.copy(f'COPY "{target}" ({names}) FROM STDIN') as copy:
+        for row in rows:
+            copied = list(values(row)) if len(columns) > 1 else [row[columns[0]]]
+            for n, json_null in texts:  # a JSON column's value as its text
+                if copied[n] is not None or json_null:
+                    copied[n] = _dumps(copied[n])
+            copy.write_row(copied)
+
+
+def insert_all(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> None:
+    """Insert rows that are new (a key already there is an error, as with any insert): through COPY
+    on PostgreSQL from `COPY_FROM` rows, otherwise one cached statement for every row. Every row
+    must name the same columns."""
+    if not new_rows:
+        return
+    if conn.dialect.name == "postgresql" and len(new_rows) >= COPY_FROM:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        with raw.cursor() as cur:
+            _copy(cur, table.name, table, new_rows)
+        return
+    conn.execute(insert(table), [dict(r) for r in new_rows])
 
 
 def _dumps(value: Any) -> str:
