@@ -71,9 +71,7 @@ def test_gpu_state_periods_written_in_bulk_read_back_the_same(store: Store) -> N
         tx.gpu_states.write([StateChange(s.gpu_id, at, s) for s in states])
     with store.read() as tx:
         found = tx.gpu_states.open_of([s.gpu_id for s in states])
-    assert [(found[s.gpu_id].state, found[s.gpu_id].span.start) for s in states] == [
-        (s, at) for s in states
-    ]
+    assert [(found[s.gpu_id].state, found[s.gpu_id].span.start) for s in states] == [(s, at) for s in states]
     with store.begin() as tx:
         tx.gpu_states.write([StateChange(s.gpu_id, at + timedelta(hours=1), None) for s in states])
     with store.read() as tx:

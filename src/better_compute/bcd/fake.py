@@ -16,6 +16,7 @@ new one.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from dataclasses import dataclass, field
 
@@ -36,18 +37,24 @@ from better_compute.domain import catalog, layouts
 from better_compute.domain.errors import NotFound
 from better_compute.domain.fleet import FleetSpec, NodeSpec
 from better_compute.domain.inventory import MigInstance, NodeReport
+from better_compute.domain.name_uuids import uuid5_text
 
 _NS = uuid.UUID("0b6a3d7e-95a4-4f0e-8f44-2f6d1c7a9b10")
 
 
+_placement = functools.cache(layouts.validate)
+"""`layouts.validate`, once per layout and model: a simulated fleet partitions thousands of GPUs
+alike (its answer is immutable)."""
+
+
 def gpu_uuid(node: str, index: int) -> str:
-    return "GPU-" + str(uuid.uuid5(_NS, f"{node}/{index}"))
+    return "GPU-" + uuid5_text(_NS, f"{node}/{index}")
 
 
 def mig_uuid(gpu: str, gi_id: int, profile: str, serial: int = 0) -> str:
     """The MIG uuid of a GPU instance; `serial` tells apart instances created after start-up."""
     key = f"{gpu}/{gi_id}/{profile}" + (f"/{serial}" if serial else "")
-    return "MIG-" + str(uuid.uuid5(_NS, key))
+    return "MIG-" + uuid5_text(_NS, key)
 
 
 @dataclass
@@ -88,7 +95,7 @@ class FakeGpu:
     def apply_layout(self, layout: str) -> None:
         """Partition the GPU as a node comes up already partitioned: the validator's placement order,
         MIG mode on (or off) with nothing pending."""
-        placement = layouts.validate(layout, self.model)
+        placement = _placement(layout, self.model)
         enabled = placement.mig_enabled
         self.mig_current = self.mig_pending = enabled and self.model.mig_capable
         self.busy.clear()

@@ -6,7 +6,6 @@ GI/CI or slot number), so re-ingesting a report yields the same ids and bookings
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -15,6 +14,7 @@ from typing import ClassVar, Literal, get_args
 
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, NodeReport
+from better_compute.domain.name_uuids import uuid5_hex
 from better_compute.domain.pools import PoolSharing, check_replicas, mps_units
 
 AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
@@ -22,7 +22,6 @@ ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
 AttrValue = str | int | float | bool
 
 _ATOM_NAMESPACE = uuid.UUID("6f1d8e52-3c1b-4b8e-9a55-0c5b3f1e2a77")
-_ATOM_NAMESPACE_BYTES = _ATOM_NAMESPACE.bytes
 
 
 def check_atom_class(value: object, field: str) -> AtomClass:
@@ -47,15 +46,8 @@ def attribute_filters(items: Iterable[str], field: str = "attr") -> dict[str, st
 
 def atom_id_for(gpu_uuid: str, key: str) -> str:
     """The stable id of the atom with this physical identity: the first 24 hex digits of the
-    name-based (version 5) uuid of `<gpu uuid>/<key>`.
-
-    Computed from its SHA-1 directly, as `uuid.uuid5` does but without building a `UUID` (a node's
-    first report derives hundreds of ids, and the `UUID` was most of each one's cost): the version
-    nibble (byte 6) and the variant bits (byte 8) are set as RFC 4122 sets them."""
-    digest = bytearray(hashlib.sha1(_ATOM_NAMESPACE_BYTES + f"{gpu_uuid}/{key}".encode()).digest()[:12])
-    digest[6] = (digest[6] & 0x0F) | 0x50
-    digest[8] = (digest[8] & 0x3F) | 0x80
-    return "atm-" + digest.hex()
+    version 5 uuid of `<gpu uuid>/<key>`."""
+    return "atm-" + uuid5_hex(_ATOM_NAMESPACE, f"{gpu_uuid}/{key}")[:24]
 
 
 class Attributes(Mapping[str, AttrValue]):
