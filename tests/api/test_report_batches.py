@@ -74,6 +74,23 @@ def in_threads(*calls: Callable[[], Any]) -> tuple[list[threading.Thread], list[
     return threads, results
 
 
+def held_then_queued(
+    reports: ReportBatches, writer: HeldFirst, first: Callable[[], Any], *late: Callable[[], Any]
+) -> tuple[Any, list[Any]]:
+    """Send `first` and hold its batch; send each of `late` meanwhile, each on its own thread, and
+    once they all queue behind it let it go; (first's answer, late's answers), each an answer or the
+    error raised."""
+    threads, first_result = in_threads(first)
+    while not writer.batches:
+        time.sleep(0.005)
+    late_threads, late_results = in_threads(*late)
+    queued(reports, len(late))
+    writer.release.set()
+    for thread in [*threads, *late_threads]:
+        thread.join(30)
+    return first_result[0], late_results
+
+
 def bookable_atoms(world: NodeWorld, node: str) -> int:
     items = world.http.get("/v1/atoms", params={"bookable": "true"}, headers=world.admin).json()["items"]
     gpus = {
@@ -87,18 +104,14 @@ def test_reports_sent_while_one_is_written_are_written_together_and_each_answere
     one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
     writer, reports = batched(world)
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
-    threads, results = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
-    while not writer.batches:
-        time.sleep(0.005)
-    late_threads, late = in_threads(
+    first, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1")),
         lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
         lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False)),
     )
-    queued(reports, 2)
-    writer.release.set()
-    for thread in [*threads, *late_threads]:
-        thread.join(30)
-    assert [(r.node, r.kind, r.sequence, r.duplicate) for r in [*results, *late]] == [
+    assert [(r.node, r.kind, r.sequence, r.duplicate) for r in [first, *late]] == [
         ("n-1", "Inventory", 1, False),
         ("n-2", "Inventory", 1, False),
         ("n-1", "Inventory", 2, False),
@@ -115,17 +128,13 @@ def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_la
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
     # A generation never handed to n-1: refused under its lock, after its sequence was checked.
     never = {**inventory("n-1", healthy_first=False), "observedGeneration": 99}
-    threads, _ = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
-    while not writer.batches:
-        time.sleep(0.005)
-    late_threads, late = in_threads(
+    _, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1")),
         lambda: one.nodes.report("n-1", never),
         lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
     )
-    queued(reports, 2)
-    writer.release.set()
-    for thread in [*threads, *late_threads]:
-        thread.join(30)
     assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
     assert isinstance(late[0], InvalidInputError) and late[0].details["field"] == "generation"
     assert late[1].sequence == 1 and not late[1].duplicate
@@ -153,17 +162,13 @@ def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
 
     monkeypatch.setattr(node_reports, "ingest_in", fails_together)
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
-    threads, _ = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
-    while not writer.batches:
-        time.sleep(0.005)
-    late_threads, late = in_threads(
+    _, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1")),
         lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False)),
         lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False)),
     )
-    queued(reports, 2)
-    writer.release.set()
-    for thread in [*threads, *late_threads]:
-        thread.join(30)
     assert shared == [2]
     assert [(r.node, r.sequence) for r in late] == [("n-1", 2), ("n-2", 1)]
     assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
@@ -175,20 +180,16 @@ def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_
     one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
     writer, reports = batched(world)
     before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
-    threads, first = in_threads(lambda: one.nodes.report("n-1", inventory("n-1"), report_id="r-1"))
-    while not writer.batches:
-        time.sleep(0.005)
     # n-1 resends r-1 (its answer lost, say) with what would take a GPU down if it were applied again.
-    late_threads, late = in_threads(
+    first, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1"), report_id="r-1"),
         lambda: one.nodes.report("n-1", inventory("n-1", healthy_first=False), report_id="r-1"),
         lambda: two.nodes.report("n-2", inventory("n-2", healthy_first=False), report_id="r-1"),
     )
-    queued(reports, 2)
-    writer.release.set()
-    for thread in [*threads, *late_threads]:
-        thread.join(30)
     assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
-    assert [(r.node, r.sequence, r.duplicate) for r in [*first, *late]] == [
+    assert [(r.node, r.sequence, r.duplicate) for r in [first, *late]] == [
         ("n-1", 1, False),
         ("n-1", 2, True),
         ("n-2", 1, False),  # the same reportId from another node is another report
