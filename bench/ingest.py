@@ -35,8 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, machine_speed_s, mig_fleet, postgres_database
-from bench.reservations import connect, exchange
-from bench.scale import server
+from bench.reservations import connect, exchange, server_process
 from better_compute.bcd.identity import public_key_text
 from better_compute.bcd.inventory import report_json
 from better_compute.domain.fleet import parse_fleet
@@ -136,7 +135,7 @@ def main() -> None:
         t0 = time.perf_counter()
         requests = joined_reports(url, nodes, "127.0.0.1")
         log(f"{nodes} nodes joined and their reports signed in {time.perf_counter() - t0:.1f} s")
-        with server(url, workers=2) as (base, _, _):
+        with server_process(url, workers=2) as (base, _, _):
             bcd_s, errors = send_all(base, requests, args.clients)
     if errors:
         raise SystemExit(f"{len(errors)} reports refused; the first: {errors[0]}")

@@ -73,9 +73,12 @@ def prepare(url: str, nodes: int, gpus: int, tenant_count: int = 8) -> list[str]
 
 
 @contextmanager
-def server(url: str, workers: int = 1) -> Iterator[str]:
+def server_process(url: str, workers: int = 1) -> Iterator[tuple[str, int, float]]:
+    """`serve --workers N` on the database, once `/readyz` answers; yields its address, pid and the
+    seconds it took to be ready."""
     port = free_port()
     cli = Path(sys.executable).with_name("better-compute")
+    t0 = time.perf_counter()
     proc = subprocess.Popen(
         [
             str(cli),
@@ -94,19 +97,29 @@ def server(url: str, workers: int = 1) -> Iterator[str]:
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 600
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
             try:
-                if httpx.get(f"{base}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            raise RuntimeError("server did not start")
-        yield base
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("server did not become ready")
+            time.sleep(0.05)
+        yield base, proc.pid, time.perf_counter() - t0
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=60)
+
+
+@contextmanager
+def server(url: str, workers: int = 1) -> Iterator[str]:
+    """`server_process`'s address alone."""
+    with server_process(url, workers) as (base, _, _):
+        yield base
 
 
 def reservation_requests(base: str, token: str, count: int, seed: int) -> list[bytes]:

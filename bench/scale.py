@@ -25,9 +25,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,13 +36,12 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, machine_speed_s, mig_fleet, postgres_database, sqlite_database
-from bench.reservations import connect, exchange, free_port, reservation_requests
+from bench.reservations import connect, exchange, reservation_requests, server_process
 from better_compute.domain.credentials import Principal
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
@@ -138,48 +135,6 @@ def rss_mb(pid: int) -> float:
                 total += int(line.split()[1]) * 1024
         pending.extend(int(c) for c in children)
     return total / 1e6
-
-
-@contextmanager
-def server(url: str, workers: int = 1) -> Iterator[tuple[str, int, float]]:
-    """`serve --workers N` on the database; yields its address, pid and seconds until ready."""
-    port = free_port()
-    cli = Path(sys.executable).with_name("better-compute")
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [
-            str(cli),
-            "serve",
-            "--database-url",
-            url,
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--no-access-log",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                if httpx.get(f"{base}/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
-            time.sleep(0.05)
-        yield base, proc.pid, time.perf_counter() - t0
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def timed(base: str, batch: list[bytes]) -> list[float]:
@@ -283,7 +238,7 @@ def one_size(url: str, nodes: int, gpus: int, stream: int, history: int) -> dict
     token, ingest_s = prepare(url, nodes, gpus)
     log(f"{nodes} nodes: fleet loaded in {ingest_s:.1f} s ({nodes / ingest_s:.0f} nodes/s)")
     per_atom, atoms = bytes_per_atom(url)
-    with server(url) as (base, pid, ready_s):
+    with server_process(url) as (base, pid, ready_s):
         idle_mb = rss_mb(pid)
         first_ms = timed(base, reservation_requests(base, token, 1, seed=1))[0]
         stream_ms = timed(base, reservation_requests(base, token, stream, seed=2))
@@ -291,7 +246,7 @@ def one_size(url: str, nodes: int, gpus: int, stream: int, history: int) -> dict
     log(f"{nodes} nodes: ready in {ready_s:.2f} s, {idle_mb:.0f} MB idle, {rss:.0f} MB after the stream")
     written_s = write_history(url, history)
     log(f"{nodes} nodes: {history:,} past bookings written in {written_s:.1f} s")
-    with server(url) as (base, pid, ready_again_s):
+    with server_process(url) as (base, pid, ready_again_s):
         timed(base, reservation_requests(base, token, 1, seed=3))
         after_ms = timed(base, reservation_requests(base, token, stream, seed=4))
         rss_after = rss_mb(pid)
