@@ -8,6 +8,9 @@ from dataclasses import replace
 from datetime import timedelta
 from fractions import Fraction
 
+import pytest
+from sqlalchemy.exc import StatementError
+
 from better_compute.domain.atoms import Atom, atom_id_for
 from better_compute.domain.gpu_states import GpuState, StateChange
 from better_compute.entrypoints.fleet import load_fleet
@@ -76,3 +79,16 @@ def test_gpu_state_periods_written_in_bulk_read_back_the_same(store: Store) -> N
         tx.gpu_states.write([StateChange(s.gpu_id, at + timedelta(hours=1), None) for s in states])
     with store.read() as tx:
         assert tx.gpu_states.open_of([s.gpu_id for s in states]) == {}
+
+
+def test_a_naive_datetime_is_refused_by_a_bulk_write_as_by_any_other(store: Store) -> None:
+    """COPY binds each value through its column's type, as a statement does: `UtcDateTime` refuses
+    a datetime without a zone (written as the server's local time, it would be hours off). Before,
+    the bulk path of `upsert` wrote it."""
+    load_fleet(store, fleet_spec(nodes=16, gpus=8), T0)
+    with store.read() as tx:
+        gpus = tx.gpus.of_nodes([n.id for n in tx.nodes.page(None, None, None)])
+    naive = (T0 + timedelta(hours=1)).replace(tzinfo=None)
+    assert len(gpus) >= COPY_FROM
+    with pytest.raises((ValueError, StatementError), match="naive datetime"), store.begin() as tx:
+        tx.gpus.put([replace(g, updated_at=naive) for g in gpus])

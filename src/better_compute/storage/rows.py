@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Connection, Table, insert, select, update
+from sqlalchemy import JSON, Connection, Dialect, Table, TypeDecorator, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 Row = dict[str, Any]
@@ -64,7 +64,7 @@ def _copy_upsert(
         cur.execute(
             f'CREATE TEMPORARY TABLE "{scratch}" ON COMMIT DROP AS SELECT {names} FROM "{table.name}" WITH NO DATA'
         )
-        _copy(cur, scratch, table, rows)
+        _copy(cur, scratch, table, rows, conn.dialect)
         updates = [c for c in columns if c not in key]
         conflict = ", ".join(f'"{c}"' for c in key)
         action = (
@@ -82,17 +82,26 @@ def _copy_upsert(
 _SCRATCH = itertools.count()
 
 
-def _copy(cur: Any, target: str, table: Table, rows: Sequence[Mapping[str, Any]]) -> None:
-    """COPY `rows` (of `table`'s columns) into the table named `target`."""
+def _copy(cur: Any, target: str, table: Table, rows: Sequence[Mapping[str, Any]], dialect: Dialect) -> None:
+    """COPY `rows` (of `table`'s columns) into the table named `target`, each value as a statement
+    would bind it: through its column type's `process_bind_param` (`UtcDateTime` refuses a naive
+    datetime here too), and a JSON column's as its text."""
     columns = list(rows[0])
     # JSON as SQLAlchemy writes it: a None is JSON's null unless the column stores it as SQL NULL.
     as_json = {c: not t.none_as_null for c in columns if isinstance(t := table.c[c].type, JSON)}
     texts = [(n, as_json[c]) for n, c in enumerate(columns) if c in as_json]
+    binds = [
+        (n, t.process_bind_param)
+        for n, c in enumerate(columns)
+        if isinstance(t := table.c[c].type, TypeDecorator)
+    ]
     values = operator.itemgetter(*columns)
     names = ", ".join(f'"{c}"' for c in columns)
     with cur.copy(f'COPY "{target}" ({names}) FROM STDIN') as copy:
         for row in rows:
             copied = list(values(row)) if len(columns) > 1 else [row[columns[0]]]
+            for n, bind in binds:
+                copied[n] = bind(copied[n], dialect)
             for n, json_null in texts:  # a JSON column's value as its text
                 if copied[n] is not None or json_null:
                     copied[n] = _dumps(copied[n])
@@ -109,7 +118,7 @@ def insert_all(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, A
         raw = conn.connection.driver_connection
         assert raw is not None
         with raw.cursor() as cur:
-            _copy(cur, table.name, table, new_rows)
+            _copy(cur, table.name, table, new_rows, conn.dialect)
         return
     conn.execute(insert(table), [dict(r) for r in new_rows])
 
