@@ -200,3 +200,19 @@ def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_
             "n-1": 2,
             "n-2": 1,
         }
+
+
+def test_a_report_of_another_kind_is_not_held_behind_a_batch(world: NodeWorld) -> None:
+    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
+    writer, reports = batched(world)
+    threads, first = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
+    while not writer.batches:
+        time.sleep(0.005)
+    # n-1's inventory is being written (held); n-2 says which generation it has applied meanwhile.
+    observed = two.nodes.report("n-2", {"kind": "ObservedGeneration", "generation": 0})
+    assert (observed.node, observed.kind, observed.sequence) == ("n-2", "ObservedGeneration", 1)
+    assert writer.batches == [["n-1"]] and not reports._queue
+    writer.release.set()
+    for thread in threads:
+        thread.join(30)
+    assert first[0].sequence == 1

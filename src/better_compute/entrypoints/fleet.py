@@ -23,6 +23,9 @@ def simulated_nodes(spec: FleetSpec) -> list[FakeNode]:
     return [FakeNode.for_node(spec, node) for node in spec.nodes]
 
 
+WRITERS = 2
+"""Batches a fleet load writes at once on PostgreSQL."""
+
 Report = Callable[[int, int], None]
 """Told `(nodes loaded, nodes in all)` after each batch of a fleet load."""
 
@@ -61,14 +64,10 @@ def load_fleet(
             done += written
             if progress is not None:
                 progress(done, len(fakes))
-    finally:  # a batch that failed stops the load: those not yet begun never are
+    finally:  # a batch that failed stops the load: none begins after it (one under way ends)
         pool.shutdown(cancel_futures=True)
     store.analyze()
     return len(fakes)
-
-
-WRITERS = 2
-"""Batches a fleet load writes at once on PostgreSQL."""
 
 
 @contextmanager

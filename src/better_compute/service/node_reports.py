@@ -136,7 +136,8 @@ def _check(
 
 @dataclass(frozen=True, slots=True)
 class _Taken:
-    """A report `_check` passed: its sequence number to record, and its `reportId` if it is fresh."""
+    """A report `_check` passed: its sequence number to record, fresh or not, and its `reportId`
+    (recorded when it is fresh)."""
 
     node: str
     sequence: int
@@ -149,10 +150,9 @@ def _record(tx: Tx, taken: Sequence[_Taken]) -> None:
     """Take the reports' sequence numbers and fresh `reportId`s, a few statements for all of them.
     Under the nodes' locks every number `_check` passed is still free; one found taken all the same
     is refused as a replay, and the transaction with it."""
-    recorded = tx.nodes.accept_sequences([(t.node, t.sequence, t.at) for t in taken])
-    lost = [t for t in taken if t.node not in recorded]
-    if lost:
-        raise refused("replayed", f"sequence {lost[0].sequence} was already used")
+    if not tx.nodes.accept_sequences([(t.node, t.sequence, t.at) for t in taken]):
+        # (A batch refused so is written again one report at a time: each then hears its own.)
+        raise refused("replayed", f"sequence {taken[0].sequence} was already used")
     tx.nodes.take_report_ids([(t.node, t.report_id, t.at) for t in taken if t.fresh and t.report_id])
 
 
@@ -163,6 +163,9 @@ class Sent:
     signed: SignedRequest
     read: Callable[[bytes], Report]
     now: datetime
+    kind: str = InventoryReported.KIND
+    """The kind its body names, before anything is checked: it only picks the way the report is
+    written (`service.report_batches`), each with the same checks."""
 
 
 Outcome = Accepted | Exception
@@ -260,9 +263,7 @@ def _inventories(
             sent, now, held = batch[n], batch[n].now, current[node.id]
             try:
                 fresh = _check(node, held, report, sent.signed, seen)
-                observed = held.observed_generation
-                if fresh and report.observed_generation is not None:
-                    observed = _observable(held, report.observed_generation)
+                observed = _observed(held, report) if fresh else held.observed_generation
             except DomainError as error:
                 outcomes[n] = error
                 if isinstance(error, Unauthenticated):
@@ -294,10 +295,7 @@ def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -
 def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
     match report:
         case InventoryReported():
-            observed = node.observed_generation
-            if report.observed_generation is not None:
-                observed = _observable(node, report.observed_generation)
-            ingest_in(tx, [NodeReport(node.id, report.gpus, observed)], now)
+            ingest_in(tx, [NodeReport(node.id, report.gpus, _observed(node, report))], now)
             _mark_reboot(tx, node, report, now)
         case GenerationObserved():
             tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)
@@ -329,6 +327,14 @@ def _end_if_terminating(tx: Tx, allocation_id: str, now: datetime) -> None:
         return  # another node of the allocation has not released it yet
     if tx.workloads.end_terminating(allocation_id) is not None:
         tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
+
+
+def _observed(node: Node, report: InventoryReported) -> int:
+    """The generation a node's inventory says it observed (INVALID_INPUT for one never handed out);
+    the one it had when the report names none."""
+    if report.observed_generation is None:
+        return node.observed_generation
+    return _observable(node, report.observed_generation)
 
 
 def _observable(node: Node, generation: int) -> int:

@@ -220,10 +220,10 @@ class NodeRepo(Protocol):
         """Make `public_key` the node's signing key and start its report sequence from 0 again."""
         ...
 
-    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> set[str]:
+    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> bool:
         """Record each `(node, sequence, at)` as its node's last accepted report where the sequence
-        is greater than the stored one; the nodes whose number was recorded (one left out: a replay,
-        or a report that lost a race, and nothing written for it)."""
+        is greater than the stored one; whether every one was (False: one at least was not, a replay
+        or a report that lost a race; the caller must not commit)."""
         ...
 
     def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:

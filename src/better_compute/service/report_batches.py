@@ -16,8 +16,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from better_compute.service.node_reports import Accepted, Outcome, Sent, accept_batch
+from better_compute.domain.node_reports import InventoryReported
+from better_compute.service.node_reports import Accepted, Outcome, Sent, accept, accept_batch
 from better_compute.service.ports import StorePort
+
+BATCHED_KINDS = frozenset({InventoryReported.KIND})
+"""The kinds of report written in batches: a node's inventory is a fleet's worth of GPUs and atoms
+when nodes start together; the other kinds are a row or two each."""
 
 MAX_BATCH = 250
 """Reports written in one transaction at most: a batch holds its nodes' row locks until it commits,
@@ -47,7 +52,11 @@ class ReportBatches:
         self._leading = False
 
     def accept(self, store: StorePort, sent: Sent) -> Accepted:
-        """Accept `sent` (as `node_reports.accept` would), in a batch with whatever else is queued."""
+        """Accept `sent` (as `node_reports.accept` would): an inventory report in a batch with
+        whatever else is queued, a report of any other kind (small, and waited on: a binding, a
+        scrub) at once, on its own."""
+        if sent.kind not in BATCHED_KINDS:
+            return accept(store, sent.signed, sent.read, sent.now)
         me = _Waiting(sent)
         with self._lock:
             self._queue.append(me)
@@ -114,4 +123,4 @@ class ReportBatches:
             return batch
 
 
-__all__ = ["MAX_BATCH", "ReportBatches"]
+__all__ = ["BATCHED_KINDS", "MAX_BATCH", "ReportBatches"]

@@ -96,26 +96,20 @@ class SqlNodes:
             .values(public_key=public_key, joined_at=at, report_sequence=0)
         )
 
-    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> set[str]:
+    def accept_sequences(self, taken: Sequence[tuple[str, int, datetime]]) -> bool:
         """Record each `(node, sequence, at)` as its node's last accepted report where the sequence is
-        greater than the one stored; the nodes whose number was recorded (one missing: a replay, or a
-        report that lost a race). Called under the nodes' row locks (`lock`): one cached statement
-        for every node, then one read of what they hold."""
+        greater than the one stored; whether every one was (False: one at least was not, a replay or a
+        report that lost a race, and the caller must not commit). One cached statement for every
+        node, under the nodes' row locks (`lock`); its row count tells."""
         if not taken:
-            return set()
+            return True
         stmt = (
             update(nodes)
             .where(nodes.c.id == bindparam("b_id"), nodes.c.report_sequence < bindparam("b_sequence"))
             .values(report_sequence=bindparam("b_sequence"), last_report_at=bindparam("b_at"))
         )
-        self.conn.execute(stmt, [{"b_id": n, "b_sequence": q, "b_at": at} for n, q, at in taken])
-        held = {
-            node_id: sequence
-            for node_id, sequence in self.conn.execute(
-                select(nodes.c.id, nodes.c.report_sequence).where(nodes.c.id.in_([n for n, _, _ in taken]))
-            )
-        }
-        return {n for n, q, _ in taken if held.get(n) == q}
+        result = self.conn.execute(stmt, [{"b_id": n, "b_sequence": q, "b_at": at} for n, q, at in taken])
+        return result.rowcount == len(taken)
 
     def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which `(node, reportId)` pairs were accepted before (and are still kept)."""

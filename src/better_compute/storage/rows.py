@@ -124,14 +124,22 @@ def insert_all(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, A
 
 
 def _dumps(value: Any) -> str:
-    """JSON text for COPY, as SQLAlchemy's JSON type stores it (to the byte, save for spacing): a
-    fleet's first reports write an attributes object for each of tens of thousands of atoms, and
-    `orjson` writes one several times faster than `json`; what it refuses (an integer past 64 bits)
-    goes to `json`."""
+    """JSON text for COPY: the same JSON value a statement stores through SQLAlchemy's JSON type (its
+    text may differ in spacing and escapes, which no reader sees). A fleet's first reports write an
+    attributes object for each of tens of thousands of atoms, and `orjson` writes one several times
+    faster than `json`. What `json` would refuse goes to it, to be refused as a statement refuses
+    it: a date, a dataclass or a subclass of a JSON type (passed through), and an integer past 64
+    bits, which `json` writes. One difference stays: a float that is not finite is written as null
+    (a statement's `NaN` is refused by PostgreSQL); no domain value is one."""
     try:
-        return orjson.dumps(value).decode()
+        return orjson.dumps(value, option=_PASSED_ON).decode()
     except TypeError:
         return json.dumps(value)
+
+
+_PASSED_ON = (
+    orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
 def insert_missing(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> None:

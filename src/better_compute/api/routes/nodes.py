@@ -63,10 +63,10 @@ def _validated(node: str, body: NodeReportSend) -> Callable[[bytes], Report]:
 async def send_report(
     node: str, body: NodeReportSend, request: Request, services: ServicesDep
 ) -> ReportAccepted:
-    """A signed report about `node`. Reports that arrive while others are written are written
-    together (service.report_batches), each answered as if it were alone."""
+    """A signed report about `node`. Inventory reports that arrive while others are written are
+    written together (service.report_batches), each answered as if it were alone."""
     signed = await signed_request(request)
-    sent = node_reports.Sent(signed, _validated(node, body), services.clock())
+    sent = node_reports.Sent(signed, _validated(node, body), services.clock(), body.report.kind)
     accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
     return ReportAccepted(
         node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
