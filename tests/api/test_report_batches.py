@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.client import InvalidInputError
+from better_compute.client import Compute, InvalidInputError
 from better_compute.service import node_reports
 from better_compute.service.node_reports import Outcome, Sent
 from better_compute.service.ports import StorePort
@@ -100,10 +100,21 @@ def bookable_atoms(world: NodeWorld, node: str) -> int:
     return sum(1 for a in items if a["gpuId"] in gpus)
 
 
-def test_reports_sent_while_one_is_written_are_written_together_and_each_answered(world: NodeWorld) -> None:
+def joined_and_batched(world: NodeWorld) -> tuple[Compute, Compute, HeldFirst, ReportBatches]:
+    """n-1's and n-2's clients, once both have joined, and the app's batches held at their first
+    (`batched`)."""
     one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
-    writer, reports = batched(world)
-    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    return one, two, *batched(world)
+
+
+def both_bookable(world: NodeWorld) -> tuple[int, int]:
+    """n-1's and n-2's bookable atoms."""
+    return bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+
+
+def test_reports_sent_while_one_is_written_are_written_together_and_each_answered(world: NodeWorld) -> None:
+    one, two, writer, reports = joined_and_batched(world)
+    before = both_bookable(world)
     first, late = held_then_queued(
         reports,
         writer,
@@ -118,14 +129,13 @@ def test_reports_sent_while_one_is_written_are_written_together_and_each_answere
     ]
     assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
     # Both reports of the second batch were applied: each node's first GPU is down now.
-    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
+    assert both_bookable(world) == (before[0] - 7, before[1] - 7)
     assert reports._queue == type(reports._queue)() and not reports._leading
 
 
 def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_lands(world: NodeWorld) -> None:
-    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
-    writer, reports = batched(world)
-    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    one, two, writer, reports = joined_and_batched(world)
+    before = both_bookable(world)
     # A generation never handed to n-1: refused under its lock, after its sequence was checked.
     never = {**inventory("n-1", healthy_first=False), "observedGeneration": 99}
     _, late = held_then_queued(
@@ -138,7 +148,7 @@ def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_la
     assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
     assert isinstance(late[0], InvalidInputError) and late[0].details["field"] == "generation"
     assert late[1].sequence == 1 and not late[1].duplicate
-    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0], before[1] - 7)
+    assert both_bookable(world) == (before[0], before[1] - 7)
     # The refused report took no sequence number: n-1's last taken is still its first report's.
     with world.store.read() as tx:
         assert tx.nodes.by_ids(["n-1"])["n-1"].report_sequence == 1
@@ -149,8 +159,7 @@ def test_a_report_refused_in_a_batch_writes_nothing_and_the_rest_of_the_batch_la
 def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
     world: NodeWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
-    writer, reports = batched(world)
+    one, two, writer, reports = joined_and_batched(world)
     real = node_reports.ingest_in
     shared: list[int] = []
 
@@ -161,7 +170,7 @@ def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
         return real(tx, batch, now)
 
     monkeypatch.setattr(node_reports, "ingest_in", fails_together)
-    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    before = both_bookable(world)
     _, late = held_then_queued(
         reports,
         writer,
@@ -171,15 +180,14 @@ def test_a_batch_whose_shared_write_fails_is_written_one_report_at_a_time(
     )
     assert shared == [2]
     assert [(r.node, r.sequence) for r in late] == [("n-1", 2), ("n-2", 1)]
-    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0] - 7, before[1] - 7)
+    assert both_bookable(world) == (before[0] - 7, before[1] - 7)
 
 
 def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_and_is_not_applied(
     world: NodeWorld,
 ) -> None:
-    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
-    writer, reports = batched(world)
-    before = bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")
+    one, two, writer, reports = joined_and_batched(world)
+    before = both_bookable(world)
     # n-1 resends r-1 (its answer lost, say) with what would take a GPU down if it were applied again.
     first, late = held_then_queued(
         reports,
@@ -194,7 +202,7 @@ def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_
         ("n-1", 2, True),
         ("n-2", 1, False),  # the same reportId from another node is another report
     ]
-    assert (bookable_atoms(world, "n-1"), bookable_atoms(world, "n-2")) == (before[0], before[1] - 7)
+    assert both_bookable(world) == (before[0], before[1] - 7)
     with world.store.read() as tx:
         assert {n.id: n.report_sequence for n in tx.nodes.by_ids(["n-1", "n-2"]).values()} == {
             "n-1": 2,
@@ -203,8 +211,7 @@ def test_a_resent_report_in_a_batch_is_answered_as_a_duplicate_takes_its_number_
 
 
 def test_a_report_of_another_kind_is_not_held_behind_a_batch(world: NodeWorld) -> None:
-    one, two = world.node(world.join("n-1")), world.node(world.join("n-2"))
-    writer, reports = batched(world)
+    one, two, writer, reports = joined_and_batched(world)
     threads, first = in_threads(lambda: one.nodes.report("n-1", inventory("n-1")))
     while not writer.batches:
         time.sleep(0.005)
