@@ -55,15 +55,14 @@ def refused_claims(
     reports name), by the node that reported them; only reports with some are listed. The reports
     are taken in order, one node each: a uuid nobody holds is taken by the first report naming it,
     and a later report of another node naming it conflicts with that one. A refused report takes
-    nothing. A GPU's MIG uuids are not listed beside the GPU's own uuid."""
+    nothing."""
     claimed = dict(held)
     refused: dict[str, tuple[Holder, ...]] = {}
     for node, gpus in reports:
         named = [(u, g.uuid) for g in gpus for u in device_uuids(g.uuid, g.mig_instances)]
         others = {claimed[u] for u, _ in named if u in claimed and claimed[u].node != node}
         if others:
-            whole = {h.gpu for h in others if h.uuid == h.gpu}  # a GPU named: its instances go with it
-            refused[node] = tuple(sorted(h for h in others if h.uuid == h.gpu or h.gpu not in whole))
+            refused[node] = tuple(sorted(others))
             continue
         for uuid, gpu in named:
             claimed.setdefault(uuid, Holder(uuid, gpu, node))
@@ -71,20 +70,25 @@ def refused_claims(
 
 
 def owned_elsewhere(node: str, holders: Sequence[Holder], *, name_holders: bool = False) -> GpuOwnedElsewhere:
-    """The refusal of `node`'s inventory, which names the uuids of `holders`. A node is told the
+    """The refusal of `node`'s inventory, which names the uuids of `holders` (a GPU's, not each of its
+    MIG instances' beside it). A node is told the
     uuids only (it learns nothing of other nodes, as with an allocation it does not hold); the
     holding nodes are named for an admin (`name_holders`: a fleet file's load; the refusal's event
     and `doctor` name them too)."""
-    uuids = sorted({h.uuid for h in holders})
+    whole = {h.gpu for h in holders if h.uuid == h.gpu}
+    named = sorted(
+        {h for h in holders if h.uuid == h.gpu or h.gpu not in whole}
+    )  # a GPU's MIG uuids go with it
+    uuids = sorted({h.uuid for h in named})
     where = ""
     if name_holders:
-        where = " (" + ", ".join(f"{h.uuid} on node {h.node}" for h in sorted(holders)) + ")"
+        where = " (" + ", ".join(f"{h.uuid} on node {h.node}" for h in named) + ")"
     return GpuOwnedElsewhere(
         f"node {node} reports {listed(uuids)}, which another node holds{where}: a GPU belongs to one"
         " node until that node reports it gone or an admin releases it (nodes.releaseGpu); nothing"
         " of this report was taken",
         {"node": node, "uuids": uuids},
-        {h.uuid: h.node for h in holders},
+        {h.uuid: h.node for h in named},
     )
 
 
