@@ -124,3 +124,54 @@ def test_reporting_again_without_a_gpu_it_tried_to_take_does_not_block_its_node(
     assert assignments(world, victim) == [rid]
     # Another tenant request is served from the victim's GPU as before.
     assert world.reserve([{"class": "gpu.mig", "count": 7}])
+
+
+def doctor_says(world: NodeWorld) -> list[dict[str, Any]]:
+    found = world.http.get("/v1/doctor", headers=world.admin).json()["findings"]
+    return [f for f in found if f["code"] == "node.gpu-owned-elsewhere"]
+
+
+def test_doctor_shows_a_node_that_named_another_nodes_gpu_until_an_inventory_of_it_is_taken(
+    world: NodeWorld,
+) -> None:
+    _, victim, gpu, thief = booked(world)
+    client = joined(world, thief)
+    with pytest.raises(ConflictError):
+        client.nodes.report(thief, taking(thief, victim, gpu))
+    (finding,) = doctor_says(world)
+    assert finding["subject"] == thief and f"{gpu} (held by node {victim})" in finding["detail"]
+    assert "release-gpu" in finding["action"]
+    client.nodes.report(thief, inventory(thief))
+    assert doctor_says(world) == []
+
+
+def test_a_gpu_that_moved_is_released_by_an_admin_and_taken_by_the_node_that_reports_it(
+    world: NodeWorld,
+) -> None:
+    rid, old, gpu, new = booked(world)
+    client = joined(world, new)
+    with pytest.raises(ConflictError):
+        client.nodes.report(new, taking(new, old, gpu))
+    # Not while a tenant's booking holds it, and only by the admin.
+    held = world.http.post(f"/v1/gpus/{gpu}/release", json={}, headers=world.admin)
+    assert held.status_code == 409 and held.json()["error"]["code"] == "INVALID_STATE"
+    assert held.json()["error"]["details"]["allocationIds"] == [rid]
+    tenant = world.http.post(f"/v1/gpus/{gpu}/release", json={}, headers=world.platform)
+    assert tenant.status_code == 403
+    world.http.post(f"/v1/reservations/{rid}/release", json={"id": rid}, headers=world.platform)
+    released = world.http.post(f"/v1/gpus/{gpu}/release", json={"gpu": gpu}, headers=world.admin)
+    assert released.status_code == 200, released.text
+    assert (released.json()["node"], released.json()["present"]) == (old, False)
+    # The node it moved to reports it again (bcd restarted there): it is its now, in its pool.
+    client.nodes.report(new, taking(new, old, gpu))
+    gpus = world.http.get("/v1/gpus", params={"node": new}, headers=world.admin).json()["items"]
+    assert [g["present"] for g in gpus if g["id"] == gpu] == [True]
+    atoms = world.http.get("/v1/atoms", params={"limit": 1000}, headers=world.admin).json()["items"]
+    assert {(a["node"], a["poolId"]) for a in atoms if a["gpuId"] == gpu} == {(new, "p1")}
+    assert doctor_says(world) == []
+    # Its old node naming it again is refused now.
+    with pytest.raises(ConflictError) as refused:
+        joined(world, old).nodes.report(old, inventory(old))
+    assert refused.value.details["uuids"] == [gpu]
+    audited = world.http.get("/v1/events", params={"type": "gpu.released"}, headers=world.admin).json()
+    assert [(e["subject"], e["payload"]["node"]) for e in audited["items"]] == [(gpu, old)]
