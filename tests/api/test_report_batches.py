@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.client import Compute, InvalidInputError
+from better_compute.client import Compute, ConflictError, InvalidInputError
 from better_compute.service import node_reports
 from better_compute.service.node_reports import Outcome, Sent
 from better_compute.service.ports import StorePort
@@ -223,3 +223,47 @@ def test_a_report_of_another_kind_is_not_held_behind_a_batch(world: NodeWorld) -
     for thread in threads:
         thread.join(30)
     assert first[0].sequence == 1
+
+
+def test_a_report_in_a_batch_naming_another_nodes_gpu_is_refused_while_the_rest_of_the_batch_lands(
+    world: NodeWorld,
+) -> None:
+    one, two, writer, reports = joined_and_batched(world)
+    before = both_bookable(world)
+    mine = inventory("n-1", healthy_first=False)
+    # n-2 names n-1's second GPU as its own third one.
+    stolen = {**inventory("n-2", healthy_first=False)}
+    stolen["gpus"] = [*stolen["gpus"], {**mine["gpus"][1], "index": 2}]
+    _, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1")),
+        lambda: one.nodes.report("n-1", mine),
+        lambda: two.nodes.report("n-2", stolen),
+    )
+    assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
+    assert late[0].sequence == 2
+    assert isinstance(late[1], ConflictError) and late[1].reason == "GpuOwnedElsewhere"
+    assert late[1].details["uuids"] == [mine["gpus"][1]["uuid"]]
+    # n-1's report landed (its first GPU down); n-2's wrote nothing, and its GPU stays n-1's.
+    assert both_bookable(world) == (before[0] - 7, before[1])
+    with world.store.read() as tx:
+        assert tx.gpus.by_ids([mine["gpus"][1]["uuid"]])[mine["gpus"][1]["uuid"]].node_id == "n-1"
+        assert tx.nodes.by_ids(["n-2"])["n-2"].report_sequence == 0
+
+
+def test_two_reports_of_one_batch_naming_one_new_gpu_give_it_to_one_node(world: NodeWorld) -> None:
+    one, two, writer, reports = joined_and_batched(world)
+    new = {**inventory("n-3")["gpus"][0], "index": 2}  # a GPU no node has reported
+    _, late = held_then_queued(
+        reports,
+        writer,
+        lambda: one.nodes.report("n-1", inventory("n-1")),
+        lambda: one.nodes.report("n-1", {"kind": "Inventory", "gpus": [*inventory("n-1")["gpus"], new]}),
+        lambda: two.nodes.report("n-2", {"kind": "Inventory", "gpus": [*inventory("n-2")["gpus"], new]}),
+    )
+    assert [sorted(b) for b in writer.batches] == [["n-1"], ["n-1", "n-2"]]
+    assert late[0].sequence == 2  # the first of the batch (in node order) to name it has it
+    assert isinstance(late[1], ConflictError) and late[1].details["uuids"] == [new["uuid"]]
+    with world.store.read() as tx:
+        assert tx.gpus.by_ids([new["uuid"]])[new["uuid"]].node_id == "n-1"

@@ -336,6 +336,24 @@ def test_clusters_list_show_and_update_the_phase(runner: CliRunner, live: Live) 
     assert missing.exit_code == 1 and "NOT_FOUND: cluster c9 not found" in missing.stderr
 
 
+def test_nodes_release_gpu(runner: CliRunner, live: Live) -> None:
+    def gpus() -> dict[str, bool]:
+        listed = live.http.get("/v1/gpus", headers={"Authorization": f"Bearer {live.admin}"}).json()
+        return {g["id"]: g["present"] for g in listed["items"]}
+
+    gpu = min(gpus())
+    refused = run(runner, live.acme, "nodes", "release-gpu", gpu)
+    assert (
+        refused.exit_code == 1 and "FORBIDDEN: nodes.releaseGpu needs a fleet-admin token" in refused.stderr
+    )
+    released = run(runner, live.admin, "nodes", "release-gpu", gpu, "--json")
+    assert released.exit_code == 0, released.output
+    assert (json.loads(released.stdout)["uuid"], json.loads(released.stdout)["present"]) == (gpu, False)
+    assert gpus()[gpu] is False
+    missing = run(runner, live.admin, "nodes", "release-gpu", "GPU-nowhere")
+    assert missing.exit_code == 1 and "NOT_FOUND: no node has reported a GPU GPU-nowhere" in missing.stderr
+
+
 def test_nodes_cordon_and_uncordon(runner: CliRunner, live: Live) -> None:
     node = json.loads(run(runner, live.admin, "nodes", "list", "--json").stdout)["items"][0]["id"]
     cordoned = run(runner, live.admin, "nodes", "cordon", node, "--json")

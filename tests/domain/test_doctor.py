@@ -176,6 +176,14 @@ def test_a_node_waiting_for_a_reboot_is_a_finding() -> None:
     assert "reboot" in found[0].action
 
 
+def test_a_node_whose_inventory_named_another_nodes_gpu_is_a_finding_naming_both() -> None:
+    claimed = node("n2", owned_elsewhere=(("GPU-1", "n1"), ("MIG-7", "n3")), owned_elsewhere_at=at(1))
+    found = diagnose(FleetFacts(nodes=[node("n1"), claimed]), T0, SILENT)
+    assert codes(found) == [("node.gpu-owned-elsewhere", "n2")]
+    assert "GPU-1 (held by node n1), MIG-7 (held by node n3)" in found[0].detail
+    assert "release-gpu" in found[0].action
+
+
 def test_fractional_pools_without_fractional_quota_rows() -> None:
     facts = FleetFacts(
         pools=[

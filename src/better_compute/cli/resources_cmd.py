@@ -379,7 +379,9 @@ def clusters_update(
 
 
 # -- nodes ---------------------------------------------------------------------------------------
-nodes_app = typer.Typer(help="List nodes; cordon and uncordon them.", no_args_is_help=True)
+nodes_app = typer.Typer(
+    help="List nodes; cordon and uncordon them; release a GPU that moved.", no_args_is_help=True
+)
 app.add_typer(nodes_app, name="nodes")
 
 
@@ -403,6 +405,19 @@ def nodes_uncordon(
 ) -> None:
     """Let a cordoned node's atoms take new bookings again (admin)."""
     _one(_call(server, token, as_json, lambda c: c.nodes.update(node, cordoned=False)), as_json)
+
+
+@nodes_app.command("release-gpu")
+def nodes_release_gpu(
+    gpu: Annotated[str, typer.Argument(metavar="GPU-UUID")],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Let a GPU go from the node that has it (admin): it moved to another chassis, or its node is
+    gone for good. The next node to report it takes it (restart bcd there). Refused while a tenant's
+    booking holds it: cancel or release that first."""
+    _one(_call(server, token, as_json, lambda c: c.nodes.release_gpu(gpu)), as_json)
 
 
 @nodes_app.command("list")

@@ -59,7 +59,14 @@ from better_compute.wire.endpoints import (
     NameRequest,
 )
 from better_compute.wire.events import EventListQuery, EventPublic
-from better_compute.wire.inventory import ClusterPublic, ClusterUpdate, NodePublic, NodeUpdate
+from better_compute.wire.inventory import (
+    ClusterPublic,
+    ClusterUpdate,
+    GpuPublic,
+    GpuRelease,
+    NodePublic,
+    NodeUpdate,
+)
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.nodes import (
     JoinTokenCreate,
@@ -1174,6 +1181,11 @@ class Nodes(Inventory):
         """Cordon (`cordoned=True`) or uncordon a node (admin): a cordoned node's atoms take no new
         booking; those it holds stay."""
         return self._compute._typed("nodes.update", NodeUpdate(node=node, cordoned=cordoned), NodePublic)
+
+    def release_gpu(self, gpu: str) -> GpuPublic:
+        """Let GPU `gpu` (its uuid) go from the node that has it (admin): the next node to report
+        it takes it. Refused (`InvalidStateError`) while a tenant's booking holds it."""
+        return self._compute._typed("nodes.releaseGpu", GpuRelease(gpu=gpu), GpuPublic)
 
     def join_token(self, node: str, *, ttl_seconds: int | None = None) -> JoinTokenIssued:
         request = JoinTokenCreate.model_validate(_fields(node=node, ttl_seconds=ttl_seconds))

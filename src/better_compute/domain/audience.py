@@ -109,6 +109,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         ev.PriorityClassCreated.TYPE,
         ev.NodeJoined.TYPE,
         ev.NodeReportRefused.TYPE,
+        ev.GpuReleased.TYPE,
         ev.NodeScrubbed.TYPE,
         ev.NodeRebootRequired.TYPE,
         ev.NodeMigScheduled.TYPE,

@@ -8,6 +8,8 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `node.silent`: a joined node (it registered a key) with no report for the silence window, or
   none since it joined that long ago. Nodes that never joined (simulated in-process) do not report.
 - `gpu.unhealthy`: a present GPU its node reports unhealthy.
+- `node.gpu-owned-elsewhere`: a node whose last inventory was refused because it named a GPU (or
+  MIG) uuid another node holds (domain.gpu_owners), until an inventory of it is taken.
 - `node.reboot-required`: a node whose last inventory said a GPU waits for a reboot.
 - `pool.fractional-without-quota`: a mig pool with no `gpu.mig` quota row, or a timeslice or mps
   pool with no `gpu.slot` row, above 0, for any tenant: every fractional request is QUOTA_EXCEEDED.
@@ -41,6 +43,7 @@ MAX_SILENT_MINUTES = 10080
 MIG_STUCK = "capacity.mig.stuck"
 NODE_SILENT = "node.silent"
 GPU_UNHEALTHY = "gpu.unhealthy"
+NODE_GPU_OWNED_ELSEWHERE = "node.gpu-owned-elsewhere"
 NODE_REBOOT_REQUIRED = "node.reboot-required"
 POOL_FRACTIONAL_WITHOUT_QUOTA = "pool.fractional-without-quota"
 LEDGER_OVERLAP = "ledger.overlap"
@@ -52,6 +55,7 @@ CODES: tuple[str, ...] = (
     GPU_UNHEALTHY,
     LEDGER_ORPHAN_PARTITION,
     LEDGER_OVERLAP,
+    NODE_GPU_OWNED_ELSEWHERE,
     NODE_REBOOT_REQUIRED,
     NODE_SILENT,
     POOL_FRACTIONAL_WITHOUT_QUOTA,
@@ -96,6 +100,7 @@ def diagnose(facts: FleetFacts, now: datetime, silent_after: timedelta) -> list[
         *mig_stuck(facts.gates, {n.id: n for n in facts.nodes}, now),
         *silent_nodes(facts.nodes, now, silent_after),
         *unhealthy_gpus(facts.gpus),
+        *gpus_owned_elsewhere(facts.nodes),
         *reboot_required(facts.nodes),
         *fractional_without_quota(facts.pools, facts.quotas),
         *ledger_overlaps(facts.overlaps),
@@ -169,6 +174,27 @@ def unhealthy_gpus(gpus: Iterable[Gpu]) -> Iterator[Finding]:
                 "inspect the GPU on the node (nvidia-smi -q: ECC, XID errors, temperature); drain"
                 " and reboot the node, or replace the GPU if it stays unhealthy",
             )
+
+
+def gpus_owned_elsewhere(nodes: Iterable[Node]) -> Iterator[Finding]:
+    """Nodes whose last inventory was refused for naming GPUs other nodes hold: nothing of it was
+    taken, so the node's inventory stays as it was before it."""
+    for node in nodes:
+        if not node.owned_elsewhere:
+            continue
+        named = ", ".join(f"{uuid} (held by node {holder})" for uuid, holder in node.owned_elsewhere)
+        at = "" if node.owned_elsewhere_at is None else f" at {_when(node.owned_elsewhere_at)}"
+        yield Finding(
+            NODE_GPU_OWNED_ELSEWHERE,
+            node.id,
+            f"its inventory{at} named {named}: a GPU belongs to one node, so the report was refused"
+            " and none of it was taken",
+            "if the GPU really moved to this node, let its old node go first: it reports the GPU gone"
+            " when its bcd restarts without it, or, if that node is gone for good, better-compute nodes"
+            " release-gpu <uuid>; then restart bcd on this node. If it did not move, this node reports"
+            " hardware it does not have (a copied state directory, a tampered host): cordon it and"
+            " check it",
+        )
 
 
 def reboot_required(nodes: Iterable[Node]) -> Iterator[Finding]:

@@ -16,7 +16,8 @@ The tree::
     │   ├── BookingConflict          CONFLICT  reason atom_booked (names the atom and when it is free)
     │   ├── GenerationMismatch       CONFLICT  reason generation_mismatch
     │   ├── AlreadyExists            CONFLICT  reason already_exists
-    │   └── ConcurrentChange         CONFLICT  reason concurrent_change
+    │   ├── ConcurrentChange         CONFLICT  reason concurrent_change
+    │   └── GpuOwnedElsewhere        CONFLICT  reason GpuOwnedElsewhere (names the uuids)
     ├── QuotaExceeded                QUOTA_EXCEEDED         409
     └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409 (never raised itself: one of below)
         ├── AllBusy                  INSUFFICIENT_CAPACITY  reason all_busy (with the earliest start)
@@ -32,7 +33,7 @@ every answer of it carries ``details.reason``. The codes and reasons are spelled
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar
 
@@ -122,6 +123,22 @@ class ConcurrentChange(Conflict):
     by itself; sending the same request again may succeed."""
 
     reason = "concurrent_change"
+
+
+class GpuOwnedElsewhere(Conflict):
+    """A node's inventory names a GPU uuid, or a MIG instance's `MIG-…` uuid, that another node
+    holds (domain.gpu_owners): the report is refused whole and changes nothing. ``details.uuids``
+    names them; the message says how a GPU that really moved is let go."""
+
+    reason = "GpuOwnedElsewhere"
+
+    def __init__(
+        self, message: str, details: dict[str, Any] | None = None, owners: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message, details)
+        self.owners: dict[str, str] = dict(owners or {})
+        """Each uuid and the node holding it: for the admin (the refusal's event, `doctor`), never
+        in the answer to the node."""
 
 
 class QuotaExceeded(DomainError):

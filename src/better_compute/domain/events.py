@@ -518,6 +518,19 @@ class NodeReportRefused(Event):
     TYPE: ClassVar[str] = "node.report.refused"
     reason: str
     kind: str | None = None
+    owners: Mapping[str, str] = field(default_factory=dict)
+    """`GpuOwnedElsewhere`: each uuid the inventory named that another node holds, and that node."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReleased(Event):
+    """An admin released a GPU from its node (`subject`: the GPU's uuid; `nodes.releaseGpu`): it is
+    not present there any more, and the next node that reports it takes it (domain.gpu_owners)."""
+
+    TYPE: ClassVar[str] = "gpu.released"
+    node: str
+    by: str | None = None
+    """The credential that released it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,6 +679,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeInventoryChanged,
         NodeJoined,
         NodeReportRefused,
+        GpuReleased,
         NodeScrubbed,
         NodeRebootRequired,
         NodeMigScheduled,

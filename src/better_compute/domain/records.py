@@ -81,6 +81,11 @@ class Node:
     host_cpu_cores: int | None = None
     host_memory_mib: int | None = None
     """The host's CPU cores and memory as the fleet file declares them (None: not declared)."""
+    owned_elsewhere: tuple[tuple[str, str], ...] = ()
+    """The uuids its last refused inventory named that other nodes hold, each with the node holding
+    it (domain.gpu_owners); empty once an inventory of it is taken."""
+    owned_elsewhere_at: datetime | None = None
+    """When that inventory was refused."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from better_compute.domain.inventory import GpuReport, NodeReport
 from better_compute.domain.mig_gate import told_replicas
 from better_compute.domain.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
-from better_compute.service import endpoint_holds
+from better_compute.service import endpoint_holds, gpu_owners
 from better_compute.service.gpu_states import record_nodes
 from better_compute.service.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.partition_holds import hold_new_atoms_in
@@ -163,8 +163,11 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
 
 
 def ingest(store: StorePort, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
-    """Ingest one or many node reports in one transaction."""
+    """Ingest one or many node reports in one transaction (a fleet file's load). Refused whole
+    (GpuOwnedElsewhere, naming the nodes) when one names a GPU another node holds, or that another
+    of them names first (service.gpu_owners)."""
     with store.begin() as tx:
+        gpu_owners.check_in(tx, reports, now)
         return ingest_in(tx, reports, now)
 
 

@@ -7,7 +7,9 @@ sequence number are written in one transaction, under the node's row lock, so a 
 report is refused and changes nothing. A report whose `reportId` was accepted before (a queued report
 resent, signed again) is answered as accepted and not applied again. Refusals of a node that has
 joined are logged (`node.report.refused`, for the admin), in a transaction of their own since the
-refused one wrote nothing.
+refused one wrote nothing. So is an inventory refused because it names a GPU (or MIG) uuid another
+node holds (`GpuOwnedElsewhere`, service.gpu_owners), which the node's row also keeps for `doctor`
+until an inventory of the node is taken.
 """
 
 from __future__ import annotations
@@ -17,7 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.errors import DomainError, Forbidden, InvalidInput, Unauthenticated
+from better_compute.domain.errors import (
+    DomainError,
+    Forbidden,
+    GpuOwnedElsewhere,
+    InvalidInput,
+    Unauthenticated,
+)
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
@@ -26,6 +34,7 @@ from better_compute.domain.events import (
     NodeReportRefused,
     NodeScrubbed,
 )
+from better_compute.domain.gpu_owners import owned_elsewhere
 from better_compute.domain.inventory import NodeReport
 from better_compute.domain.node_reports import (
     BindingReported,
@@ -42,6 +51,7 @@ from better_compute.domain.node_reports import (
 )
 from better_compute.domain.records import Node
 from better_compute.domain.workloads import hands_over, is_replica
+from better_compute.service.gpu_owners import refused_in
 from better_compute.service.inventory import ingest_in
 from better_compute.service.node_keys import verifies
 from better_compute.service.ports import StorePort, Tx
@@ -63,6 +73,16 @@ class Accepted:
 def _log_refusal(store: StorePort, node: str, reason: str, kind: str | None, now: datetime) -> None:
     with store.begin() as tx:
         tx.events.append(NodeReportRefused(node, reason, kind), now)
+
+
+def _log_owned_elsewhere(store: StorePort, node: str, error: GpuOwnedElsewhere, now: datetime) -> None:
+    """Log an inventory refused for naming uuids other nodes hold, with who holds each, and keep
+    them on the node's row for `doctor`."""
+    with store.begin() as tx:
+        tx.events.append(
+            NodeReportRefused(node, str(error.reason), InventoryReported.KIND, error.owners), now
+        )
+        tx.nodes.set_owned_elsewhere(node, sorted(error.owners.items()), now)
 
 
 def _reason(error: Unauthenticated) -> str:
@@ -113,6 +133,9 @@ def accept(
             duplicate = not fresh
     except Unauthenticated as error:
         _log_refusal(store, node.id, _reason(error), kind, now)
+        raise
+    except GpuOwnedElsewhere as error:
+        _log_owned_elsewhere(store, node.id, error, now)
         raise
     return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
 
@@ -204,11 +227,13 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
         else:
             outcomes[n] = _alone(store, sent)
     refusals: list[tuple[str, str, datetime]] = []
+    owned: list[tuple[str, GpuOwnedElsewhere, datetime]] = []
     if checked:
         try:
-            together = _inventories(store, batch, sorted(checked, key=lambda c: c[1].id), refusals)
+            together = _inventories(store, batch, sorted(checked, key=lambda c: c[1].id), refusals, owned)
         except Exception:  # the shared write failed: each on its own, as if never batched
             refusals.clear()
+            owned.clear()
             for n, _, _ in checked:
                 outcomes[n] = _alone(store, batch[n])
         else:
@@ -218,6 +243,11 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
         try:
             _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
         except Exception:  # the refusal stands, logged or not
+            _LOG.exception("a refused report of node %s could not be logged", node_id)
+    for node_id, refusal, now in owned:
+        try:
+            _log_owned_elsewhere(store, node_id, refusal, now)
+        except Exception:
             _LOG.exception("a refused report of node %s could not be logged", node_id)
     assert all(outcome is not None for outcome in outcomes)
     return [outcome for outcome in outcomes if outcome is not None]
@@ -249,16 +279,17 @@ def _inventories(
     batch: Sequence[Sent],
     checked: Sequence[tuple[int, Node, InventoryReported]],
     refusals: list[tuple[str, str, datetime]],
+    owned: list[tuple[str, GpuOwnedElsewhere, datetime]],
 ) -> dict[int, Outcome]:
     """The inventory reports of `accept_batch`, in one transaction (nodes in id order); refusals to
-    log are added to `refusals`, for after the commit."""
+    log are added to `refusals` and `owned` (GPUs other nodes hold), for after the commit."""
     outcomes: dict[int, Outcome] = {}
+    at = max(batch[n].now for n, _, _ in checked)
     with store.begin() as tx:
         tx.nodes.lock([node.id for _, node, _ in checked])
         current = tx.nodes.by_ids([node.id for _, node, _ in checked])
         seen = _seen(tx, [(node.id, report) for _, node, report in checked])
-        recorded: list[_Taken] = []
-        taken: list[tuple[Node, InventoryReported, int]] = []
+        passed: list[tuple[int, Node, InventoryReported, bool, int]] = []
         for n, node, report in checked:
             sent, now, held = batch[n], batch[n].now, current[node.id]
             try:
@@ -269,19 +300,39 @@ def _inventories(
                 if isinstance(error, Unauthenticated):
                     refusals.append((node.id, _reason(error), now))
                 continue
-            recorded.append(_Taken(node.id, sent.signed.sequence, report.report_id, fresh, now))
+            passed.append((n, held, report, fresh, observed))
+        # Whose GPUs they name, of the fresh ones (in node order: the first to name a new one has it).
+        elsewhere = refused_in(
+            tx, [(held.id, report.gpus) for _, held, report, fresh, _ in passed if fresh], at
+        )
+        recorded: list[_Taken] = []
+        taken: list[tuple[Node, InventoryReported, int]] = []
+        for n, held, report, fresh, observed in passed:
+            sent = batch[n]
+            if fresh and held.id in elsewhere:
+                refusal = owned_elsewhere(held.id, elsewhere[held.id])
+                outcomes[n] = refusal
+                owned.append((held.id, refusal, sent.now))
+                continue
+            recorded.append(_Taken(held.id, sent.signed.sequence, report.report_id, fresh, sent.now))
             if fresh:
                 taken.append((held, report, observed))
-            outcomes[n] = Accepted(node.id, report.KIND, sent.signed.sequence, not fresh)
+            outcomes[n] = Accepted(held.id, report.KIND, sent.signed.sequence, not fresh)
         _record(tx, recorded)
         if taken:
-            at = max(batch[n].now for n, _, _ in checked)
             ingest_in(
                 tx, [NodeReport(node.id, report.gpus, observed) for node, report, observed in taken], at
             )
             for node, report, _ in taken:
                 _mark_reboot(tx, node, report, at)
+                _taken(tx, node)
     return outcomes
+
+
+def _taken(tx: Tx, node: Node) -> None:
+    """An inventory of the node was taken: what a refused one named is past (`doctor`)."""
+    if node.owned_elsewhere:
+        tx.nodes.set_owned_elsewhere(node.id, (), None)
 
 
 def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -> None:
@@ -295,8 +346,12 @@ def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -
 def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
     match report:
         case InventoryReported():
+            refused = refused_in(tx, [(node.id, report.gpus)], now)
+            if refused:
+                raise owned_elsewhere(node.id, refused[node.id])
             ingest_in(tx, [NodeReport(node.id, report.gpus, _observed(node, report))], now)
             _mark_reboot(tx, node, report, now)
+            _taken(tx, node)
         case GenerationObserved():
             tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)
         case BindingReported():

@@ -21,6 +21,7 @@ from better_compute.domain.bindings import BindingState
 from better_compute.domain.class_quotas import ClassQuota, HeldAtom
 from better_compute.domain.device_classes import DeviceClass
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
+from better_compute.domain.gpu_owners import Holder
 from better_compute.domain.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.iam import Policy
 from better_compute.domain.join_tokens import JoinToken
@@ -244,6 +245,13 @@ class NodeRepo(Protocol):
         """Record whether the node's last inventory said a GPU waits for a reboot."""
         ...
 
+    def set_owned_elsewhere(
+        self, node_id: str, holders: Sequence[tuple[str, str]], at: datetime | None
+    ) -> None:
+        """Record the `(uuid, holding node)` pairs of the node's last refused inventory, and when it
+        was refused (none, None: an inventory of it was taken since)."""
+        ...
+
     def set_mig_layout(self, node_ids: Sequence[str], layout: str | None) -> None:
         """The layout the nodes are told instead of their pool's (None: their pool's again)."""
         ...
@@ -286,12 +294,24 @@ class BindingRepo(Protocol):
 class GpuRepo(Protocol):
     def get(self, gpu_id: str) -> Gpu | None: ...
 
+    def by_ids(self, gpu_ids: Sequence[str]) -> dict[str, Gpu]:
+        """The GPUs with these uuids that have a row, by uuid."""
+        ...
+
     def of_nodes(self, node_ids: Sequence[str]) -> list[Gpu]: ...
 
     def page(self, node_id: str | None, limit: int | None, after: str | None) -> list[Gpu]: ...
 
     def put(self, gpus: Sequence[Gpu]) -> None:
-        """Create or replace these GPUs, in the order given."""
+        """Create or replace these GPUs, in the order given. A present GPU's node holds its uuid and
+        its MIG instances' (domain.gpu_owners), a GPU not present holds nothing; a uuid another
+        node holds is never taken: GpuOwnedElsewhere, and the caller must not commit. Between two
+        transactions the database decides: the second to claim a uuid waits for the first, and
+        is refused if it committed."""
+        ...
+
+    def holders(self, uuids: Sequence[str]) -> dict[str, Holder]:
+        """The node holding each of these GPU or MIG uuids that a present GPU is known by."""
         ...
 
 

@@ -1,16 +1,21 @@
-"""The GPUs repository: each GPU as its node last reported it."""
+"""The GPUs repository: each GPU as its node last reported it, and the node holding each uuid a present
+GPU is known by (domain.gpu_owners), written with the GPU's row."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, delete, select, tuple_
 
+from better_compute.domain.gpu_owners import Holder, device_uuids, owned_elsewhere
 from better_compute.domain.inventory import MigInstance
 from better_compute.domain.records import Gpu
 from better_compute.storage import rows
+from better_compute.storage.tables import device_uuids as held_uuids
 from better_compute.storage.tables import gpus
+
+_CHUNK = 1000
 
 
 def _instance(i: Mapping[str, Any]) -> MigInstance:
@@ -87,5 +92,57 @@ class SqlGpus:
         where = [] if node_id is None else [gpus.c.node_id == node_id]
         return [_gpu(r) for r in rows.page(self.conn, gpus, where=where, limit=limit, after=after)]
 
+    def by_ids(self, gpu_ids: Sequence[str]) -> dict[str, Gpu]:
+        ids = sorted(set(gpu_ids))
+        found: dict[str, Gpu] = {}
+        for i in range(0, len(ids), _CHUNK):
+            for r in rows.rows(self.conn, select(gpus).where(gpus.c.id.in_(ids[i : i + _CHUNK]))):
+                found[r["id"]] = _gpu(r)
+        return found
+
     def put(self, items: Sequence[Gpu]) -> None:
         rows.upsert(self.conn, gpus, [_row(g) for g in items], ["id"])
+        self._hold(items)
+
+    def holders(self, uuids: Sequence[str]) -> dict[str, Holder]:
+        wanted = sorted(set(uuids))
+        found: dict[str, Holder] = {}
+        columns = (held_uuids.c.uuid, held_uuids.c.gpu_id, held_uuids.c.node_id)
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            for uuid, gpu_id, node_id in self.conn.execute(
+                select(*columns).where(held_uuids.c.uuid.in_(chunk))
+            ):
+                found[uuid] = Holder(uuid, gpu_id, node_id)
+        return found
+
+    def _hold(self, items: Sequence[Gpu]) -> None:
+        """What each GPU written holds from now on: a present one, its uuids for its node; one not
+        present (gone, released), nothing. A uuid another node holds is not taken (see `put`)."""
+        if not items:
+            return
+        held = sorted({(g.id, g.node_id) for g in items})
+        for i in range(0, len(held), _CHUNK):
+            pairs = tuple_(held_uuids.c.gpu_id, held_uuids.c.node_id).in_(held[i : i + _CHUNK])
+            self.conn.execute(delete(held_uuids).where(pairs))
+        claims: dict[str, dict[str, str]] = {}
+        conflicts: dict[str, list[Holder]] = {}  # by the node refused
+        for g in items:
+            if not g.present:
+                continue
+            for uuid in device_uuids(g.id, g.mig_instances):
+                first = claims.setdefault(uuid, {"uuid": uuid, "gpu_id": g.id, "node_id": g.node_id})
+                if first["node_id"] != g.node_id:  # two nodes' GPUs in one write: the first has it
+                    conflicts.setdefault(g.node_id, []).append(
+                        Holder(uuid, first["gpu_id"], first["node_id"])
+                    )
+        refused = rows.upsert_held(self.conn, held_uuids, list(claims.values()), "uuid", "node_id")
+        if refused:
+            holders = self.holders(sorted(refused))
+            for uuid in sorted(refused):
+                claim = claims[uuid]
+                holder = holders.get(uuid, Holder(uuid, claim["gpu_id"], "another node"))
+                conflicts.setdefault(claim["node_id"], []).append(holder)
+        if conflicts:
+            node = min(conflicts)
+            raise owned_elsewhere(node, conflicts[node])

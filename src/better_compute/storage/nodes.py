@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, insert, null, select, update
 
 from better_compute.domain.node_reports import REPORT_IDS_KEPT
 from better_compute.domain.records import Node
@@ -32,6 +32,8 @@ def _node(r: Mapping[str, Any]) -> Node:
         mig_layout=r["mig_layout"],
         host_cpu_cores=r["host_cpu_cores"],
         host_memory_mib=r["host_memory_mib"],
+        owned_elsewhere=tuple((str(u), str(n)) for u, n in r["owned_elsewhere"] or ()),
+        owned_elsewhere_at=r["owned_elsewhere_at"],
     )
 
 
@@ -138,6 +140,15 @@ class SqlNodes:
         self.conn.execute(
             insert(node_report_ids),
             [{"node_id": n, "report_id": r, "accepted_at": at} for n, r, at in taken],
+        )
+
+    def set_owned_elsewhere(
+        self, node_id: str, holders: Sequence[tuple[str, str]], at: datetime | None
+    ) -> None:
+        self.conn.execute(
+            update(nodes)
+            .where(nodes.c.id == node_id)
+            .values(owned_elsewhere=[list(h) for h in holders] if holders else null(), owned_elsewhere_at=at)
         )
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:

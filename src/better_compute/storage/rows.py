@@ -47,13 +47,46 @@ def upsert(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], ke
     conn.execute(stmt, [dict(r) for r in rows])
 
 
+def upsert_held(
+    conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]], key: str, holder: str
+) -> set[Any]:
+    """Insert rows, or update those already there whose `holder` column has the row's value; returns
+    the keys of rows another holder has, which are left as they are. A key that a transaction still
+    in progress inserted waits for it, and is judged by what it committed (ON CONFLICT ... WHERE):
+    of two transactions claiming one key for two holders, the second is told. Rows go in key
+    order (so two such writers wait on each other in one order), through COPY on PostgreSQL from
+    `COPY_FROM` rows as in `upsert`. Every row must name the same columns, each key once."""
+    if not new_rows:
+        return set()
+    ordered = sorted(new_rows, key=operator.itemgetter(key))
+    if conn.dialect.name == "postgresql" and len(ordered) >= COPY_FROM:
+        written = _copy_upsert(conn, table, ordered, [key], holder=holder)
+    else:
+        dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+        stmt = dialect_insert(table)
+        claim = stmt.on_conflict_do_update(
+            index_elements=[key],
+            set_={c: stmt.excluded[c] for c in ordered[0] if c != key},
+            where=table.c[holder] == stmt.excluded[holder],
+        ).returning(table.c[key])
+        written = {r[0] for r in conn.execute(claim, [dict(r) for r in ordered])}
+    return {r[key] for r in ordered} - written
+
+
 def _copy_upsert(
-    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], key: Sequence[str]
-) -> None:
+    conn: Connection,
+    table: Table,
+    rows: Sequence[Mapping[str, Any]],
+    key: Sequence[str],
+    *,
+    holder: str | None = None,
+) -> set[Any]:
     """The PostgreSQL bulk path of `upsert`: COPY into a temporary table (dropped at commit), then one
     INSERT ... SELECT ... ON CONFLICT, in key order (the order the caller's locks are taken in).
     COPY sends the rows as one stream the server parses without planning a statement per row: a
-    fleet's first reports write tens of thousands of atoms a batch."""
+    fleet's first reports write tens of thousands of atoms a batch. With `holder` (`upsert_held`),
+    an existing row is updated only where its `holder` column has the new row's value, and the
+    keys written are returned (one key column)."""
     columns = list(rows[0])
     names = ", ".join(f'"{c}"' for c in columns)
     scratch = f"_upsert_{table.name}_{next(_SCRATCH)}"
@@ -72,11 +105,15 @@ def _copy_upsert(
             if updates
             else "DO NOTHING"
         )
+        if holder is not None:
+            action += f' WHERE "{table.name}"."{holder}" = EXCLUDED."{holder}" RETURNING {conflict}'
         cur.execute(
             f'INSERT INTO "{table.name}" ({names}) SELECT {names} FROM "{scratch}" ORDER BY {conflict} '
             f"ON CONFLICT ({conflict}) {action}"
         )
+        written = {r[0] for r in cur.fetchall()} if holder is not None else set()
         cur.execute(f'DROP TABLE "{scratch}"')
+    return written
 
 
 _SCRATCH = itertools.count()

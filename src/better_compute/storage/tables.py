@@ -84,6 +84,10 @@ nodes = Table(
     # The host's CPU cores and memory as the fleet file declares them (NULL: not declared).
     Column("host_cpu_cores", Integer, nullable=True),
     Column("host_memory_mib", BigInteger, nullable=True),
+    # The uuids (with the node holding each) its last refused inventory named that another node
+    # holds (domain.gpu_owners), and when: `doctor` shows them until an inventory of it is taken.
+    Column("owned_elsewhere", JSON, nullable=True),
+    Column("owned_elsewhere_at", UtcDateTime, nullable=True),
 )
 
 join_tokens = Table(
@@ -135,6 +139,18 @@ gpus = Table(
     Column("mig_mode_pending", Boolean, nullable=False),
     Column("mig_instances", JSON, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+device_uuids = Table(
+    "device_uuids",
+    metadata,
+    # Each uuid a present GPU is known by (its own, its MIG instances'), with the node holding it
+    # (domain.gpu_owners): one node per uuid, by the primary key. Written with the GPU's row
+    # (storage.gpus), which never lets a node's claim replace another node's.
+    Column("uuid", String(96), primary_key=True),
+    Column("gpu_id", String(96), nullable=False),
+    Column("node_id", String(128), nullable=False),
+    Index("ix_device_uuids_gpu_id", "gpu_id"),
 )
 
 gpu_states = Table(

@@ -53,6 +53,9 @@ ATOM_BOOKED: Final = "atom_booked"
 CONCURRENT_CHANGE: Final = "concurrent_change"
 """CONFLICT: requests running at once kept changing what this one decided on; sending it again may
 succeed."""
+GPU_OWNED_ELSEWHERE: Final = "GpuOwnedElsewhere"
+"""CONFLICT: a node's inventory names a GPU (or MIG) uuid another node holds (`details.uuids`); the
+report changed nothing. An admin lets a GPU that really moved go with `nodes.releaseGpu`."""
 SINGLE_TENANT_POOL: Final = "single_tenant_pool"
 """INVALID_STATE: timeslice and mps pools serve their owner only."""
 IDEMPOTENCY_KEY_REUSED: Final = "idempotency_key_reused"
@@ -66,7 +69,7 @@ NOT_IN_POOL: Final = "not_in_pool"
 GPU is split, a selector nothing matches); the message says what the pool has. Waiting will not help."""
 
 REASONS: Final[dict[str, tuple[str, ...]]] = {
-    CONFLICT: (GENERATION_MISMATCH, ALREADY_EXISTS, ATOM_BOOKED, CONCURRENT_CHANGE),
+    CONFLICT: (GENERATION_MISMATCH, ALREADY_EXISTS, ATOM_BOOKED, CONCURRENT_CHANGE, GPU_OWNED_ELSEWHERE),
     INVALID_STATE: (SINGLE_TENANT_POOL, IDEMPOTENCY_KEY_REUSED),
     INSUFFICIENT_CAPACITY: (ALL_BUSY, NOT_IN_POOL),
 }

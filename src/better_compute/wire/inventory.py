@@ -62,6 +62,14 @@ class NodeUpdate(WireRequest):
     cordoned: bool = Field(strict=True)
 
 
+class GpuRelease(WireRequest):
+    """`nodes.releaseGpu` (admin): let the GPU go from the node that has it (it moved to another
+    chassis, or its node is gone for good), so that the next node to report it takes it. Refused
+    (INVALID_STATE) while a tenant's live booking, now or later, holds it."""
+
+    gpu: str | None = Field(default=None, description="The path's GPU uuid; may be left out.")
+
+
 class ClusterPublic(WireAnswer):
     id: str
     name: str

@@ -67,6 +67,8 @@ from better_compute.wire.inventory import (
     ClusterPublic,
     ClusterUpdate,
     GpuListQuery,
+    GpuPublic,
+    GpuRelease,
     NodeListQuery,
     NodePublic,
     NodeUpdate,
@@ -623,6 +625,17 @@ _TABLE: tuple[Method, ...] = (
         ),
     ),
     Method("gpus.list", "GET", "/v1/gpus", GpuListQuery, Inventory, paged=True),
+    Method(
+        "nodes.releaseGpu",
+        "POST",
+        "/v1/gpus/{gpu}/release",
+        GpuRelease,
+        GpuPublic,
+        summary=(
+            "Let a GPU go from its node (admin), so the next node to report it takes it; refused while a"
+            " tenant's booking holds it."
+        ),
+    ),
     Method(
         "atoms.list",
         "GET",

@@ -12,7 +12,7 @@ from better_compute.api.convert import atom_public, cluster_public, gpu_public, 
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.atoms import attribute_filters, check_atom_class
-from better_compute.service import capacity, clusters, inventory, pools
+from better_compute.service import capacity, clusters, gpu_owners, inventory, pools
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
     AtomListQuery,
@@ -22,6 +22,7 @@ from better_compute.wire.inventory import (
     ClusterUpdate,
     GpuListQuery,
     GpuPublic,
+    GpuRelease,
     NodeListQuery,
     NodePublic,
     NodeUpdate,
@@ -71,6 +72,14 @@ def list_nodes(
 @router.get("/gpus", response_model=Page[GpuPublic])
 def list_gpus(q: Annotated[GpuListQuery, Query()], store: StoreDep) -> Page[GpuPublic]:
     return paged(inventory.list_gpus(store, node=q.node, limit=q.limit, after=q.cursor), gpu_public)
+
+
+@router.post("/gpus/{gpu}/release", response_model=GpuPublic)
+def release_gpu(
+    gpu: str, body: GpuRelease, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> GpuPublic:
+    """`nodes.releaseGpu`: the GPU as written (not present on its node any more)."""
+    return gpu_public(gpu_owners.release(store, principal, gpu, now))
 
 
 @router.get("/atoms", response_model=Page[AtomPublic])
