@@ -345,3 +345,48 @@ def test_a_relayout_that_would_take_a_component_below_min_copies_or_drop_its_typ
     assert shown.status == "InService" and {i.layout for i in shown.instances} == {"mixed:3g.40gb+2x2g.20gb"}
     with store.read() as tx:
         assert tx.mig_layouts.of_nodes(["n-1", "n-2"]) == {}  # nothing moved
+
+
+def test_an_endpoint_on_the_layout_its_nodes_already_have_goes_in_service(
+    store: Store, tmp_path: Path
+) -> None:
+    """The README's layout section leaves the pool at `mixed:3g.40gb+2x2g.20gb`; an endpoint of that
+    layout changes nothing the node is told, so its spec generation never moves: the node having
+    converged its current spec counts as applied, and the endpoint goes InService."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    before = sorted(ci.uuid for g in fake.list_gpus() for gi in g.instances for ci in gi.compute_instances)
+    created = endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert created.status == "Creating"
+    assert daemon.step(True)  # nothing new to converge
+    Reconciler(store, world.clock, "r1").tick()
+    shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert shown.status == "InService"
+    assert [(i.state, i.partitions) for i in shown.instances] == [
+        ("InService", {"mig-2g.20gb": 4, "mig-3g.40gb": 2})
+    ]
+    assert live_holders(store, "n-1") == {"endpoint:"}
+    assert (
+        sorted(ci.uuid for g in fake.list_gpus() for gi in g.instances for ci in gi.compute_instances)
+        == before
+    )  # never re-cut
+
+
+def test_an_endpoint_on_its_pools_layout_gives_its_node_back_when_deleted(
+    store: Store, tmp_path: Path
+) -> None:
+    """Deleting an endpoint whose layout is its pool's sends the node back through the gate to the
+    layout it already has: released at once, not held for a generation that never comes."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    reconciler = Reconciler(store, world.clock, "r1")
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert daemon.step(True)
+    reconciler.tick()
+    endpoints.delete(store, PLATFORM, "chat", world.clock.now)
+    assert daemon.step(True)
+    reconciler.tick()
+    assert live_holders(store, "n-1") == set()
+    assert reserve_3g(world).status_code == 201
