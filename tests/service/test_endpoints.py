@@ -433,6 +433,9 @@ def test_a_failed_endpoints_reason_follows_what_holds_it_back(store: Store, tmp_
     world.daemon("n-1")[0].step(False)
     failed = endpoints.create(store, PLATFORM, body(count=2), world.clock.now)
     assert failed.record.reason is not None and "run no daemon (never joined)" in failed.record.reason
+    assert endpoints.retry(store, world.clock.now) == 0
+    same = endpoints.get(store, PLATFORM, "chat", world.clock.now).record
+    assert (same.reason, same.generation) == (failed.record.reason, failed.record.generation)  # no write
     cordon = world.http.patch("/v1/nodes/n-1", json={"cordoned": True}, headers=world.admin)
     assert cordon.status_code == 200, cordon.text
     assert endpoints.retry(store, world.clock.now) == 0

@@ -33,7 +33,8 @@ MAX_WAITING_NODES = 1000
 first): a run costs the same on a pool of any size."""
 
 MAX_ENDPOINTS = 1000
-"""The most endpoints one run looks at for `endpoint.waiting` (oldest first)."""
+"""The most `Failed` or `Updating` endpoints one run looks at for `endpoint.waiting` (oldest
+first), and the most being cut."""
 
 _CHUNK = 500
 """Atom ids per `live_on` query (an IN list)."""
@@ -63,7 +64,7 @@ def run(
             overlaps=tx.ledger.overlaps(MAX_OVERLAPS),
             terminating=tx.workloads.terminating_since(now - STUCK_AFTER, MAX_TERMINATING),
             gate_holders=_gate_holders(tx, gates, now, mig_waiting_after),
-            endpoints=_endpoints(tx),
+            endpoints=_endpoints(tx, gates),
         )
     findings = diagnose(facts, now, silent_after, mig_waiting_after=mig_waiting_after)
     with store.begin() as tx:
@@ -88,8 +89,15 @@ def _gate_holders(
     ]
 
 
-def _endpoints(tx: Tx) -> list[EndpointFacts]:
-    """Endpoints that may be waiting (stored `Creating`, `Updating` or `Failed`) and their nodes."""
-    found = tx.endpoints.by_status(["Creating", "Updating", "Failed"], MAX_ENDPOINTS)
-    nodes = tx.endpoints.instances_of_endpoints([r.name for r in found])
-    return [EndpointFacts(r, tuple(i.node_id for i in nodes[r.name])) for r in found]
+def _endpoints(tx: Tx, gates: Sequence[MigLayoutGate]) -> list[EndpointFacts]:
+    """Endpoints that may be waiting, with their nodes: those stored `Failed` or `Updating`, and
+    those with an instance under a layout change (a `Creating` one is stored so for good, and shown
+    `InService` once none is: reading every one would read every endpoint ever made)."""
+    found = {r.name: r for r in tx.endpoints.by_status(["Failed", "Updating"], MAX_ENDPOINTS)}
+    cutting = tx.endpoints.instances_of_nodes([g.node_id for g in gates])
+    for name in sorted({i.endpoint for i in cutting.values()} - set(found))[:MAX_ENDPOINTS]:
+        record = tx.endpoints.get(name)
+        if record is not None:
+            found[name] = record
+    nodes = tx.endpoints.instances_of_endpoints(sorted(found))
+    return [EndpointFacts(r, tuple(i.node_id for i in nodes[n])) for n, r in sorted(found.items())]

@@ -184,51 +184,68 @@ def retry(store: StorePort, now: datetime, limit: int = RETRY_BATCH) -> int:
     variants now find enough idle nodes takes them and is `Creating` (`endpoint.updated`), as at
     its creation; one still short stays `Failed`, its reason saying why now. Called when capacity
     may have freed (`service.placement_retry`), as a pending workload is placed again (Kueue keeps
-    it pending); no timer decides it. Answers how many took their nodes."""
+    it pending); no timer decides it. A read decides first whether anything changed: an endpoint
+    still short for the same reason takes no write transaction (on SQLite, the one writer lock
+    every request shares). Answers how many took their nodes."""
     with store.read() as tx:
-        names = [r.name for r in tx.endpoints.by_status(["Failed"], limit)]
+        failed = tx.endpoints.by_status(["Failed"], limit)
     started = 0
-    for name in names:
+    for record in failed:
+        with store.read() as tx:
+            *_, reason = _retry_plan(tx, record, now, lock=False)
+        if reason is not None and reason == record.reason:
+            continue
         try:
             with store.begin() as tx:
-                started += _retry_in(tx, name, now)
+                started += _retry_in(tx, record.name, now)
         except (Overlap, NotBookable):
             continue  # a booking landed on a node it was taking: the next pass looks again
     return started
 
 
-def _retry_in(tx: Tx, name: str, now: datetime) -> bool:
-    record = tx.endpoints.get(name)
-    if record is None or record.status != "Failed":
-        return False
+def _retry_plan(
+    tx: Tx, record: EndpointRecord, now: datetime, *, lock: bool
+) -> tuple[rules.EndpointSpec, dict[str, Pool], dict[str, tuple[str, ...]], str | None]:
+    """What taking the endpoint again would do now: its spec, pools, the nodes each variant would
+    take, or why it cannot. With `lock`, the pools' nodes are locked first (the nodes, then the
+    endpoint: the documented order) and only members read under the locks are taken."""
     spec = rules.parse_endpoint(record.spec)
     pools: dict[str, Pool] = {}
     for variant in spec.variants:
         pool = tx.pools.get(variant.pool_id)
         if pool is None or pool.mode != "mig":
-            return _still_failed(tx, record, f"pool {variant.pool_id} is no mig pool any more", now)
+            return spec, pools, {}, f"pool {variant.pool_id} is no mig pool any more"
         pools[pool.id] = pool
     members = tx.pools.members(sorted(pools))
     try:
         for variant in spec.variants:
             _check_layout(tx, variant, members[variant.pool_id])
     except DomainError as refused:  # the pool's GPUs changed since its creation
-        return _still_failed(tx, record, refused.message, now)
-    every = sorted({n for p in pools for n in members[p]})
-    tx.nodes.lock(every)  # the nodes first, then the endpoint: the documented order
+        return spec, pools, {}, refused.message
+    if lock:
+        every = sorted({n for p in pools for n in members[p]})
+        tx.nodes.lock(every)
+        locked = set(every)  # a node added to the pool since it was read is left for the next pass
+        members = {
+            p: [n for n in found if n in locked] for p, found in tx.pools.members(sorted(pools)).items()
+        }
+    picked, reason = _pick(tx, spec, members, now)
+    return spec, pools, picked, reason
+
+
+def _retry_in(tx: Tx, name: str, now: datetime) -> bool:
+    record = tx.endpoints.get(name)
+    if record is None or record.status != "Failed":
+        return False
+    spec, pools, picked, reason = _retry_plan(tx, record, now, lock=True)
     again = tx.endpoints.get(name, lock=True)
     if again is None or again.status != "Failed":
         return False  # deleted, or taken again by another process, meanwhile
-    locked = set(every)  # a node added to the pool since it was read is left for the next pass
-    now_members = {
-        p: [n for n in found if n in locked] for p, found in tx.pools.members(sorted(pools)).items()
-    }
-    picked, reason = _pick(tx, spec, now_members, now)
     if reason is not None:
         return _still_failed(tx, again, reason, now)
     tx.endpoints.set_status(name, "Creating", None, now)
     _cut(tx, spec, pools, picked, now)
-    tx.events.append(EndpointUpdated(name, record.tenant_id, "Creating"), now)
+    tx.events.append(EndpointUpdated(name, again.tenant_id, "Creating"), now)
     return True
 
 
