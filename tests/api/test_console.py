@@ -373,3 +373,26 @@ def test_a_tenants_timeline_does_not_name_another_tenants_endpoint(store: Store,
     logged_in(world, tenant_token(store, "acme"))
     page = world.http.get("/console/bookings?pool=p1&busy=1").text
     assert "endpoint hold" in page and "endpoint:chat" not in page and "chat" not in page
+
+
+def test_the_fleet_page_does_not_say_changing_to_the_layout_a_node_already_has(
+    store: Store, tmp_path: Path
+) -> None:
+    """An endpoint of the pool's own layout changes nothing on its node: the fleet page shows the
+    layout, never "changing to" it, and the node is the endpoint's once the gate has its word."""
+    from better_compute.service import endpoints
+    from better_compute.service.mig_gate import Reconciler
+    from tests.service.test_endpoints import PLATFORM, body
+    from tests.service.test_mig_gate import NEW
+
+    world = NodeWorld(store, tmp_path, layout=NEW)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    logged_in(world, token_of(world.admin))
+    node = world.http.get("/console/fleet").text.split('data-node="n-1"')[1].split("</article>")[0]
+    assert NEW in node and "changing to" not in node
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    node = world.http.get("/console/fleet").text.split('data-node="n-1"')[1].split("</article>")[0]
+    assert NEW in node and "changing to" not in node and "state-changing" not in node

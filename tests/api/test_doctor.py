@@ -253,3 +253,113 @@ def test_doctor_with_the_gate_a_node_that_never_converges_shows_after_24_hours_n
             )
         ).all()
     assert len({r[0] for r in held}) == 4  # both GPUs of both nodes, still held
+
+
+def test_doctor_a_far_future_booking_holding_a_layout_change_for_years_is_capacity_mig_waiting(
+    store: Store, tmp_path: Path
+) -> None:
+    """One booking two years ahead schedules its node's change for its end: past the bound (7 days
+    unless `migWaitingDays` says), the doctor names the change, the reservation and when it ends;
+    once the reservation is cancelled the change goes and the finding is gone."""
+    from better_compute.service.mig_gate import RECHECK, Reconciler
+    from tests.node_world import NodeWorld
+
+    world = NodeWorld(store, tmp_path)
+    later = (T0 + timedelta(days=730)).isoformat()
+    one = {"class": "gpu.mig", "count": 1}
+    far = world.reserve([one], start=later, duration="1h")
+    busy = far["atoms"][0]["node"]
+    reconciler = Reconciler(store, world.clock, "r1")
+    patched = world.http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": "all-3g.40gb"}}, headers=world.admin
+    )
+    assert patched.status_code == 200, patched.text
+    reconciler.tick()
+    reconciler.tick()
+    with store.read() as tx:
+        states = {g.node_id: g.state for g in tx.mig_layouts.all_rows()}
+    assert states[busy] == "scheduled"
+
+    def run(**params: Any) -> list[dict[str, Any]]:
+        answer = world.http.get("/v1/doctor", params=params, headers=world.admin)
+        assert answer.status_code == 200, answer.text
+        return [f for f in answer.json()["findings"] if f["code"] != "capacity.mig.stuck"]
+
+    (waiting,) = run()
+    assert (waiting["code"], waiting["subject"]) == ("capacity.mig.waiting", busy)
+    assert far["id"] in waiting["detail"] and "tenant platform" in waiting["detail"]
+    assert far["end"].replace("+00:00", "Z") in waiting["detail"]
+    assert "more than the 7 days bound" in waiting["detail"]
+    assert "reservations cancel" in waiting["action"]
+    assert run(migWaitingDays=731) == []  # the bound is the caller's: two years fit in 731 days
+    assert [f["code"] for f in run(migWaitingDays=730)] == ["capacity.mig.waiting"]
+    cancelled = world.http.post(f"/v1/reservations/{far['id']}/cancel", headers=world.platform)
+    assert cancelled.status_code == 200, cancelled.text
+    world.clock.now += RECHECK * 2  # the reconciler looks at a node scheduled for later again
+    reconciler.tick()
+    reconciler.tick()
+    assert run() == []
+
+
+def test_doctor_a_booking_that_never_ends_holds_a_change_for_ever_and_is_named(
+    store: Store, tmp_path: Path
+) -> None:
+    """A workload replica's open-ended booking keeps its node's change pending: the doctor says it
+    waits for ever from the first run, naming the allocation, and says nothing of a short wait."""
+    from better_compute.domain.timewin import Window as Span
+    from better_compute.service.mig_gate import Reconciler
+    from tests.node_world import NodeWorld
+
+    world = NodeWorld(store, tmp_path)
+    short = world.reserve([{"class": "gpu.mig", "count": 1}], duration="2h")
+    with store.begin() as tx:  # an open-ended tenant booking, as a workload replica holds its atoms
+        taken = {a["id"] for a in short["atoms"]}
+        atom = next(a for a in tx.atoms.of_nodes(["n-2"]) if a.cls == "gpu.mig" and a.id not in taken)
+        tx.ledger.book([atom.id], Span(T0, None), "replica-1.r0", "platform", T0)
+    reconciler = Reconciler(store, world.clock, "r1")
+    patched = world.http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": "all-3g.40gb"}}, headers=world.admin
+    )
+    assert patched.status_code == 200, patched.text
+    reconciler.tick()
+    answer = world.http.get("/v1/doctor", headers=world.admin).json()
+    waiting = [f for f in answer["findings"] if f["code"] == "capacity.mig.waiting"]
+    assert [f["subject"] for f in waiting] == ["n-2"], waiting
+    assert (
+        "waits for ever" in waiting[0]["detail"]
+        and "replica-1.r0 (tenant platform, never ends)" in waiting[0]["detail"]
+    )
+
+
+def test_doctor_refuses_a_mig_waiting_bound_out_of_range(fleet: Store) -> None:
+    http = api_client(fleet)
+    for bad in ("0", "3651", "week"):
+        refused = http.get("/v1/doctor", params={"migWaitingDays": bad}, headers=bearer(admin_token(fleet)))
+        assert refused.status_code == 400, bad
+        assert refused.json()["error"]["code"] == "INVALID_INPUT"
+
+
+def test_doctor_an_endpoint_waiting_past_its_bound_is_endpoint_waiting(store: Store, tmp_path: Path) -> None:
+    """A `Failed` endpoint (no idle node) and one whose instance's node never reports are named an
+    hour after they started waiting, not before; one in service is not."""
+    from better_compute.service import endpoints
+    from tests.node_world import NodeWorld
+    from tests.service.test_endpoints import PLATFORM, body
+
+    world = NodeWorld(store, tmp_path)
+    world.join("n-1")  # runs a daemon, which never converges anything
+    endpoints.create(store, PLATFORM, body("cutting"), world.clock.now)
+    endpoints.create(store, PLATFORM, body("short", count=2), world.clock.now)
+
+    def waiting() -> list[dict[str, Any]]:
+        answer = world.http.get("/v1/doctor", headers=world.admin).json()
+        return [f for f in answer["findings"] if f["code"] == "endpoint.waiting"]
+
+    world.clock.now += timedelta(minutes=59)
+    assert waiting() == []
+    world.clock.now += timedelta(minutes=1)
+    cutting, short = waiting()
+    assert cutting["subject"] == "cutting" and "instance n-1 has been cut since" in cutting["detail"]
+    assert "bcd on node n-1" in cutting["action"]
+    assert short["subject"] == "short" and short["detail"].startswith("Failed since")
+    assert "asks for 2 instances" in short["detail"]

@@ -4,9 +4,14 @@ request to the app in-process): a table or JSON, exit status 1 while anything is
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
+from sqlalchemy import insert
 from typer.testing import CliRunner
 
+from better_compute.storage.store import Store
+from better_compute.storage.tables import capacity_mig_layouts
+from tests.builders import T0
 from tests.cli.test_resources_cmd import Live, live, run
 
 __all__ = ["live"]
@@ -47,3 +52,30 @@ def test_doctor_refuses_a_tenant_and_a_bad_window(runner: CliRunner, live: Live)
     bad = run(runner, live.admin, "doctor", "--silent-minutes", "0")
     assert bad.exit_code == 2
     assert "--silent-minutes" in bad.output
+
+
+def test_doctor_mig_waiting_days_sets_how_long_a_layout_change_may_wait(
+    runner: CliRunner, live: Live, store: Store
+) -> None:
+    """A change scheduled 30 days after its request is `capacity.mig.waiting` past the default 7
+    days, not with `--mig-waiting-days 30`; the option's range is checked before any call."""
+    _give_mig_quota(runner, live)
+    row = {
+        "node_id": "n",
+        "pool_id": "p1",
+        "frozen_layout": "all-1g.10gb",
+        "pending_layout": "all-3g.40gb",
+        "state": "scheduled",
+        "requested_at": T0,
+        "scheduled_from": T0 + timedelta(days=30),
+    }
+    with store.engine.begin() as conn:
+        conn.execute(insert(capacity_mig_layouts).values(row))
+    waiting = run(runner, live.admin, "doctor", "--json")
+    assert waiting.exit_code == 1, waiting.output
+    (finding,) = json.loads(waiting.stdout)["findings"]
+    assert (finding["code"], finding["subject"]) == ("capacity.mig.waiting", "n")
+    assert "30 days after its request" in finding["detail"]
+    assert run(runner, live.admin, "doctor", "--mig-waiting-days", "30").exit_code == 0
+    bad = run(runner, live.admin, "doctor", "--mig-waiting-days", "0")
+    assert bad.exit_code == 2 and "--mig-waiting-days" in bad.output

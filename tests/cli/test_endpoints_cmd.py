@@ -82,10 +82,30 @@ def test_a_refusal_names_the_option_and_a_failed_endpoint_says_why(
     failed = run(
         runner, platform, "endpoints", "create", "x", "--pool", "p1", "--partition-type", "mig-7g.80gb"
     )
-    assert failed.exit_code == 0, failed.output  # recorded, Failed, with the reason
+    assert failed.exit_code == 1, failed.output  # recorded, Failed, with the reason
     assert "Failed" in failed.stdout and "run no daemon (never joined)" in failed.stdout
     missing = run(runner, platform, "endpoints", "create", "y", "--pool", "p1")
     assert missing.exit_code != 0 and "--partition-type" in missing.output
+
+
+def test_endpoints_create_exits_non_zero_when_the_endpoint_ends_failed(
+    runner: CliRunner, world: NodeWorld, store: Store
+) -> None:
+    """A Failed endpoint is recorded (and tried again as capacity frees), but a script reading the
+    exit status must not take it as made: status 1, the reason on stderr, the answer on stdout."""
+    platform = tenant_token(store, "platform")
+    types = ("--partition-type", "mig-7g.80gb")
+    failed = run(runner, platform, "endpoints", "create", "x", "--pool", "p1", "--instances", "3", *types)
+    assert failed.exit_code == 1, failed.output
+    assert "Failed" in failed.stdout
+    assert "error: endpoint x is Failed: variant AllTraffic asks for 3 instances" in failed.stderr
+    as_json = run(runner, platform, "endpoints", "create", "y", "--pool", "p1", *types, "--json")
+    assert as_json.exit_code == 1, as_json.output
+    assert json.loads(as_json.stdout)["status"] == "Failed" and not as_json.stderr
+    world.daemon("n-1")[0].step(False)
+    made = run(runner, platform, "endpoints", "create", "z", "--pool", "p1", *types)
+    assert made.exit_code == 0, made.output
+    assert "Creating" in made.stdout
 
 
 def test_a_gpu_is_drawn_split_by_memory() -> None:

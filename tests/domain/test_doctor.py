@@ -268,3 +268,118 @@ def test_findings_sort_by_code_then_subject_and_count_by_code() -> None:
     }
     assert sorted(doctor.CODES) == list(doctor.CODES)
     assert {f.code for f in found} <= set(doctor.CODES)
+
+
+WEEK = timedelta(days=7)
+
+
+def waiting_gate(
+    node_id: str = "n1", state: str = "scheduled", until: timedelta | None = None
+) -> MigLayoutGate:
+    """A change requested at T0, scheduled `until` after it (pending: not scheduled)."""
+    return MigLayoutGate(
+        node_id=node_id,
+        pool_id="p1",
+        frozen_layout="all-1g.10gb",
+        pending_layout="all-3g.40gb",
+        state=state,
+        requested_at=T0,
+        scheduled_from=None if until is None else T0 + until,
+    )
+
+
+def holder(allocation_id: str, ends: timedelta | None, node_id: str = "n1") -> doctor.GateHolder:
+    return doctor.GateHolder(node_id, allocation_id, "acme", None if ends is None else T0 + ends)
+
+
+@pytest.mark.parametrize(
+    ("until", "waits"),
+    [(WEEK, False), (WEEK + timedelta(seconds=1), True), (timedelta(days=730), True)],
+)
+def test_a_change_scheduled_more_than_its_bound_after_its_request_is_mig_waiting(
+    until: timedelta, waits: bool
+) -> None:
+    facts = FleetFacts(gates=[waiting_gate(until=until)], gate_holders=[holder("rsv-far", until)])
+    found = diagnose(facts, T0, SILENT)
+    assert codes(found) == ([("capacity.mig.waiting", "n1")] if waits else [])
+    if waits:
+        assert (
+            "rsv-far (tenant acme, ends " in found[0].detail
+            and "more than the 7 days bound" in found[0].detail
+        )
+        assert "cancel or release" in found[0].action and "preemptible" in found[0].action
+    assert diagnose(facts, T0, SILENT, mig_waiting_after=until) == []  # the bound is the caller's
+
+
+def test_a_change_held_by_a_booking_that_never_ends_waits_for_ever_from_the_start() -> None:
+    facts = FleetFacts(
+        gates=[waiting_gate(state="pending")],
+        gate_holders=[holder("wl.r0", None), holder("rsv-1", timedelta(hours=1))],
+    )
+    (found,) = diagnose(facts, T0, SILENT)
+    assert found.code == "capacity.mig.waiting" and "waits for ever" in found.detail
+    assert found.detail.index("wl.r0 (tenant acme, never ends)") < found.detail.index("rsv-1")
+
+
+def test_a_change_not_yet_scheduled_waits_only_as_long_as_its_holders() -> None:
+    fresh = FleetFacts(
+        gates=[waiting_gate(state="pending")], gate_holders=[holder("rsv-1", timedelta(days=2))]
+    )
+    assert diagnose(fresh, T0, SILENT) == []
+    unheld = FleetFacts(gates=[waiting_gate(state="pending")])
+    assert diagnose(unheld, T0 + timedelta(days=6), SILENT) == []
+    (late,) = diagnose(unheld, T0 + timedelta(days=8), SILENT)  # no reconciler moved it for 8 days
+    assert late.code == "capacity.mig.waiting" and "no booking holds it now" in late.detail
+
+
+def test_mig_waiting_names_each_allocation_once_latest_first_and_counts_the_rest() -> None:
+    holders = [holder(f"rsv-{n}", timedelta(days=10 + n)) for n in range(7)]
+    holders.append(holder("rsv-0", timedelta(days=40)))  # another atom of rsv-0, ending later
+    facts = FleetFacts(gates=[waiting_gate(until=timedelta(days=40))], gate_holders=holders)
+    (found,) = diagnose(facts, T0, SILENT)
+    named = [part.split(" ")[0] for part in found.detail.split("held by ")[1].split("), ")]
+    assert named == ["rsv-0", "rsv-6", "rsv-5", "rsv-4", "rsv-3"]
+    assert found.detail.endswith(" and 2 more")
+
+
+def test_only_changes_that_may_wait_past_the_bound_need_their_holders_read() -> None:
+    gates = [
+        waiting_gate("a", until=timedelta(days=1)),
+        waiting_gate("b", until=timedelta(days=9)),
+        waiting_gate("c", state="pending"),
+        gate("d"),
+    ]
+    assert doctor.mig_waiting_nodes(gates, T0, WEEK) == ["b", "c"]
+
+
+def endpoint(
+    name: str, status: str, reason: str | None = None, nodes: tuple[str, ...] = ()
+) -> doctor.EndpointFacts:
+    from better_compute.domain.records import EndpointRecord
+
+    record = EndpointRecord(name, "platform", {}, status, reason, T0, T0)
+    return doctor.EndpointFacts(record, nodes)
+
+
+@pytest.mark.parametrize(("minutes", "waits"), [(59, False), (60, True)])
+def test_an_endpoint_waiting_an_hour_is_endpoint_waiting(minutes: int, waits: bool) -> None:
+    cut = gate("n1", granted_at=T0)
+    facts = FleetFacts(
+        gates=[cut],
+        endpoints=[
+            endpoint("failed", "Failed", "variant AllTraffic asks for 2 instances"),
+            endpoint("cutting", "Creating", nodes=("n1",)),
+            endpoint("served", "Creating", nodes=("n2",)),  # no gate: InService
+            endpoint("held", "Updating", "the relayout waits before re-cutting n3", nodes=("n3",)),
+            endpoint("rolling", "Updating", nodes=("n4",)),  # its instance between cuts, no reason
+        ],
+    )
+    found = [
+        f for f in diagnose(facts, T0 + timedelta(minutes=minutes), SILENT) if f.code == "endpoint.waiting"
+    ]
+    assert [f.subject for f in found] == (["cutting", "failed", "held"] if waits else [])
+    if waits:
+        details = {f.subject: f.detail for f in found}
+        assert "instance n1 has been cut since" in details["cutting"]
+        assert details["failed"].startswith("Failed since") and "asks for 2 instances" in details["failed"]
+        assert "the relayout waits" in details["held"]

@@ -36,6 +36,25 @@ def test_a_new_generation_telling_a_granted_node_its_frozen_layout_moves_the_gra
     assert rules.told_frozen_again(None, True, 4) is None
 
 
+def test_a_grant_that_changes_nothing_the_node_is_told_counts_as_applied_once_it_has_its_generation() -> None:
+    granted = gate(rules.GRANTED, granted_at=T0, granted_generation=3)
+    settled = rules.told_already(granted, 3, True)
+    assert settled is not None and settled.granted_generation == 2 and settled.version == granted.version + 1
+    assert rules.next_step(settled, rules.NodeFacts(True, 3, 3, booked_until=None), T0) == rules.Apply()
+    behind = rules.NodeFacts(True, 3, 2, booked_until=None)
+    assert isinstance(rules.next_step(settled, behind, T0), rules.Wait)  # it has not converged 3 yet
+    assert rules.told_already(granted, 3, False) is None  # the content moves: its next generation tells it
+    assert rules.told_already(gate(rules.SCHEDULED), 3, True) is None
+    assert rules.told_already(None, 3, True) is None
+    assert rules.told_already(settled, 3, True) is None  # already settled
+
+
+def test_a_change_to_the_layout_a_node_is_frozen_at_is_not_shown_as_a_change() -> None:
+    assert rules.changing_to(gate(rules.GRANTED)) == NEW
+    assert rules.changing_to(replace(gate(rules.GRANTED), pending_layout=OLD)) is None
+    assert rules.changing_to(None) is None
+
+
 def test_only_a_change_never_granted_is_undone_by_going_back() -> None:
     never = gate(rules.SCHEDULED)
     assert isinstance(rules.requested(never, "n", "p", OLD, OLD, T0), rules.Drop)

@@ -37,14 +37,14 @@ BOUND = 60.0
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], what: str) -> T:
-    deadline = time.monotonic() + BOUND
+def eventually(probe: Callable[[], T | None], what: str, bound: float = BOUND) -> T:
+    deadline = time.monotonic() + bound
     while time.monotonic() < deadline:
         found = probe()
         if found:  # an empty list is "not yet", like None and False
             return found
         time.sleep(0.1)
-    raise AssertionError(f"not within {BOUND:.0f} s: {what}")
+    raise AssertionError(f"not within {bound:.0f} s: {what}")
 
 
 def bcd(state: Path, fleet: Path, home: Path) -> subprocess.Popen[bytes]:

@@ -4,8 +4,10 @@ copies, and a live relayout completes while every component keeps at least its `
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from better_compute.client import Compute
@@ -69,3 +71,77 @@ def test_an_endpoint_goes_in_service_and_relayouts_live_keeping_min_copies(tmp_p
         bill = compute.bills.get("platform")
         assert {line.component for line in bill.showback} == set(floors)
         assert all(line.endpoint == "chat" and float(line.gpu_hours) > 0 for line in bill.showback)
+
+
+def instances(compute: Compute, node: str) -> dict[str, list[str]]:
+    """The `MIG-…` uuids of each of the node's GPUs: the same uuids, the instances never re-cut."""
+    gpus = compute.gpus.list(node=node).items
+    return {str(g["id"]): sorted(str(i["uuid"]) for i in g["migInstances"]) for g in gpus}
+
+
+def test_an_endpoint_on_the_layout_its_nodes_already_have_goes_in_service(tmp_path: Path) -> None:
+    """The README's layout section, then its endpoint section, on one server: `h100-mig` goes to
+    `mixed:3g.40gb+2x2g.20gb` under a booking, the booking is released, and `endpoints create` asks
+    for that same layout. Created while the busy node's change still waits it is `Failed` (exit 1)
+    and taken again once the node is free; either way it goes InService, its nodes never re-cut,
+    and the fleet page never says "changing to" the layout they have."""
+    new = "mixed:3g.40gb+2x2g.20gb"
+    one_g = {
+        "tenantId": "platform",
+        "poolId": "h100-mig",
+        "duration": "1h",
+        "devices": [
+            {
+                "class": "gpu.mig",
+                "count": 1,
+                "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["1g.10gb"]}]},
+            }
+        ],
+    }
+    with start_server(tmp_path) as server, Compute(server.url, server.admin_token, timeout=30) as compute:
+        booked = server.cli_env("api", "reservations.create", "--json", json.dumps(one_g))
+        assert booked.returncode == 0, booked.stderr
+        reservation = json.loads(booked.stdout)
+        busy = reservation["atoms"][0]["node"]
+        idle = "euw-h100-a-2" if busy == "euw-h100-a-1" else "euw-h100-a-1"
+        update = {"id": "h100-mig", "policy": {"migLayout": new}}
+        changed = server.cli_env("api", "pools.update", "--json", json.dumps(update))
+        assert changed.returncode == 0, changed.stderr
+
+        def applied(node: str) -> bool:
+            return bool(compute.events.list(type="node.mig.applied", subject=node).items)
+
+        eventually(lambda: applied(idle), f"{idle} converged")
+        released = server.cli_env("reservations", "release", reservation["id"])
+        assert released.returncode == 0, released.stderr
+        args = [
+            "endpoints",
+            "create",
+            "chat",
+            "--tenant",
+            "platform",
+            "--pool",
+            "h100-mig",
+            "--instances",
+            "2",
+        ]
+        args += [a for t in LAYOUT for a in ("--partition-type", t)] + ["--price", "25.25"]
+        created = server.cli_env(*args)
+        if applied(busy):  # a slow machine: the busy node's change went before the endpoint came
+            assert created.returncode == 0 and "Creating" in created.stdout, created.stdout + created.stderr
+        else:
+            assert created.returncode == 1, created.stdout + created.stderr
+            assert "error: endpoint chat is Failed" in created.stderr and "changing layout" in created.stderr
+        # The busy node is looked at again a minute after its last lease (RECHECK), its change goes,
+        # and the retrier, woken by node.mig.applied, hands both nodes to the endpoint.
+        eventually(lambda: compute.endpoints.get("chat").status == "InService", "the endpoint InService", 180)
+        cut = instances(compute, idle)
+        shown = compute.endpoints.get("chat")
+        assert {i.layout for i in shown.instances} == {new}
+        assert [i.partitions for i in shown.instances] == [{"mig-2g.20gb": 16, "mig-3g.40gb": 8}] * 2
+        assert instances(compute, idle) == cut
+        with httpx.Client(base_url=server.url, timeout=10) as http:
+            login = http.post("/console/login", data={"token": server.admin_token}, follow_redirects=False)
+            assert login.status_code == 303
+            page = http.get("/console/fleet").text
+        assert "changing to" not in page

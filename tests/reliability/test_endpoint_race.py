@@ -16,9 +16,10 @@ from sqlalchemy import text
 
 from better_compute.domain.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service import endpoints
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
-from tests.reliability.endpoint_race_worker import book, create
+from tests.reliability.endpoint_race_worker import OWNER, book, create, retry
 
 NODES = 6
 CREATORS = 3
@@ -56,4 +57,58 @@ def test_endpoints_and_bookings_racing_never_share_a_node(pg_store: Store) -> No
     assert set(made) <= {"Creating", "Failed", "refused:CONFLICT"}, made
     assert set(booked) <= {"booked", "released", "refused:INSUFFICIENT_CAPACITY", "refused:CONFLICT"}, booked
     assert taken[0] == taken[1] == creating == made["Creating"] <= NODES
+    assert overlaps == 0
+
+
+RETRIERS = 3
+FAILED = 4
+
+
+@pytest.mark.postgres
+def test_failed_endpoints_retried_by_racing_processes_while_tenants_book_never_share_a_node(
+    pg_store: Store,
+) -> None:
+    """`Failed` endpoints of two instances each (more than the pool holds) taken again by racing
+    retriers, as several server processes do, while tenants book: each endpoint takes all its
+    nodes or none, no node twice, and no tenant's booking is live on a node an endpoint took."""
+    store = pg_store
+    fleet = small_fleet(nodes=NODES, layout="all-1g.10gb")
+    fleet["pools"][0]["ownerQuota"] = {"gpu.mig": 10_000}  # type: ignore[index]
+    load_fleet(store, parse_fleet(fleet), T0)
+    with store.engine.begin() as conn:  # joined, but cordoned: every endpoint is Failed at first
+        conn.execute(text("UPDATE nodes SET public_key = 'race', cordoned = true"))
+    for n in range(FAILED):
+        raw = {
+            "name": f"wait-{n}",
+            "tenantId": "platform",
+            "variants": [
+                {
+                    "name": "AllTraffic",
+                    "poolId": "p1",
+                    "instanceCount": 2,
+                    "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": ["mig-7g.80gb"]}],
+                }
+            ],
+        }
+        assert endpoints.create(store, OWNER, raw, T0).status == "Failed"
+    with store.engine.begin() as conn:
+        conn.execute(text("UPDATE nodes SET cordoned = false"))
+    url = store.engine.url.render_as_string(hide_password=False)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(RETRIERS + BOOKERS) as workers:
+        bookers = [workers.apply_async(book, (url, w, 40)) for w in range(BOOKERS)]
+        retriers = [workers.apply_async(retry, (url, 20)) for _ in range(RETRIERS)]
+        took = sum(r.get(timeout=240) for r in retriers)
+        booked: Counter[str] = sum((b.get(timeout=240) for b in bookers), Counter())
+    with store.engine.connect() as conn:
+        overlaps = conn.execute(text(OVERLAP_SQL), {"now": T0}).scalar_one()
+        per_endpoint = dict(
+            conn.execute(text("SELECT endpoint, count(*) FROM endpoint_instances GROUP BY endpoint")).all()
+        )
+        statuses = dict(conn.execute(text("SELECT name, status FROM endpoints")).all())
+    assert 0 < took == len(per_endpoint) <= NODES // 2, (took, per_endpoint)
+    assert set(per_endpoint.values()) == {2}  # all its nodes or none
+    assert {n for n, s in statuses.items() if s == "Creating"} == set(per_endpoint)
+    assert {s for n, s in statuses.items() if n not in per_endpoint} <= {"Failed"}
+    assert booked["booked"] > 0, booked
     assert overlaps == 0

@@ -22,8 +22,13 @@ from better_compute.domain.errors import (
     UnknownProfile,
 )
 from better_compute.service import components, endpoints
+from better_compute.service.booking_index import BookingIndex
 from better_compute.service.mig_gate import Reconciler
+from better_compute.service.placement_retry import Retrier
+from better_compute.service.placement_stock import Stock
+from better_compute.service.workloads import Wiring
 from better_compute.storage.store import Store
+from tests.builders import CountingIds
 from tests.node_world import NodeWorld
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
@@ -345,3 +350,95 @@ def test_a_relayout_that_would_take_a_component_below_min_copies_or_drop_its_typ
     assert shown.status == "InService" and {i.layout for i in shown.instances} == {"mixed:3g.40gb+2x2g.20gb"}
     with store.read() as tx:
         assert tx.mig_layouts.of_nodes(["n-1", "n-2"]) == {}  # nothing moved
+
+
+def test_an_endpoint_on_the_layout_its_nodes_already_have_goes_in_service(
+    store: Store, tmp_path: Path
+) -> None:
+    """The README's layout section leaves the pool at `mixed:3g.40gb+2x2g.20gb`; an endpoint of that
+    layout changes nothing the node is told, so its spec generation never moves: the node having
+    converged its current spec counts as applied, and the endpoint goes InService."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    before = sorted(ci.uuid for g in fake.list_gpus() for gi in g.instances for ci in gi.compute_instances)
+    created = endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert created.status == "Creating"
+    assert daemon.step(True)  # nothing new to converge
+    Reconciler(store, world.clock, "r1").tick()
+    shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert shown.status == "InService"
+    assert [(i.state, i.partitions) for i in shown.instances] == [
+        ("InService", {"mig-2g.20gb": 4, "mig-3g.40gb": 2})
+    ]
+    assert live_holders(store, "n-1") == {"endpoint:"}
+    assert (
+        sorted(ci.uuid for g in fake.list_gpus() for gi in g.instances for ci in gi.compute_instances)
+        == before
+    )  # never re-cut
+
+
+def test_an_endpoint_on_its_pools_layout_gives_its_node_back_when_deleted(
+    store: Store, tmp_path: Path
+) -> None:
+    """Deleting an endpoint whose layout is its pool's sends the node back through the gate to the
+    layout it already has: released at once, not held for a generation that never comes."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    reconciler = Reconciler(store, world.clock, "r1")
+    endpoints.create(store, PLATFORM, body(), world.clock.now)
+    assert daemon.step(True)
+    reconciler.tick()
+    endpoints.delete(store, PLATFORM, "chat", world.clock.now)
+    assert daemon.step(True)
+    reconciler.tick()
+    assert live_holders(store, "n-1") == set()
+    assert reserve_3g(world).status_code == 201
+
+
+def test_a_failed_endpoint_is_retried_when_capacity_frees(store: Store, tmp_path: Path) -> None:
+    """Short of idle nodes it is `Failed`, saying why; it waits as a pending workload does, and
+    takes its nodes when a booking that held one is released, with no timer: then InService."""
+    world = NodeWorld(store, tmp_path)
+    daemons = [world.daemon(n)[0] for n in ("n-1", "n-2")]
+    for d in daemons:
+        assert d.step(False)
+    held = world.reserve([{"class": "gpu.mig", "count": 1}], duration="2h")
+    failed = endpoints.create(store, PLATFORM, body(count=2), world.clock.now)
+    assert failed.status == "Failed" and failed.record.reason is not None
+    assert "1 are booked by tenants" in failed.record.reason
+    retrier = Retrier(Wiring(store, BookingIndex(), Stock(), CountingIds()), world.clock)
+    assert retrier.tick() == 0  # nothing freed: it stays Failed, nothing taken
+    assert endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "Failed"
+    with store.read() as tx:
+        assert tx.mig_layouts.of_nodes(["n-1", "n-2"]) == {}
+    released = world.http.post(f"/v1/reservations/{held['id']}/release", headers=world.platform)
+    assert released.status_code == 200, released.text
+    assert retrier.tick() == 1
+    taken = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert taken.status == "Creating" and taken.record.reason is None
+    assert [i.node for i in taken.instances] == ["n-1", "n-2"]
+    for d in daemons:
+        assert d.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    assert endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "InService"
+    updates = world.http.get("/v1/events", params={"type": "endpoint.updated"}, headers=world.admin).json()
+    assert [e["payload"]["status"] for e in updates["items"]] == ["Creating"]
+    assert retrier.tick() == 0  # taken once
+
+
+def test_a_failed_endpoints_reason_follows_what_holds_it_back(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.daemon("n-1")[0].step(False)
+    failed = endpoints.create(store, PLATFORM, body(count=2), world.clock.now)
+    assert failed.record.reason is not None and "run no daemon (never joined)" in failed.record.reason
+    assert endpoints.retry(store, world.clock.now) == 0
+    same = endpoints.get(store, PLATFORM, "chat", world.clock.now).record
+    assert (same.reason, same.generation) == (failed.record.reason, failed.record.generation)  # no write
+    cordon = world.http.patch("/v1/nodes/n-1", json={"cordoned": True}, headers=world.admin)
+    assert cordon.status_code == 200, cordon.text
+    assert endpoints.retry(store, world.clock.now) == 0
+    again = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+    assert again.status == "Failed" and again.record.reason is not None
+    assert "1 are cordoned" in again.record.reason

@@ -605,3 +605,42 @@ def test_a_spec_read_at_a_lagging_time_after_the_grant_does_not_release_the_node
         tx.nodes.mark_observed("n-1", told_new.generation, world.clock.now)
     reconciler.tick()
     assert "n-1" not in gates(store)
+
+
+def test_a_node_back_in_its_pool_before_it_read_another_spec_is_released_once_it_has_the_layout(
+    store: Store, tmp_path: Path
+) -> None:
+    """A node taken out of its pool and put back before its daemon read a spec in between is told
+    what it already has: no newer generation comes, and having converged the one it has counts."""
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-2")
+    assert daemon.step(False)
+    for members in (["n-1"], ["n-1", "n-2"]):
+        moved = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": members}, headers=world.admin)
+        assert moved.status_code == 200, moved.text
+    assert gates(store)["n-2"].state == rules.GRANTED
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    assert gates(store) == {}
+    body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 15}], "duration": "1h"}
+    made = world.http.post("/v1/reservations", json=body, headers=world.platform)
+    assert made.status_code == 201, made.text
+
+
+def test_a_node_granted_the_layout_it_has_waits_for_the_generation_it_has_not_converged(
+    store: Store, tmp_path: Path
+) -> None:
+    """Counting a grant that changes nothing as applied needs the node to have converged the spec
+    it has: one that has not reported it stays held until it does."""
+    world = NodeWorld(store, tmp_path)
+    world.join("n-2")
+    assert told(world, "n-2") == {"all-1g.10gb"}  # its spec is handed out; nothing says it converged
+    for members in (["n-1"], ["n-1", "n-2"]):
+        moved = world.http.patch("/v1/pools/p1", json={"id": "p1", "nodes": members}, headers=world.admin)
+        assert moved.status_code == 200, moved.text
+    reconciler = Reconciler(store, world.clock, "r1")
+    reconciler.tick()
+    assert gates(store)["n-2"].state == rules.GRANTED
+    observe(world, "n-2")
+    reconciler.tick()
+    assert gates(store) == {}

@@ -37,20 +37,29 @@ def doctor(
             help="Minutes without a report that make a joined node node.silent.",
         ),
     ] = 10,
+    mig_waiting_days: Annotated[
+        int,
+        typer.Option(
+            "--mig-waiting-days",
+            min=1,
+            max=3650,
+            help="Days a layout change may wait from its request before it is capacity.mig.waiting.",
+        ),
+    ] = 7,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """What in the fleet needs an operator (admin): stuck MIG layout changes, silent nodes,
-    unhealthy GPUs, reboots, pools without fractional quota, and the ledger's self-check.
-    Exits with status 1 when anything is found."""
+    """What in the fleet needs an operator (admin): stuck or long-waiting MIG layout changes,
+    waiting endpoints, silent nodes, unhealthy GPUs, reboots, pools without fractional quota, and
+    the ledger's self-check. Exits with status 1 when anything is found."""
     answer = call(
         server,
         token,
         as_json,
-        lambda c: c.doctor.run(silent_minutes=silent_minutes),
-        {"silentMinutes": "--silent-minutes"},
+        lambda c: c.doctor.run(silent_minutes=silent_minutes, mig_waiting_days=mig_waiting_days),
+        {"silentMinutes": "--silent-minutes", "migWaitingDays": "--mig-waiting-days"},
     )
     if as_json:
         print_json(answer.model_dump(mode="json"))

@@ -21,7 +21,7 @@ from rich.text import Text
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
-from better_compute.cli.output import fail, print_json, stdout
+from better_compute.cli.output import fail, print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
@@ -192,7 +192,7 @@ def endpoints_create(
     """Create an endpoint: --instances idle nodes of --pool, every GPU split into the
     --partition-type list (one entry per MIG instance, the same on every GPU). It is Creating while
     the nodes are cut through the layout gate, then InService; a pool short of idle nodes leaves
-    it Failed with the reason."""
+    it Failed with the reason (exit status 1), and it is tried again when capacity frees."""
     if file is not None:
         body = _from_file(file, as_json)
         given_name, tenant_id, variants = body.get("name"), body.get("tenantId", tenant), body.get("variants")
@@ -219,6 +219,18 @@ def endpoints_create(
         OPTIONS,
     )
     _show(created, as_json, output)
+    if created.status == "Failed":
+        # Recorded, but a script must not read it as made: exit non-zero, saying why on stderr
+        # (with --json the answer on stdout has the status and the reason).
+        if as_json:
+            raise typer.Exit(1)
+        stderr().print(
+            f"error: endpoint {created.name} is Failed: {created.reason or 'no reason given'}; it is"
+            f" tried again when capacity frees (better-compute endpoints show {created.name}), or"
+            f" delete it (better-compute endpoints delete {created.name})",
+            markup=False,
+        )
+        raise typer.Exit(1)
 
 
 @endpoints_app.command("list")

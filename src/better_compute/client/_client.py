@@ -1277,11 +1277,14 @@ class Capacity(_Resource):
 
 @_refusing_bad_arguments
 class Doctor(_Resource):
-    def run(self, *, silent_minutes: int | None = None) -> DoctorReport:
+    def run(self, *, silent_minutes: int | None = None, mig_waiting_days: int | None = None) -> DoctorReport:
         """What in the fleet needs an operator (admin only): findings sorted by code and subject,
         none when all is well. A joined node with no report for `silent_minutes` (default 10) is
-        `node.silent`."""
-        query = DoctorQuery.model_validate(_fields(silent_minutes=silent_minutes))
+        `node.silent`; a layout change waiting more than `mig_waiting_days` (default 7) from its
+        request is `capacity.mig.waiting`."""
+        query = DoctorQuery.model_validate(
+            _fields(silent_minutes=silent_minutes, mig_waiting_days=mig_waiting_days)
+        )
         return self._compute._typed("doctor.run", query, DoctorReport)
 
 

@@ -18,6 +18,12 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
   will release it.
 - `workload.terminating-stuck`: a workload's replica terminating for 24 hours or more: its node has
   not released it, so its devices stay booked (docs/placement.md#terminating-replicas).
+- `capacity.mig.waiting`: a node's layout change not yet granted that has waited, or will wait,
+  more than its bound (7 days unless the caller says, `migWaitingDays`) from its request, with the
+  bookings that hold it and when they end (docs/layouts.md#when-a-layout-change-waits).
+- `endpoint.waiting`: an endpoint waiting for an hour or more: `Failed` for want of idle nodes
+  (it is tried again when capacity frees), an instance cut whose node has not reported converging,
+  or a live relayout held at a component's `minCopies`.
 
 Findings sort by (code, subject, detail), so two runs over the same fleet print the same.
 """
@@ -30,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from better_compute.domain.ledger import Booking
-from better_compute.domain.records import Gpu, MigLayoutGate, Node, Pool, Quota
+from better_compute.domain.records import EndpointRecord, Gpu, MigLayoutGate, Node, Pool, Quota
 from better_compute.domain.workloads import Terminating
 
 STUCK_AFTER = timedelta(hours=24)
@@ -40,7 +46,18 @@ DEFAULT_SILENT_MINUTES = 10
 MAX_SILENT_MINUTES = 10080
 """`silentMinutes`: the silence window of `node.silent`, 1 minute to a week (default 10)."""
 
+DEFAULT_MIG_WAITING_DAYS = 7
+MAX_MIG_WAITING_DAYS = 3650
+"""`migWaitingDays`: how long a layout change may wait before `capacity.mig.waiting`, 1 day to ten
+years (default 7)."""
+
+ENDPOINT_WAITING_AFTER = timedelta(hours=1)
+"""How long an endpoint may wait (`Failed`, an instance being cut, a relayout held) before
+`endpoint.waiting`: a node cuts its GPUs in seconds to minutes."""
+
 MIG_STUCK = "capacity.mig.stuck"
+MIG_WAITING = "capacity.mig.waiting"
+ENDPOINT_WAITING = "endpoint.waiting"
 NODE_SILENT = "node.silent"
 GPU_UNHEALTHY = "gpu.unhealthy"
 NODE_GPU_OWNED_ELSEWHERE = "node.gpu-owned-elsewhere"
@@ -52,6 +69,8 @@ WORKLOAD_TERMINATING_STUCK = "workload.terminating-stuck"
 
 CODES: tuple[str, ...] = (
     MIG_STUCK,
+    MIG_WAITING,
+    ENDPOINT_WAITING,
     GPU_UNHEALTHY,
     LEDGER_ORPHAN_PARTITION,
     LEDGER_OVERLAP,
@@ -92,9 +111,38 @@ class FleetFacts:
     """Pairs of live bookings of one atom that overlap (the ledger's own self-check)."""
     terminating: Sequence[Terminating] = ()
     """Workloads' replicas waiting for their node to release them."""
+    gate_holders: Sequence[GateHolder] = ()
+    """Tenants' live bookings, now or later, on the nodes of the changes `mig_waiting_nodes` names."""
+    endpoints: Sequence[EndpointFacts] = ()
+    """Endpoints stored `Creating`, `Updating` or `Failed`, with their instances' nodes."""
 
 
-def diagnose(facts: FleetFacts, now: datetime, silent_after: timedelta) -> list[Finding]:
+@dataclass(frozen=True, slots=True)
+class GateHolder:
+    """A tenant's live booking on a gated node that holds its layout change back: the allocation
+    (a reservation's id, or a workload replica's), its tenant, and its end (None: never)."""
+
+    node_id: str
+    allocation_id: str
+    tenant_id: str
+    ends_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class EndpointFacts:
+    """An endpoint as stored, and the nodes its instances took."""
+
+    record: EndpointRecord
+    nodes: tuple[str, ...] = ()
+
+
+def diagnose(
+    facts: FleetFacts,
+    now: datetime,
+    silent_after: timedelta,
+    *,
+    mig_waiting_after: timedelta = timedelta(days=DEFAULT_MIG_WAITING_DAYS),
+) -> list[Finding]:
     """Every finding about the fleet at `now`, sorted by (code, subject, detail)."""
     findings = [
         *mig_stuck(facts.gates, {n.id: n for n in facts.nodes}, now),
@@ -106,6 +154,8 @@ def diagnose(facts: FleetFacts, now: datetime, silent_after: timedelta) -> list[
         *ledger_overlaps(facts.overlaps),
         *orphan_partitions(facts.partition_holds, facts.gpus, facts.gates),
         *terminating_stuck(facts.terminating, now),
+        *mig_waiting(facts.gates, facts.gate_holders, now, mig_waiting_after),
+        *endpoints_waiting(facts.endpoints, facts.gates, now),
     ]
     return sorted(findings, key=lambda f: (f.code, f.subject, f.detail))
 
@@ -280,6 +330,147 @@ def terminating_stuck(items: Iterable[Terminating], now: datetime) -> Iterator[F
             f" end it: better-compute workloads release-replica {t.allocation_id} (operations.create"
             " {type: replica.release, payload: {allocation}})",
         )
+
+
+MAX_HOLDERS_NAMED = 5
+"""The holding allocations one `capacity.mig.waiting` finding names (the latest to end first)."""
+
+
+def mig_waiting_nodes(gates: Iterable[MigLayoutGate], now: datetime, after: timedelta) -> list[str]:
+    """The nodes whose change `mig_waiting` must see the holders of: every change not yet scheduled
+    (what holds it is not known without them) and every one scheduled more than `after` from its
+    request; oldest request first."""
+    found = [
+        g
+        for g in gates
+        if g.state == "pending"
+        or (
+            g.state == "scheduled"
+            and g.scheduled_from is not None
+            and max(g.scheduled_from, now) - g.requested_at > after
+        )
+    ]
+    return [g.node_id for g in sorted(found, key=lambda g: (g.requested_at, g.node_id))]
+
+
+def mig_waiting(
+    gates: Iterable[MigLayoutGate], holders: Iterable[GateHolder], now: datetime, after: timedelta
+) -> Iterator[Finding]:
+    """Layout changes not yet granted that wait more than `after` from their request: scheduled for
+    later than that (the end of the node's last booking), or held by a booking that never ends, or
+    not yet scheduled that long after it. Each names the bookings that hold it and when they end.
+    The gate never ends a booking itself: an operator moves on by ending them."""
+    by_node: dict[str, dict[str, GateHolder]] = {}
+    for h in holders:
+        mine = by_node.setdefault(h.node_id, {})
+        kept = mine.get(h.allocation_id)
+        if kept is None or _later(h.ends_at, kept.ends_at):
+            mine[h.allocation_id] = h  # an allocation's latest end over its atoms
+    for gate in gates:
+        if gate.state not in ("pending", "scheduled"):
+            continue
+        held = sorted(
+            by_node.get(gate.node_id, {}).values(),
+            key=lambda h: (
+                h.ends_at is not None,
+                -(h.ends_at.timestamp() if h.ends_at else 0),
+                h.allocation_id,
+            ),
+        )
+        forever = any(h.ends_at is None for h in held)
+        until: datetime | None
+        if gate.state == "scheduled" and gate.scheduled_from is not None:
+            until = gate.scheduled_from
+        elif forever:
+            until = None
+        else:
+            until = max((h.ends_at for h in held if h.ends_at is not None), default=now)
+        if until is not None and max(until, now) - gate.requested_at <= after:
+            continue
+        when = (
+            "for ever: a booking that holds the node never ends"
+            if until is None
+            else f"until {_when(until)} ({_days(until - gate.requested_at)} after its request)"
+        )
+        named = ", ".join(
+            f"{h.allocation_id} (tenant {h.tenant_id}, "
+            + ("never ends" if h.ends_at is None else f"ends {_when(h.ends_at)}")
+            + ")"
+            for h in held[:MAX_HOLDERS_NAMED]
+        )
+        more = f" and {len(held) - MAX_HOLDERS_NAMED} more" if len(held) > MAX_HOLDERS_NAMED else ""
+        by = f"; held by {named}{more}" if held else "; no booking holds it now"
+        yield Finding(
+            MIG_WAITING,
+            gate.node_id,
+            f"pool {gate.pool_id}'s change of the node to {gate.pending_layout}, requested at"
+            f" {_when(gate.requested_at)}, waits {when}, more than the {_days(after)} bound{by}",
+            "the gate never ends a booking: cancel or release the holding reservations (better-compute"
+            " reservations cancel|release ID; an admin token may), or end the workload replicas, and"
+            " the change goes at the end of those left; book work that may run under a coming layout"
+            " change as preemptible (docs/layouts.md#when-a-layout-change-waits)",
+        )
+
+
+def endpoints_waiting(
+    endpoints: Iterable[EndpointFacts],
+    gates: Iterable[MigLayoutGate],
+    now: datetime,
+    after: timedelta = ENDPOINT_WAITING_AFTER,
+) -> Iterator[Finding]:
+    """Endpoints waiting `after` or more: `Failed` since their creation (no idle nodes; retried as
+    capacity frees), an instance cut that long ago whose node has not converged, or a live relayout
+    held at a component's `minCopies` since it said so."""
+    gated = {g.node_id: g for g in gates}
+    for facts in endpoints:
+        record = facts.record
+        cutting = sorted(
+            ((g.granted_at or g.requested_at, n) for n in facts.nodes if (g := gated.get(n)) is not None),
+        )
+        if record.status == "Failed":
+            since, detail = record.created_at, f"Failed since {_when(record.created_at)}: {record.reason}"
+            action = (
+                "free what the reason names (bookings on the pool's nodes, a cordon, a layout change, too"
+                " few nodes in the pool); it takes its nodes as soon as they are idle, or delete it:"
+                f" better-compute endpoints delete {record.name}"
+            )
+        elif record.status in ("Creating", "Updating") and cutting:
+            since, node = cutting[0]
+            detail = (
+                f"{record.status}: instance {node} has been cut since {_when(since)} and its node has not"
+                " reported converging the layout, so the endpoint waits"
+            )
+            action = (
+                f"check bcd on node {node} (running, reaching the server, converging: its logs) and whether"
+                " a GPU waits for a reboot; the endpoint goes on once the node reports"
+            )
+        elif record.status == "Updating" and record.reason is not None:
+            since, detail = (
+                record.updated_at,
+                f"Updating, held since {_when(record.updated_at)}: {record.reason}",
+            )
+            action = (
+                "lower the component's minCopies, scale it down, or update the endpoint again:"
+                f" better-compute endpoints update {record.name} ..."
+            )
+        else:
+            continue
+        if now - since < after:
+            continue
+        yield Finding(ENDPOINT_WAITING, record.name, f"{detail} ({_minutes(after)} or more)", action)
+
+
+def _later(a: datetime | None, b: datetime | None) -> bool:
+    """Whether end `a` is later than end `b` (None: never ends, the latest)."""
+    if a is None:
+        return b is not None
+    return b is not None and a > b
+
+
+def _days(value: timedelta) -> str:
+    days = value.total_seconds() / 86400
+    shown = f"{days:.0f}" if days >= 10 or days == int(days) else f"{days:.1f}"
+    return f"{shown} day" + ("" if shown == "1" else "s")
 
 
 def _when(value: datetime) -> str:

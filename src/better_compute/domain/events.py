@@ -285,7 +285,8 @@ class EndpointCreated(Event):
 class EndpointUpdated(Event):
     """A live relayout's progress (`subject`: the endpoint): `Updating` when it starts and as each
     instance (`node`) starts being re-cut to `layout`; `InService` once every instance has its
-    variant's layout; `reason` when a step waits (a component would drop below its minCopies)."""
+    variant's layout; `reason` when a step waits (a component would drop below its minCopies).
+    `Creating` when a `Failed` endpoint, taken again as capacity freed, took its nodes."""
 
     TYPE: ClassVar[str] = "endpoint.updated"
     tenant_id: str

@@ -5,8 +5,10 @@ carries the steps out and the reconcilers drive it.
 A node's change goes `pending` (frozen at its layout, the new one waiting) → `scheduled` (every GPU
 family of the node booked from the end of its last live booking onward, so nothing new lands past
 it) → `granted` (told the new layout at that time) → gone, once the node reports a spec generation
-newer than the one at the grant, when the partition bookings are released. A node that does not
-take its layout from its pool (`carriesPoolLayout` false) is released at the grant: nothing will
+newer than the one at the grant, when the partition bookings are released. A grant that changes
+nothing the node is told (it already has the layout) counts as applied once the node has converged
+the spec it has, since no newer generation comes for it (`told_already`). A node that does not take
+its layout from its pool (`carriesPoolLayout` false) is released at the grant: nothing will
 repartition it. No timer releases a hold.
 
 The same gate changes a timeslice or mps pool's `replicas`: what a node is frozen at, and what it
@@ -139,6 +141,15 @@ def told_layout(
     return pool.settings.layout if pool.mode == "mig" else "all-disabled"
 
 
+def changing_to(gate: MigLayoutGate | None) -> str | None:
+    """The shape a change under way takes a node to, as a person is shown it; None when none is
+    under way or it takes the node to the shape it is frozen at (an endpoint of the layout its
+    nodes already have: nothing changes, the gate only waits for the node's word)."""
+    if gate is None or gate.pending_layout == gate.frozen_layout:
+        return None
+    return gate.pending_layout
+
+
 def told_replicas(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> int:
     """The slot count a node of a timeslice or mps pool is told and its slot atoms are derived at:
     the one its gate tells it while a change of `replicas` is under way, else its pool's (1 outside
@@ -236,6 +247,21 @@ def granted(gate: MigLayoutGate, now: datetime, generation: int) -> MigLayoutGat
     )
 
 
+def told_already(gate: MigLayoutGate | None, generation: int, unchanged: bool) -> MigLayoutGate | None:
+    """The gate to write when a node is granted a shape its spec already tells: the spec derived
+    with the grant is the content the node's current `generation` names (`unchanged`: an endpoint
+    of the layout its nodes already have, a node back to a layout it has), so no newer generation
+    will ever come for it. That generation tells the new shape, so the node having converged it
+    counts as applied: the grant moves to the generation before it (`next_step` applies once the
+    node reports one past `granted_generation`), and a node still short of it waits for it. None
+    when nothing changes."""
+    if gate is None or gate.state != GRANTED or not unchanged or generation < 1:
+        return None
+    if gate.granted_generation is None or gate.granted_generation < generation:
+        return None
+    return replace(gate, granted_generation=generation - 1, version=gate.version + 1)
+
+
 def told_frozen_again(gate: MigLayoutGate | None, held: bool, generation: int) -> MigLayoutGate | None:
     """The gate to write when a granted node's spec is stored at `generation` while a tenant's
     booking is `held` at the spec's time, so that the spec tells the frozen shape (`told_shape`): a
@@ -263,6 +289,7 @@ __all__ = [
     "Schedule",
     "Step",
     "Wait",
+    "changing_to",
     "granted",
     "next_step",
     "pool_shape",
@@ -270,6 +297,7 @@ __all__ = [
     "scheduled",
     "shape_replicas",
     "slots_shape",
+    "told_already",
     "told_frozen_again",
     "told_layout",
     "told_replicas",

@@ -22,7 +22,7 @@ from better_compute.domain.console import GpuBar, Holder, gpu_bar
 from better_compute.domain.credentials import Principal
 from better_compute.domain.ledger import is_partition_change
 from better_compute.domain.metering import UNMETERED
-from better_compute.domain.mig_gate import told_layout
+from better_compute.domain.mig_gate import changing_to, told_layout
 from better_compute.domain.records import Gpu
 from better_compute.domain.timewin import Window
 from better_compute.service import capacity, endpoints
@@ -60,7 +60,8 @@ class FleetNode:
     """The MIG layout the node is told (its pool's, or an endpoint's); None outside mig pools and
     for a node that keeps its own (`carriesPoolLayout: false`)."""
     pending_layout: str | None
-    """The layout a change under way takes it to (None: none under way)."""
+    """The layout a change under way takes it to (None: none under way, or one to the layout it
+    has)."""
     gpus: tuple[GpuBar, ...]
 
 
@@ -166,7 +167,7 @@ def fleet(store: StorePort, principal: Principal, now: datetime, *, after: str |
                 pool.id if pool else None,
                 node.cordoned,
                 gate.frozen_layout if gate is not None else layout,
-                gate.pending_layout if gate is not None else None,
+                changing_to(gate),
                 bars,
             )
         )

@@ -30,7 +30,7 @@ from better_compute.domain import endpoints as rules
 from better_compute.domain import mig_gate as gate_rules
 from better_compute.domain.events import EndpointUpdated, NodeMigGranted
 from better_compute.domain.records import EndpointRecord, MigLayoutGate
-from better_compute.service import components, endpoint_holds, partition_holds
+from better_compute.service import components, endpoint_holds, node_spec, partition_holds
 from better_compute.service.ports import Tx
 
 
@@ -82,6 +82,7 @@ def next_cut_in(tx: Tx, name: str, now: datetime) -> str | None:
     tx.events.append(NodeMigGranted(instance.node_id, pool.id, target, False), now)
     tx.nodes.set_mig_layout([instance.node_id], target)
     tx.endpoints.set_instance_layout(instance.node_id, target)
+    node_spec.settle_grant_in(tx, instance.node_id, now)
     if record.reason is not None:
         tx.endpoints.set_status(name, "Updating", None, now)
     _announce(tx, record, "Updating", now, node=instance.node_id, layout=target)

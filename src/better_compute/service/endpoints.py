@@ -7,7 +7,9 @@ constraint refuses if a tenant's booking landed meanwhile) and granted the endpo
 once (`mig_gate.cut_now_in`); the node is told it from then on (`nodes.mig_layout`). When the node
 reports it converged, the gate hands it over to the endpoint's own hold (`endpoint_holds`), and
 once no instance is still being cut the endpoint is `InService`. A pool without enough idle nodes
-leaves the endpoint `Failed` with the reason, nothing taken.
+leaves the endpoint `Failed` with the reason, nothing taken; it is taken again when capacity may
+have freed (`retry`, driven by `service.placement_retry` as pending workloads are), and goes
+`Creating` once its variants find their nodes.
 
 Deleting ends the endpoint's hold and puts each node back to its pool's layout through the gate
 the same way (held from now, granted at once), so no tenant lands on a partition about to go.
@@ -16,13 +18,20 @@ the same way (held from now, granted at once), so no tenant lands on a partition
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain import endpoints as rules
 from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import AlreadyExists, ConcurrentChange, InvalidInput, InvalidState, NotFound
+from better_compute.domain.errors import (
+    AlreadyExists,
+    ConcurrentChange,
+    DomainError,
+    InvalidInput,
+    InvalidState,
+    NotFound,
+)
 from better_compute.domain.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.mig_gate import told_layout
 from better_compute.domain.records import EndpointInstance, EndpointRecord, Pool
@@ -129,17 +138,7 @@ def create(store: StorePort, principal: Principal, raw: object, now: datetime) -
                 raise _taken(spec.name)
             every = sorted({n for p in pools for n in members[p]})
             tx.nodes.lock(every)  # pool changes, reports and gate steps wait for this
-            candidates = {p: _candidates(tx, members[p], now) for p in pools}
-            picked: dict[str, tuple[str, ...]] = {}
-            reasons: list[str] = []
-            for variant in spec.variants:
-                taken = {n for nodes in picked.values() for n in nodes}
-                free = [c for c in candidates[variant.pool_id] if c.node not in taken]
-                choice = rules.pick_instances(variant, free)
-                picked[variant.name] = choice.nodes
-                if choice.reason is not None:
-                    reasons.append(choice.reason)
-            reason = "; ".join(reasons) or None
+            picked, reason = _pick(tx, spec, members, now)
             status = "Failed" if reason else "Creating"
             record = EndpointRecord(
                 spec.name, spec.tenant_id, rules.endpoint_json(spec), status, reason, now, now
@@ -156,6 +155,105 @@ def create(store: StorePort, principal: Principal, raw: object, now: datetime) -
             f"a booking landed on a node endpoint {spec.name} was taking; create it again",
             {"name": spec.name},
         ) from None
+
+
+def _pick(
+    tx: Tx, spec: rules.EndpointSpec, members: Mapping[str, Sequence[str]], now: datetime
+) -> tuple[dict[str, tuple[str, ...]], str | None]:
+    """The nodes each variant takes (`domain.endpoints.pick_instances`, a node once at most), or
+    why some variant cannot have them all. The caller holds the members' node locks."""
+    candidates = {v.pool_id: _candidates(tx, members[v.pool_id], now) for v in spec.variants}
+    picked: dict[str, tuple[str, ...]] = {}
+    reasons: list[str] = []
+    for variant in spec.variants:
+        taken = {n for nodes in picked.values() for n in nodes}
+        free = [c for c in candidates[variant.pool_id] if c.node not in taken]
+        choice = rules.pick_instances(variant, free)
+        picked[variant.name] = choice.nodes
+        if choice.reason is not None:
+            reasons.append(choice.reason)
+    return picked, "; ".join(reasons) or None
+
+
+RETRY_BATCH = 100
+"""`Failed` endpoints one retry pass takes again at most, oldest first."""
+
+
+def retry(store: StorePort, now: datetime, limit: int = RETRY_BATCH) -> int:
+    """Take again every `Failed` endpoint, oldest first, each in a transaction of its own: one whose
+    variants now find enough idle nodes takes them and is `Creating` (`endpoint.updated`), as at
+    its creation; one still short stays `Failed`, its reason saying why now. Called when capacity
+    may have freed (`service.placement_retry`), as a pending workload is placed again (Kueue keeps
+    it pending); no timer decides it. A read decides first whether anything changed: an endpoint
+    still short for the same reason takes no write transaction (on SQLite, the one writer lock
+    every request shares). Answers how many took their nodes."""
+    with store.read() as tx:
+        failed = tx.endpoints.by_status(["Failed"], limit)
+    started = 0
+    for record in failed:
+        with store.read() as tx:
+            *_, reason = _retry_plan(tx, record, now, lock=False)
+        if reason is not None and reason == record.reason:
+            continue
+        try:
+            with store.begin() as tx:
+                started += _retry_in(tx, record.name, now)
+        except (Overlap, NotBookable):
+            continue  # a booking landed on a node it was taking: the next pass looks again
+    return started
+
+
+def _retry_plan(
+    tx: Tx, record: EndpointRecord, now: datetime, *, lock: bool
+) -> tuple[rules.EndpointSpec, dict[str, Pool], dict[str, tuple[str, ...]], str | None]:
+    """What taking the endpoint again would do now: its spec, pools, the nodes each variant would
+    take, or why it cannot. With `lock`, the pools' nodes are locked first (the nodes, then the
+    endpoint: the documented order) and only members read under the locks are taken."""
+    spec = rules.parse_endpoint(record.spec)
+    pools: dict[str, Pool] = {}
+    for variant in spec.variants:
+        pool = tx.pools.get(variant.pool_id)
+        if pool is None or pool.mode != "mig":
+            return spec, pools, {}, f"pool {variant.pool_id} is no mig pool any more"
+        pools[pool.id] = pool
+    members = tx.pools.members(sorted(pools))
+    try:
+        for variant in spec.variants:
+            _check_layout(tx, variant, members[variant.pool_id])
+    except DomainError as refused:  # the pool's GPUs changed since its creation
+        return spec, pools, {}, refused.message
+    if lock:
+        every = sorted({n for p in pools for n in members[p]})
+        tx.nodes.lock(every)
+        locked = set(every)  # a node added to the pool since it was read is left for the next pass
+        members = {
+            p: [n for n in found if n in locked] for p, found in tx.pools.members(sorted(pools)).items()
+        }
+    picked, reason = _pick(tx, spec, members, now)
+    return spec, pools, picked, reason
+
+
+def _retry_in(tx: Tx, name: str, now: datetime) -> bool:
+    record = tx.endpoints.get(name)
+    if record is None or record.status != "Failed":
+        return False
+    spec, pools, picked, reason = _retry_plan(tx, record, now, lock=True)
+    again = tx.endpoints.get(name, lock=True)
+    if again is None or again.status != "Failed":
+        return False  # deleted, or taken again by another process, meanwhile
+    if reason is not None:
+        return _still_failed(tx, again, reason, now)
+    tx.endpoints.set_status(name, "Creating", None, now)
+    _cut(tx, spec, pools, picked, now)
+    tx.events.append(EndpointUpdated(name, again.tenant_id, "Creating"), now)
+    return True
+
+
+def _still_failed(tx: Tx, record: EndpointRecord, reason: str, now: datetime) -> bool:
+    """The endpoint stays `Failed`; its reason says why now (written only when it changed)."""
+    if reason != record.reason:
+        tx.endpoints.set_status(record.name, "Failed", reason, now)
+    return False
 
 
 def _taken(name: str) -> AlreadyExists:
@@ -331,6 +429,7 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
 
 
 __all__ = [
+    "RETRY_BATCH",
     "EndpointView",
     "InstanceView",
     "create",
@@ -338,5 +437,6 @@ __all__ = [
     "endpoint_not_found",
     "get",
     "list_endpoints",
+    "retry",
     "update",
 ]

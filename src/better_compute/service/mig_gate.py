@@ -26,7 +26,7 @@ from better_compute.domain import mig_gate as rules
 from better_compute.domain.errors import ConcurrentChange
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.records import MigLayoutGate
-from better_compute.service import endpoint_holds, endpoint_relayout, partition_holds
+from better_compute.service import endpoint_holds, endpoint_relayout, node_spec, partition_holds
 from better_compute.service.clock import Clock
 from better_compute.service.inventory import ingest_in
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
@@ -111,6 +111,7 @@ def cut_now_in(tx: Tx, pool_id: str, node_id: str, frozen: str | None, layout: s
     gate = MigLayoutGate(node_id, pool_id, frozen, layout, rules.SCHEDULED, now, scheduled_from=now)
     tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
     tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
+    node_spec.settle_grant_in(tx, node_id, now)
 
 
 def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
@@ -176,6 +177,8 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime, booked: Booked | None = 
             tx.events.append(NodeMigGranted(gate.node_id, gate.pool_id, gate.pending_layout, release), now)
             if release:
                 _end(tx, moved, now)
+            else:
+                node_spec.settle_grant_in(tx, gate.node_id, now)
         case rules.Apply():
             _end(tx, gate, now)
         case rules.Wait():

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain.errors import ConcurrentChange, NotFound
-from better_compute.domain.mig_gate import told_frozen_again
+from better_compute.domain.mig_gate import GRANTED, told_already, told_frozen_again
 from better_compute.domain.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
 from better_compute.domain.records import MigLayoutGate, Node
 from better_compute.domain.workloads import is_replica
@@ -98,6 +98,24 @@ def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:
                     )
                 return ServedSpec(following, spec)
     raise ConcurrentChange(f"node {node_id}'s spec kept changing while it was read; retry", {"node": node_id})
+
+
+def settle_grant_in(tx: Tx, node_id: str, now: datetime) -> None:
+    """After a grant (in its transaction, under the node's lock, every write of it made): when the
+    spec derived at `now` is the content the node's current generation already names, the grant
+    changed nothing the node is told, so no newer generation will come for it; the node having
+    converged that generation counts as applied (`domain.mig_gate.told_already`). Without this, an
+    endpoint of the layout its nodes already have, or a node sent back to the layout it has, would
+    wait for ever."""
+    gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
+    if gate is None or gate.state != GRANTED:
+        return
+    node, _, spec = _derive(tx, node_id, now)
+    settled = told_already(gate, node.spec_generation, node.spec_digest == spec.digest())
+    if settled is not None and not tx.mig_layouts.replace(settled):
+        raise ConcurrentChange(
+            f"node {node_id}'s layout change moved while it was granted; retry", {"node": node_id}
+        )
 
 
 async def read_after(

@@ -1,6 +1,8 @@
 """Placing again what waits: workloads whose deployments are short of their share (`pending`,
 `admitted`) or whose replicas no cluster took, retried when capacity or quota may have freed
-(SPEC 8; seed 001: "A refused deployment sits in pending phase until capacity frees up").
+(SPEC 8; seed 001: "A refused deployment sits in pending phase until capacity frees up"); and
+`Failed` endpoints, short of idle nodes when created, which take their nodes then
+(`service.endpoints.retry`).
 
 What wakes a retry is the event log, read through the same `Follower` as the booking index: an event
 that can free devices or headroom (a release, a cancel, a deleted or scaled workload, a quota row, a
@@ -31,7 +33,7 @@ from better_compute.domain.events import (
     WorkloadCreated,
     WorkloadDecided,
 )
-from better_compute.service import workloads
+from better_compute.service import endpoints, workloads
 from better_compute.service.clock import Clock
 from better_compute.service.event_tail import Follower
 from better_compute.service.ports import Tx
@@ -86,7 +88,8 @@ class Retrier:
 
     def tick(self) -> int:
         """Read the log; if something may have freed devices or quota, place again what waits.
-        Returns how many workloads were fully placed by this pass."""
+        Returns how many workloads were fully placed, and `Failed` endpoints took their nodes, by
+        this pass."""
         now = self.clock()
         with self.wiring.store.read() as tx:
             self._follower.sync(tx)
@@ -96,7 +99,8 @@ class Retrier:
         self._last = now
         if not due:
             return 0
-        return workloads.retry(self.wiring, now)
+        placed = workloads.retry(self.wiring, now)
+        return placed + endpoints.retry(self.wiring.store, now)
 
     def run(self, stopping: threading.Event, pause: Callable[[float], bool] | None = None) -> None:
         """Pass after pass until `stopping` is set, each after a wake-up or `interval`."""

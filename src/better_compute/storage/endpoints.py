@@ -47,6 +47,17 @@ class SqlEndpoints:
         where = [] if tenant_id is None else [endpoints.c.tenant_id == tenant_id]
         return [_endpoint(r) for r in rows.page(self.conn, endpoints, where=where, limit=limit, after=after)]
 
+    def by_status(self, statuses: Sequence[str], limit: int) -> list[EndpointRecord]:
+        """Up to `limit` endpoints stored in one of `statuses`, oldest first (by creation, then
+        name): the `Failed` ones a retry takes again, those the doctor looks at."""
+        stmt = (
+            select(endpoints)
+            .where(endpoints.c.status.in_(list(statuses)))
+            .order_by(endpoints.c.created_at, endpoints.c.name)
+            .limit(limit)
+        )
+        return [_endpoint(r) for r in rows.rows(self.conn, stmt)]
+
     def add(self, item: EndpointRecord) -> bool:
         """False when the name is taken (a concurrent create of the same name waits, then is refused)."""
         row = {

@@ -21,5 +21,11 @@ router = APIRouter(prefix="/v1", tags=["doctor"], route_class=StrictQueryRoute)
 def run_doctor(
     q: Annotated[DoctorQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> DoctorReport:
-    findings = doctor.run(store, principal, now, timedelta(minutes=q.silent_minutes))
+    findings = doctor.run(
+        store,
+        principal,
+        now,
+        timedelta(minutes=q.silent_minutes),
+        mig_waiting_after=timedelta(days=q.mig_waiting_days),
+    )
     return doctor_report(now, findings)
