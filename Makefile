@@ -76,7 +76,8 @@ torture: $(VENV)/.installed-test
 # flipped every SOAK_FLIP_PAUSE s, tenants created and deleted, for SOAK_SECONDS; then, once the nodes
 # settle (at most SOAK_SETTLE s), SQL counts overlaps, parent/child overlaps and stranded bookings. On
 # $$BC_TEST_POSTGRES_URL or 127.0.0.1:5432. The last line is the JSON summary; the status is 1 if a count
-# is not 0. SOAK_SEED picks the run, SOAK_FIRST_LAYOUT the pool's layout at the start (all-disabled).
+# is not 0. SOAK_SEED picks the run, SOAK_FIRST_LAYOUT the pool's layout at the start (all-disabled),
+# SOAK_WORK a directory to keep the server's and the nodes' logs in.
 SOAK_SECONDS ?= 600
 SOAK_NODES ?= 4
 SOAK_PLACERS ?= 2

@@ -185,11 +185,14 @@ def _end(http: httpx.Client, reservation: dict[str, Any]) -> str:
 def _book(http: httpx.Client, rng: random.Random, tenant: str | None, done: Counter[str]) -> None:
     """One reservation attempt; ends a quarter of those booked at once."""
     kind, body = _booking(rng, tenant)
+    asked = time.monotonic()
     try:
         answer = http.post("/v1/reservations", json=body)
     except httpx.TransportError as exc:
         done[f"transport:{type(exc).__name__}"] += 1
         return
+    done["ms:reservations.create"] += round((time.monotonic() - asked) * 1000)
+    done["n:reservations.create"] += 1
     outcome = _outcome(answer)
     done[f"{kind}:{outcome}" if outcome == "ok" else outcome] += 1
     if outcome == "ok" and rng.random() < 0.25:
@@ -222,7 +225,10 @@ def flipper(base: str, token: str, seed: int, pause: float, stop: str) -> Counte
             layout = (
                 "all-disabled" if current != "all-disabled" and rng.random() < 1 / 3 else rng.choice(choices)
             )
+            asked = time.monotonic()
             answer = http.patch(f"/v1/pools/{POOL}", json={"id": POOL, "policy": {"migLayout": layout}})
+            done["ms:pools.update"] += round((time.monotonic() - asked) * 1000)
+            done["n:pools.update"] += 1
             outcome = _outcome(answer)
             done["flipped" if outcome == "ok" else f"flip:{outcome}"] += 1
             if outcome == "ok":
@@ -678,6 +684,11 @@ def _load(
         "tenantsCreated": tenants["tenants-created"],
         "tenantsDeleted": tenants["tenants-deleted"],
         "tenantsLeft": tenants["tenants-left"],
+        "meanMs": {
+            op: round((every + flips)[f"ms:{op}"] / n)
+            for op in ("reservations.create", "pools.update")
+            if (n := (every + flips)[f"n:{op}"])
+        },
         "serverErrors": {
             k: v for k, v in (every + flips).items() if k.startswith(("http-", "transport:")) or "http-" in k
         },
