@@ -21,8 +21,9 @@ What runs, each a process of its own:
 
 The pool starts MIG-off (`first_layout`), so whole GPUs are booked from the start. Once the load
 stops, every killed `bcd` is started again and the nodes are let settle: polled until every node has
-observed the spec it was last given, a few polls in a row (bounded by `settle`; a node that does not
-is reported, not waited out). A layout change the gate holds back for a booking that ends later is
+observed the spec it was last given and no `bcd` says a GPU is not at its layout, a few polls in a
+row (`settle` says how; bounded by `Settings.settle`: a node that does not settle is reported, not
+waited out). A layout change the gate holds back for a booking that ends later is
 not waited for. Then one snapshot of the ledger is counted by SQL (`COUNTS`):
 - `overlaps`: pairs of live bookings of one atom whose windows meet (PostgreSQL's exclusion
   constraint should make this 0 whatever else goes wrong);
@@ -57,6 +58,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import Any
 
@@ -104,9 +106,9 @@ class Settings:
     """Seconds a placer waits between two requests."""
     flip_pause: float = 4.0
     """Seconds between two layout changes."""
-    chaos_pause: float = 2.5
+    chaos_pause: float = 2.0
     """Mean seconds between two `bcd` kills."""
-    reboot_share: float = 0.4
+    reboot_share: float = 0.5
     """Of the restarts, the share that are reboots (GPUs come up MIG-off or at another layout)."""
     settle: float = 20.0
     """The most seconds to wait for the system to settle after the load."""
@@ -202,8 +204,14 @@ def _book(http: httpx.Client, rng: random.Random, tenant: str | None, done: Coun
             done[f"transport:{type(exc).__name__}"] += 1
 
 
+def _started(stop: str) -> None:
+    """Say this worker is running (its imports done): `_load` starts the clock once all have."""
+    Path(f"{stop}.started-{os.getpid()}").touch()
+
+
 def placer(base: str, token: str, seed: int, pace: float, stop: str) -> Counter[str]:
     """Book as the fleet admin for `platform` and `acme` until the file `stop` exists."""
+    _started(stop)
     rng = random.Random(seed)
     done: Counter[str] = Counter()
     with _client(base, token) as http:
@@ -213,13 +221,32 @@ def placer(base: str, token: str, seed: int, pace: float, stop: str) -> Counter[
     return done
 
 
+def _sleep_unless(stop: str, seconds: float) -> bool:
+    """Sleep `seconds`, or less if the file `stop` appears; whether it has."""
+    until = time.monotonic() + seconds
+    while not os.path.exists(stop):
+        if (left := until - time.monotonic()) <= 0:
+            return False
+        time.sleep(min(left, 0.5))
+    return True
+
+
+PATIENT = 150.0
+"""Seconds the flipper leaves a change alone one time in four: longer than the farthest booking the
+placers make reaches (90 s ahead, for 20 s), so the gate schedules, grants and applies it on every
+node rather than a newer change replacing it."""
+
+
 def flipper(base: str, token: str, seed: int, pause: float, stop: str) -> Counter[str]:
-    """Change the pool's layout every `pause` seconds until `stop` exists; to MIG off one time in three."""
+    """Change the pool's layout until `stop` exists, `pause` seconds apart (`PATIENT` one time in
+    four); to MIG off one time in three."""
+    _started(stop)
     rng = random.Random(seed)
     done: Counter[str] = Counter()
+    wait = pause
     with _client(base, token) as http:
-        while not os.path.exists(stop):
-            time.sleep(pause)
+        while not _sleep_unless(stop, wait):
+            wait = PATIENT if rng.random() < 0.25 else pause
             current = http.get(f"/v1/pools/{POOL}").json()["policy"].get("migLayout")
             choices = [x for x in LAYOUTS if x != current]
             layout = (
@@ -239,6 +266,7 @@ def flipper(base: str, token: str, seed: int, pause: float, stop: str) -> Counte
 def churner(base: str, token: str, seed: int, pace: float, stop: str) -> Counter[str]:
     """Tenants come and go until `stop` exists: each is created with quota and a credential, books a
     few reservations with it, ends them (cancel or release) and is deleted."""
+    _started(stop)
     rng = random.Random(seed)
     done: Counter[str] = Counter()
     with _client(base, token) as admin:
@@ -361,6 +389,12 @@ class Nodes:
         self.done["reboots"] += 1
         self.done[f"reboot-to:{layout}"] += 1
 
+    def mig_on(self, name: str) -> bool:
+        """Whether any of the node's GPUs has MIG mode on now (as its kept state says)."""
+        kept = self.state(name) / KEPT_STATE
+        gpus = json.loads(kept.read_text(encoding="utf-8"))["gpus"] if kept.exists() else {}
+        return any(g["migCurrent"] for g in gpus.values())
+
     def pause(self, seconds: float) -> None:
         """Sleep `seconds`, supervising meanwhile."""
         until = time.monotonic() + seconds
@@ -377,16 +411,16 @@ class Nodes:
         pool: Callable[[], str],
     ) -> None:
         """Until `until` (monotonic): kill a node's `bcd` with SIGKILL, reboot the node now and then
-        (to MIG off two times in three while the pool has MIG on, as an H100 comes back; else to a
-        MIG layout other than the pool's), start it again a moment later."""
+        (a node with MIG on comes back MIG-off two times in three, as an H100 does; otherwise, and
+        a MIG-off node always, partitioned at a layout other than the pool's), start it again a
+        moment later."""
         while time.monotonic() < until:
             self.pause(rng.uniform(0.5, 1.5) * mean_pause)
             name = rng.choice(self.names)
             self.kill(name)
             if name in self.killed and rng.random() < reboot_share:
-                current = pool()
-                others = [x for x in LAYOUTS if x != current]
-                off = current != "all-disabled" and rng.random() < 2 / 3
+                others = [x for x in LAYOUTS if x != pool()]
+                off = self.mig_on(name) and rng.random() < 2 / 3
                 self.reboot(name, "all-disabled" if off else rng.choice(others))
             self.pause(rng.uniform(0.1, 1.0))
             self.restart(name)
@@ -401,6 +435,16 @@ class Nodes:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=STOP_TIMEOUT)
+
+    def unconverged(self, since: float) -> list[str]:
+        """The nodes whose `bcd` logged `host.unconverged` at or after `since` (Unix seconds)."""
+        found = []
+        for name in self.names:
+            for line in (self.state(name) / "bcd.log").read_text(errors="replace").splitlines():
+                if line.startswith("{") and '"host.unconverged"' in line and json.loads(line)["ts"] >= since:
+                    found.append(name)
+                    break
+        return found
 
     def log_errors(self) -> Counter[str]:
         """The `bcd` logs' error lines by event, and the exceptions of their tracebacks by type."""
@@ -492,11 +536,21 @@ WAITING = "SELECT count(*) FROM capacity_mig_layouts"
 
 def settle(url: str, bound: float, nodes: Nodes, polls: int = 4) -> tuple[bool, float]:
     """Poll until nothing is unsettled `polls` times in a row, a second apart, or `bound` seconds
-    pass (the nodes supervised meanwhile); returns whether it settled and the seconds taken."""
+    pass (the nodes supervised meanwhile); returns whether it settled and the seconds taken.
+
+    Unsettled: a node whose observed generation is behind its spec's, or one whose `bcd` logged
+    `host.unconverged` since the last poll (it does so each pass while a GPU is not at the layout
+    it is told). The log is read too because the server's record alone can say converged when it
+    is not: a `bcd` started again on GPUs that came back otherwise finds the spec's generation
+    unchanged, and the one observed before the restart still stands for it."""
     started = time.monotonic()
     calm = 0
+    since = time.time()
     while time.monotonic() - started < bound:
-        calm = calm + 1 if _scalar(url, UNSETTLED) == 0 else 0
+        polled = time.time()
+        quiet = _scalar(url, UNSETTLED) == 0 and not nodes.unconverged(since)
+        since = polled
+        calm = calm + 1 if quiet else 0
         if calm >= polls:
             return True, round(time.monotonic() - started, 1)
         nodes.pause(1.0)
@@ -570,7 +624,9 @@ def run(
     returns the counts and the work done."""
     work.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    with own_database(postgres_url, "bc_soak") as url:
+    # The workers are spawned first: their imports take seconds, meanwhile the server starts.
+    workers = multiprocessing.get_context("spawn").Pool(settings.placers + 2, initializer=_imported)
+    with workers, own_database(postgres_url, "bc_soak") as url:
         names, token = _prepare(url, settings.nodes, settings.first_layout)
         with _serving(url, work) as base, _client(base, token) as admin:
             for tenant in TENANTS:
@@ -596,7 +652,7 @@ def run(
                     lambda: _scalar(url, reported) == len(names), READY_TIMEOUT, "every node's first report"
                 )
                 ready = time.monotonic()
-                work_done = _load(base, token, work, nodes, settings, pool_layout)
+                work_done = _load(workers, base, token, work, nodes, settings, pool_layout)
                 loaded = time.monotonic()
                 for name in list(nodes.killed):
                     nodes.restart(name)
@@ -604,6 +660,7 @@ def run(
                 counted_at = _now()
                 found = counts(url, say)
                 waiting = _scalar(url, WAITING)
+                unconverged = nodes.unconverged(time.time() - 2.0)
                 with psycopg.connect(url) as conn:
                     behind = conn.execute(
                         "SELECT id, observed_generation, spec_generation FROM nodes"
@@ -618,6 +675,7 @@ def run(
             "countedAt": counted_at.isoformat(timespec="seconds"),
             "settleSeconds": settle_seconds,
             "nodesBehind": {str(n): f"observed {o} of {g}" for n, o, g in behind},
+            "nodesUnconverged": unconverged,
             "layoutChangesWaiting": waiting,
             **work_done,
             "nodeStarts": nodes.done["starts"],
@@ -640,35 +698,51 @@ def run(
     return summary
 
 
+def _imported() -> None:
+    """A worker's initializer: unpickling it imports this module (and the product) in the worker."""
+
+
 def _load(
-    base: str, token: str, work: Path, nodes: Nodes, settings: Settings, pool_layout: Callable[[], str]
+    workers: Pool,
+    base: str,
+    token: str,
+    work: Path,
+    nodes: Nodes,
+    settings: Settings,
+    pool_layout: Callable[[], str],
 ) -> dict[str, Any]:
-    """The placers, the flipper and the churner in processes of their own and the chaos loop here,
+    """The placers, the flipper and the churner in the `workers` processes and the chaos loop here,
     for `settings.seconds`; returns what they did."""
     stop = work / "stop"
-    stop.unlink(missing_ok=True)
+    for old in (stop, *work.glob("stop.started-*")):
+        old.unlink(missing_ok=True)
     seed = settings.seed
-    ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(settings.placers + 2) as workers:
-        placing = [
-            workers.apply_async(placer, (base, token, seed * 100 + n, settings.pace, str(stop)))
-            for n in range(settings.placers)
-        ]
-        flipping = workers.apply_async(flipper, (base, token, seed, settings.flip_pause, str(stop)))
-        churning = workers.apply_async(churner, (base, token, seed, settings.pace, str(stop)))
-        try:
-            nodes.chaos(
-                random.Random(seed),
-                time.monotonic() + settings.seconds,
-                settings.chaos_pause,
-                settings.reboot_share,
-                pool_layout,
-            )
-        finally:
-            stop.touch()
-        booked: Counter[str] = sum((p.get(timeout=300) for p in placing), Counter())
-        flips = flipping.get(timeout=300)
-        tenants = churning.get(timeout=300)
+    placing = [
+        workers.apply_async(placer, (base, token, seed * 100 + n, settings.pace, str(stop)))
+        for n in range(settings.placers)
+    ]
+    flipping = workers.apply_async(flipper, (base, token, seed, settings.flip_pause, str(stop)))
+    churning = workers.apply_async(churner, (base, token, seed, settings.pace, str(stop)))
+    try:
+        # Spawning and importing takes the workers seconds on a busy machine: the load's time
+        # counts from when they all run.
+        _wait(
+            lambda: len(list(work.glob("stop.started-*"))) == settings.placers + 2,
+            READY_TIMEOUT,
+            "the workers",
+        )
+        nodes.chaos(
+            random.Random(seed),
+            time.monotonic() + settings.seconds,
+            settings.chaos_pause,
+            settings.reboot_share,
+            pool_layout,
+        )
+    finally:
+        stop.touch()
+    booked: Counter[str] = sum((p.get(timeout=300) for p in placing), Counter())
+    flips = flipping.get(timeout=300)
+    tenants = churning.get(timeout=300)
     every = booked + tenants
     made = {
         k.removesuffix(":ok"): v for k, v in every.items() if k.endswith(":ok") and not k.startswith("quota")
