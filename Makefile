@@ -6,7 +6,7 @@ DB_URL ?= $(if $(BC_DATABASE_URL),$(BC_DATABASE_URL),sqlite:///better-compute.db
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt check pytest fuzz torture bench-quick openapi clean
+.PHONY: run test lint fmt check pytest fuzz torture soak bench-quick openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,32 @@ torture: $(VENV)/.installed-test
 	CI=true TORTURE_ATTEMPTS=$(TORTURE_ATTEMPTS) TORTURE_CHANGES=$(TORTURE_CHANGES) \
 		TORTURE_CHANGE_PAUSE=$(TORTURE_CHANGE_PAUSE) TORTURE_SECONDS=$(TORTURE_SECONDS) \
 		$(BIN)/pytest tests/torture --no-cov --timeout=14400 -s
+
+# The PostgreSQL soak at length (tests/soak/soak.py; `make test` runs it bounded, 30 s of load): a real
+# `serve` on a database of its own, SOAK_NODES real `bcd` processes (fake NVML, whose MIG state outlives
+# the daemon as a GPU's does) killed -9 and started again every SOAK_CHAOS_PAUSE s or so (SOAK_REBOOT_SHARE
+# of the restarts reboots: the GPUs come back MIG-off or at a layout other than the pool's), SOAK_PLACERS
+# placers booking whole GPUs and MIG instances now and for later (SOAK_PACE s apart), the pool's migLayout
+# flipped every SOAK_FLIP_PAUSE s, tenants created and deleted, for SOAK_SECONDS; then, once the nodes
+# settle (at most SOAK_SETTLE s), SQL counts overlaps, parent/child overlaps and stranded bookings. On
+# $$BC_TEST_POSTGRES_URL or 127.0.0.1:5432. The last line is the JSON summary; the status is 1 if a count
+# is not 0. SOAK_SEED picks the run, SOAK_FIRST_LAYOUT the pool's layout at the start (all-disabled),
+# SOAK_WORK a directory to keep the server's and the nodes' logs in.
+SOAK_SECONDS ?= 600
+SOAK_NODES ?= 4
+SOAK_PLACERS ?= 2
+SOAK_PACE ?= 0.05
+SOAK_FLIP_PAUSE ?= 4
+SOAK_CHAOS_PAUSE ?= 2
+SOAK_REBOOT_SHARE ?= 0.5
+SOAK_SETTLE ?= 120
+SOAK_SEED ?= 35
+
+soak: $(VENV)/.installed-test
+	CI=true SOAK_SECONDS=$(SOAK_SECONDS) SOAK_NODES=$(SOAK_NODES) SOAK_PLACERS=$(SOAK_PLACERS) \
+		SOAK_PACE=$(SOAK_PACE) SOAK_FLIP_PAUSE=$(SOAK_FLIP_PAUSE) SOAK_CHAOS_PAUSE=$(SOAK_CHAOS_PAUSE) \
+		SOAK_REBOOT_SHARE=$(SOAK_REBOOT_SHARE) SOAK_SETTLE=$(SOAK_SETTLE) SOAK_SEED=$(SOAK_SEED) \
+		$(BIN)/python -m tests.soak
 
 bench-quick: $(VENV)/.installed-test
 	$(BIN)/python bench/ledger.py --quick

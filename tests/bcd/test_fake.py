@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.fake import KEPT_STATE, FakeNode
 from better_compute.bcd.fleet_file import read_fleet
 from better_compute.bcd.gpu import (
     InstanceInUse,
@@ -17,6 +19,7 @@ from better_compute.bcd.gpu import (
 from better_compute.bcd.inventory import node_report
 from better_compute.domain.errors import NotFound
 from better_compute.entrypoints.fleet import simulated_nodes
+from tests.builders import fleet_spec
 
 DEMO = "examples/demo-fleet.yaml"
 
@@ -208,3 +211,38 @@ def test_read_gpus_describe_health_and_pci() -> None:
     assert first.pci_bus_id == "00000000:18:00.0" and not first.mig_capable
     assert first.health.healthy and second.health.problems == ("marked unhealthy",)
     node.close()
+
+
+def test_a_kept_node_built_again_finds_its_gpus_as_they_were_left(tmp_path: Path) -> None:
+    spec = fleet_spec(nodes=1, layout="all-1g.10gb")
+    path = tmp_path / KEPT_STATE
+    first = FakeNode.from_fleet(spec, "n").keep(path)
+    gpu = first.gpus[0].uuid
+    for gi in (1, 2, 3, 4, 5, 6, 7):
+        first.destroy_instance(gpu, gi)
+    first.create_instance(gpu, "3g.40gb", 0)
+    left = first.list_gpus()
+    # A daemon started again reads the fleet file (whose layout is all-1g.10gb) and the kept state.
+    again = FakeNode.from_fleet(spec, "n").keep(path)
+    assert again.list_gpus() == left
+    assert placements(again, gpu) == [("3g.40gb", 0, 4)]
+    made = again.create_instance(gpu, "3g.40gb", 4)  # numbered after the one made before the restart
+    assert made.compute_instances[0].uuid not in {i.compute_instances[0].uuid for i in left[0].instances}
+
+
+def test_a_kept_node_rebooted_comes_back_without_instances_after_a_restart(tmp_path: Path) -> None:
+    spec = fleet_spec(nodes=1, layout="all-1g.10gb")
+    path = tmp_path / KEPT_STATE
+    node = FakeNode.from_fleet(spec, "n").keep(path)
+    node.gpus[0].mig_mode_persists = False  # Hopper: MIG mode is lost on reboot
+    node.reboot()
+    again = FakeNode.from_fleet(spec, "n").keep(path)
+    assert [(g.mig_current, g.instances) for g in again.list_gpus()] == [(False, ()), (True, ())]
+
+
+def test_a_node_kept_where_no_file_is_starts_from_the_fleet_file_and_writes_it(tmp_path: Path) -> None:
+    spec = fleet_spec(nodes=1, layout="all-3g.40gb")
+    kept = FakeNode.from_fleet(spec, "n").keep(tmp_path / KEPT_STATE)
+    assert kept.list_gpus() == FakeNode.from_fleet(spec, "n").list_gpus()
+    again = FakeNode.from_fleet(fleet_spec(nodes=1, layout="all-1g.10gb"), "n").keep(tmp_path / KEPT_STATE)
+    assert again.list_gpus() == kept.list_gpus()

@@ -12,13 +12,20 @@ Ids are stable: a GPU's uuid derives from the node name and its index, a MIG dev
 its GPU instance id and profile, so a fleet simulated twice reports the same atoms. An instance
 created after start-up gets a new MIG uuid each time, since hardware gives a re-created instance a
 new one.
+
+A node can keep its GPUs' MIG state in a file (`FakeNode.keep`, what `bcd run --nvml fake` does in
+its state directory): a GPU's MIG mode and instances outlive the process that changed them, as a real
+GPU's outlive a `bcd` that is killed and started again, so a restarted daemon finds what it left.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from better_compute.bcd.gpu import (
     ComputeInstance,
@@ -38,6 +45,9 @@ from better_compute.domain.errors import NotFound
 from better_compute.domain.fleet import FleetSpec, NodeSpec
 from better_compute.domain.inventory import MigInstance, NodeReport
 from better_compute.domain.name_uuids import uuid5_text
+
+KEPT_STATE = "fake-gpus.json"
+"""The file in its state directory where `bcd run --nvml fake` keeps the simulated GPUs' MIG state."""
 
 _NS = uuid.UUID("0b6a3d7e-95a4-4f0e-8f44-2f6d1c7a9b10")
 
@@ -243,6 +253,8 @@ class FakeNode:
     name: str
     gpus: list[FakeGpu]
     observed_generation: int = 0
+    kept_in: Path | None = None
+    """The file the GPUs' MIG state is kept in (`keep`); None: it lives only in this process."""
 
     @classmethod
     def build(
@@ -284,6 +296,31 @@ class FakeNode:
     def apply_layout(self, layout: str) -> None:
         for gpu in self.gpus:
             gpu.apply_layout(layout)
+        self._save()
+
+    def keep(self, path: Path) -> FakeNode:
+        """Keep the GPUs' MIG state (mode current and pending, instances, the count that numbers new
+        MIG uuids) in `path` from now on, as the hardware keeps it across a restart of the daemon
+        (not of the machine: `reboot` loses the instances). When `path` exists, what it holds of a
+        GPU of this node replaces what the node was built with; either way it is written now, and
+        again after every change, whole (a process killed half-way leaves the last complete state)."""
+        self.kept_in = path
+        if path.exists():
+            kept = json.loads(path.read_text(encoding="utf-8")).get("gpus") or {}
+            for gpu in self.gpus:
+                if isinstance(state := kept.get(gpu.uuid), dict):
+                    _restore(gpu, state)
+        self._save()
+        return self
+
+    def _save(self) -> None:
+        if self.kept_in is None:
+            return
+        text = json.dumps({"node": self.name, "gpus": {g.uuid: _state(g) for g in self.gpus}}, indent=1)
+        self.kept_in.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.kept_in.with_name(f".{self.kept_in.name}.partial")
+        partial.write_text(text, encoding="utf-8")
+        partial.replace(self.kept_in)
 
     def report(self) -> NodeReport:
         from better_compute.bcd.inventory import node_report
@@ -319,6 +356,7 @@ class FakeNode:
         GPU and compute instance is gone."""
         for gpu in self.gpus:
             gpu.reboot()
+        self._save()
 
     # GpuBackend
 
@@ -326,19 +364,64 @@ class FakeNode:
         return tuple(g.read() for g in self.gpus)
 
     def create_instance(self, gpu: str, profile: str, placement_start: int) -> GpuInstance:
-        return self.gpu(gpu).create(profile, placement_start)
+        created = self.gpu(gpu).create(profile, placement_start)
+        self._save()
+        return created
 
     def destroy_instance(self, gpu: str, gi_id: int) -> None:
         self.gpu(gpu).destroy(gi_id)
+        self._save()
 
     def set_mig_mode(self, gpu: str, enabled: bool) -> bool:
-        return self.gpu(gpu).set_mig_mode(enabled)
+        waits = self.gpu(gpu).set_mig_mode(enabled)
+        self._save()
+        return waits
 
     def reset_gpu(self, gpu: str) -> None:
         self.gpu(gpu).reset()
+        self._save()
 
     def zero_memory(self, gpu: str, gi_id: int | None) -> None:
         self.gpu(gpu).zero(gi_id)
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _state(gpu: FakeGpu) -> dict[str, Any]:
+    """What a GPU keeps across a restart of its daemon, as `FakeNode.keep` writes it."""
+    return {
+        "migCurrent": gpu.mig_current,
+        "migPending": gpu.mig_pending,
+        "created": gpu.created,
+        "instances": [
+            {
+                "profile": m.profile,
+                "giId": m.gi_id,
+                "ciId": m.ci_id,
+                "placementStart": m.placement_start,
+                "placementSize": m.placement_size,
+                "uuid": m.uuid,
+            }
+            for m in gpu.instances
+        ],
+    }
+
+
+def _restore(gpu: FakeGpu, state: dict[str, Any]) -> None:
+    """Put back what `_state` wrote of the GPU."""
+    gpu.mig_current = bool(state.get("migCurrent"))
+    gpu.mig_pending = bool(state.get("migPending"))
+    gpu.created = int(state.get("created") or 0)
+    gpu.busy.clear()
+    gpu.instances = [
+        MigInstance(
+            profile=str(m["profile"]),
+            gi_id=int(m["giId"]),
+            ci_id=int(m["ciId"]),
+            placement_start=int(m["placementStart"]),
+            placement_size=int(m["placementSize"]),
+            uuid=str(m["uuid"]),
+        )
+        for m in state.get("instances") or []
+    ]

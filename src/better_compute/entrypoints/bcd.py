@@ -163,10 +163,12 @@ def run(
         if nvml is NvmlKind.fake:
             if fleet is None:
                 _fail("--nvml fake needs --fleet FILE", 2)
-            from better_compute.bcd.fake import FakeNode
+            from better_compute.bcd.fake import KEPT_STATE, FakeNode
             from better_compute.bcd.fleet_file import read_fleet
 
-            backend = FakeNode.from_fleet(read_fleet(fleet), node or identity.node)
+            # The GPUs' MIG state outlives this process, as a real GPU's does (docs/bcd.md).
+            fake = FakeNode.from_fleet(read_fleet(fleet), node or identity.node)
+            backend = fake.keep(state_dir / KEPT_STATE)
             runner = LoggingRunner(log)
         else:
             if fleet is not None:
