@@ -19,7 +19,7 @@ MAX_TERMINATING = 1000
 
 def run(store: StorePort, principal: Principal, now: datetime, silent_after: timedelta) -> list[Finding]:
     """Every finding about the fleet at `now` (admin only), sorted; `silent_after` is how long
-    without a report makes a joined node silent. Appends one `doctor.run` event."""
+    without a signed report or spec read makes a joined node silent. Appends one `doctor.run` event."""
     require_admin(principal, "doctor.run")
     with store.read() as tx:
         facts = FleetFacts(

@@ -10,8 +10,8 @@ from better_compute.wire.common import WireAnswer, WireRequest
 
 
 class DoctorQuery(WireRequest):
-    """`doctor.run` (query parameters): how many minutes without a report make a joined node
-    `node.silent` (`silentMinutes`, 1 to 10080; default 10)."""
+    """`doctor.run` (query parameters): how many minutes without a signed report or spec read make a
+    joined node `node.silent` (`silentMinutes`, 1 to 10080; default 10)."""
 
     silent_minutes: int = Field(default=10, ge=1, le=10080)
 
