@@ -4,16 +4,19 @@ known, a signed spec read sent again, and an idle `bcd` that `doctor` called sil
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import update
 
 from better_compute.client import UnauthenticatedError
 from better_compute.domain.node_reports import HEADERS
 from better_compute.storage.store import Store
+from better_compute.storage.tables import nodes
 from tests.builders import stored_events
 from tests.node_world import NodeWorld
 
@@ -135,6 +138,31 @@ def test_a_signed_spec_read_cannot_be_replayed(world: NodeWorld) -> None:
     assert client.nodes.report("n-1", {"kind": "ObservedGeneration", "generation": 0}).sequence > 1
     reasons = [e["payload"]["reason"] for e in stored_events(world.store, "node.report.refused")]
     assert reasons == ["replayed", "replayed"]
+
+
+def test_copies_of_one_signed_spec_read_sent_at_once_admit_one(world: NodeWorld) -> None:
+    """Six copies of one captured read, sent together: the conditional update takes its number once
+    (on PostgreSQL the losers wait on the row, then find the number taken)."""
+    client = world.node(world.join("n-1"))
+    sent = recorded(client.nodes._compute)
+    client.nodes.spec("n-1")
+    captured = sent[-1]
+    # The server forgets the number, so that each copy could be the first to use it.
+    with world.store.engine.begin() as conn:
+        conn.execute(update(nodes).where(nodes.c.id == "n-1").values(report_sequence=0))
+    codes: list[int] = []
+    barrier = threading.Barrier(6)
+
+    def send() -> None:
+        barrier.wait()
+        codes.append(send_again(world, captured).status_code)
+
+    threads = [threading.Thread(target=send) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(codes) == [200] + [401] * 5
 
 
 def test_a_spec_read_signed_with_a_used_sequence_number_is_refused(world: NodeWorld) -> None:
