@@ -4,6 +4,7 @@ known, a signed spec read sent again, and an idle `bcd` that `doctor` called sil
 
 from __future__ import annotations
 
+import base64
 import threading
 from datetime import timedelta
 from pathlib import Path
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import update
 
 from better_compute.client import UnauthenticatedError
-from better_compute.domain.node_reports import HEADERS
+from better_compute.domain.node_reports import HEADERS, signed_bytes
 from better_compute.storage.store import Store
 from better_compute.storage.tables import nodes
 from tests.builders import stored_events
@@ -173,6 +174,23 @@ def test_a_spec_read_signed_with_a_used_sequence_number_is_refused(world: NodeWo
     with pytest.raises(UnauthenticatedError) as refused:
         client.nodes.spec("n-1")
     assert refused.value.details["reason"] == "replayed"
+
+
+def test_a_spec_read_signed_with_sequence_0_as_bcd_did_is_refused_saying_to_upgrade(world: NodeWorld) -> None:
+    identity = world.join("n-1")
+    stamp = int(world.clock.now.timestamp())
+    target = "/v1/nodes/n-1/spec"
+    signature = identity.key.sign(signed_bytes("GET", target, "n-1", stamp, 0, b""))
+    headers = {
+        "BC-Node": "n-1",
+        "BC-Timestamp": str(stamp),
+        "BC-Sequence": "0",
+        "BC-Signature": base64.b64encode(signature).decode(),
+    }
+    old = world.http.get(target, headers=headers)
+    assert old.status_code == 401, old.text
+    assert error(old)["details"]["reason"] == "replayed"
+    assert "upgrade bcd" in error(old)["message"]
 
 
 # -- a live bcd is not silent ---------------------------------------------------------------------
