@@ -150,7 +150,7 @@ def test_doctor_silent_nodes_unhealthy_gpus_and_reboots(fleet: Store) -> None:
         ("node.silent", NODE),
     ]
     silent = answer["findings"][2]
-    assert silent["detail"] == "no report since 2026-12-01T10:00:00Z (10 minutes or more)"
+    assert silent["detail"] == "no report or spec read since 2026-12-01T10:00:00Z (10 minutes or more)"
     # A wider window: not silent yet.
     wider = doctor(fleet, at(1) + timedelta(minutes=30), silentMinutes=60)
     assert found(wider) == [("gpu.unhealthy", gpu), ("node.reboot-required", NODE)]

@@ -122,3 +122,47 @@ def test_unknown_query_parameters_are_refused_on_every_v1_get(http: TestClient, 
     for name in documented:
         taken = http.get(path, params={name: "1"})
         assert "unknown query parameter" not in taken.text, taken.text
+
+
+def test_a_repeated_query_parameter_is_400_not_its_last_value(http: TestClient) -> None:
+    """`limit=1&limit=1000` once answered 1,000 items: the last value won and the first was dropped."""
+    refused = http.get("/v1/atoms?pool=p1&limit=1&limit=1000")
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"] == {
+        "code": "INVALID_INPUT",
+        "message": "limit: repeated query parameter; give it once",
+        "details": {"field": "limit"},
+    }
+    assert http.get("/v1/atoms?pool=p1&pool=p2").json()["error"]["details"] == {"field": "pool"}
+    # A list parameter repeats: that is how a list is sent.
+    listed = http.get("/v1/atoms?attr=migProfile=1g.10gb&attr=healthy=true&pool=p1")
+    assert listed.status_code == 200, listed.text
+    # Two spellings of one field are the field twice.
+    both = http.get("/v1/policies?tenantId=acme&tenant_id=acme")
+    assert both.status_code == 400 and both.json()["error"]["details"] == {"field": "tenantId"}
+
+
+def test_a_repeated_query_parameter_is_400_on_other_verbs_too(http: TestClient) -> None:
+    body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"}
+    for path in ("/v1/reservations?x=1&x=2", "/v1/tenants?x=1&x=2"):
+        refused = http.post(path, json=body)
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["details"] == {"field": "x"}
+
+
+def _is_list(parameter: dict[str, Any]) -> bool:
+    schema = parameter.get("schema", {})
+    return schema.get("type") == "array" or any(s.get("type") == "array" for s in schema.get("anyOf", []))
+
+
+@pytest.mark.parametrize("route", V1_GETS)
+def test_a_repeated_query_parameter_is_400_on_every_v1_get(http: TestClient, route: str) -> None:
+    path = re.sub(r"\{[^}]+\}", "p1", route)
+    operation = http.get("/openapi.json").json()["paths"][route]["get"]
+    for parameter in operation.get("parameters", []):
+        if parameter["in"] != "query" or _is_list(parameter):
+            continue
+        name = parameter["name"]
+        refused = http.get(f"{path}?{name}=1&{name}=1")
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["details"] == {"field": name}, refused.text

@@ -137,7 +137,7 @@ def test_a_joined_node_is_silent_after_the_window_without_a_report(minutes: floa
     found = diagnose(FleetFacts(nodes=[reported]), at(1) + timedelta(minutes=minutes), SILENT)
     assert codes(found) == ([("node.silent", "n1")] if silent else [])
     if silent:
-        assert found[0].detail == "no report since 2026-12-01T10:00:00Z (10 minutes or more)"
+        assert found[0].detail == "no report or spec read since 2026-12-01T10:00:00Z (10 minutes or more)"
 
 
 def test_a_node_that_joined_and_never_reported_is_silent_once_the_window_has_passed() -> None:
@@ -145,20 +145,33 @@ def test_a_node_that_joined_and_never_reported_is_silent_once_the_window_has_pas
     assert diagnose(FleetFacts(nodes=[joined]), T0 + timedelta(minutes=5), SILENT) == []
     found = diagnose(FleetFacts(nodes=[joined]), T0 + timedelta(minutes=10), SILENT)
     assert codes(found) == [("node.silent", "n1")]
-    assert found[0].detail.startswith("no report since it joined at 2026-12-01T09:00:00Z")
+    assert found[0].detail.startswith("no report or spec read since it joined at 2026-12-01T09:00:00Z")
 
 
 def test_a_node_that_joined_again_counts_its_silence_from_the_new_join() -> None:
     rejoined = node(public_key="k2", joined_at=at(5), last_report_at=at(1))
     assert diagnose(FleetFacts(nodes=[rejoined]), at(5) + timedelta(minutes=5), SILENT) == []
     found = diagnose(FleetFacts(nodes=[rejoined]), at(5) + timedelta(minutes=30), SILENT)
-    assert found[0].detail.startswith("no report since it joined at 2026-12-01T14:00:00Z")
+    assert found[0].detail.startswith("no report or spec read since it joined at 2026-12-01T14:00:00Z")
+
+
+@pytest.mark.parametrize(("minutes", "silent"), [(9, False), (10, True)], ids=str)
+def test_an_idle_node_that_reads_its_spec_is_not_silent(minutes: float, silent: bool) -> None:
+    """An idle `bcd` reports nothing for hours but long-polls its spec: the latest read is contact."""
+    idle = node(public_key="k", joined_at=T0, last_report_at=at(1), last_spec_read_at=at(5))
+    found = diagnose(FleetFacts(nodes=[idle]), at(5) + timedelta(minutes=minutes), SILENT)
+    assert codes(found) == ([("node.silent", "n1")] if silent else [])
+    if silent:
+        assert found[0].detail == "no report or spec read since 2026-12-01T14:00:00Z (10 minutes or more)"
+    # A report later than the last read counts from the report.
+    busy = node(public_key="k", joined_at=T0, last_report_at=at(6), last_spec_read_at=at(5))
+    assert diagnose(FleetFacts(nodes=[busy]), at(6) + timedelta(minutes=9), SILENT) == []
 
 
 def test_a_key_with_no_join_time_is_silent() -> None:
     found = diagnose(FleetFacts(nodes=[node(public_key="k")]), T0, timedelta(minutes=1))
     assert codes(found) == [("node.silent", "n1")]
-    assert found[0].detail == "no report since it joined (1 minute or more)"
+    assert found[0].detail == "no report or spec read since it joined (1 minute or more)"
 
 
 def test_an_unhealthy_gpu_that_is_present_is_a_finding_and_a_missing_one_is_not() -> None:

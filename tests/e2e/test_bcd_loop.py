@@ -14,6 +14,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -45,6 +46,10 @@ def eventually(probe: Callable[[], T | None], what: str, bound: float = BOUND) -
             return found
         time.sleep(0.1)
     raise AssertionError(f"not within {bound:.0f} s: {what}")
+
+
+def when(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def bcd(state: Path, fleet: Path, home: Path) -> subprocess.Popen[bytes]:
@@ -93,6 +98,13 @@ def run_the_loop(
             return all(n["lastReportAt"] is not None for n in nodes) and len(nodes) == len(NODES)
 
         eventually(reported, "every node's first report")  # the nodes have no atoms until then
+
+        def polling() -> bool:
+            # Idle, a bcd sends no report but reads its spec, signed: that read is its contact.
+            nodes = admin.get("/v1/nodes").json()["items"]
+            return all(when(n["lastContactAt"]) > when(n["lastReportAt"]) for n in nodes)
+
+        eventually(polling, "every idle node's spec read recorded as contact")
         body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "4h"}
         made = user.post("/v1/reservations", json=body)
         assert made.status_code == 201, made.text

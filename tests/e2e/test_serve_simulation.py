@@ -55,6 +55,14 @@ def test_a_reservation_on_the_demo_fleet_is_handed_to_its_node_by_the_simulated_
         eventually(lambda: not spec_file.exists(), f"{spec_file} removed")
         eventually(lambda: http.get(f"/v1/reservations/{rid}").json()["binding"] == "released", "released")
         gpus = {g["id"]: g for g in http.get("/v1/gpus", params={"node": "euw-h100-b"}).json()["items"]}
+
+        def all_in_contact() -> bool:
+            nodes = http.get("/v1/nodes").json()["items"]
+            return len(nodes) == 8 and all(n["lastContactAt"] is not None for n in nodes)
+
+        # Each simulated node is a live bcd: idle, it long-polls its spec, and that is its contact.
+        eventually(all_in_contact, "every simulated node in contact")
+        assert not [f for f in http.get("/v1/doctor").json()["findings"] if f["code"] == "node.silent"]
     # The daemon left the node's own layout alone: its pool's policy is all-1g.10gb.
     profiles = {i["profile"] for g in gpus.values() for i in g["migInstances"]}
     assert profiles == {"3g.40gb", "2g.20gb"}
@@ -66,7 +74,7 @@ def test_no_simulate_registers_the_nodes_and_waits_for_their_bcd(tmp_path: Path)
         with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
             nodes = http.get("/v1/nodes").json()["items"]
             atoms = http.get("/v1/atoms").json()["items"]
-        assert len(nodes) == 8 and all(n["lastReportAt"] is None for n in nodes)
+        assert len(nodes) == 8 and all(n["lastReportAt"] is n["lastContactAt"] is None for n in nodes)
         assert atoms == []
         assert "each waits for its bcd to join" in server.output()
         assert "bcd loop" not in server.output()

@@ -4,9 +4,10 @@ the same answer FastAPI's own handling of the route gives.
 `POST /v1/reservations` reads, decodes and validates its body itself (`api.routes.reservations.
 AdmissionRoute`, for speed), where every other route lets FastAPI do it; two 500s came from that
 code so far. Each generated request goes to two apps over two copies of one seeded database, wired
-alike (fixed clock, counting ids): the real one, and one that serves the same endpoint as FastAPI
-serves any route (a plain `APIRoute`, with the real error mapping and middleware). Their answers
-must be equal, status and body (so a difference in what the route accepts shows too), and never 5xx.
+alike (fixed clock, counting ids): the real one, and one that serves the same endpoint as every other
+route is served (the API's `StrictQueryRoute`: FastAPI's handling, the body first read as
+`api.bodies` reads every body, with the real error mapping and middleware). Their answers must be
+equal, status and body (so a difference in what the route accepts shows too), and never 5xx.
 
 Bodies: raw bytes; JSON truncated or spliced with garbage; arbitrary JSON values (huge and
 non-finite numbers, lone surrogates, control and format characters) in UTF-8, UTF-16 and UTF-32; a
@@ -31,13 +32,13 @@ from typing import Any
 import hypothesis
 import pytest
 from fastapi import APIRouter, FastAPI
-from fastapi.routing import APIRoute
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 
 from better_compute.api import errors, guards, metrics
 from better_compute.api.auth import AUTHENTICATED
 from better_compute.api.limits import BodyLimits
+from better_compute.api.query import StrictQueryRoute
 from better_compute.api.routes import reservations as routes
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.server import build_services
@@ -205,10 +206,10 @@ content_types = st.integers(0, 9).flatmap(lambda n: st.sampled_from(JSON_TYPES) 
 
 
 def fastapi_own(store: Store) -> FastAPI:
-    """An app over `store` wired as `real_app` is, whose one route is `POST /v1/reservations` as a
-    plain `APIRoute` over the real route's endpoint, with the real error mapping and middleware:
-    FastAPI reads, decodes and validates the body, and solves the dependencies (the token, the
-    services)."""
+    """An app over `store` wired as `real_app` is, whose one route is `POST /v1/reservations` as every
+    other route of the API is served (`StrictQueryRoute`) over the real route's endpoint, with the
+    real error mapping and middleware: FastAPI reads, decodes and validates the body, and solves the
+    dependencies (the token, the services)."""
     app = FastAPI()
     app.state.services = build_services(store, clock=lambda: T0, ids=CountingIds())
     errors.install(app)
@@ -220,7 +221,7 @@ def fastapi_own(store: Store) -> FastAPI:
         methods=["POST"],
         response_model=ReservationPublic,
         status_code=201,
-        route_class_override=APIRoute,
+        route_class_override=StrictQueryRoute,
     )
     app.include_router(router)
     guards.install(app)

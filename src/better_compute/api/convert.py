@@ -290,6 +290,7 @@ def node_public(v: NodeView) -> NodePublic:
         reboot_required=n.reboot_required,
         observed_generation=n.observed_generation,
         last_report_at=n.last_report_at,
+        last_contact_at=n.last_contact_at,
     )
 
 

@@ -9,7 +9,9 @@ here, before a route runs or as the body arrives, so that every route is covered
 - a body without one (chunked), or one that sends more than it declared, is counted as it is
   received and refused as soon as it passes the cap;
 - each wait for the next part of a body lasts at most `timeout` seconds;
-- a client that disconnects before its body has arrived is one warning line, not a traceback.
+- a client that disconnects before its body has arrived is one warning line, not a traceback;
+- a request in a `Content-Encoding` other than `identity` is refused at once (415): the server
+  decodes none, and reading gzip bytes as JSON would only end in a confusing error further on.
 
 Every refusal closes the connection (`Connection: close`), so the rest of a body that was not read
 is not read either. The cap is far above any request the API takes: a reservation with its 16
@@ -71,15 +73,33 @@ def body_too_slow(timeout: float) -> Response:
     )
 
 
+def encoding_not_decoded(coding: str) -> Response:
+    """The refusal of a body in a content coding the server does not decode (415, RFC 9110 15.5.16),
+    with `Accept-Encoding` naming the one it takes (RFC 7694)."""
+    from better_compute.api.errors import error_response
+
+    return _closing(
+        error_response(
+            415,
+            codes.INVALID_INPUT,
+            f"Content-Encoding {coding} is not decoded by this server; send the body unencoded (identity)",
+            {"contentEncoding": coding, "accepted": ["identity"]},
+            headers={"Accept-Encoding": "identity"},
+        )
+    )
+
+
 def _closing(response: Response) -> Response:
     response.headers["connection"] = "close"
     return response
 
 
-def _declared_body(scope: Scope) -> tuple[int | None, bool]:
-    """The request's `Content-Length` (None when absent or not a number) and whether a body follows."""
+def _declared_body(scope: Scope) -> tuple[int | None, bool, str | None]:
+    """The request's `Content-Length` (None when absent or not a number), whether a body follows,
+    and its `Content-Encoding` when that is anything but `identity` (None: the body is as sent)."""
     length: int | None = None
     chunked = False
+    codings: list[str] = []
     for name, value in scope["headers"]:
         if name == b"content-length":
             try:
@@ -88,7 +108,12 @@ def _declared_body(scope: Scope) -> tuple[int | None, bool]:
                 length = None
         elif name == b"transfer-encoding":
             chunked = True
-    return length, chunked or bool(length)
+        elif name == b"content-encoding":
+            codings.append(value.decode("latin-1").strip())
+    encoded = ", ".join(c for c in codings if c)
+    if all(c.strip().lower() in ("", "identity") for c in encoded.split(",")):
+        encoded = ""
+    return length, chunked or bool(length), encoded or None
 
 
 def _where(scope: Scope) -> str:
@@ -110,7 +135,10 @@ class BodyLimits:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        length, has_body = _declared_body(scope)
+        length, has_body, encoded = _declared_body(scope)
+        if encoded is not None:
+            await encoding_not_decoded(encoded)(scope, receive, send)
+            return
         if not has_body:
             await self.app(scope, receive, send)
             return
@@ -209,5 +237,6 @@ __all__ = [
     "BodyLimits",
     "body_too_large",
     "body_too_slow",
+    "encoding_not_decoded",
     "seconds",
 ]

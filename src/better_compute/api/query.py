@@ -11,18 +11,29 @@ fields by their wire names), the same ones OpenAPI documents, so no list is kept
 field may also take other spellings (`AliasChoices`: `subject_type` beside `subjectType`); those are
 accepted too, though only the wire name is documented and offered. Only GET
 routes check: other methods take their input as a JSON body, whose models refuse unknown fields.
+
+A parameter given twice is refused too, on every route and verb (`limit=1&limit=1000` would be read
+as its last value, the first dropped without a word), unless it is a list, which is sent by repeating
+it (`attr=a=b&attr=c=d`); two spellings of one field are that field twice.
+
+The same route class reads each route's JSON body through `api.bodies` (UTF-8, each key once) before
+FastAPI decodes it, so every route with a body refuses the same bodies the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+import types
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from fastapi import Request, Response
 from fastapi.dependencies.models import Dependant
+from fastapi.params import Form
 from fastapi.routing import APIRoute
 from pydantic import AliasChoices, BaseModel
+from starlette.datastructures import QueryParams
 
+from better_compute.api.bodies import json_body
 from better_compute.domain.errors import InvalidInput
 
 
@@ -54,6 +65,40 @@ def other_spellings(dependant: Dependant) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _is_list(annotation: Any) -> bool:
+    """Whether a parameter of this type is a list (sent by repeating it), optional or not."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_list(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return any(_is_list(a) for a in get_args(annotation) if a is not type(None))
+    return isinstance(origin, type) and issubclass(origin, (list, tuple, set, frozenset, Sequence))
+
+
+def query_fields(dependant: Dependant) -> tuple[dict[str, str], frozenset[str]]:
+    """Every name a route's query parameters take (other spellings included), each with the wire
+    name of its field, and the wire names of the list parameters (which repeat)."""
+    fields: dict[str, str] = {}
+    lists: set[str] = set()
+    for field in _query_fields(dependant):
+        annotation = field.field_info.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            for name, info in annotation.model_fields.items():
+                wire = info.alias or name
+                fields[wire] = wire
+                if isinstance(info.validation_alias, AliasChoices):
+                    for choice in info.validation_alias.choices:
+                        if isinstance(choice, str):
+                            fields.setdefault(choice, wire)
+                if _is_list(info.annotation):
+                    lists.add(wire)
+        else:
+            fields[field.alias] = field.alias
+            if _is_list(annotation):
+                lists.add(field.alias)
+    return fields, frozenset(lists)
+
+
 def _query_fields(dependant: Dependant) -> Iterator[Any]:
     yield from dependant.query_params
     for dependency in dependant.dependencies:
@@ -73,25 +118,56 @@ def unknown_query_parameter(name: str, accepted: tuple[str, ...], route: str) ->
     )
 
 
+def repeated_query_parameter(name: str) -> InvalidInput:
+    """The refusal of a parameter that is not a list, given more than once."""
+    return InvalidInput(f"{name}: repeated query parameter; give it once", {"field": name})
+
+
+def check_repeats(params: QueryParams, fields: Mapping[str, str], lists: frozenset[str]) -> None:
+    """Refuse a parameter given twice (by any of its spellings, `fields`) unless it is a list."""
+    seen: set[str] = set()
+    for name, _ in params.multi_items():
+        field = fields.get(name, name)
+        if field in seen and field not in lists:
+            raise repeated_query_parameter(field)
+        seen.add(field)
+
+
 class StrictQueryRoute(APIRoute):
-    """An APIRoute whose GET refuses query parameters the route does not declare (INVALID_INPUT)."""
+    """An APIRoute that refuses query parameters a GET does not declare and any repeated one
+    (INVALID_INPUT), and reads its JSON body strictly (`api.bodies`)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        if self.methods is None or "GET" not in self.methods:
-            return handler
+        refuses_unknown = self.methods is not None and "GET" in self.methods
         accepted = declared_query_names(self.dependant)
-        known = frozenset(accepted) | frozenset(other_spellings(self.dependant))
+        fields, lists = query_fields(self.dependant)
         route = f"GET {self.path}"
+        reads_json = self.body_field is not None and not isinstance(self.body_field.field_info, Form)
 
         async def handle(request: Request) -> Response:
             if request.scope["query_string"]:
-                for name in request.query_params:
-                    if name not in known:
-                        raise unknown_query_parameter(name, accepted, route)
+                params = request.query_params
+                if refuses_unknown:
+                    for name in params:
+                        if name not in fields:
+                            raise unknown_query_parameter(name, accepted, route)
+                check_repeats(params, fields, lists)
+            if reads_json:
+                # Refuses what FastAPI's own decoding would take (UTF-16, a key twice); FastAPI
+                # then decodes the same bytes (kept by the request) as it does for any route.
+                json_body(request.headers.get("content-type"), await request.body())
             return await handler(request)
 
         return handle
 
 
-__all__ = ["StrictQueryRoute", "declared_query_names", "other_spellings", "unknown_query_parameter"]
+__all__ = [
+    "StrictQueryRoute",
+    "check_repeats",
+    "declared_query_names",
+    "other_spellings",
+    "query_fields",
+    "repeated_query_parameter",
+    "unknown_query_parameter",
+]

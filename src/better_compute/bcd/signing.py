@@ -1,8 +1,9 @@
 """Signing a node's requests: `ReportSigner` adds the BC-* headers to each request the client sends.
 
 It is an `httpx.Auth`, so it sees the request exactly as it goes out (method, encoded path and query,
-body bytes) and signs those bytes over `domain.node_reports.signed_bytes`. A report (any method but
-GET) takes the identity's next sequence number; a spec read, which changes nothing, sends 0.
+body bytes) and signs those bytes over `domain.node_reports.signed_bytes`. Every request, a spec read
+as much as a report, takes the identity's next sequence number: the server takes each number once,
+so a captured request cannot be sent again.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class ReportSigner(httpx.Auth):
         self.clock = clock
 
     def sign(self, request: httpx.Request) -> None:
-        sequence = 0 if request.method == "GET" else self.identity.take_sequence()
+        sequence = self.identity.take_sequence()
         timestamp = int(self.clock())
         target = request.url.raw_path.decode("ascii")
         message = signed_bytes(

@@ -34,7 +34,7 @@ def doctor(
             "--silent-minutes",
             min=1,
             max=10080,
-            help="Minutes without a report that make a joined node node.silent.",
+            help="Minutes without a signed report or spec read that make a joined node node.silent.",
         ),
     ] = 10,
     mig_waiting_days: Annotated[

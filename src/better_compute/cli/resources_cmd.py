@@ -437,7 +437,7 @@ def nodes_list(
         ("cluster", "clusterId"),
         ("pool", "poolId"),
         ("cordoned", "cordoned"),
-        ("last report", "lastReportAt"),
+        ("last contact", "lastContactAt"),
     ]
     _page(page, columns, "no nodes", as_json)
 

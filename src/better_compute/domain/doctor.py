@@ -5,8 +5,11 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 
 - `capacity.mig.stuck`: a node granted a new MIG layout 24 hours ago or more that has not converged
   it (its gate row is still `granted`). Its partition holds stay until it does (SPEC 6.1).
-- `node.silent`: a joined node (it registered a key) with no report for the silence window, or
-  none since it joined that long ago. Nodes that never joined (simulated in-process) do not report.
+- `node.silent`: a joined node (it registered a key) whose `bcd` has not reached the server for the
+  silence window, or not since it joined that long ago. A live `bcd` reaches it at least every
+  `--wait` seconds even when idle: it long-polls its spec, signed, and that read counts as contact
+  as a report does. Nodes that never joined (registered, waiting for their `bcd`) are not expected
+  to call; `serve --fleet`'s simulated nodes join and run the same loop as a real `bcd`.
 - `gpu.unhealthy`: a present GPU its node reports unhealthy.
 - `node.gpu-owned-elsewhere`: a node whose last inventory was refused because it named a GPU (or
   MIG) uuid another node holds (domain.gpu_owners), until an inventory of it is taken.
@@ -190,17 +193,20 @@ def mig_stuck(gates: Iterable[MigLayoutGate], nodes: Mapping[str, Node], now: da
 
 
 def silent_nodes(nodes: Iterable[Node], now: datetime, silent_after: timedelta) -> Iterator[Finding]:
-    """Joined nodes whose last sign of life (a report, or joining) is `silent_after` or more ago."""
+    """Joined nodes whose last sign of life (a signed report or spec read, or joining) is
+    `silent_after` or more ago."""
     for node in nodes:
         if node.public_key is None:
-            continue  # never joined: simulated in-process, or not yet set up; it does not report
-        reported, joined = node.last_report_at, node.joined_at
+            continue  # never joined: its bcd is not set up yet, so nothing is expected from it
+        contact, joined = node.last_contact_at, node.joined_at
         last: datetime | None
-        if reported is not None and (joined is None or reported >= joined):
-            last, detail = reported, f"no report since {_when(reported)}"
+        if contact is not None and (joined is None or contact >= joined):
+            last, detail = contact, f"no report or spec read since {_when(contact)}"
         else:
             last = joined
-            detail = "no report since it joined" + ("" if joined is None else f" at {_when(joined)}")
+            detail = "no report or spec read since it joined" + (
+                "" if joined is None else f" at {_when(joined)}"
+            )
         if last is not None and now - last < silent_after:
             continue
         yield Finding(

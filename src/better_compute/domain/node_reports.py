@@ -4,8 +4,8 @@ Every report a node sends, and every read of its spec, carries four headers:
 
 - `BC-Node`: the node's id;
 - `BC-Timestamp`: when it was signed, in whole seconds since the Unix epoch (UTC);
-- `BC-Sequence`: a decimal integer; each report carries a larger one than the last the server
-  accepted from the node (a spec read, which changes nothing, sends 0);
+- `BC-Sequence`: a decimal integer; each request, a report or a spec read, carries a larger one than
+  the last the server accepted from the node;
 - `BC-Signature`: the Ed25519 signature of the canonical bytes, in standard base64.
 
 The canonical bytes are these seven lines joined by `\\n` (no trailing newline), UTF-8:
@@ -15,10 +15,12 @@ hex SHA-256 of the body (of no bytes for a GET).
 
 The server refuses with UNAUTHENTICATED: a request without the headers, with a signature that does
 not verify under the node's registered key, one signed more than `CLOCK_SKEW` away from the server's
-clock (stale, or from the future), and a report whose sequence is not greater than the last accepted
-(a replay). The sequence is stored in the transaction that applies the report, so two reports with
-the same number, even sent at once, take effect once. A node reports only about itself: the body
-names the node of the headers.
+clock (stale, or from the future), and a request whose sequence is not greater than the last accepted
+(a replay). A report's sequence is stored in the transaction that applies the report, so two reports
+with the same number, even sent at once, take effect once; a spec read's by one statement that also
+records the read's time, so a captured read cannot be sent again either (within `CLOCK_SKEW` the
+sequence refuses it, after it the timestamp). A node reports only about itself: the body names the
+node of the headers.
 
 Exactly once across resends: a node queues each report with a `reportId` (a uuid) and resends it,
 signed again with a new sequence number, until it is answered. The server records the ids it
@@ -136,7 +138,7 @@ def check_fresh(timestamp: int, now: datetime) -> None:
 
 
 def check_sequence(sequence: int, last_accepted: int) -> None:
-    """Refuse a report whose sequence is not greater than the last one accepted from its node."""
+    """Refuse a request whose sequence is not greater than the last one accepted from its node."""
     if sequence <= last_accepted:
         raise refused(
             "replayed",

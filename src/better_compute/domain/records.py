@@ -64,7 +64,8 @@ class Node:
     observed_generation: int = 0
     last_report_at: datetime | None = None
     report_sequence: int = 0
-    """The sequence number of the last signed report accepted from the node (domain.node_reports)."""
+    """The sequence number of the last signed request accepted from the node, a report or a spec
+    read (domain.node_reports)."""
     spec_digest: str | None = None
     """The digest of the spec `spec_generation` was given for (domain.node_spec.next_generation)."""
     joined_at: datetime | None = None
@@ -86,6 +87,16 @@ class Node:
     it (domain.gpu_owners); empty once an inventory of it is taken."""
     owned_elsewhere_at: datetime | None = None
     """When that inventory was refused."""
+    last_spec_read_at: datetime | None = None
+    """When the node last read its spec, signed: an idle `bcd` sends no report, but long-polls its
+    spec every `--wait` seconds (30 by default)."""
+
+    @property
+    def last_contact_at(self) -> datetime | None:
+        """When the node's `bcd` last reached the server, signed: its latest report or spec read
+        (None: never since it was registered)."""
+        seen = [t for t in (self.last_report_at, self.last_spec_read_at) if t is not None]
+        return max(seen) if seen else None
 
 
 @dataclass(frozen=True, slots=True)

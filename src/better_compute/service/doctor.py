@@ -49,8 +49,8 @@ def run(
     mig_waiting_after: timedelta = timedelta(days=DEFAULT_MIG_WAITING_DAYS),
 ) -> list[Finding]:
     """Every finding about the fleet at `now` (admin only), sorted; `silent_after` is how long
-    without a report makes a joined node silent, `mig_waiting_after` how long a layout change may
-    wait from its request. Appends one `doctor.run` event."""
+    without a signed report or spec read makes a joined node silent, `mig_waiting_after` how long a
+    layout change may wait from its request. Appends one `doctor.run` event."""
     require_admin(principal, "doctor.run")
     with store.read() as tx:
         gates = tx.mig_layouts.all_rows()

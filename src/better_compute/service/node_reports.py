@@ -415,4 +415,34 @@ def _check_on_node(tx: Tx, node_id: str, allocation_id: str) -> None:
         )
 
 
-__all__ = ["Accepted", "Outcome", "Sent", "accept", "accept_batch", "verify"]
+def accept_read(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
+    """The node that signed a spec read, its sequence number taken (UNAUTHENTICATED as `verify`, and
+    `replayed` for a number not greater than the last accepted: a captured read sent again). One
+    statement records the number and the read's time (the node's contact), without reading the row
+    under a lock first: an idle node long-polls its spec, so this runs every `--wait` seconds per
+    node, and never waits on a report being written (a node sends one request at a time)."""
+    node = verify(store, signed, now)
+    assert node.public_key is not None  # `verify` refuses a node without one
+    with store.begin() as tx:
+        taken = tx.nodes.accept_read(node.id, node.public_key, signed.sequence, now)
+    if taken:
+        return node
+    try:
+        with store.read() as tx:
+            current = tx.nodes.by_ids([node.id]).get(node.id)
+        if current is None or current.public_key != node.public_key:
+            raise refused("signature", "the node joined again with another key; sign with the new one")
+        if signed.sequence == 0:
+            raise refused(
+                "replayed",
+                "a spec read must carry a sequence number greater than the last accepted from this"
+                " node, not 0 (a bcd older than this server sends 0: upgrade bcd on the node)",
+            )
+        check_sequence(signed.sequence, current.report_sequence)
+        raise refused("replayed", f"sequence {signed.sequence} was already used")
+    except Unauthenticated as error:
+        _log_refusal(store, node.id, _reason(error), None, now)
+        raise
+
+
+__all__ = ["Accepted", "Outcome", "Sent", "accept", "accept_batch", "accept_read", "verify"]

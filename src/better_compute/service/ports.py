@@ -227,6 +227,12 @@ class NodeRepo(Protocol):
         or a report that lost a race; the caller must not commit)."""
         ...
 
+    def accept_read(self, node_id: str, public_key: str, sequence: int, at: datetime) -> bool:
+        """Record a signed spec read: its sequence as the node's last accepted and `at` as its last
+        spec read, where the sequence is greater than the stored one and the node's key is still
+        `public_key`; whether it was (False: a replay, a used number or a new key; nothing written)."""
+        ...
+
     def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which of these `(node, reportId)` pairs were accepted before: resent reports, to be
         answered as accepted and not applied again."""

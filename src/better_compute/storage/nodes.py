@@ -24,6 +24,7 @@ def _node(r: Mapping[str, Any]) -> Node:
         spec_generation=int(r["spec_generation"]),
         observed_generation=int(r["observed_generation"]),
         last_report_at=r["last_report_at"],
+        last_spec_read_at=r["last_spec_read_at"],
         report_sequence=int(r["report_sequence"]),
         spec_digest=r["spec_digest"],
         joined_at=r["joined_at"],
@@ -112,6 +113,22 @@ class SqlNodes:
         )
         result = self.conn.execute(stmt, [{"b_id": n, "b_sequence": q, "b_at": at} for n, q, at in taken])
         return result.rowcount == len(taken)
+
+    def accept_read(self, node_id: str, public_key: str, sequence: int, at: datetime) -> bool:
+        """Record a signed spec read's `sequence` as the node's last accepted, and `at` as its last
+        spec read, where the sequence is greater than the one stored and the node's key is still
+        `public_key`; whether it was (False: a replay, a number already used, or a new key). One
+        statement, no lock taken beforehand: its row count tells."""
+        result = self.conn.execute(
+            update(nodes)
+            .where(
+                nodes.c.id == node_id,
+                nodes.c.public_key == public_key,
+                nodes.c.report_sequence < sequence,
+            )
+            .values(report_sequence=sequence, last_spec_read_at=at)
+        )
+        return result.rowcount == 1
 
     def report_ids_taken(self, wanted: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which `(node, reportId)` pairs were accepted before (and are still kept)."""

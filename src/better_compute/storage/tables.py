@@ -72,8 +72,11 @@ nodes = Table(
     Column("observed_generation", Integer, nullable=False, server_default="0"),
     Column("last_report_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
-    # The last signed report's sequence number (domain.node_reports), written with its effect.
+    # The last signed request's sequence number (domain.node_reports): a report's, written with its
+    # effect, or a spec read's.
     Column("report_sequence", BigInteger, nullable=False, server_default="0"),
+    # When the node last read its spec, signed (its bcd's long poll: what shows an idle node alive).
+    Column("last_spec_read_at", UtcDateTime, nullable=True),
     # The digest of the spec `spec_generation` was handed out for (domain.node_spec).
     Column("spec_digest", String(64), nullable=True),
     Column("joined_at", UtcDateTime, nullable=True),

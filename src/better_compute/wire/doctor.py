@@ -10,9 +10,10 @@ from better_compute.wire.common import WireAnswer, WireRequest
 
 
 class DoctorQuery(WireRequest):
-    """`doctor.run` (query parameters): how many minutes without a report make a joined node
-    `node.silent` (`silentMinutes`, 1 to 10080; default 10), and how many days a layout change may
-    wait from its request before `capacity.mig.waiting` (`migWaitingDays`, 1 to 3650; default 7)."""
+    """`doctor.run` (query parameters): how many minutes without a signed report or spec read make a
+    joined node `node.silent` (`silentMinutes`, 1 to 10080; default 10), and how many days a layout
+    change may wait from its request before `capacity.mig.waiting` (`migWaitingDays`, 1 to 3650;
+    default 7)."""
 
     silent_minutes: int = Field(default=10, ge=1, le=10080)
     mig_waiting_days: int = Field(default=7, ge=1, le=3650)

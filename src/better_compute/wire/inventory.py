@@ -88,6 +88,10 @@ class NodePublic(WireAnswer):
     spec_generation: int
     observed_generation: int
     last_report_at: datetime | None = None
+    last_contact_at: datetime | None = None
+    """When the node's `bcd` last reached the server, signed: its latest report or spec read. An idle
+    `bcd` long-polls its spec, so a live node's is at most `bcd run --wait` seconds old (30 by
+    default); `doctor` calls a joined node whose is older than its window `node.silent`."""
     carries_pool_layout: bool = True
     """False: the node keeps its own MIG layout; its pool's layout changes do not repartition it."""
     reboot_required: bool = False

@@ -33,7 +33,8 @@ EVENTS_PER_PAGE = 50
 MAX_PAYLOAD_SHOWN = 400
 """Characters of an event's payload a row shows (`events.list` has the whole)."""
 DOCTOR_SILENT_AFTER = timedelta(minutes=10)
-"""How long without a report makes a joined node silent, as `better-compute doctor` defaults."""
+"""How long without a signed report or spec read makes a joined node silent, as `better-compute
+doctor` defaults."""
 
 
 def install(app: FastAPI) -> None:

@@ -2,24 +2,32 @@
 `nodes.report` (signed by the node) and `nodes.spec` (signed by the node, or read by the admin).
 
 These routes take no router-wide bearer token: a node proves who it is with its signature
-(api/signed.py, docs/node-auth.md), and a joining node with its join token.
+(api/signed.py, docs/node-auth.md), and a joining node with its join token. Who calls is checked
+before anything else the request says: an unsigned or badly signed caller is answered 401 whatever
+its body or query hold, and only a known caller hears what is wrong with them. So the report route
+hands its body's bytes to `service.node_reports`, which decodes and validates them once the
+signature is checked (`ReportRoute`), and the spec route checks its reader before its query
+(`SpecRoute`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
 
 from better_compute.api.auth import PrincipalDep, get_principal
+from better_compute.api.bodies import NO_BODY, json_body
 from better_compute.api.convert import joined_public, report_of, spec_public
-from better_compute.api.deps import NowDep, ServicesDep, StoreDep
-from better_compute.api.query import StrictQueryRoute
+from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
+from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.api.signed import is_signed, signed_request
 from better_compute.domain.credentials import require_admin
-from better_compute.domain.node_reports import Report, check_same_node
+from better_compute.domain.errors import InvalidInput
+from better_compute.domain.node_reports import InventoryReported, Report, check_same_node
 from better_compute.domain.node_spec import check_wait
 from better_compute.service import joining, node_reports, node_spec
 from better_compute.wire.nodes import (
@@ -45,39 +53,144 @@ def create_join_token(
 
 @router.post("/nodes/{node}/join", response_model=NodeJoined)
 def join_node(node: str, body: NodeJoin, store: StoreDep, now: NowDep) -> NodeJoined:
+    if body.node != node:
+        # Refused before the token is looked at: a join of the wrong node spends nothing.
+        raise InvalidInput(
+            f"node: the body names node {body.node} but the path names node {node}; a node joins as"
+            " itself, under one name",
+            {"field": "node", "path": node, "body": body.node},
+        )
     return joined_public(joining.join(store, node, body.token, body.public_key, now))
 
 
-def _validated(node: str, body: NodeReportSend) -> Callable[[bytes], Report]:
-    """The reader of a report's signed bytes: `body`, which FastAPI validated from those very bytes
-    (the request's body, read once and kept), taken only once the signature is checked."""
+def _kind_named(payload: Any) -> str:
+    """The report kind a decoded body names, before anything is checked (it only picks how the
+    report is written: `node_reports.Sent.kind`); an inventory's way when it names none."""
+    if isinstance(payload, dict):
+        report = payload.get("report")
+        if isinstance(report, dict) and isinstance(report.get("kind"), str):
+            return str(report["kind"])
+    return InventoryReported.KIND
 
-    def read(_raw: bytes) -> Report:
-        check_same_node(node, body.node)
-        return report_of(body)
 
-    return read
+class ReportRoute(StrictQueryRoute):
+    """`POST /v1/nodes/{node}/reports`, whose body is validated only once its signature is checked.
+
+    FastAPI validates a route's body before the route runs, so an unsigned caller would hear which
+    fields are wrong (400) rather than that it must sign (401). The route is declared like the others
+    (its signature gives OpenAPI the body and the answer), and `get_route_handler` takes the steps
+    itself: the signature headers (`unsigned`), then `service.node_reports.accept`, which verifies
+    the signature and only then calls `read` on the body's bytes: decoded as every body is
+    (`api.bodies`) and validated with the route's own field (the same errors FastAPI gives)."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        body_field = self.body_field
+        assert body_field is not None
+
+        async def handle(request: Request) -> Response:
+            if request.scope["query_string"]:
+                check_repeats(request.query_params, {}, frozenset())
+            services = services_of(request)
+            signed = await signed_request(request)  # 401 `unsigned` before the body is looked at
+            try:
+                payload: Any = json_body(request.headers.get("content-type"), signed.body)
+                kind = _kind_named(payload)
+            except RequestValidationError as error:
+                payload, kind = error, InventoryReported.KIND
+            node = str(request.path_params["node"])
+
+            def read(_raw: bytes) -> Report:
+                if isinstance(payload, RequestValidationError):
+                    raise payload
+                if payload is NO_BODY:
+                    raise RequestValidationError(
+                        [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+                    )
+                body, problems = body_field.validate(payload, {}, loc=("body",))
+                if problems:
+                    raise RequestValidationError(problems)
+                assert isinstance(body, NodeReportSend)
+                check_same_node(node, body.node)
+                return report_of(body)
+
+            sent = node_reports.Sent(signed, read, services.clock(), kind)
+            accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
+            answer = ReportAccepted(
+                node=accepted.node,
+                kind=accepted.kind,
+                sequence=accepted.sequence,
+                duplicate=accepted.duplicate,
+            )
+            return Response(answer.model_dump_json(), media_type="application/json")
+
+        return handle
 
 
-@router.post("/nodes/{node}/reports", response_model=ReportAccepted)
+# Served by ReportRoute's handler: this signature documents the route in OpenAPI (and serves it, its
+# body validated first, under a plain APIRoute).
 async def send_report(
     node: str, body: NodeReportSend, request: Request, services: ServicesDep
 ) -> ReportAccepted:
     """A signed report about `node`. Inventory reports that arrive while others are written are
     written together (service.report_batches), each answered as if it were alone."""
     signed = await signed_request(request)
-    sent = node_reports.Sent(signed, _validated(node, body), services.clock(), body.report.kind)
+
+    def read(_raw: bytes) -> Report:
+        check_same_node(node, body.node)
+        return report_of(body)
+
+    sent = node_reports.Sent(signed, read, services.clock(), body.report.kind)
     accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
     return ReportAccepted(
         node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
     )
 
 
+router.add_api_route(
+    "/nodes/{node}/reports",
+    send_report,
+    methods=["POST"],
+    response_model=ReportAccepted,
+    route_class_override=ReportRoute,
+)
+
+
+_READER = "bc.spec_reader"
+"""Where `SpecRoute` keeps, in the request's scope, that the spec's reader was let in."""
+
+
+async def _let_in_reader(request: Request) -> None:
+    """Check who reads `nodes.spec`: the node itself, signed (its sequence number taken, so the same
+    signed read cannot be sent again), or the admin with a bearer token. Once per request."""
+    if request.scope.get(_READER):
+        return
+    services = services_of(request)
+    if is_signed(request):
+        signed = await signed_request(request)
+        check_same_node(signed.node, str(request.path_params["node"]))
+        await run_in_threadpool(node_reports.accept_read, services.store, signed, services.clock())
+    else:
+        require_admin(await get_principal(request), "nodes.spec")
+    request.scope[_READER] = True
+
+
+class SpecRoute(StrictQueryRoute):
+    """`GET /v1/nodes/{node}/spec`, whose reader is let in before its query is validated."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            await _let_in_reader(request)
+            return await handler(request)
+
+        return handle
+
+
 _AFTER = "A generation the caller has: the answer waits (up to `wait`) for another one."
 _WAIT = "Seconds to wait for a generation other than `after` (0 to 60; default 0)."
 
 
-@router.get("/nodes/{node}/spec", response_model=NodeSpecPublic)
 async def get_spec(
     node: str,
     request: Request,
@@ -85,15 +198,18 @@ async def get_spec(
     after: Annotated[int | None, Query(ge=0, description=_AFTER)] = None,
     wait: Annotated[float | None, Query(ge=0, le=60, description=_WAIT)] = None,
 ) -> NodeSpecPublic:
+    await _let_in_reader(request)  # done already under SpecRoute; here too under any other route
     waited = check_wait(wait)
-    if is_signed(request):
-        signed = await signed_request(request)
-        check_same_node(signed.node, node)
-        await run_in_threadpool(node_reports.verify, services.store, signed, services.clock())
-    else:
-        principal = await get_principal(request)
-        require_admin(principal, "nodes.spec")
     served = await node_spec.read_after(
         services.store, node, after, waited, services.clock, stopping=services.stopping
     )
     return spec_public(served)
+
+
+router.add_api_route(
+    "/nodes/{node}/spec",
+    get_spec,
+    methods=["GET"],
+    response_model=NodeSpecPublic,
+    route_class_override=SpecRoute,
+)

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Callable, Coroutine
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.bodies import NO_BODY, json_body
 from better_compute.api.convert import created_public, paged, reservation_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.errors import code_of
 from better_compute.api.metrics import Metrics, metrics_of
-from better_compute.api.query import StrictQueryRoute
+from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.domain.credentials import Caller, bearer_token
 from better_compute.service import credentials, reservations
 from better_compute.service.services import Services
@@ -35,57 +35,15 @@ router = APIRouter(
 )
 
 
-_NO_BODY = object()
-"""What `_json_body` reads from a request without a body (a JSON `null` is a body: None)."""
-
-
-def _is_json(content_type: str | None) -> bool:
-    """Whether FastAPI decodes a body of this `Content-Type` as JSON: `application/json` or
-    `application/<anything>+json`, parameters aside, as `email.message` parses the header (one `/`,
-    else it is `text/plain`); no header at all is not JSON either (FastAPI's strict content type)."""
-    if not content_type:
-        return False
-    media = content_type.partition(";")[0].strip().lower()
-    if media.count("/") != 1:
-        return False
-    kind, _, subtype = media.partition("/")
-    return kind == "application" and (subtype == "json" or subtype.endswith("+json"))
-
-
-async def _json_body(request: Request) -> Any:
-    """The body as FastAPI reads it for a JSON body parameter: decoded when it is JSON, the raw bytes
-    otherwise (which then fail validation), _NO_BODY when there is none."""
-    raw = await request.body()
-    if not raw:
-        return _NO_BODY
-    if not _is_json(request.headers.get("content-type")):
-        return raw
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RequestValidationError(
-            [
-                {
-                    "type": "json_invalid",
-                    "loc": ("body", exc.pos),
-                    "msg": "JSON decode error",
-                    "input": {},
-                    "ctx": {"error": exc.msg},
-                }
-            ]
-        ) from exc
-    except Exception:
-        # Not UTF-8, nested deeper than the parser goes: FastAPI answers other routes' bodies so.
-        raise HTTPException(400, "There was an error parsing the body") from None
-
-
 class AdmissionRoute(APIRoute):
     """`POST /v1/reservations`, handled without FastAPI's per-request dependency solving.
 
     It is the API's busiest route, and resolving its dependencies cost more than admission's own
     decision. The route is declared like the others (its signature gives OpenAPI the body, the
     security scheme and the answers), and `get_route_handler` does the same steps directly:
-    authenticate, read the JSON body, validate it with the route's own field (same errors), admit.
+    authenticate, read the JSON body (`api.bodies`, as `StrictQueryRoute` reads every other route's),
+    validate it with the route's own field (same errors), admit. It takes no query parameter; one
+    given twice is refused as on every route.
 
     Reading a body is where hand-written code goes wrong (two 500s so far), so `make test` fuzzes it
     against FastAPI's own handling of the same endpoint: any body and content type must get the
@@ -108,14 +66,16 @@ class AdmissionRoute(APIRoute):
             return answer
 
         async def admit(request: Request, metrics: Metrics) -> Response:
+            if request.scope["query_string"]:
+                check_repeats(request.query_params, {}, frozenset())
             services = services_of(request)
             token = bearer_token(request.headers.get("authorization"))
             # The token's owner may be remembered from an earlier request; admission then confirms
             # in its own transaction that the credential is not revoked (no look-up of its own).
             with credentials.acting_as(services.store, services.tokens, token) as caller:
                 # Only now the body: a caller without a valid token is refused before sending it.
-                payload = await _json_body(request)
-                if payload is _NO_BODY:
+                payload = json_body(request.headers.get("content-type"), await request.body())
+                if payload is NO_BODY:
                     raise RequestValidationError(
                         [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
                     )
