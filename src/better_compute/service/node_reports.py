@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.errors import DomainError, Forbidden, InvalidInput, Unauthenticated
+from better_compute.domain.errors import DomainError, Forbidden, InvalidInput, Unauthenticated, Unavailable
 from better_compute.domain.events import (
     AllocationBound,
     AllocationReleased,
@@ -217,6 +217,8 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
     for node_id, reason, now in refusals:  # in transactions of their own, as `accept` logs them
         try:
             _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
+        except Unavailable:  # the refusal stands; the store has logged its outage
+            pass
         except Exception:  # the refusal stands, logged or not
             _LOG.exception("a refused report of node %s could not be logged", node_id)
     assert all(outcome is not None for outcome in outcomes)
