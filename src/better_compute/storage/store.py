@@ -223,12 +223,13 @@ class Store:
 
     def _refused(self, error: Exception) -> Unavailable | None:
         """What `error` is answered with if the database is out of reach (noted in the outage), else
-        None. An outage that starts now drops the pool's idle connections: all of them predate it, and
-        each would fail once more after the database is back."""
+        None. An outage of a PostgreSQL database that starts now drops the pool's idle connections: all
+        of them predate it (the server restarted under them), and each would fail once more after it is
+        back. (A SQLite file is opened anew by each connection; an in-memory one would be lost.)"""
         started = self.outage.started
         refused = self.outage.failed(error)
-        if refused is not None and self.outage.started != started and self.outage.kind == "unreachable":
-            self.engine.dispose(close=False)
+        if refused is not None and self.outage.started != started and self._writer is None:
+            self.engine.dispose()  # closes the idle ones; those in use are dropped as they fail
         return refused
 
     def _answered(self, *, wrote: bool) -> None:
