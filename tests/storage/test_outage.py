@@ -67,7 +67,7 @@ def test_a_read_only_sqlite_database_refuses_writes_as_unavailable_and_says_so_o
             for n in range(3):
                 with pytest.raises(Unavailable) as refused:
                     add_tenant(store, f"t{n}")
-                assert refused.value.retry_after == 30
+                assert refused.value.retry_after == 30 and refused.value.read_only
                 assert refused.value.code == "UNAVAILABLE"
             with store.read() as tx:  # reads are served, and do not end it
                 assert tx.conn.execute(text("SELECT count(*) FROM tenants")).scalar_one() == 0
@@ -101,7 +101,7 @@ def test_an_outage_is_said_once_when_it_starts_and_once_when_it_ends(
         refusals = [outage.failed(error) for _ in range(3)]
         outage.ended()
         outage.ended()
-    assert all(r is not None and r.retry_after == 5 for r in refusals)
+    assert all(r is not None and r.retry_after == 5 and not r.read_only for r in refusals)
     first, last = said(caplog)
     assert first == (
         "the SQLite database /srv/bc.db cannot be reached (unable to open database file): requests that"

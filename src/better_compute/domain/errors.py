@@ -153,15 +153,17 @@ class Unavailable(DomainError):
 
     Raised by the storage layer alone, which tells these apart from faults of our own (a broken
     statement stays an internal error). `retry_after` is how many seconds a caller should wait before
-    it sends the request again (HTTP's `Retry-After`). `cause` is the database driver's own words, for
-    the operator (a command's error line); it is never sent to a caller, whom it would tell where the
-    database is."""
+    it sends the request again (HTTP's `Retry-After`). `read_only`: the store answers reads and refuses
+    writes (it is not down; an operator must make it writable). `cause` is the database driver's own
+    words, for the operator (a command's error line); it is never sent to a caller, whom it would tell
+    where the database is."""
 
     code = "UNAVAILABLE"
 
-    def __init__(self, message: str, *, retry_after: int, cause: str = "") -> None:
+    def __init__(self, message: str, *, retry_after: int, read_only: bool = False, cause: str = "") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.read_only = read_only
         self.cause = cause
 
 

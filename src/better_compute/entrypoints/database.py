@@ -124,6 +124,13 @@ def explain(error: SQLAlchemyError, found: Target) -> Unusable:
     return Unusable(f"cannot open {found.describe()}: {first}")
 
 
+def unreachable(found: Target, cause: str) -> Unusable:
+    """A database that opened and then stopped answering, as one line."""
+    return Unusable(
+        f"{found.describe()} stopped answering ({cause}): start it, and run the command again", UNREACHABLE
+    )
+
+
 def unwritable(found: Target, cause: str) -> Unusable:
     """A database that opened but refuses a write (a read-only SQLite file, a PostgreSQL standby), as
     one line with the fix."""
@@ -140,4 +147,4 @@ def _shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-__all__ = ["Target", "Unusable", "check", "explain", "target", "unwritable"]
+__all__ = ["Target", "Unusable", "check", "explain", "target", "unreachable", "unwritable"]

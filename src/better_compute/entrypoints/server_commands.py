@@ -82,7 +82,11 @@ def opened(settings: Settings, *, create: bool, write: bool = False) -> Iterator
             try:
                 services.store.check(write=True)
             except Unavailable as exc:
-                _refuse(database.unwritable(found, exc.cause))
+                _refuse(
+                    database.unwritable(found, exc.cause)
+                    if exc.read_only
+                    else database.unreachable(found, exc.cause)
+                )
         yield services, found.describe()
 
 

@@ -94,6 +94,7 @@ def refusal(kind: Kind, cause: str) -> Unavailable:
     return Unavailable(
         f"the database {what} now; nothing was applied: send the request again in {retry} s",
         retry_after=retry,
+        read_only=kind == "read_only",
         cause=cause,
     )
 
