@@ -8,6 +8,7 @@ import json
 from datetime import timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from better_compute.bcd import cdi
@@ -15,6 +16,7 @@ from better_compute.bcd.daemon import Daemon
 from better_compute.bcd.devices import DevicesConverger
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
+from better_compute.bcd.joining import node_client
 from better_compute.bcd.logs import Log
 from better_compute.domain.atoms import atom_id_for
 from better_compute.storage.store import Store
@@ -79,6 +81,38 @@ def test_a_report_resent_after_its_answer_was_lost_takes_effect_once(world: Node
     assert [e["payload"]["binding"] for e in events["items"]] == ["device-missing"]
     sent = [json.loads(line) for line in daemon.log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
     assert [r["duplicate"] for r in sent if r["event"] == "report.sent"][-1] is True
+
+
+def test_a_report_answered_unavailable_was_dropped(world: NodeWorld) -> None:
+    """A server whose database is down answers 503 UNAVAILABLE (docs/api.md#errors): nothing was
+    applied, so the report stays queued and is sent once the server can take it."""
+    daemon, _ = daemon_for(world, "n-1")
+    daemon.step(False)
+    rid = world.reserve([{"class": "gpu.mig", "count": 1}])["id"]
+    node = reservation(world, rid)["atoms"][0]["node"]  # type: ignore[index]
+    if node != "n-1":
+        daemon, _ = daemon_for(world, "n-2")
+        daemon.step(False)
+    database_down = True
+
+    def server(request: httpx.Request) -> httpx.Response:
+        if database_down and request.url.path.endswith("/reports"):
+            refusal = {"code": "UNAVAILABLE", "message": "the database cannot be reached now", "details": {}}
+            return httpx.Response(503, headers={"Retry-After": "5"}, json={"error": refusal})
+        return world.forward(request)
+
+    daemon.compute = node_client(
+        daemon.identity, transport=httpx.MockTransport(server), clock=lambda: world.clock.now.timestamp()
+    )
+    daemon.enqueue({"kind": "AllocationBound", "allocationId": rid, "binding": "device-missing"})
+
+    assert not daemon.flush()
+    assert len(daemon.queue) == 1
+    database_down = False
+    assert daemon.flush()
+    assert len(daemon.queue) == 0
+    events = world.http.get("/v1/events", params={"type": "allocation.bound"}, headers=world.platform).json()
+    assert [e["payload"]["binding"] for e in events["items"]] == ["device-missing"]
 
 
 def spec_of(

@@ -49,6 +49,7 @@ def test_public_names_are_pinned() -> None:
         "QuotaExceededError",
         "TransportError",
         "UnauthenticatedError",
+        "UnavailableError",
     }
 
 

@@ -66,11 +66,17 @@ class CliResult:
 
 
 def run_cli(
-    args: Sequence[str], home: Path, *, stdin: str | None = None, env: dict[str, str] | None = None
+    args: Sequence[str],
+    home: Path,
+    *,
+    stdin: str | None = None,
+    env: dict[str, str] | None = None,
+    runner: Sequence[str] = (),
 ) -> CliResult:
-    """`better-compute <args>` in `home`, with `env` added to a clean environment."""
+    """`better-compute <args>` in `home`, with `env` added to a clean environment; `runner` is a
+    command that runs it (`setpriv ...`)."""
     done = subprocess.run(
-        command(*args),
+        [*runner, *command(*args)],
         input=stdin,
         capture_output=True,
         text=True,
@@ -124,15 +130,16 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=STOP_TIMEOUT)
 
 
-def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
-    """True once /healthz answers 200; False if the process exits first (e.g. the port was taken)."""
+def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path, *, ready: bool = True) -> bool:
+    """True once /healthz answers 200 (with `ready`; else once it answers at all); False if the
+    process exits first (e.g. the port was taken)."""
     deadline = time.monotonic() + HEALTH_TIMEOUT
     with httpx.Client(base_url=url, timeout=2.0) as http:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return False
             try:
-                if http.get("/healthz").status_code == 200:
+                if http.get("/healthz").status_code == 200 or not ready:
                     return True
             except httpx.TransportError:
                 pass
@@ -143,13 +150,25 @@ def _wait_healthy(proc: subprocess.Popen[bytes], url: str, log: Path) -> bool:
 
 @contextmanager
 def start_server(
-    home: Path, *, fleet: Path | None = DEMO_FLEET, attempts: int = 3, options: Sequence[str] = ()
+    home: Path,
+    *,
+    fleet: Path | None = DEMO_FLEET,
+    attempts: int = 3,
+    options: Sequence[str] = (),
+    database_url: str | None = None,
+    admin_token: str | None = None,
+    ready: bool = True,
+    runner: Sequence[str] = (),
 ) -> Iterator[Server]:
-    """Serve a SQLite database in `home` on a free loopback port; stopped when the block exits.
+    """Serve a SQLite database in `home` (or `database_url`) on a free loopback port; stopped when
+    the block exits.
 
-    `options` are more `serve` options (`--timeout-request 1`, `--workers 2`)."""
+    `options` are more `serve` options (`--timeout-request 1`, `--workers 2`). With `admin_token`
+    (one the database has) the server is not bootstrapped. It is waited for until `/healthz` says it
+    is ready, or without `ready` until it answers at all (a server whose database it cannot write is
+    never ready). `runner` is a command that runs `serve` (`setpriv ...`)."""
     home.mkdir(parents=True, exist_ok=True)
-    database_url = f"sqlite:///{home / 'bc.db'}"
+    database_url = database_url or f"sqlite:///{home / 'bc.db'}"
     log = home / "server.log"
     for attempt in range(attempts):
         port = free_port()
@@ -160,18 +179,24 @@ def start_server(
         args += options
         with log.open("wb") as out:
             proc = subprocess.Popen(
-                command(*args), stdout=out, stderr=subprocess.STDOUT, env=clean_env(home), cwd=home
+                [*runner, *command(*args)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=clean_env(home),
+                cwd=home,
             )
         try:
-            if not _wait_healthy(proc, url, log):
+            if not _wait_healthy(proc, url, log, ready=ready):
                 output = log.read_text(encoding="utf-8", errors="replace")
                 if "address already in use" in output.lower() and attempt + 1 < attempts:
                     continue
                 pytest.fail(f"the server exited with status {proc.returncode} before answering:\n{output}")
-            boot = run_cli(["admin", "bootstrap", "--database-url", database_url], home)
-            if boot.returncode != 0:
-                pytest.fail(f"admin bootstrap failed ({boot.returncode}):\n{boot.stdout}{boot.stderr}")
-            token = boot.stdout.strip().splitlines()[-1]
+            token = admin_token
+            if token is None:
+                boot = run_cli(["admin", "bootstrap", "--database-url", database_url], home)
+                if boot.returncode != 0:
+                    pytest.fail(f"admin bootstrap failed ({boot.returncode}):\n{boot.stdout}{boot.stderr}")
+                token = boot.stdout.strip().splitlines()[-1]
             yield Server(url=url, database_url=database_url, admin_token=token, home=home, log=log)
             return
         finally:

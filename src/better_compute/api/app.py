@@ -34,6 +34,7 @@ from better_compute.api.routes import (
     usage,
     workloads,
 )
+from better_compute.domain.errors import Unavailable
 from better_compute.service.services import Services
 from better_compute.service.warmup import warm as warm_caches
 
@@ -52,6 +53,9 @@ def _warm_until_done(services: Services) -> None:
     while not services.stopping.is_set():
         try:
             warm_caches(services)
+        except Unavailable:  # the store logs when an outage starts and ends; readiness waits
+            services.stopping.wait(1.0)
+            continue
         except Exception:  # the next try logs again; readiness waits
             _log.exception("warming the caches failed; trying again")
             services.stopping.wait(1.0)

@@ -1,7 +1,9 @@
 """Every refusal becomes `{"error": {"code", "message", "details"}}`, mapped here and only here.
 
 QUOTA_EXCEEDED is 409 (the request conflicts with the tenant's quota state; retrying later does not
-help by itself, unlike a rate limit).
+help by itself, unlike a rate limit). UNAVAILABLE is 503 with `Retry-After`: the database cannot be
+reached or written, nothing was applied, and the same request may succeed later. It is logged by the
+store once when the outage starts and once when it ends, never per request.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ STATUS: dict[str, int] = {
     codes.QUOTA_EXCEEDED: 409,
     codes.INSUFFICIENT_CAPACITY: 409,
     codes.INTERNAL: 500,
+    codes.UNAVAILABLE: 503,
 }
 """The HTTP status of every code (`wire.codes.SERVER_CODES`), domain errors' first of all."""
 
@@ -91,7 +94,8 @@ def _allowed(path: str, exc: StarletteHTTPException) -> str:
 def install(app: FastAPI) -> None:
     @app.exception_handler(errors.DomainError)
     async def _domain(_: Request, exc: errors.DomainError) -> JSONResponse:
-        return error_response(STATUS.get(exc.code, 400), exc.code, exc.message, exc.details)
+        headers = {"Retry-After": str(exc.retry_after)} if isinstance(exc, errors.Unavailable) else None
+        return error_response(STATUS.get(exc.code, 400), exc.code, exc.message, exc.details, headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -20,7 +20,8 @@ _BAD_INPUT = "INVALID_INPUT: a parameter or the body is malformed, unknown or ou
 _REFUSED = (
     "A refusal: `{error: {code, message, details}}` with the code's status (UNAUTHENTICATED 401,"
     " FORBIDDEN 403, NOT_FOUND 404, CONFLICT / INVALID_STATE / QUOTA_EXCEEDED /"
-    " INSUFFICIENT_CAPACITY 409, ...); docs/api.md#errors."
+    " INSUFFICIENT_CAPACITY 409, UNAVAILABLE 503 with `Retry-After` while the database cannot be"
+    " reached, ...); docs/api.md#errors."
 )
 _FASTAPI_ONLY = ("HTTPValidationError", "ValidationError")
 

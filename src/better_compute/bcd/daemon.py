@@ -30,7 +30,13 @@ from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
 from better_compute.bcd.scrub import Scrubber, ScrubState
-from better_compute.client import Compute, ComputeError, TransportError, UnauthenticatedError
+from better_compute.client import (
+    Compute,
+    ComputeError,
+    TransportError,
+    UnauthenticatedError,
+    UnavailableError,
+)
 from better_compute.wire.nodes import NodeSpecPublic
 
 QUEUE_DIR = "queue"
@@ -133,8 +139,9 @@ class Daemon:
         for entry in self.queue.pending():
             try:
                 answer = self.compute.nodes.report(self.node, entry.report, report_id=entry.report_id)
-            except (TransportError, UnauthenticatedError) as exc:
-                # Unreachable, or refused for the clock or the key: kept, to be sent again.
+            except (TransportError, UnauthenticatedError, UnavailableError) as exc:
+                # Unreachable (the server, or its database), or refused for the clock or the key:
+                # kept, to be sent again.
                 self.log.warning(
                     "report.unsent", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
                 )

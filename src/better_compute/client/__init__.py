@@ -22,6 +22,7 @@ from better_compute.client._errors import (
     QuotaExceededError,
     TransportError,
     UnauthenticatedError,
+    UnavailableError,
 )
 
 __all__ = [
@@ -38,4 +39,5 @@ __all__ = [
     "QuotaExceededError",
     "TransportError",
     "UnauthenticatedError",
+    "UnavailableError",
 ]

@@ -13,6 +13,7 @@ The tree::
     ├── QuotaExceededError           QUOTA_EXCEEDED         409
     ├── InsufficientCapacityError    INSUFFICIENT_CAPACITY  409
     ├── InternalError                INTERNAL               500
+    ├── UnavailableError             UNAVAILABLE            503 (the server's database is down: retry later)
     └── TransportError               TRANSPORT              (no answer: connection refused, reset...)
 
 An answer with a code this client does not know raises `ComputeError` itself, with that code.
@@ -105,6 +106,13 @@ class InternalError(ComputeError):
     code_name = codes.INTERNAL
 
 
+class UnavailableError(ComputeError):
+    """The server's database cannot be reached or written now; the request was not applied. The
+    answer's `Retry-After` says how many seconds to wait before sending it again."""
+
+    code_name = codes.UNAVAILABLE
+
+
 class TransportError(ComputeError):
     """The call got no answer: the server could not be reached or the connection broke."""
 
@@ -124,6 +132,7 @@ ERRORS_BY_CODE: dict[str, type[ComputeError]] = {
         QuotaExceededError,
         InsufficientCapacityError,
         InternalError,
+        UnavailableError,
     )
 }
 """The exception of every code a server answers with (`wire.codes.SERVER_CODES`)."""

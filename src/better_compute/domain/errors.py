@@ -19,9 +19,10 @@ The tree::
     │   ├── ConcurrentChange         CONFLICT  reason concurrent_change
     │   └── GpuOwnedElsewhere        CONFLICT  reason GpuOwnedElsewhere (names the uuids)
     ├── QuotaExceeded                QUOTA_EXCEEDED         409
-    └── InsufficientCapacity         INSUFFICIENT_CAPACITY  409 (never raised itself: one of below)
-        ├── AllBusy                  INSUFFICIENT_CAPACITY  reason all_busy (with the earliest start)
-        └── NotInPool                INSUFFICIENT_CAPACITY  reason not_in_pool (says what the pool has)
+    ├── InsufficientCapacity         INSUFFICIENT_CAPACITY  409 (never raised itself: one of below)
+    │   ├── AllBusy                  INSUFFICIENT_CAPACITY  reason all_busy (with the earliest start)
+    │   └── NotInPool                INSUFFICIENT_CAPACITY  reason not_in_pool (says what the pool has)
+    └── Unavailable                  UNAVAILABLE            503 (the store cannot be reached or written)
 
 Each error carries a stable ``code``, a human ``message`` (some are quoted in docs/concepts.md and
 docs/api.md#errors and are part of the interface) and JSON-able ``details``. A code is what a
@@ -161,6 +162,26 @@ class NotInPool(InsufficientCapacity):
     split, a selector no atom matches): waiting will not help, so the answer says what the pool has."""
 
     reason = "not_in_pool"
+
+
+class Unavailable(DomainError):
+    """The store cannot be reached (the database is down, restarting or out of connections) or cannot
+    be written (a read-only file): nothing was applied, and the same request may succeed later.
+
+    Raised by the storage layer alone, which tells these apart from faults of our own (a broken
+    statement stays an internal error). `retry_after` is how many seconds a caller should wait before
+    it sends the request again (HTTP's `Retry-After`). `read_only`: the store answers reads and refuses
+    writes (it is not down; an operator must make it writable). `cause` is the database driver's own
+    words, for the operator (a command's error line); it is never sent to a caller, whom it would tell
+    where the database is."""
+
+    code = "UNAVAILABLE"
+
+    def __init__(self, message: str, *, retry_after: int, read_only: bool = False, cause: str = "") -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.read_only = read_only
+        self.cause = cause
 
 
 class BookingConflict(Conflict):

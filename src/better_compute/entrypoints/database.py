@@ -124,8 +124,27 @@ def explain(error: SQLAlchemyError, found: Target) -> Unusable:
     return Unusable(f"cannot open {found.describe()}: {first}")
 
 
+def unreachable(found: Target, cause: str) -> Unusable:
+    """A database that opened and then stopped answering, as one line."""
+    return Unusable(
+        f"{found.describe()} stopped answering ({cause}): start it, and run the command again", UNREACHABLE
+    )
+
+
+def unwritable(found: Target, cause: str) -> Unusable:
+    """A database that opened but refuses a write (a read-only SQLite file, a PostgreSQL standby), as
+    one line with the fix."""
+    path = found.sqlite_path
+    fix = (
+        f"make {path} and its directory writable by the user that runs better-compute"
+        if path is not None
+        else "point --database-url (or BC_DATABASE_URL) at the primary, which takes writes"
+    )
+    return Unusable(f"cannot write to {found.describe()} ({cause}): {fix}", UNREACHABLE)
+
+
 def _shown(url: URL) -> str:
     return url.render_as_string(hide_password=True)
 
 
-__all__ = ["Target", "Unusable", "check", "explain", "target"]
+__all__ = ["Target", "Unusable", "check", "explain", "target", "unreachable", "unwritable"]

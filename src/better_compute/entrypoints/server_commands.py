@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -20,7 +21,7 @@ from better_compute.defaults import (
     DEFAULT_TIMEOUT_KEEP_ALIVE,
     DEFAULT_TIMEOUT_REQUEST,
 )
-from better_compute.domain.errors import DomainError
+from better_compute.domain.errors import DomainError, Unavailable
 
 if TYPE_CHECKING:
     from better_compute.entrypoints.database import Unusable
@@ -55,14 +56,16 @@ def _refuse(problem: Unusable) -> NoReturn:
 
 
 @contextmanager
-def opened(settings: Settings, *, create: bool) -> Iterator[tuple[Services, str]]:
+def opened(settings: Settings, *, create: bool, write: bool = False) -> Iterator[tuple[Services, str]]:
     """The running services and the database they opened, in words; a database that cannot be
-    opened stops the command with one line saying why and what to do (entrypoints/database.py).
+    opened (or, with `write`, cannot be written: a read-only SQLite file) stops the command with one
+    line saying why and what to do (entrypoints/database.py).
 
     Only opening (and migrating) is guarded: an error in the command's own work is not a database
     problem and is not dressed as one."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from better_compute.domain.errors import Unavailable
     from better_compute.entrypoints import database, server
 
     try:
@@ -75,7 +78,25 @@ def opened(settings: Settings, *, create: bool) -> Iterator[tuple[Services, str]
             services = stack.enter_context(server.running(settings))
         except SQLAlchemyError as exc:
             _refuse(database.explain(exc, found))
+        if write:
+            try:
+                services.store.check(write=True)
+            except Unavailable as exc:
+                _refuse(
+                    database.unwritable(found, exc.cause)
+                    if exc.read_only
+                    else database.unreachable(found, exc.cause)
+                )
         yield services, found.describe()
+
+
+def quiet_outages() -> None:
+    """Leave the lines the store logs when its database's outage starts and ends (storage/outage.py)
+    to whom they are for: a command that runs once says what went wrong in its own one line, and
+    `serve`'s reconciler process leaves them to the server, which logs them for the same database."""
+    from better_compute.storage import outage
+
+    outage.log.disabled = True
 
 
 def _reconciling(services: Services, settings: Settings, owner: str) -> Callable[[], None]:
@@ -261,6 +282,10 @@ def serve(
     with ExitStack() as stack:
         nodes: SimulatedNodes | None = None
         services, _ = stack.enter_context(opened(settings, create=True))
+        # A database that cannot be written (a read-only SQLite file) is said now, in the one line the
+        # store logs when an outage starts; the server serves reads and is not ready until it can.
+        with contextlib.suppress(Unavailable):
+            services.store.check(write=True)
         if fleet is not None:
             try:
                 spec = read_fleet(fleet)
@@ -330,7 +355,8 @@ def bootstrap(
     """
     from better_compute.service import credentials
 
-    with opened(read_settings(database_url=database_url_opt), create=create) as (services, used):
+    quiet_outages()
+    with opened(read_settings(database_url=database_url_opt), create=create, write=True) as (services, used):
         try:
             issued = credentials.bootstrap_admin(
                 services.store, services.clock(), new_id=services.ids.credential, force=force
@@ -350,6 +376,7 @@ def migrate(database_url_opt: DatabaseOpt = None, create: CreateOpt = False) -> 
     `serve` and `admin bootstrap` migrate too; this is for upgrading before starting the servers. A
     SQLite file that does not exist is refused unless --create.
     """
+    quiet_outages()
     with opened(read_settings(database_url=database_url_opt), create=create) as (_, used):
         pass
     typer.echo(f"migrated {used} to the newest schema")
@@ -408,6 +435,7 @@ def reconcile(
         signal.signal(s, lambda signum, frame: stopping.set())
     if parent is not None:  # serve's child: a server killed outright must not leave it running
         threading.Thread(target=_stop_when_orphaned, args=(parent, stopping), daemon=True).start()
+        quiet_outages()
     with opened(read_settings(database_url=database_url_opt), create=False) as (services, used):
         owner = reconciler_owner()
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
@@ -417,4 +445,13 @@ def reconcile(
     typer.echo("stopped")
 
 
-__all__ = ["admin_app", "bootstrap", "check_port_free", "migrate", "opened", "reconcile", "serve"]
+__all__ = [
+    "admin_app",
+    "bootstrap",
+    "check_port_free",
+    "migrate",
+    "opened",
+    "quiet_outages",
+    "reconcile",
+    "serve",
+]

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain import mig_gate as rules
-from better_compute.domain.errors import ConcurrentChange
+from better_compute.domain.errors import ConcurrentChange, Unavailable
 from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.records import MigLayoutGate
 from better_compute.service import endpoint_holds, endpoint_relayout, node_spec, partition_holds
@@ -264,7 +264,9 @@ class Reconciler:
         while not stopping.is_set():
             try:
                 self.tick()
-            except Exception:  # a lost database, say: logged, and the next pass tries again
+            except Unavailable:  # the store logs when an outage starts and ends; the next pass tries again
+                pass
+            except Exception:  # a fault of ours: logged, and the next pass tries again
                 _log.exception("mig gate pass failed")
             stopping.wait(interval)
 

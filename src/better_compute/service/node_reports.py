@@ -25,6 +25,7 @@ from better_compute.domain.errors import (
     GpuOwnedElsewhere,
     InvalidInput,
     Unauthenticated,
+    Unavailable,
 )
 from better_compute.domain.events import (
     AllocationBound,
@@ -242,11 +243,15 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
     for node_id, reason, now in refusals:  # in transactions of their own, as `accept` logs them
         try:
             _log_refusal(store, node_id, reason, InventoryReported.KIND, now)
+        except Unavailable:  # the refusal stands; the store has logged its outage
+            pass
         except Exception:  # the refusal stands, logged or not
             _LOG.exception("a refused report of node %s could not be logged", node_id)
     for node_id, refusal, now in owned:
         try:
             _log_owned_elsewhere(store, node_id, refusal, now)
+        except Unavailable:  # the refusal stands; the store has logged its outage
+            pass
         except Exception:
             _LOG.exception("a refused report of node %s could not be logged", node_id)
     assert all(outcome is not None for outcome in outcomes)

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from better_compute.domain.errors import Unavailable
 from better_compute.domain.events import (
     AllocationBound,
     DoctorRun,
@@ -108,7 +109,9 @@ class Retrier:
         while not stopping.is_set():
             try:
                 self.tick()
-            except Exception:  # a lost database, say: logged, and the next pass tries again
+            except Unavailable:  # the store logs when an outage starts and ends; the next pass tries again
+                pass
+            except Exception:  # a fault of ours: logged, and the next pass tries again
                 _log.exception("placement retry failed")
             wait(self.interval)
             self.wakeup.clear()

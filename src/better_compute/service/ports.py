@@ -1021,10 +1021,16 @@ class StorePort(Protocol):
     def dialect(self) -> str: ...
 
     def begin(self, *, single_statement: bool = False) -> AbstractContextManager[Tx]:
-        """A write transaction; `single_statement` when the work is one ledger write (see the store)."""
+        """A write transaction; `single_statement` when the work is one ledger write (see the store).
+        Here and in `read`, a database that cannot be reached or written raises `Unavailable`."""
         ...
 
     def read(self) -> AbstractContextManager[Tx]: ...
+
+    def check(self, *, write: bool = False) -> None:
+        """Raise `Unavailable` unless the database answers now, and takes a write with `write` or
+        while it is known not to (for readiness, and for `serve` to say so as it starts)."""
+        ...
 
     def keep_connections(self) -> None:
         """Let the calling thread keep its connections between units of work (a thread that runs

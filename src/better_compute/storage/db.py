@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.pool import QueuePool
 
 READ_ONLY = "bc_read_only"
@@ -25,6 +25,14 @@ def normalise_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url.removeprefix(prefix)
     return url
+
+
+def describe(url: URL) -> str:
+    """The database in words, for the server's log: `the SQLite database /srv/bc.db`, `the PostgreSQL
+    database compute on db.internal:5432` (never its password)."""
+    if url.get_backend_name() == "sqlite":
+        return f"the SQLite database {url.database or ':memory:'}"
+    return f"the PostgreSQL database {url.database} on {url.host or 'localhost'}:{url.port or 5432}"
 
 
 def is_sqlite(url: str) -> bool:

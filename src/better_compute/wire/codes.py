@@ -22,6 +22,9 @@ CONFLICT: Final = "CONFLICT"
 QUOTA_EXCEEDED: Final = "QUOTA_EXCEEDED"
 INSUFFICIENT_CAPACITY: Final = "INSUFFICIENT_CAPACITY"
 INTERNAL: Final = "INTERNAL"
+UNAVAILABLE: Final = "UNAVAILABLE"
+"""503: the server's database cannot be reached or written now; nothing was applied. Send the request
+again after the answer's `Retry-After` seconds."""
 
 SERVER_CODES: Final[tuple[str, ...]] = (
     INVALID_INPUT,
@@ -34,6 +37,7 @@ SERVER_CODES: Final[tuple[str, ...]] = (
     QUOTA_EXCEEDED,
     INSUFFICIENT_CAPACITY,
     INTERNAL,
+    UNAVAILABLE,
 )
 """Every code a server answers with."""
 

@@ -25,7 +25,7 @@ from better_compute.api.console.session import (
 )
 from better_compute.api.deps import services_of
 from better_compute.domain.doctor import Finding
-from better_compute.domain.errors import DomainError
+from better_compute.domain.errors import DomainError, Unavailable
 from better_compute.domain.events import EVENT_TYPES
 from better_compute.service import console, doctor, events, reservations
 
@@ -79,7 +79,8 @@ def install(app: FastAPI) -> None:
                 services.store, services.index, session[0], body, services.clock(), services.ids.reservation
             )
         except DomainError as refused:
-            return reserve_form(request, session, 422, form=form, refused=refused)
+            status = 503 if isinstance(refused, Unavailable) else 422
+            return reserve_form(request, session, status, form=form, refused=refused)
         return reserve_form(request, session, 201, form=form, made=view)
 
     def events_page(
@@ -144,5 +145,6 @@ def install(app: FastAPI) -> None:
         try:
             findings = doctor.run(services.store, session[0], services.clock(), DOCTOR_SILENT_AFTER)
         except DomainError as refused:
-            return render("error.html", 403, page="", message=refused.message)
+            status = 503 if isinstance(refused, Unavailable) else 403
+            return render("error.html", status, page="", message=refused.message)
         return events_page(request, session, None, None, None, findings)
