@@ -164,9 +164,7 @@ def plan_spec(
         for allocation, mine in sorted(held.items())
     )
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
-    layout = node_layout(
-        pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held)
-    )
+    layout = node_layout(pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held))
     kept = booked_gpus(by_id, holds if bookings is None else bookings)
     sharing = (
         SharingSpec(

@@ -16,6 +16,9 @@ MAX_OVERLAPS = 100
 MAX_TERMINATING = 1000
 """The most stuck terminating replicas one run reports (oldest first)."""
 
+MAX_STRANDED = 1000
+"""The most stranded bookings one run reads (in booking order; one finding per allocation)."""
+
 
 def run(store: StorePort, principal: Principal, now: datetime, silent_after: timedelta) -> list[Finding]:
     """Every finding about the fleet at `now` (admin only), sorted; `silent_after` is how long
@@ -30,6 +33,8 @@ def run(store: StorePort, principal: Principal, now: datetime, silent_after: tim
             gates=tx.mig_layouts.all_rows(),
             partition_holds=tx.ledger.partition_holds(now),
             overlaps=tx.ledger.overlaps(MAX_OVERLAPS),
+            family_overlaps=tx.ledger.family_overlaps(now, MAX_OVERLAPS),
+            stranded=tx.ledger.stranded(now, MAX_STRANDED),
             terminating=tx.workloads.terminating_since(now - STUCK_AFTER, MAX_TERMINATING),
         )
     findings = diagnose(facts, now, silent_after)

@@ -1,9 +1,9 @@
 """Re-deriving atoms from stored inventory when a pool, not the node, changed.
 
 Atoms normally follow node reports. When a pool's membership changes, or a node is told a new
-layout or slot count (the layout gate's grant, an endpoint's cut), the hardware did not move, so the last stored report of each node (its GPU
-rows) is replayed through the same ingestion as a live report. Atom ids are physical, so unchanged
-atoms keep their ids and bookings.
+layout or slot count (the layout gate's grant, an endpoint's cut), the hardware did not move, so
+the last stored report of each node (its GPU rows) is replayed through the same ingestion as a live
+report. Atom ids are physical, so unchanged atoms keep their ids and bookings.
 
 An atom that would leave its pool (a node leaving) while a live booking holds it is refused with
 INVALID_STATE: the booking's holder would otherwise lose its device, or be billed to a pool it no
