@@ -142,8 +142,8 @@ def plan_spec(
     a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change.
 
     A GPU not at that layout (`mig_plan.converged`) while a live booking holds it or one of its
-    atoms, now or later, is told none (`gpu_layout`): repartitioning it would cut the booking's
-    atoms away under it. `bookings` are every live booking of the node's atoms that ends after
+    atoms, now or later (`booked_gpus`), is told none (`gpu_layout`): repartitioning it would cut
+    the booking's atoms away under it. `bookings` are every live booking of the node's atoms that ends after
     `now` (None: `holds`), those not handed out included (a terminating replica's)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
@@ -184,13 +184,17 @@ def plan_spec(
 
 
 def booked_gpus(atoms: Mapping[str, Atom], bookings: Iterable[LiveHold]) -> frozenset[str]:
-    """The GPUs (of `atoms`, by id) that a live booking holds, or one of whose atoms it holds, now
-    or later, other than a layout change's own (the gate's partition holds, which exist to let the
-    change through)."""
+    """The GPUs (of `atoms`, by id) whose whole-GPU atom, or one of whose parts, a live booking
+    holds, now or later: a repartition would cut it away. A layout change's own bookings (the
+    gate's partition holds) do not count: they exist to let the change through. Nor does a booking
+    of an atom gone from its node (an instance lost with a restart): nothing of it is left to cut,
+    and putting the GPU's layout back is what gives it its instance again."""
     return frozenset(
         atom.gpu_id
         for b in bookings
-        if not is_partition_change(b.allocation_id) and (atom := atoms.get(b.atom_id)) is not None
+        if not is_partition_change(b.allocation_id)
+        and (atom := atoms.get(b.atom_id)) is not None
+        and atom.present
     )
 
 

@@ -617,6 +617,11 @@ class LedgerPort(Protocol):
         """Whether a live booking's end falls in (after, until]: time alone freed its atom."""
         ...
 
+    def taking_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+        """Live bookings ending after `since` (or never) of these atoms, or of atoms of their GPUs
+        that exclude them (`domain.ledger.family_excludes`)."""
+        ...
+
     def partition_holds(self, since: datetime) -> list[Booking]:
         """Live bookings of partition changes that end after `since` (or never), in id order."""
         ...

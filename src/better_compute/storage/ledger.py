@@ -369,6 +369,26 @@ def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> li
     return [Window(r[0], r[1]) for r in rows]
 
 
+def taking_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+    """Live bookings that end after `since` (or never) of these atoms, or of another class of atom
+    of their GPUs (`domain.ledger.family_excludes`): what keeps them from being booked."""
+    wanted = atoms.alias("wanted")
+    rows = conn.execute(
+        select(bookings.c.starts_at, bookings.c.ends_at)
+        .select_from(
+            wanted.join(
+                bookings,
+                or_(
+                    bookings.c.atom_id == wanted.c.id,
+                    and_(bookings.c.gpu_id == wanted.c.gpu_id, bookings.c["class"] != wanted.c["class"]),
+                ),
+            )
+        )
+        .where(wanted.c.id.in_(list(atom_ids)), reaching_past(conn, since))
+    )
+    return [Window(r[0], r[1]) for r in rows]
+
+
 def allocation_bookings(conn: Connection, allocation_id: str) -> list[Booking]:
     rows = conn.execute(select(bookings).where(bookings.c.allocation_id == allocation_id))
     return [_row_to_booking(r) for r in rows]
@@ -720,6 +740,9 @@ class SqlLedger:
 
     def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         return busy_spans(self.conn, atom_ids, since)
+
+    def taking_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+        return taking_spans(self.conn, atom_ids, since)
 
     def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
         return live_bookings(self.conn, since, atom_ids) if atom_ids else []
