@@ -363,3 +363,70 @@ def test_doctor_an_endpoint_waiting_past_its_bound_is_endpoint_waiting(store: St
     assert "bcd on node n-1" in cutting["action"]
     assert short["subject"] == "short" and short["detail"].startswith("Failed since")
     assert "asks for 2 instances" in short["detail"]
+
+
+@pytest.mark.parametrize("how", ["gone", "unhealthy", "in another pool"])
+def test_doctor_ledger_stranded_names_the_reservation_holding_an_atom_it_cannot_have(
+    fleet: Store, how: str
+) -> None:
+    from dataclasses import replace
+
+    from better_compute.bcd.fake import FakeNode
+    from better_compute.service import inventory
+    from better_compute.storage.tables import atoms
+
+    give_mig_quota(fleet)
+    acme = bearer(tenant_token(fleet, "acme"))
+    body = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "start": at(1).isoformat()}
+    made = api_client(fleet).post("/v1/reservations", json={**body, "duration": "2h"}, headers=acme)
+    assert made.status_code == 201, made.text
+    rid, atom = made.json()["id"], made.json()["atoms"][0]["id"]
+    assert doctor(fleet)["findings"] == []
+    node = FakeNode.build(NODE, "H100-80GB", 2)
+    if how == "gone":  # the node restarted whole: its instances are gone
+        inventory.ingest(fleet, [node.report()], T0)
+        why = "is gone"
+    elif how == "unhealthy":
+        node.apply_layout("all-1g.10gb")
+        report = node.report()
+        inventory.ingest(
+            fleet, [replace(report, gpus=tuple(replace(g, healthy=False) for g in report.gpus))], T0
+        )
+        why = "reports unhealthy"
+    else:  # moved around the pools' rules (a report naming another node's GPU, a hand-written row)
+        with fleet.engine.begin() as conn:
+            conn.execute(update(atoms).where(atoms.c.id == atom).values(pool_id=None))
+        why = "is in no pool now, not in the booking's pool p1"
+    stranded = [f for f in doctor(fleet)["findings"] if f["code"] == "ledger.stranded"]
+    assert [f["subject"] for f in stranded] == [rid]
+    assert f"reservation {rid} (tenant acme" in stranded[0]["detail"]
+    assert atom in stranded[0]["detail"] and why in stranded[0]["detail"]
+    shown = api_client(fleet).get(f"/v1/reservations/{rid}", headers=acme).json()
+    assert shown["binding"] == "stranded" and why in shown["bindingDetail"]
+    # Once it has ended, nothing is stranded any more.
+    assert not [f for f in doctor(fleet, now=at(3))["findings"] if f["code"] == "ledger.stranded"]
+
+
+def test_doctor_a_gpu_held_whole_and_in_parts_is_an_overlap_sqlite_finds_and_postgresql_refuses(
+    fleet: Store,
+) -> None:
+    from better_compute.storage.tables import atoms
+
+    with fleet.engine.connect() as conn:
+        part = dict(conn.execute(select(atoms).where(atoms.c["class"] == "gpu.mig").limit(1)).one()._mapping)
+        parent = dict(
+            conn.execute(select(atoms).where(atoms.c.gpu_id == part["gpu_id"], atoms.c["class"] == "gpu"))
+            .one()
+            ._mapping
+        )
+    _overlapping_row(fleet, parent, "rsv-whole", T0)
+    if fleet.dialect == "postgresql":
+        with pytest.raises(IntegrityError, match="bookings_no_family_overlap"):
+            _overlapping_row(fleet, part, "rsv-part", at(1))
+        return
+    _overlapping_row(fleet, part, "rsv-part", at(1))
+    answer = doctor(fleet)
+    overlap = [f for f in answer["findings"] if f["code"] == "ledger.overlap"]
+    assert [f["subject"] for f in overlap] == [part["gpu_id"]]
+    assert "rsv-whole" in overlap[0]["detail"] and "rsv-part" in overlap[0]["detail"]
+    assert ("ledger.stranded", "rsv-whole") in found(answer)  # its whole GPU is a split GPU's parent

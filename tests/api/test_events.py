@@ -86,6 +86,7 @@ def test_an_event_reads_as_its_definition_with_its_time(world: World) -> None:
                 "tenantId": "acme",
                 "poolId": "a100",
                 "class": "gpu",
+                "gpuId": made["atoms"][0]["gpuId"],
             },
         }
     ]

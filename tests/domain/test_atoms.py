@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from better_compute.bcd.fake import FakeNode
 from better_compute.domain.atoms import (
     atom_id_for,
     attribute_filters,
@@ -13,8 +14,8 @@ from better_compute.domain.atoms import (
     nvlink_domains,
 )
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.inventory import NodeReport
-from better_compute.domain.pools import PoolSharing, mps_units
+from better_compute.domain.inventory import GpuReport, NodeReport
+from better_compute.domain.pools import PoolSharing, SharingMode, mps_units
 from tests.builders import h100, mig
 
 EXCLUSIVE = PoolSharing("p", "exclusive")
@@ -190,3 +191,42 @@ def test_attribute_filters_are_key_value_pairs() -> None:
 
 def test_a_known_atom_id_is_unchanged() -> None:
     assert atom_id_for("GPU-0000", "mig:1.0") == "atm-63d67dedbacb588da80cc9a6"
+
+
+def _fake_gpu(layout: str | None, model: str = "H100-80GB") -> GpuReport:
+    node = FakeNode.build("n1", model, 1)
+    if layout is not None:
+        node.apply_layout(layout)
+    return node.report().gpus[0]
+
+
+MIG_POOL = PoolSharing("p", "mig")
+
+
+def test_a_gpu_reporting_a_layout_other_than_the_one_it_is_told_is_partition_pending_and_unbookable() -> None:
+    # A node that joined, was re-imaged or restarted whole, in a mig pool told all-1g.10gb: its whole
+    # GPU is not for booking (it is about to be split), nor are instances of another layout.
+    for reported in (None, "all-3g.40gb"):
+        atoms = derive_gpu_atoms(_fake_gpu(reported), "n1", MIG_POOL, "H100-80GB", layout="all-1g.10gb")
+        assert atoms and all(a.partition_pending and not a.bookable for a in atoms), reported
+    # At its layout it takes work again; told none (its node keeps its own layout), it always does.
+    at_layout = derive_gpu_atoms(_fake_gpu("all-1g.10gb"), "n1", MIG_POOL, "H100-80GB", layout="all-1g.10gb")
+    assert [a.cls for a in at_layout if a.bookable] == ["gpu.mig"] * 7
+    assert not any(a.partition_pending for a in at_layout)
+    whole = derive_gpu_atoms(_fake_gpu(None), "n1", MIG_POOL, "H100-80GB", layout=None)
+    assert [(a.cls, a.bookable, a.partition_pending) for a in whole] == [("gpu", True, False)]
+
+
+@pytest.mark.parametrize("mode", ["exclusive", "timeslice", "mps"])
+def test_a_split_gpu_in_a_pool_that_tells_mig_disabled_is_partition_pending(mode: SharingMode) -> None:
+    pool = PoolSharing("p", mode, 2)
+    atoms = derive_gpu_atoms(_fake_gpu("all-1g.10gb"), "n1", pool, "H100-80GB", layout="all-disabled")
+    assert atoms and all(a.partition_pending and not a.bookable for a in atoms)
+    whole = derive_gpu_atoms(_fake_gpu(None), "n1", pool, "H100-80GB", layout="all-disabled")
+    assert any(a.bookable for a in whole) and not any(a.partition_pending for a in whole)
+
+
+def test_a_gpu_without_mig_told_a_mig_layout_is_whole_and_schedulable() -> None:
+    l40s = _fake_gpu(None, "L40S-48GB")
+    atoms = derive_gpu_atoms(l40s, "n1", MIG_POOL, "L40S-48GB", layout="all-1g.10gb")
+    assert [(a.cls, a.bookable, a.partition_pending) for a in atoms] == [("gpu", True, False)]

@@ -49,7 +49,7 @@ def test_every_event_reads_back_from_its_payload(cls: type[Event]) -> None:
 
 
 def test_payload_keys_are_what_the_log_has_always_stored() -> None:
-    booked = LedgerBooked("rsv-1", ("atm-1",), WHEN, None, "acme", "p1", "gpu.mig")
+    booked = LedgerBooked("rsv-1", ("atm-1",), WHEN, None, "acme", "p1", "gpu.mig", "GPU-1")
     assert booked.payload() == {
         "atoms": ["atm-1"],
         "start": "2026-12-01T09:30:00+00:00",
@@ -57,6 +57,7 @@ def test_payload_keys_are_what_the_log_has_always_stored() -> None:
         "tenantId": "acme",
         "poolId": "p1",
         "class": "gpu.mig",
+        "gpuId": "GPU-1",
     }
 
 

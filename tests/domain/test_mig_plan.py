@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from better_compute.bcd.fake import FakeNode
 from better_compute.domain.catalog import get_model
 from better_compute.domain.inventory import GpuReport
-from better_compute.domain.mig_plan import plan_gpu, plan_node
+from better_compute.domain.mig_plan import converged, plan_gpu, plan_node
 
 H100 = get_model("H100-80GB")
 
@@ -58,3 +60,18 @@ def test_a_node_is_planned_gpu_by_gpu_for_the_gpus_its_spec_names() -> None:
         (gpus[0][0].uuid, "repartition"),
         (gpus[1][0].uuid, "held"),
     ]
+
+
+def test_a_gpu_is_converged_when_the_mig_layout_unit_has_nothing_left_to_do_to_it() -> None:
+    assert converged(_gpu("all-1g.10gb"), H100, "all-1g.10gb")
+    assert converged(_gpu(None), H100, "all-disabled")
+    assert not converged(_gpu(None), H100, "all-1g.10gb")  # whole, told to split
+    assert not converged(_gpu("all-3g.40gb"), H100, "all-1g.10gb")  # another layout
+    assert not converged(_gpu("all-1g.10gb"), H100, "all-disabled")  # split, told whole
+    assert converged(_gpu("all-3g.40gb"), H100, None)  # told none: it keeps what it has
+    assert converged(_gpu(None), None, "all-1g.10gb")  # a model the catalog does not know: left alone
+    l40s = FakeNode.build("l", "L40S-48GB", 1).report().gpus[0]
+    assert converged(l40s, get_model("L40S-48GB"), "all-1g.10gb")  # no MIG: it stays whole
+    assert not converged(_gpu(None), H100, "all-1g.5gb")  # a profile the H100 lacks: never reached
+    waiting = replace(_gpu(None), mig_mode_pending=True)
+    assert not converged(waiting, H100, "all-1g.10gb") and not converged(waiting, None, "all-1g.10gb")

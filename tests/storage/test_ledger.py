@@ -257,3 +257,31 @@ def test_book_holds_books_every_gpus_family_under_its_own_allocation_or_nothing(
             r[0] for r in conn.execute(text("SELECT subject FROM events WHERE type = 'ledger.booked'"))
         )
     assert {g: subjects[g] for g in groups} == {g: len(ids) for g, ids in groups.items()}
+
+
+def test_a_gpu_and_a_part_of_it_are_never_booked_at_once_by_the_store_itself(fleet: Store) -> None:
+    """The atom rule as the ledger's own fence (PostgreSQL's `bookings_no_family_overlap`, SQLite's
+    look-up under its one writer): a GPU is held whole or in parts, never both, whatever admission
+    read; one allocation (a layout change's hold) may hold the whole family."""
+    from better_compute.domain.events import LedgerExtended
+
+    part = mig_atoms(fleet)[0]
+    parent = next(a for a in inventory.list_atoms(fleet, cls="gpu").items if a.gpu_id == part.gpu_id)
+    with fleet.begin() as tx:  # the whole GPU booked, as a ledger written before this fence could hold
+        tx.ledger.book([parent.id], Window(at(2), at(4)), "whole", "acme", T0, require_bookable=False)
+    with pytest.raises(Overlap), fleet.begin() as tx:
+        tx.ledger.book([part.id], Window(at(3), at(5)), "part", "beta", T0)
+    with pytest.raises(BookingConflict) as err:
+        ledger.book(fleet, [part.id], Window(at(1), at(3)), "part", "beta", T0)
+    assert (err.value.atom_id, err.value.free_from) == (part.id, at(4))
+    ledger.book(fleet, [part.id], Window(at(0), at(2)), "part", "beta", T0)  # back to back is fine
+    with pytest.raises(Overlap), fleet.begin() as tx:  # nor may a part grow into the whole's window
+        tx.ledger.extend_allocation("part", at(3), LedgerExtended("part", at(3)), T0)
+    other = mig_atoms(fleet, 1)[0]  # the other GPU's parts are not its family
+    ledger.book(fleet, [other.id], Window(at(2), at(4)), "other", "beta", T0)
+    with fleet.begin() as tx:  # one allocation holds a whole family at once
+        family = tx.ledger.family_atom_ids(other.gpu_id)
+        hold = partition_allocation_id(other.gpu_id, at(5))
+        tx.ledger.book(family, Window(at(5)), hold, None, T0, require_bookable=False)
+    with fleet.read() as tx:
+        assert tx.ledger.family_overlaps(T0, 10) == []

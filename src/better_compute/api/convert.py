@@ -467,6 +467,7 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "idempotencyKey": r.idempotency_key,
         "createdAt": r.created_at,
         "binding": view.binding,
+        "bindingDetail": view.binding_detail,
         "preemptible": r.preemptible,
     }
 

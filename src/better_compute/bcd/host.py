@@ -17,7 +17,7 @@ from better_compute.bcd.inventory import gpu_report
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsUnit
 from better_compute.domain.catalog import model_for_product
-from better_compute.domain.mig_plan import GpuPlan, plan_node
+from better_compute.domain.mig_plan import GpuPlan, converged, plan_node
 from better_compute.wire.nodes import NodeSpecPublic
 
 
@@ -56,13 +56,14 @@ class HostConverger:
     def unconverged(self, spec: NodeSpecPublic) -> list[str]:
         """The GPUs not at the spec's layout yet (held ones included: a hold only delays them; and
         a MIG mode change still waiting for its reset), so the daemon reports the spec's generation
-        observed only once this is empty."""
-        layout_of = {g.uuid: g.mig_layout for g in spec.gpus if g.mig_layout is not None}
-        gpus = self.backend.list_gpus()
-        pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
-        plans = plan_node(pairs, layout_of, set())
-        behind = {p.gpu_uuid for p in plans if p.action not in ("keep", "not-mig-capable")}
-        behind |= {g.uuid for g in gpus if g.uuid in layout_of and g.mig_current != g.mig_pending}
+        observed only once this is empty. The rule is the control plane's own
+        (`domain.mig_plan.converged`): what this calls converged is what it schedules again."""
+        layout_of = {g.uuid: g.mig_layout for g in spec.gpus}
+        behind = [
+            g.uuid
+            for g in self.backend.list_gpus()
+            if not converged(gpu_report(g), model_for_product(g.name), layout_of.get(g.uuid))
+        ]
         return sorted(behind)
 
     def _apply_pending(self, gpus: Sequence[Gpu], held: set[str]) -> bool:

@@ -12,8 +12,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal, get_args
 
+from better_compute.domain import catalog
+from better_compute.domain.catalog import GpuModel
 from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, NodeReport
+from better_compute.domain.mig_plan import converged
 from better_compute.domain.name_uuids import uuid5_hex
 from better_compute.domain.pools import PoolSharing, check_replicas, mps_units
 
@@ -156,13 +159,19 @@ def derive_gpu_atoms(
     pool: PoolSharing | None,
     gpu_model: str | None,
     nvlink_domain: str | None = None,
+    layout: str | None = None,
 ) -> list[Atom]:
     """The atoms of one GPU. The parent `gpu` atom always comes first.
 
     `pool` None means the GPU belongs to no pool; it is treated like an exclusive GPU.
     `gpu_model` is the catalog model id (None when the product is unknown to the catalog).
+    `layout` is the MIG layout the GPU's node is told to give it (None: none, it is left as it is).
+    A GPU whose MIG mode change waits for its reset, or one not at the layout it is told
+    (`mig_plan.converged`: a node that joined, was re-imaged or restarted at another) is not
+    schedulable until it is: every atom unbookable and `partitionPending`, since its node is about
+    to cut them away.
     """
-    pending = gpu.partition_pending
+    pending = gpu.partition_pending or not converged(gpu, _model(gpu_model), layout)
     usable = gpu.healthy and not pending
     base: dict[str, AttrValue] = {"gpuProduct": gpu.product}
     if gpu_model is not None:
@@ -223,12 +232,23 @@ def derive_node_atoms(
     report: NodeReport,
     pool_of_gpu: Callable[[str], PoolSharing | None],
     model_of_product: Callable[[str], str | None],
+    layout: str | None = None,
 ) -> dict[str, list[Atom]]:
-    """Every atom of a node, keyed by GPU uuid."""
+    """Every atom of a node, keyed by GPU uuid; `layout`: the MIG layout the node is told to give
+    its GPUs (`mig_gate.node_layout`; None: none)."""
     domains = nvlink_domains(report.gpus)
     return {
         gpu.uuid: derive_gpu_atoms(
-            gpu, report.node, pool_of_gpu(gpu.uuid), model_of_product(gpu.product), domains[gpu.uuid]
+            gpu,
+            report.node,
+            pool_of_gpu(gpu.uuid),
+            model_of_product(gpu.product),
+            domains[gpu.uuid],
+            layout,
         )
         for gpu in report.gpus
     }
+
+
+def _model(model_id: str | None) -> GpuModel | None:
+    return None if model_id is None else catalog.find_model(model_id)

@@ -16,7 +16,11 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `node.reboot-required`: a node whose last inventory said a GPU waits for a reboot.
 - `pool.fractional-without-quota`: a mig pool with no `gpu.mig` quota row, or a timeslice or mps
   pool with no `gpu.slot` row, above 0, for any tenant: every fractional request is QUOTA_EXCEEDED.
-- `ledger.overlap`: two live bookings of one atom overlap in time (the ledger's fences failed).
+- `ledger.overlap`: two live bookings of one atom overlap in time, or two of one GPU's atoms that
+  exclude each other (the GPU and a part of it): the ledger's fences failed.
+- `ledger.stranded`: a tenant's live booking, now or later, of an atom it cannot have: one gone from
+  its node, not bookable (a GPU split since into parts, one not at its layout, one unhealthy), or
+  in another pool than the booking's; one finding per reservation (or workload replica), naming it.
 - `ledger.orphan-partition`: a live partition change of a GPU whose node has no gate row: nothing
   will release it.
 - `workload.terminating-stuck`: a workload's replica terminating for 24 hours or more: its node has
@@ -38,9 +42,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from better_compute.domain.atoms import Atom
+from better_compute.domain.bindings import stranded_reason
 from better_compute.domain.ledger import Booking
 from better_compute.domain.records import EndpointRecord, Gpu, MigLayoutGate, Node, Pool, Quota
-from better_compute.domain.workloads import Terminating
+from better_compute.domain.workloads import Terminating, is_replica
 
 STUCK_AFTER = timedelta(hours=24)
 """How long after its grant a node that has not converged its new layout is reported stuck."""
@@ -68,6 +74,7 @@ NODE_REBOOT_REQUIRED = "node.reboot-required"
 POOL_FRACTIONAL_WITHOUT_QUOTA = "pool.fractional-without-quota"
 LEDGER_OVERLAP = "ledger.overlap"
 LEDGER_ORPHAN_PARTITION = "ledger.orphan-partition"
+LEDGER_STRANDED = "ledger.stranded"
 WORKLOAD_TERMINATING_STUCK = "workload.terminating-stuck"
 
 CODES: tuple[str, ...] = (
@@ -77,6 +84,7 @@ CODES: tuple[str, ...] = (
     GPU_UNHEALTHY,
     LEDGER_ORPHAN_PARTITION,
     LEDGER_OVERLAP,
+    LEDGER_STRANDED,
     NODE_GPU_OWNED_ELSEWHERE,
     NODE_REBOOT_REQUIRED,
     NODE_SILENT,
@@ -100,6 +108,16 @@ class Finding:
 
 
 @dataclass(frozen=True, slots=True)
+class StrandedBooking:
+    """A tenant's live booking of an atom it cannot have, with the pool it was made in and the
+    atom as it is now."""
+
+    booking: Booking
+    pool_id: str | None
+    atom: Atom
+
+
+@dataclass(frozen=True, slots=True)
 class FleetFacts:
     """What the doctor reads, in one read of the store."""
 
@@ -112,6 +130,11 @@ class FleetFacts:
     """Live bookings of partition changes not over at `now`."""
     overlaps: Sequence[tuple[Booking, Booking]] = ()
     """Pairs of live bookings of one atom that overlap (the ledger's own self-check)."""
+    family_overlaps: Sequence[tuple[Booking, Booking]] = ()
+    """Pairs of live bookings of one GPU's atoms that exclude each other and overlap (the GPU and a
+    part of it), the first of the lesser class."""
+    stranded: Sequence[StrandedBooking] = ()
+    """Tenants' live bookings not over at `now` of atoms gone, not bookable or in another pool."""
     terminating: Sequence[Terminating] = ()
     """Workloads' replicas waiting for their node to release them."""
     gate_holders: Sequence[GateHolder] = ()
@@ -155,6 +178,8 @@ def diagnose(
         *reboot_required(facts.nodes),
         *fractional_without_quota(facts.pools, facts.quotas),
         *ledger_overlaps(facts.overlaps),
+        *family_overlaps(facts.family_overlaps),
+        *stranded_bookings(facts.stranded, facts.gpus),
         *orphan_partitions(facts.partition_holds, facts.gpus, facts.gates),
         *terminating_stuck(facts.terminating, now),
         *mig_waiting(facts.gates, facts.gate_holders, now, mig_waiting_after),
@@ -292,6 +317,43 @@ def ledger_overlaps(pairs: Iterable[tuple[Booking, Booking]]) -> Iterator[Findin
             f" ({second.allocation_id}, {_span(second)}) overlap",
             "end one of the two allocations (reservations.release or cancel); then find what wrote"
             " the ledger around its fences (a manual SQL write, a restored backup)",
+        )
+
+
+def family_overlaps(pairs: Iterable[tuple[Booking, Booking]]) -> Iterator[Finding]:
+    """Pairs of live bookings of a GPU and of a part of it (or of parts of two kinds) that overlap:
+    the GPU is held whole and in parts at once; the ledger's fences failed."""
+    for first, second in pairs:
+        yield Finding(
+            LEDGER_OVERLAP,
+            first.gpu_id,
+            f"live bookings {first.id} ({first.allocation_id}, atom {first.atom_id}, {_span(first)}) and"
+            f" {second.id} ({second.allocation_id}, atom {second.atom_id}, {_span(second)}) of GPU"
+            f" {first.gpu_id} overlap: the GPU is held whole and in parts at once",
+            "end one of the two allocations (reservations.release or cancel); ledger.stranded names"
+            " the one whose atom its GPU no longer has",
+        )
+
+
+def stranded_bookings(found: Iterable[StrandedBooking], gpus: Iterable[Gpu]) -> Iterator[Finding]:
+    """Allocations (a reservation, a workload's replica) with a live booking of an atom they cannot
+    have (`domain.bindings.stranded_why`), one finding each, naming it and why."""
+    unhealthy = {g.id for g in gpus if g.present and not g.healthy}
+    by_allocation: dict[str, list[StrandedBooking]] = {}
+    for item in found:
+        by_allocation.setdefault(item.booking.allocation_id, []).append(item)
+    for allocation_id, items in by_allocation.items():
+        first = items[0]
+        why = stranded_reason([i.atom for i in items], first.pool_id, unhealthy)
+        kind = "workload replica" if is_replica(allocation_id) else "reservation"
+        yield Finding(
+            LEDGER_STRANDED,
+            allocation_id,
+            f"{kind} {allocation_id} (tenant {first.booking.tenant_id}, {_span(first.booking)}) holds"
+            f" {len(items)} atom{'' if len(items) == 1 else 's'} it cannot have: {why}",
+            "cancel or release it (better-compute reservations cancel|release; a workload replica:"
+            " better-compute workloads release-replica), and book again; its atoms are not what it"
+            " was given, so the tenant cannot run on them",
         )
 
 

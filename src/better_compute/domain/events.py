@@ -57,6 +57,7 @@ class LedgerBooked(Event):
         ("class", "class"),
         ("start", "starts_at"),
         ("end", "ends_at"),
+        ("gpuId", "gpu_id"),
     )
     """Each payload key and the booking column it is written from, by the statements that book (the
     booking's one atom as a one-element list)."""
@@ -67,6 +68,9 @@ class LedgerBooked(Event):
     tenant_id: str | None = None
     pool_id: str | None = None
     cls: str | None = _key("class", None)
+    gpu_id: str | None = None
+    """The GPU of the booked atom (None in events written before it was recorded): a GPU is booked
+    whole or in parts, never both at once (`domain.ledger.family_excludes`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -150,6 +150,21 @@ def changing_to(gate: MigLayoutGate | None) -> str | None:
     return gate.pending_layout
 
 
+def node_layout(
+    pool: Pool | None,
+    gate: MigLayoutGate | None,
+    *,
+    carries_pool_layout: bool,
+    own: str | None = None,
+    held: bool = False,
+) -> str | None:
+    """The MIG layout a node brings its GPUs to (`told_layout`); None for a node whose host config
+    does not take its layout from its pool (`carriesPoolLayout` false): it keeps the one it has.
+    What its atoms are derived against (`domain.atoms`: a GPU not at it takes no work) and what its
+    spec tells it, unless a booking holds a GPU that is not at it (`domain.node_spec.plan_spec`)."""
+    return told_layout(pool, gate, held=held, own=own) if carries_pool_layout else None
+
+
 def told_replicas(pool: Pool | None, gate: MigLayoutGate | None, *, held: bool = False) -> int:
     """The slot count a node of a timeslice or mps pool is told and its slot atoms are derived at:
     the one its gate tells it while a change of `replicas` is under way, else its pool's (1 outside
@@ -292,6 +307,7 @@ __all__ = [
     "changing_to",
     "granted",
     "next_step",
+    "node_layout",
     "pool_shape",
     "requested",
     "scheduled",

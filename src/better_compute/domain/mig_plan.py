@@ -7,6 +7,11 @@ placement order (largest instances first, each at its explicit placement), destr
 new layout does not keep: an instance already where the layout wants one stays, with its uuid.
 Turning MIG mode on or off needs a GPU reset; the plan says so, and the node reports
 `reboot-required` when the reset fails.
+
+`converged` is the one rule for "is this GPU, as reported, at the layout it is told": the node's
+daemon reports a spec observed only once every GPU is, and the control plane keeps a GPU that is not
+out of scheduling (its atoms `partitionPending`) until it is, so a booking never lands on atoms the
+node is about to cut away.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Literal
 
 from better_compute.domain import layouts
 from better_compute.domain.catalog import GpuModel, normalize_profile_name
+from better_compute.domain.errors import InvalidInput
 from better_compute.domain.inventory import GpuReport, MigInstance
 
 Action = Literal["keep", "held", "repartition", "enable-mig", "disable-mig", "not-mig-capable"]
@@ -79,3 +85,22 @@ def plan_node(
         for gpu, model in gpus
         if gpu.uuid in layout_of
     ]
+
+
+def converged(gpu: GpuReport, model: GpuModel | None, layout: str | None) -> bool:
+    """Whether `gpu` (of catalog `model`; None: a product the catalog does not know), as reported,
+    is at `layout`, the MIG layout its node is told to give it (None: none, the node leaves the GPU
+    as it is). It is when the mig-layout unit has nothing left to do to it (`plan_gpu` keeps it, or
+    it has no MIG to split) and no MIG mode change waits for a reset. A layout the GPU's model
+    cannot take (a profile it lacks) is never reached: the GPU is not converged."""
+    if layout is None:
+        return True
+    if gpu.partition_pending:
+        return False
+    if model is None:
+        return True  # the unit plans only GPUs the catalog knows; it leaves this one as it is
+    try:
+        plan = plan_gpu(gpu, model, layout, held=False)
+    except InvalidInput:
+        return False
+    return plan.action in ("keep", "not-mig-capable")

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from better_compute.domain.atoms import Atom
+from better_compute.domain.catalog import find_model
 from better_compute.domain.errors import InvalidInput
-from better_compute.domain.mig_gate import told_layout, told_replicas
+from better_compute.domain.ledger import is_partition_change
+from better_compute.domain.mig_gate import node_layout, told_replicas
+from better_compute.domain.mig_plan import converged
 from better_compute.domain.records import Gpu, MigLayoutGate, Pool
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
@@ -128,6 +131,7 @@ def plan_spec(
     carries_pool_layout: bool = True,
     gate: MigLayoutGate | None = None,
     own_layout: str | None = None,
+    bookings: Iterable[LiveHold] | None = None,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
     pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
@@ -135,7 +139,12 @@ def plan_spec(
     layout change's own bookings are no tenant's and assign nothing). A node that does not carry
     its pool's layout gets no layout (None: leave it as it is); a node under a layout change
     (`gate`) is told the layout, or the slot count, the gate gives it (`domain.mig_gate`); one with
-    a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change."""
+    a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change.
+
+    A GPU not at that layout (`mig_plan.converged`) while a live booking holds it or one of its
+    atoms, now or later (`booked_gpus`), is told none (`gpu_layout`): repartitioning it would cut
+    the booking's atoms away under it. `bookings` are every live booking of the node's atoms that ends after
+    `now` (None: `holds`), those not handed out included (a terminating replica's)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     tenants: dict[str, str] = {}
@@ -155,6 +164,8 @@ def plan_spec(
         for allocation, mine in sorted(held.items())
     )
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
+    layout = node_layout(pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held))
+    kept = booked_gpus(by_id, holds if bookings is None else bookings)
     sharing = (
         SharingSpec(
             pool.mode,
@@ -166,16 +177,35 @@ def plan_spec(
     )
     return NodeSpec(
         node=node,
-        gpus=tuple(
-            GpuSpec(
-                g.id,
-                told_layout(pool, gate, held=bool(held), own=own_layout) if carries_pool_layout else None,
-            )
-            for g in present
-        ),
+        gpus=tuple(GpuSpec(g.id, gpu_layout(g, layout, g.id in kept)) for g in present),
         sharing=sharing,
         assignments=assignments,
     )
+
+
+def booked_gpus(atoms: Mapping[str, Atom], bookings: Iterable[LiveHold]) -> frozenset[str]:
+    """The GPUs (of `atoms`, by id) whose whole-GPU atom, or one of whose parts, a live booking
+    holds, now or later: a repartition would cut it away. A layout change's own bookings (the
+    gate's partition holds) do not count: they exist to let the change through. Nor does a booking
+    of an atom gone from its node (an instance lost with a restart): nothing of it is left to cut,
+    and putting the GPU's layout back is what gives it its instance again."""
+    return frozenset(
+        atom.gpu_id
+        for b in bookings
+        if not is_partition_change(b.allocation_id)
+        and (atom := atoms.get(b.atom_id)) is not None
+        and atom.present
+    )
+
+
+def gpu_layout(gpu: Gpu, layout: str | None, booked: bool) -> str | None:
+    """The layout a GPU's spec tells it: its node's `layout`, unless a booking holds it (`booked`)
+    and it is not at that layout yet, when it is told none and keeps the one it has. A layout
+    change under holders goes through the gate, whose holds are no holder's (SPEC 6.1)."""
+    if layout is None or not booked:
+        return layout
+    model = None if gpu.model is None else find_model(gpu.model)
+    return layout if converged(gpu.report(), model, layout) else None
 
 
 def next_generation(generation: int, stored_digest: str | None, digest: str) -> int | None:

@@ -1,6 +1,9 @@
 """An in-memory cache of the ledger and of each pool's atoms, kept current by tailing the event log.
 
 Choosing atoms needs to know, for a window, which atoms are booked and which GPUs are partly used;
+an atom is taken when a booking of it, or of its GPU's family that excludes it (the whole GPU and a
+part of it: `domain.ledger.family_excludes`), meets the window, whether or not the booked atom is
+bookable now (a parent of a GPU split since, an instance gone);
 asking the database that for every reservation over tens of thousands of atoms is the slow part of
 admission. Every ledger change appends an event in its own transaction, so a replica catches up by
 reading the events after the last one it saw. The cache may lag behind another replica's commit: the
@@ -14,9 +17,10 @@ import heapq
 import threading
 import time
 from collections import Counter, OrderedDict, defaultdict, deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from better_compute.domain import choose, quota
 from better_compute.domain.admission import DeviceRequest
@@ -69,7 +73,7 @@ from better_compute.domain.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.ledger import released
+from better_compute.domain.ledger import family_excludes, released
 from better_compute.domain.selectors import Selector
 from better_compute.domain.timewin import Window
 from better_compute.service.event_tail import Cursor, Follower, LogSnapshot
@@ -158,6 +162,24 @@ def _span(start: datetime, end: datetime, size: timedelta) -> range:
     return range((start - _EPOCH) // size, (end - _TICK - _EPOCH) // size + 1)
 
 
+class OfGpu(Protocol):
+    """An atom as far as its GPU's family goes (an `Atom` is one)."""
+
+    @property
+    def gpu_id(self) -> str: ...
+
+    @property
+    def cls(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyMember:
+    """An atom's GPU and class, where the caller holds no `Atom` of it."""
+
+    gpu_id: str
+    cls: str
+
+
 STALE_NODES_MAX = 500
 """Nodes whose inventory changed since a pool's atoms were read, beyond which the pool is read anew
 rather than those nodes' atoms (a pool idle through a fleet's start-up)."""
@@ -182,8 +204,20 @@ class PoolAtoms:
         default_factory=OrderedDict
     )
     _kinds: choose.PoolKinds | None = None
+    _by_gpu: dict[str, tuple[Atom, ...]] | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Guards `_matching` (request threads share a pool's snapshot)."""
+
+    def family(self, gpu_id: str) -> tuple[Atom, ...]:
+        """The pool's present atoms of the GPU (its family as the pool has it), grouped once per
+        snapshot on first use."""
+        grouped = self._by_gpu
+        if grouped is None:
+            collected: dict[str, list[Atom]] = {}
+            for atom in self.atoms.values():
+                collected.setdefault(atom.gpu_id, []).append(atom)
+            grouped = self._by_gpu = {g: tuple(a) for g, a in collected.items()}
+        return grouped.get(gpu_id, ())
 
     def kinds(self) -> choose.PoolKinds:
         """What the pool has at all (`choose.kinds_of`), worked out once per snapshot: it is read
@@ -293,6 +327,8 @@ class _Interval:
     end: datetime | None
     owner: Owner = (None, None, None)
     """(tenant, pool, atom class) of the booking, for counting what a tenant holds."""
+    gpu: str | None = None
+    """The booked atom's GPU (None: not known, from an event written before it was recorded)."""
 
     def overlaps(self, start: datetime, end: datetime | None) -> bool:
         return (self.end is None or start < self.end) and (end is None or self.start < end)
@@ -307,6 +343,7 @@ class BookingIndex:
         self._follower = Follower(_Fed(self), self._lock, clock)
         self._by_allocation: dict[str, list[_Interval]] = {}
         self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
+        self._by_gpu: dict[str, set[str]] = defaultdict(set)  # GPU -> allocations booking its atoms
         self._by_hour: dict[int, set[str]] = defaultdict(set)
         self._by_day: dict[int, set[str]] = defaultdict(set)
         self._long = _ByStart()
@@ -385,13 +422,21 @@ class BookingIndex:
         self._by_allocation.clear()
         self._by_tenant.clear()
         self._by_atom.clear()
+        self._by_gpu.clear()
         self._by_hour.clear()
         self._by_day.clear()
         self._long.clear()
         self._ends.clear()
         self._forget_pools()
         for b in tx.ledger.live_bookings(self._forgotten_before):
-            self._add(b.allocation_id, [b.atom_id], b.starts_at, b.ends_at, (b.tenant_id, b.pool_id, b.cls))
+            self._add(
+                b.allocation_id,
+                [b.atom_id],
+                b.starts_at,
+                b.ends_at,
+                (b.tenant_id, b.pool_id, b.cls),
+                b.gpu_id,
+            )
 
     def apply_event(self, logged: LoggedEvent) -> None:
         event = logged.event
@@ -401,7 +446,12 @@ class BookingIndex:
             fresh = [a for a in event.atoms if a not in held]
             if fresh:
                 self._add(
-                    event.subject, fresh, event.start, event.end, (event.tenant_id, event.pool_id, event.cls)
+                    event.subject,
+                    fresh,
+                    event.start,
+                    event.end,
+                    (event.tenant_id, event.pool_id, event.cls),
+                    event.gpu_id,
                 )
         elif isinstance(event, LedgerReleased | PartitionReleased):
             self._end(event.subject, event.at)
@@ -433,6 +483,7 @@ class BookingIndex:
         start: datetime | None,
         end: datetime | None,
         owner: Owner = (None, None, None),
+        gpu: str | None = None,
     ) -> None:
         assert start is not None
         self._pool_changes[owner[1]] += 1
@@ -441,8 +492,10 @@ class BookingIndex:
         intervals = self._by_allocation.setdefault(allocation_id, [])
         owner = self._owners.setdefault(owner, owner)  # one tuple per (tenant, pool, class)
         for atom_id in atom_ids:
-            intervals.append(_Interval(allocation_id, atom_id, start, end, owner))
+            intervals.append(_Interval(allocation_id, atom_id, start, end, owner, gpu))
             self._by_atom[atom_id].add(allocation_id)
+        if gpu is not None:
+            self._by_gpu[gpu].add(allocation_id)
         if end is not None:
             heapq.heappush(self._ends, (end, allocation_id))
         filed = self._buckets_of(start, end)
@@ -498,6 +551,12 @@ class BookingIndex:
                 holders.discard(allocation_id)
                 if not holders:
                     del self._by_atom[atom_id]
+        for gpu in {i.gpu for i in intervals if i.gpu is not None}:
+            holders = self._by_gpu.get(gpu)
+            if holders is not None:
+                holders.discard(allocation_id)
+                if not holders:
+                    del self._by_gpu[gpu]
         for start, end in {(i.start, i.end) for i in intervals}:
             filed = self._buckets_of(start, end)
             if filed is None:
@@ -519,7 +578,9 @@ class BookingIndex:
         for interval in intervals:
             kept = released(Window(interval.start, interval.end), at)
             if kept is not None:
-                self._add(allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner)
+                self._add(
+                    allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner, interval.gpu
+                )
 
     def _extend(self, allocation_id: str, end: datetime) -> None:
         """The ledger's extension: every live interval of the allocation now ends at `end`."""
@@ -528,7 +589,7 @@ class BookingIndex:
             return
         self._drop(allocation_id)
         for interval in intervals:
-            self._add(allocation_id, [interval.atom_id], interval.start, end, interval.owner)
+            self._add(allocation_id, [interval.atom_id], interval.start, end, interval.owner, interval.gpu)
 
     # -- reading ---------------------------------------------------------------------------------
     def busy(self, window: Window) -> list[_Interval]:
@@ -600,46 +661,64 @@ class BookingIndex:
                 if i.start <= at and (i.end is None or at < i.end)
             ]
 
-    def busy_from(self, atom_ids: Iterable[str], at: datetime) -> tuple[set[str], datetime | None]:
-        """Of `atom_ids`, those a live booking holds at or after `at` (an open-ended booking from `at`
+    def _taking(self, atom_id: str, member: OfGpu | None) -> Iterator[_Interval]:
+        """The live bookings that take `atom_id`: its own, and those of its GPU's family that
+        exclude it (`domain.ledger.family_excludes`; `member`: its GPU and class, None: its own
+        only), whether or not the atom they book is bookable now. The caller holds the lock."""
+        for allocation in self._by_atom.get(atom_id, ()):
+            for i in self._by_allocation[allocation]:
+                if i.atom_id == atom_id:
+                    yield i
+        if member is None:
+            return
+        gpu, cls = member.gpu_id, member.cls
+        for allocation in self._by_gpu.get(gpu, ()):
+            for i in self._by_allocation[allocation]:
+                if i.gpu == gpu and i.atom_id != atom_id and family_excludes(cls, i.owner[2] or cls):
+                    yield i
+
+    def busy_from(
+        self, atom_ids: Iterable[str], at: datetime, families: Mapping[str, OfGpu] | None = None
+    ) -> tuple[set[str], datetime | None]:
+        """Of `atom_ids`, those a live booking takes at or after `at` (an open-ended booking from `at`
         cannot have them), and the earliest end among those bookings: until then the answer can
-        change only by a new event, never by time alone."""
+        change only by a new event, never by time alone. `families` gives the atoms' GPUs and
+        classes, so that a booking of another atom of the GPU that excludes one takes it too."""
         busy: set[str] = set()
         soonest: datetime | None = None
         with self._lock:
             for atom_id in atom_ids:
-                for allocation in self._by_atom.get(atom_id, ()):
-                    for i in self._by_allocation[allocation]:
-                        if i.atom_id != atom_id or (i.end is not None and i.end <= at):
-                            continue
-                        busy.add(atom_id)
-                        if i.end is not None and (soonest is None or i.end < soonest):
-                            soonest = i.end
+                for i in self._taking(atom_id, None if families is None else families.get(atom_id)):
+                    if i.end is not None and i.end <= at:
+                        continue
+                    busy.add(atom_id)
+                    if i.end is not None and (soonest is None or i.end < soonest):
+                        soonest = i.end
         return busy, soonest
 
     def holders_at(
-        self, atom_ids: Iterable[str], at: datetime
+        self, atom_ids: Iterable[str], at: datetime, families: Mapping[str, OfGpu] | None = None
     ) -> tuple[dict[str, tuple[str, str | None, datetime]], set[str], datetime | None]:
-        """Of `atom_ids`: those a live booking holds at the instant `at`, each with that booking's
-        allocation, tenant and start (who runs on it now: the candidates of a preemption); those a
-        live booking holds at or after `at` (not free for an open-ended booking); and the first
-        instant after `at` at which either answer changes by time alone (a booking's start or end),
-        None when none does: until then only a new event changes them."""
+        """Of `atom_ids`: those a live booking of their own holds at the instant `at`, each with that
+        booking's allocation, tenant and start (who runs on it now: the candidates of a
+        preemption); those a live booking takes at or after `at` (not free for an open-ended
+        booking; with `families`, as `busy_from` counts them); and the first instant after `at` at
+        which either answer changes by time alone (a booking's start or end), None when none does:
+        until then only a new event changes them."""
         holders: dict[str, tuple[str, str | None, datetime]] = {}
         busy: set[str] = set()
         soonest: datetime | None = None
         with self._lock:
             for atom_id in atom_ids:
-                for allocation in self._by_atom.get(atom_id, ()):
-                    for i in self._by_allocation[allocation]:
-                        if i.atom_id != atom_id or (i.end is not None and i.end <= at):
-                            continue
-                        busy.add(atom_id)
-                        if i.start <= at:
-                            holders[atom_id] = (allocation, i.owner[0], i.start)
-                        for edge in (i.start, i.end):
-                            if edge is not None and edge > at and (soonest is None or edge < soonest):
-                                soonest = edge
+                for i in self._taking(atom_id, None if families is None else families.get(atom_id)):
+                    if i.end is not None and i.end <= at:
+                        continue
+                    busy.add(atom_id)
+                    if i.start <= at and i.atom_id == atom_id:
+                        holders[atom_id] = (i.allocation_id, i.owner[0], i.start)
+                    for edge in (i.start, i.end):
+                        if edge is not None and edge > at and (soonest is None or edge < soonest):
+                            soonest = edge
         return holders, busy, soonest
 
     def knows_booking_of(self, atom_id: str) -> bool:
@@ -679,18 +758,33 @@ class BookingIndex:
             else:
                 self._claimed.pop(atom, None)
 
-    def windows_of(self, atom_ids: Sequence[str]) -> dict[str, list[_Interval]]:
-        """Every live booking of these atoms (each with its `start` and `end`), for the earliest start
-        after a refusal; looked up by atom, so it costs what those atoms hold, not the whole index."""
+    def windows_of(
+        self, atom_ids: Sequence[str], families: Mapping[str, OfGpu] | None = None
+    ) -> dict[str, list[_Interval]]:
+        """Every live booking that takes these atoms (each with its `start` and `end`; with
+        `families`, as `busy_from` counts them), for the earliest start after a refusal; looked up
+        by atom and GPU, so it costs what those hold, not the whole index."""
         out: dict[str, list[_Interval]] = {}
         with self._lock:
             for atom_id in atom_ids:
-                out[atom_id] = [
-                    i
-                    for allocation in self._by_atom.get(atom_id, ())
-                    for i in self._by_allocation[allocation]
-                    if i.atom_id == atom_id
-                ]
+                member = None if families is None else families.get(atom_id)
+                out[atom_id] = list(self._taking(atom_id, member))
+        return out
+
+    @staticmethod
+    def taken(busy: Iterable[_Interval], pool_atoms: PoolAtoms) -> set[str]:
+        """The atoms that `busy` (the live bookings meeting a window: `busy(window)`) take: the
+        atoms they book, and the pool's atoms of the same GPUs that those exclude (a GPU's parts
+        while it is booked whole, the GPU while a part is: `domain.ledger.family_excludes`),
+        whether or not the atoms they book are bookable, or present, now."""
+        out: set[str] = set()
+        for i in busy:
+            out.add(i.atom_id)
+            if i.gpu is None or i.owner[2] is None:
+                continue
+            for atom in pool_atoms.family(i.gpu):
+                if atom.id != i.atom_id and family_excludes(atom.cls, i.owner[2]):
+                    out.add(atom.id)
         return out
 
     def _forget_pools(self, pool_id: str | None = None) -> None:

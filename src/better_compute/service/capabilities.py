@@ -121,8 +121,9 @@ def _gather(
 ) -> None:
     """Add one pool's bookable atoms the tenant may book to `kinds`: each kind's devices, the
     named classes they belong to, its price there (the dearest of its pools'), and those free now."""
-    atoms = [a for a in index.pool_atoms(tx, pool_id).atoms.values() if a.bookable]
-    busy, _ = index.busy_from([a.id for a in atoms], now)
+    pool_atoms = index.pool_atoms(tx, pool_id).atoms
+    atoms = [a for a in pool_atoms.values() if a.bookable]
+    busy, _ = index.busy_from([a.id for a in atoms], now, pool_atoms)
     claimed = index.claimed()
     for atom in atoms:
         kind = kind_of(atom)

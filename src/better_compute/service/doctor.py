@@ -31,6 +31,9 @@ MAX_TERMINATING = 1000
 MAX_WAITING_NODES = 1000
 """The most gated nodes whose holders one run reads for `capacity.mig.waiting` (oldest request
 first): a run costs the same on a pool of any size."""
+MAX_STRANDED = 1000
+"""The most stranded bookings one run reads (in booking order; one finding per allocation)."""
+
 
 MAX_ENDPOINTS = 1000
 """The most `Failed` or `Updating` endpoints one run looks at for `endpoint.waiting` (oldest
@@ -62,6 +65,8 @@ def run(
             gates=gates,
             partition_holds=tx.ledger.partition_holds(now),
             overlaps=tx.ledger.overlaps(MAX_OVERLAPS),
+            family_overlaps=tx.ledger.family_overlaps(now, MAX_OVERLAPS),
+            stranded=tx.ledger.stranded(now, MAX_STRANDED),
             terminating=tx.workloads.terminating_since(now - STUCK_AFTER, MAX_TERMINATING),
             gate_holders=_gate_holders(tx, gates, now, mig_waiting_after),
             endpoints=_endpoints(tx, gates),

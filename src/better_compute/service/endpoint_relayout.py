@@ -32,6 +32,7 @@ from better_compute.domain.events import EndpointUpdated, NodeMigGranted
 from better_compute.domain.records import EndpointRecord, MigLayoutGate
 from better_compute.service import components, endpoint_holds, node_spec, partition_holds
 from better_compute.service.ports import Tx
+from better_compute.service.rederive import rederive_told
 
 
 def _announce(tx: Tx, record: EndpointRecord, status: str, now: datetime, **extra: str) -> None:
@@ -81,6 +82,7 @@ def next_cut_in(tx: Tx, name: str, now: datetime) -> str | None:
     tx.mig_layouts.add(gate_rules.granted(gate, now, node.spec_generation))
     tx.events.append(NodeMigGranted(instance.node_id, pool.id, target, False), now)
     tx.nodes.set_mig_layout([instance.node_id], target)
+    rederive_told(tx, [instance.node_id], now)
     tx.endpoints.set_instance_layout(instance.node_id, target)
     node_spec.settle_grant_in(tx, instance.node_id, now)
     if record.reason is not None:

@@ -18,7 +18,7 @@ from better_compute.domain.atoms import Atom, derive_node_atoms
 from better_compute.domain.errors import NotFound
 from better_compute.domain.events import NodeInventoryChanged
 from better_compute.domain.inventory import GpuReport, NodeReport
-from better_compute.domain.mig_gate import told_replicas
+from better_compute.domain.mig_gate import node_layout, told_replicas
 from better_compute.domain.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.records import Cluster, Gpu, Node
 from better_compute.service import endpoint_holds, gpu_owners
@@ -98,14 +98,17 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     seen_atoms: set[str] = set()
     result = IngestResult()
     changed_nodes: set[str] = set()
-    slotted = [n for n in node_ids if (p := pools_by_node.get(n)) is not None and p.mode in SLOT_MODES]
-    gates = tx.mig_layouts.of_nodes(slotted)  # a slot count under change: each node's is its gate's
+    gates = tx.mig_layouts.of_nodes(node_ids)  # a layout or slot count under change: the gate's
     for report in reports:
         pool = pools_by_node.get(report.node)
+        gate = gates.get(report.node)
         sharing = pool.sharing if pool else None
-        if sharing is not None and report.node in gates:
-            sharing = replace(sharing, replicas=told_replicas(pool, gates[report.node]))
-        derived = derive_node_atoms(report, _constant(sharing), model_id_of)
+        if sharing is not None and gate is not None and sharing.mode in SLOT_MODES:
+            sharing = replace(sharing, replicas=told_replicas(pool, gate))
+        node = known[report.node]
+        # A GPU not at the layout its node is told takes no work until it is (domain.atoms).
+        layout = node_layout(pool, gate, carries_pool_layout=node.carries_pool_layout, own=node.mig_layout)
+        derived = derive_node_atoms(report, _constant(sharing), model_id_of, layout)
         for gpu in report.gpus:
             seen_gpus.add(gpu.uuid)
             row = _gpu(gpu, report.node, now)

@@ -41,7 +41,7 @@ def _conflict(store: StorePort, atom_ids: Sequence[str], span: Window, hint: str
     with store.read() as tx:
         candidates = [hint] if hint else list(atom_ids)
         for atom_id in candidates:
-            busy = tx.ledger.busy_spans([atom_id], span.start)
+            busy = tx.ledger.taking_spans([atom_id], span.start)  # its own, and its GPU family's
             if any(b.overlaps(span) for b in busy):
                 return BookingConflict(atom_id, earliest_free(busy, span))
     # The clash was with a booking that has since gone: report the first atom, free now.

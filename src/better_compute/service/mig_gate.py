@@ -28,9 +28,8 @@ from better_compute.domain.events import NodeMigApplied, NodeMigGranted, NodeMig
 from better_compute.domain.records import MigLayoutGate
 from better_compute.service import endpoint_holds, endpoint_relayout, node_spec, partition_holds
 from better_compute.service.clock import Clock
-from better_compute.service.inventory import ingest_in
 from better_compute.service.ports import NotBookable, Overlap, StorePort, Tx
-from better_compute.service.rederive import stored_reports
+from better_compute.service.rederive import rederive_told
 
 _log = logging.getLogger("better_compute.mig_gate")
 
@@ -110,6 +109,7 @@ def cut_now_in(tx: Tx, pool_id: str, node_id: str, frozen: str | None, layout: s
     partition_holds.hold(tx, tx.atoms.ids_by_gpu([node_id]), now, now)
     gate = MigLayoutGate(node_id, pool_id, frozen, layout, rules.SCHEDULED, now, scheduled_from=now)
     tx.mig_layouts.add(rules.granted(gate, now, node.spec_generation))
+    rederive_told(tx, [node_id], now)
     tx.events.append(NodeMigGranted(node_id, pool_id, layout, False), now)
     node_spec.settle_grant_in(tx, node_id, now)
 
@@ -170,10 +170,10 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime, booked: Booked | None = 
             moved = rules.granted(gate, now, generation)
             if not tx.mig_layouts.replace(moved):
                 raise Overlap(gate.node_id)
-            if rules.shape_replicas(moved.pending_layout) is not None:
-                # A slot count is the control plane's to derive: the new slots exist from now (held
-                # with the rest until the node has them), the ones past the count are gone.
-                ingest_in(tx, stored_reports(tx, [gate.node_id]), now)
+            # A slot count is the control plane's to derive: the new slots exist from now (held
+            # with the rest until the node has them), the ones past the count are gone. A GPU not
+            # at its new layout yet is partitionPending until the node reports it there.
+            rederive_told(tx, [gate.node_id], now)
             tx.events.append(NodeMigGranted(gate.node_id, gate.pool_id, gate.pending_layout, release), now)
             if release:
                 _end(tx, moved, now)

@@ -54,11 +54,8 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | 
     replicas = sorted({b.allocation_id for b in live if is_replica(b.allocation_id)})
     # a terminating replica's devices stay booked, but the node is told to take them back
     ending = tx.workloads.terminating_among(replicas) if replicas else set()
-    holds = [
-        LiveHold(b.allocation_id, b.atom_id, b.starts_at, b.ends_at, b.tenant_id)
-        for b in live
-        if b.allocation_id not in ending
-    ]
+    booked = [LiveHold(b.allocation_id, b.atom_id, b.starts_at, b.ends_at, b.tenant_id) for b in live]
+    holds = [h for h in booked if h.allocation_id not in ending]
     gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
     spec = plan_spec(
         node_id,
@@ -70,6 +67,7 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | 
         carries_pool_layout=node.carries_pool_layout,
         gate=gate,
         own_layout=node.mig_layout,
+        bookings=booked,
     )
     return node, gate, spec
 

@@ -302,7 +302,7 @@ class Stock:
         if cached is not None and cached.version == version and (cached.until is None or at < cached.until):
             return cached
         members = self._members(tx, index, pool_id, device_class)
-        busy, until = index.busy_from([d.atom_id for d in members.bookable], at)
+        busy, until = index.busy_from([d.atom_id for d in members.bookable], at, members.atoms.atoms)
         devices = tuple(d for d in members.bookable if d.atom_id not in busy) if busy else members.bookable
         entry = _Entry(version, until, devices, members.ids)
         with self._lock:

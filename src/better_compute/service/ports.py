@@ -20,6 +20,7 @@ from better_compute.domain.billing import Price
 from better_compute.domain.bindings import BindingState
 from better_compute.domain.class_quotas import ClassQuota, HeldAtom
 from better_compute.domain.device_classes import DeviceClass
+from better_compute.domain.doctor import StrandedBooking
 from better_compute.domain.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.gpu_owners import Holder
 from better_compute.domain.gpu_states import GpuPeriod, StateChange
@@ -95,6 +96,8 @@ class LiveBooking:
     tenant_id: str | None
     pool_id: str | None
     cls: str
+    gpu_id: str | None = None
+    """The GPU of the atom: its family is booked by one holder at a time (`domain.ledger`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,6 +643,11 @@ class LedgerPort(Protocol):
         """Whether a live booking's end falls in (after, until]: time alone freed its atom."""
         ...
 
+    def taking_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+        """Live bookings ending after `since` (or never) of these atoms, or of atoms of their GPUs
+        that exclude them (`domain.ledger.family_excludes`)."""
+        ...
+
     def partition_holds(self, since: datetime) -> list[Booking]:
         """Live bookings of partition changes that end after `since` (or never), in id order."""
         ...
@@ -647,6 +655,17 @@ class LedgerPort(Protocol):
     def overlaps(self, limit: int) -> list[tuple[Booking, Booking]]:
         """Pairs of live bookings of one atom whose windows meet (at most `limit`): none, unless
         something wrote the ledger around its fences (`better-compute doctor`'s self-check)."""
+        ...
+
+    def family_overlaps(self, since: datetime, limit: int) -> list[tuple[Booking, Booking]]:
+        """Pairs of live bookings reaching past `since` of one GPU's atoms that exclude each other
+        (`domain.ledger.family_excludes`) whose windows meet, at most `limit`: none, unless
+        something wrote the ledger around its fences."""
+        ...
+
+    def stranded(self, now: datetime, limit: int) -> list[StrandedBooking]:
+        """Tenants' live bookings not over at `now` of atoms gone, not bookable or in another pool
+        than the booking's, with the atoms as they are (at most `limit`)."""
         ...
 
 

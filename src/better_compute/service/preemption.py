@@ -45,7 +45,7 @@ from better_compute.domain.placement.topology import DomainKind, FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.priority_classes import STANDARD
 from better_compute.domain.workloads import WorkloadSpec
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.booking_index import BookingIndex, FamilyMember
 from better_compute.service.placement_stock import Standing, Stock
 from better_compute.service.ports import Tx
 
@@ -141,7 +141,10 @@ def census_in(
     for pool_id in pools:
         for device in stock.devices(tx, index, pool_id, device_class):
             everything[device.atom_id] = (device, pool_id)
-    holders, busy, until = index.holders_at(everything, now)
+    # A device is taken by a booking of its GPU's family that excludes it too (the GPU booked
+    # whole while this is a part of it), though only its own booking's holder runs on it.
+    families = {a: FamilyMember(d.gpu_id, device_class.cls) for a, (d, _) in everything.items()}
+    holders, busy, until = index.holders_at(everything, now, families)
     devices = {a: dp for a, dp in everything.items() if dp[1] in usable and dp[0].node not in cordoned}
     free = tuple(d for a, (d, _) in devices.items() if a not in busy)
     held: Counter[str] = Counter()

@@ -1,9 +1,9 @@
 """Re-deriving atoms from stored inventory when a pool, not the node, changed.
 
-Atoms normally follow node reports. When a pool's membership changes, or the layout gate grants a
-node a new slot count, the hardware did not move, so the last stored report of each node (its GPU
-rows) is replayed through the same ingestion as a live report. Atom ids are physical, so unchanged
-atoms keep their ids and bookings.
+Atoms normally follow node reports. When a pool's membership changes, or a node is told a new
+layout or slot count (the layout gate's grant, an endpoint's cut), the hardware did not move, so
+the last stored report of each node (its GPU rows) is replayed through the same ingestion as a live
+report. Atom ids are physical, so unchanged atoms keep their ids and bookings.
 
 An atom that would leave its pool (a node leaving) while a live booking holds it is refused with
 INVALID_STATE: the booking's holder would otherwise lose its device, or be billed to a pool it no
@@ -45,3 +45,10 @@ def rederive_nodes(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResu
     if lost:
         pools.check_none_held(lost, tx.ledger.busy_spans(lost, now))
     return result
+
+
+def rederive_told(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResult:
+    """Re-derive the atoms of nodes just told a new layout or slot count, inside the caller's
+    transaction (which holds their locks): a new slot count's slots exist from now; a GPU not at its
+    new layout is `partitionPending` until its node reports it there (`domain.atoms`)."""
+    return ingest_in(tx, stored_reports(tx, node_ids), now)

@@ -19,7 +19,7 @@ from typing import Any
 
 from better_compute.domain import admission, choose, iam, quota
 from better_compute.domain.atoms import Atom
-from better_compute.domain.bindings import BindingState, binding_of
+from better_compute.domain.bindings import STRANDED, BindingState, ShownBinding, binding_of, stranded_reason
 from better_compute.domain.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.errors import (
     AllBusy,
@@ -73,8 +73,11 @@ class ReservationView:
     atoms: list[Atom]
     status: ReservationStatus
     replayed: bool = False
-    binding: BindingState = "pending"
-    """Whether the nodes have handed its atoms over (domain.bindings); `pending` until one reports."""
+    binding: ShownBinding = "pending"
+    """Whether the nodes have handed its atoms over (domain.bindings); `pending` until one reports,
+    `stranded` while it holds an atom it cannot have."""
+    binding_detail: str | None = None
+    """Why it is `stranded` (`domain.bindings.stranded_reason`); None otherwise."""
 
     @property
     def id(self) -> str:
@@ -108,10 +111,33 @@ def _window(raw: Mapping[str, Any], now: datetime) -> Window:
 
 def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
     atoms = tx.reservations.held_atoms([r.id])[r.id]
-    binding = binding_of(tx.bindings.of_allocations([r.id])[r.id], {a.node for a in atoms})
-    return ReservationView(
-        r, atoms, status_at(Window(r.starts_at, r.ends_at), r.status, now), replayed, binding
-    )
+    status = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+    binding, why = _binding(tx, r, atoms, tx.bindings.of_allocations([r.id])[r.id], status)
+    return ReservationView(r, atoms, status, replayed, binding, why)
+
+
+def _binding(
+    tx: Tx,
+    r: Reservation,
+    atoms: Sequence[Atom],
+    reported: Mapping[str, BindingState],
+    status: ReservationStatus,
+) -> tuple[ShownBinding, str | None]:
+    """The reservation's binding, and why when it is `stranded`: a reservation not over yet that
+    holds an atom it cannot have (`domain.bindings.stranded_reason`), whatever its nodes said."""
+    if status in (ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE):
+        held = [a for a in atoms if not (a.present and a.bookable and a.pool_id == r.pool_id)]
+        if held:  # rare: the GPUs' health is read only then
+            gpus = {a.gpu_id for a in held}
+            unhealthy = {
+                g.id
+                for g in tx.gpus.of_nodes(sorted({a.node for a in held}))
+                if g.id in gpus and not g.healthy
+            }
+            why = stranded_reason(held, r.pool_id, unhealthy)
+            if why is not None:
+                return STRANDED, why
+    return binding_of(reported, {a.node for a in atoms}), None
 
 
 def _decide(
@@ -188,7 +214,7 @@ def _earliest(
         ([a.id for atoms in pool_atoms.matching_by_gpu(r).values() for a in atoms], r.count)
         for r in shapes.values()
     ]
-    windows = index.windows_of(list(dict.fromkeys(a for ids, _ in needs for a in ids)))
+    windows = index.windows_of(list(dict.fromkeys(a for ids, _ in needs for a in ids)), pool_atoms.atoms)
     single = len(requests) == 1
     try:
         starts = choose.starts_to_try(
@@ -198,7 +224,7 @@ def _earliest(
             if single:
                 return start.isoformat()
             then = Window(start, None if window.duration is None else start + window.duration)
-            decision, _ = _decide(pool_atoms, requests, {i.atom_id for i in index.busy(then)})
+            decision, _ = _decide(pool_atoms, requests, index.taken(index.busy(then), pool_atoms))
             if isinstance(decision, choose.Chosen):
                 return start.isoformat()
     except OverflowError:  # past the year 9999
@@ -381,7 +407,10 @@ def _create_in(
         if scrub
         else set()
     )
-    decision, shortlisted = _decide(pool_atoms, requests, {i.atom_id for i in busy} | index.claimed() | owed)
+    # Every live booking of a GPU's family counts, whole and parts, bookable now or not: an atom
+    # is taken by a booking of its GPU's parent, or of a part of another kind, as by its own.
+    taken = index.taken(busy, pool_atoms)
+    decision, shortlisted = _decide(pool_atoms, requests, taken | index.claimed() | owed)
     if isinstance(decision, choose.NoFit):
         raise _refusal(index, pool_atoms, requests, window, pool_id, decision)
     claims.extend(decision.atom_ids)
@@ -497,12 +526,9 @@ def list_reservations(
             held = tx.reservations.held_atoms([r.id for r in batch])
             reported = tx.bindings.of_allocations([r.id for r in batch])
             for r in batch:
-                view = ReservationView(
-                    r,
-                    held[r.id],
-                    status_at(Window(r.starts_at, r.ends_at), r.status, now),
-                    binding=binding_of(reported[r.id], {a.node for a in held[r.id]}),
-                )
+                shown = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+                binding, why = _binding(tx, r, held[r.id], reported[r.id], shown)
+                view = ReservationView(r, held[r.id], shown, binding=binding, binding_detail=why)
                 if status is None or view.status.value == status:
                     out.append(view)
                     if len(out) == wanted:

@@ -32,11 +32,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError, OperationalError
 
+from better_compute.domain.doctor import StrandedBooking
 from better_compute.domain.events import Event, LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger import PARTITION_PREFIX, Booking, is_partition_change
 from better_compute.domain.timewin import Window
 from better_compute.service.ports import LiveBooking, NotBookable, Overlap
-from better_compute.storage.atoms import mark_released
+from better_compute.storage.atoms import atom_of, mark_released
 from better_compute.storage.events import append, booked_payload_sql
 from better_compute.storage.tables import atoms, bookings
 
@@ -81,25 +82,47 @@ def sqlite_time(value: datetime | None) -> str | None:
     return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
+def _sqlite_window(alias: str, open_ended: bool) -> str:
+    """Live bookings `alias` that meet the window (its start, then its end when it has one)."""
+    return f" AND ({alias}.ends_at IS NULL OR {alias}.ends_at > ?)" + (
+        "" if open_ended else f" AND {alias}.starts_at < ?"
+    )
+
+
+def _sqlite_family(atom: str, open_ended: bool) -> str:
+    """Live bookings of another class of atom `atom`'s GPU, of another allocation, that meet the
+    window (`domain.ledger.family_excludes`; the allocation, then the window's instants)."""
+    return (
+        f"SELECT 1 FROM bookings f WHERE f.gpu_id = {atom}.gpu_id AND f.state = 'live'"
+        f" AND f.class <> {atom}.class AND f.allocation_id <> ?{_sqlite_window('f', open_ended)}"
+    )
+
+
 @functools.cache
 def _sqlite_book_sql(atoms: int, open_ended: bool, require_bookable: bool) -> tuple[str, str]:
     """The booking INSERT and its clash query, for this many atoms and this kind of window."""
     marks = ",".join("?" * atoms)
     wanted = ",".join(f"(?, {n})" for n in range(atoms))
-    window = " AND (b.ends_at IS NULL OR b.ends_at > ?)" + ("" if open_ended else " AND b.starts_at < ?")
+    window = _sqlite_window("b", open_ended)
     bookable = " AND bookable = 1" if require_bookable else ""
     # Bookings are written in the order the atoms were given (their keys follow it), so an
-    # allocation's atoms read back in the order they were chosen.
+    # allocation's atoms read back in the order they were chosen. An atom is taken when a booking
+    # of it, or of its GPU's family (a whole GPU and a part of it), meets the window.
     insert = (
         f"WITH want(aid, ord) AS (VALUES {wanted}),"
         " ok AS MATERIALIZED (SELECT atoms.id, gpu_id, pool_id, class, gpu_share, want.ord FROM want"
         f" JOIN atoms ON atoms.id = want.aid WHERE 1{bookable}"
-        f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window}))"
+        f" AND NOT EXISTS (SELECT 1 FROM bookings b WHERE b.atom_id = atoms.id AND b.state = 'live'{window})"
+        f" AND NOT EXISTS ({_sqlite_family('atoms', open_ended)}))"
         f" INSERT INTO bookings ({COLUMNS}) SELECT id, gpu_id, pool_id,"
         " class, gpu_share, ?, ?, ?, ?, 'live', ? FROM ok WHERE (SELECT count(*) FROM ok) = ? ORDER BY ord"
         " RETURNING id"
     )
-    clash = f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window} LIMIT 1"
+    clash = (
+        f"SELECT atom_id FROM bookings b WHERE atom_id IN ({marks}) AND state = 'live'{window}"
+        f" UNION ALL SELECT a.id FROM atoms a WHERE a.id IN ({marks})"
+        f" AND EXISTS ({_sqlite_family('a', open_ended)}) LIMIT 1"
+    )
     return insert, clash
 
 
@@ -112,9 +135,10 @@ def book_sqlite(
     now: datetime,
     require_bookable: bool,
 ) -> int:
-    """One INSERT that books every atom or none: its own overlap check runs under SQLite's write lock,
-    and the `bookings_booked_event` trigger appends each booking's event in the same statement, so
-    the statement is atomic by itself and may run without an explicit transaction."""
+    """One INSERT that books every atom or none: its own overlap check (of each atom, and of its
+    GPU's family) runs under SQLite's write lock, and the `bookings_booked_event` trigger appends
+    each booking's event in the same statement, so the statement is atomic by itself and may run
+    without an explicit transaction."""
     db = conn.connection.driver_connection
     assert db is not None
     insert, clash_sql = _sqlite_book_sql(len(ids), span.end is None, require_bookable)
@@ -122,10 +146,21 @@ def book_sqlite(
     window_params = (start,) if end is None else (start, end)
     written = db.execute(
         insert,
-        (*ids, *window_params, tenant_id, allocation_id, start, end, sqlite_time(now), len(ids)),
+        (
+            *ids,
+            *window_params,
+            allocation_id,
+            *window_params,
+            tenant_id,
+            allocation_id,
+            start,
+            end,
+            sqlite_time(now),
+            len(ids),
+        ),
     ).fetchall()
     if len(written) != len(ids):
-        clash = db.execute(clash_sql, (*ids, *window_params)).fetchone()
+        clash = db.execute(clash_sql, (*ids, *window_params, *ids, allocation_id, *window_params)).fetchone()
         if clash is not None:
             raise Overlap(clash[0])
     return len(written)
@@ -155,7 +190,7 @@ _PG_BOOK = (
     + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, %(tenant)s, %(alloc)s, %(start)s, %(end)s,"
     " 'live', %(now)s"
     " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
-    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at, gpu_id),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT '"
     + LedgerBooked.TYPE
     + "', %(alloc)s, "
@@ -208,7 +243,7 @@ _PG_HOLD = (
     + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, NULL, l.alloc, %(start)s, %(end)s,"
     " 'live', %(now)s"
     " FROM l WHERE (SELECT count(*) FROM l) = %(n)s::bigint"
-    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at, allocation_id),"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at, gpu_id, allocation_id),"
     " e AS (INSERT INTO events (type, subject, payload, at) SELECT '"
     + LedgerBooked.TYPE
     + "', b.allocation_id, "
@@ -334,6 +369,26 @@ def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> li
     return [Window(r[0], r[1]) for r in rows]
 
 
+def taking_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+    """Live bookings that end after `since` (or never) of these atoms, or of another class of atom
+    of their GPUs (`domain.ledger.family_excludes`): what keeps them from being booked."""
+    wanted = atoms.alias("wanted")
+    rows = conn.execute(
+        select(bookings.c.starts_at, bookings.c.ends_at)
+        .select_from(
+            wanted.join(
+                bookings,
+                or_(
+                    bookings.c.atom_id == wanted.c.id,
+                    and_(bookings.c.gpu_id == wanted.c.gpu_id, bookings.c["class"] != wanted.c["class"]),
+                ),
+            )
+        )
+        .where(wanted.c.id.in_(list(atom_ids)), reaching_past(conn, since))
+    )
+    return [Window(r[0], r[1]) for r in rows]
+
+
 def allocation_bookings(conn: Connection, allocation_id: str) -> list[Booking]:
     rows = conn.execute(select(bookings).where(bookings.c.allocation_id == allocation_id))
     return [_row_to_booking(r) for r in rows]
@@ -405,21 +460,26 @@ def extend_allocation(
     """
     mine = bookings.alias("mine")
     if conn.dialect.name != "postgresql":
-        clash = conn.execute(
-            select(bookings.c.atom_id)
-            .join(mine, mine.c.atom_id == bookings.c.atom_id)
-            .where(
-                mine.c.allocation_id == allocation_id,
-                mine.c.state == "live",
-                bookings.c.allocation_id != allocation_id,
-                bookings.c.state == "live",
-                bookings.c.starts_at < end,
-                or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > mine.c.ends_at),
-            )
-            .limit(1)
-        ).first()
-        if clash is not None:
-            raise Overlap(str(clash[0]))
+        # Another allocation's booking of the same atom, or of another class of the same GPU
+        # (domain.ledger.family_excludes), in the added time.
+        same_atom = mine.c.atom_id == bookings.c.atom_id
+        family = and_(mine.c.gpu_id == bookings.c.gpu_id, mine.c["class"] != bookings.c["class"])
+        for meets in (same_atom, family):
+            clash = conn.execute(
+                select(mine.c.atom_id)
+                .join(bookings, meets)
+                .where(
+                    mine.c.allocation_id == allocation_id,
+                    mine.c.state == "live",
+                    bookings.c.allocation_id != allocation_id,
+                    bookings.c.state == "live",
+                    bookings.c.starts_at < end,
+                    or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > mine.c.ends_at),
+                )
+                .limit(1)
+            ).first()
+            if clash is not None:
+                raise Overlap(str(clash[0]))
     try:
         changed = conn.execute(
             update(bookings)
@@ -484,13 +544,14 @@ def live_bookings(
         bookings.c.tenant_id,
         bookings.c.pool_id,
         bookings.c["class"],
+        bookings.c.gpu_id,
     ).where(reaching_past(conn, since))
     if atom_ids is not None and conn.dialect.name == "postgresql":
         wanted = func.unnest(cast(list(atom_ids), ARRAY(String))).table_valued("id").render_derived("wanted")
         stmt = stmt.select_from(wanted.join(bookings, bookings.c.atom_id == wanted.c.id))
     elif atom_ids is not None:
         stmt = stmt.where(bookings.c.atom_id.in_(list(atom_ids)))
-    return [LiveBooking(a, atom, s, e, t, p, c) for a, atom, s, e, t, p, c in conn.execute(stmt)]
+    return [LiveBooking(a, atom, s, e, t, p, c, g) for a, atom, s, e, t, p, c, g in conn.execute(stmt)]
 
 
 def tenants_booked_until(conn: Connection, node_id: str, since: datetime) -> tuple[datetime | None, bool]:
@@ -570,6 +631,78 @@ def overlaps(conn: Connection, limit: int) -> list[tuple[Booking, Booking]]:
 _PAIR = ("id", "atom_id", "gpu_id", "allocation_id", "tenant_id", "starts_at", "ends_at", "state")
 
 
+def family_overlaps(conn: Connection, since: datetime, limit: int) -> list[tuple[Booking, Booking]]:
+    """Pairs of live bookings reaching past `since` of atoms of one GPU that exclude each other
+    (`domain.ledger.family_excludes`: different classes, different allocations) whose windows meet,
+    at most `limit`; the first of each pair is of the lesser class (the whole GPU, `gpu`, when one
+    is). There should be none: PostgreSQL's `bookings_no_family_overlap` refuses them and SQLite's
+    writers look for them. Read through the live bookings by GPU."""
+    a, b = bookings.alias("a"), bookings.alias("b")
+    stmt = (
+        select(*(a.c[c].label(f"a_{c}") for c in _PAIR), *(b.c[c].label(f"b_{c}") for c in _PAIR))
+        .select_from(a)
+        .join(
+            b,
+            and_(
+                b.c.gpu_id == a.c.gpu_id,
+                b.c["class"] > a.c["class"],
+                b.c.allocation_id != a.c.allocation_id,
+            ),
+        )
+        .where(
+            _reaching(conn, a, since),
+            _reaching(conn, b, since),
+            or_(a.c.ends_at.is_(None), b.c.starts_at < a.c.ends_at),
+            or_(b.c.ends_at.is_(None), a.c.starts_at < b.c.ends_at),
+        )
+        .order_by(a.c.id, b.c.id)
+        .limit(limit)
+    )
+    return [(_paired(r._mapping, "a_"), _paired(r._mapping, "b_")) for r in conn.execute(stmt)]
+
+
+def _reaching(conn: Connection, table: Any, since: datetime) -> ColumnElement[bool]:
+    """`reaching_past` for an alias of the bookings table."""
+    live = table.c.state == "live"
+    return and_(live, or_(table.c.ends_at.is_(None), table.c.ends_at > since))
+
+
+def stranded(conn: Connection, now: datetime, limit: int) -> list[StrandedBooking]:
+    """Tenants' live bookings not over at `now` of atoms they cannot have: gone from their node, not
+    bookable, or in another pool than the booking's (`domain.bindings.stranded_why`), each with
+    its atom as it is now; at most `limit`, in booking order."""
+    booked = [
+        bookings.c.id.label("b_id"),
+        bookings.c.atom_id.label("b_atom_id"),
+        bookings.c.gpu_id.label("b_gpu_id"),
+        bookings.c.allocation_id.label("b_allocation_id"),
+        bookings.c.tenant_id.label("b_tenant_id"),
+        bookings.c.starts_at.label("b_starts_at"),
+        bookings.c.ends_at.label("b_ends_at"),
+        bookings.c.state.label("b_state"),
+        bookings.c.pool_id.label("b_pool_id"),
+    ]
+    stmt = (
+        select(*booked, atoms)
+        .select_from(bookings.join(atoms, atoms.c.id == bookings.c.atom_id))
+        .where(
+            reaching_past(conn, now),
+            bookings.c.tenant_id.is_not(None),
+            or_(
+                atoms.c.present.is_(False),
+                atoms.c.bookable.is_(False),
+                atoms.c.pool_id.is_distinct_from(bookings.c.pool_id),
+            ),
+        )
+        .order_by(bookings.c.id)
+        .limit(limit)
+    )
+    return [
+        StrandedBooking(_paired(r._mapping, "b_"), r._mapping["b_pool_id"], atom_of(r._mapping))
+        for r in conn.execute(stmt)
+    ]
+
+
 def _paired(r: Mapping[Any, Any], prefix: str) -> Booking:
     return Booking(
         id=booking_id(r[f"{prefix}id"]),
@@ -607,6 +740,9 @@ class SqlLedger:
 
     def busy_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         return busy_spans(self.conn, atom_ids, since)
+
+    def taking_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
+        return taking_spans(self.conn, atom_ids, since)
 
     def live_on(self, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
         return live_bookings(self.conn, since, atom_ids) if atom_ids else []
@@ -655,3 +791,9 @@ class SqlLedger:
 
     def overlaps(self, limit: int) -> list[tuple[Booking, Booking]]:
         return overlaps(self.conn, limit)
+
+    def family_overlaps(self, since: datetime, limit: int) -> list[tuple[Booking, Booking]]:
+        return family_overlaps(self.conn, since, limit)
+
+    def stranded(self, now: datetime, limit: int) -> list[StrandedBooking]:
+        return stranded(self.conn, now, limit)

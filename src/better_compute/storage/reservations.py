@@ -433,7 +433,7 @@ _PG_COMMIT = (
     + ") SELECT l.id, l.gpu_id, l.pool_id, l.class, l.gpu_share, %(t)s, %(id)s, %(s)s, %(e)s, 'live', %(now)s"
     " FROM ok, unnest(%(ids)s::text[]) WITH ORDINALITY AS u(id, ord) JOIN l ON l.id = u.id"
     " WHERE ok.yes ORDER BY u.ord"
-    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at),"
+    " RETURNING atom_id, tenant_id, pool_id, class, starts_at, ends_at, gpu_id),"
     " e AS (INSERT INTO events (type, subject, payload, at)"
     " SELECT '" + LedgerBooked.TYPE + "', %(id)s, " + ledger.BOOKED_PAYLOAD_PG + ", %(now)s FROM b"
     " UNION ALL SELECT '"

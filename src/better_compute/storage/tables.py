@@ -294,6 +294,15 @@ bookings = Table(
         sqlite_where=text("state = 'live'"),
         postgresql_where=text("state = 'live'"),
     ),
+    # Live bookings by GPU: a GPU's family, whole and parts, is booked by one holder at a time
+    # (migration 0025; PostgreSQL's `bookings_no_family_overlap` constraint, SQLite's look-up).
+    Index(
+        "ix_bookings_live_gpu_start",
+        "gpu_id",
+        "starts_at",
+        sqlite_where=text("state = 'live'"),
+        postgresql_where=text("state = 'live'"),
+    ),
 )
 
 events = Table(

@@ -152,7 +152,10 @@ class ReservationPublic(WireAnswer):
     created_at: datetime
     binding: str = "pending"
     """Whether the nodes handed its atoms over: `pending` (no node said yet), `bound`,
-    `device-missing`, `refused` or `released` (docs/node-auth.md#binding)."""
+    `device-missing`, `refused` or `released`; or `stranded` while a booking of it holds an atom it
+    cannot have: one gone from its node, not bookable, or in another pool (docs/node-auth.md#binding)."""
+    binding_detail: str | None = None
+    """Why the binding is `stranded`, naming the atoms; null otherwise."""
     preemptible: bool = False
     """Whether a workload may end it early to be placed (it is then `released`)."""
 

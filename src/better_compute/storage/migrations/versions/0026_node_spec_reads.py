@@ -3,7 +3,7 @@ and that read is what shows it alive (`doctor`'s `node.silent`). Spec reads now 
 sequence number (`report_sequence`), so that a captured one cannot be sent again.
 
 Revision ID: 0026
-Revises: 0024
+Revises: 0025
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0026"
-down_revision = "0024"
+down_revision = "0025"
 branch_labels = None
 depends_on = None
 

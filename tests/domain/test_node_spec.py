@@ -1,0 +1,96 @@
+"""`plan_spec`'s layouts: a GPU is told its node's layout, except one not at it while a booking holds
+it or a part of it, now or later, which keeps the one it has (SPEC 7: a GPU is told a new layout
+only through the gate)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from better_compute.bcd.fake import FakeNode
+from better_compute.domain.atoms import Atom, derive_node_atoms
+from better_compute.domain.inventory import GpuReport
+from better_compute.domain.ledger import partition_allocation_id
+from better_compute.domain.node_spec import LiveHold, NodeSpec, plan_spec
+from better_compute.domain.pools import PoolSettings
+from better_compute.domain.records import Gpu, Pool
+from tests.builders import T0
+
+POOL = Pool("p1", "p1", "c1", "platform", "mig", PoolSettings(mig_layout="all-1g.10gb"), "gpu", 1, T0)
+LATER = T0 + timedelta(days=1)
+
+
+def _gpu(report: GpuReport) -> Gpu:
+    return Gpu(
+        report.uuid,
+        "n1",
+        report.index,
+        report.product,
+        "H100-80GB",
+        report.memory_mib,
+        report.numa_node,
+        report.nvlink_peers,
+        report.healthy,
+        True,
+        report.mig_mode_current,
+        report.mig_mode_pending,
+        report.mig_instances,
+        T0,
+    )
+
+
+def _whole_node() -> tuple[list[Gpu], list[Atom]]:
+    """Node n1 with two H100s reporting whole (a node re-imaged, or restarted at another layout)."""
+    report = FakeNode.build("n1", "H100-80GB", 2).report()
+    atoms = derive_node_atoms(report, lambda _: POOL.sharing, lambda _: "H100-80GB")
+    return [_gpu(g) for g in report.gpus], [a for found in atoms.values() for a in found]
+
+
+def _layouts(spec: NodeSpec) -> list[str | None]:
+    return [g.mig_layout for g in spec.gpus]
+
+
+def test_a_gpu_booked_later_whose_layout_is_not_its_pools_is_told_none_not_the_pools() -> None:
+    gpus, atoms = _whole_node()
+    parent = next(a for a in atoms if a.gpu_id == gpus[0].id and a.cls == "gpu")
+    later = LiveHold("rsv-later", parent.id, LATER, LATER + timedelta(hours=4), "acme")
+    spec = plan_spec("n1", gpus, POOL, atoms, [later], T0)
+    # Repartitioning the first GPU would cut the booking away; the second, idle, is told the layout.
+    assert _layouts(spec) == [None, "all-1g.10gb"]
+    assert spec.assignments == ()  # the booking has not started: nothing is handed out yet
+    assert _layouts(plan_spec("n1", gpus, POOL, atoms, [], T0)) == ["all-1g.10gb", "all-1g.10gb"]
+
+
+def test_a_booking_not_handed_out_still_keeps_its_gpus_layout() -> None:
+    gpus, atoms = _whole_node()
+    parent = next(a for a in atoms if a.gpu_id == gpus[1].id and a.cls == "gpu")
+    ending = LiveHold("dep-1/r0", parent.id, T0 - timedelta(hours=1), None, "acme")
+    spec = plan_spec("n1", gpus, POOL, atoms, [], T0, bookings=[ending])  # a replica terminating
+    assert _layouts(spec) == ["all-1g.10gb", None]
+
+
+def test_the_gates_partition_holds_and_bookings_of_gone_atoms_do_not_keep_a_layout() -> None:
+    gpus, atoms = _whole_node()
+    first = [a for a in atoms if a.gpu_id == gpus[0].id]
+    hold = partition_allocation_id(gpus[0].id, T0)
+    holds = [LiveHold(hold, a.id, T0, None, None) for a in first]
+    gone = replace(first[0], id="atm-gone", cls="gpu.mig", key="mig:1.0", present=False)
+    lost = LiveHold("rsv-lost", gone.id, T0, LATER, "acme")  # its instance went with a restart
+    spec = plan_spec("n1", gpus, POOL, [*atoms, gone], [*holds, lost], T0)
+    assert _layouts(spec) == ["all-1g.10gb", "all-1g.10gb"]
+
+
+def test_a_booked_gpu_already_at_its_layout_is_told_it() -> None:
+    fake = FakeNode.build("n1", "H100-80GB", 1)
+    fake.apply_layout("all-1g.10gb")
+    report = fake.report()
+    atoms = [
+        a
+        for found in derive_node_atoms(report, lambda _: POOL.sharing, lambda _: "H100-80GB").values()
+        for a in found
+    ]
+    part = next(a for a in atoms if a.cls == "gpu.mig")
+    spec = plan_spec(
+        "n1", [_gpu(g) for g in report.gpus], POOL, atoms, [LiveHold("rsv-1", part.id, T0, LATER, "acme")], T0
+    )
+    assert _layouts(spec) == ["all-1g.10gb"]
