@@ -94,3 +94,28 @@ def test_a_booked_gpu_already_at_its_layout_is_told_it() -> None:
         "n1", [_gpu(g) for g in report.gpus], POOL, atoms, [LiveHold("rsv-1", part.id, T0, LATER, "acme")], T0
     )
     assert _layouts(spec) == ["all-1g.10gb"]
+
+
+EXCLUSIVE = Pool("p2", "p2", "c1", "platform", "mig", PoolSettings(mig_layout="all-disabled"), "gpu", 1, T0)
+
+
+def test_a_whole_gpu_booking_does_not_keep_a_gpu_split_by_a_restart_from_its_layout() -> None:
+    """A node restarted at a MIG layout (a re-imaged host) while its pool is whole: a tenant's booking
+    of the whole GPU, later, is stranded on an unbookable parent while the GPU keeps the layout it
+    came back with. Nothing of the split GPU is booked, so it is told its pool's layout, which
+    gives the booking its GPU again; an instance booked itself would still keep it."""
+    fake = FakeNode.build("n1", "H100-80GB", 1)
+    fake.apply_layout("mixed:3g.40gb+2x2g.20gb")
+    report = fake.report()
+    atoms = [
+        a
+        for found in derive_node_atoms(report, lambda _: EXCLUSIVE.sharing, lambda _: "H100-80GB").values()
+        for a in found
+    ]
+    gpus = [_gpu(g) for g in report.gpus]
+    parent = next(a for a in atoms if a.cls == "gpu")
+    whole = LiveHold("rsv-whole", parent.id, LATER, LATER + timedelta(hours=4), "acme")
+    assert _layouts(plan_spec("n1", gpus, EXCLUSIVE, atoms, [whole], T0)) == ["all-disabled"]
+    part = next(a for a in atoms if a.cls == "gpu.mig")
+    held = LiveHold("rsv-part", part.id, T0, LATER, "acme")
+    assert _layouts(plan_spec("n1", gpus, EXCLUSIVE, atoms, [whole, held], T0)) == [None]

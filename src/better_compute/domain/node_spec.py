@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -165,7 +165,8 @@ def plan_spec(
     )
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
     layout = node_layout(pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held))
-    kept = booked_gpus(by_id, holds if bookings is None else bookings)
+    split = frozenset(g.id for g in present if g.mig_mode_current)
+    kept = booked_gpus(by_id, holds if bookings is None else bookings, split)
     sharing = (
         SharingSpec(
             pool.mode,
@@ -183,18 +184,24 @@ def plan_spec(
     )
 
 
-def booked_gpus(atoms: Mapping[str, Atom], bookings: Iterable[LiveHold]) -> frozenset[str]:
+def booked_gpus(
+    atoms: Mapping[str, Atom], bookings: Iterable[LiveHold], split: Collection[str] = ()
+) -> frozenset[str]:
     """The GPUs (of `atoms`, by id) whose whole-GPU atom, or one of whose parts, a live booking
     holds, now or later: a repartition would cut it away. A layout change's own bookings (the
     gate's partition holds) do not count: they exist to let the change through. Nor does a booking
     of an atom gone from its node (an instance lost with a restart): nothing of it is left to cut,
-    and putting the GPU's layout back is what gives it its instance again."""
+    and putting the GPU's layout back is what gives it its instance again. Nor, likewise, does a
+    booking of the whole GPU while it is split in MIG instances (`split`: the GPUs in MIG mode now,
+    a node restarted at another layout): the whole GPU is not there to hand over, and no holder's
+    instance is cut by taking it back to its layout (an instance booked itself still counts)."""
     return frozenset(
         atom.gpu_id
         for b in bookings
         if not is_partition_change(b.allocation_id)
         and (atom := atoms.get(b.atom_id)) is not None
         and atom.present
+        and not (atom.cls == "gpu" and atom.gpu_id in split)
     )
 
 
