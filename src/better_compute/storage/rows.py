@@ -9,11 +9,22 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Connection, Dialect, Table, TypeDecorator, insert, select, update
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Dialect,
+    Table,
+    TypeDecorator,
+    any_,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 Row = dict[str, Any]
@@ -219,6 +230,24 @@ def compare_and_set(
     ]
     result = conn.execute(update(table).where(*where).values(dict(values)))
     return result.rowcount == 1
+
+
+IN_CHUNK = 1000
+"""Values one IN list of `matching` holds on SQLite."""
+
+
+def matching(conn: Connection, column: Any, values: Sequence[Any]) -> Iterator[Any]:
+    """Conditions that together select the rows whose `column` is one of `values` (each condition to
+    be run in a statement of its own): on PostgreSQL one, `column = ANY(array)`, the values bound as
+    one array parameter (a fleet's worth of keys binds and plans as one); on SQLite IN lists of
+    `IN_CHUNK` values (a statement there takes a bounded number of parameters). None for no values."""
+    if not values:
+        return
+    if conn.dialect.name == "postgresql":
+        yield column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(column.type), unique=True))
+        return
+    for i in range(0, len(values), IN_CHUNK):
+        yield column.in_(list(values[i : i + IN_CHUNK]))
 
 
 def rows(conn: Connection, stmt: Any) -> list[Row]:
