@@ -118,15 +118,15 @@ class SqlGpus:
         Only what changed is written: a GPU written again keeps the claims it had."""
         if not items:
             return
-        claims: dict[str, Holder] = {}
+        claims: dict[str, tuple[str, str]] = {}  # uuid -> (GPU, node)
         conflicts: dict[str, list[Holder]] = {}  # by the node refused
         for g in items:
             if not g.present:
                 continue
             for uuid in device_uuids(g.id, g.mig_instances):
-                first = claims.setdefault(uuid, Holder(uuid, g.id, g.node_id))
-                if first.node != g.node_id:  # two nodes' GPUs in one write: the first has it
-                    conflicts.setdefault(g.node_id, []).append(first)
+                first = claims.setdefault(uuid, (g.id, g.node_id))
+                if first[1] != g.node_id:  # two nodes' GPUs in one write: the first has it
+                    conflicts.setdefault(g.node_id, []).append(Holder(uuid, *first))
         written = {(g.id, g.node_id) for g in items}
         had = self._held(held_uuids.c.gpu_id, [g.id for g in items])
         # What these GPUs' nodes held with them that they hold no more (a GPU gone, an instance
@@ -134,15 +134,18 @@ class SqlGpus:
         let_go = [h.uuid for h in had if (h.gpu, h.node) in written and h.uuid not in claims]
         for where in rows.matching(self.conn, held_uuids.c.uuid, sorted(let_go)):
             self.conn.execute(delete(held_uuids).where(where))
-        kept = set(had)
-        new = [{"uuid": c.uuid, "gpu_id": c.gpu, "node_id": c.node} for c in claims.values() if c not in kept]
+        kept = {h.uuid: (h.gpu, h.node) for h in had}
+        new = [
+            {"uuid": uuid, "gpu_id": gpu, "node_id": node}
+            for uuid, (gpu, node) in claims.items()
+            if kept.get(uuid) != (gpu, node)
+        ]
         refused = rows.upsert_held(self.conn, held_uuids, new, "uuid", "node_id")
         if refused:
             holders = self.holders(sorted(refused))
             for uuid in sorted(refused):
-                claim = claims[uuid]
-                holder = holders.get(uuid, Holder(uuid, claim.gpu, "another node"))
-                conflicts.setdefault(claim.node, []).append(holder)
+                gpu, node = claims[uuid]
+                conflicts.setdefault(node, []).append(holders.get(uuid, Holder(uuid, gpu, "another node")))
         if conflicts:
             node = min(conflicts)
             raise owned_elsewhere(node, conflicts[node])

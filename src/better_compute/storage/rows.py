@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
+import psycopg
 from sqlalchemy import (
     JSON,
     Connection,
@@ -71,6 +72,8 @@ def upsert_held(
         return set()
     ordered = sorted(new_rows, key=operator.itemgetter(key))
     if conn.dialect.name == "postgresql" and len(ordered) >= COPY_FROM:
+        if _copy_new(conn, table, ordered):
+            return set()
         written = _copy_upsert(conn, table, ordered, [key], holder=holder)
     else:
         dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
@@ -82,6 +85,24 @@ def upsert_held(
         ).returning(table.c[key])
         written = {r[0] for r in conn.execute(claim, [dict(r) for r in ordered])}
     return {r[key] for r in ordered} - written
+
+
+def _copy_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> bool:
+    """COPY rows none of whose keys is taken yet straight into `table`, all or none (PostgreSQL):
+    False, with nothing written and the transaction usable, when one is taken (by a row there, or
+    by a transaction that committed it meanwhile: COPY waits for it). A fleet's first reports are
+    all new, and a plain COPY costs a third of a merge through a scratch table."""
+    db = conn.connection.driver_connection
+    assert db is not None
+    db.execute("SAVEPOINT bc_copy_new")
+    try:
+        with db.cursor() as cur:
+            _copy(cur, table.name, table, new_rows, conn.dialect)
+    except psycopg.errors.UniqueViolation:
+        db.execute("ROLLBACK TO SAVEPOINT bc_copy_new")
+        return False
+    db.execute("RELEASE SAVEPOINT bc_copy_new")
+    return True
 
 
 def _copy_upsert(
