@@ -56,16 +56,18 @@ def refused_claims(
     are taken in order, one node each: a uuid nobody holds is taken by the first report naming it,
     and a later report of another node naming it conflicts with that one. A refused report takes
     nothing."""
-    claimed = dict(held)
+    taken: dict[str, tuple[str, str]] = {}  # by the reports before: uuid -> (GPU, node)
     refused: dict[str, tuple[Holder, ...]] = {}
     for node, gpus in reports:
         named = [(u, g.uuid) for g in gpus for u in device_uuids(g.uuid, g.mig_instances)]
-        others = {claimed[u] for u, _ in named if u in claimed and claimed[u].node != node}
+        others = {held[u] for u, _ in named if u in held and held[u].node != node}
+        others.update(Holder(u, *taken[u]) for u, _ in named if u in taken and taken[u][1] != node)
         if others:
             refused[node] = tuple(sorted(others))
             continue
         for uuid, gpu in named:
-            claimed.setdefault(uuid, Holder(uuid, gpu, node))
+            if uuid not in held:
+                taken.setdefault(uuid, (gpu, node))
     return refused
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, delete, select, tuple_
+from sqlalchemy import Connection, delete, select
 
 from better_compute.domain.gpu_owners import Holder, device_uuids, owned_elsewhere
 from better_compute.domain.inventory import MigInstance
@@ -14,8 +14,6 @@ from better_compute.domain.records import Gpu
 from better_compute.storage import rows
 from better_compute.storage.tables import device_uuids as held_uuids
 from better_compute.storage.tables import gpus
-
-_CHUNK = 1000
 
 
 def _instance(i: Mapping[str, Any]) -> MigInstance:
@@ -93,10 +91,9 @@ class SqlGpus:
         return [_gpu(r) for r in rows.page(self.conn, gpus, where=where, limit=limit, after=after)]
 
     def by_ids(self, gpu_ids: Sequence[str]) -> dict[str, Gpu]:
-        ids = sorted(set(gpu_ids))
         found: dict[str, Gpu] = {}
-        for i in range(0, len(ids), _CHUNK):
-            for r in rows.rows(self.conn, select(gpus).where(gpus.c.id.in_(ids[i : i + _CHUNK]))):
+        for where in rows.matching(self.conn, gpus.c.id, sorted(set(gpu_ids))):
+            for r in rows.rows(self.conn, select(gpus).where(where)):
                 found[r["id"]] = _gpu(r)
         return found
 
@@ -105,44 +102,50 @@ class SqlGpus:
         self._hold(items)
 
     def holders(self, uuids: Sequence[str]) -> dict[str, Holder]:
-        wanted = sorted(set(uuids))
-        found: dict[str, Holder] = {}
+        return {h.uuid: h for h in self._held(held_uuids.c.uuid, uuids)}
+
+    def _held(self, column: Any, values: Sequence[str]) -> list[Holder]:
+        """The claims whose `column` (a uuid, or a GPU's) is one of `values`."""
+        found: list[Holder] = []
         columns = (held_uuids.c.uuid, held_uuids.c.gpu_id, held_uuids.c.node_id)
-        for i in range(0, len(wanted), _CHUNK):
-            chunk = wanted[i : i + _CHUNK]
-            for uuid, gpu_id, node_id in self.conn.execute(
-                select(*columns).where(held_uuids.c.uuid.in_(chunk))
-            ):
-                found[uuid] = Holder(uuid, gpu_id, node_id)
+        for where in rows.matching(self.conn, column, sorted(set(values))):
+            found.extend(Holder(u, g, n) for u, g, n in self.conn.execute(select(*columns).where(where)))
         return found
 
     def _hold(self, items: Sequence[Gpu]) -> None:
         """What each GPU written holds from now on: a present one, its uuids for its node; one not
-        present (gone, released), nothing. A uuid another node holds is not taken (see `put`)."""
+        present (gone, released), nothing. A uuid another node holds is not taken (see `put`).
+        Only what changed is written: a GPU written again keeps the claims it had."""
         if not items:
             return
-        held = sorted({(g.id, g.node_id) for g in items})
-        for i in range(0, len(held), _CHUNK):
-            pairs = tuple_(held_uuids.c.gpu_id, held_uuids.c.node_id).in_(held[i : i + _CHUNK])
-            self.conn.execute(delete(held_uuids).where(pairs))
-        claims: dict[str, dict[str, str]] = {}
+        claims: dict[str, tuple[str, str]] = {}  # uuid -> (GPU, node)
         conflicts: dict[str, list[Holder]] = {}  # by the node refused
         for g in items:
             if not g.present:
                 continue
             for uuid in device_uuids(g.id, g.mig_instances):
-                first = claims.setdefault(uuid, {"uuid": uuid, "gpu_id": g.id, "node_id": g.node_id})
-                if first["node_id"] != g.node_id:  # two nodes' GPUs in one write: the first has it
-                    conflicts.setdefault(g.node_id, []).append(
-                        Holder(uuid, first["gpu_id"], first["node_id"])
-                    )
-        refused = rows.upsert_held(self.conn, held_uuids, list(claims.values()), "uuid", "node_id")
+                first = claims.setdefault(uuid, (g.id, g.node_id))
+                if first[1] != g.node_id:  # two nodes' GPUs in one write: the first has it
+                    conflicts.setdefault(g.node_id, []).append(Holder(uuid, *first))
+        written = {(g.id, g.node_id) for g in items}
+        had = self._held(held_uuids.c.gpu_id, [g.id for g in items])
+        # What these GPUs' nodes held with them that they hold no more (a GPU gone, an instance
+        # destroyed); another node's claim on one of the uuids stays, and refuses the new one below.
+        let_go = [h.uuid for h in had if (h.gpu, h.node) in written and h.uuid not in claims]
+        for where in rows.matching(self.conn, held_uuids.c.uuid, sorted(let_go)):
+            self.conn.execute(delete(held_uuids).where(where))
+        kept = {h.uuid: (h.gpu, h.node) for h in had}
+        new = [
+            {"uuid": uuid, "gpu_id": gpu, "node_id": node}
+            for uuid, (gpu, node) in claims.items()
+            if kept.get(uuid) != (gpu, node)
+        ]
+        refused = rows.upsert_held(self.conn, held_uuids, new, "uuid", "node_id")
         if refused:
             holders = self.holders(sorted(refused))
             for uuid in sorted(refused):
-                claim = claims[uuid]
-                holder = holders.get(uuid, Holder(uuid, claim["gpu_id"], "another node"))
-                conflicts.setdefault(claim["node_id"], []).append(holder)
+                gpu, node = claims[uuid]
+                conflicts.setdefault(node, []).append(holders.get(uuid, Holder(uuid, gpu, "another node")))
         if conflicts:
             node = min(conflicts)
             raise owned_elsewhere(node, conflicts[node])

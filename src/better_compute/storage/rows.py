@@ -9,11 +9,23 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Connection, Dialect, Table, TypeDecorator, insert, select, update
+import psycopg
+from sqlalchemy import (
+    JSON,
+    Connection,
+    Dialect,
+    Table,
+    TypeDecorator,
+    any_,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 Row = dict[str, Any]
@@ -60,6 +72,8 @@ def upsert_held(
         return set()
     ordered = sorted(new_rows, key=operator.itemgetter(key))
     if conn.dialect.name == "postgresql" and len(ordered) >= COPY_FROM:
+        if _copy_new(conn, table, ordered):
+            return set()
         written = _copy_upsert(conn, table, ordered, [key], holder=holder)
     else:
         dialect_insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
@@ -71,6 +85,24 @@ def upsert_held(
         ).returning(table.c[key])
         written = {r[0] for r in conn.execute(claim, [dict(r) for r in ordered])}
     return {r[key] for r in ordered} - written
+
+
+def _copy_new(conn: Connection, table: Table, new_rows: Sequence[Mapping[str, Any]]) -> bool:
+    """COPY rows none of whose keys is taken yet straight into `table`, all or none (PostgreSQL):
+    False, with nothing written and the transaction usable, when one is taken (by a row there, or
+    by a transaction that committed it meanwhile: COPY waits for it). A fleet's first reports are
+    all new, and a plain COPY costs a third of a merge through a scratch table."""
+    db = conn.connection.driver_connection
+    assert db is not None
+    db.execute("SAVEPOINT bc_copy_new")
+    try:
+        with db.cursor() as cur:
+            _copy(cur, table.name, table, new_rows, conn.dialect)
+    except psycopg.errors.UniqueViolation:
+        db.execute("ROLLBACK TO SAVEPOINT bc_copy_new")
+        return False
+    db.execute("RELEASE SAVEPOINT bc_copy_new")
+    return True
 
 
 def _copy_upsert(
@@ -219,6 +251,24 @@ def compare_and_set(
     ]
     result = conn.execute(update(table).where(*where).values(dict(values)))
     return result.rowcount == 1
+
+
+IN_CHUNK = 1000
+"""Values one IN list of `matching` holds on SQLite."""
+
+
+def matching(conn: Connection, column: Any, values: Sequence[Any]) -> Iterator[Any]:
+    """Conditions that together select the rows whose `column` is one of `values` (each condition to
+    be run in a statement of its own): on PostgreSQL one, `column = ANY(array)`, the values bound as
+    one array parameter (a fleet's worth of keys binds and plans as one); on SQLite IN lists of
+    `IN_CHUNK` values (a statement there takes a bounded number of parameters). None for no values."""
+    if not values:
+        return
+    if conn.dialect.name == "postgresql":
+        yield column == any_(bindparam(None, list(values), type_=postgresql.ARRAY(column.type), unique=True))
+        return
+    for i in range(0, len(values), IN_CHUNK):
+        yield column.in_(list(values[i : i + IN_CHUNK]))
 
 
 def rows(conn: Connection, stmt: Any) -> list[Row]:
