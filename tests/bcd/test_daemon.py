@@ -185,7 +185,7 @@ def restarted(daemon: Daemon, fake: FakeNode) -> Daemon:
     records) and the same GPUs, its start inventory queued as `run` queues it."""
     log = Log(io.StringIO(), node=daemon.node)
     again = Daemon(daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=log, wait=0)
-    again.enqueue(again.inventory())
+    again.starting()
     return again
 
 
@@ -298,3 +298,21 @@ def test_a_restarted_bcd_does_not_claim_the_generation_it_observed_before_it_sto
     daemon = restarted(daemon, fake)
     assert daemon.step(False)
     assert generations(world, "n-1") == (spec, spec)
+
+
+def test_a_restarted_bcd_drops_the_generation_claims_its_last_run_left_unsent(world: NodeWorld) -> None:
+    """A pass converged the spec and queued its `ObservedGeneration`, and the daemon was killed
+    before sending it; the node rebooted MIG-off. The restarted daemon does not send that claim
+    (nor the old run's inventory): what it sends first says it has observed nothing yet."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.flush()
+    assert daemon.converge(daemon.compute.nodes.spec("n-1"))  # queued, never sent
+    assert [e.report["kind"] for e in daemon.queue.pending()] == ["ObservedGeneration"]
+    reboot_mig_off(fake, {g.uuid for g in fake.gpus})
+    daemon = restarted(daemon, fake)
+    queued = daemon.queue.pending()
+    assert [e.report["kind"] for e in queued] == ["Inventory"]  # before the fix: the claim went first
+    assert queued[0].report["observedGeneration"] == 0
+    assert daemon.flush()
+    spec, observed = generations(world, "n-1")
+    assert spec >= 1 and observed == 0

@@ -462,7 +462,7 @@ def test_a_rebooted_nodes_stale_observed_generation_does_not_put_an_endpoint_in_
     daemon = Daemon(
         daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=daemon.log, wait=0
     )
-    daemon.enqueue(daemon.inventory())  # as `bcd run` starts
+    daemon.starting()  # as `bcd run` starts
     assert daemon.flush()
     reconciler = Reconciler(store, world.clock, "r1")
     assert endpoints.create(store, PLATFORM, body(), world.clock.now).status == "Creating"
@@ -477,6 +477,7 @@ def test_a_rebooted_nodes_stale_observed_generation_does_not_put_an_endpoint_in_
     daemon = Daemon(
         daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=daemon.log, wait=0
     )
+    daemon.starting()
     assert daemon.step(False)
     reconciler.tick()
     assert endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "InService"

@@ -170,6 +170,19 @@ class Daemon:
             report["rebootRequired"] = sorted(self.host.reboot_required)
         return dict(report)
 
+    def starting(self) -> None:
+        """Queue what a daemon sends as it starts: its inventory, which says it has observed no
+        generation yet (`inventory`). The `Inventory` and `ObservedGeneration` reports the process
+        before it left unsent are whole-state claims about GPUs that may have changed since (a
+        reboot), which this inventory supersedes: they leave the queue unsent, so the server never
+        applies a generation on the word of a daemon that is gone. The rest stays, in order."""
+        for entry in self.queue.pending():
+            kind = entry.report.get("kind")
+            if kind in ("Inventory", "ObservedGeneration"):
+                self.queue.done(entry)
+                self.log.info("report.superseded", kind=kind, reportId=entry.report_id)
+        self.enqueue(self.inventory())
+
     # -- converging ----------------------------------------------------------------------------
 
     def converge(self, spec: NodeSpecPublic) -> bool:
@@ -233,7 +246,7 @@ class Daemon:
         self.log.info("bcd.start", queued=len(self.queue))
         settled = False
         try:
-            self.enqueue(self.inventory())
+            self.starting()
             while not self.stopping:
                 try:
                     settled = self.step(settled)
