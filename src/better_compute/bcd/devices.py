@@ -169,8 +169,8 @@ class DevicesConverger:
             if a.allocation_id in missing:
                 atoms = ", ".join(missing[a.allocation_id])
                 detail = (
-                    f"the device of atoms {atoms} is gone (handed over before, then its MIG instance"
-                    " went: its CDI spec is withdrawn until it is back)"
+                    f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
+                    " repartition took it): its CDI spec is withdrawn until it is back"
                     if a.allocation_id in lost
                     else f"no device yet for atoms {atoms}"
                 )
