@@ -212,3 +212,141 @@ def test_an_allocation_id_no_cdi_device_can_carry_is_refused_and_the_others_are_
     assert cdi.spec_path(tmp_path / "cdi", "res-ok").exists()
     gone = devices.converge(spec_of(fake, []), fake.list_gpus())
     assert sorted(r["allocationId"] for r in gone.reports) == ["dep-1/r0", "res-ok"]
+
+
+def restarted(daemon: Daemon, fake: FakeNode) -> Daemon:
+    """The node's `bcd` started again over the same state directory (identity, queue, hand-over
+    records) and the same GPUs, its start inventory queued as `run` queues it."""
+    log = Log(io.StringIO(), node=daemon.node)
+    again = Daemon(daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=log, wait=0)
+    again.starting()
+    return again
+
+
+def reboot_mig_off(fake: FakeNode, stuck: set[str]) -> None:
+    """The node reboots and its GPUs come back MIG-off with no instance, as Hopper GPUs do (MIG mode
+    is not kept across a reboot there); the GPUs in `stuck` fail the reset that turns MIG back on."""
+    for gpu in fake.gpus:
+        gpu.mig_mode_persists = False
+        gpu.reset_fails = gpu.uuid in stuck
+    fake.reboot()
+
+
+def reserve_instance(world: NodeWorld, mig_uuid: str) -> str:
+    """Book the one MIG instance whose `MIG-…` uuid is `mig_uuid`."""
+    selector = {"matchExpressions": [{"key": "migUuid", "op": "In", "values": [mig_uuid]}]}
+    return str(world.reserve([{"class": "gpu.mig", "count": 1, "selector": selector}])["id"])
+
+
+def bindings_reported(world: NodeWorld, rid: str) -> list[tuple[str, str | None]]:
+    events = world.http.get("/v1/events", params={"type": "allocation.bound"}, headers=world.platform).json()
+    return [
+        (e["payload"]["binding"], e["payload"].get("detail")) for e in events["items"] if e["subject"] == rid
+    ]
+
+
+def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeWorld) -> None:
+    """A reboot takes a handed-over MIG instance away (the GPU comes back MIG-off and cannot be
+    partitioned again yet): the allocation is `device-missing`, its CDI spec and env file are gone so
+    no container starts on a stale device, the rest of the node converges, and the allocation is
+    bound again once its instance is back."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.step(False)
+    lost_gpu, kept_gpu = fake.list_gpus()[:2]
+    lost = reserve_instance(world, lost_gpu.instances[0].compute_instances[0].uuid)
+    kept = reserve_instance(world, kept_gpu.instances[0].compute_instances[0].uuid)
+    assert daemon.step(True)
+    assert reservation(world, lost)["binding"] == reservation(world, kept)["binding"] == "bound"
+    cdi_root, env = daemon.devices.cdi_root, daemon.identity.state_dir / "env"
+
+    reboot_mig_off(fake, {lost_gpu.uuid})
+    daemon = restarted(daemon, fake)
+    assert not daemon.step(False)  # before the fix: CdiError, "has no device to hand over"
+
+    assert reservation(world, lost)["binding"] == "device-missing"
+    assert "gone" in str(bindings_reported(world, lost)[-1][1])
+    assert not cdi.spec_path(cdi_root, lost).exists()
+    assert not (env / f"{lost}.env").exists()
+    assert reservation(world, kept)["binding"] == "bound"  # its GPU came back partitioned
+    kept_spec = json.loads(cdi.spec_path(cdi_root, kept).read_text())
+    visible = dict(e.split("=", 1) for e in kept_spec["devices"][0]["containerEdits"]["env"])
+    now_kept = {g.uuid: g for g in fake.list_gpus()}[kept_gpu.uuid]
+    assert visible["NVIDIA_VISIBLE_DEVICES"] == now_kept.instances[0].compute_instances[0].uuid
+    assert not daemon.step(False)  # still missing: nothing more to say, and no crash either
+    assert reservation(world, lost)["binding"] == "device-missing"
+
+    fake.fail_resets(lost_gpu.uuid, False)  # the operator rebooted it: MIG on again
+    daemon = restarted(daemon, fake)
+    assert daemon.step(False)
+    assert reservation(world, lost)["binding"] == "bound"
+    spec = json.loads(cdi.spec_path(cdi_root, lost).read_text())
+    visible = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
+    back = {g.uuid: g for g in fake.list_gpus()}[lost_gpu.uuid].instances[0].compute_instances[0].uuid
+    assert visible["NVIDIA_VISIBLE_DEVICES"] == back != lost_gpu.instances[0].compute_instances[0].uuid
+
+
+def test_a_bound_allocation_whose_cdi_spec_a_reboot_wiped_gets_it_written_again(tmp_path: Path) -> None:
+    """The CDI root is a tmpfs (/var/run/cdi): a reboot empties it while the env files on the state
+    directory stay. A whole GPU survives the reboot, so its allocation's env file is unchanged; its
+    CDI spec must still come back, or no container can ask for the device it is bound to."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [whole], "env": {}}], layout=None)
+    assert devices.converge(spec, fake.list_gpus()).settled
+    fake.reboot()
+    cdi.spec_path(tmp_path / "cdi", "res-a").unlink()
+    again = DevicesConverger(tmp_path / "cdi", tmp_path / "env")  # the daemon after the reboot
+    assert again.converge(spec, fake.list_gpus()).settled
+    written = json.loads(cdi.spec_path(tmp_path / "cdi", "res-a").read_text())
+    assert written["devices"][0]["containerEdits"]["env"] == [
+        f"NVIDIA_VISIBLE_DEVICES={fake.list_gpus()[0].uuid}"
+    ]
+
+
+def generations(world: NodeWorld, node: str) -> tuple[int, int]:
+    """The node's spec generation and the one it observed, as `nodes.list` shows them."""
+    shown = {n["id"]: n for n in world.http.get("/v1/nodes", headers=world.admin).json()["items"]}[node]
+    return int(shown["specGeneration"]), int(shown["observedGeneration"])
+
+
+def test_a_restarted_bcd_does_not_claim_the_generation_it_observed_before_it_stopped(
+    world: NodeWorld,
+) -> None:
+    """A node rebooted to another layout (MIG off, the reset that turns it on failing) has the
+    same spec generation as before: its restarted `bcd` has not converged it, so the server must not
+    go on counting the generation it observed before the restart; once it converges, it says so."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.step(False)
+    spec, observed = generations(world, "n-1")
+    assert observed == spec >= 1
+    reboot_mig_off(fake, {g.uuid for g in fake.gpus})
+    daemon = restarted(daemon, fake)
+    assert daemon.flush()  # its start inventory: MIG off everywhere
+    assert generations(world, "n-1") == (spec, 0)  # before the fix: (spec, spec)
+    daemon.step(False)
+    assert daemon.host.reboot_required  # it cannot converge
+    assert generations(world, "n-1") == (spec, 0)
+    for gpu in fake.gpus:
+        gpu.reset_fails = False
+    daemon = restarted(daemon, fake)
+    assert daemon.step(False)
+    assert generations(world, "n-1") == (spec, spec)
+
+
+def test_a_restarted_bcd_drops_the_generation_claims_its_last_run_left_unsent(world: NodeWorld) -> None:
+    """A pass converged the spec and queued its `ObservedGeneration`, and the daemon was killed
+    before sending it; the node rebooted MIG-off. The restarted daemon does not send that claim
+    (nor the old run's inventory): what it sends first says it has observed nothing yet."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.flush()
+    assert daemon.converge(daemon.compute.nodes.spec("n-1"))  # queued, never sent
+    assert [e.report["kind"] for e in daemon.queue.pending()] == ["ObservedGeneration"]
+    reboot_mig_off(fake, {g.uuid for g in fake.gpus})
+    daemon = restarted(daemon, fake)
+    queued = daemon.queue.pending()
+    assert [e.report["kind"] for e in queued] == ["Inventory"]  # before the fix: the claim went first
+    assert queued[0].report["observedGeneration"] == 0
+    assert daemon.flush()
+    spec, observed = generations(world, "n-1")
+    assert spec >= 1 and observed == 0

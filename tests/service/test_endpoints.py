@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
+from better_compute.bcd.daemon import Daemon
 from better_compute.domain.credentials import Principal
 from better_compute.domain.errors import (
     AlreadyExists,
@@ -442,3 +443,41 @@ def test_a_failed_endpoints_reason_follows_what_holds_it_back(store: Store, tmp_
     again = endpoints.get(store, PLATFORM, "chat", world.clock.now)
     assert again.status == "Failed" and again.record.reason is not None
     assert "1 are cordoned" in again.record.reason
+
+
+def test_a_rebooted_nodes_stale_observed_generation_does_not_put_an_endpoint_in_service(
+    store: Store, tmp_path: Path
+) -> None:
+    """A node at the endpoint's layout reboots and comes back MIG-off (its `bcd` restarted, the
+    reset that turns MIG on failing): its spec generation has not moved, but what it observed before
+    the restart is no longer true, so the gate must not count it as converged; the endpoint goes
+    InService once the node has converged again."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    daemon, fake = world.daemon("n-1")
+    assert daemon.step(False)
+    for gpu in fake.gpus:  # Hopper: MIG mode is lost on a reboot
+        gpu.mig_mode_persists = False
+        gpu.reset_fails = True
+    fake.reboot()
+    daemon = Daemon(
+        daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=daemon.log, wait=0
+    )
+    daemon.starting()  # as `bcd run` starts
+    assert daemon.flush()
+    reconciler = Reconciler(store, world.clock, "r1")
+    assert endpoints.create(store, PLATFORM, body(), world.clock.now).status == "Creating"
+    daemon.step(False)
+    assert daemon.host.reboot_required  # the reset failed: MIG stays off
+    reconciler.tick()
+    assert (
+        endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "Creating"
+    )  # before the fix: InService
+    for gpu in fake.gpus:
+        gpu.reset_fails = False
+    daemon = Daemon(
+        daemon.identity, fake, daemon.compute, cdi_root=daemon.devices.cdi_root, log=daemon.log, wait=0
+    )
+    daemon.starting()
+    assert daemon.step(False)
+    reconciler.tick()
+    assert endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "InService"

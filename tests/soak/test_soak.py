@@ -21,4 +21,6 @@ def test_nodes_restarting_under_load_and_layout_flips_leave_no_atom_held_twice(
     print(json.dumps(summary))
     assert summary["reservationsMade"] > 0 and summary["layoutFlips"] > 0 and summary["kills"] > 0, summary
     assert summary["tenantsCreated"] > 0 and summary["tenantsDeleted"] > 0, summary
+    # A daemon never crash-loops on what the hardware says (a reboot that took its MIG instances).
+    assert summary["bcdCrashes"] == 0, summary["bcdCrashExits"]
     assert {name: summary[name] for name in soak.ASSERTED} == dict.fromkeys(soak.ASSERTED, 0), summary

@@ -164,24 +164,49 @@ class Daemon:
         return True
 
     def inventory(self) -> dict[str, Any]:
-        report = report_json(node_report(self.backend, self.node))["report"]
-        report.pop("observedGeneration", None)
+        """The `Inventory` report of the GPUs as they are now. Its `observedGeneration` is the spec
+        generation this daemon converged since it started, 0 before it has converged one: what a
+        daemon converged before it stopped says nothing of the GPUs now (a reboot may have brought
+        them back MIG-off or at another layout while the spec's generation stayed where it was), and
+        the server applies a layout change, and releases its holds, on the generation a node says
+        it observed."""
+        observed = self.observed if self.observed is not None else 0
+        report = report_json(node_report(self.backend, self.node, observed_generation=observed))["report"]
         if self.host.reboot_required:
             self.log.error("host.reboot-required", gpus=sorted(self.host.reboot_required))
             report["rebootRequired"] = sorted(self.host.reboot_required)
         return dict(report)
+
+    def starting(self) -> None:
+        """Queue what a daemon sends as it starts: its inventory, which says it has observed no
+        generation yet (`inventory`). The `Inventory` and `ObservedGeneration` reports the process
+        before it left unsent are whole-state claims about GPUs that may have changed since (a
+        reboot), which this inventory supersedes: they leave the queue unsent, so the server never
+        applies a generation on the word of a daemon that is gone. The rest stays, in order."""
+        for entry in self.queue.pending():
+            kind = entry.report.get("kind")
+            if kind in ("Inventory", "ObservedGeneration"):
+                self.queue.done(entry)
+                self.log.info("report.superseded", kind=kind, reportId=entry.report_id)
+        self.enqueue(self.inventory())
 
     # -- converging ----------------------------------------------------------------------------
 
     def converge(self, spec: NodeSpecPublic) -> bool:
         """One pass over `spec`; True when it is converged (and its generation reported)."""
         held = self._held_gpus(spec)
-        if self.host.converge(spec, held):
+        changed = self.host.converge(spec, held)
+        behind = self.host.unconverged(spec)
+        if behind and self.observed == spec.generation:
+            # It had converged this generation and is not at it now (the GPUs changed under it):
+            # no longer observed, and the inventory says so.
+            self.observed = None
+            changed = True
+        if changed:
             self.enqueue(self.inventory())
         done = self.devices.converge(spec, self.backend.list_gpus())
         for report in done.reports:
             self.enqueue(report)
-        behind = self.host.unconverged(spec)
         if behind:
             # Not observed: the server releases a layout change's holds on that report, and a GPU
             # part-way (refused by the hardware, or held) must not take work meanwhile.
@@ -228,7 +253,7 @@ class Daemon:
         self.log.info("bcd.start", queued=len(self.queue))
         settled = False
         try:
-            self.enqueue(self.inventory())
+            self.starting()
             while not self.stopping:
                 try:
                     settled = self.step(settled)

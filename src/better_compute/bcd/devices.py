@@ -9,6 +9,12 @@ rule on the node; a refused allocation gets nothing. A bound allocation has a CD
 root and an env file under the state directory; the env files are the record of what is handed
 over, so a restarted daemon knows it without asking anyone.
 
+A bound allocation whose device is gone (a reboot took its MIG instance: the GPU came back MIG-off
+or at another layout) is what the hardware says, not an error: its CDI spec and env file are
+withdrawn at once, so no container starts on a device that is not there, and it is `device-missing`
+(a `<allocation>.lost` marker beside the env files keeps the why across a restart) until its
+instance is back, when it is handed over again like any other.
+
 Between tenants (`bcd.scrub`): an atom released in a pool whose spec says `scrub` is scrubbed at
 once and reported `ScrubDone`; an allocation whose atoms still hold another tenant's data is not
 handed over (it stays pending) until that scrub has succeeded.
@@ -114,6 +120,14 @@ class DevicesConverger:
     def env_path(self, allocation_id: str) -> Path:
         return self.env_dir / f"{cdi.device_name(allocation_id)}.env"
 
+    def lost_path(self, allocation_id: str) -> Path:
+        """The marker of an allocation handed over once whose device has gone since."""
+        return self.env_dir / f"{cdi.device_name(allocation_id)}.lost"
+
+    def lost(self) -> set[str]:
+        """The allocations withdrawn because their device went (`_withdraw`), not handed over since."""
+        return {p.name.removesuffix(".lost") for p in self.env_dir.glob("*.lost")}
+
     def bound(self) -> set[str]:
         """The allocations handed over now (those with an env file)."""
         return {p.name.removesuffix(".env") for p in self.env_dir.glob("*.env")}
@@ -125,8 +139,13 @@ class DevicesConverger:
         wanted = {a.allocation_id: a for a in spec.assignments}
         for allocation_id in sorted(bound - set(wanted)):
             self._release(allocation_id, done)
-        for allocation_id in sorted(set(self._reported) - set(wanted) - bound):
+        for allocation_id in sorted((set(self._reported) | self.lost()) - set(wanted) - bound):
             self._release(allocation_id, done)
+        for a in spec.assignments:
+            if a.allocation_id in bound and any(atom not in index for atom in a.atoms):
+                self._withdraw(a.allocation_id)
+        bound = self.bound()
+        lost = self.lost()
         scrub = spec.sharing.scrub
         if self.scrubber is not None and scrub != "none":
             self._scrub(spec, index, self.bound(), scrub, done)
@@ -148,7 +167,13 @@ class DevicesConverger:
         refused = refusals(held, new)
         for a in spec.assignments:
             if a.allocation_id in missing:
-                detail = f"no device yet for atoms {', '.join(missing[a.allocation_id])}"
+                atoms = ", ".join(missing[a.allocation_id])
+                detail = (
+                    f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
+                    " repartition took it): its CDI spec is withdrawn until it is back"
+                    if a.allocation_id in lost
+                    else f"no device yet for atoms {atoms}"
+                )
                 self._report(a.allocation_id, "device-missing", detail, done)
                 done.settled = False
             elif a.allocation_id in waiting:
@@ -164,6 +189,11 @@ class DevicesConverger:
                     self._report(a.allocation_id, "refused", detail, done)
                     continue
                 devices = _resolved(a, index)
+                if not devices:
+                    # Nothing to make visible (an assignment naming no atom): a spec the node
+                    # cannot carry out is refused, never a reason for the daemon to stop.
+                    self._report(a.allocation_id, "refused", "the assignment names no atom", done)
+                    continue
                 if self.scrubber is not None:
                     self.scrubber.state.hold(a.atoms, a.tenant_id, a.allocation_id)
                 self._hand_over(a, devices, spec)
@@ -227,7 +257,12 @@ class DevicesConverger:
             variables["CUDA_MPS_PIPE_DIRECTORY"] = pipe
         text = cdi.env_file_text(variables)
         path = self.env_path(a.allocation_id)
-        if path.exists() and path.read_text(encoding="utf-8") == text:
+        spec_file = cdi.spec_path(self.cdi_root, a.allocation_id)
+        # The CDI root is a tmpfs on real nodes (/var/run/cdi): a reboot empties it while the env
+        # files on the state directory stay, so an unchanged env file alone does not mean the spec
+        # is still there.
+        if path.exists() and path.read_text(encoding="utf-8") == text and spec_file.exists():
+            self.lost_path(a.allocation_id).unlink(missing_ok=True)
             return
         cdi.write_spec(
             self.cdi_root, a.allocation_id, cdi.spec_for(a.allocation_id, uuids, env, mps_pipe_directory=pipe)
@@ -235,11 +270,24 @@ class DevicesConverger:
         partial = path.with_name(f".{path.name}.partial")
         partial.write_text(text, encoding="utf-8")
         partial.replace(path)
+        self.lost_path(a.allocation_id).unlink(missing_ok=True)
+
+    def _withdraw(self, allocation_id: str) -> None:
+        """Take back the hand-over of a bound allocation whose device is gone: the lost marker first,
+        then the CDI spec, then the env file (the record that it is handed over), so a crash
+        half-way leaves it still bound (withdrawn again on the next pass) or lost, never neither."""
+        marker = self.lost_path(allocation_id)
+        marker.touch()
+        cdi.remove_spec(self.cdi_root, allocation_id)
+        self.env_path(allocation_id).unlink(missing_ok=True)
+        if self.log is not None:
+            self.log.warning("device.lost", allocation=allocation_id)
 
     def _release(self, allocation_id: str, done: DevicesPass) -> None:
         if cdi.valid_device_name(allocation_id):  # one it could not name has no files
             cdi.remove_spec(self.cdi_root, allocation_id)
             self.env_path(allocation_id).unlink(missing_ok=True)
+            self.lost_path(allocation_id).unlink(missing_ok=True)
         self._reported.pop(allocation_id, None)
         done.reports.append({"kind": "AllocationReleased", "allocationId": allocation_id})
 

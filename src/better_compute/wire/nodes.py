@@ -81,7 +81,10 @@ class GpuReported(WireRequest):
 
 class InventoryReport(WireRequest):
     """The node's whole inventory; atoms are derived from it. `observedGeneration`, when sent, is
-    recorded as with an `ObservedGeneration` report."""
+    recorded as with an `ObservedGeneration` report, a lower one than the node's last included:
+    `bcd` sends the spec generation it converged since it started, 0 before it has converged one
+    (after a restart or a reboot, whose GPUs may be at another layout), so the server stops
+    counting what the node observed before. Left out, the node's last observed generation stands."""
 
     kind: Literal["Inventory"]
     gpus: list[GpuReported] = Field(max_length=64)
