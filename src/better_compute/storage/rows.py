@@ -66,8 +66,10 @@ def upsert_held(
     the keys of rows another holder has, which are left as they are. A key that a transaction still
     in progress inserted waits for it, and is judged by what it committed (ON CONFLICT ... WHERE):
     of two transactions claiming one key for two holders, the second is told. Rows go in key
-    order (so two such writers wait on each other in one order), through COPY on PostgreSQL from
-    `COPY_FROM` rows as in `upsert`. Every row must name the same columns, each key once."""
+    order (so two such writers wait on each other in one order). On PostgreSQL from `COPY_FROM`
+    rows they are first copied in as new (`_copy_new`: a fleet's first reports are), and merged
+    through COPY as in `upsert` when a key was taken. Every row must name the same columns, each
+    key once."""
     if not new_rows:
         return set()
     ordered = sorted(new_rows, key=operator.itemgetter(key))
