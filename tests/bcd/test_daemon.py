@@ -263,8 +263,11 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     daemon = restarted(daemon, fake)
     assert not daemon.step(False)  # before the fix: CdiError, "has no device to hand over"
 
-    assert reservation(world, lost)["binding"] == "device-missing"
+    # The node says its device is missing; the reservation shows the server's word for it: its
+    # instance is gone from the node, so the booking is stranded (`domain.bindings`).
+    assert bindings_reported(world, lost)[-1][0] == "device-missing"
     assert "gone" in str(bindings_reported(world, lost)[-1][1])
+    assert reservation(world, lost)["binding"] == "stranded"
     assert not cdi.spec_path(cdi_root, lost).exists()
     assert not (env / f"{lost}.env").exists()
     assert reservation(world, kept)["binding"] == "bound"  # its GPU came back partitioned
@@ -273,7 +276,7 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     now_kept = {g.uuid: g for g in fake.list_gpus()}[kept_gpu.uuid]
     assert visible["NVIDIA_VISIBLE_DEVICES"] == now_kept.instances[0].compute_instances[0].uuid
     assert not daemon.step(False)  # still missing: nothing more to say, and no crash either
-    assert reservation(world, lost)["binding"] == "device-missing"
+    assert bindings_reported(world, lost)[-1][0] == "device-missing"
 
     fake.fail_resets(lost_gpu.uuid, False)  # the operator rebooted it: MIG on again
     daemon = restarted(daemon, fake)
