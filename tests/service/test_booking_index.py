@@ -538,3 +538,34 @@ def test_a_nodes_new_inventory_reads_that_nodes_atoms_again_not_the_pools() -> N
     index.apply_event(LoggedEvent(2, None, NodeInventoryChanged("n1", 1, 1)))
     assert set(index.pool_atoms(tx, "p").atoms) == {"g2/mig:1.0", "g2/mig:2.0"}
     assert reads == ["pool p", "nodes n2", "nodes n1"]
+
+
+def test_a_booking_of_a_gpus_whole_atom_takes_its_parts_and_a_parts_booking_takes_the_whole() -> None:
+    """Admission's answer to "is it free" counts every live booking of a GPU's family, from the
+    ledger and from events alike, whether or not the booked atom is bookable now: the index knows
+    each booking's GPU (`gpuId`)."""
+    from better_compute.service.booking_index import FamilyMember
+
+    held = [LiveBooking("whole", "g1-parent", at(1), at(3), "t", "p1", "gpu", "GPU-1")]
+    ledger = _Ledger(held)
+    tx: Any = _tx(ledger)
+    index = BookingIndex()
+    index.sync(tx)
+    families = {
+        "g1-parent": FamilyMember("GPU-1", "gpu"),
+        "g1-mig-1": FamilyMember("GPU-1", "gpu.mig"),
+        "g1-mig-2": FamilyMember("GPU-1", "gpu.mig"),
+        "g2-mig-1": FamilyMember("GPU-2", "gpu.mig"),
+    }
+    parts = ["g1-mig-1", "g1-mig-2", "g2-mig-1"]
+    assert index.busy_from(parts, at(0))[0] == set()  # asked without their GPUs: their own only
+    assert index.busy_from(parts, at(0), families) == ({"g1-mig-1", "g1-mig-2"}, at(3))
+    assert index.busy_from(parts, at(3), families) == (set(), None)
+    holders, busy, _ = index.holders_at(parts, at(2), families)
+    assert (holders, busy) == ({}, {"g1-mig-1", "g1-mig-2"})  # taken, though no one runs on them
+    part = booked(1, "part", "g2-mig-1", 5, 6)
+    part["payload"].update({"class": "gpu.mig", "gpuId": "GPU-2"})
+    _apply(index, tx, index.prepare(tx), [part], 1, LogSnapshot())
+    whole_2 = {"g2-parent": FamilyMember("GPU-2", "gpu")}
+    assert index.busy_from(["g2-parent"], at(0), whole_2)[0] == {"g2-parent"}
+    assert [i.allocation_id for i in index.windows_of(["g2-parent"], whole_2)["g2-parent"]] == ["part"]

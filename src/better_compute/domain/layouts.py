@@ -42,6 +42,7 @@ __all__ = [
     "Layout",
     "PlacedInstance",
     "clear_caches",
+    "enables_mig",
     "fit_count",
     "format_layout",
     "format_partition_types",
@@ -49,6 +50,7 @@ __all__ = [
     "layout_from_partition_types",
     "parse_layout",
     "partition_types",
+    "placement_of",
     "validate",
 ]
 
@@ -435,6 +437,20 @@ def validate(layout: Layout | str, model: GpuModel | str, driver: str | None = N
     return InstancePlacement(gpu.id, parsed, placed)
 
 
+@lru_cache(maxsize=1024)
+def placement_of(layout: str, model_id: str) -> InstancePlacement:
+    """`validate(layout, model_id)` with no driver check, remembered: a node's GPUs are held to
+    their layout on every report it sends (`mig_plan.converged`). A refusal is raised again each
+    time, never remembered."""
+    return validate(layout, model_id)
+
+
+@lru_cache(maxsize=1024)
+def enables_mig(layout: str) -> bool:
+    """Whether `layout` turns MIG on (remembered, as `placement_of`)."""
+    return parse_layout(layout).mig_enabled
+
+
 def is_valid(layout: Layout | str, model: GpuModel | str, driver: str | None = None) -> bool:
     try:
         validate(layout, model, driver)
@@ -491,3 +507,5 @@ def clear_caches() -> None:
     """Forget memoised searches, so a benchmark can time a validation nobody has asked for before."""
     _search_catalog.cache_clear()
     _count_that_fits_catalog.cache_clear()
+    placement_of.cache_clear()
+    enables_mig.cache_clear()

@@ -45,14 +45,14 @@ def _key(profile: str, start: int, size: int) -> tuple[str, int, int]:
 
 def plan_gpu(gpu: GpuReport, model: GpuModel, layout: str, held: bool) -> GpuPlan:
     """The plan for `gpu` (of `model`) to reach `layout`; `held`: some atom of it is handed over."""
-    wants_mig = layouts.parse_layout(layout).mig_enabled
+    wants_mig = layouts.enables_mig(layout)
     if held:
         return GpuPlan(
             gpu.uuid, "held", reason="a live hold is on the GPU; it keeps its layout until released"
         )
     if wants_mig and not model.mig_capable:
         return GpuPlan(gpu.uuid, "not-mig-capable", reason=f"{model.name} has no MIG")
-    placement = layouts.validate(layout, model)
+    placement = layouts.placement_of(layout, model.id)
     if gpu.mig_mode_pending != wants_mig:
         action: Action = "enable-mig" if wants_mig else "disable-mig"
         return GpuPlan(gpu.uuid, action, reason="a MIG mode change takes effect at the GPU's reset")

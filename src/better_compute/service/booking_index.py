@@ -204,19 +204,21 @@ class PoolAtoms:
         default_factory=OrderedDict
     )
     _kinds: choose.PoolKinds | None = None
-    _by_gpu: dict[str, tuple[Atom, ...]] | None = None
+    _families: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] | None = None
     _guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
     """Guards `_matching` (request threads share a pool's snapshot)."""
 
-    def family(self, gpu_id: str) -> tuple[Atom, ...]:
-        """The pool's present atoms of the GPU (its family as the pool has it), grouped once per
-        snapshot on first use."""
-        grouped = self._by_gpu
+    def family(self, gpu_id: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+        """The pool's present atoms of the GPU (its family as the pool has it), as (class, ids)
+        per class; grouped once per snapshot, on first use."""
+        grouped = self._families
         if grouped is None:
-            collected: dict[str, list[Atom]] = {}
+            collected: dict[str, dict[str, list[str]]] = {}
             for atom in self.atoms.values():
-                collected.setdefault(atom.gpu_id, []).append(atom)
-            grouped = self._by_gpu = {g: tuple(a) for g, a in collected.items()}
+                collected.setdefault(atom.gpu_id, {}).setdefault(atom.cls, []).append(atom.id)
+            grouped = self._families = {
+                g: tuple((cls, tuple(ids)) for cls, ids in by_cls.items()) for g, by_cls in collected.items()
+            }
         return grouped.get(gpu_id, ())
 
     def kinds(self) -> choose.PoolKinds:
@@ -343,7 +345,8 @@ class BookingIndex:
         self._follower = Follower(_Fed(self), self._lock, clock)
         self._by_allocation: dict[str, list[_Interval]] = {}
         self._by_atom: dict[str, set[str]] = defaultdict(set)  # atom -> allocations booking it
-        self._by_gpu: dict[str, set[str]] = defaultdict(set)  # GPU -> allocations booking its atoms
+        self._by_gpu: dict[str, dict[str, list[_Interval]]] = defaultdict(dict)
+        """GPU -> allocation -> its bookings of the GPU's atoms: a GPU's family, looked up at once."""
         self._by_hour: dict[int, set[str]] = defaultdict(set)
         self._by_day: dict[int, set[str]] = defaultdict(set)
         self._long = _ByStart()
@@ -491,11 +494,13 @@ class BookingIndex:
             self._by_tenant[owner[0]].add(allocation_id)
         intervals = self._by_allocation.setdefault(allocation_id, [])
         owner = self._owners.setdefault(owner, owner)  # one tuple per (tenant, pool, class)
+        on_gpu = None if gpu is None else self._by_gpu[gpu].setdefault(allocation_id, [])
         for atom_id in atom_ids:
-            intervals.append(_Interval(allocation_id, atom_id, start, end, owner, gpu))
+            interval = _Interval(allocation_id, atom_id, start, end, owner, gpu)
+            intervals.append(interval)
             self._by_atom[atom_id].add(allocation_id)
-        if gpu is not None:
-            self._by_gpu[gpu].add(allocation_id)
+            if on_gpu is not None:
+                on_gpu.append(interval)
         if end is not None:
             heapq.heappush(self._ends, (end, allocation_id))
         filed = self._buckets_of(start, end)
@@ -552,10 +557,10 @@ class BookingIndex:
                 if not holders:
                     del self._by_atom[atom_id]
         for gpu in {i.gpu for i in intervals if i.gpu is not None}:
-            holders = self._by_gpu.get(gpu)
-            if holders is not None:
-                holders.discard(allocation_id)
-                if not holders:
+            on_gpu = self._by_gpu.get(gpu)
+            if on_gpu is not None:
+                on_gpu.pop(allocation_id, None)
+                if not on_gpu:
                     del self._by_gpu[gpu]
         for start, end in {(i.start, i.end) for i in intervals}:
             filed = self._buckets_of(start, end)
@@ -671,10 +676,10 @@ class BookingIndex:
                     yield i
         if member is None:
             return
-        gpu, cls = member.gpu_id, member.cls
-        for allocation in self._by_gpu.get(gpu, ()):
-            for i in self._by_allocation[allocation]:
-                if i.gpu == gpu and i.atom_id != atom_id and family_excludes(cls, i.owner[2] or cls):
+        cls = member.cls
+        for on_gpu in self._by_gpu.get(member.gpu_id, {}).values():
+            for i in on_gpu:
+                if i.atom_id != atom_id and family_excludes(cls, i.owner[2] or cls):
                     yield i
 
     def busy_from(
@@ -780,11 +785,12 @@ class BookingIndex:
         out: set[str] = set()
         for i in busy:
             out.add(i.atom_id)
-            if i.gpu is None or i.owner[2] is None:
+            booked = i.owner[2]
+            if i.gpu is None or booked is None:
                 continue
-            for atom in pool_atoms.family(i.gpu):
-                if atom.id != i.atom_id and family_excludes(atom.cls, i.owner[2]):
-                    out.add(atom.id)
+            for cls, ids in pool_atoms.family(i.gpu):
+                if family_excludes(cls, booked):
+                    out.update(ids)
         return out
 
     def _forget_pools(self, pool_id: str | None = None) -> None:
