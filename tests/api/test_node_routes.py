@@ -122,6 +122,24 @@ def test_an_unsigned_spec_read_is_401_not_a_query_error(world: NodeWorld) -> Non
     assert admin.status_code == 400, admin.text
 
 
+def test_a_spec_read_naming_another_node_than_it_can_sign_as_is_a_signature_refusal(world: NodeWorld) -> None:
+    """A caller that puts another node's name in the signature headers is refused for what it
+    cannot sign, before the path is looked at: it learns nothing from which path it asked for."""
+    client = world.node(world.join("n-1"))
+    world.join("n-2")
+    sent = recorded(client.nodes._compute)
+    client.nodes.spec("n-1")
+    captured = sent[-1]
+    forged = captured.headers.copy()
+    forged["BC-Node"] = "n-2"
+    answer = world.http.get(
+        captured.url.raw_path.decode("ascii"),
+        headers={k: v for k, v in forged.items() if k.lower() not in ("host", "content-length")},
+    )
+    assert answer.status_code == 401, answer.text
+    assert error(answer)["details"]["reason"] == "signature"
+
+
 # -- a spec read sent again -----------------------------------------------------------------------
 
 

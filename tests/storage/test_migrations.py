@@ -177,3 +177,72 @@ def test_deployments_from_before_replica_numbering_continue_past_every_index_the
         (again,) = tx.workloads.deployments_of([made["id"]])[made["id"]]
     assert again.id == dep["id"]
     assert again.next_replica == 3  # r1 and r2 are in the ledger, though only r0 is left
+
+
+@pytest.mark.postgres
+def test_the_family_fence_migration_could_never_pass_a_ledger_holding_past_parent_child_pairs(
+    pg_store_url: str,
+) -> None:
+    """Revision 0025 fences a GPU's whole against its parts. A ledger written before it may hold a
+    GPU booked whole and in parts at once in its history (the defect the fence ends), and nothing
+    ends a booking already over: the upgrade leaves history as it is and fences what is not over.
+    A pair still to come is named and stops the upgrade until one of it is ended."""
+    store = Store.open(pg_store_url, migrate_schema=False)
+    t = datetime(2026, 1, 1, tzinfo=UTC)
+    insert = text(
+        "INSERT INTO bookings (atom_id, gpu_id, class, allocation_id, starts_at, ends_at, state, created_at)"
+        " VALUES (:atom, 'fam-g', :cls, :id, :s, :e, 'live', :s)"
+    )
+    try:
+        migrate.downgrade(store.engine, "0024")
+        with store.engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO clusters (id, region, residency, created_at) VALUES ('fam-c', 'r', '[]', :t)"
+                ),
+                {"t": t},
+            )
+            conn.execute(
+                text("INSERT INTO nodes (id, cluster_id, created_at) VALUES ('fam-n', 'fam-c', :t)"), {"t": t}
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO gpus (id, node_id, gpu_index, product, memory_mib, nvlink_peers, healthy, present,"
+                    " mig_mode_current, mig_mode_pending, mig_instances, updated_at) VALUES ('fam-g', 'fam-n', 0,"
+                    " 'x', 1, '[]', true, true, false, false, '[]', :t)"
+                ),
+                {"t": t},
+            )
+            for atom, cls, key in (("atm-fam-whole", "gpu", "gpu"), ("atm-fam-part", "gpu.mig", "mig:1.0")):
+                conn.execute(
+                    text(
+                        "INSERT INTO atoms (id, gpu_id, node_id, class, key, bookable, partition_pending, attributes)"
+                        " VALUES (:id, 'fam-g', 'fam-n', :cls, :key, true, false, '{}')"
+                    ),
+                    {"id": atom, "cls": cls, "key": key},
+                )
+            past = {"s": t, "e": datetime(2026, 1, 2, tzinfo=UTC)}
+            conn.execute(insert, {"atom": "atm-fam-whole", "cls": "gpu", "id": "fam-1", **past})
+            conn.execute(insert, {"atom": "atm-fam-part", "cls": "gpu.mig", "id": "fam-2", **past})
+            ahead = {"s": datetime(2099, 1, 1, tzinfo=UTC), "e": datetime(2099, 1, 2, tzinfo=UTC)}
+            conn.execute(insert, {"atom": "atm-fam-whole", "cls": "gpu", "id": "fam-3", **ahead})
+            conn.execute(insert, {"atom": "atm-fam-part", "cls": "gpu.mig", "id": "fam-4", **ahead})
+        with pytest.raises(RuntimeError, match=r"fam-3.*fam-4"):
+            migrate.upgrade(store.engine)
+        with store.engine.begin() as conn:  # one of the pair to come is ended (cancelled)
+            conn.execute(text("UPDATE bookings SET state = 'cancelled' WHERE allocation_id = 'fam-4'"))
+        migrate.upgrade(store.engine)  # the pair in history stays, and does not stop it
+        with pytest.raises(Exception, match="bookings_no_family_overlap"), store.engine.begin() as conn:
+            conn.execute(insert, {"atom": "atm-fam-part", "cls": "gpu.mig", "id": "fam-5", **ahead})
+    finally:
+        migrate.upgrade(store.engine)
+        with store.engine.begin() as conn:
+            for table, column in (
+                ("bookings", "gpu_id"),
+                ("atoms", "gpu_id"),
+                ("gpus", "id"),
+                ("nodes", "id"),
+                ("clusters", "id"),
+            ):
+                conn.execute(text(f"DELETE FROM {table} WHERE {column} LIKE 'fam-%'"))
+        store.close()

@@ -167,8 +167,10 @@ async def _let_in_reader(request: Request) -> None:
     services = services_of(request)
     if is_signed(request):
         signed = await signed_request(request)
-        check_same_node(signed.node, str(request.path_params["node"]))
+        # The signature first: a caller that cannot sign as the node it names hears 401 whatever
+        # path it asks for; a node reading another node's spec is refused once it has signed.
         await run_in_threadpool(node_reports.accept_read, services.store, signed, services.clock())
+        check_same_node(signed.node, str(request.path_params["node"]))
     else:
         require_admin(await get_principal(request), "nodes.spec")
     request.scope[_READER] = True
