@@ -161,3 +161,30 @@ def test_admission_counts_a_booking_of_a_part_gone_from_a_gpu_now_whole(store: S
     assert refused.status_code == 409, refused.text
     assert refused.json()["error"]["details"]["earliestStart"] == at(3).isoformat()
     assert reserve(store, "gpu", 1, at(3)).status_code == 201
+
+
+def test_an_extension_refused_for_a_part_of_its_gpu_says_when_the_family_is_free(store: Store) -> None:
+    """A whole GPU's reservation extended over a booking of a part of that GPU is refused by the
+    family fence; the refusal named the added time itself as when the atom is free (its own
+    bookings were all it looked at), not when the part's booking ends."""
+    load_fleet(store, fleet_spec(nodes=1, gpus=1, layout="all-disabled"), T0)
+    http = api_client(store)
+    body = {"tenantId": "acme", "poolId": "p1", "class": "gpu", "limit": 4}
+    assert http.put("/v1/quotas", json=body, headers=bearer(admin_token(store))).status_code == 200
+    made = reserve(store, "gpu", 1, at(1), duration="2h")
+    assert made.status_code == 201, made.text
+    split = FakeNode.build("n", "H100-80GB", 1)
+    split.apply_layout("all-3g.40gb")
+    inventory.ingest(store, [split.report()], T0)
+    with store.read() as tx:
+        part = next(a for a in tx.atoms.of_nodes(["n"]) if a.cls == "gpu.mig")
+    with store.begin() as tx:  # a part booked after the whole one ends
+        tx.ledger.book([part.id], Window(at(5), at(7)), "rsv-part", "beta", T0, require_bookable=False)
+    rid = made.json()["id"]
+    refused = http.post(
+        f"/v1/reservations/{rid}/extend",
+        json={"id": rid, "duration": "4h"},
+        headers=bearer(tenant_token(store, "acme")),
+    )
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["details"]["freeFrom"] == at(7).isoformat()

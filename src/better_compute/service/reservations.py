@@ -644,7 +644,8 @@ def _extension_conflict(
     with store.read() as tx:
         atoms = [a.id for a in tx.reservations.held_atoms([reservation_id])[reservation_id]]
         for atom_id in [hint, *atoms] if hint else atoms:
-            busy = [b for b in tx.ledger.busy_spans([atom_id], added.start) if b.overlaps(added)]
+            # Its own bookings and its GPU family's: the whole GPU and its parts exclude each other.
+            busy = [b for b in tx.ledger.taking_spans([atom_id], added.start) if b.overlaps(added)]
             if busy:
                 until = min(b.start for b in busy)
                 free = earliest_free(busy, added)

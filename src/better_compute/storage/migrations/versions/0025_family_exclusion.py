@@ -8,11 +8,10 @@ serialised writers look for them before they insert, through an index of live bo
 `ledger.booked` events name the booking's GPU (`gpuId`), so that the booking index knows each
 booking's family: SQLite's booking trigger is installed anew with it.
 
-The constraint covers bookings not over when the upgrade runs (`ends_at` after its time, or none):
-a ledger written before the fence may hold such pairs in its history, which nothing can end, and they
-stay as they were. A ledger with such a pair still to come or under way cannot take the constraint:
-the upgrade stops and names the pairs, to be ended (a reservation cancelled, or released: its end is
-then before the upgrade's time) before it is tried again.
+A ledger written before the fence may hold such pairs in its history, which nothing can end: the
+fence then covers the bookings that end after the last of them ended, and history stays as it was
+written. A pair still under way or to come cannot take the constraint: the upgrade stops and names
+the pairs, to be ended (a reservation cancelled, or released) before it is tried again.
 
 Revision ID: 0025
 Revises: 0024
@@ -36,15 +35,25 @@ _TRIGGER = (
     " 'start', NEW.starts_at, 'end', NEW.ends_at{gpu}), NEW.created_at); END"
 )
 
+_MEETING = (
+    "FROM bookings a"
+    " JOIN bookings b ON b.gpu_id = a.gpu_id AND b.class > a.class AND b.allocation_id <> a.allocation_id"
+    " WHERE a.state = 'live' AND b.state = 'live'"
+    " AND tstzrange(a.starts_at, a.ends_at, '[)') && tstzrange(b.starts_at, b.ends_at, '[)')"
+)
+"""Pairs of live bookings of a GPU's whole and of a part of it that overlap (`a` the lesser class)."""
+
+_HISTORY = (
+    f"SELECT max(greatest(a.ends_at, b.ends_at)) {_MEETING} AND a.ends_at <= now() AND b.ends_at <= now()"
+)
+"""When the last pair already over ended (None: there is none)."""
+
 _NOT_OVER = "({ends} IS NULL OR {ends} > '{cutoff}'::timestamptz)"
-"""A booking not over at the upgrade's time (`cutoff`): history is left as it was written."""
+"""A booking that ends after `cutoff` (or never): one the fence covers when history holds pairs."""
 
 _PAIRS = (
-    "SELECT a.gpu_id, a.allocation_id, a.class, b.allocation_id, b.class FROM bookings a"
-    " JOIN bookings b ON b.gpu_id = a.gpu_id AND b.class > a.class AND b.allocation_id <> a.allocation_id"
-    " WHERE a.state = 'live' AND b.state = 'live' AND {a_not_over} AND {b_not_over}"
-    " AND tstzrange(a.starts_at, a.ends_at, '[)') && tstzrange(b.starts_at, b.ends_at, '[)')"
-    " ORDER BY a.gpu_id, a.allocation_id, b.allocation_id LIMIT 20"
+    f"SELECT a.gpu_id, a.allocation_id, a.class, b.allocation_id, b.class {_MEETING}"
+    " {not_over} ORDER BY a.gpu_id, a.allocation_id, b.allocation_id LIMIT 20"
 )
 
 
@@ -61,17 +70,17 @@ def upgrade() -> None:
         postgresql_where=sa.text("state = 'live'"),
     )
     if dialect == "postgresql":
-        cutoff = op.get_bind().exec_driver_sql("SELECT now()").scalar_one().isoformat()
-        pairs = (
-            op.get_bind()
-            .exec_driver_sql(
-                _PAIRS.format(
-                    a_not_over=_NOT_OVER.format(ends="a.ends_at", cutoff=cutoff),
-                    b_not_over=_NOT_OVER.format(ends="b.ends_at", cutoff=cutoff),
-                )
+        bind = op.get_bind()
+        history = bind.exec_driver_sql(_HISTORY).scalar_one()
+        covered, not_over = "state = 'live'", ""
+        if history is not None:  # history holds pairs, which nothing can end: the fence starts after
+            cutoff = history.isoformat()
+            covered = f"state = 'live' AND {_NOT_OVER.format(ends='ends_at', cutoff=cutoff)}"
+            not_over = (
+                f"AND {_NOT_OVER.format(ends='a.ends_at', cutoff=cutoff)}"
+                f" AND {_NOT_OVER.format(ends='b.ends_at', cutoff=cutoff)}"
             )
-            .all()
-        )
+        pairs = bind.exec_driver_sql(_PAIRS.format(not_over=not_over)).all()
         if pairs:
             named = "; ".join(f"GPU {g}: {a} ({ac}) and {b} ({bc})" for g, a, ac, b, bc in pairs)
             raise RuntimeError(
@@ -83,8 +92,7 @@ def upgrade() -> None:
         op.execute(
             "ALTER TABLE bookings ADD CONSTRAINT bookings_no_family_overlap EXCLUDE USING gist"
             " (gpu_id WITH =, class WITH <>, allocation_id WITH <>,"
-            " tstzrange(starts_at, ends_at, '[)') WITH &&)"
-            f" WHERE (state = 'live' AND {_NOT_OVER.format(ends='ends_at', cutoff=cutoff)})"
+            f" tstzrange(starts_at, ends_at, '[)') WITH &&) WHERE ({covered})"
         )
 
 
