@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +29,18 @@ def add_tenant(store: Store, tenant_id: str) -> None:
             text("INSERT INTO tenants (id, name, created_at) VALUES (:id, :name, :at)"),
             {"id": tenant_id, "name": tenant_id, "at": datetime.now(UTC)},
         )
+
+
+@pytest.fixture(autouse=True)
+def outages_said() -> Iterator[None]:
+    """The outage log on, as a server process has it: a command run in this process before
+    (`admin bootstrap` through the CLI's runner) turns it off for its own one-line answer
+    (`entrypoints.server_commands.quiet_outages`), and it would stay off for the rest of the run."""
+    log = logging.getLogger(OUTAGE_LOG)
+    was = log.disabled
+    log.disabled = False
+    yield
+    log.disabled = was
 
 
 def said(caplog: pytest.LogCaptureFixture) -> list[str]:
