@@ -1,5 +1,5 @@
-"""Cost ceilings (SPEC 10): what a replica costs per hour in a cluster, and the verdict of a cluster
-whose price would take the workload over its policies' ceiling."""
+"""Cost ceilings (docs/scheduling.md#cost-ceilings): what a replica costs per hour in a cluster, and the
+verdict of a cluster whose price would take the workload over its policies' ceiling."""
 
 from __future__ import annotations
 

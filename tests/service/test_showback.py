@@ -1,6 +1,6 @@
-"""Showback (SPEC 9; seed 003): an endpoint is paid by the instance, and its cost is shown split per
-component, each copy at its partition's share of its GPU for the time it held it, at the
-endpoint's price per GPU-hour. On SQLite and PostgreSQL, through `bills.get`."""
+"""Showback (docs/billing.md#showback-endpoints-cost-per-component; seed 003): an endpoint is paid by the
+instance, and its cost is shown split per component, each copy at its partition's share of its GPU for the
+time it held it, at the endpoint's price per GPU-hour. On SQLite and PostgreSQL, through `bills.get`."""
 
 from __future__ import annotations
 

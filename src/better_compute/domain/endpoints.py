@@ -1,4 +1,4 @@
-"""Inference endpoints on MIG partitions (SPEC 9; seed 003): what an endpoint and a component ask
+"""Inference endpoints on MIG partitions (docs/endpoints.md; seed 003): what an endpoint and a component ask
 for, the checks on them, where a component's copies go, and how a layout changes live.
 
 An endpoint's variant names a mig pool, how many of its nodes (instances) it takes, and one

@@ -1,4 +1,5 @@
-"""An endpoint's components (SPEC 9): `components.create`, `get`, `list`, `scale` and `delete`.
+"""An endpoint's components (docs/endpoints.md#components): `components.create`, `get`, `list`, `scale` and
+`delete`.
 
 A component deploys one model on one partition type of its variant; each copy takes one free
 partition of that type on an instance that has been cut (`domain.endpoints.place_copies`), on a

@@ -1,4 +1,4 @@
-"""Inference endpoints (SPEC 9): `endpoints.create`, `get`, `list` and `delete`.
+"""Inference endpoints (docs/endpoints.md): `endpoints.create`, `get`, `list` and `delete`.
 
 Creating an endpoint checks its layout against the GPU models of each variant's pool, takes
 `instanceCount` idle nodes of the pool and cuts each one to the layout through the layout gate, in
