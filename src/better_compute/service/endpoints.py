@@ -357,13 +357,6 @@ def update(store: StorePort, principal: Principal, raw: object, now: datetime) -
         return _view(tx, refreshed, now)
 
 
-def _instance_state(stored: str, changing: bool) -> str:
-    """An instance is `InService` once cut; while it is being cut, `Updating` in a relayout."""
-    if not changing:
-        return "InService"
-    return "Updating" if stored == "Updating" else "Creating"
-
-
 def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:
     check_ref(name, "name")
     record = tx.endpoints.get(name)
