@@ -84,11 +84,11 @@ def busy_fleet(nodes: int, replicas: int, rng: random.Random) -> tuple[list[Free
             )
         )
 
-    for node in free:
+    for node in free:  # noqa: PLC0206 (run_on replaces free[node]: read it afresh)
         keep = rng.choice((0, 1, 1, 2))  # what stays free on the node: scattered, never a hole of 4
         while len(free[node]) > keep and len(running) < replicas:
             run_on(node, min(rng.choices((1, 2, 4), weights=(56, 38, 6))[0], len(free[node]) - keep))
-    for node in free:  # the rest, one device each, where room was kept
+    for node in free:  # noqa: PLC0206 (the rest, one device each, where room was kept)
         while free[node] and len(running) < replicas:
             run_on(node, 1)
     return [d for devices in free.values() for d in devices], running

@@ -1,6 +1,7 @@
-"""Capability requests through the real app on the demo fleet, on SQLite and PostgreSQL (SPEC 10):
-a shape that asks what each device must give resolves to the cheapest kind of device that gives it,
-says why each cheaper kind was refused, and places like a named class."""
+"""Capability requests through the real app on the demo fleet, on SQLite and PostgreSQL
+(docs/scheduling.md#capability-requests): a shape that asks what each device must give resolves to the
+cheapest kind of device that gives it, says why each cheaper kind was refused, and places like a named
+class."""
 
 from __future__ import annotations
 

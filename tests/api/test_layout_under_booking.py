@@ -1,7 +1,8 @@
 """A node whose GPUs report a layout other than its pool's (one that joined, was re-imaged or
 restarted at another), through the real app with a `bcd` loop over the fake backend, on SQLite and
 PostgreSQL: its GPUs take no work until they are at the pool's layout, a GPU a booking holds is not
-repartitioned under it, and admission counts every booking of a GPU's family (SPEC 2.2, 6.1, 7)."""
+repartitioned under it, and admission counts every booking of a GPU's family (docs/concepts.md#the-atom-rule,
+#changing-a-pools-layout-the-gate, #atoms)."""
 
 from __future__ import annotations
 

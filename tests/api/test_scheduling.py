@@ -1,5 +1,5 @@
-"""Scheduling policy end to end through the real app, on SQLite and PostgreSQL (SPEC 10): preemption
-by priority with the victims shown and re-placed, non-preemptible work never touched, floors held
+"""Scheduling policy end to end through the real app, on SQLite and PostgreSQL (docs/scheduling.md):
+preemption by priority with the victims shown and re-placed, non-preemptible work never touched, floors held
 against a burst, borrowing and reclaim, no loop between equal projects, weights 2:1."""
 
 from __future__ import annotations

@@ -102,7 +102,9 @@ def test_a_report_answered_unavailable_was_dropped(world: NodeWorld) -> None:
         return world.forward(request)
 
     daemon.compute = node_client(
-        daemon.identity, transport=httpx.MockTransport(server), clock=lambda: world.clock.now.timestamp()
+        daemon.identity,
+        transport=httpx.MockTransport(server),
+        clock=lambda: world.clock.now.timestamp(),  # noqa: PLW0108 (now moves)
     )
     daemon.enqueue({"kind": "AllocationBound", "allocationId": rid, "binding": "device-missing"})
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ def isolated_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
+def server(monkeypatch: pytest.MonkeyPatch) -> FakeServer:
     """The fake server every command of the test reaches; `server.settings` records what each used."""
     fake = FakeServer()
     seen: list[config.Settings] = []
@@ -37,7 +36,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeServer]:
 
     monkeypatch.setattr(config, "connect", connect)
     fake.settings = seen  # type: ignore[attr-defined]
-    yield fake
+    return fake
 
 
 @pytest.fixture

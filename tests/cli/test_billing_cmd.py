@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +40,7 @@ class Live:
 
 
 @pytest.fixture
-def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Live:
     world = Live(store)
 
     def connect(settings: config.Settings) -> Compute:
@@ -49,7 +48,7 @@ def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
         return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
 
     monkeypatch.setattr(config, "connect", connect)
-    yield world
+    return world
 
 
 def run(runner: CliRunner, token: str, *args: str) -> Any:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from tests.node_world import NodeWorld
 
 
 @pytest.fixture
-def world(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NodeWorld]:
+def world(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> NodeWorld:
     live = NodeWorld(store, tmp_path)
 
     def connect(settings: config.Settings) -> Compute:
@@ -32,7 +31,7 @@ def world(store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         )
 
     monkeypatch.setattr(config, "connect", connect)
-    yield live
+    return live
 
 
 def run(runner: CliRunner, token: str, *args: str) -> Any:

@@ -5,7 +5,6 @@ transport hands each request to the app in-process (no sockets)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ class Live:
 
 
 @pytest.fixture
-def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Live:
     world = Live(store)
 
     def connect(settings: config.Settings) -> Compute:
@@ -47,7 +46,7 @@ def live(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
         return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
 
     monkeypatch.setattr(config, "connect", connect)
-    yield world
+    return world
 
 
 def run(runner: CliRunner, token: str, *args: str) -> Any:

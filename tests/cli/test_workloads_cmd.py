@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -36,7 +35,7 @@ class Fleet:
 
 
 @pytest.fixture
-def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
+def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> Fleet:
     live = Fleet(store)
 
     def connect(settings: config.Settings) -> Compute:
@@ -44,7 +43,7 @@ def world(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fleet]:
         return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
 
     monkeypatch.setattr(config, "connect", connect)
-    yield live
+    return live
 
 
 def run(runner: CliRunner, token: str, *args: str) -> Any:
@@ -211,9 +210,9 @@ def test_placement_preview_prints_a_verdict_per_cluster_and_the_shares(
     assert too_big.exit_code == 0, too_big.output
     answer = json.loads(too_big.stdout)
     assert answer["clusters"] == [] and answer["unplacedReplicas"] == 1
-    assert {v["clusterId"]: v["reason"] for v in answer["verdicts"]} == {
-        c: "insufficient_capacity" for c in ("iad-1", "fra-1", "sjc-1")
-    }
+    assert {v["clusterId"]: v["reason"] for v in answer["verdicts"]} == dict.fromkeys(
+        ("iad-1", "fra-1", "sjc-1"), "insufficient_capacity"
+    )
     text = run(
         runner, world.acme, "placement", "preview", *SHAPE[:2], "--device-count", "16", "--replicas", "1"
     )

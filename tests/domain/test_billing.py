@@ -109,7 +109,7 @@ def price(meter: str, per_hour: str, currency: str = "USD") -> Price:
 def test_an_amount_is_rounded_once_to_the_currencys_minor_unit() -> None:
     seed = Fraction(13, 14)
     assert amount(seed, price("m", "2.50")) == Decimal("2.32")  # 2.3214...
-    assert amount(seed, price("m", "1000", "JPY")) == Decimal("929")
+    assert amount(seed, price("m", "1000", "JPY")) == Decimal(929)
     assert amount(seed, price("m", "1", "BHD")) == Decimal("0.929")
     assert amount(Fraction(1, 8), price("m", "0.1")) == Decimal("0.01")  # 0.0125 rounds half up
 

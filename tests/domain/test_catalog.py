@@ -32,9 +32,9 @@ EIGHT = {
 }
 A30 = {14: ((0, 1, 2, 3), 1), 21: ((0, 1, 2, 3), 1), 5: ((0, 2), 2), 6: ((0, 2), 2), 0: ((0,), 4)}
 RTX6000 = {
-    **{pid: ((0, 3, 6, 9), 3) for pid in (14, 21, 47, 65, 67)},
-    **{pid: ((0, 6), 6) for pid in (5, 35, 64, 66)},
-    **{pid: ((0,), 12) for pid in (0, 32)},
+    **dict.fromkeys((14, 21, 47, 65, 67), ((0, 3, 6, 9), 3)),
+    **dict.fromkeys((5, 35, 64, 66), ((0, 6), 6)),
+    **dict.fromkeys((0, 32), ((0,), 12)),
 }
 
 # name: (profile id, compute slices, memory slices, max instances, GiB)
@@ -136,7 +136,7 @@ PUBLISHED: dict[
     # RTX PRO 4500: names and counts from NVIDIA's profile list; ids and placements are inferred.
     "RTX-PRO-4500": (
         2,
-        {pid: ((0, 1), 1) for pid in (14, 47, 65, 67)} | {pid: ((0,), 2) for pid in (5, 35)},
+        dict.fromkeys((14, 47, 65, 67), ((0, 1), 1)) | dict.fromkeys((5, 35), ((0,), 2)),
         {
             "1g.16gb": (14, 1, 1, 2, -1),
             "1g.16gb+gfx": (47, 1, 1, 2, -1),

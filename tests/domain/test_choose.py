@@ -312,7 +312,7 @@ def test_earliest_common_start_agrees_with_a_brute_force_scan(
         want = Window(h(t), h(t + length))
         return not any(w.overlaps(want) for w in busy[atom])
 
-    expected = next((t for t in range(0, 40) if sum(free_at(a, t) for a in busy) >= count), None)
+    expected = next((t for t in range(40) if sum(free_at(a, t) for a in busy) >= count), None)
     got = earliest_common_start(busy, count, timedelta(hours=length), h(0))
     assert got == (None if expected is None else h(expected))
 

@@ -89,9 +89,9 @@ def test_a_zero_row_allows_nothing_and_the_limit_is_inclusive() -> None:
 
 def test_admit_takes_one_class_and_a_count_not_below_zero() -> None:
     other = ClassQuota("prj", "a100", "fleet", None, 1, 0, 1.0, T0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="one device class"):
         admit([fleet_row(1), other], {}, "iad-1", 1)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must be >= 0"):
         admit([fleet_row(1)], {}, "iad-1", -1)
 
 

@@ -1,5 +1,6 @@
 """`advise --endpoint`: the layout and instance count that serve several models at the lowest price
-(SPEC 9; seed 003: every partition type is a GPU option with its cost per unit)."""
+(docs/endpoints.md#sizing-an-endpoint-advise---endpoint; seed 003: every partition type is a GPU option with
+its cost per unit)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Endpoints on MIG partitions (seed 003, SPEC 9): every rule the seed states, as the pure core
+"""Endpoints on MIG partitions (seed 003, docs/endpoints.md): every rule the seed states, as the pure core
 decides it."""
 
 from __future__ import annotations

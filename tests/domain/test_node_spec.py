@@ -1,6 +1,6 @@
 """`plan_spec`'s layouts: a GPU is told its node's layout, except one not at it while a booking holds
-it or a part of it, now or later, which keeps the one it has (SPEC 7: a GPU is told a new layout
-only through the gate)."""
+it or a part of it, now or later, which keeps the one it has (docs/concepts.md#atoms: a GPU is told a new
+layout only through the gate)."""
 
 from __future__ import annotations
 

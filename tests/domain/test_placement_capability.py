@@ -1,5 +1,5 @@
-"""Capability requests (SPEC 10), pure: parsing, what kinds of device give, the cheapest fit and why
-cheaper kinds are refused, and the implicit device class a resolution becomes."""
+"""Capability requests (docs/scheduling.md#capability-requests), pure: parsing, what kinds of device give, the
+cheapest fit and why cheaper kinds are refused, and the implicit device class a resolution becomes."""
 
 from __future__ import annotations
 

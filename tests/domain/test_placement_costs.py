@@ -1,5 +1,5 @@
-"""Cost ceilings (SPEC 10): what a replica costs per hour in a cluster, and the verdict of a cluster
-whose price would take the workload over its policies' ceiling."""
+"""Cost ceilings (docs/scheduling.md#cost-ceilings): what a replica costs per hour in a cluster, and the
+verdict of a cluster whose price would take the workload over its policies' ceiling."""
 
 from __future__ import annotations
 
@@ -20,18 +20,18 @@ def price(per_hour: str) -> Price:
 
 
 def test_a_replica_costs_its_devices_times_their_share_times_the_price_in_the_dearest_pool() -> None:
-    whole = replica_cost(Decimal("100"), 8, [("gpu.h100.hours", Fraction(1), price("2.50"))])
+    whole = replica_cost(Decimal(100), 8, [("gpu.h100.hours", Fraction(1), price("2.50"))])
     assert (whole.per_replica, whole.currency) == (Decimal("20.00"), "USD")
     # a 3g.40gb of an H100 bills 3/7 of the GPU: 7.00 an hour for the GPU is 3.00 for the slice
-    mig = replica_cost(Decimal("100"), 2, [("mig", Fraction(3, 7), price("7.00"))])
-    assert mig.per_replica == Decimal("6")
+    mig = replica_cost(Decimal(100), 2, [("mig", Fraction(3, 7), price("7.00"))])
+    assert mig.per_replica == Decimal(6)
     dearest = replica_cost(
-        Decimal("100"), 1, [("cheap", Fraction(1), price("1.00")), ("dear", Fraction(1), price("3.00"))]
+        Decimal(100), 1, [("cheap", Fraction(1), price("1.00")), ("dear", Fraction(1), price("3.00"))]
     )
     assert dearest.per_replica == Decimal("3.00")
     # a pool with no device of the class takes no replica: its missing price does not count
-    assert replica_cost(Decimal("1"), 1, [("none", Fraction(0), None)]).per_replica == Decimal(0)
-    unknown = replica_cost(Decimal("100"), 1, [("a", Fraction(1), price("1")), ("b", Fraction(1), None)])
+    assert replica_cost(Decimal(1), 1, [("none", Fraction(0), None)]).per_replica == Decimal(0)
+    unknown = replica_cost(Decimal(100), 1, [("a", Fraction(1), price("1")), ("b", Fraction(1), None)])
     assert (unknown.per_replica, unknown.unpriced) == (None, "b")
     assert [money(Decimal(x)) for x in ("12.5", "1E+2", "0.125", "3")] == ["12.50", "100.00", "0.125", "3.00"]
 

@@ -1,5 +1,5 @@
-"""Scheduling policy as scenarios (SPEC 10): floors held against a burst, borrowing and reclaim, fair
-sharing by weight, no preemption loop between equal projects, the minimal victim set that opens a
+"""Scheduling policy as scenarios (docs/scheduling.md): floors held against a burst, borrowing and reclaim,
+fair sharing by weight, no preemption loop between equal projects, the minimal victim set that opens a
 whole hole, non-preemptible work never touched. Pure: no database."""
 
 from __future__ import annotations

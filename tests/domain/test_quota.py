@@ -143,7 +143,7 @@ def test_in_use_is_the_most_bookings_live_at_any_instant_of_the_window(
     asked = window(wanted)
     # Every booking is constant between whole hours, so sampling each hour of the window is exact.
     last = asked.end or h(20)
-    instants = [h(n) for n in range(0, 21) if asked.start <= h(n) < last]
+    instants = [h(n) for n in range(21) if asked.start <= h(n) < last]
     peak = max((sum(1 for b in booked if b.contains(t)) for t in instants), default=0)
     assert in_use([("gpu", b) for b in booked], asked).get("gpu", 0) == peak
 

@@ -28,7 +28,7 @@ def test_a_line_adds_each_share_and_price_and_rounds_once() -> None:
 def test_time_on_an_unpriced_endpoint_leaves_the_amount_unknown() -> None:
     (line,) = showback(
         [
-            CopyTotal("chat", "small", Fraction(1, 7), Decimal("1"), HOUR_US),
+            CopyTotal("chat", "small", Fraction(1, 7), Decimal(1), HOUR_US),
             CopyTotal("chat", "small", Fraction(1, 7), None, HOUR_US),
         ]
     )
@@ -38,4 +38,4 @@ def test_time_on_an_unpriced_endpoint_leaves_the_amount_unknown() -> None:
 def test_the_price_per_gpu_hour_is_the_instance_price_over_its_gpus() -> None:
     assert gpu_hour_price(Decimal("63.296"), 8) == Decimal("7.912")
     assert gpu_hour_price(None, 8) is None
-    assert gpu_hour_price(Decimal("1"), 0) is None
+    assert gpu_hour_price(Decimal(1), 0) is None

@@ -49,7 +49,7 @@ def eventually(probe: Callable[[], T | None], what: str, bound: float = BOUND) -
 
 
 def when(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return datetime.fromisoformat(text)
 
 
 def bcd(state: Path, fleet: Path, home: Path) -> subprocess.Popen[bytes]:

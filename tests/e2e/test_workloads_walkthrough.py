@@ -21,11 +21,11 @@ SECTION = README.split("## Workloads across clusters", 1)[1].split("\n## ", 1)[0
 
 def commands() -> list[list[str]]:
     """The section's `.venv/bin/better-compute ...` lines, as argument lists (comments dropped)."""
-    found = []
-    for line in SECTION.splitlines():
-        if line.startswith(".venv/bin/better-compute "):
-            found.append(shlex.split(line.split("#", 1)[0])[1:])
-    return found
+    return [
+        shlex.split(line.split("#", 1)[0])[1:]
+        for line in SECTION.splitlines()
+        if line.startswith(".venv/bin/better-compute ")
+    ]
 
 
 def run(server: Server, args: list[str]) -> Any:

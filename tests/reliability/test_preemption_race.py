@@ -1,6 +1,6 @@
-"""Preemption under a race (SPEC 10), on PostgreSQL with real processes: three projects place
-high-priority work that evicts preemptible work while preemptible work of all three keeps coming
-back and the retrier places again what waits. Two projects evicting each other's work at once take
+"""Preemption under a race (docs/scheduling.md#preemption-by-priority), on PostgreSQL with real processes:
+three projects place high-priority work that evicts preemptible work while preemptible work of all three keeps
+coming back and the retrier places again what waits. Two projects evicting each other's work at once take
 each other's workload lock without waiting (`try_lock`), so nothing deadlocks; the ledger's
 exclusion constraint is the last fence. The checks are made by SQL.
 """

@@ -51,7 +51,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from fastapi.testclient import TestClient
 
-REQUESTS = 50 * int(os.environ.get("BC_FUZZ_EXAMPLES", 5))
+REQUESTS = 50 * int(os.environ.get("BC_FUZZ_EXAMPLES", "5"))
 
 GOOD: dict[str, Any] = {"poolId": "p1", "devices": [{"class": "gpu.mig", "count": 1}], "duration": "1h"}
 

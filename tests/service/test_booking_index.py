@@ -523,7 +523,7 @@ def test_a_nodes_new_inventory_reads_that_nodes_atoms_again_not_the_pools() -> N
 
     tx: Any = SimpleNamespace(
         atoms=SimpleNamespace(of_pool=of_pool, of_nodes=of_nodes),
-        nodes=SimpleNamespace(cordoned_ids=lambda: set()),
+        nodes=SimpleNamespace(cordoned_ids=set),
     )
     index = BookingIndex()
     assert set(index.pool_atoms(tx, "p").atoms) == {"g1/mig:1.0", "g2/mig:1.0"}

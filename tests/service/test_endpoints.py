@@ -1,5 +1,5 @@
-"""Inference endpoints through the layout gate (SPEC 9), on SQLite and PostgreSQL: creating one takes
-idle nodes of a mig pool and cuts them to its layout, with `bcd run`'s loop repartitioning; the
+"""Inference endpoints through the layout gate (docs/endpoints.md), on SQLite and PostgreSQL: creating one
+takes idle nodes of a mig pool and cuts them to its layout, with `bcd run`'s loop repartitioning; the
 endpoint holds its nodes once cut, so no tenant lands there; deleting one gives them back to the
 pool's layout; a pool short of idle nodes leaves it `Failed`, saying why."""
 

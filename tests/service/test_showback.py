@@ -1,6 +1,6 @@
-"""Showback (SPEC 9; seed 003): an endpoint is paid by the instance, and its cost is shown split per
-component, each copy at its partition's share of its GPU for the time it held it, at the
-endpoint's price per GPU-hour. On SQLite and PostgreSQL, through `bills.get`."""
+"""Showback (docs/billing.md#showback-endpoints-cost-per-component; seed 003): an endpoint is paid by the
+instance, and its cost is shown split per component, each copy at its partition's share of its GPU for the
+time it held it, at the endpoint's price per GPU-hour. On SQLite and PostgreSQL, through `bills.get`."""
 
 from __future__ import annotations
 
@@ -119,8 +119,8 @@ def test_a_live_relayout_moves_copies_without_a_copy_ever_holding_two_partitions
         ).all()
     by_copy: dict[int, list[tuple[datetime, datetime]]] = {}
     expected = Fraction(0)
-    for copy, share, started, ended in spans:
-        started, ended = utc(started), utc(ended) if ended is not None else world.clock.now
+    for copy, share, began, stopped in spans:
+        started, ended = utc(began), utc(stopped) if stopped is not None else world.clock.now
         by_copy.setdefault(copy, []).append((started, ended))
         expected += Fraction(share) * Fraction(int((ended - started).total_seconds()), 3600)
     assert sorted(by_copy) == [0, 1, 2, 3]

@@ -30,12 +30,12 @@ not waited for. Then one snapshot of the ledger is counted by SQL (`COUNTS`):
 - `parentChildOverlaps`: pairs of tenants' live bookings, one on a GPU's `gpu` parent atom and one
   on a `gpu.mig`/`gpu.slot` atom of the same GPU, whose windows meet: the GPU held whole and in
   parts at once. The gate's partition holds (`partition:<gpuId>:<start>`, no tenant) book the whole
-  family by design (SPEC 2.2) and are left out;
+  family by design (docs/concepts.md#the-atom-rule) and are left out;
 - `stranded`: tenants' live bookings not yet ended on an atom that is not present, not bookable, or
   in a pool other than its reservation's;
 - `partitionHoldOverlaps` (reported, not one of the three): tenants' live bookings on a GPU whose
-  windows meet a live partition hold of that GPU (SPEC 2.2: while it holds, nothing new lands on
-  the GPU).
+  windows meet a live partition hold of that GPU (docs/concepts.md#the-atom-rule: while it holds, nothing new
+  lands on the GPU).
 
 `run` returns the counts and the work done as one dict; the test and `python -m tests.soak` print it
 as one JSON object on the last line.

@@ -5,7 +5,6 @@ share its atom had when it was booked."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
@@ -117,7 +116,7 @@ def summed(
 
 
 @pytest.fixture
-def booked(fleet: Store) -> Iterator[tuple[Store, list[tuple[str, str, Window]]]]:
+def booked(fleet: Store) -> tuple[Store, list[tuple[str, str, Window]]]:
     """A seeded mix: back-to-back bookings of random lengths (to the microsecond) on every atom, some
     released, some open-ended, for two tenants; the last atom is left free (`spare`)."""
     rng = random.Random(7)
@@ -139,7 +138,7 @@ def booked(fleet: Store) -> Iterator[tuple[Store, list[tuple[str, str, Window]]]
     for allocation, _, span in made[::5]:
         if span.start < at(2):
             ledger.release(fleet, allocation, max(span.start + timedelta(seconds=1), at(2)))
-    yield fleet, made
+    return fleet, made
 
 
 @pytest.mark.parametrize(

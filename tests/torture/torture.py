@@ -285,10 +285,12 @@ def violations(store: Store, record: NodesRecord | None, outcomes: Iterable[str]
         by_atom: dict[str, list[TenantBooking]] = {}
         for b in bookings:
             by_atom.setdefault(b.atom, []).append(b)
-        for gpu, atom, at in record.destroyed:
-            for b in by_atom.get(atom, []):
-                if b.start <= at < b.end:
-                    found.append(f"instance of {atom} on {gpu} destroyed at {at} while {b} was live")
+        found.extend(
+            f"instance of {atom} on {gpu} destroyed at {at} while {b} was live"
+            for gpu, atom, at in record.destroyed
+            for b in by_atom.get(atom, [])
+            if b.start <= at < b.end
+        )
     unknown = [o for o in outcomes if o != "booked" and not o.startswith(("refused:", "release-refused:"))]
     found.extend(f"a request ended neither booked nor refused: {o}" for o in unknown)
     return found

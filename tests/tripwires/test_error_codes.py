@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import better_compute.client as client
+from better_compute import client
 from better_compute.api.errors import STATUS
 from better_compute.client._errors import ERRORS_BY_CODE, ComputeError
 from better_compute.domain import errors

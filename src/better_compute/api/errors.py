@@ -120,7 +120,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error", exc_info=exc)
+        log.error("unhandled error", exc_info=exc)
         # Sent from outside every middleware (Starlette's last resort), so it adds the version itself.
         return error_response(
             500, codes.INTERNAL, "internal error; the request was not applied", headers=VERSION_HEADERS

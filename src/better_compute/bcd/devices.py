@@ -115,7 +115,7 @@ class DevicesConverger:
         self.scrubber = scrubber
         self.log = log
         env_dir.mkdir(parents=True, exist_ok=True)
-        self._reported: dict[str, tuple[str, str | None]] = {a: ("bound", None) for a in self.bound()}
+        self._reported: dict[str, tuple[str, str | None]] = dict.fromkeys(self.bound(), ("bound", None))
 
     def env_path(self, allocation_id: str) -> Path:
         return self.env_dir / f"{cdi.device_name(allocation_id)}.env"

@@ -1,6 +1,6 @@
 """`endpoints` (create, list, show, delete) and `components` (create, list, show, scale, delete):
 inference endpoints whose nodes' GPUs are split by a partition layout, and the models deployed on
-their partitions (SPEC 9), each command one API method through the typed client.
+their partitions (docs/endpoints.md), each command one API method through the typed client.
 
 A table for people, with each instance's GPUs drawn split into their partitions (widths by memory);
 `--json` for scripts (the API's own answer).

@@ -15,13 +15,11 @@ another pool than the booking's. `better-compute doctor` reports each such alloc
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from typing import Literal, get_args
+from typing import Literal
 
 from better_compute.domain.atoms import Atom
 
 BindingState = Literal["pending", "bound", "device-missing", "refused", "released"]
-BINDING_STATES: tuple[BindingState, ...] = get_args(BindingState)
-
 BOUND_STATES: tuple[BindingState, ...] = ("bound", "device-missing", "refused")
 """The states an `AllocationBound` report may carry."""
 

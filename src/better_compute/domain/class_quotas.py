@@ -1,5 +1,5 @@
 """Device-class quotas: how many devices of one device class a tenant (the seed's "project") may hold,
-in one cluster or across the fleet (SPEC 8; seed 001 "Quotas").
+in one cluster or across the fleet (docs/placement.md#quotas; seed 001 "Quotas").
 
 They live in the same quotas resource as the pool rows of `domain.quota`, told apart by `scope`: a
 pool row (`scope: pool`) limits atoms of an atom class inside one pool and is enforced by

@@ -1,4 +1,5 @@
-"""Cluster phases and node cordons: which parts of the fleet take new work (SPEC 2, 8).
+"""Cluster phases and node cordons: which parts of the fleet take new work
+(docs/concepts.md#cluster-phases-and-node-cordons).
 
 A cluster's `phase` says what an operator wants of it:
 

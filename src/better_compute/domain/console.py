@@ -1,5 +1,5 @@
-"""What the console draws (SPEC 10): each GPU as a bar of its placement units with every piece at its
-real start and width, and each piece's state and holder.
+"""What the console draws (docs/console.md#fleet-consolefleet): each GPU as a bar of its placement units with
+every piece at its real start and width, and each piece's state and holder.
 
 A MIG instance sits where the GPU placed it (`placement_start`, `placement_size` as NVML reports
 them, on the model's placement axis: a 3g.40gb on an H100 spans 4 of 8 units); time-slice and MPS

@@ -1,4 +1,5 @@
-"""Device classes: named kinds of atoms, defined by the admin (SPEC 8; Kubernetes DRA's DeviceClass).
+"""Device classes: named kinds of atoms, defined by the admin (docs/concepts.md#device-classes; Kubernetes
+DRA's DeviceClass).
 
 A device class is an atom class (`gpu`, `gpu.mig`, `gpu.slot`) and a selector over atom attributes,
 in the very syntax device requests take (`domain.selectors`): `h100-80gb-sxm` is `gpu` with

@@ -4,7 +4,7 @@ Each rule is a pure function of what the fleet's records say at `now`, returning
 code, the thing it is about (`subject`), what was found (`detail`) and what to do (`action`):
 
 - `capacity.mig.stuck`: a node granted a new MIG layout 24 hours ago or more that has not converged
-  it (its gate row is still `granted`). Its partition holds stay until it does (SPEC 6.1).
+  it (its gate row is still `granted`). Its partition holds stay until it does (docs/operations.md#doctor).
 - `node.silent`: a joined node (it registered a key) whose `bcd` has not reached the server for the
   silence window, or not since it joined that long ago. A live `bcd` reaches it at least every
   `--wait` seconds even when idle: it long-polls its spec, signed, and that read counts as contact

@@ -1,5 +1,6 @@
 """Sizing an endpoint: the partition layout and instance count that serve a set of models at the
-lowest price (`better-compute advise --endpoint`; SPEC 9, seed 003).
+lowest price (`better-compute advise --endpoint`; docs/endpoints.md#sizing-an-endpoint-advise---endpoint;
+seed 003).
 
 Each model is sized as the single-model advisor sizes it (weights + KV cache + overhead, see
 `domain.sizing`), and every partition type that holds it is a GPU option in its own right, with its

@@ -1,4 +1,4 @@
-"""Inference endpoints on MIG partitions (SPEC 9; seed 003): what an endpoint and a component ask
+"""Inference endpoints on MIG partitions (docs/endpoints.md; seed 003): what an endpoint and a component ask
 for, the checks on them, where a component's copies go, and how a layout changes live.
 
 An endpoint's variant names a mig pool, how many of its nodes (instances) it takes, and one
@@ -53,7 +53,7 @@ MAX_COPIES = 1_000
 MAX_CPU_CORES = 1_024
 MAX_MEMORY_MIB = 16 * 1024 * 1024
 """Host memory one copy may ask for: 16 TiB, more than any node has."""
-MAX_PRICE = Decimal("1000000")
+MAX_PRICE = Decimal(1000000)
 """The highest price per instance hour taken."""
 
 STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")

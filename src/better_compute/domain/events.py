@@ -349,8 +349,9 @@ class WorkloadScaled(Event):
 @dataclass(frozen=True, slots=True)
 class ReservationPreempted(Event):
     """A reservation made with `preemptible: true` was ended early so that a workload's replicas
-    could be placed (`subject`: the reservation; SPEC 10): `preemptor_id` is the workload, `why` the
-    rule (`priority`, `floor` or `fair_share`). Its `reservation.released` comes with it."""
+    could be placed (`subject`: the reservation; docs/scheduling.md#who-may-be-evicted): `preemptor_id` is the
+    workload, `why` the rule (`priority`, `floor` or `fair_share`). Its `reservation.released`
+    comes with it."""
 
     TYPE: ClassVar[str] = "reservation.preempted"
     tenant_id: str
@@ -423,9 +424,9 @@ class ReplicasTerminating(Event):
 @dataclass(frozen=True, slots=True)
 class WorkloadPreempted(Event):
     """Replicas of a workload were evicted so that another workload's could be placed (`subject`:
-    the evicted workload; SPEC 10). `preemptor_id` is the workload placed, `why` the rule that let
-    it (`priority`, `floor` or `fair_share`); the deployment goes back to `pending` and its
-    replicas are placed again when they can be."""
+    the evicted workload; docs/scheduling.md#preemption-by-priority). `preemptor_id` is the workload placed,
+    `why` the rule that let it (`priority`, `floor` or `fair_share`); the deployment goes back to `pending`
+    and its replicas are placed again when they can be."""
 
     TYPE: ClassVar[str] = "workload.preempted"
     tenant_id: str

@@ -29,12 +29,12 @@ class NodeSpec:
     numa_nodes: int = 1
     nvlink: bool = False
     carries_pool_layout: bool = True
-    """Whether the node's host config takes its MIG layout from its pool (SPEC 6.1); False: it keeps
-    the layout it has (`gpus.migLayout`), and nothing repartitions it."""
+    """Whether the node's host config takes its MIG layout from its pool (docs/concepts.md, the gate); False:
+    it keeps the layout it has (`gpus.migLayout`), and nothing repartitions it."""
     host_cpu_cores: int | None = None
     host_memory_mib: int | None = None
     """The host's CPU cores and memory (`host: {cpuCores, memoryGiB}`), which an endpoint's component
-    copies ask for beside their partition (SPEC 9); None: not declared, not checked."""
+    copies ask for beside their partition (docs/endpoints.md#limits); None: not declared, not checked."""
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """What a pool's MIG layout change would do, node by node, without doing it (`pools.previewLayout`).
 
-The MIG layout gate (SPEC 6.1) grants a node its new layout at the end of the node's last live
-booking, so a node is grantable now when nothing of it is booked at or after now, at that end
-otherwise, and never while an open-ended booking holds it. A node that does not take its layout
+The MIG layout gate (docs/concepts.md#changing-a-pools-layout-the-gate) grants a node its new layout at the
+end of the node's last live booking, so a node is grantable now when nothing of it is booked at or after now,
+at that end otherwise, and never while an open-ended booking holds it. A node that does not take its layout
 from the pool (`carries_pool_layout` false) keeps its instances: nothing appears or disappears
 there and its capacity is the same before and after.
 

@@ -63,7 +63,7 @@ def is_partition_change(allocation_id: str) -> bool:
 
 def family_excludes(cls: str, other_cls: str) -> bool:
     """Whether live bookings of two different atoms of one GPU, of these classes, may not meet in
-    time (the atom rule, SPEC 2.2): a GPU is held whole (`gpu`) or in parts, never both at once, and
+    time (docs/concepts.md#the-atom-rule): a GPU is held whole (`gpu`) or in parts, never both at once, and
     in parts of one kind (MIG instances, or slots), so two atoms of different classes exclude each
     other; two parts of one kind do not. One allocation never excludes itself: a layout change's
     hold, or an endpoint's, books a whole family at once. The ledger's fences hold every booking to

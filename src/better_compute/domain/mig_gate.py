@@ -1,6 +1,6 @@
-"""The MIG layout gate's rules (SPEC 6.1): what a new layout does to a node's gate, which layout a
-node is told to have, and what should happen next for a gated node. Pure; `service.mig_gate`
-carries the steps out and the reconcilers drive it.
+"""The MIG layout gate's rules (docs/concepts.md#changing-a-pools-layout-the-gate): what a new layout does to
+a node's gate, which layout a node is told to have, and what should happen next for a gated node. Pure;
+`service.mig_gate` carries the steps out and the reconcilers drive it.
 
 A node's change goes `pending` (frozen at its layout, the new one waiting) → `scheduled` (every GPU
 family of the node booked from the end of its last live booking onward, so nothing new lands past

@@ -208,7 +208,7 @@ def booked_gpus(
 def gpu_layout(gpu: Gpu, layout: str | None, booked: bool) -> str | None:
     """The layout a GPU's spec tells it: its node's `layout`, unless a booking holds it (`booked`)
     and it is not at that layout yet, when it is told none and keeps the one it has. A layout
-    change under holders goes through the gate, whose holds are no holder's (SPEC 6.1)."""
+    change under holders goes through the gate, whose holds are no holder's (docs/concepts.md, the gate)."""
     if layout is None or not booked:
         return layout
     model = None if gpu.model is None else find_model(gpu.model)

@@ -171,7 +171,7 @@ def check_settings(
     unknown = set(raw) - allowed
     if unknown:
         raise InvalidInput(
-            f"{where}: policy field {sorted(unknown)[0]!r} does not apply to {mode} pools",
+            f"{where}: policy field {min(unknown)!r} does not apply to {mode} pools",
             {"field": f"{where}.policy"},
         )
     longest = check_max_duration(raw.get("maxDuration"), where)

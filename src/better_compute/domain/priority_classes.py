@@ -1,5 +1,5 @@
-"""Priority classes: a named priority for workloads (SPEC 8), higher wins; `preemptible` says whether
-a workload of the class may be evicted to make room for a higher one.
+"""Priority classes: a named priority for workloads (docs/concepts.md#priority-classes), higher wins;
+`preemptible` says whether a workload of the class may be evicted to make room for a higher one.
 
 A workload evicts preemptible replicas of lower priority to be placed
 (`domain.placement.preemption`), and waiting workloads are placed again highest priority first

@@ -93,7 +93,7 @@ def spans_in_use(
         marks = edges.get(cls)
         if marks is None:
             marks = edges[cls] = []
-        marks.append((start if start > lo else lo, 1))
+        marks.append((max(lo, start), 1))
         until = end if hi is None or (end is not None and end < hi) else hi
         if until is not None:
             marks.append((until, -1))
@@ -103,8 +103,7 @@ def spans_in_use(
         live = peak = 0
         for _, step in marks:
             live += step
-            if live > peak:
-                peak = live
+            peak = max(peak, live)
         counts[cast(AtomClass, cls)] = peak
     return counts
 

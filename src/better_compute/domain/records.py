@@ -71,11 +71,11 @@ class Node:
     joined_at: datetime | None = None
     """When the node last joined (registered `public_key`); None: never."""
     carries_pool_layout: bool = True
-    """Whether the node takes its MIG layout from its pool's policy (SPEC 6.1). False: its spec
-    leaves its layout as it is, and no layout change of the pool repartitions it."""
+    """Whether the node takes its MIG layout from its pool's policy (docs/concepts.md, the gate). False: its
+    spec leaves its layout as it is, and no layout change of the pool repartitions it."""
     reboot_required: bool = False
     """The node's last inventory said a GPU waits for a reboot: a MIG mode change needed a GPU reset
-    that failed (SPEC 7)."""
+    that failed (docs/bcd.md#running-the-daemon-bcd-run)."""
     mig_layout: str | None = None
     """The MIG layout the node is told instead of its pool's (an endpoint's instance is cut to the
     endpoint's layout); None: its pool's."""
@@ -194,8 +194,8 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class MigLayoutGate:
-    """A node of a mig pool whose layout change is under way (SPEC 6.1, `domain.mig_gate`): frozen
-    at `frozen_layout` while `state` is `pending` or `scheduled`, told `pending_layout` once
+    """A node of a mig pool whose layout change is under way (docs/concepts.md, the gate; `domain.mig_gate`):
+    frozen at `frozen_layout` while `state` is `pending` or `scheduled`, told `pending_layout` once
     `granted`. `scheduled_from` is when its GPU families' partition bookings start;
     `granted_generation` the node's spec generation at the grant (a higher one observed carries the
     new layout). `lease_owner` / `lease_until`: which reconciler works on the node, until when."""
@@ -232,8 +232,9 @@ class Operation:
 
 @dataclass(frozen=True, slots=True)
 class EndpointRecord:
-    """An inference endpoint as stored (SPEC 9): its checked request (`domain.endpoints.endpoint_json`),
-    its stored status (Creating, Failed or Deleting; InService is derived) and why it failed."""
+    """An inference endpoint as stored (docs/endpoints.md): its checked request
+    (`domain.endpoints.endpoint_json`), its stored status (Creating, Failed or Deleting; InService is derived)
+    and why it failed."""
 
     name: str
     tenant_id: str

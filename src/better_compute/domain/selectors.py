@@ -161,8 +161,8 @@ def parse_selector(raw: object, field: str = "selector") -> Selector:
             {"field": where, "max": MAX_EXPRESSIONS},
         )
     expressions: list[MatchExpression] = []
-    for key, value in (labels or {}).items():
-        key = _parse_key(key, f"{field}.matchLabels")
+    for raw_key, value in (labels or {}).items():
+        key = _parse_key(raw_key, f"{field}.matchLabels")
         expressions.append(MatchExpression(key, "In", (_parse_value(value, f"{field}.matchLabels.{key}"),)))
     for i, item in enumerate(exprs or ()):
         expressions.append(parse_expression(item, f"{field}.matchExpressions[{i}]"))

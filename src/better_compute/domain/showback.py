@@ -1,4 +1,5 @@
-"""Showback for inference endpoints (SPEC 9; seed 003): what each component's copies cost.
+"""Showback for inference endpoints (docs/billing.md#showback-endpoints-cost-per-component; seed 003): what
+each component's copies cost.
 
 An endpoint is paid for by the instance, whatever its partitions hold (the seed: "you are billed
 for the whole GPU instance"). Showback splits that cost over the models on it: each copy costs, for

@@ -1,4 +1,4 @@
-"""Workloads and their deployments (SPEC 8; seed 001): what a workload asks for, the phases of a
+"""Workloads and their deployments (docs/placement.md; seed 001): what a workload asks for, the phases of a
 deployment, and the checks on a request. Placement itself is `domain.placement`.
 
 A workload is a tenant's long-lived service of N replicas, each needing `device_count` devices of

@@ -254,9 +254,9 @@ class PoolAtoms:
         out = PoolAtoms(atoms, cordoned)
         with self._guard:
             shapes = list(self._matching.items())
-        for key, (grouped, off) in shapes:
+        for key, (grouped, was_off) in shapes:
             request = DeviceRequest(key[0], 1, selector=key[1])
-            off -= sum(1 for a in choose.matching(request, removed) if a.node in self.cordoned)
+            off = was_off - sum(1 for a in choose.matching(request, removed) if a.node in self.cordoned)
             off += sum(1 for a in choose.matching(request, new) if a.node in cordoned)
             kept = {gpu: held for gpu, held in grouped.items() if gpu not in touched}
             for atom in choose.matching(request, regroup):

@@ -1,4 +1,5 @@
-"""An endpoint's components (SPEC 9): `components.create`, `get`, `list`, `scale` and `delete`.
+"""An endpoint's components (docs/endpoints.md#components): `components.create`, `get`, `list`, `scale` and
+`delete`.
 
 A component deploys one model on one partition type of its variant; each copy takes one free
 partition of that type on an instance that has been cut (`domain.endpoints.place_copies`), on a
@@ -169,7 +170,7 @@ def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Pla
             left[kept.node] = rules.HostRoom(
                 room.cpu_cores - spec.cpu_cores, room.memory_mib - spec.memory_mib
             )
-    reasons: dict[str, str | None] = {name: None for name in specs}
+    reasons: dict[str, str | None] = dict.fromkeys(specs)
     holding = {name: sum(1 for c in copies[name] if where[(name, c.copy)] is not None) for name in specs}
     # Each component first places the waiting copies it needs to reach its floor, then the rest:
     # scarce partitions go where a floor depends on them (as `domain.endpoints.plan_relayout` plans).

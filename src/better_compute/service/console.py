@@ -1,4 +1,4 @@
-"""What the console's pages show (SPEC 10), read in one transaction each, as far as the caller may
+"""What the console's pages show (docs/console.md), read in one transaction each, as far as the caller may
 see: a tenant sees the pools it may use, the admin the whole fleet (GPUs in no pool too).
 
 - `fleet`: clusters → nodes → GPUs, each GPU drawn as a bar of its pieces (`domain.console`), with

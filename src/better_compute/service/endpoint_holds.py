@@ -1,4 +1,4 @@
-"""An endpoint's hold on its instances (SPEC 9): once a node is cut to the endpoint's layout, every
+"""An endpoint's hold on its instances (docs/endpoints.md): once a node is cut to the endpoint's layout, every
 atom of it is booked open-ended under the endpoint's allocation (`endpoint:<name>`, no tenant's),
 so no reservation or workload lands on the endpoint's partitions and no quota counts them. The
 layout gate's partition holds cover the node until then, and the gate hands over to this hold in

@@ -1,5 +1,5 @@
-"""An endpoint's live relayout (SPEC 9, beyond SageMaker, which makes the layout immutable): the
-instances are re-cut one at a time, in node order, through the layout gate.
+"""An endpoint's live relayout (docs/endpoints.md#changing-the-layout-live, beyond SageMaker, which makes the
+layout immutable): the instances are re-cut one at a time, in node order, through the layout gate.
 
 `endpoints.update` checks the whole roll up front (`domain.endpoints.plan_relayout`: every step
 keeps every component at or above its `minCopies`, and every copy has a partition at the end),

@@ -1,4 +1,4 @@
-"""Inference endpoints (SPEC 9): `endpoints.create`, `get`, `list` and `delete`.
+"""Inference endpoints (docs/endpoints.md): `endpoints.create`, `get`, `list` and `delete`.
 
 Creating an endpoint checks its layout against the GPU models of each variant's pool, takes
 `instanceCount` idle nodes of the pool and cuts each one to the layout through the layout gate, in
@@ -355,13 +355,6 @@ def update(store: StorePort, principal: Principal, raw: object, now: datetime) -
         refreshed = tx.endpoints.get(name)
         assert refreshed is not None
         return _view(tx, refreshed, now)
-
-
-def _instance_state(stored: str, changing: bool) -> str:
-    """An instance is `InService` once cut; while it is being cut, `Updating` in a relayout."""
-    if not changing:
-        return "InService"
-    return "Updating" if stored == "Updating" else "Creating"
 
 
 def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:

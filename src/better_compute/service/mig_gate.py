@@ -1,5 +1,5 @@
-"""The MIG layout gate (SPEC 6.1): a pool's new layout freezes each of its nodes, and a reconciler
-moves each node through `domain.mig_gate` one step at a time.
+"""The MIG layout gate (docs/concepts.md#changing-a-pools-layout-the-gate): a pool's new layout freezes each
+of its nodes, and a reconciler moves each node through `domain.mig_gate` one step at a time.
 
 Each step is one transaction under the node's row lock, written compare-and-set on the gate's
 `version`: two reconcilers, or a reconciler and a new request, never both move one node, and a
@@ -88,7 +88,7 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
     """Nodes added to a mig pool (locked by the caller, their atoms derived for it) read the pool's
     layout directly and take no work before their first converged spec: each one that runs a
     daemon (it has joined) is held from now and granted at once, so the gate releases it when it
-    reports a newer generation (SPEC 6.1). A node with no daemon (a simulated one that never
+    reports a newer generation (docs/concepts.md, the gate). A node with no daemon (a simulated one that never
     joined) has nothing to wait for."""
     nodes = tx.nodes.by_ids(node_ids)
     for node_id in sorted(node_ids):

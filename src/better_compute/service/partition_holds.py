@@ -1,4 +1,4 @@
-"""A layout change's own bookings (SPEC 6.1, the atom rule): every atom of a GPU, parent included,
+"""A layout change's own bookings (docs/concepts.md#the-atom-rule): every atom of a GPU, parent included,
 booked open-ended from the end of the node's last live booking under that GPU's partition allocation
 (`partition:<gpuId>:<start>`), so nothing new lands on an atom about to disappear while idle time
 before it still books. The layout gate (`service.mig_gate`) makes and releases them; ingestion adds

@@ -1,5 +1,5 @@
 """Placement across clusters: the snapshot it decides on, the figures per cluster, and the preview
-(SPEC 8; the rules are `domain.placement`).
+(docs/placement.md; the rules are `domain.placement`).
 
 One read brings what placement needs for a tenant and a device class: the clusters, the pools the
 tenant may use in each (its own, and those whose owner offered it quota rows), the tenant's quota

@@ -1,6 +1,6 @@
 """Placing again what waits: workloads whose deployments are short of their share (`pending`,
 `admitted`) or whose replicas no cluster took, retried when capacity or quota may have freed
-(SPEC 8; seed 001: "A refused deployment sits in pending phase until capacity frees up"); and
+(docs/placement.md#retry; seed 001: "A refused deployment sits in pending phase until capacity frees up"); and
 `Failed` endpoints, short of idle nodes when created, which take their nodes then
 (`service.endpoints.retry`).
 

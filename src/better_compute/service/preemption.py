@@ -1,4 +1,4 @@
-"""Preemption in placement: whom a workload short of replicas evicts, and where (SPEC 10; the rules
+"""Preemption in placement: whom a workload short of replicas evicts, and where (docs/scheduling.md; the rules
 are `domain.placement.preemption` and `domain.placement.fairness`).
 
 After placement has divided what free devices hold, replicas no cluster took may still be placed by

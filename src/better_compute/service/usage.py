@@ -2,7 +2,7 @@
 
 A tenant token reads its own usage only (`domain.tenancy.tenant_scope`); the admin reads every
 tenant's, or one's. Rows come in booking id order, a page at a time, so an export of a month of
-any size is read in bounded memory (docs/billing.md#usage).
+any size is read in bounded memory (docs/billing.md#limits).
 """
 
 from __future__ import annotations

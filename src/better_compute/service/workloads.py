@@ -1,5 +1,5 @@
 """Workloads: create, get, list, scale, delete, drain, and the retry of what could not be placed
-(SPEC 8; rules in `domain.workloads` and `domain.placement`).
+(docs/placement.md; rules in `domain.workloads` and `domain.placement`).
 
 Every write follows snapshot -> pure decision -> commit in one transaction, under the tenant's
 workload lock (an advisory lock on PostgreSQL; SQLite has one writer), so the quota counted is the

@@ -1,4 +1,5 @@
-"""The components repository: an endpoint's components (SPEC 9) and the partition each copy takes."""
+"""The components repository: an endpoint's components (docs/endpoints.md#components) and the partition each
+copy takes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The endpoints repository: endpoints (SPEC 9) and the nodes their variants took."""
+"""The endpoints repository: endpoints (docs/endpoints.md) and the nodes their variants took."""
 
 from __future__ import annotations
 

@@ -82,7 +82,7 @@ nodes = Table(
     Column("joined_at", UtcDateTime, nullable=True),
     Column("carries_pool_layout", Boolean, nullable=False, server_default="1"),
     Column("reboot_required", Boolean, nullable=False, server_default="0"),
-    # The layout the node is told instead of its pool's: an endpoint's instance's (SPEC 9).
+    # The layout the node is told instead of its pool's: an endpoint's instance's (docs/endpoints.md).
     Column("mig_layout", String(512), nullable=True),
     # The host's CPU cores and memory as the fleet file declares them (NULL: not declared).
     Column("host_cpu_cores", Integer, nullable=True),
@@ -197,9 +197,9 @@ pools = Table(
 )
 
 capacity_mig_layouts = Table(
-    # The MIG layout gate (SPEC 6.1, docs/adr/0012): a node of a mig pool whose layout change is
-    # under way, frozen at `frozen_layout` until the change is granted. One row per node; the row
-    # goes once the node has converged the new layout (`node.mig.applied`).
+    # The MIG layout gate (docs/concepts.md#changing-a-pools-layout-the-gate, docs/adr/0012): a node of a mig
+    # pool whose layout change is under way, frozen at `frozen_layout` until the change is granted. One row
+    # per node; the row goes once the node has converged the new layout (`node.mig.applied`).
     "capacity_mig_layouts",
     metadata,
     Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
@@ -496,8 +496,8 @@ operations = Table(
 )
 
 endpoints = Table(
-    # Inference endpoints (SPEC 9): the checked request as `domain.endpoints.endpoint_json` writes it;
-    # `status` is Creating, Failed or Deleting as stored (InService is derived: no instance changing).
+    # Inference endpoints (docs/endpoints.md): the checked request as `domain.endpoints.endpoint_json` writes
+    # it; `status` is Creating, Failed or Deleting as stored (InService is derived: no instance changing).
     "endpoints",
     metadata,
     Column("name", String(63), primary_key=True),
@@ -522,8 +522,8 @@ endpoint_instances = Table(
 )
 
 components = Table(
-    # An endpoint's components (SPEC 9): one model on one partition type, `copies` of it; the checked
-    # request as `domain.endpoints.component_json` writes it.
+    # An endpoint's components (docs/endpoints.md#components): one model on one partition type, `copies` of
+    # it; the checked request as `domain.endpoints.component_json` writes it.
     "components",
     metadata,
     Column("name", String(63), primary_key=True),

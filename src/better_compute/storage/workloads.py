@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, func, select, update
+from sqlalchemy import Connection, delete, select, update
 
 from better_compute.domain.events import Event, type_of
 from better_compute.domain.placement.capability import parse_capability
@@ -351,18 +351,6 @@ class SqlWorkloads:
             out[r["workload_id"]].append(_deployment(r))
         return out
 
-    def deployments_page(
-        self, tenant_id: str | None, workload_id: str | None, limit: int | None, after: str | None
-    ) -> list[Deployment]:
-        where = []
-        if tenant_id is not None:
-            where.append(deployments.c.tenant_id == tenant_id)
-        if workload_id is not None:
-            where.append(deployments.c.workload_id == workload_id)
-        return [
-            _deployment(r) for r in rows.page(self.conn, deployments, where=where, limit=limit, after=after)
-        ]
-
     def put_deployment(self, d: Deployment, *, new: bool = False) -> None:
         """Insert a new deployment, or write one over its row: a plain insert or update, whose
         compiled form SQLAlchemy keeps (an upsert is built anew each time)."""
@@ -484,17 +472,6 @@ class SqlWorkloads:
                 )
             )
 
-    def replica_counts(self, tenant_id: str | None = None) -> dict[str, int]:
-        """Booked replicas per deployment."""
-        stmt = select(replicas.c.deployment_id, func.count()).group_by(replicas.c.deployment_id)
-        if tenant_id is not None:
-            stmt = stmt.where(
-                replicas.c.deployment_id.in_(
-                    select(deployments.c.id).where(deployments.c.tenant_id == tenant_id)
-                )
-            )
-        return {d: int(n) for d, n in self.conn.execute(stmt)}
-
     # -- terminating replicas ----------------------------------------------------------------
     def add_terminating(self, items: Sequence[Terminating]) -> None:
         if items:
@@ -571,13 +548,6 @@ class SqlWorkloads:
                 created_at=op.created_at,
                 finished_at=op.finished_at,
             )
-        )
-
-    def finish_operation(self, op: Operation) -> None:
-        self.conn.execute(
-            update(operations)
-            .where(operations.c.id == op.id)
-            .values(status=op.status, result=dict(op.result), finished_at=op.finished_at)
         )
 
     def operation(self, operation_id: str) -> Operation | None:

@@ -1,4 +1,4 @@
-"""Workloads across clusters, their deployments, placement previews and operations (SPEC 8).
+"""Workloads across clusters, their deployments, placement previews and operations (docs/placement.md).
 
 Requests take the API's camelCase and the seed's snake_case names (`device_class`, `cluster_floors`,
 `requires_single_topology_domain`, ...), and `project` for `tenantId`; answers are camelCase.
@@ -161,7 +161,8 @@ class _Placing(WireRequest):
     priority_class: str | None = Field(
         default=None, validation_alias=_alias("priorityClass", "priority_class")
     )
-    """Whom the workload may evict to be placed, and who may evict it (SPEC 10)."""
+    """Whom the workload may evict to be placed, and who may evict it
+    (docs/scheduling.md#who-may-be-evicted)."""
 
 
 class WorkloadCreate(_Placing):

@@ -1,4 +1,4 @@
-"""The web console (SPEC 10) at `/console`: server-rendered pages over the same tokens as the API
+"""The web console at `/console`: server-rendered pages over the same tokens as the API
 (docs/console.md). `session` logs in and renders; `pages` show the fleet, bookings, usage,
 placement and endpoints; `actions` reserve and run the doctor; `inputs` reads forms and queries;
 `charts` draws SVG charts. Templates and static files live in `better_compute.web`."""

@@ -1,5 +1,5 @@
 """Inference endpoints and their components: `endpoints.create|list|get|update|delete` and
-`components.create|list|get|scale|delete` (SPEC 9)."""
+`components.create|list|get|scale|delete` (docs/endpoints.md#components)."""
 
 from __future__ import annotations
 

@@ -1,1 +1,1 @@
-"""Placement across clusters (SPEC 8, seed 001): pure rules over a snapshot, no I/O."""
+"""Placement across clusters (docs/placement.md; seed 001): pure rules over a snapshot, no I/O."""

@@ -1,4 +1,5 @@
-"""The per-cluster scheduler's choice of devices for a deployment's replicas (SPEC 8 step 5).
+"""The per-cluster scheduler's choice of devices for a deployment's replicas
+(docs/placement.md#the-flow, step 5).
 
 Each replica's `device_count` devices come from one group (a node, or one domain of the kind the
 workload requires: `topology.domain_of`); inside the group they are taken in NVLink-domain, NUMA-node

@@ -1,5 +1,6 @@
-"""Capability requests: asking for what a device must give instead of naming its class (SPEC 10;
-users of Ray and Kubernetes ask for this: ray#37574, ray-project/enhancements#47).
+"""Capability requests: asking for what a device must give instead of naming its class
+(docs/scheduling.md#capability-requests; users of Ray and Kubernetes ask for this: ray#37574,
+ray-project/enhancements#47).
 
 A workload's shape may say `{capability: {memoryGiB: {min: 20}, computeSlices: {min: 2},
 nvlinkPeer: true}, deviceCount: 1}`. Every kind of device the project may use (an `Offer`: a whole

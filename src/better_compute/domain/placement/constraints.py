@@ -1,4 +1,5 @@
-"""Placement constraints (SPEC 8, "Policies"): which clusters a policy lets a workload be placed in.
+"""Placement constraints (docs/concepts.md#placement-constraints): which clusters a policy lets a workload be
+placed in.
 
 A policy (`domain.iam.Policy`, the one `policies` resource) may carry, besides its per-reservation
 limits, placement constraints: `allowedRegions`, `allowedResidencies`, `allowedDeviceClasses`,

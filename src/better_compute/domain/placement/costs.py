@@ -1,5 +1,5 @@
-"""What a workload's replica costs per hour in a cluster, against a policy's cost ceiling (SPEC 10:
-"Cost ceilings enforced in placement, using per-meter prices").
+"""What a workload's replica costs per hour in a cluster, against a policy's cost ceiling
+(docs/scheduling.md#cost-ceilings).
 
 A device bills its share of a GPU (`domain.metering.share`: 1 for a whole GPU, 3/7 for a 3g.40gb
 on an H100, 1/slots for a slot) times its meter's price per hour, as a bill does. A replica of N

@@ -1,5 +1,5 @@
-"""Floors, fair sharing by weight, and who may evict whom (SPEC 10; seed 001 "Floor and over-quota
-weight", "Priority classes").
+"""Floors, fair sharing by weight, and who may evict whom (docs/scheduling.md#floors, #fair-sharing-by-weight;
+seed 001 "Floor and over-quota weight", "Priority classes").
 
 A project's device-class quota row carries `floor_devices` and `over_quota_weight`. Inside one
 cluster and device class (the scope in which projects contend for the same devices), the rules are:

@@ -1,5 +1,6 @@
-"""Preemption: which running replicas a workload evicts to get the devices it needs (SPEC 10; seed 001
-"Priority classes": "a high-priority workload will be able to evict a preemptible lower-priority one").
+"""Preemption: which running replicas a workload evicts to get the devices it needs
+(docs/scheduling.md#preemption-by-priority; seed 001 "Priority classes": "a high-priority workload will be
+able to evict a preemptible lower-priority one").
 
 Who may be evicted is `domain.placement.fairness.may_evict` (priority, a floor reclaimed, fair
 sharing); this module answers the other question: of the replicas that may be evicted in one

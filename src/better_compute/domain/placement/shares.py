@@ -1,5 +1,6 @@
 """Dividing a workload's replicas between clusters: `pack`, `spread`, floors, a cap on fan-out, and
-scaling down in proportion (SPEC 8 step 4; seed 001 "Pack vs spread", "Re-placement and scaling").
+scaling down in proportion (docs/placement.md#the-flow, step 4; seed 001 "Pack vs spread", "Re-placement and
+scaling").
 
 The rules, as a user reads them:
 

@@ -1,6 +1,6 @@
 """How many replicas of a shape a cluster's free devices hold: a replica's devices are on one node
-(its container runs there), and inside one topology domain when the workload requires it (SPEC 8
-"Topology"; seed 001 "Topology constraints").
+(its container runs there), and inside one topology domain when the workload requires it
+(docs/placement.md#what-counts-as-capacity; seed 001 "Topology constraints").
 
 Domains by kind: `nvlink`, the node's NVLink domain (atoms of one GPU are NV-connected to each other,
 so a GPU with no NVLink peers is a domain of its own); `numa`, the node's NUMA node; `pcie`, the PCIe

@@ -1,4 +1,5 @@
-"""A verdict per cluster, and the placement of a workload's replicas over them (SPEC 8 steps 1-5).
+"""A verdict per cluster, and the placement of a workload's replicas over them (docs/placement.md#the-flow,
+steps 1-5).
 
 `plan_placement` takes what the service read in one snapshot, per cluster: whether a policy or the
 cluster's phase denies it, its free devices of the class and how many replicas they hold (`Room`),

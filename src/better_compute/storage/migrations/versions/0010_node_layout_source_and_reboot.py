@@ -1,5 +1,6 @@
-"""Nodes say whether they take their MIG layout from their pool (`carries_pool_layout`, SPEC 6.1) and
-whether their last inventory asked for a reboot (`reboot_required`, SPEC 7).
+"""Nodes say whether they take their MIG layout from their pool (`carries_pool_layout`,
+docs/concepts.md#changing-a-pools-layout-the-gate) and whether their last inventory asked for a reboot
+(`reboot_required`, docs/bcd.md#running-the-daemon-bcd-run).
 
 Revision ID: 0010
 Revises: 0009

@@ -1,5 +1,5 @@
 """The MIG layout gate's table: each node of a mig pool whose layout change is under way, frozen at
-its layout until the change is granted (SPEC 6.1).
+its layout until the change is granted (docs/concepts.md#changing-a-pools-layout-the-gate).
 
 Revision ID: 0011
 Revises: 0010

@@ -1,5 +1,6 @@
-"""Device classes and priority classes (SPEC 8): named kinds of atoms (an atom class and a selector)
-and named priorities for workloads, with the `standard` priority class every store holds.
+"""Device classes and priority classes (docs/concepts.md#device-classes, #priority-classes): named kinds of
+atoms (an atom class and a selector) and named priorities for workloads, with the `standard` priority class
+every store holds.
 
 Revision ID: 0014
 Revises: 0013

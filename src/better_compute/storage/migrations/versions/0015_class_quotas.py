@@ -1,5 +1,5 @@
-"""Device-class quota rows (SPEC 8): how many devices of a device class a tenant may hold in one
-cluster or across the fleet, beside the pool rows of `quotas`.
+"""Device-class quota rows (docs/placement.md#quotas): how many devices of a device class a tenant may hold in
+one cluster or across the fleet, beside the pool rows of `quotas`.
 
 A fleet row stores cluster_id '' (not NULL) so that the primary key makes (tenant, device class,
 scope, cluster) unique on PostgreSQL too, where NULLs in a unique key never collide.

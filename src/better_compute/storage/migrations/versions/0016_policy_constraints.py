@@ -1,4 +1,4 @@
-"""Policies carry placement constraints and are attached to a subject (SPEC 8, "Policies"): a tenant,
+"""Policies carry placement constraints and are attached to a subject (docs/placement.md#policies): a tenant,
 an endpoint, a workload or a cluster (`subject_type`, `subject_id`), with a `generation` that every
 update bumps. A cluster's policy belongs to no tenant, so `tenant_id` becomes nullable; names stay
 unique per tenant, and per subject (which is what keeps a cluster's policy names apart).

@@ -1,4 +1,4 @@
-"""Workloads across clusters (SPEC 8): workloads, their deployments (one per cluster), each
+"""Workloads across clusters (docs/placement.md): workloads, their deployments (one per cluster), each
 deployment's replicas (one ledger allocation each), and operations (`workload.drain`).
 
 Revision ID: 0017

@@ -1,6 +1,6 @@
-"""Preemption (SPEC 10): a deployment whose replicas another workload's placement evicted names that
-workload (`preempted_by`) beside its reason `preempted`, and so does each evicted replica that
-terminates on its node, so that the workload waiting for its devices evicts no more meanwhile.
+"""Preemption (docs/scheduling.md#preemption-by-priority): a deployment whose replicas another workload's
+placement evicted names that workload (`preempted_by`) beside its reason `preempted`, and so does each evicted
+replica that terminates on its node, so that the workload waiting for its devices evicts no more meanwhile.
 
 Revision ID: 0019
 Revises: 0018

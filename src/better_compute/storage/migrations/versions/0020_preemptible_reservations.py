@@ -1,5 +1,6 @@
-"""Preemptible reservations (SPEC 10): a reservation made with `preemptible: true` may be ended
-early so that a workload's replicas fit; every other reservation is never preempted.
+"""Preemptible reservations (docs/scheduling.md#who-may-be-evicted): a reservation made with
+`preemptible: true` may be ended early so that a workload's replicas fit; every other reservation is
+never preempted.
 
 Revision ID: 0020
 Revises: 0019

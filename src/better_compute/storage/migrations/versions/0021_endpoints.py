@@ -1,5 +1,5 @@
-"""Inference endpoints (SPEC 9): endpoints, the nodes each one's variants took, their components and
-each copy's partition, the layout a node is told instead of its pool's while it serves one
+"""Inference endpoints (docs/endpoints.md): endpoints, the nodes each one's variants took, their components
+and each copy's partition, the layout a node is told instead of its pool's while it serves one
 (`nodes.mig_layout`), and the host resources a fleet file declares (`nodes.host_*`).
 
 Revision ID: 0021
