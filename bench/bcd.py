@@ -48,11 +48,11 @@ from bench.reservations import ADMIN, free_port
 from better_compute.bcd import cdi
 from better_compute.bcd.joining import join
 from better_compute.client import Compute
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import credentials, quotas
-from better_compute.service.node_spec import POLL_INTERVAL
+from better_compute.service.gate.node_spec import POLL_INTERVAL
+from better_compute.service.tenancy import credentials, quotas
 from better_compute.storage.store import Store
 
 TENANT = "platform"

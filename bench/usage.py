@@ -42,13 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import fleet_parser, machine_speed_s, postgres_database, sqlite_database
 from bench.reservations import server
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.metering import share, shown
+from better_compute.domain.metering.metering import share, shown
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import bills, credentials
-from better_compute.storage.ledger import COLUMNS, sqlite_time
+from better_compute.service.metering import bills
+from better_compute.service.tenancy import credentials
+from better_compute.storage.ledger.ledger import COLUMNS, sqlite_time
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")

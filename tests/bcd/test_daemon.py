@@ -18,7 +18,7 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.joining import node_client
 from better_compute.bcd.logs import Log
-from better_compute.domain.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.storage.store import Store
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import fleet_spec

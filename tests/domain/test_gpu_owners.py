@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidState
-from better_compute.domain.gpu_owners import (
+from better_compute.domain.fleet.gpu_owners import (
     Holder,
     check_releasable,
     owned_elsewhere,
     refused_claims,
     reported_uuids,
 )
+from better_compute.domain.kernel.errors import InvalidState
 from tests.builders import T0, h100, mig
 
 SPLIT = h100(

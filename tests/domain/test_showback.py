@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 
-from better_compute.domain.showback import CopyTotal, gpu_hour_price, showback
+from better_compute.domain.metering.showback import CopyTotal, gpu_hour_price, showback
 
 HOUR_US = 3_600_000_000
 

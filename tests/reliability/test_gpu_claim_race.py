@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from sqlalchemy import text
 
 from better_compute.bcd.identity import public_key_text
-from better_compute.domain.inventory import NodeReport
+from better_compute.domain.fleet.inventory import NodeReport
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, joining
-from better_compute.service.rederive import stored_reports
+from better_compute.service.fleet import inventory, joining
+from better_compute.service.fleet.rederive import stored_reports
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.reliability.gpu_claim_race_worker import new_gpu, race

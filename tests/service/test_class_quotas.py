@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.errors import NotFound
-from better_compute.service import class_quotas
+from better_compute.domain.kernel.errors import NotFound
+from better_compute.service.placement import class_quotas
 from better_compute.storage.store import Store
 from tests.api.test_class_quotas import CLUSTER_ROW, World
 from tests.builders import T0

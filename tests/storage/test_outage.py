@@ -15,12 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from better_compute.domain.errors import Unavailable
-from better_compute.storage.db import make_engine
-from better_compute.storage.outage import Outage, kind_of
+from better_compute.domain.kernel.errors import Unavailable
+from better_compute.storage.kernel.db import make_engine
+from better_compute.storage.kernel.outage import Outage, kind_of
 from better_compute.storage.store import Store
 
-OUTAGE_LOG = "better_compute.storage.outage"
+OUTAGE_LOG = "better_compute.storage.kernel.outage"
 
 
 def add_tenant(store: Store, tenant_id: str) -> None:

@@ -16,7 +16,7 @@ import pytest
 import better_compute.client as client
 from better_compute.api.errors import STATUS
 from better_compute.client._errors import ERRORS_BY_CODE, ComputeError
-from better_compute.domain import errors
+from better_compute.domain.kernel import errors
 from better_compute.wire import codes
 
 SRC = Path(errors.__file__).resolve().parents[1]

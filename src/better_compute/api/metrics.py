@@ -25,9 +25,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from starlette.concurrency import run_in_threadpool
 
-from better_compute.domain.credentials import bearer_token, require_admin
-from better_compute.service import census, credentials
+from better_compute.domain.tenancy.credentials import bearer_token, require_admin
+from better_compute.service.metering import census
 from better_compute.service.services import Services
+from better_compute.service.tenancy import credentials
 from better_compute.wire import codes
 
 MetricsAuth = Literal["none", "admin"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from better_compute.domain.node_reports import HEADER_SIGNATURE, HEADERS, SignedRequest, parse_signed
+from better_compute.domain.fleet.node_reports import HEADER_SIGNATURE, HEADERS, SignedRequest, parse_signed
 
 
 def target_of(request: Request) -> str:

@@ -32,10 +32,10 @@ from better_compute.bcd.gpu import Gpu, GpuError
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
 from better_compute.bcd.scrub import Scrubber, Target
-from better_compute.domain.atoms import atom_id_for
-from better_compute.domain.handoff import Held, refusals
-from better_compute.domain.node_spec import VISIBLE_DEVICES
-from better_compute.domain.pools import mps_units
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.pools import mps_units
+from better_compute.domain.gate.node_spec import VISIBLE_DEVICES
+from better_compute.domain.ledger.handoff import Held, refusals
 from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
 
 SLOT_MODES = ("timeslice", "mps")

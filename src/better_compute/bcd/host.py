@@ -17,7 +17,7 @@ from better_compute.bcd.inventory import gpu_report
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsUnit
 from better_compute.domain.catalog import model_for_product
-from better_compute.domain.mig_plan import GpuPlan, converged, plan_node
+from better_compute.domain.fleet.mig_plan import GpuPlan, converged, plan_node
 from better_compute.wire.nodes import NodeSpecPublic
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuInstance
-from better_compute.domain.inventory import GpuReport, MigInstance, NodeReport
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.wire.nodes import (
     GpuReported,
     InventoryReport,

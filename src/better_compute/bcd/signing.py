@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 import httpx
 
 from better_compute.bcd.identity import Identity
-from better_compute.domain.node_reports import (
+from better_compute.domain.fleet.node_reports import (
     HEADER_NODE,
     HEADER_SEQUENCE,
     HEADER_SIGNATURE,

@@ -233,14 +233,17 @@ class Totals:
         self.by_key: dict[tuple[str, str], Fraction] = {}
 
     def add(self, row: UsageRowPublic) -> None:
-        from better_compute.domain.metering import hours, microseconds  # the catalog: only when exporting
+        from better_compute.domain.metering.metering import (  # the catalog: only when exporting
+            hours,
+            microseconds,
+        )
 
         key = (row.tenant_id, row.meter)
         held = hours(Fraction(row.share), microseconds(row.end - row.start))
         self.by_key[key] = self.by_key.get(key, Fraction(0)) + held
 
     def rows(self) -> list[dict[str, str]]:
-        from better_compute.domain.metering import shown
+        from better_compute.domain.metering.metering import shown
 
         return [
             {"tenantId": tenant, "meter": meter, "hours": shown(total)}

@@ -13,13 +13,13 @@ import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.clock import Clock
-from better_compute.service.credentials import TokenMemory
-from better_compute.service.ids import Ids
-from better_compute.service.placement_stock import Stock
-from better_compute.service.ports import StorePort
-from better_compute.service.report_batches import ReportBatches
+from better_compute.service.fleet.report_batches import ReportBatches
+from better_compute.service.kernel.clock import Clock
+from better_compute.service.kernel.ids import Ids
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.tenancy.credentials import TokenMemory
 
 
 def _already_set() -> threading.Event:

@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
-from better_compute.domain.errors import Unavailable
-from better_compute.storage import migrate, pg_simple
-from better_compute.storage.db import READ_ONLY, SINGLE_STATEMENT, describe, make_engine
-from better_compute.storage.outage import Outage, kind_of
+from better_compute.domain.kernel.errors import Unavailable
+from better_compute.storage.kernel import migrate, pg_simple
+from better_compute.storage.kernel.db import READ_ONLY, SINGLE_STATEMENT, describe, make_engine
+from better_compute.storage.kernel.outage import Outage, kind_of
 from better_compute.storage.uow import SqlTx
 
 _PING = text("SELECT 1")

@@ -25,11 +25,12 @@ from better_compute.api.convert import joined_public, report_of, spec_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.api.signed import is_signed, signed_request
-from better_compute.domain.credentials import require_admin
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.node_reports import InventoryReported, Report, check_same_node
-from better_compute.domain.node_spec import check_wait
-from better_compute.service import joining, node_reports, node_spec
+from better_compute.domain.fleet.node_reports import InventoryReported, Report, check_same_node
+from better_compute.domain.gate.node_spec import check_wait
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.tenancy.credentials import require_admin
+from better_compute.service.fleet import joining, node_reports
+from better_compute.service.gate import node_spec
 from better_compute.wire.nodes import (
     JoinTokenCreate,
     JoinTokenIssued,

@@ -18,11 +18,11 @@ from better_compute.api.convert import (
 )
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.tenancy import check_ref, tenant_scope
-from better_compute.domain.workloads import operation_target, parse_workload
-from better_compute.service import placement, workloads
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.placement.workloads import operation_target, parse_workload
+from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
+from better_compute.service.placement import placement, workloads
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
 from better_compute.wire.workloads import (

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 
-from better_compute.domain.billing import Price
+from better_compute.domain.metering.billing import Price
 
 
 @dataclass(frozen=True, slots=True)

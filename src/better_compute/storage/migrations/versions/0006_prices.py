@@ -17,9 +17,9 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.domain.atoms import Atom
-from better_compute.domain.metering import share
-from better_compute.storage.db import UtcDateTime
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.metering.metering import share
+from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0006"
 down_revision = "0005"

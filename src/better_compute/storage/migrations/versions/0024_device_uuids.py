@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.storage.db import UtcDateTime
+from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0024"
 down_revision = "0023"
