@@ -14,7 +14,7 @@ rather than just after the node's last read (which would flatter the figure).
 
 The figure bounds what a node adds between a booking and a container able to start with it: the
 spec's long poll (`bcd run --wait`) answers when the generation moves, and the server derives a
-waiting node's spec again every `service.node_spec.POLL_INTERVAL` (200 ms), so that interval is a
+waiting node's spec again every `service.gate.node_spec.POLL_INTERVAL` (200 ms), so that interval is a
 floor under the worst case. Goal: `p99_ms` under 500.
 
     python bench/bcd.py            # 20 nodes, 500 reservations

@@ -9,7 +9,7 @@ fresh database:
   `serve --workers 2` is started, and every node's first inventory report is sent signed, as `bcd`
   sends it, by `--clients` concurrent connections (the requests built and signed before the clock
   starts); the time until every one is accepted. The server writes the reports that arrive while it
-  writes others in one batch (`service.report_batches`).
+  writes others in one batch (`service.fleet.report_batches`).
 
 Goal: 10,000 nodes in under 60 s both ways.
 

@@ -6,7 +6,7 @@ bookings of random lengths on every atom, for one tenant, is written straight in
 on PostgreSQL, executemany on SQLite; each booking with its atom's share, as the booking statements
 write it), a few of them crossing the month's edges and a few cancelled. Measured, per database:
 
-- `bill_s`: the tenant's bill for the month through the use case (`service.bills.get_bill`; the
+- `bill_s`: the tenant's bill for the month through the use case (`service.metering.bills.get_bill`; the
   database sums held time per pool and share), the median of three reads; the goal is under 5 s;
 - `export_peak_rss_mb`: the peak resident memory of `better-compute usage export --format csv
   --out FILE` of the same month, run as its own process against a real `better-compute serve`

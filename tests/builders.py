@@ -172,7 +172,7 @@ def bare_fleet() -> dict[str, object]:
 
 
 class CountingIds:
-    """`service.ids.Ids` that counts, kind by kind (`rsv-000001`, `rsv-000002`, `cred-000001`, ...),
+    """`service.kernel.ids.Ids` that counts, kind by kind (`rsv-000001`, `rsv-000002`, `cred-000001`, ...),
     so that a test can name the ids it will see. It keeps no two sources apart: one per store."""
 
     def __init__(self) -> None:

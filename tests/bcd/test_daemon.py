@@ -264,7 +264,7 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     assert not daemon.step(False)  # before the fix: CdiError, "has no device to hand over"
 
     # The node says its device is missing; the reservation shows the server's word for it: its
-    # instance is gone from the node, so the booking is stranded (`domain.bindings`).
+    # instance is gone from the node, so the booking is stranded (`domain.fleet.bindings`).
     assert bindings_reported(world, lost)[-1][0] == "device-missing"
     assert "gone" in str(bindings_reported(world, lost)[-1][1])
     assert reservation(world, lost)["binding"] == "stranded"

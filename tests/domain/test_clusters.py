@@ -1,4 +1,4 @@
-"""Cluster phases and node cordons (domain.clusters): which phases take new work, and the refusals."""
+"""Cluster phases and node cordons (domain.fleet.clusters): which phases take new work, and the refusals."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The doctor's rules (domain.doctor): each finding, and the boundaries of the ones that have one."""
+"""The doctor's rules (domain.ops.doctor): each finding, and the boundaries of the ones that have one."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A GPU belongs to one node (domain.gpu_owners): which uuids of an inventory another node holds, the
+"""A GPU belongs to one node (domain.fleet.gpu_owners): which uuids of an inventory another node holds, the
 first of a batch to name a new one taking it, and when an admin may release a GPU."""
 
 from __future__ import annotations

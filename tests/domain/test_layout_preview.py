@@ -1,4 +1,4 @@
-"""The layout preview planner (domain.layout_preview): when a node could be granted a new layout, who
+"""The layout preview planner (domain.gate.layout_preview): when a node could be granted a new layout, who
 holds it back, what disappears and appears, and the capacity by profile before and after."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The layout gate's pure rules (domain.mig_gate)."""
+"""The layout gate's pure rules (domain.gate.mig_gate)."""
 
 from __future__ import annotations
 

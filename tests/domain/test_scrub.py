@@ -1,5 +1,5 @@
 """Scrubbing between tenants as pure rules: which `policy.scrub` each sharing mode takes, and which
-atoms are owed a scrub, to whom (domain.scrub)."""
+atoms are owed a scrub, to whom (domain.ledger.scrub)."""
 
 from __future__ import annotations
 

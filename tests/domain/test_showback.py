@@ -1,4 +1,4 @@
-"""`domain.showback`: a component's line adds its copies' GPU-hours and cost; unpriced time leaves
+"""`domain.metering.showback`: a component's line adds its copies' GPU-hours and cost; unpriced time leaves
 the amount unknown rather than understated."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each node's report checks who holds the uuids it names before it writes, but two reports of a brand
 new GPU both find it held by nobody; the one to commit second must not overwrite the first's GPU row
-(the upsert's ON CONFLICT would). storage.gpus writes a node's claim on a uuid only where no other
+(the upsert's ON CONFLICT would). storage.fleet.gpus writes a node's claim on a uuid only where no other
 node's is: the second waits on the first's uncommitted row, and is refused once it commits. The
 exact interleaving is forced first; then real processes, one per node, race round after round, and
 the outcome is checked by SQL.

@@ -1,6 +1,6 @@
 """A rebook by another tenant racing a release never ends with that tenant on an unscrubbed atom.
 
-In a pool that scrubs between tenants, an atom one tenant released is owed a scrub (domain.scrub).
+In a pool that scrubs between tenants, an atom one tenant released is owed a scrub (domain.ledger.scrub).
 Admission looks that up in its own transaction, and its booking statement re-checks it under the
 atoms' locks: a release that commits while the booking waits for those locks marks the atom's row,
 which the booking then re-reads. The exact interleaving is forced on PostgreSQL (SQLite serialises

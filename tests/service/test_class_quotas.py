@@ -1,4 +1,4 @@
-"""`service.class_quotas.figures` on SQLite and PostgreSQL: a tenant's rows for a device class and the
+"""`service.placement.class_quotas.figures` on SQLite and PostgreSQL: a tenant's rows for a device class and the
 devices of the class it holds now per cluster, read from live bookings on atoms of the class."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A GPU belongs to one node (domain.gpu_owners) on every path that writes inventory, on SQLite and
+"""A GPU belongs to one node (domain.fleet.gpu_owners) on every path that writes inventory, on SQLite and
 PostgreSQL: a fleet file's load, one ingest of several nodes, the database's own fence, and how a GPU
 moves: its node reports it gone, or an admin releases it (`nodes.releaseGpu`)."""
 

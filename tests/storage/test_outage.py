@@ -1,5 +1,5 @@
 """A database that cannot be reached or written is told apart from our own faults once, in storage
-(storage/outage.py), on the drivers' real errors: the first is `Unavailable`, said in one log line
+(storage/kernel/outage.py), on the drivers' real errors: the first is `Unavailable`, said in one log line
 when it starts and one when it ends; a refused constraint or a broken statement stays what it is."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Releasing an allocation: the ledger's SQL and the booking index both do what
-`domain.ledger.released` says, booking by booking (started ones cut at the release, future ones
+`domain.ledger.ledger.released` says, booking by booking (started ones cut at the release, future ones
 cancelled, finished ones kept)."""
 
 from __future__ import annotations

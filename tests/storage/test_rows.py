@@ -1,4 +1,4 @@
-"""Bulk writes (storage.rows.upsert and insert_all): what a repository writes in bulk reads back the same, on
+"""Bulk writes (storage.kernel.rows.upsert and insert_all): what a repository writes in bulk reads back the same, on
 SQLite (one cached statement) and on PostgreSQL (COPY into a scratch table, then one merge), JSON
 columns included."""
 

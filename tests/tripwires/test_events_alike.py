@@ -1,4 +1,4 @@
-"""Both stores write every event from its one definition (domain.events): the same story told to
+"""Both stores write every event from its one definition (domain.kernel.events): the same story told to
 SQLite and to PostgreSQL leaves logs that parse alike, event for event."""
 
 from __future__ import annotations

@@ -365,7 +365,7 @@ def capacity_free(answer: PoolFree) -> CapacityFree:
 
 
 def state_hours(hours: StateHours) -> StateHoursPublic:
-    """Hours by state, each rounded for display only (`domain.metering.shown`)."""
+    """Hours by state, each rounded for display only (`domain.metering.metering.shown`)."""
     return StateHoursPublic(
         capacity=shown(hours.capacity),
         booked=shown(hours.booked),

@@ -1,7 +1,7 @@
 """`GET /metrics`: the server's figures in the Prometheus text format (docs/metrics.md lists them).
 
 Two kinds of figure. What the store knows (atoms by pool, class and state; billable hours by meter;
-events by type) is read when Prometheus scrapes (service.census), so every process of a server
+events by type) is read when Prometheus scrapes (service.metering.census), so every process of a server
 answers the same. What only a process sees as it happens (reservations created and refused, how
 long admission took, ledger conflicts inside a request's retries) is counted in memory by that
 process as it answers: a counter increment and a histogram observation per reservation, no I/O.
@@ -81,7 +81,7 @@ class _StoreFigures:
 class Metrics:
     """One app's metrics: its registry, the counters admission increments, and the store's figures.
 
-    It is also the `service.telemetry.Telemetry` the reservation use cases report to."""
+    It is also the `service.kernel.telemetry.Telemetry` the reservation use cases report to."""
 
     def __init__(self, services: Services, auth: MetricsAuth = "none") -> None:
         self.auth = auth

@@ -1,6 +1,6 @@
 """A node's inventory report, built from whichever GPU backend is active.
 
-The report is `domain.inventory.NodeReport`, the value the control plane derives atoms from, so a
+The report is `domain.fleet.inventory.NodeReport`, the value the control plane derives atoms from, so a
 node that reports through `bcd` and a simulated one go through the same ingestion. Building it only
 reads the backend.
 """

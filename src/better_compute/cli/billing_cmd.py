@@ -2,7 +2,7 @@
 
 `usage export` reads `usage.list` a page at a time (at most 1,000 rows each, following its cursor)
 and writes each row as it arrives, so an export of a month of any size runs in the memory of one
-page; the totals per tenant and meter are summed exactly on the way (`domain.metering`), and equal
+page; the totals per tenant and meter are summed exactly on the way (`domain.metering.metering`), and equal
 the bills' lines over the same period.
 """
 

@@ -91,7 +91,7 @@ def opened(settings: Settings, *, create: bool, write: bool = False) -> Iterator
 
 
 def quiet_outages() -> None:
-    """Leave the lines the store logs when its database's outage starts and ends (storage/outage.py)
+    """Leave the lines the store logs when its database's outage starts and ends (storage/kernel/outage.py)
     to whom they are for: a command that runs once says what went wrong in its own one line, and
     `serve`'s reconciler process leaves them to the server, which logs them for the same database."""
     from better_compute.storage.kernel import outage
@@ -135,7 +135,7 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
 
 
 def _retrying(services: Services) -> Callable[[], None]:
-    """Run the placement retry loop (service.placement_retry) in a thread of `serve`."""
+    """Run the placement retry loop (service.ops.placement_retry) in a thread of `serve`."""
     from better_compute.service.ops.placement_retry import Retrier
     from better_compute.service.placement.workloads import Wiring
 

@@ -1,5 +1,5 @@
 """The console's pages that show things: fleet, bookings, usage (and the bill's CSV), placement
-and endpoints. Each reads through `service.console` (and the services the API uses) as the logged-in
+and endpoints. Each reads through `service.ops.console` (and the services the API uses) as the logged-in
 caller, so a tenant sees only its own."""
 
 from __future__ import annotations

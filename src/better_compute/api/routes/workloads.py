@@ -46,7 +46,7 @@ def _wiring(services: Services) -> workloads.Wiring:
 
 
 def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
-    """The request as `domain.workloads.parse_workload` reads it (camelCase keys)."""
+    """The request as `domain.placement.workloads.parse_workload` reads it (camelCase keys)."""
     raw = body.model_dump(by_alias=True, exclude_none=True)
     if body.shape is not None:
         raw["shape"] = {"deviceClass": body.shape.device_class, "deviceCount": body.shape.device_count}

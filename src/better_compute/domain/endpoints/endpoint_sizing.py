@@ -2,7 +2,7 @@
 lowest price (`better-compute advise --endpoint`; SPEC 9, seed 003).
 
 Each model is sized as the single-model advisor sizes it (weights + KV cache + overhead, see
-`domain.sizing`), and every partition type that holds it is a GPU option in its own right, with its
+`domain.catalog.sizing`), and every partition type that holds it is a GPU option in its own right, with its
 cost per unit: the instance's hourly price over the units of that type it holds (a p5.48xlarge at
 $63.296/h holds sixteen 3g.40gb partitions: $3.956 each).
 

@@ -4,7 +4,7 @@ for, the checks on them, where a component's copies go, and how a layout changes
 An endpoint's variant names a mig pool, how many of its nodes (instances) it takes, and one
 partition layout (`acceleratorPartitionLayouts`, the seed's field names): every accelerator of every
 instance is split the same way, so the one entry is not positional. The layout is checked against
-the pool's GPU model as a real placement (`domain.layouts.validate`): every type must be a profile
+the pool's GPU model as a real placement (`domain.catalog.layouts.validate`): every type must be a profile
 of that GPU and the instances must fit on one; a failure is a refusal naming the type and the
 reason, never a fallback to whole GPUs.
 
@@ -637,7 +637,7 @@ def plan_relayout(
         for t in sorted({by_name[n].partition_type for n in where if where[n][node]}):
             names = sorted(n for n in where if by_name[n].partition_type == t and where[n][node])
             # Each component first moves the copies it needs to stay at its floor, then the rest:
-            # scarce room goes where a floor depends on it (as `service.components.plan_in` places).
+            # scarce room goes where a floor depends on it (as `service.endpoints.components.plan_in` places).
             stay = {n: sum(where[n].values()) - where[n][node] for n in names}
             first = {n: min(where[n][node], max(0, by_name[n].min_copies - stay[n])) for n in names}
             rounds = [(n, first[n], True) for n in names] + [

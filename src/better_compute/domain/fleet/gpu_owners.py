@@ -13,7 +13,7 @@ is left on it, or an admin released it (`nodes.releaseGpu`, `check_releasable`).
 deleted, so "its node was removed" is a release too.
 
 Among the reports of one batch the first that names a uuid nobody holds takes it, as the first of
-two racing transactions would; between transactions the database decides (storage.gpus writes a
+two racing transactions would; between transactions the database decides (storage.fleet.gpus writes a
 node's claim only where no other node's is, and refuses the write otherwise).
 """
 

@@ -25,7 +25,7 @@ from better_compute.domain.metering.metering import share
 class GpuState:
     """What decides how one GPU's capacity is accounted while it holds.
 
-    `shares` maps each present atom of the GPU to its share of it (`domain.metering.share`), as the
+    `shares` maps each present atom of the GPU to its share of it (`domain.metering.metering.share`), as the
     atoms were then: a booking is accounted at its atom's share at the time it held it.
     """
 

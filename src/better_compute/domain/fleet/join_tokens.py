@@ -1,7 +1,7 @@
 """Join tokens: how an admin lets one node register its signing key, once.
 
 A join token is `bcj_` and 43 url-safe characters (32 random bytes), made outside the domain (it needs
-randomness) and kept only as its SHA-256, like a bearer token (`domain.credentials.hash_token`). It
+randomness) and kept only as its SHA-256, like a bearer token (`domain.tenancy.credentials.hash_token`). It
 names one node, expires (an hour after it is made unless the admin asks for less) and is spent by
 the first join that presents it: a token that leaks after use, or sits unused in a log, is worth
 nothing. Everything here is a pure check of those rules.

@@ -157,7 +157,7 @@ def check_same_node(signed_by: str, named: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class InventoryReported:
-    """The node's whole inventory (feeds `service.inventory.ingest_in`); `observed_generation`, when
+    """The node's whole inventory (feeds `service.fleet.inventory.ingest_in`); `observed_generation`, when
     given, is also recorded."""
 
     node: str

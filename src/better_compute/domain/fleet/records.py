@@ -3,8 +3,8 @@
 A record names its fields after the domain, not after a table or a wire shape: storage maps columns
 to records and the API maps records to wire models, each explicitly, so a column rename or a new wire
 field changes one adapter and nothing else (docs/adr/0005-records-and-repositories.md). Records that
-the domain already had keep their home: an atom is `domain.atoms.Atom`, an IAM policy
-`domain.iam.Policy`, a booking `domain.ledger.Booking`.
+the domain already had keep their home: an atom is `domain.fleet.atoms.Atom`, an IAM policy
+`domain.tenancy.iam.Policy`, a booking `domain.ledger.ledger.Booking`.
 """
 
 from __future__ import annotations
@@ -65,9 +65,9 @@ class Node:
     last_report_at: datetime | None = None
     report_sequence: int = 0
     """The sequence number of the last signed request accepted from the node, a report or a spec
-    read (domain.node_reports)."""
+    read (domain.fleet.node_reports)."""
     spec_digest: str | None = None
-    """The digest of the spec `spec_generation` was given for (domain.node_spec.next_generation)."""
+    """The digest of the spec `spec_generation` was given for (domain.gate.node_spec.next_generation)."""
     joined_at: datetime | None = None
     """When the node last joined (registered `public_key`); None: never."""
     carries_pool_layout: bool = True
@@ -84,7 +84,7 @@ class Node:
     """The host's CPU cores and memory as the fleet file declares them (None: not declared)."""
     owned_elsewhere: tuple[tuple[str, str], ...] = ()
     """The uuids its last refused inventory named that other nodes hold, each with the node holding
-    it (domain.gpu_owners); empty once an inventory of it is taken."""
+    it (domain.fleet.gpu_owners); empty once an inventory of it is taken."""
     owned_elsewhere_at: datetime | None = None
     """When that inventory was refused."""
     last_spec_read_at: datetime | None = None
@@ -194,7 +194,7 @@ class Reservation:
 
 @dataclass(frozen=True, slots=True)
 class MigLayoutGate:
-    """A node of a mig pool whose layout change is under way (SPEC 6.1, `domain.mig_gate`): frozen
+    """A node of a mig pool whose layout change is under way (SPEC 6.1, `domain.gate.mig_gate`): frozen
     at `frozen_layout` while `state` is `pending` or `scheduled`, told `pending_layout` once
     `granted`. `scheduled_from` is when its GPU families' partition bookings start;
     `granted_generation` the node's spec generation at the grant (a higher one observed carries the
@@ -232,8 +232,9 @@ class Operation:
 
 @dataclass(frozen=True, slots=True)
 class EndpointRecord:
-    """An inference endpoint as stored (SPEC 9): its checked request (`domain.endpoints.endpoint_json`),
-    its stored status (Creating, Failed or Deleting; InService is derived) and why it failed."""
+    """An inference endpoint as stored (SPEC 9): its checked request
+    (`domain.endpoints.endpoints.endpoint_json`), its stored status (Creating, Failed or Deleting;
+    InService is derived) and why it failed."""
 
     name: str
     tenant_id: str
@@ -258,7 +259,7 @@ class EndpointInstance:
 
 @dataclass(frozen=True, slots=True)
 class ComponentRecord:
-    """A component as stored: its checked request (`domain.endpoints.component_json`)."""
+    """A component as stored: its checked request (`domain.endpoints.endpoints.component_json`)."""
 
     name: str
     endpoint: str

@@ -1,5 +1,5 @@
 """The MIG layout gate's rules (SPEC 6.1): what a new layout does to a node's gate, which layout a
-node is told to have, and what should happen next for a gated node. Pure; `service.mig_gate`
+node is told to have, and what should happen next for a gated node. Pure; `service.gate.mig_gate`
 carries the steps out and the reconcilers drive it.
 
 A node's change goes `pending` (frozen at its layout, the new one waiting) → `scheduled` (every GPU
@@ -160,8 +160,8 @@ def node_layout(
 ) -> str | None:
     """The MIG layout a node brings its GPUs to (`told_layout`); None for a node whose host config
     does not take its layout from its pool (`carriesPoolLayout` false): it keeps the one it has.
-    What its atoms are derived against (`domain.atoms`: a GPU not at it takes no work) and what its
-    spec tells it, unless a booking holds a GPU that is not at it (`domain.node_spec.plan_spec`)."""
+    What its atoms are derived against (`domain.fleet.atoms`: a GPU not at it takes no work) and what its
+    spec tells it, unless a booking holds a GPU that is not at it (`domain.gate.node_spec.plan_spec`)."""
     return told_layout(pool, gate, held=held, own=own) if carries_pool_layout else None
 
 

@@ -138,7 +138,7 @@ def plan_spec(
     tenant allocation whose live booking holds one of the node's atoms at `now`, with its tenant (a
     layout change's own bookings are no tenant's and assign nothing). A node that does not carry
     its pool's layout gets no layout (None: leave it as it is); a node under a layout change
-    (`gate`) is told the layout, or the slot count, the gate gives it (`domain.mig_gate`); one with
+    (`gate`) is told the layout, or the slot count, the gate gives it (`domain.gate.mig_gate`); one with
     a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change.
 
     A GPU not at that layout (`mig_plan.converged`) while a live booking holds it or one of its

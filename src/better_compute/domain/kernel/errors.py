@@ -128,7 +128,7 @@ class ConcurrentChange(Conflict):
 
 class GpuOwnedElsewhere(Conflict):
     """A node's inventory names a GPU uuid, or a MIG instance's `MIG-…` uuid, that another node
-    holds (domain.gpu_owners): the report is refused whole and changes nothing. ``details.uuids``
+    holds (domain.fleet.gpu_owners): the report is refused whole and changes nothing. ``details.uuids``
     names them; the message says how a GPU that really moved is let go."""
 
     reason = "GpuOwnedElsewhere"

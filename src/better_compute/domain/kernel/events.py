@@ -70,7 +70,7 @@ class LedgerBooked(Event):
     cls: str | None = _key("class", None)
     gpu_id: str | None = None
     """The GPU of the booked atom (None in events written before it was recorded): a GPU is booked
-    whole or in parts, never both at once (`domain.ledger.family_excludes`)."""
+    whole or in parts, never both at once (`domain.ledger.ledger.family_excludes`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -476,7 +476,7 @@ class MigLayoutRequested(Event):
 @dataclass(frozen=True, slots=True)
 class ClusterUpdated(Event):
     """A cluster's phase was set (`subject`: the cluster): `active`, `cordoned` or `draining`
-    (domain.clusters); `previous` is the phase it had."""
+    (domain.fleet.clusters); `previous` is the phase it had."""
 
     TYPE: ClassVar[str] = "cluster.updated"
     phase: str
@@ -530,7 +530,7 @@ class NodeReportRefused(Event):
 @dataclass(frozen=True, slots=True)
 class GpuReleased(Event):
     """An admin released a GPU from its node (`subject`: the GPU's uuid; `nodes.releaseGpu`): it is
-    not present there any more, and the next node that reports it takes it (domain.gpu_owners)."""
+    not present there any more, and the next node that reports it takes it (domain.fleet.gpu_owners)."""
 
     TYPE: ClassVar[str] = "gpu.released"
     node: str

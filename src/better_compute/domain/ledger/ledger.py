@@ -39,7 +39,7 @@ def earliest_free(busy: Iterable[Window], wanted: Window) -> datetime | None:
 def released(span: Window, at: datetime) -> Window | None:
     """What a live booking becomes when its allocation is released at `at`: one that has started is
     cut to end at `at` (one already over keeps its end), one that has not started is cancelled
-    (None). The ledger's SQL (storage.ledger.end_allocation) and the booking index apply this rule;
+    (None). The ledger's SQL (storage.ledger.ledger.end_allocation) and the booking index apply this rule;
     a test holds both to it."""
     if span.start >= at:
         return None
@@ -68,7 +68,7 @@ def family_excludes(cls: str, other_cls: str) -> bool:
     other; two parts of one kind do not. One allocation never excludes itself: a layout change's
     hold, or an endpoint's, books a whole family at once. The ledger's fences hold every booking to
     this (PostgreSQL's `bookings_no_family_overlap`, SQLite's look-up before an insert), and
-    admission counts the bookings of a GPU's family by it (`service.booking_index`)."""
+    admission counts the bookings of a GPU's family by it (`service.ledger.booking_index`)."""
     return cls != other_cls
 
 

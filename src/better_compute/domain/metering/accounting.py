@@ -1,10 +1,10 @@
 """Capacity accounting: every GPU-hour of a range in exactly one state, so the states sum to capacity.
 
-A GPU's capacity is its hours in the pool (while present: `domain.gpu_states`). At every instant the
+A GPU's capacity is its hours in the pool (while present: `domain.fleet.gpu_states`). At every instant the
 whole GPU is split between the states, by this precedence (docs/capacity.md#accounting):
 
 1. `changing`: a partition change holds the GPU (it books the whole family), so all of it;
-2. `booked`: otherwise the shares of its booked atoms (`domain.metering.share`), at most the GPU;
+2. `booked`: otherwise the shares of its booked atoms (`domain.metering.metering.share`), at most the GPU;
 3. the rest: `unhealthy` when the GPU is, else `cordoned` when its node is, else `free`.
 
 Shares are fractions of a GPU and times are microseconds, so the sweep counts in whole units of
@@ -77,7 +77,7 @@ class Grid:
 
 def grid_of(start: datetime, end: datetime, bucket: str | None) -> Grid:
     """The grid a question asks for: `from` before `to`, both with a zone, and a bucket
-    (`domain.timewin.parse_duration`, default 1h) that cuts the range into at most MAX_BUCKETS;
+    (`domain.kernel.timewin.parse_duration`, default 1h) that cuts the range into at most MAX_BUCKETS;
     anything else is INVALID_INPUT naming the field."""
     begin, finish = require_aware(start, "from"), require_aware(end, "to")
     if finish <= begin:

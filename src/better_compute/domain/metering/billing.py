@@ -1,7 +1,7 @@
 """Billing: the period a bill covers, prices per meter, and the bill itself (hours x price).
 
 A bill adds up exactly: its hours per meter are the exact sums of its bookings' GPU-hours
-(`domain.metering`), each rounded only when shown. Money is rounded once per line, to the
+(`domain.metering.metering`), each rounded only when shown. Money is rounded once per line, to the
 currency's minor unit, and the total is the sum of the lines as shown, so a bill read on paper
 adds up to the cent (docs/billing.md).
 """
@@ -202,7 +202,7 @@ class Bill:
     lines: tuple[BillLine, ...]
     total: Decimal | None = None
     showback: tuple[ShowbackLine, ...] = ()
-    """The tenant's endpoints' cost split per component (`domain.showback`): shown beside the
+    """The tenant's endpoints' cost split per component (`domain.metering.showback`): shown beside the
     lines, not added to the total (the endpoint's price carries no meter or currency)."""
 
 

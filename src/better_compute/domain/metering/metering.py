@@ -92,9 +92,9 @@ def held(span: Window, period: Window, now: datetime) -> Window | None:
     """The part of a live booking's window `span` that bills in `period`: from its start to its
     end (an open-ended booking up to `now`), inside the period; None when nothing of it is.
 
-    A released booking's span was already cut to its release (`domain.ledger.released`) and a
+    A released booking's span was already cut to its release (`domain.ledger.ledger.released`) and a
     cancelled one bills nothing, so only live bookings are asked about. The usage statements of
-    storage.usage compute the same in SQL; a test holds them to this rule.
+    storage.metering.usage compute the same in SQL; a test holds them to this rule.
     """
     end = now if span.end is None else span.end
     assert period.end is not None, "a period has an end"

@@ -20,7 +20,7 @@ How the tenant of an event is found, by the kind of its entry:
   on, so a pool id used again after a delete does not show the earlier pool's history. A deleted
   pool is seen by no tenant, its deletion included.
 
-The stores turn this table into the filter of their query (storage/event_stream.py), so a reader
+The stores turn this table into the filter of their query (storage/kernel/event_stream.py), so a reader
 is never handed an event it then has to be kept from.
 """
 

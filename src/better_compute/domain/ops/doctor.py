@@ -12,7 +12,7 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
   to call; `serve --fleet`'s simulated nodes join and run the same loop as a real `bcd`.
 - `gpu.unhealthy`: a present GPU its node reports unhealthy.
 - `node.gpu-owned-elsewhere`: a node whose last inventory was refused because it named a GPU (or
-  MIG) uuid another node holds (domain.gpu_owners), until an inventory of it is taken.
+  MIG) uuid another node holds (domain.fleet.gpu_owners), until an inventory of it is taken.
 - `node.reboot-required`: a node whose last inventory said a GPU waits for a reboot.
 - `pool.fractional-without-quota`: a mig pool with no `gpu.mig` quota row, or a timeslice or mps
   pool with no `gpu.slot` row, above 0, for any tenant: every fractional request is QUOTA_EXCEEDED.
@@ -337,7 +337,7 @@ def family_overlaps(pairs: Iterable[tuple[Booking, Booking]]) -> Iterator[Findin
 
 def stranded_bookings(found: Iterable[StrandedBooking], gpus: Iterable[Gpu]) -> Iterator[Finding]:
     """Allocations (a reservation, a workload's replica) with a live booking of an atom they cannot
-    have (`domain.bindings.stranded_why`), one finding each, naming it and why."""
+    have (`domain.fleet.bindings.stranded_why`), one finding each, naming it and why."""
     unhealthy = {g.id for g in gpus if g.present and not g.healthy}
     by_allocation: dict[str, list[StrandedBooking]] = {}
     for item in found:

@@ -1,7 +1,7 @@
 """Device-class quotas: how many devices of one device class a tenant (the seed's "project") may hold,
 in one cluster or across the fleet (SPEC 8; seed 001 "Quotas").
 
-They live in the same quotas resource as the pool rows of `domain.quota`, told apart by `scope`: a
+They live in the same quotas resource as the pool rows of `domain.tenancy.quota`, told apart by `scope`: a
 pool row (`scope: pool`) limits atoms of an atom class inside one pool and is enforced by
 reservations; a device-class row (`scope: cluster` with a `cluster_id`, or `scope: fleet`) limits
 devices of a device class and is what placement across clusters asks before it admits a deployment

@@ -1,6 +1,6 @@
 """Placement constraints (SPEC 8, "Policies"): which clusters a policy lets a workload be placed in.
 
-A policy (`domain.iam.Policy`, the one `policies` resource) may carry, besides its per-reservation
+A policy (`domain.tenancy.iam.Policy`, the one `policies` resource) may carry, besides its per-reservation
 limits, placement constraints: `allowedRegions`, `allowedResidencies`, `allowedDeviceClasses`,
 `allowedClusters`, `deniedClusters` and `costCeiling`. An empty list constrains nothing. A policy is
 attached to a subject (a tenant, a workload, an endpoint or a cluster); when a workload is placed,

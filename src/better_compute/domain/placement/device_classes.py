@@ -1,7 +1,7 @@
 """Device classes: named kinds of atoms, defined by the admin (SPEC 8; Kubernetes DRA's DeviceClass).
 
 A device class is an atom class (`gpu`, `gpu.mig`, `gpu.slot`) and a selector over atom attributes,
-in the very syntax device requests take (`domain.selectors`): `h100-80gb-sxm` is `gpu` with
+in the very syntax device requests take (`domain.kernel.selectors`): `h100-80gb-sxm` is `gpu` with
 `gpuModel In [H100-80GB]`, `h100-3g.40gb` is `gpu.mig` with `migProfile In [3g.40gb]`. Workloads,
 quotas and placement name a class instead of spelling the selector again, and count a cluster's
 atoms of it with `belongs_to`, so "an atom of this class" means one thing everywhere.

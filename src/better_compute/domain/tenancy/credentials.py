@@ -23,9 +23,10 @@ class Principal:
     """The caller behind a token whose credential is known to be live in this request: one tenant, or
     the fleet admin (`tenant_id` None, `is_admin` True).
 
-    Two steps make one for a request: a fresh look-up of the token (`service.credentials.authenticate`),
-    and `RecalledPrincipal.confirm` from what the use case's own transaction read. So whatever takes a
-    `Principal` may rely on the revocation check having been made; it never makes one itself.
+    Two steps make one for a request: a fresh look-up of the token
+    (`service.tenancy.credentials.authenticate`), and `RecalledPrincipal.confirm` from what the use
+    case's own transaction read. So whatever takes a `Principal` may rely on the revocation check
+    having been made; it never makes one itself.
     """
 
     tenant_id: str | None

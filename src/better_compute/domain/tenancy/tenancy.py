@@ -189,7 +189,7 @@ def tenant_scope(principal: Principal | RecalledPrincipal, named: str | None) ->
     for the tenant it names, or for every tenant (None) when it names none. Every method that acts
     for a tenant decides through here: `reservations.create` books for it, `reservations.list`,
     `quotas.list`, `policies.list`, `tenants.list` and `credentials.list` are narrowed to it, and
-    `service.tenants.get` reads it.
+    `service.tenancy.tenants.get` reads it.
     """
     if principal.is_admin:
         return named

@@ -1,7 +1,7 @@
 """An endpoint's components (SPEC 9): `components.create`, `get`, `list`, `scale` and `delete`.
 
 A component deploys one model on one partition type of its variant; each copy takes one free
-partition of that type on an instance that has been cut (`domain.endpoints.place_copies`), on a
+partition of that type on an instance that has been cut (`domain.endpoints.endpoints.place_copies`), on a
 node whose host still has the copy's CPU cores and memory, and copies beyond what is free wait
 (`pending`, with the shortfall's reason). Waiting copies are placed again whenever the endpoint
 gains partitions (an instance handed over by the layout gate: `place_pending_in`, called by
@@ -135,7 +135,7 @@ class Plan:
 def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Plan:
     """Plan the copies of the endpoint's components: a copy keeps its partition while that is still
     there, of its type, and not on a node `leaving` (about to be re-cut); waiting copies take free
-    partitions of their type (`domain.endpoints.place_copies`). Writes nothing."""
+    partitions of their type (`domain.endpoints.endpoints.place_copies`). Writes nothing."""
     found = tx.components.of_endpoint(endpoint)
     specs = {c.name: rules.parse_component(c.spec) for c in found}
     copies = tx.components.copies(sorted(specs))
@@ -172,7 +172,8 @@ def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Pla
     reasons: dict[str, str | None] = {name: None for name in specs}
     holding = {name: sum(1 for c in copies[name] if where[(name, c.copy)] is not None) for name in specs}
     # Each component first places the waiting copies it needs to reach its floor, then the rest:
-    # scarce partitions go where a floor depends on them (as `domain.endpoints.plan_relayout` plans).
+    # scarce partitions go where a floor depends on them (as `domain.endpoints.endpoints.plan_relayout`
+    # plans).
     for floor in (True, False):
         for name, spec in sorted(specs.items()):
             waiting = [c for c in copies[name] if where[(name, c.copy)] is None]

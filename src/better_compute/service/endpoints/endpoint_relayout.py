@@ -1,7 +1,7 @@
 """An endpoint's live relayout (SPEC 9, beyond SageMaker, which makes the layout immutable): the
 instances are re-cut one at a time, in node order, through the layout gate.
 
-`endpoints.update` checks the whole roll up front (`domain.endpoints.plan_relayout`: every step
+`endpoints.update` checks the whole roll up front (`domain.endpoints.endpoints.plan_relayout`: every step
 keeps every component at or above its `minCopies`, and every copy has a partition at the end),
 stores the new layout with the endpoint `Updating`, and starts the first instance. Each step
 (`next_cut_in`):

@@ -8,7 +8,7 @@ once (`mig_gate.cut_now_in`); the node is told it from then on (`nodes.mig_layou
 reports it converged, the gate hands it over to the endpoint's own hold (`endpoint_holds`), and
 once no instance is still being cut the endpoint is `InService`. A pool without enough idle nodes
 leaves the endpoint `Failed` with the reason, nothing taken; it is taken again when capacity may
-have freed (`retry`, driven by `service.placement_retry` as pending workloads are), and goes
+have freed (`retry`, driven by `service.ops.placement_retry` as pending workloads are), and goes
 `Creating` once its variants find their nodes.
 
 Deleting ends the endpoint's hold and puts each node back to its pool's layout through the gate
@@ -162,7 +162,7 @@ def create(store: StorePort, principal: Principal, raw: object, now: datetime) -
 def _pick(
     tx: Tx, spec: rules.EndpointSpec, members: Mapping[str, Sequence[str]], now: datetime
 ) -> tuple[dict[str, tuple[str, ...]], str | None]:
-    """The nodes each variant takes (`domain.endpoints.pick_instances`, a node once at most), or
+    """The nodes each variant takes (`domain.endpoints.endpoints.pick_instances`, a node once at most), or
     why some variant cannot have them all. The caller holds the members' node locks."""
     candidates = {v.pool_id: _candidates(tx, members[v.pool_id], now) for v in spec.variants}
     picked: dict[str, tuple[str, ...]] = {}
@@ -185,7 +185,7 @@ def retry(store: StorePort, now: datetime, limit: int = RETRY_BATCH) -> int:
     """Take again every `Failed` endpoint, oldest first, each in a transaction of its own: one whose
     variants now find enough idle nodes takes them and is `Creating` (`endpoint.updated`), as at
     its creation; one still short stays `Failed`, its reason saying why now. Called when capacity
-    may have freed (`service.placement_retry`), as a pending workload is placed again (Kueue keeps
+    may have freed (`service.ops.placement_retry`), as a pending workload is placed again (Kueue keeps
     it pending); no timer decides it. A read decides first whether anything changed: an endpoint
     still short for the same reason takes no write transaction (on SQLite, the one writer lock
     every request shares). Answers how many took their nodes."""

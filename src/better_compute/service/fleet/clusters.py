@@ -1,7 +1,7 @@
 """Clusters and nodes as an operator steers them: `clusters.get`, `clusters.update` (a cluster's
-phase) and `nodes.update` (a node's cordon), admin only for the writes (domain.clusters).
+phase) and `nodes.update` (a node's cordon), admin only for the writes (domain.fleet.clusters).
 
-A cordon is recorded in the GPU state history in its own transaction (service.gpu_states), so
+A cordon is recorded in the GPU state history in its own transaction (service.fleet.gpu_states), so
 capacity accounting counts the node's free hours as `cordoned` from that moment. Its event makes
 every booking index read its pools' atoms again, so no admission after it chooses the node's atoms.
 """

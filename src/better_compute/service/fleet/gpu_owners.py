@@ -1,10 +1,10 @@
-"""A GPU belongs to one node (domain.gpu_owners): checking an inventory before any of it is taken, and
+"""A GPU belongs to one node (domain.fleet.gpu_owners): checking an inventory before any of it is taken, and
 an admin's release of a GPU from its node (`nodes.releaseGpu`).
 
 Every path that takes a node's inventory checks it here first: a signed report (`node_reports`,
 alone or in a batch) and a fleet file's simulated reports (`inventory.ingest`). What a check read
 may be out of date by the time the inventory is written (another node's report of the same new GPU
-commits meanwhile): storage.gpus writes a node's claim on a uuid only where no other node's is, so
+commits meanwhile): storage.fleet.gpus writes a node's claim on a uuid only where no other node's is, so
 the database decides between the two, and the loser's transaction is refused whole.
 """
 
@@ -37,7 +37,7 @@ Reported = tuple[str, Sequence[GpuReport]]
 
 def refused_in(tx: Tx, reports: Sequence[Reported], now: datetime) -> dict[str, tuple[Holder, ...]]:
     """The uuids each inventory names that another node holds at `now`, by the node that reported
-    them (domain.gpu_owners.refused_claims; the reports in order, one node each)."""
+    them (domain.fleet.gpu_owners.refused_claims; the reports in order, one node each)."""
     held = tx.gpus.holders(sorted({u for _, gpus in reports for u in reported_uuids(gpus)}))
     reporter = {g.uuid: node for node, gpus in reports for g in gpus}
     unheld = [uuid for uuid in reporter if uuid not in held]
@@ -70,7 +70,7 @@ def check_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> None:
 def release(store: StorePort, principal: Principal, gpu_id: object, now: datetime) -> Gpu:
     """Release a GPU from its node (admin only): it is not present there from now on, its atoms
     are neither present nor bookable, its uuids are held by no node, and the next node that reports
-    it takes it. Refused (INVALID_STATE, domain.gpu_owners.check_releasable) while a tenant's live
+    it takes it. Refused (INVALID_STATE, domain.fleet.gpu_owners.check_releasable) while a tenant's live
     booking, now or later, holds one of its atoms. A GPU already not present is answered as it
     is, with nothing written. Answers the GPU as written; audited by `gpu.released`."""
     require_admin(principal, "nodes.releaseGpu")
@@ -93,7 +93,7 @@ def release(store: StorePort, principal: Principal, gpu_id: object, now: datetim
         written = replace(gpu, present=False, updated_at=now)
         tx.gpus.put([written])
         # The atoms' rows first, then the bookings: a booking that locked them first has committed
-        # and is seen; one that comes after finds them unbookable (storage.ledger.LOCKED_ATOMS_PG).
+        # and is seen; one that comes after finds them unbookable (storage.ledger.ledger.LOCKED_ATOMS_PG).
         tx.atoms.put(gone)
         held: dict[str, datetime | None] = {}
         for booking in tx.ledger.live_on([a.id for a in atoms], now):

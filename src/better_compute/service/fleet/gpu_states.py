@@ -2,8 +2,8 @@
 own transaction (docs/adr/0009-gpu-state-history.md).
 
 Node reports and pool changes (membership, `replicas`) all reach the GPUs and atoms through
-`service.inventory.ingest_in`, which calls `record_nodes` for the nodes it changed. A node's cordon
-(`service.clusters.update_node`) calls it too, after its change, in the same transaction.
+`service.fleet.inventory.ingest_in`, which calls `record_nodes` for the nodes it changed. A node's cordon
+(`service.fleet.clusters.update_node`) calls it too, after its change, in the same transaction.
 """
 
 from __future__ import annotations

@@ -107,7 +107,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
         if sharing is not None and gate is not None and sharing.mode in SLOT_MODES:
             sharing = replace(sharing, replicas=told_replicas(pool, gate))
         node = known[report.node]
-        # A GPU not at the layout its node is told takes no work until it is (domain.atoms).
+        # A GPU not at the layout its node is told takes no work until it is (domain.fleet.atoms).
         layout = node_layout(pool, gate, carries_pool_layout=node.carries_pool_layout, own=node.mig_layout)
         derived = derive_node_atoms(report, _constant(sharing), model_id_of, layout)
         for gpu in report.gpus:
@@ -131,7 +131,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
             changed_nodes.add(old_atom.node)
 
     # Rows are written in id order: bookings share-lock atoms in that order too, so the two never
-    # wait on each other in a cycle (storage.ledger.LOCKED_ATOMS_PG).
+    # wait on each other in a cycle (storage.ledger.ledger.LOCKED_ATOMS_PG).
     tx.gpus.put(sorted(gpu_rows, key=lambda g: g.id))
     tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
     fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
@@ -169,7 +169,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
 def ingest(store: StorePort, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
     """Ingest one or many node reports in one transaction (a fleet file's load). Refused whole
     (GpuOwnedElsewhere, naming the nodes) when one names a GPU another node holds, or that another
-    of them names first (service.gpu_owners)."""
+    of them names first (service.fleet.gpu_owners)."""
     with store.begin() as tx:
         gpu_owners.check_in(tx, reports, now)
         return ingest_in(tx, reports, now)

@@ -1,6 +1,6 @@
 """Joining: an admin issues a one-time token for a node, and the node spends it to register its key.
 
-The token is shown once and kept only as its hash (`domain.join_tokens`). Spending it and registering
+The token is shown once and kept only as its hash (`domain.fleet.join_tokens`). Spending it and registering
 the key happen in one transaction, with the token marked used by a single conditional statement, so a
 token presented twice, even at the same moment, admits one node key. A node that joins again with a
 new token replaces its key: reports signed with the old one stop verifying at once.

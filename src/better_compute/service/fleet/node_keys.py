@@ -1,7 +1,7 @@
 """Ed25519 node keys on the server: reading a registered public key and checking a signature.
 
 The only server module that uses `cryptography`: the domain stays standard-library only, so the
-rules of what is signed live in `domain.node_reports` and this module only does the arithmetic.
+rules of what is signed live in `domain.fleet.node_reports` and this module only does the arithmetic.
 A public key is accepted as the 32 raw bytes in standard base64, or as a PEM `PUBLIC KEY`
 (SubjectPublicKeyInfo) block; it is stored as the base64 of the raw bytes, so one key has one
 spelling.

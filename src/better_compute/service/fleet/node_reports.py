@@ -1,6 +1,6 @@
 """Signed node reports: checking who sent one, then applying it once, with its sequence number.
 
-A request is checked in this order: the signature headers are there (`domain.node_reports`), the node
+A request is checked in this order: the signature headers are there (`domain.fleet.node_reports`), the node
 is registered and has joined, the signature verifies under its key, the timestamp is fresh; only then
 is the body read (`read`), and a report must name the node that signed it. The report's effect and its
 sequence number are written in one transaction, under the node's row lock, so a replayed or raced
@@ -8,7 +8,7 @@ report is refused and changes nothing. A report whose `reportId` was accepted be
 resent, signed again) is answered as accepted and not applied again. Refusals of a node that has
 joined are logged (`node.report.refused`, for the admin), in a transaction of their own since the
 refused one wrote nothing. So is an inventory refused because it names a GPU (or MIG) uuid another
-node holds (`GpuOwnedElsewhere`, service.gpu_owners), which the node's row also keeps for `doctor`
+node holds (`GpuOwnedElsewhere`, service.fleet.gpu_owners), which the node's row also keeps for `doctor`
 until an inventory of the node is taken.
 """
 
@@ -189,7 +189,7 @@ class Sent:
     now: datetime
     kind: str = InventoryReported.KIND
     """The kind its body names, before anything is checked: it only picks the way the report is
-    written (`service.report_batches`), each with the same checks."""
+    written (`service.fleet.report_batches`), each with the same checks."""
 
 
 Outcome = Accepted | Exception

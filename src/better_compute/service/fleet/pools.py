@@ -268,9 +268,9 @@ def update(
     """Change a pool's policy and/or nodes (admin only); every update bumps `generation`.
 
     A `scrub` turned on counts every atom of the pool as clean now: it applies to atoms released
-    from then on (domain.scrub). A new `migLayout` is validated on every node's GPU model and
+    from then on (domain.ledger.scrub). A new `migLayout` is validated on every node's GPU model and
     recorded, with the event `pool.mig_layout.requested`, and gates every node of the pool
-    (`service.mig_gate`): each keeps its layout until the gate grants it the new one, never
+    (`service.gate.mig_gate`): each keeps its layout until the gate grants it the new one, never
     repartitioned under a holder. A new `replicas` (timeslice and mps pools) goes through the same
     gate: each node keeps its slots, and its holders theirs, until it is granted the new count.
     """

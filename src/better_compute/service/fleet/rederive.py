@@ -50,5 +50,5 @@ def rederive_nodes(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResu
 def rederive_told(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResult:
     """Re-derive the atoms of nodes just told a new layout or slot count, inside the caller's
     transaction (which holds their locks): a new slot count's slots exist from now; a GPU not at its
-    new layout is `partitionPending` until its node reports it there (`domain.atoms`)."""
+    new layout is `partitionPending` until its node reports it there (`domain.fleet.atoms`)."""
     return ingest_in(tx, stored_reports(tx, node_ids), now)

@@ -1,5 +1,5 @@
 """Group commit for signed node reports: the reports a process receives while it is writing others
-are written together, in one batch (`service.node_reports.accept_batch`).
+are written together, in one batch (`service.fleet.node_reports.accept_batch`).
 
 Ten thousand nodes that start together each send their inventory at once; one transaction per node
 cost each of them four times what its rows do. Here no report waits on a timer: a request whose

@@ -3,7 +3,7 @@
 The admin and the pool's owner may ask (the answer names other tenants' allocations); a tenant that
 sees the pool through its quota rows is FORBIDDEN, one that does not see it gets NOT_FOUND, exactly
 like a pool that does not exist. The layout is checked on every node's GPU model by the same rule,
-with the same refusal, as `pools.update`; the rest is `domain.layout_preview`.
+with the same refusal, as `pools.update`; the rest is `domain.gate.layout_preview`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The MIG layout gate (SPEC 6.1): a pool's new layout freezes each of its nodes, and a reconciler
-moves each node through `domain.mig_gate` one step at a time.
+moves each node through `domain.gate.mig_gate` one step at a time.
 
 Each step is one transaction under the node's row lock, written compare-and-set on the gate's
 `version`: two reconcilers, or a reconciler and a new request, never both move one node, and a
@@ -40,7 +40,7 @@ LEASE = timedelta(seconds=15)
 RECHECK = timedelta(seconds=60)
 """A node scheduled for later is looked at again this long after its last lease ran out: if the
 bookings that held it back ended early (released, cancelled, evicted), its holds move to the end
-of those left (`domain.mig_gate.next_step`). Only when to look; what happens is decided from the
+of those left (`domain.gate.mig_gate.next_step`). Only when to look; what happens is decided from the
 ledger under the node's lock."""
 
 INTERVAL = 0.5
@@ -66,7 +66,7 @@ def request_in(
     tx: Tx, pool_id: str, node_ids: list[str], old_shape: str | None, new_shape: str, now: datetime
 ) -> None:
     """Gate `node_ids` (a pool's nodes, locked by the caller) for the pool's new shape: a mig pool's
-    layout, or a slot pool's `replicas` as `domain.mig_gate.slots_shape` writes it."""
+    layout, or a slot pool's `replicas` as `domain.gate.mig_gate.slots_shape` writes it."""
     gates = tx.mig_layouts.of_nodes(node_ids)
     for node_id in sorted(node_ids):
         gate = gates.get(node_id)

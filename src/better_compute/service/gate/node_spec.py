@@ -1,4 +1,4 @@
-"""Serving node specs: derive one (`domain.node_spec.plan_spec`), give it its generation, and wait
+"""Serving node specs: derive one (`domain.gate.node_spec.plan_spec`), give it its generation, and wait
 for a change when the node asks to.
 
 A spec is read in a read transaction; only when its digest differs from the one stored with the
@@ -7,7 +7,7 @@ advancing the generation by one (compare-and-set). So the generation moves whene
 does, including when a booking starts or ends with the clock, and a generation always names one
 content. A granted layout change whose node is told its frozen shape at a new generation (a
 tenant's booking held at the read's time) is granted again at it, under the same lock
-(`domain.mig_gate.told_frozen_again`): the node's report of such a generation never applies it.
+(`domain.gate.mig_gate.told_frozen_again`): the node's report of such a generation never applies it.
 
 A wait polls this every `POLL_INTERVAL`: the poll only decides how soon a change is seen, never
 what the spec is.
@@ -102,7 +102,7 @@ def settle_grant_in(tx: Tx, node_id: str, now: datetime) -> None:
     """After a grant (in its transaction, under the node's lock, every write of it made): when the
     spec derived at `now` is the content the node's current generation already names, the grant
     changed nothing the node is told, so no newer generation will come for it; the node having
-    converged that generation counts as applied (`domain.mig_gate.told_already`). Without this, an
+    converged that generation counts as applied (`domain.gate.mig_gate.told_already`). Without this, an
     endpoint of the layout its nodes already have, or a node sent back to the layout it has, would
     wait for ever."""
     gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)

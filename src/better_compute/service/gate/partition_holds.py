@@ -1,7 +1,7 @@
 """A layout change's own bookings (SPEC 6.1, the atom rule): every atom of a GPU, parent included,
 booked open-ended from the end of the node's last live booking under that GPU's partition allocation
 (`partition:<gpuId>:<start>`), so nothing new lands on an atom about to disappear while idle time
-before it still books. The layout gate (`service.mig_gate`) makes and releases them; ingestion adds
+before it still books. The layout gate (`service.gate.mig_gate`) makes and releases them; ingestion adds
 the atoms a change brings (`hold_new_atoms_in`), which is why they live apart from the gate, which
 re-derives atoms through ingestion at a grant."""
 

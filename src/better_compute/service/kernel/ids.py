@@ -6,10 +6,10 @@ production source (`entrypoints/ids.py`); tests wire a counting one.
 
 Only a few aggregates are named by the server. The others are named otherwise, and need no source:
 tenants, clusters, nodes and pools by whoever creates them (the API's caller, the fleet file); GPUs by
-their NVML uuid; atoms by their physical identity (`domain.atoms.atom_id_for`); a reservation's
-allocation by the reservation's id, a partition's by its GPU and start (`domain.ledger`); quota rows
+their NVML uuid; atoms by their physical identity (`domain.fleet.atoms.atom_id_for`); a reservation's
+allocation by the reservation's id, a partition's by its GPU and start (`domain.ledger.ledger`); quota rows
 by tenant, pool and class; bookings and events by the database's sequences (`bkg-<n>`). A bearer
-token is a secret, not an id: it comes from `secrets` in `service.credentials`, never from here.
+token is a secret, not an id: it comes from `secrets` in `service.tenancy.credentials`, never from here.
 """
 
 from __future__ import annotations

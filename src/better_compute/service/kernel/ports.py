@@ -97,7 +97,7 @@ class LiveBooking:
     pool_id: str | None
     cls: str
     gpu_id: str | None = None
-    """The GPU of the atom: its family is booked by one holder at a time (`domain.ledger`)."""
+    """The GPU of the atom: its family is booked by one holder at a time (`domain.ledger.ledger`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +108,7 @@ class LogPosition:
     The stream serves events in this order, not by id alone: on PostgreSQL ids are handed out when
     events are written, not when they commit, so a later id can commit first. The stream serves only
     events of transactions older than every one still in progress, by (transaction, id), so an event
-    that commits late always sorts after what was already served (storage/event_stream.py)."""
+    that commits late always sorts after what was already served (storage/kernel/event_stream.py)."""
 
     tx: int | None
     id: int
@@ -116,7 +116,7 @@ class LogPosition:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionRead:
-    """What admission reads in one statement (storage.reservations.admission_snapshot)."""
+    """What admission reads in one statement (storage.ledger.reservations.admission_snapshot)."""
 
     replay_id: str | None
     pool_mode: SharingMode | None
@@ -286,7 +286,7 @@ class JoinTokenRepo(Protocol):
 
 
 class BindingRepo(Protocol):
-    """Each node's part of an allocation's binding (domain.bindings), as the node last reported it."""
+    """Each node's part of an allocation's binding (domain.fleet.bindings), as the node last reported it."""
 
     def put(
         self, allocation_id: str, node_id: str, state: BindingState, detail: str | None, at: datetime
@@ -313,7 +313,7 @@ class GpuRepo(Protocol):
 
     def put(self, gpus: Sequence[Gpu]) -> None:
         """Create or replace these GPUs, in the order given. A present GPU's node holds its uuid and
-        its MIG instances' (domain.gpu_owners), a GPU not present holds nothing; a uuid another
+        its MIG instances' (domain.fleet.gpu_owners), a GPU not present holds nothing; a uuid another
         node holds is never taken: GpuOwnedElsewhere, and the caller must not commit. Between two
         transactions the database decides: the second to claim a uuid waits for the first, and
         is refused if it committed."""
@@ -355,7 +355,7 @@ class AtomRepo(Protocol):
         self, now: datetime, *, pool_id: str | None = None, atom_ids: Sequence[str] | None = None
     ) -> list[EndedHold]:
         """Tenants' bookings of the pool's atoms (or of `atom_ids`), made in the atom's pool, that
-        ended by `now` and after the atom's last scrub (domain.scrub.owed_by)."""
+        ended by `now` and after the atom's last scrub (domain.ledger.scrub.owed_by)."""
         ...
 
     def mark_scrubbed(self, node_id: str, atom_ids: Sequence[str], now: datetime) -> list[str]:
@@ -374,7 +374,7 @@ class AtomRepo(Protocol):
 
 
 class GpuStateRepo(Protocol):
-    """The history of each GPU's state (`domain.gpu_states`): periods, at most one open per GPU."""
+    """The history of each GPU's state (`domain.fleet.gpu_states`): periods, at most one open per GPU."""
 
     def open_of(self, gpu_ids: Sequence[str]) -> dict[str, GpuPeriod]:
         """The open period of each of these GPUs that has one."""
@@ -645,7 +645,7 @@ class LedgerPort(Protocol):
 
     def taking_spans(self, atom_ids: Sequence[str], since: datetime) -> list[Window]:
         """Live bookings ending after `since` (or never) of these atoms, or of atoms of their GPUs
-        that exclude them (`domain.ledger.family_excludes`)."""
+        that exclude them (`domain.ledger.ledger.family_excludes`)."""
         ...
 
     def partition_holds(self, since: datetime) -> list[Booking]:
@@ -659,7 +659,7 @@ class LedgerPort(Protocol):
 
     def family_overlaps(self, since: datetime, limit: int) -> list[tuple[Booking, Booking]]:
         """Pairs of live bookings reaching past `since` of one GPU's atoms that exclude each other
-        (`domain.ledger.family_excludes`) whose windows meet, at most `limit`: none, unless
+        (`domain.ledger.ledger.family_excludes`) whose windows meet, at most `limit`: none, unless
         something wrote the ledger around its fences."""
         ...
 
@@ -670,7 +670,7 @@ class LedgerPort(Protocol):
 
 
 class UsageRepo(Protocol):
-    """What tenants held in a period, read from the ledger (`domain.metering.held`'s rule)."""
+    """What tenants held in a period, read from the ledger (`domain.metering.metering.held`'s rule)."""
 
     def totals(
         self, period: Window, now: datetime, tenant_id: str | None, pool_id: str | None
@@ -832,7 +832,7 @@ class EventLog(Protocol):
         ...
 
     def tail_start(self) -> tuple[int, LogSnapshot]:
-        """The event log's last id, and the snapshot it was read in (service.event_tail)."""
+        """The event log's last id, and the snapshot it was read in (service.kernel.event_tail)."""
         ...
 
     def after(self, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
@@ -854,7 +854,7 @@ class EventLog(Protocol):
     ) -> list[StreamedEvent]:
         """Up to `limit` events after `after` (from the start when None), in stream order, of those
         whose transactions ended before any still in progress began: each one `reader` may read
-        (domain.audience), of type `type_` and about `subject` when given."""
+        (domain.ops.audience), of type `type_` and about `subject` when given."""
         ...
 
     def count_by_type(self, after: LogPosition | None) -> tuple[dict[str, int], LogPosition | None]:
@@ -864,7 +864,7 @@ class EventLog(Protocol):
 
 
 class MigLayoutRepo(Protocol):
-    """The MIG layout gate's rows (storage.mig_layouts): compare-and-set writes, reconciler leases."""
+    """The MIG layout gate's rows (storage.gate.mig_layouts): compare-and-set writes, reconciler leases."""
 
     def all_rows(self) -> list[MigLayoutGate]: ...
 
@@ -890,7 +890,7 @@ class MigLayoutRepo(Protocol):
 
 
 class EndpointRepo(Protocol):
-    """Endpoints and the nodes their variants took (storage.endpoints)."""
+    """Endpoints and the nodes their variants took (storage.endpoints.endpoints)."""
 
     def get(self, name: str, *, lock: bool = False) -> EndpointRecord | None: ...
 
@@ -920,7 +920,7 @@ class EndpointRepo(Protocol):
 
 
 class ComponentRepo(Protocol):
-    """An endpoint's components and each copy's partition (storage.components)."""
+    """An endpoint's components and each copy's partition (storage.endpoints.components)."""
 
     def get(self, name: str) -> ComponentRecord | None: ...
 

@@ -2,7 +2,7 @@
 
 Choosing atoms needs to know, for a window, which atoms are booked and which GPUs are partly used;
 an atom is taken when a booking of it, or of its GPU's family that excludes it (the whole GPU and a
-part of it: `domain.ledger.family_excludes`), meets the window, whether or not the booked atom is
+part of it: `domain.ledger.ledger.family_excludes`), meets the window, whether or not the booked atom is
 bookable now (a parent of a GPU split since, an instance gone);
 asking the database that for every reservation over tens of thousands of atoms is the slow part of
 admission. Every ledger change appends an event in its own transaction, so a replica catches up by
@@ -195,7 +195,7 @@ requests included) must not grow a process's memory without bound."""
 class PoolAtoms:
     """A pool's present atoms, and per request shape the matching ones grouped by GPU.
 
-    `cordoned` are the nodes that take no new booking (domain.clusters): their atoms stay in
+    `cordoned` are the nodes that take no new booking (domain.fleet.clusters): their atoms stay in
     `atoms` (what the pool has) but are never among the matching ones offered to choose; how many
     of those a shape would have matched is kept beside them, to explain a refusal."""
 
@@ -373,7 +373,7 @@ class BookingIndex:
         self._by_tenant: dict[str, set[str]] = defaultdict(set)  # tenant -> its allocations
         self._pool_changes: Counter[str | None] = Counter()
         """Per pool, bumped by every booking added or dropped there: what a cache of a pool's free
-        devices (`service.placement_stock`) is checked against."""
+        devices (`service.placement.placement_stock`) is checked against."""
         self._ends: list[tuple[datetime, str]] = []
         """A heap of (end, allocation) for bookings that end: what `forget_ended` pops."""
         self._forgotten_before = _EPOCH
@@ -576,7 +576,7 @@ class BookingIndex:
                         del index[b]
 
     def _end(self, allocation_id: str, at: datetime) -> None:
-        """The ledger's release (domain.ledger.released), applied to the allocation's intervals."""
+        """The ledger's release (domain.ledger.ledger.released), applied to the allocation's intervals."""
         intervals = self._by_allocation.get(allocation_id)
         if not intervals:
             return
@@ -625,7 +625,7 @@ class BookingIndex:
     @staticmethod
     def held(tenant_id: str, pool_id: str, busy: Sequence[_Interval], window: Window) -> dict[str, int]:
         """What the tenant holds in the pool during `window`, per atom class, from `busy(window)`, as
-        quota counts it (`domain.quota.in_use`).
+        quota counts it (`domain.tenancy.quota.in_use`).
 
         Exact when the caller holds the tenant's quota lock and has just caught up with the event log:
         every booking of this tenant in this pool was committed before the lock was taken.
@@ -640,7 +640,7 @@ class BookingIndex:
     def catalog_version(self) -> int:
         """Changes with every event that may change the clusters, the pools or the cordoned nodes
         (a cluster's phase, and every event that makes pools' atoms be read again): a cache key,
-        never a truth (`service.placement_stock.Stock.catalog`)."""
+        never a truth (`service.placement.placement_stock.Stock.catalog`)."""
         with self._lock:
             return self._catalog_generation
 
@@ -669,7 +669,7 @@ class BookingIndex:
 
     def _taking(self, atom_id: str, member: OfGpu | None) -> Iterator[_Interval]:
         """The live bookings that take `atom_id`: its own, and those of its GPU's family that
-        exclude it (`domain.ledger.family_excludes`; `member`: its GPU and class, None: its own
+        exclude it (`domain.ledger.ledger.family_excludes`; `member`: its GPU and class, None: its own
         only), whether or not the atom they book is bookable now. The caller holds the lock."""
         for allocation in self._by_atom.get(atom_id, ()):
             for i in self._by_allocation[allocation]:
@@ -781,7 +781,7 @@ class BookingIndex:
     def taken(busy: Iterable[_Interval], pool_atoms: PoolAtoms) -> set[str]:
         """The atoms that `busy` (the live bookings meeting a window: `busy(window)`) take: the
         atoms they book, and the pool's atoms of the same GPUs that those exclude (a GPU's parts
-        while it is booked whole, the GPU while a part is: `domain.ledger.family_excludes`),
+        while it is booked whole, the GPU while a part is: `domain.ledger.ledger.family_excludes`),
         whether or not the atoms they book are bookable, or present, now."""
         out: set[str] = set()
         for i in busy:

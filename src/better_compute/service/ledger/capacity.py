@@ -1,10 +1,10 @@
 """Capacity as a user asks about it: per atom, booked now and next free; per pool, what could be
-booked for a window and when (`domain.capacity`); every GPU-hour of a range by state
-(`domain.accounting`); and the rollups per model, per pool and over time (`domain.rollups`).
+booked for a window and when (`domain.ledger.capacity`); every GPU-hour of a range by state
+(`domain.metering.accounting`); and the rollups per model, per pool and over time (`domain.metering.rollups`).
 
 All read the database itself, not this process's booking index: a second server, or a booking made a
 moment ago through another one, must show here too. A tenant sees only the pools it may see
-(`service.pools.visible_pool_ids`); the admin sees the whole fleet, GPUs in no pool included.
+(`service.fleet.pools.visible_pool_ids`); the admin sees the whole fleet, GPUs in no pool included.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def availability_of(store: StorePort, atoms: Iterable[Atom], now: datetime) -> d
 
 def _scrub_pending(tx: Tx, atoms: Sequence[Atom], now: datetime, tenant_id: str | None) -> set[str]:
     """The atoms, of pools that scrub between tenants, owed a scrub by another tenant than
-    `tenant_id` at `now` (domain.scrub): not bookable by it until their node scrubs them."""
+    `tenant_id` at `now` (domain.ledger.scrub): not bookable by it until their node scrubs them."""
     scrubbing = {p.id for p in tx.pools.all() if p.settings.scrub != "none"}
     ids = [a.id for a in atoms if a.pool_id in scrubbing]
     if not ids:
@@ -88,10 +88,10 @@ def free(
     count: int = 1,
     now: datetime | None = None,
 ) -> PoolFree:
-    """What the pool could book for `window`, per kind of atom (`domain.capacity.free_by_kind`).
+    """What the pool could book for `window`, per kind of atom (`domain.ledger.capacity.free_by_kind`).
 
     A pool the caller may not see is NOT_FOUND, as everywhere (`pools.get`). An atom waiting for
-    a scrub at `now` after another tenant (domain.scrub) is not free for the caller: how long the
+    a scrub at `now` after another tenant (domain.ledger.scrub) is not free for the caller: how long the
     node takes is not known, so it counts as busy from the window's start on."""
     wanted_cls = None if cls is None else check_atom_class(cls, "class")
     wanted_count = check_count(count)
@@ -132,7 +132,7 @@ class Accounting:
 
 def accounting(store: StorePort, principal: Principal, pool_id: str | None, grid: Grid) -> Accounting:
     """Every GPU-hour of the pool (or of everything the caller may see) in `grid`, in exactly one
-    state (`domain.accounting`), from the GPUs' state history and the ledger: one read of each,
+    state (`domain.metering.accounting`), from the GPUs' state history and the ledger: one read of each,
     one sweep."""
     pools = _scope(store, principal, pool_id)
     periods: list[GpuPeriod] = []
@@ -181,19 +181,19 @@ def _snapshot(store: StorePort, principal: Principal, pool_id: str | None, now: 
 
 
 def summary(store: StorePort, principal: Principal, pool_id: str | None, now: datetime) -> list[ModelCount]:
-    """`capacity.summary`: whole GPUs per model, now (`domain.rollups.summary`)."""
+    """`capacity.summary`: whole GPUs per model, now (`domain.metering.rollups.summary`)."""
     snap = _snapshot(store, principal, pool_id, now)
     return rollups.summary(snap.gpus, snap.atoms, snap.booked)
 
 
 def by_pool(store: StorePort, principal: Principal, pool_id: str | None, now: datetime) -> list[ClassCount]:
-    """`capacity.byPool`: atoms per pool and class, now (`domain.rollups.by_pool`)."""
+    """`capacity.byPool`: atoms per pool and class, now (`domain.metering.rollups.by_pool`)."""
     snap = _snapshot(store, principal, pool_id, now)
     return rollups.by_pool(snap.pool_ids, snap.atoms, snap.booked)
 
 
 def timeline(store: StorePort, principal: Principal, pool_id: str | None, grid: Grid) -> list[WholeBooked]:
-    """`capacity.timeline`: whole GPUs booked per bucket (`domain.rollups.timeline`), from the
+    """`capacity.timeline`: whole GPUs booked per bucket (`domain.metering.rollups.timeline`), from the
     ledger: a booking counts in the pool it was made in."""
     pools = _scope(store, principal, pool_id)
     held: list[Window] = []

@@ -88,10 +88,10 @@ class ReservationView:
     status: ReservationStatus
     replayed: bool = False
     binding: ShownBinding = "pending"
-    """Whether the nodes have handed its atoms over (domain.bindings); `pending` until one reports,
+    """Whether the nodes have handed its atoms over (domain.fleet.bindings); `pending` until one reports,
     `stranded` while it holds an atom it cannot have."""
     binding_detail: str | None = None
-    """Why it is `stranded` (`domain.bindings.stranded_reason`); None otherwise."""
+    """Why it is `stranded` (`domain.fleet.bindings.stranded_reason`); None otherwise."""
 
     @property
     def id(self) -> str:
@@ -132,7 +132,7 @@ def _binding(
     status: ReservationStatus,
 ) -> tuple[ShownBinding, str | None]:
     """The reservation's binding, and why when it is `stranded`: a reservation not over yet that
-    holds an atom it cannot have (`domain.bindings.stranded_reason`), whatever its nodes said."""
+    holds an atom it cannot have (`domain.fleet.bindings.stranded_reason`), whatever its nodes said."""
     if status in (ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE):
         held = [a for a in atoms if not (a.present and a.bookable and a.pool_id == r.pool_id)]
         if held:  # rare: the GPUs' health is read only then
@@ -406,7 +406,7 @@ def _create_in(
 
     pool_atoms = index.pool_atoms(tx, pool_id)
     # In a pool that scrubs between tenants, atoms another tenant left and the node has not scrubbed
-    # since are not this tenant's to have (domain.scrub); asked of the database, in this
+    # since are not this tenant's to have (domain.ledger.scrub); asked of the database, in this
     # transaction, since no index holds when a booking ended with time. The commit re-checks them
     # under the atoms' locks against a release racing this admission.
     scrub = snap.pool_scrub not in (None, "none")

@@ -1,10 +1,10 @@
 """`bills.get`: a tenant's GPU-hours per meter in a period, priced where the meter has a price.
 
 The hours are summed by the database per (pool, share) over the ledger's bookings
-(`storage.usage`), then made exact GPU-hours and rated by the domain (`domain.metering`,
-`domain.billing`): a bill never loads its bookings one by one, and always agrees with `usage.list`
+(`storage.metering.usage`), then made exact GPU-hours and rated by the domain (`domain.metering.metering`,
+`domain.metering.billing`): a bill never loads its bookings one by one, and always agrees with `usage.list`
 over the same period. Its `showback` splits the tenant's endpoints' cost over their components, from
-the spans each copy held a partition (`domain.showback`).
+the spans each copy held a partition (`domain.metering.showback`).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ class Census:
     """What one scrape read, in one read of the store."""
 
     atoms: Mapping[CensusKey, int]
-    """Present atoms of every pool, by (pool, class, state) (domain.census)."""
+    """Present atoms of every pool, by (pool, class, state) (domain.metering.census)."""
     billable_hours: Mapping[str, float]
     """GPU-hours tenants' bookings have held up to now, by meter (every pool's meter, zero included)."""
     events: Mapping[str, int]

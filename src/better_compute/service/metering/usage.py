@@ -1,6 +1,6 @@
 """`usage.list`: what tenants held in a period, one row per booking, read from the ledger.
 
-A tenant token reads its own usage only (`domain.tenancy.tenant_scope`); the admin reads every
+A tenant token reads its own usage only (`domain.tenancy.tenancy.tenant_scope`); the admin reads every
 tenant's, or one's. Rows come in booking id order, a page at a time, so an export of a month of
 any size is read in bounded memory (docs/billing.md#usage).
 """

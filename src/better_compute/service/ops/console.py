@@ -1,7 +1,7 @@
 """What the console's pages show (SPEC 10), read in one transaction each, as far as the caller may
 see: a tenant sees the pools it may use, the admin the whole fleet (GPUs in no pool too).
 
-- `fleet`: clusters → nodes → GPUs, each GPU drawn as a bar of its pieces (`domain.console`), with
+- `fleet`: clusters → nodes → GPUs, each GPU drawn as a bar of its pieces (`domain.ops.console`), with
   a node's layout change under way (its layout now and the one it is going to) beside it;
 - `bookings`: one pool's atoms as rows and the bookings on them over a range, as bars;
 - `usage`: GPU-hours by tenant and meter over time, the capacity's hours by state, and a bill.

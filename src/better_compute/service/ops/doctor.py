@@ -1,4 +1,4 @@
-"""`doctor.run` (admin): read the fleet once, ask `domain.doctor` what needs an operator, and log
+"""`doctor.run` (admin): read the fleet once, ask `domain.ops.doctor` what needs an operator, and log
 the run (`doctor.run`, with its counts by code)."""
 
 from __future__ import annotations

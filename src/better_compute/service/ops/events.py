@@ -1,10 +1,10 @@
 """The events stream: `events.list`, pages of the event log for people and scripts to follow.
 
-Every change the server makes appends an event in its own transaction (domain/events.py); this is
+Every change the server makes appends an event in its own transaction (domain/kernel/events.py); this is
 where callers read them back, oldest first, resuming after the last id they received. The store
 serves only settled events in an order that no later commit can get in front of
-(storage/event_stream.py), so following the stream page after page skips nothing and repeats
-nothing. Which events a caller may read is `domain.audience`'s rule: the admin reads every event, a
+(storage/kernel/event_stream.py), so following the stream page after page skips nothing and repeats
+nothing. Which events a caller may read is `domain.ops.audience`'s rule: the admin reads every event, a
 tenant the events about itself.
 """
 

@@ -2,7 +2,7 @@
 `admitted`) or whose replicas no cluster took, retried when capacity or quota may have freed
 (SPEC 8; seed 001: "A refused deployment sits in pending phase until capacity frees up"); and
 `Failed` endpoints, short of idle nodes when created, which take their nodes then
-(`service.endpoints.retry`).
+(`service.endpoints.endpoints.retry`).
 
 What wakes a retry is the event log, read through the same `Follower` as the booking index: an event
 that can free devices or headroom (a release, a cancel, a deleted or scaled workload, a quota row, a

@@ -1,6 +1,6 @@
 """Device-class quota rows: `quotas.set` for a row with `scope: cluster|fleet` (admin only), what a
 tenant holds of a class per cluster, and the admission check placement will call
-(`domain.class_quotas` holds the rule; this module reads its figures from the store).
+(`domain.placement.class_quotas` holds the rule; this module reads its figures from the store).
 
 Only the admin sets these rows: a pool owner gives out its own pool's atoms with pool rows, while a
 device-class row limits a tenant across clusters and pools no single owner has."""
@@ -107,7 +107,7 @@ class ClassQuotaFigures:
     held: dict[str, int]
 
     def admit(self, cluster_id: str, asked: int) -> QuotaVerdict:
-        """The verdict for `asked` more devices in `cluster_id` (`domain.class_quotas.admit`)."""
+        """The verdict for `asked` more devices in `cluster_id` (`domain.placement.class_quotas.admit`)."""
         return admit(self.rows, self.held, cluster_id, asked)
 
 

@@ -269,7 +269,7 @@ def plan_in(
     """Placement of `spec` (or of `replicas` of it) over the snapshot's clusters, `current` being
     what the workload has booked per cluster; `excluded` clusters are refused with the message given
     (a drain's cluster). Replicas free devices cannot hold are placed by evicting others where the
-    rules allow (`service.preemption`; `skip_tenants`' replicas are left alone); the evictions
+    rules allow (`service.placement.preemption`; `skip_tenants`' replicas are left alone); the evictions
     come back beside the placement, which counts the replicas they make room for."""
     considered: Sequence[str] = (
         [spec.pinned_cluster] if spec.pinned_cluster is not None else sorted(snap.clusters)

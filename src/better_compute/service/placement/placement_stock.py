@@ -103,7 +103,7 @@ class _Members:
     ids: frozenset[str]
     """Every present atom of the pool that belongs to the class, booked or not."""
     share: Fraction = Fraction(0)
-    """The largest share of a GPU one of them bills (`domain.metering.share`)."""
+    """The largest share of a GPU one of them bills (`domain.metering.metering.share`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +246,7 @@ class Stock:
 
     def device_class(self, tx: Tx, name: str) -> DeviceClass:
         """The device class `name` (NOT_FOUND naming it). A class is never changed once created
-        (`domain.device_classes`), so the first read of it serves the process."""
+        (`domain.placement.device_classes`), so the first read of it serves the process."""
         if is_implicit(name):
             return implicit_class(name)  # a capability's: spelled by its name, never stored
         with self._lock:

@@ -9,7 +9,7 @@ tenant's pools there (the booking index), which of those are replicas and of whi
 weights, and asks the pure planner for the victims that open the holes. The cluster that opens the
 most replicas for the least disturbance goes first.
 
-A write (`service.workloads.place_in`) then takes the victims' tenants' workload locks without
+A write (`service.placement.workloads.place_in`) then takes the victims' tenants' workload locks without
 waiting (`try_lock`): a tenant whose lock another write holds is left out and the plan made again
 without its replicas, so two tenants preempting each other at once never deadlock. A preview takes
 no lock and writes nothing.

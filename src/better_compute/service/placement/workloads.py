@@ -1,5 +1,5 @@
 """Workloads: create, get, list, scale, delete, drain, and the retry of what could not be placed
-(SPEC 8; rules in `domain.workloads` and `domain.placement`).
+(SPEC 8; rules in `domain.placement.workloads` and `domain.placement`).
 
 Every write follows snapshot -> pure decision -> commit in one transaction, under the tenant's
 workload lock (an advisory lock on PostgreSQL; SQLite has one writer), so the quota counted is the
@@ -518,7 +518,7 @@ def _plan_and_evict(
     excluded: Mapping[str, str],
     now: datetime,
 ) -> tuple[Placement, dict[str, dict[str, list[FreeDevice]]]]:
-    """Plan the workload's placement and carry out the evictions it needs (`service.preemption`):
+    """Plan the workload's placement and carry out the evictions it needs (`service.placement.preemption`):
     the victims' tenants are locked without waiting (a plan is made again without a tenant whose
     lock is held), their replicas taken away, their deployments sent back to `pending` with reason
     `preempted`. Returns the plan and, by cluster and pool, the devices the victims freed at once
@@ -760,9 +760,9 @@ def _take_away(
     tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: datetime, preempted_by: str | None = None
 ) -> int:
     """Remove these replicas of the deployment; returns how many terminate. A replica its node has
-    handed over (`domain.workloads.hands_over`) terminates: its allocation keeps its devices booked,
-    so they count as allocated, until the node reports it released (`service.node_reports`) and the
-    node's spec no longer assigns it (`service.node_spec`). Any other ends at once."""
+    handed over (`domain.placement.workloads.hands_over`) terminates: its allocation keeps its devices booked,
+    so they count as allocated, until the node reports it released (`service.fleet.node_reports`) and the
+    node's spec no longer assigns it (`service.gate.node_spec`). Any other ends at once."""
     if not gone:
         return 0
     # locked: a node's report about one of them waits for this write, and sees what it decided
@@ -982,7 +982,7 @@ def get_operation(store: StorePort, principal: Principal, operation_id: str) -> 
 def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     """Place again every workload with replicas short of its count (a deployment pending or
     admitted, or replicas unplaced); how many gained replicas. Called when capacity or quota may
-    have freed (`service.placement_retry`)."""
+    have freed (`service.ops.placement_retry`)."""
     with wiring.store.read() as tx:
         # read past `limit`, so that the highest priorities among more of those waiting go first
         wider = limit * WIDER

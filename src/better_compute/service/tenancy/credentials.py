@@ -1,6 +1,6 @@
 """Credentials: issuing bearer tokens (shown once), authenticating them, and revoking them.
 
-Only a token's hash is stored (see `domain.credentials`), so a token can never be shown again: the
+Only a token's hash is stored (see `domain.tenancy.credentials`), so a token can never be shown again: the
 answer to `create` is the only place it appears. Revoking keeps the row, so an audit can still name
 the credential behind past calls.
 """

@@ -1,5 +1,5 @@
 """Policies: per-reservation limits and placement constraints the fleet admin attaches to a tenant, a
-workload, an endpoint or a cluster (rules in `domain.iam` and `domain.placement.constraints`)."""
+workload, an endpoint or a cluster (rules in `domain.tenancy.iam` and `domain.placement.constraints`)."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def create(
 
 
 def create_in(tx: Tx, policy: Policy, *, policy_id: str, now: datetime) -> Policy:
-    """Store `policy` (as `domain.iam.parse_policy` made it) as `policy_id`, created at `now`, inside
+    """Store `policy` (as `domain.tenancy.iam.parse_policy` made it) as `policy_id`, created at `now`, inside
     the caller's transaction, with its event: the one path every new policy takes (a workload's
     `<workload>-placement` policy is created in the workload's own transaction). Its subject, its
     tenant and its pool must exist (NOT_FOUND), and its name be free (CONFLICT)."""
@@ -178,7 +178,7 @@ def update(
     generation: int | None = None,
     now: datetime,
 ) -> Policy:
-    """Replace a policy's limits and/or constraints (admin only; `domain.iam.updated` says how
+    """Replace a policy's limits and/or constraints (admin only; `domain.tenancy.iam.updated` says how
     `changes` apply); its name and subject are fixed. Every update bumps `generation`; one given
     must equal the policy's (compare-and-swap), else CONFLICT. Reservations already admitted stand."""
     require_admin(principal, "policies.update")

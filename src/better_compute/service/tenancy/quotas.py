@@ -1,8 +1,8 @@
 """Quota rows: (tenant, pool, atom class) -> limit. Set by the admin or the pool's owner. The same
-resource holds device-class rows (`service.class_quotas`, admin only); `list_quotas` lists both.
+resource holds device-class rows (`service.placement.class_quotas`, admin only); `list_quotas` lists both.
 
 Setting a row is how a tenant gets into a pool, so it obeys the same single-tenant rule as
-`pools.offer`: a timeslice or mps pool takes rows for its owner only (`domain.admission.check_offer`).
+`pools.offer`: a timeslice or mps pool takes rows for its owner only (`domain.ledger.admission.check_offer`).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) ->
 
 
 def check_limits(raw: Mapping[str, object], field: str) -> dict[str, int]:
-    """A per-class quota map with known classes and storable limits (the rule is domain.quota's)."""
+    """A per-class quota map with known classes and storable limits (the rule is domain.tenancy.quota's)."""
     return {str(cls): limit for cls, limit in parse_quota_limits(raw, field).items()}
 
 

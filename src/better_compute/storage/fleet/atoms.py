@@ -1,7 +1,7 @@
 """The atoms repository: what node reports and pool changes derived, by node, by pool, by id.
 
-Each atom is written with its share of a GPU (`domain.metering.share`), which the booking statements
-copy onto every booking of it (storage.ledger.COLUMNS)."""
+Each atom is written with its share of a GPU (`domain.metering.metering.share`), which the booking statements
+copy onto every booking of it (storage.ledger.ledger.COLUMNS)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ _CLASSES: dict[str, AtomClass] = {c: c for c in ATOM_CLASSES}
 def atom_of(r: Mapping[Any, Any]) -> Atom:
     """An atom record from its row (also used by the reservations repository's joins). Strings that
     many atoms share (their GPU, node, pool, class, key) are interned and the attributes compact
-    (`domain.atoms.Attributes`): a server holds every atom of its pools."""
+    (`domain.fleet.atoms.Attributes`): a server holds every atom of its pools."""
     nvlink = r["nvlink_domain"]
     pool_id = r["pool_id"]
     return Atom(
@@ -113,7 +113,7 @@ class SqlAtoms:
         self, now: datetime, *, pool_id: str | None = None, atom_ids: Sequence[str] | None = None
     ) -> list[EndedHold]:
         """Tenants' bookings of these atoms (of the pool's, or the ids given) made in the atom's
-        pool, that ended by `now` and after the atom was last scrubbed (`domain.scrub.owed_by`)."""
+        pool, that ended by `now` and after the atom was last scrubbed (`domain.ledger.scrub.owed_by`)."""
         where: list[Any] = [
             bookings.c.state == "live",
             bookings.c.tenant_id.is_not(None),
@@ -183,9 +183,9 @@ def held_at(conn: Connection, tenant_ids: Sequence[str] | None, at: datetime) ->
 def mark_released(conn: Connection, atom_ids: Sequence[str], tenant_id: str, at: datetime) -> None:
     """Record that `tenant_id` released these atoms early, at `at`. On PostgreSQL the rows are
     locked first, in id order, as admission's booking statement share-locks them
-    (storage.ledger.LOCKED_ATOMS_PG): a booking racing the release either commits first (and the
+    (storage.ledger.ledger.LOCKED_ATOMS_PG): a booking racing the release either commits first (and the
     exclusion constraint sees it overlap the booking not yet ended) or waits, and then re-reads
-    these rows and sees the atom owed a scrub (storage.reservations._PG_COMMIT)."""
+    these rows and sees the atom owed a scrub (storage.ledger.reservations._PG_COMMIT)."""
     ids = sorted(set(atom_ids))
     if not ids:
         return

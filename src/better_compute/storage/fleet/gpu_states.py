@@ -1,4 +1,4 @@
-"""The GPU state history: periods of each GPU's state (`domain.gpu_states`), and the bookings on the
+"""The GPU state history: periods of each GPU's state (`domain.fleet.gpu_states`), and the bookings on the
 GPUs of a pool over a range, read together for accounting."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The GPUs repository: each GPU as its node last reported it, and the node holding each uuid a present
-GPU is known by (domain.gpu_owners), written with the GPU's row."""
+GPU is known by (domain.fleet.gpu_owners), written with the GPU's row."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ stream up only until it ends. Events logged before transactions were recorded (`
 first, by id.
 
 A transaction that stays open (a stalled client holding one) holds back the events committed after
-it started until it ends; the booking index does not wait for it (service.event_tail), only this
+it started until it ends; the booking index does not wait for it (service.kernel.event_tail), only this
 stream does.
 
-A tenant's page is filtered here by the table of `domain.audience`, so a page holds only what the
+A tenant's page is filtered here by the table of `domain.ops.audience`, so a page holds only what the
 reader may read and a cursor never lands on someone else's event.
 """
 
@@ -84,7 +84,7 @@ def _streamed(rows: Sequence[Mapping[str, Any]]) -> list[StreamedEvent]:
 
 
 def _readable(reader: aud.Reader) -> ColumnElement[bool]:
-    """The events `reader` may read (domain.audience), as a condition on the events table."""
+    """The events `reader` may read (domain.ops.audience), as a condition on the events table."""
     if reader.is_admin:
         return true()
     tenant = reader.tenant_id

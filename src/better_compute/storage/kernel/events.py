@@ -1,6 +1,6 @@
 """The event log: appending events in the writer's transaction, and reading its tail.
 
-A read of the tail is shaped for service.event_tail: one page of ids after the cursor, the events of
+A read of the tail is shaped for service.kernel.event_tail: one page of ids after the cursor, the events of
 transactions the cursor still asks about, and what the read's snapshot could not see.
 """
 
@@ -32,12 +32,12 @@ prepared statement cannot see that `last` is near the end and would scan the who
 
 _PG_TAIL_EVENTS = (
     # The events after `last` (one page of ids), and those at or below it written by a transaction
-    # that could still commit then (service.event_tail): one of `open`, or one from `from` on. Each
+    # that could still commit then (service.kernel.event_tail): one of `open`, or one from `from` on. Each
     # part is shaped to be looked up by its own index under a generic plan: a bare `tx >= $from`
     # looks to the planner as broad as `id <= $last`, and it would scan every event below `last`
     # (a transaction id 2^31 past `from` cannot occur between two reads), and `id + 0` keeps the
     # id index out of the transactions' parts. An event both parts find is taken once
-    # (service.event_tail).
+    # (service.kernel.event_tail).
     "(SELECT coalesce(json_agg(json_build_object('id', id, 'type', type, 'subject', subject,"
     " 'payload', payload, 'tx', tx) ORDER BY id), '[]')"
     " FROM ((SELECT * FROM events WHERE id > %(last)s::bigint AND id <= %(last)s::bigint + %(limit)s::bigint)"
@@ -71,7 +71,7 @@ def tail_params(read: Cursor) -> dict[str, Any]:
 
 
 def events_after(conn: Connection, read: Cursor) -> tuple[list[LoggedEvent], int, LogSnapshot]:
-    """What a read of the log from `read` finds (see service.event_tail): the events, the log's last
+    """What a read of the log from `read` finds (see service.kernel.event_tail): the events, the log's last
     id, and the read's snapshot."""
     if conn.dialect.name == "postgresql":
         found, newest, xmax, in_progress = pg_simple.cursor(conn).execute(
@@ -85,7 +85,7 @@ def events_after(conn: Connection, read: Cursor) -> tuple[list[LoggedEvent], int
 
 
 def append(conn: Connection, event: Event, at: datetime) -> None:
-    """Write one event, its payload from its definition (domain.events)."""
+    """Write one event, its payload from its definition (domain.kernel.events)."""
     conn.execute(
         insert(events).values(type=type_of(event), subject=event.subject, payload=event.payload(), at=at)
     )

@@ -72,12 +72,12 @@ nodes = Table(
     Column("observed_generation", Integer, nullable=False, server_default="0"),
     Column("last_report_at", UtcDateTime, nullable=True),
     Column("created_at", UtcDateTime, nullable=False),
-    # The last signed request's sequence number (domain.node_reports): a report's, written with its
+    # The last signed request's sequence number (domain.fleet.node_reports): a report's, written with its
     # effect, or a spec read's.
     Column("report_sequence", BigInteger, nullable=False, server_default="0"),
     # When the node last read its spec, signed (its bcd's long poll: what shows an idle node alive).
     Column("last_spec_read_at", UtcDateTime, nullable=True),
-    # The digest of the spec `spec_generation` was handed out for (domain.node_spec).
+    # The digest of the spec `spec_generation` was handed out for (domain.gate.node_spec).
     Column("spec_digest", String(64), nullable=True),
     Column("joined_at", UtcDateTime, nullable=True),
     Column("carries_pool_layout", Boolean, nullable=False, server_default="1"),
@@ -88,7 +88,7 @@ nodes = Table(
     Column("host_cpu_cores", Integer, nullable=True),
     Column("host_memory_mib", BigInteger, nullable=True),
     # The uuids (with the node holding each) its last refused inventory named that another node
-    # holds (domain.gpu_owners), and when: `doctor` shows them until an inventory of it is taken.
+    # holds (domain.fleet.gpu_owners), and when: `doctor` shows them until an inventory of it is taken.
     Column("owned_elsewhere", JSON, nullable=True),
     Column("owned_elsewhere_at", UtcDateTime, nullable=True),
 )
@@ -96,7 +96,7 @@ nodes = Table(
 join_tokens = Table(
     "join_tokens",
     metadata,
-    # Only the token's SHA-256 is kept (domain.join_tokens); `used_at` is set by the one join that spends it.
+    # Only the token's SHA-256 is kept (domain.fleet.join_tokens); `used_at` is set by the one join that spends it.
     Column("token_hash", String(128), primary_key=True),
     Column("node_id", String(128), ForeignKey("nodes.id"), nullable=False, index=True),
     Column("created_at", UtcDateTime, nullable=False),
@@ -107,7 +107,7 @@ join_tokens = Table(
 node_report_ids = Table(
     "node_report_ids",
     metadata,
-    # The `reportId`s of reports a node had accepted (domain.node_reports): a report resent after a
+    # The `reportId`s of reports a node had accepted (domain.fleet.node_reports): a report resent after a
     # lost answer or a restart is answered as accepted and not applied again.
     Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
     Column("report_id", String(64), primary_key=True),
@@ -117,7 +117,7 @@ node_report_ids = Table(
 bindings = Table(
     "bindings",
     metadata,
-    # Each node's part of an allocation's binding (domain.bindings), as the node last reported it.
+    # Each node's part of an allocation's binding (domain.fleet.bindings), as the node last reported it.
     Column("allocation_id", String(160), primary_key=True),
     Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
     Column("state", String(16), nullable=False),
@@ -148,8 +148,8 @@ device_uuids = Table(
     "device_uuids",
     metadata,
     # Each uuid a present GPU is known by (its own, its MIG instances'), with the node holding it
-    # (domain.gpu_owners): one node per uuid, by the primary key. Written with the GPU's row
-    # (storage.gpus), which never lets a node's claim replace another node's.
+    # (domain.fleet.gpu_owners): one node per uuid, by the primary key. Written with the GPU's row
+    # (storage.fleet.gpus), which never lets a node's claim replace another node's.
     Column("uuid", String(96), primary_key=True),
     Column("gpu_id", String(96), nullable=False),
     Column("node_id", String(128), nullable=False),
@@ -159,7 +159,7 @@ device_uuids = Table(
 gpu_states = Table(
     "gpu_states",
     metadata,
-    # One row per period of a GPU's state (domain.gpu_states): written in the transaction of the change
+    # One row per period of a GPU's state (domain.fleet.gpu_states): written in the transaction of the change
     # it records, never updated but to close it (`valid_to`). At most one open row per GPU.
     Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True),
     Column("gpu_id", String(96), ForeignKey("gpus.id"), nullable=False),
@@ -241,10 +241,10 @@ atoms = Table(
     Column("nvlink_domain", String(128), nullable=True),
     Column("attributes", JSON, nullable=False),
     Column("present", Boolean, nullable=False, server_default="1"),
-    # Its share of a GPU (`domain.metering.share`, as `str(Fraction)`: `1`, `3/7`), written with the
+    # Its share of a GPU (`domain.metering.metering.share`, as `str(Fraction)`: `1`, `3/7`), written with the
     # atom and copied onto each booking of it as it is made.
     Column("gpu_share", String(32), nullable=True),
-    # Scrubbing between tenants (domain.scrub): when the node last reported the atom scrubbed (the
+    # Scrubbing between tenants (domain.ledger.scrub): when the node last reported the atom scrubbed (the
     # server's clock), and the tenant that last released it early, and when. Never written by
     # inventory, so a node's report keeps them.
     Column("scrubbed_at", UtcDateTime, nullable=True),
@@ -362,7 +362,7 @@ quotas = Table(
 class_quotas = Table(
     "class_quotas",
     metadata,
-    # Device-class rows (domain.class_quotas). A fleet row's cluster_id is '' rather than NULL, so
+    # Device-class rows (domain.placement.class_quotas). A fleet row's cluster_id is '' rather than NULL, so
     # that the primary key holds it: PostgreSQL takes NULLs in a unique key as all distinct.
     Column("tenant_id", String(64), primary_key=True),
     Column("device_class", String(63), ForeignKey("device_classes.name"), primary_key=True),
@@ -384,7 +384,7 @@ policies = Table(
     Column("pool_id", String(64), ForeignKey("pools.id"), nullable=True),
     Column("limits", JSON, nullable=False),
     Column("created_at", UtcDateTime, nullable=False),
-    # What the policy is attached to (domain.iam.SUBJECT_TYPES) and its placement constraints.
+    # What the policy is attached to (domain.tenancy.iam.SUBJECT_TYPES) and its placement constraints.
     Column("subject_type", String(16), nullable=False, server_default="tenant"),
     Column("subject_id", String(64), nullable=False),
     Column("constraints", JSON, nullable=False, server_default="{}"),
@@ -422,7 +422,7 @@ workloads = Table(
     Column("id", String(64), primary_key=True),
     Column("tenant_id", String(64), ForeignKey("tenants.id"), nullable=False),
     Column("name", String(63), nullable=False),
-    # The checked request (domain.workloads.WorkloadSpec): shape, replicas, strategy, floors, ...
+    # The checked request (domain.placement.workloads.WorkloadSpec): shape, replicas, strategy, floors, ...
     Column("spec", JSON, nullable=False),
     # Replicas no cluster could take at the last placement: the retry loop looks for these.
     Column("unplaced", Integer, nullable=False, server_default="0", index=True),
@@ -496,7 +496,7 @@ operations = Table(
 )
 
 endpoints = Table(
-    # Inference endpoints (SPEC 9): the checked request as `domain.endpoints.endpoint_json` writes it;
+    # Inference endpoints (SPEC 9): the checked request as `domain.endpoints.endpoints.endpoint_json` writes it;
     # `status` is Creating, Failed or Deleting as stored (InService is derived: no instance changing).
     "endpoints",
     metadata,
@@ -523,7 +523,7 @@ endpoint_instances = Table(
 
 components = Table(
     # An endpoint's components (SPEC 9): one model on one partition type, `copies` of it; the checked
-    # request as `domain.endpoints.component_json` writes it.
+    # request as `domain.endpoints.endpoints.component_json` writes it.
     "components",
     metadata,
     Column("name", String(63), primary_key=True),

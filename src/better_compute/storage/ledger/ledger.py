@@ -91,7 +91,7 @@ def _sqlite_window(alias: str, open_ended: bool) -> str:
 
 def _sqlite_family(atom: str, open_ended: bool) -> str:
     """Live bookings of another class of atom `atom`'s GPU, of another allocation, that meet the
-    window (`domain.ledger.family_excludes`; the allocation, then the window's instants)."""
+    window (`domain.ledger.ledger.family_excludes`; the allocation, then the window's instants)."""
     return (
         f"SELECT 1 FROM bookings f WHERE f.gpu_id = {atom}.gpu_id AND f.state = 'live'"
         f" AND f.class <> {atom}.class AND f.allocation_id <> ?{_sqlite_window('f', open_ended)}"
@@ -371,7 +371,7 @@ def busy_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> li
 
 def taking_spans(conn: Connection, atom_ids: Sequence[str], since: datetime) -> list[Window]:
     """Live bookings that end after `since` (or never) of these atoms, or of another class of atom
-    of their GPUs (`domain.ledger.family_excludes`): what keeps them from being booked."""
+    of their GPUs (`domain.ledger.ledger.family_excludes`): what keeps them from being booked."""
     wanted = atoms.alias("wanted")
     rows = conn.execute(
         select(bookings.c.starts_at, bookings.c.ends_at)
@@ -403,12 +403,12 @@ def booking_allocation(conn: Connection, booking_id: str) -> str | None:
 
 
 def end_allocation(conn: Connection, allocation_id: str, now: datetime, event: Event) -> int:
-    """Release the allocation at `now` as `domain.ledger.released` says: live bookings that have
+    """Release the allocation at `now` as `domain.ledger.ledger.released` says: live bookings that have
     started end at `now`, those that had not are cancelled, those already over are left alone.
 
     Returns how many bookings changed. Ended history stays in the ledger. A tenant's atoms whose
-    bookings end here are first marked released by it (storage.atoms.mark_released), which a scrub
-    between tenants needs to see (domain.scrub).
+    bookings end here are first marked released by it (storage.fleet.atoms.mark_released), which a scrub
+    between tenants needs to see (domain.ledger.scrub).
     """
     started = conn.execute(
         select(bookings.c.atom_id, bookings.c.tenant_id).where(
@@ -461,7 +461,7 @@ def extend_allocation(
     mine = bookings.alias("mine")
     if conn.dialect.name != "postgresql":
         # Another allocation's booking of the same atom, or of another class of the same GPU
-        # (domain.ledger.family_excludes), in the added time.
+        # (domain.ledger.ledger.family_excludes), in the added time.
         same_atom = mine.c.atom_id == bookings.c.atom_id
         family = and_(mine.c.gpu_id == bookings.c.gpu_id, mine.c["class"] != bookings.c["class"])
         for meets in (same_atom, family):
@@ -633,7 +633,7 @@ _PAIR = ("id", "atom_id", "gpu_id", "allocation_id", "tenant_id", "starts_at", "
 
 def family_overlaps(conn: Connection, since: datetime, limit: int) -> list[tuple[Booking, Booking]]:
     """Pairs of live bookings reaching past `since` of atoms of one GPU that exclude each other
-    (`domain.ledger.family_excludes`: different classes, different allocations) whose windows meet,
+    (`domain.ledger.ledger.family_excludes`: different classes, different allocations) whose windows meet,
     at most `limit`; the first of each pair is of the lesser class (the whole GPU, `gpu`, when one
     is). There should be none: PostgreSQL's `bookings_no_family_overlap` refuses them and SQLite's
     writers look for them. Read through the live bookings by GPU."""
@@ -669,7 +669,7 @@ def _reaching(conn: Connection, table: Any, since: datetime) -> ColumnElement[bo
 
 def stranded(conn: Connection, now: datetime, limit: int) -> list[StrandedBooking]:
     """Tenants' live bookings not over at `now` of atoms they cannot have: gone from their node, not
-    bookable, or in another pool than the booking's (`domain.bindings.stranded_why`), each with
+    bookable, or in another pool than the booking's (`domain.fleet.bindings.stranded_why`), each with
     its atom as it is now; at most `limit`, in booking order."""
     booked = [
         bookings.c.id.label("b_id"),

@@ -257,7 +257,7 @@ def admission_snapshot(
     """Everything admission reads, in one statement: the replayed reservation id (if any), the pool's
     mode and owner, whether the tenant exists, its policies, its quota rows in the pool, whether
     `credential_id` is a live credential, and a read of the event log from `read` (its events, the
-    log's last id and the statement's snapshot, see service.event_tail).
+    log's last id and the statement's snapshot, see service.kernel.event_tail).
 
     The transaction first takes the advisory lock `lock_key`, and the read runs after it is granted
     (in its own statement, so that it sees every commit made before the lock was)."""
@@ -413,7 +413,7 @@ _PG_COMMIT = (
     # so the statement writes everything or nothing by itself. `l` share-locks the atoms against a
     # concurrent pool change (see ledger.LOCKED_ATOMS_PG), and, in a pool that scrubs between tenants
     # (`scrub`), against a release by another tenant that came first: the release marks the rows
-    # (storage.atoms.mark_released), and a row re-read after the lock was waited for no longer matches.
+    # (storage.fleet.atoms.mark_released), and a row re-read after the lock was waited for no longer matches.
     "WITH l AS ("
     + ledger.LOCKED_ATOMS_PG.replace(
         "{bookable}",

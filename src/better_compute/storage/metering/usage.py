@@ -1,6 +1,6 @@
 """The usage repository: what tenants held in a period, read from the ledger's bookings.
 
-Usage is never stored: it is the ledger itself, read with `domain.metering.held`'s rule (a live
+Usage is never stored: it is the ledger itself, read with `domain.metering.metering.held`'s rule (a live
 booking from its start to its end, an open-ended one up to now, inside the period; a released one
 was cut at its release, a cancelled one and a partition change bill nothing), so any period can be
 read again and always agrees with the ledger.

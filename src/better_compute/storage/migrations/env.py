@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection the caller hands over (see storage/migrate.py)."""
+"""Alembic environment: runs on the connection the caller hands over (see storage/kernel/migrate.py)."""
 
 from __future__ import annotations
 
