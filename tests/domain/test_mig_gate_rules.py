@@ -6,8 +6,9 @@ from dataclasses import replace
 from datetime import timedelta
 
 from better_compute.domain.fleet.pools import PoolSettings
-from better_compute.domain.fleet.records import MigLayoutGate, Pool
+from better_compute.domain.fleet.records import Pool
 from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.gate.records import MigLayoutGate
 from tests.builders import T0
 
 OLD, NEW = "all-1g.10gb", "mixed:3g.40gb+2x2g.20gb"

@@ -9,10 +9,10 @@ import pytest
 from sqlalchemy import text
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.fleet.records import Reservation
 from better_compute.domain.kernel.errors import BookingConflict, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import partition_allocation_id
+from better_compute.domain.ledger.records import Reservation
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import inventory
 from better_compute.service.kernel.ports import Overlap

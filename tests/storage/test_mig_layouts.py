@@ -6,7 +6,7 @@ from datetime import timedelta
 
 from sqlalchemy import insert
 
-from better_compute.domain.fleet.records import MigLayoutGate
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.kernel.tables import capacity_mig_layouts
 from better_compute.storage.store import Store

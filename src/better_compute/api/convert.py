@@ -21,7 +21,7 @@ from better_compute.domain.fleet.node_reports import (
     Report,
     ScrubDone,
 )
-from better_compute.domain.fleet.records import Cluster, Credential, Gpu, Node, Operation, Quota, Tenant
+from better_compute.domain.fleet.records import Cluster, Gpu, Node
 from better_compute.domain.gate.layout_preview import LayoutPreview, NodePreview
 from better_compute.domain.kernel.events import StreamedEvent, type_of
 from better_compute.domain.kernel.selectors import document
@@ -36,9 +36,11 @@ from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.costs import money
 from better_compute.domain.placement.device_classes import DeviceClass
 from better_compute.domain.placement.priority_classes import PriorityClass
+from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.iam import Policy
+from better_compute.domain.tenancy.records import Credential, Quota, Tenant
 from better_compute.service.endpoints.components import ComponentView
 from better_compute.service.endpoints.endpoints import EndpointView
 from better_compute.service.fleet.inventory import NodeView

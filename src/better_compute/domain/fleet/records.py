@@ -1,4 +1,6 @@
-"""The aggregates as frozen records: what storage returns, what use cases decide on, what the API shows.
+"""The fleet's aggregates as frozen records: what storage returns, what use cases decide on, what the
+API shows. Each context keeps its own records beside its rules (`domain.tenancy.records`,
+`domain.ledger.records`, `domain.gate.records`, `domain.placement.records`, `domain.endpoints.records`).
 
 A record names its fields after the domain, not after a table or a wire shape: storage maps columns
 to records and the API maps records to wire models, each explicitly, so a column rename or a new wire
@@ -9,39 +11,11 @@ the domain already had keep their home: an atom is `domain.fleet.atoms.Atom`, an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
 
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance
 from better_compute.domain.fleet.pools import PoolSettings, PoolSharing, SharingMode
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    id: str
-    name: str
-    created_at: datetime
-    deleted_at: datetime | None = None
-    """When the tenant was deleted (`tenants.delete`); its id is never given to another tenant."""
-
-
-@dataclass(frozen=True, slots=True)
-class Credential:
-    """A bearer token's record: only its hash is kept; `tenant_id` is None for a fleet admin's."""
-
-    id: str
-    tenant_id: str | None
-    name: str
-    token_hash: str
-    is_admin: bool
-    created_at: datetime
-    revoked_at: datetime | None = None
-
-    @property
-    def live(self) -> bool:
-        return self.revoked_at is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,124 +131,3 @@ class Pool:
     def sharing(self) -> PoolSharing:
         """What decides how the pool's GPUs become atoms."""
         return PoolSharing(pool_id=self.id, mode=self.mode, replicas=self.settings.replicas or 1)
-
-
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """How much of one atom class a tenant may hold at once in one pool."""
-
-    tenant_id: str
-    pool_id: str
-    cls: str
-    limit: int
-    updated_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Reservation:
-    """A reservation as admitted: what was asked (`devices`, as sent), its window and its counts."""
-
-    id: str
-    tenant_id: str
-    pool_id: str
-    status: str
-    starts_at: datetime
-    ends_at: datetime | None
-    devices: tuple[Mapping[str, Any], ...]
-    gpu_count: int
-    gpu_slices: int
-    counts: Mapping[str, int]
-    fingerprint: str
-    created_at: datetime
-    idempotency_key: str | None = None
-    generation: int = 1
-    preemptible: bool = False
-    """Made with `preemptible: true`: a workload placement cannot fit may end it early."""
-
-
-@dataclass(frozen=True, slots=True)
-class MigLayoutGate:
-    """A node of a mig pool whose layout change is under way (SPEC 6.1, `domain.gate.mig_gate`): frozen
-    at `frozen_layout` while `state` is `pending` or `scheduled`, told `pending_layout` once
-    `granted`. `scheduled_from` is when its GPU families' partition bookings start;
-    `granted_generation` the node's spec generation at the grant (a higher one observed carries the
-    new layout). `lease_owner` / `lease_until`: which reconciler works on the node, until when."""
-
-    node_id: str
-    pool_id: str
-    frozen_layout: str | None
-    pending_layout: str
-    state: str
-    requested_at: datetime
-    scheduled_from: datetime | None = None
-    granted_at: datetime | None = None
-    granted_generation: int | None = None
-    version: int = 1
-    lease_owner: str | None = None
-    lease_until: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Operation:
-    """A long-running request (`workload.drain`), kept so its caller can read how it ended."""
-
-    id: str
-    type: str
-    tenant_id: str | None
-    workload_id: str | None
-    payload: Mapping[str, Any]
-    status: str
-    """`running`, `succeeded` or `failed`."""
-    result: Mapping[str, Any]
-    created_at: datetime
-    finished_at: datetime | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointRecord:
-    """An inference endpoint as stored (SPEC 9): its checked request
-    (`domain.endpoints.endpoints.endpoint_json`), its stored status (Creating, Failed or Deleting;
-    InService is derived) and why it failed."""
-
-    name: str
-    tenant_id: str
-    spec: Mapping[str, Any]
-    status: str
-    reason: str | None
-    created_at: datetime
-    updated_at: datetime
-    generation: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class EndpointInstance:
-    """A node an endpoint's variant took, and the layout it cuts the node's GPUs to."""
-
-    node_id: str
-    endpoint: str
-    variant: str
-    layout: str
-    created_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class ComponentRecord:
-    """A component as stored: its checked request (`domain.endpoints.endpoints.component_json`)."""
-
-    name: str
-    endpoint: str
-    spec: Mapping[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    generation: int = 1
-
-
-@dataclass(frozen=True, slots=True)
-class CopyRecord:
-    """One copy of a component and the partition (a `gpu.mig` atom) it takes; None: it waits."""
-
-    component: str
-    copy: int
-    atom_id: str | None
-    node_id: str | None
-    created_at: datetime

@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.fleet.pools import SLOT_MODES
-from better_compute.domain.fleet.records import MigLayoutGate, Pool
+from better_compute.domain.fleet.records import Pool
+from better_compute.domain.gate.records import MigLayoutGate
 
 PENDING = "pending"
 SCHEDULED = "scheduled"

@@ -22,8 +22,9 @@ from datetime import datetime, timedelta
 from better_compute.domain.catalog import find_model
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.mig_plan import converged
-from better_compute.domain.fleet.records import Gpu, MigLayoutGate, Pool
+from better_compute.domain.fleet.records import Gpu, Pool
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.ledger.ledger import is_partition_change
 

@@ -42,11 +42,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from better_compute.domain.endpoints.records import EndpointRecord
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.bindings import stranded_reason
-from better_compute.domain.fleet.records import EndpointRecord, Gpu, MigLayoutGate, Node, Pool, Quota
+from better_compute.domain.fleet.records import Gpu, Node, Pool
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.ledger.ledger import Booking
 from better_compute.domain.placement.workloads import Terminating, is_replica
+from better_compute.domain.tenancy.records import Quota
 
 STUCK_AFTER = timedelta(hours=24)
 """How long after its grant a node that has not converged its new layout is reported stuck."""

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
-from better_compute.domain.fleet.records import EndpointInstance, EndpointRecord, Pool
+from better_compute.domain.endpoints.records import EndpointInstance, EndpointRecord
+from better_compute.domain.fleet.records import Pool
 from better_compute.domain.gate.mig_gate import told_layout
 from better_compute.domain.kernel.errors import (
     AlreadyExists,

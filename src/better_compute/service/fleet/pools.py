@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from better_compute.domain.endpoints.records import EndpointInstance
 from better_compute.domain.fleet.pools import (
     SLOT_MODES,
     PoolSettings,
@@ -26,7 +27,7 @@ from better_compute.domain.fleet.pools import (
     check_mode_kept,
     check_settings,
 )
-from better_compute.domain.fleet.records import EndpointInstance, Pool, Quota
+from better_compute.domain.fleet.records import Pool
 from better_compute.domain.gate.mig_gate import pool_shape
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
@@ -45,6 +46,7 @@ from better_compute.domain.kernel.events import (
 )
 from better_compute.domain.ops.fleet import default_meter
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (
     check_name,
     check_ref,

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from better_compute.domain.fleet.records import MigLayoutGate
 from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, Unavailable
 from better_compute.domain.kernel.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.service.endpoints import endpoint_holds, endpoint_relayout

@@ -22,9 +22,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from better_compute.domain.fleet.records import MigLayoutGate, Node
+from better_compute.domain.fleet.records import Node
 from better_compute.domain.gate.mig_gate import GRANTED, told_already, told_frozen_again
 from better_compute.domain.gate.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, NotFound
 from better_compute.domain.placement.workloads import is_replica
 from better_compute.service.kernel.clock import Clock

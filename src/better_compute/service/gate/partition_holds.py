@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.fleet.records import MigLayoutGate
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.events import PartitionReleased
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import partition_allocation_id

@@ -13,31 +13,24 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import TYPE_CHECKING, Protocol
 
+from better_compute.domain.endpoints.records import (
+    ComponentRecord,
+    CopyRecord,
+    EndpointInstance,
+    EndpointRecord,
+)
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.bindings import BindingState
 from better_compute.domain.fleet.gpu_owners import Holder
 from better_compute.domain.fleet.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.fleet.join_tokens import JoinToken
 from better_compute.domain.fleet.pools import PoolSettings, SharingMode
-from better_compute.domain.fleet.records import (
-    Cluster,
-    ComponentRecord,
-    CopyRecord,
-    Credential,
-    EndpointInstance,
-    EndpointRecord,
-    Gpu,
-    MigLayoutGate,
-    Node,
-    Operation,
-    Pool,
-    Quota,
-    Reservation,
-    Tenant,
-)
+from better_compute.domain.fleet.records import Cluster, Gpu, Node, Pool
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.events import Event, LoggedEvent, StreamedEvent
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import Booking
+from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.scrub import EndedHold
 from better_compute.domain.metering.accounting import Held
 from better_compute.domain.metering.billing import Price
@@ -48,8 +41,10 @@ from better_compute.domain.ops.doctor import StrandedBooking
 from better_compute.domain.placement.class_quotas import ClassQuota, HeldAtom
 from better_compute.domain.placement.device_classes import DeviceClass
 from better_compute.domain.placement.priority_classes import PriorityClass
+from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.workloads import Deployment, RunningReplica, Terminating, Workload
 from better_compute.domain.tenancy.iam import Policy
+from better_compute.domain.tenancy.records import Credential, Quota, Tenant
 
 if TYPE_CHECKING:
     from better_compute.service.kernel.event_tail import Cursor, LogSnapshot

@@ -26,7 +26,6 @@ from better_compute.domain.fleet.bindings import (
     stranded_reason,
 )
 from better_compute.domain.fleet.pools import check_duration_allowed
-from better_compute.domain.fleet.records import Reservation
 from better_compute.domain.kernel.errors import (
     AllBusy,
     BookingConflict,
@@ -47,6 +46,7 @@ from better_compute.domain.kernel.events import (
 from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
 from better_compute.domain.ledger import admission, choose
 from better_compute.domain.ledger.ledger import earliest_free
+from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.reservations import (
     ReservationStatus,
     check_cancel,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from better_compute.domain.fleet.records import MigLayoutGate
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.events import DoctorRun
 from better_compute.domain.ops.doctor import (
     DEFAULT_MIG_WAITING_DAYS,

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.fleet.records import Cluster, Node, Tenant
+from better_compute.domain.fleet.records import Cluster, Node
 from better_compute.domain.kernel.errors import ConcurrentChange, InvalidInput
 from better_compute.domain.kernel.events import FleetRegistered
 from better_compute.domain.ops.fleet import FleetSpec, PoolSpec
+from better_compute.domain.tenancy.records import Tenant
 from better_compute.service.fleet import pools
 from better_compute.service.kernel.ports import StorePort, Tx
 from better_compute.service.placement import device_classes

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from typing import TypeVar, cast
 
-from better_compute.domain.fleet.records import Cluster, Quota
+from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.capability import implicit_class, is_implicit
@@ -36,6 +36,7 @@ from better_compute.domain.placement.device_classes import DeviceClass, belongs_
 from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
 from better_compute.domain.tenancy.iam import Policy
+from better_compute.domain.tenancy.records import Quota
 from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
 

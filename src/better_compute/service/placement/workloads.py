@@ -25,7 +25,6 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.fleet.bindings import binding_of
-from better_compute.domain.fleet.records import Operation
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
     BookingConflict,
@@ -53,6 +52,7 @@ from better_compute.domain.placement.capability import Resolution
 from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.priority_classes import STANDARD
+from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.topology import FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.placement.workloads import (

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.fleet.records import Pool, Quota
+from better_compute.domain.fleet.records import Pool
 from better_compute.domain.kernel.events import PoolOffered, QuotaSet
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.admission import check_offer
@@ -19,6 +19,7 @@ from better_compute.domain.placement.class_quotas import SCOPES, ClassQuota, use
 from better_compute.domain.tenancy import quota
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.quota import parse_quota_limits
+from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (
     check_grantee,
     check_ref,

@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, select, update
 
-from better_compute.domain.fleet.records import ComponentRecord, CopyRecord
+from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import component_copies, components, copy_spans, endpoints
 

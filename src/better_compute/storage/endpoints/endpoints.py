@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from better_compute.domain.fleet.records import EndpointInstance, EndpointRecord
+from better_compute.domain.endpoints.records import EndpointInstance, EndpointRecord
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import endpoint_instances, endpoints
 

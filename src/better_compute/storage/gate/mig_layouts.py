@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, delete, insert, or_, select, update
 
-from better_compute.domain.fleet.records import MigLayoutGate
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import capacity_mig_layouts as gates
 

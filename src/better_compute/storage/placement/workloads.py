@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, func, select, update
 
-from better_compute.domain.fleet.records import Operation
 from better_compute.domain.kernel.events import Event, type_of
 from better_compute.domain.placement.capability import parse_capability
+from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.workloads import (
     Deployment,
     RunningReplica,

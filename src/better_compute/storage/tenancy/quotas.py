@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete
 
-from better_compute.domain.fleet.records import Quota
+from better_compute.domain.tenancy.records import Quota
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import quotas
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
-from better_compute.domain.fleet.records import Tenant
+from better_compute.domain.tenancy.records import Tenant
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import tenants
 
