@@ -14,7 +14,7 @@ rather than just after the node's last read (which would flatter the figure).
 
 The figure bounds what a node adds between a booking and a container able to start with it: the
 spec's long poll (`bcd run --wait`) answers when the generation moves, and the server derives a
-waiting node's spec again every `service.node_spec.POLL_INTERVAL` (200 ms), so that interval is a
+waiting node's spec again every `service.gate.node_spec.POLL_INTERVAL` (200 ms), so that interval is a
 floor under the worst case. Goal: `p99_ms` under 500.
 
     python bench/bcd.py            # 20 nodes, 500 reservations
@@ -48,11 +48,11 @@ from bench.reservations import ADMIN, free_port
 from better_compute.bcd import cdi
 from better_compute.bcd.joining import join
 from better_compute.client import Compute
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import credentials, quotas
-from better_compute.service.node_spec import POLL_INTERVAL
+from better_compute.service.gate.node_spec import POLL_INTERVAL
+from better_compute.service.tenancy import credentials, quotas
 from better_compute.storage.store import Store
 
 TENANT = "platform"

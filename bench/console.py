@@ -30,10 +30,10 @@ from fastapi.testclient import TestClient
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import mig_fleet
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.server import build_app, build_services
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.settings import Settings
 from better_compute.storage.store import Store
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 

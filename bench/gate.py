@@ -56,13 +56,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, load, machine_speed_s, percentile, postgres_database, sqlite_database
 from bench.reservations import ADMIN
-from better_compute.domain import mig_gate as rules
-from better_compute.domain.errors import DomainError
-from better_compute.domain.timewin import Window
+from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.kernel.timewin import Window
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import pools, quotas, reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import BATCH, INTERVAL, Reconciler, server_duty
+from better_compute.service.fleet import pools
+from better_compute.service.gate.mig_gate import BATCH, INTERVAL, Reconciler, server_duty
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import quotas
 from better_compute.storage.store import Store
 
 NOW = datetime(2030, 1, 1, 12, tzinfo=UTC)

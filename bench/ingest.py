@@ -9,7 +9,7 @@ fresh database:
   `serve --workers 2` is started, and every node's first inventory report is sent signed, as `bcd`
   sends it, by `--clients` concurrent connections (the requests built and signed before the clock
   starts); the time until every one is accepted. The server writes the reports that arrive while it
-  writes others in one batch (`service.report_batches`).
+  writes others in one batch (`service.fleet.report_batches`).
 
 Goal: 10,000 nodes in under 60 s both ways.
 
@@ -38,16 +38,16 @@ from bench.fleetgen import PG_URL, machine_speed_s, mig_fleet, postgres_database
 from bench.reservations import connect, exchange, server_process
 from better_compute.bcd.identity import public_key_text
 from better_compute.bcd.inventory import report_json
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.node_reports import (
+from better_compute.domain.fleet.node_reports import (
     HEADER_NODE,
     HEADER_SEQUENCE,
     HEADER_SIGNATURE,
     HEADER_TIMESTAMP,
     signed_bytes,
 )
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet, simulated_nodes
-from better_compute.service import joining
+from better_compute.service.fleet import joining
 from better_compute.storage.store import Store
 
 

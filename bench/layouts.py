@@ -20,8 +20,8 @@ import time
 from collections.abc import Iterator
 
 from better_compute.domain.catalog import GpuModel, MigProfile, mig_models
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.layouts import Layout, clear_caches, format_layout, validate
+from better_compute.domain.catalog.layouts import Layout, clear_caches, format_layout, validate
+from better_compute.domain.kernel.errors import InvalidInput
 
 GOAL_US = 1000.0
 

@@ -26,9 +26,9 @@ import psycopg
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import fleet_parser, load, percentile, postgres_database, sqlite_database
-from better_compute.domain.errors import BookingConflict
-from better_compute.domain.timewin import Window
-from better_compute.service import ledger
+from better_compute.domain.kernel.errors import BookingConflict
+from better_compute.domain.kernel.timewin import Window
+from better_compute.service.ledger import ledger
 from better_compute.storage.store import Store
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)

@@ -49,13 +49,15 @@ from bench.fleetgen import (
     sqlite_database,
 )
 from bench.reservations import ADMIN, connect, exchange, server
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.workloads import parse_workload
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.placement.workloads import parse_workload
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.entrypoints.server import build_services
-from better_compute.service import credentials, placement, pools
+from better_compute.service.fleet import pools
+from better_compute.service.placement import placement
+from better_compute.service.tenancy import credentials
 from better_compute.storage.store import Store
 
 PROJECT = "acme"

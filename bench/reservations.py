@@ -41,9 +41,9 @@ from bench.fleetgen import (
     postgres_database,
     sqlite_database,
 )
-from better_compute.domain.credentials import Principal
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import credentials, quotas, tenants
+from better_compute.service.tenancy import credentials, quotas, tenants
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")

@@ -42,12 +42,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import PG_URL, machine_speed_s, mig_fleet, postgres_database, sqlite_database
 from bench.reservations import connect, exchange, reservation_requests, server_process
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import credentials, quotas, tenants
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import credentials, quotas, tenants
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")

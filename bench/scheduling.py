@@ -273,14 +273,14 @@ def time_service(nodes: int, replicas: int, previews: int, url: str) -> dict[str
     and plans. Two figures: a decision with nothing changed since the last one (the cluster's
     census and candidates are kept per process, as in a retry pass or writes in a row), and one
     right after a booking in the cluster changed (all read afresh)."""
-    from better_compute.domain.credentials import Principal
-    from better_compute.domain.fleet import parse_fleet
-    from better_compute.domain.workloads import parse_workload
+    from better_compute.domain.ops.fleet import parse_fleet
+    from better_compute.domain.placement.workloads import parse_workload
+    from better_compute.domain.tenancy.credentials import Principal
     from better_compute.entrypoints.fleet import load_fleet
     from better_compute.entrypoints.ids import RandomIds
-    from better_compute.service import placement, priority_classes, workloads
-    from better_compute.service.booking_index import BookingIndex
-    from better_compute.service.placement_stock import Stock
+    from better_compute.service.ledger.booking_index import BookingIndex
+    from better_compute.service.placement import placement, priority_classes, workloads
+    from better_compute.service.placement.placement_stock import Stock
     from better_compute.storage.store import Store
 
     admin = Principal(tenant_id=None, is_admin=True, credential_id="bench")

@@ -6,7 +6,7 @@ bookings of random lengths on every atom, for one tenant, is written straight in
 on PostgreSQL, executemany on SQLite; each booking with its atom's share, as the booking statements
 write it), a few of them crossing the month's edges and a few cancelled. Measured, per database:
 
-- `bill_s`: the tenant's bill for the month through the use case (`service.bills.get_bill`; the
+- `bill_s`: the tenant's bill for the month through the use case (`service.metering.bills.get_bill`; the
   database sums held time per pool and share), the median of three reads; the goal is under 5 s;
 - `export_peak_rss_mb`: the peak resident memory of `better-compute usage export --format csv
   --out FILE` of the same month, run as its own process against a real `better-compute serve`
@@ -42,13 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import fleet_parser, machine_speed_s, postgres_database, sqlite_database
 from bench.reservations import server
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.metering import share, shown
+from better_compute.domain.metering.metering import share, shown
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import bills, credentials
-from better_compute.storage.ledger import COLUMNS, sqlite_time
+from better_compute.service.metering import bills
+from better_compute.service.tenancy import credentials
+from better_compute.storage.ledger.ledger import COLUMNS, sqlite_time
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="bench")

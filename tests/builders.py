@@ -9,19 +9,19 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.admission import DeviceRequest
-from better_compute.domain.atoms import Atom, AtomClass, AttrValue
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.inventory import GpuReport, MigInstance
-from better_compute.domain.pools import SharingMode
-from better_compute.domain.selectors import parse_selector
+from better_compute.domain.fleet.atoms import Atom, AtomClass, AttrValue
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance
+from better_compute.domain.fleet.pools import SharingMode
+from better_compute.domain.kernel.selectors import parse_selector
+from better_compute.domain.ledger.admission import DeviceRequest
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.ids import RandomIds
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from better_compute.service.ids import Ids
-    from better_compute.service.ports import StorePort
+    from better_compute.service.kernel.ids import Ids
+    from better_compute.service.kernel.ports import StorePort
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -172,7 +172,7 @@ def bare_fleet() -> dict[str, object]:
 
 
 class CountingIds:
-    """`service.ids.Ids` that counts, kind by kind (`rsv-000001`, `rsv-000002`, `cred-000001`, ...),
+    """`service.kernel.ids.Ids` that counts, kind by kind (`rsv-000001`, `rsv-000002`, `cred-000001`, ...),
     so that a test can name the ids it will see. It keeps no two sources apart: one per store."""
 
     def __init__(self) -> None:
@@ -213,15 +213,15 @@ _IDS = ids()
 
 def admin_token(store: object, now: datetime = T0) -> str:
     """A fresh fleet-admin bearer token in `store` (another one if some exist)."""
-    from better_compute.service import credentials
+    from better_compute.service.tenancy import credentials
 
     return credentials.bootstrap_admin(store, now, new_id=_IDS.credential, force=True).token  # type: ignore[arg-type]
 
 
 def tenant_token(store: object, tenant_id: str, now: datetime = T0) -> str:
     """A fresh bearer token for `tenant_id`, which must exist in `store`."""
-    from better_compute.domain.credentials import Principal
-    from better_compute.service import credentials
+    from better_compute.domain.tenancy.credentials import Principal
+    from better_compute.service.tenancy import credentials
 
     admin = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
     return credentials.create(store, admin, tenant_id, None, now, new_id=_IDS.credential).token  # type: ignore[arg-type]
@@ -260,8 +260,8 @@ def stored_events(store: object, type_: str | None = None) -> list[dict[str, obj
     """The event log as stored (id order), optionally of one type: what tests assert events on."""
     from sqlalchemy import select
 
+    from better_compute.storage.kernel.tables import events
     from better_compute.storage.store import Store
-    from better_compute.storage.tables import events
 
     assert isinstance(store, Store)
     stmt = select(events).order_by(events.c.id)
@@ -274,8 +274,8 @@ def stored_events(store: object, type_: str | None = None) -> list[dict[str, obj
 def settle_gate(store: StorePort, now: datetime) -> dict[str, list[object]]:
     """Step every node's layout gate at `now` until each waits or is gone, as a reconciler's passes
     would (a pool's new `migLayout` or `replicas` takes effect through it); the steps, by node."""
-    from better_compute.domain import mig_gate as rules
-    from better_compute.service import mig_gate
+    from better_compute.domain.gate import mig_gate as rules
+    from better_compute.service.gate import mig_gate
 
     with store.read() as tx:
         nodes = sorted(g.node_id for g in tx.mig_layouts.all_rows())

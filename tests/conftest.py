@@ -110,11 +110,11 @@ def pg_store_url(postgres_url: str) -> str:
 def _truncate_all(store: object) -> None:
     from sqlalchemy import text
 
+    from better_compute.storage.kernel.tables import metadata
     from better_compute.storage.store import Store
-    from better_compute.storage.tables import metadata
 
     assert isinstance(store, Store)
-    from better_compute.storage.priority_classes import add_standard
+    from better_compute.storage.placement.priority_classes import add_standard
 
     names = [t.name for t in reversed(metadata.sorted_tables)]
     with store.engine.begin() as conn:

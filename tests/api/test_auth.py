@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.credentials import Principal, bearer_token, hash_token
-from better_compute.domain.errors import Forbidden, Unauthenticated
+from better_compute.domain.kernel.errors import Forbidden, Unauthenticated
+from better_compute.domain.tenancy.credentials import Principal, bearer_token, hash_token
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, ids, tenant_token
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.metering import hours, microseconds, shown
+from better_compute.domain.metering.metering import hours, microseconds, shown
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import bills, usage
+from better_compute.service.metering import bills, usage
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, bearer, real_app, tenant_token
 
@@ -202,8 +202,8 @@ def test_a_mig_1g_on_an_rtx_pro_6000_bills_a_quarter(world: Billing) -> None:
 
 
 def test_an_open_ended_booking_bills_up_to_now(world: Billing) -> None:
-    from better_compute.domain.timewin import Window
-    from better_compute.service import ledger
+    from better_compute.domain.kernel.timewin import Window
+    from better_compute.service.ledger import ledger
 
     atom = world.http.get("/v1/atoms", params={"pool": "a100"}, headers=world.admin).json()["items"][0]["id"]
     ledger.book(world.store, [atom], Window(T0), "open-1", "acme", T0)

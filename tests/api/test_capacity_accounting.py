@@ -12,14 +12,15 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.accounting import StateHours, grid_of
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import InvalidState
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.errors import InvalidState
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.accounting import StateHours, grid_of
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import capacity, inventory, ledger, pools
-from better_compute.service.rederive import stored_reports
+from better_compute.service.fleet import inventory, pools
+from better_compute.service.fleet.rederive import stored_reports
+from better_compute.service.ledger import capacity, ledger
 from better_compute.storage.store import Store
 from tests.api.test_reservations import Clock, error, mig
 from tests.builders import T0, admin_token, at, bearer, real_app, tenant_token

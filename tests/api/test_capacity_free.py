@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import partition_allocation_id
 from better_compute.storage.store import Store
 from tests.api.test_reservations import World, error, mig
 from tests.builders import T0

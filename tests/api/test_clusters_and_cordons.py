@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.clusters import PHASES
+from better_compute.domain.fleet.clusters import PHASES
 from better_compute.storage.store import Store
 from tests.api.test_capacity_accounting import Fleet, hours
 from tests.api.test_reservations import World, error

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from better_compute.api.console import COOKIE, csrf_for
-from better_compute.domain.layouts import validate
+from better_compute.domain.catalog.layouts import validate
 from better_compute.storage.store import Store
 from tests.builders import tenant_token
 from tests.node_world import NodeWorld
@@ -221,7 +221,7 @@ def test_the_reserve_form_books_through_admission_and_shows_its_answer(store: St
 def test_the_fleet_and_the_timeline_show_a_page_of_nodes_at_a_time(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from better_compute.service import console
+    from better_compute.service.ops import console
 
     monkeypatch.setattr(console, "FLEET_PAGE_NODES", 1)
     monkeypatch.setattr(console, "TIMELINE_PAGE_NODES", 1)
@@ -242,7 +242,7 @@ def test_the_fleet_and_the_timeline_show_a_page_of_nodes_at_a_time(
 
 
 def test_the_endpoints_page_draws_each_partition_with_the_copy_on_it(store: Store, tmp_path: Path) -> None:
-    from better_compute.service import components
+    from better_compute.service.endpoints import components
     from tests.service.test_endpoints import PLATFORM, component, in_service
 
     world = NodeWorld(store, tmp_path)
@@ -287,7 +287,7 @@ def test_the_placement_page_shows_each_clusters_verdict_and_refuses_bad_input_on
     import yaml
     from fastapi.testclient import TestClient
 
-    from better_compute.domain.fleet import parse_fleet
+    from better_compute.domain.ops.fleet import parse_fleet
     from better_compute.entrypoints.fleet import load_fleet
     from tests.builders import T0, admin_token, real_app
 
@@ -313,7 +313,7 @@ def test_the_placement_page_shows_each_clusters_verdict_and_refuses_bad_input_on
 def test_a_node_under_a_layout_change_shows_its_target_beside_its_layout_and_changing_pieces(
     store: Store, tmp_path: Path
 ) -> None:
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.service.gate.mig_gate import Reconciler
     from tests.service.test_mig_gate import NEW, change_layout
 
     world = NodeWorld(store, tmp_path)
@@ -380,8 +380,8 @@ def test_the_fleet_page_does_not_say_changing_to_the_layout_a_node_already_has(
 ) -> None:
     """An endpoint of the pool's own layout changes nothing on its node: the fleet page shows the
     layout, never "changing to" it, and the node is the endpoint's once the gate has its word."""
-    from better_compute.service import endpoints
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.service.endpoints import endpoints
+    from better_compute.service.gate.mig_gate import Reconciler
     from tests.service.test_endpoints import PLATFORM, body
     from tests.service.test_mig_gate import NEW
 

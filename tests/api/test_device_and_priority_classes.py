@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from better_compute.bcd.fleet_file import read_fleet
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, bearer, real_app, stored_events, tenant_token

@@ -11,12 +11,12 @@ import pytest
 from sqlalchemy import insert, select, update
 from sqlalchemy.exc import IntegrityError
 
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import partition_allocation_id
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import ledger
+from better_compute.service.ledger import ledger
+from better_compute.storage.kernel.tables import bookings, capacity_mig_layouts, gpus, nodes
 from better_compute.storage.store import Store
-from better_compute.storage.tables import bookings, capacity_mig_layouts, gpus, nodes
 from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, stored_events, tenant_token
 
 NODE = "n"
@@ -192,7 +192,7 @@ def _overlapping_row(store: Store, atom: dict[str, Any], allocation_id: str, sta
 
 
 def test_doctor_ledger_overlap_found_on_sqlite_and_refused_by_postgresql(fleet: Store) -> None:
-    from better_compute.storage.tables import atoms
+    from better_compute.storage.kernel.tables import atoms
 
     give_mig_quota(fleet)
     with fleet.engine.connect() as conn:
@@ -218,7 +218,7 @@ def test_doctor_ledger_overlap_found_on_sqlite_and_refused_by_postgresql(fleet: 
 def test_doctor_with_the_gate_a_node_that_never_converges_shows_after_24_hours_not_before(
     store: Store, tmp_path: Path
 ) -> None:
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.service.gate.mig_gate import Reconciler
     from tests.node_world import NodeWorld
 
     world = NodeWorld(store, tmp_path)
@@ -261,7 +261,7 @@ def test_doctor_a_far_future_booking_holding_a_layout_change_for_years_is_capaci
     """One booking two years ahead schedules its node's change for its end: past the bound (7 days
     unless `migWaitingDays` says), the doctor names the change, the reservation and when it ends;
     once the reservation is cancelled the change goes and the finding is gone."""
-    from better_compute.service.mig_gate import RECHECK, Reconciler
+    from better_compute.service.gate.mig_gate import RECHECK, Reconciler
     from tests.node_world import NodeWorld
 
     world = NodeWorld(store, tmp_path)
@@ -306,8 +306,8 @@ def test_doctor_a_booking_that_never_ends_holds_a_change_for_ever_and_is_named(
 ) -> None:
     """A workload replica's open-ended booking keeps its node's change pending: the doctor says it
     waits for ever from the first run, naming the allocation, and says nothing of a short wait."""
-    from better_compute.domain.timewin import Window as Span
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.domain.kernel.timewin import Window as Span
+    from better_compute.service.gate.mig_gate import Reconciler
     from tests.node_world import NodeWorld
 
     world = NodeWorld(store, tmp_path)
@@ -342,7 +342,7 @@ def test_doctor_refuses_a_mig_waiting_bound_out_of_range(fleet: Store) -> None:
 def test_doctor_an_endpoint_waiting_past_its_bound_is_endpoint_waiting(store: Store, tmp_path: Path) -> None:
     """A `Failed` endpoint (no idle node) and one whose instance's node never reports are named an
     hour after they started waiting, not before; one in service is not."""
-    from better_compute.service import endpoints
+    from better_compute.service.endpoints import endpoints
     from tests.node_world import NodeWorld
     from tests.service.test_endpoints import PLATFORM, body
 
@@ -372,8 +372,8 @@ def test_doctor_ledger_stranded_names_the_reservation_holding_an_atom_it_cannot_
     from dataclasses import replace
 
     from better_compute.bcd.fake import FakeNode
-    from better_compute.service import inventory
-    from better_compute.storage.tables import atoms
+    from better_compute.service.fleet import inventory
+    from better_compute.storage.kernel.tables import atoms
 
     give_mig_quota(fleet)
     acme = bearer(tenant_token(fleet, "acme"))
@@ -410,7 +410,7 @@ def test_doctor_ledger_stranded_names_the_reservation_holding_an_atom_it_cannot_
 def test_doctor_a_gpu_held_whole_and_in_parts_is_an_overlap_sqlite_finds_and_postgresql_refuses(
     fleet: Store,
 ) -> None:
-    from better_compute.storage.tables import atoms
+    from better_compute.storage.kernel.tables import atoms
 
     with fleet.engine.connect() as conn:
         part = dict(conn.execute(select(atoms).where(atoms.c["class"] == "gpu.mig").limit(1)).one()._mapping)

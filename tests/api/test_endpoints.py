@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from better_compute.service.mig_gate import Reconciler
+from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.builders import bearer, tenant_token
 from tests.node_world import NodeWorld

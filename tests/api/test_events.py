@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain import events as ev
-from better_compute.domain.audience import ADMIN_ONLY, TENANT_AUDIENCE
+from better_compute.domain.kernel import events as ev
+from better_compute.domain.ops.audience import ADMIN_ONLY, TENANT_AUDIENCE
 from better_compute.storage.store import Store
 from tests.api.test_reservations import World, error
 from tests.builders import T0, stored_events

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import partition_allocation_id
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import ledger
+from better_compute.service.ledger import ledger
 from better_compute.storage.store import Store
 from better_compute.wire.methods import METHODS
 from tests.builders import T0, admin_token, api_client, at, bearer, stored_events, tenant_token

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import update
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory
+from better_compute.service.fleet import inventory
+from better_compute.storage.kernel.tables import atoms
 from better_compute.storage.store import Store
-from better_compute.storage.tables import atoms
 from tests.builders import T0, admin_token, api_client, at, bearer, fleet_spec, tenant_token
 from tests.node_world import NodeWorld
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from better_compute.domain.records import Tenant
+from better_compute.domain.tenancy.records import Tenant
 from better_compute.storage.store import Store
 from tests.api.test_reservations import World, error
 from tests.builders import T0, admin_token, api_client, bearer, tenant_token

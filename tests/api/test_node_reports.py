@@ -13,8 +13,8 @@ import pytest
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.client import ForbiddenError, UnauthenticatedError
-from better_compute.domain.inventory import GpuReport
-from better_compute.service import joining
+from better_compute.domain.fleet.inventory import GpuReport
+from better_compute.service.fleet import joining
 from better_compute.storage.store import Store
 from tests.builders import stored_events
 from tests.node_world import NodeWorld
@@ -198,7 +198,7 @@ def test_reports_racing_with_one_sequence_number_take_effect_once(world: NodeWor
     with world.store.engine.begin() as conn:
         from sqlalchemy import update
 
-        from better_compute.storage.tables import nodes
+        from better_compute.storage.kernel.tables import nodes
 
         conn.execute(update(nodes).where(nodes.c.id == node).values(report_sequence=0))
     codes: list[int] = []

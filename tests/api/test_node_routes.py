@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import update
 
 from better_compute.client import UnauthenticatedError
-from better_compute.domain.node_reports import HEADERS, signed_bytes
+from better_compute.domain.fleet.node_reports import HEADERS, signed_bytes
+from better_compute.storage.kernel.tables import nodes
 from better_compute.storage.store import Store
-from better_compute.storage.tables import nodes
 from tests.builders import stored_events
 from tests.node_world import NodeWorld
 

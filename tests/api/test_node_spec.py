@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from better_compute.client import UnauthenticatedError
-from better_compute.service import node_spec
+from better_compute.service.gate import node_spec
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.workloads import Workload, WorkloadSpec
+from better_compute.domain.placement.workloads import Workload, WorkloadSpec
 from better_compute.storage.store import Store
 from tests.api.test_tenancy import Api, code, load
 from tests.builders import T0, bearer

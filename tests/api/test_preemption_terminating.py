@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from better_compute.service import workloads
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Stock
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import workloads
+from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
 from tests.api.test_workload_terminating import Fleet
 from tests.builders import CountingIds

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from better_compute.api import app as app_module
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.server import build_app, build_services
 from better_compute.service.services import Services

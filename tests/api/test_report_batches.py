@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from better_compute.client import Compute, ConflictError, InvalidInputError
-from better_compute.service import node_reports
-from better_compute.service.node_reports import Outcome, Sent
-from better_compute.service.ports import StorePort
-from better_compute.service.report_batches import ReportBatches
+from better_compute.service.fleet import node_reports
+from better_compute.service.fleet.node_reports import Outcome, Sent
+from better_compute.service.fleet.report_batches import ReportBatches
+from better_compute.service.kernel.ports import StorePort
 from better_compute.storage.store import Store
 from tests.api.test_node_reports import inventory
 from tests.node_world import NodeWorld

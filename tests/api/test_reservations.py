@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, bearer, real_app, tenant_token
 

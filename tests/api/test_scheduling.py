@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_retry import Retrier
-from better_compute.service.placement_stock import Stock
-from better_compute.service.workloads import Wiring
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ops.placement_retry import Retrier
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.workloads import Wiring
 from better_compute.storage.store import Store
 from tests.builders import T0, CountingIds, admin_token, bearer, real_app
 

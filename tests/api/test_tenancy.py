@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.records import Tenant
+from better_compute.domain.tenancy.records import Tenant
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from better_compute.wire.methods import METHODS

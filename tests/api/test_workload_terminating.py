@@ -164,7 +164,7 @@ def test_a_release_reported_while_a_scale_down_decides_ends_the_replica_it_made_
     replica."""
     from sqlalchemy import text
 
-    from better_compute.service.workloads import _take_away
+    from better_compute.service.placement.workloads import _take_away
     from tests.conftest import _truncate_all
 
     store = Store.open(pg_store_url, migrate_schema=False)

@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 from sqlalchemy import update
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_retry import Retrier
-from better_compute.service.placement_stock import Stock
-from better_compute.service.rederive import rederive_nodes
-from better_compute.service.workloads import Wiring
+from better_compute.service.fleet.rederive import rederive_nodes
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ops.placement_retry import Retrier
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.workloads import Wiring
+from better_compute.storage.kernel.tables import gpus
 from better_compute.storage.store import Store
-from better_compute.storage.tables import gpus
 from tests.builders import T0, CountingIds, admin_token, bearer, real_app, tenant_token
 
 with warnings.catch_warnings():
@@ -556,7 +556,7 @@ def test_allowed_clusters_on_create_become_a_policy_read_edited_by_the_workloads
 def test_the_retrier_places_again_only_after_an_event_that_may_free_devices(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from better_compute.service import workloads
+    from better_compute.service.placement import workloads
 
     passes: list[datetime] = []
     real = workloads.retry

@@ -18,7 +18,7 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.joining import node_client
 from better_compute.bcd.logs import Log
-from better_compute.domain.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.storage.store import Store
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import fleet_spec
@@ -266,7 +266,7 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     assert not daemon.step(False)  # before the fix: CdiError, "has no device to hand over"
 
     # The node says its device is missing; the reservation shows the server's word for it: its
-    # instance is gone from the node, so the booking is stranded (`domain.bindings`).
+    # instance is gone from the node, so the booking is stranded (`domain.fleet.bindings`).
     assert bindings_reported(world, lost)[-1][0] == "device-missing"
     assert "gone" in str(bindings_reported(world, lost)[-1][1])
     assert reservation(world, lost)["binding"] == "stranded"

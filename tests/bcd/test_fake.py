@@ -17,7 +17,7 @@ from better_compute.bcd.gpu import (
     UnknownInstance,
 )
 from better_compute.bcd.inventory import node_report
-from better_compute.domain.errors import NotFound
+from better_compute.domain.kernel.errors import NotFound
 from better_compute.entrypoints.fleet import simulated_nodes
 from tests.builders import fleet_spec
 

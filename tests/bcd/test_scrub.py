@@ -17,7 +17,7 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import GpuError, ZeroingFailed
 from better_compute.bcd.logs import Log
 from better_compute.bcd.scrub import Scrubber, ScrubState, Target
-from better_compute.domain.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import fleet_spec
 

@@ -19,7 +19,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.wait import WebDriverWait
 
-from better_compute.domain.layouts import validate
+from better_compute.domain.catalog.layouts import validate
 from tests.e2e.conftest import Server
 
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from better_compute.entrypoints.cli import app
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.storage.store import Store
 
 

@@ -9,8 +9,8 @@ from datetime import timedelta
 from sqlalchemy import insert
 from typer.testing import CliRunner
 
+from better_compute.storage.kernel.tables import capacity_mig_layouts
 from better_compute.storage.store import Store
-from better_compute.storage.tables import capacity_mig_layouts
 from tests.builders import T0
 from tests.cli.test_resources_cmd import Live, live, run
 

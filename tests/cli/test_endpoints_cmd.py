@@ -15,7 +15,7 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.endpoints_cmd import draw_gpu
 from better_compute.client import Compute
-from better_compute.service.mig_gate import Reconciler
+from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.builders import admin_token, tenant_token
 from tests.node_world import NodeWorld

@@ -16,9 +16,9 @@ from typer.testing import CliRunner
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.client import Compute
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import ledger
+from better_compute.service.ledger import ledger
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, api_client, fleet_spec, tenant_token
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.client import Compute
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.api.test_workloads import fleet

@@ -10,7 +10,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.accounting import (
+from better_compute.domain.fleet.gpu_states import GpuPeriod, GpuState
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.accounting import (
     MAX_BUCKETS,
     STATES,
     Grid,
@@ -19,9 +22,6 @@ from better_compute.domain.accounting import (
     account,
     grid_of,
 )
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.gpu_states import GpuPeriod, GpuState
-from better_compute.domain.timewin import Window
 from tests.builders import T0, at
 
 THREE_G = Fraction(3, 7)

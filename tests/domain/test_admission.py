@@ -6,7 +6,10 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.admission import (
+from better_compute.domain.fleet.pools import SharingMode
+from better_compute.domain.kernel.errors import InvalidInput, InvalidState
+from better_compute.domain.kernel.selectors import EVERYTHING, MatchExpression, Selector
+from better_compute.domain.ledger.admission import (
     MAX_COUNT,
     MAX_SELECTOR_VALUES,
     DeviceRequest,
@@ -17,9 +20,6 @@ from better_compute.domain.admission import (
     parse_device_requests,
     requested_by_class,
 )
-from better_compute.domain.errors import InvalidInput, InvalidState
-from better_compute.domain.pools import SharingMode
-from better_compute.domain.selectors import EVERYTHING, MatchExpression, Selector
 from tests.builders import device_request
 
 

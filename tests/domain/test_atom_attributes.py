@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.atoms import Attributes, compact
+from better_compute.domain.fleet.atoms import Attributes, compact
 
 VALUES = st.one_of(st.text(max_size=8), st.integers(), st.booleans(), st.floats(allow_nan=False))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.atoms import (
+from better_compute.domain.fleet.atoms import (
     atom_id_for,
     attribute_filters,
     check_atom_class,
@@ -13,9 +13,9 @@ from better_compute.domain.atoms import (
     derive_node_atoms,
     nvlink_domains,
 )
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.inventory import GpuReport, NodeReport
-from better_compute.domain.pools import PoolSharing, SharingMode, mps_units
+from better_compute.domain.fleet.inventory import GpuReport, NodeReport
+from better_compute.domain.fleet.pools import PoolSharing, SharingMode, mps_units
+from better_compute.domain.kernel.errors import InvalidInput
 from tests.builders import h100, mig
 
 EXCLUSIVE = PoolSharing("p", "exclusive")

@@ -8,7 +8,9 @@ from fractions import Fraction
 
 import pytest
 
-from better_compute.domain.billing import (
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.billing import (
     Price,
     amount,
     check_currency,
@@ -17,8 +19,6 @@ from better_compute.domain.billing import (
     period,
     rate,
 )
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.timewin import Window
 from tests.builders import T0
 
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.capacity import MAX_FREE_COUNT, check_count, free_by_kind
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.ledger import availability
-from better_compute.domain.timewin import Window, window_asked
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import Window, window_asked
+from better_compute.domain.ledger.capacity import MAX_FREE_COUNT, check_count, free_by_kind
+from better_compute.domain.ledger.ledger import availability
 from tests.builders import T0, at, atom
 
 

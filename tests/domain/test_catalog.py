@@ -19,7 +19,7 @@ from better_compute.domain.catalog import (
     model_for_product,
     parse_driver_version,
 )
-from better_compute.domain.errors import InvalidInput, NotFound, UnknownProfile
+from better_compute.domain.kernel.errors import InvalidInput, NotFound, UnknownProfile
 
 EIGHT = {
     19: ((0, 1, 2, 3, 4, 5, 6), 1),

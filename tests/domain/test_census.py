@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from better_compute.domain.census import ATOM_STATES, atom_census, atom_state
-from better_compute.domain.ledger import is_partition_change, partition_allocation_id
+from better_compute.domain.ledger.ledger import is_partition_change, partition_allocation_id
+from better_compute.domain.metering.census import ATOM_STATES, atom_census, atom_state
 from tests.builders import T0, atom
 
 

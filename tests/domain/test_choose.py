@@ -9,8 +9,9 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from better_compute.domain.atoms import Atom
-from better_compute.domain.choose import (
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.choose import (
     Chosen,
     NoFit,
     choose,
@@ -20,7 +21,6 @@ from better_compute.domain.choose import (
     matching,
     never_fits,
 )
-from better_compute.domain.timewin import Window
 from tests.builders import atom, device_request
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.class_quotas import (
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.placement.class_quotas import (
     DEFAULT_WEIGHT,
     ClassQuota,
     QuotaVerdict,
@@ -12,7 +13,6 @@ from better_compute.domain.class_quotas import (
     is_class_row,
     parse_class_quota,
 )
-from better_compute.domain.errors import InvalidInput
 from tests.builders import T0
 
 H100 = "h100-80gb-sxm"

@@ -1,10 +1,10 @@
-"""Cluster phases and node cordons (domain.clusters): which phases take new work, and the refusals."""
+"""Cluster phases and node cordons (domain.fleet.clusters): which phases take new work, and the refusals."""
 
 from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.clusters import (
+from better_compute.domain.fleet.clusters import (
     PHASES,
     accepts_placements,
     check_cordoned,
@@ -12,7 +12,7 @@ from better_compute.domain.clusters import (
     cluster_not_found,
     node_not_found,
 )
-from better_compute.domain.errors import InvalidInput, NotFound
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
 
 
 def test_only_an_active_cluster_accepts_placements() -> None:

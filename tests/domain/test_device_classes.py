@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain import selectors
-from better_compute.domain.device_classes import belongs_to, count_of, parse_spec
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.priority_classes import MAX_PRIORITY, MIN_PRIORITY, check_priority, priority_class
-from better_compute.domain.tenancy import MAX_CLASS_NAME, check_class_name
+from better_compute.domain.kernel import selectors
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.placement.device_classes import belongs_to, count_of, parse_spec
+from better_compute.domain.placement.priority_classes import (
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_priority,
+    priority_class,
+)
+from better_compute.domain.tenancy.tenancy import MAX_CLASS_NAME, check_class_name
 from better_compute.wire import device_classes as wire_dc
 from better_compute.wire import priority_classes as wire_pc
 from tests.builders import T0, atom

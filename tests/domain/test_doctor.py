@@ -1,4 +1,4 @@
-"""The doctor's rules (domain.doctor): each finding, and the boundaries of the ones that have one."""
+"""The doctor's rules (domain.ops.doctor): each finding, and the boundaries of the ones that have one."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ from datetime import timedelta
 
 import pytest
 
-from better_compute.domain import doctor
-from better_compute.domain.doctor import Finding, FleetFacts, counts, diagnose
-from better_compute.domain.ledger import Booking, partition_allocation_id
-from better_compute.domain.pools import PoolSettings, SharingMode
-from better_compute.domain.records import Gpu, MigLayoutGate, Node, Pool, Quota
-from better_compute.domain.timewin import Window
+from better_compute.domain.fleet.pools import PoolSettings, SharingMode
+from better_compute.domain.fleet.records import Gpu, Node, Pool
+from better_compute.domain.gate.records import MigLayoutGate
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import Booking, partition_allocation_id
+from better_compute.domain.ops import doctor
+from better_compute.domain.ops.doctor import Finding, FleetFacts, counts, diagnose
+from better_compute.domain.tenancy.records import Quota
 from tests.builders import T0, at
 
 SILENT = timedelta(minutes=10)
@@ -368,7 +370,7 @@ def test_only_changes_that_may_wait_past_the_bound_need_their_holders_read() -> 
 def endpoint(
     name: str, status: str, reason: str | None = None, nodes: tuple[str, ...] = ()
 ) -> doctor.EndpointFacts:
-    from better_compute.domain.records import EndpointRecord
+    from better_compute.domain.endpoints.records import EndpointRecord
 
     record = EndpointRecord(name, "platform", {}, status, reason, T0, T0)
     return doctor.EndpointFacts(record, nodes)

@@ -13,7 +13,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from better_compute.domain.catalog import get_model
-from better_compute.domain.endpoint_sizing import (
+from better_compute.domain.catalog.sizing import ModelSpec, Price, memory_needed
+from better_compute.domain.endpoints.endpoint_sizing import (
     MAX_MODELS,
     MAX_PLAN_INSTANCES,
     EndpointPlan,
@@ -23,9 +24,8 @@ from better_compute.domain.endpoint_sizing import (
     maximal_layouts,
     parse_served_models,
 )
-from better_compute.domain.endpoints import check_variant_layout, parse_endpoint
-from better_compute.domain.errors import InvalidInput, NotFound
-from better_compute.domain.sizing import ModelSpec, Price, memory_needed
+from better_compute.domain.endpoints.endpoints import check_variant_layout, parse_endpoint
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
 
 P4D = Price("A100-40GB", 25.251286, 8)
 P5 = Price("H100-80GB", 63.296, 8)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from better_compute.domain.catalog import get_model
-from better_compute.domain.endpoints import (
+from better_compute.domain.endpoints.endpoints import (
     ComponentSpec,
     HostRoom,
     Partition,
@@ -23,7 +23,7 @@ from better_compute.domain.endpoints import (
     place_copies,
     plan_relayout,
 )
-from better_compute.domain.errors import InvalidInput, InvalidState
+from better_compute.domain.kernel.errors import InvalidInput, InvalidState
 
 SEED_TYPES = ["mig-4g.20gb", "mig-2g.10gb", "mig-1g.5gb"]
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.events import (
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.events import (
     EVENT_TYPES,
     Event,
     LedgerBooked,

@@ -6,16 +6,16 @@ from datetime import timedelta
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput, InvalidState
-from better_compute.domain.pools import (
+from better_compute.domain.fleet.pools import (
     check_deletable,
     check_duration_allowed,
     check_settings,
     stored_settings,
 )
-from better_compute.domain.quota import held_at
-from better_compute.domain.reservations import extended_end
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.errors import InvalidInput, InvalidState
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.reservations import extended_end
+from better_compute.domain.tenancy.quota import held_at
 from tests.builders import at
 
 HOUR = timedelta(hours=1)

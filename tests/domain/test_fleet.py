@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.errors import DomainError
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.ops.fleet import parse_fleet
 
 FLEET: dict[str, Any] = {
     "tenants": [{"id": "platform"}],

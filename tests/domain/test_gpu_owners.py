@@ -1,4 +1,4 @@
-"""A GPU belongs to one node (domain.gpu_owners): which uuids of an inventory another node holds, the
+"""A GPU belongs to one node (domain.fleet.gpu_owners): which uuids of an inventory another node holds, the
 first of a batch to name a new one taking it, and when an admin may release a GPU."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidState
-from better_compute.domain.gpu_owners import (
+from better_compute.domain.fleet.gpu_owners import (
     Holder,
     check_releasable,
     owned_elsewhere,
     refused_claims,
     reported_uuids,
 )
+from better_compute.domain.kernel.errors import InvalidState
 from tests.builders import T0, h100, mig
 
 SPLIT = h100(

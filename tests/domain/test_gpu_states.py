@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from better_compute.domain.gpu_states import GpuPeriod, GpuState, StateChange, plan_changes, state_of
-from better_compute.domain.timewin import Window
+from better_compute.domain.fleet.gpu_states import GpuPeriod, GpuState, StateChange, plan_changes, state_of
+from better_compute.domain.kernel.timewin import Window
 from tests.builders import at, atom
 
 HEALTHY = GpuState("g1", "n1", "p", True, False, (("g1/gpu", Fraction(1)),))

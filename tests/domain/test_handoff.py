@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from better_compute.domain.handoff import Held, refusals
+from better_compute.domain.ledger.handoff import Held, refusals
 
 
 def whole(allocation: str, gpu: str = "GPU-1") -> Held:

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import Forbidden, InvalidInput
-from better_compute.domain.iam import Policy, check_policies, parse_policy, reservation_counts
+from better_compute.domain.kernel.errors import Forbidden, InvalidInput
+from better_compute.domain.tenancy.iam import Policy, check_policies, parse_policy, reservation_counts
 
 
 def test_parse_policy() -> None:

@@ -1,4 +1,4 @@
-"""The layout preview planner (domain.layout_preview): when a node could be granted a new layout, who
+"""The layout preview planner (domain.gate.layout_preview): when a node could be granted a new layout, who
 holds it back, what disappears and appears, and the capacity by profile before and after."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
-from better_compute.domain import layouts
-from better_compute.domain.atoms import atom_id_for
-from better_compute.domain.inventory import MigInstance
-from better_compute.domain.layout_preview import (
+from better_compute.domain.catalog import layouts
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.inventory import MigInstance
+from better_compute.domain.fleet.records import Gpu
+from better_compute.domain.gate.layout_preview import (
     AppearingInstance,
     ChangeHold,
     Holder,
@@ -18,8 +19,7 @@ from better_compute.domain.layout_preview import (
     plan_layout_preview,
     plan_node_preview,
 )
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.records import Gpu
+from better_compute.domain.ledger.ledger import partition_allocation_id
 from tests.builders import T0, at
 
 MIXED = "mixed:3g.40gb+2x2g.20gb"

@@ -9,8 +9,7 @@ import pytest
 
 from better_compute.domain import catalog
 from better_compute.domain.catalog import GpuModel, MigProfile, get_model
-from better_compute.domain.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
-from better_compute.domain.layouts import (
+from better_compute.domain.catalog.layouts import (
     Layout,
     PlacedInstance,
     fit_count,
@@ -22,6 +21,7 @@ from better_compute.domain.layouts import (
     partition_types,
     validate,
 )
+from better_compute.domain.kernel.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
 
 # --- grammar ------------------------------------------------------------------------------------
 

@@ -6,8 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from better_compute.domain.catalog import GpuModel, mig_models
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.layouts import (
+from better_compute.domain.catalog.layouts import (
     InstancePlacement,
     Layout,
     format_layout,
@@ -15,6 +14,7 @@ from better_compute.domain.layouts import (
     parse_layout,
     validate,
 )
+from better_compute.domain.kernel.errors import InvalidInput
 
 MODELS = mig_models()
 

@@ -10,10 +10,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.atoms import derive_gpu_atoms
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.inventory import GpuReport, MigInstance
-from better_compute.domain.metering import (
+from better_compute.domain.fleet.atoms import derive_gpu_atoms
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance
+from better_compute.domain.fleet.pools import PoolSharing
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.metering import (
     HeldTotal,
     check_cursor,
     held,
@@ -23,8 +25,6 @@ from better_compute.domain.metering import (
     share,
     shown,
 )
-from better_compute.domain.pools import PoolSharing
-from better_compute.domain.timewin import Window
 from tests.builders import T0, at, atom, h100
 
 RTX_PRO_6000 = "NVIDIA RTX PRO 6000 Blackwell Server Edition"

@@ -1,13 +1,14 @@
-"""The layout gate's pure rules (domain.mig_gate)."""
+"""The layout gate's pure rules (domain.gate.mig_gate)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
 
-from better_compute.domain import mig_gate as rules
-from better_compute.domain.pools import PoolSettings
-from better_compute.domain.records import MigLayoutGate, Pool
+from better_compute.domain.fleet.pools import PoolSettings
+from better_compute.domain.fleet.records import Pool
+from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.gate.records import MigLayoutGate
 from tests.builders import T0
 
 OLD, NEW = "all-1g.10gb", "mixed:3g.40gb+2x2g.20gb"

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.domain.catalog import get_model
-from better_compute.domain.inventory import GpuReport
-from better_compute.domain.mig_plan import converged, plan_gpu, plan_node
+from better_compute.domain.fleet.inventory import GpuReport
+from better_compute.domain.fleet.mig_plan import converged, plan_gpu, plan_node
 
 H100 = get_model("H100-80GB")
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from better_compute.domain.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
-from better_compute.domain.layouts import parse_layout
-from better_compute.domain.migparted import (
+from better_compute.domain.catalog.layouts import parse_layout
+from better_compute.domain.catalog.migparted import (
     NamedLayout,
     config_names,
     default_config_name,
@@ -15,6 +14,7 @@ from better_compute.domain.migparted import (
     export_mig_parted,
     import_mig_parted,
 )
+from better_compute.domain.kernel.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
 
 
 def test_export_one_layout() -> None:

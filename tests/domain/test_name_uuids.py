@@ -8,7 +8,7 @@ import uuid
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.name_uuids import uuid5_hex, uuid5_text
+from better_compute.domain.kernel.name_uuids import uuid5_hex, uuid5_text
 
 NAMESPACE = uuid.UUID("6f1d8e52-3c1b-4b8e-9a55-0c5b3f1e2a77")
 

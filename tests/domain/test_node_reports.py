@@ -7,17 +7,17 @@ from datetime import timedelta
 
 import pytest
 
-from better_compute.domain.bindings import binding_of
-from better_compute.domain.errors import InvalidInput, Unauthenticated
-from better_compute.domain.join_tokens import JOIN_TOKEN_TTL, JoinToken, check_join_token, token_ttl
-from better_compute.domain.node_reports import (
+from better_compute.domain.fleet.bindings import binding_of
+from better_compute.domain.fleet.join_tokens import JOIN_TOKEN_TTL, JoinToken, check_join_token, token_ttl
+from better_compute.domain.fleet.node_reports import (
     check_fresh,
     check_same_node,
     check_sequence,
     parse_signed,
     signed_bytes,
 )
-from better_compute.domain.node_spec import MAX_WAIT, check_wait, next_generation
+from better_compute.domain.gate.node_spec import MAX_WAIT, check_wait, next_generation
+from better_compute.domain.kernel.errors import InvalidInput, Unauthenticated
 from tests.builders import T0
 
 

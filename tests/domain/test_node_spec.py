@@ -8,12 +8,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.atoms import Atom, derive_node_atoms
-from better_compute.domain.inventory import GpuReport
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.node_spec import LiveHold, NodeSpec, plan_spec
-from better_compute.domain.pools import PoolSettings
-from better_compute.domain.records import Gpu, Pool
+from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
+from better_compute.domain.fleet.inventory import GpuReport
+from better_compute.domain.fleet.pools import PoolSettings
+from better_compute.domain.fleet.records import Gpu, Pool
+from better_compute.domain.gate.node_spec import LiveHold, NodeSpec, plan_spec
+from better_compute.domain.ledger.ledger import partition_allocation_id
 from tests.builders import T0
 
 POOL = Pool("p1", "p1", "c1", "platform", "mig", PoolSettings(mig_layout="all-1g.10gb"), "gpu", 1, T0)

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput, NotFound
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.placement.capability import (
     Capability,
     Kind,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.iam import Policy, parse_policy, updated
+from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.placement.constraints import (
     MAX_ITEMS,
     Constraints,
@@ -17,7 +17,7 @@ from better_compute.domain.placement.constraints import (
     deny,
     parse_constraints,
 )
-from better_compute.domain.records import Cluster
+from better_compute.domain.tenancy.iam import Policy, parse_policy, updated
 from tests.builders import T0
 
 FRA = Cluster("fra-1", "eu-central", ("eu", "de"), "active", T0)

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 
-from better_compute.domain.billing import Price
+from better_compute.domain.metering.billing import Price
 from better_compute.domain.placement.costs import Cost, money, replica_cost
 from better_compute.domain.placement.topology import Room
 from better_compute.domain.placement.verdicts import Ask, ClusterFigures, plan_placement

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidInput, QuotaExceeded
-from better_compute.domain.quota import check_quota, effective_limit, in_use, parse_quota_limits
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.errors import InvalidInput, QuotaExceeded
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.tenancy.quota import check_quota, effective_limit, in_use, parse_quota_limits
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
 

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import IdempotencyKeyReused, InvalidState
-from better_compute.domain.reservations import (
+from better_compute.domain.kernel.errors import IdempotencyKeyReused, InvalidState
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.reservations import (
     STORED_STATUSES,
     TRANSITIONS,
     ReservationStatus,
@@ -21,7 +22,6 @@ from better_compute.domain.reservations import (
     request_fingerprint,
     status_at,
 )
-from better_compute.domain.timewin import Window
 
 T0 = datetime(2025, 3, 1, 12, tzinfo=UTC)
 WINDOW = Window(T0, T0 + timedelta(hours=4))

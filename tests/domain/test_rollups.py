@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from fractions import Fraction
 
-from better_compute.domain.accounting import grid_of
-from better_compute.domain.records import Gpu
-from better_compute.domain.rollups import ClassCount, ModelCount, by_pool, summary, timeline
-from better_compute.domain.timewin import Window
+from better_compute.domain.fleet.records import Gpu
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.accounting import grid_of
+from better_compute.domain.metering.rollups import ClassCount, ModelCount, by_pool, summary, timeline
 from tests.builders import T0, at, atom
 
 

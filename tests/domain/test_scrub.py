@@ -1,5 +1,5 @@
 """Scrubbing between tenants as pure rules: which `policy.scrub` each sharing mode takes, and which
-atoms are owed a scrub, to whom (domain.scrub)."""
+atoms are owed a scrub, to whom (domain.ledger.scrub)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.pools import SHARING_MODES, PoolSettings, check_settings, stored_settings
-from better_compute.domain.scrub import EndedHold, owed_by, owed_to_others
+from better_compute.domain.fleet.pools import SHARING_MODES, PoolSettings, check_settings, stored_settings
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.ledger.scrub import EndedHold, owed_by, owed_to_others
+from better_compute.domain.ops.fleet import parse_fleet
 from tests.builders import T0, at, small_fleet
 
 ALLOWED = {

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.selectors import (
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.selectors import (
     EVERYTHING,
     MAX_EXPRESSIONS,
     MAX_VALUE_LENGTH,

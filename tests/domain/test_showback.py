@@ -1,4 +1,4 @@
-"""`domain.showback`: a component's line adds its copies' GPU-hours and cost; unpriced time leaves
+"""`domain.metering.showback`: a component's line adds its copies' GPU-hours and cost; unpriced time leaves
 the amount unknown rather than understated."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from fractions import Fraction
 
-from better_compute.domain.showback import CopyTotal, gpu_hour_price, showback
+from better_compute.domain.metering.showback import CopyTotal, gpu_hour_price, showback
 
 HOUR_US = 3_600_000_000
 

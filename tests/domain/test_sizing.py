@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.errors import InvalidInput, NotFound
-from better_compute.domain.sizing import (
+from better_compute.domain.catalog.sizing import (
     GIB,
     PRESETS,
     ModelSpec,
@@ -16,6 +15,7 @@ from better_compute.domain.sizing import (
     memory_needed,
     preset,
 )
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
 
 
 def test_presets_exist() -> None:

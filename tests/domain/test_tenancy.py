@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import InvalidInput, NotFound
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.tenancy import (
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.tenancy import (
     check_grantee,
     check_name,
     check_ref,

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.timewin import (
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import (
     MAX_DURATION_TEXT,
     START_TOLERANCE,
     Window,

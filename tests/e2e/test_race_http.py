@@ -17,10 +17,10 @@ import httpx
 import psycopg
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials, quotas, tenants
+from better_compute.service.tenancy import credentials, quotas, tenants
 from better_compute.storage.store import Store
 from tests.builders import ids, small_fleet
 from tests.conftest import own_database

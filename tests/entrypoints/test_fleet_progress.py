@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import fleet_progress, load_fleet
-from better_compute.service import inventory
+from better_compute.service.fleet import inventory
 from better_compute.storage.store import Store
 from tests.builders import T0
 

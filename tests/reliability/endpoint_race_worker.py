@@ -7,10 +7,11 @@ import itertools
 from collections import Counter
 from typing import Any
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.service import endpoints, reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.service.endpoints import endpoints
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0
 

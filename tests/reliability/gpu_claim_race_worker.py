@@ -11,10 +11,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from better_compute.domain.errors import DomainError
-from better_compute.domain.inventory import GpuReport
-from better_compute.domain.node_reports import InventoryReported, Report, SignedRequest, signed_bytes
-from better_compute.service import node_reports
+from better_compute.domain.fleet.inventory import GpuReport
+from better_compute.domain.fleet.node_reports import InventoryReported, Report, SignedRequest, signed_bytes
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.service.fleet import node_reports
 from better_compute.storage.store import Store
 
 

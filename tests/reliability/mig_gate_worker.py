@@ -10,8 +10,8 @@ from multiprocessing.connection import Connection
 
 from sqlalchemy import text
 
-from better_compute.domain import mig_gate as rules
-from better_compute.service.mig_gate import Reconciler
+from better_compute.domain.gate import mig_gate as rules
+from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 
 

@@ -11,11 +11,12 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.service import pools, reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import Reconciler
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.service.fleet import pools
+from better_compute.service.gate.mig_gate import Reconciler
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0
 

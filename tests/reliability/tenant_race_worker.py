@@ -12,10 +12,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.service import reservations, tenants
-from better_compute.service.booking_index import BookingIndex
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import tenants
 from better_compute.storage.store import Store
 from tests.builders import T0
 

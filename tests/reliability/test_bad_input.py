@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain import admission, selectors, timewin
+from better_compute.domain.kernel import selectors, timewin
+from better_compute.domain.ledger import admission
 from better_compute.entrypoints import openapi
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store

@@ -14,9 +14,9 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import endpoints
+from better_compute.service.endpoints import endpoints
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 from tests.reliability.endpoint_race_worker import OWNER, book, create, retry

@@ -37,11 +37,12 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.core import NotSet
 from schemathesis.core.transport import Response
 
-from better_compute.domain.credentials import Principal
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints import openapi
 from better_compute.entrypoints.fleet import load_fleet, read_fleet
-from better_compute.service import pools, reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.fleet import pools
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, admin_token, real_app, tenant_token
 

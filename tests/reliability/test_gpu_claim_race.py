@@ -2,7 +2,7 @@
 
 Each node's report checks who holds the uuids it names before it writes, but two reports of a brand
 new GPU both find it held by nobody; the one to commit second must not overwrite the first's GPU row
-(the upsert's ON CONFLICT would). storage.gpus writes a node's claim on a uuid only where no other
+(the upsert's ON CONFLICT would). storage.fleet.gpus writes a node's claim on a uuid only where no other
 node's is: the second waits on the first's uncommitted row, and is refused once it commits. The
 exact interleaving is forced first; then real processes, one per node, race round after round, and
 the outcome is checked by SQL.
@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from sqlalchemy import text
 
 from better_compute.bcd.identity import public_key_text
-from better_compute.domain.inventory import NodeReport
+from better_compute.domain.fleet.inventory import NodeReport
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, joining
-from better_compute.service.rederive import stored_reports
+from better_compute.service.fleet import inventory, joining
+from better_compute.service.fleet.rederive import stored_reports
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.reliability.gpu_claim_race_worker import new_gpu, race

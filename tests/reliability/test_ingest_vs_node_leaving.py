@@ -20,13 +20,14 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, reservations
-from better_compute.service import pools as pools_service
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.rederive import stored_reports
+from better_compute.service.fleet import inventory
+from better_compute.service.fleet import pools as pools_service
+from better_compute.service.fleet.rederive import stored_reports
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, at, small_fleet
 from tests.reliability.interleave import until_blocked

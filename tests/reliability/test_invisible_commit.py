@@ -18,12 +18,12 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import booking_index, reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ledger import booking_index, reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 from tests.reliability.interleave import libpq_url, until_blocked

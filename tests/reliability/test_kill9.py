@@ -24,10 +24,10 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials, quotas
+from better_compute.service.tenancy import credentials, quotas
 from better_compute.storage.store import Store
 from tests.builders import ids, small_fleet
 from tests.conftest import own_database

@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.records import Quota
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.builders import small_fleet

@@ -13,10 +13,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import node_spec, pools
+from better_compute.service.fleet import pools
+from better_compute.service.gate import node_spec
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 from tests.reliability import mig_gate_worker

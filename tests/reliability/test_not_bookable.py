@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.errors import DomainError
+from better_compute.domain.kernel.errors import DomainError
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.reliability.pool_race_worker import OWNER

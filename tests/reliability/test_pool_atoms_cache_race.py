@@ -17,14 +17,14 @@ import threading
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import pools as pools_service
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.storage import atoms as atoms_repo
+from better_compute.service.fleet import pools as pools_service
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.storage.fleet import atoms as atoms_repo
 from better_compute.storage.store import Store
 from tests.builders import T0, settle_gate, small_fleet
 

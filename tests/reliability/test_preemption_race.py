@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import pools, priority_classes
+from better_compute.service.fleet import pools
+from better_compute.service.placement import priority_classes
 from better_compute.storage.store import Store
 from tests.reliability.preemption_race_worker import ADMIN, DEVICE_CLASS, run
 from tests.reliability.test_workload_race import ORPHANS_SQL, OVERLAPS_SQL, REPLICA_BOOKINGS_SQL

@@ -8,14 +8,14 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import workloads
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Stock
-from better_compute.service.ports import Tx
+from better_compute.service.kernel.ports import Tx
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import workloads
+from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
 
 pytestmark = pytest.mark.postgres

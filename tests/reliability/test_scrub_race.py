@@ -1,6 +1,6 @@
 """A rebook by another tenant racing a release never ends with that tenant on an unscrubbed atom.
 
-In a pool that scrubs between tenants, an atom one tenant released is owed a scrub (domain.scrub).
+In a pool that scrubs between tenants, an atom one tenant released is owed a scrub (domain.ledger.scrub).
 Admission looks that up in its own transaction, and its booking statement re-checks it under the
 atoms' locks: a release that commits while the booking waits for those locks marks the atom's row,
 which the booking then re-reads. The exact interleaving is forced on PostgreSQL (SQLite serialises
@@ -19,12 +19,13 @@ from datetime import datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import pools as pools_service
-from better_compute.service import quotas, reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.fleet import pools as pools_service
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import quotas
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.reliability.interleave import until_blocked
@@ -116,7 +117,7 @@ def test_a_rebook_waiting_on_the_release_is_refused_the_atom_it_released(pg_stor
 
 
 def _released(allocation_id: str, at: datetime) -> object:
-    from better_compute.domain.events import LedgerReleased
+    from better_compute.domain.kernel.events import LedgerReleased
 
     return LedgerReleased(allocation_id, at)
 

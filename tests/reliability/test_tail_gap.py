@@ -17,12 +17,12 @@ import threading
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.event_tail import PAGE
+from better_compute.service.kernel.event_tail import PAGE
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 
@@ -88,10 +88,10 @@ def test_a_refused_pool_change_on_a_large_pool_hangs_admission(
     a pool of more nodes than PAGE that is a run of > PAGE ids nobody will ever see. PAGE is lowered
     to 3 here so that a 5-node pool shows it; with the real PAGE it takes a pool of 5001+ nodes (or a
     refused fleet load)."""
-    from better_compute.domain.errors import DomainError
-    from better_compute.service import event_tail
-    from better_compute.service import pools as pools_service
-    from better_compute.storage import events as storage_events
+    from better_compute.domain.kernel.errors import DomainError
+    from better_compute.service.fleet import pools as pools_service
+    from better_compute.service.kernel import event_tail
+    from better_compute.storage.kernel import events as storage_events
 
     monkeypatch.setattr(event_tail, "PAGE", 3)
     monkeypatch.setattr(storage_events, "EVENT_PAGE", 3)

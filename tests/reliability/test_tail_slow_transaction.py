@@ -17,16 +17,16 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.domain.events import TenantCreated, WorkloadCreated
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.kernel.events import TenantCreated, WorkloadCreated
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.storage.events import SqlEvents
-from better_compute.storage.ledger import SqlLedger
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.storage.kernel.events import SqlEvents
+from better_compute.storage.ledger.ledger import SqlLedger
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 

@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials, pools, reservations, tenants
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.fleet import pools
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import credentials, tenants
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 from tests.reliability import tenant_race_worker

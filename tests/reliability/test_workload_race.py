@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import class_quotas, pools
+from better_compute.service.fleet import pools
+from better_compute.service.placement import class_quotas
 from better_compute.storage.store import Store
 from tests.reliability.workload_race_worker import ADMIN, DEVICE_CLASS, run
 

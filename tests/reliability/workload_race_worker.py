@@ -8,12 +8,12 @@ import random
 from collections import Counter
 from datetime import UTC, datetime
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import workloads
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Stock
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import workloads
+from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="race-admin")

@@ -9,11 +9,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from better_compute.domain.timewin import Window
-from better_compute.service.booking_index import KEEP_ENDED, BookingIndex
-from better_compute.service.event_tail import Cursor, EventTail, LogSnapshot
-from better_compute.service.ports import LiveBooking
-from better_compute.storage.events import logged
+from better_compute.domain.kernel.timewin import Window
+from better_compute.service.kernel.event_tail import Cursor, EventTail, LogSnapshot
+from better_compute.service.kernel.ports import LiveBooking
+from better_compute.service.ledger.booking_index import KEEP_ENDED, BookingIndex
+from better_compute.storage.kernel.events import logged
 from tests.builders import T0, at
 
 
@@ -243,9 +243,9 @@ def test_unbounded_selector_cache_keeps_at_most_matching_cache_shapes() -> None:
     """Distinct selectors, refused requests included, no longer grow a process's memory for ever
     (issue: 20 distinct 1M-value selectors took a process from 113 to 718 MB): a pool keeps the
     matching atoms of the most recently used shapes only."""
-    from better_compute.domain.admission import DeviceRequest
-    from better_compute.domain.selectors import parse_selector
-    from better_compute.service.booking_index import MATCHING_CACHE, PoolAtoms
+    from better_compute.domain.kernel.selectors import parse_selector
+    from better_compute.domain.ledger.admission import DeviceRequest
+    from better_compute.service.ledger.booking_index import MATCHING_CACHE, PoolAtoms
 
     pool = PoolAtoms({})
     for n in range(MATCHING_CACHE + 50):
@@ -272,7 +272,7 @@ def test_the_tail_says_how_long_a_gap_has_been_open_and_never_gives_up_on_it() -
 
 
 def test_a_pools_atoms_on_cordoned_nodes_are_kept_but_never_offered() -> None:
-    from better_compute.service.booking_index import PoolAtoms
+    from better_compute.service.ledger.booking_index import PoolAtoms
     from tests.builders import atom, device_request
 
     atoms = [atom("g1", node="n1"), atom("g2", node="n2"), atom("g3", node="n2")]
@@ -285,8 +285,8 @@ def test_a_pools_atoms_on_cordoned_nodes_are_kept_but_never_offered() -> None:
 
 
 def test_a_cordon_makes_the_index_read_pool_atoms_again_and_a_phase_does_not() -> None:
-    from better_compute.domain.events import ClusterUpdated, LoggedEvent, NodeCordoned, NodeUncordoned
-    from better_compute.service.booking_index import PoolAtoms
+    from better_compute.domain.kernel.events import ClusterUpdated, LoggedEvent, NodeCordoned, NodeUncordoned
+    from better_compute.service.ledger.booking_index import PoolAtoms
 
     index = BookingIndex()
     for event, kept in (
@@ -303,7 +303,7 @@ def test_workload_events_keep_every_pools_atoms() -> None:
     """A workload's own events change no pool's atoms (its replicas' bookings arrive as ledger
     events): the index keeps its pools' atoms through them, or every placement would read them all
     again (a create over 20 pools took 15 times as long)."""
-    from better_compute.domain.events import (
+    from better_compute.domain.kernel.events import (
         DeploymentUpdated,
         LoggedEvent,
         NodeInventoryChanged,
@@ -480,7 +480,7 @@ def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
 ) -> None:
     """Nodes' atoms replaced, GPUs moved between nodes, a changed node cordoned that had no atom
     before: the refreshed pool is the pool read anew."""
-    from better_compute.service.booking_index import PoolAtoms
+    from better_compute.service.ledger.booking_index import PoolAtoms
     from tests.builders import device_request
 
     old = _fleet_atoms(before)
@@ -507,7 +507,7 @@ def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
 
 
 def test_a_nodes_new_inventory_reads_that_nodes_atoms_again_not_the_pools() -> None:
-    from better_compute.domain.events import LoggedEvent, NodeInventoryChanged
+    from better_compute.domain.kernel.events import LoggedEvent, NodeInventoryChanged
     from tests.builders import atom
 
     rows = {"n1": [atom("g1", "mig:1.0", node="n1")], "n2": [atom("g2", "mig:1.0", node="n2")]}
@@ -544,7 +544,7 @@ def test_a_booking_of_a_gpus_whole_atom_takes_its_parts_and_a_parts_booking_take
     """Admission's answer to "is it free" counts every live booking of a GPU's family, from the
     ledger and from events alike, whether or not the booked atom is bookable now: the index knows
     each booking's GPU (`gpuId`)."""
-    from better_compute.service.booking_index import FamilyMember
+    from better_compute.service.ledger.booking_index import FamilyMember
 
     held = [LiveBooking("whole", "g1-parent", at(1), at(3), "t", "p1", "gpu", "GPU-1")]
     ledger = _Ledger(held)

@@ -1,4 +1,4 @@
-"""`service.class_quotas.figures` on SQLite and PostgreSQL: a tenant's rows for a device class and the
+"""`service.placement.class_quotas.figures` on SQLite and PostgreSQL: a tenant's rows for a device class and the
 devices of the class it holds now per cluster, read from live bookings on atoms of the class."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.errors import NotFound
-from better_compute.service import class_quotas
+from better_compute.domain.kernel.errors import NotFound
+from better_compute.service.placement import class_quotas
 from better_compute.storage.store import Store
 from tests.api.test_class_quotas import CLUSTER_ROW, World
 from tests.builders import T0

@@ -11,12 +11,14 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.credentials import Principal, RecalledPrincipal, hash_token
-from better_compute.domain.errors import Unauthenticated
+from better_compute.domain.kernel.errors import Unauthenticated
+from better_compute.domain.tenancy.credentials import Principal, RecalledPrincipal, hash_token
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials, pools, reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.credentials import TokenMemory
+from better_compute.service.fleet import pools
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import credentials
+from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.storage.store import Store
 from tests.builders import T0, CountingIds, at, fleet_spec
 

@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
-from better_compute.domain.admission import DeviceRequest
-from better_compute.domain.atoms import Atom
-from better_compute.domain.choose import Chosen
-from better_compute.domain.timewin import Window
-from better_compute.service.booking_index import BookingIndex, PoolAtoms
-from better_compute.service.event_tail import Cursor, LogSnapshot
-from better_compute.service.reservations import _decide, _earliest
-from better_compute.storage.events import logged
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.admission import DeviceRequest
+from better_compute.domain.ledger.choose import Chosen
+from better_compute.service.kernel.event_tail import Cursor, LogSnapshot
+from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.ledger.reservations import _decide, _earliest
+from better_compute.storage.kernel.events import logged
 from tests.builders import T0, at, atom, device_request
 
 

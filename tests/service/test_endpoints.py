@@ -13,8 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from better_compute.bcd.daemon import Daemon
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import (
+from better_compute.domain.kernel.errors import (
     AlreadyExists,
     Forbidden,
     InvalidInput,
@@ -22,12 +21,13 @@ from better_compute.domain.errors import (
     NotFound,
     UnknownProfile,
 )
-from better_compute.service import components, endpoints
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import Reconciler
-from better_compute.service.placement_retry import Retrier
-from better_compute.service.placement_stock import Stock
-from better_compute.service.workloads import Wiring
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.service.endpoints import components, endpoints
+from better_compute.service.gate.mig_gate import Reconciler
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ops.placement_retry import Retrier
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.workloads import Wiring
 from better_compute.storage.store import Store
 from tests.builders import CountingIds
 from tests.node_world import NodeWorld

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import pools
+from better_compute.service.fleet import pools
 from better_compute.storage.store import Store
 from tests.builders import T0, at, small_fleet, stored_events
 

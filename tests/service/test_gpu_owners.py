@@ -1,4 +1,4 @@
-"""A GPU belongs to one node (domain.gpu_owners) on every path that writes inventory, on SQLite and
+"""A GPU belongs to one node (domain.fleet.gpu_owners) on every path that writes inventory, on SQLite and
 PostgreSQL: a fleet file's load, one ingest of several nodes, the database's own fence, and how a GPU
 moves: its node reports it gone, or an admin releases it (`nodes.releaseGpu`)."""
 
@@ -10,13 +10,21 @@ from datetime import timedelta
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError, Forbidden, GpuOwnedElsewhere, InvalidState, NotFound
-from better_compute.domain.inventory import NodeReport
+from better_compute.domain.fleet.inventory import NodeReport
+from better_compute.domain.kernel.errors import (
+    DomainError,
+    Forbidden,
+    GpuOwnedElsewhere,
+    InvalidState,
+    NotFound,
+)
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import gpu_owners, inventory, quotas, reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.rederive import stored_reports
+from better_compute.service.fleet import gpu_owners, inventory
+from better_compute.service.fleet.rederive import stored_reports
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import quotas
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec, stored_events
 

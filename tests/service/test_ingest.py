@@ -7,12 +7,14 @@ from dataclasses import replace
 import pytest
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.atoms import Atom
-from better_compute.domain.errors import InvalidState, NotFound
-from better_compute.domain.inventory import NodeReport
-from better_compute.domain.records import Gpu
-from better_compute.domain.timewin import Window
-from better_compute.service import fleet, inventory, ledger
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.inventory import NodeReport
+from better_compute.domain.fleet.records import Gpu
+from better_compute.domain.kernel.errors import InvalidState, NotFound
+from better_compute.domain.kernel.timewin import Window
+from better_compute.service.fleet import inventory
+from better_compute.service.ledger import ledger
+from better_compute.service.ops import fleet
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec, stored_events
 

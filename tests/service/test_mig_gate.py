@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import text, update
 
-from better_compute.domain import mig_gate as rules
-from better_compute.domain.ledger import partition_allocation_id
-from better_compute.domain.timewin import Window
-from better_compute.service import node_spec
-from better_compute.service.mig_gate import LEASE, RECHECK, Reconciler
+from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import partition_allocation_id
+from better_compute.service.gate import node_spec
+from better_compute.service.gate.mig_gate import LEASE, RECHECK, Reconciler
+from better_compute.storage.kernel.tables import nodes
 from better_compute.storage.store import Store
-from better_compute.storage.tables import nodes
 from tests.node_world import NodeWorld
 
 NEW = "mixed:3g.40gb+2x2g.20gb"

@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import class_quotas, clusters, credentials, policies, pools, tenants
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Catalog, Rules, Stock
+from better_compute.service.fleet import clusters, pools
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import class_quotas
+from better_compute.service.placement.placement_stock import Catalog, Rules, Stock
+from better_compute.service.tenancy import credentials, policies, tenants
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")

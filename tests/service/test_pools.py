@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain import mig_gate as rules
-from better_compute.domain.atoms import Atom
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import (
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.kernel.errors import (
     ConcurrentChange,
     Conflict,
     Forbidden,
@@ -22,11 +21,15 @@ from better_compute.domain.errors import (
     InvalidState,
     NotFound,
 )
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, ledger, mig_gate, pools, quotas
-from better_compute.service.ports import Tx
+from better_compute.service.fleet import inventory, pools
+from better_compute.service.gate import mig_gate
+from better_compute.service.kernel.ports import Tx
+from better_compute.service.ledger import ledger
+from better_compute.service.tenancy import quotas
 from better_compute.storage.store import Store
 from tests.builders import T0, at, bare_fleet, stored_events
 

@@ -11,10 +11,10 @@ from typing import Any, cast
 
 import pytest
 
-from better_compute.domain.node_reports import SignedRequest
-from better_compute.service.node_reports import Accepted, Outcome, Sent
-from better_compute.service.ports import StorePort
-from better_compute.service.report_batches import ReportBatches
+from better_compute.domain.fleet.node_reports import SignedRequest
+from better_compute.service.fleet.node_reports import Accepted, Outcome, Sent
+from better_compute.service.fleet.report_batches import ReportBatches
+from better_compute.service.kernel.ports import StorePort
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 STORE = cast(StorePort, object())

@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 

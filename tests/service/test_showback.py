@@ -12,11 +12,12 @@ from pathlib import Path
 
 from sqlalchemy import text
 
-from better_compute.domain.showback import ShowbackLine
-from better_compute.service import components, endpoints, inventory
-from better_compute.service.bills import get_bill
-from better_compute.service.mig_gate import Reconciler
-from better_compute.storage import migrate
+from better_compute.domain.metering.showback import ShowbackLine
+from better_compute.service.endpoints import components, endpoints
+from better_compute.service.fleet import inventory
+from better_compute.service.gate.mig_gate import Reconciler
+from better_compute.service.metering.bills import get_bill
+from better_compute.storage.kernel import migrate
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
 from tests.service.test_endpoints import (

@@ -7,12 +7,12 @@ a new attempt each time, which under many concurrent creates was a third of them
 
 from __future__ import annotations
 
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import workloads
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.placement_stock import Stock
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import workloads
+from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
 from tests.service.test_workload_settle import ADMIN, NOW, body, fleet
 

@@ -8,16 +8,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.events import LoggedEvent
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service import workloads
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.event_tail import Cursor, LogSnapshot
-from better_compute.service.placement_stock import Stock
-from better_compute.service.ports import Tx
+from better_compute.service.kernel.event_tail import Cursor, LogSnapshot
+from better_compute.service.kernel.ports import Tx
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement import workloads
+from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")

@@ -68,9 +68,9 @@ import yaml
 
 from better_compute.bcd.fake import KEPT_STATE
 from better_compute.bcd.joining import join
-from better_compute.domain.fleet import parse_fleet
+from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.storage.store import Store
 from tests.builders import ids, small_fleet
 from tests.conftest import own_database

@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.atoms import atom_id_for
-from better_compute.domain.timewin import Window
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.kernel.timewin import Window
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.builders import fleet_spec

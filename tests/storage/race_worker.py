@@ -5,9 +5,9 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from better_compute.domain.errors import BookingConflict
-from better_compute.domain.timewin import Window
-from better_compute.service import ledger
+from better_compute.domain.kernel.errors import BookingConflict
+from better_compute.domain.kernel.timewin import Window
+from better_compute.service.ledger import ledger
 from better_compute.storage.store import Store
 from tests.builders import T0
 

@@ -14,12 +14,12 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import Unavailable
+from better_compute.domain.kernel.errors import Unavailable
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.storage import pg_simple
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.storage.kernel import pg_simple
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.conftest import _truncate_all

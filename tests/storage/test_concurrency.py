@@ -8,7 +8,7 @@ from collections import Counter
 from sqlalchemy import text
 
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory
+from better_compute.service.fleet import inventory
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.storage.race_worker import race

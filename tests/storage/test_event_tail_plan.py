@@ -11,8 +11,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from better_compute.storage import pg_simple
-from better_compute.storage.reservations import _PG_TAIL_EVENTS, _PG_TAIL_STATE
+from better_compute.storage.kernel import pg_simple
+from better_compute.storage.ledger.reservations import _PG_TAIL_EVENTS, _PG_TAIL_STATE
 from better_compute.storage.store import Store
 
 

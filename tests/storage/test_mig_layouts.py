@@ -6,10 +6,10 @@ from datetime import timedelta
 
 from sqlalchemy import insert
 
-from better_compute.domain.records import MigLayoutGate
+from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.storage.kernel.tables import capacity_mig_layouts
 from better_compute.storage.store import Store
-from better_compute.storage.tables import capacity_mig_layouts
 from tests.builders import T0, at, fleet_spec
 
 

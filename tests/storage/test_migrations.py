@@ -9,9 +9,9 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import inspect, text
 
-from better_compute.storage import migrate
+from better_compute.storage.kernel import migrate
+from better_compute.storage.kernel.tables import metadata
 from better_compute.storage.store import Store
-from better_compute.storage.tables import metadata
 
 
 def test_migrated_schema_matches_the_tables(store: Store) -> None:
@@ -90,8 +90,8 @@ def test_capacity_history_starts_with_one_open_period_per_present_gpu(store: Sto
     """A database from before the history (revision 0006) gets each GPU's state as it is now."""
     from fractions import Fraction
 
-    from better_compute.domain.fleet import parse_fleet
-    from better_compute.domain.timewin import Window
+    from better_compute.domain.kernel.timewin import Window
+    from better_compute.domain.ops.fleet import parse_fleet
     from better_compute.entrypoints.fleet import load_fleet
     from tests.builders import T0, small_fleet
 
@@ -118,9 +118,9 @@ def test_policies_from_before_subjects_become_their_tenants(store: Store) -> Non
     tenant's, with no constraints, at generation 1; and going down drops only what it cannot hold."""
     from dataclasses import replace
 
-    from better_compute.domain.fleet import parse_fleet
-    from better_compute.domain.iam import Policy
+    from better_compute.domain.ops.fleet import parse_fleet
     from better_compute.domain.placement.constraints import Constraints
+    from better_compute.domain.tenancy.iam import Policy
     from better_compute.entrypoints.fleet import load_fleet
     from tests.builders import T0, small_fleet
 

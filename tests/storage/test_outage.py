@@ -1,5 +1,5 @@
 """A database that cannot be reached or written is told apart from our own faults once, in storage
-(storage/outage.py), on the drivers' real errors: the first is `Unavailable`, said in one log line
+(storage/kernel/outage.py), on the drivers' real errors: the first is `Unavailable`, said in one log line
 when it starts and one when it ends; a refused constraint or a broken statement stays what it is."""
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from better_compute.domain.errors import Unavailable
-from better_compute.storage.db import make_engine
-from better_compute.storage.outage import Outage, kind_of
+from better_compute.domain.kernel.errors import Unavailable
+from better_compute.storage.kernel.db import make_engine
+from better_compute.storage.kernel.outage import Outage, kind_of
 from better_compute.storage.store import Store
 
-OUTAGE_LOG = "better_compute.storage.outage"
+OUTAGE_LOG = "better_compute.storage.kernel.outage"
 
 
 def add_tenant(store: Store, tenant_id: str) -> None:

@@ -1,5 +1,5 @@
 """Releasing an allocation: the ledger's SQL and the booking index both do what
-`domain.ledger.released` says, booking by booking (started ones cut at the release, future ones
+`domain.ledger.ledger.released` says, booking by booking (started ones cut at the release, future ones
 cancelled, finished ones kept)."""
 
 from __future__ import annotations
@@ -10,11 +10,12 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from better_compute.domain.ledger import released
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.ledger import released
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, ledger
-from better_compute.service.booking_index import BookingIndex
+from better_compute.service.fleet import inventory
+from better_compute.service.ledger import ledger
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 

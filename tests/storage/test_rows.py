@@ -1,4 +1,4 @@
-"""Bulk writes (storage.rows.upsert and insert_all): what a repository writes in bulk reads back the same, on
+"""Bulk writes (storage.kernel.rows.upsert and insert_all): what a repository writes in bulk reads back the same, on
 SQLite (one cached statement) and on PostgreSQL (COPY into a scratch table, then one merge), JSON
 columns included."""
 
@@ -11,10 +11,10 @@ from fractions import Fraction
 import pytest
 from sqlalchemy.exc import StatementError
 
-from better_compute.domain.atoms import Atom, atom_id_for
-from better_compute.domain.gpu_states import GpuState, StateChange
+from better_compute.domain.fleet.atoms import Atom, atom_id_for
+from better_compute.domain.fleet.gpu_states import GpuState, StateChange
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.storage.rows import COPY_FROM
+from better_compute.storage.kernel.rows import COPY_FROM
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.errors import Unavailable
+from better_compute.domain.kernel.errors import Unavailable
 from better_compute.storage.store import Store
 
 pytestmark = pytest.mark.postgres

@@ -12,13 +12,21 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.atoms import Atom
-from better_compute.domain.credentials import Principal
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.metering import HeldTotal, MeteredBooking, held, hours, microseconds, usage_of
-from better_compute.domain.timewin import Window
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.metering import (
+    HeldTotal,
+    MeteredBooking,
+    held,
+    hours,
+    microseconds,
+    usage_of,
+)
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import inventory, ledger, pools
+from better_compute.service.fleet import inventory, pools
+from better_compute.service.ledger import ledger
 from better_compute.storage.store import Store
 from tests.builders import T0, at, settle_gate
 
@@ -222,7 +230,7 @@ def test_held_time_is_exact_to_the_microsecond_even_just_under_a_second(fleet: S
 
 
 def test_migration_0006_gives_atoms_and_earlier_bookings_their_share(fleet: Store) -> None:
-    from better_compute.storage import migrate
+    from better_compute.storage.kernel import migrate
 
     slot = next(a for a in bookable(fleet) if a.pool_id == "mps")
     instance = next(a for a in bookable(fleet) if a.attributes.get("migProfile") == "3g.40gb")

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from better_compute.domain.events import DeploymentUpdated, WorkloadCreated
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.workloads import Deployment, Workload, parse_workload
+from better_compute.domain.kernel.events import DeploymentUpdated, WorkloadCreated
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.placement.workloads import Deployment, Workload, parse_workload
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service.event_tail import Cursor
+from better_compute.service.kernel.event_tail import Cursor
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from better_compute.domain.records import Quota
+from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.torture import torture

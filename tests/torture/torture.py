@@ -30,13 +30,15 @@ from sqlalchemy import text
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.logs import Log
-from better_compute.domain.atoms import atom_id_for
-from better_compute.domain.credentials import Principal
-from better_compute.domain.errors import DomainError
-from better_compute.domain.fleet import FleetSpec, parse_fleet
-from better_compute.service import inventory, node_spec, pools, reservations
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.mig_gate import Reconciler
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.ops.fleet import FleetSpec, parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.service.fleet import inventory, pools
+from better_compute.service.gate import node_spec
+from better_compute.service.gate.mig_gate import Reconciler
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import small_fleet

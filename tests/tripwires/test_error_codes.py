@@ -16,10 +16,10 @@ import pytest
 from better_compute import client
 from better_compute.api.errors import STATUS
 from better_compute.client._errors import ERRORS_BY_CODE, ComputeError
-from better_compute.domain import errors
+from better_compute.domain.kernel import errors
 from better_compute.wire import codes
 
-SRC = Path(errors.__file__).resolve().parents[1]
+SRC = Path(errors.__file__).resolve().parents[2]  # src/better_compute
 DOCS = SRC.parents[1] / "docs" / "api.md"
 
 

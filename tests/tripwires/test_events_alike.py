@@ -1,4 +1,4 @@
-"""Both stores write every event from its one definition (domain.events): the same story told to
+"""Both stores write every event from its one definition (domain.kernel.events): the same story told to
 SQLite and to PostgreSQL leaves logs that parse alike, event for event."""
 
 from __future__ import annotations
@@ -9,16 +9,18 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from better_compute.domain.credentials import Principal
-from better_compute.domain.events import Event, LedgerBooked, UnknownEvent, parse_event
-from better_compute.domain.fleet import parse_fleet
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.events import Event, LedgerBooked, UnknownEvent, parse_event
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
-from better_compute.service import clusters, inventory, ledger, pools, quotas, reservations, tenants
-from better_compute.service.booking_index import BookingIndex
-from better_compute.storage.events import booked_payload_sql
+from better_compute.service.fleet import clusters, inventory, pools
+from better_compute.service.ledger import ledger, reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import quotas, tenants
+from better_compute.storage.kernel.events import booked_payload_sql
+from better_compute.storage.kernel.tables import events
 from better_compute.storage.store import Store
-from better_compute.storage.tables import events
 from tests.builders import T0, at, small_fleet
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="admin")

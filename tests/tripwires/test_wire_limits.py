@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from better_compute.domain import endpoints as domain_endpoints
-from better_compute.domain import workloads as domain_workloads
+from better_compute.domain.endpoints import endpoints as domain_endpoints
 from better_compute.domain.placement import capability
+from better_compute.domain.placement import workloads as domain_workloads
 from better_compute.wire import endpoints as wire_endpoints
 from better_compute.wire import workloads as wire_workloads
 

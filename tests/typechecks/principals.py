@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.credentials import Caller, Principal, RecalledPrincipal, require_admin
-from better_compute.domain.tenancy import sees_pool
-from better_compute.service import credentials, reservations, tenants
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.ports import StorePort, Tx
+from better_compute.domain.tenancy.credentials import Caller, Principal, RecalledPrincipal, require_admin
+from better_compute.domain.tenancy.tenancy import sees_pool
+from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.tenancy import credentials, tenants
 
 
 def a_recalled_principal_is_not_a_principal(

@@ -34,7 +34,7 @@ from better_compute.api.routes import (
     usage,
     workloads,
 )
-from better_compute.domain.errors import Unavailable
+from better_compute.domain.kernel.errors import Unavailable
 from better_compute.service.services import Services
 from better_compute.service.warmup import warm as warm_caches
 

@@ -14,8 +14,8 @@ from fastapi import Depends, Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from better_compute.api.deps import services_of
-from better_compute.domain.credentials import Principal, bearer_token
-from better_compute.service import credentials
+from better_compute.domain.tenancy.credentials import Principal, bearer_token
+from better_compute.service.tenancy import credentials
 
 _bearer = HTTPBearer(
     auto_error=False,

@@ -11,45 +11,47 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar, cast
 
-from better_compute.domain.accounting import StateHours
-from better_compute.domain.atoms import Atom
-from better_compute.domain.billing import Bill, Price
-from better_compute.domain.class_quotas import ClassQuota
-from better_compute.domain.credentials import Principal
-from better_compute.domain.device_classes import DeviceClass
-from better_compute.domain.doctor import Finding
-from better_compute.domain.endpoints import endpoint_json
-from better_compute.domain.events import StreamedEvent, type_of
-from better_compute.domain.iam import Policy
-from better_compute.domain.inventory import GpuReport, MigInstance
-from better_compute.domain.layout_preview import LayoutPreview, NodePreview
-from better_compute.domain.ledger import Availability
-from better_compute.domain.metering import Usage, shown
-from better_compute.domain.node_reports import (
+from better_compute.domain.endpoints.endpoints import endpoint_json
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance
+from better_compute.domain.fleet.node_reports import (
     BindingReported,
     GenerationObserved,
     InventoryReported,
     Report,
     ScrubDone,
 )
+from better_compute.domain.fleet.records import Cluster, Gpu, Node
+from better_compute.domain.gate.layout_preview import LayoutPreview, NodePreview
+from better_compute.domain.kernel.events import StreamedEvent, type_of
+from better_compute.domain.kernel.selectors import document
+from better_compute.domain.ledger.ledger import Availability
+from better_compute.domain.metering.accounting import StateHours
+from better_compute.domain.metering.billing import Bill, Price
+from better_compute.domain.metering.metering import Usage, shown
+from better_compute.domain.metering.rollups import ClassCount, ModelCount, WholeBooked
+from better_compute.domain.ops.doctor import Finding
 from better_compute.domain.placement.capability import WHOLE, Resolution
+from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.costs import money
+from better_compute.domain.placement.device_classes import DeviceClass
+from better_compute.domain.placement.priority_classes import PriorityClass
+from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.verdicts import Placement, Verdict
-from better_compute.domain.priority_classes import PriorityClass
-from better_compute.domain.records import Cluster, Credential, Gpu, Node, Operation, Quota, Tenant
-from better_compute.domain.rollups import ClassCount, ModelCount, WholeBooked
-from better_compute.domain.selectors import document
-from better_compute.service.capacity import Accounting, PoolFree
-from better_compute.service.components import ComponentView
-from better_compute.service.credentials import Issued
-from better_compute.service.endpoints import EndpointView
-from better_compute.service.inventory import NodeView
-from better_compute.service.node_spec import ServedSpec
-from better_compute.service.paging import Listing
-from better_compute.service.placement import main_reason
-from better_compute.service.pools import PoolView
-from better_compute.service.reservations import ReservationView
-from better_compute.service.workloads import DeploymentView, WorkloadView
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.iam import Policy
+from better_compute.domain.tenancy.records import Credential, Quota, Tenant
+from better_compute.service.endpoints.components import ComponentView
+from better_compute.service.endpoints.endpoints import EndpointView
+from better_compute.service.fleet.inventory import NodeView
+from better_compute.service.fleet.pools import PoolView
+from better_compute.service.gate.node_spec import ServedSpec
+from better_compute.service.kernel.paging import Listing
+from better_compute.service.ledger.capacity import Accounting, PoolFree
+from better_compute.service.ledger.reservations import ReservationView
+from better_compute.service.placement.placement import main_reason
+from better_compute.service.placement.workloads import DeploymentView, WorkloadView
+from better_compute.service.tenancy.credentials import Issued
 from better_compute.wire.billing import (
     BillLinePublic,
     BillPublic,
@@ -365,7 +367,7 @@ def capacity_free(answer: PoolFree) -> CapacityFree:
 
 
 def state_hours(hours: StateHours) -> StateHoursPublic:
-    """Hours by state, each rounded for display only (`domain.metering.shown`)."""
+    """Hours by state, each rounded for display only (`domain.metering.metering.shown`)."""
     return StateHoursPublic(
         capacity=shown(hours.capacity),
         booked=shown(hours.booked),

@@ -14,8 +14,8 @@ from typing import Annotated, cast
 
 from fastapi import Depends, Request
 
-from better_compute.service.ids import Ids
-from better_compute.service.ports import StorePort
+from better_compute.service.kernel.ids import Ids
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.services import Services
 
 

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from better_compute.api import operations
 from better_compute.api.version import VERSION_HEADERS
-from better_compute.domain import errors
+from better_compute.domain.kernel import errors
 from better_compute.wire import codes
 
 log = logging.getLogger("better_compute.api")

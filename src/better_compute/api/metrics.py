@@ -1,7 +1,7 @@
 """`GET /metrics`: the server's figures in the Prometheus text format (docs/metrics.md lists them).
 
 Two kinds of figure. What the store knows (atoms by pool, class and state; billable hours by meter;
-events by type) is read when Prometheus scrapes (service.census), so every process of a server
+events by type) is read when Prometheus scrapes (service.metering.census), so every process of a server
 answers the same. What only a process sees as it happens (reservations created and refused, how
 long admission took, ledger conflicts inside a request's retries) is counted in memory by that
 process as it answers: a counter increment and a histogram observation per reservation, no I/O.
@@ -25,9 +25,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import choose_encoder
 from starlette.concurrency import run_in_threadpool
 
-from better_compute.domain.credentials import bearer_token, require_admin
-from better_compute.service import census, credentials
+from better_compute.domain.tenancy.credentials import bearer_token, require_admin
+from better_compute.service.metering import census
 from better_compute.service.services import Services
+from better_compute.service.tenancy import credentials
 from better_compute.wire import codes
 
 MetricsAuth = Literal["none", "admin"]
@@ -80,7 +81,7 @@ class _StoreFigures:
 class Metrics:
     """One app's metrics: its registry, the counters admission increments, and the store's figures.
 
-    It is also the `service.telemetry.Telemetry` the reservation use cases report to."""
+    It is also the `service.kernel.telemetry.Telemetry` the reservation use cases report to."""
 
     def __init__(self, services: Services, auth: MetricsAuth = "none") -> None:
         self.auth = auth

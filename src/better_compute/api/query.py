@@ -34,7 +34,7 @@ from pydantic import AliasChoices, BaseModel
 from starlette.datastructures import QueryParams
 
 from better_compute.api.bodies import json_body
-from better_compute.domain.errors import InvalidInput
+from better_compute.domain.kernel.errors import InvalidInput
 
 
 def declared_query_names(dependant: Dependant) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Signed node requests as HTTP carries them: the BC-* headers and the exact target and body bytes.
 
-The route hands `domain.node_reports.parse_signed` what was signed: the method, the request target as
+The route hands `domain.fleet.node_reports.parse_signed` what was signed: the method, the request target as
 sent (the raw path, and `?` with the raw query string when there is one) and the body's bytes, so the
 server checks the bytes the node signed, never a re-encoding of them.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import Request
 
-from better_compute.domain.node_reports import HEADER_SIGNATURE, HEADERS, SignedRequest, parse_signed
+from better_compute.domain.fleet.node_reports import HEADER_SIGNATURE, HEADERS, SignedRequest, parse_signed
 
 
 def target_of(request: Request) -> str:

@@ -4,7 +4,7 @@ An assignment names atoms; the node resolves each to a device from what its own 
 spec's `NVIDIA_VISIBLE_DEVICES` is the server's view, which may lag a repartition): a `gpu.mig` atom
 to its MIG instance's `MIG-…` uuid, matched by GPU uuid and GI/CI ids, a whole GPU or a slot to the
 GPU's uuid. An atom with no device yet (an instance not created) leaves its allocation
-`device-missing`, tried again on the next pass. `domain.handoff.refusals` keeps the whole-against-part
+`device-missing`, tried again on the next pass. `domain.ledger.handoff.refusals` keeps the whole-against-part
 rule on the node; a refused allocation gets nothing. A bound allocation has a CDI spec under the CDI
 root and an env file under the state directory; the env files are the record of what is handed
 over, so a restarted daemon knows it without asking anyone.
@@ -32,10 +32,10 @@ from better_compute.bcd.gpu import Gpu, GpuError
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
 from better_compute.bcd.scrub import Scrubber, Target
-from better_compute.domain.atoms import atom_id_for
-from better_compute.domain.handoff import Held, refusals
-from better_compute.domain.node_spec import VISIBLE_DEVICES
-from better_compute.domain.pools import mps_units
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.pools import mps_units
+from better_compute.domain.gate.node_spec import VISIBLE_DEVICES
+from better_compute.domain.ledger.handoff import Held, refusals
 from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
 
 SLOT_MODES = ("timeslice", "mps")
@@ -66,7 +66,7 @@ class Device:
 
 def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
     """Every atom id this node's GPUs can answer for now, derived as the server derives them
-    (`domain.atoms.atom_id_for`): the whole GPU, each MIG device while MIG mode is on, and `slots`
+    (`domain.fleet.atoms.atom_id_for`): the whole GPU, each MIG device while MIG mode is on, and `slots`
     slots of each GPU (a timeslice or mps pool's replicas; 0 elsewhere)."""
     index: dict[str, Device] = {}
     for gpu in gpus:

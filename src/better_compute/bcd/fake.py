@@ -40,11 +40,12 @@ from better_compute.bcd.gpu import (
     UnknownInstance,
     ZeroingFailed,
 )
-from better_compute.domain import catalog, layouts
-from better_compute.domain.errors import NotFound
-from better_compute.domain.fleet import FleetSpec, NodeSpec
-from better_compute.domain.inventory import MigInstance, NodeReport
-from better_compute.domain.name_uuids import uuid5_text
+from better_compute.domain import catalog
+from better_compute.domain.catalog import layouts
+from better_compute.domain.fleet.inventory import MigInstance, NodeReport
+from better_compute.domain.kernel.errors import NotFound
+from better_compute.domain.kernel.name_uuids import uuid5_text
+from better_compute.domain.ops.fleet import FleetSpec, NodeSpec
 
 KEPT_STATE = "fake-gpus.json"
 """The file in its state directory where `bcd run --nvml fake` keeps the simulated GPUs' MIG state."""

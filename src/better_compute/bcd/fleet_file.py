@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.fleet import FleetSpec, parse_fleet
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.ops.fleet import FleetSpec, parse_fleet
 
 
 def read_fleet(path: str | Path) -> FleetSpec:

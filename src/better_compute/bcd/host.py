@@ -1,6 +1,6 @@
 """The host converger: the node's GPUs cut to their pool's MIG layout, and the MPS daemon for mps pools.
 
-The mig-layout unit runs `domain.mig_plan.plan_node` over what the backend shows and carries the plan
+The mig-layout unit runs `domain.fleet.mig_plan.plan_node` over what the backend shows and carries the plan
 out: destroy, then create at the plan's explicit placements. A GPU a bound allocation uses is left
 alone (the plan says `held`). A MIG mode change is asked for, then applied by a GPU reset; a reset
 that fails leaves the change pending and the GPU `reboot-required`: it is logged and not tried again
@@ -17,7 +17,7 @@ from better_compute.bcd.inventory import gpu_report
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsUnit
 from better_compute.domain.catalog import model_for_product
-from better_compute.domain.mig_plan import GpuPlan, converged, plan_node
+from better_compute.domain.fleet.mig_plan import GpuPlan, converged, plan_node
 from better_compute.wire.nodes import NodeSpecPublic
 
 
@@ -57,7 +57,7 @@ class HostConverger:
         """The GPUs not at the spec's layout yet (held ones included: a hold only delays them; and
         a MIG mode change still waiting for its reset), so the daemon reports the spec's generation
         observed only once this is empty. The rule is the control plane's own
-        (`domain.mig_plan.converged`): what this calls converged is what it schedules again."""
+        (`domain.fleet.mig_plan.converged`): what this calls converged is what it schedules again."""
         layout_of = {g.uuid: g.mig_layout for g in spec.gpus}
         behind = [
             g.uuid

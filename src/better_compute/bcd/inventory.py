@@ -1,6 +1,6 @@
 """A node's inventory report, built from whichever GPU backend is active.
 
-The report is `domain.inventory.NodeReport`, the value the control plane derives atoms from, so a
+The report is `domain.fleet.inventory.NodeReport`, the value the control plane derives atoms from, so a
 node that reports through `bcd` and a simulated one go through the same ingestion. Building it only
 reads the backend.
 """
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuInstance
-from better_compute.domain.inventory import GpuReport, MigInstance, NodeReport
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.wire.nodes import (
     GpuReported,
     InventoryReport,

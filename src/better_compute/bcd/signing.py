@@ -1,7 +1,7 @@
 """Signing a node's requests: `ReportSigner` adds the BC-* headers to each request the client sends.
 
 It is an `httpx.Auth`, so it sees the request exactly as it goes out (method, encoded path and query,
-body bytes) and signs those bytes over `domain.node_reports.signed_bytes`. Every request, a spec read
+body bytes) and signs those bytes over `domain.fleet.node_reports.signed_bytes`. Every request, a spec read
 as much as a report, takes the identity's next sequence number: the server takes each number once,
 so a captured request cannot be sent again.
 """
@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 import httpx
 
 from better_compute.bcd.identity import Identity
-from better_compute.domain.node_reports import (
+from better_compute.domain.fleet.node_reports import (
     HEADER_NODE,
     HEADER_SEQUENCE,
     HEADER_SIGNATURE,

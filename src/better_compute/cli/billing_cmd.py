@@ -2,7 +2,7 @@
 
 `usage export` reads `usage.list` a page at a time (at most 1,000 rows each, following its cursor)
 and writes each row as it arrives, so an export of a month of any size runs in the memory of one
-page; the totals per tenant and meter are summed exactly on the way (`domain.metering`), and equal
+page; the totals per tenant and meter are summed exactly on the way (`domain.metering.metering`), and equal
 the bills' lines over the same period.
 """
 
@@ -233,14 +233,17 @@ class Totals:
         self.by_key: dict[tuple[str, str], Fraction] = {}
 
     def add(self, row: UsageRowPublic) -> None:
-        from better_compute.domain.metering import hours, microseconds  # the catalog: only when exporting
+        from better_compute.domain.metering.metering import (  # the catalog: only when exporting
+            hours,
+            microseconds,
+        )
 
         key = (row.tenant_id, row.meter)
         held = hours(Fraction(row.share), microseconds(row.end - row.start))
         self.by_key[key] = self.by_key.get(key, Fraction(0)) + held
 
     def rows(self) -> list[dict[str, str]]:
-        from better_compute.domain.metering import shown
+        from better_compute.domain.metering.metering import shown
 
         return [
             {"tenantId": tenant, "meter": meter, "hours": shown(total)}

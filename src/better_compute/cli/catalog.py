@@ -20,17 +20,15 @@ from better_compute.cli.endpoint_advice import fit_json, show_endpoint_advice
 from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
-from better_compute.domain.endpoint_sizing import advise_endpoint, parse_served_models
-from better_compute.domain.errors import DomainError, InvalidInput
-from better_compute.domain.layouts import (
+from better_compute.domain.catalog.layouts import (
     InstancePlacement,
     format_layout,
     parse_layout,
     partition_types,
     validate,
 )
-from better_compute.domain.migparted import default_config_name, export_layout, import_mig_parted
-from better_compute.domain.sizing import (
+from better_compute.domain.catalog.migparted import default_config_name, export_layout, import_mig_parted
+from better_compute.domain.catalog.sizing import (
     DEFAULT_OVERHEAD_GIB,
     Advice,
     ModelSpec,
@@ -39,6 +37,8 @@ from better_compute.domain.sizing import (
     advise,
     preset,
 )
+from better_compute.domain.endpoints.endpoint_sizing import advise_endpoint, parse_served_models
+from better_compute.domain.kernel.errors import DomainError, InvalidInput
 
 layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.", no_args_is_help=True)
 app.add_typer(layouts_app, name="layouts")

@@ -12,8 +12,8 @@ from typing import Any
 
 from better_compute.cli.output import print_json, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
-from better_compute.domain.endpoint_sizing import EndpointAdvice, EndpointPlan
-from better_compute.domain.sizing import Fit
+from better_compute.domain.catalog.sizing import Fit
+from better_compute.domain.endpoints.endpoint_sizing import EndpointAdvice, EndpointPlan
 
 __all__ = ["fit_json", "show_endpoint_advice"]
 

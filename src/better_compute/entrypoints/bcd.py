@@ -62,7 +62,7 @@ def inventory(
     creates or destroys instances, or resets a GPU, so it is safe on a node in service."""
     from better_compute.bcd.gpu import GpuBackend, GpuError
     from better_compute.bcd.inventory import report_json, report_of
-    from better_compute.domain.errors import DomainError
+    from better_compute.domain.kernel.errors import DomainError
 
     backend: GpuBackend
     try:
@@ -150,7 +150,7 @@ def run(
     from better_compute.bcd.joining import node_client
     from better_compute.bcd.logs import Log
     from better_compute.bcd.mps import Runner, SystemdRunner
-    from better_compute.domain.errors import DomainError
+    from better_compute.domain.kernel.errors import DomainError
 
     try:
         identity = Identity.load(state_dir)

@@ -15,7 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from better_compute.storage.db import normalise_url
+from better_compute.storage.kernel.db import normalise_url
 
 USAGE = 2
 """Exit status of a URL that cannot work as given, as for any other bad argument."""

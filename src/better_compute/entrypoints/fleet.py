@@ -12,9 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.fleet_file import read_fleet
-from better_compute.domain.fleet import FleetSpec
-from better_compute.service import fleet, inventory
-from better_compute.service.ports import StorePort
+from better_compute.domain.ops.fleet import FleetSpec
+from better_compute.service.fleet import inventory
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ops import fleet
 
 __all__ = ["fleet_progress", "load_fleet", "read_fleet", "simulated_nodes"]
 

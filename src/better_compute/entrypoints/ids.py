@@ -8,7 +8,7 @@ import time
 
 
 class RandomIds:
-    """`service.ids.Ids` for a server process.
+    """`service.kernel.ids.Ids` for a server process.
 
     Ids need uniqueness, not secrecy: a generator seeded once per process from the system's
     randomness avoids a system call per id, and 64 bits of seed keep processes apart. Its

@@ -7,7 +7,7 @@ core of its own, and the server's requests pay only for the database rows they s
 starts it once its database is ready, starts another if it dies (after a pause that doubles up to
 `RESTART_MAX`), and stops it (SIGTERM, then SIGKILL after `STOP_WAIT`) when it stops itself.
 
-A lease is what makes a node one reconciler's at a time (`service.mig_gate`): a child that dies
+A lease is what makes a node one reconciler's at a time (`service.gate.mig_gate`): a child that dies
 holding some loses them when they run out, and its successor takes them then.
 """
 

@@ -17,12 +17,12 @@ from fastapi import FastAPI
 
 from better_compute.api.app import Warming, create_app
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.clock import Clock
-from better_compute.service.credentials import TokenMemory
-from better_compute.service.ids import Ids
-from better_compute.service.ports import StorePort
+from better_compute.service.kernel.clock import Clock
+from better_compute.service.kernel.ids import Ids
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.services import Services
+from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.settings import Settings
 from better_compute.storage.store import Store
 

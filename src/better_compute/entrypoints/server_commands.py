@@ -21,7 +21,7 @@ from better_compute.defaults import (
     DEFAULT_TIMEOUT_KEEP_ALIVE,
     DEFAULT_TIMEOUT_REQUEST,
 )
-from better_compute.domain.errors import DomainError, Unavailable
+from better_compute.domain.kernel.errors import DomainError, Unavailable
 
 if TYPE_CHECKING:
     from better_compute.entrypoints.database import Unusable
@@ -65,7 +65,7 @@ def opened(settings: Settings, *, create: bool, write: bool = False) -> Iterator
     problem and is not dressed as one."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from better_compute.domain.errors import Unavailable
+    from better_compute.domain.kernel.errors import Unavailable
     from better_compute.entrypoints import database, server
 
     try:
@@ -91,10 +91,10 @@ def opened(settings: Settings, *, create: bool, write: bool = False) -> Iterator
 
 
 def quiet_outages() -> None:
-    """Leave the lines the store logs when its database's outage starts and ends (storage/outage.py)
+    """Leave the lines the store logs when its database's outage starts and ends (storage/kernel/outage.py)
     to whom they are for: a command that runs once says what went wrong in its own one line, and
     `serve`'s reconciler process leaves them to the server, which logs them for the same database."""
-    from better_compute.storage import outage
+    from better_compute.storage.kernel import outage
 
     outage.log.disabled = True
 
@@ -108,7 +108,7 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
 
     from better_compute.entrypoints import database
     from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
-    from better_compute.service.mig_gate import Reconciler, server_duty
+    from better_compute.service.gate.mig_gate import Reconciler, server_duty
 
     duty = server_duty(services.store.dialect)
     found = database.target(settings.database_url)
@@ -135,9 +135,9 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
 
 
 def _retrying(services: Services) -> Callable[[], None]:
-    """Run the placement retry loop (service.placement_retry) in a thread of `serve`."""
-    from better_compute.service.placement_retry import Retrier
-    from better_compute.service.workloads import Wiring
+    """Run the placement retry loop (service.ops.placement_retry) in a thread of `serve`."""
+    from better_compute.service.ops.placement_retry import Retrier
+    from better_compute.service.placement.workloads import Wiring
 
     wiring = Wiring(services.store, services.index, services.stock, services.ids)
     retrier = Retrier(wiring, services.clock, services.placement_wakeup)
@@ -353,7 +353,7 @@ def bootstrap(
     exist is refused unless --create: run in another directory, the default ./better-compute.db
     would otherwise be a new, empty database that no server reads.
     """
-    from better_compute.service import credentials
+    from better_compute.service.tenancy import credentials
 
     quiet_outages()
     with opened(read_settings(database_url=database_url_opt), create=create, write=True) as (services, used):
@@ -428,7 +428,7 @@ def reconcile(
     import signal
     from datetime import timedelta
 
-    from better_compute.service.mig_gate import Reconciler
+    from better_compute.service.gate.mig_gate import Reconciler
 
     stopping = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):

@@ -23,9 +23,9 @@ from better_compute.bcd.daemon import Daemon, LoggingRunner
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.joining import join, node_client
 from better_compute.bcd.logs import Log
-from better_compute.domain.fleet import FleetSpec
-from better_compute.service import joining
-from better_compute.service.ports import StorePort
+from better_compute.domain.ops.fleet import FleetSpec
+from better_compute.service.fleet import joining
+from better_compute.service.kernel.ports import StorePort
 
 READY_POLL = 0.05
 """Seconds between the probes of `/healthz` while the server starts (readiness only)."""

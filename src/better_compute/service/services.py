@@ -13,13 +13,13 @@ import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
-from better_compute.service.booking_index import BookingIndex
-from better_compute.service.clock import Clock
-from better_compute.service.credentials import TokenMemory
-from better_compute.service.ids import Ids
-from better_compute.service.placement_stock import Stock
-from better_compute.service.ports import StorePort
-from better_compute.service.report_batches import ReportBatches
+from better_compute.service.fleet.report_batches import ReportBatches
+from better_compute.service.kernel.clock import Clock
+from better_compute.service.kernel.ids import Ids
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.tenancy.credentials import TokenMemory
 
 
 def _already_set() -> threading.Event:
@@ -36,7 +36,7 @@ class Services:
     clock: Clock
     ids: Ids
     index: BookingIndex
-    """The in-process interval index over the ledger's live bookings (service.booking_index)."""
+    """The in-process interval index over the ledger's live bookings (service.ledger.booking_index)."""
     tokens: TokenMemory
     """Whom the tokens this process has seen belong to (never whether they are revoked)."""
     admission: Executor | None
@@ -44,14 +44,14 @@ class Services:
     a process goes on serving requests while one waits for the database; None: on the event loop
     (SQLite, whose one writer the threads would only queue for)."""
     stock: Stock = field(default_factory=Stock)
-    """Each pool's free devices per device class, for placement (service.placement_stock)."""
+    """Each pool's free devices per device class, for placement (service.placement.placement_stock)."""
     placement_wakeup: threading.Event = field(default_factory=threading.Event)
     """Set by writes that may free capacity or quota: the placement retry loop wakes on it."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
     so that shutting down does not wait out every node's poll."""
     reports: ReportBatches = field(default_factory=ReportBatches)
-    """Signed node reports being written, batched as they arrive (service.report_batches)."""
+    """Signed node reports being written, batched as they arrive (service.fleet.report_batches)."""
     ready: threading.Event = field(default_factory=_already_set)
     """Set once the process has loaded what its hot path needs (`service.warmup`): until then
     `/healthz` and `/readyz` answer `starting` (503). Set from the start where nothing warms it

@@ -9,7 +9,7 @@ with no selector (the shape of nearly every request). Until then the process ans
 
 from __future__ import annotations
 
-from better_compute.domain.admission import DeviceRequest
+from better_compute.domain.ledger.admission import DeviceRequest
 from better_compute.service.services import Services
 
 

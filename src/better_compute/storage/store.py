@@ -11,10 +11,10 @@ from contextlib import contextmanager
 
 from sqlalchemy import Connection, Engine, text
 
-from better_compute.domain.errors import Unavailable
-from better_compute.storage import migrate, pg_simple
-from better_compute.storage.db import READ_ONLY, SINGLE_STATEMENT, describe, make_engine
-from better_compute.storage.outage import Outage, kind_of
+from better_compute.domain.kernel.errors import Unavailable
+from better_compute.storage.kernel import migrate, pg_simple
+from better_compute.storage.kernel.db import READ_ONLY, SINGLE_STATEMENT, describe, make_engine
+from better_compute.storage.kernel.outage import Outage, kind_of
 from better_compute.storage.uow import SqlTx
 
 _PING = text("SELECT 1")
@@ -102,7 +102,7 @@ def _rollback_keeping_statements(conn: Connection) -> None:
 def _work(conn: Connection) -> Iterator[SqlTx]:
     """The unit of work on `conn`. A connection found gone under it is dropped here, before it goes
     back to the pool or its thread keeps it: code that talks to the driver directly (the hot paths,
-    storage/pg_simple.py) goes round SQLAlchemy, which would otherwise never learn that it is gone,
+    storage/kernel/pg_simple.py) goes round SQLAlchemy, which would otherwise never learn that it is gone,
     and the next unit of work would get the dead connection again, long after the database is back."""
     try:
         yield SqlTx(conn)
@@ -124,7 +124,7 @@ class Store:
         self._residents: weakref.WeakSet[_Resident] = weakref.WeakSet()
         self._residents_lock = threading.Lock()
         self.outage = Outage(describe(engine.url))
-        """Whether the database is out of reach now (storage/outage.py)."""
+        """Whether the database is out of reach now (storage/kernel/outage.py)."""
 
     @classmethod
     def open(cls, url: str, *, migrate_schema: bool = True, pool_size: int = 10) -> Store:
@@ -145,7 +145,7 @@ class Store:
         (a booking); it then runs as its own transaction, without BEGIN and COMMIT statements (round
         trips on PostgreSQL). The durability is the same: the statement is committed before it returns.
 
-        A database that cannot be reached or written raises `Unavailable` (storage/outage.py).
+        A database that cannot be reached or written raises `Unavailable` (storage/kernel/outage.py).
         """
         try:
             if single_statement and self._writer is None:
@@ -190,7 +190,7 @@ class Store:
     @contextmanager
     def read(self) -> Iterator[SqlTx]:
         """A unit of work that writes nothing; it is rolled back when done. A database that cannot be
-        reached raises `Unavailable` (storage/outage.py)."""
+        reached raises `Unavailable` (storage/kernel/outage.py)."""
         try:
             if (
                 self._writer is None

@@ -6,30 +6,30 @@ from functools import cached_property
 
 from sqlalchemy import Connection
 
-from better_compute.storage.atoms import SqlAtoms
-from better_compute.storage.bindings import SqlBindings
-from better_compute.storage.class_quotas import SqlClassQuotas
-from better_compute.storage.clusters import SqlClusters
-from better_compute.storage.components import SqlComponents
-from better_compute.storage.credentials import SqlCredentials
-from better_compute.storage.device_classes import SqlDeviceClasses
-from better_compute.storage.endpoints import SqlEndpoints
-from better_compute.storage.events import SqlEvents
-from better_compute.storage.gpu_states import SqlGpuStates
-from better_compute.storage.gpus import SqlGpus
-from better_compute.storage.join_tokens import SqlJoinTokens
-from better_compute.storage.ledger import SqlLedger
-from better_compute.storage.mig_layouts import SqlMigLayouts
-from better_compute.storage.nodes import SqlNodes
-from better_compute.storage.policies import SqlPolicies
-from better_compute.storage.pools import SqlPools
-from better_compute.storage.prices import SqlPrices
-from better_compute.storage.priority_classes import SqlPriorityClasses
-from better_compute.storage.quotas import SqlQuotas
-from better_compute.storage.reservations import SqlReservations
-from better_compute.storage.tenants import SqlTenants
-from better_compute.storage.usage import SqlUsage
-from better_compute.storage.workloads import SqlWorkloads
+from better_compute.storage.endpoints.components import SqlComponents
+from better_compute.storage.endpoints.endpoints import SqlEndpoints
+from better_compute.storage.fleet.atoms import SqlAtoms
+from better_compute.storage.fleet.bindings import SqlBindings
+from better_compute.storage.fleet.clusters import SqlClusters
+from better_compute.storage.fleet.gpu_states import SqlGpuStates
+from better_compute.storage.fleet.gpus import SqlGpus
+from better_compute.storage.fleet.join_tokens import SqlJoinTokens
+from better_compute.storage.fleet.nodes import SqlNodes
+from better_compute.storage.fleet.pools import SqlPools
+from better_compute.storage.gate.mig_layouts import SqlMigLayouts
+from better_compute.storage.kernel.events import SqlEvents
+from better_compute.storage.ledger.ledger import SqlLedger
+from better_compute.storage.ledger.reservations import SqlReservations
+from better_compute.storage.metering.prices import SqlPrices
+from better_compute.storage.metering.usage import SqlUsage
+from better_compute.storage.placement.class_quotas import SqlClassQuotas
+from better_compute.storage.placement.device_classes import SqlDeviceClasses
+from better_compute.storage.placement.priority_classes import SqlPriorityClasses
+from better_compute.storage.placement.workloads import SqlWorkloads
+from better_compute.storage.tenancy.credentials import SqlCredentials
+from better_compute.storage.tenancy.policies import SqlPolicies
+from better_compute.storage.tenancy.quotas import SqlQuotas
+from better_compute.storage.tenancy.tenants import SqlTenants
 
 
 class SqlTx:

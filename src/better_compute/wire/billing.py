@@ -17,7 +17,7 @@ from pydantic import Field
 from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
 from better_compute.wire.quotas import AtomClass
 
-# The server's limits, as its domain checks them (domain.billing); declared here for the OpenAPI
+# The server's limits, as its domain checks them (domain.metering.billing); declared here for the OpenAPI
 # document only, so that a refusal past them is the domain's message, naming the field and limit.
 MAX_PERIOD_DAYS = 366
 MAX_BOUND_TEXT = 64

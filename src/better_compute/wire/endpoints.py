@@ -1,7 +1,7 @@
 """Inference endpoints on MIG partitions (docs/endpoints.md; the seed's field names, camelCase): an endpoint's
 variants each take `instanceCount` nodes of a mig pool and split every accelerator by one partition
 layout. Limits: 10 variants, 64 instances a variant, 7 partition types a layout, names of 1-63
-letters, digits or inner hyphens (the server's `domain.endpoints`)."""
+letters, digits or inner hyphens (the server's `domain.endpoints.endpoints`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The wire of node identities: join tokens, joining, signed reports and the node spec.
 
 A node's reports and spec reads are signed (docs/node-auth.md): the headers named here travel with
-every such request, over the canonical bytes `domain.node_reports` defines.
+every such request, over the canonical bytes `domain.fleet.node_reports` defines.
 """
 
 from __future__ import annotations

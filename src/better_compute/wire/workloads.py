@@ -18,7 +18,7 @@ MAX_DEVICE_COUNT = 64
 MAX_LIST = 64
 MAX_MEMORY_GIB = 100_000
 MAX_COMPUTE_SLICES = 1_000
-"""Limits of the server's `domain.workloads` and `domain.placement.capability` (a test keeps them
+"""Limits of the server's `domain.placement.workloads` and `domain.placement.capability` (a test keeps them
 equal)."""
 
 Strategy = Literal["pack", "spread"]

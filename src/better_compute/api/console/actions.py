@@ -24,10 +24,11 @@ from better_compute.api.console.session import (
     who_of,
 )
 from better_compute.api.deps import services_of
-from better_compute.domain.doctor import Finding
-from better_compute.domain.errors import DomainError, Unavailable
-from better_compute.domain.events import EVENT_TYPES
-from better_compute.service import console, doctor, events, reservations
+from better_compute.domain.kernel.errors import DomainError, Unavailable
+from better_compute.domain.kernel.events import EVENT_TYPES
+from better_compute.domain.ops.doctor import Finding
+from better_compute.service.ledger import reservations
+from better_compute.service.ops import console, doctor, events
 
 EVENTS_PER_PAGE = 50
 MAX_PAYLOAD_SHOWN = 400

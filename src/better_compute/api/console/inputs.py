@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from better_compute.domain.accounting import Grid
-from better_compute.domain.billing import month_of
-from better_compute.domain.credentials import Principal
-from better_compute.domain.timewin import Window
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.accounting import Grid
+from better_compute.domain.metering.billing import month_of
+from better_compute.domain.tenancy.credentials import Principal
 
 DEFAULT_DAYS = 1
 MAX_DAYS = 31

@@ -1,5 +1,5 @@
 """The console's pages that show things: fleet, bookings, usage (and the bill's CSV), placement
-and endpoints. Each reads through `service.console` (and the services the API uses) as the logged-in
+and endpoints. Each reads through `service.ops.console` (and the services the API uses) as the logged-in
 caller, so a tenant sees only its own."""
 
 from __future__ import annotations
@@ -35,14 +35,15 @@ from better_compute.api.console.session import (
     to_login,
 )
 from better_compute.api.deps import services_of
-from better_compute.domain.accounting import grid_of
-from better_compute.domain.console import STATES
-from better_compute.domain.errors import DomainError, NotFound
-from better_compute.domain.metering import shown
-from better_compute.domain.tenancy import check_ref
-from better_compute.domain.timewin import Window
-from better_compute.domain.workloads import parse_workload
-from better_compute.service import console, placement, workloads
+from better_compute.domain.kernel.errors import DomainError, NotFound
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.metering.accounting import grid_of
+from better_compute.domain.metering.metering import shown
+from better_compute.domain.ops.console import STATES
+from better_compute.domain.placement.workloads import parse_workload
+from better_compute.domain.tenancy.tenancy import check_ref
+from better_compute.service.ops import console
+from better_compute.service.placement import placement, workloads
 
 
 def usage_of(

@@ -24,9 +24,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from better_compute.api.deps import services_of
-from better_compute.domain.credentials import Principal, bearer_token
-from better_compute.domain.errors import DomainError, Unauthenticated
-from better_compute.service import credentials
+from better_compute.domain.kernel.errors import DomainError, Unauthenticated
+from better_compute.domain.tenancy.credentials import Principal, bearer_token
+from better_compute.service.tenancy import credentials
 from better_compute.web import TEMPLATES
 
 Session = tuple[Principal, str]

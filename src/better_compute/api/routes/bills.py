@@ -10,7 +10,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import bill_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import bills
+from better_compute.service.metering import bills
 from better_compute.wire.billing import MAX_BOUND_TEXT, BillPublic
 
 router = APIRouter(prefix="/v1", tags=["billing"], route_class=StrictQueryRoute)

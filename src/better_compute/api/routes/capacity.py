@@ -18,9 +18,9 @@ from better_compute.api.convert import (
 )
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.accounting import grid_of
-from better_compute.domain.timewin import window_asked
-from better_compute.service import capacity
+from better_compute.domain.kernel.timewin import window_asked
+from better_compute.domain.metering.accounting import grid_of
+from better_compute.service.ledger import capacity
 from better_compute.wire.capacity import (
     CapacityAccounting,
     CapacityAccountingQuery,

@@ -12,7 +12,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import credential_created, credential_public, paged, whoami
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import credentials
+from better_compute.service.tenancy import credentials
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import (
     CredentialCreate,

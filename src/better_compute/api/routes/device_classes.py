@@ -10,7 +10,7 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import device_class_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import device_classes
+from better_compute.service.placement import device_classes
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 

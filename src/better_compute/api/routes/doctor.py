@@ -11,7 +11,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import doctor_report
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import doctor
+from better_compute.service.ops import doctor
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 
 router = APIRouter(prefix="/v1", tags=["doctor"], route_class=StrictQueryRoute)

@@ -12,8 +12,8 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import component_public, endpoint_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.tenancy import tenant_scope
-from better_compute.service import components, endpoints
+from better_compute.domain.tenancy.tenancy import tenant_scope
+from better_compute.service.endpoints import components, endpoints
 from better_compute.wire.common import Page
 from better_compute.wire.endpoints import (
     ComponentCreate,

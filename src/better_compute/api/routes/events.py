@@ -10,7 +10,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import event_public, paged
 from better_compute.api.deps import StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import events
+from better_compute.service.ops import events
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
 

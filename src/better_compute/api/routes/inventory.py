@@ -11,8 +11,9 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import atom_public, cluster_public, gpu_public, node_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.atoms import attribute_filters, check_atom_class
-from better_compute.service import capacity, clusters, gpu_owners, inventory, pools
+from better_compute.domain.fleet.atoms import attribute_filters, check_atom_class
+from better_compute.service.fleet import clusters, gpu_owners, inventory, pools
+from better_compute.service.ledger import capacity
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
     AtomListQuery,

@@ -5,7 +5,7 @@ These routes take no router-wide bearer token: a node proves who it is with its 
 (api/signed.py, docs/node-auth.md), and a joining node with its join token. Who calls is checked
 before anything else the request says: an unsigned or badly signed caller is answered 401 whatever
 its body or query hold, and only a known caller hears what is wrong with them. So the report route
-hands its body's bytes to `service.node_reports`, which decodes and validates them once the
+hands its body's bytes to `service.fleet.node_reports`, which decodes and validates them once the
 signature is checked (`ReportRoute`), and the spec route checks its reader before its query
 (`SpecRoute`).
 """
@@ -25,11 +25,12 @@ from better_compute.api.convert import joined_public, report_of, spec_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.api.signed import is_signed, signed_request
-from better_compute.domain.credentials import require_admin
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.node_reports import InventoryReported, Report, check_same_node
-from better_compute.domain.node_spec import check_wait
-from better_compute.service import joining, node_reports, node_spec
+from better_compute.domain.fleet.node_reports import InventoryReported, Report, check_same_node
+from better_compute.domain.gate.node_spec import check_wait
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.tenancy.credentials import require_admin
+from better_compute.service.fleet import joining, node_reports
+from better_compute.service.gate import node_spec
 from better_compute.wire.nodes import (
     JoinTokenCreate,
     JoinTokenIssued,
@@ -79,7 +80,7 @@ class ReportRoute(StrictQueryRoute):
     FastAPI validates a route's body before the route runs, so an unsigned caller would hear which
     fields are wrong (400) rather than that it must sign (401). The route is declared like the others
     (its signature gives OpenAPI the body and the answer), and `get_route_handler` takes the steps
-    itself: the signature headers (`unsigned`), then `service.node_reports.accept`, which verifies
+    itself: the signature headers (`unsigned`), then `service.fleet.node_reports.accept`, which verifies
     the signature and only then calls `read` on the body's bytes: decoded as every body is
     (`api.bodies`) and validated with the route's own field (the same errors FastAPI gives)."""
 
@@ -132,7 +133,7 @@ async def send_report(
     node: str, body: NodeReportSend, request: Request, services: ServicesDep
 ) -> ReportAccepted:
     """A signed report about `node`. Inventory reports that arrive while others are written are
-    written together (service.report_batches), each answered as if it were alone."""
+    written together (service.fleet.report_batches), each answered as if it were alone."""
     signed = await signed_request(request)
 
     def read(_raw: bytes) -> Report:

@@ -11,7 +11,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, policy_public
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import policies
+from better_compute.service.tenancy import policies
 from better_compute.wire.common import Page
 from better_compute.wire.policies import (
     CONSTRAINT_FIELDS,

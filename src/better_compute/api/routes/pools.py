@@ -11,8 +11,8 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import layout_preview, paged, pool_public, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import layout_preview as previews
-from better_compute.service import pools
+from better_compute.service.fleet import pools
+from better_compute.service.gate import layout_preview as previews
 from better_compute.wire.common import Page
 from better_compute.wire.pools import (
     PoolCreate,

@@ -10,7 +10,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, price_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import prices
+from better_compute.service.metering import prices
 from better_compute.wire.billing import PriceListQuery, PricePublic, PriceSet
 from better_compute.wire.common import Page
 

@@ -10,7 +10,7 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.convert import paged, priority_class_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import priority_classes
+from better_compute.service.placement import priority_classes
 from better_compute.wire.common import Page
 from better_compute.wire.priority_classes import (
     PriorityClassCreate,

@@ -11,9 +11,10 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.class_quotas import check_pool_row, is_class_row
-from better_compute.domain.timewin import window_asked
-from better_compute.service import class_quotas, quotas
+from better_compute.domain.kernel.timewin import window_asked
+from better_compute.domain.placement.class_quotas import check_pool_row, is_class_row
+from better_compute.service.placement import class_quotas
+from better_compute.service.tenancy import quotas
 from better_compute.wire.common import Page
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
 

@@ -18,10 +18,11 @@ from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.errors import code_of
 from better_compute.api.metrics import Metrics, metrics_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
-from better_compute.domain.credentials import Caller, bearer_token
-from better_compute.service import credentials, reservations
+from better_compute.domain.tenancy.credentials import Caller, bearer_token
+from better_compute.service.kernel.telemetry import Telemetry
+from better_compute.service.ledger import reservations
 from better_compute.service.services import Services
-from better_compute.service.telemetry import Telemetry
+from better_compute.service.tenancy import credentials
 from better_compute.wire.common import Page
 from better_compute.wire.reservations import (
     ReservationCreate,

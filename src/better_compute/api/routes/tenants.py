@@ -11,7 +11,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, tenant_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import tenants
+from better_compute.service.tenancy import tenants
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
 

@@ -10,7 +10,7 @@ from better_compute.api.auth import PrincipalDep
 from better_compute.api.convert import paged, usage_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.service import usage
+from better_compute.service.metering import usage
 from better_compute.wire.billing import UsageListQuery, UsageRowPublic
 from better_compute.wire.common import Page
 

@@ -18,11 +18,11 @@ from better_compute.api.convert import (
 )
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.credentials import Principal, require_admin
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.tenancy import check_ref, tenant_scope
-from better_compute.domain.workloads import operation_target, parse_workload
-from better_compute.service import placement, workloads
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.placement.workloads import operation_target, parse_workload
+from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
+from better_compute.service.placement import placement, workloads
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
 from better_compute.wire.workloads import (
@@ -46,7 +46,7 @@ def _wiring(services: Services) -> workloads.Wiring:
 
 
 def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
-    """The request as `domain.workloads.parse_workload` reads it (camelCase keys)."""
+    """The request as `domain.placement.workloads.parse_workload` reads it (camelCase keys)."""
     raw = body.model_dump(by_alias=True, exclude_none=True)
     if body.shape is not None:
         raw["shape"] = {"deviceClass": body.shape.device_class, "deviceCount": body.shape.device_count}

@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from better_compute.domain.errors import InvalidInput, NotFound, UnknownProfile
+from better_compute.domain.kernel.errors import InvalidInput, NotFound, UnknownProfile
 
 __all__ = [
     "DriverRule",

@@ -35,14 +35,14 @@ from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain import catalog
-from better_compute.domain.atoms import Atom, AtomClass
-from better_compute.domain.class_quotas import ClassQuota
-from better_compute.domain.device_classes import DeviceClass
-from better_compute.domain.errors import InvalidInput, NotFound
-from better_compute.domain.iam import Policy
-from better_compute.domain.metering import share
+from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
+from better_compute.domain.kernel.selectors import MatchExpression, Selector
+from better_compute.domain.metering.metering import share
+from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.costs import money
-from better_compute.domain.selectors import MatchExpression, Selector
+from better_compute.domain.placement.device_classes import DeviceClass
+from better_compute.domain.tenancy.iam import Policy
 
 PREFIX = "capability/"
 """Names of implicit device classes: `/` is in no class name a user may give, so none collides."""

@@ -1,7 +1,7 @@
 """Placement constraints (docs/concepts.md#placement-constraints): which clusters a policy lets a workload be
 placed in.
 
-A policy (`domain.iam.Policy`, the one `policies` resource) may carry, besides its per-reservation
+A policy (`domain.tenancy.iam.Policy`, the one `policies` resource) may carry, besides its per-reservation
 limits, placement constraints: `allowedRegions`, `allowedResidencies`, `allowedDeviceClasses`,
 `allowedClusters`, `deniedClusters` and `costCeiling`. An empty list constrains nothing. A policy is
 attached to a subject (a tenant, a workload, an endpoint or a cluster); when a workload is placed,
@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
 
-from better_compute.domain.billing import check_per_hour
-from better_compute.domain.errors import InvalidInput
-from better_compute.domain.records import Cluster
-from better_compute.domain.tenancy import check_class_name, check_name, check_ref
+from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.metering.billing import check_per_hour
+from better_compute.domain.tenancy.tenancy import check_class_name, check_name, check_ref
 
 if TYPE_CHECKING:
-    from better_compute.domain.iam import Policy
+    from better_compute.domain.tenancy.iam import Policy
 
 MAX_ITEMS: Final = 64
 """The most entries one constraint list may hold."""

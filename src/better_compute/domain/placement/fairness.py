@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from better_compute.domain.class_quotas import ClassQuota
+from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.preemption import Candidate, Why
 
 WHYS: tuple[Why, ...] = ("priority", "floor", "fair_share")

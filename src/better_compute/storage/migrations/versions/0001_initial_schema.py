@@ -180,7 +180,7 @@ def upgrade() -> None:
 
     if op.get_bind().dialect.name == "sqlite":
         # Every booking appends its `ledger.booked` event in the statement that writes it (PostgreSQL
-        # does the same with a CTE in storage/ledger.py), so a booking is one atomic statement.
+        # does the same with a CTE in storage/ledger/ledger.py), so a booking is one atomic statement.
         op.execute(
             "CREATE TRIGGER bookings_booked_event AFTER INSERT ON bookings BEGIN"
             " INSERT INTO events (type, subject, payload, at) VALUES ('ledger.booked', NEW.allocation_id,"

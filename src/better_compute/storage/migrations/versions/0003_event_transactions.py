@@ -1,5 +1,5 @@
 """Events record the transaction that wrote them, so that a reader of the log can tell an event it
-has not seen yet from one that will never come (see storage.reservations, the event tail).
+has not seen yet from one that will never come (see storage.ledger.reservations, the event tail).
 
 Revision ID: 0003
 Revises: 0002

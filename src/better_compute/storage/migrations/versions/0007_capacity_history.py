@@ -19,8 +19,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.domain.atoms import Atom
-from better_compute.domain.metering import share
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.metering.metering import share
 
 revision = "0007"
 down_revision = "0006"

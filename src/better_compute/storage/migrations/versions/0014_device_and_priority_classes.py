@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.storage.db import UtcDateTime
-from better_compute.storage.priority_classes import add_standard
+from better_compute.storage.kernel.db import UtcDateTime
+from better_compute.storage.placement.priority_classes import add_standard
 
 revision = "0014"
 down_revision = "0013"

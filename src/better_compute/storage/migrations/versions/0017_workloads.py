@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.storage.db import UtcDateTime
+from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0017"
 down_revision = "0016"

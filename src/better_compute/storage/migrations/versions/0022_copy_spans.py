@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.storage.db import UtcDateTime
+from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0022"
 down_revision = "0021"

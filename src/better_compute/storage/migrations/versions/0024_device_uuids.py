@@ -1,4 +1,4 @@
-"""A GPU belongs to one node (domain.gpu_owners): `device_uuids` holds each uuid a present GPU is known
+"""A GPU belongs to one node (domain.fleet.gpu_owners): `device_uuids` holds each uuid a present GPU is known
 by, its own and its MIG instances', with the node holding it, one node per uuid by its primary key;
 `nodes.owned_elsewhere` keeps the uuids a node's last refused inventory named, for `doctor`.
 
@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from better_compute.storage.db import UtcDateTime
+from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0024"
 down_revision = "0023"

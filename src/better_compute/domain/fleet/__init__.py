@@ -1,0 +1,1 @@
+"""Clusters, nodes, GPUs, pools and their atoms, and what nodes report."""

@@ -1,0 +1,1 @@
+"""What every context may use: ids, names, time windows, errors, the shared value types."""

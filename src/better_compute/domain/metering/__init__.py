@@ -1,0 +1,1 @@
+"""Usage, GPU-hours, prices, bills, showback and capacity accounting."""

@@ -1,0 +1,144 @@
+"""Who may read which events of the log (`events.list`): the one table of that rule.
+
+The fleet admin reads every event. A tenant token reads the events about its own tenant, and only
+those: an event of a type listed here, whose tenant is found as the entry says, is the tenant's when
+that tenant is the caller's. Every other event (inventory, fleet registration, partition changes,
+pools the tenant cannot see, and any type this version does not know) is the admin's alone, so a
+new event type stays hidden from tenants until it is given an entry here; nothing is shown by
+default, and no answer carries another tenant's ids.
+
+How the tenant of an event is found, by the kind of its entry:
+
+- `NamedInPayload(key)`: the payload names it (`ledger.booked`'s `tenantId`, `pool.created`'s
+  `ownerTenantId`);
+- `SubjectIsTenant`: the event is about the tenant itself (`tenant.created`, `tenant.deleted`);
+- `SubjectIsReservation`: the event is about an allocation, and the tenant is that reservation's
+  (`ledger.released`, `reservation.cancelled`, ...); a partition change has no reservation, so its
+  events stay the admin's;
+- `SubjectIsPool`: the event is about a pool; every tenant that sees the pool now (its owner, and a
+  tenant with quota rows in it: `tenancy.sees_pool`) reads the pool's events from the pool's creation
+  on, so a pool id used again after a delete does not show the earlier pool's history. A deleted
+  pool is seen by no tenant, its deletion included.
+
+The stores turn this table into the filter of their query (storage/kernel/event_stream.py), so a reader
+is never handed an event it then has to be kept from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from better_compute.domain.kernel import events as ev
+
+
+@dataclass(frozen=True)
+class NamedInPayload:
+    """The event's tenant is the value of this payload key."""
+
+    key: str
+
+
+@dataclass(frozen=True)
+class SubjectIsTenant:
+    """The event's subject is its tenant's id."""
+
+
+@dataclass(frozen=True)
+class SubjectIsReservation:
+    """The event's subject is a reservation id; its tenant is the reservation's."""
+
+
+@dataclass(frozen=True)
+class SubjectIsPool:
+    """The event's subject is a pool id; tenants that see the pool read it (see the module)."""
+
+
+Audience = NamedInPayload | SubjectIsTenant | SubjectIsReservation | SubjectIsPool
+
+TENANT_AUDIENCE: Mapping[str, Audience] = {
+    ev.LedgerBooked.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadCreated.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadScaled.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadDeleted.TYPE: NamedInPayload("tenantId"),
+    ev.DeploymentUpdated.TYPE: NamedInPayload("tenantId"),
+    ev.ReplicasTerminating.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadPreempted.TYPE: NamedInPayload("tenantId"),
+    ev.ReservationPreempted.TYPE: NamedInPayload("tenantId"),
+    ev.WorkloadDecided.TYPE: NamedInPayload("tenantId"),
+    ev.LedgerReleased.TYPE: SubjectIsReservation(),
+    ev.LedgerExtended.TYPE: SubjectIsReservation(),
+    ev.LedgerCancelled.TYPE: SubjectIsReservation(),
+    ev.ReservationCreated.TYPE: NamedInPayload("tenantId"),
+    ev.ReservationCancelled.TYPE: SubjectIsReservation(),
+    ev.ReservationReleased.TYPE: SubjectIsReservation(),
+    ev.ReservationExtended.TYPE: SubjectIsReservation(),
+    ev.TenantCreated.TYPE: SubjectIsTenant(),
+    ev.TenantDeleted.TYPE: SubjectIsTenant(),
+    ev.CredentialCreated.TYPE: NamedInPayload("tenantId"),
+    ev.CredentialRevoked.TYPE: NamedInPayload("tenantId"),
+    ev.PolicyCreated.TYPE: NamedInPayload("tenantId"),
+    ev.PolicyUpdated.TYPE: NamedInPayload("tenantId"),
+    ev.PolicyDeleted.TYPE: NamedInPayload("tenantId"),
+    ev.QuotaSet.TYPE: NamedInPayload("tenantId"),
+    ev.PoolOffered.TYPE: NamedInPayload("tenantId"),
+    ev.PoolCreated.TYPE: NamedInPayload("ownerTenantId"),
+    ev.EndpointCreated.TYPE: NamedInPayload("tenantId"),
+    ev.EndpointUpdated.TYPE: NamedInPayload("tenantId"),
+    ev.EndpointDeleted.TYPE: NamedInPayload("tenantId"),
+    ev.ComponentChanged.TYPE: NamedInPayload("tenantId"),
+    ev.PoolUpdated.TYPE: SubjectIsPool(),
+    ev.MigLayoutRequested.TYPE: SubjectIsPool(),
+    ev.AllocationBound.TYPE: SubjectIsReservation(),
+    ev.AllocationReleased.TYPE: SubjectIsReservation(),
+}
+"""The event types a tenant may read, and how each one's tenant is found."""
+
+ADMIN_ONLY: frozenset[str] = frozenset(
+    {
+        ev.PartitionBooked.TYPE,
+        ev.PartitionReleased.TYPE,
+        ev.PoolDeleted.TYPE,
+        ev.NodeInventoryChanged.TYPE,
+        ev.ClusterUpdated.TYPE,
+        ev.NodeCordoned.TYPE,
+        ev.NodeUncordoned.TYPE,
+        ev.FleetRegistered.TYPE,
+        ev.PriceSet.TYPE,
+        ev.DeviceClassCreated.TYPE,
+        ev.PriorityClassCreated.TYPE,
+        ev.NodeJoined.TYPE,
+        ev.NodeReportRefused.TYPE,
+        ev.GpuReleased.TYPE,
+        ev.NodeScrubbed.TYPE,
+        ev.NodeRebootRequired.TYPE,
+        ev.NodeMigScheduled.TYPE,
+        ev.NodeMigGranted.TYPE,
+        ev.NodeMigApplied.TYPE,
+        ev.DoctorRun.TYPE,
+    }
+)
+"""The known types only the admin reads (fleet-wide facts; a deleted pool is seen by no tenant).
+With `TENANT_AUDIENCE` it covers every type of `events.EVENT_TYPES`: a test holds them to it, so a
+new type is a decision, not an accident."""
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who reads the stream: the admin (`tenant_id` None), or a tenant and the pools it sees now."""
+
+    tenant_id: str | None
+    pool_ids: frozenset[str] = frozenset()
+
+    @property
+    def is_admin(self) -> bool:
+        return self.tenant_id is None
+
+
+def audiences() -> dict[Audience, list[str]]:
+    """The types a tenant may read, grouped by how their tenant is found (in table order): what a
+    store's filter is made of."""
+    grouped: dict[Audience, list[str]] = {}
+    for type_, audience in TENANT_AUDIENCE.items():
+        grouped.setdefault(audience, []).append(type_)
+    return grouped

@@ -1,0 +1,341 @@
+"""The fleet file: clusters, nodes with their GPUs, pools, tenants and device classes, as validated values.
+
+The file only describes hardware to simulate and how to group it; atoms still come from node reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from better_compute.domain import catalog
+from better_compute.domain.catalog import layouts
+from better_compute.domain.fleet.pools import PoolSettings, SharingMode, check_mode, check_settings
+from better_compute.domain.kernel.errors import DomainError, InvalidInput
+from better_compute.domain.placement.device_classes import DeviceClassSpec, parse_spec
+from better_compute.domain.tenancy.quota import parse_quota_limits
+from better_compute.domain.tenancy.tenancy import check_name, check_ref
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    name: str
+    cluster: str
+    gpu_model: str
+    gpu_count: int
+    mig_layout: str | None = None
+    numa_nodes: int = 1
+    nvlink: bool = False
+    carries_pool_layout: bool = True
+    """Whether the node's host config takes its MIG layout from its pool (docs/concepts.md, the gate); False:
+    it keeps the layout it has (`gpus.migLayout`), and nothing repartitions it."""
+    host_cpu_cores: int | None = None
+    host_memory_mib: int | None = None
+    """The host's CPU cores and memory (`host: {cpuCores, memoryGiB}`), which an endpoint's component
+    copies ask for beside their partition (docs/endpoints.md#limits); None: not declared, not checked."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    region: str
+    residency: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PoolSpec:
+    name: str
+    cluster: str
+    mode: SharingMode
+    owner: str
+    nodes: tuple[str, ...]
+    settings: PoolSettings = field(default_factory=PoolSettings)
+    owner_quota: Mapping[str, int] = field(default_factory=dict)
+    meter: str | None = None
+
+
+@dataclass(frozen=True)
+class TenantSpec:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class FleetSpec:
+    tenants: tuple[TenantSpec, ...]
+    clusters: tuple[ClusterSpec, ...]
+    nodes: tuple[NodeSpec, ...]
+    pools: tuple[PoolSpec, ...]
+    device_classes: tuple[DeviceClassSpec, ...] = ()
+
+    @cached_property
+    def _pool_by_node(self) -> dict[str, PoolSpec]:
+        return {n: p for p in self.pools for n in p.nodes}
+
+    def pool_of_node(self, node: str) -> PoolSpec | None:
+        return self._pool_by_node.get(node)
+
+    def layout_of_node(self, node: NodeSpec) -> str:
+        """A node's own layout wins; else its mig pool's; else MIG stays disabled."""
+        if node.mig_layout:
+            return node.mig_layout
+        pool = self.pool_of_node(node.name)
+        if pool is not None and pool.mode == "mig":
+            return pool.settings.layout
+        return "all-disabled"
+
+
+_KEYS: dict[str, frozenset[str]] = {
+    "fleet": frozenset({"tenants", "clusters", "pools", "deviceClasses"}),
+    "deviceClass": frozenset({"name", "class", "selector"}),
+    "tenant": frozenset({"id", "name"}),
+    "cluster": frozenset({"name", "region", "residency", "nodes"}),
+    "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout", "host"}),
+    "gpus": frozenset({"model", "count", "migLayout"}),
+    "host": frozenset({"cpuCores", "memoryGiB"}),
+    "pool": frozenset({"name", "cluster", "mode", "owner", "policy", "nodes", "ownerQuota", "meter"}),
+}
+"""The keys each part of a fleet file may have: a misspelt key (`ownerquota`, `migLayot`) is refused
+rather than ignored, since ignoring it silently drops what the operator meant."""
+
+
+def _mapping(raw: Any, kind: str, where: str) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(f"{where} must be a mapping", {"field": where})
+    unknown = sorted(str(k) for k in raw if k not in _KEYS[kind])
+    if unknown:
+        raise InvalidInput(
+            f"{where or 'the fleet file'}: unknown key {unknown[0]!r} "
+            f"(a {kind} takes {', '.join(sorted(_KEYS[kind]))})",
+            {"field": f"{where}.{unknown[0]}" if where else unknown[0]},
+        )
+    return raw
+
+
+def _name(raw: object, kind: str) -> str | None:
+    name = raw.get("name") if isinstance(raw, Mapping) else None
+    return f"{kind} {name}" if isinstance(name, str) and name else None
+
+
+@contextmanager
+def _at(name: str | None, where: str) -> Iterator[None]:
+    """Errors raised while reading one node or pool name it (`name`, such as `pool h100`) and its
+    place in the file (`where`), whichever rule raised them."""
+    try:
+        yield
+    except DomainError as exc:
+        if name is None or exc.message.startswith(name):
+            raise
+        place = "" if exc.message.startswith(where) else f" ({where})"
+        raise type(exc)(f"{name}{place}: {exc.message}", exc.details) from exc
+
+
+def _req(raw: Mapping[str, Any], key: str, where: str) -> Any:
+    if key not in raw or raw[key] in (None, ""):
+        raise InvalidInput(f"{where}: missing {key!r}", {"field": f"{where}.{key}"})
+    return raw[key]
+
+
+def _id(raw: Mapping[str, Any], key: str, where: str) -> str:
+    """A required id, held to the same rule as ids named through the API (`check_ref`)."""
+    return check_ref(str(_req(raw, key, where)), f"{where}.{key}")
+
+
+def _int(raw: Mapping[str, Any], key: str, default: int, where: str) -> int:
+    """A whole number of at least 1: `true` and `"3"` are refused, not read as 1 and 3."""
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(
+            f"{where}: {key} must be an integer of at least 1, not {value!r}", {"field": f"{where}.{key}"}
+        )
+    return value
+
+
+def _bool(raw: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
+    value = raw.get(key, default)
+    if not isinstance(value, bool):
+        raise InvalidInput(
+            f"{where}: {key} must be true or false, not {value!r}", {"field": f"{where}.{key}"}
+        )
+    return value
+
+
+def _list(raw: Any, where: str) -> Sequence[Any]:
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise InvalidInput(f"{where} must be a list", {"field": where})
+    return raw
+
+
+def default_meter(mode: str, model_id: str | None) -> str:
+    family = (model_id or "gpu").split("-")[0].lower()
+    return f"gpu.{family}.hours"
+
+
+def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
+    """The fleet file as validated values; every refusal names the node or pool at fault."""
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("a fleet file is a mapping with clusters, pools and tenants")
+    _mapping(raw, "fleet", "")
+    tenants: list[TenantSpec] = []
+    for i, t in enumerate(_list(raw.get("tenants"), "tenants")):
+        where = f"tenants[{i}]"
+        tenant = _mapping(t, "tenant", where)
+        tid = _id(tenant, "id", where)
+        tenants.append(TenantSpec(id=tid, name=check_name(str(tenant.get("name", tid)), f"{where}.name")))
+    clusters: list[ClusterSpec] = []
+    nodes: list[NodeSpec] = []
+    for i, c in enumerate(_list(raw.get("clusters"), "clusters")):
+        where = f"clusters[{i}]"
+        cluster_raw = _mapping(c, "cluster", where)
+        name = _id(cluster_raw, "name", where)
+        clusters.append(
+            ClusterSpec(
+                name=name,
+                region=check_name(str(_req(cluster_raw, "region", where)), f"{where}.region"),
+                residency=tuple(str(r) for r in _list(cluster_raw.get("residency"), f"{where}.residency")),
+            )
+        )
+        for j, n in enumerate(_list(cluster_raw.get("nodes"), f"{where}.nodes")):
+            nwhere = f"{where}.nodes[{j}]"
+            with _at(_name(n, "node"), nwhere):
+                nodes.extend(_node_specs(_mapping(n, "node", nwhere), name, nwhere))
+    seen_names: set[str] = set()
+    for spec in nodes:
+        if spec.name in seen_names:
+            raise InvalidInput(
+                f"node names must be unique across the fleet: {spec.name} is named twice",
+                {"field": "clusters", "node": spec.name},
+            )
+        seen_names.add(spec.name)
+    pools: list[PoolSpec] = []
+    seen_nodes: set[str] = set()
+    by_name = {n.name: n for n in nodes}
+    for i, p in enumerate(_list(raw.get("pools"), "pools")):
+        where = f"pools[{i}]"
+        with _at(_name(p, "pool"), where):
+            pools.append(_pool_spec(_mapping(p, "pool", where), where, by_name, seen_nodes))
+    return FleetSpec(
+        tenants=tuple(tenants),
+        clusters=tuple(clusters),
+        nodes=tuple(nodes),
+        pools=tuple(pools),
+        device_classes=_device_classes(raw.get("deviceClasses")),
+    )
+
+
+def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
+    """`deviceClasses`: each `{name, class, selector}` as `deviceClasses.create` takes it; a name
+    given twice is refused, since the second could only contradict or repeat the first."""
+    found: dict[str, DeviceClassSpec] = {}
+    for i, d in enumerate(_list(raw, "deviceClasses")):
+        where = f"deviceClasses[{i}]"
+        with _at(_name(d, "device class"), where):
+            item = _mapping(d, "deviceClass", where)
+            spec = parse_spec(item.get("name"), item.get("class"), item.get("selector"), where)
+        if spec.name in found:
+            raise InvalidInput(
+                f"{where}: device class {spec.name} is named twice", {"field": f"{where}.name"}
+            )
+        found[spec.name] = spec
+    return tuple(found.values())
+
+
+def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeSpec]:
+    base = _id(node, "name", where)
+    gpus = _mapping(_req(node, "gpus", where), "gpus", f"{where}.gpus")
+    model = catalog.get_model(str(_req(gpus, "model", f"{where}.gpus")))
+    count = _int(gpus, "count", 8, f"{where}.gpus")
+    layout = gpus.get("migLayout")
+    if layout is not None:
+        layouts.validate(str(layout), model)
+    replicas = _int(node, "replicas", 1, where)
+    numa_nodes = _int(node, "numaNodes", 2 if count >= 4 else 1, where)
+    nvlink = _bool(node, "nvlink", count > 1, where)
+    carries = _bool(node, "carriesPoolLayout", True, where)
+    cores, memory = _host(node.get("host"), f"{where}.host")
+    return [
+        NodeSpec(
+            name=base if replicas == 1 else f"{base}-{k + 1}",
+            cluster=cluster,
+            gpu_model=model.id,
+            gpu_count=count,
+            mig_layout=str(layout) if layout is not None else None,
+            numa_nodes=numa_nodes,
+            nvlink=nvlink,
+            carries_pool_layout=carries,
+            host_cpu_cores=cores,
+            host_memory_mib=memory,
+        )
+        for k in range(replicas)
+    ]
+
+
+MAX_HOST_CPU_CORES = 4096
+MAX_HOST_MEMORY_GIB = 65536
+
+
+def _host(raw: Any, where: str) -> tuple[int | None, int | None]:
+    """A node's `host: {cpuCores, memoryGiB}` (each optional): cores up to 4,096, memory up to
+    64 TiB; the memory is kept in MiB."""
+    if raw is None:
+        return None, None
+    host = _mapping(raw, "host", where)
+    cores = _int(host, "cpuCores", 1, where) if "cpuCores" in host else None
+    memory = _int(host, "memoryGiB", 1, where) if "memoryGiB" in host else None
+    if cores is not None and cores > MAX_HOST_CPU_CORES:
+        raise InvalidInput(
+            f"{where}: cpuCores is at most {MAX_HOST_CPU_CORES}", {"field": f"{where}.cpuCores"}
+        )
+    if memory is not None and memory > MAX_HOST_MEMORY_GIB:
+        raise InvalidInput(
+            f"{where}: memoryGiB is at most {MAX_HOST_MEMORY_GIB}", {"field": f"{where}.memoryGiB"}
+        )
+    return cores, None if memory is None else memory * 1024
+
+
+def _pool_spec(
+    pool: Mapping[str, Any], where: str, by_name: Mapping[str, NodeSpec], seen_nodes: set[str]
+) -> PoolSpec:
+    mode = check_mode(str(_req(pool, "mode", where)))
+    members = tuple(str(n) for n in _list(pool.get("nodes"), f"{where}.nodes"))
+    cluster = _id(pool, "cluster", where)
+    for n in members:
+        spec = by_name.get(n)
+        if spec is None:
+            raise InvalidInput(f"{where}: unknown node {n!r}", {"field": f"{where}.nodes"})
+        if spec.cluster != cluster:
+            raise InvalidInput(f"{where}: node {n!r} is not in cluster {cluster!r}")
+        if n in seen_nodes:
+            raise InvalidInput(f"{where}: node {n!r} already belongs to another pool")
+        seen_nodes.add(n)
+    policy = pool.get("policy") or {}
+    if not isinstance(policy, Mapping):
+        raise InvalidInput(f"{where}: policy must be a mapping", {"field": f"{where}.policy"})
+    settings = check_settings(mode, policy, where, without_nodes=not members)
+    if mode == "mig":
+        checked: set[tuple[str, str]] = set()
+        for n in members:
+            key = (by_name[n].mig_layout or settings.layout, by_name[n].gpu_model)
+            if key not in checked:
+                with _at(f"node {n} ({key[1]})", ""):
+                    layouts.validate(*key)
+                checked.add(key)
+    first_model = by_name[members[0]].gpu_model if members else None
+    return PoolSpec(
+        name=_id(pool, "name", where),
+        cluster=cluster,
+        mode=mode,
+        owner=_id(pool, "owner", where),
+        nodes=members,
+        settings=settings,
+        owner_quota={
+            str(k): v
+            for k, v in parse_quota_limits(pool.get("ownerQuota") or {}, f"{where}.ownerQuota").items()
+        },
+        meter=str(pool.get("meter") or default_meter(mode, first_model)),
+    )

@@ -1,0 +1,344 @@
+"""Workloads and their deployments (docs/placement.md; seed 001): what a workload asks for, the phases of a
+deployment, and the checks on a request. Placement itself is `domain.placement`.
+
+A workload is a tenant's long-lived service of N replicas, each needing `device_count` devices of
+one device class. Placement divides the replicas between clusters; each chosen cluster gets one
+deployment with its share (`desired_replicas`), and the cluster's scheduler books each replica's
+devices together as one open-ended allocation in the ledger, so a workload and a reservation can
+never hold one atom at once. A deployment moves `pending` (waiting for quota or capacity, with a
+reason) -> `admitted` (its share passed quota and the cluster had room) -> `placed` (every replica
+booked) -> `running` (at least one replica bound on its node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, NamedTuple, get_args
+
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
+from better_compute.domain.placement.capability import Capability, parse_capability
+from better_compute.domain.placement.shares import STRATEGIES, Strategy
+from better_compute.domain.placement.topology import DOMAIN_KINDS, DomainKind
+from better_compute.domain.placement.verdicts import Reason
+from better_compute.domain.tenancy.tenancy import check_class_name, check_ref, check_slug
+
+Phase = Literal["pending", "admitted", "placed", "running"]
+PHASES: tuple[Phase, ...] = get_args(Phase)
+
+MAX_REPLICAS = 10_000
+"""The most replicas one workload may ask for: far above any one service, small enough that placing
+them (one allocation each) stays one short transaction."""
+MAX_DEVICE_COUNT = 64
+"""The most devices one replica may ask for (a replica sits on one node)."""
+MAX_FLOORS = 64
+"""The most clusters `cluster_floors` may name."""
+MAX_CLUSTERS = 1_000
+"""The largest `max_clusters` taken."""
+
+REPLICA_SEPARATOR = ".r"
+"""Between a replica's deployment and its number: `.` keeps the id a valid CDI device name (the
+node hands the replica to its container under it) and a single URL path segment."""
+
+
+def replica_allocation_id(deployment_id: str, index: int) -> str:
+    """The ledger allocation of one replica: `<deploymentId>.r<n>`."""
+    return f"{deployment_id}{REPLICA_SEPARATOR}{index}"
+
+
+def replica_index(allocation_id: str) -> int | None:
+    """The replica number of a replica allocation's id, or None for any other allocation."""
+    head, sep, tail = allocation_id.rpartition(REPLICA_SEPARATOR)
+    return int(tail) if sep and head.startswith("dep-") and tail.isdigit() else None
+
+
+def is_replica(allocation_id: str) -> bool:
+    return replica_index(allocation_id) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSpec:
+    """A workload as asked for (checked), before it has an id."""
+
+    name: str
+    tenant_id: str
+    device_class: str
+    device_count: int
+    replicas: int
+    strategy: Strategy = "pack"
+    cluster_floors: Mapping[str, int] = field(default_factory=dict)
+    max_clusters: int | None = None
+    priority_class: str = "standard"
+    pinned_cluster: str | None = None
+    single_domain: bool = False
+    domain_kind: DomainKind | None = None
+    allowed_regions: tuple[str, ...] = ()
+    allowed_clusters: tuple[str, ...] = ()
+    drained_clusters: tuple[str, ...] = ()
+    """Clusters a `workload.drain` took the workload out of: placement leaves them out from then on."""
+    capability: Capability | None = None
+    """What each device must give, when the shape asked so: `device_class` is then the implicit
+    class it resolved to at creation (`domain.placement.capability`), empty until it is resolved."""
+
+    @property
+    def topology_kind(self) -> DomainKind | None:
+        """The domain kind a replica must fit in (nvlink when required without a kind), or None."""
+        return (self.domain_kind or "nvlink") if self.single_domain else None
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    id: str
+    spec: WorkloadSpec
+    generation: int
+    created_at: datetime
+    unplaced: int = 0
+    """Replicas no cluster could take at the last placement (retried as capacity or quota frees)."""
+    reason: Reason | None = None
+    """Why, when replicas are unplaced: the reason of the cluster that came closest."""
+    policy_id: str | None = None
+    """The `<name>-placement` policy made from `allowed_regions`/`allowed_clusters`, if any."""
+
+    @property
+    def tenant_id(self) -> str:
+        return self.spec.tenant_id
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """A workload's share in one cluster."""
+
+    id: str
+    workload_id: str
+    tenant_id: str
+    cluster_id: str
+    desired_replicas: int
+    phase: Phase
+    reason: Reason | None
+    message: str
+    shortfall: int
+    created_at: datetime
+    updated_at: datetime
+    generation: int = 1
+    next_replica: int = 0
+    """The index its next replica takes: a replica's allocation id is never another's."""
+    preempted_by: str | None = None
+    """The workload whose placement evicted replicas of this deployment (reason `preempted`)."""
+
+
+class RunningReplica(NamedTuple):
+    """A booked replica and whose it is: what a preemption reads of its candidates (a named
+    tuple: a cluster's thousands are read per decision)."""
+
+    allocation_id: str
+    number: int
+    """The replica's number in its deployment."""
+    deployment_id: str
+    workload_id: str
+    tenant_id: str
+    cluster_id: str
+    priority_class: str
+
+
+@dataclass(frozen=True, slots=True)
+class Terminating:
+    """A replica taken away (a scale down, a drain, a delete) while its node had it handed over.
+    Seed 001: "A device allocated to a replica that's terminating still counts as allocated until
+    the allocation is removed": its allocation keeps its devices booked until the node reports it
+    released (`hands_over` says when a replica must wait for that)."""
+
+    allocation_id: str
+    tenant_id: str
+    workload_id: str
+    deployment_id: str
+    cluster_id: str
+    since: datetime
+    preempted_by: str | None = None
+    """The workload whose placement evicted it (None: a scale down, a drain or a delete)."""
+
+
+HANDED_OVER: tuple[str, ...] = ("bound",)
+"""Binding states a node reports once it has given an allocation's devices to a container. A
+`device-missing` allocation was never handed over (its node lacks a device), so nothing waits on
+its node to take it back."""
+
+
+def hands_over(reported: Mapping[str, str]) -> bool:
+    """Whether a replica being taken away must terminate (wait for its node) rather than end at
+    once: some node reported it handed over and has not released it. A replica no node has spoken
+    of, or one every node refused or released, holds nothing on a node."""
+    return any(state in HANDED_OVER for state in reported.values())
+
+
+OPERATION_PAYLOADS: Mapping[str, str] = {"workload.drain": "cluster", "replica.release": "allocation"}
+"""Each operation type's one payload key."""
+
+
+def operation_target(type_: str, workload_id: str | None, payload: Mapping[str, str]) -> str:
+    """The payload value an operation acts on, once its request has what its type needs (a drain
+    names its workload and `{cluster}`; a replica.release names no workload, only `{allocation}`):
+    INVALID_INPUT naming the field otherwise."""
+    key = OPERATION_PAYLOADS[type_]
+    unknown = sorted(k for k in payload if k != key)
+    if unknown or key not in payload:
+        raise InvalidInput(
+            f"payload must be {{{key}}} for {type_}" + (f"; unknown: {unknown[0]}" if unknown else ""),
+            {"field": "payload"},
+        )
+    if type_ == "replica.release" and workload_id is not None:
+        raise InvalidInput(
+            "replica.release names its replica by payload.allocation, not by workloadId",
+            {"field": "workloadId"},
+        )
+    if type_ == "workload.drain" and workload_id is None:
+        raise InvalidInput("workload.drain needs the workloadId it drains", {"field": "workloadId"})
+    return payload[key]
+
+
+def phase_of(desired: int, booked: int, bound: int, blocked: bool) -> Phase:
+    """A deployment's phase from its replicas: `running` once one is bound on its node, `placed`
+    once all are booked, `admitted` while its share is admitted and replicas remain to book,
+    `pending` while the cluster cannot take them (`blocked`: quota, capacity, topology, policy)."""
+    if bound > 0:
+        return "running"
+    if booked >= desired:
+        return "placed"
+    return "pending" if blocked else "admitted"
+
+
+def _int(raw: object, field: str, low: int, high: int) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
+        raise InvalidInput(
+            f"{field} must be an integer from {low} to {high:,}, not {raw!r}"[:200],
+            {"field": field, "min": low, "max": high},
+        )
+    return raw
+
+
+def check_replicas(raw: object, field: str = "replicas") -> int:
+    return _int(raw, field, 0, MAX_REPLICAS)
+
+
+def _refs(raw: object, field: str) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list | tuple) or len(raw) > MAX_FLOORS:
+        raise InvalidInput(f"{field} must be a list of at most {MAX_FLOORS} names", {"field": field})
+    return tuple(dict.fromkeys(check_ref(v, f"{field}[{i}]") for i, v in enumerate(raw)))
+
+
+def parse_workload(raw: Mapping[str, object], tenant_id: str) -> WorkloadSpec:
+    """A workload request's checked fields (the wire has mapped the seed's snake_case names to these
+    keys already): each refusal names its field."""
+    shape = raw.get("shape")
+    if not isinstance(shape, Mapping):
+        raise InvalidInput("shape must be an object with deviceClass and deviceCount", {"field": "shape"})
+    strategy = raw.get("strategy") or "pack"
+    if strategy not in STRATEGIES:
+        raise InvalidInput(f"strategy must be pack or spread, not {strategy!r}"[:200], {"field": "strategy"})
+    replicas = check_replicas(raw.get("replicas", 1))
+    floors_raw = raw.get("clusterFloors") or {}
+    if not isinstance(floors_raw, Mapping) or len(floors_raw) > MAX_FLOORS:
+        raise InvalidInput(
+            f"clusterFloors must be an object of at most {MAX_FLOORS} cluster ids to counts",
+            {"field": "clusterFloors"},
+        )
+    floors = {
+        check_ref(c, "clusterFloors"): _int(n, f"clusterFloors.{c}", 0, MAX_REPLICAS)
+        for c, n in sorted(floors_raw.items())
+    }
+    check_floors(floors, replicas)
+    max_clusters_raw = raw.get("maxClusters")
+    max_clusters = (
+        None if max_clusters_raw is None else _int(max_clusters_raw, "maxClusters", 1, MAX_CLUSTERS)
+    )
+    single = raw.get("requiresSingleTopologyDomain", False)
+    if not isinstance(single, bool):
+        raise InvalidInput(
+            "requiresSingleTopologyDomain must be true or false", {"field": "requiresSingleTopologyDomain"}
+        )
+    kind = raw.get("topologyDomainKind")
+    if kind is not None and kind not in DOMAIN_KINDS:
+        raise InvalidInput(
+            f"topologyDomainKind must be one of {', '.join(DOMAIN_KINDS)}, not {kind!r}"[:200],
+            {"field": "topologyDomainKind", "allowed": list(DOMAIN_KINDS)},
+        )
+    pinned = raw.get("cluster")
+    priority = raw.get("priorityClass") or "standard"
+    capability = None
+    if shape.get("capability") is not None:
+        if shape.get("deviceClass") is not None:
+            raise InvalidInput(
+                "give shape.deviceClass or shape.capability, not both", {"field": "shape.capability"}
+            )
+        capability = parse_capability(shape.get("capability"))
+    return WorkloadSpec(
+        name=check_slug(raw.get("name"), "name"),
+        tenant_id=tenant_id,
+        device_class="" if capability is not None else _class_of(shape.get("deviceClass")),
+        capability=capability,
+        device_count=_int(shape.get("deviceCount", 1), "shape.deviceCount", 1, MAX_DEVICE_COUNT),
+        replicas=replicas,
+        strategy=strategy,
+        cluster_floors=floors,
+        max_clusters=max_clusters,
+        priority_class=check_class_name(priority, "priorityClass"),
+        pinned_cluster=None if pinned is None else check_ref(pinned, "cluster"),
+        single_domain=single,
+        domain_kind=kind,
+        allowed_regions=_refs(raw.get("allowedRegions"), "allowedRegions"),
+        allowed_clusters=_refs(raw.get("allowedClusters"), "allowedClusters"),
+    )
+
+
+def _class_of(value: object) -> str:
+    if value is None:
+        raise InvalidInput(
+            "shape needs deviceClass, or capability (what each device must give)",
+            {"field": "shape.deviceClass"},
+        )
+    return check_class_name(value, "shape.deviceClass")
+
+
+def check_floors(floors: Mapping[str, int], replicas: int) -> None:
+    """Floors may not add up to more replicas than the workload has."""
+    if sum(floors.values()) > replicas:
+        raise InvalidInput(
+            f"clusterFloors add up to {sum(floors.values())} replicas, more than the {replicas} asked for",
+            {"field": "clusterFloors", "floors": sum(floors.values()), "replicas": replicas},
+        )
+
+
+def placement_policy_name(workload_name: str) -> str:
+    """The policy a workload's own `allowed_regions`/`allowed_clusters` become."""
+    return f"{workload_name}-placement"
+
+
+def workload_not_found(ref: str) -> NotFound:
+    return NotFound(f"workload {ref} not found", {"workloadId": ref})
+
+
+__all__ = [
+    "HANDED_OVER",
+    "MAX_DEVICE_COUNT",
+    "MAX_REPLICAS",
+    "OPERATION_PAYLOADS",
+    "PHASES",
+    "Deployment",
+    "Phase",
+    "Terminating",
+    "Workload",
+    "WorkloadSpec",
+    "check_floors",
+    "check_replicas",
+    "hands_over",
+    "is_replica",
+    "operation_target",
+    "parse_workload",
+    "phase_of",
+    "placement_policy_name",
+    "replica_allocation_id",
+    "replica_index",
+    "workload_not_found",
+]

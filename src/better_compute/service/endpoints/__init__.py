@@ -1,0 +1,1 @@
+"""Inference endpoints: endpoints, components, copies, relayout."""

@@ -1,0 +1,82 @@
+"""Clusters and nodes as an operator steers them: `clusters.get`, `clusters.update` (a cluster's
+phase) and `nodes.update` (a node's cordon), admin only for the writes (domain.fleet.clusters).
+
+A cordon is recorded in the GPU state history in its own transaction (service.fleet.gpu_states), so
+capacity accounting counts the node's free hours as `cordoned` from that moment. Its event makes
+every booking index read its pools' atoms again, so no admission after it chooses the node's atoms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from better_compute.domain.fleet.clusters import (
+    check_cordoned,
+    check_phase,
+    cluster_not_found,
+    node_not_found,
+)
+from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.kernel.errors import ConcurrentChange
+from better_compute.domain.kernel.events import ClusterUpdated, NodeCordoned, NodeUncordoned
+from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.tenancy import check_ref
+from better_compute.service.fleet.gpu_states import record_nodes
+from better_compute.service.fleet.inventory import NodeView
+from better_compute.service.kernel.ports import StorePort
+
+
+def get(store: StorePort, cluster_id: str) -> Cluster:
+    """A cluster by id (any token: inventory is readable by every tenant); NOT_FOUND otherwise."""
+    check_ref(cluster_id, "id")
+    with store.read() as tx:
+        found = tx.clusters.get(cluster_id)
+    if found is None:
+        raise cluster_not_found(cluster_id)
+    return found
+
+
+def update(store: StorePort, principal: Principal, cluster_id: str, phase: object, now: datetime) -> Cluster:
+    """Set a cluster's phase (admin only); answers the cluster as written. Setting the phase it has
+    writes nothing and appends no event."""
+    require_admin(principal, "clusters.update")
+    wanted = check_phase(phase)
+    check_ref(cluster_id, "id")
+    with store.begin() as tx:
+        found = tx.clusters.get(cluster_id)
+        if found is None:
+            raise cluster_not_found(cluster_id)
+        if found.phase == wanted:
+            return found
+        if not tx.clusters.set_phase(cluster_id, wanted, found.phase):
+            raise ConcurrentChange(
+                f"cluster {cluster_id} changed while this request ran; retry", {"id": cluster_id}
+            )
+        tx.events.append(ClusterUpdated(cluster_id, wanted, found.phase), now)
+        return replace(found, phase=wanted)
+
+
+def update_node(
+    store: StorePort, principal: Principal, node_id: str, cordoned: object, now: datetime
+) -> NodeView:
+    """Cordon or uncordon a node (admin only); answers the node as written, with its pool. Bookings
+    it holds stay; a cordoned node's atoms take no new booking. Setting the cordon it has writes
+    nothing and appends no event."""
+    require_admin(principal, "nodes.update")
+    wanted = check_cordoned(cordoned)
+    check_ref(node_id, "node")
+    with store.begin() as tx:
+        # The node's writers (reports, pool changes) hold it too: the history below is recorded
+        # from what this transaction has written, and none of them writes between.
+        tx.nodes.lock([node_id])
+        node = tx.nodes.by_ids([node_id]).get(node_id)
+        if node is None:
+            raise node_not_found(node_id)
+        pool = tx.pools.of_nodes([node_id]).get(node_id)
+        if node.cordoned != wanted:
+            tx.nodes.set_cordoned(node_id, wanted)
+            record_nodes(tx, [node_id], now)
+            tx.events.append(NodeCordoned(node_id) if wanted else NodeUncordoned(node_id), now)
+            node = replace(node, cordoned=wanted)
+        return NodeView(node, pool.id if pool else None)

@@ -1,0 +1,253 @@
+"""Ingesting node reports: GPUs and atoms follow what nodes say, idempotently.
+
+A report is diffed against what is stored; only changed rows are written, so re-ingesting the same
+report writes nothing and emits no event. Nothing is ever deleted: a GPU that vanishes, or an atom whose
+instance is gone, becomes unbookable and not present, and bookings keep pointing at it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from better_compute.domain import catalog
+from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
+from better_compute.domain.fleet.inventory import GpuReport, NodeReport
+from better_compute.domain.fleet.pools import SLOT_MODES, PoolSharing
+from better_compute.domain.fleet.records import Cluster, Gpu, Node
+from better_compute.domain.gate.mig_gate import node_layout, told_replicas
+from better_compute.domain.kernel.errors import NotFound
+from better_compute.domain.kernel.events import NodeInventoryChanged
+from better_compute.service.endpoints import endpoint_holds
+from better_compute.service.fleet import gpu_owners
+from better_compute.service.fleet.gpu_states import record_nodes
+from better_compute.service.gate.partition_holds import hold_new_atoms_in
+from better_compute.service.kernel.paging import DEFAULT_LIMIT, Listing, fetch, listing
+from better_compute.service.kernel.ports import StorePort, Tx
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """A node with the pool it is in, as its caller may see it (None: in none, or one hidden)."""
+
+    node: Node
+    pool_id: str | None
+
+    @property
+    def id(self) -> str:
+        return self.node.id
+
+
+@dataclass
+class IngestResult:
+    gpus_written: int = 0
+    atoms_written: int = 0
+    changed_nodes: list[str] = field(default_factory=list)
+
+
+def model_id_of(product: str) -> str | None:
+    model = catalog.model_for_product(product)
+    return model.id if model else None
+
+
+def _gpu(gpu: GpuReport, node: str, now: datetime) -> Gpu:
+    return Gpu(
+        id=gpu.uuid,
+        node_id=node,
+        index=gpu.index,
+        product=gpu.product,
+        model=model_id_of(gpu.product),
+        memory_mib=gpu.memory_mib,
+        numa_node=gpu.numa_node,
+        nvlink_peers=tuple(gpu.nvlink_peers),
+        healthy=gpu.healthy,
+        present=True,
+        mig_mode_current=gpu.mig_mode_current,
+        mig_mode_pending=gpu.mig_mode_pending,
+        mig_instances=tuple(gpu.mig_instances),
+        updated_at=now,
+    )
+
+
+def _constant(sharing: PoolSharing | None) -> Callable[[str], PoolSharing | None]:
+    def pool_of(_gpu_id: str) -> PoolSharing | None:
+        return sharing
+
+    return pool_of
+
+
+def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+    """Ingest within an open transaction (used by the fleet loader and by `ingest`)."""
+    node_ids = [r.node for r in reports]
+    # Before reading which pool each node is in: a pool change that moves these nodes commits first,
+    # or waits for this report (it derives again from what this writes).
+    tx.nodes.lock(node_ids)
+    known = tx.nodes.by_ids(node_ids)
+    missing = [n for n in node_ids if n not in known]
+    if missing:
+        raise NotFound(f"node {missing[0]} is not registered", {"nodes": missing})
+    pools_by_node = tx.pools.of_nodes(node_ids)
+    old_gpus = {g.id: g for g in tx.gpus.of_nodes(node_ids)}
+    old_atoms = {a.id: a for a in tx.atoms.of_nodes(node_ids)}
+
+    gpu_rows: list[Gpu] = []
+    atom_rows: list[Atom] = []
+    seen_gpus: set[str] = set()
+    seen_atoms: set[str] = set()
+    result = IngestResult()
+    changed_nodes: set[str] = set()
+    gates = tx.mig_layouts.of_nodes(node_ids)  # a layout or slot count under change: the gate's
+    for report in reports:
+        pool = pools_by_node.get(report.node)
+        gate = gates.get(report.node)
+        sharing = pool.sharing if pool else None
+        if sharing is not None and gate is not None and sharing.mode in SLOT_MODES:
+            sharing = replace(sharing, replicas=told_replicas(pool, gate))
+        node = known[report.node]
+        # A GPU not at the layout its node is told takes no work until it is (domain.fleet.atoms).
+        layout = node_layout(pool, gate, carries_pool_layout=node.carries_pool_layout, own=node.mig_layout)
+        derived = derive_node_atoms(report, _constant(sharing), model_id_of, layout)
+        for gpu in report.gpus:
+            seen_gpus.add(gpu.uuid)
+            row = _gpu(gpu, report.node, now)
+            if not row.same_as(old_gpus.get(gpu.uuid)):
+                gpu_rows.append(row)
+                changed_nodes.add(report.node)
+            for atom in derived[gpu.uuid]:
+                seen_atoms.add(atom.id)
+                if old_atoms.get(atom.id) != atom:
+                    atom_rows.append(atom)
+                    changed_nodes.add(report.node)
+    for gpu_id, old in old_gpus.items():
+        if gpu_id not in seen_gpus and old.present:
+            gpu_rows.append(replace(old, present=False, updated_at=now))
+            changed_nodes.add(old.node_id)
+    for atom_id, old_atom in old_atoms.items():
+        if atom_id not in seen_atoms and (old_atom.present or old_atom.bookable):
+            atom_rows.append(replace(old_atom, present=False, bookable=False))
+            changed_nodes.add(old_atom.node)
+
+    # Rows are written in id order: bookings share-lock atoms in that order too, so the two never
+    # wait on each other in a cycle (storage.ledger.ledger.LOCKED_ATOMS_PG).
+    tx.gpus.put(sorted(gpu_rows, key=lambda g: g.id))
+    tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
+    fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
+    gone = [a for a in atom_rows if not a.present and a.id in old_atoms and old_atoms[a.id].present]
+    if gone:  # copies of an endpoint's components on them wait again, and move if they can
+        endpoint_holds.replan_lost_in(tx, gone, now)
+    if fresh:
+        # A node under a layout change holds its new atoms too, until the change is applied; one
+        # serving an endpoint holds them for it.
+        hold_new_atoms_in(tx, fresh, now)
+        endpoint_holds.hold_new_atoms_in(tx, fresh, now)
+    for report in reports:
+        if known[report.node].observed_generation != report.observed_generation:
+            tx.nodes.mark_observed(report.node, report.observed_generation, now)
+    # In this transaction, as the change it records: accounting a past range reads this history.
+    gpus_now = {**old_gpus, **{g.id: g for g in gpu_rows}}.values()
+    atoms_now = {**old_atoms, **{a.id: a for a in atom_rows}}.values()
+    written = (
+        [g for g in gpus_now if g.node_id in changed_nodes],
+        [a for a in atoms_now if a.node in changed_nodes],
+    )
+    record_nodes(tx, sorted(changed_nodes), now, written)
+    gpu_counts = Counter(g.node_id for g in gpu_rows)
+    atom_counts = Counter(a.node for a in atom_rows)
+    tx.events.append_all(
+        [NodeInventoryChanged(node, gpu_counts[node], atom_counts[node]) for node in sorted(changed_nodes)],
+        now,
+    )
+    result.gpus_written = len(gpu_rows)
+    result.atoms_written = len(atom_rows)
+    result.changed_nodes = sorted(changed_nodes)
+    return result
+
+
+def ingest(store: StorePort, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+    """Ingest one or many node reports in one transaction (a fleet file's load). Refused whole
+    (GpuOwnedElsewhere, naming the nodes) when one names a GPU another node holds, or that another
+    of them names first (service.fleet.gpu_owners)."""
+    with store.begin() as tx:
+        gpu_owners.check_in(tx, reports, now)
+        return ingest_in(tx, reports, now)
+
+
+def list_clusters(
+    store: StorePort, *, limit: int | None = None, after: str | None = None
+) -> Listing[Cluster]:
+    with store.read() as tx:
+        return listing(tx.clusters.page(fetch(limit), after), limit)
+
+
+def list_nodes(
+    store: StorePort,
+    *,
+    cluster: str | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    pools: Collection[str] | None = None,
+) -> Listing[NodeView]:
+    """Nodes with the pool each is in; `pools`, when given, are the pools the caller may see, and
+    a node in any other pool shows none (its name would reveal that the pool exists)."""
+    with store.read() as tx:
+        found = tx.nodes.page(cluster, fetch(limit), after)
+        of_node = tx.pools.of_nodes([n.id for n in found])
+    views = []
+    for node in found:
+        pool = of_node.get(node.id)
+        shown = pool.id if pool and (pools is None or pool.id in pools) else None
+        views.append(NodeView(node, shown))
+    return listing(views, limit)
+
+
+def list_gpus(
+    store: StorePort, *, node: str | None = None, limit: int | None = None, after: str | None = None
+) -> Listing[Gpu]:
+    with store.read() as tx:
+        return listing(tx.gpus.page(node, fetch(limit), after), limit)
+
+
+def list_atoms(
+    store: StorePort,
+    *,
+    pool: str | None = None,
+    cls: str | None = None,
+    attributes: dict[str, str] | None = None,
+    bookable: bool | None = None,
+    limit: int | None = None,
+    after: str | None = None,
+    pools: Collection[str] | None = None,
+) -> Listing[Atom]:
+    """Atoms filtered by pool, class, bookability and attribute equality (values compared as text).
+
+    `pools`, when given, keeps only atoms of those pools (what a tenant may see).
+    """
+    if pools is not None and (not pools or (pool is not None and pool not in pools)):
+        return Listing()
+    wanted = attributes or {}
+    size = limit or DEFAULT_LIMIT
+    out: list[Atom] = []
+    cursor = after
+    batch_size = max(size + 1, 500)
+    with store.read() as tx:
+        while True:
+            batch = tx.atoms.page(pool_id=pool, cls=cls, bookable=bookable, limit=batch_size, after=cursor)
+            for atom in batch:
+                if pools is not None and atom.pool_id not in pools:
+                    continue
+                if all(k in atom.attributes and _text(atom.attributes[k]) == v for k, v in wanted.items()):
+                    out.append(atom)
+                    if len(out) > size:
+                        return listing(out, size)
+            if len(batch) < batch_size:
+                return listing(out, size)
+            cursor = batch[-1].id
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

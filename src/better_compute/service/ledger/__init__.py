@@ -1,0 +1,1 @@
+"""Bookings, reservations, admission and the atom rule."""

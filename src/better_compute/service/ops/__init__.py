@@ -1,0 +1,1 @@
+"""What operators read across the contexts: doctor, console, the events stream, the fleet file."""

@@ -1,0 +1,1 @@
+"""Placement across clusters: device classes, workloads, capability, fair share, preemption."""

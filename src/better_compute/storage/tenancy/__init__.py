@@ -1,0 +1,1 @@
+"""Tenants, their credentials, quotas and IAM policies."""
