@@ -17,6 +17,12 @@ from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
+from better_compute.wire.doctor import (
+    MIG_WAITING_DAYS_DEFAULT,
+    MIG_WAITING_DAYS_MAX,
+    SILENT_MINUTES_DEFAULT,
+    SILENT_MINUTES_MAX,
+)
 
 _COLUMNS = (
     Column("code"),
@@ -33,19 +39,19 @@ def doctor(
         typer.Option(
             "--silent-minutes",
             min=1,
-            max=10080,
+            max=SILENT_MINUTES_MAX,
             help="Minutes without a signed report or spec read that make a joined node node.silent.",
         ),
-    ] = 10,
+    ] = SILENT_MINUTES_DEFAULT,
     mig_waiting_days: Annotated[
         int,
         typer.Option(
             "--mig-waiting-days",
             min=1,
-            max=3650,
+            max=MIG_WAITING_DAYS_MAX,
             help="Days a layout change may wait from its request before it is capacity.mig.waiting.",
         ),
-    ] = 7,
+    ] = MIG_WAITING_DAYS_DEFAULT,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,

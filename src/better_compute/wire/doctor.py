@@ -8,6 +8,14 @@ from pydantic import Field
 
 from better_compute.wire.common import WireAnswer, WireRequest
 
+SILENT_MINUTES_DEFAULT = 10
+SILENT_MINUTES_MAX = 10080
+"""`silentMinutes`: the silence window of `node.silent`, 1 minute to a week."""
+MIG_WAITING_DAYS_DEFAULT = 7
+MIG_WAITING_DAYS_MAX = 3650
+"""`migWaitingDays`: how long a layout change may wait before `capacity.mig.waiting`, 1 day to ten
+years. The API's query and the CLI's options both read these bounds."""
+
 
 class DoctorQuery(WireRequest):
     """`doctor.run` (query parameters): how many minutes without a signed report or spec read make a
@@ -15,8 +23,8 @@ class DoctorQuery(WireRequest):
     change may wait from its request before `capacity.mig.waiting` (`migWaitingDays`, 1 to 3650;
     default 7)."""
 
-    silent_minutes: int = Field(default=10, ge=1, le=10080)
-    mig_waiting_days: int = Field(default=7, ge=1, le=3650)
+    silent_minutes: int = Field(default=SILENT_MINUTES_DEFAULT, ge=1, le=SILENT_MINUTES_MAX)
+    mig_waiting_days: int = Field(default=MIG_WAITING_DAYS_DEFAULT, ge=1, le=MIG_WAITING_DAYS_MAX)
 
 
 class DoctorFinding(WireAnswer):

@@ -54,14 +54,9 @@ from better_compute.domain.tenancy.records import Quota
 STUCK_AFTER = timedelta(hours=24)
 """How long after its grant a node that has not converged its new layout is reported stuck."""
 
-DEFAULT_SILENT_MINUTES = 10
-MAX_SILENT_MINUTES = 10080
-"""`silentMinutes`: the silence window of `node.silent`, 1 minute to a week (default 10)."""
-
 DEFAULT_MIG_WAITING_DAYS = 7
-MAX_MIG_WAITING_DAYS = 3650
-"""`migWaitingDays`: how long a layout change may wait before `capacity.mig.waiting`, 1 day to ten
-years (default 7)."""
+"""How long a layout change may wait before `capacity.mig.waiting` when the caller does not say (the
+API's `migWaitingDays` bounds are in `wire.doctor`)."""
 
 ENDPOINT_WAITING_AFTER = timedelta(hours=1)
 """How long an endpoint may wait (`Failed`, an instance being cut, a relayout held) before
