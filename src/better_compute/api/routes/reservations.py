@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 
 from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
@@ -19,6 +21,7 @@ from better_compute.api.errors import code_of
 from better_compute.api.metrics import Metrics, metrics_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.ledger.commands import Reserve
 from better_compute.domain.tenancy.credentials import Caller, bearer_token
 from better_compute.service.kernel.telemetry import Telemetry
 from better_compute.service.ledger import reservations
@@ -95,12 +98,11 @@ class AdmissionRoute(APIRoute):
 
 
 def _admit(body: ReservationCreate, caller: Caller, services: Services, telemetry: Telemetry) -> Response:
-    raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(
         services.store,
         services.index,
         caller,
-        raw,
+        reserve_of(body),
         services.clock(),
         services.ids.reservation,
         telemetry=telemetry,
@@ -215,6 +217,24 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "bindingDetail": view.binding_detail,
         "preemptible": r.preemptible,
     }
+
+
+INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def reserve_of(body: ReservationCreate) -> Reserve:
+    """The request as the ledger's command. The device lines stay JSON, as the wire has them: the
+    reservation stores and echoes them as sent, and its idempotency fingerprint is of the request in
+    JSON, `start` as the wire writes an instant."""
+    return Reserve(
+        pool_id=body.pool_id,
+        devices=tuple(d.model_dump(mode="json", by_alias=True, exclude_none=True) for d in body.devices),
+        duration=body.duration,
+        start=None if body.start is None else INSTANT.dump_python(body.start, mode="json"),
+        tenant_id=body.tenant_id,
+        idempotency_key=body.idempotency_key,
+        preemptible=body.preemptible,
+    )
 
 
 def reservation_public(view: ReservationView) -> ReservationPublic:
