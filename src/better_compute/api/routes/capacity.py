@@ -4,24 +4,22 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import (
-    capacity_accounting,
-    capacity_by_pool,
-    capacity_free,
-    capacity_summary,
-    capacity_timeline,
-)
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.timewin import window_asked
-from better_compute.domain.metering.accounting import grid_of
+from better_compute.domain.metering.accounting import StateHours, grid_of
+from better_compute.domain.metering.metering import shown
+from better_compute.domain.metering.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.service.ledger import capacity
+from better_compute.service.ledger.capacity import Accounting, PoolFree
 from better_compute.wire.capacity import (
+    AccountingBucket,
     CapacityAccounting,
     CapacityAccountingQuery,
     CapacityByPool,
@@ -32,6 +30,11 @@ from better_compute.wire.capacity import (
     CapacitySummaryQuery,
     CapacityTimeline,
     CapacityTimelineQuery,
+    FreeKindPublic,
+    ModelCountPublic,
+    PoolClassCountPublic,
+    StateHoursPublic,
+    TimelineBucket,
 )
 
 router = APIRouter(prefix="/v1", tags=["capacity"], route_class=StrictQueryRoute)
@@ -74,3 +77,90 @@ def capacity_by_pool_route(
     q: Annotated[CapacityByPoolQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> CapacityByPool:
     return capacity_by_pool(now, capacity.by_pool(store, principal, q.pool_id, now))
+
+
+def capacity_free(answer: PoolFree) -> CapacityFree:
+    assert answer.window.end is not None
+    return CapacityFree(
+        pool_id=answer.pool_id,
+        from_=answer.window.start,
+        to=answer.window.end,
+        count=answer.count,
+        kinds=[
+            FreeKindPublic(
+                cls=k.cls,
+                gpu_model=k.gpu_model,
+                mig_profile=k.mig_profile,
+                atoms=k.atoms,
+                free=k.free,
+                earliest_start=k.earliest_start,
+            )
+            for k in answer.kinds
+        ],
+    )
+
+
+def state_hours(hours: StateHours) -> StateHoursPublic:
+    """Hours by state, each rounded for display only (`domain.metering.metering.shown`)."""
+    return StateHoursPublic(
+        capacity=shown(hours.capacity),
+        booked=shown(hours.booked),
+        free=shown(hours.free),
+        changing=shown(hours.changing),
+        unhealthy=shown(hours.unhealthy),
+        cordoned=shown(hours.cordoned),
+    )
+
+
+def capacity_accounting(answer: Accounting) -> CapacityAccounting:
+    return CapacityAccounting(
+        pool_id=answer.pool_id,
+        from_=answer.grid.start,
+        to=answer.grid.end,
+        bucket=answer.grid.bucket,
+        buckets=[
+            AccountingBucket(from_=span.start, to=span.end, hours=state_hours(hours))
+            for span, hours in answer.buckets
+        ],
+        total=state_hours(answer.total),
+    )
+
+
+def capacity_summary(at: datetime, pool_id: str | None, models: list[ModelCount]) -> CapacitySummary:
+    return CapacitySummary(
+        at=at,
+        pool_id=pool_id,
+        models=[
+            ModelCountPublic(
+                model=m.model, total=m.total, bookable=m.bookable, booked=m.booked, unhealthy=m.unhealthy
+            )
+            for m in models
+        ],
+    )
+
+
+def capacity_by_pool(at: datetime, rows: list[ClassCount]) -> CapacityByPool:
+    return CapacityByPool(
+        at=at,
+        rows=[
+            PoolClassCountPublic(
+                pool_id=r.pool_id, cls=r.cls, total=r.total, bookable=r.bookable, booked=r.booked
+            )
+            for r in rows
+        ],
+    )
+
+
+def capacity_timeline(
+    pool_id: str | None, start: datetime, end: datetime, bucket: str, buckets: list[WholeBooked]
+) -> CapacityTimeline:
+    return CapacityTimeline(
+        pool_id=pool_id,
+        from_=start,
+        to=end,
+        bucket=bucket,
+        buckets=[
+            TimelineBucket(from_=b.span.start, to=b.span.end, booked=b.peak, hours=shown(b.hours))
+            for b in buckets
+        ],
+    )

@@ -8,11 +8,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import credential_created, credential_public, paged, whoami
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.records import Credential
 from better_compute.service.tenancy import credentials
+from better_compute.service.tenancy.credentials import Issued
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import (
     CredentialCreate,
@@ -50,3 +53,25 @@ def revoke_credential(id: str, principal: PrincipalDep, store: StoreDep, now: No
 @router.get("/whoami", response_model=WhoAmI)
 def get_whoami(q: Annotated[WhoAmIQuery, Query()], principal: PrincipalDep) -> WhoAmI:
     return whoami(principal)
+
+
+def credential_public(c: Credential) -> CredentialPublic:
+    return CredentialPublic(
+        id=c.id, tenant_id=c.tenant_id, name=c.name, created_at=c.created_at, revoked_at=c.revoked_at
+    )
+
+
+def credential_created(issued: Issued) -> CredentialCreated:
+    c = issued.credential
+    return CredentialCreated(
+        id=c.id,
+        tenant_id=c.tenant_id,
+        name=c.name or None,
+        created_at=c.created_at,
+        revoked_at=c.revoked_at,
+        token=issued.token,
+    )
+
+
+def whoami(p: Principal) -> WhoAmI:
+    return WhoAmI(credential_id=p.credential_id, tenant_id=p.tenant_id, is_admin=p.is_admin)

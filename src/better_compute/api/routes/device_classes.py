@@ -6,10 +6,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import device_class_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.kernel.selectors import document
+from better_compute.domain.placement.device_classes import DeviceClass
 from better_compute.service.placement import device_classes
 from better_compute.wire.common import Page
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
@@ -40,3 +42,15 @@ def create_device_class(
     selector = None if body.selector is None else body.selector.model_dump(mode="json", by_alias=True)
     created = device_classes.create(store, principal, body.name, body.cls, selector, now)
     return device_class_public(created)
+
+
+def device_class_public(d: DeviceClass) -> DeviceClassPublic:
+    return DeviceClassPublic.model_validate(
+        {
+            "id": d.name,
+            "name": d.name,
+            "class": d.cls,
+            "selector": document(d.selector),
+            "createdAt": d.created_at,
+        }
+    )

@@ -7,23 +7,28 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
 
-from better_compute.api.answers import json_answer
+from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import component_public, endpoint_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.endpoints.endpoints import endpoint_json
 from better_compute.domain.tenancy.tenancy import tenant_scope
 from better_compute.service.endpoints import components, endpoints
+from better_compute.service.endpoints.components import ComponentView
+from better_compute.service.endpoints.endpoints import EndpointView
 from better_compute.wire.common import Page
 from better_compute.wire.endpoints import (
     ComponentCreate,
     ComponentListQuery,
     ComponentPublic,
     ComponentScale,
+    CopyPublic,
     EndpointCreate,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
+    InstancePublic,
+    VariantPublic,
 )
 
 router = APIRouter(prefix="/v1", tags=["endpoints"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
@@ -108,3 +113,61 @@ def scale_component(
 @router.delete("/components/{name}", response_model=ComponentPublic)
 def delete_component(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ComponentPublic:
     return component_public(components.delete(store, principal, name, now))
+
+
+def endpoint_public(v: EndpointView) -> EndpointPublic:
+    r = v.record
+    return EndpointPublic(
+        name=r.name,
+        tenant_id=r.tenant_id,
+        status=v.status,
+        reason=r.reason,
+        variants=[VariantPublic.model_validate(x) for x in endpoint_json(v.spec)["variants"]],
+        instances=[
+            InstancePublic(
+                node=i.node,
+                variant=i.variant,
+                layout=i.layout,
+                state=i.state,
+                gpus=i.gpus,
+                partitions=i.partitions,
+            )
+            for i in v.instances
+        ],
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )
+
+
+def component_public(v: ComponentView) -> ComponentPublic:
+    r, s = v.record, v.spec
+    return ComponentPublic(
+        name=r.name,
+        endpoint_name=r.endpoint,
+        variant_name=s.variant_name,
+        tenant_id=v.tenant_id,
+        model=s.model,
+        partition_type=s.partition_type,
+        devices_required=1,
+        cpu_cores=str(s.cpu_cores),
+        memory_mib=s.memory_mib,
+        copy_count=s.copies,
+        min_copies=s.min_copies,
+        placed_copies=v.placed,
+        pending_copies=len(v.copies) - v.placed,
+        reason=v.reason,
+        copies=[
+            CopyPublic(
+                index=c.copy,
+                state=c.state,
+                node=c.node,
+                gpu_id=c.gpu_id,
+                partition=c.partition,
+                atom_id=c.atom_id,
+                mig_uuid=c.mig_uuid,
+            )
+            for c in v.copies
+        ],
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+    )

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import event_public, paged
 from better_compute.api.deps import StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.kernel.events import StreamedEvent, type_of
 from better_compute.service.ops import events
 from better_compute.wire.common import Page
 from better_compute.wire.events import EventListQuery, EventPublic
@@ -25,3 +26,9 @@ def list_events(
         store, principal, type_=q.type, subject=q.subject, after=q.after, limit=q.limit
     )
     return paged(found, event_public)
+
+
+def event_public(e: StreamedEvent) -> EventPublic:
+    return EventPublic(
+        id=e.id, type=type_of(e.event), subject=e.event.subject, time=e.at, payload=e.event.payload()
+    )

@@ -7,12 +7,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import atom_public, cluster_public, gpu_public, node_public, paged
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.fleet.atoms import attribute_filters, check_atom_class
+from better_compute.domain.fleet.atoms import Atom, attribute_filters, check_atom_class
+from better_compute.domain.fleet.records import Cluster, Gpu
+from better_compute.domain.ledger.ledger import Availability
 from better_compute.service.fleet import clusters, gpu_owners, inventory, pools
+from better_compute.service.fleet.inventory import NodeView
 from better_compute.service.ledger import capacity
 from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
@@ -24,6 +27,8 @@ from better_compute.wire.inventory import (
     GpuListQuery,
     GpuPublic,
     GpuRelease,
+    MigInstancePublic,
+    MigModePublic,
     NodeListQuery,
     NodePublic,
     NodeUpdate,
@@ -100,3 +105,80 @@ def list_atoms(
     free = capacity.availability_of(store, found.items, now)
     pending = capacity.scrub_pending_of(store, principal, found.items, now)
     return paged(found, lambda a: atom_public(a, free.get(a.id), scrub_pending=a.id in pending))
+
+
+def cluster_public(c: Cluster) -> ClusterPublic:
+    return ClusterPublic(
+        id=c.id,
+        name=c.id,
+        region=c.region,
+        residency=list(c.residency),
+        phase=c.phase,
+        created_at=c.created_at,
+    )
+
+
+def node_public(v: NodeView) -> NodePublic:
+    n = v.node
+    return NodePublic(
+        id=n.id,
+        name=n.id,
+        cluster_id=n.cluster_id,
+        pool_id=v.pool_id,
+        cordoned=n.cordoned,
+        spec_generation=n.spec_generation,
+        carries_pool_layout=n.carries_pool_layout,
+        reboot_required=n.reboot_required,
+        observed_generation=n.observed_generation,
+        last_report_at=n.last_report_at,
+        last_contact_at=n.last_contact_at,
+    )
+
+
+def gpu_public(g: Gpu) -> GpuPublic:
+    return GpuPublic.model_validate(
+        {
+            "id": g.id,
+            "uuid": g.id,
+            "node": g.node_id,
+            "index": g.index,
+            "product": g.product,
+            "model": g.model,
+            "memoryMiB": g.memory_mib,
+            "numaNode": g.numa_node,
+            "nvlinkPeers": list(g.nvlink_peers),
+            "healthy": g.healthy,
+            "present": g.present,
+            "migMode": MigModePublic(current=g.mig_mode_current, pending=g.mig_mode_pending),
+            "migInstances": [
+                MigInstancePublic(
+                    profile=i.profile,
+                    gi_id=i.gi_id,
+                    ci_id=i.ci_id,
+                    placement_start=i.placement_start,
+                    placement_size=i.placement_size,
+                    uuid=i.uuid,
+                )
+                for i in g.mig_instances
+            ],
+        }
+    )
+
+
+def atom_public(a: Atom, free: Availability | None = None, *, scrub_pending: bool = False) -> AtomPublic:
+    """An atom; with its `Availability`, whether it is booked now and when it is next free, and
+    whether it waits for a scrub before the caller may have it."""
+    return AtomPublic(
+        id=a.id,
+        cls=a.cls,
+        gpu_id=a.gpu_id,
+        node=a.node,
+        pool_id=a.pool_id,
+        bookable=a.bookable,
+        partition_pending=a.partition_pending,
+        present=a.present,
+        attributes=dict(a.attributes),
+        booked_now=free.booked_now if free else False,
+        next_free_at=free.next_free_at if free else None,
+        scrub_pending=scrub_pending,
+    )

@@ -21,24 +21,42 @@ from starlette.concurrency import run_in_threadpool
 
 from better_compute.api.auth import PrincipalDep, get_principal
 from better_compute.api.bodies import NO_BODY, json_body
-from better_compute.api.convert import joined_public, report_of, spec_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.api.signed import is_signed, signed_request
-from better_compute.domain.fleet.node_reports import InventoryReported, Report, check_same_node
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance
+from better_compute.domain.fleet.node_reports import (
+    BindingReported,
+    GenerationObserved,
+    InventoryReported,
+    Report,
+    ScrubDone,
+    check_same_node,
+)
+from better_compute.domain.fleet.records import Node
 from better_compute.domain.gate.node_spec import check_wait
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.tenancy.credentials import require_admin
 from better_compute.service.fleet import joining, node_reports
 from better_compute.service.gate import node_spec
+from better_compute.service.gate.node_spec import ServedSpec
 from better_compute.wire.nodes import (
+    AllocationBoundReport,
+    AllocationReleasedReport,
+    AssignmentPublic,
+    GpuReported,
+    GpuSpecPublic,
+    InventoryReport,
     JoinTokenCreate,
     JoinTokenIssued,
     NodeJoin,
     NodeJoined,
     NodeReportSend,
     NodeSpecPublic,
+    ObservedGenerationReport,
     ReportAccepted,
+    ScrubDoneReport,
+    SharingPublic,
 )
 
 router = APIRouter(prefix="/v1", tags=["nodes"], route_class=StrictQueryRoute)
@@ -216,3 +234,74 @@ router.add_api_route(
     response_model=NodeSpecPublic,
     route_class_override=SpecRoute,
 )
+
+
+def joined_public(node: Node) -> NodeJoined:
+    assert node.public_key is not None and node.joined_at is not None
+    return NodeJoined(node=node.id, public_key=node.public_key, joined_at=node.joined_at, next_sequence=1)
+
+
+def _gpu_reported(g: GpuReported) -> GpuReport:
+    return GpuReport(
+        uuid=g.uuid,
+        product=g.product,
+        memory_mib=g.memory_mib,
+        index=g.index,
+        numa_node=g.numa_node,
+        nvlink_peers=tuple(g.nvlink_peers),
+        healthy=g.healthy,
+        mig_mode_current=g.mig_mode.current,
+        mig_mode_pending=g.mig_mode.pending,
+        mig_instances=tuple(
+            MigInstance(
+                profile=i.profile,
+                gi_id=i.gi_id,
+                ci_id=i.ci_id,
+                placement_start=i.placement_start,
+                placement_size=i.placement_size,
+                uuid=i.uuid,
+            )
+            for i in g.mig_instances
+        ),
+    )
+
+
+def report_of(sent: NodeReportSend) -> Report:
+    """A signed report's body as the domain's report about `sent.node`."""
+    r = sent.report
+    rid = sent.report_id
+    match r:
+        case InventoryReport():
+            return InventoryReported(
+                sent.node,
+                tuple(_gpu_reported(g) for g in r.gpus),
+                r.observed_generation,
+                rid,
+                tuple(sorted(set(r.reboot_required))),
+            )
+        case AllocationBoundReport():
+            return BindingReported(sent.node, r.allocation_id, r.binding, r.detail, rid)
+        case AllocationReleasedReport():
+            return BindingReported(sent.node, r.allocation_id, "released", None, rid)
+        case ObservedGenerationReport():
+            return GenerationObserved(sent.node, r.generation, rid)
+        case ScrubDoneReport():
+            return ScrubDone(sent.node, tuple(r.atoms), rid)
+
+
+def spec_public(served: ServedSpec) -> NodeSpecPublic:
+    spec = served.spec
+    return NodeSpecPublic(
+        node=spec.node,
+        generation=served.generation,
+        gpus=[GpuSpecPublic(uuid=g.uuid, mig_layout=g.mig_layout) for g in spec.gpus],
+        sharing=SharingPublic(
+            mode=spec.sharing.mode, replicas=spec.sharing.replicas, scrub=spec.sharing.scrub
+        ),
+        assignments=[
+            AssignmentPublic(
+                allocation_id=a.allocation_id, atoms=list(a.atoms), env=dict(a.env), tenant_id=a.tenant_id
+            )
+            for a in spec.assignments
+        ],
+    )

@@ -7,16 +7,18 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import paged, policy_public
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.tenancy.iam import Policy
 from better_compute.service.tenancy import policies
 from better_compute.wire.common import Page
 from better_compute.wire.policies import (
     CONSTRAINT_FIELDS,
     PolicyConstraints,
     PolicyCreate,
+    PolicyLimits,
     PolicyListQuery,
     PolicyPublic,
     PolicyUpdate,
@@ -88,3 +90,25 @@ def update_policy(
 @router.delete("/policies/{id}", response_model=PolicyPublic)
 def delete_policy(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> PolicyPublic:
     return policy_public(policies.delete(store, principal, id, now))
+
+
+def policy_public(p: Policy) -> PolicyPublic:
+    assert p.created_at is not None, "a stored policy has its creation time"
+    c = p.constraints
+    return PolicyPublic(
+        id=p.id,
+        name=p.name,
+        tenant_id=p.tenant_id,
+        pool_id=p.pool_id,
+        subject_type=p.subject_type,
+        subject_id=p.subject_id,
+        limits=PolicyLimits(gpu_count=p.gpu_count, gpu_slices=p.gpu_slices),
+        allowed_regions=list(c.allowed_regions),
+        allowed_residencies=list(c.allowed_residencies),
+        allowed_device_classes=list(c.allowed_device_classes),
+        allowed_clusters=list(c.allowed_clusters),
+        denied_clusters=list(c.denied_clusters),
+        cost_ceiling=c.cost_ceiling,
+        generation=p.generation,
+        created_at=p.created_at,
+    )

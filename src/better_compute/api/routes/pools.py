@@ -7,20 +7,29 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import layout_preview, paged, pool_public, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.api.routes.quotas import quota_public
+from better_compute.domain.gate.layout_preview import LayoutPreview, NodePreview
 from better_compute.service.fleet import pools
+from better_compute.service.fleet.pools import PoolView
 from better_compute.service.gate import layout_preview as previews
 from better_compute.wire.common import Page
 from better_compute.wire.pools import (
+    AppearingInstancePublic,
+    LayoutCapacityPublic,
+    LayoutChangeHoldPublic,
+    LayoutHolderPublic,
+    NodeLayoutPreviewPublic,
     PoolCreate,
     PoolLayoutPreview,
     PoolLayoutPreviewRequest,
     PoolListQuery,
     PoolOffer,
     PoolOfferPublic,
+    PoolPolicy,
     PoolPublic,
     PoolUpdate,
 )
@@ -105,3 +114,67 @@ def preview_layout(
 ) -> PoolLayoutPreview:
     # Reads only: the path's id is authoritative, as for every method with a body.
     return layout_preview(previews.preview(store, principal, id, body.mig_layout, now))
+
+
+def pool_public(v: PoolView) -> PoolPublic:
+    p = v.pool
+    return PoolPublic(
+        id=p.id,
+        name=p.name,
+        cluster_id=p.cluster_id,
+        mode=p.mode,
+        policy=PoolPolicy(
+            mig_layout=p.settings.mig_layout,
+            replicas=p.settings.replicas,
+            max_duration=p.settings.max_duration,
+            scrub=p.settings.scrub,
+        ),
+        owner_tenant_id=p.owner_tenant_id,
+        nodes=list(v.nodes),
+        meter=p.meter,
+        generation=p.generation,
+        created_at=p.created_at,
+    )
+
+
+def _node_layout_preview(n: NodePreview) -> NodeLayoutPreviewPublic:
+    return NodeLayoutPreviewPublic(
+        node=n.node,
+        carries_pool_layout=n.carries_pool_layout,
+        layout=n.layout,
+        change_state=n.change_state,
+        grantable_at=n.grantable_at,
+        held_open_ended=n.held_open_ended,
+        held_by=[
+            LayoutHolderPublic(allocation_id=h.allocation_id, tenant_id=h.tenant_id, ends_at=h.ends_at)
+            for h in n.held_by
+        ],
+        change_holds=[
+            LayoutChangeHoldPublic(
+                allocation_id=h.allocation_id, gpu_id=h.gpu_id, starts_at=h.starts_at, ends_at=h.ends_at
+            )
+            for h in n.change_holds
+        ],
+        disappear=list(n.disappear),
+        appear=[
+            AppearingInstancePublic(
+                gpu_id=i.gpu_id,
+                mig_profile=i.mig_profile,
+                placement_start=i.placement_start,
+                placement_size=i.placement_size,
+            )
+            for i in n.appear
+        ],
+        capacity=LayoutCapacityPublic(before=dict(n.before), after=dict(n.after)),
+    )
+
+
+def layout_preview(p: LayoutPreview) -> PoolLayoutPreview:
+    return PoolLayoutPreview(
+        pool_id=p.pool_id,
+        from_=p.from_layout,
+        to=p.to_layout,
+        at=p.at,
+        nodes=[_node_layout_preview(n) for n in p.nodes],
+        capacity=LayoutCapacityPublic(before=dict(p.before), after=dict(p.after)),
+    )

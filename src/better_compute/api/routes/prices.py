@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import paged, price_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.metering.billing import Price
 from better_compute.service.metering import prices
 from better_compute.wire.billing import PriceListQuery, PricePublic, PriceSet
 from better_compute.wire.common import Page
@@ -27,3 +28,7 @@ def list_prices(
     q: Annotated[PriceListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[PricePublic]:
     return paged(prices.list_prices(store, principal, limit=q.limit, after=q.cursor), price_public)
+
+
+def price_public(p: Price) -> PricePublic:
+    return PricePublic(meter=p.meter, per_hour=p.per_hour, currency=p.currency, updated_at=p.updated_at)

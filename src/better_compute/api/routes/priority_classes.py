@@ -6,10 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import paged, priority_class_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.service.placement import priority_classes
 from better_compute.wire.common import Page
 from better_compute.wire.priority_classes import (
@@ -42,3 +43,9 @@ def create_priority_class(
 ) -> PriorityClassPublic:
     created = priority_classes.create(store, principal, body.name, body.priority, body.preemptible, now)
     return priority_class_public(created)
+
+
+def priority_class_public(p: PriorityClass) -> PriorityClassPublic:
+    return PriorityClassPublic(
+        id=p.name, name=p.name, priority=p.priority, preemptible=p.preemptible, created_at=p.created_at
+    )

@@ -7,12 +7,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import paged, quota_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.timewin import window_asked
-from better_compute.domain.placement.class_quotas import check_pool_row, is_class_row
+from better_compute.domain.placement.class_quotas import ClassQuota, check_pool_row, is_class_row
+from better_compute.domain.tenancy.records import Quota
 from better_compute.service.placement import class_quotas
 from better_compute.service.tenancy import quotas
 from better_compute.wire.common import Page
@@ -64,3 +65,22 @@ def list_quotas(
         window=window,
     )
     return paged(found, lambda row: quota_public(row.quota, row.used))
+
+
+def quota_public(q: Quota | ClassQuota, used: int | None = None) -> QuotaPublic:
+    if isinstance(q, ClassQuota):
+        return QuotaPublic.model_validate(
+            {
+                "tenantId": q.tenant_id,
+                "scope": q.scope,
+                "deviceClass": q.device_class,
+                "clusterId": q.cluster_id,
+                "guaranteedDevices": q.guaranteed_devices,
+                "floorDevices": q.floor_devices,
+                "overQuotaWeight": q.over_quota_weight,
+                "used": used,
+            }
+        )
+    return QuotaPublic.model_validate(
+        {"tenantId": q.tenant_id, "poolId": q.pool_id, "class": q.cls, "limit": q.limit, "used": used}
+    )

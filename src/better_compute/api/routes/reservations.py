@@ -5,26 +5,32 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Coroutine
+from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.bodies import NO_BODY, json_body
-from better_compute.api.convert import created_public, paged, reservation_public
 from better_compute.api.deps import NowDep, ServicesDep, StoreDep, services_of
 from better_compute.api.errors import code_of
 from better_compute.api.metrics import Metrics, metrics_of
 from better_compute.api.query import StrictQueryRoute, check_repeats
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.ledger.commands import Reserve
 from better_compute.domain.tenancy.credentials import Caller, bearer_token
 from better_compute.service.kernel.telemetry import Telemetry
 from better_compute.service.ledger import reservations
+from better_compute.service.ledger.reservations import ReservationView
 from better_compute.service.services import Services
 from better_compute.service.tenancy import credentials
 from better_compute.wire.common import Page
 from better_compute.wire.reservations import (
+    ReservationAtom,
     ReservationCreate,
     ReservationExtend,
     ReservationListQuery,
@@ -92,12 +98,11 @@ class AdmissionRoute(APIRoute):
 
 
 def _admit(body: ReservationCreate, caller: Caller, services: Services, telemetry: Telemetry) -> Response:
-    raw: dict[str, Any] = body.model_dump(mode="json", by_alias=True, exclude_none=True)
     view = reservations.create(
         services.store,
         services.index,
         caller,
-        raw,
+        reserve_of(body),
         services.clock(),
         services.ids.reservation,
         telemetry=telemetry,
@@ -179,3 +184,72 @@ def extend_reservation(
         services.store, services.index, principal, id, body.duration, now, telemetry=metrics_of(request)
     )
     return reservation_public(view)
+
+
+def _atom_fields(atom: Atom) -> dict[str, Any]:
+    """An atom a reservation holds, by its wire names."""
+    return {
+        "id": atom.id,
+        "class": atom.cls,
+        "gpuId": atom.gpu_id,
+        "node": atom.node,
+        "attributes": dict(atom.attributes),
+    }
+
+
+def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -> dict[str, Any]:
+    """A reservation by its wire names, with its devices and atoms as the caller has them."""
+    r = view.reservation
+    return {
+        "id": r.id,
+        "tenantId": r.tenant_id,
+        "poolId": r.pool_id,
+        "status": view.status.value,
+        "start": r.starts_at,
+        "end": r.ends_at,
+        "devices": devices,
+        "atoms": atoms,
+        "gpuCount": r.gpu_count,
+        "gpuSlices": r.gpu_slices,
+        "idempotencyKey": r.idempotency_key,
+        "createdAt": r.created_at,
+        "binding": view.binding,
+        "bindingDetail": view.binding_detail,
+        "preemptible": r.preemptible,
+    }
+
+
+INSTANT: TypeAdapter[datetime] = TypeAdapter(datetime)
+
+
+def reserve_of(body: ReservationCreate) -> Reserve:
+    """The request as the ledger's command. The device lines stay JSON, as the wire has them: the
+    reservation stores and echoes them as sent, and its idempotency fingerprint is of the request in
+    JSON, `start` as the wire writes an instant."""
+    return Reserve(
+        pool_id=body.pool_id,
+        devices=tuple(d.model_dump(mode="json", by_alias=True, exclude_none=True) for d in body.devices),
+        duration=body.duration,
+        start=None if body.start is None else INSTANT.dump_python(body.start, mode="json"),
+        tenant_id=body.tenant_id,
+        idempotency_key=body.idempotency_key,
+        preemptible=body.preemptible,
+    )
+
+
+def reservation_public(view: ReservationView) -> ReservationPublic:
+    atoms = [_atom_fields(a) for a in view.atoms]
+    return ReservationPublic.model_validate(
+        _reservation_fields(view, [dict(d) for d in view.reservation.devices], atoms)
+    )
+
+
+def created_public(view: ReservationView, body: ReservationCreate) -> ReservationPublic:
+    """`reservation_public` of a reservation just made from `body`, without validating it again: every
+    part is already of its wire type (the devices are the request's own, validated). A replayed
+    reservation goes through `reservation_public`: its devices are the first request's."""
+    if view.replayed or any(d.capability is not None for d in body.devices):
+        return reservation_public(view)  # the devices as resolved and stored
+    # By alias: a field named `cls` would clash with model_construct's own first argument.
+    atoms = [ReservationAtom.model_construct(**_atom_fields(a)) for a in view.atoms]
+    return ReservationPublic.model_construct(**_reservation_fields(view, body.devices, atoms))

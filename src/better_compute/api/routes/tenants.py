@@ -7,10 +7,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.convert import paged, tenant_public
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.tenancy.records import Tenant
 from better_compute.service.tenancy import tenants
 from better_compute.wire.common import Page
 from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
@@ -33,3 +34,7 @@ def list_tenants(
 @router.delete("/tenants/{id}", response_model=TenantPublic)
 def delete_tenant(id: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> TenantPublic:
     return tenant_public(tenants.delete(store, principal, id, now))
+
+
+def tenant_public(t: Tenant) -> TenantPublic:
+    return TenantPublic(id=t.id, name=t.name, created_at=t.created_at, deleted_at=t.deleted_at)

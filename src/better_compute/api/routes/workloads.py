@@ -3,35 +3,40 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Response
 
-from better_compute.api.answers import json_answer
+from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
-from better_compute.api.convert import (
-    deployment_public,
-    operation_public,
-    paged,
-    preview_public,
-    workload_public,
-)
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.placement.capability import WHOLE, Resolution
+from better_compute.domain.placement.costs import money
+from better_compute.domain.placement.records import Operation
+from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.placement.workloads import operation_target, parse_workload
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
 from better_compute.service.placement import placement, workloads
+from better_compute.service.placement.placement import main_reason
+from better_compute.service.placement.workloads import DeploymentView, WorkloadView
 from better_compute.service.services import Services
 from better_compute.wire.common import Page
 from better_compute.wire.workloads import (
+    CapabilityPublic,
     DeploymentListQuery,
     DeploymentPublic,
     OperationCreate,
     OperationPublic,
     PlacementPreview,
     PlacementPreviewRequest,
+    PreemptionPublic,
+    RefusedOfferPublic,
+    ResolutionPublic,
+    ShapePublic,
+    VerdictPublic,
     WorkloadCreate,
     WorkloadListQuery,
     WorkloadPublic,
@@ -159,3 +164,142 @@ def create_operation(
 @router.get("/operations/{id}", response_model=OperationPublic)
 def get_operation(id: str, principal: PrincipalDep, services: ServicesDep) -> OperationPublic:
     return operation_public(workloads.get_operation(services.store, principal, id))
+
+
+def verdict_public(v: Verdict) -> VerdictPublic:
+    return VerdictPublic(
+        cluster_id=v.cluster_id,
+        admitted=v.admitted,
+        reason=v.reason,
+        message=v.message,
+        free_devices=v.free_devices,
+        quota_left=v.quota_left,
+        largest_domain=v.largest_domain,
+        room=v.room,
+        share=v.share,
+        shortfall=v.shortfall,
+        cost_per_hour=v.cost_per_hour,
+    )
+
+
+def deployment_public(v: DeploymentView) -> DeploymentPublic:
+    d = v.deployment
+    return DeploymentPublic(
+        id=d.id,
+        workload_id=d.workload_id,
+        tenant_id=d.tenant_id,
+        cluster_id=d.cluster_id,
+        desired_replicas=d.desired_replicas,
+        placed_replicas=v.booked,
+        running_replicas=v.bound,
+        terminating_replicas=v.terminating,
+        phase=v.phase,
+        reason=d.reason,
+        message=d.message,
+        shortfall=d.shortfall,
+        preempted_by=d.preempted_by,
+        created_at=d.created_at,
+        updated_at=d.updated_at,
+    )
+
+
+def preemptions_public(p: Placement) -> list[PreemptionPublic]:
+    return [
+        PreemptionPublic(
+            cluster_id=cluster_id,
+            workload_id=v.candidate.workload_id,
+            allocation_id=v.candidate.allocation_id,
+            priority_class=v.candidate.priority_class,
+            why=cast("Any", v.why),
+            kind="reservation" if v.candidate.reservation else "replica",
+        )
+        for cluster_id, eviction in sorted(p.evictions.items())
+        for v in eviction.victims
+    ]
+
+
+def workload_public(v: WorkloadView) -> WorkloadPublic:
+    w, s = v.workload, v.workload.spec
+    return WorkloadPublic(
+        id=w.id,
+        name=s.name,
+        tenant_id=w.tenant_id,
+        shape=ShapePublic(
+            device_class=s.device_class,
+            device_count=s.device_count,
+            capability=None
+            if s.capability is None
+            else CapabilityPublic.model_validate(s.capability.document()),
+        ),
+        replicas=s.replicas,
+        strategy=s.strategy,
+        cluster_floors=dict(s.cluster_floors),
+        max_clusters=s.max_clusters,
+        priority_class=s.priority_class,
+        cluster=s.pinned_cluster,
+        requires_single_topology_domain=s.single_domain,
+        topology_domain_kind=s.domain_kind,
+        allowed_regions=list(s.allowed_regions),
+        allowed_clusters=list(s.allowed_clusters),
+        drained_clusters=list(s.drained_clusters),
+        policy_id=w.policy_id,
+        placed_replicas=v.booked,
+        unplaced_replicas=w.unplaced,
+        terminating_replicas=v.terminating,
+        reason=w.reason,
+        generation=w.generation,
+        created_at=w.created_at,
+        deployments=[deployment_public(d) for d in v.deployments],
+        verdicts=None if v.placement is None else [verdict_public(x) for x in v.placement.verdicts],
+        preemptions=None if v.placement is None else preemptions_public(v.placement),
+        resolution=None if v.resolution is None else resolution_public(v.resolution),
+    )
+
+
+def resolution_public(r: Resolution) -> ResolutionPublic:
+    chosen = r.chosen
+    return ResolutionPublic(
+        device_class=None if chosen is None else chosen.kind.class_name,
+        kind=None if chosen is None else chosen.kind.name,
+        memory_gib=None if chosen is None else chosen.memory_gib,
+        compute_slices=None if chosen is None or chosen.compute_slices >= WHOLE else chosen.compute_slices,
+        price_per_hour=None
+        if chosen is None or chosen.price_per_hour is None
+        else money(chosen.price_per_hour),
+        currency=None if chosen is None else chosen.currency,
+        free_devices=None if chosen is None else chosen.free,
+        refused=[
+            RefusedOfferPublic(
+                device_class=x.offer.kind.class_name,
+                kind=x.offer.kind.name,
+                price_per_hour=None if x.offer.price_per_hour is None else money(x.offer.price_per_hour),
+                reason=x.reason,
+            )
+            for x in r.refused
+        ],
+    )
+
+
+def preview_public(p: Placement, resolution: Resolution | None = None) -> PlacementPreview:
+    return PlacementPreview(
+        clusters=list(p.shares),
+        shares=dict(p.shares),
+        verdicts=[verdict_public(v) for v in p.verdicts],
+        unplaced_replicas=p.unplaced,
+        reason=main_reason(p),
+        preemptions=preemptions_public(p),
+        resolution=None if resolution is None else resolution_public(resolution),
+    )
+
+
+def operation_public(o: Operation) -> OperationPublic:
+    return OperationPublic(
+        id=o.id,
+        type=o.type,
+        status=o.status,
+        workload_id=o.workload_id,
+        payload=dict(o.payload),
+        result=dict(o.result),
+        created_at=o.created_at,
+        finished_at=o.finished_at,
+    )

@@ -45,6 +45,7 @@ from better_compute.domain.kernel.events import (
 )
 from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
 from better_compute.domain.ledger import admission, choose
+from better_compute.domain.ledger.commands import Reserve, reserve_of
 from better_compute.domain.ledger.ledger import earliest_free
 from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.reservations import (
@@ -98,23 +99,21 @@ class ReservationView:
         return self.reservation.id
 
 
-def _tenant_for(caller: Caller, raw: Mapping[str, Any]) -> str:
+def _tenant_for(caller: Caller, named: str | None) -> str:
     """The tenant a reservation is for: the token's own, or the one an admin names (the visibility
     rule is `tenant_scope`'s: another tenant named by a tenant token is NOT_FOUND). Who the caller
     is settles it, not whether its credential is still live, so a recalled caller will do (a
     refusal from here reaches a revoked token's caller as 401: `credentials.acting_as` confirms the
     token first)."""
-    named = check_ref(raw["tenantId"], "tenantId") if raw.get("tenantId") else None
-    tenant_id = tenant_scope(caller, named)
+    tenant_id = tenant_scope(caller, check_ref(named, "tenantId") if named else None)
     if tenant_id is None:
         raise InvalidInput("tenantId is required with an admin credential", {"field": "tenantId"})
     return tenant_id
 
 
-def _window(raw: Mapping[str, Any], now: datetime) -> Window:
-    start = raw.get("start")
-    begins = None if start is None else (start if isinstance(start, datetime) else parse_instant(start))
-    return window_for(begins, raw.get("duration"), now)
+def _window(asked: Reserve, now: datetime) -> Window:
+    begins = None if asked.start is None else parse_instant(asked.start)
+    return window_for(begins, asked.duration, now)
 
 
 def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
@@ -254,11 +253,26 @@ def _replayed(
         return _view(tx, found, now, replayed=True)
 
 
+@dataclass(frozen=True)
+class _Admitting:
+    """A reservation request checked as far as it can be without the store: what `_create_in` decides
+    on, attempt after attempt."""
+
+    asked: Reserve
+    tenant_id: str
+    pool_id: str
+    requests: list[admission.DeviceRequest]
+    by_capability: bool
+    window: Window
+    key: str | None
+    fingerprint: str
+
+
 def create(
     store: StorePort,
     index: BookingIndex,
     caller: Caller,
-    raw: Mapping[str, Any],
+    request: Reserve | Mapping[str, Any],
     now: datetime,
     new_id: Callable[[], str],
     *,
@@ -266,47 +280,36 @@ def create(
 ) -> ReservationView:
     """Admit and book a reservation, or return the first one made with the same idempotency key.
 
-    `caller` may be a remembered token's `RecalledPrincipal`: admission's read confirms its credential
-    is live, in the transaction that decides, at no cost of its own. Each booking the ledger refuses
-    for an atom taken first is reported to `telemetry` before it is decided again."""
-    tenant_id = _tenant_for(caller, raw)
-    pool_id = check_ref(raw.get("poolId"), "poolId")
-    by_capability = capability_lines(raw.get("devices"))
+    `request` is the command the API built from its wire model, or the request as JSON, read here
+    (`domain.ledger.commands.reserve_of`). `caller` may be a remembered token's `RecalledPrincipal`:
+    admission's read confirms its credential is live, in the transaction that decides, at no cost of
+    its own. Each booking the ledger refuses for an atom taken first is reported to `telemetry` before
+    it is decided again."""
+    asked = request if isinstance(request, Reserve) else reserve_of(request)
+    tenant_id = _tenant_for(caller, asked.tenant_id)
+    pool_id = check_ref(asked.pool_id, "poolId")
+    by_capability = capability_lines(asked.devices)
     requests = admission.parse_device_requests(
-        [_stand_in(line) for line in raw["devices"]] if by_capability else raw.get("devices")
+        [_stand_in(line) for line in asked.devices] if by_capability else asked.devices
     )
-    key = check_ref(str(raw["idempotencyKey"]), "idempotencyKey") if raw.get("idempotencyKey") else None
-    fingerprint = request_fingerprint({**raw, "tenantId": tenant_id})
+    key = check_ref(asked.idempotency_key, "idempotencyKey") if asked.idempotency_key else None
+    fingerprint = request_fingerprint(asked.as_sent(tenant_id))
     try:
-        window = _window(raw, now)
+        window = _window(asked, now)
     except InvalidInput:
         # A retry may come after its `start` has passed: the first reservation still answers it.
         first = _replayed(store, caller, tenant_id, key, fingerprint, now) if key else None
         if first is None:
             raise
         return first
+    admitting = _Admitting(asked, tenant_id, pool_id, requests, by_capability, window, key, fingerprint)
     index.forget_ended(now)
     for attempt in range(MAX_ATTEMPTS):
         claims: list[str] = []
         committed = False
         try:
             with store.begin() as tx:
-                view = _create_in(
-                    tx,
-                    index,
-                    caller,
-                    tenant_id,
-                    pool_id,
-                    requests,
-                    window,
-                    key,
-                    fingerprint,
-                    raw,
-                    now,
-                    new_id,
-                    claims,
-                    by_capability,
-                )
+                view = _create_in(tx, index, caller, admitting, now, new_id, claims)
             committed = True
             return view
         except Overlap as clash:
@@ -344,18 +347,13 @@ def _create_in(
     tx: Tx,
     index: BookingIndex,
     caller: Caller,
-    tenant_id: str,
-    pool_id: str,
-    requests: list[admission.DeviceRequest],
-    window: Window,
-    key: str | None,
-    fingerprint: str,
-    raw: Mapping[str, Any],
+    admitting: _Admitting,
     now: datetime,
     new_id: Callable[[], str],
     claims: list[str],
-    by_capability: bool = False,
 ) -> ReservationView:
+    tenant_id, pool_id, window = admitting.tenant_id, admitting.pool_id, admitting.window
+    key, requests, devices = admitting.key, admitting.requests, admitting.asked.devices
     # Quota is per tenant and pool: its check and the booking must not interleave with another
     # reservation of the same tenant in the pool. Other tenants go ahead; atoms they race for are
     # settled by the exclusion constraint (and, within this process, by claims).
@@ -374,7 +372,7 @@ def _create_in(
         first = tx.reservations.get(snap.replay_id)
         assert first is not None
         assert key is not None
-        check_replay(key, first.fingerprint, fingerprint)
+        check_replay(key, first.fingerprint, admitting.fingerprint)
         return _view(tx, first, now, replayed=True)
     # A pool the tenant may not see answers exactly as a pool that does not exist: nothing after this
     # (its sharing mode, the tenant's quota there) may tell the two apart.
@@ -387,13 +385,13 @@ def _create_in(
         raise pool_not_found(pool_id)
     if not snap.tenant_exists:
         raise tenant_not_found(tenant_id)
-    if by_capability:
+    if admitting.by_capability:
         # resolved only now that the pool is known to be the tenant's to see: a kind the pool has
         # is never told to a tenant that may not use it
         offers = capabilities.pool_offers(tx, index, pool_id, tenant_id, owner, snap.limits, now)
-        lines, _ = capabilities.device_lines(raw["devices"], offers)
+        lines, _ = capabilities.device_lines(devices, offers)
         requests = admission.parse_device_requests(lines)
-        raw = {**raw, "devices": lines}
+        devices = tuple(lines)
     admission.check_against_pool(mode, requests)
     check_duration_allowed(pool_id, snap.pool_max_duration, window.duration)
     requested: dict[str, int] = {str(k): v for k, v in admission.requested_by_class(requests).items()}
@@ -430,14 +428,14 @@ def _create_in(
         status=ReservationStatus.SCHEDULED.value,
         starts_at=window.start,
         ends_at=window.end,
-        devices=tuple(raw.get("devices") or ()),
+        devices=tuple(devices),
         gpu_count=gpu_count,
         gpu_slices=gpu_slices,
         counts=requested,
-        fingerprint=fingerprint,
+        fingerprint=admitting.fingerprint,
         created_at=now,
         idempotency_key=key,
-        preemptible=_preemptible(raw.get("preemptible")),
+        preemptible=bool(admitting.asked.preemptible),
     )
     tx.reservations.commit(reservation, decision.atom_ids, now, scrub=scrub)
     atoms = [shortlisted[a] for a in decision.atom_ids]
@@ -473,16 +471,6 @@ def _stand_in(line: object) -> object:
     if isinstance(line, Mapping) and line.get("capability") is not None:
         return {"class": "gpu", **{k: v for k, v in line.items() if k != "capability"}}
     return line
-
-
-def _preemptible(value: object) -> bool:
-    if value is None:
-        return False
-    if not isinstance(value, bool):
-        raise InvalidInput(
-            f"preemptible must be true or false, not {value!r}"[:200], {"field": "preemptible"}
-        )
-    return value
 
 
 def preempt_in(tx: Tx, reservation: Reservation, preemptor_id: str, why: str, now: datetime) -> None:
