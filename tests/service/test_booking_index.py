@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.records import LiveBooking
 from better_compute.service.kernel.event_tail import Cursor, EventTail, LogSnapshot
-from better_compute.service.kernel.ports import LiveBooking
 from better_compute.service.ledger.booking_index import KEEP_ENDED, BookingIndex
 from better_compute.storage.kernel.events import logged
 from tests.builders import T0, at

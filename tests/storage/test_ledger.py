@@ -15,8 +15,8 @@ from better_compute.domain.ledger.ledger import partition_allocation_id
 from better_compute.domain.ledger.records import Reservation
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import inventory
-from better_compute.service.kernel.ports import Overlap
 from better_compute.service.ledger import ledger
+from better_compute.service.ledger.ports import Overlap
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec
 
@@ -156,7 +156,7 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
 
 
 def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Store) -> None:
-    from better_compute.service.kernel.ports import NotBookable
+    from better_compute.service.ledger.ports import NotBookable
 
     good = mig_atoms(fleet)[0].id
     parent = next(r for r in inventory.list_atoms(fleet, cls="gpu").items).id
@@ -186,7 +186,7 @@ def test_an_extension_over_another_booking_is_refused_by_the_store_itself(fleet:
     """The last fence for `reservations.extend`: the write itself refuses (PostgreSQL's exclusion
     constraint; SQLite's check under its one writer), whatever the use case read before it."""
     from better_compute.domain.kernel.events import LedgerExtended
-    from better_compute.service.kernel.ports import Overlap
+    from better_compute.service.ledger.ports import Overlap
 
     atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", "acme", T0)

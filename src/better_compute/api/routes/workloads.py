@@ -24,6 +24,7 @@ from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
 from better_compute.service.placement import placement, workloads
 from better_compute.service.services import Services
+from better_compute.service.tx import Tx
 from better_compute.wire.common import Page
 from better_compute.wire.workloads import (
     DeploymentListQuery,
@@ -41,7 +42,7 @@ from better_compute.wire.workloads import (
 router = APIRouter(prefix="/v1", tags=["workloads"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
 
-def _wiring(services: Services) -> workloads.Wiring:
+def _wiring(services: Services) -> workloads.Wiring[Tx]:
     return workloads.Wiring(services.store, services.index, services.stock, services.ids)
 
 
