@@ -13,8 +13,8 @@ from datetime import datetime
 
 from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.kernel.events import LedgerReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased
 from better_compute.service.endpoints import components
 from better_compute.service.endpoints.ports import EndpointsTx
 

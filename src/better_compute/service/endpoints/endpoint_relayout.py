@@ -27,10 +27,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.events import EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointRecord
 from better_compute.domain.gate import mig_gate as gate_rules
+from better_compute.domain.gate.events import NodeMigGranted
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import EndpointUpdated, NodeMigGranted
 from better_compute.service.endpoints import components, endpoint_holds
 from better_compute.service.endpoints.ports import EndpointsTx
 from better_compute.service.fleet.rederive import rederive_told

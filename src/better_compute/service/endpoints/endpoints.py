@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointInstance, EndpointRecord
 from better_compute.domain.fleet.records import Pool
 from better_compute.domain.gate.mig_gate import told_layout
@@ -34,7 +35,6 @@ from better_compute.domain.kernel.errors import (
     InvalidState,
     NotFound,
 )
-from better_compute.domain.kernel.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import (
     check_ref,

@@ -17,9 +17,9 @@ from better_compute.domain.fleet.clusters import (
     cluster_not_found,
     node_not_found,
 )
+from better_compute.domain.fleet.events import ClusterUpdated, NodeCordoned, NodeUncordoned
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.kernel.errors import ConcurrentChange
-from better_compute.domain.kernel.events import ClusterUpdated, NodeCordoned, NodeUncordoned
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.fleet.gpu_states import record_nodes

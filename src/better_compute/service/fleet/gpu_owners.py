@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from better_compute.domain.fleet.events import GpuReleased, NodeInventoryChanged
 from better_compute.domain.fleet.gpu_owners import (
     Holder,
     check_releasable,
@@ -24,7 +25,6 @@ from better_compute.domain.fleet.gpu_owners import (
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import GpuReleased, NodeInventoryChanged
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.endpoints import endpoint_holds

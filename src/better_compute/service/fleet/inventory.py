@@ -15,12 +15,12 @@ from typing import Any
 
 from better_compute.domain import catalog
 from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
+from better_compute.domain.fleet.events import NodeInventoryChanged
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.fleet.records import Cluster, Gpu, Node
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import NodeInventoryChanged
 from better_compute.service.endpoints import endpoint_holds
 from better_compute.service.fleet import gpu_owners
 from better_compute.service.fleet.gpu_states import record_nodes

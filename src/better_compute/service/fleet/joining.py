@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from better_compute.domain.fleet.events import NodeJoined
 from better_compute.domain.fleet.join_tokens import (
     JOIN_TOKEN_PREFIX,
     JoinToken,
@@ -21,7 +22,6 @@ from better_compute.domain.fleet.join_tokens import (
 )
 from better_compute.domain.fleet.records import Node
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import NodeJoined
 from better_compute.domain.tenancy.credentials import Principal, hash_token, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.fleet.node_keys import stored_key

@@ -19,6 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from better_compute.domain.fleet.events import (
+    AllocationBound,
+    AllocationReleased,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
+)
 from better_compute.domain.fleet.gpu_owners import owned_elsewhere
 from better_compute.domain.fleet.inventory import NodeReport
 from better_compute.domain.fleet.node_reports import (
@@ -43,14 +50,7 @@ from better_compute.domain.kernel.errors import (
     Unauthenticated,
     Unavailable,
 )
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    AllocationReleased,
-    LedgerReleased,
-    NodeRebootRequired,
-    NodeReportRefused,
-    NodeScrubbed,
-)
+from better_compute.domain.ledger.events import LedgerReleased
 from better_compute.domain.placement.workloads import hands_over, is_replica
 from better_compute.service.fleet.gpu_owners import refused_in
 from better_compute.service.fleet.inventory import ingest_in

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.endpoints.records import EndpointInstance
+from better_compute.domain.fleet.events import PoolCreated, PoolDeleted, PoolUpdated
 from better_compute.domain.fleet.pools import (
     SLOT_MODES,
     PoolSettings,
@@ -28,6 +29,7 @@ from better_compute.domain.fleet.pools import (
     check_settings,
 )
 from better_compute.domain.fleet.records import Pool
+from better_compute.domain.gate.events import MigLayoutRequested
 from better_compute.domain.gate.mig_gate import pool_shape
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
@@ -37,15 +39,9 @@ from better_compute.domain.kernel.errors import (
     InvalidState,
     NotFound,
 )
-from better_compute.domain.kernel.events import (
-    MigLayoutRequested,
-    PoolCreated,
-    PoolDeleted,
-    PoolOffered,
-    PoolUpdated,
-)
 from better_compute.domain.ops.fleet import default_meter
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PoolOffered
 from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (
     check_name,

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, Unavailable
-from better_compute.domain.kernel.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.service.endpoints import endpoint_holds, endpoint_relayout
 from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds

@@ -12,8 +12,8 @@ from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import PartitionReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import PartitionReleased
 from better_compute.domain.ledger.ledger import partition_allocation_id
 from better_compute.service.gate.ports import GateTx
 

@@ -22,61 +22,67 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from better_compute.domain.fleet.atoms import Atom, AtomClass
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    AllocationReleased,
-    ClusterUpdated,
+from better_compute.domain.endpoints.events import (
     ComponentChanged,
-    CredentialCreated,
-    CredentialRevoked,
-    DeploymentUpdated,
-    DeviceClassCreated,
-    DoctorRun,
     EndpointCreated,
     EndpointDeleted,
     EndpointUpdated,
+)
+from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.fleet.events import (
+    AllocationBound,
+    AllocationReleased,
+    ClusterUpdated,
     GpuReleased,
+    NodeInventoryChanged,
+    NodeJoined,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
+)
+from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.kernel.selectors import Selector
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger import choose
+from better_compute.domain.ledger.admission import DeviceRequest
+from better_compute.domain.ledger.events import (
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
     LedgerReleased,
-    LoggedEvent,
-    NodeInventoryChanged,
-    NodeJoined,
-    NodeMigApplied,
-    NodeMigGranted,
-    NodeMigScheduled,
-    NodeRebootRequired,
-    NodeReportRefused,
-    NodeScrubbed,
     PartitionBooked,
     PartitionReleased,
-    PolicyCreated,
-    PolicyDeleted,
-    PolicyUpdated,
-    PoolOffered,
-    PriceSet,
-    PriorityClassCreated,
-    QuotaSet,
     ReservationCancelled,
     ReservationCreated,
     ReservationExtended,
-    ReservationPreempted,
     ReservationReleased,
-    TenantCreated,
+)
+from better_compute.domain.ledger.ledger import family_excludes, released
+from better_compute.domain.metering.events import PriceSet
+from better_compute.domain.ops.events import DoctorRun
+from better_compute.domain.placement.events import (
+    DeploymentUpdated,
+    DeviceClassCreated,
+    PriorityClassCreated,
+    ReservationPreempted,
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.kernel.selectors import Selector
-from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.ledger import choose
-from better_compute.domain.ledger.admission import DeviceRequest
-from better_compute.domain.ledger.ledger import family_excludes, released
 from better_compute.domain.tenancy import quota
+from better_compute.domain.tenancy.events import (
+    CredentialCreated,
+    CredentialRevoked,
+    PolicyCreated,
+    PolicyDeleted,
+    PolicyUpdated,
+    PoolOffered,
+    QuotaSet,
+    TenantCreated,
+)
 from better_compute.service.kernel.event_tail import Cursor, Follower, LogSnapshot
 from better_compute.service.ledger.ports import LedgerTx
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import BookingConflict, InvalidInput, InvalidState, NotFound
-from better_compute.domain.kernel.events import LedgerReleased, PartitionBooked, PartitionReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased, PartitionBooked, PartitionReleased
 from better_compute.domain.ledger.ledger import Booking, earliest_free, partition_allocation_id
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.ports import LedgerTx, NotBookable, Overlap

@@ -35,16 +35,15 @@ from better_compute.domain.kernel.errors import (
     NotFound,
     NotInPool,
 )
-from better_compute.domain.kernel.events import (
+from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
+from better_compute.domain.ledger import admission, choose
+from better_compute.domain.ledger.events import (
     LedgerExtended,
     LedgerReleased,
     ReservationCancelled,
     ReservationExtended,
-    ReservationPreempted,
     ReservationReleased,
 )
-from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
-from better_compute.domain.ledger import admission, choose
 from better_compute.domain.ledger.ledger import earliest_free
 from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.reservations import (
@@ -59,6 +58,7 @@ from better_compute.domain.ledger.reservations import (
 )
 from better_compute.domain.ledger.scrub import owed_by, owed_to_others
 from better_compute.domain.placement.capability import parse_capability
+from better_compute.domain.placement.events import ReservationPreempted
 from better_compute.domain.tenancy import iam, quota
 from better_compute.domain.tenancy.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.tenancy.tenancy import (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.kernel.events import PriceSet
 from better_compute.domain.metering.billing import Price, check_currency, check_per_hour
+from better_compute.domain.metering.events import PriceSet
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_name
 from better_compute.service.kernel.paging import Listing, page

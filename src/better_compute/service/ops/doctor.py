@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import DoctorRun
 from better_compute.domain.ops.doctor import (
     DEFAULT_MIG_WAITING_DAYS,
     STUCK_AFTER,
@@ -19,6 +18,7 @@ from better_compute.domain.ops.doctor import (
     diagnose,
     mig_waiting_nodes,
 )
+from better_compute.domain.ops.events import DoctorRun
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ops.ports import OpsTx

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from better_compute.domain.fleet.records import Cluster, Node
 from better_compute.domain.kernel.errors import ConcurrentChange, InvalidInput
-from better_compute.domain.kernel.events import FleetRegistered
+from better_compute.domain.ops.events import FleetRegistered
 from better_compute.domain.ops.fleet import FleetSpec, PoolSpec
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.service.fleet import pools

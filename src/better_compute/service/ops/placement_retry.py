@@ -21,19 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from better_compute.domain.fleet.events import AllocationBound, NodeJoined
 from better_compute.domain.kernel.errors import Unavailable
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    DoctorRun,
-    LedgerBooked,
-    LoggedEvent,
-    NodeJoined,
-    PartitionBooked,
-    ReplicasTerminating,
-    ReservationCreated,
-    WorkloadCreated,
-    WorkloadDecided,
-)
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.ledger.events import LedgerBooked, PartitionBooked, ReservationCreated
+from better_compute.domain.ops.events import DoctorRun
+from better_compute.domain.placement.events import ReplicasTerminating, WorkloadCreated, WorkloadDecided
 from better_compute.service.endpoints import endpoints
 from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.event_tail import Follower

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import QuotaSet
 from better_compute.domain.placement.class_quotas import (
     ClassQuota,
     HeldAtom,
@@ -23,6 +22,7 @@ from better_compute.domain.placement.class_quotas import (
 )
 from better_compute.domain.placement.device_classes import DeviceClass, device_class_not_found
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import QuotaSet
 from better_compute.domain.tenancy.tenancy import check_class_name, check_ref, tenant_not_found
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.placement.ports import PlacementTx

@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import InvalidInput
-from better_compute.domain.kernel.events import DeviceClassCreated
 from better_compute.domain.kernel.selectors import document
 from better_compute.domain.placement.device_classes import (
     DeviceClass,
@@ -14,6 +13,7 @@ from better_compute.domain.placement.device_classes import (
     device_class_taken,
     parse_spec,
 )
+from better_compute.domain.placement.events import DeviceClassCreated
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.kernel.paging import Listing, page

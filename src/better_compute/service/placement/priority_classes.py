@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.kernel.events import PriorityClassCreated
+from better_compute.domain.placement.events import PriorityClassCreated
 from better_compute.domain.placement.priority_classes import (
     PriorityClass,
     priority_class,

@@ -33,12 +33,14 @@ from better_compute.domain.kernel.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.kernel.events import (
+from better_compute.domain.kernel.events import Event
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased
+from better_compute.domain.placement.binpack import choose_replicas
+from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.events import (
     MAX_REFUSED,
     DeploymentUpdated,
-    Event,
-    LedgerReleased,
-    PolicyDeleted,
     ReplicasTerminating,
     WorkloadCreated,
     WorkloadDecided,
@@ -46,9 +48,6 @@ from better_compute.domain.kernel.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.placement.binpack import choose_replicas
-from better_compute.domain.placement.capability import Resolution
 from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.priority_classes import STANDARD
@@ -70,6 +69,7 @@ from better_compute.domain.placement.workloads import (
     workload_not_found,
 )
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyDeleted
 from better_compute.domain.tenancy.iam import Policy, parse_policy
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_not_found, tenant_scope
 from better_compute.service.kernel.ids import Ids

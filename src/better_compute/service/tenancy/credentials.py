@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import AlreadyExists, NotFound, Unauthenticated
-from better_compute.domain.kernel.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.tenancy.credentials import (
     TOKEN_PREFIX,
     Caller,
@@ -27,6 +26,7 @@ from better_compute.domain.tenancy.credentials import (
     require_admin,
     token_revoked,
 )
+from better_compute.domain.tenancy.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.tenancy.records import Credential
 from better_compute.domain.tenancy.tenancy import check_name, check_ref, tenant_not_found, tenant_scope
 from better_compute.service.kernel.paging import Listing, page

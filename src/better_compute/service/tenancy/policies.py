@@ -15,8 +15,8 @@ from better_compute.domain.kernel.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.kernel.events import PolicyCreated, PolicyDeleted, PolicyUpdated
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyCreated, PolicyDeleted, PolicyUpdated
 from better_compute.domain.tenancy.iam import SUBJECT_TYPES, Policy, parse_policy, updated
 from better_compute.domain.tenancy.tenancy import (
     check_name,

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.fleet.records import Pool
-from better_compute.domain.kernel.events import PoolOffered, QuotaSet
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.admission import check_offer
 from better_compute.domain.placement.class_quotas import SCOPES, ClassQuota, used_by
 from better_compute.domain.tenancy import quota
 from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.events import PoolOffered, QuotaSet
 from better_compute.domain.tenancy.quota import parse_quota_limits
 from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import ConcurrentChange
-from better_compute.domain.kernel.events import PolicyDeleted, TenantCreated, TenantDeleted
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyDeleted, TenantCreated, TenantDeleted
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.domain.tenancy.tenancy import (
     check_name,

@@ -32,8 +32,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from better_compute.domain.kernel.events import Event, LedgerBooked, LedgerCancelled
+from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger.ledger import PARTITION_PREFIX, Booking, is_partition_change
 from better_compute.domain.ledger.records import LiveBooking
 from better_compute.domain.ops.doctor import StrandedBooking
