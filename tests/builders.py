@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from better_compute.service.kernel.ids import Ids
     from better_compute.service.kernel.ports import StorePort
+    from better_compute.service.tx import Tx
 
 T0 = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 
@@ -271,7 +272,7 @@ def stored_events(store: object, type_: str | None = None) -> list[dict[str, obj
         return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def settle_gate(store: StorePort, now: datetime) -> dict[str, list[object]]:
+def settle_gate(store: StorePort[Tx], now: datetime) -> dict[str, list[object]]:
     """Step every node's layout gate at `now` until each waits or is gone, as a reconciler's passes
     would (a pool's new `migLayout` or `replicas` takes effect through it); the steps, by node."""
     from better_compute.domain.gate import mig_gate as rules

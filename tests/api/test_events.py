@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.domain.kernel import events as ev
+from better_compute.domain.ops import event_types as ev
 from better_compute.domain.ops.audience import ADMIN_ONLY, TENANT_AUDIENCE
 from better_compute.storage.store import Store
 from tests.api.test_reservations import World, error

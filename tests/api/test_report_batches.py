@@ -18,6 +18,7 @@ from better_compute.service.fleet import node_reports
 from better_compute.service.fleet.node_reports import Outcome, Sent
 from better_compute.service.fleet.report_batches import ReportBatches
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.tx import Tx
 from better_compute.storage.store import Store
 from tests.api.test_node_reports import inventory
 from tests.node_world import NodeWorld
@@ -36,7 +37,7 @@ class HeldFirst:
         self.release = threading.Event()
         self.batches: list[list[str]] = []
 
-    def __call__(self, store: StorePort, batch: list[Sent]) -> list[Outcome]:
+    def __call__(self, store: StorePort[Tx], batch: list[Sent]) -> list[Outcome]:
         self.batches.append([s.signed.node for s in batch])
         if len(self.batches) == 1:
             assert self.release.wait(30)

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from better_compute.cli import events_cmd
-from better_compute.domain.kernel.events import TenantCreated
+from better_compute.domain.tenancy.events import TenantCreated
 from better_compute.storage.store import Store
 from tests.builders import T0, stored_events
 from tests.cli.test_resources_cmd import Live, live, run

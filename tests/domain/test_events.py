@@ -10,15 +10,9 @@ from typing import Any
 import pytest
 
 from better_compute.domain.kernel.errors import InvalidInput
-from better_compute.domain.kernel.events import (
-    EVENT_TYPES,
-    Event,
-    LedgerBooked,
-    UnknownEvent,
-    check_event_id,
-    check_event_type,
-    parse_event,
-)
+from better_compute.domain.kernel.events import Event, UnknownEvent, check_event_id, check_event_type
+from better_compute.domain.ledger.events import LedgerBooked
+from better_compute.domain.ops.event_types import EVENT_TYPES, parse_event
 
 WHEN = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 

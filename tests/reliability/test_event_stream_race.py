@@ -17,8 +17,8 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import Connection, text
 
-from better_compute.domain.kernel.events import TenantCreated
 from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.events import TenantCreated
 from better_compute.service.ops import events
 from better_compute.storage.kernel.events import append
 from better_compute.storage.store import Store

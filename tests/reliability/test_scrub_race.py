@@ -117,7 +117,7 @@ def test_a_rebook_waiting_on_the_release_is_refused_the_atom_it_released(pg_stor
 
 
 def _released(allocation_id: str, at: datetime) -> object:
-    from better_compute.domain.kernel.events import LedgerReleased
+    from better_compute.domain.ledger.events import LedgerReleased
 
     return LedgerReleased(allocation_id, at)
 

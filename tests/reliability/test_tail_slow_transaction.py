@@ -18,10 +18,11 @@ import pytest
 from sqlalchemy import text
 
 from better_compute.domain.kernel.errors import DomainError
-from better_compute.domain.kernel.events import TenantCreated, WorkloadCreated
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.placement.events import WorkloadCreated
 from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.events import TenantCreated
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.ledger import reservations
 from better_compute.service.ledger.booking_index import BookingIndex

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.records import LiveBooking
 from better_compute.service.kernel.event_tail import Cursor, EventTail, LogSnapshot
-from better_compute.service.kernel.ports import LiveBooking
 from better_compute.service.ledger.booking_index import KEEP_ENDED, BookingIndex
 from better_compute.storage.kernel.events import logged
 from tests.builders import T0, at
@@ -285,7 +285,8 @@ def test_a_pools_atoms_on_cordoned_nodes_are_kept_but_never_offered() -> None:
 
 
 def test_a_cordon_makes_the_index_read_pool_atoms_again_and_a_phase_does_not() -> None:
-    from better_compute.domain.kernel.events import ClusterUpdated, LoggedEvent, NodeCordoned, NodeUncordoned
+    from better_compute.domain.fleet.events import ClusterUpdated, NodeCordoned, NodeUncordoned
+    from better_compute.domain.kernel.events import LoggedEvent
     from better_compute.service.ledger.booking_index import PoolAtoms
 
     index = BookingIndex()
@@ -303,10 +304,10 @@ def test_workload_events_keep_every_pools_atoms() -> None:
     """A workload's own events change no pool's atoms (its replicas' bookings arrive as ledger
     events): the index keeps its pools' atoms through them, or every placement would read them all
     again (a create over 20 pools took 15 times as long)."""
-    from better_compute.domain.kernel.events import (
+    from better_compute.domain.fleet.events import NodeInventoryChanged
+    from better_compute.domain.kernel.events import LoggedEvent
+    from better_compute.domain.placement.events import (
         DeploymentUpdated,
-        LoggedEvent,
-        NodeInventoryChanged,
         WorkloadCreated,
         WorkloadDecided,
         WorkloadDeleted,
@@ -507,7 +508,8 @@ def test_a_pool_refreshed_for_changed_nodes_answers_as_one_read_anew(
 
 
 def test_a_nodes_new_inventory_reads_that_nodes_atoms_again_not_the_pools() -> None:
-    from better_compute.domain.kernel.events import LoggedEvent, NodeInventoryChanged
+    from better_compute.domain.fleet.events import NodeInventoryChanged
+    from better_compute.domain.kernel.events import LoggedEvent
     from tests.builders import atom
 
     rows = {"n1": [atom("g1", "mig:1.0", node="n1")], "n2": [atom("g2", "mig:1.0", node="n2")]}

@@ -27,9 +27,9 @@ from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import inventory, pools
 from better_compute.service.gate import mig_gate
-from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger import ledger
 from better_compute.service.tenancy import quotas
+from better_compute.service.tx import Tx
 from better_compute.storage.store import Store
 from tests.builders import T0, at, bare_fleet, stored_events
 

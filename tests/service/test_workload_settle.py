@@ -14,10 +14,10 @@ from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service.kernel.event_tail import Cursor, LogSnapshot
-from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement import workloads
 from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.tx import Tx
 from better_compute.storage.store import Store
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")

@@ -15,8 +15,8 @@ from better_compute.domain.ledger.ledger import partition_allocation_id
 from better_compute.domain.ledger.records import Reservation
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import inventory
-from better_compute.service.kernel.ports import Overlap
 from better_compute.service.ledger import ledger
+from better_compute.service.ledger.ports import Overlap
 from better_compute.storage.store import Store
 from tests.builders import T0, at, fleet_spec
 
@@ -156,7 +156,7 @@ def test_release_partition_change_accepts_one_of_its_booking_ids(fleet: Store) -
 
 
 def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Store) -> None:
-    from better_compute.service.kernel.ports import NotBookable
+    from better_compute.service.ledger.ports import NotBookable
 
     good = mig_atoms(fleet)[0].id
     parent = next(r for r in inventory.list_atoms(fleet, cls="gpu").items).id
@@ -185,8 +185,8 @@ def test_a_reservation_commit_with_an_unbookable_atom_writes_nothing(fleet: Stor
 def test_an_extension_over_another_booking_is_refused_by_the_store_itself(fleet: Store) -> None:
     """The last fence for `reservations.extend`: the write itself refuses (PostgreSQL's exclusion
     constraint; SQLite's check under its one writer), whatever the use case read before it."""
-    from better_compute.domain.kernel.events import LedgerExtended
-    from better_compute.service.kernel.ports import Overlap
+    from better_compute.domain.ledger.events import LedgerExtended
+    from better_compute.service.ledger.ports import Overlap
 
     atom = mig_atoms(fleet)[0].id
     ledger.book(fleet, [atom], Window(at(0), at(2)), "a1", "acme", T0)
@@ -264,7 +264,7 @@ def test_a_gpu_and_a_part_of_it_are_never_booked_at_once_by_the_store_itself(fle
     """The atom rule as the ledger's own fence (PostgreSQL's `bookings_no_family_overlap`, SQLite's
     look-up under its one writer): a GPU is held whole or in parts, never both, whatever admission
     read; one allocation (a layout change's hold) may hold the whole family."""
-    from better_compute.domain.kernel.events import LedgerExtended
+    from better_compute.domain.ledger.events import LedgerExtended
 
     part = mig_atoms(fleet)[0]
     parent = next(a for a in inventory.list_atoms(fleet, cls="gpu").items if a.gpu_id == part.gpu_id)

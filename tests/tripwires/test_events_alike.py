@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from better_compute.domain.kernel.events import Event, LedgerBooked, UnknownEvent, parse_event
+from better_compute.domain.kernel.events import Event, UnknownEvent
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerBooked
+from better_compute.domain.ops.event_types import parse_event
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet

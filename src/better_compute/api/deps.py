@@ -17,6 +17,7 @@ from fastapi import Depends, Request
 from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.services import Services
+from better_compute.service.tx import Tx
 
 
 def services_of(request: Request) -> Services:
@@ -31,7 +32,7 @@ async def get_services(request: Request) -> Services:
 ServicesDep = Annotated[Services, Depends(get_services)]
 
 
-async def get_store(request: Request) -> StorePort:
+async def get_store(request: Request) -> StorePort[Tx]:
     return services_of(request).store
 
 
@@ -43,6 +44,6 @@ async def get_ids(request: Request) -> Ids:
     return services_of(request).ids
 
 
-StoreDep = Annotated[StorePort, Depends(get_store)]
+StoreDep = Annotated[StorePort[Tx], Depends(get_store)]
 NowDep = Annotated[datetime, Depends(get_now)]
 IdsDep = Annotated[Ids, Depends(get_ids)]

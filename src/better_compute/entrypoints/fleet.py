@@ -16,6 +16,7 @@ from better_compute.domain.ops.fleet import FleetSpec
 from better_compute.service.fleet import inventory
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ops import fleet
+from better_compute.service.tx import Tx
 
 __all__ = ["fleet_progress", "load_fleet", "read_fleet", "simulated_nodes"]
 
@@ -32,7 +33,7 @@ Report = Callable[[int, int], None]
 
 
 def load_fleet(
-    store: StorePort,
+    store: StorePort[Tx],
     spec: FleetSpec,
     now: datetime,
     *,

@@ -23,6 +23,7 @@ from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.services import Services
 from better_compute.service.tenancy.credentials import TokenMemory
+from better_compute.service.tx import Tx
 from better_compute.settings import Settings
 from better_compute.storage.store import Store
 
@@ -42,7 +43,7 @@ def open_store(settings: Settings, *, migrate: bool = True) -> Store:
     return Store.open(settings.database_url, migrate_schema=migrate)
 
 
-def build_services(store: StorePort, *, clock: Clock = utc_now, ids: Ids | None = None) -> Services:
+def build_services(store: StorePort[Tx], *, clock: Clock = utc_now, ids: Ids | None = None) -> Services:
     """Everything a process's use cases share, over `store`: the clock and ids (production ones
     unless given), a booking index and a token memory of its own, and admission threads on a store
     that has several writers (SQLite has one: threads would only queue for it, so it admits on the

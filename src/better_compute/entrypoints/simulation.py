@@ -26,6 +26,7 @@ from better_compute.bcd.logs import Log
 from better_compute.domain.ops.fleet import FleetSpec
 from better_compute.service.fleet import joining
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.tx import Tx
 
 READY_POLL = 0.05
 """Seconds between the probes of `/healthz` while the server starts (readiness only)."""
@@ -67,7 +68,7 @@ class SimulatedNode:
     stream: TextIO = field(repr=False)
 
 
-def join_tokens(store: StorePort, spec: FleetSpec, now: datetime) -> dict[str, str]:
+def join_tokens(store: StorePort[Tx], spec: FleetSpec, now: datetime) -> dict[str, str]:
     """A join token for each node of `spec`, made by the server process (`joining.issue_in_process`)
     before it serves, so the daemons need no store of their own."""
     return {n.name: joining.issue_in_process(store, n.name, now).token for n in spec.nodes}

@@ -20,6 +20,7 @@ from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.service.tenancy.credentials import TokenMemory
+from better_compute.service.tx import Tx
 
 
 def _already_set() -> threading.Event:
@@ -32,7 +33,7 @@ def _already_set() -> threading.Event:
 class Services:
     """One process's wiring: what the composition root hands `create_app` (and the reconcilers)."""
 
-    store: StorePort
+    store: StorePort[Tx]
     clock: Clock
     ids: Ids
     index: BookingIndex

@@ -25,8 +25,8 @@ from better_compute.api.console.session import (
 )
 from better_compute.api.deps import services_of
 from better_compute.domain.kernel.errors import DomainError, Unavailable
-from better_compute.domain.kernel.events import EVENT_TYPES
 from better_compute.domain.ops.doctor import Finding
+from better_compute.domain.ops.event_types import EVENT_TYPES
 from better_compute.service.ledger import reservations
 from better_compute.service.ops import console, doctor, events
 

@@ -23,6 +23,7 @@ from better_compute.service.placement import placement, workloads
 from better_compute.service.placement.placement import main_reason
 from better_compute.service.placement.workloads import DeploymentView, WorkloadView
 from better_compute.service.services import Services
+from better_compute.service.tx import Tx
 from better_compute.wire.common import Page
 from better_compute.wire.workloads import (
     CapabilityPublic,
@@ -46,7 +47,7 @@ from better_compute.wire.workloads import (
 router = APIRouter(prefix="/v1", tags=["workloads"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
 
-def _wiring(services: Services) -> workloads.Wiring:
+def _wiring(services: Services) -> workloads.Wiring[Tx]:
     return workloads.Wiring(services.store, services.index, services.stock, services.ids)
 
 

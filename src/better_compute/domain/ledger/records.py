@@ -1,4 +1,4 @@
-"""The ledger's records: a reservation as admitted."""
+"""The ledger's records: a reservation as admitted, and a live booking as the booking index keeps it."""
 
 from __future__ import annotations
 
@@ -28,3 +28,18 @@ class Reservation:
     generation: int = 1
     preemptible: bool = False
     """Made with `preemptible: true`: a workload placement cannot fit may end it early."""
+
+
+@dataclass(frozen=True, slots=True)
+class LiveBooking:
+    """A live booking as the booking index keeps it."""
+
+    allocation_id: str
+    atom_id: str
+    starts_at: datetime
+    ends_at: datetime | None
+    tenant_id: str | None
+    pool_id: str | None
+    cls: str
+    gpu_id: str | None = None
+    """The GPU of the atom: its family is booked by one holder at a time (`domain.ledger.ledger`)."""

@@ -22,15 +22,16 @@ from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
-from better_compute.domain.kernel.events import ComponentChanged
 from better_compute.domain.metering.metering import share
 from better_compute.domain.metering.showback import gpu_hour_price
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
+from better_compute.service.endpoints.ports import EndpointsTx
 from better_compute.service.kernel.paging import Listing, fetch, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 
 UNLIMITED_CORES = Decimal(10**9)
 UNLIMITED_MEMORY = 10**15
@@ -68,7 +69,7 @@ def component_not_found(name: str) -> NotFound:
     return NotFound(f"component {name} not found", {"name": name})
 
 
-def _endpoint(tx: Tx, principal: Principal, name: str, *, lock: bool) -> EndpointRecord:
+def _endpoint(tx: EndpointsTx, principal: Principal, name: str, *, lock: bool) -> EndpointRecord:
     record = tx.endpoints.get(name, lock=lock)
     if record is None or not (principal.is_admin or principal.tenant_id == record.tenant_id):
         raise NotFound(f"endpoint {name} not found", {"endpointName": name})
@@ -90,7 +91,7 @@ class Cut:
     prices: dict[str, Decimal | None]
 
 
-def _cut(tx: Tx, endpoint: str, variant: rules.Variant) -> Cut:
+def _cut(tx: EndpointsTx, endpoint: str, variant: rules.Variant) -> Cut:
     """The variant's instances that are cut (no layout change under way)."""
     instances = [i for i in tx.endpoints.instances(endpoint) if i.variant == variant.name]
     nodes = [i.node_id for i in instances]
@@ -133,7 +134,7 @@ class Plan:
         return sum(1 for c in self.copies[name] if self.where[(name, c.copy)] is not None)
 
 
-def plan_in(tx: Tx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Plan:
+def plan_in(tx: EndpointsTx, endpoint: str, leaving: frozenset[str] = frozenset()) -> Plan:
     """Plan the copies of the endpoint's components: a copy keeps its partition while that is still
     there, of its type, and not on a node `leaving` (about to be re-cut); waiting copies take free
     partitions of their type (`domain.endpoints.endpoints.place_copies`). Writes nothing."""
@@ -208,7 +209,7 @@ def below_floor(plan: Plan) -> tuple[str, int, int] | None:
     return None
 
 
-def apply_in(tx: Tx, plan: Plan, now: datetime) -> dict[str, str | None]:
+def apply_in(tx: EndpointsTx, plan: Plan, now: datetime) -> dict[str, str | None]:
     """Write the plan's moves, each copy's showback span closing and opening at `now`; the reason
     each component still waits."""
     for name, mine in plan.copies.items():
@@ -233,7 +234,7 @@ def apply_in(tx: Tx, plan: Plan, now: datetime) -> dict[str, str | None]:
     return plan.reasons
 
 
-def place_pending_in(tx: Tx, endpoint: str, now: datetime) -> dict[str, str | None]:
+def place_pending_in(tx: EndpointsTx, endpoint: str, now: datetime) -> dict[str, str | None]:
     """Give waiting copies of the endpoint's components free partitions of their type, and make a
     copy whose partition is gone (its instance re-cut or lost) wait again; the reason each
     component still waits, by component (None: every copy placed). The caller holds the
@@ -241,7 +242,9 @@ def place_pending_in(tx: Tx, endpoint: str, now: datetime) -> dict[str, str | No
     return apply_in(tx, plan_in(tx, endpoint), now)
 
 
-def _view(tx: Tx, record: ComponentRecord, tenant_id: str, reason: str | None = None) -> ComponentView:
+def _view(
+    tx: EndpointsTx, record: ComponentRecord, tenant_id: str, reason: str | None = None
+) -> ComponentView:
     spec = rules.parse_component(record.spec)
     copies = tx.components.copies([record.name])[record.name]
     atoms = {a.id: a for a in tx.atoms.of_nodes(sorted({c.node_id for c in copies if c.node_id}))}
@@ -269,14 +272,14 @@ def _view(tx: Tx, record: ComponentRecord, tenant_id: str, reason: str | None = 
     return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None)
 
 
-def _changed(tx: Tx, view: ComponentView, change: str, now: datetime) -> None:
+def _changed(tx: EndpointsTx, view: ComponentView, change: str, now: datetime) -> None:
     event = ComponentChanged(
         view.record.name, view.tenant_id, view.record.endpoint, change, view.spec.copies, view.placed
     )
     tx.events.append(event, now)
 
 
-def create(store: StorePort, principal: Principal, raw: object, now: datetime) -> ComponentView:
+def create(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> ComponentView:
     """Create a component and place its copies on free partitions of its type (the rest wait)."""
     spec = rules.parse_component(raw)
     with store.begin() as tx:
@@ -302,7 +305,9 @@ def create(store: StorePort, principal: Principal, raw: object, now: datetime) -
         return view
 
 
-def _mine(tx: Tx, principal: Principal, name: str, *, lock: bool) -> tuple[ComponentRecord, EndpointRecord]:
+def _mine(
+    tx: EndpointsTx, principal: Principal, name: str, *, lock: bool
+) -> tuple[ComponentRecord, EndpointRecord]:
     check_ref(name, "name")
     record = tx.components.get(name)
     if record is None:
@@ -318,7 +323,7 @@ def _mine(tx: Tx, principal: Principal, name: str, *, lock: bool) -> tuple[Compo
     return record, endpoint
 
 
-def get(store: StorePort, principal: Principal, name: str) -> ComponentView:
+def get(store: StorePort[EndpointsTx], principal: Principal, name: str) -> ComponentView:
     """The component and each copy: the routing table a serving gateway reads."""
     with store.read() as tx:
         record, endpoint = _mine(tx, principal, name, lock=False)
@@ -326,7 +331,7 @@ def get(store: StorePort, principal: Principal, name: str) -> ComponentView:
 
 
 def list_components(
-    store: StorePort,
+    store: StorePort[EndpointsTx],
     principal: Principal,
     *,
     endpoint_name: str | None = None,
@@ -356,7 +361,7 @@ def list_components(
 
 
 def scale(
-    store: StorePort,
+    store: StorePort[EndpointsTx],
     principal: Principal,
     name: str,
     copies: object,
@@ -390,7 +395,7 @@ def scale(
         return view
 
 
-def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> ComponentView:
+def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime) -> ComponentView:
     """Delete a component: its partitions are free for the endpoint's other components' waiting
     copies at once. Answers the component as it was."""
     with store.begin() as tx:
@@ -402,7 +407,7 @@ def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> 
         return view
 
 
-def remove_of_endpoint_in(tx: Tx, endpoint: str, now: datetime) -> list[str]:
+def remove_of_endpoint_in(tx: EndpointsTx, endpoint: str, now: datetime) -> list[str]:
     """Remove every component of an endpoint being deleted (the caller holds its lock)."""
     names = [c.name for c in tx.components.of_endpoint(endpoint)]
     tx.components.remove(names, now)

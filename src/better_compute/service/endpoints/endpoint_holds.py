@@ -13,13 +13,13 @@ from datetime import datetime
 
 from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.kernel.events import LedgerReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased
 from better_compute.service.endpoints import components
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.endpoints.ports import EndpointsTx
 
 
-def take_over(tx: Tx, node_id: str, now: datetime) -> str | None:
+def take_over(tx: EndpointsTx, node_id: str, now: datetime) -> str | None:
     """When the node serves an endpoint, book all its atoms for it from `now` on (the caller has
     just ended the gate's holds at `now`) and give its partitions to the endpoint's waiting copies;
     the endpoint's name, its row locked, for the caller to go on with a live relayout (None: the
@@ -38,7 +38,7 @@ def take_over(tx: Tx, node_id: str, now: datetime) -> str | None:
     return instance.endpoint
 
 
-def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
+def hold_new_atoms_in(tx: EndpointsTx, fresh: Sequence[Atom], now: datetime) -> None:
     """Atoms that appear on a node serving an endpoint, with no layout change under way there (the
     gate's holds take those), join the endpoint's hold. Called by ingestion under the nodes' locks."""
     nodes = sorted({a.node for a in fresh})
@@ -59,7 +59,7 @@ def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
         tx.ledger.book(sorted(ids), Window(now, None), allocation, None, now, require_bookable=False)
 
 
-def replan_lost_in(tx: Tx, gone: Sequence[Atom], now: datetime) -> None:
+def replan_lost_in(tx: EndpointsTx, gone: Sequence[Atom], now: datetime) -> None:
     """Atoms gone from nodes serving an endpoint (a GPU lost, an instance destroyed under it): the
     copies on them wait again, and take other free partitions, at `now`, so a copy never runs, or
     counts in showback, on a partition that is not there. Called by ingestion under the nodes'
@@ -70,7 +70,7 @@ def replan_lost_in(tx: Tx, gone: Sequence[Atom], now: datetime) -> None:
             components.place_pending_in(tx, name, now)
 
 
-def release(tx: Tx, name: str, nodes: Sequence[str], now: datetime) -> None:
+def release(tx: EndpointsTx, name: str, nodes: Sequence[str], now: datetime) -> None:
     """End the endpoint's hold on these nodes at `now`."""
     for node in sorted(nodes):
         allocation = endpoint_allocation_id(name, node)

@@ -27,21 +27,22 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.events import EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointRecord
 from better_compute.domain.gate import mig_gate as gate_rules
+from better_compute.domain.gate.events import NodeMigGranted
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import EndpointUpdated, NodeMigGranted
 from better_compute.service.endpoints import components, endpoint_holds
+from better_compute.service.endpoints.ports import EndpointsTx
 from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds
-from better_compute.service.kernel.ports import Tx
 
 
-def _announce(tx: Tx, record: EndpointRecord, status: str, now: datetime, **extra: str) -> None:
+def _announce(tx: EndpointsTx, record: EndpointRecord, status: str, now: datetime, **extra: str) -> None:
     tx.events.append(EndpointUpdated(record.name, record.tenant_id, status, **extra), now)
 
 
-def next_cut_in(tx: Tx, name: str, now: datetime) -> str | None:
+def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     """Start re-cutting the endpoint's next instance whose layout is not its variant's, when none is
     being cut; `InService` when none is left. The caller holds the endpoint's row lock and the node
     locks below the next instance's. Answers the node started, if any."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointInstance, EndpointRecord
 from better_compute.domain.fleet.records import Pool
 from better_compute.domain.gate.mig_gate import told_layout
@@ -34,7 +35,6 @@ from better_compute.domain.kernel.errors import (
     InvalidState,
     NotFound,
 )
-from better_compute.domain.kernel.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import (
     check_ref,
@@ -44,9 +44,11 @@ from better_compute.domain.tenancy.tenancy import (
     tenant_scope,
 )
 from better_compute.service.endpoints import components, endpoint_holds, endpoint_relayout
+from better_compute.service.endpoints.ports import EndpointsTx
 from better_compute.service.gate import mig_gate
 from better_compute.service.kernel.paging import Listing, fetch, page
-from better_compute.service.kernel.ports import NotBookable, Overlap, StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.ports import NotBookable, Overlap
 from better_compute.service.tenancy import quotas
 
 
@@ -75,7 +77,7 @@ def endpoint_not_found(name: str) -> NotFound:
     return NotFound(f"endpoint {name} not found", {"name": name})
 
 
-def _pool(tx: Tx, principal: Principal, pool_id: str) -> Pool:
+def _pool(tx: EndpointsTx, principal: Principal, pool_id: str) -> Pool:
     pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
@@ -89,7 +91,7 @@ def _pool(tx: Tx, principal: Principal, pool_id: str) -> Pool:
     return pool
 
 
-def _check_layout(tx: Tx, variant: rules.Variant, members: Sequence[str]) -> None:
+def _check_layout(tx: EndpointsTx, variant: rules.Variant, members: Sequence[str]) -> None:
     """The layout must place on every GPU model of the pool (the seed's check at create time)."""
     models = sorted({g.model for g in tx.gpus.of_nodes(list(members)) if g.present and g.model})
     if not models:
@@ -101,7 +103,7 @@ def _check_layout(tx: Tx, variant: rules.Variant, members: Sequence[str]) -> Non
         rules.check_variant_layout(variant, model)
 
 
-def _candidates(tx: Tx, members: Sequence[str], now: datetime) -> list[rules.Candidate]:
+def _candidates(tx: EndpointsTx, members: Sequence[str], now: datetime) -> list[rules.Candidate]:
     nodes = tx.nodes.by_ids(list(members))
     gates = tx.mig_layouts.of_nodes(list(members))
     serving = tx.endpoints.instances_of_nodes(list(members))
@@ -125,7 +127,7 @@ def _candidates(tx: Tx, members: Sequence[str], now: datetime) -> list[rules.Can
     return found
 
 
-def create(store: StorePort, principal: Principal, raw: object, now: datetime) -> EndpointView:
+def create(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> EndpointView:
     """Create an endpoint and start cutting its instances (or record it `Failed`, with why)."""
     spec = rules.parse_endpoint(raw)
     tenant_scope(principal, spec.tenant_id)  # a tenant token creates for its own tenant only
@@ -161,7 +163,7 @@ def create(store: StorePort, principal: Principal, raw: object, now: datetime) -
 
 
 def _pick(
-    tx: Tx, spec: rules.EndpointSpec, members: Mapping[str, Sequence[str]], now: datetime
+    tx: EndpointsTx, spec: rules.EndpointSpec, members: Mapping[str, Sequence[str]], now: datetime
 ) -> tuple[dict[str, tuple[str, ...]], str | None]:
     """The nodes each variant takes (`domain.endpoints.endpoints.pick_instances`, a node once at most), or
     why some variant cannot have them all. The caller holds the members' node locks."""
@@ -182,7 +184,7 @@ RETRY_BATCH = 100
 """`Failed` endpoints one retry pass takes again at most, oldest first."""
 
 
-def retry(store: StorePort, now: datetime, limit: int = RETRY_BATCH) -> int:
+def retry(store: StorePort[EndpointsTx], now: datetime, limit: int = RETRY_BATCH) -> int:
     """Take again every `Failed` endpoint, oldest first, each in a transaction of its own: one whose
     variants now find enough idle nodes takes them and is `Creating` (`endpoint.updated`), as at
     its creation; one still short stays `Failed`, its reason saying why now. Called when capacity
@@ -207,7 +209,7 @@ def retry(store: StorePort, now: datetime, limit: int = RETRY_BATCH) -> int:
 
 
 def _retry_plan(
-    tx: Tx, record: EndpointRecord, now: datetime, *, lock: bool
+    tx: EndpointsTx, record: EndpointRecord, now: datetime, *, lock: bool
 ) -> tuple[rules.EndpointSpec, dict[str, Pool], dict[str, tuple[str, ...]], str | None]:
     """What taking the endpoint again would do now: its spec, pools, the nodes each variant would
     take, or why it cannot. With `lock`, the pools' nodes are locked first (the nodes, then the
@@ -236,7 +238,7 @@ def _retry_plan(
     return spec, pools, picked, reason
 
 
-def _retry_in(tx: Tx, name: str, now: datetime) -> bool:
+def _retry_in(tx: EndpointsTx, name: str, now: datetime) -> bool:
     record = tx.endpoints.get(name)
     if record is None or record.status != "Failed":
         return False
@@ -252,7 +254,7 @@ def _retry_in(tx: Tx, name: str, now: datetime) -> bool:
     return True
 
 
-def _still_failed(tx: Tx, record: EndpointRecord, reason: str, now: datetime) -> bool:
+def _still_failed(tx: EndpointsTx, record: EndpointRecord, reason: str, now: datetime) -> bool:
     """The endpoint stays `Failed`; its reason says why now (written only when it changed)."""
     if reason != record.reason:
         tx.endpoints.set_status(record.name, "Failed", reason, now)
@@ -264,7 +266,7 @@ def _taken(name: str) -> AlreadyExists:
 
 
 def _cut(
-    tx: Tx,
+    tx: EndpointsTx,
     spec: rules.EndpointSpec,
     pools: dict[str, Pool],
     picked: dict[str, tuple[str, ...]],
@@ -284,7 +286,7 @@ def _cut(
     return len(instances)
 
 
-def _view(tx: Tx, record: EndpointRecord, now: datetime) -> EndpointView:
+def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointView:
     del now
     spec = rules.parse_endpoint(record.spec)
     instances = tx.endpoints.instances(record.name)
@@ -313,7 +315,7 @@ def _view(tx: Tx, record: EndpointRecord, now: datetime) -> EndpointView:
     return EndpointView(record, spec, status, shown)
 
 
-def update(store: StorePort, principal: Principal, raw: object, now: datetime) -> EndpointView:
+def update(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> EndpointView:
     """Change an endpoint's layout live (`{name, variants: [{name, acceleratorPartitionLayouts}]}`):
     checked up front, then rolled instance by instance through the gate (`endpoint_relayout`).
     Refused when the endpoint is not `InService` (or `Updating` and waiting), when the new layout
@@ -360,7 +362,7 @@ def update(store: StorePort, principal: Principal, raw: object, now: datetime) -
         return _view(tx, refreshed, now)
 
 
-def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:
+def _visible(tx: EndpointsTx, principal: Principal, name: str) -> EndpointRecord:
     check_ref(name, "name")
     record = tx.endpoints.get(name)
     if record is None or not (principal.is_admin or principal.tenant_id == record.tenant_id):
@@ -368,14 +370,14 @@ def _visible(tx: Tx, principal: Principal, name: str) -> EndpointRecord:
     return record
 
 
-def get(store: StorePort, principal: Principal, name: str, now: datetime) -> EndpointView:
+def get(store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime) -> EndpointView:
     """The endpoint with its instances and their partitions (another tenant's is NOT_FOUND)."""
     with store.read() as tx:
         return _view(tx, _visible(tx, principal, name), now)
 
 
 def list_endpoints(
-    store: StorePort,
+    store: StorePort[EndpointsTx],
     principal: Principal,
     now: datetime,
     *,
@@ -390,7 +392,7 @@ def list_endpoints(
         return Listing([_view(tx, r, now) for r in found.items], found.next_cursor)
 
 
-def delete(store: StorePort, principal: Principal, name: str, now: datetime) -> EndpointView:
+def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime) -> EndpointView:
     """Delete the endpoint: its hold ends and each node goes back to its pool's layout through the
     gate (held from now, granted at once), taking tenants' work once it has converged. Answers the
     endpoint as it was, `Deleting`."""

@@ -17,17 +17,18 @@ from better_compute.domain.fleet.clusters import (
     cluster_not_found,
     node_not_found,
 )
+from better_compute.domain.fleet.events import ClusterUpdated, NodeCordoned, NodeUncordoned
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.kernel.errors import ConcurrentChange
-from better_compute.domain.kernel.events import ClusterUpdated, NodeCordoned, NodeUncordoned
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.fleet.gpu_states import record_nodes
 from better_compute.service.fleet.inventory import NodeView
+from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.kernel.ports import StorePort
 
 
-def get(store: StorePort, cluster_id: str) -> Cluster:
+def get(store: StorePort[FleetTx], cluster_id: str) -> Cluster:
     """A cluster by id (any token: inventory is readable by every tenant); NOT_FOUND otherwise."""
     check_ref(cluster_id, "id")
     with store.read() as tx:
@@ -37,7 +38,9 @@ def get(store: StorePort, cluster_id: str) -> Cluster:
     return found
 
 
-def update(store: StorePort, principal: Principal, cluster_id: str, phase: object, now: datetime) -> Cluster:
+def update(
+    store: StorePort[FleetTx], principal: Principal, cluster_id: str, phase: object, now: datetime
+) -> Cluster:
     """Set a cluster's phase (admin only); answers the cluster as written. Setting the phase it has
     writes nothing and appends no event."""
     require_admin(principal, "clusters.update")
@@ -58,7 +61,7 @@ def update(store: StorePort, principal: Principal, cluster_id: str, phase: objec
 
 
 def update_node(
-    store: StorePort, principal: Principal, node_id: str, cordoned: object, now: datetime
+    store: StorePort[FleetTx], principal: Principal, node_id: str, cordoned: object, now: datetime
 ) -> NodeView:
     """Cordon or uncordon a node (admin only); answers the node as written, with its pool. Bookings
     it holds stay; a cordoned node's atoms take no new booking. Setting the cordon it has writes

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from better_compute.domain.fleet.events import GpuReleased, NodeInventoryChanged
 from better_compute.domain.fleet.gpu_owners import (
     Holder,
     check_releasable,
@@ -24,18 +25,18 @@ from better_compute.domain.fleet.gpu_owners import (
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import GpuReleased, NodeInventoryChanged
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.endpoints import endpoint_holds
 from better_compute.service.fleet.gpu_states import record_nodes
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.fleet.ports import FleetTx
+from better_compute.service.kernel.ports import StorePort
 
 Reported = tuple[str, Sequence[GpuReport]]
 """A node's inventory as the check reads it: the node, and the GPUs it reports."""
 
 
-def refused_in(tx: Tx, reports: Sequence[Reported], now: datetime) -> dict[str, tuple[Holder, ...]]:
+def refused_in(tx: FleetTx, reports: Sequence[Reported], now: datetime) -> dict[str, tuple[Holder, ...]]:
     """The uuids each inventory names that another node holds at `now`, by the node that reported
     them (domain.fleet.gpu_owners.refused_claims; the reports in order, one node each)."""
     held = tx.gpus.holders(sorted({u for _, gpus in reports for u in reported_uuids(gpus)}))
@@ -47,7 +48,7 @@ def refused_in(tx: Tx, reports: Sequence[Reported], now: datetime) -> dict[str, 
     return refused_claims(reports, held)
 
 
-def _still_booked(tx: Tx, gpus: Mapping[str, Gpu], now: datetime) -> dict[str, Holder]:
+def _still_booked(tx: FleetTx, gpus: Mapping[str, Gpu], now: datetime) -> dict[str, Holder]:
     """Of GPUs no node has present, those a tenant's live booking still holds at `now`, each held
     (`booked`) by the node it was booked on."""
     if not gpus:
@@ -58,7 +59,7 @@ def _still_booked(tx: Tx, gpus: Mapping[str, Gpu], now: datetime) -> dict[str, H
     return {gpu: Holder(gpu, gpu, gpus[gpu].node_id, booked=True) for gpu in booked}
 
 
-def check_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> None:
+def check_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> None:
     """Refuse (GpuOwnedElsewhere, naming the holding nodes: the caller is an admin's load) reports
     of which one names a uuid another node holds, or another of them names first."""
     refused = refused_in(tx, [(r.node, r.gpus) for r in reports], now)
@@ -67,7 +68,7 @@ def check_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> None:
             raise owned_elsewhere(report.node, refused[report.node], name_holders=True)
 
 
-def release(store: StorePort, principal: Principal, gpu_id: object, now: datetime) -> Gpu:
+def release(store: StorePort[FleetTx], principal: Principal, gpu_id: object, now: datetime) -> Gpu:
     """Release a GPU from its node (admin only): it is not present there from now on, its atoms
     are neither present nor bookable, its uuids are held by no node, and the next node that reports
     it takes it. Refused (INVALID_STATE, domain.fleet.gpu_owners.check_releasable) while a tenant's live
@@ -104,7 +105,7 @@ def release(store: StorePort, principal: Principal, gpu_id: object, now: datetim
             held[booking.allocation_id] = None if seen is None or end is None else max(seen, end)
         check_releasable(gpu.id, gpu.node_id, held)
         if any(a.present for a in atoms):
-            endpoint_holds.replan_lost_in(tx, [a for a in atoms if a.present], now)
+            endpoint_holds.replan_lost_in(tx, [a for a in atoms if a.present], now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
         record_nodes(tx, [gpu.node_id], now)
         tx.events.append_all(
             [

@@ -15,11 +15,11 @@ from datetime import datetime
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.gpu_states import GpuState, plan_changes, state_of
 from better_compute.domain.fleet.records import Gpu
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.fleet.ports import FleetTx
 
 
 def record_nodes(
-    tx: Tx,
+    tx: FleetTx,
     node_ids: Sequence[str],
     now: datetime,
     written: tuple[Iterable[Gpu], Iterable[Atom]] | None = None,

@@ -15,18 +15,19 @@ from typing import Any
 
 from better_compute.domain import catalog
 from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
+from better_compute.domain.fleet.events import NodeInventoryChanged
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.fleet.records import Cluster, Gpu, Node
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import NodeInventoryChanged
 from better_compute.service.endpoints import endpoint_holds
 from better_compute.service.fleet import gpu_owners
 from better_compute.service.fleet.gpu_states import record_nodes
+from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.gate.partition_holds import hold_new_atoms_in
 from better_compute.service.kernel.paging import DEFAULT_LIMIT, Listing, fetch, listing
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +80,7 @@ def _constant(sharing: PoolSharing | None) -> Callable[[str], PoolSharing | None
     return pool_of
 
 
-def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
     """Ingest within an open transaction (used by the fleet loader and by `ingest`)."""
     node_ids = [r.node for r in reports]
     # Before reading which pool each node is in: a pool change that moves these nodes commits first,
@@ -137,12 +138,12 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
     gone = [a for a in atom_rows if not a.present and a.id in old_atoms and old_atoms[a.id].present]
     if gone:  # copies of an endpoint's components on them wait again, and move if they can
-        endpoint_holds.replan_lost_in(tx, gone, now)
+        endpoint_holds.replan_lost_in(tx, gone, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
     if fresh:
         # A node under a layout change holds its new atoms too, until the change is applied; one
         # serving an endpoint holds them for it.
-        hold_new_atoms_in(tx, fresh, now)
-        endpoint_holds.hold_new_atoms_in(tx, fresh, now)
+        hold_new_atoms_in(tx, fresh, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+        endpoint_holds.hold_new_atoms_in(tx, fresh, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
     for report in reports:
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)
@@ -166,7 +167,7 @@ def ingest_in(tx: Tx, reports: Sequence[NodeReport], now: datetime) -> IngestRes
     return result
 
 
-def ingest(store: StorePort, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+def ingest(store: StorePort[FleetTx], reports: Sequence[NodeReport], now: datetime) -> IngestResult:
     """Ingest one or many node reports in one transaction (a fleet file's load). Refused whole
     (GpuOwnedElsewhere, naming the nodes) when one names a GPU another node holds, or that another
     of them names first (service.fleet.gpu_owners)."""
@@ -176,14 +177,14 @@ def ingest(store: StorePort, reports: Sequence[NodeReport], now: datetime) -> In
 
 
 def list_clusters(
-    store: StorePort, *, limit: int | None = None, after: str | None = None
+    store: StorePort[FleetTx], *, limit: int | None = None, after: str | None = None
 ) -> Listing[Cluster]:
     with store.read() as tx:
         return listing(tx.clusters.page(fetch(limit), after), limit)
 
 
 def list_nodes(
-    store: StorePort,
+    store: StorePort[FleetTx],
     *,
     cluster: str | None = None,
     limit: int | None = None,
@@ -204,14 +205,14 @@ def list_nodes(
 
 
 def list_gpus(
-    store: StorePort, *, node: str | None = None, limit: int | None = None, after: str | None = None
+    store: StorePort[FleetTx], *, node: str | None = None, limit: int | None = None, after: str | None = None
 ) -> Listing[Gpu]:
     with store.read() as tx:
         return listing(tx.gpus.page(node, fetch(limit), after), limit)
 
 
 def list_atoms(
-    store: StorePort,
+    store: StorePort[FleetTx],
     *,
     pool: str | None = None,
     cls: str | None = None,

@@ -12,6 +12,7 @@ import secrets
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from better_compute.domain.fleet.events import NodeJoined
 from better_compute.domain.fleet.join_tokens import (
     JOIN_TOKEN_PREFIX,
     JoinToken,
@@ -21,10 +22,10 @@ from better_compute.domain.fleet.join_tokens import (
 )
 from better_compute.domain.fleet.records import Node
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import NodeJoined
 from better_compute.domain.tenancy.credentials import Principal, hash_token, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.fleet.node_keys import stored_key
+from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.kernel.ports import StorePort
 
 
@@ -42,7 +43,11 @@ def new_join_token() -> str:
 
 
 def issue(
-    store: StorePort, principal: Principal, node_id: str, now: datetime, ttl_seconds: int | None = None
+    store: StorePort[FleetTx],
+    principal: Principal,
+    node_id: str,
+    now: datetime,
+    ttl_seconds: int | None = None,
 ) -> IssuedJoinToken:
     """A fresh join token for a registered node (admin only), valid for `ttl_seconds` (an hour)."""
     require_admin(principal, "nodes.joinToken")
@@ -50,7 +55,7 @@ def issue(
 
 
 def issue_in_process(
-    store: StorePort, node_id: str, now: datetime, ttl_seconds: int | None = None
+    store: StorePort[FleetTx], node_id: str, now: datetime, ttl_seconds: int | None = None
 ) -> IssuedJoinToken:
     """A join token made by the server process itself, with no caller: for the nodes `serve`
     simulates, which join over HTTP like any node but whose operator is that process."""
@@ -64,7 +69,7 @@ def issue_in_process(
     return IssuedJoinToken(node_id, token, now + ttl)
 
 
-def join(store: StorePort, node_id: str, token: str, public_key: str, now: datetime) -> Node:
+def join(store: StorePort[FleetTx], node_id: str, token: str, public_key: str, now: datetime) -> Node:
     """Spend `token` and make `public_key` the node's signing key; UNAUTHENTICATED, the same for
     each, when the token is unknown, used, expired or another node's (`join_refused`)."""
     check_join_token(token)

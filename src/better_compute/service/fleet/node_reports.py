@@ -19,6 +19,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from better_compute.domain.fleet.events import (
+    AllocationBound,
+    AllocationReleased,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
+)
 from better_compute.domain.fleet.gpu_owners import owned_elsewhere
 from better_compute.domain.fleet.inventory import NodeReport
 from better_compute.domain.fleet.node_reports import (
@@ -43,19 +50,13 @@ from better_compute.domain.kernel.errors import (
     Unauthenticated,
     Unavailable,
 )
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    AllocationReleased,
-    LedgerReleased,
-    NodeRebootRequired,
-    NodeReportRefused,
-    NodeScrubbed,
-)
+from better_compute.domain.ledger.events import LedgerReleased
 from better_compute.domain.placement.workloads import hands_over, is_replica
 from better_compute.service.fleet.gpu_owners import refused_in
 from better_compute.service.fleet.inventory import ingest_in
 from better_compute.service.fleet.node_keys import verifies
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.fleet.ports import FleetTx
+from better_compute.service.kernel.ports import StorePort
 
 _LOG = logging.getLogger(__name__)
 
@@ -71,12 +72,14 @@ class Accepted:
     """The report's `reportId` had been accepted before; nothing was applied this time."""
 
 
-def _log_refusal(store: StorePort, node: str, reason: str, kind: str | None, now: datetime) -> None:
+def _log_refusal(store: StorePort[FleetTx], node: str, reason: str, kind: str | None, now: datetime) -> None:
     with store.begin() as tx:
         tx.events.append(NodeReportRefused(node, reason, kind), now)
 
 
-def _log_owned_elsewhere(store: StorePort, node: str, error: GpuOwnedElsewhere, now: datetime) -> None:
+def _log_owned_elsewhere(
+    store: StorePort[FleetTx], node: str, error: GpuOwnedElsewhere, now: datetime
+) -> None:
     """Log an inventory refused for naming uuids other nodes hold, with who holds each, and keep
     them on the node's row for `doctor`."""
     with store.begin() as tx:
@@ -90,7 +93,7 @@ def _reason(error: Unauthenticated) -> str:
     return str(error.details.get("reason", "unauthenticated"))
 
 
-def verify(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
+def verify(store: StorePort[FleetTx], signed: SignedRequest, now: datetime) -> Node:
     """The node that signed `signed`; UNAUTHENTICATED when it is unknown, has not joined, the
     signature does not verify, or the timestamp is not fresh."""
     with store.read() as tx:
@@ -98,7 +101,7 @@ def verify(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
     return _verified(store, node, signed, now)
 
 
-def _verified(store: StorePort, node: Node | None, signed: SignedRequest, now: datetime) -> Node:
+def _verified(store: StorePort[FleetTx], node: Node | None, signed: SignedRequest, now: datetime) -> Node:
     """`verify`, the signer's row read (None: no such node)."""
     if node is None or node.public_key is None:
         raise refused("not_joined", "no node with that id has joined; run `bcd join` on it first")
@@ -113,7 +116,7 @@ def _verified(store: StorePort, node: Node | None, signed: SignedRequest, now: d
 
 
 def accept(
-    store: StorePort, signed: SignedRequest, read: Callable[[bytes], Report], now: datetime
+    store: StorePort[FleetTx], signed: SignedRequest, read: Callable[[bytes], Report], now: datetime
 ) -> Accepted:
     """Check `signed`, read its body with `read` (INVALID_INPUT when it is no report; `read` also
     refuses a body about another node than the path's), and apply it once (see the module)."""
@@ -141,7 +144,7 @@ def accept(
     return Accepted(node.id, kind_of(report), signed.sequence, duplicate)
 
 
-def _seen(tx: Tx, reports: Sequence[tuple[str, Report]]) -> set[tuple[str, str]]:
+def _seen(tx: FleetTx, reports: Sequence[tuple[str, Report]]) -> set[tuple[str, str]]:
     """The `(node, reportId)` pairs of these reports accepted before (read under the nodes' locks)."""
     return tx.nodes.report_ids_taken([(n, r.report_id) for n, r in reports if r.report_id is not None])
 
@@ -170,7 +173,7 @@ class _Taken:
     at: datetime
 
 
-def _record(tx: Tx, taken: Sequence[_Taken]) -> None:
+def _record(tx: FleetTx, taken: Sequence[_Taken]) -> None:
     """Take the reports' sequence numbers and fresh `reportId`s, a few statements for all of them.
     Under the nodes' locks every number `_check` passed is still free; one found taken all the same
     is refused as a replay, and the transaction with it."""
@@ -197,7 +200,7 @@ Outcome = Accepted | Exception
 `DomainError`, or the database's)."""
 
 
-def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
+def accept_batch(store: StorePort[FleetTx], batch: Sequence[Sent]) -> list[Outcome]:
     """Accept reports of distinct nodes together, each as `accept` would on its own; outcomes in
     the batch's order.
 
@@ -258,7 +261,7 @@ def accept_batch(store: StorePort, batch: Sequence[Sent]) -> list[Outcome]:
     return [outcome for outcome in outcomes if outcome is not None]
 
 
-def _read(store: StorePort, node: Node, sent: Sent) -> Report:
+def _read(store: StorePort[FleetTx], node: Node, sent: Sent) -> Report:
     """The report `sent` carries, from the node that signed it (a refusal logged as `accept` logs
     it)."""
     kind: str | None = None
@@ -272,7 +275,7 @@ def _read(store: StorePort, node: Node, sent: Sent) -> Report:
     return report
 
 
-def _alone(store: StorePort, sent: Sent) -> Outcome:
+def _alone(store: StorePort[FleetTx], sent: Sent) -> Outcome:
     try:
         return accept(store, sent.signed, sent.read, sent.now)
     except Exception as error:
@@ -280,7 +283,7 @@ def _alone(store: StorePort, sent: Sent) -> Outcome:
 
 
 def _inventories(
-    store: StorePort,
+    store: StorePort[FleetTx],
     batch: Sequence[Sent],
     checked: Sequence[tuple[int, Node, InventoryReported]],
     refusals: list[tuple[str, str, datetime]],
@@ -334,13 +337,13 @@ def _inventories(
     return outcomes
 
 
-def _taken(tx: Tx, node: Node) -> None:
+def _taken(tx: FleetTx, node: Node) -> None:
     """An inventory of the node was taken: what a refused one named is past (`doctor`)."""
     if node.owned_elsewhere:
         tx.nodes.set_owned_elsewhere(node.id, (), None)
 
 
-def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -> None:
+def _mark_reboot(tx: FleetTx, node: Node, report: InventoryReported, now: datetime) -> None:
     required = bool(report.reboot_required)
     if required != node.reboot_required:
         tx.nodes.set_reboot_required(node.id, required)
@@ -348,7 +351,7 @@ def _mark_reboot(tx: Tx, node: Node, report: InventoryReported, now: datetime) -
             tx.events.append(NodeRebootRequired(node.id, report.reboot_required), now)
 
 
-def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
+def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
     match report:
         case InventoryReported():
             refused = refused_in(tx, [(node.id, report.gpus)], now)
@@ -378,7 +381,7 @@ def _apply(tx: Tx, node: Node, report: Report, now: datetime) -> None:
             tx.events.append(NodeScrubbed(node.id, tuple(sorted(set(report.atoms)))), now)
 
 
-def _end_if_terminating(tx: Tx, allocation_id: str, now: datetime) -> None:
+def _end_if_terminating(tx: FleetTx, allocation_id: str, now: datetime) -> None:
     """A terminating replica's allocation ends once no node holds it handed over any more: its
     devices are free from then on (seed 001: "until the allocation is removed")."""
     if not is_replica(allocation_id) or not tx.workloads.terminating_among([allocation_id]):
@@ -408,7 +411,7 @@ def _observable(node: Node, generation: int) -> int:
     return generation
 
 
-def _check_on_node(tx: Tx, node_id: str, allocation_id: str) -> None:
+def _check_on_node(tx: FleetTx, node_id: str, allocation_id: str) -> None:
     """A node reports only on tenants' allocations that booked its atoms (FORBIDDEN otherwise, the
     same for one that does not exist, so a node learns nothing of other nodes' allocations)."""
     booked = {b.atom_id for b in tx.ledger.allocation_bookings(allocation_id) if b.tenant_id is not None}
@@ -420,7 +423,7 @@ def _check_on_node(tx: Tx, node_id: str, allocation_id: str) -> None:
         )
 
 
-def accept_read(store: StorePort, signed: SignedRequest, now: datetime) -> Node:
+def accept_read(store: StorePort[FleetTx], signed: SignedRequest, now: datetime) -> Node:
     """The node that signed a spec read, its sequence number taken (UNAUTHENTICATED as `verify`, and
     `replayed` for a number not greater than the last accepted: a captured read sent again). One
     statement records the number and the read's time (the node's contact), without reading the row

@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from better_compute.domain.endpoints.records import EndpointInstance
+from better_compute.domain.fleet.events import PoolCreated, PoolDeleted, PoolUpdated
 from better_compute.domain.fleet.pools import (
     SLOT_MODES,
     PoolSettings,
@@ -28,6 +29,7 @@ from better_compute.domain.fleet.pools import (
     check_settings,
 )
 from better_compute.domain.fleet.records import Pool
+from better_compute.domain.gate.events import MigLayoutRequested
 from better_compute.domain.gate.mig_gate import pool_shape
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
@@ -37,15 +39,9 @@ from better_compute.domain.kernel.errors import (
     InvalidState,
     NotFound,
 )
-from better_compute.domain.kernel.events import (
-    MigLayoutRequested,
-    PoolCreated,
-    PoolDeleted,
-    PoolOffered,
-    PoolUpdated,
-)
 from better_compute.domain.ops.fleet import default_meter
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PoolOffered
 from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (
     check_name,
@@ -55,10 +51,11 @@ from better_compute.domain.tenancy.tenancy import (
     sees_pool,
     tenant_not_found,
 )
+from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.fleet.rederive import rederive_nodes
 from better_compute.service.gate import mig_gate
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.tenancy import quotas
 
 UPDATE_ATTEMPTS = 3
@@ -81,11 +78,11 @@ class Raced(Exception):
     """Another writer bumped the pool's generation between our read and our write."""
 
 
-def _members(tx: Tx, pool_id: str) -> list[str]:
+def _members(tx: FleetTx, pool_id: str) -> list[str]:
     return tx.pools.members([pool_id])[pool_id]
 
 
-def _visible(tx: Tx, principal: Principal) -> list[Pool]:
+def _visible(tx: FleetTx, principal: Principal) -> list[Pool]:
     found = tx.pools.all()
     if not principal.is_admin:
         mine = quotas.quota_pool_ids(tx, principal.tenant_id)
@@ -93,12 +90,12 @@ def _visible(tx: Tx, principal: Principal) -> list[Pool]:
     return found
 
 
-def seen_pool_ids(tx: Tx, principal: Principal) -> set[str]:
+def seen_pool_ids(tx: FleetTx, principal: Principal) -> set[str]:
     """The ids of the pools the caller may see, read in the caller's own transaction."""
     return {p.id for p in _visible(tx, principal)}
 
 
-def visible_pool_ids(store: StorePort, principal: Principal) -> set[str] | None:
+def visible_pool_ids(store: StorePort[FleetTx], principal: Principal) -> set[str] | None:
     """The ids of the pools the caller may see; None means every pool (the admin)."""
     if principal.is_admin:
         return None
@@ -106,7 +103,7 @@ def visible_pool_ids(store: StorePort, principal: Principal) -> set[str] | None:
         return {p.id for p in _visible(tx, principal)}
 
 
-def _get_visible(tx: Tx, principal: Principal, pool_id: str) -> PoolView:
+def _get_visible(tx: FleetTx, principal: Principal, pool_id: str) -> PoolView:
     pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
@@ -117,14 +114,14 @@ def _get_visible(tx: Tx, principal: Principal, pool_id: str) -> PoolView:
     return PoolView(pool, tuple(_members(tx, pool_id)))
 
 
-def get_pool(store: StorePort, principal: Principal, pool_id: str) -> PoolView:
+def get_pool(store: StorePort[FleetTx], principal: Principal, pool_id: str) -> PoolView:
     """One pool with its nodes, if the caller may see it."""
     with store.read() as tx:
         return _get_visible(tx, principal, pool_id)
 
 
 def list_pools(
-    store: StorePort,
+    store: StorePort[FleetTx],
     principal: Principal,
     *,
     cluster_id: str | None = None,
@@ -147,27 +144,27 @@ def list_pools(
     return page(views, lambda v: v.id, limit, after)
 
 
-def _check_nodes(tx: Tx, cluster_id: str, node_ids: Sequence[str], pool_id: str | None) -> None:
+def _check_nodes(tx: FleetTx, cluster_id: str, node_ids: Sequence[str], pool_id: str | None) -> None:
     for node in node_ids:
         check_ref(node, "nodes")
     pool_of_node = {n: p.id for n, p in tx.pools.of_nodes(node_ids).items()}
     check_members(node_ids, tx.nodes.by_ids(node_ids), cluster_id, pool_of_node, pool_id)
 
 
-def _set_members(tx: Tx, pool_id: str, node_ids: Sequence[str]) -> None:
+def _set_members(tx: FleetTx, pool_id: str, node_ids: Sequence[str]) -> None:
     if not tx.pools.set_members(pool_id, node_ids):
         raise ConcurrentChange(
             "another pool took one of these nodes meanwhile; read the pools again and retry"
         )
 
 
-def _first_model(tx: Tx, node_ids: Sequence[str]) -> str | None:
+def _first_model(tx: FleetTx, node_ids: Sequence[str]) -> str | None:
     models = sorted(g.model for g in tx.gpus.of_nodes(node_ids) if g.model)
     return models[0] if models else None
 
 
 def create(
-    store: StorePort,
+    store: StorePort[FleetTx],
     principal: Principal,
     *,
     name: str,
@@ -208,7 +205,7 @@ def create(
 
 
 def create_in(
-    tx: Tx,
+    tx: FleetTx,
     *,
     pool_id: str,
     cluster_id: str,
@@ -257,7 +254,7 @@ def create_in(
 
 
 def update(
-    store: StorePort,
+    store: StorePort[FleetTx],
     principal: Principal,
     pool_id: str,
     *,
@@ -303,7 +300,7 @@ def check_not_serving(pool_id: str, leaving: Sequence[str], serving: Mapping[str
 
 
 def update_in(
-    tx: Tx,
+    tx: FleetTx,
     pool_id: str,
     policy: Mapping[str, Any] | None,
     nodes: Sequence[str] | None,
@@ -351,7 +348,7 @@ def update_in(
     # gate's steps take the node locks too. All in one sorted batch: lockers never wait in a cycle.
     tx.nodes.lock(sorted(touched | (set(new_members) if gated else set())))
     if removed:
-        mig_gate.leave_in(tx, removed, now)  # before re-deriving: a leaving node's holds go first
+        mig_gate.leave_in(tx, removed, now)  # type: ignore[arg-type]  # upward (contexts ignore_imports); a leaving node's holds go before re-deriving
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
@@ -363,9 +360,9 @@ def update_in(
         kept = sorted(set(new_members) - set(added) - set(serving))
         old_shape, new_shape = pool_shape(pool), pool_shape(replace(pool, settings=new))
         assert new_shape is not None
-        mig_gate.request_in(tx, pool_id, kept, old_shape, new_shape, now)
+        mig_gate.request_in(tx, pool_id, kept, old_shape, new_shape, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
     if added and pool.mode == "mig" and new.layout is not None:
-        mig_gate.join_in(tx, pool_id, added, new.layout, now)
+        mig_gate.join_in(tx, pool_id, added, new.layout, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
     if old.scrub == "none" and new.scrub != "none":
         # Scrubbing applies to what is released from now on: earlier holders owe nothing.
         tx.atoms.mark_scrubbed_pool(pool_id, now)
@@ -376,7 +373,7 @@ def update_in(
 
 
 def offer(
-    store: StorePort,
+    store: StorePort[FleetTx],
     principal: Principal,
     pool_id: str,
     tenant_id: str,
@@ -398,7 +395,7 @@ def offer(
         return quotas.grant(tx, principal, pool, tenant_id, limits, now, PoolOffered)
 
 
-def delete(store: StorePort, principal: Principal, pool_id: str, now: datetime) -> PoolView:
+def delete(store: StorePort[FleetTx], principal: Principal, pool_id: str, now: datetime) -> PoolView:
     """Delete an empty pool (admin only): no nodes, no reservations (`pools.check_deletable`); its
     quota rows and policies go with it. Answers the pool as it was.
 

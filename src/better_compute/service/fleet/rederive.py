@@ -18,10 +18,10 @@ from datetime import datetime
 from better_compute.domain.fleet import pools
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.service.fleet.inventory import IngestResult, ingest_in
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.fleet.ports import FleetTx
 
 
-def stored_reports(tx: Tx, node_ids: Sequence[str]) -> list[NodeReport]:
+def stored_reports(tx: FleetTx, node_ids: Sequence[str]) -> list[NodeReport]:
     """Each node's last report as stored: its present GPUs and the generation it last observed."""
     nodes = tx.nodes.by_ids(node_ids)
     by_node: dict[str, list[GpuReport]] = {n: [] for n in node_ids}
@@ -35,7 +35,7 @@ def stored_reports(tx: Tx, node_ids: Sequence[str]) -> list[NodeReport]:
     ]
 
 
-def rederive_nodes(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResult:
+def rederive_nodes(tx: FleetTx, node_ids: Sequence[str], now: datetime) -> IngestResult:
     """Re-derive the atoms of `node_ids` for their current pools, inside the caller's transaction."""
     if not node_ids:
         return IngestResult()
@@ -47,7 +47,7 @@ def rederive_nodes(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResu
     return result
 
 
-def rederive_told(tx: Tx, node_ids: Sequence[str], now: datetime) -> IngestResult:
+def rederive_told(tx: FleetTx, node_ids: Sequence[str], now: datetime) -> IngestResult:
     """Re-derive the atoms of nodes just told a new layout or slot count, inside the caller's
     transaction (which holds their locks): a new slot count's slots exist from now; a GPU not at its
     new layout is `partitionPending` until its node reports it there (`domain.fleet.atoms`)."""

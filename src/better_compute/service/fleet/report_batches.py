@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from better_compute.domain.fleet.node_reports import InventoryReported
 from better_compute.service.fleet.node_reports import Accepted, Outcome, Sent, accept, accept_batch
+from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.kernel.ports import StorePort
 
 BATCHED_KINDS = frozenset({InventoryReported.KIND})
@@ -28,7 +29,7 @@ MAX_BATCH = 250
 """Reports written in one transaction at most: a batch holds its nodes' row locks until it commits,
 and each of its reports waits for all of them."""
 
-Writer = Callable[[StorePort, list[Sent]], list[Outcome]]
+Writer = Callable[[StorePort[FleetTx], list[Sent]], list[Outcome]]
 
 
 @dataclass(eq=False)
@@ -51,7 +52,7 @@ class ReportBatches:
         self._queue: deque[_Waiting] = deque()
         self._leading = False
 
-    def accept(self, store: StorePort, sent: Sent) -> Accepted:
+    def accept(self, store: StorePort[FleetTx], sent: Sent) -> Accepted:
         """Accept `sent` (as `node_reports.accept` would): an inventory report in a batch with
         whatever else is queued, a report of any other kind (small, and waited on: a binding, a
         scrub) at once, on its own."""
@@ -73,7 +74,7 @@ class ReportBatches:
             raise me.outcome
         return me.outcome
 
-    def _lead(self, store: StorePort, me: _Waiting) -> None:
+    def _lead(self, store: StorePort[FleetTx], me: _Waiting) -> None:
         """Write batches until `me` is answered, then hand the lead on (or drop it). Whatever goes
         wrong, every report taken is answered and the lead is passed on: a report is never left
         waiting for a leader that has gone."""

@@ -22,6 +22,7 @@ from better_compute.domain.gate.mig_gate import told_layout
 from better_compute.domain.kernel.errors import InvalidState
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, pool_not_found, require_pool_owner, sees_pool
+from better_compute.service.gate.ports import GateTx
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.tenancy import quotas
 
@@ -29,7 +30,7 @@ METHOD = "pools.previewLayout"
 
 
 def preview(
-    store: StorePort, principal: Principal, pool_id: str, mig_layout: str, now: datetime
+    store: StorePort[GateTx], principal: Principal, pool_id: str, mig_layout: str, now: datetime
 ) -> LayoutPreview:
     """Per member node: when the gate could grant `mig_layout`, which bookings hold it back, which
     atoms would disappear and which instances appear; and the pool's capacity by profile before and

@@ -23,14 +23,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from better_compute.domain.gate import mig_gate as rules
+from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, Unavailable
-from better_compute.domain.kernel.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.service.endpoints import endpoint_holds, endpoint_relayout
 from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds
+from better_compute.service.gate.ports import GateTx
 from better_compute.service.kernel.clock import Clock
-from better_compute.service.kernel.ports import NotBookable, Overlap, StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.ports import NotBookable, Overlap
 
 _log = logging.getLogger("better_compute.mig_gate")
 
@@ -63,7 +65,7 @@ def server_duty(dialect: str) -> float:
 
 
 def request_in(
-    tx: Tx, pool_id: str, node_ids: list[str], old_shape: str | None, new_shape: str, now: datetime
+    tx: GateTx, pool_id: str, node_ids: list[str], old_shape: str | None, new_shape: str, now: datetime
 ) -> None:
     """Gate `node_ids` (a pool's nodes, locked by the caller) for the pool's new shape: a mig pool's
     layout, or a slot pool's `replicas` as `domain.gate.mig_gate.slots_shape` writes it."""
@@ -85,7 +87,7 @@ def request_in(
                 _end(tx, dropped, now, undone=True)
 
 
-def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetime) -> None:
+def join_in(tx: GateTx, pool_id: str, node_ids: list[str], layout: str, now: datetime) -> None:
     """Nodes added to a mig pool (locked by the caller, their atoms derived for it) read the pool's
     layout directly and take no work before their first converged spec: each one that runs a
     daemon (it has joined) is held from now and granted at once, so the gate releases it when it
@@ -98,7 +100,9 @@ def join_in(tx: Tx, pool_id: str, node_ids: list[str], layout: str, now: datetim
             cut_now_in(tx, pool_id, node_id, None, layout, now)
 
 
-def cut_now_in(tx: Tx, pool_id: str, node_id: str, frozen: str | None, layout: str, now: datetime) -> None:
+def cut_now_in(
+    tx: GateTx, pool_id: str, node_id: str, frozen: str | None, layout: str, now: datetime
+) -> None:
     """Hold every atom of a node (locked by the caller) from now and grant it `layout` at once:
     for a node no tenant's booking holds from now on (a joining node, an endpoint's instance), so
     there is nothing to wait for. A change under way is undone first (its holds end at now, these
@@ -115,20 +119,20 @@ def cut_now_in(tx: Tx, pool_id: str, node_id: str, frozen: str | None, layout: s
     node_spec.settle_grant_in(tx, node_id, now)
 
 
-def leave_in(tx: Tx, node_ids: list[str], now: datetime) -> None:
+def leave_in(tx: GateTx, node_ids: list[str], now: datetime) -> None:
     """Nodes removed from a pool end its layout change: their holds are released."""
     for gate in tx.mig_layouts.of_nodes(node_ids).values():
         _end(tx, gate, now, undone=True)
 
 
-def _end(tx: Tx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) -> None:
+def _end(tx: GateTx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) -> None:
     partition_holds.release(tx, gate, now)
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
     if not undone:  # an endpoint's instance, cut: the endpoint holds it from the moment the gate lets go
-        serving = endpoint_holds.take_over(tx, gate.node_id, now)
+        serving = endpoint_holds.take_over(tx, gate.node_id, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
         if serving is not None:  # and a live relayout goes on to its next instance
-            endpoint_relayout.next_cut_in(tx, serving, now)
+            endpoint_relayout.next_cut_in(tx, serving, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
     layout = gate.frozen_layout if undone else gate.pending_layout
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
@@ -138,7 +142,7 @@ Booked = tuple[datetime | None, bool]
 one never ends."""
 
 
-def facts(tx: Tx, node_id: str, now: datetime, booked: Booked | None = None) -> rules.NodeFacts:
+def facts(tx: GateTx, node_id: str, now: datetime, booked: Booked | None = None) -> rules.NodeFacts:
     """What the planner reads of the node; `booked`, when given, stands for the ledger read (see
     `step`), and the node's own row is read afresh."""
     node = tx.nodes.by_ids([node_id])[node_id]
@@ -153,7 +157,7 @@ def facts(tx: Tx, node_id: str, now: datetime, booked: Booked | None = None) -> 
     )
 
 
-def step_in(tx: Tx, gate: MigLayoutGate, now: datetime, booked: Booked | None = None) -> rules.Step:
+def step_in(tx: GateTx, gate: MigLayoutGate, now: datetime, booked: Booked | None = None) -> rules.Step:
     """Take the gate's next step in the caller's transaction (which holds the node's row lock);
     raises `Overlap` when a booking or another writer got there first (nothing is then written).
     `booked`: the node's tenant bookings as read before the lock was taken (see `step`)."""
@@ -187,7 +191,9 @@ def step_in(tx: Tx, gate: MigLayoutGate, now: datetime, booked: Booked | None = 
     return step
 
 
-def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None) -> rules.Step | None:
+def step(
+    store: StorePort[GateTx], node_id: str, now: datetime, owner: str | None = None
+) -> rules.Step | None:
     """One step for the node in a transaction of its own; None when it has no gate, its lease is
     another reconciler's (with `owner`), or a booking or another writer got there first (the next
     pass plans again). A read decides first whether there is anything to do: a wait takes no write
@@ -222,7 +228,7 @@ def step(store: StorePort, node_id: str, now: datetime, owner: str | None = None
 class Reconciler:
     """Drives the gate: each pass leases nodes (`BATCH` at most) and steps each of them once."""
 
-    store: StorePort
+    store: StorePort[GateTx]
     clock: Clock
     owner: str
     lease: timedelta = LEASE

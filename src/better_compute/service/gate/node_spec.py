@@ -28,8 +28,9 @@ from better_compute.domain.gate.node_spec import LiveHold, NodeSpec, next_genera
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, NotFound
 from better_compute.domain.placement.workloads import is_replica
+from better_compute.service.gate.ports import GateTx
 from better_compute.service.kernel.clock import Clock
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 
 POLL_INTERVAL = timedelta(milliseconds=200)
 """How often a waiting spec read derives the spec again."""
@@ -45,7 +46,7 @@ class ServedSpec:
     spec: NodeSpec
 
 
-def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:
+def _derive(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:
     node = tx.nodes.by_ids([node_id]).get(node_id)
     if node is None:
         raise NotFound(f"node {node_id} not found", {"node": node_id})
@@ -73,7 +74,7 @@ def _derive(tx: Tx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | 
     return node, gate, spec
 
 
-def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:
+def read(store: StorePort[GateTx], node_id: str, now: datetime) -> ServedSpec:
     """The node's spec at `now` and its generation, advanced when the content changed."""
     with store.read() as tx:
         node, _, spec = _derive(tx, node_id, now)
@@ -99,7 +100,7 @@ def read(store: StorePort, node_id: str, now: datetime) -> ServedSpec:
     raise ConcurrentChange(f"node {node_id}'s spec kept changing while it was read; retry", {"node": node_id})
 
 
-def settle_grant_in(tx: Tx, node_id: str, now: datetime) -> None:
+def settle_grant_in(tx: GateTx, node_id: str, now: datetime) -> None:
     """After a grant (in its transaction, under the node's lock, every write of it made): when the
     spec derived at `now` is the content the node's current generation already names, the grant
     changed nothing the node is told, so no newer generation will come for it; the node having
@@ -118,7 +119,7 @@ def settle_grant_in(tx: Tx, node_id: str, now: datetime) -> None:
 
 
 async def read_after(
-    store: StorePort,
+    store: StorePort[GateTx],
     node_id: str,
     after: int | None,
     wait: timedelta,

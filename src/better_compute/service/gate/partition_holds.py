@@ -12,20 +12,20 @@ from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import PartitionReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import PartitionReleased
 from better_compute.domain.ledger.ledger import partition_allocation_id
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.gate.ports import GateTx
 
 
-def hold(tx: Tx, families: dict[str, list[str]], start: datetime, now: datetime) -> None:
+def hold(tx: GateTx, families: dict[str, list[str]], start: datetime, now: datetime) -> None:
     """Book every GPU's `families` atoms from `start` on, open-ended, under that GPU's partition
     allocation."""
     groups = {partition_allocation_id(gpu_id, start): family for gpu_id, family in families.items()}
     tx.ledger.book_holds(groups, Window(start, None), now)
 
 
-def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
+def hold_new_atoms_in(tx: GateTx, fresh: Sequence[Atom], now: datetime) -> None:
     """Atoms that just appeared on nodes under a layout change (the repartition's instances, a
     slot count's new slots, a joining node's first report) join their GPU's partition hold, so no
     tenant books them before the change is applied (the holds were made on the atoms there were).
@@ -48,7 +48,7 @@ def hold_new_atoms_in(tx: Tx, fresh: Sequence[Atom], now: datetime) -> None:
         tx.ledger.book(ids, Window(start, None), allocation, None, now, require_bookable=False)
 
 
-def release(tx: Tx, gate: MigLayoutGate, now: datetime) -> None:
+def release(tx: GateTx, gate: MigLayoutGate, now: datetime) -> None:
     """End the partition bookings a node's gate holds (none before it was scheduled)."""
     if gate.scheduled_from is None:
         return

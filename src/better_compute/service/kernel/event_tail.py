@@ -29,12 +29,12 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from better_compute.domain.kernel.events import LoggedEvent
 
 if TYPE_CHECKING:
-    from better_compute.service.kernel.ports import Tx
+    from better_compute.service.kernel.ports import KernelTx
 
 PAGE = 5000
 """Event ids read at most per read (the page runs from the last id seen)."""
@@ -169,10 +169,16 @@ class EventTail:
         return fresh
 
 
-class Consumer(Protocol):
+TxT = TypeVar("TxT", bound="KernelTx")
+"""The slice of a transaction a consumer loads its state from (the ledger's, for the booking index)."""
+
+TxT_contra = TypeVar("TxT_contra", bound="KernelTx", contravariant=True)
+
+
+class Consumer(Protocol[TxT_contra]):
     """What a follower keeps up to date: state rebuilt from the store, then changed event by event."""
 
-    def load(self, tx: Tx) -> None:
+    def load(self, tx: TxT_contra) -> None:
         """Rebuild the state from the store itself (the log's position was read just before)."""
         ...
 
@@ -181,25 +187,25 @@ class Consumer(Protocol):
         ...
 
 
-class Follower:
+class Follower(Generic[TxT]):
     """Keeps a consumer caught up with the event log, under the consumer's own lock (readers of the
     consumer's state take it too, so they never see a half-applied read)."""
 
     def __init__(
-        self, consumer: Consumer, lock: threading.Lock, clock: Callable[[], float] = time.monotonic
+        self, consumer: Consumer[TxT], lock: threading.Lock, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._consumer = consumer
         self._lock = lock
         self.tail = EventTail(clock)
 
-    def _load(self, tx: Tx) -> None:
+    def _load(self, tx: TxT) -> None:
         # The log's position first, then the state: a change committed in between is in the load
         # and its event is applied again later, which changes nothing.
         last, snapshot = tx.events.tail_start()
         self._consumer.load(tx)
         self.tail.start(last, snapshot)
 
-    def sync(self, tx: Tx) -> None:
+    def sync(self, tx: TxT) -> None:
         """Catch up: a full load the first time, the tail afterwards, page after page until a read
         reaches the end of the log."""
         with self._lock:
@@ -216,7 +222,7 @@ class Follower:
                 if self.tail.complete(read, newest):
                     return
 
-    def prepare(self, tx: Tx) -> Cursor:
+    def prepare(self, tx: TxT) -> Cursor:
         """Load if never loaded; returns what the next read of the log must ask for."""
         with self._lock:
             if not self.tail.started:
@@ -224,7 +230,7 @@ class Follower:
             return self.tail.cursor()
 
     def apply(
-        self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
+        self, tx: TxT, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
     ) -> None:
         """Apply a read of the log made from `read` (prepare's cursor) in `snapshot`, when the log's
         last id was `newest`. Afterwards the consumer has applied every event that snapshot shows (a
@@ -242,7 +248,7 @@ class Follower:
         if not complete:
             self.sync(tx)
 
-    def reload(self, tx: Tx) -> None:
+    def reload(self, tx: TxT) -> None:
         """Rebuild from the store itself, under the lock: no reader ever sees the state empty."""
         with self._lock:
             self._load(tx)

@@ -22,63 +22,69 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from better_compute.domain.fleet.atoms import Atom, AtomClass
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    AllocationReleased,
-    ClusterUpdated,
+from better_compute.domain.endpoints.events import (
     ComponentChanged,
-    CredentialCreated,
-    CredentialRevoked,
-    DeploymentUpdated,
-    DeviceClassCreated,
-    DoctorRun,
     EndpointCreated,
     EndpointDeleted,
     EndpointUpdated,
+)
+from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.fleet.events import (
+    AllocationBound,
+    AllocationReleased,
+    ClusterUpdated,
     GpuReleased,
+    NodeInventoryChanged,
+    NodeJoined,
+    NodeRebootRequired,
+    NodeReportRefused,
+    NodeScrubbed,
+)
+from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.kernel.selectors import Selector
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger import choose
+from better_compute.domain.ledger.admission import DeviceRequest
+from better_compute.domain.ledger.events import (
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
     LedgerReleased,
-    LoggedEvent,
-    NodeInventoryChanged,
-    NodeJoined,
-    NodeMigApplied,
-    NodeMigGranted,
-    NodeMigScheduled,
-    NodeRebootRequired,
-    NodeReportRefused,
-    NodeScrubbed,
     PartitionBooked,
     PartitionReleased,
-    PolicyCreated,
-    PolicyDeleted,
-    PolicyUpdated,
-    PoolOffered,
-    PriceSet,
-    PriorityClassCreated,
-    QuotaSet,
     ReservationCancelled,
     ReservationCreated,
     ReservationExtended,
-    ReservationPreempted,
     ReservationReleased,
-    TenantCreated,
+)
+from better_compute.domain.ledger.ledger import family_excludes, released
+from better_compute.domain.metering.events import PriceSet
+from better_compute.domain.ops.events import DoctorRun
+from better_compute.domain.placement.events import (
+    DeploymentUpdated,
+    DeviceClassCreated,
+    PriorityClassCreated,
+    ReservationPreempted,
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.kernel.selectors import Selector
-from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.ledger import choose
-from better_compute.domain.ledger.admission import DeviceRequest
-from better_compute.domain.ledger.ledger import family_excludes, released
 from better_compute.domain.tenancy import quota
+from better_compute.domain.tenancy.events import (
+    CredentialCreated,
+    CredentialRevoked,
+    PolicyCreated,
+    PolicyDeleted,
+    PolicyUpdated,
+    PoolOffered,
+    QuotaSet,
+    TenantCreated,
+)
 from better_compute.service.kernel.event_tail import Cursor, Follower, LogSnapshot
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.ledger.ports import LedgerTx
 
 Owner = tuple[str | None, str | None, str | None]
 # Bookings are filed under every bucket they touch, so that finding those that overlap a window looks
@@ -382,19 +388,19 @@ class BookingIndex:
         bookings, not every booking the ledger ever had."""
 
     # -- keeping up (the follower feeds `load` and `apply`) -----------------------------------
-    def sync(self, tx: Tx) -> None:
+    def sync(self, tx: LedgerTx) -> None:
         """Catch up with the ledger: a full load the first time, the event tail afterwards."""
         begun = self._begin_catch_up()
         self._follower.sync(tx)
         self._caught_up(begun)
 
-    def prepare(self, tx: Tx) -> Cursor:
+    def prepare(self, tx: LedgerTx) -> Cursor:
         """Load the index if it never was; returns what the next read of the log must ask for."""
         self._ticket.begun = self._begin_catch_up()
         return self._follower.prepare(tx)
 
     def apply(
-        self, tx: Tx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
+        self, tx: LedgerTx, read: Cursor, events: Sequence[LoggedEvent], newest: int, snapshot: LogSnapshot
     ) -> None:
         """Apply admission's read of the log (see `Follower.apply`)."""
         self._follower.apply(tx, read, events, newest, snapshot)
@@ -403,7 +409,7 @@ class BookingIndex:
         if begun is not None:
             self._caught_up(begun)
 
-    def reload(self, tx: Tx) -> None:
+    def reload(self, tx: LedgerTx) -> None:
         """Rebuild the index from the ledger itself (see `Follower.reload`)."""
         begun = self._begin_catch_up()
         self._follower.reload(tx)
@@ -421,7 +427,7 @@ class BookingIndex:
             while self._handed and self._handed[0][0] < begun:
                 self._unclaim(self._handed.popleft()[1])
 
-    def load(self, tx: Tx) -> None:
+    def load(self, tx: LedgerTx) -> None:
         """Rebuild from the ledger's live bookings (the follower holds the lock)."""
         self._by_allocation.clear()
         self._by_tenant.clear()
@@ -821,7 +827,7 @@ class BookingIndex:
         with self._lock:
             self._forget_pools(pool_id)
 
-    def pool_atoms(self, tx: Tx, pool_id: str) -> PoolAtoms:
+    def pool_atoms(self, tx: LedgerTx, pool_id: str) -> PoolAtoms:
         with self._lock:
             cached = self._pools.get(pool_id)
             generation = self._pools_generation
@@ -866,7 +872,7 @@ class _Fed:
     def __init__(self, index: BookingIndex) -> None:
         self._index = index
 
-    def load(self, tx: Tx) -> None:
+    def load(self, tx: LedgerTx) -> None:
         self._index.load(tx)
 
     def apply(self, event: LoggedEvent) -> None:

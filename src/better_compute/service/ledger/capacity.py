@@ -25,7 +25,8 @@ from better_compute.domain.metering.accounting import Grid, Held, StateHours, ac
 from better_compute.domain.metering.rollups import ClassCount, ModelCount, WholeBooked
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.fleet.pools import get_pool, visible_pool_ids
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.ports import LedgerTx
 
 _CHUNK = 1000
 """Atom ids per ledger read: keeps each statement's parameter list far below SQLite's limit."""
@@ -41,7 +42,7 @@ class PoolFree:
     kinds: tuple[FreeKind, ...]
 
 
-def _busy(tx: Tx, atom_ids: Sequence[str], since: datetime) -> dict[str, list[Window]]:
+def _busy(tx: LedgerTx, atom_ids: Sequence[str], since: datetime) -> dict[str, list[Window]]:
     out: dict[str, list[Window]] = {a: [] for a in atom_ids}
     for i in range(0, len(atom_ids), _CHUNK):
         for b in tx.ledger.live_on(atom_ids[i : i + _CHUNK], since):
@@ -49,7 +50,9 @@ def _busy(tx: Tx, atom_ids: Sequence[str], since: datetime) -> dict[str, list[Wi
     return out
 
 
-def availability_of(store: StorePort, atoms: Iterable[Atom], now: datetime) -> dict[str, Availability]:
+def availability_of(
+    store: StorePort[LedgerTx], atoms: Iterable[Atom], now: datetime
+) -> dict[str, Availability]:
     """Each atom's `Availability` at `now` (for `atoms.list`), in one ledger read per thousand atoms."""
     ids = [a.id for a in atoms]
     if not ids:
@@ -59,7 +62,7 @@ def availability_of(store: StorePort, atoms: Iterable[Atom], now: datetime) -> d
     return {atom_id: availability(spans, now) for atom_id, spans in busy.items()}
 
 
-def _scrub_pending(tx: Tx, atoms: Sequence[Atom], now: datetime, tenant_id: str | None) -> set[str]:
+def _scrub_pending(tx: LedgerTx, atoms: Sequence[Atom], now: datetime, tenant_id: str | None) -> set[str]:
     """The atoms, of pools that scrub between tenants, owed a scrub by another tenant than
     `tenant_id` at `now` (domain.ledger.scrub): not bookable by it until their node scrubs them."""
     scrubbing = {p.id for p in tx.pools.all() if p.settings.scrub != "none"}
@@ -70,7 +73,7 @@ def _scrub_pending(tx: Tx, atoms: Sequence[Atom], now: datetime, tenant_id: str 
 
 
 def scrub_pending_of(
-    store: StorePort, principal: Principal, atoms: Sequence[Atom], now: datetime
+    store: StorePort[LedgerTx], principal: Principal, atoms: Sequence[Atom], now: datetime
 ) -> set[str]:
     """The atoms among these that wait for a scrub before the caller's tenant may have them (for
     `atoms.list`'s `scrubPending`; every one owed a scrub, for the admin)."""
@@ -79,7 +82,7 @@ def scrub_pending_of(
 
 
 def free(
-    store: StorePort,
+    store: StorePort[LedgerTx],
     principal: Principal,
     pool_id: str,
     window: Window,
@@ -107,7 +110,7 @@ def free(
     return PoolFree(pool_id, window, wanted_count, tuple(kinds))
 
 
-def _scope(store: StorePort, principal: Principal, pool_id: str | None) -> list[str] | None:
+def _scope(store: StorePort[LedgerTx], principal: Principal, pool_id: str | None) -> list[str] | None:
     """The pools a question covers: the one named (NOT_FOUND unless the caller may see it), else
     every pool the caller may see; None: every pool and the GPUs in none (the admin's fleet)."""
     if pool_id is not None:
@@ -130,7 +133,9 @@ class Accounting:
         return sum((hours for _, hours in self.buckets), StateHours())
 
 
-def accounting(store: StorePort, principal: Principal, pool_id: str | None, grid: Grid) -> Accounting:
+def accounting(
+    store: StorePort[LedgerTx], principal: Principal, pool_id: str | None, grid: Grid
+) -> Accounting:
     """Every GPU-hour of the pool (or of everything the caller may see) in `grid`, in exactly one
     state (`domain.metering.accounting`), from the GPUs' state history and the ledger: one read of each,
     one sweep."""
@@ -157,7 +162,9 @@ class Snapshot:
     booked: frozenset[str]
 
 
-def _snapshot(store: StorePort, principal: Principal, pool_id: str | None, now: datetime) -> Snapshot:
+def _snapshot(
+    store: StorePort[LedgerTx], principal: Principal, pool_id: str | None, now: datetime
+) -> Snapshot:
     pools = _scope(store, principal, pool_id)
     if pools == []:
         return Snapshot(now, (), (), (), frozenset())
@@ -180,19 +187,25 @@ def _snapshot(store: StorePort, principal: Principal, pool_id: str | None, now: 
     return Snapshot(now, tuple(every_pool), tuple(atoms), tuple(gpus), booked)
 
 
-def summary(store: StorePort, principal: Principal, pool_id: str | None, now: datetime) -> list[ModelCount]:
+def summary(
+    store: StorePort[LedgerTx], principal: Principal, pool_id: str | None, now: datetime
+) -> list[ModelCount]:
     """`capacity.summary`: whole GPUs per model, now (`domain.metering.rollups.summary`)."""
     snap = _snapshot(store, principal, pool_id, now)
     return rollups.summary(snap.gpus, snap.atoms, snap.booked)
 
 
-def by_pool(store: StorePort, principal: Principal, pool_id: str | None, now: datetime) -> list[ClassCount]:
+def by_pool(
+    store: StorePort[LedgerTx], principal: Principal, pool_id: str | None, now: datetime
+) -> list[ClassCount]:
     """`capacity.byPool`: atoms per pool and class, now (`domain.metering.rollups.by_pool`)."""
     snap = _snapshot(store, principal, pool_id, now)
     return rollups.by_pool(snap.pool_ids, snap.atoms, snap.booked)
 
 
-def timeline(store: StorePort, principal: Principal, pool_id: str | None, grid: Grid) -> list[WholeBooked]:
+def timeline(
+    store: StorePort[LedgerTx], principal: Principal, pool_id: str | None, grid: Grid
+) -> list[WholeBooked]:
     """`capacity.timeline`: whole GPUs booked per bucket (`domain.metering.rollups.timeline`), from the
     ledger: a booking counts in the pool it was made in."""
     pools = _scope(store, principal, pool_id)

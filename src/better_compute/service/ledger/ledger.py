@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import BookingConflict, InvalidInput, InvalidState, NotFound
-from better_compute.domain.kernel.events import LedgerReleased, PartitionBooked, PartitionReleased
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased, PartitionBooked, PartitionReleased
 from better_compute.domain.ledger.ledger import Booking, earliest_free, partition_allocation_id
-from better_compute.service.kernel.ports import NotBookable, Overlap, StorePort
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ledger.ports import LedgerTx, NotBookable, Overlap
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,9 @@ class PartitionConflict:
     status: str = "conflict"
 
 
-def _conflict(store: StorePort, atom_ids: Sequence[str], span: Window, hint: str | None) -> BookingConflict:
+def _conflict(
+    store: StorePort[LedgerTx], atom_ids: Sequence[str], span: Window, hint: str | None
+) -> BookingConflict:
     with store.read() as tx:
         candidates = [hint] if hint else list(atom_ids)
         for atom_id in candidates:
@@ -49,7 +52,7 @@ def _conflict(store: StorePort, atom_ids: Sequence[str], span: Window, hint: str
 
 
 def book(
-    store: StorePort,
+    store: StorePort[LedgerTx],
     atom_ids: Sequence[str],
     span: Window,
     allocation_id: str,
@@ -72,7 +75,7 @@ def book(
         ) from None
 
 
-def release(store: StorePort, allocation_id: str, now: datetime) -> int:
+def release(store: StorePort[LedgerTx], allocation_id: str, now: datetime) -> int:
     """End the allocation now: the remaining window frees; bookings not yet started are cancelled."""
     with store.begin() as tx:
         if not tx.ledger.allocation_bookings(allocation_id):
@@ -80,7 +83,7 @@ def release(store: StorePort, allocation_id: str, now: datetime) -> int:
         return tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
 
 
-def cancel(store: StorePort, allocation_id: str, now: datetime) -> int:
+def cancel(store: StorePort[LedgerTx], allocation_id: str, now: datetime) -> int:
     """Cancel before the start; a started allocation must be released instead."""
     with store.begin() as tx:
         found = tx.ledger.allocation_bookings(allocation_id)
@@ -96,7 +99,7 @@ def cancel(store: StorePort, allocation_id: str, now: datetime) -> int:
 
 
 def book_partition_change(
-    store: StorePort, gpu_id: str, during: Window, now: datetime
+    store: StorePort[LedgerTx], gpu_id: str, during: Window, now: datetime
 ) -> PartitionChange | PartitionConflict:
     """The atom rule: book every atom of the GPU, parent included, or say when the family is free."""
     allocation_id = partition_allocation_id(gpu_id, during.start)
@@ -115,7 +118,7 @@ def book_partition_change(
     return PartitionChange(allocation_id, gpu_id, during, tuple(family))
 
 
-def release_partition_change(store: StorePort, booking_id: str, now: datetime) -> int:
+def release_partition_change(store: StorePort[LedgerTx], booking_id: str, now: datetime) -> int:
     """End a partition change; accepts its handle or the id of any one of its bookings."""
     with store.begin() as tx:
         allocation_id = booking_id if booking_id.startswith("partition:") else None

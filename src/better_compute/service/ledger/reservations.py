@@ -35,17 +35,16 @@ from better_compute.domain.kernel.errors import (
     NotFound,
     NotInPool,
 )
-from better_compute.domain.kernel.events import (
+from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
+from better_compute.domain.ledger import admission, choose
+from better_compute.domain.ledger.commands import Reserve, reserve_of
+from better_compute.domain.ledger.events import (
     LedgerExtended,
     LedgerReleased,
     ReservationCancelled,
     ReservationExtended,
-    ReservationPreempted,
     ReservationReleased,
 )
-from better_compute.domain.kernel.timewin import Window, parse_duration, parse_instant, window_for
-from better_compute.domain.ledger import admission, choose
-from better_compute.domain.ledger.commands import Reserve, reserve_of
 from better_compute.domain.ledger.ledger import earliest_free
 from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.reservations import (
@@ -60,6 +59,7 @@ from better_compute.domain.ledger.reservations import (
 )
 from better_compute.domain.ledger.scrub import owed_by, owed_to_others
 from better_compute.domain.placement.capability import parse_capability
+from better_compute.domain.placement.events import ReservationPreempted
 from better_compute.domain.tenancy import iam, quota
 from better_compute.domain.tenancy.credentials import Caller, Principal, confirmed, credential_to_confirm
 from better_compute.domain.tenancy.tenancy import (
@@ -70,9 +70,10 @@ from better_compute.domain.tenancy.tenancy import (
     tenant_scope,
 )
 from better_compute.service.kernel.paging import Listing
-from better_compute.service.kernel.ports import KeyTaken, NotBookable, Overlap, StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.kernel.telemetry import SILENT, Telemetry
 from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.ledger.ports import KeyTaken, LedgerTx, NotBookable, Overlap
 from better_compute.service.placement import capabilities
 from better_compute.service.tenancy.credentials import confirm_live
 from better_compute.service.tenancy.quotas import quota_lock
@@ -116,7 +117,7 @@ def _window(asked: Reserve, now: datetime) -> Window:
     return window_for(begins, asked.duration, now)
 
 
-def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
+def _view(tx: LedgerTx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
     atoms = tx.reservations.held_atoms([r.id])[r.id]
     status = status_at(Window(r.starts_at, r.ends_at), r.status, now)
     binding, why = _binding(tx, r, atoms, tx.bindings.of_allocations([r.id])[r.id], status)
@@ -124,7 +125,7 @@ def _view(tx: Tx, r: Reservation, now: datetime, *, replayed: bool = False) -> R
 
 
 def _binding(
-    tx: Tx,
+    tx: LedgerTx,
     r: Reservation,
     atoms: Sequence[Atom],
     reported: Mapping[str, BindingState],
@@ -240,7 +241,7 @@ def _earliest(
 
 
 def _replayed(
-    store: StorePort, caller: Caller, tenant_id: str, key: str, fingerprint: str, now: datetime
+    store: StorePort[LedgerTx], caller: Caller, tenant_id: str, key: str, fingerprint: str, now: datetime
 ) -> ReservationView | None:
     """The first reservation made with `key`, for a retry whose start has passed (admission's own
     read is not made then, so a remembered token's credential is confirmed live here)."""
@@ -269,7 +270,7 @@ class _Admitting:
 
 
 def create(
-    store: StorePort,
+    store: StorePort[LedgerTx],
     index: BookingIndex,
     caller: Caller,
     request: Reserve | Mapping[str, Any],
@@ -344,7 +345,7 @@ def create(
 
 
 def _create_in(
-    tx: Tx,
+    tx: LedgerTx,
     index: BookingIndex,
     caller: Caller,
     admitting: _Admitting,
@@ -473,7 +474,7 @@ def _stand_in(line: object) -> object:
     return line
 
 
-def preempt_in(tx: Tx, reservation: Reservation, preemptor_id: str, why: str, now: datetime) -> None:
+def preempt_in(tx: LedgerTx, reservation: Reservation, preemptor_id: str, why: str, now: datetime) -> None:
     """End a preemptible reservation now for the workload `preemptor_id` (the caller holds its
     tenant's quota lock and read it in this transaction): it is `released`, as by its tenant (or
     `cancelled` when it starts now), the rest of its window frees, and `reservation.preempted`
@@ -482,20 +483,22 @@ def preempt_in(tx: Tx, reservation: Reservation, preemptor_id: str, why: str, no
     tx.events.append(ReservationPreempted(reservation.id, reservation.tenant_id, preemptor_id, why), now)
 
 
-def _visible(tx: Tx, principal: Principal, reservation_id: str) -> Reservation:
+def _visible(tx: LedgerTx, principal: Principal, reservation_id: str) -> Reservation:
     found = tx.reservations.get(reservation_id)
     if found is None or not principal.acts_for(found.tenant_id):
         raise NotFound(f"reservation {reservation_id} not found", {"id": reservation_id})
     return found
 
 
-def get(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
+def get(
+    store: StorePort[LedgerTx], principal: Principal, reservation_id: str, now: datetime
+) -> ReservationView:
     with store.read() as tx:
         return _view(tx, _visible(tx, principal, reservation_id), now)
 
 
 def list_reservations(
-    store: StorePort,
+    store: StorePort[LedgerTx],
     principal: Principal,
     now: datetime,
     *,
@@ -536,7 +539,7 @@ def list_reservations(
     return Listing(page, page[-1].id if len(out) > limit and page else None)
 
 
-def _bump(tx: Tx, r: Reservation, status: ReservationStatus, ends_at: datetime | None) -> Reservation:
+def _bump(tx: LedgerTx, r: Reservation, status: ReservationStatus, ends_at: datetime | None) -> Reservation:
     """Write a new status and end if nobody changed the reservation since it was read (its
     generation); returns the reservation as written."""
     if not tx.reservations.compare_and_set(r.id, r.generation, status.value, ends_at):
@@ -544,7 +547,9 @@ def _bump(tx: Tx, r: Reservation, status: ReservationStatus, ends_at: datetime |
     return replace(r, status=status.value, ends_at=ends_at, generation=r.generation + 1)
 
 
-def cancel(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
+def cancel(
+    store: StorePort[LedgerTx], principal: Principal, reservation_id: str, now: datetime
+) -> ReservationView:
     """Cancel before the start: the whole window frees."""
     with store.begin() as tx:
         r = _visible(tx, principal, reservation_id)
@@ -556,7 +561,9 @@ def cancel(store: StorePort, principal: Principal, reservation_id: str, now: dat
         return ReservationView(r, [], ReservationStatus.CANCELLED)
 
 
-def release(store: StorePort, principal: Principal, reservation_id: str, now: datetime) -> ReservationView:
+def release(
+    store: StorePort[LedgerTx], principal: Principal, reservation_id: str, now: datetime
+) -> ReservationView:
     """End an active reservation now; the rest of its window frees for others."""
     with store.begin() as tx:
         r = _visible(tx, principal, reservation_id)
@@ -567,7 +574,7 @@ def release(store: StorePort, principal: Principal, reservation_id: str, now: da
         return _view(tx, r, now)
 
 
-def _end_now(tx: Tx, reservation: Reservation, now: datetime) -> Reservation:
+def _end_now(tx: LedgerTx, reservation: Reservation, now: datetime) -> Reservation:
     """End a started reservation at `now` (the caller holds its tenant's quota lock): `released`,
     the rest of its window freed; or `cancelled`, the whole window freed, when it starts at `now`
     (nothing of it has run, and a window that ends as it starts is no window)."""
@@ -583,7 +590,7 @@ def _end_now(tx: Tx, reservation: Reservation, now: datetime) -> Reservation:
 
 
 def extend(
-    store: StorePort,
+    store: StorePort[LedgerTx],
     index: BookingIndex,
     principal: Principal,
     reservation_id: str,
@@ -633,7 +640,7 @@ def extend(
 
 
 def _extension_conflict(
-    store: StorePort, reservation_id: str, added: Window, hint: str | None
+    store: StorePort[LedgerTx], reservation_id: str, added: Window, hint: str | None
 ) -> BookingConflict:
     """The refusal of an extension: the first atom of the reservation booked by someone else in the
     added time, until when the reservation could be extended, and when that atom is free again."""

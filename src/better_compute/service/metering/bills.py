@@ -18,10 +18,11 @@ from better_compute.domain.metering.showback import showback
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_not_found, tenant_scope
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.metering.ports import MeteringTx
 
 
 def get_bill(
-    store: StorePort,
+    store: StorePort[MeteringTx],
     principal: Principal,
     tenant_id: str,
     *,

@@ -18,8 +18,9 @@ from datetime import UTC, datetime, timedelta
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.census import CensusKey, atom_census
 from better_compute.domain.metering.metering import hours_by_meter
-from better_compute.service.kernel.ports import LogPosition, StorePort, Tx
+from better_compute.service.kernel.ports import LogPosition, StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.metering.ports import MeteringTx
 
 _INSTANT = timedelta(microseconds=1)
 
@@ -44,14 +45,14 @@ class EventTally:
         self._counts: Counter[str] = Counter()
         self._position: LogPosition | None = None
 
-    def read(self, tx: Tx) -> dict[str, int]:
+    def read(self, tx: MeteringTx) -> dict[str, int]:
         with self._lock:
             counts, self._position = tx.events.count_by_type(self._position)
             self._counts.update(counts)
             return dict(self._counts)
 
 
-def _atoms(tx: Tx, index: BookingIndex, now: datetime) -> Counter[CensusKey]:
+def _atoms(tx: MeteringTx, index: BookingIndex, now: datetime) -> Counter[CensusKey]:
     index.sync(tx)
     holders = {i.atom_id: i.allocation_id for i in index.busy(Window(now, now + _INSTANT))}
     census: Counter[CensusKey] = Counter()
@@ -63,7 +64,7 @@ def _atoms(tx: Tx, index: BookingIndex, now: datetime) -> Counter[CensusKey]:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def billable_hours(tx: Tx, now: datetime) -> dict[str, float]:
+def billable_hours(tx: MeteringTx, now: datetime) -> dict[str, float]:
     """GPU-hours billed up to `now` by meter, by the bills' own rule and sums (`tx.usage.totals`,
     `metering.hours_by_meter`): the counter always agrees with the bills."""
     meter_of = {p.id: p.meter for p in tx.pools.all()}
@@ -74,7 +75,7 @@ def billable_hours(tx: Tx, now: datetime) -> dict[str, float]:
     return hours
 
 
-def take(store: StorePort, index: BookingIndex, tally: EventTally, now: datetime) -> Census:
+def take(store: StorePort[MeteringTx], index: BookingIndex, tally: EventTally, now: datetime) -> Census:
     with store.read() as tx:
         return Census(
             atoms=_atoms(tx, index, now), billable_hours=billable_hours(tx, now), events=tally.read(tx)

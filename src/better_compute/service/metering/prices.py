@@ -5,19 +5,25 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.kernel.events import PriceSet
 from better_compute.domain.metering.billing import Price, check_currency, check_per_hour
+from better_compute.domain.metering.events import PriceSet
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_name
 from better_compute.service.kernel.paging import Listing, page
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.metering.ports import MeteringTx
 
 MAX_METER = 64
 """The longest meter name, as a pool's `meter` is."""
 
 
 def set_price(
-    store: StorePort, principal: Principal, meter: str, per_hour: str, currency: str, now: datetime
+    store: StorePort[MeteringTx],
+    principal: Principal,
+    meter: str,
+    per_hour: str,
+    currency: str,
+    now: datetime,
 ) -> Price:
     """Set the price of one hour of `meter` (admin only). It prices every bill read afterwards, for
     any period: a price has no history here (docs/billing.md#prices)."""
@@ -35,7 +41,7 @@ def set_price(
 
 
 def list_prices(
-    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+    store: StorePort[MeteringTx], principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[Price]:
     """Prices by meter name."""
     del principal  # any authenticated caller

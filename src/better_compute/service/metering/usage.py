@@ -15,10 +15,11 @@ from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, pool_not_found, tenant_not_found, tenant_scope
 from better_compute.service.kernel.paging import DEFAULT_LIMIT, Listing, fetch
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.metering.ports import MeteringTx
 
 
 def list_usage(
-    store: StorePort,
+    store: StorePort[MeteringTx],
     principal: Principal,
     *,
     tenant_id: str | None = None,

@@ -20,6 +20,7 @@ from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.gate.mig_gate import changing_to, told_layout
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import is_partition_change
+from better_compute.domain.ledger.records import LiveBooking
 from better_compute.domain.metering.accounting import Grid, StateHours
 from better_compute.domain.metering.billing import Bill
 from better_compute.domain.metering.metering import UNMETERED
@@ -27,9 +28,10 @@ from better_compute.domain.ops.console import GpuBar, Holder, gpu_bar
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.endpoints import endpoints
 from better_compute.service.fleet.pools import get_pool, visible_pool_ids
-from better_compute.service.kernel.ports import LiveBooking, StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger import capacity
 from better_compute.service.metering.bills import get_bill
+from better_compute.service.ops.ports import OpsTx
 
 __all__ = [
     "BookingBar",
@@ -108,12 +110,14 @@ class FleetPage:
         return sum(len(n.gpus) for _, nodes in self.clusters for n in nodes)
 
 
-def _live(tx: Tx, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
+def _live(tx: OpsTx, atom_ids: Sequence[str], since: datetime) -> list[LiveBooking]:
     ids = list(atom_ids)
     return [b for i in range(0, len(ids), _CHUNK) for b in tx.ledger.live_on(ids[i : i + _CHUNK], since)]
 
 
-def fleet(store: StorePort, principal: Principal, now: datetime, *, after: str | None = None) -> FleetPage:
+def fleet(
+    store: StorePort[OpsTx], principal: Principal, now: datetime, *, after: str | None = None
+) -> FleetPage:
     """The GPUs of one page of the nodes the caller may see (by cluster, then node), drawn as they
     are at `now`; `after`: the node the page starts after."""
     visible = visible_pool_ids(store, principal)
@@ -212,7 +216,7 @@ def _percent(part: float) -> str:
     return f"{max(0.0, min(100.0, part * 100)):.4f}%"
 
 
-def pool_ids(store: StorePort, principal: Principal) -> tuple[str, ...]:
+def pool_ids(store: StorePort[OpsTx], principal: Principal) -> tuple[str, ...]:
     """The pools the caller may see, by id."""
     visible = visible_pool_ids(store, principal)
     with store.read() as tx:
@@ -220,7 +224,7 @@ def pool_ids(store: StorePort, principal: Principal) -> tuple[str, ...]:
 
 
 def bookings(
-    store: StorePort,
+    store: StorePort[OpsTx],
     principal: Principal,
     pool_id: str | None,
     window: Window,
@@ -306,7 +310,7 @@ class UsagePage:
 
 
 def usage(
-    store: StorePort,
+    store: StorePort[OpsTx],
     principal: Principal,
     grid: Grid,
     now: datetime,
@@ -356,7 +360,9 @@ class EndpointDrawing:
     """Each component: name, partition type, copies placed, copies asked for."""
 
 
-def endpoints_page(store: StorePort, principal: Principal, now: datetime) -> tuple[EndpointDrawing, ...]:
+def endpoints_page(
+    store: StorePort[OpsTx], principal: Principal, now: datetime
+) -> tuple[EndpointDrawing, ...]:
     """The caller's endpoints (the admin's: every one), each instance's GPUs drawn with the copy on
     each partition: `booked` where a copy runs (its holder: the component and copy), `free` where
     none does, `changing` while a relayout re-cuts the instance."""

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from better_compute.domain.gate.records import MigLayoutGate
-from better_compute.domain.kernel.events import DoctorRun
 from better_compute.domain.ops.doctor import (
     DEFAULT_MIG_WAITING_DAYS,
     STUCK_AFTER,
@@ -19,8 +18,10 @@ from better_compute.domain.ops.doctor import (
     diagnose,
     mig_waiting_nodes,
 )
+from better_compute.domain.ops.events import DoctorRun
 from better_compute.domain.tenancy.credentials import Principal, require_admin
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ops.ports import OpsTx
 
 MAX_OVERLAPS = 100
 """The most overlapping pairs the ledger self-check reports (there should be none at all)."""
@@ -44,7 +45,7 @@ _CHUNK = 500
 
 
 def run(
-    store: StorePort,
+    store: StorePort[OpsTx],
     principal: Principal,
     now: datetime,
     silent_after: timedelta,
@@ -78,7 +79,7 @@ def run(
 
 
 def _gate_holders(
-    tx: Tx, gates: Sequence[MigLayoutGate], now: datetime, after: timedelta
+    tx: OpsTx, gates: Sequence[MigLayoutGate], now: datetime, after: timedelta
 ) -> list[GateHolder]:
     """Tenants' live bookings, now or later, on the nodes whose change may wait past `after`."""
     nodes = mig_waiting_nodes(gates, now, after)[:MAX_WAITING_NODES]
@@ -94,7 +95,7 @@ def _gate_holders(
     ]
 
 
-def _endpoints(tx: Tx, gates: Sequence[MigLayoutGate]) -> list[EndpointFacts]:
+def _endpoints(tx: OpsTx, gates: Sequence[MigLayoutGate]) -> list[EndpointFacts]:
     """Endpoints that may be waiting, with their nodes: those stored `Failed` or `Updating`, and
     those with an instance under a layout change (a `Creating` one is stored so for good, and shown
     `InService` once none is: reading every one would read every endpoint ever made)."""

@@ -18,10 +18,11 @@ from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
 from better_compute.service.fleet.pools import seen_pool_ids
 from better_compute.service.kernel.paging import DEFAULT_LIMIT, Listing
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ops.ports import OpsTx
 
 
 def list_events(
-    store: StorePort,
+    store: StorePort[OpsTx],
     principal: Principal,
     *,
     type_: str | None = None,

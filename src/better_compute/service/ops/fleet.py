@@ -13,16 +13,17 @@ from datetime import datetime
 
 from better_compute.domain.fleet.records import Cluster, Node
 from better_compute.domain.kernel.errors import ConcurrentChange, InvalidInput
-from better_compute.domain.kernel.events import FleetRegistered
+from better_compute.domain.ops.events import FleetRegistered
 from better_compute.domain.ops.fleet import FleetSpec, PoolSpec
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.service.fleet import pools
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.ops.ports import OpsTx
 from better_compute.service.placement import device_classes
 from better_compute.service.tenancy import quotas
 
 
-def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
+def register_fleet(store: StorePort[OpsTx], spec: FleetSpec, now: datetime) -> None:
     """Create or update everything the file names; existing rows keep their creation time."""
     with store.begin() as tx:
         tx.tenants.put([Tenant(t.id, t.name, now) for t in spec.tenants])
@@ -49,7 +50,7 @@ def register_fleet(store: StorePort, spec: FleetSpec, now: datetime) -> None:
         tx.events.append(FleetRegistered("fleet", len(spec.clusters), len(spec.nodes), len(spec.pools)), now)
 
 
-def _register_pool(tx: Tx, spec: PoolSpec, now: datetime) -> None:
+def _register_pool(tx: OpsTx, spec: PoolSpec, now: datetime) -> None:
     current = tx.pools.get(spec.name)
     if current is None:
         pools.create_in(

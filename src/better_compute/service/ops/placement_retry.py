@@ -21,23 +21,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from better_compute.domain.fleet.events import AllocationBound, NodeJoined
 from better_compute.domain.kernel.errors import Unavailable
-from better_compute.domain.kernel.events import (
-    AllocationBound,
-    DoctorRun,
-    LedgerBooked,
-    LoggedEvent,
-    NodeJoined,
-    PartitionBooked,
-    ReplicasTerminating,
-    ReservationCreated,
-    WorkloadCreated,
-    WorkloadDecided,
-)
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.ledger.events import LedgerBooked, PartitionBooked, ReservationCreated
+from better_compute.domain.ops.events import DoctorRun
+from better_compute.domain.placement.events import ReplicasTerminating, WorkloadCreated, WorkloadDecided
 from better_compute.service.endpoints import endpoints
 from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.event_tail import Follower
-from better_compute.service.kernel.ports import Tx
+from better_compute.service.kernel.ports import KernelTx
+from better_compute.service.ops.ports import OpsTx
 from better_compute.service.placement import workloads
 
 _log = logging.getLogger(__name__)
@@ -67,7 +61,7 @@ class _Watcher:
 
     dirty: bool = True
 
-    def load(self, tx: Tx) -> None:
+    def load(self, tx: KernelTx) -> None:
         self.dirty = True
 
     def apply(self, logged: LoggedEvent) -> None:
@@ -77,7 +71,7 @@ class _Watcher:
 
 @dataclass
 class Retrier:
-    wiring: workloads.Wiring
+    wiring: workloads.Wiring[OpsTx]
     clock: Clock
     wakeup: threading.Event = field(default_factory=threading.Event)
     interval: float = INTERVAL

@@ -39,9 +39,10 @@ from better_compute.domain.placement.capability import (
 )
 from better_compute.domain.placement.device_classes import DeviceClass, belongs_to
 from better_compute.domain.tenancy.quota import effective_limit
-from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ledger.ports import LedgerTx
 from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.ports import PlacementTx
 
 
 @dataclass
@@ -56,7 +57,9 @@ class _Gathered:
     covers: tuple[str, ...] = ()
 
 
-def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: datetime) -> list[Offer]:
+def offers_in(
+    tx: PlacementTx, index: BookingIndex, stock: Stock, tenant_id: str, now: datetime
+) -> list[Offer]:
     """Every kind of device the tenant may use now, with what it gives and costs (module docstring)."""
     catalog = stock.catalog(tx, index)
     offered: dict[str, dict[str, int]] = {}
@@ -87,7 +90,7 @@ def offers_in(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str, now: da
 
 
 def pool_offers(
-    tx: Tx,
+    tx: LedgerTx,
     index: BookingIndex,
     pool_id: str,
     tenant_id: str,
@@ -107,7 +110,7 @@ def pool_offers(
 
 def _gather(
     kinds: dict[Kind, _Gathered],
-    tx: Tx,
+    tx: LedgerTx,
     index: BookingIndex,
     pool_id: str,
     meter: str,
@@ -161,7 +164,9 @@ def _offer(kind: Kind, g: _Gathered) -> Offer:
     )
 
 
-def refusal(tx: Tx, index: BookingIndex, stock: Stock, tenant_id: str) -> Callable[[Offer], str | None]:
+def refusal(
+    tx: PlacementTx, index: BookingIndex, stock: Stock, tenant_id: str
+) -> Callable[[Offer], str | None]:
     """The rows and policies a kind must not slip past, read for the tenant, as the check
     `domain.placement.capability.named_by_class` makes of them."""
     return named_by_class(

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.domain.kernel.events import QuotaSet
 from better_compute.domain.placement.class_quotas import (
     ClassQuota,
     HeldAtom,
@@ -23,12 +22,15 @@ from better_compute.domain.placement.class_quotas import (
 )
 from better_compute.domain.placement.device_classes import DeviceClass, device_class_not_found
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import QuotaSet
 from better_compute.domain.tenancy.tenancy import check_class_name, check_ref, tenant_not_found
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.placement.ports import PlacementTx
+from better_compute.service.tenancy.ports import TenancyTx
 
 
 def set_class_quota(
-    store: StorePort,
+    store: StorePort[PlacementTx],
     principal: Principal,
     *,
     tenant_id: object,
@@ -82,7 +84,7 @@ def set_class_quota(
 
 
 def held_by_class(
-    tx: Tx, tenant_ids: Sequence[str] | None, classes: Sequence[DeviceClass], now: datetime
+    tx: TenancyTx, tenant_ids: Sequence[str] | None, classes: Sequence[DeviceClass], now: datetime
 ) -> dict[tuple[str, str], dict[str, int]]:
     """What each tenant holds of each class at `now`, per cluster: {(tenant, class): {cluster: n}},
     from one read of the tenants' live bookings joined to their atoms and nodes."""
@@ -111,7 +113,7 @@ class ClassQuotaFigures:
         return admit(self.rows, self.held, cluster_id, asked)
 
 
-def figures_in(tx: Tx, tenant_id: str, device_class: str, now: datetime) -> ClassQuotaFigures:
+def figures_in(tx: PlacementTx, tenant_id: str, device_class: str, now: datetime) -> ClassQuotaFigures:
     """`figures` inside the caller's transaction (placement reads them with its own snapshot)."""
     found = tx.device_classes.get(device_class)
     if found is None:
@@ -121,7 +123,9 @@ def figures_in(tx: Tx, tenant_id: str, device_class: str, now: datetime) -> Clas
     return ClassQuotaFigures(tenant_id, device_class, rows, held)
 
 
-def figures(store: StorePort, tenant_id: str, device_class: str, now: datetime) -> ClassQuotaFigures:
+def figures(
+    store: StorePort[PlacementTx], tenant_id: str, device_class: str, now: datetime
+) -> ClassQuotaFigures:
     """The tenant's rows for `device_class` and what it holds of the class per cluster now; an unknown
     device class is NOT_FOUND naming it."""
     check_ref(tenant_id, "tenantId")

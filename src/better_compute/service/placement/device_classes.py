@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import InvalidInput
-from better_compute.domain.kernel.events import DeviceClassCreated
 from better_compute.domain.kernel.selectors import document
 from better_compute.domain.placement.device_classes import (
     DeviceClass,
@@ -14,14 +13,21 @@ from better_compute.domain.placement.device_classes import (
     device_class_taken,
     parse_spec,
 )
+from better_compute.domain.placement.events import DeviceClassCreated
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.placement.ports import PlacementTx
 
 
 def create(
-    store: StorePort, principal: Principal, name: object, cls: object, selector: object, now: datetime
+    store: StorePort[PlacementTx],
+    principal: Principal,
+    name: object,
+    cls: object,
+    selector: object,
+    now: datetime,
 ) -> DeviceClass:
     """Create a device class (admin only); a name already taken is CONFLICT, whatever it selects."""
     require_admin(principal, "deviceClasses.create")
@@ -32,7 +38,7 @@ def create(
     return item
 
 
-def add_in(tx: Tx, item: DeviceClass, now: datetime) -> bool:
+def add_in(tx: PlacementTx, item: DeviceClass, now: datetime) -> bool:
     """Create `item` inside the caller's transaction with its event; False when the name is taken."""
     if not tx.device_classes.add(item):
         return False
@@ -40,7 +46,7 @@ def add_in(tx: Tx, item: DeviceClass, now: datetime) -> bool:
     return True
 
 
-def register(tx: Tx, item: DeviceClass, now: datetime) -> None:
+def register(tx: PlacementTx, item: DeviceClass, now: datetime) -> None:
     """A class a fleet file names: created when new, left alone when it is there alike (a file loads
     twice to the same result), refused when it is there with another definition (classes are never
     changed: quotas and workloads that name one must keep meaning its atoms)."""
@@ -57,7 +63,7 @@ def register(tx: Tx, item: DeviceClass, now: datetime) -> None:
         )
 
 
-def get(store: StorePort, principal: Principal, name: str) -> DeviceClass:
+def get(store: StorePort[PlacementTx], principal: Principal, name: str) -> DeviceClass:
     del principal  # any authenticated caller
     check_ref(name, "id")
     with store.read() as tx:
@@ -68,7 +74,7 @@ def get(store: StorePort, principal: Principal, name: str) -> DeviceClass:
 
 
 def list_classes(
-    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+    store: StorePort[PlacementTx], principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[DeviceClass]:
     """Device classes by name."""
     del principal  # any authenticated caller

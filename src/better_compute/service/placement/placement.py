@@ -39,12 +39,13 @@ from better_compute.domain.placement.workloads import WorkloadSpec
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.domain.tenancy.quota import effective_limit
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement import preemption
 from better_compute.service.placement.capabilities import offers_in, refusal
 from better_compute.service.placement.class_quotas import ClassQuotaFigures
 from better_compute.service.placement.placement_stock import PoolSeat, Stock
+from better_compute.service.placement.ports import PlacementTx
 
 INACTIVE = "cluster {cluster} is {phase}; only active clusters take new placements"
 
@@ -98,7 +99,7 @@ def _policy_denials(
 
 
 def snapshot_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     tenant_id: str,
@@ -204,7 +205,7 @@ def fleet_left(snap: Snapshot) -> int | None:
 
 
 def rooms_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     snap: Snapshot,
@@ -226,7 +227,7 @@ def rooms_in(
 
 
 def free_devices_in(
-    tx: Tx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, now: datetime
+    tx: PlacementTx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, now: datetime
 ) -> dict[str, tuple[tuple[FreeDevice, ...], int | None]]:
     """Per pool of the tenant's in the cluster, its free devices of the class (cordoned nodes left
     out) and how many of them the tenant may take (None: all)."""
@@ -252,7 +253,7 @@ def ask_of(spec: WorkloadSpec, replicas: int | None = None) -> Ask:
 
 
 def plan_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     snap: Snapshot,
@@ -317,7 +318,7 @@ def plan_in(
 
 
 def _cost_in(
-    tx: Tx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, device_count: int
+    tx: PlacementTx, index: BookingIndex, stock: Stock, snap: Snapshot, cluster_id: str, device_count: int
 ) -> Cost | None:
     """What a replica costs per hour in the cluster against the ceiling there (None: no ceiling;
     the rule: `domain.placement.costs`)."""
@@ -342,7 +343,7 @@ def main_reason(placement: Placement) -> Reason | None:
 
 
 def resolved(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     spec: WorkloadSpec,
@@ -400,7 +401,7 @@ class Preview:
 
 
 def preview(
-    store: StorePort,
+    store: StorePort[PlacementTx],
     index: BookingIndex,
     stock: Stock,
     principal: Principal,

@@ -37,8 +37,8 @@ from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.placement.topology import DomainKind, FreeDevice, Room, room_for
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.domain.tenancy.records import Quota
-from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
+from better_compute.service.placement.ports import PlacementTx
 
 T = TypeVar("T")
 
@@ -136,7 +136,7 @@ class Stock:
         self._together: dict[tuple[object, ...], tuple[tuple[int, ...], datetime | None, Room]] = {}
         """Rooms of several pools together (`rooms_together`)."""
 
-    def catalog(self, tx: Tx, index: BookingIndex) -> Catalog:
+    def catalog(self, tx: PlacementTx, index: BookingIndex) -> Catalog:
         """The clusters, the pools' seats and the cordoned nodes, read again only when the index's
         catalog version moves. The version is taken before the read: every statement of a store
         transaction sees what was committed when it started (readers autocommit, writers hold the
@@ -157,7 +157,7 @@ class Stock:
             self._catalog = (version, found)
         return found
 
-    def rules(self, tx: Tx, index: BookingIndex, tenant_id: str, device_class: str) -> Rules:
+    def rules(self, tx: PlacementTx, index: BookingIndex, tenant_id: str, device_class: str) -> Rules:
         """The tenant's pool quota rows, its rows of the device class and the placement policies
         that apply to it (the tenant's and every cluster's), under the catalog's version: every
         write of them appends an event that moves it (see `catalog` for why the read is as new as
@@ -180,7 +180,7 @@ class Stock:
             self._rules[key] = (version, found)
         return found
 
-    def standing(self, tx: Tx, index: BookingIndex, device_class: str) -> Standing:
+    def standing(self, tx: PlacementTx, index: BookingIndex, device_class: str) -> Standing:
         """Every tenant's rows of the class and the priority classes, under the catalog's version
         (quota rows and priority classes move it; see `catalog`)."""
         version = index.catalog_version()
@@ -223,13 +223,13 @@ class Stock:
             self._kept[key] = (version, until, made)
         return made
 
-    def standing_rows(self, tx: Tx, index: BookingIndex) -> tuple[ClassQuota, ...]:
+    def standing_rows(self, tx: PlacementTx, index: BookingIndex) -> tuple[ClassQuota, ...]:
         """Every device-class quota row of every tenant, under the catalog's version."""
         return self.kept(
             ("class-rows",), (index.catalog_version(),), EVER, lambda: (tuple(tx.class_quotas.find()), None)
         )
 
-    def tenant_exists(self, tx: Tx, index: BookingIndex, tenant_id: str) -> bool:
+    def tenant_exists(self, tx: PlacementTx, index: BookingIndex, tenant_id: str) -> bool:
         """Whether the tenant exists and is not deleted. Only a yes is kept, under the catalog's
         version: a deletion (`tenant.deleted`) moves it, a creation may come at any time."""
         version = index.catalog_version()
@@ -245,7 +245,7 @@ class Stock:
             self._tenants[1].add(tenant_id)
         return True
 
-    def device_class(self, tx: Tx, name: str) -> DeviceClass:
+    def device_class(self, tx: PlacementTx, name: str) -> DeviceClass:
         """The device class `name` (NOT_FOUND naming it). A class is never changed once created
         (`domain.placement.device_classes`), so the first read of it serves the process."""
         if is_implicit(name):
@@ -261,12 +261,14 @@ class Stock:
         return found
 
     def free(
-        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
     ) -> tuple[FreeDevice, ...]:
         """The pool's atoms of the class that are bookable and free from `at` on."""
         return self._entry(tx, index, pool_id, device_class, at).devices
 
-    def _members(self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass) -> _Members:
+    def _members(
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass
+    ) -> _Members:
         """The pool's atoms of the class, matched once per read of the pool's atoms (the index
         keeps one `PoolAtoms` until they change), so a booking costs a filter, not a match."""
         key = (pool_id, device_class.name)
@@ -294,7 +296,7 @@ class Stock:
         return found
 
     def _entry(
-        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
     ) -> _Entry:
         key = (pool_id, device_class.name)
         version = index.pool_version(pool_id)
@@ -313,25 +315,27 @@ class Stock:
         return entry
 
     def devices(
-        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass
     ) -> tuple[FreeDevice, ...]:
         """The pool's bookable atoms of the class, free or not, where they sit."""
         return self._members(tx, index, pool_id, device_class).bookable
 
     def members(
-        self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass, at: datetime
     ) -> frozenset[str]:
         """The pool's atoms of the class, booked or not (to count what a tenant holds of it)."""
         return self._members(tx, index, pool_id, device_class).ids
 
-    def share(self, tx: Tx, index: BookingIndex, pool_id: str, device_class: DeviceClass) -> Fraction:
+    def share(
+        self, tx: PlacementTx, index: BookingIndex, pool_id: str, device_class: DeviceClass
+    ) -> Fraction:
         """The largest share of a GPU that one of the pool's devices of the class bills: what a
         device placed there costs per hour, times its meter's price."""
         return self._members(tx, index, pool_id, device_class).share
 
     def _room(
         self,
-        tx: Tx,
+        tx: PlacementTx,
         index: BookingIndex,
         pool_id: str,
         device_class: DeviceClass,
@@ -360,7 +364,7 @@ class Stock:
 
     def rooms_together(
         self,
-        tx: Tx,
+        tx: PlacementTx,
         index: BookingIndex,
         clusters: Mapping[str, tuple[tuple[str, int | None], ...]],
         device_class: DeviceClass,
@@ -398,7 +402,7 @@ class Stock:
 
     def _together_now(
         self,
-        tx: Tx,
+        tx: PlacementTx,
         index: BookingIndex,
         pools: tuple[tuple[str, int | None], ...],
         device_class: DeviceClass,

@@ -45,9 +45,9 @@ from better_compute.domain.placement.priority_classes import STANDARD
 from better_compute.domain.placement.topology import DomainKind, FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Verdict
 from better_compute.domain.placement.workloads import WorkloadSpec
-from better_compute.service.kernel.ports import Tx
 from better_compute.service.ledger.booking_index import BookingIndex, FamilyMember
 from better_compute.service.placement.placement_stock import Standing, Stock
+from better_compute.service.placement.ports import PlacementTx
 
 RESERVATION_PRIORITY = 0
 """What a preemptible reservation counts as against a workload: the `standard` class's priority."""
@@ -101,7 +101,7 @@ def preemptible(standing: Standing, spec: WorkloadSpec) -> bool:
 
 
 def stand_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     standing: Standing,
@@ -126,7 +126,7 @@ def stand_in(
 
 
 def census_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     pools: Sequence[str],
@@ -167,7 +167,7 @@ def entitlements_in(standing: Standing, cluster_id: str) -> dict[str, Entitlemen
 
 
 def reserved_in(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     standing: Standing,
@@ -205,7 +205,7 @@ def reserved_in(
     return {c: n for c, n in out.items() if n > 0}
 
 
-def candidates_in(tx: Tx, census: Census, standing: Standing) -> list[Candidate]:
+def candidates_in(tx: PlacementTx, census: Census, standing: Standing) -> list[Candidate]:
     """The preemptible replicas running on the class's devices there, and the reservations made
     with `preemptible: true` holding them now (any other reservation is never evicted; the rules
     leave out the workload's own replicas, `Rules.skips`)."""
@@ -264,7 +264,7 @@ class Opened:
 
 
 def plan_evictions(
-    tx: Tx,
+    tx: PlacementTx,
     index: BookingIndex,
     stock: Stock,
     spec: WorkloadSpec,

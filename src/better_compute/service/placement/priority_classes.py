@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from better_compute.domain.kernel.events import PriorityClassCreated
+from better_compute.domain.placement.events import PriorityClassCreated
 from better_compute.domain.placement.priority_classes import (
     PriorityClass,
     priority_class,
@@ -17,10 +17,11 @@ from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.kernel.paging import Listing, page
 from better_compute.service.kernel.ports import StorePort
+from better_compute.service.placement.ports import PlacementTx
 
 
 def create(
-    store: StorePort,
+    store: StorePort[PlacementTx],
     principal: Principal,
     name: object,
     priority: object,
@@ -37,7 +38,7 @@ def create(
     return item
 
 
-def get(store: StorePort, principal: Principal, name: str) -> PriorityClass:
+def get(store: StorePort[PlacementTx], principal: Principal, name: str) -> PriorityClass:
     del principal  # any authenticated caller
     check_ref(name, "id")
     with store.read() as tx:
@@ -48,7 +49,7 @@ def get(store: StorePort, principal: Principal, name: str) -> PriorityClass:
 
 
 def list_classes(
-    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+    store: StorePort[PlacementTx], principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[PriorityClass]:
     """Priority classes by name (`standard` among them)."""
     del principal  # any authenticated caller

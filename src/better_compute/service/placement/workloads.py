@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from better_compute.domain.fleet.bindings import binding_of
 from better_compute.domain.kernel.errors import (
@@ -33,12 +33,14 @@ from better_compute.domain.kernel.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.kernel.events import (
+from better_compute.domain.kernel.events import Event
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerReleased
+from better_compute.domain.placement.binpack import choose_replicas
+from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.events import (
     MAX_REFUSED,
     DeploymentUpdated,
-    Event,
-    LedgerReleased,
-    PolicyDeleted,
     ReplicasTerminating,
     WorkloadCreated,
     WorkloadDecided,
@@ -46,9 +48,6 @@ from better_compute.domain.kernel.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.placement.binpack import choose_replicas
-from better_compute.domain.placement.capability import Resolution
 from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.priority_classes import STANDARD
@@ -70,15 +69,18 @@ from better_compute.domain.placement.workloads import (
     workload_not_found,
 )
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyDeleted
 from better_compute.domain.tenancy.iam import Policy, parse_policy
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_not_found, tenant_scope
 from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import NotBookable, Overlap, StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger import reservations
 from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ledger.ports import NotBookable, Overlap
 from better_compute.service.placement import capabilities, placement, preemption
 from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.ports import PlacementTx
 from better_compute.service.tenancy import policies
 from better_compute.service.tenancy.quotas import quota_lock
 
@@ -132,11 +134,16 @@ class WorkloadView:
         return self.workload.unplaced > 0 or any(d.phase in ("pending", "admitted") for d in self.deployments)
 
 
-@dataclass(frozen=True)
-class Wiring:
-    """What the use cases share with reservations: the store, the index, the stock, ids."""
+TxT_co = TypeVar("TxT_co", bound=PlacementTx, covariant=True)
 
-    store: StorePort
+
+@dataclass(frozen=True)
+class Wiring(Generic[TxT_co]):
+    """What the use cases share with reservations: the store, the index, the stock, ids. Its store
+    offers at least placement's slice; the retrier's offers every context's (it retries endpoints
+    too)."""
+
+    store: StorePort[TxT_co]
     index: BookingIndex
     stock: Stock
     ids: Ids
@@ -151,7 +158,7 @@ class Attempt:
     claims: list[str] = field(default_factory=list)
 
 
-def _terminating(tx: Tx, workload_ids: Sequence[str]) -> Counter[str]:
+def _terminating(tx: PlacementTx, workload_ids: Sequence[str]) -> Counter[str]:
     """Terminating replicas per deployment and per workload (ids of both kinds in one counter)."""
     counts: Counter[str] = Counter()
     for t in tx.workloads.terminating_of(workload_ids):
@@ -160,7 +167,7 @@ def _terminating(tx: Tx, workload_ids: Sequence[str]) -> Counter[str]:
     return counts
 
 
-def _views(tx: Tx, workloads: list[Workload]) -> dict[str, WorkloadView]:
+def _views(tx: PlacementTx, workloads: list[Workload]) -> dict[str, WorkloadView]:
     deps = tx.workloads.deployments_of([w.id for w in workloads])
     flat = [d for ds in deps.values() for d in ds]
     reps = tx.workloads.replicas_of([d.id for d in flat])
@@ -184,11 +191,11 @@ def _shown_phase(d: Deployment, booked: int, bound: int) -> Phase:
     return d.phase
 
 
-def _view(tx: Tx, w: Workload) -> WorkloadView:
+def _view(tx: PlacementTx, w: Workload) -> WorkloadView:
     return _views(tx, [w])[w.id]
 
 
-def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
+def _visible(tx: PlacementTx, principal: Principal, ref: str) -> Workload:
     """The workload `ref` names: its id, or else its name among the workloads the principal may
     see (names are unique per project; an admin's name matching several projects' is refused)."""
     found = tx.workloads.get(check_ref(ref, "workloadId"))
@@ -205,7 +212,7 @@ def _visible(tx: Tx, principal: Principal, ref: str) -> Workload:
     return named[0]
 
 
-def _lock_and_catch_up(tx: Tx, wiring: Wiring, tenant_id: str, now: datetime) -> None:
+def _lock_and_catch_up(tx: PlacementTx, wiring: Wiring[PlacementTx], tenant_id: str, now: datetime) -> None:
     """Take the tenant's workload lock, then catch the index up with every commit made before it
     was granted: what the tenant holds is then exact for this write (one round trip with the
     transaction's BEGIN when it is the transaction's first statement). Bookings ended well before
@@ -223,7 +230,9 @@ def _tenant_for(principal: Principal, named: str | None) -> str:
     return tenant_id
 
 
-def _attempts(wiring: Wiring, run: Callable[[Tx, Attempt], WorkloadView]) -> WorkloadView:
+def _attempts(
+    wiring: Wiring[PlacementTx], run: Callable[[PlacementTx, Attempt], WorkloadView]
+) -> WorkloadView:
     """Run a write, deciding again on a caught-up index when the ledger refused an atom. Losing an
     atom to another tenant's write is the common case when many place at once (each picks the same
     best devices), so the index only catches up with the log; it is rebuilt from the ledger (under
@@ -260,7 +269,9 @@ def _attempts(wiring: Wiring, run: Callable[[Tx, Attempt], WorkloadView]) -> Wor
     raise AssertionError("unreachable")
 
 
-def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: datetime) -> WorkloadView:
+def create(
+    wiring: Wiring[PlacementTx], principal: Principal, raw: Mapping[str, Any], now: datetime
+) -> WorkloadView:
     """`workloads.create`: check, place, book; the workload is created even when no cluster can
     take a replica now (its deployments, if any, wait as `pending`, and it is retried)."""
     from better_compute.domain.placement.workloads import parse_workload
@@ -270,7 +281,7 @@ def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: da
     asked = parse_workload(raw, tenant_id)
     workload_id = wiring.ids.workload()
 
-    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
+    def run(tx: PlacementTx, attempt: Attempt) -> WorkloadView:
         _lock_and_catch_up(tx, wiring, tenant_id, now)
         if not wiring.stock.tenant_exists(tx, wiring.index, tenant_id):
             raise tenant_not_found(tenant_id)
@@ -331,7 +342,9 @@ def _own(spec: WorkloadSpec, workload_id: str) -> tuple[Policy, ...]:
     return (parse_policy(_own_raw(spec, workload_id)),)
 
 
-def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) -> tuple[Workload, Policy]:
+def _with_own_policy(
+    tx: PlacementTx, wiring: Wiring[PlacementTx], workload: Workload, now: datetime
+) -> tuple[Workload, Policy]:
     """The `<name>-placement` policy a workload's `allowedRegions`/`allowedClusters` become: a real
     policy on the workload, made in the workload's transaction (seed 001 "Attaching policies")."""
     raw = _own_raw(workload.spec, workload.id)
@@ -342,7 +355,7 @@ def _with_own_policy(tx: Tx, wiring: Wiring, workload: Workload, now: datetime) 
     return own, made
 
 
-def _check_refs(tx: Tx, wiring: Wiring, spec: WorkloadSpec) -> None:
+def _check_refs(tx: PlacementTx, wiring: Wiring[PlacementTx], spec: WorkloadSpec) -> None:
     wiring.stock.device_class(tx, spec.device_class)  # NOT_FOUND naming it
     if spec.priority_class != STANDARD and tx.priority_classes.get(spec.priority_class) is None:
         raise NotFound(
@@ -358,8 +371,8 @@ def _check_refs(tx: Tx, wiring: Wiring, spec: WorkloadSpec) -> None:
 
 
 def place_in(
-    tx: Tx,
-    wiring: Wiring,
+    tx: PlacementTx,
+    wiring: Wiring[PlacementTx],
     workload: Workload,
     now: datetime,
     *,
@@ -510,8 +523,8 @@ placement gives up evicting for this attempt."""
 
 
 def _plan_and_evict(
-    tx: Tx,
-    wiring: Wiring,
+    tx: PlacementTx,
+    wiring: Wiring[PlacementTx],
     workload: Workload,
     snap: placement.Snapshot,
     booked: Mapping[str, int],
@@ -568,7 +581,7 @@ def _plan_and_evict(
 
 
 def _evict(
-    tx: Tx, preemptor: Workload, opened: preemption.Opened, now: datetime
+    tx: PlacementTx, preemptor: Workload, opened: preemption.Opened, now: datetime
 ) -> dict[str, list[FreeDevice]]:
     """Take the victims' replicas away (those handed over terminate, naming the preemptor, which
     waits for them), send their deployments back to `pending` with reason `preempted`, and tell of
@@ -695,7 +708,7 @@ def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reaso
 
 
 def _deployment_views(
-    tx: Tx, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
+    tx: PlacementTx, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
 ) -> list[DeploymentView]:
     """Views of deployments just written: only replicas that were there before can be bound yet."""
     earlier = [a for _, _, kept in placed for a in kept]
@@ -708,8 +721,8 @@ def _deployment_views(
 
 
 def _book(
-    tx: Tx,
-    wiring: Wiring,
+    tx: PlacementTx,
+    wiring: Wiring[PlacementTx],
     snap: placement.Snapshot,
     spec: WorkloadSpec,
     dep: Deployment,
@@ -757,7 +770,11 @@ def _book(
 
 
 def _take_away(
-    tx: Tx, dep: Deployment, gone: Sequence[tuple[int, str]], now: datetime, preempted_by: str | None = None
+    tx: PlacementTx,
+    dep: Deployment,
+    gone: Sequence[tuple[int, str]],
+    now: datetime,
+    preempted_by: str | None = None,
 ) -> int:
     """Remove these replicas of the deployment; returns how many terminate. A replica its node has
     handed over (`domain.placement.workloads.hands_over`) terminates: its allocation keeps its devices booked,
@@ -794,13 +811,18 @@ def _updated(
     )
 
 
-def get(store: StorePort, principal: Principal, ref: str) -> WorkloadView:
+def get(store: StorePort[PlacementTx], principal: Principal, ref: str) -> WorkloadView:
     with store.read() as tx:
         return _view(tx, _visible(tx, principal, ref))
 
 
 def list_workloads(
-    store: StorePort, principal: Principal, *, tenant_id: str | None, limit: int | None, after: str | None
+    store: StorePort[PlacementTx],
+    principal: Principal,
+    *,
+    tenant_id: str | None,
+    limit: int | None,
+    after: str | None,
 ) -> Listing[WorkloadView]:
     scope = tenant_scope(principal, tenant_id)
     with store.read() as tx:
@@ -811,7 +833,12 @@ def list_workloads(
 
 
 def list_deployments(
-    store: StorePort, principal: Principal, *, workload_id: str | None, limit: int | None, after: str | None
+    store: StorePort[PlacementTx],
+    principal: Principal,
+    *,
+    workload_id: str | None,
+    limit: int | None,
+    after: str | None,
 ) -> Listing[DeploymentView]:
     with store.read() as tx:
         if workload_id is not None:
@@ -824,7 +851,7 @@ def list_deployments(
 
 
 def scale(
-    wiring: Wiring,
+    wiring: Wiring[PlacementTx],
     principal: Principal,
     ref: str,
     replicas: object,
@@ -834,7 +861,7 @@ def scale(
     """`workloads.scale`: re-run placement for the new count (module docstring)."""
     count = check_replicas(replicas)
 
-    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
+    def run(tx: PlacementTx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
         _lock_and_catch_up(tx, wiring, found.tenant_id, now)
         current = tx.workloads.get(found.id)
@@ -854,7 +881,7 @@ def scale(
     return _attempts(wiring, run)
 
 
-def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> WorkloadView:
+def delete(wiring: Wiring[PlacementTx], principal: Principal, ref: str, now: datetime) -> WorkloadView:
     """`workloads.delete`: take every replica away (those handed over terminate: `_take_away`),
     remove the deployments and the workload (and its own `<name>-placement` policy). Returns it as
     it was, with `terminating` counting the replicas now terminating."""
@@ -878,14 +905,14 @@ def delete(wiring: Wiring, principal: Principal, ref: str, now: datetime) -> Wor
 
 
 def drain(
-    wiring: Wiring, principal: Principal, ref: str, cluster: str, now: datetime
+    wiring: Wiring[PlacementTx], principal: Principal, ref: str, cluster: str, now: datetime
 ) -> tuple[Operation, WorkloadView]:
     """`workload.drain`: remove the workload's deployment from `cluster` and place its replicas
     elsewhere, in one transaction; recorded as an operation that has succeeded."""
     cluster_id = check_ref(cluster, "payload.cluster")
     op_id = wiring.ids.operation()
 
-    def run(tx: Tx, attempt: Attempt) -> WorkloadView:
+    def run(tx: PlacementTx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
         _lock_and_catch_up(tx, wiring, found.tenant_id, now)
         if tx.clusters.get(cluster_id) is None:
@@ -939,7 +966,9 @@ def drain(
     return op, view
 
 
-def release_replica(wiring: Wiring, principal: Principal, allocation: str, now: datetime) -> Operation:
+def release_replica(
+    wiring: Wiring[PlacementTx], principal: Principal, allocation: str, now: datetime
+) -> Operation:
     """`replica.release` (admin): end a terminating replica whose node will not release it (a node
     gone for good): its allocation ends at `now` and its devices are free. The operator's word
     stands in for the node's report, so this is for an admin alone; a replica that is not
@@ -971,7 +1000,7 @@ def release_replica(wiring: Wiring, principal: Principal, allocation: str, now: 
     return op
 
 
-def get_operation(store: StorePort, principal: Principal, operation_id: str) -> Operation:
+def get_operation(store: StorePort[PlacementTx], principal: Principal, operation_id: str) -> Operation:
     with store.read() as tx:
         found = tx.workloads.operation(check_ref(operation_id, "id"))
     if found is None or (found.tenant_id is not None and not principal.acts_for(found.tenant_id)):
@@ -979,7 +1008,7 @@ def get_operation(store: StorePort, principal: Principal, operation_id: str) -> 
     return found
 
 
-def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
+def retry(wiring: Wiring[PlacementTx], now: datetime, limit: int = 100) -> int:
     """Place again every workload with replicas short of its count (a deployment pending or
     admitted, or replicas unplaced); how many gained replicas. Called when capacity or quota may
     have freed (`service.ops.placement_retry`)."""
@@ -997,7 +1026,7 @@ def retry(wiring: Wiring, now: datetime, limit: int = 100) -> int:
     gained = 0
     for workload_id in ids:
 
-        def run(tx: Tx, attempt: Attempt, workload_id: str = workload_id) -> WorkloadView:
+        def run(tx: PlacementTx, attempt: Attempt, workload_id: str = workload_id) -> WorkloadView:
             found = tx.workloads.get(workload_id)
             if found is None:
                 raise workload_not_found(workload_id)

@@ -15,7 +15,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import AlreadyExists, NotFound, Unauthenticated
-from better_compute.domain.kernel.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.tenancy.credentials import (
     TOKEN_PREFIX,
     Caller,
@@ -27,10 +26,12 @@ from better_compute.domain.tenancy.credentials import (
     require_admin,
     token_revoked,
 )
+from better_compute.domain.tenancy.events import CredentialCreated, CredentialRevoked
 from better_compute.domain.tenancy.records import Credential
 from better_compute.domain.tenancy.tenancy import check_name, check_ref, tenant_not_found, tenant_scope
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.tenancy.ports import TenancyTx
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,9 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str) -> Issued:
+def _issue(
+    tx: TenancyTx, tenant_id: str | None, name: str | None, now: datetime, credential_id: str
+) -> Issued:
     token = new_token()
     credential = Credential(
         id=credential_id,
@@ -63,7 +66,7 @@ def _issue(tx: Tx, tenant_id: str | None, name: str | None, now: datetime, crede
 
 
 def create(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     tenant_id: str | None,
     name: str | None,
@@ -85,14 +88,14 @@ def create(
         return _issue(tx, tenant_id, name, now, new_id())
 
 
-def live_admins(store: StorePort) -> int:
+def live_admins(store: StorePort[TenancyTx]) -> int:
     """How many fleet-admin credentials are not revoked."""
     with store.read() as tx:
         return len(tx.credentials.live_admins())
 
 
 def bootstrap_admin(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     now: datetime,
     *,
     new_id: Callable[[], str],
@@ -115,7 +118,7 @@ def bootstrap_admin(
         return _issue(tx, None, name, now, new_id())
 
 
-def authenticate(store: StorePort, token: str) -> Principal:
+def authenticate(store: StorePort[TenancyTx], token: str) -> Principal:
     """The principal a well-formed token stands for; unknown or revoked tokens are UNAUTHENTICATED."""
     with store.read() as tx:
         owner = tx.credentials.owner_of(hash_token(token))
@@ -130,7 +133,7 @@ def authenticate(store: StorePort, token: str) -> Principal:
     )
 
 
-def confirm_live(tx: Tx, caller: Caller) -> Principal:
+def confirm_live(tx: TenancyTx, caller: Caller) -> Principal:
     """`caller` as a `Principal` for the rest of `tx`: a recalled one once `tx` reads that its
     credential is not revoked (a use case whose own read brings the credential uses `confirmed`)."""
     credential_id = credential_to_confirm(caller)
@@ -170,7 +173,7 @@ class TokenMemory:
             self._owners.pop(token_hash, None)
 
 
-def identify(store: StorePort, memory: TokenMemory, token: str) -> Caller:
+def identify(store: StorePort[TenancyTx], memory: TokenMemory, token: str) -> Caller:
     """The token's caller: remembered (a `RecalledPrincipal`, for the caller's transaction to
     confirm) or looked up now, as `authenticate` does, and remembered for next time."""
     token_hash = hash_token(token)
@@ -183,7 +186,7 @@ def identify(store: StorePort, memory: TokenMemory, token: str) -> Caller:
 
 
 @contextmanager
-def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Caller]:
+def acting_as(store: StorePort[TenancyTx], memory: TokenMemory, token: str) -> Iterator[Caller]:
     """`identify` for the length of a use case that confirms a recalled principal itself.
 
     Whatever refuses the request inside, a recalled token is confirmed first, so that a revoked
@@ -206,7 +209,9 @@ def acting_as(store: StorePort, memory: TokenMemory, token: str) -> Iterator[Cal
         raise
 
 
-def revoke(store: StorePort, principal: Principal, credential_id: str, now: datetime) -> Credential:
+def revoke(
+    store: StorePort[TenancyTx], principal: Principal, credential_id: str, now: datetime
+) -> Credential:
     """Revoke a credential (admin only); its token stops working at once. Revoking twice is harmless."""
     require_admin(principal, "credentials.revoke")
     with store.begin() as tx:
@@ -220,7 +225,7 @@ def revoke(store: StorePort, principal: Principal, credential_id: str, now: date
 
 
 def list_credentials(
-    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+    store: StorePort[TenancyTx], principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[Credential]:
     """Credentials (the API never shows their hashes); a tenant sees only its own (`tenant_scope`)."""
     scope = tenant_scope(principal, None)

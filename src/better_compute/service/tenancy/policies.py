@@ -15,8 +15,8 @@ from better_compute.domain.kernel.errors import (
     InvalidInput,
     NotFound,
 )
-from better_compute.domain.kernel.events import PolicyCreated, PolicyDeleted, PolicyUpdated
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyCreated, PolicyDeleted, PolicyUpdated
 from better_compute.domain.tenancy.iam import SUBJECT_TYPES, Policy, parse_policy, updated
 from better_compute.domain.tenancy.tenancy import (
     check_name,
@@ -26,14 +26,15 @@ from better_compute.domain.tenancy.tenancy import (
     tenant_scope,
 )
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.tenancy.ports import TenancyTx
 
 UPDATE_ATTEMPTS = 3
 """How often an update without a client's `generation` is tried again when another update wins."""
 
 
 def create(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     *,
     name: str,
@@ -66,7 +67,7 @@ def create(
         return create_in(tx, policy, policy_id=new_id(), now=now)
 
 
-def create_in(tx: Tx, policy: Policy, *, policy_id: str, now: datetime) -> Policy:
+def create_in(tx: TenancyTx, policy: Policy, *, policy_id: str, now: datetime) -> Policy:
     """Store `policy` (as `domain.tenancy.iam.parse_policy` made it) as `policy_id`, created at `now`, inside
     the caller's transaction, with its event: the one path every new policy takes (a workload's
     `<workload>-placement` policy is created in the workload's own transaction). Its subject, its
@@ -91,7 +92,7 @@ def create_in(tx: Tx, policy: Policy, *, policy_id: str, now: datetime) -> Polic
     return policy
 
 
-def subject_exists(tx: Tx, policy: Policy) -> None:
+def subject_exists(tx: TenancyTx, policy: Policy) -> None:
     """Refuse (NOT_FOUND) a policy whose subject does not exist. A tenant's subject is its tenant
     (checked with the tenant) and a cluster must be known. Endpoints are not yet a resource of
     this server: their refs are taken as given, and the change that adds them adds their check here.
@@ -109,7 +110,7 @@ def subject_exists(tx: Tx, policy: Policy) -> None:
 
 
 def list_policies(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     *,
     tenant_id: str | None = None,
@@ -141,7 +142,7 @@ def list_policies(
     return page(found, lambda p: p.id, limit, after)
 
 
-def _workload_subject(tx: Tx, principal: Principal, scope: str | None, ref: str) -> str:
+def _workload_subject(tx: TenancyTx, principal: Principal, scope: str | None, ref: str) -> str:
     """The workload id a `subject` names: the id itself, or else the one workload of that name the
     principal sees (seed 001 reads a workload's policies by its ref). A name several projects use is
     refused for an admin, as everywhere a workload is named; a name nobody uses stays as given and
@@ -158,7 +159,7 @@ def _workload_subject(tx: Tx, principal: Principal, scope: str | None, ref: str)
     return named[0].id if named else ref
 
 
-def get(store: StorePort, principal: Principal, policy_id: str) -> Policy:
+def get(store: StorePort[TenancyTx], principal: Principal, policy_id: str) -> Policy:
     """One policy. A tenant token reads its own tenant's policies and the clusters'; any other is
     NOT_FOUND, as a policy that does not exist."""
     check_ref(policy_id, "id")
@@ -170,7 +171,7 @@ def get(store: StorePort, principal: Principal, policy_id: str) -> Policy:
 
 
 def update(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     policy_id: str,
     *,
@@ -202,7 +203,7 @@ def update(
     )
 
 
-def delete(store: StorePort, principal: Principal, policy_id: str, now: datetime) -> Policy:
+def delete(store: StorePort[TenancyTx], principal: Principal, policy_id: str, now: datetime) -> Policy:
     """Delete a policy (admin only): reservations admitted from then on are no longer limited by it;
     those it admitted stand. Returns the policy as it was."""
     require_admin(principal, "policies.delete")

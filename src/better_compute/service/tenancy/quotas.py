@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.fleet.records import Pool
-from better_compute.domain.kernel.events import PoolOffered, QuotaSet
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.admission import check_offer
 from better_compute.domain.placement.class_quotas import SCOPES, ClassQuota, used_by
 from better_compute.domain.tenancy import quota
 from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.events import PoolOffered, QuotaSet
 from better_compute.domain.tenancy.quota import parse_quota_limits
 from better_compute.domain.tenancy.records import Quota
 from better_compute.domain.tenancy.tenancy import (
@@ -29,8 +29,9 @@ from better_compute.domain.tenancy.tenancy import (
     tenant_scope,
 )
 from better_compute.service.kernel.paging import Listing, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
 from better_compute.service.placement.class_quotas import held_by_class
+from better_compute.service.tenancy.ports import TenancyTx
 
 
 def quota_lock(tenant_id: str, pool_id: str) -> str:
@@ -39,14 +40,14 @@ def quota_lock(tenant_id: str, pool_id: str) -> str:
     return f"quota:{tenant_id}:{pool_id}"
 
 
-def quota_pool_ids(tx: Tx, tenant_id: str | None) -> set[str]:
+def quota_pool_ids(tx: TenancyTx, tenant_id: str | None) -> set[str]:
     """Pools the tenant has quota rows in."""
     if tenant_id is None:
         return set()
     return {q.pool_id for q in tx.quotas.find(tenant_id, None)}
 
 
-def pool_for_sharing(tx: Tx, principal: Principal, pool_id: str, action: str) -> Pool:
+def pool_for_sharing(tx: TenancyTx, principal: Principal, pool_id: str, action: str) -> Pool:
     """The pool the caller hands out access to: it must exist, be visible, and be the caller's own."""
     pool = tx.pools.get(pool_id)
     if pool is None:
@@ -61,13 +62,13 @@ def check_limits(raw: Mapping[str, object], field: str) -> dict[str, int]:
     return {str(cls): limit for cls, limit in parse_quota_limits(raw, field).items()}
 
 
-def write_rows(tx: Tx, tenant_id: str, pool_id: str, limits: Mapping[str, int], now: datetime) -> None:
+def write_rows(tx: TenancyTx, tenant_id: str, pool_id: str, limits: Mapping[str, int], now: datetime) -> None:
     """Create or replace the tenant's rows in the pool, one per class given."""
     tx.quotas.put([Quota(tenant_id, pool_id, cls, limit, now) for cls, limit in sorted(limits.items())])
 
 
 def grant(
-    tx: Tx,
+    tx: TenancyTx,
     principal: Principal,
     pool: Pool,
     tenant_id: str,
@@ -88,7 +89,7 @@ def grant(
 
 
 def set_quota(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     tenant_id: str,
     pool_id: str,
@@ -107,7 +108,7 @@ def set_quota(
 
 
 def list_quotas(
-    store: StorePort,
+    store: StorePort[TenancyTx],
     principal: Principal,
     *,
     tenant_id: str | None = None,

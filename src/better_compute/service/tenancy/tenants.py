@@ -9,8 +9,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.kernel.errors import ConcurrentChange
-from better_compute.domain.kernel.events import PolicyDeleted, TenantCreated, TenantDeleted
 from better_compute.domain.tenancy.credentials import Principal, require_admin
+from better_compute.domain.tenancy.events import PolicyDeleted, TenantCreated, TenantDeleted
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.domain.tenancy.tenancy import (
     check_name,
@@ -22,11 +22,14 @@ from better_compute.domain.tenancy.tenancy import (
     tenant_scope,
 )
 from better_compute.service.kernel.paging import Listing, fetch, page
-from better_compute.service.kernel.ports import StorePort, Tx
+from better_compute.service.kernel.ports import StorePort
+from better_compute.service.tenancy.ports import TenancyTx
 from better_compute.service.tenancy.quotas import quota_lock
 
 
-def create(store: StorePort, principal: Principal, tenant_id: str, name: str, now: datetime) -> Tenant:
+def create(
+    store: StorePort[TenancyTx], principal: Principal, tenant_id: str, name: str, now: datetime
+) -> Tenant:
     """Create a tenant (admin only); an id already taken, even by a deleted tenant, is CONFLICT,
     never a silent rename."""
     require_admin(principal, "tenants.create")
@@ -39,7 +42,7 @@ def create(store: StorePort, principal: Principal, tenant_id: str, name: str, no
     return tenant
 
 
-def delete(store: StorePort, principal: Principal, tenant_id: str, now: datetime) -> Tenant:
+def delete(store: StorePort[TenancyTx], principal: Principal, tenant_id: str, now: datetime) -> Tenant:
     """Delete a tenant (admin only) that owns no pool and holds no reservation not over
     (`tenancy.check_tenant_deletable`): its credentials are revoked at once, its quota rows (its
     offers too, and its device-class rows) and policies removed. Answers the tenant with `deleted_at` set."""
@@ -49,11 +52,11 @@ def delete(store: StorePort, principal: Principal, tenant_id: str, now: datetime
         return delete_in(tx, tenant_id, now)
 
 
-def _quota_pools(tx: Tx, tenant_id: str) -> list[str]:
+def _quota_pools(tx: TenancyTx, tenant_id: str) -> list[str]:
     return sorted({q.pool_id for q in tx.quotas.find(tenant_id, None)})
 
 
-def delete_in(tx: Tx, tenant_id: str, now: datetime) -> Tenant:
+def delete_in(tx: TenancyTx, tenant_id: str, now: datetime) -> Tenant:
     """`delete` within an open transaction.
 
     A reservation for the tenant is admitted under its quota lock in the pool (`quota_lock`), and
@@ -93,7 +96,7 @@ def delete_in(tx: Tx, tenant_id: str, now: datetime) -> Tenant:
     return Tenant(id=tenant.id, name=tenant.name, created_at=tenant.created_at, deleted_at=now)
 
 
-def get(store: StorePort, principal: Principal, tenant_id: str) -> Tenant:
+def get(store: StorePort[TenancyTx], principal: Principal, tenant_id: str) -> Tenant:
     """One tenant; another tenant's is NOT_FOUND to a tenant token (`tenant_scope`)."""
     tenant_scope(principal, tenant_id)
     with store.read() as tx:
@@ -104,7 +107,7 @@ def get(store: StorePort, principal: Principal, tenant_id: str) -> Tenant:
 
 
 def list_tenants(
-    store: StorePort, principal: Principal, *, limit: int | None = None, after: str | None = None
+    store: StorePort[TenancyTx], principal: Principal, *, limit: int | None = None, after: str | None = None
 ) -> Listing[Tenant]:
     """Every tenant for the admin; a tenant token lists only its own tenant (`tenant_scope`)."""
     scope = tenant_scope(principal, None)

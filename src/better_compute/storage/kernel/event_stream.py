@@ -39,8 +39,9 @@ from sqlalchemy import (
 )
 
 from better_compute.domain.kernel.errors import InvalidInput
-from better_compute.domain.kernel.events import Event, StreamedEvent, UnknownEvent, parse_event
+from better_compute.domain.kernel.events import Event, StreamedEvent, UnknownEvent
 from better_compute.domain.ops import audience as aud
+from better_compute.domain.ops.event_types import parse_event
 from better_compute.service.kernel.ports import LogPosition
 from better_compute.storage.kernel.tables import events, pools, reservations
 

@@ -12,15 +12,10 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select
 
-from better_compute.domain.kernel.events import (
-    Event,
-    LedgerBooked,
-    LoggedEvent,
-    StreamedEvent,
-    parse_event,
-    type_of,
-)
+from better_compute.domain.kernel.events import Event, LoggedEvent, StreamedEvent, type_of
+from better_compute.domain.ledger.events import LedgerBooked
 from better_compute.domain.ops.audience import Reader
+from better_compute.domain.ops.event_types import parse_event
 from better_compute.service.kernel.event_tail import PAGE, Cursor, LogSnapshot
 from better_compute.service.kernel.ports import LogPosition
 from better_compute.storage.kernel import event_stream, pg_simple

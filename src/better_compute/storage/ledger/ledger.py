@@ -32,11 +32,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from better_compute.domain.kernel.events import Event, LedgerBooked, LedgerCancelled
+from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerBooked, LedgerCancelled
 from better_compute.domain.ledger.ledger import PARTITION_PREFIX, Booking, is_partition_change
+from better_compute.domain.ledger.records import LiveBooking
 from better_compute.domain.ops.doctor import StrandedBooking
-from better_compute.service.kernel.ports import LiveBooking, NotBookable, Overlap
+from better_compute.service.ledger.ports import NotBookable, Overlap
 from better_compute.storage.fleet.atoms import atom_of, mark_released
 from better_compute.storage.kernel.events import append, booked_payload_sql
 from better_compute.storage.kernel.tables import atoms, bookings

@@ -18,12 +18,13 @@ from sqlalchemy import Connection, or_, select
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.pools import check_mode
-from better_compute.domain.kernel.events import LedgerBooked, LoggedEvent, ReservationCreated
+from better_compute.domain.kernel.events import LoggedEvent
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerBooked, ReservationCreated
 from better_compute.domain.ledger.records import Reservation
 from better_compute.domain.ledger.reservations import ReservationStatus
 from better_compute.service.kernel.event_tail import Cursor, LogSnapshot
-from better_compute.service.kernel.ports import AdmissionRead, KeyTaken, NotBookable
+from better_compute.service.ledger.ports import AdmissionRead, KeyTaken, NotBookable
 from better_compute.storage.fleet.atoms import atom_of
 from better_compute.storage.kernel import pg_simple, rows
 from better_compute.storage.kernel.events import (

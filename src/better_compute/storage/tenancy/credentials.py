@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, select
 
 from better_compute.domain.tenancy.records import Credential
-from better_compute.service.kernel.ports import TokenOwner
+from better_compute.service.tenancy.ports import TokenOwner
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import credentials
 

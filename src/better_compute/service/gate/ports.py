@@ -1,0 +1,43 @@
+"""The MIG layout gate's ports: its rows, compare-and-set and leased to reconcilers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Protocol
+
+from better_compute.domain.gate.records import MigLayoutGate
+from better_compute.service.ledger.ports import LedgerTx
+
+
+class MigLayoutRepo(Protocol):
+    """The MIG layout gate's rows (storage.gate.mig_layouts): compare-and-set writes, reconciler leases."""
+
+    def all_rows(self) -> list[MigLayoutGate]: ...
+
+    def of_nodes(self, node_ids: Sequence[str]) -> dict[str, MigLayoutGate]: ...
+
+    def add(self, gate: MigLayoutGate) -> None: ...
+
+    def replace(self, gate: MigLayoutGate) -> bool:
+        """Write `gate` over the row at `gate.version - 1`; False when another writer moved it."""
+        ...
+
+    def remove(self, node_id: str, version: int) -> bool: ...
+
+    def lease(
+        self, owner: str, now: datetime, until: datetime, limit: int, recheck: datetime | None = None
+    ) -> list[str]:
+        """Take or renew leases on up to `limit` free nodes that have something to do now (a node
+        scheduled for later, only once its last lease ran out before `recheck`); the nodes `owner`
+        holds."""
+        ...
+
+    def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...
+
+
+class GateTx(LedgerTx, Protocol):
+    """The slice of a transaction the MIG layout gate's use cases use: the ledger's, and the gate's rows."""
+
+    @property
+    def mig_layouts(self) -> MigLayoutRepo: ...
