@@ -49,6 +49,7 @@ from better_compute.domain.kernel.events import (
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.placement.binpack import choose_replicas
 from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.commands import PlaceWorkload, place_workload_of
 from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.priority_classes import STANDARD
@@ -68,6 +69,7 @@ from better_compute.domain.placement.workloads import (
     placement_policy_name,
     replica_allocation_id,
     workload_not_found,
+    workload_spec,
 )
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy, parse_policy
@@ -260,14 +262,19 @@ def _attempts(wiring: Wiring, run: Callable[[Tx, Attempt], WorkloadView]) -> Wor
     raise AssertionError("unreachable")
 
 
-def create(wiring: Wiring, principal: Principal, raw: Mapping[str, Any], now: datetime) -> WorkloadView:
+def create(
+    wiring: Wiring, principal: Principal, request: PlaceWorkload | Mapping[str, Any], now: datetime
+) -> WorkloadView:
     """`workloads.create`: check, place, book; the workload is created even when no cluster can
-    take a replica now (its deployments, if any, wait as `pending`, and it is retried)."""
-    from better_compute.domain.placement.workloads import parse_workload
+    take a replica now (its deployments, if any, wait as `pending`, and it is retried).
 
-    named = raw.get("tenantId")
+    `request` is the command the API builds, or the request as JSON (`place_workload_of` reads it,
+    once the project is known: a caller who may not name it is told so first)."""
+    named = request.tenant_id if isinstance(request, PlaceWorkload) else request.get("tenantId")
     tenant_id = _tenant_for(principal, None if named is None else check_ref(named, "project"))
-    asked = parse_workload(raw, tenant_id)
+    asked = workload_spec(
+        request if isinstance(request, PlaceWorkload) else place_workload_of(request), tenant_id
+    )
     workload_id = wiring.ids.workload()
 
     def run(tx: Tx, attempt: Attempt) -> WorkloadView:
