@@ -50,7 +50,7 @@ from bench.fleetgen import (
 )
 from bench.reservations import ADMIN, connect, exchange, server
 from better_compute.domain.ops.fleet import parse_fleet
-from better_compute.domain.placement.workloads import parse_workload
+from better_compute.domain.placement.commands import parse_workload
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds

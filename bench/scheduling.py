@@ -274,7 +274,7 @@ def time_service(nodes: int, replicas: int, previews: int, url: str) -> dict[str
     census and candidates are kept per process, as in a retry pass or writes in a row), and one
     right after a booking in the cluster changed (all read afresh)."""
     from better_compute.domain.ops.fleet import parse_fleet
-    from better_compute.domain.placement.workloads import parse_workload
+    from better_compute.domain.placement.commands import parse_workload
     from better_compute.domain.tenancy.credentials import Principal
     from better_compute.entrypoints.fleet import load_fleet
     from better_compute.entrypoints.ids import RandomIds

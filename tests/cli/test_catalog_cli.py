@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from better_compute.cli.app import app
-from better_compute.domain.endpoints.endpoints import parse_component
+from better_compute.domain.endpoints.commands import parse_component
 
 runner = CliRunner()
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from better_compute.domain.catalog import get_model
 from better_compute.domain.catalog.sizing import ModelSpec, Price, memory_needed
+from better_compute.domain.endpoints.commands import parse_endpoint
 from better_compute.domain.endpoints.endpoint_sizing import (
     MAX_MODELS,
     MAX_PLAN_INSTANCES,
@@ -24,7 +25,7 @@ from better_compute.domain.endpoints.endpoint_sizing import (
     maximal_layouts,
     parse_served_models,
 )
-from better_compute.domain.endpoints.endpoints import check_variant_layout, parse_endpoint
+from better_compute.domain.endpoints.endpoints import check_variant_layout
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 
 P4D = Price("A100-40GB", 25.251286, 8)

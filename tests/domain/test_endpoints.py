@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from better_compute.domain.catalog import get_model
+from better_compute.domain.endpoints.commands import parse_component, parse_endpoint
 from better_compute.domain.endpoints.endpoints import (
     ComponentSpec,
     HostRoom,
@@ -17,8 +18,6 @@ from better_compute.domain.endpoints.endpoints import (
     check_component_type,
     check_type_unchanged,
     check_variant_layout,
-    parse_component,
-    parse_endpoint,
     partitions_per_instance,
     place_copies,
     plan_relayout,

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.placement.commands import parse_workload
 from better_compute.domain.placement.events import DeploymentUpdated, WorkloadCreated
-from better_compute.domain.placement.workloads import Deployment, Workload, parse_workload
+from better_compute.domain.placement.workloads import Deployment, Workload
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.kernel.event_tail import Cursor
 from better_compute.storage.store import Store

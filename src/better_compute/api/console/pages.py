@@ -40,7 +40,7 @@ from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.accounting import grid_of
 from better_compute.domain.metering.metering import shown
 from better_compute.domain.ops.console import STATES
-from better_compute.domain.placement.workloads import parse_workload
+from better_compute.domain.placement.commands import parse_workload
 from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.ops import console
 from better_compute.service.placement import placement, workloads

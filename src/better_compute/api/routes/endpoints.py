@@ -11,6 +11,13 @@ from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.endpoints.commands import (
+    CreateComponent,
+    CreateEndpoint,
+    NewLayout,
+    NewVariant,
+    RelayoutEndpoint,
+)
 from better_compute.domain.endpoints.endpoints import endpoint_json
 from better_compute.domain.tenancy.tenancy import tenant_scope
 from better_compute.service.endpoints import components, endpoints
@@ -28,6 +35,7 @@ from better_compute.wire.endpoints import (
     EndpointPublic,
     EndpointUpdate,
     InstancePublic,
+    PartitionLayout,
     VariantPublic,
 )
 
@@ -36,11 +44,9 @@ router = APIRouter(prefix="/v1", tags=["endpoints"], dependencies=AUTHENTICATED,
 
 @router.post("/endpoints", response_model=EndpointPublic, status_code=201)
 def create_endpoint(body: EndpointCreate, principal: PrincipalDep, store: StoreDep, now: NowDep) -> Response:
-    raw = body.model_dump(by_alias=True, exclude_none=True)
     tenant = tenant_scope(principal, body.tenant_id)
-    if tenant is not None:
-        raw["tenantId"] = tenant
-    return json_answer(endpoint_public(endpoints.create(store, principal, raw, now)), 201)
+    asked = endpoint_command(body, body.tenant_id if tenant is None else tenant)
+    return json_answer(endpoint_public(endpoints.create(store, principal, asked, now)), 201)
 
 
 @router.get("/endpoints", response_model=Page[EndpointPublic])
@@ -62,8 +68,10 @@ def get_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: NowDe
 def update_endpoint(
     name: str, body: EndpointUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> EndpointPublic:
-    raw = {**body.model_dump(by_alias=True, exclude_none=True), "name": name}
-    return endpoint_public(endpoints.update(store, principal, raw, now))
+    asked = RelayoutEndpoint(
+        name, tuple(NewLayout(v.name, _types(v.accelerator_partition_layouts)) for v in body.variants)
+    )
+    return endpoint_public(endpoints.update(store, principal, asked, now))
 
 
 @router.delete("/endpoints/{name}", response_model=EndpointPublic)
@@ -75,8 +83,8 @@ def delete_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: No
 def create_component(
     body: ComponentCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> Response:
-    raw = body.model_dump(by_alias=True, exclude_none=True)
-    return json_answer(component_public(components.create(store, principal, raw, now)), 201)
+    view = components.create(store, principal, component_command(body), now)
+    return json_answer(component_public(view), 201)
 
 
 @router.get("/components", response_model=Page[ComponentPublic])
@@ -113,6 +121,46 @@ def scale_component(
 @router.delete("/components/{name}", response_model=ComponentPublic)
 def delete_component(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ComponentPublic:
     return component_public(components.delete(store, principal, name, now))
+
+
+def _types(layouts: list[PartitionLayout]) -> tuple[str, ...]:
+    """The partition types of a variant's one layout (the wire takes exactly one entry)."""
+    (layout,) = layouts
+    return tuple(layout.accelerator_partition_types)
+
+
+def endpoint_command(body: EndpointCreate, tenant_id: str | None) -> CreateEndpoint:
+    """The request as the endpoints' command, for `tenant_id` (the one named, or the token's)."""
+    return CreateEndpoint(
+        name=body.name,
+        tenant_id=tenant_id,
+        variants=tuple(
+            NewVariant(
+                name=v.name,
+                pool_id=v.pool_id,
+                instance_count=v.instance_count,
+                partition_types=_types(v.accelerator_partition_layouts),
+                price_per_instance_hour=v.price_per_instance_hour,
+            )
+            for v in body.variants
+        ),
+    )
+
+
+def component_command(body: ComponentCreate) -> CreateComponent:
+    """The request as the endpoints' command; a field left out takes the command's default."""
+    return CreateComponent(
+        name=body.name,
+        endpoint_name=body.endpoint_name,
+        variant_name=body.variant_name,
+        model=body.model,
+        partition_type=body.partition_type,
+        devices_required=body.devices_required,
+        cpu_cores=1 if body.cpu_cores is None else body.cpu_cores,
+        memory_mib=1024 if body.memory_mib is None else body.memory_mib,
+        copies=body.copies,
+        min_copies=body.min_copies,
+    )
 
 
 def endpoint_public(v: EndpointView) -> EndpointPublic:

@@ -13,10 +13,11 @@ from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.placement.capability import WHOLE, Resolution
+from better_compute.domain.placement.commands import PlaceWorkload, ReplicaShape
 from better_compute.domain.placement.costs import money
 from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.verdicts import Placement, Verdict
-from better_compute.domain.placement.workloads import operation_target, parse_workload
+from better_compute.domain.placement.workloads import operation_target, workload_spec
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
 from better_compute.service.placement import placement, workloads
@@ -36,6 +37,7 @@ from better_compute.wire.workloads import (
     PreemptionPublic,
     RefusedOfferPublic,
     ResolutionPublic,
+    Shape,
     ShapePublic,
     VerdictPublic,
     WorkloadCreate,
@@ -51,21 +53,39 @@ def _wiring(services: Services) -> workloads.Wiring[Tx]:
     return workloads.Wiring(services.store, services.index, services.stock, services.ids)
 
 
-def _raw(body: WorkloadCreate | PlacementPreviewRequest) -> dict[str, Any]:
-    """The request as `domain.placement.workloads.parse_workload` reads it (camelCase keys)."""
-    raw = body.model_dump(by_alias=True, exclude_none=True)
-    if body.shape is not None:
-        raw["shape"] = {"deviceClass": body.shape.device_class, "deviceCount": body.shape.device_count}
-        if body.shape.capability is not None:
-            raw["shape"]["capability"] = body.shape.capability.model_dump(by_alias=True, exclude_none=True)
-    return raw
+def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape, name: str) -> PlaceWorkload:
+    """The request as placement's command. The capability stays JSON, as the wire has it:
+    `domain.placement.capability.parse_capability` checks it (a command holds what was asked)."""
+    capability = shape.capability
+    made = body if isinstance(body, WorkloadCreate) else None  # a preview makes no policy
+    return PlaceWorkload(
+        name=name,
+        shape=ReplicaShape(
+            device_class=shape.device_class,
+            device_count=shape.device_count,
+            capability=None
+            if capability is None
+            else capability.model_dump(by_alias=True, exclude_none=True),
+        ),
+        tenant_id=body.tenant_id,
+        replicas=body.replicas,
+        strategy=body.strategy,
+        cluster_floors={} if body.cluster_floors is None else body.cluster_floors,
+        max_clusters=body.max_clusters,
+        cluster=body.cluster,
+        requires_single_topology_domain=body.requires_single_topology_domain,
+        topology_domain_kind=body.topology_domain_kind,
+        priority_class=body.priority_class,
+        allowed_regions=tuple(made.allowed_regions or ()) if made else (),
+        allowed_clusters=tuple(made.allowed_clusters or ()) if made else (),
+    )
 
 
 @router.post("/workloads", response_model=WorkloadPublic, status_code=201)
 def create_workload(
     body: WorkloadCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Response:
-    view = workloads.create(_wiring(services), principal, _raw(body), now)
+    view = workloads.create(_wiring(services), principal, place_workload(body, body.shape, body.name), now)
     if view.waiting:  # a race lost on the last attempt leaves replicas for the retrier
         services.placement_wakeup.set()
     return json_answer(workload_public(view), 201)
@@ -139,9 +159,9 @@ def preview_placement(
         return json_answer(preview_public(got.placement, got.resolution))
     if body.shape is None:
         raise InvalidInput("give workloadId, or project, shape and replicas", {"field": "shape"})
-    raw = _raw(body)
-    raw["name"] = "preview"
-    spec = parse_workload(raw, _preview_tenant(principal, body.tenant_id))
+    spec = workload_spec(
+        place_workload(body, body.shape, "preview"), _preview_tenant(principal, body.tenant_id)
+    )
     got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
     return json_answer(preview_public(got.placement, got.resolution))
 

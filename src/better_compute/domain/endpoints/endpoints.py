@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from better_compute.domain.catalog import GpuModel, get_model, is_profile_name, normalize_profile_name
 from better_compute.domain.catalog.layouts import (
@@ -37,6 +37,9 @@ from better_compute.domain.catalog.layouts import (
 )
 from better_compute.domain.kernel.errors import InvalidInput, InvalidState, LayoutRefused, UnknownProfile
 from better_compute.domain.tenancy.tenancy import check_slug
+
+if TYPE_CHECKING:
+    from better_compute.domain.endpoints.commands import CreateComponent, CreateEndpoint, RelayoutEndpoint
 
 NAME = re.compile(r"[A-Za-z0-9](-*[A-Za-z0-9])*")
 """Endpoint, variant and component names, as SageMaker spells them (`AllTraffic`, `summarizer`)."""
@@ -59,11 +62,11 @@ MAX_PRICE = Decimal(1000000)
 STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
 """An endpoint's status, as SageMaker names them."""
 
-_ENDPOINT_FIELDS = frozenset({"name", "tenantId", "variants"})
-_VARIANT_FIELDS = frozenset(
+ENDPOINT_FIELDS = frozenset({"name", "tenantId", "variants"})
+VARIANT_FIELDS = frozenset(
     {"name", "poolId", "instanceCount", "acceleratorPartitionLayouts", "pricePerInstanceHour"}
 )
-_COMPONENT_FIELDS = frozenset(
+COMPONENT_FIELDS = frozenset(
     {
         "name",
         "endpointName",
@@ -91,7 +94,7 @@ def check_endpoint_name(value: object, field: str = "name") -> str:
     return value
 
 
-def _fields(raw: object, allowed: frozenset[str], what: str, field: str) -> Mapping[str, Any]:
+def check_fields(raw: object, allowed: frozenset[str], what: str, field: str) -> Mapping[str, Any]:
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{field} must be an object describing {what}", {"field": field})
     unknown = sorted(str(k) for k in raw if k not in allowed)
@@ -103,7 +106,7 @@ def _fields(raw: object, allowed: frozenset[str], what: str, field: str) -> Mapp
     return raw
 
 
-def _count(raw: object, field: str, low: int, high: int, default: int | None = None) -> int:
+def check_count(raw: object, field: str, low: int, high: int, default: int | None = None) -> int:
     if raw is None and default is not None:
         return default
     if isinstance(raw, bool) or not isinstance(raw, int) or not low <= raw <= high:
@@ -113,7 +116,7 @@ def _count(raw: object, field: str, low: int, high: int, default: int | None = N
     return raw
 
 
-def _partition_type(raw: object, field: str) -> str:
+def check_partition_type(raw: object, field: str) -> str:
     """`mig-<profile>` as the seed writes it (`mig-4g.20gb`); kept in that form, lowercased."""
     if not isinstance(raw, str) or not raw.strip().lower().startswith("mig-") or not is_profile_name(raw):
         raise InvalidInput(
@@ -147,7 +150,7 @@ class EndpointSpec:
         return next((v for v in self.variants if v.name == name), None)
 
 
-def _number(raw: object, field: str, high: Decimal, example: str, *, positive: bool = False) -> Decimal:
+def check_number(raw: object, field: str, high: Decimal, example: str, *, positive: bool = False) -> Decimal:
     """A decimal number from 0 (or above 0, `positive`) to `high`; `example` shows one in a refusal."""
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
         raise InvalidInput(f"{field} must be a number, such as {example}", {"field": field})
@@ -161,50 +164,65 @@ def _number(raw: object, field: str, high: Decimal, example: str, *, positive: b
     return value
 
 
-def _price(raw: object, field: str) -> Decimal | None:
+def check_price(raw: object, field: str) -> Decimal | None:
     """A price per instance hour, in currency units (such as 25.25); None when not given."""
-    return None if raw is None else _number(raw, field, MAX_PRICE, "25.25")
+    return None if raw is None else check_number(raw, field, MAX_PRICE, "25.25")
 
 
-def _layouts(raw: object, field: str) -> tuple[str, ...]:
+def check_layout_entries(raw: object, field: str) -> Sequence[Mapping[str, Any]]:
+    """`acceleratorPartitionLayouts`: exactly one entry, `{acceleratorPartitionTypes}`."""
     if not isinstance(raw, list) or len(raw) != 1:
         raise InvalidInput(
             f"{field} takes exactly one entry: it splits every accelerator of every instance the same"
             " way (the list is not positional)",
             {"field": field},
         )
-    entry = _fields(raw[0], frozenset({"acceleratorPartitionTypes"}), "a partition layout", f"{field}[0]")
+    return [
+        check_fields(raw[0], frozenset({"acceleratorPartitionTypes"}), "a partition layout", f"{field}[0]")
+    ]
+
+
+def partition_types_refused(where: str) -> InvalidInput:
+    return InvalidInput(
+        f"{where} must list 1 to {MAX_PARTITION_TYPES} partition types, one per MIG instance of a GPU",
+        {"field": where},
+    )
+
+
+def check_partition_types(types: Sequence[object], field: str) -> tuple[str, ...]:
+    """The one layout's `acceleratorPartitionTypes` (`field` names the layouts): 1 to
+    MAX_PARTITION_TYPES partition types, one per MIG instance of a GPU."""
     where = f"{field}[0].acceleratorPartitionTypes"
-    types = entry.get("acceleratorPartitionTypes")
-    if not isinstance(types, list) or not 1 <= len(types) <= MAX_PARTITION_TYPES:
-        raise InvalidInput(
-            f"{where} must list 1 to {MAX_PARTITION_TYPES} partition types, one per MIG instance of a GPU",
-            {"field": where},
-        )
-    return tuple(_partition_type(t, f"{where}[{i}]") for i, t in enumerate(types))
+    if not 1 <= len(types) <= MAX_PARTITION_TYPES:
+        raise partition_types_refused(where)
+    return tuple(check_partition_type(t, f"{where}[{i}]") for i, t in enumerate(types))
 
 
-def parse_endpoint(raw: object) -> EndpointSpec:
-    """An `endpoints.create` body: `{name, tenantId, variants: [{name, poolId, instanceCount,
-    acceleratorPartitionLayouts: [{acceleratorPartitionTypes: [...]}], pricePerInstanceHour?}]}`."""
-    body = _fields(raw, _ENDPOINT_FIELDS, "an endpoint", "endpoint")
-    name = check_endpoint_name(body.get("name"))
-    tenant_id = check_slug(body.get("tenantId"), "tenantId")
-    raw_variants = body.get("variants")
-    if not isinstance(raw_variants, list) or not 1 <= len(raw_variants) <= MAX_VARIANTS:
-        raise InvalidInput(f"variants must list 1 to {MAX_VARIANTS} variants", {"field": "variants"})
+def variants_refused() -> InvalidInput:
+    return InvalidInput(f"variants must list 1 to {MAX_VARIANTS} variants", {"field": "variants"})
+
+
+def check_variant_count(variants: Sequence[object]) -> None:
+    if not 1 <= len(variants) <= MAX_VARIANTS:
+        raise variants_refused()
+
+
+def endpoint_spec(asked: CreateEndpoint) -> EndpointSpec:
+    """An `endpoints.create` request's checked fields, each refusal naming its field, in the order
+    they were always checked in. The types are the command's (`domain.endpoints.commands`); what is
+    checked here is what they may be."""
+    name = check_endpoint_name(asked.name)
+    tenant_id = check_slug(asked.tenant_id, "tenantId")
+    check_variant_count(asked.variants)
     variants: list[Variant] = []
-    for i, item in enumerate(raw_variants):
+    for i, v in enumerate(asked.variants):
         where = f"variants[{i}]"
-        v = _fields(item, _VARIANT_FIELDS, "a variant", where)
         variant = Variant(
-            name=check_endpoint_name(v.get("name"), f"{where}.name"),
-            pool_id=check_slug(v.get("poolId"), f"{where}.poolId"),
-            instance_count=_count(v.get("instanceCount"), f"{where}.instanceCount", 1, MAX_INSTANCES),
-            partition_types=_layouts(
-                v.get("acceleratorPartitionLayouts"), f"{where}.acceleratorPartitionLayouts"
-            ),
-            price_per_instance_hour=_price(v.get("pricePerInstanceHour"), f"{where}.pricePerInstanceHour"),
+            name=check_endpoint_name(v.name, f"{where}.name"),
+            pool_id=check_slug(v.pool_id, f"{where}.poolId"),
+            instance_count=check_count(v.instance_count, f"{where}.instanceCount", 1, MAX_INSTANCES),
+            partition_types=check_partition_types(v.partition_types, f"{where}.acceleratorPartitionLayouts"),
+            price_per_instance_hour=check_price(v.price_per_instance_hour, f"{where}.pricePerInstanceHour"),
         )
         if any(seen.name == variant.name for seen in variants):
             raise InvalidInput(f"variant {variant.name} is named twice", {"field": f"{where}.name"})
@@ -261,7 +279,8 @@ def endpoint_allocation_id(name: str, node: str) -> str:
 
 
 def endpoint_json(spec: EndpointSpec) -> dict[str, Any]:
-    """The endpoint as `parse_endpoint` takes it back (what is stored, and what is shown)."""
+    """The endpoint as `domain.endpoints.commands.parse_endpoint` takes it back (what is stored,
+    and what is shown)."""
     return {
         "name": spec.name,
         "tenantId": spec.tenant_id,
@@ -357,26 +376,21 @@ def endpoint_status(stored: str, changing: bool) -> str:
     return stored
 
 
-def relayout_spec(spec: EndpointSpec, raw: object) -> EndpointSpec:
-    """An `endpoints.update` body, `{name, variants: [{name, acceleratorPartitionLayouts}]}`, applied
-    to the endpoint: each named variant takes the new layout. Only layouts change live; a variant
-    the endpoint lacks, or any other field, is refused."""
-    body = _fields(raw, frozenset({"name", "variants"}), "an endpoint update", "endpoint")
-    raw_variants = body.get("variants")
-    if not isinstance(raw_variants, list) or not 1 <= len(raw_variants) <= MAX_VARIANTS:
-        raise InvalidInput(f"variants must list 1 to {MAX_VARIANTS} variants", {"field": "variants"})
+def relayout(spec: EndpointSpec, asked: RelayoutEndpoint) -> EndpointSpec:
+    """An `endpoints.update` request applied to the endpoint: each named variant takes the new
+    layout. Only layouts change live; a variant the endpoint lacks is refused."""
+    check_variant_count(asked.variants)
     layouts: dict[str, tuple[str, ...]] = {}
-    for i, item in enumerate(raw_variants):
+    for i, v in enumerate(asked.variants):
         where = f"variants[{i}]"
-        v = _fields(item, frozenset({"name", "acceleratorPartitionLayouts"}), "a variant's new layout", where)
-        name = check_endpoint_name(v.get("name"), f"{where}.name")
+        name = check_endpoint_name(v.name, f"{where}.name")
         if spec.variant(name) is None:
             raise InvalidInput(
                 f"endpoint {spec.name} has no variant {name}"
                 f" (it has {', '.join(x.name for x in spec.variants)})",
                 {"field": f"{where}.name"},
             )
-        layouts[name] = _layouts(v.get("acceleratorPartitionLayouts"), f"{where}.acceleratorPartitionLayouts")
+        layouts[name] = check_partition_types(v.partition_types, f"{where}.acceleratorPartitionLayouts")
     return replace(
         spec,
         variants=tuple(
@@ -413,38 +427,55 @@ def default_min_copies(copies: int) -> int:
     return 0 if copies == 0 else max(1, copies - 1)
 
 
-def parse_component(raw: object) -> ComponentSpec:
-    """A `components.create` body. `devicesRequired` is 1 with a partition type (one partition,
-    not one accelerator); any other value is refused."""
-    body = _fields(raw, _COMPONENT_FIELDS, "a component", "component")
-    devices = body.get("devicesRequired", 1)
-    if devices != 1 or isinstance(devices, bool):
+def check_devices_required(raw: object) -> int:
+    """`devicesRequired` is 1 with a partition type (one partition, not one accelerator)."""
+    if raw != 1 or isinstance(raw, bool):
         raise InvalidInput(
-            f"devicesRequired must be 1 with a partition type (one partition, not {devices!r}); a model"
+            f"devicesRequired must be 1 with a partition type (one partition, not {raw!r}); a model"
             " that needs more than one accelerator needs whole GPUs, which a partition never spans"[:300],
             {"field": "devicesRequired"},
         )
-    model = body.get("model")
-    if not isinstance(model, str) or not 1 <= len(model.strip()) <= 256:
+    return 1
+
+
+def check_model(raw: object) -> str:
+    """A model's name, 1 to 256 characters once stripped."""
+    if not isinstance(raw, str) or not 1 <= len(raw.strip()) <= 256:
         raise InvalidInput("model must be the model's name, 1 to 256 characters", {"field": "model"})
-    cores = _number(body.get("cpuCores", 1), "cpuCores", Decimal(MAX_CPU_CORES), "1.5", positive=True)
-    copies = _count(body.get("copies"), "copies", 0, MAX_COPIES, default=1)
-    min_copies = _count(body.get("minCopies"), "minCopies", 0, copies, default=default_min_copies(copies))
+    return raw.strip()
+
+
+def check_cpu_cores(raw: object) -> Decimal:
+    return check_number(raw, "cpuCores", Decimal(MAX_CPU_CORES), "1.5", positive=True)
+
+
+def check_memory_mib(raw: object) -> int:
+    return check_count(raw, "memoryMiB", 1, MAX_MEMORY_MIB)
+
+
+def component_spec(asked: CreateComponent) -> ComponentSpec:
+    """A `components.create` request's checked fields, in the order they were always checked in."""
+    check_devices_required(asked.devices_required)
+    model = check_model(asked.model)
+    cores = check_cpu_cores(asked.cpu_cores)
+    copies = check_count(asked.copies, "copies", 0, MAX_COPIES, default=1)
+    min_copies = check_count(asked.min_copies, "minCopies", 0, copies, default=default_min_copies(copies))
     return ComponentSpec(
-        name=check_endpoint_name(body.get("name")),
-        endpoint_name=check_endpoint_name(body.get("endpointName"), "endpointName"),
-        variant_name=check_endpoint_name(body.get("variantName"), "variantName"),
-        model=model.strip(),
-        partition_type=_partition_type(body.get("partitionType"), "partitionType"),
+        name=check_endpoint_name(asked.name),
+        endpoint_name=check_endpoint_name(asked.endpoint_name, "endpointName"),
+        variant_name=check_endpoint_name(asked.variant_name, "variantName"),
+        model=model,
+        partition_type=check_partition_type(asked.partition_type, "partitionType"),
         cpu_cores=cores,
-        memory_mib=_count(body.get("memoryMiB", 1024), "memoryMiB", 1, MAX_MEMORY_MIB),
+        memory_mib=check_memory_mib(asked.memory_mib),
         copies=copies,
         min_copies=min_copies,
     )
 
 
 def component_json(component: ComponentSpec) -> dict[str, Any]:
-    """The component as `parse_component` takes it back (what is stored, and what is shown)."""
+    """The component as `domain.endpoints.commands.parse_component` takes it back (what is stored,
+    and what is shown)."""
     return {
         "name": component.name,
         "endpointName": component.endpoint_name,
@@ -462,8 +493,8 @@ def component_json(component: ComponentSpec) -> dict[str, Any]:
 def scaled(component: ComponentSpec, copies: object, min_copies: object = None) -> ComponentSpec:
     """The component at a new copy count (`components.scale`); `minCopies` follows the count
     (`copies - 1`, at least 1) unless given, and is never above it."""
-    count = _count(copies, "copies", 0, MAX_COPIES)
-    floor = _count(min_copies, "minCopies", 0, count, default=default_min_copies(count))
+    count = check_count(copies, "copies", 0, MAX_COPIES)
+    floor = check_count(min_copies, "minCopies", 0, count, default=default_min_copies(count))
     return replace(component, copies=count, min_copies=floor)
 
 
@@ -495,7 +526,7 @@ def check_component_type(component: ComponentSpec, endpoint: EndpointSpec) -> Va
 def check_type_unchanged(component: ComponentSpec, asked: object) -> None:
     """A component's partition type is fixed for its life: moving a model to another type is a
     new component."""
-    if asked is not None and _partition_type(asked, "partitionType") != component.partition_type:
+    if asked is not None and check_partition_type(asked, "partitionType") != component.partition_type:
         raise InvalidState(
             f"component {component.name}'s partition type is {component.partition_type} for its life;"
             " create a new component for another type",
@@ -681,11 +712,14 @@ def plan_relayout(
 
 __all__ = [
     "ALLOCATION_PREFIX",
+    "COMPONENT_FIELDS",
+    "ENDPOINT_FIELDS",
     "MAX_COPIES",
     "MAX_INSTANCES",
     "MAX_PARTITION_TYPES",
     "MAX_VARIANTS",
     "STATUSES",
+    "VARIANT_FIELDS",
     "Candidate",
     "ComponentSpec",
     "CopyPlan",
@@ -696,21 +730,35 @@ __all__ = [
     "RelayoutStep",
     "Variant",
     "check_component_type",
+    "check_count",
+    "check_cpu_cores",
+    "check_devices_required",
     "check_endpoint_name",
+    "check_fields",
+    "check_layout_entries",
+    "check_memory_mib",
+    "check_model",
+    "check_number",
+    "check_partition_type",
+    "check_partition_types",
+    "check_price",
     "check_type_unchanged",
+    "check_variant_count",
     "check_variant_layout",
     "component_json",
+    "component_spec",
     "default_min_copies",
     "endpoint_allocation_id",
     "endpoint_json",
+    "endpoint_spec",
     "endpoint_status",
-    "parse_component",
-    "parse_endpoint",
+    "partition_types_refused",
     "partitions_per_instance",
     "pick_instances",
     "place_copies",
     "plan_relayout",
-    "relayout_spec",
+    "relayout",
     "scaled",
     "variant_layout",
+    "variants_refused",
 ]

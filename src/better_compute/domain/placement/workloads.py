@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.placement.capability import Capability, parse_capability
@@ -23,6 +23,9 @@ from better_compute.domain.placement.shares import STRATEGIES, Strategy
 from better_compute.domain.placement.topology import DOMAIN_KINDS, DomainKind
 from better_compute.domain.placement.verdicts import Reason
 from better_compute.domain.tenancy.tenancy import check_class_name, check_ref, check_slug
+
+if TYPE_CHECKING:
+    from better_compute.domain.placement.commands import PlaceWorkload
 
 Phase = Literal["pending", "admitted", "placed", "running"]
 PHASES: tuple[Phase, ...] = get_args(Phase)
@@ -220,7 +223,74 @@ def check_replicas(raw: object, field: str = "replicas") -> int:
     return _int(raw, field, 0, MAX_REPLICAS)
 
 
-def _refs(raw: object, field: str) -> tuple[str, ...]:
+def check_shape(raw: object) -> Mapping[str, Any]:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("shape must be an object with deviceClass and deviceCount", {"field": "shape"})
+    return raw
+
+
+def check_one_class(device_class: object, capability: object) -> None:
+    """A shape asks by `deviceClass` or by `capability`, never both."""
+    if capability is not None and device_class is not None:
+        raise InvalidInput(
+            "give shape.deviceClass or shape.capability, not both", {"field": "shape.capability"}
+        )
+
+
+def check_strategy(raw: object) -> Strategy:
+    """`pack` or `spread`."""
+    for strategy in STRATEGIES:
+        if raw == strategy:
+            return strategy
+    raise InvalidInput(f"strategy must be pack or spread, not {raw!r}"[:200], {"field": "strategy"})
+
+
+def check_floor_map(raw: object) -> Mapping[str, object]:
+    """`clusterFloors`: an object of at most MAX_FLOORS cluster ids (its counts checked by
+    `workload_spec`)."""
+    if not isinstance(raw, Mapping) or len(raw) > MAX_FLOORS:
+        raise InvalidInput(
+            f"clusterFloors must be an object of at most {MAX_FLOORS} cluster ids to counts",
+            {"field": "clusterFloors"},
+        )
+    return raw
+
+
+def check_max_clusters(raw: object) -> int:
+    return _int(raw, "maxClusters", 1, MAX_CLUSTERS)
+
+
+def check_device_count(raw: object) -> int:
+    return _int(raw, "shape.deviceCount", 1, MAX_DEVICE_COUNT)
+
+
+def check_floor(raw: object, cluster: str) -> int:
+    return _int(raw, f"clusterFloors.{cluster}", 0, MAX_REPLICAS)
+
+
+def check_single_domain(raw: object) -> bool:
+    if not isinstance(raw, bool):
+        raise InvalidInput(
+            "requiresSingleTopologyDomain must be true or false", {"field": "requiresSingleTopologyDomain"}
+        )
+    return raw
+
+
+def check_domain_kind(raw: object) -> DomainKind | None:
+    """`topologyDomainKind`: one of DOMAIN_KINDS, or None."""
+    if raw is None:
+        return None
+    for kind in DOMAIN_KINDS:
+        if raw == kind:
+            return kind
+    raise InvalidInput(
+        f"topologyDomainKind must be one of {', '.join(DOMAIN_KINDS)}, not {raw!r}"[:200],
+        {"field": "topologyDomainKind", "allowed": list(DOMAIN_KINDS)},
+    )
+
+
+def check_refs(raw: object, field: str) -> tuple[str, ...]:
+    """`allowedRegions`, `allowedClusters`: at most MAX_FLOORS ids, each once (None: none)."""
     if raw is None:
         return ()
     if not isinstance(raw, list | tuple) or len(raw) > MAX_FLOORS:
@@ -228,67 +298,39 @@ def _refs(raw: object, field: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(check_ref(v, f"{field}[{i}]") for i, v in enumerate(raw)))
 
 
-def parse_workload(raw: Mapping[str, object], tenant_id: str) -> WorkloadSpec:
-    """A workload request's checked fields (the wire has mapped the seed's snake_case names to these
-    keys already): each refusal names its field."""
-    shape = raw.get("shape")
-    if not isinstance(shape, Mapping):
-        raise InvalidInput("shape must be an object with deviceClass and deviceCount", {"field": "shape"})
-    strategy = raw.get("strategy") or "pack"
-    if strategy not in STRATEGIES:
-        raise InvalidInput(f"strategy must be pack or spread, not {strategy!r}"[:200], {"field": "strategy"})
-    replicas = check_replicas(raw.get("replicas", 1))
-    floors_raw = raw.get("clusterFloors") or {}
-    if not isinstance(floors_raw, Mapping) or len(floors_raw) > MAX_FLOORS:
-        raise InvalidInput(
-            f"clusterFloors must be an object of at most {MAX_FLOORS} cluster ids to counts",
-            {"field": "clusterFloors"},
-        )
-    floors = {
-        check_ref(c, "clusterFloors"): _int(n, f"clusterFloors.{c}", 0, MAX_REPLICAS)
-        for c, n in sorted(floors_raw.items())
-    }
+def workload_spec(asked: PlaceWorkload, tenant_id: str) -> WorkloadSpec:
+    """A workload request's checked fields, each refusal naming its field, in the order they were
+    always checked in (a request wrong twice is refused for the same field as before). The types
+    are the command's (`domain.placement.commands`); what is checked here is what they may be."""
+    shape = asked.shape
+    strategy = check_strategy(asked.strategy)
+    replicas = check_replicas(asked.replicas)
+    floors_raw = check_floor_map(asked.cluster_floors)
+    floors = {check_ref(c, "clusterFloors"): check_floor(n, c) for c, n in sorted(floors_raw.items())}
     check_floors(floors, replicas)
-    max_clusters_raw = raw.get("maxClusters")
-    max_clusters = (
-        None if max_clusters_raw is None else _int(max_clusters_raw, "maxClusters", 1, MAX_CLUSTERS)
-    )
-    single = raw.get("requiresSingleTopologyDomain", False)
-    if not isinstance(single, bool):
-        raise InvalidInput(
-            "requiresSingleTopologyDomain must be true or false", {"field": "requiresSingleTopologyDomain"}
-        )
-    kind = raw.get("topologyDomainKind")
-    if kind is not None and kind not in DOMAIN_KINDS:
-        raise InvalidInput(
-            f"topologyDomainKind must be one of {', '.join(DOMAIN_KINDS)}, not {kind!r}"[:200],
-            {"field": "topologyDomainKind", "allowed": list(DOMAIN_KINDS)},
-        )
-    pinned = raw.get("cluster")
-    priority = raw.get("priorityClass") or "standard"
+    max_clusters = None if asked.max_clusters is None else check_max_clusters(asked.max_clusters)
+    single = check_single_domain(asked.requires_single_topology_domain)
+    kind = check_domain_kind(asked.topology_domain_kind)
     capability = None
-    if shape.get("capability") is not None:
-        if shape.get("deviceClass") is not None:
-            raise InvalidInput(
-                "give shape.deviceClass or shape.capability, not both", {"field": "shape.capability"}
-            )
-        capability = parse_capability(shape.get("capability"))
+    if shape.capability is not None:
+        check_one_class(shape.device_class, shape.capability)
+        capability = parse_capability(shape.capability)
     return WorkloadSpec(
-        name=check_slug(raw.get("name"), "name"),
+        name=check_slug(asked.name, "name"),
         tenant_id=tenant_id,
-        device_class="" if capability is not None else _class_of(shape.get("deviceClass")),
+        device_class="" if capability is not None else _class_of(shape.device_class),
         capability=capability,
-        device_count=_int(shape.get("deviceCount", 1), "shape.deviceCount", 1, MAX_DEVICE_COUNT),
+        device_count=check_device_count(shape.device_count),
         replicas=replicas,
         strategy=strategy,
         cluster_floors=floors,
         max_clusters=max_clusters,
-        priority_class=check_class_name(priority, "priorityClass"),
-        pinned_cluster=None if pinned is None else check_ref(pinned, "cluster"),
+        priority_class=check_class_name(asked.priority_class or "standard", "priorityClass"),
+        pinned_cluster=None if asked.cluster is None else check_ref(asked.cluster, "cluster"),
         single_domain=single,
         domain_kind=kind,
-        allowed_regions=_refs(raw.get("allowedRegions"), "allowedRegions"),
-        allowed_clusters=_refs(raw.get("allowedClusters"), "allowedClusters"),
+        allowed_regions=check_refs(asked.allowed_regions, "allowedRegions"),
+        allowed_clusters=check_refs(asked.allowed_clusters, "allowedClusters"),
     )
 
 
@@ -330,15 +372,25 @@ __all__ = [
     "Terminating",
     "Workload",
     "WorkloadSpec",
+    "check_device_count",
+    "check_domain_kind",
+    "check_floor",
+    "check_floor_map",
     "check_floors",
+    "check_max_clusters",
+    "check_one_class",
+    "check_refs",
     "check_replicas",
+    "check_shape",
+    "check_single_domain",
+    "check_strategy",
     "hands_over",
     "is_replica",
     "operation_target",
-    "parse_workload",
     "phase_of",
     "placement_policy_name",
     "replica_allocation_id",
     "replica_index",
     "workload_not_found",
+    "workload_spec",
 ]

@@ -22,6 +22,12 @@ from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.commands import (
+    CreateComponent,
+    create_component_of,
+    parse_component,
+    parse_endpoint,
+)
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
@@ -139,10 +145,10 @@ def plan_in(tx: EndpointsTx, endpoint: str, leaving: frozenset[str] = frozenset(
     there, of its type, and not on a node `leaving` (about to be re-cut); waiting copies take free
     partitions of their type (`domain.endpoints.endpoints.place_copies`). Writes nothing."""
     found = tx.components.of_endpoint(endpoint)
-    specs = {c.name: rules.parse_component(c.spec) for c in found}
+    specs = {c.name: parse_component(c.spec) for c in found}
     copies = tx.components.copies(sorted(specs))
     record = tx.endpoints.get(endpoint)
-    variants = {v.name: v for v in rules.parse_endpoint(record.spec).variants} if record else {}
+    variants = {v.name: v for v in parse_endpoint(record.spec).variants} if record else {}
     by_variant: dict[str, tuple[list[rules.Partition], Rooms]] = {}
     shares: dict[str, Fraction] = {}
     prices: dict[str, Decimal | None] = {}
@@ -245,7 +251,7 @@ def place_pending_in(tx: EndpointsTx, endpoint: str, now: datetime) -> dict[str,
 def _view(
     tx: EndpointsTx, record: ComponentRecord, tenant_id: str, reason: str | None = None
 ) -> ComponentView:
-    spec = rules.parse_component(record.spec)
+    spec = parse_component(record.spec)
     copies = tx.components.copies([record.name])[record.name]
     atoms = {a.id: a for a in tx.atoms.of_nodes(sorted({c.node_id for c in copies if c.node_id}))}
     shown = []
@@ -279,9 +285,14 @@ def _changed(tx: EndpointsTx, view: ComponentView, change: str, now: datetime) -
     tx.events.append(event, now)
 
 
-def create(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> ComponentView:
-    """Create a component and place its copies on free partitions of its type (the rest wait)."""
-    spec = rules.parse_component(raw)
+def create(
+    store: StorePort[EndpointsTx], principal: Principal, request: CreateComponent | object, now: datetime
+) -> ComponentView:
+    """Create a component and place its copies on free partitions of its type (the rest wait).
+    `request` is the command the API builds, or the request as JSON (`create_component_of`)."""
+    spec = rules.component_spec(
+        request if isinstance(request, CreateComponent) else create_component_of(request)
+    )
     with store.begin() as tx:
         endpoint = _endpoint(tx, principal, spec.endpoint_name, lock=True)
         if endpoint.status in ("Failed", "Deleting"):
@@ -290,10 +301,10 @@ def create(store: StorePort[EndpointsTx], principal: Principal, raw: object, now
                 " Creating or InService",
                 {"endpointName": endpoint.name, "status": endpoint.status},
             )
-        rules.check_component_type(spec, rules.parse_endpoint(endpoint.spec))
+        rules.check_component_type(spec, parse_endpoint(endpoint.spec))
         existing = tx.components.get(spec.name)
         if existing is not None:
-            rules.check_type_unchanged(rules.parse_component(existing.spec), spec.partition_type)
+            rules.check_type_unchanged(parse_component(existing.spec), spec.partition_type)
             raise AlreadyExists(f"component {spec.name} already exists", {"name": spec.name})
         record = ComponentRecord(spec.name, endpoint.name, rules.component_json(spec), now, now)
         if not tx.components.add(record):
@@ -374,7 +385,7 @@ def scale(
     waiting copies first, then the newest. Its partition type is fixed for its life."""
     with store.begin() as tx:
         record, endpoint = _mine(tx, principal, name, lock=True)
-        spec = rules.parse_component(record.spec)
+        spec = parse_component(record.spec)
         rules.check_type_unchanged(spec, partition_type)
         new = rules.scaled(spec, copies, min_copies)
         have = tx.components.copies([name])[name]

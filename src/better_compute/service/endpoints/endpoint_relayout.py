@@ -27,6 +27,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.commands import parse_endpoint
 from better_compute.domain.endpoints.events import EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointRecord
 from better_compute.domain.gate import mig_gate as gate_rules
@@ -49,7 +50,7 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     record = tx.endpoints.get(name)
     if record is None or record.status != "Updating":
         return None
-    spec = rules.parse_endpoint(record.spec)
+    spec = parse_endpoint(record.spec)
     targets = {v.name: rules.variant_layout(v) for v in spec.variants}
     instances = tx.endpoints.instances(name)
     if tx.mig_layouts.of_nodes([i.node_id for i in instances]):

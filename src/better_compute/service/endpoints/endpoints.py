@@ -23,6 +23,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.endpoints import endpoints as rules
+from better_compute.domain.endpoints.commands import (
+    CreateEndpoint,
+    RelayoutEndpoint,
+    create_endpoint_of,
+    parse_component,
+    parse_endpoint,
+    relayout_endpoint_of,
+)
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.endpoints.records import EndpointInstance, EndpointRecord
 from better_compute.domain.fleet.records import Pool
@@ -127,9 +135,14 @@ def _candidates(tx: EndpointsTx, members: Sequence[str], now: datetime) -> list[
     return found
 
 
-def create(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> EndpointView:
-    """Create an endpoint and start cutting its instances (or record it `Failed`, with why)."""
-    spec = rules.parse_endpoint(raw)
+def create(
+    store: StorePort[EndpointsTx], principal: Principal, request: CreateEndpoint | object, now: datetime
+) -> EndpointView:
+    """Create an endpoint and start cutting its instances (or record it `Failed`, with why).
+    `request` is the command the API builds, or the request as JSON (`create_endpoint_of`)."""
+    spec = rules.endpoint_spec(
+        request if isinstance(request, CreateEndpoint) else create_endpoint_of(request)
+    )
     tenant_scope(principal, spec.tenant_id)  # a tenant token creates for its own tenant only
     try:
         with store.begin() as tx:
@@ -214,7 +227,7 @@ def _retry_plan(
     """What taking the endpoint again would do now: its spec, pools, the nodes each variant would
     take, or why it cannot. With `lock`, the pools' nodes are locked first (the nodes, then the
     endpoint: the documented order) and only members read under the locks are taken."""
-    spec = rules.parse_endpoint(record.spec)
+    spec = parse_endpoint(record.spec)
     pools: dict[str, Pool] = {}
     for variant in spec.variants:
         pool = tx.pools.get(variant.pool_id)
@@ -288,7 +301,7 @@ def _cut(
 
 def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointView:
     del now
-    spec = rules.parse_endpoint(record.spec)
+    spec = parse_endpoint(record.spec)
     instances = tx.endpoints.instances(record.name)
     node_ids = [i.node_id for i in instances]
     gates = tx.mig_layouts.of_nodes(node_ids)
@@ -315,13 +328,20 @@ def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointVie
     return EndpointView(record, spec, status, shown)
 
 
-def update(store: StorePort[EndpointsTx], principal: Principal, raw: object, now: datetime) -> EndpointView:
+def update(
+    store: StorePort[EndpointsTx], principal: Principal, request: RelayoutEndpoint | object, now: datetime
+) -> EndpointView:
     """Change an endpoint's layout live (`{name, variants: [{name, acceleratorPartitionLayouts}]}`):
     checked up front, then rolled instance by instance through the gate (`endpoint_relayout`).
     Refused when the endpoint is not `InService` (or `Updating` and waiting), when the new layout
     does not fit the pool's GPUs, and when no order of the roll keeps every component at or above
-    its `minCopies`, naming the component and why."""
-    name = check_ref(raw.get("name") if isinstance(raw, dict) else None, "name")
+    its `minCopies`, naming the component and why. `request` is the command the API builds, or
+    the request as JSON (`relayout_endpoint_of` reads it once the endpoint is found, as always)."""
+    if isinstance(request, RelayoutEndpoint):
+        named: object = request.name
+    else:
+        named = request.get("name") if isinstance(request, dict) else None
+    name = check_ref(named, "name")
     with store.begin() as tx:
         _visible(tx, principal, name)
         tx.nodes.lock([i.node_id for i in tx.endpoints.instances(name)])  # nodes, then the endpoint
@@ -335,8 +355,9 @@ def update(store: StorePort[EndpointsTx], principal: Principal, raw: object, now
                 f"endpoint {name} is {current.status}; its layout changes once it is InService",
                 {"name": name, "status": current.status},
             )
-        old = rules.parse_endpoint(record.spec)
-        new = rules.relayout_spec(old, raw)
+        old = parse_endpoint(record.spec)
+        asked = request if isinstance(request, RelayoutEndpoint) else relayout_endpoint_of(request)
+        new = rules.relayout(old, asked)
         if new == old and not waiting:
             return current
         instances = tx.endpoints.instances(name)
@@ -348,7 +369,7 @@ def update(store: StorePort[EndpointsTx], principal: Principal, raw: object, now
             _check_layout(tx, variant, members[variant.pool_id])
             mine = sorted(i.node_id for i in instances if i.variant == variant.name)
             found = [c for c in tx.components.of_endpoint(name) if c.spec.get("variantName") == variant.name]
-            specs = [rules.parse_component(c.spec) for c in found]
+            specs = [parse_component(c.spec) for c in found]
             copies = tx.components.copies([c.name for c in found])
             placed = {c: [x.node_id for x in copies[c] if x.node_id is not None] for c in copies}
             rules.plan_relayout(

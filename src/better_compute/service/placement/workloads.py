@@ -38,6 +38,7 @@ from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.events import LedgerReleased
 from better_compute.domain.placement.binpack import choose_replicas
 from better_compute.domain.placement.capability import Resolution
+from better_compute.domain.placement.commands import PlaceWorkload, place_workload_of
 from better_compute.domain.placement.events import (
     MAX_REFUSED,
     DeploymentUpdated,
@@ -67,6 +68,7 @@ from better_compute.domain.placement.workloads import (
     placement_policy_name,
     replica_allocation_id,
     workload_not_found,
+    workload_spec,
 )
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.events import PolicyDeleted
@@ -270,15 +272,21 @@ def _attempts(
 
 
 def create(
-    wiring: Wiring[PlacementTx], principal: Principal, raw: Mapping[str, Any], now: datetime
+    wiring: Wiring[PlacementTx],
+    principal: Principal,
+    request: PlaceWorkload | Mapping[str, Any],
+    now: datetime,
 ) -> WorkloadView:
     """`workloads.create`: check, place, book; the workload is created even when no cluster can
-    take a replica now (its deployments, if any, wait as `pending`, and it is retried)."""
-    from better_compute.domain.placement.workloads import parse_workload
+    take a replica now (its deployments, if any, wait as `pending`, and it is retried).
 
-    named = raw.get("tenantId")
+    `request` is the command the API builds, or the request as JSON (`place_workload_of` reads it,
+    once the project is known: a caller who may not name it is told so first)."""
+    named = request.tenant_id if isinstance(request, PlaceWorkload) else request.get("tenantId")
     tenant_id = _tenant_for(principal, None if named is None else check_ref(named, "project"))
-    asked = parse_workload(raw, tenant_id)
+    asked = workload_spec(
+        request if isinstance(request, PlaceWorkload) else place_workload_of(request), tenant_id
+    )
     workload_id = wiring.ids.workload()
 
     def run(tx: PlacementTx, attempt: Attempt) -> WorkloadView:
