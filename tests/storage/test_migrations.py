@@ -255,8 +255,8 @@ def test_mig_atoms_and_every_row_naming_them_take_their_slice_on_upgrade(store: 
     """Revision 0027: a MIG atom keyed by the driver's GI/CI ids takes the key and id of its slice
     (its GPU's reported instance at those ids), and its bookings, its capacity history's shares and
     an endpoint copy's span follow it; an absent atom whose placement is unknown keeps its id."""
-    from better_compute.domain.ops.fleet import parse_fleet
     from better_compute.domain.fleet.atoms import atom_id_for
+    from better_compute.domain.ops.fleet import parse_fleet
     from better_compute.entrypoints.fleet import load_fleet
     from tests.builders import T0, small_fleet
 
