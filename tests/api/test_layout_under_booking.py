@@ -189,3 +189,39 @@ def test_an_extension_refused_for_a_part_of_its_gpu_says_when_the_family_is_free
     )
     assert refused.status_code == 409, refused.text
     assert refused.json()["error"]["details"]["freeFrom"] == at(7).isoformat()
+
+
+def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom(world: NodeWorld) -> None:
+    """Every 1g.10gb of n-1 is booked; the node reboots at all-3g.40gb (3g.40gb instances at the
+    booked ones' GPU-instance ids), and its driver hands out GPU-instance ids in another order when
+    the pool's layout is put back. The 3g.40gb are not the booked atoms (they hold nothing, so the
+    node is told its pool's layout and restores it), and each restored slice is the very atom its
+    booking names: handed to it, never free to another tenant."""
+    daemon, fake = world.daemon("n-1")
+    assert daemon.flush()
+    daemon.step(False)
+    before = {a["id"]: a["attributes"] for a in node_atoms(world, "n-1") if a["class"] == "gpu.mig"}
+    assert len(before) == 14
+    now = world.reserve([{"class": "gpu.mig", "count": 28}], duration="2d")["id"]  # every instance
+    daemon.step(False)
+    for gpu in fake.list_gpus():
+        fake.gpu(gpu.uuid).apply_layout("all-3g.40gb")  # rebooted at another layout
+        fake.gpu(gpu.uuid).gi_ids = [7, 6, 5, 4, 3, 2, 1]  # the driver's order when it creates again
+    daemon.enqueue(daemon.inventory())
+    assert daemon.flush()
+    present = {a["id"] for a in node_atoms(world, "n-1") if a["present"] and a["class"] == "gpu.mig"}
+    assert not present & set(before)  # a 3g.40gb at a 1g.10gb's ids is another atom
+    spec = world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()
+    assert [g["migLayout"] for g in spec["gpus"]] == ["all-1g.10gb", "all-1g.10gb"]
+    daemon.step(False)  # it puts its pool's layout back, under other GPU-instance ids
+    after = {
+        a["id"]: a["attributes"] for a in node_atoms(world, "n-1") if a["present"] and a["class"] == "gpu.mig"
+    }
+    assert set(after) == set(before)
+    assert any(after[a]["giId"] != before[a]["giId"] for a in after)
+    spec = world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()
+    [handed] = [a for a in spec["assignments"] if a["allocationId"] == now]
+    assert set(handed["atoms"]) == set(before)
+    assert set(handed["env"]["NVIDIA_VISIBLE_DEVICES"].split(",")) == {a["migUuid"] for a in after.values()}
+    assert ask(world, [{"class": "gpu.mig", "count": 1}], start=T0).status_code == 409
+    assert doctor_codes(world) == []

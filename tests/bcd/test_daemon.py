@@ -13,12 +13,14 @@ import pytest
 
 from better_compute.bcd import cdi
 from better_compute.bcd.daemon import Daemon
-from better_compute.bcd.devices import DevicesConverger
+from better_compute.bcd.devices import DevicesConverger, DevicesPass
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
+from better_compute.bcd.inventory import mig_instances, report_of
 from better_compute.bcd.joining import node_client
 from better_compute.bcd.logs import Log
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, derive_gpu_atoms, mig_atom_key
+from better_compute.domain.fleet.pools import PoolSharing
 from better_compute.storage.store import Store
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import fleet_spec
@@ -135,7 +137,7 @@ def test_device_missing_until_the_instance_exists_and_whole_against_part_refused
     fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
     gpu = fake.list_gpus()[0]
     gi = gpu.instances[0]
-    mig_atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{gi.compute_instances[0].ci_id}")
+    mig_atom = atom_id_for(gpu.uuid, mig_atom_key(mig_instances(gi)[0]))
     devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
     spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [mig_atom], "env": {}}])
     fake.destroy_instance(gpu.uuid, gi.gi_id)
@@ -154,6 +156,80 @@ def test_device_missing_until_the_instance_exists_and_whole_against_part_refused
     gone = devices.converge(spec_of(fake, []), fake.list_gpus())
     assert sorted(r["kind"] for r in gone.reports) == ["AllocationReleased", "AllocationReleased"]
     assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+
+
+def booked_slice(fake: FakeNode, gpu: str, profile: str, start: int) -> str:
+    """The id the server derives for the MIG atom of `profile` at placement `start` of `gpu`, as the
+    node reports it now: what a booking names."""
+    [report] = [g for g in report_of(fake.name, fake.list_gpus()).gpus if g.uuid == gpu]
+    atoms = derive_gpu_atoms(report, fake.name, PoolSharing("p", "mig"), None)
+    [inst] = [i for i in report.mig_instances if i.profile == profile and i.placement_start == start]
+    [atom] = [a.id for a in atoms if a.attributes.get("migUuid") == inst.uuid]
+    return atom
+
+
+def bindings(done: DevicesPass) -> list[object]:
+    return [r["binding"] for r in done.reports]
+
+
+def test_mig_instance_of_another_profile_at_same_ids_is_not_the_booked_atom(tmp_path: Path) -> None:
+    """A node rebooted at all-3g.40gb has a 3g.40gb at the GPU-instance id of the 1g.10gb booked:
+    the node hands it no device (and takes back the hand-over), nor holds the GPU for it, and hands
+    the booked 1g.10gb again once it is back."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    gpu = fake.list_gpus()[0].uuid
+    atom = booked_slice(fake, gpu, "1g.10gb", 0)
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    booked = [{"allocationId": "res-a", "atoms": [atom], "env": {}}]
+    assert bindings(devices.converge(spec_of(fake, booked), fake.list_gpus())) == ["bound"]
+    fake.gpu(gpu).apply_layout("all-3g.40gb")  # rebooted: a 3g.40gb at the 1g.10gb's GPU instance id
+    assert fake.gpu(gpu).instances[0].gi_id == 1 and fake.gpu(gpu).instances[0].profile == "3g.40gb"
+    missing = devices.converge(spec_of(fake, booked), fake.list_gpus())
+    assert bindings(missing) == ["device-missing"] and not missing.settled
+    assert gpu not in missing.held_gpus
+    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+    fake.gpu(gpu).apply_layout("all-1g.10gb")
+    again = devices.converge(spec_of(fake, booked), fake.list_gpus())
+    assert again.settled and bindings(again) == ["bound"]
+
+
+def test_mig_instance_of_the_same_profile_at_another_placement_is_not_the_booked_atom(tmp_path: Path) -> None:
+    """A node rebooted at mixed:4g.40gb+3x1g.10gb has a 1g.10gb at the GPU-instance id of the
+    booked one, on another slice of the GPU: not the booked atom, no device for it."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    gpu = fake.list_gpus()[0].uuid
+    at_1 = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
+    atom = booked_slice(fake, gpu, "1g.10gb", 1)
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    booked = [{"allocationId": "res-a", "atoms": [atom], "env": {}}]
+    assert bindings(devices.converge(spec_of(fake, booked), fake.list_gpus())) == ["bound"]
+    fake.gpu(gpu).apply_layout("mixed:4g.40gb+3x1g.10gb")
+    there = next(i for i in fake.gpu(gpu).instances if i.gi_id == at_1.gi_id)
+    assert there.profile == "1g.10gb" and there.placement_start != 1  # same ids, same profile, elsewhere
+    missing = devices.converge(spec_of(fake, booked), fake.list_gpus())
+    assert bindings(missing) == ["device-missing"] and gpu not in missing.held_gpus
+    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+
+
+def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom(tmp_path: Path) -> None:
+    """The booked slice comes back after a reboot under GPU-instance ids the driver hands out in
+    another order: it is the same atom, handed to the same allocation."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    gpu = fake.list_gpus()[0].uuid
+    before = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
+    atom = booked_slice(fake, gpu, "1g.10gb", 1)
+    fresh = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    fake.gpu(gpu).gi_ids = [7, 6, 5, 4, 3, 2, 1]  # the driver's order this boot
+    fake.gpu(gpu).apply_layout("all-1g.10gb")
+    after = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
+    assert after.gi_id != before.gi_id
+    assert booked_slice(fake, gpu, "1g.10gb", 1) == atom
+    done = fresh.converge(
+        spec_of(fake, [{"allocationId": "res-a", "atoms": [atom], "env": {}}]), fake.list_gpus()
+    )
+    assert done.settled and bindings(done) == ["bound"] and gpu in done.held_gpus
+    env = (tmp_path / "env" / f"{cdi.device_name('res-a')}.env").read_text()
+    assert after.uuid in env and before.uuid not in env
 
 
 def test_layouts_go_to_idle_gpus_only_and_a_failed_reset_asks_for_a_reboot() -> None:

@@ -15,9 +15,10 @@ import pytest
 from better_compute.bcd.devices import DevicesConverger, DevicesPass
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import GpuError, ZeroingFailed
+from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
 from better_compute.bcd.scrub import Scrubber, ScrubState, Target
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.wire.nodes import NodeSpecPublic
 from tests.builders import fleet_spec
 
@@ -132,7 +133,7 @@ def test_a_mig_instance_is_zeroed_alone(tmp_path: Path) -> None:
     node = Node(tmp_path, fake)
     gpu = fake.list_gpus()[0]
     gi = gpu.instances[1]
-    atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{gi.compute_instances[0].ci_id}")
+    atom = atom_id_for(gpu.uuid, mig_atom_key(mig_instances(gi)[0]))
     node.converge("zero", held("res-a", "platform", atom), mode="mig")
     done = node.converge("zero", mode="mig")
     assert kinds(done) == [("AllocationReleased", "res-a"), ("ScrubDone", [atom])]

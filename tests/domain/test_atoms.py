@@ -11,9 +11,11 @@ from better_compute.domain.fleet.atoms import (
     check_atom_class,
     derive_gpu_atoms,
     derive_node_atoms,
+    mig_atom_key,
+    mig_key,
     nvlink_domains,
 )
-from better_compute.domain.fleet.inventory import GpuReport, NodeReport
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.domain.fleet.pools import PoolSharing, SharingMode, mps_units
 from better_compute.domain.kernel.errors import InvalidInput
 from tests.builders import h100, mig
@@ -230,3 +232,37 @@ def test_a_gpu_without_mig_told_a_mig_layout_is_whole_and_schedulable() -> None:
     l40s = _fake_gpu(None, "L40S-48GB")
     atoms = derive_gpu_atoms(l40s, "n1", MIG_POOL, "L40S-48GB", layout="all-1g.10gb")
     assert [(a.cls, a.bookable, a.partition_pending) for a in atoms] == [("gpu", True, False)]
+
+
+def _mig_atom_ids(*instances: MigInstance) -> dict[str, str]:
+    """{MIG uuid: atom id} of an H100 in MIG mode with these instances."""
+    gpu = h100(mig_mode_current=True, mig_mode_pending=True, mig_instances=instances)
+    atoms = derive_gpu_atoms(gpu, "n1", PoolSharing("p", "mig"), "H100-80GB")
+    return {str(a.attributes["migUuid"]): a.id for a in atoms if a.cls == "gpu.mig"}
+
+
+def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom() -> None:
+    """NVML's GPU-instance ids are the driver's: after a reboot the same slice may come back under
+    other ids, and is still the atom a booking names."""
+    before = _mig_atom_ids(mig("1g.10gb", 2, 1, 1, "MIG-before"))
+    after = _mig_atom_ids(mig("1g.10gb", 6, 1, 1, "MIG-after"))
+    assert before["MIG-before"] == after["MIG-after"]
+
+
+def test_mig_instance_of_another_profile_at_same_ids_is_not_the_booked_atom() -> None:
+    booked = _mig_atom_ids(mig("1g.10gb", 1, 0, 1, "MIG-1g"))
+    there_now = _mig_atom_ids(mig("3g.40gb", 1, 0, 4, "MIG-3g"))
+    assert booked["MIG-1g"] != there_now["MIG-3g"]
+
+
+def test_mig_instance_of_the_same_profile_at_another_placement_is_not_the_booked_atom() -> None:
+    booked = _mig_atom_ids(mig("1g.10gb", 2, 1, 1, "MIG-at-1"))
+    there_now = _mig_atom_ids(mig("1g.10gb", 2, 4, 1, "MIG-at-4"))
+    assert booked["MIG-at-1"] != there_now["MIG-at-4"]
+
+
+def test_mig_atom_keys_name_the_slice_and_a_narrower_compute_instance() -> None:
+    assert mig_key("3g.40gb", 4) == "mig:3g.40gb@4"
+    assert mig_key("MIG-1g.10gb+me", 6, ci_id=0) == "mig:1g.10gb+me@6"
+    assert mig_key("1c.3g.40gb", 4, ci_id=2) == "mig:1c.3g.40gb@4.2"
+    assert mig_atom_key(mig("2g.20gb", 9, 2, 2)) == "mig:2g.20gb@2"

@@ -7,7 +7,7 @@ from dataclasses import replace
 from datetime import datetime
 
 from better_compute.domain.catalog import layouts
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.domain.fleet.inventory import MigInstance
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.gate.layout_preview import (
@@ -99,9 +99,7 @@ def test_a_partition_changes_own_hold_is_listed_apart_and_delays_nothing() -> No
 def test_all_1g_to_mixed_on_h100_destroys_every_small_instance_and_places_the_new_ones() -> None:
     current = gpu("g1")
     preview = plan_node_preview(node(current), MIXED, T0)
-    assert preview.disappear == tuple(
-        atom_id_for("g1", f"mig:{i.gi_id}.{i.ci_id}") for i in current.mig_instances
-    )
+    assert preview.disappear == tuple(atom_id_for("g1", mig_atom_key(i)) for i in current.mig_instances)
     assert preview.appear == (
         AppearingInstance("g1", "3g.40gb", 4, 4),
         AppearingInstance("g1", "2g.20gb", 0, 2),
@@ -134,7 +132,7 @@ def test_an_instance_already_in_place_stays_with_its_atom() -> None:
     current = gpu("g1", layout=MIXED)
     preview = plan_node_preview(node(current), "mixed:3g.40gb+4x1g.10gb", T0)
     three = next(i for i in current.mig_instances if i.profile == "3g.40gb")
-    assert atom_id_for("g1", f"mig:{three.gi_id}.0") not in preview.disappear
+    assert atom_id_for("g1", mig_atom_key(three)) not in preview.disappear
     assert len(preview.disappear) == 2
     assert [i.mig_profile for i in preview.appear] == ["1g.10gb"] * 4
     assert dict(preview.after) == {"3g.40gb": 1, "2g.20gb": 0, "1g.10gb": 4}

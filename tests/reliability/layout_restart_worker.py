@@ -14,8 +14,9 @@ from typing import Any
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
+from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.domain.kernel.errors import DomainError
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.fleet import inventory
@@ -79,8 +80,8 @@ def _converge(store: Store, fake: FakeNode) -> None:
     by_atom = {atom_id_for(g.uuid, "gpu"): g.uuid for g in fake.list_gpus()}
     for g in fake.list_gpus():
         for gi in g.instances:
-            for ci in gi.compute_instances:
-                by_atom[atom_id_for(g.uuid, f"mig:{gi.gi_id}.{ci.ci_id}")] = g.uuid
+            for m in mig_instances(gi):
+                by_atom[atom_id_for(g.uuid, mig_atom_key(m))] = g.uuid
     held = {by_atom[a] for x in public.assignments for a in x.atoms if a in by_atom}
     host = HostConverger(fake, Log(_Null()))
     host.converge(public, held)

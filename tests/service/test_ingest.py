@@ -90,16 +90,18 @@ def test_repartition_retires_old_instances_without_deleting_them(store: Store, n
     inventory.ingest(store, [node.report()], T0)
     old = {a.id for a in mig_atoms(store, cls="gpu.mig")}
     assert len(old) == 14
-    node.apply_layout("mixed:3g.40gb+2x2g.20gb")
+    node.apply_layout("mixed:4g.40gb+3x1g.10gb")
     inventory.ingest(store, [node.report()], at(1))
     listed = mig_atoms(store, cls="gpu.mig")
-    assert len(listed) == 6
-    assert sorted(a.attributes["migProfile"] for a in listed) == ["2g.20gb"] * 4 + ["3g.40gb"] * 2
-    # Identity is GPU + GI/CI: instances that kept their GI id keep their atom id.
-    assert {a.id for a in listed} <= old
+    assert len(listed) == 8
+    assert sorted(a.attributes["migProfile"] for a in listed) == ["1g.10gb"] * 6 + ["4g.40gb"] * 2
+    # Identity is GPU + slice (profile and placement): the 1g.10gb at placements 4 to 6, in both
+    # layouts, keep their atom ids, whatever GPU-instance ids they have now.
+    kept = {a.id for a in listed if a.attributes["migProfile"] == "1g.10gb"}
+    assert kept <= old
     with store.read() as tx:
         stored = {a.id: a for a in tx.atoms.of_nodes(["n"])}
-    retired = [stored[i] for i in old - {a.id for a in listed}]
+    retired = [stored[i] for i in old - kept]
     assert len(retired) == 8
     assert all(not a.present and not a.bookable for a in retired)
 

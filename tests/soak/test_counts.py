@@ -62,20 +62,20 @@ def test_the_counts_name_parent_and_child_held_at_once_and_bookings_left_on_dead
             tx.ledger.book([atom_id_for(gpu, key)], span, rid, tenant, now, require_bookable=False)
 
         book(a, "gpu", 10, 20, "rsv-whole", "acme")  # the parent, unbookable in MIG mode: stranded
-        book(a, "mig:1.0", 15, 25, "rsv-part", "platform")  # meets rsv-whole: one parent/child pair
-        book(a, "mig:2.0", 30, 40, "rsv-after", "platform")  # after it: no pair
+        book(a, "mig:1g.10gb@0", 15, 25, "rsv-part", "platform")  # meets rsv-whole: one parent/child pair
+        book(a, "mig:1g.10gb@1", 30, 40, "rsv-after", "platform")  # after it: no pair
         book(a, "gpu", -20, -10, "rsv-over", "acme")  # ended: neither a pair nor stranded
-        book(b, "mig:5.0", 5, 15, "rsv-gone", "acme")  # its instance gone below: stranded
-        book(b, "mig:5.0", 55, 60, "rsv-held", "acme")  # stranded, and under the hold below
-        # A layout change's hold on b's family as the gate would book it, but without mig:5.0 (as if
+        book(b, "mig:1g.10gb@4", 5, 15, "rsv-gone", "acme")  # its instance gone below: stranded
+        book(b, "mig:1g.10gb@4", 55, 60, "rsv-held", "acme")  # stranded, and under the hold below
+        # A layout change's hold on b's family as the gate would book it, but without mig:1g.10gb@4 (as if
         # that atom came after the hold was booked): rsv-held lands under it.
-        family = [atom_id_for(b, "gpu"), *(atom_id_for(b, f"mig:{n}.0") for n in (1, 2, 3, 4, 6, 7))]
+        family = [atom_id_for(b, "gpu"), *(atom_id_for(b, f"mig:1g.10gb@{n}") for n in (0, 1, 2, 3, 5, 6))]
         tx.ledger.book(
             family, Window(at(50)), f"partition:{b}:{at(50).isoformat()}", None, now, require_bookable=False
         )
     with pg_store.engine.begin() as conn:
         conn.execute(
-            text("UPDATE atoms SET present = false WHERE id = :id"), {"id": atom_id_for(b, "mig:5.0")}
+            text("UPDATE atoms SET present = false WHERE id = :id"), {"id": atom_id_for(b, "mig:1g.10gb@4")}
         )
     said: list[str] = []
     found = soak.counts(pg_store_url, said.append)

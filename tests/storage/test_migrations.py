@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -248,3 +249,67 @@ def test_the_family_fence_migration_could_never_pass_a_ledger_holding_past_paren
         migrate.downgrade(store.engine, "0024")  # the fence again as a ledger without history has it
         migrate.upgrade(store.engine)
         store.close()
+
+
+def test_mig_atoms_and_every_row_naming_them_take_their_slice_on_upgrade(store: Store) -> None:
+    """Revision 0027: a MIG atom keyed by the driver's GI/CI ids takes the key and id of its slice
+    (its GPU's reported instance at those ids), and its bookings, its capacity history's shares and
+    an endpoint copy's span follow it; an absent atom whose placement is unknown keeps its id."""
+    from better_compute.domain.fleet.atoms import atom_id_for
+    from better_compute.domain.ops.fleet import parse_fleet
+    from better_compute.entrypoints.fleet import load_fleet
+    from tests.builders import T0, small_fleet
+
+    load_fleet(store, parse_fleet(small_fleet(nodes=1, layout="mixed:4g.40gb+3x1g.10gb")), T0)
+    migrate.downgrade(store.engine, "0026")
+    with store.engine.begin() as conn:
+        found = conn.execute(
+            text('SELECT id, gpu_id, "key", attributes FROM atoms WHERE "class" = \'gpu.mig\'')
+        )
+        mig = [(r[0], r[1], r[2], r[3] if isinstance(r[3], dict) else json.loads(r[3])) for r in found]
+        old_id, gpu_id, old_key, attrs = next(m for m in mig if m[3]["migProfile"] == "1g.10gb")
+        reported = conn.execute(text("SELECT mig_instances FROM gpus WHERE id = :g"), {"g": gpu_id}).scalar()
+        reported = reported if isinstance(reported, list) else json.loads(reported)
+        [inst] = [i for i in reported if (i["giId"], i["ciId"]) == (attrs["giId"], attrs["ciId"])]
+        conn.execute(
+            text(
+                "INSERT INTO bookings (atom_id, gpu_id, class, tenant_id, allocation_id, starts_at, ends_at,"
+                " state, created_at) VALUES (:a, :g, 'gpu.mig', 'acme', 'rsv-old', :s, NULL, 'live', :s)"
+            ),
+            {"a": old_id, "g": gpu_id, "s": T0},
+        )
+        conn.execute(
+            text(
+                'INSERT INTO copy_spans (tenant_id, endpoint, component, "copy", node_id, atom_id, gpu_share,'
+                " started_at) VALUES ('acme', 'e', 'c', 0, 'n', :a, '1/7', :s)"
+            ),
+            {"a": old_id, "s": T0},
+        )
+        gone = atom_id_for(gpu_id, "mig:9.0")  # an instance gone since, of a profile placed anywhere
+        conn.execute(
+            text(
+                'INSERT INTO atoms (id, gpu_id, node_id, pool_id, class, "key", bookable, partition_pending,'
+                " attributes, present) VALUES (:a, :g, 'n', NULL, 'gpu.mig', 'mig:9.0', false, false, :attrs,"
+                " false)"
+            ),
+            {"a": gone, "g": gpu_id, "attrs": json.dumps({"migProfile": "1g.10gb", "giId": 9, "ciId": 0})},
+        )
+        shares = conn.execute(
+            text("SELECT shares FROM gpu_states WHERE gpu_id = :g AND valid_to IS NULL"), {"g": gpu_id}
+        ).scalar()
+        assert old_id in (shares if isinstance(shares, dict) else json.loads(shares))
+    migrate.upgrade(store.engine)
+    new_key = f"mig:1g.10gb@{inst['placementStart']}"
+    new_id = atom_id_for(gpu_id, new_key)
+    with store.engine.connect() as conn:
+        assert conn.execute(text('SELECT "key" FROM atoms WHERE id = :a'), {"a": new_id}).scalar() == new_key
+        assert conn.execute(text("SELECT count(*) FROM atoms WHERE id = :a"), {"a": old_id}).scalar() == 0
+        booked = conn.execute(text("SELECT atom_id FROM bookings WHERE allocation_id = 'rsv-old'")).scalar()
+        span = conn.execute(text("SELECT atom_id FROM copy_spans WHERE endpoint = 'e'")).scalar()
+        shares = conn.execute(
+            text("SELECT shares FROM gpu_states WHERE gpu_id = :g AND valid_to IS NULL"), {"g": gpu_id}
+        ).scalar()
+        kept = conn.execute(text('SELECT "key" FROM atoms WHERE id = :a'), {"a": gone}).scalar()
+    assert old_key.startswith("mig:") and booked == span == new_id
+    assert new_id in (shares if isinstance(shares, dict) else json.loads(shares))
+    assert kept == "mig:9.0"

@@ -29,8 +29,9 @@ from sqlalchemy import text
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.host import HostConverger
+from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.domain.kernel.errors import DomainError
 from better_compute.domain.ops.fleet import FleetSpec, parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
@@ -69,9 +70,7 @@ class NodesRecord:
 def _mig_atoms(fake: FakeNode) -> dict[str, frozenset[str]]:
     return {
         g.uuid: frozenset(
-            atom_id_for(g.uuid, f"mig:{gi.gi_id}.{ci.ci_id}")
-            for gi in g.instances
-            for ci in gi.compute_instances
+            atom_id_for(g.uuid, mig_atom_key(m)) for gi in g.instances for m in mig_instances(gi)
         )
         for g in fake.list_gpus()
     }
@@ -188,8 +187,8 @@ def node_process(url: str, node_count: int, stop: str) -> NodesRecord:
         def destroying(gpu: str, gi_id: int, _fake: FakeNode = fake, _original: Any = original) -> None:
             g = next(x for x in _fake.list_gpus() if x.uuid == gpu)
             gi = next(i for i in g.instances if i.gi_id == gi_id)
-            for ci in gi.compute_instances:
-                record.destroyed.append((gpu, atom_id_for(gpu, f"mig:{gi_id}.{ci.ci_id}"), time.time()))
+            for m in mig_instances(gi):
+                record.destroyed.append((gpu, atom_id_for(gpu, mig_atom_key(m)), time.time()))
             _original(gpu, gi_id)
 
         fake.destroy_instance = destroying  # type: ignore[method-assign]

@@ -2,12 +2,14 @@
 
 An assignment names atoms; the node resolves each to a device from what its own GPUs show now (the
 spec's `NVIDIA_VISIBLE_DEVICES` is the server's view, which may lag a repartition): a `gpu.mig` atom
-to its MIG instance's `MIG-…` uuid, matched by GPU uuid and GI/CI ids, a whole GPU or a slot to the
-GPU's uuid. An atom with no device yet (an instance not created) leaves its allocation
-`device-missing`, tried again on the next pass. `domain.ledger.handoff.refusals` keeps the whole-against-part
-rule on the node; a refused allocation gets nothing. A bound allocation has a CDI spec under the CDI
-root and an env file under the state directory; the env files are the record of what is handed
-over, so a restarted daemon knows it without asking anyone.
+to its MIG instance's `MIG-…` uuid, matched by GPU uuid and the instance's shape, its profile and
+placement (`domain.fleet.atoms.mig_key`, never the driver's GI/CI ids, which another slice can have
+after a reboot or a re-partition: such a slice is another atom and is never handed for this one), a
+whole GPU or a slot to the GPU's uuid. An atom with no device yet (an instance not created) leaves
+its allocation `device-missing`, tried again on the next pass. `domain.ledger.handoff.refusals`
+keeps the whole-against-part rule on the node; a refused allocation gets nothing. A bound
+allocation has a CDI spec under the CDI root and an env file under the state directory; the env
+files are the record of what is handed over, so a restarted daemon knows it without asking anyone.
 
 A bound allocation whose device is gone (a reboot took its MIG instance: the GPU came back MIG-off
 or at another layout) is what the hardware says, not an error: its CDI spec and env file are
@@ -29,10 +31,11 @@ from typing import Any
 
 from better_compute.bcd import cdi
 from better_compute.bcd.gpu import Gpu, GpuError
+from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
 from better_compute.bcd.scrub import Scrubber, Target
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.domain.fleet.pools import mps_units
 from better_compute.domain.gate.node_spec import VISIBLE_DEVICES
 from better_compute.domain.ledger.handoff import Held, refusals
@@ -74,9 +77,9 @@ def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
         index[whole] = Device(whole, gpu.uuid, True, gpu.uuid)
         if gpu.mig_current:
             for gi in gpu.instances:
-                for ci in gi.compute_instances:
-                    atom = atom_id_for(gpu.uuid, f"mig:{gi.gi_id}.{ci.ci_id}")
-                    index[atom] = Device(atom, gpu.uuid, False, ci.uuid, gi_id=gi.gi_id)
+                for m in mig_instances(gi):
+                    atom = atom_id_for(gpu.uuid, mig_atom_key(m))
+                    index[atom] = Device(atom, gpu.uuid, False, m.uuid, gi_id=m.gi_id)
         for slot in range(slots):
             atom = atom_id_for(gpu.uuid, f"slot:{slot}")
             index[atom] = Device(atom, gpu.uuid, False, gpu.uuid, slot=True)

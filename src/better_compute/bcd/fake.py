@@ -9,7 +9,10 @@ those that completed (`resets`, `zeroed`). A MIG mode change waits for a reset o
 reboot, and a reboot loses every instance, as on hardware.
 
 Ids are stable: a GPU's uuid derives from the node name and its index, a MIG device's from the GPU,
-its GPU instance id and profile, so a fleet simulated twice reports the same atoms. An instance
+its GPU instance id and profile, so a fleet simulated twice reports the same atoms. GPU-instance ids
+are the driver's handles, as NVML's are, not tied to a placement: a GPU hands out the lowest free one,
+or those a test scripts (`FakeGpu.gi_ids`), so the same slice can come back under other ids and
+another slice under a booked one's. An instance
 created after start-up gets a new MIG uuid each time, since hardware gives a re-created instance a
 new one.
 
@@ -94,6 +97,16 @@ class FakeGpu:
     later, where MIG mode is lost on reboot or driver reload."""
     created: int = 0
     """GPU instances created since start-up, which numbers their MIG uuids."""
+    gi_ids: list[int] = field(default_factory=list)
+    """The GPU-instance ids this GPU's driver hands out next, in order (a test's script; once used
+    up, or for an id in use, the lowest free one). NVML's ids are not tied to a placement."""
+
+    def _next_gi_id(self, taken: set[int]) -> int:
+        while self.gi_ids:
+            wanted = self.gi_ids.pop(0)
+            if wanted not in taken:
+                return wanted
+        return next(i for i in range(1, len(taken) + 2) if i not in taken)
 
     @property
     def product(self) -> str:
@@ -110,17 +123,19 @@ class FakeGpu:
         enabled = placement.mig_enabled
         self.mig_current = self.mig_pending = enabled and self.model.mig_capable
         self.busy.clear()
-        self.instances = [
-            MigInstance(
-                profile=inst.profile,
-                gi_id=n + 1,
-                ci_id=0,
-                placement_start=inst.start,
-                placement_size=inst.size,
-                uuid=mig_uuid(self.uuid, n + 1, inst.profile),
+        self.instances = []
+        for inst in placement.instances:
+            gi_id = self._next_gi_id({m.gi_id for m in self.instances})
+            self.instances.append(
+                MigInstance(
+                    profile=inst.profile,
+                    gi_id=gi_id,
+                    ci_id=0,
+                    placement_start=inst.start,
+                    placement_size=inst.size,
+                    uuid=mig_uuid(self.uuid, gi_id, inst.profile),
+                )
             )
-            for n, inst in enumerate(placement.instances)
-        ]
 
     def read(self) -> Gpu:
         return Gpu(
@@ -172,9 +187,7 @@ class FakeGpu:
                     f"at {other.placement_start}:{other.placement_size} (GPU instance {other.gi_id})"
                 )
         self._check_capacity(profile)
-        gi_id = next(
-            i for i in range(1, len(self.instances) + 2) if i not in {m.gi_id for m in self.instances}
-        )
+        gi_id = self._next_gi_id({m.gi_id for m in self.instances})
         self.created += 1
         inst = MigInstance(
             profile=profile.name,

@@ -1,11 +1,15 @@
 """Node inventory -> atoms, exactly as the table of docs/concepts.md#atoms says.
 
 An atom is the unit the ledger books. Its id is derived from its physical identity (GPU uuid, kind,
-GI/CI or slot number), so re-ingesting a report yields the same ids and bookings keep pointing at them.
+the slice of a MIG instance or slot number), so re-ingesting a report yields the same ids and bookings
+keep pointing at them. A MIG instance is named by its shape (`mig_key`: its profile and where it
+starts on the GPU), never by the GPU-instance and compute-instance ids: the driver hands those out,
+and gives the same slice other ids, or another slice the same ids, after a reboot or a re-partition.
 """
 
 from __future__ import annotations
 
+import re
 import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -13,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal, get_args
 
 from better_compute.domain import catalog
-from better_compute.domain.catalog import GpuModel
-from better_compute.domain.fleet.inventory import GpuReport, NodeReport
+from better_compute.domain.catalog import GpuModel, normalize_profile_name
+from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.domain.fleet.mig_plan import converged
 from better_compute.domain.fleet.pools import PoolSharing, check_replicas, mps_units
 from better_compute.domain.kernel.errors import InvalidInput
@@ -51,6 +55,31 @@ def atom_id_for(gpu_uuid: str, key: str) -> str:
     """The stable id of the atom with this physical identity: the first 24 hex digits of the
     version 5 uuid of `<gpu uuid>/<key>`."""
     return "atm-" + uuid5_hex(_ATOM_NAMESPACE, f"{gpu_uuid}/{key}")[:24]
+
+
+_SUB_GI = re.compile(r"^\d+c\.")
+"""A compute instance narrower than its GPU instance is named `<c>c.<profile>` (`bcd.inventory`)."""
+
+
+def mig_key(profile: str, placement_start: int, ci_id: int = 0) -> str:
+    """The physical identity of a MIG instance within its GPU: `mig:<profile>@<placement start>`.
+
+    NVML's GPU-instance and compute-instance ids are the driver's handles, not the slice: a node
+    rebooted at another layout, or one re-created, can have another slice at a booked instance's
+    ids and the booked slice at other ids. The profile and the placement start (on the GPU's
+    memory-slice axis) are the slice itself: a restored slice gets back its atom id whatever ids the
+    driver gives it, and another slice never takes a booked one's. A GPU instance holds one full-width
+    compute instance (what `bcd` creates), so its key needs nothing more; a narrower compute instance
+    (`<c>c.<profile>`, made by hand: several may share a GPU instance) adds its compute-instance id
+    (`mig:1c.3g.40gb@4.2`), which is as stable as the driver keeps it."""
+    name = normalize_profile_name(profile)
+    key = f"mig:{name}@{placement_start}"
+    return f"{key}.{ci_id}" if _SUB_GI.match(name) else key
+
+
+def mig_atom_key(instance: MigInstance) -> str:
+    """`mig_key` of a reported MIG instance."""
+    return mig_key(instance.profile, instance.placement_start, instance.ci_id)
 
 
 class Attributes(Mapping[str, AttrValue]):
@@ -113,7 +142,8 @@ class Atom:
     node: str
     cls: AtomClass
     key: str
-    """Physical identity within the GPU: `gpu`, `mig:<gi>.<ci>` or `slot:<n>`."""
+    """Physical identity within the GPU: `gpu`, `mig:<profile>@<placement start>` (`mig_key`) or
+    `slot:<n>`."""
     bookable: bool
     partition_pending: bool
     pool_id: str | None
@@ -208,7 +238,7 @@ def derive_gpu_atoms(
             attrs.update(
                 {"migProfile": inst.profile, "giId": inst.gi_id, "ciId": inst.ci_id, "migUuid": inst.uuid}
             )
-            atoms.append(make("gpu.mig", f"mig:{inst.gi_id}.{inst.ci_id}", True, attrs))
+            atoms.append(make("gpu.mig", mig_atom_key(inst), True, attrs))
         return atoms
 
     if mode in ("timeslice", "mps"):

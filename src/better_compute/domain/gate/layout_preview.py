@@ -25,7 +25,7 @@ from datetime import datetime
 from better_compute.domain import catalog
 from better_compute.domain.catalog import layouts, normalize_profile_name, profile_name_key
 from better_compute.domain.fleet import mig_plan
-from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.ledger.ledger import is_partition_change
 
@@ -147,7 +147,7 @@ def _gpu_change(gpu: Gpu, to_layout: str) -> tuple[list[str], list[AppearingInst
         # The layout was checked on every model (check_layout_fits): such a GPU can only stay as it is.
         return [], [], _current(gpu)
     if not target.mig_enabled:
-        gone = [atom_id_for(gpu.id, f"mig:{i.gi_id}.{i.ci_id}") for i in gpu.mig_instances]
+        gone = [atom_id_for(gpu.id, mig_atom_key(i)) for i in gpu.mig_instances]
         return (gone if gpu.mig_mode_current else []), [], [WHOLE]
     placement = layouts.validate(target, model)
     if gpu.mig_mode_current:
@@ -155,7 +155,7 @@ def _gpu_change(gpu: Gpu, to_layout: str) -> tuple[list[str], list[AppearingInst
         destroyed = set(plan.destroy)
         created: Sequence[layouts.PlacedInstance] = plan.create
         gone = [
-            atom_id_for(gpu.id, f"mig:{i.gi_id}.{i.ci_id}")
+            atom_id_for(gpu.id, mig_atom_key(i))
             for i in sorted(gpu.mig_instances, key=lambda i: (i.gi_id, i.ci_id))
             if i.gi_id in destroyed
         ]

@@ -370,7 +370,8 @@ def _atom_rank(
 
 
 def _natural(key: str) -> tuple[tuple[int, int, str], ...]:
-    """`slot:2` before `slot:10`, `mig:1.0` before `mig:1.1`."""
+    """`slot:2` before `slot:10`, `mig:1g.10gb@2` before `mig:1g.10gb@10` (numbers compare as numbers:
+    a profile's instances in placement order, smaller profiles first)."""
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGITS.split(key) if p)
 
 

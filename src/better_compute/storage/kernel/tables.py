@@ -234,6 +234,8 @@ atoms = Table(
     Column("node_id", String(128), nullable=False),
     Column("pool_id", String(64), nullable=True),
     Column("class", String(16), nullable=False),
+    # Its physical identity within the GPU (`domain.fleet.atoms.Atom.key`; migration 0027 keys MIG
+    # atoms by their slice, `mig:<profile>@<placement start>`, 25 characters at most in the catalog).
     Column("key", String(32), nullable=False),
     Column("bookable", Boolean, nullable=False),
     Column("partition_pending", Boolean, nullable=False),
