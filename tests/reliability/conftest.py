@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from better_compute.storage.store import Store
-from tests.conftest import _truncate_all
+from tests.conftest import _truncate_all, mark_serial
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The races start processes and threads that wait on deadlines: they run in the serial group."""
+    mark_serial(items, Path(__file__).resolve().parent)
 
 
 @pytest.fixture

@@ -11,7 +11,10 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service import inventory
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
+from tests.conftest import SERIAL
 from tests.storage.race_worker import race
+
+pytestmark = SERIAL  # eight processes race: alone, in the suite's serial group
 
 WORKERS = 8
 ATTEMPTS = 30
