@@ -33,8 +33,20 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy src tests/typechecks
 	$(BIN)/lint-imports
 
+# The suite over every CPU: pytest-xdist starts PYTEST_WORKERS processes (`auto`: one per CPU; 0 runs
+# everything in this process), and `--dist loadgroup` sends the `serial` group (races, end-to-end, soak,
+# torture and browser tests: tests/conftest.py's SERIAL) to one of them, one test after another, while
+# the others share the rest. Coverage is measured where CI runs the suite (`CI=true`, as .ci/run sets)
+# or with COVERAGE=1: it takes 2 to 2.7 times the CPU, so a run without it is the quick one; with it,
+# the total is checked against the floor in pyproject.toml ([tool.coverage.report] fail_under).
+# PYTEST_ARGS go to pytest: `make pytest PYTEST_ARGS='tests/api -k quota'`.
+PYTEST_WORKERS ?= auto
+COVERAGE ?= $(if $(filter 1 true yes,$(CI)),1,0)
+PYTEST_COVERAGE := $(if $(filter 1,$(COVERAGE)),--cov=better_compute --cov-report=term:skip-covered)
+PYTEST_ARGS ?=
+
 pytest: $(VENV)/.installed-test
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_COVERAGE) $(PYTEST_ARGS)
 
 fmt: $(VENV)/.installed-test
 	$(BIN)/ruff format src tests bench
@@ -66,7 +78,7 @@ TORTURE_SECONDS ?=
 torture: $(VENV)/.installed-test
 	CI=true TORTURE_ATTEMPTS=$(TORTURE_ATTEMPTS) TORTURE_CHANGES=$(TORTURE_CHANGES) \
 		TORTURE_CHANGE_PAUSE=$(TORTURE_CHANGE_PAUSE) TORTURE_SECONDS=$(TORTURE_SECONDS) \
-		$(BIN)/pytest tests/torture --no-cov --timeout=14400 -s
+		$(BIN)/pytest tests/torture --timeout=14400 -s
 
 # The PostgreSQL soak at length (tests/soak/soak.py; `make test` runs it bounded, 30 s of load): a real
 # `serve` on a database of its own, SOAK_NODES real `bcd` processes (fake NVML, whose MIG state outlives

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -18,6 +20,38 @@ settings.register_profile("suite", deadline=None)
 settings.load_profile("suite")
 
 DEFAULT_PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
+
+SERIAL = pytest.mark.xdist_group("serial")
+"""The suite's serial group. `make test` spreads the tests over the CPUs with pytest-xdist
+(`--dist loadgroup`); the tests of this group all go to one worker, one after another: the races,
+end-to-end, soak, torture and browser tests, which start processes and servers of their own and wait
+on deadlines, so they never fight each other for the CPUs. A directory's conftest marks its tests
+with `mark_serial` (a `tryfirst` hook: xdist reads the group in its own hook); a module of another
+directory says `pytestmark = SERIAL`."""
+
+
+def mark_serial(items: list[pytest.Item], directory: Path) -> None:
+    """Put every test under `directory` in the serial group."""
+    for item in items:
+        if directory in Path(str(item.path)).resolve().parents:
+            item.add_marker(SERIAL)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """An xdist worker's tests of one `xdist_group` carry the group in their node id (`...@serial`):
+    that is how `--dist loadgroup` sends them to one worker. pytest 9.2's node ids are structured,
+    and pytest-xdist 3.8's suffix no longer takes (pytest-dev/pytest-xdist#1386): without this, the
+    serial group would be spread over the workers. It adds the suffix where xdist did not."""
+    if not getattr(config.option, "loadgroup", False):  # set on xdist's workers under loadgroup
+        return
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        marks = item.iter_markers("xdist_group")
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in marks})
+        if groups and "@" not in item.nodeid.rpartition("]")[2]:
+            item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(groups)}")  # type: ignore[attr-defined]
 
 
 def _pg_admin_url() -> str:
@@ -108,35 +142,80 @@ def pg_store_url(postgres_url: str) -> str:
 
 
 def _truncate_all(store: object) -> None:
+    """Empty every table of `store` and put back what the migrations write: a freshly migrated store.
+
+    On PostgreSQL a `DELETE` of each table (children first) and a restart of the sequences that were
+    used: tens of milliseconds, where a `TRUNCATE` of the 33 tables rewrites each one's files and takes
+    0.6 to 1.3 s, for every PostgreSQL test."""
     from sqlalchemy import text
 
     from better_compute.storage.kernel.tables import metadata
+    from better_compute.storage.placement.priority_classes import add_standard
     from better_compute.storage.store import Store
 
     assert isinstance(store, Store)
-    from better_compute.storage.placement.priority_classes import add_standard
-
     names = [t.name for t in reversed(metadata.sorted_tables)]
     with store.engine.begin() as conn:
+        for name in names:
+            conn.execute(text(f"DELETE FROM {name}"))
         if store.dialect == "postgresql":
-            conn.execute(text("TRUNCATE " + ", ".join(names) + " RESTART IDENTITY CASCADE"))
-        else:
-            for name in names:
-                conn.execute(text(f"DELETE FROM {name}"))
+            used = conn.execute(
+                text(
+                    "SELECT quote_ident(sequencename) FROM pg_sequences"
+                    " WHERE schemaname = current_schema() AND last_value IS NOT NULL"
+                )
+            ).scalars()
+            for sequence in used:
+                conn.execute(text(f"ALTER SEQUENCE {sequence} RESTART"))
         # What the migrations write beside the schema: a freshly migrated store holds it.
         add_standard(conn, datetime(2026, 1, 1, tzinfo=UTC))
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def store(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[object]:
-    """A migrated, empty store on each database: the storage contract runs on both."""
-    from pathlib import Path
+BOTH_STORES = [pytest.param("sqlite"), pytest.param("postgres", marks=pytest.mark.postgres)]
+"""The `store` fixture's parameters where the storage contract is held: SQLite and PostgreSQL."""
 
+_API_DIR = Path(__file__).resolve().parent / "api"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that uses the `store` fixture runs on both databases, except an HTTP story of
+    tests/api: the storage contract (tests/storage, tests/service and the rest) already holds the two
+    stores alike, so a story runs once, on SQLite. One that checks what differs between the two
+    databases says so with `@pytest.mark.both_stores`."""
+    definitions = metafunc._arg2fixturedefs.get("store", ())
+    if not definitions or definitions[-1].func.__module__ != __name__:
+        return  # no store, or a module's own (tests/api/test_limits.py's, on SQLite)
+    story = _API_DIR in Path(str(metafunc.definition.path)).resolve().parents
+    both = not story or metafunc.definition.get_closest_marker("both_stores") is not None
+    metafunc.parametrize("store", BOTH_STORES if both else ["sqlite"], indirect=True)
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once per run (per xdist worker: each has its own temporary
+    directory), which each SQLite `store` copies: a copy takes a millisecond, the 25 migrations
+    about 150 ms of CPU."""
+    from better_compute.storage.store import Store
+
+    path = tmp_path_factory.mktemp("sqlite-template") / "bc.db"
+    Store.open(f"sqlite:///{path}").close()
+    # Closing the last connection checkpoints the write-ahead log into the file: the file is whole.
+    assert not path.with_name("bc.db-wal").exists(), "the template's write-ahead log was not checkpointed"
+    return path
+
+
+@pytest.fixture
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[object]:
+    """A migrated, empty store on each database: the storage contract runs on both.
+
+    SQLite: a copy of the run's migrated template, in the test's own directory. PostgreSQL: the run's
+    migrated database, emptied."""
     from better_compute.storage.store import Store
 
     if request.param == "sqlite":
-        assert isinstance(tmp_path, Path)
-        s = Store.open(f"sqlite:///{tmp_path / 'bc.db'}")
+        path = tmp_path / "bc.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        s = Store.open(f"sqlite:///{path}", migrate_schema=False)
     else:
         s = Store.open(request.getfixturevalue("pg_store_url"), migrate_schema=False)
         _truncate_all(s)

@@ -191,6 +191,7 @@ def _overlapping_row(store: Store, atom: dict[str, Any], allocation_id: str, sta
         conn.execute(insert(bookings).values(row))
 
 
+@pytest.mark.both_stores
 def test_doctor_ledger_overlap_found_on_sqlite_and_refused_by_postgresql(fleet: Store) -> None:
     from better_compute.storage.kernel.tables import atoms
 
@@ -407,6 +408,7 @@ def test_doctor_ledger_stranded_names_the_reservation_holding_an_atom_it_cannot_
     assert not [f for f in doctor(fleet, now=at(3))["findings"] if f["code"] == "ledger.stranded"]
 
 
+@pytest.mark.both_stores
 def test_doctor_a_gpu_held_whole_and_in_parts_is_an_overlap_sqlite_finds_and_postgresql_refuses(
     fleet: Store,
 ) -> None:

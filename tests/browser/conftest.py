@@ -13,6 +13,7 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
+from tests.conftest import mark_serial
 from tests.e2e.conftest import Server, start_server
 
 _BROWSER_DIR = Path(__file__).resolve().parent
@@ -20,11 +21,14 @@ CHROMIUM = os.environ.get("BC_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("BC_CHROMEDRIVER", "/usr/bin/chromedriver")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/browser starts a server and a browser: mark it `browser`."""
+    """Everything under tests/browser starts a server and a browser: mark it `browser`, in the serial
+    group."""
     for item in items:
         if _BROWSER_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.browser)
+    mark_serial(items, _BROWSER_DIR)
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.conftest import mark_serial
+
 REPO = Path(__file__).resolve().parents[2]
 DEMO_FLEET = REPO / "examples" / "demo-fleet.yaml"
 HEALTH_TIMEOUT = 30.0
@@ -31,11 +33,14 @@ CLI_TIMEOUT = 60.0
 _E2E_DIR = Path(__file__).resolve().parent
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Everything under tests/e2e starts real processes: mark it `e2e` (deselect with -m 'not e2e')."""
+    """Everything under tests/e2e starts real processes: mark it `e2e` (deselect with -m 'not e2e'),
+    in the serial group."""
     for item in items:
         if _E2E_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.e2e)
+    mark_serial(items, _E2E_DIR)
 
 
 NOT_PASSED_ON = {

@@ -16,6 +16,9 @@ import pytest
 from better_compute.entrypoints import database, reconciler_process
 from better_compute.entrypoints.reconciler_process import ReconcilerProcess, reconcile_command
 from better_compute.storage.store import Store
+from tests.conftest import SERIAL
+
+pytestmark = SERIAL  # child processes started and waited for on deadlines: in the suite's serial group
 
 CHILD = """
 import pathlib, sys, time

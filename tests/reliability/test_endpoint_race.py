@@ -8,7 +8,6 @@ the test proves the race whichever process starts first."""
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 
 import pytest
@@ -19,6 +18,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.endpoints import endpoints
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.processes import race_context
 from tests.reliability.endpoint_race_worker import OWNER, book, create, retry
 
 NODES = 6
@@ -42,7 +42,7 @@ def test_endpoints_and_bookings_racing_never_share_a_node(pg_store: Store) -> No
     with store.engine.begin() as conn:  # every node runs a daemon (joined), so each is a candidate
         conn.execute(text("UPDATE nodes SET public_key = 'race'"))
     url = store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(CREATORS + BOOKERS) as workers:
         bookers = [workers.apply_async(book, (url, w, 60)) for w in range(BOOKERS)]
         creators = [workers.apply_async(create, (url, w, 4)) for w in range(CREATORS)]
@@ -98,7 +98,7 @@ def test_failed_endpoints_retried_by_racing_processes_while_tenants_book_never_s
     with store.engine.begin() as conn:
         conn.execute(text("UPDATE nodes SET cordoned = false"))
     url = store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(RETRIERS + BOOKERS) as workers:
         bookers = [workers.apply_async(book, (url, w, 40)) for w in range(BOOKERS)]
         retriers = [workers.apply_async(retry, (url, 20)) for _ in range(RETRIERS)]

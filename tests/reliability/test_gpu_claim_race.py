@@ -10,7 +10,6 @@ the outcome is checked by SQL.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import threading
@@ -29,6 +28,7 @@ from better_compute.service.fleet import inventory, joining
 from better_compute.service.fleet.rederive import stored_reports
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
+from tests.processes import race_context
 from tests.reliability.gpu_claim_race_worker import new_gpu, race
 from tests.reliability.interleave import until_blocked
 
@@ -94,7 +94,7 @@ def test_nodes_racing_to_report_one_new_gpu_leave_it_with_exactly_one(pg_store: 
         keys[name] = key.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
     with store.read() as tx:
         own = {r.node: list(r.gpus) for r in stored_reports(tx, names)}
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     barrier = ctx.Barrier(NODES)
     outcomes = ctx.Queue()
     workers = [

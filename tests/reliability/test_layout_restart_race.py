@@ -7,7 +7,6 @@ bookings). Which placer wins which atom is up to the scheduler, so it is not ass
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections import Counter
 
@@ -19,6 +18,7 @@ from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from tests.builders import small_fleet
+from tests.processes import race_context
 from tests.reliability import layout_restart_worker as worker
 
 pytestmark = pytest.mark.postgres
@@ -56,7 +56,7 @@ def test_placers_racing_nodes_restarting_whole_never_hold_a_gpu_whole_and_in_par
     url = pg_store.engine.url.render_as_string(hide_password=False)
     base = time.time()
     nodes = [f"n-{i + 1}" for i in range(NODES)]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(5) as workers:
         restarting = workers.apply_async(worker.restarter, (url, nodes, GPUS, ROUNDS))
         placing = [

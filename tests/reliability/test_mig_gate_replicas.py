@@ -5,7 +5,6 @@ not asserted."""
 
 from __future__ import annotations
 
-import multiprocessing
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from better_compute.service.fleet import pools
 from better_compute.service.gate import node_spec
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.processes import race_context
 from tests.reliability import mig_gate_worker
 
 pytestmark = pytest.mark.postgres
@@ -43,7 +43,7 @@ def test_replicas_share_the_nodes_and_take_over_a_dead_ones_leases(pg_store: Sto
     load_fleet(pg_store, parse_fleet(small_fleet(nodes=NODES)), T0)
     pools.update(pg_store, ADMIN, "p1", policy={"migLayout": "all-2g.20gb"}, now=datetime.now(UTC))
     url = pg_store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     ours, theirs = ctx.Pipe()
     dying = ctx.Process(target=mig_gate_worker.hoarder, args=(url, LEASE_S, theirs))
     dying.start()

@@ -9,7 +9,6 @@ SQL, on the ledger itself.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import threading
@@ -27,6 +26,7 @@ from better_compute.service.ledger import reservations
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.processes import race_context
 from tests.reliability.interleave import until_blocked
 from tests.reliability.pool_race_worker import ADMIN, OWNER, book, change, reconcile
 
@@ -59,7 +59,7 @@ def test_pool_change_race_leaves_no_booking_on_a_removed_atom(
     load_fleet(store, parse_fleet(fleet), T0)
     url = _url(store)
     stop = tmp_path / "stop"
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(BOOKERS + 2) as workers:
         gate = workers.apply_async(reconcile, (url, str(stop)))
         changer = workers.apply_async(change, (url, kind, CHANGES))

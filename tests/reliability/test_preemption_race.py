@@ -7,7 +7,6 @@ exclusion constraint is the last fence. The checks are made by SQL.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import Counter
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import pools
 from better_compute.service.placement import priority_classes
 from better_compute.storage.store import Store
+from tests.processes import race_context
 from tests.reliability.preemption_race_worker import ADMIN, DEVICE_CLASS, run
 from tests.reliability.test_workload_race import ORPHANS_SQL, OVERLAPS_SQL, REPLICA_BOOKINGS_SQL
 
@@ -68,7 +68,7 @@ def test_racing_preemptions_never_double_book_never_deadlock_and_never_evict_pro
     store = pg_store
     _prepare(store, datetime.now(UTC))
     url = store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(CLIENTS) as workers:
         clients = [
             workers.apply_async(

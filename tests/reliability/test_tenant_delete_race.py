@@ -8,7 +8,6 @@ starts. SQLite serialises writers, so these cannot happen there.
 
 from __future__ import annotations
 
-import multiprocessing
 import sys
 import threading
 from collections import Counter
@@ -28,6 +27,7 @@ from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.tenancy import credentials, tenants
 from better_compute.storage.store import Store
 from tests.builders import T0, small_fleet
+from tests.processes import race_context
 from tests.reliability import tenant_race_worker
 from tests.reliability.interleave import until_blocked
 
@@ -90,7 +90,7 @@ def test_racing_processes_never_leave_a_reservation_to_a_deleted_tenant(pg_store
     is refused. No lock is ever taken out of order (a deadlock would end a worker with an error)."""
     _fleet(pg_store)
     url = pg_store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(BOOKERS + 1) as workers:
         deleter = workers.apply_async(tenant_race_worker.delete, (url, 10_000, 30))
         bookers = [workers.apply_async(tenant_race_worker.book, (url, w, 150)) for w in range(BOOKERS)]

@@ -11,7 +11,6 @@ the fleet has. The checks are made by SQL, on the ledger and the workload tables
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from collections import Counter
 from datetime import UTC, datetime
@@ -24,6 +23,7 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import pools
 from better_compute.service.placement import class_quotas
 from better_compute.storage.store import Store
+from tests.processes import race_context
 from tests.reliability.workload_race_worker import ADMIN, DEVICE_CLASS, run
 
 pytestmark = pytest.mark.postgres
@@ -132,7 +132,7 @@ def test_racing_workload_writes_stay_within_the_fleet_and_the_quotas(pg_store: S
     store = pg_store
     _prepare(store, datetime.now(UTC))
     url = store.engine.url.render_as_string(hide_password=False)
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(CLIENTS) as workers:
         clients = [
             workers.apply_async(run, (url, w, ("acme", "globex")[w % 2], ROUNDS, 7)) for w in range(CLIENTS)

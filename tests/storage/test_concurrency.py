@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 from collections import Counter
 
 from sqlalchemy import text
@@ -11,7 +10,11 @@ from better_compute.entrypoints.fleet import load_fleet
 from better_compute.service.fleet import inventory
 from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
+from tests.conftest import SERIAL
+from tests.processes import race_context
 from tests.storage.race_worker import race
+
+pytestmark = SERIAL  # eight processes race: alone, in the suite's serial group
 
 WORKERS = 8
 ATTEMPTS = 30
@@ -32,7 +35,7 @@ def test_racing_processes_never_double_book(store: Store) -> None:
     gpus = sorted({a.gpu_id for a in mig})
     # A small contended set: four instances of one GPU and two of the other.
     atoms = [a.id for a in mig if a.gpu_id == gpus[0]][:4] + [a.id for a in mig if a.gpu_id == gpus[1]][:2]
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(WORKERS) as pool:
         results = pool.starmap(race, [(_url(store), w, atoms, gpus, ATTEMPTS, 7) for w in range(WORKERS)])
     outcomes = [o for worker in results for o in worker]

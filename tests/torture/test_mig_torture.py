@@ -6,7 +6,6 @@ printing the counts, the time taken and any violation."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ from sqlalchemy import text
 from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
+from tests.processes import race_context
 from tests.torture import torture
 
 pytestmark = pytest.mark.postgres
@@ -40,7 +40,7 @@ def test_placers_racing_layout_changes_never_break_the_atom_rule(pg_store: Store
     stop, placed = tmp_path / "stop", tmp_path / "placed"
     url = pg_store.engine.url.render_as_string(hide_password=False)
     started = time.monotonic()
-    ctx = multiprocessing.get_context("spawn")
+    ctx = race_context()
     with ctx.Pool(PLACERS + 3) as workers:
         nodes = workers.apply_async(torture.node_process, (url, NODES, str(stop)))
         gate = workers.apply_async(torture.reconciler, (url, str(stop)))
