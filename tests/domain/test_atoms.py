@@ -8,13 +8,13 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.domain.fleet.atoms import (
     atom_id_for,
     attribute_filters,
-    check_atom_class,
     derive_gpu_atoms,
     derive_node_atoms,
     nvlink_domains,
 )
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.pools import PoolSharing, SharingMode, mps_units
+from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.kernel.errors import InvalidInput
 from tests.builders import h100, mig
 

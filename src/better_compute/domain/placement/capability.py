@@ -35,7 +35,8 @@ from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain import catalog
-from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.kernel.selectors import MatchExpression, Selector
 from better_compute.domain.metering.metering import share

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
-from better_compute.domain.fleet.atoms import ATOM_CLASSES, Atom, AtomClass, compact
+from better_compute.domain.fleet.atoms import Atom, compact
+from better_compute.domain.kernel.atom_classes import ATOM_CLASSES, AtomClass
 from better_compute.domain.ledger.scrub import EndedHold
 from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.class_quotas import HeldAtom
