@@ -24,8 +24,8 @@ from fractions import Fraction
 from better_compute.domain.endpoints import endpoints as rules
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
-from better_compute.domain.metering.metering import share
 from better_compute.domain.metering.showback import gpu_hour_price
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope
