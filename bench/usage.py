@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.fleetgen import fleet_parser, machine_speed_s, postgres_database, sqlite_database
 from bench.reservations import server
-from better_compute.domain.metering.metering import share, shown
+from better_compute.domain.fleet.shares import share
+from better_compute.domain.metering.metering import shown
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from better_compute.bcd.fake import FakeNode
-from better_compute.domain.fleet.atoms import Atom, AtomClass, AttrValue
+from better_compute.domain.fleet.atoms import Atom, AttrValue
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance
 from better_compute.domain.fleet.pools import SharingMode
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.selectors import parse_selector
 from better_compute.domain.ledger.admission import DeviceRequest
 from better_compute.domain.ops.fleet import parse_fleet

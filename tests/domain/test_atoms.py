@@ -8,7 +8,6 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.domain.fleet.atoms import (
     atom_id_for,
     attribute_filters,
-    check_atom_class,
     derive_gpu_atoms,
     derive_node_atoms,
     mig_atom_key,
@@ -17,6 +16,7 @@ from better_compute.domain.fleet.atoms import (
 )
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.domain.fleet.pools import PoolSharing, SharingMode, mps_units
+from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.kernel.errors import InvalidInput
 from tests.builders import h100, mig
 

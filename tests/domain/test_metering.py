@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from better_compute.domain.fleet.atoms import derive_gpu_atoms
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance
 from better_compute.domain.fleet.pools import PoolSharing
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.metering import (
@@ -22,7 +23,6 @@ from better_compute.domain.metering.metering import (
     hours,
     hours_by_meter,
     microseconds,
-    share,
     shown,
 )
 from tests.builders import T0, at, atom, h100

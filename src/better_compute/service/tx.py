@@ -20,7 +20,7 @@ from better_compute.service.fleet.ports import (
     NodeRepo,
     PoolRepo,
 )
-from better_compute.service.gate.ports import MigLayoutRepo
+from better_compute.service.gate.ports import GateHooks, MigLayoutRepo
 from better_compute.service.kernel.ports import EventLog
 from better_compute.service.ledger.ports import LedgerPort, ReservationRepo
 from better_compute.service.metering.ports import PriceRepo, UsageRepo
@@ -107,3 +107,8 @@ class Tx(Protocol):
 
     @property
     def workloads(self) -> WorkloadRepo: ...
+
+    @property
+    def hooks(self) -> GateHooks:
+        """Fleet's and the gate's hooks, bound to this transaction (`service/hooks.py`)."""
+        ...

@@ -1,4 +1,4 @@
-"""One transaction's repositories, bound to its connection (the service's `Tx`)."""
+"""One transaction's repositories, bound to its connection, and the hooks bound to it (the service's `Tx`)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from functools import cached_property
 
 from sqlalchemy import Connection
 
+from better_compute.service.hooks import Hooks
 from better_compute.storage.endpoints.components import SqlComponents
 from better_compute.storage.endpoints.endpoints import SqlEndpoints
 from better_compute.storage.fleet.atoms import SqlAtoms
@@ -126,3 +127,9 @@ class SqlTx:
     @cached_property
     def workloads(self) -> SqlWorkloads:
         return SqlWorkloads(self.conn)
+
+    @cached_property
+    def hooks(self) -> Hooks:
+        """What fleet and the gate tell the contexts above them, answered in this transaction
+        (service/hooks.py): every store's transactions carry the one wiring."""
+        return Hooks(self)

@@ -11,8 +11,9 @@ from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
-from better_compute.domain.fleet.atoms import Atom, attribute_filters, check_atom_class
+from better_compute.domain.fleet.atoms import Atom, attribute_filters
 from better_compute.domain.fleet.records import Cluster, Gpu
+from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.ledger.ledger import Availability
 from better_compute.service.fleet import clusters, gpu_owners, inventory, pools
 from better_compute.service.fleet.inventory import NodeView

@@ -14,30 +14,20 @@ import sys
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, get_args
+from typing import ClassVar
 
 from better_compute.domain import catalog
 from better_compute.domain.catalog import GpuModel, normalize_profile_name
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
 from better_compute.domain.fleet.mig_plan import converged
 from better_compute.domain.fleet.pools import PoolSharing, check_replicas, mps_units
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.name_uuids import uuid5_hex
 
-AtomClass = Literal["gpu", "gpu.mig", "gpu.slot"]
-ATOM_CLASSES: tuple[AtomClass, ...] = get_args(AtomClass)
 AttrValue = str | int | float | bool
 
 _ATOM_NAMESPACE = uuid.UUID("6f1d8e52-3c1b-4b8e-9a55-0c5b3f1e2a77")
-
-
-def check_atom_class(value: object, field: str) -> AtomClass:
-    """An atom class named in a request (a device request, a quota map, a filter)."""
-    if value not in ATOM_CLASSES:
-        raise InvalidInput(
-            f"{field} must be one of {', '.join(ATOM_CLASSES)}, not {value!r}", {"field": field}
-        )
-    return value
 
 
 def attribute_filters(items: Iterable[str], field: str = "attr") -> dict[str, str]:

@@ -17,15 +17,15 @@ from datetime import datetime
 from fractions import Fraction
 
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.metering.metering import share
 
 
 @dataclass(frozen=True, slots=True)
 class GpuState:
     """What decides how one GPU's capacity is accounted while it holds.
 
-    `shares` maps each present atom of the GPU to its share of it (`domain.metering.metering.share`), as the
+    `shares` maps each present atom of the GPU to its share of it (`domain.fleet.shares.share`), as the
     atoms were then: a booking is accounted at its atom's share at the time it held it.
     """
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from better_compute.domain.fleet.atoms import AtomClass, check_atom_class
 from better_compute.domain.fleet.pools import SHARING_MODES, SharingMode
+from better_compute.domain.kernel.atom_classes import AtomClass, check_atom_class
 from better_compute.domain.kernel.errors import InvalidInput, SingleTenantPool
 from better_compute.domain.kernel.selectors import EVERYTHING, Selector, parse_selector
 

@@ -4,7 +4,7 @@ A GPU's capacity is its hours in the pool (while present: `domain.fleet.gpu_stat
 whole GPU is split between the states, by this precedence (docs/capacity.md#accounting):
 
 1. `changing`: a partition change holds the GPU (it books the whole family), so all of it;
-2. `booked`: otherwise the shares of its booked atoms (`domain.metering.metering.share`), at most the GPU;
+2. `booked`: otherwise the shares of its booked atoms (`domain.fleet.shares.share`), at most the GPU;
 3. the rest: `unhealthy` when the GPU is, else `cordoned` when its node is, else `free`.
 
 Shares are fractions of a GPU and times are microseconds, so the sweep counts in whole units of

@@ -1,25 +1,21 @@
-"""Metering: what share of a GPU an atom is, and how many GPU-hours a booking holds in a period.
+"""Metering: how many GPU-hours a booking holds in a period.
 
 Bills must be exact to the fraction (a 3g.40gb on an H100 is 3/7 of it, not 0.43), so every share
 and every sum is a `fractions.Fraction`; only `shown` rounds, for display (docs/billing.md).
 
-`share` is the one rule for an atom's share of a GPU. Storage writes it beside each atom and copies
-it onto every booking as it is made, so a later change of a pool's `replicas` or of a MIG layout
-(which re-derives the atom with the same id) cannot change what an earlier booking bills.
+An atom's share of a GPU is fleet's rule (`domain.fleet.shares.share`); what is billed is that share
+times the hours held.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from fractions import Fraction
-from functools import cache, lru_cache
+from functools import lru_cache
 
-from better_compute.domain import catalog
-from better_compute.domain.fleet.atoms import Atom, AttrValue
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.timewin import Window
 
@@ -29,63 +25,9 @@ HOURS_PLACES = 6
 MICROSECONDS_PER_HOUR = 3_600_000_000
 """The ledger keeps times to the microsecond, so held time is an exact count of them."""
 
-FALLBACK_COMPUTE_SLICES = 7
-"""A MIG instance of a model the catalog does not know is taken over 7 compute slices (the H100,
-A100, H200 and B200 figure), from the `<G>g` of its profile name: the best the report tells."""
-
 UNMETERED = "gpu.hours"
 """The meter of a booking whose pool is gone (a pool with reservations cannot be deleted, so only a
 booking written by hand has none)."""
-
-_COMPUTE = re.compile(r"^(?:mig-)?(\d+)g\.", re.IGNORECASE)
-
-
-def share(atom: Atom) -> Fraction:
-    """The atom's share of one GPU, which a booking of it bills per hour held.
-
-    - a whole GPU (`gpu`): 1
-    - a time-slice slot: 1 / `slots`
-    - an MPS slot: `mpsUnits` / 100 (so with 3 replicas a slot is 33/100, as MPS serves it)
-    - a MIG instance: its profile's compute slices over its model's (catalog): 3g.40gb on an H100
-      is 3/7, 1g.24gb on an RTX PRO 6000 is 1/4
-    """
-    return _share(atom.cls, _hashable(atom.attributes))
-
-
-def _hashable(attributes: Mapping[str, AttrValue]) -> tuple[tuple[str, AttrValue], ...]:
-    keys = ("sharing", "slots", "mpsUnits", "gpuModel", "migProfile")
-    return tuple((k, attributes[k]) for k in keys if k in attributes)
-
-
-@cache
-def _share(cls: str, attributes: tuple[tuple[str, AttrValue], ...]) -> Fraction:
-    attrs = dict(attributes)
-    if cls == "gpu.slot":
-        if attrs.get("sharing") == "mps" and _positive(attrs.get("mpsUnits")):
-            return Fraction(int(attrs["mpsUnits"]), 100)
-        if _positive(attrs.get("slots")):
-            return Fraction(1, int(attrs["slots"]))
-        return Fraction(1)
-    if cls == "gpu.mig":
-        return _mig_share(attrs.get("gpuModel"), attrs.get("migProfile"))
-    return Fraction(1)
-
-
-def _positive(value: AttrValue | None) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def _mig_share(model_id: AttrValue | None, profile_name: AttrValue | None) -> Fraction:
-    if not isinstance(profile_name, str):
-        return Fraction(1)
-    model = catalog.find_model(model_id) if isinstance(model_id, str) else None
-    profile = model.find_profile(profile_name) if model is not None else None
-    if model is not None and profile is not None and model.compute_slices > 0:
-        return Fraction(profile.compute_slices, model.compute_slices)
-    match = _COMPUTE.match(profile_name.strip())
-    if match is None:
-        return Fraction(1)
-    return min(Fraction(1), Fraction(int(match[1]), FALLBACK_COMPUTE_SLICES))
 
 
 def held(span: Window, period: Window, now: datetime) -> Window | None:

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from fractions import Fraction
 
-from better_compute.domain.fleet.atoms import ATOM_CLASSES, Atom, AtomClass
+from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.records import Gpu
+from better_compute.domain.kernel.atom_classes import ATOM_CLASSES, AtomClass
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.accounting import MICROSECONDS_PER_HOUR, Grid
 

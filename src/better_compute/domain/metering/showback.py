@@ -3,7 +3,7 @@ each component's copies cost.
 
 An endpoint is paid for by the instance, whatever its partitions hold (the seed: "you are billed
 for the whole GPU instance"). Showback splits that cost over the models on it: each copy costs, for
-the time it held its partition, the partition's share of its GPU (`domain.metering.metering.share`: 3g.40gb
+the time it held its partition, the partition's share of its GPU (`domain.fleet.shares.share`: 3g.40gb
 on an H100 is 3/7) times the endpoint's price per GPU-hour (the variant's `pricePerInstanceHour`
 over the instance's GPUs, as the copy was placed). A component's line adds its copies' GPU-hours
 and cost. Hours are exact fractions until shown; money is rounded once per line, as a bill's is.

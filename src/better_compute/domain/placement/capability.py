@@ -35,10 +35,11 @@ from decimal import Decimal
 from fractions import Fraction
 
 from better_compute.domain import catalog
-from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.kernel.selectors import MatchExpression, Selector
-from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.costs import money
 from better_compute.domain.placement.device_classes import DeviceClass

@@ -1,7 +1,7 @@
 """What a workload's replica costs per hour in a cluster, against a policy's cost ceiling
 (docs/scheduling.md#cost-ceilings).
 
-A device bills its share of a GPU (`domain.metering.metering.share`: 1 for a whole GPU, 3/7 for a 3g.40gb
+A device bills its share of a GPU (`domain.fleet.shares.share`: 1 for a whole GPU, 3/7 for a 3g.40gb
 on an H100, 1/slots for a slot) times its meter's price per hour, as a bill does. A replica of N
 devices costs N times that. A cluster may hold the tenant's devices of the class in several pools,
 on different meters; a replica may land in any of them, so the cluster's figure is the dearest one.

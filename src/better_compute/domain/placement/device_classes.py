@@ -17,7 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.fleet.atoms import Atom, AtomClass, check_atom_class
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.kernel.atom_classes import AtomClass, check_atom_class
 from better_compute.domain.kernel.errors import AlreadyExists, NotFound
 from better_compute.domain.kernel.selectors import Selector, parse_selector
 from better_compute.domain.tenancy.tenancy import check_class_name

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from better_compute.domain.fleet.atoms import ATOM_CLASSES, AtomClass, check_atom_class
+from better_compute.domain.kernel.atom_classes import ATOM_CLASSES, AtomClass, check_atom_class
 from better_compute.domain.kernel.errors import InvalidInput, QuotaExceeded
 from better_compute.domain.kernel.timewin import Window
 

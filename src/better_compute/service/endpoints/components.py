@@ -30,8 +30,8 @@ from better_compute.domain.endpoints.commands import (
 )
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
-from better_compute.domain.metering.metering import share
 from better_compute.domain.metering.showback import gpu_hour_price
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.tenancy import check_ref, tenant_scope

@@ -95,4 +95,13 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     return instance.node_id
 
 
-__all__ = ["next_cut_in"]
+def layout_applied_in(tx: EndpointsTx, node_id: str, now: datetime) -> None:
+    """The gate applied a node's new layout and let go of it (its hook `layout_applied`, wired in
+    `service/hooks.py`): a node that serves an endpoint is held for the endpoint from that moment,
+    and a live relayout goes on to its next instance."""
+    serving = endpoint_holds.take_over(tx, node_id, now)
+    if serving is not None:
+        next_cut_in(tx, serving, now)
+
+
+__all__ = ["layout_applied_in", "next_cut_in"]

@@ -27,7 +27,6 @@ from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.errors import NotFound
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.tenancy import check_ref
-from better_compute.service.endpoints import endpoint_holds
 from better_compute.service.fleet.gpu_states import record_nodes
 from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.kernel.ports import StorePort
@@ -105,7 +104,7 @@ def release(store: StorePort[FleetTx], principal: Principal, gpu_id: object, now
             held[booking.allocation_id] = None if seen is None or end is None else max(seen, end)
         check_releasable(gpu.id, gpu.node_id, held)
         if any(a.present for a in atoms):
-            endpoint_holds.replan_lost_in(tx, [a for a in atoms if a.present], now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+            tx.hooks.atoms_lost([a for a in atoms if a.present], now)  # an endpoint's copies on them move
         record_nodes(tx, [gpu.node_id], now)
         tx.events.append_all(
             [

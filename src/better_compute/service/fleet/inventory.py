@@ -21,11 +21,9 @@ from better_compute.domain.fleet.pools import SLOT_MODES, PoolSharing
 from better_compute.domain.fleet.records import Cluster, Gpu, Node
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.kernel.errors import NotFound
-from better_compute.service.endpoints import endpoint_holds
 from better_compute.service.fleet import gpu_owners
 from better_compute.service.fleet.gpu_states import record_nodes
 from better_compute.service.fleet.ports import FleetTx
-from better_compute.service.gate.partition_holds import hold_new_atoms_in
 from better_compute.service.kernel.paging import DEFAULT_LIMIT, Listing, fetch, listing
 from better_compute.service.kernel.ports import StorePort
 
@@ -137,13 +135,12 @@ def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> Inge
     tx.atoms.put(sorted(atom_rows, key=lambda a: a.id))
     fresh = [a for a in atom_rows if a.present and not (a.id in old_atoms and old_atoms[a.id].present)]
     gone = [a for a in atom_rows if not a.present and a.id in old_atoms and old_atoms[a.id].present]
-    if gone:  # copies of an endpoint's components on them wait again, and move if they can
-        endpoint_holds.replan_lost_in(tx, gone, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+    # The contexts above hear what changed (service/hooks.py): copies of an endpoint's components on
+    # lost atoms wait again; a node under a layout change, or serving an endpoint, holds its new ones.
+    if gone:
+        tx.hooks.atoms_lost(gone, now)
     if fresh:
-        # A node under a layout change holds its new atoms too, until the change is applied; one
-        # serving an endpoint holds them for it.
-        hold_new_atoms_in(tx, fresh, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
-        endpoint_holds.hold_new_atoms_in(tx, fresh, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+        tx.hooks.atoms_found(fresh, now)
     for report in reports:
         if known[report.node].observed_generation != report.observed_generation:
             tx.nodes.mark_observed(report.node, report.observed_generation, now)

@@ -53,7 +53,6 @@ from better_compute.domain.tenancy.tenancy import (
 )
 from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.fleet.rederive import rederive_nodes
-from better_compute.service.gate import mig_gate
 from better_compute.service.kernel.paging import Listing, page
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.tenancy import quotas
@@ -348,7 +347,7 @@ def update_in(
     # gate's steps take the node locks too. All in one sorted batch: lockers never wait in a cycle.
     tx.nodes.lock(sorted(touched | (set(new_members) if gated else set())))
     if removed:
-        mig_gate.leave_in(tx, removed, now)  # type: ignore[arg-type]  # upward (contexts ignore_imports); a leaving node's holds go before re-deriving
+        tx.hooks.nodes_leaving(removed, now)  # the gate's holds on them go before re-deriving
     if added or removed:
         _set_members(tx, pool_id, new_members)
     rederive_nodes(tx, sorted(touched), now)
@@ -360,9 +359,9 @@ def update_in(
         kept = sorted(set(new_members) - set(added) - set(serving))
         old_shape, new_shape = pool_shape(pool), pool_shape(replace(pool, settings=new))
         assert new_shape is not None
-        mig_gate.request_in(tx, pool_id, kept, old_shape, new_shape, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+        tx.hooks.pool_reshaped(pool_id, kept, old_shape, new_shape, now)
     if added and pool.mode == "mig" and new.layout is not None:
-        mig_gate.join_in(tx, pool_id, added, new.layout, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+        tx.hooks.nodes_joined(pool_id, added, new.layout, now)
     if old.scrub == "none" and new.scrub != "none":
         # Scrubbing applies to what is released from now on: earlier holders owe nothing.
         tx.atoms.mark_scrubbed_pool(pool_id, now)

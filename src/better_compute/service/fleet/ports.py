@@ -326,6 +326,42 @@ class PoolReservations(TenantReservations, Protocol):
         ...
 
 
+class FleetHooks(Protocol):
+    """What fleet tells the contexts above it, inside the transaction that made the change, as it
+    makes it: the gate holds a node's new atoms for its layout change and gates a pool's new shape,
+    and endpoints hold an instance's atoms and move the copies on lost ones. Fleet calls each hook at
+    the point the change is made, and never learns who hears it; which handler hears which hook is
+    said in one place, `service/hooks.py`, which the storage's unit of work binds to itself.
+
+    Every hook runs in the caller's transaction, under the node locks it holds."""
+
+    def atoms_lost(self, lost: Sequence[Atom], now: datetime) -> None:
+        """Atoms that were present are not any more (a GPU gone or released, an instance destroyed),
+        their rows just written."""
+        ...
+
+    def atoms_found(self, found: Sequence[Atom], now: datetime) -> None:
+        """Atoms that were not present are now (a repartition's instances, new slots, a node's first
+        report), their rows just written; called after `atoms_lost` of the same write."""
+        ...
+
+    def nodes_leaving(self, node_ids: Sequence[str], now: datetime) -> None:
+        """Nodes leave their pool, before their atoms are derived for no pool."""
+        ...
+
+    def pool_reshaped(
+        self, pool_id: str, node_ids: Sequence[str], old_shape: str | None, new_shape: str, now: datetime
+    ) -> None:
+        """A pool's shape changed (a mig pool's layout, a slot pool's `replicas`, as
+        `domain.gate.mig_gate.pool_shape` writes it), its atoms re-derived: `node_ids`, its nodes
+        that stay and serve no endpoint, keep the old one until they may take the new."""
+        ...
+
+    def nodes_joined(self, pool_id: str, node_ids: Sequence[str], layout: str, now: datetime) -> None:
+        """Nodes joined a mig pool of `layout`, their atoms derived for it."""
+        ...
+
+
 class FleetTx(TenancyTx, Protocol):
     """The slice of a transaction fleet's use cases use: tenancy's, fleet's own repositories, and what
     fleet asks of the ledger, workloads, the gate and endpoints."""
@@ -368,3 +404,8 @@ class FleetTx(TenancyTx, Protocol):
 
     @property
     def reservations(self) -> PoolReservations: ...
+
+    @property
+    def hooks(self) -> FleetHooks:
+        """The contexts above, told of what fleet changes in this transaction."""
+        ...

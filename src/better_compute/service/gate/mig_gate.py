@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -26,7 +26,6 @@ from better_compute.domain.gate import mig_gate as rules
 from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, Unavailable
-from better_compute.service.endpoints import endpoint_holds, endpoint_relayout
 from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds
 from better_compute.service.gate.ports import GateTx
@@ -65,7 +64,7 @@ def server_duty(dialect: str) -> float:
 
 
 def request_in(
-    tx: GateTx, pool_id: str, node_ids: list[str], old_shape: str | None, new_shape: str, now: datetime
+    tx: GateTx, pool_id: str, node_ids: Sequence[str], old_shape: str | None, new_shape: str, now: datetime
 ) -> None:
     """Gate `node_ids` (a pool's nodes, locked by the caller) for the pool's new shape: a mig pool's
     layout, or a slot pool's `replicas` as `domain.gate.mig_gate.slots_shape` writes it."""
@@ -87,7 +86,7 @@ def request_in(
                 _end(tx, dropped, now, undone=True)
 
 
-def join_in(tx: GateTx, pool_id: str, node_ids: list[str], layout: str, now: datetime) -> None:
+def join_in(tx: GateTx, pool_id: str, node_ids: Sequence[str], layout: str, now: datetime) -> None:
     """Nodes added to a mig pool (locked by the caller, their atoms derived for it) read the pool's
     layout directly and take no work before their first converged spec: each one that runs a
     daemon (it has joined) is held from now and granted at once, so the gate releases it when it
@@ -119,7 +118,7 @@ def cut_now_in(
     node_spec.settle_grant_in(tx, node_id, now)
 
 
-def leave_in(tx: GateTx, node_ids: list[str], now: datetime) -> None:
+def leave_in(tx: GateTx, node_ids: Sequence[str], now: datetime) -> None:
     """Nodes removed from a pool end its layout change: their holds are released."""
     for gate in tx.mig_layouts.of_nodes(node_ids).values():
         _end(tx, gate, now, undone=True)
@@ -130,9 +129,7 @@ def _end(tx: GateTx, gate: MigLayoutGate, now: datetime, *, undone: bool = False
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
     if not undone:  # an endpoint's instance, cut: the endpoint holds it from the moment the gate lets go
-        serving = endpoint_holds.take_over(tx, gate.node_id, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
-        if serving is not None:  # and a live relayout goes on to its next instance
-            endpoint_relayout.next_cut_in(tx, serving, now)  # type: ignore[arg-type]  # upward: pyproject's contexts ignore_imports
+        tx.hooks.layout_applied(gate.node_id, now)
     layout = gate.frozen_layout if undone else gate.pending_layout
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 

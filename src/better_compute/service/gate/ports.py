@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Protocol
 
 from better_compute.domain.gate.records import MigLayoutGate
+from better_compute.service.fleet.ports import FleetHooks
 from better_compute.service.ledger.ports import LedgerTx
 
 
@@ -36,8 +37,21 @@ class MigLayoutRepo(Protocol):
     def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...
 
 
+class GateHooks(FleetHooks, Protocol):
+    """Fleet's hooks, and what the gate tells the contexts above it inside its own transaction
+    (wired as fleet's are, in `service/hooks.py`)."""
+
+    def layout_applied(self, node_id: str, now: datetime) -> None:
+        """The gate applied a node's new layout and let go of its atoms (its holds end at `now`);
+        not called for a change undone."""
+        ...
+
+
 class GateTx(LedgerTx, Protocol):
     """The slice of a transaction the MIG layout gate's use cases use: the ledger's, and the gate's rows."""
 
     @property
     def mig_layouts(self) -> MigLayoutRepo: ...
+
+    @property
+    def hooks(self) -> GateHooks: ...

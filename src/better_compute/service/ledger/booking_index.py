@@ -28,7 +28,7 @@ from better_compute.domain.endpoints.events import (
     EndpointDeleted,
     EndpointUpdated,
 )
-from better_compute.domain.fleet.atoms import Atom, AtomClass
+from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
@@ -41,6 +41,7 @@ from better_compute.domain.fleet.events import (
     NodeScrubbed,
 )
 from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.events import LoggedEvent
 from better_compute.domain.kernel.selectors import Selector
 from better_compute.domain.kernel.timewin import Window

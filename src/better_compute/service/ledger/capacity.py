@@ -13,9 +13,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.fleet.atoms import Atom, check_atom_class
+from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.gpu_states import GpuPeriod
 from better_compute.domain.fleet.records import Gpu
+from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.capacity import FreeKind, check_count, free_by_kind
 from better_compute.domain.ledger.ledger import Availability, availability, is_partition_change

@@ -21,10 +21,10 @@ from fractions import Fraction
 from typing import Any
 
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import NotFound
 from better_compute.domain.kernel.selectors import document
 from better_compute.domain.metering.billing import Price
-from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.capability import (
     Kind,
     Offer,

@@ -28,8 +28,8 @@ from fractions import Fraction
 from typing import TypeVar, cast
 
 from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.metering.billing import Price
-from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.capability import implicit_class, is_implicit
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.device_classes import DeviceClass, belongs_to, device_class_not_found
@@ -104,7 +104,7 @@ class _Members:
     ids: frozenset[str]
     """Every present atom of the pool that belongs to the class, booked or not."""
     share: Fraction = Fraction(0)
-    """The largest share of a GPU one of them bills (`domain.metering.metering.share`)."""
+    """The largest share of a GPU one of them bills (`domain.fleet.shares.share`)."""
 
 
 @dataclass(frozen=True, slots=True)

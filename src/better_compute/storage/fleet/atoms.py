@@ -1,6 +1,6 @@
 """The atoms repository: what node reports and pool changes derived, by node, by pool, by id.
 
-Each atom is written with its share of a GPU (`domain.metering.metering.share`), which the booking statements
+Each atom is written with its share of a GPU (`domain.fleet.shares.share`), which the booking statements
 copy onto every booking of it (storage.ledger.ledger.COLUMNS)."""
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
-from better_compute.domain.fleet.atoms import ATOM_CLASSES, Atom, AtomClass, compact
+from better_compute.domain.fleet.atoms import Atom, compact
+from better_compute.domain.fleet.shares import share
+from better_compute.domain.kernel.atom_classes import ATOM_CLASSES, AtomClass
 from better_compute.domain.ledger.scrub import EndedHold
-from better_compute.domain.metering.metering import share
 from better_compute.domain.placement.class_quotas import HeldAtom
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import atoms, bookings, nodes

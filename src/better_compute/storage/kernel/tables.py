@@ -243,7 +243,7 @@ atoms = Table(
     Column("nvlink_domain", String(128), nullable=True),
     Column("attributes", JSON, nullable=False),
     Column("present", Boolean, nullable=False, server_default="1"),
-    # Its share of a GPU (`domain.metering.metering.share`, as `str(Fraction)`: `1`, `3/7`), written with the
+    # Its share of a GPU (`domain.fleet.shares.share`, as `str(Fraction)`: `1`, `3/7`), written with the
     # atom and copied onto each booking of it as it is made.
     Column("gpu_share", String(32), nullable=True),
     # Scrubbing between tenants (domain.ledger.scrub): when the node last reported the atom scrubbed (the

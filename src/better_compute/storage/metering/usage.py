@@ -22,8 +22,9 @@ from typing import Any
 from sqlalchemy import Connection, and_, func, literal, select, text
 
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.metering.metering import UNMETERED, HeldTotal, MeteredBooking, parse_share, share
+from better_compute.domain.metering.metering import UNMETERED, HeldTotal, MeteredBooking, parse_share
 from better_compute.domain.metering.showback import CopyTotal
 from better_compute.storage.kernel.db import UtcDateTime
 from better_compute.storage.kernel.tables import atoms, bookings, pools

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from better_compute.domain.fleet.atoms import check_atom_class
+from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.kernel.selectors import document, parse_selector
 from better_compute.domain.placement.device_classes import DeviceClass
 from better_compute.storage.kernel import rows

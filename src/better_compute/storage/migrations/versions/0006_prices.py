@@ -1,6 +1,6 @@
 """Metering: prices per meter, and each atom's share of a GPU kept on the atom and on its bookings.
 
-`atoms.gpu_share` is `domain.metering.metering.share` of the atom, written with it; the booking statements
+`atoms.gpu_share` is `domain.fleet.shares.share` of the atom, written with it; the booking statements
 copy it onto each booking (`bookings.gpu_share`) as they book, so a booking bills the share its atom
 had when it was booked. Rows already there get the share their atom has now: the best record of
 the past there is.
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.metering.metering import share
+from better_compute.domain.fleet.shares import share
 from better_compute.storage.kernel.db import UtcDateTime
 
 revision = "0006"

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.metering.metering import share
+from better_compute.domain.fleet.shares import share
 
 revision = "0007"
 down_revision = "0006"
