@@ -22,7 +22,7 @@ PRELOAD = [
     "tests.reliability.preemption_race_worker",
     "tests.reliability.tenant_race_worker",
     "tests.reliability.workload_race_worker",
-    "tests.storage.race_worker",
+    "tests.storage.ledger.race_worker",
     "tests.torture.torture",
 ]
 """What the race workers import, imported once by the fork server (a module that does not import is

@@ -243,7 +243,7 @@ def test_the_fleet_and_the_timeline_show_a_page_of_nodes_at_a_time(
 
 def test_the_endpoints_page_draws_each_partition_with_the_copy_on_it(store: Store, tmp_path: Path) -> None:
     from better_compute.service.endpoints import components
-    from tests.service.test_endpoints import PLATFORM, component, in_service
+    from tests.service.endpoints.test_endpoints import PLATFORM, component, in_service
 
     world = NodeWorld(store, tmp_path)
     in_service(world)
@@ -314,7 +314,7 @@ def test_a_node_under_a_layout_change_shows_its_target_beside_its_layout_and_cha
     store: Store, tmp_path: Path
 ) -> None:
     from better_compute.service.gate.mig_gate import Reconciler
-    from tests.service.test_mig_gate import NEW, change_layout
+    from tests.service.gate.test_mig_gate import NEW, change_layout
 
     world = NodeWorld(store, tmp_path)
     daemon, _ = world.daemon("n-1")
@@ -364,7 +364,7 @@ def test_odd_input_is_answered_on_the_page_never_with_a_500(store: Store, tmp_pa
 
 
 def test_a_tenants_timeline_does_not_name_another_tenants_endpoint(store: Store, tmp_path: Path) -> None:
-    from tests.service.test_endpoints import in_service
+    from tests.service.endpoints.test_endpoints import in_service
 
     world = NodeWorld(store, tmp_path)
     in_service(world)  # platform's endpoint `chat` holds n-1
@@ -382,8 +382,8 @@ def test_the_fleet_page_does_not_say_changing_to_the_layout_a_node_already_has(
     layout, never "changing to" it, and the node is the endpoint's once the gate has its word."""
     from better_compute.service.endpoints import endpoints
     from better_compute.service.gate.mig_gate import Reconciler
-    from tests.service.test_endpoints import PLATFORM, body
-    from tests.service.test_mig_gate import NEW
+    from tests.service.endpoints.test_endpoints import PLATFORM, body
+    from tests.service.gate.test_mig_gate import NEW
 
     world = NodeWorld(store, tmp_path, layout=NEW)
     daemon, _ = world.daemon("n-1")

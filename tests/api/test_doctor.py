@@ -345,7 +345,7 @@ def test_doctor_an_endpoint_waiting_past_its_bound_is_endpoint_waiting(store: St
     hour after they started waiting, not before; one in service is not."""
     from better_compute.service.endpoints import endpoints
     from tests.node_world import NodeWorld
-    from tests.service.test_endpoints import PLATFORM, body
+    from tests.service.endpoints.test_endpoints import PLATFORM, body
 
     world = NodeWorld(store, tmp_path)
     world.join("n-1")  # runs a daemon, which never converges anything

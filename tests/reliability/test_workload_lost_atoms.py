@@ -19,7 +19,7 @@ from better_compute.service.placement import workloads
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.service.tx import Tx
 from better_compute.storage.store import Store
-from tests.service.test_workload_settle import ADMIN, NOW, body, fleet
+from tests.service.placement.test_workload_settle import ADMIN, NOW, body, fleet
 
 pytestmark = pytest.mark.postgres
 

@@ -12,7 +12,7 @@ from better_compute.storage.store import Store
 from tests.builders import T0, fleet_spec
 from tests.conftest import SERIAL
 from tests.processes import race_context
-from tests.storage.race_worker import race
+from tests.storage.ledger.race_worker import race
 
 pytestmark = SERIAL  # eight processes race: alone, in the suite's serial group
 

@@ -14,7 +14,7 @@ from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement import workloads
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.storage.store import Store
-from tests.service.test_workload_settle import ADMIN, NOW, body, fleet
+from tests.service.placement.test_workload_settle import ADMIN, NOW, body, fleet
 
 
 def test_a_committed_workloads_atoms_stay_claimed_until_the_index_has_caught_up(store: Store) -> None:

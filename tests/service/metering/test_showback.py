@@ -20,7 +20,7 @@ from better_compute.service.metering.bills import get_bill
 from better_compute.storage.kernel import migrate
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
-from tests.service.test_endpoints import (
+from tests.service.endpoints.test_endpoints import (
     PLATFORM,
     body,
     component,
