@@ -46,7 +46,12 @@ class World:
         return self.http.delete(f"/v1/partitions/{booking_id}", headers=who or self.admin)
 
     def reserve(self, gpus: int, start: datetime, duration: str = "1h") -> Any:
-        body = {"poolId": "p1", "devices": [{"class": "gpu", "count": gpus}], "start": iso(start), "duration": duration}
+        body = {
+            "poolId": "p1",
+            "devices": [{"class": "gpu", "count": gpus}],
+            "start": iso(start),
+            "duration": duration,
+        }
         return self.http.post("/v1/reservations", json=body, headers=self.platform)
 
 
@@ -63,7 +68,11 @@ def test_the_admin_books_a_gpu_for_maintenance_and_releases_it(world: World) -> 
     answer = booked.json()
     assert answer["status"] == "booked"
     assert answer["bookingId"] == partition_allocation_id(gpu, at(1))
-    assert (answer["gpuId"], answer["start"], answer["end"]) == (gpu, "2026-12-01T10:00:00Z", "2026-12-01T12:00:00Z")
+    assert (answer["gpuId"], answer["start"], answer["end"]) == (
+        gpu,
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T12:00:00Z",
+    )
     assert answer["atoms"] and answer["freeFrom"] is None
     assert [e["subject"] for e in stored_events(world.store, "gpu.partition.booked")] == [gpu]
 
@@ -75,7 +84,9 @@ def test_the_admin_books_a_gpu_for_maintenance_and_releases_it(world: World) -> 
         "gpuId": gpu,
         "ended": len(answer["atoms"]),
     }
-    assert [e["subject"] for e in stored_events(world.store, "gpu.partition.released")] == [answer["bookingId"]]
+    assert [e["subject"] for e in stored_events(world.store, "gpu.partition.released")] == [
+        answer["bookingId"]
+    ]
     # Releasing twice is harmless: nothing more ends.
     again = world.release(answer["bookingId"])
     assert (again.status_code, again.json()["ended"]) == (200, 0)
@@ -132,7 +143,9 @@ def test_a_tenant_may_neither_book_nor_release(world: World) -> None:
     }
     refused = world.release(booked["bookingId"], world.platform)
     assert (refused.status_code, refused.json()["error"]["code"]) == (403, "FORBIDDEN")
-    assert world.http.post("/v1/partitions", json={"gpuId": world.gpus[0], "duration": "1h"}).status_code == 401
+    assert (
+        world.http.post("/v1/partitions", json={"gpuId": world.gpus[0], "duration": "1h"}).status_code == 401
+    )
 
 
 def test_unknown_gpus_and_bookings_are_not_found(world: World) -> None:
@@ -154,7 +167,10 @@ def test_a_tenants_booking_is_not_a_partition_change(world: World) -> None:
         assert error["code"] == "INVALID_INPUT"
         assert error["message"].startswith(f"{named} is not a partition change")
         assert "reservations.release" in error["message"]
-    assert world.http.get(f"/v1/reservations/{reservation['id']}", headers=world.platform).json()["status"] == "scheduled"
+    assert (
+        world.http.get(f"/v1/reservations/{reservation['id']}", headers=world.platform).json()["status"]
+        == "scheduled"
+    )
 
 
 @pytest.mark.parametrize(
@@ -182,8 +198,14 @@ def test_a_bad_window_is_invalid_input_naming_the_field(
 
 
 def test_a_start_a_few_seconds_past_is_now(world: World) -> None:
-    answer = world.book({"gpuId": world.gpus[0], "start": iso(T0 - timedelta(seconds=30)), "duration": "1h"}).json()
-    assert (answer["status"], answer["start"], answer["end"]) == ("booked", "2026-12-01T09:00:00Z", "2026-12-01T10:00:00Z")
+    answer = world.book(
+        {"gpuId": world.gpus[0], "start": iso(T0 - timedelta(seconds=30)), "duration": "1h"}
+    ).json()
+    assert (answer["status"], answer["start"], answer["end"]) == (
+        "booked",
+        "2026-12-01T09:00:00Z",
+        "2026-12-01T10:00:00Z",
+    )
 
 
 def test_the_wire_declares_the_domains_longest_window() -> None:
