@@ -15,7 +15,17 @@ from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from better_compute.wire.partitions import MAX_PARTITION_DAYS
-from tests.builders import T0, admin_token, at, bearer, real_app, small_fleet, stored_events, tenant_token
+from tests.builders import (
+    T0,
+    admin_token,
+    at,
+    bearer,
+    real_app,
+    settle_gate,
+    small_fleet,
+    stored_events,
+    tenant_token,
+)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -210,3 +220,43 @@ def test_a_start_a_few_seconds_past_is_now(world: World) -> None:
 
 def test_the_wire_declares_the_domains_longest_window() -> None:
     assert timedelta(days=MAX_PARTITION_DAYS) == MAX_PARTITION_WINDOW
+
+
+@pytest.mark.both_stores
+def test_a_layout_changes_own_hold_is_the_gates_to_release(store: Store) -> None:
+    """The gate holds an idle node's GPUs, open-ended, while their layout changes: a maintenance
+    booking of one conflicts, never free until the change ends; its hold is refused to
+    `partitions.release` (ending it would let tenants book instances about to disappear), and one
+    of its bookings' ids names it alike."""
+    load_fleet(store, parse_fleet(small_fleet(nodes=1, layout="all-1g.10gb")), T0)  # type: ignore[arg-type]
+    http = TestClient(real_app(store))
+    admin = bearer(admin_token(store))
+    changed = http.patch(
+        "/v1/pools/p1", json={"id": "p1", "policy": {"migLayout": "all-3g.40gb"}}, headers=admin
+    )
+    assert changed.status_code == 200, changed.text
+    settle_gate(store, T0)  # the reconciler's pass: the idle node is granted, its GPUs held
+    gpu = min(g["id"] for g in http.get("/v1/gpus", headers=admin).json()["items"])
+    clash = http.post("/v1/partitions", json={"gpuId": gpu, "duration": "1h"}, headers=admin).json()
+    assert (clash["status"], clash["freeFrom"]) == ("conflict", None)
+    hold = partition_allocation_id(gpu, T0)
+    booking = next(b for b in _bookings(store) if b[1] == hold)[0]
+    for named in (hold, booking):
+        refused = http.delete(f"/v1/partitions/{named}", headers=admin)
+        assert refused.status_code == 409, refused.text
+        assert refused.json()["error"]["code"] == "INVALID_STATE"
+        assert refused.json()["error"]["message"] == (
+            f"{hold} is the hold of node n's MIG layout change; it ends when the change is applied or undone"
+            " (docs/layouts.md)"
+        )
+    assert stored_events(store, "gpu.partition.released") == []
+
+
+def _bookings(store: Store) -> list[tuple[str, str]]:
+    from sqlalchemy import select
+
+    from better_compute.storage.kernel.tables import bookings
+
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(bookings.c.id, bookings.c.allocation_id).where(bookings.c.state == "live"))
+        return [(f"bkg-{r[0]}", str(r[1])) for r in rows]
