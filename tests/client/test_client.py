@@ -628,3 +628,57 @@ def test_clusters_get_and_update_and_nodes_update_are_typed() -> None:
     assert server.bodies()[1:] == [{"id": "c1", "phase": "draining"}, {"node": "n1", "cordoned": True}]
     with pytest.raises(InvalidInputError):
         compute.nodes.update("n1", cordoned="yes")  # type: ignore[arg-type]
+
+
+def test_partitions_book_and_release() -> None:
+    booking = "partition:GPU-1:2030-01-01T10:00:00Z"
+    server = FakeServer(
+        {
+            ("POST", "/v1/partitions"): (
+                201,
+                {
+                    "status": "booked",
+                    "gpuId": "GPU-1",
+                    "bookingId": booking,
+                    "start": "2030-01-01T10:00:00Z",
+                    "end": "2030-01-01T14:00:00Z",
+                    "atoms": ["GPU-1", "GPU-1/mig-0"],
+                    "freeFrom": None,
+                },
+            ),
+            ("DELETE", f"/v1/partitions/{booking}"): {
+                "status": "released",
+                "bookingId": booking,
+                "gpuId": "GPU-1",
+                "ended": 2,
+            },
+        }
+    )
+    compute = compute_for(server)
+    booked = compute.partitions.book("GPU-1", start=datetime(2030, 1, 1, 10, tzinfo=UTC), duration="4h")
+    assert (booked.status, booked.booking_id, booked.atoms) == ("booked", booking, ["GPU-1", "GPU-1/mig-0"])
+    assert compute.partitions.release(booking).ended == 2
+    assert server.bodies() == [
+        {"gpuId": "GPU-1", "start": "2030-01-01T10:00:00Z", "duration": "4h"},
+        {"bookingId": booking},
+    ]
+    assert (
+        server.requests[1].url.raw_path.decode()
+        == "/v1/partitions/partition%3AGPU-1%3A2030-01-01T10%3A00%3A00Z"
+    )
+
+
+def test_a_partition_conflict_is_an_answer_not_an_error() -> None:
+    server = FakeServer(
+        {
+            ("POST", "/v1/partitions"): {
+                "status": "conflict",
+                "gpuId": "GPU-1",
+                "start": "2030-01-01T10:00:00Z",
+                "end": "2030-01-01T11:00:00Z",
+                "freeFrom": None,
+            }
+        }
+    )
+    clash = compute_for(server).partitions.book("GPU-1", end=datetime(2030, 1, 1, 11, tzinfo=UTC))
+    assert (clash.status, clash.booking_id, clash.free_from, clash.atoms) == ("conflict", None, None, [])

@@ -24,6 +24,7 @@ from better_compute.api.routes import (
     health,
     inventory,
     nodes,
+    partitions,
     policies,
     pools,
     prices,
@@ -124,6 +125,7 @@ def create_app(
     app.include_router(usage.router)
     app.include_router(bills.router)
     app.include_router(prices.router)
+    app.include_router(partitions.router)
     app.include_router(doctor.router)
     console.install(app)
     links.install(app)

@@ -78,6 +78,12 @@ from better_compute.wire.nodes import (
     NodeSpecQuery,
     ReportAccepted,
 )
+from better_compute.wire.partitions import (
+    PartitionBook,
+    PartitionBookingPublic,
+    PartitionRelease,
+    PartitionReleasedPublic,
+)
 from better_compute.wire.policies import (
     PolicyCreate,
     PolicyLimits,
@@ -211,6 +217,7 @@ class Compute:
         self.usage = Usage(self)
         self.bills = Bills(self)
         self.prices = Prices(self)
+        self.partitions = Partitions(self)
         self.doctor = Doctor(self)
 
     @property
@@ -1141,6 +1148,35 @@ class Prices(_Resource):
     def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[PricePublic]:
         query = PriceListQuery(**_fields(limit=limit, cursor=cursor))
         return self._compute._typed("prices.list", query, Page[PricePublic])
+
+
+@_refusing_bad_arguments
+class Partitions(_Resource):
+    """Partition bookings (admin only): a GPU's whole family of atoms held for a window, as a MIG
+    layout change holds it; for maintenance."""
+
+    def book(
+        self,
+        gpu_id: str,
+        *,
+        start: datetime | None = None,
+        end: datetime | None = None,
+        duration: str | None = None,
+    ) -> PartitionBookingPublic:
+        """Hold every atom of GPU `gpu_id` from `start` (None: now) to `end`, or for `duration` (like
+        `"4h"`): exactly one of the two, at most 30 days. Answers `status="booked"` with its
+        `booking_id`, or `status="conflict"` with `free_from` (None: never free) when something of
+        the GPU is booked in the window; a conflict is an answer, not an error."""
+        request = PartitionBook.model_validate(
+            _fields(gpu_id=gpu_id, start=start, end=end, duration=duration)
+        )
+        return self._compute._typed("partitions.book", request, PartitionBookingPublic)
+
+    def release(self, booking_id: str) -> PartitionReleasedPublic:
+        """End the partition booking `booking_id` now: the GPU takes new bookings again. Releasing
+        one already over changes nothing (`ended` 0)."""
+        request = PartitionRelease(booking_id=booking_id)
+        return self._compute._typed("partitions.release", request, PartitionReleasedPublic)
 
 
 class Inventory(_Resource):

@@ -83,6 +83,12 @@ from better_compute.wire.nodes import (
     NodeSpecQuery,
     ReportAccepted,
 )
+from better_compute.wire.partitions import (
+    PartitionBook,
+    PartitionBookingPublic,
+    PartitionRelease,
+    PartitionReleasedPublic,
+)
 from better_compute.wire.policies import PolicyCreate, PolicyListQuery, PolicyPublic, PolicyUpdate
 from better_compute.wire.pools import (
     PoolCreate,
@@ -635,6 +641,25 @@ _TABLE: tuple[Method, ...] = (
             "Let a GPU go from its node (admin), so the next node to report it takes it; refused while a"
             " tenant's booking holds it."
         ),
+    ),
+    Method(
+        "partitions.book",
+        "POST",
+        "/v1/partitions",
+        PartitionBook,
+        PartitionBookingPublic,
+        summary=(
+            "Hold every atom of a GPU, parent included, for a window (admin): `booked` (201) with its"
+            " bookingId, or `conflict` (200) with `freeFrom`, when the whole family is free."
+        ),
+    ),
+    Method(
+        "partitions.release",
+        "DELETE",
+        "/v1/partitions/{bookingId}",
+        PartitionRelease,
+        PartitionReleasedPublic,
+        summary="End a partition booking now (admin): the GPU takes new bookings again.",
     ),
     Method(
         "atoms.list",

@@ -52,6 +52,20 @@ class Reserve:
         }
 
 
+@dataclass(frozen=True)
+class BookPartition:
+    """`partitions.book` (admin): hold every atom of one GPU, parent included, for a window (the atom
+    rule, docs/concepts.md#the-atom-rule), as a layout change does; an operator's maintenance window.
+    The window is checked by `domain.ledger.ledger.partition_window` against the clock."""
+
+    gpu_id: str
+    start: datetime | None = None
+    """None: now."""
+    end: datetime | None = None
+    duration: str | None = None
+    """Like `4h`; exactly one of `end` and `duration` is given."""
+
+
 def reserve_of(raw: Mapping[str, Any]) -> Reserve:
     """A `reservations.create` request given as JSON (camelCase keys), as a command.
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import Window, parse_duration, require_aware, window_for
 from better_compute.domain.ledger.choose import earliest_common_start
 
 
@@ -54,6 +55,54 @@ PARTITION_PREFIX = "partition:"
 def partition_allocation_id(gpu_id: str, start: datetime) -> str:
     """The allocation id of a partition change: `partition:<gpuId>:<start>` (ISO 8601 UTC start)."""
     return f"{PARTITION_PREFIX}{gpu_id}:{start.astimezone(UTC).isoformat().replace('+00:00', 'Z')}"
+
+
+MAX_PARTITION_WINDOW = timedelta(days=30)
+"""The longest window `partitions.book` holds a GPU for. A maintenance window is hours or days; one
+that runs longer is booked again (or released early with `partitions.release`), so a forgotten
+booking cannot keep a GPU out of service for good. The layout gate's own holds are open-ended and
+are not made through it."""
+
+
+def partition_window(
+    start: datetime | None, end: datetime | None, duration: str | None, now: datetime
+) -> Window:
+    """The window an operator's `partitions.book` asks for: from `start` (default now) to `end`, or
+    for `duration` (exactly one of the two).
+
+    The start follows a reservation's rule (`timewin.window_for`): up to a minute in the past is
+    moved to now, further back is refused, since the family's past is no longer free to take. The
+    window is at most MAX_PARTITION_WINDOW long and never open-ended.
+    """
+    if (end is None) == (duration is None):
+        raise InvalidInput(
+            "give the window's end or its duration (exactly one of end and duration)",
+            {"field": "end" if end is not None else "duration"},
+        )
+    if duration is not None:
+        window = window_for(start, parse_duration(duration), now)
+    else:
+        assert end is not None
+        begin = window_for(start, None, now).start
+        finish = require_aware(end, "end")
+        if finish <= begin:
+            raise InvalidInput(
+                f"end {finish.isoformat()} must be after start {begin.isoformat()}",
+                {"field": "end", "start": begin.isoformat(), "end": finish.isoformat()},
+            )
+        window = Window(begin, finish)
+    assert window.duration is not None
+    if window.duration > MAX_PARTITION_WINDOW:
+        raise InvalidInput(
+            f"a partition booking lasts at most {MAX_PARTITION_WINDOW.days} days, not"
+            f" {_days(window.duration)}; book the rest again later, or release it early",
+            {"field": "end" if end is not None else "duration", "maxDays": MAX_PARTITION_WINDOW.days},
+        )
+    return window
+
+
+def _days(length: timedelta) -> str:
+    return f"{length.total_seconds() / 86_400:.4g} days"
 
 
 def is_partition_change(allocation_id: str) -> bool:

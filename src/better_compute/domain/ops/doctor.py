@@ -375,9 +375,9 @@ def orphan_partitions(
             allocation_id,
             f"holds {len(family)} atoms of GPU {gpu_id} on {where} ({_span(family[0])}) with no"
             " layout change under way: nothing will release it",
-            "make sure no layout change of the GPU's pool is under way, then end the partition"
-            " change's bookings (no API call releases one yet: docs/operations.md#doctor); the GPU"
-            " takes no work until then",
+            "make sure no layout change of the GPU's pool is under way, then end it with"
+            f" `better-compute partitions release {allocation_id}` (docs/operations.md#doctor); the"
+            " GPU takes no work until then",
         )
 
 

@@ -13,7 +13,12 @@ from datetime import datetime
 from better_compute.domain.kernel.errors import BookingConflict, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.events import LedgerReleased, PartitionBooked, PartitionReleased
-from better_compute.domain.ledger.ledger import Booking, earliest_free, partition_allocation_id
+from better_compute.domain.ledger.ledger import (
+    Booking,
+    earliest_free,
+    is_partition_change,
+    partition_allocation_id,
+)
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.ports import LedgerTx, NotBookable, Overlap
 
@@ -36,6 +41,8 @@ class PartitionConflict:
     gpu_id: str
     free_from: datetime | None
     status: str = "conflict"
+    span: Window | None = None
+    """The window asked for."""
 
 
 def _conflict(
@@ -114,19 +121,64 @@ def book_partition_change(
     except Overlap:
         with store.read() as tx:
             busy = tx.ledger.busy_spans(family, during.start)
-        return PartitionConflict(gpu_id, earliest_free(busy, during))
+        return PartitionConflict(gpu_id, earliest_free(busy, during), span=during)
     return PartitionChange(allocation_id, gpu_id, during, tuple(family))
+
+
+@dataclass(frozen=True)
+class PartitionEnded:
+    """A partition change released: its handle, its GPU and how many of its bookings changed (none
+    when it had ended already, so releasing twice is harmless)."""
+
+    booking_id: str
+    gpu_id: str
+    ended: int
 
 
 def release_partition_change(store: StorePort[LedgerTx], booking_id: str, now: datetime) -> int:
     """End a partition change; accepts its handle or the id of any one of its bookings."""
+    return release_partition(store, booking_id, now).ended
+
+
+def release_partition(store: StorePort[LedgerTx], booking_id: str, now: datetime) -> PartitionEnded:
+    """End a partition change made by `book_partition_change`, given its handle or the id of one of
+    its bookings: bookings that have started end now, later ones are cancelled.
+
+    Refused (INVALID_INPUT) for a booking or allocation that is not a partition change (a tenant's is
+    ended through its reservation or workload), and (INVALID_STATE) for the layout gate's own hold of
+    a GPU under a layout change: the gate releases that one when the change is applied or undone,
+    and ending it early would let tenants book atoms about to disappear.
+    """
     with store.begin() as tx:
-        allocation_id = booking_id if booking_id.startswith("partition:") else None
+        allocation_id = (
+            booking_id if is_partition_change(booking_id) else tx.ledger.booking_allocation(booking_id)
+        )
+        if allocation_id is None and tx.ledger.allocation_bookings(booking_id):
+            allocation_id = booking_id  # an allocation's id (a reservation's), refused below
         if allocation_id is None:
-            allocation_id = tx.ledger.booking_allocation(booking_id)
-        if allocation_id is None or not allocation_id.startswith("partition:"):
             raise NotFound(f"no partition change {booking_id}", {"bookingId": booking_id})
+        if not is_partition_change(allocation_id):
+            raise InvalidInput(
+                f"{booking_id} is not a partition change: it belongs to allocation {allocation_id};"
+                " a reservation is ended with reservations.release, a workload with workloads.delete",
+                {"field": "bookingId", "bookingId": booking_id, "allocationId": allocation_id},
+            )
         found: list[Booking] = tx.ledger.allocation_bookings(allocation_id)
         if not found:
             raise NotFound(f"no partition change {booking_id}", {"bookingId": booking_id})
-        return tx.ledger.end_allocation(allocation_id, now, PartitionReleased(allocation_id, now))
+        gpu_id = found[0].gpu_id
+        gpu = tx.gpus.get(gpu_id)
+        gate = None if gpu is None else tx.mig_layouts.of_nodes([gpu.node_id]).get(gpu.node_id)
+        if (
+            gpu is not None
+            and gate is not None
+            and gate.scheduled_from is not None
+            and partition_allocation_id(gpu_id, gate.scheduled_from) == allocation_id
+        ):
+            raise InvalidState(
+                f"{allocation_id} is the hold of node {gpu.node_id}'s MIG layout change; it ends when"
+                " the change is applied or undone (docs/layouts.md)",
+                {"bookingId": allocation_id, "node": gpu.node_id},
+            )
+        ended = tx.ledger.end_allocation(allocation_id, now, PartitionReleased(allocation_id, now))
+        return PartitionEnded(allocation_id, gpu_id, ended)
