@@ -124,13 +124,23 @@ def test_doctor_a_node_that_never_converges_stays_held_and_shows_after_24_hours_
 def test_doctor_a_partition_hold_nothing_will_release_is_an_orphan(fleet: Store) -> None:
     give_mig_quota(fleet)
     gpu = gpu_ids(fleet)[0]
-    change = ledger.book_partition_change(fleet, gpu, Window(T0, at(48)), T0)
+    change = ledger.book_partition_change(fleet, gpu, Window(T0), T0)  # open-ended: nothing ends it
     assert isinstance(change, ledger.PartitionChange)
     answer = doctor(fleet, at(1))
     assert found(answer) == [("ledger.orphan-partition", partition_allocation_id(gpu, T0))]
     assert f"GPU {gpu} on node {NODE}" in answer["findings"][0]["detail"]
-    # Once over, it holds nothing.
-    assert doctor(fleet, at(49))["findings"] == []
+    # Once released, it holds nothing.
+    assert ledger.release_partition_change(fleet, partition_allocation_id(gpu, T0), at(2)) > 0
+    assert doctor(fleet, at(3))["findings"] == []
+
+
+def test_bounded_maintenance_partition_is_not_an_orphan(fleet: Store) -> None:
+    """A maintenance window booked for a bounded time ends by itself: no finding."""
+    give_mig_quota(fleet)
+    gpu = gpu_ids(fleet)[0]
+    change = ledger.book_partition_change(fleet, gpu, Window(T0, at(48)), T0)
+    assert isinstance(change, ledger.PartitionChange)
+    assert doctor(fleet, at(1))["findings"] == []
 
 
 def test_doctor_silent_nodes_unhealthy_gpus_and_reboots(fleet: Store) -> None:

@@ -251,13 +251,27 @@ def test_a_partition_hold_of_a_node_without_a_gate_row_is_an_orphan() -> None:
             booking(1, "atm-1", Window(T0), held, "GPU-1"),
             booking(2, "atm-2", Window(T0), held, "GPU-1"),
             booking(3, "atm-3", Window(T0), gated, "GPU-2"),
-            booking(4, "atm-4", Window(T0, at(1)), lost, "GPU-gone"),
+            booking(4, "atm-4", Window(T0), lost, "GPU-gone"),
         ],
     )
     found = diagnose(facts, T0, SILENT)
     assert codes(found) == [("ledger.orphan-partition", held), ("ledger.orphan-partition", lost)]
     assert found[0].detail.startswith("holds 2 atoms of GPU GPU-1 on node n1")
     assert "a GPU no node reports" in found[1].detail
+
+
+def test_bounded_maintenance_partition_is_not_an_orphan() -> None:
+    """A window an operator booked with `partitions.book` ends by itself: nothing is left for the
+    operator to do, so `doctor` does not call it a hold nothing will release."""
+    window = partition_allocation_id("GPU-1", T0)
+    facts = FleetFacts(
+        gpus=[gpu("GPU-1", "n1")],
+        partition_holds=[
+            booking(1, "atm-1", Window(T0, at(2)), window, "GPU-1"),
+            booking(2, "atm-2", Window(T0, at(2)), window, "GPU-1"),
+        ],
+    )
+    assert codes(diagnose(facts, T0, SILENT)) == []
 
 
 def test_findings_sort_by_code_then_subject_and_count_by_code() -> None:

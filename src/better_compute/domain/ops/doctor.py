@@ -21,8 +21,9 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `ledger.stranded`: a tenant's live booking, now or later, of an atom it cannot have: one gone from
   its node, not bookable (a GPU split since into parts, one not at its layout, one unhealthy), or
   in another pool than the booking's; one finding per reservation (or workload replica), naming it.
-- `ledger.orphan-partition`: a live partition change of a GPU whose node has no gate row: nothing
-  will release it.
+- `ledger.orphan-partition`: a live, open-ended partition change of a GPU whose node has no gate
+  row: nothing will release it. A bounded one (a maintenance window, `partitions.book`) ends by
+  itself and is no finding.
 - `workload.terminating-stuck`: a workload's replica terminating for 24 hours or more: its node has
   not released it, so its devices stay booked (docs/placement.md#terminating-replicas).
 - `capacity.mig.waiting`: a node's layout change not yet granted that has waited, or will wait,
@@ -358,12 +359,14 @@ def stranded_bookings(found: Iterable[StrandedBooking], gpus: Iterable[Gpu]) -> 
 def orphan_partitions(
     holds: Iterable[Booking], gpus: Iterable[Gpu], gates: Iterable[MigLayoutGate]
 ) -> Iterator[Finding]:
-    """Live partition changes of GPUs whose node has no gate row: a hold nothing will release."""
+    """Live, open-ended partition changes of GPUs whose node has no gate row: a hold nothing will
+    release. A bounded hold (a maintenance window an operator booked) ends at its window's end."""
     node_of = {g.id: g.node_id for g in gpus}
     gated = {g.node_id for g in gates}
     by_allocation: dict[str, list[Booking]] = {}
     for booking in holds:
-        by_allocation.setdefault(booking.allocation_id, []).append(booking)
+        if booking.span.end is None:
+            by_allocation.setdefault(booking.allocation_id, []).append(booking)
     for allocation_id, family in by_allocation.items():
         gpu_id = family[0].gpu_id
         node_id = node_of.get(gpu_id)
