@@ -225,3 +225,45 @@ def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom(world: NodeWorld
     assert set(handed["env"]["NVIDIA_VISIBLE_DEVICES"].split(",")) == {a["migUuid"] for a in after.values()}
     assert ask(world, [{"class": "gpu.mig", "count": 1}], start=T0).status_code == 409
     assert doctor_codes(world) == []
+
+
+def test_layout_returns_around_a_booked_slice_it_keeps(world: NodeWorld) -> None:
+    """Every 1g.10gb of n-1 is booked and handed over; the node reboots at
+    `mixed:4g.40gb+3x1g.10gb`, which still has the booked slices at placements 4 to 6, their
+    tenants' work running on them again. Putting the pool's layout back destroys only the 4g.40gb,
+    so the node is told it (not held at the foreign layout, its booking stranded until it ends):
+    it re-cuts each GPU around the booked slices, which keep their devices throughout, and every
+    atom takes work again. Nothing is stranded."""
+    daemon, fake = world.daemon("n-1")
+    assert daemon.flush()
+    daemon.step(False)
+    rid = world.reserve([{"class": "gpu.mig", "count": 28}], duration="2d")["id"]  # every instance
+    daemon.step(False)
+    kept: dict[str, dict[int, str]] = {}
+    for gpu in fake.list_gpus():
+        fake.gpu(gpu.uuid).apply_layout("mixed:4g.40gb+3x1g.10gb")  # rebooted at another layout
+        for gi in fake.gpu(gpu.uuid).read().instances:
+            if gi.profile == "1g.10gb":
+                fake.mark_busy(gpu.uuid, gi.gi_id)  # its tenant's work runs on it again
+        kept[gpu.uuid] = {
+            gi.placement_start: gi.compute_instances[0].uuid
+            for gi in fake.gpu(gpu.uuid).read().instances
+            if gi.profile == "1g.10gb"
+        }
+    daemon.enqueue(daemon.inventory())
+    assert daemon.flush()
+    spec = world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()
+    assert [g["migLayout"] for g in spec["gpus"]] == ["all-1g.10gb", "all-1g.10gb"]
+    daemon.step(False)  # it re-cuts around the booked slices
+    for gpu in fake.list_gpus():
+        slices = {gi.placement_start: gi.compute_instances[0].uuid for gi in gpu.instances}
+        assert {gi.profile for gi in gpu.instances} == {"1g.10gb"} and sorted(slices) == list(range(7))
+        assert {s: slices[s] for s in kept[gpu.uuid]} == kept[gpu.uuid]
+    present = [a for a in node_atoms(world, "n-1") if a["present"]]
+    assert not any(a["partitionPending"] for a in present)
+    assert sorted(a["class"] for a in present if a["bookable"]) == ["gpu.mig"] * 14
+    spec = world.http.get("/v1/nodes/n-1/spec", headers=world.admin).json()
+    [handed] = [a for a in spec["assignments"] if a["allocationId"] == rid]
+    devices = set(handed["env"]["NVIDIA_VISIBLE_DEVICES"].split(","))
+    assert {u for k in kept.values() for u in k.values()} <= devices
+    assert doctor_codes(world) == []

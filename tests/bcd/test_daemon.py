@@ -431,3 +431,51 @@ def test_a_restarted_bcd_drops_the_generation_claims_its_last_run_left_unsent(wo
     assert daemon.flush()
     spec, observed = generations(world, "n-1")
     assert spec >= 1 and observed == 0
+
+
+def _slices(fake: FakeNode, gpu: str) -> dict[tuple[str, int], str]:
+    """The GPU's MIG instances now, by (profile, placement start), with their `MIG-…` uuids."""
+    [found] = [g for g in fake.list_gpus() if g.uuid == gpu]
+    return {(gi.profile, gi.placement_start): mig_instances(gi)[0].uuid for gi in found.instances}
+
+
+def test_layout_returns_around_a_booked_slice_it_keeps(world: NodeWorld) -> None:
+    """A node restarted at `mixed:4g.40gb+3x1g.10gb` in an `all-1g.10gb` pool, its 1g.10gb at
+    placement 4 handed to a tenant whose process runs on it: the node re-cuts the rest of the GPU
+    to the pool's layout around that instance, which it never destroys (the hardware would refuse
+    to), and the GPU is then at its layout (its atoms bookable again) with the tenant's slice, same
+    uuid, in its device file throughout."""
+    daemon, fake = world.daemon("n-1", "mig", "mixed:4g.40gb+3x1g.10gb")
+    gpu = fake.list_gpus()[0].uuid
+    atom = booked_slice(fake, gpu, "1g.10gb", 4)
+    [busy] = [
+        gi for gi in fake.list_gpus()[0].instances if (gi.profile, gi.placement_start) == ("1g.10gb", 4)
+    ]
+    fake.mark_busy(gpu, busy.gi_id)
+    before = _slices(fake, gpu)[("1g.10gb", 4)]
+    spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [atom], "env": {}}], "all-1g.10gb")
+    daemon.converge(spec)
+    after = _slices(fake, gpu)
+    assert sorted(after) == [("1g.10gb", start) for start in range(7)]
+    assert after[("1g.10gb", 4)] == before and booked_slice(fake, gpu, "1g.10gb", 4) == atom
+    assert daemon.host.unconverged(spec) == []
+    env = (daemon.devices.env_dir / f"{cdi.device_name('res-a')}.env").read_text()
+    assert before in env
+
+
+def test_a_layout_that_would_destroy_a_held_instance_leaves_its_gpu_alone(world: NodeWorld) -> None:
+    """The same node with its 4g.40gb handed over: the pool's layout destroys it, so that GPU keeps
+    the layout it has (nothing of it destroyed, nothing refused) while the idle one is re-cut."""
+    daemon, fake = world.daemon("n-1", "mig", "mixed:4g.40gb+3x1g.10gb")
+    first, second = (g.uuid for g in fake.list_gpus()[:2])
+    atom = booked_slice(fake, first, "4g.40gb", 0)
+    [busy] = [gi for gi in fake.list_gpus()[0].instances if gi.profile == "4g.40gb"]
+    fake.mark_busy(first, busy.gi_id)
+    before = _slices(fake, first)
+    spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [atom], "env": {}}], "all-1g.10gb")
+    daemon.converge(spec)
+    assert _slices(fake, first) == before
+    assert sorted(_slices(fake, second)) == [("1g.10gb", start) for start in range(7)]
+    assert daemon.host.unconverged(spec) == [first]
+    stream = daemon.log.stream
+    assert isinstance(stream, io.StringIO) and "host.refused" not in stream.getvalue()

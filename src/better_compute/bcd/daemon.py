@@ -194,8 +194,8 @@ class Daemon:
 
     def converge(self, spec: NodeSpecPublic) -> bool:
         """One pass over `spec`; True when it is converged (and its generation reported)."""
-        held = self._held_gpus(spec)
-        changed = self.host.converge(spec, held)
+        held, instances = self._held(spec)
+        changed = self.host.converge(spec, held, instances)
         behind = self.host.unconverged(spec)
         if behind and self.observed == spec.generation:
             # It had converged this generation and is not at it now (the GPUs changed under it):
@@ -218,11 +218,20 @@ class Daemon:
         # A GPU waiting for a reboot will not converge by trying again: long-poll meanwhile.
         return done.settled and all(g in self.host.reboot_required for g in behind)
 
-    def _held_gpus(self, spec: NodeSpecPublic) -> set[str]:
-        """The GPUs an allocation of the spec uses, handed over yet or not: the mig-layout unit
-        leaves them alone (one not bound yet is about to be)."""
+    def _held(self, spec: NodeSpecPublic) -> tuple[set[str], dict[str, set[int]]]:
+        """What an allocation of the spec uses, handed over yet or not (one not bound yet is about
+        to be): the GPUs it holds whole or a slot of, which the mig-layout unit leaves alone, and
+        the GPU instances (GI ids, by GPU) of the MIG atoms it holds, which it never destroys (it
+        re-cuts the rest of their GPU only around them: `mig_plan.spares`)."""
         index = device_index(self.backend.list_gpus(), slots_of(spec))
-        return {index[atom].gpu_uuid for a in spec.assignments for atom in a.atoms if atom in index}
+        whole: set[str] = set()
+        instances: dict[str, set[int]] = {}
+        for device in (index[atom] for a in spec.assignments for atom in a.atoms if atom in index):
+            if device.gi_id is None:
+                whole.add(device.gpu_uuid)
+            else:
+                instances.setdefault(device.gpu_uuid, set()).add(device.gi_id)
+        return whole, instances
 
     def step(self, settled: bool) -> bool:
         """Send what is queued, read the spec (waiting for a new generation once settled), converge

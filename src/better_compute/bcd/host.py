@@ -1,16 +1,18 @@
 """The host converger: the node's GPUs cut to their pool's MIG layout, and the MPS daemon for mps pools.
 
-The mig-layout unit runs `domain.fleet.mig_plan.plan_node` over what the backend shows and carries the plan
-out: destroy, then create at the plan's explicit placements. A GPU a bound allocation uses is left
-alone (the plan says `held`). A MIG mode change is asked for, then applied by a GPU reset; a reset
-that fails leaves the change pending and the GPU `reboot-required`: it is logged and not tried again
-until the daemon restarts (a reboot is an operator's decision). A refusal of the hardware on one GPU
-is logged and that GPU tried again on the next pass; the other GPUs go on.
+The mig-layout unit runs `domain.fleet.mig_plan.plan_node` over what the backend shows and carries the
+plan out: destroy, then create at the plan's explicit placements. A GPU a bound allocation uses whole
+(or a slot of) is left alone (the plan says `held`); one whose MIG instances it uses is re-cut around
+them where its layout keeps them where they are, and left alone otherwise: a held instance is never
+destroyed, nor its GPU reset (`mig_plan.spares`). A MIG mode change is asked for, then applied by a GPU
+reset; a reset that fails leaves the change pending and the GPU `reboot-required`: it is logged and not
+tried again until the daemon restarts (a reboot is an operator's decision). A refusal of the hardware on
+one GPU is logged and that GPU tried again on the next pass; the other GPUs go on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError, ResetFailed
 from better_compute.bcd.inventory import gpu_report
@@ -31,15 +33,27 @@ class HostConverger:
         self.mps = mps
         self.reboot_required: set[str] = set()
 
-    def converge(self, spec: NodeSpecPublic, held_gpus: Iterable[str]) -> bool:
-        """One pass; True when anything on the host changed (the inventory is then sent again)."""
+    def converge(
+        self,
+        spec: NodeSpecPublic,
+        held_gpus: Iterable[str],
+        held_instances: Mapping[str, Collection[int]] | None = None,
+    ) -> bool:
+        """One pass; True when anything on the host changed (the inventory is then sent again).
+        `held_gpus` are held whole (or a slot of them); `held_instances` the GPU instances (GI ids, by
+        GPU uuid) held, which no pass destroys or resets."""
         held = set(held_gpus)
-        changed = self._apply_pending(self.backend.list_gpus(), held)
+        instances = {g: ids for g, ids in (held_instances or {}).items() if ids}
+        changed = self._apply_pending(self.backend.list_gpus(), held | set(instances))
         layout_of = {g.uuid: g.mig_layout for g in spec.gpus if g.mig_layout is not None}
         for _ in range(2):  # a mode change applied by a reset is followed by the repartition
             gpus = self.backend.list_gpus()
             pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
-            plans = [p for p in plan_node(pairs, layout_of, held) if p.gpu_uuid not in self.reboot_required]
+            plans = [
+                p
+                for p in plan_node(pairs, layout_of, held, instances)
+                if p.gpu_uuid not in self.reboot_required
+            ]
             done = [
                 self._carry_out(p, gpus) for p in plans if p.action not in ("keep", "held", "not-mig-capable")
             ]

@@ -75,3 +75,14 @@ def test_a_gpu_is_converged_when_the_mig_layout_unit_has_nothing_left_to_do_to_i
     assert not converged(_gpu(None), H100, "all-1g.5gb")  # a profile the H100 lacks: never reached
     waiting = replace(_gpu(None), mig_mode_pending=True)
     assert not converged(waiting, H100, "all-1g.10gb") and not converged(waiting, None, "all-1g.10gb")
+
+
+def test_a_gpu_is_re_cut_around_its_held_instances_only_when_the_layout_keeps_them() -> None:
+    gpu = _gpu("mixed:4g.40gb+3x1g.10gb")
+    kept = next(i.gi_id for i in gpu.mig_instances if (i.profile, i.placement_start) == ("1g.10gb", 4))
+    big = next(i.gi_id for i in gpu.mig_instances if i.profile == "4g.40gb")
+    plan = plan_gpu(gpu, H100, "all-1g.10gb", held=False, held_instances={kept})
+    assert plan.action == "repartition" and plan.destroy == (big,)
+    assert [(c.profile, c.start) for c in plan.create] == [("1g.10gb", s) for s in range(4)]
+    assert plan_gpu(gpu, H100, "all-1g.10gb", held=False, held_instances={big}).action == "held"
+    assert plan_gpu(gpu, H100, "all-disabled", held=False, held_instances={kept}).action == "held"

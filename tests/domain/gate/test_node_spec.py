@@ -119,3 +119,32 @@ def test_a_whole_gpu_booking_does_not_keep_a_gpu_split_by_a_restart_from_its_lay
     part = next(a for a in atoms if a.cls == "gpu.mig")
     held = LiveHold("rsv-part", part.id, T0, LATER, "acme")
     assert _layouts(plan_spec("n1", gpus, EXCLUSIVE, atoms, [whole, held], T0)) == [None]
+
+
+def _split_node(layout: str) -> tuple[list[Gpu], list[Atom]]:
+    """Node n1 with one H100 split at `layout` (a node restarted at a layout other than its pool's)."""
+    fake = FakeNode.build("n1", "H100-80GB", 1)
+    fake.apply_layout(layout)
+    report = fake.report()
+    atoms = derive_node_atoms(report, lambda _: POOL.sharing, lambda _: "H100-80GB")
+    return [_gpu(g) for g in report.gpus], [a for found in atoms.values() for a in found]
+
+
+def test_layout_returns_around_a_booked_slice_it_keeps() -> None:
+    """A node restarted at `mixed:4g.40gb+3x1g.10gb` in an `all-1g.10gb` pool: its 1g.10gb at
+    placement 4 is in both layouts and a tenant holds it. Going back to the pool's layout destroys
+    only the 4g.40gb and creates the 1g.10gb slices around the booked one, so the GPU is told the
+    pool's layout (its atoms take work again once it is there). A booking of the 4g.40gb, which
+    the return would destroy, still keeps the GPU where it is, now or later."""
+    gpus, atoms = _split_node("mixed:4g.40gb+3x1g.10gb")
+    kept = next(a for a in atoms if a.key == "mig:1g.10gb@4")
+    cut = next(a for a in atoms if a.key == "mig:4g.40gb@0")
+    now = LiveHold("rsv-now", kept.id, T0 - timedelta(hours=1), LATER, "acme")
+    later = LiveHold("rsv-later", kept.id, LATER, LATER + timedelta(hours=4), "globex")
+    spec = plan_spec("n1", gpus, POOL, atoms, [now, later], T0)
+    assert _layouts(spec) == ["all-1g.10gb"]
+    assert [a.atoms for a in spec.assignments] == [(kept.id,)]  # its tenant keeps its slice throughout
+    big = LiveHold("rsv-big", cut.id, LATER, LATER + timedelta(hours=4), "acme")
+    assert _layouts(plan_spec("n1", gpus, POOL, atoms, [now, big], T0)) == [None]
+    # A return that turns MIG off destroys every slice: a booked one keeps the GPU as it is.
+    assert _layouts(plan_spec("n1", gpus, EXCLUSIVE, atoms, [now], T0)) == [None]

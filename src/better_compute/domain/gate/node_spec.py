@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from better_compute.domain.catalog import find_model
-from better_compute.domain.fleet.atoms import Atom
-from better_compute.domain.fleet.mig_plan import converged
+from better_compute.domain.catalog import GpuModel, find_model
+from better_compute.domain.fleet.atoms import Atom, mig_atom_key
+from better_compute.domain.fleet.mig_plan import converged, spares
 from better_compute.domain.fleet.records import Gpu, Pool
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.gate.records import MigLayoutGate
@@ -142,10 +142,11 @@ def plan_spec(
     (`gate`) is told the layout, or the slot count, the gate gives it (`domain.gate.mig_gate`); one with
     a layout of its own (`own_layout`: an endpoint's instance) is told that outside a change.
 
-    A GPU not at that layout (`mig_plan.converged`) while a live booking holds it or one of its
-    atoms, now or later (`booked_gpus`), is told none (`gpu_layout`): repartitioning it would cut
-    the booking's atoms away under it. `bookings` are every live booking of the node's atoms that ends after
-    `now` (None: `holds`), those not handed out included (a terminating replica's)."""
+    A GPU not at that layout (`mig_plan.converged`) that getting there would cut a live booking
+    away from, now or later (`booked_gpus`: its whole, or a booked instance the repartition
+    destroys), is told none (`gpu_layout`) and keeps the one it has. `bookings` are every live
+    booking of the node's atoms that ends after `now` (None: `holds`), those not handed out
+    included (a terminating replica's)."""
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     tenants: dict[str, str] = {}
@@ -166,8 +167,7 @@ def plan_spec(
     )
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
     layout = node_layout(pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held))
-    split = frozenset(g.id for g in present if g.mig_mode_current)
-    kept = booked_gpus(by_id, holds if bookings is None else bookings, split)
+    kept = booked_gpus(by_id, holds if bookings is None else bookings, present, layout)
     sharing = (
         SharingSpec(
             pool.mode,
@@ -186,24 +186,51 @@ def plan_spec(
 
 
 def booked_gpus(
-    atoms: Mapping[str, Atom], bookings: Iterable[LiveHold], split: Collection[str] = ()
+    atoms: Mapping[str, Atom], bookings: Iterable[LiveHold], gpus: Iterable[Gpu], layout: str | None
 ) -> frozenset[str]:
-    """The GPUs (of `atoms`, by id) whose whole-GPU atom, or one of whose parts, a live booking
-    holds, now or later: a repartition would cut it away. A layout change's own bookings (the
-    gate's partition holds) do not count: they exist to let the change through. Nor does a booking
-    of an atom gone from its node (an instance lost with a restart): nothing of it is left to cut,
-    and putting the GPU's layout back is what gives it its instance again. Nor, likewise, does a
-    booking of the whole GPU while it is split in MIG instances (`split`: the GPUs in MIG mode now,
-    a node restarted at another layout): the whole GPU is not there to hand over, and no holder's
-    instance is cut by taking it back to its layout (an instance booked itself still counts)."""
-    return frozenset(
-        atom.gpu_id
-        for b in bookings
-        if not is_partition_change(b.allocation_id)
-        and (atom := atoms.get(b.atom_id)) is not None
-        and atom.present
-        and not (atom.cls == "gpu" and atom.gpu_id in split)
-    )
+    """The GPUs (of `gpus`, by id) that bringing to `layout` would cut a live booking, now or later,
+    away from: one whose whole-GPU atom, or a slot, is booked, or one whose booked MIG instance the
+    way to `layout` destroys (`mig_plan.spares`: a repartition keeps an instance already where the
+    layout wants one, so a node restarted at another layout that still has the booked slice is
+    re-cut around it, and its atoms take work again once it is there).
+
+    A layout change's own bookings (the gate's partition holds) do not count: they exist to let the
+    change through. Nor does a booking of an atom gone from its node (an instance lost with a
+    restart): nothing of it is left to cut, and putting the GPU's layout back is what gives it its
+    instance again. Nor, likewise, does a booking of the whole GPU while it is split in MIG
+    instances (a node restarted at another layout): the whole GPU is not there to hand over, and no
+    holder's instance is cut by taking it back to its layout (an instance booked itself still counts)."""
+    by_id = {g.id: g for g in gpus}
+    whole: set[str] = set()
+    parts: dict[str, set[int]] = {}
+    for b in bookings:
+        atom = atoms.get(b.atom_id)
+        if is_partition_change(b.allocation_id) or atom is None or not atom.present:
+            continue
+        gpu = by_id.get(atom.gpu_id)
+        split = gpu is not None and gpu.mig_mode_current
+        if atom.cls == "gpu" and split:
+            continue
+        instance = _instance_of(gpu, atom) if gpu is not None and atom.cls == "gpu.mig" else None
+        if instance is None:
+            whole.add(atom.gpu_id)
+        else:
+            parts.setdefault(atom.gpu_id, set()).add(instance)
+    cut = {
+        g
+        for g, instances in parts.items()
+        if not spares(by_id[g].report(), _model_of(by_id[g]), layout, instances)
+    }
+    return frozenset(whole | cut)
+
+
+def _instance_of(gpu: Gpu, atom: Atom) -> int | None:
+    """The GPU instance (GI id) of a MIG atom as its GPU reports it now (None: not reported)."""
+    return next((i.gi_id for i in gpu.mig_instances if mig_atom_key(i) == atom.key), None)
+
+
+def _model_of(gpu: Gpu) -> GpuModel | None:
+    return None if gpu.model is None else find_model(gpu.model)
 
 
 def gpu_layout(gpu: Gpu, layout: str | None, booked: bool) -> str | None:
@@ -212,8 +239,7 @@ def gpu_layout(gpu: Gpu, layout: str | None, booked: bool) -> str | None:
     change under holders goes through the gate, whose holds are no holder's (docs/concepts.md, the gate)."""
     if layout is None or not booked:
         return layout
-    model = None if gpu.model is None else find_model(gpu.model)
-    return layout if converged(gpu.report(), model, layout) else None
+    return layout if converged(gpu.report(), _model_of(gpu), layout) else None
 
 
 def next_generation(generation: int, stored_digest: str | None, digest: str) -> int | None:
