@@ -366,12 +366,21 @@ def _pack(members: Sequence[Atom], count: int, busy: Counter[str], free_on_gpu: 
 def _atom_rank(
     atom: Atom, busy: Counter[str], free_on_gpu: Counter[str]
 ) -> tuple[int, int, str, tuple[tuple[int, int, str], ...], str]:
-    return (-busy[atom.gpu_id], free_on_gpu[atom.gpu_id], atom.gpu_id, _natural(atom.key), atom.id)
+    return (-busy[atom.gpu_id], free_on_gpu[atom.gpu_id], atom.gpu_id, _position(atom), atom.id)
+
+
+def _position(atom: Atom) -> tuple[tuple[int, int, str], ...]:
+    """Where an atom comes among its GPU's equals: a MIG instance by its GPU-instance and
+    compute-instance ids (the order NVML lists them in, as the node reports them; the atom's key
+    names its slice, which would put smaller profiles first), anything else by its key."""
+    gi, ci = atom.attributes.get("giId"), atom.attributes.get("ciId")
+    if atom.cls == "gpu.mig" and isinstance(gi, int) and isinstance(ci, int):
+        return ((0, gi, ""), (0, ci, ""))
+    return _natural(atom.key)
 
 
 def _natural(key: str) -> tuple[tuple[int, int, str], ...]:
-    """`slot:2` before `slot:10`, `mig:1g.10gb@2` before `mig:1g.10gb@10` (numbers compare as numbers:
-    a profile's instances in placement order, smaller profiles first)."""
+    """`slot:2` before `slot:10`, `mig:1g.10gb@2` before `mig:1g.10gb@10` (numbers compare as numbers)."""
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in _DIGITS.split(key) if p)
 
 
