@@ -148,3 +148,15 @@ def test_layout_returns_around_a_booked_slice_it_keeps() -> None:
     assert _layouts(plan_spec("n1", gpus, POOL, atoms, [now, big], T0)) == [None]
     # A return that turns MIG off destroys every slice: a booked one keeps the GPU as it is.
     assert _layouts(plan_spec("n1", gpus, EXCLUSIVE, atoms, [now], T0)) == [None]
+
+
+def test_booked_slice_on_a_gpu_whose_model_the_server_does_not_know_keeps_its_layout() -> None:
+    """A server whose catalog lacks the GPU's product cannot tell whether its pool's layout keeps a
+    booked slice, while the node's catalog may know it and re-cut the GPU: the GPU keeps its layout."""
+    gpus, atoms = _split_node("mixed:4g.40gb+3x1g.10gb")
+    cut = next(a for a in atoms if a.key == "mig:4g.40gb@0")
+    later = T0 + timedelta(hours=2)
+    big = LiveHold("rsv-big", cut.id, later, later + timedelta(hours=4), "acme")
+    assert _layouts(plan_spec("n1", gpus, POOL, atoms, [big], T0)) == [None]
+    unknown = [replace(g, model=None) for g in gpus]
+    assert _layouts(plan_spec("n1", unknown, POOL, atoms, [big], T0)) == [None]

@@ -109,12 +109,15 @@ def spares(gpu: GpuReport, model: GpuModel | None, layout: str | None, instances
     ids) where it is: the one rule for whether a held or booked MIG instance keeps its GPU from its
     layout, the node's mig-layout unit's (`plan_gpu`) and the control plane's (the node spec).
 
-    It does when there is nothing to spare, nothing to do (no layout told, a product the catalog
-    does not know, a GPU at its layout or without MIG), or a repartition that destroys none of them;
-    not when the way there is a MIG mode change (its reset takes every instance) or a layout the
-    GPU's model cannot take."""
-    if not instances or layout is None or model is None:
+    It does when there is nothing to spare, nothing to do (no layout told, a GPU at its layout or
+    without MIG), or a repartition that destroys none of them; not when the way there is a MIG mode
+    change (its reset takes every instance), a layout the GPU's model cannot take, or a product the
+    catalog here does not know: a node whose catalog does know it could re-cut it, so nothing here
+    can say the instances would survive."""
+    if not instances or layout is None:
         return True
+    if model is None:
+        return False
     if gpu.partition_pending:
         return False
     try:

@@ -236,10 +236,13 @@ def _model_of(gpu: Gpu) -> GpuModel | None:
 def gpu_layout(gpu: Gpu, layout: str | None, booked: bool) -> str | None:
     """The layout a GPU's spec tells it: its node's `layout`, unless a booking holds it (`booked`)
     and it is not at that layout yet, when it is told none and keeps the one it has. A layout
-    change under holders goes through the gate, whose holds are no holder's (docs/concepts.md, the gate)."""
+    change under holders goes through the gate, whose holds are no holder's (docs/concepts.md, the gate).
+    A booked GPU of a product this catalog does not know is told none too: nothing here can say it is
+    at the layout, and a node whose catalog knows the product could re-cut it under its holder."""
     if layout is None or not booked:
         return layout
-    return layout if converged(gpu.report(), _model_of(gpu), layout) else None
+    model = _model_of(gpu)
+    return layout if model is not None and converged(gpu.report(), model, layout) else None
 
 
 def next_generation(generation: int, stored_digest: str | None, digest: str) -> int | None:
