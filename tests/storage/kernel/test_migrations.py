@@ -313,3 +313,62 @@ def test_mig_atoms_and_every_row_naming_them_take_their_slice_on_upgrade(store: 
     assert old_key.startswith("mig:") and booked == span == new_id
     assert new_id in (shares if isinstance(shares, dict) else json.loads(shares))
     assert kept == "mig:9.0"
+
+
+def test_mig_atom_rekey_never_gives_a_slice_an_atom_of_its_gpu_already_has(store: Store) -> None:
+    """Revision 0027 run again after a downgrade: an absent atom kept at its GI/CI ids (`mig:9.0`) and
+    a slice-keyed atom that the downgrade could not take back to `mig:9.0` (the driver gave its slice
+    GI id 9 since) both name the same slice; the upgrade leaves the absent one as it is rather than
+    writing a second atom of the slice (which failed on the atoms' primary key)."""
+    from better_compute.domain.fleet.atoms import atom_id_for
+    from better_compute.domain.ops.fleet import parse_fleet
+    from better_compute.entrypoints.fleet import load_fleet
+    from tests.builders import T0, small_fleet
+
+    load_fleet(store, parse_fleet(small_fleet(nodes=1, layout="mixed:4g.40gb+3x1g.10gb")), T0)
+    migrate.downgrade(store.engine, "0026")
+    with store.engine.begin() as conn:
+        gpu_id = conn.execute(text("SELECT gpu_id FROM atoms WHERE \"class\" = 'gpu.mig' LIMIT 1")).scalar()
+        conn.execute(
+            text(
+                'INSERT INTO atoms (id, gpu_id, node_id, pool_id, class, "key", bookable, partition_pending,'
+                " attributes, present) VALUES (:a, :g, 'n', NULL, 'gpu.mig', 'mig:9.0', false, false, :attrs,"
+                " false)"
+            ),
+            {
+                "a": atom_id_for(gpu_id, "mig:9.0"),
+                "g": gpu_id,
+                "attrs": json.dumps({"migProfile": "1g.10gb", "giId": 9, "ciId": 0}),
+            },
+        )
+    migrate.upgrade(store.engine)
+    with store.engine.begin() as conn:  # the driver renumbers a present 1g.10gb slice to GI id 9
+        atom_id, key, raw = conn.execute(
+            text(
+                'SELECT id, "key", attributes FROM atoms WHERE gpu_id = :g AND "key" LIKE \'mig:1g%\' AND present'
+            ),
+            {"g": gpu_id},
+        ).first()  # type: ignore[misc]
+        attrs = raw if isinstance(raw, dict) else json.loads(raw)
+        old_gi = attrs["giId"]
+        attrs["giId"] = 9
+        cast = "CAST(:a AS JSON)" if store.dialect == "postgresql" else ":a"
+        conn.execute(
+            text(f"UPDATE atoms SET attributes = {cast} WHERE id = :i"),
+            {"a": json.dumps(attrs), "i": atom_id},
+        )
+        reported = conn.execute(text("SELECT mig_instances FROM gpus WHERE id = :g"), {"g": gpu_id}).scalar()
+        reported = reported if isinstance(reported, list) else json.loads(reported)
+        for inst in reported:
+            if inst["giId"] == old_gi:
+                inst["giId"] = 9
+        cast = "CAST(:m AS JSON)" if store.dialect == "postgresql" else ":m"
+        conn.execute(
+            text(f"UPDATE gpus SET mig_instances = {cast} WHERE id = :g"),
+            {"m": json.dumps(reported), "g": gpu_id},
+        )
+    migrate.downgrade(store.engine, "0026")
+    migrate.upgrade(store.engine)
+    with store.engine.connect() as conn:
+        keys = [r[0] for r in conn.execute(text('SELECT "key" FROM atoms WHERE gpu_id = :g'), {"g": gpu_id})]
+    assert keys.count(key) == 1 and "mig:9.0" in keys

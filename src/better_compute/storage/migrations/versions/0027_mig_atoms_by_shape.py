@@ -53,17 +53,20 @@ def _shape_keys(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]]
     """{old atom id: (new atom id, new key)} for the MIG atoms still keyed by GI/CI ids."""
     by_gpu: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
-        if _LEGACY.match(r["key"]):
-            by_gpu.setdefault(r["gpu_id"], []).append(r)
+        by_gpu.setdefault(r["gpu_id"], []).append(r)
     moves: dict[str, tuple[str, str]] = {}
     for gpu_id, atoms in by_gpu.items():
         first = atoms[0]
         reported = _json(first["mig_instances"]) or []
         model = catalog.find_model(first["model"]) if first["model"] else None
+        # Every slice an atom of the GPU already has, whether keyed by its slice before this runs (a
+        # downgrade and upgrade again) or not: no atom takes another's.
         taken = {r["key"] for r in atoms if not _LEGACY.match(r["key"])}
         found: list[tuple[Mapping[str, Any], str]] = []
         guessed: list[tuple[Mapping[str, Any], str]] = []
         for r in atoms:
+            if not _LEGACY.match(r["key"]):
+                continue
             attrs = _json(r["attributes"]) or {}
             profile = str(attrs.get("migProfile", ""))
             gi, ci = (int(x) for x in _LEGACY.match(r["key"]).groups())  # type: ignore[union-attr]
@@ -114,35 +117,49 @@ def _legacy_keys(rows: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, str]
 def _rekey(moves: Mapping[str, tuple[str, str]]) -> None:
     """Give each atom of `moves` its new id and key, and every row naming it the new id: the new
     atom is written, its references moved, then the old one deleted (the foreign keys hold
-    throughout; each atom's bookings move together, so no exclusion constraint sees a pair)."""
+    throughout; each atom's bookings move together, so no exclusion constraint sees a pair).
+
+    Set-based, through a temporary table of the moves: a statement per table whatever the fleet's
+    size (a parameter per atom would pass PostgreSQL's 65,535 in one statement, and a statement per
+    atom would scan `copy_spans`, which has no index on `atom_id`, once per atom)."""
     if not moves:
         return
     bind = op.get_bind()
-    columns = [c["name"] for c in sa.inspect(bind).get_columns("atoms")]
-    copied = ", ".join(":new_id" if c == "id" else ":new_key" if c == "key" else f'"{c}"' for c in columns)
-    listed = ", ".join(f'"{c}"' for c in columns)
-    params = [{"old": old, "new_id": new_id, "new_key": key} for old, (new_id, key) in moves.items()]
-    bind.execute(sa.text(f"INSERT INTO atoms ({listed}) SELECT {copied} FROM atoms WHERE id = :old"), params)
-    for table in _REFERENCES:
-        bind.execute(sa.text(f"UPDATE {table} SET atom_id = :new_id WHERE atom_id = :old"), params)
-    bind.execute(sa.text("DELETE FROM atoms WHERE id = :old"), params)
-    gpus = sorted(
-        {
-            str(r[0])
-            for r in bind.execute(
-                sa.text("SELECT DISTINCT gpu_id FROM atoms WHERE id IN :ids").bindparams(
-                    sa.bindparam("ids", expanding=True)
-                ),
-                {"ids": [new_id for new_id, _ in moves.values()]},
-            )
-        }
+    bind.execute(
+        sa.text(
+            "CREATE TEMPORARY TABLE atom_moves"
+            " (old_id VARCHAR(32) PRIMARY KEY, new_id VARCHAR(32) NOT NULL, new_key VARCHAR(64) NOT NULL)"
+        )
     )
+    bind.execute(
+        sa.text("INSERT INTO atom_moves (old_id, new_id, new_key) VALUES (:old, :new_id, :new_key)"),
+        [{"old": old, "new_id": new_id, "new_key": key} for old, (new_id, key) in moves.items()],
+    )
+    columns = [c["name"] for c in sa.inspect(bind).get_columns("atoms")]
+    copied = ", ".join(
+        "m.new_id" if c == "id" else "m.new_key" if c == "key" else f'a."{c}"' for c in columns
+    )
+    listed = ", ".join(f'"{c}"' for c in columns)
+    bind.execute(
+        sa.text(
+            f"INSERT INTO atoms ({listed}) SELECT {copied} FROM atoms a JOIN atom_moves m ON m.old_id = a.id"
+        )
+    )
+    for table in _REFERENCES:
+        bind.execute(
+            sa.text(
+                f"UPDATE {table} SET atom_id = (SELECT m.new_id FROM atom_moves m WHERE m.old_id = {table}.atom_id)"
+                " WHERE atom_id IN (SELECT old_id FROM atom_moves)"
+            )
+        )
+    bind.execute(sa.text("DELETE FROM atoms WHERE id IN (SELECT old_id FROM atom_moves)"))
     states = bind.execute(
-        sa.text("SELECT id, shares FROM gpu_states WHERE gpu_id IN :gpus").bindparams(
-            sa.bindparam("gpus", expanding=True)
-        ),
-        {"gpus": gpus},
+        sa.text(
+            "SELECT id, shares FROM gpu_states WHERE gpu_id IN"
+            " (SELECT a.gpu_id FROM atoms a JOIN atom_moves m ON m.new_id = a.id)"
+        )
     ).all()
+    bind.execute(sa.text("DROP TABLE atom_moves"))
     changed = []
     for state_id, raw in states:
         shares = _json(raw) or {}
