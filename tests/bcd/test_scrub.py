@@ -140,6 +140,29 @@ def test_a_mig_instance_is_zeroed_alone(tmp_path: Path) -> None:
     assert fake.gpus[0].zeroed == [gi.gi_id]
 
 
+def test_a_mig_instance_left_unclean_under_its_driver_ids_is_scrubbed_before_another_tenant_gets_it(
+    tmp_path: Path,
+) -> None:
+    """A scrub record written before MIG atoms were named by their slice keeps an unclean instance
+    under its old id (`mig:<gi>.<ci>`): the daemon reads it as the instance's atom now, so another
+    tenant waits for the zeroing pass rather than getting the last tenant's data."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="mig", layout="all-3g.40gb"), "n")
+    gpu = fake.list_gpus()[0]
+    gi = gpu.instances[1]
+    inst = mig_instances(gi)[0]
+    legacy = atom_id_for(gpu.uuid, f"mig:{inst.gi_id}.{inst.ci_id}")
+    (tmp_path / "scrub.json").write_text(
+        json.dumps({"atoms": {legacy: {"tenant": "platform", "allocation": "res-a", "clean": False}}}),
+        encoding="utf-8",
+    )
+    node = Node(tmp_path, fake)
+    atom = atom_id_for(gpu.uuid, mig_atom_key(inst))
+    done = node.converge("zero", held("res-b", "acme", atom), mode="mig")
+    assert kinds(done) == [("ScrubDone", [atom]), ("AllocationBound", "res-b")]
+    assert fake.gpus[0].zeroed == [gi.gi_id]
+    assert legacy not in json.loads((tmp_path / "scrub.json").read_text(encoding="utf-8"))["atoms"]
+
+
 def test_without_a_scrub_policy_nothing_is_scrubbed_and_nothing_waits(tmp_path: Path) -> None:
     node = Node(tmp_path)
     gpu = node.fake.gpus[0]

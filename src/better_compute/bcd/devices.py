@@ -67,6 +67,22 @@ class Device:
     """The GPU instance of a MIG atom (None for a whole GPU or a slot)."""
 
 
+def legacy_ids(gpus: Iterable[Gpu]) -> dict[str, str]:
+    """{the id a MIG atom had before atoms were named by their slice (`mig:<gi>.<ci>`, the driver's
+    ids): its id now}, for the instances the GPUs have now. A scrub record written by a daemon of
+    that time names its atoms so; read under the new ids, an atom left unclean then would go to the
+    next tenant unscrubbed. An instance now at a recorded pair of ids takes the record: at worst it
+    is scrubbed once more than needed, never handed over unclean."""
+    aliases: dict[str, str] = {}
+    for gpu in gpus:
+        if gpu.mig_current:
+            for gi in gpu.instances:
+                for m in mig_instances(gi):
+                    legacy = atom_id_for(gpu.uuid, f"mig:{m.gi_id}.{m.ci_id}")
+                    aliases[legacy] = atom_id_for(gpu.uuid, mig_atom_key(m))
+    return aliases
+
+
 def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
     """Every atom id this node's GPUs can answer for now, derived as the server derives them
     (`domain.fleet.atoms.atom_id_for`): the whole GPU, each MIG device while MIG mode is on, and `slots`
@@ -138,6 +154,8 @@ class DevicesConverger:
     def converge(self, spec: NodeSpecPublic, gpus: Sequence[Gpu]) -> DevicesPass:
         done = DevicesPass()
         index = device_index(gpus, slots_of(spec))
+        if self.scrubber is not None:
+            self.scrubber.state.rekey(legacy_ids(gpus))
         bound = self.bound()
         wanted = {a.allocation_id: a for a in spec.assignments}
         for allocation_id in sorted(bound - set(wanted)):

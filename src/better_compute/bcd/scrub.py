@@ -16,7 +16,7 @@ handed over, so a restarted daemon still knows whose data is where.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +82,19 @@ class ScrubState:
                 changed = True
         if changed:
             self._write()
+
+    def rekey(self, aliases: Mapping[str, str]) -> None:
+        """Move each record kept under an old id of `aliases` to the atom's id now (`devices.legacy_ids`);
+        where both are recorded, the unclean one wins, so no one's data is forgotten."""
+        moved = {old: new for old, new in aliases.items() if old in self.holders and old != new}
+        if not moved:
+            return
+        for old, new in moved.items():
+            h = self.holders.pop(old)
+            kept = self.holders.get(new)
+            if kept is None or (kept.clean and not h.clean):
+                self.holders[new] = h
+        self._write()
 
     def mark_clean(self, atoms: Iterable[str]) -> None:
         for atom in atoms:
