@@ -35,7 +35,7 @@ from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
 from better_compute.bcd.scrub import Scrubber, Target
-from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
+from better_compute.domain.fleet.atoms import atom_id_for, legacy_mig_key, mig_atom_key
 from better_compute.domain.fleet.pools import mps_units
 from better_compute.domain.gate.node_spec import VISIBLE_DEVICES
 from better_compute.domain.ledger.handoff import Held, refusals
@@ -78,7 +78,7 @@ def legacy_ids(gpus: Iterable[Gpu]) -> dict[str, str]:
         if gpu.mig_current:
             for gi in gpu.instances:
                 for m in mig_instances(gi):
-                    legacy = atom_id_for(gpu.uuid, f"mig:{m.gi_id}.{m.ci_id}")
+                    legacy = atom_id_for(gpu.uuid, legacy_mig_key(m.gi_id, m.ci_id))
                     aliases[legacy] = atom_id_for(gpu.uuid, mig_atom_key(m))
     return aliases
 

@@ -72,6 +72,12 @@ def mig_atom_key(instance: MigInstance) -> str:
     return mig_key(instance.profile, instance.placement_start, instance.ci_id)
 
 
+def legacy_mig_key(gi_id: int, ci_id: int) -> str:
+    """The key a MIG atom had before atoms were named by their slice (`mig:<gi>.<ci>`, the driver's
+    ids): what state written then (a node's scrub record) still names it by."""
+    return f"mig:{gi_id}.{ci_id}"
+
+
 class Attributes(Mapping[str, AttrValue]):
     """An atom's attributes, compact: a process holds every atom of its pools (hundreds of thousands
     on a big fleet), and a dict of strings per atom was most of each one's memory.
