@@ -72,6 +72,8 @@ class StubGpu:
     mig_pending: int = 0
     gis: list[StubGi] = field(default_factory=list)
     handle: Any = None
+    minor: int = 0
+    compute_mode: int = 0
 
 
 class StubNvml:
@@ -228,6 +230,19 @@ class StubNvml:
 
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
         return self._gpu(handle).throttle_mask
+
+    def nvmlDeviceGetMinorNumber(self, handle: Any) -> int:
+        return self._gpu(handle).minor
+
+    def nvmlDeviceGetComputeMode(self, handle: Any) -> int:
+        return self._gpu(handle).compute_mode
+
+    def nvmlDeviceSetComputeMode(self, handle: Any, mode: int) -> int:
+        gpu = self._gpu(handle)
+        if gpu.mig_current and mode == pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS:
+            raise _fail(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        gpu.compute_mode = mode
+        return pynvml.NVML_SUCCESS
 
     def nvmlDeviceGetMigMode(self, device: Any) -> list[int]:
         gpu = self._gpu(device)
@@ -409,6 +424,7 @@ def h100(index: int, *, mig: bool = False, **kw: Any) -> StubGpu:
         model=catalog.get_model("H100-80GB"),
         mig_current=int(mig),
         mig_pending=int(mig),
+        minor=index,
         **kw,
     )
 

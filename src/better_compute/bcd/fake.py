@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from better_compute.bcd.gpu import (
+    COMPUTE_MODES,
     ComputeInstance,
+    ComputeModeRefused,
     Gpu,
     GpuInstance,
     Health,
@@ -97,6 +99,8 @@ class FakeGpu:
     later, where MIG mode is lost on reboot or driver reload."""
     created: int = 0
     """GPU instances created since start-up, which numbers their MIG uuids."""
+    compute_mode: str = "default"
+    """One of `gpu.COMPUTE_MODES`; a reboot sets it back to `default`, as on hardware."""
     gi_ids: list[int] = field(default_factory=list)
     """The GPU-instance ids this GPU's driver hands out next, in order (a test's script; once used
     up, or for an id in use, the lowest free one). NVML's ids are not tied to a placement."""
@@ -151,6 +155,8 @@ class FakeGpu:
             mig_current=self.mig_current,
             mig_pending=self.mig_pending,
             instances=tuple(self._instance(m) for m in self.instances) if self.mig_current else (),
+            minor_number=self.index,
+            compute_mode=self.compute_mode,
         )
 
     def _instance(self, inst: MigInstance) -> GpuInstance:
@@ -231,6 +237,13 @@ class FakeGpu:
         self.mig_pending = enabled
         return self.mig_current != self.mig_pending
 
+    def set_compute_mode(self, mode: str) -> None:
+        if mode not in COMPUTE_MODES:
+            raise ComputeModeRefused(f"{mode!r} is not a compute mode ({', '.join(COMPUTE_MODES)})")
+        if self.mig_current and mode == "exclusive-process":
+            raise ComputeModeRefused(f"{self.uuid} is in MIG mode: exclusive-process is not supported there")
+        self.compute_mode = mode
+
     def reset(self) -> None:
         if self.reset_fails:
             raise ResetFailed(f"the reset of {self.uuid} did not complete")
@@ -258,6 +271,7 @@ class FakeGpu:
         self.mig_current = self.mig_pending
         self.instances = []
         self.busy.clear()
+        self.compute_mode = "default"
 
 
 @dataclass
@@ -391,6 +405,10 @@ class FakeNode:
         self._save()
         return waits
 
+    def set_compute_mode(self, gpu: str, mode: str) -> None:
+        self.gpu(gpu).set_compute_mode(mode)
+        self._save()
+
     def reset_gpu(self, gpu: str) -> None:
         self.gpu(gpu).reset()
         self._save()
@@ -408,6 +426,7 @@ def _state(gpu: FakeGpu) -> dict[str, Any]:
         "migCurrent": gpu.mig_current,
         "migPending": gpu.mig_pending,
         "created": gpu.created,
+        "computeMode": gpu.compute_mode,
         "instances": [
             {
                 "profile": m.profile,
@@ -427,6 +446,8 @@ def _restore(gpu: FakeGpu, state: dict[str, Any]) -> None:
     gpu.mig_current = bool(state.get("migCurrent"))
     gpu.mig_pending = bool(state.get("migPending"))
     gpu.created = int(state.get("created") or 0)
+    mode = state.get("computeMode")
+    gpu.compute_mode = mode if mode in COMPUTE_MODES else "default"
     gpu.busy.clear()
     gpu.instances = [
         MigInstance(

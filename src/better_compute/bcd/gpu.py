@@ -46,9 +46,18 @@ class ResetFailed(GpuError):
     """A GPU reset did not complete; a pending MIG mode change then waits for a reboot."""
 
 
+class ComputeModeRefused(GpuError):
+    """The GPU refused a compute-mode change (MIG mode on, no permission, not supported)."""
+
+
 class ZeroingFailed(GpuError):
     """A zeroing pass over a GPU's (or a MIG instance's) memory did not complete."""
 
+
+COMPUTE_MODES: tuple[str, ...] = ("default", "exclusive-process", "prohibited")
+"""NVML's compute modes (`nvmlComputeMode_t`: DEFAULT 0, PROHIBITED 2, EXCLUSIVE_PROCESS 3), by the
+names `nvidia-smi -c` takes. An MPS GPU runs in `exclusive-process` while its control daemon does, so
+only the MPS server (and through it, its clients) holds a context on it."""
 
 UNHEALTHY_THROTTLE_REASONS: tuple[str, ...] = ("HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown")
 """Clock event (throttle) reasons that make a GPU unhealthy: the hardware itself slowing down (an
@@ -128,6 +137,11 @@ class Gpu:
     mig_current: bool = False
     mig_pending: bool = False
     instances: tuple[GpuInstance, ...] = ()
+    minor_number: int | None = None
+    """The GPU's device node is `/dev/nvidia<minor_number>` (NVML's `nvmlDeviceGetMinorNumber`);
+    None where the driver did not say."""
+    compute_mode: str = "default"
+    """One of `COMPUTE_MODES`."""
 
 
 class GpuBackend(Protocol):
@@ -152,6 +166,11 @@ class GpuBackend(Protocol):
 
     def set_mig_mode(self, gpu: str, enabled: bool) -> bool:
         """Ask for MIG mode on or off; True when the change waits for a GPU reset (or a reboot)."""
+        ...
+
+    def set_compute_mode(self, gpu: str, mode: str) -> None:
+        """Set the GPU's compute mode (one of `COMPUTE_MODES`); `ComputeModeRefused` when the GPU
+        refuses it (NVML refuses `exclusive-process` in MIG mode)."""
         ...
 
     def reset_gpu(self, gpu: str) -> None:

@@ -25,14 +25,17 @@ CONTROL = "/usr/bin/nvidia-cuda-mps-control"
 
 @dataclass(frozen=True, slots=True)
 class MpsPaths:
-    """Where the daemon and its clients meet: the pipe directory, and where the daemon logs."""
+    """Where the daemon and its clients meet: the pipe directory and the shared-memory directory
+    (the daemon's `/dev/shm`, which each client container mounts as its own), and where the daemon
+    logs."""
 
     pipe_directory: Path
     log_directory: Path
+    shm_directory: Path
 
     @classmethod
     def under(cls, root: Path) -> MpsPaths:
-        return cls(root / "pipe", root / "log")
+        return cls(root / "pipe", root / "log", root / "shm")
 
 
 def unit_text(gpu_uuids: Sequence[str], paths: MpsPaths, control: str = CONTROL) -> str:

@@ -26,7 +26,9 @@ from types import ModuleType
 from typing import Any
 
 from better_compute.bcd.gpu import (
+    COMPUTE_MODES,
     ComputeInstance,
+    ComputeModeRefused,
     Gpu,
     GpuError,
     GpuInstance,
@@ -55,12 +57,16 @@ MUTATING_CALLS = frozenset(
         "nvmlGpuInstanceCreateComputeInstanceWithPlacement",
         "nvmlGpuInstanceDestroy",
         "nvmlComputeInstanceDestroy",
+        "nvmlDeviceSetComputeMode",
     }
 )
 """The NVML calls this backend makes that change a GPU; `list_gpus` never makes one."""
 
 THROTTLE_BITS: dict[str, int] = {"HwSlowdown": 0x8, "HwThermalSlowdown": 0x40, "HwPowerBrakeSlowdown": 0x80}
 """`nvmlClocksEventReason*` bits of `bcd.gpu.UNHEALTHY_THROTTLE_REASONS` (fixed by NVML's ABI)."""
+
+_COMPUTE_MODE_VALUES = {"default": 0, "prohibited": 2, "exclusive-process": 3}
+"""`nvmlComputeMode_t` (nvml.h): 1 was EXCLUSIVE_THREAD, gone since CUDA 8."""
 
 # NVML return codes this module tells apart (nvml.h; the same values in pynvml).
 _NO_PERMISSION = 4
@@ -216,7 +222,18 @@ class NvmlBackend:
             mig_current=current == enabled,
             mig_pending=pending == enabled,
             instances=self._instances(handle) if current == enabled else (),
+            minor_number=self._minor(handle),
+            compute_mode=self._compute_mode(handle),
         )
+
+    def _minor(self, handle: Any) -> int | None:
+        minor, code = self._try("nvmlDeviceGetMinorNumber", handle)
+        return int(minor) if code is None else None
+
+    def _compute_mode(self, handle: Any) -> str:
+        mode, code = self._try("nvmlDeviceGetComputeMode", handle)
+        names = {v: k for k, v in _COMPUTE_MODE_VALUES.items()}
+        return names.get(int(mode), "default") if code is None else "default"
 
     def _numa_node(self, handle: Any, bus: str) -> int | None:
         node, code = self._try("nvmlDeviceGetNumaNodeId", handle)
@@ -391,6 +408,15 @@ class NvmlBackend:
         self._call("nvmlDeviceSetMigMode", handle, mode)
         current, pending = self._call("nvmlDeviceGetMigMode", handle)
         return int(current) != int(pending)
+
+    def set_compute_mode(self, gpu: str, mode: str) -> None:
+        if mode not in COMPUTE_MODES:
+            raise ComputeModeRefused(f"{mode!r} is not a compute mode ({', '.join(COMPUTE_MODES)})")
+        handle = self._handle(gpu)
+        try:
+            self._call("nvmlDeviceSetComputeMode", handle, _COMPUTE_MODE_VALUES[mode])
+        except GpuError as exc:
+            raise ComputeModeRefused(f"{gpu} refused compute mode {mode}: {exc}") from exc
 
     def reset_gpu(self, gpu: str) -> None:
         self._handle(gpu)
