@@ -14,7 +14,9 @@ from better_compute.bcd.gpu import ComputeModeRefused
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import CommandFailed, MpsPaths, MpsUnit
+from better_compute.storage.store import Store
 from better_compute.wire.nodes import NodeSpecPublic
+from tests.node_world import NodeWorld
 
 
 class Systemd:
@@ -76,7 +78,7 @@ def test_mps_gpus_are_exclusive_process_before_the_daemon_starts_and_default_onc
     assert bcd.systemd.verbs() == ["daemon-reload", "disable", "restart"]
     assert set(bcd.systemd.calls[-1][1].values()) == {"exclusive-process"}, "set before the daemon starts"
     text = bcd.unit.path.read_text()
-    first, second = (g.uuid for g in node.gpus)
+    first, second = sorted(g.uuid for g in node.gpus)
     assert f"CUDA_VISIBLE_DEVICES={first},{second}" in text
     assert "set_default_active_thread_percentage 25 |" in text
     assert f"set_default_device_pinned_mem_limit {first} 20480M |" in text  # 80 GiB / 4
@@ -195,3 +197,20 @@ def test_a_failing_systemctl_is_logged_and_the_restart_is_owed_to_the_next_pass(
     bcd.systemd.fail = "disable"
     bcd.host.converge(spec(node, mode="exclusive", layout=None), set())
     assert modes(node) == ["exclusive-process"], "not given back while the daemon may still serve it"
+
+
+def test_an_mps_nodes_bcd_loop_serves_its_gpus_in_exclusive_process_and_reports_the_spec_observed(
+    store: Store, tmp_path: Path
+) -> None:
+    """`bcd run --nvml fake` on a node of an mps pool, against the real app: the spec's replicas
+    become the unit's per-client limits, the GPUs are exclusive-process, the generation observed."""
+    world = NodeWorld(store, tmp_path, mode="mps", layout="all-disabled")
+    daemon, node = world.daemon("n-1")
+    assert daemon.step(False)
+    assert modes(node) == ["exclusive-process", "exclusive-process"]
+    text = (daemon.identity.state_dir / "systemd" / "bcd-mps.service").read_text()
+    first, second = sorted(g.uuid for g in node.gpus)  # L40S-48GB, the pool's replicas 4
+    assert f"CUDA_VISIBLE_DEVICES={first},{second}\n" in text
+    assert "set_default_active_thread_percentage 25 |" in text
+    assert f"set_default_device_pinned_mem_limit {second} {48 * 1024 // 4}M |" in text
+    assert daemon.observed == daemon.generation
