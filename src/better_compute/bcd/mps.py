@@ -1,10 +1,32 @@
-"""The gpu-sharing unit for mps pools: the MPS control daemon as a systemd service, and the env a
-slot's container needs to be one of its clients.
+"""The gpu-sharing unit for mps pools: the MPS control daemon as a systemd service, the limits it puts
+on every client, and the env a slot's container needs to be one of them.
 
-One control daemon per node serves the node's MPS GPUs (`CUDA_VISIBLE_DEVICES`), with a pipe
-directory of its own that every client must name too, and its logs beside it. A slot's share of the
-GPU (`mpsUnits`, out of 100) becomes the client's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, which can only
-tighten what the daemon allows, so a slot never takes more SMs than it was booked for.
+One control daemon per node serves the node's MPS GPUs (`CUDA_VISIBLE_DEVICES`, by uuid), with a pipe
+directory of its own that every client must name too, its logs beside it, and a shared-memory
+directory that is its `/dev/shm` and each client container's (`BindPaths=`): MPS clients and their
+server meet through both.
+
+The limits are set on the daemon's side, where a tenant's process cannot loosen them (NVIDIA's MPS
+docs: a client's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` or `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` "will only
+further constrain" what the control daemon set). With the pool's `replicas` R, every client gets at
+most 100/R percent of the SMs' threads (`set_default_active_thread_percentage`) and the GPU's memory/R
+of device memory on each GPU (`set_default_device_pinned_mem_limit <uuid> <N>M`). The limits are per
+client *process*: R clients fill the GPU.
+
+They are given twice, on purpose. The control commands run as `ExecStartPost=` lines, each time the
+daemon starts, since `quit` (every stop) loses them; systemd runs them on its own restarts too, which
+`bcd` would never see. They are the documented interface, and both of NVIDIA's own Kubernetes
+components (the device plugin's MPS control daemon and the DRA driver's) set their limits this way.
+But `ExecStartPost=` runs after the daemon already accepts clients, and a server spawned in between
+would keep no limits for as long as it lives; so the same values are also in the daemon's environment
+(`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` "at the MPS control daemon
+level"), which the daemon reads as it starts. The device is named by uuid, which the MPS docs allow
+("a device UUID string or an integer ordinal") and which no `CUDA_VISIBLE_DEVICES` remapping or CUDA
+device order can point at another GPU; a limit for an id the server does not have is ignored.
+
+The GPUs must be in `exclusive-process` compute mode before the daemon serves them (the host
+converger sets it, `bcd/host.py`), so the unit is never enabled at boot: a reboot sets the compute
+mode back to `default`, and only `bcd` starts the daemon, after setting it again.
 
 Starting and stopping go through a `Runner`, so the unit is rendered and driven the same way in
 tests (a recording runner) and on a node (systemctl).
@@ -12,6 +34,8 @@ tests (a recording runner) and on a node (systemctl).
 
 from __future__ import annotations
 
+import json
+import re
 import shlex
 import subprocess
 from collections.abc import Sequence
@@ -21,6 +45,16 @@ from typing import Protocol
 
 UNIT_NAME = "bcd-mps.service"
 CONTROL = "/usr/bin/nvidia-cuda-mps-control"
+EXCLUSIVE_RECORD = "exclusive-process.json"
+"""The file, beside the MPS directories, naming the GPUs `bcd` put in exclusive-process."""
+
+DIRECTORY_MODE = 0o755
+"""The pipe, log and shared-memory directories: root's, readable by clients (as NVIDIA's device
+plugin and DRA driver make theirs). The shared-memory directory gets a tmpfs mounted on it, mode
+1777 like the host's `/dev/shm`."""
+
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
+_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,17 +72,66 @@ class MpsPaths:
         return cls(root / "pipe", root / "log", root / "shm")
 
 
-def unit_text(gpu_uuids: Sequence[str], paths: MpsPaths, control: str = CONTROL) -> str:
-    """`bcd-mps.service`: `nvidia-cuda-mps-control -d` for these GPUs, stopped with its `quit`."""
-    if not gpu_uuids:
+@dataclass(frozen=True, slots=True)
+class MpsGpu:
+    """A GPU the daemon serves, and its memory, which the pool's replicas share."""
+
+    uuid: str
+    memory_mib: int
+
+
+def active_thread_percentage(replicas: int) -> int:
+    """Each client's share of the SMs' threads: 100/R, rounded down (the same share as a slot's
+    `mpsUnits`), at least 1."""
+    _check_replicas(replicas)
+    return max(1, 100 // replicas)
+
+
+def pinned_memory_mib(memory_mib: int, replicas: int) -> int:
+    """Each client's device memory on a GPU of `memory_mib`: memory/R in MiB, at least 1."""
+    _check_replicas(replicas)
+    if memory_mib < 1:
+        raise ValueError(f"a GPU's memory must be at least 1 MiB, not {memory_mib}")
+    return max(1, memory_mib // replicas)
+
+
+def control_commands(gpus: Sequence[MpsGpu], replicas: int) -> list[str]:
+    """What `nvidia-cuda-mps-control` is told after each start: the default limits of every client."""
+    return [
+        f"set_default_active_thread_percentage {active_thread_percentage(replicas)}",
+        *(
+            f"set_default_device_pinned_mem_limit {g.uuid} {pinned_memory_mib(g.memory_mib, replicas)}M"
+            for g in gpus
+        ),
+    ]
+
+
+def unit_text(gpus: Sequence[MpsGpu], replicas: int, paths: MpsPaths, control: str = CONTROL) -> str:
+    """`bcd-mps.service`: `nvidia-cuda-mps-control -d` for these GPUs, its clients limited to
+    1/`replicas` of each, `/dev/shm` its shared-memory directory, stopped with its `quit`."""
+    if not gpus:
         raise ValueError("an MPS daemon needs at least one GPU")
+    for gpu in gpus:
+        if not _SAFE_ID.fullmatch(gpu.uuid):
+            raise ValueError(f"{gpu.uuid!r} is not a GPU uuid a systemd unit can carry")
+    pipe, log, shm, ctl = (
+        _unit_path(p) for p in (paths.pipe_directory, paths.log_directory, paths.shm_directory, Path(control))
+    )
     env = {
-        "CUDA_VISIBLE_DEVICES": ",".join(gpu_uuids),
-        "CUDA_MPS_PIPE_DIRECTORY": str(paths.pipe_directory),
-        "CUDA_MPS_LOG_DIRECTORY": str(paths.log_directory),
+        "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus),
+        "CUDA_MPS_PIPE_DIRECTORY": pipe,
+        "CUDA_MPS_LOG_DIRECTORY": log,
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(active_thread_percentage(replicas)),
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": ",".join(
+            f"{g.uuid}={pinned_memory_mib(g.memory_mib, replicas)}M" for g in gpus
+        ),
     }
-    environment = "\n".join(f"Environment={shlex.quote(f'{k}={v}')}" for k, v in env.items())
-    quit_command = f"/bin/sh -c {shlex.quote(f'echo quit | {control}')}"
+    environment = "".join(f"Environment={shlex.quote(f'{k}={v}')}\n" for k, v in env.items())
+    mount = f"mountpoint -q {shm} || mount -t tmpfs -o mode=1777,nosuid,nodev,noexec bcd-mps-shm {shm}"
+    posts = "".join(
+        f"ExecStartPost=/bin/sh -c {shlex.quote(f'echo {c} | {ctl}')}\n"
+        for c in control_commands(gpus, replicas)
+    )
     return (
         "[Unit]\n"
         "Description=better-compute MPS control daemon\n"
@@ -56,20 +139,22 @@ def unit_text(gpu_uuids: Sequence[str], paths: MpsPaths, control: str = CONTROL)
         "\n"
         "[Service]\n"
         "Type=forking\n"
-        f"{environment}\n"
-        f"ExecStartPre=/bin/mkdir -p {shlex.quote(str(paths.pipe_directory))} "
-        f"{shlex.quote(str(paths.log_directory))}\n"
-        f"ExecStart={control} -d\n"
-        f"ExecStop={quit_command}\n"
+        f"{environment}"
+        # `+`: outside the unit's mount namespace, so the directory exists (and the tmpfs is mounted,
+        # once: client containers keep the one they bound) before `BindPaths=` needs it.
+        f"ExecStartPre=+/bin/mkdir -p -m {DIRECTORY_MODE:04o} {pipe} {log} {shm}\n"
+        f"ExecStartPre=+/bin/sh -c {shlex.quote(mount)}\n"
+        f"BindPaths={shm}:/dev/shm\n"
+        f"ExecStart={ctl} -d\n"
+        f"{posts}"
+        f"ExecStop=/bin/sh -c {shlex.quote(f'echo quit | {ctl}')}\n"
         "Restart=on-failure\n"
-        "\n"
-        "[Install]\n"
-        "WantedBy=multi-user.target\n"
     )
 
 
 def client_env(paths: MpsPaths, mps_units: int) -> dict[str, str]:
-    """What a slot's container needs to be a client of the node's daemon, at its booked share."""
+    """What a slot's container needs to be a client of the node's daemon, at its booked share (which
+    can only tighten the daemon's per-client limit, never loosen it)."""
     if not 1 <= mps_units <= 100:
         raise ValueError(f"mpsUnits must be 1 to 100, not {mps_units}")
     return {
@@ -78,10 +163,30 @@ def client_env(paths: MpsPaths, mps_units: int) -> dict[str, str]:
     }
 
 
+def _check_replicas(replicas: int) -> None:
+    if not 1 <= replicas <= 100:
+        raise ValueError(f"replicas must be 1 to 100, not {replicas}")
+
+
+def _unit_path(path: Path) -> str:
+    """`path` as a unit file can carry it: absolute, and nothing systemd would read as a quote, a
+    specifier (`%`), a variable (`$`), a separator (whitespace, `:` in `BindPaths=`) or a new line."""
+    text = str(path)
+    if not _SAFE_PATH.fullmatch(text):
+        raise ValueError(
+            f"{text!r} cannot go into a systemd unit: an absolute path of letters, digits and ._/+- only"
+        )
+    return text
+
+
 class Runner(Protocol):
     """Runs a command on the node (systemctl in production, a recorder in tests)."""
 
     def run(self, argv: Sequence[str]) -> None: ...
+
+
+class CommandFailed(RuntimeError):
+    """A command of the unit's (systemctl) did not succeed; the message is its own."""
 
 
 class SystemdRunner:
@@ -90,33 +195,112 @@ class SystemdRunner:
     def run(self, argv: Sequence[str]) -> None:
         done = subprocess.run(list(argv), capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"{' '.join(argv)} failed: {done.stderr.strip() or done.returncode}")
+            raise CommandFailed(f"{' '.join(argv)} failed: {done.stderr.strip() or done.returncode}")
+
+
+class ExclusiveRecord:
+    """The GPUs `bcd` itself put in exclusive-process, kept in a file so that a restarted `bcd` still
+    sets them back to `default` once they leave the mps pool, and never touches a GPU an operator set.
+    Written whole (a temporary file renamed over it). A GPU is added before its mode is changed and
+    taken out after it is changed back, so a crash in between errs towards giving it back. A file
+    that cannot be read counts as naming no GPU (its GPUs keep their mode until a reboot resets it:
+    the safe side, since exclusive-process only keeps other processes off the GPU)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def gpus(self) -> set[str]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return set()
+        listed = data.get("gpus") if isinstance(data, dict) else None
+        return {g for g in listed if isinstance(g, str)} if isinstance(listed, list) else set()
+
+    def add(self, gpu: str) -> bool:
+        """Name `gpu`; True when it was not named yet."""
+        held = self.gpus()
+        if gpu in held:
+            return False
+        self._write(held | {gpu})
+        return True
+
+    def discard(self, gpu: str) -> None:
+        held = self.gpus()
+        if gpu in held:
+            self._write(held - {gpu})
+
+    def _write(self, gpus: set[str]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        partial.write_text(json.dumps({"gpus": sorted(gpus)}, indent=1) + "\n", encoding="utf-8")
+        partial.replace(self.path)
 
 
 class MpsUnit:
     """Keeps `bcd-mps.service` as the node's MPS GPUs need it: written and started while there are
-    any, stopped and disabled when there are none. Writing the same unit twice does nothing."""
+    any, stopped and removed when there are none. Writing the same unit twice does nothing; a changed
+    unit (GPUs, replicas, memory) is restarted, and so is one whose GPUs had to be put back in
+    exclusive-process. It is never enabled (a boot link an older `bcd` made is removed): after a
+    reboot the first pass of `bcd` starts it, once the compute modes are set again."""
 
-    def __init__(self, unit_dir: Path, paths: MpsPaths, runner: Runner) -> None:
+    def __init__(
+        self,
+        unit_dir: Path,
+        paths: MpsPaths,
+        runner: Runner,
+        *,
+        control: str = CONTROL,
+        record: Path | None = None,
+    ) -> None:
         self.path = unit_dir / UNIT_NAME
         self.paths = paths
         self.runner = runner
+        self.control = control
+        self.exclusive = ExclusiveRecord(record or paths.pipe_directory.parent / EXCLUSIVE_RECORD)
+        self._started = False
+        """This process has started the unit as it is written (a new `bcd` starts it once: after a
+        reboot nothing else does; on a running daemon `systemctl start` does nothing)."""
+        self._restart = False
+        """The unit changed, or its GPUs' compute mode did, since the daemon last (re)started: kept
+        across a failed `systemctl`, so the next pass restarts it still."""
 
-    def converge(self, gpu_uuids: Sequence[str]) -> bool:
-        """Make the unit serve exactly `gpu_uuids`; True when anything changed."""
-        if not gpu_uuids:
+    def converge(self, gpus: Sequence[MpsGpu], replicas: int = 1, *, restart: bool = False) -> bool:
+        """Make the unit serve exactly `gpus`, each client limited to 1/`replicas` of each; `restart`:
+        restart it even when it is unchanged (a GPU's compute mode was set again). True when anything
+        changed. A failing `systemctl` raises `CommandFailed`."""
+        if not gpus:
+            self._started = self._restart = False
             if not self.path.exists():
                 return False
             self.runner.run(["systemctl", "disable", "--now", UNIT_NAME])
             self.path.unlink()
             self.runner.run(["systemctl", "daemon-reload"])
             return True
-        text = unit_text(sorted(gpu_uuids), self.paths)
-        if self.path.exists() and self.path.read_text(encoding="utf-8") == text:
+        text = unit_text(sorted(gpus, key=lambda g: g.uuid), replicas, self.paths, self.control)
+        self._make_directories()
+        if restart:
+            self._restart = True
+        if not (self.path.exists() and self.path.read_text(encoding="utf-8") == text):
+            self._restart = True
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            partial = self.path.with_name(f".{UNIT_NAME}.partial")
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(self.path)
+            self.runner.run(["systemctl", "daemon-reload"])
+            self.runner.run(["systemctl", "disable", UNIT_NAME])
+        if self._restart:
+            self.runner.run(["systemctl", "restart", UNIT_NAME])
+        elif not self._started:
+            self.runner.run(["systemctl", "start", UNIT_NAME])
+        else:
             return False
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(text, encoding="utf-8")
-        self.runner.run(["systemctl", "daemon-reload"])
-        self.runner.run(["systemctl", "enable", UNIT_NAME])
-        self.runner.run(["systemctl", "restart", UNIT_NAME])
+        self._started, self._restart = True, False
         return True
+
+    def _make_directories(self) -> None:
+        for directory in (self.paths.pipe_directory, self.paths.log_directory, self.paths.shm_directory):
+            directory.mkdir(parents=True, exist_ok=True)
+            # Once its tmpfs is mounted, the shared-memory directory's mode (1777) is the mount's.
+            if directory.stat().st_mode & 0o7777 != DIRECTORY_MODE and not directory.is_mount():
+                directory.chmod(DIRECTORY_MODE)
