@@ -10,7 +10,8 @@ import pynvml
 import pytest
 from typer.testing import CliRunner
 
-from better_compute.bcd.nvml import GPU_LOST_NOTE, NvmlBackend
+from better_compute.bcd.nvml import NvmlBackend
+from better_compute.bcd.nvml_errors import GPU_LOST_NOTE
 from better_compute.entrypoints.bcd import bcd_app
 from tests.bcd.pynvml_stub import LOST, StubNvml, h100, l40s
 

@@ -3,6 +3,8 @@ GPU that cannot be read does not hide the node's others."""
 
 from __future__ import annotations
 
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pynvml
@@ -10,15 +12,8 @@ import pytest
 
 from better_compute.bcd.gpu import GpuError, NvmlUnavailable, UnknownGpu
 from better_compute.bcd.inventory import node_report, report_json
-from better_compute.bcd.nvml import (
-    GPU_ACCESS_HINT,
-    GPU_LOST_NOTE,
-    MIG_READ_HINT,
-    MUTATING_CALLS,
-    RESET_REQUIRED_NOTE,
-    UNKNOWN_NAME,
-    NvmlBackend,
-)
+from better_compute.bcd.nvml import MUTATING_CALLS, UNKNOWN_NAME, NvmlBackend
+from better_compute.bcd.nvml_errors import GPU_ACCESS_HINT, GPU_LOST_NOTE, MIG_READ_HINT, RESET_REQUIRED_NOTE
 from tests.bcd.pynvml_stub import LOST, StubNvml, h100, l40s
 
 LOST_UUID_READABLE = {**LOST, "nvmlDeviceGetHandleByIndex": 0, "nvmlDeviceGetUUID": 0}
@@ -52,6 +47,7 @@ def test_a_lost_gpu_whose_uuid_is_known_is_listed_unhealthy(tmp_path: Path) -> N
     assert (lost.uuid, lost.name, lost.health.notes) == (stub.gpus[1].uuid, UNKNOWN_NAME, (GPU_LOST_NOTE,))
     assert "reboot the node" in GPU_LOST_NOTE
     assert (lost.mig_current, lost.instances, lost.memory_mib, lost.pci_bus_id) == (False, (), 0, "")
+    assert lost.partial and not gpus[0].partial  # its MIG state is unknown, not "none"
     # Once NVML said the GPU is lost, nothing more is asked of it: each call could wait on the driver.
     after_lost = [c for c in stub.calls if c not in ("nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID")]
     assert sum(1 for c in after_lost if c == "nvmlDeviceGetPciInfo") == 3
@@ -102,7 +98,7 @@ def test_no_permission_on_mig_queries_says_which_capability(tmp_path: Path) -> N
     gpu = b.list_gpus()[0]
     assert gpu.health.notes == (f"cannot read the GPU instances: permission denied; {MIG_READ_HINT}",)
     assert "mig/monitor" in MIG_READ_HINT and "/proc/driver/nvidia/capabilities/mig/monitor" in MIG_READ_HINT
-    assert gpu.instances == () and gpu.mig_current
+    assert gpu.instances == () and gpu.mig_current and gpu.partial
 
 
 def test_no_permission_on_the_gpus_memory_in_mig_mode_says_run_as_root(tmp_path: Path) -> None:
@@ -118,6 +114,7 @@ def test_no_permission_on_the_gpus_memory_in_mig_mode_says_run_as_root(tmp_path:
     stub.module.nvmlDeviceGetMemoryInfo = memory
     gpu = b.list_gpus()[0]
     assert gpu.health.notes == ("cannot read the memory size: permission denied; run bcd as root",)
+    assert not gpu.partial  # its MIG state was read whole
     assert gpu.instances[0].compute_instances[0].memory_mib == 40448  # the MIG device's own still reads
 
 
@@ -153,7 +150,7 @@ def test_an_unreadable_mig_mode_is_a_health_problem(tmp_path: Path) -> None:
     _, b = node(tmp_path, h100(1, mig=True, errors={"nvmlDeviceGetMigMode": pynvml.NVML_ERROR_TIMEOUT}))
     gpu = b.list_gpus()[1]
     assert gpu.health.notes == ("cannot read the MIG mode: NVML timed out",)
-    assert gpu.mig_capable and not gpu.health.healthy
+    assert gpu.mig_capable and not gpu.health.healthy and gpu.partial
 
 
 def test_the_driver_going_away_mid_listing_fails_the_whole_reading(tmp_path: Path) -> None:
@@ -207,3 +204,30 @@ def test_a_change_nvml_refuses_says_why(tmp_path: Path, code: int, why: str) -> 
     stub, b = node(tmp_path, h100(1, mig=True, errors={"nvmlDeviceCreateGpuInstanceWithPlacement": code}))
     with pytest.raises(GpuError, match=f"nvmlDeviceCreateGpuInstanceWithPlacement: {why}"):
         b.create_instance(stub.gpus[1].uuid, "1g.10gb", 0)
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_RESET_REQUIRED, pynvml.NVML_ERROR_GPU_IS_LOST])
+def test_a_gpu_nvml_cannot_reach_is_still_nvidia_smis_to_reset(tmp_path: Path, code: int) -> None:
+    """The GPU that needs a reset is exactly the one to reset: NVML refusing its handle does not stop it."""
+    ran: list[Sequence[str]] = []
+
+    def run(command: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        ran.append(command)
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    stub = StubNvml([h100(0, errors={"nvmlDeviceGetHandleByUUID": code})])
+    NvmlBackend(stub.module, sysfs=tmp_path, run=run).reset_gpu(stub.gpus[0].uuid)
+    assert ran == [["nvidia-smi", "--gpu-reset", "-i", stub.gpus[0].uuid]]
+    with pytest.raises(UnknownGpu):
+        NvmlBackend(stub.module, sysfs=tmp_path, run=run).reset_gpu("GPU-not-here")
+    assert len(ran) == 1
+
+
+def test_a_gpu_with_an_empty_uuid_is_not_listed(tmp_path: Path) -> None:
+    stub, b = node(tmp_path, h100(1))
+    real = stub.module.nvmlDeviceGetUUID
+    stub.module.nvmlDeviceGetUUID = lambda handle: (
+        "" if stub._target(handle) is stub.gpus[1] else real(handle)
+    )
+    assert [g.index for g in b.list_gpus()] == [0, 2]
+    assert b.unreadable == ("GPU 1: not listed: NVML would not give its uuid: it was empty",)

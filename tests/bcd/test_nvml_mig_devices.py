@@ -13,7 +13,8 @@ import pytest
 
 from better_compute.bcd.gpu import Gpu
 from better_compute.bcd.inventory import node_report
-from better_compute.bcd.nvml import MIG_READ_HINT, NvmlBackend
+from better_compute.bcd.nvml import NvmlBackend
+from better_compute.bcd.nvml_errors import MIG_READ_HINT
 from tests.bcd.pynvml_stub import DRA, HEADER, NULL, READINGS, StubNvml, h100, l40s
 
 
@@ -59,7 +60,7 @@ def test_header_reading_mig_uuid_is_never_the_parent_gpu(tmp_path: Path, reading
     mig_uuids = [m.uuid for g in report.gpus for m in g.mig_instances]
     assert len(mig_uuids) == 8 and not parents & set(mig_uuids)
     assert all(u.startswith("MIG-") for u in mig_uuids)
-    assert all(g.health.healthy and g.unlisted == () for g in gpus)
+    assert all(g.health.healthy and g.unlisted == () and not g.partial for g in gpus)
 
 
 @pytest.mark.parametrize("reading", READINGS)
@@ -148,7 +149,7 @@ def test_a_compute_instance_without_a_mig_device_is_left_out(tmp_path: Path, rea
     assert gpu.unlisted == (
         f"GPU instance {three.gi_id} (3g.40gb) compute instance 0: not listed: NVML has no MIG device for it",
     )
-    assert gpu.health.healthy
+    assert gpu.health.healthy and not gpu.partial
     report = node_report(b, "n").gpus[0]
     assert [m.profile for m in report.mig_instances] == ["2g.20gb", "1g.10gb", "1g.10gb"]
 
@@ -197,6 +198,7 @@ def test_a_walk_refused_for_permission_makes_the_gpu_unhealthy(tmp_path: Path) -
     assert read((gpu,)) == {}
     assert len(gpu.unlisted) == 4 and all("walking the GPU's MIG devices failed" in u for u in gpu.unlisted)
     assert gpu.health.notes == (f"cannot read the GPU's MIG devices: permission denied; {MIG_READ_HINT}",)
+    assert gpu.partial
     assert not node_report(b, "n").gpus[0].healthy
 
 

@@ -149,6 +149,11 @@ class Gpu:
     """Compute instances the backend saw but could not tie to a MIG device, each with why. They are
     left out of `instances`, so they are never handed out, and never as this GPU: handing out the
     GPU's own uuid for a MIG instance would give its holder the whole GPU."""
+    partial: bool = False
+    """True when the backend could not read all of the GPU's MIG state (its MIG mode, its instances or
+    their MIG devices: the GPU is lost, or NVML refused): what is listed is there, but what is not
+    listed may be there too. Its health says why; a converger leaves such a GPU as it is rather than
+    create, destroy or release anything on it for want of a reading."""
 
 
 class GpuBackend(Protocol):

@@ -55,6 +55,16 @@ from better_compute.bcd.gpu import (
     UnknownInstance,
     ZeroingFailed,
 )
+from better_compute.bcd.nvml_errors import (
+    GPU_ACCESS_HINT,
+    GPU_LOST_NOTE,
+    MIG_READ_HINT,
+    NODE_WIDE,
+    RESET_REQUIRED_NOTE,
+    ROOT_HINT,
+    NvmlReturn,
+    phrase,
+)
 from better_compute.domain.catalog import normalize_profile_name
 
 NVML_MISSING = (
@@ -80,68 +90,6 @@ THROTTLE_BITS: dict[str, int] = {"HwSlowdown": 0x8, "HwThermalSlowdown": 0x40, "
 
 _COMPUTE_MODE_VALUES = {"default": 0, "prohibited": 2, "exclusive-process": 3}
 """`nvmlComputeMode_t` (nvml.h): 1 was EXCLUSIVE_THREAD, gone since CUDA 8."""
-
-# NVML return codes this module tells apart (nvml.h `nvmlReturn_t`; the same values in pynvml).
-_UNINITIALIZED = 1
-_INVALID_ARGUMENT = 2
-_NOT_SUPPORTED = 3
-_NO_PERMISSION = 4
-_NOT_FOUND = 6
-_INSUFFICIENT_POWER = 8
-_DRIVER_NOT_LOADED = 9
-_TIMEOUT = 10
-_IRQ_ISSUE = 11
-_LIBRARY_NOT_FOUND = 12
-_FUNCTION_NOT_FOUND = 13
-_CORRUPTED_INFOROM = 14
-_GPU_IS_LOST = 15
-_RESET_REQUIRED = 16
-_OPERATING_SYSTEM = 17
-_LIB_RM_VERSION_MISMATCH = 18
-_IN_USE = 19
-_MEMORY = 20
-_INSUFFICIENT_RESOURCES = 23
-_UNKNOWN = 999
-
-_NODE_WIDE = frozenset({_UNINITIALIZED, _DRIVER_NOT_LOADED, _LIBRARY_NOT_FOUND, _LIB_RM_VERSION_MISMATCH})
-"""Codes that say NVML itself is unusable: no GPU can be read, so the whole reading fails."""
-
-_PHRASES: dict[int, str] = {
-    _NOT_SUPPORTED: "not supported on this GPU or driver",
-    _NO_PERMISSION: "permission denied",
-    _NOT_FOUND: "not found",
-    _INSUFFICIENT_POWER: "its external power cables are not properly attached",
-    _TIMEOUT: "NVML timed out",
-    _IRQ_ISSUE: "the NVIDIA kernel module detected an interrupt issue with it",
-    _FUNCTION_NOT_FOUND: "this driver's NVML lacks the call; a newer driver is needed",
-    _CORRUPTED_INFOROM: "its infoROM is corrupted",
-    _GPU_IS_LOST: "the GPU is lost (it has fallen off the bus or is otherwise inaccessible)",
-    _RESET_REQUIRED: "the GPU needs a reset before it can be used again",
-    _OPERATING_SYSTEM: "the operating system or a cgroup blocked access to the GPU",
-    _IN_USE: "the GPU is in use",
-    _MEMORY: "NVML ran out of memory",
-    _UNKNOWN: "the driver reported an internal error",
-}
-"""NVML's return codes (nvml.h `nvmlReturn_t`) in an operator's words."""
-
-GPU_LOST_NOTE = (
-    "GPU is lost: NVML says it has fallen off the bus or is otherwise inaccessible, and its work is gone;"
-    " reboot the node, and have the GPU serviced if it stays lost (dmesg shows Xid 79 for a GPU off the bus)"
-)
-"""The health note of a GPU NVML answers with GPU_IS_LOST (15)."""
-
-RESET_REQUIRED_NOTE = (
-    "GPU needs a reset: NVML says it cannot be used until it is reset; drain it, then run"
-    " `nvidia-smi --gpu-reset -i <uuid>` or reboot the node"
-)
-"""The health note of a GPU NVML answers with RESET_REQUIRED (16)."""
-
-ROOT_HINT = "run bcd as root"
-MIG_READ_HINT = (
-    "reading MIG instances needs root, or the mig/monitor capability"
-    " (/proc/driver/nvidia/capabilities/mig/monitor)"
-)
-GPU_ACCESS_HINT = "run bcd as root, and check that no cgroup or device permission withholds /dev/nvidia*"
 
 UNKNOWN_NAME = "unknown"
 """The product name of a GPU whose name NVML would not give (a lost GPU): reported, never guessed."""
@@ -180,13 +128,6 @@ def _uint(value: object) -> int:
 def _code(exc: Exception) -> int | None:
     code = getattr(exc, "value", None)
     return code if isinstance(code, int) else None
-
-
-def phrase(code: int | None, exc: Exception | None = None) -> str:
-    """An NVML return code in words; one this module does not know keeps NVML's own text."""
-    if code in _PHRASES:
-        return _PHRASES[code]
-    return f"NVML error {code}: {exc}" if exc is not None else f"NVML error {code}"
 
 
 def profile_name(raw: object) -> str:
@@ -250,28 +191,30 @@ class _Reading:
         self._strict = strict
         self.notes: list[str] = []
         self.lost = False
+        self.partial = False
+        """Part of the GPU's MIG state could not be read."""
 
     def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
     def _state(self, code: int | None) -> None:
-        if code == _GPU_IS_LOST:
+        if code == NvmlReturn.GPU_IS_LOST:
             self.lost = True
             self.note(GPU_LOST_NOTE)
-        elif code == _RESET_REQUIRED:
+        elif code == NvmlReturn.RESET_REQUIRED:
             self.note(RESET_REQUIRED_NOTE)
 
     def _raw(self, name: str, args: tuple[Any, ...]) -> tuple[Any, int | None, Exception | None]:
         nv = self._backend.nv
         fn = getattr(nv, name, None)
         if fn is None:
-            return None, _FUNCTION_NOT_FOUND, None
+            return None, NvmlReturn.FUNCTION_NOT_FOUND, None
         try:
             return fn(*args), None, None
         except nv.NVMLError as exc:
             code = _code(exc)
-            if code in _NODE_WIDE:
+            if code in NODE_WIDE:
                 raise self._backend.error(name, exc) from exc
             if self._strict:
                 return None, code, exc
@@ -291,8 +234,8 @@ class _Reading:
             return None
         if self._strict:
             raise self._backend.error(name, exc) if exc is not None else GpuError(f"{name}: {phrase(code)}")
-        if code not in (_GPU_IS_LOST, _RESET_REQUIRED):
-            extra = f"; {hint}" if code == _NO_PERMISSION else ""
+        if code not in (NvmlReturn.GPU_IS_LOST, NvmlReturn.RESET_REQUIRED):
+            extra = f"; {hint}" if code == NvmlReturn.NO_PERMISSION else ""
             self.note(f"cannot read {what}: {phrase(code, exc)}{extra}")
         raise _Unread(what)
 
@@ -334,7 +277,9 @@ class _MigDevices:
                 self._parent,
                 index,
                 hint=MIG_READ_HINT,
-                absent=frozenset({_NOT_FOUND, _INVALID_ARGUMENT}),  # an empty index (go-nvlib skips both)
+                absent=frozenset(
+                    {NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT}
+                ),  # an empty index (go-nvlib skips both)
             )
             if mig is None:
                 continue
@@ -367,32 +312,32 @@ class NvmlBackend:
     def error(self, name: str, exc: Exception) -> GpuError:
         """NVML's refusal of `name` as the `GpuError` a change raises."""
         code = _code(exc)
-        if code == _LIBRARY_NOT_FOUND:
+        if code == NvmlReturn.LIBRARY_NOT_FOUND:
             return NvmlUnavailable(NVML_MISSING)
-        if code == _DRIVER_NOT_LOADED:
+        if code == NvmlReturn.DRIVER_NOT_LOADED:
             return NvmlUnavailable(
                 "the NVIDIA driver is not loaded (NVML: Driver Not Loaded); load it or reboot"
             )
-        if code == _LIB_RM_VERSION_MISMATCH:
+        if code == NvmlReturn.LIB_RM_VERSION_MISMATCH:
             return NvmlUnavailable(
                 "NVML and the loaded NVIDIA driver are different versions; reboot the node"
             )
-        if code == _UNINITIALIZED:
+        if code == NvmlReturn.UNINITIALIZED:
             return NvmlUnavailable(f"{name}: NVML is not initialised")
-        if code == _NO_PERMISSION:
+        if code == NvmlReturn.NO_PERMISSION:
             return GpuError(
                 f"{name}: permission denied: run as root (or with the mig/monitor capability to read MIG"
                 " instances, mig/config to change them)"
             )
-        if code == _FUNCTION_NOT_FOUND:
+        if code == NvmlReturn.FUNCTION_NOT_FOUND:
             return GpuError(f"{name} is not in this driver's NVML; a newer driver is needed")
-        if code == _IN_USE:
+        if code == NvmlReturn.IN_USE:
             return InstanceInUse(f"{name}: in use ({exc})")
-        if code == _INSUFFICIENT_RESOURCES:
+        if code == NvmlReturn.INSUFFICIENT_RESOURCES:
             return InstanceRefused(f"{name}: insufficient resources ({exc}): the placement is taken or full")
-        if code == _GPU_IS_LOST:
+        if code == NvmlReturn.GPU_IS_LOST:
             return GpuError(f"{name}: {GPU_LOST_NOTE}")
-        if code == _RESET_REQUIRED:
+        if code == NvmlReturn.RESET_REQUIRED:
             return GpuError(f"{name}: {RESET_REQUIRED_NOTE}")
         return GpuError(f"{name} failed: {exc}")
 
@@ -406,11 +351,11 @@ class NvmlBackend:
         """(result, None), or (None, NVML's error code) for a query a GPU may not support."""
         fn = getattr(self.nv, name, None)
         if fn is None:
-            return None, _FUNCTION_NOT_FOUND
+            return None, NvmlReturn.FUNCTION_NOT_FOUND
         try:
             return fn(*args), None
         except self.nv.NVMLError as exc:
-            if _code(exc) in _NODE_WIDE:
+            if _code(exc) in NODE_WIDE:
                 raise self.error(name, exc) from exc
             return None, _code(exc)
 
@@ -425,11 +370,10 @@ class NvmlBackend:
             uuid = None
             if code is None:
                 uuid, code = self._try("nvmlDeviceGetUUID", handle)
-            if code is not None or uuid is None:
-                hint = f"; {GPU_ACCESS_HINT}" if code == _NO_PERMISSION else ""
-                unreadable.append(
-                    f"GPU {index}: not listed: NVML would not give its uuid: {phrase(code)}{hint}"
-                )
+            if code is not None or not uuid:
+                why = phrase(code) if code is not None else "it was empty"
+                hint = f"; {GPU_ACCESS_HINT}" if code == NvmlReturn.NO_PERMISSION else ""
+                unreadable.append(f"GPU {index}: not listed: NVML would not give its uuid: {why}{hint}")
                 continue
             named.append((index, handle, _text(uuid)))
         self.unreadable = tuple(unreadable)
@@ -469,22 +413,28 @@ class NvmlBackend:
         if current:
             instances = self._instances(r, handle, uuid, unlisted)
         ecc, throttle = self._health(r, handle)
-        return Gpu(
+        numa_node, minor, compute_mode = (
+            self._numa_node(r, handle, bus),
+            self._minor(r, handle),
+            self._compute_mode(r, handle),
+        )
+        return Gpu(  # built once every query is made: any of them may find the GPU lost
             index=index,
             uuid=uuid,
             name=name,
             memory_mib=memory_mib,
             pci_bus_id=bus,
-            numa_node=self._numa_node(r, handle, bus),
+            numa_node=numa_node,
             nvlink_peers=peers,
             health=Health(ecc_uncorrected=ecc, throttle_reasons=throttle, notes=tuple(r.notes)),
             mig_capable=capable,
             mig_current=current,
             mig_pending=pending,
             instances=instances,
-            minor_number=self._minor(r, handle),
-            compute_mode=self._compute_mode(r, handle),
+            minor_number=minor,
+            compute_mode=compute_mode,
             unlisted=tuple(unlisted),
+            partial=r.partial or r.lost,
         )
 
     def _mig_mode(self, r: _Reading, handle: Any) -> tuple[bool, bool, bool]:
@@ -495,9 +445,10 @@ class NvmlBackend:
                 "the MIG mode",
                 "nvmlDeviceGetMigMode",
                 handle,
-                absent=frozenset({_NOT_SUPPORTED, _FUNCTION_NOT_FOUND}),
+                absent=frozenset({NvmlReturn.NOT_SUPPORTED, NvmlReturn.FUNCTION_NOT_FOUND}),
             )
         except _Unread:
+            r.partial = True
             return True, False, False
         if mode is None:
             return False, False, False
@@ -561,7 +512,9 @@ class NvmlBackend:
                 handle,
                 enum,
                 hint=MIG_READ_HINT,
-                absent=frozenset({_NOT_SUPPORTED, _INVALID_ARGUMENT}),  # a profile this GPU lacks
+                absent=frozenset(
+                    {NvmlReturn.NOT_SUPPORTED, NvmlReturn.INVALID_ARGUMENT}
+                ),  # a profile this GPU lacks
             )
             if info is not None and int(info.id) not in infos:
                 infos[int(info.id)] = info
@@ -595,7 +548,8 @@ class NvmlBackend:
             for gi, info in self._gi_handles(r, handle):
                 instances.append(self._instance(r, gi, info, handle, uuid, migs, unlisted))
         except _Unread:
-            pass
+            r.partial = True
+        r.partial = r.partial or migs.failed
         return tuple(sorted(instances, key=lambda i: (i.placement_start, i.gi_id)))
 
     def _instance(
@@ -671,7 +625,7 @@ class NvmlBackend:
                 enum,
                 self.nv.NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED,
                 hint=MIG_READ_HINT,
-                absent=frozenset({_NOT_SUPPORTED, _INVALID_ARGUMENT}),
+                absent=frozenset({NvmlReturn.NOT_SUPPORTED, NvmlReturn.INVALID_ARGUMENT}),
             )
             if info is not None and int(info.id) not in infos:
                 infos[int(info.id)] = info
@@ -732,7 +686,7 @@ class NvmlBackend:
 
     def _handle(self, gpu: str) -> Any:
         handle, code = self._try("nvmlDeviceGetHandleByUUID", gpu)
-        if code in (_NOT_FOUND, _INVALID_ARGUMENT):
+        if code in (NvmlReturn.NOT_FOUND, NvmlReturn.INVALID_ARGUMENT):
             raise UnknownGpu(f"this node has no GPU {gpu}")
         if code is not None:
             raise GpuError(f"GPU {gpu} cannot be reached: {phrase(code)}")
@@ -747,7 +701,7 @@ class NvmlBackend:
         wanted = normalize_profile_name(profile)
         if not self._mig_on(handle):
             _, code = self._try("nvmlDeviceGetMigMode", handle)
-            why = "it does not support MIG" if code == _NOT_SUPPORTED else "MIG mode is not enabled"
+            why = "it does not support MIG" if code == NvmlReturn.NOT_SUPPORTED else "MIG mode is not enabled"
             raise InstanceRefused(f"{gpu} cannot hold a {wanted} instance: {why}")
         r = _Reading(self, strict=True)
         infos = self._gi_profiles(r, handle)
@@ -811,7 +765,14 @@ class NvmlBackend:
             raise ComputeModeRefused(f"{gpu} refused compute mode {mode}: {exc}") from exc
 
     def reset_gpu(self, gpu: str) -> None:
-        self._handle(gpu)
+        """`nvidia-smi --gpu-reset`. A GPU NVML knows but cannot reach (one that needs a reset says
+        RESET_REQUIRED, a lost one GPU_IS_LOST) is still nvidia-smi's to try: it is named by uuid."""
+        try:
+            self._handle(gpu)
+        except UnknownGpu:
+            raise
+        except GpuError:
+            pass
         try:
             result = self._runner(["nvidia-smi", "--gpu-reset", "-i", gpu])
         except (OSError, subprocess.SubprocessError) as exc:
