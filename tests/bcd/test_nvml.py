@@ -26,7 +26,7 @@ from better_compute.bcd.gpu import (
 )
 from better_compute.bcd.inventory import node_report
 from better_compute.bcd.nvml import MUTATING_CALLS, NVML_MISSING, NvmlBackend, profile_name, sysfs_numa_node
-from tests.bcd.pynvml_stub import StubGi, StubLink, StubNvml, h100, l40s
+from tests.bcd.pynvml_stub import READINGS, StubGi, StubLink, StubNvml, h100, l40s
 
 
 def backend(stub: StubNvml, tmp_path: Path) -> NvmlBackend:
@@ -49,10 +49,11 @@ def partitioned(stub: StubNvml, b: NvmlBackend, gpu: str) -> None:
     stub.calls.clear()
 
 
-def test_a_mig_gpu_and_a_plain_gpu_are_reported(tmp_path: Path) -> None:
+@pytest.mark.parametrize("reading", READINGS)
+def test_a_mig_gpu_and_a_plain_gpu_are_reported(tmp_path: Path, reading: str) -> None:
     gpus = [h100(0, mig=True, numa_node=1, links=[StubLink(remote_bus="00000000:19:00.0")]), h100(1), l40s(0)]
     gpus[1].links = [StubLink(remote_bus="00000000:18:00.0"), StubLink(active=False)]
-    stub = StubNvml(gpus)
+    stub = StubNvml(gpus, reading=reading)
     b = backend(stub, tmp_path)
     partitioned(stub, b, gpus[0].uuid)
 
@@ -74,6 +75,8 @@ def test_a_mig_gpu_and_a_plain_gpu_are_reported(tmp_path: Path) -> None:
     ]
     # GPU instance ids come from NVML, unrelated to placements (13, 12, 11 as created here).
     assert [m.gi_id for m in mig.mig_instances] == [12, 11, 13]
+    made = {(gi.gi_id, ci.ci_id): ci.uuid for gi in gpus[0].gis for ci in gi.cis}
+    assert [m.uuid for m in mig.mig_instances] == [made[(m.gi_id, m.ci_id)] for m in mig.mig_instances]
     assert all(m.uuid.startswith("MIG-") for m in mig.mig_instances)
     assert (plain.mig_mode_current, plain.mig_instances, plain.nvlink_peers) == (False, (), (gpus[0].uuid,))
     assert (l40.product, l40.memory_mib, l40.mig_mode_current, l40.numa_node) == (
@@ -163,12 +166,13 @@ def test_refused_creations(tmp_path: Path, profile: str, start: int, error: type
 def test_create_on_a_gpu_without_mig(tmp_path: Path) -> None:
     stub = StubNvml([l40s(0), h100(1)])
     b = backend(stub, tmp_path)
-    with pytest.raises(InstanceRefused, match="MIG is not supported"):
+    with pytest.raises(InstanceRefused, match=r"1g\.10gb instance: it does not support MIG"):
         b.create_instance(stub.gpus[0].uuid, "1g.10gb", 0)
-    with pytest.raises(GpuError, match="failed"):
-        b.create_instance(stub.gpus[1].uuid, "1g.10gb", 0)  # MIG mode off: NVML says Not Supported
+    with pytest.raises(InstanceRefused, match=r"1g\.10gb instance: MIG mode is not enabled"):
+        b.create_instance(stub.gpus[1].uuid, "1g.10gb", 0)
     with pytest.raises(UnknownGpu):
         b.create_instance("GPU-nope", "1g.10gb", 0)
+    assert not {"nvmlDeviceCreateGpuInstanceWithPlacement", "nvmlDeviceCreateGpuInstance"} & set(stub.calls)
 
 
 def test_destroy_takes_compute_instances_then_the_gpu_instance(tmp_path: Path) -> None:

@@ -99,7 +99,10 @@ class ComputeInstance:
     slices: int
     """Compute slices it spans; equal to its GPU instance's for the default, full-width one."""
     uuid: str
-    """The MIG device's `MIG-…` uuid (what `NVIDIA_VISIBLE_DEVICES` takes)."""
+    """The MIG device's `MIG-…` uuid (what `NVIDIA_VISIBLE_DEVICES` takes); never its GPU's uuid."""
+    memory_mib: int | None = None
+    """The MIG device's own memory (NVML's `nvmlDeviceGetMemoryInfo` on its MIG device handle);
+    None where the backend could not read it."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,15 @@ class Gpu:
     None where the driver did not say."""
     compute_mode: str = "default"
     """One of `COMPUTE_MODES`."""
+    unlisted: tuple[str, ...] = ()
+    """Compute instances the backend saw but could not tie to a MIG device, each with why. They are
+    left out of `instances`, so they are never handed out, and never as this GPU: handing out the
+    GPU's own uuid for a MIG instance would give its holder the whole GPU."""
+    partial: bool = False
+    """True when the backend could not read all of the GPU's MIG state (its MIG mode, its instances or
+    their MIG devices: the GPU is lost, or NVML refused): what is listed is there, but what is not
+    listed may be there too. Its health says why; a converger leaves such a GPU as it is rather than
+    create, destroy or release anything on it for want of a reading."""
 
 
 class GpuBackend(Protocol):

@@ -18,12 +18,20 @@ def _mig(gpu: Gpu) -> str:
     return now
 
 
+def _memory(mib: int | None) -> str:
+    return "" if mib is None else f" {mib} MiB"
+
+
 def _instances(gpu: Gpu) -> str:
-    return "\n".join(
+    """Each GPU instance with its compute instances (their MIG device's uuid and memory), then the
+    compute instances left out for want of a MIG device, with why."""
+    lines = [
         f"{gi.profile} @{gi.placement_start}:{gi.placement_size} GI {gi.gi_id}"
-        + "".join(f"\n  CI {ci.ci_id} {ci.uuid}" for ci in gi.compute_instances)
+        + "".join(f"\n  CI {ci.ci_id} {ci.uuid}{_memory(ci.memory_mib)}" for ci in gi.compute_instances)
         for gi in gpu.instances
-    )
+    ]
+    lines.extend(gpu.unlisted)
+    return "\n".join(lines)
 
 
 def inventory_table(node: str, gpus: Sequence[Gpu]) -> Table:

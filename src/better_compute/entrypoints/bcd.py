@@ -86,6 +86,8 @@ def inventory(
             backend.close()
     except (GpuError, DomainError) as exc:
         _fail(str(exc))
+    for line in getattr(backend, "unreadable", ()):  # GPUs NVML counts but would not name
+        sys.stderr.write(f"warning: {line}\n")
     report = report_of(name, gpus)
     if as_json:
         sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")
