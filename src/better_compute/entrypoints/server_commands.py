@@ -185,7 +185,12 @@ def check_port_free(host: str, port: int) -> None:
         typer.echo(f"error: cannot listen on {host}: {exc.strerror}; pass another --host", err=True)
         raise typer.Exit(2) from None
     family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
+    try:
+        probe = socket.socket(family, kind, proto)
+    except OSError as exc:  # the family refused: no IPv6 on the host, RestrictAddressFamilies= in a unit
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}; pass another --host", err=True)
+        raise typer.Exit(2) from None
+    with probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
