@@ -33,12 +33,21 @@ def read_settings(**options: Any) -> Settings:
     """The settings: each option given on the command line, else its `BC_*` variable, else its
     default. A value that is not valid stops the command with a message naming the setting.
 
+    The database URL may also come from a file (`BC_DATABASE_URL_FILE`, the systemd credential
+    `database-url`: `database.given_url`); a file that cannot give one stops the command the same way.
+
     pydantic-settings is imported here, not at start-up: the console script registers these commands
     for every call, and the others should not pay for it."""
     from pydantic import ValidationError
 
+    from better_compute.entrypoints import database
     from better_compute.settings import Settings
 
+    if "database_url" in options:
+        try:
+            options["database_url"] = database.given_url(options["database_url"], os.environ)
+        except database.Unusable as exc:
+            _refuse(exc)
     try:
         return Settings(**{name: value for name, value in options.items() if value is not None})
     except ValidationError as exc:
@@ -113,9 +122,7 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
     duty = server_duty(services.store.dialect)
     found = database.target(settings.database_url)
     if found.url.get_backend_name() != "sqlite" or found.sqlite_path is not None:
-        child = ReconcilerProcess(
-            reconcile_command(duty), {**os.environ, **settings.environment()}, services.stopping
-        )
+        child = ReconcilerProcess(reconcile_command(duty), child_environment(settings), services.stopping)
         child.start()
 
         def stop_child() -> None:
@@ -132,6 +139,20 @@ def _reconciling(services: Services, settings: Settings, owner: str) -> Callable
         thread.join(10)
 
     return stop
+
+
+def child_environment(settings: Settings) -> dict[str, str]:
+    """The environment of a process this server starts (its reconciler, its workers): this one's,
+    with the settings it resolved as `BC_*` variables, and without where the database URL came from
+    (`BC_DATABASE_URL_FILE`, `$CREDENTIALS_DIRECTORY`): the child reads the URL this process chose,
+    even where `--database-url` chose it over a credential, and never finds it given twice."""
+    from better_compute.entrypoints import database
+
+    left_out = {database.URL_FILE_VARIABLE, "CREDENTIALS_DIRECTORY"}
+    return {
+        **{name: value for name, value in os.environ.items() if name not in left_out},
+        **settings.environment(),
+    }
 
 
 def _retrying(services: Services) -> Callable[[], None]:
@@ -164,7 +185,12 @@ def check_port_free(host: str, port: int) -> None:
         typer.echo(f"error: cannot listen on {host}: {exc.strerror}; pass another --host", err=True)
         raise typer.Exit(2) from None
     family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
+    try:
+        probe = socket.socket(family, kind, proto)
+    except OSError as exc:  # the family refused: no IPv6 on the host, RestrictAddressFamilies= in a unit
+        typer.echo(f"error: cannot listen on {host}:{port}: {exc.strerror}; pass another --host", err=True)
+        raise typer.Exit(2) from None
+    with probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(address)
@@ -196,7 +222,10 @@ CreateOpt = Annotated[
 DatabaseOpt = Annotated[
     str | None,
     typer.Option(
-        "--database-url", help="SQLAlchemy or libpq URL (default: $BC_DATABASE_URL or ./better-compute.db)"
+        "--database-url",
+        help="SQLAlchemy or libpq URL. Wins over the one of $BC_DATABASE_URL, the file"
+        " $BC_DATABASE_URL_FILE names, or the systemd credential database-url; without any,"
+        " ./better-compute.db",
     ),
 ]
 
@@ -325,7 +354,9 @@ def serve(
             Serving(config, services.stopping).run()
             return
         # Worker processes build their own services from the same settings (entrypoints/asgi.py).
-        os.environ.update(settings.environment())
+        environment = child_environment(settings)
+        os.environ.clear()
+        os.environ.update(environment)
         uvicorn.run(
             "better_compute.entrypoints.asgi:create",
             factory=True,
@@ -449,6 +480,7 @@ __all__ = [
     "admin_app",
     "bootstrap",
     "check_port_free",
+    "child_environment",
     "migrate",
     "opened",
     "quiet_outages",
