@@ -141,6 +141,14 @@ def run(
     wait: Annotated[
         float, typer.Option("--wait", min=0, max=60, help="Seconds each spec long poll waits for a change.")
     ] = 30.0,
+    node_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--node-root",
+            help="The node's root: its driver files are read, and CDI host paths start, there (default /;"
+            " with --nvml fake, a simulated driver tree under --state-dir).",
+        ),
+    ] = None,
 ) -> None:
     """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, report. Stops
     cleanly (exit 0) on SIGTERM. Logs are JSON lines on stderr (docs/bcd.md)."""
@@ -156,6 +164,8 @@ def run(
         identity = Identity.load(state_dir)
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"no node identity in {state_dir} ({exc}); run `bcd join` first", 2)
+    if node_root is not None and not node_root.is_dir():
+        _fail(f"--node-root {node_root} is not a directory", 2)
     log = Log(node=identity.node)
     backend: GpuBackend
     runner: Runner
@@ -191,6 +201,7 @@ def run(
                 mps_runner=runner,
                 unit_dir=unit_dir,
                 wait=wait,
+                node_root=node_root,
             )
             status = daemon.run()
     finally:
