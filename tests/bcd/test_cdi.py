@@ -15,12 +15,14 @@ from typing import Any
 
 import jsonschema_rs
 import pytest
+from typer.testing import CliRunner
 
 from better_compute.bcd import cdi
 from better_compute.bcd.devices import DevicesConverger
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths
 from better_compute.bcd.node_tree import MIG_MINORS, NodeTree, SimulatedDriver, simulated
+from better_compute.entrypoints.bcd import bcd_app
 from tests.bcd.handover import (
     assignment,
     edits,
@@ -408,3 +410,11 @@ def test_env_files_are_sorted_lines_and_refuse_what_cannot_be_one() -> None:
         cdi.env_file_text({"A": "two\nlines"})
     with pytest.raises(cdi.CdiError):
         cdi.env_file_text({"1A": "x"})
+
+
+def test_bcd_run_refuses_a_node_root_that_is_no_directory(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        bcd_app, ["run", "--state-dir", str(tmp_path), "--node-root", str(tmp_path / "no")]
+    )
+    assert result.exit_code == 2
+    assert result.stderr == f"error: --node-root {tmp_path / 'no'} is not a directory\n"

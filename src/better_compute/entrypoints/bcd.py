@@ -160,12 +160,12 @@ def run(
     from better_compute.bcd.mps import Runner, SystemdRunner
     from better_compute.domain.kernel.errors import DomainError
 
+    if node_root is not None and not node_root.is_dir():
+        _fail(f"--node-root {node_root} is not a directory", 2)
     try:
         identity = Identity.load(state_dir)
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"no node identity in {state_dir} ({exc}); run `bcd join` first", 2)
-    if node_root is not None and not node_root.is_dir():
-        _fail(f"--node-root {node_root} is not a directory", 2)
     log = Log(node=identity.node)
     backend: GpuBackend
     runner: Runner
