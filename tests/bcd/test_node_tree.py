@@ -16,9 +16,9 @@ from better_compute.bcd.node_tree import (
     ci_cap,
     driver_mig_minors,
     gi_cap,
+    mig_minor,
     parse_char_majors,
     parse_driver_version,
-    parse_mig_minors,
     simulated,
 )
 
@@ -38,18 +38,17 @@ def test_the_simulated_mig_minors_table_is_the_one_nvidia_documents() -> None:
         "gpu0/gi0/ci1/access 5",
         "gpu0/gi0/ci2/access 6",
     ]
-    caps = parse_mig_minors(text)
-    assert caps[ci_cap(3, 3, 3)] == 439 and caps[ci_cap(3, 3, 5)] == 441
-    assert caps[ci_cap(6, 11, 7)] == 920
+    assert mig_minor(text, ci_cap(3, 3, 3)) == 439 and mig_minor(text, ci_cap(3, 3, 5)) == 441
+    assert mig_minor(text, ci_cap(6, 11, 7)) == 920
     assert lines[-2:] == ["gpu31/gi14/ci6/access 4321", "gpu31/gi14/ci7/access 4322"]
-    assert len(caps) == 4322 and len(set(caps.values())) == 4322
+    assert [int(line.split()[1]) for line in lines] == list(range(1, 4323))  # each minor once, in order
 
 
 def test_mig_minors_lines_that_are_not_a_capability_and_a_minor_are_skipped() -> None:
-    assert parse_mig_minors("config 1\ninvalidLine\ngpu0/gi1/access x\ngpu0/gi1/access 12\n\n") == {
-        "config": 1,
-        gi_cap(0, 1): 12,
-    }
+    text = "config 1\ninvalidLine\ngpu0/gi1/access x\ngpu0/gi1/access 12\ngpu0/gi1/ci0/access\n\n"
+    assert mig_minor(text, "config") == 1 and mig_minor(text, gi_cap(0, 1)) == 12
+    assert mig_minor(text, ci_cap(0, 1, 0)) is None
+    assert mig_minor(text, gi_cap(0, 11)) is None  # not the line of gi1
 
 
 def test_char_majors_come_from_the_character_section_only() -> None:

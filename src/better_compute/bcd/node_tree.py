@@ -125,15 +125,12 @@ def cap_node(minor: int) -> str:
     return f"{CAPS_DIR}/nvidia-cap{minor}"
 
 
-def parse_mig_minors(text: str) -> dict[str, int]:
-    """{capability: minor} from a mig-minors file; a line that is not `<name> <minor>` is skipped, as
-    nvidia-container-toolkit skips it."""
-    caps: dict[str, int] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 2 and parts[1].isdigit():
-            caps[parts[0]] = int(parts[1])
-    return caps
+def mig_minor(text: str, cap: str) -> int | None:
+    """The minor a mig-minors file gives capability `cap` (a `<name> <minor>` line); None when it has
+    none. Lines of another shape are not read, as nvidia-container-toolkit skips them. The driver's
+    table has 4322 lines, so one capability is looked up, not the whole table parsed."""
+    found = re.search(rf"^{re.escape(cap)}[ \t]+([0-9]+)[ \t]*$", text, re.MULTILINE)
+    return int(found.group(1)) if found else None
 
 
 def parse_char_majors(text: str) -> dict[str, int]:
@@ -205,38 +202,38 @@ class NodeTree:
         """A view for one pass: each file is read once, when first needed, and not again."""
         return NodeView(self)
 
-    def resolve(self, path: str) -> str | None:
+    def resolve(self, path: str, within: str = "/") -> str | None:
         """`path` with its symlinks followed inside the node root (an absolute target is taken from
-        the root, as it would be on the node), as a path under the root; None when it leads nowhere."""
-        parts = [p for p in PurePosixPath(path).parts if p != "/"]
-        done: list[str] = []
+        the root, as it would be on the node), as a path under the root; None when it leads nowhere.
+        `within` is a directory already resolved that a relative `path` starts from."""
+        root = str(self.root).rstrip("/")
+        parts = [p for p in path.split("/") if p]
+        done = [] if path.startswith("/") else [p for p in within.split("/") if p]
         hops = 0
         while parts:
             part = parts.pop(0)
-            if part in ("", "."):
+            if part == ".":
                 continue
             if part == "..":
                 if done:
                     done.pop()
                 continue
-            current = self.root.joinpath(*done, part)
+            current = "/".join([root, *done, part])
             try:
-                is_link = current.is_symlink()
+                mode = os.lstat(current).st_mode
             except OSError:
-                return None
-            if not is_link:
+                return None  # nothing there: it leads nowhere
+            if not stat.S_ISLNK(mode):
                 done.append(part)
                 continue
             hops += 1
             if hops > _MAX_LINKS:
                 return None
             target = os.readlink(current)
-            target_parts = [p for p in PurePosixPath(target).parts if p != "/"]
             if target.startswith("/"):
                 done = []
-            parts = target_parts + parts
-        final = "/" + "/".join(done)
-        return final if self.host_path(final).exists() else None
+            parts = [p for p in target.split("/") if p] + parts
+        return "/" + "/".join(done)
 
 
 def _mount(host: Path, container: str) -> dict[str, Any]:
@@ -249,7 +246,7 @@ class NodeView:
 
     def __init__(self, tree: NodeTree) -> None:
         self.tree = tree
-        self._caps: dict[str, int] | Unresolvable | None = None
+        self._caps: str | Unresolvable | None = None
         self._majors: dict[str, int] | None = None
         self._driver: DriverEdits | Unresolvable | None = None
 
@@ -271,16 +268,13 @@ class NodeView:
                 text, reason = None, f"cannot be read ({exc.strerror})"
             else:
                 reason = "is missing (is the NVIDIA driver loaded, with MIG support?)"
-            self._caps = (
-                Unresolvable(f"{self.tree.host_path(MIG_MINORS)} {reason}")
-                if text is None
-                else parse_mig_minors(text)
-            )
+            self._caps = Unresolvable(f"{self.tree.host_path(MIG_MINORS)} {reason}") if text is None else text
         if isinstance(self._caps, Unresolvable):
             raise self._caps
-        if cap not in self._caps:
+        minor = mig_minor(self._caps, cap)
+        if minor is None:
             raise Unresolvable(f"{self.tree.host_path(MIG_MINORS)} has no line for {cap}")
-        return self._caps[cap]
+        return minor
 
     def char_major(self, name: str) -> int | None:
         """The character major `/proc/devices` gives the driver `name`; `nvidia` is 195 (listed as
@@ -353,13 +347,14 @@ class NodeView:
         mounts: dict[str, dict[str, Any]] = {}
         dirs = self.library_dirs()
         for directory in dirs:
-            for entry in self._entries(directory):
-                if not _LIBRARY.match(entry):
+            for name, is_link in self._entries(directory):
+                if not _LIBRARY.match(name) or not (is_link or name.endswith(f".so.{version}")):
                     continue
-                real = self.tree.resolve(f"{directory}/{entry}")
+                # The directory is resolved already: only the entry's own links are followed.
+                real = self.tree.resolve(name, within=directory) if is_link else f"{directory}/{name}"
                 if real is not None and real.endswith(f".so.{version}") and self._is_file(real):
                     mounts.setdefault(
-                        f"{directory}/{entry}", _mount(self.tree.host_path(real), f"{directory}/{entry}")
+                        f"{directory}/{name}", _mount(self.tree.host_path(real), f"{directory}/{name}")
                     )
         if not mounts:
             searched = ", ".join(dirs)
@@ -379,9 +374,11 @@ class NodeView:
     def _is_file(self, path: str) -> bool:
         return self.tree.host_path(path).is_file()
 
-    def _entries(self, directory: str) -> list[str]:
+    def _entries(self, directory: str) -> list[tuple[str, bool]]:
+        """(name, whether it is a symlink) of each entry of `directory`, by name."""
         try:
-            return sorted(os.listdir(self.tree.host_path(directory)))
+            with os.scandir(self.tree.host_path(directory)) as found:
+                return sorted((e.name, e.is_symlink()) for e in found)
         except OSError:
             return []
 
