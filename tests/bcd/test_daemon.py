@@ -19,6 +19,7 @@ from better_compute.bcd.host import HostConverger
 from better_compute.bcd.inventory import mig_instances, report_of
 from better_compute.bcd.joining import node_client
 from better_compute.bcd.logs import Log
+from better_compute.bcd.node_tree import simulated
 from better_compute.domain.fleet.atoms import atom_id_for, derive_gpu_atoms, mig_atom_key
 from better_compute.domain.fleet.pools import PoolSharing
 from better_compute.storage.store import Store
@@ -52,8 +53,8 @@ def test_a_mig_reservation_is_handed_over_and_taken_back(world: NodeWorld) -> No
     assert daemon.step(True)
     spec = json.loads(cdi.spec_path(daemon.devices.cdi_root, rid).read_text())
     env = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
-    assert env["NVIDIA_VISIBLE_DEVICES"] == atom["attributes"]["migUuid"]
-    assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+    assert env["BC_DEVICE_UUIDS"] == atom["attributes"]["migUuid"]
+    assert env["BC_DEVICE_UUIDS"].startswith("MIG-") and env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert (daemon.identity.state_dir / "env" / f"{rid}.env").exists()
     assert reservation(world, rid)["binding"] == "bound"
     world.clock.now += timedelta(minutes=5)
@@ -138,7 +139,7 @@ def test_device_missing_until_the_instance_exists_and_whole_against_part_refused
     gpu = fake.list_gpus()[0]
     gi = gpu.instances[0]
     mig_atom = atom_id_for(gpu.uuid, mig_atom_key(mig_instances(gi)[0]))
-    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [mig_atom], "env": {}}])
     fake.destroy_instance(gpu.uuid, gi.gi_id)
     missing = devices.converge(spec, fake.list_gpus())
@@ -179,7 +180,7 @@ def test_mig_instance_of_another_profile_at_same_ids_is_not_the_booked_atom(tmp_
     fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
     gpu = fake.list_gpus()[0].uuid
     atom = booked_slice(fake, gpu, "1g.10gb", 0)
-    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     booked = [{"allocationId": "res-a", "atoms": [atom], "env": {}}]
     assert bindings(devices.converge(spec_of(fake, booked), fake.list_gpus())) == ["bound"]
     fake.gpu(gpu).apply_layout("all-3g.40gb")  # rebooted: a 3g.40gb at the 1g.10gb's GPU instance id
@@ -200,7 +201,7 @@ def test_mig_instance_of_the_same_profile_at_another_placement_is_not_the_booked
     gpu = fake.list_gpus()[0].uuid
     at_1 = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
     atom = booked_slice(fake, gpu, "1g.10gb", 1)
-    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     booked = [{"allocationId": "res-a", "atoms": [atom], "env": {}}]
     assert bindings(devices.converge(spec_of(fake, booked), fake.list_gpus())) == ["bound"]
     fake.gpu(gpu).apply_layout("mixed:4g.40gb+3x1g.10gb")
@@ -218,7 +219,7 @@ def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom(tmp_path: Path) 
     gpu = fake.list_gpus()[0].uuid
     before = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
     atom = booked_slice(fake, gpu, "1g.10gb", 1)
-    fresh = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    fresh = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     fake.gpu(gpu).gi_ids = [7, 6, 5, 4, 3, 2, 1]  # the driver's order this boot
     fake.gpu(gpu).apply_layout("all-1g.10gb")
     after = next(i for i in fake.gpu(gpu).instances if i.placement_start == 1)
@@ -270,7 +271,7 @@ def test_an_allocation_id_no_cdi_device_can_carry_is_refused_and_the_others_are_
 ) -> None:
     fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
     first, second = (atom_id_for(g.uuid, "gpu") for g in fake.list_gpus()[:2])
-    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     spec = spec_of(
         fake,
         [
@@ -352,7 +353,7 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     kept_spec = json.loads(cdi.spec_path(cdi_root, kept).read_text())
     visible = dict(e.split("=", 1) for e in kept_spec["devices"][0]["containerEdits"]["env"])
     now_kept = {g.uuid: g for g in fake.list_gpus()}[kept_gpu.uuid]
-    assert visible["NVIDIA_VISIBLE_DEVICES"] == now_kept.instances[0].compute_instances[0].uuid
+    assert visible["BC_DEVICE_UUIDS"] == now_kept.instances[0].compute_instances[0].uuid
     assert not daemon.step(False)  # still missing: nothing more to say, and no crash either
     assert bindings_reported(world, lost)[-1][0] == "device-missing"
 
@@ -363,7 +364,7 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     spec = json.loads(cdi.spec_path(cdi_root, lost).read_text())
     visible = dict(e.split("=", 1) for e in spec["devices"][0]["containerEdits"]["env"])
     back = {g.uuid: g for g in fake.list_gpus()}[lost_gpu.uuid].instances[0].compute_instances[0].uuid
-    assert visible["NVIDIA_VISIBLE_DEVICES"] == back != lost_gpu.instances[0].compute_instances[0].uuid
+    assert visible["BC_DEVICE_UUIDS"] == back != lost_gpu.instances[0].compute_instances[0].uuid
 
 
 def test_a_bound_allocation_whose_cdi_spec_a_reboot_wiped_gets_it_written_again(tmp_path: Path) -> None:
@@ -372,16 +373,19 @@ def test_a_bound_allocation_whose_cdi_spec_a_reboot_wiped_gets_it_written_again(
     CDI spec must still come back, or no container can ask for the device it is bound to."""
     fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
     whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
-    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env")
+    devices = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
     spec = spec_of(fake, [{"allocationId": "res-a", "atoms": [whole], "env": {}}], layout=None)
     assert devices.converge(spec, fake.list_gpus()).settled
     fake.reboot()
     cdi.spec_path(tmp_path / "cdi", "res-a").unlink()
-    again = DevicesConverger(tmp_path / "cdi", tmp_path / "env")  # the daemon after the reboot
+    again = DevicesConverger(
+        tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root")
+    )  # the daemon after the reboot
     assert again.converge(spec, fake.list_gpus()).settled
     written = json.loads(cdi.spec_path(tmp_path / "cdi", "res-a").read_text())
     assert written["devices"][0]["containerEdits"]["env"] == [
-        f"NVIDIA_VISIBLE_DEVICES={fake.list_gpus()[0].uuid}"
+        f"BC_DEVICE_UUIDS={fake.list_gpus()[0].uuid}",
+        "NVIDIA_VISIBLE_DEVICES=void",
     ]
 
 

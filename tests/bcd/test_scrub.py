@@ -17,6 +17,7 @@ from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import GpuError, ZeroingFailed
 from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
+from better_compute.bcd.node_tree import simulated
 from better_compute.bcd.scrub import Scrubber, ScrubState, Target
 from better_compute.domain.fleet.atoms import atom_id_for, mig_atom_key
 from better_compute.wire.nodes import NodeSpecPublic
@@ -51,6 +52,7 @@ class Node:
             tmp / "env",
             scrubber=Scrubber(self.fake, ScrubState(tmp / "scrub.json")),
             log=Log(self.stream, node="n"),
+            node=simulated(tmp / "node-root"),
         )
 
     def converge(self, scrub: str, *assignments: dict[str, Any], mode: str = "exclusive") -> DevicesPass:

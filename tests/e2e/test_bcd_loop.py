@@ -1,6 +1,6 @@
 """`bcd run` end to end on loopback: a real server over a three-node mig pool and three `bcd run
 --nvml fake` processes. A `gpu.mig` reservation's CDI spec appears on its node with its `MIG-…` uuid
-and the reservation shows `bound`; releasing it removes the spec and shows `released`. A report
+and its device nodes, and the reservation shows `bound`; releasing it removes the spec and shows `released`. A report
 queued when its `bcd` is SIGKILLed, and already taken by the server, is sent again after the restart
 and takes effect once.
 """
@@ -114,9 +114,17 @@ def run_the_loop(
         spec_file = cdi.spec_path(tmp_path / node / "cdi", rid)
         eventually(spec_file.exists, f"{spec_file} written")
         written = json.loads(spec_file.read_text())
-        env = dict(e.split("=", 1) for e in written["devices"][0]["containerEdits"]["env"])
-        assert env["NVIDIA_VISIBLE_DEVICES"] == atom["attributes"]["migUuid"]
-        assert env["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-")
+        edits = written["devices"][0]["containerEdits"]
+        env = dict(e.split("=", 1) for e in edits["env"])
+        assert env["BC_DEVICE_UUIDS"] == atom["attributes"]["migUuid"]
+        assert env["BC_DEVICE_UUIDS"].startswith("MIG-") and env["NVIDIA_VISIBLE_DEVICES"] == "void"
+        # The simulated node's driver tree (under its state directory) names the instance's GPU node
+        # and its two capability nodes, as a GPU node's /dev would.
+        caps = [n for n in edits["deviceNodes"] if n["path"].startswith("/dev/nvidia-caps/")]
+        assert len(caps) == 2 and written["cdiVersion"] == "0.5.0"
+        assert all(
+            n["hostPath"] == f"{tmp_path / node / 'node-root'}{n['path']}" for n in edits["deviceNodes"]
+        )
 
         def binding(state: str) -> bool:
             return bool(user.get(f"/v1/reservations/{rid}").json()["binding"] == state)

@@ -49,7 +49,8 @@ def test_a_reservation_on_the_demo_fleet_is_handed_to_its_node_by_the_simulated_
         eventually(spec_file.exists, f"{spec_file} written by the simulated bcd")
         written = json.loads(spec_file.read_text())
         env = dict(e.split("=", 1) for e in written["devices"][0]["containerEdits"]["env"])
-        assert env["NVIDIA_VISIBLE_DEVICES"] == atom["attributes"]["migUuid"]
+        assert env["BC_DEVICE_UUIDS"] == atom["attributes"]["migUuid"]
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
         eventually(lambda: http.get(f"/v1/reservations/{rid}").json()["binding"] == "bound", "bound")
         assert http.post(f"/v1/reservations/{rid}/release").status_code == 200
         eventually(lambda: not spec_file.exists(), f"{spec_file} removed")

@@ -2,12 +2,16 @@
 
 Each allocation gets one transient spec file under the CDI root (`/var/run/cdi` in production), with
 one device named after the allocation, so a container runtime asked for
-`better-compute.io/gpu=<allocation>` gets that allocation's GPUs or MIG instances and nothing else.
-The device's edits set `NVIDIA_VISIBLE_DEVICES` to the GPU or `MIG-...` uuids (the NVIDIA container
-runtime turns that into device nodes) and, for an MPS slot, `CUDA_MPS_PIPE_DIRECTORY`.
+`better-compute.io/gpu=<allocation>` gives the container that allocation's devices and nothing else.
+The device's edits are all a runtime needs, with no NVIDIA hook of its own: the device nodes of its
+GPUs (and, for a MIG instance, of its GPU and compute instance capabilities), the driver's control
+and UVM nodes, the driver's libraries and binaries, and the environment
+(`bcd.container_edits` says what goes in, and why).
 
 Files are written whole or not at all (a temporary file renamed over the target), since a runtime
-may read the directory at any moment, and removed when the allocation goes.
+may read the directory at any moment, and removed when the allocation goes. Each declares the lowest
+`cdiVersion` its fields need (`minimum_version`, the rules of CDI's `specs-go/version.go`), so a
+runtime with an older CDI library (Debian 12's podman reads up to 0.5.0) still loads it.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-CDI_VERSION = "0.6.0"
-"""The spec version written: 0.6.0 is the first that allows a `.` in the kind's vendor and
-annotations; runtimes since 2023 read it."""
+VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
+"""The CDI spec versions a file may declare that this module writes, oldest first (0.1.0 and 0.2.0
+predate what runtimes still load; 0.3.0 is CDI's earliest supported)."""
 
 VENDOR = "better-compute.io"
 CLASS = "gpu"
@@ -52,29 +56,57 @@ def qualified_name(allocation_id: str) -> str:
     return f"{KIND}={device_name(allocation_id)}"
 
 
-def spec_for(
-    allocation_id: str,
-    device_uuids: Sequence[str],
-    env: Mapping[str, str] | None = None,
-    *,
-    mps_pipe_directory: str | None = None,
-) -> dict[str, Any]:
-    """The CDI spec of one allocation: one device, whose edits make exactly `device_uuids` visible."""
-    if not device_uuids:
-        raise CdiError(f"allocation {allocation_id} has no device to hand over")
-    variables = {"NVIDIA_VISIBLE_DEVICES": ",".join(device_uuids), **dict(env or {})}
-    if mps_pipe_directory is not None:
-        variables["CUDA_MPS_PIPE_DIRECTORY"] = mps_pipe_directory
-    return {
-        "cdiVersion": CDI_VERSION,
+def _all_edits(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    edits = [d.get("containerEdits") or {} for d in spec.get("devices", [])]
+    return [*edits, spec.get("containerEdits") or {}]
+
+
+def minimum_version(spec: Mapping[str, Any]) -> str:
+    """The lowest `cdiVersion` that allows every field `spec` uses, by CDI's own rules: network
+    devices or Intel RDT schemata/monitoring need 1.1.0; Intel RDT or additional GIDs 0.7.0;
+    annotations or a `.` in the kind's class 0.6.0; a device node's `hostPath` or a device name
+    starting with a digit 0.5.0; a mount's `type` 0.4.0; anything else 0.3.0."""
+    edits = _all_edits(spec)
+    rdts = [e["intelRdt"] for e in edits if e.get("intelRdt") is not None]
+    if any(e.get("netDevices") for e in edits) or any(
+        r.get("schemata") is not None or r.get("enableMonitoring") for r in rdts
+    ):
+        return "1.1.0"
+    if rdts or any(e.get("additionalGids") for e in edits):
+        return "0.7.0"
+    devices = spec.get("devices", [])
+    if (
+        spec.get("annotations")
+        or any(d.get("annotations") for d in devices)
+        or "." in str(spec.get("kind", "")).partition("/")[2]
+    ):
+        return "0.6.0"
+    if any(str(d.get("name", ""))[:1].isdigit() for d in devices) or any(
+        n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []
+    ):
+        return "0.5.0"
+    if any(m.get("type") for e in edits for m in e.get("mounts") or []):
+        return "0.4.0"
+    return "0.3.0"
+
+
+def spec_for(allocation_id: str, edits: Mapping[str, Any]) -> dict[str, Any]:
+    """The CDI spec of one allocation: one device, named after it, with `edits` (a CDI
+    `containerEdits`), at the lowest `cdiVersion` they need."""
+    spec: dict[str, Any] = {
         "kind": KIND,
-        "devices": [
-            {
-                "name": device_name(allocation_id),
-                "containerEdits": {"env": [f"{k}={v}" for k, v in sorted(variables.items())]},
-            }
-        ],
+        "devices": [{"name": device_name(allocation_id), "containerEdits": dict(edits)}],
     }
+    return {"cdiVersion": minimum_version(spec), **spec}
+
+
+def read_spec(root: Path, allocation_id: str) -> dict[str, Any] | None:
+    """The allocation's spec as written, or None when there is none (or it is not JSON: written again)."""
+    try:
+        found = json.loads(spec_path(root, allocation_id).read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
 
 
 def spec_path(root: Path, allocation_id: str) -> Path:

@@ -21,7 +21,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from better_compute.bcd import node_tree
 from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
+from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import GpuBackend, GpuError
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.identity import Identity
@@ -40,6 +42,8 @@ from better_compute.client import (
 from better_compute.wire.nodes import NodeSpecPublic
 
 QUEUE_DIR = "queue"
+NODE_ROOT = "node-root"
+"""Where a simulated node (the fake backend) keeps its simulated driver tree, under its state directory."""
 ENV_DIR = "env"
 SCRUB_FILE = "scrub.json"
 
@@ -76,6 +80,7 @@ class Daemon:
         unit_dir: Path | None = None,
         wait: float = 30.0,
         retry: float = 1.0,
+        node_root: Path | None = None,
     ) -> None:
         self.identity = identity
         self.node = identity.node
@@ -87,8 +92,14 @@ class Daemon:
         state = identity.state_dir
         self.queue = ReportQueue(state / QUEUE_DIR)
         scrubber = Scrubber(backend, ScrubState(state / SCRUB_FILE))
+        # The node's driver tree (`--node-root`): `/` on a GPU node; a simulated node, with no driver
+        # on the machine, gets a simulated one under its state directory unless told otherwise.
+        if node_root is None and isinstance(backend, FakeNode):
+            tree = node_tree.simulated(state / NODE_ROOT)
+        else:
+            tree = node_tree.NodeTree(node_root or Path("/"))
         self.devices = DevicesConverger(
-            cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log
+            cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log, tree
         )
         mps = (
             MpsUnit(unit_dir or state / "systemd", MpsPaths.under(state / "mps"), mps_runner)

@@ -6,10 +6,16 @@ to its MIG instance's `MIG-…` uuid, matched by GPU uuid and the instance's sha
 placement (`domain.fleet.atoms.mig_key`, never the driver's GI/CI ids, which another slice can have
 after a reboot or a re-partition: such a slice is another atom and is never handed for this one), a
 whole GPU or a slot to the GPU's uuid. An atom with no device yet (an instance not created) leaves
-its allocation `device-missing`, tried again on the next pass. `domain.ledger.handoff.refusals`
-keeps the whole-against-part rule on the node; a refused allocation gets nothing. A bound
-allocation has a CDI spec under the CDI root and an env file under the state directory; the env
-files are the record of what is handed over, so a restarted daemon knows it without asking anyone.
+its allocation `device-missing`, tried again on the next pass; so does one the node cannot name the
+device nodes or driver files of (`bcd.node_tree.Unresolvable`: a GPU with no minor, an instance
+with no mig-minors line), since a spec that lacks a node gives a container nothing it can use.
+`domain.ledger.handoff.refusals` keeps the whole-against-part rule on the node; a refused
+allocation gets nothing. A bound allocation has a CDI spec under the CDI root
+(`bcd.container_edits`: its device nodes, the driver, its environment) and an env file under the
+state directory; the env files are the record of what is handed over, so a restarted daemon knows
+it without asking anyone. Each pass compares the spec it would write with the one on disk and
+writes it again where they differ (a re-cut gave the instance another capability minor, a driver
+upgrade changed its libraries, a reboot emptied the CDI root).
 
 A bound allocation whose device is gone (a reboot took its MIG instance: the GPU came back MIG-off
 or at another layout) is what the hardware says, not an error: its CDI spec and env file are
@@ -24,16 +30,19 @@ handed over (it stays pending) until that scrub has succeeded.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from better_compute.bcd import cdi
+from better_compute.bcd.container_edits import UUIDS, container_edits
 from better_compute.bcd.gpu import Gpu, GpuError
 from better_compute.bcd.inventory import mig_instances
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, client_env
+from better_compute.bcd.node_tree import NodeTree, NodeView, Unresolvable
 from better_compute.bcd.scrub import Scrubber, Target
 from better_compute.domain.fleet.atoms import atom_id_for, legacy_mig_key, mig_atom_key
 from better_compute.domain.fleet.pools import mps_units
@@ -65,6 +74,10 @@ class Device:
     slot: bool = False
     gi_id: int | None = None
     """The GPU instance of a MIG atom (None for a whole GPU or a slot)."""
+    ci_id: int | None = None
+    """The compute instance of a MIG atom."""
+    minor: int | None = None
+    """The GPU's device minor (`/dev/nvidia<minor>`); None where the backend did not say."""
 
 
 def legacy_ids(gpus: Iterable[Gpu]) -> dict[str, str]:
@@ -90,15 +103,17 @@ def device_index(gpus: Iterable[Gpu], slots: int) -> dict[str, Device]:
     index: dict[str, Device] = {}
     for gpu in gpus:
         whole = atom_id_for(gpu.uuid, "gpu")
-        index[whole] = Device(whole, gpu.uuid, True, gpu.uuid)
+        index[whole] = Device(whole, gpu.uuid, True, gpu.uuid, minor=gpu.minor_number)
         if gpu.mig_current:
             for gi in gpu.instances:
                 for m in mig_instances(gi):
                     atom = atom_id_for(gpu.uuid, mig_atom_key(m))
-                    index[atom] = Device(atom, gpu.uuid, False, m.uuid, gi_id=m.gi_id)
+                    index[atom] = Device(
+                        atom, gpu.uuid, False, m.uuid, gi_id=m.gi_id, ci_id=m.ci_id, minor=gpu.minor_number
+                    )
         for slot in range(slots):
             atom = atom_id_for(gpu.uuid, f"slot:{slot}")
-            index[atom] = Device(atom, gpu.uuid, False, gpu.uuid, slot=True)
+            index[atom] = Device(atom, gpu.uuid, False, gpu.uuid, slot=True, minor=gpu.minor_number)
     return index
 
 
@@ -116,9 +131,20 @@ def _resolved(a: AssignmentPublic, index: dict[str, Device]) -> list[Device]:
     return [index[atom] for atom in a.atoms if atom in index]
 
 
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """What an allocation is to be handed: its CDI `containerEdits`, its env file's text, and, for an
+    MPS slot, the directories its container mounts from the MPS daemon."""
+
+    edits: dict[str, Any]
+    env_text: str
+    mps: MpsPaths | None = None
+
+
 class DevicesConverger:
     """Keeps the CDI specs (under `cdi_root`) and env files (under `env_dir`) equal to the spec's
-    assignments; `mps` is where the node's MPS daemon meets its clients, for slots of an mps pool."""
+    assignments; `mps` is where the node's MPS daemon meets its clients, for slots of an mps pool;
+    `node` is the node's driver tree (`/` on a GPU node), which the specs' host paths name."""
 
     def __init__(
         self,
@@ -127,12 +153,14 @@ class DevicesConverger:
         mps: MpsPaths | None = None,
         scrubber: Scrubber | None = None,
         log: Log | None = None,
+        node: NodeTree | None = None,
     ) -> None:
         self.cdi_root = cdi_root
         self.env_dir = env_dir
         self.mps = mps
         self.scrubber = scrubber
         self.log = log
+        self.node = node if node is not None else NodeTree()
         env_dir.mkdir(parents=True, exist_ok=True)
         self._reported: dict[str, tuple[str, str | None]] = dict.fromkeys(self.bound(), ("bound", None))
 
@@ -162,8 +190,26 @@ class DevicesConverger:
             self._release(allocation_id, done)
         for allocation_id in sorted((set(self._reported) | self.lost()) - set(wanted) - bound):
             self._release(allocation_id, done)
+        # What each assignment whose atoms all have a device is to be handed, from one reading of
+        # the node for the whole pass; or why the node cannot say (`unresolved`: device-missing) or
+        # will not (`unfit`: refused).
+        view = self.node.read()
+        plans: dict[str, Handover] = {}
+        unresolved: dict[str, str] = {}
+        unfit: dict[str, str] = {}
         for a in spec.assignments:
-            if a.allocation_id in bound and any(atom not in index for atom in a.atoms):
+            if not a.atoms or any(atom not in index for atom in a.atoms):
+                continue
+            try:
+                plans[a.allocation_id] = self._plan(a, _resolved(a, index), spec, view)
+            except Unresolvable as exc:
+                unresolved[a.allocation_id] = f"the node cannot hand over atoms {', '.join(a.atoms)}: {exc}"
+            except cdi.CdiError as exc:
+                unfit[a.allocation_id] = f"the assignment's environment cannot be handed over: {exc}"
+        for a in spec.assignments:
+            if a.allocation_id in bound and (
+                any(atom not in index for atom in a.atoms) or a.allocation_id in unresolved
+            ):
                 self._withdraw(a.allocation_id)
         bound = self.bound()
         lost = self.lost()
@@ -173,29 +219,31 @@ class DevicesConverger:
         waiting: set[str] = set()
         held: list[Held] = []
         new: list[Held] = []
-        missing: dict[str, list[str]] = {}
+        missing: dict[str, str] = {}
         for a in spec.assignments:
             absent = [atom for atom in a.atoms if atom not in index]
             items = [Held(a.allocation_id, d.atom_id, d.gpu_uuid, d.whole) for d in _resolved(a, index)]
             if a.allocation_id in bound:
                 held.extend(items)
             elif absent:
-                missing[a.allocation_id] = absent
+                atoms = ", ".join(absent)
+                missing[a.allocation_id] = (
+                    f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
+                    " repartition took it): its CDI spec is withdrawn until it is back"
+                    if a.allocation_id in lost
+                    else f"no device yet for atoms {atoms}"
+                )
+            elif a.allocation_id in unresolved:
+                missing[a.allocation_id] = unresolved[a.allocation_id]
             elif scrub != "none" and self._unclean_for(a):
                 waiting.add(a.allocation_id)
             else:
                 new.extend(items)
         refused = refusals(held, new)
         for a in spec.assignments:
+            plan = plans.get(a.allocation_id)
             if a.allocation_id in missing:
-                atoms = ", ".join(missing[a.allocation_id])
-                detail = (
-                    f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
-                    " repartition took it): its CDI spec is withdrawn until it is back"
-                    if a.allocation_id in lost
-                    else f"no device yet for atoms {atoms}"
-                )
-                self._report(a.allocation_id, "device-missing", detail, done)
+                self._report(a.allocation_id, "device-missing", missing[a.allocation_id], done)
                 done.settled = False
             elif a.allocation_id in waiting:
                 # Another tenant's data is on an atom until its scrub succeeds: no hand-over, and
@@ -203,6 +251,8 @@ class DevicesConverger:
                 done.settled = False
             elif a.allocation_id in refused:
                 self._report(a.allocation_id, "refused", refused[a.allocation_id], done)
+            elif a.allocation_id in unfit:
+                self._report(a.allocation_id, "refused", unfit[a.allocation_id], done)
             else:
                 if not cdi.valid_device_name(a.allocation_id):
                     # One allocation the node cannot name must not stop the others' hand-over.
@@ -210,17 +260,36 @@ class DevicesConverger:
                     self._report(a.allocation_id, "refused", detail, done)
                     continue
                 devices = _resolved(a, index)
-                if not devices:
+                if not devices or plan is None:
                     # Nothing to make visible (an assignment naming no atom): a spec the node
                     # cannot carry out is refused, never a reason for the daemon to stop.
                     self._report(a.allocation_id, "refused", "the assignment names no atom", done)
                     continue
                 if self.scrubber is not None:
                     self.scrubber.state.hold(a.atoms, a.tenant_id, a.allocation_id)
-                self._hand_over(a, devices, spec)
+                self._hand_over(a, plan)
                 self._report(a.allocation_id, "bound", None, done)
                 done.held_gpus.update(d.gpu_uuid for d in devices)
         return done
+
+    def _plan(
+        self, a: AssignmentPublic, devices: Sequence[Device], spec: NodeSpecPublic, view: NodeView
+    ) -> Handover:
+        """What `a` is to be handed on `devices`; `Unresolvable` when the node cannot say, `CdiError`
+        when its environment cannot be written."""
+        uuids = ",".join(sorted({d.uuid for d in devices}))
+        env: dict[str, str] = {k: v for k, v in a.env.items() if k not in (VISIBLE_DEVICES, UUIDS)}
+        mps: MpsPaths | None = None
+        slots = sum(1 for d in devices if d.slot)
+        if slots and spec.sharing.mode == "mps" and self.mps is not None:
+            units = min(100, mps_units(spec.sharing.replicas) * slots)
+            env.update(client_env(self.mps, units))
+            mps = self.mps
+        edits = container_edits(devices, view, env, mps)
+        # The env file is for a runtime that takes one instead of CDI (the NVIDIA runtime's legacy
+        # mode), which makes the devices `NVIDIA_VISIBLE_DEVICES` names visible itself.
+        text = cdi.env_file_text({**env, VISIBLE_DEVICES: uuids, UUIDS: uuids})
+        return Handover(edits, text, mps)
 
     def _unclean_for(self, a: AssignmentPublic) -> list[str]:
         """The assignment's atoms that still hold another tenant's data."""
@@ -264,33 +333,27 @@ class DevicesConverger:
         for i in range(0, len(cleaned), SCRUB_REPORT_ATOMS):
             done.reports.append({"kind": "ScrubDone", "atoms": cleaned[i : i + SCRUB_REPORT_ATOMS]})
 
-    def _hand_over(self, a: AssignmentPublic, devices: Sequence[Device], spec: NodeSpecPublic) -> None:
-        uuids = sorted({d.uuid for d in devices})
-        env: dict[str, str] = {k: v for k, v in a.env.items() if k != VISIBLE_DEVICES}
-        pipe: str | None = None
-        slots = sum(1 for d in devices if d.slot)
-        if slots and spec.sharing.mode == "mps" and self.mps is not None:
-            units = min(100, mps_units(spec.sharing.replicas) * slots)
-            env.update(client_env(self.mps, units))
-            pipe = env.pop("CUDA_MPS_PIPE_DIRECTORY")
-        variables = {VISIBLE_DEVICES: ",".join(uuids), **env}
-        if pipe is not None:
-            variables["CUDA_MPS_PIPE_DIRECTORY"] = pipe
-        text = cdi.env_file_text(variables)
+    def _hand_over(self, a: AssignmentPublic, plan: Handover) -> None:
+        """Write the allocation's CDI spec and env file where they differ from `plan`: the spec is
+        compared whole, since what reaches the container (a capability minor, a driver library) can
+        change while its environment stays, and the CDI root is a tmpfs a reboot empties while the
+        env files on the state directory stay."""
+        spec = json.loads(json.dumps(cdi.spec_for(a.allocation_id, plan.edits)))
+        written = cdi.read_spec(self.cdi_root, a.allocation_id)
         path = self.env_path(a.allocation_id)
-        spec_file = cdi.spec_path(self.cdi_root, a.allocation_id)
-        # The CDI root is a tmpfs on real nodes (/var/run/cdi): a reboot empties it while the env
-        # files on the state directory stay, so an unchanged env file alone does not mean the spec
-        # is still there.
-        if path.exists() and path.read_text(encoding="utf-8") == text and spec_file.exists():
-            self.lost_path(a.allocation_id).unlink(missing_ok=True)
-            return
-        cdi.write_spec(
-            self.cdi_root, a.allocation_id, cdi.spec_for(a.allocation_id, uuids, env, mps_pipe_directory=pipe)
-        )
-        partial = path.with_name(f".{path.name}.partial")
-        partial.write_text(text, encoding="utf-8")
-        partial.replace(path)
+        env_same = path.exists() and path.read_text(encoding="utf-8") == plan.env_text
+        if plan.mps is not None:
+            # What the container mounts must exist before a runtime reads the spec.
+            plan.mps.pipe_directory.mkdir(parents=True, exist_ok=True)
+            plan.mps.shm_directory.mkdir(parents=True, exist_ok=True)
+        if written != spec:
+            cdi.write_spec(self.cdi_root, a.allocation_id, spec)
+            if written is not None and self.log is not None:
+                self.log.info("cdi.rewritten", allocation=a.allocation_id)
+        if not env_same:
+            partial = path.with_name(f".{path.name}.partial")
+            partial.write_text(plan.env_text, encoding="utf-8")
+            partial.replace(path)
         self.lost_path(a.allocation_id).unlink(missing_ok=True)
 
     def _withdraw(self, allocation_id: str) -> None:

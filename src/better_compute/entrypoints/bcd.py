@@ -143,6 +143,14 @@ def run(
     wait: Annotated[
         float, typer.Option("--wait", min=0, max=60, help="Seconds each spec long poll waits for a change.")
     ] = 30.0,
+    node_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--node-root",
+            help="The node's root: its driver files are read, and CDI host paths start, there (default /;"
+            " with --nvml fake, a simulated driver tree under --state-dir).",
+        ),
+    ] = None,
 ) -> None:
     """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, report. Stops
     cleanly (exit 0) on SIGTERM. Logs are JSON lines on stderr (docs/bcd.md)."""
@@ -154,6 +162,8 @@ def run(
     from better_compute.bcd.mps import Runner, SystemdRunner
     from better_compute.domain.kernel.errors import DomainError
 
+    if node_root is not None and not node_root.is_dir():
+        _fail(f"--node-root {node_root} is not a directory", 2)
     try:
         identity = Identity.load(state_dir)
     except (OSError, ValueError, KeyError) as exc:
@@ -193,6 +203,7 @@ def run(
                 mps_runner=runner,
                 unit_dir=unit_dir,
                 wait=wait,
+                node_root=node_root,
             )
             status = daemon.run()
     finally:
