@@ -9,6 +9,7 @@ running client fails here as it would on a node."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -181,6 +182,21 @@ def test_nothing_is_stopped_or_refreshed_when_nothing_changes(tmp_path: Path) ->
     assert node.journal == []
     assert not node.record.exists()
     assert held not in node.host.refused
+
+
+def test_a_gpu_nvml_did_not_read_whole_is_not_changed_and_nothing_is_stopped_for_it(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    listed = node.fake.list_gpus
+
+    def half_read() -> tuple[Any, ...]:
+        return tuple(dataclasses.replace(g, partial=True) for g in listed())
+
+    node.fake.list_gpus = half_read  # type: ignore[method-assign]
+    spec = node.spec("all-3g.40gb")
+    assert not node.host.converge(spec, ())
+    assert node.journal == []
+    assert all(profiles(node.fake, g.uuid) == ["1g.10gb"] * 7 for g in listed())
+    assert len(node.host.unconverged(spec)) == 2 and node.host.refused == {}
 
 
 def test_gpu_clients_are_started_again_after_a_refused_change(tmp_path: Path) -> None:

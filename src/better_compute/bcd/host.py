@@ -228,10 +228,12 @@ class HostConverger:
         for _ in range(2):  # a mode change applied by a reset is followed by the repartition
             gpus = self.backend.list_gpus()
             pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
+            # A GPU NVML did not read whole is left as it is: no change rests on half a reading.
+            unread = {g.uuid for g in gpus if g.partial}
             plans = [
                 p
                 for p in plan_node(pairs, layout_of, held, instances)
-                if p.gpu_uuid not in self.reboot_required and not self._pausing(p.gpu_uuid)
+                if p.gpu_uuid not in self.reboot_required | unread and not self._pausing(p.gpu_uuid)
             ]
             done = [
                 self._carry_out(p, gpus) for p in plans if p.action not in ("keep", "held", "not-mig-capable")
