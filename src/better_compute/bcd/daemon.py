@@ -101,7 +101,11 @@ class Daemon:
         )
         # The GPU clients a layout change stops and starts again, and the CDI refresh after it
         # (bcd.gpu_clients); without systemd (serve's simulated nodes), none.
-        clients = GpuClients(gpu_clients, systemd, state / RECORD_FILE, log, cdi_refresh) if systemd else None
+        clients = (
+            GpuClients(gpu_clients, systemd, state / RECORD_FILE, log, cdi_refresh)
+            if systemd is not None
+            else None
+        )
         self.host = HostConverger(backend, log, mps, clients)
         self.generation: int | None = None
         self.observed: int | None = None
