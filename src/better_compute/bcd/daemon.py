@@ -25,6 +25,7 @@ from better_compute.bcd import node_tree
 from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import GpuBackend, GpuError
+from better_compute.bcd.gpu_clients import RECORD_FILE, GpuClients, Systemd
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.identity import Identity
 from better_compute.bcd.inventory import node_report, report_json
@@ -78,6 +79,9 @@ class Daemon:
         log: Log,
         mps_runner: Runner | None = None,
         unit_dir: Path | None = None,
+        systemd: Systemd | None = None,
+        gpu_clients: Sequence[str] = (),
+        cdi_refresh: str | None = None,
         wait: float = 30.0,
         retry: float = 1.0,
         node_root: Path | None = None,
@@ -106,7 +110,14 @@ class Daemon:
             if mps_runner
             else None
         )
-        self.host = HostConverger(backend, log, mps)
+        # The GPU clients a layout change stops and starts again, and the CDI refresh after it
+        # (bcd.gpu_clients); without systemd (serve's simulated nodes), none.
+        clients = (
+            GpuClients(gpu_clients, systemd, state / RECORD_FILE, log, cdi_refresh)
+            if systemd is not None
+            else None
+        )
+        self.host = HostConverger(backend, log, mps, clients)
         self.generation: int | None = None
         self.observed: int | None = None
         self.stopping = False
@@ -186,6 +197,11 @@ class Daemon:
         if self.host.reboot_required:
             self.log.error("host.reboot-required", gpus=sorted(self.host.reboot_required))
             report["rebootRequired"] = sorted(self.host.reboot_required)
+        listed = {g["uuid"] for g in report["gpus"]}
+        refused = [r.report(g) for g, r in sorted(self.host.refused.items()) if g in listed]
+        if refused:
+            # What the hardware refused, per GPU, until it converges (docs/bcd.md#layout-changes).
+            report["layoutRefused"] = refused
         return dict(report)
 
     def starting(self) -> None:
@@ -193,7 +209,10 @@ class Daemon:
         generation yet (`inventory`). The `Inventory` and `ObservedGeneration` reports the process
         before it left unsent are whole-state claims about GPUs that may have changed since (a
         reboot), which this inventory supersedes: they leave the queue unsent, so the server never
-        applies a generation on the word of a daemon that is gone. The rest stays, in order."""
+        applies a generation on the word of a daemon that is gone. The rest stays, in order.
+        GPU clients a daemon killed mid-change left stopped are started first (bcd.gpu_clients)."""
+        if self.host.clients is not None:
+            self.host.clients.recover()
         for entry in self.queue.pending():
             kind = entry.report.get("kind")
             if kind in ("Inventory", "ObservedGeneration"):

@@ -7,7 +7,14 @@ them where its layout keeps them where they are, and left alone otherwise: a hel
 destroyed, nor its GPU reset (`mig_plan.spares`). A MIG mode change is asked for, then applied by a GPU
 reset; a reset that fails leaves the change pending and the GPU `reboot-required`: it is logged and not
 tried again until the daemon restarts (a reboot is an operator's decision). A refusal of the hardware on
-one GPU is logged and that GPU tried again on the next pass; the other GPUs go on.
+one GPU is logged and that GPU tried again after a pause that doubles with each refusal (1 s to 5
+minutes; at once when the spec's generation moves); the other GPUs go on.
+
+A pass that changes a GPU stops the node's GPU clients (`bcd.gpu_clients`: DCGM, NVSM… the systemd
+units that hold GPUs) before its first change and starts them again when it ends, whatever happened,
+then regenerates the node's NVIDIA CDI spec; a pass with nothing to change touches none of them.
+What the hardware (or a client that would not stop) refused is kept per GPU (`refused`: the action,
+the reason, since when) for the inventory to report, until the GPU converges.
 
 The gpu-sharing unit runs the MPS daemon for an mps pool's GPUs, each put in exclusive-process compute
 mode first (NVIDIA's MPS docs); a node leaving its mps pool has the daemon stopped, and its GPUs' mode
@@ -16,28 +23,76 @@ set back, before any layout change or reset, since a GPU an MPS server holds can
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError, ResetFailed
+from better_compute.bcd.gpu_clients import GpuClients, GpuClientsError
 from better_compute.bcd.inventory import gpu_report
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import CommandFailed, MpsGpu, MpsUnit
 from better_compute.domain.catalog import model_for_product
 from better_compute.domain.fleet.mig_plan import GpuPlan, converged, plan_node
-from better_compute.wire.nodes import NodeSpecPublic
+from better_compute.wire.nodes import LAYOUT_REFUSAL_REASON_MAX, NodeSpecPublic
+
+RETRY_FIRST = 1.0
+RETRY_MAX = 300.0
+"""A GPU whose change was refused is tried again after a pause that doubles with each refusal in a
+row, from `RETRY_FIRST` to `RETRY_MAX` seconds, and at once when the spec's generation moves: each
+try stops and starts the node's GPU clients, which must not be bounced every second for a GPU that
+stays refused (the daemon's passes come a second apart while a GPU is behind)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutRefusal:
+    """Why a GPU is not at its layout: the `action` refused (`repartition`, `enable-mig`,
+    `disable-mig`, or `reset`: the reset that applies a pending MIG mode change), the refusal in
+    the hardware's (or systemd's) words, and since when this action has been refused."""
+
+    action: str
+    reason: str
+    since: datetime
+
+    def report(self, gpu: str) -> dict[str, str]:
+        """The inventory's `layoutRefused` entry for `gpu`."""
+        return {"gpu": gpu, "action": self.action, "reason": self.reason, "since": self.since.isoformat()}
+
+
+def bounded(reason: str) -> str:
+    """A refusal's words, cut to what the server keeps (an NVML or systemctl message can be long)."""
+    text = " ".join(reason.split())
+    return text if len(text) <= LAYOUT_REFUSAL_REASON_MAX else text[: LAYOUT_REFUSAL_REASON_MAX - 1] + "…"
 
 
 class HostConverger:
     """Brings `backend`'s GPUs to the spec's layouts; `mps` (None: no gpu-sharing unit) runs the MPS
     daemon for the GPUs of an mps pool."""
 
-    def __init__(self, backend: GpuBackend, log: Log, mps: MpsUnit | None = None) -> None:
+    def __init__(
+        self,
+        backend: GpuBackend,
+        log: Log,
+        mps: MpsUnit | None = None,
+        clients: GpuClients | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.backend = backend
         self.log = log
         self.mps = mps
+        self.clients = clients
+        self.clock = clock
         self.reboot_required: set[str] = set()
         self._mps_refused: dict[tuple[str, str], str] = {}
         """Why a GPU's compute mode could not be set (by GPU and mode): logged once per reason."""
+        self.refused: dict[str, LayoutRefusal] = {}
+        self.monotonic = monotonic
+        self._retry: dict[str, tuple[float, float]] = {}
+        """By GPU: when a refused GPU may be tried again, and the pause that led there."""
+        self._generation: int | None = None
+        self._mutated = False
 
     def converge(
         self,
@@ -45,28 +100,26 @@ class HostConverger:
         held_gpus: Iterable[str],
         held_instances: Mapping[str, Collection[int]] | None = None,
     ) -> bool:
-        """One pass; True when anything on the host changed (the inventory is then sent again).
-        `held_gpus` are held whole (or a slot of them); `held_instances` the GPU instances (GI ids, by
-        GPU uuid) held, which no pass destroys or resets."""
+        """One pass; True when anything on the host changed, or a refusal appeared or cleared (the
+        inventory is then sent again). `held_gpus` are held whole (or a slot of them);
+        `held_instances` the GPU instances (GI ids, by GPU uuid) held, which no pass destroys or
+        resets. The GPU clients stopped for the pass's changes are started again before it returns,
+        whatever happened."""
         held = set(held_gpus)
         instances = {g: ids for g, ids in (held_instances or {}).items() if ids}
+        reported = {(g, r.action) for g, r in self.refused.items()}
+        if spec.generation != self._generation:
+            self._generation, self._retry = spec.generation, {}  # new intent: try at once
         # Out of an mps pool, the MPS daemon lets go of its GPUs before any reset or layout change.
         changed = self.mps is not None and spec.sharing.mode != "mps" and self._converge_mps(spec)
-        changed = self._apply_pending(self.backend.list_gpus(), held | set(instances)) or changed
-        layout_of = {g.uuid: g.mig_layout for g in spec.gpus if g.mig_layout is not None}
-        for _ in range(2):  # a mode change applied by a reset is followed by the repartition
-            gpus = self.backend.list_gpus()
-            pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
-            plans = [
-                p
-                for p in plan_node(pairs, layout_of, held, instances)
-                if p.gpu_uuid not in self.reboot_required
-            ]
-            done = [
-                self._carry_out(p, gpus) for p in plans if p.action not in ("keep", "held", "not-mig-capable")
-            ]
-            if not any(done):
-                break
+        self._mutated = False
+        try:
+            changed = self._change_layouts(spec, held, instances) or self._mutated or changed
+        finally:
+            if self.clients is not None:
+                self.clients.resume(self._mutated)
+        self._forget_converged(spec)
+        if {(g, r.action) for g, r in self.refused.items()} != reported:
             changed = True
         if self.mps is not None and spec.sharing.mode == "mps":
             changed = self._converge_mps(spec) or changed
@@ -166,24 +219,80 @@ class HostConverger:
         ]
         return sorted(behind)
 
+    def _change_layouts(
+        self, spec: NodeSpecPublic, held: set[str], instances: Mapping[str, Collection[int]]
+    ) -> bool:
+        """Reset what waits for a reset, then carry out each GPU's plan; True when a GPU changed."""
+        changed = self._apply_pending(self.backend.list_gpus(), held | set(instances))
+        layout_of = {g.uuid: g.mig_layout for g in spec.gpus if g.mig_layout is not None}
+        for _ in range(2):  # a mode change applied by a reset is followed by the repartition
+            gpus = self.backend.list_gpus()
+            pairs = [(gpu_report(g), m) for g in gpus if (m := model_for_product(g.name)) is not None]
+            # A GPU NVML did not read whole is left as it is: no change rests on half a reading.
+            unread = {g.uuid for g in gpus if g.partial}
+            plans = [
+                p
+                for p in plan_node(pairs, layout_of, held, instances)
+                if p.gpu_uuid not in self.reboot_required | unread and not self._pausing(p.gpu_uuid)
+            ]
+            done = [
+                self._carry_out(p, gpus) for p in plans if p.action not in ("keep", "held", "not-mig-capable")
+            ]
+            if not any(done):
+                break
+            changed = True
+        return changed
+
+    def _forget_converged(self, spec: NodeSpecPublic) -> None:
+        """A refusal holds until its GPU is at the spec's layout (or gone from the node)."""
+        if self.refused:
+            behind = set(self.unconverged(spec))
+            for gpu in [g for g in self.refused if g not in behind]:
+                del self.refused[gpu]
+                self.log.info("host.refusal-cleared", gpu=gpu)
+
+    def _refuse(self, gpu: str, action: str, reason: str) -> None:
+        earlier = self.refused.get(gpu)
+        since = earlier.since if earlier is not None and earlier.action == action else self.clock()
+        self.refused[gpu] = LayoutRefusal(action, bounded(reason), since)
+        _, pause = self._retry.get(gpu, (0.0, RETRY_FIRST / 2))
+        pause = min(pause * 2, RETRY_MAX)
+        self._retry[gpu] = (self.monotonic() + pause, pause)
+
+    def _pausing(self, gpu: str) -> bool:
+        """Whether a refused GPU waits before it is tried again (`RETRY_FIRST`)."""
+        until = self._retry.get(gpu)
+        return until is not None and self.monotonic() < until[0]
+
+    def _stop_clients(self) -> None:
+        """Before a GPU is changed: the GPU clients stopped (once a pass); `GpuClientsError` when
+        one would not stop, and the change must not be tried."""
+        if self.clients is not None:
+            self.clients.stop()
+
     def _apply_pending(self, gpus: Sequence[Gpu], held: set[str]) -> bool:
         """Reset idle GPUs whose MIG mode change is still pending (asked for by an earlier pass)."""
         changed = False
         for g in gpus:
-            if g.mig_current != g.mig_pending and g.uuid not in held and g.uuid not in self.reboot_required:
+            waits = g.uuid in held or g.uuid in self.reboot_required or self._pausing(g.uuid)
+            if g.mig_current != g.mig_pending and not waits:
                 changed = self._reset(g.uuid) or changed
         return changed
 
     def _reset(self, gpu: str) -> bool:
         try:
+            self._stop_clients()
             self.backend.reset_gpu(gpu)
         except ResetFailed as exc:
             self.reboot_required.add(gpu)
             self.log.error("host.reboot-required", gpu=gpu, reason=str(exc))
             return False
-        except GpuError as exc:
+        except (GpuError, GpuClientsError) as exc:
+            self._refuse(gpu, "reset", str(exc))
             self.log.warning("host.reset-refused", gpu=gpu, reason=str(exc))
             return False
+        self._mutated = True
+        self._retry.pop(gpu, None)
         self.log.info("host.reset", gpu=gpu)
         return True
 
@@ -191,27 +300,36 @@ class HostConverger:
         """Carry out one GPU's plan; True when it changed the GPU."""
         gpu = next(g for g in gpus if g.uuid == plan.gpu_uuid)
         try:
+            self._stop_clients()
             if plan.action == "repartition":
                 for gi_id in plan.destroy:
                     self.backend.destroy_instance(gpu.uuid, gi_id)
+                    self._mutated = True
                 for inst in plan.create:
                     self.backend.create_instance(gpu.uuid, inst.profile, inst.start)
+                    self._mutated = True
                 self.log.info(
                     "host.repartition",
                     gpu=gpu.uuid,
                     destroyed=list(plan.destroy),
                     created=[f"{i.profile}@{i.start}" for i in plan.create],
                 )
+                self._retry.pop(gpu.uuid, None)
                 return True
             enable = plan.action == "enable-mig"
             if not enable:
                 for gi in gpu.instances:
                     self.backend.destroy_instance(gpu.uuid, gi.gi_id)
+                    self._mutated = True
             waits = self.backend.set_mig_mode(gpu.uuid, enable)
+            self._mutated = True
             self.log.info("host.mig-mode", gpu=gpu.uuid, enabled=enable, waitsForReset=waits)
             if waits:
                 self._reset(gpu.uuid)
+            else:
+                self._retry.pop(gpu.uuid, None)
             return True
-        except GpuError as exc:
+        except (GpuError, GpuClientsError) as exc:
+            self._refuse(gpu.uuid, plan.action, str(exc))
             self.log.warning("host.refused", gpu=gpu.uuid, action=plan.action, reason=str(exc))
             return False

@@ -58,8 +58,8 @@ def doctor(
     token: config.TokenOption = None,
 ) -> None:
     """What in the fleet needs an operator (admin): stuck or long-waiting MIG layout changes,
-    waiting endpoints, silent nodes, unhealthy GPUs, reboots, pools without fractional quota, and
-    the ledger's self-check. Exits with status 1 when anything is found."""
+    waiting endpoints, silent nodes, unhealthy GPUs, reboots, refused layout changes, pools without
+    fractional quota, and the ledger's self-check. Exits with status 1 when anything is found."""
     answer = call(
         server,
         token,

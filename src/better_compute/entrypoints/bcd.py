@@ -151,9 +151,32 @@ def run(
             " with --nvml fake, a simulated driver tree under --state-dir).",
         ),
     ] = None,
+    gpu_clients: Annotated[
+        str | None,
+        typer.Option(
+            "--gpu-clients",
+            help="systemd units (UNIT,UNIT) stopped while a layout changes and started after; '' for none."
+            " Default: NVIDIA's MIG manager's list (docs/bcd.md#layout-changes).",
+        ),
+    ] = None,
+    gpu_clients_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--gpu-clients-file", help="The units from a GPU clients file (version: v1, systemd-services)."
+        ),
+    ] = None,
+    cdi_refresh: Annotated[
+        str | None,
+        typer.Option(
+            "--cdi-refresh",
+            help="Unit restarted after a layout change to regenerate the NVIDIA CDI spec, where it exists"
+            " (default nvidia-cdi-refresh.service); '' for none.",
+        ),
+    ] = None,
 ) -> None:
     """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, report. Stops
     cleanly (exit 0) on SIGTERM. Logs are JSON lines on stderr (docs/bcd.md)."""
+    from better_compute.bcd import gpu_clients as clients
     from better_compute.bcd.daemon import Daemon, LoggingRunner
     from better_compute.bcd.gpu import GpuBackend, GpuError
     from better_compute.bcd.identity import Identity
@@ -165,12 +188,22 @@ def run(
     if node_root is not None and not node_root.is_dir():
         _fail(f"--node-root {node_root} is not a directory", 2)
     try:
+        units = clients.configured_units(gpu_clients, gpu_clients_file)
+        refresh = (
+            clients.CDI_REFRESH_UNIT
+            if cdi_refresh is None
+            else cdi_refresh and clients.check_unit(cdi_refresh)
+        )
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    try:
         identity = Identity.load(state_dir)
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"no node identity in {state_dir} ({exc}); run `bcd join` first", 2)
     log = Log(node=identity.node)
     backend: GpuBackend
     runner: Runner
+    systemd: clients.Systemd
     try:
         if nvml is NvmlKind.fake:
             if fleet is None:
@@ -182,6 +215,8 @@ def run(
             fake = FakeNode.from_fleet(read_fleet(fleet), node or identity.node)
             backend = fake.keep(state_dir / KEPT_STATE)
             runner = LoggingRunner(log)
+            # No systemd here: the listed units are simulated as running, their commands logged.
+            systemd = clients.SimulatedSystemd.running([*units, *([refresh] if refresh else [])], log)
         else:
             if fleet is not None:
                 _fail("--fleet is for --nvml fake", 2)
@@ -189,6 +224,7 @@ def run(
 
             backend = NvmlBackend()
             runner = SystemdRunner()
+            systemd = clients.Systemctl()
     except (GpuError, DomainError) as exc:
         _fail(str(exc))
     try:
@@ -202,6 +238,9 @@ def run(
                 log=log,
                 mps_runner=runner,
                 unit_dir=unit_dir,
+                systemd=systemd,
+                gpu_clients=units,
+                cdi_refresh=refresh,
                 wait=wait,
                 node_root=node_root,
             )

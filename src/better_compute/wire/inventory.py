@@ -79,6 +79,16 @@ class ClusterPublic(WireAnswer):
     created_at: datetime
 
 
+class LayoutRefusalPublic(WireAnswer):
+    """A GPU its node could not bring to its layout: the action refused (`repartition`,
+    `enable-mig`, `disable-mig`, `reset`), the refusal in the driver's words, and since when."""
+
+    gpu: str
+    action: str
+    reason: str
+    since: datetime
+
+
 class NodePublic(WireAnswer):
     id: str
     name: str
@@ -96,6 +106,9 @@ class NodePublic(WireAnswer):
     """False: the node keeps its own MIG layout; its pool's layout changes do not repartition it."""
     reboot_required: bool = False
     """The node's last inventory said a GPU waits for a reboot (a GPU reset failed)."""
+    layout_refused: list[LayoutRefusalPublic] = Field(default_factory=list)
+    """The GPUs the node's last inventory said it could not bring to their layout, and why: the
+    hardware, or a GPU client that would not stop, refused the change. Empty once each converged."""
 
 
 class MigModePublic(WireAnswer):
@@ -126,6 +139,9 @@ class GpuPublic(WireAnswer):
     present: bool
     mig_mode: MigModePublic
     mig_instances: list[MigInstancePublic]
+    layout_refused: LayoutRefusalPublic | None = None
+    """Why its node could not bring it to its layout, as the node's last inventory said (null: nothing
+    refused)."""
 
 
 class AtomPublic(WireAnswer):

@@ -15,6 +15,9 @@ from better_compute.wire.common import WireAnswer, WireRequest
 
 NodeId = Annotated[str, Field(min_length=1, max_length=128)]
 
+LAYOUT_REFUSAL_REASON_MAX = 500
+"""The longest refusal reason a node reports (`bcd` cuts a longer one to fit)."""
+
 
 class JoinTokenCreate(WireRequest):
     """`nodes.joinToken`: a one-time token for `node` to join with, valid `ttlSeconds` (default 3600,
@@ -79,6 +82,25 @@ class GpuReported(WireRequest):
     mig_instances: list[MigInstanceReported] = Field(default_factory=list, max_length=64)
 
 
+class LayoutRefusalReported(WireRequest):
+    """A GPU the node could not bring to its layout: what it tried, what refused it, since when."""
+
+    gpu: str = Field(min_length=1, max_length=96, description="The GPU's uuid.")
+    action: str = Field(
+        min_length=1,
+        max_length=32,
+        pattern=r"^[a-z][a-z-]*$",
+        description="What was refused: `repartition`, `enable-mig`, `disable-mig`, or `reset` (the GPU reset"
+        " that applies a pending MIG mode change).",
+    )
+    reason: str = Field(
+        min_length=1, max_length=LAYOUT_REFUSAL_REASON_MAX, description="The refusal, in the driver's words."
+    )
+    since: datetime = Field(
+        description="When the node was first refused this action on this GPU (with its offset)."
+    )
+
+
 class InventoryReport(WireRequest):
     """The node's whole inventory; atoms are derived from it. `observedGeneration`, when sent, is
     recorded as with an `ObservedGeneration` report, a lower one than the node's last included:
@@ -93,6 +115,12 @@ class InventoryReport(WireRequest):
         default_factory=list,
         max_length=64,
         description="GPU uuids whose MIG mode change needed a GPU reset that failed: they wait for a reboot.",
+    )
+    layout_refused: list[LayoutRefusalReported] = Field(
+        default_factory=list,
+        max_length=64,
+        description="GPUs whose layout change the hardware (or a GPU client that would not stop) refused, one"
+        " entry a GPU; a GPU leaves the list once it is at its layout.",
     )
 
 

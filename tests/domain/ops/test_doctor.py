@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from better_compute.domain.fleet.pools import PoolSettings, SharingMode
-from better_compute.domain.fleet.records import Gpu, Node, Pool
+from better_compute.domain.fleet.records import Gpu, LayoutRefusal, Node, Pool
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import Booking, partition_allocation_id
@@ -189,6 +189,21 @@ def test_a_node_waiting_for_a_reboot_is_a_finding() -> None:
     found = diagnose(FleetFacts(nodes=[node("n1", reboot_required=True), node("n2")]), T0, SILENT)
     assert codes(found) == [("node.reboot-required", "n1")]
     assert "reboot" in found[0].action
+
+
+def test_a_gpu_whose_layout_change_was_refused_is_a_finding_with_its_reason() -> None:
+    refused = (
+        LayoutRefusal("GPU-2", "repartition", "GPU instance 3 (1g.10gb) of GPU-2 is in use", at(1)),
+        LayoutRefusal("GPU-1", "reset", "GPU client nvidia-dcgm.service did not stop: timed out", at(2)),
+    )
+    found = diagnose(FleetFacts(nodes=[node("n1", layout_refused=refused), node("n2")]), T0, SILENT)
+    assert codes(found) == [("node.layout-refused", "n1"), ("node.layout-refused", "n1")]
+    assert found[0].detail == (
+        "GPU GPU-1: reset refused since 2026-12-01T11:00:00Z: GPU client nvidia-dcgm.service did not"
+        " stop: timed out"
+    )
+    assert "is in use" in found[1].detail
+    assert "--gpu-clients" in found[0].action
 
 
 def test_a_node_whose_inventory_named_another_nodes_gpu_is_a_finding_naming_both() -> None:

@@ -12,7 +12,7 @@ from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.fleet.atoms import Atom, attribute_filters
-from better_compute.domain.fleet.records import Cluster, Gpu
+from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal
 from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.ledger.ledger import Availability
 from better_compute.service.fleet import clusters, gpu_owners, inventory, pools
@@ -28,6 +28,7 @@ from better_compute.wire.inventory import (
     GpuListQuery,
     GpuPublic,
     GpuRelease,
+    LayoutRefusalPublic,
     MigInstancePublic,
     MigModePublic,
     NodeListQuery,
@@ -78,7 +79,9 @@ def list_nodes(
 
 @router.get("/gpus", response_model=Page[GpuPublic])
 def list_gpus(q: Annotated[GpuListQuery, Query()], store: StoreDep) -> Page[GpuPublic]:
-    return paged(inventory.list_gpus(store, node=q.node, limit=q.limit, after=q.cursor), gpu_public)
+    found = inventory.list_gpus(store, node=q.node, limit=q.limit, after=q.cursor)
+    refused = inventory.layout_refusals(store, {g.node_id for g in found.items})
+    return paged(found, lambda g: gpu_public(g, refused.get(g.id)))
 
 
 @router.post("/gpus/{gpu}/release", response_model=GpuPublic)
@@ -130,13 +133,18 @@ def node_public(v: NodeView) -> NodePublic:
         spec_generation=n.spec_generation,
         carries_pool_layout=n.carries_pool_layout,
         reboot_required=n.reboot_required,
+        layout_refused=[refusal_public(r) for r in n.layout_refused],
         observed_generation=n.observed_generation,
         last_report_at=n.last_report_at,
         last_contact_at=n.last_contact_at,
     )
 
 
-def gpu_public(g: Gpu) -> GpuPublic:
+def refusal_public(r: LayoutRefusal) -> LayoutRefusalPublic:
+    return LayoutRefusalPublic(gpu=r.gpu, action=r.action, reason=r.reason, since=r.since)
+
+
+def gpu_public(g: Gpu, refused: LayoutRefusal | None = None) -> GpuPublic:
     return GpuPublic.model_validate(
         {
             "id": g.id,
@@ -162,6 +170,7 @@ def gpu_public(g: Gpu) -> GpuPublic:
                 )
                 for i in g.mig_instances
             ],
+            "layoutRefused": None if refused is None else refusal_public(refused),
         }
     )
 

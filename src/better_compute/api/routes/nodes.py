@@ -33,9 +33,10 @@ from better_compute.domain.fleet.node_reports import (
     ScrubDone,
     check_same_node,
 )
-from better_compute.domain.fleet.records import Node
+from better_compute.domain.fleet.records import LayoutRefusal, Node
 from better_compute.domain.gate.node_spec import check_wait
 from better_compute.domain.kernel.errors import InvalidInput
+from better_compute.domain.kernel.timewin import require_aware
 from better_compute.domain.tenancy.credentials import require_admin
 from better_compute.service.fleet import joining, node_reports
 from better_compute.service.gate import node_spec
@@ -266,6 +267,22 @@ def _gpu_reported(g: GpuReported) -> GpuReport:
     )
 
 
+def _layout_refused(r: InventoryReport) -> tuple[LayoutRefusal, ...]:
+    """The inventory's refusals, one per GPU (its first entry), each about a GPU the inventory lists."""
+    listed = {g.uuid for g in r.gpus}
+    strangers = sorted({x.gpu for x in r.layout_refused} - listed)
+    if strangers:
+        raise InvalidInput(
+            f"layoutRefused names GPUs the inventory does not list: {strangers[:8]}",
+            {"field": "layoutRefused"},
+        )
+    kept = {x.gpu: x for x in reversed(r.layout_refused)}
+    return tuple(
+        LayoutRefusal(x.gpu, x.action, x.reason, require_aware(x.since, "layoutRefused.since"))
+        for _, x in sorted(kept.items())
+    )
+
+
 def report_of(sent: NodeReportSend) -> Report:
     """A signed report's body as the domain's report about `sent.node`."""
     r = sent.report
@@ -278,6 +295,7 @@ def report_of(sent: NodeReportSend) -> Report:
                 r.observed_generation,
                 rid,
                 tuple(sorted(set(r.reboot_required))),
+                _layout_refused(r),
             )
         case AllocationBoundReport():
             return BindingReported(sent.node, r.allocation_id, r.binding, r.detail, rid)

@@ -120,6 +120,17 @@ class NodeRebootRequired(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class NodeLayoutRefused(Event):
+    """A node's inventory newly says it could not bring a GPU to its layout (`subject`: the node):
+    the hardware, or a GPU client that would not stop, refused `action` on `gpu`, for `reason`."""
+
+    TYPE: ClassVar[str] = "node.layout_refused"
+    gpu: str
+    action: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationBound(Event):
     """A node reported where it got handing an allocation's atoms over (`subject`: the allocation,
     a reservation's id): `binding` is `bound`, `device-missing` or `refused`."""

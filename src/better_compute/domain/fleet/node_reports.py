@@ -40,6 +40,7 @@ from typing import ClassVar
 
 from better_compute.domain.fleet.bindings import BindingState
 from better_compute.domain.fleet.inventory import GpuReport
+from better_compute.domain.fleet.records import LayoutRefusal
 from better_compute.domain.kernel.errors import Unauthenticated
 
 SCHEME = "bc-node-v1"
@@ -166,6 +167,8 @@ class InventoryReported:
     report_id: str | None = None
     reboot_required: tuple[str, ...] = ()
     """GPUs (uuids) whose MIG mode change waits for a reboot: a GPU reset failed."""
+    layout_refused: tuple[LayoutRefusal, ...] = ()
+    """GPUs whose layout change the hardware (or a GPU client that would not stop) refused."""
 
     KIND: ClassVar[str] = "Inventory"
 

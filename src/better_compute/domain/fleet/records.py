@@ -28,6 +28,18 @@ class Cluster:
 
 
 @dataclass(frozen=True, slots=True)
+class LayoutRefusal:
+    """A GPU its node could not bring to its layout: the `action` refused (`repartition`,
+    `enable-mig`, `disable-mig`, `reset`), the refusal in the driver's words (`reason`), and since
+    when the node has been refused it (docs/bcd.md#layout-changes)."""
+
+    gpu: str
+    action: str
+    reason: str
+    since: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     id: str
     cluster_id: str
@@ -50,6 +62,9 @@ class Node:
     reboot_required: bool = False
     """The node's last inventory said a GPU waits for a reboot: a MIG mode change needed a GPU reset
     that failed (docs/bcd.md#running-the-daemon-bcd-run)."""
+    layout_refused: tuple[LayoutRefusal, ...] = ()
+    """The GPUs the node's last inventory said it could not bring to their layout, and why; empty
+    once each converged."""
     mig_layout: str | None = None
     """The MIG layout the node is told instead of its pool's (an endpoint's instance is cut to the
     endpoint's layout); None: its pool's."""

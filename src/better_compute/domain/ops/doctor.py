@@ -14,6 +14,9 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `node.gpu-owned-elsewhere`: a node whose last inventory was refused because it named a GPU (or
   MIG) uuid another node holds (domain.fleet.gpu_owners), until an inventory of it is taken.
 - `node.reboot-required`: a node whose last inventory said a GPU waits for a reboot.
+- `node.layout-refused`: a GPU its node's last inventory said it could not bring to its layout (the
+  hardware, or a GPU client that would not stop, refused the change), with the action and the
+  reason; one finding per GPU, until it converges.
 - `pool.fractional-without-quota`: a mig pool with no `gpu.mig` quota row, or a timeslice or mps
   pool with no `gpu.slot` row, above 0, for any tenant: every fractional request is QUOTA_EXCEEDED.
 - `ledger.overlap`: two live bookings of one atom overlap in time, or two of one GPU's atoms that
@@ -70,6 +73,7 @@ NODE_SILENT = "node.silent"
 GPU_UNHEALTHY = "gpu.unhealthy"
 NODE_GPU_OWNED_ELSEWHERE = "node.gpu-owned-elsewhere"
 NODE_REBOOT_REQUIRED = "node.reboot-required"
+NODE_LAYOUT_REFUSED = "node.layout-refused"
 POOL_FRACTIONAL_WITHOUT_QUOTA = "pool.fractional-without-quota"
 LEDGER_OVERLAP = "ledger.overlap"
 LEDGER_ORPHAN_PARTITION = "ledger.orphan-partition"
@@ -85,6 +89,7 @@ CODES: tuple[str, ...] = (
     LEDGER_OVERLAP,
     LEDGER_STRANDED,
     NODE_GPU_OWNED_ELSEWHERE,
+    NODE_LAYOUT_REFUSED,
     NODE_REBOOT_REQUIRED,
     NODE_SILENT,
     POOL_FRACTIONAL_WITHOUT_QUOTA,
@@ -175,6 +180,7 @@ def diagnose(
         *unhealthy_gpus(facts.gpus),
         *gpus_owned_elsewhere(facts.nodes),
         *reboot_required(facts.nodes),
+        *layout_refused(facts.nodes),
         *fractional_without_quota(facts.pools, facts.quotas),
         *ledger_overlaps(facts.overlaps),
         *family_overlaps(facts.family_overlaps),
@@ -287,6 +293,21 @@ def reboot_required(nodes: Iterable[Node]) -> Iterator[Finding]:
                 "a MIG mode change needs a GPU reset that failed; a GPU waits for a reboot",
                 "drain the node (cordon it, let its work end), then reboot it; bcd applies the"
                 " layout after the reboot",
+            )
+
+
+def layout_refused(nodes: Iterable[Node]) -> Iterator[Finding]:
+    """GPUs whose layout change their node's last inventory said was refused, one finding each."""
+    for node in nodes:
+        for refusal in node.layout_refused:
+            yield Finding(
+                NODE_LAYOUT_REFUSED,
+                node.id,
+                f"GPU {refusal.gpu}: {refusal.action} refused since {_when(refusal.since)}: {refusal.reason}",
+                "read the reason: a process holding the GPU (nvidia-smi lists it; stop it, or add its"
+                " systemd unit to bcd run --gpu-clients so bcd stops it for the change), or a change"
+                " the driver refuses (a MIG mode change may need the node drained and rebooted); bcd"
+                " tries again on each pass, and the finding clears once the GPU is at its layout",
             )
 
 

@@ -18,7 +18,7 @@ from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
 from better_compute.domain.fleet.events import NodeInventoryChanged
 from better_compute.domain.fleet.inventory import GpuReport, NodeReport
 from better_compute.domain.fleet.pools import SLOT_MODES, PoolSharing
-from better_compute.domain.fleet.records import Cluster, Gpu, Node
+from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal, Node
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.kernel.errors import NotFound
 from better_compute.service.fleet import gpu_owners
@@ -206,6 +206,15 @@ def list_gpus(
 ) -> Listing[Gpu]:
     with store.read() as tx:
         return listing(tx.gpus.page(node, fetch(limit), after), limit)
+
+
+def layout_refusals(store: StorePort[FleetTx], node_ids: Collection[str]) -> dict[str, LayoutRefusal]:
+    """What the nodes' last inventories said they could not change, by GPU uuid (shown with the GPUs)."""
+    if not node_ids:
+        return {}
+    with store.read() as tx:
+        found = tx.nodes.by_ids(sorted(set(node_ids)))
+    return {r.gpu: r for node in found.values() for r in node.layout_refused}
 
 
 def list_atoms(

@@ -22,6 +22,7 @@ from datetime import datetime
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
+    NodeLayoutRefused,
     NodeRebootRequired,
     NodeReportRefused,
     NodeScrubbed,
@@ -333,6 +334,7 @@ def _inventories(
             )
             for node, report, _ in taken:
                 _mark_reboot(tx, node, report, at)
+                _mark_layout_refused(tx, node, report, at)
                 _taken(tx, node)
     return outcomes
 
@@ -351,6 +353,19 @@ def _mark_reboot(tx: FleetTx, node: Node, report: InventoryReported, now: dateti
             tx.events.append(NodeRebootRequired(node.id, report.reboot_required), now)
 
 
+def _mark_layout_refused(tx: FleetTx, node: Node, report: InventoryReported, now: datetime) -> None:
+    """Keep what the inventory says was refused (an empty list clears it: the GPUs converged), and
+    log each refusal new to the node (a GPU refused an action it was not refused before)."""
+    refused = report.layout_refused
+    if refused == node.layout_refused:
+        return
+    tx.nodes.set_layout_refused(node.id, refused)
+    known = {(r.gpu, r.action) for r in node.layout_refused}
+    for r in refused:
+        if (r.gpu, r.action) not in known:
+            tx.events.append(NodeLayoutRefused(node.id, r.gpu, r.action, r.reason), now)
+
+
 def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
     match report:
         case InventoryReported():
@@ -359,6 +374,7 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                 raise owned_elsewhere(node.id, refused[node.id])
             ingest_in(tx, [NodeReport(node.id, report.gpus, _observed(node, report))], now)
             _mark_reboot(tx, node, report, now)
+            _mark_layout_refused(tx, node, report, now)
             _taken(tx, node)
         case GenerationObserved():
             tx.nodes.mark_observed(node.id, _observable(node, report.generation), now)

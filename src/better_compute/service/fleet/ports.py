@@ -18,7 +18,7 @@ from better_compute.domain.fleet.gpu_owners import Holder
 from better_compute.domain.fleet.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.fleet.join_tokens import JoinToken
 from better_compute.domain.fleet.pools import PoolSettings
-from better_compute.domain.fleet.records import Cluster, Gpu, Node, Pool
+from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal, Node, Pool
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.timewin import Window
@@ -96,6 +96,11 @@ class NodeRepo(Protocol):
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         """Record whether the node's last inventory said a GPU waits for a reboot."""
+        ...
+
+    def set_layout_refused(self, node_id: str, refused: Sequence[LayoutRefusal]) -> None:
+        """Record the GPUs the node's last inventory said it could not bring to their layout, and why
+        (none: each converged)."""
         ...
 
     def set_owned_elsewhere(

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, insert, null, select, update
 
 from better_compute.domain.fleet.node_reports import REPORT_IDS_KEPT
-from better_compute.domain.fleet.records import Node
+from better_compute.domain.fleet.records import LayoutRefusal, Node
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import node_report_ids, nodes
 
@@ -30,11 +30,21 @@ def _node(r: Mapping[str, Any]) -> Node:
         joined_at=r["joined_at"],
         carries_pool_layout=bool(r["carries_pool_layout"]),
         reboot_required=bool(r["reboot_required"]),
+        layout_refused=tuple(_refusal(x) for x in r["layout_refused"] or ()),
         mig_layout=r["mig_layout"],
         host_cpu_cores=r["host_cpu_cores"],
         host_memory_mib=r["host_memory_mib"],
         owned_elsewhere=tuple((str(u), str(n)) for u, n in r["owned_elsewhere"] or ()),
         owned_elsewhere_at=r["owned_elsewhere_at"],
+    )
+
+
+def _refusal(raw: Mapping[str, Any]) -> LayoutRefusal:
+    return LayoutRefusal(
+        gpu=str(raw["gpu"]),
+        action=str(raw["action"]),
+        reason=str(raw["reason"]),
+        since=datetime.fromisoformat(str(raw["since"])),
     )
 
 
@@ -167,6 +177,13 @@ class SqlNodes:
             .where(nodes.c.id == node_id)
             .values(owned_elsewhere=[list(h) for h in holders] if holders else null(), owned_elsewhere_at=at)
         )
+
+    def set_layout_refused(self, node_id: str, refused: Sequence[LayoutRefusal]) -> None:
+        value = [
+            {"gpu": r.gpu, "action": r.action, "reason": r.reason, "since": r.since.isoformat()}
+            for r in refused
+        ]
+        self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(layout_refused=value or null()))
 
     def set_reboot_required(self, node_id: str, required: bool) -> None:
         self.conn.execute(update(nodes).where(nodes.c.id == node_id).values(reboot_required=required))

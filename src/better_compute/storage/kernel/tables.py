@@ -82,6 +82,9 @@ nodes = Table(
     Column("joined_at", UtcDateTime, nullable=True),
     Column("carries_pool_layout", Boolean, nullable=False, server_default="1"),
     Column("reboot_required", Boolean, nullable=False, server_default="0"),
+    # What the node's last inventory said it could not change, per GPU (domain.fleet.records.LayoutRefusal):
+    # [{gpu, action, reason, since}]; NULL: nothing refused.
+    Column("layout_refused", JSON, nullable=True),
     # The layout the node is told instead of its pool's: an endpoint's instance's (docs/endpoints.md).
     Column("mig_layout", String(512), nullable=True),
     # The host's CPU cores and memory as the fleet file declares them (NULL: not declared).
