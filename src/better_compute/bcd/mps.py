@@ -248,8 +248,8 @@ class ExclusiveRecord:
     processes off the GPU).
 
     The file is `{"gpus": [uuid...], "modes": {uuid: mode}}`; one an earlier `bcd` wrote has the
-    list only, and its GPUs go back to `default`, the one mode that `bcd` changed then. The list is
-    still written, so an earlier `bcd` run on the same state still gives the GPUs back."""
+    list only, and its GPUs go back to `default`, as that `bcd` would have given them back. The list
+    is still written, so an earlier `bcd` run on the same state still gives the GPUs back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
