@@ -277,6 +277,8 @@ def test_an_mps_slot_container_reaches_the_daemons_pipe_and_shared_memory(node: 
     gpu = fake.list_gpus()[0]
     paths = MpsPaths.under(node.tmp / "mps")
     mine, other = node.allocation(), node.allocation()
+    for tool in ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):  # the driver's, on the node
+        node.tree.host_path(f"/usr/bin/{tool}").write_text("#!/bin/sh\n")
     devices = node.converger(mps=paths)
     spec = node_spec(
         fake, "mps", assignment(mine, slot_atom(gpu, 0)), assignment(other, slot_atom(gpu, 1)), replicas=4
@@ -296,6 +298,9 @@ def test_an_mps_slot_container_reaches_the_daemons_pipe_and_shared_memory(node: 
     inside(mine, "echo hello > /dev/shm/from-client")
     assert (paths.shm_directory / "from-client").read_text() == "hello\n"
     assert devices_seen(mine) == {"/dev/nvidia0": f"{NVIDIA_MAJOR}:0", **CONTROL}
+    # The driver's binaries, less the MPS daemon's front-end and server: no ready-made tool to
+    # command the node's daemon.
+    assert inside(mine, "ls /usr/bin").split() == ["nvidia-smi"]
 
     devices.converge(
         node_spec(fake, "mps", assignment(other, slot_atom(gpu, 1)), replicas=4), fake.list_gpus()

@@ -25,11 +25,22 @@ H100 = 81559
 
 
 class Recorder:
+    """systemctl's commands, recorded; a unit is active from its `start`/`restart` until its stop, or
+    until the test says its daemon ended (`ended`)."""
+
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
+        self.running: set[str] = set()
 
     def run(self, argv: Sequence[str]) -> None:
         self.calls.append(list(argv))
+        if argv[1] in ("start", "restart"):
+            self.running.add(argv[-1])
+        elif argv[1] == "disable" and "--now" in argv:
+            self.running.discard(argv[-1])
+
+    def active(self, unit: str) -> bool:
+        return unit in self.running
 
 
 @pytest.fixture
@@ -59,14 +70,15 @@ def unit_env(text: str, control: Path) -> dict[str, str]:
 
 def run_unit(text: str, key: str, control: Path) -> list[str]:
     """Run the unit's `key=` command lines as systemd would (in order, each must exit 0, or the
-    unit fails); their standard outputs."""
+    unit fails, unless the line starts with `-`); their standard outputs."""
     outputs = []
     for line in settings(text, key):
-        argv = shlex.split(line.lstrip("+-@:!"))
+        prefix = line[: len(line) - len(line.lstrip("+-@:!"))]
+        argv = shlex.split(line[len(prefix) :])
         done = subprocess.run(
             argv, env=unit_env(text, control), capture_output=True, text=True, timeout=30, check=False
         )
-        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        assert done.returncode == 0 or "-" in prefix, (line, done.stdout, done.stderr)
         outputs.append(done.stdout)
     return outputs
 
@@ -120,7 +132,8 @@ def test_the_unit_runs_the_control_daemon_for_its_gpus_with_limits_pipe_logs_and
         "+/bin/sh -c 'mountpoint -q /var/lib/bcd/mps/shm || mount -t tmpfs -o "
         "mode=1777,nosuid,nodev,noexec bcd-mps-shm /var/lib/bcd/mps/shm'",
     ]
-    assert "ExecStop=/bin/sh -c 'echo quit | /usr/bin/nvidia-cuda-mps-control'\n" in text
+    assert "ExecStop=-/bin/sh -c 'echo quit | /usr/bin/nvidia-cuda-mps-control'\n" in text
+    assert settings(text, "Restart") == ["always"] and settings(text, "RestartSec") == ["1"]
     assert "[Install]" not in text, "only bcd starts it, once the GPUs are in exclusive-process"
     with pytest.raises(ValueError, match="at least one GPU"):
         mps.unit_text([], 4, paths)
@@ -165,6 +178,57 @@ def test_the_units_commands_are_accepted_by_the_control_tool_and_set_each_client
     assert "Cmd:set_default_device_pinned_mem_limit" in (tmp_path / "mps" / "log" / "control.log").read_text()
     run_unit(text, "ExecStop", control)
     assert ask(text, control, "get_default_active_thread_percentage").returncode != 0, "quit ends the daemon"
+
+
+def test_a_daemon_told_quit_through_its_pipe_is_restarted_and_its_stop_does_not_fail_the_unit(
+    tmp_path: Path, control: Path
+) -> None:
+    """Whoever reaches the pipe directory (every client does) can tell the daemon `quit`, with a
+    front-end of their own. The daemon then ends cleanly (status 0), which `Restart=on-failure`
+    leaves down; `always` restarts it. systemd runs `ExecStop=` after a daemon ended by itself too
+    ("the stop operation is always performed ... even if the processes in the service terminated on
+    their own", systemd.service(5)), and with no daemon left the front-end fails: that must not fail
+    the unit, so the line is `-`."""
+    unit = mps.MpsUnit(
+        tmp_path / "systemd", mps.MpsPaths.under(tmp_path / "mps"), Recorder(), control=str(control)
+    )
+    unit.converge([mps.MpsGpu(GPU_A, H100)], 2)
+    text = unit.path.read_text()
+    run_unit(text, "ExecStart", control)
+    run_unit(text, "ExecStartPost", control)
+    tenant = ask(text, control, "quit")
+    assert tenant.returncode == 0
+    assert ask(text, control, "get_server_list").returncode != 0, "the daemon is gone"
+    assert settings(text, "Restart") == ["always"]
+    (stop,) = settings(text, "ExecStop")
+    assert stop.startswith("-/bin/sh ")
+    done = subprocess.run(
+        shlex.split(stop[1:]),
+        env=unit_env(text, control),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode != 0, "nothing to quit: without `-` the unit would fail"
+    run_unit(text, "ExecStop", control)  # as systemd runs it: ignored
+    run_unit(text, "ExecStart", control)  # systemd's restart
+    assert ask(text, control, "get_default_active_thread_percentage").stdout.split() == ["50.0"]
+
+
+def test_a_unit_found_inactive_is_started_again_by_the_next_pass(tmp_path: Path) -> None:
+    """A daemon that ended and that systemd did not bring back (its start limit hit, or stopped by
+    hand) is started again by `bcd`; a running one is only asked about."""
+    runner = Recorder()
+    unit = mps.MpsUnit(tmp_path / "systemd", mps.MpsPaths.under(tmp_path / "mps"), runner)
+    a = mps.MpsGpu(GPU_A, H100)
+    assert unit.converge([a], 2) is True and not unit.found_inactive
+    runner.calls.clear()
+    assert unit.converge([a], 2) is False and runner.calls == []
+    runner.running.clear()  # `quit` through the pipe; systemd left it down
+    assert unit.converge([a], 2) is True and unit.found_inactive
+    assert runner.calls == [["systemctl", "start", "bcd-mps.service"]]
+    assert unit.converge([a], 2) is False and not unit.found_inactive
 
 
 def test_the_fake_control_tool_refuses_malformed_commands_as_the_documented_one_does(

@@ -20,18 +20,28 @@ from tests.node_world import NodeWorld
 
 
 class Systemd:
-    """Records each systemctl call with the GPUs' compute modes at that moment."""
+    """Records each systemctl call with the GPUs' compute modes at that moment; the unit is active
+    from a `start`/`restart` that succeeded until it is stopped or its daemon ends (`running`)."""
 
     def __init__(self, node: FakeNode) -> None:
         self.node = node
         self.calls: list[tuple[str, dict[str, str]]] = []
         self.fail: str | None = None
+        self.running = False
 
     def run(self, argv: Sequence[str]) -> None:
         verb = argv[1]
         self.calls.append((verb, {g.uuid: g.compute_mode for g in self.node.gpus}))
         if verb == self.fail:
             raise CommandFailed(f"systemctl {verb} bcd-mps.service failed: Job failed")
+        if verb in ("start", "restart"):
+            self.running = True
+        elif verb == "disable" and "--now" in argv:
+            self.running = False
+
+    def active(self, unit: str) -> bool:
+        assert unit == "bcd-mps.service"
+        return self.running
 
     def verbs(self) -> list[str]:
         return [verb for verb, _ in self.calls]
@@ -214,3 +224,100 @@ def test_an_mps_nodes_bcd_loop_serves_its_gpus_in_exclusive_process_and_reports_
     assert "set_default_active_thread_percentage 25 |" in text
     assert f"set_default_device_pinned_mem_limit {second} {48 * 1024 // 4}M |" in text
     assert daemon.observed == daemon.generation
+
+
+def test_a_daemon_a_tenant_quit_is_started_again_after_the_modes_are_checked(tmp_path: Path) -> None:
+    """`quit` through the pipe directory ends the daemon cleanly; the next pass finds the unit
+    inactive, puts back a mode that changed meanwhile, starts the daemon and says so."""
+    node = FakeNode.build("n", "H100-80GB", 2)
+    bcd = Bcd(node, tmp_path)
+    bcd.host.converge(spec(node), set())
+    bcd.systemd.calls.clear()
+    assert not bcd.host.converge(spec(node), set()), "a running daemon is left alone"
+    assert bcd.systemd.calls == []
+    bcd.systemd.running = False  # a slot's process sent `quit`
+    assert bcd.host.converge(spec(node), set())
+    assert bcd.systemd.calls == [("start", {g.uuid: "exclusive-process" for g in node.gpus})]
+    assert [e["gpus"] for e in bcd.events("mps.daemon-inactive")] == [sorted(g.uuid for g in node.gpus)]
+    bcd.systemd.running = False
+    node.gpus[0].compute_mode = "default"  # and a driver reload, meanwhile
+    bcd.systemd.calls.clear()
+    assert bcd.host.converge(spec(node), set())
+    assert bcd.systemd.calls == [("restart", {g.uuid: "exclusive-process" for g in node.gpus})]
+
+
+def test_a_gpu_goes_back_to_the_compute_mode_it_had_not_to_default(tmp_path: Path) -> None:
+    """An operator had the GPU `prohibited` (no compute context at all) before the node joined an
+    mps pool: leaving the pool gives it back `prohibited`, also from a restarted `bcd`."""
+    node = FakeNode.build("n", "H100-80GB", 2)
+    prohibited, default = node.gpus
+    prohibited.compute_mode = "prohibited"
+    Bcd(node, tmp_path).host.converge(spec(node), set())
+    assert modes(node) == ["exclusive-process", "exclusive-process"]
+    restarted = Bcd(node, tmp_path)
+    restarted.host.converge(spec(node, mode="exclusive", layout=None), set())
+    assert modes(node) == ["prohibited", "default"]
+    assert [(e["gpu"], e["mode"]) for e in restarted.events("mps.compute-mode")] == [
+        (prohibited.uuid, "prohibited"),
+        (default.uuid, "default"),
+    ]
+    assert restarted.unit.exclusive.gpus() == set()
+
+
+def test_a_record_an_earlier_bcd_wrote_with_uuids_only_gives_its_gpus_back_to_default(tmp_path: Path) -> None:
+    node = FakeNode.build("n", "H100-80GB", 1)
+    (gpu,) = node.gpus
+    gpu.compute_mode = "exclusive-process"
+    record = tmp_path / "mps" / "exclusive-process.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"gpus": [gpu.uuid]}))
+    bcd = Bcd(node, tmp_path)
+    assert bcd.unit.exclusive.modes() == {gpu.uuid: "default"}
+    bcd.host.converge(spec(node, mode="exclusive", layout=None), set())
+    assert modes(node) == ["default"] and bcd.unit.exclusive.modes() == {}
+
+
+def test_a_gpu_whose_compute_mode_cannot_be_read_is_left_out_neither_set_nor_restarted_for(
+    tmp_path: Path,
+) -> None:
+    """NVML would not give the mode ("unknown"): it cannot be shown exclusive-process, so the daemon
+    does not serve it; it is not set (which would restart the daemon on every pass), and the
+    refusal is logged once."""
+
+    class Counting(FakeNode):
+        sets: list[tuple[str, str]]
+
+        def set_compute_mode(self, gpu: str, mode: str) -> None:
+            self.sets.append((gpu, mode))
+            super().set_compute_mode(gpu, mode)
+
+    built = FakeNode.build("n", "H100-80GB", 2)
+    node = Counting(name=built.name, gpus=built.gpus)
+    node.sets = []
+    unread, readable = node.gpus
+    unread.compute_mode = "unknown"
+    bcd = Bcd(node, tmp_path)
+    bcd.host.converge(spec(node), set())
+    for _ in range(3):
+        bcd.systemd.calls.clear()
+        assert not bcd.host.converge(spec(node), set())
+        assert bcd.systemd.calls == [], "no restart for it"
+    assert node.sets == [(readable.uuid, "exclusive-process")]
+    assert f"CUDA_VISIBLE_DEVICES={readable.uuid}\n" in bcd.unit.path.read_text()
+    refused = bcd.events("mps.compute-mode-refused")
+    assert [e["gpu"] for e in refused] == [unread.uuid]
+    assert "cannot be shown exclusive-process" in str(refused[0]["reason"])
+    assert bcd.unit.exclusive.gpus() == {readable.uuid}
+
+
+def test_a_gpu_whose_mode_cannot_be_read_keeps_its_record_until_it_can_be_given_back(tmp_path: Path) -> None:
+    node = FakeNode.build("n", "H100-80GB", 1)
+    (gpu,) = node.gpus
+    bcd = Bcd(node, tmp_path)
+    bcd.host.converge(spec(node), set())
+    gpu.compute_mode = "unknown"  # NVML stops answering, the node leaves its pool
+    bcd.host.converge(spec(node, mode="exclusive", layout=None), set())
+    assert bcd.unit.exclusive.gpus() == {gpu.uuid}, "not known to be back, not forgotten"
+    gpu.compute_mode = "exclusive-process"  # NVML answers again
+    bcd.host.converge(spec(node, mode="exclusive", layout=None), set())
+    assert modes(node) == ["default"] and bcd.unit.exclusive.gpus() == set()

@@ -229,3 +229,51 @@ def test_a_simulated_tree_is_laid_out_once_and_left_as_it_is(tmp_path: Path) -> 
     assert table.stat().st_mtime_ns == before - 10**9  # not written again
     assert tree.read().driver().source == "driver 550.54.15"
     assert tree.read().cap_minor(gi_cap(1, 2)) == 3 + 135 + 18
+
+
+def mps_binaries(root: Path) -> None:
+    """A driver with its MPS control daemon and server, beside `nvidia-smi`."""
+    driver_root(root)
+    (root / "usr/lib/x86_64-linux-gnu").mkdir(parents=True)
+    (root / f"usr/lib/x86_64-linux-gnu/libcuda.so.{VERSION}").write_text("cuda")
+    (root / "usr/bin").mkdir(parents=True)
+    for binary in ("nvidia-smi", "nvidia-cuda-mps-control", "nvidia-cuda-mps-server"):
+        (root / "usr/bin" / binary).write_text(binary)
+
+
+def test_no_container_gets_the_mps_control_daemon_or_server_from_discovery(tmp_path: Path) -> None:
+    """`nvidia-cuda-mps-control` in a slot's container is a ready-made tool to tell the node's MPS
+    daemon `quit` or new limits, and no client needs it (nor the server, which the node's daemon
+    spawns): neither is mounted."""
+    root = tmp_path / "root"
+    mps_binaries(root)
+    assert sorted(p for p in mounts(NodeTree(root)) if p.startswith("/usr/bin/")) == ["/usr/bin/nvidia-smi"]
+
+
+def test_no_container_gets_the_mps_control_daemon_or_server_from_the_nodes_nvidia_ctk_spec(
+    tmp_path: Path,
+) -> None:
+    """nvidia-ctk mounts both into every container (pkg/nvcdi/driver-nvml.go); `bcd` takes its
+    other common edits and leaves those two out, wherever on the node they are mounted from."""
+    root = tmp_path / "root"
+    mps_binaries(root)
+    binaries = "".join(
+        f"""
+        - hostPath: {host}
+          containerPath: /usr/bin/{name}
+          options: [ro, nosuid, nodev, bind]"""
+        for host, name in (
+            ("/usr/bin/nvidia-smi", "nvidia-smi"),
+            ("/usr/bin/nvidia-cuda-mps-control", "nvidia-cuda-mps-control"),
+            ("/run/nvidia/driver/usr/bin/nvidia-cuda-mps-server", "nvidia-cuda-mps-server"),
+        )
+    )
+    (root / "etc/cdi").mkdir(parents=True)
+    (root / "etc/cdi/nvidia.yaml").write_text(NVIDIA_CTK_SPEC + binaries.lstrip("\n") + "\n")
+    driver = NodeTree(root).read().driver()
+    assert driver.source.startswith("nvidia-ctk spec")
+    assert [m["containerPath"] for m in driver.mounts] == [
+        "/lib/x86_64-linux-gnu/libcuda.so.999.88.77",
+        "/usr/bin/nvidia-smi",
+    ]
+    assert "nvidia-cuda-mps" not in json.dumps([driver.mounts, driver.hooks, driver.env])

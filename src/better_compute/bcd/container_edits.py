@@ -81,7 +81,9 @@ def device_nodes(atoms: Sequence[Atom], node: NodeView) -> list[dict[str, Any]]:
 def mps_mounts(paths: MpsPaths) -> list[dict[str, Any]]:
     """An MPS client's mounts: the pipe directory where its `CUDA_MPS_PIPE_DIRECTORY` names it, and
     the daemon's shared memory as its `/dev/shm` (CUDA's MPS client and server share buffers there).
-    These are `bcd`'s own directories, named as they are, not under the node root."""
+    These are `bcd`'s own directories, named as they are, not under the node root. Both are shared
+    by every slot of the node: whoever has them can command the daemon and read the other clients'
+    shared memory, so the node's MPS clients are one trust domain (docs/bcd.md, MPS)."""
     pipe = str(paths.pipe_directory)
     return [
         {"hostPath": pipe, "containerPath": pipe, "options": list(SHARED)},

@@ -55,15 +55,25 @@ class _Stopped(BaseException):
 
 
 class LoggingRunner:
-    """The runner under `--nvml fake`: logs each command instead of running it (no systemd there)."""
+    """The runner under `--nvml fake`: logs each command instead of running it (no systemd there). A
+    unit is active once a `start` or `restart` of it was logged, until a `stop` or `--now` one."""
 
     def __init__(self, log: Log) -> None:
         self.log = log
         self.commands: list[list[str]] = []
+        self._active: set[str] = set()
 
     def run(self, argv: Sequence[str]) -> None:
         self.commands.append(list(argv))
         self.log.info("mps.command", argv=list(argv), simulated=True)
+        verb, units = (argv[1], [a for a in argv[2:] if not a.startswith("-")]) if len(argv) > 1 else ("", [])
+        if verb in ("start", "restart"):
+            self._active.update(units)
+        elif verb == "stop" or (verb == "disable" and "--now" in argv):
+            self._active.difference_update(units)
+
+    def active(self, unit: str) -> bool:
+        return unit in self._active
 
 
 class Daemon:

@@ -56,8 +56,15 @@ class ZeroingFailed(GpuError):
 
 COMPUTE_MODES: tuple[str, ...] = ("default", "exclusive-process", "prohibited")
 """NVML's compute modes (`nvmlComputeMode_t`: DEFAULT 0, PROHIBITED 2, EXCLUSIVE_PROCESS 3), by the
-names `nvidia-smi -c` takes. An MPS GPU runs in `exclusive-process` while its control daemon does, so
-only the MPS server (and through it, its clients) holds a context on it."""
+names `nvidia-smi -c` takes: the modes a GPU can be read in and set to. An MPS GPU runs in
+`exclusive-process` while its control daemon does, so only the MPS server (and through it, its
+clients) holds a context on it."""
+
+UNKNOWN_COMPUTE_MODE = "unknown"
+"""A GPU's compute mode where NVML would not give it (refused, not supported, or a value it does not
+document). Never one of `COMPUTE_MODES`, so no backend sets a GPU to it; read as "not shown to be
+any mode", never as `default`: a GPU in it cannot be shown exclusive-process, and calling it
+`default` would have a converger set the mode again on every pass."""
 
 UNHEALTHY_THROTTLE_REASONS: tuple[str, ...] = ("HwSlowdown", "HwThermalSlowdown", "HwPowerBrakeSlowdown")
 """Clock event (throttle) reasons that make a GPU unhealthy: the hardware itself slowing down (an
@@ -144,7 +151,7 @@ class Gpu:
     """The GPU's device node is `/dev/nvidia<minor_number>` (NVML's `nvmlDeviceGetMinorNumber`);
     None where the driver did not say."""
     compute_mode: str = "default"
-    """One of `COMPUTE_MODES`."""
+    """One of `COMPUTE_MODES`, or `UNKNOWN_COMPUTE_MODE` where the backend could not read it."""
     unlisted: tuple[str, ...] = ()
     """Compute instances the backend saw but could not tie to a MIG device, each with why. They are
     left out of `instances`, so they are never handed out, and never as this GPU: handing out the

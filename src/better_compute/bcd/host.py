@@ -18,7 +18,8 @@ the reason, since when) for the inventory to report, until the GPU converges.
 
 The gpu-sharing unit runs the MPS daemon for an mps pool's GPUs, each put in exclusive-process compute
 mode first (NVIDIA's MPS docs); a node leaving its mps pool has the daemon stopped, and its GPUs' mode
-set back, before any layout change or reset, since a GPU an MPS server holds cannot be reset.
+set back to what it was, before any layout change or reset, since a GPU an MPS server holds cannot be
+reset.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError, ResetFailed
+from better_compute.bcd.gpu import UNKNOWN_COMPUTE_MODE, Gpu, GpuBackend, GpuError, ResetFailed
 from better_compute.bcd.gpu_clients import GpuClients, GpuClientsError
 from better_compute.bcd.inventory import gpu_report
 from better_compute.bcd.logs import Log
@@ -129,9 +130,11 @@ class HostConverger:
         """The MPS daemon serves the spec's GPUs while the node is in an mps pool, none otherwise.
         Each GPU is in exclusive-process before the daemon (re)starts on it, and one found back at
         `default` (a reboot, a driver reload) is set again and the daemon restarted; one that cannot
-        be (MIG mode on, refused by NVML) is left out and logged (`mps.compute-mode-refused`). Those
-        `bcd` put in exclusive-process go back to `default` once the daemon no longer serves them.
-        True when anything changed."""
+        be (MIG mode on, refused by NVML, its mode unreadable) is left out and logged
+        (`mps.compute-mode-refused`). A daemon found stopped (`quit` through its pipe) is started
+        again, after the modes are checked, and logged (`mps.daemon-inactive`). Those `bcd` put in
+        exclusive-process go back to the mode they had once the daemon no longer serves them. True
+        when anything changed."""
         unit = self.mps
         assert unit is not None
         if spec.sharing.mode != "mps" and not unit.path.exists() and not unit.exclusive.gpus():
@@ -145,15 +148,19 @@ class HostConverger:
             if exclusive is not None:
                 reset = reset or exclusive
                 served.append(MpsGpu(uuid, gpus[uuid].memory_mib))
-        for gpu, mode in [k for k in self._mps_refused if k[0] not in wanted and k[1] != "default"]:
+        for gpu, mode in [k for k in self._mps_refused if k[0] not in wanted and k[1] == "exclusive-process"]:
             del self._mps_refused[gpu, mode]
         try:
             changed = unit.converge(served, spec.sharing.replicas, restart=reset)
         except (CommandFailed, OSError, ValueError) as exc:
             # Tried again on the next pass; the GPUs keep their mode while the daemon may serve them.
+            if unit.found_inactive:
+                self.log.warning("mps.daemon-inactive", gpus=[g.uuid for g in served])
             self.log.error("mps.failed", gpus=[g.uuid for g in served], reason=str(exc))
             return reset
-        if changed:
+        if unit.found_inactive:
+            self.log.warning("mps.daemon-inactive", gpus=[g.uuid for g in served])
+        elif changed:
             self.log.info("mps.unit", gpus=[g.uuid for g in served], replicas=spec.sharing.replicas)
         restored = self._restore_compute_modes(unit, gpus, {g.uuid for g in served})
         return changed or reset or restored
@@ -166,15 +173,29 @@ class HostConverger:
             # NVIDIA's device plugin, which refuses MPS on MIG devices).
             self._mps_refuse(gpu.uuid, "exclusive-process", "MIG mode is on: MPS serves whole GPUs only")
             return None
+        if gpu.compute_mode == UNKNOWN_COMPUTE_MODE:
+            # Not shown exclusive-process, so not served: the daemon's clients would share the GPU
+            # with any process that opens it outside MPS. Not set either: NVML that will not read the
+            # mode cannot show a change took, and setting it would restart the daemon on every pass.
+            self._mps_refuse(
+                gpu.uuid,
+                "exclusive-process",
+                "NVML would not give its compute mode, so it cannot be shown exclusive-process",
+            )
+            return None
         if gpu.compute_mode == "exclusive-process":
             self._mps_refused.pop((gpu.uuid, "exclusive-process"), None)
             return False
-        added = unit.exclusive.add(gpu.uuid)  # first: a crash after the change still gives it back
+        earlier = unit.exclusive.modes().get(gpu.uuid)
+        # First: a crash after the change still gives it back, in the mode it has now.
+        unit.exclusive.add(gpu.uuid, gpu.compute_mode)
         try:
             self.backend.set_compute_mode(gpu.uuid, "exclusive-process")
         except GpuError as exc:
-            if added:
+            if earlier is None:
                 unit.exclusive.discard(gpu.uuid)
+            else:
+                unit.exclusive.add(gpu.uuid, earlier)
             self._mps_refuse(gpu.uuid, "exclusive-process", str(exc))
             return None
         self._mps_refused.pop((gpu.uuid, "exclusive-process"), None)
@@ -182,22 +203,24 @@ class HostConverger:
         return True
 
     def _restore_compute_modes(self, unit: MpsUnit, gpus: Mapping[str, Gpu], served: set[str]) -> bool:
-        """Set the GPUs `bcd` put in exclusive-process and the daemon no longer serves back to
-        `default`; a GPU not on the node now keeps its record until it is back."""
+        """Give the GPUs `bcd` put in exclusive-process and the daemon no longer serves the mode they
+        had before (`default` for a GPU an earlier `bcd` recorded without it); a GPU not on the node
+        now, or whose mode cannot be read, keeps its record until it can be given back. One found in
+        another mode than exclusive-process was changed since by someone else, and is left so."""
         changed = False
-        for uuid in sorted(unit.exclusive.gpus() - served):
+        for uuid, before in sorted(unit.exclusive.modes().items()):
             gpu = gpus.get(uuid)
-            if gpu is None:
+            if uuid in served or gpu is None or gpu.compute_mode == UNKNOWN_COMPUTE_MODE:
                 continue
             if gpu.compute_mode == "exclusive-process":
                 try:
-                    self.backend.set_compute_mode(uuid, "default")
+                    self.backend.set_compute_mode(uuid, before)
                 except GpuError as exc:
-                    self._mps_refuse(uuid, "default", str(exc))
+                    self._mps_refuse(uuid, before, str(exc))
                     continue
-                self.log.info("mps.compute-mode", gpu=uuid, mode="default")
+                self.log.info("mps.compute-mode", gpu=uuid, mode=before)
                 changed = True
-            self._mps_refused.pop((uuid, "default"), None)
+            self._mps_refused.pop((uuid, before), None)
             unit.exclusive.discard(uuid)
         return changed
 

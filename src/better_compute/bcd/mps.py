@@ -6,12 +6,20 @@ directory of its own that every client must name too, its logs beside it, and a 
 directory that is its `/dev/shm` and each client container's (`BindPaths=`): MPS clients and their
 server meet through both.
 
-The limits are set on the daemon's side, where a tenant's process cannot loosen them (NVIDIA's MPS
-docs: a client's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` or `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` "will only
-further constrain" what the control daemon set). With the pool's `replicas` R, every client gets at
-most 100/R percent of the SMs' threads (`set_default_active_thread_percentage`) and the GPU's memory/R
-of device memory on each GPU (`set_default_device_pinned_mem_limit <uuid> <N>M`). The limits are per
-client *process*: R clients fill the GPU.
+The limits are set on the daemon's side, where a client's own settings cannot loosen them (NVIDIA's
+MPS docs: a client's `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` or `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` "will
+only further constrain" what the control daemon set). With the pool's `replicas` R, every client gets
+at most 100/R percent of the SMs' threads (`set_default_active_thread_percentage`) and the GPU's
+memory/R of device memory on each GPU (`set_default_device_pinned_mem_limit <uuid> <N>M`). The limits
+are per client *process*: R clients fill the GPU.
+
+They hold against a workload that uses MPS as a client, not against one that sets out to undo them:
+the control daemon takes its commands from a pipe in the pipe directory, which every client must
+reach, and a process that can reach it can send `set_active_thread_percentage <server> 100`, new
+defaults or `quit` with a front-end of its own. So the node's MPS clients are one trust domain (an
+mps pool has one tenant, docs/bcd.md), and `bcd` keeps the daemon up against the rest: the unit
+restarts whenever the daemon ends (`Restart=always`; a `quit` ends it cleanly), and `MpsUnit.converge`
+starts it again when it finds it inactive.
 
 They are given twice, on purpose. The control commands run as `ExecStartPost=` lines, each time the
 daemon starts, since `quit` (every stop) loses them; systemd runs them on its own restarts too, which
@@ -47,6 +55,11 @@ UNIT_NAME = "bcd-mps.service"
 CONTROL = "/usr/bin/nvidia-cuda-mps-control"
 EXCLUSIVE_RECORD = "exclusive-process.json"
 """The file, beside the MPS directories, naming the GPUs `bcd` put in exclusive-process."""
+
+RESTART_SEC = 1
+"""Seconds systemd waits before it starts the daemon again after it ended. systemd's own start limit
+(5 starts in 10 s) still applies: a daemon that keeps ending is left failed for the rest of that
+window, and `bcd` starts it again on a later pass (`MpsUnit.converge`)."""
 
 DIRECTORY_MODE = 0o755
 """The pipe, log and shared-memory directories: root's, readable by clients (as NVIDIA's device
@@ -132,6 +145,7 @@ def unit_text(gpus: Sequence[MpsGpu], replicas: int, paths: MpsPaths, control: s
         f"ExecStartPost=/bin/sh -c {shlex.quote(f'echo {c} | {ctl}')}\n"
         for c in control_commands(gpus, replicas)
     )
+    quit_ = f"echo quit | {ctl}"
     return (
         "[Unit]\n"
         "Description=better-compute MPS control daemon\n"
@@ -147,8 +161,13 @@ def unit_text(gpus: Sequence[MpsGpu], replicas: int, paths: MpsPaths, control: s
         f"BindPaths={shm}:/dev/shm\n"
         f"ExecStart={ctl} -d\n"
         f"{posts}"
-        f"ExecStop=/bin/sh -c {shlex.quote(f'echo quit | {ctl}')}\n"
-        "Restart=on-failure\n"
+        # `-`: systemd runs the stop command also after the daemon ended by itself (a `quit` sent
+        # through the pipe), when there is nothing left to tell it; that must not fail the unit.
+        f"ExecStop=-/bin/sh -c {shlex.quote(quit_)}\n"
+        # `always`: a `quit` ends the daemon with status 0, which `on-failure` would leave down. A
+        # stop systemd makes itself (`systemctl stop`, `restart`, `disable --now`) is never restarted.
+        "Restart=always\n"
+        f"RestartSec={RESTART_SEC}\n"
     )
 
 
@@ -180,9 +199,14 @@ def _unit_path(path: Path) -> str:
 
 
 class Runner(Protocol):
-    """Runs a command on the node (systemctl in production, a recorder in tests)."""
+    """Runs a command on the node (systemctl in production, a recorder in tests), and says whether a
+    unit is active."""
 
     def run(self, argv: Sequence[str]) -> None: ...
+
+    def active(self, unit: str) -> bool:
+        """Whether the unit is active now (`systemctl is-active`)."""
+        ...
 
 
 class CommandFailed(RuntimeError):
@@ -197,43 +221,77 @@ class SystemdRunner:
         if done.returncode != 0:
             raise CommandFailed(f"{' '.join(argv)} failed: {done.stderr.strip() or done.returncode}")
 
+    def active(self, unit: str) -> bool:
+        """`systemctl is-active`: only `active` is (it exits 0); a unit activating, inactive, failed
+        or unknown is not, and neither is any unit where systemctl cannot run."""
+        try:
+            done = subprocess.run(
+                ["systemctl", "is-active", "--quiet", "--", unit], capture_output=True, text=True, check=False
+            )
+        except OSError:
+            return False
+        return done.returncode == 0
+
+
+RESTORABLE_MODES = ("default", "prohibited")
+"""The compute modes `bcd` gives a GPU back in: those it can find a GPU in before it sets
+exclusive-process (it never changes a GPU already exclusive-process, nor one whose mode is unknown)."""
+
 
 class ExclusiveRecord:
-    """The GPUs `bcd` itself put in exclusive-process, kept in a file so that a restarted `bcd` still
-    sets them back to `default` once they leave the mps pool, and never touches a GPU an operator set.
-    Written whole (a temporary file renamed over it). A GPU is added before its mode is changed and
-    taken out after it is changed back, so a crash in between errs towards giving it back. A file
-    that cannot be read counts as naming no GPU (its GPUs keep their mode until a reboot resets it:
-    the safe side, since exclusive-process only keeps other processes off the GPU)."""
+    """The GPUs `bcd` itself put in exclusive-process, each with the compute mode it had before, kept
+    in a file so that a restarted `bcd` still gives each its mode back once it leaves the mps pool,
+    and never touches a GPU an operator set. Written whole (a temporary file renamed over it). A GPU
+    is added before its mode is changed and taken out after it is changed back, so a crash in between
+    errs towards giving it back. A file that cannot be read counts as naming no GPU (its GPUs keep
+    their mode until a reboot resets it: the safe side, since exclusive-process only keeps other
+    processes off the GPU).
+
+    The file is `{"gpus": [uuid...], "modes": {uuid: mode}}`; one an earlier `bcd` wrote has the
+    list only, and its GPUs go back to `default`, as that `bcd` would have given them back. The list
+    is still written, so an earlier `bcd` run on the same state still gives the GPUs back."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
-    def gpus(self) -> set[str]:
+    def modes(self) -> dict[str, str]:
+        """By GPU uuid, the compute mode it had before `bcd` set exclusive-process."""
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return set()
-        listed = data.get("gpus") if isinstance(data, dict) else None
-        return {g for g in listed if isinstance(g, str)} if isinstance(listed, list) else set()
+            return {}
+        if not isinstance(data, dict):
+            return {}
+        listed, modes = data.get("gpus"), data.get("modes")
+        if not isinstance(listed, list):
+            return {}
+        if not isinstance(modes, dict):
+            modes = {}
+        gpus = [g for g in listed if isinstance(g, str)]
+        return {g: modes[g] if modes.get(g) in RESTORABLE_MODES else "default" for g in gpus}
 
-    def add(self, gpu: str) -> bool:
-        """Name `gpu`; True when it was not named yet."""
-        held = self.gpus()
-        if gpu in held:
-            return False
-        self._write(held | {gpu})
-        return True
+    def gpus(self) -> set[str]:
+        return set(self.modes())
+
+    def add(self, gpu: str, before: str) -> None:
+        """Name `gpu`, which was in compute mode `before` (one of `RESTORABLE_MODES`)."""
+        if before not in RESTORABLE_MODES:
+            raise ValueError(f"{before!r} is not a compute mode bcd gives a GPU back in")
+        held = self.modes()
+        if held.get(gpu) != before:
+            self._write({**held, gpu: before})
 
     def discard(self, gpu: str) -> None:
-        held = self.gpus()
+        held = self.modes()
         if gpu in held:
-            self._write(held - {gpu})
+            del held[gpu]
+            self._write(held)
 
-    def _write(self, gpus: set[str]) -> None:
+    def _write(self, modes: dict[str, str]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         partial = self.path.with_name(f".{self.path.name}.partial")
-        partial.write_text(json.dumps({"gpus": sorted(gpus)}, indent=1) + "\n", encoding="utf-8")
+        data = {"gpus": sorted(modes), "modes": dict(sorted(modes.items()))}
+        partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
         partial.replace(self.path)
 
 
@@ -241,8 +299,11 @@ class MpsUnit:
     """Keeps `bcd-mps.service` as the node's MPS GPUs need it: written and started while there are
     any, stopped and removed when there are none. Writing the same unit twice does nothing; a changed
     unit (GPUs, replicas, memory) is restarted, and so is one whose GPUs had to be put back in
-    exclusive-process. It is never enabled (a boot link an older `bcd` made is removed): after a
-    reboot the first pass of `bcd` starts it, once the compute modes are set again."""
+    exclusive-process. One found inactive (its daemon told `quit` through the pipe directory, or left
+    failed by systemd's start limit) is started again. It is never enabled (a boot link an older
+    `bcd` made is removed): after a reboot the first pass of `bcd` starts it, once the compute modes
+    are set again. The caller sets the compute modes before each `converge`, so a start always
+    finds them set."""
 
     def __init__(
         self,
@@ -264,11 +325,15 @@ class MpsUnit:
         self._restart = False
         """The unit changed, or its GPUs' compute mode did, since the daemon last (re)started: kept
         across a failed `systemctl`, so the next pass restarts it still."""
+        self.found_inactive = False
+        """The last `converge` found the unit it had started inactive, and started it again."""
 
     def converge(self, gpus: Sequence[MpsGpu], replicas: int = 1, *, restart: bool = False) -> bool:
         """Make the unit serve exactly `gpus`, each client limited to 1/`replicas` of each; `restart`:
-        restart it even when it is unchanged (a GPU's compute mode was set again). True when anything
+        restart it even when it is unchanged (a GPU's compute mode was set again). A unit this process
+        started and finds inactive now is started again (`found_inactive`). True when anything
         changed. A failing `systemctl` raises `CommandFailed`."""
+        self.found_inactive = False
         if not gpus:
             self._started = self._restart = False
             if not self.path.exists():
@@ -292,6 +357,9 @@ class MpsUnit:
         if self._restart:
             self.runner.run(["systemctl", "restart", UNIT_NAME])
         elif not self._started:
+            self.runner.run(["systemctl", "start", UNIT_NAME])
+        elif not self.runner.active(UNIT_NAME):
+            self.found_inactive = True
             self.runner.run(["systemctl", "start", UNIT_NAME])
         else:
             return False

@@ -17,7 +17,7 @@ What is read, each as the driver lays it out:
 - `/proc/driver/nvidia/version`: the kernel module's version, which names the user-space libraries
   that belong to it (`lib*.so.<version>`, as nvidia-ctk finds them);
 - the library directories of `/etc/ld.so.conf` and the system's own, and the executable directories,
-  for the driver's libraries and its binaries (`nvidia-smi`, the MPS control daemon and server...);
+  for the driver's libraries and its binaries (`nvidia-smi`...; never the MPS control daemon's);
 - the spec `nvidia-ctk cdi generate` wrote, where there is one (`/var/run/cdi/nvidia.{yaml,json}`,
   kept by `nvidia-cdi-refresh`, before `/etc/cdi/nvidia.{yaml,json}`).
 
@@ -85,14 +85,17 @@ SYSTEM_LIBRARY_DIRS = (
 """The dynamic linker's own search directories (Debian/Ubuntu multiarch, then RHEL's lib64), looked
 in after those `/etc/ld.so.conf` names."""
 EXECUTABLE_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
-DRIVER_BINARIES = (
-    "nvidia-smi",
-    "nvidia-debugdump",
-    "nvidia-persistenced",
-    "nvidia-cuda-mps-control",
-    "nvidia-cuda-mps-server",
-)
-"""The driver's binaries a container may run (the list nvidia-ctk mounts, less the IMEX daemon)."""
+DRIVER_BINARIES = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced")
+"""The driver's binaries a container may run: the list nvidia-ctk mounts, less the IMEX daemon and
+`MPS_BINARIES`."""
+MPS_BINARIES = ("nvidia-cuda-mps-control", "nvidia-cuda-mps-server")
+"""The MPS control daemon's front-end and its server, which nvidia-ctk mounts into every container
+and `bcd` never does (nor takes from an nvidia-ctk spec): a client container has no use for them (the
+node's daemon spawns the servers; a client needs only the pipe directory), and in an MPS slot's
+container the front-end would be a ready-made tool to tell the node's daemon `quit` or
+`set_default_active_thread_percentage 100`. Leaving them out is hardening, not a boundary: the
+daemon listens on the pipe directory the slot has mounted, so a tenant's own copy of the front-end
+reaches it all the same (docs/bcd.md, MPS)."""
 
 READ_ONLY = ("ro", "nosuid", "nodev", "rbind", "rprivate")
 """Mount options of the driver's files: nvidia-ctk's."""
@@ -424,10 +427,11 @@ class NodeView:
 
 def common_edits(text: str, path: Path) -> DriverEdits:
     """The edits of an nvidia-ctk spec that every one of its devices gets (its top-level
-    `containerEdits`), less its device nodes and its `NVIDIA_VISIBLE_DEVICES`: the devices are ours
-    to name, per allocation. Its mounts and hooks (the driver's libraries, binaries, firmware and
-    sockets; `nvidia-cdi-hook` making the libraries' links and the container's linker cache) are
-    taken as written: nvidia-ctk wrote their host paths for this node."""
+    `containerEdits`), less its device nodes and its `NVIDIA_VISIBLE_DEVICES` (the devices are ours
+    to name, per allocation) and less the mounts of `MPS_BINARIES`. Its other mounts and its hooks
+    (the driver's libraries, binaries, firmware and sockets; `nvidia-cdi-hook` making the libraries'
+    links and the container's linker cache) are taken as written: nvidia-ctk wrote their host paths
+    for this node."""
     try:
         spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
@@ -451,11 +455,17 @@ def common_edits(text: str, path: Path) -> DriverEdits:
         if not isinstance(hook.get("hookName"), str) or not isinstance(hook.get("path"), str):
             raise Unresolvable(f"the node's NVIDIA CDI spec {path} has a hook without hookName and path")
     return DriverEdits(
-        mounts=tuple(dict(m) for m in mounts),
+        mounts=tuple(dict(m) for m in mounts if not _is_mps_binary(m)),
         hooks=tuple(dict(h) for h in hooks),
         env=tuple(e for e in env if "=" in e and not e.startswith("NVIDIA_VISIBLE_DEVICES=")),
         source=f"nvidia-ctk spec {path}",
     )
+
+
+def _is_mps_binary(mount: Mapping[str, Any]) -> bool:
+    """Whether a mount gives the container one of `MPS_BINARIES` (by its name inside the container,
+    or on the node: nvidia-ctk may mount it from a driver root elsewhere)."""
+    return any(PurePosixPath(mount[key]).name in MPS_BINARIES for key in ("containerPath", "hostPath"))
 
 
 def _list_of(edits: Mapping[str, Any], key: str, kind: type, path: Path) -> list[Any]:

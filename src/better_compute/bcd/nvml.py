@@ -40,6 +40,7 @@ from typing import Any
 
 from better_compute.bcd.gpu import (
     COMPUTE_MODES,
+    UNKNOWN_COMPUTE_MODE,
     ComputeInstance,
     ComputeModeRefused,
     Gpu,
@@ -460,9 +461,11 @@ class NvmlBackend:
         return None if minor is None else int(minor)
 
     def _compute_mode(self, r: _Reading, handle: Any) -> str:
+        """The GPU's compute mode; `UNKNOWN_COMPUTE_MODE` where NVML would not give it or gave a
+        value nvml.h does not name (EXCLUSIVE_THREAD, gone since CUDA 8): never taken for `default`."""
         mode = r.optional("nvmlDeviceGetComputeMode", handle)
         names = {v: k for k, v in _COMPUTE_MODE_VALUES.items()}
-        return "default" if mode is None else names.get(int(mode), "default")
+        return UNKNOWN_COMPUTE_MODE if mode is None else names.get(int(mode), UNKNOWN_COMPUTE_MODE)
 
     def _numa_node(self, r: _Reading, handle: Any, bus: str) -> int | None:
         node = r.optional("nvmlDeviceGetNumaNodeId", handle)
