@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from better_compute.bcd import cdi, gpu_clients
+from better_compute.bcd import cdi, gpu_clients, node_tree
 from better_compute.bcd.daemon import Daemon
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import InstanceInUse
@@ -447,11 +447,15 @@ def daemon_with_clients(
 ) -> tuple[Daemon, FakeNode]:
     identity = world.join(node)
     fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout=layout), node)
+    # The wrapper is not a FakeNode, so the daemon would read this machine's own driver tree: give it
+    # the simulated one a fake node gets.
+    tree = node_tree.simulated(world.tmp_path / node / "node-root")
     daemon = Daemon(
         identity,
         HeldByClients(fake, systemd, []),  # type: ignore[arg-type]
         world.node(identity),
         cdi_root=world.tmp_path / node / "cdi",
+        node_root=tree.root,
         log=Log(io.StringIO(), node=node),
         systemd=systemd,
         gpu_clients=CLIENTS,
