@@ -251,17 +251,107 @@ def test_a_node_without_a_driver_hands_nothing_over(tmp_path: Path) -> None:
 
 
 def test_a_bound_instance_the_node_can_no_longer_name_is_withdrawn(tmp_path: Path) -> None:
+    """Its own instance has no mig-minors line now: a reason that is the allocation's, not the
+    node's, so its spec goes (another allocation's stays)."""
+    fake = mig_node()
+    gpu = fake.list_gpus()[0]
+    gi, other = gpu.instances[0], gpu.instances[1]
+    tree = simulated(tmp_path / "node-root")
+    devices = converger(tmp_path, tree.root)
+    spec = node_spec(
+        fake,
+        "mig",
+        assignment("res-a", mig_atom(gpu, gi)),
+        assignment("res-b", mig_atom(gpu, other)),
+    )
+    assert devices.converge(spec, fake.list_gpus()).settled
+    table = tree.host_path(MIG_MINORS)
+    table.write_text(
+        "".join(
+            line
+            for line in table.read_text(encoding="utf-8").splitlines(keepends=True)
+            if f"gpu0/gi{gi.gi_id}/" not in line
+        )
+    )
+    done = devices.converge(spec, fake.list_gpus())
+    assert [(r["allocationId"], r["binding"]) for r in done.reports] == [("res-a", "device-missing")]
+    assert not done.settled
+    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+    assert not (tmp_path / "env" / "res-a.env").exists()
+    assert cdi.spec_path(tmp_path / "cdi", "res-b").exists()
+
+
+def _unload_uvm(tree: NodeTree) -> None:
+    devices = tree.host_path("/proc/devices")
+    devices.write_text(
+        "".join(
+            line
+            for line in devices.read_text(encoding="utf-8").splitlines(keepends=True)
+            if "nvidia-uvm" not in line
+        )
+    )
+
+
+def _break_nvidia_ctk_spec(tree: NodeTree) -> None:
+    spec = tree.host_path("/var/run/cdi/nvidia.yaml")
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text("containerEdits: [unclosed\n")
+
+
+NODE_WIDE_MOMENTS = {
+    "mig-minors unread": lambda tree: tree.host_path(MIG_MINORS).unlink(),
+    "nvidia-uvm not loaded yet": _unload_uvm,
+    "driver version unread": lambda tree: tree.host_path("/proc/driver/nvidia/version").unlink(),
+    "nvidia-ctk spec half written": _break_nvidia_ctk_spec,
+}
+
+
+@pytest.mark.parametrize("moment", sorted(NODE_WIDE_MOMENTS))
+def test_a_moment_the_node_cannot_be_read_does_not_withdraw_every_bound_allocation(
+    tmp_path: Path, moment: str
+) -> None:
+    """The node's own files unread for a moment (a driver module still loading, a spec being
+    regenerated) say nothing of any allocation's device: every bound one keeps its spec and env file
+    as they are (logged `cdi.kept` once, the pass not settled), an allocation not bound yet is
+    `device-missing`, and once the node reads again all is as before, nothing rewritten."""
     fake = mig_node()
     gpu = fake.list_gpus()[0]
     tree = simulated(tmp_path / "node-root")
-    devices = converger(tmp_path, tree.root)
-    spec = node_spec(fake, "mig", assignment("res-a", mig_atom(gpu, gpu.instances[0])))
-    assert devices.converge(spec, fake.list_gpus()).settled
-    tree.host_path(MIG_MINORS).unlink()
+    stream = io.StringIO()
+    devices = converger(tmp_path, tree.root, log=Log(stream))
+    bound = [assignment(f"res-{n}", mig_atom(gpu, gi)) for n, gi in enumerate(gpu.instances[:2])]
+    assert devices.converge(node_spec(fake, "mig", *bound), fake.list_gpus()).settled
+    before = {p.name: p.read_bytes() for p in [*(tmp_path / "cdi").iterdir(), *(tmp_path / "env").iterdir()]}
+    saved = {p: p.read_bytes() for p in tree.root.rglob("*") if p.is_file()}
+    NODE_WIDE_MOMENTS[moment](tree)
+    spec = node_spec(fake, "mig", *bound, assignment("res-new", mig_atom(gpu, gpu.instances[2])))
+    for said in ([("res-new", "device-missing")], []):  # the second pass has nothing new to say
+        done = devices.converge(spec, fake.list_gpus())
+        assert [(r["allocationId"], r["binding"]) for r in done.reports] == said
+        assert not done.settled
+        after = {
+            p.name: p.read_bytes() for p in [*(tmp_path / "cdi").iterdir(), *(tmp_path / "env").iterdir()]
+        }
+        assert after == before
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert sorted((e["event"], e["allocation"]) for e in events) == [
+        ("cdi.kept", "res-0"),
+        ("cdi.kept", "res-1"),
+    ]
+    for path, data in saved.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    tree.host_path("/var/run/cdi/nvidia.yaml").unlink(missing_ok=True)
     done = devices.converge(spec, fake.list_gpus())
-    assert [r["binding"] for r in done.reports] == ["device-missing"] and not done.settled
-    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
-    assert not (tmp_path / "env" / "res-a.env").exists()
+    assert done.settled and [(r["allocationId"], r["binding"]) for r in done.reports] == [
+        ("res-new", "bound")
+    ]
+    assert before == {
+        p.name: p.read_bytes()
+        for p in [*(tmp_path / "cdi").iterdir(), *(tmp_path / "env").iterdir()]
+        if "res-new" not in p.name
+    }
+    assert [json.loads(line)["event"] for line in stream.getvalue().splitlines()][2:] == []
 
 
 # -- written again when it changed -----------------------------------------------------------------

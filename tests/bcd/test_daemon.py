@@ -3,6 +3,7 @@ queued and sent once, layouts applied to idle GPUs only, the reboot-required pat
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from datetime import timedelta
@@ -15,6 +16,7 @@ from better_compute.bcd import cdi
 from better_compute.bcd.daemon import Daemon
 from better_compute.bcd.devices import DevicesConverger, DevicesPass
 from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.gpu import Gpu, Health
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.inventory import mig_instances, report_of
 from better_compute.bcd.joining import node_client
@@ -233,6 +235,95 @@ def test_mig_slice_restored_under_other_gi_ids_is_the_same_atom(tmp_path: Path) 
     assert after.uuid in env and before.uuid not in env
 
 
+def mig_state_unread(gpu: Gpu) -> Gpu:
+    """`gpu` as NVML reads it when it refuses the GPU's MIG mode (no permission, a reset required):
+    MIG off as far as anyone can tell, no instance, unhealthy and `partial`."""
+    note = "cannot read the MIG mode: permission denied; run bcd as root"
+    return dataclasses.replace(
+        gpu, mig_current=False, mig_pending=False, instances=(), partial=True, health=Health(notes=(note,))
+    )
+
+
+def mig_atom_of(gpu: Gpu, n: int) -> str:
+    """The atom id of the `n`th MIG instance of `gpu`."""
+    return atom_id_for(gpu.uuid, mig_atom_key(mig_instances(gpu.instances[n])[0]))
+
+
+def test_a_gpu_whose_mig_state_is_unread_does_not_withdraw_its_bound_allocations(tmp_path: Path) -> None:
+    """NVML refuses a GPU's MIG mode for a moment: read as it is, every MIG instance of the GPU is
+    gone, and every bound allocation on it would lose its spec. The node cannot tell: each keeps its
+    spec and env file as they are (`cdi.kept`, the pass not settled), one not bound yet on that GPU
+    is `device-missing` saying why, and one whose instance is really gone on a GPU read whole is
+    withdrawn as ever. Read whole again, all is as before."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    unread, whole = fake.list_gpus()[:2]
+    stream = io.StringIO()
+    devices = DevicesConverger(
+        tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"), log=Log(stream)
+    )
+    booked: list[dict[str, object]] = [
+        {"allocationId": "res-0", "atoms": [mig_atom_of(unread, 0)], "env": {}},
+        {"allocationId": "res-1", "atoms": [mig_atom_of(unread, 1)], "env": {}},
+        {"allocationId": "res-2", "atoms": [mig_atom_of(whole, 0)], "env": {}},
+    ]
+    assert devices.converge(spec_of(fake, booked), fake.list_gpus()).settled
+    files = {p.name: p.read_bytes() for d in ("cdi", "env") for p in (tmp_path / d).iterdir()}
+    kept = {n: d for n, d in files.items() if "res-2" not in n}
+    fake.destroy_instance(whole.uuid, whole.instances[0].gi_id)  # res-2's instance, really gone
+    later = spec_of(
+        fake, [*booked, {"allocationId": "res-new", "atoms": [mig_atom_of(unread, 2)], "env": {}}]
+    )
+    reading = [mig_state_unread(g) if g.uuid == unread.uuid else g for g in fake.list_gpus()]
+
+    done = devices.converge(later, reading)
+    assert not done.settled and unread.uuid in done.held_gpus
+    reported = {r["allocationId"]: (r["binding"], r["detail"]) for r in done.reports}
+    assert sorted(reported) == ["res-2", "res-new"]
+    assert reported["res-2"][0] == reported["res-new"][0] == "device-missing"
+    assert "gone since it was handed over" in reported["res-2"][1]
+    assert f"the MIG state of GPU {unread.uuid} is not read whole" in reported["res-new"][1]
+    again = devices.converge(later, reading)
+    assert not again.settled and again.reports == []
+    events = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["event"], e["allocation"]) for e in events] == [
+        ("device.lost", "res-2"),
+        ("cdi.kept", "res-0"),
+        ("cdi.kept", "res-1"),
+    ]
+    assert f"the MIG state of GPU {unread.uuid} is not read whole" in events[1]["reason"]
+    assert {p.name: p.read_bytes() for d in ("cdi", "env") for p in (tmp_path / d).iterdir()} == {
+        **kept,
+        f"{cdi.device_name('res-2')}.lost": b"",
+    }
+
+    # Read whole again: the kept ones are as they were (nothing rewritten, nothing said of them),
+    # and the one that waited is handed over.
+    stream.truncate(0)
+    stream.seek(0)
+    back = devices.converge(later, fake.list_gpus())
+    assert [(r["allocationId"], r["binding"]) for r in back.reports] == [("res-new", "bound")]
+    assert stream.getvalue() == ""
+    now = {p.name: p.read_bytes() for d in ("cdi", "env") for p in (tmp_path / d).iterdir()}
+    assert {n: d for n, d in now.items() if n in kept} == kept
+
+
+def test_a_restarted_bcd_withdraws_what_is_on_a_gpu_it_never_read_whole(tmp_path: Path) -> None:
+    """Which atoms a GPU had is known only from a reading of it whole, kept in memory: a daemon that
+    started while the GPU's MIG state is unread has none, and takes the instances for gone (the safe
+    side: no container starts on a device nobody can vouch for)."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
+    gpu = fake.list_gpus()[0]
+    atom = atom_id_for(gpu.uuid, mig_atom_key(mig_instances(gpu.instances[0])[0]))
+    booked: list[dict[str, object]] = [{"allocationId": "res-a", "atoms": [atom], "env": {}}]
+    first = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
+    assert first.converge(spec_of(fake, booked), fake.list_gpus()).settled
+    restarted = DevicesConverger(tmp_path / "cdi", tmp_path / "env", node=simulated(tmp_path / "node-root"))
+    reading = [mig_state_unread(g) if g.uuid == gpu.uuid else g for g in fake.list_gpus()]
+    done = restarted.converge(spec_of(fake, booked), reading)
+    assert bindings(done) == ["device-missing"]
+    assert not cdi.spec_path(tmp_path / "cdi", "res-a").exists()
+
+
 def test_layouts_go_to_idle_gpus_only_and_a_failed_reset_asks_for_a_reboot() -> None:
     fake = FakeNode.from_fleet(fleet_spec(nodes=2, mode="mig", layout="all-1g.10gb"), "n-1")
     first, second = fake.list_gpus()[:2]
@@ -367,6 +458,54 @@ def test_bcd_does_not_crash_when_a_handed_over_mig_instance_is_gone(world: NodeW
     assert visible["BC_DEVICE_UUIDS"] == back != lost_gpu.instances[0].compute_instances[0].uuid
 
 
+def test_a_gpu_whose_mig_state_nvml_would_not_read_keeps_its_reservations_bound(world: NodeWorld) -> None:
+    """NVML refuses a GPU's MIG mode (no permission, a reset required): the node reads it as MIG off
+    with no instance. Reported so, the server would take every MIG atom of it for gone, and the node
+    would withdraw every allocation on it. Its inventory says its MIG state is unknown instead: the
+    server keeps its atoms as they were (present, unbookable while it is unhealthy), the node keeps
+    the allocation's spec, and the reservation is bound again, unchanged, once the GPU reads whole."""
+    daemon, fake = daemon_for(world, "n-1")
+    assert daemon.step(False)
+    gpu = fake.list_gpus()[0]
+    rid = reserve_instance(world, gpu.instances[0].compute_instances[0].uuid)
+    assert daemon.step(True)
+    assert reservation(world, rid)["binding"] == "bound"
+    spec = cdi.spec_path(daemon.devices.cdi_root, rid)
+    written = spec.read_bytes()
+    reads = fake.list_gpus
+
+    def unread() -> tuple[Gpu, ...]:
+        return tuple(mig_state_unread(g) if g.uuid == gpu.uuid else g for g in reads())
+
+    def atoms_of_gpu() -> dict[str, tuple[bool, bool]]:
+        listed = world.http.get("/v1/atoms", params={"limit": 500}, headers=world.admin).json()["items"]
+        return {a["id"]: (a["present"], a["bookable"]) for a in listed if a["gpuId"] == gpu.uuid}
+
+    before = atoms_of_gpu()
+    fake.list_gpus = unread  # type: ignore[method-assign]
+    assert not daemon.step(False)
+    assert not daemon.step(False)
+    shown = {g["id"]: g for g in world.http.get("/v1/gpus", headers=world.admin).json()["items"]}[gpu.uuid]
+    assert not shown["healthy"]  # the inventory reached the server
+    assert {a: present for a, (present, _) in atoms_of_gpu().items()} == {
+        a: present for a, (present, _) in before.items()
+    }
+    assert not any(bookable for _, bookable in atoms_of_gpu().values())
+    # Stranded as any booking on an unhealthy GPU is (not as one whose instance is gone), and the
+    # node never said its device was missing.
+    shown_now = reservation(world, rid)
+    assert shown_now["binding"] == "stranded"
+    assert str(shown_now["bindingDetail"]).endswith("is not bookable: its GPU reports unhealthy")
+    assert [b for b, _ in bindings_reported(world, rid)] == ["bound"]
+    assert spec.read_bytes() == written
+
+    fake.list_gpus = reads  # type: ignore[method-assign]
+    assert daemon.step(False)
+    assert atoms_of_gpu() == before
+    assert reservation(world, rid)["binding"] == "bound"
+    assert spec.read_bytes() == written
+
+
 def test_a_bound_allocation_whose_cdi_spec_a_reboot_wiped_gets_it_written_again(tmp_path: Path) -> None:
     """The CDI root is a tmpfs (/var/run/cdi): a reboot empties it while the env files on the state
     directory stay. A whole GPU survives the reboot, so its allocation's env file is unchanged; its
@@ -483,3 +622,40 @@ def test_a_layout_that_would_destroy_a_held_instance_leaves_its_gpu_alone(world:
     assert daemon.host.unconverged(spec) == [first]
     stream = daemon.log.stream
     assert isinstance(stream, io.StringIO) and "host.refused" not in stream.getvalue()
+
+
+def test_bcd_run_logs_what_a_reading_left_out_once_while_it_lasts(world: NodeWorld) -> None:
+    """A compute instance tied to no MIG device, and a GPU NVML counts but would not name, are in no
+    inventory: `bcd run` logs each (`gpu.unlisted` with its GPU, `gpu.unreadable`) with its reason
+    when it first reads it, not again on every pass, and again if it comes back."""
+    daemon, fake = daemon_for(world, "n-1")
+    reads = fake.list_gpus
+    gpu = reads()[0].uuid
+    why = "GPU instance 1 (1g.10gb) compute instance 0: not listed: NVML has no MIG device for it"
+    missing = "GPU 2: not listed: NVML would not give its uuid: permission denied"
+
+    def left_out() -> tuple[Gpu, ...]:
+        return tuple(
+            dataclasses.replace(g, unlisted=(why,), partial=True) if g.uuid == gpu else g for g in reads()
+        )
+
+    def logged() -> list[tuple[str, str | None, str]]:
+        events = [json.loads(line) for line in daemon.log.stream.getvalue().splitlines()]  # type: ignore[union-attr]
+        return [(e["event"], e.get("gpu"), e["reason"]) for e in events if e["event"].startswith("gpu.")]
+
+    assert daemon.step(False) and logged() == []
+    fake.list_gpus = left_out  # type: ignore[method-assign]
+    fake.unreadable = (missing,)  # type: ignore[attr-defined]
+    for _ in range(3):
+        daemon.step(False)
+    assert logged() == [("gpu.unlisted", gpu, why), ("gpu.unreadable", None, missing)]
+    fake.list_gpus = reads  # type: ignore[method-assign]
+    fake.unreadable = ()  # type: ignore[attr-defined]
+    daemon.step(False)
+    fake.list_gpus = left_out  # type: ignore[method-assign]
+    daemon.step(False)
+    assert logged() == [
+        ("gpu.unlisted", gpu, why),
+        ("gpu.unreadable", None, missing),
+        ("gpu.unlisted", gpu, why),
+    ]

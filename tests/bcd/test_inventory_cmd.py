@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -10,8 +11,9 @@ from typer.testing import CliRunner
 
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.fleet_file import read_fleet
-from better_compute.bcd.inventory import report_json
+from better_compute.bcd.inventory import report_json, report_of
 from better_compute.entrypoints.bcd import bcd_app
+from better_compute.wire.nodes import NodeReportSend
 from tests.bcd.pynvml_stub import StubNvml, h100, l40s
 
 DEMO = "examples/demo-fleet.yaml"
@@ -119,3 +121,19 @@ def test_errors_are_one_line(args: list[str], status: int, message: str) -> None
 def test_an_unknown_backend_is_a_usage_error() -> None:
     code, _, err = invoke("--nvml", "gpu")
     assert code == 2 and "gpu" in err
+
+
+def test_mig_state_unknown_is_sent_only_for_a_gpu_read_in_part_so_an_older_server_takes_the_rest() -> None:
+    """`migStateUnknown` is new: a server that does not know it refuses a report carrying it
+    (requests refuse unknown fields). A GPU read whole leaves it out, in `bcd inventory --json` and
+    in what the client sends."""
+    gpus = FakeNode.from_fleet(read_fleet(DEMO), "euw-h100-b").list_gpus()
+    read = [dataclasses.replace(gpus[0], partial=True), *gpus[1:]]
+    body = report_json(report_of("euw-h100-b", read))
+    sent = NodeReportSend.model_validate(body).model_dump(mode="json", exclude_unset=True)
+    for report in (body, sent):
+        first, *rest = report["report"]["gpus"]
+        assert first["migStateUnknown"] is True
+        assert not any("migStateUnknown" in g for g in rest)
+    whole = report_json(report_of("euw-h100-b", gpus))
+    assert "migStateUnknown" not in json.dumps(whole)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import io
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,9 +13,12 @@ import pynvml
 import pytest
 
 from better_compute.bcd.gpu import Gpu
-from better_compute.bcd.inventory import node_report
-from better_compute.bcd.nvml import NvmlBackend
-from better_compute.bcd.nvml_errors import MIG_READ_HINT
+from better_compute.bcd.host import HostConverger
+from better_compute.bcd.inventory import node_report, report_json
+from better_compute.bcd.logs import Log
+from better_compute.bcd.nvml import MUTATING_CALLS, NvmlBackend
+from better_compute.bcd.nvml_errors import MIG_READ_HINT, UNLISTED_NOTE
+from better_compute.wire.nodes import NodeSpecPublic
 from tests.bcd.pynvml_stub import DRA, HEADER, NULL, READINGS, StubNvml, h100, l40s
 
 
@@ -117,11 +121,9 @@ def test_create_reports_the_new_instances_mig_device(tmp_path: Path) -> None:
     assert (ci.uuid, ci.memory_mib) == (stub.gpus[0].gis[0].cis[0].uuid, 20090)
 
 
-@pytest.mark.parametrize("reading", [*READINGS, NULL])
-def test_a_compute_instance_without_a_mig_device_is_left_out(tmp_path: Path, reading: str) -> None:
-    """NVML lists the compute instance, but no MIG device answers for it: it is not reported at all,
-    never as its GPU, and the reason is kept; the GPU's other instances and its health stand."""
-    stub, b = partitioned(reading, tmp_path)
+def hide_the_3g_instances_mig_device(stub: StubNvml) -> Any:
+    """Make NVML list the 3g.40gb compute instance but name no MIG device for it (its info gives the
+    parent's handle, and the walk finds none); returns the hidden compute instance."""
     hidden = next(ci for gi in stub.gpus[0].gis for ci in gi.cis if ci.slices == 3)
     real_info = stub.module.nvmlComputeInstanceGetInfo
 
@@ -140,6 +142,15 @@ def test_a_compute_instance_without_a_mig_device_is_left_out(tmp_path: Path, rea
         return real_index(device, index)
 
     stub.module.nvmlDeviceGetMigDeviceHandleByIndex = index_without_hidden
+    return hidden
+
+
+@pytest.mark.parametrize("reading", [*READINGS, NULL])
+def test_a_compute_instance_without_a_mig_device_is_left_out(tmp_path: Path, reading: str) -> None:
+    """NVML lists the compute instance, but no MIG device answers for it: it is not reported at all,
+    never as its GPU, and the reason is kept; the GPU's other instances stand."""
+    stub, b = partitioned(reading, tmp_path)
+    hidden = hide_the_3g_instances_mig_device(stub)
     gpu = b.list_gpus()[0]
     seen = read((gpu,))
     assert len(seen) == 3 and hidden.uuid not in {u for u, _ in seen.values()}
@@ -149,9 +160,42 @@ def test_a_compute_instance_without_a_mig_device_is_left_out(tmp_path: Path, rea
     assert gpu.unlisted == (
         f"GPU instance {three.gi_id} (3g.40gb) compute instance 0: not listed: NVML has no MIG device for it",
     )
-    assert gpu.health.healthy and not gpu.partial
     report = node_report(b, "n").gpus[0]
     assert [m.profile for m in report.mig_instances] == ["2g.20gb", "1g.10gb", "1g.10gb"]
+
+
+@pytest.mark.parametrize("reading", READINGS)
+def test_an_unlisted_compute_instance_makes_its_gpu_partial_and_unhealthy_so_no_layout_is_cut_over_it(
+    tmp_path: Path, reading: str
+) -> None:
+    """The GPU instance of an unlisted compute instance is on the GPU but in no report: planned from
+    the report, the GPU lacks a 3g.40gb and the host would create one where this one is, refused
+    pass after pass. The GPU's MIG state is not read whole: partial (no change), unhealthy (no
+    booking), and the inventory says its MIG state is unknown."""
+    stub, b = partitioned(reading, tmp_path)
+    hide_the_3g_instances_mig_device(stub)
+    gpu = b.list_gpus()[0]
+    assert gpu.unlisted and gpu.partial
+    assert gpu.health.notes == (UNLISTED_NOTE,) and not gpu.health.healthy
+    report = node_report(b, "n")
+    assert not report.gpus[0].healthy and report.gpus[0].mig_state_unknown
+    assert report_json(report)["report"]["gpus"][0]["migStateUnknown"] is True
+    host = HostConverger(b, Log(io.StringIO()))
+    spec = NodeSpecPublic.model_validate(
+        {
+            "node": "n",
+            "generation": 1,
+            "gpus": [{"uuid": g.uuid, "migLayout": "mixed:3g.40gb+2g.20gb+2x1g.10gb"} for g in stub.gpus[:1]],
+            "sharing": {"mode": "mig", "replicas": 1},
+            "assignments": [],
+        }
+    )
+    cut = [(g.gi_id, g.profile_id, g.start) for g in stub.gpus[0].gis]
+    stub.calls.clear()
+    host.converge(spec, set(), {})
+    assert not MUTATING_CALLS & set(stub.calls)
+    assert host.refused == {}
+    assert [(g.gi_id, g.profile_id, g.start) for g in stub.gpus[0].gis] == cut
 
 
 def test_a_mig_handle_of_another_instance_is_not_trusted(tmp_path: Path) -> None:

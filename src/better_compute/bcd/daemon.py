@@ -24,11 +24,11 @@ from typing import Any
 from better_compute.bcd import node_tree
 from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
 from better_compute.bcd.fake import FakeNode
-from better_compute.bcd.gpu import GpuBackend, GpuError
+from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError
 from better_compute.bcd.gpu_clients import RECORD_FILE, GpuClients, Systemd
 from better_compute.bcd.host import HostConverger
 from better_compute.bcd.identity import Identity
-from better_compute.bcd.inventory import node_report, report_json
+from better_compute.bcd.inventory import report_json, report_of
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
@@ -132,6 +132,10 @@ class Daemon:
         self.observed: int | None = None
         self.stopping = False
         self._idle = False
+        self._unlisted: set[tuple[str, str]] = set()
+        self._inventoried: list[Any] | None = None
+        """The GPUs as the last inventory queued reported them."""
+        self._unreadable: set[str] = set()
         self._woken = threading.Event()
 
     # -- stopping ------------------------------------------------------------------------------
@@ -195,15 +199,18 @@ class Daemon:
             )
         return True
 
-    def inventory(self) -> dict[str, Any]:
-        """The `Inventory` report of the GPUs as they are now. Its `observedGeneration` is the spec
-        generation this daemon converged since it started, 0 before it has converged one: what a
-        daemon converged before it stopped says nothing of the GPUs now (a reboot may have brought
-        them back MIG-off or at another layout while the spec's generation stayed where it was), and
-        the server applies a layout change, and releases its holds, on the generation a node says
-        it observed."""
+    def inventory(self, gpus: Sequence[Gpu] | None = None) -> dict[str, Any]:
+        """The `Inventory` report of the GPUs as they are now (`gpus`, read already, or read now).
+        Its `observedGeneration` is the spec generation this daemon converged since it started, 0
+        before it has converged one: what a daemon converged before it stopped says nothing of the
+        GPUs now (a reboot may have brought them back MIG-off or at another layout while the spec's
+        generation stayed where it was), and the server applies a layout change, and releases its
+        holds, on the generation a node says it observed."""
         observed = self.observed if self.observed is not None else 0
-        report = report_json(node_report(self.backend, self.node, observed_generation=observed))["report"]
+        gpus = self.backend.list_gpus() if gpus is None else gpus
+        self._log_unlisted(gpus)
+        report = report_json(report_of(self.node, gpus, observed_generation=observed))["report"]
+        self._inventoried = report["gpus"]
         if self.host.reboot_required:
             self.log.error("host.reboot-required", gpus=sorted(self.host.reboot_required))
             report["rebootRequired"] = sorted(self.host.reboot_required)
@@ -213,6 +220,19 @@ class Daemon:
             # What the hardware refused, per GPU, until it converges (docs/bcd.md#layout-changes).
             report["layoutRefused"] = refused
         return dict(report)
+
+    def _log_unlisted(self, gpus: Sequence[Gpu]) -> None:
+        """Log what a reading of the GPUs left out, each once while it lasts: the compute instances
+        tied to no MIG device (`gpu.unlisted`, by GPU) and the GPUs NVML counts but would not name
+        (`gpu.unreadable`, the backend's). An inventory never names them, so the log is where an
+        operator learns of them."""
+        unlisted = {(g.uuid, reason) for g in gpus for reason in g.unlisted}
+        unreadable: set[str] = set(getattr(self.backend, "unreadable", ()))
+        for gpu, reason in sorted(unlisted - self._unlisted):
+            self.log.warning("gpu.unlisted", gpu=gpu, reason=reason)
+        for reason in sorted(unreadable - self._unreadable):
+            self.log.warning("gpu.unreadable", reason=reason)
+        self._unlisted, self._unreadable = unlisted, unreadable
 
     def starting(self) -> None:
         """Queue what a daemon sends as it starts: its inventory, which says it has observed no
@@ -242,9 +262,14 @@ class Daemon:
             # no longer observed, and the inventory says so.
             self.observed = None
             changed = True
-        if changed:
-            self.enqueue(self.inventory())
-        done = self.devices.converge(spec, self.backend.list_gpus())
+        gpus = self.backend.list_gpus()
+        self._log_unlisted(gpus)
+        if changed or report_json(report_of(self.node, gpus))["report"]["gpus"] != self._inventoried:
+            # The GPUs read otherwise than the last inventory said, though nothing here changed them
+            # (a GPU turned unhealthy, or its MIG state unreadable, or readable again): the server
+            # derives what can be booked from the inventory, so it hears of it now.
+            self.enqueue(self.inventory(gpus))
+        done = self.devices.converge(spec, gpus)
         for report in done.reports:
             self.enqueue(report)
         if behind:

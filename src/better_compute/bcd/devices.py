@@ -23,6 +23,17 @@ withdrawn at once, so no container starts on a device that is not there, and it 
 (a `<allocation>.lost` marker beside the env files keeps the why across a restart) until its
 instance is back, when it is handed over again like any other.
 
+Not knowing is not gone. A bound allocation keeps its last spec and env file, untouched, while the
+node cannot tell (logged `cdi.kept` once per reason; the pass is not settled, so it is looked at
+again): when an atom of it is on a GPU whose MIG state NVML did not read whole (`Gpu.partial`: NVML
+refused its MIG mode, its instances or their MIG devices), which the converger tells by the atoms it
+last saw on that GPU while it read whole (kept in memory: a daemon restarted meanwhile has never
+seen them, and withdraws, the safe side); and when the node cannot name what any device needs
+(`Unresolvable.node_wide`: the driver's files, the mig-minors table or the nvidia-ctk spec unread,
+`nvidia-uvm` not loaded yet). A reason that is the allocation's own (its GPU has no minor, its
+instance no mig-minors line) withdraws it. An allocation not bound yet is `device-missing` either
+way.
+
 Between tenants (`bcd.scrub`): an atom released in a pool whose spec says `scrub` is scrubbed at
 once and reported `ScrubDone`; an allocation whose atoms still hold another tenant's data is not
 handed over (it stays pending) until that scrub has succeeded.
@@ -131,6 +142,23 @@ def _resolved(a: AssignmentPublic, index: dict[str, Device]) -> list[Device]:
     return [index[atom] for atom in a.atoms if atom in index]
 
 
+def _gpu_atoms(index: dict[str, Device], gpus: Iterable[Gpu]) -> dict[str, dict[str, Device]]:
+    """{GPU uuid: {atom id: device}} of the GPUs read whole, from the pass's index."""
+    whole: dict[str, dict[str, Device]] = {g.uuid: {} for g in gpus if not g.partial}
+    for atom, device in index.items():
+        if device.gpu_uuid in whole:
+            whole[device.gpu_uuid][atom] = device
+    return whole
+
+
+def _unread_reason(atoms: Sequence[str], unread: dict[str, Device]) -> str:
+    gpus = ", ".join(sorted({unread[atom].gpu_uuid for atom in atoms}))
+    return (
+        f"the MIG state of GPU {gpus} is not read whole (its health says why), so whether atoms"
+        f" {', '.join(atoms)} are there is unknown"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Handover:
     """What an allocation is to be handed: its CDI `containerEdits`, its env file's text, and, for an
@@ -163,6 +191,12 @@ class DevicesConverger:
         self.node = node if node is not None else NodeTree()
         env_dir.mkdir(parents=True, exist_ok=True)
         self._reported: dict[str, tuple[str, str | None]] = dict.fromkeys(self.bound(), ("bound", None))
+        self._seen: dict[str, dict[str, Device]] = {}
+        """{GPU uuid: its atoms}, as this daemon last read the GPU whole: which atoms a GPU read in
+        part may still have (memory only: see the module's docstring)."""
+        self._kept: dict[str, str] = {}
+        """Bound allocations whose spec is kept unchanged for want of a reading, with why (logged
+        once per reason)."""
 
     def env_path(self, allocation_id: str) -> Path:
         return self.env_dir / f"{cdi.device_name(allocation_id)}.env"
@@ -179,9 +213,23 @@ class DevicesConverger:
         """The allocations handed over now (those with an env file)."""
         return {p.name.removesuffix(".env") for p in self.env_dir.glob("*.env")}
 
+    def _unread(self, gpus: Sequence[Gpu], index: dict[str, Device]) -> dict[str, Device]:
+        """The atoms not in `index` that were on a GPU read in part now, when it last read whole:
+        they may be there still. The GPUs read whole now are remembered as they are."""
+        partial = {g.uuid for g in gpus if g.partial}
+        unread = {
+            atom: device
+            for uuid in partial
+            for atom, device in self._seen.get(uuid, {}).items()
+            if atom not in index
+        }
+        self._seen = {**{u: self._seen[u] for u in partial if u in self._seen}, **_gpu_atoms(index, gpus)}
+        return unread
+
     def converge(self, spec: NodeSpecPublic, gpus: Sequence[Gpu]) -> DevicesPass:
         done = DevicesPass()
         index = device_index(gpus, slots_of(spec))
+        unread = self._unread(gpus, index)
         if self.scrubber is not None:
             self.scrubber.state.rekey(legacy_ids(gpus))
         bound = self.bound()
@@ -196,6 +244,7 @@ class DevicesConverger:
         view = self.node.read()
         plans: dict[str, Handover] = {}
         unresolved: dict[str, str] = {}
+        node_wide: set[str] = set()
         unfit: dict[str, str] = {}
         for a in spec.assignments:
             if not a.atoms or any(atom not in index for atom in a.atoms):
@@ -204,13 +253,26 @@ class DevicesConverger:
                 plans[a.allocation_id] = self._plan(a, _resolved(a, index), spec, view)
             except Unresolvable as exc:
                 unresolved[a.allocation_id] = f"the node cannot hand over atoms {', '.join(a.atoms)}: {exc}"
+                if exc.node_wide:
+                    node_wide.add(a.allocation_id)
             except cdi.CdiError as exc:
                 unfit[a.allocation_id] = f"the assignment's environment cannot be handed over: {exc}"
+        # A bound allocation the node cannot read for keeps what it was handed; one whose device is
+        # gone, or that the node can no longer name the devices of, is withdrawn.
+        kept: dict[str, str] = {}
         for a in spec.assignments:
-            if a.allocation_id in bound and (
-                any(atom not in index for atom in a.atoms) or a.allocation_id in unresolved
-            ):
+            if a.allocation_id not in bound:
+                continue
+            absent = [atom for atom in a.atoms if atom not in index]
+            if absent and all(atom in unread for atom in absent):
+                kept[a.allocation_id] = _unread_reason(absent, unread)
+            elif absent:
                 self._withdraw(a.allocation_id)
+            elif a.allocation_id in node_wide:
+                kept[a.allocation_id] = unresolved[a.allocation_id]
+            elif a.allocation_id in unresolved:
+                self._withdraw(a.allocation_id)
+        self._keep(kept)
         bound = self.bound()
         lost = self.lost()
         scrub = spec.sharing.scrub
@@ -222,17 +284,23 @@ class DevicesConverger:
         missing: dict[str, str] = {}
         for a in spec.assignments:
             absent = [atom for atom in a.atoms if atom not in index]
-            items = [Held(a.allocation_id, d.atom_id, d.gpu_uuid, d.whole) for d in _resolved(a, index)]
+            # A kept allocation's atoms on a GPU read in part hold it as they last were.
+            known = [index.get(atom) or unread.get(atom) for atom in a.atoms]
+            items = [Held(a.allocation_id, d.atom_id, d.gpu_uuid, d.whole) for d in known if d is not None]
             if a.allocation_id in bound:
                 held.extend(items)
             elif absent:
                 atoms = ", ".join(absent)
-                missing[a.allocation_id] = (
-                    f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
-                    " repartition took it): its CDI spec is withdrawn until it is back"
-                    if a.allocation_id in lost
-                    else f"no device yet for atoms {atoms}"
-                )
+                if a.allocation_id in lost:
+                    why = (
+                        f"the device of atoms {atoms} is gone since it was handed over (a reboot or a"
+                        " repartition took it): its CDI spec is withdrawn until it is back"
+                    )
+                elif all(atom in unread for atom in absent):
+                    why = f"no device yet: {_unread_reason(absent, unread)}"
+                else:
+                    why = f"no device yet for atoms {atoms}"
+                missing[a.allocation_id] = why
             elif a.allocation_id in unresolved:
                 missing[a.allocation_id] = unresolved[a.allocation_id]
             elif scrub != "none" and self._unclean_for(a):
@@ -242,7 +310,11 @@ class DevicesConverger:
         refused = refusals(held, new)
         for a in spec.assignments:
             plan = plans.get(a.allocation_id)
-            if a.allocation_id in missing:
+            if a.allocation_id in kept:
+                # Handed over, and neither handed again nor withdrawn: the next pass looks again.
+                done.settled = False
+                done.held_gpus.update(h.gpu_uuid for h in held if h.allocation_id == a.allocation_id)
+            elif a.allocation_id in missing:
                 self._report(a.allocation_id, "device-missing", missing[a.allocation_id], done)
                 done.settled = False
             elif a.allocation_id in waiting:
@@ -355,6 +427,13 @@ class DevicesConverger:
             partial.write_text(plan.env_text, encoding="utf-8")
             partial.replace(path)
         self.lost_path(a.allocation_id).unlink(missing_ok=True)
+
+    def _keep(self, kept: dict[str, str]) -> None:
+        """Log each allocation kept for a new reason (`cdi.kept`), and forget those kept no more."""
+        for allocation_id, why in sorted(kept.items()):
+            if self._kept.get(allocation_id) != why and self.log is not None:
+                self.log.warning("cdi.kept", allocation=allocation_id, reason=why)
+        self._kept = dict(kept)
 
     def _withdraw(self, allocation_id: str) -> None:
         """Take back the hand-over of a bound allocation whose device is gone: the lost marker first,

@@ -158,9 +158,12 @@ class Gpu:
     GPU's own uuid for a MIG instance would give its holder the whole GPU."""
     partial: bool = False
     """True when the backend could not read all of the GPU's MIG state (its MIG mode, its instances or
-    their MIG devices: the GPU is lost, or NVML refused): what is listed is there, but what is not
-    listed may be there too. Its health says why; a converger leaves such a GPU as it is rather than
-    create, destroy or release anything on it for want of a reading."""
+    their MIG devices: the GPU is lost, or NVML refused), and whenever `unlisted` is not empty (a GPU
+    instance whose compute instance has no MIG device is there, yet not reported): what is listed is
+    there, but what is not listed may be there too. Its health says why; a converger leaves such a GPU
+    as it is rather than create, destroy or release anything on it for want of a reading, and the
+    inventory says its MIG state is unknown (`migStateUnknown`), so the server keeps its last known
+    atoms rather than take them for gone."""
 
 
 class GpuBackend(Protocol):

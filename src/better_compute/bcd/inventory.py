@@ -36,7 +36,9 @@ def report_of(node: str, gpus: Iterable[Gpu], *, observed_generation: int = 0) -
 
 
 def gpu_report(gpu: Gpu) -> GpuReport:
-    """One GPU of the report; MIG instances only while MIG mode is on, as NVML lists them."""
+    """One GPU of the report; MIG instances only while MIG mode is on, as NVML lists them. A GPU
+    whose MIG state was not read whole (`Gpu.partial`) says so (`mig_state_unknown`): what it lists
+    is no word on what is gone."""
     return GpuReport(
         uuid=gpu.uuid,
         product=gpu.name,
@@ -48,6 +50,7 @@ def gpu_report(gpu: Gpu) -> GpuReport:
         mig_mode_current=gpu.mig_current,
         mig_mode_pending=gpu.mig_pending,
         mig_instances=tuple(m for gi in gpu.instances for m in mig_instances(gi)) if gpu.mig_current else (),
+        mig_state_unknown=gpu.partial,
     )
 
 
@@ -92,6 +95,7 @@ def report_send(report: NodeReport) -> NodeReportSend:
                 )
                 for m in g.mig_instances
             ],
+            mig_state_unknown=g.mig_state_unknown,
         )
         for g in report.gpus
     ]

@@ -23,7 +23,8 @@ What is read, each as the driver lays it out:
 
 A node that cannot say what a device needs (a GPU with no minor, no mig-minors line for an instance,
 no driver libraries) raises `Unresolvable` with what is missing: the caller hands nothing over rather
-than a spec that lacks a node.
+than a spec that lacks a node. It says whether the reason is the node's (`node_wide`: the driver's
+files, the mig-minors table, the nvidia-ctk spec, a driver's major) or the device's own.
 
 `simulated` lays out such a tree for the fake backend (`bcd run --nvml fake`) on a machine with no
 NVIDIA driver: the mig-minors table the driver writes, a `/proc/devices`, a driver version and
@@ -110,7 +111,18 @@ _MAX_LINKS = 40
 
 
 class Unresolvable(Exception):
-    """The node cannot say what a device needs; the message names what is missing."""
+    """The node cannot say what a device needs; the message names what is missing.
+
+    `node_wide` when the reason is the node's, not the device's: the driver's files, the
+    mig-minors table, the nvidia-ctk spec or a driver's major unread, which every allocation would
+    hit alike and which a moment later may read again (a driver still loading, a spec being
+    regenerated). A bound allocation keeps its spec through such a moment; one whose own device
+    cannot be named (its GPU has no minor, its instance no mig-minors line) loses it
+    (`bcd.devices`)."""
+
+    def __init__(self, message: str, *, node_wide: bool = False) -> None:
+        super().__init__(message)
+        self.node_wide = node_wide
 
 
 def gi_cap(gpu_minor: int, gi_id: int) -> str:
@@ -271,7 +283,11 @@ class NodeView:
                 text, reason = None, f"cannot be read ({exc.strerror})"
             else:
                 reason = "is missing (is the NVIDIA driver loaded, with MIG support?)"
-            self._caps = Unresolvable(f"{self.tree.host_path(MIG_MINORS)} {reason}") if text is None else text
+            self._caps = (
+                Unresolvable(f"{self.tree.host_path(MIG_MINORS)} {reason}", node_wide=True)
+                if text is None
+                else text
+            )
         if isinstance(self._caps, Unresolvable):
             raise self._caps
         minor = mig_minor(self._caps, cap)
@@ -307,7 +323,8 @@ class NodeView:
         major = self.char_major(driver)
         if major is None:
             raise Unresolvable(
-                f"{host} does not exist and {self.tree.host_path(PROC_DEVICES)} names no {driver} major"
+                f"{host} does not exist and {self.tree.host_path(PROC_DEVICES)} names no {driver} major",
+                node_wide=True,
             )
         return {**node, "type": "c", "major": major, "minor": minor}
 
@@ -334,7 +351,7 @@ class NodeView:
                 continue
             except OSError as exc:
                 raise Unresolvable(
-                    f"the node's NVIDIA CDI spec {path} cannot be read ({exc.strerror})"
+                    f"the node's NVIDIA CDI spec {path} cannot be read ({exc.strerror})", node_wide=True
                 ) from exc
             return common_edits(text, path)
         return None
@@ -345,7 +362,8 @@ class NodeView:
         if version is None:
             raise Unresolvable(
                 f"{self.tree.host_path(DRIVER_VERSION)} is missing or names no driver version"
-                " (is the NVIDIA driver loaded?)"
+                " (is the NVIDIA driver loaded?)",
+                node_wide=True,
             )
         mounts: dict[str, dict[str, Any]] = {}
         dirs = self.library_dirs()
@@ -362,7 +380,8 @@ class NodeView:
         if not mounts:
             searched = ", ".join(dirs)
             raise Unresolvable(
-                f"no library of NVIDIA driver {version} under {self.tree.root} (in {searched})"
+                f"no library of NVIDIA driver {version} under {self.tree.root} (in {searched})",
+                node_wide=True,
             )
         for binary in DRIVER_BINARIES:
             for directory in self._canonical(EXECUTABLE_DIRS):
@@ -436,24 +455,29 @@ def common_edits(text: str, path: Path) -> DriverEdits:
         spec = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         raise Unresolvable(
-            f"the node's NVIDIA CDI spec {path} is not valid {path.suffix[1:].upper()}: {exc}"
+            f"the node's NVIDIA CDI spec {path} is not valid {path.suffix[1:].upper()}: {exc}", node_wide=True
         ) from exc
     edits = spec.get("containerEdits") if isinstance(spec, Mapping) else None
     if edits is None:
         edits = {}
     if not isinstance(edits, Mapping):
-        raise Unresolvable(f"the node's NVIDIA CDI spec {path} has containerEdits that are not a mapping")
+        raise Unresolvable(
+            f"the node's NVIDIA CDI spec {path} has containerEdits that are not a mapping", node_wide=True
+        )
     env = _list_of(edits, "env", str, path)
     mounts = _list_of(edits, "mounts", Mapping, path)
     hooks = _list_of(edits, "hooks", Mapping, path)
     for mount in mounts:
         if not isinstance(mount.get("hostPath"), str) or not isinstance(mount.get("containerPath"), str):
             raise Unresolvable(
-                f"the node's NVIDIA CDI spec {path} has a mount without hostPath and containerPath"
+                f"the node's NVIDIA CDI spec {path} has a mount without hostPath and containerPath",
+                node_wide=True,
             )
     for hook in hooks:
         if not isinstance(hook.get("hookName"), str) or not isinstance(hook.get("path"), str):
-            raise Unresolvable(f"the node's NVIDIA CDI spec {path} has a hook without hookName and path")
+            raise Unresolvable(
+                f"the node's NVIDIA CDI spec {path} has a hook without hookName and path", node_wide=True
+            )
     return DriverEdits(
         mounts=tuple(dict(m) for m in mounts if not _is_mps_binary(m)),
         hooks=tuple(dict(h) for h in hooks),
@@ -471,7 +495,9 @@ def _is_mps_binary(mount: Mapping[str, Any]) -> bool:
 def _list_of(edits: Mapping[str, Any], key: str, kind: type, path: Path) -> list[Any]:
     value = edits.get(key) or []
     if not isinstance(value, list) or not all(isinstance(v, kind) for v in value):
-        raise Unresolvable(f"the node's NVIDIA CDI spec {path} has a containerEdits.{key} of the wrong shape")
+        raise Unresolvable(
+            f"the node's NVIDIA CDI spec {path} has a containerEdits.{key} of the wrong shape", node_wide=True
+        )
     return value
 
 

@@ -22,7 +22,8 @@ Facts used (nvml.h, as NVIDIA's go-nvml carries it; docs/bcd.md cites them):
   otherwise the parent's MIG devices are walked (`nvmlDeviceGetMaxMigDeviceCount`,
   `nvmlDeviceGetMigDeviceHandleByIndex`, where NOT_FOUND is an empty index), once per GPU per
   reading, and matched by `nvmlDeviceGetGpuInstanceId` / `nvmlDeviceGetComputeInstanceId`. A compute
-  instance with no MIG device found is left out, never reported with its GPU's uuid.
+  instance with no MIG device found is left out, never reported with its GPU's uuid; its GPU instance
+  is there all the same, so the GPU is then `partial` and unhealthy (`UNLISTED_NOTE`).
 - One GPU that cannot be read does not hide the others: a lost GPU, one that needs a reset, or one
   whose MIG instances this user may not read is listed unhealthy with a note saying so and what to
   do (`Health.notes`); one whose uuid cannot be read is left out and named in `unreadable`.
@@ -63,6 +64,7 @@ from better_compute.bcd.nvml_errors import (
     NODE_WIDE,
     RESET_REQUIRED_NOTE,
     ROOT_HINT,
+    UNLISTED_NOTE,
     NvmlReturn,
     phrase,
 )
@@ -413,6 +415,11 @@ class NvmlBackend:
         unlisted: list[str] = []
         if current:
             instances = self._instances(r, handle, uuid, unlisted)
+        if unlisted and not r.partial:
+            # NVML lists a compute instance it names no MIG device for: its GPU instance is there
+            # but not reported, so the GPU's MIG state is not read whole (a layout planned from it
+            # would cut over that instance).
+            r.note(UNLISTED_NOTE)
         ecc, throttle = self._health(r, handle)
         numa_node, minor, compute_mode = (
             self._numa_node(r, handle, bus),
@@ -435,7 +442,7 @@ class NvmlBackend:
             minor_number=minor,
             compute_mode=compute_mode,
             unlisted=tuple(unlisted),
-            partial=r.partial or r.lost,
+            partial=r.partial or r.lost or bool(unlisted),
         )
 
     def _mig_mode(self, r: _Reading, handle: Any) -> tuple[bool, bool, bool]:

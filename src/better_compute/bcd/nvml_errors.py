@@ -75,6 +75,12 @@ RESET_REQUIRED_NOTE = (
 )
 """The health note of a GPU NVML answers with RESET_REQUIRED."""
 
+UNLISTED_NOTE = (
+    "MIG state not read whole: NVML lists a compute instance it names no MIG device for (`bcd inventory`"
+    " shows which); nothing is booked or changed on this GPU until NVML names it"
+)
+"""The health note of a GPU with a compute instance left out for want of a MIG device (`Gpu.unlisted`)."""
+
 ROOT_HINT = "run bcd as root"
 """What to do when NVML refuses a query of a GPU's own for want of permission."""
 

@@ -7,9 +7,9 @@ every such request, over the canonical bytes `domain.fleet.node_reports` defines
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from better_compute.wire.common import WireAnswer, WireRequest
 
@@ -80,6 +80,23 @@ class GpuReported(WireRequest):
     healthy: bool = True
     mig_mode: MigModeReported = Field(default_factory=MigModeReported)
     mig_instances: list[MigInstanceReported] = Field(default_factory=list, max_length=64)
+    mig_state_unknown: bool = Field(
+        default=False,
+        description="True when the node could not read the GPU's MIG state whole (NVML refused its MIG mode,"
+        " its instances or their MIG devices, or the GPU is lost): its `migMode` and `migInstances` say"
+        " nothing then, and the server keeps the GPU's last known atoms, unbookable, until it reads whole."
+        " Left out when false.",
+    )
+
+    @model_serializer(mode="wrap")
+    def _unknown_only_when_true(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """`migStateUnknown` is left out when false, so a report of a GPU read whole is one a server
+        that does not know the field still takes (requests refuse unknown fields)."""
+        data: dict[str, Any] = handler(self)
+        if not self.mig_state_unknown:
+            data.pop("migStateUnknown", None)
+            data.pop("mig_state_unknown", None)
+        return data
 
 
 class LayoutRefusalReported(WireRequest):

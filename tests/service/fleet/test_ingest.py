@@ -13,6 +13,7 @@ from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.errors import InvalidState, NotFound
 from better_compute.domain.kernel.timewin import Window
 from better_compute.service.fleet import inventory
+from better_compute.service.hooks import Hooks
 from better_compute.service.ledger import ledger
 from better_compute.service.ops import fleet
 from better_compute.storage.store import Store
@@ -109,3 +110,57 @@ def test_repartition_retires_old_instances_without_deleting_them(store: Store, n
 def test_unknown_node_is_not_found(store: Store) -> None:
     with pytest.raises(NotFound):
         inventory.ingest(store, [NodeReport("ghost")], T0)
+
+
+@pytest.mark.parametrize("says_healthy", [False, True])
+def test_a_gpu_whose_mig_state_is_unknown_keeps_its_last_atoms_and_loses_none(
+    store: Store, node: FakeNode, monkeypatch: pytest.MonkeyPatch, says_healthy: bool
+) -> None:
+    """NVML refused the GPU's MIG mode (no permission, a reset required): its node reads it as MIG
+    off with no instance, and says its MIG state is unknown. Taken at its word, every MIG atom of the
+    GPU would be gone, and the endpoint copies on them moved; it is no word on them: each atom stays
+    present (or absent) as it was, none is booked until the GPU reads whole, and none is lost."""
+    lost: list[str] = []
+    monkeypatch.setattr(Hooks, "atoms_lost", lambda self, atoms, now: lost.extend(a.id for a in atoms))
+    node.apply_layout("all-1g.10gb")
+    inventory.ingest(store, [node.report()], T0)
+    node.apply_layout("mixed:3g.40gb+2x2g.20gb")
+    inventory.ingest(store, [node.report()], at(1))
+    gpu = node.gpus[0].uuid
+    before = {a.id: a for a in snapshot(store)[1]}
+    retired = {i for i, a in before.items() if a.gpu_id == gpu and not a.present}
+    assert retired and any(a.bookable for a in before.values() if a.gpu_id == gpu)
+    lost.clear()
+    report = node.report()
+    unread = replace(
+        report,
+        gpus=tuple(
+            replace(
+                g,
+                healthy=says_healthy,
+                mig_mode_current=False,
+                mig_mode_pending=False,
+                mig_instances=(),
+                mig_state_unknown=True,
+            )
+            if g.uuid == gpu
+            else g
+            for g in report.gpus
+        ),
+    )
+    inventory.ingest(store, [unread], at(2))
+    during = {a.id: a for a in snapshot(store)[1]}
+    assert lost == []
+    assert {i: a.present for i, a in during.items()} == {i: a.present for i, a in before.items()}
+    assert not any(a.bookable for a in during.values() if a.gpu_id == gpu)
+    assert {i: a for i, a in during.items() if a.gpu_id != gpu} == {
+        i: a for i, a in before.items() if a.gpu_id != gpu
+    }
+    with store.read() as tx:
+        row = tx.gpus.get(gpu)
+    assert row is not None and row.mig_mode_current and not row.healthy
+    assert sorted(m.profile for m in row.mig_instances) == ["2g.20gb", "2g.20gb", "3g.40gb"]
+    # Read whole again: the atoms are as they were, bookable, and none was ever lost.
+    inventory.ingest(store, [report], at(3))
+    assert {a.id: a for a in snapshot(store)[1]} == before
+    assert lost == []

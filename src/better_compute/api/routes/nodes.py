@@ -264,6 +264,7 @@ def _gpu_reported(g: GpuReported) -> GpuReport:
             )
             for i in g.mig_instances
         ),
+        mig_state_unknown=g.mig_state_unknown,
     )
 
 

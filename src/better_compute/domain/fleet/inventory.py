@@ -34,6 +34,9 @@ class GpuReport:
     mig_mode_current: bool = False
     mig_mode_pending: bool = False
     mig_instances: tuple[MigInstance, ...] = ()
+    mig_state_unknown: bool = False
+    """The node could not read the GPU's MIG state whole (`bcd.gpu.Gpu.partial`): its MIG mode and
+    instances here say nothing, neither that an instance is there nor that it is gone."""
 
     @property
     def partition_pending(self) -> bool:

@@ -2,13 +2,15 @@
 
 A report is diffed against what is stored; only changed rows are written, so re-ingesting the same
 report writes nothing and emits no event. Nothing is ever deleted: a GPU that vanishes, or an atom whose
-instance is gone, becomes unbookable and not present, and bookings keep pointing at it.
+instance is gone, becomes unbookable and not present, and bookings keep pointing at it. A GPU whose
+MIG state its node could not read whole (`migStateUnknown`) is no word on its instances: it keeps its
+last known MIG state and atoms, present or not, all unbookable, until a report reads it whole.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -78,6 +80,42 @@ def _constant(sharing: PoolSharing | None) -> Callable[[str], PoolSharing | None
     return pool_of
 
 
+def _as_last_known(report: NodeReport, old_gpus: Mapping[str, Gpu]) -> NodeReport:
+    """`report` with each GPU whose MIG state its node could not read whole (`mig_state_unknown`)
+    at its last known MIG mode and instances, and unhealthy: what such a report lists of the GPU's
+    instances says neither that one is there nor that one is gone (its node may have read the GPU
+    as MIG off because NVML refused its MIG mode), so its atoms are derived as they last were, and
+    none of them is booked until the GPU reads whole again."""
+    if not any(g.mig_state_unknown for g in report.gpus):
+        return report
+    gpus = []
+    for gpu in report.gpus:
+        last = old_gpus.get(gpu.uuid)
+        if not gpu.mig_state_unknown:
+            gpus.append(gpu)
+        elif last is None:  # never read whole: no atom is derived for it (`_kept_as_they_are`)
+            gpus.append(replace(gpu, healthy=False))
+        else:
+            gpus.append(
+                replace(
+                    gpu,
+                    healthy=False,
+                    mig_mode_current=last.mig_mode_current,
+                    mig_mode_pending=last.mig_mode_pending,
+                    mig_instances=last.mig_instances,
+                )
+            )
+    return replace(report, gpus=tuple(gpus))
+
+
+def _kept_as_they_are(derived: Sequence[Atom], old: Sequence[Atom]) -> list[Atom]:
+    """The atoms of a GPU whose MIG state is unknown, as rows: each atom it had keeps whether it is
+    present (one gone stays gone, one there stays there: no atom is lost, none found, on half a
+    reading), unbookable; its derived row where there is one (a pool change since is taken)."""
+    by_id = {a.id: a for a in derived}
+    return [replace(by_id.get(a.id, a), present=a.present, bookable=False) for a in old]
+
+
 def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
     """Ingest within an open transaction (used by the fleet loader and by `ingest`)."""
     node_ids = [r.node for r in reports]
@@ -91,6 +129,7 @@ def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> Inge
     pools_by_node = tx.pools.of_nodes(node_ids)
     old_gpus = {g.id: g for g in tx.gpus.of_nodes(node_ids)}
     old_atoms = {a.id: a for a in tx.atoms.of_nodes(node_ids)}
+    reports = [_as_last_known(r, old_gpus) for r in reports]
 
     gpu_rows: list[Gpu] = []
     atom_rows: list[Atom] = []
@@ -115,7 +154,10 @@ def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> Inge
             if not row.same_as(old_gpus.get(gpu.uuid)):
                 gpu_rows.append(row)
                 changed_nodes.add(report.node)
-            for atom in derived[gpu.uuid]:
+            atoms = derived[gpu.uuid]
+            if gpu.mig_state_unknown:
+                atoms = _kept_as_they_are(atoms, [a for a in old_atoms.values() if a.gpu_id == gpu.uuid])
+            for atom in atoms:
                 seen_atoms.add(atom.id)
                 if old_atoms.get(atom.id) != atom:
                     atom_rows.append(atom)
