@@ -8,7 +8,7 @@ from better_compute.cli.app import app
 from tests.client.fakes import FakeServer, error_json, reservation_json
 
 
-def test_reserve_asks_for_whole_gpus_only(runner: CliRunner, server: FakeServer) -> None:
+def test_reserve_gpus_asks_for_whole_gpus(runner: CliRunner, server: FakeServer) -> None:
     server.routes[("POST", "/v1/reservations")] = (201, reservation_json())
 
     result = runner.invoke(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from pathlib import Path
 
 import httpx
 import pytest
@@ -14,19 +14,18 @@ pytestmark = pytest.mark.e2e
 
 DEMO_POOLS = {"h100-mig", "h100-timeslice", "l40s-timeslice", "a100-exclusive"}
 
-# The notebook reservation of docs/concepts.md#reservations.
-NOTEBOOK_REQUEST: dict[str, Any] = {
-    "poolId": "h100-mig",
-    "duration": "4h",
-    "idempotencyKey": "notebook-ana-0924",
-    "devices": [
-        {
-            "class": "gpu.mig",
-            "count": 1,
-            "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
-        }
-    ],
-}
+# The notebook reservation of the README's quickstart: one 3g.40gb for four hours.
+NOTEBOOK = (
+    "reserve",
+    "--pool",
+    "h100-mig",
+    "--profile",
+    "3g.40gb",
+    "--duration",
+    "4h",
+    "--idempotency-key",
+    "notebook-ana-0924",
+)
 
 
 def test_health_and_pools_over_http(server: Server) -> None:
@@ -63,12 +62,10 @@ def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Ser
     tenant_token = json.loads(credential.stdout)["token"]
 
     # Before the offer the tenant cannot see the pool: the answer is a missing pool's.
-    refused = server.cli_env(
-        "api", "reservations.create", "--json", json.dumps(NOTEBOOK_REQUEST), token=tenant_token
-    )
+    refused = server.cli_env(*NOTEBOOK, token=tenant_token)
     assert refused.returncode == 1
     assert refused.stdout == ""
-    assert json.loads(refused.stderr)["error"]["code"] == "NOT_FOUND"
+    assert refused.stderr.startswith("error: NOT_FOUND: ")
 
     offer = server.cli_env(
         "api",
@@ -85,9 +82,9 @@ def test_tenant_token_offer_and_notebook_reservation_through_the_cli(server: Ser
         return kinds["3g.40gb"]
 
     before = three_g()
-    booked = server.cli_env(
-        "api", "reservations.create", "--json", json.dumps(NOTEBOOK_REQUEST), token=tenant_token
-    )
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    assert 'reserve --token "$TENANT_TOKEN" --pool h100-mig --profile 3g.40gb --duration 4h' in readme
+    booked = server.cli_env(*NOTEBOOK, "--json", token=tenant_token)
     assert booked.returncode == 0, booked.stderr
     reservation = json.loads(booked.stdout)
     assert reservation["tenantId"] == "globex"

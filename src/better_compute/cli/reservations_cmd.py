@@ -1,7 +1,8 @@
 """`better-compute reserve` and `better-compute reservations list|show|cancel|release|extend`.
 
-`reserve` books whole GPUs only (`class: gpu`); fractions (`gpu.mig`, `gpu.slot`) go through
-`better-compute api reservations.create`, the typed client or the HTTP API.
+`reserve` books one device line of `reservations.create` from its flags: whole GPUs (`--gpus`), MIG
+instances of a profile (`--profile`), shared slots (`--slots`) or what each device must give
+(`--capability`). It builds the body the API takes and nothing else: which atoms fit is the server's.
 """
 
 from __future__ import annotations
@@ -131,13 +132,93 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
         print_fitted(console, _NARROW_ATOM_COLUMNS, rows, output)
 
 
-@app.command("reserve")
+_RESERVE_HELP = """Reserve atoms of a pool for a time window.
+
+What to book, one of (an example each):
+  --gpus N                    whole GPUs
+      reserve --pool a100-exclusive --gpus 2 --duration 4h
+  --profile P [--count N]     MIG instances of profile P (default 1)
+      reserve --pool h100-mig --profile 3g.40gb --duration 4h
+  --slots N                   time-slice or MPS slots of a shared pool
+      reserve --pool h100-timeslice --slots 2 --duration 1h
+  --capability C [--count N]  the pool's cheapest kind of device giving C
+      reserve --pool h100-mig --capability 'memory>=20GiB' --duration 1h
+
+C is comma-separated minimums: memory>=20GiB, slices>=2 (compute slices),
+nvlink (a whole GPU with NVLink peers).
+"""
+
+_SHAPES = ("--gpus", "--profile", "--slots", "--capability")
+
+
+def _device(
+    gpus: int | None, profile: str | None, slots: int | None, capability: str | None, count: int | None
+) -> dict[str, object]:
+    """The one `devices` line the flags ask for, as the API's JSON (docs/api.md, `DeviceRequest`)."""
+    values = (gpus, profile, slots, capability)
+    given = [name for name, value in zip(_SHAPES, values, strict=True) if value is not None]
+    if not given:
+        raise typer.BadParameter(
+            "one of them is required: it says what to book",
+            param_hint=" / ".join(_SHAPES),
+        )
+    if len(given) > 1:
+        raise typer.BadParameter(
+            "give only one: each asks for a different kind of device", param_hint=" / ".join(given)
+        )
+    if count is not None and (gpus is not None or slots is not None):
+        raise typer.BadParameter(
+            f"goes with --profile or --capability; {given[0]} N is itself the count", param_hint="--count"
+        )
+    if gpus is not None:
+        return {"class": "gpu", "count": gpus}
+    if slots is not None:
+        return {"class": "gpu.slot", "count": slots}
+    if profile is not None:
+        if not profile.strip():
+            raise typer.BadParameter("give a MIG profile, e.g. 3g.40gb", param_hint="--profile")
+        expression = {"key": "migProfile", "op": "In", "values": [profile]}
+        return {"class": "gpu.mig", "count": count or 1, "selector": {"matchExpressions": [expression]}}
+    from better_compute.cli.capability import parse_capability
+
+    try:
+        asked = parse_capability(capability or "")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--capability") from None
+    return {"capability": asked, "count": count or 1}
+
+
+@app.command("reserve", help=_RESERVE_HELP)
 def reserve(
     pool: Annotated[str, typer.Option("--pool", help="The pool to book in.", show_default=False)],
-    gpus: Annotated[int, typer.Option("--gpus", min=1, help="How many whole GPUs.", show_default=False)],
     duration: Annotated[
         str, typer.Option("--duration", help="How long, e.g. 30m, 4h, 2d.", show_default=False)
     ],
+    gpus: Annotated[
+        int | None, typer.Option("--gpus", min=1, help="How many whole GPUs.", show_default=False)
+    ] = None,
+    profile: Annotated[
+        str | None,
+        typer.Option("--profile", help="MIG instances of this profile, e.g. 3g.40gb.", show_default=False),
+    ] = None,
+    slots: Annotated[
+        int | None,
+        typer.Option("--slots", min=1, help="How many time-slice or MPS slots.", show_default=False),
+    ] = None,
+    capability: Annotated[
+        str | None,
+        typer.Option(
+            "--capability",
+            help="What each device must give, e.g. 'memory>=20GiB,slices>=2'.",
+            show_default=False,
+        ),
+    ] = None,
+    count: Annotated[
+        int | None,
+        typer.Option(
+            "--count", min=1, help="How many, with --profile or --capability (default 1).", show_default=False
+        ),
+    ] = None,
     start: Annotated[
         str | None,
         typer.Option("--start", help="ISO 8601 start time (default: now).", show_default=False),
@@ -158,21 +239,15 @@ def reserve(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Reserve whole GPUs of a pool for a time window.
-
-    Fractions (gpu.mig, gpu.slot) go through `better-compute api reservations.create`.
-    """
-    from better_compute.wire.reservations import DeviceRequest
-
+    device = _device(gpus, profile, slots, capability, count)
     starts_at = parse_time(start, "--start")
-    devices = [DeviceRequest(cls="gpu", count=gpus)]
     reservation = _call(
         server,
         token,
         as_json,
         lambda compute: compute.reservations.create(
             pool_id=pool,
-            devices=devices,
+            devices=[device],
             duration=duration,
             tenant_id=tenant,
             start=starts_at,
