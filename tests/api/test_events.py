@@ -108,7 +108,51 @@ def test_filters_by_type_and_subject(world: World) -> None:
     ]
     both = page(world, world.admin, subject=two, type="ledger.booked")["items"]
     assert len(both) == 2 and {i["subject"] for i in both} == {two}
-    assert page(world, world.admin, type="some.future.type")["items"] == []
+
+
+@pytest.mark.parametrize("who", ["admin", "acme"])
+def test_an_unknown_type_is_refused_with_the_known_types(world: World, who: str) -> None:
+    r = world.http.get("/v1/events", params={"type": "ledger.book"}, headers=getattr(world, who))
+    assert r.status_code == 400, r.text
+    refused = error(r)
+    assert refused["code"] == "INVALID_INPUT"
+    assert refused["message"].startswith("type 'ledger.book' is not an event this server logs; known: ")
+    assert "ledger.booked" in refused["message"] and "reservation.created" in refused["message"]
+    assert refused["details"] == {"field": "type", "value": "ledger.book", "accepted": sorted(ev.EVENT_TYPES)}
+
+
+@pytest.mark.both_stores
+def test_since_keeps_the_events_logged_at_or_after_it(world: World) -> None:
+    world.clock.now = T0 + timedelta(minutes=30)
+    made = world.reserve(world.acme, "a100", GPUS).json()["id"]
+    world.clock.now = T0 + timedelta(minutes=45)
+    assert world.http.post(f"/v1/reservations/{made}/release", headers=world.acme).status_code == 200
+    world.clock.now = T0 + timedelta(hours=1)
+    expected = ["ledger.booked", "reservation.created", "ledger.released", "reservation.released"]
+    for since in ("2026-12-01T09:30:00Z", "2026-12-01T11:30:00+02:00", "30m", "PT30M"):
+        items = follow(world, world.admin, limit=1, since=since)
+        assert [i["type"] for i in items] == expected, since
+    assert [i["type"] for i in page(world, world.acme, since="20m")["items"]] == expected[2:]
+    assert page(world, world.admin, since="2026-12-01T10:00:00Z")["items"] == []
+    assert len(page(world, world.admin, since="2026-12-01T09:00:00Z")["items"]) > len(expected)
+
+
+@pytest.mark.both_stores
+def test_last_answers_the_newest_events_oldest_first_with_no_cursor(world: World) -> None:
+    for _ in range(3):
+        assert world.reserve(world.platform, "a100", GPUS).status_code == 201
+    whole = follow(world, world.admin, limit=1000)
+    for n in (1, 2, 5, 1000):
+        newest = page(world, world.admin, last=n)
+        assert newest == {"items": whole[-n:], "nextCursor": None}, n
+    booked = [i for i in whole if i["type"] == "ledger.booked"]
+    assert page(world, world.admin, type="ledger.booked", last=2)["items"] == booked[-2:]
+    assert page(world, world.admin, after=str(whole[-3]["id"]), last=10)["items"] == whole[-2:]
+    assert page(world, world.acme, last=5)["items"] == follow(world, world.acme, limit=100)[-5:]
+    # A follower goes on after the last of them and misses nothing written meanwhile.
+    world.reserve(world.platform, "a100", GPUS)
+    fresh = page(world, world.admin, after=str(whole[-1]["id"]))["items"]
+    assert [i["type"] for i in fresh] == ["ledger.booked", "reservation.created"]
 
 
 def test_a_tenant_reads_only_the_events_about_itself(world: World) -> None:
@@ -170,6 +214,16 @@ def test_a_tenant_reads_the_changes_of_the_pools_it_sees(world: World) -> None:
         ({"limit": "0"}, "limit"),
         ({"limit": "1001"}, "limit"),
         ({"limit": "ten"}, "limit"),
+        ({"type": "some.future.type"}, "type"),
+        ({"since": "yesterday"}, "since"),
+        ({"since": "2026-12-01T09:00:00"}, "since"),
+        ({"since": "2026-12-01T25:00:00Z"}, "since"),
+        ({"since": "1h" * 40}, "since"),
+        ({"since": "0s"}, "since"),
+        ({"last": "0"}, "last"),
+        ({"last": "1001"}, "last"),
+        ({"last": "ten"}, "last"),
+        ({"last": "5", "limit": "5"}, "last"),
         ({"cursor": "5"}, "cursor"),
     ],
 )

@@ -1333,11 +1333,22 @@ class Events(_Resource):
         subject: str | None = None,
         after: str | int | None = None,
         limit: int | None = None,
+        since: str | datetime | None = None,
+        last: int | None = None,
     ) -> Page[EventPublic]:
         """Events the token may read, oldest first, after the event id `after` (from the start
-        without it); ``nextCursor`` is set when the page is full and more may follow."""
+        without it); ``nextCursor`` is set when the page is full and more may follow. `since` (a
+        timezone-aware time, or a duration such as ``"1h"`` back from the server's clock) keeps
+        those logged at or after it; `last` (not with `limit`) asks for the newest `last`."""
         query = EventListQuery.model_validate(
-            _fields(type=type, subject=subject, after=None if after is None else str(after), limit=limit)
+            _fields(
+                type=type,
+                subject=subject,
+                after=None if after is None else str(after),
+                since=since.isoformat() if isinstance(since, datetime) else since,
+                last=last,
+                limit=limit,
+            )
         )
         return self._compute._typed("events.list", query, Page[EventPublic])
 

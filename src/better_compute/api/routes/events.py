@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.deps import StoreDep
+from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.events import StreamedEvent, type_of
 from better_compute.service.ops import events
@@ -20,10 +20,17 @@ router = APIRouter(prefix="/v1", tags=["events"], route_class=StrictQueryRoute)
 
 @router.get("/events", response_model=Page[EventPublic])
 def list_events(
-    q: Annotated[EventListQuery, Query()], principal: PrincipalDep, store: StoreDep
+    q: Annotated[EventListQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> Page[EventPublic]:
     found = events.list_events(
-        store, principal, type_=q.type, subject=q.subject, after=q.after, limit=q.limit
+        store,
+        principal,
+        type_=q.type,
+        subject=q.subject,
+        after=q.after,
+        limit=q.limit,
+        since=None if q.since is None else events.since_time(q.since, now),
+        last=q.last,
     )
     return paged(found, event_public)
 

@@ -70,10 +70,13 @@ class EventLog(Protocol):
         limit: int,
         type_: str | None = None,
         subject: str | None = None,
+        since: datetime | None = None,
+        last: bool = False,
     ) -> list[StreamedEvent]:
         """Up to `limit` events after `after` (from the start when None), in stream order, of those
         whose transactions ended before any still in progress began: each one `reader` may read
-        (domain.ops.audience), of type `type_` and about `subject` when given."""
+        (domain.ops.audience), of type `type_`, about `subject` and logged at or after `since` when
+        given. With `last`, the last `limit` of them (the stream's newest), still in stream order."""
         ...
 
     def count_by_type(self, after: LogPosition | None) -> tuple[dict[str, int], LogPosition | None]:

@@ -22,6 +22,7 @@ reader may read and a cursor never lands on someone else's event.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -60,6 +61,10 @@ which cannot write this log: those `pg_stat_activity` shows in another database 
 long transaction elsewhere does not hold this stream back. One it does not show (its session is
 hidden from this role without `pg_read_all_stats`, or it ended since the snapshot) is counted, which
 only makes the stream wait for it."""
+
+
+_COLUMNS = (events.c.id, events.c.type, events.c.subject, events.c.payload, events.c.at)
+"""What a streamed event is read from."""
 
 
 def _postgres(conn: Connection) -> bool:
@@ -109,12 +114,16 @@ def _readable(reader: aud.Reader) -> ColumnElement[bool]:
     return or_(*parts) if parts else false()
 
 
-def _matching(reader: aud.Reader, type_: str | None, subject: str | None) -> list[ColumnElement[bool]]:
+def _matching(
+    reader: aud.Reader, type_: str | None, subject: str | None, since: datetime | None
+) -> list[ColumnElement[bool]]:
     where = [_readable(reader)]
     if type_ is not None:
         where.append(events.c.type == type_)
     if subject is not None:
         where.append(events.c.subject == subject)
+    if since is not None:
+        where.append(events.c.at >= since)
     return where
 
 
@@ -133,25 +142,56 @@ def stream(
     limit: int,
     type_: str | None = None,
     subject: str | None = None,
+    since: datetime | None = None,
+    last: bool = False,
 ) -> list[StreamedEvent]:
-    where = _matching(reader, type_, subject)
-    columns = (events.c.id, events.c.type, events.c.subject, events.c.payload, events.c.at)
+    if last:
+        return _newest(conn, after, limit, _matching(reader, type_, subject, since))
+    where = _matching(reader, type_, subject, since)
     found: list[Mapping[str, Any]] = []
     if after is None or after.tx is None:
         # SQLite's whole log; on PostgreSQL, the events logged before transactions were recorded.
-        legacy: Select[Any] = select(*columns).where(events.c.tx.is_(None), *where)
+        legacy: Select[Any] = select(*_COLUMNS).where(events.c.tx.is_(None), *where)
         if after is not None:
             legacy = legacy.where(events.c.id > after.id)
         found = [dict(r._mapping) for r in conn.execute(legacy.order_by(events.c.id).limit(limit))]
     if _postgres(conn) and len(found) < limit:
         settled = (
-            select(*columns)
+            select(*_COLUMNS)
             .where(*_after_in_transactions(after), events.c.tx < _SETTLED_BELOW, *where)
             .order_by(events.c.tx, events.c.id)
             .limit(limit - len(found))
         )
         found += [dict(r._mapping) for r in conn.execute(settled)]
     return _streamed(found)
+
+
+def _newest(
+    conn: Connection, after: LogPosition | None, limit: int, where: list[ColumnElement[bool]]
+) -> list[StreamedEvent]:
+    """The last `limit` events of the stream now (after `after`), still in stream order: the same
+    events the forward read would end with, read from the end so that a long log is not walked.
+
+    The stream's end is its settled transactions (PostgreSQL), by (tx, id) backwards; the events
+    logged before transactions were recorded (all of SQLite's log) come before them, so they are
+    read, by id backwards, only when the settled part holds fewer than `limit`."""
+    settled: list[Mapping[str, Any]] = []
+    if _postgres(conn):
+        newest = (
+            select(*_COLUMNS)
+            .where(*_after_in_transactions(after), events.c.tx < _SETTLED_BELOW, *where)
+            .order_by(events.c.tx.desc(), events.c.id.desc())
+            .limit(limit)
+        )
+        settled = [dict(r._mapping) for r in conn.execute(newest)]
+    legacy: list[Mapping[str, Any]] = []
+    if len(settled) < limit and (after is None or after.tx is None):
+        older: Select[Any] = select(*_COLUMNS).where(events.c.tx.is_(None), *where)
+        if after is not None:
+            older = older.where(events.c.id > after.id)
+        query = older.order_by(events.c.id.desc()).limit(limit - len(settled))
+        legacy = [dict(r._mapping) for r in conn.execute(query)]
+    return _streamed([*reversed(legacy), *reversed(settled)])
 
 
 def _last_settled(conn: Connection) -> LogPosition | None:

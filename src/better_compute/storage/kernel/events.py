@@ -144,8 +144,10 @@ class SqlEvents:
         limit: int,
         type_: str | None = None,
         subject: str | None = None,
+        since: datetime | None = None,
+        last: bool = False,
     ) -> list[StreamedEvent]:
-        return event_stream.stream(self.conn, reader, after, limit, type_, subject)
+        return event_stream.stream(self.conn, reader, after, limit, type_, subject, since, last)
 
     def count_by_type(self, after: LogPosition | None) -> tuple[dict[str, int], LogPosition | None]:
         return event_stream.count_by_type(self.conn, after)
