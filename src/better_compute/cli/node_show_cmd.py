@@ -7,6 +7,7 @@ piped), so an id or a timestamp is never cut; timestamps are UTC to the second.
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -30,6 +31,10 @@ KNOWN_SHOWN = 5
 
 LABEL = 17
 """The width of the label column of the detail view."""
+
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\dZ)")
+_KEEP = "\u00a0"
+"""Joins a timestamp's date and time while a line is broken (textwrap breaks at ASCII space only)."""
 
 
 def stamp(value: datetime) -> str:
@@ -150,14 +155,18 @@ class _Lines:
             self.text(value, first, " " * (len(lead) + 2))
 
     def text(self, value: str, first: str, rest: str) -> None:
-        self.out += textwrap.wrap(
-            value,
-            self.width,
-            initial_indent=first,
-            subsequent_indent=rest,
-            break_long_words=False,
-            break_on_hyphens=False,
-        ) or [first.rstrip()]
+        """`value` broken at spaces, never inside a timestamp; when a token is too long for the
+        continuation indent (a partition booking's id), continuations start at column 4 instead."""
+        lines = self._wrapped(value, first, rest)
+        if len(rest) > 4 and any(len(line) > self.width for line in lines[1:]):
+            lines = self._wrapped(value, first, "    ")
+        self.out += lines
+
+    def _wrapped(self, value: str, first: str, rest: str) -> list[str]:
+        kept = _STAMP.sub(rf"\1{_KEEP}\2", value)
+        options = {"break_long_words": False, "break_on_hyphens": False}
+        lines = textwrap.wrap(kept, self.width, initial_indent=first, subsequent_indent=rest, **options)
+        return [line.replace(_KEEP, " ") for line in lines] or [first.rstrip()]
 
     def blank(self) -> None:
         self.out.append("")
@@ -200,12 +209,17 @@ def render(detail: NodeDetailPublic, width: int) -> list[str]:
         if gpu.layout_refused is not None:
             view.row("refused", _refusal(gpu.layout_refused), indent=2)
         atoms = [a for a in detail.atoms if a.gpu_id == gpu.id]
-        view.row("atoms", [] if atoms else ["none"], indent=2)
+        # a GPU held whole (maintenance, a layout change, an endpoint) by one allocation: said once
+        whole = _holders_text(atoms[0]) if atoms and atoms[0].holders else []
+        whole = whole if all(_holders_text(a) == whole for a in atoms) else []
+        if whole:
+            view.row("held whole", whole, indent=2)
+        view.row("atoms", str(len(atoms)) if atoms else "none", indent=2)
         for atom in atoms:
             uuid = atom.attributes.get("migUuid")
             head = f"{atom.id} {_atom_kind(atom)}" + (f" {uuid}" if uuid else "")
             view.text(f"{head}: {_atom_state(atom, now)}", "    ", "        ")
-            for line in _holders_text(atom):
+            for line in [] if whole else _holders_text(atom):
                 view.text(line, "      ", "        ")
     orphans = [a for a in detail.atoms if a.gpu_id not in {g.id for g in detail.gpus}]
     for atom in orphans:
