@@ -164,8 +164,14 @@ class _Lines:
 
     def _wrapped(self, value: str, first: str, rest: str) -> list[str]:
         kept = _STAMP.sub(rf"\1{_KEEP}\2", value)
-        options = {"break_long_words": False, "break_on_hyphens": False}
-        lines = textwrap.wrap(kept, self.width, initial_indent=first, subsequent_indent=rest, **options)
+        lines = textwrap.wrap(
+            kept,
+            self.width,
+            initial_indent=first,
+            subsequent_indent=rest,
+            break_long_words=False,
+            break_on_hyphens=False,
+        )
         return [line.replace(_KEEP, " ") for line in lines] or [first.rstrip()]
 
     def blank(self) -> None:
