@@ -23,6 +23,7 @@ from better_compute.api.routes import (
     events,
     health,
     inventory,
+    node_detail,
     nodes,
     partitions,
     policies,
@@ -109,6 +110,7 @@ def create_app(
     docs.install(app)
     app.include_router(inventory.router)
     app.include_router(nodes.router)
+    app.include_router(node_detail.router)
     app.include_router(pools.router)
     guards.install(app)
     app.include_router(tenants.router)

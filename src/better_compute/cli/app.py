@@ -37,6 +37,7 @@ from better_compute.cli import (  # noqa: E402, F401
     endpoints_cmd,
     events_cmd,
     login_cmd,
+    node_show_cmd,
     partitions_cmd,
     reservations_cmd,
     resources_cmd,

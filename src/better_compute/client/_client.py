@@ -68,6 +68,7 @@ from better_compute.wire.inventory import (
     NodeUpdate,
 )
 from better_compute.wire.methods import METHODS, Method, unknown_method
+from better_compute.wire.node_detail import NodeDetailPublic, NodeGet
 from better_compute.wire.nodes import (
     JoinTokenCreate,
     JoinTokenIssued,
@@ -1217,6 +1218,12 @@ class Nodes(Inventory):
         """Cordon (`cordoned=True`) or uncordon a node (admin): a cordoned node's atoms take no new
         booking; those it holds stay."""
         return self._compute._typed("nodes.update", NodeUpdate(node=node, cordoned=cordoned), NodePublic)
+
+    def get(self, node: str) -> NodeDetailPublic:
+        """One node (admin): its state, its GPUs and the MIG layout each is told, every atom with
+        the bookings holding it, and its layout change under way. An unknown node is
+        `NotFoundError`."""
+        return self._compute._typed("nodes.get", NodeGet(node=node), NodeDetailPublic)
 
     def release_gpu(self, gpu: str) -> GpuPublic:
         """Let GPU `gpu` (its uuid) go from the node that has it (admin): the next node to report

@@ -73,6 +73,7 @@ from better_compute.wire.inventory import (
     NodePublic,
     NodeUpdate,
 )
+from better_compute.wire.node_detail import NodeDetailPublic, NodeGet
 from better_compute.wire.nodes import (
     JoinTokenCreate,
     JoinTokenIssued,
@@ -584,6 +585,17 @@ _TABLE: tuple[Method, ...] = (
         ),
     ),
     Method("nodes.list", "GET", "/v1/nodes", NodeListQuery, Inventory, paged=True),
+    Method(
+        "nodes.get",
+        "GET",
+        "/v1/nodes/{node}",
+        NodeGet,
+        NodeDetailPublic,
+        summary=(
+            "One node (admin): its state, GPUs and the layout each is told, atoms with the bookings"
+            " holding them, and its layout change under way."
+        ),
+    ),
     Method(
         "nodes.update",
         "PATCH",

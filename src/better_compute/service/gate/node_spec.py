@@ -74,6 +74,12 @@ def _derive(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGat
     return node, gate, spec
 
 
+def derive_in(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:
+    """The node, its layout change under way and the spec it is told at `now`, read in `tx`
+    without advancing its generation (what `nodes.get` shows); an unknown node is NOT_FOUND."""
+    return _derive(tx, node_id, now)
+
+
 def read(store: StorePort[GateTx], node_id: str, now: datetime) -> ServedSpec:
     """The node's spec at `now` and its generation, advanced when the content changed."""
     with store.read() as tx:
