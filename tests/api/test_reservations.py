@@ -136,7 +136,7 @@ def test_notebook_example_quota_then_success_then_idempotent_replay(world: World
     assert [(a["class"], a["attributes"]["migProfile"]) for a in body["atoms"]] == [("gpu.mig", "3g.40gb")]
     assert (body["gpuCount"], body["gpuSlices"]) == (0, 1)
     again = world.reserve(world.acme, "h100", notebook, idempotencyKey="notebook-ana-0924")
-    assert again.status_code == 200 and again.json() == body
+    assert again.status_code == 200 and again.json() == {**body, "replayed": True}
     other = world.reserve(world.acme, "h100", [mig("2g.20gb")], idempotencyKey="notebook-ana-0924")
     assert other.status_code == 409 and error(other)["code"] == "INVALID_STATE"
     listed = world.http.get("/v1/reservations", headers=world.acme).json()["items"]
@@ -723,7 +723,8 @@ def test_create_answers_exactly_what_get_answers(world: World) -> None:
     fetched = world.http.get(f"/v1/reservations/{created.json()['id']}", headers=world.acme)
     assert created.json() == fetched.json()
     replayed = world.reserve(world.acme, "h100", devices, idempotencyKey="same-shape")
-    assert replayed.status_code == 200 and replayed.json() == fetched.json()
+    # A replay is the same reservation, flagged as the answer to a reused key.
+    assert replayed.status_code == 200 and replayed.json() == {**fetched.json(), "replayed": True}
 
 
 def test_reservations_list_is_newest_first_with_a_descending_cursor(world: World) -> None:
@@ -755,3 +756,27 @@ def test_a_malformed_cursor_is_invalid_input_not_an_empty_page(world: World, cur
     assert r.status_code == 400, r.text
     assert error(r)["code"] == "INVALID_INPUT"
     assert error(r)["details"] == {"field": "cursor"}
+
+
+@pytest.mark.both_stores
+def test_a_replay_of_a_released_reservation_says_it_was_released_and_books_nothing(world: World) -> None:
+    world.offer("a100", "acme", gpu=4)
+    whole = [{"class": "gpu", "count": 4}]
+    first = world.reserve(world.acme, "a100", whole, duration="2h", idempotencyKey="nightly-ana")
+    assert first.status_code == 201, first.text
+    assert first.json()["replayed"] is False
+    world.clock.now = T0 + timedelta(minutes=30)
+    released = world.http.post(f"/v1/reservations/{first.json()['id']}/release", headers=world.acme)
+    assert released.status_code == 200, released.text
+    assert released.json()["replayed"] is False
+
+    again = world.reserve(world.acme, "a100", whole, duration="2h", idempotencyKey="nightly-ana")
+
+    assert again.status_code == 200, again.text
+    body = again.json()
+    assert (body["id"], body["status"], body["replayed"]) == (first.json()["id"], "released", True)
+    assert body["end"].startswith("2026-12-01T09:30:00")
+    # Nothing was booked: the pool's four GPUs are still free for anyone.
+    assert world.reserve(world.platform, "a100", whole, duration="1h").status_code == 201
+    got = world.http.get(f"/v1/reservations/{body['id']}", headers=world.acme).json()
+    assert got["status"] == "released" and got["replayed"] is False

@@ -5,7 +5,9 @@ import stat
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from better_compute.cli.app import app
 from better_compute.cli.config import (
     DEFAULT_SERVER,
     Settings,
@@ -64,3 +66,22 @@ def test_malformed_file_is_reported(isolated_config: Path) -> None:
     isolated_config.write_text("{")
     with pytest.raises(ValueError, match="not valid JSON"):
         read_config(isolated_config)
+
+
+def test_a_bc_server_without_scheme_or_with_v1_gets_a_hint(
+    runner: CliRunner, isolated_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BC_SERVER", "compute.example.org")
+    no_scheme = runner.invoke(app, ["reservations", "list", "--token", "t"])
+    monkeypatch.setenv("BC_SERVER", "http://compute.example.org:8000/v1")
+    with_v1 = runner.invoke(app, ["reservations", "list", "--token", "t"])
+
+    assert no_scheme.exit_code == with_v1.exit_code == 1
+    assert no_scheme.stderr == (
+        "error: BC_SERVER is 'compute.example.org': a server URL starts with http:// or https:// "
+        "(such as https://compute.example.org)\n"
+    )
+    assert with_v1.stderr == (
+        "error: BC_SERVER is 'http://compute.example.org:8000/v1': name the server's root, without /v1 "
+        "(http://compute.example.org:8000); the client adds /v1 to every path\n"
+    )

@@ -682,3 +682,26 @@ def test_a_partition_conflict_is_an_answer_not_an_error() -> None:
     )
     clash = compute_for(server).partitions.book("GPU-1", end=datetime(2030, 1, 1, 11, tzinfo=UTC))
     assert (clash.status, clash.booking_id, clash.free_from, clash.atoms) == ("conflict", None, None, [])
+
+
+def test_a_replayed_key_whose_reservation_was_released_is_not_a_new_booking() -> None:
+    replay = reservation_json(status="released", end="2030-01-01T10:30:00Z", replayed=True)
+    server = FakeServer({("POST", "/v1/reservations"): (200, replay)})
+
+    booked = compute_for(server).reservations.create(
+        pool_id="h100-a", devices=[{"class": "gpu", "count": 2}], duration="4h", idempotency_key="k-1"
+    )
+
+    assert booked.replayed is True
+    assert booked.status == "released"
+    assert booked.end == datetime(2030, 1, 1, 10, 30, tzinfo=UTC)
+
+
+def test_a_fresh_booking_is_not_replayed() -> None:
+    server = FakeServer({("POST", "/v1/reservations"): (201, reservation_json(replayed=False))})
+
+    booked = compute_for(server).reservations.create(
+        pool_id="h100-a", devices=[{"class": "gpu", "count": 2}], duration="4h"
+    )
+
+    assert booked.replayed is False

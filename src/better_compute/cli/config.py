@@ -1,32 +1,43 @@
 """Where the CLI finds its server and token.
 
-Each is resolved on its own, first match wins:
-
-1. the command's `--server` / `--token` option;
-2. the `BC_SERVER` / `BC_TOKEN` environment variable;
-3. the config file written by `better-compute login`: `$BC_CONFIG`, else
-   `$XDG_CONFIG_HOME/better-compute/config.json`, else `~/.config/better-compute/config.json`;
-4. the server defaults to http://127.0.0.1:8000; the token to none.
-
-The file's token belongs to the file's server: it is used only when the resolved server is that one,
-so a token is never sent to a server it was not issued by.
+The order (option, environment, the file `better-compute login` writes, the default server) and the
+file itself are `better_compute.login_config`'s, shared with `Compute.from_env()`; this module adds
+the command-line options and the seam through which commands get their client.
 """
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from better_compute.login_config import (
+    DEFAULT_SERVER,
+    Settings,
+    check_server,
+    config_path,
+    forget_token,
+    read_config,
+    resolve,
+    write_config,
+)
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
 
-DEFAULT_SERVER = "http://127.0.0.1:8000"
+__all__ = [
+    "DEFAULT_SERVER",
+    "ServerOption",
+    "Settings",
+    "TokenOption",
+    "check_server",
+    "config_path",
+    "connect",
+    "forget_token",
+    "read_config",
+    "resolve",
+    "write_config",
+]
 
 ServerOption = Annotated[
     str | None,
@@ -42,72 +53,6 @@ TokenOption = Annotated[
         "--token", help="Bearer token (default: $BC_TOKEN or the login config).", show_default=False
     ),
 ]
-
-
-@dataclass(frozen=True)
-class Settings:
-    server: str
-    token: str | None
-
-
-def config_path(env: Mapping[str, str] | None = None) -> Path:
-    """The config file's path (it may not exist)."""
-    env = os.environ if env is None else env
-    if env.get("BC_CONFIG"):
-        return Path(env["BC_CONFIG"]).expanduser()
-    base = Path(env["XDG_CONFIG_HOME"]) if env.get("XDG_CONFIG_HOME") else Path.home() / ".config"
-    return base / "better-compute" / "config.json"
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """The config file's content; `{}` when it does not exist. A malformed file is a ValueError."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} must hold a JSON object")
-    return data
-
-
-def write_config(path: Path, server: str, token: str) -> None:
-    """Write server and token to `path`, readable by its owner only (mode 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        os.fchmod(handle.fileno(), 0o600)
-        json.dump({"server": server, "token": token}, handle, indent=2)
-        handle.write("\n")
-
-
-def forget_token(path: Path) -> None:
-    """Drop the token from the config file at `path`, keeping the rest (the server)."""
-    kept = {k: v for k, v in read_config(path).items() if k != "token"}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(kept, handle, indent=2)
-        handle.write("\n")
-
-
-def resolve(server: str | None, token: str | None, env: Mapping[str, str] | None = None) -> Settings:
-    """Server and token by the order in this module's docstring."""
-    env = os.environ if env is None else env
-    stored = read_config(config_path(env))
-    stored_server = stored.get("server") if isinstance(stored.get("server"), str) else None
-    stored_token = stored.get("token") if isinstance(stored.get("token"), str) else None
-    resolved_server = server or env.get("BC_SERVER") or stored_server or DEFAULT_SERVER
-    resolved_token = token or env.get("BC_TOKEN")
-    if resolved_token is None and stored_token and _same_server(resolved_server, stored_server):
-        resolved_token = stored_token
-    return Settings(server=resolved_server, token=resolved_token or None)
-
-
-def _same_server(a: str, b: str | None) -> bool:
-    return b is not None and a.rstrip("/") == b.rstrip("/")
 
 
 def connect(settings: Settings) -> Compute:

@@ -30,7 +30,14 @@ def login(
     """Check the token with one read call, then write the server and token to the config file (0600)."""
     from better_compute.client import ComputeError, ForbiddenError  # see config.connect
 
-    server = server or os.environ.get("BC_SERVER") or config.DEFAULT_SERVER
+    if server is None and os.environ.get("BC_SERVER"):
+        server, source = os.environ["BC_SERVER"], "BC_SERVER"
+    else:
+        server, source = server or config.DEFAULT_SERVER, "--server"
+    try:
+        config.check_server(server, source)
+    except ValueError as exc:
+        fail(str(exc))
     token = token or os.environ.get("BC_TOKEN") or typer.prompt("Token", hide_input=True)
     settings = config.Settings(server=server, token=token)
     try:

@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from better_compute import __version__
+from better_compute import __version__, login_config
 from better_compute.client._errors import ComputeError, InvalidInputError, TransportError, error_from_answer
 from better_compute.wire import API_VERSION, API_VERSION_HEADER, codes
 from better_compute.wire.billing import (
@@ -220,6 +220,45 @@ class Compute:
         self.prices = Prices(self)
         self.partitions = Partitions(self)
         self.doctor = Doctor(self)
+
+    @classmethod
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int = DEFAULT_RETRIES,
+        backoff: float = DEFAULT_BACKOFF,
+    ) -> Compute:
+        """A client for the server and token the CLI would use: `BC_SERVER` / `BC_TOKEN`, else the
+        config file `better-compute login` wrote (`BC_CONFIG`, else the XDG path), each on its own,
+        the file's token only for the file's server (`better_compute.login_config`).
+
+        Unlike the CLI it has no default server: a program that finds none is more likely
+        misconfigured than meant for 127.0.0.1. Nothing found, a server URL that is not a server's
+        root (no `http://`, or ending in `/v1`), or a malformed config file is a ValueError saying
+        what is missing and how to give it. `env` defaults to `os.environ`."""
+        found = login_config.find(None, None, env)
+        if found.server is None:
+            raise ValueError(
+                f"no server: set BC_SERVER (such as https://compute.example.org) or run "
+                f"`better-compute login --server URL` (no login config at {found.path})"
+            )
+        if found.token is None:
+            elsewhere = (
+                f"; the token in {found.path} is for {found.other_token_server}, "
+                "and is sent to no other server"
+                if found.other_token_server is not None
+                else ""
+            )
+            raise ValueError(
+                f"no token for {found.server} (from {found.server_source}): set BC_TOKEN or run "
+                f"`better-compute login --server {found.server}`{elsewhere}"
+            )
+        return cls(
+            found.server, found.token, transport=transport, timeout=timeout, retries=retries, backoff=backoff
+        )
 
     @property
     def base_url(self) -> str:
@@ -1008,6 +1047,8 @@ class Reservations(_Resource):
 
         Without ``tenant_id`` the server takes the credential's tenant. Without ``idempotency_key`` one
         is generated, so a retried call returns the first reservation instead of booking twice.
+        A key used before answers that first reservation as it stands now, with ``replayed`` True: a
+        reused key whose reservation was released since gets ``status`` ``released``, not a new booking.
         """
         request = ReservationCreate.model_validate(
             _fields(

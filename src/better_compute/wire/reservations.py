@@ -158,6 +158,10 @@ class ReservationPublic(WireAnswer):
     """Why the binding is `stranded`, naming the atoms; null otherwise."""
     preemptible: bool = False
     """Whether a workload may end it early to be placed (it is then `released`)."""
+    replayed: bool = False
+    """True in the answer of a `reservations.create` that reused an `idempotencyKey` (HTTP 200): the
+    first reservation made with the key, as it stands now, which may be `released`, `cancelled` or
+    `ended`, not a new booking. False everywhere else."""
 
 
 class ReservationListQuery(WireRequest):

@@ -132,7 +132,10 @@ router.add_api_route(
     responses={
         200: {
             "model": ReservationPublic,
-            "description": "The first reservation made with this idempotencyKey.",
+            "description": (
+                "The first reservation made with this idempotencyKey, as it stands now (it may be "
+                "released, cancelled or ended), with `replayed: true`: no new booking was made."
+            ),
         }
     },
     route_class_override=AdmissionRoute,
@@ -216,6 +219,7 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "binding": view.binding,
         "bindingDetail": view.binding_detail,
         "preemptible": r.preemptible,
+        "replayed": view.replayed,
     }
 
 
