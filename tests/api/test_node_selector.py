@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.api.test_reservations import World, error, world  # noqa: F401  (the fixture)
+import pytest
+
+from better_compute.storage.store import Store
+from tests.api.test_reservations import World, error
+
+
+@pytest.fixture
+def world(store: Store) -> World:
+    return World(store)
 
 
 def on(*nodes: str, count: int = 1, op: str = "In") -> list[dict[str, Any]]:
