@@ -188,7 +188,7 @@ def _device(
     if profile is not None:
         if not profile.strip():
             raise typer.BadParameter("give a MIG profile, e.g. 3g.40gb", param_hint="--profile")
-        expression = {"key": "migProfile", "op": "In", "values": [profile]}
+        expression: dict[str, object] = {"key": "migProfile", "op": "In", "values": [profile]}
         return _line({"class": "gpu.mig", "count": count or 1}, [expression, *where])
     from better_compute.cli.capability import parse_capability
 
