@@ -290,7 +290,7 @@ OFFER_COLUMNS = [("tenant", "tenantId"), ("pool", "poolId"), ("class", "class"),
 @pools_app.command("offer")
 def pools_offer(
     pool_id: Annotated[str, typer.Argument(metavar="POOL")],
-    tenants: Annotated[list[str], typer.Argument(metavar="TENANT...", help="One or more tenants.")],
+    tenants: Annotated[list[str], typer.Argument(metavar="TENANT", help="One or more tenants.")],
     quota: Annotated[
         list[str],
         typer.Option(
