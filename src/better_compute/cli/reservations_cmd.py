@@ -2,7 +2,8 @@
 
 `reserve` books one device line of `reservations.create` from its flags: whole GPUs (`--gpus`), MIG
 instances of a profile (`--profile`), shared slots (`--slots`) or what each device must give
-(`--capability`). It builds the body the API takes and nothing else: which atoms fit is the server's.
+(`--capability`), on named nodes with `--node` (the selector's `node In [...]`). It builds the body the
+API takes and nothing else: which atoms fit is the server's.
 """
 
 from __future__ import annotations
@@ -146,13 +147,22 @@ What to book, one of (an example each):
 
 C is comma-separated minimums: memory>=20GiB, slices>=2 (compute slices),
 nvlink (a whole GPU with NVLink peers).
+
+Where (with --gpus, --profile or --slots):
+  --node NAME                 only on this node (repeat for any of several)
+      reserve --pool a100-exclusive --gpus 1 --node use-a100-2 --duration 4h
 """
 
 _SHAPES = ("--gpus", "--profile", "--slots", "--capability")
 
 
 def _device(
-    gpus: int | None, profile: str | None, slots: int | None, capability: str | None, count: int | None
+    gpus: int | None,
+    profile: str | None,
+    slots: int | None,
+    capability: str | None,
+    count: int | None,
+    nodes: list[str] | None = None,
 ) -> dict[str, object]:
     """The one `devices` line the flags ask for, as the API's JSON (docs/api.md, `DeviceRequest`)."""
     values = (gpus, profile, slots, capability)
@@ -170,15 +180,16 @@ def _device(
         raise typer.BadParameter(
             f"goes with --profile or --capability; {given[0]} N is itself the count", param_hint="--count"
         )
+    where = _node_expressions(nodes or [], capability is not None)
     if gpus is not None:
-        return {"class": "gpu", "count": gpus}
+        return _line({"class": "gpu", "count": gpus}, where)
     if slots is not None:
-        return {"class": "gpu.slot", "count": slots}
+        return _line({"class": "gpu.slot", "count": slots}, where)
     if profile is not None:
         if not profile.strip():
             raise typer.BadParameter("give a MIG profile, e.g. 3g.40gb", param_hint="--profile")
-        expression = {"key": "migProfile", "op": "In", "values": [profile]}
-        return {"class": "gpu.mig", "count": count or 1, "selector": {"matchExpressions": [expression]}}
+        expression: dict[str, object] = {"key": "migProfile", "op": "In", "values": [profile]}
+        return _line({"class": "gpu.mig", "count": count or 1}, [expression, *where])
     from better_compute.cli.capability import parse_capability
 
     try:
@@ -186,6 +197,26 @@ def _device(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--capability") from None
     return {"capability": asked, "count": count or 1}
+
+
+def _node_expressions(nodes: list[str], by_capability: bool) -> list[dict[str, object]]:
+    """`--node` as the selector's `node In [...]` expression (none without it). The server decides
+    which names are nodes of the pool; a name it has no free atom on is its refusal."""
+    if not nodes:
+        return []
+    if by_capability:
+        raise typer.BadParameter(
+            "goes with --gpus, --profile or --slots: a device asked by capability takes no selector",
+            param_hint="--node",
+        )
+    if any(not name.strip() for name in nodes):
+        raise typer.BadParameter("give a node name, e.g. gpu-a-1", param_hint="--node")
+    return [{"key": "node", "op": "In", "values": list(dict.fromkeys(nodes))}]
+
+
+def _line(line: dict[str, object], expressions: list[dict[str, object]]) -> dict[str, object]:
+    """A device line, with a selector when there is something to select on."""
+    return {**line, "selector": {"matchExpressions": expressions}} if expressions else line
 
 
 @app.command("reserve", help=_RESERVE_HELP)
@@ -219,6 +250,10 @@ def reserve(
             "--count", min=1, help="How many, with --profile or --capability (default 1).", show_default=False
         ),
     ] = None,
+    node: Annotated[
+        list[str] | None,
+        typer.Option("--node", help="Only on this node (repeat for any of several).", show_default=False),
+    ] = None,
     start: Annotated[
         str | None,
         typer.Option("--start", help="ISO 8601 start time (default: now).", show_default=False),
@@ -239,7 +274,7 @@ def reserve(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    device = _device(gpus, profile, slots, capability, count)
+    device = _device(gpus, profile, slots, capability, count, node)
     starts_at = parse_time(start, "--start")
     reservation = _call(
         server,

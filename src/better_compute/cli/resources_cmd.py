@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast, get_args
 
 import typer
 from pydantic import BaseModel
@@ -29,7 +29,7 @@ from better_compute.wire.quotas import AtomClass, QuotaPublic
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
-    from better_compute.wire.pools import NodeLayoutPreviewPublic, PoolLayoutPreview
+    from better_compute.wire.pools import NodeLayoutPreviewPublic, PoolLayoutPreview, PoolOfferPublic
 
 T = TypeVar("T")
 
@@ -116,7 +116,8 @@ def _find(pages: Callable[[str | None], Page[Any]], wanted: str, noun: str, as_j
 
 # -- pools ---------------------------------------------------------------------------------------
 pools_app = typer.Typer(
-    help="List, show, create, update and delete pools; preview a MIG layout change.", no_args_is_help=True
+    help="List, show, create, update and delete pools; offer one to tenants; preview a MIG layout change.",
+    no_args_is_help=True,
 )
 app.add_typer(pools_app, name="pools")
 POOL_COLUMNS = [
@@ -261,6 +262,87 @@ def pools_delete(
 ) -> None:
     """Delete an empty pool (admin): no nodes, no reservations; its quota rows and policies go too."""
     _one(_call(server, token, as_json, lambda c: c.pools.delete(pool_id)), as_json)
+
+
+def _offered_quota(items: Sequence[str]) -> dict[AtomClass, int]:
+    """`--quota CLASS=N` options as the offer's `quota` map; a class given twice is a mistake."""
+    classes = get_args(AtomClass)
+    quota: dict[AtomClass, int] = {}
+    for item in items:
+        cls, sep, text = item.partition("=")
+        cls = cls.strip()
+        if not sep or cls not in classes:
+            raise typer.BadParameter(
+                f"{item!r}: write CLASS=N with CLASS one of {', '.join(classes)} (e.g. gpu.mig=3)",
+                param_hint="--quota",
+            )
+        if not text.strip().isdecimal() or not text.strip().isascii():
+            raise typer.BadParameter(f"{item!r}: N is a whole number, 0 or more", param_hint="--quota")
+        if cls in quota:
+            raise typer.BadParameter(f"{cls} is given twice", param_hint="--quota")
+        quota[cast(AtomClass, cls)] = int(text)
+    return quota
+
+
+OFFER_COLUMNS = [("tenant", "tenantId"), ("pool", "poolId"), ("class", "class"), ("limit", "limit")]
+
+
+@pools_app.command("offer")
+def pools_offer(
+    pool_id: Annotated[str, typer.Argument(metavar="POOL")],
+    tenants: Annotated[list[str], typer.Argument(metavar="TENANT", help="One or more tenants.")],
+    quota: Annotated[
+        list[str],
+        typer.Option(
+            "--quota",
+            help="CLASS=N: the most of gpu, gpu.mig or gpu.slot each tenant may hold at once (repeat).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Give tenants quota rows in a pool (the admin or the pool's owner): each may then see the pool
+    and book in it up to its limits. Offering again replaces the classes given; --quota CLASS=0 takes
+    back what that class allowed (the row stays, at 0: no method removes it). A timeslice or mps
+    pool is offered to its owner only.
+
+    One offer per tenant, in the order given: a refusal stops there, and the tenants before it keep
+    theirs (printed first)."""
+    limits = _offered_quota(quota)
+    done: list[PoolOfferPublic] = []
+
+    def offer_each(c: Compute) -> None:
+        from better_compute.client import ComputeError
+
+        for tenant in tenants:
+            try:
+                done.append(c.pools.offer(pool_id, tenant_id=tenant, quota=limits))
+            except ComputeError as exc:
+                before = ""
+                if done:
+                    _print_offers(done, as_json)
+                    before = f" (offered to {', '.join(d.tenant_id for d in done)} before it)"
+                raise type(exc)(
+                    f"tenant {tenant}: {exc.message}{before}",
+                    code=exc.code,
+                    details=exc.details,
+                    status_code=exc.status_code,
+                ) from None
+
+    _call(server, token, as_json, offer_each)
+    _print_offers(done, as_json)
+
+
+def _print_offers(done: Sequence[PoolOfferPublic], as_json: bool) -> None:
+    """The rows each tenant now has in the pool (the admin sees all of them, an owner those it wrote);
+    with --json, the API's answers as `{"items": [...]}`, one per tenant, in order."""
+    if as_json:
+        print_json({"items": [_plain(d) for d in done]})
+        return
+    if done:
+        _table((_plain(q) for d in done for q in d.quotas), OFFER_COLUMNS, "no quota rows")
 
 
 def _held_by(node: NodeLayoutPreviewPublic) -> str:

@@ -24,6 +24,7 @@ from better_compute.domain.fleet.pools import PoolSharing, check_replicas, mps_u
 from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.name_uuids import uuid5_hex
+from better_compute.domain.kernel.selectors import Selector
 
 AttrValue = str | int | float | bool
 
@@ -148,6 +149,26 @@ class Atom:
     attributes: Mapping[str, AttrValue] = field(default_factory=dict)
     present: bool = True
     """False once its node stopped reporting it: kept, unbookable, so bookings keep pointing at it."""
+
+
+NODE_KEY = "node"
+"""The selector key that names an atom's node (`node In [gpu-a-1]` pins a device line to nodes,
+`NotIn` keeps it off them). The node is where the atom lives, not one of the GPU's own attributes,
+so it is not stored among `attributes`; `selects` reads it from the atom. An `In` names at most
+`selectors.MAX_VALUES` nodes, as every expression does."""
+
+
+def selects(selector: Selector, atom: Atom) -> bool:
+    """Whether `atom` matches `selector`: its `node` expressions against the atom's node, the others
+    against its attributes. Every request and device class is matched through here, so the `node`
+    key means the same wherever a selector is given."""
+    for expr in selector.match_expressions:
+        if expr.key == NODE_KEY:
+            if not expr.matches({NODE_KEY: atom.node}):
+                return False
+        elif not expr.matches(atom.attributes):
+            return False
+    return True
 
 
 def nvlink_domains(gpus: Iterable[GpuReport]) -> dict[str, str | None]:

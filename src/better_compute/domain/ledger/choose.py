@@ -45,7 +45,7 @@ from itertools import chain
 from typing import Protocol
 
 from better_compute.domain.catalog import profile_name_key
-from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.atoms import Atom, selects
 from better_compute.domain.kernel.timewin import require_aware
 from better_compute.domain.ledger.admission import DeviceRequest
 
@@ -185,7 +185,7 @@ def matching(request: DeviceRequest, atoms: Iterable[Atom]) -> list[Atom]:
     return [
         atom
         for atom in atoms
-        if atom.cls == request.cls and atom.bookable and request.selector.matches(atom.attributes)
+        if atom.cls == request.cls and atom.bookable and selects(request.selector, atom)
     ]
 
 

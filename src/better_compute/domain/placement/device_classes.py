@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.atoms import Atom, selects
 from better_compute.domain.kernel.atom_classes import AtomClass, check_atom_class
 from better_compute.domain.kernel.errors import AlreadyExists, NotFound
 from better_compute.domain.kernel.selectors import Selector, parse_selector
@@ -66,7 +66,7 @@ def parse_spec(name: object, cls: object, selector: object, where: str = "") -> 
 
 def belongs_to(atom: Atom, device_class: DeviceClass) -> bool:
     """Whether `atom` is a device of `device_class`: of its atom class, and matching its selector."""
-    return atom.cls == device_class.cls and device_class.selector.matches(atom.attributes)
+    return atom.cls == device_class.cls and selects(device_class.selector, atom)
 
 
 def count_of(atoms: Iterable[Atom], device_class: DeviceClass) -> int:
