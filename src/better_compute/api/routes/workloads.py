@@ -181,7 +181,13 @@ def create_operation(
     else:
         assert body.workload_id is not None  # operation_target refused a drain without one
         op, _ = workloads.drain(
-            _wiring(services), principal, body.workload_id, target, now, dry_run=body.dry_run, force=body.force
+            _wiring(services),
+            principal,
+            body.workload_id,
+            target,
+            now,
+            dry_run=body.dry_run,
+            force=body.force,
         )
     if body.dry_run:
         response.status_code = 200
