@@ -256,3 +256,28 @@ def test_an_operation_is_refused_without_what_its_type_needs(fleet: Fleet) -> No
         assert got.status_code == 400, (body, got.text)
         assert got.json()["error"]["code"] == "INVALID_INPUT"
         assert got.json()["error"]["details"]["field"] == field, got.text
+
+
+def test_a_forced_drain_counts_the_replicas_it_took_away_and_those_that_terminate(fleet: Fleet) -> None:
+    """A regression: a drain that left replicas with nowhere to go emptied the workload while its
+    answer did not say how many terminate. Here the workload's one cluster is drained: refused
+    without force, naming how many would have nowhere to go; forced, it says what it took away."""
+    made = fleet.workload(3)
+    replicas = fleet.replicas(made)
+    bound = sorted(replicas)[:2]
+    for allocation in bound:
+        fleet.report(
+            replicas[allocation], {"kind": "AllocationBound", "allocationId": allocation, "binding": "bound"}
+        )
+    (cluster,) = {d["clusterId"] for d in made["deployments"]}
+    body = {"type": "workload.drain", "workloadId": made["id"], "payload": {"cluster": cluster}}
+    refused = fleet.http.post("/v1/operations", json=body, headers=fleet.platform)
+    assert refused.status_code == 409, refused.text
+    assert refused.json()["error"]["details"]["replicas"] == 3
+    assert all(fleet.live(a) for a in replicas) and fleet.replicas(made) == replicas
+    forced = fleet.http.post("/v1/operations", json={**body, "force": True}, headers=fleet.platform)
+    assert forced.status_code == 201, forced.text
+    result = forced.json()["result"]
+    assert (result["removedReplicas"], result["terminatingReplicas"], result["strandedReplicas"]) == (3, 2, 3)
+    shown = fleet.http.get(f"/v1/workloads/{made['id']}", headers=fleet.platform).json()
+    assert (shown["terminatingReplicas"], shown["unplacedReplicas"], shown["deployments"]) == (2, 3, [])

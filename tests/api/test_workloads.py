@@ -230,6 +230,89 @@ def test_a_drained_cluster_loses_its_deployment_and_its_replicas_are_placed_else
     assert verdicts(up)["iad-1"] == "policy_denied"
 
 
+def _drain(world: World, workload_id: str, cluster: str, **flags: Any) -> Any:
+    body = {"type": "workload.drain", "workloadId": workload_id, "payload": {"cluster": cluster}, **flags}
+    return world.http.post("/v1/operations", json=body, headers=world.admin)
+
+
+def _held_in_iad(world: World) -> dict[str, Any]:
+    """A workload of 3 replicas its policy keeps in iad-1: a drain of iad-1 leaves them nowhere."""
+    return world.create({"name": "w", "shape": shape(), "replicas": 3, "allowedClusters": ["iad-1"]})
+
+
+@pytest.mark.both_stores  # a refusal and a dry run roll back: each database must undo it all
+def test_a_drain_that_would_leave_replicas_with_nowhere_to_go_is_refused_without_force(world: World) -> None:
+    got = _held_in_iad(world)
+    assert world.shares(got) == {"iad-1": 3}
+    events = len(world.http.get("/v1/events", headers=world.admin).json()["items"])
+    refused = _drain(world, got["id"], "iad-1")
+    assert refused.status_code == 409, refused.text
+    error = refused.json()["error"]
+    assert (error["code"], error["details"]["reason"], error["details"]["replicas"]) == (
+        "INVALID_STATE",
+        "nowhere_to_go",
+        3,
+    )
+    assert "would leave 3 replica(s)" in error["message"] and "force: true" in error["message"]
+    # nothing changed: the replicas stay where they were, iad-1 is not drained, nothing logged
+    again = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    assert world.shares(again) == {"iad-1": 3} and again["drainedClusters"] == []
+    assert len(world.http.get("/v1/events", headers=world.admin).json()["items"]) == events
+
+    forced = _drain(world, got["id"], "iad-1", force=True)
+    assert forced.status_code == 201, forced.text
+    assert forced.json()["result"] == {
+        "removedReplicas": 3,
+        "terminatingReplicas": 0,
+        "strandedReplicas": 3,
+        "shares": {},
+        "unplaced": 3,
+    }
+    after = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    assert (after["deployments"], after["unplacedReplicas"]) == ([], 3)
+
+
+def test_a_drain_whose_replicas_all_find_room_elsewhere_needs_no_force(world: World) -> None:
+    got = world.create({"name": "w", "shape": shape(), "replicas": 2})
+    op = _drain(world, got["id"], "iad-1")
+    assert op.status_code == 201, op.text
+    assert op.json()["result"]["strandedReplicas"] == 0
+    assert op.json()["result"]["removedReplicas"] == 2
+
+
+@pytest.mark.both_stores  # a refusal and a dry run roll back: each database must undo it all
+def test_a_drain_dry_run_answers_what_the_drain_would_do_and_changes_nothing(world: World) -> None:
+    got = _held_in_iad(world)
+    before = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    events = world.http.get("/v1/events", headers=world.admin).json()["items"]
+    planned = _drain(world, got["id"], "iad-1", dryRun=True)
+    assert planned.status_code == 200, planned.text
+    answer = planned.json()
+    assert (answer["status"], answer["id"], answer["finishedAt"]) == ("planned", "", None)
+    assert answer["result"]["strandedReplicas"] == 3  # a dry run is never refused: it says so
+    after = world.http.get(f"/v1/workloads/{got['id']}", headers=world.admin).json()
+    assert after == before
+    assert world.http.get("/v1/events", headers=world.admin).json()["items"] == events
+    # what it planned is what the drain then does
+    done = _drain(world, got["id"], "iad-1", force=True).json()
+    assert done["result"] == answer["result"]
+    # a dry run of a drain that fits answers its shares
+    other = world.create({"name": "x", "shape": shape(), "replicas": 1})
+    fits = _drain(world, other["id"], world.shares(other).popitem()[0], dryRun=True).json()
+    assert fits["result"]["strandedReplicas"] == 0 and sum(fits["result"]["shares"].values()) == 1
+
+
+def test_dry_run_and_force_are_for_a_drain_only(world: World) -> None:
+    for flag in ("dryRun", "force"):
+        got = world.http.post(
+            "/v1/operations",
+            json={"type": "replica.release", "payload": {"allocation": "dep-x.r0"}, flag: True},
+            headers=world.admin,
+        )
+        assert got.status_code == 400, got.text
+        assert got.json()["error"]["details"]["field"] == flag
+
+
 def test_a_workload_and_a_reservation_never_hold_one_atom(world: World) -> None:
     got = world.create({"name": "w", "shape": shape(), "replicas": 2, "cluster": "sjc-1"})
     assert got["placedReplicas"] == 1

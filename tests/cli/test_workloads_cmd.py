@@ -101,7 +101,10 @@ def test_create_list_show_scale_drain_and_delete(runner: CliRunner, world: Fleet
     assert "iad-1" in clusters and "iad-1" not in {d["clusterId"] for d in after["deployments"]}
     assert sum(d["placedReplicas"] for d in after["deployments"]) == 2
 
-    drained_json = run(runner, world.acme, "workloads", "drain", wid, "--cluster", "fra-1", "--json")
+    # sjc-1 takes one of fra-1's two: the other would have nowhere to go, so it takes --force
+    drained_json = run(
+        runner, world.acme, "workloads", "drain", wid, "--cluster", "fra-1", "--force", "--json"
+    )
     op = json.loads(drained_json.stdout)
     assert (op["type"], op["workloadId"], op["payload"]) == ("workload.drain", wid, {"cluster": "fra-1"})
 
@@ -392,3 +395,76 @@ def test_a_workload_asked_by_capability_prints_what_it_resolved_to(runner: CliRu
     assert both.exit_code != 0 and "not both" in both.output
     neither = run(runner, world.acme, "workloads", "create", "x", "--device-count", "1", "--replicas", "1")
     assert neither.exit_code != 0 and "--device-class" in neither.output
+
+
+def narrow(runner: CliRunner, token: str, *args: str) -> Any:
+    """At 80 columns, as a terminal of that width or a pipe (CliRunner's output is not a tty)."""
+    return runner.invoke(app, [*args, "--token", token], env={"COLUMNS": "80"})
+
+
+def test_scale_prints_the_verdicts_per_cluster_after_the_scale_at_80_columns(
+    runner: CliRunner, world: Fleet
+) -> None:
+    created = run(runner, world.acme, "workloads", "create", "train", *SHAPE, "--replicas", "2", "--json")
+    wid = json.loads(created.stdout)["id"]
+    scaled = narrow(runner, world.acme, "workloads", "scale", wid, "7")
+    assert scaled.exit_code == 0, scaled.output
+    lines = scaled.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    assert lines[:2] == [
+        f"scaled train ({wid}) to 7 replica(s)",
+        "6 placed, 1 unplaced (insufficient_capacity)",
+    ]
+    verdicts = lines[lines.index("verdicts") + 1 :]
+    assert verdicts[0].split()[:3] == ["cluster", "verdict", "share"]
+    rows = [line.split() for line in verdicts[1:]]
+    assert {r[0] for r in rows if len(r) > 1 and r[1] == "admitted"} == {
+        "iad-1",
+        "fra-1",
+        "sjc-1",
+    }
+
+
+def test_delete_says_what_it_deleted(runner: CliRunner, world: Fleet) -> None:
+    created = run(runner, world.acme, "workloads", "create", "train", *SHAPE, "--replicas", "2", "--json")
+    wid = json.loads(created.stdout)["id"]
+    deleted = narrow(runner, world.acme, "workloads", "delete", wid)
+    assert deleted.exit_code == 0, deleted.output
+    assert deleted.stdout.splitlines()[0] == f"deleted workload train ({wid}): 2 replica(s) taken away"
+
+
+def test_drain_refuses_without_force_says_why_and_dry_run_changes_nothing(
+    runner: CliRunner, world: Fleet
+) -> None:
+    created = run(
+        runner,
+        world.acme,
+        "workloads",
+        "create",
+        "train",
+        *SHAPE,
+        "--replicas",
+        "3",
+        "--allowed-cluster",
+        "iad-1",
+        "--json",
+    )
+    wid = json.loads(created.stdout)["id"]
+    refused = narrow(runner, world.acme, "workloads", "drain", wid, "--cluster", "iad-1")
+    assert refused.exit_code == 1, refused.output
+    assert "would leave 3 replica(s)" in refused.stderr and "--force" in refused.stderr
+    assert "force: true" not in refused.stderr
+    planned = narrow(runner, world.acme, "workloads", "drain", wid, "--cluster", "iad-1", "--dry-run")
+    assert planned.exit_code == 0, planned.output
+    assert planned.stdout.splitlines()[:2] == [
+        "dry run: nothing changed",
+        "drain of iad-1: would take away 3 replica(s), 0 of them terminating",
+    ]
+    assert "3 replica(s) would have nowhere to go: it needs --force" in planned.stdout
+    assert max(len(line) for line in planned.stdout.splitlines()) <= 80
+    shown = json.loads(run(runner, world.acme, "workloads", "show", wid, "--json").stdout)
+    assert shown["placedReplicas"] == 3 and shown["drainedClusters"] == []
+    forced = narrow(runner, world.acme, "workloads", "drain", wid, "--cluster", "iad-1", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert "drain of iad-1: took away 3 replica(s), 0 of them terminating" in forced.stdout
+    assert "3 replica(s) had nowhere to go: they wait as unplaced" in forced.stdout

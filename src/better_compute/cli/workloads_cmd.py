@@ -21,7 +21,7 @@ from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
 if TYPE_CHECKING:
-    from better_compute.client import Compute
+    from better_compute.client import Compute, ComputeError
     from better_compute.wire.common import Page
     from better_compute.wire.events import EventPublic
     from better_compute.wire.workloads import (
@@ -557,6 +557,14 @@ def workloads_scale(
         lambda c: c.workloads.scale(workload_id, replicas, generation=generation),
         {"replicas": "REPLICAS", "generation": "--generation"},
     )
+    if not as_json:
+        unplaced = f", {scaled.unplaced_replicas} unplaced ({_dash(scaled.reason)})"
+        console = stdout()
+        console.print(f"scaled {scaled.name} ({scaled.id}) to {scaled.replicas} replica(s)", markup=False)
+        console.print(
+            f"{scaled.placed_replicas} placed" + (unplaced if scaled.unplaced_replicas else ""), markup=False
+        )
+        stdout().print()
     _show(scaled, as_json, output)
 
 
@@ -567,8 +575,26 @@ def workloads_delete(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Delete a workload: its replicas' devices are freed; prints it as it was."""
-    _show(call(server, token, as_json, lambda c: c.workloads.delete(workload_id)), as_json)
+    """Delete a workload: its replicas' devices are freed (handed-over ones once their node
+    releases them); says what it deleted, then prints it as it was."""
+    gone = call(server, token, as_json, lambda c: c.workloads.delete(workload_id))
+    if as_json:
+        _show(gone, as_json)
+        return
+    ending = f", {gone.terminating_replicas} terminating until their node releases them"
+    stdout().print(
+        f"deleted workload {gone.name} ({gone.id}): {gone.placed_replicas} replica(s) taken away"
+        + (ending if gone.terminating_replicas else ""),
+        markup=False,
+    )
+    stdout().print()
+    _show(gone, as_json)
+
+
+def _drain_in_cli_terms(error: ComputeError) -> ComputeError:
+    """The server names its body fields (`force: true`, `dryRun: true`); a CLI user has options."""
+    message = error.message.replace("force: true", "--force").replace("dryRun: true", "--dry-run")
+    return type(error)(message, code=error.code, details=error.details, status_code=error.status_code)
 
 
 @workloads_app.command("drain")
@@ -577,23 +603,54 @@ def workloads_drain(
     cluster: Annotated[
         str, typer.Option("--cluster", help="The cluster to move the workload out of.", show_default=False)
     ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only say what the drain would do; nothing changes.")
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Drain even when replicas would have nowhere to go (they end, and wait unplaced)."
+        ),
+    ] = False,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Move a workload out of one cluster (a workload.drain operation): its deployment there goes
-    and its replicas are placed elsewhere."""
-    op = call(
-        server,
-        token,
-        as_json,
-        lambda c: c.workloads.drain(workload_id, cluster=cluster),
-        {"payload.cluster": "--cluster", "payload": "--cluster"},
-    )
+    and its replicas are placed elsewhere. Refused when replicas would have nowhere to go, unless
+    --force; --dry-run says what it would do."""
+
+    def drain(c: Compute) -> OperationPublic:
+        from better_compute.client import ComputeError
+
+        try:
+            return c.workloads.drain(workload_id, cluster=cluster, dry_run=dry_run, force=force)
+        except ComputeError as exc:
+            raise _drain_in_cli_terms(exc) from None
+
+    op = call(server, token, as_json, drain, {"payload.cluster": "--cluster", "payload": "--cluster"})
     if as_json:
         print_json(op.model_dump(mode="json", by_alias=True))
         return
-    _print_operation(op)
+    r = op.result
+    shares = ", ".join(f"{c}={n}" for c, n in (r.get("shares") or {}).items() if n) or "none"
+    verb = "would take" if op.status == "planned" else "took"
+    lines = ["dry run: nothing changed"] if op.status == "planned" else []
+    lines += [
+        f"drain of {cluster}: {verb} away {r.get('removedReplicas', 0)} replica(s),"
+        f" {r.get('terminatingReplicas', 0)} of them terminating",
+        f"placed: {shares}; unplaced: {r.get('unplaced', 0)}",
+    ]
+    stranded = r.get("strandedReplicas", 0)
+    if stranded and op.status == "planned":
+        lines.append(f"{stranded} replica(s) would have nowhere to go: it needs --force")
+    elif stranded:
+        lines.append(f"{stranded} replica(s) had nowhere to go: they wait as unplaced")
+    for line in lines:
+        stdout().print(line, markup=False)
+    if op.status != "planned":
+        stdout().print()
+        _print_operation(op)
 
 
 @workloads_app.command("release-replica")

@@ -940,9 +940,13 @@ class Workloads(_Resource):
         """Delete the workload: its replicas' devices are freed; answers it as it was."""
         return self._compute._typed("workloads.delete", IdRequest(id=id), WorkloadPublic)
 
-    def drain(self, id: str, *, cluster: str) -> OperationPublic:
-        """Move the workload out of `cluster`: `operations.create` of a `workload.drain`."""
-        return self._compute.operations.create(workload_id=id, payload={"cluster": cluster})
+    def drain(self, id: str, *, cluster: str, dry_run: bool = False, force: bool = False) -> OperationPublic:
+        """Move the workload out of `cluster`: `operations.create` of a `workload.drain`. Replicas no
+        other cluster can take refuse it (`INVALID_STATE`, reason `nowhere_to_go`) unless `force`;
+        `dry_run` answers what it would do (status `planned`) and changes nothing."""
+        return self._compute.operations.create(
+            workload_id=id, payload={"cluster": cluster}, dry_run=dry_run, force=force
+        )
 
     def release_replica(self, allocation: str) -> OperationPublic:
         """End a terminating replica whose node will not release it (admin): `operations.create`
@@ -1019,12 +1023,18 @@ class Operations(_Resource):
         workload_id: str | None = None,
         payload: Mapping[str, str],
         type: Literal["workload.drain", "replica.release"] = "workload.drain",
+        dry_run: bool = False,
+        force: bool = False,
     ) -> OperationPublic:
         """Start an operation: `workload.drain` with `payload={"cluster": ...}` removes the workload's
-        deployment there and places its replicas elsewhere; `replica.release` with
+        deployment there and places its replicas elsewhere (`force`: even when some would have
+        nowhere to go; `dry_run`: only answer what it would do); `replica.release` with
         `payload={"allocation": ...}` (admin) ends a terminating replica whose node will not release
         it."""
-        request = OperationCreate(type=type, workload_id=workload_id, payload=dict(payload))
+        flags = {"dry_run": True} if dry_run else {}
+        if force:
+            flags["force"] = True
+        request = OperationCreate(type=type, workload_id=workload_id, payload=dict(payload), **flags)
         return self._compute._typed("operations.create", request, OperationPublic)
 
     def get(self, id: str) -> OperationPublic:

@@ -64,6 +64,9 @@ SINGLE_TENANT_POOL: Final = "single_tenant_pool"
 """INVALID_STATE: timeslice and mps pools serve their owner only."""
 IDEMPOTENCY_KEY_REUSED: Final = "idempotency_key_reused"
 """INVALID_STATE: the idempotency key was used with a different request."""
+NOWHERE_TO_GO: Final = "nowhere_to_go"
+"""INVALID_STATE: a drain would take replicas away that no other cluster can take now
+(`details.replicas` says how many); send it with `force: true` to drain anyway."""
 
 ALL_BUSY: Final = "all_busy"
 """INSUFFICIENT_CAPACITY: what was asked for exists in the pool but is busy; `details.earliestStart`
@@ -74,7 +77,7 @@ GPU is split, a selector nothing matches); the message says what the pool has. W
 
 REASONS: Final[dict[str, tuple[str, ...]]] = {
     CONFLICT: (GENERATION_MISMATCH, ALREADY_EXISTS, ATOM_BOOKED, CONCURRENT_CHANGE, GPU_OWNED_ELSEWHERE),
-    INVALID_STATE: (SINGLE_TENANT_POOL, IDEMPOTENCY_KEY_REUSED),
+    INVALID_STATE: (SINGLE_TENANT_POOL, IDEMPOTENCY_KEY_REUSED, NOWHERE_TO_GO),
     INSUFFICIENT_CAPACITY: (ALL_BUSY, NOT_IN_POOL),
 }
 """The reasons each code may carry; every CONFLICT and every INSUFFICIENT_CAPACITY carries one."""

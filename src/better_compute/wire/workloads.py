@@ -323,19 +323,30 @@ class DeploymentListQuery(WireRequest):
 class OperationCreate(WireRequest):
     """`operations.create`: `{type: 'workload.drain', workloadId, payload: {cluster}}` moves a
     workload out of a cluster; `{type: 'replica.release', payload: {allocation}}` (admin) ends a
-    terminating replica whose node will not release it."""
+    terminating replica whose node will not release it.
+
+    A drain that would leave replicas with nowhere to go (no other cluster can take them now) is
+    refused (`INVALID_STATE`, `nowhere_to_go`) unless `force` is true. `dryRun` answers what the
+    drain would do (`status: planned`) and changes nothing."""
 
     type: Literal["workload.drain", "replica.release"]
     workload_id: str | None = Field(
         default=None, validation_alias=AliasChoices("workloadId", "workload_id", "workload")
     )
     payload: dict[str, str]
+    dry_run: bool = False
+    """A drain only: answer what it would do (`status: planned`, no id) and change nothing."""
+    force: bool = False
+    """A drain only: drain even when replicas would have nowhere to go (they end, and wait as
+    unplaced)."""
 
 
 class OperationPublic(WireAnswer):
     id: str
     type: str
-    status: Literal["running", "succeeded", "failed"]
+    status: Literal["running", "succeeded", "failed", "planned"]
+    """`planned`: the answer of a dry run: what the operation would do; nothing was recorded, so
+    its `id` is empty and there is nothing to read back."""
     workload_id: str | None
     payload: dict[str, Any]
     result: dict[str, Any]

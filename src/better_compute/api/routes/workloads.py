@@ -168,16 +168,30 @@ def preview_placement(
 
 @router.post("/operations", response_model=OperationPublic, status_code=201)
 def create_operation(
-    body: OperationCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep
+    body: OperationCreate, principal: PrincipalDep, services: ServicesDep, now: NowDep, response: Response
 ) -> OperationPublic:
+    """A drain's dry run answers 200 (nothing was created) with status `planned`."""
     if body.type == workloads.RELEASE_REPLICA:
         require_admin(principal, "operations.create (replica.release)")
-    target = operation_target(body.type, body.workload_id, body.payload)
+    target = operation_target(
+        body.type, body.workload_id, body.payload, dry_run=body.dry_run, force=body.force
+    )
     if body.type == workloads.RELEASE_REPLICA:
         op = workloads.release_replica(_wiring(services), principal, target, now)
     else:
         assert body.workload_id is not None  # operation_target refused a drain without one
-        op, _ = workloads.drain(_wiring(services), principal, body.workload_id, target, now)
+        op, _ = workloads.drain(
+            _wiring(services),
+            principal,
+            body.workload_id,
+            target,
+            now,
+            dry_run=body.dry_run,
+            force=body.force,
+        )
+    if body.dry_run:
+        response.status_code = 200
+        return operation_public(op)
     services.placement_wakeup.set()
     return operation_public(op)
 

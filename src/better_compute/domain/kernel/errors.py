@@ -11,7 +11,8 @@ The tree::
     ├── NotFound                     NOT_FOUND              404
     ├── InvalidState                 INVALID_STATE          409
     │   ├── SingleTenantPool         INVALID_STATE  reason single_tenant_pool
-    │   └── IdempotencyKeyReused     INVALID_STATE  reason idempotency_key_reused
+    │   ├── IdempotencyKeyReused     INVALID_STATE  reason idempotency_key_reused
+    │   └── NowhereToGo              INVALID_STATE  reason nowhere_to_go
     ├── Conflict                     CONFLICT               409 (never raised itself: one of below)
     │   ├── BookingConflict          CONFLICT  reason atom_booked (names the atom and when it is free)
     │   ├── GenerationMismatch       CONFLICT  reason generation_mismatch
@@ -99,6 +100,14 @@ class IdempotencyKeyReused(InvalidState):
     """An idempotency key names its first request: the same key with another request is refused."""
 
     reason = "idempotency_key_reused"
+
+
+class NowhereToGo(InvalidState):
+    """A drain that would take replicas away with no other cluster to hold them: they would end and
+    wait as unplaced. Refused unless the caller says `force`, so that moving work out of a cluster
+    never empties a workload by surprise; ``details.replicas`` is how many would have nowhere to go."""
+
+    reason = "nowhere_to_go"
 
 
 class Conflict(DomainError):

@@ -178,10 +178,17 @@ OPERATION_PAYLOADS: Mapping[str, str] = {"workload.drain": "cluster", "replica.r
 """Each operation type's one payload key."""
 
 
-def operation_target(type_: str, workload_id: str | None, payload: Mapping[str, str]) -> str:
+def operation_target(
+    type_: str,
+    workload_id: str | None,
+    payload: Mapping[str, str],
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+) -> str:
     """The payload value an operation acts on, once its request has what its type needs (a drain
-    names its workload and `{cluster}`; a replica.release names no workload, only `{allocation}`):
-    INVALID_INPUT naming the field otherwise."""
+    names its workload and `{cluster}`; a replica.release names no workload, only `{allocation}`,
+    and has no dry run and nothing to force): INVALID_INPUT naming the field otherwise."""
     key = OPERATION_PAYLOADS[type_]
     unknown = sorted(k for k in payload if k != key)
     if unknown or key not in payload:
@@ -194,6 +201,9 @@ def operation_target(type_: str, workload_id: str | None, payload: Mapping[str, 
             "replica.release names its replica by payload.allocation, not by workloadId",
             {"field": "workloadId"},
         )
+    if type_ == "replica.release" and (dry_run or force):
+        field = "dryRun" if dry_run else "force"
+        raise InvalidInput(f"{field} is for workload.drain only, not replica.release", {"field": field})
     if type_ == "workload.drain" and workload_id is None:
         raise InvalidInput("workload.drain needs the workloadId it drains", {"field": "workloadId"})
     return payload[key]

@@ -32,6 +32,7 @@ from better_compute.domain.kernel.errors import (
     GenerationMismatch,
     InvalidInput,
     NotFound,
+    NowhereToGo,
 )
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.timewin import Window
@@ -912,13 +913,43 @@ def delete(wiring: Wiring[PlacementTx], principal: Principal, ref: str, now: dat
     return view
 
 
+class _Planned(Exception):
+    """Carries a dry run's answer out of its transaction, which rolls back: nothing is written."""
+
+    def __init__(self, view: WorkloadView, result: dict[str, Any]) -> None:
+        super().__init__("dry run")
+        self.view = view
+        self.result = result
+
+
+def _held(tx: PlacementTx, workload_id: str) -> set[str]:
+    """The allocations of the workload's replicas now, in every cluster."""
+    deps = tx.workloads.deployments_of([workload_id])[workload_id]
+    reps = tx.workloads.replicas_of([d.id for d in deps])
+    return {a for rs in reps.values() for _, a in rs}
+
+
 def drain(
-    wiring: Wiring[PlacementTx], principal: Principal, ref: str, cluster: str, now: datetime
+    wiring: Wiring[PlacementTx],
+    principal: Principal,
+    ref: str,
+    cluster: str,
+    now: datetime,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
 ) -> tuple[Operation, WorkloadView]:
     """`workload.drain`: remove the workload's deployment from `cluster` and place its replicas
-    elsewhere, in one transaction; recorded as an operation that has succeeded."""
+    elsewhere, in one transaction; recorded as an operation that has succeeded.
+
+    The answer counts what the drain did, read from the state before and after it (so a replica the
+    re-placement takes away in another cluster counts too): `removedReplicas` taken away,
+    `terminatingReplicas` of them waiting for their node, and `strandedReplicas`, placed before and
+    placed nowhere after. A drain that strands any is refused (`NowhereToGo`) unless `force`.
+    `dry_run` runs the very same steps and rolls them back, so what it answers is what the drain
+    would do now (operation status `planned`, no id); nothing is written and no operation kept."""
     cluster_id = check_ref(cluster, "payload.cluster")
-    op_id = wiring.ids.operation()
+    op_id = "" if dry_run else wiring.ids.operation()
 
     def run(tx: PlacementTx, attempt: Attempt) -> WorkloadView:
         found = _visible(tx, principal, ref)
@@ -932,13 +963,13 @@ def drain(
                 f"workload {found.id} is pinned to cluster {cluster_id}; scale it to 0 or delete it instead",
                 {"field": "payload.cluster"},
             )
+        held_before = _held(tx, found.id)
+        terminating_before = _terminating(tx, [found.id])[found.id]
         deps = {d.cluster_id: d for d in tx.workloads.deployments_of([found.id])[found.id]}
         dep = deps.get(cluster_id)
-        removed = 0
         if dep is not None:
             gone = tx.workloads.replicas_of([dep.id])[dep.id]
             _take_away(tx, dep, gone, now)
-            removed = len(gone)
             tx.workloads.remove_deployment(dep.id)
             tx.events.append(_updated(found, dep, "removed", 0, 0, None), now)
         drained = replace(
@@ -948,6 +979,25 @@ def drain(
             ),
         )
         view = place_in(tx, wiring, drained, now, attempt=attempt, trigger=DRAIN)
+        held_after = _held(tx, found.id)
+        stranded = max(0, len(held_before) - len(held_after))
+        result: dict[str, Any] = {
+            "removedReplicas": len(held_before - held_after),
+            "terminatingReplicas": max(0, view.terminating - terminating_before),
+            "strandedReplicas": stranded,
+            "shares": dict(view.placement.shares) if view.placement else {},
+            "unplaced": view.workload.unplaced,
+        }
+        if dry_run:
+            raise _Planned(view, result)
+        if stranded and not force:
+            raise NowhereToGo(
+                f"draining cluster {cluster_id} would leave {stranded} replica(s) of workload"
+                f" {found.id} with nowhere to go: no other cluster can take them now, so they would"
+                " end and wait as unplaced; send force: true to drain anyway, or dryRun: true to see"
+                " what the drain would do",
+                {"field": "force", "replicas": stranded, "cluster": cluster_id, "workloadId": found.id},
+            )
         tx.workloads.add_operation(
             Operation(
                 id=op_id,
@@ -956,22 +1006,32 @@ def drain(
                 workload_id=found.id,
                 payload={"cluster": cluster_id},
                 status="succeeded",
-                result={
-                    "removedReplicas": removed,
-                    "shares": dict(view.placement.shares) if view.placement else {},
-                    "unplaced": view.workload.unplaced,
-                },
+                result=result,
                 created_at=now,
                 finished_at=now,
             )
         )
         return view
 
-    view = _attempts(wiring, run)
+    try:
+        view = _attempts(wiring, run)
+    except _Planned as planned:
+        op = Operation(
+            id=op_id,
+            type=DRAIN,
+            tenant_id=planned.view.workload.tenant_id,
+            workload_id=planned.view.workload.id,
+            payload={"cluster": cluster_id},
+            status="planned",
+            result=planned.result,
+            created_at=now,
+            finished_at=None,
+        )
+        return op, planned.view
     with wiring.store.read() as tx:
-        op = tx.workloads.operation(op_id)
-    assert op is not None
-    return op, view
+        found_op = tx.workloads.operation(op_id)
+    assert found_op is not None
+    return found_op, view
 
 
 def release_replica(
