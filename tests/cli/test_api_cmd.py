@@ -81,7 +81,7 @@ def test_missing_path_parameter_is_an_input_error(runner: CliRunner, server: Fak
 def test_no_answer_is_a_transport_error(runner: CliRunner, server: FakeServer) -> None:
     server.fail_first = 10
     result = runner.invoke(app, ["api", "clusters.list"])
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert json.loads(result.stderr)["error"]["code"] == "TRANSPORT"
 
 

@@ -11,7 +11,14 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import error_object, fail_json, in_cli_terms, print_json
+from better_compute.cli.output import (
+    EXIT_USAGE,
+    error_object,
+    exit_status,
+    fail_json,
+    in_cli_terms,
+    print_json,
+)
 from better_compute.wire import codes
 
 
@@ -75,12 +82,12 @@ def api(
     try:
         settings = config.resolve(server, token)
     except ValueError as exc:
-        fail_json(error_object(codes.INVALID_INPUT, str(exc)))
+        fail_json(error_object(codes.INVALID_INPUT, str(exc)), EXIT_USAGE)
     try:
         with config.connect(settings) as compute:
             result = compute.call(method, body)
     except ComputeError as exc:
-        fail_json(in_cli_terms(exc, token=settings.token).to_dict())
+        fail_json(in_cli_terms(exc, token=settings.token, server=settings.server).to_dict(), exit_status(exc))
     except ValueError as exc:
         fail_json(error_object(codes.INVALID_INPUT, str(exc)))
     print_json(result)

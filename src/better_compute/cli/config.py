@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -48,6 +48,9 @@ TokenOption = Annotated[
 class Settings:
     server: str
     token: str | None
+    server_source: str = field(default="--server", compare=False)
+    """Where `server` came from, in the words a user sets it with (`--server`, `BC_SERVER`, the
+    config file's path, or `default`), so a hint about a malformed URL names what to change."""
 
 
 def config_path(env: Mapping[str, str] | None = None) -> Path:
@@ -99,11 +102,45 @@ def resolve(server: str | None, token: str | None, env: Mapping[str, str] | None
     stored = read_config(config_path(env))
     stored_server = stored.get("server") if isinstance(stored.get("server"), str) else None
     stored_token = stored.get("token") if isinstance(stored.get("token"), str) else None
-    resolved_server = server or env.get("BC_SERVER") or stored_server or DEFAULT_SERVER
+    sources = (
+        (server, "--server"),
+        (env.get("BC_SERVER"), "BC_SERVER"),
+        (stored_server, str(config_path(env))),
+        (DEFAULT_SERVER, "default"),
+    )
+    resolved_server, source = next((value, name) for value, name in sources if value)
     resolved_token = token or env.get("BC_TOKEN")
     if resolved_token is None and stored_token and _same_server(resolved_server, stored_server):
         resolved_token = stored_token
-    return Settings(server=resolved_server, token=resolved_token or None)
+    settings = Settings(server=resolved_server, token=resolved_token or None, server_source=source)
+    check_server(settings)
+    return settings
+
+
+def check_server(settings: Settings) -> None:
+    """Refuse a server URL without a scheme, naming where it came from: `host:8000` is a common way
+    to write an address, but HTTP needs `http://` or `https://`, and the client would otherwise fail
+    with the transport library's words. A ValueError, which commands report as a usage error."""
+    server = settings.server
+    if server.lower().startswith(("http://", "https://")):
+        return
+    source = settings.server_source
+    where = {"--server": f"--server {server}", "BC_SERVER": f"BC_SERVER={server}"}.get(
+        source, f"the server {server} in {source}"
+    )
+    bare = server.split("://", 1)[-1]
+    raise ValueError(
+        f"{where} has no http:// or https:// before the host: write http://{bare} or https://{bare}"
+    )
+
+
+def server_hint(server: str) -> str | None:
+    """What is wrong with a server URL that names the API's path: the client adds `/v1` itself, so
+    `http://host:8000/v1` sends every call to `/v1/v1/...`. None for a URL without the mistake."""
+    base = server.rstrip("/")
+    if base.endswith("/v1"):
+        return f"the server URL ends in /v1, which the CLI adds itself: use {base[: -len('/v1')]}"
+    return None
 
 
 def _same_server(a: str, b: str | None) -> bool:

@@ -9,7 +9,7 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, in_cli_terms, stdout
+from better_compute.cli.output import EXIT_USAGE, fail, in_cli_terms, stdout
 
 
 @app.command("login")
@@ -34,12 +34,16 @@ def login(
     token = token or os.environ.get("BC_TOKEN") or typer.prompt("Token", hide_input=True)
     settings = config.Settings(server=server, token=token)
     try:
+        config.check_server(settings)
+    except ValueError as exc:
+        fail(str(exc), status=EXIT_USAGE)
+    try:
         with config.connect(settings) as compute:
             compute.clusters.list(limit=1)
     except ForbiddenError:
         pass  # the token is genuine; it may just not read the inventory
     except ComputeError as exc:
-        fail(in_cli_terms(exc, token=token))
+        fail(in_cli_terms(exc, token=token, server=server))
     path = config.config_path()
     config.write_config(path, server, token)
     stdout().print(f"Logged in to {server}; saved to {path}", markup=False)
