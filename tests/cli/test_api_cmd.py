@@ -56,7 +56,7 @@ def test_a_refusal_prints_the_error_object_on_stderr(runner: CliRunner, server: 
 
 def test_unknown_method_lists_the_valid_ones(runner: CliRunner, server: FakeServer) -> None:
     result = runner.invoke(app, ["api", "reservations.book", "--json", "{}"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     error = json.loads(result.stderr)["error"]
     assert error["code"] == "INVALID_INPUT"
     assert "reservations.create" in error["message"]
@@ -67,21 +67,21 @@ def test_unknown_method_lists_the_valid_ones(runner: CliRunner, server: FakeServ
 def test_bad_json_is_refused_before_any_call(runner: CliRunner, server: FakeServer) -> None:
     for raw in ("{not json", "[1, 2]", "@/does/not/exist.json"):
         result = runner.invoke(app, ["api", "tenants.create", "--json", raw])
-        assert result.exit_code == 1, raw
+        assert result.exit_code == 2, raw
         assert json.loads(result.stderr)["error"]["code"] == "INVALID_INPUT"
     assert server.requests == []
 
 
 def test_missing_path_parameter_is_an_input_error(runner: CliRunner, server: FakeServer) -> None:
     result = runner.invoke(app, ["api", "reservations.cancel"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert json.loads(result.stderr)["error"]["message"] == "reservations.cancel needs 'id'"
 
 
 def test_no_answer_is_a_transport_error(runner: CliRunner, server: FakeServer) -> None:
     server.fail_first = 10
     result = runner.invoke(app, ["api", "clusters.list"])
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert json.loads(result.stderr)["error"]["code"] == "TRANSPORT"
 
 
@@ -100,7 +100,7 @@ def test_server_and_token_options_reach_the_client(runner: CliRunner, server: Fa
 def test_a_mistyped_method_gets_did_you_mean(runner: CliRunner, server: FakeServer) -> None:
     # Defect 12 of issue 11: the whole list, and no hint at the method meant.
     result = runner.invoke(app, ["api", "reservations.lst"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     error = json.loads(result.stderr)["error"]
     assert error["code"] == "INVALID_INPUT"
     assert error["message"].startswith("unknown method 'reservations.lst'; did you mean 'reservations.list'")
@@ -112,7 +112,7 @@ def test_bad_json_says_where(runner: CliRunner, server: FakeServer) -> None:
     # Defect 12 of issue 11: bad JSON in --json says where (line and column).
     raw = '{\n  "tenantId": "acme",\n  "name" "Acme"\n}'
     result = runner.invoke(app, ["api", "tenants.create", "--json", raw])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     error = json.loads(result.stderr)["error"]
     assert error["code"] == "INVALID_INPUT"
     assert error["message"] == "--json is not valid JSON at line 3, column 10: Expecting ':' delimiter"

@@ -66,7 +66,7 @@ def test_transport_error_names_the_server_tried(runner: CliRunner, server: FakeS
 
     result = runner.invoke(app, ["reservations", "list", "--server", "http://bc.test:9", "--token", "t"])
 
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     first = result.stderr.splitlines()[0]
     assert first.startswith("error: TRANSPORT: reservations.list: no answer from http://bc.test:9 (")
     assert "set BC_SERVER or pass --server" in first
@@ -77,7 +77,7 @@ def test_transport_error_names_the_server_in_the_api_command(runner: CliRunner, 
 
     result = runner.invoke(app, ["api", "clusters.list", "--server", "http://bc.test:9"])
 
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     error = json.loads(result.stderr)["error"]
     assert error["code"] == "TRANSPORT"
     assert "http://bc.test:9" in error["message"]

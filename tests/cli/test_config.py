@@ -76,7 +76,7 @@ def test_a_bc_server_without_scheme_or_with_v1_gets_a_hint(
     monkeypatch.setenv("BC_SERVER", "http://compute.example.org:8000/v1")
     with_v1 = runner.invoke(app, ["reservations", "list", "--token", "t"])
 
-    assert no_scheme.exit_code == with_v1.exit_code == 1
+    assert no_scheme.exit_code == with_v1.exit_code == 2  # refused before anything is sent: usage
     assert no_scheme.stderr == (
         "error: BC_SERVER is 'compute.example.org': a server URL starts with http:// or https:// "
         "(such as https://compute.example.org)\n"

@@ -172,7 +172,7 @@ def test_bad_options_are_refused_with_the_option_named(runner: CliRunner, world:
     strategy = run(
         runner, world.acme, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--strategy", "fill"
     )
-    assert strategy.exit_code == 1 and "INVALID_INPUT" in strategy.stderr and "strategy" in strategy.stderr
+    assert strategy.exit_code == 2 and "INVALID_INPUT" in strategy.stderr and "strategy" in strategy.stderr
     admin = run(runner, world.admin, "workloads", "create", "w", *SHAPE, "--replicas", "1", "--json")
     assert admin.exit_code == 1
     assert json.loads(admin.stderr)["error"]["code"] == "INVALID_INPUT"

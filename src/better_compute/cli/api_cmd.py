@@ -11,7 +11,14 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import error_object, fail_json, in_cli_terms, print_json
+from better_compute.cli.output import (
+    EXIT_USAGE,
+    error_object,
+    exit_status,
+    fail_json,
+    in_cli_terms,
+    print_json,
+)
 from better_compute.wire import codes
 
 
@@ -24,7 +31,9 @@ def _read_body(raw: str | None) -> dict[str, Any]:
         try:
             raw = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
         except OSError as exc:
-            fail_json(error_object(codes.INVALID_INPUT, f"cannot read {source}: {exc.strerror or exc}"))
+            fail_json(
+                error_object(codes.INVALID_INPUT, f"cannot read {source}: {exc.strerror or exc}"), EXIT_USAGE
+            )
     try:
         body = json.loads(raw)
     except json.JSONDecodeError as exc:
@@ -34,10 +43,11 @@ def _read_body(raw: str | None) -> dict[str, Any]:
                 codes.INVALID_INPUT,
                 f"--json is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}",
                 {"line": exc.lineno, "column": exc.colno},
-            )
+            ),
+            EXIT_USAGE,
         )
     if not isinstance(body, dict):
-        fail_json(error_object(codes.INVALID_INPUT, "--json must be a JSON object"))
+        fail_json(error_object(codes.INVALID_INPUT, "--json must be a JSON object"), EXIT_USAGE)
     return body
 
 
@@ -53,7 +63,8 @@ def api(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Call an API method; print its JSON answer, or its error object on stderr (exit status 1).
+    """Call an API method; print its JSON answer, or its error object on stderr (exit status 1 for
+    a refusal, 2 for a command line refused before sending, 3 for no answer).
 
     Methods are listed in docs/api.md; the body uses the API's camelCase names, e.g.
 
@@ -69,18 +80,19 @@ def api(
                 codes.INVALID_INPUT,
                 unknown_method(method),
                 {"methods": sorted(METHODS), "didYouMean": close_methods(method)},
-            )
+            ),
+            EXIT_USAGE,
         )
     body = _read_body(json_body)
     try:
         settings = config.resolve(server, token)
     except ValueError as exc:
-        fail_json(error_object(codes.INVALID_INPUT, str(exc)))
+        fail_json(error_object(codes.INVALID_INPUT, str(exc)), EXIT_USAGE)
     try:
         with config.connect(settings) as compute:
             result = compute.call(method, body)
     except ComputeError as exc:
-        fail_json(in_cli_terms(exc, token=settings.token).to_dict())
+        fail_json(in_cli_terms(exc, token=settings.token).to_dict(), exit_status(exc))
     except ValueError as exc:
-        fail_json(error_object(codes.INVALID_INPUT, str(exc)))
+        fail_json(error_object(codes.INVALID_INPUT, str(exc)), EXIT_USAGE)
     print_json(result)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import typer
 
+from better_compute.cli.errors import CliGroup
 from better_compute.cli.version import VersionOption
 
 app = typer.Typer(
     name="better-compute",
+    cls=CliGroup,
     help="GPU fleet control plane: book whole GPUs, MIG instances and shared slots as atoms.",
     no_args_is_help=True,
     # `--install-completion` / `--show-completion` for bash, zsh, fish and PowerShell (docs/cli.md).

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 
 from better_compute.cli import config
-from better_compute.cli.output import fail, in_cli_terms
+from better_compute.cli.output import EXIT_USAGE, fail, in_cli_terms
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -33,9 +33,10 @@ def call(
     try:
         settings = config.resolve(server, token)
     except ValueError as exc:
-        fail(str(exc), as_json=as_json)
+        fail(str(exc), as_json=as_json, status=EXIT_USAGE)
     try:
         with config.connect(settings) as compute:
             return action(compute)
     except ComputeError as exc:
-        fail(in_cli_terms(exc, token=settings.token, options=dict(options or {})), as_json=as_json)
+        told = in_cli_terms(exc, token=settings.token, options=dict(options or {}))
+        fail(told, as_json=as_json)

@@ -9,7 +9,7 @@ import typer
 
 from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.cli.output import fail, in_cli_terms, stdout
+from better_compute.cli.output import EXIT_USAGE, fail, in_cli_terms, stdout
 
 
 @app.command("login")
@@ -37,7 +37,7 @@ def login(
     try:
         config.check_server(server, source)
     except ValueError as exc:
-        fail(str(exc))
+        fail(str(exc), status=EXIT_USAGE)
     token = token or os.environ.get("BC_TOKEN") or typer.prompt("Token", hide_input=True)
     settings = config.Settings(server=server, token=token)
     try:

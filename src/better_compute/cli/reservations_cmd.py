@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 from rich.table import Table
 
-from better_compute.cli import config
+from better_compute.cli import choices, config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
@@ -297,8 +297,8 @@ def list_reservations(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Only this tenant's.")] = None,
     pool: Annotated[str | None, typer.Option("--pool", help="Only in this pool.")] = None,
     status: Annotated[
-        str | None,
-        typer.Option("--status", help="scheduled, active, ended, cancelled or released.", show_default=False),
+        choices.ReservationStatus | None,
+        typer.Option("--status", help="Only in this state.", show_default=False),
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, help="At most this many.")] = None,
     cursor: Annotated[str | None, typer.Option("--cursor", help="Continue from a previous page.")] = None,

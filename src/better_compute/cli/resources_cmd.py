@@ -17,14 +17,13 @@ from pydantic import BaseModel
 from rich import box
 from rich.table import Table
 
-from better_compute.cli import config
+from better_compute.cli import choices, config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import parse_time, when
 from better_compute.wire.common import Page
-from better_compute.wire.pools import SharingMode
 from better_compute.wire.quotas import AtomClass, QuotaPublic
 
 if TYPE_CHECKING:
@@ -192,7 +191,7 @@ def pools_create(
     name: Annotated[str, typer.Option("--name", show_default=False)],
     cluster: Annotated[str, typer.Option("--cluster", show_default=False)],
     mode: Annotated[
-        str, typer.Option("--mode", help="exclusive, mig, timeslice or mps.", show_default=False)
+        choices.SharingMode, typer.Option("--mode", help="How jobs share a GPU.", show_default=False)
     ],
     owner: Annotated[str, typer.Option("--owner", help="Owner tenant.", show_default=False)],
     node: Annotated[
@@ -215,7 +214,7 @@ def pools_create(
         lambda c: c.pools.create(
             name=name,
             cluster_id=cluster,
-            mode=cast(SharingMode, mode),
+            mode=mode,
             owner_tenant_id=owner,
             nodes=node or (),
             policy=policy,
@@ -684,7 +683,7 @@ def quotas_list(
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
     device_class: Annotated[str | None, typer.Option("--device-class", show_default=False)] = None,
     scope: Annotated[
-        str | None, typer.Option("--scope", help="pool, cluster or fleet.", show_default=False)
+        choices.QuotaScope | None, typer.Option("--scope", help="The quota's scope.", show_default=False)
     ] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", show_default=False)] = None,
     start: Annotated[
@@ -1085,8 +1084,8 @@ def policies_list(
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
     subject_type: Annotated[
-        str | None,
-        typer.Option("--subject-type", help="tenant, endpoint, workload or cluster.", show_default=False),
+        choices.SubjectType | None,
+        typer.Option("--subject-type", help="What the policy is for.", show_default=False),
     ] = None,
     subject: Annotated[
         str | None, typer.Option("--subject", help="The subject's id.", show_default=False)

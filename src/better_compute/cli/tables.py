@@ -95,7 +95,8 @@ def print_fitted(
     """Print a fitted table on `console`, and which columns `-o wide` would add."""
     table, dropped, at = fit(columns, rows, console.width, wide=output is Output.WIDE)
     if at > console.width:
-        Console(width=at, highlight=False, soft_wrap=False, file=console.file).print(table)
+        # the same Console class as `console`: the CLI's handles a closed pipe (cli/output.py)
+        type(console)(width=at, highlight=False, soft_wrap=False, file=console.file).print(table)
     else:
         console.print(table)
     if dropped:
