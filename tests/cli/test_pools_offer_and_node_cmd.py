@@ -7,31 +7,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
-from better_compute.cli import config
 from better_compute.cli.app import app
-from better_compute.client import Compute
 from better_compute.storage.store import Store
 from tests.builders import tenant_token
+from tests.cli import test_reserve_shapes
 from tests.cli.test_reserve_shapes import WINDOW, Demo, fits_80_columns
 
+demo = test_reserve_shapes.demo
+"""The demo fleet behind the app, as the reserve tests set it up (the same fixture)."""
+
 COLUMNS_80 = {"COLUMNS": "80"}
-
-
-@pytest.fixture
-def demo(store: Store, monkeypatch: pytest.MonkeyPatch) -> Demo:
-    """The demo fleet behind the app; every command's client talks to it in-process."""
-    world = Demo(store)
-
-    def connect(settings: config.Settings) -> Compute:
-        transport = httpx.MockTransport(world.handle)
-        return Compute(settings.server, settings.token, transport=transport, retries=1, sleep=lambda _: None)
-
-    monkeypatch.setattr(config, "connect", connect)
-    return world
 
 
 def cli(runner: CliRunner, token: str, *args: str) -> Any:
