@@ -19,6 +19,7 @@ from better_compute.service.fleet.ports import (
     JoinTokenRepo,
     NodeRepo,
     PoolRepo,
+    ReplicaStateRepo,
 )
 from better_compute.service.gate.ports import GateHooks, MigLayoutRepo
 from better_compute.service.kernel.ports import EventLog
@@ -56,6 +57,9 @@ class Tx(Protocol):
 
     @property
     def bindings(self) -> BindingRepo: ...
+
+    @property
+    def replica_states(self) -> ReplicaStateRepo: ...
 
     @property
     def gpus(self) -> GpuRepo: ...

@@ -17,6 +17,7 @@ from better_compute.storage.fleet.gpus import SqlGpus
 from better_compute.storage.fleet.join_tokens import SqlJoinTokens
 from better_compute.storage.fleet.nodes import SqlNodes
 from better_compute.storage.fleet.pools import SqlPools
+from better_compute.storage.fleet.replica_states import SqlReplicaStates
 from better_compute.storage.gate.mig_layouts import SqlMigLayouts
 from better_compute.storage.kernel.events import SqlEvents
 from better_compute.storage.ledger.ledger import SqlLedger
@@ -107,6 +108,10 @@ class SqlTx:
     @cached_property
     def bindings(self) -> SqlBindings:
         return SqlBindings(self.conn)
+
+    @cached_property
+    def replica_states(self) -> SqlReplicaStates:
+        return SqlReplicaStates(self.conn)
 
     @cached_property
     def device_classes(self) -> SqlDeviceClasses:

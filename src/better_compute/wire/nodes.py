@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from better_compute.wire.common import WireAnswer, WireRequest
+from better_compute.wire.containers import ContainerPublic
 
 NodeId = Annotated[str, Field(min_length=1, max_length=128)]
 
@@ -158,6 +159,23 @@ class AllocationReleasedReport(WireRequest):
     allocation_id: str = Field(min_length=1, max_length=160)
 
 
+class ReplicaStateReport(WireRequest):
+    """What the node's runtime made of the container of an allocation whose assignment has a
+    `container` (a workload replica, an endpoint copy): `created`, `ready` (its readiness probe
+    passes), `not-ready`, `exited` (with `exitCode`) or `removed`; `problem` says why one does not run
+    (`crash-looping`, `image-not-found`, `create-failed`), `restarts` how often the node restarted it,
+    and `address` (`host:port`) where the server reaches its first port."""
+
+    kind: Literal["ReplicaState"]
+    allocation_id: str = Field(min_length=1, max_length=160)
+    state: Literal["created", "ready", "not-ready", "exited", "removed"]
+    exit_code: int | None = Field(default=None, ge=-1, le=255)
+    problem: Literal["crash-looping", "image-not-found", "create-failed"] | None = None
+    detail: str | None = Field(default=None, max_length=1000)
+    restarts: int = Field(default=0, ge=0, le=1_000_000)
+    address: str | None = Field(default=None, max_length=300)
+
+
 class ObservedGenerationReport(WireRequest):
     """The node converged the spec of `generation`."""
 
@@ -177,7 +195,8 @@ NodeReportBody = Annotated[
     | AllocationBoundReport
     | AllocationReleasedReport
     | ObservedGenerationReport
-    | ScrubDoneReport,
+    | ScrubDoneReport
+    | ReplicaStateReport,
     Field(discriminator="kind"),
 ]
 """A signed report's body, told apart by `kind`."""
@@ -231,6 +250,9 @@ class AssignmentPublic(WireAnswer):
     env: dict[str, str]
     tenant_id: str | None = None
     """The tenant holding the allocation (absent from an older server)."""
+    container: ContainerPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What the node runs on the allocation's atoms (a workload replica, an endpoint copy): absent
+    for a reservation, whose holder starts its own container."""
 
 
 class NodeSpecPublic(WireAnswer):

@@ -29,6 +29,7 @@ from better_compute.domain.fleet.node_reports import (
     BindingReported,
     GenerationObserved,
     InventoryReported,
+    ReplicaReported,
     Report,
     ScrubDone,
     check_same_node,
@@ -55,6 +56,7 @@ from better_compute.wire.nodes import (
     NodeReportSend,
     NodeSpecPublic,
     ObservedGenerationReport,
+    ReplicaStateReport,
     ReportAccepted,
     ScrubDoneReport,
     SharingPublic,
@@ -306,6 +308,18 @@ def report_of(sent: NodeReportSend) -> Report:
             return GenerationObserved(sent.node, r.generation, rid)
         case ScrubDoneReport():
             return ScrubDone(sent.node, tuple(r.atoms), rid)
+        case ReplicaStateReport():
+            return ReplicaReported(
+                sent.node,
+                r.allocation_id,
+                r.state,
+                r.exit_code,
+                r.problem,
+                r.detail,
+                r.restarts,
+                r.address,
+                rid,
+            )
 
 
 def spec_public(served: ServedSpec) -> NodeSpecPublic:

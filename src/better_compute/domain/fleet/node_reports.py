@@ -41,6 +41,7 @@ from typing import ClassVar
 from better_compute.domain.fleet.bindings import BindingState
 from better_compute.domain.fleet.inventory import GpuReport
 from better_compute.domain.fleet.records import LayoutRefusal
+from better_compute.domain.fleet.replica_states import Problem, ReplicaState, RuntimeState
 from better_compute.domain.kernel.errors import Unauthenticated
 
 SCHEME = "bc-node-v1"
@@ -211,7 +212,38 @@ class ScrubDone:
     KIND: ClassVar[str] = "ScrubDone"
 
 
-Report = InventoryReported | BindingReported | GenerationObserved | ScrubDone
+@dataclass(frozen=True, slots=True)
+class ReplicaReported:
+    """`ReplicaState`: what the node's runtime made of an allocation's container."""
+
+    node: str
+    allocation_id: str
+    state: RuntimeState
+    exit_code: int | None = None
+    problem: Problem | None = None
+    detail: str | None = None
+    restarts: int = 0
+    address: str | None = None
+    report_id: str | None = None
+
+    KIND: ClassVar[str] = "ReplicaState"
+
+    def record(self, at: datetime) -> ReplicaState:
+        """The state as stored, taken at `at`."""
+        return ReplicaState(
+            self.allocation_id,
+            self.node,
+            self.state,
+            at,
+            self.exit_code,
+            self.problem,
+            self.detail,
+            self.restarts,
+            self.address,
+        )
+
+
+Report = InventoryReported | BindingReported | GenerationObserved | ScrubDone | ReplicaReported
 
 
 def kind_of(report: Report) -> str:

@@ -25,6 +25,7 @@ from better_compute.domain.fleet.mig_plan import converged, spares
 from better_compute.domain.fleet.records import Gpu, Pool
 from better_compute.domain.gate.mig_gate import node_layout, told_replicas
 from better_compute.domain.gate.records import MigLayoutGate
+from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.ledger.ledger import is_partition_change
 
@@ -61,6 +62,9 @@ class Assignment:
     env: Mapping[str, str] = field(default_factory=dict)
     tenant_id: str | None = None
     """The tenant holding the allocation: a node scrubs an atom before another tenant gets it."""
+    container: ContainerSpec | None = None
+    """What the node runs on the atoms (a workload replica, an endpoint copy); None for a
+    reservation, whose holder starts its own container."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +104,7 @@ class NodeSpec:
                     "tenantId": a.tenant_id,
                     "atoms": list(a.atoms),
                     "env": dict(sorted(a.env.items())),
+                    **({"container": a.container.document()} if a.container is not None else {}),
                 }
                 for a in self.assignments
             ],

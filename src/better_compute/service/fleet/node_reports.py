@@ -33,6 +33,7 @@ from better_compute.domain.fleet.node_reports import (
     BindingReported,
     GenerationObserved,
     InventoryReported,
+    ReplicaReported,
     Report,
     ScrubDone,
     SignedRequest,
@@ -43,6 +44,7 @@ from better_compute.domain.fleet.node_reports import (
     refused,
 )
 from better_compute.domain.fleet.records import Node
+from better_compute.domain.fleet.replica_states import check_address
 from better_compute.domain.kernel.errors import (
     DomainError,
     Forbidden,
@@ -388,6 +390,10 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                 tx.events.append(
                     AllocationBound(report.allocation_id, node.id, report.state, report.detail), now
                 )
+        case ReplicaReported():
+            _check_on_node(tx, node.id, report.allocation_id)
+            check_address(report.address)
+            tx.replica_states.put(report.record(now))
         case ScrubDone():
             mine = {a.id for a in tx.atoms.of_nodes([node.id])}
             foreign = sorted(set(report.atoms) - mine)

@@ -19,6 +19,7 @@ from better_compute.domain.fleet.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.fleet.join_tokens import JoinToken
 from better_compute.domain.fleet.pools import PoolSettings
 from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal, Node, Pool
+from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.timewin import Window
@@ -132,6 +133,22 @@ class JoinTokenRepo(Protocol):
         ...
 
     def get(self, token_hash: str) -> JoinToken | None: ...
+
+
+class ReplicaStateRepo(Protocol):
+    """Each node's last word on the container it runs for an allocation (domain.fleet.replica_states)."""
+
+    def put(self, s: ReplicaState) -> None: ...
+
+    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, list[ReplicaState]]:
+        """Per allocation, what each node reported of its container (an empty list: none yet)."""
+        ...
+
+    def problems(self, limit: int = 1000) -> list[ReplicaState]:
+        """The states carrying a problem, oldest first (what doctor lists)."""
+        ...
+
+    def forget(self, allocation_ids: Sequence[str]) -> None: ...
 
 
 class BindingRepo(Protocol):
@@ -382,6 +399,9 @@ class FleetTx(TenancyTx, Protocol):
 
     @property
     def bindings(self) -> BindingRepo: ...
+
+    @property
+    def replica_states(self) -> ReplicaStateRepo: ...
 
     @property
     def gpus(self) -> GpuRepo: ...

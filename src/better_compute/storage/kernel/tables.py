@@ -128,6 +128,21 @@ bindings = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+replica_states = Table(
+    "replica_states",
+    metadata,
+    # Each node's last word on the container it runs for an allocation (domain.fleet.replica_states).
+    Column("allocation_id", String(160), primary_key=True),
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("exit_code", Integer, nullable=True),
+    Column("problem", String(32), nullable=True),
+    Column("detail", Text, nullable=True),
+    Column("restarts", Integer, nullable=False, server_default="0"),
+    Column("address", String(300), nullable=True),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
 gpus = Table(
     "gpus",
     metadata,
