@@ -278,6 +278,25 @@ def endpoint_allocation_id(name: str, node: str) -> str:
     return f"{ALLOCATION_PREFIX}{name}:{node}"
 
 
+COPY_PREFIX = "copy:"
+
+
+def copy_allocation_id(component: str, index: int) -> str:
+    """The name under which a component's copy is handed to its node and run there
+    (`copy:<component>:<index>`, a valid CDI device name): the same wherever the copy moves, so
+    what its node reports of its container (`domain.fleet.replica_states`) is read by this name and
+    the node the copy is on now."""
+    return f"{COPY_PREFIX}{component}:{index}"
+
+
+def copy_of(allocation_id: str) -> tuple[str, int] | None:
+    """The component and copy index a copy's name stands for, or None for any other allocation."""
+    if not allocation_id.startswith(COPY_PREFIX):
+        return None
+    component, sep, index = allocation_id[len(COPY_PREFIX) :].rpartition(":")
+    return (component, int(index)) if sep and component and index.isdigit() else None
+
+
 def endpoint_json(spec: EndpointSpec) -> dict[str, Any]:
     """The endpoint as `domain.endpoints.commands.parse_endpoint` takes it back (what is stored,
     and what is shown)."""
