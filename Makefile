@@ -6,7 +6,7 @@ DB_URL ?= $(if $(BC_DATABASE_URL),$(BC_DATABASE_URL),sqlite:///better-compute.db
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint fmt check pytest fuzz torture soak bench-quick openapi clean
+.PHONY: demo-image run test lint fmt check pytest fuzz torture soak bench-quick openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 run: $(VENV)/.installed
 	$(BIN)/better-compute serve --database-url '$(DB_URL)' --host $(HOST) --port $(PORT) --fleet examples/demo-fleet.yaml
+
+# The demo model server image (busybox-static imported into podman) the walkthroughs run.
+demo-image: $(VENV)/.installed
+	$(BIN)/python -m better_compute.entrypoints.demo_image
 
 test: $(VENV)/.installed-test
 	$(MAKE) lint
