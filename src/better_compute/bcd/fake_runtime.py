@@ -122,10 +122,13 @@ class FakeRuntime:
             return sorted(self._containers)
 
     def close(self) -> None:
-        """Stop every container's servers (the process is going)."""
+        """Stop every container and free its ports (the process is going)."""
         with self._lock:
             for c in self._containers.values():
-                self._halt(c, 137) if c.state == "running" else None
+                if c.state == "running":
+                    self._halt(c, 137)
+                for server in c.servers:
+                    server.server_close()
 
     # -- ContainerRuntime ---------------------------------------------------------------------
 
