@@ -32,6 +32,7 @@ from better_compute.bcd.inventory import report_json, report_of
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
+from better_compute.bcd.runtime import ContainerRuntime, RuntimeConverger
 from better_compute.bcd.scrub import Scrubber, ScrubState
 from better_compute.client import (
     Compute,
@@ -95,6 +96,9 @@ class Daemon:
         wait: float = 30.0,
         retry: float = 1.0,
         node_root: Path | None = None,
+        runtime: ContainerRuntime | None = None,
+        advertise: str | None = None,
+        stop_timeout: int = 10,
     ) -> None:
         self.identity = identity
         self.node = identity.node
@@ -128,6 +132,13 @@ class Daemon:
             else None
         )
         self.host = HostConverger(backend, log, mps, clients)
+        # The containers of the assignments that carry one (`--runtime`); None: CDI files only.
+        self.runtime = (
+            RuntimeConverger(runtime, self.node, advertise=advertise, log=log, stop_timeout=stop_timeout)
+            if runtime is not None
+            else None
+        )
+        self._spec: NodeSpecPublic | None = None
         self.generation: int | None = None
         self.observed: int | None = None
         self.stopping = False
@@ -272,6 +283,8 @@ class Daemon:
         done = self.devices.converge(spec, gpus)
         for report in done.reports:
             self.enqueue(report)
+        self._spec = spec
+        self._run_containers(spec)
         if behind:
             # Not observed: the server releases a layout change's holds on that report, and a GPU
             # part-way (refused by the hardware, or held) must not take work meanwhile.
@@ -298,6 +311,20 @@ class Daemon:
                 instances.setdefault(device.gpu_uuid, set()).add(device.gi_id)
         return whole, instances
 
+    def _run_containers(self, spec: NodeSpecPublic) -> None:
+        """The runtime converger's pass over the spec's bound container assignments (after the
+        devices', so a container is only made for a CDI device that exists)."""
+        if self.runtime is None:
+            return
+        for report in self.runtime.converge(spec.assignments, self.devices.bound()):
+            self.enqueue(report)
+
+    def _poll_wait(self) -> float:
+        """How long a long poll may wait: `wait`, or less when the runtime converger has a probe, a
+        restart or a create due sooner (a settled spec must not stop the containers' passes)."""
+        due = self.runtime.due() if self.runtime is not None else None
+        return self.wait if due is None else max(0.0, min(self.wait, due))
+
     def step(self, settled: bool) -> bool:
         """Send what is queued, read the spec (waiting for a new generation once settled), converge
         it and send again; returns whether the spec is converged."""
@@ -308,11 +335,17 @@ class Daemon:
             if self.stopping:
                 raise _Stopped
             spec = self.compute.nodes.spec(
-                self.node, after=self.generation if waiting else None, wait=self.wait if waiting else None
+                self.node,
+                after=self.generation if waiting else None,
+                wait=self._poll_wait() if waiting else None,
             )
         finally:
             self._idle = False
         if waiting and spec.generation == self.generation and settled:
+            # The spec is as it was: the containers still get their pass (probes, restarts).
+            if self._spec is not None and self.runtime is not None:
+                self._run_containers(self._spec)
+                self.flush()
             return True
         settled = self.converge(spec)
         self.flush()
