@@ -6,18 +6,29 @@ is a test clock: no sleep decides an outcome."""
 from __future__ import annotations
 
 import http.client
+import io
 import json
 from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from better_compute.bcd.containers import NoContainer, container_name, spec_digest
+from better_compute.bcd.daemon import Daemon
+from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.fake_runtime import FakeRuntime
+from better_compute.bcd.identity import Identity
+from better_compute.bcd.logs import Log
+from better_compute.bcd.node_tree import simulated
 from better_compute.bcd.podman import PodmanRuntime
 from better_compute.bcd.runtime import RuntimeConverger, backoff
+from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.domain.kernel.containers import parse_container
-from better_compute.wire.nodes import AssignmentPublic
+from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
+from tests.builders import fleet_spec
 
 NODE = "node-a"
 IMAGE = "localhost/model:1"
@@ -286,3 +297,62 @@ def test_the_podman_create_argv_holds_the_device_labels_limits_ports_and_command
         "--ulimit", "nofile=1024:1024",
         IMAGE, "--model", "m",
     ]  # fmt: skip
+
+
+class _Nodes:
+    """The server's side of `nodes.spec` and `nodes.report`, as the daemon's loop sees it."""
+
+    def __init__(self, spec: NodeSpecPublic) -> None:
+        self.spec_answer = spec
+        self.waits: list[float | None] = []
+        self.reports: list[dict[str, Any]] = []
+
+    def spec(self, node: str, *, after: int | None = None, wait: float | None = None) -> NodeSpecPublic:
+        self.waits.append(wait)
+        return self.spec_answer
+
+    def report(self, node: str, report: dict[str, Any], *, report_id: str) -> Any:
+        self.reports.append(dict(report))
+        return SimpleNamespace(kind=report["kind"], sequence=len(self.reports), duplicate=False)
+
+
+def test_the_daemon_runs_a_bound_assignments_container_and_keeps_passing_once_settled(
+    tmp_path: Path, runtime: FakeRuntime
+) -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
+    spec = NodeSpecPublic.model_validate(
+        {
+            "node": "n",
+            "generation": 1,
+            "gpus": [{"uuid": g.uuid, "migLayout": None} for g in fake.list_gpus()],
+            "sharing": {"mode": "exclusive", "replicas": 1},
+            "assignments": [
+                {"allocationId": "dep.r0", "atoms": [whole], "env": {}, "container": container()}
+            ],
+        }
+    )
+    nodes = _Nodes(spec)
+    identity = Identity(tmp_path / "state", "n", "http://server", Ed25519PrivateKey.generate())
+    (tmp_path / "state").mkdir()
+    runtime.node = "n"
+    daemon = Daemon(
+        identity,
+        fake,
+        SimpleNamespace(nodes=nodes),  # type: ignore[arg-type]
+        cdi_root=tmp_path / "cdi",
+        log=Log(io.StringIO(), node="n"),
+        node_root=tmp_path / "node-root",
+        runtime=runtime,
+        wait=30,
+    )
+    simulated(tmp_path / "node-root")
+    assert daemon.step(False)
+    states = [(r["kind"], r.get("binding") or r.get("state")) for r in nodes.reports]
+    assert ("AllocationBound", "bound") in states and ("ReplicaState", "created") in states
+    assert [f.allocation_id for f in runtime.list()] == ["dep.r0"]
+    # Settled: the long poll waits no longer than the next look at the container, and the spec
+    # coming back unchanged still gets the containers' pass.
+    assert daemon.step(True)
+    assert nodes.waits[-1] is not None and nodes.waits[-1] <= 5.0
+    assert nodes.reports[-1]["kind"] == "ReplicaState" and nodes.reports[-1]["state"] == "ready"
