@@ -27,6 +27,7 @@ from better_compute.bcd.podman import PodmanRuntime
 from better_compute.bcd.runtime import RuntimeConverger, backoff
 from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.domain.kernel.containers import parse_container
+from better_compute.entrypoints.bcd import NvmlKind, RuntimeKind, _container_runtime
 from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
 from tests.builders import fleet_spec
 
@@ -356,3 +357,48 @@ def test_the_daemon_runs_a_bound_assignments_container_and_keeps_passing_once_se
     assert daemon.step(True)
     assert nodes.waits[-1] is not None and nodes.waits[-1] <= 5.0
     assert nodes.reports[-1]["kind"] == "ReplicaState" and nodes.reports[-1]["state"] == "ready"
+
+
+def test_bcd_run_chooses_its_runtime() -> None:
+    assert isinstance(
+        _container_runtime(RuntimeKind.auto, NvmlKind.fake, "n", "podman", [], "127.0.0.1", "never", 1),
+        FakeRuntime,
+    )
+    assert (
+        _container_runtime(RuntimeKind.none, NvmlKind.real, "n", "podman", [], "127.0.0.1", "never", 1)
+        is None
+    )
+    assert (
+        _container_runtime(
+            RuntimeKind.auto, NvmlKind.real, "n", "no-such-podman", [], "127.0.0.1", "never", 1
+        )
+        is None
+    )
+    with pytest.raises(ValueError, match="no-such-podman is not on PATH"):
+        _container_runtime(
+            RuntimeKind.podman,
+            NvmlKind.real,
+            "n",
+            "no-such-podman --runtime runc",
+            [],
+            "127.0.0.1",
+            "never",
+            1,
+        )
+    with pytest.raises(ValueError, match="pull policy"):
+        _container_runtime(RuntimeKind.podman, NvmlKind.real, "n", "sh", [], "127.0.0.1", "sometimes", 1)
+    chosen = _container_runtime(
+        RuntimeKind.podman,
+        NvmlKind.real,
+        "n",
+        "sh -c",
+        ["--ulimit=nofile=1024:1024"],
+        "0.0.0.0",
+        "missing",
+        3,
+    )
+    assert (
+        isinstance(chosen, PodmanRuntime)
+        and chosen.argv == ["sh", "-c"]
+        and chosen.create_args == ["--ulimit=nofile=1024:1024"]
+    )

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from better_compute.bcd.containers import NODE_LABEL
+from better_compute.bcd.containers import NODE_LABEL, NoContainer
 from better_compute.bcd.podman import PodmanRuntime
 from better_compute.bcd.runtime import RuntimeConverger
 from better_compute.wire.nodes import AssignmentPublic
@@ -30,7 +30,9 @@ pytestmark = SERIAL
 
 PODMAN = ["podman", "--runtime", "runc"]
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
-HTTPD = "busybox mkdir -p /www && echo ok > /www/ping && exec busybox httpd -f -p 8080 -h /www"
+HTTPD = (
+    "echo serving && busybox mkdir -p /www && echo ok > /www/ping && exec busybox httpd -f -p 8080 -h /www"
+)
 
 
 class Clock:
@@ -110,6 +112,7 @@ def test_a_replica_runs_with_its_device_is_ready_on_its_probe_adopted_and_remove
     # Its CDI device is in it: the allocation's GPU node, not the other GPU's.
     assert runtime.exec(found.id, ["test", "-c", "/dev/nvidia1"], 30) == 0
     assert runtime.exec(found.id, ["test", "-e", "/dev/nvidia0"], 30) != 0
+    assert "serving" in runtime.logs(allocation, 5)
     host, port = ready["address"].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)
     conn.request("GET", "/ping")
@@ -127,6 +130,8 @@ def test_a_replica_runs_with_its_device_is_ready_on_its_probe_adopted_and_remove
         {"kind": "ReplicaState", "allocationId": allocation, "state": "removed", "restarts": 0}
     ]
     assert runtime.list() == []
+    with pytest.raises(NoContainer):
+        runtime.logs(allocation, 5)
 
 
 def test_a_command_that_keeps_exiting_is_restarted_and_reported_crash_looping(
