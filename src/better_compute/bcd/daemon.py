@@ -4,7 +4,10 @@ and the devices, report, and wait for the next generation.
 Every report goes through the on-disk queue (`bcd.queue`) first and leaves it only once the server
 accepted it, so what a pass decided reaches the server even across a crash or an outage. A pass
 reports `ObservedGeneration` once every assignment of the spec got its devices or a final answer;
-until then the next pass comes after `retry` seconds instead of a long poll.
+until then the next pass comes after `retry` seconds instead of a long poll. With a container
+runtime (`bcd.runtime`), each pass also runs the containers of the bound assignments, and a settled
+spec's long poll waits no longer than the next probe or restart is due, then passes over the
+containers again with the spec it has.
 
 SIGTERM (and SIGINT) stop the loop: a pass under way finishes, a long poll or a pause is cut short,
 and `run` returns 0. A loop run in a thread (`serve`'s simulated nodes) takes no signals; `stop`
@@ -48,6 +51,8 @@ NODE_ROOT = "node-root"
 """Where a simulated node (the fake backend) keeps its simulated driver tree, under its state directory."""
 ENV_DIR = "env"
 SCRUB_FILE = "scrub.json"
+MIN_POLL = 0.1
+"""The shortest long poll while containers have something due (a pass is under way for it anyway)."""
 
 
 class _Stopped(BaseException):
@@ -323,7 +328,7 @@ class Daemon:
         """How long a long poll may wait: `wait`, or less when the runtime converger has a probe, a
         restart or a create due sooner (a settled spec must not stop the containers' passes)."""
         due = self.runtime.due() if self.runtime is not None else None
-        return self.wait if due is None else max(0.0, min(self.wait, due))
+        return self.wait if due is None else max(MIN_POLL, min(self.wait, due))
 
     def step(self, settled: bool) -> bool:
         """Send what is queued, read the spec (waiting for a new generation once settled), converge
