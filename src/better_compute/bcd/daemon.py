@@ -4,7 +4,10 @@ and the devices, report, and wait for the next generation.
 Every report goes through the on-disk queue (`bcd.queue`) first and leaves it only once the server
 accepted it, so what a pass decided reaches the server even across a crash or an outage. A pass
 reports `ObservedGeneration` once every assignment of the spec got its devices or a final answer;
-until then the next pass comes after `retry` seconds instead of a long poll.
+until then the next pass comes after `retry` seconds instead of a long poll. With a container
+runtime (`bcd.runtime`), each pass also runs the containers of the bound assignments, and a settled
+spec's long poll waits no longer than the next probe or restart is due, then passes over the
+containers again with the spec it has.
 
 SIGTERM (and SIGINT) stop the loop: a pass under way finishes, a long poll or a pause is cut short,
 and `run` returns 0. A loop run in a thread (`serve`'s simulated nodes) takes no signals; `stop`
@@ -32,6 +35,7 @@ from better_compute.bcd.inventory import report_json, report_of
 from better_compute.bcd.logs import Log
 from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
+from better_compute.bcd.runtime import ContainerRuntime, RuntimeConverger
 from better_compute.bcd.scrub import Scrubber, ScrubState
 from better_compute.client import (
     Compute,
@@ -47,6 +51,8 @@ NODE_ROOT = "node-root"
 """Where a simulated node (the fake backend) keeps its simulated driver tree, under its state directory."""
 ENV_DIR = "env"
 SCRUB_FILE = "scrub.json"
+MIN_POLL = 0.1
+"""The shortest long poll while containers have something due (a pass is under way for it anyway)."""
 
 
 class _Stopped(BaseException):
@@ -95,6 +101,9 @@ class Daemon:
         wait: float = 30.0,
         retry: float = 1.0,
         node_root: Path | None = None,
+        runtime: ContainerRuntime | None = None,
+        advertise: str | None = None,
+        stop_timeout: int = 10,
     ) -> None:
         self.identity = identity
         self.node = identity.node
@@ -128,6 +137,13 @@ class Daemon:
             else None
         )
         self.host = HostConverger(backend, log, mps, clients)
+        # The containers of the assignments that carry one (`--runtime`); None: CDI files only.
+        self.runtime = (
+            RuntimeConverger(runtime, self.node, advertise=advertise, log=log, stop_timeout=stop_timeout)
+            if runtime is not None
+            else None
+        )
+        self._spec: NodeSpecPublic | None = None
         self.generation: int | None = None
         self.observed: int | None = None
         self.stopping = False
@@ -272,6 +288,8 @@ class Daemon:
         done = self.devices.converge(spec, gpus)
         for report in done.reports:
             self.enqueue(report)
+        self._spec = spec
+        self._run_containers(spec)
         if behind:
             # Not observed: the server releases a layout change's holds on that report, and a GPU
             # part-way (refused by the hardware, or held) must not take work meanwhile.
@@ -298,6 +316,20 @@ class Daemon:
                 instances.setdefault(device.gpu_uuid, set()).add(device.gi_id)
         return whole, instances
 
+    def _run_containers(self, spec: NodeSpecPublic) -> None:
+        """The runtime converger's pass over the spec's bound container assignments (after the
+        devices', so a container is only made for a CDI device that exists)."""
+        if self.runtime is None:
+            return
+        for report in self.runtime.converge(spec.assignments, self.devices.bound()):
+            self.enqueue(report)
+
+    def _poll_wait(self) -> float:
+        """How long a long poll may wait: `wait`, or less when the runtime converger has a probe, a
+        restart or a create due sooner (a settled spec must not stop the containers' passes)."""
+        due = self.runtime.due() if self.runtime is not None else None
+        return self.wait if due is None else max(MIN_POLL, min(self.wait, due))
+
     def step(self, settled: bool) -> bool:
         """Send what is queued, read the spec (waiting for a new generation once settled), converge
         it and send again; returns whether the spec is converged."""
@@ -308,11 +340,17 @@ class Daemon:
             if self.stopping:
                 raise _Stopped
             spec = self.compute.nodes.spec(
-                self.node, after=self.generation if waiting else None, wait=self.wait if waiting else None
+                self.node,
+                after=self.generation if waiting else None,
+                wait=self._poll_wait() if waiting else None,
             )
         finally:
             self._idle = False
         if waiting and spec.generation == self.generation and settled:
+            # The spec is as it was: the containers still get their pass (probes, restarts).
+            if self._spec is not None and self.runtime is not None:
+                self._run_containers(self._spec)
+                self.flush()
             return True
         settled = self.converge(spec)
         self.flush()

@@ -7,11 +7,14 @@ import json
 import socket
 import sys
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
 from better_compute.cli.version import VersionOption
+
+if TYPE_CHECKING:
+    from better_compute.bcd.runtime import ContainerRuntime
 
 bcd_app = typer.Typer(
     name="bcd", help="better-compute node daemon.", no_args_is_help=True, add_completion=False
@@ -20,6 +23,13 @@ bcd_app = typer.Typer(
 
 class NvmlKind(enum.StrEnum):
     real = "real"
+    fake = "fake"
+
+
+class RuntimeKind(enum.StrEnum):
+    auto = "auto"
+    podman = "podman"
+    none = "none"
     fake = "fake"
 
 
@@ -173,9 +183,53 @@ def run(
             " (default nvidia-cdi-refresh.service); '' for none.",
         ),
     ] = None,
+    runtime: Annotated[
+        RuntimeKind,
+        typer.Option(
+            "--runtime",
+            help="What runs the containers assignments carry: podman, the in-process fake, or none (CDI"
+            " files only). auto: fake with --nvml fake; podman when --podman's binary is on PATH; else none.",
+        ),
+    ] = RuntimeKind.auto,
+    podman: Annotated[
+        str,
+        typer.Option(
+            "--podman", help="The podman command, split as a shell would (e.g. 'podman --runtime runc')."
+        ),
+    ] = "podman",
+    container_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--container-arg",
+            help="An extra `podman create` argument (repeatable), e.g. --ulimit=nofile=1024:1024.",
+        ),
+    ] = None,
+    publish_address: Annotated[
+        str, typer.Option("--publish-address", help="Where containers' ports are published on this node.")
+    ] = "127.0.0.1",
+    advertise_address: Annotated[
+        str | None,
+        typer.Option(
+            "--advertise-address",
+            help="The host the server reaches published ports at (default: --publish-address).",
+        ),
+    ] = None,
+    pull: Annotated[
+        str,
+        typer.Option(
+            "--pull", help="podman's pull policy for a container's image: never, missing, always, newer."
+        ),
+    ] = "never",
+    stop_timeout: Annotated[
+        int,
+        typer.Option(
+            "--stop-timeout", min=0, max=300, help="Seconds a stopped container has before SIGKILL."
+        ),
+    ] = 10,
 ) -> None:
-    """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, report. Stops
-    cleanly (exit 0) on SIGTERM. Logs are JSON lines on stderr (docs/bcd.md)."""
+    """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, run the
+    containers its assignments carry, report. Stops cleanly (exit 0) on SIGTERM, leaving containers
+    running (the next daemon adopts them). Logs are JSON lines on stderr (docs/bcd.md)."""
     from better_compute.bcd import gpu_clients as clients
     from better_compute.bcd.daemon import Daemon, LoggingRunner
     from better_compute.bcd.gpu import GpuBackend, GpuError
@@ -201,6 +255,13 @@ def run(
     except (OSError, ValueError, KeyError) as exc:
         _fail(f"no node identity in {state_dir} ({exc}); run `bcd join` first", 2)
     log = Log(node=identity.node)
+    try:
+        containers = _container_runtime(
+            runtime, nvml, identity.node, podman, container_arg or [], publish_address, pull, stop_timeout
+        )
+    except ValueError as exc:
+        _fail(str(exc), 2)
+    log.info("bcd.runtime", runtime=type(containers).__name__ if containers is not None else "none")
     backend: GpuBackend
     runner: Runner
     systemd: clients.Systemd
@@ -243,11 +304,57 @@ def run(
                 cdi_refresh=refresh,
                 wait=wait,
                 node_root=node_root,
+                runtime=containers,
+                advertise=advertise_address,
+                stop_timeout=stop_timeout,
             )
             status = daemon.run()
     finally:
         backend.close()
     raise typer.Exit(status)
+
+
+def _container_runtime(
+    kind: RuntimeKind,
+    nvml: NvmlKind,
+    node: str,
+    podman: str,
+    create_args: list[str],
+    publish_address: str,
+    pull: str,
+    stop_timeout: int,
+) -> ContainerRuntime | None:
+    """The runtime `--runtime` names (`auto`: the fake for a simulated node, podman where its binary
+    is on PATH, else none); ValueError for options that do not fit."""
+    import shlex
+    import shutil
+
+    argv = shlex.split(podman)
+    if not argv:
+        raise ValueError("--podman must name a command")
+    if kind is RuntimeKind.auto:
+        if nvml is NvmlKind.fake:
+            kind = RuntimeKind.fake
+        else:
+            kind = RuntimeKind.podman if shutil.which(argv[0]) else RuntimeKind.none
+    if kind is RuntimeKind.none:
+        return None
+    if kind is RuntimeKind.fake:
+        from better_compute.bcd.fake_runtime import FakeRuntime
+
+        return FakeRuntime(node, publish_address=publish_address, pull=pull)
+    if shutil.which(argv[0]) is None:
+        raise ValueError(f"--runtime podman: {argv[0]} is not on PATH")
+    from better_compute.bcd.podman import PodmanRuntime
+
+    return PodmanRuntime(
+        node,
+        argv=argv,
+        create_args=create_args,
+        publish_address=publish_address,
+        pull=pull,
+        stop_timeout=stop_timeout,
+    )
 
 
 def main() -> None:

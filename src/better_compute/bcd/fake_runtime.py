@@ -1,0 +1,237 @@
+"""An in-process container runtime for simulated nodes (`serve --fleet` without podman) and fast
+tests, keeping podman's contract (`bcd.runtime.ContainerRuntime`) as podman documents it:
+
+- `create` makes a container in state `created` with its name, labels and published ports (a random
+  host port each, assigned at create, as podman does); a name already taken, or an image not on the
+  node with `pull=never`, is refused as podman refuses it (`image not known`);
+- `start` runs it (a running one is left running); `stop` ends it, exit code 143 (SIGTERM), as an
+  `exited` container; `remove` of a running one needs force (ours always forces, as `rm -f`);
+- `list` shows the node's containers by label, `exec` fails on one that is not running (podman's
+  125), `logs` of an allocation without a container raises `NoContainer`.
+
+A running container serves real HTTP on a local port for each published port (a small threaded
+`http.server`), so a readiness probe and an invoke reach something: `GET /ping` (and the probe's
+path) answers 200; any POST answers 200 with a JSON body naming the allocation and echoing the path
+and the request body. `exit` makes a running container exit with a code (what a crash is here), and
+`exec_status` is what an exec probe's command exits with.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from better_compute.bcd.containers import (
+    MAX_LOG_TAIL,
+    Found,
+    NoContainer,
+    RuntimeFailure,
+    State,
+    container_name,
+    published,
+    spec_digest,
+)
+from better_compute.domain.kernel.containers import ContainerSpec
+
+MAX_BODY = 1024 * 1024
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        self.server.owner.logs.append(f"{self.command} {self.path}")
+
+    def _answer(self, status: int, body: bytes, kind: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        if self.path in ("/ping", *self.server.owner.probe_paths):
+            self._answer(200, b"ok\n")
+        else:
+            self._answer(404, b"not found\n")
+
+    def do_POST(self) -> None:
+        length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
+        body = self.rfile.read(length).decode(errors="replace")
+        owner = self.server.owner
+        answer = {"allocation": owner.allocation_id, "container": owner.id, "path": self.path, "body": body}
+        self._answer(200, json.dumps(answer).encode(), "application/json")
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    owner: _Container
+
+
+@dataclass
+class _Container:
+    id: str
+    name: str
+    allocation_id: str
+    digest: str
+    spec: ContainerSpec
+    ports: dict[int, int]
+    state: State = "created"
+    exit_code: int | None = None
+    probe_paths: tuple[str, ...] = ()
+    logs: list[str] = field(default_factory=list)
+    servers: list[_Server] = field(default_factory=list)
+
+
+class FakeRuntime:
+    """Node `node`'s containers, in this process; `images` are those on the node (None: any)."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        images: Collection[str] | None = None,
+        publish_address: str = "127.0.0.1",
+        pull: str = "never",
+    ) -> None:
+        self.node = node
+        self.images = None if images is None else set(images)
+        self.publish_address = publish_address
+        self.pull = pull
+        self.exec_status: dict[str, int] = {}
+        """{allocation id: what an exec in its container exits with} (0 when not set)."""
+        self._containers: dict[str, _Container] = {}
+        self._lock = threading.Lock()
+
+    # -- test hooks ----------------------------------------------------------------------------
+
+    def exit(self, allocation_id: str, code: int) -> None:
+        """The allocation's running container exits with `code` (its process ended, or crashed)."""
+        with self._lock:
+            for c in self._containers.values():
+                if c.allocation_id == allocation_id and c.state == "running":
+                    self._halt(c, code)
+
+    def container_ids(self) -> list[str]:
+        with self._lock:
+            return sorted(self._containers)
+
+    def close(self) -> None:
+        """Stop every container and free its ports (the process is going)."""
+        with self._lock:
+            for c in self._containers.values():
+                if c.state == "running":
+                    self._halt(c, 137)
+                for server in c.servers:
+                    server.server_close()
+
+    # -- ContainerRuntime ---------------------------------------------------------------------
+
+    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
+        name = container_name(self.node, allocation_id)
+        if self.images is not None and spec.image not in self.images:
+            raise RuntimeFailure(
+                f"{spec.image}: image not known"
+                if self.pull == "never"
+                else f"initializing source docker://{spec.image}: no registry is reachable",
+                "image-not-found",
+            )
+        with self._lock:
+            if any(c.name == name for c in self._containers.values()):
+                raise RuntimeFailure(
+                    f'creating container storage: the container name "{name}" is already in use'
+                )
+            probe = spec.readiness
+            paths = (probe.http_path,) if probe is not None and probe.http_path else ()
+            c = _Container(
+                id=uuid.uuid4().hex * 2,
+                name=name,
+                allocation_id=allocation_id,
+                digest=spec_digest(spec),
+                spec=spec,
+                ports={},
+                probe_paths=paths,
+            )
+            # A host port per published port, bound now and kept for the container's life (podman
+            # assigns random host ports at create).
+            for port in published(spec):
+                server = _Server((self.publish_address, 0), _Handler)
+                server.owner = c
+                c.servers.append(server)
+                c.ports[port] = server.server_address[1]
+            self._containers[c.id] = c
+            return c.id
+
+    def _get(self, container_id: str) -> _Container:
+        c = self._containers.get(container_id)
+        if c is None:
+            raise RuntimeFailure(f'no container with name or ID "{container_id}" found: no such container')
+        return c
+
+    def start(self, container_id: str) -> None:
+        with self._lock:
+            c = self._get(container_id)
+            if c.state == "running":
+                return
+            c.state, c.exit_code = "running", None
+            c.logs.append(f"started {c.spec.image}")
+            for server in c.servers:
+                threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+
+    def _halt(self, c: _Container, code: int) -> None:
+        for server in c.servers:
+            server.shutdown()
+        c.state, c.exit_code = "exited", code
+        c.logs.append(f"exited {code}")
+
+    def stop(self, container_id: str, timeout: int) -> None:
+        with self._lock:
+            c = self._get(container_id)
+            if c.state == "running":
+                self._halt(c, 143)
+
+    def remove(self, container_id: str) -> None:
+        with self._lock:
+            c = self._containers.pop(container_id, None)
+            if c is None:
+                return
+            if c.state == "running":
+                self._halt(c, 137)
+            for server in c.servers:
+                server.server_close()
+
+    def list(self) -> list[Found]:
+        with self._lock:
+            return [
+                Found(
+                    id=c.id,
+                    name=c.name,
+                    allocation_id=c.allocation_id,
+                    spec_digest=c.digest,
+                    state=c.state,
+                    exit_code=c.exit_code if c.state == "exited" else None,
+                    ports=dict(c.ports),
+                )
+                for c in self._containers.values()
+            ]
+
+    def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
+        with self._lock:
+            c = self._get(container_id)
+            if c.state != "running":
+                return 125  # podman: the container is not running
+            return self.exec_status.get(c.allocation_id, 0)
+
+    def logs(self, allocation_id: str, tail: int) -> str:
+        with self._lock:
+            mine = [c for c in self._containers.values() if c.allocation_id == allocation_id]
+            if not mine:
+                raise NoContainer(allocation_id)
+            tail = max(0, min(tail, MAX_LOG_TAIL))
+            lines = mine[0].logs[-tail:] if tail else []
+            return "".join(f"{line}\n" for line in lines)

@@ -1,0 +1,247 @@
+"""The podman adapter: `bcd.runtime.ContainerRuntime` over podman's command line.
+
+One small adapter over the CLI rather than a client of podman's REST socket: the CLI is what every
+podman install has (no socket service to enable), and each call is one process with a timeout, so a
+hung podman costs one pass, never the daemon. `argv` is the command prefix (`["podman", "--runtime",
+"runc"]` where crun refuses the host's cgroups) and `create_args` are added to every create
+(`--ulimit nofile=1024:1024`, say): the operator's, never a tenant's.
+
+What a create asks for (docs/bcd.md#running-containers): the deterministic name
+(`bcd.containers.container_name`), the three labels, the allocation's CDI device
+(`better-compute.io/gpu=<allocation>`), `--cpus` and `--memory` from the spec's resources, its
+environment, each port published as `<publish-address>::<port>` (a random host port, read back from
+`podman ps`), `--stop-timeout`, `--pull=<policy>` (`never` by default: a node pulls nothing unless
+told), and the command: `command` replaces the image's entrypoint (`--entrypoint` as a JSON list),
+`args` its command, as Kubernetes does. The image reference was parsed by the server
+(`domain.kernel.containers.check_image`) and cannot read as an option; every value is one argv item,
+never a shell word.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from better_compute.bcd import cdi
+from better_compute.bcd.containers import (
+    ALLOCATION_LABEL,
+    MAX_LOG_BYTES,
+    MAX_LOG_TAIL,
+    NODE_LABEL,
+    SPEC_LABEL,
+    Found,
+    NoContainer,
+    RuntimeFailure,
+    State,
+    container_name,
+    published,
+    spec_digest,
+)
+from better_compute.domain.kernel.containers import ContainerSpec
+
+DEFAULT_ARGV = ("podman",)
+PULL_POLICIES = ("never", "missing", "always", "newer")
+COMMAND_TIMEOUT = 120.0
+"""Seconds one podman command may take (a create that pulls is bounded by it too)."""
+
+_IMAGE_MISSING = (
+    "image not known",
+    "initializing source",
+    "manifest unknown",
+    "unable to pull",
+    "requested access to the resource is denied",
+    "name unknown",
+)
+"""What podman says when the image is not on the node and cannot be pulled (with `--pull=never`:
+`image not known`; with a pull: the registry's error)."""
+
+_STATES: dict[str, State] = {
+    "created": "created",
+    "running": "running",
+    "exited": "exited",
+    "stopped": "exited",
+}
+
+
+def _stderr(done: subprocess.CompletedProcess[str]) -> str:
+    lines = [line for line in done.stderr.splitlines() if "level=warning" not in line]
+    return ("\n".join(lines) or done.stderr).strip()
+
+
+class PodmanRuntime:
+    """The containers of node `node` through podman."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        argv: Sequence[str] = DEFAULT_ARGV,
+        create_args: Sequence[str] = (),
+        publish_address: str = "127.0.0.1",
+        pull: str = "never",
+        stop_timeout: int = 10,
+        timeout: float = COMMAND_TIMEOUT,
+    ) -> None:
+        if pull not in PULL_POLICIES:
+            raise ValueError(f"pull policy {pull!r} is not one of {', '.join(PULL_POLICIES)}")
+        self.node = node
+        self.argv = list(argv)
+        self.create_args = list(create_args)
+        self.publish_address = publish_address
+        self.pull = pull
+        self.stop_timeout = stop_timeout
+        self.timeout = timeout
+
+    def _run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                [*self.argv, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout or self.timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise RuntimeFailure(f"podman {args[0]} took longer than {exc.timeout:g} s") from None
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
+
+    def _checked(self, *args: str, timeout: float | None = None) -> str:
+        done = self._run(*args, timeout=timeout)
+        if done.returncode != 0:
+            raise RuntimeFailure(f"podman {args[0]}: {_stderr(done)}")
+        return done.stdout
+
+    def create_argv(self, allocation_id: str, spec: ContainerSpec) -> list[str]:
+        """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id`."""
+        args = [
+            "create",
+            "--name", container_name(self.node, allocation_id),
+            "--label", f"{NODE_LABEL}={self.node}",
+            "--label", f"{ALLOCATION_LABEL}={allocation_id}",
+            "--label", f"{SPEC_LABEL}={spec_digest(spec)}",
+            "--device", cdi.qualified_name(allocation_id),
+            f"--pull={self.pull}",
+            "--stop-timeout", str(self.stop_timeout),
+        ]  # fmt: skip
+        if spec.cpu is not None:
+            args += ["--cpus", f"{spec.cpu:g}"]
+        if spec.memory_mib is not None:
+            args += ["--memory", f"{spec.memory_mib}m"]
+        for name, value in sorted(spec.env.items()):
+            args += ["--env", f"{name}={value}"]
+        for port in published(spec):
+            args += ["--publish", f"{self.publish_address}::{port}"]
+        if spec.command:
+            args += ["--entrypoint", json.dumps(list(spec.command))]
+        args += [*self.create_args, spec.image, *spec.args]
+        return args
+
+    # -- ContainerRuntime ---------------------------------------------------------------------
+
+    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
+        done = self._run(*self.create_argv(allocation_id, spec))
+        if done.returncode != 0:
+            said = _stderr(done)
+            missing = any(s in said for s in _IMAGE_MISSING)
+            raise RuntimeFailure(said, "image-not-found" if missing else "create-failed")
+        return done.stdout.strip().splitlines()[-1]
+
+    def start(self, container_id: str) -> None:
+        self._checked("start", container_id)
+
+    def stop(self, container_id: str, timeout: int) -> None:
+        self._checked("stop", "--time", str(timeout), container_id, timeout=timeout + self.timeout)
+
+    def remove(self, container_id: str) -> None:
+        done = self._run("rm", "--force", "--time", "0", container_id)
+        if done.returncode != 0 and "no such container" not in done.stderr:
+            raise RuntimeFailure(f"podman rm: {_stderr(done)}")
+
+    def list(self) -> list[Found]:
+        """This node's containers (by its label), with their state, exit code and published ports;
+        an exited one's OOM kill read from `podman inspect`."""
+        out = self._checked("ps", "--all", "--filter", f"label={NODE_LABEL}={self.node}", "--format", "json")
+        rows: list[dict[str, Any]] = json.loads(out or "[]") or []
+        exited = [str(r["Id"]) for r in rows if _STATES.get(str(r.get("State")), "other") == "exited"]
+        oom = self._oom(exited)
+        found: list[Found] = []
+        for row in rows:
+            labels = row.get("Labels") or {}
+            if labels.get(NODE_LABEL) != self.node or ALLOCATION_LABEL not in labels:
+                continue
+            state = _STATES.get(str(row.get("State")), "other")
+            ports = {
+                int(p["container_port"]): int(p["host_port"])
+                for p in row.get("Ports") or []
+                if p.get("host_port") and int(p.get("range") or 1) == 1
+            }
+            names = row.get("Names") or [""]
+            found.append(
+                Found(
+                    id=str(row["Id"]),
+                    name=str(names[0]),
+                    allocation_id=str(labels[ALLOCATION_LABEL]),
+                    spec_digest=str(labels.get(SPEC_LABEL, "")),
+                    state=state,
+                    exit_code=int(row["ExitCode"]) if state == "exited" else None,
+                    oom_killed=oom.get(str(row["Id"]), False),
+                    ports=ports,
+                )
+            )
+        return found
+
+    def _oom(self, ids: Sequence[str]) -> dict[str, bool]:
+        if not ids:
+            return {}
+        done = self._run("inspect", "--type", "container", "--format", "json", *ids)
+        try:
+            records: list[dict[str, Any]] = json.loads(done.stdout or "[]") or []
+        except ValueError:
+            return {}
+        return {str(r["Id"]): bool((r.get("State") or {}).get("OOMKilled")) for r in records}
+
+    def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
+        """Run `argv` in the running container; its exit status (podman's own 125-127 when it could
+        not run it), or -1 past `timeout`."""
+        try:
+            done = subprocess.run(
+                [*self.argv, "exec", container_id, *argv],
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return -1
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
+        return done.returncode
+
+    def logs(self, allocation_id: str, tail: int) -> str:
+        """The last `tail` lines (at most `MAX_LOG_TAIL`, and the last `MAX_LOG_BYTES` of them) the
+        allocation's container wrote, stdout and stderr together; `NoContainer` when there is none."""
+        mine = [f for f in self.list() if f.allocation_id == allocation_id]
+        if not mine:
+            raise NoContainer(allocation_id)
+        tail = max(0, min(tail, MAX_LOG_TAIL))
+        try:
+            done = subprocess.run(
+                [*self.argv, "logs", "--tail", str(tail), mine[0].id],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                timeout=self.timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            raise RuntimeFailure("podman logs took too long") from None
+        if done.returncode != 0:
+            text = done.stdout.decode(errors="replace")
+            if "no such container" in text:
+                raise NoContainer(allocation_id)
+            raise RuntimeFailure(f"podman logs: {text.strip()}")
+        return done.stdout[-MAX_LOG_BYTES:].decode(errors="replace")

@@ -1,0 +1,478 @@
+"""The runtime converger: one container per assignment of the node's spec that carries a `container`
+(a workload replica, an endpoint copy) and is handed over (bound: its CDI device exists), made true
+through a `ContainerRuntime` (podman, or the in-process fake) on every pass
+(docs/bcd.md#running-containers).
+
+Each pass lists the node's containers by its label and, against the spec:
+- creates and starts a missing one; one whose `better-compute.spec` label differs from the spec's
+  digest is removed and created again;
+- adopts one it did not make in this process (a restarted daemon, even after SIGKILL): its labels
+  say whose it is, so nothing is lost and nothing doubled;
+- stops and removes every container of an allocation no longer assigned here (a stray), reporting
+  `removed`;
+- starts an exited one again after a back-off of 1 s doubling to 5 min; the back-off resets once a
+  container has run `RESET_AFTER` without exiting. After `CRASH_LOOP` restarts without such a run
+  its exits are reported with `problem: crash-looping`;
+- runs the readiness probe (`httpGet` of the published host port, or `exec` in the container) at
+  its period, after its initial delay, each bounded by its timeout: one pass makes it `ready`,
+  `failureThreshold` failures in a row `not-ready`. Without a probe a running container is ready.
+
+A `ReplicaState` report is queued only when what it would say changes (state, problem, restarts,
+address, exit code). The clock is injected and the converger never sleeps: what is due (a probe, a
+restart) is done by the first pass at or after its time, and `due` says when that is, so the
+daemon's loop, and tests, decide when passes come.
+"""
+
+from __future__ import annotations
+
+import http.client
+import time
+from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from better_compute.bcd.containers import Found, RuntimeFailure, container_name, spec_digest
+from better_compute.bcd.logs import Log
+from better_compute.domain.kernel.containers import ContainerSpec, parse_container
+from better_compute.domain.kernel.errors import DomainError
+from better_compute.wire.nodes import AssignmentPublic
+
+BACKOFF_BASE = 1.0
+BACKOFF_MAX = 300.0
+RESET_AFTER = 600.0
+"""Seconds a container runs without exiting after which its back-off starts again from 1 s."""
+CRASH_LOOP = 3
+"""Restarts (without a run of `RESET_AFTER`) after which an exit is reported `crash-looping`."""
+
+
+class ContainerRuntime(Protocol):
+    """What the converger needs of a container runtime; `bcd.podman.PodmanRuntime` and
+    `bcd.fake_runtime.FakeRuntime` keep podman's contract. Failures raise
+    `bcd.containers.RuntimeFailure`."""
+
+    publish_address: str
+    """Where published ports listen (what an httpGet probe calls)."""
+
+    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
+        """Create (not start) the allocation's container, with its labels and CDI device; its id."""
+        ...
+
+    def start(self, container_id: str) -> None: ...
+
+    def stop(self, container_id: str, timeout: int) -> None:
+        """SIGTERM, then SIGKILL after `timeout` seconds."""
+        ...
+
+    def remove(self, container_id: str) -> None:
+        """Remove it, killing it first if it runs (gone already is fine)."""
+        ...
+
+    def list(self) -> list[Found]:
+        """This node's containers (by its label), whatever their state."""
+        ...
+
+    def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
+        """Run `argv` in the running container; its exit status (-1 past `timeout`)."""
+        ...
+
+    def logs(self, allocation_id: str, tail: int) -> str:
+        """The last `tail` lines the allocation's container wrote (stdout and stderr), bounded by
+        `bcd.containers.MAX_LOG_TAIL` lines and `MAX_LOG_BYTES`; raises `bcd.containers.NoContainer`
+        when this node has no container for it."""
+        ...
+
+
+HttpGet = Callable[[str, int, str, float], bool]
+
+
+def http_get(host: str, port: int, path: str, timeout: float) -> bool:
+    """An httpGet probe: a 2xx or 3xx answer passes; no answer within `timeout`, or any other, fails."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        return 200 <= connection.getresponse().status < 400
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
+
+
+def backoff(restarts: int) -> float:
+    """The wait before restart number `restarts + 1` of a streak: 1 s doubling to 5 min."""
+    return float(min(BACKOFF_BASE * 2.0 ** min(restarts, 20), BACKOFF_MAX))
+
+
+@dataclass
+class _Replica:
+    """What the converger knows of one allocation's container between passes (memory only: a
+    restarted daemon adopts the container and starts counting again)."""
+
+    container_id: str | None = None
+    restarts: int = 0
+    streak: int = 0
+    """Restarts since the container last ran `RESET_AFTER` without exiting."""
+    next_restart: float | None = None
+    running_since: float | None = None
+    next_probe: float = 0.0
+    failures: int = 0
+    ready: bool = False
+    was_ready: bool = False
+    exit_code: int | None = None
+    problem: str | None = None
+    detail: str | None = None
+    retry_at: float | None = None
+    attempts: int = 0
+    """Failed creates (or starts) in a row: their back-off."""
+    reported: tuple[Any, ...] | None = None
+
+    def started(self, now: float, spec: ContainerSpec, *, adopted: bool = False) -> None:
+        self.running_since = now
+        delay = 0 if adopted or spec.readiness is None else spec.readiness.initial_delay_seconds
+        self.next_probe = now + delay
+        self.failures = 0
+        self.ready = False
+        self.was_ready = False
+        self.exit_code = None
+
+
+def _spec_of(a: AssignmentPublic) -> ContainerSpec:
+    assert a.container is not None
+    return parse_container(a.container.model_dump(mode="json", by_alias=True))
+
+
+def _host(address: str) -> str:
+    return f"[{address}]" if ":" in address else address
+
+
+class RuntimeConverger:
+    """Keeps `runtime`'s containers equal to the spec's bound container assignments; `advertise` is
+    the host the reports' `address` names (where the server reaches the published ports)."""
+
+    def __init__(
+        self,
+        runtime: ContainerRuntime,
+        node: str,
+        *,
+        advertise: str | None = None,
+        log: Log | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        probe_http: HttpGet = http_get,
+        stop_timeout: int = 10,
+    ) -> None:
+        self.runtime = runtime
+        self.node = node
+        self.advertise = advertise or runtime.publish_address
+        self.log = log
+        self.clock = clock
+        self.probe_http = probe_http
+        self.stop_timeout = stop_timeout
+        self._replicas: dict[str, _Replica] = {}
+        self._specs: dict[str, ContainerSpec] = {}
+
+    def _log(self, level: str, event: str, **fields: Any) -> None:
+        if self.log is not None:
+            getattr(self.log, level)(event, **fields)
+
+    # -- the pass ------------------------------------------------------------------------------
+
+    def converge(
+        self, assignments: Iterable[AssignmentPublic], bound: Collection[str]
+    ) -> list[dict[str, Any]]:
+        """One pass; the `ReplicaState` reports whose content changed."""
+        now = self.clock()
+        reports: list[dict[str, Any]] = []
+        wanted: dict[str, ContainerSpec] = {}
+        refused: dict[str, str] = {}
+        for a in assignments:
+            if a.container is None or a.allocation_id not in bound:
+                continue
+            try:
+                wanted[a.allocation_id] = _spec_of(a)
+            except DomainError as exc:
+                refused[a.allocation_id] = f"the container cannot be run: {exc}"
+        try:
+            found = self.runtime.list()
+        except RuntimeFailure as exc:
+            self._log("error", "runtime.unlisted", reason=exc.detail)
+            return reports
+        by_allocation: dict[str, list[Found]] = {}
+        for f in found:
+            by_allocation.setdefault(f.allocation_id, []).append(f)
+        for allocation_id, containers in sorted(by_allocation.items()):
+            if allocation_id not in wanted and self._remove(containers, "stray"):
+                self._replicas.pop(allocation_id, None)
+                reports.append(
+                    {
+                        "kind": "ReplicaState",
+                        "allocationId": allocation_id,
+                        "state": "removed",
+                        "restarts": 0,
+                    }
+                )
+        for allocation_id in set(self._replicas) - set(wanted) - set(by_allocation):
+            del self._replicas[allocation_id]
+        for allocation_id, why in sorted(refused.items()):
+            r = self._replicas.setdefault(allocation_id, _Replica())
+            r.problem, r.detail = "create-failed", why
+            self._queue(allocation_id, r, "created", None, reports)
+        self._specs = wanted
+        for allocation_id, spec in sorted(wanted.items()):
+            self._one(allocation_id, spec, by_allocation.get(allocation_id, []), now, reports)
+        return reports
+
+    def _remove(self, containers: Sequence[Found], why: str) -> bool:
+        """Stop (gracefully) and remove `containers`; False when one could not be removed (the next
+        pass tries again)."""
+        for c in containers:
+            try:
+                if c.state == "running":
+                    self.runtime.stop(c.id, self.stop_timeout)
+                self.runtime.remove(c.id)
+            except RuntimeFailure as exc:
+                self._log("error", "container.unremoved", allocation=c.allocation_id, reason=exc.detail)
+                return False
+            self._log("info", "container.removed", allocation=c.allocation_id, container=c.id, why=why)
+        return True
+
+    def _one(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        containers: Sequence[Found],
+        now: float,
+        out: list[dict[str, Any]],
+    ) -> None:
+        r = self._replicas.setdefault(allocation_id, _Replica())
+        digest = spec_digest(spec)
+        name = container_name(self.node, allocation_id)
+        current = [c for c in containers if c.spec_digest == digest and c.name == name]
+        outdated = [c for c in containers if c not in current[:1]]
+        if outdated:
+            if not self._remove(outdated, "changed"):
+                return
+            if not current:
+                self._replicas[allocation_id] = r = _Replica(reported=r.reported)
+        container = current[0] if current else None
+        if container is None:
+            self._create(allocation_id, spec, r, now, out)
+            return
+        if r.container_id != container.id:
+            self._log("info", "container.adopted", allocation=allocation_id, container=container.id)
+            r.container_id = container.id
+            if container.state == "running":
+                r.started(now, spec, adopted=True)
+        address = self._address(spec, container.ports)
+        if container.state == "created":
+            # Made and never started (a daemon stopped between the two, or a start that failed).
+            if r.retry_at is not None and now < r.retry_at:
+                self._queue(allocation_id, r, "created", address, out)
+                return
+            if self._start(allocation_id, container.id, r, now):
+                r.started(now, spec)
+            self._queue(allocation_id, r, "created", address, out)
+            return
+        if container.state == "exited":
+            self._exited(allocation_id, spec, container, r, now, address, out)
+            return
+        if container.state != "running":
+            return
+        if r.running_since is None:
+            r.started(now, spec)
+        r.next_restart = None
+        if now - (r.running_since or now) >= RESET_AFTER and r.streak:
+            r.streak = 0
+            if r.problem == "crash-looping":
+                r.problem = r.detail = None
+        self._probe(spec, container, r, now)
+        if r.ready:
+            state = "ready"
+        elif r.failures >= self._threshold(spec):
+            state = "not-ready"
+        else:
+            state = "created"
+        self._queue(allocation_id, r, state, address, out)
+
+    def _create(
+        self, allocation_id: str, spec: ContainerSpec, r: _Replica, now: float, out: list[dict[str, Any]]
+    ) -> None:
+        if r.retry_at is not None and now < r.retry_at:
+            return
+        try:
+            container_id = self.runtime.create(allocation_id, spec)
+        except RuntimeFailure as exc:
+            r.attempts += 1
+            r.retry_at = now + backoff(r.attempts - 1)
+            r.problem, r.detail = exc.problem, exc.detail
+            self._log(
+                "error",
+                "container.create-failed",
+                allocation=allocation_id,
+                problem=exc.problem,
+                reason=exc.detail,
+            )
+            self._queue(allocation_id, r, "created", None, out)
+            return
+        self._log("info", "container.created", allocation=allocation_id, container=container_id)
+        r.container_id = container_id
+        r.problem = r.detail = None
+        r.attempts, r.retry_at = 0, None
+        if self._start(allocation_id, container_id, r, now):
+            r.started(now, spec)
+        address = self._address(spec, self._ports_of(container_id))
+        self._queue(allocation_id, r, "created", address, out)
+
+    def _ports_of(self, container_id: str) -> dict[int, int]:
+        try:
+            return next((dict(f.ports) for f in self.runtime.list() if f.id == container_id), {})
+        except RuntimeFailure:
+            return {}
+
+    def _start(self, allocation_id: str, container_id: str, r: _Replica, now: float) -> bool:
+        try:
+            self.runtime.start(container_id)
+        except RuntimeFailure as exc:
+            r.attempts += 1
+            r.retry_at = now + backoff(r.attempts - 1)
+            r.problem, r.detail = "create-failed", exc.detail
+            self._log("error", "container.start-failed", allocation=allocation_id, reason=exc.detail)
+            return False
+        r.attempts, r.retry_at = 0, None
+        if r.problem == "create-failed":
+            r.problem = r.detail = None
+        return True
+
+    def _exited(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        container: Found,
+        r: _Replica,
+        now: float,
+        address: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
+        r.ready = False
+        if r.next_restart is None:
+            # Seen exited for the first time: when to start it again.
+            if r.running_since is not None and now - r.running_since >= RESET_AFTER:
+                r.streak = 0
+            r.running_since = None
+            r.exit_code = container.exit_code
+            r.next_restart = now + backoff(r.streak)
+            oom = " (killed for want of memory)" if container.oom_killed else ""
+            if r.streak >= CRASH_LOOP:
+                r.problem = "crash-looping"
+                r.detail = (
+                    f"exited with code {container.exit_code}{oom} after {r.streak} restarts;"
+                    f" next start in {r.next_restart - now:g} s"
+                )
+            elif oom:
+                r.detail = f"exited with code {container.exit_code}{oom}"
+            self._log(
+                "warning",
+                "container.exited",
+                allocation=allocation_id,
+                exitCode=container.exit_code,
+                oom=bool(oom),
+            )
+        if now >= r.next_restart:
+            if self._start(allocation_id, container.id, r, now):
+                r.restarts += 1
+                r.streak += 1
+                r.next_restart = None
+                r.started(now, spec)
+                self._log("info", "container.restarted", allocation=allocation_id, restarts=r.restarts)
+                # Starting again, not ready yet; the problem (crash-looping) stays until it runs.
+                self._queue(allocation_id, r, "created", address, out)
+                return
+            r.next_restart = r.retry_at
+        self._queue(allocation_id, r, "exited", address, out)
+
+    # -- readiness -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _threshold(spec: ContainerSpec) -> int:
+        return spec.readiness.failure_threshold if spec.readiness is not None else 1
+
+    def _probe(self, spec: ContainerSpec, container: Found, r: _Replica, now: float) -> None:
+        probe = spec.readiness
+        if probe is None:
+            r.ready = True
+            return
+        if now < r.next_probe:
+            return
+        r.next_probe = now + probe.period_seconds
+        passed = False
+        try:
+            if probe.http_path is not None and probe.http_port is not None:
+                host_port = container.ports.get(probe.http_port)
+                passed = host_port is not None and self.probe_http(
+                    self.runtime.publish_address, host_port, probe.http_path, float(probe.timeout_seconds)
+                )
+            else:
+                passed = self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
+        except RuntimeFailure as exc:
+            self._log("warning", "probe.error", allocation=container.allocation_id, reason=exc.detail)
+        if passed:
+            r.failures = 0
+            r.ready = r.was_ready = True
+        else:
+            r.failures += 1
+            if r.failures >= probe.failure_threshold:
+                r.ready = False
+
+    # -- reports -------------------------------------------------------------------------------
+
+    def _address(self, spec: ContainerSpec, ports: dict[int, int] | Any) -> str | None:
+        if not spec.ports:
+            return None
+        host_port = ports.get(spec.ports[0])
+        return None if host_port is None else f"{_host(self.advertise)}:{host_port}"
+
+    def _queue(
+        self, allocation_id: str, r: _Replica, state: str, address: str | None, out: list[dict[str, Any]]
+    ) -> None:
+        exit_code = r.exit_code if state == "exited" else None
+        key = (state, r.problem, r.restarts, address, exit_code)
+        if key == r.reported:
+            return
+        r.reported = key
+        report: dict[str, Any] = {
+            "kind": "ReplicaState",
+            "allocationId": allocation_id,
+            "state": state,
+            "restarts": r.restarts,
+        }
+        if exit_code is not None:
+            report["exitCode"] = max(-1, min(exit_code, 255))
+        if r.problem is not None:
+            report["problem"] = r.problem
+        if r.detail is not None:
+            report["detail"] = r.detail[:1000]
+        if address is not None:
+            report["address"] = address
+        self._log("info", "replica.state", allocation=allocation_id, state=state, problem=r.problem)
+        out.append(report)
+
+    # -- timing --------------------------------------------------------------------------------
+
+    def due(self) -> float | None:
+        """Seconds until the next thing a pass has to do (a probe, a restart, a create tried again),
+        0 when one is due now; None when nothing is scheduled (no container to watch)."""
+        times: list[float] = []
+        for allocation_id, r in self._replicas.items():
+            spec = self._specs.get(allocation_id)
+            if spec is None:
+                continue
+            if r.next_restart is not None:
+                times.append(r.next_restart)
+            if r.retry_at is not None:
+                times.append(r.retry_at)
+            if r.running_since is not None and spec.readiness is not None:
+                times.append(r.next_probe)
+            elif r.running_since is not None:
+                # Nothing scheduled, but a crash is only seen by a pass.
+                times.append(self.clock() + 5.0)
+        if not times:
+            return None
+        return max(0.0, min(times) - self.clock())

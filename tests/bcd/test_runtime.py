@@ -1,0 +1,404 @@
+"""The runtime converger against the in-process fake runtime (podman's contract): a bound container
+assignment gets one container, started, probed and reported; a restarted converger adopts it; strays
+go; a crash is restarted with back-off and reported crash-looping; reports go only on change. Time
+is a test clock: no sleep decides an outcome."""
+
+from __future__ import annotations
+
+import http.client
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from better_compute.bcd.containers import NoContainer, container_name, spec_digest
+from better_compute.bcd.daemon import Daemon
+from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.fake_runtime import FakeRuntime
+from better_compute.bcd.identity import Identity
+from better_compute.bcd.logs import Log
+from better_compute.bcd.node_tree import simulated
+from better_compute.bcd.podman import PodmanRuntime
+from better_compute.bcd.runtime import RuntimeConverger, backoff
+from better_compute.domain.fleet.atoms import atom_id_for
+from better_compute.domain.kernel.containers import parse_container
+from better_compute.entrypoints.bcd import NvmlKind, RuntimeKind, _container_runtime
+from better_compute.wire.nodes import AssignmentPublic, NodeSpecPublic
+from tests.builders import fleet_spec
+
+NODE = "node-a"
+IMAGE = "localhost/model:1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def container(**extra: Any) -> dict[str, Any]:
+    return {"image": IMAGE, "ports": [{"containerPort": 8080}], **extra}
+
+
+def assigned(allocation: str, doc: dict[str, Any] | None) -> AssignmentPublic:
+    return AssignmentPublic.model_validate(
+        {"allocationId": allocation, "atoms": ["gpu-1/gpu"], "env": {}, "container": doc}
+    )
+
+
+@pytest.fixture
+def runtime() -> Iterator[FakeRuntime]:
+    fake = FakeRuntime(NODE, images=[IMAGE])
+    try:
+        yield fake
+    finally:
+        fake.close()
+
+
+def converger(runtime: FakeRuntime, clock: Clock, **kw: Any) -> RuntimeConverger:
+    return RuntimeConverger(runtime, NODE, advertise="10.0.0.7", clock=clock, stop_timeout=1, **kw)
+
+
+def one(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    assert len(reports) == 1, reports
+    return reports[0]
+
+
+def test_a_bound_container_assignment_gets_one_started_container_that_answers_on_its_address(
+    runtime: FakeRuntime,
+) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    a = assigned("dep1.r0", container())
+    first = one(rc.converge([a], {"dep1.r0"}))
+    (found,) = runtime.list()
+    assert found.state == "running" and found.name == container_name(NODE, "dep1.r0")
+    assert found.spec_digest == spec_digest(parse_container(container()))
+    host_port = found.ports[8080]
+    # No probe: ready once it runs (the next pass sees it running).
+    assert first == {
+        "kind": "ReplicaState",
+        "allocationId": "dep1.r0",
+        "state": "created",
+        "restarts": 0,
+        "address": f"10.0.0.7:{host_port}",
+    }
+    assert one(rc.converge([a], {"dep1.r0"}))["state"] == "ready"
+    assert rc.converge([a], {"dep1.r0"}) == []  # nothing changed: nothing reported
+    # The container serves real HTTP: /ping, and POSTs naming the allocation.
+    conn = http.client.HTTPConnection("127.0.0.1", host_port, timeout=5)
+    conn.request("POST", "/invocations", body=b'{"x": 1}')
+    answer = json.loads(conn.getresponse().read())
+    conn.close()
+    assert answer["allocation"] == "dep1.r0" and answer["body"] == '{"x": 1}'
+    assert "POST /invocations" in runtime.logs("dep1.r0", 10)
+
+
+def test_an_assignment_not_bound_or_without_a_container_gets_none(runtime: FakeRuntime) -> None:
+    rc = converger(runtime, Clock())
+    assert rc.converge([assigned("r1", container()), assigned("r2", None)], {"r2"}) == []
+    assert runtime.list() == []
+
+
+def test_a_new_converger_adopts_the_container_and_never_doubles_it(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    a = assigned("dep1.r0", container())
+    first = converger(runtime, clock)
+    first.converge([a], {"dep1.r0"})
+    first.converge([a], {"dep1.r0"})
+    (before,) = runtime.list()
+    # The daemon is killed; a new one (nothing in memory) sees the container by its labels.
+    again = converger(runtime, clock)
+    reports = again.converge([a], {"dep1.r0"})
+    assert [f.id for f in runtime.list()] == [before.id]
+    assert one(reports)["state"] == "ready" and one(reports)["address"] == f"10.0.0.7:{before.ports[8080]}"
+
+
+def test_strays_and_released_allocations_are_stopped_removed_and_reported(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    rc.converge([assigned("keep", container()), assigned("gone", container())], {"keep", "gone"})
+    # A container of this node this converger never made (an earlier daemon's, its allocation gone).
+    runtime.start(runtime.create("left-over", parse_container(container())))
+    other_node = FakeRuntime("node-b", images=[IMAGE])
+    other_node.create("theirs", parse_container(container()))
+
+    reports = rc.converge([assigned("keep", container())], {"keep"})
+    removed = sorted(r["allocationId"] for r in reports if r["state"] == "removed")
+    assert removed == ["gone", "left-over"]
+    assert [f.allocation_id for f in runtime.list()] == ["keep"]
+    assert len(other_node.list()) == 1
+    other_node.close()
+
+
+def test_a_changed_spec_recreates_the_container(runtime: FakeRuntime) -> None:
+    rc = converger(runtime, Clock())
+    rc.converge([assigned("r", container())], {"r"})
+    (old,) = runtime.list()
+    rc.converge([assigned("r", container(env={"MODE": "fast"}))], {"r"})
+    (new,) = runtime.list()
+    assert new.id != old.id and new.state == "running"
+    assert new.spec_digest == spec_digest(parse_container(container(env={"MODE": "fast"})))
+
+
+def test_a_missing_image_is_image_not_found_and_tried_again_with_back_off(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    a = assigned("r", {"image": "localhost/absent:1"})
+    report = one(rc.converge([a], {"r"}))
+    assert report["problem"] == "image-not-found" and "image not known" in report["detail"]
+    assert runtime.list() == []
+    assert rc.due() == pytest.approx(1.0)
+    assert rc.converge([a], {"r"}) == []  # not due yet, nothing new
+    runtime.images = {IMAGE, "localhost/absent:1"}  # loaded onto the node meanwhile
+    clock.now += 1
+    report = one(rc.converge([a], {"r"}))
+    assert "problem" not in report and runtime.list()[0].state == "running"
+
+
+def test_a_crashing_container_is_restarted_with_back_off_and_reported_crash_looping(
+    runtime: FakeRuntime,
+) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    a = assigned("r", container())
+    rc.converge([a], {"r"})
+    rc.converge([a], {"r"})
+    seen: list[dict[str, Any]] = []
+    for restart in range(4):
+        runtime.exit("r", 3)
+        exited = one(rc.converge([a], {"r"}))
+        assert exited["state"] == "exited" and exited["exitCode"] == 3 and exited["restarts"] == restart
+        assert rc.due() == pytest.approx(backoff(restart))
+        clock.now += backoff(restart) - 0.5
+        assert rc.converge([a], {"r"}) == []  # still backing off
+        clock.now += 0.5
+        restarted = one(rc.converge([a], {"r"}))
+        assert restarted["state"] == "created" and restarted["restarts"] == restart + 1
+        assert runtime.list()[0].state == "running"
+        seen.append(exited)
+    assert [r.get("problem") for r in seen] == [None, None, None, "crash-looping"]
+    assert [backoff(n) for n in range(4)] == [1, 2, 4, 8] and backoff(30) == 300
+    # Running long enough resets the streak and clears the problem.
+    clock.now += 601
+    calm = one(rc.converge([a], {"r"}))
+    assert calm["state"] == "ready" and "problem" not in calm
+
+
+def test_an_http_probe_decides_readiness_with_its_delay_period_and_threshold(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    answers: list[bool] = []
+    calls: list[tuple[str, int, str, float]] = []
+
+    def probe(host: str, port: int, path: str, timeout: float) -> bool:
+        calls.append((host, port, path, timeout))
+        return answers.pop(0)
+
+    rc = converger(runtime, clock, probe_http=probe)
+    probe_doc = {
+        "httpGet": {"path": "/ping", "port": 8080},
+        "initialDelaySeconds": 10,
+        "periodSeconds": 5,
+        "failureThreshold": 2,
+        "timeoutSeconds": 2,
+    }
+    a = assigned("r", container(readinessProbe=probe_doc))
+    assert one(rc.converge([a], {"r"}))["state"] == "created"
+    clock.now += 9
+    assert rc.converge([a], {"r"}) == [] and calls == []  # initial delay
+    clock.now += 1
+    answers[:] = [False]
+    assert rc.converge([a], {"r"}) == []  # one failure: below the threshold
+    (found,) = runtime.list()
+    assert calls == [("127.0.0.1", found.ports[8080], "/ping", 2.0)]
+    clock.now += 4
+    assert rc.converge([a], {"r"}) == [] and len(calls) == 1  # within the period
+    clock.now += 1
+    answers[:] = [False]
+    assert one(rc.converge([a], {"r"}))["state"] == "not-ready"
+    clock.now += 5
+    answers[:] = [True]
+    assert one(rc.converge([a], {"r"}))["state"] == "ready"
+    clock.now += 5
+    answers[:] = [False]
+    assert rc.converge([a], {"r"}) == []  # ready until the threshold
+    clock.now += 5
+    answers[:] = [False]
+    assert one(rc.converge([a], {"r"}))["state"] == "not-ready"
+    assert rc.due() == pytest.approx(5.0)
+
+
+def test_a_real_http_probe_reaches_the_fake_containers_server(runtime: FakeRuntime) -> None:
+    rc = converger(runtime, Clock())
+    a = assigned("r", container(readinessProbe={"httpGet": {"path": "/ping", "port": 8080}}))
+    rc.converge([a], {"r"})
+    assert one(rc.converge([a], {"r"}))["state"] == "ready"
+
+
+def test_an_exec_probe_runs_in_the_container(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    a = assigned(
+        "r",
+        container(
+            readinessProbe={
+                "exec": {"command": ["test", "-f", "/ready"]},
+                "periodSeconds": 1,
+                "failureThreshold": 1,
+            }
+        ),
+    )
+    runtime.exec_status["r"] = 1
+    rc.converge([a], {"r"})
+    assert one(rc.converge([a], {"r"}))["state"] == "not-ready"
+    runtime.exec_status["r"] = 0
+    clock.now += 1
+    assert one(rc.converge([a], {"r"}))["state"] == "ready"
+
+
+def test_logs_of_an_allocation_without_a_container_say_so(runtime: FakeRuntime) -> None:
+    with pytest.raises(NoContainer, match="no container runs allocation 'nope'"):
+        runtime.logs("nope", 10)
+
+
+def test_the_podman_create_argv_holds_the_device_labels_limits_ports_and_command() -> None:
+    podman = PodmanRuntime(
+        "node-a", argv=["podman", "--runtime", "runc"], create_args=["--ulimit", "nofile=1024:1024"]
+    )
+    spec = parse_container(
+        container(
+            command=["/bin/server"],
+            args=["--model", "m"],
+            env={"B": "2", "A": "1"},
+            resources={"cpu": "500m", "memoryMiB": 512},
+            readinessProbe={"httpGet": {"path": "/ping", "port": 9000}},
+        )
+    )
+    argv = podman.create_argv("copy:chat:0", spec)
+    name = container_name("node-a", "copy:chat:0")
+    assert name.startswith("bc-node-a-copy-chat-0-") and ":" not in name
+    assert argv == [
+        "create", "--name", name,
+        "--label", "better-compute.node=node-a",
+        "--label", "better-compute.allocation=copy:chat:0",
+        "--label", f"better-compute.spec={spec_digest(spec)}",
+        "--device", "better-compute.io/gpu=copy:chat:0",
+        "--pull=never", "--stop-timeout", "10",
+        "--cpus", "0.5", "--memory", "512m",
+        "--env", "A=1", "--env", "B=2",
+        "--publish", "127.0.0.1::8080", "--publish", "127.0.0.1::9000",
+        "--entrypoint", '["/bin/server"]',
+        "--ulimit", "nofile=1024:1024",
+        IMAGE, "--model", "m",
+    ]  # fmt: skip
+
+
+class _Nodes:
+    """The server's side of `nodes.spec` and `nodes.report`, as the daemon's loop sees it."""
+
+    def __init__(self, spec: NodeSpecPublic) -> None:
+        self.spec_answer = spec
+        self.waits: list[float | None] = []
+        self.reports: list[dict[str, Any]] = []
+
+    def spec(self, node: str, *, after: int | None = None, wait: float | None = None) -> NodeSpecPublic:
+        self.waits.append(wait)
+        return self.spec_answer
+
+    def report(self, node: str, report: dict[str, Any], *, report_id: str) -> Any:
+        self.reports.append(dict(report))
+        return SimpleNamespace(kind=report["kind"], sequence=len(self.reports), duplicate=False)
+
+
+def test_the_daemon_runs_a_bound_assignments_container_and_keeps_passing_once_settled(
+    tmp_path: Path, runtime: FakeRuntime
+) -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
+    spec = NodeSpecPublic.model_validate(
+        {
+            "node": "n",
+            "generation": 1,
+            "gpus": [{"uuid": g.uuid, "migLayout": None} for g in fake.list_gpus()],
+            "sharing": {"mode": "exclusive", "replicas": 1},
+            "assignments": [
+                {"allocationId": "dep.r0", "atoms": [whole], "env": {}, "container": container()}
+            ],
+        }
+    )
+    nodes = _Nodes(spec)
+    identity = Identity(tmp_path / "state", "n", "http://server", Ed25519PrivateKey.generate())
+    (tmp_path / "state").mkdir()
+    runtime.node = "n"
+    daemon = Daemon(
+        identity,
+        fake,
+        SimpleNamespace(nodes=nodes),  # type: ignore[arg-type]
+        cdi_root=tmp_path / "cdi",
+        log=Log(io.StringIO(), node="n"),
+        node_root=tmp_path / "node-root",
+        runtime=runtime,
+        wait=30,
+    )
+    simulated(tmp_path / "node-root")
+    assert daemon.step(False)
+    states = [(r["kind"], r.get("binding") or r.get("state")) for r in nodes.reports]
+    assert ("AllocationBound", "bound") in states and ("ReplicaState", "created") in states
+    assert [f.allocation_id for f in runtime.list()] == ["dep.r0"]
+    # Settled: the long poll waits no longer than the next look at the container, and the spec
+    # coming back unchanged still gets the containers' pass.
+    assert daemon.step(True)
+    assert nodes.waits[-1] is not None and nodes.waits[-1] <= 5.0
+    assert nodes.reports[-1]["kind"] == "ReplicaState" and nodes.reports[-1]["state"] == "ready"
+
+
+def test_bcd_run_chooses_its_runtime() -> None:
+    assert isinstance(
+        _container_runtime(RuntimeKind.auto, NvmlKind.fake, "n", "podman", [], "127.0.0.1", "never", 1),
+        FakeRuntime,
+    )
+    assert (
+        _container_runtime(RuntimeKind.none, NvmlKind.real, "n", "podman", [], "127.0.0.1", "never", 1)
+        is None
+    )
+    assert (
+        _container_runtime(
+            RuntimeKind.auto, NvmlKind.real, "n", "no-such-podman", [], "127.0.0.1", "never", 1
+        )
+        is None
+    )
+    with pytest.raises(ValueError, match="no-such-podman is not on PATH"):
+        _container_runtime(
+            RuntimeKind.podman,
+            NvmlKind.real,
+            "n",
+            "no-such-podman --runtime runc",
+            [],
+            "127.0.0.1",
+            "never",
+            1,
+        )
+    with pytest.raises(ValueError, match="pull policy"):
+        _container_runtime(RuntimeKind.podman, NvmlKind.real, "n", "sh", [], "127.0.0.1", "sometimes", 1)
+    chosen = _container_runtime(
+        RuntimeKind.podman,
+        NvmlKind.real,
+        "n",
+        "sh -c",
+        ["--ulimit=nofile=1024:1024"],
+        "0.0.0.0",
+        "missing",
+        3,
+    )
+    assert (
+        isinstance(chosen, PodmanRuntime)
+        and chosen.argv == ["sh", "-c"]
+        and chosen.create_args == ["--ulimit=nofile=1024:1024"]
+    )
