@@ -61,9 +61,18 @@ def check_address(raw: str | None) -> str | None:
     return raw
 
 
+NOT_MADE: tuple[Problem, ...] = ("image-not-found", "create-failed")
+"""Problems that mean the node could not make the container at all (it reports the replica
+`created`, waiting, as Kubernetes keeps a pod waiting for its image)."""
+
+
 def exists(state: ReplicaState | None) -> bool:
-    """Whether the node created the replica's container (and has not removed it)."""
-    return state is not None and state.state in ("created", "ready", "not-ready", "exited")
+    """Whether the node made the replica's container (and has not removed it)."""
+    return (
+        state is not None
+        and state.state in ("created", "ready", "not-ready", "exited")
+        and state.problem not in NOT_MADE
+    )
 
 
 def is_ready(state: ReplicaState | None) -> bool:
