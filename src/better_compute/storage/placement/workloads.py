@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
+from better_compute.domain.kernel.containers import container_of
 from better_compute.domain.kernel.events import Event, type_of
 from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.placement.records import Operation
@@ -110,6 +111,7 @@ def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
         "allowedClusters": list(spec.allowed_clusters),
         "drainedClusters": list(spec.drained_clusters),
         **({"capability": spec.capability.document()} if spec.capability is not None else {}),
+        **({"container": spec.container.document()} if spec.container is not None else {}),
     }
 
 
@@ -131,6 +133,7 @@ def _spec(name: str, tenant_id: str, d: Mapping[str, Any]) -> WorkloadSpec:
         allowed_clusters=tuple(d.get("allowedClusters") or ()),
         drained_clusters=tuple(d.get("drainedClusters") or ()),
         capability=parse_capability(d["capability"]) if d.get("capability") else None,
+        container=container_of(d.get("container")),
     )
 
 
