@@ -1,0 +1,119 @@
+"""What runs (docs/placement.md#what-runs, docs/endpoints.md#what-runs) through the real app, on
+SQLite and PostgreSQL: an endpoint component's model server with SageMaker's container contract
+filled in, bad containers refused naming the field, and the node spec telling each node the
+container of every workload replica and endpoint copy on its atoms."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from better_compute.service.gate.mig_gate import Reconciler
+from better_compute.storage.store import Store
+from tests.node_world import NodeWorld
+
+SERVER = {
+    "image": "localhost/bc-test-busybox:1",
+    "command": ["busybox", "httpd"],
+    "args": ["-f", "-p", "8080"],
+}
+
+
+def _endpoint(name: str = "chat") -> dict[str, Any]:
+    return {
+        "name": name,
+        "variants": [
+            {
+                "name": "AllTraffic",
+                "poolId": "p1",
+                "instanceCount": 1,
+                "acceleratorPartitionLayouts": [
+                    {"acceleratorPartitionTypes": ["mig-3g.40gb", "mig-3g.40gb"]}
+                ],
+            }
+        ],
+    }
+
+
+def _component(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "llama",
+        "endpointName": "chat",
+        "variantName": "AllTraffic",
+        "model": "llama-3-8b",
+        "partitionType": "mig-3g.40gb",
+        "cpuCores": 2,
+        "memoryMiB": 4096,
+        "copies": 2,
+        **extra,
+    }
+
+
+def _serving(store: Store, tmp_path: Path) -> NodeWorld:
+    """The world with endpoint `chat` cut on n-1 (two GPUs of two 3g partitions each)."""
+    world = NodeWorld(store, tmp_path)
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    made = world.http.post("/v1/endpoints", json=_endpoint(), headers=world.platform)
+    assert made.status_code == 201, made.text
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    return world
+
+
+def test_a_components_model_server_gets_sagemakers_contract_where_the_request_left_it_out(
+    store: Store, tmp_path: Path
+) -> None:
+    world = _serving(store, tmp_path)
+    created = world.http.post("/v1/components", json=_component(container=SERVER), headers=world.platform)
+    assert created.status_code == 201, created.text
+    c = created.json()
+    assert c["invokePath"] == "/invocations"
+    container = c["container"]
+    assert container["image"] == SERVER["image"]
+    assert container["ports"] == [{"containerPort": 8080}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ping", "port": 8080}
+    assert container["resources"] == {"cpu": 2.0, "memoryMiB": 4096}
+    shown = world.http.get("/v1/components/llama", headers=world.platform).json()
+    assert shown["container"] == container and shown["invokePath"] == "/invocations"
+    scaled = world.http.post("/v1/components/llama/scale", json={"copies": 1}, headers=world.platform)
+    assert scaled.status_code == 200 and scaled.json()["container"] == container
+    own = {
+        **SERVER,
+        "ports": [{"containerPort": 9000}, {"containerPort": 9001}],
+        "readinessProbe": {"exec": {"command": ["true"]}},
+        "resources": {"cpu": 1},
+    }
+    other = world.http.post(
+        "/v1/components",
+        json=_component(name="cgi", container=own, invokePath="/cgi-bin/invoke", copies=1),
+        headers=world.platform,
+    )
+    assert other.status_code == 201, other.text
+    o = other.json()
+    assert o["invokePath"] == "/cgi-bin/invoke"
+    assert o["container"]["ports"] == [{"containerPort": 9000}, {"containerPort": 9001}]
+    assert o["container"]["readinessProbe"]["exec"] == {"command": ["true"]}
+    assert o["container"]["resources"] == {"cpu": 1.0, "memoryMiB": 4096}
+    bare = world.http.post("/v1/components", json=_component(name="bare", copies=0), headers=world.platform)
+    assert bare.status_code == 201, bare.text
+    assert "container" not in bare.json() and bare.json()["invokePath"] == "/invocations"
+
+
+def test_a_bad_model_server_or_invoke_path_is_refused_naming_the_field(store: Store, tmp_path: Path) -> None:
+    world = _serving(store, tmp_path)
+    cases = [
+        ({"container": {"image": "Bad Image"}}, "container.image"),
+        ({"container": {**SERVER, "env": {"CUDA_VISIBLE_DEVICES": "0"}}}, "container.env"),
+        ({"container": {**SERVER, "args": ["x"] * 65}}, "container.args"),
+        ({"container": {**SERVER, "resources": {"cpu": "lots"}}}, "container.resources.cpu"),
+        ({"container": SERVER, "invokePath": "invocations"}, "invokePath"),
+        ({"container": SERVER, "invokePath": "/with space"}, "invokePath"),
+        ({"container": SERVER, "invokePath": "/" + "a" * 1024}, "invokePath"),
+    ]
+    for extra, field in cases:
+        got = world.http.post("/v1/components", json=_component(**extra), headers=world.platform)
+        assert got.status_code == 400, (extra, got.text)
+        assert got.json()["error"]["code"] == "INVALID_INPUT"
+        assert field in got.text, (field, got.text)
+    assert world.http.get("/v1/components/llama", headers=world.platform).status_code == 404
