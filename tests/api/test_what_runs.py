@@ -8,6 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from better_compute.client import ForbiddenError
 from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
@@ -117,3 +120,112 @@ def test_a_bad_model_server_or_invoke_path_is_refused_naming_the_field(store: St
         assert got.json()["error"]["code"] == "INVALID_INPUT"
         assert field in got.text, (field, got.text)
     assert world.http.get("/v1/components/llama", headers=world.platform).status_code == 404
+
+
+def _spec(world: NodeWorld, node: str) -> dict[str, Any]:
+    got = world.http.get(f"/v1/nodes/{node}/spec", headers=world.admin)
+    assert got.status_code == 200, got.text
+    out: dict[str, Any] = got.json()
+    return out
+
+
+@pytest.mark.both_stores
+def test_a_workload_replicas_assignment_carries_its_workloads_container(store: Store, tmp_path: Path) -> None:
+    world = NodeWorld(store, tmp_path)
+    made = world.http.post(
+        "/v1/device-classes",
+        json={
+            "name": "mig-1g",
+            "class": "gpu.mig",
+            "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["1g.10gb"]}]},
+        },
+        headers=world.admin,
+    )
+    assert made.status_code == 201, made.text
+    shape = {"device_class": "mig-1g", "device_count": 1}
+    for name, extra in (("served", {"container": SERVER}), ("plain", {})):
+        got = world.http.post(
+            "/v1/workloads",
+            json={"name": name, "shape": {**shape, **extra}, "replicas": 2},
+            headers=world.platform,
+        )
+        assert got.status_code == 201, got.text
+    assignments = [a for n in ("n-1", "n-2") for a in _spec(world, n)["assignments"]]
+    assert len(assignments) == 4
+    with_container = [a for a in assignments if "container" in a]
+    assert len(with_container) == 2
+    assert {a["container"]["image"] for a in with_container} == {SERVER["image"]}
+    assert all(a["container"]["args"] == ["-f", "-p", "8080"] for a in with_container)
+    assert all(a["env"]["NVIDIA_VISIBLE_DEVICES"].startswith("MIG-") for a in assignments)
+
+
+@pytest.mark.both_stores
+def test_endpoint_copies_are_assignments_of_their_node_and_the_generation_moves_with_them(
+    store: Store, tmp_path: Path
+) -> None:
+    world = _serving(store, tmp_path)
+    before = _spec(world, "n-1")
+    assert before["assignments"] == []  # the endpoint's own booking assigns nothing
+    created = world.http.post("/v1/components", json=_component(container=SERVER), headers=world.platform)
+    assert created.status_code == 201, created.text
+    copies = {f"copy:llama:{c['index']}": c for c in created.json()["copies"]}
+    spec = _spec(world, "n-1")
+    assert spec["generation"] > before["generation"]
+    assert [a["allocationId"] for a in spec["assignments"]] == sorted(copies)
+    for a in spec["assignments"]:
+        c = copies[a["allocationId"]]
+        assert a["atoms"] == [c["atomId"]]
+        assert a["tenantId"] == "platform"
+        assert a["env"] == {"NVIDIA_VISIBLE_DEVICES": c["migUuid"]}
+        assert a["container"] == created.json()["container"]
+    assert _spec(world, "n-2")["assignments"] == []
+    down = world.http.post("/v1/components/llama/scale", json={"copies": 1}, headers=world.platform)
+    assert down.status_code == 200, down.text
+    after = _spec(world, "n-1")
+    assert after["generation"] > spec["generation"]
+    assert [a["allocationId"] for a in after["assignments"]] == ["copy:llama:0"]
+    bare = world.http.post("/v1/components", json=_component(name="bare", copies=1), headers=world.platform)
+    assert bare.status_code == 201, bare.text
+    last = _spec(world, "n-1")
+    assert last["generation"] > after["generation"]
+    (plain,) = [a for a in last["assignments"] if a["allocationId"] == "copy:bare:0"]
+    assert "container" not in plain
+    gone = world.http.delete("/v1/components/llama", headers=world.platform)
+    assert gone.status_code == 200
+    assert [a["allocationId"] for a in _spec(world, "n-1")["assignments"]] == ["copy:bare:0"]
+
+
+@pytest.mark.both_stores
+def test_a_copy_is_reported_on_by_the_node_its_partition_is_on_and_no_other(
+    store: Store, tmp_path: Path
+) -> None:
+    world = _serving(store, tmp_path)
+    created = world.http.post("/v1/components", json=_component(container=SERVER), headers=world.platform)
+    assert created.status_code == 201, created.text
+    mine = world.node(world.join("n-1")).nodes
+    other = world.node(world.join("n-2")).nodes
+    reports = [
+        {"kind": "AllocationBound", "allocationId": "copy:llama:0", "binding": "bound"},
+        {
+            "kind": "ReplicaState",
+            "allocationId": "copy:llama:0",
+            "state": "ready",
+            "address": "10.0.0.1:8080",
+        },
+        {"kind": "AllocationReleased", "allocationId": "copy:llama:0"},
+    ]
+    for body in reports:
+        mine.report("n-1", body)
+    with store.begin() as tx:
+        states = tx.replica_states.of_allocations(["copy:llama:0"])["copy:llama:0"]
+    assert [(s.node_id, s.state) for s in states] == [("n-1", "ready")]
+    for body in [
+        *reports,
+        {**reports[0], "allocationId": "copy:llama:9"},
+        {**reports[0], "allocationId": "copy:x"},
+    ]:
+        with pytest.raises(ForbiddenError) as refused:
+            other.report("n-2", body)
+        assert "holds no atom of node n-2" in str(refused.value)
+    with pytest.raises(ForbiddenError):
+        mine.report("n-1", {**reports[0], "allocationId": "copy:llama:9"})

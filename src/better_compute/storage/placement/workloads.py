@@ -9,11 +9,12 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
-from better_compute.domain.kernel.containers import container_of
+from better_compute.domain.kernel.containers import ContainerSpec, container_of
 from better_compute.domain.kernel.events import Event, type_of
 from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.workloads import (
+    REPLICA_SEPARATOR,
     Deployment,
     RunningReplica,
     Terminating,
@@ -385,6 +386,30 @@ class SqlWorkloads:
         return [r[0] for r in self.conn.execute(stmt)]
 
     # -- replicas ----------------------------------------------------------------------------
+    def containers_of(self, allocation_ids: Sequence[str]) -> dict[str, ContainerSpec]:
+        """What each of these replicas runs (its workload's `shape.container`), by allocation id;
+        a replica whose workload names no container, and any other allocation, is left out. One
+        read by the deployments' primary key (a replica's id is `<deploymentId>.r<n>`)."""
+        by_deployment: dict[str, list[str]] = {}
+        for allocation_id in allocation_ids:
+            if replica_index(allocation_id) is not None:
+                by_deployment.setdefault(allocation_id.rpartition(REPLICA_SEPARATOR)[0], []).append(
+                    allocation_id
+                )
+        if not by_deployment:
+            return {}
+        stmt = (
+            select(deployments.c.id, workloads.c.spec)
+            .join(workloads, workloads.c.id == deployments.c.workload_id)
+            .where(deployments.c.id.in_(sorted(by_deployment)))
+        )
+        out: dict[str, ContainerSpec] = {}
+        for r in rows.rows(self.conn, stmt):
+            container = container_of(r["spec"].get("container"))
+            if container is not None:
+                out.update(dict.fromkeys(by_deployment[r["id"]], container))
+        return out
+
     def replicas_of(self, deployment_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
         """Per deployment, its replicas as (index, allocation id), in index order."""
         out: dict[str, list[tuple[int, str]]] = {d: [] for d in deployment_ids}
