@@ -23,6 +23,7 @@ from better_compute.api.routes import (
     events,
     health,
     inventory,
+    logs,
     node_detail,
     nodes,
     partitions,
@@ -119,6 +120,7 @@ def create_app(
     app.include_router(policies.router)
     app.include_router(device_classes.router)
     app.include_router(priority_classes.router)
+    app.include_router(logs.router)
     app.include_router(workloads.router)
     app.include_router(endpoints.router)
     app.include_router(capacity.router)

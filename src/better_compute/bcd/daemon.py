@@ -25,6 +25,7 @@ from types import FrameType
 from typing import Any
 
 from better_compute.bcd import node_tree
+from better_compute.bcd.agent import Agent
 from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError
@@ -104,12 +105,15 @@ class Daemon:
         runtime: ContainerRuntime | None = None,
         advertise: str | None = None,
         stop_timeout: int = 10,
+        agent: Agent | None = None,
     ) -> None:
         self.identity = identity
         self.node = identity.node
         self.backend = backend
         self.compute = compute
         self.log = log
+        self.agent = agent
+        """The listener the server reads container logs through (`--listen`; bcd.agent), or None."""
         self.wait = wait
         self.retry = retry
         state = identity.state_dir
@@ -255,16 +259,21 @@ class Daemon:
         generation yet (`inventory`). The `Inventory` and `ObservedGeneration` reports the process
         before it left unsent are whole-state claims about GPUs that may have changed since (a
         reboot), which this inventory supersedes: they leave the queue unsent, so the server never
-        applies a generation on the word of a daemon that is gone. The rest stays, in order.
+        applies a generation on the word of a daemon that is gone; so do its `Agent` reports, whose
+        listener and token died with it. The rest stays, in order. With `--listen`, this process's own
+        `Agent` report follows the inventory (bcd.agent).
         GPU clients a daemon killed mid-change left stopped are started first (bcd.gpu_clients)."""
         if self.host.clients is not None:
             self.host.clients.recover()
         for entry in self.queue.pending():
             kind = entry.report.get("kind")
-            if kind in ("Inventory", "ObservedGeneration"):
+            # An `Agent` report of the process before names a listener and a token that died with it.
+            if kind in ("Inventory", "ObservedGeneration", "Agent"):
                 self.queue.done(entry)
                 self.log.info("report.superseded", kind=kind, reportId=entry.report_id)
         self.enqueue(self.inventory())
+        if self.agent is not None:
+            self.enqueue(self.agent.report())
 
     # -- converging ----------------------------------------------------------------------------
 

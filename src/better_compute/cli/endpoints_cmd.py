@@ -21,7 +21,7 @@ from rich.text import Text
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
-from better_compute.cli.output import fail, print_json, stderr, stdout
+from better_compute.cli.output import fail, print_json, print_log, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
@@ -271,6 +271,44 @@ def endpoints_show(
 ) -> None:
     """An endpoint, its instances and the partitions of each, with one GPU drawn split."""
     _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
+
+
+@endpoints_app.command("logs")
+def endpoints_logs(
+    name: Annotated[str, typer.Argument(metavar="ENDPOINT")],
+    component: Annotated[
+        str, typer.Option("--component", help="The endpoint's component whose copy's log to read.")
+    ],
+    copy: Annotated[
+        int | None,
+        typer.Option(
+            "--copy", min=0, help="The copy's number (default: the first copy on a node).", show_default=False
+        ),
+    ] = None,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            "--tail",
+            min=1,
+            max=10_000,
+            help="How many of the newest lines (default 100).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """The newest lines of a component copy's container log (at most 1 MiB), read through its
+    node's agent (the node must run `bcd run --listen`; docs/bcd.md)."""
+    got = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.endpoints.logs(name, component, copy=copy, tail=tail),
+        {"component": "--component", "copy": "--copy", "tail": "--tail"},
+    )
+    print_log(got.allocation_id, got.node, got.lines, as_json)
 
 
 @endpoints_app.command("update")

@@ -37,6 +37,15 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
 
 
+def print_log(allocation_id: str, node: str, lines: str, as_json: bool) -> None:
+    """A container log read through its node: the text as it is on stdout (nothing added, so that
+    it pipes into grep), or with `--json` the whole answer."""
+    if as_json:
+        print_json({"allocationId": allocation_id, "node": node, "lines": lines})
+        return
+    sys.stdout.write(lines if not lines or lines.endswith("\n") else lines + "\n")
+
+
 def error_object(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "details": details or {}}}
 

@@ -16,7 +16,7 @@ from rich.table import Table
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
-from better_compute.cli.output import print_json, stdout
+from better_compute.cli.output import print_json, print_log, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
@@ -463,6 +463,50 @@ def workloads_show(
     """One workload and its deployments: per cluster its phase, replicas desired, placed and
     running, and why it has fewer (reason, shortfall)."""
     _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
+
+
+@workloads_app.command("logs")
+def workloads_logs(
+    workload_id: WorkloadArgument,
+    replica: Annotated[
+        int | None,
+        typer.Option(
+            "--replica",
+            min=0,
+            help="The replica's number in its deployment (default: the first replica on a node).",
+            show_default=False,
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
+        ),
+    ] = None,
+    tail: Annotated[
+        int | None,
+        typer.Option(
+            "--tail",
+            min=1,
+            max=10_000,
+            help="How many of the newest lines (default 100).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """The newest lines of a replica's container log (at most 1 MiB), read through its node's
+    agent (the node must run `bcd run --listen`; docs/bcd.md)."""
+    got = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.logs(workload_id, replica=replica, cluster=cluster, tail=tail),
+        {"replica": "--replica", "cluster": "--cluster", "tail": "--tail"},
+    )
+    print_log(got.allocation_id, got.node, got.lines, as_json)
 
 
 def decision(event: EventPublic) -> str:

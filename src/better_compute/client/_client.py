@@ -67,6 +67,7 @@ from better_compute.wire.inventory import (
     NodePublic,
     NodeUpdate,
 )
+from better_compute.wire.logs import EndpointLogsRequest, LogsPublic, WorkloadLogsRequest
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.node_detail import NodeDetailPublic, NodeGet
 from better_compute.wire.nodes import (
@@ -759,6 +760,17 @@ class Endpoints(_Resource):
     def get(self, name: str) -> EndpointPublic:
         return self._compute._typed("endpoints.get", NameRequest(name=name), EndpointPublic)
 
+    def logs(
+        self, name: str, component: str, *, copy: int | None = None, tail: int | None = None
+    ) -> LogsPublic:
+        """The newest `tail` lines (default 100, at most 10,000 and 1 MiB) of the container log of
+        `component`'s copy `copy` (default: its first copy on a node), read through the node's agent.
+        UNAVAILABLE: the node serves no logs (`bcd run --listen`) or does not answer."""
+        request = EndpointLogsRequest.model_validate(
+            _fields(name=name, component=component, copy=copy, tail=tail)
+        )
+        return self._compute._typed("endpoints.logs", request, LogsPublic)
+
     def update(self, name: str, layouts: Mapping[str, Sequence[str]]) -> EndpointPublic:
         """Change the layouts of some variants live (`{variant: ["mig-2g.20gb", ...]}`): checked up
         front, then re-cut instance by instance (`Updating`, then `InService`)."""
@@ -929,6 +941,18 @@ class Workloads(_Resource):
     def get(self, id: str) -> WorkloadPublic:
         """A workload by id or name, with its deployments."""
         return self._compute._typed("workloads.get", IdRequest(id=id), WorkloadPublic)
+
+    def logs(
+        self, id: str, *, replica: int | None = None, cluster: str | None = None, tail: int | None = None
+    ) -> LogsPublic:
+        """The newest `tail` lines (default 100, at most 10,000 and 1 MiB) of replica `replica`'s
+        container log (its number in its deployment; default: the first replica on a node), read
+        through the node's agent. UNAVAILABLE: the node serves no logs (`bcd run --listen`) or does
+        not answer."""
+        request = WorkloadLogsRequest.model_validate(
+            _fields(id=id, replica=replica, cluster=cluster, tail=tail)
+        )
+        return self._compute._typed("workloads.logs", request, LogsPublic)
 
     def scale(self, id: str, replicas: int, *, generation: int | None = None) -> WorkloadPublic:
         """Set the workload's replicas; with `generation`, only if it is still the current one

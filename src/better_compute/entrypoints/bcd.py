@@ -226,11 +226,30 @@ def run(
             "--stop-timeout", min=0, max=300, help="Seconds a stopped container has before SIGKILL."
         ),
     ] = 10,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            help="HOST:PORT where the agent listens, through which the server reads container logs"
+            " (off by default; reachable from the server alone: docs/bcd.md#the-agent).",
+            show_default=False,
+        ),
+    ] = None,
+    listen_url: Annotated[
+        str | None,
+        typer.Option(
+            "--listen-url",
+            help="The URL the server calls the agent at (default http://HOST:PORT of --listen; needed"
+            " when HOST is 0.0.0.0 or ::).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, run the
     containers its assignments carry, report. Stops cleanly (exit 0) on SIGTERM, leaving containers
     running (the next daemon adopts them). Logs are JSON lines on stderr (docs/bcd.md)."""
     from better_compute.bcd import gpu_clients as clients
+    from better_compute.bcd.agent import Agent, NoContainers, parse_listen
     from better_compute.bcd.daemon import Daemon, LoggingRunner
     from better_compute.bcd.gpu import GpuBackend, GpuError
     from better_compute.bcd.identity import Identity
@@ -288,6 +307,19 @@ def run(
             systemd = clients.Systemctl()
     except (GpuError, DomainError) as exc:
         _fail(str(exc))
+    agent: Agent | None = None
+    if listen is not None:
+        try:
+            host, port = parse_listen(listen)
+            # With no container runtime (`--runtime none`), every log read is NOT_FOUND.
+            source = containers if containers is not None else NoContainers()
+            agent = Agent(source, host, port, log, advertise=listen_url).start()
+        except (OSError, ValueError) as exc:
+            backend.close()
+            _fail(f"--listen: {exc}", 2)
+    elif listen_url is not None:
+        backend.close()
+        _fail("--listen-url is for --listen", 2)
     try:
         with node_client(identity, timeout=wait + 30.0) as compute:
             unit_dir = state_dir / "systemd" if nvml is NvmlKind.fake else Path("/etc/systemd/system")
@@ -307,9 +339,12 @@ def run(
                 runtime=containers,
                 advertise=advertise_address,
                 stop_timeout=stop_timeout,
+                agent=agent,
             )
             status = daemon.run()
     finally:
+        if agent is not None:
+            agent.stop()
         backend.close()
     raise typer.Exit(status)
 

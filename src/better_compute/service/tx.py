@@ -17,6 +17,7 @@ from better_compute.service.fleet.ports import (
     GpuRepo,
     GpuStateRepo,
     JoinTokenRepo,
+    NodeAgentRepo,
     NodeRepo,
     PoolRepo,
     ReplicaStateRepo,
@@ -60,6 +61,9 @@ class Tx(Protocol):
 
     @property
     def replica_states(self) -> ReplicaStateRepo: ...
+
+    @property
+    def node_agents(self) -> NodeAgentRepo: ...
 
     @property
     def gpus(self) -> GpuRepo: ...

@@ -15,6 +15,7 @@ from better_compute.storage.fleet.clusters import SqlClusters
 from better_compute.storage.fleet.gpu_states import SqlGpuStates
 from better_compute.storage.fleet.gpus import SqlGpus
 from better_compute.storage.fleet.join_tokens import SqlJoinTokens
+from better_compute.storage.fleet.node_agents import SqlNodeAgents
 from better_compute.storage.fleet.nodes import SqlNodes
 from better_compute.storage.fleet.pools import SqlPools
 from better_compute.storage.fleet.replica_states import SqlReplicaStates
@@ -112,6 +113,10 @@ class SqlTx:
     @cached_property
     def replica_states(self) -> SqlReplicaStates:
         return SqlReplicaStates(self.conn)
+
+    @cached_property
+    def node_agents(self) -> SqlNodeAgents:
+        return SqlNodeAgents(self.conn)
 
     @cached_property
     def device_classes(self) -> SqlDeviceClasses:

@@ -73,6 +73,7 @@ from better_compute.wire.inventory import (
     NodePublic,
     NodeUpdate,
 )
+from better_compute.wire.logs import EndpointLogsRequest, LogsPublic, WorkloadLogsRequest
 from better_compute.wire.node_detail import NodeDetailPublic, NodeGet
 from better_compute.wire.nodes import (
     JoinTokenCreate,
@@ -386,6 +387,15 @@ _TABLE: tuple[Method, ...] = (
     ),
     Method("endpoints.get", "GET", "/v1/endpoints/{name}", NameRequest, EndpointPublic),
     Method(
+        "endpoints.logs",
+        "GET",
+        "/v1/endpoints/{name}/logs",
+        EndpointLogsRequest,
+        LogsPublic,
+        summary="The newest lines of a component copy's container log, read through its node's agent"
+        " (`tail` 1 to 10,000, default 100; at most 1 MiB).",
+    ),
+    Method(
         "endpoints.update",
         "PATCH",
         "/v1/endpoints/{name}",
@@ -455,6 +465,15 @@ _TABLE: tuple[Method, ...] = (
         summary="Workloads with their deployments; a tenant sees its own.",
     ),
     Method("workloads.get", "GET", "/v1/workloads/{id}", IdRequest, WorkloadPublic),
+    Method(
+        "workloads.logs",
+        "GET",
+        "/v1/workloads/{id}/logs",
+        WorkloadLogsRequest,
+        LogsPublic,
+        summary="The newest lines of a replica's container log, read through its node's agent (`tail`"
+        " 1 to 10,000, default 100; at most 1 MiB).",
+    ),
     Method(
         "workloads.scale",
         "POST",

@@ -176,6 +176,16 @@ class ReplicaStateReport(WireRequest):
     address: str | None = Field(default=None, max_length=300)
 
 
+class AgentReport(WireRequest):
+    """Where the node's agent listens (`bcd run --listen`: `http(s)://host[:port]`) and the bearer
+    token it answers to; the server keeps the last one per node and asks the agent for a container's
+    log (docs/bcd.md#the-agent). The token is never shown by any answer."""
+
+    kind: Literal["Agent"]
+    url: str = Field(min_length=1, max_length=300)
+    token: str = Field(min_length=1, max_length=128)
+
+
 class ObservedGenerationReport(WireRequest):
     """The node converged the spec of `generation`."""
 
@@ -196,7 +206,8 @@ NodeReportBody = Annotated[
     | AllocationReleasedReport
     | ObservedGenerationReport
     | ScrubDoneReport
-    | ReplicaStateReport,
+    | ReplicaStateReport
+    | AgentReport,
     Field(discriminator="kind"),
 ]
 """A signed report's body, told apart by `kind`."""

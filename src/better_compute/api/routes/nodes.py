@@ -26,6 +26,7 @@ from better_compute.api.query import StrictQueryRoute, check_repeats
 from better_compute.api.signed import is_signed, signed_request
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance
 from better_compute.domain.fleet.node_reports import (
+    AgentReported,
     BindingReported,
     GenerationObserved,
     InventoryReported,
@@ -44,6 +45,7 @@ from better_compute.service.gate import node_spec
 from better_compute.service.gate.node_spec import ServedSpec
 from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.nodes import (
+    AgentReport,
     AllocationBoundReport,
     AllocationReleasedReport,
     AssignmentPublic,
@@ -309,6 +311,8 @@ def report_of(sent: NodeReportSend) -> Report:
             return GenerationObserved(sent.node, r.generation, rid)
         case ScrubDoneReport():
             return ScrubDone(sent.node, tuple(r.atoms), rid)
+        case AgentReport():
+            return AgentReported(sent.node, r.url, r.token, rid)
         case ReplicaStateReport():
             return ReplicaReported(
                 sent.node,

@@ -243,7 +243,25 @@ class ReplicaReported:
         )
 
 
-Report = InventoryReported | BindingReported | GenerationObserved | ScrubDone | ReplicaReported
+@dataclass(frozen=True, slots=True)
+class AgentReported:
+    """`Agent`: where the node's agent listens (`bcd run --listen`) and the token it answers to
+    (domain.fleet.node_agents); a node sets only its own."""
+
+    node: str
+    url: str
+    token: str
+    report_id: str | None = None
+
+    KIND: ClassVar[str] = "Agent"
+
+    def __repr__(self) -> str:  # the token stays out of logs and tracebacks
+        return f"AgentReported(node={self.node!r}, url={self.url!r}, report_id={self.report_id!r})"
+
+
+Report = (
+    InventoryReported | BindingReported | GenerationObserved | ScrubDone | ReplicaReported | AgentReported
+)
 
 
 def kind_of(report: Report) -> str:

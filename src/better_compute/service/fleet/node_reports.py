@@ -29,7 +29,9 @@ from better_compute.domain.fleet.events import (
 )
 from better_compute.domain.fleet.gpu_owners import owned_elsewhere
 from better_compute.domain.fleet.inventory import NodeReport
+from better_compute.domain.fleet.node_agents import NodeAgent, check_agent_token, check_agent_url
 from better_compute.domain.fleet.node_reports import (
+    AgentReported,
     BindingReported,
     GenerationObserved,
     InventoryReported,
@@ -394,6 +396,10 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
             _check_on_node(tx, node.id, report.allocation_id)
             check_address(report.address)
             tx.replica_states.put(report.record(now))
+        case AgentReported():
+            # Signed by the node it names (check_same_node): a node sets only its own agent.
+            url = check_agent_url(report.url)
+            tx.node_agents.put(NodeAgent(node.id, url, check_agent_token(report.token), now))
         case ScrubDone():
             mine = {a.id for a in tx.atoms.of_nodes([node.id])}
             foreign = sorted(set(report.atoms) - mine)

@@ -17,6 +17,7 @@ from better_compute.domain.fleet.bindings import BindingState
 from better_compute.domain.fleet.gpu_owners import Holder
 from better_compute.domain.fleet.gpu_states import GpuPeriod, StateChange
 from better_compute.domain.fleet.join_tokens import JoinToken
+from better_compute.domain.fleet.node_agents import NodeAgent
 from better_compute.domain.fleet.pools import PoolSettings
 from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal, Node, Pool
 from better_compute.domain.fleet.replica_states import ReplicaState
@@ -149,6 +150,14 @@ class ReplicaStateRepo(Protocol):
         ...
 
     def forget(self, allocation_ids: Sequence[str]) -> None: ...
+
+
+class NodeAgentRepo(Protocol):
+    """Where each node's agent listens and the token it answers to (domain.fleet.node_agents)."""
+
+    def put(self, agent: NodeAgent) -> None: ...
+
+    def get(self, node_id: str) -> NodeAgent | None: ...
 
 
 class BindingRepo(Protocol):
@@ -408,6 +417,9 @@ class FleetTx(TenancyTx, Protocol):
 
     @property
     def replica_states(self) -> ReplicaStateRepo: ...
+
+    @property
+    def node_agents(self) -> NodeAgentRepo: ...
 
     @property
     def gpus(self) -> GpuRepo: ...

@@ -143,6 +143,16 @@ replica_states = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+node_agents = Table(
+    "node_agents",
+    metadata,
+    # Where each node's agent listens and the token it answers to (domain.fleet.node_agents); never shown.
+    Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
+    Column("url", String(300), nullable=False),
+    Column("token", String(128), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
 gpus = Table(
     "gpus",
     metadata,

@@ -1,0 +1,47 @@
+"""The server's side of a node's agent (docs/bcd.md#the-agent): one bounded HTTP read of a container's
+log, with the token the node gave in its `Agent` report. The node's answer is not trusted further than
+its size: at most `LOG_BYTES_MAX` bytes are read (the rest cut from the start, as the agent does)."""
+
+from __future__ import annotations
+
+import httpx
+
+from better_compute.domain.fleet.node_agents import (
+    LOG_BYTES_MAX,
+    LogSource,
+    agent_unreachable,
+    cut_log,
+    no_container,
+)
+
+TIMEOUT = 5.0
+"""Seconds to connect to the agent, and between two reads of its answer."""
+
+
+def read_logs(source: LogSource, tail: int, transport: httpx.BaseTransport | None = None) -> str:
+    """The last `tail` lines of the allocation's container log on its node (service.fleet.node_agents.
+    AgentLogs): NOT_FOUND when the node has no container for it, UNAVAILABLE when the agent does not
+    answer, refuses the token, or answers otherwise than the agent does."""
+    node = source.node_id
+    headers = {"Authorization": f"Bearer {source.agent.token}", "Accept": "text/plain"}
+    try:
+        with (
+            httpx.Client(timeout=TIMEOUT, transport=transport, follow_redirects=False) as client,
+            client.stream("GET", source.logs_url(tail), headers=headers) as answer,
+        ):
+            if answer.status_code == 404:
+                raise no_container(source.allocation_id, node)
+            if answer.status_code == 401:
+                raise agent_unreachable(
+                    node, "it refused the server's token (bcd restarted since it reported?)"
+                )
+            if answer.status_code != 200:
+                raise agent_unreachable(node, f"it answered {answer.status_code}")
+            data = bytearray()
+            for chunk in answer.iter_bytes():
+                data += chunk
+                if len(data) > 2 * LOG_BYTES_MAX:
+                    del data[: len(data) - LOG_BYTES_MAX]
+    except httpx.HTTPError as exc:
+        raise agent_unreachable(node, type(exc).__name__) from None
+    return cut_log(bytes(data)).decode("utf-8", errors="replace")
