@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from better_compute.client import Compute, ComputeError, NotFoundError
 from better_compute.domain.endpoints.endpoints import copy_allocation_id
 from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.service.gate.mig_gate import Reconciler
@@ -250,3 +251,23 @@ def test_least_outstanding_spreads_concurrent_requests(
             servers[0].delay = servers[1].delay = 0.4
             spread = Counter(pool.map(call, range(6)))  # six at once over two equally slow copies
         assert spread["llama:0"] >= 2 and spread["llama:1"] >= 2, spread
+
+
+def test_the_client_returns_the_model_servers_answer_and_raises_the_servers_refusals(
+    store: Store, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    world = _world(store, tmp_path, {"llama": 1})
+    servers.append(ModelServer("llama-0").start())
+    _report(store, "llama", 0, "ready", servers[0].address)
+    token = world.platform["Authorization"].removeprefix("Bearer ")
+    with Compute("http://testserver", token, transport=world.transport()) as compute:
+        status, headers, body = compute.endpoints.invoke(
+            "chat", "llama", b"{}", content_type="application/json"
+        )
+        assert (status, headers["bc-invoked-copy"], body) == (200, "llama:0", b"llama-0:application/json:{}")
+        with pytest.raises(NotFoundError, match="component nope not found on endpoint chat"):
+            compute.endpoints.invoke("chat", "nope", b"{}")
+        _report(store, "llama", 0, "not-ready", servers[0].address)
+        with pytest.raises(ComputeError) as refused:
+            compute.endpoints.invoke("chat", "llama", b"{}")
+        assert refused.value.code == "UNAVAILABLE"
