@@ -23,6 +23,7 @@ from better_compute.api.routes import (
     events,
     health,
     inventory,
+    invocations,
     logs,
     node_detail,
     nodes,
@@ -37,6 +38,7 @@ from better_compute.api.routes import (
     usage,
     workloads,
 )
+from better_compute.domain.endpoints.invoke_routing import MAX_INVOKE_BODY_BYTES
 from better_compute.domain.kernel.errors import Unavailable
 from better_compute.service.services import Services
 from better_compute.service.warmup import warm as warm_caches
@@ -76,7 +78,13 @@ def _lifespan(services: Services, warming: Warming) -> Callable[[FastAPI], Abstr
         elif warming == "background":
             services.ready.clear()
             threading.Thread(target=_warm_until_done, args=(services,), name="warmup", daemon=True).start()
-        yield
+        # One pool of connections to endpoints' model servers for the process (`endpoints.invoke`).
+        async with invocations.new_upstream() as upstream:
+            _app.state.upstream = upstream
+            try:
+                yield
+            finally:
+                _app.state.upstream = None
 
     return lifespan
 
@@ -123,6 +131,7 @@ def create_app(
     app.include_router(logs.router)
     app.include_router(workloads.router)
     app.include_router(endpoints.router)
+    app.include_router(invocations.router)
     app.include_router(capacity.router)
     app.include_router(events.router)
     metrics.install(app, services, metrics_auth)
@@ -135,6 +144,11 @@ def create_app(
     links.install(app)
     refusals.install(app)
     # Added late, so outer: a body is capped and timed before anything else reads it.
-    app.add_middleware(BodyLimits, max_bytes=max_body_bytes, timeout=request_timeout)
+    app.add_middleware(
+        BodyLimits,
+        max_bytes=max_body_bytes,
+        timeout=request_timeout,
+        caps=((invocations.INVOKE_PATH, MAX_INVOKE_BODY_BYTES),),
+    )
     version.install(app)  # outermost of all: every answer, refusals included, names the API version
     return app

@@ -18,13 +18,17 @@ is not read either. The cap is far above any request the API takes: a reservatio
 device requests is a few kilobytes.
 
 The limits themselves are settings (`better_compute.settings`: `BC_MAX_BODY_BYTES`,
-`BC_TIMEOUT_REQUEST`), handed to `create_app` by the composition root.
+`BC_TIMEOUT_REQUEST`), handed to `create_app` by the composition root. A path may have a cap of its
+own instead (`caps`): `endpoints.invoke` forwards a model's input of up to 6 MiB, whatever the API's
+cap is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from starlette.requests import ClientDisconnect
@@ -126,10 +130,25 @@ def _where(scope: Scope) -> str:
 class BodyLimits:
     """Pure ASGI middleware: a request without a body costs it one scan of the headers."""
 
-    def __init__(self, app: ASGIApp, *, max_bytes: int, timeout: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        timeout: float,
+        caps: Sequence[tuple[re.Pattern[str], int]] = (),
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.timeout = timeout
+        self.caps = tuple(caps)
+        """(path pattern, cap): a path that matches one takes its cap instead of `max_bytes`."""
+
+    def cap_of(self, path: str) -> int:
+        for pattern, cap in self.caps:
+            if pattern.fullmatch(path):
+                return cap
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,10 +161,11 @@ class BodyLimits:
         if not has_body:
             await self.app(scope, receive, send)
             return
-        if length is not None and length > self.max_bytes:
-            await body_too_large(self.max_bytes)(scope, receive, send)
+        cap = self.cap_of(scope["path"]) if self.caps else self.max_bytes
+        if length is not None and length > cap:
+            await body_too_large(cap)(scope, receive, send)
             return
-        reading = _BodyReading(self, scope, receive, send)
+        reading = _BodyReading(self, scope, receive, send, cap)
         try:
             await self.app(scope, reading.receive, reading.send)
         except ClientDisconnect:
@@ -159,6 +179,7 @@ class _BodyReading:
 
     __slots__ = (
         "body_done",
+        "cap",
         "cut",
         "limits",
         "logged",
@@ -170,8 +191,9 @@ class _BodyReading:
         "started",
     )
 
-    def __init__(self, limits: BodyLimits, scope: Scope, receive: Receive, send: Send) -> None:
+    def __init__(self, limits: BodyLimits, scope: Scope, receive: Receive, send: Send, cap: int) -> None:
         self.limits = limits
+        self.cap = cap
         self.scope = scope
         self.raw_receive = receive
         self.raw_send = send
@@ -199,8 +221,8 @@ class _BodyReading:
             return _DISCONNECT
         if message["type"] == "http.request":
             self.received += len(message.get("body", b""))
-            if self.received > self.limits.max_bytes:
-                await self._refuse(body_too_large(self.limits.max_bytes))
+            if self.received > self.cap:
+                await self._refuse(body_too_large(self.cap))
                 return _DISCONNECT
             if not message.get("more_body", False):
                 self.body_done = True

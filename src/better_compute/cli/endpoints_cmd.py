@@ -1,6 +1,7 @@
-"""`endpoints` (create, list, show, delete) and `components` (create, list, show, scale, delete):
-inference endpoints whose nodes' GPUs are split by a partition layout, and the models deployed on
-their partitions (docs/endpoints.md), each command one API method through the typed client.
+"""`endpoints` (create, list, show, update, delete, invoke) and `components` (create, list, show,
+scale, delete): inference endpoints whose nodes' GPUs are split by a partition layout, and the models
+deployed on their partitions (docs/endpoints.md), each command one API method through the typed
+client; `endpoints invoke` sends a model's input to a component and prints its answer.
 
 A table for people, with each instance's GPUs drawn split into their partitions (widths by memory);
 `--json` for scripts (the API's own answer).
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -24,6 +26,7 @@ from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, print_log, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
+from better_compute.wire.invocations import INVOKED_COPY_HEADER
 
 if TYPE_CHECKING:
     from better_compute.wire.common import Page
@@ -353,6 +356,52 @@ def endpoints_delete(
 ) -> None:
     """Delete an endpoint: its nodes go back to their pool's layout through the layout gate."""
     _show(call(server, token, as_json, lambda c: c.endpoints.delete(name)), as_json, output)
+
+
+@endpoints_app.command("invoke")
+def endpoints_invoke(
+    name: Annotated[str, typer.Argument(metavar="NAME")],
+    component: Annotated[
+        str, typer.Option("--component", help="The inference component to send it to.", show_default=False)
+    ],
+    body: Annotated[
+        str | None, typer.Option("--body", help="The model's input, as text.", show_default=False)
+    ] = None,
+    body_file: Annotated[
+        Path | None,
+        typer.Option("--body-file", help="The model's input, from a file (- for stdin).", show_default=False),
+    ] = None,
+    content_type: Annotated[
+        str, typer.Option("--content-type", help="The input's Content-Type, passed to the model server.")
+    ] = "application/json",
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Send one request to a ready copy of the endpoint's component and print the model server's answer
+    body as it sent it (the copy that answered goes to stderr). Up to 6 MiB; the model server has
+    60 s. A model server's error status exits 1 after printing its body."""
+    if (body is None) == (body_file is None):
+        fail("give the model's input: --body TEXT or --body-file FILE (one of them)")
+    if body_file is not None:
+        data = sys.stdin.buffer.read() if str(body_file) == "-" else _read_input(body_file)
+    else:
+        data = (body or "").encode("utf-8")
+    status, headers, answer = call(
+        server, token, False, lambda c: c.endpoints.invoke(name, component, data, content_type=content_type)
+    )
+    sys.stdout.buffer.write(answer)
+    sys.stdout.buffer.flush()
+    copy = headers.get(INVOKED_COPY_HEADER.lower())
+    stderr().print(f"{status} from copy {copy}" if copy else str(status))
+    if status >= 400:
+        raise typer.Exit(1)
+
+
+def _read_input(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        fail(f"cannot read {path}: {exc.strerror or exc}")
 
 
 components_app = typer.Typer(

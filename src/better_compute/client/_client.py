@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import date, datetime
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import httpx
 from pydantic import BaseModel, ValidationError
@@ -67,6 +68,7 @@ from better_compute.wire.inventory import (
     NodePublic,
     NodeUpdate,
 )
+from better_compute.wire.invocations import COMPONENT_HEADER, INVOKED_COPY_HEADER
 from better_compute.wire.logs import EndpointLogsRequest, LogsPublic, WorkloadLogsRequest
 from better_compute.wire.methods import METHODS, Method, unknown_method
 from better_compute.wire.node_detail import NodeDetailPublic, NodeGet
@@ -327,6 +329,10 @@ class Compute:
 
     def _raw(self, name: str, body: JsonObject) -> Any:
         return self._send(METHODS[name], body)
+
+
+INVOKE_CLIENT_TIMEOUT_S = 65.0
+"""How long `endpoints.invoke` waits: the model server's 60 s, and the server's own time around it."""
 
 
 def _answer(response: httpx.Response) -> Any:
@@ -788,6 +794,34 @@ class Endpoints(_Resource):
     def delete(self, name: str) -> EndpointPublic:
         """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""
         return self._compute._typed("endpoints.delete", NameRequest(name=name), EndpointPublic)
+
+    def invoke(
+        self,
+        name: str,
+        component: str,
+        body: bytes,
+        *,
+        content_type: str = "application/octet-stream",
+        accept: str | None = None,
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Send `body` (up to 6 MiB) to a ready copy of the endpoint's `component`; the model server's
+        answer as it sent it: (status, headers, body), whatever its status (`BC-Invoked-Copy` names
+        the copy). A refusal of the server's own (no ready copy, not found, too large) raises its
+        error. Never resent: a model server may have acted on it. The model server has 60 s."""
+        headers = {COMPONENT_HEADER: component, "Content-Type": content_type}
+        if accept is not None:
+            headers["Accept"] = accept
+        compute = self._compute
+        timeout = max(compute._http.timeout.read or 0.0, INVOKE_CLIENT_TIMEOUT_S)
+        try:
+            response = compute._http.post(
+                f"/v1/endpoints/{quote(name, safe='')}/invoke", content=body, headers=headers, timeout=timeout
+            )
+        except httpx.TransportError as exc:
+            raise compute._transport_error(METHODS["endpoints.invoke"], exc, 1) from exc
+        if INVOKED_COPY_HEADER not in response.headers and not response.is_success:
+            _answer(response)  # the server's own refusal: raises its error
+        return response.status_code, dict(response.headers), response.content
 
 
 class Components(_Resource):

@@ -13,6 +13,7 @@ import threading
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
+from better_compute.service.endpoints.invocations import Balancer
 from better_compute.service.fleet.report_batches import ReportBatches
 from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.ids import Ids
@@ -53,6 +54,9 @@ class Services:
     so that shutting down does not wait out every node's poll."""
     reports: ReportBatches = field(default_factory=ReportBatches)
     """Signed node reports being written, batched as they arrive (service.fleet.report_batches)."""
+    invocations: Balancer = field(default_factory=Balancer)
+    """Requests outstanding per endpoint copy from this process, for `endpoints.invoke`'s choice
+    (service.endpoints.invocations)."""
     ready: threading.Event = field(default_factory=_already_set)
     """Set once the process has loaded what its hot path needs (`service.warmup`): until then
     `/healthz` and `/readyz` answer `starting` (503). Set from the start where nothing warms it

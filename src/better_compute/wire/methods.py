@@ -413,6 +413,16 @@ _TABLE: tuple[Method, ...] = (
         summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate.",
     ),
     Method(
+        "endpoints.invoke",
+        "POST",
+        "/v1/endpoints/{name}/invoke",
+        NameRequest,
+        None,
+        summary="Send a model's input (raw bytes, up to 6 MiB, any Content-Type) to a ready copy of the"
+        " component named by the X-Amzn-SageMaker-Inference-Component header or inferenceComponentName;"
+        " the model server's answer comes back as it sent it (60 s to answer).",
+    ),
+    Method(
         "components.create",
         "POST",
         "/v1/components",
