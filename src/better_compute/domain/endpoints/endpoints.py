@@ -35,6 +35,7 @@ from better_compute.domain.catalog.layouts import (
     layout_from_partition_types,
     validate,
 )
+from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.domain.kernel.errors import InvalidInput, InvalidState, LayoutRefused, UnknownProfile
 from better_compute.domain.tenancy.tenancy import check_slug
 
@@ -439,6 +440,9 @@ class ComponentSpec:
     memory_mib: int
     copies: int
     min_copies: int
+    container: ContainerSpec | None = None
+    """The model server each copy runs (its node starts it); None: nothing is started, and a placed
+    copy counts as serving (docs/endpoints.md#what-runs)."""
 
 
 def default_min_copies(copies: int) -> int:

@@ -16,6 +16,7 @@ Lock order: a node's row before its endpoint's (the gate's hand-over holds the n
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -28,8 +29,11 @@ from better_compute.domain.endpoints.commands import (
     parse_component,
     parse_endpoint,
 )
+from better_compute.domain.endpoints.copy_states import ready_kept
+from better_compute.domain.endpoints.endpoints import copy_allocation_id
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
 from better_compute.domain.metering.showback import gpu_hour_price
@@ -213,6 +217,32 @@ def below_floor(plan: Plan) -> tuple[str, int, int] | None:
         if after < spec.min_copies <= before:
             return name, after, spec.min_copies
     return None
+
+
+def below_ready_floor(
+    plan: Plan, states: Mapping[str, Sequence[ReplicaState]]
+) -> tuple[str, int, int] | None:
+    """The first component with a container the plan leaves with fewer READY copies than its
+    `minCopies` (name, ready, floor): a copy that moves is not ready on its new node until that node
+    says so (`domain.endpoints.copy_states`), so a step that would leave too few must wait for copies
+    to become ready; None: none. Components without a container are `below_floor`'s."""
+    for name, spec in sorted(plan.specs.items()):
+        if spec.container is None:
+            continue
+        staying = {
+            c.copy: (p.node if (p := plan.where[(name, c.copy)]) is not None else None)
+            for c in plan.copies[name]
+        }
+        kept = ready_kept(plan.copies[name], staying, states)
+        if kept < spec.min_copies:
+            return name, kept, spec.min_copies
+    return None
+
+
+def copy_states_in(tx: EndpointsTx, plan: Plan) -> dict[str, list[ReplicaState]]:
+    """What the nodes said of the containers of the plan's copies."""
+    ids = [copy_allocation_id(name, c.copy) for name, mine in plan.copies.items() for c in mine]
+    return tx.replica_states.of_allocations(ids)
 
 
 def apply_in(tx: EndpointsTx, plan: Plan, now: datetime) -> dict[str, str | None]:

@@ -64,6 +64,7 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     tx.nodes.lock([instance.node_id])
     plan = components.plan_in(tx, name, frozenset({instance.node_id}))
     short = components.below_floor(plan)
+    unready = components.below_ready_floor(plan, components.copy_states_in(tx, plan))
     if short is not None:
         component, placed, floor = short
         reason = (
@@ -71,6 +72,14 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
             f" {placed} copies, below its minCopies {floor} (no other instance has room for its copies);"
             " lower minCopies, or update the endpoint again"
         )
+    elif unready is not None:
+        component, ready, floor = unready
+        reason = (
+            f"the relayout waits before re-cutting {instance.node_id}: component {component} would keep"
+            f" {ready} ready copies, below its minCopies {floor}; it goes on when enough of its copies"
+            " are ready elsewhere (their nodes report it)"
+        )
+    if short is not None or unready is not None:
         if record.reason != reason:
             tx.endpoints.set_status(name, "Updating", reason, now)
             _announce(tx, record, "Updating", now, node=instance.node_id, reason=reason)
