@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.service.endpoints import endpoint_holds, endpoint_relayout
+from better_compute.service.endpoints import components, endpoint_holds, endpoint_relayout
 from better_compute.service.gate import mig_gate, partition_holds
 from better_compute.service.tx import Tx
 
@@ -55,6 +55,9 @@ class Hooks:
 
     def layout_applied(self, node_id: str, now: datetime) -> None:
         endpoint_relayout.layout_applied_in(self.tx, node_id, now)
+
+    def holds_copy(self, node_id: str, allocation_id: str) -> bool | None:
+        return components.holds_copy_in(self.tx, node_id, allocation_id)
 
 
 __all__ = ["Hooks"]

@@ -30,7 +30,7 @@ from better_compute.domain.endpoints.commands import (
     parse_endpoint,
 )
 from better_compute.domain.endpoints.copy_states import ready_kept
-from better_compute.domain.endpoints.endpoints import copy_allocation_id
+from better_compute.domain.endpoints.endpoints import copy_allocation_id, copy_of
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
 from better_compute.domain.fleet.replica_states import ReplicaState
@@ -243,6 +243,17 @@ def copy_states_in(tx: EndpointsTx, plan: Plan) -> dict[str, list[ReplicaState]]
     """What the nodes said of the containers of the plan's copies."""
     ids = [copy_allocation_id(name, c.copy) for name, mine in plan.copies.items() for c in mine]
     return tx.replica_states.of_allocations(ids)
+
+
+def holds_copy_in(tx: EndpointsTx, node_id: str, allocation_id: str) -> bool | None:
+    """Whether the copy `allocation_id` names is on the node now (None: it names no copy; False for
+    a copy that is gone, so a node learns nothing of other nodes' copies)."""
+    named = copy_of(allocation_id)
+    if named is None:
+        return None
+    component, index = named
+    found = tx.components.copies([component])[component]
+    return any(c.copy == index and c.node_id == node_id for c in found)
 
 
 def apply_in(tx: EndpointsTx, plan: Plan, now: datetime) -> dict[str, str | None]:

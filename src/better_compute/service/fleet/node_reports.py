@@ -391,7 +391,7 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                     AllocationBound(report.allocation_id, node.id, report.state, report.detail), now
                 )
         case ReplicaReported():
-            _check_on_node(tx, node.id, report.allocation_id)
+            _check_reports_on(tx, node.id, report.allocation_id, report.state)
             check_address(report.address)
             tx.replica_states.put(report.record(now))
         case ScrubDone():
@@ -431,6 +431,25 @@ def _observable(node: Node, generation: int) -> int:
             {"field": "generation"},
         )
     return generation
+
+
+def _check_reports_on(tx: FleetTx, node_id: str, allocation_id: str, state: str) -> None:
+    """A node reports on the container of a replica that booked its atoms, or of an endpoint copy on
+    it now (FORBIDDEN otherwise). A copy that moved away may still be reported `removed` by the node
+    it left, which had reported on it: that word is kept and never counts (`copy_states.state_of`)."""
+    held = tx.hooks.holds_copy(node_id, allocation_id)
+    if held is None:
+        _check_on_node(tx, node_id, allocation_id)
+        return
+    if held:
+        return
+    before = tx.replica_states.of_allocations([allocation_id])[allocation_id]
+    if state == "removed" and any(s.node_id == node_id for s in before):
+        return
+    raise Forbidden(
+        f"allocation {allocation_id} holds no atom of node {node_id}",
+        {"allocationId": allocation_id, "node": node_id},
+    )
 
 
 def _check_on_node(tx: FleetTx, node_id: str, allocation_id: str) -> None:
