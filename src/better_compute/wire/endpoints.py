@@ -6,6 +6,7 @@ letters, digits or inner hyphens (the server's `domain.endpoints.endpoints`)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -158,6 +159,9 @@ class CopyPublic(WireAnswer):
     partition: str | None = None
     atom_id: str | None = None
     mig_uuid: str | None = None
+    runtime_state: Literal["created", "ready", "not-ready", "exited", "removed"] | None = None
+    """What the node it is on last said of its container (a component with a container); null:
+    nothing yet, or no container."""
 
 
 class ComponentPublic(WireAnswer):
@@ -176,6 +180,9 @@ class ComponentPublic(WireAnswer):
     copy_count: int
     min_copies: int
     placed_copies: int
+    ready_copies: int = 0
+    """Copies whose container the node they are on reports ready; for a component without a
+    container, the placed copies (nothing is started for them)."""
     pending_copies: int
     reason: str | None = None
     copies: list[CopyPublic]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Response
 
@@ -202,6 +202,7 @@ def component_public(v: ComponentView) -> ComponentPublic:
         copy_count=s.copies,
         min_copies=s.min_copies,
         placed_copies=v.placed,
+        ready_copies=v.ready,
         pending_copies=len(v.copies) - v.placed,
         reason=v.reason,
         copies=[
@@ -213,6 +214,7 @@ def component_public(v: ComponentView) -> ComponentPublic:
                 partition=c.partition,
                 atom_id=c.atom_id,
                 mig_uuid=c.mig_uuid,
+                runtime_state=cast("Any", c.runtime_state),
             )
             for c in v.copies
         ],

@@ -29,7 +29,7 @@ from better_compute.domain.endpoints.commands import (
     parse_component,
     parse_endpoint,
 )
-from better_compute.domain.endpoints.copy_states import ready_kept
+from better_compute.domain.endpoints.copy_states import ready_copies, ready_kept, state_of
 from better_compute.domain.endpoints.endpoints import copy_allocation_id, copy_of
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
@@ -60,6 +60,8 @@ class CopyView:
     partition: str | None = None
     atom_id: str | None = None
     mig_uuid: str | None = None
+    runtime_state: str | None = None
+    """What the node it is on last said of its container (`copy_states.state_of`); None: nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,9 @@ class ComponentView:
     tenant_id: str
     copies: tuple[CopyView, ...]
     reason: str | None
+    ready: int = 0
+    """Copies ready (`copy_states.ready_copies`); without a container, the placed ones: nothing is
+    started for them, the holder serves what is placed."""
 
     @property
     def placed(self) -> int:
@@ -289,12 +294,29 @@ def place_pending_in(tx: EndpointsTx, endpoint: str, now: datetime) -> dict[str,
     return apply_in(tx, plan_in(tx, endpoint), now)
 
 
+def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec]) -> dict[str, int]:
+    """Ready copies per component with a container (`copy_states.ready_copies`)."""
+    runs = [s.name for s in specs if s.container is not None]
+    if not runs:
+        return {}
+    copies = tx.components.copies(runs)
+    states = tx.replica_states.of_allocations(
+        [copy_allocation_id(name, c.copy) for name in runs for c in copies[name]]
+    )
+    return {name: len(ready_copies(copies[name], states)) for name in runs}
+
+
 def _view(
     tx: EndpointsTx, record: ComponentRecord, tenant_id: str, reason: str | None = None
 ) -> ComponentView:
     spec = parse_component(record.spec)
     copies = tx.components.copies([record.name])[record.name]
     atoms = {a.id: a for a in tx.atoms.of_nodes(sorted({c.node_id for c in copies if c.node_id}))}
+    states = (
+        tx.replica_states.of_allocations([copy_allocation_id(record.name, c.copy) for c in copies])
+        if spec.container is not None
+        else {}
+    )
     shown = []
     for c in copies:
         atom = atoms.get(c.atom_id) if c.atom_id else None
@@ -302,6 +324,7 @@ def _view(
             shown.append(CopyView(c.copy, "pending"))
             continue
         uuid = atom.attributes.get("migUuid")
+        said = state_of(c, states)
         shown.append(
             CopyView(
                 c.copy,
@@ -311,12 +334,15 @@ def _view(
                 spec.partition_type,
                 atom.id,
                 uuid if isinstance(uuid, str) and uuid else None,
+                None if said is None else said.state,
             )
         )
     pending = sum(1 for c in shown if c.state == "pending")
     if pending and reason is None:
         reason = f"{pending} copies wait for a free {spec.partition_type} partition"
-    return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None)
+    placed = sum(1 for c in shown if c.state == "placed")
+    ready = len(ready_copies(copies, states)) if spec.container is not None else placed
+    return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None, ready)
 
 
 def _changed(tx: EndpointsTx, view: ComponentView, change: str, now: datetime) -> None:
