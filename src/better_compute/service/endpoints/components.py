@@ -463,7 +463,9 @@ def scale(
             )
         elif new.copies < len(have):
             order = sorted(have, key=lambda c: (c.atom_id is not None, -c.copy))  # waiting, newest first
-            tx.components.drop_copies(name, [c.copy for c in order[: len(have) - new.copies]], now)
+            dropped = [c.copy for c in order[: len(have) - new.copies]]
+            tx.components.drop_copies(name, dropped, now)
+            tx.replica_states.forget([copy_allocation_id(name, i) for i in dropped])
         tx.components.set_spec(name, rules.component_json(new), now)
         reasons = place_pending_in(tx, endpoint.name, now)
         refreshed = tx.components.get(name)
@@ -479,6 +481,7 @@ def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: 
     with store.begin() as tx:
         record, endpoint = _mine(tx, principal, name, lock=True)
         view = _view(tx, record, endpoint.tenant_id)
+        _forget_copies_of(tx, [name])
         tx.components.remove([name], now)
         place_pending_in(tx, endpoint.name, now)
         _changed(tx, view, "deleted", now)
@@ -488,8 +491,16 @@ def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: 
 def remove_of_endpoint_in(tx: EndpointsTx, endpoint: str, now: datetime) -> list[str]:
     """Remove every component of an endpoint being deleted (the caller holds its lock)."""
     names = [c.name for c in tx.components.of_endpoint(endpoint)]
+    _forget_copies_of(tx, names)
     tx.components.remove(names, now)
     return names
+
+
+def _forget_copies_of(tx: EndpointsTx, names: Sequence[str]) -> None:
+    """Forget what nodes said of the copies of components that go: a component created again under
+    the name has copies of the same names, and none may inherit an old container's word."""
+    copies = tx.components.copies(names)
+    tx.replica_states.forget([copy_allocation_id(n, c.copy) for n in names for c in copies[n]])
 
 
 __all__ = [

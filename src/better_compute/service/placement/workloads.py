@@ -860,6 +860,9 @@ def _take_away(
     for _, allocation in gone:
         if allocation not in waiting:
             tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+    # what nodes said of the containers of those that ended: a replica's number is never reused,
+    # but its word must not outlive it (doctor, a deployment's problems)
+    tx.replica_states.forget([a for _, a in gone if a not in waiting])
     tx.workloads.add_terminating(terminating)
     if terminating:
         tx.events.append(
@@ -1110,6 +1113,7 @@ def release_replica(
                 {"field": "payload.allocation", "allocation": allocation_id},
             )
         tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
+        tx.replica_states.forget([allocation_id])
         op = Operation(
             id=op_id,
             type=RELEASE_REPLICA,
