@@ -453,8 +453,7 @@ class ComponentSpec:
     copies: int
     min_copies: int
     container: ContainerSpec | None = None
-    """The model server each copy runs (its node starts it); None: nothing is started, and a placed
-    copy counts as serving (docs/endpoints.md#what-runs)."""
+    """The model server each copy runs (`with_server_defaults` applied), None: none is started."""
 
 
 def default_min_copies(copies: int) -> int:

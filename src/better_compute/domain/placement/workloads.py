@@ -89,8 +89,8 @@ class WorkloadSpec:
     """What each device must give, when the shape asked so: `device_class` is then the implicit
     class it resolved to at creation (`domain.placement.capability`), empty until it is resolved."""
     container: ContainerSpec | None = None
-    """What each replica runs (its node starts it); None: nothing is started, the holder of the
-    devices starts its own, and a replica bound on its node counts as running."""
+    """What each replica runs (`shape.container`, docs/placement.md#what-runs); None: nothing is
+    started for it (its holder starts its own container on the devices it is handed)."""
 
     @property
     def topology_kind(self) -> DomainKind | None:
