@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -242,6 +242,44 @@ def below_ready_floor(
         if kept < spec.min_copies:
             return name, kept, spec.min_copies
     return None
+
+
+def move_ahead_in(
+    tx: EndpointsTx,
+    plan: Plan,
+    leaving: str,
+    states: Mapping[str, Sequence[ReplicaState]],
+    now: datetime,
+) -> int:
+    """Move copies of components with a container off the instance `leaving` before it is re-cut,
+    as many as their `minCopies` of ready copies allows now (a copy that moves is not ready until
+    its new node says so): the ones not ready first, then ready ones while the others that stay
+    ready keep the floor. `plan` is `plan_in` with `leaving`: the moved copies take its partitions,
+    the others keep theirs on `leaving` (which the plan gives no copy). Answers how many moved."""
+    current = plan_in(tx, next(iter(plan.specs.values())).endpoint_name) if plan.specs else plan
+    where = dict(plan.where)
+    moved = 0
+    for name, spec in sorted(plan.specs.items()):
+        on = [c for c in plan.copies[name] if c.node_id == leaving]
+        if not on:
+            continue
+        ready = {r.copy for r in ready_copies(plan.copies[name], states)}
+        budget = len(ready) - spec.min_copies
+        for c in sorted(on, key=lambda c: (c.copy in ready, c.copy)):
+            key = (name, c.copy)
+            # a component without a container keeps its copies there until the cut, as before
+            can = (
+                spec.container is not None
+                and plan.where[key] is not None
+                and (c.copy not in ready or budget > 0)
+            )
+            if not can:
+                where[key] = current.where[key]
+                continue
+            budget -= c.copy in ready
+            moved += 1
+    apply_in(tx, replace(plan, where=where), now)
+    return moved
 
 
 def copy_states_in(tx: EndpointsTx, plan: Plan) -> dict[str, list[ReplicaState]]:
