@@ -65,6 +65,7 @@ def test_create_list_show_scale_drain_and_delete(runner: CliRunner, world: Fleet
     listed = run(runner, world.acme, "workloads", "list")
     assert listed.exit_code == 0, listed.output
     assert wid in listed.stdout and "fra-1=1, iad-1=3" in listed.stdout
+    assert "fra-1=0/1, iad-1=0/3" in listed.stdout  # READY: ready/desired per cluster
 
     shown = run(runner, world.acme, "workloads", "show", wid)
     assert shown.exit_code == 0, shown.output
@@ -75,13 +76,14 @@ def test_create_list_show_scale_drain_and_delete(runner: CliRunner, world: Fleet
         "desired",
         "placed",
         "running",
+        "ready",
         "terminating",
         "reason",
         "shortfall",
         "message",
     ]
     iad = next(line for line in shown.stdout.splitlines() if line.startswith("iad-1"))
-    assert iad.split()[:8] == ["iad-1", "placed", "3", "3", "0", "0", "-", "0"]
+    assert iad.split()[:9] == ["iad-1", "placed", "3", "3", "0", "0/3", "0", "-", "0"]
 
     scaled = run(runner, world.acme, "workloads", "scale", wid, "7", "--json")
     assert scaled.exit_code == 0, scaled.output

@@ -131,6 +131,7 @@ WORKLOAD_COLUMNS = [
     Column("shape", drop=4),
     Column("replicas"),
     Column("placed"),
+    Column("ready"),
     Column("unplaced", drop=2),
     Column("strategy", drop=5),
     Column("clusters", drop=1, wrap=True),
@@ -142,6 +143,7 @@ DEPLOYMENT_COLUMNS = [
     Column("desired"),
     Column("placed"),
     Column("running"),
+    Column("ready"),
     Column("terminating", drop=4),
     Column("reason", drop=2),
     Column("shortfall", drop=1),
@@ -193,6 +195,11 @@ def _clusters(w: WorkloadPublic) -> str:
     return ", ".join(f"{d.cluster_id}={d.desired_replicas}" for d in w.deployments) or "-"
 
 
+def _ready(w: WorkloadPublic) -> str:
+    """Ready replicas over desired ones, per cluster (`iad-1=2/3`)."""
+    return ", ".join(f"{d.cluster_id}={d.ready_replicas}/{d.desired_replicas}" for d in w.deployments) or "-"
+
+
 def _print_workloads(items: Sequence[WorkloadPublic], output: Output) -> None:
     console = stdout()
     if not items:
@@ -206,6 +213,7 @@ def _print_workloads(items: Sequence[WorkloadPublic], output: Output) -> None:
             _shape(w),
             str(w.replicas),
             str(w.placed_replicas),
+            _ready(w),
             str(w.unplaced_replicas),
             w.strategy,
             _clusters(w),
@@ -228,6 +236,7 @@ def _print_deployments(deployments: Sequence[DeploymentPublic], output: Output) 
             str(d.desired_replicas),
             str(d.placed_replicas),
             str(d.running_replicas),
+            f"{d.ready_replicas}/{d.desired_replicas}",
             str(d.terminating_replicas),
             _dash(d.reason),
             str(d.shortfall),
@@ -236,6 +245,39 @@ def _print_deployments(deployments: Sequence[DeploymentPublic], output: Output) 
         for d in deployments
     ]
     print_fitted(console, DEPLOYMENT_COLUMNS, rows, output)
+
+
+PROBLEM_COLUMNS = [
+    Column("cluster"),
+    Column("allocation"),
+    Column("node"),
+    Column("problem"),
+    Column("restarts", drop=2),
+    Column("exit code", drop=3),
+    Column("detail", drop=1, wrap=True),
+]
+
+
+def _print_problems(deployments: Sequence[DeploymentPublic], output: Output) -> None:
+    """Replicas whose container does not run, when there are any."""
+    rows = [
+        [
+            d.cluster_id,
+            p.allocation_id,
+            p.node,
+            p.problem,
+            str(p.restarts),
+            _dash(p.exit_code),
+            p.detail or "-",
+        ]
+        for d in deployments
+        for p in d.problems
+    ]
+    if rows:
+        console = stdout()
+        console.print()
+        console.print("replica problems", markup=False, style="bold")
+        print_fitted(console, PROBLEM_COLUMNS, rows, output)
 
 
 def _print_verdicts(verdicts: Sequence[VerdictPublic], output: Output) -> None:
@@ -299,6 +341,7 @@ def _print_workload(w: WorkloadPublic, output: Output) -> None:
     console.print()
     console.print("deployments", markup=False, style="bold")
     _print_deployments(w.deployments, output)
+    _print_problems(w.deployments, output)
     if w.verdicts is not None:
         console.print()
         console.print("verdicts", markup=False, style="bold")

@@ -21,7 +21,7 @@ from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.gate.node_spec import NodeWork
-from better_compute.service.endpoints import copy_work, endpoint_holds, endpoint_relayout
+from better_compute.service.endpoints import components, copy_work, endpoint_holds, endpoint_relayout
 from better_compute.service.gate import mig_gate, partition_holds
 from better_compute.service.tx import Tx
 
@@ -67,6 +67,9 @@ class Hooks:
             containers=self.tx.workloads.containers_of(allocation_ids),
             copies=copy_work.placed_on_in(self.tx, atom_ids),
         )
+
+    def holds_copy(self, node_id: str, allocation_id: str) -> bool | None:
+        return components.holds_copy_in(self.tx, node_id, allocation_id)
 
 
 __all__ = ["Hooks"]

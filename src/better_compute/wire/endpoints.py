@@ -6,6 +6,7 @@ letters, digits or inner hyphens (the server's `domain.endpoints.endpoints`)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import Field
 
@@ -166,6 +167,9 @@ class CopyPublic(WireAnswer):
     partition: str | None = None
     atom_id: str | None = None
     mig_uuid: str | None = None
+    runtime_state: Literal["created", "ready", "not-ready", "exited", "removed"] | None = None
+    """What the node it is on last said of its container (a component with a container); null:
+    nothing yet, or no container."""
 
 
 class ComponentPublic(WireAnswer):
@@ -187,6 +191,9 @@ class ComponentPublic(WireAnswer):
     """The model server each copy runs, SageMaker's defaults filled in; absent: none is started."""
     invoke_path: str = "/invocations"
     placed_copies: int
+    ready_copies: int = 0
+    """Copies whose container the node they are on reports ready; for a component without a
+    container, the placed copies (nothing is started for them)."""
     pending_copies: int
     reason: str | None = None
     copies: list[CopyPublic]

@@ -237,6 +237,20 @@ class PreemptionPublic(WireAnswer):
     """A workload's replica, or a reservation made with `preemptible: true` (ended early)."""
 
 
+ReplicaProblem = Literal["crash-looping", "image-not-found", "create-failed"]
+
+
+class ReplicaProblemPublic(WireAnswer):
+    """A replica whose container does not run, as its node reported it."""
+
+    allocation_id: str
+    node: str
+    problem: ReplicaProblem
+    detail: str | None = None
+    restarts: int = 0
+    exit_code: int | None = None
+
+
 class DeploymentPublic(WireAnswer):
     """A workload's share in one cluster and where it got to."""
 
@@ -248,7 +262,12 @@ class DeploymentPublic(WireAnswer):
     placed_replicas: int
     """Replicas whose devices are booked."""
     running_replicas: int
-    """Replicas bound on their node."""
+    """Replicas running: bound on their node, or for a workload with a container, ready (as
+    `readyReplicas`)."""
+    ready_replicas: int = 0
+    """Replicas whose container its node reports ready (0 for a workload without a container)."""
+    problems: list[ReplicaProblemPublic] = Field(default_factory=list)
+    """Replicas whose container does not run, and why (at most 20)."""
     terminating_replicas: int = 0
     """Replicas taken away whose node has not released them yet: their devices stay allocated."""
     phase: Phase
@@ -281,6 +300,8 @@ class WorkloadPublic(WireAnswer):
     """Clusters a `workload.drain` took it out of: placement leaves them out."""
     policy_id: str | None
     placed_replicas: int
+    ready_replicas: int = 0
+    """Replicas ready, over every cluster (a workload with a container)."""
     unplaced_replicas: int
     terminating_replicas: int = 0
     """Replicas taken away (in any cluster) whose node has not released them yet."""

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Query, Response
 
@@ -208,6 +208,7 @@ def component_public(v: ComponentView) -> ComponentPublic:
         container=None if s.container is None else ContainerPublic.model_validate(s.container.document()),
         invoke_path=s.invoke_path,
         placed_copies=v.placed,
+        ready_copies=v.ready,
         pending_copies=len(v.copies) - v.placed,
         reason=v.reason,
         copies=[
@@ -219,6 +220,7 @@ def component_public(v: ComponentView) -> ComponentPublic:
                 partition=c.partition,
                 atom_id=c.atom_id,
                 mig_uuid=c.mig_uuid,
+                runtime_state=cast("Any", c.runtime_state),
             )
             for c in v.copies
         ],

@@ -38,6 +38,7 @@ from better_compute.wire.workloads import (
     PlacementPreviewRequest,
     PreemptionPublic,
     RefusedOfferPublic,
+    ReplicaProblemPublic,
     ResolutionPublic,
     Shape,
     ShapePublic,
@@ -229,7 +230,20 @@ def deployment_public(v: DeploymentView) -> DeploymentPublic:
         cluster_id=d.cluster_id,
         desired_replicas=d.desired_replicas,
         placed_replicas=v.booked,
-        running_replicas=v.bound,
+        running_replicas=v.running,
+        ready_replicas=v.ready,
+        problems=[
+            ReplicaProblemPublic(
+                allocation_id=p.allocation_id,
+                node=p.node_id,
+                problem=p.problem,
+                detail=p.detail,
+                restarts=p.restarts,
+                exit_code=p.exit_code,
+            )
+            for p in v.problems
+            if p.problem is not None
+        ],
         terminating_replicas=v.terminating,
         phase=v.phase,
         reason=d.reason,
@@ -283,6 +297,7 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
         drained_clusters=list(s.drained_clusters),
         policy_id=w.policy_id,
         placed_replicas=v.booked,
+        ready_replicas=sum(d.ready for d in v.deployments),
         unplaced_replicas=w.unplaced,
         terminating_replicas=v.terminating,
         reason=w.reason,

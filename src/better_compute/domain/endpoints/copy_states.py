@@ -36,6 +36,18 @@ def state_of(copy: CopyRecord, states: Mapping[str, Sequence[ReplicaState]]) -> 
     return None
 
 
+def ready_kept(
+    copies: Sequence[CopyRecord],
+    staying: Mapping[int, str | None],
+    states: Mapping[str, Sequence[ReplicaState]],
+) -> int:
+    """How many copies stay ready through a move: ready now, and `staying` on the node they are on
+    (by copy number, the node each copy is planned on; a copy that moves starts again on its new node,
+    not ready until that node says so)."""
+    ready = ready_copies(copies, states)
+    return sum(1 for r in ready if staying.get(r.copy) == r.node_id)
+
+
 def ready_copies(
     copies: Sequence[CopyRecord], states: Mapping[str, Sequence[ReplicaState]]
 ) -> list[ReadyCopy]:

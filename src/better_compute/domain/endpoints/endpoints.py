@@ -406,13 +406,25 @@ def pick_instances(variant: Variant, candidates: Sequence[Candidate]) -> Picked:
     )
 
 
-def endpoint_status(stored: str, changing: bool) -> str:
+def endpoint_status(stored: str, changing: bool, short: str | None = None) -> str:
     """What an endpoint shows: a new one is `Creating` while any of its instances is being cut and
-    `InService` once none is; `Updating` (a live relayout under way), `Failed` and `Deleting` are
-    shown as stored."""
-    if stored == "Creating":
-        return "Creating" if changing else "InService"
+    `InService` once none is and every component with a container has at least `minCopies` ready
+    copies (`short` names the first that has not; components without a container count as today:
+    their copies are the holder's to start); `Updating` (a live relayout under way), `Failed` and
+    `Deleting` are shown as stored. One stored `InService` (a relayout ended) whose component falls
+    short shows `Creating` until its copies are ready again."""
+    if stored in ("Creating", "InService"):
+        return "Creating" if changing or short is not None else "InService"
     return stored
+
+
+def short_of_ready(components: Sequence[tuple[ComponentSpec, int]]) -> str | None:
+    """The first component (by name) with a container and fewer ready copies than its `minCopies`,
+    of (spec, ready copies) pairs; None: none."""
+    for spec, ready in sorted(components, key=lambda x: x[0].name):
+        if spec.container is not None and ready < spec.min_copies:
+            return spec.name
+    return None
 
 
 def relayout(spec: EndpointSpec, asked: RelayoutEndpoint) -> EndpointSpec:
@@ -837,6 +849,7 @@ __all__ = [
     "plan_relayout",
     "relayout",
     "scaled",
+    "short_of_ready",
     "variant_layout",
     "variants_refused",
 ]

@@ -32,6 +32,10 @@ code, the thing it is about (`subject`), what was found (`detail`) and what to d
 - `capacity.mig.waiting`: a node's layout change not yet granted that has waited, or will wait,
   more than its bound (7 days unless the caller says, `migWaitingDays`) from its request, with the
   bookings that hold it and when they end (docs/layouts.md#when-a-layout-change-waits).
+- `replica.crash-looping`, `replica.image-not-found`, `replica.create-failed`: a workload replica's or
+  an endpoint copy's container that does not run, as its node last reported it (its detail, restarts
+  and exit code), naming the workload or endpoint, the allocation and the node; until the node reports
+  it running, or the replica ends (docs/placement.md#phases-and-reasons).
 - `endpoint.waiting`: an endpoint waiting for an hour or more: `Failed` for want of idle nodes
   (it is tried again when capacity frees), an instance cut whose node has not reported converging,
   or a live relayout held at a component's `minCopies`.
@@ -50,6 +54,7 @@ from better_compute.domain.endpoints.records import EndpointRecord
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.bindings import stranded_reason
 from better_compute.domain.fleet.records import Gpu, Node, Pool
+from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.ledger.ledger import Booking
 from better_compute.domain.placement.workloads import Terminating, is_replica
@@ -79,6 +84,9 @@ LEDGER_OVERLAP = "ledger.overlap"
 LEDGER_ORPHAN_PARTITION = "ledger.orphan-partition"
 LEDGER_STRANDED = "ledger.stranded"
 WORKLOAD_TERMINATING_STUCK = "workload.terminating-stuck"
+REPLICA_CRASH_LOOPING = "replica.crash-looping"
+REPLICA_IMAGE_NOT_FOUND = "replica.image-not-found"
+REPLICA_CREATE_FAILED = "replica.create-failed"
 
 CODES: tuple[str, ...] = (
     MIG_STUCK,
@@ -93,6 +101,9 @@ CODES: tuple[str, ...] = (
     NODE_REBOOT_REQUIRED,
     NODE_SILENT,
     POOL_FRACTIONAL_WITHOUT_QUOTA,
+    REPLICA_CRASH_LOOPING,
+    REPLICA_CREATE_FAILED,
+    REPLICA_IMAGE_NOT_FOUND,
     WORKLOAD_TERMINATING_STUCK,
 )
 """Every code a finding may have, in the order findings sort by."""
@@ -145,6 +156,18 @@ class FleetFacts:
     """Tenants' live bookings, now or later, on the nodes of the changes `mig_waiting_nodes` names."""
     endpoints: Sequence[EndpointFacts] = ()
     """Endpoints stored `Creating`, `Updating` or `Failed`, with their instances' nodes."""
+    replica_problems: Sequence[ReplicaProblem] = ()
+    """Containers of replicas and copies that do not run, with whose they are."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaProblem:
+    """A container its node says does not run (`state.problem`), and whose it is: `owner` names the
+    workload (`workload wl-1 (tenant acme)`) or the endpoint and component; None: the allocation
+    ended (its state is forgotten then, so this is a race with the end)."""
+
+    state: ReplicaState
+    owner: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +210,7 @@ def diagnose(
         *stranded_bookings(facts.stranded, facts.gpus),
         *orphan_partitions(facts.partition_holds, facts.gpus, facts.gates),
         *terminating_stuck(facts.terminating, now),
+        *replica_problems(facts.replica_problems),
         *mig_waiting(facts.gates, facts.gate_holders, now, mig_waiting_after),
         *endpoints_waiting(facts.endpoints, facts.gates, now),
     ]
@@ -419,6 +443,42 @@ def terminating_stuck(items: Iterable[Terminating], now: datetime) -> Iterator[F
             "bring its node's bcd back (it releases the replica); if the node is gone for good,"
             f" end it: better-compute workloads release-replica {t.allocation_id} (operations.create"
             " {type: replica.release, payload: {allocation}})",
+        )
+
+
+_PROBLEM_CODES: Mapping[str, str] = {
+    "crash-looping": REPLICA_CRASH_LOOPING,
+    "image-not-found": REPLICA_IMAGE_NOT_FOUND,
+    "create-failed": REPLICA_CREATE_FAILED,
+}
+_PROBLEM_ACTIONS: Mapping[str, str] = {
+    "crash-looping": "read its log (better-compute workloads logs, endpoints logs) and fix its command,"
+    " environment or image; its node restarts it with back-off",
+    "image-not-found": "load the image on the node or make its registry reachable from it, or fix the"
+    " image reference",
+    "create-failed": "read the detail (what the container runtime said) and fix the node's runtime or"
+    " the container's settings",
+}
+
+
+def replica_problems(items: Iterable[ReplicaProblem]) -> Iterator[Finding]:
+    """One finding per container that does not run (one code per problem kind)."""
+    for item in items:
+        s = item.state
+        if s.problem is None or item.owner is None:
+            continue
+        said = [f"{s.state}"]
+        if s.exit_code is not None:
+            said.append(f"exit code {s.exit_code}")
+        if s.restarts:
+            said.append(f"{s.restarts} restarts")
+        detail = f": {s.detail}" if s.detail else ""
+        yield Finding(
+            _PROBLEM_CODES[s.problem],
+            s.allocation_id,
+            f"{item.owner}: the container of {s.allocation_id} on node {s.node_id} is {s.problem}"
+            f" ({', '.join(said)}, reported {_when(s.updated_at)}){detail}",
+            _PROBLEM_ACTIONS[s.problem],
         )
 
 

@@ -7,16 +7,20 @@ deployment with its share (`desired_replicas`), and the cluster's scheduler book
 devices together as one open-ended allocation in the ledger, so a workload and a reservation can
 never hold one atom at once. A deployment moves `pending` (waiting for quota or capacity, with a
 reason) -> `admitted` (its share passed quota and the cluster had room) -> `placed` (every replica
-booked) -> `running` (at least one replica bound on its node).
+booked) -> `running` (at least one replica bound on its node). A workload whose shape has a
+`container` reads the last two from what its nodes report of the containers (seed 001: `placed`, "pods
+are being created": every replica booked and its container created; `running`, "at least one replica is
+ready"): `Containers`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
+from better_compute.domain.fleet.replica_states import ReplicaState, exists, is_ready
 from better_compute.domain.kernel.containers import ContainerSpec, parse_container
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.placement.capability import Capability, parse_capability
@@ -213,15 +217,68 @@ def operation_target(
     return payload[key]
 
 
-def phase_of(desired: int, booked: int, bound: int, blocked: bool) -> Phase:
+@dataclass(frozen=True, slots=True)
+class Containers:
+    """What the nodes said of a deployment's replicas' containers: how many exist on their node and
+    how many are ready (`domain.fleet.replica_states`)."""
+
+    existing: int
+    ready: int
+
+
+def phase_of(
+    desired: int, booked: int, bound: int, blocked: bool, containers: Containers | None = None
+) -> Phase:
     """A deployment's phase from its replicas: `running` once one is bound on its node, `placed`
     once all are booked, `admitted` while its share is admitted and replicas remain to book,
-    `pending` while the cluster cannot take them (`blocked`: quota, capacity, topology, policy)."""
+    `pending` while the cluster cannot take them (`blocked`: quota, capacity, topology, policy).
+
+    With `containers` (a workload whose shape has a container), binding is not running: `placed`
+    needs every replica booked and its container created on its node, `running` one ready replica
+    (seed 001). A deployment booked whose containers do not all exist yet stays `admitted`."""
+    if containers is not None:
+        if containers.ready > 0:
+            return "running"
+        if booked >= desired and containers.existing >= booked:
+            return "placed"
+        return "pending" if blocked else "admitted"
     if bound > 0:
         return "running"
     if booked >= desired:
         return "placed"
     return "pending" if blocked else "admitted"
+
+
+def replica_state(states: Sequence[ReplicaState]) -> ReplicaState | None:
+    """What the node of a replica last said of its container. A replica sits on one node and only
+    the node holding its atoms may report on it (`service.fleet.node_reports`), so there is at most
+    one; the latest stands should there be more."""
+    return max(states, key=lambda s: (s.updated_at, s.node_id), default=None)
+
+
+def containers_of(allocation_ids: Sequence[str], states: Mapping[str, Sequence[ReplicaState]]) -> Containers:
+    """How many of these replicas' containers exist, and how many are ready."""
+    mine = [replica_state(states.get(a, ())) for a in allocation_ids]
+    return Containers(sum(1 for s in mine if exists(s)), sum(1 for s in mine if is_ready(s)))
+
+
+MAX_PROBLEMS = 20
+"""The most replica problems one deployment lists (doctor lists them all)."""
+
+
+def problems_of(
+    allocation_ids: Sequence[str], states: Mapping[str, Sequence[ReplicaState]], limit: int = MAX_PROBLEMS
+) -> list[ReplicaState]:
+    """The replicas whose container has a problem (crash-looping, image-not-found, create-failed), in
+    replica order, at most `limit`."""
+    out: list[ReplicaState] = []
+    for a in allocation_ids:
+        s = replica_state(states.get(a, ()))
+        if s is not None and s.problem is not None and s.state != "removed":
+            out.append(s)
+            if len(out) >= limit:
+                break
+    return out
 
 
 def _int(raw: object, field: str, low: int, high: int) -> int:
@@ -379,9 +436,11 @@ def workload_not_found(ref: str) -> NotFound:
 __all__ = [
     "HANDED_OVER",
     "MAX_DEVICE_COUNT",
+    "MAX_PROBLEMS",
     "MAX_REPLICAS",
     "OPERATION_PAYLOADS",
     "PHASES",
+    "Containers",
     "Deployment",
     "Phase",
     "Terminating",
@@ -399,13 +458,16 @@ __all__ = [
     "check_shape",
     "check_single_domain",
     "check_strategy",
+    "containers_of",
     "hands_over",
     "is_replica",
     "operation_target",
     "phase_of",
     "placement_policy_name",
+    "problems_of",
     "replica_allocation_id",
     "replica_index",
+    "replica_state",
     "workload_not_found",
     "workload_spec",
 ]

@@ -16,7 +16,8 @@ Lock order: a node's row before its endpoint's (the gate's hand-over holds the n
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
@@ -28,8 +29,11 @@ from better_compute.domain.endpoints.commands import (
     parse_component,
     parse_endpoint,
 )
+from better_compute.domain.endpoints.copy_states import ready_copies, ready_kept, state_of
+from better_compute.domain.endpoints.endpoints import copy_allocation_id, copy_of
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
+from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
 from better_compute.domain.metering.showback import gpu_hour_price
@@ -56,6 +60,8 @@ class CopyView:
     partition: str | None = None
     atom_id: str | None = None
     mig_uuid: str | None = None
+    runtime_state: str | None = None
+    """What the node it is on last said of its container (`copy_states.state_of`); None: nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,9 @@ class ComponentView:
     tenant_id: str
     copies: tuple[CopyView, ...]
     reason: str | None
+    ready: int = 0
+    """Copies ready (`copy_states.ready_copies`); without a container, the placed ones: nothing is
+    started for them, the holder serves what is placed."""
 
     @property
     def placed(self) -> int:
@@ -215,6 +224,81 @@ def below_floor(plan: Plan) -> tuple[str, int, int] | None:
     return None
 
 
+def below_ready_floor(
+    plan: Plan, states: Mapping[str, Sequence[ReplicaState]]
+) -> tuple[str, int, int] | None:
+    """The first component with a container the plan leaves with fewer READY copies than its
+    `minCopies` (name, ready, floor): a copy that moves is not ready on its new node until that node
+    says so (`domain.endpoints.copy_states`), so a step that would leave too few must wait for copies
+    to become ready; None: none. Components without a container are `below_floor`'s."""
+    for name, spec in sorted(plan.specs.items()):
+        if spec.container is None:
+            continue
+        staying = {
+            c.copy: (p.node if (p := plan.where[(name, c.copy)]) is not None else None)
+            for c in plan.copies[name]
+        }
+        kept = ready_kept(plan.copies[name], staying, states)
+        if kept < spec.min_copies:
+            return name, kept, spec.min_copies
+    return None
+
+
+def move_ahead_in(
+    tx: EndpointsTx,
+    plan: Plan,
+    leaving: str,
+    states: Mapping[str, Sequence[ReplicaState]],
+    now: datetime,
+) -> int:
+    """Move copies of components with a container off the instance `leaving` before it is re-cut,
+    as many as their `minCopies` of ready copies allows now (a copy that moves is not ready until
+    its new node says so): the ones not ready first, then ready ones while the others that stay
+    ready keep the floor. `plan` is `plan_in` with `leaving`: the moved copies take its partitions,
+    the others keep theirs on `leaving` (which the plan gives no copy). Answers how many moved."""
+    current = plan_in(tx, next(iter(plan.specs.values())).endpoint_name) if plan.specs else plan
+    where = dict(plan.where)
+    moved = 0
+    for name, spec in sorted(plan.specs.items()):
+        on = [c for c in plan.copies[name] if c.node_id == leaving]
+        if not on:
+            continue
+        ready = {r.copy for r in ready_copies(plan.copies[name], states)}
+        budget = len(ready) - spec.min_copies
+        for c in sorted(on, key=lambda c: (c.copy in ready, c.copy)):
+            key = (name, c.copy)
+            # a component without a container keeps its copies there until the cut, as before
+            can = (
+                spec.container is not None
+                and plan.where[key] is not None
+                and (c.copy not in ready or budget > 0)
+            )
+            if not can:
+                where[key] = current.where[key]
+                continue
+            budget -= c.copy in ready
+            moved += 1
+    apply_in(tx, replace(plan, where=where), now)
+    return moved
+
+
+def copy_states_in(tx: EndpointsTx, plan: Plan) -> dict[str, list[ReplicaState]]:
+    """What the nodes said of the containers of the plan's copies."""
+    ids = [copy_allocation_id(name, c.copy) for name, mine in plan.copies.items() for c in mine]
+    return tx.replica_states.of_allocations(ids)
+
+
+def holds_copy_in(tx: EndpointsTx, node_id: str, allocation_id: str) -> bool | None:
+    """Whether the copy `allocation_id` names is on the node now (None: it names no copy; False for
+    a copy that is gone, so a node learns nothing of other nodes' copies)."""
+    named = copy_of(allocation_id)
+    if named is None:
+        return None
+    component, index = named
+    found = tx.components.copies([component])[component]
+    return any(c.copy == index and c.node_id == node_id for c in found)
+
+
 def apply_in(tx: EndpointsTx, plan: Plan, now: datetime) -> dict[str, str | None]:
     """Write the plan's moves, each copy's showback span closing and opening at `now`; the reason
     each component still waits."""
@@ -248,12 +332,29 @@ def place_pending_in(tx: EndpointsTx, endpoint: str, now: datetime) -> dict[str,
     return apply_in(tx, plan_in(tx, endpoint), now)
 
 
+def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec]) -> dict[str, int]:
+    """Ready copies per component with a container (`copy_states.ready_copies`)."""
+    runs = [s.name for s in specs if s.container is not None]
+    if not runs:
+        return {}
+    copies = tx.components.copies(runs)
+    states = tx.replica_states.of_allocations(
+        [copy_allocation_id(name, c.copy) for name in runs for c in copies[name]]
+    )
+    return {name: len(ready_copies(copies[name], states)) for name in runs}
+
+
 def _view(
     tx: EndpointsTx, record: ComponentRecord, tenant_id: str, reason: str | None = None
 ) -> ComponentView:
     spec = parse_component(record.spec)
     copies = tx.components.copies([record.name])[record.name]
     atoms = {a.id: a for a in tx.atoms.of_nodes(sorted({c.node_id for c in copies if c.node_id}))}
+    states = (
+        tx.replica_states.of_allocations([copy_allocation_id(record.name, c.copy) for c in copies])
+        if spec.container is not None
+        else {}
+    )
     shown = []
     for c in copies:
         atom = atoms.get(c.atom_id) if c.atom_id else None
@@ -261,6 +362,7 @@ def _view(
             shown.append(CopyView(c.copy, "pending"))
             continue
         uuid = atom.attributes.get("migUuid")
+        said = state_of(c, states)
         shown.append(
             CopyView(
                 c.copy,
@@ -270,12 +372,15 @@ def _view(
                 spec.partition_type,
                 atom.id,
                 uuid if isinstance(uuid, str) and uuid else None,
+                None if said is None else said.state,
             )
         )
     pending = sum(1 for c in shown if c.state == "pending")
     if pending and reason is None:
         reason = f"{pending} copies wait for a free {spec.partition_type} partition"
-    return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None)
+    placed = sum(1 for c in shown if c.state == "placed")
+    ready = len(ready_copies(copies, states)) if spec.container is not None else placed
+    return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None, ready)
 
 
 def _changed(tx: EndpointsTx, view: ComponentView, change: str, now: datetime) -> None:
@@ -396,7 +501,9 @@ def scale(
             )
         elif new.copies < len(have):
             order = sorted(have, key=lambda c: (c.atom_id is not None, -c.copy))  # waiting, newest first
-            tx.components.drop_copies(name, [c.copy for c in order[: len(have) - new.copies]], now)
+            dropped = [c.copy for c in order[: len(have) - new.copies]]
+            tx.components.drop_copies(name, dropped, now)
+            tx.replica_states.forget([copy_allocation_id(name, i) for i in dropped])
         tx.components.set_spec(name, rules.component_json(new), now)
         reasons = place_pending_in(tx, endpoint.name, now)
         refreshed = tx.components.get(name)
@@ -412,6 +519,7 @@ def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: 
     with store.begin() as tx:
         record, endpoint = _mine(tx, principal, name, lock=True)
         view = _view(tx, record, endpoint.tenant_id)
+        _forget_copies_of(tx, [name])
         tx.components.remove([name], now)
         place_pending_in(tx, endpoint.name, now)
         _changed(tx, view, "deleted", now)
@@ -421,8 +529,16 @@ def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: 
 def remove_of_endpoint_in(tx: EndpointsTx, endpoint: str, now: datetime) -> list[str]:
     """Remove every component of an endpoint being deleted (the caller holds its lock)."""
     names = [c.name for c in tx.components.of_endpoint(endpoint)]
+    _forget_copies_of(tx, names)
     tx.components.remove(names, now)
     return names
+
+
+def _forget_copies_of(tx: EndpointsTx, names: Sequence[str]) -> None:
+    """Forget what nodes said of the copies of components that go: a component created again under
+    the name has copies of the same names, and none may inherit an old container's word."""
+    copies = tx.components.copies(names)
+    tx.replica_states.forget([copy_allocation_id(n, c.copy) for n in names for c in copies[n]])
 
 
 __all__ = [

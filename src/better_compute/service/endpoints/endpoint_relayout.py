@@ -64,6 +64,8 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     tx.nodes.lock([instance.node_id])
     plan = components.plan_in(tx, name, frozenset({instance.node_id}))
     short = components.below_floor(plan)
+    states = components.copy_states_in(tx, plan)
+    unready = components.below_ready_floor(plan, states)
     if short is not None:
         component, placed, floor = short
         reason = (
@@ -71,6 +73,18 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
             f" {placed} copies, below its minCopies {floor} (no other instance has room for its copies);"
             " lower minCopies, or update the endpoint again"
         )
+    elif unready is not None:
+        # make before break: copies move off the instance while enough others stay ready, and the
+        # instance is cut once every copy that left is ready where it went (its node says so)
+        moved = components.move_ahead_in(tx, plan, instance.node_id, states, now)
+        component, ready, floor = unready
+        reason = (
+            f"the relayout waits before re-cutting {instance.node_id}: component {component} would keep"
+            f" {ready} ready copies, below its minCopies {floor}"
+            + (f"; {moved} copies moved off it ahead of the cut" if moved else "")
+            + "; it goes on once the copies that moved are ready (update the endpoint again then)"
+        )
+    if short is not None or unready is not None:
         if record.reason != reason:
             tx.endpoints.set_status(name, "Updating", reason, now)
             _announce(tx, record, "Updating", now, node=instance.node_id, reason=reason)

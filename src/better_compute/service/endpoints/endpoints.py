@@ -324,7 +324,10 @@ def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointVie
         )
         for i in instances
     )
-    status = rules.endpoint_status(record.status, bool(gates))
+    specs = [parse_component(c.spec) for c in tx.components.of_endpoint(record.name)]
+    ready = components.ready_counts_in(tx, specs)
+    short = rules.short_of_ready([(c, ready.get(c.name, 0)) for c in specs])
+    status = rules.endpoint_status(record.status, bool(gates), short)
     return EndpointView(record, spec, status, shown)
 
 

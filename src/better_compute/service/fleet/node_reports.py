@@ -393,9 +393,9 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                     AllocationBound(report.allocation_id, node.id, report.state, report.detail), now
                 )
         case ReplicaReported():
-            _check_on_node(tx, node.id, report.allocation_id)
             check_address(report.address)
-            tx.replica_states.put(report.record(now))
+            if _reports_on(tx, node.id, report.allocation_id, report.state):
+                tx.replica_states.put(report.record(now))
         case AgentReported():
             # Signed by the node it names (check_same_node): a node sets only its own agent.
             url = check_agent_url(report.url)
@@ -418,6 +418,7 @@ def _end_if_terminating(tx: FleetTx, allocation_id: str, now: datetime) -> None:
         return  # another node of the allocation has not released it yet
     if tx.workloads.end_terminating(allocation_id) is not None:
         tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
+        tx.replica_states.forget([allocation_id])
 
 
 def _observed(node: Node, report: InventoryReported) -> int:
@@ -437,6 +438,27 @@ def _observable(node: Node, generation: int) -> int:
             {"field": "generation"},
         )
     return generation
+
+
+def _reports_on(tx: FleetTx, node_id: str, allocation_id: str, state: str) -> bool:
+    """Whether to keep a node's word on a container: it reports on a replica that booked its atoms,
+    or on an endpoint copy on it now (FORBIDDEN otherwise). A copy that moved away, or ended and was
+    forgotten, may still be reported `removed` by a node: kept when that node had reported on it (the
+    word never counts: `copy_states.state_of`), dropped otherwise (False), never refused, so a node
+    that removed a container it no longer runs is not told it lied."""
+    held = tx.hooks.holds_copy(node_id, allocation_id)
+    if held is None:
+        _check_on_node(tx, node_id, allocation_id)
+        return True
+    if held:
+        return True
+    if state == "removed":
+        before = tx.replica_states.of_allocations([allocation_id])[allocation_id]
+        return any(s.node_id == node_id for s in before)
+    raise Forbidden(
+        f"allocation {allocation_id} holds no atom of node {node_id}",
+        {"allocationId": allocation_id, "node": node_id},
+    )
 
 
 def _check_on_node(tx: FleetTx, node_id: str, allocation_id: str) -> None:

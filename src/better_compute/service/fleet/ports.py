@@ -398,6 +398,11 @@ class FleetHooks(Protocol):
         or not placed. What a node may report on besides its tenants' bookings."""
         ...
 
+    def holds_copy(self, node_id: str, allocation_id: str) -> bool | None:
+        """Whether an endpoint copy (`copy:<component>:<index>`) is on the node now: a node reports
+        only on the copies it runs. None: the allocation names no copy (the ledger decides)."""
+        ...
+
 
 class FleetTx(TenancyTx, Protocol):
     """The slice of a transaction fleet's use cases use: tenancy's, fleet's own repositories, and what

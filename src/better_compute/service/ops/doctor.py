@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+from better_compute.domain.endpoints.endpoints import copy_of
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.ops.doctor import (
     DEFAULT_MIG_WAITING_DAYS,
@@ -14,6 +15,7 @@ from better_compute.domain.ops.doctor import (
     Finding,
     FleetFacts,
     GateHolder,
+    ReplicaProblem,
     counts,
     diagnose,
     mig_waiting_nodes,
@@ -35,6 +37,9 @@ first): a run costs the same on a pool of any size."""
 MAX_STRANDED = 1000
 """The most stranded bookings one run reads (in booking order; one finding per allocation)."""
 
+
+MAX_PROBLEMS = 1000
+"""The most containers that do not run one run reports (`replica.*`, oldest report first)."""
 
 MAX_ENDPOINTS = 1000
 """The most `Failed` or `Updating` endpoints one run looks at for `endpoint.waiting` (oldest
@@ -71,11 +76,29 @@ def run(
             terminating=tx.workloads.terminating_since(now - STUCK_AFTER, MAX_TERMINATING),
             gate_holders=_gate_holders(tx, gates, now, mig_waiting_after),
             endpoints=_endpoints(tx, gates),
+            replica_problems=_replica_problems(tx),
         )
     findings = diagnose(facts, now, silent_after, mig_waiting_after=mig_waiting_after)
     with store.begin() as tx:
         tx.events.append(DoctorRun("fleet", findings=len(findings), counts=counts(findings)), now)
     return findings
+
+
+def _replica_problems(tx: OpsTx) -> list[ReplicaProblem]:
+    """The containers nodes say do not run (at most `MAX_PROBLEMS`, oldest report first), each with
+    the workload or endpoint it belongs to."""
+    states = tx.replica_states.problems(MAX_PROBLEMS)
+    owners: dict[str, str] = {
+        r.allocation_id: f"workload {r.workload_id} (tenant {r.tenant_id}, cluster {r.cluster_id})"
+        for r in tx.workloads.running([s.allocation_id for s in states])
+    }
+    for s in states:
+        copy = copy_of(s.allocation_id)
+        if copy is not None:
+            component = tx.components.get(copy[0])
+            if component is not None:
+                owners[s.allocation_id] = f"endpoint {component.endpoint} component {component.name}"
+    return [ReplicaProblem(s, owners.get(s.allocation_id)) for s in states]
 
 
 def _gate_holders(

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from better_compute.domain.fleet.bindings import binding_of
+from better_compute.domain.fleet.bindings import BindingState, binding_of
+from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
     BookingConflict,
@@ -57,6 +58,7 @@ from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.topology import FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.placement.workloads import (
+    Containers,
     Deployment,
     Phase,
     Terminating,
@@ -64,9 +66,11 @@ from better_compute.domain.placement.workloads import (
     WorkloadSpec,
     check_floors,
     check_replicas,
+    containers_of,
     hands_over,
     phase_of,
     placement_policy_name,
+    problems_of,
     replica_allocation_id,
     workload_not_found,
     workload_spec,
@@ -109,6 +113,17 @@ class DeploymentView:
     phase: Phase
     terminating: int = 0
     """Its replicas taken away whose node has not released them yet."""
+    ready: int = 0
+    """Replicas whose container its node reports ready (a workload with a container)."""
+    problems: tuple[ReplicaState, ...] = ()
+    """Replicas whose container does not run, and why (the first `MAX_PROBLEMS`)."""
+    runs_containers: bool = False
+    """Whether its workload's shape has a container (its nodes start one per replica)."""
+
+    @property
+    def running(self) -> int:
+        """Replicas running: ready ones for a workload with a container, else bound ones."""
+        return self.ready if self.runs_containers else self.bound
 
 
 @dataclass(frozen=True)
@@ -134,7 +149,10 @@ class WorkloadView:
     def waiting(self) -> bool:
         """Short of its replicas: some no cluster took, or a deployment `pending` or `admitted`
         (what the retrier places again)."""
-        return self.workload.unplaced > 0 or any(d.phase in ("pending", "admitted") for d in self.deployments)
+        waiting = ("pending", "admitted")
+        return self.workload.unplaced > 0 or any(
+            d.phase in waiting and d.deployment.phase in waiting for d in self.deployments
+        )
 
 
 TxT_co = TypeVar("TxT_co", bound=PlacementTx, covariant=True)
@@ -176,22 +194,60 @@ def _views(tx: PlacementTx, workloads: list[Workload]) -> dict[str, WorkloadView
     reps = tx.workloads.replicas_of([d.id for d in flat])
     allocations = [a for rs in reps.values() for _, a in rs]
     bindings = tx.bindings.of_allocations(allocations) if allocations else {}
+    runs = [
+        a
+        for w in workloads
+        if w.spec.container is not None
+        for d in deps.get(w.id, [])
+        for _, a in reps.get(d.id, [])
+    ]
+    states = tx.replica_states.of_allocations(runs) if runs else {}
     ending = _terminating(tx, [w.id for w in workloads])
     out: dict[str, WorkloadView] = {}
     for w in workloads:
         views = []
         for d in deps.get(w.id, []):
-            mine = reps.get(d.id, [])
-            bound = sum(1 for _, a in mine if binding_of(bindings.get(a, {}), ()) == "bound")
-            views.append(DeploymentView(d, len(mine), bound, _shown_phase(d, len(mine), bound), ending[d.id]))
+            mine = [a for _, a in reps.get(d.id, [])]
+            views.append(_deployment_view(w, d, len(mine), mine, bindings, states, ending))
         out[w.id] = WorkloadView(w, views, terminating=ending[w.id])
     return out
 
 
-def _shown_phase(d: Deployment, booked: int, bound: int) -> Phase:
-    if bound > 0:
-        return "running"
-    return d.phase
+def _deployment_view(
+    w: Workload,
+    d: Deployment,
+    booked: int,
+    earlier: Sequence[str],
+    bindings: Mapping[str, Mapping[str, BindingState]],
+    states: Mapping[str, Sequence[ReplicaState]],
+    ending: Counter[str],
+) -> DeploymentView:
+    """A deployment as shown: its `booked` replicas (`earlier`: those that can be bound or run yet)
+    counted by what their nodes reported, and its phase from them (`phase_of`)."""
+    bound = sum(1 for a in earlier if binding_of(bindings.get(a, {}), ()) == "bound")
+    if w.spec.container is None:
+        return DeploymentView(d, booked, bound, _shown_phase(d, booked, bound, None), ending[d.id])
+    containers = containers_of(earlier, states)
+    return DeploymentView(
+        d,
+        booked,
+        bound,
+        _shown_phase(d, booked, bound, containers),
+        ending[d.id],
+        ready=containers.ready,
+        problems=tuple(problems_of(earlier, states)),
+        runs_containers=True,
+    )
+
+
+def _shown_phase(d: Deployment, booked: int, bound: int, containers: Containers | None) -> Phase:
+    """The phase shown: the stored one (what placement decided on booking) brought up to date with
+    what the nodes reported (`phase_of`): bound replicas, or with a container, created and ready ones."""
+    if containers is None:
+        return "running" if bound > 0 else d.phase
+    if d.phase == "placed":
+        return phase_of(d.desired_replicas, booked, bound, False, containers)
+    return "running" if containers.ready > 0 else d.phase
 
 
 def _view(tx: PlacementTx, w: Workload) -> WorkloadView:
@@ -520,7 +576,7 @@ def place_in(
     if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
         raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
     ending = Counter[str]() if fresh_workload else _terminating(tx, [workload.id])
-    return WorkloadView(placed, _deployment_views(tx, views, ending), plan, ending[workload.id])
+    return WorkloadView(placed, _deployment_views(tx, placed, views, ending), plan, ending[workload.id])
 
 
 WIDER = 10
@@ -717,15 +773,16 @@ def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reaso
 
 
 def _deployment_views(
-    tx: PlacementTx, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
+    tx: PlacementTx, workload: Workload, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
 ) -> list[DeploymentView]:
-    """Views of deployments just written: only replicas that were there before can be bound yet."""
+    """Views of deployments just written: only replicas that were there before can be bound or run yet."""
     earlier = [a for _, _, kept in placed for a in kept]
     bindings = tx.bindings.of_allocations(earlier) if earlier else {}
+    runs = workload.spec.container is not None and earlier
+    states = tx.replica_states.of_allocations(earlier) if runs else {}
     out = []
     for dep, count, kept in placed:
-        bound = sum(1 for a in kept if binding_of(bindings.get(a, {}), ()) == "bound")
-        out.append(DeploymentView(dep, count, bound, _shown_phase(dep, count, bound), ending[dep.id]))
+        out.append(_deployment_view(workload, dep, count, kept, bindings, states, ending))
     return out
 
 
@@ -803,6 +860,9 @@ def _take_away(
     for _, allocation in gone:
         if allocation not in waiting:
             tx.ledger.end_allocation(allocation, now, LedgerReleased(allocation, now))
+    # what nodes said of the containers of those that ended: a replica's number is never reused,
+    # but its word must not outlive it (doctor, a deployment's problems)
+    tx.replica_states.forget([a for _, a in gone if a not in waiting])
     tx.workloads.add_terminating(terminating)
     if terminating:
         tx.events.append(
@@ -1053,6 +1113,7 @@ def release_replica(
                 {"field": "payload.allocation", "allocation": allocation_id},
             )
         tx.ledger.end_allocation(allocation_id, now, LedgerReleased(allocation_id, now))
+        tx.replica_states.forget([allocation_id])
         op = Operation(
             id=op_id,
             type=RELEASE_REPLICA,
