@@ -146,9 +146,13 @@ def container_of(flags: ContainerFlags) -> dict[str, Any] | None:
         return read_container_file(flags.container_file)
     if flags.image is None:
         if others:
+            which = (
+                "needs --image (the container it shapes), or put it"
+                if len(others) == 1
+                else (f"({', '.join(others)}) need --image (the container they shape), or put them")
+            )
             raise typer.BadParameter(
-                f"{', '.join(others)} {'needs' if len(others) == 1 else 'need'} --image (the container"
-                " it shapes), or put it in --container-file",
+                f"{which} in --container-file",
                 param_hint=others[0],
             )
         return None
