@@ -23,6 +23,19 @@ from rich.text import Text
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.container_flags import (
+    ArgOption,
+    CommandOption,
+    ContainerFileOption,
+    ContainerFlags,
+    EnvOption,
+    ImageOption,
+    PortOption,
+    ReadyPathOption,
+    container_of,
+    options_of,
+    print_what_runs,
+)
 from better_compute.cli.output import fail, print_json, print_log, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
@@ -465,6 +478,7 @@ def _show_component(c: ComponentPublic, as_json: bool, output: Output = Output.T
         print_json(c.model_dump(mode="json", by_alias=True))
         return
     _print_components([c], output)
+    print_what_runs(c.container, [("invoke path", c.invoke_path)])
     console = stdout()
     console.print()
     console.print("copies", markup=False, style="bold")
@@ -507,13 +521,46 @@ def components_create(
             "--memory-mib", min=1, help="Host memory a copy needs, MiB (default 1024).", show_default=False
         ),
     ] = None,
+    image: ImageOption = None,
+    command: CommandOption = None,
+    arg: ArgOption = None,
+    env: EnvOption = None,
+    port: PortOption = None,
+    ready_path: ReadyPathOption = None,
+    container_file: ContainerFileOption = None,
+    invoke_path: Annotated[
+        str | None,
+        typer.Option(
+            "--invoke-path",
+            help="Where invocations are POSTed on the first --port (default /invocations).",
+            show_default=False,
+            rich_help_panel="Container (what runs)",
+        ),
+    ] = None,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Deploy a model on --partition-type partitions of --endpoint: each copy takes a free one, the
-    rest wait (pending) and are placed as partitions free up."""
+    rest wait (pending) and are placed as partitions free up. --image (and its flags) or
+    --container-file is the model server each copy runs, with SageMaker's defaults where left out
+    (port 8080, ready on GET /ping, --cpu-cores and --memory-mib as its resources)."""
+    flags = ContainerFlags(
+        image=image,
+        command=command,
+        args=tuple(arg or ()),
+        env=tuple(env or ()),
+        ports=tuple(port or ()),
+        ready_path=ready_path,
+        container_file=container_file,
+    )
+    container = container_of(flags)
+    if invoke_path is not None and container is None:
+        raise typer.BadParameter(
+            "needs --image (or --container-file): the model server it is a path of",
+            param_hint="--invoke-path",
+        )
     created = call(
         server,
         token,
@@ -528,8 +575,10 @@ def components_create(
             min_copies=min_copies,
             cpu_cores=cpu_cores,
             memory_mib=memory_mib,
+            container=container,
+            invoke_path=invoke_path,
         ),
-        COMPONENT_OPTIONS,
+        {**COMPONENT_OPTIONS, "invokePath": "--invoke-path", **options_of("container", flags)},
     )
     _show_component(created, as_json, output)
 

@@ -16,6 +16,21 @@ from rich.table import Table
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.container_flags import (
+    ArgOption,
+    CommandOption,
+    ContainerFileOption,
+    ContainerFlags,
+    CpuOption,
+    EnvOption,
+    ImageOption,
+    MemoryOption,
+    PortOption,
+    ReadyPathOption,
+    container_of,
+    container_rows,
+    options_of,
+)
 from better_compute.cli.output import print_json, print_log, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
@@ -335,6 +350,7 @@ def _print_workload(w: WorkloadPublic, output: Output) -> None:
         ("policy", _dash(w.policy_id)),
         ("generation", str(w.generation)),
         ("created", when(w.created_at)),
+        *container_rows(w.shape.container),
     ]
     _grid(rows)
     console = stdout()
@@ -412,6 +428,15 @@ def workloads_create(
     min_memory_gib: MinMemoryOption = None,
     min_compute_slices: MinSlicesOption = None,
     nvlink_peer: NvlinkPeerOption = False,
+    image: ImageOption = None,
+    command: CommandOption = None,
+    arg: ArgOption = None,
+    env: EnvOption = None,
+    port: PortOption = None,
+    ready_path: ReadyPathOption = None,
+    cpu: CpuOption = None,
+    memory_mib: MemoryOption = None,
+    container_file: ContainerFileOption = None,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -421,9 +446,22 @@ def workloads_create(
     cheapest kind of device that gives --min-memory-gib, --min-compute-slices, --nvlink-peer: it
     prints what that resolved to and why cheaper kinds were not), placed across clusters; prints
     where each replica went and a verdict per cluster. --allowed-region and --allowed-cluster make
-    its NAME-placement policy."""
+    its NAME-placement policy. --image (and its flags) or --container-file is what each replica
+    runs; without them its devices are booked and nothing is started."""
     _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
     floors = _floors(floor or ())
+    flags = ContainerFlags(
+        image=image,
+        command=command,
+        args=tuple(arg or ()),
+        env=tuple(env or ()),
+        ports=tuple(port or ()),
+        ready_path=ready_path,
+        cpu=cpu,
+        memory_mib=memory_mib,
+        container_file=container_file,
+    )
+    container = container_of(flags)
     created = call(
         server,
         token,
@@ -446,8 +484,9 @@ def workloads_create(
             min_memory_gib=min_memory_gib,
             min_compute_slices=min_compute_slices,
             nvlink_peer=nvlink_peer or None,
+            container=container,
         ),
-        OPTIONS,
+        {**OPTIONS, **options_of("shape.container", flags)},
     )
     _show(created, as_json, output)
 

@@ -837,10 +837,14 @@ class Components(_Resource):
         min_copies: int | None = None,
         cpu_cores: float | str | None = None,
         memory_mib: int | None = None,
+        container: Mapping[str, Any] | None = None,
+        invoke_path: str | None = None,
     ) -> ComponentPublic:
         """Deploy `model` on `partition_type` partitions of an endpoint's variant: each of `copies`
         takes a free partition of that type on a node whose host has its `cpu_cores` and
-        `memory_mib`; the rest wait (`pending`) and are placed as partitions free up."""
+        `memory_mib`; the rest wait (`pending`) and are placed as partitions free up. `container`
+        (camelCase, as `wire.containers.Container`) is the model server each copy runs, served on
+        `invoke_path` (default `/invocations`)."""
         request = ComponentCreate.model_validate(
             _fields(
                 name=name,
@@ -852,6 +856,8 @@ class Components(_Resource):
                 minCopies=min_copies,
                 cpuCores=cpu_cores,
                 memoryMiB=memory_mib,
+                container=None if container is None else dict(container),
+                invokePath=invoke_path,
             )
         )
         return self._compute._typed("components.create", request, ComponentPublic)
@@ -933,14 +939,32 @@ class Workloads(_Resource):
         min_memory_gib: float | None = None,
         min_compute_slices: int | None = None,
         nvlink_peer: bool | None = None,
+        container: Mapping[str, Any] | None = None,
     ) -> WorkloadPublic:
         """Create a workload: `replicas` of `device_count` devices of `device_class` (or of the
         cheapest kind of device that gives `min_memory_gib`, `min_compute_slices` and an NVLink peer
         when `nvlink_peer`: the answer's `resolution` says which, and why cheaper kinds were not),
         placed across clusters by `strategy` (pack or spread). `cluster` pins it there;
         `allowed_regions` or `allowed_clusters` make its `<name>-placement` policy. Without
-        `tenant_id` the server takes the credential's tenant (an admin must give one). The answer
-        carries a verdict per cluster."""
+        `tenant_id` the server takes the credential's tenant (an admin must give one). `container`
+        (camelCase, as `wire.containers.Container`) is what each replica runs: its `shape.container`.
+        The answer carries a verdict per cluster."""
+        placing = _placing(
+            device_class=device_class,
+            device_count=device_count,
+            replicas=replicas,
+            strategy=strategy,
+            cluster_floors=cluster_floors,
+            max_clusters=max_clusters,
+            cluster=cluster,
+            requires_single_topology_domain=requires_single_topology_domain,
+            topology_domain_kind=topology_domain_kind,
+            min_memory_gib=min_memory_gib,
+            min_compute_slices=min_compute_slices,
+            nvlink_peer=nvlink_peer,
+        )
+        if container is not None:
+            placing["shape"] = {**placing.get("shape", {}), "container": dict(container)}
         request = WorkloadCreate.model_validate(
             _fields(
                 name=name,
@@ -948,20 +972,7 @@ class Workloads(_Resource):
                 priority_class=priority_class,
                 allowed_regions=list(allowed_regions) if allowed_regions is not None else None,
                 allowed_clusters=list(allowed_clusters) if allowed_clusters is not None else None,
-                **_placing(
-                    device_class=device_class,
-                    device_count=device_count,
-                    replicas=replicas,
-                    strategy=strategy,
-                    cluster_floors=cluster_floors,
-                    max_clusters=max_clusters,
-                    cluster=cluster,
-                    requires_single_topology_domain=requires_single_topology_domain,
-                    topology_domain_kind=topology_domain_kind,
-                    min_memory_gib=min_memory_gib,
-                    min_compute_slices=min_compute_slices,
-                    nvlink_peer=nvlink_peer,
-                ),
+                **placing,
             )
         )
         return self._compute._typed("workloads.create", request, WorkloadPublic)
