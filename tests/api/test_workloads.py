@@ -735,3 +735,54 @@ def test_a_cluster_whose_price_would_exceed_the_cost_ceiling_is_refused_with_the
     )
     cheap = world.preview(project="acme", shape=shape(), replicas=1)
     assert set(verdicts(cheap).values()) == {None}
+
+
+MODEL_SERVER = {
+    "image": "registry.example/team/model-server:1.2",
+    "command": ["httpd"],
+    "args": ["-f", "-p", "8080"],
+    "env": {"MODEL": "llama"},
+    "ports": [{"containerPort": 8080}],
+    "readinessProbe": {"httpGet": {"path": "/ping", "port": 8080}},
+    "resources": {"cpu": "500m", "memoryMiB": 512},
+}
+
+
+def test_a_workload_says_what_each_replica_runs_and_keeps_it_through_reads_and_scaling(world: World) -> None:
+    got = world.create({"name": "served", "shape": {**shape(1), "container": MODEL_SERVER}, "replicas": 2})
+    container = got["shape"]["container"]
+    assert container["image"] == MODEL_SERVER["image"]
+    assert container["args"] == ["-f", "-p", "8080"]
+    assert container["env"] == {"MODEL": "llama"}
+    assert container["ports"] == [{"containerPort": 8080}]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ping", "port": 8080}
+    assert container["resources"] == {"cpu": 0.5, "memoryMiB": 512}
+    read = world.http.get(f"/v1/workloads/{got['id']}", headers=world.acme)
+    assert read.json()["shape"]["container"] == container
+    scaled = world.http.post(f"/v1/workloads/{got['id']}/scale", json={"replicas": 3}, headers=world.admin)
+    assert scaled.status_code == 200, scaled.text
+    assert scaled.json()["shape"]["container"] == container
+    plain = world.create({"name": "plain", "shape": shape(1)})
+    assert "container" not in plain["shape"]
+    preview = world.preview(project="acme", shape={**shape(1), "container": MODEL_SERVER}, replicas=1)
+    assert preview["verdicts"]
+
+
+def test_a_bad_container_is_refused_naming_its_field(world: World) -> None:
+    cases = [
+        ({"image": "--privileged"}, "shape.container.image"),
+        ({"image": "ok:1", "env": {"NVIDIA_VISIBLE_DEVICES": "all"}}, "shape.container.env"),
+        ({"image": "ok:1", "readinessProbe": {"httpGet": {"path": "ping", "port": 80}}}, "httpGet.path"),
+        ({"image": "ok:1", "resources": {"memoryMiB": 1}}, "memoryMiB"),
+        ({"image": "ok:1", "ports": [{"containerPort": 70000}]}, "containerPort"),
+        ({"image": "ok:1", "imagePullPolicy": "Always"}, "imagePullPolicy"),
+    ]
+    for container, field in cases:
+        got = world.http.post(
+            "/v1/workloads",
+            json={"project": "acme", "name": "w", "shape": {**shape(1), "container": container}},
+            headers=world.admin,
+        )
+        assert got.status_code == 400, (container, got.text)
+        assert got.json()["error"]["code"] == "INVALID_INPUT"
+        assert field in got.text, (field, got.text)

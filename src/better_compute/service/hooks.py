@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
-from better_compute.service.endpoints import endpoint_holds, endpoint_relayout
+from better_compute.domain.gate.node_spec import NodeWork
+from better_compute.service.endpoints import copy_work, endpoint_holds, endpoint_relayout
 from better_compute.service.gate import mig_gate, partition_holds
 from better_compute.service.tx import Tx
 
@@ -55,6 +56,17 @@ class Hooks:
 
     def layout_applied(self, node_id: str, now: datetime) -> None:
         endpoint_relayout.layout_applied_in(self.tx, node_id, now)
+
+    def atom_of_unbooked(self, allocation_id: str) -> str | None:
+        # A node reports on the endpoint copies it runs, which the ledger books for no tenant.
+        return copy_work.atom_of_in(self.tx, allocation_id)
+
+    def work_on(self, atom_ids: Sequence[str], allocation_ids: Sequence[str]) -> NodeWork:
+        # A workload replica runs its workload's container; an endpoint copy its component's.
+        return NodeWork(
+            containers=self.tx.workloads.containers_of(allocation_ids),
+            copies=copy_work.placed_on_in(self.tx, atom_ids),
+        )
 
 
 __all__ = ["Hooks"]

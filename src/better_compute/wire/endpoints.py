@@ -10,6 +10,7 @@ from datetime import datetime
 from pydantic import Field
 
 from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
+from better_compute.wire.containers import Container, ContainerPublic
 
 MAX_NAME = 63
 MAX_VARIANTS = 10
@@ -114,6 +115,7 @@ class NameRequest(WireRequest):
 
 
 MAX_COPIES = 1_000
+MAX_INVOKE_PATH = 1024
 MAX_CPU_CORES = 1_024
 MAX_MEMORY_MIB = 16 * 1024 * 1024
 
@@ -135,6 +137,12 @@ class ComponentCreate(WireRequest):
     memory_mib: int | None = Field(default=None, alias="memoryMiB")
     copies: int | None = Field(default=None, json_schema_extra={"minimum": 0, "maximum": MAX_COPIES})
     min_copies: int | None = None
+    container: Container | None = None
+    """The model server each copy runs (docs/endpoints.md#what-runs): SageMaker's container
+    contract fills in port 8080, readiness `GET /ping` on the first port, and `cpuCores` and
+    `memoryMiB` as its resources, where left out."""
+    invoke_path: str | None = Field(default=None, json_schema_extra={"maxLength": MAX_INVOKE_PATH})
+    """Where invocations are POSTed on the container's first port (default `/invocations`)."""
 
 
 class ComponentScale(WireRequest):
@@ -175,6 +183,9 @@ class ComponentPublic(WireAnswer):
     memory_mib: int = Field(alias="memoryMiB")
     copy_count: int
     min_copies: int
+    container: ContainerPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The model server each copy runs, SageMaker's defaults filled in; absent: none is started."""
+    invoke_path: str = "/invocations"
     placed_copies: int
     pending_copies: int
     reason: str | None = None

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import AliasChoices, Field
 
 from better_compute.wire.common import PageCursor, PageLimit, WireAnswer, WireRequest
+from better_compute.wire.containers import Container, ContainerPublic
 
 MAX_REPLICAS = 10_000
 MAX_DEVICE_COUNT = 64
@@ -96,6 +97,8 @@ class ShapePublic(WireAnswer):
     device_class: str = Field(validation_alias=_alias("deviceClass", "device_class"))
     device_count: int = Field(default=1, validation_alias=_alias("deviceCount", "device_count"))
     capability: CapabilityPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    container: ContainerPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """What each replica runs (docs/placement.md#what-runs); absent: nothing is started for it."""
 
 
 class Shape(ShapePublic, WireRequest):
@@ -111,6 +114,7 @@ class Shape(ShapePublic, WireRequest):
         json_schema_extra={"minimum": 1, "maximum": MAX_DEVICE_COUNT},
     )
     capability: Capability | None = None
+    container: Container | None = None
 
 
 class RefusedOfferPublic(WireAnswer):

@@ -299,3 +299,48 @@ def test_a_relayout_with_room_elsewhere_moves_copies_first_and_never_drops_one()
     )
     assert steps[0].moves == (("a", "n1"),) and steps[0].returns == ()
     assert steps[1].moves == (("a", "n0"),)  # n0 is re-cut by then: the copy moves back there
+
+
+def _copy_component(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "llama",
+        "endpointName": "chat",
+        "variantName": "AllTraffic",
+        "model": "llama",
+        "partitionType": "mig-3g.40gb",
+        "cpuCores": "0.001",
+        "memoryMiB": 8,
+        **extra,
+    }
+
+
+def test_a_components_container_takes_sagemakers_contract_and_round_trips_through_what_is_stored() -> None:
+    from better_compute.domain.endpoints.endpoints import component_json
+    from better_compute.domain.kernel.containers import Probe
+
+    spec = parse_component(_copy_component(container={"image": "server:1"}))
+    assert spec.container is not None and spec.invoke_path == "/invocations"
+    assert spec.container.ports == (8080,)
+    assert spec.container.readiness == Probe(http_path="/ping", http_port=8080)
+    # below a container's least (0.01 core, 16 MiB): raised to it
+    assert (spec.container.cpu, spec.container.memory_mib) == (0.01, 16)
+    assert parse_component(component_json(spec)) == spec
+    plain = parse_component(_copy_component())
+    assert plain.container is None and "container" not in component_json(plain)
+    assert parse_component(component_json(plain)) == plain
+    given = parse_component(
+        _copy_component(container={"image": "server:1", "ports": [9000]}, invokePath="/cgi-bin/x")
+    )
+    assert given.container is not None and given.container.readiness == Probe(
+        http_path="/ping", http_port=9000
+    )
+    assert given.invoke_path == "/cgi-bin/x"
+    for extra, field in [
+        ({"container": "server:1"}, "container"),
+        ({"container": {"image": "server:1", "env": {"NVIDIA_DRIVER_CAPABILITIES": "all"}}}, "container.env"),
+        ({"invokePath": 3}, "invokePath"),
+        ({"invokePath": "/a\tb"}, "invokePath"),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            parse_component(_copy_component(**extra))
+        assert refused.value.details["field"] == field, (extra, refused.value.details)

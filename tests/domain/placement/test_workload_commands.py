@@ -143,3 +143,27 @@ def test_two_faults_are_refused_in_the_order_the_rules_check_them() -> None:
     with pytest.raises(InvalidInput) as refused:
         workload_spec(asked, "acme")
     assert refused.value.details["field"] == "replicas"
+
+
+def test_a_shapes_container_is_checked_as_shape_container_and_round_trips_through_the_stored_document() -> (
+    None
+):
+    from better_compute.storage.placement.workloads import _spec, spec_document
+
+    container = {"image": "model:1", "args": ["--port", "8080"], "ports": [8080], "env": {"A": "1"}}
+    spec = parse_workload({**BODY, "shape": {**BODY["shape"], "container": container}}, "acme")
+    assert spec.container is not None
+    assert spec.container.image == "model:1"
+    assert spec.container.ports == (8080,)
+    assert _spec(spec.name, spec.tenant_id, spec_document(spec)) == spec
+    assert parse_workload(BODY, "acme").container is None
+    assert "container" not in spec_document(parse_workload(BODY, "acme"))
+    for bad, field in [
+        ("model:1", "shape.container"),
+        ({"image": "Model:1"}, "shape.container.image"),
+        ({"image": "m:1", "env": {"BC_NODE": "x"}}, "shape.container.env"),
+        ({"image": "m:1", "command": "sh -c x"}, "shape.container.command"),
+    ]:
+        with pytest.raises(InvalidInput) as refused:
+            parse_workload({**BODY, "shape": {**BODY["shape"], "container": bad}}, "acme")
+        assert refused.value.details["field"] == field, (bad, refused.value.details)

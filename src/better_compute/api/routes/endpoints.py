@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.containers import container_document
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.endpoints.commands import (
@@ -24,6 +25,7 @@ from better_compute.service.endpoints import components, endpoints
 from better_compute.service.endpoints.components import ComponentView
 from better_compute.service.endpoints.endpoints import EndpointView
 from better_compute.wire.common import Page
+from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.endpoints import (
     ComponentCreate,
     ComponentListQuery,
@@ -160,6 +162,8 @@ def component_command(body: ComponentCreate) -> CreateComponent:
         memory_mib=1024 if body.memory_mib is None else body.memory_mib,
         copies=body.copies,
         min_copies=body.min_copies,
+        container=None if body.container is None else container_document(body.container),
+        invoke_path=body.invoke_path,
     )
 
 
@@ -201,6 +205,8 @@ def component_public(v: ComponentView) -> ComponentPublic:
         memory_mib=s.memory_mib,
         copy_count=s.copies,
         min_copies=s.min_copies,
+        container=None if s.container is None else ContainerPublic.model_validate(s.container.document()),
+        invoke_path=s.invoke_path,
         placed_copies=v.placed,
         pending_copies=len(v.copies) - v.placed,
         reason=v.reason,

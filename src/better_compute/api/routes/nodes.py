@@ -42,6 +42,7 @@ from better_compute.domain.tenancy.credentials import require_admin
 from better_compute.service.fleet import joining, node_reports
 from better_compute.service.gate import node_spec
 from better_compute.service.gate.node_spec import ServedSpec
+from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.nodes import (
     AllocationBoundReport,
     AllocationReleasedReport,
@@ -333,7 +334,13 @@ def spec_public(served: ServedSpec) -> NodeSpecPublic:
         ),
         assignments=[
             AssignmentPublic(
-                allocation_id=a.allocation_id, atoms=list(a.atoms), env=dict(a.env), tenant_id=a.tenant_id
+                allocation_id=a.allocation_id,
+                atoms=list(a.atoms),
+                env=dict(a.env),
+                tenant_id=a.tenant_id,
+                container=None
+                if a.container is None
+                else ContainerPublic.model_validate(a.container.document()),
             )
             for a in spec.assignments
         ],

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Response
 
 from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
+from better_compute.api.containers import container_document
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.errors import InvalidInput
@@ -26,6 +27,7 @@ from better_compute.service.placement.workloads import DeploymentView, WorkloadV
 from better_compute.service.services import Services
 from better_compute.service.tx import Tx
 from better_compute.wire.common import Page
+from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.workloads import (
     CapabilityPublic,
     DeploymentListQuery,
@@ -66,6 +68,7 @@ def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape,
             capability=None
             if capability is None
             else capability.model_dump(by_alias=True, exclude_none=True),
+            container=None if shape.container is None else container_document(shape.container),
         ),
         tenant_id=body.tenant_id,
         replicas=body.replicas,
@@ -265,6 +268,7 @@ def workload_public(v: WorkloadView) -> WorkloadPublic:
             capability=None
             if s.capability is None
             else CapabilityPublic.model_validate(s.capability.document()),
+            container=None if s.container is None else ContainerPublic.model_validate(s.container.document()),
         ),
         replicas=s.replicas,
         strategy=s.strategy,

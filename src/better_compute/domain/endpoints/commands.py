@@ -13,7 +13,9 @@ is refused as it always was.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from better_compute.domain.endpoints.endpoints import (
     COMPONENT_FIELDS,
@@ -28,6 +30,7 @@ from better_compute.domain.endpoints.endpoints import (
     check_devices_required,
     check_endpoint_name,
     check_fields,
+    check_invoke_path,
     check_layout_entries,
     check_memory_mib,
     check_model,
@@ -39,6 +42,7 @@ from better_compute.domain.endpoints.endpoints import (
     relayout,
     variants_refused,
 )
+from better_compute.domain.kernel.containers import parse_container
 from better_compute.domain.tenancy.tenancy import check_ref, check_slug
 
 Price = str | float
@@ -101,6 +105,10 @@ class CreateComponent:
     """None: 1."""
     min_copies: int | None = None
     """None: `copies - 1`, at least 1 (`default_min_copies`)."""
+    container: Mapping[str, Any] | None = None
+    """The model server each copy runs, as JSON, checked by `domain.kernel.containers.parse_container`."""
+    invoke_path: str | None = None
+    """None: `/invocations`."""
 
 
 def create_endpoint_of(raw: object) -> CreateEndpoint:
@@ -176,6 +184,12 @@ def create_component_of(raw: object) -> CreateComponent:
     memory = body.get("memoryMiB", 1024)
     if not _is_int(memory):
         check_memory_mib(memory)
+    container = body.get("container")
+    if container is not None and not isinstance(container, Mapping):
+        parse_container(container, "container")  # refuses it
+    invoke_path = body.get("invokePath")
+    if invoke_path is not None and not isinstance(invoke_path, str):
+        check_invoke_path(invoke_path)  # refuses it
     return CreateComponent(
         name=name,
         endpoint_name=endpoint_name,
@@ -187,6 +201,8 @@ def create_component_of(raw: object) -> CreateComponent:
         memory_mib=memory,
         copies=copies,
         min_copies=min_copies,
+        container=container,
+        invoke_path=invoke_path,
     )
 
 

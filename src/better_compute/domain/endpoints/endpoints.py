@@ -35,6 +35,14 @@ from better_compute.domain.catalog.layouts import (
     layout_from_partition_types,
     validate,
 )
+from better_compute.domain.kernel.containers import (
+    MAX_CPU,
+    MIN_CPU,
+    MIN_MEMORY_MIB,
+    ContainerSpec,
+    Probe,
+    parse_container,
+)
 from better_compute.domain.kernel.errors import InvalidInput, InvalidState, LayoutRefused, UnknownProfile
 from better_compute.domain.tenancy.tenancy import check_slug
 
@@ -59,6 +67,16 @@ MAX_MEMORY_MIB = 16 * 1024 * 1024
 MAX_PRICE = Decimal(1000000)
 """The highest price per instance hour taken."""
 
+DEFAULT_INVOKE_PATH = "/invocations"
+"""SageMaker's container contract: inference is `POST /invocations` on the server's port."""
+DEFAULT_SERVER_PORT = 8080
+"""SageMaker's container contract: the model server listens on 8080."""
+PING_PATH = "/ping"
+"""SageMaker's container contract: `GET /ping` answers 200 once the model is loaded."""
+MAX_INVOKE_PATH = 1024
+_INVOKE_PATH = re.compile(r"^/[!-~]*$")
+
+
 STATUSES = ("Creating", "InService", "Updating", "Failed", "Deleting")
 """An endpoint's status, as SageMaker names them."""
 
@@ -78,6 +96,8 @@ COMPONENT_FIELDS = frozenset(
         "memoryMiB",
         "copies",
         "minCopies",
+        "container",
+        "invokePath",
     }
 )
 
@@ -439,6 +459,35 @@ class ComponentSpec:
     memory_mib: int
     copies: int
     min_copies: int
+    container: ContainerSpec | None = None
+    """The model server each copy runs (`with_server_defaults` applied), None: none is started."""
+    invoke_path: str = DEFAULT_INVOKE_PATH
+    """Where an invocation is sent on the container's first port."""
+
+
+def check_invoke_path(raw: object) -> str:
+    """`invokePath`: from the root, printable ASCII without spaces, at most MAX_INVOKE_PATH."""
+    if raw is None:
+        return DEFAULT_INVOKE_PATH
+    if not isinstance(raw, str) or len(raw) > MAX_INVOKE_PATH or not _INVOKE_PATH.match(raw):
+        raise InvalidInput(
+            f"invokePath must start with / and hold printable characters without spaces (at most"
+            f" {MAX_INVOKE_PATH})",
+            {"field": "invokePath"},
+        )
+    return raw
+
+
+def with_server_defaults(container: ContainerSpec, cpu_cores: Decimal, memory_mib: int) -> ContainerSpec:
+    """A copy's container with SageMaker's contract filled in where the request left it out: port
+    8080 when it names none, readiness `GET /ping` on the first port, and the component's
+    `cpuCores` and `memoryMiB` as its resources (raised to the container's least, 0.01 core and
+    16 MiB). Applying it twice changes nothing (a stored component reads back the same)."""
+    ports = container.ports or (DEFAULT_SERVER_PORT,)
+    readiness = container.readiness or Probe(http_path=PING_PATH, http_port=ports[0])
+    cpu = container.cpu if container.cpu is not None else round(max(float(cpu_cores), MIN_CPU), 3)
+    memory = container.memory_mib if container.memory_mib is not None else max(memory_mib, MIN_MEMORY_MIB)
+    return replace(container, ports=ports, readiness=readiness, cpu=min(cpu, MAX_CPU), memory_mib=memory)
 
 
 def default_min_copies(copies: int) -> int:
@@ -479,6 +528,12 @@ def component_spec(asked: CreateComponent) -> ComponentSpec:
     cores = check_cpu_cores(asked.cpu_cores)
     copies = check_count(asked.copies, "copies", 0, MAX_COPIES, default=1)
     min_copies = check_count(asked.min_copies, "minCopies", 0, copies, default=default_min_copies(copies))
+    memory = check_memory_mib(asked.memory_mib)
+    container = (
+        None
+        if asked.container is None
+        else with_server_defaults(parse_container(asked.container, "container"), cores, memory)
+    )
     return ComponentSpec(
         name=check_endpoint_name(asked.name),
         endpoint_name=check_endpoint_name(asked.endpoint_name, "endpointName"),
@@ -486,9 +541,11 @@ def component_spec(asked: CreateComponent) -> ComponentSpec:
         model=model,
         partition_type=check_partition_type(asked.partition_type, "partitionType"),
         cpu_cores=cores,
-        memory_mib=check_memory_mib(asked.memory_mib),
+        memory_mib=memory,
         copies=copies,
         min_copies=min_copies,
+        container=container,
+        invoke_path=check_invoke_path(asked.invoke_path),
     )
 
 
@@ -506,6 +563,8 @@ def component_json(component: ComponentSpec) -> dict[str, Any]:
         "memoryMiB": component.memory_mib,
         "copies": component.copies,
         "minCopies": component.min_copies,
+        **({"container": component.container.document()} if component.container is not None else {}),
+        "invokePath": component.invoke_path,
     }
 
 

@@ -56,3 +56,13 @@ class CopyRecord:
     atom_id: str | None
     node_id: str | None
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class PlacedCopyRow:
+    """A placed copy as its node's spec reads it: the copy, its component's stored spec
+    (`component_json`) and the endpoint's tenant."""
+
+    copy: CopyRecord
+    spec: Mapping[str, Any]
+    tenant_id: str

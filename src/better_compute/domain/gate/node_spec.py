@@ -68,6 +68,28 @@ class Assignment:
 
 
 @dataclass(frozen=True, slots=True)
+class PlacedCopy:
+    """An endpoint copy on one of the node's atoms, as its spec needs it: handed over and run under
+    `allocation_id` (`copy:<component>:<index>`) for the endpoint's tenant, running the component's
+    `container` (None: the component names none)."""
+
+    allocation_id: str
+    atom_id: str
+    tenant_id: str
+    container: ContainerSpec | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeWork:
+    """What the contexts above the gate run on a node (asked through `GateHooks.work_on`): the
+    container of each workload replica by its allocation id, and the endpoint copies on its atoms.
+    The gate knows neither workloads nor endpoints; it only puts these in the node's spec."""
+
+    containers: Mapping[str, ContainerSpec] = field(default_factory=dict)
+    copies: tuple[PlacedCopy, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LiveHold:
     """A live booking of one of the node's atoms, as the spec needs it."""
 
@@ -87,6 +109,10 @@ class NodeSpec:
     gpus: tuple[GpuSpec, ...]
     sharing: SharingSpec
     assignments: tuple[Assignment, ...]
+    booked: bool = field(default=False, compare=False)
+    """Whether a tenant's booking in the ledger holds one of the node's atoms at the spec's time
+    (an endpoint copy's assignment does not: its partition is the endpoint's, booked for no
+    tenant). Not content: it is what the assignments say before copies are added."""
 
     def content(self) -> dict[str, object]:
         """The spec as plain JSON-able values, in a fixed order: what `digest` hashes."""
@@ -138,6 +164,7 @@ def plan_spec(
     gate: MigLayoutGate | None = None,
     own_layout: str | None = None,
     bookings: Iterable[LiveHold] | None = None,
+    work: NodeWork | None = None,
 ) -> NodeSpec:
     """The node's spec at `now`: its present GPUs in index order with their pool's layout (a mig
     pool's `migLayout`; `all-disabled` in other pools), the pool's sharing, and one assignment per
@@ -151,7 +178,13 @@ def plan_spec(
     away from, now or later (`booked_gpus`: its whole, or a booked instance the repartition
     destroys), is told none (`gpu_layout`) and keeps the one it has. `bookings` are every live
     booking of the node's atoms that ends after `now` (None: `holds`), those not handed out
-    included (a terminating replica's)."""
+    included (a terminating replica's).
+
+    `work` says what runs: a held allocation that is a workload replica carries its container, and
+    each endpoint copy on one of the node's atoms is an assignment of its own (its atom, the
+    endpoint's tenant, the component's container), so the node starts it and reports on it under
+    the copy's name. Copies never count as holding a GPU: their partitions are the endpoint's."""
+    work = work or NodeWork()
     by_id = {a.id: a for a in atoms if a.node == node}
     held: dict[str, list[Atom]] = {}
     tenants: dict[str, str] = {}
@@ -161,15 +194,30 @@ def plan_spec(
             continue
         held.setdefault(hold.allocation_id, []).append(atom)
         tenants[hold.allocation_id] = hold.tenant_id
-    assignments = tuple(
+    assigned = [
         Assignment(
             allocation_id=allocation,
             atoms=tuple(a.id for a in sorted(mine, key=lambda a: a.id)),
             env={VISIBLE_DEVICES: ",".join(sorted({device_of(a) for a in mine}))},
             tenant_id=tenants[allocation],
+            container=work.containers.get(allocation),
         )
-        for allocation, mine in sorted(held.items())
-    )
+        for allocation, mine in held.items()
+    ]
+    for copy in work.copies:
+        atom = by_id.get(copy.atom_id)
+        if atom is None or copy.allocation_id in held:
+            continue
+        assigned.append(
+            Assignment(
+                allocation_id=copy.allocation_id,
+                atoms=(atom.id,),
+                env={VISIBLE_DEVICES: device_of(atom)},
+                tenant_id=copy.tenant_id,
+                container=copy.container,
+            )
+        )
+    assignments = tuple(sorted(assigned, key=lambda a: a.allocation_id))
     present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
     layout = node_layout(pool, gate, carries_pool_layout=carries_pool_layout, own=own_layout, held=bool(held))
     kept = booked_gpus(by_id, holds if bookings is None else bookings, present, layout)
@@ -187,6 +235,7 @@ def plan_spec(
         gpus=tuple(GpuSpec(g.id, gpu_layout(g, layout, g.id in kept)) for g in present),
         sharing=sharing,
         assignments=assignments,
+        booked=bool(held),
     )
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from better_compute.domain.kernel.containers import parse_container
 from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.placement.workloads import (
     WorkloadSpec,
@@ -42,6 +43,9 @@ class ReplicaShape:
     capability: Mapping[str, Any] | None = None
     """As JSON (`memoryGiB: {min}`, `computeSlices: {min}`, `nvlinkPeer`), checked by
     `domain.placement.capability.parse_capability`."""
+    container: Mapping[str, Any] | None = None
+    """What each replica runs, as JSON (`image`, `command`, ...), checked by
+    `domain.kernel.containers.parse_container` (docs/placement.md#what-runs)."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,9 @@ def place_workload_of(raw: Mapping[str, Any]) -> PlaceWorkload:
     if capability is not None and not isinstance(capability, Mapping):
         check_one_class(shape.get("deviceClass"), capability)  # refused as both, if both
         parse_capability(capability)
+    container = shape.get("container")
+    if container is not None and not isinstance(container, Mapping):
+        parse_container(container, "shape.container")  # refuses it
     name = raw.get("name")
     name = name if isinstance(name, str) else check_slug(name, "name")  # refuses it
     device_class = shape.get("deviceClass")
@@ -119,7 +126,9 @@ def place_workload_of(raw: Mapping[str, Any]) -> PlaceWorkload:
         check_ref(pinned, "cluster")
     return PlaceWorkload(
         name=name,
-        shape=ReplicaShape(device_class=device_class, device_count=count, capability=capability),
+        shape=ReplicaShape(
+            device_class=device_class, device_count=count, capability=capability, container=container
+        ),
         tenant_id=named,
         replicas=replicas,
         strategy=strategy,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
 
+from better_compute.domain.kernel.containers import ContainerSpec, parse_container
 from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.domain.placement.capability import Capability, parse_capability
 from better_compute.domain.placement.shares import STRATEGIES, Strategy
@@ -83,6 +84,9 @@ class WorkloadSpec:
     capability: Capability | None = None
     """What each device must give, when the shape asked so: `device_class` is then the implicit
     class it resolved to at creation (`domain.placement.capability`), empty until it is resolved."""
+    container: ContainerSpec | None = None
+    """What each replica runs (`shape.container`, docs/placement.md#what-runs); None: nothing is
+    started for it (its holder starts its own container on the devices it is handed)."""
 
     @property
     def topology_kind(self) -> DomainKind | None:
@@ -341,6 +345,7 @@ def workload_spec(asked: PlaceWorkload, tenant_id: str) -> WorkloadSpec:
         domain_kind=kind,
         allowed_regions=check_refs(asked.allowed_regions, "allowedRegions"),
         allowed_clusters=check_refs(asked.allowed_clusters, "allowedClusters"),
+        container=None if shape.container is None else parse_container(shape.container, "shape.container"),
     )
 
 

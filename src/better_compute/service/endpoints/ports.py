@@ -13,6 +13,7 @@ from better_compute.domain.endpoints.records import (
     CopyRecord,
     EndpointInstance,
     EndpointRecord,
+    PlacedCopyRow,
 )
 from better_compute.service.placement.ports import PlacementTx
 
@@ -67,6 +68,10 @@ class ComponentRepo(Protocol):
         ...
 
     def copies(self, names: Sequence[str]) -> dict[str, list[CopyRecord]]: ...
+
+    def placed_on(self, atom_ids: Sequence[str]) -> list[PlacedCopyRow]:
+        """The copies placed on these atoms, with their component's stored spec and endpoint's tenant."""
+        ...
 
     def add_copies(self, items: Sequence[CopyRecord]) -> None: ...
 

@@ -434,9 +434,12 @@ def _observable(node: Node, generation: int) -> int:
 
 
 def _check_on_node(tx: FleetTx, node_id: str, allocation_id: str) -> None:
-    """A node reports only on tenants' allocations that booked its atoms (FORBIDDEN otherwise, the
-    same for one that does not exist, so a node learns nothing of other nodes' allocations)."""
+    """A node reports only on tenants' allocations that booked its atoms, and on endpoint copies
+    placed on its atoms now (FORBIDDEN otherwise, the same for one that does not exist, so a node
+    learns nothing of other nodes' allocations or copies)."""
     booked = {b.atom_id for b in tx.ledger.allocation_bookings(allocation_id) if b.tenant_id is not None}
+    if not booked and (copy_atom := tx.hooks.atom_of_unbooked(allocation_id)) is not None:
+        booked = {copy_atom}  # an endpoint copy: on its partition's node only
     mine = {a.id for a in tx.atoms.of_nodes([node_id])}
     if not booked & mine:
         raise Forbidden(

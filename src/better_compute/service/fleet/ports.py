@@ -383,6 +383,12 @@ class FleetHooks(Protocol):
         """Nodes joined a mig pool of `layout`, their atoms derived for it."""
         ...
 
+    def atom_of_unbooked(self, allocation_id: str) -> str | None:
+        """The atom a handed-over allocation the ledger books for no tenant runs on now (an
+        endpoint copy, `copy:<component>:<index>`, on its partition), or None: none by that name,
+        or not placed. What a node may report on besides its tenants' bookings."""
+        ...
+
 
 class FleetTx(TenancyTx, Protocol):
     """The slice of a transaction fleet's use cases use: tenancy's, fleet's own repositories, and what

@@ -70,6 +70,9 @@ def _derive(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGat
         gate=gate,
         own_layout=node.mig_layout,
         bookings=booked,
+        work=tx.hooks.work_on(
+            [a.id for a in atoms], sorted({h.allocation_id for h in holds if h.tenant_id is not None})
+        ),
     )
     return node, gate, spec
 
@@ -96,7 +99,7 @@ def read(store: StorePort[GateTx], node_id: str, now: datetime) -> ServedSpec:
                 return ServedSpec(node.spec_generation, spec)
             if tx.nodes.advance_spec(node_id, node.spec_generation, digest):
                 # assignments: a tenant's booking holds the node at `now` (`plan_spec`)
-                again = told_frozen_again(gate, bool(spec.assignments), following)
+                again = told_frozen_again(gate, spec.booked, following)
                 if again is not None and not tx.mig_layouts.replace(again):
                     raise ConcurrentChange(
                         f"node {node_id}'s layout change moved while its spec was read; retry",

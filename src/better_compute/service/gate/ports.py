@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from better_compute.domain.gate.node_spec import NodeWork
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.service.fleet.ports import FleetHooks
 from better_compute.service.ledger.ports import LedgerTx
@@ -44,6 +45,11 @@ class GateHooks(FleetHooks, Protocol):
     def layout_applied(self, node_id: str, now: datetime) -> None:
         """The gate applied a node's new layout and let go of its atoms (its holds end at `now`);
         not called for a change undone."""
+        ...
+
+    def work_on(self, atom_ids: Sequence[str], allocation_ids: Sequence[str]) -> NodeWork:
+        """What runs on a node, for its spec: the container of each of `allocation_ids` that is a
+        workload replica, and the endpoint copies placed on `atom_ids` (the node's)."""
         ...
 
 

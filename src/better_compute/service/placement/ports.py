@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.device_classes import DeviceClass
@@ -123,6 +124,11 @@ class WorkloadRepo(Protocol):
     def terminating_since(self, at: datetime, limit: int) -> list[Terminating]: ...
 
     def terminating_among(self, allocation_ids: Sequence[str]) -> set[str]: ...
+
+    def containers_of(self, allocation_ids: Sequence[str]) -> dict[str, ContainerSpec]:
+        """What each of these replicas runs, by allocation id (those whose workload names a
+        container; other allocations are left out)."""
+        ...
 
     def end_terminating(self, allocation_id: str) -> Terminating | None: ...
 

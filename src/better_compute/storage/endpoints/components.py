@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, select, update
 
-from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord
+from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, PlacedCopyRow
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import component_copies, components, copy_spans, endpoints
 
@@ -94,6 +94,20 @@ class SqlComponents:
             for r in rows.rows(self.conn, stmt):
                 found[r["component"]].append(_copy(r))
         return found
+
+    def placed_on(self, atom_ids: Sequence[str]) -> list[PlacedCopyRow]:
+        """The copies placed on these atoms, each with its component's stored spec and its
+        endpoint's tenant (by the copies' unique atom key: a node's spec reads this on every read)."""
+        if not atom_ids:
+            return []
+        stmt = (
+            select(component_copies, components.c.spec, endpoints.c.tenant_id)
+            .join(components, components.c.name == component_copies.c.component)
+            .join(endpoints, endpoints.c.name == components.c.endpoint)
+            .where(component_copies.c.atom_id.in_(list(atom_ids)))
+            .order_by(component_copies.c.component, component_copies.c.copy)
+        )
+        return [PlacedCopyRow(_copy(r), r["spec"], r["tenant_id"]) for r in rows.rows(self.conn, stmt)]
 
     def add_copies(self, items: Sequence[CopyRecord]) -> None:
         if items:

@@ -9,10 +9,12 @@ from typing import Any
 
 from sqlalchemy import Connection, delete, select, update
 
+from better_compute.domain.kernel.containers import ContainerSpec, container_of
 from better_compute.domain.kernel.events import Event, type_of
 from better_compute.domain.placement.capability import parse_capability
 from better_compute.domain.placement.records import Operation
 from better_compute.domain.placement.workloads import (
+    REPLICA_SEPARATOR,
     Deployment,
     RunningReplica,
     Terminating,
@@ -110,6 +112,7 @@ def spec_document(spec: WorkloadSpec) -> dict[str, Any]:
         "allowedClusters": list(spec.allowed_clusters),
         "drainedClusters": list(spec.drained_clusters),
         **({"capability": spec.capability.document()} if spec.capability is not None else {}),
+        **({"container": spec.container.document()} if spec.container is not None else {}),
     }
 
 
@@ -131,6 +134,7 @@ def _spec(name: str, tenant_id: str, d: Mapping[str, Any]) -> WorkloadSpec:
         allowed_clusters=tuple(d.get("allowedClusters") or ()),
         drained_clusters=tuple(d.get("drainedClusters") or ()),
         capability=parse_capability(d["capability"]) if d.get("capability") else None,
+        container=container_of(d.get("container")),
     )
 
 
@@ -382,6 +386,30 @@ class SqlWorkloads:
         return [r[0] for r in self.conn.execute(stmt)]
 
     # -- replicas ----------------------------------------------------------------------------
+    def containers_of(self, allocation_ids: Sequence[str]) -> dict[str, ContainerSpec]:
+        """What each of these replicas runs (its workload's `shape.container`), by allocation id;
+        a replica whose workload names no container, and any other allocation, is left out. One
+        read by the deployments' primary key (a replica's id is `<deploymentId>.r<n>`)."""
+        by_deployment: dict[str, list[str]] = {}
+        for allocation_id in allocation_ids:
+            if replica_index(allocation_id) is not None:
+                by_deployment.setdefault(allocation_id.rpartition(REPLICA_SEPARATOR)[0], []).append(
+                    allocation_id
+                )
+        if not by_deployment:
+            return {}
+        stmt = (
+            select(deployments.c.id, workloads.c.spec)
+            .join(workloads, workloads.c.id == deployments.c.workload_id)
+            .where(deployments.c.id.in_(sorted(by_deployment)))
+        )
+        out: dict[str, ContainerSpec] = {}
+        for r in rows.rows(self.conn, stmt):
+            container = container_of(r["spec"].get("container"))
+            if container is not None:
+                out.update(dict.fromkeys(by_deployment[r["id"]], container))
+        return out
+
     def replicas_of(self, deployment_ids: Sequence[str]) -> dict[str, list[tuple[int, str]]]:
         """Per deployment, its replicas as (index, allocation id), in index order."""
         out: dict[str, list[tuple[int, str]]] = {d: [] for d in deployment_ids}
