@@ -98,9 +98,11 @@ def test_a_mig_replica_runs_in_podman_with_its_device_nodes_and_answers(demo: st
             assert "nvidiactl" in seen.stdout and len(seen.stdout.split("/dev/nvidia-caps:")[1].split()) == 2
             answer = httpx.post(f"http://{address}{demo_image.INVOKE_PATH}", content=b"hello", timeout=10)
             assert answer.status_code == 200, answer.text
-            atoms = http.get("/v1/atoms").json()["items"]
-            mig = {a["attributes"].get("migUuid") for a in atoms if a["node"] == node}
-            assert answer.json()["devices"] in mig and answer.json()["devices"].startswith("MIG-")
+            spec = cdi.read_spec(CDI_ROOT, replica)
+            assert spec is not None
+            env = spec["devices"][0]["containerEdits"]["env"]
+            handed = dict(e.split("=", 1) for e in env)["BC_DEVICE_UUIDS"]
+            assert answer.json()["devices"] == handed and handed.startswith("MIG-")
             assert http.delete(f"/v1/workloads/{wid}").status_code in (200, 204)
             eventually(lambda: replica_states(server)[replica][1] == "removed", "the container removed")
             assert podman("container", "exists", name, home=home).returncode == 1
