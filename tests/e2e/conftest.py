@@ -2,7 +2,9 @@
 
 `server` starts one for the session, as `make run` does (`--fleet examples/demo-fleet.yaml`), waits for
 `/healthz`, takes a fleet-admin token from `better-compute admin bootstrap`, and always stops the process
-at the end. `start_server` does the same for a test that needs a server of its own. `cli(...)` runs the
+at the end. Its simulated nodes run containers with the in-process fake runtime (`--runtime fake`)
+unless a test asks for podman; podman, where a test does, runs with this machine's settings
+(`CONTAINERS_CONF`: runc, lowered ulimits). `start_server` does the same for a test that needs a server of its own. `cli(...)` runs the
 `better-compute` command in a subprocess with no server, token or config from the environment.
 """
 
@@ -50,9 +52,25 @@ NOT_PASSED_ON = {
 """The user's server, token, database, server settings (`better_compute.settings`) and login config."""
 
 
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+
+[engine]
+runtime = "runc"
+"""
+"""podman's settings for the servers' simulated nodes: runc (crun refuses this machine's cgroups)
+and ulimits the container may have."""
+
+
 def clean_env(home: Path) -> dict[str, str]:
-    """The environment for our subprocesses: none of NOT_PASSED_ON."""
+    """The environment for our subprocesses: none of NOT_PASSED_ON, and `CONTAINERS_CONF` naming a
+    containers.conf of CONTAINERS_CONF in `home`, for the podman a server's simulated nodes run."""
     env = {k: v for k, v in os.environ.items() if k not in NOT_PASSED_ON}
+    conf = home / "containers.conf"
+    if not conf.is_file():
+        home.mkdir(parents=True, exist_ok=True)
+        conf.write_text(CONTAINERS_CONF, encoding="utf-8")
+    env["CONTAINERS_CONF"] = str(conf)
     env["BC_CONFIG"] = str(home / "config.json")
     env["PYTHONUNBUFFERED"] = "1"
     return env
@@ -168,7 +186,8 @@ def start_server(
     """Serve a SQLite database in `home` (or `database_url`) on a free loopback port; stopped when
     the block exits.
 
-    `options` are more `serve` options (`--timeout-request 1`, `--workers 2`). With `admin_token`
+    `options` are more `serve` options (`--timeout-request 1`, `--workers 2`); without a
+    `--runtime` among them, a fleet's simulated nodes run the in-process fake. With `admin_token`
     (one the database has) the server is not bootstrapped. It is waited for until `/healthz` says it
     is ready, or without `ready` until it answers at all (a server whose database it cannot write is
     never ready). `runner` is a command that runs `serve` (`setpriv ...`)."""
@@ -181,6 +200,8 @@ def start_server(
         args = ["serve", "--database-url", database_url, "--host", "127.0.0.1", "--port", str(port)]
         if fleet is not None:
             args += ["--fleet", str(fleet)]
+            if "--runtime" not in options:
+                args += ["--runtime", "fake"]
         args += options
         with log.open("wb") as out:
             proc = subprocess.Popen(

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -120,3 +122,52 @@ def test_a_workload_replica_is_a_cdi_device_its_simulated_node_binds_and_it_runs
             return bool(got.json()["items"])
 
         eventually(lambda: all(released(a) for a in replicas), "the nodes released both replicas")
+
+
+def replica_states(server: Server) -> dict[str, tuple[str, str, str | None]]:
+    """{allocation: (node, state, address)} of what the server's nodes reported of their containers."""
+    database = server.database_url.removeprefix("sqlite:///")
+    with closing(sqlite3.connect(database)) as db:
+        rows = db.execute("SELECT allocation_id, node_id, state, address FROM replica_states").fetchall()
+    return {a: (n, s, address) for a, n, s, address in rows}
+
+
+def test_the_simulated_nodes_run_a_workload_replicas_container_with_the_fake_runtime(server: Server) -> None:
+    """`serve --fleet --runtime fake`: each replica's node starts its container in the server's
+    process, probes it and reports it ready; the container answers at the address reported; the
+    workload deleted, its containers are removed."""
+    assert "containers run with fake (in-process): asked for (--runtime fake)" in server.output()
+    admin = {"Authorization": f"Bearer {server.admin_token}"}
+    container = {
+        "image": "localhost/better-compute-demo:1",
+        "ports": [{"containerPort": 8080}],
+        "readinessProbe": {"httpGet": {"path": "/ping", "port": 8080}},
+    }
+    body = {
+        "project": "platform",
+        "name": "e2e-served",
+        "shape": {"deviceClass": "a100-80gb", "deviceCount": 1, "container": container},
+        "replicas": 2,
+    }
+    with httpx.Client(base_url=server.url, headers=admin, timeout=10) as http:
+        made = http.post("/v1/workloads", json=body)
+        assert made.status_code == 201, made.text
+        wid = made.json()["id"]
+        (dep,) = http.get(f"/v1/workloads/{wid}").json()["deployments"]
+        replicas = {f"{dep['id']}.r{i}" for i in (0, 1)}
+
+        def ready() -> dict[str, tuple[str, str, str | None]]:
+            states = {a: s for a, s in replica_states(server).items() if a in replicas}
+            return states if len(states) == 2 and all(s[1] == "ready" for s in states.values()) else {}
+
+        states = eventually(ready, "both replicas' containers ready")
+        for allocation, (node, _, address) in states.items():
+            assert node.startswith("use-a100-") and address
+            answer = httpx.post(f"http://{address}/invocations", content=b"hello", timeout=5)
+            assert answer.status_code == 200 and answer.json()["allocation"] == allocation
+        assert http.delete(f"/v1/workloads/{wid}").status_code in (200, 204)
+
+        def removed() -> bool:
+            return all(replica_states(server)[a][1] == "removed" for a in replicas)
+
+        eventually(removed, "both replicas' containers removed")

@@ -106,6 +106,7 @@ class Daemon:
         advertise: str | None = None,
         stop_timeout: int = 10,
         agent: Agent | None = None,
+        device_nodes: bool = False,
     ) -> None:
         self.identity = identity
         self.node = identity.node
@@ -125,6 +126,12 @@ class Daemon:
             tree = node_tree.simulated(state / NODE_ROOT)
         else:
             tree = node_tree.NodeTree(node_root or Path("/"))
+        if device_nodes and not (node_root is None and isinstance(backend, FakeNode)):
+            # Device nodes are the simulated driver's to make, in its own tree: never on a real
+            # node's (its driver makes them) nor in a tree someone else laid out.
+            raise ValueError("device_nodes is for a simulated node (the fake backend, no node_root)")
+        self.tree = tree
+        self.device_nodes = device_nodes
         self.devices = DevicesConverger(
             cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log, tree
         )
@@ -289,6 +296,8 @@ class Daemon:
             changed = True
         gpus = self.backend.list_gpus()
         self._log_unlisted(gpus)
+        if self.device_nodes:
+            self._make_device_nodes(gpus)
         if changed or report_json(report_of(self.node, gpus))["report"]["gpus"] != self._inventoried:
             # The GPUs read otherwise than the last inventory said, though nothing here changed them
             # (a GPU turned unhealthy, or its MIG state unreadable, or readable again): the server
@@ -309,6 +318,17 @@ class Daemon:
         self.generation = spec.generation
         # A GPU waiting for a reboot will not converge by trying again: long-poll meanwhile.
         return done.settled and all(g in self.host.reboot_required for g in behind)
+
+    def _make_device_nodes(self, gpus: Sequence[Gpu]) -> None:
+        """The simulated driver's part of a pass: the device nodes of the GPUs and instances there
+        are now (`node_tree.make_device_nodes`), before the devices' pass writes specs naming them."""
+        try:
+            made = node_tree.make_device_nodes(self.tree, gpus)
+        except (OSError, node_tree.Unresolvable) as exc:
+            self.log.error("node.device-nodes", reason=str(exc))
+            return
+        if made:
+            self.log.info("node.device-nodes", made=made)
 
     def _held(self, spec: NodeSpecPublic) -> tuple[set[str], dict[str, set[int]]]:
         """What an allocation of the spec uses, handed over yet or not (one not bound yet is about

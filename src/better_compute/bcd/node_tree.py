@@ -29,7 +29,9 @@ files, the mig-minors table, the nvidia-ctk spec, a driver's major) or the devic
 `simulated` lays out such a tree for the fake backend (`bcd run --nvml fake`) on a machine with no
 NVIDIA driver: the mig-minors table the driver writes, a `/proc/devices`, a driver version and
 stand-ins for its libraries and `nvidia-smi`. Its device nodes are absent (making them needs root),
-so the specs name their numbers (`deviceNodes[].major/minor`), as for any node the host lacks.
+so the specs name their numbers (`deviceNodes[].major/minor`), as for any node the host lacks;
+`make_device_nodes` makes them, as the driver would, where a container runtime is to run containers
+with them (`serve --fleet` under podman, which refuses a CDI device node the host lacks).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import yaml
+
+from better_compute.bcd.gpu import Gpu
 
 NVIDIA_MAJOR = 195
 """The NVIDIA driver's fixed character major: `/dev/nvidia<minor>` and `/dev/nvidiactl`."""
@@ -555,3 +559,57 @@ def simulated(root: Path, driver: SimulatedDriver | None = None) -> NodeTree:
             link.symlink_to(real.name)
     _write(tree.host_path("/usr/bin/nvidia-smi"), "#!/bin/sh\necho 'simulated nvidia-smi'\n", 0o755)
     return tree
+
+
+def make_device_nodes(tree: NodeTree, gpus: Iterable[Gpu]) -> list[str]:
+    """Make the character device nodes a simulated driver has for `gpus` under `tree`, as the real
+    driver has them under `/dev`: `/dev/nvidia<minor>` (major 195) for each GPU, `/dev/nvidiactl`,
+    `/dev/nvidia-uvm` and `/dev/nvidia-uvm-tools`, and `/dev/nvidia-caps/nvidia-cap<minor>` for each
+    GPU instance and compute instance there is now (the driver makes a capability's node as its
+    instance appears), each at the numbers the tree's own `/proc/devices` and mig-minors table give,
+    so the CDI specs written from the same tree name them. A container runtime refuses a CDI device
+    whose host node is missing, so a simulated node run under podman needs them.
+
+    Idempotent: a node already there at its numbers is left alone, one at other numbers (or not a
+    character device) is made again. Nothing is removed (the driver keeps an instance's capability
+    nodes after it goes too). Returns the paths made. Needs CAP_MKNOD (root); the caller, which owns
+    the tree, must be sure the numbers are no real device's (`serve --fleet` asks only where the
+    machine has no NVIDIA driver)."""
+    view = tree.read()
+    wanted: dict[str, tuple[int, int]] = {}
+    for path, driver, minor in CONTROL_NODES:
+        major = view.char_major(driver)
+        if major is None:
+            raise Unresolvable(f"{tree.host_path(PROC_DEVICES)} names no {driver} major", node_wide=True)
+        wanted[path] = (major, minor)
+    caps_major = view.char_major("nvidia-caps")
+    for gpu in gpus:
+        if gpu.minor_number is None:
+            continue
+        wanted[f"/dev/nvidia{gpu.minor_number}"] = (NVIDIA_MAJOR, gpu.minor_number)
+        for gi in gpu.instances:
+            caps = [gi_cap(gpu.minor_number, gi.gi_id)]
+            caps += [ci_cap(gpu.minor_number, gi.gi_id, ci.ci_id) for ci in gi.compute_instances]
+            for cap in caps:
+                if caps_major is None:
+                    raise Unresolvable(
+                        f"{tree.host_path(PROC_DEVICES)} names no nvidia-caps major", node_wide=True
+                    )
+                minor = view.cap_minor(cap)
+                wanted[cap_node(minor)] = (caps_major, minor)
+    made: list[str] = []
+    for path, (major, minor) in sorted(wanted.items()):
+        host = tree.host_path(path)
+        try:
+            found = host.lstat()
+        except FileNotFoundError:
+            found = None
+        if found is not None:
+            if stat.S_ISCHR(found.st_mode) and found.st_rdev == os.makedev(major, minor):
+                continue
+            host.unlink()
+        host.parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(host, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+        os.chmod(host, 0o666)  # past the umask: any container user may open it, as the driver's are
+        made.append(path)
+    return made

@@ -22,6 +22,7 @@ from better_compute.defaults import (
     DEFAULT_TIMEOUT_REQUEST,
 )
 from better_compute.domain.kernel.errors import DomainError, Unavailable
+from better_compute.entrypoints.simulation_runtime import SimulationRuntime, choose_runtime_here
 
 if TYPE_CHECKING:
     from better_compute.entrypoints.database import Unusable
@@ -244,6 +245,28 @@ def serve(
             " processes to join."
         ),
     ] = True,
+    runtime: Annotated[
+        SimulationRuntime,
+        typer.Option(
+            "--runtime",
+            help="With --fleet: what runs the simulated nodes' containers: podman, or the in-process"
+            " fake. auto: podman when --podman's binary is on PATH, the server is root and no NVIDIA"
+            " driver is loaded; else the fake.",
+        ),
+    ] = SimulationRuntime.auto,
+    podman: Annotated[
+        str,
+        typer.Option(
+            "--podman", help="The podman command, split as a shell would (e.g. 'podman --runtime runc')."
+        ),
+    ] = "podman",
+    container_arg: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--container-arg",
+            help="An extra `podman create` argument (repeatable), e.g. --ulimit=nofile=1024:1024.",
+        ),
+    ] = None,
     workers: Annotated[
         int,
         typer.Option(
@@ -285,6 +308,7 @@ def serve(
     ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
+    import shlex
     import tempfile
 
     import uvicorn
@@ -294,7 +318,12 @@ def serve(
     from better_compute.entrypoints.fleet import fleet_progress, load_fleet, read_fleet
     from better_compute.entrypoints.http_protocol import timed_protocol
     from better_compute.entrypoints.serving import Serving
-    from better_compute.entrypoints.simulation import QuietNodeTraffic, SimulatedNodes, join_tokens, local_url
+    from better_compute.entrypoints.simulation import (
+        QuietNodeTraffic,
+        SimulatedNodes,
+        join_tokens,
+        local_url,
+    )
 
     settings = read_settings(
         database_url=database_url_opt,
@@ -307,6 +336,17 @@ def serve(
         "http": timed_protocol(settings.timeout_request),
         "timeout_keep_alive": settings.timeout_keep_alive,
     }
+    podman_argv = shlex.split(podman)
+    if not podman_argv:
+        typer.echo("error: --podman must name a command", err=True)
+        raise typer.Exit(2)
+    choice = None
+    if fleet is not None and simulate:
+        try:
+            choice = choose_runtime_here(runtime, podman_argv)
+        except ValueError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(2) from None
     check_port_free(host, port)
     with ExitStack() as stack:
         nodes: SimulatedNodes | None = None
@@ -328,11 +368,26 @@ def serve(
             if simulate:
                 root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="better-compute-nodes-")))
                 tokens = join_tokens(services.store, spec, services.clock())
-                nodes = SimulatedNodes(spec, tokens, local_url(host, port), root)
+                assert choice is not None
+                nodes = SimulatedNodes(
+                    spec,
+                    tokens,
+                    local_url(host, port),
+                    root,
+                    runtime=choice.kind,
+                    podman=podman_argv,
+                    create_args=container_arg or [],
+                )
                 typer.echo(
                     f"loaded {fleet}: {count} nodes, each run by a bcd loop with fake NVML"
                     f" (keys, CDI files and logs under {root})"
                 )
+                where = (
+                    f"device nodes made, CDI specs in {nodes.cdi_root}"
+                    if choice.kind == "podman"
+                    else "in-process"
+                )
+                typer.echo(f"containers run with {choice.kind} ({where}): {choice.reason}")
             else:
                 typer.echo(
                     f"loaded {fleet}: {count} nodes registered; each waits for its bcd to join"

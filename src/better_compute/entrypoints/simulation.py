@@ -6,23 +6,36 @@ operator here; the join itself goes over HTTP), keeps its key, report queue, CDI
 directory of its own under `root`, and runs the daemon's loop (`bcd.daemon.Daemon`) with signed
 reports and spec long polls. So `make run` takes the production path: a reservation's binding
 state comes from a daemon's report, its CDI file appears in the node's CDI directory.
+
+The containers of workload replicas and endpoint copies run under podman where the machine can
+(`choose_runtime`: podman on PATH, root, no NVIDIA driver), else under the in-process fake runtime.
+Under podman each node's simulated driver makes its device nodes in its tree (major 195 and the
+simulated majors, which is why a machine with a real NVIDIA driver never gets podman here: the
+numbers would be a real GPU's), and the nodes write their CDI specs to /var/run/cdi, the one
+directory besides /etc/cdi that podman reads (docs/bcd.md).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Literal, TextIO
 
 import httpx
 
+from better_compute.bcd import cdi
+from better_compute.bcd.containers import RuntimeFailure
 from better_compute.bcd.daemon import Daemon, LoggingRunner
 from better_compute.bcd.fake import FakeNode
+from better_compute.bcd.fake_runtime import FakeRuntime
 from better_compute.bcd.joining import join, node_client
 from better_compute.bcd.logs import Log
+from better_compute.bcd.podman import PodmanRuntime
+from better_compute.bcd.runtime import ContainerRuntime
 from better_compute.domain.ops.fleet import FleetSpec
 from better_compute.service.fleet import joining
 from better_compute.service.kernel.ports import StorePort
@@ -30,6 +43,11 @@ from better_compute.service.tx import Tx
 
 READY_POLL = 0.05
 """Seconds between the probes of `/healthz` while the server starts (readiness only)."""
+PODMAN_CDI_ROOT = Path("/var/run/cdi")
+"""Where the nodes write their CDI specs under podman: Debian 12's podman (4.3) reads only this
+directory and /etc/cdi."""
+STOP_TIMEOUT = 1
+"""Seconds a simulated node's container has to stop before SIGKILL."""
 
 
 class QuietNodeTraffic(logging.Filter):
@@ -66,6 +84,7 @@ class SimulatedNode:
     daemon: Daemon
     thread: threading.Thread
     stream: TextIO = field(repr=False)
+    containers: ContainerRuntime | None = field(default=None, repr=False)
 
 
 def join_tokens(store: StorePort[Tx], spec: FleetSpec, now: datetime) -> dict[str, str]:
@@ -76,7 +95,10 @@ def join_tokens(store: StorePort[Tx], spec: FleetSpec, now: datetime) -> dict[st
 
 class SimulatedNodes:
     """The daemons of every node of `spec`, started once the server at `url` answers; each joins
-    with its token of `tokens`."""
+    with its token of `tokens`. Each runs the containers of its assignments with the runtime
+    `runtime` names: the in-process fake (the default), or podman (`podman`, the command; with
+    `create_args` added to every create), under which it makes its device nodes and writes its CDI
+    specs to `cdi_root` (default /var/run/cdi)."""
 
     def __init__(
         self,
@@ -86,12 +108,20 @@ class SimulatedNodes:
         root: Path,
         *,
         wait: float = 10.0,
+        runtime: Literal["podman", "fake"] = "fake",
+        podman: Sequence[str] = ("podman",),
+        create_args: Sequence[str] = (),
+        cdi_root: Path | None = None,
     ) -> None:
         self.spec = spec
         self.tokens = tokens
         self.url = url
         self.root = root
         self.wait = wait
+        self.runtime = runtime
+        self.podman = list(podman)
+        self.create_args = list(create_args)
+        self.cdi_root = cdi_root if cdi_root is not None else PODMAN_CDI_ROOT
         self.nodes: list[SimulatedNode] = []
         self.failed: str | None = None
         self.ready = threading.Event()
@@ -131,20 +161,31 @@ class SimulatedNodes:
         identity = join(self.url, self.tokens[name], name, state_dir)
         stream = (state_dir / "bcd.log").open("a", encoding="utf-8")
         log = Log(stream, node=name)
+        podman = self.runtime == "podman"
+        containers: ContainerRuntime
+        if podman:
+            containers = PodmanRuntime(
+                name, argv=self.podman, create_args=self.create_args, stop_timeout=STOP_TIMEOUT
+            )
+        else:
+            containers = FakeRuntime(name)
         daemon = Daemon(
             identity,
             fake,
             node_client(identity, timeout=self.wait + 30.0),
-            cdi_root=state_dir / "cdi",
+            cdi_root=self.cdi_root if podman else state_dir / "cdi",
             log=log,
             mps_runner=LoggingRunner(log),
             wait=self.wait,
+            runtime=containers,
+            stop_timeout=STOP_TIMEOUT,
+            device_nodes=podman,
         )
         thread = threading.Thread(
             target=daemon.run, kwargs={"signals": False}, name=f"bcd-{name}", daemon=True
         )
         thread.start()
-        return SimulatedNode(name, state_dir, daemon, thread, stream)
+        return SimulatedNode(name, state_dir, daemon, thread, stream, containers)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every daemon (each ends after its pass or long poll) and close what they opened."""
@@ -154,8 +195,33 @@ class SimulatedNodes:
             node.daemon.stop("server stopping")
         for node in self.nodes:
             node.thread.join(timeout)
+            self._clear(node)
             node.daemon.compute.close()
             node.stream.close()
 
+    def _clear(self, node: SimulatedNode) -> None:
+        """Take down what a simulated node leaves outside this process, which goes with the server
+        (its state directory, device nodes included, is a temporary one): its containers and the
+        CDI specs of what it had bound. A real `bcd` leaves both for the next daemon to adopt."""
+        containers = node.containers
+        if isinstance(containers, FakeRuntime):
+            containers.close()
+            return
+        if containers is not None:
+            for found in containers.list():
+                try:
+                    containers.remove(found.id)
+                except RuntimeFailure as exc:
+                    node.daemon.log.warning("container.left", container=found.id, reason=str(exc))
+        if self.runtime == "podman":
+            for allocation_id in node.daemon.devices.bound():
+                cdi.remove_spec(node.daemon.devices.cdi_root, allocation_id)
 
-__all__ = ["QuietNodeTraffic", "SimulatedNode", "SimulatedNodes", "join_tokens", "local_url"]
+
+__all__ = [
+    "QuietNodeTraffic",
+    "SimulatedNode",
+    "SimulatedNodes",
+    "join_tokens",
+    "local_url",
+]
