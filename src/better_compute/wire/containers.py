@@ -23,7 +23,7 @@ class HttpGetPublic(WireAnswer):
 
 class HttpGet(HttpGetPublic, WireRequest):
     path: str = Field(default="/", json_schema_extra={"maxLength": 1024})
-    port: int = Field(json_schema_extra={"minimum": 1, "maximum": 65535})
+    port: int = Field(strict=True, json_schema_extra={"minimum": 1, "maximum": 65535})
 
 
 class ExecPublic(WireAnswer):
@@ -48,10 +48,12 @@ class ProbePublic(WireAnswer):
 class Probe(ProbePublic, WireRequest):
     http_get: HttpGet | None = None
     exec: Exec | None = None
-    period_seconds: int = Field(default=5, json_schema_extra={"minimum": 1, "maximum": 300})
-    timeout_seconds: int = Field(default=1, json_schema_extra={"minimum": 1, "maximum": 60})
-    failure_threshold: int = Field(default=3, json_schema_extra={"minimum": 1, "maximum": 30})
-    initial_delay_seconds: int = Field(default=0, json_schema_extra={"minimum": 0, "maximum": 3600})
+    period_seconds: int = Field(strict=True, default=5, json_schema_extra={"minimum": 1, "maximum": 300})
+    timeout_seconds: int = Field(strict=True, default=1, json_schema_extra={"minimum": 1, "maximum": 60})
+    failure_threshold: int = Field(strict=True, default=3, json_schema_extra={"minimum": 1, "maximum": 30})
+    initial_delay_seconds: int = Field(
+        strict=True, default=0, json_schema_extra={"minimum": 0, "maximum": 3600}
+    )
 
 
 class PortPublic(WireAnswer):
@@ -59,7 +61,7 @@ class PortPublic(WireAnswer):
 
 
 class Port(PortPublic, WireRequest):
-    container_port: int = Field(json_schema_extra={"minimum": 1, "maximum": 65535})
+    container_port: int = Field(strict=True, json_schema_extra={"minimum": 1, "maximum": 65535})
     name: str | None = Field(default=None, max_length=63)
     protocol: Literal["TCP"] = "TCP"
 
@@ -74,7 +76,10 @@ class Resources(ResourcesPublic, WireRequest):
         default=None, description="Cores (0.01 to 1024), as a number or Kubernetes' `500m`."
     )
     memory_mib: int | None = Field(
-        default=None, alias="memoryMiB", json_schema_extra={"minimum": 16, "maximum": 16 * 1024 * 1024}
+        strict=True,
+        default=None,
+        alias="memoryMiB",
+        json_schema_extra={"minimum": 16, "maximum": 16 * 1024 * 1024},
     )
 
 

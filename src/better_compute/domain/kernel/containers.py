@@ -54,6 +54,8 @@ _REFERENCE = re.compile(
     rf"^(?:(?P<domain>{_DOMAIN})/)?(?P<path>{_COMPONENT}(?:/{_COMPONENT})*)"
     rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$"
 )
+_CPU = re.compile(r"^(?:[0-9]{1,7}m|[0-9]{1,4}(?:\.[0-9]{1,3})?)$")
+"""Cores as Kubernetes writes them: `2`, `0.5`, or millicores `500m` (no signs, exponents or `_`)."""
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PROBE_PATH = re.compile(r"^/[!-~]*$")
 """A path of printable ASCII without spaces, from the root."""
@@ -138,8 +140,28 @@ def _refuse(message: str, field_: str) -> InvalidInput:
     return InvalidInput(message[:300], {"field": field_})
 
 
+TRANSPORTS = frozenset(
+    {
+        "docker-archive",
+        "docker-daemon",
+        "oci",
+        "oci-archive",
+        "dir",
+        "containers-storage",
+        "sif",
+        "tarball",
+        "ostree",
+    }
+)
+"""containers-image's transports that read the node's files or daemons (`docker:` needs `//`, which
+the grammar refuses, so `docker:24` stays Docker Hub's image): `oci-archive:foo` parses as the name `oci-archive` tagged `foo`,
+but a runtime reads it as a file on the node (even with `--pull=never`), so a bare name spelt like
+a transport is refused: an image comes from a registry or the node's image store, never a path."""
+
+
 def check_image(raw: object, field_: str = "container.image") -> ImageReference:
-    """The parsed image reference, or INVALID_INPUT saying what is wrong with it."""
+    """The parsed image reference, or INVALID_INPUT saying what is wrong with it (a bare name spelt
+    like a transport, `oci-archive:...`, included: `TRANSPORTS`)."""
     if not isinstance(raw, str) or not raw:
         raise _refuse(f"{field_} must be an image reference such as registry.example/team/model:1.2", field_)
     if len(raw) > MAX_IMAGE:
@@ -149,6 +171,12 @@ def check_image(raw: object, field_: str = "container.image") -> ImageReference:
         raise _refuse(
             f"{field_} {raw!r} is not an image reference ([registry/]name[:tag][@digest],"
             " lowercase name components)",
+            field_,
+        )
+    if m["domain"] is None and m["path"] in TRANSPORTS:
+        raise _refuse(
+            f"{field_} {raw!r} names a {m['path']}: transport, which reads images from the node's"
+            " files; name an image in a registry or the node's image store",
             field_,
         )
     return ImageReference(m["domain"], m["path"], m["tag"], m["digest"])
@@ -293,10 +321,12 @@ def _resources(raw: object, field_: str) -> tuple[float | None, int | None]:
     cpu: float | None = None
     if cpu_raw is not None:
         if isinstance(cpu_raw, str):
-            try:
-                cpu_raw = int(cpu_raw[:-1]) / 1000 if cpu_raw.endswith("m") else float(cpu_raw)
-            except ValueError:
-                raise _refuse(f"{field_}.cpu {cpu_raw!r} is not a number of cores", f"{field_}.cpu") from None
+            if not _CPU.match(cpu_raw):
+                raise _refuse(
+                    f"{field_}.cpu {cpu_raw[:40]!r} is not a number of cores (2, 0.5 or 500m)",
+                    f"{field_}.cpu",
+                )
+            cpu_raw = int(cpu_raw[:-1]) / 1000 if cpu_raw.endswith("m") else float(cpu_raw)
         if (
             isinstance(cpu_raw, bool)
             or not isinstance(cpu_raw, int | float)
