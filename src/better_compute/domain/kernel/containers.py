@@ -154,9 +154,10 @@ TRANSPORTS = frozenset(
     }
 )
 """containers-image's transports that read the node's files or daemons (`docker:` needs `//`, which
-the grammar refuses, so `docker:24` stays Docker Hub's image): `oci-archive:foo` parses as the name `oci-archive` tagged `foo`,
-but a runtime reads it as a file on the node (even with `--pull=never`), so a bare name spelt like
-a transport is refused: an image comes from a registry or the node's image store, never a path."""
+the grammar refuses, so `docker:24` stays Docker Hub's image): `oci-archive:foo` parses as the name
+`oci-archive` tagged `foo`, but a runtime reads it as a file on the node (even with `--pull=never`),
+so a bare name spelt like a transport is refused: an image comes from a registry or the node's
+image store, never a path."""
 
 
 def check_image(raw: object, field_: str = "container.image") -> ImageReference:

@@ -302,12 +302,17 @@ def holds_copy_in(tx: EndpointsTx, node_id: str, allocation_id: str) -> bool | N
 def apply_in(tx: EndpointsTx, plan: Plan, now: datetime) -> dict[str, str | None]:
     """Write the plan's moves, each copy's showback span closing and opening at `now`; the reason
     each component still waits."""
+    moved: list[str] = []
     for name, mine in plan.copies.items():
         for c in mine:
             chosen = plan.where[(name, c.copy)]
             atom = chosen.atom_id if chosen is not None else None
             if atom != c.atom_id and c.atom_id is not None:
                 tx.components.place_copy(name, c.copy, None, None, now)
+                # What a node said of the copy's container was about the partition it left: it is
+                # not ready anywhere until the node it lands on says so (a move on one node too).
+                moved.append(copy_allocation_id(name, c.copy))
+    tx.replica_states.forget(moved)
     for name, mine in plan.copies.items():  # freed first, then taken: the unique key never trips
         for c in mine:
             chosen = plan.where[(name, c.copy)]

@@ -394,7 +394,13 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                 )
         case ReplicaReported():
             check_address(report.address)
-            if _reports_on(tx, node.id, report.allocation_id, report.state):
+            if not _reports_on(tx, node.id, report.allocation_id, report.state):
+                pass
+            elif report.state == "removed":
+                # Nothing runs there any more: the node's word is dropped, not kept (no row outlives
+                # its container, whichever of this and the allocation's end comes first).
+                tx.replica_states.forget_on(report.allocation_id, node.id)
+            else:
                 tx.replica_states.put(report.record(now))
         case AgentReported():
             # Signed by the node it names (check_same_node): a node sets only its own agent.
@@ -443,9 +449,9 @@ def _observable(node: Node, generation: int) -> int:
 def _reports_on(tx: FleetTx, node_id: str, allocation_id: str, state: str) -> bool:
     """Whether to keep a node's word on a container: it reports on a replica that booked its atoms,
     or on an endpoint copy on it now (FORBIDDEN otherwise). A copy that moved away, or ended and was
-    forgotten, may still be reported `removed` by a node: kept when that node had reported on it (the
-    word never counts: `copy_states.state_of`), dropped otherwise (False), never refused, so a node
-    that removed a container it no longer runs is not told it lied."""
+    forgotten, may still be reported `removed` by a node: taken when that node had reported on it (its
+    last word is dropped), ignored otherwise (False), never refused, so a node that removed a
+    container it no longer runs is not told it lied."""
     held = tx.hooks.holds_copy(node_id, allocation_id)
     if held is None:
         _check_on_node(tx, node_id, allocation_id)

@@ -151,6 +151,10 @@ class ReplicaStateRepo(Protocol):
 
     def forget(self, allocation_ids: Sequence[str]) -> None: ...
 
+    def forget_on(self, allocation_id: str, node_id: str) -> None:
+        """Drop what one node said of an allocation's container (it removed it)."""
+        ...
+
 
 class NodeAgentRepo(Protocol):
     """Where each node's agent listens and the token it answers to (domain.fleet.node_agents)."""

@@ -72,6 +72,14 @@ class SqlReplicaStates:
         )
         return [_state(r) for r in rows.rows(self.conn, stmt)]
 
+    def forget_on(self, allocation_id: str, node_id: str) -> None:
+        """Drop what one node said of an allocation's container (it removed it)."""
+        self.conn.execute(
+            delete(replica_states).where(
+                replica_states.c.allocation_id == allocation_id, replica_states.c.node_id == node_id
+            )
+        )
+
     def forget(self, allocation_ids: Sequence[str]) -> None:
         """Drop what nodes said of allocations that ended (their containers are gone)."""
         if allocation_ids:
