@@ -5,54 +5,39 @@ Seed 001, "Admission phases": `placed` is "pods are being created" (every replic
 container created on its node), `running` is "at least one replica is ready". An endpoint is
 `InService` when every component has `minCopies` ready copies (docs/endpoints.md#what-runs).
 
-Until requests carry `shape.container` and a component's `container`, the test gives the workload and
-the component theirs where they are read back from the store (`_spec`, `component_spec`): what a
-request with a container stores.
+The workload `w-runs` and the component `llama` ask for a container the way a user does (the
+workload's `shape.container`, the component's `container`); `w-plain` and `plain` ask for none.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from better_compute.client import ForbiddenError as Forbidden
-from better_compute.domain.endpoints import commands as endpoint_commands
-from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.service.gate.mig_gate import Reconciler
-from better_compute.storage.placement import workloads as stored_workloads
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
 
 pytestmark = pytest.mark.both_stores  # what nodes said is stored, and forgotten, on both databases
 
-SERVER = ContainerSpec(image="localhost/bc-test-busybox:1", command=("busybox", "httpd", "-f"), ports=(8080,))
+SERVER = {
+    "image": "localhost/bc-test-busybox:1",
+    "command": ["busybox", "httpd", "-f"],
+    "ports": [{"containerPort": 8080}],
+}
+INVOKE = "/cgi-bin/invoke"
+"""Where `llama`'s copies answer invocations (busybox httpd answers POSTs only under /cgi-bin/)."""
 RUNS = {"w-runs", "llama"}
-"""The workload and the component that run a container."""
+"""The workload and the component that run a container (`SERVER`)."""
 
 CLASS = {
     "name": "mig-1g",
     "class": "gpu.mig",
     "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["1g.10gb"]}]},
 }
-
-
-@pytest.fixture(autouse=True)
-def containers(monkeypatch: pytest.MonkeyPatch) -> None:
-    spec_of, component_of = stored_workloads._spec, endpoint_commands.component_spec
-
-    def spec(name: str, tenant_id: str, d: Any) -> Any:
-        got = spec_of(name, tenant_id, d)
-        return replace(got, container=SERVER) if name in RUNS else got
-
-    def component(asked: Any) -> Any:
-        got = component_of(asked)
-        return replace(got, container=SERVER) if got.name in RUNS else got
-
-    monkeypatch.setattr(stored_workloads, "_spec", spec)
-    monkeypatch.setattr(endpoint_commands, "component_spec", component)
 
 
 class Fleet(NodeWorld):
@@ -63,7 +48,10 @@ class Fleet(NodeWorld):
         self.ids = {n: self.join(n) for n in ("n-1", "n-2")}
 
     def workload(self, name: str, replicas: int) -> dict[str, Any]:
-        body = {"name": name, "shape": {"device_class": "mig-1g", "device_count": 1}, "replicas": replicas}
+        shape: dict[str, Any] = {"device_class": "mig-1g", "device_count": 1}
+        if name in RUNS:
+            shape["container"] = SERVER
+        body = {"name": name, "shape": shape, "replicas": replicas}
         got = self.http.post("/v1/workloads", json=body, headers=self.platform)
         assert got.status_code == 201, got.text
         out: dict[str, Any] = got.json()
@@ -106,6 +94,10 @@ def test_a_workload_with_a_container_is_placed_once_its_containers_exist_and_run
     fleet: Fleet,
 ) -> None:
     made = fleet.workload("w-runs", 2)
+    assert made["shape"]["container"] == {**SERVER, "args": [], "env": {}}
+    # the create answer already knows: booked is not placed while no container exists
+    (dep,) = made["deployments"]
+    assert (dep["placedReplicas"], dep["phase"], dep["readyReplicas"]) == (2, "admitted", 0)
     (dep,) = fleet.shown(made)["deployments"]
     assert (dep["placedReplicas"], dep["phase"], dep["readyReplicas"]) == (2, "admitted", 0)
     (first, node_a), (second, node_b) = fleet.replicas(made)
@@ -217,6 +209,7 @@ def _component(world: NodeWorld, name: str, copies: int, min_copies: int) -> dic
         "devicesRequired": 1,
         "copies": copies,
         "minCopies": min_copies,
+        **({"container": SERVER, "invokePath": INVOKE} if name in RUNS else {}),
     }
     got = world.http.post("/v1/components", json=body, headers=world.platform)
     assert got.status_code == 201, got.text
@@ -241,7 +234,9 @@ def test_an_endpoint_is_in_service_once_each_component_with_a_container_has_min_
     assert status() == "InService"  # no component yet
     plain = _component(world, "plain", 1, 1)  # no container: placed is serving, as before
     assert (plain["readyCopies"], status()) == (1, "InService")
+    assert "container" not in plain and plain["invokePath"] == "/invocations"
     made = _component(world, "llama", 2, 2)
+    assert (made["container"]["image"], made["invokePath"]) == (SERVER["image"], INVOKE)
     assert (made["placedCopies"], made["readyCopies"]) == (2, 0)
     assert [c["runtimeState"] for c in made["copies"]] == [None, None]
     assert status() == "Creating"

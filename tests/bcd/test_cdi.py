@@ -508,3 +508,84 @@ def test_bcd_run_refuses_a_node_root_that_is_no_directory(tmp_path: Path) -> Non
     )
     assert result.exit_code == 2
     assert result.stderr == f"error: --node-root {tmp_path / 'no'} is not a directory\n"
+
+
+# -- one CDI directory shared by several nodes -----------------------------------------------------
+
+
+def _sharing(tmp_path: Path, name: str, log: Log) -> DevicesConverger:
+    """Node `name`'s converger over the one CDI directory `tmp_path/cdi` (its own state besides)."""
+    tree = simulated(tmp_path / name / "node-root")
+    return DevicesConverger(tmp_path / "cdi", tmp_path / name / "env", node=tree, log=log, node_name=name)
+
+
+def test_a_node_releasing_a_moved_copy_leaves_the_new_nodes_spec(tmp_path: Path) -> None:
+    """An endpoint copy keeps its allocation id when it moves: node A, which had it assigned but
+    never bound (its instance not there), releases it after node B bound it, and B's spec stays."""
+    fake = mig_node()
+    gpu = fake.list_gpus()[0]
+    stream = io.StringIO()
+    a, b = _sharing(tmp_path, "n-a", Log(stream)), _sharing(tmp_path, "n-b", Log(stream))
+    copy = "copy:llama:0"
+    absent = assignment(copy, "atom-of-an-instance-not-made-yet")
+    waiting = a.converge(node_spec(fake, "mig", absent), fake.list_gpus())
+    assert [r["binding"] for r in waiting.reports] == ["device-missing"]
+    moved = node_spec(fake, "mig", assignment(copy, mig_atom(gpu, gpu.instances[0])))
+    assert b.converge(moved, fake.list_gpus()).settled
+    assert cdi.node_of(written(tmp_path / "cdi", copy)) == "n-b"
+    left = a.converge(node_spec(fake, "mig"), fake.list_gpus())
+    assert left.reports == [{"kind": "AllocationReleased", "allocationId": copy}]
+    assert cdi.node_of(written(tmp_path / "cdi", copy)) == "n-b"  # B's container can still start
+    assert '"cdi.other-node"' in stream.getvalue() and '"n-b"' in stream.getvalue()
+    assert b.converge(moved, fake.list_gpus()).settled and b.bound() == {copy}
+
+
+def test_a_node_joined_by_a_copy_waits_for_the_node_it_left_and_never_takes_its_spec(tmp_path: Path) -> None:
+    """The node a copy moved to does not overwrite the spec of the node it left, which may still run
+    the copy's container: it is device-missing, naming that node, until that node releases it."""
+    fake = whole_node()
+    gpu = fake.list_gpus()[0]
+    stream = io.StringIO()
+    a, b = _sharing(tmp_path, "n-a", Log(stream)), _sharing(tmp_path, "n-b", Log(stream))
+    copy = "copy:llama:1"
+    spec = node_spec(fake, "exclusive", assignment(copy, whole_atom(gpu)))
+    assert a.converge(spec, fake.list_gpus()).settled
+    theirs = written(tmp_path / "cdi", copy)
+    assert cdi.node_of(theirs) == "n-a"
+    waits = b.converge(spec, fake.list_gpus())
+    assert not waits.settled and b.bound() == set()
+    ((report),) = waits.reports
+    assert report["binding"] == "device-missing" and "node n-a" in report["detail"]
+    assert written(tmp_path / "cdi", copy) == theirs
+    assert b.converge(spec, fake.list_gpus()).reports == []  # said once
+    assert stream.getvalue().count('"cdi.other-node"') == 1  # logged once
+    a.converge(node_spec(fake, "exclusive"), fake.list_gpus())  # A releases its own
+    assert not cdi.spec_path(tmp_path / "cdi", copy).exists()
+    bound = b.converge(spec, fake.list_gpus())
+    assert bound.settled and [r["binding"] for r in bound.reports] == ["bound"]
+    assert cdi.node_of(written(tmp_path / "cdi", copy)) == "n-b"
+
+
+def test_a_spec_names_its_node_by_cdi_0_3_0_means_and_one_of_an_older_bcd_is_anyones(tmp_path: Path) -> None:
+    """The node is a variable of the spec's own edits, not an annotation (0.6.0, which Debian 12's
+    podman refuses): the version stays what the devices need, and the spec stays valid CDI. A spec
+    naming no node (an older `bcd`'s) is any node's to overwrite or remove."""
+    edits = {"env": ["A=1"], "deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/dev/nvidia0"}]}
+    named = cdi.spec_for("rsv-1", edits, "n-1")
+    assert named["cdiVersion"] == cdi.spec_for("rsv-1", edits)["cdiVersion"] == "0.5.0"
+    assert cdi.spec_for("rsv-1", {"env": ["A=1"]}, "n-1")["cdiVersion"] == "0.3.0"
+    assert VALIDATOR.is_valid(named)
+    assert (cdi.node_of(named), cdi.node_of(cdi.spec_for("rsv-1", edits))) == ("n-1", None)
+    root = tmp_path / "cdi"
+    cdi.write_spec(root, "rsv-1", cdi.spec_for("rsv-1", edits))
+    cdi.write_spec(root, "rsv-1", named, "n-1")
+    with pytest.raises(cdi.SpecOfAnotherNode) as other:
+        cdi.write_spec(root, "rsv-1", cdi.spec_for("rsv-1", edits, "n-2"), "n-2")
+    assert other.value.node == "n-1"
+    with pytest.raises(cdi.SpecOfAnotherNode):
+        cdi.remove_spec(root, "rsv-1", "n-2")
+    assert cdi.node_of(written(root, "rsv-1")) == "n-1"
+    assert cdi.remove_spec(root, "rsv-1", "n-1") and not cdi.remove_spec(root, "rsv-1", "n-1")
+    cdi.write_spec(root, "rsv-1", cdi.spec_for("rsv-1", edits))
+    assert cdi.remove_spec(root, "rsv-1", "n-2")
+    assert [p.name for p in root.iterdir() if p.suffix in (".json", ".yaml")] == []

@@ -8,6 +8,15 @@ GPUs (and, for a MIG instance, of its GPU and compute instance capabilities), th
 and UVM nodes, the driver's libraries and binaries, and the environment
 (`bcd.container_edits` says what goes in, and why).
 
+A spec names the node that wrote it (`node_of`): the variable `BETTER_COMPUTE_NODE` in the spec's
+own `containerEdits`, so a container also learns its node. Where several nodes share one CDI
+directory (the simulated nodes of `serve --fleet` under podman, several `bcd` on one test host), an
+endpoint copy keeps its allocation id (`copy:<component>:<index>`) when it moves between nodes, and
+the node it left must not remove or overwrite the spec the node it joined wrote: a node writes and
+removes only a spec of its own or one that names no node (`SpecOfAnotherNode` otherwise), checked and
+done under a lock on the directory. Not a CDI annotation: annotations need `cdiVersion` 0.6.0, which
+Debian 12's podman refuses (its devices become unresolvable); an environment variable is 0.3.0's.
+
 Files are written whole or not at all (a temporary file renamed over the target), since a runtime
 may read the directory at any moment, and removed when the allocation goes. Each declares the lowest
 `cdiVersion` its fields need (`minimum_version`, the rules of CDI's `specs-go/version.go`), so a
@@ -16,10 +25,12 @@ runtime with an older CDI library (Debian 12's podman reads up to 0.5.0) still l
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +48,23 @@ _DEVICE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 class CdiError(ValueError):
     """An allocation that cannot be written as a CDI device (its id is not a valid device name)."""
+
+
+NODE_ENV = "BETTER_COMPUTE_NODE"
+"""The variable of a spec's own `containerEdits` that names the node that wrote it."""
+
+LOCK_NAME = f".{VENDOR}-{CLASS}.lock"
+"""The lock file in the CDI directory under which a node checks whose a spec is and writes or removes
+it (a runtime reads only `*.json` and `*.yaml` files)."""
+
+
+class SpecOfAnotherNode(Exception):
+    """The allocation's spec on disk is another node's (a shared CDI directory): left as it is."""
+
+    def __init__(self, allocation_id: str, node: str) -> None:
+        super().__init__(f"the CDI spec of {allocation_id} is node {node}'s")
+        self.allocation_id = allocation_id
+        self.node = node
 
 
 def valid_device_name(allocation_id: str) -> bool:
@@ -90,14 +118,26 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
     return "0.3.0"
 
 
-def spec_for(allocation_id: str, edits: Mapping[str, Any]) -> dict[str, Any]:
+def spec_for(allocation_id: str, edits: Mapping[str, Any], node: str | None = None) -> dict[str, Any]:
     """The CDI spec of one allocation: one device, named after it, with `edits` (a CDI
-    `containerEdits`), at the lowest `cdiVersion` they need."""
+    `containerEdits`), at the lowest `cdiVersion` they need; written by `node` (`node_of`) when given."""
     spec: dict[str, Any] = {
         "kind": KIND,
         "devices": [{"name": device_name(allocation_id), "containerEdits": dict(edits)}],
     }
+    if node is not None:
+        spec["containerEdits"] = {"env": [f"{NODE_ENV}={node}"]}
     return {"cdiVersion": minimum_version(spec), **spec}
+
+
+def node_of(spec: Mapping[str, Any]) -> str | None:
+    """The node that wrote `spec` (`spec_for`); None for one that names none (an older `bcd`'s)."""
+    edits = spec.get("containerEdits")
+    env = edits.get("env") if isinstance(edits, Mapping) else None
+    for entry in env if isinstance(env, list) else []:
+        if isinstance(entry, str) and entry.startswith(f"{NODE_ENV}="):
+            return entry.partition("=")[2]
+    return None
 
 
 def read_spec(root: Path, allocation_id: str) -> dict[str, Any] | None:
@@ -115,8 +155,36 @@ def spec_path(root: Path, allocation_id: str) -> Path:
     return root / f"{VENDOR}-{CLASS}_{device_name(allocation_id)}.json"
 
 
-def write_spec(root: Path, allocation_id: str, spec: Mapping[str, Any]) -> Path:
-    """Write the allocation's spec atomically (a runtime never reads half a file); returns its path."""
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """Hold the CDI directory's lock: another node's check-then-write cannot come in between."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / LOCK_NAME, "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _check_own(root: Path, allocation_id: str, node: str) -> None:
+    found = read_spec(root, allocation_id)
+    owner = node_of(found) if found is not None else None
+    if owner is not None and owner != node:
+        raise SpecOfAnotherNode(allocation_id, owner)
+
+
+def write_spec(root: Path, allocation_id: str, spec: Mapping[str, Any], node: str | None = None) -> Path:
+    """Write the allocation's spec atomically (a runtime never reads half a file); returns its path.
+    Given `node`, only over a spec of that node's or one naming none (else `SpecOfAnotherNode`)."""
+    if node is None:
+        return _write(root, allocation_id, spec)
+    with _locked(root):
+        _check_own(root, allocation_id, node)
+        return _write(root, allocation_id, spec)
+
+
+def _write(root: Path, allocation_id: str, spec: Mapping[str, Any]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     target = spec_path(root, allocation_id)
     partial = target.with_name(f".{target.name}.partial")
@@ -126,8 +194,17 @@ def write_spec(root: Path, allocation_id: str, spec: Mapping[str, Any]) -> Path:
     return target
 
 
-def remove_spec(root: Path, allocation_id: str) -> bool:
-    """Remove the allocation's spec; False when there was none (removing twice is harmless)."""
+def remove_spec(root: Path, allocation_id: str, node: str | None = None) -> bool:
+    """Remove the allocation's spec; False when there was none (removing twice is harmless). Given
+    `node`, only a spec of that node's or one naming none (else `SpecOfAnotherNode`)."""
+    if node is None:
+        return _remove(root, allocation_id)
+    with _locked(root):
+        _check_own(root, allocation_id, node)
+        return _remove(root, allocation_id)
+
+
+def _remove(root: Path, allocation_id: str) -> bool:
     try:
         spec_path(root, allocation_id).unlink()
     except FileNotFoundError:

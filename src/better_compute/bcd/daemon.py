@@ -133,7 +133,7 @@ class Daemon:
         self.tree = tree
         self.device_nodes = device_nodes
         self.devices = DevicesConverger(
-            cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log, tree
+            cdi_root, state / ENV_DIR, MpsPaths.under(state / "mps"), scrubber, log, tree, identity.node
         )
         mps = (
             MpsUnit(unit_dir or state / "systemd", MpsPaths.under(state / "mps"), mps_runner)

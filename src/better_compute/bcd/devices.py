@@ -172,7 +172,13 @@ class Handover:
 class DevicesConverger:
     """Keeps the CDI specs (under `cdi_root`) and env files (under `env_dir`) equal to the spec's
     assignments; `mps` is where the node's MPS daemon meets its clients, for slots of an mps pool;
-    `node` is the node's driver tree (`/` on a GPU node), which the specs' host paths name."""
+    `node` is the node's driver tree (`/` on a GPU node), which the specs' host paths name.
+
+    `node_name`, when given, is written in each spec (`cdi.node_of`), and a spec another node wrote
+    under the same name is neither overwritten nor removed (logged `cdi.other-node`): where nodes
+    share a CDI directory, an endpoint copy that moved keeps its allocation id, and the node it left
+    must not take the spec of the node it joined. The node it joined waits (`device-missing`) while
+    the one it left still has its spec there."""
 
     def __init__(
         self,
@@ -182,8 +188,10 @@ class DevicesConverger:
         scrubber: Scrubber | None = None,
         log: Log | None = None,
         node: NodeTree | None = None,
+        node_name: str | None = None,
     ) -> None:
         self.cdi_root = cdi_root
+        self.node_name = node_name
         self.env_dir = env_dir
         self.mps = mps
         self.scrubber = scrubber
@@ -197,6 +205,9 @@ class DevicesConverger:
         self._kept: dict[str, str] = {}
         """Bound allocations whose spec is kept unchanged for want of a reading, with why (logged
         once per reason)."""
+        self._others: dict[str, str] = {}
+        """{allocation: the node} whose spec under the allocation's name is another node's, as last
+        found (logged once per node)."""
 
     def env_path(self, allocation_id: str) -> Path:
         return self.env_dir / f"{cdi.device_name(allocation_id)}.env"
@@ -339,7 +350,16 @@ class DevicesConverger:
                     continue
                 if self.scrubber is not None:
                     self.scrubber.state.hold(a.atoms, a.tenant_id, a.allocation_id)
-                self._hand_over(a, plan)
+                try:
+                    self._hand_over(a, plan)
+                except cdi.SpecOfAnotherNode as exc:
+                    # The node it left has not released it yet (a shared CDI directory); a bound one
+                    # is the node it left, whose spec from the server has not caught up yet.
+                    done.settled = False
+                    if a.allocation_id not in bound:
+                        detail = f"{exc}: waiting for node {exc.node} to release it"
+                        self._report(a.allocation_id, "device-missing", detail, done)
+                    continue
                 self._report(a.allocation_id, "bound", None, done)
                 done.held_gpus.update(d.gpu_uuid for d in devices)
         return done
@@ -410,7 +430,7 @@ class DevicesConverger:
         compared whole, since what reaches the container (a capability minor, a driver library) can
         change while its environment stays, and the CDI root is a tmpfs a reboot empties while the
         env files on the state directory stay."""
-        spec = json.loads(json.dumps(cdi.spec_for(a.allocation_id, plan.edits)))
+        spec = json.loads(json.dumps(cdi.spec_for(a.allocation_id, plan.edits, self.node_name)))
         written = cdi.read_spec(self.cdi_root, a.allocation_id)
         path = self.env_path(a.allocation_id)
         env_same = path.exists() and path.read_text(encoding="utf-8") == plan.env_text
@@ -419,9 +439,10 @@ class DevicesConverger:
             plan.mps.pipe_directory.mkdir(parents=True, exist_ok=True)
             plan.mps.shm_directory.mkdir(parents=True, exist_ok=True)
         if written != spec:
-            cdi.write_spec(self.cdi_root, a.allocation_id, spec)
+            self._write_own(a.allocation_id, spec)
             if written is not None and self.log is not None:
                 self.log.info("cdi.rewritten", allocation=a.allocation_id)
+        self._others.pop(a.allocation_id, None)
         if not env_same:
             partial = path.with_name(f".{path.name}.partial")
             partial.write_text(plan.env_text, encoding="utf-8")
@@ -441,18 +462,40 @@ class DevicesConverger:
         half-way leaves it still bound (withdrawn again on the next pass) or lost, never neither."""
         marker = self.lost_path(allocation_id)
         marker.touch()
-        cdi.remove_spec(self.cdi_root, allocation_id)
+        self.remove_spec(allocation_id)
         self.env_path(allocation_id).unlink(missing_ok=True)
         if self.log is not None:
             self.log.warning("device.lost", allocation=allocation_id)
 
     def _release(self, allocation_id: str, done: DevicesPass) -> None:
         if cdi.valid_device_name(allocation_id):  # one it could not name has no files
-            cdi.remove_spec(self.cdi_root, allocation_id)
+            self.remove_spec(allocation_id)
             self.env_path(allocation_id).unlink(missing_ok=True)
             self.lost_path(allocation_id).unlink(missing_ok=True)
         self._reported.pop(allocation_id, None)
         done.reports.append({"kind": "AllocationReleased", "allocationId": allocation_id})
+
+    def remove_spec(self, allocation_id: str) -> None:
+        """Remove the allocation's CDI spec unless another node wrote the one there (left alone)."""
+        try:
+            cdi.remove_spec(self.cdi_root, allocation_id, self.node_name)
+        except cdi.SpecOfAnotherNode as exc:
+            self._other_node(exc)
+        self._others.pop(allocation_id, None)
+
+    def _write_own(self, allocation_id: str, spec: dict[str, Any]) -> None:
+        """Write the allocation's spec; `SpecOfAnotherNode` (logged once per node) when it is another's."""
+        try:
+            cdi.write_spec(self.cdi_root, allocation_id, spec, self.node_name)
+        except cdi.SpecOfAnotherNode as exc:
+            if self._others.get(allocation_id) != exc.node:
+                self._other_node(exc)
+            self._others[allocation_id] = exc.node
+            raise
+
+    def _other_node(self, exc: cdi.SpecOfAnotherNode) -> None:
+        if self.log is not None:
+            self.log.warning("cdi.other-node", allocation=exc.allocation_id, node=exc.node)
 
     def _report(self, allocation_id: str, binding: str, detail: str | None, done: DevicesPass) -> None:
         if self._reported.get(allocation_id) == (binding, detail):

@@ -27,7 +27,6 @@ from typing import Literal, TextIO
 
 import httpx
 
-from better_compute.bcd import cdi
 from better_compute.bcd.containers import RuntimeFailure
 from better_compute.bcd.daemon import Daemon, LoggingRunner
 from better_compute.bcd.fake import FakeNode
@@ -215,7 +214,7 @@ class SimulatedNodes:
                     node.daemon.log.warning("container.left", container=found.id, reason=str(exc))
         if self.runtime == "podman":
             for allocation_id in node.daemon.devices.bound():
-                cdi.remove_spec(node.daemon.devices.cdi_root, allocation_id)
+                node.daemon.devices.remove_spec(allocation_id)  # its own: a moved copy's may not be
 
 
 __all__ = [

@@ -5,33 +5,16 @@ waits (no timer) until the moved copies are ready before it cuts the instance.""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-import pytest
-
-from better_compute.domain.endpoints import commands as endpoint_commands
-from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.service.endpoints import components, endpoints
 from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.node_world import NodeWorld
 from tests.service.endpoints.test_endpoints import PLATFORM, component, relayout, two_instances
 
-SERVER = ContainerSpec(image="localhost/bc-test-busybox:1", ports=(8080,))
-
-
-@pytest.fixture(autouse=True)
-def container(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Component `small` runs a container (what a request with one stores, read back)."""
-    component_of = endpoint_commands.component_spec
-
-    def spec(asked: Any) -> Any:
-        got = component_of(asked)
-        return replace(got, container=SERVER) if got.name == "small" else got
-
-    monkeypatch.setattr(endpoint_commands, "component_spec", spec)
+SERVER = {"image": "localhost/bc-test-busybox:1", "ports": [{"containerPort": 8080}]}
+"""The model server component `small` runs, as its create request carries it."""
 
 
 def test_a_live_relayout_keeps_min_copies_ready_moving_copies_ahead_and_waiting_for_them(
@@ -41,7 +24,11 @@ def test_a_live_relayout_keeps_min_copies_ready_moving_copies_ahead_and_waiting_
     daemons = two_instances(world)
     clients = {d.identity.node: world.node(d.identity) for d in daemons}
     reconciler = Reconciler(store, world.clock, "r1")
-    components.create(store, PLATFORM, component("small", 4, minCopies=3), world.clock.now)
+    made = components.create(
+        store, PLATFORM, component("small", 4, minCopies=3, container=SERVER), world.clock.now
+    )
+    assert made.spec.container is not None and made.spec.container.image == SERVER["image"]
+    assert (made.placed, made.ready) == (4, 0)  # placed is not ready: no node has said its copy is
 
     def report_new() -> None:
         """Each node reports ready the copies it runs that it has said nothing of yet."""
