@@ -19,11 +19,14 @@ from better_compute.service.endpoints.relayout_resume import Resumer
 from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.service.services import Services
 from better_compute.storage.store import Store
+from tests.conftest import SERIAL
 from tests.node_world import NodeWorld
 from tests.service.endpoints.test_endpoints import PLATFORM, component, relayout, two_instances
 
 CONTAINER = {"image": "localhost/bc-test-busybox:1", "command": ["busybox", "httpd", "-f"], "ports": [8080]}
 NEW = ["mig-2g.20gb"] * 3
+
+pytestmark = SERIAL  # a relayout rolled through two nodes and the app: seconds each
 
 
 class Nodes:
