@@ -174,6 +174,23 @@ def _retrying(services: Services) -> Callable[[], None]:
     return stop
 
 
+def _resuming(services: Services) -> Callable[[], None]:
+    """Run the loop that resumes relayouts waiting for moved copies to be ready
+    (service.endpoints.relayout_resume) in a thread of `serve`, woken by `ReplicaState` reports."""
+    from better_compute.service.endpoints.relayout_resume import Resumer
+
+    resumer = Resumer(services.store, services.clock, services.relayout_wakeup)
+    thread = threading.Thread(target=resumer.run, args=(services.stopping,), name="relayout", daemon=True)
+    thread.start()
+
+    def stop() -> None:
+        services.stopping.set()
+        services.relayout_wakeup.set()
+        thread.join(10)
+
+    return stop
+
+
 def check_port_free(host: str, port: int) -> None:
     """Refuse, in one line with the fix, a port another process listens on, before the database is
     opened and the fleet loaded (uvicorn would only log `address already in use` after that).
@@ -399,6 +416,7 @@ def serve(
             stack.callback(nodes.stop)
         stack.callback(_reconciling(services, settings, reconciler_owner()))
         stack.callback(_retrying(services))
+        stack.callback(_resuming(services))
         if workers == 1:
             app_ = server.build_app(services, settings, warming="background")
             config = uvicorn.Config(

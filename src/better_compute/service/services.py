@@ -49,6 +49,9 @@ class Services:
     """Each pool's free devices per device class, for placement (service.placement.placement_stock)."""
     placement_wakeup: threading.Event = field(default_factory=threading.Event)
     """Set by writes that may free capacity or quota: the placement retry loop wakes on it."""
+    relayout_wakeup: threading.Event = field(default_factory=threading.Event)
+    """Set once a node's `ReplicaState` report is taken: the loop that resumes relayouts waiting
+    for moved copies to be ready (service.endpoints.relayout_resume) wakes on it."""
     stopping: threading.Event = field(default_factory=threading.Event)
     """Set when the process begins to shut down: waits (a node's spec long poll) answer at once,
     so that shutting down does not wait out every node's poll."""

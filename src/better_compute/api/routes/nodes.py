@@ -43,6 +43,7 @@ from better_compute.domain.tenancy.credentials import require_admin
 from better_compute.service.fleet import joining, node_reports
 from better_compute.service.gate import node_spec
 from better_compute.service.gate.node_spec import ServedSpec
+from better_compute.service.services import Services
 from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.nodes import (
     AgentReport,
@@ -98,6 +99,13 @@ def _kind_named(payload: Any) -> str:
     return InventoryReported.KIND
 
 
+def _woken(services: Services, accepted: node_reports.Accepted) -> None:
+    """A container's state taken (committed): a relayout waiting for moved copies to be ready may
+    go on (service.endpoints.relayout_resume reads the log to know)."""
+    if accepted.kind == ReplicaReported.KIND and not accepted.duplicate:
+        services.relayout_wakeup.set()
+
+
 class ReportRoute(StrictQueryRoute):
     """`POST /v1/nodes/{node}/reports`, whose body is validated only once its signature is checked.
 
@@ -140,6 +148,7 @@ class ReportRoute(StrictQueryRoute):
 
             sent = node_reports.Sent(signed, read, services.clock(), kind)
             accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
+            _woken(services, accepted)
             answer = ReportAccepted(
                 node=accepted.node,
                 kind=accepted.kind,
@@ -166,6 +175,7 @@ async def send_report(
 
     sent = node_reports.Sent(signed, read, services.clock(), body.report.kind)
     accepted = await run_in_threadpool(services.reports.accept, services.store, sent)
+    _woken(services, accepted)
     return ReportAccepted(
         node=accepted.node, kind=accepted.kind, sequence=accepted.sequence, duplicate=accepted.duplicate
     )

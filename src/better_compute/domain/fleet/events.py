@@ -147,3 +147,17 @@ class AllocationReleased(Event):
 
     TYPE: ClassVar[str] = "allocation.released"
     node: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaReadinessChanged(Event):
+    """A node's word on a container it runs went to `ready` or from it (`subject`: the allocation, a
+    workload replica's `<deploymentId>.r<n>` or an endpoint copy's `copy:<component>:<index>`;
+    `state`: the one it reported now). Written with the report, in its transaction: an endpoint's
+    live relayout that waits for moved copies to be ready resumes on it
+    (`service.endpoints.relayout_resume`), and readers of the log see a replica come and go."""
+
+    TYPE: ClassVar[str] = "replica.readiness_changed"
+    node: str
+    ready: bool
+    state: str

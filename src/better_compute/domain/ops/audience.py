@@ -51,6 +51,7 @@ from better_compute.domain.fleet.events import (
     PoolCreated,
     PoolDeleted,
     PoolUpdated,
+    ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
     MigLayoutRequested,
@@ -178,6 +179,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         NodeScrubbed.TYPE,
         NodeRebootRequired.TYPE,
         NodeLayoutRefused.TYPE,
+        ReplicaReadinessChanged.TYPE,
         NodeMigScheduled.TYPE,
         NodeMigGranted.TYPE,
         NodeMigApplied.TYPE,

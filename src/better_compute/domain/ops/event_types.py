@@ -31,6 +31,7 @@ from better_compute.domain.fleet.events import (
     PoolCreated,
     PoolDeleted,
     PoolUpdated,
+    ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
     MigLayoutRequested,
@@ -128,6 +129,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeScrubbed,
         NodeRebootRequired,
         NodeLayoutRefused,
+        ReplicaReadinessChanged,
         NodeMigScheduled,
         NodeMigGranted,
         NodeMigApplied,

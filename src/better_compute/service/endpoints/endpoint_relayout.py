@@ -82,7 +82,7 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
             f"the relayout waits before re-cutting {instance.node_id}: component {component} would keep"
             f" {ready} ready copies, below its minCopies {floor}"
             + (f"; {moved} copies moved off it ahead of the cut" if moved else "")
-            + "; it goes on once the copies that moved are ready (update the endpoint again then)"
+            + "; it goes on by itself once the copies that moved are ready where they went"
         )
     if short is not None or unready is not None:
         if record.reason != reason:

@@ -26,6 +26,7 @@ from better_compute.domain.fleet.events import (
     NodeRebootRequired,
     NodeReportRefused,
     NodeScrubbed,
+    ReplicaReadinessChanged,
 )
 from better_compute.domain.fleet.gpu_owners import owned_elsewhere
 from better_compute.domain.fleet.inventory import NodeReport
@@ -46,7 +47,7 @@ from better_compute.domain.fleet.node_reports import (
     refused,
 )
 from better_compute.domain.fleet.records import Node
-from better_compute.domain.fleet.replica_states import check_address
+from better_compute.domain.fleet.replica_states import check_address, is_ready
 from better_compute.domain.kernel.errors import (
     DomainError,
     Forbidden,
@@ -394,14 +395,8 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                 )
         case ReplicaReported():
             check_address(report.address)
-            if not _reports_on(tx, node.id, report.allocation_id, report.state):
-                pass
-            elif report.state == "removed":
-                # Nothing runs there any more: the node's word is dropped, not kept (no row outlives
-                # its container, whichever of this and the allocation's end comes first).
-                tx.replica_states.forget_on(report.allocation_id, node.id)
-            else:
-                tx.replica_states.put(report.record(now))
+            if _reports_on(tx, node.id, report.allocation_id, report.state):
+                _put_state(tx, node.id, report, now)
         case AgentReported():
             # Signed by the node it names (check_same_node): a node sets only its own agent.
             url = check_agent_url(report.url)
@@ -413,6 +408,26 @@ def _apply(tx: FleetTx, node: Node, report: Report, now: datetime) -> None:
                 raise Forbidden(f"atoms {foreign} are not on node {node.id}", {"atoms": foreign})
             tx.atoms.mark_scrubbed(node.id, report.atoms, now)
             tx.events.append(NodeScrubbed(node.id, tuple(sorted(set(report.atoms)))), now)
+
+
+def _put_state(tx: FleetTx, node_id: str, report: ReplicaReported, now: datetime) -> None:
+    """Keep the node's word on a container; when it goes to `ready` or from it, say so in the log
+    (`replica.readiness_changed`), in this transaction: a relayout waiting for moved copies to be
+    ready resumes on it (`service.endpoints.relayout_resume`), without this transaction taking
+    any lock but its node's."""
+    before = tx.replica_states.of_allocations([report.allocation_id])[report.allocation_id]
+    was = any(is_ready(s) for s in before if s.node_id == node_id)
+    record = report.record(now)
+    if record.state == "removed":
+        # Nothing runs there any more: the node's word is dropped, not kept (no row outlives its
+        # container, whichever of this and the allocation's end comes first).
+        tx.replica_states.forget_on(report.allocation_id, node_id)
+    else:
+        tx.replica_states.put(record)
+    if is_ready(record) != was:
+        tx.events.append(
+            ReplicaReadinessChanged(report.allocation_id, node_id, is_ready(record), record.state), now
+        )
 
 
 def _end_if_terminating(tx: FleetTx, allocation_id: str, now: datetime) -> None:

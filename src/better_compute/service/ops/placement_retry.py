@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from better_compute.domain.fleet.events import AllocationBound, NodeJoined
+from better_compute.domain.fleet.events import AllocationBound, NodeJoined, ReplicaReadinessChanged
 from better_compute.domain.kernel.errors import Unavailable
 from better_compute.domain.kernel.events import LoggedEvent
 from better_compute.domain.ledger.events import LedgerBooked, PartitionBooked, ReservationCreated
@@ -48,6 +48,7 @@ NOT_FREEING = (
     WorkloadDecided,
     AllocationBound,
     NodeJoined,
+    ReplicaReadinessChanged,
     DoctorRun,
 )
 """Events that take devices or tell of nothing placement counts: every other event may free some.
