@@ -4,6 +4,8 @@ its size: at most `LOG_BYTES_MAX` bytes are read (the rest cut from the start, a
 
 from __future__ import annotations
 
+import time
+
 import httpx
 
 from better_compute.domain.fleet.node_agents import (
@@ -15,6 +17,8 @@ from better_compute.domain.fleet.node_agents import (
 )
 
 TIMEOUT = 5.0
+DEADLINE = 15.0
+"""The longest a whole log read may take, however the node trickles it (TIMEOUT bounds each read)."""
 """Seconds to connect to the agent, and between two reads of its answer."""
 
 
@@ -23,7 +27,13 @@ def read_logs(source: LogSource, tail: int, transport: httpx.BaseTransport | Non
     AgentLogs): NOT_FOUND when the node has no container for it, UNAVAILABLE when the agent does not
     answer, refuses the token, or answers otherwise than the agent does."""
     node = source.node_id
-    headers = {"Authorization": f"Bearer {source.agent.token}", "Accept": "text/plain"}
+    # identity: the bytes are counted as they come, never inflated from a small compressed answer.
+    headers = {
+        "Authorization": f"Bearer {source.agent.token}",
+        "Accept": "text/plain",
+        "Accept-Encoding": "identity",
+    }
+    deadline = time.monotonic() + DEADLINE
     try:
         with (
             httpx.Client(timeout=TIMEOUT, transport=transport, follow_redirects=False) as client,
@@ -37,11 +47,16 @@ def read_logs(source: LogSource, tail: int, transport: httpx.BaseTransport | Non
                 )
             if answer.status_code != 200:
                 raise agent_unreachable(node, f"it answered {answer.status_code}")
+            if answer.headers.get("Content-Encoding", "identity") != "identity":
+                raise agent_unreachable(node, "it answered in an encoding it was not asked for")
             data = bytearray()
-            for chunk in answer.iter_bytes():
+            for chunk in answer.iter_raw():
                 data += chunk
                 if len(data) > 2 * LOG_BYTES_MAX:
                     del data[: len(data) - LOG_BYTES_MAX]
+                if time.monotonic() > deadline:
+                    # A node trickling its answer holds no server thread past the deadline.
+                    raise agent_unreachable(node, f"it took longer than {DEADLINE:g} s to answer")
     except httpx.HTTPError as exc:
         raise agent_unreachable(node, type(exc).__name__) from None
     return cut_log(bytes(data)).decode("utf-8", errors="replace")
