@@ -134,8 +134,9 @@ def replica_states(server: Server) -> dict[str, tuple[str, str, str | None]]:
 
 def test_the_simulated_nodes_run_a_workload_replicas_container_with_the_fake_runtime(server: Server) -> None:
     """`serve --fleet --runtime fake`: each replica's node starts its container in the server's
-    process, probes it and reports it ready; the container answers at the address reported; the
-    workload deleted, its containers are removed."""
+    process, probes it and reports it ready; the container answers at the address reported, and its
+    log is read through the node's agent (each simulated node runs one); the workload deleted, its
+    containers are removed."""
     assert "containers run with fake (in-process): asked for (--runtime fake)" in server.output()
     admin = {"Authorization": f"Bearer {server.admin_token}"}
     container = {
@@ -165,6 +166,14 @@ def test_the_simulated_nodes_run_a_workload_replicas_container_with_the_fake_run
             assert node.startswith("use-a100-") and address
             answer = httpx.post(f"http://{address}/invocations", content=b"hello", timeout=5)
             assert answer.status_code == 200 and answer.json()["allocation"] == allocation
+        for replica in (0, 1):
+            logs = http.get(f"/v1/workloads/{wid}/logs", params={"replica": replica, "tail": 50})
+            assert logs.status_code == 200, logs.text
+            got = logs.json()
+            assert got["allocationId"] == f"{dep['id']}.r{replica}"
+            assert got["node"] == states[got["allocationId"]][0]
+            lines = got["lines"].splitlines()
+            assert lines[0] == "started localhost/better-compute-demo:1" and "GET /ping" in lines
         assert http.delete(f"/v1/workloads/{wid}").status_code in (200, 204)
 
         def removed() -> bool:

@@ -35,11 +35,15 @@ def run(server: Server, args: list[str]) -> Any:
 
 
 def test_the_readme_walkthrough_previews_places_runs_scales_past_the_fleet_and_frees(server: Server) -> None:
-    preview, create, show, scale, delete = commands()
-    assert [c[:2] for c in (preview, create, show, scale, delete)] == [
+    """On the fake runtime (`start_server`'s default): the replicas' containers run and pass their
+    probe, so the deployment is `running` from readiness with 3 of 3 ready, and a replica's log is
+    read through its node's agent."""
+    preview, create, show, logs, scale, delete = commands()
+    assert [c[:2] for c in (preview, create, show, logs, scale, delete)] == [
         ["placement", "preview"],
         ["workloads", "create"],
         ["workloads", "show"],
+        ["workloads", "logs"],
         ["workloads", "scale"],
         ["workloads", "delete"],
     ]
@@ -53,7 +57,19 @@ def test_the_readme_walkthrough_previews_places_runs_scales_past_the_fleet_and_f
 
     made = run(server, create)
     assert (made["placedReplicas"], made["unplacedReplicas"]) == (3, 0)
-    eventually(lambda: run(server, show)["deployments"][0]["phase"] == "running", "the replicas run")
+    assert made["shape"]["container"]["image"] == "localhost/better-compute-demo:1"
+
+    def ready() -> dict[str, Any] | None:
+        (dep,) = run(server, show)["deployments"]
+        return dep if dep["readyReplicas"] == 3 else None
+
+    dep = eventually(ready, "the replicas' containers ready")
+    assert (dep["clusterId"], dep["phase"], dep["runningReplicas"]) == ("us-east", "running", 3)
+    logged = run(server, logs)
+    assert logged["allocationId"] == f"{dep['id']}.r0"
+    assert logged["node"].startswith("use-a100-")
+    assert logged["lines"].splitlines()[0] == "started localhost/better-compute-demo:1"
+    assert "GET /ping" in logged["lines"].splitlines()
 
     scaled = run(server, scale)
     assert (scaled["placedReplicas"], scaled["unplacedReplicas"], scaled["reason"]) == (

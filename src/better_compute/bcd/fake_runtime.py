@@ -11,9 +11,10 @@ tests, keeping podman's contract (`bcd.runtime.ContainerRuntime`) as podman docu
 
 A running container serves real HTTP on a local port for each published port (a small threaded
 `http.server`), so a readiness probe and an invoke reach something: `GET /ping` (and the probe's
-path) answers 200; any POST answers 200 with a JSON body naming the allocation and echoing the path
-and the request body. `exit` makes a running container exit with a code (what a crash is here), and
-`exec_status` is what an exec probe's command exits with.
+path) answers 200; any POST answers 200 with a JSON body naming the model (the container's `MODEL`
+variable, as the demo image's model server does: `entrypoints.demo_image`) and the allocation, and
+echoing the path and the request body. `exit` makes a running container exit with a code (what a
+crash is here), and `exec_status` is what an exec probe's command exits with.
 """
 
 from __future__ import annotations
@@ -64,7 +65,13 @@ class _Handler(BaseHTTPRequestHandler):
         length = min(int(self.headers.get("Content-Length") or 0), MAX_BODY)
         body = self.rfile.read(length).decode(errors="replace")
         owner = self.server.owner
-        answer = {"allocation": owner.allocation_id, "container": owner.id, "path": self.path, "body": body}
+        answer = {
+            "model": owner.spec.env.get("MODEL"),
+            "allocation": owner.allocation_id,
+            "container": owner.id,
+            "path": self.path,
+            "body": body,
+        }
         self._answer(200, json.dumps(answer).encode(), "application/json")
 
 

@@ -4,8 +4,9 @@ locally from Debian's static busybox (`apt-get install busybox-static`), so no r
 The image follows SageMaker's container contract as far as busybox's httpd allows: it listens on
 8080, answers `GET /ping` with 200 and `POST /cgi-bin/invocations` (busybox runs POSTs only as CGI,
 so components name it with `--invoke-path /cgi-bin/invocations`) with a JSON line naming the model
-(`$MODEL`), the devices the node handed over (`$BC_DEVICE_UUIDS`) and the request's size. It holds
-nothing else: no package manager, no shell beyond busybox.
+(`$MODEL`), the devices the node handed over (`$BC_DEVICE_UUIDS`) and the request's size. httpd logs
+each request it answers (`-v`, one line on stderr: the peer and the status), so `workloads logs`
+shows a replica's probes and requests. It holds nothing else: no package manager, no shell beyond busybox.
 
     python -m better_compute.entrypoints.demo_image [--tag localhost/better-compute-demo:1] [--podman podman]
 """
@@ -84,7 +85,7 @@ def build(tag: str = TAG, podman: list[str] | None = None, busybox: Path = BUSYB
     with tempfile.TemporaryDirectory() as tmp:
         tarball = Path(tmp) / "rootfs.tar"
         write_tarball(tarball, busybox)
-        cmd = f'CMD ["/bin/httpd", "-f", "-p", "{PORT}", "-h", "/www"]'
+        cmd = f'CMD ["/bin/httpd", "-f", "-v", "-p", "{PORT}", "-h", "/www"]'
         done = subprocess.run(
             [*podman, "import", "--change", cmd, "--change", f"EXPOSE {PORT}", str(tarball), tag],
             capture_output=True,

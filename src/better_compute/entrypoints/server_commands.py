@@ -22,7 +22,11 @@ from better_compute.defaults import (
     DEFAULT_TIMEOUT_REQUEST,
 )
 from better_compute.domain.kernel.errors import DomainError, Unavailable
-from better_compute.entrypoints.simulation_runtime import SimulationRuntime, choose_runtime_here
+from better_compute.entrypoints.simulation_runtime import (
+    PODMAN_CREATE_ARGS,
+    SimulationRuntime,
+    choose_runtime_here,
+)
 
 if TYPE_CHECKING:
     from better_compute.entrypoints.database import Unusable
@@ -281,7 +285,8 @@ def serve(
         list[str] | None,
         typer.Option(
             "--container-arg",
-            help="An extra `podman create` argument (repeatable), e.g. --ulimit=nofile=1024:1024.",
+            help="An extra `podman create` argument (repeatable), e.g. --network=slirp4netns; after"
+            f" the ones always given ({' '.join(PODMAN_CREATE_ARGS)}), so a --ulimit here wins.",
         ),
     ] = None,
     workers: Annotated[
@@ -393,7 +398,7 @@ def serve(
                     root,
                     runtime=choice.kind,
                     podman=podman_argv,
-                    create_args=container_arg or [],
+                    create_args=[*PODMAN_CREATE_ARGS, *(container_arg or [])],
                 )
                 typer.echo(
                     f"loaded {fleet}: {count} nodes, each run by a bcd loop with fake NVML"

@@ -13,6 +13,10 @@ Under podman each node's simulated driver makes its device nodes in its tree (ma
 simulated majors, which is why a machine with a real NVIDIA driver never gets podman here: the
 numbers would be a real GPU's), and the nodes write their CDI specs to /var/run/cdi, the one
 directory besides /etc/cdi that podman reads (docs/bcd.md).
+
+Each node also runs bcd's agent (`bcd run --listen`; bcd.agent) on 127.0.0.1 with a port the system
+picks, and tells the server about it in its signed `Agent` report, so `workloads logs` and
+`endpoints logs` read the simulated containers' logs as they read a real node's.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import Literal, TextIO
 
 import httpx
 
+from better_compute.bcd.agent import Agent
 from better_compute.bcd.containers import RuntimeFailure
 from better_compute.bcd.daemon import Daemon, LoggingRunner
 from better_compute.bcd.fake import FakeNode
@@ -47,6 +52,9 @@ PODMAN_CDI_ROOT = Path("/var/run/cdi")
 directory and /etc/cdi."""
 STOP_TIMEOUT = 1
 """Seconds a simulated node's container has to stop before SIGKILL."""
+AGENT_HOST = "127.0.0.1"
+"""Where each simulated node's agent listens (on a port the system picks): the server is on this
+machine."""
 
 
 class QuietNodeTraffic(logging.Filter):
@@ -84,6 +92,7 @@ class SimulatedNode:
     thread: threading.Thread
     stream: TextIO = field(repr=False)
     containers: ContainerRuntime | None = field(default=None, repr=False)
+    agent: Agent | None = field(default=None, repr=False)
 
 
 def join_tokens(store: StorePort[Tx], spec: FleetSpec, now: datetime) -> dict[str, str]:
@@ -168,6 +177,7 @@ class SimulatedNodes:
             )
         else:
             containers = FakeRuntime(name)
+        agent = Agent(containers, AGENT_HOST, 0, log).start()
         daemon = Daemon(
             identity,
             fake,
@@ -179,12 +189,13 @@ class SimulatedNodes:
             runtime=containers,
             stop_timeout=STOP_TIMEOUT,
             device_nodes=podman,
+            agent=agent,
         )
         thread = threading.Thread(
             target=daemon.run, kwargs={"signals": False}, name=f"bcd-{name}", daemon=True
         )
         thread.start()
-        return SimulatedNode(name, state_dir, daemon, thread, stream, containers)
+        return SimulatedNode(name, state_dir, daemon, thread, stream, containers, agent)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop every daemon (each ends after its pass or long poll) and close what they opened."""
@@ -194,6 +205,8 @@ class SimulatedNodes:
             node.daemon.stop("server stopping")
         for node in self.nodes:
             node.thread.join(timeout)
+            if node.agent is not None:
+                node.agent.stop()
             self._clear(node)
             node.daemon.compute.close()
             node.stream.close()

@@ -15,6 +15,14 @@ NVIDIA_DRIVER = Path("/proc/driver/nvidia")
 """Present where the NVIDIA kernel module is loaded."""
 
 
+PODMAN_CREATE_ARGS = ("--ulimit=nofile=1024:1024", "--ulimit=nproc=1024:1024")
+"""What `serve --fleet` adds to every simulated container's `podman create` under podman, before
+`--container-arg`s (a later `--ulimit` of the same kind wins): modest open-file and process limits
+that any host allows. Without them podman asks runc for its own defaults, which a server that may not
+raise its limits (one that is itself in a container, say) cannot give, and every create fails with
+"error setting rlimit ... operation not permitted". The walkthrough's model server needs far fewer."""
+
+
 class SimulationRuntime(enum.StrEnum):
     """What `serve --fleet --runtime` takes."""
 
@@ -71,4 +79,11 @@ def choose_runtime_here(asked: SimulationRuntime, podman: Sequence[str]) -> Runt
     )
 
 
-__all__ = ["NVIDIA_DRIVER", "RuntimeChoice", "SimulationRuntime", "choose_runtime", "choose_runtime_here"]
+__all__ = [
+    "NVIDIA_DRIVER",
+    "PODMAN_CREATE_ARGS",
+    "RuntimeChoice",
+    "SimulationRuntime",
+    "choose_runtime",
+    "choose_runtime_here",
+]
