@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -323,9 +324,17 @@ def main() -> None:
     instances = args.relayout_instances or (2 if args.quick else 4)
     speed = machine_speed_s()
     result = run(instances, 4 if args.quick else 10)
-    print(json.dumps({**result, "machine_speed_s": round(speed, 4)}))  # the run's details
+    machine = {
+        "cpus": os.cpu_count(),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "machine_speed_s": round(speed, 4),
+    }
+    print(json.dumps({**result, **machine}))  # the run's details
     keys = ("in_service_s", "relayout_s", "invoke_p50_ms", "invoke_p99_ms", "invoke_overhead_p99_ms")
-    print(json.dumps({k: result[k] for k in (*keys, "placed_to_ready_s")}))
+    extra = ("invoke_overhead_p50_ms", "direct_p50_ms", "direct_p99_ms", "invoke_requests")
+    print(
+        json.dumps({**{k: result[k] for k in (*keys, "placed_to_ready_s", *extra)}, "cpus": machine["cpus"]})
+    )
 
 
 if __name__ == "__main__":
