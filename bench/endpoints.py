@@ -15,15 +15,19 @@ reconciler runs beside it. Then, timed from the answer to the request to the end
   `--quick`) to `3 x 2g.20gb`, with a component of one copy per instance on `mig-2g.20gb` whose
   copies move off each instance before it is re-cut: every instance re-cut in turn.
 
-- `invoke_p50_ms`, `invoke_p99_ms`: `endpoints.invoke` through the server to a local model server
-  (a small asyncio HTTP server in a process of its own, answering `POST /invocations` at once), from
-  64 concurrent clients; `invoke_overhead_p99_ms` is that p99 minus the p99 of the same clients
-  calling the model server directly, measured in the same run, alternately. Goal: under 5 ms.
-- `placed_to_ready_s`: from `components.create` answering with its copies placed to the first
-  `invoke` a copy answers. No runtime starts the copies' containers yet, so the bench writes each
-  copy's `ReplicaState` (`ready`, the model server's address) into the database itself as soon as
-  the create answers, as a node's report would: this times the report's arrival to routing, not a
-  container's start.
+- `placed_to_ready_s`: from `components.create` answering (its copies placed) to the component's
+  `readyCopies` reaching its copies: each simulated node's runtime (`--runtime fake`: a container is a
+  real local HTTP server) started the copy's container, probed it ready and reported it
+  (`placed_to_first_invoke_s`: to the first `invoke` answered by a copy).
+- `invoke_p50_ms`, `invoke_p99_ms`: `endpoints.invoke` through the server to a model server (a small
+  asyncio HTTP server in a process of its own, answering `POST /invocations` at once), from 64
+  concurrent clients in a load generator of its own (`bench/invoke_load.py`, raw asyncio streams,
+  kept-alive connections, warmed first); `direct_p50_ms`, `direct_p99_ms`: the same clients calling
+  the model server directly, in alternating rounds of the same run, so that the machine's noise falls
+  on both; `invoke_overhead_p50_ms`/`invoke_overhead_p99_ms` are the differences (goal for p99: 5 ms),
+  and `one_client_overhead_p50_ms`/`_p99_ms` the same for one client alone (no queueing). For this the
+  ready copies' addresses are pointed at that model server in the database, as a node's report would
+  say, since the fake runtime's servers are threads of the server process and would be timed with it.
 
     python bench/endpoints.py            # in_service_s for 2 instances, relayout_s for 4
     python bench/endpoints.py --quick    # the relayout of 2 instances, fewer invokes; under a minute
@@ -32,8 +36,8 @@ reconciler runs beside it. Then, timed from the answer to the request to the end
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -51,16 +55,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.bcd import _env, _healthy, _stop, _until
 from bench.fleetgen import machine_speed_s, mig_fleet
+from bench.invoke_load import ANSWER
 from bench.reservations import free_port
 from better_compute.client import Compute
+from better_compute.client import UnavailableError as Unavailable
 from better_compute.domain.endpoints.endpoints import copy_allocation_id
 from better_compute.domain.fleet.replica_states import ReplicaState
 from better_compute.storage.store import Store
+from better_compute.wire.invocations import COMPONENT_HEADER
 
 LAYOUT = ["mig-3g.40gb", "mig-2g.20gb", "mig-2g.20gb"]
 RELAYOUT = ["mig-2g.20gb", "mig-2g.20gb", "mig-2g.20gb"]
 POLL_S = 0.02
-GIVE_UP_S = 120.0
+GIVE_UP_S = 60.0
 
 
 @contextmanager
@@ -81,6 +88,8 @@ def serving(root: Path, nodes: int) -> Iterator[tuple[str, str]]:
         "--fleet",
         str(fleet),
         "--no-access-log",
+        "--runtime",
+        "fake",
     ]
     with (root / "server.log").open("wb") as out:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=_env(), cwd=root)
@@ -119,117 +128,131 @@ def _variant(instances: int, types: list[str]) -> dict[str, Any]:
 
 
 CLIENTS = 64
-ANSWER = b'{"generated_text": "ok"}'
 
 
-def model_server(port: int) -> None:
-    """A model server answering every request at once with `ANSWER` (HTTP/1.1, kept alive)."""
+def _p(times: list[float], q: int) -> float:
+    return statistics.quantiles(times, n=100, method="inclusive")[q - 1]
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(ANSWER)}\r\n\r\n"
+
+def _until_ready(compute: Compute, component: str, copies: int) -> None:
+    started = time.perf_counter()
+    while compute.components.get(component).ready_copies < copies:
+        if time.perf_counter() - started > GIVE_UP_S:
+            raise RuntimeError(f"component {component} had no {copies} ready copies in {GIVE_UP_S:.0f} s")
+        time.sleep(POLL_S)
+
+
+def _first_invoke(compute: Compute) -> None:
+    started = time.perf_counter()
+    last: object = None
+    while True:
         try:
-            while True:
-                lines = (await reader.readuntil(b"\r\n\r\n")).split(b"\r\n")
-                length = next(
-                    (int(x.split(b":")[1]) for x in lines if x.lower().startswith(b"content-length:")), 0
-                )
-                await reader.readexactly(length)
-                writer.write(head.encode() + ANSWER)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            writer.close()
-
-    async def main() -> None:
-        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=1024)
-        async with server:
-            await server.serve_forever()
-
-    asyncio.run(main())
+            last = compute.endpoints.invoke("timed", "bench-model", b"{}")
+            if last[0] == 200:
+                return
+        except Unavailable as exc:
+            last = exc
+        if time.perf_counter() - started > GIVE_UP_S:
+            raise RuntimeError(f"no invoke answered within {GIVE_UP_S:.0f} s: {last}")
+        time.sleep(POLL_S)
 
 
-async def _load(url: str, headers: dict[str, str], total: int) -> list[float]:
-    """`total` requests from `CLIENTS` concurrent clients (each one keeps its connection); each one's
-    latency in ms."""
-    import httpx
-
-    times: list[float] = []
-
-    async def client(n: int) -> None:
-        async with httpx.AsyncClient(headers=headers, trust_env=False, timeout=30) as http:
-            for _ in range(n):
-                started = time.perf_counter()
-                try:
-                    answer = await http.post(url, content=b'{"inputs": "hi"}')
-                except httpx.HTTPError as exc:
-                    raise RuntimeError(f"{url}: {type(exc).__name__} {exc}") from exc
-                times.append((time.perf_counter() - started) * 1000)
-                if answer.status_code != 200 or answer.content != ANSWER:
-                    raise RuntimeError(f"{url}: {answer.status_code} {answer.text[:200]}")
-
-    await asyncio.gather(*(client(total // CLIENTS) for _ in range(CLIENTS)))
-    return times
-
-
-def _p(times: list[float], q: float) -> float:
-    return statistics.quantiles(times, n=100, method="inclusive")[int(q) - 1]
-
-
-def invoke_bench(compute: Compute, base: str, token: str, db_url: str, requests: int) -> dict[str, Any]:
-    """Create a component of 2 copies on the first endpoint, point its copies at a local model server,
-    and time `invoke` through the server against calling the model server directly."""
+def invoke_bench(compute: Compute, base: str, token: str, db_url: str, rounds: int) -> dict[str, Any]:
+    """`placed_to_ready_s` for a component of 2 copies on the first endpoint, then `invoke` through the
+    server against the model server directly, from `CLIENTS` clients in a process of their own."""
+    started = time.perf_counter()
+    made = compute.components.create(
+        name="bench-model",
+        endpoint_name="timed",
+        model="m",
+        partition_type="mig-2g.20gb",
+        copies=2,
+        container={"image": "localhost/bench-model:1"},
+    )
+    placed = time.perf_counter()
+    _until_ready(compute, "bench-model", len(made.copies))
+    ready = time.perf_counter()
+    _first_invoke(compute)
+    answered = time.perf_counter()
     port = free_port()
-    code = f"import sys; sys.path.insert(0, {str(Path(__file__).resolve().parent.parent)!r});"
-    code += f" from bench.endpoints import model_server; model_server({port})"
-    proc = subprocess.Popen([sys.executable, "-c", code], env=_env())
+    here = str(Path(__file__).resolve().parent.parent)
+    server = subprocess.Popen(
+        [sys.executable, "-m", "bench.invoke_load", "serve", str(port)], env=_env(), cwd=here
+    )
     store = Store.open(db_url, migrate_schema=False)
     try:
-        direct = f"http://127.0.0.1:{port}/invocations"
-        _until(lambda: _answers(direct), 30, "the model server answering")
-        started = time.perf_counter()
-        made = compute.components.create(
-            name="bench-model", endpoint_name="timed", model="m", partition_type="mig-2g.20gb", copies=2
-        )
+        _until(lambda: _answers(f"http://127.0.0.1:{port}/invocations"), 30, "the model server answering")
+        # The copies are ready on their nodes (the fake runtime's model servers, threads of the server
+        # process); point them at the model server of a process of its own, as a node whose container
+        # moved would report, so that what is timed is the server's path and not the fake's threads.
         with store.begin() as tx:
             for c in made.copies:
-                if c.node is not None:
-                    at = datetime.now(UTC)
-                    state = ReplicaState(
-                        copy_allocation_id("bench-model", c.index),
-                        c.node,
-                        "ready",
-                        at,
-                        address=f"127.0.0.1:{port}",
+                assert c.node is not None
+                at = datetime.now(UTC)
+                address = f"127.0.0.1:{port}"
+                tx.replica_states.put(
+                    ReplicaState(
+                        copy_allocation_id("bench-model", c.index), c.node, "ready", at, address=address
                     )
-                    tx.replica_states.put(state)
-        while compute.endpoints.invoke("timed", "bench-model", b"{}")[0] != 200:
-            time.sleep(POLL_S)
-        placed_to_ready = time.perf_counter() - started
-        ours = f"{base}/v1/endpoints/timed/invoke"
-        headers = {"Authorization": f"Bearer {token}", "X-Amzn-SageMaker-Inference-Component": "bench-model"}
-        asyncio.run(_load(direct, {}, CLIENTS * 4))  # warm both paths' connections
-        asyncio.run(_load(ours, headers, CLIENTS * 4))
-        mine: list[float] = []
-        theirs: list[float] = []
-        for _ in range(2):  # alternately, so that a slow moment of the machine falls on both
-            theirs += asyncio.run(_load(direct, {}, requests // 2))
-            mine += asyncio.run(_load(ours, headers, requests // 2))
+                )
+        status, _, body = compute.endpoints.invoke("timed", "bench-model", b"{}")
+        if status != 200 or body != ANSWER:
+            raise RuntimeError(f"invoke did not reach the bench's model server: {status} {body[:200]!r}")
+        host, our_port = base.removeprefix("http://").split(":")
+        spec = {
+            "clients": CLIENTS,
+            "warmup_per_client": 5,
+            "per_client_per_round": 5,
+            "rounds": rounds,
+            "alone": 200,
+            "targets": {
+                "direct": {"host": "127.0.0.1", "port": port, "path": "/invocations", "headers": {}},
+                "ours": {
+                    "host": host,
+                    "port": int(our_port),
+                    "path": "/v1/endpoints/timed/invoke",
+                    "headers": {"Authorization": f"Bearer {token}", COMPONENT_HEADER: "bench-model"},
+                },
+            },
+        }
+        loaded = subprocess.run(
+            [sys.executable, "-m", "bench.invoke_load", "load", json.dumps(spec)],
+            check=False,
+            env=_env(),
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=GIVE_UP_S,
+        )
+        out = json.loads(loaded.stdout.strip().splitlines()[-1]) if loaded.stdout.strip() else {}
+        if loaded.returncode != 0 or "error" in out:
+            raise RuntimeError(f"the load generator failed: {out.get('error')} {loaded.stderr[-2000:]}")
     except Exception:
         log = Path(db_url.removeprefix("sqlite:///")).with_name("server.log")
         sys.stderr.write(log.read_text(encoding="utf-8", errors="replace")[-3000:])
         raise
     finally:
         store.close()
-        proc.terminate()
-        proc.wait(10)
+        server.terminate()
+        server.wait(10)
+    direct, ours = out["loaded"]["direct"], out["loaded"]["ours"]
+    alone_direct, alone_ours = out["alone"]["direct"], out["alone"]["ours"]
     return {
-        "invoke_requests": len(mine),
+        "invoke_requests": len(ours),
+        "direct_requests": len(direct),
         "invoke_clients": CLIENTS,
-        "direct_p50_ms": round(_p(theirs, 50), 3),
-        "direct_p99_ms": round(_p(theirs, 99), 3),
-        "invoke_p50_ms": round(_p(mine, 50), 3),
-        "invoke_p99_ms": round(_p(mine, 99), 3),
-        "invoke_overhead_p99_ms": round(_p(mine, 99) - _p(theirs, 99), 3),
-        "placed_to_ready_s": round(placed_to_ready, 3),
+        "measured_s": round(out["measured_s"], 2),
+        "direct_p50_ms": round(_p(direct, 50), 3),
+        "direct_p99_ms": round(_p(direct, 99), 3),
+        "invoke_p50_ms": round(_p(ours, 50), 3),
+        "invoke_p99_ms": round(_p(ours, 99), 3),
+        "invoke_overhead_p50_ms": round(_p(ours, 50) - _p(direct, 50), 3),
+        "invoke_overhead_p99_ms": round(_p(ours, 99) - _p(direct, 99), 3),
+        "one_client_overhead_p50_ms": round(_p(alone_ours, 50) - _p(alone_direct, 50), 3),
+        "one_client_overhead_p99_ms": round(_p(alone_ours, 99) - _p(alone_direct, 99), 3),
+        "placed_to_ready_s": round(ready - placed, 3),
+        "placed_to_first_invoke_s": round(answered - placed, 3),
+        "create_s": round(placed - started, 3),
     }
 
 
@@ -242,7 +265,7 @@ def _answers(url: str) -> bool:
         return False
 
 
-def run(relayout_instances: int, requests: int = 12_800) -> dict[str, Any]:
+def run(relayout_instances: int, rounds: int = 10) -> dict[str, Any]:
     nodes = 2 + relayout_instances  # the first endpoint keeps its two
     with (
         tempfile.TemporaryDirectory() as tmp,
@@ -258,7 +281,7 @@ def run(relayout_instances: int, requests: int = 12_800) -> dict[str, Any]:
         started = time.perf_counter()
         compute.endpoints.create(name="timed", tenant_id="platform", variants=[_variant(2, LAYOUT)])
         in_service = time.perf_counter() - started + _wait_in_service(compute, "timed")
-        invoked = invoke_bench(compute, base, token, f"sqlite:///{Path(tmp) / 'bc.db'}", requests)
+        invoked = invoke_bench(compute, base, token, f"sqlite:///{Path(tmp) / 'bc.db'}", rounds)
         compute.endpoints.create(
             name="rolled", tenant_id="platform", variants=[_variant(relayout_instances, LAYOUT)]
         )
@@ -300,10 +323,18 @@ def main() -> None:
     args = parser.parse_args()
     instances = args.relayout_instances or (2 if args.quick else 4)
     speed = machine_speed_s()
-    result = run(instances, 3_200 if args.quick else 12_800)
-    print(json.dumps({**result, "machine_speed_s": round(speed, 4)}))  # the run's details
+    result = run(instances, 4 if args.quick else 10)
+    machine = {
+        "cpus": os.cpu_count(),
+        "load_1m": round(os.getloadavg()[0], 2),
+        "machine_speed_s": round(speed, 4),
+    }
+    print(json.dumps({**result, **machine}))  # the run's details
     keys = ("in_service_s", "relayout_s", "invoke_p50_ms", "invoke_p99_ms", "invoke_overhead_p99_ms")
-    print(json.dumps({k: result[k] for k in (*keys, "placed_to_ready_s")}))
+    extra = ("invoke_overhead_p50_ms", "direct_p50_ms", "direct_p99_ms", "invoke_requests")
+    print(
+        json.dumps({**{k: result[k] for k in (*keys, "placed_to_ready_s", *extra)}, "cpus": machine["cpus"]})
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ This subclass arms the idle timer as soon as a connection opens too, and gives e
 it; past that the client gets a 408 and the connection is closed. Slow bodies are the app's to time
 (`api/limits.py`), since only the app knows when it waits for one.
 
+A connection whose idle timer comes due while its next request is already in the socket is kept: a
+busy event loop (uvloop runs due timers before it polls the sockets) can reach the timer seconds after
+the request arrived, and closing then drops a request the client had every right to send, which the
+client sees as "Server disconnected without sending a response". The request is read on the loop's
+next pass, and its head is still timed.
+
 It relies on uvicorn's `HttpToolsProtocol` internals (its parser callbacks and keep-alive timer),
 which is why pyproject.toml bounds uvicorn's version; tests/e2e/test_connections.py checks it
 against a real server.
@@ -15,9 +21,12 @@ against a real server.
 
 from __future__ import annotations
 
+import array
 import asyncio
+import fcntl
 import json
 import logging
+import termios
 from functools import partial
 from typing import Any, cast
 
@@ -63,6 +72,25 @@ class TimedHttpProtocol(HttpToolsProtocol):
         if self.timeout_keep_alive_task is not None:
             # uvicorn armed its idle timer: the connection now waits for its next request's head.
             self._arm_head_timer()
+
+    def timeout_keep_alive_handler(self) -> None:
+        if self._request_waiting():
+            # Not idle: the next request arrived before the loop got to this timer (see the module).
+            self.timeout_keep_alive_task = None
+            return
+        super().timeout_keep_alive_handler()
+
+    def _request_waiting(self) -> bool:
+        """Whether bytes the client sent wait in the socket, not read yet (FIONREAD)."""
+        sock = self.transport.get_extra_info("socket")
+        if sock is None or self.transport.is_closing():
+            return False
+        pending = array.array("i", [0])
+        try:
+            fcntl.ioctl(sock.fileno(), termios.FIONREAD, pending)
+        except OSError:
+            return False
+        return pending[0] > 0
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()
