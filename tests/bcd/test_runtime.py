@@ -47,9 +47,11 @@ def container(**extra: Any) -> dict[str, Any]:
     return {"image": IMAGE, "ports": [{"containerPort": 8080}], **extra}
 
 
-def assigned(allocation: str, doc: dict[str, Any] | None) -> AssignmentPublic:
+def assigned(
+    allocation: str, doc: dict[str, Any] | None, atoms: tuple[str, ...] = ("gpu-1/gpu",), tenant: str = "acme"
+) -> AssignmentPublic:
     return AssignmentPublic.model_validate(
-        {"allocationId": allocation, "atoms": ["gpu-1/gpu"], "env": {}, "container": doc}
+        {"allocationId": allocation, "atoms": list(atoms), "env": {}, "container": doc, "tenantId": tenant}
     )
 
 
@@ -80,7 +82,8 @@ def test_a_bound_container_assignment_gets_one_started_container_that_answers_on
     first = one(rc.converge([a], {"dep1.r0"}))
     (found,) = runtime.list()
     assert found.state == "running" and found.name == container_name(NODE, "dep1.r0")
-    assert found.spec_digest == spec_digest(parse_container(container()))
+    assert found.spec_digest == spec_digest(parse_container(container()), ["gpu-1/gpu"], "acme")
+    assert found.atoms == ("gpu-1/gpu",)
     host_port = found.ports[8080]
     # No probe: ready once it runs (the next pass sees it running).
     assert first == {
@@ -145,7 +148,31 @@ def test_a_changed_spec_recreates_the_container(runtime: FakeRuntime) -> None:
     rc.converge([assigned("r", container(env={"MODE": "fast"}))], {"r"})
     (new,) = runtime.list()
     assert new.id != old.id and new.state == "running"
-    assert new.spec_digest == spec_digest(parse_container(container(env={"MODE": "fast"})))
+    assert new.spec_digest == spec_digest(
+        parse_container(container(env={"MODE": "fast"})), ["gpu-1/gpu"], "acme"
+    )
+
+
+def test_a_copy_moved_to_another_atom_of_the_same_node_gets_a_new_container(runtime: FakeRuntime) -> None:
+    """The CDI device is resolved when a container is created: a copy that moves to other atoms of
+    the same node under the same name must not keep running on the old one."""
+    rc = converger(runtime, Clock())
+    rc.converge([assigned("copy:chat:0", container(), atoms=("gpu-1/mig:1g.10gb@0",))], {"copy:chat:0"})
+    (old,) = runtime.list()
+    rc.converge([assigned("copy:chat:0", container(), atoms=("gpu-1/mig:1g.10gb@1",))], {"copy:chat:0"})
+    (new,) = runtime.list()
+    assert new.id != old.id and new.state == "running" and new.atoms == ("gpu-1/mig:1g.10gb@1",)
+
+
+def test_a_component_made_again_by_another_tenant_gets_a_new_container(runtime: FakeRuntime) -> None:
+    """Deleted and made again under the same name with an identical container by another tenant: the
+    old tenant's container (its filesystem) is not handed over."""
+    rc = converger(runtime, Clock())
+    rc.converge([assigned("copy:chat:0", container(), tenant="acme")], {"copy:chat:0"})
+    (old,) = runtime.list()
+    rc.converge([assigned("copy:chat:0", container(), tenant="globex")], {"copy:chat:0"})
+    (new,) = runtime.list()
+    assert new.id != old.id and new.state == "running"
 
 
 def test_a_missing_image_is_image_not_found_and_tried_again_with_back_off(runtime: FakeRuntime) -> None:
@@ -289,6 +316,7 @@ def test_the_podman_create_argv_holds_the_device_labels_limits_ports_and_command
         "--label", "better-compute.node=node-a",
         "--label", "better-compute.allocation=copy:chat:0",
         "--label", f"better-compute.spec={spec_digest(spec)}",
+        "--label", "better-compute.atoms=",
         "--device", "better-compute.io/gpu=copy:chat:0",
         "--pull=never", "--stop-timeout", "10",
         "--cpus", "0.5", "--memory", "512m",

@@ -84,6 +84,7 @@ class _Container:
     state: State = "created"
     exit_code: int | None = None
     probe_paths: tuple[str, ...] = ()
+    atoms: tuple[str, ...] = ()
     logs: list[str] = field(default_factory=list)
     servers: list[_Server] = field(default_factory=list)
 
@@ -132,7 +133,14 @@ class FakeRuntime:
 
     # -- ContainerRuntime ---------------------------------------------------------------------
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
         name = container_name(self.node, allocation_id)
         if self.images is not None and spec.image not in self.images:
             raise RuntimeFailure(
@@ -152,8 +160,9 @@ class FakeRuntime:
                 id=uuid.uuid4().hex * 2,
                 name=name,
                 allocation_id=allocation_id,
-                digest=spec_digest(spec),
+                digest=digest or spec_digest(spec, atoms),
                 spec=spec,
+                atoms=tuple(sorted(atoms)),
                 ports={},
                 probe_paths=paths,
             )
@@ -216,6 +225,7 @@ class FakeRuntime:
                     state=c.state,
                     exit_code=c.exit_code if c.state == "exited" else None,
                     ports=dict(c.ports),
+                    atoms=c.atoms,
                 )
                 for c in self._containers.values()
             ]

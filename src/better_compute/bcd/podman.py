@@ -27,6 +27,7 @@ from typing import Any
 from better_compute.bcd import cdi
 from better_compute.bcd.containers import (
     ALLOCATION_LABEL,
+    ATOMS_LABEL,
     MAX_LOG_BYTES,
     MAX_LOG_TAIL,
     NODE_LABEL,
@@ -35,6 +36,8 @@ from better_compute.bcd.containers import (
     NoContainer,
     RuntimeFailure,
     State,
+    atoms_label,
+    atoms_of_label,
     container_name,
     published,
     spec_digest,
@@ -115,14 +118,23 @@ class PodmanRuntime:
             raise RuntimeFailure(f"podman {args[0]}: {_stderr(done)}")
         return done.stdout
 
-    def create_argv(self, allocation_id: str, spec: ContainerSpec) -> list[str]:
-        """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id`."""
+    def create_argv(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> list[str]:
+        """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id` on
+        `atoms`; `digest` is its `better-compute.spec` label (`spec_digest`)."""
         args = [
             "create",
             "--name", container_name(self.node, allocation_id),
             "--label", f"{NODE_LABEL}={self.node}",
             "--label", f"{ALLOCATION_LABEL}={allocation_id}",
-            "--label", f"{SPEC_LABEL}={spec_digest(spec)}",
+            "--label", f"{SPEC_LABEL}={digest or spec_digest(spec, atoms)}",
+            "--label", f"{ATOMS_LABEL}={atoms_label(atoms)}",
             "--device", cdi.qualified_name(allocation_id),
             f"--pull={self.pull}",
             "--stop-timeout", str(self.stop_timeout),
@@ -142,8 +154,15 @@ class PodmanRuntime:
 
     # -- ContainerRuntime ---------------------------------------------------------------------
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
-        done = self._run(*self.create_argv(allocation_id, spec))
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
+        done = self._run(*self.create_argv(allocation_id, spec, digest=digest, atoms=atoms))
         if done.returncode != 0:
             said = _stderr(done)
             missing = any(s in said for s in _IMAGE_MISSING)
@@ -190,6 +209,7 @@ class PodmanRuntime:
                     exit_code=int(row["ExitCode"]) if state == "exited" else None,
                     oom_killed=oom.get(str(row["Id"]), False),
                     ports=ports,
+                    atoms=atoms_of_label(labels.get(ATOMS_LABEL)),
                 )
             )
         return found

@@ -53,8 +53,16 @@ class ContainerRuntime(Protocol):
     publish_address: str
     """Where published ports listen (what an httpGet probe calls)."""
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
-        """Create (not start) the allocation's container, with its labels and CDI device; its id."""
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
+        """Create (not start) the allocation's container, with its labels (`digest` its
+        `better-compute.spec`, `atoms` its `better-compute.atoms`) and CDI device; its id."""
         ...
 
     def start(self, container_id: str) -> None: ...
@@ -135,9 +143,21 @@ class _Replica:
         self.exit_code = None
 
 
-def _spec_of(a: AssignmentPublic) -> ContainerSpec:
+@dataclass(frozen=True, slots=True)
+class _Want:
+    """What one assignment asks to run: its container, on its atoms, for its tenant, and the digest
+    of the three (`spec_digest`: the container's `better-compute.spec` label)."""
+
+    spec: ContainerSpec
+    atoms: tuple[str, ...]
+    digest: str
+
+
+def _want_of(a: AssignmentPublic) -> _Want:
     assert a.container is not None
-    return parse_container(a.container.model_dump(mode="json", by_alias=True))
+    spec = parse_container(a.container.model_dump(mode="json", by_alias=True))
+    atoms = tuple(sorted(a.atoms))
+    return _Want(spec, atoms, spec_digest(spec, atoms, a.tenant_id))
 
 
 def _host(address: str) -> str:
@@ -181,13 +201,13 @@ class RuntimeConverger:
         """One pass; the `ReplicaState` reports whose content changed."""
         now = self.clock()
         reports: list[dict[str, Any]] = []
-        wanted: dict[str, ContainerSpec] = {}
+        wanted: dict[str, _Want] = {}
         refused: dict[str, str] = {}
         for a in assignments:
             if a.container is None or a.allocation_id not in bound:
                 continue
             try:
-                wanted[a.allocation_id] = _spec_of(a)
+                wanted[a.allocation_id] = _want_of(a)
             except DomainError as exc:
                 refused[a.allocation_id] = f"the container cannot be run: {exc}"
         try:
@@ -215,9 +235,9 @@ class RuntimeConverger:
             r = self._replicas.setdefault(allocation_id, _Replica())
             r.problem, r.detail = "create-failed", why
             self._queue(allocation_id, r, "created", None, reports)
-        self._specs = wanted
-        for allocation_id, spec in sorted(wanted.items()):
-            self._one(allocation_id, spec, by_allocation.get(allocation_id, []), now, reports)
+        self._specs = {allocation_id: want.spec for allocation_id, want in wanted.items()}
+        for allocation_id, want in sorted(wanted.items()):
+            self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
         return reports
 
     def _remove(self, containers: Sequence[Found], why: str) -> bool:
@@ -237,15 +257,15 @@ class RuntimeConverger:
     def _one(
         self,
         allocation_id: str,
-        spec: ContainerSpec,
+        want: _Want,
         containers: Sequence[Found],
         now: float,
         out: list[dict[str, Any]],
     ) -> None:
         r = self._replicas.setdefault(allocation_id, _Replica())
-        digest = spec_digest(spec)
+        spec = want.spec
         name = container_name(self.node, allocation_id)
-        current = [c for c in containers if c.spec_digest == digest and c.name == name]
+        current = [c for c in containers if c.spec_digest == want.digest and c.name == name]
         outdated = [c for c in containers if c not in current[:1]]
         if outdated:
             if not self._remove(outdated, "changed"):
@@ -254,7 +274,7 @@ class RuntimeConverger:
                 self._replicas[allocation_id] = r = _Replica(reported=r.reported)
         container = current[0] if current else None
         if container is None:
-            self._create(allocation_id, spec, r, now, out)
+            self._create(allocation_id, want, r, now, out)
             return
         if r.container_id != container.id:
             self._log("info", "container.adopted", allocation=allocation_id, container=container.id)
@@ -293,12 +313,13 @@ class RuntimeConverger:
         self._queue(allocation_id, r, state, address, out)
 
     def _create(
-        self, allocation_id: str, spec: ContainerSpec, r: _Replica, now: float, out: list[dict[str, Any]]
+        self, allocation_id: str, want: _Want, r: _Replica, now: float, out: list[dict[str, Any]]
     ) -> None:
+        spec = want.spec
         if r.retry_at is not None and now < r.retry_at:
             return
         try:
-            container_id = self.runtime.create(allocation_id, spec)
+            container_id = self.runtime.create(allocation_id, spec, digest=want.digest, atoms=want.atoms)
         except RuntimeFailure as exc:
             r.attempts += 1
             r.retry_at = now + backoff(r.attempts - 1)
