@@ -430,3 +430,77 @@ def test_bcd_run_chooses_its_runtime() -> None:
         and chosen.argv == ["sh", "-c"]
         and chosen.create_args == ["--ulimit=nofile=1024:1024"]
     )
+
+
+def _daemon(tmp_path: Path, runtime: FakeRuntime, nodes: _Nodes, fake: FakeNode) -> Daemon:
+    identity = Identity(tmp_path / "state", "n", "http://server", Ed25519PrivateKey.generate())
+    (tmp_path / "state").mkdir()
+    runtime.node = "n"
+    simulated(tmp_path / "node-root")
+    return Daemon(
+        identity,
+        fake,
+        SimpleNamespace(nodes=nodes),  # type: ignore[arg-type]
+        cdi_root=tmp_path / "cdi",
+        log=Log(io.StringIO(), node="n"),
+        node_root=tmp_path / "node-root",
+        runtime=runtime,
+        wait=30,
+    )
+
+
+def _spec(
+    fake: FakeNode, generation: int, *assignments: dict[str, Any], scrub: str = "none"
+) -> NodeSpecPublic:
+    return NodeSpecPublic.model_validate(
+        {
+            "node": "n",
+            "generation": generation,
+            "gpus": [{"uuid": g.uuid, "migLayout": None} for g in fake.list_gpus()],
+            "sharing": {"mode": "exclusive", "replicas": 1, "scrub": scrub},
+            "assignments": list(assignments),
+        }
+    )
+
+
+def test_a_container_whose_removal_failed_keeps_its_gpu_from_the_next_tenant(
+    tmp_path: Path, runtime: FakeRuntime
+) -> None:
+    """Tenant A's replica leaves, tenant B's gets A's GPU, and podman cannot remove A's container:
+    A is not released, the GPU is neither scrubbed nor handed to B, and B gets no container, until a
+    pass removes A's; then `removed` is reported before `AllocationReleased`, the scrub after it."""
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
+    a = {"allocationId": "a.r0", "atoms": [whole], "env": {}, "container": container(), "tenantId": "acme"}
+    b = {"allocationId": "b.r0", "atoms": [whole], "env": {}, "container": container(), "tenantId": "globex"}
+    nodes = _Nodes(_spec(fake, 1, a, scrub="zero"))
+    daemon = _daemon(tmp_path, runtime, nodes, fake)
+    assert daemon.step(False)
+    assert [f.allocation_id for f in runtime.list()] == ["a.r0"]
+    runtime.refuse_remove.add("a.r0")
+    nodes.spec_answer = _spec(fake, 2, b, scrub="zero")
+    nodes.reports.clear()
+    for _ in range(2):
+        assert not daemon.step(False)
+    said = [(r["kind"], r.get("allocationId"), r.get("state") or r.get("binding")) for r in nodes.reports]
+    assert not [
+        s
+        for s in said
+        if s[0] in ("AllocationReleased", "AllocationBound", "ScrubDone", "ObservedGeneration")
+    ]
+    assert [(f.allocation_id, f.state) for f in runtime.list()] == [("a.r0", "running")]
+    held, _ = daemon._held(nodes.spec_answer, {"a.r0": (whole,)})
+    assert fake.list_gpus()[0].uuid in held
+    # The removal goes through on a later pass.
+    runtime.refuse_remove.clear()
+    nodes.reports.clear()
+    for _ in range(3):
+        daemon.step(False)
+    said = [(r["kind"], r.get("allocationId"), r.get("state") or r.get("binding")) for r in nodes.reports]
+    order = [s for s in said if s[0] != "Inventory"]
+    assert order.index(("ReplicaState", "a.r0", "removed")) < order.index(
+        ("AllocationReleased", "a.r0", None)
+    )
+    assert order.index(("AllocationReleased", "a.r0", None)) < order.index(("ScrubDone", None, None))
+    assert order.index(("ScrubDone", None, None)) < order.index(("AllocationBound", "b.r0", "bound"))
+    assert [f.allocation_id for f in runtime.list()] == ["b.r0"]

@@ -104,6 +104,9 @@ class FakeRuntime:
         self.images = None if images is None else set(images)
         self.publish_address = publish_address
         self.pull = pull
+        self.refuse_remove: set[str] = set()
+        """Allocations whose containers `stop` and `remove` fail on, as podman's can (a runtime
+        that cannot kill the process, storage that is busy)."""
         self.exec_status: dict[str, int] = {}
         """{allocation id: what an exec in its container exits with} (0 when not set)."""
         self._containers: dict[str, _Container] = {}
@@ -198,17 +201,24 @@ class FakeRuntime:
         c.state, c.exit_code = "exited", code
         c.logs.append(f"exited {code}")
 
+    def _refused(self, c: _Container, verb: str) -> None:
+        if c.allocation_id in self.refuse_remove:
+            raise RuntimeFailure(f"podman {verb}: cannot {verb} container {c.id}: device or resource busy")
+
     def stop(self, container_id: str, timeout: int) -> None:
         with self._lock:
             c = self._get(container_id)
+            self._refused(c, "stop")
             if c.state == "running":
                 self._halt(c, 143)
 
     def remove(self, container_id: str) -> None:
         with self._lock:
-            c = self._containers.pop(container_id, None)
+            c = self._containers.get(container_id)
             if c is None:
                 return
+            self._refused(c, "rm")
+            del self._containers[container_id]
             if c.state == "running":
                 self._halt(c, 137)
             for server in c.servers:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import http.client
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from better_compute.bcd.containers import Found, RuntimeFailure, container_name, spec_digest
@@ -143,6 +143,17 @@ class _Replica:
         self.exit_code = None
 
 
+@dataclass
+class Pruned:
+    """What `RuntimeConverger.prune` did: the `removed` reports (to be queued before anything the
+    devices' pass says of the same allocations), and the allocations whose container could not be
+    removed, with the atoms it holds (`lingering`): still held, neither released, scrubbed, handed
+    to another allocation nor re-cut."""
+
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    lingering: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
 @dataclass(frozen=True, slots=True)
 class _Want:
     """What one assignment asks to run: its container, on its atoms, for its tenant, and the digest
@@ -188,6 +199,9 @@ class RuntimeConverger:
         self.stop_timeout = stop_timeout
         self._replicas: dict[str, _Replica] = {}
         self._specs: dict[str, ContainerSpec] = {}
+        self._holding: dict[str, tuple[str, ...]] = {}
+        """{allocation: its containers' atoms} as the last listing found them: what is held while
+        the runtime cannot be listed."""
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
@@ -195,12 +209,10 @@ class RuntimeConverger:
 
     # -- the pass ------------------------------------------------------------------------------
 
-    def converge(
+    def _wanted(
         self, assignments: Iterable[AssignmentPublic], bound: Collection[str]
-    ) -> list[dict[str, Any]]:
-        """One pass; the `ReplicaState` reports whose content changed."""
-        now = self.clock()
-        reports: list[dict[str, Any]] = []
+    ) -> tuple[dict[str, _Want], dict[str, str]]:
+        """The bound container assignments' wants, and those whose container cannot be run (why)."""
         wanted: dict[str, _Want] = {}
         refused: dict[str, str] = {}
         for a in assignments:
@@ -210,6 +222,73 @@ class RuntimeConverger:
                 wanted[a.allocation_id] = _want_of(a)
             except DomainError as exc:
                 refused[a.allocation_id] = f"the container cannot be run: {exc}"
+        return wanted, refused
+
+    def prune(self, assignments: Iterable[AssignmentPublic], bound: Collection[str]) -> Pruned:
+        """The first step of a pass, before any device is released, scrubbed, handed to another
+        allocation or re-cut: stop and remove every container that is not its allocation's current
+        one (an allocation no longer assigned here, a stray, one made for other atoms, another
+        tenant or another spec). What could not be removed (podman refused, or cannot be listed)
+        `lingers`: its allocation still holds its atoms until a later pass removes it."""
+        wanted, _ = self._wanted(assignments, bound)
+        pruned = Pruned()
+        try:
+            found = self.runtime.list()
+        except RuntimeFailure as exc:
+            # Not knowing what runs: what ran at the last listing is held still.
+            self._log("error", "runtime.unlisted", reason=exc.detail)
+            pruned.lingering.update(self._holding)
+            return pruned
+        kept: set[str] = set()
+        remaining: list[Found] = []
+        gone: set[str] = set()
+        for c in sorted(found, key=lambda f: (f.allocation_id, f.state != "running", f.id)):
+            want = wanted.get(c.allocation_id)
+            if (
+                want is not None
+                and c.spec_digest == want.digest
+                and c.name == container_name(self.node, c.allocation_id)
+                and c.allocation_id not in kept
+            ):
+                kept.add(c.allocation_id)
+                remaining.append(c)
+                continue
+            if not self._remove([c], "stray" if want is None else "changed"):
+                remaining.append(c)
+                atoms = pruned.lingering.get(c.allocation_id, ())
+                pruned.lingering[c.allocation_id] = tuple(sorted({*atoms, *c.atoms}))
+                continue
+            if want is None:
+                gone.add(c.allocation_id)
+            elif c.allocation_id not in kept:
+                # Its replacement is made by this pass's `converge`, counting from nothing.
+                r = self._replicas.get(c.allocation_id)
+                self._replicas[c.allocation_id] = _Replica(reported=r.reported if r else None)
+        for allocation_id in sorted(gone - set(pruned.lingering)):
+            self._replicas.pop(allocation_id, None)
+            pruned.reports.append(
+                {"kind": "ReplicaState", "allocationId": allocation_id, "state": "removed", "restarts": 0}
+            )
+        holding: dict[str, set[str]] = {}
+        for c in remaining:
+            holding.setdefault(c.allocation_id, set()).update(c.atoms)
+        self._holding = {allocation_id: tuple(sorted(atoms)) for allocation_id, atoms in holding.items()}
+        return pruned
+
+    def converge(
+        self,
+        assignments: Iterable[AssignmentPublic],
+        bound: Collection[str],
+        *,
+        pruned: bool = False,
+    ) -> list[dict[str, Any]]:
+        """One pass; the `ReplicaState` reports whose content changed. It prunes first (`prune`)
+        unless the caller did already in this pass (`pruned`: the daemon prunes before the devices'
+        pass, so a container is gone before its devices are released)."""
+        now = self.clock()
+        assignments = list(assignments)
+        reports: list[dict[str, Any]] = [] if pruned else self.prune(assignments, bound).reports
+        wanted, refused = self._wanted(assignments, bound)
         try:
             found = self.runtime.list()
         except RuntimeFailure as exc:
@@ -218,17 +297,6 @@ class RuntimeConverger:
         by_allocation: dict[str, list[Found]] = {}
         for f in found:
             by_allocation.setdefault(f.allocation_id, []).append(f)
-        for allocation_id, containers in sorted(by_allocation.items()):
-            if allocation_id not in wanted and self._remove(containers, "stray"):
-                self._replicas.pop(allocation_id, None)
-                reports.append(
-                    {
-                        "kind": "ReplicaState",
-                        "allocationId": allocation_id,
-                        "state": "removed",
-                        "restarts": 0,
-                    }
-                )
         for allocation_id in set(self._replicas) - set(wanted) - set(by_allocation):
             del self._replicas[allocation_id]
         for allocation_id, why in sorted(refused.items()):
@@ -237,7 +305,10 @@ class RuntimeConverger:
             self._queue(allocation_id, r, "created", None, reports)
         self._specs = {allocation_id: want.spec for allocation_id, want in wanted.items()}
         for allocation_id, want in sorted(wanted.items()):
-            self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
+            try:
+                self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
+            except RuntimeFailure as exc:
+                self._log("error", "container.failed", allocation=allocation_id, reason=exc.detail)
         return reports
 
     def _remove(self, containers: Sequence[Found], why: str) -> bool:
