@@ -504,3 +504,37 @@ def test_a_container_whose_removal_failed_keeps_its_gpu_from_the_next_tenant(
     assert order.index(("AllocationReleased", "a.r0", None)) < order.index(("ScrubDone", None, None))
     assert order.index(("ScrubDone", None, None)) < order.index(("AllocationBound", "b.r0", "bound"))
     assert [f.allocation_id for f in runtime.list()] == ["b.r0"]
+
+
+@pytest.mark.parametrize(
+    "says",
+    [
+        "not json",
+        '{"Id": "x"}',
+        '[{"Labels": {"better-compute.node": "n", "better-compute.allocation": "x"}, "State": "exited"}]',
+        '[{"Id": "x", "Labels": {"better-compute.node": "n", "better-compute.allocation": "x"},'
+        ' "State": "running", "Ports": [{"host_port": 1}]}]',
+    ],
+)
+def test_podman_output_bcd_cannot_read_is_a_runtime_failure_not_a_crash(says: str) -> None:
+    from better_compute.bcd.containers import RuntimeFailure
+
+    podman = PodmanRuntime("n", argv=["sh", "-c", f"printf '%s' '{says}'"])
+    with pytest.raises(RuntimeFailure, match="cannot read"):
+        podman.list()
+    # The converger's pass survives it: nothing done, nothing reported, no exception.
+    assert converger(podman, Clock()).converge([assigned("r", container())], {"r"}) == []  # type: ignore[arg-type]
+
+
+def test_a_podman_create_that_prints_no_id_or_hangs_is_a_runtime_failure() -> None:
+    from better_compute.bcd.containers import RuntimeFailure
+
+    spec = parse_container(container())
+    with pytest.raises(RuntimeFailure, match="printed no container id"):
+        PodmanRuntime("n", argv=["true"]).create("r", spec)
+    slow = PodmanRuntime("n", argv=["sh", "-c", "sleep 5"], timeout=0.3, quick_timeout=0.3)
+    with pytest.raises(RuntimeFailure, match=r"took longer than 0\.3 s"):
+        slow.create("r", spec)
+    with pytest.raises(RuntimeFailure, match=r"took longer than 0\.3 s"):
+        slow.list()
+    assert PodmanRuntime("n").quick_timeout <= 30

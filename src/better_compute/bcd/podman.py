@@ -47,7 +47,10 @@ from better_compute.domain.kernel.containers import ContainerSpec
 DEFAULT_ARGV = ("podman",)
 PULL_POLICIES = ("never", "missing", "always", "newer")
 COMMAND_TIMEOUT = 120.0
-"""Seconds one podman command may take (a create that pulls is bounded by it too)."""
+"""Seconds a `podman create` may take (one that pulls is bounded by it too)."""
+QUICK_TIMEOUT = 20.0
+"""Seconds every other podman command may take (`ps`, `inspect`, `start`, `rm`, `logs`; a `stop`
+gets its grace period on top): a hung podman costs one pass, never the daemon."""
 
 _IMAGE_MISSING = (
     "image not known",
@@ -86,6 +89,7 @@ class PodmanRuntime:
         pull: str = "never",
         stop_timeout: int = 10,
         timeout: float = COMMAND_TIMEOUT,
+        quick_timeout: float = QUICK_TIMEOUT,
     ) -> None:
         if pull not in PULL_POLICIES:
             raise ValueError(f"pull policy {pull!r} is not one of {', '.join(PULL_POLICIES)}")
@@ -96,6 +100,7 @@ class PodmanRuntime:
         self.pull = pull
         self.stop_timeout = stop_timeout
         self.timeout = timeout
+        self.quick_timeout = quick_timeout
 
     def _run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         try:
@@ -103,7 +108,7 @@ class PodmanRuntime:
                 [*self.argv, *args],
                 capture_output=True,
                 text=True,
-                timeout=timeout or self.timeout,
+                timeout=timeout or self.quick_timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
             )
@@ -162,18 +167,22 @@ class PodmanRuntime:
         digest: str | None = None,
         atoms: Sequence[str] = (),
     ) -> str:
-        done = self._run(*self.create_argv(allocation_id, spec, digest=digest, atoms=atoms))
+        argv = self.create_argv(allocation_id, spec, digest=digest, atoms=atoms)
+        done = self._run(*argv, timeout=self.timeout)
         if done.returncode != 0:
             said = _stderr(done)
             missing = any(s in said for s in _IMAGE_MISSING)
             raise RuntimeFailure(said, "image-not-found" if missing else "create-failed")
-        return done.stdout.strip().splitlines()[-1]
+        lines = done.stdout.strip().splitlines()
+        if not lines or not lines[-1].strip():
+            raise RuntimeFailure("podman create succeeded but printed no container id")
+        return lines[-1].strip()
 
     def start(self, container_id: str) -> None:
         self._checked("start", container_id)
 
     def stop(self, container_id: str, timeout: int) -> None:
-        self._checked("stop", "--time", str(timeout), container_id, timeout=timeout + self.timeout)
+        self._checked("stop", "--time", str(timeout), container_id, timeout=timeout + self.quick_timeout)
 
     def remove(self, container_id: str) -> None:
         done = self._run("rm", "--force", "--time", "0", container_id)
@@ -184,7 +193,18 @@ class PodmanRuntime:
         """This node's containers (by its label), with their state, exit code and published ports;
         an exited one's OOM kill read from `podman inspect`."""
         out = self._checked("ps", "--all", "--filter", f"label={NODE_LABEL}={self.node}", "--format", "json")
+        try:
+            return self._found(out)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            # Anything podman says that is not what it documents is its failure, not the daemon's.
+            raise RuntimeFailure(
+                f"podman ps answered what bcd cannot read ({type(exc).__name__}: {exc}): {out[:200]!r}"
+            ) from None
+
+    def _found(self, out: str) -> list[Found]:
         rows: list[dict[str, Any]] = json.loads(out or "[]") or []
+        if not isinstance(rows, list):
+            raise TypeError("not a list of containers")
         exited = [str(r["Id"]) for r in rows if _STATES.get(str(r.get("State")), "other") == "exited"]
         oom = self._oom(exited)
         found: list[Found] = []
@@ -220,9 +240,9 @@ class PodmanRuntime:
         done = self._run("inspect", "--type", "container", "--format", "json", *ids)
         try:
             records: list[dict[str, Any]] = json.loads(done.stdout or "[]") or []
-        except ValueError:
-            return {}
-        return {str(r["Id"]): bool((r.get("State") or {}).get("OOMKilled")) for r in records}
+            return {str(r["Id"]): bool((r.get("State") or {}).get("OOMKilled")) for r in records}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return {}  # the OOM kill is what it says of an exit, not worth a pass
 
     def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
         """Run `argv` in the running container; its exit status (podman's own 125-127 when it could
@@ -253,12 +273,14 @@ class PodmanRuntime:
                 [*self.argv, "logs", "--tail", str(tail), mine[0].id],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                timeout=self.timeout,
+                timeout=self.quick_timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
             raise RuntimeFailure("podman logs took too long") from None
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
         if done.returncode != 0:
             text = done.stdout.decode(errors="replace")
             if "no such container" in text:
