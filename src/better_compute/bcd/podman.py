@@ -202,7 +202,7 @@ class PodmanRuntime:
             ) from None
 
     def _found(self, out: str) -> list[Found]:
-        rows: list[dict[str, Any]] = json.loads(out or "[]") or []
+        rows: Any = json.loads(out or "[]") or []
         if not isinstance(rows, list):
             raise TypeError("not a list of containers")
         exited = [str(r["Id"]) for r in rows if _STATES.get(str(r.get("State")), "other") == "exited"]
