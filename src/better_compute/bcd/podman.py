@@ -19,6 +19,7 @@ never a shell word.
 
 from __future__ import annotations
 
+import builtins
 import json
 import subprocess
 from collections.abc import Sequence
@@ -201,7 +202,7 @@ class PodmanRuntime:
                 f"podman ps answered what bcd cannot read ({type(exc).__name__}: {exc}): {out[:200]!r}"
             ) from None
 
-    def _found(self, out: str) -> list[Found]:
+    def _found(self, out: str) -> builtins.list[Found]:
         rows: Any = json.loads(out or "[]") or []
         if not isinstance(rows, list):
             raise TypeError("not a list of containers")
