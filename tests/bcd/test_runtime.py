@@ -538,3 +538,43 @@ def test_a_podman_create_that_prints_no_id_or_hangs_is_a_runtime_failure() -> No
     with pytest.raises(RuntimeFailure, match=r"took longer than 0\.3 s"):
         slow.list()
     assert PodmanRuntime("n").quick_timeout <= 30
+
+
+class _Forgetful(_Nodes):
+    """A server that refuses the first ReplicaState report of state `refuse` (it will never take it)."""
+
+    def __init__(self, spec: NodeSpecPublic, refuse: str | None) -> None:
+        super().__init__(spec)
+        self.refuse = refuse
+
+    def report(self, node: str, report: dict[str, Any], *, report_id: str) -> Any:
+        from better_compute.client import InvalidInputError
+
+        if report["kind"] == "ReplicaState" and report["state"] == self.refuse:
+            self.refuse = None
+            raise InvalidInputError("allocation not on this node's atoms")
+        return super().report(node, report, report_id=report_id)
+
+
+def test_a_replica_state_the_server_forgot_or_dropped_is_sent_again(
+    tmp_path: Path, runtime: FakeRuntime
+) -> None:
+    fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
+    whole = atom_id_for(fake.list_gpus()[0].uuid, "gpu")
+    a = {"allocationId": "copy:chat:0", "atoms": [whole], "env": {}, "container": container()}
+    nodes = _Forgetful(_spec(fake, 1, a), refuse="ready")
+    daemon = _daemon(tmp_path, runtime, nodes, fake)
+    daemon.step(False)
+    daemon.step(True)  # `ready` is dropped by the server
+    daemon.step(True)
+    states = [r["state"] for r in nodes.reports if r["kind"] == "ReplicaState"]
+    assert states == ["created", "ready"]  # the dropped `ready` sent again though nothing changed
+    # A new generation (the copy scaled down and added again: the server forgot it): the unchanged
+    # `ready` is sent once more.
+    nodes.spec_answer = _spec(fake, 2, a)
+    nodes.reports.clear()
+    daemon.step(True)
+    assert [r["state"] for r in nodes.reports if r["kind"] == "ReplicaState"] == ["ready"]
+    nodes.reports.clear()
+    daemon.step(True)
+    assert [r for r in nodes.reports if r["kind"] == "ReplicaState"] == []

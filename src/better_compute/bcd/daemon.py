@@ -216,6 +216,9 @@ class Daemon:
                     "report.dropped", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
                 )
                 self.queue.done(entry)
+                if self.runtime is not None and entry.report.get("kind") == "ReplicaState":
+                    # Not taken: its state is sent again by a later pass, not cached as said.
+                    self.runtime.forget_reported(str(entry.report.get("allocationId")))
                 continue
             self.queue.done(entry)
             self.log.info(
@@ -293,6 +296,10 @@ class Daemon:
         another tenant while a process still holds it. One whose removal failed `lingers`: its
         allocation is held as if still assigned (not released, its atoms not scrubbed nor handed
         over, its GPU not re-cut) and the pass is not settled, so a later pass tries again."""
+        if self.runtime is not None and spec.generation != self.generation:
+            # A new generation: what the server knew of a replica may be gone (a copy scaled down and
+            # added again, a component made again, a copy moved), so every state is sent once more.
+            self.runtime.forget_reported()
         lingering = self._prune(spec)
         held, instances = self._held(spec, lingering)
         changed = self.host.converge(spec, held, instances)

@@ -546,6 +546,15 @@ class RuntimeConverger:
         self._log("info", "replica.state", allocation=allocation_id, state=state, problem=r.problem)
         out.append(report)
 
+    def forget_reported(self, allocation_id: str | None = None) -> None:
+        """Forget what was last reported of `allocation_id` (of every allocation when None), so the
+        next pass sends its state again even though it did not change: the server may have
+        forgotten it (a copy scaled down and added again, a component made again, a copy moved: a
+        new spec generation) or never taken it (a dropped report)."""
+        for key, r in self._replicas.items():
+            if allocation_id is None or key == allocation_id:
+                r.reported = None
+
     # -- timing --------------------------------------------------------------------------------
 
     def due(self) -> float | None:
