@@ -8,6 +8,8 @@ from __future__ import annotations
 import http.client
 import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -578,3 +580,66 @@ def test_a_replica_state_the_server_forgot_or_dropped_is_sent_again(
     nodes.reports.clear()
     daemon.step(True)
     assert [r for r in nodes.reports if r["kind"] == "ReplicaState"] == []
+
+
+def _dripping_server(first: bytes) -> tuple[int, threading.Event]:
+    """A server that answers `first`, then one byte every 0.2 s until told to stop."""
+    import socket
+
+    stop = threading.Event()
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(first)
+        while not stop.wait(0.2):
+            try:
+                conn.sendall(b"X")
+            except OSError:
+                break
+        conn.close()
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], stop
+
+
+def test_a_readiness_probe_dripping_its_answer_is_bounded_by_its_timeout_overall() -> None:
+    from better_compute.bcd.runtime import http_get
+
+    port, stop = _dripping_server(b"HTTP/1.1 2")  # the status line never ends
+    started = time.monotonic()
+    assert not http_get("127.0.0.1", port, "/ping", 1.0)
+    assert time.monotonic() - started < 1.8
+    stop.set()
+    # Headers dripped after the status line: the status is all a probe reads.
+    port, stop = _dripping_server(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+    started = time.monotonic()
+    assert http_get("127.0.0.1", port, "/ping", 5.0)
+    assert time.monotonic() - started < 1.0
+    stop.set()
+
+
+def test_a_readiness_probe_that_hangs_does_not_stall_the_pass(runtime: FakeRuntime) -> None:
+    from better_compute.bcd.runtime import PROBE_WAIT
+
+    release = threading.Event()
+
+    def hanging(host: str, port: int, path: str, timeout: float) -> bool:
+        release.wait(30)
+        return True
+
+    clock = Clock()
+    rc = converger(runtime, clock, probe_http=hanging)
+    probe = {"httpGet": {"path": "/ping", "port": 8080}, "timeoutSeconds": 60}
+    a = assigned("r", container(readinessProbe=probe))
+    b = assigned("s", container())  # no probe: its state is not held up by r's
+    rc.converge([a, b], {"r", "s"})
+    started = time.monotonic()
+    reports = rc.converge([a, b], {"r", "s"})
+    assert time.monotonic() - started < PROBE_WAIT + 1.0
+    assert [(x["allocationId"], x["state"]) for x in reports] == [("s", "ready")]
+    assert rc.due() is not None and rc.due() < 1.0  # the probe under way is read soon
+    release.set()
+    time.sleep(0.2)
+    assert [(x["allocationId"], x["state"]) for x in rc.converge([a, b], {"r", "s"})] == [("r", "ready")]

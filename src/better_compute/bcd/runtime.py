@@ -25,9 +25,10 @@ daemon's loop, and tests, decide when passes come.
 
 from __future__ import annotations
 
-import http.client
+import socket
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +43,13 @@ BACKOFF_MAX = 300.0
 RESET_AFTER = 600.0
 """Seconds a container runs without exiting after which its back-off starts again from 1 s."""
 CRASH_LOOP = 3
+PROBE_WORKERS = 8
+"""Probes run at once (in threads): one slow container's probe never waits for another's."""
+PROBE_WAIT = 2.0
+"""The most seconds one pass waits for its probes: a probe still under way (its own timeout, up to
+60 s, bounds it) is read by a later pass, so no tenant's container can stall the daemon's loop."""
+MAX_STATUS_LINE = 1024
+"""The most bytes of an httpGet probe's answer read (its status line)."""
 """Restarts (without a run of `RESET_AFTER`) after which an exit is reported `crash-looping`."""
 
 
@@ -94,15 +102,35 @@ HttpGet = Callable[[str, int, str, float], bool]
 
 
 def http_get(host: str, port: int, path: str, timeout: float) -> bool:
-    """An httpGet probe: a 2xx or 3xx answer passes; no answer within `timeout`, or any other, fails."""
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    """An httpGet probe: a 2xx or 3xx status line passes; no status line within `timeout`, or any
+    other, fails. `timeout` bounds the whole probe, connect to status line (`http.client`'s bounds
+    each socket read, so a server dripping a byte at a time could hold it indefinitely), and at most
+    `MAX_STATUS_LINE` bytes are read: the status is all a probe needs of the answer."""
+    deadline = time.monotonic() + timeout
+    request = (
+        f"GET {path} HTTP/1.0\r\nHost: {_host(host)}:{port}\r\nUser-Agent: bcd-probe\r\n"
+        "Connection: close\r\n\r\n"
+    )
     try:
-        connection.request("GET", path)
-        return 200 <= connection.getresponse().status < 400
-    except (OSError, http.client.HTTPException):
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.sendall(request.encode("ascii"))
+            line = b""
+            while b"\n" not in line and len(line) < MAX_STATUS_LINE:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                chunk = sock.recv(MAX_STATUS_LINE - len(line))
+                if not chunk:
+                    break
+                line += chunk
+    except (OSError, UnicodeError):
         return False
-    finally:
-        connection.close()
+    parts = line.split(b"\n", 1)[0].split()
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return False
+    return 200 <= int(parts[1]) < 400
 
 
 def backoff(restarts: int) -> float:
@@ -132,6 +160,8 @@ class _Replica:
     attempts: int = 0
     """Failed creates (or starts) in a row: their back-off."""
     reported: tuple[Any, ...] | None = None
+    probing: Future[bool] | None = None
+    """The readiness probe under way (in `RuntimeConverger`'s pool), read by the pass it ends in."""
 
     def started(self, now: float, spec: ContainerSpec, *, adopted: bool = False) -> None:
         self.running_since = now
@@ -200,6 +230,10 @@ class RuntimeConverger:
         self._replicas: dict[str, _Replica] = {}
         self._specs: dict[str, ContainerSpec] = {}
         self._holding: dict[str, tuple[str, ...]] = {}
+        self._pool: ThreadPoolExecutor | None = None
+        self._probed: list[tuple[str, ContainerSpec, _Replica, str | None]] = []
+        """This pass's running containers with a probe under way: their state is queued once the
+        pass has waited (at most `PROBE_WAIT`) for the probes."""
         """{allocation: its containers' atoms} as the last listing found them: what is held while
         the runtime cannot be listed."""
 
@@ -304,11 +338,13 @@ class RuntimeConverger:
             r.problem, r.detail = "create-failed", why
             self._queue(allocation_id, r, "created", None, reports)
         self._specs = {allocation_id: want.spec for allocation_id, want in wanted.items()}
+        self._probed = []
         for allocation_id, want in sorted(wanted.items()):
             try:
                 self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
             except RuntimeFailure as exc:
                 self._log("error", "container.failed", allocation=allocation_id, reason=exc.detail)
+        self._read_probes(reports)
         return reports
 
     def _remove(self, containers: Sequence[Found], why: str) -> bool:
@@ -375,6 +411,19 @@ class RuntimeConverger:
             if r.problem == "crash-looping":
                 r.problem = r.detail = None
         self._probe(spec, container, r, now)
+        if r.probing is not None:
+            self._probed.append((allocation_id, spec, r, address))
+            return
+        self._queue_running(allocation_id, spec, r, address, out)
+
+    def _queue_running(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        r: _Replica,
+        address: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
         if r.ready:
             state = "ready"
         elif r.failures >= self._threshold(spec):
@@ -487,31 +536,58 @@ class RuntimeConverger:
         return spec.readiness.failure_threshold if spec.readiness is not None else 1
 
     def _probe(self, spec: ContainerSpec, container: Found, r: _Replica, now: float) -> None:
+        """Start the readiness probe in the pool when it is due (none while one is under way)."""
         probe = spec.readiness
         if probe is None:
             r.ready = True
             return
-        if now < r.next_probe:
+        if r.probing is not None or now < r.next_probe:
             return
         r.next_probe = now + probe.period_seconds
-        passed = False
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=PROBE_WORKERS, thread_name_prefix="bcd-probe")
+        r.probing = self._pool.submit(self._check, spec, container)
+
+    def _check(self, spec: ContainerSpec, container: Found) -> bool:
+        """One probe (in a pool thread), bounded by its timeout: an httpGet of the published host
+        port (`http_get`: an overall deadline), or an exec in the container (podman exec under a
+        subprocess timeout)."""
+        probe = spec.readiness
+        assert probe is not None
         try:
             if probe.http_path is not None and probe.http_port is not None:
                 host_port = container.ports.get(probe.http_port)
-                passed = host_port is not None and self.probe_http(
+                return host_port is not None and self.probe_http(
                     self.runtime.publish_address, host_port, probe.http_path, float(probe.timeout_seconds)
                 )
-            else:
-                passed = self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
+            return self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
         except RuntimeFailure as exc:
             self._log("warning", "probe.error", allocation=container.allocation_id, reason=exc.detail)
-        if passed:
-            r.failures = 0
-            r.ready = r.was_ready = True
-        else:
-            r.failures += 1
-            if r.failures >= probe.failure_threshold:
-                r.ready = False
+        except Exception as exc:  # a probe's failure, whatever it is, is a failed probe
+            self._log("warning", "probe.error", allocation=container.allocation_id, reason=repr(exc))
+        return False
+
+    def _read_probes(self, out: list[dict[str, Any]]) -> None:
+        """Wait (at most `PROBE_WAIT` in all) for this pass's probes, apply those that ended, and
+        queue the states; one still under way is read by a later pass."""
+        probed, self._probed = self._probed, []
+        running = [r.probing for _, _, r, _ in probed if r.probing is not None]
+        if running:
+            wait(running, timeout=PROBE_WAIT)
+        for allocation_id, spec, r, address in probed:
+            future = r.probing
+            if future is not None and future.done():
+                r.probing = None
+                probe = spec.readiness
+                assert probe is not None
+                if future.result():
+                    r.failures = 0
+                    r.ready = r.was_ready = True
+                else:
+                    r.failures += 1
+                    if r.failures >= probe.failure_threshold:
+                        r.ready = False
+            self._queue_running(allocation_id, spec, r, address, out)
 
     # -- reports -------------------------------------------------------------------------------
 
@@ -569,7 +645,9 @@ class RuntimeConverger:
                 times.append(r.next_restart)
             if r.retry_at is not None:
                 times.append(r.retry_at)
-            if r.running_since is not None and spec.readiness is not None:
+            if r.probing is not None:
+                times.append(self.clock() + 0.2)  # a probe under way: read it soon
+            elif r.running_since is not None and spec.readiness is not None:
                 times.append(r.next_probe)
             elif r.running_since is not None:
                 # Nothing scheduled, but a crash is only seen by a pass.
