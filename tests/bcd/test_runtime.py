@@ -305,12 +305,12 @@ def test_the_podman_create_argv_holds_the_device_labels_limits_ports_and_command
         container(
             command=["/bin/server"],
             args=["--model", "m"],
-            env={"B": "2", "A": "1"},
+            env={"B": "2", "A": "1", "C": "two\nlines"},
             resources={"cpu": "500m", "memoryMiB": 512},
             readinessProbe={"httpGet": {"path": "/ping", "port": 9000}},
         )
     )
-    argv = podman.create_argv("copy:chat:0", spec)
+    argv = podman.create_argv("copy:chat:0", spec, env_file="/state/container-env/x.env")
     name = container_name("node-a", "copy:chat:0")
     assert name.startswith("bc-node-a-copy-chat-0-") and ":" not in name
     assert argv == [
@@ -322,7 +322,7 @@ def test_the_podman_create_argv_holds_the_device_labels_limits_ports_and_command
         "--device", "better-compute.io/gpu=copy:chat:0",
         "--pull=never", "--stop-timeout", "10",
         "--cpus", "0.5", "--memory", "512m",
-        "--env", "A=1", "--env", "B=2",
+        "--env-file", "/state/container-env/x.env", "--env", "C=two\nlines",
         "--publish", "127.0.0.1::8080", "--publish", "127.0.0.1::9000",
         "--entrypoint", '["/bin/server"]',
         "--ulimit", "nofile=1024:1024",
@@ -643,3 +643,23 @@ def test_a_readiness_probe_that_hangs_does_not_stall_the_pass(runtime: FakeRunti
     release.set()
     time.sleep(0.2)
     assert [(x["allocationId"], x["state"]) for x in rc.converge([a, b], {"r", "s"})] == [("r", "ready")]
+
+
+def test_env_values_reach_podman_in_a_private_env_file_not_on_its_command_line(tmp_path: Path) -> None:
+    """Any local user reads a process's command line in /proc: a secret in the environment goes in a
+    0600 file under the state directory, removed once the container is created."""
+    seen = tmp_path / "seen"
+    script = (
+        'for a; do if [ "$prev" = --env-file ]; then stat -c %a "$a" > "$SEEN.mode"; cat "$a" > "$SEEN.env";'
+        ' echo "$a" > "$SEEN.path"; fi; prev="$a"; done; echo "$@" > "$SEEN.argv"; echo cafe01'
+    )
+    podman = PodmanRuntime(
+        "n", argv=["env", f"SEEN={seen}", "sh", "-c", script, "podman"], env_dir=tmp_path / "container-env"
+    )
+    spec = parse_container(container(env={"API_KEY": "s3cret value", "MODE": "fast"}))
+    assert podman.create("r", spec) == "cafe01"
+    assert "s3cret" not in (tmp_path / "seen.argv").read_text()
+    assert (tmp_path / "seen.env").read_text() == "API_KEY=s3cret value\nMODE=fast\n"
+    assert (tmp_path / "seen.mode").read_text().strip() == "600"
+    used = Path((tmp_path / "seen.path").read_text().strip())
+    assert used.parent == tmp_path / "container-env" and not used.exists()

@@ -21,8 +21,11 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
 import subprocess
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from better_compute.bcd import cdi
@@ -72,6 +75,18 @@ _STATES: dict[str, State] = {
 }
 
 
+def _fits_env_file(value: str) -> bool:
+    """Whether podman's `--env-file` carries `value` as it is: one line (a line break would start
+    a line podman reads as another variable, or, without `=`, one taken from podman's own
+    environment)."""
+    return "\n" not in value and "\r" not in value
+
+
+def env_file_text(spec: ContainerSpec) -> str:
+    """The `--env-file` of `spec`: `NAME=value` a line, for every value that fits one."""
+    return "".join(f"{name}={value}\n" for name, value in sorted(spec.env.items()) if _fits_env_file(value))
+
+
 def _stderr(done: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in done.stderr.splitlines() if "level=warning" not in line]
     return ("\n".join(lines) or done.stderr).strip()
@@ -91,6 +106,7 @@ class PodmanRuntime:
         stop_timeout: int = 10,
         timeout: float = COMMAND_TIMEOUT,
         quick_timeout: float = QUICK_TIMEOUT,
+        env_dir: Path | None = None,
     ) -> None:
         if pull not in PULL_POLICIES:
             raise ValueError(f"pull policy {pull!r} is not one of {', '.join(PULL_POLICIES)}")
@@ -102,6 +118,9 @@ class PodmanRuntime:
         self.stop_timeout = stop_timeout
         self.timeout = timeout
         self.quick_timeout = quick_timeout
+        self.env_dir = env_dir
+        """Where a create's `--env-file` is written (0600, removed after the create): bcd's state
+        directory; None: the system's temporary directory."""
 
     def _run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         try:
@@ -131,9 +150,13 @@ class PodmanRuntime:
         *,
         digest: str | None = None,
         atoms: Sequence[str] = (),
+        env_file: str | None = None,
     ) -> list[str]:
         """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id` on
-        `atoms`; `digest` is its `better-compute.spec` label (`spec_digest`)."""
+        `atoms`; `digest` is its `better-compute.spec` label (`spec_digest`). The environment is
+        read from `env_file` (`env_file_text`), never on the command line, which any local user
+        reads in /proc; only a value holding a line break, which an env file cannot carry, is
+        passed as `--env`."""
         args = [
             "create",
             "--name", container_name(self.node, allocation_id),
@@ -149,8 +172,11 @@ class PodmanRuntime:
             args += ["--cpus", f"{spec.cpu:g}"]
         if spec.memory_mib is not None:
             args += ["--memory", f"{spec.memory_mib}m"]
+        if env_file is not None and env_file_text(spec):
+            args += ["--env-file", env_file]
         for name, value in sorted(spec.env.items()):
-            args += ["--env", f"{name}={value}"]
+            if not _fits_env_file(value):
+                args += ["--env", f"{name}={value}"]
         for port in published(spec):
             args += ["--publish", f"{self.publish_address}::{port}"]
         if spec.command:
@@ -168,8 +194,23 @@ class PodmanRuntime:
         digest: str | None = None,
         atoms: Sequence[str] = (),
     ) -> str:
-        argv = self.create_argv(allocation_id, spec, digest=digest, atoms=atoms)
-        done = self._run(*argv, timeout=self.timeout)
+        text = env_file_text(spec)
+        env_file: str | None = None
+        if text:
+            try:
+                if self.env_dir is not None:
+                    self.env_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                handle, env_file = tempfile.mkstemp(prefix=".create-", suffix=".env", dir=self.env_dir)
+                with os.fdopen(handle, "w", encoding="utf-8") as out:  # mkstemp: mode 0600
+                    out.write(text)
+            except OSError as exc:
+                raise RuntimeFailure(f"the container's env file cannot be written: {exc}") from None
+        try:
+            argv = self.create_argv(allocation_id, spec, digest=digest, atoms=atoms, env_file=env_file)
+            done = self._run(*argv, timeout=self.timeout)
+        finally:
+            if env_file is not None:
+                Path(env_file).unlink(missing_ok=True)
         if done.returncode != 0:
             said = _stderr(done)
             missing = any(s in said for s in _IMAGE_MISSING)
