@@ -26,7 +26,7 @@ from better_compute.bcd.identity import Identity
 from better_compute.bcd.logs import Log
 from better_compute.bcd.node_tree import simulated
 from better_compute.bcd.podman import PodmanRuntime
-from better_compute.bcd.runtime import RuntimeConverger, backoff
+from better_compute.bcd.runtime import CRASH_LOOP, RuntimeConverger, backoff
 from better_compute.domain.fleet.atoms import atom_id_for
 from better_compute.domain.kernel.containers import parse_container
 from better_compute.entrypoints.bcd import NvmlKind, RuntimeKind, _container_runtime
@@ -663,3 +663,33 @@ def test_env_values_reach_podman_in_a_private_env_file_not_on_its_command_line(t
     assert (tmp_path / "seen.mode").read_text().strip() == "600"
     used = Path((tmp_path / "seen.path").read_text().strip())
     assert used.parent == tmp_path / "container-env" and not used.exists()
+
+
+def test_crash_looping_is_cleared_once_the_container_is_ready_again(runtime: FakeRuntime) -> None:
+    clock = Clock()
+    rc = converger(runtime, clock)
+    a = assigned("r", container())
+    rc.converge([a], {"r"})
+    rc.converge([a], {"r"})
+    for restart in range(CRASH_LOOP + 1):
+        runtime.exit("r", 3)
+        exited = one(rc.converge([a], {"r"}))
+        clock.now += backoff(restart)
+        rc.converge([a], {"r"})
+    assert exited.get("problem") == "crash-looping"
+    # Started again and running: ready, the problem and its detail gone, the restarts kept.
+    ready = one(rc.converge([a], {"r"}))
+    assert ready["state"] == "ready" and "problem" not in ready and "detail" not in ready
+    assert ready["restarts"] == CRASH_LOOP + 1
+
+
+def test_logs_are_the_current_containers_when_two_share_an_allocation() -> None:
+    from better_compute.bcd.containers import Found
+
+    node = "n"
+    name = container_name(node, "r")
+    old = Found(id="a-old", name="bc-old-name", allocation_id="r", spec_digest="x", state="running")
+    new = Found(id="z-new", name=name, allocation_id="r", spec_digest="y", state="running")
+    from better_compute.bcd.podman import _current_first
+
+    assert [f.id for f in _current_first([old, new], node)] == ["z-new", "a-old"]

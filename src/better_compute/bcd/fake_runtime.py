@@ -249,7 +249,10 @@ class FakeRuntime:
 
     def logs(self, allocation_id: str, tail: int) -> str:
         with self._lock:
-            mine = [c for c in self._containers.values() if c.allocation_id == allocation_id]
+            mine = sorted(
+                (c for c in self._containers.values() if c.allocation_id == allocation_id),
+                key=lambda c: (c.name != container_name(self.node, allocation_id), c.state != "running"),
+            )
             if not mine:
                 raise NoContainer(allocation_id)
             tail = max(0, min(tail, MAX_LOG_TAIL))

@@ -87,6 +87,14 @@ def env_file_text(spec: ContainerSpec) -> str:
     return "".join(f"{name}={value}\n" for name, value in sorted(spec.env.items()) if _fits_env_file(value))
 
 
+def _current_first(found: Sequence[Found], node: str) -> list[Found]:
+    """An allocation's containers, the one it runs under now first: during a replacement two can
+    share an allocation for a moment, and its log is the current one's (its name, running)."""
+    return sorted(
+        found, key=lambda f: (f.name != container_name(node, f.allocation_id), f.state != "running", f.id)
+    )
+
+
 def _stderr(done: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in done.stderr.splitlines() if "level=warning" not in line]
     return ("\n".join(lines) or done.stderr).strip()
@@ -306,7 +314,7 @@ class PodmanRuntime:
     def logs(self, allocation_id: str, tail: int) -> str:
         """The last `tail` lines (at most `MAX_LOG_TAIL`, and the last `MAX_LOG_BYTES` of them) the
         allocation's container wrote, stdout and stderr together; `NoContainer` when there is none."""
-        mine = [f for f in self.list() if f.allocation_id == allocation_id]
+        mine = _current_first([f for f in self.list() if f.allocation_id == allocation_id], self.node)
         if not mine:
             raise NoContainer(allocation_id)
         tail = max(0, min(tail, MAX_LOG_TAIL))

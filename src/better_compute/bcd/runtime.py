@@ -426,6 +426,12 @@ class RuntimeConverger:
     ) -> None:
         if r.ready:
             state = "ready"
+            if r.problem == "crash-looping":
+                # Ready again after its restarts: the problem is over (the restart count stays, and
+                # so does the back-off streak until it has run `RESET_AFTER`).
+                r.problem = None
+            if r.problem is None:
+                r.detail = None  # what an exit said (an OOM kill) is history now
         elif r.failures >= self._threshold(spec):
             state = "not-ready"
         else:
