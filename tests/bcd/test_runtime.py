@@ -693,3 +693,23 @@ def test_logs_are_the_current_containers_when_two_share_an_allocation() -> None:
     from better_compute.bcd.podman import _current_first
 
     assert [f.id for f in _current_first([old, new], node)] == ["z-new", "a-old"]
+
+
+def test_an_exec_probe_printing_without_end_is_bounded_by_its_timeout_not_held_in_memory() -> None:
+    """A tenant's exec probe printing without end (1.5 GiB a second here) must not fill bcd's memory:
+    measured in a process of its own."""
+    import subprocess
+    import sys
+
+    script = (
+        "import resource\n"
+        "from better_compute.bcd.podman import PodmanRuntime\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "podman = PodmanRuntime('n', argv=['sh', '-c', 'exec yes probe-output-probe-output', 'podman'])\n"
+        "assert podman.exec('c', ['cat'], 1.0) == -1\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert int(done.stdout.strip()) < 100  # MiB
