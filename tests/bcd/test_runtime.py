@@ -713,3 +713,38 @@ def test_an_exec_probe_printing_without_end_is_bounded_by_its_timeout_not_held_i
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=30, check=True
     )
     assert int(done.stdout.strip()) < 100  # MiB
+
+
+def test_a_log_line_without_end_is_read_bounded_not_held_whole() -> None:
+    """`--tail` bounds lines, not their length: a container's one 300 MB line must not fill bcd's
+    memory (measured in a process of its own); the last MiB is kept, and a podman that never ends
+    is cut at its timeout."""
+    import subprocess
+    import sys
+
+    script = (
+        "import resource\n"
+        "from better_compute.bcd.containers import MAX_LOG_BYTES, Found, RuntimeFailure, container_name\n"
+        "from better_compute.bcd.podman import PodmanRuntime\n"
+        "current = Found(id='c1', name=container_name('n', 'r'), allocation_id='r', spec_digest='d',"
+        " state='running')\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "podman = PodmanRuntime('n', argv=['sh', '-c',"
+        " 'yes x | head -c 300000000 | tr -d \"\\\\n\"; echo END', 'podman'])\n"
+        "podman.list = lambda: [current]\n"
+        "text = podman.logs('r', 10)\n"
+        "assert len(text) == MAX_LOG_BYTES and text.endswith('xEND\\n'), text[-20:]\n"
+        "endless = PodmanRuntime('n', argv=['sh', '-c', 'exec yes', 'podman'], quick_timeout=0.5)\n"
+        "endless.list = lambda: [current]\n"
+        "try:\n"
+        "    endless.logs('r', 10)\n"
+        "    raise SystemExit('an endless podman logs was not cut')\n"
+        "except RuntimeFailure:\n"
+        "    pass\n"
+        "print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.strip()) < 100  # MiB

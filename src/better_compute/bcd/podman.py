@@ -22,8 +22,10 @@ from __future__ import annotations
 import builtins
 import json
 import os
+import selectors
 import subprocess
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -321,22 +323,49 @@ class PodmanRuntime:
         if not mine:
             raise NoContainer(allocation_id)
         tail = max(0, min(tail, MAX_LOG_TAIL))
-        try:
-            done = subprocess.run(
-                [*self.argv, "logs", "--tail", str(tail), mine[0].id],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=self.quick_timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeFailure("podman logs took too long") from None
-        except OSError as exc:
-            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
-        if done.returncode != 0:
-            text = done.stdout.decode(errors="replace")
+        returncode, out = self._read_bounded([*self.argv, "logs", "--tail", str(tail), mine[0].id])
+        if returncode != 0:
+            text = out.decode(errors="replace")
             if "no such container" in text:
                 raise NoContainer(allocation_id)
             raise RuntimeFailure(f"podman logs: {text.strip()}")
-        return done.stdout[-MAX_LOG_BYTES:].decode(errors="replace")
+        return out.decode(errors="replace")
+
+    def _read_bounded(self, argv: Sequence[str]) -> tuple[int, bytes]:
+        """Run `argv` (stdout and stderr together) under `quick_timeout`, keeping only the last
+        `MAX_LOG_BYTES` it writes: `--tail` bounds lines, not their length, and a container's log
+        line is its tenant's to make as long as it likes."""
+        deadline = time.monotonic() + self.quick_timeout
+        kept = bytearray()
+        try:
+            proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
+        assert proc.stdout is not None
+        with proc, selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    proc.kill()
+                    raise RuntimeFailure(
+                        f"podman {argv[len(self.argv)]} took longer than {self.quick_timeout:g} s"
+                    )
+                if not selector.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                kept += chunk
+                if len(kept) > 2 * MAX_LOG_BYTES:
+                    del kept[:-MAX_LOG_BYTES]
+            try:
+                returncode = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise RuntimeFailure(
+                    f"podman {argv[len(self.argv)]} took longer than {self.quick_timeout:g} s"
+                ) from None
+        return returncode, bytes(kept[-MAX_LOG_BYTES:])
