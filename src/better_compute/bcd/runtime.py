@@ -8,17 +8,22 @@ Each pass lists the node's containers by its label and, against the spec:
   digest is removed and created again;
 - adopts one it did not make in this process (a restarted daemon, even after SIGKILL): its labels
   say whose it is, so nothing is lost and nothing doubled;
-- stops and removes every container of an allocation no longer assigned here (a stray), reporting
-  `removed`;
+- first (`prune`, which the daemon runs before any device is released, scrubbed, re-cut or handed
+  over), stops and removes every container of an allocation no longer assigned here (a stray), or
+  made for other atoms, another tenant or another spec, reporting `removed`; one it cannot remove
+  lingers, and its allocation is held until a later pass removes it;
 - starts an exited one again after a back-off of 1 s doubling to 5 min; the back-off resets once a
   container has run `RESET_AFTER` without exiting. After `CRASH_LOOP` restarts without such a run
   its exits are reported with `problem: crash-looping`;
 - runs the readiness probe (`httpGet` of the published host port, or `exec` in the container) at
-  its period, after its initial delay, each bounded by its timeout: one pass makes it `ready`,
-  `failureThreshold` failures in a row `not-ready`. Without a probe a running container is ready.
+  its period, after its initial delay, each bounded by its timeout, in a pool of threads (a pass
+  waits at most `PROBE_WAIT` for them; one still under way is read by a later pass): one pass makes
+  it `ready`, `failureThreshold` failures in a row `not-ready`. Without a probe a running container
+  is ready.
 
 A `ReplicaState` report is queued only when what it would say changes (state, problem, restarts,
-address, exit code). The clock is injected and the converger never sleeps: what is due (a probe, a
+address, exit code), or when the server may have forgotten it (`forget_reported`: a new spec
+generation, a dropped report). The clock is injected and the converger never sleeps: what is due (a probe, a
 restart) is done by the first pass at or after its time, and `due` says when that is, so the
 daemon's loop, and tests, decide when passes come.
 """
@@ -165,6 +170,7 @@ class _Replica:
 
     def started(self, now: float, spec: ContainerSpec, *, adopted: bool = False) -> None:
         self.running_since = now
+        self.probing = None  # a probe of the run before says nothing of this one
         delay = 0 if adopted or spec.readiness is None else spec.readiness.initial_delay_seconds
         self.next_probe = now + delay
         self.failures = 0
@@ -230,12 +236,12 @@ class RuntimeConverger:
         self._replicas: dict[str, _Replica] = {}
         self._specs: dict[str, ContainerSpec] = {}
         self._holding: dict[str, tuple[str, ...]] = {}
+        """{allocation: its containers' atoms} as the last listing found them: what is held while
+        the runtime cannot be listed."""
         self._pool: ThreadPoolExecutor | None = None
         self._probed: list[tuple[str, ContainerSpec, _Replica, str | None]] = []
         """This pass's running containers with a probe under way: their state is queued once the
         pass has waited (at most `PROBE_WAIT`) for the probes."""
-        """{allocation: its containers' atoms} as the last listing found them: what is held while
-        the runtime cannot be listed."""
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
