@@ -113,3 +113,33 @@ def test_listen_addresses(runtime: Runtime) -> None:
         assert told.url == "http://node-1.example:7070"
     finally:
         told.stop()
+
+
+def test_idle_or_trickling_connections_cannot_exhaust_the_agent(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    from better_compute.bcd import agent as agent_module
+
+    monkeypatch.setattr(agent_module, "HANDLER_TIMEOUT", 1.5)
+    with Agent(runtime, "127.0.0.1", 0, Log(io.StringIO())) as served:
+        idle = [
+            socket.create_connection(("127.0.0.1", served.port)) for _ in range(agent_module.MAX_CONNECTIONS)
+        ]
+        time.sleep(0.2)
+        # One more than the bound is refused at once, not queued behind the idle ones.
+        extra = socket.create_connection(("127.0.0.1", served.port))
+        extra.settimeout(2)
+        assert extra.recv(100).startswith(b"HTTP/1.1 503")
+        extra.close()
+        # An idle connection is closed after the handler's timeout, and its slot is free again.
+        idle[0].settimeout(5)
+        started = time.monotonic()
+        assert idle[0].recv(100) == b""
+        assert time.monotonic() - started < 3
+        for s in idle:
+            s.close()
+        time.sleep(0.3)
+        assert get(served, "/v1/logs/dep-1.r0?tail=1", served.token).status_code == 200

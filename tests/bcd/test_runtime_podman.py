@@ -100,6 +100,7 @@ def test_a_replica_runs_with_its_device_is_ready_on_its_probe_adopted_and_remove
             "ports": [{"containerPort": 8080}],
             "readinessProbe": {"httpGet": {"path": "/ping", "port": 8080}, "periodSeconds": 1},
             "resources": {"cpu": 0.5, "memoryMiB": 64},
+            "env": {"API_KEY": "s3cret value=x", "NOTE": "two\nlines"},
         },
     )
     rc = RuntimeConverger(runtime, runtime.node, stop_timeout=1)
@@ -112,6 +113,9 @@ def test_a_replica_runs_with_its_device_is_ready_on_its_probe_adopted_and_remove
     # Its CDI device is in it: the allocation's GPU node, not the other GPU's.
     assert runtime.exec(found.id, ["test", "-c", "/dev/nvidia1"], 30) == 0
     assert runtime.exec(found.id, ["test", "-e", "/dev/nvidia0"], 30) != 0
+    # Its environment, passed in an env file (and a multi-line value as --env), is as given.
+    check = 'test "$API_KEY" = "s3cret value=x" && test "$NOTE" = "$(printf "two\\nlines")"'
+    assert runtime.exec(found.id, ["/bin/busybox", "sh", "-c", check], 30) == 0
     assert "serving" in runtime.logs(allocation, 5)
     host, port = ready["address"].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=5)

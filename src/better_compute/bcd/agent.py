@@ -53,7 +53,48 @@ def parse_listen(raw: str) -> tuple[str, int]:
     return host.removeprefix("[").removesuffix("]"), int(port)
 
 
-class _Server6(ThreadingHTTPServer):
+MAX_CONNECTIONS = 16
+"""Connections the agent serves at once; one more is answered 503 and closed at once."""
+HANDLER_TIMEOUT = 10.0
+"""Seconds a connection may sit idle (or trickle a request) before it is closed."""
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class _Server(ThreadingHTTPServer):
+    """A threading server with at most `MAX_CONNECTIONS` connections (threads) at once: idle or
+    trickling connections, authenticated or not, cannot exhaust the daemon's threads."""
+
+    daemon_threads = True
+    request_queue_size = 64
+    """The listen backlog: connections beyond the bound are accepted and refused, not left unanswered."""
+
+    def server_bind(self) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().server_bind()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            try:
+                request.settimeout(1.0)
+                request.sendall(_BUSY)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _Server6(_Server):
     address_family = socket.AF_INET6
 
 
@@ -72,7 +113,7 @@ class Agent:
                 f"--listen {host}:{port} listens on every address; say which one the server calls"
                 " with --listen-url http://ADDRESS:PORT"
             )
-        server_class = _Server6 if ":" in host else ThreadingHTTPServer
+        server_class = _Server6 if ":" in host else _Server
         self._server = server_class((host, port), _handler(self))
         self._server.daemon_threads = True
         bound = self._server.server_address
@@ -118,6 +159,7 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "bcd-agent"
         sys_version = ""
+        timeout = HANDLER_TIMEOUT
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:

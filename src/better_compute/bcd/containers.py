@@ -3,9 +3,12 @@ raises: the vocabulary `bcd.runtime.ContainerRuntime` speaks, shared by the podm
 (`bcd.podman`) and the in-process fake (`bcd.fake_runtime`).
 
 A container is `bcd`'s when it carries its labels: `better-compute.node` (the node that made it),
-`better-compute.allocation` (the allocation it runs) and `better-compute.spec` (the sha256 of the
-container document it was made from, `spec_digest`). The labels are the record: a daemon restarted
-(even by SIGKILL) reads them back and adopts what is there instead of starting it twice.
+`better-compute.allocation` (the allocation it runs), `better-compute.spec` (`spec_digest`: the sha256
+of the container document it was made from AND the atoms and tenant it was made for, so a copy moved
+to other atoms of the same node, or a component deleted and made again by another tenant with the
+same name and container, is a different container) and `better-compute.atoms` (the atoms whose CDI
+device it was made with: what it holds until it is gone). The labels are the record: a daemon
+restarted (even by SIGKILL) reads them back and adopts what is there instead of starting it twice.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -22,6 +25,7 @@ from better_compute.domain.kernel.containers import ContainerSpec
 NODE_LABEL = "better-compute.node"
 ALLOCATION_LABEL = "better-compute.allocation"
 SPEC_LABEL = "better-compute.spec"
+ATOMS_LABEL = "better-compute.atoms"
 
 MAX_DETAIL = 1000
 """The most characters of a runtime's error kept (the report's `detail` limit)."""
@@ -68,13 +72,30 @@ class Found:
     oom_killed: bool = False
     ports: Mapping[int, int] = field(default_factory=dict)
     """{container port: host port} of the published ports."""
+    atoms: tuple[str, ...] = ()
+    """The atoms it was made for (its `better-compute.atoms` label; empty on a container made
+    before the label was)."""
 
 
-def spec_digest(spec: ContainerSpec) -> str:
-    """The sha256 of the container document (`ContainerSpec.document`, keys sorted): what the
-    `better-compute.spec` label holds, so a changed spec is told from the label alone."""
-    text = json.dumps(spec.document(), sort_keys=True, separators=(",", ":"))
+def spec_digest(spec: ContainerSpec, atoms: Sequence[str] = (), tenant: str | None = None) -> str:
+    """The sha256 of the container document (`ContainerSpec.document`, keys sorted), the atoms it
+    runs on (sorted) and its tenant: what the `better-compute.spec` label holds, so a change of any
+    of them is told from the label alone and the container is made again. A container's identity is
+    not its spec alone: the CDI device is resolved when it is created (a copy that moved to another
+    atom of the same node would keep the old one) and its filesystem is its tenant's (a component
+    made again under the same name by another tenant must not inherit it)."""
+    document = {"container": spec.document(), "atoms": sorted(atoms), "tenant": tenant}
+    text = json.dumps(document, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def atoms_label(atoms: Sequence[str]) -> str:
+    """The `better-compute.atoms` label's value: the atom ids, sorted, comma-joined."""
+    return ",".join(sorted(atoms))
+
+
+def atoms_of_label(value: str | None) -> tuple[str, ...]:
+    return tuple(a for a in (value or "").split(",") if a)
 
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]+")

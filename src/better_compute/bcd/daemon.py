@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from better_compute.bcd import node_tree
 from better_compute.bcd.agent import Agent
+from better_compute.bcd.containers import RuntimeFailure
 from better_compute.bcd.devices import DevicesConverger, device_index, slots_of
 from better_compute.bcd.fake import FakeNode
 from better_compute.bcd.gpu import Gpu, GpuBackend, GpuError
@@ -215,6 +216,9 @@ class Daemon:
                     "report.dropped", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
                 )
                 self.queue.done(entry)
+                if self.runtime is not None and entry.report.get("kind") == "ReplicaState":
+                    # Not taken: its state is sent again by a later pass, not cached as said.
+                    self.runtime.forget_reported(str(entry.report.get("allocationId")))
                 continue
             self.queue.done(entry)
             self.log.info(
@@ -285,8 +289,19 @@ class Daemon:
     # -- converging ----------------------------------------------------------------------------
 
     def converge(self, spec: NodeSpecPublic) -> bool:
-        """One pass over `spec`; True when it is converged (and its generation reported)."""
-        held, instances = self._held(spec)
+        """One pass over `spec`; True when it is converged (and its generation reported).
+
+        Containers go first: those of allocations no longer assigned (and strays) are removed
+        before anything else, since a device must not be released, scrubbed, re-cut or handed to
+        another tenant while a process still holds it. One whose removal failed `lingers`: its
+        allocation is held as if still assigned (not released, its atoms not scrubbed nor handed
+        over, its GPU not re-cut) and the pass is not settled, so a later pass tries again."""
+        if self.runtime is not None and spec.generation != self.generation:
+            # A new generation: what the server knew of a replica may be gone (a copy scaled down and
+            # added again, a component made again, a copy moved), so every state is sent once more.
+            self.runtime.forget_reported()
+        lingering = self._prune(spec)
+        held, instances = self._held(spec, lingering)
         changed = self.host.converge(spec, held, instances)
         behind = self.host.unconverged(spec)
         if behind and self.observed == spec.generation:
@@ -303,21 +318,23 @@ class Daemon:
             # (a GPU turned unhealthy, or its MIG state unreadable, or readable again): the server
             # derives what can be booked from the inventory, so it hears of it now.
             self.enqueue(self.inventory(gpus))
-        done = self.devices.converge(spec, gpus)
+        done = self.devices.converge(spec, gpus, lingering=lingering)
         for report in done.reports:
             self.enqueue(report)
         self._spec = spec
-        self._run_containers(spec)
+        self._run_containers(spec, pruned=True)
+        if lingering:
+            self.log.warning("container.lingering", allocations=sorted(lingering))
         if behind:
             # Not observed: the server releases a layout change's holds on that report, and a GPU
             # part-way (refused by the hardware, or held) must not take work meanwhile.
             self.log.warning("host.unconverged", gpus=behind, generation=spec.generation)
-        elif done.settled and self.observed != spec.generation:
+        elif done.settled and not lingering and self.observed != spec.generation:
             self.enqueue({"kind": "ObservedGeneration", "generation": spec.generation})
             self.observed = spec.generation
         self.generation = spec.generation
         # A GPU waiting for a reboot will not converge by trying again: long-poll meanwhile.
-        return done.settled and all(g in self.host.reboot_required for g in behind)
+        return done.settled and not lingering and all(g in self.host.reboot_required for g in behind)
 
     def _make_device_nodes(self, gpus: Sequence[Gpu]) -> None:
         """The simulated driver's part of a pass: the device nodes of the GPUs and instances there
@@ -330,27 +347,55 @@ class Daemon:
         if made:
             self.log.info("node.device-nodes", made=made)
 
-    def _held(self, spec: NodeSpecPublic) -> tuple[set[str], dict[str, set[int]]]:
+    def _held(
+        self, spec: NodeSpecPublic, lingering: Mapping[str, Sequence[str]] | None = None
+    ) -> tuple[set[str], dict[str, set[int]]]:
         """What an allocation of the spec uses, handed over yet or not (one not bound yet is about
-        to be): the GPUs it holds whole or a slot of, which the mig-layout unit leaves alone, and
-        the GPU instances (GI ids, by GPU) of the MIG atoms it holds, which it never destroys (it
-        re-cuts the rest of their GPU only around them: `mig_plan.spares`)."""
+        to be), and what a lingering container holds (`lingering`: {allocation: atoms} of the
+        containers a pass could not remove): the GPUs it holds whole or a slot of, which the
+        mig-layout unit leaves alone, and the GPU instances (GI ids, by GPU) of the MIG atoms it
+        holds, which it never destroys (it re-cuts the rest of their GPU only around them:
+        `mig_plan.spares`)."""
         index = device_index(self.backend.list_gpus(), slots_of(spec))
         whole: set[str] = set()
         instances: dict[str, set[int]] = {}
-        for device in (index[atom] for a in spec.assignments for atom in a.atoms if atom in index):
+        atoms = [atom for a in spec.assignments for atom in a.atoms]
+        atoms += [atom for held in (lingering or {}).values() for atom in held]
+        for device in (index[atom] for atom in atoms if atom in index):
             if device.gi_id is None:
                 whole.add(device.gpu_uuid)
             else:
                 instances.setdefault(device.gpu_uuid, set()).add(device.gi_id)
         return whole, instances
 
-    def _run_containers(self, spec: NodeSpecPublic) -> None:
+    def _prune(self, spec: NodeSpecPublic) -> dict[str, tuple[str, ...]]:
+        """The first step of a pass: remove the containers that are no allocation's current one
+        (`RuntimeConverger.prune`), their `removed` reports queued before anything the devices'
+        pass says; what lingers ({allocation: atoms})."""
+        if self.runtime is None:
+            return {}
+        try:
+            pruned = self.runtime.prune(spec.assignments, self.devices.bound())
+        except RuntimeFailure as exc:
+            self.log.error("runtime.failed", reason=exc.detail)
+            return {}
+        for report in pruned.reports:
+            self.enqueue(report)
+        return pruned.lingering
+
+    def _run_containers(self, spec: NodeSpecPublic, *, pruned: bool = False) -> None:
         """The runtime converger's pass over the spec's bound container assignments (after the
         devices', so a container is only made for a CDI device that exists)."""
         if self.runtime is None:
             return
-        for report in self.runtime.converge(spec.assignments, self.devices.bound()):
+        try:
+            reports = self.runtime.converge(spec.assignments, self.devices.bound(), pruned=pruned)
+        except RuntimeFailure as exc:
+            # What the runtime said (a podman that answered nonsense, or not at all) costs this
+            # pass over the containers, never the daemon.
+            self.log.error("runtime.failed", reason=exc.detail)
+            return
+        for report in reports:
             self.enqueue(report)
 
     def _poll_wait(self) -> float:

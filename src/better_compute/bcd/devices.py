@@ -42,7 +42,7 @@ handed over (it stays pending) until that scrub has succeeded.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,17 +237,29 @@ class DevicesConverger:
         self._seen = {**{u: self._seen[u] for u in partial if u in self._seen}, **_gpu_atoms(index, gpus)}
         return unread
 
-    def converge(self, spec: NodeSpecPublic, gpus: Sequence[Gpu]) -> DevicesPass:
+    def converge(
+        self,
+        spec: NodeSpecPublic,
+        gpus: Sequence[Gpu],
+        lingering: Mapping[str, Sequence[str]] | None = None,
+    ) -> DevicesPass:
+        """One pass. `lingering` ({allocation: atoms}) are the allocations whose container is still
+        there (its removal failed or is pending): each is held as if still assigned, neither
+        released, nor its atoms scrubbed or handed to another allocation, until a pass without it."""
         done = DevicesPass()
+        lingering = lingering or {}
+        busy = {atom: allocation for allocation, atoms in lingering.items() for atom in atoms}
         index = device_index(gpus, slots_of(spec))
         unread = self._unread(gpus, index)
         if self.scrubber is not None:
             self.scrubber.state.rekey(legacy_ids(gpus))
         bound = self.bound()
         wanted = {a.allocation_id: a for a in spec.assignments}
-        for allocation_id in sorted(bound - set(wanted)):
+        for allocation_id in sorted(bound - set(wanted) - set(lingering)):
             self._release(allocation_id, done)
-        for allocation_id in sorted((set(self._reported) | self.lost()) - set(wanted) - bound):
+        for allocation_id in sorted(
+            (set(self._reported) | self.lost()) - set(wanted) - bound - set(lingering)
+        ):
             self._release(allocation_id, done)
         # What each assignment whose atoms all have a device is to be handed, from one reading of
         # the node for the whole pass; or why the node cannot say (`unresolved`: device-missing) or
@@ -288,7 +300,7 @@ class DevicesConverger:
         lost = self.lost()
         scrub = spec.sharing.scrub
         if self.scrubber is not None and scrub != "none":
-            self._scrub(spec, index, self.bound(), scrub, done)
+            self._scrub(spec, index, self.bound(), scrub, done, set(busy))
         waiting: set[str] = set()
         held: list[Held] = []
         new: list[Held] = []
@@ -316,6 +328,10 @@ class DevicesConverger:
                 missing[a.allocation_id] = unresolved[a.allocation_id]
             elif scrub != "none" and self._unclean_for(a):
                 waiting.add(a.allocation_id)
+            elif any(busy.get(atom, a.allocation_id) != a.allocation_id for atom in a.atoms):
+                # Another allocation's container is still there on an atom of it: no hand-over
+                # until a pass has removed it.
+                waiting.add(a.allocation_id)
             else:
                 new.extend(items)
         refused = refusals(held, new)
@@ -329,8 +345,9 @@ class DevicesConverger:
                 self._report(a.allocation_id, "device-missing", missing[a.allocation_id], done)
                 done.settled = False
             elif a.allocation_id in waiting:
-                # Another tenant's data is on an atom until its scrub succeeds: no hand-over, and
-                # no report (the allocation stays pending); the next pass tries the scrub again.
+                # Another tenant's data is on an atom until its scrub succeeds, or its container
+                # is there still: no hand-over, and no report (the allocation stays pending); the
+                # next pass tries again.
                 done.settled = False
             elif a.allocation_id in refused:
                 self._report(a.allocation_id, "refused", refused[a.allocation_id], done)
@@ -390,18 +407,25 @@ class DevicesConverger:
         return [atom for atom in a.atoms if self.scrubber.state.blocks(atom, a.tenant_id)]
 
     def _scrub(
-        self, spec: NodeSpecPublic, index: dict[str, Device], bound: set[str], mode: str, done: DevicesPass
+        self,
+        spec: NodeSpecPublic,
+        index: dict[str, Device],
+        bound: set[str],
+        mode: str,
+        done: DevicesPass,
+        busy: Collection[str] = (),
     ) -> None:
-        """Scrub every unclean atom no bound allocation holds, unless the tenant that left it takes
-        it back now; report those cleaned in one `ScrubDone` (a failure is logged and tried again
-        on the next pass; an atom with no device now waits for it)."""
+        """Scrub every unclean atom no bound allocation holds and no lingering container is on
+        (`busy`), unless the tenant that left it takes it back now; report those cleaned in one
+        `ScrubDone` (a failure is logged and tried again on the next pass; an atom with no device
+        now waits for it)."""
         assert self.scrubber is not None
         returning = {
             (atom, a.tenant_id) for a in spec.assignments if a.allocation_id not in bound for atom in a.atoms
         }
         cleaned: list[str] = []
         for atom, holder in self.scrubber.state.unclean().items():
-            if holder.allocation in bound or (atom, holder.tenant) in returning:
+            if holder.allocation in bound or atom in busy or (atom, holder.tenant) in returning:
                 continue
             device = index.get(atom)
             if device is None:

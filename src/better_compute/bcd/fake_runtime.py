@@ -91,6 +91,7 @@ class _Container:
     state: State = "created"
     exit_code: int | None = None
     probe_paths: tuple[str, ...] = ()
+    atoms: tuple[str, ...] = ()
     logs: list[str] = field(default_factory=list)
     servers: list[_Server] = field(default_factory=list)
 
@@ -110,6 +111,9 @@ class FakeRuntime:
         self.images = None if images is None else set(images)
         self.publish_address = publish_address
         self.pull = pull
+        self.refuse_remove: set[str] = set()
+        """Allocations whose containers `stop` and `remove` fail on, as podman's can (a runtime
+        that cannot kill the process, storage that is busy)."""
         self.exec_status: dict[str, int] = {}
         """{allocation id: what an exec in its container exits with} (0 when not set)."""
         self._containers: dict[str, _Container] = {}
@@ -139,7 +143,14 @@ class FakeRuntime:
 
     # -- ContainerRuntime ---------------------------------------------------------------------
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
         name = container_name(self.node, allocation_id)
         if self.images is not None and spec.image not in self.images:
             raise RuntimeFailure(
@@ -159,8 +170,9 @@ class FakeRuntime:
                 id=uuid.uuid4().hex * 2,
                 name=name,
                 allocation_id=allocation_id,
-                digest=spec_digest(spec),
+                digest=digest or spec_digest(spec, atoms),
                 spec=spec,
+                atoms=tuple(sorted(atoms)),
                 ports={},
                 probe_paths=paths,
             )
@@ -196,17 +208,24 @@ class FakeRuntime:
         c.state, c.exit_code = "exited", code
         c.logs.append(f"exited {code}")
 
+    def _refused(self, c: _Container, verb: str) -> None:
+        if c.allocation_id in self.refuse_remove:
+            raise RuntimeFailure(f"podman {verb}: cannot {verb} container {c.id}: device or resource busy")
+
     def stop(self, container_id: str, timeout: int) -> None:
         with self._lock:
             c = self._get(container_id)
+            self._refused(c, "stop")
             if c.state == "running":
                 self._halt(c, 143)
 
     def remove(self, container_id: str) -> None:
         with self._lock:
-            c = self._containers.pop(container_id, None)
+            c = self._containers.get(container_id)
             if c is None:
                 return
+            self._refused(c, "rm")
+            del self._containers[container_id]
             if c.state == "running":
                 self._halt(c, 137)
             for server in c.servers:
@@ -223,6 +242,7 @@ class FakeRuntime:
                     state=c.state,
                     exit_code=c.exit_code if c.state == "exited" else None,
                     ports=dict(c.ports),
+                    atoms=c.atoms,
                 )
                 for c in self._containers.values()
             ]
@@ -236,7 +256,10 @@ class FakeRuntime:
 
     def logs(self, allocation_id: str, tail: int) -> str:
         with self._lock:
-            mine = [c for c in self._containers.values() if c.allocation_id == allocation_id]
+            mine = sorted(
+                (c for c in self._containers.values() if c.allocation_id == allocation_id),
+                key=lambda c: (c.name != container_name(self.node, allocation_id), c.state != "running"),
+            )
             if not mine:
                 raise NoContainer(allocation_id)
             tail = max(0, min(tail, MAX_LOG_TAIL))

@@ -19,14 +19,21 @@ never a shell word.
 
 from __future__ import annotations
 
+import builtins
 import json
+import os
+import selectors
 import subprocess
+import tempfile
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from better_compute.bcd import cdi
 from better_compute.bcd.containers import (
     ALLOCATION_LABEL,
+    ATOMS_LABEL,
     MAX_LOG_BYTES,
     MAX_LOG_TAIL,
     NODE_LABEL,
@@ -35,6 +42,8 @@ from better_compute.bcd.containers import (
     NoContainer,
     RuntimeFailure,
     State,
+    atoms_label,
+    atoms_of_label,
     container_name,
     published,
     spec_digest,
@@ -44,7 +53,10 @@ from better_compute.domain.kernel.containers import ContainerSpec
 DEFAULT_ARGV = ("podman",)
 PULL_POLICIES = ("never", "missing", "always", "newer")
 COMMAND_TIMEOUT = 120.0
-"""Seconds one podman command may take (a create that pulls is bounded by it too)."""
+"""Seconds a `podman create` may take (one that pulls is bounded by it too)."""
+QUICK_TIMEOUT = 20.0
+"""Seconds every other podman command may take (`ps`, `inspect`, `start`, `rm`, `logs`; a `stop`
+gets its grace period on top): a hung podman costs one pass, never the daemon."""
 
 _IMAGE_MISSING = (
     "image not known",
@@ -65,6 +77,26 @@ _STATES: dict[str, State] = {
 }
 
 
+def _fits_env_file(value: str) -> bool:
+    """Whether podman's `--env-file` carries `value` as it is: one line (a line break would start
+    a line podman reads as another variable, or, without `=`, one taken from podman's own
+    environment)."""
+    return "\n" not in value and "\r" not in value
+
+
+def env_file_text(spec: ContainerSpec) -> str:
+    """The `--env-file` of `spec`: `NAME=value` a line, for every value that fits one."""
+    return "".join(f"{name}={value}\n" for name, value in sorted(spec.env.items()) if _fits_env_file(value))
+
+
+def _current_first(found: Sequence[Found], node: str) -> list[Found]:
+    """An allocation's containers, the one it runs under now first: during a replacement two can
+    share an allocation for a moment, and its log is the current one's (its name, running)."""
+    return sorted(
+        found, key=lambda f: (f.name != container_name(node, f.allocation_id), f.state != "running", f.id)
+    )
+
+
 def _stderr(done: subprocess.CompletedProcess[str]) -> str:
     lines = [line for line in done.stderr.splitlines() if "level=warning" not in line]
     return ("\n".join(lines) or done.stderr).strip()
@@ -83,6 +115,8 @@ class PodmanRuntime:
         pull: str = "never",
         stop_timeout: int = 10,
         timeout: float = COMMAND_TIMEOUT,
+        quick_timeout: float = QUICK_TIMEOUT,
+        env_dir: Path | None = None,
     ) -> None:
         if pull not in PULL_POLICIES:
             raise ValueError(f"pull policy {pull!r} is not one of {', '.join(PULL_POLICIES)}")
@@ -93,6 +127,10 @@ class PodmanRuntime:
         self.pull = pull
         self.stop_timeout = stop_timeout
         self.timeout = timeout
+        self.quick_timeout = quick_timeout
+        self.env_dir = env_dir
+        """Where a create's `--env-file` is written (0600, removed after the create): bcd's state
+        directory; None: the system's temporary directory."""
 
     def _run(self, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
         try:
@@ -100,7 +138,7 @@ class PodmanRuntime:
                 [*self.argv, *args],
                 capture_output=True,
                 text=True,
-                timeout=timeout or self.timeout,
+                timeout=timeout or self.quick_timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
             )
@@ -115,14 +153,27 @@ class PodmanRuntime:
             raise RuntimeFailure(f"podman {args[0]}: {_stderr(done)}")
         return done.stdout
 
-    def create_argv(self, allocation_id: str, spec: ContainerSpec) -> list[str]:
-        """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id`."""
+    def create_argv(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+        env_file: str | None = None,
+    ) -> list[str]:
+        """The `podman create` arguments (after the prefix) for `spec` run as `allocation_id` on
+        `atoms`; `digest` is its `better-compute.spec` label (`spec_digest`). The environment is
+        read from `env_file` (`env_file_text`), never on the command line, which any local user
+        reads in /proc; only a value holding a line break, which an env file cannot carry, is
+        passed as `--env`."""
         args = [
             "create",
             "--name", container_name(self.node, allocation_id),
             "--label", f"{NODE_LABEL}={self.node}",
             "--label", f"{ALLOCATION_LABEL}={allocation_id}",
-            "--label", f"{SPEC_LABEL}={spec_digest(spec)}",
+            "--label", f"{SPEC_LABEL}={digest or spec_digest(spec, atoms)}",
+            "--label", f"{ATOMS_LABEL}={atoms_label(atoms)}",
             "--device", cdi.qualified_name(allocation_id),
             f"--pull={self.pull}",
             "--stop-timeout", str(self.stop_timeout),
@@ -131,8 +182,11 @@ class PodmanRuntime:
             args += ["--cpus", f"{spec.cpu:g}"]
         if spec.memory_mib is not None:
             args += ["--memory", f"{spec.memory_mib}m"]
+        if env_file is not None and env_file_text(spec):
+            args += ["--env-file", env_file]
         for name, value in sorted(spec.env.items()):
-            args += ["--env", f"{name}={value}"]
+            if not _fits_env_file(value):
+                args += ["--env", f"{name}={value}"]
         for port in published(spec):
             args += ["--publish", f"{self.publish_address}::{port}"]
         if spec.command:
@@ -142,19 +196,45 @@ class PodmanRuntime:
 
     # -- ContainerRuntime ---------------------------------------------------------------------
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
-        done = self._run(*self.create_argv(allocation_id, spec))
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
+        text = env_file_text(spec)
+        env_file: str | None = None
+        if text:
+            try:
+                if self.env_dir is not None:
+                    self.env_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+                handle, env_file = tempfile.mkstemp(prefix=".create-", suffix=".env", dir=self.env_dir)
+                with os.fdopen(handle, "w", encoding="utf-8") as out:  # mkstemp: mode 0600
+                    out.write(text)
+            except OSError as exc:
+                raise RuntimeFailure(f"the container's env file cannot be written: {exc}") from None
+        try:
+            argv = self.create_argv(allocation_id, spec, digest=digest, atoms=atoms, env_file=env_file)
+            done = self._run(*argv, timeout=self.timeout)
+        finally:
+            if env_file is not None:
+                Path(env_file).unlink(missing_ok=True)
         if done.returncode != 0:
             said = _stderr(done)
             missing = any(s in said for s in _IMAGE_MISSING)
             raise RuntimeFailure(said, "image-not-found" if missing else "create-failed")
-        return done.stdout.strip().splitlines()[-1]
+        lines = done.stdout.strip().splitlines()
+        if not lines or not lines[-1].strip():
+            raise RuntimeFailure("podman create succeeded but printed no container id")
+        return lines[-1].strip()
 
     def start(self, container_id: str) -> None:
         self._checked("start", container_id)
 
     def stop(self, container_id: str, timeout: int) -> None:
-        self._checked("stop", "--time", str(timeout), container_id, timeout=timeout + self.timeout)
+        self._checked("stop", "--time", str(timeout), container_id, timeout=timeout + self.quick_timeout)
 
     def remove(self, container_id: str) -> None:
         done = self._run("rm", "--force", "--time", "0", container_id)
@@ -165,7 +245,18 @@ class PodmanRuntime:
         """This node's containers (by its label), with their state, exit code and published ports;
         an exited one's OOM kill read from `podman inspect`."""
         out = self._checked("ps", "--all", "--filter", f"label={NODE_LABEL}={self.node}", "--format", "json")
-        rows: list[dict[str, Any]] = json.loads(out or "[]") or []
+        try:
+            return self._found(out)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            # Anything podman says that is not what it documents is its failure, not the daemon's.
+            raise RuntimeFailure(
+                f"podman ps answered what bcd cannot read ({type(exc).__name__}: {exc}): {out[:200]!r}"
+            ) from None
+
+    def _found(self, out: str) -> builtins.list[Found]:
+        rows: Any = json.loads(out or "[]") or []
+        if not isinstance(rows, list):
+            raise TypeError("not a list of containers")
         exited = [str(r["Id"]) for r in rows if _STATES.get(str(r.get("State")), "other") == "exited"]
         oom = self._oom(exited)
         found: list[Found] = []
@@ -190,6 +281,7 @@ class PodmanRuntime:
                     exit_code=int(row["ExitCode"]) if state == "exited" else None,
                     oom_killed=oom.get(str(row["Id"]), False),
                     ports=ports,
+                    atoms=atoms_of_label(labels.get(ATOMS_LABEL)),
                 )
             )
         return found
@@ -200,9 +292,9 @@ class PodmanRuntime:
         done = self._run("inspect", "--type", "container", "--format", "json", *ids)
         try:
             records: list[dict[str, Any]] = json.loads(done.stdout or "[]") or []
-        except ValueError:
-            return {}
-        return {str(r["Id"]): bool((r.get("State") or {}).get("OOMKilled")) for r in records}
+            return {str(r["Id"]): bool((r.get("State") or {}).get("OOMKilled")) for r in records}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return {}  # the OOM kill is what it says of an exit, not worth a pass
 
     def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
         """Run `argv` in the running container; its exit status (podman's own 125-127 when it could
@@ -210,7 +302,10 @@ class PodmanRuntime:
         try:
             done = subprocess.run(
                 [*self.argv, "exec", container_id, *argv],
-                capture_output=True,
+                # Only the exit status is wanted: what a tenant's command prints is never held in
+                # bcd's memory (an exec probe printing without end would otherwise fill it).
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
                 timeout=timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
@@ -224,24 +319,53 @@ class PodmanRuntime:
     def logs(self, allocation_id: str, tail: int) -> str:
         """The last `tail` lines (at most `MAX_LOG_TAIL`, and the last `MAX_LOG_BYTES` of them) the
         allocation's container wrote, stdout and stderr together; `NoContainer` when there is none."""
-        mine = [f for f in self.list() if f.allocation_id == allocation_id]
+        mine = _current_first([f for f in self.list() if f.allocation_id == allocation_id], self.node)
         if not mine:
             raise NoContainer(allocation_id)
         tail = max(0, min(tail, MAX_LOG_TAIL))
-        try:
-            done = subprocess.run(
-                [*self.argv, "logs", "--tail", str(tail), mine[0].id],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                timeout=self.timeout,
-                check=False,
-                stdin=subprocess.DEVNULL,
-            )
-        except subprocess.TimeoutExpired:
-            raise RuntimeFailure("podman logs took too long") from None
-        if done.returncode != 0:
-            text = done.stdout.decode(errors="replace")
+        returncode, out = self._read_bounded([*self.argv, "logs", "--tail", str(tail), mine[0].id])
+        if returncode != 0:
+            text = out.decode(errors="replace")
             if "no such container" in text:
                 raise NoContainer(allocation_id)
             raise RuntimeFailure(f"podman logs: {text.strip()}")
-        return done.stdout[-MAX_LOG_BYTES:].decode(errors="replace")
+        return out.decode(errors="replace")
+
+    def _read_bounded(self, argv: Sequence[str]) -> tuple[int, bytes]:
+        """Run `argv` (stdout and stderr together) under `quick_timeout`, keeping only the last
+        `MAX_LOG_BYTES` it writes: `--tail` bounds lines, not their length, and a container's log
+        line is its tenant's to make as long as it likes."""
+        deadline = time.monotonic() + self.quick_timeout
+        kept = bytearray()
+        try:
+            proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
+        assert proc.stdout is not None
+        with proc, selectors.DefaultSelector() as selector:
+            selector.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    proc.kill()
+                    raise RuntimeFailure(
+                        f"podman {argv[len(self.argv)]} took longer than {self.quick_timeout:g} s"
+                    )
+                if not selector.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                if not chunk:
+                    break
+                kept += chunk
+                if len(kept) > 2 * MAX_LOG_BYTES:
+                    del kept[:-MAX_LOG_BYTES]
+            try:
+                returncode = proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                raise RuntimeFailure(
+                    f"podman {argv[len(self.argv)]} took longer than {self.quick_timeout:g} s"
+                ) from None
+        return returncode, bytes(kept[-MAX_LOG_BYTES:])

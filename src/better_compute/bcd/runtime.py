@@ -8,27 +8,33 @@ Each pass lists the node's containers by its label and, against the spec:
   digest is removed and created again;
 - adopts one it did not make in this process (a restarted daemon, even after SIGKILL): its labels
   say whose it is, so nothing is lost and nothing doubled;
-- stops and removes every container of an allocation no longer assigned here (a stray), reporting
-  `removed`;
+- first (`prune`, which the daemon runs before any device is released, scrubbed, re-cut or handed
+  over), stops and removes every container of an allocation no longer assigned here (a stray), or
+  made for other atoms, another tenant or another spec, reporting `removed`; one it cannot remove
+  lingers, and its allocation is held until a later pass removes it;
 - starts an exited one again after a back-off of 1 s doubling to 5 min; the back-off resets once a
   container has run `RESET_AFTER` without exiting. After `CRASH_LOOP` restarts without such a run
   its exits are reported with `problem: crash-looping`;
 - runs the readiness probe (`httpGet` of the published host port, or `exec` in the container) at
-  its period, after its initial delay, each bounded by its timeout: one pass makes it `ready`,
-  `failureThreshold` failures in a row `not-ready`. Without a probe a running container is ready.
+  its period, after its initial delay, each bounded by its timeout, in a pool of threads (a pass
+  waits at most `PROBE_WAIT` for them; one still under way is read by a later pass): one pass makes
+  it `ready`, `failureThreshold` failures in a row `not-ready`. Without a probe a running container
+  is ready.
 
 A `ReplicaState` report is queued only when what it would say changes (state, problem, restarts,
-address, exit code). The clock is injected and the converger never sleeps: what is due (a probe, a
+address, exit code), or when the server may have forgotten it (`forget_reported`: a new spec
+generation, a dropped report). The clock is injected and the converger never sleeps: what is due (a probe, a
 restart) is done by the first pass at or after its time, and `due` says when that is, so the
 daemon's loop, and tests, decide when passes come.
 """
 
 from __future__ import annotations
 
-import http.client
+import socket
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from better_compute.bcd.containers import Found, RuntimeFailure, container_name, spec_digest
@@ -42,6 +48,13 @@ BACKOFF_MAX = 300.0
 RESET_AFTER = 600.0
 """Seconds a container runs without exiting after which its back-off starts again from 1 s."""
 CRASH_LOOP = 3
+PROBE_WORKERS = 8
+"""Probes run at once (in threads): one slow container's probe never waits for another's."""
+PROBE_WAIT = 2.0
+"""The most seconds one pass waits for its probes: a probe still under way (its own timeout, up to
+60 s, bounds it) is read by a later pass, so no tenant's container can stall the daemon's loop."""
+MAX_STATUS_LINE = 1024
+"""The most bytes of an httpGet probe's answer read (its status line)."""
 """Restarts (without a run of `RESET_AFTER`) after which an exit is reported `crash-looping`."""
 
 
@@ -53,8 +66,16 @@ class ContainerRuntime(Protocol):
     publish_address: str
     """Where published ports listen (what an httpGet probe calls)."""
 
-    def create(self, allocation_id: str, spec: ContainerSpec) -> str:
-        """Create (not start) the allocation's container, with its labels and CDI device; its id."""
+    def create(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        *,
+        digest: str | None = None,
+        atoms: Sequence[str] = (),
+    ) -> str:
+        """Create (not start) the allocation's container, with its labels (`digest` its
+        `better-compute.spec`, `atoms` its `better-compute.atoms`) and CDI device; its id."""
         ...
 
     def start(self, container_id: str) -> None: ...
@@ -86,15 +107,35 @@ HttpGet = Callable[[str, int, str, float], bool]
 
 
 def http_get(host: str, port: int, path: str, timeout: float) -> bool:
-    """An httpGet probe: a 2xx or 3xx answer passes; no answer within `timeout`, or any other, fails."""
-    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    """An httpGet probe: a 2xx or 3xx status line passes; no status line within `timeout`, or any
+    other, fails. `timeout` bounds the whole probe, connect to status line (`http.client`'s bounds
+    each socket read, so a server dripping a byte at a time could hold it indefinitely), and at most
+    `MAX_STATUS_LINE` bytes are read: the status is all a probe needs of the answer."""
+    deadline = time.monotonic() + timeout
+    request = (
+        f"GET {path} HTTP/1.0\r\nHost: {_host(host)}:{port}\r\nUser-Agent: bcd-probe\r\n"
+        "Connection: close\r\n\r\n"
+    )
     try:
-        connection.request("GET", path)
-        return 200 <= connection.getresponse().status < 400
-    except (OSError, http.client.HTTPException):
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            sock.sendall(request.encode("ascii"))
+            line = b""
+            while b"\n" not in line and len(line) < MAX_STATUS_LINE:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                sock.settimeout(left)
+                chunk = sock.recv(MAX_STATUS_LINE - len(line))
+                if not chunk:
+                    break
+                line += chunk
+    except (OSError, UnicodeError):
         return False
-    finally:
-        connection.close()
+    parts = line.split(b"\n", 1)[0].split()
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+        return False
+    return 200 <= int(parts[1]) < 400
 
 
 def backoff(restarts: int) -> float:
@@ -124,9 +165,12 @@ class _Replica:
     attempts: int = 0
     """Failed creates (or starts) in a row: their back-off."""
     reported: tuple[Any, ...] | None = None
+    probing: Future[bool] | None = None
+    """The readiness probe under way (in `RuntimeConverger`'s pool), read by the pass it ends in."""
 
     def started(self, now: float, spec: ContainerSpec, *, adopted: bool = False) -> None:
         self.running_since = now
+        self.probing = None  # a probe of the run before says nothing of this one
         delay = 0 if adopted or spec.readiness is None else spec.readiness.initial_delay_seconds
         self.next_probe = now + delay
         self.failures = 0
@@ -135,9 +179,32 @@ class _Replica:
         self.exit_code = None
 
 
-def _spec_of(a: AssignmentPublic) -> ContainerSpec:
+@dataclass
+class Pruned:
+    """What `RuntimeConverger.prune` did: the `removed` reports (to be queued before anything the
+    devices' pass says of the same allocations), and the allocations whose container could not be
+    removed, with the atoms it holds (`lingering`): still held, neither released, scrubbed, handed
+    to another allocation nor re-cut."""
+
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    lingering: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Want:
+    """What one assignment asks to run: its container, on its atoms, for its tenant, and the digest
+    of the three (`spec_digest`: the container's `better-compute.spec` label)."""
+
+    spec: ContainerSpec
+    atoms: tuple[str, ...]
+    digest: str
+
+
+def _want_of(a: AssignmentPublic) -> _Want:
     assert a.container is not None
-    return parse_container(a.container.model_dump(mode="json", by_alias=True))
+    spec = parse_container(a.container.model_dump(mode="json", by_alias=True))
+    atoms = tuple(sorted(a.atoms))
+    return _Want(spec, atoms, spec_digest(spec, atoms, a.tenant_id))
 
 
 def _host(address: str) -> str:
@@ -168,6 +235,13 @@ class RuntimeConverger:
         self.stop_timeout = stop_timeout
         self._replicas: dict[str, _Replica] = {}
         self._specs: dict[str, ContainerSpec] = {}
+        self._holding: dict[str, tuple[str, ...]] = {}
+        """{allocation: its containers' atoms} as the last listing found them: what is held while
+        the runtime cannot be listed."""
+        self._pool: ThreadPoolExecutor | None = None
+        self._probed: list[tuple[str, ContainerSpec, _Replica, str | None]] = []
+        """This pass's running containers with a probe under way: their state is queued once the
+        pass has waited (at most `PROBE_WAIT`) for the probes."""
 
     def _log(self, level: str, event: str, **fields: Any) -> None:
         if self.log is not None:
@@ -175,21 +249,86 @@ class RuntimeConverger:
 
     # -- the pass ------------------------------------------------------------------------------
 
-    def converge(
+    def _wanted(
         self, assignments: Iterable[AssignmentPublic], bound: Collection[str]
-    ) -> list[dict[str, Any]]:
-        """One pass; the `ReplicaState` reports whose content changed."""
-        now = self.clock()
-        reports: list[dict[str, Any]] = []
-        wanted: dict[str, ContainerSpec] = {}
+    ) -> tuple[dict[str, _Want], dict[str, str]]:
+        """The bound container assignments' wants, and those whose container cannot be run (why)."""
+        wanted: dict[str, _Want] = {}
         refused: dict[str, str] = {}
         for a in assignments:
             if a.container is None or a.allocation_id not in bound:
                 continue
             try:
-                wanted[a.allocation_id] = _spec_of(a)
+                wanted[a.allocation_id] = _want_of(a)
             except DomainError as exc:
                 refused[a.allocation_id] = f"the container cannot be run: {exc}"
+        return wanted, refused
+
+    def prune(self, assignments: Iterable[AssignmentPublic], bound: Collection[str]) -> Pruned:
+        """The first step of a pass, before any device is released, scrubbed, handed to another
+        allocation or re-cut: stop and remove every container that is not its allocation's current
+        one (an allocation no longer assigned here, a stray, one made for other atoms, another
+        tenant or another spec). What could not be removed (podman refused, or cannot be listed)
+        `lingers`: its allocation still holds its atoms until a later pass removes it."""
+        wanted, _ = self._wanted(assignments, bound)
+        pruned = Pruned()
+        try:
+            found = self.runtime.list()
+        except RuntimeFailure as exc:
+            # Not knowing what runs: what ran at the last listing is held still.
+            self._log("error", "runtime.unlisted", reason=exc.detail)
+            pruned.lingering.update(self._holding)
+            return pruned
+        kept: set[str] = set()
+        remaining: list[Found] = []
+        gone: set[str] = set()
+        for c in sorted(found, key=lambda f: (f.allocation_id, f.state != "running", f.id)):
+            want = wanted.get(c.allocation_id)
+            if (
+                want is not None
+                and c.spec_digest == want.digest
+                and c.name == container_name(self.node, c.allocation_id)
+                and c.allocation_id not in kept
+            ):
+                kept.add(c.allocation_id)
+                remaining.append(c)
+                continue
+            if not self._remove([c], "stray" if want is None else "changed"):
+                remaining.append(c)
+                atoms = pruned.lingering.get(c.allocation_id, ())
+                pruned.lingering[c.allocation_id] = tuple(sorted({*atoms, *c.atoms}))
+                continue
+            if want is None:
+                gone.add(c.allocation_id)
+            elif c.allocation_id not in kept:
+                # Its replacement is made by this pass's `converge`, counting from nothing.
+                r = self._replicas.get(c.allocation_id)
+                self._replicas[c.allocation_id] = _Replica(reported=r.reported if r else None)
+        for allocation_id in sorted(gone - set(pruned.lingering)):
+            self._replicas.pop(allocation_id, None)
+            pruned.reports.append(
+                {"kind": "ReplicaState", "allocationId": allocation_id, "state": "removed", "restarts": 0}
+            )
+        holding: dict[str, set[str]] = {}
+        for c in remaining:
+            holding.setdefault(c.allocation_id, set()).update(c.atoms)
+        self._holding = {allocation_id: tuple(sorted(atoms)) for allocation_id, atoms in holding.items()}
+        return pruned
+
+    def converge(
+        self,
+        assignments: Iterable[AssignmentPublic],
+        bound: Collection[str],
+        *,
+        pruned: bool = False,
+    ) -> list[dict[str, Any]]:
+        """One pass; the `ReplicaState` reports whose content changed. It prunes first (`prune`)
+        unless the caller did already in this pass (`pruned`: the daemon prunes before the devices'
+        pass, so a container is gone before its devices are released)."""
+        now = self.clock()
+        assignments = list(assignments)
+        reports: list[dict[str, Any]] = [] if pruned else self.prune(assignments, bound).reports
+        wanted, refused = self._wanted(assignments, bound)
         try:
             found = self.runtime.list()
         except RuntimeFailure as exc:
@@ -198,26 +337,20 @@ class RuntimeConverger:
         by_allocation: dict[str, list[Found]] = {}
         for f in found:
             by_allocation.setdefault(f.allocation_id, []).append(f)
-        for allocation_id, containers in sorted(by_allocation.items()):
-            if allocation_id not in wanted and self._remove(containers, "stray"):
-                self._replicas.pop(allocation_id, None)
-                reports.append(
-                    {
-                        "kind": "ReplicaState",
-                        "allocationId": allocation_id,
-                        "state": "removed",
-                        "restarts": 0,
-                    }
-                )
         for allocation_id in set(self._replicas) - set(wanted) - set(by_allocation):
             del self._replicas[allocation_id]
         for allocation_id, why in sorted(refused.items()):
             r = self._replicas.setdefault(allocation_id, _Replica())
             r.problem, r.detail = "create-failed", why
             self._queue(allocation_id, r, "created", None, reports)
-        self._specs = wanted
-        for allocation_id, spec in sorted(wanted.items()):
-            self._one(allocation_id, spec, by_allocation.get(allocation_id, []), now, reports)
+        self._specs = {allocation_id: want.spec for allocation_id, want in wanted.items()}
+        self._probed = []
+        for allocation_id, want in sorted(wanted.items()):
+            try:
+                self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
+            except RuntimeFailure as exc:
+                self._log("error", "container.failed", allocation=allocation_id, reason=exc.detail)
+        self._read_probes(reports)
         return reports
 
     def _remove(self, containers: Sequence[Found], why: str) -> bool:
@@ -237,15 +370,15 @@ class RuntimeConverger:
     def _one(
         self,
         allocation_id: str,
-        spec: ContainerSpec,
+        want: _Want,
         containers: Sequence[Found],
         now: float,
         out: list[dict[str, Any]],
     ) -> None:
         r = self._replicas.setdefault(allocation_id, _Replica())
-        digest = spec_digest(spec)
+        spec = want.spec
         name = container_name(self.node, allocation_id)
-        current = [c for c in containers if c.spec_digest == digest and c.name == name]
+        current = [c for c in containers if c.spec_digest == want.digest and c.name == name]
         outdated = [c for c in containers if c not in current[:1]]
         if outdated:
             if not self._remove(outdated, "changed"):
@@ -254,7 +387,7 @@ class RuntimeConverger:
                 self._replicas[allocation_id] = r = _Replica(reported=r.reported)
         container = current[0] if current else None
         if container is None:
-            self._create(allocation_id, spec, r, now, out)
+            self._create(allocation_id, want, r, now, out)
             return
         if r.container_id != container.id:
             self._log("info", "container.adopted", allocation=allocation_id, container=container.id)
@@ -284,8 +417,27 @@ class RuntimeConverger:
             if r.problem == "crash-looping":
                 r.problem = r.detail = None
         self._probe(spec, container, r, now)
+        if r.probing is not None:
+            self._probed.append((allocation_id, spec, r, address))
+            return
+        self._queue_running(allocation_id, spec, r, address, out)
+
+    def _queue_running(
+        self,
+        allocation_id: str,
+        spec: ContainerSpec,
+        r: _Replica,
+        address: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
         if r.ready:
             state = "ready"
+            if r.problem == "crash-looping":
+                # Ready again after its restarts: the problem is over (the restart count stays, and
+                # so does the back-off streak until it has run `RESET_AFTER`).
+                r.problem = None
+            if r.problem is None:
+                r.detail = None  # what an exit said (an OOM kill) is history now
         elif r.failures >= self._threshold(spec):
             state = "not-ready"
         else:
@@ -293,12 +445,13 @@ class RuntimeConverger:
         self._queue(allocation_id, r, state, address, out)
 
     def _create(
-        self, allocation_id: str, spec: ContainerSpec, r: _Replica, now: float, out: list[dict[str, Any]]
+        self, allocation_id: str, want: _Want, r: _Replica, now: float, out: list[dict[str, Any]]
     ) -> None:
+        spec = want.spec
         if r.retry_at is not None and now < r.retry_at:
             return
         try:
-            container_id = self.runtime.create(allocation_id, spec)
+            container_id = self.runtime.create(allocation_id, spec, digest=want.digest, atoms=want.atoms)
         except RuntimeFailure as exc:
             r.attempts += 1
             r.retry_at = now + backoff(r.attempts - 1)
@@ -395,31 +548,58 @@ class RuntimeConverger:
         return spec.readiness.failure_threshold if spec.readiness is not None else 1
 
     def _probe(self, spec: ContainerSpec, container: Found, r: _Replica, now: float) -> None:
+        """Start the readiness probe in the pool when it is due (none while one is under way)."""
         probe = spec.readiness
         if probe is None:
             r.ready = True
             return
-        if now < r.next_probe:
+        if r.probing is not None or now < r.next_probe:
             return
         r.next_probe = now + probe.period_seconds
-        passed = False
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=PROBE_WORKERS, thread_name_prefix="bcd-probe")
+        r.probing = self._pool.submit(self._check, spec, container)
+
+    def _check(self, spec: ContainerSpec, container: Found) -> bool:
+        """One probe (in a pool thread), bounded by its timeout: an httpGet of the published host
+        port (`http_get`: an overall deadline), or an exec in the container (podman exec under a
+        subprocess timeout)."""
+        probe = spec.readiness
+        assert probe is not None
         try:
             if probe.http_path is not None and probe.http_port is not None:
                 host_port = container.ports.get(probe.http_port)
-                passed = host_port is not None and self.probe_http(
+                return host_port is not None and self.probe_http(
                     self.runtime.publish_address, host_port, probe.http_path, float(probe.timeout_seconds)
                 )
-            else:
-                passed = self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
+            return self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
         except RuntimeFailure as exc:
             self._log("warning", "probe.error", allocation=container.allocation_id, reason=exc.detail)
-        if passed:
-            r.failures = 0
-            r.ready = r.was_ready = True
-        else:
-            r.failures += 1
-            if r.failures >= probe.failure_threshold:
-                r.ready = False
+        except Exception as exc:  # a probe's failure, whatever it is, is a failed probe
+            self._log("warning", "probe.error", allocation=container.allocation_id, reason=repr(exc))
+        return False
+
+    def _read_probes(self, out: list[dict[str, Any]]) -> None:
+        """Wait (at most `PROBE_WAIT` in all) for this pass's probes, apply those that ended, and
+        queue the states; one still under way is read by a later pass."""
+        probed, self._probed = self._probed, []
+        running = [r.probing for _, _, r, _ in probed if r.probing is not None]
+        if running:
+            wait(running, timeout=PROBE_WAIT)
+        for allocation_id, spec, r, address in probed:
+            future = r.probing
+            if future is not None and future.done():
+                r.probing = None
+                probe = spec.readiness
+                assert probe is not None
+                if future.result():
+                    r.failures = 0
+                    r.ready = r.was_ready = True
+                else:
+                    r.failures += 1
+                    if r.failures >= probe.failure_threshold:
+                        r.ready = False
+            self._queue_running(allocation_id, spec, r, address, out)
 
     # -- reports -------------------------------------------------------------------------------
 
@@ -454,6 +634,15 @@ class RuntimeConverger:
         self._log("info", "replica.state", allocation=allocation_id, state=state, problem=r.problem)
         out.append(report)
 
+    def forget_reported(self, allocation_id: str | None = None) -> None:
+        """Forget what was last reported of `allocation_id` (of every allocation when None), so the
+        next pass sends its state again even though it did not change: the server may have
+        forgotten it (a copy scaled down and added again, a component made again, a copy moved: a
+        new spec generation) or never taken it (a dropped report)."""
+        for key, r in self._replicas.items():
+            if allocation_id is None or key == allocation_id:
+                r.reported = None
+
     # -- timing --------------------------------------------------------------------------------
 
     def due(self) -> float | None:
@@ -468,7 +657,9 @@ class RuntimeConverger:
                 times.append(r.next_restart)
             if r.retry_at is not None:
                 times.append(r.retry_at)
-            if r.running_since is not None and spec.readiness is not None:
+            if r.probing is not None:
+                times.append(self.clock() + 0.2)  # a probe under way: read it soon
+            elif r.running_since is not None and spec.readiness is not None:
                 times.append(r.next_probe)
             elif r.running_since is not None:
                 # Nothing scheduled, but a crash is only seen by a pass.

@@ -276,7 +276,15 @@ def run(
     log = Log(node=identity.node)
     try:
         containers = _container_runtime(
-            runtime, nvml, identity.node, podman, container_arg or [], publish_address, pull, stop_timeout
+            runtime,
+            nvml,
+            identity.node,
+            podman,
+            container_arg or [],
+            publish_address,
+            pull,
+            stop_timeout,
+            env_dir=state_dir / "container-env",
         )
     except ValueError as exc:
         _fail(str(exc), 2)
@@ -358,6 +366,8 @@ def _container_runtime(
     publish_address: str,
     pull: str,
     stop_timeout: int,
+    *,
+    env_dir: Path | None = None,
 ) -> ContainerRuntime | None:
     """The runtime `--runtime` names (`auto`: the fake for a simulated node, podman where its binary
     is on PATH, else none); ValueError for options that do not fit."""
@@ -389,6 +399,7 @@ def _container_runtime(
         publish_address=publish_address,
         pull=pull,
         stop_timeout=stop_timeout,
+        env_dir=env_dir,
     )
 
 

@@ -173,7 +173,11 @@ class SimulatedNodes:
         containers: ContainerRuntime
         if podman:
             containers = PodmanRuntime(
-                name, argv=self.podman, create_args=self.create_args, stop_timeout=STOP_TIMEOUT
+                name,
+                argv=self.podman,
+                create_args=self.create_args,
+                stop_timeout=STOP_TIMEOUT,
+                env_dir=state_dir / "container-env",
             )
         else:
             containers = FakeRuntime(name)
