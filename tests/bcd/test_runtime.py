@@ -558,7 +558,7 @@ class _Forgetful(_Nodes):
         return super().report(node, report, report_id=report_id)
 
 
-def test_a_replica_state_the_server_forgot_or_dropped_is_sent_again(
+def test_a_refused_replica_state_is_not_resent_each_pass_and_every_state_is_sent_on_a_new_spec(
     tmp_path: Path, runtime: FakeRuntime
 ) -> None:
     fake = FakeNode.from_fleet(fleet_spec(nodes=1, mode="exclusive"), "n")
@@ -567,10 +567,11 @@ def test_a_replica_state_the_server_forgot_or_dropped_is_sent_again(
     nodes = _Forgetful(_spec(fake, 1, a), refuse="ready")
     daemon = _daemon(tmp_path, runtime, nodes, fake)
     daemon.step(False)
-    daemon.step(True)  # `ready` is dropped by the server
+    daemon.step(True)  # `ready` is refused by the server, for the spec it has
+    daemon.step(True)
     daemon.step(True)
     states = [r["state"] for r in nodes.reports if r["kind"] == "ReplicaState"]
-    assert states == ["created", "ready"]  # the dropped `ready` sent again though nothing changed
+    assert states == ["created"]  # taken; the refused `ready` is not sent again each pass
     # A new generation (the copy scaled down and added again: the server forgot it): the unchanged
     # `ready` is sent once more.
     nodes.spec_answer = _spec(fake, 2, a)

@@ -215,10 +215,10 @@ class Daemon:
                 self.log.error(
                     "report.dropped", kind=entry.report.get("kind"), reportId=entry.report_id, reason=str(exc)
                 )
+                # A refused ReplicaState stays cached as said: the server refuses it for the spec it
+                # has (an allocation not on this node), and a new spec's generation sends every
+                # state again; sending it each pass meanwhile would only be refused each pass.
                 self.queue.done(entry)
-                if self.runtime is not None and entry.report.get("kind") == "ReplicaState":
-                    # Not taken: its state is sent again by a later pass, not cached as said.
-                    self.runtime.forget_reported(str(entry.report.get("allocationId")))
                 continue
             self.queue.done(entry)
             self.log.info(
