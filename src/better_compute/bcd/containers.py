@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from better_compute.domain.fleet import node_agents, replica_states
 from better_compute.domain.kernel.containers import ContainerSpec
 
 NODE_LABEL = "better-compute.node"
@@ -27,11 +28,11 @@ ALLOCATION_LABEL = "better-compute.allocation"
 SPEC_LABEL = "better-compute.spec"
 ATOMS_LABEL = "better-compute.atoms"
 
-MAX_DETAIL = 1000
+MAX_DETAIL = replica_states.MAX_DETAIL
 """The most characters of a runtime's error kept (the report's `detail` limit)."""
-MAX_LOG_TAIL = 10_000
-"""The most lines `logs` returns."""
-MAX_LOG_BYTES = 1024 * 1024
+MAX_LOG_TAIL = node_agents.TAIL_MAX
+"""The most lines `logs` returns (the server's limit on a log read)."""
+MAX_LOG_BYTES = node_agents.LOG_BYTES_MAX
 """The most bytes of log `logs` returns (the last ones)."""
 
 State = Literal["created", "running", "exited", "other"]

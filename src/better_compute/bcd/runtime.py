@@ -37,7 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from better_compute.bcd.containers import Found, RuntimeFailure, container_name, spec_digest
+from better_compute.bcd.containers import MAX_DETAIL, Found, RuntimeFailure, container_name, spec_digest
 from better_compute.bcd.logs import Log
 from better_compute.domain.kernel.containers import ContainerSpec, parse_container
 from better_compute.domain.kernel.errors import DomainError
@@ -628,7 +628,7 @@ class RuntimeConverger:
         if r.problem is not None:
             report["problem"] = r.problem
         if r.detail is not None:
-            report["detail"] = r.detail[:1000]
+            report["detail"] = r.detail[:MAX_DETAIL]
         if address is not None:
             report["address"] = address
         self._log("info", "replica.state", allocation=allocation_id, state=state, problem=r.problem)
