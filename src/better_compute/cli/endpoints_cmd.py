@@ -36,7 +36,7 @@ from better_compute.cli.container_flags import (
     options_of,
     print_what_runs,
 )
-from better_compute.cli.output import fail, print_json, print_log, stderr, stdout
+from better_compute.cli.output import LogTailOption, fail, print_json, print_log, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 from better_compute.wire.invocations import INVOKED_COPY_HEADER
@@ -301,16 +301,7 @@ def endpoints_logs(
             "--copy", min=0, help="The copy's number (default: the first copy on a node).", show_default=False
         ),
     ] = None,
-    tail: Annotated[
-        int | None,
-        typer.Option(
-            "--tail",
-            min=1,
-            max=10_000,
-            help="How many of the newest lines (default 100).",
-            show_default=False,
-        ),
-    ] = None,
+    tail: LogTailOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -35,6 +35,15 @@ def stderr() -> Console:
 def print_json(value: Any) -> None:
     """JSON on stdout, exactly as given (no colour, no wrapping), for scripts."""
     sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False) + "\n")
+
+
+LogTailOption = Annotated[
+    int | None,
+    typer.Option(
+        "--tail", min=1, max=10_000, help="How many of the newest lines (default 100).", show_default=False
+    ),
+]
+"""`--tail` of the log commands (`workloads logs`, `endpoints logs`): the server's bounds."""
 
 
 def print_log(allocation_id: str, node: str, lines: str, as_json: bool) -> None:

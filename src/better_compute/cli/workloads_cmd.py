@@ -31,7 +31,7 @@ from better_compute.cli.container_flags import (
     container_rows,
     options_of,
 )
-from better_compute.cli.output import print_json, print_log, stdout
+from better_compute.cli.output import LogTailOption, print_json, print_log, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
 
@@ -565,16 +565,7 @@ def workloads_logs(
             "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
         ),
     ] = None,
-    tail: Annotated[
-        int | None,
-        typer.Option(
-            "--tail",
-            min=1,
-            max=10_000,
-            help="How many of the newest lines (default 100).",
-            show_default=False,
-        ),
-    ] = None,
+    tail: LogTailOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
