@@ -1,5 +1,5 @@
 """A node that has gone silent no longer vouches for its containers (docs/endpoints.md#what-runs,
-docs/placement.md#phases, docs/bcd.md): once its last signed report or spec read is `READY_LEASE` old,
+docs/placement.md#phases-and-reasons, docs/bcd.md): once its last signed report or spec read is `READY_LEASE` old,
 its copies are not ready (the endpoint leaves `InService`, `invoke` sends them nothing, a relayout does
 not count them toward `minCopies`) and its workload replicas are not ready (`readyReplicas`, phase);
 its next spec read makes them count again, with no new report. Through the real app with an injected
