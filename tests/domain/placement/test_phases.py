@@ -33,7 +33,9 @@ def test_a_replicas_latest_word_counts_and_problems_are_listed_in_replica_order_
         "d.r1": [ReplicaState("d.r1", "n-2", "ready", T0)],
         "d.r2": [ReplicaState("d.r2", "n-2", "removed", T0)],
     }
-    assert containers_of(["d.r0", "d.r1", "d.r2", "d.r3"], states) == Containers(existing=2, ready=1)
+    assert containers_of(["d.r0", "d.r1", "d.r2", "d.r3"], states, {"n-1", "n-2"}) == Containers(
+        existing=2, ready=1
+    )
     crash = {
         f"d.r{i}": [ReplicaState(f"d.r{i}", "n-1", "exited", T0, 1, "crash-looping", restarts=i)]
         for i in range(30)

@@ -29,7 +29,7 @@ from better_compute.service.ops.placement_retry import Retrier
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.service.placement.workloads import Wiring
 from better_compute.storage.store import Store
-from tests.builders import CountingIds
+from tests.builders import T0, CountingIds
 from tests.node_world import NodeWorld
 
 ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="test-admin")
@@ -222,7 +222,7 @@ def test_copies_take_free_partitions_of_their_type_and_the_rest_wait(store: Stor
     with pytest.raises(AlreadyExists):
         components.create(store, PLATFORM, component("small", 1), world.clock.now)
     with pytest.raises(NotFound, match="component small not found"):
-        components.get(store, ACME, "small")  # another tenant's reads as missing
+        components.get(store, ACME, "small", world.clock.now)  # another tenant's reads as missing
 
 
 def test_copies_asked_for_before_the_instances_are_cut_are_placed_when_the_gate_hands_them_over(
@@ -236,7 +236,10 @@ def test_copies_asked_for_before_the_instances_are_cut_are_placed_when_the_gate_
     assert [c.state for c in early.copies] == ["pending", "pending"]  # nothing is cut yet
     assert daemon.step(True)
     Reconciler(store, world.clock, "r1").tick()  # the hand-over places them, no timer
-    assert [c.state for c in components.get(store, PLATFORM, "early").copies] == ["placed", "placed"]
+    assert [c.state for c in components.get(store, PLATFORM, "early", world.clock.now).copies] == [
+        "placed",
+        "placed",
+    ]
 
 
 def test_copies_stay_within_the_hosts_cpu_cores_and_memory(store: Store, tmp_path: Path) -> None:
@@ -255,7 +258,7 @@ def test_deleting_an_endpoint_deletes_its_components(store: Store, tmp_path: Pat
     components.create(store, PLATFORM, component("small", 2), world.clock.now)
     endpoints.delete(store, PLATFORM, "chat", world.clock.now)
     with pytest.raises(NotFound):
-        components.get(store, PLATFORM, "small")
+        components.get(store, PLATFORM, "small", world.clock.now)
 
 
 def two_instances(world: NodeWorld) -> Any:
@@ -272,7 +275,7 @@ def two_instances(world: NodeWorld) -> Any:
 
 
 def placed_by_node(name: str, store: Store) -> dict[str, int]:
-    shown = components.get(store, PLATFORM, name)
+    shown = components.get(store, PLATFORM, name, T0)
     return dict(Counter(c.node for c in shown.copies if c.state == "placed"))
 
 

@@ -32,14 +32,14 @@ def test_a_live_relayout_keeps_min_copies_ready_moving_copies_ahead_and_waiting_
 
     def report_new() -> None:
         """Each node reports ready the copies it runs that it has said nothing of yet."""
-        for c in components.get(store, PLATFORM, "small").copies:
+        for c in components.get(store, PLATFORM, "small", world.clock.now).copies:
             if c.state == "placed" and c.runtime_state is None:
                 assert c.node is not None
                 body = {"kind": "ReplicaState", "allocationId": f"copy:small:{c.copy}", "state": "ready"}
                 clients[c.node].nodes.report(c.node, body)
 
     def ready() -> int:
-        return components.get(store, PLATFORM, "small").ready
+        return components.get(store, PLATFORM, "small", world.clock.now).ready
 
     def cut() -> list[str]:
         shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)

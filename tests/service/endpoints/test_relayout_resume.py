@@ -19,6 +19,7 @@ from better_compute.service.endpoints.relayout_resume import Resumer
 from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.service.services import Services
 from better_compute.storage.store import Store
+from tests.builders import T0
 from tests.conftest import SERIAL
 from tests.node_world import NodeWorld
 from tests.service.endpoints.test_endpoints import PLATFORM, component, relayout, two_instances
@@ -42,7 +43,7 @@ class Nodes:
     def report(self) -> int:
         """Each node reports on the copies that came or went since it last did; how many reports."""
         sent = 0
-        for c in components.get(self.world.store, PLATFORM, "small").copies:
+        for c in components.get(self.world.store, PLATFORM, "small", self.world.clock.now).copies:
             if c.state != "placed" or c.node is None or self.said.get(c.copy) == c.node:
                 continue
             copy = f"copy:small:{c.copy}"
@@ -73,7 +74,7 @@ def waiting_relayout(store: Store, tmp_path: Path) -> tuple[NodeWorld, Nodes]:
         store, PLATFORM, component("small", 4, minCopies=3, container=CONTAINER), world.clock.now
     )
     nodes.report()
-    assert components.get(store, PLATFORM, "small").ready == 4
+    assert components.get(store, PLATFORM, "small", world.clock.now).ready == 4
     started = endpoints.update(store, PLATFORM, relayout(NEW), world.clock.now)
     assert started.status == "Updating" and started.record.reason is not None
     assert "the copies that moved are ready" in started.record.reason
@@ -131,7 +132,7 @@ def test_a_waiting_relayout_goes_on_when_the_moved_copies_are_reported_ready(
 ) -> None:
     world, nodes = waiting_relayout(store, tmp_path)
     gate = Reconciler(store, world.clock, "r1")
-    seen = [components.get(store, PLATFORM, "small").ready]
+    seen = [components.get(store, PLATFORM, "small", world.clock.now).ready]
     with Loop(world) as loop:
         loop.settle()  # its first pass looks at every waiting endpoint: the moved copy is not ready yet
         assert cut(world) == [] and loop.passes == 1
@@ -142,17 +143,17 @@ def test_a_waiting_relayout_goes_on_when_the_moved_copies_are_reported_ready(
                     break
                 loop.settle()
                 assert loop.passes > before  # the report route woke the loop
-                seen.append(components.get(store, PLATFORM, "small").ready)
+                seen.append(components.get(store, PLATFORM, "small", world.clock.now).ready)
             if endpoints.get(store, PLATFORM, "chat", world.clock.now).status == "InService":
                 break
             nodes.converge()
             gate.tick()
-            seen.append(components.get(store, PLATFORM, "small").ready)
+            seen.append(components.get(store, PLATFORM, "small", world.clock.now).ready)
     done = endpoints.get(store, PLATFORM, "chat", world.clock.now)
     assert done.status == "InService" and done.record.reason is None
     assert [i.layout for i in done.instances] == ["mixed:3x2g.20gb"] * 2
     assert min(seen) >= 3
-    assert components.get(store, PLATFORM, "small").ready == 4
+    assert components.get(store, PLATFORM, "small", world.clock.now).ready == 4
     # each instance was cut once, after a wait, with no second endpoints.update
     cuts = world.http.get("/v1/events", params={"type": "endpoint.updated"}, headers=world.admin).json()
     assert [e["payload"]["node"] for e in cuts["items"] if e["payload"].get("layout")] == ["n-1", "n-2"]
@@ -191,7 +192,7 @@ def _steps(store: Store) -> tuple[int, int, list[tuple[str, str | None]]]:
             text("SELECT payload FROM events WHERE type = 'endpoint.updated' ORDER BY id")
         ).scalars()
         cut = sum(1 for p in cuts if (p if isinstance(p, dict) else json.loads(p)).get("layout"))
-    shown = components.get(store, PLATFORM, "small")
+    shown = components.get(store, PLATFORM, "small", T0)
     return gates, cut, sorted((str(c.copy), c.node) for c in shown.copies)
 
 

@@ -172,7 +172,7 @@ def test_copies_on_a_gpu_that_disappears_wait_and_stop_counting(store: Store, tm
     inventory.ingest(
         store, [replace(report, gpus=tuple(g for g in report.gpus if g.uuid != lost))], world.clock.now
     )
-    after = components.get(store, PLATFORM, "small")
+    after = components.get(store, PLATFORM, "small", world.clock.now)
     assert sorted(c.state for c in after.copies) == ["pending", "pending", "placed", "placed"]
     assert all(c.gpu_id != lost for c in after.copies if c.state == "placed")
     world.clock.now = start + 2 * HOUR

@@ -230,7 +230,7 @@ def install(app: FastAPI) -> None:
         if partial == "1":
             return fragment("_verdicts.html", **shown)
         listed = workloads.list_workloads(
-            services.store, principal, tenant_id=None, limit=WORKLOADS_SHOWN, after=None
+            services.store, principal, services.clock(), tenant_id=None, limit=WORKLOADS_SHOWN, after=None
         ).items
         return render_page(
             session,

@@ -91,17 +91,17 @@ def create_component(
 
 @router.get("/components", response_model=Page[ComponentPublic])
 def list_components(
-    q: Annotated[ComponentListQuery, Query()], principal: PrincipalDep, store: StoreDep
+    q: Annotated[ComponentListQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> Page[ComponentPublic]:
     found = components.list_components(
-        store, principal, endpoint_name=q.endpoint_name, limit=q.limit, after=q.cursor
+        store, principal, now, endpoint_name=q.endpoint_name, limit=q.limit, after=q.cursor
     )
     return paged(found, component_public)
 
 
 @router.get("/components/{name}", response_model=ComponentPublic)
-def get_component(name: str, principal: PrincipalDep, store: StoreDep) -> ComponentPublic:
-    return component_public(components.get(store, principal, name))
+def get_component(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> ComponentPublic:
+    return component_public(components.get(store, principal, name, now))
 
 
 @router.post("/components/{name}/scale", response_model=ComponentPublic)

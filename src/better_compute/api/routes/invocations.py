@@ -88,7 +88,7 @@ async def invoke(
 ) -> Response:
     named = _component(header, component)
     services = services_of(request)
-    route = invocations.route(services.store, principal, name, named)
+    route = invocations.route(services.store, principal, name, named, services.clock())
     body = await request.body()
     if len(body) > MAX_INVOKE_BODY_BYTES:  # the cap in front of the app already refuses these
         raise InvalidInput(

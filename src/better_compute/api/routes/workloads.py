@@ -97,17 +97,17 @@ def create_workload(
 
 @router.get("/workloads", response_model=Page[WorkloadPublic])
 def list_workloads(
-    q: Annotated[WorkloadListQuery, Query()], principal: PrincipalDep, services: ServicesDep
+    q: Annotated[WorkloadListQuery, Query()], principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Page[WorkloadPublic]:
     found = workloads.list_workloads(
-        services.store, principal, tenant_id=q.tenant_id, limit=q.limit, after=q.cursor
+        services.store, principal, now, tenant_id=q.tenant_id, limit=q.limit, after=q.cursor
     )
     return paged(found, workload_public)
 
 
 @router.get("/workloads/{id}", response_model=WorkloadPublic)
-def get_workload(id: str, principal: PrincipalDep, services: ServicesDep) -> WorkloadPublic:
-    return workload_public(workloads.get(services.store, principal, id))
+def get_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: NowDep) -> WorkloadPublic:
+    return workload_public(workloads.get(services.store, principal, id, now))
 
 
 @router.post("/workloads/{id}/scale", response_model=WorkloadPublic)
@@ -128,10 +128,10 @@ def delete_workload(id: str, principal: PrincipalDep, services: ServicesDep, now
 
 @router.get("/deployments", response_model=Page[DeploymentPublic])
 def list_deployments(
-    q: Annotated[DeploymentListQuery, Query()], principal: PrincipalDep, services: ServicesDep
+    q: Annotated[DeploymentListQuery, Query()], principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Page[DeploymentPublic]:
     found = workloads.list_deployments(
-        services.store, principal, workload_id=q.workload_id, limit=q.limit, after=q.cursor
+        services.store, principal, now, workload_id=q.workload_id, limit=q.limit, after=q.cursor
     )
     return paged(found, deployment_public)
 
@@ -148,7 +148,7 @@ def preview_placement(
     body: PlacementPreviewRequest, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Response:
     if body.workload_id is not None:
-        view = workloads.get(services.store, principal, body.workload_id)
+        view = workloads.get(services.store, principal, body.workload_id, now)
         current = {d.deployment.cluster_id: d.booked for d in view.deployments}
         got = placement.preview(
             services.store,

@@ -15,7 +15,7 @@ ready"): `Containers`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, get_args
@@ -256,10 +256,13 @@ def replica_state(states: Sequence[ReplicaState]) -> ReplicaState | None:
     return max(states, key=lambda s: (s.updated_at, s.node_id), default=None)
 
 
-def containers_of(allocation_ids: Sequence[str], states: Mapping[str, Sequence[ReplicaState]]) -> Containers:
-    """How many of these replicas' containers exist, and how many are ready."""
+def containers_of(
+    allocation_ids: Sequence[str], states: Mapping[str, Sequence[ReplicaState]], live: Set[str]
+) -> Containers:
+    """How many of these replicas' containers exist, and how many are ready: said ready by a node
+    that is `live` (`replica_states.is_ready`; a silent node's replicas still exist, not ready)."""
     mine = [replica_state(states.get(a, ())) for a in allocation_ids]
-    return Containers(sum(1 for s in mine if exists(s)), sum(1 for s in mine if is_ready(s)))
+    return Containers(sum(1 for s in mine if exists(s)), sum(1 for s in mine if is_ready(s, live)))
 
 
 MAX_PROBLEMS = 20

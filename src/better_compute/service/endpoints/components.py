@@ -16,7 +16,7 @@ Lock order: a node's row before its endpoint's (the gate's hand-over holds the n
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
@@ -33,7 +33,7 @@ from better_compute.domain.endpoints.copy_states import ready_copies, ready_kept
 from better_compute.domain.endpoints.endpoints import copy_allocation_id, copy_of
 from better_compute.domain.endpoints.events import ComponentChanged
 from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, EndpointRecord
-from better_compute.domain.fleet.replica_states import ReplicaState
+from better_compute.domain.fleet.replica_states import ReplicaState, live_nodes
 from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.errors import AlreadyExists, InvalidState, NotFound
 from better_compute.domain.metering.showback import gpu_hour_price
@@ -225,12 +225,14 @@ def below_floor(plan: Plan) -> tuple[str, int, int] | None:
 
 
 def below_ready_floor(
-    plan: Plan, states: Mapping[str, Sequence[ReplicaState]]
+    plan: Plan, states: Mapping[str, Sequence[ReplicaState]], live: Set[str]
 ) -> tuple[str, int, int] | None:
     """The first component with a container the plan leaves with fewer READY copies than its
     `minCopies` (name, ready, floor): a copy that moves is not ready on its new node until that node
     says so (`domain.endpoints.copy_states`), so a step that would leave too few must wait for copies
-    to become ready; None: none. Components without a container are `below_floor`'s."""
+    to become ready, and a copy on a node that is not `live` does not count (a silent node's word that
+    its copies are ready is not taken: the relayout waits); None: none. Components without a container
+    are `below_floor`'s."""
     for name, spec in sorted(plan.specs.items()):
         if spec.container is None:
             continue
@@ -238,7 +240,7 @@ def below_ready_floor(
             c.copy: (p.node if (p := plan.where[(name, c.copy)]) is not None else None)
             for c in plan.copies[name]
         }
-        kept = ready_kept(plan.copies[name], staying, states)
+        kept = ready_kept(plan.copies[name], staying, states, live)
         if kept < spec.min_copies:
             return name, kept, spec.min_copies
     return None
@@ -249,6 +251,7 @@ def move_ahead_in(
     plan: Plan,
     leaving: str,
     states: Mapping[str, Sequence[ReplicaState]],
+    live: Set[str],
     now: datetime,
 ) -> int:
     """Move copies of components with a container off the instance `leaving` before it is re-cut,
@@ -263,7 +266,7 @@ def move_ahead_in(
         on = [c for c in plan.copies[name] if c.node_id == leaving]
         if not on:
             continue
-        ready = {r.copy for r in ready_copies(plan.copies[name], states)}
+        ready = {r.copy for r in ready_copies(plan.copies[name], states, live)}
         budget = len(ready) - spec.min_copies
         for c in sorted(on, key=lambda c: (c.copy in ready, c.copy)):
             key = (name, c.copy)
@@ -286,6 +289,13 @@ def copy_states_in(tx: EndpointsTx, plan: Plan) -> dict[str, list[ReplicaState]]
     """What the nodes said of the containers of the plan's copies."""
     ids = [copy_allocation_id(name, c.copy) for name, mine in plan.copies.items() for c in mine]
     return tx.replica_states.of_allocations(ids)
+
+
+def live_in(tx: EndpointsTx, copies: Mapping[str, Sequence[CopyRecord]], now: datetime) -> frozenset[str]:
+    """The nodes these copies are on that are live at `now` (`replica_states.live_nodes`): one read of
+    their last contacts."""
+    nodes = sorted({c.node_id for mine in copies.values() for c in mine if c.node_id is not None})
+    return live_nodes(tx.nodes.contacts(nodes), now) if nodes else frozenset()
 
 
 def holds_copy_in(tx: EndpointsTx, node_id: str, allocation_id: str) -> bool | None:
@@ -337,8 +347,8 @@ def place_pending_in(tx: EndpointsTx, endpoint: str, now: datetime) -> dict[str,
     return apply_in(tx, plan_in(tx, endpoint), now)
 
 
-def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec]) -> dict[str, int]:
-    """Ready copies per component with a container (`copy_states.ready_copies`)."""
+def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec], now: datetime) -> dict[str, int]:
+    """Ready copies per component with a container at `now` (`copy_states.ready_copies`)."""
     runs = [s.name for s in specs if s.container is not None]
     if not runs:
         return {}
@@ -346,11 +356,12 @@ def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec]) -> di
     states = tx.replica_states.of_allocations(
         [copy_allocation_id(name, c.copy) for name in runs for c in copies[name]]
     )
-    return {name: len(ready_copies(copies[name], states)) for name in runs}
+    live = live_in(tx, copies, now)
+    return {name: len(ready_copies(copies[name], states, live)) for name in runs}
 
 
 def _view(
-    tx: EndpointsTx, record: ComponentRecord, tenant_id: str, reason: str | None = None
+    tx: EndpointsTx, record: ComponentRecord, tenant_id: str, now: datetime, reason: str | None = None
 ) -> ComponentView:
     spec = parse_component(record.spec)
     copies = tx.components.copies([record.name])[record.name]
@@ -384,7 +395,10 @@ def _view(
     if pending and reason is None:
         reason = f"{pending} copies wait for a free {spec.partition_type} partition"
     placed = sum(1 for c in shown if c.state == "placed")
-    ready = len(ready_copies(copies, states)) if spec.container is not None else placed
+    if spec.container is not None:
+        ready = len(ready_copies(copies, states, live_in(tx, {record.name: copies}, now)))
+    else:
+        ready = placed
     return ComponentView(record, spec, tenant_id, tuple(shown), reason if pending else None, ready)
 
 
@@ -421,7 +435,7 @@ def create(
             raise AlreadyExists(f"component {spec.name} already exists", {"name": spec.name})
         tx.components.add_copies([CopyRecord(spec.name, i, None, None, now) for i in range(spec.copies)])
         reasons = place_pending_in(tx, endpoint.name, now)
-        view = _view(tx, record, endpoint.tenant_id, reasons.get(spec.name))
+        view = _view(tx, record, endpoint.tenant_id, now, reasons.get(spec.name))
         _changed(tx, view, "created", now)
         return view
 
@@ -444,22 +458,25 @@ def _mine(
     return record, endpoint
 
 
-def get(store: StorePort[EndpointsTx], principal: Principal, name: str) -> ComponentView:
-    """The component and each copy: the routing table a serving gateway reads."""
+def get(store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime) -> ComponentView:
+    """The component and each copy (its ready copies as of `now`): the routing table a serving
+    gateway reads."""
     with store.read() as tx:
         record, endpoint = _mine(tx, principal, name, lock=False)
-        return _view(tx, record, endpoint.tenant_id)
+        return _view(tx, record, endpoint.tenant_id, now)
 
 
 def list_components(
     store: StorePort[EndpointsTx],
     principal: Principal,
+    now: datetime,
     *,
     endpoint_name: str | None = None,
     limit: int | None = None,
     after: str | None = None,
 ) -> Listing[ComponentView]:
-    """Components by name: of one endpoint, or of every endpoint the caller sees."""
+    """Components by name: of one endpoint, or of every endpoint the caller sees (ready copies as of
+    `now`)."""
     with store.read() as tx:
         if endpoint_name is not None:
             endpoints = {
@@ -477,7 +494,7 @@ def list_components(
             if tenant is None:
                 owner = tx.endpoints.get(r.endpoint)
                 tenant = owner.tenant_id if owner is not None else ""
-            items.append(_view(tx, r, tenant))
+            items.append(_view(tx, r, tenant, now))
         return Listing(items, found.next_cursor)
 
 
@@ -513,7 +530,7 @@ def scale(
         reasons = place_pending_in(tx, endpoint.name, now)
         refreshed = tx.components.get(name)
         assert refreshed is not None
-        view = _view(tx, refreshed, endpoint.tenant_id, reasons.get(name))
+        view = _view(tx, refreshed, endpoint.tenant_id, now, reasons.get(name))
         _changed(tx, view, "scaled", now)
         return view
 
@@ -523,7 +540,7 @@ def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: 
     copies at once. Answers the component as it was."""
     with store.begin() as tx:
         record, endpoint = _mine(tx, principal, name, lock=True)
-        view = _view(tx, record, endpoint.tenant_id)
+        view = _view(tx, record, endpoint.tenant_id, now)
         _forget_copies_of(tx, [name])
         tx.components.remove([name], now)
         place_pending_in(tx, endpoint.name, now)

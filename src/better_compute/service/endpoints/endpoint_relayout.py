@@ -65,7 +65,8 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     plan = components.plan_in(tx, name, frozenset({instance.node_id}))
     short = components.below_floor(plan)
     states = components.copy_states_in(tx, plan)
-    unready = components.below_ready_floor(plan, states)
+    live = components.live_in(tx, plan.copies, now)
+    unready = components.below_ready_floor(plan, states, live)
     if short is not None:
         component, placed, floor = short
         reason = (
@@ -76,7 +77,7 @@ def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:
     elif unready is not None:
         # make before break: copies move off the instance while enough others stay ready, and the
         # instance is cut once every copy that left is ready where it went (its node says so)
-        moved = components.move_ahead_in(tx, plan, instance.node_id, states, now)
+        moved = components.move_ahead_in(tx, plan, instance.node_id, states, live, now)
         component, ready, floor = unready
         reason = (
             f"the relayout waits before re-cutting {instance.node_id}: component {component} would keep"

@@ -300,7 +300,6 @@ def _cut(
 
 
 def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointView:
-    del now
     spec = parse_endpoint(record.spec)
     instances = tx.endpoints.instances(record.name)
     node_ids = [i.node_id for i in instances]
@@ -325,7 +324,7 @@ def _view(tx: EndpointsTx, record: EndpointRecord, now: datetime) -> EndpointVie
         for i in instances
     )
     specs = [parse_component(c.spec) for c in tx.components.of_endpoint(record.name)]
-    ready = components.ready_counts_in(tx, specs)
+    ready = components.ready_counts_in(tx, specs, now)
     short = rules.short_of_ready([(c, ready.get(c.name, 0)) for c in specs])
     status = rules.endpoint_status(record.status, bool(gates), short)
     return EndpointView(record, spec, status, shown)

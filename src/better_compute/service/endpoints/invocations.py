@@ -3,9 +3,11 @@ may go to (`route`), and how many requests each copy has outstanding from this p
 (docs/endpoints.md#invoking-an-endpoint).
 
 `route` reads the routing table from the database on every request, in one short read (the endpoint,
-the component, its copies and their nodes' last `ReplicaState`, each by its key), rather than from a
-cache: a copy a node reports not ready stops getting traffic as soon as that report commits, in every
-server process alike, with nothing to invalidate and no timer deciding anything. The read costs a
+the component, its copies, their nodes' last `ReplicaState` and those nodes' last contact, each by its
+key), rather than from a cache: a copy a node reports not ready stops getting traffic as soon as that
+report commits, and a copy whose node has gone silent (no contact for `READY_LEASE`) as soon as the
+lease runs out, in every server process alike, with nothing to invalidate and no timer deciding
+anything (each request decides at its own `now`). The read costs a
 few hundred microseconds on SQLite; `bench/endpoints.py` measures what it adds.
 
 The `Balancer` is per process: with several server processes each spreads its own requests by
@@ -19,6 +21,7 @@ import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from better_compute.domain.endpoints.copy_states import ReadyCopy, ready_copies
 from better_compute.domain.endpoints.endpoints import copy_allocation_id
@@ -29,6 +32,7 @@ from better_compute.domain.endpoints.invoke_routing import (
     order_copies,
     routable,
 )
+from better_compute.domain.fleet.replica_states import live_nodes
 from better_compute.domain.kernel.errors import NotFound
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.endpoints.ports import EndpointsTx
@@ -46,9 +50,12 @@ class Route:
     copies: tuple[ReadyCopy, ...]
 
 
-def route(store: StorePort[EndpointsTx], principal: Principal, endpoint: str, component: str) -> Route:
-    """The component's ready copies (NOT_FOUND for an endpoint the caller may not see, as for one that
-    does not exist, and for a component that is not the endpoint's; `NoReadyCopy` for none ready)."""
+def route(
+    store: StorePort[EndpointsTx], principal: Principal, endpoint: str, component: str, now: datetime
+) -> Route:
+    """The component's ready copies at `now` (NOT_FOUND for an endpoint the caller may not see, as for
+    one that does not exist, and for a component that is not the endpoint's; `NoReadyCopy` for none
+    ready)."""
     with store.read() as tx:
         found = tx.endpoints.get(endpoint)
         if found is None or not (principal.is_admin or principal.tenant_id == found.tenant_id):
@@ -60,10 +67,11 @@ def route(store: StorePort[EndpointsTx], principal: Principal, endpoint: str, co
                 {"endpointName": endpoint, "component": component},
             )
         copies = tx.components.copies([component]).get(component, [])
-        states = tx.replica_states.of_allocations(
-            [copy_allocation_id(c.component, c.copy) for c in copies if c.node_id is not None]
-        )
-    ready = ready_copies(copies, states)
+        placed = [c for c in copies if c.node_id is not None]
+        states = tx.replica_states.of_allocations([copy_allocation_id(c.component, c.copy) for c in placed])
+        nodes = sorted({c.node_id for c in placed if c.node_id is not None})
+        contacts = tx.nodes.contacts(nodes) if nodes else {}
+    ready = ready_copies(copies, states, live_nodes(contacts, now))
     reachable = routable(ready)
     if not reachable:
         why = "no ready copy" if not ready else "no ready copy whose node reported its address"

@@ -47,7 +47,7 @@ from better_compute.domain.fleet.node_reports import (
     refused,
 )
 from better_compute.domain.fleet.records import Node
-from better_compute.domain.fleet.replica_states import check_address, is_ready
+from better_compute.domain.fleet.replica_states import check_address, said_ready
 from better_compute.domain.kernel.errors import (
     DomainError,
     Forbidden,
@@ -416,7 +416,7 @@ def _put_state(tx: FleetTx, node_id: str, report: ReplicaReported, now: datetime
     ready resumes on it (`service.endpoints.relayout_resume`), without this transaction taking
     any lock but its node's."""
     before = tx.replica_states.of_allocations([report.allocation_id])[report.allocation_id]
-    was = any(is_ready(s) for s in before if s.node_id == node_id)
+    was = any(said_ready(s) for s in before if s.node_id == node_id)
     record = report.record(now)
     if record.state == "removed":
         # Nothing runs there any more: the node's word is dropped, not kept (no row outlives its
@@ -424,9 +424,9 @@ def _put_state(tx: FleetTx, node_id: str, report: ReplicaReported, now: datetime
         tx.replica_states.forget_on(report.allocation_id, node_id)
     else:
         tx.replica_states.put(record)
-    if is_ready(record) != was:
+    if said_ready(record) != was:
         tx.events.append(
-            ReplicaReadinessChanged(report.allocation_id, node_id, is_ready(record), record.state), now
+            ReplicaReadinessChanged(report.allocation_id, node_id, said_ready(record), record.state), now
         )
 
 

@@ -19,13 +19,13 @@ reports of an allocation is always about one replica.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from better_compute.domain.fleet.bindings import BindingState, binding_of
-from better_compute.domain.fleet.replica_states import ReplicaState
+from better_compute.domain.fleet.replica_states import ReplicaState, live_nodes
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
     BookingConflict,
@@ -188,7 +188,14 @@ def _terminating(tx: PlacementTx, workload_ids: Sequence[str]) -> Counter[str]:
     return counts
 
 
-def _views(tx: PlacementTx, workloads: list[Workload]) -> dict[str, WorkloadView]:
+def _live(tx: PlacementTx, states: Mapping[str, Sequence[ReplicaState]], now: datetime) -> frozenset[str]:
+    """The nodes that said something of these replicas and are live at `now` (`live_nodes`): one
+    read of their last contacts."""
+    nodes = sorted({s.node_id for said in states.values() for s in said})
+    return live_nodes(tx.nodes.contacts(nodes), now) if nodes else frozenset()
+
+
+def _views(tx: PlacementTx, workloads: list[Workload], now: datetime) -> dict[str, WorkloadView]:
     deps = tx.workloads.deployments_of([w.id for w in workloads])
     flat = [d for ds in deps.values() for d in ds]
     reps = tx.workloads.replicas_of([d.id for d in flat])
@@ -202,13 +209,14 @@ def _views(tx: PlacementTx, workloads: list[Workload]) -> dict[str, WorkloadView
         for _, a in reps.get(d.id, [])
     ]
     states = tx.replica_states.of_allocations(runs) if runs else {}
+    live = _live(tx, states, now)
     ending = _terminating(tx, [w.id for w in workloads])
     out: dict[str, WorkloadView] = {}
     for w in workloads:
         views = []
         for d in deps.get(w.id, []):
             mine = [a for _, a in reps.get(d.id, [])]
-            views.append(_deployment_view(w, d, len(mine), mine, bindings, states, ending))
+            views.append(_deployment_view(w, d, len(mine), mine, bindings, states, live, ending))
         out[w.id] = WorkloadView(w, views, terminating=ending[w.id])
     return out
 
@@ -220,14 +228,16 @@ def _deployment_view(
     earlier: Sequence[str],
     bindings: Mapping[str, Mapping[str, BindingState]],
     states: Mapping[str, Sequence[ReplicaState]],
+    live: Set[str],
     ending: Counter[str],
 ) -> DeploymentView:
     """A deployment as shown: its `booked` replicas (`earlier`: those that can be bound or run yet)
-    counted by what their nodes reported, and its phase from them (`phase_of`)."""
+    counted by what their nodes reported, and its phase from them (`phase_of`); a replica is ready
+    only while its node is `live` (`replica_states.is_ready`)."""
     bound = sum(1 for a in earlier if binding_of(bindings.get(a, {}), ()) == "bound")
     if w.spec.container is None:
         return DeploymentView(d, booked, bound, _shown_phase(d, booked, bound, None), ending[d.id])
-    containers = containers_of(earlier, states)
+    containers = containers_of(earlier, states, live)
     return DeploymentView(
         d,
         booked,
@@ -250,8 +260,8 @@ def _shown_phase(d: Deployment, booked: int, bound: int, containers: Containers 
     return "running" if containers.ready > 0 else d.phase
 
 
-def _view(tx: PlacementTx, w: Workload) -> WorkloadView:
-    return _views(tx, [w])[w.id]
+def _view(tx: PlacementTx, w: Workload, now: datetime) -> WorkloadView:
+    return _views(tx, [w], now)[w.id]
 
 
 def _visible(tx: PlacementTx, principal: Principal, ref: str) -> Workload:
@@ -576,7 +586,7 @@ def place_in(
     if not tx.workloads.record_placement(placed, workload.generation, written, new_replicas, events, now):
         raise ConcurrentChange(f"workload {workload.id} changed while it was placed; retry")
     ending = Counter[str]() if fresh_workload else _terminating(tx, [workload.id])
-    return WorkloadView(placed, _deployment_views(tx, placed, views, ending), plan, ending[workload.id])
+    return WorkloadView(placed, _deployment_views(tx, placed, views, ending, now), plan, ending[workload.id])
 
 
 WIDER = 10
@@ -773,16 +783,21 @@ def _limit_of(verdict: Verdict | None, spec: WorkloadSpec, wanted: int) -> Reaso
 
 
 def _deployment_views(
-    tx: PlacementTx, workload: Workload, placed: list[tuple[Deployment, int, list[str]]], ending: Counter[str]
+    tx: PlacementTx,
+    workload: Workload,
+    placed: list[tuple[Deployment, int, list[str]]],
+    ending: Counter[str],
+    now: datetime,
 ) -> list[DeploymentView]:
     """Views of deployments just written: only replicas that were there before can be bound or run yet."""
     earlier = [a for _, _, kept in placed for a in kept]
     bindings = tx.bindings.of_allocations(earlier) if earlier else {}
     runs = workload.spec.container is not None and earlier
     states = tx.replica_states.of_allocations(earlier) if runs else {}
+    live = _live(tx, states, now)
     out = []
     for dep, count, kept in placed:
-        out.append(_deployment_view(workload, dep, count, kept, bindings, states, ending))
+        out.append(_deployment_view(workload, dep, count, kept, bindings, states, live, ending))
     return out
 
 
@@ -880,14 +895,16 @@ def _updated(
     )
 
 
-def get(store: StorePort[PlacementTx], principal: Principal, ref: str) -> WorkloadView:
+def get(store: StorePort[PlacementTx], principal: Principal, ref: str, now: datetime) -> WorkloadView:
+    """The workload as of `now` (its replicas ready while their nodes are live)."""
     with store.read() as tx:
-        return _view(tx, _visible(tx, principal, ref))
+        return _view(tx, _visible(tx, principal, ref), now)
 
 
 def list_workloads(
     store: StorePort[PlacementTx],
     principal: Principal,
+    now: datetime,
     *,
     tenant_id: str | None,
     limit: int | None,
@@ -897,13 +914,14 @@ def list_workloads(
     with store.read() as tx:
         found = tx.workloads.page(scope, None, None)
         listing = page(found, lambda w: w.id, limit, after)
-        views = _views(tx, list(listing.items))
+        views = _views(tx, list(listing.items), now)
     return Listing([views[w.id] for w in listing.items], listing.next_cursor)
 
 
 def list_deployments(
     store: StorePort[PlacementTx],
     principal: Principal,
+    now: datetime,
     *,
     workload_id: str | None,
     limit: int | None,
@@ -914,7 +932,7 @@ def list_deployments(
             workloads = [_visible(tx, principal, workload_id)]
         else:
             workloads = tx.workloads.page(tenant_scope(principal, None), None, None)
-        views = [d for v in _views(tx, workloads).values() for d in v.deployments]
+        views = [d for v in _views(tx, workloads, now).values() for d in v.deployments]
     views.sort(key=lambda v: v.deployment.id)
     return page(views, lambda v: v.deployment.id, limit, after)
 
@@ -957,7 +975,7 @@ def delete(wiring: Wiring[PlacementTx], principal: Principal, ref: str, now: dat
     with wiring.store.begin() as tx:
         found = _visible(tx, principal, ref)
         tx.reservations.lock(workload_lock(found.tenant_id))
-        view = _view(tx, found)
+        view = _view(tx, found, now)
         deps = tx.workloads.deployments_of([found.id])[found.id]
         reps = tx.workloads.replicas_of([d.id for d in deps])
         ending = sum(_take_away(tx, d, reps[d.id], now) for d in deps)

@@ -56,6 +56,16 @@ class SqlNodes:
         found = rows.rows(self.conn, select(nodes).where(nodes.c.id.in_(list(node_ids))))
         return {r["id"]: _node(r) for r in found}
 
+    def contacts(self, node_ids: Sequence[str]) -> dict[str, datetime | None]:
+        q = select(nodes.c.id, nodes.c.last_report_at, nodes.c.last_spec_read_at).where(
+            nodes.c.id.in_(sorted(set(node_ids)))
+        )
+        out: dict[str, datetime | None] = {}
+        for r in rows.rows(self.conn, q):
+            seen = [t for t in (r["last_report_at"], r["last_spec_read_at"]) if t is not None]
+            out[r["id"]] = max(seen) if seen else None
+        return out
+
     def page(self, cluster_id: str | None, limit: int | None, after: str | None) -> list[Node]:
         where = [] if cluster_id is None else [nodes.c.cluster_id == cluster_id]
         return [_node(r) for r in rows.page(self.conn, nodes, where=where, limit=limit, after=after)]
