@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 import typer
 
 from better_compute.cli.version import VersionOption
+from better_compute.entrypoints.podman_options import PodmanOption
 
 if TYPE_CHECKING:
     from better_compute.bcd.runtime import ContainerRuntime
@@ -191,12 +192,7 @@ def run(
             " files only). auto: fake with --nvml fake; podman when --podman's binary is on PATH; else none.",
         ),
     ] = RuntimeKind.auto,
-    podman: Annotated[
-        str,
-        typer.Option(
-            "--podman", help="The podman command, split as a shell would (e.g. 'podman --runtime runc')."
-        ),
-    ] = "podman",
+    podman: PodmanOption = "podman",
     container_arg: Annotated[
         list[str] | None,
         typer.Option(

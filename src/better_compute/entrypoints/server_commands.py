@@ -22,6 +22,7 @@ from better_compute.defaults import (
     DEFAULT_TIMEOUT_REQUEST,
 )
 from better_compute.domain.kernel.errors import DomainError, Unavailable
+from better_compute.entrypoints.podman_options import PodmanOption
 from better_compute.entrypoints.simulation_runtime import (
     PODMAN_CREATE_ARGS,
     SimulationRuntime,
@@ -275,12 +276,7 @@ def serve(
             " driver is loaded; else the fake.",
         ),
     ] = SimulationRuntime.auto,
-    podman: Annotated[
-        str,
-        typer.Option(
-            "--podman", help="The podman command, split as a shell would (e.g. 'podman --runtime runc')."
-        ),
-    ] = "podman",
+    podman: PodmanOption = "podman",
     container_arg: Annotated[
         list[str] | None,
         typer.Option(
