@@ -44,6 +44,7 @@ class ModelServer:
     name: str
     delay: float = 0.0
     seen: list[bytes] = field(default_factory=list)
+    heads: list[dict[str, str]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
 
     @property
@@ -58,6 +59,7 @@ class ModelServer:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length", "0")))
                 outer.seen.append(body)
+                outer.heads.append({k.lower(): v for k, v in self.headers.items()})
                 time.sleep(outer.delay)
                 answer = f"{outer.name}:{self.headers.get('content-type')}:".encode() + body
                 self.send_response(200 if self.path == "/invocations" else 404)
@@ -271,3 +273,36 @@ def test_the_client_returns_the_model_servers_answer_and_raises_the_servers_refu
         with pytest.raises(ComputeError) as refused:
             compute.endpoints.invoke("chat", "llama", b"{}")
         assert refused.value.code == "UNAVAILABLE"
+
+
+def test_invoke_passes_on_only_the_content_type_and_accept_it_was_given(
+    store: Store, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    """The model server gets the caller's Content-Type and Accept, never the caller's token, and no
+    Content-Type the caller did not send; a body over a MiB arrives whole."""
+    world = _world(store, tmp_path, {"llama": 1})
+    llama = ModelServer("llama").start()
+    servers.append(llama)
+    _report(store, "llama", 0, "ready", llama.address)
+    big = bytes(range(256)) * (6 * 1024 * 3)  # 4.5 MiB, under the 6 MiB limit
+    with world.http as http:
+        bare = http.post(
+            "/v1/endpoints/chat/invoke", content=b"plain", headers={**world.platform, HEADER: "llama"}
+        )
+        typed = http.post(
+            "/v1/endpoints/chat/invoke",
+            content=big,
+            headers={
+                **world.platform,
+                HEADER: "llama",
+                "Content-Type": "application/x-npy",
+                "Accept": "text/csv",
+            },
+        )
+    assert bare.status_code == 200 and bare.content == b"llama:None:plain"
+    assert typed.status_code == 200 and typed.content == b"llama:application/x-npy:" + big
+    first, second = llama.heads
+    assert "authorization" not in first and "authorization" not in second
+    assert "content-type" not in first
+    assert second["content-type"] == "application/x-npy" and second["accept"] == "text/csv"
+    assert second["content-length"] == str(len(big))

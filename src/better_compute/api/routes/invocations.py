@@ -3,10 +3,12 @@ relayed back as it arrives (docs/endpoints.md#invoking-an-endpoint).
 
 The route is `async` and does not hop to a worker thread: the caller's token and the routing table
 are each one short indexed read on the event loop (as every route's authentication is), and the
-forwarding is one shared `httpx.AsyncClient` whose connection pool (256 connections, 128 kept alive)
-the app's lifespan opens and closes. An app driven without its lifespan (a test's `TestClient` used
-without `with`) opens a client per request instead, since a pooled connection belongs to the event
-loop that opened it.
+forwarding is one shared `aiohttp.ClientSession` whose connection pool (256 connections) the app's
+lifespan opens and closes. aiohttp rather than httpx: at 64 concurrent requests httpx's pool spends
+more time choosing a connection than the whole request takes elsewhere (about 300 requests a second
+against aiohttp's 7,000 on this project's 2-core test machine; `bench/endpoints.py` measures the
+path). An app driven without its lifespan (a test's `TestClient` used without `with`) opens a
+session per request instead, since a pooled connection belongs to the event loop that opened it.
 
 Only these request headers go to the model server: `Content-Type` and `Accept`. The caller's token
 never does. Only these come back: `Content-Type`, `Content-Length` and `Content-Encoding` (the body is
@@ -15,13 +17,14 @@ relayed as the model server sent it), with `BC-Invoked-Copy` naming the copy tha
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Annotated
 
-import httpx
+import aiohttp
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.types import Receive, Scope, Send
 
@@ -46,20 +49,27 @@ INVOKE_PATH = re.compile(r"/v1/endpoints/[^/]+/invoke")
 CONNECT_TIMEOUT_S = 2.0
 """How long a copy has to accept the connection before the next ready copy is tried."""
 
+KEEPALIVE_S = 2.0
+"""How long an idle connection to a model server is kept for the next request: shorter than the usual
+servers' own keep-alive (uvicorn 5 s, gunicorn 2 s and up), so that we close an idle connection before
+the model server does and a request is never sent down one it is closing."""
+
 _PASSED_ON = ("content-type", "accept")
 _PASSED_BACK = ("content-type", "content-length", "content-encoding")
 
 router = APIRouter(prefix="/v1", tags=["endpoints"])
 
 
-def new_upstream() -> httpx.AsyncClient:
-    """The client requests go to model servers through: pooled for 64+ concurrent callers, no proxy
-    from the environment, and `INVOKE_TIMEOUT_S` to answer."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(INVOKE_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
-        limits=httpx.Limits(max_connections=256, max_keepalive_connections=128),
+def new_upstream() -> aiohttp.ClientSession:
+    """The session requests go to model servers through: pooled for 64+ concurrent callers, no proxy
+    from the environment, bodies relayed as sent (not decompressed), `CONNECT_TIMEOUT_S` to connect
+    and `INVOKE_TIMEOUT_S` for each read of the answer."""
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=256, limit_per_host=0, keepalive_timeout=KEEPALIVE_S),
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=INVOKE_TIMEOUT_S),
+        auto_decompress=False,
         trust_env=False,
-        follow_redirects=False,
+        skip_auto_headers=("User-Agent", "Content-Type"),
     )
 
 
@@ -98,7 +108,7 @@ async def invoke(
     headers = {k: v for k in _PASSED_ON if (v := request.headers.get(k)) is not None}
     stack = AsyncExitStack()
     try:
-        shared: httpx.AsyncClient | None = getattr(request.app.state, "upstream", None)
+        shared: aiohttp.ClientSession | None = getattr(request.app.state, "upstream", None)
         client = shared if shared is not None else await stack.enter_async_context(new_upstream())
         answer, copy = await _forward(client, services.invocations, route, body, headers, stack)
         return Relayed(answer, copy, stack.aclose)
@@ -108,13 +118,13 @@ async def invoke(
 
 
 async def _forward(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     balancer: invocations.Balancer,
     route: invocations.Route,
     body: bytes,
     headers: dict[str, str],
     stack: AsyncExitStack,
-) -> tuple[httpx.Response, ReadyCopy]:
+) -> tuple[aiohttp.ClientResponse, ReadyCopy]:
     """The answer's head from the first copy in the balancer's order, or from the next one when the
     first refuses the connection (503 when both do, or on any other failure: a request that may have
     reached a model server is not sent again). The copy stays counted until `stack` closes."""
@@ -124,18 +134,18 @@ async def _forward(
         release = balancer.take(copy)
         url = f"http://{copy.address}{route.path}"
         try:
-            answer = await client.send(
-                client.build_request("POST", url, content=body, headers=headers), stream=True
+            answer = await client.request(
+                "POST", url, data=_payload(body), headers=headers, allow_redirects=False
             )
-        except (httpx.ConnectError, httpx.ConnectTimeout):
+        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
             release()
             log.warning("copy %s:%d at %s refused the connection", copy.component, copy.copy, copy.address)
             continue
-        except httpx.TimeoutException as exc:
+        except TimeoutError as exc:
             release()
             why = f"copy {copy.copy} not answering within {seconds(INVOKE_TIMEOUT_S)}"
             raise NoReadyCopy(route.endpoint, route.component, why) from exc
-        except httpx.TransportError as exc:
+        except aiohttp.ClientError as exc:
             release()
             why = f"copy {copy.copy} failing ({type(exc).__name__})"
             raise NoReadyCopy(route.endpoint, route.component, why) from exc
@@ -143,12 +153,31 @@ async def _forward(
             release()
             raise
         stack.callback(release)
-        stack.push_async_callback(answer.aclose)
+        stack.callback(_finish, answer)
         return answer, copy
     listed = ", ".join(str(c) for c in tried)
     raise NoReadyCopy(
         route.endpoint, route.component, f"no ready copy taking connections (copy {listed} refused)"
     )
+
+
+def _payload(body: bytes) -> bytes | io.BytesIO:
+    """The body as aiohttp sends it without a warning: a large one from a file-like object, written in
+    chunks (it has a Content-Length either way)."""
+    return body if len(body) <= _LARGE_BODY else io.BytesIO(body)
+
+
+_LARGE_BODY = 1024 * 1024
+
+
+def _finish(answer: aiohttp.ClientResponse) -> None:
+    """Give the answer's connection back to the pool when its body was read to the end, else close
+    it (the caller left half-way, the model server broke off): a connection with an unread rest of a
+    body must not carry the next request."""
+    if answer.content.at_eof():
+        answer.release()
+    else:
+        answer.close()
 
 
 def _component(header: str | None, query: str | None) -> str:
@@ -176,8 +205,10 @@ class Relayed(Response):
     """The model server's answer, relayed chunk by chunk as it arrives; `done` runs however it ends
     (the caller gone, the model server failing half-way), releasing the copy's count and connection."""
 
-    def __init__(self, answer: httpx.Response, copy: ReadyCopy, done: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(status_code=answer.status_code)
+    def __init__(
+        self, answer: aiohttp.ClientResponse, copy: ReadyCopy, done: Callable[[], Awaitable[None]]
+    ) -> None:
+        super().__init__(status_code=answer.status)
         self.answer = answer
         self.done = done
         kept = [
@@ -198,14 +229,14 @@ class Relayed(Response):
             await self.done()
 
 
-async def _chunks(answer: httpx.Response) -> AsyncIterator[bytes]:
+async def _chunks(answer: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
     """The answer's body as it arrives; a model server failing half-way ends it (logged), and the
     caller sees a body cut short (the status has been sent)."""
     try:
-        async for chunk in answer.aiter_raw():
+        async for chunk in answer.content.iter_any():
             if chunk:
                 yield chunk
-    except httpx.HTTPError as exc:
+    except (aiohttp.ClientError, TimeoutError) as exc:
         log.warning("the model server's answer broke off: %s", type(exc).__name__)
         raise
 

@@ -59,6 +59,17 @@ class CopyRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class RoutingRead:
+    """A component as `endpoints.invoke` reads it on every request: the component, its endpoint's
+    tenant, its copies in copy order, and the last contact of each node a copy is placed on."""
+
+    component: ComponentRecord
+    tenant_id: str
+    copies: tuple[CopyRecord, ...]
+    contacts: Mapping[str, datetime | None]
+
+
+@dataclass(frozen=True, slots=True)
 class PlacedCopyRow:
     """A placed copy as its node's spec reads it: the copy, its component's stored spec
     (`component_json`) and the endpoint's tenant."""

@@ -2,13 +2,14 @@
 may go to (`route`), and how many requests each copy has outstanding from this process (`Balancer`)
 (docs/endpoints.md#invoking-an-endpoint).
 
-`route` reads the routing table from the database on every request, in one short read (the endpoint,
-the component, its copies, their nodes' last `ReplicaState` and those nodes' last contact, each by its
-key), rather than from a cache: a copy a node reports not ready stops getting traffic as soon as that
-report commits, and a copy whose node has gone silent (no contact for `READY_LEASE`) as soon as the
-lease runs out, in every server process alike, with nothing to invalidate and no timer deciding
-anything (each request decides at its own `now`). The read costs a
-few hundred microseconds on SQLite; `bench/endpoints.py` measures what it adds.
+`route` reads the routing table from the database on every request, in one short read of two
+statements (the component joined to its endpoint's tenant, its copies and their nodes' last contact;
+then the copies' last `ReplicaState`, each by its key), rather than from a cache: a copy a node
+reports not ready stops getting traffic as soon as that report commits, and a copy whose node has
+gone silent (no contact for `READY_LEASE`) as soon as the lease runs out, in every server process
+alike, with nothing to invalidate and no timer deciding anything (each request decides at its own
+`now`). A request the read finds nothing to route for reads again to say what is missing
+(`_refuse`). `bench/endpoints.py` measures what the read adds.
 
 The `Balancer` is per process: with several server processes each spreads its own requests by
 what it has outstanding itself (none sees the others' counts), which still sends each copy about its
@@ -22,6 +23,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NoReturn
 
 from better_compute.domain.endpoints.copy_states import ReadyCopy, ready_copies
 from better_compute.domain.endpoints.endpoints import copy_allocation_id
@@ -57,26 +59,35 @@ def route(
     one that does not exist, and for a component that is not the endpoint's; `NoReadyCopy` for none
     ready)."""
     with store.read() as tx:
-        found = tx.endpoints.get(endpoint)
-        if found is None or not (principal.is_admin or principal.tenant_id == found.tenant_id):
-            raise NotFound(f"endpoint {endpoint} not found", {"endpointName": endpoint})
-        record = tx.components.get(component)
-        if record is None or record.endpoint != endpoint:
-            raise NotFound(
-                f"component {component} not found on endpoint {endpoint}",
-                {"endpointName": endpoint, "component": component},
-            )
-        copies = tx.components.copies([component]).get(component, [])
-        placed = [c for c in copies if c.node_id is not None]
-        states = tx.replica_states.of_allocations([copy_allocation_id(c.component, c.copy) for c in placed])
-        nodes = sorted({c.node_id for c in placed if c.node_id is not None})
-        contacts = tx.nodes.contacts(nodes) if nodes else {}
-    ready = ready_copies(copies, states, live_nodes(contacts, now))
+        read = tx.components.routing(component)
+        if read is None or read.component.endpoint != endpoint or not _sees(principal, read.tenant_id):
+            _refuse(tx, principal, endpoint, component)
+        copies = read.copies
+        states = tx.replica_states.of_allocations(
+            [copy_allocation_id(c.component, c.copy) for c in copies if c.node_id is not None]
+        )
+    ready = ready_copies(copies, states, live_nodes(read.contacts, now))
     reachable = routable(ready)
     if not reachable:
         why = "no ready copy" if not ready else "no ready copy whose node reported its address"
         raise NoReadyCopy(endpoint, component, why)
-    return Route(endpoint, component, invoke_path(record.spec), tuple(reachable))
+    return Route(endpoint, component, invoke_path(read.component.spec), tuple(reachable))
+
+
+def _sees(principal: Principal, tenant_id: str) -> bool:
+    return principal.is_admin or principal.tenant_id == tenant_id
+
+
+def _refuse(tx: EndpointsTx, principal: Principal, endpoint: str, component: str) -> NoReturn:
+    """NOT_FOUND for a request the routing read found nothing to route for: of the endpoint when the
+    caller may not see it (as when it does not exist), else of the component on it."""
+    found = tx.endpoints.get(endpoint)
+    if found is None or not _sees(principal, found.tenant_id):
+        raise NotFound(f"endpoint {endpoint} not found", {"endpointName": endpoint})
+    raise NotFound(
+        f"component {component} not found on endpoint {endpoint}",
+        {"endpointName": endpoint, "component": component},
+    )
 
 
 class Balancer:

@@ -14,6 +14,7 @@ from better_compute.domain.endpoints.records import (
     EndpointInstance,
     EndpointRecord,
     PlacedCopyRow,
+    RoutingRead,
 )
 from better_compute.service.placement.ports import PlacementTx
 
@@ -68,6 +69,10 @@ class ComponentRepo(Protocol):
         ...
 
     def copies(self, names: Sequence[str]) -> dict[str, list[CopyRecord]]: ...
+
+    def routing(self, name: str) -> RoutingRead | None:
+        """The component, its endpoint's tenant, its copies and their nodes' last contact, in one read."""
+        ...
 
     def placed_on(self, atom_ids: Sequence[str]) -> list[PlacedCopyRow]:
         """The copies placed on these atoms, with their component's stored spec and endpoint's tenant."""

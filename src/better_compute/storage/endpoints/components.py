@@ -9,11 +9,12 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, select, update
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, delete, select, update
 
-from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, PlacedCopyRow
+from better_compute.domain.endpoints.records import ComponentRecord, CopyRecord, PlacedCopyRow, RoutingRead
+from better_compute.storage.fleet.nodes import last_contact
 from better_compute.storage.kernel import rows
-from better_compute.storage.kernel.tables import component_copies, components, copy_spans, endpoints
+from better_compute.storage.kernel.tables import component_copies, components, copy_spans, endpoints, nodes
 
 
 def _component(r: Mapping[str, Any]) -> ComponentRecord:
@@ -29,6 +30,27 @@ def _component(r: Mapping[str, Any]) -> ComponentRecord:
 
 def _copy(r: Mapping[str, Any]) -> CopyRecord:
     return CopyRecord(r["component"], int(r["copy"]), r["atom_id"], r["node_id"], r["created_at"])
+
+
+_ROUTING = (
+    select(
+        components,
+        endpoints.c.tenant_id,
+        component_copies.c.copy.label("copy_index"),
+        component_copies.c.atom_id.label("copy_atom_id"),
+        component_copies.c.node_id.label("copy_node_id"),
+        component_copies.c.created_at.label("copy_created_at"),
+        nodes.c.last_report_at,
+        nodes.c.last_spec_read_at,
+    )
+    .join(endpoints, endpoints.c.name == components.c.endpoint)
+    .outerjoin(component_copies, component_copies.c.component == components.c.name)
+    .outerjoin(nodes, nodes.c.id == component_copies.c.node_id)
+    .where(components.c.name == bindparam("component"))
+    .order_by(component_copies.c.copy)
+)
+"""`SqlComponents.routing`'s one statement, built once: a component's row joined to its endpoint's
+tenant, one row per copy with its node's contact columns (one row of NULL copy columns: no copies)."""
 
 
 class SqlComponents:
@@ -94,6 +116,30 @@ class SqlComponents:
             for r in rows.rows(self.conn, stmt):
                 found[r["component"]].append(_copy(r))
         return found
+
+    def routing(self, name: str) -> RoutingRead | None:
+        """The component with its endpoint's tenant, its copies and their nodes' last contact, in one
+        statement (`endpoints.invoke` reads this on every request)."""
+        found = rows.rows(self.conn, _ROUTING.params(component=name))
+        if not found:
+            return None
+        copies: list[CopyRecord] = []
+        contacts: dict[str, datetime | None] = {}
+        for r in found:
+            if r["copy_index"] is None:
+                continue
+            copies.append(
+                CopyRecord(
+                    r["name"],
+                    int(r["copy_index"]),
+                    r["copy_atom_id"],
+                    r["copy_node_id"],
+                    r["copy_created_at"],
+                )
+            )
+            if r["copy_node_id"] is not None:
+                contacts[r["copy_node_id"]] = last_contact(r)
+        return RoutingRead(_component(found[0]), found[0]["tenant_id"], tuple(copies), contacts)
 
     def placed_on(self, atom_ids: Sequence[str]) -> list[PlacedCopyRow]:
         """The copies placed on these atoms, each with its component's stored spec and its

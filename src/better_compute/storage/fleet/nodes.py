@@ -48,6 +48,13 @@ def _refusal(raw: Mapping[str, Any]) -> LayoutRefusal:
     )
 
 
+def last_contact(r: Mapping[str, Any]) -> datetime | None:
+    """A node's last contact from its row: the later of its last report and its last spec read
+    (None: neither yet)."""
+    seen = [t for t in (r["last_report_at"], r["last_spec_read_at"]) if t is not None]
+    return max(seen) if seen else None
+
+
 class SqlNodes:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -60,11 +67,7 @@ class SqlNodes:
         q = select(nodes.c.id, nodes.c.last_report_at, nodes.c.last_spec_read_at).where(
             nodes.c.id.in_(sorted(set(node_ids)))
         )
-        out: dict[str, datetime | None] = {}
-        for r in rows.rows(self.conn, q):
-            seen = [t for t in (r["last_report_at"], r["last_spec_read_at"]) if t is not None]
-            out[r["id"]] = max(seen) if seen else None
-        return out
+        return {r["id"]: last_contact(r) for r in rows.rows(self.conn, q)}
 
     def page(self, cluster_id: str | None, limit: int | None, after: str | None) -> list[Node]:
         where = [] if cluster_id is None else [nodes.c.cluster_id == cluster_id]
