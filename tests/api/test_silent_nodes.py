@@ -14,11 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from better_compute.domain.fleet.events import ReplicaReadinessChanged
 from better_compute.domain.fleet.replica_states import READY_LEASE
 from better_compute.service.endpoints import components, endpoints
+from better_compute.service.endpoints.relayout_resume import Resumer
+from better_compute.service.kernel.event_tail import Cursor
 from better_compute.storage.store import Store
 from tests.api.test_replica_phases import Fleet
 from tests.api.test_what_runs import _component, _serving
+from tests.builders import T0
 from tests.e2e.test_endpoint_invoke import HEADER, ModelServer
 from tests.node_world import NodeWorld
 from tests.service.endpoints.test_endpoints import PLATFORM, component, relayout, two_instances
@@ -133,6 +137,71 @@ def test_a_relayout_does_not_cut_on_a_silent_nodes_word_and_goes_on_once_it_spea
     assert ready() == 4
     endpoints.update(store, PLATFORM, relayout(new), world.clock.now)
     assert cut() == ["n-1"]
+
+
+@pytest.mark.parametrize("returns_with", ["spec read", "report"])
+def test_a_relayout_waiting_on_a_silent_node_resumes_by_itself_when_the_node_returns(
+    store: Store, tmp_path: Path, returns_with: str
+) -> None:
+    """No operator steps it: the node's return is logged (`replica.readiness_changed`, ready again, for
+    each container it last said ready) and the relayout's resumer takes the next step from the log."""
+    world = NodeWorld(store, tmp_path)
+    daemons = two_instances(world)
+    clients = {d.identity.node: world.node(d.identity) for d in daemons}
+    components.create(store, PLATFORM, component("small", 4, minCopies=3, container=SERVER), world.clock.now)
+    resumer = Resumer(store, world.clock, interval=3600)
+
+    def report_new() -> None:
+        for c in components.get(store, PLATFORM, "small", world.clock.now).copies:
+            if c.state == "placed" and c.runtime_state is None:
+                assert c.node is not None
+                body = {"kind": "ReplicaState", "allocationId": f"copy:small:{c.copy}", "state": "ready"}
+                clients[c.node].nodes.report(c.node, body)
+
+    def cut() -> list[str]:
+        shown = endpoints.get(store, PLATFORM, "chat", world.clock.now)
+        return [i.node for i in shown.instances if i.state == "Updating"]
+
+    report_new()
+    endpoints.update(store, PLATFORM, relayout(["mig-2g.20gb"] * 3), world.clock.now)
+    report_new()  # the copy moved to n-2 is ready there
+    world.clock.now += READY_LEASE  # ... and n-2 goes silent before the next step
+    clients["n-1"].nodes.spec("n-1")
+    assert resumer.tick() == {"chat": None}  # it looks (a first tick looks at all) and waits
+    assert cut() == []
+    assert resumer.tick() == {}  # nothing new in the log: nothing stepped
+    before = _readiness_on(store, "n-2")
+    if returns_with == "spec read":  # n-2 is heard from again
+        clients["n-2"].nodes.spec("n-2")
+    else:  # with a report that changes nothing it said
+        again = {"kind": "ReplicaState", "allocationId": f"copy:small:{_copies_on(store, 'n-2')[0]}"}
+        clients["n-2"].nodes.report("n-2", {**again, "state": "ready"})
+    returned = _readiness_on(store, "n-2")[len(before) :]
+    assert returned == [(f"copy:small:{c}", True) for c in sorted(_copies_on(store, "n-2"))]
+    assert resumer.tick() == {"chat": "n-1"}
+    assert cut() == ["n-1"]
+    heard = len(_readiness_on(store, "n-2"))
+    clients["n-2"].nodes.spec("n-2")  # heard from while live: nothing more is logged
+    assert len(_readiness_on(store, "n-2")) == heard
+
+
+def _readiness_on(store: Store, node: str) -> list[tuple[str, bool]]:
+    """The `replica.readiness_changed` events of `node`'s containers, oldest first."""
+    with store.read() as tx:
+        found, _, _ = tx.events.after(Cursor(0))
+    return [
+        (e.event.subject, e.event.ready)
+        for e in found
+        if isinstance(e.event, ReplicaReadinessChanged) and e.event.node == node
+    ]
+
+
+def _copies_on(store: Store, node: str) -> list[int]:
+    return [
+        c.copy
+        for c in components.get(store, PLATFORM, "small", T0).copies
+        if c.node == node and c.runtime_state == "ready"
+    ]
 
 
 def test_a_silent_nodes_replicas_are_not_ready_and_count_again_once_it_reads_its_spec(

@@ -47,7 +47,7 @@ from better_compute.domain.fleet.node_reports import (
     refused,
 )
 from better_compute.domain.fleet.records import Node
-from better_compute.domain.fleet.replica_states import check_address, said_ready
+from better_compute.domain.fleet.replica_states import check_address, is_live, said_ready
 from better_compute.domain.kernel.errors import (
     DomainError,
     Forbidden,
@@ -137,7 +137,10 @@ def accept(
             tx.nodes.lock([node.id])
             current = tx.nodes.by_ids([node.id])[node.id]
             fresh = _check(node, current, report, signed, _seen(tx, [(node.id, report)]))
-            _record(tx, [_Taken(node.id, signed.sequence, report.report_id, fresh, now)])
+            _record(
+                tx,
+                [_Taken(node.id, signed.sequence, report.report_id, fresh, now, _was_silent(current, now))],
+            )
             if fresh:
                 _apply(tx, current, report, now)
             duplicate = not fresh
@@ -177,16 +180,37 @@ class _Taken:
     report_id: str | None
     fresh: bool
     at: datetime
+    returned: bool = False
+    """The node was silent past the ready lease before this report (`_was_silent`)."""
 
 
 def _record(tx: FleetTx, taken: Sequence[_Taken]) -> None:
     """Take the reports' sequence numbers and fresh `reportId`s, a few statements for all of them.
     Under the nodes' locks every number `_check` passed is still free; one found taken all the same
-    is refused as a replay, and the transaction with it."""
+    is refused as a replay, and the transaction with it. A node heard from again after a silence
+    vouches again for what it last said ready (`_vouch_again`)."""
     if not tx.nodes.accept_sequences([(t.node, t.sequence, t.at) for t in taken]):
         # (A batch refused so is written again one report at a time: each then hears its own.)
         raise refused("replayed", f"sequence {taken[0].sequence} was already used")
     tx.nodes.take_report_ids([(t.node, t.report_id, t.at) for t in taken if t.fresh and t.report_id])
+    for t in taken:
+        if t.returned:
+            _vouch_again(tx, t.node, t.at)
+
+
+def _was_silent(node: Node, now: datetime) -> bool:
+    """Whether `node` (its row before this contact) no longer vouched for its containers at `now`:
+    its last contact is older than the ready lease, or it has none."""
+    return not is_live(node.last_contact_at, now)
+
+
+def _vouch_again(tx: FleetTx, node_id: str, now: datetime) -> None:
+    """A node silent past the ready lease is heard from: what it last said `ready` counts again from
+    now, with no new report. Nothing was written when it went silent (each reader decides at its own
+    `now`), but a reader that waits for readiness (a live relayout's resumer) must hear of its return,
+    so each container it last said ready is logged `replica.readiness_changed` as ready again."""
+    for state in tx.replica_states.ready_on(node_id):
+        tx.events.append(ReplicaReadinessChanged(state.allocation_id, node_id, True, state.state), now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +352,16 @@ def _inventories(
                 outcomes[n] = refusal
                 owned.append((held.id, refusal, sent.now))
                 continue
-            recorded.append(_Taken(held.id, sent.signed.sequence, report.report_id, fresh, sent.now))
+            recorded.append(
+                _Taken(
+                    held.id,
+                    sent.signed.sequence,
+                    report.report_id,
+                    fresh,
+                    sent.now,
+                    _was_silent(held, sent.now),
+                )
+            )
             if fresh:
                 taken.append((held, report, observed))
             outcomes[n] = Accepted(held.id, report.KIND, sent.signed.sequence, not fresh)
@@ -507,6 +540,8 @@ def accept_read(store: StorePort[FleetTx], signed: SignedRequest, now: datetime)
     assert node.public_key is not None  # `verify` refuses a node without one
     with store.begin() as tx:
         taken = tx.nodes.accept_read(node.id, node.public_key, signed.sequence, now)
+        if taken and _was_silent(node, now):
+            _vouch_again(tx, node.id, now)
     if taken:
         return node
     try:

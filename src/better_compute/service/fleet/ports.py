@@ -155,6 +155,10 @@ class ReplicaStateRepo(Protocol):
         """The states carrying a problem, oldest first (what doctor lists)."""
         ...
 
+    def ready_on(self, node_id: str) -> list[ReplicaState]:
+        """What the node last said `ready`, by allocation."""
+        ...
+
     def forget(self, allocation_ids: Sequence[str]) -> None: ...
 
     def forget_on(self, allocation_id: str, node_id: str) -> None:

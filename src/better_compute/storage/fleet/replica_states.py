@@ -72,6 +72,15 @@ class SqlReplicaStates:
         )
         return [_state(r) for r in rows.rows(self.conn, stmt)]
 
+    def ready_on(self, node_id: str) -> list[ReplicaState]:
+        """What the node last said `ready`, by allocation."""
+        stmt = (
+            select(replica_states)
+            .where(replica_states.c.node_id == node_id, replica_states.c.state == "ready")
+            .order_by(replica_states.c.allocation_id)
+        )
+        return [_state(r) for r in rows.rows(self.conn, stmt)]
+
     def forget_on(self, allocation_id: str, node_id: str) -> None:
         """Drop what one node said of an allocation's container (it removed it)."""
         self.conn.execute(
