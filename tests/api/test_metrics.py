@@ -3,6 +3,9 @@ with the value the fleet's story gives it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from datetime import timedelta
 
 import pytest
@@ -94,7 +97,7 @@ def test_atoms_by_pool_class_and_state_follow_bookings(world: World) -> None:
     assert value(samples, "better_compute_atoms", pool="a100", **{"class": "gpu"}, state="booked") == 2
 
 
-def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) -> None:
+def test_billable_gpu_seconds_by_meter_count_the_time_held_up_to_now(world: World) -> None:
     world.offer("h100", "acme", gpu_mig=4)
     assert world.reserve(world.platform, "a100", GPUS, duration="2h").status_code == 201
     released = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}], duration="4h")
@@ -106,7 +109,7 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     assert released.status_code == cancelled.status_code == 201
 
     samples = scrape(world)
-    assert {m: value(samples, "better_compute_billable_hours_total", meter=m) for m in FLEET_METERS} == {
+    assert {m: value(samples, "better_compute_billable_gpu_seconds_total", meter=m) for m in FLEET_METERS} == {
         "gpu.a100.hours": 0,
         "gpu.h100.hours": 0,
         "gpu.l40s.hours": 0,
@@ -122,11 +125,10 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     # a100: 2 GPUs for their 2 hours, and 1 GPU for the hour before its release; the cancelled
     # reservation bills nothing. h100: one MIG instance (a 3g.40gb, 3/7 of the GPU) for its hour, as
     # the bills count it.
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.a100.hours") == pytest.approx(5)
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(
-        3 / 7
-    )
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.l40s.hours") == 0
+    billed = "better_compute_billable_gpu_seconds_total"
+    assert value(samples, billed, meter="gpu.a100.hours") == pytest.approx(5 * 3600)
+    assert value(samples, billed, meter="gpu.h100.hours") == pytest.approx(3 / 7 * 3600)
+    assert value(samples, billed, meter="gpu.l40s.hours") == 0
 
 
 def test_events_by_type_are_counted_once_each_across_scrapes(world: World) -> None:
@@ -157,13 +159,23 @@ def test_a_ledger_conflict_is_counted(world: World) -> None:
     assert value(scrape(world), "better_compute_ledger_conflicts_total") == 1
 
 
-def test_metrics_are_per_app_and_name_no_tenant(store: Store) -> None:
+TENANT_SERIES = ("better_compute_quota_used", "better_compute_quota_limit", "better_compute_unplaced_replicas")
+"""The only series that name a tenant (besides the opt-in better_compute_allocation_info)."""
+
+
+def test_metrics_are_per_app_and_name_a_tenant_only_in_the_quota_and_unplaced_series(store: Store) -> None:
     one, two = World(store), api_client(store)
     one.offer("a100", "acme", gpu=2)
     assert one.reserve(one.acme, "a100", GPUS).status_code == 201
     text = two.get("/metrics").text
     assert "better_compute_reservations_created_total 0.0" in text  # the other app's counter
-    assert "acme" not in one.http.get("/metrics").text and "globex" not in text
+    naming = {
+        family.name
+        for family in text_string_to_metric_families(one.http.get("/metrics").text)
+        for s in family.samples
+        if "acme" in s.labels.values() or "globex" in s.labels.values()
+    }
+    assert naming and naming <= set(TENANT_SERIES)
 
 
 def test_metrics_may_require_a_fleet_admin_token(store: Store) -> None:
@@ -182,3 +194,23 @@ def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(world: World) -> No
     r = world.http.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/openmetrics-text")
     assert r.text.rstrip().endswith("# EOF")
+
+
+def test_promtool_check_metrics_passes(world: World) -> None:
+    """Prometheus's own linter takes the whole answer: names, units, types and help texts. It must
+    run in CI (`.ci/run` installs promtool); elsewhere it runs where promtool is installed."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but promtool is not installed (.ci/run installs it)")
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.platform, "a100", GPUS).status_code == 201
+    assert world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}]).status_code == 201
+    assert world.http.get("/v1/reservations/nope", headers=world.platform).status_code == 404
+    text = world.http.get("/metrics").text
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "better_compute_billable_gpu_seconds_total" in text and "process_cpu_seconds_total" in text

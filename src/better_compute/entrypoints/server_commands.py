@@ -427,8 +427,13 @@ def serve(
                 logging.getLogger("uvicorn.access").addFilter(QuietNodeTraffic())
             Serving(config, services.stopping).run()
             return
-        # Worker processes build their own services from the same settings (entrypoints/asgi.py).
-        environment = child_environment(settings)
+        # Worker processes build their own services from the same settings (entrypoints/asgi.py), and
+        # keep their metrics together in a directory of this server's own, emptied for each start
+        # (prometheus-client's multiprocess mode: every worker answers the sum).
+        from better_compute.entrypoints.asgi import MULTIPROC_VARIABLE
+
+        metrics_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="better-compute-metrics-"))
+        environment = {**child_environment(settings), MULTIPROC_VARIABLE: metrics_dir}
         os.environ.clear()
         os.environ.update(environment)
         uvicorn.run(
