@@ -33,7 +33,9 @@ def test_every_scrape_of_serve_workers_answers_the_sum_over_its_workers(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     with start_server(
-        tmp_path_factory.mktemp("metrics-workers"), fleet=None, options=["--workers", "2"]
+        tmp_path_factory.mktemp("metrics-workers"),
+        fleet=None,
+        options=["--workers", "2", "--metrics-allocations"],
     ) as server:
         # A new connection for each request: the kernel hands them to both workers.
         for _ in range(HEALTH_CHECKS):
@@ -56,6 +58,8 @@ def test_every_scrape_of_serve_workers_answers_the_sum_over_its_workers(
     # The parent and the two workers, at least: more than one process's descriptors.
     assert last[("process_open_fds", ())] > 0
     assert last[("better_compute_reservations_refused_total", (("code", "INSUFFICIENT_CAPACITY"),))] == 0
+    # The option reached the workers: the allocation series is named (no allocation holds a GPU yet).
+    assert "# TYPE better_compute_allocation_info gauge" in texts[-1]
 
     promtool = shutil.which("promtool")
     if promtool is None and not os.environ.get("CI"):

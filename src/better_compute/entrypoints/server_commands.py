@@ -324,6 +324,15 @@ def serve(
             " (admin). \\[default: $BC_METRICS_AUTH or none]",
         ),
     ] = None,
+    metrics_allocations: Annotated[
+        bool | None,
+        typer.Option(
+            "--metrics-allocations",
+            show_default=False,
+            help="Also answer better_compute_allocation_info on /metrics: which GPU each allocation"
+            " holds, by DCGM's labels (docs/metrics.md). \\[default: $BC_METRICS_ALLOCATIONS or off]",
+        ),
+    ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import shlex
@@ -349,6 +358,7 @@ def serve(
         timeout_keep_alive=timeout_keep_alive,
         timeout_request=timeout_request,
         metrics_auth=metrics_auth,
+        metrics_allocations=metrics_allocations,
     )
     connections: dict[str, Any] = {
         "http": timed_protocol(settings.timeout_request),
