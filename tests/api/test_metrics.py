@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -361,3 +362,22 @@ def test_allocation_info_joins_allocations_to_dcgm_labels_only_when_enabled(stor
     assert gpu.node_id == mig_row["Hostname"] and gpu.mig_mode_current
     assert mig_row["GPU_I_ID"] in {str(i.gi_id) for i in gpu.mig_instances}
     assert whole_row["GPU_I_ID"] == "" and got[whole_row["UUID"]].node_id == whole_row["Hostname"]
+
+
+def test_every_series_answered_is_in_docs_metrics_md(store: Store) -> None:
+    world = World(store)
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}]).status_code == 201
+    http = api_client(store, metrics_allocations=True)
+    families = {f.name for f in text_string_to_metric_families(http.get("/metrics").text)}
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    # The text parser names a counter without `_total`; `_created` samples are described once, in general.
+    missing = {
+        name
+        for name in families
+        if f"`{name}`" not in documented
+        and f"`{name}_total`" not in documented
+        and not name.endswith("_created")
+    }
+    assert not missing
+    assert "better_compute_allocation_info" in families and "process_open_fds" in families
