@@ -42,6 +42,9 @@ class Settings(BaseSettings):
     metrics_auth: Literal["none", "admin"] = "none"
     """Who may read `/metrics`: anyone who reaches the server (`none`), or only a fleet-admin token
     (`admin`) (`BC_METRICS_AUTH`)."""
+    metrics_allocations: bool = False
+    """Whether `/metrics` also answers `better_compute_allocation_info`, which names tenants and
+    allocations beside DCGM's GPU labels (`BC_METRICS_ALLOCATIONS`; docs/metrics.md)."""
 
     def environment(self) -> dict[str, str]:
         """These settings as the environment variables that give them back: what a worker process

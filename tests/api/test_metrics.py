@@ -3,11 +3,16 @@ with the value the fleet's story gives it."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from better_compute import __version__
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.storage.store import Store
 from tests.api.test_reservations import World, error
@@ -22,7 +27,10 @@ def world(store: Store) -> World:
     return World(store)
 
 
-def scrape(world: World, **headers: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(world: World, **headers: str) -> Samples:
     """Every sample of /metrics by (name, sorted labels)."""
     r = world.http.get("/metrics", headers=headers)
     assert r.status_code == 200, r.text
@@ -94,7 +102,7 @@ def test_atoms_by_pool_class_and_state_follow_bookings(world: World) -> None:
     assert value(samples, "better_compute_atoms", pool="a100", **{"class": "gpu"}, state="booked") == 2
 
 
-def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) -> None:
+def test_billable_gpu_seconds_by_meter_count_the_time_held_up_to_now(world: World) -> None:
     world.offer("h100", "acme", gpu_mig=4)
     assert world.reserve(world.platform, "a100", GPUS, duration="2h").status_code == 201
     released = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}], duration="4h")
@@ -106,7 +114,9 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     assert released.status_code == cancelled.status_code == 201
 
     samples = scrape(world)
-    assert {m: value(samples, "better_compute_billable_hours_total", meter=m) for m in FLEET_METERS} == {
+    assert {
+        m: value(samples, "better_compute_billable_gpu_seconds_total", meter=m) for m in FLEET_METERS
+    } == {
         "gpu.a100.hours": 0,
         "gpu.h100.hours": 0,
         "gpu.l40s.hours": 0,
@@ -122,11 +132,10 @@ def test_billable_hours_by_meter_count_the_hours_held_up_to_now(world: World) ->
     # a100: 2 GPUs for their 2 hours, and 1 GPU for the hour before its release; the cancelled
     # reservation bills nothing. h100: one MIG instance (a 3g.40gb, 3/7 of the GPU) for its hour, as
     # the bills count it.
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.a100.hours") == pytest.approx(5)
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.h100.hours") == pytest.approx(
-        3 / 7
-    )
-    assert value(samples, "better_compute_billable_hours_total", meter="gpu.l40s.hours") == 0
+    billed = "better_compute_billable_gpu_seconds_total"
+    assert value(samples, billed, meter="gpu.a100.hours") == pytest.approx(5 * 3600)
+    assert value(samples, billed, meter="gpu.h100.hours") == pytest.approx(3 / 7 * 3600)
+    assert value(samples, billed, meter="gpu.l40s.hours") == 0
 
 
 def test_events_by_type_are_counted_once_each_across_scrapes(world: World) -> None:
@@ -157,13 +166,27 @@ def test_a_ledger_conflict_is_counted(world: World) -> None:
     assert value(scrape(world), "better_compute_ledger_conflicts_total") == 1
 
 
-def test_metrics_are_per_app_and_name_no_tenant(store: Store) -> None:
+TENANT_SERIES = (
+    "better_compute_quota_used",
+    "better_compute_quota_limit",
+    "better_compute_unplaced_replicas",
+)
+"""The only series that name a tenant (besides the opt-in better_compute_allocation_info)."""
+
+
+def test_metrics_are_per_app_and_name_a_tenant_only_in_the_quota_and_unplaced_series(store: Store) -> None:
     one, two = World(store), api_client(store)
     one.offer("a100", "acme", gpu=2)
     assert one.reserve(one.acme, "a100", GPUS).status_code == 201
     text = two.get("/metrics").text
     assert "better_compute_reservations_created_total 0.0" in text  # the other app's counter
-    assert "acme" not in one.http.get("/metrics").text and "globex" not in text
+    naming = {
+        family.name
+        for family in text_string_to_metric_families(one.http.get("/metrics").text)
+        for s in family.samples
+        if "acme" in s.labels.values() or "globex" in s.labels.values()
+    }
+    assert naming and naming <= set(TENANT_SERIES)
 
 
 def test_metrics_may_require_a_fleet_admin_token(store: Store) -> None:
@@ -182,3 +205,179 @@ def test_openmetrics_is_served_to_a_scraper_that_asks_for_it(world: World) -> No
     r = world.http.get("/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"})
     assert r.status_code == 200 and r.headers["content-type"].startswith("application/openmetrics-text")
     assert r.text.rstrip().endswith("# EOF")
+
+
+def test_promtool_check_metrics_passes(world: World) -> None:
+    """Prometheus's own linter takes the whole answer: names, units, types and help texts. It must
+    run in CI (`.ci/run` installs promtool); elsewhere it runs where promtool is installed."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but promtool is not installed (.ci/run installs it)")
+        pytest.skip("promtool is not installed (Debian: apt-get install prometheus)")
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.platform, "a100", GPUS).status_code == 201
+    assert world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}]).status_code == 201
+    assert world.http.get("/v1/reservations/nope", headers=world.platform).status_code == 404
+    text = world.http.get("/metrics").text
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=30, check=False
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "better_compute_billable_gpu_seconds_total" in text and "process_cpu_seconds_total" in text
+
+
+def _http(samples: Samples, method: str, route: str, status: int) -> float:
+    return samples.get(
+        (
+            "better_compute_http_requests_total",
+            (("method", method), ("route", route), ("status", str(status))),
+        ),
+        0,
+    )
+
+
+def test_http_requests_are_counted_by_route_template_and_status_never_by_raw_path(world: World) -> None:
+    for rid in ("r-1", "r-2", "r-3"):
+        assert world.http.get(f"/v1/reservations/{rid}", headers=world.platform).status_code == 404
+    assert world.reserve(world.platform, "a100", GPUS).status_code == 201
+    assert world.http.get("/no/such/thing").status_code == 404
+    assert world.http.request("BREW", "/v1/reservations").status_code == 405
+
+    samples = scrape(world)
+    assert _http(samples, "GET", "/v1/reservations/{id}", 404) == 3
+    assert _http(samples, "POST", "/v1/reservations", 201) == 1
+    assert _http(samples, "GET", "unmatched", 404) == 1
+    assert _http(samples, "other", "/v1/reservations", 405) == 1
+    routes = {dict(labels)["route"] for name, labels in samples if name.startswith("better_compute_http_")}
+    assert not any("r-1" in r or "no/such" in r for r in routes)
+    duration = "better_compute_http_request_duration_seconds_count"
+    key = (("method", "GET"), ("route", "/v1/reservations/{id}"), ("status", "404"))
+    assert samples[(duration, key)] == 3
+
+
+def test_build_info_and_the_process_figures_are_answered(world: World) -> None:
+    samples = scrape(world)
+    info = [dict(labels) for name, labels in samples if name == "better_compute_build_info"]
+    assert len(info) == 1 and info[0]["version"] == __version__
+    assert value(samples, "process_cpu_seconds_total") > 0
+    assert value(samples, "process_resident_memory_bytes") > 0
+    assert value(samples, "process_open_fds") > 0
+
+
+@pytest.mark.both_stores
+def test_nodes_by_state_and_the_age_of_their_last_contact(world: World, store: Store) -> None:
+    with store.begin() as tx:  # mig-1 reported a minute ago, ex-1 four minutes ago; the rest never
+        assert tx.nodes.accept_sequences([("mig-1", 1, T0 - timedelta(minutes=1))])
+        assert tx.nodes.accept_sequences([("ex-1", 1, T0 - timedelta(minutes=4))])
+    cordon = world.http.patch("/v1/nodes/ex-2", json={"cordoned": True}, headers=world.admin)
+    assert cordon.status_code == 200, cordon.text
+
+    samples = scrape(world)
+    nodes = {
+        (dict(labels)["state"], dict(labels)["cordoned"]): n
+        for (name, labels), n in samples.items()
+        if name == "better_compute_nodes"
+    }
+    assert {k: n for k, n in nodes.items() if n} == {
+        ("live", "false"): 1,
+        ("silent", "false"): 1,
+        ("unjoined", "false"): 2,
+        ("unjoined", "true"): 1,
+    }
+    assert nodes[("live", "true")] == 0  # every state's series is there, 0 included
+    age = "better_compute_node_last_contact_age_seconds"
+    assert value(samples, age, node="mig-1") == 60
+    assert value(samples, age, node="ex-1") == 240
+    assert (age, (("node", "ts"),)) not in samples  # never heard from: no age to give
+
+    world.clock.now = T0 + timedelta(minutes=2)  # 3 minutes since mig-1's report: past the 150 s lease
+    samples = scrape(world)
+    assert value(samples, "better_compute_nodes", cluster="c1", state="silent", cordoned="false") == 2
+    assert value(samples, age, node="mig-1") == 180
+
+
+def test_quota_used_and_limit_per_tenant_pool_and_class(world: World) -> None:
+    world.offer("a100", "acme", gpu=2)
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.acme, "a100", [{"class": "gpu", "count": 1}], duration="1h").status_code == 201
+    assert world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 2}]).status_code == 201
+
+    samples = scrape(world)
+    used = "better_compute_quota_used"
+    assert value(samples, used, tenant="acme", pool="a100", **{"class": "gpu"}) == 1
+    assert value(samples, used, tenant="acme", pool="h100", **{"class": "gpu.mig"}) == 2
+    assert (
+        value(samples, "better_compute_quota_limit", tenant="acme", pool="h100", **{"class": "gpu.mig"}) == 4
+    )
+
+    world.clock.now = T0 + timedelta(hours=2)  # the a100 booking has ended
+    samples = scrape(world)
+    assert value(samples, used, tenant="acme", pool="a100", **{"class": "gpu"}) == 0  # its row stays, at 0
+    assert value(samples, used, tenant="acme", pool="h100", **{"class": "gpu.mig"}) == 2
+
+
+@pytest.mark.both_stores
+def test_unplaced_replicas_are_counted_per_tenant(store: Store) -> None:
+    from tests.api.test_workloads import World as Workloads
+    from tests.api.test_workloads import shape
+
+    world = Workloads(store)
+    world.quota(scope="fleet", guaranteed_devices=8)
+    made = world.create({"name": "big", "shape": shape(), "replicas": 3})
+    assert made["unplacedReplicas"] == 2
+    r = world.http.get("/metrics")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(r.text)
+        for s in family.samples
+    }
+    assert value(samples, "better_compute_unplaced_replicas", tenant="acme") == 2
+
+
+@pytest.mark.both_stores
+def test_allocation_info_joins_allocations_to_dcgm_labels_only_when_enabled(store: Store) -> None:
+    world = World(store)
+    world.offer("h100", "acme", gpu_mig=4)
+    mig = world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}])
+    whole = world.reserve(world.platform, "a100", [{"class": "gpu", "count": 1}])
+    assert mig.status_code == whole.status_code == 201
+    assert "better_compute_allocation_info" not in world.http.get("/metrics").text  # opt-in
+
+    http = api_client(store, metrics_allocations=True)
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(http.get("/metrics").text)
+        for s in family.samples
+        if s.name == "better_compute_allocation_info"
+    }
+    rows = [(dict(labels), n) for (_, labels), n in samples.items()]
+    held = {r["tenant"]: r for r, _ in rows}
+    assert len(rows) == 2 and set(held) == {"acme", "platform"} and all(n == 1 for _, n in rows)
+    with store.read() as tx:
+        got = {g.id: g for g in tx.gpus.page(None, None, None)}
+    mig_row, whole_row = held["acme"], held["platform"]
+    assert mig_row["allocation"] == mig.json()["id"]
+    gpu = got[mig_row["UUID"]]
+    assert gpu.node_id == mig_row["Hostname"] and gpu.mig_mode_current
+    assert mig_row["GPU_I_ID"] in {str(i.gi_id) for i in gpu.mig_instances}
+    assert whole_row["GPU_I_ID"] == "" and got[whole_row["UUID"]].node_id == whole_row["Hostname"]
+
+
+def test_every_series_answered_is_in_docs_metrics_md(store: Store) -> None:
+    world = World(store)
+    world.offer("h100", "acme", gpu_mig=4)
+    assert world.reserve(world.acme, "h100", [{"class": "gpu.mig", "count": 1}]).status_code == 201
+    http = api_client(store, metrics_allocations=True)
+    families = {f.name for f in text_string_to_metric_families(http.get("/metrics").text)}
+    documented = (Path(__file__).resolve().parents[2] / "docs" / "metrics.md").read_text(encoding="utf-8")
+    # The text parser names a counter without `_total`; `_created` samples are described once, in general.
+    missing = {
+        name
+        for name in families
+        if f"`{name}`" not in documented
+        and f"`{name}_total`" not in documented
+        and not name.endswith("_created")
+    }
+    assert not missing
+    assert "better_compute_allocation_info" in families and "process_open_fds" in families

@@ -95,12 +95,16 @@ def create_app(
     max_body_bytes: int,
     request_timeout: float,
     metrics_auth: metrics.MetricsAuth = "none",
+    metrics_dir: str | None = None,
+    metrics_allocations: bool = False,
     warming: Warming = "none",
 ) -> FastAPI:
     """The app over `services` (built by `entrypoints/server.py`, which also closes them). A request
     body over `max_body_bytes` is refused (413), and so is one whose next part does not arrive
     within `request_timeout` seconds (408): see `api/limits.py`. `/metrics` is open to anyone who
-    reaches it, or needs a fleet-admin token with `metrics_auth="admin"` (`api/metrics.py`).
+    reaches it, or needs a fleet-admin token with `metrics_auth="admin"` (`api/metrics.py`); a worker
+    of `serve --workers N` keeps its figures in `metrics_dir` with the others', and
+    `metrics_allocations` adds the series that joins allocations to DCGM's.
     `warming`: how the process warms its caches as it starts (`Warming`)."""
     app = FastAPI(
         title="better-compute",
@@ -134,7 +138,9 @@ def create_app(
     app.include_router(invocations.router)
     app.include_router(capacity.router)
     app.include_router(events.router)
-    metrics.install(app, services, metrics_auth)
+    metrics.install(
+        app, services, metrics_auth, multiprocess_dir=metrics_dir, allocations=metrics_allocations
+    )
     app.include_router(usage.router)
     app.include_router(bills.router)
     app.include_router(prices.router)
@@ -150,5 +156,6 @@ def create_app(
         timeout=request_timeout,
         caps=((invocations.INVOKE_PATH, MAX_INVOKE_BODY_BYTES),),
     )
+    metrics.count_requests(app)  # outside the body limits: their 413 and 408 are counted too
     version.install(app)  # outermost of all: every answer, refusals included, names the API version
     return app

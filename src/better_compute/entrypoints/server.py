@@ -63,14 +63,19 @@ def build_services(store: StorePort[Tx], *, clock: Clock = utc_now, ids: Ids | N
     )
 
 
-def build_app(services: Services, settings: Settings, *, warming: Warming = "none") -> FastAPI:
-    """The HTTP API over `services`, with the body limits and the metrics access of `settings`;
-    `warming`: how it warms its caches as it starts (`api.app.Warming`)."""
+def build_app(
+    services: Services, settings: Settings, *, warming: Warming = "none", metrics_dir: str | None = None
+) -> FastAPI:
+    """The HTTP API over `services`, with the body limits and the metrics settings of `settings`;
+    `warming`: how it warms its caches as it starts (`api.app.Warming`); `metrics_dir`: where the
+    processes of `serve --workers N` keep their figures together (`PROMETHEUS_MULTIPROC_DIR`)."""
     return create_app(
         services,
         max_body_bytes=settings.max_body_bytes,
         request_timeout=settings.timeout_request,
         metrics_auth=settings.metrics_auth,
+        metrics_dir=metrics_dir,
+        metrics_allocations=settings.metrics_allocations,
         warming=warming,
     )
 

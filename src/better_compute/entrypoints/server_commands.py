@@ -324,6 +324,15 @@ def serve(
             " (admin). \\[default: $BC_METRICS_AUTH or none]",
         ),
     ] = None,
+    metrics_allocations: Annotated[
+        bool | None,
+        typer.Option(
+            "--metrics-allocations",
+            show_default=False,
+            help="Also answer better_compute_allocation_info on /metrics: which GPU each allocation"
+            " holds, by DCGM's labels (docs/metrics.md). \\[default: $BC_METRICS_ALLOCATIONS or off]",
+        ),
+    ] = None,
 ) -> None:
     """Migrate the database, load a fleet file if given, and serve the HTTP API until Ctrl-C."""
     import shlex
@@ -349,6 +358,7 @@ def serve(
         timeout_keep_alive=timeout_keep_alive,
         timeout_request=timeout_request,
         metrics_auth=metrics_auth,
+        metrics_allocations=metrics_allocations,
     )
     connections: dict[str, Any] = {
         "http": timed_protocol(settings.timeout_request),
@@ -427,8 +437,13 @@ def serve(
                 logging.getLogger("uvicorn.access").addFilter(QuietNodeTraffic())
             Serving(config, services.stopping).run()
             return
-        # Worker processes build their own services from the same settings (entrypoints/asgi.py).
-        environment = child_environment(settings)
+        # Worker processes build their own services from the same settings (entrypoints/asgi.py), and
+        # keep their metrics together in a directory of this server's own, emptied for each start
+        # (prometheus-client's multiprocess mode: every worker answers the sum).
+        from better_compute.entrypoints.asgi import MULTIPROC_VARIABLE
+
+        metrics_dir = stack.enter_context(tempfile.TemporaryDirectory(prefix="better-compute-metrics-"))
+        environment = {**child_environment(settings), MULTIPROC_VARIABLE: metrics_dir}
         os.environ.clear()
         os.environ.update(environment)
         uvicorn.run(
