@@ -44,6 +44,11 @@ class _Module(ast.NodeVisitor):
         self.methods: dict[str, list[str]] = {}
         for node in tree.body:
             self._top(node)
+        for inner in ast.walk(tree):  # imports inside functions (kept lazy for start-up time)
+            if isinstance(inner, ast.ImportFrom):
+                source = self._absolute(inner)
+                for alias in inner.names:
+                    self.imports.setdefault(alias.asname or alias.name, f"{source}.{alias.name}")
 
     def _absolute(self, node: ast.ImportFrom) -> str:
         if not node.level:
