@@ -189,6 +189,22 @@ def test_import_prints_nvidias_all_enabled_and_per_index_configs(tmp_path: Path)
     }
 
 
+def test_import_index_prints_the_layout_one_gpu_of_a_per_index_config_gets(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NVIDIA_PER_INDEX)
+    base = ["layouts", "import", str(path), "--config", "custom-config", "--gpu", "A100-40GB", "--index"]
+    for env in ({"COLUMNS": "80"}, {}):
+        four = CliRunner(env=env).invoke(app, [*base, "4"])
+        assert four.exit_code == 0, four.output
+        assert four.stdout == "mixed:7x1g.5gb\n"
+        two = CliRunner(env=env).invoke(app, [*base, "2"])
+        assert two.stdout == "all-disabled\n"
+        none = CliRunner(env=env).invoke(app, [*base, "9"])
+        assert none.exit_code == 2
+        assert "names no GPU index 9" in none.output
+    assert _json([*base, "4", "--json"])["layout"] == "mixed:7x1g.5gb"
+
+
 def test_export_names_a_mixed_layout_after_its_instances() -> None:
     result = runner.invoke(app, ["layouts", "export", "--gpu", "H100-80GB", "mixed:3g.40gb+2x2g.20gb"])
     assert result.exit_code == 0, result.output

@@ -31,6 +31,7 @@ from better_compute.domain.catalog.migparted import (
     default_config_name,
     describe_layout,
     export_layout,
+    for_index,
     read_config,
 )
 from better_compute.domain.catalog.sizing import (
@@ -287,14 +288,20 @@ def layouts_import(
     config: Annotated[str, typer.Option("--config", help="Name of the config under mig-configs.")],
     gpu: GpuOption,
     driver: Annotated[str | None, typer.Option("--driver", help="Driver version to check against.")] = None,
+    index: Annotated[
+        int | None, typer.Option("--index", min=0, help="Only what the config gives this GPU index.")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Read a named mig-parted config, validate it for a GPU model and print it as a layout string.
 
     A config that gives GPUs different layouts by index, or enables MIG with no instances
-    (NVIDIA's `all-enabled`), prints one line per entry: the GPUs it names and what they get."""
+    (NVIDIA's `all-enabled`), prints one line per entry: the GPUs it names and what they get.
+    `--index N` prints what GPU N gets."""
     try:
         found = read_config(file.read_text(encoding="utf-8"), config, gpu, driver)
+        if index is not None:
+            found = (for_index(found, index, config),)
     except DomainError as exc:
         _refuse(exc, as_json=as_json)
     single = found[0].layout if len(found) == 1 else None

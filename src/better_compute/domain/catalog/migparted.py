@@ -31,6 +31,7 @@ __all__ = [
     "default_config_name",
     "export_layout",
     "export_mig_parted",
+    "for_index",
     "import_mig_parted",
     "read_config",
 ]
@@ -255,6 +256,18 @@ def read_config(
         if item.devices != "all":
             seen.update(item.devices)
     return tuple(found)
+
+
+def for_index(found: Sequence[DeviceLayout], index: int, config: str) -> DeviceLayout:
+    """The entry of a config (`read_config`) that names GPU `index`: what that GPU gets, so a
+    per-index config can give a pool the layout of one of its GPUs."""
+    for item in found:
+        if item.devices == "all" or index in item.devices:
+            return DeviceLayout((index,), item.layout)
+    raise InvalidInput(
+        f"config {config!r} names no GPU index {index}",
+        {"config": config, "index": index},
+    )
 
 
 def import_mig_parted(text: str, config: str, model: GpuModel | str, driver: str | None = None) -> Layout:
