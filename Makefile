@@ -6,7 +6,7 @@ DB_URL ?= $(if $(BC_DATABASE_URL),$(BC_DATABASE_URL),sqlite:///better-compute.db
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: demo-image run test lint fmt check pytest fuzz torture soak bench-quick openapi clean
+.PHONY: demo-image run test lint fmt check codegen pytest fuzz torture soak bench-quick openapi clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,18 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -e '.[test]'
 	touch $(VENV)/.installed $@
+
+# openapi-python-client, which tests/api/test_generated_client.py runs, in an environment of its own
+# (pyproject.toml's `codegen` dependency group): it pins a typer older than the CLI's.
+CODEGEN := .venv-codegen
+
+$(CODEGEN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CODEGEN)
+	$(CODEGEN)/bin/python -m pip install --upgrade pip
+	$(CODEGEN)/bin/python -m pip install --group codegen
+	touch $@
+
+codegen: $(CODEGEN)/.installed
 
 run: $(VENV)/.installed
 	$(BIN)/better-compute serve --database-url '$(DB_URL)' --host $(HOST) --port $(PORT) --fleet examples/demo-fleet.yaml
@@ -49,7 +61,7 @@ COVERAGE ?= $(if $(filter 1 true yes,$(CI)),1,0)
 PYTEST_COVERAGE := $(if $(filter 1,$(COVERAGE)),--cov=better_compute --cov-report=term:skip-covered)
 PYTEST_ARGS ?=
 
-pytest: $(VENV)/.installed-test
+pytest: $(VENV)/.installed-test $(CODEGEN)/.installed
 	$(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_COVERAGE) $(PYTEST_ARGS)
 
 fmt: $(VENV)/.installed-test

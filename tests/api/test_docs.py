@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from better_compute.storage.store import Store
+from better_compute.web import SWAGGER_UI
 from tests.builders import api_client
 
 
@@ -26,3 +27,17 @@ def test_defect_11_the_root_sends_a_browser_to_the_docs(store: Store) -> None:
     response = api_client(store).get("/", follow_redirects=False)
     assert response.status_code in (302, 307)
     assert response.headers["location"] == "/docs"
+
+
+def test_docs_serve_a_swagger_ui_that_renders_openapi_3_1(store: Store) -> None:
+    """Regression: the assets were swagger-ui-bundle's Swagger UI 4.15, which refuses an OpenAPI 3.1
+    document ("does not specify a valid version field"); 3.1 renders from Swagger UI 5 on."""
+    client = api_client(store)
+    assert client.get("/openapi.json").json()["openapi"].startswith("3.1")
+    version = (SWAGGER_UI / "VERSION").read_text(encoding="utf-8").strip()
+    assert int(version.split(".")[0]) >= 5
+    bundle = client.get("/docs/assets/swagger-ui-bundle.js")
+    assert bundle.status_code == 200 and f'"{version}"' in bundle.text
+    page = client.get("/docs").text
+    assert '"validatorUrl": null' in page  # no badge fetched from validator.swagger.io
+    assert (SWAGGER_UI / "LICENSE").exists() and (SWAGGER_UI / "NOTICE").exists()

@@ -450,6 +450,26 @@ def test_the_version_is_the_lowest_the_fields_need_by_cdis_rules(spec: dict[str,
     assert version in cdi.VERSIONS
 
 
+def test_only_an_ascii_digit_first_in_a_device_name_needs_0_5_0() -> None:
+    """Regression: a name starting with another Unicode digit (`٣`) was taken to need 0.5.0; CDI
+    compares the name's first byte with `0`-`9`."""
+    for name, version in (("\u0663a", "0.3.0"), ("\u00b2a", "0.3.0"), ("7a", "0.5.0"), ("a7", "0.3.0")):
+        spec = {"kind": "v.io/c", "devices": [{"name": name, "containerEdits": {}}]}
+        assert cdi.minimum_version(spec) == version, name
+
+
+def test_spec_wide_edits_count_as_a_devices_do_and_a_kind_without_a_class_needs_no_0_6_0() -> None:
+    base: dict[str, Any] = {"kind": "v.io/c", "devices": [{"name": "a", "containerEdits": {}}]}
+    assert (
+        cdi.minimum_version({**base, "containerEdits": {"intelRdt": {"enableMonitoring": True}}}) == "1.1.0"
+    )
+    assert cdi.minimum_version({**base, "containerEdits": {"intelRdt": {"closID": "x"}}}) == "0.7.0"
+    assert cdi.minimum_version({**base, "containerEdits": {"additionalGids": [5]}}) == "0.7.0"
+    assert cdi.minimum_version({**base, "containerEdits": {"mounts": [{"type": "bind"}]}}) == "0.4.0"
+    assert cdi.minimum_version({**base, "annotations": {"k": "v"}}) == "0.6.0"
+    assert cdi.minimum_version({**base, "kind": "v.io"}) == "0.3.0"
+
+
 def test_our_kind_needs_no_0_6_0_since_only_a_dot_in_the_class_does() -> None:
     """Debian 12's podman (CDI before 0.6.0) loads our specs: the vendor's dots are allowed since 0.3.0."""
     spec = cdi.spec_for("rsv-1", {"deviceNodes": [{"path": "/dev/nvidia0", "hostPath": "/dev/nvidia0"}]})

@@ -145,6 +145,72 @@ def test_export_and_import_round_trip(tmp_path: Path) -> None:
     assert refused.exit_code == 2
 
 
+NVIDIA_PER_INDEX = """\
+version: v1
+mig-configs:
+  all-enabled:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {}
+  custom-config:
+    - devices: [0,1,2,3]
+      mig-enabled: false
+    - devices: [4]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+"""
+
+
+def test_import_prints_nvidias_all_enabled_and_per_index_configs(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NVIDIA_PER_INDEX)
+    for env in ({"COLUMNS": "80"}, {}):
+        result = CliRunner(env=env).invoke(
+            app, ["layouts", "import", str(path), "--config", "custom-config", "--gpu", "A100-40GB"]
+        )
+        assert result.exit_code == 0, result.output
+        assert result.stdout.splitlines() == ["GPU 0,1,2,3: all-disabled", "GPU 4: mixed:7x1g.5gb"]
+        enabled = CliRunner(env=env).invoke(
+            app, ["layouts", "import", str(path), "--config", "all-enabled", "--gpu", "A100-40GB"]
+        )
+        assert enabled.exit_code == 0, enabled.output
+        assert enabled.stdout.splitlines() == ["all GPUs: MIG enabled, no instances"]
+    assert _json(
+        ["layouts", "import", str(path), "--config", "custom-config", "--gpu", "A100-40GB", "--json"]
+    ) == {
+        "config": "custom-config",
+        "model": "A100-40GB",
+        "layout": None,
+        "devices": [
+            {"devices": [0, 1, 2, 3], "migEnabled": False, "layout": "all-disabled"},
+            {"devices": [4], "migEnabled": True, "layout": "mixed:7x1g.5gb"},
+        ],
+    }
+
+
+def test_import_index_prints_the_layout_one_gpu_of_a_per_index_config_gets(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(NVIDIA_PER_INDEX)
+    base = ["layouts", "import", str(path), "--config", "custom-config", "--gpu", "A100-40GB", "--index"]
+    for env in ({"COLUMNS": "80"}, {}):
+        four = CliRunner(env=env).invoke(app, [*base, "4"])
+        assert four.exit_code == 0, four.output
+        assert four.stdout == "mixed:7x1g.5gb\n"
+        two = CliRunner(env=env).invoke(app, [*base, "2"])
+        assert two.stdout == "all-disabled\n"
+        none = CliRunner(env=env).invoke(app, [*base, "9"])
+        assert none.exit_code == 2
+        assert "names no GPU index 9" in none.output
+    assert _json([*base, "4", "--json"])["layout"] == "mixed:7x1g.5gb"
+
+
+def test_export_names_a_mixed_layout_after_its_instances() -> None:
+    result = runner.invoke(app, ["layouts", "export", "--gpu", "H100-80GB", "mixed:3g.40gb+2x2g.20gb"])
+    assert result.exit_code == 0, result.output
+    assert list(yaml.safe_load(result.stdout)["mig-configs"]) == ["custom-3g.40gb-2x2g.20gb"]
+
+
 def test_export_partition_types_and_refusal() -> None:
     assert _json(
         ["layouts", "export", "--gpu", "A100-40GB", "all-3g.20gb", "--format", "partition-types"]

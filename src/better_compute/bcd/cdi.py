@@ -89,11 +89,19 @@ def _all_edits(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [*edits, spec.get("containerEdits") or {}]
 
 
+_ASCII_DIGITS = tuple("0123456789")
+"""What CDI means by a digit where a device name starts with one: an ASCII digit (it compares the
+name's first byte), not whatever Unicode calls a digit."""
+
+
 def minimum_version(spec: Mapping[str, Any]) -> str:
-    """The lowest `cdiVersion` that allows every field `spec` uses, by CDI's own rules: network
-    devices or Intel RDT schemata/monitoring need 1.1.0; Intel RDT or additional GIDs 0.7.0;
-    annotations or a `.` in the kind's class 0.6.0; a device node's `hostPath` or a device name
-    starting with a digit 0.5.0; a mount's `type` 0.4.0; anything else 0.3.0."""
+    """The lowest `cdiVersion` that allows every field `spec` uses, by the rules of CDI's
+    `specs-go/version.go` (each version's test looks at the spec-wide and every device's edits):
+    network devices, or Intel RDT with `schemata` or `enableMonitoring`, need 1.1.0; any Intel RDT or
+    additional GIDs 0.7.0; annotations (spec-wide or a device's) or a `.` in the kind's class (after
+    its `/`) 0.6.0; a device node's `hostPath` or a device name whose first character is an ASCII
+    digit 0.5.0; a mount's `type` 0.4.0; anything else 0.3.0, CDI's earliest supported version. 0.8.0
+    and 1.0.0 added no field, so no spec needs them."""
     edits = _all_edits(spec)
     rdts = [e["intelRdt"] for e in edits if e.get("intelRdt") is not None]
     if any(e.get("netDevices") for e in edits) or any(
@@ -109,7 +117,7 @@ def minimum_version(spec: Mapping[str, Any]) -> str:
         or "." in str(spec.get("kind", "")).partition("/")[2]
     ):
         return "0.6.0"
-    if any(str(d.get("name", ""))[:1].isdigit() for d in devices) or any(
+    if any(str(d.get("name", ""))[:1] in _ASCII_DIGITS for d in devices) or any(
         n.get("hostPath") for e in edits for n in e.get("deviceNodes") or []
     ):
         return "0.5.0"

@@ -27,7 +27,13 @@ from better_compute.domain.catalog.layouts import (
     partition_types,
     validate,
 )
-from better_compute.domain.catalog.migparted import default_config_name, export_layout, import_mig_parted
+from better_compute.domain.catalog.migparted import (
+    default_config_name,
+    describe_layout,
+    export_layout,
+    for_index,
+    read_config,
+)
 from better_compute.domain.catalog.sizing import (
     DEFAULT_OVERHEAD_GIB,
     Advice,
@@ -282,17 +288,45 @@ def layouts_import(
     config: Annotated[str, typer.Option("--config", help="Name of the config under mig-configs.")],
     gpu: GpuOption,
     driver: Annotated[str | None, typer.Option("--driver", help="Driver version to check against.")] = None,
+    index: Annotated[
+        int | None, typer.Option("--index", min=0, help="Only what the config gives this GPU index.")
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Read a named mig-parted config, validate it for a GPU model and print it as a layout string."""
+    """Read a named mig-parted config, validate it for a GPU model and print it as a layout string.
+
+    A config that gives GPUs different layouts by index, or enables MIG with no instances
+    (NVIDIA's `all-enabled`), prints one line per entry: the GPUs it names and what they get.
+    `--index N` prints what GPU N gets."""
     try:
-        layout = import_mig_parted(file.read_text(encoding="utf-8"), config, gpu, driver)
+        found = read_config(file.read_text(encoding="utf-8"), config, gpu, driver)
+        if index is not None:
+            found = (for_index(found, index, config),)
     except DomainError as exc:
         _refuse(exc, as_json=as_json)
+    single = found[0].layout if len(found) == 1 else None
     if as_json:
-        print_json({"config": config, "model": get_model(gpu).id, "layout": format_layout(layout)})
+        print_json(
+            {
+                "config": config,
+                "model": get_model(gpu).id,
+                "layout": None if single is None else format_layout(single),
+                "devices": [
+                    {
+                        "devices": item.devices if item.devices == "all" else list(item.devices),
+                        "migEnabled": item.mig_enabled,
+                        "layout": None if item.layout is None else format_layout(item.layout),
+                    }
+                    for item in found
+                ],
+            }
+        )
+    elif single is not None:
+        typer.echo(format_layout(single))
     else:
-        typer.echo(format_layout(layout))
+        for item in found:
+            where = "all GPUs" if item.devices == "all" else "GPU " + ",".join(map(str, item.devices))
+            typer.echo(f"{where}: {describe_layout(item.layout)}")
 
 
 PRICE_FORMAT = "expected MODEL=USD or MODEL=USD/GPUS, e.g. H100-80GB=63.296/8"

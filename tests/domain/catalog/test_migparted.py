@@ -7,12 +7,14 @@ import yaml
 
 from better_compute.domain.catalog.layouts import parse_layout
 from better_compute.domain.catalog.migparted import (
+    DeviceLayout,
     NamedLayout,
     config_names,
     default_config_name,
     export_layout,
     export_mig_parted,
     import_mig_parted,
+    read_config,
 )
 from better_compute.domain.kernel.errors import InvalidInput, LayoutRefused, NotFound, UnknownProfile
 
@@ -46,7 +48,38 @@ def test_export_disabled() -> None:
 def test_default_names() -> None:
     assert default_config_name("all-disabled") == "all-disabled"
     assert default_config_name("all-1g.24gb-me") == "all-1g.24gb-me"
-    assert default_config_name("mixed:2x3g.40gb") == "custom-config"
+    assert default_config_name("mixed:2x3g.40gb") == "custom-2x3g.40gb"
+    assert default_config_name("mixed:3g.40gb+2x2g.20gb") == "custom-3g.40gb-2x2g.20gb"
+    assert default_config_name("mixed:1g.10gb+me+2x1g.10gb") == "custom-2x1g.10gb-1g.10gb.me"
+
+
+def test_mixed_layouts_export_under_distinct_names_and_import_back() -> None:
+    """Regression: every mixed layout was `custom-config`, so two of them merged into one config."""
+    a, b = parse_layout("mixed:3g.40gb+2x2g.20gb"), parse_layout("mixed:4g.40gb+3g.40gb")
+    text = export_mig_parted([NamedLayout(default_config_name(x), x, "H100-80GB") for x in (a, b)])
+    assert config_names(text) == ("custom-3g.40gb-2x2g.20gb", "custom-4g.40gb-3g.40gb")
+    assert import_mig_parted(text, "custom-3g.40gb-2x2g.20gb", "H100-80GB") == a
+    assert import_mig_parted(text, "custom-4g.40gb-3g.40gb", "H100-80GB") == b
+
+
+def test_export_refuses_two_layouts_for_the_same_gpus_under_one_name() -> None:
+    with pytest.raises(InvalidInput, match="two layouts"):
+        export_mig_parted(
+            [
+                NamedLayout("custom-config", "mixed:3g.40gb+2x2g.20gb", "H100-80GB"),
+                NamedLayout("custom-config", "mixed:4g.40gb+3g.40gb", "H100-80GB"),
+            ]
+        )
+    text = export_mig_parted(
+        [
+            NamedLayout("split", "mixed:3g.40gb+2x2g.20gb", "H100-80GB", devices=(0, 1)),
+            NamedLayout("split", "all-disabled", "H100-80GB", devices=(2,)),
+        ]
+    )
+    assert read_config(text, "split", "H100-80GB") == (
+        DeviceLayout((0, 1), parse_layout("mixed:3g.40gb+2x2g.20gb")),
+        DeviceLayout((2,), parse_layout("all-disabled")),
+    )
 
 
 def test_export_refuses_an_invalid_layout() -> None:
@@ -130,6 +163,53 @@ mig-configs:
 """
 
 
+NVIDIA_EXAMPLE = """\
+version: v1
+mig-configs:
+  all-disabled:
+    - devices: all
+      mig-enabled: false
+
+  all-enabled:
+    - devices: all
+      mig-enabled: true
+      mig-devices: {}
+
+  all-enabled-bare:
+    - devices: all
+      mig-enabled: true
+
+  all-1g.5gb:
+    - devices: all
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+
+  custom-config:
+    - devices: [0,1,2,3]
+      mig-enabled: false
+    - devices: [4]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 7
+    - devices: [5]
+      mig-enabled: true
+      mig-devices:
+        "2g.10gb": 3
+    - devices: [6]
+      mig-enabled: true
+      mig-devices:
+        "3g.20gb": 2
+    - devices: [7]
+      mig-enabled: true
+      mig-devices:
+        "1g.5gb": 2
+        "2g.10gb": 1
+        "3g.20gb": 1
+"""
+"""The shape of NVIDIA mig-parted's examples/config.yaml (`all-enabled-bare` leaves `mig-devices` out)."""
+
+
 def test_import_nvidia_style_file() -> None:
     assert import_mig_parted(MIG_PARTED_DEFAULTS, "all-balanced", "A100-40GB") == parse_layout(
         "mixed:3g.20gb+2g.10gb+2x1g.5gb"
@@ -158,10 +238,42 @@ def test_import_refuses_driver_too_old() -> None:
     assert info.value.details["reason"] == "driver_too_old"
 
 
-def test_import_refuses_what_a_pool_cannot_express() -> None:
-    with pytest.raises(InvalidInput, match="without instances"):
+def test_nvidia_all_enabled_and_per_index_configs_import() -> None:
+    """NVIDIA's own examples/config.yaml: `all-enabled` (no mig-devices) and per-index entries."""
+    assert read_config(NVIDIA_EXAMPLE, "all-enabled", "A100-40GB") == (DeviceLayout("all", None),)
+    assert read_config(NVIDIA_EXAMPLE, "all-enabled-bare", "A100-40GB") == (DeviceLayout("all", None),)
+    assert read_config(NVIDIA_EXAMPLE, "custom-config", "A100-40GB") == (
+        DeviceLayout((0, 1, 2, 3), parse_layout("all-disabled")),
+        DeviceLayout((4,), parse_layout("mixed:7x1g.5gb")),
+        DeviceLayout((5,), parse_layout("mixed:3x2g.10gb")),
+        DeviceLayout((6,), parse_layout("mixed:2x3g.20gb")),
+        DeviceLayout((7,), parse_layout("mixed:3g.20gb+2g.10gb+2x1g.5gb")),
+    )
+    assert read_config(MIG_PARTED_DEFAULTS, "per-index", "H100-80GB") == (
+        DeviceLayout((0, 1), parse_layout("mixed:2x3g.40gb")),
+        DeviceLayout((2, 3), parse_layout("mixed:7g.80gb")),
+    )
+    assert read_config(NVIDIA_EXAMPLE, "all-1g.5gb", "A100-40GB") == (
+        DeviceLayout("all", parse_layout("mixed:7x1g.5gb")),
+    )
+
+
+def test_read_config_refuses_a_gpu_named_twice() -> None:
+    text = (
+        "version: v1\nmig-configs:\n  a:\n"
+        "    - {devices: [0, 1], mig-enabled: false}\n"
+        "    - {devices: [1], mig-enabled: true, mig-devices: {7g.80gb: 1}}\n"
+    )
+    with pytest.raises(InvalidInput, match="GPU index 1 in two entries"):
+        read_config(text, "a", "H100-80GB")
+
+
+def test_a_pool_layout_is_refused_where_the_config_has_none_to_give() -> None:
+    with pytest.raises(InvalidInput, match="no instances"):
         import_mig_parted(MIG_PARTED_DEFAULTS, "all-enabled", "H100-80GB")
-    with pytest.raises(InvalidInput, match="different layouts"):
+    with pytest.raises(
+        InvalidInput, match=r"different layouts by index \(GPUs 0,1: mixed:2x3g.40gb; GPUs 2,3"
+    ):
         import_mig_parted(MIG_PARTED_DEFAULTS, "per-index", "H100-80GB")
     with pytest.raises(NotFound):
         import_mig_parted(MIG_PARTED_DEFAULTS, "nope", "H100-80GB")

@@ -73,11 +73,14 @@ def new_upstream() -> aiohttp.ClientSession:
     )
 
 
+_BYTES = {"schema": {"type": "string", "format": "binary", "maxLength": MAX_INVOKE_BODY_BYTES}}
+_RELAYED = {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}, "*/*": {}}
+"""Any content type goes and comes back as it is; `application/octet-stream` is listed first so that a
+client generator that cannot take `*/*` still makes the call (it sends and reads bytes)."""
+
 _BODY = {
     "required": False,
-    "content": {
-        "*/*": {"schema": {"type": "string", "format": "binary", "maxLength": MAX_INVOKE_BODY_BYTES}}
-    },
+    "content": {"application/octet-stream": _BYTES, "*/*": _BYTES},
     "description": f"The model's input as raw bytes, up to {MAX_INVOKE_BODY_BYTES} bytes (6 MiB); its"
     " Content-Type is passed to the model server.",
 }
@@ -87,7 +90,14 @@ _BODY = {
     "/endpoints/{name}/invoke",
     response_class=Response,
     openapi_extra={"requestBody": _BODY},
-    responses={200: {"description": "The model server's answer, as it sent it.", "content": {"*/*": {}}}},
+    responses={
+        200: {"description": "The model server's answer, as it sent it.", "content": _RELAYED},
+        429: {
+            "description": "The model server's own refusal (its rate limit), relayed as it sent it:"
+            " any status a model server answers is relayed so, and this API sets no rate limit.",
+            "content": _RELAYED,
+        },
+    },
 )
 async def invoke(
     name: str,
