@@ -11,6 +11,7 @@ from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.containers import container_document
 from better_compute.api.deps import NowDep, ServicesDep
+from better_compute.api.path_ids import path_id
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.placement.capability import WHOLE, Resolution
@@ -114,6 +115,7 @@ def get_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: N
 def scale_workload(
     id: str, body: WorkloadScale, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Response:
+    id = path_id(id, body.id)
     view = workloads.scale(_wiring(services), principal, id, body.replicas, now, body.generation)
     services.placement_wakeup.set()
     return json_answer(workload_public(view))

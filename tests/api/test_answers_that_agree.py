@@ -1,0 +1,49 @@
+"""Answers that agree: where two ways of asking the same thing once got different answers (issue 39,
+item 11), through the real app on both stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from better_compute.storage.store import Store
+from tests.api.test_tenancy import Api, code, load
+from tests.builders import bearer
+
+pytestmark = pytest.mark.both_stores
+
+
+def _patch(api: Api, path: str, body: dict[str, Any]) -> Any:
+    return api.client.patch(path, json=body, headers=bearer(api.tokens["admin"]))
+
+
+def test_pools_update_takes_the_id_from_the_path_and_refuses_a_body_id_that_differs(store: Store) -> None:
+    api = load(store)
+    pool = api.call("admin", "pools.get", {"id": "p1"}).json()
+    without_id = _patch(api, f"/v1/pools/{pool['id']}", {"policy": {"migLayout": "all-3g.40gb"}})
+    assert without_id.status_code == 200, without_id.text
+    assert without_id.json()["policy"]["migLayout"] == "all-3g.40gb"
+    same = _patch(api, f"/v1/pools/{pool['id']}", {"id": pool["id"], "policy": {"maxDuration": "PT1H"}})
+    assert same.status_code == 200, same.text
+    other = _patch(api, f"/v1/pools/{pool['id']}", {"id": "p2", "policy": {"migLayout": "all-1g.10gb"}})
+    assert other.status_code == 400 and code(other) == "INVALID_INPUT"
+    error = other.json()["error"]
+    assert "'p2'" in error["message"] and "path" in error["message"]
+    assert error["details"]["field"] == "id"
+    after = api.call("admin", "pools.get", {"id": "p1"}).json()
+    assert after["policy"]["migLayout"] == "all-3g.40gb" and after["generation"] == 3
+
+
+def test_policies_update_takes_the_id_from_the_path_and_refuses_a_body_id_that_differs(store: Store) -> None:
+    api = load(store)
+    made = api.call("admin", "policies.create", {"name": "r", "tenantId": "acme", "allowedRegions": ["r1"]})
+    assert made.status_code == 201, made.text
+    pid = made.json()["id"]
+    without_id = _patch(api, f"/v1/policies/{pid}", {"allowedRegions": ["r2"]})
+    assert without_id.status_code == 200, without_id.text
+    assert without_id.json()["allowedRegions"] == ["r2"]
+    other = _patch(api, f"/v1/policies/{pid}", {"id": "pol-other", "allowedRegions": ["r3"]})
+    assert other.status_code == 400 and code(other) == "INVALID_INPUT"
+    assert "'pol-other'" in other.json()["error"]["message"]
+    assert api.call("admin", "policies.get", {"id": pid}).json()["allowedRegions"] == ["r2"]
