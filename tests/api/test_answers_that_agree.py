@@ -9,6 +9,7 @@ import pytest
 
 from better_compute.storage.store import Store
 from tests.api.test_tenancy import Api, code, load
+from tests.api.test_workloads import World, shape, verdicts
 from tests.builders import bearer
 
 pytestmark = pytest.mark.both_stores
@@ -47,3 +48,25 @@ def test_policies_update_takes_the_id_from_the_path_and_refuses_a_body_id_that_d
     assert other.status_code == 400 and code(other) == "INVALID_INPUT"
     assert "'pol-other'" in other.json()["error"]["message"]
     assert api.call("admin", "policies.get", {"id": pid}).json()["allowedRegions"] == ["r2"]
+
+
+def test_placement_preview_takes_the_workloads_own_allowed_regions_and_clusters(store: Store) -> None:
+    world = World(store)
+    asked = {"project": "acme", "shape": shape(), "replicas": 1, "allowedRegions": ["eu-central"]}
+    preview = world.preview(**asked)
+    assert verdicts(preview)["iad-1"] == "policy_denied" and verdicts(preview)["fra-1"] is None
+    assert preview["shares"] == {"fra-1": 1}
+    made = world.create({**asked, "name": "eu"})
+    assert world.shares(made) == {"fra-1": 1} and verdicts(made) == verdicts(preview)
+    only = world.preview(project="acme", shape=shape(), replicas=1, allowedClusters=["sjc-1"])
+    assert [c for c, reason in verdicts(only).items() if reason is None] == ["sjc-1"]
+
+
+def test_placement_preview_refuses_an_unknown_cluster_in_cluster_floors_as_create_does(store: Store) -> None:
+    world = World(store)
+    asked = {"project": "acme", "shape": shape(), "replicas": 1, "clusterFloors": {"nowhere-1": 1}}
+    created = world.http.post("/v1/workloads", json={**asked, "name": "w"}, headers=world.admin)
+    previewed = world.http.post("/v1/placement/preview", json=asked, headers=world.admin)
+    assert (created.status_code, previewed.status_code) == (404, 404), previewed.text
+    assert previewed.json()["error"] == created.json()["error"]
+    assert previewed.json()["error"]["details"] == {"field": "clusterFloors", "cluster": "nowhere-1"}

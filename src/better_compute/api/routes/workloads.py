@@ -61,7 +61,6 @@ def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape,
     """The request as placement's command. The capability stays JSON, as the wire has it:
     `domain.placement.capability.parse_capability` checks it (a command holds what was asked)."""
     capability = shape.capability
-    made = body if isinstance(body, WorkloadCreate) else None  # a preview makes no policy
     return PlaceWorkload(
         name=name,
         shape=ReplicaShape(
@@ -81,8 +80,8 @@ def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape,
         requires_single_topology_domain=body.requires_single_topology_domain,
         topology_domain_kind=body.topology_domain_kind,
         priority_class=body.priority_class,
-        allowed_regions=tuple(made.allowed_regions or ()) if made else (),
-        allowed_clusters=tuple(made.allowed_clusters or ()) if made else (),
+        allowed_regions=tuple(body.allowed_regions or ()),
+        allowed_clusters=tuple(body.allowed_clusters or ()),
     )
 
 
@@ -168,7 +167,7 @@ def preview_placement(
     spec = workload_spec(
         place_workload(body, body.shape, "preview"), _preview_tenant(principal, body.tenant_id)
     )
-    got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
+    got = workloads.preview(_wiring(services), principal, spec, now)
     return json_answer(preview_public(got.placement, got.resolution))
 
 

@@ -430,12 +430,39 @@ def _with_own_policy(
     return own, made
 
 
+def preview(
+    wiring: Wiring[PlacementTx], principal: Principal, spec: WorkloadSpec, now: datetime
+) -> placement.Preview:
+    """`placement.preview` of a shape not created yet: the clusters it names are checked as `create`
+    checks them (an unknown one in `clusterFloors` or `cluster` is NOT_FOUND), and it is planned
+    with the `<name>-placement` policy its `allowedRegions`/`allowedClusters` would become, so a
+    preview and the create after it agree. It writes nothing."""
+    with wiring.store.read() as tx:
+        _check_clusters(tx, spec)
+    workload_id = wiring.ids.workload()
+    return placement.preview(
+        wiring.store,
+        wiring.index,
+        wiring.stock,
+        principal,
+        spec,
+        now,
+        workload_id=workload_id,
+        workload_policies=_own(spec, workload_id),
+    )
+
+
 def _check_refs(tx: PlacementTx, wiring: Wiring[PlacementTx], spec: WorkloadSpec) -> None:
     wiring.stock.device_class(tx, spec.device_class)  # NOT_FOUND naming it
     if spec.priority_class != STANDARD and tx.priority_classes.get(spec.priority_class) is None:
         raise NotFound(
             f"priority class {spec.priority_class} not found", {"priorityClass": spec.priority_class}
         )
+    _check_clusters(tx, spec)
+
+
+def _check_clusters(tx: PlacementTx, spec: WorkloadSpec) -> None:
+    """NOT_FOUND for a cluster the spec names (pinned, or in `clusterFloors`) that does not exist."""
     if spec.pinned_cluster is not None and tx.clusters.get(spec.pinned_cluster) is None:
         raise NotFound(f"cluster {spec.pinned_cluster} not found", {"cluster": spec.pinned_cluster})
     for cluster_id in [*spec.cluster_floors]:
@@ -1207,6 +1234,7 @@ __all__ = [
     "list_deployments",
     "list_workloads",
     "place_in",
+    "preview",
     "release_replica",
     "retry",
     "scale",
