@@ -3,14 +3,17 @@ item 11), through the real app on both stores."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from better_compute.storage.store import Store
+from tests.api.test_endpoints import endpoint
 from tests.api.test_tenancy import Api, code, load
 from tests.api.test_workloads import World, shape, verdicts
 from tests.builders import bearer
+from tests.node_world import NodeWorld
 
 pytestmark = pytest.mark.both_stores
 
@@ -70,3 +73,26 @@ def test_placement_preview_refuses_an_unknown_cluster_in_cluster_floors_as_creat
     assert (created.status_code, previewed.status_code) == (404, 404), previewed.text
     assert previewed.json()["error"] == created.json()["error"]
     assert previewed.json()["error"]["details"] == {"field": "clusterFloors", "cluster": "nowhere-1"}
+
+
+def test_the_admin_cannot_create_an_endpoint_for_a_tenant_on_a_pool_that_tenant_cannot_use(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    world.join("n-1")
+    for_acme = endpoint(["mig-7g.80gb"], name="acme-chat", tenantId="acme")
+    refused = world.http.post("/v1/endpoints", json=for_acme, headers=world.admin)
+    assert refused.status_code == 400 and code(refused) == "INVALID_INPUT", refused.text
+    error = refused.json()["error"]
+    assert error["message"].startswith("tenant acme cannot use pool p1")
+    assert error["details"] == {"field": "poolId", "poolId": "p1", "tenantId": "acme"}
+    assert world.http.get("/v1/endpoints", headers=world.admin).json()["items"] == []
+    zero = {"tenantId": "acme", "poolId": "p1", "class": "gpu", "limit": 0}
+    assert world.http.put("/v1/quotas", json=zero, headers=world.admin).status_code == 200
+    still = world.http.post("/v1/endpoints", json=for_acme, headers=world.admin)
+    assert still.status_code == 400, still.text  # a row of 0 offers nothing
+    offered = {**zero, "limit": 8}
+    assert world.http.put("/v1/quotas", json=offered, headers=world.admin).status_code == 200
+    made = world.http.post("/v1/endpoints", json=for_acme, headers=world.admin)
+    assert made.status_code == 201, made.text
+    assert made.json()["tenantId"] == "acme"
