@@ -8,11 +8,15 @@ from typing import Any
 
 import pytest
 
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ops.placement_retry import Retrier
+from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.workloads import Wiring
 from better_compute.storage.store import Store
 from tests.api.test_endpoints import endpoint
 from tests.api.test_tenancy import Api, code, load
 from tests.api.test_workloads import World, shape, verdicts
-from tests.builders import bearer
+from tests.builders import CountingIds, bearer
 from tests.node_world import NodeWorld
 
 pytestmark = pytest.mark.both_stores
@@ -96,3 +100,23 @@ def test_the_admin_cannot_create_an_endpoint_for_a_tenant_on_a_pool_that_tenant_
     made = world.http.post("/v1/endpoints", json=for_acme, headers=world.admin)
     assert made.status_code == 201, made.text
     assert made.json()["tenantId"] == "acme"
+
+
+def test_a_pinned_pending_deployments_message_is_current(store: Store) -> None:
+    world = World(store)
+    retrier = Retrier(Wiring(world.store, BookingIndex(), Stock(), CountingIds()), world.clock)
+    first = world.create({"name": "first", "shape": shape(), "replicas": 1, "cluster": "sjc-1"})
+    waiting = world.create({"name": "waiting", "shape": shape(), "replicas": 1, "cluster": "sjc-1"})
+    (before,) = waiting["deployments"]
+    assert (before["phase"], before["reason"]) == ("pending", "insufficient_capacity")
+    pools = world.http.get("/v1/pools", headers=world.admin).json()["items"]
+    sjc = next(p["id"] for p in pools if p["clusterId"] == "sjc-1")
+    assert world.http.delete(f"/v1/workloads/{first['id']}", headers=world.admin).status_code == 200
+    half = {"tenantId": "acme", "poolId": sjc, "devices": [{"class": "gpu", "count": 4}], "duration": "1h"}
+    assert world.http.post("/v1/reservations", json=half, headers=world.admin).status_code == 201
+    retrier.tick()
+    (after,) = world.http.get(f"/v1/workloads/{waiting['id']}", headers=world.admin).json()["deployments"]
+    preview = world.preview(workloadId=waiting["id"])
+    (verdict,) = preview["verdicts"]
+    assert (after["phase"], after["reason"]) == ("pending", "insufficient_capacity")
+    assert after["message"] == verdict["message"] != before["message"]

@@ -587,16 +587,21 @@ def place_in(
             next_replica=max([dep.next_replica, *(i + 1 for i, _ in added)]),
             preempted_by=dep.preempted_by if short else None,
         )
-        if fresh or (
+        changed = fresh or (
             new.phase,
             new.desired_replicas,
             new.reason,
             new.shortfall,
             new.next_replica,
             new.preempted_by,
-        ) != (dep.phase, dep.desired_replicas, dep.reason, dep.shortfall, dep.next_replica, dep.preempted_by):
+        ) != (dep.phase, dep.desired_replicas, dep.reason, dep.shortfall, dep.next_replica, dep.preempted_by)
+        if changed:
             written.append((new, fresh))
             events.append(_updated(workload, new, phase, share, count, reason))
+        elif new.message != dep.message:
+            # The same reason with other figures (a pinned share waiting as free devices or quota
+            # change): the message shown is the present one, with no event for a wording.
+            written.append((new, fresh))
         new_replicas.extend((new.id, i, a) for i, a in added)
         views.append((new, count, kept))
     total = sum(count for _, count, _ in views)
