@@ -120,3 +120,39 @@ def test_a_pinned_pending_deployments_message_is_current(store: Store) -> None:
     (verdict,) = preview["verdicts"]
     assert (after["phase"], after["reason"]) == ("pending", "insufficient_capacity")
     assert after["message"] == verdict["message"] != before["message"]
+
+
+def _floor(world: World, cluster: str | None) -> None:
+    row = {"project": "globex", "device_class": "h100-80gb-sxm", "floor_devices": 8, "guaranteed_devices": 8}
+    where = {"scope": "cluster", "cluster_id": cluster} if cluster else {"scope": "fleet"}
+    got = world.http.put("/v1/quotas", json={**row, **where}, headers=world.admin)
+    assert got.status_code == 200, got.text
+
+
+def test_one_projects_floor_in_one_cluster_does_not_stop_other_projects_capability_requests_elsewhere(
+    store: Store,
+) -> None:
+    world = World(store)
+    _floor(world, "iad-1")
+    asked = {"shape": {"capability": {"memoryGiB": {"min": 40}}}, "replicas": 4, "strategy": "spread"}
+    preview = world.preview(project="acme", **asked)
+    assert preview["resolution"]["kind"].startswith("H100-80GB"), preview
+    assert sorted(preview["shares"]) == ["fra-1", "sjc-1"]
+    made = world.create({**asked, "name": "by-memory"})
+    assert made["shape"]["deviceClass"].startswith("capability/")
+    assert "iad-1" not in world.shares(made) and sum(world.shares(made).values()) == 4
+    (iad,) = [v for v in made["verdicts"] if v["clusterId"] == "iad-1"]
+    assert iad["reason"] == "policy_denied"
+    assert iad["message"] == (
+        "device class h100-80gb-sxm, which it is, carries other projects' floors in iad-1:"
+        " ask for h100-80gb-sxm by name"
+    )
+    _floor(world, None)  # a fleet-wide floor holds every cluster: the kind is refused, as before
+    refused = world.http.post("/v1/placement/preview", json={"project": "acme", **asked}, headers=world.admin)
+    assert refused.status_code == 200, refused.text
+    assert refused.json()["resolution"]["deviceClass"] is None
+    (why,) = {r["reason"] for r in refused.json()["resolution"]["refused"]}
+    assert (
+        why
+        == "device class h100-80gb-sxm, which it is, carries other projects' floors: ask for h100-80gb-sxm by name"
+    )

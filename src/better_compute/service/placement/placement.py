@@ -20,7 +20,7 @@ from functools import cache
 from better_compute.domain.fleet.clusters import accepts_placements
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.metering.billing import Price
-from better_compute.domain.placement.capability import Offer, Resolution, resolve
+from better_compute.domain.placement.capability import Offer, Resolution, is_implicit, resolve
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.constraints import applicable, ceiling, deny
 from better_compute.domain.placement.costs import Cost, replica_cost
@@ -42,7 +42,7 @@ from better_compute.domain.tenancy.quota import effective_limit
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement import preemption
-from better_compute.service.placement.capabilities import offers_in, refusal
+from better_compute.service.placement.capabilities import floor_denials, offers_in, refusal
 from better_compute.service.placement.class_quotas import ClassQuotaFigures
 from better_compute.service.placement.placement_stock import PoolSeat, Stock
 from better_compute.service.placement.ports import PlacementTx
@@ -173,6 +173,11 @@ def snapshot_in(
     refused, ceilings = _policy_denials(policies, tenant_id, workload_id, found.name, clusters)
     for cluster_id, why in refused.items():
         denials.setdefault(cluster_id, why)
+    if is_implicit(found.name):
+        usable = [p.id for seats in pools.values() for p in seats]
+        floored = floor_denials(tx, index, stock, tenant_id, found.name, usable, list(clusters))
+        for cluster_id, why in floored.items():
+            denials.setdefault(cluster_id, why)
     return Snapshot(
         tenant_id,
         found,
