@@ -105,9 +105,10 @@ class PolicyCreate(PolicyConstraints):
 class PolicyUpdate(PolicyConstraints):
     """`policies.update`: `limits` replaces every limit (null removes them); a constraint given
     replaces that one (null or [] removes it); what is not given is kept. Name and subject are fixed.
-    `generation`, when given, must equal the policy's current one (compare-and-swap), else CONFLICT."""
+    `generation`, when given, must equal the policy's current one (compare-and-swap), else CONFLICT.
+    `id` is the path's: it may be left out, and one that differs is refused (INVALID_INPUT)."""
 
-    id: str
+    id: str | None = Field(default=None, description="The path's policy id; may be left out.")
     limits: PolicyLimits | None = None
     generation: int | None = None
 

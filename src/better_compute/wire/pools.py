@@ -50,9 +50,10 @@ class PoolUpdate(WireRequest):
     """`pools.update`: a new `policy.migLayout` goes through the MIG layout gate.
 
     `generation`, when given, must equal the pool's current one (compare-and-swap), else CONFLICT.
+    `id` is the path's: it may be left out, and one that differs is refused (INVALID_INPUT).
     """
 
-    id: str
+    id: str | None = Field(default=None, description="The path's pool id; may be left out.")
     policy: PoolPolicy | None = None
     nodes: list[str] | None = None
     generation: int | None = None

@@ -167,6 +167,14 @@ class _Placing(WireRequest):
     )
     """Whom the workload may evict to be placed, and who may evict it
     (docs/scheduling.md#who-may-be-evicted)."""
+    allowed_regions: list[str] | None = Field(
+        default=None, validation_alias=_alias("allowedRegions", "allowed_regions"), max_length=MAX_LIST
+    )
+    allowed_clusters: list[str] | None = Field(
+        default=None, validation_alias=_alias("allowedClusters", "allowed_clusters"), max_length=MAX_LIST
+    )
+    """Where the workload may go: `workloads.create` makes them the policy `<name>-placement`;
+    `placement.preview` plans with that policy as create would."""
 
 
 class WorkloadCreate(_Placing):
@@ -177,12 +185,6 @@ class WorkloadCreate(_Placing):
 
     name: str = Field(json_schema_extra={"maxLength": 63})
     shape: Shape
-    allowed_regions: list[str] | None = Field(
-        default=None, validation_alias=_alias("allowedRegions", "allowed_regions"), max_length=MAX_LIST
-    )
-    allowed_clusters: list[str] | None = Field(
-        default=None, validation_alias=_alias("allowedClusters", "allowed_clusters"), max_length=MAX_LIST
-    )
 
 
 class WorkloadScale(WireRequest):
@@ -196,7 +198,8 @@ class WorkloadScale(WireRequest):
 
 class PlacementPreviewRequest(_Placing):
     """`placement.preview`: a workload's id (`workloadId`), or `{project, shape, replicas}` with the
-    other placement fields of `workloads.create`."""
+    other placement fields of `workloads.create` (`allowedRegions` and `allowedClusters` included,
+    checked and applied as create applies them)."""
 
     workload_id: str | None = Field(default=None, validation_alias=_alias("workloadId", "workload_id"))
 

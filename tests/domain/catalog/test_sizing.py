@@ -3,8 +3,12 @@ docs/layouts.md#sizing-advisor, and limits."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from better_compute.domain import catalog
+from better_compute.domain.catalog import all_models
 from better_compute.domain.catalog.sizing import (
     GIB,
     PRESETS,
@@ -137,3 +141,26 @@ def test_too_big_for_anything() -> None:
 def test_bad_inputs(call: object) -> None:
     with pytest.raises(InvalidInput):
         call()  # type: ignore[operator]
+
+
+def test_whole_gpu_fits_use_the_memory_the_board_exposes() -> None:
+    # 21.4 GiB of weights and 1.5 GiB of overhead: 22.9 GiB, under the L4's and A10G's 24 GB data sheet
+    # figure but over the 22.49 GiB nvidia-smi reports for them (23034 and 23028 MiB).
+    spec = ModelSpec("toy", 11.5, 10, 4, 64)
+    for gpu in ("L4-24GB", "A10G-24GB"):
+        assert advise(spec, "fp16", 1000, 1, gpu=gpu).fits == ()
+    small = advise(ModelSpec("toy", 9.0, 10, 4, 64), "fp16", 1000, 1, gpu="L4-24GB")
+    (whole,) = small.fits
+    assert (whole.profile, whole.capacity_gib) == (None, 22.49)
+    assert whole.headroom_gib == pytest.approx(22.49 - small.need.total_gib)
+    h100 = advise(spec, "fp16", 1000, 1, gpu="H100-80GB")
+    assert [f.capacity_gib for f in h100.fits if f.profile is None] == [79.65]
+
+
+def test_every_catalog_model_names_the_memory_its_board_exposes_under_its_data_sheet_figure() -> None:
+    for model in all_models():
+        assert 0 < model.usable_gib <= model.memory_gib, model.id
+    source = (Path(catalog.__file__).parent / "models.toml").read_text()
+    for model in all_models():
+        block = source.split(f'id = "{model.id}"', 1)[1].split("[[models]]", 1)[0]
+        assert "# usableGiB:" in block.split("usableGiB =", 1)[0], f"{model.id} names no source"

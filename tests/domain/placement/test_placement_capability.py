@@ -3,6 +3,7 @@ cheapest fit and why cheaper kinds are refused, and the implicit device class a 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 
@@ -14,9 +15,13 @@ from better_compute.domain.placement.capability import (
     Kind,
     Offer,
     implicit_class,
+    named_by_class,
+    others_floors,
     parse_capability,
     resolve,
 )
+from better_compute.domain.placement.class_quotas import ClassQuota, Scope
+from tests.builders import T0
 
 
 def offer(kind: Kind, memory: float, slices: int, price: str | None, free: int = 4) -> Offer:
@@ -129,3 +134,21 @@ def test_a_capability_reads_both_spellings_and_documents_itself() -> None:
     asked = parse_capability({"memory_gib": {"min": 20}, "computeSlices": {"min": 2}, "nvlink_peer": True})
     assert asked == Capability(20.0, 2, True)
     assert parse_capability(asked.document()) == asked
+
+
+def _row(tenant: str, cluster: str | None, floor: int = 8) -> ClassQuota:
+    scope: Scope = "cluster" if cluster else "fleet"
+    return ClassQuota(tenant, "h100", scope, cluster, 8, floor, 1.0, T0)
+
+
+def test_another_projects_floor_refuses_a_kind_only_where_it_holds_every_cluster_of_the_kind() -> None:
+    held = replace(offer(H100_NV, 80, 7, "2"), covers=("h100",), clusters=("c1", "c2"))
+    one = named_by_class("acme", [_row("globex", "c1")], [])
+    assert one(held) is None  # c2 is free of floors: placement keeps the kind out of c1 only
+    assert others_floors("acme", [_row("globex", "c1")], held.covers) == {"c1": "h100"}
+    both = named_by_class("acme", [_row("globex", "c1"), _row("globex", "c2")], [])
+    fleet = named_by_class("acme", [_row("globex", None)], [])
+    said = "device class h100, which it is, carries other projects' floors: ask for h100 by name"
+    assert both(held) == said and fleet(held) == said
+    assert named_by_class("acme", [_row("acme", "c1", 0)], [])(held) is not None  # its own row: quota
+    assert named_by_class("acme", [_row("globex", "c1", 0)], [])(held) is None  # no floor: nothing held

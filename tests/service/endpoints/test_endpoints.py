@@ -252,6 +252,25 @@ def test_copies_stay_within_the_hosts_cpu_cores_and_memory(store: Store, tmp_pat
     assert heavy.reason is not None and "lack the host room (3 CPU cores and 8192 MiB a copy)" in heavy.reason
 
 
+def test_a_copy_waiting_for_host_cpu_says_so_not_wait_for_a_free_partition(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path, host={"cpuCores": 8, "memoryGiB": 64})
+    in_service(world)
+    components.create(store, PLATFORM, component("heavy", 4, cpuCores=3, memoryMiB=8192), world.clock.now)
+    read = components.get(store, PLATFORM, "heavy", world.clock.now)
+    listed = components.list_components(store, PLATFORM, world.clock.now, endpoint_name="chat").items
+    for shown in (read, *listed):
+        assert [c.state for c in shown.copies].count("pending") == 2
+        assert shown.reason == (
+            "2 copies wait: the nodes with a free mig-2g.20gb partition lack the host room"
+            " (3 CPU cores and 8192 MiB a copy)"
+        )
+    short = components.create(store, PLATFORM, component("short", 6, "mig-3g.40gb"), world.clock.now)
+    assert components.get(store, PLATFORM, "short", world.clock.now).reason == short.reason
+    assert short.reason is not None and "no free mig-3g.40gb partition" in short.reason
+
+
 def test_deleting_an_endpoint_deletes_its_components(store: Store, tmp_path: Path) -> None:
     world = NodeWorld(store, tmp_path)
     in_service(world)

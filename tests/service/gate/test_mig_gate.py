@@ -252,6 +252,23 @@ def test_a_node_that_keeps_its_own_layout_is_released_at_the_grant(store: Store,
     assert released == {"n-1": True, "n-2": False}
 
 
+def test_a_carries_pool_layout_false_node_gets_no_node_mig_applied_naming_a_layout_it_never_took(
+    store: Store, tmp_path: Path
+) -> None:
+    world = NodeWorld(store, tmp_path)
+    with store.begin() as tx:
+        tx.conn.execute(update(nodes).where(nodes.c.id == "n-1").values(carries_pool_layout=False))  # type: ignore[attr-defined]
+    reconciler = Reconciler(store, world.clock, "r1")
+    change_layout(world, NEW)
+    reconciler.tick()
+    reconciler.tick()
+    assert set(gates(store)) == {"n-2"}
+    applied = world.http.get("/v1/events", params={"type": "node.mig.applied"}, headers=world.admin).json()
+    assert [e["subject"] for e in applied["items"]] == []  # n-1 was released, n-2 has not converged
+    granted = world.http.get("/v1/events", params={"type": "node.mig.granted"}, headers=world.admin).json()
+    assert {e["subject"]: e["payload"]["released"] for e in granted["items"]}["n-1"] is True
+
+
 def test_a_node_that_never_converges_stays_held(store: Store, tmp_path: Path) -> None:
     world = NodeWorld(store, tmp_path)
     reconciler = Reconciler(store, world.clock, "r1")

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.path_ids import path_id
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.fleet.atoms import Atom, attribute_filters
 from better_compute.domain.fleet.records import Cluster, Gpu, LayoutRefusal
@@ -53,7 +54,7 @@ def get_cluster(id: str, store: StoreDep) -> ClusterPublic:
 def update_cluster(
     id: str, body: ClusterUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> ClusterPublic:
-    return cluster_public(clusters.update(store, principal, id, body.phase, now))
+    return cluster_public(clusters.update(store, principal, path_id(id, body.id), body.phase, now))
 
 
 @router.patch("/nodes/{node}", response_model=NodePublic)

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query
 from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import IdsDep, NowDep, StoreDep
+from better_compute.api.path_ids import path_id
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.service.tenancy import policies
@@ -80,6 +81,7 @@ def get_policy(id: str, principal: PrincipalDep, store: StoreDep) -> PolicyPubli
 def update_policy(
     id: str, body: PolicyUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> PolicyPublic:
+    id = path_id(id, body.id)
     changes = _constraints(body, given_only=True)
     if "limits" in body.model_fields_set:
         changes["limits"] = None if body.limits is None else body.limits.model_dump(by_alias=True)

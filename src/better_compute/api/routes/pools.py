@@ -10,6 +10,7 @@ from fastapi import APIRouter, Path, Query
 from better_compute.api.answers import paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.path_ids import path_id
 from better_compute.api.query import StrictQueryRoute
 from better_compute.api.routes.quotas import quota_public
 from better_compute.domain.gate.layout_preview import LayoutPreview, NodePreview
@@ -80,6 +81,7 @@ def create_pool(body: PoolCreate, principal: PrincipalDep, store: StoreDep, now:
 def update_pool(
     id: str, body: PoolUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
 ) -> PoolPublic:
+    id = path_id(id, body.id)
     # Unset fields keep their value; a field sent as null removes it (`"maxDuration": null`).
     policy = body.policy.model_dump(exclude_unset=True) if body.policy is not None else None
     view = pools.update(

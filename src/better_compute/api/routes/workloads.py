@@ -11,6 +11,7 @@ from better_compute.api.answers import json_answer, paged
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.containers import container_document
 from better_compute.api.deps import NowDep, ServicesDep
+from better_compute.api.path_ids import path_id
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.placement.capability import WHOLE, Resolution
@@ -60,7 +61,6 @@ def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape,
     """The request as placement's command. The capability stays JSON, as the wire has it:
     `domain.placement.capability.parse_capability` checks it (a command holds what was asked)."""
     capability = shape.capability
-    made = body if isinstance(body, WorkloadCreate) else None  # a preview makes no policy
     return PlaceWorkload(
         name=name,
         shape=ReplicaShape(
@@ -80,8 +80,8 @@ def place_workload(body: WorkloadCreate | PlacementPreviewRequest, shape: Shape,
         requires_single_topology_domain=body.requires_single_topology_domain,
         topology_domain_kind=body.topology_domain_kind,
         priority_class=body.priority_class,
-        allowed_regions=tuple(made.allowed_regions or ()) if made else (),
-        allowed_clusters=tuple(made.allowed_clusters or ()) if made else (),
+        allowed_regions=tuple(body.allowed_regions or ()),
+        allowed_clusters=tuple(body.allowed_clusters or ()),
     )
 
 
@@ -114,6 +114,7 @@ def get_workload(id: str, principal: PrincipalDep, services: ServicesDep, now: N
 def scale_workload(
     id: str, body: WorkloadScale, principal: PrincipalDep, services: ServicesDep, now: NowDep
 ) -> Response:
+    id = path_id(id, body.id)
     view = workloads.scale(_wiring(services), principal, id, body.replicas, now, body.generation)
     services.placement_wakeup.set()
     return json_answer(workload_public(view))
@@ -166,7 +167,7 @@ def preview_placement(
     spec = workload_spec(
         place_workload(body, body.shape, "preview"), _preview_tenant(principal, body.tenant_id)
     )
-    got = placement.preview(services.store, services.index, services.stock, principal, spec, now)
+    got = workloads.preview(_wiring(services), principal, spec, now)
     return json_answer(preview_public(got.placement, got.resolution))
 
 

@@ -119,7 +119,11 @@ class GpuModel:
     id: str
     name: str
     memory_gib: float
+    """The data sheet's memory (what the model is sold as)."""
     mig_capable: bool
+    usable_gib: float = 0.0
+    """The memory the board exposes to a process (nvidia-smi's `memory.total`, or a floor where no
+    reading was found: models.toml names the source for each model); 0: not given, the data sheet's."""
     products: tuple[str, ...] = ()
     pci_device_ids: tuple[str, ...] = ()
     compute_slices: int = 0
@@ -252,12 +256,21 @@ def _check_model(model: GpuModel) -> None:
                 raise ValueError(f"{model.id}: driver rule names unknown profile {name}")
 
 
+def _usable(model_id: str, raw: Mapping[str, Any]) -> float:
+    """`usableGiB`: given for every model, above 0 and at most the data sheet's `memoryGiB`."""
+    usable = float(raw["usableGiB"])
+    if not 0 < usable <= float(raw["memoryGiB"]):
+        raise ValueError(f"{model_id}: usableGiB must be above 0 and at most memoryGiB")
+    return usable
+
+
 def _build_model(raw: Mapping[str, Any], families: Mapping[str, Any]) -> GpuModel:
     model_id = str(raw["id"])
     common: dict[str, Any] = {
         "id": model_id,
         "name": str(raw["name"]),
         "memory_gib": float(raw["memoryGiB"]),
+        "usable_gib": _usable(model_id, raw),
         "products": tuple(str(p) for p in raw.get("products") or ()),
         "pci_device_ids": tuple(str(p).upper().replace("0X", "0x") for p in raw.get("pciDeviceIds") or ()),
     }

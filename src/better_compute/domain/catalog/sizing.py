@@ -282,7 +282,10 @@ def advise(
             )
             if found is not None:
                 fits.append(found)
-        whole = _fit(model, None, model.memory_gib, 1, need, spec, context, concurrency, by_model)
+        # A whole GPU holds what the board exposes (an L4 sold as 24 GB shows 22.49 GiB), as a MIG
+        # profile holds what NVML reports for it: never the data sheet's round figure.
+        usable = model.usable_gib or model.memory_gib
+        whole = _fit(model, None, usable, 1, need, spec, context, concurrency, by_model)
         if whole is not None:
             fits.append(whole)
     fits.sort(key=lambda f: (f.capacity_gib, f.gpu, f.profile or ""))

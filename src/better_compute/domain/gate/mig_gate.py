@@ -209,9 +209,12 @@ class Schedule:
 
 @dataclass(frozen=True, slots=True)
 class Grant:
-    """Tell the node the new layout; `release` at once when nothing will repartition it."""
+    """Tell the node the new layout; `release` at once when nothing will repartition it.
+    `keeps_own`: a node that keeps its own layout (`carriesPoolLayout: false`) never takes the
+    pool's, so its release is no `node.mig.applied` naming it (the grant says `released`)."""
 
     release: bool
+    keeps_own: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +249,7 @@ def next_step(gate: MigLayoutGate, facts: NodeFacts, now: datetime) -> Step:
             # work (its spec hands them out), and a node with none has nothing to wait for.
             return Grant(release=not facts.joined)
         # Nothing will repartition a node that does not take its layout from its pool.
-        return Grant(release=not facts.carries_pool_layout)
+        return Grant(release=not facts.carries_pool_layout, keeps_own=not facts.carries_pool_layout)
     generation = gate.granted_generation if gate.granted_generation is not None else facts.spec_generation
     if facts.observed_generation > generation:
         return Apply()

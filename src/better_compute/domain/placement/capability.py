@@ -217,6 +217,9 @@ class Offer:
     None when no pool of the kind has a price)."""
     covers: tuple[str, ...] = ()
     """The named device classes its devices belong to (quota rows and policies name those)."""
+    clusters: tuple[str, ...] = ()
+    """The clusters holding its devices in the project's pools (another project's floor in one of
+    them keeps the kind out of that cluster only: `named_by_class`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,17 +249,39 @@ def shortfall(capability: Capability, offer: Offer, device_count: int) -> str | 
     return None
 
 
+def others_floors(tenant_id: str, rows: Iterable[ClassQuota], covers: Iterable[str]) -> dict[str | None, str]:
+    """Where other projects' floors hold a class a kind's devices belong to (`covers`): the class,
+    by cluster (None: a fleet-wide floor, which holds every cluster). A floor counts devices of its
+    class, and a kind asked by capability is not that class, so the kind keeps out of those
+    clusters: a floor in one cluster leaves the kind to the others."""
+    named = set(covers)
+    found: dict[str | None, str] = {}
+    for r in sorted(rows, key=lambda r: (r.device_class, r.cluster_id or "")):
+        if r.tenant_id != tenant_id and r.floor_devices > 0 and r.device_class in named:
+            found.setdefault(r.cluster_id if r.scope == "cluster" else None, r.device_class)
+    return found
+
+
+def floor_denial(name: str, cluster_id: str) -> str:
+    """Why a cluster takes no device of a kind asked by capability there (`others_floors`)."""
+    return (
+        f"device class {name}, which it is, carries other projects' floors in {cluster_id}:"
+        f" ask for {name} by name"
+    )
+
+
 def named_by_class(
     tenant_id: str, rows: Iterable[ClassQuota], allowing: Sequence[Policy]
 ) -> Callable[[Offer], str | None]:
     """Why a kind that gives what is asked is still refused for the tenant: it would slip past
-    what names a class. A device-class quota row of the tenant's, or another project's floor, on a
-    class its devices belong to (those count devices of the class, and a kind asked by capability
-    is not that class); a policy that allows only some device classes (`allowing`: it names
-    classes, not kinds). Asking for the class by name keeps them all."""
+    what names a class. A device-class quota row of the tenant's on a class its devices belong to
+    (those count devices of the class, and a kind asked by capability is not that class); other
+    projects' floors on such a class in every cluster that holds the kind, or fleet-wide (a floor in
+    some clusters keeps the kind out of those only: placement denies them, `others_floors`); a
+    policy that allows only some device classes (`allowing`: it names classes, not kinds). Asking
+    for the class by name keeps them all."""
     listed = list(rows)
     limited = {r.device_class for r in listed if r.tenant_id == tenant_id}
-    floored = {r.device_class for r in listed if r.tenant_id != tenant_id and r.floor_devices > 0}
 
     def check(offer: Offer) -> str | None:
         for name in offer.covers:
@@ -264,11 +289,11 @@ def named_by_class(
                 return (
                     f"device class {name}, which it is, limits the project by quota: ask for {name} by name"
                 )
-            if name in floored:
-                return (
-                    f"device class {name}, which it is, carries other projects' floors:"
-                    f" ask for {name} by name"
-                )
+        floors = others_floors(tenant_id, listed, offer.covers)
+        everywhere = not offer.clusters or all(c in floors for c in offer.clusters)
+        if None in floors or (floors and everywhere):
+            name = floors.get(None) or floors[min(c for c in floors if c is not None)]
+            return f"device class {name}, which it is, carries other projects' floors: ask for {name} by name"
         if allowing:
             allowed = ", ".join(allowing[0].constraints.allowed_device_classes)
             return (
@@ -375,11 +400,13 @@ __all__ = [
     "Offer",
     "Refusal",
     "Resolution",
+    "floor_denial",
     "gives",
     "implicit_class",
     "is_implicit",
     "kind_of",
     "named_by_class",
+    "others_floors",
     "parse_capability",
     "price_text",
     "resolve",

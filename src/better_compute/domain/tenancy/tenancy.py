@@ -151,6 +151,20 @@ def pool_not_found(pool_id: str) -> NotFound:
     return NotFound(f"pool {pool_id} not found", {"poolId": pool_id})
 
 
+def require_pool_user(tenant_id: str, pool_id: str, owner_tenant_id: str, offered: bool) -> None:
+    """Work done for a tenant goes in a pool that tenant may use: one it owns, or one it was offered
+    (a quota row above 0). The admin acts for a tenant but does not widen what the tenant may use,
+    so an admin's request naming a pool its tenant cannot use is refused (INVALID_INPUT), as the
+    tenant's own would be."""
+    if tenant_id == owner_tenant_id or offered:
+        return
+    raise InvalidInput(
+        f"tenant {tenant_id} cannot use pool {pool_id}: it neither owns the pool nor has quota there;"
+        f" offer the pool to {tenant_id} first (pools offer), or name a pool it may use",
+        {"field": "poolId", "poolId": pool_id, "tenantId": tenant_id},
+    )
+
+
 def tenant_not_found(tenant_id: str) -> NotFound:
     return NotFound(f"tenant {tenant_id} not found", {"tenantId": tenant_id})
 

@@ -360,6 +360,13 @@ def ready_counts_in(tx: EndpointsTx, specs: Sequence[rules.ComponentSpec], now: 
     return {name: len(ready_copies(copies[name], states, live)) for name in runs}
 
 
+def _waiting_reason(tx: EndpointsTx, endpoint: str, name: str, pending: int) -> str:
+    """Why the component's `pending` copies wait now, as placing them now would say (no free
+    partition of its type, or no host room beside the free ones): a read, never a stale reason."""
+    now_says = plan_in(tx, endpoint).reasons.get(name)
+    return now_says if now_says is not None else f"{pending} copies wait to be placed"
+
+
 def _view(
     tx: EndpointsTx, record: ComponentRecord, tenant_id: str, now: datetime, reason: str | None = None
 ) -> ComponentView:
@@ -393,7 +400,7 @@ def _view(
         )
     pending = sum(1 for c in shown if c.state == "pending")
     if pending and reason is None:
-        reason = f"{pending} copies wait for a free {spec.partition_type} partition"
+        reason = _waiting_reason(tx, record.endpoint, record.name, pending)
     placed = sum(1 for c in shown if c.state == "placed")
     if spec.container is not None:
         ready = len(ready_copies(copies, states, live_in(tx, {record.name: copies}, now)))

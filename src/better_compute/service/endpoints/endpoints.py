@@ -48,6 +48,7 @@ from better_compute.domain.tenancy.tenancy import (
     check_ref,
     pool_not_found,
     require_pool_owner,
+    require_pool_user,
     tenant_not_found,
     tenant_scope,
 )
@@ -85,12 +86,16 @@ def endpoint_not_found(name: str) -> NotFound:
     return NotFound(f"endpoint {name} not found", {"name": name})
 
 
-def _pool(tx: EndpointsTx, principal: Principal, pool_id: str) -> Pool:
+def _pool(tx: EndpointsTx, principal: Principal, tenant_id: str, pool_id: str) -> Pool:
+    """The mig pool a variant names, which the caller may take nodes of (its owner or the admin)
+    for the endpoint's tenant, who must be able to use it (`require_pool_user`)."""
     pool = tx.pools.get(pool_id)
     if pool is None:
         raise pool_not_found(pool_id)
     visible = principal.is_admin or pool_id in quotas.quota_pool_ids(tx, principal.tenant_id)
     require_pool_owner(principal, pool_id, pool.owner_tenant_id, visible, "endpoints.create")
+    offered = any(q.limit > 0 for q in tx.quotas.find(tenant_id, pool_id))
+    require_pool_user(tenant_id, pool_id, pool.owner_tenant_id, offered)
     if pool.mode != "mig":
         raise InvalidInput(
             f"pool {pool_id} is a {pool.mode} pool; an endpoint's instances come from a mig pool",
@@ -148,7 +153,7 @@ def create(
         with store.begin() as tx:
             if tx.tenants.get(spec.tenant_id) is None:
                 raise tenant_not_found(spec.tenant_id)
-            pools = {v.pool_id: _pool(tx, principal, v.pool_id) for v in spec.variants}
+            pools = {v.pool_id: _pool(tx, principal, spec.tenant_id, v.pool_id) for v in spec.variants}
             members = tx.pools.members(sorted(pools))
             for variant in spec.variants:
                 _check_layout(tx, variant, members[variant.pool_id])

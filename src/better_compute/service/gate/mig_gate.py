@@ -124,12 +124,19 @@ def leave_in(tx: GateTx, node_ids: Sequence[str], now: datetime) -> None:
         _end(tx, gate, now, undone=True)
 
 
-def _end(tx: GateTx, gate: MigLayoutGate, now: datetime, *, undone: bool = False) -> None:
+def _end(
+    tx: GateTx, gate: MigLayoutGate, now: datetime, *, undone: bool = False, applied: bool = True
+) -> None:
+    """End the node's change: its holds released, its gate row gone, and `node.mig.applied` naming
+    the layout it now has, unless it took none (`applied` false: a node keeping its own layout,
+    whose `node.mig.granted` already said `released`)."""
     partition_holds.release(tx, gate, now)
     if not tx.mig_layouts.remove(gate.node_id, gate.version):
         raise Overlap(gate.node_id)
     if not undone:  # an endpoint's instance, cut: the endpoint holds it from the moment the gate lets go
         tx.hooks.layout_applied(gate.node_id, now)
+    if not applied:
+        return
     layout = gate.frozen_layout if undone else gate.pending_layout
     tx.events.append(NodeMigApplied(gate.node_id, gate.pool_id, layout or "", undone), now)
 
@@ -167,7 +174,7 @@ def step_in(tx: GateTx, gate: MigLayoutGate, now: datetime, booked: Booked | Non
             if not tx.mig_layouts.replace(rules.scheduled(gate, at)):
                 raise Overlap(gate.node_id)
             tx.events.append(NodeMigScheduled(gate.node_id, gate.pool_id, at, gate.pending_layout), now)
-        case rules.Grant(release=release):
+        case rules.Grant(release=release, keeps_own=keeps_own):
             generation = tx.nodes.by_ids([gate.node_id])[gate.node_id].spec_generation
             moved = rules.granted(gate, now, generation)
             if not tx.mig_layouts.replace(moved):
@@ -178,7 +185,7 @@ def step_in(tx: GateTx, gate: MigLayoutGate, now: datetime, booked: Booked | Non
             rederive_told(tx, [gate.node_id], now)
             tx.events.append(NodeMigGranted(gate.node_id, gate.pool_id, gate.pending_layout, release), now)
             if release:
-                _end(tx, moved, now)
+                _end(tx, moved, now, applied=not keeps_own)
             else:
                 node_spec.settle_grant_in(tx, gate.node_id, now)
         case rules.Apply():

@@ -29,10 +29,12 @@ from better_compute.domain.placement.capability import (
     Kind,
     Offer,
     Resolution,
+    floor_denial,
     gives,
     implicit_class,
     kind_of,
     named_by_class,
+    others_floors,
     parse_capability,
     price_text,
     resolve,
@@ -55,6 +57,7 @@ class _Gathered:
     free: int = 0
     pools: set[str] = field(default_factory=set)
     covers: tuple[str, ...] = ()
+    clusters: set[str] = field(default_factory=set)
 
 
 def offers_in(
@@ -85,6 +88,7 @@ def offers_in(
             now,
             named,
             catalog.cordoned,
+            pool.cluster_id,
         )
     return [_offer(kind, g) for kind, g in kinds.items()]
 
@@ -104,7 +108,22 @@ def pool_offers(
     meter = pool.meter if pool is not None else ""
     price = next((p for p in tx.prices.all() if p.meter == meter), None)
     kinds: dict[Kind, _Gathered] = {}
-    _gather(kinds, tx, index, pool_id, meter, price, tenant_id, owner, limits, now, tx.device_classes.all())
+    cluster = pool.cluster_id if pool is not None else None
+    _gather(
+        kinds,
+        tx,
+        index,
+        pool_id,
+        meter,
+        price,
+        tenant_id,
+        owner,
+        limits,
+        now,
+        tx.device_classes.all(),
+        (),
+        cluster,
+    )
     return [_offer(kind, g) for kind, g in kinds.items()]
 
 
@@ -121,6 +140,7 @@ def _gather(
     now: datetime,
     named: Sequence[DeviceClass],
     cordoned: Collection[str] = frozenset(),
+    cluster_id: str | None = None,
 ) -> None:
     """Add one pool's bookable atoms the tenant may book to `kinds`: each kind's devices, the
     named classes they belong to, its price there (the dearest of its pools'), and those free now."""
@@ -136,6 +156,8 @@ def _gather(
         if found is None:
             found = kinds[kind] = _Gathered(atom, share(atom))
             found.covers = tuple(sorted(c.name for c in named if belongs_to(atom, c)))
+        if cluster_id is not None:
+            found.clusters.add(cluster_id)
         if pool_id not in found.pools:
             found.pools.add(pool_id)
             if price is None:
@@ -161,6 +183,7 @@ def _offer(kind: Kind, g: _Gathered) -> Offer:
         free=g.free,
         unpriced=g.unpriced,
         covers=g.covers,
+        clusters=tuple(sorted(g.clusters)),
     )
 
 
@@ -174,6 +197,42 @@ def refusal(
         stock.standing_rows(tx, index),
         [p for p in stock.rules(tx, index, tenant_id, "").policies if p.constraints.allowed_device_classes],
     )
+
+
+def floor_denials(
+    tx: PlacementTx,
+    index: BookingIndex,
+    stock: Stock,
+    tenant_id: str,
+    class_name: str,
+    pool_ids: Sequence[str],
+    clusters: Collection[str],
+) -> dict[str, str]:
+    """The clusters a kind asked by capability (`class_name`, an implicit class) keeps out of: those
+    where another project's floor holds a named class its devices belong to (`others_floors`;
+    every cluster for a fleet-wide floor). Read only when some other project has a floor."""
+    rows = stock.standing_rows(tx, index)
+    if not any(r.tenant_id != tenant_id and r.floor_devices > 0 for r in rows):
+        return {}
+    sample = next(
+        (
+            atom
+            for pool_id in pool_ids
+            for atom in index.pool_atoms(tx, pool_id).atoms.values()
+            if (kind := kind_of(atom)) is not None and kind.class_name == class_name
+        ),
+        None,
+    )
+    if sample is None:
+        return {}
+    covers = [c.name for c in tx.device_classes.all() if belongs_to(sample, c)]
+    floors = others_floors(tenant_id, rows, covers)
+    out: dict[str, str] = {}
+    for cluster_id in clusters:
+        name = floors.get(cluster_id) or floors.get(None)
+        if name is not None:
+            out[cluster_id] = floor_denial(name, cluster_id)
+    return out
 
 
 def device_lines(
@@ -218,4 +277,12 @@ def nothing_gives(resolution: Resolution) -> NotFound:
     )
 
 
-__all__ = ["device_lines", "nothing_gives", "offers_in", "pool_offers", "price_text", "refusal"]
+__all__ = [
+    "device_lines",
+    "floor_denials",
+    "nothing_gives",
+    "offers_in",
+    "pool_offers",
+    "price_text",
+    "refusal",
+]

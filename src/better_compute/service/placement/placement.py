@@ -20,7 +20,7 @@ from functools import cache
 from better_compute.domain.fleet.clusters import accepts_placements
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.metering.billing import Price
-from better_compute.domain.placement.capability import Offer, Resolution, resolve
+from better_compute.domain.placement.capability import Offer, Resolution, is_implicit, resolve
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.constraints import applicable, ceiling, deny
 from better_compute.domain.placement.costs import Cost, replica_cost
@@ -42,7 +42,7 @@ from better_compute.domain.tenancy.quota import effective_limit
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.placement import preemption
-from better_compute.service.placement.capabilities import offers_in, refusal
+from better_compute.service.placement.capabilities import floor_denials, offers_in, refusal
 from better_compute.service.placement.class_quotas import ClassQuotaFigures
 from better_compute.service.placement.placement_stock import PoolSeat, Stock
 from better_compute.service.placement.ports import PlacementTx
@@ -173,6 +173,11 @@ def snapshot_in(
     refused, ceilings = _policy_denials(policies, tenant_id, workload_id, found.name, clusters)
     for cluster_id, why in refused.items():
         denials.setdefault(cluster_id, why)
+    if is_implicit(found.name):
+        usable = [p.id for seats in pools.values() for p in seats]
+        floored = floor_denials(tx, index, stock, tenant_id, found.name, usable, list(clusters))
+        for cluster_id, why in floored.items():
+            denials.setdefault(cluster_id, why)
     return Snapshot(
         tenant_id,
         found,
@@ -350,14 +355,15 @@ def resolved(
     now: datetime,
     *,
     workload_id: str | None = None,
-    workload_policies: Sequence[Policy] = (),
+    workload_policies: Sequence[Policy] | None = None,
 ) -> tuple[WorkloadSpec, Resolution | None]:
     """`spec` with its capability resolved to an implicit class, and the resolution (None for a
     spec that names its class; a resolution with nothing chosen leaves the spec as it is). Of the
     kinds that give what is asked, cheapest first, the first that a cluster would take a replica of
     now wins (a plan for each, writing nothing: policies, phases, quotas and capacity all count),
     else the cheapest (the workload waits for it); kinds a quota row, a floor or a policy names
-    by class are refused (`capabilities.refusal`)."""
+    by class are refused (`capabilities.refusal`). The workload's own policies count: those given,
+    else those stored on `workload_id`."""
     if spec.capability is None or spec.device_class:
         return spec, None
 
@@ -410,14 +416,20 @@ def preview(
     *,
     workload_id: str | None = None,
     current: Mapping[str, int] | None = None,
+    workload_policies: Sequence[Policy] | None = None,
 ) -> Preview:
-    """`placement.preview`: what placing `spec` would choose now. It writes nothing."""
+    """`placement.preview`: what placing `spec` would choose now. It writes nothing. The workload's
+    own policies are read unless given (a shape not created yet: those it would make)."""
     with store.read() as tx:
         index.sync(tx)
-        spec, resolution = resolved(tx, index, stock, spec, now, workload_id=workload_id)
+        spec, resolution = resolved(
+            tx, index, stock, spec, now, workload_id=workload_id, workload_policies=workload_policies
+        )
         if resolution is not None and resolution.chosen is None:
             return Preview(spec, Placement({}, (), spec.replicas), resolution)
-        snap = snapshot_in(tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now)
+        snap = snapshot_in(
+            tx, index, stock, spec.tenant_id, spec.device_class, workload_id, now, workload_policies
+        )
         if spec.priority_class not in stock.standing(tx, index, spec.device_class).priority_classes:
             raise priority_class_not_found(spec.priority_class)
         plan, _ = plan_in(tx, index, stock, snap, spec, current or {}, now, workload_id=workload_id)

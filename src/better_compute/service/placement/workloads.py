@@ -430,12 +430,39 @@ def _with_own_policy(
     return own, made
 
 
+def preview(
+    wiring: Wiring[PlacementTx], principal: Principal, spec: WorkloadSpec, now: datetime
+) -> placement.Preview:
+    """`placement.preview` of a shape not created yet: the clusters it names are checked as `create`
+    checks them (an unknown one in `clusterFloors` or `cluster` is NOT_FOUND), and it is planned
+    with the `<name>-placement` policy its `allowedRegions`/`allowedClusters` would become, so a
+    preview and the create after it agree. It writes nothing."""
+    with wiring.store.read() as tx:
+        _check_clusters(tx, spec)
+    workload_id = wiring.ids.workload()
+    return placement.preview(
+        wiring.store,
+        wiring.index,
+        wiring.stock,
+        principal,
+        spec,
+        now,
+        workload_id=workload_id,
+        workload_policies=_own(spec, workload_id),
+    )
+
+
 def _check_refs(tx: PlacementTx, wiring: Wiring[PlacementTx], spec: WorkloadSpec) -> None:
     wiring.stock.device_class(tx, spec.device_class)  # NOT_FOUND naming it
     if spec.priority_class != STANDARD and tx.priority_classes.get(spec.priority_class) is None:
         raise NotFound(
             f"priority class {spec.priority_class} not found", {"priorityClass": spec.priority_class}
         )
+    _check_clusters(tx, spec)
+
+
+def _check_clusters(tx: PlacementTx, spec: WorkloadSpec) -> None:
+    """NOT_FOUND for a cluster the spec names (pinned, or in `clusterFloors`) that does not exist."""
     if spec.pinned_cluster is not None and tx.clusters.get(spec.pinned_cluster) is None:
         raise NotFound(f"cluster {spec.pinned_cluster} not found", {"cluster": spec.pinned_cluster})
     for cluster_id in [*spec.cluster_floors]:
@@ -560,16 +587,21 @@ def place_in(
             next_replica=max([dep.next_replica, *(i + 1 for i, _ in added)]),
             preempted_by=dep.preempted_by if short else None,
         )
-        if fresh or (
+        changed = fresh or (
             new.phase,
             new.desired_replicas,
             new.reason,
             new.shortfall,
             new.next_replica,
             new.preempted_by,
-        ) != (dep.phase, dep.desired_replicas, dep.reason, dep.shortfall, dep.next_replica, dep.preempted_by):
+        ) != (dep.phase, dep.desired_replicas, dep.reason, dep.shortfall, dep.next_replica, dep.preempted_by)
+        if changed:
             written.append((new, fresh))
             events.append(_updated(workload, new, phase, share, count, reason))
+        elif new.message != dep.message:
+            # The same reason with other figures (a pinned share waiting as free devices or quota
+            # change): the message shown is the present one, with no event for a wording.
+            written.append((new, fresh))
         new_replicas.extend((new.id, i, a) for i, a in added)
         views.append((new, count, kept))
     total = sum(count for _, count, _ in views)
@@ -1207,6 +1239,7 @@ __all__ = [
     "list_deployments",
     "list_workloads",
     "place_in",
+    "preview",
     "release_replica",
     "retry",
     "scale",
