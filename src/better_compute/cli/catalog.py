@@ -2,6 +2,9 @@
 
 These answer from the catalog alone, so they work without a server: the pure domain is the whole
 answer. A refused layout or an unknown name exits with status 2 and the error.
+
+What only one command needs (mig-parted's format, YAML, the endpoint advisor) is imported inside it:
+`gpus` is the CLI's quickest answer, and each call pays for what the module imports at its top.
 """
 
 from __future__ import annotations
@@ -12,11 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 from rich.table import Table
 
 from better_compute.cli.app import app
-from better_compute.cli.endpoint_advice import fit_json, show_endpoint_advice
 from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
@@ -27,7 +28,6 @@ from better_compute.domain.catalog.layouts import (
     partition_types,
     validate,
 )
-from better_compute.domain.catalog.migparted import default_config_name, export_layout, import_mig_parted
 from better_compute.domain.catalog.sizing import (
     DEFAULT_OVERHEAD_GIB,
     Advice,
@@ -37,7 +37,6 @@ from better_compute.domain.catalog.sizing import (
     advise,
     preset,
 )
-from better_compute.domain.endpoints.endpoint_sizing import advise_endpoint, parse_served_models
 from better_compute.domain.kernel.errors import DomainError, InvalidInput
 
 layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.", no_args_is_help=True)
@@ -259,6 +258,8 @@ def layouts_export(
     name: Annotated[str | None, typer.Option("--name", help="Config name in the mig-parted file.")] = None,
 ) -> None:
     """Write a validated layout as an NVIDIA mig-parted config (or as the endpoint's partition types)."""
+    from better_compute.domain.catalog.migparted import default_config_name, export_layout
+
     try:
         parsed = parse_layout(layout)
         if output_format == "mig-parted":
@@ -285,6 +286,8 @@ def layouts_import(
     as_json: JsonFlag = False,
 ) -> None:
     """Read a named mig-parted config, validate it for a GPU model and print it as a layout string."""
+    from better_compute.domain.catalog.migparted import import_mig_parted
+
     try:
         layout = import_mig_parted(file.read_text(encoding="utf-8"), config, gpu, driver)
     except DomainError as exc:
@@ -337,6 +340,8 @@ def _spec(
 
 
 def _advice_json(advice: Advice) -> dict[str, Any]:
+    from better_compute.cli.endpoint_advice import fit_json
+
     need = advice.need
     return {
         "model": {
@@ -367,6 +372,11 @@ MAX_ENDPOINT_FILE = 1 << 20
 def _advise_endpoint(
     path: Path, gpu: str | None, prices: list[Price], *, show_all: bool, output: Output, as_json: bool
 ) -> None:
+    import yaml
+
+    from better_compute.cli.endpoint_advice import show_endpoint_advice
+    from better_compute.domain.endpoints.endpoint_sizing import advise_endpoint, parse_served_models
+
     try:
         if str(path) == "-":
             text = sys.stdin.read(MAX_ENDPOINT_FILE + 1)
