@@ -141,12 +141,14 @@ def test_the_root_help_imports_no_command_module_nor_pydantic() -> None:
     assert [name for name in modules if name.split(".")[0] in ("pydantic", "pydantic_core", "httpx")] == []
 
 
-def test_gpus_json_imports_only_the_catalog_command_module() -> None:
+def test_gpus_json_imports_only_the_catalog_command_module_and_no_pydantic() -> None:
+    """Not even through typer, which built a pydantic adapter for every absent option (`--help`)."""
     status, modules = _imported(["gpus", "--json"])
 
     assert status == 0
     assert _command_modules(modules) == ["better_compute.cli.catalog"]
     assert _wire_models(modules) == []
+    assert [name for name in modules if name.split(".")[0] in ("pydantic", "pydantic_core", "httpx")] == []
     assert "better_compute.cli.endpoint_advice" not in modules  # only `advise --endpoint` needs it
 
 

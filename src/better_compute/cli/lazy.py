@@ -14,6 +14,9 @@ group knows each top-level command only by name, the module that defines it and 
 - commands registered eagerly (the composition root's `serve`, `migrate`, ..., and `admin`) keep their
   place among the others: `order` is the root's listing order.
 
+typer itself builds a pydantic adapter for a parameter whose value is absent (`_process_value`); it
+no longer does, so `--help` and `gpus --json` start without pydantic.
+
 A command module is written as before; adding a top-level command means adding one `Lazy` entry in
 `cli/app.py` (a command that is registered but has no entry fails `test_startup_imports.py`). The eager
 groups are built when the CLI starts, so a lazy module must not add sub-commands to them (`admin`): such
@@ -29,7 +32,8 @@ from typing import Any
 
 import typer
 from typer._click.core import Command, Context
-from typer.core import TyperCommand
+from typer._coercion import PassThroughRuntimeParam
+from typer.core import TyperCommand, _TyperParameter
 from typer.main import get_command_from_info, get_command_name, get_group_from_info
 
 from better_compute.cli.errors import CliGroup
@@ -141,3 +145,25 @@ def lazy_group(
     """The root group class for `typer.Typer(cls=...)`: `source` returns the app (not yet made when
     the class is), `lazy` and `order` as in `LazyGroup`."""
     return type("RootGroup", (LazyGroup,), {"source": staticmethod(source), "lazy": lazy, "order": order})
+
+
+def _process_value(self: _TyperParameter, ctx: Context, value: Any) -> Any:
+    """typer builds a parameter's pydantic TypeAdapter before it looks at the value, even an absent
+    one (None), which its coercion hands back untouched (`()` for a multi-value parameter). Every call
+    has such parameters (`--help`, `--install-completion`), so each call imported pydantic, about a
+    tenth of a second, for nothing. An absent value is coerced by typer's own adapter-free coercion,
+    which answers exactly that; everything after it (a required check, the callback) is typer's."""
+    if value is not None or self._runtime_param is not None:
+        return _typer_process_value(self, ctx, value)
+    descriptor = self.type_descriptor
+    self._runtime_param = PassThroughRuntimeParam(
+        parameter_info=descriptor.parameter_info, annotation=descriptor.annotation
+    )
+    try:
+        return _typer_process_value(self, ctx, value)
+    finally:
+        self._runtime_param = None
+
+
+_typer_process_value = _TyperParameter.process_value
+_TyperParameter.process_value = _process_value  # type: ignore[method-assign]
