@@ -192,8 +192,9 @@ def test_every_top_level_command_has_an_entry_with_its_own_summary() -> None:
             summary = inspect.cleandoc(command.short_help or command.help or "").split("\n\n")[0].strip()
             if name in COMMANDS and COMMANDS[name].summary != summary:
                 stale[name] = summary
-    eager = {"serve", "migrate", "reconcile", "admin"}
-    assert sorted(set(listed) - set(COMMANDS) - eager) == [], "add these to COMMANDS in cli/app.py"
+    assert sorted(set(listed) - set(ORDER)) == [], (
+        "add these to COMMANDS in cli/app.py (to ORDER, if the composition root registers them)"
+    )
     assert stale == {}, "COMMANDS in cli/app.py: put these summaries"
     assert listed == ORDER
 
