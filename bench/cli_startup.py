@@ -1,4 +1,5 @@
-"""Start-up time of the CLI: `better-compute gpus --json`, end to end, as a shell runs it.
+"""Start-up time of the CLI: `better-compute gpus --json` and `better-compute --help`, end to end, as a
+shell runs them.
 
 Every CLI call pays for what the console script imports before it does anything, so this runs the
 installed `better-compute` (next to this interpreter) as a fresh process several times and keeps the
@@ -8,7 +9,7 @@ uvicorn or better-compute's api, service and storage packages). The goal is unde
     .venv/bin/python bench/cli_startup.py --quick
 
 The last line is one JSON object: gpus_json_s (median), gpus_json_min_s, runs, imports_server_code,
-server_modules.
+server_modules, help_s (the median of `--help`) and help_min_s.
 """
 
 from __future__ import annotations
@@ -45,12 +46,12 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 
-def command() -> list[str]:
+def command(*args: str) -> list[str]:
     """The installed console script, or the module when there is none (a checkout without `pip -e`)."""
     script = Path(sys.executable).with_name("better-compute")
     if script.exists():
-        return [str(script), "gpus", "--json"]
-    return [sys.executable, "-m", "better_compute.entrypoints.cli", "gpus", "--json"]
+        return [str(script), *args]
+    return [sys.executable, "-m", "better_compute.entrypoints.cli", *args]
 
 
 def run_once(argv: list[str]) -> float:
@@ -78,14 +79,24 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="5 runs instead of 20 (a few seconds)")
     args = parser.parse_args()
     runs = 5 if args.quick else 20
-    argv = command()
+    argv = command("gpus", "--json")
+    help_argv = command("--help")
     run_once(argv)  # warm the file cache and the bytecode, as a second call in a shell would find them
-    times = [run_once(argv) for _ in range(runs)]
+    run_once(help_argv)
+    times: list[float] = []
+    help_times: list[float] = []
+    for _ in range(runs):  # alternated, so that a busy moment of the machine falls on both alike
+        times.append(run_once(argv))
+        help_times.append(run_once(help_argv))
     loaded = server_modules()
     median = statistics.median(times)
-    print(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(argv))}: {runs} runs")
-    print(f"  median {median:.3f} s, min {min(times):.3f} s, max {max(times):.3f} s (goal: under {GOAL_S} s)")
-    print(f"  server modules imported: {', '.join(loaded) if loaded else 'none'}")
+    for shown, taken in ((argv, times), (help_argv, help_times)):
+        print(f"{' '.join(Path(a).name if i == 0 else a for i, a in enumerate(shown))}: {runs} runs")
+        print(
+            f"  median {statistics.median(taken):.3f} s, min {min(taken):.3f} s, max {max(taken):.3f} s"
+            f" (goal: under {GOAL_S} s)"
+        )
+    print(f"  server modules imported by gpus --json: {', '.join(loaded) if loaded else 'none'}")
     print(f"command: .venv/bin/python bench/cli_startup.py{' --quick' if args.quick else ''}")
     print(
         json.dumps(
@@ -95,6 +106,8 @@ def main() -> None:
                 "runs": runs,
                 "imports_server_code": bool(loaded),
                 "server_modules": loaded,
+                "help_s": round(statistics.median(help_times), 4),
+                "help_min_s": round(min(help_times), 4),
             }
         )
     )

@@ -1,7 +1,8 @@
 """Defect 1 of issue 11: `--help` works on every command and sub-command of both console scripts.
 
 The tree is walked from the click command Typer builds, so a command added later is covered without
-editing this file.
+editing this file. The CLI imports a top-level command's module only when it runs (`cli/lazy.py`), so the
+walk imports every one first (`load_all`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from better_compute.cli.app import load_all
 from better_compute.entrypoints.bcd import bcd_app
 from better_compute.entrypoints.cli import app
 
@@ -28,6 +30,7 @@ def _paths(command: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
 
 
 def _cases() -> list[tuple[typer.Typer, tuple[str, ...]]]:
+    load_all()
     return [
         (typer_app, path)
         for typer_app in (app, bcd_app)

@@ -2,6 +2,9 @@
 
 These answer from the catalog alone, so they work without a server: the pure domain is the whole
 answer. A refused layout or an unknown name exits with status 2 and the error.
+
+What only one command needs (mig-parted's format, YAML, the endpoint advisor) is imported inside it:
+`gpus` is the CLI's quickest answer, and each call pays for what the module imports at its top.
 """
 
 from __future__ import annotations
@@ -12,11 +15,9 @@ from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
-import yaml
 from rich.table import Table
 
 from better_compute.cli.app import app
-from better_compute.cli.endpoint_advice import fit_json, show_endpoint_advice
 from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
@@ -27,13 +28,6 @@ from better_compute.domain.catalog.layouts import (
     partition_types,
     validate,
 )
-from better_compute.domain.catalog.migparted import (
-    default_config_name,
-    describe_layout,
-    export_layout,
-    for_index,
-    read_config,
-)
 from better_compute.domain.catalog.sizing import (
     DEFAULT_OVERHEAD_GIB,
     Advice,
@@ -43,7 +37,6 @@ from better_compute.domain.catalog.sizing import (
     advise,
     preset,
 )
-from better_compute.domain.endpoints.endpoint_sizing import advise_endpoint, parse_served_models
 from better_compute.domain.kernel.errors import DomainError, InvalidInput
 
 layouts_app = typer.Typer(help="Validate, list, export and import MIG layouts.", no_args_is_help=True)
@@ -265,6 +258,8 @@ def layouts_export(
     name: Annotated[str | None, typer.Option("--name", help="Config name in the mig-parted file.")] = None,
 ) -> None:
     """Write a validated layout as an NVIDIA mig-parted config (or as the endpoint's partition types)."""
+    from better_compute.domain.catalog.migparted import default_config_name, export_layout
+
     try:
         parsed = parse_layout(layout)
         if output_format == "mig-parted":
@@ -298,6 +293,8 @@ def layouts_import(
     A config that gives GPUs different layouts by index, or enables MIG with no instances
     (NVIDIA's `all-enabled`), prints one line per entry: the GPUs it names and what they get.
     `--index N` prints what GPU N gets."""
+    from better_compute.domain.catalog.migparted import describe_layout, for_index, read_config
+
     try:
         found = read_config(file.read_text(encoding="utf-8"), config, gpu, driver)
         if index is not None:
@@ -371,6 +368,8 @@ def _spec(
 
 
 def _advice_json(advice: Advice) -> dict[str, Any]:
+    from better_compute.cli.endpoint_advice import fit_json
+
     need = advice.need
     return {
         "model": {
@@ -401,6 +400,11 @@ MAX_ENDPOINT_FILE = 1 << 20
 def _advise_endpoint(
     path: Path, gpu: str | None, prices: list[Price], *, show_all: bool, output: Output, as_json: bool
 ) -> None:
+    import yaml
+
+    from better_compute.cli.endpoint_advice import show_endpoint_advice
+    from better_compute.domain.endpoints.endpoint_sizing import advise_endpoint, parse_served_models
+
     try:
         if str(path) == "-":
             text = sys.stdin.read(MAX_ENDPOINT_FILE + 1)

@@ -950,7 +950,8 @@ def device_classes_create(
 
 # -- priority classes ----------------------------------------------------------------------------
 priority_classes_app = typer.Typer(
-    help="List, show and create priority classes (recorded; nothing preempts yet).", no_args_is_help=True
+    help="List, show and create priority classes: a workload evicts preemptible replicas of lower priority.",
+    no_args_is_help=True,
 )
 app.add_typer(priority_classes_app, name="priority-classes")
 PRIORITY_CLASS_COLUMNS = [
@@ -993,7 +994,12 @@ def priority_classes_create(
         typer.Option("--priority", help="-1,000,000 to 1,000,000; higher wins.", show_default=False),
     ],
     preemptible: Annotated[
-        bool, typer.Option("--preemptible", help="Its workloads may be evicted for higher ones.")
+        bool,
+        typer.Option(
+            "--preemptible",
+            help="Its workloads' replicas may be evicted: for a higher priority, a project's floor or"
+            " its fair share (docs/scheduling.md).",
+        ),
     ] = False,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
