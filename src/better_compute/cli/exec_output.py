@@ -1,4 +1,4 @@
-"""What `workloads exec` and `endpoints exec` print, and the status they exit with (docs/cli.md#exec).
+"""What `workloads exec` and `endpoints exec` print, and the status they exit with (docs/cli.md#exit-codes).
 
 A command run in a container answers as a command run here would: its stdout on stdout and its
 stderr on stderr, exactly as it wrote them, and its exit code as the CLI's. A refusal before it ran
