@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from better_compute.api.routes import container_exec
 from better_compute.bcd.agent import Agent
 from better_compute.bcd.logs import Log
 from better_compute.client import Compute, InvalidInputError, NotFoundError, UnavailableError
-from better_compute.domain.fleet.node_agents import ExecResult
+from better_compute.domain.fleet.node_agents import EXEC_AT_ONCE, ExecResult
 from better_compute.service.gate.mig_gate import Reconciler
 from better_compute.storage.store import Store
 from tests.api.test_logs import Fleet, Runtime, fleet, workload
@@ -127,6 +128,15 @@ def test_the_command_and_its_timeout_are_bounded_before_anything_runs(fleet: Fle
         assert refused.json()["error"]["code"] == "INVALID_INPUT"
     with pytest.raises(NotFoundError, match="replica 7"):
         fleet.client(fleet.platform).workloads.exec(w["id"], ["true"], replica=7)
+    # Execs under way in one server are bounded: one more is refused at once, not left to wait.
+    taken = [container_exec._slots.acquire(blocking=False) for _ in range(EXEC_AT_ONCE)]
+    try:
+        assert all(taken)
+        busy = fleet.http.post(path, json={"command": ["true"]}, headers=fleet.platform)
+        assert busy.status_code == 503 and busy.json()["error"]["details"]["reason"] == "exec-busy"
+    finally:
+        for _ in taken:
+            container_exec._slots.release()
     assert fleet.runtimes[node].runs == []
     assert events(fleet, fleet.admin) == []
 

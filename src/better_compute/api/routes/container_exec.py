@@ -5,16 +5,20 @@ asks that node's agent (`bcd run --listen`; docs/bcd.md#the-agent) to run it, bo
 
 from __future__ import annotations
 
+import threading
+
 from fastapi import APIRouter
 
 from better_compute.api.auth import AUTHENTICATED, PrincipalDep
 from better_compute.api.deps import NowDep, ServicesDep
 from better_compute.api.node_agents import run_exec
 from better_compute.domain.fleet.node_agents import (
+    EXEC_AT_ONCE,
     AgentUnavailable,
     LogSource,
     check_exec_command,
     check_exec_timeout,
+    exec_busy,
 )
 from better_compute.domain.kernel.errors import NotFound
 from better_compute.service.endpoints import copy_logs
@@ -23,6 +27,8 @@ from better_compute.service.placement import replica_logs
 from better_compute.wire.container_exec import EndpointExecRequest, ExecBody, ExecPublic, WorkloadExecRequest
 
 router = APIRouter(prefix="/v1", tags=["logs"], dependencies=AUTHENTICATED)
+_slots = threading.BoundedSemaphore(EXEC_AT_ONCE)
+"""Execs under way in this process (`EXEC_AT_ONCE`)."""
 
 
 def _answer(
@@ -30,19 +36,19 @@ def _answer(
 ) -> ExecPublic:
     argv = check_exec_command(body.command)
     timeout = check_exec_timeout(body.timeout_seconds)
-    exit_code: int | None = None
+    if not _slots.acquire(blocking=False):
+        raise exec_busy()
     try:
         result = run_exec(source, argv, timeout)
-        exit_code = result.exit_code
     except NotFound:
         raise  # the node runs no container for it: nothing ran, nothing to log
-    except AgentUnavailable as exc:
-        if exc.details.get("reason") == "no-agent":
-            raise
+    except AgentUnavailable:
         # The request may have reached the node: logged with no exit code, then refused.
         record_exec(services.store, principal, source, argv, None, now)
         raise
-    record_exec(services.store, principal, source, argv, exit_code, now)
+    finally:
+        _slots.release()
+    record_exec(services.store, principal, source, argv, result.exit_code, now)
     return ExecPublic(
         allocation_id=source.allocation_id,
         node=source.node_id,

@@ -49,6 +49,9 @@ EXEC_BODY_MAX = 2 << 20
 EXEC_ANSWER_MAX = 2 * 6 * EXEC_OUTPUT_MAX + 4096
 """The most bytes of an agent's exec answer the server reads: two outputs at their bound, each
 character as a JSON escape at worst."""
+EXEC_AT_ONCE = 8
+"""Execs one server process forwards at once: each holds a request thread for up to its timeout, so
+more are refused (UNAVAILABLE, `reason` `exec-busy`) rather than left to take every thread."""
 RETRY_AFTER = 5
 
 
@@ -236,6 +239,13 @@ def no_agent(node_id: str, what: str = "logs") -> AgentUnavailable:
 def agent_unreachable(node_id: str, why: str) -> AgentUnavailable:
     return AgentUnavailable(
         f"node {node_id}'s agent did not answer: {why}", {"node": node_id, "reason": "agent-unreachable"}
+    )
+
+
+def exec_busy() -> AgentUnavailable:
+    return AgentUnavailable(
+        f"{EXEC_AT_ONCE} commands are already running through this server; try again shortly",
+        {"reason": "exec-busy"},
     )
 
 
