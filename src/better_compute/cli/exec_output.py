@@ -32,7 +32,7 @@ ExecTimeoutOption = Annotated[
 ExecCommandArgument = Annotated[
     list[str],
     typer.Argument(
-        metavar="-- CMD [ARGS]...",
+        metavar="CMD",
         help="The command and its arguments, after `--` (argv, not a shell line; 1 to 64 of them).",
         show_default=False,
     ),
