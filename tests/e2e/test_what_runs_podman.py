@@ -5,7 +5,8 @@ starting the demo model server image (`make demo-image`: busybox httpd).
 A workload of 3 replicas goes pending -> admitted -> placed -> running with 3 ready containers, each
 holding its CDI device; scaling it to 1 stops two containers; draining its cluster moves the last
 one to the other cluster. An endpoint with two components reaches InService and `invoke` returns
-each component's own answer. `bcd` is SIGKILLed twice along the way and restarted: no container is
+each component's own answer; `workloads exec` runs a command in a replica's container through its
+node's agent. `bcd` is SIGKILLed twice along the way and restarted: no container is
 lost and none doubled.
 
 It needs root, podman, runc and busybox-static; without them it skips saying which is missing,
@@ -150,7 +151,7 @@ def bcd(state: Path, fleet_file: Path, env: dict[str, str]) -> subprocess.Popen[
     code = "from better_compute.entrypoints.bcd import main; main()"
     args = ["run", "--state-dir", str(state), "--nvml", "fake", "--fleet", str(fleet_file)]
     args += ["--cdi-root", str(CDI_ROOT), "--node-root", str(state / "node-root"), "--wait", "5"]
-    args += ["--runtime", "podman", "--stop-timeout", "1"]
+    args += ["--runtime", "podman", "--stop-timeout", "1", "--listen", "127.0.0.1:0"]
     with (state / "bcd.log").open("ab") as log:
         return subprocess.Popen([sys.executable, "-c", code, *args], stdout=log, stderr=log, env=env)
 
@@ -248,6 +249,18 @@ def the_story(
         assert "nvidiactl" in devices
         assert sum(1 for d in devices.split() if d.startswith("nvidia") and d[6:].isdigit()) == 1
         assert cdi.spec_path(CDI_ROOT, allocation).exists()
+    # A command run in a replica's container through its node's agent (`workloads exec`): podman's
+    # own exit codes pass through, and each exec is logged.
+    said = admin.post(f"/v1/workloads/{wid}/exec", json={"command": ["busybox", "echo", "hi"]})
+    assert said.status_code == 200, said.text
+    assert (said.json()["exitCode"], said.json()["stdout"]) == (0, "hi\n")
+    assert said.json()["allocationId"] in running(env)
+    failed = admin.post(f"/v1/workloads/{wid}/exec", json={"command": ["sh", "-c", "echo no >&2; exit 3"]})
+    assert (failed.json()["exitCode"], failed.json()["stderr"]) == (3, "no\n")
+    missing = admin.post(f"/v1/workloads/{wid}/exec", json={"command": ["no-such-command"]})
+    assert missing.json()["exitCode"] == 127
+    logged = admin.get("/v1/events", params={"type": "replica.exec"}).json()["items"]
+    assert [e["payload"]["exitCode"] for e in logged] == [0, 3, 127]
 
     # -- SIGKILL a node's bcd: its containers keep running and are adopted, not doubled -----------------
     before = running(env)

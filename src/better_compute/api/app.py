@@ -17,6 +17,7 @@ from better_compute.api.limits import BodyLimits
 from better_compute.api.routes import (
     bills,
     capacity,
+    container_exec,
     credentials,
     device_classes,
     doctor,
@@ -148,6 +149,7 @@ def create_app(
     app.include_router(device_classes.router)
     app.include_router(priority_classes.router)
     app.include_router(logs.router)
+    app.include_router(container_exec.router)
     app.include_router(workloads.router)
     app.include_router(endpoints.router)
     app.include_router(invocations.router)

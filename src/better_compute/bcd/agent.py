@@ -1,9 +1,14 @@
 """bcd's agent: a small HTTP listener (`bcd run --listen HOST:PORT`, off by default) through which the
-server reads what only the node has: a container's recent log (docs/bcd.md#the-agent).
+server reads what only the node has: a container's recent log, or what a command run in it answers
+(docs/bcd.md#the-agent).
 
 Everything else flows from the node to the server; this is the one way in, so it is narrow. It serves
-one route, `GET /v1/logs/{allocationId}?tail=N`, the newest `tail` lines (1 to 10,000, default 100)
-of the allocation's container log, at most 1 MiB (cut from the start). It answers only a request
+two routes: `GET /v1/logs/{allocationId}?tail=N`, the newest `tail` lines (1 to 10,000, default 100)
+of the allocation's container log, at most 1 MiB (cut from the start); and `POST
+/v1/exec/{allocationId}` with `{"command": [argv...], "timeoutSeconds": N}`, the command run in the
+allocation's container (`podman exec`, no TTY, no stdin; 1 to 64 arguments of at most 4096
+characters, 1 to 60 s, default 10), answered `{"exitCode", "stdout", "stderr", "truncated",
+"timedOut"}` with at most 1 MiB of each output (its start kept). It answers only a request
 bearing the random token this process made as it started (32 bytes, URL-safe), compared in constant
 time; the daemon tells the server the listener's URL and token in a signed `Agent` report, so a token
 lives as long as the process. It should be reachable from the server alone (bind it to the address
@@ -13,16 +18,29 @@ the server reaches the node on, and firewall the port).
 from __future__ import annotations
 
 import hmac
+import json
 import secrets
 import socket
 import threading
+from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from better_compute.bcd.logs import Log
-from better_compute.domain.fleet.node_agents import LOGS_PATH, TAIL_MAX, check_agent_url, check_tail, cut_log
+from better_compute.domain.fleet.node_agents import (
+    EXEC_BODY_MAX,
+    EXEC_PATH,
+    LOGS_PATH,
+    TAIL_MAX,
+    ExecResult,
+    check_agent_url,
+    check_exec_command,
+    check_exec_timeout,
+    check_tail,
+    cut_log,
+)
 from better_compute.domain.kernel.errors import InvalidInput
 
 TOKEN_BYTES = 32
@@ -37,11 +55,20 @@ class ContainerRuntime(Protocol):
 
     def logs(self, allocation_id: str, tail: int) -> str: ...
 
+    def run_in(self, allocation_id: str, argv: Sequence[str], timeout: float) -> ExecResult:
+        """Run `argv` in the allocation's container for at most `timeout` seconds (LookupError when
+        it runs none for it)."""
+        ...
+
 
 class NoContainers:
-    """The runtime of a node that runs no containers (`--runtime none`): it has no log to show."""
+    """The runtime of a node that runs no containers (`--runtime none`): it has no log to show and
+    no container to run a command in."""
 
     def logs(self, allocation_id: str, tail: int) -> str:
+        raise LookupError(allocation_id)
+
+    def run_in(self, allocation_id: str, argv: Sequence[str], timeout: float) -> ExecResult:
         raise LookupError(allocation_id)
 
 
@@ -215,5 +242,56 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             body = cut_log(text.encode("utf-8", errors="replace"))
             agent.log.info("agent.logs", allocation=allocation_id, tail=tail, bytes=len(body))
             self._send(HTTPStatus.OK, body)
+
+        def do_POST(self) -> None:
+            if not agent.authorised(self.headers.get("Authorization")):
+                agent.log.warning("agent.unauthorised", peer=self.client_address[0])
+                self._refuse(HTTPStatus.UNAUTHORIZED, "a bearer token is required")
+                return
+            if len(self.path) > MAX_TARGET:
+                self._refuse(HTTPStatus.BAD_REQUEST, "request target too long")
+                return
+            target = urlsplit(self.path)
+            if not target.path.startswith(EXEC_PATH) or target.path == EXEC_PATH or target.query:
+                self._refuse(HTTPStatus.NOT_FOUND, "no such route (POST /v1/exec/{allocationId})")
+                return
+            allocation_id = unquote(target.path[len(EXEC_PATH) :])
+            raw_length = self.headers.get("Content-Length")
+            if raw_length is None or not raw_length.isdigit():
+                self._refuse(HTTPStatus.LENGTH_REQUIRED, "a Content-Length is required")
+                return
+            if int(raw_length) > EXEC_BODY_MAX:
+                self.close_connection = True  # the body is not read: the connection cannot go on
+                self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"the body is over {EXEC_BODY_MAX} bytes")
+                return
+            try:
+                body = json.loads(self.rfile.read(int(raw_length)))
+                if not isinstance(body, dict) or set(body) - {"command", "timeoutSeconds"}:
+                    raise InvalidInput("the body is {command: [argv...], timeoutSeconds: N}", {})
+                argv = check_exec_command(body.get("command"))
+                timeout = check_exec_timeout(body.get("timeoutSeconds"))
+            except (ValueError, RecursionError, InvalidInput) as exc:
+                said = exc.message if isinstance(exc, InvalidInput) else "the body is not JSON"
+                self._refuse(HTTPStatus.BAD_REQUEST, said)
+                return
+            try:
+                result = agent.runtime.run_in(allocation_id, argv, float(timeout))
+            except LookupError:
+                self._refuse(HTTPStatus.NOT_FOUND, f"no container for allocation {allocation_id}")
+                return
+            except Exception as exc:  # the runtime's failure, told to the server, not a dead thread
+                agent.log.error("agent.exec-failed", allocation=allocation_id, reason=str(exc))
+                self._refuse(HTTPStatus.SERVICE_UNAVAILABLE, f"the runtime could not run the command: {exc}")
+                return
+            # Logged as the server's audit event is: the command's first argument, never the others.
+            agent.log.info(
+                "agent.exec",
+                allocation=allocation_id,
+                command=argv[0],
+                exit_code=result.exit_code,
+                timed_out=result.timed_out,
+            )
+            answer = json.dumps(result.document(), ensure_ascii=False).encode()
+            self._send(HTTPStatus.OK, answer, "application/json")
 
     return Handler

@@ -7,7 +7,9 @@ tests, keeping podman's contract (`bcd.runtime.ContainerRuntime`) as podman docu
 - `start` runs it (a running one is left running); `stop` ends it, exit code 143 (SIGTERM), as an
   `exited` container; `remove` of a running one needs force (ours always forces, as `rm -f`);
 - `list` shows the node's containers by label, `exec` fails on one that is not running (podman's
-  125), `logs` of an allocation without a container raises `NoContainer`.
+  125), `logs` of an allocation without a container raises `NoContainer`;
+- `run_in` (an operator's exec through the agent) answers as `podman exec` does, over a model of
+  the container's commands (`FAKE_COMMANDS`): nothing is run on the host.
 
 A running container serves real HTTP on a local port for each published port (a small threaded
 `http.server`), so a readiness probe and an invoke reach something: `GET /ping` (and the probe's
@@ -37,9 +39,14 @@ from better_compute.bcd.containers import (
     published,
     spec_digest,
 )
+from better_compute.domain.fleet.node_agents import EXEC_OUTPUT_MAX, EXEC_TIMED_OUT, ExecResult, cut_output
 from better_compute.domain.kernel.containers import ContainerSpec
 
 MAX_BODY = 1024 * 1024
+FAKE_COMMANDS = ("echo", "true", "false", "env", "sleep", "yes", "sh -c 'exit N'")
+"""What an exec (`run_in`) finds in a fake container: `echo ARGS` prints them, `true`/`false`,
+`env` prints the container's environment, `sleep N` times out when N is at least the timeout,
+`yes` prints past the output bound and times out, `sh -c 'exit N'` exits N."""
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -253,6 +260,64 @@ class FakeRuntime:
             if c.state != "running":
                 return 125  # podman: the container is not running
             return self.exec_status.get(c.allocation_id, 0)
+
+    def run_in(self, allocation_id: str, argv: Sequence[str], timeout: float) -> ExecResult:
+        """`podman exec` in the allocation's container, as podman answers it, over this fake's
+        model of a container (it has no filesystem and runs no process of the host: a tenant's
+        command never runs on the machine serving the simulation). The image offers the commands
+        of `FAKE_COMMANDS`, also as `busybox NAME ...`; any other is podman's 127 (not found), a
+        container that is not running podman's 125."""
+        with self._lock:
+            mine = sorted(
+                (c for c in self._containers.values() if c.allocation_id == allocation_id),
+                key=lambda c: (c.name != container_name(self.node, allocation_id), c.state != "running"),
+            )
+            if not mine:
+                raise NoContainer(allocation_id)
+            c = mine[0]
+            if c.state != "running":
+                return ExecResult(
+                    125,
+                    "",
+                    "Error: can only create exec sessions on running containers: container state improper\n",
+                )
+            env = dict(c.spec.env)
+        args = list(argv[1:]) if argv[0] == "busybox" and len(argv) > 1 else list(argv)
+        name, rest = args[0], args[1:]
+        if name == "echo":
+            out, _ = cut_output((" ".join(rest) + "\n").encode())
+            return ExecResult(0, out, "")
+        if name in ("true", "false"):
+            return ExecResult(0 if name == "true" else 1, "", "")
+        if name == "env":
+            text = "".join(f"{k}={v}\n" for k, v in sorted(env.items()))
+            out, cut = cut_output(text.encode())
+            return ExecResult(0, out, "", cut)
+        if name == "sleep":
+            # The model's clock: a sleep longer than the timeout is what a timed-out exec answers.
+            try:
+                seconds = float(rest[0]) if rest else 0.0
+            except ValueError:
+                return ExecResult(1, "", f"sleep: invalid number '{rest[0]}'\n")
+            return (
+                ExecResult(EXEC_TIMED_OUT, "", "", False, True)
+                if seconds >= timeout
+                else ExecResult(0, "", "")
+            )
+        if name == "yes":
+            # A command that prints without end: its output is cut at the bound, and it times out.
+            out, cut = cut_output(b"y\n" * (EXEC_OUTPUT_MAX // 2 + 1))
+            return ExecResult(EXEC_TIMED_OUT, out, "", cut, True)
+        if name == "sh" and rest[:1] == ["-c"] and len(rest) >= 2 and rest[1].startswith("exit "):
+            code = rest[1].removeprefix("exit ").strip()
+            if code.isdigit():
+                return ExecResult(int(code) % 256, "", "")
+        return ExecResult(
+            127,
+            "",
+            f"Error: crun: executable file `{name}` not found in $PATH: No such file or directory: OCI"
+            " runtime attempted to invoke a command that was not found\n",
+        )
 
     def logs(self, allocation_id: str, tail: int) -> str:
         with self._lock:

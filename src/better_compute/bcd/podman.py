@@ -48,6 +48,7 @@ from better_compute.bcd.containers import (
     published,
     spec_digest,
 )
+from better_compute.domain.fleet.node_agents import EXEC_OUTPUT_MAX, EXEC_TIMED_OUT, ExecResult, cut_output
 from better_compute.domain.kernel.containers import ContainerSpec
 
 DEFAULT_ARGV = ("podman",)
@@ -315,6 +316,61 @@ class PodmanRuntime:
         except OSError as exc:
             raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
         return done.returncode
+
+    def run_in(self, allocation_id: str, argv: Sequence[str], timeout: float) -> ExecResult:
+        """Run `argv` in the allocation's container (`podman exec`, no TTY, no stdin) for at most
+        `timeout` seconds: its exit code (podman's own 125 when it could not run it, as on a
+        container that is not running; 126 not executable; 127 not found), the first
+        `EXEC_OUTPUT_MAX` bytes of its stdout and of its stderr. Past `timeout` the `podman exec`
+        is killed and the answer says `timed_out` (exit code `EXEC_TIMED_OUT`); `NoContainer` when
+        the node has no container for it."""
+        mine = _current_first([f for f in self.list() if f.allocation_id == allocation_id], self.node)
+        if not mine:
+            raise NoContainer(allocation_id)
+        deadline = time.monotonic() + timeout
+        kept: dict[int, bytearray] = {}
+        try:
+            proc = subprocess.Popen(
+                [*self.argv, "exec", mine[0].id, *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
+        except OSError as exc:
+            raise RuntimeFailure(f"podman cannot be run ({self.argv[0]}): {exc}") from None
+        assert proc.stdout is not None and proc.stderr is not None
+        out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+        timed_out = False
+        with proc, selectors.DefaultSelector() as selector:
+            for pipe in (proc.stdout, proc.stderr):
+                selector.register(pipe, selectors.EVENT_READ)
+                kept[pipe.fileno()] = bytearray()
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, 65536)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    room = EXEC_OUTPUT_MAX + 1 - len(kept[key.fd])
+                    # What a command prints past the bound is read and dropped, so it is never
+                    # held in bcd's memory and never blocks on a full pipe.
+                    kept[key.fd] += chunk[: max(0, room)]
+            if not timed_out:
+                try:
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+            if timed_out:
+                proc.kill()
+                proc.wait()
+        out, out_cut = cut_output(bytes(kept[out_fd]))
+        err, err_cut = cut_output(bytes(kept[err_fd]))
+        code = EXEC_TIMED_OUT if timed_out else proc.returncode
+        return ExecResult(code, out, err, out_cut or err_cut, timed_out)
 
     def logs(self, allocation_id: str, tail: int) -> str:
         """The last `tail` lines (at most `MAX_LOG_TAIL`, and the last `MAX_LOG_BYTES` of them) the

@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 from better_compute.bcd.containers import MAX_DETAIL, Found, RuntimeFailure, container_name, spec_digest
 from better_compute.bcd.logs import Log
+from better_compute.domain.fleet.node_agents import ExecResult
 from better_compute.domain.kernel.containers import ContainerSpec, parse_container
 from better_compute.domain.kernel.errors import DomainError
 from better_compute.wire.nodes import AssignmentPublic
@@ -100,6 +101,13 @@ class ContainerRuntime(Protocol):
         """The last `tail` lines the allocation's container wrote (stdout and stderr), bounded by
         `bcd.containers.MAX_LOG_TAIL` lines and `MAX_LOG_BYTES`; raises `bcd.containers.NoContainer`
         when this node has no container for it."""
+        ...
+
+    def run_in(self, allocation_id: str, argv: Sequence[str], timeout: float) -> ExecResult:
+        """An operator's exec in the allocation's container (the agent's `POST /v1/exec`): `podman
+        exec` of `argv`, no TTY, no stdin, for at most `timeout` seconds, its output bounded
+        (`domain.fleet.node_agents.ExecResult`); raises `bcd.containers.NoContainer` when this node
+        has no container for it."""
         ...
 
 

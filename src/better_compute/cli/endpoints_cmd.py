@@ -36,6 +36,7 @@ from better_compute.cli.container_flags import (
     options_of,
     print_what_runs,
 )
+from better_compute.cli.exec_output import ExecCommandArgument, ExecTimeoutOption, finish_exec
 from better_compute.cli.output import LogTailOption, fail, print_json, print_log, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
@@ -316,6 +317,38 @@ def endpoints_logs(
         {"component": "--component", "copy": "--copy", "tail": "--tail"},
     )
     print_log(got.allocation_id, got.node, got.lines, as_json)
+
+
+@endpoints_app.command("exec")
+def endpoints_exec(
+    name: Annotated[str, typer.Argument(metavar="ENDPOINT")],
+    command: ExecCommandArgument,
+    component: Annotated[
+        str, typer.Option("--component", help="The endpoint's component in whose copy's container to run it.")
+    ],
+    copy: Annotated[
+        int | None,
+        typer.Option(
+            "--copy", min=0, help="The copy's number (default: the first copy on a node).", show_default=False
+        ),
+    ] = None,
+    timeout: ExecTimeoutOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Run a command in a component copy's container, through its node's agent (`bcd run
+    --listen`): `endpoints exec ENDPOINT --component C -- CMD [ARGS]...`. Its stdout and stderr
+    (1 MiB each) are printed and its exit code is this command's; no TTY, no stdin, at most 60 s.
+    Logged as `replica.exec`."""
+    got = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.endpoints.exec(name, component, command, copy=copy, timeout_seconds=timeout),
+        {"component": "--component", "copy": "--copy", "timeoutSeconds": "--timeout", "command": "CMD"},
+    )
+    finish_exec(got, as_json)
 
 
 @endpoints_app.command("update")

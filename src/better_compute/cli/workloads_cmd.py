@@ -31,6 +31,7 @@ from better_compute.cli.container_flags import (
     container_rows,
     options_of,
 )
+from better_compute.cli.exec_output import ExecCommandArgument, ExecTimeoutOption, finish_exec
 from better_compute.cli.output import LogTailOption, print_json, print_log, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
 from better_compute.cli.times import when
@@ -580,6 +581,45 @@ def workloads_logs(
         {"replica": "--replica", "cluster": "--cluster", "tail": "--tail"},
     )
     print_log(got.allocation_id, got.node, got.lines, as_json)
+
+
+@workloads_app.command("exec")
+def workloads_exec(
+    workload_id: WorkloadArgument,
+    command: ExecCommandArgument,
+    replica: Annotated[
+        int | None,
+        typer.Option(
+            "--replica",
+            min=0,
+            help="The replica's number in its deployment (default: the first replica on a node).",
+            show_default=False,
+        ),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
+        ),
+    ] = None,
+    timeout: ExecTimeoutOption = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Run a command in a replica's container, through its node's agent (`bcd run --listen`):
+    `workloads exec WORKLOAD -- CMD [ARGS]...`. Its stdout and stderr (1 MiB each) are printed
+    and its exit code is this command's; no TTY, no stdin, at most 60 s. Logged as `replica.exec`."""
+    got = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.workloads.exec(
+            workload_id, command, replica=replica, cluster=cluster, timeout_seconds=timeout
+        ),
+        {"replica": "--replica", "cluster": "--cluster", "timeoutSeconds": "--timeout", "command": "CMD"},
+    )
+    finish_exec(got, as_json)
 
 
 def decision(event: EventPublic) -> str:

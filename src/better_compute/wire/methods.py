@@ -47,6 +47,7 @@ from better_compute.wire.capacity import (
     CapacityTimelineQuery,
 )
 from better_compute.wire.common import Page, WireRequest
+from better_compute.wire.container_exec import EndpointExecRequest, ExecPublic, WorkloadExecRequest
 from better_compute.wire.device_classes import DeviceClassCreate, DeviceClassListQuery, DeviceClassPublic
 from better_compute.wire.doctor import DoctorQuery, DoctorReport
 from better_compute.wire.endpoints import (
@@ -396,6 +397,16 @@ _TABLE: tuple[Method, ...] = (
         " (`tail` 1 to 10,000, default 100; at most 1 MiB).",
     ),
     Method(
+        "endpoints.exec",
+        "POST",
+        "/v1/endpoints/{name}/exec",
+        EndpointExecRequest,
+        ExecPublic,
+        summary="Run a command (argv, no TTY, no stdin) in a component copy's container through its node's"
+        " agent: its exit code, stdout and stderr (1 MiB each; 1 to 60 s, default 10). Logged as"
+        " `replica.exec`.",
+    ),
+    Method(
         "endpoints.update",
         "PATCH",
         "/v1/endpoints/{name}",
@@ -483,6 +494,15 @@ _TABLE: tuple[Method, ...] = (
         LogsPublic,
         summary="The newest lines of a replica's container log, read through its node's agent (`tail`"
         " 1 to 10,000, default 100; at most 1 MiB).",
+    ),
+    Method(
+        "workloads.exec",
+        "POST",
+        "/v1/workloads/{id}/exec",
+        WorkloadExecRequest,
+        ExecPublic,
+        summary="Run a command (argv, no TTY, no stdin) in a replica's container through its node's agent:"
+        " its exit code, stdout and stderr (1 MiB each; 1 to 60 s, default 10). Logged as `replica.exec`.",
     ),
     Method(
         "workloads.scale",

@@ -161,3 +161,19 @@ class ReplicaReadinessChanged(Event):
     node: str
     ready: bool
     state: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaExec(Event):
+    """A command was run in a replica's or a copy's container through its node's agent
+    (`workloads exec`, `endpoints exec`; `subject`: the allocation). For audit: who ran it (`by`, the
+    credential), its tenant's replica (`tenantId`), on which node, the command's first argument only
+    (`command`; its other arguments may hold secrets) and its exit code (None: the server had no
+    answer from the node, so whether it ran is not known). Never its output."""
+
+    TYPE: ClassVar[str] = "replica.exec"
+    node: str
+    tenant_id: str | None
+    by: str
+    command: str
+    exit_code: int | None

@@ -51,6 +51,7 @@ from better_compute.domain.fleet.events import (
     PoolCreated,
     PoolDeleted,
     PoolUpdated,
+    ReplicaExec,
     ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
@@ -157,6 +158,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     MigLayoutRequested.TYPE: SubjectIsPool(),
     AllocationBound.TYPE: SubjectIsReservation(),
     AllocationReleased.TYPE: SubjectIsReservation(),
+    ReplicaExec.TYPE: NamedInPayload("tenantId"),
 }
 """The event types a tenant may read, and how each one's tenant is found."""
 

@@ -31,6 +31,7 @@ from better_compute.domain.fleet.events import (
     PoolCreated,
     PoolDeleted,
     PoolUpdated,
+    ReplicaExec,
     ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
@@ -130,6 +131,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeRebootRequired,
         NodeLayoutRefused,
         ReplicaReadinessChanged,
+        ReplicaExec,
         NodeMigScheduled,
         NodeMigGranted,
         NodeMigApplied,

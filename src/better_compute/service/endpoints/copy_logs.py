@@ -16,11 +16,16 @@ from better_compute.service.kernel.ports import StorePort
 
 
 def locate(
-    store: StorePort[EndpointsTx], principal: Principal, name: str, component: str, copy: int | None = None
+    store: StorePort[EndpointsTx],
+    principal: Principal,
+    name: str,
+    component: str,
+    copy: int | None = None,
+    serves: str = "logs",
 ) -> LogSource:
     """Copy `copy` of `component` of the endpoint `name` the principal may see, or, with none named,
     its first copy on a node. NOT_FOUND: another tenant's endpoint, a component not of it, no such
-    copy, or one on no node now; UNAVAILABLE: its node serves no logs."""
+    copy, or one on no node now; UNAVAILABLE: its node serves no logs (nor exec: `serves`)."""
     with store.read() as tx:
         endpoint = _visible(tx, principal, name)
         found = tx.components.get(check_ref(component, "component"))
@@ -29,6 +34,8 @@ def locate(
         copies = sorted(tx.components.copies([found.name]).get(found.name, []), key=lambda c: c.copy)
         for c in copies:
             if (copy is None or c.copy == copy) and c.node_id is not None:
-                return source_on(tx, copy_allocation_id(c.component, c.copy), c.node_id)
+                return source_on(
+                    tx, copy_allocation_id(c.component, c.copy), c.node_id, endpoint.tenant_id, serves
+                )
         what = "a copy on a node" if copy is None else f"copy {copy} on a node"
         raise NotFound(f"component {found.name} has no {what} now", {"component": found.name, "copy": copy})

@@ -4,11 +4,18 @@ agent (domain.fleet.node_agents). The read itself goes over HTTP, so it is the c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
+from better_compute.domain.fleet.events import ReplicaExec
 from better_compute.domain.fleet.node_agents import LogSource, no_agent
+from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.fleet.ports import FleetTx
+from better_compute.service.kernel.ports import StorePort
+
+EXEC_EVENT_COMMAND_MAX = 256
+"""The most characters of a command's first argument an audit event keeps."""
 
 
 class AgentLogs(Protocol):
@@ -31,10 +38,37 @@ def node_of_allocation(tx: FleetTx, allocation_id: str, now: datetime) -> str | 
     return nodes[0] if nodes else None
 
 
-def source_on(tx: FleetTx, allocation_id: str, node_id: str) -> LogSource:
-    """Where to read the allocation's log on `node_id`: its agent (UNAVAILABLE when the node never
-    said it serves one)."""
+def source_on(
+    tx: FleetTx, allocation_id: str, node_id: str, tenant_id: str | None = None, serves: str = "logs"
+) -> LogSource:
+    """Where to read the allocation's log (or run a command in its container: `serves` "exec") on
+    `node_id`: its agent (UNAVAILABLE when the node never said it serves one)."""
     agent = tx.node_agents.get(node_id)
     if agent is None:
-        raise no_agent(node_id)
-    return LogSource(allocation_id, node_id, agent)
+        raise no_agent(node_id, serves)
+    return LogSource(allocation_id, node_id, agent, tenant_id)
+
+
+def record_exec(
+    store: StorePort[FleetTx],
+    principal: Principal,
+    source: LogSource,
+    argv: Sequence[str],
+    exit_code: int | None,
+    now: datetime,
+) -> None:
+    """Log `replica.exec` for a command run (or sent to be run) in the allocation's container: who,
+    where, its first argument only and its exit code (None: no answer came back). Its own
+    transaction, after the exec: the exec is the node's doing, which no rollback undoes."""
+    with store.begin() as tx:
+        tx.events.append(
+            ReplicaExec(
+                source.allocation_id,
+                node=source.node_id,
+                tenant_id=source.tenant_id,
+                by=principal.credential_id,
+                command=argv[0][:EXEC_EVENT_COMMAND_MAX],
+                exit_code=exit_code,
+            ),
+            now,
+        )

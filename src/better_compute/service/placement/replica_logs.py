@@ -21,11 +21,12 @@ def locate(
     now: datetime,
     replica: int | None = None,
     cluster: str | None = None,
+    serves: str = "logs",
 ) -> LogSource:
     """The replica `replica` (its number in its deployment; in `cluster` where several deployments
     have one of that number) of the workload `ref` the principal may see, or, with none named, its
     first replica on a node (by cluster, then number). NOT_FOUND: another tenant's workload, no such
-    replica, or one on no node now; UNAVAILABLE: its node serves no logs."""
+    replica, or one on no node now; UNAVAILABLE: its node serves no logs (nor exec: `serves`)."""
     with store.read() as tx:
         workload = _visible(tx, principal, ref)
         deployments = sorted(
@@ -50,7 +51,7 @@ def locate(
         for _, _, allocation in candidates:
             node = node_of_allocation(tx, allocation, now)
             if node is not None:
-                return source_on(tx, allocation, node)
+                return source_on(tx, allocation, node, workload.tenant_id, serves)
         what = "a replica on a node" if replica is None else f"replica {replica} on a node"
         raise NotFound(
             f"workload {workload.id} has no {what} now",
