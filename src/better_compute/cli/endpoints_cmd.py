@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from better_compute.cli import config
+from better_compute.cli import config, watch
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.container_flags import (
@@ -277,15 +277,37 @@ def endpoints_list(
         stdout().print(f"more: --cursor {found.next_cursor}", markup=False)
 
 
+FINAL = frozenset({"InService", "Failed"})
+"""Statuses where `endpoints show --watch` stops: the endpoint serves, or it cannot."""
+
+
 @endpoints_app.command("show")
 def endpoints_show(
     name: Annotated[str, typer.Argument(metavar="NAME")],
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
+    watching: watch.WatchOption = False,
+    interval: watch.IntervalOption = 2.0,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """An endpoint, its instances and the partitions of each, with one GPU drawn split."""
+    """An endpoint, its instances and the partitions of each, with one GPU drawn split. With
+    --watch, again on each change until it is InService or Failed, or deleted."""
+    if watching:
+        call(
+            server,
+            token,
+            as_json,
+            lambda c: watch.follow(
+                lambda: c.endpoints.get(name),
+                lambda e: _show(e, False, output),
+                lambda e: e.status in FINAL,
+                what=f"endpoint {name}",
+                interval=interval,
+                as_json=as_json,
+            ),
+        )
+        return
     _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
 
 
