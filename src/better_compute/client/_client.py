@@ -54,6 +54,7 @@ from better_compute.wire.endpoints import (
     ComponentPublic,
     ComponentScale,
     EndpointCreate,
+    EndpointDelete,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
@@ -489,10 +490,17 @@ class Pools(_Resource):
         policy: PoolPolicy | Mapping[str, Any] | None = None,
         nodes: Sequence[str] | None = None,
         generation: int | None = None,
+        dry_run: bool = False,
     ) -> PoolPublic:
+        """Change a pool's policy or nodes (admin). `dry_run` answers the pool as the update would
+        leave it and the layout changes it would put under way (`layout_changes`), changing nothing."""
         request = PoolUpdate.model_validate(
             _fields(
-                id=id, policy=policy, nodes=list(nodes) if nodes is not None else None, generation=generation
+                id=id,
+                policy=policy,
+                nodes=list(nodes) if nodes is not None else None,
+                generation=generation,
+                dry_run=dry_run or None,
             )
         )
         return self._compute._typed("pools.update", request, PoolPublic)
@@ -791,9 +799,12 @@ class Endpoints(_Resource):
         )
         return self._compute._typed("endpoints.update", request, EndpointPublic)
 
-    def delete(self, name: str) -> EndpointPublic:
-        """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""
-        return self._compute._typed("endpoints.delete", NameRequest(name=name), EndpointPublic)
+    def delete(self, name: str, *, dry_run: bool = False) -> EndpointPublic:
+        """Delete the endpoint: its nodes go back to their pool's layout through the layout gate.
+        `dry_run` answers what the delete would do (`dryRun` true, its `deletion`) and changes
+        nothing."""
+        request = EndpointDelete(name=name, dry_run=True) if dry_run else EndpointDelete(name=name)
+        return self._compute._typed("endpoints.delete", request, EndpointPublic)
 
     def invoke(
         self,

@@ -55,6 +55,7 @@ from better_compute.wire.endpoints import (
     ComponentPublic,
     ComponentScale,
     EndpointCreate,
+    EndpointDelete,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
@@ -202,7 +203,7 @@ class Method:
             if value is None or value == "":
                 raise ValueError(f"{self.name} needs {param!r}")
             path = path.replace("{" + param + "}", quote(str(value), safe=""))
-        if self.verb == "GET":
+        if self.verb in ("GET", "DELETE"):  # a DELETE has no body: what it says is in its query
             query: list[tuple[str, str]] = []
             for key, value in body.items():
                 if key in self.path_params or value is None:
@@ -408,9 +409,10 @@ _TABLE: tuple[Method, ...] = (
         "endpoints.delete",
         "DELETE",
         "/v1/endpoints/{name}",
-        NameRequest,
+        EndpointDelete,
         EndpointPublic,
-        summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate.",
+        summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate"
+        " (dryRun: what it would do, nothing changed).",
     ),
     Method(
         "endpoints.invoke",
