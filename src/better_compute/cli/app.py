@@ -43,6 +43,7 @@ from better_compute.cli import (  # noqa: E402, F401
     partitions_cmd,
     reservations_cmd,
     resources_cmd,
+    tenants_update_cmd,
     wait_cmd,
     workloads_cmd,
 )

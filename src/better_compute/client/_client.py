@@ -133,6 +133,7 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    TenantUpdate,
     WhoAmI,
     WhoAmIQuery,
 )
@@ -408,6 +409,10 @@ class Tenants(_Resource):
     def list(self, *, limit: int | None = None, cursor: str | None = None) -> Page[TenantPublic]:
         query = TenantListQuery(**_fields(limit=limit, cursor=cursor))
         return self._compute._typed("tenants.list", query, Page[TenantPublic])
+
+    def update(self, id: str, *, name: str) -> TenantPublic:
+        """Change a tenant's display name (admin only); `tenant.updated` is logged."""
+        return self._compute._typed("tenants.update", TenantUpdate(id=id, name=name), TenantPublic)
 
     def delete(self, id: str) -> TenantPublic:
         """Delete a tenant (admin only) that owns no pool and holds no reservation not over; its

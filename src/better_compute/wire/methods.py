@@ -124,6 +124,7 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    TenantUpdate,
     WhoAmI,
     WhoAmIQuery,
 )
@@ -232,6 +233,14 @@ _TABLE: tuple[Method, ...] = (
         IdRequest,
         TenantPublic,
         summary="Delete a tenant that owns no pool and holds no reservation; its credentials stop working.",
+    ),
+    Method(
+        "tenants.update",
+        "PATCH",
+        "/v1/tenants/{id}",
+        TenantUpdate,
+        TenantPublic,
+        summary="Change a tenant's display name (admin); its id never changes.",
     ),
     Method(
         "credentials.create",

@@ -95,6 +95,7 @@ from better_compute.domain.tenancy.events import (
     QuotaSet,
     TenantCreated,
     TenantDeleted,
+    TenantUpdated,
 )
 
 
@@ -141,6 +142,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ReservationExtended.TYPE: SubjectIsReservation(),
     TenantCreated.TYPE: SubjectIsTenant(),
     TenantDeleted.TYPE: SubjectIsTenant(),
+    TenantUpdated.TYPE: SubjectIsTenant(),
     CredentialCreated.TYPE: NamedInPayload("tenantId"),
     CredentialRevoked.TYPE: NamedInPayload("tenantId"),
     PolicyCreated.TYPE: NamedInPayload("tenantId"),

@@ -76,6 +76,7 @@ from better_compute.domain.tenancy.events import (
     QuotaSet,
     TenantCreated,
     TenantDeleted,
+    TenantUpdated,
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -93,6 +94,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReservationExtended,
         TenantCreated,
         TenantDeleted,
+        TenantUpdated,
+        TenantUpdated,
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,
