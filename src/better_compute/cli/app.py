@@ -44,6 +44,7 @@ from better_compute.cli import (  # noqa: E402, F401
     reservations_cmd,
     resources_cmd,
     tenants_update_cmd,
+    usage_report_cmd,
     wait_cmd,
     workloads_cmd,
 )

@@ -31,6 +31,8 @@ from better_compute.wire.billing import (
     PricePublic,
     PriceSet,
     UsageListQuery,
+    UsageReportPublic,
+    UsageReportQuery,
     UsageRowPublic,
 )
 from better_compute.wire.capacity import (
@@ -1243,6 +1245,12 @@ class Usage(_Resource):
             )
         )
         return self._compute._typed("usage.list", query, Page[UsageRowPublic])
+
+    def report(self, *, month: str | None = None) -> UsageReportPublic:
+        """Every tenant's GPU-hours, share of the fleet and cost for the calendar month `month`
+        (`YYYY-MM`; None: the current one), as one table (admin)."""
+        query = UsageReportQuery.model_validate(_fields(month=month))
+        return self._compute._typed("usage.report", query, UsageReportPublic)
 
     def iter(
         self,

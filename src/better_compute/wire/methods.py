@@ -32,6 +32,8 @@ from better_compute.wire.billing import (
     PricePublic,
     PriceSet,
     UsageListQuery,
+    UsageReportPublic,
+    UsageReportQuery,
     UsageRowPublic,
 )
 from better_compute.wire.capacity import (
@@ -593,6 +595,14 @@ _TABLE: tuple[Method, ...] = (
         UsageRowPublic,
         paged=True,
         summary="GPU-hours per booking in a period (at most 366 days; default: this calendar month).",
+    ),
+    Method(
+        "usage.report",
+        "GET",
+        "/v1/usage/report",
+        UsageReportQuery,
+        UsageReportPublic,
+        summary="Every tenant's GPU-hours, share of the fleet and cost for one calendar month (admin).",
     ),
     Method(
         "bills.get",
