@@ -124,6 +124,35 @@ def test_endpoints_show_watch_stops_at_in_service(
     assert [json.loads(line)["status"] for line in result.stdout.splitlines()] == ["Creating", "InService"]
 
 
+def _endpoint(status: str) -> dict[str, Any]:
+    return {
+        "name": "e1",
+        "tenantId": "acme",
+        "status": status,
+        "variants": [],
+        "instances": [],
+        "createdAt": "2030-01-01T00:00:00Z",
+        "updatedAt": "2030-01-01T00:00:00Z",
+    }
+
+
+def test_wait_for_an_endpoints_state_reads_its_status(
+    runner: CliRunner, server: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = ("GET", "/v1/endpoints/e1")
+    server.routes[path] = _endpoint("Creating")
+
+    def meanwhile(n: int) -> None:
+        if n == 3:
+            server.routes[path] = _endpoint("InService")
+
+    slept = _fake_time(monkeypatch, meanwhile)
+    result = at80(runner, "wait", "--for=state=inservice", "ep/e1", "--timeout", "1m", "--token", "t")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == "endpoint/e1 condition met: state=inservice"
+    assert len(slept) == 3 and len(server.requests) == 4
+
+
 def _create(runner: CliRunner, world: Fleet) -> str:  # noqa: F811
     made = runner.invoke(
         app, ["workloads", "create", "train", *SHAPE, "--replicas", "2", "--json", "--token", world.acme]
