@@ -133,3 +133,13 @@ def test_a_dry_run_is_refused_as_the_update_would_be(runner: CliRunner, world: W
     nothing = cli(runner, world.admin, "pools", "update", "px", "--max-duration", "8h", "--dry-run")
     assert nothing.exit_code == 0, nothing.output
     assert "no node's layout would change" in nothing.stdout
+
+
+def test_a_dry_run_compares_the_generation_it_is_sent(world: World) -> None:
+    headers = {"Authorization": f"Bearer {world.admin}"}
+    body = {"id": "p1", "policy": {"migLayout": MIXED}, "dryRun": True}
+    stale = world.http.patch("/v1/pools/p1", json={**body, "generation": 7}, headers=headers)
+    assert stale.status_code == 409 and stale.json()["error"]["code"] == "CONFLICT"
+    fresh = world.http.patch("/v1/pools/p1", json={**body, "generation": 1}, headers=headers)
+    assert fresh.status_code == 200 and fresh.json()["generation"] == 2 and fresh.json()["dryRun"] is True
+    assert world.http.get("/v1/pools/p1", headers=headers).json()["generation"] == 1

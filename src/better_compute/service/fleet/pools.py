@@ -340,6 +340,11 @@ def plan_update(
             view = update_in(tx, pool_id, policy, nodes, generation, None, now)
             raise _Planned(PoolUpdatePlan(view, _changes(tx, pool_id, view.nodes, now)))
     except Raced:  # another writer moved the pool meanwhile: the caller asks again
+        if generation is not None:
+            raise GenerationMismatch(
+                f"pool {pool_id} changed while this update was planned; read it again and retry",
+                {"poolId": pool_id, "expected": generation},
+            ) from None
         raise ConcurrentChange(
             f"pool {pool_id} changed while this update was planned; try again", {"poolId": pool_id}
         ) from None
