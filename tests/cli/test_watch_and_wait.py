@@ -194,6 +194,10 @@ def test_wait_for_a_workloads_phase_is_met_at_once(runner: CliRunner, world: Fle
     result = piped(runner, "wait", f"--for=phase={phase.upper()}", f"workload/{wid}", "--token", world.acme)
     assert result.exit_code == 0, result.output
     assert result.stdout.strip() == f"workload/{wid} condition met: phase={phase.upper()}"
+    as_json = piped(
+        runner, "wait", f"--for=phase={phase}", f"workloads/{wid}", "--json", "--token", world.acme
+    )
+    assert json.loads(as_json.stdout) == {"met": f"phase={phase}", "kind": "workload", "name": wid}
 
 
 def test_wait_times_out_with_status_4_and_says_what_it_waited_for(

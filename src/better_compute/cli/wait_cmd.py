@@ -211,7 +211,12 @@ def wait(
     interval: Annotated[
         float, typer.Option("--interval", min=0.1, max=3600, help="Seconds between polls.")
     ] = 2.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Refusals as the API's error object.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="JSON: {met, kind, name} when met; a refusal or timeout as an error object."
+        ),
+    ] = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
