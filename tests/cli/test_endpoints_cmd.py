@@ -179,3 +179,56 @@ def test_endpoints_update_recuts_live_and_is_refused_while_creating(
     assert json.loads(shown.stdout)["status"] == "InService"
     assert json.loads(shown.stdout)["instances"][0]["partitions"] == {"mig-3g.40gb": 4}
     assert {gi.profile for g in fake.list_gpus() for gi in g.instances} == {"3g.40gb"}
+
+
+def _event_count(store: Store) -> int:
+    with store.read() as tx:
+        return tx.events.tail_start()[0]
+
+
+def test_endpoints_delete_dry_run_says_what_would_happen_and_changes_nothing(
+    runner: CliRunner, world: NodeWorld, store: Store
+) -> None:
+    daemon, _ = world.daemon("n-1")
+    assert daemon.step(False)
+    platform = tenant_token(store, "platform")
+    made = run(
+        runner, platform, "endpoints", "create", "chat", "--pool", "p1", "--partition-type", "mig-7g.80gb"
+    )
+    assert made.exit_code == 0, made.output
+    assert daemon.step(True)
+    Reconciler(store, world.clock, "r1").tick()
+    args = ("--endpoint", "chat", "--model", "m", "--partition-type", "mig-7g.80gb", "--copies", "1")
+    assert run(runner, platform, "components", "create", "big", *args).exit_code == 0
+    before = _event_count(store)
+
+    planned = runner.invoke(
+        app,
+        ["endpoints", "delete", "chat", "--dry-run", "--token", platform, "--server", "http://testserver"],
+        env={"COLUMNS": "80"},
+    )
+    assert planned.exit_code == 0, planned.output
+    assert "endpoint chat (tenant platform) would be deleted; nothing was changed" in planned.stdout
+    assert "components it would remove: big" in planned.stdout
+    row = next(line.split() for line in planned.stdout.splitlines() if line.startswith("n-1"))
+    assert row[0] == "n-1" and row[-1] == "all-1g.10gb"  # back to pool p1's layout
+    assert all(len(line) <= 80 for line in planned.stdout.splitlines())
+    as_json = json.loads(run(runner, platform, "endpoints", "delete", "chat", "--dry-run", "--json").stdout)
+    assert as_json["dryRun"] is True and as_json["deletion"]["components"] == ["big"]
+    assert as_json["deletion"]["nodes"] == [
+        {"node": "n-1", "poolId": "p1", "layoutFrom": "mixed:7g.80gb", "layoutTo": "all-1g.10gb"}
+    ]
+
+    # Nothing changed: the endpoint serves, its component is there, no event was logged.
+    assert _event_count(store) == before
+    shown = json.loads(run(runner, platform, "endpoints", "show", "chat", "--json").stdout)
+    assert shown["status"] == "InService" and "dryRun" not in shown
+    assert run(runner, platform, "components", "show", "big").exit_code == 0
+
+    deleted = run(runner, platform, "endpoints", "delete", "chat", "--json")
+    assert deleted.exit_code == 0, deleted.output
+    answer = json.loads(deleted.stdout)
+    assert "dryRun" not in answer and answer["deletion"] == as_json["deletion"]
+    assert _event_count(store) > before
+    missing = run(runner, platform, "endpoints", "delete", "chat", "--dry-run")
+    assert missing.exit_code == 1 and "endpoint chat not found" in missing.stderr

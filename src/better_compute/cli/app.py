@@ -61,7 +61,7 @@ COMMANDS: dict[str, Lazy] = {
         "catalog",
     ),
     "bills": Lazy("Show a tenant's bill for a period.", "billing_cmd"),
-    "usage": Lazy("Export usage: GPU-hours per booking in a period.", "billing_cmd"),
+    "usage": Lazy("Export usage: GPU-hours per booking in a period.", "billing_cmd", "usage_report_cmd"),
     "prices": Lazy("List and set prices per meter.", "billing_cmd"),
     "capacity": Lazy("What the fleet has free, and where every GPU-hour went.", "capacity_cmd"),
     "endpoints": Lazy(
@@ -80,7 +80,7 @@ COMMANDS: dict[str, Lazy] = {
         "List nodes; cordon and uncordon them; release a GPU that moved.", "resources_cmd", "node_show_cmd"
     ),
     "atoms": Lazy("List atoms: what can be booked, booked now or not, and when next free.", "resources_cmd"),
-    "tenants": Lazy("List, show, create and delete tenants.", "resources_cmd"),
+    "tenants": Lazy("List, show, create, update and delete tenants.", "resources_cmd", "tenants_update_cmd"),
     "quotas": Lazy("List and set quota rows.", "resources_cmd"),
     "device-classes": Lazy(
         "List, show and create device classes: an atom class and a selector, by name.", "resources_cmd"
@@ -103,6 +103,11 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "placement": Lazy("What placement would choose now; nothing is written.", "workloads_cmd"),
     "layouts": Lazy("Validate, list, export and import MIG layouts.", "catalog"),
+    "wait": Lazy(
+        "Wait until an object meets a condition, as `kubectl wait`: exit 0 when it does, 4 when\n"
+        "--timeout passes first (1 when the object is not there; a refusal 1, unreachable 3).",
+        "wait_cmd",
+    ),
 }
 # The root's listing order: the commands the composition root registers up front come after `advise`.
 ORDER = [*COMMANDS]

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from better_compute.cli import config
+from better_compute.cli import config, watch
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.container_flags import (
@@ -278,15 +278,37 @@ def endpoints_list(
         stdout().print(f"more: --cursor {found.next_cursor}", markup=False)
 
 
+FINAL = frozenset({"InService", "Failed"})
+"""Statuses where `endpoints show --watch` stops: the endpoint serves, or it cannot."""
+
+
 @endpoints_app.command("show")
 def endpoints_show(
     name: Annotated[str, typer.Argument(metavar="NAME")],
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
+    watching: watch.WatchOption = False,
+    interval: watch.IntervalOption = 2.0,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """An endpoint, its instances and the partitions of each, with one GPU drawn split."""
+    """An endpoint, its instances and the partitions of each, with one GPU drawn split. With
+    --watch, again on each change until it is InService or Failed, or deleted."""
+    if watching:
+        call(
+            server,
+            token,
+            as_json,
+            lambda c: watch.follow(
+                lambda: c.endpoints.get(name),
+                lambda e: _show(e, False, output),
+                lambda e: e.status in FINAL,
+                what=f"endpoint {name}",
+                interval=interval,
+                as_json=as_json,
+            ),
+        )
+        return
     _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
 
 
@@ -383,16 +405,48 @@ def endpoints_update(
     _show(updated, as_json, output)
 
 
+_RETURN_COLUMNS = [
+    Column("node"),
+    Column("pool", drop=1),
+    Column("layout now", drop=2),
+    Column("goes back to"),
+]
+
+
 @endpoints_app.command("delete")
 def endpoints_delete(
     name: Annotated[str, typer.Argument(metavar="NAME")],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show what the delete would do; change nothing.")
+    ] = False,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Delete an endpoint: its nodes go back to their pool's layout through the layout gate."""
-    _show(call(server, token, as_json, lambda c: c.endpoints.delete(name)), as_json, output)
+    """Delete an endpoint: its components go with it and its nodes go back to their pool's layout
+    through the layout gate. --dry-run runs the same checks and says what would happen."""
+    gone = call(server, token, as_json, lambda c: c.endpoints.delete(name, dry_run=dry_run))
+    if as_json:
+        print_json(gone.model_dump(mode="json", by_alias=True))
+        return
+    console = stdout()
+    if gone.dry_run:
+        console.print(
+            f"dry run: endpoint {gone.name} (tenant {gone.tenant_id}) would be deleted; nothing was changed",
+            markup=False,
+        )
+    else:
+        _show(gone, False, output)
+    if gone.deletion is None:
+        return
+    removed = ", ".join(gone.deletion.components) or "none"
+    console.print(f"components {'it would remove' if gone.dry_run else 'removed'}: {removed}", markup=False)
+    rows = [
+        [n.node, n.pool_id or "-", n.layout_from, n.layout_to or "- (no pool)"] for n in gone.deletion.nodes
+    ]
+    if rows:
+        print_fitted(console, _RETURN_COLUMNS, rows, output)
 
 
 @endpoints_app.command("invoke")

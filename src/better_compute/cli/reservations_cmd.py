@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 import typer
 from rich.table import Table
 
-from better_compute.cli import choices, config
+from better_compute.cli import choices, config, watch
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
@@ -347,15 +347,38 @@ def list_reservations(
         console.print(f"more: --cursor {page.next_cursor}", markup=False)
 
 
+FINAL = frozenset({"ended", "cancelled", "released"})
+"""Statuses a reservation does not leave: where `show --watch` stops."""
+
+
 @reservations_app.command("show")
+@reservations_app.command("get", hidden=True)
 def show(
     reservation_id: Annotated[str, typer.Argument(metavar="ID", help="The reservation.")],
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
+    watching: watch.WatchOption = False,
+    interval: watch.IntervalOption = 2.0,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Show one reservation and the atoms it holds: for a MIG booking its profile, GPU and MIG device."""
+    """Show one reservation and the atoms it holds: for a MIG booking its profile, GPU and MIG device.
+    With --watch, again on each change until it has ended, been cancelled or released."""
+    if watching:
+        _call(
+            server,
+            token,
+            as_json,
+            lambda c: watch.follow(
+                lambda: c.reservations.get(reservation_id),
+                lambda r: _show(r, False, output),
+                lambda r: r.status in FINAL,
+                what=f"reservation {reservation_id}",
+                interval=interval,
+                as_json=as_json,
+            ),
+        )
+        return
     reservation = _call(server, token, as_json, lambda compute: compute.reservations.get(reservation_id))
     _show(reservation, as_json, output)
 

@@ -237,11 +237,19 @@ def pools_update(
     no_max_duration: Annotated[
         bool, typer.Option("--no-max-duration", help="Remove the pool's longest-reservation limit.")
     ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Show the pool as it would be and the layout changes it would start; change nothing.",
+        ),
+    ] = False,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    """Change a pool's policy or nodes (admin); other settings are kept."""
+    """Change a pool's policy or nodes (admin); other settings are kept. --dry-run runs the same
+    checks and says what would happen (per node and profile: `pools preview-layout`)."""
     if no_max_duration and max_duration is not None:
         raise typer.BadParameter(
             "give --max-duration or --no-max-duration, not both", param_hint="--no-max-duration"
@@ -249,7 +257,46 @@ def pools_update(
     policy: dict[str, Any] | None = _policy(mig_layout, replicas, max_duration, scrub) or None
     if no_max_duration:
         policy = {**(policy or {}), "maxDuration": None}
-    _one(_call(server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node)), as_json)
+    updated = _call(
+        server, token, as_json, lambda c: c.pools.update(pool_id, policy=policy, nodes=node, dry_run=dry_run)
+    )
+    if updated.dry_run and not as_json:
+        _print_pool_plan(updated)
+        return
+    _one(updated, as_json)
+
+
+_CHANGE_COLUMNS = [
+    Column("node"),
+    Column("from", wrap=True),
+    Column("to", wrap=True),
+    Column("waits for", wrap=True),
+]
+
+
+def _print_pool_plan(pool: Any) -> None:
+    """A dry run's answer: what the pool would be, then each node's layout change and what it waits
+    for (the tenants' bookings on it: until their end, or until released when one never ends)."""
+    console = stdout()
+    console.print(
+        f"dry run: pool {pool.id} would be at generation {pool.generation}; nothing was changed", markup=False
+    )
+    _one(pool.model_copy(update={"layout_changes": None, "dry_run": False}), False)
+    changes = pool.layout_changes or []
+    if not changes:
+        console.print("no node's layout would change", markup=False)
+        return
+    rows = []
+    for c in changes:
+        if c.open_ended:
+            waits = f"release by {', '.join(c.tenants)} (a booking that never ends)"
+        elif c.held_until is not None:
+            waits = f"{', '.join(c.tenants)} until {when(c.held_until)}"
+        else:
+            waits = "nothing: cut at the gate's next step"
+        rows.append([c.node, c.from_ or "-", c.to, waits])
+    console.print("layout changes", markup=False)
+    print_fitted(console, _CHANGE_COLUMNS, rows, Output.TABLE)
 
 
 @pools_app.command("delete")
@@ -606,7 +653,7 @@ def atoms_list(
 
 
 # -- tenants -------------------------------------------------------------------------------------
-tenants_app = typer.Typer(help="List, show, create and delete tenants.", no_args_is_help=True)
+tenants_app = typer.Typer(help="List, show, create, update and delete tenants.", no_args_is_help=True)
 app.add_typer(tenants_app, name="tenants")
 TENANT_COLUMNS = [("id", "id"), ("name", "name"), ("created", "createdAt")]
 

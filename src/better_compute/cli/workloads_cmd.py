@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 import typer
 from rich.table import Table
 
-from better_compute.cli import config
+from better_compute.cli import config, watch
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.container_flags import (
@@ -540,11 +540,29 @@ def workloads_show(
     workload_id: WorkloadArgument,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
+    watching: watch.WatchOption = False,
+    interval: watch.IntervalOption = 2.0,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """One workload and its deployments: per cluster its phase, replicas desired, placed and
-    running, and why it has fewer (reason, shortfall)."""
+    running, and why it has fewer (reason, shortfall). With --watch, again on each change until it
+    is deleted (or Ctrl-C)."""
+    if watching:
+        call(
+            server,
+            token,
+            as_json,
+            lambda c: watch.follow(
+                lambda: c.workloads.get(workload_id),
+                lambda w: _show(w, False, output),
+                lambda w: False,
+                what=f"workload {workload_id}",
+                interval=interval,
+                as_json=as_json,
+            ),
+        )
+        return
     _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
 
 

@@ -31,6 +31,8 @@ from better_compute.wire.billing import (
     PricePublic,
     PriceSet,
     UsageListQuery,
+    UsageReportPublic,
+    UsageReportQuery,
     UsageRowPublic,
 )
 from better_compute.wire.capacity import (
@@ -55,6 +57,7 @@ from better_compute.wire.endpoints import (
     ComponentPublic,
     ComponentScale,
     EndpointCreate,
+    EndpointDelete,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
@@ -133,6 +136,7 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    TenantUpdate,
     WhoAmI,
     WhoAmIQuery,
 )
@@ -423,6 +427,10 @@ class Tenants(_Resource):
         query = TenantListQuery(**_fields(limit=limit, cursor=cursor))
         return self._compute._typed("tenants.list", query, Page[TenantPublic])
 
+    def update(self, id: str, *, name: str) -> TenantPublic:
+        """Change a tenant's display name (admin only); `tenant.updated` is logged."""
+        return self._compute._typed("tenants.update", TenantUpdate(id=id, name=name), TenantPublic)
+
     def delete(self, id: str) -> TenantPublic:
         """Delete a tenant (admin only) that owns no pool and holds no reservation not over; its
         credentials stop working. Answers it with `deleted_at` set."""
@@ -504,10 +512,17 @@ class Pools(_Resource):
         policy: PoolPolicy | Mapping[str, Any] | None = None,
         nodes: Sequence[str] | None = None,
         generation: int | None = None,
+        dry_run: bool = False,
     ) -> PoolPublic:
+        """Change a pool's policy or nodes (admin). `dry_run` answers the pool as the update would
+        leave it and the layout changes it would put under way (`layout_changes`), changing nothing."""
         request = PoolUpdate.model_validate(
             _fields(
-                id=id, policy=policy, nodes=list(nodes) if nodes is not None else None, generation=generation
+                id=id,
+                policy=policy,
+                nodes=list(nodes) if nodes is not None else None,
+                generation=generation,
+                dry_run=dry_run or None,
             )
         )
         return self._compute._typed("pools.update", request, PoolPublic)
@@ -834,9 +849,12 @@ class Endpoints(_Resource):
         )
         return self._compute._typed("endpoints.update", request, EndpointPublic)
 
-    def delete(self, name: str) -> EndpointPublic:
-        """Delete the endpoint: its nodes go back to their pool's layout through the layout gate."""
-        return self._compute._typed("endpoints.delete", NameRequest(name=name), EndpointPublic)
+    def delete(self, name: str, *, dry_run: bool = False) -> EndpointPublic:
+        """Delete the endpoint: its nodes go back to their pool's layout through the layout gate.
+        `dry_run` answers what the delete would do (`dryRun` true, its `deletion`) and changes
+        nothing."""
+        request = EndpointDelete(name=name, dry_run=True) if dry_run else EndpointDelete(name=name)
+        return self._compute._typed("endpoints.delete", request, EndpointPublic)
 
     def invoke(
         self,
@@ -1291,6 +1309,12 @@ class Usage(_Resource):
             )
         )
         return self._compute._typed("usage.list", query, Page[UsageRowPublic])
+
+    def report(self, *, month: str | None = None) -> UsageReportPublic:
+        """Every tenant's GPU-hours, share of the fleet and cost for the calendar month `month`
+        (`YYYY-MM`; None: the current one), as one table (admin)."""
+        query = UsageReportQuery.model_validate(_fields(month=month))
+        return self._compute._typed("usage.report", query, UsageReportPublic)
 
     def iter(
         self,

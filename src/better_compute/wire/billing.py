@@ -124,3 +124,42 @@ class PriceListQuery(WireRequest):
 
     limit: PageLimit = None
     cursor: PageCursor = None
+
+
+class UsageReportQuery(WireRequest):
+    """`usage.report` (admin; query parameters): the calendar month `YYYY-MM` (UTC; default: the
+    current one)."""
+
+    month: str | None = Field(default=None, max_length=7, description="YYYY-MM, e.g. 2026-11.")
+
+
+class UsageReportTenantPublic(WireAnswer):
+    """One tenant's month: GPU-hours (6 places) and bookings; `shareOfFleet`, its hours over the
+    fleet's capacity hours that month (up to now), and `shareOfUse`, over all tenants' hours (6
+    places; null with nothing to divide by); `lines` per meter, priced as its bill is, and `total`
+    in `currency` when one currency prices every line."""
+
+    tenant_id: str
+    hours: str
+    bookings: int
+    share_of_fleet: str | None
+    share_of_use: str | None
+    lines: list[BillLinePublic]
+    total: str | None = None
+    currency: str | None = None
+
+
+class UsageReportPublic(WireAnswer):
+    """`usage.report`: every tenant that held time in the month, most GPU-hours first, as Slurm's
+    `sreport cluster AccountUtilizationByUser`. `capacityHours`: the fleet's GPU-hours while its GPUs
+    were present (`capacity.accounting`), up to now; `usedHours`: all tenants' hours; `total`, the
+    month's cost when one currency prices it all."""
+
+    month: str
+    from_: datetime = Field(alias="from")
+    to: datetime
+    capacity_hours: str
+    used_hours: str
+    tenants: list[UsageReportTenantPublic]
+    total: str | None = None
+    currency: str | None = None

@@ -87,6 +87,24 @@ class InstancePublic(WireAnswer):
     partitions: dict[str, int]
 
 
+class NodeReturnPublic(WireAnswer):
+    """A node of an endpoint being deleted: the layout it has (`layoutFrom`) and its pool's, which
+    it is cut back to through the layout gate (`layoutTo`; null for a node in no pool)."""
+
+    node: str
+    pool_id: str | None
+    layout_from: str
+    layout_to: str | None
+
+
+class EndpointDeletionPublic(WireAnswer):
+    """What `endpoints.delete` did, or with `dryRun` would do: the components removed with the
+    endpoint and each node's way back to its pool's layout."""
+
+    components: list[str]
+    nodes: list[NodeReturnPublic]
+
+
 class EndpointPublic(WireAnswer):
     """An endpoint: `status` is Creating, InService, Updating (a live relayout; `reason` when a step
     waits), Failed (with `reason`) or Deleting."""
@@ -99,6 +117,18 @@ class EndpointPublic(WireAnswer):
     instances: list[InstancePublic]
     created_at: datetime
     updated_at: datetime
+    dry_run: bool = Field(default=False, exclude_if=lambda v: not v)
+    """True in the answer of a dry run (`endpoints.delete` with `dryRun`): nothing was changed."""
+    deletion: EndpointDeletionPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """In the answer of `endpoints.delete`: what the delete did (or, in a dry run, would do)."""
+
+
+class EndpointDelete(WireRequest):
+    """`endpoints.delete`: `dryRun` (a query parameter, as every field of a DELETE beyond its path)
+    runs the delete's checks and steps and rolls them back, answering what it would do (200)."""
+
+    name: str = Field(min_length=1)
+    dry_run: bool = False
 
 
 class EndpointListQuery(WireRequest):

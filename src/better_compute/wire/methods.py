@@ -32,6 +32,8 @@ from better_compute.wire.billing import (
     PricePublic,
     PriceSet,
     UsageListQuery,
+    UsageReportPublic,
+    UsageReportQuery,
     UsageRowPublic,
 )
 from better_compute.wire.capacity import (
@@ -56,6 +58,7 @@ from better_compute.wire.endpoints import (
     ComponentPublic,
     ComponentScale,
     EndpointCreate,
+    EndpointDelete,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
@@ -124,6 +127,7 @@ from better_compute.wire.tenants import (
     TenantCreate,
     TenantListQuery,
     TenantPublic,
+    TenantUpdate,
     WhoAmI,
     WhoAmIQuery,
 )
@@ -203,7 +207,7 @@ class Method:
             if value is None or value == "":
                 raise ValueError(f"{self.name} needs {param!r}")
             path = path.replace("{" + param + "}", quote(str(value), safe=""))
-        if self.verb == "GET":
+        if self.verb in ("GET", "DELETE"):  # a DELETE has no body: what it says is in its query
             query: list[tuple[str, str]] = []
             for key, value in body.items():
                 if key in self.path_params or value is None:
@@ -232,6 +236,14 @@ _TABLE: tuple[Method, ...] = (
         IdRequest,
         TenantPublic,
         summary="Delete a tenant that owns no pool and holds no reservation; its credentials stop working.",
+    ),
+    Method(
+        "tenants.update",
+        "PATCH",
+        "/v1/tenants/{id}",
+        TenantUpdate,
+        TenantPublic,
+        summary="Change a tenant's display name (admin); its id never changes.",
     ),
     Method(
         "credentials.create",
@@ -419,9 +431,10 @@ _TABLE: tuple[Method, ...] = (
         "endpoints.delete",
         "DELETE",
         "/v1/endpoints/{name}",
-        NameRequest,
+        EndpointDelete,
         EndpointPublic,
-        summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate.",
+        summary="Delete an endpoint: its nodes go back to their pool's layout through the layout gate"
+        " (dryRun: what it would do, nothing changed).",
     ),
     Method(
         "endpoints.invoke",
@@ -602,6 +615,14 @@ _TABLE: tuple[Method, ...] = (
         UsageRowPublic,
         paged=True,
         summary="GPU-hours per booking in a period (at most 366 days; default: this calendar month).",
+    ),
+    Method(
+        "usage.report",
+        "GET",
+        "/v1/usage/report",
+        UsageReportQuery,
+        UsageReportPublic,
+        summary="Every tenant's GPU-hours, share of the fleet and cost for one calendar month (admin).",
     ),
     Method(
         "bills.get",

@@ -57,6 +57,23 @@ class PoolUpdate(WireRequest):
     policy: PoolPolicy | None = None
     nodes: list[str] | None = None
     generation: int | None = None
+    dry_run: bool = False
+    """Run the update's checks and steps and roll them back: the answer (200, `dryRun: true`) is the
+    pool as it would be and the layout changes it would put under way (`layoutChanges`)."""
+
+
+class NodeLayoutChangePublic(WireAnswer):
+    """A node whose layout (or slot count) a pool update gates: `from` → `to`, re-cut once no
+    tenant's booking holds it. `heldUntil`: the latest end of the tenants' bookings on it (null:
+    none, it is cut at the gate's next step); `openEnded`: one never ends, so the change waits until
+    it is released; `tenants`: whose bookings."""
+
+    node: str
+    from_: str | None = Field(alias="from")
+    to: str
+    held_until: datetime | None
+    open_ended: bool
+    tenants: list[str]
 
 
 class PoolPublic(WireAnswer):
@@ -70,6 +87,10 @@ class PoolPublic(WireAnswer):
     meter: str
     generation: int
     created_at: datetime
+    dry_run: bool = Field(default=False, exclude_if=lambda v: not v)
+    """True in the answer of `pools.update` with `dryRun`: nothing was changed."""
+    layout_changes: list[NodeLayoutChangePublic] | None = Field(default=None, exclude_if=lambda v: v is None)
+    """In the answer of a dry run: the pool's nodes whose layout change would be under way."""
 
 
 class PoolListQuery(WireRequest):

@@ -16,6 +16,14 @@ class TenantCreate(WireRequest):
     name: str = Field(min_length=1)
 
 
+class TenantUpdate(WireRequest):
+    """`tenants.update` (admin): a new display `name` (the only field of a tenant that changes; its
+    id never does). `id` is the path's; given in the body too, it must be the same."""
+
+    id: str | None = Field(default=None, description="The path's tenant id; may be left out.")
+    name: str = Field(min_length=1, max_length=200)
+
+
 class TenantPublic(WireAnswer):
     id: str
     name: str

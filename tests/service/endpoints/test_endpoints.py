@@ -118,7 +118,7 @@ def test_an_endpoint_cuts_an_idle_node_to_its_layout_holds_it_and_gives_it_back_
     assert out.status_code == 409 and "serves endpoint chat" in out.json()["error"]["message"]
 
     gone = endpoints.delete(store, PLATFORM, "chat", world.clock.now)
-    assert gone.status == "Deleting"
+    assert gone.view.status == "Deleting"
     with pytest.raises(NotFound):
         endpoints.get(store, PLATFORM, "chat", world.clock.now)
     assert live_holders(store, "n-1") == {"partition:"}  # back through the gate, held meanwhile

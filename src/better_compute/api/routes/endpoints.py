@@ -23,7 +23,7 @@ from better_compute.domain.endpoints.endpoints import endpoint_json
 from better_compute.domain.tenancy.tenancy import tenant_scope
 from better_compute.service.endpoints import components, endpoints
 from better_compute.service.endpoints.components import ComponentView
-from better_compute.service.endpoints.endpoints import EndpointView
+from better_compute.service.endpoints.endpoints import EndpointDeletion, EndpointView
 from better_compute.wire.common import Page
 from better_compute.wire.containers import ContainerPublic
 from better_compute.wire.endpoints import (
@@ -33,10 +33,12 @@ from better_compute.wire.endpoints import (
     ComponentScale,
     CopyPublic,
     EndpointCreate,
+    EndpointDeletionPublic,
     EndpointListQuery,
     EndpointPublic,
     EndpointUpdate,
     InstancePublic,
+    NodeReturnPublic,
     PartitionLayout,
     VariantPublic,
 )
@@ -77,8 +79,26 @@ def update_endpoint(
 
 
 @router.delete("/endpoints/{name}", response_model=EndpointPublic)
-def delete_endpoint(name: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> EndpointPublic:
-    return endpoint_public(endpoints.delete(store, principal, name, now))
+def delete_endpoint(
+    name: str,
+    principal: PrincipalDep,
+    store: StoreDep,
+    now: NowDep,
+    dry_run: Annotated[
+        bool,
+        Query(alias="dryRun", description="Answer what the delete would do, and change nothing."),
+    ] = False,
+) -> EndpointPublic:
+    return deletion_public(endpoints.delete(store, principal, name, now, dry_run=dry_run))
+
+
+def deletion_public(d: EndpointDeletion) -> EndpointPublic:
+    nodes = [
+        NodeReturnPublic(node=n.node, pool_id=n.pool_id, layout_from=n.layout_from, layout_to=n.layout_to)
+        for n in d.nodes
+    ]
+    deletion = EndpointDeletionPublic(components=list(d.components), nodes=nodes)
+    return endpoint_public(d.view).model_copy(update={"dry_run": d.dry_run, "deletion": deletion})
 
 
 @router.post("/components", response_model=ComponentPublic, status_code=201)

@@ -23,6 +23,7 @@ from better_compute.wire.pools import (
     LayoutCapacityPublic,
     LayoutChangeHoldPublic,
     LayoutHolderPublic,
+    NodeLayoutChangePublic,
     NodeLayoutPreviewPublic,
     PoolCreate,
     PoolLayoutPreview,
@@ -84,6 +85,24 @@ def update_pool(
     id = path_id(id, body.id)
     # Unset fields keep their value; a field sent as null removes it (`"maxDuration": null`).
     policy = body.policy.model_dump(exclude_unset=True) if body.policy is not None else None
+    if body.dry_run:
+        plan = pools.plan_update(
+            store, principal, id, policy=policy, nodes=body.nodes, generation=body.generation, now=now
+        )
+        changes = [
+            NodeLayoutChangePublic.model_validate(
+                {
+                    "node": c.node,
+                    "from": c.frozen,
+                    "to": c.pending,
+                    "heldUntil": c.held_until,
+                    "openEnded": c.open_ended,
+                    "tenants": list(c.tenants),
+                }
+            )
+            for c in plan.changes
+        ]
+        return pool_public(plan.view).model_copy(update={"dry_run": True, "layout_changes": changes})
     view = pools.update(
         store, principal, id, policy=policy, nodes=body.nodes, generation=body.generation, now=now
     )

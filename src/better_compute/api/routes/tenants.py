@@ -1,5 +1,5 @@
-"""Tenants: `tenants.create` and `tenants.delete` (admin), `tenants.list` (a tenant token sees only
-itself)."""
+"""Tenants: `tenants.create`, `tenants.update` and `tenants.delete` (admin), `tenants.list` (a
+tenant token sees only itself)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
 from better_compute.api.deps import NowDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
+from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.service.tenancy import tenants
 from better_compute.wire.common import Page
-from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic
+from better_compute.wire.tenants import TenantCreate, TenantListQuery, TenantPublic, TenantUpdate
 
 router = APIRouter(prefix="/v1", tags=["tenants"], route_class=StrictQueryRoute)
 
@@ -29,6 +30,19 @@ def list_tenants(
     q: Annotated[TenantListQuery, Query()], principal: PrincipalDep, store: StoreDep
 ) -> Page[TenantPublic]:
     return paged(tenants.list_tenants(store, principal, limit=q.limit, after=q.cursor), tenant_public)
+
+
+@router.patch("/tenants/{id}", response_model=TenantPublic)
+def update_tenant(
+    id: str, body: TenantUpdate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> TenantPublic:
+    """The tenant is the path's: a body naming another is refused, never applied to either."""
+    if body.id is not None and body.id != id:
+        raise InvalidInput(
+            f"the body names tenant {body.id} but the path names {id}; leave id out of the body",
+            {"field": "id", "path": id, "body": body.id},
+        )
+    return tenant_public(tenants.update(store, principal, id, body.name, now))
 
 
 @router.delete("/tenants/{id}", response_model=TenantPublic)

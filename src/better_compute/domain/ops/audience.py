@@ -96,6 +96,7 @@ from better_compute.domain.tenancy.events import (
     QuotaSet,
     TenantCreated,
     TenantDeleted,
+    TenantUpdated,
 )
 
 
@@ -142,6 +143,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     ReservationExtended.TYPE: SubjectIsReservation(),
     TenantCreated.TYPE: SubjectIsTenant(),
     TenantDeleted.TYPE: SubjectIsTenant(),
+    TenantUpdated.TYPE: SubjectIsTenant(),
     CredentialCreated.TYPE: NamedInPayload("tenantId"),
     CredentialRevoked.TYPE: NamedInPayload("tenantId"),
     PolicyCreated.TYPE: NamedInPayload("tenantId"),

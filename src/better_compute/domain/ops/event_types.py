@@ -77,6 +77,7 @@ from better_compute.domain.tenancy.events import (
     QuotaSet,
     TenantCreated,
     TenantDeleted,
+    TenantUpdated,
 )
 
 EVENT_TYPES: dict[str, type[Event]] = {
@@ -94,6 +95,8 @@ EVENT_TYPES: dict[str, type[Event]] = {
         ReservationExtended,
         TenantCreated,
         TenantDeleted,
+        TenantUpdated,
+        TenantUpdated,
         CredentialCreated,
         CredentialRevoked,
         PolicyCreated,

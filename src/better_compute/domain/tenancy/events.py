@@ -20,6 +20,15 @@ class TenantCreated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class TenantUpdated(Event):
+    """A tenant's display name was changed (`tenants.update`); its id never changes."""
+
+    TYPE: ClassVar[str] = "tenant.updated"
+    name: str
+    previous_name: str
+
+
+@dataclass(frozen=True, slots=True)
 class TenantDeleted(Event):
     """A tenant was deleted: its credentials were revoked, its quota rows and policies removed."""
 

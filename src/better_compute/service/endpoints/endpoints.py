@@ -420,44 +420,95 @@ def list_endpoints(
         return Listing([_view(tx, r, now) for r in found.items], found.next_cursor)
 
 
-def delete(store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime) -> EndpointView:
+@dataclass(frozen=True)
+class NodeReturn:
+    """A node of an endpoint being deleted, going back to its pool's layout (`layout_to`; None when
+    the node is in no pool, so nothing is cut)."""
+
+    node: str
+    pool_id: str | None
+    layout_from: str
+    layout_to: str | None
+
+
+@dataclass(frozen=True)
+class EndpointDeletion:
+    """What a delete did, or with `dry_run` would do: the endpoint as it was (`Deleting`), the
+    components removed with it and each node's way back to its pool's layout."""
+
+    view: EndpointView
+    components: tuple[str, ...]
+    nodes: tuple[NodeReturn, ...]
+    dry_run: bool = False
+
+
+class _Planned(Exception):
+    """Raised inside a dry run's transaction so that everything it wrote is rolled back."""
+
+    def __init__(self, deletion: EndpointDeletion) -> None:
+        super().__init__("dry run")
+        self.deletion = deletion
+
+
+def delete(
+    store: StorePort[EndpointsTx], principal: Principal, name: str, now: datetime, *, dry_run: bool = False
+) -> EndpointDeletion:
     """Delete the endpoint: its hold ends and each node goes back to its pool's layout through the
     gate (held from now, granted at once), taking tenants' work once it has converged. Answers the
-    endpoint as it was, `Deleting`."""
-    with store.begin() as tx:
-        _visible(tx, principal, name)
-        # Its nodes' locks before its own (the gate's hand-over takes them in that order). An
-        # endpoint's nodes never change after its creation, so the ones read first are all of them.
-        tx.nodes.lock([i.node_id for i in tx.endpoints.instances(name)])
-        record = tx.endpoints.get(name, lock=True)
-        if record is None:
-            raise endpoint_not_found(name)
-        instances = tx.endpoints.instances(name)
-        node_ids = [i.node_id for i in instances]
-        pools = tx.pools.of_nodes(node_ids)
-        view = _view(tx, record, now)
-        components.remove_of_endpoint_in(tx, name, now)
-        endpoint_holds.release(tx, name, node_ids, now)
-        tx.nodes.set_mig_layout(node_ids, None)
-        tx.endpoints.remove(name)
-        try:
-            for instance in instances:
-                pool = pools.get(instance.node_id)
-                back = told_layout(pool, None)
-                if pool is not None and back is not None:
-                    mig_gate.cut_now_in(tx, pool.id, instance.node_id, instance.layout, back, now)
-        except (Overlap, NotBookable):  # its own hold ended at now: nothing else can be there
-            raise ConcurrentChange(
-                f"endpoint {name} changed while it was deleted; retry", {"name": name}
-            ) from None
-        tx.events.append(EndpointDeleted(name, record.tenant_id, len(instances)), now)
-    return EndpointView(view.record, view.spec, "Deleting", view.instances)
+    endpoint as it was, `Deleting`, its components and each node's way back. `dry_run` runs the very
+    same steps (every check, every refusal) and rolls them back: the answer is what a delete would do
+    now, and nothing is written."""
+    try:
+        with store.begin() as tx:
+            _visible(tx, principal, name)
+            # Its nodes' locks before its own (the gate's hand-over takes them in that order). An
+            # endpoint's nodes never change after its creation, so the ones read first are all of them.
+            tx.nodes.lock([i.node_id for i in tx.endpoints.instances(name)])
+            record = tx.endpoints.get(name, lock=True)
+            if record is None:
+                raise endpoint_not_found(name)
+            instances = tx.endpoints.instances(name)
+            node_ids = [i.node_id for i in instances]
+            pools = tx.pools.of_nodes(node_ids)
+            view = _view(tx, record, now)
+            removed = components.remove_of_endpoint_in(tx, name, now)
+            endpoint_holds.release(tx, name, node_ids, now)
+            tx.nodes.set_mig_layout(node_ids, None)
+            tx.endpoints.remove(name)
+            returns: list[NodeReturn] = []
+            try:
+                for instance in instances:
+                    pool = pools.get(instance.node_id)
+                    back = told_layout(pool, None)
+                    returns.append(
+                        NodeReturn(instance.node_id, pool.id if pool else None, instance.layout, back)
+                    )
+                    if pool is not None and back is not None:
+                        mig_gate.cut_now_in(tx, pool.id, instance.node_id, instance.layout, back, now)
+            except (Overlap, NotBookable):  # its own hold ended at now: nothing else can be there
+                raise ConcurrentChange(
+                    f"endpoint {name} changed while it was deleted; retry", {"name": name}
+                ) from None
+            tx.events.append(EndpointDeleted(name, record.tenant_id, len(instances)), now)
+            deletion = EndpointDeletion(
+                EndpointView(view.record, view.spec, "Deleting", view.instances),
+                tuple(removed),
+                tuple(sorted(returns, key=lambda r: r.node)),
+                dry_run,
+            )
+            if dry_run:
+                raise _Planned(deletion)
+    except _Planned as planned:
+        return planned.deletion
+    return deletion
 
 
 __all__ = [
     "RETRY_BATCH",
+    "EndpointDeletion",
     "EndpointView",
     "InstanceView",
+    "NodeReturn",
     "create",
     "delete",
     "endpoint_not_found",

@@ -287,6 +287,98 @@ def update(
     raise ConcurrentChange(f"pool {pool_id} kept changing under this update; try again", {"poolId": pool_id})
 
 
+@dataclass(frozen=True)
+class NodeLayoutChange:
+    """A node of a pool whose layout (or slot count) a pool update gates: from `frozen` to `pending`,
+    re-cut once no tenant's booking holds it. `held_until`: the latest end of the tenants' bookings
+    on it now (None: none, it is cut at the gate's next step); `open_ended`: one never ends, so the
+    change waits until it is released; `tenants`: whose bookings they are."""
+
+    node: str
+    frozen: str | None
+    pending: str
+    held_until: datetime | None
+    open_ended: bool
+    tenants: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class PoolUpdatePlan:
+    """What `pools.update` with `dryRun` answers: the pool as the update would leave it, and the
+    layout changes it would put under way."""
+
+    view: PoolView
+    changes: tuple[NodeLayoutChange, ...]
+
+
+class _Planned(Exception):
+    """Raised inside a dry run's transaction so that everything it wrote is rolled back."""
+
+    def __init__(self, plan: PoolUpdatePlan) -> None:
+        super().__init__("dry run")
+        self.plan = plan
+
+
+def plan_update(
+    store: StorePort[FleetTx],
+    principal: Principal,
+    pool_id: str,
+    *,
+    policy: Mapping[str, Any] | None = None,
+    nodes: Sequence[str] | None = None,
+    generation: int | None = None,
+    now: datetime,
+) -> PoolUpdatePlan:
+    """`pools.update` with `dryRun`: the very same update (every check and refusal, the gate's
+    requests) in a transaction that is rolled back, answering the pool as it would be and each node
+    whose layout would change, with the tenants' bookings the gate would wait for. Nothing is
+    written."""
+    require_admin(principal, "pools.update")
+    check_ref(pool_id, "id")
+    try:
+        with store.begin() as tx:
+            view = update_in(tx, pool_id, policy, nodes, generation, None, now)
+            raise _Planned(PoolUpdatePlan(view, _changes(tx, pool_id, view.nodes, now)))
+    except Raced:  # another writer moved the pool meanwhile: the caller asks again
+        if generation is not None:
+            raise GenerationMismatch(
+                f"pool {pool_id} changed while this update was planned; read it again and retry",
+                {"poolId": pool_id, "expected": generation},
+            ) from None
+        raise ConcurrentChange(
+            f"pool {pool_id} changed while this update was planned; try again", {"poolId": pool_id}
+        ) from None
+    except _Planned as planned:
+        return planned.plan
+
+
+def _changes(
+    tx: FleetTx, pool_id: str, node_ids: Sequence[str], now: datetime
+) -> tuple[NodeLayoutChange, ...]:
+    """The pool's nodes with a layout change under way (as the update left them), each with the
+    tenants' bookings it waits for."""
+    gates = {n: g for n, g in tx.mig_layouts.of_nodes(node_ids).items() if g.pool_id == pool_id}
+    atoms = tx.atoms.ids_by_gpu(sorted(gates))
+    gpu_node = {gpu.id: gpu.node_id for gpu in tx.gpus.of_nodes(sorted(gates))}
+    held: dict[str, list[tuple[datetime | None, str]]] = {n: [] for n in gates}
+    ids = [a for gpu_atoms in atoms.values() for a in gpu_atoms]
+    node_of_atom = {a: gpu_node.get(gpu) for gpu, gpu_atoms in atoms.items() for a in gpu_atoms}
+    for booking in tx.ledger.live_on(ids, now):
+        node = node_of_atom.get(booking.atom_id)
+        if booking.tenant_id is not None and node in held:
+            held[node].append((booking.ends_at, booking.tenant_id))
+    changes = []
+    for node, gate in sorted(gates.items()):
+        ends = held[node]
+        open_ended = any(end is None for end, _ in ends)
+        latest = max((end for end, _ in ends if end is not None), default=None)
+        tenants = tuple(sorted({t for _, t in ends}))
+        changes.append(
+            NodeLayoutChange(node, gate.frozen_layout, gate.pending_layout, latest, open_ended, tenants)
+        )
+    return tuple(changes)
+
+
 def check_not_serving(pool_id: str, leaving: Sequence[str], serving: Mapping[str, EndpointInstance]) -> None:
     """A node serving an endpoint stays in its pool until the endpoint is deleted."""
     held = [n for n in leaving if n in serving]

@@ -49,6 +49,11 @@ class TenantRepo(Protocol):
 
     def mark_deleted(self, tenant_id: str, at: datetime) -> None: ...
 
+    def rename(self, tenant_id: str, name: str) -> Tenant | None:
+        """Give the tenant, not deleted, a new display name; the tenant as it was before (None: no
+        such tenant, nothing written). The row's write lock is held until the transaction ends."""
+        ...
+
     def page(self, limit: int | None, after: str | None) -> list[Tenant]: ...
 
     def add(self, tenant: Tenant) -> bool:

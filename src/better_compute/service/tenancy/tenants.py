@@ -10,7 +10,7 @@ from datetime import datetime
 
 from better_compute.domain.kernel.errors import ConcurrentChange
 from better_compute.domain.tenancy.credentials import Principal, require_admin
-from better_compute.domain.tenancy.events import PolicyDeleted, TenantCreated, TenantDeleted
+from better_compute.domain.tenancy.events import PolicyDeleted, TenantCreated, TenantDeleted, TenantUpdated
 from better_compute.domain.tenancy.records import Tenant
 from better_compute.domain.tenancy.tenancy import (
     check_name,
@@ -40,6 +40,25 @@ def create(
             raise tenant_id_taken(tenant_id, deleted=taken is not None and taken.deleted_at is not None)
         tx.events.append(TenantCreated(tenant_id, tenant.name), now)
     return tenant
+
+
+def update(
+    store: StorePort[TenancyTx], principal: Principal, tenant_id: str, name: str, now: datetime
+) -> Tenant:
+    """Change a tenant's display name (admin only): the one thing of a tenant that may change (its id
+    is what every reservation, quota, bill and event names). `tenant.updated` is logged with the
+    name before and after; the same name again changes nothing and logs nothing. A deleted tenant is
+    NOT_FOUND."""
+    require_admin(principal, "tenants.update")
+    check_ref(tenant_id, "id")
+    new_name = check_name(name, "name")
+    with store.begin() as tx:
+        before = tx.tenants.rename(tenant_id, new_name)
+        if before is None:
+            raise tenant_not_found(tenant_id)
+        if before.name != new_name:
+            tx.events.append(TenantUpdated(tenant_id, new_name, before.name), now)
+    return Tenant(id=before.id, name=new_name, created_at=before.created_at)
 
 
 def delete(store: StorePort[TenancyTx], principal: Principal, tenant_id: str, now: datetime) -> Tenant:

@@ -58,6 +58,16 @@ class SqlTenants:
     def mark_deleted(self, tenant_id: str, at: datetime) -> None:
         self.conn.execute(update(tenants).where(tenants.c.id == tenant_id, _LIVE).values(deleted_at=at))
 
+    def rename(self, tenant_id: str, name: str) -> Tenant | None:
+        # FOR NO KEY UPDATE: it waits for a delete under way (FOR UPDATE) and then finds the tenant
+        # gone, and does not wait for writes that only `hold` the tenant (FOR KEY SHARE).
+        stmt = select(tenants).where(tenants.c.id == tenant_id, _LIVE).with_for_update(key_share=True)
+        found = rows.rows(self.conn, stmt)
+        if not found:
+            return None
+        self.conn.execute(update(tenants).where(tenants.c.id == tenant_id, _LIVE).values(name=name))
+        return _tenant(found[0])
+
     def page(self, limit: int | None, after: str | None) -> list[Tenant]:
         return [_tenant(r) for r in rows.page(self.conn, tenants, where=[_LIVE], limit=limit, after=after)]
 
