@@ -30,7 +30,7 @@ def _book(runner: CliRunner, live: Live) -> str:
 def test_capacity_free_shows_each_kind_free_now_and_when_busy(runner: CliRunner, live: Live) -> None:
     shown = run(runner, live.admin, "capacity", "free", "--pool", "p1")
     assert shown.exit_code == 0, shown.output
-    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 10:00Z" in shown.stdout
+    assert "pool p1, 2026-12-01 09:00:00Z → 2026-12-01 10:00:00Z" in shown.stdout
     row = next(line for line in shown.stdout.splitlines() if "1g.10gb" in line)
     assert row.split()[-3:] == ["14", "14", "now"]
     answer = json.loads(
@@ -40,7 +40,7 @@ def test_capacity_free_shows_each_kind_free_now_and_when_busy(runner: CliRunner,
     _book(runner, live)
     busy = run(runner, live.admin, "capacity", "free", "--pool", "p1", "--count", "14")
     row = next(line for line in busy.stdout.splitlines() if "1g.10gb" in line)
-    assert row.split()[-4:] == ["14", "13", "2026-12-01", "11:00Z"]
+    assert row.split()[-4:] == ["14", "13", "2026-12-01", "11:00:00Z"]
 
 
 def test_capacity_free_refuses_a_bad_time_with_the_option_named(runner: CliRunner, live: Live) -> None:
@@ -67,7 +67,7 @@ def test_atoms_list_says_which_atom_is_booked_now_and_when_it_frees(runner: CliR
     shown = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu.mig", "-o", "wide")
     assert shown.exit_code == 0, shown.output
     row = next(line for line in shown.stdout.splitlines() if held in line)
-    assert row.split()[-3:] == ["yes", "2026-12-01", "11:00Z"]
+    assert row.split()[-3:] == ["yes", "2026-12-01", "11:00:00Z"]
     others = [line for line in shown.stdout.splitlines() if line.startswith("atm-") and held not in line]
     assert others and all(line.split()[-2:] == ["no", "now"] for line in others)
     as_json = json.loads(
@@ -111,10 +111,10 @@ def test_capacity_accounting_shows_every_gpu_hour_by_state_per_bucket(runner: Cl
     _book(runner, live)  # one 1g.10gb of two H100s, for two hours: 1/7 of a GPU
     shown = run(runner, live.admin, "capacity", "accounting", "--pool", "p1", *RANGE, "-o", "wide")
     assert shown.exit_code == 0, shown.output
-    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 11:00Z, GPU-hours per 1h" in shown.stdout
+    assert "pool p1, 2026-12-01 09:00:00Z → 2026-12-01 11:00:00Z, GPU-hours per 1h" in shown.stdout
     lines = shown.stdout.splitlines()
     assert lines[1].split() == ["from", "capacity", "booked", "free", "changing", "unhealthy", "cordoned"]
-    assert lines[2].split() == ["2026-12-01", "09:00Z", "2.000000", "0.142857", "1.857143", *["0.000000"] * 3]
+    assert lines[2].split() == ["2026-12-01", "09:00:00Z", "2.000000", "0.142857", "1.857143", *["0.000000"] * 3]
     assert lines[-1].split() == ["total", "4.000000", "0.285714", "3.714286", *["0.000000"] * 3]
     answer = json.loads(
         run(runner, live.admin, "capacity", "accounting", *RANGE, "--bucket", "2h", "--json").stdout
@@ -150,7 +150,7 @@ def test_capacity_summary_by_pool_and_timeline(runner: CliRunner, live: Live) ->
     ]
     timeline = run(runner, live.admin, "capacity", "timeline", *RANGE)
     assert timeline.exit_code == 0, timeline.output
-    assert timeline.stdout.splitlines()[2].split() == ["2026-12-01", "09:00Z", "0", "0.000000"]
+    assert timeline.stdout.splitlines()[2].split() == ["2026-12-01", "09:00:00Z", "0", "0.000000"]
     as_json = json.loads(run(runner, live.admin, "capacity", "timeline", *RANGE, "--json").stdout)
     assert [b["booked"] for b in as_json["buckets"]] == [0, 0]
 

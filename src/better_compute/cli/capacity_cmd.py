@@ -17,7 +17,7 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import parse_time, when
 from better_compute.wire.capacity import StateHoursPublic
 from better_compute.wire.quotas import AtomClass
@@ -69,6 +69,7 @@ def free(
 ) -> None:
     """What a pool could book from --from to --to: per kind of atom, how many are free for the whole
     window, and when busy the earliest start at which --count of them are free for as long."""
+    as_json = json_wanted(as_json, output)
     window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     answer = call(
         server,
@@ -145,6 +146,7 @@ def accounting(
     """Every GPU-hour from --from to --to, per --bucket, in exactly one state: booked, free,
     changing (a partition change holds the GPU), unhealthy or cordoned. Hours are rounded to 6
     places; unrounded, the states sum to capacity."""
+    as_json = json_wanted(as_json, output)
     first, last = _range(start, end)
     answer = call(
         server,
@@ -180,6 +182,7 @@ def summary(
 ) -> None:
     """Whole GPUs per model now: how many, how many can be booked whole, how many are booked whole,
     how many are unhealthy. A GPU split into MIG instances or slots is not bookable whole."""
+    as_json = json_wanted(as_json, output)
     answer = call(server, token, as_json, lambda c: c.capacity.summary(pool_id=pool), {"poolId": "--pool"})
     if as_json:
         print_json(answer.model_dump(mode="json"))
@@ -205,6 +208,7 @@ def timeline(
     token: config.TokenOption = None,
 ) -> None:
     """Whole GPUs booked per --bucket from --from to --to: the most at once, and their GPU-hours."""
+    as_json = json_wanted(as_json, output)
     first, last = _range(start, end)
     answer = call(
         server,
@@ -236,6 +240,7 @@ def by_pool(
 ) -> None:
     """Atoms per pool and class now (gpu, gpu.mig, gpu.slot): how many, how many are bookable,
     how many are booked. A split GPU's parent counts under gpu, unbookable."""
+    as_json = json_wanted(as_json, output)
     answer = call(server, token, as_json, lambda c: c.capacity.by_pool(pool_id=pool), {"poolId": "--pool"})
     if as_json:
         print_json(answer.model_dump(mode="json"))

@@ -37,7 +37,7 @@ from better_compute.cli.container_flags import (
     print_what_runs,
 )
 from better_compute.cli.output import LogTailOption, fail, print_json, print_log, stderr, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import when
 from better_compute.wire.invocations import INVOKED_COPY_HEADER
 
@@ -209,6 +209,7 @@ def endpoints_create(
     --partition-type list (one entry per MIG instance, the same on every GPU). It is Creating while
     the nodes are cut through the layout gate, then InService; a pool short of idle nodes leaves
     it Failed with the reason (exit status 1), and it is tried again when capacity frees."""
+    as_json = json_wanted(as_json, output)
     if file is not None:
         body = _from_file(file, as_json)
         given_name, tenant_id, variants = body.get("name"), body.get("tenantId", tenant), body.get("variants")
@@ -266,6 +267,7 @@ def endpoints_list(
     token: config.TokenOption = None,
 ) -> None:
     """Endpoints by name, with their status and instances."""
+    as_json = json_wanted(as_json, output)
     found: Page[EndpointPublic] = call(
         server, token, as_json, lambda c: c.endpoints.list(tenant_id=tenant, limit=limit, cursor=cursor)
     )
@@ -286,6 +288,7 @@ def endpoints_show(
     token: config.TokenOption = None,
 ) -> None:
     """An endpoint, its instances and the partitions of each, with one GPU drawn split."""
+    as_json = json_wanted(as_json, output)
     _show(call(server, token, as_json, lambda c: c.endpoints.get(name)), as_json, output)
 
 
@@ -340,6 +343,7 @@ def endpoints_update(
     """Change an endpoint's layout live: the instances are re-cut one at a time through the layout
     gate, copies moving off each first and coming back after, never below a component's
     minCopies (refused up front, naming the component, when that is impossible)."""
+    as_json = json_wanted(as_json, output)
     updated = call(
         server,
         token,
@@ -359,6 +363,7 @@ def endpoints_delete(
     token: config.TokenOption = None,
 ) -> None:
     """Delete an endpoint: its nodes go back to their pool's layout through the layout gate."""
+    as_json = json_wanted(as_json, output)
     _show(call(server, token, as_json, lambda c: c.endpoints.delete(name)), as_json, output)
 
 
@@ -537,6 +542,7 @@ def components_create(
     rest wait (pending) and are placed as partitions free up. --image (and its flags) or
     --container-file is the model server each copy runs, with SageMaker's defaults where left out
     (port 8080, ready on GET /ping, --cpu-cores and --memory-mib as its resources)."""
+    as_json = json_wanted(as_json, output)
     flags = ContainerFlags(
         image=image,
         command=command,
@@ -591,6 +597,7 @@ def components_list(
     token: config.TokenOption = None,
 ) -> None:
     """Components by name, with their copies placed and waiting."""
+    as_json = json_wanted(as_json, output)
     found: Page[ComponentPublic] = call(
         server,
         token,
@@ -615,6 +622,7 @@ def components_show(
     token: config.TokenOption = None,
 ) -> None:
     """A component and where each copy runs: node, GPU, partition and MIG uuid (the routing table)."""
+    as_json = json_wanted(as_json, output)
     _show_component(call(server, token, as_json, lambda c: c.components.get(name)), as_json, output)
 
 
@@ -634,6 +642,7 @@ def components_scale(
     token: config.TokenOption = None,
 ) -> None:
     """Set a component's copies: new ones take free partitions or wait; fewer drops waiting ones first."""
+    as_json = json_wanted(as_json, output)
     scaled = call(
         server,
         token,
@@ -653,4 +662,5 @@ def components_delete(
     token: config.TokenOption = None,
 ) -> None:
     """Delete a component: its partitions take other components' waiting copies."""
+    as_json = json_wanted(as_json, output)
     _show_component(call(server, token, as_json, lambda c: c.components.delete(name)), as_json, output)

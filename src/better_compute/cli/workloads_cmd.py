@@ -32,7 +32,7 @@ from better_compute.cli.container_flags import (
     options_of,
 )
 from better_compute.cli.output import LogTailOption, print_json, print_log, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import when
 
 if TYPE_CHECKING:
@@ -448,6 +448,7 @@ def workloads_create(
     where each replica went and a verdict per cluster. --allowed-region and --allowed-cluster make
     its NAME-placement policy. --image (and its flags) or --container-file is what each replica
     runs; without them its devices are booked and nothing is started."""
+    as_json = json_wanted(as_json, output)
     _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
     floors = _floors(floor or ())
     flags = ContainerFlags(
@@ -519,6 +520,7 @@ def workloads_list(
     token: config.TokenOption = None,
 ) -> None:
     """Workloads the token may see, with where their replicas are (clusters: CLUSTER=replicas)."""
+    as_json = json_wanted(as_json, output)
     page: Page[WorkloadPublic] = call(
         server,
         token,
@@ -544,6 +546,7 @@ def workloads_show(
 ) -> None:
     """One workload and its deployments: per cluster its phase, replicas desired, placed and
     running, and why it has fewer (reason, shortfall)."""
+    as_json = json_wanted(as_json, output)
     _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
 
 
@@ -667,6 +670,7 @@ def workloads_scale(
     token: config.TokenOption = None,
 ) -> None:
     """Set a workload's replicas; those no cluster can take show as unplaced, with the reason."""
+    as_json = json_wanted(as_json, output)
     scaled = call(
         server,
         token,
@@ -891,6 +895,7 @@ def placement_preview(
     --device-count and --replicas (with --project for an admin). A verdict per cluster (admitted,
     or why not, with the figures that decided), then the chosen shares and the replicas of other
     workloads it would evict."""
+    as_json = json_wanted(as_json, output)
     asked = min_memory_gib is not None or min_compute_slices is not None or nvlink_peer
     if asked and device_class is not None:
         _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
