@@ -123,7 +123,7 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
         print_json(reservation.model_dump(mode="json"))
         return
     start, end = reservation.start, reservation.end
-    rows = [
+    rows: list[tuple[str, str]] = [
         ("ID", reservation.id),
         ("Status", reservation.status),
         ("Tenant", reservation.tenant_id),
@@ -149,19 +149,19 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
     # A MIG booking is used by its MIG device uuid (CUDA_VISIBLE_DEVICES=MIG-...): it is shown whole
     # beside the GPU's. The three ids do not fit side by side in 80 columns, so there they stack.
     wide = output is Output.WIDE or console.width >= 28 + 40 + 40 + 20
-    rows = []
+    atom_rows: list[list[str]] = []
     for atom in reservation.atoms:
         attributes = dict(atom.attributes)
         mig = str(attributes.get("migUuid") or "")
         if wide:
-            rows.append([atom.id, atom.cls, _profile(attributes), atom.gpu_id, mig, atom.node])
+            atom_rows.append([atom.id, atom.cls, _profile(attributes), atom.gpu_id, mig, atom.node])
         else:
             ids = "\n".join(x for x in (atom.id, atom.gpu_id, mig) if x)
-            rows.append([ids, atom.cls, _profile(attributes), atom.node])
+            atom_rows.append([ids, atom.cls, _profile(attributes), atom.node])
     if wide:
-        print_fitted(console, _ATOM_COLUMNS, rows, Output.WIDE)
+        print_fitted(console, _ATOM_COLUMNS, atom_rows, Output.WIDE)
     else:
-        print_fitted(console, _NARROW_ATOM_COLUMNS, rows, output)
+        print_fitted(console, _NARROW_ATOM_COLUMNS, atom_rows, output)
 
 
 _RESERVE_HELP = """Reserve atoms of a pool for a time window.

@@ -592,12 +592,12 @@ atoms_app = typer.Typer(
 app.add_typer(atoms_app, name="atoms")
 _ATOM_COLUMNS = (
     Column("id"),
-    Column("class", drop=3),
-    Column("profile", drop=2),
+    Column("class", drop=1),
+    Column("profile", drop=3),
     Column("node", drop=4, wrap=True),
     Column("bookable", drop=5),
     Column("booked now"),
-    Column("next free", drop=1),
+    Column("next free", drop=2, wrap=True),
 )
 
 
@@ -609,13 +609,67 @@ def _atom_profile(attributes: Mapping[str, Any]) -> str:
     return str(attributes.get("gpuModel") or "-")
 
 
-def _next_free(atom: Mapping[str, Any]) -> str:
-    if not atom.get("bookable") and not atom.get("bookedNow"):
-        return "unbookable"  # a split GPU's parent, a GPU changing layout, an atom gone from its node
-    if not atom.get("bookedNow"):
+def _next_free(atom: Mapping[str, Any], parent: bool) -> str:
+    """When the atom is next free, or why it cannot be booked: never a bare `never` or `unbookable`."""
+    if not atom.get("present", True):
+        return "unbookable: gone from its node"
+    if atom.get("bookedNow"):
+        at = atom.get("nextFreeAt")
+        if at is None:
+            return "never (open-ended booking)"
+        return when(datetime.fromisoformat(str(at)))
+    if atom.get("bookable"):
         return "now"
-    at = atom.get("nextFreeAt")
-    return "never" if at is None else when(datetime.fromisoformat(str(at)))
+    if parent:
+        return "split: book its instances"
+    if atom.get("partitionPending"):
+        return "unbookable: changing layout"
+    if atom.get("scrubPending"):
+        return "unbookable: waiting for scrub"
+    # what is left: an unhealthy GPU's atoms, or a split GPU's parent listed without its instances
+    return "unbookable: split or unhealthy" if atom.get("class") == "gpu" else "unbookable: GPU unhealthy"
+
+
+def _atom_order(atom: Mapping[str, Any]) -> tuple[str, str, int, int, int, str]:
+    """Node, then GPU, then the GPU's parent row before its MIG instances or slots (by where each
+    starts), so a GPU's family reads together."""
+    attributes = atom.get("attributes") or {}
+    start = attributes.get("start", attributes.get("giId", attributes.get("slot", 0)))
+    return (
+        str(atom.get("node", "")),
+        str(atom.get("gpuId", "")),
+        0 if atom.get("class") == "gpu" else 1,
+        int(start) if isinstance(start, int) else 0,
+        int(attributes.get("ciId", 0)) if isinstance(attributes.get("ciId", 0), int) else 0,
+        str(atom.get("id", "")),
+    )
+
+
+def atom_rows(items: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    """The rows of `atoms list`: ordered by node and GPU; a GPU split into MIG instances or slots
+    shows its parent first, marked `(parent)`, its instances after it, and a blank row between GPUs."""
+    atoms = sorted(items, key=_atom_order)
+    split = {str(a.get("gpuId")) for a in atoms if a.get("class") != "gpu"}
+    rows: list[list[str]] = []
+    previous: str | None = None
+    for a in atoms:
+        gpu = str(a.get("gpuId"))
+        if previous is not None and gpu != previous:
+            rows.append([""] * len(_ATOM_COLUMNS))
+        previous = gpu
+        parent = a.get("class") == "gpu" and gpu in split
+        rows.append(
+            [
+                str(a["id"]),
+                "gpu (parent)" if parent else str(a["class"]),
+                _atom_profile(a.get("attributes") or {}),
+                str(a["node"]),
+                "yes" if a.get("bookable") else "no",
+                "yes" if a.get("bookedNow") else "no",
+                _next_free(a, parent),
+            ]
+        )
+    return rows
 
 
 @atoms_app.command("list")
@@ -651,19 +705,7 @@ def atoms_list(
     if not page.items:
         console.print("no atoms" if cursor is None else "no more atoms", markup=False)
         return
-    rows = [
-        [
-            str(a["id"]),
-            str(a["class"]),
-            _atom_profile(a.get("attributes") or {}),
-            str(a["node"]),
-            "yes" if a.get("bookable") else "no",
-            "yes" if a.get("bookedNow") else "no",
-            _next_free(a),
-        ]
-        for a in page.items
-    ]
-    print_fitted(console, _ATOM_COLUMNS, rows, output)
+    print_fitted(console, _ATOM_COLUMNS, atom_rows(page.items), output)
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}", markup=False)
 

@@ -9,6 +9,7 @@ column and lets the table run past the terminal's edge.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -63,8 +64,13 @@ def _width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
 
 
+_TOKEN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?Z|\S+")
+"""What a wrapping column never breaks: a word, or a time as `times.when` prints it (its one space
+inside is not a place to wrap)."""
+
+
 def _word(text: str) -> int:
-    return max((len(word) for word in text.split()), default=0)
+    return max((len(word) for word in _TOKEN.findall(text)), default=0)
 
 
 def fit(
