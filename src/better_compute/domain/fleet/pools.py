@@ -46,6 +46,13 @@ CLASSES_BY_MODE: Mapping[SharingMode, tuple[AtomClass, ...]] = {
 mode (a split GPU's parent is one, unbookable), MIG instances in mig pools, slots in shared ones. A
 GPU whose MIG mode is on gives MIG instances in any pool; such atoms are counted where they are."""
 
+
+def booked_class(mode: SharingMode) -> AtomClass:
+    """The class a pool of `mode` is booked by: a whole GPU in an exclusive pool, a MIG instance in
+    a mig pool, a slot in a shared one (the last of `CLASSES_BY_MODE[mode]`)."""
+    return CLASSES_BY_MODE[mode][-1]
+
+
 MIN_REPLICAS = 1
 MAX_REPLICAS = 48
 """MPS serves at most 48 clients per GPU; time slicing is held to the same bound."""
