@@ -172,3 +172,17 @@ def test_a_wrapping_column_never_folds_an_id(runner: CliRunner, server: FakeServ
     listed = runner.invoke(app, ["reservations", "list", "-o", "wide"], env={"COLUMNS": width})
     assert listed.exit_code == 0, listed.output
     assert tenant in listed.stdout.split() and RSV_ID in listed.stdout.split()
+
+
+@WIDTHS
+@pytest.mark.parametrize("command", [["gpus"], ["layouts", "list", "--gpu", "H100-80GB"]], ids=" ".join)
+def test_catalog_lists_take_output_json_and_fit_80_columns(
+    runner: CliRunner, command: list[str], env: dict[str, str | None]
+) -> None:
+    as_json = runner.invoke(app, [*command, "--json"], env=env)
+    output_json = runner.invoke(app, [*command, "-o", "json"], env=env)
+    assert as_json.exit_code == output_json.exit_code == 0, output_json.output
+    assert json.loads(output_json.stdout) == json.loads(as_json.stdout)
+    table = runner.invoke(app, command, env=env)
+    assert table.exit_code == 0 and "…" not in table.stdout
+    assert all(len(line.rstrip()) <= 80 for line in table.stdout.splitlines())
