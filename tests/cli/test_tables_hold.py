@@ -37,6 +37,7 @@ LIST_COMMANDS = [
     ("reservations", "list"),
     ("workloads", "list"),
     ("endpoints", "list"),
+    ("prices", "list"),
 ]
 TIME = re.compile(r"\b\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}Z\b")
 README = Path(__file__).resolve().parents[2] / "README.md"
