@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from better_compute.cli import config
@@ -37,7 +36,14 @@ from better_compute.cli.container_flags import (
     print_what_runs,
 )
 from better_compute.cli.output import LogTailOption, fail, print_json, print_log, stderr, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+)
 from better_compute.cli.times import when
 from better_compute.wire.invocations import INVOKED_COPY_HEADER
 
@@ -118,19 +124,15 @@ def _print_endpoints(items: Sequence[EndpointPublic], output: Output) -> None:
 
 def _print_endpoint(e: EndpointPublic, output: Output) -> None:
     console = stdout()
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in (
-        ("name", e.name),
-        ("tenant", e.tenant_id),
-        ("status", e.status),
-        ("reason", e.reason or "-"),
-        ("variants", _variants(e)),
-        ("created", when(e.created_at)),
-    ):
-        grid.add_row(key, value)
-    console.print(grid)
+    details = [
+        ("Name", e.name),
+        ("Tenant", e.tenant_id),
+        ("Status", e.status),
+        ("Reason", e.reason or "-"),
+        ("Variants", _variants(e)),
+        ("Created", when(e.created_at)),
+    ]
+    print_details(console, details)
     console.print()
     console.print("instances", markup=False, style="bold")
     if not e.instances:

@@ -130,6 +130,13 @@ def print_fitted(
         console.print(f"(-o wide adds: {', '.join(dropped)})", markup=False, style="dim")
 
 
+def sentence(label: str) -> str:
+    """A detail view's label as a heading is written: `next free` -> `Next free`, `id` -> `ID`."""
+    words = ["ID" if w == "id" else w for w in label.split(" ")]
+    text = " ".join(words)
+    return text[:1].upper() + text[1:]
+
+
 def print_details(console: Console, rows: Sequence[tuple[str, str]]) -> None:
     """A detail view: one `Label  value` line per row, labels in English and aligned. A value is
     printed whole on its line (the terminal, not rich, wraps a long one), so an id or a time is

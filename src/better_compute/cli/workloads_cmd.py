@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.table import Table
 
 from better_compute.cli import config
 from better_compute.cli.app import app
@@ -32,7 +31,15 @@ from better_compute.cli.container_flags import (
     options_of,
 )
 from better_compute.cli.output import LogTailOption, print_json, print_log, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+    sentence,
+)
 from better_compute.cli.times import when
 
 if TYPE_CHECKING:
@@ -316,12 +323,8 @@ def _print_verdicts(verdicts: Sequence[VerdictPublic], output: Output) -> None:
 
 
 def _grid(rows: Sequence[tuple[str, str]]) -> None:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in rows:
-        grid.add_row(key, value, end_section=False)
-    stdout().print(grid)
+    """A detail view, as every command prints one (`tables.print_details`)."""
+    print_details(stdout(), [(sentence(key), value) for key, value in rows])
 
 
 def _print_workload(w: WorkloadPublic, output: Output) -> None:
