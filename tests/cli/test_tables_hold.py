@@ -187,3 +187,15 @@ def test_catalog_lists_take_output_json_and_fit_80_columns(
     table = runner.invoke(app, command, env=env)
     assert table.exit_code == 0 and "…" not in table.stdout
     assert all(len(line.rstrip()) <= 80 for line in table.stdout.splitlines())
+
+
+@WIDTHS
+def test_events_print_their_time_to_the_second_as_one_token(
+    runner: CliRunner, server: FakeServer, env: dict[str, str | None]
+) -> None:
+    """Regression: an event logged with microseconds printed them (`09:00:00.123456Z`)."""
+    event = {"id": 7, "type": "pool.created", "subject": "p1", "time": "2026-12-01T09:00:00.123456Z"}
+    server.routes[("GET", "/v1/events")] = {"items": [event], "nextCursor": None}
+    shown = runner.invoke(app, ["events"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert shown.stdout.split()[:4] == ["7", "2026-12-01T09:00:00Z", "pool.created", "p1"]
