@@ -396,3 +396,62 @@ def test_the_fleet_page_does_not_say_changing_to_the_layout_a_node_already_has(
     Reconciler(store, world.clock, "r1").tick()
     node = world.http.get("/console/fleet").text.split('data-node="n-1"')[1].split("</article>")[0]
     assert NEW in node and "changing to" not in node and "state-changing" not in node
+
+
+class _FormChoices(HTMLParser):
+    """The reserve form's selected values, and the profiles it offers per pool."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selected: dict[str, str] = {}
+        self.offered: dict[str, list[str]] = {}
+        self._select = ""
+        self._group = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        found = dict(attrs)
+        if tag == "select":
+            self._select = found.get("name") or ""
+        elif tag == "optgroup":
+            self._group = found.get("data-pool") or ""
+            self.offered[self._group] = []
+        elif tag == "option":
+            if self._group:
+                self.offered[self._group].append(found.get("value") or "")
+            if "selected" in found:
+                self.selected[self._select] = found.get("value") or ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "optgroup":
+            self._group = ""
+
+
+def test_the_reserve_form_opens_on_a_combination_admission_takes_with_the_pools_profiles(
+    store: Store, tmp_path: Path
+) -> None:
+    """Regression: the form opened on `gpu.mig` with a free-text profile whatever the pool, so an
+    exclusive or shared pool's first submit was refused, and nothing said which profiles a pool has."""
+    world = NodeWorld(store, tmp_path, layout="mixed:3g.40gb+2x2g.20gb")
+    for node in ("n-1", "n-2"):
+        daemon, _ = world.daemon(node)
+        assert daemon.step(True)
+    token = token_of(world.platform)
+    logged_in(world, token)
+    page = world.http.get("/console/reserve")
+    assert page.status_code == 200
+    form = _FormChoices()
+    form.feed(page.text)
+    assert form.selected == {"pool": "p1", "class": "gpu.mig", "profile": "2g.20gb"}
+    assert form.offered == {"p1": ["2g.20gb", "3g.40gb"]}  # the profiles its atoms have, smallest first
+    as_opened = {"csrf": csrf_for(token), **form.selected, "count": "1", "duration": "1h"}
+    made = world.http.post("/console/reserve", data=as_opened)
+    assert made.status_code == 201 and "Reserved rsv-" in made.text, made.text
+
+
+def test_the_reserve_form_opens_an_exclusive_or_shared_pool_on_its_own_class() -> None:
+    from better_compute.api.console.inputs import opening_form
+    from better_compute.service.ops.console import PoolChoice
+
+    assert opening_form([PoolChoice("x", "exclusive", "gpu", ())]) == {"pool": "x", "class": "gpu"}
+    assert opening_form([PoolChoice("s", "mps", "gpu.slot", ())]) == {"pool": "s", "class": "gpu.slot"}
+    assert opening_form([]) == {}

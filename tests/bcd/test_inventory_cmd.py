@@ -137,3 +137,18 @@ def test_mig_state_unknown_is_sent_only_for_a_gpu_read_in_part_so_an_older_serve
         assert not any("migStateUnknown" in g for g in rest)
     whole = report_json(report_of("euw-h100-b", gpus))
     assert "migStateUnknown" not in json.dumps(whole)
+
+
+@pytest.mark.parametrize("env", [{"COLUMNS": "80"}, {"COLUMNS": None}], ids=["80-columns", "piped"])
+def test_inventory_reads_in_80_columns_with_every_uuid_whole(env: dict[str, str | None]) -> None:
+    """Regression: the ten-column table was shrunk to the terminal until uuids were cut (`GPU-5f…`)."""
+    args = ["--nvml", "fake", "--fleet", DEMO, "--node", "euw-h100-b"]
+    report = json.loads(CliRunner(env=env).invoke(bcd_app, ["inventory", "--json", *args]).stdout)["report"]
+    result = CliRunner(env=env).invoke(bcd_app, ["inventory", *args])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines) and "…" not in result.stdout
+    words = result.stdout.split()
+    for gpu in report["gpus"]:
+        assert f"GPU {gpu['index']}  {gpu['uuid']}" in lines
+        assert all(m["uuid"] in words for m in gpu["migInstances"])

@@ -93,7 +93,7 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     Select(browser.find_element(By.ID, "tenant")).select_by_value("platform")
     Select(browser.find_element(By.ID, "pool")).select_by_value("h100-mig")
     Select(browser.find_element(By.ID, "class")).select_by_value("gpu.mig")
-    browser.find_element(By.ID, "profile").send_keys("3g.40gb")
+    Select(browser.find_element(By.ID, "profile")).select_by_value("3g.40gb")  # the pool's profiles
     browser.find_element(By.CSS_SELECTOR, "form.reserve button").click()
     WebDriverWait(browser, 10).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".answer"))
     answer = browser.find_element(By.CSS_SELECTOR, ".answer h2").text

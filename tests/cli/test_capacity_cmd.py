@@ -3,10 +3,16 @@ stores (the client's transport hands each request to the app in-process)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from typer.testing import CliRunner
 
+from better_compute.cli.app import app
+from better_compute.domain.kernel.timewin import Window
+from better_compute.service.ledger import ledger
+from better_compute.storage.store import Store
+from tests.builders import T0
 from tests.cli.test_resources_cmd import Live, live, run
 
 __all__ = ["live"]
@@ -30,7 +36,7 @@ def _book(runner: CliRunner, live: Live) -> str:
 def test_capacity_free_shows_each_kind_free_now_and_when_busy(runner: CliRunner, live: Live) -> None:
     shown = run(runner, live.admin, "capacity", "free", "--pool", "p1")
     assert shown.exit_code == 0, shown.output
-    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 10:00Z" in shown.stdout
+    assert "pool p1, 2026-12-01 09:00:00Z → 2026-12-01 10:00:00Z" in shown.stdout
     row = next(line for line in shown.stdout.splitlines() if "1g.10gb" in line)
     assert row.split()[-3:] == ["14", "14", "now"]
     answer = json.loads(
@@ -40,7 +46,7 @@ def test_capacity_free_shows_each_kind_free_now_and_when_busy(runner: CliRunner,
     _book(runner, live)
     busy = run(runner, live.admin, "capacity", "free", "--pool", "p1", "--count", "14")
     row = next(line for line in busy.stdout.splitlines() if "1g.10gb" in line)
-    assert row.split()[-4:] == ["14", "13", "2026-12-01", "11:00Z"]
+    assert row.split()[-4:] == ["14", "13", "2026-12-01", "11:00:00Z"]
 
 
 def test_capacity_free_refuses_a_bad_time_with_the_option_named(runner: CliRunner, live: Live) -> None:
@@ -67,7 +73,7 @@ def test_atoms_list_says_which_atom_is_booked_now_and_when_it_frees(runner: CliR
     shown = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu.mig", "-o", "wide")
     assert shown.exit_code == 0, shown.output
     row = next(line for line in shown.stdout.splitlines() if held in line)
-    assert row.split()[-3:] == ["yes", "2026-12-01", "11:00Z"]
+    assert row.split()[-3:] == ["yes", "2026-12-01", "11:00:00Z"]
     others = [line for line in shown.stdout.splitlines() if line.startswith("atm-") and held not in line]
     assert others and all(line.split()[-2:] == ["no", "now"] for line in others)
     as_json = json.loads(
@@ -77,7 +83,8 @@ def test_atoms_list_says_which_atom_is_booked_now_and_when_it_frees(runner: CliR
     assert booked == [held]
     parents = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu")
     rows = [line.split() for line in parents.stdout.splitlines() if line.startswith("atm-")]
-    assert len(rows) == 2 and all(row[-2:] == ["no", "unbookable"] for row in rows)
+    assert len(rows) == 2 and all(row[-2:] == ["no", "unbookable:"] for row in rows)
+    assert "split or" in parents.stdout  # the reason, wrapped between words at 80 columns
     none = run(runner, live.admin, "atoms", "list", "--pool", "p1", "--class", "gpu.slot")
     assert none.exit_code == 0 and none.stdout.strip() == "no atoms"
 
@@ -111,10 +118,10 @@ def test_capacity_accounting_shows_every_gpu_hour_by_state_per_bucket(runner: Cl
     _book(runner, live)  # one 1g.10gb of two H100s, for two hours: 1/7 of a GPU
     shown = run(runner, live.admin, "capacity", "accounting", "--pool", "p1", *RANGE, "-o", "wide")
     assert shown.exit_code == 0, shown.output
-    assert "pool p1, 2026-12-01 09:00Z → 2026-12-01 11:00Z, GPU-hours per 1h" in shown.stdout
+    assert "pool p1, 2026-12-01 09:00:00Z → 2026-12-01 11:00:00Z, GPU-hours per 1h" in shown.stdout
     lines = shown.stdout.splitlines()
     assert lines[1].split() == ["from", "capacity", "booked", "free", "changing", "unhealthy", "cordoned"]
-    assert lines[2].split() == ["2026-12-01", "09:00Z", "2.000000", "0.142857", "1.857143", *["0.000000"] * 3]
+    assert lines[2].split() == ["09:00:00Z", "2.000000", "0.142857", "1.857143", *["0.000000"] * 3]
     assert lines[-1].split() == ["total", "4.000000", "0.285714", "3.714286", *["0.000000"] * 3]
     answer = json.loads(
         run(runner, live.admin, "capacity", "accounting", *RANGE, "--bucket", "2h", "--json").stdout
@@ -146,11 +153,10 @@ def test_capacity_summary_by_pool_and_timeline(runner: CliRunner, live: Live) ->
     assert rows == [
         ["p1", "gpu", "2", "0", "0"],
         ["p1", "gpu.mig", "14", "14", "1"],
-        ["p1", "gpu.slot", "0", "0", "0"],
-    ]
+    ]  # a mig pool: no gpu.slot row
     timeline = run(runner, live.admin, "capacity", "timeline", *RANGE)
     assert timeline.exit_code == 0, timeline.output
-    assert timeline.stdout.splitlines()[2].split() == ["2026-12-01", "09:00Z", "0", "0.000000"]
+    assert timeline.stdout.splitlines()[2].split() == ["2026-12-01", "09:00:00Z", "0", "0.000000"]
     as_json = json.loads(run(runner, live.admin, "capacity", "timeline", *RANGE, "--json").stdout)
     assert [b["booked"] for b in as_json["buckets"]] == [0, 0]
 
@@ -160,3 +166,51 @@ def test_capacity_rollups_of_a_tenant_that_sees_no_pool_say_so(runner: CliRunner
     assert run(runner, live.acme, "capacity", "by-pool").stdout.strip() == "no pools"
     hidden = run(runner, live.acme, "capacity", "accounting", "--pool", "p1", *RANGE)
     assert hidden.exit_code == 1 and "pool p1 not found" in hidden.output
+
+
+def test_capacity_accounting_rows_add_up_by_default_at_80_columns_and_piped(
+    runner: CliRunner, live: Live
+) -> None:
+    """Regression: at 80 columns the table dropped `changing` (and more), so a row's parts did not
+    sum to its capacity. Every state is shown by default, within 80 columns, and each row adds up."""
+    _book(runner, live)
+    for env in ({"COLUMNS": "80"}, {"COLUMNS": None}):
+        shown = runner.invoke(
+            app, ["capacity", "accounting", "--pool", "p1", *RANGE, "--token", live.admin], env=env
+        )
+        assert shown.exit_code == 0, shown.output
+        lines = shown.stdout.splitlines()
+        assert "wide adds" not in shown.stdout and all(len(line.rstrip()) <= 80 for line in lines)
+        assert lines[1].split() == ["from", "capacity", "booked", "free", "changing", "unhealthy", "cordoned"]
+        for line in lines[2:]:
+            capacity, *parts = (float(cell) for cell in line.split()[1:])
+            assert abs(capacity - sum(parts)) < 1e-5, line
+
+
+def test_atoms_list_orders_by_node_and_gpu_with_each_parent_apart_at_80_columns_and_piped(
+    runner: CliRunner, live: Live, store: Store
+) -> None:
+    """Regression: `atoms list` showed a split GPU's parent as one more `gpu` row among the others
+    saying `unbookable`, and an atom a booking without an end holds as a bare `never`."""
+    items = json.loads(run(runner, live.admin, "atoms", "list", "--pool", "p1", "--json").stdout)["items"]
+    by_id = {a["id"]: a for a in items}
+    forever = max(a["id"] for a in items if a["class"] == "gpu.mig")
+    ledger.book(store, [forever], Window(T0), "rsv-forever", "platform", T0)  # no end
+    for env in ({"COLUMNS": "80"}, {"COLUMNS": None}):
+        shown = runner.invoke(app, ["atoms", "list", "--pool", "p1", "--token", live.admin], env=env)
+        assert shown.exit_code == 0, shown.output
+        lines = [line.rstrip() for line in shown.stdout.splitlines()[1:] if not line.startswith("(")]
+        families = "\n".join(lines).split("\n\n")  # a blank row between two GPUs, none inside one
+        assert len(families) == 2
+        for family in families:
+            ids = [line.split()[0] for line in family.splitlines() if not line.startswith(" ")]
+            assert {by_id[i]["gpuId"] for i in ids} == {by_id[ids[0]]["gpuId"]}  # one GPU each
+            assert family.splitlines()[0].split()[1:3] == ["gpu", "(parent)"]  # its parent first
+            assert "split: book" in family.splitlines()[0]
+            assert len(ids) == 8  # the parent and its seven 1g.10gb instances
+        gpus = [by_id[family.split()[0]]["gpuId"] for family in families]
+        assert gpus == sorted(gpus)  # by node (one here), then GPU
+        at = next(n for n, line in enumerate(lines) if line.startswith(forever))
+        block = [lines[at], *itertools.takewhile(lambda line: line.startswith(" "), lines[at + 1 :])]
+        assert " ".join(" ".join(block).split()).endswith("yes never (open-ended booking)")
+        assert all(len(line.rstrip()) <= 80 for line in shown.stdout.splitlines())

@@ -72,4 +72,4 @@ def test_priority_classes_are_created_and_listed_with_standard(runner: CliRunner
         ("standard", 0, False),
     ]
     shown = run(runner, live.acme, "priority-classes", "show", "standard")
-    assert shown.exit_code == 0 and "preemptible" in shown.stdout
+    assert shown.exit_code == 0 and "Preemptible  no" in shown.stdout

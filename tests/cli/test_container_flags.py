@@ -75,8 +75,8 @@ def test_the_flags_make_the_container_the_server_keeps_and_shows(runner: CliRunn
     assert shown.exit_code == 0, shown.output
     lines = [line.split(None, 1) for line in shown.stdout.splitlines() if line.strip()]
     rows = {row[0]: row[1].strip() for row in lines if len(row) == 2}
-    assert rows["image"] == IMAGE
-    assert rows["command"] == "busybox httpd -f -h '/srv/my www'"
+    assert rows["Image"] == IMAGE
+    assert rows["Command"] == "busybox httpd -f -h '/srv/my www'"
     assert "GET /ping on 8080" in shown.stdout
     as_json = json.loads(run(runner, fleet.acme, "workloads", "show", "serve", "--json").stdout)
     assert as_json["shape"]["container"] == container
@@ -87,7 +87,7 @@ def test_a_workload_without_image_shows_no_container(runner: CliRunner, fleet: F
     assert created.exit_code == 0, created.output
     assert "container" not in json.loads(created.stdout)["shape"]
     shown = run(runner, fleet.acme, "workloads", "show", "serve")
-    assert shown.exit_code == 0 and "image" not in shown.stdout
+    assert shown.exit_code == 0 and "Image" not in shown.stdout
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,7 @@ def test_doctor_prints_findings_and_exits_1_then_0_once_all_is_well(runner: CliR
     assert shown.exit_code == 1, shown.output
     row = next(line for line in shown.stdout.splitlines() if "pool.fractional-without-quota" in line)
     assert row.split()[:2] == ["pool.fractional-without-quota", "p1"]
-    assert "1 finding (checked 2026-12-01 09:00Z)" in shown.stdout
+    assert "1 finding (checked 2026-12-01 09:00:00Z)" in shown.stdout
     answer = run(runner, live.admin, "doctor", "--json")
     assert answer.exit_code == 1
     parsed = json.loads(answer.stdout)
@@ -38,7 +38,7 @@ def test_doctor_prints_findings_and_exits_1_then_0_once_all_is_well(runner: CliR
     _give_mig_quota(runner, live)
     well = run(runner, live.admin, "doctor", "--silent-minutes", "60")
     assert well.exit_code == 0, well.output
-    assert well.stdout.strip() == "no findings (checked 2026-12-01 09:00Z)"
+    assert well.stdout.strip() == "no findings (checked 2026-12-01 09:00:00Z)"
     assert json.loads(run(runner, live.admin, "doctor", "--json").stdout)["findings"] == []
 
 

@@ -41,7 +41,7 @@ def test_partitions_book_and_release(runner: CliRunner, live: Live) -> None:
     table = run(runner, live.admin, "partitions", "book", gpu, *window)
     assert table.exit_code == 0, table.output
     booking = f"partition:{gpu}:2026-12-01T10:00:00Z"
-    assert booking in table.stdout and "2026-12-01 12:00Z" in table.stdout
+    assert booking in table.stdout and "2026-12-01 12:00:00Z" in table.stdout
     assert "atoms    8" in table.stdout  # the GPU and its seven 1g.10gb instances
 
     clash = run(
@@ -49,7 +49,7 @@ def test_partitions_book_and_release(runner: CliRunner, live: Live) -> None:
     )
     assert clash.exit_code == 1
     assert (
-        f"CONFLICT: GPU {gpu} is booked in that window; the whole GPU is free from 2026-12-01 12:00Z"
+        f"CONFLICT: GPU {gpu} is booked in that window; the whole GPU is free from 2026-12-01 12:00:00Z"
         in clash.stderr
     )
     as_json = run(

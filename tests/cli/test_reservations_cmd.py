@@ -180,7 +180,7 @@ def test_wide_output_shows_every_column(runner: CliRunner, server: FakeServer) -
     assert wide.exit_code == 0, wide.output
     row = next(line for line in wide.stdout.splitlines() if line.startswith(RSV_ID))
     assert row.split()[:4] == [RSV_ID, "scheduled", "research-platform", "h100-mig-east"]
-    assert "1 slices" in row and "wide adds" not in wide.stdout
+    assert row.split()[-1] == "3g.40gb" and "slices" not in row and "wide adds" not in wide.stdout
 
 
 def test_show_names_the_mig_profile_gpu_and_mig_device(runner: CliRunner, server: FakeServer) -> None:

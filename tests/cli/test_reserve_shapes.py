@@ -111,7 +111,7 @@ def test_reserve_profile_books_the_mig_instance_the_api_body_books(runner: CliRu
     again = demo.api(README_NOTEBOOK)
     assert again.status_code == 200, again.text
     booked = again.json()
-    assert result.stdout.splitlines()[0].split() == ["id", booked["id"]]
+    assert result.stdout.splitlines()[0].split() == ["ID", booked["id"]]
     (atom,) = booked["atoms"]
     assert atom["attributes"]["migProfile"] == "3g.40gb"
     fits_80_columns(result.stdout, booked["id"], atom["id"], atom["gpuId"], atom["attributes"]["migUuid"])

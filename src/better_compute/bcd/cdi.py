@@ -34,13 +34,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from better_compute.wire.cdi import CLASS, KIND, VENDOR, spec_file_name
+
+__all__ = ["CLASS", "KIND", "VENDOR"]
+
 VERSIONS = ("0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 """The CDI spec versions a file may declare that this module writes, oldest first (0.1.0 and 0.2.0
 predate what runtimes still load; 0.3.0 is CDI's earliest supported)."""
 
-VENDOR = "better-compute.io"
-CLASS = "gpu"
-KIND = f"{VENDOR}/{CLASS}"
 
 _DEVICE_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 """A CDI device name: alphanumeric first and last, `_`, `-`, `.` and `:` inside."""
@@ -160,7 +161,7 @@ def read_spec(root: Path, allocation_id: str) -> dict[str, Any] | None:
 def spec_path(root: Path, allocation_id: str) -> Path:
     """The transient spec file of an allocation: `<vendor>-<class>_<allocation>.json`, as CDI's own
     naming helpers name per-claim files."""
-    return root / f"{VENDOR}-{CLASS}_{device_name(allocation_id)}.json"
+    return root / spec_file_name(device_name(allocation_id))
 
 
 @contextmanager

@@ -26,6 +26,8 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stderr, stdout
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
+from better_compute.cli.times import when
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -296,11 +298,13 @@ app.add_typer(prices_app, name="prices")
 
 @prices_app.command("list")
 def prices_list(
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """What one hour of each priced meter costs."""
+    as_json = json_wanted(as_json, output)
 
     def read(c: Compute) -> list[Any]:
         items: list[Any] = []
@@ -319,12 +323,9 @@ def prices_list(
     if not items:
         stdout().print("no prices", markup=False)
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header in ("meter", "per hour", "currency", "updated"):
-        table.add_column(header, no_wrap=header == "meter")
-    for price in items:
-        table.add_row(price.meter, price.per_hour, price.currency, _time(price.updated_at))
-    stdout().print(table)
+    columns = (Column("meter"), Column("per hour"), Column("currency"), Column("updated", drop=1))
+    rows = [[p.meter, p.per_hour, p.currency, when(p.updated_at)] for p in items]
+    print_fitted(stdout(), columns, rows, output)
 
 
 @prices_app.command("set")

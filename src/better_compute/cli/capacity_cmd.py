@@ -8,7 +8,8 @@ of a model, a MIG profile, a slot), the kinds a device request's class and selec
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
@@ -17,9 +18,9 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import parse_time, when
-from better_compute.wire.capacity import StateHoursPublic
+from better_compute.wire.capacity import AccountingBucket, StateHoursPublic
 from better_compute.wire.quotas import AtomClass
 
 capacity_app = typer.Typer(
@@ -69,6 +70,7 @@ def free(
 ) -> None:
     """What a pool could book from --from to --to: per kind of atom, how many are free for the whole
     window, and when busy the earliest start at which --count of them are free for as long."""
+    as_json = json_wanted(as_json, output)
     window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     answer = call(
         server,
@@ -115,10 +117,12 @@ _ACCOUNTING_COLUMNS = (
     Column("capacity"),
     Column("booked"),
     Column("free"),
-    Column("changing", drop=2),
-    Column("unhealthy", drop=1),
-    Column("cordoned", drop=1),
+    Column("changing"),
+    Column("unhealthy"),
+    Column("cordoned"),
 )
+"""No state column is ever dropped: a row's five states add up to its capacity, so a table that
+left one out (`changing` went first at 80 columns) would show rows that do not add up."""
 
 
 def _range(start: str, end: str) -> tuple[datetime, datetime]:
@@ -145,6 +149,7 @@ def accounting(
     """Every GPU-hour from --from to --to, per --bucket, in exactly one state: booked, free,
     changing (a partition change holds the GPU), unhealthy or cordoned. Hours are rounded to 6
     places; unrounded, the states sum to capacity."""
+    as_json = json_wanted(as_json, output)
     first, last = _range(start, end)
     answer = call(
         server,
@@ -161,9 +166,16 @@ def accounting(
         f"{_scope(answer.pool_id)}, {when(answer.from_)} → {when(answer.to)}, GPU-hours per {answer.bucket}",
         markup=False,
     )
-    rows = [[when(b.from_), *_hours(b.hours)] for b in answer.buckets]
+    rows = [[_bucket_start(b.from_, answer.buckets), *_hours(b.hours)] for b in answer.buckets]
     rows.append(["total", *_hours(answer.total)])
     print_fitted(console, _ACCOUNTING_COLUMNS, rows, output)
+
+
+def _bucket_start(at: datetime, buckets: Sequence[AccountingBucket]) -> str:
+    """A bucket's start: its time of day (`09:00:00Z`) when every bucket starts on one UTC day (the
+    line above the table names it), so that the six states fit beside it in 80 columns; else whole."""
+    days = {b.from_.astimezone(UTC).date() for b in buckets}
+    return at.astimezone(UTC).strftime("%H:%M:%SZ") if len(days) == 1 else when(at)
 
 
 def _hours(h: StateHoursPublic) -> list[str]:
@@ -180,6 +192,7 @@ def summary(
 ) -> None:
     """Whole GPUs per model now: how many, how many can be booked whole, how many are booked whole,
     how many are unhealthy. A GPU split into MIG instances or slots is not bookable whole."""
+    as_json = json_wanted(as_json, output)
     answer = call(server, token, as_json, lambda c: c.capacity.summary(pool_id=pool), {"poolId": "--pool"})
     if as_json:
         print_json(answer.model_dump(mode="json"))
@@ -205,6 +218,7 @@ def timeline(
     token: config.TokenOption = None,
 ) -> None:
     """Whole GPUs booked per --bucket from --from to --to: the most at once, and their GPU-hours."""
+    as_json = json_wanted(as_json, output)
     first, last = _range(start, end)
     answer = call(
         server,
@@ -236,6 +250,7 @@ def by_pool(
 ) -> None:
     """Atoms per pool and class now (gpu, gpu.mig, gpu.slot): how many, how many are bookable,
     how many are booked. A split GPU's parent counts under gpu, unbookable."""
+    as_json = json_wanted(as_json, output)
     answer = call(server, token, as_json, lambda c: c.capacity.by_pool(pool_id=pool), {"poolId": "--pool"})
     if as_json:
         print_json(answer.model_dump(mode="json"))

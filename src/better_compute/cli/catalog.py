@@ -19,7 +19,7 @@ from rich.table import Table
 
 from better_compute.cli.app import app
 from better_compute.cli.output import print_json, stderr, stdout
-from better_compute.cli.tables import Column, Output, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.domain.catalog import GpuModel, MigProfile, all_models, get_model
 from better_compute.domain.catalog.layouts import (
     InstancePlacement,
@@ -100,26 +100,32 @@ def _number(value: float) -> str:
     return f"{value:g}"
 
 
+_GPU_COLUMNS = (
+    Column("model"),
+    Column("GiB"),
+    Column("MIG"),
+    Column("compute/memory", drop=2),
+    Column("axis", drop=1),
+    Column("profiles", wrap=True),
+)
+
+
 @app.command("gpus")
-def gpus(as_json: JsonFlag = False) -> None:
+def gpus(as_json: JsonFlag = False, output: OutputOption = Output.TABLE) -> None:
     """The GPU catalog: every model, its memory and, for MIG-capable ones, slices and profiles."""
     models = all_models()
-    if as_json:
+    if json_wanted(as_json, output):
         print_json([_model_json(m) for m in models])
         return
-    table = Table(title="GPU catalog")
-    table.add_column("model", no_wrap=True)
-    table.add_column("GiB", no_wrap=True)
-    table.add_column("MIG", no_wrap=True)
-    table.add_column("compute/memory", no_wrap=True)
-    table.add_column("axis", no_wrap=True)
-    table.add_column("profiles")
+    rows = []
     for m in models:
         slices = f"{m.compute_slices}/{m.memory_slices}" if m.mig_capable else "-"
         axis = str(m.placement_units) if m.mig_capable else "-"
         profiles = " ".join(p.name for p in m.profiles if not p.attribute) if m.mig_capable else "-"
-        table.add_row(m.id, _number(m.memory_gib), "yes" if m.mig_capable else "no", slices, axis, profiles)
-    stdout().print(table)
+        rows.append([m.id, _number(m.memory_gib), "yes" if m.mig_capable else "no", slices, axis, profiles])
+    console = stdout()
+    console.print("GPU catalog", markup=False)
+    print_fitted(console, _GPU_COLUMNS, rows, output)
 
 
 def diagram(placement: InstancePlacement, model: GpuModel) -> str:
@@ -205,8 +211,9 @@ def layouts_validate(
 
 
 @layouts_app.command("list")
-def layouts_list(gpu: GpuOption, as_json: JsonFlag = False) -> None:
+def layouts_list(gpu: GpuOption, as_json: JsonFlag = False, output: OutputOption = Output.TABLE) -> None:
     """The MIG profiles of a GPU model: slices, memory, how many fit and where they may start."""
+    as_json = json_wanted(as_json, output)
     try:
         model = get_model(gpu)
     except DomainError as exc:
@@ -227,14 +234,15 @@ def layouts_list(gpu: GpuOption, as_json: JsonFlag = False) -> None:
     if not model.mig_capable:
         console.print(f"{model.id} does not support MIG: it is used whole or shared in slots", markup=False)
         return
-    table = Table(
-        title=f"{model.id}: {model.compute_slices} compute / {model.memory_slices} memory slices, "
-        f"{model.placement_units}-unit placement axis"
+    console.print(
+        f"{model.id}: {model.compute_slices} compute / {model.memory_slices} memory slices, "
+        f"{model.placement_units}-unit placement axis",
+        markup=False,
     )
-    for column in ("profile", "id", "compute", "memory", "GiB", "max", "starts", "size", "driver"):
-        table.add_column(column)
-    for p in model.profiles:
-        table.add_row(
+    columns = [Column(c) for c in ("profile", "id", "compute", "memory", "GiB", "max", "starts", "size")]
+    columns.append(Column("driver", drop=1))
+    rows = [
+        [
             p.name,
             str(p.profile_id),
             str(p.compute_slices),
@@ -244,8 +252,10 @@ def layouts_list(gpu: GpuOption, as_json: JsonFlag = False) -> None:
             ",".join(map(str, p.starts)),
             str(p.size),
             f"R{p.min_driver}+" if p.min_driver else "",
-        )
-    console.print(table)
+        ]
+        for p in model.profiles
+    ]
+    print_fitted(console, columns, rows, output)
 
 
 @layouts_app.command("export")
@@ -463,14 +473,13 @@ def advise_cmd(
     show_all: Annotated[
         bool, typer.Option("--all", help=f"Every fit, not only the best {ADVISE_TOP}.")
     ] = False,
-    output: Annotated[
-        Output, typer.Option("--output", "-o", help="table: fit the terminal; wide: every column.")
-    ] = Output.TABLE,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
 ) -> None:
     """Which MIG partitions and whole GPUs hold a model at a context length and concurrency; with
     `--endpoint`, the partition layout and instance count that serve several models at the lowest
     price."""
+    as_json = json_wanted(as_json, output)
     prices = [_parse_price(p) for p in price or ()]
     if endpoint is not None:
         given = [

@@ -285,16 +285,10 @@ def print_what_runs(container: ContainerPublic | None, extra: list[tuple[str, st
     """`container_rows` and `extra` as a grid under a `runs` heading; nothing without a container."""
     if container is None:
         return
-    from rich.table import Table
-
     from better_compute.cli.output import stdout
+    from better_compute.cli.tables import print_details, sentence
 
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in [*container_rows(container), *extra]:
-        grid.add_row(key, value)
     console = stdout()
     console.print()
     console.print("runs", markup=False, style="bold")
-    console.print(grid)
+    print_details(console, [(sentence(key), value) for key, value in [*container_rows(container), *extra]])

@@ -15,7 +15,7 @@ from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import when
 from better_compute.wire.doctor import (
     MIG_WAITING_DAYS_DEFAULT,
@@ -60,6 +60,7 @@ def doctor(
     """What in the fleet needs an operator (admin): stuck or long-waiting MIG layout changes,
     waiting endpoints, silent nodes, unhealthy GPUs, reboots, refused layout changes, pools without
     fractional quota, and the ledger's self-check. Exits with status 1 when anything is found."""
+    as_json = json_wanted(as_json, output)
     answer = call(
         server,
         token,

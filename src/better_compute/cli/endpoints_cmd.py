@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from better_compute.cli import config, watch
@@ -38,7 +37,14 @@ from better_compute.cli.container_flags import (
 )
 from better_compute.cli.exec_output import ExecCommandArgument, ExecTimeoutOption, finish_exec
 from better_compute.cli.output import LogTailOption, fail, print_json, print_log, stderr, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+)
 from better_compute.cli.times import when
 from better_compute.wire.invocations import INVOKED_COPY_HEADER
 
@@ -119,19 +125,15 @@ def _print_endpoints(items: Sequence[EndpointPublic], output: Output) -> None:
 
 def _print_endpoint(e: EndpointPublic, output: Output) -> None:
     console = stdout()
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in (
-        ("name", e.name),
-        ("tenant", e.tenant_id),
-        ("status", e.status),
-        ("reason", e.reason or "-"),
-        ("variants", _variants(e)),
-        ("created", when(e.created_at)),
-    ):
-        grid.add_row(key, value)
-    console.print(grid)
+    details = [
+        ("Name", e.name),
+        ("Tenant", e.tenant_id),
+        ("Status", e.status),
+        ("Reason", e.reason or "-"),
+        ("Variants", _variants(e)),
+        ("Created", when(e.created_at)),
+    ]
+    print_details(console, details)
     console.print()
     console.print("instances", markup=False, style="bold")
     if not e.instances:
@@ -210,6 +212,7 @@ def endpoints_create(
     --partition-type list (one entry per MIG instance, the same on every GPU). It is Creating while
     the nodes are cut through the layout gate, then InService; a pool short of idle nodes leaves
     it Failed with the reason (exit status 1), and it is tried again when capacity frees."""
+    as_json = json_wanted(as_json, output)
     if file is not None:
         body = _from_file(file, as_json)
         given_name, tenant_id, variants = body.get("name"), body.get("tenantId", tenant), body.get("variants")
@@ -267,6 +270,7 @@ def endpoints_list(
     token: config.TokenOption = None,
 ) -> None:
     """Endpoints by name, with their status and instances."""
+    as_json = json_wanted(as_json, output)
     found: Page[EndpointPublic] = call(
         server, token, as_json, lambda c: c.endpoints.list(tenant_id=tenant, limit=limit, cursor=cursor)
     )
@@ -294,6 +298,7 @@ def endpoints_show(
 ) -> None:
     """An endpoint, its instances and the partitions of each, with one GPU drawn split. With
     --watch, again on each change until it is InService or Failed, or deleted."""
+    as_json = json_wanted(as_json, output)
     if watching:
         call(
             server,
@@ -395,6 +400,7 @@ def endpoints_update(
     """Change an endpoint's layout live: the instances are re-cut one at a time through the layout
     gate, copies moving off each first and coming back after, never below a component's
     minCopies (refused up front, naming the component, when that is impossible)."""
+    as_json = json_wanted(as_json, output)
     updated = call(
         server,
         token,
@@ -426,6 +432,7 @@ def endpoints_delete(
 ) -> None:
     """Delete an endpoint: its components go with it and its nodes go back to their pool's layout
     through the layout gate. --dry-run runs the same checks and says what would happen."""
+    as_json = json_wanted(as_json, output)
     gone = call(server, token, as_json, lambda c: c.endpoints.delete(name, dry_run=dry_run))
     if as_json:
         print_json(gone.model_dump(mode="json", by_alias=True))
@@ -624,6 +631,7 @@ def components_create(
     rest wait (pending) and are placed as partitions free up. --image (and its flags) or
     --container-file is the model server each copy runs, with SageMaker's defaults where left out
     (port 8080, ready on GET /ping, --cpu-cores and --memory-mib as its resources)."""
+    as_json = json_wanted(as_json, output)
     flags = ContainerFlags(
         image=image,
         command=command,
@@ -678,6 +686,7 @@ def components_list(
     token: config.TokenOption = None,
 ) -> None:
     """Components by name, with their copies placed and waiting."""
+    as_json = json_wanted(as_json, output)
     found: Page[ComponentPublic] = call(
         server,
         token,
@@ -702,6 +711,7 @@ def components_show(
     token: config.TokenOption = None,
 ) -> None:
     """A component and where each copy runs: node, GPU, partition and MIG uuid (the routing table)."""
+    as_json = json_wanted(as_json, output)
     _show_component(call(server, token, as_json, lambda c: c.components.get(name)), as_json, output)
 
 
@@ -721,6 +731,7 @@ def components_scale(
     token: config.TokenOption = None,
 ) -> None:
     """Set a component's copies: new ones take free partitions or wait; fewer drops waiting ones first."""
+    as_json = json_wanted(as_json, output)
     scaled = call(
         server,
         token,
@@ -740,4 +751,5 @@ def components_delete(
     token: config.TokenOption = None,
 ) -> None:
     """Delete a component: its partitions take other components' waiting copies."""
+    as_json = json_wanted(as_json, output)
     _show_component(call(server, token, as_json, lambda c: c.components.delete(name)), as_json, output)

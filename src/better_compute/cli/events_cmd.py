@@ -98,7 +98,7 @@ def _value(value: Any) -> str:
 def line(event: EventPublic) -> str:
     """One event for people: id, time, type, subject, then its payload as key=value pairs."""
     payload = " ".join(f"{key}={_value(value)}" for key, value in event.payload.items())
-    when = event.time.isoformat().replace("+00:00", "Z")
+    when = event.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # one token, to the second
     return f"{event.id}  {when}  {event.type}  {event.subject}" + (f"  {payload}" if payload else "")
 
 

@@ -13,14 +13,21 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from rich.table import Table
 
 from better_compute.cli import choices, config, watch
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import print_json, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+)
 from better_compute.cli.times import parse_time, when
+from better_compute.wire import cdi
 
 if TYPE_CHECKING:
     from better_compute.client import Compute
@@ -76,12 +83,29 @@ def _span(start: datetime, end: datetime) -> str:
     return text or "0m"
 
 
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _size(reservation: ReservationPublic) -> str:
+    """What a reservation holds, as it was booked: `2 GPUs`, `3g.40gb` (a MIG instance by its
+    profile, `2 × 1g.10gb` for two), `1 slot`; the slice count only where no atom says more."""
+    profiles: dict[str, int] = {}
+    slots = 0
+    for atom in reservation.atoms:
+        profile = atom.attributes.get("migProfile")
+        if profile:
+            profiles[str(profile)] = profiles.get(str(profile), 0) + 1
+        elif "slot" in atom.attributes:
+            slots += 1
     parts = []
     if reservation.gpu_count:
-        parts.append(f"{reservation.gpu_count} gpu")
-    if reservation.gpu_slices:
-        parts.append(f"{reservation.gpu_slices} slices")
+        parts.append(_plural(reservation.gpu_count, "GPU"))
+    parts.extend(name if n == 1 else f"{n} × {name}" for name, n in profiles.items())
+    if slots:
+        parts.append(_plural(slots, "slot"))
+    if reservation.gpu_slices and not profiles and not slots:
+        parts.append(_plural(reservation.gpu_slices, "slice"))
     return ", ".join(parts) or "0"
 
 
@@ -98,39 +122,46 @@ def _show(reservation: ReservationPublic, as_json: bool, output: Output = Output
     if as_json:
         print_json(reservation.model_dump(mode="json"))
         return
-    summary = Table.grid(padding=(0, 2))
-    summary.add_column(style="bold")
-    summary.add_column()
-    summary.add_row("id", reservation.id)
-    summary.add_row("status", reservation.status)
-    summary.add_row("tenant", reservation.tenant_id)
-    summary.add_row("pool", reservation.pool_id)
     start, end = reservation.start, reservation.end
-    summary.add_row("window", f"{when(start)} → {when(end)} ({_span(start, end)})")
-    summary.add_row("size", _size(reservation))
+    rows: list[tuple[str, str]] = [
+        ("ID", reservation.id),
+        ("Status", reservation.status),
+        ("Tenant", reservation.tenant_id),
+        ("Pool", reservation.pool_id),
+        ("Window", f"{when(start)} → {when(end)} ({_span(start, end)})"),
+        ("Size", _size(reservation)),
+        ("Binding", reservation.binding),
+    ]
+    if reservation.binding_detail:
+        rows.append(("Binding detail", reservation.binding_detail))
     if reservation.idempotency_key:
-        summary.add_row("idempotency key", reservation.idempotency_key)
+        rows.append(("Idempotency key", reservation.idempotency_key))
+    if reservation.atoms:
+        # What a container asks its runtime for, and the file the node's daemon writes for it in the
+        # node's CDI directory (docs/bcd.md, "Container runtime").
+        rows.append(("CDI device", cdi.device(reservation.id)))
+        rows.append(("CDI spec file", cdi.spec_file_name(reservation.id)))
     console = stdout()
-    console.print(summary)
+    print_details(console, rows)
     if not reservation.atoms:
         return
-    console.print("atoms", markup=False)
+    console.print("Atoms", markup=False)
     # A MIG booking is used by its MIG device uuid (CUDA_VISIBLE_DEVICES=MIG-...): it is shown whole
     # beside the GPU's. The three ids do not fit side by side in 80 columns, so there they stack.
     wide = output is Output.WIDE or console.width >= 28 + 40 + 40 + 20
-    rows = []
+    atom_rows: list[list[str]] = []
     for atom in reservation.atoms:
         attributes = dict(atom.attributes)
         mig = str(attributes.get("migUuid") or "")
         if wide:
-            rows.append([atom.id, atom.cls, _profile(attributes), atom.gpu_id, mig, atom.node])
+            atom_rows.append([atom.id, atom.cls, _profile(attributes), atom.gpu_id, mig, atom.node])
         else:
             ids = "\n".join(x for x in (atom.id, atom.gpu_id, mig) if x)
-            rows.append([ids, atom.cls, _profile(attributes), atom.node])
+            atom_rows.append([ids, atom.cls, _profile(attributes), atom.node])
     if wide:
-        print_fitted(console, _ATOM_COLUMNS, rows, Output.WIDE)
+        print_fitted(console, _ATOM_COLUMNS, atom_rows, Output.WIDE)
     else:
-        print_fitted(console, _NARROW_ATOM_COLUMNS, rows, output)
+        print_fitted(console, _NARROW_ATOM_COLUMNS, atom_rows, output)
 
 
 _RESERVE_HELP = """Reserve atoms of a pool for a time window.
@@ -308,6 +339,7 @@ def list_reservations(
     token: config.TokenOption = None,
 ) -> None:
     """List reservations, newest first."""
+    as_json = json_wanted(as_json, output)
     statuses: tuple[ReservationStatus, ...] = ("scheduled", "active", "ended", "cancelled", "released")
     wanted: ReservationStatus | None = None
     if status is not None:
@@ -364,6 +396,7 @@ def show(
 ) -> None:
     """Show one reservation and the atoms it holds: for a MIG booking its profile, GPU and MIG device.
     With --watch, again on each change until it has ended, been cancelled or released."""
+    as_json = json_wanted(as_json, output)
     if watching:
         _call(
             server,

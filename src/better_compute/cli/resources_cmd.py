@@ -8,20 +8,26 @@ for scripts (the API's own answer). Nothing here decides anything the server doe
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar, cast, get_args
 
 import typer
 from pydantic import BaseModel
-from rich import box
-from rich.table import Table
 
 from better_compute.cli import choices, config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
 from better_compute.cli.output import fail, print_json, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+)
 from better_compute.cli.times import parse_time, when
 from better_compute.wire.common import Page
 from better_compute.wire.quotas import AtomClass, QuotaPublic
@@ -50,52 +56,98 @@ def _plain(value: Any) -> dict[str, Any]:
     return dict(value)
 
 
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?$")
+"""A time as the API writes it (`2030-01-01T10:00:00.123456Z`): shown as `when` prints times."""
+
+_WRAPPED_KEYS = frozenset({"name", "policy", "description", "match", "nodes", "reason", "detail"})
+"""Keys of free text in these tables: their columns wrap at narrow widths (never an id's)."""
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, dict):
         shown = {k: v for k, v in value.items() if v is not None}
-        return ", ".join(f"{k}={v}" for k, v in shown.items()) or "-"
+        return ", ".join(f"{k}={_cell(v)}" for k, v in shown.items()) or "-"
     if isinstance(value, list):
         return ", ".join(_cell(v) for v in value) or "-"
+    if isinstance(value, str) and _ISO_TIME.match(value):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return value
+        return when(parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC))
     return str(value)
 
 
-def _table(rows: Iterable[Mapping[str, Any]], columns: Sequence[tuple[str, str]], empty: str) -> None:
-    """Rows as a table of `columns` ((header, key) pairs); the first column is the id, never cut."""
+def label(key: str) -> str:
+    """A wire key in English for a detail view: `nextFreeAt` -> `Next free at`, `ownerTenantId` ->
+    `Owner tenant ID`; the JSON keeps the wire's spelling."""
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", key).replace("_", " ").split()
+    text = " ".join(_ACRONYMS.get(w.lower(), w if w.isupper() and len(w) > 1 else w.lower()) for w in words)
+    return text[:1].upper() + text[1:]
+
+
+_ACRONYMS = {
+    "id": "ID",
+    "ids": "IDs",
+    "gpu": "GPU",
+    "gpus": "GPUs",
+    "mig": "MIG",
+    "uuid": "UUID",
+    "cdi": "CDI",
+}
+"""Words a label spells in capitals, as people write them."""
+
+
+def _columns(columns: Sequence[tuple[str, str]]) -> list[Column]:
+    """`(header, key)` pairs as fitted columns: the first (the id) never dropped or cut; the others
+    dropped from the last when the terminal is too narrow; free text wraps."""
+    return [
+        Column(header, drop=n, wrap=n > 0 and key in _WRAPPED_KEYS) for n, (header, key) in enumerate(columns)
+    ]
+
+
+def _table(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    empty: str,
+    output: Output = Output.TABLE,
+) -> None:
+    """Rows as a fitted table of `columns` ((header, key) pairs), as every list command prints."""
     items = list(rows)
     console = stdout()
     if not items:
         console.print(empty, markup=False)
         return
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for n, (header, _) in enumerate(columns):
-        table.add_column(header, no_wrap=n == 0, overflow="fold")
-    for item in items:
-        table.add_row(*(_cell(item.get(key)) for _, key in columns))
-    console.print(table)
+    cells = [[_cell(item.get(key)) for _, key in columns] for item in items]
+    print_fitted(console, _columns(columns), cells, output)
 
 
-def _page(page: Page[Any], columns: Sequence[tuple[str, str]], empty: str, as_json: bool) -> None:
-    if as_json:
+def _page(
+    page: Page[Any],
+    columns: Sequence[tuple[str, str]],
+    empty: str,
+    as_json: bool,
+    output: Output = Output.TABLE,
+) -> None:
+    if as_json or output is Output.JSON:
         print_json({"items": [_plain(i) for i in page.items], "nextCursor": page.next_cursor})
         return
-    _table((_plain(i) for i in page.items), columns, empty)
+    _table((_plain(i) for i in page.items), columns, empty, output)
     if page.next_cursor:
         stdout().print(f"more: --cursor {page.next_cursor}", markup=False)
 
 
 def _one(item: Any, as_json: bool) -> None:
+    """One object as `Label  value` lines: its keys in English (`label`), its times to the second."""
     data = _plain(item)
     if as_json:
         print_json(data)
         return
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in data.items():
-        grid.add_row(key, _cell(value))
-    stdout().print(grid)
+    print_details(stdout(), [(label(key), _cell(value)) for key, value in data.items()])
 
 
 def _find(pages: Callable[[str | None], Page[Any]], wanted: str, noun: str, as_json: bool) -> Any:
@@ -135,18 +187,20 @@ def pools_list(
     owner: Annotated[str | None, typer.Option("--owner", help="Owner tenant.", show_default=False)] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Pools the token may see."""
+    as_json = json_wanted(as_json, output)
     page = _call(
         server,
         token,
         as_json,
         lambda c: c.pools.list(cluster_id=cluster, owner_tenant_id=owner, limit=limit, cursor=cursor),
     )
-    _page(page, POOL_COLUMNS, "no pools", as_json)
+    _page(page, POOL_COLUMNS, "no pools", as_json, output)
 
 
 @pools_app.command("show")
@@ -411,24 +465,28 @@ def _changes(node: NodeLayoutPreviewPublic) -> str:
     return f"-{len(node.disappear)}/+{len(node.appear)}"
 
 
+_PREVIEW_COLUMNS = (
+    Column("node"),
+    Column("grantable at"),
+    Column("held by"),
+    Column("atoms", drop=1),
+)
+
+
 def _print_preview(preview: PoolLayoutPreview) -> None:
     console = stdout()
     console.print(f"pool {preview.pool_id}: {preview.from_} -> {preview.to}", markup=False)
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for n, header in enumerate(("node", "grantable at", "held by", "atoms")):
-        table.add_column(header, no_wrap=n == 0, overflow="fold")
-    for node in preview.nodes:
-        table.add_row(node.node, _grantable(node, preview.at), _held_by(node), _changes(node))
-    if preview.nodes:
-        console.print(table)
+    rows = [[n.node, _grantable(n, preview.at), _held_by(n), _changes(n)] for n in preview.nodes]
+    if rows:
+        print_fitted(console, _PREVIEW_COLUMNS, rows, Output.TABLE)
     else:
         console.print("no nodes", markup=False)
-    capacity = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    for header in ("profile", "before", "after"):
-        capacity.add_column(header, no_wrap=True)
-    for profile, before in preview.capacity.before.items():
-        capacity.add_row(profile, str(before), str(preview.capacity.after.get(profile, 0)))
-    console.print(capacity)
+    capacity = [
+        [profile, str(before), str(preview.capacity.after.get(profile, 0))]
+        for profile, before in preview.capacity.before.items()
+    ]
+    console.print()
+    print_fitted(console, (Column("profile"), Column("before"), Column("after")), capacity, Output.TABLE)
 
 
 @pools_app.command("preview-layout")
@@ -466,13 +524,15 @@ CLUSTER_COLUMNS = [("id", "id"), ("region", "region"), ("residency", "residency"
 def clusters_list(
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Clusters of the fleet, with their region and phase."""
+    as_json = json_wanted(as_json, output)
     page = _call(server, token, as_json, lambda c: c.clusters.list(limit=limit, cursor=cursor))
-    _page(page, CLUSTER_COLUMNS, "no clusters", as_json)
+    _page(page, CLUSTER_COLUMNS, "no clusters", as_json, output)
 
 
 @clusters_app.command("show")
@@ -553,11 +613,13 @@ def nodes_list(
     cluster: Annotated[str | None, typer.Option("--cluster", show_default=False)] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Nodes of the fleet, with their cluster and pool."""
+    as_json = json_wanted(as_json, output)
     filters = {"cluster": cluster} if cluster else {}
     page = _call(server, token, as_json, lambda c: c.nodes.list(limit=limit, cursor=cursor, **filters))
     columns = [
@@ -567,7 +629,7 @@ def nodes_list(
         ("cordoned", "cordoned"),
         ("last contact", "lastContactAt"),
     ]
-    _page(page, columns, "no nodes", as_json)
+    _page(page, columns, "no nodes", as_json, output)
 
 
 # -- atoms ---------------------------------------------------------------------------------------
@@ -577,12 +639,12 @@ atoms_app = typer.Typer(
 app.add_typer(atoms_app, name="atoms")
 _ATOM_COLUMNS = (
     Column("id"),
-    Column("class", drop=3),
-    Column("profile", drop=2),
+    Column("class", drop=1),
+    Column("profile", drop=3),
     Column("node", drop=4, wrap=True),
     Column("bookable", drop=5),
     Column("booked now"),
-    Column("next free", drop=1),
+    Column("next free", drop=2, wrap=True),
 )
 
 
@@ -594,13 +656,67 @@ def _atom_profile(attributes: Mapping[str, Any]) -> str:
     return str(attributes.get("gpuModel") or "-")
 
 
-def _next_free(atom: Mapping[str, Any]) -> str:
-    if not atom.get("bookable") and not atom.get("bookedNow"):
-        return "unbookable"  # a split GPU's parent, a GPU changing layout, an atom gone from its node
-    if not atom.get("bookedNow"):
+def _next_free(atom: Mapping[str, Any], parent: bool) -> str:
+    """When the atom is next free, or why it cannot be booked: never a bare `never` or `unbookable`."""
+    if not atom.get("present", True):
+        return "unbookable: gone from its node"
+    if atom.get("bookedNow"):
+        at = atom.get("nextFreeAt")
+        if at is None:
+            return "never (open-ended booking)"
+        return when(datetime.fromisoformat(str(at)))
+    if atom.get("bookable"):
         return "now"
-    at = atom.get("nextFreeAt")
-    return "never" if at is None else when(datetime.fromisoformat(str(at)))
+    if parent:
+        return "split: book its instances"
+    if atom.get("partitionPending"):
+        return "unbookable: changing layout"
+    if atom.get("scrubPending"):
+        return "unbookable: waiting for scrub"
+    # what is left: an unhealthy GPU's atoms, or a split GPU's parent listed without its instances
+    return "unbookable: split or unhealthy" if atom.get("class") == "gpu" else "unbookable: GPU unhealthy"
+
+
+def _atom_order(atom: Mapping[str, Any]) -> tuple[str, str, int, int, int, str]:
+    """Node, then GPU, then the GPU's parent row before its MIG instances or slots (by where each
+    starts), so a GPU's family reads together."""
+    attributes = atom.get("attributes") or {}
+    start = attributes.get("start", attributes.get("giId", attributes.get("slot", 0)))
+    return (
+        str(atom.get("node", "")),
+        str(atom.get("gpuId", "")),
+        0 if atom.get("class") == "gpu" else 1,
+        int(start) if isinstance(start, int) else 0,
+        int(attributes.get("ciId", 0)) if isinstance(attributes.get("ciId", 0), int) else 0,
+        str(atom.get("id", "")),
+    )
+
+
+def atom_rows(items: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+    """The rows of `atoms list`: ordered by node and GPU; a GPU split into MIG instances or slots
+    shows its parent first, marked `(parent)`, its instances after it, and a blank row between GPUs."""
+    atoms = sorted(items, key=_atom_order)
+    split = {str(a.get("gpuId")) for a in atoms if a.get("class") != "gpu"}
+    rows: list[list[str]] = []
+    previous: str | None = None
+    for a in atoms:
+        gpu = str(a.get("gpuId"))
+        if previous is not None and gpu != previous:
+            rows.append([""] * len(_ATOM_COLUMNS))
+        previous = gpu
+        parent = a.get("class") == "gpu" and gpu in split
+        rows.append(
+            [
+                str(a["id"]),
+                "gpu (parent)" if parent else str(a["class"]),
+                _atom_profile(a.get("attributes") or {}),
+                str(a["node"]),
+                "yes" if a.get("bookable") else "no",
+                "yes" if a.get("bookedNow") else "no",
+                _next_free(a, parent),
+            ]
+        )
+    return rows
 
 
 @atoms_app.command("list")
@@ -621,6 +737,7 @@ def atoms_list(
     token: config.TokenOption = None,
 ) -> None:
     """Atoms of the pools you may see: whether each is booked now, and when it is next free."""
+    as_json = json_wanted(as_json, output)
     attrs = dict(item.partition("=")[::2] for item in attr or [])
     page = _call(
         server,
@@ -635,19 +752,7 @@ def atoms_list(
     if not page.items:
         console.print("no atoms" if cursor is None else "no more atoms", markup=False)
         return
-    rows = [
-        [
-            str(a["id"]),
-            str(a["class"]),
-            _atom_profile(a.get("attributes") or {}),
-            str(a["node"]),
-            "yes" if a.get("bookable") else "no",
-            "yes" if a.get("bookedNow") else "no",
-            _next_free(a),
-        ]
-        for a in page.items
-    ]
-    print_fitted(console, _ATOM_COLUMNS, rows, output)
+    print_fitted(console, _ATOM_COLUMNS, atom_rows(page.items), output)
     if page.next_cursor:
         console.print(f"more: --cursor {page.next_cursor}", markup=False)
 
@@ -662,16 +767,19 @@ TENANT_COLUMNS = [("id", "id"), ("name", "name"), ("created", "createdAt")]
 def tenants_list(
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Tenants (a tenant's token sees its own)."""
+    as_json = json_wanted(as_json, output)
     _page(
         _call(server, token, as_json, lambda c: c.tenants.list(limit=limit, cursor=cursor)),
         TENANT_COLUMNS,
         "no tenants",
         as_json,
+        output,
     )
 
 
@@ -745,6 +853,7 @@ def quotas_list(
     ] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
@@ -752,6 +861,7 @@ def quotas_list(
     """Quota rows of both kinds: pool rows (how much of an atom class a tenant may hold at once in a
     pool) and device-class rows (how many devices of a class in a cluster or the fleet), with what
     the tenant holds now (used); for pool rows, at most at once between --from and --to."""
+    as_json = json_wanted(as_json, output)
     window_start, window_end = parse_time(start, "--from"), parse_time(end, "--to")
     page = _call(
         server,
@@ -781,7 +891,7 @@ def quotas_list(
         ("used", "used"),
         ("limit", "limit"),
     ]
-    _page(page, columns, "no quotas", as_json)
+    _page(page, columns, "no quotas", as_json, output)
 
 
 def _quota_row(q: QuotaPublic) -> dict[str, Any]:
@@ -935,16 +1045,18 @@ def _matches(match: Sequence[str]) -> list[dict[str, Any]]:
 def device_classes_list(
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Device classes by name."""
+    as_json = json_wanted(as_json, output)
     page = _call(server, token, as_json, lambda c: c.device_classes.list(limit=limit, cursor=cursor))
     if as_json:
-        _page(page, DEVICE_CLASS_COLUMNS, "no device classes", as_json)
+        _page(page, DEVICE_CLASS_COLUMNS, "no device classes", as_json, output)
         return
-    _table((_device_class_row(i) for i in page.items), DEVICE_CLASS_COLUMNS, "no device classes")
+    _table((_device_class_row(i) for i in page.items), DEVICE_CLASS_COLUMNS, "no device classes", output)
     if page.next_cursor:
         stdout().print(f"more: --cursor {page.next_cursor}", markup=False)
 
@@ -1013,13 +1125,15 @@ PRIORITY_CLASS_COLUMNS = [
 def priority_classes_list(
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Priority classes by name, `standard` among them."""
+    as_json = json_wanted(as_json, output)
     page = _call(server, token, as_json, lambda c: c.priority_classes.list(limit=limit, cursor=cursor))
-    _page(page, PRIORITY_CLASS_COLUMNS, "no priority classes", as_json)
+    _page(page, PRIORITY_CLASS_COLUMNS, "no priority classes", as_json, output)
 
 
 @priority_classes_app.command("show")
@@ -1145,11 +1259,13 @@ def policies_list(
     ] = None,
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Policies: per-reservation limits on a tenant and placement constraints on any subject."""
+    as_json = json_wanted(as_json, output)
     kind = _subject_type(subject_type)
     page = _call(
         server,
@@ -1159,7 +1275,7 @@ def policies_list(
             tenant_id=tenant, pool_id=pool, subject_type=kind, subject=subject, limit=limit, cursor=cursor
         ),
     )
-    _page(page, POLICY_COLUMNS, "no policies", as_json)
+    _page(page, POLICY_COLUMNS, "no policies", as_json, output)
 
 
 @policies_app.command("show")
@@ -1328,13 +1444,15 @@ CREDENTIAL_COLUMNS = [
 def credentials_list(
     limit: LimitOption = None,
     cursor: CursorOption = None,
+    output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
     """Credentials, without their tokens (a tenant's token sees its tenant's)."""
+    as_json = json_wanted(as_json, output)
     page = _call(server, token, as_json, lambda c: c.credentials.list(limit=limit, cursor=cursor))
-    _page(page, CREDENTIAL_COLUMNS, "no credentials", as_json)
+    _page(page, CREDENTIAL_COLUMNS, "no credentials", as_json, output)
 
 
 @credentials_app.command("show")

@@ -9,6 +9,7 @@ column and lets the table run past the terminal's edge.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -26,16 +27,27 @@ _WRAPPED_MIN = 8
 
 
 class Output(StrEnum):
-    """`-o`: `table` fits the terminal, `wide` shows every column."""
+    """`-o`: `table` fits the terminal, `wide` shows every column, `json` is the API's answer (as
+    `--json`, which stays as its alias)."""
 
     TABLE = "table"
     WIDE = "wide"
+    JSON = "json"
 
 
 OutputOption = Annotated[
     Output,
-    typer.Option("--output", "-o", help="table: fit the terminal (ids always whole); wide: every column."),
+    typer.Option(
+        "--output",
+        "-o",
+        help="table: fit the terminal (ids always whole); wide: every column; json: the API's JSON.",
+    ),
 ]
+
+
+def json_wanted(as_json: bool, output: Output) -> bool:
+    """Whether a command prints JSON: `--json` and `-o json` are one choice spelled two ways."""
+    return as_json or output is Output.JSON
 
 
 @dataclass(frozen=True)
@@ -52,13 +64,28 @@ def _width(text: str) -> int:
     return max((len(line) for line in text.split("\n")), default=0)
 
 
+_TOKEN = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}(?::\d{2})?Z|\S+")
+"""What a wrapping column never breaks: a word, or a time as `times.when` prints it (its one space
+inside is not a place to wrap)."""
+
+
+def _word(text: str) -> int:
+    return max((len(word) for word in _TOKEN.findall(text)), default=0)
+
+
 def fit(
     columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int, *, wide: bool = False
 ) -> tuple[Table, list[str], int]:
     """The table of `rows` under `columns` for a terminal `width` columns wide, the headers left
     out, and the width to print it at (wider than the terminal only with `wide`)."""
     natural = [max([_width(c.header), *(_width(row[i]) for row in rows)]) for i, c in enumerate(columns)]
-    need = [min(n, _WRAPPED_MIN) if c.wrap else n for c, n in zip(columns, natural, strict=True)]
+    # A wrapping column wraps between words, never inside one: it is at least its longest word wide,
+    # so an id or a time in free text is never folded mid-token.
+    longest = [max([_word(c.header), *(_word(row[i]) for row in rows)]) for i, c in enumerate(columns)]
+    need = [
+        max(min(n, _WRAPPED_MIN), w) if c.wrap else n
+        for c, n, w in zip(columns, natural, longest, strict=True)
+    ]
     kept = list(range(len(columns)))
 
     def total(indices: list[int]) -> int:
@@ -73,7 +100,7 @@ def fit(
     for i in kept:
         column = columns[i]
         if column.wrap:
-            table.add_column(column.header, overflow="fold", min_width=min(natural[i], _WRAPPED_MIN))
+            table.add_column(column.header, overflow="fold", min_width=need[i])
         else:
             table.add_column(column.header, no_wrap=True, min_width=natural[i])
     for row in rows:
@@ -101,3 +128,22 @@ def print_fitted(
         console.print(table)
     if dropped:
         console.print(f"(-o wide adds: {', '.join(dropped)})", markup=False, style="dim")
+
+
+def sentence(label: str) -> str:
+    """A detail view's label as a heading is written: `next free` -> `Next free`, `id` -> `ID`."""
+    words = ["ID" if w == "id" else w for w in label.split(" ")]
+    text = " ".join(words)
+    return text[:1].upper() + text[1:]
+
+
+def print_details(console: Console, rows: Sequence[tuple[str, str]]) -> None:
+    """A detail view: one `Label  value` line per row, labels in English and aligned. A value is
+    printed whole on its line (the terminal, not rich, wraps a long one), so an id or a time is
+    never cut or given an ellipsis at any width, and a pipe gets exactly the text."""
+    pad = max((len(name) for name, _ in rows), default=0) + _GAP
+    for name, value in rows:
+        lines = value.split("\n") or [""]
+        console.print(name.ljust(pad) + lines[0], markup=False, highlight=False, soft_wrap=True)
+        for more in lines[1:]:
+            console.print(" " * pad + more, markup=False, highlight=False, soft_wrap=True)

@@ -1,4 +1,4 @@
-"""Times as the CLI reads and prints them: ISO 8601 in, UTC to the minute out."""
+"""Times as the CLI reads and prints them: ISO 8601 in, UTC to the second out."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import typer
 
 
 def when(value: datetime) -> str:
-    """A time in UTC to the minute, e.g. `2030-01-01 10:00Z`."""
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
+    """A time in UTC to the second, e.g. `2030-01-01 10:00:00Z`: one token a reader copies whole
+    (no space is cut at, see `tables.py`), and the same in every table and detail view."""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def parse_time(text: str | None, option: str) -> datetime | None:

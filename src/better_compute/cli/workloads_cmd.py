@@ -11,7 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
-from rich.table import Table
 
 from better_compute.cli import config, watch
 from better_compute.cli.app import app
@@ -33,7 +32,15 @@ from better_compute.cli.container_flags import (
 )
 from better_compute.cli.exec_output import ExecCommandArgument, ExecTimeoutOption, finish_exec
 from better_compute.cli.output import LogTailOption, print_json, print_log, stdout
-from better_compute.cli.tables import Column, Output, OutputOption, print_fitted
+from better_compute.cli.tables import (
+    Column,
+    Output,
+    OutputOption,
+    json_wanted,
+    print_details,
+    print_fitted,
+    sentence,
+)
 from better_compute.cli.times import when
 
 if TYPE_CHECKING:
@@ -317,12 +324,8 @@ def _print_verdicts(verdicts: Sequence[VerdictPublic], output: Output) -> None:
 
 
 def _grid(rows: Sequence[tuple[str, str]]) -> None:
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    for key, value in rows:
-        grid.add_row(key, value, end_section=False)
-    stdout().print(grid)
+    """A detail view, as every command prints one (`tables.print_details`)."""
+    print_details(stdout(), [(sentence(key), value) for key, value in rows])
 
 
 def _print_workload(w: WorkloadPublic, output: Output) -> None:
@@ -449,6 +452,7 @@ def workloads_create(
     where each replica went and a verdict per cluster. --allowed-region and --allowed-cluster make
     its NAME-placement policy. --image (and its flags) or --container-file is what each replica
     runs; without them its devices are booked and nothing is started."""
+    as_json = json_wanted(as_json, output)
     _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)
     floors = _floors(floor or ())
     flags = ContainerFlags(
@@ -520,6 +524,7 @@ def workloads_list(
     token: config.TokenOption = None,
 ) -> None:
     """Workloads the token may see, with where their replicas are (clusters: CLUSTER=replicas)."""
+    as_json = json_wanted(as_json, output)
     page: Page[WorkloadPublic] = call(
         server,
         token,
@@ -548,6 +553,7 @@ def workloads_show(
     """One workload and its deployments: per cluster its phase, replicas desired, placed and
     running, and why it has fewer (reason, shortfall). With --watch, again on each change until it
     is deleted (or Ctrl-C)."""
+    as_json = json_wanted(as_json, output)
     if watching:
         call(
             server,
@@ -725,6 +731,7 @@ def workloads_scale(
     token: config.TokenOption = None,
 ) -> None:
     """Set a workload's replicas; those no cluster can take show as unplaced, with the reason."""
+    as_json = json_wanted(as_json, output)
     scaled = call(
         server,
         token,
@@ -949,6 +956,7 @@ def placement_preview(
     --device-count and --replicas (with --project for an admin). A verdict per cluster (admitted,
     or why not, with the figures that decided), then the chosen shares and the replicas of other
     workloads it would evict."""
+    as_json = json_wanted(as_json, output)
     asked = min_memory_gib is not None or min_compute_slices is not None or nvlink_peer
     if asked and device_class is not None:
         _one_shape(device_class, min_memory_gib, min_compute_slices, nvlink_peer)

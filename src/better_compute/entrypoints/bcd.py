@@ -103,11 +103,9 @@ def inventory(
     if as_json:
         sys.stdout.write(json.dumps(report_json(report), indent=2) + "\n")
         return
-    from rich.console import Console
+    from better_compute.bcd.inventory_table import inventory_lines
 
-    from better_compute.bcd.inventory_table import inventory_table
-
-    Console(highlight=False).print(inventory_table(name, gpus))
+    sys.stdout.write("".join(f"{line}\n" for line in inventory_lines(name, gpus)))
 
 
 @bcd_app.command()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from fractions import Fraction
 
+from better_compute.domain.fleet.pools import SharingMode
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.accounting import grid_of
@@ -54,7 +55,7 @@ def test_summary_counts_whole_gpus_per_model() -> None:
     ]
 
 
-def test_by_pool_has_a_row_per_pool_and_class_even_when_empty() -> None:
+def test_by_pool_shows_only_the_classes_a_pool_can_have_even_when_empty() -> None:
     atoms = [
         atom("g1", bookable=False),
         atom("g1", "mig:1.0"),
@@ -62,10 +63,22 @@ def test_by_pool_has_a_row_per_pool_and_class_even_when_empty() -> None:
         atom("g2", pool_id="other"),
         atom("g3", pool_id=None),
     ]
-    assert by_pool(["p"], atoms, {"g1/mig:2.0"}) == [
+    pools: dict[str, SharingMode] = {"p": "mig", "x": "exclusive", "s": "timeslice"}
+    assert by_pool(pools, atoms, {"g1/mig:2.0"}) == [
         ClassCount("p", "gpu", 1, 0, 0),
         ClassCount("p", "gpu.mig", 2, 2, 1),
-        ClassCount("p", "gpu.slot", 0, 0, 0),
+        ClassCount("s", "gpu", 0, 0, 0),
+        ClassCount("s", "gpu.slot", 0, 0, 0),
+        ClassCount("x", "gpu", 0, 0, 0),
+    ]
+
+
+def test_by_pool_counts_a_class_the_mode_does_not_give_where_the_pool_holds_it() -> None:
+    # a GPU whose MIG mode is on gives MIG instances in any pool: they are counted, never hidden
+    atoms = [atom("g1", pool_id="x", bookable=False), atom("g1", "mig:1.0", pool_id="x")]
+    assert by_pool({"x": "exclusive"}, atoms, set()) == [
+        ClassCount("x", "gpu", 1, 0, 0),
+        ClassCount("x", "gpu.mig", 1, 1, 0),
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from better_compute.api.console.inputs import CLASSES, reservation_body
+from better_compute.api.console.inputs import CLASSES, opening_form, reservation_body
 from better_compute.api.console.session import (
     PREFIX,
     Session,
@@ -43,12 +43,18 @@ def install(app: FastAPI) -> None:
 
     def reserve_form(request: Request, session: Session, status: int = 200, **shown: Any) -> Response:
         services = services_of(request)
-        pools = console.pool_ids(services.store, session[0])
+        choices = console.reserve_choices(services.store, session[0])
         tenants = []
         if session[0].is_admin:
             with services.store.read() as tx:
                 tenants = [t.id for t in tx.tenants.page(None, None)]
-        context = {"pools": pools, "classes": CLASSES, "tenants": tenants, "form": {}, **shown}
+        context = {
+            "pools": choices,
+            "classes": CLASSES,
+            "tenants": tenants,
+            "form": opening_form(choices),
+            **shown,
+        }
         return render(
             "reserve.html",
             status,

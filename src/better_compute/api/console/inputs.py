@@ -4,14 +4,17 @@ query; it shows the nearest it may), and the reserve form's body for admission t
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.accounting import Grid
 from better_compute.domain.metering.billing import month_of
 from better_compute.domain.tenancy.credentials import Principal
+
+if TYPE_CHECKING:
+    from better_compute.service.ops.console import PoolChoice
 
 DEFAULT_DAYS = 1
 MAX_DAYS = 31
@@ -47,6 +50,19 @@ doctor` defaults."""
 
 CLASSES = ("gpu", "gpu.mig", "gpu.slot")
 """The device classes the reserve form offers."""
+
+
+def opening_form(choices: Sequence[PoolChoice]) -> dict[str, str]:
+    """What the reserve form shows before anything is typed: the first pool, the class it is booked
+    by and, for MIG instances, its smallest profile, a combination admission takes (before, every
+    pool opened on `gpu.mig`, which an exclusive or shared pool refuses)."""
+    if not choices:
+        return {}
+    first = choices[0]
+    form = {"pool": first.id, "class": first.cls}
+    if first.cls == "gpu.mig" and first.profiles:
+        form["profile"] = first.profiles[0]
+    return form
 
 
 def reservation_body(form: Mapping[str, str], principal: Principal) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from better_compute.domain.kernel.timewin import Window, parse_duration
 if TYPE_CHECKING:
     from better_compute.domain.fleet.atoms import Atom
     from better_compute.domain.fleet.records import Gpu, Node
+    from better_compute.domain.kernel.atom_classes import AtomClass
 
 SharingMode = Literal["exclusive", "mig", "timeslice", "mps"]
 SHARING_MODES: tuple[SharingMode, ...] = get_args(SharingMode)
@@ -34,6 +35,23 @@ between."""
 
 SLOT_MODES: tuple[SharingMode, ...] = ("timeslice", "mps")
 """The sharing modes whose GPUs are booked in `replicas` slots."""
+
+CLASSES_BY_MODE: Mapping[SharingMode, tuple[AtomClass, ...]] = {
+    "exclusive": ("gpu",),
+    "mig": ("gpu", "gpu.mig"),
+    "timeslice": ("gpu", "gpu.slot"),
+    "mps": ("gpu", "gpu.slot"),
+}
+"""The atom classes a pool of each mode can hold (`atoms.derive_gpu_atoms`): whole GPUs in every
+mode (a split GPU's parent is one, unbookable), MIG instances in mig pools, slots in shared ones. A
+GPU whose MIG mode is on gives MIG instances in any pool; such atoms are counted where they are."""
+
+
+def booked_class(mode: SharingMode) -> AtomClass:
+    """The class a pool of `mode` is booked by: a whole GPU in an exclusive pool, a MIG instance in
+    a mig pool, a slot in a shared one (the last of `CLASSES_BY_MODE[mode]`)."""
+    return CLASSES_BY_MODE[mode][-1]
+
 
 MIN_REPLICAS = 1
 MAX_REPLICAS = 48

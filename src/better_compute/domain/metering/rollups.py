@@ -7,12 +7,13 @@ whole GPU anyone can book); `by_pool` counts atoms of each class, so fractions s
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from fractions import Fraction
 
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.pools import CLASSES_BY_MODE, SharingMode
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.atom_classes import ATOM_CLASSES, AtomClass
 from better_compute.domain.kernel.timewin import Window
@@ -75,18 +76,26 @@ def summary(gpus: Iterable[Gpu], atoms: Iterable[Atom], booked_now: Collection[s
     return [ModelCount(model, *row) for model, row in sorted(counts.items())]
 
 
-def by_pool(pool_ids: Iterable[str], atoms: Iterable[Atom], booked_now: Collection[str]) -> list[ClassCount]:
-    """Per pool of `pool_ids` and per atom class (every class, so the rows are the same for every
-    pool), its present atoms: how many, how many are bookable, how many a tenant's booking holds now."""
-    counts = {(p, c): [0, 0, 0] for p in pool_ids for c in ATOM_CLASSES}
+def by_pool(
+    pools: Mapping[str, SharingMode], atoms: Iterable[Atom], booked_now: Collection[str]
+) -> list[ClassCount]:
+    """Per pool of `pools` (id -> sharing mode) and per atom class it can have (the classes its mode
+    gives, `CLASSES_BY_MODE`, and any class it holds atoms of), its present atoms: how many, how
+    many are bookable, how many a tenant's booking holds now. An exclusive pool has no `gpu.slot`
+    row of zeros: a row is a class the pool can hold."""
+    counts = {(p, c): [0, 0, 0] for p, mode in pools.items() for c in CLASSES_BY_MODE[mode]}
     for atom in atoms:
-        row = counts.get((atom.pool_id or "", atom.cls))
-        if row is None or not atom.present:
+        if not atom.present or atom.pool_id is None or atom.pool_id not in pools:
             continue
+        row = counts.setdefault((atom.pool_id, atom.cls), [0, 0, 0])
         row[0] += 1
         row[1] += atom.bookable
         row[2] += atom.id in booked_now
-    return [ClassCount(p, c, *row) for (p, c), row in sorted(counts.items())]
+    order = {c: n for n, c in enumerate(ATOM_CLASSES)}
+    return [
+        ClassCount(p, c, *row)
+        for (p, c), row in sorted(counts.items(), key=lambda kv: (kv[0][0], order[kv[0][1]]))
+    ]
 
 
 def timeline(held: Iterable[Window], grid: Grid) -> list[WholeBooked]:

@@ -9,12 +9,13 @@ moment ago through another one, must show here too. A tenant sees only the pools
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.gpu_states import GpuPeriod
+from better_compute.domain.fleet.pools import SharingMode
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.atom_classes import check_atom_class
 from better_compute.domain.kernel.timewin import Window
@@ -158,6 +159,7 @@ class Snapshot:
 
     at: datetime
     pool_ids: tuple[str, ...]
+    pool_modes: Mapping[str, SharingMode]
     atoms: tuple[Atom, ...]
     gpus: tuple[Gpu, ...]
     booked: frozenset[str]
@@ -168,9 +170,10 @@ def _snapshot(
 ) -> Snapshot:
     pools = _scope(store, principal, pool_id)
     if pools == []:
-        return Snapshot(now, (), (), (), frozenset())
+        return Snapshot(now, (), {}, (), (), frozenset())
     with store.read() as tx:
-        every_pool = sorted(p.id for p in tx.pools.all()) if pools is None else pools
+        modes = {p.id: p.mode for p in tx.pools.all()}
+        every_pool = sorted(modes) if pools is None else pools
         atoms = [
             a
             for a in tx.atoms.page(pool_id=pool_id, cls=None, bookable=None, limit=None, after=None)
@@ -185,7 +188,8 @@ def _snapshot(
             for b in tx.ledger.live_on(ids[i : i + _CHUNK], now)
             if b.starts_at <= now and not is_partition_change(b.allocation_id)
         )
-    return Snapshot(now, tuple(every_pool), tuple(atoms), tuple(gpus), booked)
+    shown = {p: modes[p] for p in every_pool if p in modes}
+    return Snapshot(now, tuple(every_pool), shown, tuple(atoms), tuple(gpus), booked)
 
 
 def summary(
@@ -201,7 +205,7 @@ def by_pool(
 ) -> list[ClassCount]:
     """`capacity.byPool`: atoms per pool and class, now (`domain.metering.rollups.by_pool`)."""
     snap = _snapshot(store, principal, pool_id, now)
-    return rollups.by_pool(snap.pool_ids, snap.atoms, snap.booked)
+    return rollups.by_pool(snap.pool_modes, snap.atoms, snap.booked)
 
 
 def timeline(

@@ -16,8 +16,10 @@ from datetime import datetime
 from fractions import Fraction
 
 from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.pools import SharingMode, booked_class
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.gate.mig_gate import changing_to, told_layout
+from better_compute.domain.kernel.atom_classes import AtomClass
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import is_partition_change
 from better_compute.domain.ledger.records import LiveBooking
@@ -221,6 +223,40 @@ def pool_ids(store: StorePort[OpsTx], principal: Principal) -> tuple[str, ...]:
     visible = visible_pool_ids(store, principal)
     with store.read() as tx:
         return tuple(sorted(p.id for p in tx.pools.all() if visible is None or p.id in visible))
+
+
+@dataclass(frozen=True, slots=True)
+class PoolChoice:
+    """A pool as the reserve form offers it: the class it is booked by and, for MIG instances, the
+    profiles its atoms have (smallest first), so the form opens on a combination admission takes."""
+
+    id: str
+    mode: SharingMode
+    cls: AtomClass
+    profiles: tuple[str, ...]
+
+
+def reserve_choices(store: StorePort[OpsTx], principal: Principal) -> tuple[PoolChoice, ...]:
+    """The pools the caller may see, each with its booked class and its atoms' MIG profiles."""
+    visible = visible_pool_ids(store, principal)
+    with store.read() as tx:
+        pools = sorted((p for p in tx.pools.all() if visible is None or p.id in visible), key=lambda p: p.id)
+        choices = []
+        for pool in pools:
+            sizes: dict[str, int] = {}
+            for atom in tx.atoms.of_pool(pool.id):
+                profile = atom.attributes.get("migProfile")
+                if atom.present and atom.cls == "gpu.mig" and isinstance(profile, str):
+                    sizes[profile] = _slices(profile)
+            profiles = tuple(sorted(sizes, key=lambda name: (sizes[name], name)))
+            choices.append(PoolChoice(pool.id, pool.mode, booked_class(pool.mode), profiles))
+    return tuple(choices)
+
+
+def _slices(profile: str) -> int:
+    """The compute slices a profile's name leads with (`3g.40gb` -> 3), for ordering."""
+    head = profile.split("g.", 1)[0]
+    return int(head) if head.isdigit() else 0
 
 
 def bookings(

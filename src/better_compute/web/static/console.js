@@ -37,4 +37,24 @@
       }, 300);
     });
   }
+  // The reserve form: choosing a pool chooses the class it is booked by and offers its profiles.
+  var pool = document.querySelector("form.reserve select[name=pool]");
+  if (pool) {
+    var cls = document.querySelector("form.reserve select[name=class]");
+    var profile = document.querySelector("form.reserve select[name=profile]");
+    var follow = function () {
+      var chosen = pool.options[pool.selectedIndex];
+      if (chosen && cls && chosen.dataset.class) { cls.value = chosen.dataset.class; }
+      if (!profile) { return; }
+      var first = "";
+      Array.prototype.forEach.call(profile.querySelectorAll("optgroup"), function (group) {
+        var mine = group.dataset.pool === pool.value;
+        group.hidden = !mine;
+        group.disabled = !mine;
+        if (mine && !first && group.querySelector("option")) { first = group.querySelector("option").value; }
+      });
+      profile.value = cls && cls.value === "gpu.mig" ? first : "";
+    };
+    pool.addEventListener("change", follow);
+  }
 })();
