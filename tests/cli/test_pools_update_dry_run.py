@@ -85,7 +85,7 @@ def test_pools_update_dry_run_says_what_the_layout_change_would_wait_for(
     assert "dry run: pool p1 would be at generation 2; nothing was changed" in out
     assert MIXED in out
     row = next(line for line in out.splitlines() if line.startswith("n-1"))
-    assert "platform until 2026-12-01 13:00Z" in row
+    assert "platform until 2026-12-01 13:00:00Z" in row
     assert all(len(line) <= 80 for line in out.splitlines())
 
     piped = cli(

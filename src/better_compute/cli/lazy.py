@@ -25,6 +25,7 @@ a command would be missing until its module happened to be imported.
 
 from __future__ import annotations
 
+import enum
 import importlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -152,8 +153,11 @@ def _process_value(self: _TyperParameter, ctx: Context, value: Any) -> Any:
     one (None), which its coercion hands back untouched (`()` for a multi-value parameter). Every call
     has such parameters (`--help`, `--install-completion`), so each call imported pydantic, about a
     tenth of a second, for nothing. An absent value is coerced by typer's own adapter-free coercion,
-    which answers exactly that; everything after it (a required check, the callback) is typer's."""
-    if value is not None or self._runtime_param is not None:
+    which answers exactly that; everything after it (a required check, the callback) is typer's. So
+    is an enum member that is the parameter's own default (`-o` left out: `Output.TABLE`), which
+    coercion would hand back as it is."""
+    untouched = value is None or (isinstance(value, enum.Enum) and value is self.default)
+    if not untouched or self._runtime_param is not None:
         return _typer_process_value(self, ctx, value)
     descriptor = self.type_descriptor
     self._runtime_param = PassThroughRuntimeParam(
