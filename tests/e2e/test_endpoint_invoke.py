@@ -7,6 +7,7 @@ copy (its check that an allocation is on the node knows only ledger allocations)
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import warnings
@@ -18,8 +19,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
+from better_compute.api.routes import invocations as invocations_route
 from better_compute.client import Compute, ComputeError, NotFoundError
 from better_compute.domain.endpoints.endpoints import copy_allocation_id
 from better_compute.domain.fleet.replica_states import ReplicaState
@@ -43,6 +46,7 @@ class ModelServer:
 
     name: str
     delay: float = 0.0
+    extra_headers: list[tuple[str, bytes]] = field(default_factory=list)
     seen: list[bytes] = field(default_factory=list)
     heads: list[dict[str, str]] = field(default_factory=list)
     server: ThreadingHTTPServer | None = None
@@ -62,8 +66,13 @@ class ModelServer:
                 outer.heads.append({k.lower(): v for k, v in self.headers.items()})
                 time.sleep(outer.delay)
                 answer = f"{outer.name}:{self.headers.get('content-type')}:".encode() + body
-                self.send_response(200 if self.path == "/invocations" else 404)
-                self.send_header("Content-Type", "text/plain")
+                headers = [
+                    (b"Content-Type", b"text/plain"),
+                    *((k.encode(), v) for k, v in outer.extra_headers),
+                ]
+                self.send_response_only(200 if self.path == "/invocations" else 404)
+                for key, value in headers:  # as bytes: a value need not be Latin-1 text
+                    self._headers_buffer.append(key + b": " + value + b"\r\n")  # type: ignore[attr-defined]
                 self.send_header("Content-Length", str(len(answer)))
                 self.end_headers()
                 self.wfile.write(answer)
@@ -306,3 +315,69 @@ def test_invoke_passes_on_only_the_content_type_and_accept_it_was_given(
     assert "content-type" not in first
     assert second["content-type"] == "application/x-npy" and second["accept"] == "text/csv"
     assert second["content-length"] == str(len(big))
+
+
+def test_a_model_servers_cookies_never_reach_the_next_caller_or_another_model_server(
+    store: Store, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    """No cookie jar: a `Set-Cookie` a model server answers with (at a host name, where a jar would
+    keep it) is relayed to nobody and sent to no model server later."""
+    world = _world(store, tmp_path, {"llama": 1, "mistral": 1})
+    setting = ModelServer("llama", extra_headers=[("Set-Cookie", b"session=tenant-a; Path=/")]).start()
+    other = ModelServer("mistral").start()
+    servers.extend([setting, other])
+    _report(store, "llama", 0, "ready", setting.address.replace("127.0.0.1", "localhost"))
+    _report(store, "mistral", 0, "ready", other.address.replace("127.0.0.1", "localhost"))
+    with TestClient(world.http.app) as http:
+        for component in ("llama", "llama", "mistral"):
+            answer = _invoke(http, world.platform, component)
+            assert answer.status_code == 200 and "set-cookie" not in answer.headers
+    assert [h.get("cookie") for h in setting.heads + other.heads] == [None, None, None]
+
+
+def test_a_model_servers_content_type_that_is_not_latin_1_is_relayed_as_sent(
+    store: Store, tmp_path: Path, servers: list[ModelServer]
+) -> None:
+    world = _world(store, tmp_path, {"llama": 1})
+    odd = "text/plain; note=日本".encode()
+    llama = ModelServer("llama", extra_headers=[("Content-Type", odd)]).start()
+    servers.append(llama)
+    _report(store, "llama", 0, "ready", llama.address)
+
+    async def invoke() -> httpx.Response:
+        # httpx over ASGI keeps header bytes as the app sent them (the TestClient makes them text).
+        transport = httpx.ASGITransport(app=world.http.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bc") as client:
+            return await client.post(
+                "/v1/endpoints/chat/invoke", content=b"hi", headers={**world.platform, HEADER: "llama"}
+            )
+
+    answer = asyncio.run(invoke())
+    assert answer.status_code == 200
+    assert odd in [v for k, v in answer.headers.raw if k.lower() == b"content-type"]
+
+
+@SERIAL
+def test_a_copy_whose_connections_are_all_busy_does_not_hold_up_another_copys_requests(
+    store: Store, tmp_path: Path, servers: list[ModelServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Connections are bounded per copy: requests to a slow copy that holds all of its own wait (and
+    go elsewhere or get 503 after `POOL_WAIT_S`), while another component's copy answers at once."""
+    monkeypatch.setattr(invocations_route, "UPSTREAM_PER_COPY", 1)
+    monkeypatch.setattr(invocations_route, "POOL_WAIT_S", 0.5)
+    world = _world(store, tmp_path, {"llama": 1, "mistral": 1})
+    slow = ModelServer("llama", delay=3.0).start()
+    fast = ModelServer("mistral").start()
+    servers.extend([slow, fast])
+    _report(store, "llama", 0, "ready", slow.address)
+    _report(store, "mistral", 0, "ready", fast.address)
+    with TestClient(world.http.app) as http, ThreadPoolExecutor(2) as pool:
+        held = pool.submit(_invoke, http, world.platform, "llama")
+        while not slow.seen:
+            time.sleep(0.01)
+        started = time.monotonic()
+        answer = _invoke(http, world.platform, "mistral")
+        assert answer.status_code == 200 and time.monotonic() - started < 2.0
+        waited = _invoke(http, world.platform, "llama")  # its one connection is busy
+        assert waited.status_code == 503 and "none free within" in waited.json()["error"]["message"]
+        assert held.result().status_code == 200

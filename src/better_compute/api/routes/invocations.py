@@ -60,13 +60,33 @@ _PASSED_BACK = ("content-type", "content-length", "content-encoding")
 router = APIRouter(prefix="/v1", tags=["endpoints"])
 
 
+UPSTREAM_CONNECTIONS = 2048
+"""Connections to model servers a server process holds at most, all copies together."""
+
+UPSTREAM_PER_COPY = 128
+"""Connections to one copy's address at most: a copy whose model server answers slowly (long
+generations) holds at most these, so it never takes the connections other copies' requests (other
+endpoints', other tenants') need."""
+
+POOL_WAIT_S = 10.0
+"""How long a request waits for one of its copy's connections (and for the connection to be made)
+before the next ready copy is tried; 503 when none takes it."""
+
+
 def new_upstream() -> aiohttp.ClientSession:
-    """The session requests go to model servers through: pooled for 64+ concurrent callers, no proxy
-    from the environment, bodies relayed as sent (not decompressed), `CONNECT_TIMEOUT_S` to connect
-    and `INVOKE_TIMEOUT_S` for each read of the answer."""
+    """The session requests go to model servers through: pooled for 64+ concurrent callers, bounded
+    per copy (`UPSTREAM_PER_COPY`), no proxy from the environment, no cookie jar (a model server's
+    `Set-Cookie` must never reach the next caller, nor another tenant's model server on the same
+    host), bodies relayed as sent (not decompressed), `CONNECT_TIMEOUT_S` to connect, `POOL_WAIT_S`
+    to get a connection at all, and `INVOKE_TIMEOUT_S` for each read of the answer."""
     return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=256, limit_per_host=0, keepalive_timeout=KEEPALIVE_S),
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=INVOKE_TIMEOUT_S),
+        connector=aiohttp.TCPConnector(
+            limit=UPSTREAM_CONNECTIONS, limit_per_host=UPSTREAM_PER_COPY, keepalive_timeout=KEEPALIVE_S
+        ),
+        timeout=aiohttp.ClientTimeout(
+            total=None, connect=POOL_WAIT_S, sock_connect=CONNECT_TIMEOUT_S, sock_read=INVOKE_TIMEOUT_S
+        ),
+        cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
         trust_env=False,
         skip_auto_headers=("User-Agent", "Content-Type"),
@@ -149,7 +169,12 @@ async def _forward(
             )
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError):
             release()
-            log.warning("copy %s:%d at %s refused the connection", copy.component, copy.copy, copy.address)
+            log.warning(
+                "copy %s:%d at %s refused the connection or had none free in time",
+                copy.component,
+                copy.copy,
+                copy.address,
+            )
             continue
         except TimeoutError as exc:
             release()
@@ -167,7 +192,10 @@ async def _forward(
         return answer, copy
     listed = ", ".join(str(c) for c in tried)
     raise NoReadyCopy(
-        route.endpoint, route.component, f"no ready copy taking connections (copy {listed} refused)"
+        route.endpoint,
+        route.component,
+        f"no ready copy taking connections (copy {listed} refused, or had none free within"
+        f" {seconds(POOL_WAIT_S)})",
     )
 
 
@@ -221,9 +249,8 @@ class Relayed(Response):
         super().__init__(status_code=answer.status)
         self.answer = answer
         self.done = done
-        kept = [
-            (k.encode("latin-1"), v.encode("latin-1")) for k in _PASSED_BACK if (v := answer.headers.get(k))
-        ]
+        # The header bytes as the model server sent them (a value need not be Latin-1 text).
+        kept = [(k.lower(), v) for k, v in answer.raw_headers if k.lower().decode("latin-1") in _PASSED_BACK]
         invoked = f"{copy.component}:{copy.copy}".encode("latin-1")
         self.raw_headers = [*kept, (INVOKED_COPY_HEADER.lower().encode("latin-1"), invoked)]
 
