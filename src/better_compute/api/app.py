@@ -94,6 +94,10 @@ def _lifespan(services: Services, warming: Warming) -> Callable[[FastAPI], Abstr
         elif warming == "background":
             services.ready.clear()
             threading.Thread(target=_warm_until_done, args=(services,), name="warmup", daemon=True).start()
+        if warming != "none":
+            # The OpenAPI document is derived from the source (api/refusals.py): about a second of CPU,
+            # built here, off the event loop, rather than by the first GET /openapi.json on it.
+            threading.Thread(target=_app.openapi, name="openapi", daemon=True).start()
         # One pool of connections to endpoints' model servers for the process (`endpoints.invoke`).
         async with invocations.new_upstream() as upstream:
             _app.state.upstream = upstream

@@ -210,8 +210,16 @@ def qualified(function: Callable[..., object]) -> str:
 
 @cache
 def graph() -> SourceGraph:
-    """The graph of this installation's source, read once per process."""
-    return SourceGraph()
+    """The graph of this installation's source, read once per process. An installation without its
+    `.py` files (compiled only, or zipped) cannot document its refusals, and says so rather than
+    answering a document that lists none."""
+    found = SourceGraph()
+    if not found.edges:
+        raise RuntimeError(
+            f"the OpenAPI document is derived from better_compute's source files, and none were found"
+            f" under {_ROOT}: install the package with its .py files"
+        )
+    return found
 
 
 __all__ = ["SourceGraph", "graph", "qualified"]

@@ -539,8 +539,13 @@ def accept_read(store: StorePort[FleetTx], signed: SignedRequest, now: datetime)
     node = verify(store, signed, now)
     assert node.public_key is not None  # `verify` refuses a node without one
     with store.begin() as tx:
+        returned = False
+        if _was_silent(node, now):  # rare: decided again under the node's lock, so it is logged once
+            tx.nodes.lock([node.id])
+            current = tx.nodes.by_ids([node.id]).get(node.id)
+            returned = current is not None and _was_silent(current, now)
         taken = tx.nodes.accept_read(node.id, node.public_key, signed.sequence, now)
-        if taken and _was_silent(node, now):
+        if taken and returned:
             _vouch_again(tx, node.id, now)
     if taken:
         return node
