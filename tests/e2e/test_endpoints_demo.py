@@ -127,14 +127,16 @@ def test_an_endpoint_on_the_layout_its_nodes_already_have_goes_in_service(tmp_pa
         ]
         args += [a for t in LAYOUT for a in ("--partition-type", t)] + ["--price", "25.25"]
         created = server.cli_env(*args)
-        if applied(busy):  # a slow machine: the busy node's change went before the endpoint came
-            assert created.returncode == 0 and "Creating" in created.stdout, created.stdout + created.stderr
+        # The reconciler follows the release to the busy node at its next pass (half a second), so
+        # its change often goes before the endpoint comes; otherwise the endpoint comes Failed.
+        if created.returncode == 0:
+            assert "Creating" in created.stdout, created.stdout + created.stderr
         else:
             assert created.returncode == 1, created.stdout + created.stderr
             assert "error: endpoint chat is Failed" in created.stderr and "changing layout" in created.stderr
-        # The busy node is looked at again a minute after its last lease (RECHECK), its change goes,
-        # and the retrier, woken by node.mig.applied, hands both nodes to the endpoint.
-        eventually(lambda: compute.endpoints.get("chat").status == "InService", "the endpoint InService", 180)
+        # The busy node's change goes, and the retrier, woken by node.mig.applied, hands both nodes
+        # to the endpoint: seconds, not a minute after the node's last lease (RECHECK).
+        eventually(lambda: compute.endpoints.get("chat").status == "InService", "the endpoint InService", 60)
         cut = instances(compute, idle)
         shown = compute.endpoints.get("chat")
         assert {i.layout for i in shown.instances} == {new}

@@ -11,6 +11,16 @@ Reconcilers shard the nodes through leases on the gate rows (`Reconciler.tick`):
 each replica takes free rows `SKIP LOCKED`, so any number share the work, one per node at a time,
 and a replica that dies loses its leases when they run out. A lease only says who should try; a
 step is correct whoever makes it.
+
+A node scheduled for later is not leased until its time comes, unless a booking on it ended early:
+each reconciler follows the event log (`service.kernel.event_tail.Follower`, as the relayout
+resumer does) for the events that end bookings before their time (`ledger.released`: a
+reservation, a workload replica or an eviction released; `ledger.cancelled`: one cancelled before
+it started), and leases the nodes those bookings were on at its next pass. The event is appended in
+the transaction that ended the booking, so the step that follows reads the ledger without it. The
+news only says when to look; the step decides from the ledger under the node's lock, and `RECHECK`
+still looks at every such node now and then, for an end whose event no reconciler followed (one
+that committed while none ran).
 """
 
 from __future__ import annotations
@@ -19,17 +29,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from better_compute.domain.gate import mig_gate as rules
 from better_compute.domain.gate.events import NodeMigApplied, NodeMigGranted, NodeMigScheduled
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, Unavailable
+from better_compute.domain.kernel.events import LoggedEvent
+from better_compute.domain.ledger.events import LedgerCancelled, LedgerReleased
 from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds
 from better_compute.service.gate.ports import GateTx
 from better_compute.service.kernel.clock import Clock
+from better_compute.service.kernel.event_tail import Follower
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.ports import NotBookable, Overlap
 
@@ -41,8 +54,9 @@ LEASE = timedelta(seconds=15)
 RECHECK = timedelta(seconds=60)
 """A node scheduled for later is looked at again this long after its last lease ran out: if the
 bookings that held it back ended early (released, cancelled, evicted), its holds move to the end
-of those left (`domain.gate.mig_gate.next_step`). Only when to look; what happens is decided from the
-ledger under the node's lock."""
+of those left (`domain.gate.mig_gate.next_step`). The backstop: a reconciler that follows the
+event the end appended looks at the node at its next pass. Only when to look; what happens is
+decided from the ledger under the node's lock."""
 
 INTERVAL = 0.5
 """Seconds between a reconciler's passes."""
@@ -206,9 +220,10 @@ def step(
     The write plans from that read's ledger facts, not a second one (the ledger's read is most of a
     step's database time, which every request shares): a tenant booking that landed on the node
     since then overlaps the holds a schedule writes, and the exclusion constraint refuses them;
-    one that ended early since leaves the holds later than they could be, until the node's
-    `RECHECK`; and bookings never land under the holds a grant or an apply follows. The gate and
-    the node's row are read again under the lock."""
+    one that ended early since leaves the holds later than they could be, until the reconciler
+    follows the end's event to the node at its next pass (`Reconciler.woken`); and bookings never
+    land under the holds a grant or an apply follows. The gate and the node's row are read again
+    under the lock."""
     with store.read() as tx:  # most passes find nothing to do: decide that without the writer lock
         gate = tx.mig_layouts.of_nodes([node_id]).get(node_id)
         if gate is None:
@@ -229,8 +244,25 @@ def step(
 
 
 @dataclass
+class _Ended:
+    """The reconciler as its follower sees the log: allocations whose bookings ended early since
+    its last pass (a partition change's own holds end with `gpu.partition.released`, not here)."""
+
+    allocations: set[str] = field(default_factory=set)
+
+    def load(self, tx: GateTx) -> None:
+        pass  # what ended before is left to `RECHECK`
+
+    def apply(self, logged: LoggedEvent) -> None:
+        if isinstance(logged.event, LedgerReleased | LedgerCancelled):
+            self.allocations.add(logged.event.subject)
+
+
+@dataclass
 class Reconciler:
-    """Drives the gate: each pass leases nodes (`BATCH` at most) and steps each of them once."""
+    """Drives the gate: each pass leases nodes (`BATCH` at most) and steps each of them once; a
+    node scheduled for later only when its time came, a booking on it ended early, or `recheck`
+    passed since its last lease."""
 
     store: StorePort[GateTx]
     clock: Clock
@@ -246,12 +278,43 @@ class Reconciler:
     pause: Callable[[float], None] = time.sleep
     stopping: threading.Event | None = None
     """Set by `run`: a pass ends at the next node once it is set, and its pauses end at once."""
+    _ended: _Ended = field(default_factory=_Ended)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _woken: dict[str, datetime] = field(default_factory=dict)
+    """Nodes a booking ended early on, each with when the news came: leased at the next pass that
+    can (another reconciler's live lease waits), forgotten once stepped or when `recheck` would
+    have looked at it anyway."""
+
+    def __post_init__(self) -> None:
+        self._follower: Follower[GateTx] = Follower(self._ended, self._lock, time.monotonic)
+
+    def woken(self, now: datetime) -> list[str]:
+        """Follow the log: the nodes bookings ended early on since the last pass, with those still
+        waiting to be stepped. A hint only: which nodes to lease now, never what they do."""
+        with self.store.read() as tx:
+            self._follower.sync(tx)
+            with self._lock:
+                ended, self._ended.allocations = self._ended.allocations, set()
+            try:
+                nodes = tx.ledger.nodes_booked_by(sorted(ended)) if ended else set()
+            except BaseException:
+                with self._lock:  # what was read is not lost: the next pass maps it again
+                    self._ended.allocations |= ended
+                raise
+        for node_id in nodes:
+            self._woken.setdefault(node_id, now)
+        forget = now - self.recheck - self.lease
+        self._woken = {n: at for n, at in self._woken.items() if at > forget}
+        return sorted(self._woken)
 
     def tick(self) -> dict[str, rules.Step]:
         """One pass: the steps taken, by node (waits included)."""
         now = self.clock()
+        woken = self.woken(now)
         with self.store.begin() as tx:
-            held = tx.mig_layouts.lease(self.owner, now, now + self.lease, self.batch, now - self.recheck)
+            held = tx.mig_layouts.lease(
+                self.owner, now, now + self.lease, self.batch, now - self.recheck, woken
+            )
         taken: dict[str, rules.Step] = {}
         rest = max(0.0, 1.0 / self.duty - 1.0) if self.duty > 0 else 0.0
         for node_id in held:
@@ -261,6 +324,7 @@ class Reconciler:
             done = step(self.store, node_id, self.clock(), self.owner)
             if done is not None:
                 taken[node_id] = done
+                self._woken.pop(node_id, None)
             if rest:
                 pause = (time.perf_counter() - started) * rest
                 if self.stopping is not None and self.pause is time.sleep:

@@ -28,11 +28,17 @@ class MigLayoutRepo(Protocol):
     def remove(self, node_id: str, version: int) -> bool: ...
 
     def lease(
-        self, owner: str, now: datetime, until: datetime, limit: int, recheck: datetime | None = None
+        self,
+        owner: str,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        recheck: datetime | None = None,
+        woken: Sequence[str] = (),
     ) -> list[str]:
         """Take or renew leases on up to `limit` free nodes that have something to do now (a node
-        scheduled for later, only once its last lease ran out before `recheck`); the nodes `owner`
-        holds."""
+        scheduled for later, only when it is in `woken` or once its last lease ran out before
+        `recheck`); the nodes `owner` holds."""
         ...
 
     def leased_to(self, node_id: str, owner: str, now: datetime) -> bool: ...

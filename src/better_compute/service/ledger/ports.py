@@ -182,6 +182,10 @@ class LedgerPort(Protocol):
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]: ...
 
+    def nodes_booked_by(self, allocation_ids: Sequence[str]) -> set[str]:
+        """The nodes whose atoms these allocations booked (their ended bookings included)."""
+        ...
+
     def booking_allocation(self, booking_id: str) -> str | None: ...
 
     def end_allocation(self, allocation_id: str, now: datetime, event: Event) -> int:

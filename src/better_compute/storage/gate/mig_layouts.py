@@ -53,19 +53,27 @@ class SqlMigLayouts:
         return result.rowcount == 1
 
     def lease(
-        self, owner: str, now: datetime, until: datetime, limit: int, recheck: datetime | None = None
+        self,
+        owner: str,
+        now: datetime,
+        until: datetime,
+        limit: int,
+        recheck: datetime | None = None,
+        woken: Sequence[str] = (),
     ) -> list[str]:
         """Take (or renew) the lease of up to `limit` nodes no other live lease holds and that have
         something to do now, least recently leased first; returns the nodes `owner` holds now. A
         node scheduled for later waits unleased, so a reconciler's leases go to nodes it can move,
-        unless its last lease ran out before `recheck` (it is looked at again now and then, in case
-        the bookings that held it back ended early). On PostgreSQL the candidates are locked `SKIP
-        LOCKED`, so replicas leasing at once split the nodes instead of queueing on each other's
-        rows."""
+        unless a booking on it ended early (it is in `woken`) or its last lease ran out before
+        `recheck` (it is looked at again now and then, in case the news of such an end was missed).
+        On PostgreSQL the candidates are locked `SKIP LOCKED`, so replicas leasing at once split the
+        nodes instead of queueing on each other's rows."""
         free = or_(gates.c.lease_until.is_(None), gates.c.lease_until <= now, gates.c.lease_owner == owner)
         due = or_(gates.c.state != "scheduled", gates.c.scheduled_from <= now)
         if recheck is not None:
             due = or_(due, gates.c.lease_until.is_(None), gates.c.lease_until <= recheck)
+        if woken:
+            due = or_(due, gates.c.node_id.in_(list(woken)))
         # Least recently leased first, so a reconciler holding fewer leases than there are nodes
         # goes round them all instead of renewing the same ones.
         order = (gates.c.lease_until.asc().nulls_first(), gates.c.node_id)

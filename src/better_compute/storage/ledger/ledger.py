@@ -570,6 +570,20 @@ def tenants_booked_until(conn: Connection, node_id: str, since: datetime) -> tup
     return row[0], bool(row[1])
 
 
+def nodes_booked_by(conn: Connection, allocation_ids: Sequence[str]) -> set[str]:
+    """The nodes whose atoms these allocations booked, ended bookings included: where a layout change
+    may have been held back by them."""
+    if not allocation_ids:
+        return set()
+    stmt = (
+        select(atoms.c.node_id)
+        .distinct()
+        .select_from(bookings.join(atoms, atoms.c.id == bookings.c.atom_id))
+        .where(bookings.c.allocation_id.in_(list(allocation_ids)))
+    )
+    return {str(r[0]) for r in conn.execute(stmt)}
+
+
 def whole_gpus_held(conn: Connection, pool_ids: Sequence[str] | None, window: Window) -> list[Window]:
     """The windows of tenants' live bookings of whole GPUs (class `gpu`; partition changes left
     out) in these pools (every pool when None) that meet `window`."""
@@ -757,6 +771,9 @@ class SqlLedger:
 
     def allocation_bookings(self, allocation_id: str) -> list[Booking]:
         return allocation_bookings(self.conn, allocation_id)
+
+    def nodes_booked_by(self, allocation_ids: Sequence[str]) -> set[str]:
+        return nodes_booked_by(self.conn, allocation_ids)
 
     def booking_allocation(self, booking_id: str) -> str | None:
         return booking_allocation(self.conn, booking_id)
