@@ -152,3 +152,17 @@ def test_inventory_reads_in_80_columns_with_every_uuid_whole(env: dict[str, str 
     for gpu in report["gpus"]:
         assert f"GPU {gpu['index']}  {gpu['uuid']}" in lines
         assert all(m["uuid"] in words for m in gpu["migInstances"])
+
+
+@pytest.mark.parametrize("columns", ["80", "240"])
+def test_bcd_usage_errors_use_the_clis_one_error_format_and_exit_2(columns: str) -> None:
+    """bcd speaks as better-compute does (docs/cli.md#exit-codes): `error: ...` on one line, where
+    help is, exit status 2; its help shows flags without `<bool>`."""
+    runner = CliRunner(env={"COLUMNS": columns})
+    refused = runner.invoke(bcd_app, ["run", "--server", "http://x"])
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[0] == "error: No such option: --server"
+    assert "╭" not in refused.stderr and "Try 'bcd run --help' for help." in refused.stderr
+    shown = runner.invoke(bcd_app, ["--help"])
+    assert shown.exit_code == 0 and "<bool>" not in shown.stdout and "--version" in shown.stdout
+    assert all(len(line) <= int(columns) for line in shown.stdout.splitlines())

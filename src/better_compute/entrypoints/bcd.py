@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 
+from better_compute.cli.errors import CliGroup
 from better_compute.cli.version import VersionOption
 from better_compute.entrypoints.podman_options import PodmanOption
 
@@ -18,7 +19,13 @@ if TYPE_CHECKING:
     from better_compute.bcd.runtime import ContainerRuntime
 
 bcd_app = typer.Typer(
-    name="bcd", help="better-compute node daemon.", no_args_is_help=True, add_completion=False
+    name="bcd",
+    help="better-compute node daemon.",
+    no_args_is_help=True,
+    add_completion=False,
+    # The CLI's error format and exit classes (cli/errors.py): `error: ...`, usage 2, a closed pipe
+    # quiet, flags without `<bool>`.
+    cls=CliGroup,
 )
 
 
