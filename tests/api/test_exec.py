@@ -292,7 +292,7 @@ def test_an_audit_write_failing_after_the_command_ran_still_answers_its_result(
     w, allocation, node = _one_replica(fleet)
 
     def fails(*args: object) -> None:
-        raise Unavailable("the database is gone")
+        raise Unavailable("the database is gone", retry_after=1)
 
     monkeypatch.setattr(container_exec, "record_exec_finished", fails)
     got = fleet.http.post(
@@ -379,3 +379,18 @@ def test_the_body_is_bounded_in_bytes_by_the_servers_cap_even_within_the_argumen
     whole = fleet.http.post(path, content=body(wide * EXEC_ARG_MAX), headers=headers)
     assert whole.status_code == 413
     assert len(fleet.runtimes[node].runs) == 1 and allocation
+
+
+def test_an_exec_whose_audit_cannot_be_written_is_not_sent(
+    fleet: Fleet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w, _, node = _one_replica(fleet)
+
+    def fails(*args: object) -> None:
+        raise Unavailable("the database is gone", retry_after=1)
+
+    monkeypatch.setattr(container_exec, "record_exec", fails)
+    got = fleet.http.post(f"/v1/workloads/{w['id']}/exec", json={"command": ["true"]}, headers=fleet.platform)
+    assert got.status_code == 503 and got.json()["error"]["code"] == "UNAVAILABLE"
+    assert fleet.runtimes[node].runs == []  # no command runs unlogged
+    assert container_exec._shares.held == {}  # its place is given back
