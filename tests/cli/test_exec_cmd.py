@@ -76,9 +76,21 @@ def test_a_command_past_its_timeout_or_its_output_bound_says_so_on_stderr(fleet:
     slow = cli(fleet, "workloads", "exec", wid, "--", "sleep", "99")
     assert slow.exit_code == 124 and slow.stdout == "begun\n"
     assert f"error: the command in {allocation} on node {node} ran past its timeout" in slow.stderr
+    assert "may still be running in the container" in " ".join(slow.stderr.split())
     loud = cli(fleet, "workloads", "exec", wid, "--", "yes")
     assert loud.exit_code == 0 and loud.stdout == "y\n" * 4
     assert "note: the output was cut at 1 MiB (stdout and stderr each)" in loud.stderr
+
+
+def test_a_timed_out_exec_says_the_command_may_keep_running_in_the_container(fleet: Fleet) -> None:
+    """Past `--timeout` only the node's `podman exec` client is stopped: the CLI does not claim the
+    command was killed."""
+    wid, _, node = placed(fleet)
+    fleet.listen(node)
+    slow = cli(fleet, "workloads", "exec", wid, "--", "sleep", "99")
+    said = " ".join(slow.stderr.split())
+    assert slow.exit_code == 124 and "killed" not in said
+    assert "(--timeout, at most 60 s): its exec was stopped, but the command may still be running" in said
 
 
 def test_a_refusal_before_the_command_ran_keeps_the_clis_exit_classes(fleet: Fleet) -> None:

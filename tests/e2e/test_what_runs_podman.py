@@ -260,7 +260,9 @@ def the_story(
     missing = admin.post(f"/v1/workloads/{wid}/exec", json={"command": ["no-such-command"]})
     assert missing.json()["exitCode"] == 127
     logged = admin.get("/v1/events", params={"type": "replica.exec"}).json()["items"]
-    assert [e["payload"]["exitCode"] for e in logged] == [0, 3, 127]
+    assert [e["payload"]["command"] for e in logged] == ["busybox", "sh", "no-such-command"]
+    ended = admin.get("/v1/events", params={"type": "replica.exec_finished"}).json()["items"]
+    assert [e["payload"]["exitCode"] for e in ended] == [0, 3, 127]
 
     # -- SIGKILL a node's bcd: its containers keep running and are adopted, not doubled -----------------
     before = running(env)

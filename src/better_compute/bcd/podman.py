@@ -322,8 +322,9 @@ class PodmanRuntime:
         `timeout` seconds: its exit code (podman's own 125 when it could not run it, as on a
         container that is not running; 126 not executable; 127 not found), the first
         `EXEC_OUTPUT_MAX` bytes of its stdout and of its stderr. Past `timeout` the `podman exec`
-        is killed and the answer says `timed_out` (exit code `EXEC_TIMED_OUT`); `NoContainer` when
-        the node has no container for it."""
+        client is killed and the answer says `timed_out` (exit code `EXEC_TIMED_OUT`); the command
+        in the container is not ended by that (podman keeps an exec's process when its client goes)
+        and may keep running. `NoContainer` when the node has no container for it."""
         mine = _current_first([f for f in self.list() if f.allocation_id == allocation_id], self.node)
         if not mine:
             raise NoContainer(allocation_id)

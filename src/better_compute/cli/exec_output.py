@@ -55,7 +55,8 @@ def finish_exec(answer: ExecPublic, as_json: bool) -> None:
         if answer.timed_out:
             stderr().print(
                 f"error: the command in {answer.allocation_id} on node {answer.node} ran past its timeout"
-                " and was killed (--timeout, at most 60 s)",
+                " (--timeout, at most 60 s): its exec was stopped, but the command may still be running"
+                " in the container",
                 markup=False,
             )
     code = answer.exit_code

@@ -20,8 +20,11 @@ Argument = Annotated[str, StringConstraints(min_length=1, max_length=EXEC_ARG_MA
 
 
 class ExecBody(WireRequest):
-    """What to run: `command`, the argv (never a shell line: each item is one argument, no NUL), and
-    `timeoutSeconds`, how long it may run (1 to 60, default 10; past it it is killed)."""
+    """What to run: `command`, the argv (never a shell line: each item is one argument, no NUL; the
+    body at most the server's request cap, 1 MiB by default), and `timeoutSeconds`, how long it may
+    run (1 to 60, default 10). Past it the node stops its `podman exec` client and answers exit code
+    124, `timedOut`; the command itself may keep running in the container (as when a `kubectl exec`
+    client goes away)."""
 
     command: list[Argument] = Field(min_length=1, max_length=EXEC_ARGV_MAX)
     timeout_seconds: int | None = Field(default=None, ge=1, le=EXEC_TIMEOUT_MAX)

@@ -58,3 +58,17 @@ def test_an_agents_answer_is_read_back_only_when_it_is_one() -> None:
     ):
         with pytest.raises(InvalidInput):
             ExecResult.from_document(bad)
+
+
+def test_an_agents_answer_holding_text_that_is_not_utf8_is_not_one() -> None:
+    """JSON carries a lone surrogate (`"\\ud800"`) no answer can be written with: refused here, so
+    the server answers the agent as unreachable (503) rather than failing to write it (500)."""
+    for field in ("stdout", "stderr"):
+        raw: dict[str, object] = {"exitCode": 0, "stdout": "", "stderr": ""}
+        raw[field] = "ok \ud800"
+        with pytest.raises(InvalidInput):
+            ExecResult.from_document(raw)
+    assert (
+        ExecResult.from_document({"exitCode": 0, "stdout": "\U0001f600", "stderr": "é"}).stdout
+        == "\U0001f600"
+    )

@@ -165,15 +165,31 @@ class ReplicaReadinessChanged(Event):
 
 @dataclass(frozen=True, slots=True)
 class ReplicaExec(Event):
-    """A command was run in a replica's or a copy's container through its node's agent
+    """A command is sent to run in a replica's or a copy's container through its node's agent
     (`workloads exec`, `endpoints exec`; `subject`: the allocation). For audit: who ran it (`by`, the
     credential), its tenant's replica (`tenantId`), on which node, the command's first argument only
-    (`command`; its other arguments may hold secrets) and its exit code (None: the server had no
-    answer from the node, so whether it ran is not known). Never its output."""
+    (`command`; its other arguments may hold secrets). Written in its own transaction before the node
+    is asked, so that every command sent is logged even when the server stops mid-exec (how it ended
+    is a `ReplicaExecFinished`'s, once the node answered). Never its output."""
 
     TYPE: ClassVar[str] = "replica.exec"
     node: str
     tenant_id: str | None
     by: str
     command: str
-    exit_code: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaExecFinished(Event):
+    """The node answered a `ReplicaExec` (`subject`: the same allocation): the command's exit code
+    and whether it ran past its timeout (`timed_out`; exit code 124, the command may still run in the
+    container). Best effort, after the command ran: an exec with none was not answered (the node did
+    not answer, ran no container for it, or the server stopped), so it may have run."""
+
+    TYPE: ClassVar[str] = "replica.exec_finished"
+    node: str
+    tenant_id: str | None
+    by: str
+    command: str
+    exit_code: int
+    timed_out: bool

@@ -37,21 +37,27 @@ EXEC_ARG_MAX = 4096
 (an argv item cannot hold one)."""
 EXEC_TIMEOUT_DEFAULT = 10
 EXEC_TIMEOUT_MAX = 60
-"""Seconds an exec's command may run, 1 to `EXEC_TIMEOUT_MAX` (default 10); past it the command is
-killed and the answer says `timedOut`, with exit code `EXEC_TIMED_OUT`."""
+"""Seconds an exec's command may run, 1 to `EXEC_TIMEOUT_MAX` (default 10). Past it the node stops
+its `podman exec` client and the answer says `timedOut`, with exit code `EXEC_TIMED_OUT`; the
+command itself may keep running in the container (podman does not end an exec's process when its
+client goes, as a `kubectl exec` whose client goes away)."""
 EXEC_TIMED_OUT = 124
 """The exit code of a command that ran past its timeout (as coreutils' `timeout` answers)."""
 EXEC_OUTPUT_MAX = 1 << 20
 """The most bytes of an exec's stdout, and of its stderr, kept: the first ones (the answer says
 `truncated` when either was cut)."""
 EXEC_BODY_MAX = 2 << 20
-"""The most bytes of an exec request the agent reads (64 arguments of 4096 characters, as JSON)."""
+"""The most bytes of an exec request the agent reads: more than the server forwards, which is at most
+its own request-body cap (1 MiB by default) re-encoded as compact UTF-8 JSON, never longer."""
 EXEC_ANSWER_MAX = 2 * 6 * EXEC_OUTPUT_MAX + 4096
 """The most bytes of an agent's exec answer the server reads: two outputs at their bound, each
 character as a JSON escape at worst."""
 EXEC_AT_ONCE = 8
 """Execs one server process forwards at once: each holds a request thread for up to its timeout, so
 more are refused (UNAVAILABLE, `reason` `exec-busy`) rather than left to take every thread."""
+EXEC_PER_TENANT = 2
+"""Execs one tenant has forwarded through one server process at once (the admin counted as one
+tenant of its own), under `EXEC_AT_ONCE`: one tenant's long commands never take every slot."""
 RETRY_AFTER = 5
 
 
@@ -124,9 +130,21 @@ class ExecResult:
             or not isinstance(err, str)
             or not isinstance(truncated, bool)
             or not isinstance(timed_out, bool)
+            or not _is_utf8(out)
+            or not _is_utf8(err)
         ):
             raise refused
         return cls(code, out, err, truncated, timed_out)
+
+
+def _is_utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8: JSON may carry a lone surrogate (`"\\ud800"`) that no answer
+    can be written with, so an agent's answer holding one is not an exec answer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_exec_command(raw: object, field: str = "command") -> tuple[str, ...]:
@@ -245,6 +263,16 @@ def agent_unreachable(node_id: str, why: str) -> AgentUnavailable:
 def exec_busy() -> AgentUnavailable:
     return AgentUnavailable(
         f"{EXEC_AT_ONCE} commands are already running through this server; try again shortly",
+        {"reason": "exec-busy"},
+    )
+
+
+def exec_busy_for_tenant(tenant: str | None) -> AgentUnavailable:
+    """The caller's own share (`EXEC_PER_TENANT`) is taken; `tenant` None is the admin."""
+    who = "the admin" if tenant is None else f"tenant {tenant}"
+    return AgentUnavailable(
+        f"{EXEC_PER_TENANT} commands of {who} are already running through this server; try again"
+        " when one ends",
         {"reason": "exec-busy"},
     )
 

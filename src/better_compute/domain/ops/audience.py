@@ -52,6 +52,7 @@ from better_compute.domain.fleet.events import (
     PoolDeleted,
     PoolUpdated,
     ReplicaExec,
+    ReplicaExecFinished,
     ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
@@ -161,6 +162,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     AllocationBound.TYPE: SubjectIsReservation(),
     AllocationReleased.TYPE: SubjectIsReservation(),
     ReplicaExec.TYPE: NamedInPayload("tenantId"),
+    ReplicaExecFinished.TYPE: NamedInPayload("tenantId"),
 }
 """The event types a tenant may read, and how each one's tenant is found."""
 

@@ -32,6 +32,7 @@ from better_compute.domain.fleet.events import (
     PoolDeleted,
     PoolUpdated,
     ReplicaExec,
+    ReplicaExecFinished,
     ReplicaReadinessChanged,
 )
 from better_compute.domain.gate.events import (
@@ -135,6 +136,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         NodeLayoutRefused,
         ReplicaReadinessChanged,
         ReplicaExec,
+        ReplicaExecFinished,
         NodeMigScheduled,
         NodeMigGranted,
         NodeMigApplied,

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from better_compute.domain.fleet.events import ReplicaExec
-from better_compute.domain.fleet.node_agents import LogSource, no_agent
+from better_compute.domain.fleet.events import ReplicaExec, ReplicaExecFinished
+from better_compute.domain.fleet.node_agents import ExecResult, LogSource, no_agent
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.service.fleet.ports import FleetTx
 from better_compute.service.kernel.ports import StorePort
@@ -50,16 +50,11 @@ def source_on(
 
 
 def record_exec(
-    store: StorePort[FleetTx],
-    principal: Principal,
-    source: LogSource,
-    argv: Sequence[str],
-    exit_code: int | None,
-    now: datetime,
+    store: StorePort[FleetTx], principal: Principal, source: LogSource, argv: Sequence[str], now: datetime
 ) -> None:
-    """Log `replica.exec` for a command run (or sent to be run) in the allocation's container: who,
-    where, its first argument only and its exit code (None: no answer came back). Its own
-    transaction, after the exec: the exec is the node's doing, which no rollback undoes."""
+    """Log `replica.exec` for a command about to be sent to the allocation's container: who, where,
+    its first argument only. Its own transaction, committed BEFORE the node is asked: every command
+    sent is on the log, even when the server stops before the answer comes."""
     with store.begin() as tx:
         tx.events.append(
             ReplicaExec(
@@ -68,7 +63,32 @@ def record_exec(
                 tenant_id=source.tenant_id,
                 by=principal.credential_id,
                 command=argv[0][:EXEC_EVENT_COMMAND_MAX],
-                exit_code=exit_code,
+            ),
+            now,
+        )
+
+
+def record_exec_finished(
+    store: StorePort[FleetTx],
+    principal: Principal,
+    source: LogSource,
+    argv: Sequence[str],
+    result: ExecResult,
+    now: datetime,
+) -> None:
+    """Log `replica.exec_finished`: how a command `record_exec` logged ended (its exit code, whether
+    it timed out). Its own transaction, after the exec: the exec is the node's doing, which no
+    rollback undoes."""
+    with store.begin() as tx:
+        tx.events.append(
+            ReplicaExecFinished(
+                source.allocation_id,
+                node=source.node_id,
+                tenant_id=source.tenant_id,
+                by=principal.credential_id,
+                command=argv[0][:EXEC_EVENT_COMMAND_MAX],
+                exit_code=result.exit_code,
+                timed_out=result.timed_out,
             ),
             now,
         )
