@@ -59,7 +59,11 @@ def test_reservations_show_watch_prints_each_change_and_stops_when_released(
     slept = _fake_time(monkeypatch, meanwhile)
     result = invoke(runner, "reservations", "show", "rsv-1", "--watch", "--interval", "0.5", "--token", "t")
     assert result.exit_code == 0, result.output
-    statuses = [line.split()[1] for line in result.stdout.splitlines() if line.split() and line.split()[0].lower() == "status"]
+    statuses = [
+        line.split()[1]
+        for line in result.stdout.splitlines()
+        if line.split() and line.split()[0].lower() == "status"
+    ]
     assert statuses == ["scheduled", "active", "released"]  # the unchanged poll printed nothing
     assert slept == [0.5, 0.5, 0.5]
     assert all(len(line) <= 80 for line in result.stdout.splitlines()) or invoke is piped
