@@ -96,8 +96,10 @@ def _lifespan(services: Services, warming: Warming) -> Callable[[FastAPI], Abstr
             threading.Thread(target=_warm_until_done, args=(services,), name="warmup", daemon=True).start()
         if warming != "none":
             # The OpenAPI document is derived from the source (api/refusals.py): about a second of CPU,
-            # built here, off the event loop, rather than by the first GET /openapi.json on it.
-            threading.Thread(target=_app.openapi, name="openapi", daemon=True).start()
+            # spent here before the server listens, not by the first GET /openapi.json while requests
+            # wait on the event loop. Not in a thread: CPython 3.11's parser is not safe to run in two
+            # threads at once ("AST constructor recursion depth mismatch").
+            _app.openapi()
         # One pool of connections to endpoints' model servers for the process (`endpoints.invoke`).
         async with invocations.new_upstream() as upstream:
             _app.state.upstream = upstream

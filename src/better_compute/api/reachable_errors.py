@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from functools import cache
 from pathlib import Path
@@ -208,12 +209,18 @@ def qualified(function: Callable[..., object]) -> str:
     return f"{function.__module__}.{function.__qualname__}"
 
 
+_GRAPH_LOCK = threading.Lock()
+"""One parse at a time: CPython 3.11's `ast.parse` in two threads at once can fail ("AST constructor
+recursion depth mismatch")."""
+
+
 @cache
 def graph() -> SourceGraph:
     """The graph of this installation's source, read once per process. An installation without its
     `.py` files (compiled only, or zipped) cannot document its refusals, and says so rather than
     answering a document that lists none."""
-    found = SourceGraph()
+    with _GRAPH_LOCK:
+        found = SourceGraph()
     if not found.edges:
         raise RuntimeError(
             f"the OpenAPI document is derived from better_compute's source files, and none were found"
