@@ -23,9 +23,29 @@ from better_compute.domain.fleet.node_agents import (
 from better_compute.domain.kernel.errors import InvalidInput
 
 TIMEOUT = 5.0
+"""Seconds to connect to the agent, and between two reads of its answer."""
 DEADLINE = 15.0
 """The longest a whole log read may take, however the node trickles it (TIMEOUT bounds each read)."""
-"""Seconds to connect to the agent, and between two reads of its answer."""
+
+
+def _headers(source: LogSource, accept: str) -> dict[str, str]:
+    """The agent's token, and identity: the bytes are counted as they come, never inflated from a
+    small compressed answer."""
+    return {"Authorization": f"Bearer {source.agent.token}", "Accept": accept, "Accept-Encoding": "identity"}
+
+
+def _check_head(source: LogSource, answer: httpx.Response) -> None:
+    """NOT_FOUND when the node runs no container for the allocation; UNAVAILABLE for any answer but
+    the agent's own 200 in identity encoding."""
+    node = source.node_id
+    if answer.status_code == 404:
+        raise no_container(source.allocation_id, node)
+    if answer.status_code == 401:
+        raise agent_unreachable(node, "it refused the server's token (bcd restarted since it reported?)")
+    if answer.status_code != 200:
+        raise agent_unreachable(node, f"it answered {answer.status_code}")
+    if answer.headers.get("Content-Encoding", "identity") != "identity":
+        raise agent_unreachable(node, "it answered in an encoding it was not asked for")
 
 
 def read_logs(source: LogSource, tail: int, transport: httpx.BaseTransport | None = None) -> str:
@@ -33,28 +53,14 @@ def read_logs(source: LogSource, tail: int, transport: httpx.BaseTransport | Non
     AgentLogs): NOT_FOUND when the node has no container for it, UNAVAILABLE when the agent does not
     answer, refuses the token, or answers otherwise than the agent does."""
     node = source.node_id
-    # identity: the bytes are counted as they come, never inflated from a small compressed answer.
-    headers = {
-        "Authorization": f"Bearer {source.agent.token}",
-        "Accept": "text/plain",
-        "Accept-Encoding": "identity",
-    }
+    headers = _headers(source, "text/plain")
     deadline = time.monotonic() + DEADLINE
     try:
         with (
             httpx.Client(timeout=TIMEOUT, transport=transport, follow_redirects=False) as client,
             client.stream("GET", source.logs_url(tail), headers=headers) as answer,
         ):
-            if answer.status_code == 404:
-                raise no_container(source.allocation_id, node)
-            if answer.status_code == 401:
-                raise agent_unreachable(
-                    node, "it refused the server's token (bcd restarted since it reported?)"
-                )
-            if answer.status_code != 200:
-                raise agent_unreachable(node, f"it answered {answer.status_code}")
-            if answer.headers.get("Content-Encoding", "identity") != "identity":
-                raise agent_unreachable(node, "it answered in an encoding it was not asked for")
+            _check_head(source, answer)
             data = bytearray()
             for chunk in answer.iter_raw():
                 data += chunk
@@ -80,11 +86,7 @@ def run_exec(
     container for it, UNAVAILABLE when the agent does not answer (in time), refuses the token, or
     answers otherwise than the agent does."""
     node = source.node_id
-    headers = {
-        "Authorization": f"Bearer {source.agent.token}",
-        "Accept": "application/json",
-        "Accept-Encoding": "identity",
-    }
+    headers = _headers(source, "application/json")
     deadline = time.monotonic() + timeout + EXEC_SLACK
     limits = httpx.Timeout(TIMEOUT, read=timeout + EXEC_SLACK)
     body = {"command": list(argv), "timeoutSeconds": timeout}
@@ -93,16 +95,7 @@ def run_exec(
             httpx.Client(timeout=limits, transport=transport, follow_redirects=False) as client,
             client.stream("POST", source.exec_url(), json=body, headers=headers) as answer,
         ):
-            if answer.status_code == 404:
-                raise no_container(source.allocation_id, node)
-            if answer.status_code == 401:
-                raise agent_unreachable(
-                    node, "it refused the server's token (bcd restarted since it reported?)"
-                )
-            if answer.status_code != 200:
-                raise agent_unreachable(node, f"it answered {answer.status_code}")
-            if answer.headers.get("Content-Encoding", "identity") != "identity":
-                raise agent_unreachable(node, "it answered in an encoding it was not asked for")
+            _check_head(source, answer)
             data = bytearray()
             for chunk in answer.iter_raw():
                 data += chunk

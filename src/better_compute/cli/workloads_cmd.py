@@ -572,24 +572,28 @@ def workloads_show(
     _show(call(server, token, as_json, lambda c: c.workloads.get(workload_id)), as_json, output)
 
 
+ReplicaOption = Annotated[
+    int | None,
+    typer.Option(
+        "--replica",
+        min=0,
+        help="The replica's number in its deployment (default: the first replica on a node).",
+        show_default=False,
+    ),
+]
+ReplicaClusterOption = Annotated[
+    str | None,
+    typer.Option(
+        "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
+    ),
+]
+
+
 @workloads_app.command("logs")
 def workloads_logs(
     workload_id: WorkloadArgument,
-    replica: Annotated[
-        int | None,
-        typer.Option(
-            "--replica",
-            min=0,
-            help="The replica's number in its deployment (default: the first replica on a node).",
-            show_default=False,
-        ),
-    ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
-        ),
-    ] = None,
+    replica: ReplicaOption = None,
+    cluster: ReplicaClusterOption = None,
     tail: LogTailOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -611,21 +615,8 @@ def workloads_logs(
 def workloads_exec(
     workload_id: WorkloadArgument,
     command: ExecCommandArgument,
-    replica: Annotated[
-        int | None,
-        typer.Option(
-            "--replica",
-            min=0,
-            help="The replica's number in its deployment (default: the first replica on a node).",
-            show_default=False,
-        ),
-    ] = None,
-    cluster: Annotated[
-        str | None,
-        typer.Option(
-            "--cluster", help="The deployment's cluster, where several have that replica.", show_default=False
-        ),
-    ] = None,
+    replica: ReplicaOption = None,
+    cluster: ReplicaClusterOption = None,
     timeout: ExecTimeoutOption = None,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
