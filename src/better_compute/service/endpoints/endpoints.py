@@ -393,7 +393,7 @@ def update(
 def _visible(tx: EndpointsTx, principal: Principal, name: str) -> EndpointRecord:
     check_ref(name, "name")
     record = tx.endpoints.get(name)
-    if record is None or not (principal.is_admin or principal.tenant_id == record.tenant_id):
+    if record is None or not principal.acts_for(record.tenant_id):
         raise endpoint_not_found(name)
     return record
 

@@ -60,7 +60,7 @@ def route(
     ready)."""
     with store.read() as tx:
         read = tx.components.routing(component)
-        if read is None or read.component.endpoint != endpoint or not _sees(principal, read.tenant_id):
+        if read is None or read.component.endpoint != endpoint or not principal.acts_for(read.tenant_id):
             _refuse(tx, principal, endpoint, component)
         copies = read.copies
         states = tx.replica_states.of_allocations(
@@ -74,15 +74,11 @@ def route(
     return Route(endpoint, component, invoke_path(read.component.spec), tuple(reachable))
 
 
-def _sees(principal: Principal, tenant_id: str) -> bool:
-    return principal.is_admin or principal.tenant_id == tenant_id
-
-
 def _refuse(tx: EndpointsTx, principal: Principal, endpoint: str, component: str) -> NoReturn:
     """NOT_FOUND for a request the routing read found nothing to route for: of the endpoint when the
     caller may not see it (as when it does not exist), else of the component on it."""
     found = tx.endpoints.get(endpoint)
-    if found is None or not _sees(principal, found.tenant_id):
+    if found is None or not principal.acts_for(found.tenant_id):
         raise NotFound(f"endpoint {endpoint} not found", {"endpointName": endpoint})
     raise NotFound(
         f"component {component} not found on endpoint {endpoint}",
