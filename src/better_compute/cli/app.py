@@ -77,7 +77,10 @@ COMMANDS: dict[str, Lazy] = {
     ),
     "clusters": Lazy("List and show clusters; set a cluster's phase.", "resources_cmd"),
     "nodes": Lazy(
-        "List nodes; cordon and uncordon them; release a GPU that moved.", "resources_cmd", "node_show_cmd"
+        "List nodes; cordon and uncordon them; release a GPU that moved; print a node's Slurm GRES.",
+        "resources_cmd",
+        "node_show_cmd",
+        "node_gres_cmd",
     ),
     "atoms": Lazy("List atoms: what can be booked, booked now or not, and when next free.", "resources_cmd"),
     "tenants": Lazy("List, show, create, update and delete tenants.", "resources_cmd", "tenants_update_cmd"),

@@ -128,6 +128,7 @@ from better_compute.wire.reservations import (
     ReservationStatus,
     Selector,
 )
+from better_compute.wire.slurm_gres import NodeSlurmGresGet, NodeSlurmGresPublic
 from better_compute.wire.tenants import (
     CredentialCreate,
     CredentialCreated,
@@ -1432,6 +1433,12 @@ class Nodes(Inventory):
         the bookings holding it, and its layout change under way. An unknown node is
         `NotFoundError`."""
         return self._compute._typed("nodes.get", NodeGet(node=node), NodeDetailPublic)
+
+    def slurm_gres(self, node: str) -> NodeSlurmGresPublic:
+        """What Slurm is told of one node (admin): `gresConf`, its gres.conf lines, and `nodeLine`,
+        its slurm.conf node line. An unknown node is `NotFoundError`; a node Slurm cannot be told
+        exactly (a MIG change waiting for its reset) `InvalidStateError`."""
+        return self._compute._typed("nodes.slurmGres", NodeSlurmGresGet(node=node), NodeSlurmGresPublic)
 
     def release_gpu(self, gpu: str) -> GpuPublic:
         """Let GPU `gpu` (its uuid) go from the node that has it (admin): the next node to report

@@ -119,6 +119,7 @@ from better_compute.wire.reservations import (
     ReservationListQuery,
     ReservationPublic,
 )
+from better_compute.wire.slurm_gres import NodeSlurmGresGet, NodeSlurmGresPublic
 from better_compute.wire.tenants import (
     CredentialCreate,
     CredentialCreated,
@@ -664,6 +665,18 @@ _TABLE: tuple[Method, ...] = (
         summary=(
             "One node (admin): its state, GPUs and the layout each is told, atoms with the bookings"
             " holding them, and its layout change under way."
+        ),
+    ),
+    Method(
+        "nodes.slurmGres",
+        "GET",
+        "/v1/nodes/{node}/slurm-gres",
+        NodeSlurmGresGet,
+        NodeSlurmGresPublic,
+        summary=(
+            "What Slurm is told of one node (admin): its gres.conf lines and its slurm.conf node line,"
+            " from its atoms: whole GPUs as `gpu:<model>`, MIG instances as `gpu:<profile>`, slots as"
+            " `shard`."
         ),
     ),
     Method(

@@ -1,4 +1,5 @@
-"""`nodes.get` (admin): one node with its GPUs, atoms, their holders and its layout gate."""
+"""`nodes.get` (admin): one node with its GPUs, atoms, their holders and its layout gate; and
+`nodes.slurmGres` (admin): what Slurm is told of the node's atoms."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import availability
 from better_compute.domain.ledger.records import LiveBooking
+from better_compute.service.fleet import slurm_gres
 from better_compute.service.fleet.inventory import NodeView
 from better_compute.service.gate import node_detail
 from better_compute.wire.node_detail import (
@@ -21,6 +23,7 @@ from better_compute.wire.node_detail import (
     NodeDetailPublic,
     NodeGpuPublic,
 )
+from better_compute.wire.slurm_gres import NodeSlurmGresPublic
 
 router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
 
@@ -28,6 +31,12 @@ router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED,
 @router.get("/nodes/{node}", response_model=NodeDetailPublic)
 def get_node(node: str, principal: PrincipalDep, store: StoreDep, now: NowDep) -> NodeDetailPublic:
     return detail_public(node_detail.read(store, principal, node, now))
+
+
+@router.get("/nodes/{node}/slurm-gres", response_model=NodeSlurmGresPublic)
+def get_slurm_gres(node: str, principal: PrincipalDep, store: StoreDep) -> NodeSlurmGresPublic:
+    out = slurm_gres.read(store, principal, node)
+    return NodeSlurmGresPublic(gres_conf=out.gres_conf, node_line=out.node_line)
 
 
 def _holder(b: LiveBooking) -> AtomHolderPublic:
