@@ -568,7 +568,8 @@ def clusters_update(
 
 # -- nodes ---------------------------------------------------------------------------------------
 nodes_app = typer.Typer(
-    help="List nodes; cordon and uncordon them; release a GPU that moved.", no_args_is_help=True
+    help="List nodes; cordon and uncordon them; release a GPU that moved; print a node's Slurm GRES.",
+    no_args_is_help=True,
 )
 app.add_typer(nodes_app, name="nodes")
 
