@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from better_compute.domain.fleet.slurm import SlurmJob
-from better_compute.service.fleet.slurm import JobRequest, SlurmRefused
+from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused
 from better_compute.slurm.commands import SlurmCommands
 from tests.slurm.cluster import Cluster
 
@@ -91,7 +91,7 @@ def test_a_finished_job_reads_completed_and_cancelling_it_again_is_no_error(
 
 
 def test_slurm_refusals_keep_slurms_message(slurm: SlurmCommands) -> None:
-    with pytest.raises(SlurmRefused, match="Invalid job id"):
+    with pytest.raises(SlurmJobUnknown, match="Invalid job id"):
         slurm.job(999999)
     with pytest.raises(SlurmRefused, match="sbatch"):
         slurm.submit(JobRequest(name="nope", command="true", gres_name="gpu", gres_type="h100", gres_count=1))

@@ -21,10 +21,13 @@ from better_compute.domain.fleet.slurm import (
     parse_submitted,
     reservation_arguments,
 )
-from better_compute.service.fleet.slurm import JobRequest, SlurmRefused, SlurmUnreachable
+from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused, SlurmUnreachable
 
 DEFAULT_TIMEOUT = 15.0
 """Seconds one Slurm command may take; slurmctld answers an RPC in well under a second when healthy."""
+
+_UNKNOWN_JOB = "Invalid job id specified"
+"""slurmctld's message (ESLURM_INVALID_JOB_ID) for a job it does not know."""
 
 
 class SlurmCommands:
@@ -72,11 +75,13 @@ class SlurmCommands:
         return parse_submitted(self._run(arguments))
 
     def job(self, job_id: int) -> SlurmJob:
-        lines = [
-            line
-            for line in self._run(["scontrol", "-o", "show", "job", "-d", str(job_id)]).splitlines()
-            if line
-        ]
+        try:
+            output = self._run(["scontrol", "-o", "show", "job", "-d", str(job_id)])
+        except SlurmRefused as exc:
+            if _UNKNOWN_JOB in str(exc):
+                raise SlurmJobUnknown(str(exc)) from exc
+            raise
+        lines = [line for line in output.splitlines() if line]
         if len(lines) != 1:
             raise SlurmRefused(f"scontrol show job {job_id}: {len(lines)} records, not one")
         return parse_job(lines[0])

@@ -21,6 +21,11 @@ class SlurmRefused(Exception):
     """Slurm answered and said no (unknown job, a request it does not support): its message is kept."""
 
 
+class SlurmJobUnknown(SlurmRefused):
+    """slurmctld does not know the job: never submitted, or ended longer ago than its `MinJobAge`
+    (300 s by default), after which only accounting (`sacct`) still has it."""
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """One batch job: a command to run with the GRES it needs, in a partition, maybe in a reservation."""
@@ -44,7 +49,8 @@ class SlurmControl(Protocol):
         ...
 
     def job(self, job_id: int) -> SlurmJob:
-        """The job's state and the GRES indices Slurm chose for it (none while it is pending)."""
+        """The job's state and the GRES indices Slurm chose for it (none while it is pending); raises
+        `SlurmJobUnknown` for a job slurmctld no longer (or never) knew."""
         ...
 
     def cancel(self, job_id: int) -> None:
