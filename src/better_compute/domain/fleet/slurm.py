@@ -1,0 +1,263 @@
+"""What Slurm's commands print, read as values: job ids, job states, the GRES indices Slurm chose.
+
+A Slurm cluster picks its own cards (docs/slurm.md#talking-to-slurm): we ask it for GRES and read back
+what it gave. These functions read the documented output of `sbatch --parsable` ("the job id number and
+the cluster name if present ... separated by a semicolon", sbatch(1)) and of `scontrol -o show job -d`
+and `scontrol -o show reservation` (one record a line of `Key=Value` words, scontrol(1)), and write the
+arguments of `scontrol create reservation`. They are pure so the adapter stays a thin pipe and the rules
+are tested without a Slurm.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+JOB_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "CONFIGURING",
+        "COMPLETING",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PENDING",
+        "PREEMPTED",
+        "RUNNING",
+        "RESV_DEL_HOLD",
+        "REQUEUE_FED",
+        "REQUEUE_HOLD",
+        "REQUEUED",
+        "RESIZING",
+        "REVOKED",
+        "SIGNALING",
+        "SPECIAL_EXIT",
+        "STAGE_OUT",
+        "STOPPED",
+        "SUSPENDED",
+        "TIMEOUT",
+    }
+)
+"""Every job state squeue(1) lists under JOB STATE CODES, by its long name (what scontrol shows)."""
+
+FINISHED_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+"""The states after which a job holds nothing and runs no more."""
+
+_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/]*)=")
+_GRES = re.compile(r"^(?P<name>[^:()]+)(?::(?P<type>[^:()]+))?:(?P<count>\d+)(?:\(IDX:(?P<idx>[^)]*)\))?$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class SlurmOutputUnreadable(ValueError):
+    """Slurm printed something that is not the documented format: the adapter must not guess."""
+
+
+@dataclass(frozen=True)
+class GresAllocation:
+    """GRES one job holds on one node: `GRES=gpu:3g.40gb:1(IDX:0)` is ("gpu", "3g.40gb", 1, (0,))."""
+
+    node: str
+    name: str
+    type: str | None
+    count: int
+    indices: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A job as `scontrol show job -d` reports it."""
+
+    job_id: int
+    state: str
+    reason: str
+    nodes: str
+    gres: tuple[GresAllocation, ...]
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+@dataclass(frozen=True)
+class SlurmReservation:
+    """A reservation as `scontrol show reservation` reports it (TRES as Slurm normalised it)."""
+
+    name: str
+    nodes: str
+    tres: str
+    users: str
+
+
+def parse_fields(line: str) -> list[tuple[str, str]]:
+    """The `Key=Value` words of one `scontrol -o` record, in order; a key may repeat (one per node).
+
+    A value runs to the next word that is a key, so values with spaces (`Reason`, `Command`) and with
+    `=` inside (`TRES=cpu=1,node=1`) stay whole."""
+    matches = list(_KEY.finditer(line))
+    if not matches or line[: matches[0].start()].strip():
+        raise SlurmOutputUnreadable(f"not a Key=Value record: {line[:120]!r}")
+    fields = []
+    for here, after in zip(matches, [*matches[1:], None], strict=True):
+        end = after.start() if after is not None else len(line)
+        fields.append((here.group(1), line[here.end() : end].strip()))
+    return fields
+
+
+def parse_indices(text: str) -> tuple[int, ...]:
+    """`0`, `0-1`, `0,2-3` → the indices; `N/A` → none."""
+    if text in {"", "N/A"}:
+        return ()
+    indices: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise SlurmOutputUnreadable(f"not a GRES index list: {text!r}")
+        indices.extend(range(int(low), int(high) + 1) if dash else [int(low)])
+    return tuple(indices)
+
+
+def parse_gres(node: str, text: str) -> tuple[GresAllocation, ...]:
+    """A node's `GRES=` value of `scontrol show job -d`: comma-separated `name[:type]:count(IDX:list)`.
+
+    Commas also separate the indices inside the parentheses, so the list is split outside them."""
+    items, depth, start = [], 0, 0
+    for position, char in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            items.append(text[start:position])
+            start = position + 1
+    items.append(text[start:])
+    allocations = []
+    for item in (item.strip() for item in items):
+        if not item or item == "(null)":
+            continue
+        match = _GRES.match(item)
+        if match is None:
+            raise SlurmOutputUnreadable(f"not a GRES allocation: {item!r}")
+        allocations.append(
+            GresAllocation(
+                node=node,
+                name=match["name"],
+                type=match["type"],
+                count=int(match["count"]),
+                indices=parse_indices(match["idx"] or ""),
+            )
+        )
+    return tuple(allocations)
+
+
+def parse_job(line: str) -> SlurmJob:
+    """One record of `scontrol -o show job -d <id>`: its state and, per node, the GRES indices held."""
+    fields = parse_fields(line)
+    values = dict(fields)
+    try:
+        job_id, state = int(values["JobId"]), values["JobState"]
+    except (KeyError, ValueError) as exc:
+        raise SlurmOutputUnreadable(f"a job record without JobId or JobState: {line[:120]!r}") from exc
+    if state not in JOB_STATES:
+        raise SlurmOutputUnreadable(f"unknown job state {state!r}")
+    gres: list[GresAllocation] = []
+    node = ""
+    for key, value in fields:
+        if key == "Nodes":  # the -d lines: `Nodes=<list> CPU_IDs=... Mem=... GRES=<allocations>`
+            node = value
+        elif key == "GRES" and node:
+            gres.extend(parse_gres(node, value))
+    return SlurmJob(
+        job_id=job_id,
+        state=state,
+        reason=values.get("Reason", "None"),
+        nodes=values.get("NodeList", ""),
+        gres=tuple(gres),
+    )
+
+
+def parse_submitted(output: str) -> int:
+    """The job id of `sbatch --parsable`: `<id>` or `<id>;<cluster>`."""
+    job_id = output.strip().split(";", 1)[0]
+    if not job_id.isdigit():
+        raise SlurmOutputUnreadable(f"sbatch --parsable printed {output.strip()[:120]!r}, not a job id")
+    return int(job_id)
+
+
+def parse_reservation(line: str) -> SlurmReservation:
+    """One record of `scontrol -o show reservation <name>`."""
+    values = dict(parse_fields(line))
+    if "ReservationName" not in values:
+        raise SlurmOutputUnreadable(f"a reservation record without ReservationName: {line[:120]!r}")
+    return SlurmReservation(
+        name=values["ReservationName"],
+        nodes=values.get("Nodes", ""),
+        tres=values.get("TRES", ""),
+        users=values.get("Users", ""),
+    )
+
+
+def check_name(what: str, name: str) -> str:
+    """A name passed to Slurm as one word: letters, digits, `.`, `_`, `-` (no spaces, `=` or commas)."""
+    if not _NAME.match(name):
+        raise ValueError(f"{what} {name!r}: 1-64 of letters, digits, '.', '_', '-'")
+    return name
+
+
+def gres_request(name: str, type_: str | None, count: int) -> str:
+    """`--gres` of sbatch: `gpu:3g.40gb:1`."""
+    check_name("GRES", name)
+    if count < 1:
+        raise ValueError(f"GRES count {count}: at least 1")
+    return f"{name}:{check_name('GRES type', type_)}:{count}" if type_ else f"{name}:{count}"
+
+
+def tres_spec(tres: Mapping[str, int]) -> str:
+    """`TRES=` of `scontrol create reservation`: `gres/gpu:3g.40gb=1,cpu=2`, in the order given."""
+    if not tres:
+        raise ValueError("a reservation holds at least one TRES")
+    parts = []
+    for key, count in tres.items():
+        if not re.fullmatch(r"[A-Za-z]+(/[A-Za-z0-9._-]+(:[A-Za-z0-9._-]+)?)?", key) or count < 1:
+            raise ValueError(f"TRES {key}={count}: a TRES name and a count of at least 1")
+        parts.append(f"{key}={count}")
+    return ",".join(parts)
+
+
+def reservation_arguments(
+    name: str,
+    *,
+    nodes: str,
+    users: str,
+    duration_minutes: int,
+    tres: Mapping[str, int] | None,
+    start: str = "now",
+) -> list[str]:
+    """The arguments after `scontrol create reservation`. Without `tres` the reservation holds the whole
+    nodes; with it, only those TRES on them."""
+    if duration_minutes < 1:
+        raise ValueError(f"duration {duration_minutes} minutes: at least 1")
+    arguments = [
+        f"ReservationName={check_name('reservation', name)}",
+        f"StartTime={start}",
+        f"Duration={duration_minutes}",
+        f"Nodes={nodes}",
+        f"Users={users}",
+    ]
+    if tres:
+        arguments.append(f"TRES={tres_spec(tres)}")
+    return arguments

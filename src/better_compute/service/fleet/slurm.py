@@ -1,0 +1,72 @@
+"""The port to a Slurm cluster: what the control plane asks of Slurm, whatever carries the asking.
+
+The Slurm commands carry it today (`better_compute.slurm.commands`); Slurm's REST API may later. A
+use case holds a `SlurmControl` and never sees a command line. docs/slurm.md#talking-to-slurm.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from better_compute.domain.fleet.slurm import SlurmJob, SlurmReservation
+
+
+class SlurmUnreachable(Exception):
+    """Slurm did not answer in time, or its command is missing: nothing is known to have changed."""
+
+
+class SlurmRefused(Exception):
+    """Slurm answered and said no (unknown job, a request it does not support): its message is kept."""
+
+
+class SlurmJobUnknown(SlurmRefused):
+    """slurmctld does not know the job: never submitted, or ended longer ago than its `MinJobAge`
+    (300 s by default), after which only accounting (`sacct`) still has it."""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One batch job: a command to run with the GRES it needs, in a partition, maybe in a reservation."""
+
+    name: str
+    command: str
+    gres_name: str
+    gres_type: str | None
+    gres_count: int
+    partition: str | None = None
+    reservation: str | None = None
+    output: str = "/dev/null"
+    """Where the job's stdout and stderr go, a path on the node (sbatch's --output)."""
+
+
+class SlurmControl(Protocol):
+    """What the control plane asks of one Slurm cluster."""
+
+    def submit(self, request: JobRequest) -> int:
+        """Submit a batch job; its Slurm job id."""
+        ...
+
+    def job(self, job_id: int) -> SlurmJob:
+        """The job's state and the GRES indices Slurm chose for it (none while it is pending); raises
+        `SlurmJobUnknown` for a job slurmctld no longer (or never) knew."""
+        ...
+
+    def cancel(self, job_id: int) -> None:
+        """Cancel the job; cancelling one that already ended, or an unknown id, is not an error."""
+        ...
+
+    def create_reservation(
+        self, name: str, *, nodes: str, users: str, duration_minutes: int, tres: Mapping[str, int] | None
+    ) -> SlurmReservation:
+        """Reserve from now: the whole `nodes`, or only `tres` on them; the reservation as Slurm kept it."""
+        ...
+
+    def delete_reservation(self, name: str) -> None:
+        """Delete the reservation."""
+        ...
+
+    def reconfigure(self) -> None:
+        """Have slurmctld and every slurmd read their configuration again (`scontrol reconfigure`)."""
+        ...

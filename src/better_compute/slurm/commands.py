@@ -1,0 +1,110 @@
+"""`SlurmControl` over Slurm's own commands: `sbatch --parsable`, `scontrol`, `scancel`.
+
+Each call runs one command with a timeout and an environment of the caller's choosing (`SLURM_CONF`
+names the cluster). A command that cannot be run or does not finish in time raises `SlurmUnreachable`;
+one that exits non-zero raises `SlurmRefused` with Slurm's own message; what it prints is read by the
+pure parsers of `domain/fleet/slurm.py`.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from better_compute.domain.fleet.slurm import (
+    SlurmJob,
+    SlurmReservation,
+    check_name,
+    gres_request,
+    parse_job,
+    parse_reservation,
+    parse_submitted,
+    reservation_arguments,
+)
+from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused, SlurmUnreachable
+
+DEFAULT_TIMEOUT = 15.0
+"""Seconds one Slurm command may take; slurmctld answers an RPC in well under a second when healthy."""
+
+_UNKNOWN_JOB = "Invalid job id specified"
+"""slurmctld's message (ESLURM_INVALID_JOB_ID) for a job it does not know."""
+
+
+class SlurmCommands:
+    """Talks to one Slurm cluster through its commands."""
+
+    def __init__(self, env: Mapping[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self._env = dict(env) if env is not None else None
+        self._timeout = timeout
+
+    def _run(self, arguments: Sequence[str]) -> str:
+        try:
+            result = subprocess.run(
+                list(arguments),
+                env=self._env,
+                capture_output=True,
+                text=True,
+                timeout=self._timeout,
+                check=False,
+                stdin=subprocess.DEVNULL,
+            )
+        except FileNotFoundError as exc:
+            raise SlurmUnreachable(f"{arguments[0]} is not installed") from exc
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnreachable(
+                f"{arguments[0]} {arguments[1]} did not answer in {self._timeout}s"
+            ) from exc
+        if result.returncode != 0:
+            message = (result.stderr or result.stdout).strip() or f"exit status {result.returncode}"
+            raise SlurmRefused(f"{' '.join(arguments[:3])}: {message}")
+        return result.stdout
+
+    def submit(self, request: JobRequest) -> int:
+        arguments = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={check_name('job', request.name)}",
+            f"--gres={gres_request(request.gres_name, request.gres_type, request.gres_count)}",
+            f"--output={request.output}",
+        ]
+        if request.partition:
+            arguments.append(f"--partition={check_name('partition', request.partition)}")
+        if request.reservation:
+            arguments.append(f"--reservation={check_name('reservation', request.reservation)}")
+        arguments += ["--wrap", request.command]
+        return parse_submitted(self._run(arguments))
+
+    def job(self, job_id: int) -> SlurmJob:
+        try:
+            output = self._run(["scontrol", "-o", "show", "job", "-d", str(job_id)])
+        except SlurmRefused as exc:
+            if _UNKNOWN_JOB in str(exc):
+                raise SlurmJobUnknown(str(exc)) from exc
+            raise
+        lines = [line for line in output.splitlines() if line]
+        if len(lines) != 1:
+            raise SlurmRefused(f"scontrol show job {job_id}: {len(lines)} records, not one")
+        return parse_job(lines[0])
+
+    def cancel(self, job_id: int) -> None:
+        """scancel exits 0, silently, for a job that ended or that it does not know: so does this."""
+        self._run(["scancel", str(job_id)])
+
+    def create_reservation(
+        self, name: str, *, nodes: str, users: str, duration_minutes: int, tres: Mapping[str, int] | None
+    ) -> SlurmReservation:
+        arguments = reservation_arguments(
+            name, nodes=nodes, users=users, duration_minutes=duration_minutes, tres=tres
+        )
+        self._run(["scontrol", "create", "reservation", *arguments])
+        return self.reservation(name)
+
+    def reservation(self, name: str) -> SlurmReservation:
+        output = self._run(["scontrol", "-o", "show", "reservation", check_name("reservation", name)])
+        return parse_reservation(output.strip())
+
+    def delete_reservation(self, name: str) -> None:
+        self._run(["scontrol", "delete", f"ReservationName={check_name('reservation', name)}"])
+
+    def reconfigure(self) -> None:
+        self._run(["scontrol", "reconfigure"])
