@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Protocol
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
 from better_compute.bcd.logs import Log
 from better_compute.domain.fleet.node_agents import (
@@ -206,15 +206,22 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
         def _refuse(self, status: HTTPStatus, message: str) -> None:
             self._send(status, (message + "\n").encode())
 
-        def do_GET(self) -> None:
+        def _target(self) -> SplitResult | None:
+            """The request's target once its token is the agent's and its length bounded; None when
+            it was refused (answered here)."""
             if not agent.authorised(self.headers.get("Authorization")):
                 agent.log.warning("agent.unauthorised", peer=self.client_address[0])
                 self._refuse(HTTPStatus.UNAUTHORIZED, "a bearer token is required")
-                return
+                return None
             if len(self.path) > MAX_TARGET:
                 self._refuse(HTTPStatus.BAD_REQUEST, "request target too long")
+                return None
+            return urlsplit(self.path)
+
+        def do_GET(self) -> None:
+            target = self._target()
+            if target is None:
                 return
-            target = urlsplit(self.path)
             if not target.path.startswith(LOGS_PATH) or target.path == LOGS_PATH:
                 self._refuse(HTTPStatus.NOT_FOUND, "no such route (GET /v1/logs/{allocationId}?tail=N)")
                 return
@@ -244,14 +251,9 @@ def _handler(agent: Agent) -> type[BaseHTTPRequestHandler]:
             self._send(HTTPStatus.OK, body)
 
         def do_POST(self) -> None:
-            if not agent.authorised(self.headers.get("Authorization")):
-                agent.log.warning("agent.unauthorised", peer=self.client_address[0])
-                self._refuse(HTTPStatus.UNAUTHORIZED, "a bearer token is required")
+            target = self._target()
+            if target is None:
                 return
-            if len(self.path) > MAX_TARGET:
-                self._refuse(HTTPStatus.BAD_REQUEST, "request target too long")
-                return
-            target = urlsplit(self.path)
             if not target.path.startswith(EXEC_PATH) or target.path == EXEC_PATH or target.query:
                 self._refuse(HTTPStatus.NOT_FOUND, "no such route (POST /v1/exec/{allocationId})")
                 return
