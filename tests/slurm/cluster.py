@@ -138,6 +138,22 @@ class Cluster:
         _mysql(f"DROP DATABASE IF EXISTS `{self.database}`")
 
 
+def restart_slurm(cluster: Cluster) -> None:
+    """Stop slurmctld and slurmd (munged and slurmdbd stay) and start them again, as an operator does
+    after changing a node's `Gres=` in slurm.conf; returns once slurmd has registered."""
+    daemons = cluster.processes[2:]
+    _end(list(reversed(daemons)))
+    del cluster.processes[2:]
+    _start(cluster, [_binary("slurmctld"), "-D", "-i"], "slurmctld.out")
+    _start(cluster, [_binary("slurmd"), "-D", "-N", cluster.node], "slurmd.out")
+
+    def registered() -> bool:
+        state = _node_state(cluster)
+        return bool(state) and not state.startswith(("UNKNOWN", "DOWN")) and "NOT_RESPONDING" not in state
+
+    _wait(cluster, f"node {cluster.node} registered again", registered, time.monotonic() + START_TIMEOUT)
+
+
 def _end(processes: list[subprocess.Popen[bytes]]) -> None:
     for process in processes:
         if process.poll() is None:

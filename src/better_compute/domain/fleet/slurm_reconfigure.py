@@ -14,7 +14,12 @@ answers one step (docs/slurm.md#layout-changes):
 - `Drain`: the lines differ and the node is not drained yet, or a job still holds a GRES whose device
   changes: Slurm starts nothing more there while it waits (`scontrol update ... state=drain`);
 - `Rewrite`: the node is drained and no job holds a changing GRES: write the new lines, `scontrol
-  reconfigure`, and resume the node if the drain was ours.
+  reconfigure`, and resume the node if the drain was ours;
+- `Restart`: the lines are written but slurmctld still has other GRES types or counts for the node
+  than its node line says: Slurm 22.05 takes a change of `Gres=` in slurm.conf, or of a `Type`, only
+  when slurmctld and slurmd restart (checked against the real daemons: `scontrol reconfigure` leaves
+  the node's `Gres` as it was and refuses jobs for the new type). The node stays drained, with a
+  reason saying so, until an operator has put the node line in slurm.conf and restarted them.
 
 Draining comes before the rewrite even when no job holds a changing GRES, because a job could start on
 one between reading the jobs and reconfiguring; once drained, nothing new starts. The reason we drain
@@ -28,7 +33,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from better_compute.domain.fleet.slurm import SlurmJob
+from better_compute.domain.fleet.slurm import SlurmJob, SlurmNode
 
 DRAIN_REASON = "better-compute: GRES layout change"
 """How our drains start (`sinfo -R` shows it); the one reason we resume a node from."""
@@ -64,7 +69,35 @@ class Rewrite:
     gres_conf: str
 
 
-GresStep = Unchanged | Drain | Rewrite
+@dataclass(frozen=True)
+class Restart:
+    """Keep the node drained with `reason`: slurmctld and slurmd must restart to take `gres`."""
+
+    node: str
+    reason: str
+    gres: str
+
+
+GresStep = Unchanged | Drain | Rewrite | Restart
+
+RESTART_REASON = f"{DRAIN_REASON}, restart slurmctld and slurmd for Gres"
+
+
+def gres_counts(text: str) -> dict[tuple[str, str | None], int]:
+    """A node's `Gres=` (`gpu:3g.40gb:2,shard:3g.40gb:4(S:0)`) or a node line's as counts per (name,
+    type). A shard's type is dropped: Slurm names shards by the type of their GPU, our node line
+    does not."""
+    counts: dict[tuple[str, str | None], int] = {}
+    for item in re.sub(r"\([^)]*\)", "", text).split(","):
+        parts = item.strip().split(":")
+        if not item.strip() or item.strip() == "(null)":
+            continue
+        if len(parts) == 1 or not parts[-1].isdigit():
+            parts.append("1")
+        name, type_, count = parts[0], (parts[1] if len(parts) == 3 else None), int(parts[-1])
+        key = (name, None if name == "shard" else type_)
+        counts[key] = counts.get(key, 0) + count
+    return counts
 
 
 def devices(gres_conf: str, node: str) -> dict[str, list[str]]:
@@ -114,19 +147,22 @@ def holders(jobs: Iterable[SlurmJob], node: str, changed: dict[str, frozenset[in
 
 
 def plan(
-    node: str,
+    slurm: SlurmNode,
     *,
     current: str,
     wanted: str,
+    wanted_gres: str,
     jobs: Sequence[SlurmJob],
-    drained: bool,
-    reason: str,
 ) -> GresStep:
-    """The next step for `node`: `current` is the gres.conf Slurm has, `wanted` the one the atoms make,
-    `jobs` those slurmctld knows, `drained`/`reason` the node's drain flag and reason."""
-    ours = reason.startswith(DRAIN_REASON)
+    """The next step for the node `slurm` (as slurmctld has it): `current` is the gres.conf written,
+    `wanted` the one the atoms make, `wanted_gres` their node line's `Gres=` value, `jobs` those
+    slurmctld knows."""
+    node, drained = slurm.name, slurm.drained
+    ours = slurm.reason.startswith(DRAIN_REASON)
     changed = changing(current, wanted, node)
     if not changed and current.strip() == wanted.strip():
+        if gres_counts(slurm.gres) != gres_counts(wanted_gres):
+            return Restart(node, f"{RESTART_REASON} {wanted_gres}", wanted_gres)
         return Unchanged(node, resume=drained and ours)
     if not changed:
         # Only comments, order of other nodes' lines or spacing differ: no device moves.
