@@ -84,6 +84,12 @@ class SlurmCommands:
             arguments.append(f"--partition={check_name('partition', request.partition)}")
         if request.reservation:
             arguments.append(f"--reservation={check_name('reservation', request.reservation)}")
+        if request.nodelist:
+            arguments.append(f"--nodelist={check_name('node', request.nodelist)}")
+        if request.time_limit_minutes is not None:
+            if request.time_limit_minutes < 1:
+                raise ValueError(f"time limit {request.time_limit_minutes} minutes: at least 1")
+            arguments.append(f"--time={request.time_limit_minutes}")
         arguments += ["--wrap", request.command]
         return parse_submitted(self._run(arguments))
 

@@ -40,6 +40,10 @@ class JobRequest:
     reservation: str | None = None
     output: str = "/dev/null"
     """Where the job's stdout and stderr go, a path on the node (sbatch's --output)."""
+    nodelist: str | None = None
+    """The node the job must run on (sbatch's --nodelist): a replica placed on one node."""
+    time_limit_minutes: int | None = None
+    """sbatch's --time; None: the partition's default."""
 
 
 class SlurmControl(Protocol):
