@@ -17,9 +17,14 @@ DEADLINE = 15.0
 POLL = 0.1
 
 
-def _request(name: str, command: str = "sleep 60", **options: str) -> JobRequest:
+def _request(name: str, command: str = "sleep 60", reservation: str | None = None) -> JobRequest:
     return JobRequest(
-        name=name, command=command, gres_name="gpu", gres_type="3g.40gb", gres_count=1, **options
+        name=name,
+        command=command,
+        gres_name="gpu",
+        gres_type="3g.40gb",
+        gres_count=1,
+        reservation=reservation,
     )
 
 

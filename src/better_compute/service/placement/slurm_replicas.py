@@ -1,4 +1,5 @@
-"""The Slurm job of a workload replica, as the `SlurmControl` port submits it (docs/slurm.md#replicas-as-jobs).
+"""The Slurm job of a workload replica as the `SlurmControl` port submits it
+(docs/slurm.md#replicas-as-jobs).
 
 What the job runs and asks for is the domain's (`domain.placement.slurm_replicas.replica_job`); this
 adds where it goes in the cluster: its partition and where its output is kept.
