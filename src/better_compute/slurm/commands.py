@@ -22,6 +22,7 @@ from better_compute.domain.fleet.slurm import (
     check_name,
     check_reason,
     gres_request,
+    in_hostlist,
     parse_job,
     parse_jobs,
     parse_node,
@@ -165,4 +166,6 @@ class SlurmCommands:
         on `node` and has not finished (a pending job holds nothing yet)."""
         check_name("node", node)
         jobs = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
-        return tuple(job for job in jobs if not job.finished and any(held.node == node for held in job.gres))
+        return tuple(
+            job for job in jobs if not job.finished and any(in_hostlist(node, held.node) for held in job.gres)
+        )

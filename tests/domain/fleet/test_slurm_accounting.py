@@ -11,6 +11,7 @@ from better_compute.domain.fleet.slurm import (
     SACCT_FIELDS,
     SlurmOutputUnreadable,
     check_reason,
+    in_hostlist,
     parse_jobs,
     parse_node,
     parse_sacct,
@@ -133,3 +134,22 @@ def test_every_job_and_no_job() -> None:
 def test_a_drain_reason_that_scontrol_would_misread_is_refused(reason: str) -> None:
     with pytest.raises(ValueError):
         check_reason(reason)
+
+
+@pytest.mark.parametrize(
+    ("node", "hostlist", "named"),
+    [
+        ("vm", "vm", True),
+        ("vm", "vm2", False),
+        ("n2", "n[1-3]", True),
+        ("n4", "n[1-3,7]", False),
+        ("n7", "n[1-3,7]", True),
+        ("gpu-a02", "gpu-a[01-02],gpu-b1", True),
+        ("gpu-a2", "gpu-a[01-02]", False),
+        ("gpu-b1", "gpu-a[01-02],gpu-b1", True),
+        ("n1x", "n[1-2]x", True),
+        ("anything", "r[1-2]n[1-2]", True),  # two brackets: not read, so rather named
+    ],
+)
+def test_a_host_list_names_its_nodes(node: str, hostlist: str, named: bool) -> None:
+    assert in_hostlist(node, hostlist) is named

@@ -448,3 +448,44 @@ def check_reason(reason: str) -> str:
     if not reason or len(reason) > MAX_REASON or "=" in reason or not reason.isprintable():
         raise ValueError(f"drain reason {reason[:80]!r}: 1-{MAX_REASON} printable characters, no '='")
     return reason
+
+
+_HOSTLIST_PART = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<tail>[^\[\]]*)$")
+
+
+def in_hostlist(node: str, hostlist: str) -> bool:
+    """Whether Slurm's host list `hostlist` (`n1`, `n[1-3,7]`, `gpu-a[01-02],gpu-b1`) names `node`.
+
+    A form not read here (two brackets in one name) answers True: a caller deciding whether a job may
+    hold something on the node must rather wait for a job than miss one."""
+    parts, depth, start = [], 0, 0
+    for position, char in enumerate(hostlist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(hostlist[start:position])
+            start = position + 1
+    parts.append(hostlist[start:])
+    for part in (p.strip() for p in parts):
+        if "[" not in part:
+            if part == node:
+                return True
+            continue
+        match = _HOSTLIST_PART.match(part)
+        if match is None:
+            return True
+        head, tail = match["head"], match["tail"]
+        if not (node.startswith(head) and node.endswith(tail) and len(node) > len(head) + len(tail)):
+            continue
+        number = node[len(head) : len(node) - len(tail) if tail else None]
+        for item in match["ranges"].split(","):
+            low, dash, high = item.partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()):
+                return True
+            if not number.isdigit():
+                continue
+            width = len(low) if low.startswith("0") else 0
+            if width and len(number) != width:
+                continue
+            if int(low) <= int(number) <= int(high if dash else low):
+                return True
+    return False

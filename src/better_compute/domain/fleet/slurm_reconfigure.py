@@ -33,7 +33,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from better_compute.domain.fleet.slurm import SlurmJob, SlurmNode
+from better_compute.domain.fleet.slurm import SlurmJob, SlurmNode, in_hostlist
 
 DRAIN_REASON = "better-compute: GRES layout change"
 """How our drains start (`sinfo -R` shows it); the one reason we resume a node from."""
@@ -141,7 +141,7 @@ def holders(jobs: Iterable[SlurmJob], node: str, changed: dict[str, frozenset[in
         for job in jobs
         if not job.finished
         for held in job.gres
-        if held.node == node and set(held.indices) & changed.get(held.name, frozenset())
+        if in_hostlist(node, held.node) and set(held.indices) & changed.get(held.name, frozenset())
     }
     return tuple(sorted(found))
 
