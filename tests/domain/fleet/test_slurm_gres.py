@@ -181,3 +181,11 @@ def test_a_nodes_own_report_gives_the_lines_bcd_writes() -> None:
         NodeReport(node="n1", gpus=(whole,)), PoolSharing("p", "timeslice", 4), lambda product: None
     )
     assert shared.node_line == "NodeName=n1 Gres=gpu:nvidia_a100_sxm4_80gb:1,shard:4"
+
+
+def test_the_accounting_setting_names_gpu_each_type_and_shard_once() -> None:
+    from better_compute.domain.fleet.slurm_gres import accounting_tres
+
+    line = "NodeName=gpu-a-1 Gres=gpu:a100_80gb:2,gpu:3g.40gb:1,gpu:2g.20gb:1,shard:4"
+    assert accounting_tres(line) == "gres/gpu,gres/gpu:a100_80gb,gres/gpu:3g.40gb,gres/gpu:2g.20gb,gres/shard"
+    assert accounting_tres("NodeName=n") == "gres/gpu"

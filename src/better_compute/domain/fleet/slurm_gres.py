@@ -223,3 +223,18 @@ def report_gres(
         for gpu in report.gpus
     ]
     return node_gres(report.node, gpus, [atom for found in atoms.values() for atom in found])
+
+
+def accounting_tres(node_line: str) -> str:
+    """The `AccountingStorageTRES` value that lets `sacct` count a node line's GRES: `gres/gpu` (every
+    GPU, whatever its type), `gres/gpu:<type>` for each type (hours per type), `gres/shard` when it has
+    shards. Slurm 22.05 records none of them unless listed (docs/slurm.md#accounting)."""
+    gres = node_line.partition(" Gres=")[2]
+    names = ["gres/gpu"]
+    for item in gres.split(","):
+        name, _, rest = item.partition(":")
+        if name == "gpu" and ":" in rest:
+            names.append(f"gres/gpu:{rest.rpartition(':')[0]}")
+        elif name == "shard" and "gres/shard" not in names:
+            names.append("gres/shard")
+    return ",".join(dict.fromkeys(names))
