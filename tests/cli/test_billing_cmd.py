@@ -4,8 +4,10 @@ stores: the client's transport hands each request to the app in-process (no sock
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +179,40 @@ def test_usage_export_shows_its_progress_on_a_terminal(
     assert result.exit_code == 0, result.output
     assert "exporting usage: 6 rows" in screen.getvalue()
     assert len(json.loads(out.read_text(encoding="utf-8"))["rows"]) == 6
+
+
+class _JobIds:
+    """Slurm's job of one allocation, as the server's follower of a Slurm cluster records it."""
+
+    def __init__(self, jobs: dict[str, int]) -> None:
+        self.jobs = jobs
+        self.asked: list[list[str]] = []
+
+    def job_ids(self, allocation_ids: Sequence[str]) -> Mapping[str, int]:
+        self.asked.append(list(allocation_ids))
+        return {a: self.jobs[a] for a in allocation_ids if a in self.jobs}
+
+
+def test_usage_export_adds_slurm_job_ids_empty_where_none(
+    runner: CliRunner, live: Live, tmp_path: Path
+) -> None:
+    app_state = live.world.http.app.state  # type: ignore[attr-defined]
+    plain = run(runner, live.admin, "usage", "export", *DAY)
+    assert "slurmJobId" not in plain.stdout.splitlines()[0]
+    mig = next(r for r in csv.DictReader(io.StringIO(plain.stdout)) if r["share"] == "3/7")
+    ids = _JobIds({mig["reservationId"]: 4242})
+    app_state.services = dataclasses.replace(app_state.services, slurm_job_ids=ids)
+
+    result = run(runner, live.admin, "usage", "export", *DAY, "--slurm-job-ids")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert list(rows[0])[-1] == "slurmJobId"
+    assert {(r["kind"], r["reservationId"], r["slurmJobId"]) for r in rows if r["slurmJobId"]} == {
+        ("booking", mig["reservationId"], "4242")
+    }
+    assert sum(1 for r in rows if r["kind"] == "booking" and r["slurmJobId"] == "") == 5
+    assert len(ids.asked) == 1  # one question per page
+    document = json.loads(
+        run(runner, live.admin, "usage", "export", *DAY, "--slurm-job-ids", "--format", "json").stdout
+    )
+    assert sorted((r["slurmJobId"] is None) for r in document["rows"]) == [False, *[True] * 5]

@@ -23,7 +23,12 @@ def test_nodes_gres_prints_gres_conf_then_the_node_line_unbroken(
     served = live.http.get("/v1/nodes/n/slurm-gres", headers={"Authorization": f"Bearer {live.admin}"}).json()
     lines = result.stdout.splitlines()
     # configuration lines are never broken to the terminal: what is printed is what the server made
-    assert lines == [*served["gresConf"].splitlines(), "# slurm.conf", "NodeName=n Gres=gpu:1g.10gb:14"]
+    assert lines == [
+        *served["gresConf"].splitlines(),
+        "# slurm.conf",
+        "NodeName=n Gres=gpu:1g.10gb:14",
+        "# with slurmdbd, for sacct to count these GRES: AccountingStorageTRES=gres/gpu,gres/gpu:1g.10gb",
+    ]
     assert any(len(line) > 80 for line in lines)
     assert lines[1] == "NodeName=n AutoDetect=off"
 

@@ -101,6 +101,8 @@ class Cluster:
     gpu_type: str
     gpus: int
     database: str
+    shards: int = 0
+    """Shards counted on the first GPU's device file (gres.conf `Name=shard Count=`), 0: none."""
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -134,6 +136,22 @@ class Cluster:
         self.processes.clear()
         _end_pids(_pids_with_env(f"SLURM_CONF={self.conf}"))
         _mysql(f"DROP DATABASE IF EXISTS `{self.database}`")
+
+
+def restart_slurm(cluster: Cluster) -> None:
+    """Stop slurmctld and slurmd (munged and slurmdbd stay) and start them again, as an operator does
+    after changing a node's `Gres=` in slurm.conf; returns once slurmd has registered."""
+    daemons = cluster.processes[2:]
+    _end(list(reversed(daemons)))
+    del cluster.processes[2:]
+    _start(cluster, [_binary("slurmctld"), "-D", "-i"], "slurmctld.out")
+    _start(cluster, [_binary("slurmd"), "-D", "-N", cluster.node], "slurmd.out")
+
+    def registered() -> bool:
+        state = _node_state(cluster)
+        return bool(state) and not state.startswith(("UNKNOWN", "DOWN")) and "NOT_RESPONDING" not in state
+
+    _wait(cluster, f"node {cluster.node} registered again", registered, time.monotonic() + START_TIMEOUT)
 
 
 def _end(processes: list[subprocess.Popen[bytes]]) -> None:
@@ -210,19 +228,19 @@ ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-GresTypes=gpu
+GresTypes={"gpu,shard" if cluster.shards else "gpu"}
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStoragePort={ports["slurmdbd"]}
 AccountingStoragePass={munge_socket}
-AccountingStorageTRES=gres/gpu,gres/gpu:{cluster.gpu_type}
+AccountingStorageTRES=gres/gpu,gres/gpu:{cluster.gpu_type}{",gres/shard" if cluster.shards else ""}
 JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
 ReturnToService=2
 SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 MinJobAge=300
-NodeName={cluster.node} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:{cluster.gpu_type}:{cluster.gpus} State=UNKNOWN
+NodeName={cluster.node} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:{cluster.gpu_type}:{cluster.gpus}{f",shard:{cluster.shards}" if cluster.shards else ""} State=UNKNOWN
 PartitionName={cluster.partition} Nodes={cluster.node} Default=YES MaxTime=INFINITE State=UP
 """
 
@@ -249,6 +267,8 @@ StorageLoc={cluster.database}
 def _gres_conf(cluster: Cluster, devices: list[Path]) -> str:
     lines = ["AutoDetect=off"]
     lines += [f"NodeName={cluster.node} Name=gpu Type={cluster.gpu_type} File={device}" for device in devices]
+    if cluster.shards:
+        lines.append(f"NodeName={cluster.node} Name=shard Count={cluster.shards} File={devices[0]}")
     return "\n".join(lines) + "\n"
 
 
@@ -300,7 +320,7 @@ def _start(cluster: Cluster, args: list[str], log: str) -> None:
         )
 
 
-def start_cluster(root: Path, *, gpu_type: str = "3g.40gb", gpus: int = 2) -> Cluster:
+def start_cluster(root: Path, *, gpu_type: str = "3g.40gb", gpus: int = 2, shards: int = 0) -> Cluster:
     """Start munged, slurmdbd, slurmctld and slurmd under `root` and wait until the node is idle.
 
     On any failure what was already started is stopped before the error goes up."""
@@ -312,6 +332,7 @@ def start_cluster(root: Path, *, gpu_type: str = "3g.40gb", gpus: int = 2) -> Cl
         gpu_type=gpu_type,
         gpus=gpus,
         database=f"bc_slurm_{uuid.uuid4().hex[:12]}",
+        shards=shards,
     )
     for name in ("etc", "state", "spool", "log", "run", "munge", "dev", "jobs"):
         (root / name).mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,12 @@ def _unavailable(reason: str) -> None:
 @pytest.fixture(scope="module")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """A single-node Slurm with two fake `gpu:3g.40gb` devices, started for the module, stopped by pid."""
+    yield from running_cluster(tmp_path_factory)
+
+
+def running_cluster(tmp_path_factory: pytest.TempPathFactory, *, shards: int = 0) -> Iterator[Cluster]:
+    """Start a cluster (or skip, or fail under CI, saying what is missing), yield it, stop it by pid;
+    a module wanting another shape overrides `slurm_cluster` with this."""
     missing = missing_binaries()
     if missing:
         _unavailable(
@@ -45,7 +51,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     problem = mariadb_problem()
     if problem:
         _unavailable(f"slurmdbd needs MariaDB: {problem}")
-    cluster = start_cluster(tmp_path_factory.mktemp("slurm"))
+    cluster = start_cluster(tmp_path_factory.mktemp("slurm"), shards=shards)
     try:
         yield cluster
     finally:

@@ -17,9 +17,14 @@ DEADLINE = 15.0
 POLL = 0.1
 
 
-def _request(name: str, command: str = "sleep 60", **options: str) -> JobRequest:
+def _request(name: str, command: str = "sleep 60", reservation: str | None = None) -> JobRequest:
     return JobRequest(
-        name=name, command=command, gres_name="gpu", gres_type="3g.40gb", gres_count=1, **options
+        name=name,
+        command=command,
+        gres_name="gpu",
+        gres_type="3g.40gb",
+        gres_count=1,
+        reservation=reservation,
     )
 
 
@@ -153,3 +158,35 @@ def test_reconfigure_keeps_the_node_and_its_gres(slurm_cluster: Cluster, slurm: 
         timeout=10,
     ).stdout
     assert "Gres=gpu:3g.40gb:2" in node
+
+
+def test_a_replicas_job_runs_on_its_node_with_its_time_limit_and_its_phase_follows_the_job(
+    slurm_cluster: Cluster, slurm: SlurmCommands, jobs: list[int]
+) -> None:
+    from better_compute.domain.placement.slurm_replicas import replica_job, replica_phase
+    from better_compute.service.placement.slurm_replicas import replica_job_request
+
+    job = replica_job(
+        "dep-1.r0",
+        gres_type="3g.40gb",
+        gres_count=1,
+        command=["sleep", "60"],
+        node=slurm_cluster.node,
+        time_limit_minutes=5,
+    )
+    jobs.append(slurm.submit(replica_job_request(job)))
+    running = _state(slurm, jobs[0], "RUNNING")
+    assert replica_phase(running.job_id, running.state, running.reason).phase == "running"
+    assert running.nodes == slurm_cluster.node and running.gres[0].type == "3g.40gb"
+    shown = subprocess.run(
+        ["scontrol", "-o", "show", "job", str(jobs[0])],
+        env=slurm_cluster.env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=10,
+    ).stdout
+    assert "JobName=dep-1.r0 " in shown and "TimeLimit=00:05:00 " in shown
+    slurm.cancel(jobs[0])
+    cancelled = _until(slurm, jobs[0], lambda found: found.finished)
+    assert replica_phase(cancelled.job_id, cancelled.state, cancelled.reason).phase == "failed"

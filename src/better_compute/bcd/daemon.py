@@ -39,6 +39,7 @@ from better_compute.bcd.mps import MpsPaths, MpsUnit, Runner
 from better_compute.bcd.queue import ReportQueue
 from better_compute.bcd.runtime import ContainerRuntime, RuntimeConverger
 from better_compute.bcd.scrub import Scrubber, ScrubState
+from better_compute.bcd.slurm_gres_conf import SlurmGresConf
 from better_compute.client import (
     Compute,
     ComputeError,
@@ -46,6 +47,10 @@ from better_compute.client import (
     UnauthenticatedError,
     UnavailableError,
 )
+from better_compute.domain.catalog import model_for_product
+from better_compute.domain.fleet.pools import PoolSharing, SharingMode
+from better_compute.domain.fleet.slurm_gres import report_gres
+from better_compute.domain.fleet.slurm_reconfigure import Unchanged
 from better_compute.wire.nodes import NodeSpecPublic
 
 QUEUE_DIR = "queue"
@@ -55,6 +60,15 @@ ENV_DIR = "env"
 SCRUB_FILE = "scrub.json"
 MIN_POLL = 0.1
 """The shortest long poll while containers have something due (a pass is under way for it anyway)."""
+
+_SLOT_MODES: dict[str, SharingMode] = {"timeslice": "timeslice", "mps": "mps"}
+"""The sharing modes whose GPUs give slots (Slurm shards)."""
+
+
+def _model_id(product: str) -> str | None:
+    """The catalog model id of a product NVML reports, as the server finds it."""
+    model = model_for_product(product)
+    return model.id if model is not None else None
 
 
 class _Stopped(BaseException):
@@ -108,6 +122,7 @@ class Daemon:
         stop_timeout: int = 10,
         agent: Agent | None = None,
         device_nodes: bool = False,
+        slurm_gres: SlurmGresConf | None = None,
     ) -> None:
         self.identity = identity
         self.node = identity.node
@@ -165,6 +180,8 @@ class Daemon:
         """The GPUs as the last inventory queued reported them."""
         self._unreadable: set[str] = set()
         self._woken = threading.Event()
+        self.slurm_gres = slurm_gres
+        """The node's gres.conf kept to its atoms (`--slurm-gres-conf`; bcd.slurm_gres_conf), or None."""
 
     # -- stopping ------------------------------------------------------------------------------
 
@@ -319,6 +336,9 @@ class Daemon:
             # derives what can be booked from the inventory, so it hears of it now.
             self.enqueue(self.inventory(gpus))
         done = self.devices.converge(spec, gpus, lingering=lingering)
+        if self.slurm_gres is not None and not behind:
+            # Lines made from a half-applied layout would tell Slurm of atoms that are not there.
+            self._converge_slurm_gres(spec, gpus)
         for report in done.reports:
             self.enqueue(report)
         self._spec = spec
@@ -335,6 +355,25 @@ class Daemon:
         self.generation = spec.generation
         # A GPU waiting for a reboot will not converge by trying again: long-poll meanwhile.
         return done.settled and not lingering and all(g in self.host.reboot_required for g in behind)
+
+    def _converge_slurm_gres(self, spec: NodeSpecPublic, gpus: Sequence[Gpu]) -> None:
+        """The node's gres.conf from the atoms it has now, and Slurm told once no job holds what changes;
+        Slurm unreachable or refusing is logged and tried again on the next pass."""
+        assert self.slurm_gres is not None
+        if any(gpu.partial for gpu in gpus):
+            return  # a GPU whose MIG state was not read whole: no word on what it holds
+        mode = _SLOT_MODES.get(spec.sharing.mode)
+        sharing = None
+        if mode is not None:
+            sharing = PoolSharing(pool_id="node", mode=mode, replicas=spec.sharing.replicas)
+        try:
+            wanted = report_gres(report_of(self.node, gpus), sharing, _model_id)
+            steps = self.slurm_gres.converge(wanted)
+        except Exception as exc:
+            self.log.error("slurm.gres-failed", error=str(exc)[:500])
+            return
+        if steps != (Unchanged(steps[0].node),):
+            self.log.info("slurm.gres", node=self.node, steps=[type(step).__name__ for step in steps])
 
     def _make_device_nodes(self, gpus: Sequence[Gpu]) -> None:
         """The simulated driver's part of a pass: the device nodes of the GPUs and instances there

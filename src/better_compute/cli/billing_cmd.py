@@ -68,6 +68,10 @@ COLUMNS = (
 """The export's columns: one `booking` row per booking and period, then one `total` row per tenant
 and meter (its tenantId, meter and hours; the rest empty)."""
 
+SLURM_COLUMN = "slurmJobId"
+"""With `--slurm-job-ids`, the last column: the Slurm job that held the booking's allocation, empty
+where none did."""
+
 
 # -- bills ---------------------------------------------------------------------------------------
 bills_app = typer.Typer(help="Show a tenant's bill for a period.", no_args_is_help=True)
@@ -165,6 +169,13 @@ def usage_export(
     ] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", show_default=False)] = None,
     pool: Annotated[str | None, typer.Option("--pool", show_default=False)] = None,
+    slurm_job_ids: Annotated[
+        bool,
+        typer.Option(
+            "--slurm-job-ids",
+            help=f"Add a `{SLURM_COLUMN}` column: the Slurm job that held each booking (empty where none).",
+        ),
+    ] = False,
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
@@ -175,9 +186,19 @@ def usage_export(
     kind: Literal["csv", "json"] = "csv" if output_format == "csv" else "json"
 
     def export(c: Compute) -> int:
-        rows = c.usage.iter(from_=since, to=until, tenant_id=tenant, pool_id=pool, page_size=EXPORT_PAGE)
+        rows = c.usage.iter(
+            from_=since,
+            to=until,
+            tenant_id=tenant,
+            pool_id=pool,
+            page_size=EXPORT_PAGE,
+            slurm_job_ids=slurm_job_ids,
+        )
+        columns = (*COLUMNS, SLURM_COLUMN) if slurm_job_ids else COLUMNS
         with _target(out) as stream, _progress(stream) as advance:
-            writer = CsvExport(stream) if kind == "csv" else JsonExport(stream, since, until)
+            writer = (
+                CsvExport(stream, columns) if kind == "csv" else JsonExport(stream, since, until, columns)
+            )
             count = 0
             for row in rows:
                 writer.row(row)
@@ -253,38 +274,41 @@ class Totals:
         ]
 
 
-def _row(row: UsageRowPublic) -> dict[str, Any]:
+def _row(row: UsageRowPublic, columns: tuple[str, ...] = COLUMNS) -> dict[str, Any]:
     data = row.model_dump(mode="json", by_alias=True)
-    return {key: data.get(key) for key in COLUMNS[1:]}
+    return {key: data.get(key) for key in columns[1:]}
 
 
 class CsvExport:
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], columns: tuple[str, ...] = COLUMNS) -> None:
         self.writer = csv.writer(stream, lineterminator="\n")
-        self.writer.writerow(COLUMNS)
+        self.columns = columns
+        self.writer.writerow(columns)
         self.totals = Totals()
 
     def row(self, row: UsageRowPublic) -> None:
         self.totals.add(row)
-        self.writer.writerow(["booking", *("" if v is None else v for v in _row(row).values())])
+        self.writer.writerow(["booking", *("" if v is None else v for v in _row(row, self.columns).values())])
 
     def close(self) -> None:
         for total in self.totals.rows():
-            self.writer.writerow(["total", *(total.get(key, "") for key in COLUMNS[1:])])
+            self.writer.writerow(["total", *(total.get(key, "") for key in self.columns[1:])])
 
 
 class JsonExport:
     """`{"from", "to", "rows": [...], "totals": [...]}`, one JSON document written row by row."""
 
-    def __init__(self, stream: IO[str], since: str, until: str) -> None:
+    def __init__(self, stream: IO[str], since: str, until: str, columns: tuple[str, ...] = COLUMNS) -> None:
         self.stream = stream
+        self.columns = columns
         self.totals = Totals()
         self.first = True
         stream.write('{"from": ' + json.dumps(since) + ', "to": ' + json.dumps(until) + ', "rows": [')
 
     def row(self, row: UsageRowPublic) -> None:
         self.totals.add(row)
-        self.stream.write(("\n  " if self.first else ",\n  ") + json.dumps(_row(row), ensure_ascii=False))
+        row_json = json.dumps(_row(row, self.columns), ensure_ascii=False)
+        self.stream.write(("\n  " if self.first else ",\n  ") + row_json)
         self.first = False
 
     def close(self) -> None:

@@ -1,7 +1,8 @@
 """`better-compute nodes gres NODE` (admin): what Slurm is told of one node's atoms.
 
 It calls `nodes.slurmGres` and prints the node's gres.conf lines, then its slurm.conf node line
-after a `#` comment that says so. The lines are configuration: they are printed whole, never
+after a `#` comment that says so, then, as a comment, the `AccountingStorageTRES` that lets `sacct`
+count the node's GRES. The lines are configuration: they are printed whole, never
 broken to the terminal's width, so that what is copied into the files is what the server made.
 """
 
@@ -24,9 +25,16 @@ NODE_LINE_HEADER = "# slurm.conf"
 """The comment line between the gres.conf lines and the slurm.conf node line."""
 
 
+ACCOUNTING_HEADER = "# with slurmdbd, for sacct to count these GRES: AccountingStorageTRES="
+"""The comment after the node line: the accounting setting the node's GRES need (docs/slurm.md#accounting)."""
+
+
 def render(answer: NodeSlurmGresPublic) -> list[str]:
-    """The gres.conf lines, the header comment, then the node line."""
-    return [*answer.gres_conf.splitlines(), NODE_LINE_HEADER, answer.node_line]
+    """The gres.conf lines, the header comment, the node line, then the accounting advice."""
+    from better_compute.domain.fleet.slurm_gres import accounting_tres
+
+    advice = f"{ACCOUNTING_HEADER}{accounting_tres(answer.node_line)}"
+    return [*answer.gres_conf.splitlines(), NODE_LINE_HEADER, answer.node_line, advice]
 
 
 @nodes_app.command("gres")

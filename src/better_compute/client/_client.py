@@ -1296,9 +1296,10 @@ class Usage(_Resource):
         pool_id: str | None = None,
         limit: int | None = None,
         cursor: str | None = None,
+        slurm_job_ids: bool = False,
     ) -> Page[UsageRowPublic]:
         """GPU-hours per booking in `[from_, to)` (both None: this calendar month), a page at a time;
-        a tenant's token sees its own."""
+        a tenant's token sees its own. `slurm_job_ids`: each row with the Slurm job that held it."""
         query = UsageListQuery.model_validate(
             _fields(
                 tenant_id=tenant_id,
@@ -1307,6 +1308,7 @@ class Usage(_Resource):
                 to=_bound(to),
                 limit=limit,
                 cursor=cursor,
+                slurm_job_ids=slurm_job_ids or None,
             )
         )
         return self._compute._typed("usage.list", query, Page[UsageRowPublic])
@@ -1325,12 +1327,19 @@ class Usage(_Resource):
         tenant_id: str | None = None,
         pool_id: str | None = None,
         page_size: int | None = None,
+        slurm_job_ids: bool = False,
     ) -> Iterator[UsageRowPublic]:
         """Every usage row of the period, following `nextCursor`: one page in memory at a time."""
         cursor: str | None = None
         while True:
             page = self.list(
-                from_=from_, to=to, tenant_id=tenant_id, pool_id=pool_id, limit=page_size, cursor=cursor
+                from_=from_,
+                to=to,
+                tenant_id=tenant_id,
+                pool_id=pool_id,
+                limit=page_size,
+                cursor=cursor,
+                slurm_job_ids=slurm_job_ids,
             )
             yield from page.items
             if not page.next_cursor:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -16,7 +17,9 @@ from better_compute.cli.version import VersionOption
 from better_compute.entrypoints.podman_options import PodmanOption
 
 if TYPE_CHECKING:
+    from better_compute.bcd.logs import Log
     from better_compute.bcd.runtime import ContainerRuntime
+    from better_compute.bcd.slurm_gres_conf import SlurmGresConf
 
 bcd_app = typer.Typer(
     name="bcd",
@@ -245,6 +248,23 @@ def run(
             show_default=False,
         ),
     ] = None,
+    slurm_gres_conf: Annotated[
+        Path | None,
+        typer.Option(
+            "--slurm-gres-conf",
+            help="On a Slurm node: keep this gres.conf to the node's atoms, draining the node in Slurm"
+            " while a job holds a GRES that changes, then `scontrol reconfigure` (docs/slurm.md).",
+            show_default=False,
+        ),
+    ] = None,
+    slurm_node: Annotated[
+        str | None,
+        typer.Option(
+            "--slurm-node",
+            help="The node's name in Slurm, with --slurm-gres-conf (default: this node's id).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Run the node daemon: long-poll this node's spec, converge its GPUs and devices, run the
     containers its assignments carry, report. Stops cleanly (exit 0) on SIGTERM, leaving containers
@@ -261,6 +281,10 @@ def run(
 
     if node_root is not None and not node_root.is_dir():
         _fail(f"--node-root {node_root} is not a directory", 2)
+    if slurm_gres_conf is not None and not slurm_gres_conf.parent.is_dir():
+        _fail(f"--slurm-gres-conf {slurm_gres_conf}: {slurm_gres_conf.parent} is not a directory", 2)
+    if slurm_node is not None and slurm_gres_conf is None:
+        _fail("--slurm-node is for --slurm-gres-conf", 2)
     try:
         units = clients.configured_units(gpu_clients, gpu_clients_file)
         refresh = (
@@ -349,6 +373,7 @@ def run(
                 advertise=advertise_address,
                 stop_timeout=stop_timeout,
                 agent=agent,
+                slurm_gres=_slurm_gres_conf(slurm_gres_conf, slurm_node or identity.node, log),
             )
             status = daemon.run()
     finally:
@@ -356,6 +381,22 @@ def run(
             agent.stop()
         backend.close()
     raise typer.Exit(status)
+
+
+def _slurm_gres_conf(path: Path | None, slurm_node: str, log: Log) -> SlurmGresConf | None:
+    """The gres.conf keeper over Slurm's commands (they find the cluster as on the node: `SLURM_CONF`
+    or /etc/slurm/slurm.conf)."""
+    if path is None:
+        return None
+    from better_compute.bcd.slurm_gres_conf import SlurmGresConf
+    from better_compute.domain.fleet.slurm import check_name
+    from better_compute.slurm.commands import SlurmCommands
+
+    try:
+        check_name("node", slurm_node)
+    except ValueError as exc:
+        _fail(f"--slurm-node: {exc}", 2)
+    return SlurmGresConf(path, slurm_node, SlurmCommands(env=os.environ), log)
 
 
 def _container_runtime(

@@ -8,18 +8,29 @@ pure parsers of `domain/fleet/slurm.py`.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 from better_compute.domain.fleet.slurm import (
+    SACCT_TIME_FORMAT,
+    SlurmAccountingRecord,
     SlurmJob,
+    SlurmNode,
     SlurmReservation,
     check_name,
+    check_reason,
     gres_request,
+    in_hostlist,
     parse_job,
+    parse_jobs,
+    parse_node,
     parse_reservation,
+    parse_sacct,
     parse_submitted,
     reservation_arguments,
+    sacct_arguments,
 )
 from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused, SlurmUnreachable
 
@@ -37,11 +48,14 @@ class SlurmCommands:
         self._env = dict(env) if env is not None else None
         self._timeout = timeout
 
-    def _run(self, arguments: Sequence[str]) -> str:
+    def _run(self, arguments: Sequence[str], extra_env: Mapping[str, str] | None = None) -> str:
+        env = self._env
+        if extra_env:
+            env = {**(env if env is not None else os.environ), **extra_env}
         try:
             result = subprocess.run(
                 list(arguments),
-                env=self._env,
+                env=env,
                 capture_output=True,
                 text=True,
                 timeout=self._timeout,
@@ -71,6 +85,12 @@ class SlurmCommands:
             arguments.append(f"--partition={check_name('partition', request.partition)}")
         if request.reservation:
             arguments.append(f"--reservation={check_name('reservation', request.reservation)}")
+        if request.nodelist:
+            arguments.append(f"--nodelist={check_name('node', request.nodelist)}")
+        if request.time_limit_minutes is not None:
+            if request.time_limit_minutes < 1:
+                raise ValueError(f"time limit {request.time_limit_minutes} minutes: at least 1")
+            arguments.append(f"--time={request.time_limit_minutes}")
         arguments += ["--wrap", request.command]
         return parse_submitted(self._run(arguments))
 
@@ -108,3 +128,44 @@ class SlurmCommands:
 
     def reconfigure(self) -> None:
         self._run(["scontrol", "reconfigure"])
+
+    def accounting(
+        self, start: datetime, end: datetime, *, accounts: Sequence[str] = ()
+    ) -> tuple[SlurmAccountingRecord, ...]:
+        """`sacct` in UTC (`TZ=UTC`, for the window it is given) printing times as epoch seconds
+        (`SLURM_TIME_FORMAT=%s`, for the times it prints), so no local time zone enters."""
+        output = self._run(
+            sacct_arguments(start, end, accounts=tuple(accounts)),
+            {"TZ": "UTC", "SLURM_TIME_FORMAT": SACCT_TIME_FORMAT},
+        )
+        return parse_sacct(output)
+
+    def node(self, name: str) -> SlurmNode:
+        output = self._run(["scontrol", "-o", "show", "node", check_name("node", name)])
+        lines = [line for line in output.splitlines() if line.strip()]
+        if len(lines) != 1:
+            raise SlurmRefused(f"scontrol show node {name}: {len(lines)} records, not one")
+        return parse_node(lines[0])
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run(
+            [
+                "scontrol",
+                "update",
+                f"NodeName={check_name('node', node)}",
+                "State=DRAIN",
+                f"Reason={check_reason(reason)}",
+            ]
+        )
+
+    def resume(self, node: str) -> None:
+        self._run(["scontrol", "update", f"NodeName={check_name('node', node)}", "State=RESUME"])
+
+    def jobs_on(self, node: str) -> tuple[SlurmJob, ...]:
+        """Every job slurmctld knows, in one `scontrol -o show job -d`, kept when it holds something
+        on `node` and has not finished (a pending job holds nothing yet)."""
+        check_name("node", node)
+        jobs = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
+        return tuple(
+            job for job in jobs if not job.finished and any(in_hostlist(node, held.node) for held in job.gres)
+        )

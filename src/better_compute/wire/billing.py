@@ -39,6 +39,8 @@ class UsageListQuery(WireRequest):
     to: PeriodBound = Field(default=None, json_schema_extra={"maxLength": MAX_BOUND_TEXT})
     limit: PageLimit = None
     cursor: PageCursor = None
+    slurm_job_ids: bool = False
+    """Add each row's `slurmJobId`: the Slurm job that held the booking's allocation, where one did."""
 
 
 class UsageRowPublic(WireAnswer):
@@ -58,6 +60,8 @@ class UsageRowPublic(WireAnswer):
     start: datetime
     end: datetime
     hours: str
+    slurm_job_id: int | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The Slurm job that held the allocation (asked for with `slurmJobIds`; absent where none)."""
 
 
 class BillQuery(WireRequest):

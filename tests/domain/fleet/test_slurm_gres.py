@@ -154,3 +154,38 @@ def test_refuses_inconsistent_atoms() -> None:
 
 def test_refuses_a_node_name_slurm_would_parse() -> None:
     assert "host names" in _refused([], [], node="gpu a,1")
+
+
+def test_a_nodes_own_report_gives_the_lines_bcd_writes() -> None:
+    """`report_gres` (bcd's `--slurm-gres-conf`) derives the atoms as the server does: a MIG GPU's
+    instances, a time-sliced GPU's slots as shards, a whole GPU by its catalog model."""
+    from better_compute.domain.fleet.inventory import GpuReport, MigInstance, NodeReport
+    from better_compute.domain.fleet.pools import PoolSharing
+    from better_compute.domain.fleet.slurm_gres import report_gres
+
+    mig = GpuReport(
+        uuid="GPU-a",
+        product="NVIDIA A100-SXM4-80GB",
+        memory_mib=81920,
+        index=0,
+        mig_mode_current=True,
+        mig_mode_pending=True,
+        mig_instances=(MigInstance("3g.40gb", 1, 0, 0, 4, "MIG-1"),),
+    )
+    whole = GpuReport(uuid="GPU-b", product="NVIDIA A100-SXM4-80GB", memory_mib=81920, index=1)
+    report = NodeReport(node="n1", gpus=(mig, whole))
+    lines = report_gres(report, None, lambda product: "A100-80GB")
+    assert lines.node_line == "NodeName=n1 Gres=gpu:3g.40gb:1,gpu:a100_80gb:1"
+    assert "NodeName=n1 Name=gpu Type=a100_80gb File=/dev/nvidia1" in lines.gres_conf.splitlines()
+    shared = report_gres(
+        NodeReport(node="n1", gpus=(whole,)), PoolSharing("p", "timeslice", 4), lambda product: None
+    )
+    assert shared.node_line == "NodeName=n1 Gres=gpu:nvidia_a100_sxm4_80gb:1,shard:4"
+
+
+def test_the_accounting_setting_names_gpu_each_type_and_shard_once() -> None:
+    from better_compute.domain.fleet.slurm_gres import accounting_tres
+
+    line = "NodeName=gpu-a-1 Gres=gpu:a100_80gb:2,gpu:3g.40gb:1,gpu:2g.20gb:1,shard:4"
+    assert accounting_tres(line) == "gres/gpu,gres/gpu:a100_80gb,gres/gpu:3g.40gb,gres/gpu:2g.20gb,gres/shard"
+    assert accounting_tres("NodeName=n") == "gres/gpu"

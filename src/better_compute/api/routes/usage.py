@@ -10,7 +10,7 @@ from fastapi import APIRouter, Query
 
 from better_compute.api.answers import paged
 from better_compute.api.auth import PrincipalDep
-from better_compute.api.deps import NowDep, StoreDep
+from better_compute.api.deps import NowDep, ServicesDep, StoreDep
 from better_compute.api.query import StrictQueryRoute
 from better_compute.domain.metering.metering import Usage, shown
 from better_compute.domain.metering.report import UsageReport, total_cost
@@ -30,7 +30,11 @@ router = APIRouter(prefix="/v1", tags=["billing"], route_class=StrictQueryRoute)
 
 @router.get("/usage", response_model=Page[UsageRowPublic])
 def list_usage(
-    q: Annotated[UsageListQuery, Query()], principal: PrincipalDep, store: StoreDep, now: NowDep
+    q: Annotated[UsageListQuery, Query()],
+    principal: PrincipalDep,
+    store: StoreDep,
+    now: NowDep,
+    services: ServicesDep,
 ) -> Page[UsageRowPublic]:
     found = usage.list_usage(
         store,
@@ -43,7 +47,13 @@ def list_usage(
         after=q.cursor,
         now=now,
     )
-    return paged(found, usage_public)
+    if not q.slurm_job_ids:
+        return paged(found, usage_public)
+    jobs = services.slurm_job_ids.job_ids(sorted({u.booking.reservation_id for u in found.items}))
+    return paged(
+        found,
+        lambda u: usage_public(u).model_copy(update={"slurm_job_id": jobs.get(u.booking.reservation_id)}),
+    )
 
 
 @router.get("/usage/report", response_model=UsageReportPublic)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 JOB_STATES = frozenset(
     {
@@ -261,3 +262,230 @@ def reservation_arguments(
     if tres:
         arguments.append(f"TRES={tres_spec(tres)}")
     return arguments
+
+
+# -- accounting (sacct) ---------------------------------------------------------------------------
+
+SACCT_FIELDS = ("JobIDRaw", "Account", "AllocTRES", "Start", "End", "ElapsedRaw", "State", "JobName")
+"""The `--format` of `sacct` read by `parse_sacct`. `JobIDRaw` is numeric for every job (an array task's
+`JobID` is `12_3`); `ElapsedRaw` is the run time in seconds; `JobName` comes last, since it is the one
+field a user writes and may hold the `|` that separates the others."""
+
+SACCT_TIME_FORMAT = "%s"
+"""`SLURM_TIME_FORMAT` for sacct: times as seconds since the epoch, so no time zone is guessed at."""
+
+_UNKNOWN_TIMES = frozenset({"Unknown", "None", ""})
+
+
+@dataclass(frozen=True)
+class SlurmAccountingRecord:
+    """One job allocation as `sacct -X` reports it from slurmdbd (a job slurmctld forgot included).
+
+    `tres` is `AllocTRES` as Slurm wrote it (`gres/gpu:3g.40gb=1`, `mem=1000M`), empty for a job that
+    never started. `start` is None until it starts, `end` None while it runs (both UTC)."""
+
+    job_id: int
+    name: str
+    account: str
+    tres: tuple[tuple[str, str], ...]
+    start: datetime | None
+    end: datetime | None
+    elapsed_seconds: int
+    state: str
+
+    def gres(self, name: str = "gpu", type_: str | None = None) -> int:
+        """How many of a GRES the job held: `gres/gpu` (every type together) or `gres/gpu:<type>`.
+
+        Slurm 22.05 records a GRES only if `AccountingStorageTRES` names it (`gres/gpu`), and a type
+        only if it names the type too (`gres/gpu:3g.40gb`); a job given a typed GPU counts under both
+        (docs/slurm.md#accounting)."""
+        key = f"gres/{name}" if type_ is None else f"gres/{name}:{type_}"
+        for tres, count in self.tres:
+            if tres == key:
+                return int(count)
+        return 0
+
+    def held(self, period_start: datetime, period_end: datetime, now: datetime) -> int:
+        """Whole seconds of the job's allocation inside `[period_start, period_end)`: from its start to
+        its end (a running job up to `now`); 0 for a job that never started."""
+        if self.start is None:
+            return 0
+        end = self.end if self.end is not None else now
+        low, high = max(self.start, period_start), min(end, period_end)
+        return max(0, int((high - low).total_seconds()))
+
+
+def _sacct_time(text: str, field: str) -> datetime | None:
+    if text in _UNKNOWN_TIMES:
+        return None
+    if not text.isdigit():
+        raise SlurmOutputUnreadable(f"sacct {field} {text!r} is not seconds since the epoch")
+    return datetime.fromtimestamp(int(text), tz=UTC)
+
+
+def parse_tres(text: str) -> tuple[tuple[str, str], ...]:
+    """`billing=1,cpu=1,gres/gpu:3g.40gb=1,gres/gpu=1,mem=1000M,node=1` → its pairs, in order; a
+    `gres/` count must be a whole number."""
+    if not text:
+        return ()
+    pairs = []
+    for part in text.split(","):
+        key, equals, value = part.partition("=")
+        if not equals or not key or not value:
+            raise SlurmOutputUnreadable(f"not a TRES list: {text[:120]!r}")
+        if key.startswith("gres/") and not value.isdigit():
+            raise SlurmOutputUnreadable(f"GRES count {part!r} is not a whole number")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def parse_sacct_line(line: str) -> SlurmAccountingRecord:
+    """One line of `sacct --parsable2 --noheader --format=<SACCT_FIELDS>` under `SLURM_TIME_FORMAT=%s`."""
+    parts = line.split("|", len(SACCT_FIELDS) - 1)
+    if len(parts) != len(SACCT_FIELDS):
+        raise SlurmOutputUnreadable(
+            f"sacct line of {len(parts)} fields, not {len(SACCT_FIELDS)}: {line[:120]!r}"
+        )
+    job_id, account, tres, start, end, elapsed, state, name = parts
+    # A cancelled job's state reads `CANCELLED by <uid>`.
+    state = state.split(" ", 1)[0]
+    if not job_id.isdigit() or not elapsed.isdigit():
+        raise SlurmOutputUnreadable(f"sacct job id {job_id!r} or elapsed {elapsed!r} is not a number")
+    if state not in JOB_STATES:
+        raise SlurmOutputUnreadable(f"unknown job state {state!r}")
+    return SlurmAccountingRecord(
+        job_id=int(job_id),
+        name=name,
+        account=account,
+        tres=parse_tres(tres),
+        start=_sacct_time(start, "Start"),
+        end=_sacct_time(end, "End"),
+        elapsed_seconds=int(elapsed),
+        state=state,
+    )
+
+
+def parse_sacct(output: str) -> tuple[SlurmAccountingRecord, ...]:
+    """Every line of sacct's output (see `parse_sacct_line`), in sacct's order."""
+    return tuple(parse_sacct_line(line) for line in output.splitlines() if line.strip())
+
+
+def sacct_arguments(start: datetime, end: datetime, *, accounts: tuple[str, ...] = ()) -> list[str]:
+    """`sacct` asking for the allocations (`-X`, no steps) of every user that were pending or ran in
+    `[start, end)`, in UTC (the adapter runs it with `TZ=UTC`): sacct's own window also lists jobs
+    that only waited in it, so callers clip to the window (`SlurmAccountingRecord.held`)."""
+    if start.tzinfo is None or end.tzinfo is None:
+        raise ValueError("sacct's window needs times with a zone")
+    if end <= start:
+        raise ValueError(f"sacct's window {start.isoformat()} to {end.isoformat()} is empty")
+    arguments = [
+        "sacct",
+        "--allusers",
+        "--allocations",
+        "--parsable2",
+        "--noheader",
+        f"--format={','.join(SACCT_FIELDS)}",
+        f"--starttime={_sacct_when(start)}",
+        f"--endtime={_sacct_when(end)}",
+    ]
+    if accounts:
+        arguments.append(f"--accounts={','.join(check_name('account', a) for a in accounts)}")
+    return arguments
+
+
+def _sacct_when(at: datetime) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+# -- nodes (scontrol show node) -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node as `scontrol -o show node` reports it: `state` is Slurm's words joined by `+`
+    (`IDLE+DRAIN`, `MIXED`), `gres` the configured GRES (`gpu:3g.40gb:2,shard:3g.40gb:4`)."""
+
+    name: str
+    state: str
+    reason: str
+    gres: str
+
+    @property
+    def drained(self) -> bool:
+        """Whether Slurm starts no new job here (`DRAIN` is a flag on the base state: a node still
+        running jobs reads `MIXED+DRAIN`, Slurm's "draining")."""
+        return "DRAIN" in self.state.split("+")
+
+
+def parse_node(line: str) -> SlurmNode:
+    """One record of `scontrol -o show node <name>`."""
+    values = dict(parse_fields(line))
+    if "NodeName" not in values or "State" not in values:
+        raise SlurmOutputUnreadable(f"a node record without NodeName or State: {line[:120]!r}")
+    reason = values.get("Reason", "")
+    # scontrol appends who set the reason and when: `Reason=gres change [root@2030-01-01T00:00:00]`.
+    reason = re.sub(r"\s*\[[^\]]*@[^\]]*\]$", "", reason)
+    return SlurmNode(
+        name=values["NodeName"], state=values["State"], reason=reason, gres=values.get("Gres", "(null)")
+    )
+
+
+def parse_jobs(output: str) -> tuple[SlurmJob, ...]:
+    """Every record of `scontrol -o show job -d` (all jobs): one a line; `No jobs in the system` is none."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if lines == ["No jobs in the system"]:
+        return ()
+    return tuple(parse_job(line) for line in lines)
+
+
+MAX_REASON = 200
+"""The longest drain reason written: Slurm keeps it whole, people read it in `sinfo -R`."""
+
+
+def check_reason(reason: str) -> str:
+    """A drain reason passed as one `reason=` word's value: printable, no `=` (scontrol would read the
+    rest as another key), at most MAX_REASON characters."""
+    if not reason or len(reason) > MAX_REASON or "=" in reason or not reason.isprintable():
+        raise ValueError(f"drain reason {reason[:80]!r}: 1-{MAX_REASON} printable characters, no '='")
+    return reason
+
+
+_HOSTLIST_PART = re.compile(r"^(?P<head>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<tail>[^\[\]]*)$")
+
+
+def in_hostlist(node: str, hostlist: str) -> bool:
+    """Whether Slurm's host list `hostlist` (`n1`, `n[1-3,7]`, `gpu-a[01-02],gpu-b1`) names `node`.
+
+    A form not read here (two brackets in one name) answers True: a caller deciding whether a job may
+    hold something on the node must rather wait for a job than miss one."""
+    parts, depth, start = [], 0, 0
+    for position, char in enumerate(hostlist):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(hostlist[start:position])
+            start = position + 1
+    parts.append(hostlist[start:])
+    for part in (p.strip() for p in parts):
+        if "[" not in part:
+            if part == node:
+                return True
+            continue
+        match = _HOSTLIST_PART.match(part)
+        if match is None:
+            return True
+        head, tail = match["head"], match["tail"]
+        if not (node.startswith(head) and node.endswith(tail) and len(node) > len(head) + len(tail)):
+            continue
+        number = node[len(head) : len(node) - len(tail) if tail else None]
+        for item in match["ranges"].split(","):
+            low, dash, high = item.partition("-")
+            if not low.isdigit() or (dash and not high.isdigit()):
+                return True
+            if not number.isdigit():
+                continue
+            width = len(low) if low.startswith("0") else 0
+            if width and len(number) != width:
+                continue
+            if int(low) <= int(number) <= int(high if dash else low):
+                return True
+    return False

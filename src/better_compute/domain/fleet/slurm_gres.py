@@ -29,10 +29,13 @@ GPU (a MIG instance on a GPU out of MIG mode, slots of two counts on one GPU, tw
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
-from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.atoms import Atom, derive_node_atoms
+from better_compute.domain.fleet.inventory import NodeReport
+from better_compute.domain.fleet.pools import PoolSharing
 from better_compute.domain.fleet.records import Gpu
 from better_compute.domain.kernel.errors import InvalidState
 
@@ -185,3 +188,53 @@ def node_gres(node: str, gpus: Iterable[Gpu], atoms: Iterable[Atom]) -> SlurmGre
     gres = ",".join(f"{name}:{count}" for name, count in totals.items())
     node_line = f"NodeName={node} Gres={gres}" if gres else f"NodeName={node}"
     return SlurmGres(gres_conf="\n".join(conf) + "\n", node_line=node_line)
+
+
+_REPORTED = datetime(1970, 1, 1, tzinfo=UTC)
+"""A GPU record made from a report on the node has no time of its own; the lines do not use it."""
+
+
+def report_gres(
+    report: NodeReport,
+    sharing: PoolSharing | None,
+    model_of_product: Callable[[str], str | None],
+) -> SlurmGres:
+    """`node_gres` of a node's own report, as `bcd` makes it on the node (`--slurm-gres-conf`): its
+    atoms derived as the server derives them (`derive_node_atoms`, with the node's sharing), so the
+    lines it writes are the ones `nodes gres` prints for it."""
+    atoms = derive_node_atoms(report, lambda _gpu: sharing, model_of_product)
+    gpus = [
+        Gpu(
+            id=gpu.uuid,
+            node_id=report.node,
+            index=gpu.index,
+            product=gpu.product,
+            model=model_of_product(gpu.product),
+            memory_mib=gpu.memory_mib,
+            numa_node=gpu.numa_node,
+            nvlink_peers=tuple(gpu.nvlink_peers),
+            healthy=gpu.healthy,
+            present=True,
+            mig_mode_current=gpu.mig_mode_current,
+            mig_mode_pending=gpu.mig_mode_pending,
+            mig_instances=tuple(gpu.mig_instances),
+            updated_at=_REPORTED,
+        )
+        for gpu in report.gpus
+    ]
+    return node_gres(report.node, gpus, [atom for found in atoms.values() for atom in found])
+
+
+def accounting_tres(node_line: str) -> str:
+    """The `AccountingStorageTRES` value that lets `sacct` count a node line's GRES: `gres/gpu` (every
+    GPU, whatever its type), `gres/gpu:<type>` for each type (hours per type), `gres/shard` when it has
+    shards. Slurm 22.05 records none of them unless listed (docs/slurm.md#accounting)."""
+    gres = node_line.partition(" Gres=")[2]
+    names = ["gres/gpu"]
+    for item in gres.split(","):
+        name, _, rest = item.partition(":")
+        if name == "gpu" and ":" in rest:
+            names.append(f"gres/gpu:{rest.rpartition(':')[0]}")
+        elif name == "shard" and "gres/shard" not in names:
+            names.append("gres/shard")
+    return ",".join(dict.fromkeys(names))

@@ -6,11 +6,12 @@ use case holds a `SlurmControl` and never sees a command line. docs/slurm.md#tal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
-from better_compute.domain.fleet.slurm import SlurmJob, SlurmReservation
+from better_compute.domain.fleet.slurm import SlurmAccountingRecord, SlurmJob, SlurmNode, SlurmReservation
 
 
 class SlurmUnreachable(Exception):
@@ -39,6 +40,10 @@ class JobRequest:
     reservation: str | None = None
     output: str = "/dev/null"
     """Where the job's stdout and stderr go, a path on the node (sbatch's --output)."""
+    nodelist: str | None = None
+    """The node the job must run on (sbatch's --nodelist): a replica placed on one node."""
+    time_limit_minutes: int | None = None
+    """sbatch's --time; None: the partition's default."""
 
 
 class SlurmControl(Protocol):
@@ -69,4 +74,31 @@ class SlurmControl(Protocol):
 
     def reconfigure(self) -> None:
         """Have slurmctld and every slurmd read their configuration again (`scontrol reconfigure`)."""
+        ...
+
+    def accounting(
+        self, start: datetime, end: datetime, *, accounts: Sequence[str] = ()
+    ) -> tuple[SlurmAccountingRecord, ...]:
+        """The job allocations slurmdbd recorded as pending or running in `[start, end)` (of
+        `accounts` only, when given): their account, GRES held, start, end and state (`sacct -X`).
+        GPU-seconds in the period are `held(start, end, now) * gres("gpu")` each."""
+        ...
+
+    def node(self, name: str) -> SlurmNode:
+        """The node as slurmctld has it: its state, reason and configured `Gres`
+        (`scontrol -o show node`)."""
+        ...
+
+    def drain(self, node: str, reason: str) -> None:
+        """Take no new jobs on the node, leaving those that run (`scontrol update nodename=<node>
+        state=drain reason=<reason>`)."""
+        ...
+
+    def resume(self, node: str) -> None:
+        """Give the node back to the scheduler after a drain (`state=resume`)."""
+        ...
+
+    def jobs_on(self, node: str) -> tuple[SlurmJob, ...]:
+        """The jobs that hold something on the node now (running, completing, suspended), with their
+        GRES indices (`squeue` then `scontrol -o show job -d`)."""
         ...
