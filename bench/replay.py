@@ -188,7 +188,7 @@ class Fgd(_MilliFleet):
         self.rng = random.Random(seed)
         self._frag: dict[tuple[int, ...], float] = {}
         self.states: dict[tuple[str, tuple[int, ...]], set[int]] = {}
-        for i, free in enumerate(self.free):
+        for i in range(len(self.free)):
             self.states.setdefault(self._key(i), set()).add(i)
 
     def _key(self, node: int) -> tuple[str, tuple[int, ...]]:
@@ -229,11 +229,11 @@ class Fgd(_MilliFleet):
         key, g = self.rng.choices(ties, weights)[0]
         node = self.rng.choice(sorted(self.states[key]))
         value = key[1][g]
-        free = self.free[node]
+        on_node = self.free[node]
         if shape.gpus:
-            gpus = [i for i, f in enumerate(free) if f >= WHOLE][: shape.gpus]
+            gpus = [i for i, f in enumerate(on_node) if f >= WHOLE][: shape.gpus]
         else:
-            gpus = [next(i for i, f in enumerate(free) if f == value)]
+            gpus = [next(i for i, f in enumerate(on_node) if f == value)]
         self.states[key].discard(node)
         if not self.states[key]:
             del self.states[key]
@@ -435,15 +435,14 @@ def main() -> None:
     }
     replay_s = time.perf_counter() - started
     gpu_tasks = sum(1 for t in tasks if t.shape is not None)
+    gpus_asked = sum(t.gpu_demand_milli for t in tasks) / WHOLE
     print(
-        f"{len(tasks)} tasks ({gpu_tasks} ask for GPUs, {sum(t.gpu_demand_milli for t in tasks) / WHOLE:.1f} GPUs in all),"
+        f"{len(tasks)} tasks ({gpu_tasks} ask for GPUs, {gpus_asked:.1f} GPUs in all),"
         f" {len(nodes)} GPU nodes ({capacity // WHOLE} GPUs); ours on {replicas} slots a GPU",
         file=sys.stderr,
     )
-    print(
-        f"{'policy':8} {'first refusal':>13} {'90%':>6} {'95%':>6} {'100%':>6} {'refused':>7} {'frag':>6} {'s':>6}",
-        file=sys.stderr,
-    )
+    head = ("first refusal", "90%", "95%", "100%", "refused", "frag", "s")
+    print(f"{'policy':8} " + " ".join(f"{h:>{max(6, len(h))}}" for h in head), file=sys.stderr)
     for run in runs:
         cells = [_pct(run.first_refusal), *(_pct(v) for v in run.marks.values())]
         print(

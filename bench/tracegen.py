@@ -60,13 +60,16 @@ TASK_SHAPES: tuple[tuple[int, int, int], ...] = (
     (1, 270, 4),
 )
 
-POD_HEADER = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time"
+POD_HEADER = (
+    "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,"
+    "scheduled_time"
+)
 NODE_HEADER = "sn,cpu_milli,memory_mib,gpu,model"
 DEMAND_OF_CAPACITY = 0.98
 
 
 def node_rows(count: int, rng: random.Random) -> list[str]:
-    kinds = [k for k in NODE_KINDS]
+    kinds = list(NODE_KINDS)
     weights = [k[2] for k in kinds]
     rows = []
     for i in range(count):
@@ -77,7 +80,7 @@ def node_rows(count: int, rng: random.Random) -> list[str]:
 
 def pod_rows(capacity_milli: int, models: list[str], rng: random.Random, spec: float) -> list[str]:
     weights = [s[2] for s in TASK_SHAPES]
-    rows = []
+    rows: list[str] = []
     demand = 0
     t = 0
     while demand < DEMAND_OF_CAPACITY * capacity_milli:
@@ -88,8 +91,9 @@ def pod_rows(capacity_milli: int, models: list[str], rng: random.Random, spec: f
         if num_gpu and rng.random() < spec:
             gpu_spec = "|".join(sorted(rng.sample(models, k=rng.randint(1, min(2, len(models))))))
         cpu = 4000 * max(1, num_gpu) + rng.choice((0, 2000, 4000))
+        times = f"{t},{t + 86400},{t}"
         rows.append(
-            f"openb-pod-{len(rows):04},{cpu},{cpu * 2},{num_gpu},{milli},{gpu_spec},LS,Running,{t},{t + 86400},{t}"
+            f"openb-pod-{len(rows):04},{cpu},{cpu * 2},{num_gpu},{milli},{gpu_spec},LS,Running,{times}"
         )
     return rows
 

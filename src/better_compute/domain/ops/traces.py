@@ -36,7 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from better_compute.domain.catalog import GpuModel, MigProfile
-from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.atoms import Atom, AttrValue
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.selectors import EVERYTHING, Selector, parse_selector
 from better_compute.domain.ledger.admission import DeviceRequest
@@ -246,7 +246,7 @@ def slot_atoms(
     _check_replicas(replicas)
     atoms: list[Atom] = []
     for node in nodes:
-        attributes = {"gpuModel": node.model, "sharing": "timeslice", "slots": replicas}
+        attributes: dict[str, AttrValue] = {"gpuModel": node.model, "sharing": "timeslice", "slots": replicas}
         for gpu_id in node.gpu_ids:
             atoms.extend(
                 Atom(
