@@ -177,7 +177,12 @@ def _refusal(
     `_decide` has just grouped (cached), so a refusal costs no pass over the pool."""
     in_pool = [sum(len(a) for a in pool_atoms.matching_by_gpu(r).values()) for r in requests]
     cordoned = [pool_atoms.cordoned_matching(r) for r in requests]
-    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id, cordoned)
+    # a `sameGpu` line for more slots than any GPU of the pool has can never be served
+    most = [
+        max(map(len, pool_atoms.matching_by_gpu(r).values()), default=0) if r.same_gpu else r.count
+        for r in requests
+    ]
+    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id, cordoned, most)
     if never is not None:
         return NotInPool(
             never.message,

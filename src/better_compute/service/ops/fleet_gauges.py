@@ -9,12 +9,13 @@ scrapes, so every server process answers the same numbers (docs/metrics.md).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.placement.pool_fragmentation import held_demand, pool_fragmentation
 from better_compute.domain.ops.fleet_gauges import (
     NODE_STATES,
     HeldDevice,
@@ -32,6 +33,10 @@ MAX_UNPLACED_WORKLOADS = 10_000
 which a fleet that far behind notices otherwise."""
 
 _INSTANT = timedelta(microseconds=1)
+
+DEMAND_WINDOW = timedelta(days=30)
+"""How far back the request sizes a pool's fragmentation is measured against are read: what its
+reservations and replicas held in the last 30 days (docs/metrics.md#fragmentation)."""
 
 QuotaKey = tuple[str, str, str]
 """(tenant id, pool id, atom class)."""
@@ -53,6 +58,9 @@ class FleetGauges:
     """Each quota row's limit, by (tenant, pool, class)."""
     devices: list[HeldDevice]
     """The devices allocations hold now (empty unless asked for)."""
+    fragmentation: Mapping[str, float] = field(default_factory=dict)
+    """Each pool's share (0..1) of free GPU capacity its recorded request sizes cannot use, by pool id
+    (`domain.placement.pool_fragmentation`)."""
 
 
 def take(store: StorePort[OpsTx], index: BookingIndex, now: datetime, *, devices: bool) -> FleetGauges:
@@ -89,7 +97,26 @@ def take(store: StorePort[OpsTx], index: BookingIndex, now: datetime, *, devices
             quota_used=used,
             quota_limit=limits,
             devices=_devices(tx, index, held) if devices else [],
+            fragmentation=fragmentation(tx, index, now),
         )
+
+
+def fragmentation(
+    tx: OpsTx, index: BookingIndex, now: datetime, pool_ids: Collection[str] | None = None
+) -> dict[str, float]:
+    """Each pool's fragmentation now (`pool_fragmentation`; only `pool_ids`' when given), against the
+    sizes its reservations and replicas held in the last `DEMAND_WINDOW` (the sizes its atoms offer,
+    for a pool with none). The index must have caught up with `tx` (`BookingIndex.sync`)."""
+    busy = index.busy(Window(now, now + _INSTANT))
+    demand = held_demand(tx.usage.held_shapes(Window(now - DEMAND_WINDOW, now), now))
+    out: dict[str, float] = {}
+    for pool in tx.pools.all():
+        if pool_ids is not None and pool.id not in pool_ids:
+            continue
+        pool_atoms = index.pool_atoms(tx, pool.id)
+        taken = index.taken(busy, pool_atoms)
+        out[pool.id] = pool_fragmentation(list(pool_atoms.atoms.values()), taken, demand.get(pool.id))
+    return out
 
 
 def _devices(tx: OpsTx, index: BookingIndex, held: list[tuple[str, str, str, str]]) -> list[HeldDevice]:
@@ -106,4 +133,4 @@ def _devices(tx: OpsTx, index: BookingIndex, held: list[tuple[str, str, str, str
     return held_devices(holders, gpus)
 
 
-__all__ = ["MAX_UNPLACED_WORKLOADS", "FleetGauges", "take"]
+__all__ = ["DEMAND_WINDOW", "MAX_UNPLACED_WORKLOADS", "FleetGauges", "fragmentation", "take"]
