@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.admission import DeviceRequest
 from better_compute.domain.ledger.choose import (
     Chosen,
     NoFit,
@@ -466,3 +467,67 @@ def test_never_fits_counts_atoms_of_cordoned_nodes_apart() -> None:
     assert cordoned_note(0) == ""
     assert cordoned_note(1) == " (1 more matching atom is on cordoned nodes)"
     assert cordoned_note(3) == " (3 more matching atoms are on cordoned nodes)"
+
+
+def same_gpu_slots(count: int) -> DeviceRequest:
+    return DeviceRequest(cls="gpu.slot", count=count, same_gpu=True)
+
+
+def test_same_gpu_slots_are_refused_rather_than_split_over_gpus() -> None:
+    # Three slots free on each of two GPUs: four could be served split, but not on one GPU.
+    atoms = slots("g1", 3, first=1) + slots("g2", 3, first=1)
+    split = choose([device_request("gpu.slot", 4)], atoms, {"g1": 1, "g2": 1})
+    assert {a.split("/")[0] for a in chosen(split)[0]} == {"g1", "g2"}
+    refused = choose([same_gpu_slots(4)], atoms, {"g1": 1, "g2": 1})
+    assert isinstance(refused, NoFit)
+    assert refused.message == (
+        "devices[0]: 4 gpu.slot atoms wanted on one GPU, at most 3 free on any one GPU of the pool for that window"
+    )
+    assert (refused.wanted, refused.available, refused.never) == (4, 3, False)
+
+
+def test_same_gpu_slots_land_on_the_busiest_gpu_that_holds_them_all() -> None:
+    atoms = slots("g1", 1, first=3) + slots("g2", 2, first=2) + slots("g3", 4)
+    assert chosen(choose([same_gpu_slots(2)], atoms, {"g1": 3, "g2": 2})) == (("g2/slot:2", "g2/slot:3"),)
+
+
+def test_same_gpu_lines_of_one_reservation_each_stay_on_their_own_gpu() -> None:
+    # Two lines of three slots, two GPUs of four free slots: each line on one GPU, none split.
+    atoms = slots("g1", 4) + slots("g2", 4)
+    result = chosen(choose([same_gpu_slots(3), same_gpu_slots(3)], atoms, {}))
+    assert [{a.split("/")[0] for a in ids} for ids in result] == [{"g1"}, {"g2"}]
+
+
+def test_same_gpu_after_another_line_took_slots_says_so() -> None:
+    # The first line can only stay together on g1, leaving one there and two on g2: three free, but
+    # not on one GPU.
+    atoms = slots("g1", 4) + slots("g2", 2, first=2)
+    refused = choose([device_request("gpu.slot", 3), same_gpu_slots(3)], atoms, {"g2": 2})
+    assert isinstance(refused, NoFit)
+    assert refused.request_index == 1
+    assert refused.reason.endswith("besides those the reservation's other requests take")
+
+
+def test_a_same_gpu_line_more_than_any_gpu_of_the_pool_holds_never_fits() -> None:
+    kinds = kinds_of(slots("g1", 4) + slots("g2", 4))
+    never = never_fits([same_gpu_slots(5)], [8], kinds, "p", most_on_one_gpu=[4])
+    assert isinstance(never, NoFit) and never.never
+    assert (
+        never.message
+        == "devices[0]: 5 gpu.slot atoms wanted on one GPU, and no GPU of pool p has more than 4"
+    )
+    assert never_fits([same_gpu_slots(4)], [8], kinds, "p", most_on_one_gpu=[4]) is None
+    # Without the per-GPU counts only the pool's total is checked, as before.
+    assert never_fits([same_gpu_slots(5)], [8], kinds, "p") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=5), st.integers(1, 4))
+def test_same_gpu_is_served_exactly_when_some_gpu_holds_the_count(free: list[int], count: int) -> None:
+    atoms = [a for i, n in enumerate(free) for a in slots(f"g{i}", n)]
+    result = choose([same_gpu_slots(count)], atoms, {})
+    if max(free) >= count:
+        ids = chosen(result)[0]
+        assert len(ids) == count and len({a.split("/")[0] for a in ids}) == 1
+    else:
+        assert isinstance(result, NoFit)

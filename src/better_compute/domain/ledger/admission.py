@@ -35,14 +35,19 @@ and whole GPUs are kept together by the choice rules."""
 
 @dataclass(frozen=True)
 class DeviceRequest:
-    """`count` atoms of class `cls`, narrowed by `selector`; `sharing` None takes the pool's."""
+    """`count` atoms of class `cls`, narrowed by `selector`; `sharing` None takes the pool's.
+
+    `same_gpu`: all `count` atoms must come from one GPU ("N slots on one GPU", a share of one GPU
+    cut into time-slice slots). Without it, choosing only prefers one GPU and splits a count no free
+    GPU holds across GPUs; with it, such a request is refused instead (`choose.NoFit`).
+    """
 
     cls: AtomClass
     count: int
     sharing: SharingMode | None = None
     selector: Selector = EVERYTHING
     same_gpu: bool = False
-    """All `count` atoms on one GPU (a `gpu.slot` line's `sameGpu`): N slots of one GPU, never split."""
+    """A `gpu.slot` line's `sameGpu` (`parse_device_request` refuses it on another class)."""
 
 
 MAX_DEVICE_REQUESTS = 16

@@ -10,7 +10,8 @@ Choice rules (docs/concepts.md#reservations, step 4):
    else from one NUMA node, else from one node; only a request that no node can hold spreads over
    nodes (fewest nodes first). Atoms on one GPU count as NV-connected to each other. Inside the
    group chosen, the finer levels still apply: in an NVLink domain that spans NUMA nodes, a request
-   one NUMA node can hold stays on one.
+   one NUMA node can hold stays on one. A request marked `same_gpu` stops at the first level: one
+   GPU or nothing (a share of one GPU as slots must not be split over two GPUs).
 2. **Few fragments.** Between groups that keep a request equally together, take the one whose GPUs
    are already the busiest (partly used GPUs fill up before untouched ones are broken into), then the
    one that leaves the fewest free atoms behind (best fit). The selector decides the MIG profile;
@@ -124,8 +125,12 @@ def never_fits(
     kinds: PoolKinds,
     pool_id: str,
     cordoned: Sequence[int] | None = None,
+    most_on_one_gpu: Sequence[int] | None = None,
 ) -> NoFit | None:
     """The first request the pool could not serve even were it empty, or None.
+
+    `most_on_one_gpu[i]`, when given, is the most atoms matching request i that any one GPU of the
+    pool has (on nodes that take new bookings): a `same_gpu` request for more can never be served.
 
     `in_pool[i]` is how many of the pool's atoms match request i at all, booked or not (its
     `matching` atoms), on nodes that take new bookings; `cordoned[i]` how many more are on cordoned
@@ -136,6 +141,14 @@ def never_fits(
     """
     for index, (request, count) in enumerate(zip(requests, in_pool, strict=True)):
         if count >= request.count:
+            if request.same_gpu and most_on_one_gpu is not None and most_on_one_gpu[index] < request.count:
+                most = most_on_one_gpu[index]
+                narrowed = " matching the selector" if request.selector.match_expressions else ""
+                reason = (
+                    f"{request.count} {request.cls} atoms{narrowed} wanted on one GPU, and no GPU of pool"
+                    f" {pool_id} has more than {most}"
+                )
+                return NoFit(index, reason, request.count, most, never=True)
             continue
         off = cordoned[index] if cordoned is not None else 0
         narrowed = " matching the selector" if request.selector.match_expressions else ""
@@ -280,7 +293,13 @@ def _choose_in_order(
         options = [atom for atom in candidates if atom.id not in taken]
         if len(options) < request.count:
             return _no_fit(index, request, len(options), shared=len(candidates) > len(options))
-        picked = _choose_one(options, request.count, busy, free_on_gpu)
+        if request.same_gpu:
+            most = max(Counter(atom.gpu_id for atom in options).values())
+            if most < request.count:
+                return _no_fit_on_one_gpu(index, request, most, shared=len(candidates) > len(options))
+            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS[:1])
+        else:
+            picked = _choose_one(options, request.count, busy, free_on_gpu)
         for atom in picked:
             taken.add(atom.id)
             busy[atom.gpu_id] += 1
@@ -298,6 +317,17 @@ def _no_fit(index: int, request: DeviceRequest, available: int, shared: bool) ->
     if shared:
         reason += " besides those the reservation's other requests take"
     return NoFit(index, reason, request.count, available)
+
+
+def _no_fit_on_one_gpu(index: int, request: DeviceRequest, most: int, shared: bool) -> NoFit:
+    narrowed = " matching the selector" if request.selector.match_expressions else ""
+    reason = (
+        f"{request.count} {request.cls} atoms{narrowed} wanted on one GPU, at most {most} free on any"
+        " one GPU of the pool for that window"
+    )
+    if shared:
+        reason += " besides those the reservation's other requests take"
+    return NoFit(index, reason, request.count, most)
 
 
 _Level = Callable[[Atom], Hashable | None]
