@@ -296,7 +296,9 @@ def reserve(
     ] = None,
     same_gpu: Annotated[
         bool,
-        typer.Option("--same-gpu", help="With --slots: all the slots on one GPU (sameGpu).", show_default=False),
+        typer.Option(
+            "--same-gpu", help="With --slots: all the slots on one GPU (sameGpu).", show_default=False
+        ),
     ] = False,
     start: Annotated[
         str | None,

@@ -45,7 +45,6 @@ from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.ops import console
 from better_compute.service.placement import placement, workloads
 
-
 FRAGMENTED = "free capacity fragmented"
 """The fragmentation chart's one series: the share of a pool's free GPU capacity its recorded
 request sizes cannot use, in percent."""

@@ -232,7 +232,9 @@ def reserve_of(body: ReservationCreate) -> Reserve:
     JSON, `start` as the wire writes an instant."""
     return Reserve(
         pool_id=body.pool_id,
-        devices=tuple(_sent(d.model_dump(mode="json", by_alias=True, exclude_none=True)) for d in body.devices),
+        devices=tuple(
+            _sent(d.model_dump(mode="json", by_alias=True, exclude_none=True)) for d in body.devices
+        ),
         duration=body.duration,
         start=None if body.start is None else INSTANT.dump_python(body.start, mode="json"),
         tenant_id=body.tenant_id,

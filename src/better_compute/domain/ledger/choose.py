@@ -520,7 +520,9 @@ def shortlist(
 
     `count` is how many atoms the shortlist must serve: the request's own by default; for a
     reservation of several requests, all of theirs, since requests alike (or sharing atoms) draw on
-    the same shortlisted atoms.
+    the same shortlisted atoms. A `same_gpu` request skips GPUs with fewer free matching atoms than
+    its count: many partly used GPUs would otherwise fill the shortlist with GPUs none of which can
+    hold it, and an untouched GPU that can would never be seen.
     """
     wanted = 4 * (request.count if count is None else count) + reserve
     partly = sorted(
@@ -529,8 +531,16 @@ def shortlist(
     )
     seen = set(partly)
     out: list[Atom] = []
+    short: list[Atom] = []
     for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen)):
-        out.extend(atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms)
+        free = [atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms]
+        if request.same_gpu and len(free) < request.count:
+            # it cannot hold the request, and must not fill the shortlist before one that can; kept
+            # aside, so that a refusal still says how many are free on one GPU
+            if len(short) < wanted:
+                short.extend(free)
+            continue
+        out.extend(free)
         if len(out) >= wanted:
             break
-    return out
+    return out or short[:wanted]

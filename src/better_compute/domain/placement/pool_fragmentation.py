@@ -110,12 +110,14 @@ def offered_demand(atoms: Iterable[Atom]) -> Demand:
 def pool_fragmentation(atoms: Sequence[Atom], taken: Container[str], demand: Demand | None) -> float:
     """The share (0..1) of the pool's free GPU capacity that `demand` (None: `offered_demand`) cannot
     use, over its atoms now; 0.0 when nothing is free."""
-    asked = demand if demand else offered_demand(atoms)
+    asked = demand or offered_demand(atoms)
     return fragmentation_share(free_milli_by_node(atoms, taken), asked)
 
 
 def _ordered(counts: Counter[TaskShape]) -> Demand:
-    return [(shape, float(n)) for shape, n in sorted(counts.items(), key=lambda kv: (kv[0].gpus, kv[0].milli))]
+    return [
+        (shape, float(n)) for shape, n in sorted(counts.items(), key=lambda kv: (kv[0].gpus, kv[0].milli))
+    ]
 
 
 __all__ = [

@@ -228,7 +228,10 @@ def _earliest(
         for r in shapes.values()
     ]
     windows = index.windows_of(list(dict.fromkeys(a for ids, _ in needs for a in ids)), pool_atoms.atoms)
-    single = len(requests) == 1
+    # A lone request's earliest start is when enough of its atoms are free at all; one that wants
+    # them on one GPU is tried at each start, like a reservation of several, since free atoms on
+    # different GPUs do not serve it.
+    single = len(requests) == 1 and not requests[0].same_gpu
     try:
         starts = choose.starts_to_try(
             windows, needs, window.duration, window.start, 1 if single else EARLIEST_TRIALS

@@ -15,7 +15,6 @@ from datetime import datetime, timedelta
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.placement.pool_fragmentation import held_demand, pool_fragmentation
 from better_compute.domain.ops.fleet_gauges import (
     NODE_STATES,
     HeldDevice,
@@ -24,6 +23,7 @@ from better_compute.domain.ops.fleet_gauges import (
     held_devices,
     node_state,
 )
+from better_compute.domain.placement.pool_fragmentation import held_demand, pool_fragmentation
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.ops.ports import OpsTx
