@@ -171,10 +171,8 @@ What to book, one of (an example each):
       reserve --pool a100-exclusive --gpus 2 --duration 4h
   --profile P [--count N]     MIG instances of profile P (default 1)
       reserve --pool h100-mig --profile 3g.40gb --duration 4h
-  --slots N [--same-gpu]      time-slice or MPS slots of a shared pool (--same-gpu: all
-                              N on one GPU, or refused)
+  --slots N                   time-slice or MPS slots of a shared pool
       reserve --pool h100-timeslice --slots 2 --duration 1h
-      reserve --pool h100-timeslice --slots 4 --same-gpu --duration 1h
   --capability C [--count N]  the pool's cheapest kind of device giving C
       reserve --pool h100-mig --capability 'memory>=20GiB' --duration 1h
 
@@ -184,6 +182,10 @@ nvlink (a whole GPU with NVLink peers).
 Where (with --gpus, --profile or --slots):
   --node NAME                 only on this node (repeat for any of several)
       reserve --pool a100-exclusive --gpus 1 --node use-a100-2 --duration 4h
+
+Together (with --slots):
+  --same-gpu                  all N slots on one GPU (refused when no GPU can)
+      reserve --pool h100-timeslice --slots 4 --same-gpu --duration 1h
 """
 
 _SHAPES = ("--gpus", "--profile", "--slots", "--capability")
