@@ -108,7 +108,8 @@ def fragmentation(
     sizes its reservations and replicas held in the last `DEMAND_WINDOW` (the sizes its atoms offer,
     for a pool with none). The index must have caught up with `tx` (`BookingIndex.sync`)."""
     busy = index.busy(Window(now, now + _INSTANT))
-    demand = held_demand(tx.usage.held_shapes(Window(now - DEMAND_WINDOW, now), now))
+    # up to and with now: a booking that starts this instant is part of the record
+    demand = held_demand(tx.usage.held_shapes(Window(now - DEMAND_WINDOW, now + _INSTANT), now))
     out: dict[str, float] = {}
     for pool in tx.pools.all():
         if pool_ids is not None and pool.id not in pool_ids:
