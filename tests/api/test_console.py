@@ -180,7 +180,9 @@ def test_usage_charts_what_was_used_and_the_bill_downloads_as_csv(store: Store, 
     logged_in(world, token_of(world.platform))
     page = world.http.get("/console/usage?days=1")
     assert page.status_code == 200
-    assert page.text.count("<figure") == 2 and "platform · " in page.text
+    # GPU-hours, capacity by state, fragmentation by pool (p1 is all free: nothing stranded)
+    assert page.text.count("<figure") == 3 and "platform · " in page.text
+    assert re.search(r"<th scope=\"row\">p1</th><td>0.000</td>", page.text)
     assert re.search(r"<th scope=\"row\">[^<]+</th><td>1.000000</td>", page.text)  # 7 x 1/7 for 1 h
     csv_answer = world.http.get(f"/console/usage/bill.csv?month={start:%Y-%m}")
     assert csv_answer.status_code == 200 and csv_answer.headers["content-type"].startswith("text/csv")
@@ -214,6 +216,10 @@ def test_the_reserve_form_books_through_admission_and_shows_its_answer(store: St
     assert "Earliest start: <strong>" in short.text  # when the four end
     bad = world.http.post("/console/reserve", data={**ask, "duration": "forever"})
     assert bad.status_code == 422 and "Not reserved: INVALID_INPUT" in bad.text
+    together = world.http.post("/console/reserve", data={**ask, "sameGpu": "1", "duration": "1h"})
+    assert together.status_code == 422 and "Not reserved: INVALID_INPUT" in together.text
+    assert "devices[0].sameGpu: only a gpu.slot line can ask for its atoms on one GPU" in together.text
+    assert 'name="sameGpu" type="checkbox" value="1" checked' in together.text  # the form as sent
     forged = world.http.post("/console/reserve", data={**ask, "csrf": "x", "duration": "1h"})
     assert forged.status_code == 403
 

@@ -7,6 +7,7 @@ from fractions import Fraction
 
 import pytest
 
+from better_compute.domain.fleet.atoms import Atom, AttrValue
 from better_compute.domain.metering.metering import HeldShape
 from better_compute.domain.placement.fragmentation import TaskShape
 from better_compute.domain.placement.pool_fragmentation import (
@@ -19,13 +20,16 @@ from better_compute.domain.placement.pool_fragmentation import (
 from tests.builders import atom
 
 
-def slot_gpu(gpu: str, node: str, slots: int = 4) -> list:  # type: ignore[type-arg]
-    attrs = {"sharing": "timeslice", "slots": slots}
+def slot_gpu(gpu: str, node: str, slots: int = 4) -> list[Atom]:
+    attrs: dict[str, AttrValue] = {"sharing": "timeslice", "slots": slots}
     parent = atom(gpu, "gpu", node=node, bookable=False)
-    return [parent, *(atom(gpu, f"slot:{n}", node=node, attributes={**attrs, "slot": n}) for n in range(slots))]
+    return [
+        parent,
+        *(atom(gpu, f"slot:{n}", node=node, attributes={**attrs, "slot": n}) for n in range(slots)),
+    ]
 
 
-def mig_gpu(gpu: str, node: str, profiles: list[str]) -> list:  # type: ignore[type-arg]
+def mig_gpu(gpu: str, node: str, profiles: list[str]) -> list[Atom]:
     parent = atom(gpu, "gpu", node=node, bookable=False)
     return [
         parent,
@@ -80,7 +84,7 @@ def test_demand_weighs_each_shape_by_how_often_it_was_held_per_pool() -> None:
 
 
 def test_a_pool_with_no_history_is_measured_against_the_sizes_it_offers() -> None:
-    atoms = mig_gpu("m1", "n1", ["3g.40gb", "1g.10gb"]) + [atom("w1", node="n2")]
+    atoms = [*mig_gpu("m1", "n1", ["3g.40gb", "1g.10gb"]), atom("w1", node="n2")]
     assert offered_demand(atoms) == [
         (TaskShape(milli=143), 1.0),
         (TaskShape(milli=429), 1.0),
