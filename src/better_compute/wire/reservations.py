@@ -91,6 +91,9 @@ class DeviceRequest(DeviceRequestPublic, WireRequest):
     cls: AtomClass | None = Field(default=None, alias="class")  # type: ignore[assignment]
     selector: Selector | None = None
     capability: Capability | None = None
+    # Sent only when asked: a line without it is the line it was before the field existed (a server
+    # that does not know it takes it; the same idempotency fingerprint, the same stored line).
+    same_gpu: bool = Field(default=False, strict=True, exclude_if=lambda v: v is False)
 
     @model_validator(mode="after")
     def _class_or_capability(self) -> DeviceRequest:

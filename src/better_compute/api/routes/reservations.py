@@ -232,24 +232,13 @@ def reserve_of(body: ReservationCreate) -> Reserve:
     JSON, `start` as the wire writes an instant."""
     return Reserve(
         pool_id=body.pool_id,
-        devices=tuple(
-            _sent(d.model_dump(mode="json", by_alias=True, exclude_none=True)) for d in body.devices
-        ),
+        devices=tuple(d.model_dump(mode="json", by_alias=True, exclude_none=True) for d in body.devices),
         duration=body.duration,
         start=None if body.start is None else INSTANT.dump_python(body.start, mode="json"),
         tenant_id=body.tenant_id,
         idempotency_key=body.idempotency_key,
         preemptible=body.preemptible,
     )
-
-
-def _sent(line: dict[str, Any]) -> dict[str, Any]:
-    """A device line as stored and fingerprinted: `sameGpu` only when asked (`true`), so a line sent
-    without it, or with `false`, is the line it was before the field existed (same idempotency
-    fingerprint, same stored JSON); the answer shows `false` for it."""
-    if line.get("sameGpu") is False:
-        del line["sameGpu"]
-    return line
 
 
 def reservation_public(view: ReservationView) -> ReservationPublic:
