@@ -21,6 +21,7 @@ from better_compute.domain.ledger.choose import (
     kinds_of,
     matching,
     never_fits,
+    shortlist,
 )
 from tests.builders import atom, device_request
 
@@ -531,3 +532,47 @@ def test_same_gpu_is_served_exactly_when_some_gpu_holds_the_count(free: list[int
         assert len(ids) == count and len({a.split("/")[0] for a in ids}) == 1
     else:
         assert isinstance(result, NoFit)
+
+
+def test_a_same_gpu_shortlist_passes_over_partly_used_gpus_that_cannot_hold_it() -> None:
+    # Twenty partly used GPUs with two free slots each would fill the shortlist (4 x 4 + 16 = 32 atoms)
+    # before the untouched g99 is reached; none of them can hold four slots on one GPU.
+    partly = {f"g{i:02}": slots(f"g{i:02}", 4) for i in range(20)}
+    by_gpu = {**partly, "g99": slots("g99", 4)}
+    busy = {f"{g}/slot:{i}" for g in partly for i in (0, 1)}
+    busy_by_gpu = dict.fromkeys(partly, 2)
+    listed = shortlist(same_gpu_slots(4), by_gpu, busy, busy_by_gpu, reserve=16)
+    assert {a.gpu_id for a in listed} == {"g99"}
+    assert chosen(choose([same_gpu_slots(4)], listed, busy_by_gpu)) == (
+        tuple(f"g99/slot:{i}" for i in range(4)),
+    )
+    # Without same_gpu the partly used GPUs come first, as before.
+    loose = shortlist(device_request("gpu.slot", 4), by_gpu, busy, busy_by_gpu, reserve=16)
+    assert "g99" not in {a.gpu_id for a in loose}
+
+
+def test_a_same_gpu_shortlist_no_gpu_can_hold_still_says_the_most_one_gpu_has_free() -> None:
+    # Forty GPUs with one slot free, then one with two: three on one GPU fits none. The refusal
+    # names the two of g99 (the most one GPU has), not the one of the GPUs that come first.
+    by_gpu = {f"g{i:02}": slots(f"g{i:02}", 4) for i in range(40)} | {"g99": slots("g99", 4)}
+    busy = {f"g{i:02}/slot:{n}" for i in range(40) for n in range(3)} | {"g99/slot:0", "g99/slot:1"}
+    busy_by_gpu = {**dict.fromkeys((f"g{i:02}" for i in range(40)), 3), "g99": 2}
+    listed = shortlist(same_gpu_slots(3), by_gpu, busy, busy_by_gpu, reserve=16)
+    refused = choose([same_gpu_slots(3)], listed, busy_by_gpu)
+    assert isinstance(refused, NoFit)
+    assert refused.message == (
+        "devices[0]: 3 gpu.slot atoms wanted on one GPU, at most 2 free on any one GPU of the pool for that window"
+    )
+
+
+def test_a_shortlist_looks_past_small_nodes_for_one_that_holds_the_reservation() -> None:
+    # Twenty one-GPU nodes of 4 slots come first in the pool's order, then one node of four GPUs.
+    # Eight slots fill the shortlist's 4 x 8 + 16 = 48 atoms from the small nodes alone, and no
+    # node of those holds eight: the shortlist goes on to the big node, so the request stays on it.
+    by_gpu = {f"a{i:02}": slots(f"a{i:02}", 4, node=f"small-{i:02}") for i in range(20)}
+    by_gpu |= {f"b{i}": slots(f"b{i}", 4, node="big") for i in range(4)}
+    request = device_request("gpu.slot", 8)
+    listed = shortlist(request, by_gpu, set(), {})
+    assert "big" in {a.node for a in listed}
+    picked = chosen(choose([request], listed, {}))[0]
+    assert {a.split("/")[0][0] for a in picked} == {"b"}

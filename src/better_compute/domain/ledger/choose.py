@@ -43,6 +43,7 @@ from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Se
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain
+from operator import attrgetter
 from typing import Protocol
 
 from better_compute.domain.catalog import profile_name_key
@@ -51,6 +52,7 @@ from better_compute.domain.kernel.timewin import require_aware
 from better_compute.domain.ledger.admission import DeviceRequest
 
 _DIGITS = re.compile(r"(\d+)")
+_ID = attrgetter("id")
 
 
 @dataclass(frozen=True)
@@ -210,6 +212,8 @@ def choose(
     """Choose atoms for every request from `candidates` (atoms free for the whole window), or say
     which request cannot be served. See the module docstring for the rules."""
     free = [atom for atom in candidates if atom.bookable]
+    # Only the candidates' GPUs' counts matter; a pool's map of busy GPUs can be thousands long.
+    busy_by_gpu = {g: n for g in {atom.gpu_id for atom in free} if (n := busy_by_gpu.get(g, 0)) > 0}
     given = list(range(len(requests)))
     if len(requests) < 2:
         return _choose_in_order(requests, given, free, busy_by_gpu)
@@ -509,38 +513,83 @@ def shortlist(
     *,
     count: int | None = None,
     reserve: int = 16,
+    free_by_gpu: Mapping[str, int] | None = None,
 ) -> list[Atom]:
     """The free matching atoms `choose` needs to see for `request`, without looking at every atom.
 
     A pool can hold tens of thousands of atoms; the choice is made among the GPUs it prefers anyway:
     partly used GPUs first (busiest first, rule 2), then untouched ones in the pool's stable order.
     GPUs are taken whole, so a request that fits on one GPU still finds it, until the shortlist holds
-    four times the count plus `reserve` atoms. `matching_by_gpu` maps each GPU to its atoms that match
-    the request's class and selector, in a stable order.
+    four times the count plus `reserve` atoms and some node in it holds the count (rule 1: only a
+    reservation no node can hold spreads over nodes, so a pool whose first GPUs are on small nodes
+    is looked through until a node that can hold it turns up, or to its end). `matching_by_gpu` maps
+    each GPU to its atoms that match the request's class and selector, in a stable order.
 
     `count` is how many atoms the shortlist must serve: the request's own by default; for a
     reservation of several requests, all of theirs, since requests alike (or sharing atoms) draw on
-    the same shortlisted atoms. A `same_gpu` request skips GPUs with fewer free matching atoms than
-    its count: many partly used GPUs would otherwise fill the shortlist with GPUs none of which can
-    hold it, and an untouched GPU that can would never be seen.
+    the same shortlisted atoms. A `same_gpu` request takes only GPUs that can hold its count;
+    `free_by_gpu`, when the caller keeps it, says how many of each GPU's matching atoms are free,
+    which spares counting them (the answer is the same). When no GPU can hold it, the free atoms of
+    the first GPUs are answered instead, so that its refusal says how many one GPU has free.
     """
-    wanted = 4 * (request.count if count is None else count) + reserve
-    partly = sorted(
-        (gpu for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu),
-        key=lambda g: (-busy_by_gpu[g], g),
-    )
-    seen = set(partly)
+    need = request.count if count is None else count
+    wanted = 4 * need + reserve
+
+    def holds(gpu: str) -> bool:
+        if not request.same_gpu:
+            return True
+        if free_by_gpu is not None:
+            return free_by_gpu.get(gpu, 0) >= request.count
+        return _holds(matching_by_gpu[gpu], request.count, busy_atoms, busy_by_gpu.get(gpu, 0))
+
+    busiest = [(-n, gpu) for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu]
+    seen = {gpu for _, gpu in busiest}
+    partly = [gpu for _, gpu in sorted(busiest) if holds(gpu)]
     out: list[Atom] = []
-    short: list[Atom] = []
-    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen)):
-        free = [atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms]
-        if request.same_gpu and len(free) < request.count:
-            # it cannot hold the request, and must not fill the shortlist before one that can; kept
-            # aside, so that a refusal still says how many are free on one GPU
-            if len(short) < wanted:
-                short.extend(free)
+    on_node: Counter[str] = Counter()
+    most = 0
+    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen and holds(g))):
+        atoms = matching_by_gpu[gpu]
+        free = [atom for atom in atoms if atom.id not in busy_atoms]
+        if not free:
             continue
         out.extend(free)
+        on_node[free[0].node] += len(free)
+        most = max(most, on_node[free[0].node])
+        if len(out) >= wanted and most >= need:
+            break
+    if not out and request.same_gpu:
+        return _first_free(matching_by_gpu, busy_atoms, wanted)
+    return out
+
+
+def _first_free(
+    matching_by_gpu: Mapping[str, Sequence[Atom]], busy_atoms: Container[str], wanted: int
+) -> list[Atom]:
+    """What a `same_gpu` request no GPU can hold is refused over: the free atoms of the GPU that has
+    the most (so `choose` says how many one GPU has free), then of the first others, up to `wanted`.
+    Only a refusal pays this pass over the pool's matching atoms."""
+    free = {
+        gpu: [atom for atom in atoms if atom.id not in busy_atoms] for gpu, atoms in matching_by_gpu.items()
+    }
+    if not free:
+        return []
+    best = max(free, key=lambda gpu: len(free[gpu]))
+    out = list(free[best])
+    for gpu, atoms in free.items():
         if len(out) >= wanted:
             break
-    return out or short[:wanted]
+        if gpu != best:
+            out.extend(atoms)
+    return out[:wanted]
+
+
+def _holds(atoms: Sequence[Atom], count: int, busy_atoms: Container[str], busy: int) -> bool:
+    """Whether `count` of one GPU's `atoms` are free: a `same_gpu` request skips a GPU that cannot
+    hold it, or the shortlist could fill with partly used GPUs none of which can serve it. `busy`
+    (the GPU's busy atoms of any class) bounds the count from both sides before atoms are looked at."""
+    if len(atoms) < count:
+        return False
+    if len(atoms) - busy >= count:
+        return True
+    return len(atoms) - sum(map(busy_atoms.__contains__, map(_ID, atoms))) >= count
