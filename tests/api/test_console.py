@@ -461,3 +461,20 @@ def test_the_reserve_form_opens_an_exclusive_or_shared_pool_on_its_own_class() -
     assert opening_form([PoolChoice("x", "exclusive", "gpu", ())]) == {"pool": "x", "class": "gpu"}
     assert opening_form([PoolChoice("s", "mps", "gpu.slot", ())]) == {"pool": "s", "class": "gpu.slot"}
     assert opening_form([]) == {}
+
+
+def test_the_fragmentation_chart_shows_a_tenant_only_the_pools_it_may_see(store: Store) -> None:
+    from tests.api.test_reservations import World
+
+    world = World(store)  # pools h100, a100 and l40s, all platform's
+    world.offer("a100", "acme", gpu=1)
+    for who, seen in (("acme", {"a100"}), ("platform", {"a100", "h100", "l40s"})):
+        token = tenant_token(store, who)
+        answer = world.http.post("/console/login", data={"token": token}, follow_redirects=False)
+        assert answer.status_code == 303, answer.text
+        page = world.http.get("/console/usage?days=1").text
+        start = page.index('id="fragmented-title"')
+        chart = page[start : page.index("</figure>", start)]
+        rows = set(re.findall(r"<th scope=\"row\">([^<]+)</th><td>[0-9.]+</td>", chart))
+        assert rows == seen, who
+        world.http.cookies.clear()
