@@ -15,6 +15,7 @@ from better_compute.domain.placement.pool_fragmentation import (
     held_demand,
     offered_demand,
     pool_fragmentation,
+    pool_shape,
     task_shape,
 )
 from tests.builders import atom
@@ -47,20 +48,20 @@ def test_whole_gpus_are_1000_when_free_and_0_when_taken_or_unusable() -> None:
         atom("b1", node="n2", bookable=False),  # unhealthy
         atom("b2", node="n2", partition_pending=True),
     ]
-    assert free_milli_by_node(atoms, {"a2/gpu"}) == [[1000, 0], [0, 0]]
+    assert free_milli_by_node(pool_shape(atoms), {"a2/gpu"}) == [[1000, 0], [0, 0]]
 
 
 def test_slots_are_their_free_share_and_a_taken_parent_frees_nothing() -> None:
     atoms = slot_gpu("s1", "n1") + slot_gpu("s2", "n1")
     # s1: slots 0 and 1 booked (2 of 4 free: 500); s2: booked whole, so its slots are taken too
     taken = {"s1/slot:0", "s1/slot:1", "s2/gpu", *(f"s2/slot:{n}" for n in range(4))}
-    assert free_milli_by_node(atoms, taken) == [[500, 0]]
+    assert free_milli_by_node(pool_shape(atoms), taken) == [[500, 0]]
 
 
 def test_mig_instances_are_their_compute_slices_over_the_models() -> None:
     atoms = mig_gpu("m1", "n1", ["3g.40gb", "2g.20gb", "2g.20gb"])
     # the 3g.40gb booked: two free 2g.20gb are 4/7 of an H100 = 571 milli
-    assert free_milli_by_node(atoms, {"m1/mig:3g.40gb@0"}) == [[571]]
+    assert free_milli_by_node(pool_shape(atoms), {"m1/mig:3g.40gb@0"}) == [[571]]
 
 
 def test_held_shapes_become_task_shapes() -> None:
@@ -99,12 +100,12 @@ def test_pool_fragmentation_by_hand() -> None:
     atoms = slot_gpu("s1", "n1") + slot_gpu("s2", "n1")
     taken = {f"{g}/slot:{n}" for g in ("s1", "s2") for n in range(3)}
     demand = [(TaskShape(milli=250), 3.0), (TaskShape(milli=500), 1.0)]
-    assert pool_fragmentation(atoms, taken, demand) == pytest.approx(0.25)
+    assert pool_fragmentation(pool_shape(atoms), taken, demand) == pytest.approx(0.25)
     # With no recorded demand: the pool's own size (one slot) uses every free slot.
-    assert pool_fragmentation(atoms, taken, None) == 0.0
+    assert pool_fragmentation(pool_shape(atoms), taken, None) == 0.0
     # Nothing free: nothing fragmented.
     everything = {a.id for a in atoms}
-    assert pool_fragmentation(atoms, everything, demand) == 0.0
+    assert pool_fragmentation(pool_shape(atoms), everything, demand) == 0.0
 
 
 def test_whole_gpu_tasks_cannot_use_a_partly_used_gpu() -> None:
@@ -112,4 +113,4 @@ def test_whole_gpu_tasks_cannot_use_a_partly_used_gpu() -> None:
     # free GPU, so the 750 is a fragment for it; a 1-slot task uses both. Half each: 375 / 1750.
     atoms = slot_gpu("s1", "n1") + slot_gpu("s2", "n1")
     demand = [(TaskShape(gpus=1), 1.0), (TaskShape(milli=250), 1.0)]
-    assert pool_fragmentation(atoms, {"s1/slot:0"}, demand) == pytest.approx(375 / 1750)
+    assert pool_fragmentation(pool_shape(atoms), {"s1/slot:0"}, demand) == pytest.approx(375 / 1750)

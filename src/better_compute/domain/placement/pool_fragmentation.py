@@ -12,6 +12,8 @@ says what share of a GPU an atom is (`domain.fleet.shares.share`, what every boo
   catalog's; 7 for a model it does not know), e.g. a free 3g.40gb and 1g.10gb on an H100: 571.
   Compute not cut into an instance is not free: no booking can take it without a new layout.
 
+A split GPU's free parts are summed, then rounded to a whole milli (at most 1000).
+
 A free atom is one that could be booked now: bookable, not waiting for a partition change, and not
 taken by a booking that holds it or another atom of its GPU that excludes it.
 
@@ -26,7 +28,8 @@ reads 0 unless its free capacity is of a size none of its own atoms are.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
 from fractions import Fraction
 
 from better_compute.domain.fleet.atoms import Atom
@@ -38,38 +41,86 @@ Demand = list[tuple[TaskShape, float]]
 """Task shapes with their weights (how often each was held)."""
 
 
-def milli_of(part: Fraction) -> int:
-    """A share of one GPU in milli-GPUs, rounded to the nearest (a 1/7 MIG slice is 143)."""
+def milli_of(part: Fraction | float) -> int:
+    """A share of one GPU in milli-GPUs, rounded to the nearest (a 1/7 MIG slice is 143), at most 1000."""
     return min(WHOLE, round(part * WHOLE))
 
 
-def is_free(atom: Atom, taken: Container[str]) -> bool:
-    """Whether `atom` could be booked now: bookable, present, no partition change waiting, not taken."""
-    return atom.bookable and atom.present and not atom.partition_pending and atom.id not in taken
+def is_usable(atom: Atom) -> bool:
+    """Whether `atom` could be booked were nothing holding it: bookable, present, no partition
+    change waiting."""
+    return atom.bookable and atom.present and not atom.partition_pending
 
 
-def free_milli_by_node(atoms: Iterable[Atom], taken: Container[str]) -> list[list[int]]:
-    """Each node's GPUs as free milli-GPUs (0..1000), nodes and GPUs in id order. `taken`: the atom
-    ids a booking takes now, a GPU's family included (`BookingIndex.taken`)."""
-    parts: dict[tuple[str, str], Fraction] = defaultdict(Fraction)
-    whole: dict[tuple[str, str], bool] = {}
-    split: set[tuple[str, str]] = set()
-    for atom in atoms:
-        gpu = (atom.node, atom.gpu_id)
-        free = is_free(atom, taken)
+@dataclass(frozen=True, slots=True)
+class GpuParts:
+    """One GPU as the measure reads it: its `gpu` atom when it is not split and could be booked, or
+    the parts it is split into that could be booked, each with its share of the GPU."""
+
+    whole: str | None
+    parts: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolShape:
+    """A pool's GPUs per node (nodes and GPUs in id order) and the sizes its atoms come in: what
+    its fragmentation needs of its atoms, derived once per snapshot of them (`pool_shape`); what
+    holds them changes far more often than they do."""
+
+    nodes: tuple[tuple[GpuParts, ...], ...]
+    offered: tuple[tuple[TaskShape, float], ...]
+
+
+def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
+    """`atoms` (one pool's) as a `PoolShape`. Each atom's share is the billing rule's
+    (`domain.fleet.shares.share`), read once per distinct kind of atom."""
+    found = list(atoms)
+    split = {a.gpu_id for a in found if a.cls != "gpu"}
+    shares: dict[tuple[str, tuple[object, ...]], Fraction] = {}
+    per_gpu: dict[tuple[str, str], tuple[list[str], list[tuple[str, float]]]] = {}
+    offered: dict[TaskShape, float] = {}
+    for atom in found:
+        whole, parts = per_gpu.setdefault((atom.node, atom.gpu_id), ([], []))
         if atom.cls == "gpu":
-            whole[gpu] = free
+            if atom.gpu_id not in split:
+                offered[TaskShape(gpus=1)] = 1.0
+                if is_usable(atom):
+                    whole.append(atom.id)
+            continue  # a split GPU's parent is never booked itself
+        kind = (atom.cls, _kind_key(atom))
+        part = shares.get(kind)
+        if part is None:
+            part = shares[kind] = share(atom)
+            offered[task_shape(atom.cls, part, 1)] = 1.0
+        if is_usable(atom):
+            parts.append((atom.id, float(part)))
+    nodes: dict[str, list[GpuParts]] = defaultdict(list)
+    for (node, gpu_id), (whole, parts) in sorted(per_gpu.items()):
+        if gpu_id in split:
+            nodes[node].append(GpuParts(None, tuple(parts)))
         else:
-            split.add(gpu)
-            if free:
-                parts[gpu] += share(atom)
-        parts.setdefault(gpu, Fraction(0))
-    nodes: dict[str, list[int]] = defaultdict(list)
-    for node, gpu_id in sorted(parts):
-        gpu = (node, gpu_id)
-        free_milli = milli_of(parts[gpu]) if gpu in split else (WHOLE if whole.get(gpu) else 0)
-        nodes[node].append(free_milli)
-    return [nodes[node] for node in sorted(nodes)]
+            nodes[node].append(GpuParts(whole[0] if whole else None))
+    return PoolShape(tuple(tuple(nodes[n]) for n in sorted(nodes)), tuple(_ordered(Counter(offered))))
+
+
+def _kind_key(atom: Atom) -> tuple[object, ...]:
+    """What an atom's share depends on besides its class (`shares.share`)."""
+    attrs = atom.attributes
+    return tuple(attrs.get(k) for k in ("sharing", "slots", "mpsUnits", "gpuModel", "migProfile"))
+
+
+def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int]]:
+    """Each node's GPUs as free milli-GPUs (0..1000). `taken`: the atom ids a booking takes now, a
+    GPU's family included (`BookingIndex.taken`)."""
+    return [
+        [
+            (0 if gpu.whole in taken else WHOLE)
+            if gpu.whole is not None
+            else milli_of(sum(part for atom_id, part in gpu.parts if atom_id not in taken))
+            for gpu in node
+        ]
+        for node in shape.nodes
+    ]
 
 
 def task_shape(cls: str, part: Fraction, atoms: int) -> TaskShape:
@@ -93,25 +144,15 @@ def held_demand(held: Iterable[HeldShape]) -> dict[str, Demand]:
 
 def offered_demand(atoms: Iterable[Atom]) -> Demand:
     """The demand a pool with no recorded holding is measured against: one atom of each share its
-    bookable atoms have (whole GPUs of an unsplit GPU, each slot or MIG size), equally weighted."""
-    split = set()
-    found = list(atoms)
-    for atom in found:
-        if atom.cls != "gpu":
-            split.add(atom.gpu_id)
-    shapes: Counter[TaskShape] = Counter()
-    for atom in found:
-        if atom.cls == "gpu" and atom.gpu_id in split:
-            continue  # a split GPU's parent is never booked itself
-        shapes[task_shape(atom.cls, share(atom), 1)] = 1
-    return _ordered(shapes)
+    atoms come in (whole GPUs of an unsplit GPU, each slot or MIG size), equally weighted."""
+    return list(pool_shape(atoms).offered)
 
 
-def pool_fragmentation(atoms: Sequence[Atom], taken: Container[str], demand: Demand | None) -> float:
-    """The share (0..1) of the pool's free GPU capacity that `demand` (None: `offered_demand`) cannot
-    use, over its atoms now; 0.0 when nothing is free."""
-    asked = demand or offered_demand(atoms)
-    return fragmentation_share(free_milli_by_node(atoms, taken), asked)
+def pool_fragmentation(shape: PoolShape, taken: Container[str], demand: Demand | None) -> float:
+    """The share (0..1) of the pool's free GPU capacity that `demand` (None or empty: the sizes its
+    atoms come in) cannot use, with `taken` held now; 0.0 when nothing is free."""
+    asked = demand or list(shape.offered)
+    return fragmentation_share(free_milli_by_node(shape, taken), asked)
 
 
 def _ordered(counts: Counter[TaskShape]) -> Demand:
@@ -122,11 +163,14 @@ def _ordered(counts: Counter[TaskShape]) -> Demand:
 
 __all__ = [
     "Demand",
+    "GpuParts",
+    "PoolShape",
     "free_milli_by_node",
     "held_demand",
-    "is_free",
+    "is_usable",
     "milli_of",
     "offered_demand",
     "pool_fragmentation",
+    "pool_shape",
     "task_shape",
 ]

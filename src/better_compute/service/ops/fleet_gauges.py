@@ -23,9 +23,14 @@ from better_compute.domain.ops.fleet_gauges import (
     held_devices,
     node_state,
 )
-from better_compute.domain.placement.pool_fragmentation import held_demand, pool_fragmentation
+from better_compute.domain.placement.pool_fragmentation import (
+    PoolShape,
+    held_demand,
+    pool_fragmentation,
+    pool_shape,
+)
 from better_compute.service.kernel.ports import StorePort
-from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ops.ports import OpsTx
 
 MAX_UNPLACED_WORKLOADS = 10_000
@@ -111,13 +116,33 @@ def fragmentation(
     # up to and with now: a booking that starts this instant is part of the record
     demand = held_demand(tx.usage.held_shapes(Window(now - DEMAND_WINDOW, now + _INSTANT), now))
     out: dict[str, float] = {}
-    for pool in tx.pools.all():
+    pools = tx.pools.all()
+    for gone in set(_SHAPES) - {p.id for p in pools}:
+        _SHAPES.pop(gone, None)  # a deleted pool's atoms are not kept for it
+    for pool in pools:
         if pool_ids is not None and pool.id not in pool_ids:
             continue
         pool_atoms = index.pool_atoms(tx, pool.id)
         taken = index.taken(busy, pool_atoms)
-        out[pool.id] = pool_fragmentation(list(pool_atoms.atoms.values()), taken, demand.get(pool.id))
+        out[pool.id] = pool_fragmentation(_shape_of(pool.id, pool_atoms), taken, demand.get(pool.id))
     return out
+
+
+_SHAPES: dict[str, tuple[PoolAtoms, PoolShape]] = {}
+"""Each pool's `PoolShape`, with the snapshot of its atoms it was derived from: the booking index
+replaces a pool's snapshot when its atoms change, so a scrape derives a pool's shape again only then
+(reading every atom's share is most of the measure's cost on a large pool; which of them are held
+is read on every scrape). A dict's get and set are atomic, so scrapes in several threads at worst
+derive one twice."""
+
+
+def _shape_of(pool_id: str, pool_atoms: PoolAtoms) -> PoolShape:
+    cached = _SHAPES.get(pool_id)
+    if cached is not None and cached[0] is pool_atoms:
+        return cached[1]
+    shape = pool_shape(pool_atoms.atoms.values())
+    _SHAPES[pool_id] = (pool_atoms, shape)
+    return shape
 
 
 def _devices(tx: OpsTx, index: BookingIndex, held: list[tuple[str, str, str, str]]) -> list[HeldDevice]:
