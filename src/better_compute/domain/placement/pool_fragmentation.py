@@ -76,9 +76,10 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
     (`domain.fleet.shares.share`), read once per distinct kind of atom."""
     found = list(atoms)
     split = {a.gpu_id for a in found if a.cls != "gpu"}
-    shares: dict[tuple[str, tuple[object, ...]], Fraction] = {}
+    shares: dict[tuple[str, tuple[str, str]], Fraction] = {}
     per_gpu: dict[tuple[str, str], tuple[list[str], list[tuple[str, float]]]] = {}
     offered: dict[TaskShape, float] = {}
+    seen: set[tuple[str, Fraction]] = set()
     for atom in found:
         whole, parts = per_gpu.setdefault((atom.node, atom.gpu_id), ([], []))
         if atom.cls == "gpu":
@@ -91,7 +92,9 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
         part = shares.get(kind)
         if part is None:
             part = shares[kind] = share(atom)
-            offered[task_shape(atom.cls, part, 1)] = 1.0
+            if (atom.cls, part) not in seen:
+                seen.add((atom.cls, part))
+                offered[task_shape(atom.cls, part, 1)] = 1.0
         if is_usable(atom):
             parts.append((atom.id, float(part)))
     nodes: dict[str, list[GpuParts]] = defaultdict(list)
@@ -103,10 +106,12 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
     return PoolShape(tuple(tuple(nodes[n]) for n in sorted(nodes)), tuple(_ordered(Counter(offered))))
 
 
-def _kind_key(atom: Atom) -> tuple[object, ...]:
-    """What an atom's share depends on besides its class (`shares.share`)."""
-    attrs = atom.attributes
-    return tuple(attrs.get(k) for k in ("sharing", "slots", "mpsUnits", "gpuModel", "migProfile"))
+def _kind_key(atom: Atom) -> tuple[str, str]:
+    """Atoms with the same key have the same share (`shares.share`): a GPU's slots all have its
+    pool's `slots` and `mpsUnits`, and its MIG instances of one profile (named in their key,
+    `mig:<profile>@<start>`) its model's share of that profile. Reading it from the id and key is
+    what spares a look at every atom's attributes."""
+    return (atom.gpu_id, atom.key.partition("@")[0] if atom.cls == "gpu.mig" else "")
 
 
 def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int]]:
