@@ -14,11 +14,14 @@ Four policies replay the same trace, each on a fresh fleet:
   slots that give it, a whole GPU as all of one GPU's slots, each line `same_gpu`), and the choice is
   `domain.ledger.choose`'s, over the shortlist the service gives it (`choose.shortlist`), exactly as
   `service.ledger.reservations` decides a reservation, with the pool's recorded request
-  distribution in the snapshot. A task of several GPUs that our rules would spread over nodes
-  counts as refused (a trace task lives on one node) and is not kept;
+  distribution in the snapshot (here the trace's own, as FGD has it), which breaks rule 2's ties
+  between GPUs by the fragmentation gradient (`--plain` adds `ours-plain`, the choice without it).
+  A task of several GPUs that our rules would spread over nodes counts as refused (a trace task
+  lives on one node) and is not kept;
 - fgd: Fragmentation Gradient Descent as the paper defines it: the node and GPU(s) where the node's
-  expected fragmentation (`domain.placement.fragmentation`, over the trace's task distribution)
-  grows least; equal nodes are drawn at random (as kube-scheduler breaks ties);
+  expected fragmentation (`domain.placement.fragmentation`, over the trace's task distribution,
+  each shape with the GPU models its `gpu_spec` allows) grows least; equal nodes are drawn at random
+  (as kube-scheduler breaks ties);
 - bestfit: the node with the least free GPU capacity that fits, and on it the fullest GPU that fits;
 - randomfit: a random node that fits, a random GPU on it that fits.
 
@@ -186,7 +189,7 @@ class Fgd(_MilliFleet):
         super().__init__(nodes)
         self.demand = demand
         self.rng = random.Random(seed)
-        self._frag: dict[tuple[int, ...], float] = {}
+        self._frag: dict[tuple[str, tuple[int, ...]], float] = {}
         self.states: dict[tuple[str, tuple[int, ...]], set[int]] = {}
         for i in range(len(self.free)):
             self.states.setdefault(self._key(i), set()).add(i)
@@ -194,10 +197,10 @@ class Fgd(_MilliFleet):
     def _key(self, node: int) -> tuple[str, tuple[int, ...]]:
         return (self.models[node], tuple(sorted(self.free[node])))
 
-    def fragmentation(self, free: tuple[int, ...]) -> float:
-        value = self._frag.get(free)
+    def fragmentation(self, model: str, free: tuple[int, ...]) -> float:
+        value = self._frag.get((model, free))
         if value is None:
-            value = self._frag[free] = node_fragmentation(free, self.demand)
+            value = self._frag[(model, free)] = node_fragmentation(free, self.demand, model)
         return value
 
     def place(self, task: TraceTask) -> bool:
@@ -209,7 +212,7 @@ class Fgd(_MilliFleet):
             model, free = key
             if (task.gpu_spec and model not in task.gpu_spec) or not members or not _fits(free, shape):
                 continue
-            before = self.fragmentation(free)
+            before = self.fragmentation(model, free)
             for g in _options(free, shape):
                 after = list(free)
                 if shape.gpus:
@@ -217,7 +220,7 @@ class Fgd(_MilliFleet):
                         after[g + k] -= WHOLE
                 else:
                     after[g] -= shape.milli
-                delta = self.fragmentation(tuple(sorted(after))) - before
+                delta = self.fragmentation(model, tuple(sorted(after))) - before
                 if delta < best - 1e-9:
                     best, ties = delta, [(key, g)]
                 elif delta <= best + 1e-9:
@@ -264,7 +267,8 @@ class Ours:
 
     nodes: Sequence[TraceNode]
     replicas: int
-    demand: Demand
+    demand: Demand | None
+    """The pool's recorded request distribution, given to the choice; None: choose without it."""
     name: str = "ours"
     spread: int = 0
     slots_taken: int = 0
@@ -281,6 +285,20 @@ class Ours:
         self.free_by_gpu = dict.fromkeys(self.by_gpu, self.replicas)
         self._matching: dict[Selector, dict[str, list[Atom]]] = {}
         self._requests: dict[tuple[int, int, tuple[str, ...]], list[DeviceRequest]] = {}
+        self.node_of = {g: n for n in self.nodes for g in n.gpu_ids}
+        self.fragmentation = None if self.demand is None else self.growth
+
+    def growth(self, node_name: str, gpu: str, before: int, after: int) -> float:
+        """The snapshot's fragmentation gradient: the pool's request distribution over every GPU
+        of the node, the choice's GPU going from `before` to `after` milli-GPUs free."""
+        assert self.demand is not None
+        node = self.node_of[gpu]
+        free = [self.free_by_gpu[g] * WHOLE // self.replicas for g in node.gpu_ids]
+        i = node.gpu_ids.index(gpu)
+        free[i] = before
+        was = node_fragmentation(free, self.demand, node.model)
+        free[i] = after
+        return node_fragmentation(free, self.demand, node.model) - was
 
     def matching_by_gpu(self, task: TraceTask) -> dict[str, list[Atom]]:
         """The pool's atoms that match the task's model constraint, by GPU in the pool's order. A
@@ -318,7 +336,9 @@ class Ours:
                 free_by_gpu=self.free_by_gpu,
             ):
                 shortlisted[atom.id] = atom
-        decision = choose.choose(requests, list(shortlisted.values()), self.busy_by_gpu)
+        decision = choose.choose(
+            requests, list(shortlisted.values()), self.busy_by_gpu, fragmentation=self.fragmentation
+        )
         if isinstance(decision, choose.NoFit):
             return False
         atoms = [shortlisted[a] for a in decision.atom_ids]
@@ -354,7 +374,9 @@ class Run:
     extra: dict[str, float | int] = field(default_factory=dict)
 
 
-def replay(policy: Policy, tasks: Sequence[TraceTask], capacity: int, demand: Demand) -> Run:
+def replay(
+    policy: Policy, tasks: Sequence[TraceTask], capacity: int, demand: Demand, models: Sequence[str]
+) -> Run:
     """Tasks arrive in order and never leave; the allocation ratio is read at the first refusal and
     at each mark of the trace's GPU demand."""
     started = time.perf_counter()
@@ -377,8 +399,24 @@ def replay(policy: Policy, tasks: Sequence[TraceTask], capacity: int, demand: De
             if marks[label] is None and arrived >= m * total:
                 marks[label] = allocated / capacity
     seconds = time.perf_counter() - started
-    frag = fragmentation_share(policy.free_milli(), demand)
+    frag = fragmentation_share(policy.free_milli(), demand, models)
     return Run(policy.name, marks, first, refused, placed, frag, seconds)
+
+
+def inflate(tasks: Sequence[TraceTask], demand_milli: float) -> list[TraceTask]:
+    """The trace's tasks again and again, in order, until they ask for `demand_milli` (the paper's
+    workload inflation, without its random resampling)."""
+    out: list[TraceTask] = []
+    asked = 0
+    if not any(t.gpu_demand_milli for t in tasks):
+        return list(tasks)
+    while asked < demand_milli:
+        for task in tasks:
+            out.append(task)
+            asked += task.gpu_demand_milli
+            if asked >= demand_milli:
+                break
+    return out
 
 
 def exact_replicas(tasks: Sequence[TraceTask]) -> int:
@@ -401,6 +439,16 @@ def main() -> None:
     parser.add_argument("--replicas", type=int, help="slots per GPU for ours (default: exact for the trace)")
     parser.add_argument("--quick", action="store_true", help="a synthetic trace of 300 nodes; under a minute")
     parser.add_argument("--seed", type=int, default=SEED, help="random-fit's and FGD's tie-breaking draws")
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="also replay ours without the request distribution (`ours-plain`)",
+    )
+    parser.add_argument(
+        "--inflate",
+        type=float,
+        help="repeat the trace's tasks in order until they ask for this many times the fleet's GPUs (1.3)",
+    )
     args = parser.parse_args()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -419,6 +467,8 @@ def main() -> None:
             nodes = [n for n in parse_nodes(f, node_list.name) if n.gpus]
     replicas = args.replicas or exact_replicas(tasks)
     capacity = sum(n.gpus for n in nodes) * WHOLE
+    if args.inflate:
+        tasks = inflate(tasks, args.inflate * capacity)
     demand = task_distribution(tasks)
     ours = Ours(nodes, replicas, demand)
     policies: list[Policy] = [
@@ -427,7 +477,10 @@ def main() -> None:
         BestFit(nodes),
         RandomFit(nodes, args.seed),
     ]
-    runs = [replay(p, tasks, capacity, demand) for p in policies]
+    if args.plain:
+        policies.append(Ours(nodes, replicas, None, name="ours-plain"))
+    models = [n.model for n in nodes]
+    runs = [replay(p, tasks, capacity, demand, models) for p in policies]
     runs[0].extra = {
         "replicas": replicas,
         "spread_refused": ours.spread,
@@ -442,11 +495,11 @@ def main() -> None:
         file=sys.stderr,
     )
     head = ("first refusal", "90%", "95%", "100%", "refused", "frag", "s")
-    print(f"{'policy':8} " + " ".join(f"{h:>{max(6, len(h))}}" for h in head), file=sys.stderr)
+    print(f"{'policy':10} " + " ".join(f"{h:>{max(6, len(h))}}" for h in head), file=sys.stderr)
     for run in runs:
         cells = [_pct(run.first_refusal), *(_pct(v) for v in run.marks.values())]
         print(
-            f"{run.policy:8} {cells[0]:>13} {cells[1]:>6} {cells[2]:>6} {cells[3]:>6} {run.refused:>7}"
+            f"{run.policy:10} {cells[0]:>13} {cells[1]:>6} {cells[2]:>6} {cells[3]:>6} {run.refused:>7}"
             f" {run.fragmentation:>6.3f} {run.seconds:>6.1f}",
             file=sys.stderr,
         )

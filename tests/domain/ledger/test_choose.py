@@ -576,3 +576,30 @@ def test_a_shortlist_looks_past_small_nodes_for_one_that_holds_the_reservation()
     assert "big" in {a.node for a in listed}
     picked = chosen(choose([request], listed, {}))[0]
     assert {a.split("/")[0][0] for a in picked} == {"b"}
+
+
+def test_gpus_equal_by_rule_2_go_where_the_fragmentation_grows_least() -> None:
+    atoms = slots("g1", 4, node="n1") + slots("g2", 4, node="n2") + slots("g3", 4, node="n3")
+    seen: list[tuple[str, str, int, int]] = []
+
+    def growth(node: str, gpu: str, before: int, after: int) -> float:
+        seen.append((node, gpu, before, after))
+        return {"n1": 5.0, "n2": -1.0, "n3": 2.0}[node]
+
+    # Two of four slots: 1,000 free milli-GPUs become 500 on whichever GPU; n2 grows least.
+    picked = chosen(choose([same_gpu_slots(2)], atoms, {}, fragmentation=growth))
+    assert {a.split("/")[0] for a in picked[0]} == {"g2"}
+    assert sorted(seen) == [("n1", "g1", 1000, 500), ("n2", "g2", 1000, 500), ("n3", "g3", 1000, 500)]
+    # Without it, the smallest id (rule 3).
+    assert {a.split("/")[0] for a in chosen(choose([same_gpu_slots(2)], atoms, {}))[0]} == {"g1"}
+
+
+def test_the_fragmentation_gradient_never_overrides_busiest_first() -> None:
+    # g3 is partly used: rule 2 takes it whatever the gradient says, and asks the gradient nothing.
+    atoms = slots("g1", 4, node="n1") + slots("g3", 2, node="n3", first=2)
+
+    def growth(node: str, gpu: str, before: int, after: int) -> float:
+        raise AssertionError("no tie to break")
+
+    picked = chosen(choose([same_gpu_slots(2)], atoms, {"g3": 2}, fragmentation=growth))
+    assert picked == (("g3/slot:2", "g3/slot:3"),)

@@ -89,3 +89,18 @@ def test_fragmentation_is_between_nothing_and_all_the_free_capacity(
 def test_wholly_free_gpus_are_no_fragment_for_a_task_that_fits(have: int, want: int) -> None:
     expected = 0 if want <= have else have * 1000
     assert task_fragmentation([1000] * have, TaskShape(gpus=want)) == expected
+
+
+def test_a_node_of_a_model_the_task_does_not_run_on_is_all_fragment_for_it() -> None:
+    t4_only = TaskShape(milli=500, models=("T4",))
+    # On a T4 node the half fits on the free GPU: only the 300 left elsewhere is a fragment.
+    assert node_fragmentation([1000, 300], [(t4_only, 1.0)], model="T4") == 300
+    # On a P100 node it cannot run at all: all 1,300 free.
+    assert node_fragmentation([1000, 300], [(t4_only, 1.0)], model="P100") == 1300
+    # With equal weight on an unconstrained whole GPU (300 unusable): (1300 + 300) / 2 on the P100.
+    assert node_fragmentation([1000, 300], [(t4_only, 1.0), (WHOLE_1, 1.0)], model="P100") == 800
+    # A node of no given model is taken as one every shape may run on.
+    assert node_fragmentation([1000, 300], [(t4_only, 1.0)]) == 300
+    assert fragmentation_share([[1000, 300], [1000, 300]], [(t4_only, 1.0)], ["T4", "P100"]) == pytest.approx(
+        1600 / 2600
+    )

@@ -14,8 +14,11 @@ Choice rules (docs/concepts.md#reservations, step 4):
    GPU or nothing (a share of one GPU as slots must not be split over two GPUs).
 2. **Few fragments.** Between groups that keep a request equally together, take the one whose GPUs
    are already the busiest (partly used GPUs fill up before untouched ones are broken into), then the
-   one that leaves the fewest free atoms behind (best fit). The selector decides the MIG profile;
-   this only decides which instance.
+   one that leaves the fewest free atoms behind (best fit). Between single GPUs still equal, when
+   the snapshot gives the pool's request distribution (`fragmentation`), the one whose node's
+   expected fragmentation grows least (the fragmentation gradient of Weng et al., ATC '23: a whole
+   GPU goes where it strands least, not to whichever untouched GPU comes first). The selector
+   decides the MIG profile; this only decides which instance.
 3. **Deterministic.** Remaining ties go to the smallest ids, so the same snapshot gives the same
    answer on every replica of the server.
 4. **All or nothing, and together.** A reservation of several requests is kept together by the
@@ -53,6 +56,36 @@ from better_compute.domain.ledger.admission import DeviceRequest
 
 _DIGITS = re.compile(r"(\d+)")
 _ID = attrgetter("id")
+
+
+FragmentationGrowth = Callable[[str, str, int, int], float]
+"""`(node, gpu, before, after)`: how much the node's expected fragmentation grows when the GPU's free
+capacity goes from `before` to `after` milli-GPUs, its other GPUs as the snapshot has them. The
+caller binds the pool's recorded request distribution and its view of every GPU of the node
+(`domain.placement.fragmentation.fragmentation_delta` over it: placement is above the ledger, and a
+shortlist holds only some of a node's GPUs)."""
+
+_WHOLE = 1000
+
+
+@dataclass(frozen=True)
+class _Gradient:
+    """The fragmentation tie-break of rule 2, over the candidates' GPUs."""
+
+    growth_of: FragmentationGrowth
+    node_of: Mapping[str, str]
+
+    @classmethod
+    def of(cls, growth_of: FragmentationGrowth, free: Sequence[Atom]) -> _Gradient:
+        return cls(growth_of, {atom.gpu_id: atom.node for atom in free})
+
+    def growth(self, gpu: str, count: int, busy: Counter[str], free_on_gpu: Counter[str]) -> float:
+        """How much `gpu`'s node's fragmentation grows when `count` of its free atoms are taken: its
+        capacity is its busy and free atoms, so a slot of 20 is 50 milli-GPUs."""
+        capacity = busy[gpu] + free_on_gpu[gpu]
+        before = _WHOLE * free_on_gpu[gpu] // capacity
+        after = _WHOLE * (free_on_gpu[gpu] - count) // capacity
+        return self.growth_of(self.node_of[gpu], gpu, before, after)
 
 
 @dataclass(frozen=True)
@@ -208,25 +241,29 @@ def choose(
     requests: Sequence[DeviceRequest],
     candidates: Iterable[Atom],
     busy_by_gpu: Mapping[str, int],
+    *,
+    fragmentation: FragmentationGrowth | None = None,
 ) -> Chosen | NoFit:
     """Choose atoms for every request from `candidates` (atoms free for the whole window), or say
-    which request cannot be served. See the module docstring for the rules."""
+    which request cannot be served. See the module docstring for the rules; `fragmentation`, the
+    gradient of the pool's recorded request distribution, breaks rule 2's ties between GPUs."""
     free = [atom for atom in candidates if atom.bookable]
+    gradient = None if fragmentation is None else _Gradient.of(fragmentation, free)
     # Only the candidates' GPUs' counts matter; a pool's map of busy GPUs can be thousands long.
     busy_by_gpu = {g: n for g in {atom.gpu_id for atom in free} if (n := busy_by_gpu.get(g, 0)) > 0}
     given = list(range(len(requests)))
     if len(requests) < 2:
-        return _choose_in_order(requests, given, free, busy_by_gpu)
+        return _choose_in_order(requests, given, free, busy_by_gpu, gradient)
     breadth = [len(matching(request, free)) for request in requests]
     narrow_first = sorted(given, key=lambda i: (breadth[i], i))
     orders = [given] if narrow_first == given else [given, narrow_first]
-    together = _together(requests, orders, free, busy_by_gpu, _LEVELS)
+    together = _together(requests, orders, free, busy_by_gpu, _LEVELS, gradient)
     if together is not None:
         return together
-    first = _choose_in_order(requests, given, free, busy_by_gpu)
+    first = _choose_in_order(requests, given, free, busy_by_gpu, gradient)
     if isinstance(first, Chosen) or len(orders) == 1:
         return first
-    second = _choose_in_order(requests, narrow_first, free, busy_by_gpu)
+    second = _choose_in_order(requests, narrow_first, free, busy_by_gpu, gradient)
     return second if isinstance(second, Chosen) else first
 
 
@@ -236,6 +273,7 @@ def _together(
     free: Sequence[Atom],
     busy_by_gpu: Mapping[str, int],
     levels: Sequence[_Level],
+    gradient: _Gradient | None = None,
 ) -> Chosen | None:
     """The whole reservation inside one group, by the topology order one request follows (rule 1):
     the first level at which some group can serve every request, the best group there by rule 2,
@@ -265,7 +303,7 @@ def _together(
             served = next(
                 (
                     c
-                    for c in (_choose_in_order(requests, o, members, busy_by_gpu) for o in orders)
+                    for c in (_choose_in_order(requests, o, members, busy_by_gpu, gradient) for o in orders)
                     if isinstance(c, Chosen)
                 ),
                 None,
@@ -274,7 +312,7 @@ def _together(
                 continue
             spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
             if len(members) > total and depth + 1 < len(levels) and spans_gpus:
-                finer = _together(requests, orders, members, busy_by_gpu, levels[depth + 1 :])
+                finer = _together(requests, orders, members, busy_by_gpu, levels[depth + 1 :], gradient)
                 if finer is not None:
                     return finer
             return served
@@ -286,6 +324,7 @@ def _choose_in_order(
     order: Iterable[int],
     free: Sequence[Atom],
     busy_by_gpu: Mapping[str, int],
+    gradient: _Gradient | None = None,
 ) -> Chosen | NoFit:
     busy: Counter[str] = Counter({gpu: n for gpu, n in busy_by_gpu.items() if n > 0})
     free_on_gpu: Counter[str] = Counter(atom.gpu_id for atom in free)
@@ -301,9 +340,9 @@ def _choose_in_order(
             most = max(Counter(atom.gpu_id for atom in options).values())
             if most < request.count:
                 return _no_fit_on_one_gpu(index, request, most, shared=len(candidates) > len(options))
-            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS[:1])
+            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS[:1], gradient)
         else:
-            picked = _choose_one(options, request.count, busy, free_on_gpu)
+            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS, gradient)
         for atom in picked:
             taken.add(atom.id)
             busy[atom.gpu_id] += 1
@@ -335,8 +374,14 @@ def _no_fit_on_one_gpu(index: int, request: DeviceRequest, most: int, shared: bo
 
 
 _Level = Callable[[Atom], Hashable | None]
+
+
+def _GPU_LEVEL(a: Atom) -> Hashable | None:
+    return a.gpu_id
+
+
 _LEVELS: tuple[_Level, ...] = (
-    lambda a: a.gpu_id,
+    _GPU_LEVEL,
     lambda a: None if a.nvlink_domain is None else (a.node, a.nvlink_domain),
     lambda a: None if a.numa_node is None else (a.node, a.numa_node),
     lambda a: a.node,
@@ -349,18 +394,20 @@ def _choose_one(
     busy: Counter[str],
     free_on_gpu: Counter[str],
     levels: Sequence[_Level] = _LEVELS,
+    gradient: _Gradient | None = None,
 ) -> list[Atom]:
     """`count` atoms of `options` (at least that many), as together and as tightly packed as can be.
 
     Inside the group chosen at one level, the next levels still apply: an NVLink domain that spans
-    NUMA nodes gives the request one NUMA node's atoms when one can hold it."""
+    NUMA nodes gives the request one NUMA node's atoms when one can hold it. At the GPU level, GPUs
+    equal by rule 2 go by the fragmentation gradient when there is one."""
     for depth, level in enumerate(levels):
         groups: dict[Hashable, list[Atom]] = defaultdict(list)
         for atom in options:
             key = level(atom)
             if key is not None:
                 groups[key].append(atom)
-        best: tuple[tuple[int, int, str], Hashable] | None = None
+        ranked: list[tuple[tuple[int, int, str], Hashable]] = []
         for key, members in groups.items():
             if len(members) < count:
                 continue
@@ -370,13 +417,20 @@ def _choose_one(
                 sum(free_on_gpu[gpu] for gpu in gpus) - count,
                 repr(key),
             )
-            if best is None or rank < best[0]:
-                best = (rank, key)
-        if best is not None:
-            members = groups[best[1]]
+            ranked.append((rank, key))
+        if ranked:
+            best = min(ranked)
+            chosen_key = best[1]
+            if gradient is not None and level is _GPU_LEVEL:
+                ties = [key for rank, key in ranked if rank[:2] == best[0][:2]]
+                if len(ties) > 1:
+                    chosen_key = min(
+                        ties, key=lambda k: (gradient.growth(str(k), count, busy, free_on_gpu), repr(k))
+                    )
+            members = groups[chosen_key]
             spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
             if len(members) > count and depth + 1 < len(levels) and spans_gpus:
-                return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :])
+                return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :], gradient)
             return _pack(members, count, busy, free_on_gpu)
     by_node: dict[str, list[Atom]] = defaultdict(list)
     for atom in options:

@@ -89,12 +89,13 @@ class TraceTask:
 
     @property
     def shape(self) -> TaskShape | None:
-        """What it asks of the GPUs; None for a task that asks for none (CPU only)."""
+        """What it asks of the GPUs (and of which models, its `gpu_spec`); None for a task that asks
+        for none (CPU only)."""
         if self.num_gpu == 0:
             return None
         if self.num_gpu == 1 and self.gpu_milli < WHOLE:
-            return TaskShape(milli=self.gpu_milli)
-        return TaskShape(gpus=self.num_gpu)
+            return TaskShape(milli=self.gpu_milli, models=self.gpu_spec)
+        return TaskShape(gpus=self.num_gpu, models=self.gpu_spec)
 
     @property
     def gpu_demand_milli(self) -> int:

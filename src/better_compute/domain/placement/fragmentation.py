@@ -14,6 +14,10 @@ popularity, normalised), a node's fragmentation is the expected fragment over th
 and a fleet's share is the sum over its nodes divided by all its free capacity: "the expected share
 of free GPU capacity that the recorded request sizes cannot use".
 
+A task that may run only on some GPU models (the trace's `gpu_spec`, a device class) says so in
+`TaskShape.models`; on a node of another model it cannot run, so all the node's free capacity is a
+fragment for it.
+
 Left out of our measure: the paper's CPU dimension (a node whose CPUs are taken counts all its free
 GPU as fragments there). A GPU fleet's bottleneck we book is the GPU; the host's CPU and memory are
 not atoms here. Tasks that ask for no GPU are not shapes either (a `TaskShape` always asks for some
@@ -39,6 +43,8 @@ class TaskShape:
 
     gpus: int = 0
     milli: int = 0
+    models: tuple[str, ...] = ()
+    """GPU models the task may run on (a `gpu_spec`, a device class's models); empty: any."""
 
     def __post_init__(self) -> None:
         if self.gpus < 0 or (self.gpus == 0 and not 1 <= self.milli < WHOLE):
@@ -55,9 +61,12 @@ class TaskShape:
         return self.gpus * WHOLE if self.gpus else self.milli
 
 
-def task_fragmentation(free_milli: Sequence[int], task: TaskShape) -> int:
-    """The free capacity (milli-GPUs) of a node with these free GPUs that `task` cannot use."""
+def task_fragmentation(free_milli: Sequence[int], task: TaskShape, model: str | None = None) -> int:
+    """The free capacity (milli-GPUs) of a node with these free GPUs that `task` cannot use; a node
+    of a `model` the task does not run on cannot run it at all."""
     total = sum(free_milli)
+    if task.models and model is not None and model not in task.models:
+        return total
     if task.gpus:
         whole = sum(1 for free in free_milli if free >= WHOLE)
         if whole < task.gpus:
@@ -68,32 +77,48 @@ def task_fragmentation(free_milli: Sequence[int], task: TaskShape) -> int:
     return sum(free for free in free_milli if free < task.milli)
 
 
-def node_fragmentation(free_milli: Sequence[int], demand: Sequence[tuple[TaskShape, float]]) -> float:
+def node_fragmentation(
+    free_milli: Sequence[int], demand: Sequence[tuple[TaskShape, float]], model: str | None = None
+) -> float:
     """Expected free GPU capacity (milli-GPUs) of one node that a task drawn from `demand` cannot use.
 
     `free_milli` holds each GPU's free capacity (0..1000); `demand` pairs task shapes with their
     popularity (any non-negative weights; they are normalised). No demand, or no weight: 0.0.
+    `model`, the node's GPU model, matters only to shapes that name the models they run on: on a
+    node of another model, all its free capacity is a fragment for them (the paper's "the task
+    cannot run on the node"). None: every shape may run on the node.
     """
-    weight = sum(w for _, w in demand)
+    weight = sum(w for _, w in demand if w > 0)
     if weight <= 0:
         return 0.0
-    return sum(w * task_fragmentation(free_milli, shape) for shape, w in demand if w > 0) / weight
+    return sum(w * task_fragmentation(free_milli, shape, model) for shape, w in demand if w > 0) / weight
 
 
-def fragmentation_share(nodes: Sequence[Sequence[int]], demand: Sequence[tuple[TaskShape, float]]) -> float:
-    """Sum of node_fragmentation over nodes / total free milli; 0.0 when nothing is free."""
+def fragmentation_share(
+    nodes: Sequence[Sequence[int]],
+    demand: Sequence[tuple[TaskShape, float]],
+    models: Sequence[str | None] | None = None,
+) -> float:
+    """Sum of node_fragmentation over nodes / total free milli; 0.0 when nothing is free.
+
+    `models[i]`, when given, is node i's GPU model (see `node_fragmentation`)."""
     free = sum(sum(gpus) for gpus in nodes)
     if free <= 0:
         return 0.0
-    return sum(node_fragmentation(gpus, demand) for gpus in nodes) / free
+    named = models if models is not None else [None] * len(nodes)
+    return sum(node_fragmentation(gpus, demand, m) for gpus, m in zip(nodes, named, strict=True)) / free
 
 
 def fragmentation_delta(
-    free_milli: Sequence[int], gpu_index: Sequence[int], take: int, demand: Sequence[tuple[TaskShape, float]]
+    free_milli: Sequence[int],
+    gpu_index: Sequence[int],
+    take: int,
+    demand: Sequence[tuple[TaskShape, float]],
+    model: str | None = None,
 ) -> float:
     """How much a node's fragmentation grows when `take` milli-GPUs go from each GPU in `gpu_index`:
     the gradient FGD descends (placing where it grows least)."""
     after = list(free_milli)
     for i in gpu_index:
         after[i] -= take
-    return node_fragmentation(after, demand) - node_fragmentation(free_milli, demand)
+    return node_fragmentation(after, demand, model) - node_fragmentation(free_milli, demand, model)
