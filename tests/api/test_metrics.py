@@ -350,6 +350,33 @@ def test_pool_fragmentation_against_the_sizes_its_bookings_held(world: World) ->
 
 
 @pytest.mark.both_stores
+def test_pool_fragmentation_counts_what_workload_replicas_hold(store: Store) -> None:
+    from tests.api.test_workloads import World as Workloads
+    from tests.api.test_workloads import shape
+
+    world = Workloads(store)
+    world.quota(scope="fleet", guaranteed_devices=8)
+    ratio = "better_compute_pool_fragmentation_ratio"
+
+    def sjc() -> float:
+        r = world.http.get("/metrics")
+        found = {
+            s.labels["pool"]: s.value
+            for family in text_string_to_metric_families(r.text)
+            for s in family.samples
+            if s.name == ratio
+        }
+        return found["p-sjc-1"]
+
+    # sjc-1 is one node of 8 H100s. One replica of 3 GPUs: 5 wholly free, and 3 fit in them.
+    world.create({"name": "a", "shape": shape(3), "replicas": 1, "cluster": "sjc-1"})
+    assert sjc() == 0.0
+    # Another: 2 free, and the only size held (3 GPUs, twice) cannot use them: all stranded.
+    world.create({"name": "b", "shape": shape(3), "replicas": 1, "cluster": "sjc-1"})
+    assert sjc() == 1.0
+
+
+@pytest.mark.both_stores
 def test_unplaced_replicas_are_counted_per_tenant(store: Store) -> None:
     from tests.api.test_workloads import World as Workloads
     from tests.api.test_workloads import shape

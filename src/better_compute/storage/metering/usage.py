@@ -93,14 +93,17 @@ _HELD_SHAPES_SQL = (
     " SELECT b.pool_id, b.class AS cls, b.gpu_share,"
     " CASE WHEN b.gpu_share IS NULL THEN MIN(b.atom_id) END AS atom, COUNT(*) AS n FROM bookings b"
     " LEFT JOIN atoms a ON a.id = b.atom_id"
-    " WHERE " + _BILLED + _IN_PERIOD + " AND b.pool_id IS NOT NULL"
+    " WHERE " + _BILLED + " AND b.starts_at < :until AND (b.ends_at IS NULL OR b.ends_at > :since)"
+    " AND b.pool_id IS NOT NULL"
     " GROUP BY b.pool_id, b.allocation_id, b.class, b.gpu_share,"
     " CASE WHEN b.class = 'gpu' THEN COALESCE(a.node_id, b.gpu_id) ELSE b.gpu_id END) held"
     " GROUP BY pool_id, cls, gpu_share, atom, n"
 )
 """What one reservation or replica held on one GPU (on one node, for whole GPUs) in the period, as
-(class, share, atoms), counted per pool: a month of bookings arrives as a few rows. A booking written
-without its share (by hand) names an atom whose share is read as it is now."""
+(class, share, atoms), counted per pool: a month of bookings arrives as a few rows. A booking counts
+when it started before the period's end and had not ended by its start (an open-ended one that
+starts at the period's last instant too: a replica booked this instant is part of the record). A
+booking written without its share (by hand) names an atom whose share is read as it is now."""
 
 
 class SqlUsage:
