@@ -603,3 +603,13 @@ def test_the_fragmentation_gradient_never_overrides_busiest_first() -> None:
 
     picked = chosen(choose([same_gpu_slots(2)], atoms, {"g3": 2}, fragmentation=growth))
     assert picked == (("g3/slot:2", "g3/slot:3"),)
+
+
+def test_a_shortlist_for_more_than_any_node_holds_stops_at_its_usual_size() -> None:
+    # Forty one-GPU nodes of 4 slots: no node can hold eight, so the shortlist does not look through
+    # the whole pool for one: 4 x 8 + 16 = 48 atoms, twelve GPUs.
+    by_gpu = {f"a{i:02}": slots(f"a{i:02}", 4, node=f"small-{i:02}") for i in range(40)}
+    listed = shortlist(device_request("gpu.slot", 8), by_gpu, set(), {})
+    assert len(listed) == 48
+    spread = chosen(choose([device_request("gpu.slot", 8)], listed, {}))[0]
+    assert len({a.split("/")[0] for a in spread}) == 2

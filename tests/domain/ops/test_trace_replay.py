@@ -99,3 +99,12 @@ def test_the_last_line_is_json_with_the_five_keys(
     assert 0 < out["random_allocation_ratio"] <= 0.4667
     assert out["replay_s"] >= 0
     assert out["policies"]["ours"]["first_refusal"] == 0.35
+
+
+def test_inflation_repeats_the_trace_in_order_until_it_asks_enough() -> None:
+    tasks, _ = load()
+    # 6,800 milli a pass; 10,000 asked ends inside the second pass, at the 500-milli task (6,800 +
+    # 1,000 + 600 + 500 = 8,900, then the 4-GPU task reaches 12,900).
+    inflated = replay.inflate(tasks, 10_000)
+    assert [t.name for t in inflated] == [t.name for t in tasks] + [t.name for t in tasks[:5]]
+    assert replay.inflate(tasks[:1], 10) == tasks[:1]  # a CPU-only trace asks for nothing: once

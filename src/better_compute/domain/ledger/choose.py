@@ -576,7 +576,8 @@ def shortlist(
     GPUs are taken whole, so a request that fits on one GPU still finds it, until the shortlist holds
     four times the count plus `reserve` atoms and some node in it holds the count (rule 1: only a
     reservation no node can hold spreads over nodes, so a pool whose first GPUs are on small nodes
-    is looked through until a node that can hold it turns up, or to its end). `matching_by_gpu` maps
+    is looked through until a node that can hold it turns up, or to its end; not at all when no
+    node of the pool has that many matching atoms). `matching_by_gpu` maps
     each GPU to its atoms that match the request's class and selector, in a stable order.
 
     `count` is how many atoms the shortlist must serve: the request's own by default; for a
@@ -584,25 +585,32 @@ def shortlist(
     the same shortlisted atoms. A `same_gpu` request takes only GPUs that can hold its count;
     `free_by_gpu`, when the caller keeps it, says how many of each GPU's matching atoms are free,
     which spares counting them (the answer is the same). When no GPU can hold it, the free atoms of
-    the first GPUs are answered instead, so that its refusal says how many one GPU has free.
+    the GPU with the most free come first in the answer, so that its refusal says how many one GPU
+    has free.
     """
     need = request.count if count is None else count
     wanted = 4 * need + reserve
 
     def holds(gpu: str) -> bool:
-        if not request.same_gpu:
-            return True
         if free_by_gpu is not None:
             return free_by_gpu.get(gpu, 0) >= request.count
         return _holds(matching_by_gpu[gpu], request.count, busy_atoms, busy_by_gpu.get(gpu, 0))
 
     busiest = [(-n, gpu) for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu]
     seen = {gpu for _, gpu in busiest}
-    partly = [gpu for _, gpu in sorted(busiest) if holds(gpu)]
+    partly = [gpu for _, gpu in sorted(busiest) if not request.same_gpu or holds(gpu)]
     out: list[Atom] = []
     on_node: Counter[str] = Counter()
     most = 0
-    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen and holds(g))):
+    known: list[int] = []
+
+    def largest() -> int:  # only when the count outgrows every node seen so far: rare
+        if not known:
+            known.append(_largest_node(matching_by_gpu))
+        return known[0]
+
+    untouched = (g for g in matching_by_gpu if g not in seen and (not request.same_gpu or holds(g)))
+    for gpu in chain(partly, untouched):
         atoms = matching_by_gpu[gpu]
         free = [atom for atom in atoms if atom.id not in busy_atoms]
         if not free:
@@ -610,7 +618,7 @@ def shortlist(
         out.extend(free)
         on_node[free[0].node] += len(free)
         most = max(most, on_node[free[0].node])
-        if len(out) >= wanted and most >= need:
+        if len(out) >= wanted and (most >= need or need > largest()):
             break
     if not out and request.same_gpu:
         return _first_free(matching_by_gpu, busy_atoms, wanted)
@@ -636,6 +644,16 @@ def _first_free(
         if gpu != best:
             out.extend(atoms)
     return out[:wanted]
+
+
+def _largest_node(matching_by_gpu: Mapping[str, Sequence[Atom]]) -> int:
+    """The most matching atoms one node has, free or not: past it, no node can hold a request, and a
+    shortlist stops looking for one (a pass over the GPUs, not their atoms)."""
+    per_node: Counter[str] = Counter()
+    for atoms in matching_by_gpu.values():
+        if atoms:
+            per_node[atoms[0].node] += len(atoms)
+    return max(per_node.values(), default=0)
 
 
 def _holds(atoms: Sequence[Atom], count: int, busy_atoms: Container[str], busy: int) -> bool:
