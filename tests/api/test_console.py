@@ -180,7 +180,9 @@ def test_usage_charts_what_was_used_and_the_bill_downloads_as_csv(store: Store, 
     logged_in(world, token_of(world.platform))
     page = world.http.get("/console/usage?days=1")
     assert page.status_code == 200
-    assert page.text.count("<figure") == 2 and "platform · " in page.text
+    # GPU-hours, capacity by state, fragmentation by pool (p1 is all free: nothing stranded)
+    assert page.text.count("<figure") == 3 and "platform · " in page.text
+    assert re.search(r"<th scope=\"row\">p1</th><td>0.000</td>", page.text)
     assert re.search(r"<th scope=\"row\">[^<]+</th><td>1.000000</td>", page.text)  # 7 x 1/7 for 1 h
     csv_answer = world.http.get(f"/console/usage/bill.csv?month={start:%Y-%m}")
     assert csv_answer.status_code == 200 and csv_answer.headers["content-type"].startswith("text/csv")
@@ -214,6 +216,10 @@ def test_the_reserve_form_books_through_admission_and_shows_its_answer(store: St
     assert "Earliest start: <strong>" in short.text  # when the four end
     bad = world.http.post("/console/reserve", data={**ask, "duration": "forever"})
     assert bad.status_code == 422 and "Not reserved: INVALID_INPUT" in bad.text
+    together = world.http.post("/console/reserve", data={**ask, "sameGpu": "1", "duration": "1h"})
+    assert together.status_code == 422 and "Not reserved: INVALID_INPUT" in together.text
+    assert "devices[0].sameGpu: only a gpu.slot line can ask for its atoms on one GPU" in together.text
+    assert 'name="sameGpu" type="checkbox" value="1" checked' in together.text  # the form as sent
     forged = world.http.post("/console/reserve", data={**ask, "csrf": "x", "duration": "1h"})
     assert forged.status_code == 403
 
@@ -455,3 +461,20 @@ def test_the_reserve_form_opens_an_exclusive_or_shared_pool_on_its_own_class() -
     assert opening_form([PoolChoice("x", "exclusive", "gpu", ())]) == {"pool": "x", "class": "gpu"}
     assert opening_form([PoolChoice("s", "mps", "gpu.slot", ())]) == {"pool": "s", "class": "gpu.slot"}
     assert opening_form([]) == {}
+
+
+def test_the_fragmentation_chart_shows_a_tenant_only_the_pools_it_may_see(store: Store) -> None:
+    from tests.api.test_reservations import World
+
+    world = World(store)  # pools h100, a100 and l40s, all platform's
+    world.offer("a100", "acme", gpu=1)
+    for who, seen in (("acme", {"a100"}), ("platform", {"a100", "h100", "l40s"})):
+        token = tenant_token(store, who)
+        answer = world.http.post("/console/login", data={"token": token}, follow_redirects=False)
+        assert answer.status_code == 303, answer.text
+        page = world.http.get("/console/usage?days=1").text
+        start = page.index('id="fragmented-title"')
+        chart = page[start : page.index("</figure>", start)]
+        rows = set(re.findall(r"<th scope=\"row\">([^<]+)</th><td>[0-9.]+</td>", chart))
+        assert rows == seen, who
+        world.http.cookies.clear()

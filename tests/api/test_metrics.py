@@ -318,6 +318,65 @@ def test_quota_used_and_limit_per_tenant_pool_and_class(world: World) -> None:
 
 
 @pytest.mark.both_stores
+def test_pool_fragmentation_against_the_sizes_its_bookings_held(world: World) -> None:
+    """better_compute_pool_fragmentation_ratio, worked out by hand (docs/metrics.md#fragmentation)."""
+    ratio = "better_compute_pool_fragmentation_ratio"
+    samples = scrape(world)
+    # No history: each pool against the sizes its own atoms come in, which use every free atom.
+    assert {pool: value(samples, ratio, pool=pool) for pool in ("a100", "h100", "l40s")} == {
+        "a100": 0.0,
+        "h100": 0.0,
+        "l40s": 0.0,
+    }
+    world.offer("l40s", "platform", gpu_slot=8)
+    slots = [{"class": "gpu.slot", "count": 3}]
+    assert world.reserve(world.platform, "l40s", slots).status_code == 201
+    assert world.reserve(world.platform, "l40s", slots).status_code == 201
+    # One slot (250 milli) free on each L40S; the only size held is 3 slots (750): all 500 is stranded.
+    assert value(scrape(world), ratio, pool="l40s") == 1.0
+
+    world.clock.now = T0 + timedelta(hours=5)  # both have ended; what they held is still the record
+    assert value(scrape(world), ratio, pool="l40s") == 0.0  # two free GPUs: 750 fits either
+    two = world.reserve(world.platform, "l40s", [{"class": "gpu.slot", "count": 2, "sameGpu": True}])
+    assert two.status_code == 201, two.text
+    # Free: 500 + 1000. Held: 3 slots twice, 2 slots once. A 3-slot task cannot use the 500 (weight
+    # 2/3), a 2-slot one can: 2/3 x 500 / 1500.
+    assert value(scrape(world), ratio, pool="l40s") == pytest.approx(2 / 9)
+    assert value(scrape(world), ratio, pool="a100") == 0.0
+
+    world.clock.now = T0 + timedelta(days=31)  # the first two are past the 30 days
+    samples = scrape(world)
+    assert value(samples, ratio, pool="l40s") == 0.0  # only 2 slots held: every free GPU takes it
+
+
+@pytest.mark.both_stores
+def test_pool_fragmentation_counts_what_workload_replicas_hold(store: Store) -> None:
+    from tests.api.test_workloads import World as Workloads
+    from tests.api.test_workloads import shape
+
+    world = Workloads(store)
+    world.quota(scope="fleet", guaranteed_devices=8)
+    ratio = "better_compute_pool_fragmentation_ratio"
+
+    def sjc() -> float:
+        r = world.http.get("/metrics")
+        found = {
+            s.labels["pool"]: s.value
+            for family in text_string_to_metric_families(r.text)
+            for s in family.samples
+            if s.name == ratio
+        }
+        return found["p-sjc-1"]
+
+    # sjc-1 is one node of 8 H100s. One replica of 3 GPUs: 5 wholly free, and 3 fit in them.
+    world.create({"name": "a", "shape": shape(3), "replicas": 1, "cluster": "sjc-1"})
+    assert sjc() == 0.0
+    # Another: 2 free, and the only size held (3 GPUs, twice) cannot use them: all stranded.
+    world.create({"name": "b", "shape": shape(3), "replicas": 1, "cluster": "sjc-1"})
+    assert sjc() == 1.0
+
+
+@pytest.mark.both_stores
 def test_unplaced_replicas_are_counted_per_tenant(store: Store) -> None:
     from tests.api.test_workloads import World as Workloads
     from tests.api.test_workloads import shape

@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from selenium import webdriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.select import Select
@@ -131,7 +133,7 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     assert [(c["label"], "state-booked" in str(c["state"])) for c in held] == [("3g.40gb", True)]
     browser.get(f"{server.url}/console/usage?days=1&tenant=platform")
     charts = browser.find_elements(By.CSS_SELECTOR, "figure.chart svg")
-    assert len(charts) == 2
+    assert len(charts) == 3  # GPU-hours, capacity by state, fragmentation by pool
     assert charts[0].find_elements(By.CSS_SELECTOR, "rect")  # platform's booking, by tenant and meter
     assert (
         "platform · gpu.h100.hours" in browser.find_element(By.CSS_SELECTOR, "figure.chart figcaption").text
@@ -202,3 +204,57 @@ def test_the_console_draws_the_fleet_to_scale_shows_a_booking_and_keeps_tenants_
     assert rid not in browser.page_source
     errors = [e for e in errors_in_console(browser) if "404" not in e]  # the refused page itself
     assert errors == [], json.dumps(errors)
+
+
+def test_the_usage_page_charts_each_pools_fragmentation_as_metrics_exports_it(
+    console_server: Server, browser: webdriver.Chrome, tmp_path: Path
+) -> None:
+    """Seven reservations of 3 slots on one GPU each in l40s-timeslice (8 L40S of 4 slots, a pool no
+    other test books): 7 GPUs with 1 slot (250 milli) free, one wholly free. The only size held, 3
+    slots (750), cannot use the 7 x 250: 1750 of 2750 free milli, 63.64 %."""
+    server = console_server
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.admin_token}"}) as api:
+        gpus = set()
+        for _ in range(7):
+            body = {
+                "tenantId": "platform",
+                "poolId": "l40s-timeslice",
+                "duration": "2h",
+                "devices": [{"class": "gpu.slot", "count": 3, "sameGpu": True}],
+            }
+            made = api.post("/v1/reservations", json=body)
+            assert made.status_code == 201, made.text
+            assert made.json()["devices"][0]["sameGpu"] is True
+            gpus |= {a["gpuId"] for a in made.json()["atoms"]}
+        assert len(gpus) == 7
+        exported = {
+            s.labels["pool"]: s.value
+            for family in text_string_to_metric_families(api.get("/metrics").text)
+            for s in family.samples
+            if s.name == "better_compute_pool_fragmentation_ratio"
+        }
+    assert exported["l40s-timeslice"] == pytest.approx(1750 / 2750)
+    assert exported["h100-timeslice"] == 0.0  # nothing held there: every free slot fits a slot
+
+    log_in(browser, server, server.admin_token)
+    browser.get(f"{server.url}/console/usage?days=1")
+    figure = browser.find_element(By.CSS_SELECTOR, "figure.chart:has(svg title#fragmented-title)")
+    rows = {
+        row.find_element(By.TAG_NAME, "th").get_attribute("textContent"): float(
+            str(row.find_element(By.TAG_NAME, "td").get_attribute("textContent"))
+        )
+        for row in figure.find_elements(By.CSS_SELECTOR, "details tbody tr")
+    }
+    assert rows == {pool: pytest.approx(ratio * 100, abs=0.0005) for pool, ratio in exported.items()}
+    assert rows["l40s-timeslice"] == pytest.approx(63.636, abs=0.0005)
+    bars = {
+        str(rect.find_element(By.TAG_NAME, "title").get_attribute("textContent")): float(
+            str(rect.get_attribute("height"))
+        )
+        for rect in figure.find_elements(By.CSS_SELECTOR, "svg rect")
+    }
+    drawn_l40s = bars["l40s-timeslice · free capacity fragmented: 63.64%"]
+    assert drawn_l40s == pytest.approx(0.63636 * 224, abs=0.01)  # of the 224 px plot, to 100 %
+    assert not any(title.startswith("h100-timeslice") for title in bars)  # 0: no bar
+    screenshot(browser, tmp_path, "usage-fragmentation")
+    assert errors_in_console(browser) == []

@@ -149,6 +149,28 @@ def test_reserve_slots_books_shared_slots(runner: CliRunner, demo: Demo) -> None
     fits_80_columns(result.stdout, *(row[0] for row in rows))
 
 
+def test_reserve_slots_same_gpu_books_them_all_on_one_gpu(runner: CliRunner, demo: Demo) -> None:
+    first = reserve(runner, demo, "--pool", "h100-timeslice", "--slots", "3", *WINDOW, "--json")
+    assert first.exit_code == 0, first.output
+    gpu = {a["gpuId"] for a in json.loads(first.stdout)["atoms"]}
+    # one slot left on that GPU: two on one GPU must go to the other, whole
+    together = reserve(
+        runner, demo, "--pool", "h100-timeslice", "--slots", "2", "--same-gpu", *WINDOW, "--json"
+    )
+
+    assert together.exit_code == 0, together.output
+    assert demo.sent[1]["devices"] == [{"class": "gpu.slot", "count": 2, "sameGpu": True}]
+    booked = json.loads(together.stdout)
+    assert len({a["gpuId"] for a in booked["atoms"]}) == 1 and not gpu & {a["gpuId"] for a in booked["atoms"]}
+    assert booked["devices"][0]["sameGpu"] is True
+    too_many = reserve(runner, demo, "--pool", "h100-timeslice", "--slots", "5", "--same-gpu", *WINDOW)
+    assert too_many.exit_code == 1
+    assert too_many.stderr.startswith(
+        "error: INSUFFICIENT_CAPACITY: devices[0]: 5 gpu.slot atoms wanted on one GPU, and no GPU of pool"
+        " h100-timeslice has more than 4"
+    )
+
+
 def test_reserve_capability_books_the_cheapest_kind_that_gives_it(runner: CliRunner, demo: Demo) -> None:
     # A 2g.20gb gives 19.62 GiB, under the 20 asked: the cheapest that gives it is a 3g.40gb.
     result = reserve(
@@ -222,6 +244,10 @@ def test_slots_in_a_mig_pool_and_a_capability_past_the_limit_are_the_servers_ref
             "--count: goes with --profile or --capability; --gpus N is itself the count",
         ),
         (["--profile", " "], "--profile: give a MIG profile, e.g. 3g.40gb"),
+        (
+            ["--gpus", "2", "--same-gpu"],
+            "--same-gpu: goes with --slots: only slots are pieces of one GPU to keep together, not --gpus",
+        ),
         (["--profile", "3g.40gb", "--count", "0"], "--count"),
         (["--capability", "memory>20GiB"], "a capability is a minimum, written with >="),
         (["--capability", "memory>=20GB"], "memory is in GiB (memory>=20GiB), not GB"),
@@ -261,6 +287,7 @@ def test_reserve_help_lists_each_form_with_an_example(runner: CliRunner) -> None
         ("--profile P [--count N]", "reserve --pool h100-mig --profile 3g.40gb --duration 4h"),
         ("--slots N", "reserve --pool h100-timeslice --slots 2 --duration 1h"),
         ("--capability C [--count N]", "reserve --pool h100-mig --capability 'memory>=20GiB' --duration 1h"),
+        ("--same-gpu", "reserve --pool h100-timeslice --slots 4 --same-gpu --duration 1h"),
     ):
         at = next(i for i, line in enumerate(lines) if line.startswith(form))
         assert lines[at + 1] == example

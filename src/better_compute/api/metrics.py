@@ -107,7 +107,12 @@ class _StoreFigures:
             "Atoms each tenant may hold at once, by pool and class (its quota rows).",
             labels=["tenant", "pool", "class"],
         )
-        families: list[Metric] = [nodes, age, unplaced, used, limit]
+        fragmentation = GaugeMetricFamily(
+            "better_compute_pool_fragmentation_ratio",
+            "Share (0..1) of each pool's free GPU capacity that its last 30 days' request sizes cannot use.",
+            labels=["pool"],
+        )
+        families: list[Metric] = [nodes, age, unplaced, used, limit, fragmentation]
         devices = GaugeMetricFamily(
             "better_compute_allocation_info",
             "1 for each GPU or MIG instance an allocation holds now, by DCGM's labels (joins DCGM's series).",
@@ -127,6 +132,8 @@ class _StoreFigures:
             used.add_metric([tenant, pool, cls], n)
         for (tenant, pool, cls), n in sorted(taken.quota_limit.items()):
             limit.add_metric([tenant, pool, cls], n)
+        for pool, ratio in sorted(taken.fragmentation.items()):
+            fragmentation.add_metric([pool], ratio)
         for d in taken.devices:
             devices.add_metric([d.tenant, d.allocation, d.hostname, d.uuid, d.gpu_instance_id], 1)
         return families

@@ -182,6 +182,10 @@ nvlink (a whole GPU with NVLink peers).
 Where (with --gpus, --profile or --slots):
   --node NAME                 only on this node (repeat for any of several)
       reserve --pool a100-exclusive --gpus 1 --node use-a100-2 --duration 4h
+
+Together (with --slots):
+  --same-gpu                  all N slots on one GPU (refused when no GPU can)
+      reserve --pool h100-timeslice --slots 4 --same-gpu --duration 1h
 """
 
 _SHAPES = ("--gpus", "--profile", "--slots", "--capability")
@@ -194,6 +198,7 @@ def _device(
     capability: str | None,
     count: int | None,
     nodes: list[str] | None = None,
+    same_gpu: bool = False,
 ) -> dict[str, object]:
     """The one `devices` line the flags ask for, as the API's JSON (docs/api.md, `DeviceRequest`)."""
     values = (gpus, profile, slots, capability)
@@ -211,11 +216,17 @@ def _device(
         raise typer.BadParameter(
             f"goes with --profile or --capability; {given[0]} N is itself the count", param_hint="--count"
         )
+    if same_gpu and slots is None:
+        raise typer.BadParameter(
+            f"goes with --slots: only slots are pieces of one GPU to keep together, not {given[0]}",
+            param_hint="--same-gpu",
+        )
     where = _node_expressions(nodes or [], capability is not None)
     if gpus is not None:
         return _line({"class": "gpu", "count": gpus}, where)
     if slots is not None:
-        return _line({"class": "gpu.slot", "count": slots}, where)
+        line: dict[str, object] = {"class": "gpu.slot", "count": slots}
+        return _line({**line, "sameGpu": True} if same_gpu else line, where)
     if profile is not None:
         if not profile.strip():
             raise typer.BadParameter("give a MIG profile, e.g. 3g.40gb", param_hint="--profile")
@@ -285,6 +296,12 @@ def reserve(
         list[str] | None,
         typer.Option("--node", help="Only on this node (repeat for any of several).", show_default=False),
     ] = None,
+    same_gpu: Annotated[
+        bool,
+        typer.Option(
+            "--same-gpu", help="With --slots: all the slots on one GPU (sameGpu).", show_default=False
+        ),
+    ] = False,
     start: Annotated[
         str | None,
         typer.Option("--start", help="ISO 8601 start time (default: now).", show_default=False),
@@ -305,7 +322,7 @@ def reserve(
     server: config.ServerOption = None,
     token: config.TokenOption = None,
 ) -> None:
-    device = _device(gpus, profile, slots, capability, count, node)
+    device = _device(gpus, profile, slots, capability, count, node, same_gpu)
     starts_at = parse_time(start, "--start")
     reservation = _call(
         server,

@@ -76,17 +76,24 @@ class DeviceRequestPublic(WireAnswer):
     count: int = Field(ge=1, strict=True, json_schema_extra={"maximum": MAX_COUNT})  # `true` is not a count
     sharing: SharingMode | None = None
     selector: SelectorPublic | None = None
+    same_gpu: bool = Field(default=False, strict=True)
+    """`true`: all `count` slots on one GPU (a `gpu.slot` line only); `false`: they may split across
+    GPUs, as the choice rules keep them together where they can."""
 
 
 class DeviceRequest(DeviceRequestPublic, WireRequest):
     """One line of `devices`: `count` atoms (1 to 65,536) of one class, optionally narrowed by a
     selector; or, instead of `class` and `selector`, `capability`: what each device must give (the
     pool's cheapest kind of device that gives it is booked, and the reservation shows its class and
-    selector)."""
+    selector). `sameGpu: true` on a `gpu.slot` line books its `count` slots all on one GPU (refused
+    with INVALID_INPUT on any other class, and by capacity when no GPU of the pool has that many)."""
 
     cls: AtomClass | None = Field(default=None, alias="class")  # type: ignore[assignment]
     selector: Selector | None = None
     capability: Capability | None = None
+    # Sent only when asked: a line without it is the line it was before the field existed (a server
+    # that does not know it takes it; the same idempotency fingerprint, the same stored line).
+    same_gpu: bool = Field(default=False, strict=True, exclude_if=lambda v: v is False)
 
     @model_validator(mode="after")
     def _class_or_capability(self) -> DeviceRequest:

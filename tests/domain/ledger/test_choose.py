@@ -551,6 +551,20 @@ def test_a_same_gpu_shortlist_passes_over_partly_used_gpus_that_cannot_hold_it()
     assert "g99" not in {a.gpu_id for a in loose}
 
 
+def test_a_same_gpu_shortlist_no_gpu_can_hold_still_says_the_most_one_gpu_has_free() -> None:
+    # Forty GPUs with one slot free, then one with two: three on one GPU fits none. The refusal
+    # names the two of g99 (the most one GPU has), not the one of the GPUs that come first.
+    by_gpu = {f"g{i:02}": slots(f"g{i:02}", 4) for i in range(40)} | {"g99": slots("g99", 4)}
+    busy = {f"g{i:02}/slot:{n}" for i in range(40) for n in range(3)} | {"g99/slot:0", "g99/slot:1"}
+    busy_by_gpu = {**dict.fromkeys((f"g{i:02}" for i in range(40)), 3), "g99": 2}
+    listed = shortlist(same_gpu_slots(3), by_gpu, busy, busy_by_gpu, reserve=16)
+    refused = choose([same_gpu_slots(3)], listed, busy_by_gpu)
+    assert isinstance(refused, NoFit)
+    assert refused.message == (
+        "devices[0]: 3 gpu.slot atoms wanted on one GPU, at most 2 free on any one GPU of the pool for that window"
+    )
+
+
 def test_a_shortlist_looks_past_small_nodes_for_one_that_holds_the_reservation() -> None:
     # Twenty one-GPU nodes of 4 slots come first in the pool's order, then one node of four GPUs.
     # Eight slots fill the shortlist's 4 x 8 + 16 = 48 atoms from the small nodes alone, and no

@@ -58,12 +58,18 @@ def _nice(top: float) -> float:
 
 
 def stacked(
-    buckets: Sequence[tuple[str, Mapping[str, float]]], series: Sequence[str], unit: str = "GPU-hours"
+    buckets: Sequence[tuple[str, Mapping[str, float]]],
+    series: Sequence[str],
+    unit: str = "GPU-hours",
+    *,
+    top: float | None = None,
 ) -> Chart:
-    """Stacked bars of `buckets` (label, value per series), series in `series` order, bottom up."""
+    """Stacked bars of `buckets` (label, value per series), series in `series` order, bottom up.
+    `top`: the value axis' maximum (a share's 100 %); None: a round number at or above the tallest."""
     plot_w, plot_h = WIDTH - LEFT - 8, HEIGHT - TOP - BOTTOM
     totals = [sum(values.get(s, 0.0) for s in series) for _, values in buckets]
-    top = _nice(max(totals, default=0.0))
+    if top is None:
+        top = _nice(max(totals, default=0.0))
     step = plot_w / max(1, len(buckets))
     bars: list[Bar] = []
     for k, (label, values) in enumerate(buckets):
@@ -81,7 +87,7 @@ def stacked(
                     round(step * 0.8, 2),
                     round(height, 2),
                     index,
-                    f"{label} · {name}: {value:.2f} {unit}",
+                    f"{label} · {name}: {value:.2f}{'' if unit == '%' else ' '}{unit}",
                 )
             )
             base += value

@@ -74,6 +74,9 @@ def reservation_body(form: Mapping[str, str], principal: Principal) -> dict[str,
     profile = form.get("profile", "").strip()
     if profile:
         device["selector"] = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": [profile]}]}
+    if form.get("sameGpu"):
+        # checked: asked as the API asks it; admission refuses it on a class other than gpu.slot
+        device["sameGpu"] = True
     body: dict[str, Any] = {
         "poolId": form.get("pool", ""),
         "duration": form.get("duration", "").strip(),

@@ -45,6 +45,10 @@ from better_compute.domain.tenancy.tenancy import check_ref
 from better_compute.service.ops import console
 from better_compute.service.placement import placement, workloads
 
+FRAGMENTED = "free capacity fragmented"
+"""The fragmentation chart's one series: the share of a pool's free GPU capacity its recorded
+request sizes cannot use, in percent."""
+
 
 def usage_of(
     request: Request, session: Session, days: str | None, tenant: str | None, month: str | None
@@ -132,6 +136,19 @@ def install(app: FastAPI) -> None:
             ],
             STATE_ORDER,
         )
+        services = services_of(request)
+        # now, per pool: no history of it is stored (Prometheus keeps the gauge's)
+        fragmented = stacked(
+            [
+                (pool, {FRAGMENTED: ratio * 100})
+                for pool, ratio in console.pool_fragmentation(
+                    services.store, services.index, session[0], services.clock()
+                )
+            ],
+            (FRAGMENTED,),
+            "%",
+            top=100.0,
+        )
         return render_page(
             session,
             "usage",
@@ -139,6 +156,7 @@ def install(app: FastAPI) -> None:
             usage=page,
             used=used,
             states=states,
+            fragmented=fragmented,
             days=days_of(days),
             max_days=MAX_DAYS,
             month=page.bill.period.start.strftime("%Y-%m") if page.bill else "",

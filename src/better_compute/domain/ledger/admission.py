@@ -25,7 +25,12 @@ FRACTIONAL_CLASSES: frozenset[AtomClass] = frozenset({"gpu.mig", "gpu.slot"})
 SINGLE_TENANT_MODES: frozenset[SharingMode] = frozenset({"timeslice", "mps"})
 """Sharing modes whose workloads are not isolated from each other, so one tenant owns the pool."""
 
-_REQUEST_FIELDS = frozenset({"class", "count", "sharing", "selector"})
+_REQUEST_FIELDS = frozenset({"class", "count", "sharing", "selector", "sameGpu"})
+
+SAME_GPU_CLASSES: frozenset[AtomClass] = frozenset({"gpu.slot"})
+"""Classes whose atoms a line may ask to have all on one GPU (`sameGpu`): a slot is a share of one GPU's
+time, so N slots on one GPU is one task's N shares of it; a MIG instance is already one piece of one GPU,
+and whole GPUs are kept together by the choice rules."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,7 @@ class DeviceRequest:
     sharing: SharingMode | None = None
     selector: Selector = EVERYTHING
     same_gpu: bool = False
+    """A `gpu.slot` line's `sameGpu` (`parse_device_request` refuses it on another class)."""
 
 
 MAX_DEVICE_REQUESTS = 16
@@ -94,7 +100,7 @@ def parse_device_request(raw: object, field: str) -> DeviceRequest:
     unknown = sorted(str(k) for k in raw if k not in _REQUEST_FIELDS)
     if unknown:
         raise InvalidInput(
-            f"{field}.{unknown[0]}: unknown field; use class, count, sharing and selector",
+            f"{field}.{unknown[0]}: unknown field; use class, count, sharing, selector and sameGpu",
             {"field": f"{field}.{unknown[0]}"},
         )
     cls = check_atom_class(raw.get("class"), f"{field}.class")
@@ -115,7 +121,18 @@ def parse_device_request(raw: object, field: str) -> DeviceRequest:
             {"field": f"{field}.sharing"},
         )
     selector = parse_selector(raw.get("selector"), f"{field}.selector")
-    return DeviceRequest(cls=cls, count=count, sharing=sharing, selector=selector)
+    same_gpu = raw.get("sameGpu", False)
+    if not isinstance(same_gpu, bool):
+        raise InvalidInput(
+            f"{field}.sameGpu must be true or false, not {same_gpu!r}"[:200], {"field": f"{field}.sameGpu"}
+        )
+    if same_gpu and cls not in SAME_GPU_CLASSES:
+        raise InvalidInput(
+            f"{field}.sameGpu: only a gpu.slot line can ask for its atoms on one GPU, not a {cls} line"
+            " (a MIG instance is one piece of one GPU already; whole GPUs are kept together)",
+            {"field": f"{field}.sameGpu", "class": cls},
+        )
+    return DeviceRequest(cls=cls, count=count, sharing=sharing, selector=selector, same_gpu=same_gpu)
 
 
 def check_against_pool(mode: SharingMode, requests: Sequence[DeviceRequest]) -> None:

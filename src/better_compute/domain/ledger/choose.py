@@ -584,7 +584,9 @@ def shortlist(
     reservation of several requests, all of theirs, since requests alike (or sharing atoms) draw on
     the same shortlisted atoms. A `same_gpu` request takes only GPUs that can hold its count;
     `free_by_gpu`, when the caller keeps it, says how many of each GPU's matching atoms are free,
-    which spares counting them (the answer is the same).
+    which spares counting them (the answer is the same). When no GPU can hold it, the free atoms of
+    the GPU with the most free come first in the answer, so that its refusal says how many one GPU
+    has free.
     """
     need = request.count if count is None else count
     wanted = 4 * need + reserve
@@ -618,7 +620,30 @@ def shortlist(
         most = max(most, on_node[free[0].node])
         if len(out) >= wanted and (most >= need or need > largest()):
             break
+    if not out and request.same_gpu:
+        return _first_free(matching_by_gpu, busy_atoms, wanted)
     return out
+
+
+def _first_free(
+    matching_by_gpu: Mapping[str, Sequence[Atom]], busy_atoms: Container[str], wanted: int
+) -> list[Atom]:
+    """What a `same_gpu` request no GPU can hold is refused over: the free atoms of the GPU that has
+    the most (so `choose` says how many one GPU has free), then of the first others, up to `wanted`.
+    Only a refusal pays this pass over the pool's matching atoms."""
+    free = {
+        gpu: [atom for atom in atoms if atom.id not in busy_atoms] for gpu, atoms in matching_by_gpu.items()
+    }
+    if not free:
+        return []
+    best = max(free, key=lambda gpu: len(free[gpu]))
+    out = list(free[best])
+    for gpu, atoms in free.items():
+        if len(out) >= wanted:
+            break
+        if gpu != best:
+            out.extend(atoms)
+    return out[:wanted]
 
 
 def _largest_node(matching_by_gpu: Mapping[str, Sequence[Atom]]) -> int:

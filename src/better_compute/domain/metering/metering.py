@@ -132,6 +132,21 @@ class HeldTotal:
         return hours(self.share, self.microseconds)
 
 
+@dataclass(frozen=True, slots=True)
+class HeldShape:
+    """How often a pool's bookings took one size of piece of a GPU or node in a period: `times`
+    holdings, each of `atoms` atoms of class `cls` at `share` of a GPU apiece, all on one GPU (a
+    piece of one: MIG instances, slots) or, for whole GPUs, on one node, by one reservation or
+    replica. The recorded request sizes the pool's fragmentation is measured against
+    (`domain.placement.pool_fragmentation`)."""
+
+    pool_id: str
+    cls: str
+    share: Fraction
+    atoms: int
+    times: int
+
+
 def hours_by_meter(totals: Iterable[HeldTotal], meter_of: Mapping[str, str]) -> dict[str, Fraction]:
     """Exact GPU-hours per meter (`meter_of`: each pool's meter; a pool not in it is UNMETERED)."""
     out: dict[str, Fraction] = {}

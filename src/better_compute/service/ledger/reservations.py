@@ -177,7 +177,12 @@ def _refusal(
     `_decide` has just grouped (cached), so a refusal costs no pass over the pool."""
     in_pool = [sum(len(a) for a in pool_atoms.matching_by_gpu(r).values()) for r in requests]
     cordoned = [pool_atoms.cordoned_matching(r) for r in requests]
-    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id, cordoned)
+    # a `sameGpu` line for more slots than any GPU of the pool has can never be served
+    most = [
+        max(map(len, pool_atoms.matching_by_gpu(r).values()), default=0) if r.same_gpu else r.count
+        for r in requests
+    ]
+    never = choose.never_fits(requests, in_pool, pool_atoms.kinds(), pool_id, cordoned, most)
     if never is not None:
         return NotInPool(
             never.message,
@@ -223,7 +228,10 @@ def _earliest(
         for r in shapes.values()
     ]
     windows = index.windows_of(list(dict.fromkeys(a for ids, _ in needs for a in ids)), pool_atoms.atoms)
-    single = len(requests) == 1
+    # A lone request's earliest start is when enough of its atoms are free at all; one that wants
+    # them on one GPU is tried at each start, like a reservation of several, since free atoms on
+    # different GPUs do not serve it.
+    single = len(requests) == 1 and not requests[0].same_gpu
     try:
         starts = choose.starts_to_try(
             windows, needs, window.duration, window.start, 1 if single else EARLIEST_TRIALS

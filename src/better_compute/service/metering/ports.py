@@ -7,7 +7,7 @@ from typing import Protocol
 
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.metering.billing import Price
-from better_compute.domain.metering.metering import HeldTotal, MeteredBooking
+from better_compute.domain.metering.metering import HeldShape, HeldTotal, MeteredBooking
 from better_compute.domain.metering.showback import CopyTotal
 from better_compute.service.ledger.ports import LedgerTx
 
@@ -31,6 +31,11 @@ class UsageRepo(Protocol):
         limit: int,
     ) -> list[MeteredBooking]:
         """Bookings with time held in the period, in id order after the booking id `after`."""
+        ...
+
+    def held_shapes(self, period: Window, now: datetime) -> list[HeldShape]:
+        """The sizes of what tenants' bookings held in the period, per pool, counted by the database:
+        each reservation's or replica's atoms grouped per GPU (whole GPUs: per node)."""
         ...
 
     def copy_totals(self, period: Window, now: datetime, tenant_id: str) -> list[CopyTotal]:

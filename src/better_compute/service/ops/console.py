@@ -32,7 +32,9 @@ from better_compute.service.endpoints import endpoints
 from better_compute.service.fleet.pools import get_pool, visible_pool_ids
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger import capacity
+from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.metering.bills import get_bill
+from better_compute.service.ops import fleet_gauges
 from better_compute.service.ops.ports import OpsTx
 
 __all__ = [
@@ -343,6 +345,18 @@ class UsagePage:
     bill: Bill | None
     not_readable: str | None = None
     """A tenant asked for whose bill the caller may not read (or that does not exist)."""
+
+
+def pool_fragmentation(
+    store: StorePort[OpsTx], index: BookingIndex, principal: Principal, now: datetime
+) -> tuple[tuple[str, float], ...]:
+    """Each pool the caller may see with its fragmentation now (0..1, `fleet_gauges.fragmentation`,
+    what /metrics exports as `better_compute_pool_fragmentation_ratio`), in pool id order."""
+    visible = visible_pool_ids(store, principal)
+    with store.read() as tx:
+        index.sync(tx)
+        found = fleet_gauges.fragmentation(tx, index, now, visible)
+    return tuple(sorted(found.items()))
 
 
 def usage(

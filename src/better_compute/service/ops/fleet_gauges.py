@@ -9,8 +9,8 @@ scrapes, so every server process answers the same numbers (docs/metrics.md).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from better_compute.domain.fleet.atoms import Atom
@@ -23,8 +23,14 @@ from better_compute.domain.ops.fleet_gauges import (
     held_devices,
     node_state,
 )
+from better_compute.domain.placement.pool_fragmentation import (
+    PoolShape,
+    held_demand,
+    pool_fragmentation,
+    pool_shape,
+)
 from better_compute.service.kernel.ports import StorePort
-from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ops.ports import OpsTx
 
 MAX_UNPLACED_WORKLOADS = 10_000
@@ -32,6 +38,10 @@ MAX_UNPLACED_WORKLOADS = 10_000
 which a fleet that far behind notices otherwise."""
 
 _INSTANT = timedelta(microseconds=1)
+
+DEMAND_WINDOW = timedelta(days=30)
+"""How far back the request sizes a pool's fragmentation is measured against are read: what its
+reservations and replicas held in the last 30 days (docs/metrics.md#fragmentation)."""
 
 QuotaKey = tuple[str, str, str]
 """(tenant id, pool id, atom class)."""
@@ -53,6 +63,9 @@ class FleetGauges:
     """Each quota row's limit, by (tenant, pool, class)."""
     devices: list[HeldDevice]
     """The devices allocations hold now (empty unless asked for)."""
+    fragmentation: Mapping[str, float] = field(default_factory=dict)
+    """Each pool's share (0..1) of free GPU capacity its recorded request sizes cannot use, by pool id
+    (`domain.placement.pool_fragmentation`)."""
 
 
 def take(store: StorePort[OpsTx], index: BookingIndex, now: datetime, *, devices: bool) -> FleetGauges:
@@ -89,7 +102,47 @@ def take(store: StorePort[OpsTx], index: BookingIndex, now: datetime, *, devices
             quota_used=used,
             quota_limit=limits,
             devices=_devices(tx, index, held) if devices else [],
+            fragmentation=fragmentation(tx, index, now),
         )
+
+
+def fragmentation(
+    tx: OpsTx, index: BookingIndex, now: datetime, pool_ids: Collection[str] | None = None
+) -> dict[str, float]:
+    """Each pool's fragmentation now (`pool_fragmentation`; only `pool_ids`' when given), against the
+    sizes its reservations and replicas held in the last `DEMAND_WINDOW` (the sizes its atoms offer,
+    for a pool with none). The index must have caught up with `tx` (`BookingIndex.sync`)."""
+    busy = index.busy(Window(now, now + _INSTANT))
+    # up to and with now: a booking that starts this instant is part of the record
+    demand = held_demand(tx.usage.held_shapes(Window(now - DEMAND_WINDOW, now + _INSTANT), now))
+    out: dict[str, float] = {}
+    pools = tx.pools.all()
+    for gone in set(_SHAPES) - {p.id for p in pools}:
+        _SHAPES.pop(gone, None)  # a deleted pool's atoms are not kept for it
+    for pool in pools:
+        if pool_ids is not None and pool.id not in pool_ids:
+            continue
+        pool_atoms = index.pool_atoms(tx, pool.id)
+        taken = index.taken(busy, pool_atoms)
+        out[pool.id] = pool_fragmentation(_shape_of(pool.id, pool_atoms), taken, demand.get(pool.id))
+    return out
+
+
+_SHAPES: dict[str, tuple[PoolAtoms, PoolShape]] = {}
+"""Each pool's `PoolShape`, with the snapshot of its atoms it was derived from: the booking index
+replaces a pool's snapshot when its atoms change, so a scrape derives a pool's shape again only then
+(reading every atom's share is most of the measure's cost on a large pool; which of them are held
+is read on every scrape). A dict's get and set are atomic, so scrapes in several threads at worst
+derive one twice."""
+
+
+def _shape_of(pool_id: str, pool_atoms: PoolAtoms) -> PoolShape:
+    cached = _SHAPES.get(pool_id)
+    if cached is not None and cached[0] is pool_atoms:
+        return cached[1]
+    shape = pool_shape(pool_atoms.atoms.values())
+    _SHAPES[pool_id] = (pool_atoms, shape)
+    return shape
 
 
 def _devices(tx: OpsTx, index: BookingIndex, held: list[tuple[str, str, str, str]]) -> list[HeldDevice]:
@@ -106,4 +159,4 @@ def _devices(tx: OpsTx, index: BookingIndex, held: list[tuple[str, str, str, str
     return held_devices(holders, gpus)
 
 
-__all__ = ["MAX_UNPLACED_WORKLOADS", "FleetGauges", "take"]
+__all__ = ["DEMAND_WINDOW", "MAX_UNPLACED_WORKLOADS", "FleetGauges", "fragmentation", "take"]

@@ -24,7 +24,13 @@ from sqlalchemy import Connection, and_, func, literal, select, text
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.shares import share
 from better_compute.domain.kernel.timewin import Window
-from better_compute.domain.metering.metering import UNMETERED, HeldTotal, MeteredBooking, parse_share
+from better_compute.domain.metering.metering import (
+    UNMETERED,
+    HeldShape,
+    HeldTotal,
+    MeteredBooking,
+    parse_share,
+)
 from better_compute.domain.metering.showback import CopyTotal
 from better_compute.storage.kernel.db import UtcDateTime
 from better_compute.storage.kernel.tables import atoms, bookings, pools
@@ -82,6 +88,24 @@ def _copy_totals_sql(dialect: str) -> str:
     )
 
 
+_HELD_SHAPES_SQL = (
+    "SELECT pool_id, cls, gpu_share, atom, n, COUNT(*) AS times FROM ("
+    " SELECT b.pool_id, b.class AS cls, b.gpu_share,"
+    " CASE WHEN b.gpu_share IS NULL THEN MIN(b.atom_id) END AS atom, COUNT(*) AS n FROM bookings b"
+    " LEFT JOIN atoms a ON a.id = b.atom_id"
+    " WHERE " + _BILLED + " AND b.starts_at < :until AND (b.ends_at IS NULL OR b.ends_at > :since)"
+    " AND b.pool_id IS NOT NULL"
+    " GROUP BY b.pool_id, b.allocation_id, b.class, b.gpu_share,"
+    " CASE WHEN b.class = 'gpu' THEN COALESCE(a.node_id, b.gpu_id) ELSE b.gpu_id END) held"
+    " GROUP BY pool_id, cls, gpu_share, atom, n"
+)
+"""What one reservation or replica held on one GPU (on one node, for whole GPUs) in the period, as
+(class, share, atoms), counted per pool: a month of bookings arrives as a few rows. A booking counts
+when it started before the period's end and had not ended by its start (an open-ended one that
+starts at the period's last instant too: a replica booked this instant is part of the record). A
+booking written without its share (by hand) names an atom whose share is read as it is now."""
+
+
 class SqlUsage:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -107,6 +131,16 @@ class SqlUsage:
             summed[0] += int(held)
             summed[1] += int(count)
         return [HeldTotal(t, p, s, held, n) for (t, p, s), (held, n) in out.items()]
+
+    def held_shapes(self, period: Window, now: datetime) -> list[HeldShape]:
+        """What each pool's reservations and replicas held in the period, by size (`HeldShape`)."""
+        found = list(self.conn.execute(text(_HELD_SHAPES_SQL), self._times(period, now)))
+        unshared = self._atom_shares([r[3] for r in found if r[2] is None])
+        out: dict[tuple[str, str, Fraction, int], int] = {}
+        for pool, cls, shared, atom, n, times in found:
+            key = (pool, cls, parse_share(shared) if shared is not None else unshared[atom], int(n))
+            out[key] = out.get(key, 0) + int(times)
+        return [HeldShape(p, c, s, n, times) for (p, c, s, n), times in sorted(out.items())]
 
     def copy_totals(self, period: Window, now: datetime, tenant_id: str) -> list[CopyTotal]:
         """Held time of the tenant's component copies in the period, summed by the database."""

@@ -1,0 +1,181 @@
+"""A pool's fragmentation now, in the terms of `domain.placement.fragmentation`: our atoms as free
+milli-GPUs per GPU, and what the pool's bookings held as task shapes.
+
+The measure (Weng et al., USENIX ATC '23) is over GPUs with a free share of 0..1000 milli-GPUs each,
+and tasks that ask for whole GPUs or a share of one. Our atoms map to it by the one rule that already
+says what share of a GPU an atom is (`domain.fleet.shares.share`, what every booking bills):
+
+- a GPU not split, free: 1000; booked, changing or unhealthy: 0;
+- a GPU split into slots: 1000 x (free slots / slots), e.g. 3 of 4 time-slice slots free: 750 (an MPS
+  slot is its `mpsUnits` / 100, as it is billed);
+- a GPU split into MIG instances: its free instances' compute slices over the model's (the
+  catalog's; 7 for a model it does not know), e.g. a free 3g.40gb and 1g.10gb on an H100: 571.
+  Compute not cut into an instance is not free: no booking can take it without a new layout.
+
+A split GPU's free parts are summed, then rounded to a whole milli (at most 1000).
+
+A free atom is one that could be booked now: bookable, not waiting for a partition change, and not
+taken by a booking that holds it or another atom of its GPU that excludes it.
+
+Task shapes come from what the pool's reservations and replicas held (`HeldShape`, per GPU, or per
+node for whole GPUs): `n` whole GPUs on a node is `TaskShape(gpus=n)`; `n` slots or instances of one
+GPU is a share of `n x share x 1000` milli (1000 or more: one whole GPU). Each shape weighs by how
+often it was held. A pool with no recorded holding is measured against the sizes it offers: one atom
+of each share its atoms have, equally weighted (`offered_demand`), so that a pool nobody used yet
+reads 0 unless its free capacity is of a size none of its own atoms are.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Container, Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share
+from better_compute.domain.metering.metering import HeldShape
+from better_compute.domain.placement.fragmentation import WHOLE, TaskShape, fragmentation_share
+
+Demand = list[tuple[TaskShape, float]]
+"""Task shapes with their weights (how often each was held)."""
+
+
+def milli_of(part: Fraction | float) -> int:
+    """A share of one GPU in milli-GPUs, rounded to the nearest (a 1/7 MIG slice is 143), at most 1000."""
+    return min(WHOLE, round(part * WHOLE))
+
+
+def is_usable(atom: Atom) -> bool:
+    """Whether `atom` could be booked were nothing holding it: bookable, present, no partition
+    change waiting."""
+    return atom.bookable and atom.present and not atom.partition_pending
+
+
+@dataclass(frozen=True, slots=True)
+class GpuParts:
+    """One GPU as the measure reads it: its `gpu` atom when it is not split and could be booked, or
+    the parts it is split into that could be booked, each with its share of the GPU."""
+
+    whole: str | None
+    parts: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PoolShape:
+    """A pool's GPUs per node (nodes and GPUs in id order) and the sizes its atoms come in: what
+    its fragmentation needs of its atoms, derived once per snapshot of them (`pool_shape`); what
+    holds them changes far more often than they do."""
+
+    nodes: tuple[tuple[GpuParts, ...], ...]
+    offered: tuple[tuple[TaskShape, float], ...]
+
+
+def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
+    """`atoms` (one pool's) as a `PoolShape`. Each atom's share is the billing rule's
+    (`domain.fleet.shares.share`), read once per distinct kind of atom."""
+    found = list(atoms)
+    split = {a.gpu_id for a in found if a.cls != "gpu"}
+    shares: dict[tuple[str, tuple[str, str]], Fraction] = {}
+    per_gpu: dict[tuple[str, str], tuple[list[str], list[tuple[str, float]]]] = {}
+    offered: dict[TaskShape, float] = {}
+    seen: set[tuple[str, Fraction]] = set()
+    for atom in found:
+        whole, parts = per_gpu.setdefault((atom.node, atom.gpu_id), ([], []))
+        if atom.cls == "gpu":
+            if atom.gpu_id not in split:
+                offered[TaskShape(gpus=1)] = 1.0
+                if is_usable(atom):
+                    whole.append(atom.id)
+            continue  # a split GPU's parent is never booked itself
+        kind = (atom.cls, _kind_key(atom))
+        part = shares.get(kind)
+        if part is None:
+            part = shares[kind] = share(atom)
+            if (atom.cls, part) not in seen:
+                seen.add((atom.cls, part))
+                offered[task_shape(atom.cls, part, 1)] = 1.0
+        if is_usable(atom):
+            parts.append((atom.id, float(part)))
+    nodes: dict[str, list[GpuParts]] = defaultdict(list)
+    for (node, gpu_id), (whole, parts) in sorted(per_gpu.items()):
+        if gpu_id in split:
+            nodes[node].append(GpuParts(None, tuple(parts)))
+        else:
+            nodes[node].append(GpuParts(whole[0] if whole else None))
+    return PoolShape(tuple(tuple(nodes[n]) for n in sorted(nodes)), tuple(_ordered(Counter(offered))))
+
+
+def _kind_key(atom: Atom) -> tuple[str, str]:
+    """Atoms with the same key have the same share (`shares.share`): a GPU's slots all have its
+    pool's `slots` and `mpsUnits`, and its MIG instances of one profile (named in their key,
+    `mig:<profile>@<start>`) its model's share of that profile. Reading it from the id and key is
+    what spares a look at every atom's attributes."""
+    return (atom.gpu_id, atom.key.partition("@")[0] if atom.cls == "gpu.mig" else "")
+
+
+def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int]]:
+    """Each node's GPUs as free milli-GPUs (0..1000). `taken`: the atom ids a booking takes now, a
+    GPU's family included (`BookingIndex.taken`)."""
+    return [
+        [
+            (0 if gpu.whole in taken else WHOLE)
+            if gpu.whole is not None
+            else milli_of(sum(part for atom_id, part in gpu.parts if atom_id not in taken))
+            for gpu in node
+        ]
+        for node in shape.nodes
+    ]
+
+
+def task_shape(cls: str, part: Fraction, atoms: int) -> TaskShape:
+    """What one holding asked, as a task: `atoms` whole GPUs on one node, or `atoms` pieces of one GPU
+    of `part` each (a whole GPU or more of them: one whole GPU; never less than 1 milli)."""
+    if cls == "gpu":
+        return TaskShape(gpus=max(1, atoms))
+    milli = round(part * atoms * WHOLE)
+    return TaskShape(gpus=1) if milli >= WHOLE else TaskShape(milli=max(1, milli))
+
+
+def held_demand(held: Iterable[HeldShape]) -> dict[str, Demand]:
+    """Each pool's recorded request sizes: its holdings as task shapes, weighted by how often each was
+    held, shapes in a stable order."""
+    weights: dict[str, Counter[TaskShape]] = defaultdict(Counter)
+    for h in held:
+        if h.times > 0 and h.atoms > 0:
+            weights[h.pool_id][task_shape(h.cls, h.share, h.atoms)] += h.times
+    return {pool: _ordered(counts) for pool, counts in weights.items()}
+
+
+def offered_demand(atoms: Iterable[Atom]) -> Demand:
+    """The demand a pool with no recorded holding is measured against: one atom of each share its
+    atoms come in (whole GPUs of an unsplit GPU, each slot or MIG size), equally weighted."""
+    return list(pool_shape(atoms).offered)
+
+
+def pool_fragmentation(shape: PoolShape, taken: Container[str], demand: Demand | None) -> float:
+    """The share (0..1) of the pool's free GPU capacity that `demand` (None or empty: the sizes its
+    atoms come in) cannot use, with `taken` held now; 0.0 when nothing is free."""
+    asked = demand or list(shape.offered)
+    return fragmentation_share(free_milli_by_node(shape, taken), asked)
+
+
+def _ordered(counts: Counter[TaskShape]) -> Demand:
+    return [
+        (shape, float(n)) for shape, n in sorted(counts.items(), key=lambda kv: (kv[0].gpus, kv[0].milli))
+    ]
+
+
+__all__ = [
+    "Demand",
+    "GpuParts",
+    "PoolShape",
+    "free_milli_by_node",
+    "held_demand",
+    "is_usable",
+    "milli_of",
+    "offered_demand",
+    "pool_fragmentation",
+    "pool_shape",
+    "task_shape",
+]
