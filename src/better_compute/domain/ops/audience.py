@@ -38,6 +38,7 @@ from better_compute.domain.endpoints.events import (
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
+    ClusterCreated,
     ClusterUpdated,
     GpuReleased,
     NodeCordoned,
@@ -172,6 +173,7 @@ ADMIN_ONLY: frozenset[str] = frozenset(
         PartitionReleased.TYPE,
         PoolDeleted.TYPE,
         NodeInventoryChanged.TYPE,
+        ClusterCreated.TYPE,
         ClusterUpdated.TYPE,
         NodeCordoned.TYPE,
         NodeUncordoned.TYPE,

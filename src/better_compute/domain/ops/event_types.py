@@ -18,6 +18,7 @@ from better_compute.domain.endpoints.events import (
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
+    ClusterCreated,
     ClusterUpdated,
     GpuReleased,
     NodeCordoned,
@@ -124,6 +125,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         PoolUpdated,
         PoolDeleted,
         MigLayoutRequested,
+        ClusterCreated,
         ClusterUpdated,
         NodeCordoned,
         NodeUncordoned,

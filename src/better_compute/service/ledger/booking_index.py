@@ -32,6 +32,7 @@ from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
+    ClusterCreated,
     ClusterUpdated,
     GpuReleased,
     NodeInventoryChanged,
@@ -126,6 +127,7 @@ _QUIET_EVENTS = (
     DoctorRun,
     # A cluster's phase: what placement across clusters reads; no pool's atoms change with it (a
     # node's cordon does: `node.cordoned` and `node.uncordoned` make the index read atoms again).
+    ClusterCreated,
     ClusterUpdated,
     # Endpoints: their nodes' holds arrive as ledger events, their new instances with the nodes'
     # inventory.
@@ -153,6 +155,7 @@ _QUIET_EVENTS = (
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
 
 _CATALOG_EVENTS = (
+    ClusterCreated,
     ClusterUpdated,
     QuotaSet,
     PoolOffered,
