@@ -17,11 +17,18 @@ from better_compute.domain.fleet.slurm import (
     check_name,
     gres_request,
     parse_job,
+    parse_jobs,
     parse_reservation,
     parse_submitted,
     reservation_arguments,
 )
-from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused, SlurmUnreachable
+from better_compute.service.fleet.slurm import (
+    HoldRequest,
+    JobRequest,
+    SlurmJobUnknown,
+    SlurmRefused,
+    SlurmUnreachable,
+)
 
 DEFAULT_TIMEOUT = 15.0
 """Seconds one Slurm command may take; slurmctld answers an RPC in well under a second when healthy."""
@@ -108,3 +115,28 @@ class SlurmCommands:
 
     def reconfigure(self) -> None:
         self._run(["scontrol", "reconfigure"])
+
+    def submit_hold(self, request: HoldRequest) -> int:
+        """Times are relative (`--begin=now+<seconds>`, `--time=<minutes>:<seconds>`), so slurmctld's
+        time zone and clock offset do not move the window."""
+        arguments = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={check_name('job', request.name)}",
+            f"--account={check_name('account', request.account)}",
+            f"--partition={check_name('partition', request.partition)}",
+            f"--nodelist={check_name('node', request.node)}",
+            f"--gres={gres_request('gpu', request.gres_type, request.count)}",
+            f"--begin=now+{max(0, request.begin_seconds)}",
+            f"--output={request.output}",
+        ]
+        if request.time_limit_seconds is not None:
+            seconds = max(1, request.time_limit_seconds)
+            arguments.append(f"--time={seconds // 60}:{seconds % 60:02d}")
+        arguments += ["--wrap", request.command]
+        return parse_submitted(self._run(arguments))
+
+    def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+        wanted = {check_name("partition", p) for p in partitions}
+        found = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
+        return [job for job in found if job.partition in wanted]

@@ -6,7 +6,7 @@ use case holds a `SlurmControl` and never sees a command line. docs/slurm.md#tal
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -41,6 +41,24 @@ class JobRequest:
     """Where the job's stdout and stderr go, a path on the node (sbatch's --output)."""
 
 
+@dataclass(frozen=True)
+class HoldRequest:
+    """A holding job (ADR 0015): `count` GRES `gpu:<gres_type>` on one `node`, from `begin_seconds`
+    after it is submitted, for `time_limit_seconds` (None: the partition's limit), under `account`,
+    named `name` (it carries the allocation id), running `command` (one that waits)."""
+
+    name: str
+    account: str
+    partition: str
+    node: str
+    gres_type: str
+    count: int
+    begin_seconds: int
+    time_limit_seconds: int | None
+    command: str = "sleep infinity"
+    output: str = "/dev/null"
+
+
 class SlurmControl(Protocol):
     """What the control plane asks of one Slurm cluster."""
 
@@ -69,4 +87,13 @@ class SlurmControl(Protocol):
 
     def reconfigure(self) -> None:
         """Have slurmctld and every slurmd read their configuration again (`scontrol reconfigure`)."""
+        ...
+
+    def submit_hold(self, request: HoldRequest) -> int:
+        """Submit a holding job (`sbatch --nodelist --begin=now+<s> --time --account --gres`); its id."""
+        ...
+
+    def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+        """Every job slurmctld knows in `partitions` (pending, running, and ended less than its
+        `MinJobAge` ago), with the GRES indices each running one holds."""
         ...
