@@ -54,8 +54,8 @@ class _Job:
     account: str
     partition: str
     node: str | None
-    gres_type: str | None
-    count: int
+    gres: tuple[tuple[str | None, int], ...]
+    """(type, count) pairs of `gpu` asked for; a None type takes any."""
     eligible_at: float
     time_limit_seconds: int | None
     reservation: str | None
@@ -97,8 +97,7 @@ class FakeSlurm:
             name=request.name,
             account=self.default_account,
             node=None,
-            gres_type=request.gres_type,
-            count=request.gres_count,
+            gres=((request.gres_type, request.gres_count),),
             begin_seconds=0,
             time_limit_seconds=None,
             reservation=request.reservation,
@@ -115,8 +114,7 @@ class FakeSlurm:
             name=request.name,
             account=request.account,
             node=request.node,
-            gres_type=request.gres_type,
-            count=request.count,
+            gres=tuple((kind, count) for kind, count in request.gres),
             begin_seconds=request.begin_seconds,
             time_limit_seconds=request.time_limit_seconds,
             reservation=None,
@@ -213,18 +211,15 @@ class FakeSlurm:
         name: str,
         account: str,
         node: str | None,
-        gres_type: str | None,
-        count: int,
+        gres: tuple[tuple[str | None, int], ...],
         begin_seconds: int,
         time_limit_seconds: int | None,
         reservation: str | None,
     ) -> int:
-        if count < 1:
+        if not gres or any(count < 1 for _, count in gres):
             raise SlurmRefused("sbatch: error: Invalid generic resource (gres) specification")
         candidates = [node] if node is not None else list(self.nodes)
-        if not any(
-            sum(1 for t in self.nodes[n] if gres_type is None or t == gres_type) >= count for n in candidates
-        ):
+        if not any(self._fits(n, gres, set()) is not None for n in candidates):
             raise SlurmRefused(
                 "sbatch: error: Batch job submission failed: Requested node configuration is not available"
             )
@@ -236,8 +231,7 @@ class FakeSlurm:
             account=account,
             partition=self.partition,
             node=node,
-            gres_type=gres_type,
-            count=count,
+            gres=gres,
             eligible_at=self.now + max(0, begin_seconds),
             time_limit_seconds=None if minutes is None else minutes * 60,
             reservation=reservation,
@@ -258,15 +252,26 @@ class FakeSlurm:
             reserved = self._reserved(node)
             if reserved and job.reservation not in reserved:
                 continue
-            held = self._held(node)
-            free = [
-                index
-                for index, kind in enumerate(self.nodes[node])
-                if index not in held and (job.gres_type is None or kind == job.gres_type)
-            ]
-            if len(free) >= job.count:
-                return node, tuple(free[: job.count])
+            fits = self._fits(node, job.gres, self._held(node))
+            if fits is not None:
+                return node, fits
         return None
+
+    def _fits(
+        self, node: str, gres: tuple[tuple[str | None, int], ...], held: set[int]
+    ) -> tuple[int, ...] | None:
+        """The lowest free indices of each asked type on `node`, or None when some type is short."""
+        taken = set(held)
+        chosen: list[int] = []
+        for kind, count in gres:
+            free = [
+                i for i, t in enumerate(self.nodes[node]) if i not in taken and (kind is None or t == kind)
+            ]
+            if len(free) < count:
+                return None
+            chosen += free[:count]
+            taken.update(free[:count])
+        return tuple(chosen)
 
     def _end(self, job: _Job, state: str) -> None:
         job.state, job.ended_at = state, self.now
@@ -282,24 +287,21 @@ class FakeSlurm:
             del self._jobs[job_id]
 
     def _shown(self, job: _Job) -> SlurmJob:
-        gres: tuple[GresAllocation, ...] = ()
+        gres: list[GresAllocation] = []
         if job.state == "RUNNING":
-            types = {self.nodes[job.on_node][i] for i in job.indices}
-            gres = (
-                GresAllocation(
-                    node=job.on_node,
-                    name="gpu",
-                    type=types.pop() if len(types) == 1 else None,
-                    count=len(job.indices),
-                    indices=job.indices,
-                ),
-            )
+            by_type: dict[str, list[int]] = {}
+            for index in job.indices:
+                by_type.setdefault(self.nodes[job.on_node][index], []).append(index)
+            gres = [
+                GresAllocation(job.on_node, "gpu", kind, len(indices), tuple(indices))
+                for kind, indices in by_type.items()
+            ]
         return SlurmJob(
             job_id=job.job_id,
             state=job.state,
             reason=job.reason,
             nodes=job.on_node if job.state == "RUNNING" else "",
-            gres=gres,
+            gres=tuple(gres),
             name=job.name,
             account=job.account,
             partition=job.partition,

@@ -37,8 +37,7 @@ class Driver:
                 account=self.account,
                 partition=self.partition,
                 node=self.node,
-                gres_type="3g.40gb",
-                count=1,
+                gres=(("3g.40gb", 1),),
                 begin_seconds=begin,
                 time_limit_seconds=seconds,
             )

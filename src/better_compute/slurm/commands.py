@@ -126,7 +126,7 @@ class SlurmCommands:
             f"--account={check_name('account', request.account)}",
             f"--partition={check_name('partition', request.partition)}",
             f"--nodelist={check_name('node', request.node)}",
-            f"--gres={gres_request('gpu', request.gres_type, request.count)}",
+            f"--gres={','.join(gres_request('gpu', kind, count) for kind, count in request.gres)}",
             f"--begin=now+{max(0, request.begin_seconds)}",
             f"--output={request.output}",
         ]

@@ -10,7 +10,7 @@ from tests.slurm_fake import MIN_JOB_AGE, FakeSlurm
 
 
 def hold(seconds: int | None = 90, begin: int = 0, gres_type: str = "3g.40gb") -> HoldRequest:
-    return HoldRequest("bc.rsv-1", "bc", "ours", "n1", gres_type, 1, begin, seconds)
+    return HoldRequest("bc.rsv-1", "bc", "ours", "n1", ((gres_type, 1),), begin, seconds)
 
 
 def test_a_running_hold_times_out_at_its_limit_rounded_up_to_minutes_and_is_forgotten_later() -> None:

@@ -43,16 +43,16 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class HoldRequest:
-    """A holding job (ADR 0015): `count` GRES `gpu:<gres_type>` on one `node`, from `begin_seconds`
-    after it is submitted, for `time_limit_seconds` (None: the partition's limit), under `account`,
-    named `name` (it carries the allocation id), running `command` (one that waits)."""
+    """A holding job (ADR 0015): the `gres` it holds on one `node`, as (type, count) pairs of `gpu`
+    GRES, from `begin_seconds` after it is submitted, for `time_limit_seconds` (None: the
+    partition's limit), under `account`, named `name` (it carries the allocation id), running
+    `command` (one that waits)."""
 
     name: str
     account: str
     partition: str
     node: str
-    gres_type: str
-    count: int
+    gres: tuple[tuple[str, int], ...]
     begin_seconds: int
     time_limit_seconds: int | None
     command: str = "sleep infinity"
