@@ -53,6 +53,7 @@ from better_compute.domain.ledger.events import (
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
+    LedgerRebound,
     LedgerReleased,
     PartitionBooked,
     PartitionReleased,
@@ -475,6 +476,8 @@ class BookingIndex:
             self._extend(event.subject, event.end)
         elif isinstance(event, LedgerCancelled):
             self._drop(event.subject)
+        elif isinstance(event, LedgerRebound):
+            self._rebind(event.subject, event.moves)
         elif isinstance(event, _CATALOG_EVENTS):
             self._catalog_generation += 1  # no pool's atoms change with these
         elif isinstance(event, NodeInventoryChanged):
@@ -599,6 +602,18 @@ class BookingIndex:
                 self._add(
                     allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner, interval.gpu
                 )
+
+    def _rebind(self, allocation_id: str, moves: Sequence[Sequence[str]]) -> None:
+        """The ledger's rebind: the allocation's intervals on each source atom now hold its target
+        (on the target's GPU), windows kept; a replay finds them moved already and changes nothing."""
+        intervals = self._by_allocation.get(allocation_id)
+        targets = {str(m[0]): (str(m[1]), str(m[2])) for m in moves if len(m) == 3}
+        if not intervals or not any(i.atom_id in targets for i in intervals):
+            return
+        self._drop(allocation_id)
+        for interval in intervals:
+            atom, gpu = targets.get(interval.atom_id, (interval.atom_id, interval.gpu))
+            self._add(allocation_id, [atom], interval.start, interval.end, interval.owner, gpu)
 
     def _extend(self, allocation_id: str, end: datetime) -> None:
         """The ledger's extension: every live interval of the allocation now ends at `end`."""

@@ -26,6 +26,7 @@ from better_compute.domain.fleet.bindings import (
     stranded_reason,
 )
 from better_compute.domain.fleet.pools import check_duration_allowed
+from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.domain.kernel.errors import (
     AllBusy,
     BookingConflict,
@@ -94,6 +95,8 @@ class ReservationView:
     `stranded` while it holds an atom it cannot have."""
     binding_detail: str | None = None
     """Why it is `stranded` (`domain.fleet.bindings.stranded_reason`); None otherwise."""
+    slurm_jobs: tuple[Mirror, ...] = ()
+    """On a Slurm cluster, its holding jobs as the follower last read them (domain.fleet.slurm_holds)."""
 
     @property
     def id(self) -> str:
@@ -117,11 +120,20 @@ def _window(asked: Reserve, now: datetime) -> Window:
     return window_for(begins, asked.duration, now)
 
 
+def _waiting_on_slurm(status: ReservationStatus, jobs: Sequence[Mirror]) -> ReservationStatus:
+    """On a Slurm cluster a booking binds when its holding job runs (ADR 0015): until every one of
+    its jobs runs, a reservation that would read `active` is `scheduled` (its jobs say why)."""
+    if status == ReservationStatus.ACTIVE and any(j.state != "RUNNING" for j in jobs):
+        return ReservationStatus.SCHEDULED
+    return status
+
+
 def _view(tx: LedgerTx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
     atoms = tx.reservations.held_atoms([r.id])[r.id]
-    status = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+    jobs = tuple(tx.slurm_jobs.of_allocations([r.id])[r.id])
+    status = _waiting_on_slurm(status_at(Window(r.starts_at, r.ends_at), r.status, now), jobs)
     binding, why = _binding(tx, r, atoms, tx.bindings.of_allocations([r.id])[r.id], status)
-    return ReservationView(r, atoms, status, replayed, binding, why)
+    return ReservationView(r, atoms, status, replayed, binding, why, jobs)
 
 
 def _binding(
@@ -524,10 +536,14 @@ def list_reservations(
                 break
             held = tx.reservations.held_atoms([r.id for r in batch])
             reported = tx.bindings.of_allocations([r.id for r in batch])
+            jobs = tx.slurm_jobs.of_allocations([r.id for r in batch])
             for r in batch:
-                shown = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+                mine = tuple(jobs[r.id])
+                shown = _waiting_on_slurm(status_at(Window(r.starts_at, r.ends_at), r.status, now), mine)
                 binding, why = _binding(tx, r, held[r.id], reported[r.id], shown)
-                view = ReservationView(r, held[r.id], shown, binding=binding, binding_detail=why)
+                view = ReservationView(
+                    r, held[r.id], shown, binding=binding, binding_detail=why, slurm_jobs=mine
+                )
                 if status is None or view.status.value == status:
                     out.append(view)
                     if len(out) == wanted:
@@ -587,6 +603,24 @@ def _end_now(tx: LedgerTx, reservation: Reservation, now: datetime) -> Reservati
     reservation = _bump(tx, reservation, ReservationStatus.RELEASED, now)
     tx.events.append(ReservationReleased(reservation.id, now), now)
     return reservation
+
+
+def end_in(tx: LedgerTx, reservation_id: str, now: datetime) -> bool:
+    """End a reservation whose Slurm holding job ended, in the caller's transaction (the Slurm
+    follower): released now, as its tenant's release would, or cancelled when it had not started;
+    False when it was over already."""
+    found = tx.reservations.get(reservation_id)
+    if found is None:
+        return False
+    tx.reservations.lock(quota_lock(found.tenant_id, found.pool_id))
+    r = tx.reservations.get(reservation_id)  # again, under its tenant's lock
+    if r is None or status_at(Window(r.starts_at, r.ends_at), r.status, now) not in (
+        ReservationStatus.SCHEDULED,
+        ReservationStatus.ACTIVE,
+    ):
+        return False
+    _end_now(tx, r, now)
+    return True
 
 
 def extend(

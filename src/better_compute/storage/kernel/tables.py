@@ -164,7 +164,7 @@ slurm_jobs = Table(
     Column("allocation_id", String(160), primary_key=True),
     Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
     Column("job_id", BigInteger, nullable=False),
-    Column("node_id", String(128), nullable=False),
+    Column("node_id", String(128), primary_key=True),
     Column("state", String(24), nullable=False),
     Column("reason", String(200), nullable=False, server_default=""),
     Column("external", Boolean, nullable=False, server_default="0"),

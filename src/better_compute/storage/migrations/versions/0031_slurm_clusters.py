@@ -21,15 +21,14 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("clusters") as batch:
-        batch.add_column(sa.Column("kind", sa.String(16), nullable=False, server_default="local"))
-        batch.add_column(sa.Column("slurm", sa.JSON(), nullable=True))
+    op.add_column("clusters", sa.Column("kind", sa.String(16), nullable=False, server_default="local"))
+    op.add_column("clusters", sa.Column("slurm", sa.JSON(), nullable=True))
     op.create_table(
         "slurm_jobs",
         sa.Column("allocation_id", sa.String(160), primary_key=True),
         sa.Column("cluster_id", sa.String(64), sa.ForeignKey("clusters.id"), nullable=False, index=True),
         sa.Column("job_id", sa.BigInteger(), nullable=False),
-        sa.Column("node_id", sa.String(128), nullable=False),
+        sa.Column("node_id", sa.String(128), primary_key=True),
         sa.Column("state", sa.String(24), nullable=False),
         sa.Column("reason", sa.String(200), nullable=False, server_default=""),
         sa.Column("external", sa.Boolean(), nullable=False, server_default="0"),
@@ -39,6 +38,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("slurm_jobs")
-    with op.batch_alter_table("clusters") as batch:
-        batch.drop_column("slurm")
-        batch.drop_column("kind")
+    op.drop_column("clusters", "slurm")
+    op.drop_column("clusters", "kind")
