@@ -22,8 +22,9 @@ writes.
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -31,7 +32,7 @@ from better_compute.domain.fleet.cluster_kinds import EXTERNAL_TENANT
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.fleet.slurm_gres import GresSlot, gres_slots
 from better_compute.domain.fleet.slurm_holds import Held, HoldPlan, Mirror, hold_job_name, plan_holds
-from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.kernel.errors import DomainError, Unavailable
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.events import LedgerRebound, LedgerReleased
 from better_compute.service.fleet.slurm import HoldRequest, SlurmControl, SlurmRefused, SlurmUnreachable
@@ -193,4 +194,50 @@ def follow(
     return report
 
 
-__all__ = ["PassReport", "SlurmHoldsTx", "follow", "plan_for"]
+INTERVAL = 2.0
+"""Seconds between passes over the Slurm clusters: how soon a job Slurm starts or ends is mirrored."""
+
+
+class SlurmFollower:
+    """Passes over every Slurm cluster until stopped, in the reconciler process beside the MIG gate
+    (`better-compute reconcile`). `control_for` gives the `SlurmControl` of a cluster (the entry point
+    wires the commands adapter with the cluster's `SLURM_CONF`)."""
+
+    def __init__(
+        self,
+        store: StorePort[SlurmHoldsTx],
+        clock: Callable[[], datetime],
+        control_for: Callable[[Cluster], SlurmControl],
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.control_for = control_for
+
+    def tick(self) -> list[PassReport]:
+        """One pass over each Slurm cluster; one that does not answer is tried again next pass."""
+        with self.store.read() as tx:
+            found = [c for c in tx.clusters.all() if c.slurm is not None]
+        reports = []
+        for cluster in found:
+            try:
+                report = follow(self.store, cluster, self.control_for(cluster), self.clock())
+            except (SlurmUnreachable, SlurmRefused) as exc:
+                _log.warning("Slurm cluster %s: %s", cluster.id, exc)
+                continue
+            for problem in report.problems:
+                _log.warning("Slurm cluster %s: %s", cluster.id, problem)
+            reports.append(report)
+        return reports
+
+    def run(self, stopping: threading.Event, interval: float = INTERVAL) -> None:
+        while not stopping.is_set():
+            try:
+                self.tick()
+            except Unavailable:  # the store logs outages; the next pass tries again
+                pass
+            except Exception:  # a fault of ours: logged, and the next pass tries again
+                _log.exception("Slurm follower pass failed")
+            stopping.wait(interval)
+
+
+__all__ = ["INTERVAL", "PassReport", "SlurmFollower", "SlurmHoldsTx", "follow", "plan_for"]
