@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.fleet.slurm_gres import gres_slots
 from better_compute.domain.fleet.slurm_holds import hold_job_name
 from better_compute.domain.kernel.errors import AllBusy
@@ -26,7 +27,7 @@ from better_compute.service.ledger import reservations
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.ledger.ports import Overlap
 from better_compute.service.ledger.reservations import ReservationView
-from better_compute.service.ledger.slurm_holds import PassReport, follow
+from better_compute.service.ledger.slurm_holds import PassReport, SlurmFollower, follow
 from better_compute.service.tenancy import quotas
 from better_compute.storage.store import Store
 from tests.builders import T0, stored_events
@@ -262,3 +263,18 @@ def test_a_move_onto_a_card_booked_meanwhile_is_refused_and_a_swap_passes(world:
     with world.store.begin() as tx:
         assert tx.ledger.rebind([(first.id, a, b), (second.id, b, a)], world.now, [moved]) == 2
     assert (world.atoms_of(first.id), world.atoms_of(second.id)) == ([b], [a])
+
+
+def test_the_follower_passes_over_every_slurm_cluster_and_no_other(world: World) -> None:
+    clusters.create(world.store, ADMIN, "l1", "r1", [], "local", None, T0)
+    asked: list[str] = []
+
+    def control_for(cluster: Cluster) -> FakeSlurm:
+        asked.append(cluster.id)
+        return world.slurm
+
+    made = world.reserve()
+    [report] = SlurmFollower(world.store, lambda: world.now, control_for).tick()
+    assert (asked, report.cluster_id, [a for a, _ in report.submitted]) == (["s1"], "s1", [made.id])
+    world.slurm.unreachable = True
+    assert SlurmFollower(world.store, lambda: world.now, control_for).tick() == []  # tried again later
