@@ -128,10 +128,12 @@ class FakeSlurm:
             raise SlurmJobUnknown("slurm_load_jobs error: Invalid job id specified")
         return self._shown(found)
 
-    def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
+    def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
         self._call("jobs")
         self._forget()
-        return [self._shown(j) for j in self._jobs.values() if j.partition in partitions]
+        return [
+            self._shown(j) for j in self._jobs.values() if partitions is None or j.partition in partitions
+        ]
 
     def cancel(self, job_id: int) -> None:
         self._call(f"cancel {job_id}")

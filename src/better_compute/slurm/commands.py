@@ -136,7 +136,9 @@ class SlurmCommands:
         arguments += ["--wrap", request.command]
         return parse_submitted(self._run(arguments))
 
-    def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
-        wanted = {check_name("partition", p) for p in partitions}
+    def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
         found = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
+        if partitions is None:
+            return found
+        wanted = {check_name("partition", p) for p in partitions}
         return [job for job in found if job.partition in wanted]

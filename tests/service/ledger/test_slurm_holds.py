@@ -15,7 +15,7 @@ import pytest
 from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.fleet.slurm_gres import gres_slots
 from better_compute.domain.fleet.slurm_holds import hold_job_name
-from better_compute.domain.kernel.errors import AllBusy
+from better_compute.domain.kernel.errors import AllBusy, InvalidState
 from better_compute.domain.ledger.events import LedgerRebound
 from better_compute.domain.ledger.reservations import ReservationStatus
 from better_compute.domain.ops.fleet import parse_fleet
@@ -278,3 +278,20 @@ def test_the_follower_passes_over_every_slurm_cluster_and_no_other(world: World)
     assert (asked, report.cluster_id, [a for a, _ in report.submitted]) == (["s1"], "s1", [made.id])
     world.slurm.unreachable = True
     assert SlurmFollower(world.store, lambda: world.now, control_for).tick() == []  # tried again later
+
+
+def test_a_reservation_with_a_holding_job_cannot_be_extended_yet(world: World) -> None:
+    made = world.reserve()
+    world.follow()
+    with pytest.raises(InvalidState) as refused:
+        reservations.extend(world.store, world.index, OWNER, made.id, "1h", world.now)
+    assert refused.value.details == {"id": made.id, "reason": "slurm_hold"}
+    assert world.view(made.id).reservation.ends_at == T0 + timedelta(hours=1)
+
+
+def test_a_direct_job_of_another_partition_on_our_node_is_booked_too(world: World) -> None:
+    world.slurm.partition = "theirs"  # the next job goes to another partition sharing the node
+    job_id = world.direct()
+    world.slurm.partition = "ours"
+    world.tick()
+    assert world.follow().booked_external == [f"slurm:s1:{job_id}"]

@@ -93,7 +93,7 @@ class SlurmControl(Protocol):
         """Submit a holding job (`sbatch --nodelist --begin=now+<s> --time --account --gres`); its id."""
         ...
 
-    def jobs(self, partitions: Sequence[str]) -> list[SlurmJob]:
-        """Every job slurmctld knows in `partitions` (pending, running, and ended less than its
-        `MinJobAge` ago), with the GRES indices each running one holds."""
+    def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+        """Every job slurmctld knows (pending, running, and ended less than its `MinJobAge` ago), of
+        `partitions` only when given, with the GRES indices each running one holds."""
         ...

@@ -33,6 +33,7 @@ from better_compute.domain.kernel.errors import (
     ConcurrentChange,
     InsufficientCapacity,
     InvalidInput,
+    InvalidState,
     NotFound,
     NotInPool,
 )
@@ -653,6 +654,14 @@ def extend(
             current = tx.reservations.get(reservation_id)  # as it is under the lock
             assert current is not None
             r = current
+            if tx.slurm_jobs.of_allocations([r.id])[r.id]:
+                # Its holding job's time limit is Slurm's: a longer booking would outlive the job,
+                # and the follower ends a booking whose job ended (docs/slurm.md).
+                raise InvalidState(
+                    f"reservation {r.id} is held by a Slurm job whose time limit cannot be moved yet;"
+                    " reserve again for the added time",
+                    {"id": r.id, "reason": "slurm_hold"},
+                )
             window = Window(r.starts_at, r.ends_at)
             end = extended_end(window, r.status, by, now)
             check_duration_allowed(r.pool_id, snap.pool_max_duration, end - r.starts_at)

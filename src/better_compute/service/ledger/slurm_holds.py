@@ -95,7 +95,9 @@ def plan_for(
 ) -> HoldPlan:
     settings = cluster.slurm
     assert settings is not None
-    jobs = slurm.jobs(settings.partitions)  # first: see the module's note on the restart race
+    # First (the module's note on the restart race), and every partition's: a job submitted directly
+    # to another partition that shares a node of ours holds its cards as well.
+    jobs = slurm.jobs()
     with store.read() as tx:
         slots, held = _read(tx, cluster, now, report.problems)
     return plan_holds(
