@@ -130,15 +130,19 @@ def check_slurm(raw: Mapping[str, object], field: str = "slurm") -> SlurmSetting
     )
 
 
-def check_cluster_kind(kind: object, slurm: Mapping[str, object] | None) -> tuple[str, SlurmSettings | None]:
-    """A cluster's kind and its Slurm settings: a `slurm` cluster needs them, a `local` one takes none."""
-    checked = check_kind(kind)
+def check_cluster_kind(
+    kind: object, slurm: Mapping[str, object] | None, where: str = ""
+) -> tuple[str, SlurmSettings | None]:
+    """A cluster's kind and its Slurm settings: a `slurm` cluster needs them, a `local` one takes
+    none. `where` prefixes the fields refusals name (`clusters[0]` in a fleet file)."""
+    at = f"{where}." if where else ""
+    checked = check_kind(kind, f"{at}kind")
     if checked == SLURM:
         if slurm is None:
-            raise InvalidInput("a slurm cluster needs slurm settings", {"field": "slurm"})
-        return checked, check_slurm(slurm)
+            raise InvalidInput("a slurm cluster needs slurm settings", {"field": f"{at}slurm"})
+        return checked, check_slurm(slurm, f"{at}slurm")
     if slurm is not None:
-        raise InvalidInput(f"a {checked} cluster takes no slurm settings", {"field": "slurm"})
+        raise InvalidInput(f"a {checked} cluster takes no slurm settings", {"field": f"{at}slurm"})
     return checked, None
 
 
