@@ -6,6 +6,7 @@ ledger fencing a move onto an atom taken meanwhile (ADR 0015, "Race windows").""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -16,6 +17,7 @@ from better_compute.domain.fleet.records import Cluster
 from better_compute.domain.fleet.slurm_gres import gres_slots
 from better_compute.domain.fleet.slurm_holds import hold_job_name
 from better_compute.domain.kernel.errors import AllBusy, InvalidState
+from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.events import LedgerRebound
 from better_compute.domain.ledger.reservations import ReservationStatus
 from better_compute.domain.ops.fleet import parse_fleet
@@ -295,3 +297,58 @@ def test_a_direct_job_of_another_partition_on_our_node_is_booked_too(world: Worl
     world.slurm.partition = "ours"
     world.tick()
     assert world.follow().booked_external == [f"slurm:s1:{job_id}"]
+
+
+def test_a_move_racing_a_booking_of_its_target_waits_for_it_and_is_refused(world: World) -> None:
+    """On PostgreSQL: a booking of the target atom not yet committed holds the move back (the
+    exclusion constraint waits on the other transaction), and once it commits the move is refused
+    and writes nothing."""
+    if world.store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serialises its writers: there is no interleaving to race")
+    first = world.reserve()
+    a = world.atoms_of(first.id)[0]
+    [b] = [s for s in world.slots() if s != a]
+    booked = threading.Event()
+    commit = threading.Event()
+    outcome: list[object] = []
+
+    def other_booking() -> None:
+        with world.store.begin() as tx:
+            tx.ledger.book(
+                [b], Window(world.now, world.now + timedelta(hours=1)), "other", "platform", world.now
+            )
+            booked.set()
+            commit.wait(10)
+
+    def move() -> None:
+        try:
+            with world.store.begin() as tx:
+                event = LedgerRebound(first.id, ((a, b, ""),), world.now)
+                outcome.append(tx.ledger.rebind([(first.id, a, b)], world.now, [event]))
+        except Overlap as refused:
+            outcome.append(refused)
+
+    booker = threading.Thread(target=other_booking)
+    booker.start()
+    assert booked.wait(10)
+    mover = threading.Thread(target=move)
+    mover.start()
+    mover.join(0.5)
+    assert mover.is_alive()  # waiting on the uncommitted booking of its target
+    commit.set()
+    booker.join(10)
+    mover.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], Overlap)
+    assert world.atoms_of(first.id) == [a]
+
+
+def test_a_reservation_its_tenant_released_first_is_not_ended_again(world: World) -> None:
+    made = world.reserve()
+    world.tick()
+    reservations.release(world.store, OWNER, made.id, world.now)
+    with world.store.begin() as tx:
+        assert reservations.end_in(tx, made.id, world.now) is False
+    assert (
+        stored_events(world.store, "reservation.released")
+        and len(stored_events(world.store, "reservation.released")) == 1
+    )
