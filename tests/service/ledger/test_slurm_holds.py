@@ -348,7 +348,4 @@ def test_a_reservation_its_tenant_released_first_is_not_ended_again(world: World
     reservations.release(world.store, OWNER, made.id, world.now)
     with world.store.begin() as tx:
         assert reservations.end_in(tx, made.id, world.now) is False
-    assert (
-        stored_events(world.store, "reservation.released")
-        and len(stored_events(world.store, "reservation.released")) == 1
-    )
+    assert len(stored_events(world.store, "reservation.released")) == 1
