@@ -45,6 +45,10 @@ class Settings(BaseSettings):
     metrics_allocations: bool = False
     """Whether `/metrics` also answers `better_compute_allocation_info`, which names tenants and
     allocations beside DCGM's GPU labels (`BC_METRICS_ALLOCATIONS`; docs/metrics.md)."""
+    slurm_conf_dir: str | None = None
+    """Where each Slurm cluster's `slurm.conf` is: `<dir>/<cluster id>/slurm.conf`, handed to the
+    Slurm commands as `SLURM_CONF`; unset, or no file there, the host's own (`BC_SLURM_CONF_DIR`;
+    docs/slurm.md)."""
 
     def environment(self) -> dict[str, str]:
         """These settings as the environment variables that give them back: what a worker process

@@ -184,3 +184,53 @@ def test_a_cordoned_nodes_unbooked_hours_are_cordoned_in_accounting(store: Store
 
 def _three_g() -> dict[str, Any]:
     return {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]}
+
+
+SLURM = {"controller": "slurmctld.example:6817", "partitions": ["gpu"], "account": "bc-holds"}
+
+
+def test_a_slurm_cluster_is_created_with_its_settings_and_logged(world: World, store: Store) -> None:
+    body = {"id": "s1", "region": "r1", "kind": "slurm", "slurm": {**SLURM, "accounts": {"ml": "acme"}}}
+    made = world.http.post("/v1/clusters", json=body, headers=world.admin)
+    assert made.status_code == 201, made.text
+    got = world.http.get("/v1/clusters/s1", headers=world.acme).json()
+    assert got == made.json()
+    assert (got["kind"], got["phase"], got["region"]) == ("slurm", "active", "r1")
+    assert got["slurm"] == {**SLURM, "access": "commands", "accounts": {"ml": "acme"}}
+    assert world.http.get("/v1/clusters/c1", headers=world.admin).json()["kind"] == "local"
+    logged = stored_events(store, "cluster.created")
+    assert [(e["subject"], e["payload"]) for e in logged] == [("s1", {"kind": "slurm", "region": "r1"})]
+    again = world.http.post("/v1/clusters", json=body, headers=world.admin)
+    assert again.status_code == 409 and error(again)["details"]["reason"] == "already_exists"
+    local = world.http.post("/v1/clusters", json={"id": "l2", "region": "r2"}, headers=world.admin)
+    assert local.status_code == 201 and (local.json()["kind"], local.json()["slurm"]) == ("local", None)
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "reason"),
+    [
+        ({"kind": "slurm"}, "slurm", None),
+        ({"kind": "batch"}, "kind", None),
+        ({"kind": "local", "slurm": SLURM}, "slurm", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "access": "rest"}}, "slurm.access", "not_supported"),
+        ({"kind": "slurm", "slurm": {**SLURM, "partitions": []}}, "slurm.partitions", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "partitions": ["a b"]}}, "slurm.partitions[0]", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "account": "x=y"}}, "slurm.account", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "controller": "-bad"}}, "slurm.controller", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"bc-holds": "acme"}}}, "slurm.accounts", None),
+    ],
+)
+def test_a_bad_cluster_is_invalid_input_naming_the_field(
+    world: World, body: dict[str, Any], field: str, reason: str | None
+) -> None:
+    r = world.http.post("/v1/clusters", json={"id": "s2", "region": "r1", **body}, headers=world.admin)
+    assert r.status_code == 400, r.text
+    assert error(r)["code"] == "INVALID_INPUT"
+    assert error(r)["details"]["field"] == field
+    assert error(r)["details"].get("reason") == reason
+    assert world.http.get("/v1/clusters/s2", headers=world.admin).status_code == 404
+
+
+def test_a_tenant_token_may_not_create_a_cluster(world: World) -> None:
+    r = world.http.post("/v1/clusters", json={"id": "s3", "region": "r1"}, headers=world.acme)
+    assert r.status_code == 403 and error(r)["details"] == {"action": "clusters.create"}

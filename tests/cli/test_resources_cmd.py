@@ -335,6 +335,52 @@ def test_clusters_list_show_and_update_the_phase(runner: CliRunner, live: Live) 
     assert missing.exit_code == 1 and "NOT_FOUND: cluster c9 not found" in missing.stderr
 
 
+def test_clusters_create_makes_a_slurm_cluster_with_its_settings(runner: CliRunner, live: Live) -> None:
+    made = run(
+        runner,
+        live.admin,
+        "clusters",
+        "create",
+        "s1",
+        "--region",
+        "r1",
+        "--kind",
+        "slurm",
+        "--slurm-controller",
+        "slurmctld.example:6817",
+        "--slurm-partition",
+        "gpu",
+        "--slurm-partition",
+        "gpu-long",
+        "--slurm-account",
+        "bc-holds",
+        "--slurm-map",
+        "ml=acme",
+        "--json",
+    )
+    assert made.exit_code == 0, made.output
+    body = json.loads(made.stdout)
+    assert (body["kind"], body["slurm"]) == (
+        "slurm",
+        {
+            "controller": "slurmctld.example:6817",
+            "partitions": ["gpu", "gpu-long"],
+            "account": "bc-holds",
+            "access": "commands",
+            "accounts": {"ml": "acme"},
+        },
+    )
+    rest = run(
+        runner,
+        live.admin,
+        *("clusters", "create", "s2", "--region", "r1", "--kind", "slurm", "--slurm-controller", "c"),
+        *("--slurm-partition", "gpu", "--slurm-account", "bc", "--slurm-access", "rest"),
+    )
+    assert rest.exit_code == 1 and "slurm.access rest (slurmrestd) is not supported yet" in rest.stderr
+    local = run(runner, live.admin, "clusters", "create", "l2", "--region", "r2")
+    assert local.exit_code == 0 and "local" in local.stdout
+
+
 def test_nodes_release_gpu(runner: CliRunner, live: Live) -> None:
     def gpus() -> dict[str, bool]:
         listed = live.http.get("/v1/gpus", headers={"Authorization": f"Bearer {live.admin}"}).json()

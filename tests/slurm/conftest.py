@@ -13,8 +13,10 @@ from pathlib import Path
 import pytest
 
 from better_compute.slurm.commands import SlurmCommands
+from better_compute.storage.store import Store
 from tests.conftest import mark_serial
 from tests.slurm.cluster import Cluster, mariadb_problem, missing_binaries, start_cluster
+from tests.slurm.fleet import Fleet, make_fleet
 
 _DIR = Path(__file__).resolve().parent
 
@@ -62,3 +64,9 @@ def running_cluster(tmp_path_factory: pytest.TempPathFactory, *, shards: int = 0
 def slurm(slurm_cluster: Cluster) -> SlurmCommands:
     """The adapter, pointed at the test cluster through SLURM_CONF."""
     return SlurmCommands(env=slurm_cluster.env)
+
+
+@pytest.fixture
+def fleet(store: Store, slurm_cluster: Cluster, slurm: SlurmCommands) -> Iterator[Fleet]:
+    """A fleet whose Slurm cluster `s1` is the test Slurm (tests/slurm/fleet.py)."""
+    yield from make_fleet(store, slurm_cluster, slurm)

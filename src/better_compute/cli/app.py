@@ -75,7 +75,9 @@ COMMANDS: dict[str, Lazy] = {
         "List, show, create, update and delete pools; offer one to tenants; preview a MIG layout change.",
         "resources_cmd",
     ),
-    "clusters": Lazy("List and show clusters; set a cluster's phase.", "resources_cmd"),
+    "clusters": Lazy(
+        "List, show and create clusters (local or Slurm); set a cluster's phase.", "resources_cmd"
+    ),
     "nodes": Lazy(
         "List nodes; cordon and uncordon them; release a GPU that moved; print a node's Slurm GRES.",
         "resources_cmd",

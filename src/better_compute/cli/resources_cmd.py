@@ -515,7 +515,9 @@ def pools_preview_layout(
 
 
 # -- clusters ------------------------------------------------------------------------------------
-clusters_app = typer.Typer(help="List and show clusters; set a cluster's phase.", no_args_is_help=True)
+clusters_app = typer.Typer(
+    help="List, show and create clusters (local or Slurm); set a cluster's phase.", no_args_is_help=True
+)
 app.add_typer(clusters_app, name="clusters")
 CLUSTER_COLUMNS = [("id", "id"), ("region", "region"), ("residency", "residency"), ("phase", "phase")]
 
@@ -544,6 +546,71 @@ def clusters_show(
 ) -> None:
     """One cluster: its region, residency and phase."""
     _one(_call(server, token, as_json, lambda c: c.clusters.get(cluster_id)), as_json)
+
+
+@clusters_app.command("create")
+def clusters_create(
+    cluster_id: Annotated[str, typer.Argument(metavar="ID")],
+    region: Annotated[str, typer.Option("--region", help="The cluster's region.", show_default=False)],
+    residency: Annotated[
+        list[str] | None, typer.Option("--residency", help="A residency tag (repeat for several).")
+    ] = None,
+    kind: Annotated[
+        str, typer.Option("--kind", help="local (our admission picks the cards) or slurm (Slurm does).")
+    ] = "local",
+    slurm_controller: Annotated[
+        str | None, typer.Option("--slurm-controller", help="slurm: its slurmctld host[:port].")
+    ] = None,
+    slurm_partition: Annotated[
+        list[str] | None,
+        typer.Option("--slurm-partition", help="slurm: a partition that is ours (repeat for several)."),
+    ] = None,
+    slurm_account: Annotated[
+        str | None, typer.Option("--slurm-account", help="slurm: the account our holding jobs run under.")
+    ] = None,
+    slurm_access: Annotated[
+        str, typer.Option("--slurm-access", help="slurm: commands (rest is not supported yet).")
+    ] = "commands",
+    slurm_map: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--slurm-map",
+            help="slurm: ACCOUNT=TENANT, whose a job submitted directly under ACCOUNT is (repeat).",
+        ),
+    ] = None,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Create an empty cluster (admin); its nodes join it afterwards (docs/slurm.md for a Slurm one)."""
+    from better_compute.wire.inventory import SlurmSettings
+
+    slurm = None
+    if kind == "slurm" or slurm_controller or slurm_partition or slurm_account:
+        accounts: dict[str, str] = {}
+        for pair in slurm_map or ():
+            account, sep, tenant = pair.partition("=")
+            if not sep:
+                raise typer.BadParameter(f"{pair!r}: ACCOUNT=TENANT", param_hint="--slurm-map")
+            accounts[account] = tenant
+        slurm = SlurmSettings(
+            controller=slurm_controller or "",
+            partitions=list(slurm_partition or ()),
+            account=slurm_account or "",
+            access=slurm_access,
+            accounts=accounts,
+        )
+    _one(
+        _call(
+            server,
+            token,
+            as_json,
+            lambda c: c.clusters.create(
+                cluster_id, region=region, residency=residency or (), kind=kind, slurm=slurm
+            ),
+        ),
+        as_json,
+    )
 
 
 @clusters_app.command("update")

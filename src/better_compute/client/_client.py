@@ -65,12 +65,14 @@ from better_compute.wire.endpoints import (
 )
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import (
+    ClusterCreate,
     ClusterPublic,
     ClusterUpdate,
     GpuPublic,
     GpuRelease,
     NodePublic,
     NodeUpdate,
+    SlurmSettings,
 )
 from better_compute.wire.invocations import COMPONENT_HEADER, INVOKED_COPY_HEADER
 from better_compute.wire.logs import EndpointLogsRequest, LogsPublic, WorkloadLogsRequest
@@ -1420,6 +1422,19 @@ class Clusters(Inventory):
 
     def get(self, id: str) -> ClusterPublic:
         return self._compute._typed("clusters.get", IdRequest(id=id), ClusterPublic)
+
+    def create(
+        self,
+        id: str,
+        *,
+        region: str,
+        residency: Sequence[str] = (),
+        kind: str = "local",
+        slurm: SlurmSettings | None = None,
+    ) -> ClusterPublic:
+        """Create an empty cluster (admin): `local`, or `slurm` with `slurm` saying how to reach it."""
+        body = ClusterCreate(id=id, region=region, residency=list(residency), kind=kind, slurm=slurm)
+        return self._compute._typed("clusters.create", body, ClusterPublic)
 
     def update(self, id: str, *, phase: str) -> ClusterPublic:
         """Set the cluster's phase (admin): `active` takes new work; `cordoned` and `draining` take

@@ -502,6 +502,10 @@ def migrate(database_url_opt: DatabaseOpt = None, create: CreateOpt = False) -> 
     typer.echo(f"migrated {used} to the newest schema")
 
 
+STOP_FOLLOWER = 5.0
+"""Seconds the reconciler waits for the Slurm follower's pass under way when it stops."""
+
+
 def reconciler_owner() -> str:
     """A reconciler's name in the gate's leases: host and process, so an operator can tell whose."""
     return f"{socket.gethostname()[:40]}:{os.getpid()}"
@@ -548,7 +552,9 @@ def reconcile(
     import signal
     from datetime import timedelta
 
+    from better_compute.entrypoints.slurm import slurm_control_for
     from better_compute.service.gate.mig_gate import Reconciler
+    from better_compute.service.ledger.slurm_holds import SlurmFollower
 
     stopping = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
@@ -556,12 +562,20 @@ def reconcile(
     if parent is not None:  # serve's child: a server killed outright must not leave it running
         threading.Thread(target=_stop_when_orphaned, args=(parent, stopping), daemon=True).start()
         quiet_outages()
-    with opened(read_settings(database_url=database_url_opt), create=False) as (services, used):
+    settings = read_settings(database_url=database_url_opt)
+    with opened(settings, create=False) as (services, used):
         owner = reconciler_owner()
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
+        # Slurm clusters' holding jobs and external holds (docs/slurm.md), beside the gate.
+        follower = SlurmFollower(services.store, services.clock, slurm_control_for(settings.slurm_conf_dir))
+        following = threading.Thread(
+            target=follower.run, args=(stopping,), name="slurm-follower", daemon=True
+        )
+        following.start()
         Reconciler(services.store, services.clock, owner, timedelta(seconds=lease_seconds), duty=duty).run(
             stopping, interval
         )
+        following.join(STOP_FOLLOWER)
     typer.echo("stopped")
 
 

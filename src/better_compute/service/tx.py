@@ -24,7 +24,7 @@ from better_compute.service.fleet.ports import (
 )
 from better_compute.service.gate.ports import GateHooks, MigLayoutRepo
 from better_compute.service.kernel.ports import EventLog
-from better_compute.service.ledger.ports import LedgerPort, ReservationRepo
+from better_compute.service.ledger.ports import LedgerPort, ReservationRepo, SlurmJobRepo
 from better_compute.service.metering.ports import PriceRepo, UsageRepo
 from better_compute.service.placement.ports import (
     ClassQuotaRepo,
@@ -70,6 +70,9 @@ class Tx(Protocol):
 
     @property
     def atoms(self) -> AtomRepo: ...
+
+    @property
+    def slurm_jobs(self) -> SlurmJobRepo: ...
 
     @property
     def gpu_states(self) -> GpuStateRepo: ...

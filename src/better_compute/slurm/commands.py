@@ -32,7 +32,13 @@ from better_compute.domain.fleet.slurm import (
     reservation_arguments,
     sacct_arguments,
 )
-from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused, SlurmUnreachable
+from better_compute.service.fleet.slurm import (
+    HoldRequest,
+    JobRequest,
+    SlurmJobUnknown,
+    SlurmRefused,
+    SlurmUnreachable,
+)
 
 DEFAULT_TIMEOUT = 15.0
 """Seconds one Slurm command may take; slurmctld answers an RPC in well under a second when healthy."""
@@ -169,3 +175,30 @@ class SlurmCommands:
         return tuple(
             job for job in jobs if not job.finished and any(in_hostlist(node, held.node) for held in job.gres)
         )
+
+    def submit_hold(self, request: HoldRequest) -> int:
+        """Times are relative (`--begin=now+<seconds>`, `--time=<minutes>:<seconds>`), so slurmctld's
+        time zone and clock offset do not move the window."""
+        arguments = [
+            "sbatch",
+            "--parsable",
+            f"--job-name={check_name('job', request.name)}",
+            f"--account={check_name('account', request.account)}",
+            f"--partition={check_name('partition', request.partition)}",
+            f"--nodelist={check_name('node', request.node)}",
+            f"--gres={','.join(gres_request('gpu', kind, count) for kind, count in request.gres)}",
+            f"--begin=now+{max(0, request.begin_seconds)}",
+            f"--output={request.output}",
+        ]
+        if request.time_limit_seconds is not None:
+            seconds = max(1, request.time_limit_seconds)
+            arguments.append(f"--time={seconds // 60}:{seconds % 60:02d}")
+        arguments += ["--wrap", request.command]
+        return parse_submitted(self._run(arguments))
+
+    def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+        found = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
+        if partitions is None:
+            return found
+        wanted = {check_name("partition", p) for p in partitions}
+        return [job for job in found if job.partition in wanted]

@@ -19,6 +19,7 @@ from better_compute.storage.fleet.node_agents import SqlNodeAgents
 from better_compute.storage.fleet.nodes import SqlNodes
 from better_compute.storage.fleet.pools import SqlPools
 from better_compute.storage.fleet.replica_states import SqlReplicaStates
+from better_compute.storage.fleet.slurm_jobs import SqlSlurmJobs
 from better_compute.storage.gate.mig_layouts import SqlMigLayouts
 from better_compute.storage.kernel.events import SqlEvents
 from better_compute.storage.ledger.ledger import SqlLedger
@@ -117,6 +118,10 @@ class SqlTx:
     @cached_property
     def node_agents(self) -> SqlNodeAgents:
         return SqlNodeAgents(self.conn)
+
+    @cached_property
+    def slurm_jobs(self) -> SqlSlurmJobs:
+        return SqlSlurmJobs(self.conn)
 
     @cached_property
     def device_classes(self) -> SqlDeviceClasses:

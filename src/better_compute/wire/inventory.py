@@ -70,6 +70,36 @@ class GpuRelease(WireRequest):
     gpu: str | None = Field(default=None, description="The path's GPU uuid; may be left out.")
 
 
+class SlurmSettingsPublic(WireAnswer):
+    """How a `slurm` cluster is reached and what of it is ours (docs/slurm.md)."""
+
+    controller: str = Field(description="The host (and optional :port) of its slurmctld.")
+    partitions: list[str] = Field(description="The partitions that are ours to submit holding jobs to.")
+    account: str = Field(description="The Slurm account our holding jobs run under.")
+    access: str = Field(
+        default="commands", description="`commands` (scontrol, sbatch, squeue); `rest` is not supported yet."
+    )
+    accounts: dict[str, str] = Field(
+        default_factory=dict,
+        description="Slurm account -> tenant: whose a job submitted to Slurm directly is (else `external`).",
+    )
+
+
+class SlurmSettings(SlurmSettingsPublic, WireRequest):
+    """A `slurm` cluster's settings as `clusters.create` takes them."""
+
+
+class ClusterCreate(WireRequest):
+    """`clusters.create` (admin): an empty cluster its nodes join afterwards. `kind` `local` (our
+    admission picks the cards) or `slurm` (a Slurm controller does; `slurm` says how to reach it)."""
+
+    id: str = Field(description="1-63 lowercase letters, digits or '-'.")
+    region: str
+    residency: list[str] = Field(default_factory=list, max_length=32)
+    kind: str = Field(default="local", description="`local` or `slurm`.")
+    slurm: SlurmSettings | None = None
+
+
 class ClusterPublic(WireAnswer):
     id: str
     name: str
@@ -77,6 +107,8 @@ class ClusterPublic(WireAnswer):
     residency: list[str]
     phase: str
     created_at: datetime
+    kind: str = "local"
+    slurm: SlurmSettingsPublic | None = None
 
 
 class LayoutRefusalPublic(WireAnswer):

@@ -67,6 +67,7 @@ from better_compute.wire.endpoints import (
 from better_compute.wire.events import EventListQuery, EventPublic
 from better_compute.wire.inventory import (
     AtomListQuery,
+    ClusterCreate,
     ClusterListQuery,
     ClusterPublic,
     ClusterUpdate,
@@ -644,6 +645,17 @@ _TABLE: tuple[Method, ...] = (
     Method("prices.list", "GET", "/v1/prices", PriceListQuery, PricePublic, paged=True),
     Method("clusters.list", "GET", "/v1/clusters", ClusterListQuery, Inventory, paged=True),
     Method("clusters.get", "GET", "/v1/clusters/{id}", IdRequest, ClusterPublic),
+    Method(
+        "clusters.create",
+        "POST",
+        "/v1/clusters",
+        ClusterCreate,
+        ClusterPublic,
+        summary=(
+            "Create an empty cluster (admin): `local`, or `slurm` with its controller, partitions,"
+            " account and account mapping (docs/slurm.md)."
+        ),
+    ),
     Method(
         "clusters.update",
         "PATCH",

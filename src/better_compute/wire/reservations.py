@@ -142,6 +142,17 @@ class ReservationAtom(WireAnswer):
     attributes: dict[str, Any] = Field(default_factory=dict)
 
 
+class SlurmJobPublic(WireAnswer):
+    """A reservation's holding job on a Slurm cluster, as the Slurm follower last read it: Slurm's
+    job id, the node, its state (`PENDING`, `RUNNING`, ...) and Slurm's reason (`Resources`,
+    `BeginTime`, ...)."""
+
+    job_id: int
+    node: str
+    state: str
+    reason: str
+
+
 class ReservationPublic(WireAnswer):
     """A reservation. `devices` echoes the request; `gpuCount` counts whole GPUs, `gpuSlices` fractions."""
 
@@ -163,6 +174,9 @@ class ReservationPublic(WireAnswer):
     cannot have: one gone from its node, not bookable, or in another pool (docs/node-auth.md#binding)."""
     binding_detail: str | None = None
     """Why the binding is `stranded`, naming the atoms; null otherwise."""
+    slurm_jobs: list[SlurmJobPublic] = Field(default_factory=list)
+    """On a Slurm cluster, its holding jobs (docs/slurm.md): while one is not `RUNNING` the
+    reservation reads `scheduled`, whatever its start. Empty elsewhere."""
     preemptible: bool = False
     """Whether a workload may end it early to be placed (it is then `released`)."""
     replayed: bool = False

@@ -125,7 +125,7 @@ def test_a_node_reads_its_state_gres_and_reason_without_who_set_it() -> None:
 
 
 def test_every_job_and_no_job() -> None:
-    assert parse_jobs("No jobs in the system\n") == ()
+    assert parse_jobs("No jobs in the system\n") == []
     jobs = parse_jobs("JobId=1 JobState=RUNNING NodeList=vm\n\nJobId=2 JobState=PENDING\n")
     assert [(j.job_id, j.state) for j in jobs] == [(1, "RUNNING"), (2, "PENDING")]
 

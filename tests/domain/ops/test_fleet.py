@@ -75,7 +75,7 @@ def test_the_example_fleet_parses() -> None:
         ),
         pytest.param(
             lambda f: f["clusters"][0].update(region2="x"),
-            "clusters[0]: unknown key 'region2' (a cluster takes name, nodes, region, residency)",
+            "clusters[0]: unknown key 'region2' (a cluster takes kind, name, nodes, region, residency, slurm)",
             "clusters[0].region2",
             id="a misspelt cluster key",
         ),

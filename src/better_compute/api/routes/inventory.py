@@ -23,6 +23,7 @@ from better_compute.wire.common import Page
 from better_compute.wire.inventory import (
     AtomListQuery,
     AtomPublic,
+    ClusterCreate,
     ClusterListQuery,
     ClusterPublic,
     ClusterUpdate,
@@ -35,6 +36,7 @@ from better_compute.wire.inventory import (
     NodeListQuery,
     NodePublic,
     NodeUpdate,
+    SlurmSettingsPublic,
 )
 
 router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED, route_class=StrictQueryRoute)
@@ -43,6 +45,16 @@ router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED,
 @router.get("/clusters", response_model=Page[ClusterPublic])
 def list_clusters(q: Annotated[ClusterListQuery, Query()], store: StoreDep) -> Page[ClusterPublic]:
     return paged(inventory.list_clusters(store, limit=q.limit, after=q.cursor), cluster_public)
+
+
+@router.post("/clusters", response_model=ClusterPublic, status_code=201)
+def create_cluster(
+    body: ClusterCreate, principal: PrincipalDep, store: StoreDep, now: NowDep
+) -> ClusterPublic:
+    slurm = None if body.slurm is None else body.slurm.model_dump()
+    return cluster_public(
+        clusters.create(store, principal, body.id, body.region, body.residency, body.kind, slurm, now)
+    )
 
 
 @router.get("/clusters/{id}", response_model=ClusterPublic)
@@ -120,6 +132,16 @@ def cluster_public(c: Cluster) -> ClusterPublic:
         residency=list(c.residency),
         phase=c.phase,
         created_at=c.created_at,
+        kind=c.kind,
+        slurm=None
+        if c.slurm is None
+        else SlurmSettingsPublic(
+            controller=c.slurm.controller,
+            partitions=list(c.slurm.partitions),
+            account=c.slurm.account,
+            access=c.slurm.access,
+            accounts=dict(c.slurm.accounts),
+        ),
     )
 
 

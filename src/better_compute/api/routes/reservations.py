@@ -218,6 +218,9 @@ def _reservation_fields(view: ReservationView, devices: Any, atoms: list[Any]) -
         "createdAt": r.created_at,
         "binding": view.binding,
         "bindingDetail": view.binding_detail,
+        "slurmJobs": [
+            {"jobId": j.job_id, "node": j.node, "state": j.state, "reason": j.reason} for j in view.slurm_jobs
+        ],
         "preemptible": r.preemptible,
         "replayed": view.replayed,
     }

@@ -38,6 +38,16 @@ class PoolUpdated(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterCreated(Event):
+    """A cluster was created through the API (`subject`: the cluster), of `kind` `local` or `slurm`
+    (domain.fleet.cluster_kinds); a fleet file's clusters log none."""
+
+    TYPE: ClassVar[str] = "cluster.created"
+    kind: str
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterUpdated(Event):
     """A cluster's phase was set (`subject`: the cluster): `active`, `cordoned` or `draining`
     (domain.fleet.clusters); `previous` is the phase it had."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from better_compute.domain.fleet.cluster_kinds import LOCAL, SlurmSettings
 from better_compute.domain.fleet.inventory import GpuReport, MigInstance
 from better_compute.domain.fleet.pools import PoolSettings, PoolSharing, SharingMode
 
@@ -25,6 +26,10 @@ class Cluster:
     residency: tuple[str, ...]
     phase: str
     created_at: datetime
+    kind: str = LOCAL
+    """`local` (our admission picks the cards) or `slurm` (domain.fleet.cluster_kinds)."""
+    slurm: SlurmSettings | None = None
+    """A `slurm` cluster's controller, partitions, account and account mapping; None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

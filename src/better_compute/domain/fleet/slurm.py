@@ -91,6 +91,13 @@ class SlurmJob:
     reason: str
     nodes: str
     gres: tuple[GresAllocation, ...]
+    name: str = ""
+    account: str = ""
+    partition: str = ""
+    time_limit_minutes: int | None = None
+    """`TimeLimit` in minutes; None for `UNLIMITED` (or a job record without one)."""
+    required_nodes: str = ""
+    """`ReqNodeList`: the nodes the job asked for (`--nodelist`), `(null)` read as empty."""
 
     @property
     def finished(self) -> bool:
@@ -188,7 +195,42 @@ def parse_job(line: str) -> SlurmJob:
         reason=values.get("Reason", "None"),
         nodes=values.get("NodeList", ""),
         gres=tuple(gres),
+        name=values.get("JobName", ""),
+        account=values.get("Account", ""),
+        partition=values.get("Partition", ""),
+        time_limit_minutes=parse_time_limit(values.get("TimeLimit", "UNLIMITED")),
+        required_nodes="" if values.get("ReqNodeList", "(null)") == "(null)" else values["ReqNodeList"],
     )
+
+
+NO_JOBS = "No jobs in the system"
+"""What `scontrol show job` prints when slurmctld knows no job."""
+
+
+def parse_jobs(output: str) -> list[SlurmJob]:
+    """Every record of `scontrol -o show job -d`, one a line; none for "No jobs in the system"."""
+    lines = [line for line in output.splitlines() if line.strip()]
+    if len(lines) == 1 and lines[0].strip() == NO_JOBS:
+        return []
+    return [parse_job(line) for line in lines]
+
+
+def parse_time_limit(text: str) -> int | None:
+    """`TimeLimit` of scontrol (`[days-]hours:minutes:seconds`, `minutes:seconds`) in whole minutes,
+    rounded up; None for `UNLIMITED`, `INFINITE` or `Partition_Limit`."""
+    if text in {"UNLIMITED", "INFINITE", "Partition_Limit", "NONE"}:
+        return None
+    days, dash, rest = text.partition("-")
+    if not dash:
+        days, rest = "0", text
+    parts = rest.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        raise SlurmOutputUnreadable(f"not a time limit: {text!r}")
+    numbers = [int(p) for p in parts]
+    while len(numbers) < 3:
+        numbers.insert(0, 0)
+    hours, minutes, seconds = numbers
+    return int(days) * 1440 + hours * 60 + minutes + (1 if seconds else 0)
 
 
 def parse_submitted(output: str) -> int:
@@ -428,14 +470,6 @@ def parse_node(line: str) -> SlurmNode:
     return SlurmNode(
         name=values["NodeName"], state=values["State"], reason=reason, gres=values.get("Gres", "(null)")
     )
-
-
-def parse_jobs(output: str) -> tuple[SlurmJob, ...]:
-    """Every record of `scontrol -o show job -d` (all jobs): one a line; `No jobs in the system` is none."""
-    lines = [line for line in output.splitlines() if line.strip()]
-    if lines == ["No jobs in the system"]:
-        return ()
-    return tuple(parse_job(line) for line in lines)
 
 
 MAX_REASON = 200

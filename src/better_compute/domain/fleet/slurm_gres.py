@@ -100,8 +100,9 @@ def _int_attr(atom: Atom, key: str) -> int | None:
     return value if type(value) is int else None
 
 
-def _gpu_lines(node: str, gpu: Gpu, atoms: list[Atom]) -> list[tuple[str, str, int]]:
-    """(gres.conf line, node-line name, count) for each resource of one GPU."""
+def _gpu_lines(node: str, gpu: Gpu, atoms: list[Atom]) -> list[tuple[str, str, int, str | None]]:
+    """(gres.conf line, node-line name, count, atom) for each resource of one GPU; the atom is the
+    one a `gpu` line stands for (None for a `shard` line, or a whole GPU the node reports no atom of)."""
     if gpu.mig_mode_current != gpu.mig_mode_pending:
         raise _refuse(node, gpu, "its MIG mode change waits for a reset")
     if not 0 <= gpu.index < MAX_GPUS:
@@ -117,7 +118,7 @@ def _gpu_lines(node: str, gpu: Gpu, atoms: list[Atom]) -> list[tuple[str, str, i
     if mig and slots:
         raise _refuse(node, gpu, "it has both MIG instances and shared slots")
     if gpu.mig_mode_current:
-        lines: list[tuple[str, str, int]] = []
+        lines: list[tuple[str, str, int, str | None]] = []
         seen: set[tuple[int, int]] = set()
         for atom in sorted(mig, key=lambda a: (_int_attr(a, "giId") or 0, _int_attr(a, "ciId") or 0)):
             gi, ci, profile = (
@@ -142,9 +143,10 @@ def _gpu_lines(node: str, gpu: Gpu, atoms: list[Atom]) -> list[tuple[str, str, i
                     _cap_file(ci_cap_minor(gpu.index, gi, ci)),
                 ]
             )
-            lines.append((f"{prefix} Type={kind} MultipleFiles={files}", f"gpu:{kind}", 1))
+            lines.append((f"{prefix} Type={kind} MultipleFiles={files}", f"gpu:{kind}", 1, atom.id))
         return lines
-    lines = [(f"{prefix} Type={model} File={_gpu_file(gpu.index)}", f"gpu:{model}", 1)]
+    whole = next((a.id for a in atoms if a.cls == "gpu"), None)
+    lines = [(f"{prefix} Type={model} File={_gpu_file(gpu.index)}", f"gpu:{model}", 1, whole)]
     if slots:
         counts = {_int_attr(a, "slots") for a in slots}
         numbers = sorted(n for n in (_int_attr(a, "slot") for a in slots) if n is not None)
@@ -155,7 +157,7 @@ def _gpu_lines(node: str, gpu: Gpu, atoms: list[Atom]) -> list[tuple[str, str, i
         if numbers != list(range(count)):
             raise _refuse(node, gpu, f"its slots are not 0-{count - 1}, one each")
         lines.append(
-            (f"NodeName={node} Name=shard Count={count} File={_gpu_file(gpu.index)}", "shard", count)
+            (f"NodeName={node} Name=shard Count={count} File={_gpu_file(gpu.index)}", "shard", count, None)
         )
     return lines
 
@@ -182,7 +184,7 @@ def node_gres(node: str, gpus: Iterable[Gpu], atoms: Iterable[Atom]) -> SlurmGre
     ]
     totals: dict[str, int] = {}
     for gpu in present:
-        for line, name, count in _gpu_lines(node, gpu, by_gpu[gpu.id]):
+        for line, name, count, _ in _gpu_lines(node, gpu, by_gpu[gpu.id]):
             conf.append(line)
             totals[name] = totals.get(name, 0) + count
     gres = ",".join(f"{name}:{count}" for name, count in totals.items())
@@ -238,3 +240,30 @@ def accounting_tres(node_line: str) -> str:
         elif name == "shard" and "gres/shard" not in names:
             names.append("gres/shard")
     return ",".join(dict.fromkeys(names))
+
+
+@dataclass(frozen=True, slots=True)
+class GresSlot:
+    """The `index`-th `gpu` GRES of a node, of Slurm type `type`: the atom it stands for (None when
+    the line is a whole GPU the ledger has no atom of, as a time-sliced GPU whose slots are booked)."""
+
+    index: int
+    type: str
+    atom_id: str | None
+
+
+def gres_slots(node: str, gpus: Iterable[Gpu], atoms: Iterable[Atom]) -> tuple[GresSlot, ...]:
+    """A node's `gpu` GRES in the order `node_gres` writes them, which is the order Slurm numbers
+    them (a job's `GRES=gpu:<type>:1(IDX:k)` holds the k-th): index k is the atom of the k-th line.
+    Refused as `node_gres` refuses."""
+    present = sorted((g for g in gpus if g.present and g.node_id == node), key=lambda g: (g.index, g.id))
+    by_gpu: dict[str, list[Atom]] = {g.id: [] for g in present}
+    for atom in atoms:
+        if atom.present and atom.node == node and atom.gpu_id in by_gpu:
+            by_gpu[atom.gpu_id].append(atom)
+    slots: list[GresSlot] = []
+    for gpu in present:
+        for _, name, _, atom_id in _gpu_lines(node, gpu, by_gpu[gpu.id]):
+            if name.startswith("gpu:"):
+                slots.append(GresSlot(len(slots), name.removeprefix("gpu:"), atom_id))
+    return tuple(slots)

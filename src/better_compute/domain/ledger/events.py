@@ -58,6 +58,18 @@ class LedgerExtended(Event):
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerRebound(Event):
+    """An allocation's bookings moved to other atoms of the same kind on the same node, windows
+    kept (`subject`: the allocation): a Slurm cluster ran its holding job on cards other than those
+    admission had booked, and the ledger follows Slurm (domain.fleet.slurm_holds). `moves` are
+    (from atom, to atom, to atom's GPU)."""
+
+    TYPE: ClassVar[str] = "ledger.rebound"
+    moves: tuple[tuple[str, str, str], ...]
+    at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class LedgerCancelled(Event):
     """An allocation's live bookings were cancelled before they started."""
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from better_compute.domain import catalog
 from better_compute.domain.catalog import layouts
+from better_compute.domain.fleet.cluster_kinds import LOCAL, SlurmSettings, check_cluster_kind
 from better_compute.domain.fleet.pools import PoolSettings, SharingMode, check_mode, check_settings
 from better_compute.domain.kernel.errors import DomainError, InvalidInput
 from better_compute.domain.placement.device_classes import DeviceClassSpec, parse_spec
@@ -43,6 +44,8 @@ class ClusterSpec:
     name: str
     region: str
     residency: tuple[str, ...] = ()
+    kind: str = LOCAL
+    slurm: SlurmSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ _KEYS: dict[str, frozenset[str]] = {
     "fleet": frozenset({"tenants", "clusters", "pools", "deviceClasses"}),
     "deviceClass": frozenset({"name", "class", "selector"}),
     "tenant": frozenset({"id", "name"}),
-    "cluster": frozenset({"name", "region", "residency", "nodes"}),
+    "cluster": frozenset({"name", "region", "residency", "nodes", "kind", "slurm"}),
+    "slurm": frozenset({"controller", "partitions", "account", "access", "accounts"}),
     "node": frozenset({"name", "replicas", "gpus", "numaNodes", "nvlink", "carriesPoolLayout", "host"}),
     "gpus": frozenset({"model", "count", "migLayout"}),
     "host": frozenset({"cpuCores", "memoryGiB"}),
@@ -193,11 +197,16 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         where = f"clusters[{i}]"
         cluster_raw = _mapping(c, "cluster", where)
         name = _id(cluster_raw, "name", where)
+        slurm_raw = cluster_raw.get("slurm")
+        slurm_spec = None if slurm_raw is None else _mapping(slurm_raw, "slurm", f"{where}.slurm")
+        kind, slurm = check_cluster_kind(cluster_raw.get("kind", LOCAL), slurm_spec, where)
         clusters.append(
             ClusterSpec(
                 name=name,
                 region=check_name(str(_req(cluster_raw, "region", where)), f"{where}.region"),
                 residency=tuple(str(r) for r in _list(cluster_raw.get("residency"), f"{where}.residency")),
+                kind=kind,
+                slurm=slurm,
             )
         )
         for j, n in enumerate(_list(cluster_raw.get("nodes"), f"{where}.nodes")):

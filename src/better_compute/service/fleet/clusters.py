@@ -8,20 +8,22 @@ every booking index read its pools' atoms again, so no admission after it choose
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from better_compute.domain.fleet.cluster_kinds import check_cluster_kind
 from better_compute.domain.fleet.clusters import (
     check_cordoned,
     check_phase,
     cluster_not_found,
     node_not_found,
 )
-from better_compute.domain.fleet.events import ClusterUpdated, NodeCordoned, NodeUncordoned
+from better_compute.domain.fleet.events import ClusterCreated, ClusterUpdated, NodeCordoned, NodeUncordoned
 from better_compute.domain.fleet.records import Cluster
-from better_compute.domain.kernel.errors import ConcurrentChange
+from better_compute.domain.kernel.errors import AlreadyExists, ConcurrentChange, InvalidInput
 from better_compute.domain.tenancy.credentials import Principal, require_admin
-from better_compute.domain.tenancy.tenancy import check_ref
+from better_compute.domain.tenancy.tenancy import check_name, check_ref, check_slug
 from better_compute.service.fleet.gpu_states import record_nodes
 from better_compute.service.fleet.inventory import NodeView
 from better_compute.service.fleet.ports import FleetTx
@@ -36,6 +38,46 @@ def get(store: StorePort[FleetTx], cluster_id: str) -> Cluster:
     if found is None:
         raise cluster_not_found(cluster_id)
     return found
+
+
+MAX_RESIDENCY = 32
+"""At most this many residency tags on one cluster."""
+
+
+def create(
+    store: StorePort[FleetTx],
+    principal: Principal,
+    cluster_id: object,
+    region: object,
+    residency: Sequence[object],
+    kind: object,
+    slurm: Mapping[str, object] | None,
+    now: datetime,
+) -> Cluster:
+    """Create an empty cluster (admin only), `local` or `slurm`; its nodes join it afterwards.
+    An id taken is ALREADY_EXISTS; a `slurm` cluster's settings are checked field by field
+    (domain.fleet.cluster_kinds)."""
+    require_admin(principal, "clusters.create")
+    new_id = check_slug(cluster_id, "id")
+    checked_region = check_name(region, "region", 64)
+    if len(residency) > MAX_RESIDENCY:
+        raise InvalidInput(f"residency lists at most {MAX_RESIDENCY} tags", {"field": "residency"})
+    tags = tuple(check_name(r, f"residency[{i}]", 64) for i, r in enumerate(residency))
+    checked_kind, settings = check_cluster_kind(kind, slurm)
+    cluster = Cluster(
+        id=new_id,
+        region=checked_region,
+        residency=tags,
+        phase="active",
+        created_at=now,
+        kind=checked_kind,
+        slurm=settings,
+    )
+    with store.begin() as tx:
+        if not tx.clusters.add(cluster):
+            raise AlreadyExists(f"cluster {new_id} already exists", {"id": new_id})
+        tx.events.append(ClusterCreated(new_id, checked_kind, checked_region), now)
+    return cluster
 
 
 def update(

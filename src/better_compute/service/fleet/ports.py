@@ -51,6 +51,10 @@ class ClusterRepo(Protocol):
         not (another writer changed it since it was read)."""
         ...
 
+    def add(self, cluster: Cluster) -> bool:
+        """Insert a new cluster; False, and nothing written, when its id is taken."""
+        ...
+
 
 class NodeRepo(Protocol):
     def by_ids(self, node_ids: Sequence[str]) -> dict[str, Node]: ...

@@ -46,6 +46,24 @@ class JobRequest:
     """sbatch's --time; None: the partition's default."""
 
 
+@dataclass(frozen=True)
+class HoldRequest:
+    """A holding job (ADR 0015): the `gres` it holds on one `node`, as (type, count) pairs of `gpu`
+    GRES, from `begin_seconds` after it is submitted, for `time_limit_seconds` (None: the
+    partition's limit), under `account`, named `name` (it carries the allocation id), running
+    `command` (one that waits)."""
+
+    name: str
+    account: str
+    partition: str
+    node: str
+    gres: tuple[tuple[str, int], ...]
+    begin_seconds: int
+    time_limit_seconds: int | None
+    command: str = "sleep infinity"
+    output: str = "/dev/null"
+
+
 class SlurmControl(Protocol):
     """What the control plane asks of one Slurm cluster."""
 
@@ -101,4 +119,12 @@ class SlurmControl(Protocol):
     def jobs_on(self, node: str) -> tuple[SlurmJob, ...]:
         """The jobs that hold something on the node now (running, completing, suspended), with their
         GRES indices (`squeue` then `scontrol -o show job -d`)."""
+
+    def submit_hold(self, request: HoldRequest) -> int:
+        """Submit a holding job (`sbatch --nodelist --begin=now+<s> --time --account --gres`); its id."""
+        ...
+
+    def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
+        """Every job slurmctld knows (pending, running, and ended less than its `MinJobAge` ago), of
+        `partitions` only when given, with the GRES indices each running one holds."""
         ...

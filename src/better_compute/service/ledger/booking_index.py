@@ -32,6 +32,7 @@ from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.events import (
     AllocationBound,
     AllocationReleased,
+    ClusterCreated,
     ClusterUpdated,
     GpuReleased,
     NodeInventoryChanged,
@@ -52,6 +53,7 @@ from better_compute.domain.ledger.events import (
     LedgerBooked,
     LedgerCancelled,
     LedgerExtended,
+    LedgerRebound,
     LedgerReleased,
     PartitionBooked,
     PartitionReleased,
@@ -126,6 +128,7 @@ _QUIET_EVENTS = (
     DoctorRun,
     # A cluster's phase: what placement across clusters reads; no pool's atoms change with it (a
     # node's cordon does: `node.cordoned` and `node.uncordoned` make the index read atoms again).
+    ClusterCreated,
     ClusterUpdated,
     # Endpoints: their nodes' holds arrive as ledger events, their new instances with the nodes'
     # inventory.
@@ -153,6 +156,7 @@ _QUIET_EVENTS = (
 keeps its atoms through them (any other event makes it read a pool's atoms again on next use)."""
 
 _CATALOG_EVENTS = (
+    ClusterCreated,
     ClusterUpdated,
     QuotaSet,
     PoolOffered,
@@ -472,6 +476,8 @@ class BookingIndex:
             self._extend(event.subject, event.end)
         elif isinstance(event, LedgerCancelled):
             self._drop(event.subject)
+        elif isinstance(event, LedgerRebound):
+            self._rebind(event.subject, event.moves)
         elif isinstance(event, _CATALOG_EVENTS):
             self._catalog_generation += 1  # no pool's atoms change with these
         elif isinstance(event, NodeInventoryChanged):
@@ -596,6 +602,18 @@ class BookingIndex:
                 self._add(
                     allocation_id, [interval.atom_id], kept.start, kept.end, interval.owner, interval.gpu
                 )
+
+    def _rebind(self, allocation_id: str, moves: Sequence[Sequence[str]]) -> None:
+        """The ledger's rebind: the allocation's intervals on each source atom now hold its target
+        (on the target's GPU), windows kept; a replay finds them moved already and changes nothing."""
+        intervals = self._by_allocation.get(allocation_id)
+        targets = {str(m[0]): (str(m[1]), str(m[2])) for m in moves if len(m) == 3}
+        if not intervals or not any(i.atom_id in targets for i in intervals):
+            return
+        self._drop(allocation_id)
+        for interval in intervals:
+            atom, gpu = targets.get(interval.atom_id, (interval.atom_id, interval.gpu))
+            self._add(allocation_id, [atom], interval.start, interval.end, interval.owner, gpu)
 
     def _extend(self, allocation_id: str, end: datetime) -> None:
         """The ledger's extension: every live interval of the allocation now ends at `end`."""

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.pools import SharingMode
+from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.domain.kernel.events import Event, LoggedEvent
 from better_compute.domain.kernel.timewin import Window
 from better_compute.domain.ledger.ledger import Booking
@@ -195,6 +196,12 @@ class LedgerPort(Protocol):
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int: ...
 
+    def rebind(self, moves: Sequence[tuple[str, str, str]], now: datetime, events: Sequence[Event]) -> int:
+        """Move live bookings, each (allocation, source atom, target atom) of `moves` at once (two may
+        swap), windows kept; raises Overlap naming a target another live booking holds then (nothing
+        written), NotBookable for a target that is no atom. Appends `events` when any moved."""
+        ...
+
     def extend_allocation(self, allocation_id: str, end: datetime, event: Event, now: datetime) -> int:
         """Move the end of the allocation's live bookings to `end`, appending `event`; raises
         Overlap (nothing written) when another live booking holds one of its atoms then."""
@@ -259,6 +266,18 @@ class PriceList(Protocol):
         ...
 
 
+class SlurmJobRepo(Protocol):
+    """What the Slurm follower last read of each job it mirrors (domain.fleet.slurm_holds.Mirror)."""
+
+    def put(self, cluster_id: str, mirrors: Sequence[Mirror], now: datetime) -> None:
+        """The cluster's rows become `mirrors`; any other row of the cluster is dropped."""
+        ...
+
+    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, list[Mirror]]:
+        """The jobs mirrored for each allocation (one per node), by allocation."""
+        ...
+
+
 class LedgerTx(FleetTx, Protocol):
     """The slice of a transaction the ledger's use cases use: fleet's, and the ledger's own repositories."""
 
@@ -273,3 +292,6 @@ class LedgerTx(FleetTx, Protocol):
 
     @property
     def prices(self) -> PriceList: ...
+
+    @property
+    def slurm_jobs(self) -> SlurmJobRepo: ...

@@ -26,12 +26,14 @@ from better_compute.domain.fleet.bindings import (
     stranded_reason,
 )
 from better_compute.domain.fleet.pools import check_duration_allowed
+from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.domain.kernel.errors import (
     AllBusy,
     BookingConflict,
     ConcurrentChange,
     InsufficientCapacity,
     InvalidInput,
+    InvalidState,
     NotFound,
     NotInPool,
 )
@@ -94,6 +96,8 @@ class ReservationView:
     `stranded` while it holds an atom it cannot have."""
     binding_detail: str | None = None
     """Why it is `stranded` (`domain.fleet.bindings.stranded_reason`); None otherwise."""
+    slurm_jobs: tuple[Mirror, ...] = ()
+    """On a Slurm cluster, its holding jobs as the follower last read them (domain.fleet.slurm_holds)."""
 
     @property
     def id(self) -> str:
@@ -117,11 +121,20 @@ def _window(asked: Reserve, now: datetime) -> Window:
     return window_for(begins, asked.duration, now)
 
 
+def _waiting_on_slurm(status: ReservationStatus, jobs: Sequence[Mirror]) -> ReservationStatus:
+    """On a Slurm cluster a booking binds when its holding job runs (ADR 0015): until every one of
+    its jobs runs, a reservation that would read `active` is `scheduled` (its jobs say why)."""
+    if status == ReservationStatus.ACTIVE and any(j.state != "RUNNING" for j in jobs):
+        return ReservationStatus.SCHEDULED
+    return status
+
+
 def _view(tx: LedgerTx, r: Reservation, now: datetime, *, replayed: bool = False) -> ReservationView:
     atoms = tx.reservations.held_atoms([r.id])[r.id]
-    status = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+    jobs = tuple(tx.slurm_jobs.of_allocations([r.id])[r.id])
+    status = _waiting_on_slurm(status_at(Window(r.starts_at, r.ends_at), r.status, now), jobs)
     binding, why = _binding(tx, r, atoms, tx.bindings.of_allocations([r.id])[r.id], status)
-    return ReservationView(r, atoms, status, replayed, binding, why)
+    return ReservationView(r, atoms, status, replayed, binding, why, jobs)
 
 
 def _binding(
@@ -532,10 +545,14 @@ def list_reservations(
                 break
             held = tx.reservations.held_atoms([r.id for r in batch])
             reported = tx.bindings.of_allocations([r.id for r in batch])
+            jobs = tx.slurm_jobs.of_allocations([r.id for r in batch])
             for r in batch:
-                shown = status_at(Window(r.starts_at, r.ends_at), r.status, now)
+                mine = tuple(jobs[r.id])
+                shown = _waiting_on_slurm(status_at(Window(r.starts_at, r.ends_at), r.status, now), mine)
                 binding, why = _binding(tx, r, held[r.id], reported[r.id], shown)
-                view = ReservationView(r, held[r.id], shown, binding=binding, binding_detail=why)
+                view = ReservationView(
+                    r, held[r.id], shown, binding=binding, binding_detail=why, slurm_jobs=mine
+                )
                 if status is None or view.status.value == status:
                     out.append(view)
                     if len(out) == wanted:
@@ -597,6 +614,24 @@ def _end_now(tx: LedgerTx, reservation: Reservation, now: datetime) -> Reservati
     return reservation
 
 
+def end_in(tx: LedgerTx, reservation_id: str, now: datetime) -> bool:
+    """End a reservation whose Slurm holding job ended, in the caller's transaction (the Slurm
+    follower): released now, as its tenant's release would, or cancelled when it had not started;
+    False when it was over already."""
+    found = tx.reservations.get(reservation_id)
+    if found is None:
+        return False
+    tx.reservations.lock(quota_lock(found.tenant_id, found.pool_id))
+    r = tx.reservations.get(reservation_id)  # again, under its tenant's lock
+    if r is None or status_at(Window(r.starts_at, r.ends_at), r.status, now) not in (
+        ReservationStatus.SCHEDULED,
+        ReservationStatus.ACTIVE,
+    ):
+        return False
+    _end_now(tx, r, now)
+    return True
+
+
 def extend(
     store: StorePort[LedgerTx],
     index: BookingIndex,
@@ -627,6 +662,14 @@ def extend(
             current = tx.reservations.get(reservation_id)  # as it is under the lock
             assert current is not None
             r = current
+            if tx.slurm_jobs.of_allocations([r.id])[r.id]:
+                # Its holding job's time limit is Slurm's: a longer booking would outlive the job,
+                # and the follower ends a booking whose job ended (docs/slurm.md).
+                raise InvalidState(
+                    f"reservation {r.id} is held by a Slurm job whose time limit cannot be moved yet;"
+                    " reserve again for the added time",
+                    {"id": r.id, "reason": "slurm_hold"},
+                )
             window = Window(r.starts_at, r.ends_at)
             end = extended_end(window, r.status, by, now)
             check_duration_allowed(r.pool_id, snap.pool_max_duration, end - r.starts_at)

@@ -28,7 +28,10 @@ def register_fleet(store: StorePort[OpsTx], spec: FleetSpec, now: datetime) -> N
     with store.begin() as tx:
         tx.tenants.put([Tenant(t.id, t.name, now) for t in spec.tenants])
         tx.clusters.add_missing(
-            [Cluster(c.name, c.region, tuple(c.residency), "active", now) for c in spec.clusters]
+            [
+                Cluster(c.name, c.region, tuple(c.residency), "active", now, kind=c.kind, slurm=c.slurm)
+                for c in spec.clusters
+            ]
         )
         tx.nodes.add_missing(
             [

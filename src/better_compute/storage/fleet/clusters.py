@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select, update
 
+from better_compute.domain.fleet.cluster_kinds import settings_from_stored, settings_to_stored
 from better_compute.domain.fleet.records import Cluster
 from better_compute.storage.kernel import rows
 from better_compute.storage.kernel.tables import clusters
@@ -19,7 +20,21 @@ def _cluster(r: Mapping[str, Any]) -> Cluster:
         residency=tuple(r["residency"] or ()),
         phase=r["phase"],
         created_at=r["created_at"],
+        kind=r["kind"],
+        slurm=settings_from_stored(r["slurm"]) if r["slurm"] else None,
     )
+
+
+def _row(c: Cluster) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "region": c.region,
+        "residency": list(c.residency),
+        "phase": c.phase,
+        "created_at": c.created_at,
+        "kind": c.kind,
+        "slurm": settings_to_stored(c.slurm) if c.slurm else None,
+    }
 
 
 class SqlClusters:
@@ -34,25 +49,10 @@ class SqlClusters:
         return [_cluster(r) for r in rows.page(self.conn, clusters, limit=limit, after=after)]
 
     def all(self) -> list[Cluster]:
-        c = clusters.c
-        stmt = select(c.id, c.region, c.residency, c.phase, c.created_at).order_by(c.id)
-        return [Cluster(r[0], r[1], tuple(r[2] or ()), r[3], r[4]) for r in self.conn.execute(stmt).all()]
+        return [_cluster(r) for r in rows.rows(self.conn, select(clusters).order_by(clusters.c.id))]
 
     def add_missing(self, items: Sequence[Cluster]) -> None:
-        rows.insert_missing(
-            self.conn,
-            clusters,
-            [
-                {
-                    "id": c.id,
-                    "region": c.region,
-                    "residency": list(c.residency),
-                    "phase": c.phase,
-                    "created_at": c.created_at,
-                }
-                for c in items
-            ],
-        )
+        rows.insert_missing(self.conn, clusters, [_row(c) for c in items])
 
     def set_phase(self, cluster_id: str, phase: str, previous: str) -> bool:
         result = self.conn.execute(
@@ -61,3 +61,8 @@ class SqlClusters:
             .values(phase=phase)
         )
         return result.rowcount == 1
+
+    def add(self, cluster: Cluster) -> bool:
+        """Insert a new cluster; False when its id is taken (a concurrent create waits, then is
+        skipped), and nothing is written then."""
+        return rows.insert_new(self.conn, clusters, [_row(cluster)]) == 1

@@ -59,6 +59,9 @@ clusters = Table(
     Column("residency", JSON, nullable=False),
     Column("phase", String(16), nullable=False, server_default="active"),
     Column("created_at", UtcDateTime, nullable=False),
+    # `local` or `slurm` (domain.fleet.cluster_kinds); a slurm cluster's settings as JSON (migration 0031).
+    Column("kind", String(16), nullable=False, server_default="local"),
+    Column("slurm", JSON, nullable=True),
 )
 
 nodes = Table(
@@ -150,6 +153,21 @@ node_agents = Table(
     Column("node_id", String(128), ForeignKey("nodes.id"), primary_key=True),
     Column("url", String(300), nullable=False),
     Column("token", String(128), nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+)
+
+slurm_jobs = Table(
+    "slurm_jobs",
+    metadata,
+    # What the Slurm follower last read of each job it mirrors (domain.fleet.slurm_holds): a holding
+    # job of ours by its allocation, or a job submitted directly by the allocation booked for it.
+    Column("allocation_id", String(160), primary_key=True),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("node_id", String(128), primary_key=True),
+    Column("state", String(24), nullable=False),
+    Column("reason", String(200), nullable=False, server_default=""),
+    Column("external", Boolean, nullable=False, server_default="0"),
     Column("updated_at", UtcDateTime, nullable=False),
 )
 

@@ -501,6 +501,113 @@ def extend_allocation(
     return int(changed)
 
 
+def rebind(
+    conn: Connection, moves: Sequence[tuple[str, str, str]], now: datetime, events: Sequence[Event]
+) -> int:
+    """Move live bookings (those not over at `now`): each (allocation, source atom, target atom) of
+    `moves`, windows kept; or raise Overlap naming a target another live booking holds in that
+    window, and nothing is written then (the caller's transaction is rolled back).
+
+    Every row is first set aside (state `moving`, outside both exclusion constraints), then each is
+    put on its target and made live again, so two allocations swapping cards pass; PostgreSQL's
+    constraints check each row as it comes back. SQLite's writers are serialised: the look-up for a
+    clash before the update cannot be overtaken. Appends `events` when a booking moved; returns how
+    many moved."""
+    wanted = {(allocation, source): target for allocation, source, target in moves}
+    if not wanted:
+        return 0
+    found = [
+        r
+        for r in conn.execute(
+            select(
+                bookings.c.id,
+                bookings.c.allocation_id,
+                bookings.c.atom_id,
+                bookings.c.starts_at,
+                bookings.c.ends_at,
+            ).where(
+                bookings.c.allocation_id.in_(sorted({a for a, _ in wanted})),
+                bookings.c.state == "live",
+                bookings.c.atom_id.in_(sorted({s for _, s in wanted})),
+                or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > now),
+            )
+        ).all()
+        if (r[1], r[2]) in wanted
+    ]
+    if not found:
+        return 0
+    targets = sorted(set(wanted.values()))
+    shape = {
+        r[0]: r[1:]
+        for r in conn.execute(
+            select(atoms.c.id, atoms.c.gpu_id, atoms.c.pool_id, atoms.c["class"], atoms.c.gpu_share).where(
+                atoms.c.id.in_(targets)
+            )
+        ).all()
+    }
+    missing = [t for t in targets if t not in shape]
+    if missing:
+        raise NotBookable(missing)
+    keys = [r[0] for r in found]
+    if conn.dialect.name != "postgresql":
+        after = {(r[1], wanted[(r[1], r[2])], r[3], r[4]) for r in found}
+        for allocation, target, start, end in after:
+            gpu, _, cls, _ = shape[target]
+            overlapping = [b for b in after if b[0] != allocation and (b[3] is None or b[3] > start)]
+            if any(b[1] == target and (end is None or b[2] < end) for b in overlapping):
+                raise Overlap(target)
+            clash = conn.execute(
+                select(bookings.c.atom_id)
+                .where(
+                    bookings.c.state == "live",
+                    bookings.c.id.not_in(keys),
+                    or_(bookings.c.ends_at.is_(None), bookings.c.ends_at > start),
+                    *([] if end is None else [bookings.c.starts_at < end]),
+                    or_(
+                        bookings.c.atom_id == target,
+                        and_(
+                            bookings.c.gpu_id == gpu,
+                            bookings.c["class"] != cls,
+                            bookings.c.allocation_id != allocation,
+                        ),
+                    ),
+                )
+                .limit(1)
+            ).first()
+            if clash is not None:
+                raise Overlap(target)
+    conn.execute(update(bookings).where(bookings.c.id.in_(keys)).values(state="moving"))
+    try:
+        for key, allocation, source, _, _ in found:
+            target = wanted[(allocation, source)]
+            gpu, pool, cls, share = shape[target]
+            conn.execute(
+                update(bookings)
+                .where(bookings.c.id == key)
+                .values(
+                    {
+                        "atom_id": target,
+                        "gpu_id": gpu,
+                        "pool_id": pool,
+                        "class": cls,
+                        "gpu_share": share,
+                        "state": "live",
+                    }
+                )
+            )
+    except IntegrityError as exc:
+        if isinstance(exc.orig, psycopg.errors.ExclusionViolation):
+            raise overlap_from(exc.orig) from None
+        raise
+    except OperationalError as exc:
+        if isinstance(exc.orig, psycopg.errors.DeadlockDetected | psycopg.errors.SerializationFailure):
+            raise contended() from None
+        raise
+    for event in events:
+        append(conn, event, now)
+    return len(found)
+
+
 def cancel_allocation(conn: Connection, allocation_id: str, now: datetime) -> int:
     """Cancel every live booking of the allocation (the caller checked none has started)."""
     changed = conn.execute(
@@ -783,6 +890,9 @@ class SqlLedger:
 
     def cancel_allocation(self, allocation_id: str, now: datetime) -> int:
         return cancel_allocation(self.conn, allocation_id, now)
+
+    def rebind(self, moves: Sequence[tuple[str, str, str]], now: datetime, events: Sequence[Event]) -> int:
+        return rebind(self.conn, moves, now, events)
 
     def extend_allocation(self, allocation_id: str, end: datetime, event: Event, now: datetime) -> int:
         return extend_allocation(self.conn, allocation_id, end, event, now)

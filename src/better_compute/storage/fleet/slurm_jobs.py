@@ -1,0 +1,59 @@
+"""The Slurm jobs the follower mirrors (`slurm_jobs`): what it last read of each, by allocation and node."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, delete, select, tuple_
+
+from better_compute.domain.fleet.slurm_holds import Mirror
+from better_compute.storage.kernel import rows
+from better_compute.storage.kernel.tables import slurm_jobs
+
+MAX_REASON = 200
+
+
+class SqlSlurmJobs:
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def put(self, cluster_id: str, mirrors: Sequence[Mirror], now: datetime) -> None:
+        """The cluster's rows become `mirrors`: each written, any other row of the cluster dropped."""
+        keep = [(m.allocation_id, m.node) for m in mirrors]
+        gone = delete(slurm_jobs).where(slurm_jobs.c.cluster_id == cluster_id)
+        if keep:
+            gone = gone.where(tuple_(slurm_jobs.c.allocation_id, slurm_jobs.c.node_id).not_in(keep))
+        self.conn.execute(gone)
+        rows.upsert(
+            self.conn,
+            slurm_jobs,
+            [
+                {
+                    "allocation_id": m.allocation_id,
+                    "node_id": m.node,
+                    "cluster_id": cluster_id,
+                    "job_id": m.job_id,
+                    "state": m.state[:24],
+                    "reason": m.reason[:MAX_REASON],
+                    "external": m.external,
+                    "updated_at": now,
+                }
+                for m in mirrors
+            ],
+            ["allocation_id", "node_id"],
+        )
+
+    def of_allocations(self, allocation_ids: Sequence[str]) -> dict[str, list[Mirror]]:
+        out: dict[str, list[Mirror]] = {a: [] for a in allocation_ids}
+        if not allocation_ids:
+            return out
+        c = slurm_jobs.c
+        found = self.conn.execute(
+            select(c.allocation_id, c.node_id, c.job_id, c.state, c.reason, c.external)
+            .where(and_(c.allocation_id.in_(list(allocation_ids))))
+            .order_by(c.allocation_id, c.node_id)
+        ).all()
+        for r in found:
+            out[r[0]].append(Mirror(r[0], r[1], int(r[2]), r[3], r[4], bool(r[5])))
+        return out

@@ -1,0 +1,351 @@
+"""Holds on a Slurm cluster as holding jobs, through the follower over the in-memory Slurm
+(tests/slurm_fake.py), on SQLite and PostgreSQL: two-phase booking, binding to the index Slurm
+gave, ends both ways, adoption after a restart, jobs submitted directly as external holds, and the
+ledger fencing a move onto an atom taken meanwhile (ADR 0015, "Race windows")."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import pytest
+
+from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.fleet.slurm_gres import gres_slots
+from better_compute.domain.fleet.slurm_holds import hold_job_name
+from better_compute.domain.kernel.errors import AllBusy, InvalidState
+from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.events import LedgerRebound
+from better_compute.domain.ledger.reservations import ReservationStatus
+from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.tenancy.credentials import Principal
+from better_compute.entrypoints.fleet import load_fleet
+from better_compute.service.fleet import clusters
+from better_compute.service.fleet.slurm import HoldRequest, JobRequest
+from better_compute.service.ledger import reservations
+from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.ledger.ports import Overlap
+from better_compute.service.ledger.reservations import ReservationView
+from better_compute.service.ledger.slurm_holds import PassReport, SlurmFollower, follow
+from better_compute.service.tenancy import quotas
+from better_compute.storage.store import Store
+from tests.builders import T0, stored_events
+from tests.slurm_fake import FakeSlurm
+
+ADMIN = Principal(tenant_id=None, is_admin=True, credential_id="admin")
+OWNER = Principal(tenant_id="platform", is_admin=False, credential_id="owner")
+ACCOUNT = "bc-holds"
+FLEET = {
+    "tenants": [{"id": "platform"}, {"id": "ml"}],
+    "clusters": [
+        {"name": "s1", "region": "r1", "nodes": [{"name": "sn", "gpus": {"model": "H100-80GB", "count": 1}}]}
+    ],
+    "pools": [
+        {
+            "name": "p1",
+            "cluster": "s1",
+            "mode": "mig",
+            "owner": "platform",
+            "policy": {"migLayout": "mixed:2x3g.40gb"},
+            "nodes": ["sn"],
+        }
+    ],
+}
+MIG = [
+    {
+        "class": "gpu.mig",
+        "count": 1,
+        "selector": {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["3g.40gb"]}]},
+    }
+]
+
+
+@dataclass
+class World:
+    store: Store
+    slurm: FakeSlurm
+    index: BookingIndex
+    now: datetime
+    ids: Iterator[str]
+
+    def reserve(self, duration: str = "1h", **extra: str) -> ReservationView:
+        body = {"poolId": "p1", "devices": MIG, "duration": duration, **extra}
+        return reservations.create(self.store, self.index, OWNER, body, self.now, lambda: next(self.ids))
+
+    def follow(self) -> PassReport:
+        cluster = clusters.get(self.store, "s1")
+        return follow(self.store, cluster, self.slurm, self.now)
+
+    def tick(self, seconds: int = 1) -> None:
+        """Time passes for both: Slurm runs a scheduling pass."""
+        self.now += timedelta(seconds=seconds)
+        self.slurm.advance(seconds)
+
+    def view(self, reservation_id: str) -> ReservationView:
+        return reservations.get(self.store, OWNER, reservation_id, self.now)
+
+    def atoms_of(self, reservation_id: str) -> list[str]:
+        return [a.id for a in self.view(reservation_id).atoms]
+
+    def slots(self) -> list[str]:
+        """The node's 3g.40gb atoms in GRES index order (index k is the k-th)."""
+        with self.store.read() as tx:
+            found = gres_slots("sn", tx.gpus.of_nodes(["sn"]), tx.atoms.of_nodes(["sn"]))
+        return [s.atom_id or "" for s in found]
+
+    def direct(self, name: str = "train") -> int:
+        """A job submitted to Slurm directly (not through us)."""
+        return self.slurm.submit(
+            JobRequest(name=name, command="sleep 600", gres_name="gpu", gres_type="3g.40gb", gres_count=1)
+        )
+
+
+@pytest.fixture
+def world(store: Store) -> World:
+    slurm_settings = {
+        "controller": "ctl",
+        "partitions": ["ours"],
+        "account": ACCOUNT,
+        "accounts": {"mlacct": "ml"},
+    }
+    clusters.create(store, ADMIN, "s1", "r1", [], "slurm", slurm_settings, T0)
+    load_fleet(store, parse_fleet(FLEET), T0)
+    quotas.set_quota(store, ADMIN, "platform", "p1", "gpu.mig", 8, T0)
+    slurm = FakeSlurm(nodes={"sn": ["3g.40gb", "3g.40gb"]}, default_account="mlacct")
+    return World(store, slurm, BookingIndex(), T0, (f"rsv-{n}" for n in itertools.count(1)))
+
+
+def test_a_reservation_is_scheduled_until_its_holding_job_runs_then_active_on_the_index_slurm_gave(
+    world: World,
+) -> None:
+    made = world.reserve()
+    report = world.follow()
+    [(allocation, job_id)] = report.submitted
+    assert allocation == made.id
+    job = world.slurm.job(job_id)
+    assert (job.name, job.account, job.required_nodes) == (hold_job_name(made.id), ACCOUNT, "sn")
+    assert job.time_limit_minutes == 60
+    shown = world.view(made.id)
+    assert shown.status == ReservationStatus.SCHEDULED
+    assert [(j.job_id, j.state) for j in shown.slurm_jobs] == [(job_id, "PENDING")]
+    world.tick()
+    world.follow()
+    shown = world.view(made.id)
+    assert shown.status == ReservationStatus.ACTIVE
+    assert shown.atoms[0].id == world.slots()[world.slurm.job(job_id).gres[0].indices[0]]
+    assert world.follow().submitted == []  # adopted, not submitted again
+
+
+def test_a_future_reservation_waits_for_its_begin_time(world: World) -> None:
+    made = world.reserve(start=(world.now + timedelta(minutes=10)).isoformat())
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    assert (world.slurm.job(job_id).state, world.slurm.job(job_id).reason) == ("PENDING", "BeginTime")
+    world.tick(600)
+    world.follow()
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+
+
+def test_a_job_run_on_another_card_than_admission_booked_moves_the_booking_there(world: World) -> None:
+    made = world.reserve()
+    booked = world.atoms_of(made.id)
+    slots = world.slots()
+    # A job submitted directly before ours, still pending: Slurm starts it first, on the card our
+    # admission chose, and gives our holding job the other one.
+    other = world.direct()
+    world.follow()
+    world.tick()
+    ours = next(j for j in world.slurm.jobs(["ours"]) if j.name == hold_job_name(made.id))
+    assert slots[ours.gres[0].indices[0]] != booked[0]
+    report = world.follow()
+    assert report.rebound == [made.id] and report.booked_external == [f"slurm:s1:{other}"]
+    assert world.atoms_of(made.id) == [slots[ours.gres[0].indices[0]]]
+    logged = stored_events(world.store, LedgerRebound.TYPE)
+    assert [e["subject"] for e in logged] == [made.id]
+    with world.store.read() as tx:
+        held = {b.atom_id: b.allocation_id for b in tx.ledger.live_on(slots, world.now)}
+    assert held == {slots[0]: f"slurm:s1:{other}", slots[1]: made.id} or held == {
+        slots[1]: f"slurm:s1:{other}",
+        slots[0]: made.id,
+    }
+    # The booking index followed the move: the pool is full for admission.
+    with pytest.raises(AllBusy):
+        world.reserve()
+
+
+def test_a_job_submitted_directly_is_booked_for_its_tenant_and_admission_refuses_its_card(
+    world: World,
+) -> None:
+    first = world.direct()
+    world.tick()
+    report = world.follow()
+    assert report.booked_external == [f"slurm:s1:{first}"]
+    with world.store.read() as tx:
+        [booking] = tx.ledger.allocation_bookings(f"slurm:s1:{first}")
+    assert booking.tenant_id == "ml"  # its Slurm account maps to tenant ml
+    assert booking.span.end is None  # no --time: the partition's limit, INFINITE here
+    assert booking.atom_id == world.slots()[world.slurm.job(first).gres[0].indices[0]]
+    world.direct("train2")
+    world.tick()
+    world.follow()
+    with pytest.raises(AllBusy):
+        world.reserve()
+    freed = booking.atom_id
+    world.slurm.complete(first)
+    world.tick()
+    assert world.follow().ended_external == [f"slurm:s1:{first}"]
+    assert world.atoms_of(world.reserve().id) == [freed]
+
+
+def test_a_direct_job_with_a_time_limit_is_booked_until_it(world: World) -> None:
+    job_id = world.slurm.submit_hold(HoldRequest("train", "mlacct", "ours", "sn", (("3g.40gb", 1),), 0, 1800))
+    world.tick()
+    world.follow()
+    with world.store.read() as tx:
+        [booking] = tx.ledger.allocation_bookings(f"slurm:s1:{job_id}")
+    assert (booking.tenant_id, booking.span.end) == ("ml", world.now + timedelta(minutes=30))
+
+
+def test_a_holding_job_slurm_ends_or_a_user_cancels_ends_the_reservation(world: World) -> None:
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    world.slurm.cancel(job_id)  # a user's scancel
+    world.tick()
+    assert world.follow().ended == [made.id]
+    assert world.view(made.id).status == ReservationStatus.RELEASED
+    assert world.follow().submitted == []  # an ended reservation gets no new job
+    pending = world.reserve(start=(world.now + timedelta(hours=2)).isoformat())
+    [(_, later)] = world.follow().submitted
+    world.slurm.cancel(later)
+    world.tick()
+    world.follow()
+    assert world.view(pending.id).status == ReservationStatus.CANCELLED
+
+
+def test_releasing_a_reservation_cancels_its_holding_job(world: World) -> None:
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    world.tick()
+    reservations.release(world.store, OWNER, made.id, world.now)
+    assert world.follow().cancelled == [job_id]
+    assert world.slurm.job(job_id).state == "CANCELLED"
+
+
+def test_after_a_restart_a_job_of_ours_is_adopted_and_one_without_allocation_cancelled(world: World) -> None:
+    made = world.reserve()
+    # Submitted by a server that died before anything else happened: named after its allocation.
+    request = HoldRequest(hold_job_name(made.id), ACCOUNT, "ours", "sn", (("3g.40gb", 1),), 0, 3600)
+    adopted = world.slurm.submit_hold(request)
+    ghost = world.slurm.submit_hold(
+        HoldRequest(hold_job_name("rsv-never"), ACCOUNT, "ours", "sn", (("3g.40gb", 1),), 0, 3600)
+    )
+    report = world.follow()
+    assert report.submitted == [] and report.cancelled == [ghost]
+    assert [j.job_id for j in world.view(made.id).slurm_jobs] == [adopted]
+
+
+def test_a_move_onto_a_card_booked_meanwhile_is_refused_and_a_swap_passes(world: World) -> None:
+    """The ledger is the fence for a move as for a booking: on PostgreSQL the exclusion constraint
+    refuses the row, on SQLite the look-up under the write lock does."""
+    first, second = world.reserve(), world.reserve()
+    a, b = world.atoms_of(first.id)[0], world.atoms_of(second.id)[0]
+    moved = LedgerRebound(first.id, ((a, b, ""),), world.now)
+    with pytest.raises(Overlap), world.store.begin() as tx:
+        tx.ledger.rebind([(first.id, a, b)], world.now, [moved])
+    assert (world.atoms_of(first.id), world.atoms_of(second.id)) == ([a], [b])
+    assert stored_events(world.store, LedgerRebound.TYPE) == []
+    # Two bookings swapping cards in one step pass: the rows are set aside, then moved.
+    with world.store.begin() as tx:
+        assert tx.ledger.rebind([(first.id, a, b), (second.id, b, a)], world.now, [moved]) == 2
+    assert (world.atoms_of(first.id), world.atoms_of(second.id)) == ([b], [a])
+
+
+def test_the_follower_passes_over_every_slurm_cluster_and_no_other(world: World) -> None:
+    clusters.create(world.store, ADMIN, "l1", "r1", [], "local", None, T0)
+    asked: list[str] = []
+
+    def control_for(cluster: Cluster) -> FakeSlurm:
+        asked.append(cluster.id)
+        return world.slurm
+
+    made = world.reserve()
+    [report] = SlurmFollower(world.store, lambda: world.now, control_for).tick()
+    assert (asked, report.cluster_id, [a for a, _ in report.submitted]) == (["s1"], "s1", [made.id])
+    world.slurm.unreachable = True
+    assert SlurmFollower(world.store, lambda: world.now, control_for).tick() == []  # tried again later
+
+
+def test_a_reservation_with_a_holding_job_cannot_be_extended_yet(world: World) -> None:
+    made = world.reserve()
+    world.follow()
+    with pytest.raises(InvalidState) as refused:
+        reservations.extend(world.store, world.index, OWNER, made.id, "1h", world.now)
+    assert refused.value.details == {"id": made.id, "reason": "slurm_hold"}
+    assert world.view(made.id).reservation.ends_at == T0 + timedelta(hours=1)
+
+
+def test_a_direct_job_of_another_partition_on_our_node_is_booked_too(world: World) -> None:
+    world.slurm.partition = "theirs"  # the next job goes to another partition sharing the node
+    job_id = world.direct()
+    world.slurm.partition = "ours"
+    world.tick()
+    assert world.follow().booked_external == [f"slurm:s1:{job_id}"]
+
+
+def test_a_move_racing_a_booking_of_its_target_waits_for_it_and_is_refused(world: World) -> None:
+    """On PostgreSQL: a booking of the target atom not yet committed holds the move back (the
+    exclusion constraint waits on the other transaction), and once it commits the move is refused
+    and writes nothing."""
+    if world.store.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite serialises its writers: there is no interleaving to race")
+    first = world.reserve()
+    a = world.atoms_of(first.id)[0]
+    [b] = [s for s in world.slots() if s != a]
+    booked = threading.Event()
+    commit = threading.Event()
+    outcome: list[object] = []
+
+    def other_booking() -> None:
+        with world.store.begin() as tx:
+            tx.ledger.book(
+                [b], Window(world.now, world.now + timedelta(hours=1)), "other", "platform", world.now
+            )
+            booked.set()
+            commit.wait(10)
+
+    def move() -> None:
+        try:
+            with world.store.begin() as tx:
+                event = LedgerRebound(first.id, ((a, b, ""),), world.now)
+                outcome.append(tx.ledger.rebind([(first.id, a, b)], world.now, [event]))
+        except Overlap as refused:
+            outcome.append(refused)
+
+    booker = threading.Thread(target=other_booking)
+    booker.start()
+    assert booked.wait(10)
+    mover = threading.Thread(target=move)
+    mover.start()
+    mover.join(0.5)
+    assert mover.is_alive()  # waiting on the uncommitted booking of its target
+    commit.set()
+    booker.join(10)
+    mover.join(10)
+    assert len(outcome) == 1 and isinstance(outcome[0], Overlap)
+    assert world.atoms_of(first.id) == [a]
+
+
+def test_a_reservation_its_tenant_released_first_is_not_ended_again(world: World) -> None:
+    made = world.reserve()
+    world.tick()
+    reservations.release(world.store, OWNER, made.id, world.now)
+    with world.store.begin() as tx:
+        assert reservations.end_in(tx, made.id, world.now) is False
+    assert len(stored_events(world.store, "reservation.released")) == 1
