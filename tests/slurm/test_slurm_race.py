@@ -37,9 +37,8 @@ SECONDS = float(os.environ.get("BC_SLURM_RACE_SECONDS", "20"))
 SETTLE = 30.0
 
 
+@pytest.mark.postgres_only  # a race: SQLite serialises its writers
 def test_placers_and_direct_submitters_never_hold_one_card_at_once(fleet: Fleet) -> None:
-    if fleet.store.engine.dialect.name != "postgresql":
-        pytest.skip("the race runs on PostgreSQL, where its writers run in parallel")
     run = uuid.uuid4().hex[:8]  # ids new to this Slurm, whose jobs of earlier tests it still knows
     counts: Counter[str] = Counter()
     lock = threading.Lock()
