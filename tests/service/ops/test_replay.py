@@ -14,6 +14,7 @@ from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.ops.replay import PolicySet, check_window, parse_demand, parse_policy_set
 from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.entrypoints.replay import scratch
@@ -90,16 +91,28 @@ def record(store: Store) -> dict[str, str]:
     w = d.wiring
     ids: dict[str, str] = {}
 
-    def create(tenant: str, name: str, count: int, replicas: int, priority: str) -> Callable[[datetime], None]:
+    def create(
+        tenant: str, name: str, count: int, replicas: int, priority: str
+    ) -> Callable[[datetime], None]:
         def go(now: datetime) -> None:
-            body = {"tenantId": tenant, "name": name, "shape": shape(count), "replicas": replicas,
-                    "priorityClass": priority}
+            body = {
+                "tenantId": tenant,
+                "name": name,
+                "shape": shape(count),
+                "replicas": replicas,
+                "priorityClass": priority,
+            }
             ids[name] = workloads.create(w, ADMIN, body, now).id
 
         return go
 
     def reserve(now: datetime) -> None:
-        asked = {"tenantId": "acme", "poolId": "p1", "devices": [{"class": "gpu", "count": 2}], "duration": "4h"}
+        asked = {
+            "tenantId": "acme",
+            "poolId": "p1",
+            "devices": [{"class": "gpu", "count": 2}],
+            "duration": "4h",
+        }
         ids["rsv"] = reservations.create(store, w.index, ADMIN, asked, now, w.ids.reservation).id
 
     d.at(T0, create("globex", "batch", 1, 6, "batch"))
@@ -120,17 +133,128 @@ def test_replaying_a_recorded_history_with_its_policy_unchanged_reproduces_each_
     past = replay.history(store, window)
     assert [type(a).__name__ for a in past.demand.asks] == ["WorkloadAsk", "ReservationAsk", "WorkloadAsk"]
     happened = replay.recorded(store, past, window)
-    again = replay.run(scratch, parse_fleet(fleet_file()), replay.today(store), PolicySet(), past.demand, window)
+    again = replay.run(
+        scratch, replay.today_fleet(store), replay.today(store), PolicySet(), past.demand, window
+    )
 
     # What happened, worked out by hand: 8 devices. batch holds 6 from 9:00; the reservation 2
     # from 9:30 to 13:30; prod (4 on one node, priority 100) evicts 4 batch replicas at 10:00 and
     # is deleted at 12:00, when batch is placed again; batch scaled to 9 at 12:30 gets 6 until the
     # reservation ends at 13:30, then 8 of 9.
     batch, rsv, prod = happened.outcomes
-    assert (batch.preempted, batch.granted_hours, batch.refused_reason) == (4, 6 + 2 * 2 + 3 + 6 * 1 + 8 * 1.5, "insufficient_capacity")
+    assert (batch.preempted, batch.granted_hours, batch.refused_reason) == (
+        4,
+        6 + 2 * 2 + 3 + 6 * 1 + 8 * 1.5,
+        "insufficient_capacity",
+    )
     assert (rsv.granted_hours, prod.granted_hours, prod.wait_s) == (8.0, 8.0, 0.0)
     assert happened.overall.preemptions == 4
     # ... and the replay, on a scratch store of its own, meets the same, request by request.
     assert again.outcomes == happened.outcomes
     assert again.tenants == happened.tenants
     assert again.overall == happened.overall
+
+
+def what_if_demand() -> dict[str, Any]:
+    return {
+        "requests": [
+            {
+                "kind": "workload",
+                "at": T0.isoformat(),
+                "tenant": "globex",
+                "name": "batch",
+                "shape": shape(1),
+                "replicas": 8,
+                "priorityClass": "batch",
+                "until": at(180).isoformat(),
+            },
+            {
+                "kind": "workload",
+                "at": at(60).isoformat(),
+                "tenant": "acme",
+                "name": "svc",
+                "shape": shape(1),
+                "replicas": 4,
+            },
+        ]
+    }
+
+
+def test_a_floor_for_one_tenant_ends_its_wait_and_costs_the_other_tenant_the_preemptions_worked_out_by_hand() -> (
+    None
+):
+    """8 devices in c1; globex may use all 8 (a pool row), and runs `batch` (priority 1,
+    preemptible) with 8 one-device replicas from 9:00 until it is deleted at 12:00. acme asks for
+    `svc`, 4 one-device replicas of the `standard` class (priority 0), at 10:00. The window is
+    9:00 to 15:00.
+
+    Today (no floor): svc's priority is below batch's, so it evicts nothing; it waits from 10:00
+    until batch is deleted at 12:00: a wait of 7,200 s, then holds 4 devices for 3 h (12 GPU-h).
+    globex suffers no preemption and holds 8 devices for 3 h (24 GPU-h).
+
+    With a floor of 4 for acme in c1 (`floorDevices: 4`, `guaranteedDevices: 8`): batch borrows
+    acme's unused floor at 9:00 (it is preemptible), and at 10:00 svc takes it back by evicting 4
+    batch replicas (`why: floor`), whatever their priority: svc waits 0 s and holds 4 devices for
+    5 h (20 GPU-h). globex suffers 4 preemptions; batch holds 8 devices for 1 h and 4 for 2 h
+    (16 GPU-h) and is short 4 for those 2 h (8 GPU-h refused, waiting for capacity)."""
+    window = check_window(T0, at(360))
+    demand = parse_demand(what_if_demand())
+    base = replay.Today(pool_quotas=(quotas_row("globex"),))
+    classes = {"priorityClasses": [{"name": "batch", "priority": 1, "preemptible": True}]}
+    floor = {
+        **classes,
+        "quotas": [
+            {
+                "tenantId": "acme",
+                "deviceClass": "h100",
+                "scope": "cluster",
+                "clusterId": "c1",
+                "guaranteedDevices": 8,
+                "floorDevices": 4,
+            }
+        ],
+    }
+    fleet = parse_fleet(fleet_file())
+    without = replay.run(scratch, fleet, base, parse_policy_set(classes), demand, window)
+    with_floor = replay.run(scratch, fleet, base, parse_policy_set(floor), demand, window)
+
+    acme, globex = without.tenants["acme"], without.tenants["globex"]
+    assert (acme.wait_p50_s, acme.wait_p99_s, acme.gpu_hours_granted) == (7200.0, 7200.0, 12.0)
+    assert (globex.preemptions, globex.gpu_hours_granted, globex.gpu_hours_refused) == (0, 24.0, {})
+
+    acme, globex = with_floor.tenants["acme"], with_floor.tenants["globex"]
+    assert (acme.wait_p50_s, acme.wait_p99_s, acme.gpu_hours_granted) == (0.0, 0.0, 20.0)
+    assert (globex.preemptions, globex.gpu_hours_granted) == (4, 16.0)
+    assert globex.gpu_hours_refused == {"insufficient_capacity": 8.0}
+
+
+def quotas_row(tenant: str) -> Quota:
+    return Quota(tenant, "p1", "gpu", 8, T0)
+
+
+def test_a_policy_change_naming_a_tenant_the_fleet_lacks_is_refused_by_name() -> None:
+    changes = parse_policy_set(
+        {"quotas": [{"tenantId": "initech", "deviceClass": "h100", "scope": "fleet", "guaranteedDevices": 1}]}
+    )
+    with pytest.raises(InvalidInput) as refused:
+        replay.run(
+            scratch,
+            parse_fleet(fleet_file()),
+            replay.Today(),
+            changes,
+            parse_demand(what_if_demand()),
+            check_window(T0, at(60)),
+        )
+    assert (
+        refused.value.message
+        == "the policy set names tenant(s) ['initech'] that the replayed fleet does not have"
+    )
+
+
+def test_a_window_that_ends_before_it_begins_is_refused() -> None:
+    with pytest.raises(InvalidInput) as refused:
+        check_window(at(60), T0)
+    assert (
+        "ends (2026-12-01T09:00:00+00:00) before it begins (2026-12-01T10:00:00+00:00)"
+        in refused.value.message
+    )

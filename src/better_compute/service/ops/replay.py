@@ -35,7 +35,7 @@ from better_compute.domain.kernel.events import Event
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.ops.audience import Reader
-from better_compute.domain.ops.fleet import FleetSpec
+from better_compute.domain.ops.fleet import ClusterSpec, FleetSpec, NodeSpec, PoolSpec, TenantSpec
 from better_compute.domain.ops.replay import (
     Demand,
     Figures,
@@ -119,6 +119,69 @@ class _Tracked:
     ask: WorkloadAsk | ReservationAsk
     scratch_id: str | None = None
     refused_reason: str | None = None
+
+
+# -- Today's fleet -------------------------------------------------------------------------------
+
+
+def today_fleet(store: StorePort[OpsTx]) -> FleetSpec:
+    """The deployment's fleet now, as a fleet file would describe it: its tenants, clusters, nodes
+    (each with its GPUs' model and count, NUMA nodes, NVLink, and its pool's MIG layout) and pools
+    (mode, owner, members, settings, meter and the owner's quota rows). A node with no GPU of a
+    model the catalog knows is left out: a replay cannot simulate it."""
+    with store.read() as tx:
+        tenants = tx.tenants.page(None, None)
+        clusters = tx.clusters.all()
+        nodes = tx.nodes.page(None, None, None)
+        gpus = tx.gpus.of_nodes([n.id for n in nodes]) if nodes else []
+        pools = tx.pools.all()
+        members = tx.pools.members()
+        owner_rows = {p.id: tx.quotas.find(p.owner_tenant_id, p.id) for p in pools}
+    pool_of = {n: p for p in pools for n in members.get(p.id, ())}
+    by_node: dict[str, list[Any]] = defaultdict(list)
+    for g in gpus:
+        if g.present and g.model:
+            by_node[g.node_id].append(g)
+    node_specs = []
+    for n in nodes:
+        held = by_node.get(n.id)
+        if not held:
+            continue
+        pool = pool_of.get(n.id)
+        layout = pool.settings.mig_layout if pool is not None and pool.mode == "mig" else None
+        node_specs.append(
+            NodeSpec(
+                n.id,
+                n.cluster_id,
+                held[0].model,
+                len(held),
+                mig_layout=layout,
+                numa_nodes=max(1, len({g.numa_node for g in held if g.numa_node is not None})),
+                nvlink=any(g.nvlink_peers for g in held),
+                carries_pool_layout=n.carries_pool_layout,
+                host_cpu_cores=n.host_cpu_cores,
+                host_memory_mib=n.host_memory_mib,
+            )
+        )
+    kept = {n.name for n in node_specs}
+    return FleetSpec(
+        tuple(TenantSpec(t.id, t.name) for t in tenants),
+        tuple(ClusterSpec(c.id, c.region, tuple(c.residency)) for c in clusters),
+        tuple(node_specs),
+        tuple(
+            PoolSpec(
+                p.id,
+                p.cluster_id,
+                p.mode,
+                p.owner_tenant_id,
+                tuple(m for m in members.get(p.id, ()) if m in kept),
+                p.settings,
+                {q.cls: q.limit for q in owner_rows[p.id]},
+                p.meter,
+            )
+            for p in pools
+        ),
+    )
 
 
 # -- Today's policy set ---------------------------------------------------------------------------
