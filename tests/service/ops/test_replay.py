@@ -70,7 +70,7 @@ class Deployment:
     def __init__(self, store: Store) -> None:
         self.now = T0
         self.wiring = workloads.Wiring(store, BookingIndex(), Stock(), RandomIds())
-        self.retrier = Retrier(self.wiring, lambda: self.now)  # type: ignore[arg-type]
+        self.retrier = Retrier(self.wiring, lambda: self.now)
 
     def at(self, when: datetime, action: Callable[[datetime], object] | None = None) -> object:
         self.now = when
