@@ -30,6 +30,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, NotFound
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
@@ -62,6 +63,7 @@ from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.domain.tenancy.records import Quota
+from better_compute.service.gate import mig_gate
 from better_compute.service.kernel.ports import LogPosition, StorePort
 from better_compute.service.ledger import reservations
 from better_compute.service.metering import bills, prices
@@ -81,6 +83,8 @@ Scratch = Callable[[FleetSpec, datetime], AbstractContextManager[Sandbox]]
 root's: `entrypoints.replay.scratch`), and removes it when the block ends."""
 
 PAGE = 1000
+GATE_STEPS = 16
+"""The most gate steps one node takes at one instant (a layout change is a few)."""
 
 
 @dataclass(frozen=True)
@@ -405,10 +409,25 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window) -> list[_Tracked]:
             _, kind, index, step = steps[i]
             _act(sandbox, tracked[index], kind, step, clock.now)
             i += 1
-        retrier.tick()
+        _pass(sandbox, retrier, clock.now)
     clock.now = window.until
-    retrier.tick()
+    _pass(sandbox, retrier, clock.now)
     return tracked
+
+
+def _pass(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
+    """The reconcilers' passes at one virtual instant, as the server runs them on timers and
+    wake-ups: the placement retrier (what waits is placed again, preempting as it may), then the
+    MIG layout gate, stepped for every node with a gate until each waits (a layout change waits
+    for its node's report, which no simulated node sends during a replay: docs/replay.md)."""
+    retrier.tick()
+    with sandbox.store.read() as tx:
+        nodes = sorted(g.node_id for g in tx.mig_layouts.all_rows())
+    for node in nodes:
+        for _ in range(GATE_STEPS):
+            step = mig_gate.step(sandbox.store, node, now)
+            if step is None or isinstance(step, gate_rules.Wait):
+                break
 
 
 def _act(sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime) -> None:
