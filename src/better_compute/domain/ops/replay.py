@@ -22,7 +22,13 @@ MAX_WINDOW = timedelta(days=31)
 virtual time costs only what happens in it, but a window is a client-controlled size."""
 MAX_REQUESTS = 5000
 """The most demand items one replay takes (a request's scale steps counted with it): a replay of
-1,000 requests takes seconds (docs/replay.md), and a request holds the server's one replay slot."""
+1,000 requests takes seconds (docs/replay.md), and it holds a server thread that long."""
+MAX_FLEET_NODES = 2000
+"""The most nodes a replayed fleet (a fleet file's, `replicas` expanded) may have: each is
+simulated and its first report ingested into the throwaway store."""
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""The largest `replay.run` request body: 5,000 requests with a fleet file and two policy sets fit
+well within it (the API's other methods keep the server's default cap)."""
 MAX_CHANGES = 500
 """The most entries a policy set's changes (or a fleet's node changes) may hold."""
 MAX_SCALES = 100
@@ -282,6 +288,14 @@ def parse_policy_set(raw: object, where: str = "policy") -> PolicySet:
     return policy
 
 
+def check_fleet_size(nodes: int) -> None:
+    if nodes > MAX_FLEET_NODES:
+        raise InvalidInput(
+            f"a replayed fleet has at most {MAX_FLEET_NODES} nodes; this one has {nodes}",
+            {"field": "fleet", "limit": MAX_FLEET_NODES, "given": nodes},
+        )
+
+
 # -- Figures -----------------------------------------------------------------------------------
 
 
@@ -347,8 +361,35 @@ def figures(outcomes: Sequence[Outcome]) -> Figures:
     )
 
 
+def differences(policy: Figures, against: Figures) -> dict[str, float | None]:
+    """What `against` changes from `policy`: each figure's difference (against less policy); None
+    where either side has no figure (no wait measured, no price known)."""
+
+    def minus(b: float | None, a: float | None) -> float | None:
+        return None if a is None or b is None else round(b - a, 6)
+
+    def cost(f: Figures) -> float | None:
+        return None if f.cost is None else float(f.cost)
+
+    same_currency = policy.currency == against.currency
+    return {
+        "requests": against.requests - policy.requests,
+        "refusedRequests": against.refused_requests - policy.refused_requests,
+        "gpuHoursGranted": minus(against.gpu_hours_granted, policy.gpu_hours_granted),
+        "gpuHoursRefused": minus(
+            sum(against.gpu_hours_refused.values()), sum(policy.gpu_hours_refused.values())
+        ),
+        "waitP50Seconds": minus(against.wait_p50_s, policy.wait_p50_s),
+        "waitP99Seconds": minus(against.wait_p99_s, policy.wait_p99_s),
+        "preemptions": against.preemptions - policy.preemptions,
+        "cost": minus(cost(against), cost(policy)) if same_currency else None,
+    }
+
+
 __all__ = [
+    "MAX_BODY_BYTES",
     "MAX_CHANGES",
+    "MAX_FLEET_NODES",
     "MAX_REQUESTS",
     "MAX_SCALES",
     "MAX_WINDOW",
@@ -360,8 +401,10 @@ __all__ = [
     "ReservationAsk",
     "Window",
     "WorkloadAsk",
+    "check_fleet_size",
     "check_size",
     "check_window",
+    "differences",
     "figures",
     "parse_demand",
     "parse_policy_set",

@@ -31,12 +31,19 @@ from decimal import Decimal
 from typing import Any
 
 from better_compute.domain.gate import mig_gate as gate_rules
-from better_compute.domain.kernel.errors import DomainError, InvalidInput, NotFound
+from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.ops.audience import Reader
-from better_compute.domain.ops.fleet import ClusterSpec, FleetSpec, NodeSpec, PoolSpec, TenantSpec
+from better_compute.domain.ops.fleet import (
+    ClusterSpec,
+    FleetSpec,
+    NodeSpec,
+    PoolSpec,
+    TenantSpec,
+    parse_fleet,
+)
 from better_compute.domain.ops.replay import (
     Demand,
     Figures,
@@ -45,8 +52,13 @@ from better_compute.domain.ops.replay import (
     ReservationAsk,
     Window,
     WorkloadAsk,
+    check_fleet_size,
     check_size,
+    check_window,
     figures,
+    parse_demand,
+    parse_policy_set,
+    size_of,
 )
 from better_compute.domain.placement.class_quotas import ClassQuota
 from better_compute.domain.placement.device_classes import DeviceClass
@@ -60,7 +72,7 @@ from better_compute.domain.placement.events import (
     WorkloadScaled,
 )
 from better_compute.domain.placement.priority_classes import PriorityClass
-from better_compute.domain.tenancy.credentials import Principal
+from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.domain.tenancy.records import Quota
 from better_compute.service.gate import mig_gate
@@ -81,6 +93,15 @@ Sandbox = workloads.Wiring[OpsTx]
 Scratch = Callable[[FleetSpec, datetime], AbstractContextManager[Sandbox]]
 """Opens a throwaway store holding `fleet` as registered at the instant given (the composition
 root's: `entrypoints.replay.scratch`), and removes it when the block ends."""
+
+
+@contextmanager
+def refuse_replay(fleet: FleetSpec, now: datetime) -> Iterator[Sandbox]:
+    """A `Scratch` for a process that runs no replays (the default of `Services`)."""
+    del fleet, now
+    raise InvalidState("this server process runs no replays", {"reason": "no_replays"})
+    yield  # pragma: no cover
+
 
 PAGE = 1000
 GATE_STEPS = 16
@@ -804,4 +825,61 @@ def _with_cost(f: Figures, cost: tuple[Decimal, str] | None) -> Figures:
     return f if cost is None else replace(f, cost=str(cost[0]), currency=cost[1])
 
 
-__all__ = ["REPLAYER", "Report", "Run", "Sandbox", "Scratch", "events_of", "measure", "run"]
+def replay(
+    store: StorePort[OpsTx],
+    scratch: Scratch,
+    principal: Principal,
+    *,
+    since: datetime,
+    until: datetime,
+    demand: object = None,
+    fleet: object = None,
+    policy: object = None,
+    against: object = None,
+) -> Report:
+    """`replay.run` (admin): replay `demand` (None: this deployment's own history in the window)
+    over `fleet` (None: today's) under today's policy set with `policy`'s changes, and, when
+    `against` is given, again with its changes instead. The deployment's store is only read."""
+    require_admin(principal, "replay.run")
+    window = check_window(since, until)
+    spec = today_fleet(store) if fleet is None else _fleet_file(fleet)
+    check_fleet_size(len(spec.nodes))
+    changes = parse_policy_set(policy, "policy")
+    other = None if against is None else parse_policy_set(against, "against")
+    base = today(store)
+    runs: list[Run] = []
+    if demand is None:
+        past = history(store, window)
+        asked = past.demand
+        runs.append(recorded(store, past, window))
+    else:
+        asked = parse_demand(demand)
+    runs.append(run(scratch, spec, base, changes, asked, window, name="policy"))
+    if other is not None:
+        runs.append(run(scratch, spec, base, other, asked, window, name="against"))
+    return Report(window, size_of(asked.asks), tuple(runs), "history" if demand is None else "file")
+
+
+def _fleet_file(raw: object) -> FleetSpec:
+    if not isinstance(raw, Mapping):
+        raise InvalidInput(
+            "fleet must be a fleet file as an object (docs/replay.md#fleets)", {"field": "fleet"}
+        )
+    try:
+        return parse_fleet(raw)
+    except DomainError as exc:
+        raise type(exc)(f"fleet: {exc}", {**exc.details, "at": "fleet"}) from None
+
+
+__all__ = [
+    "REPLAYER",
+    "Report",
+    "Run",
+    "Sandbox",
+    "Scratch",
+    "events_of",
+    "measure",
+    "refuse_replay",
+    "replay",
+    "run",
+]
