@@ -82,7 +82,7 @@ from better_compute.service.metering import bills, prices
 from better_compute.service.ops.placement_retry import Retrier
 from better_compute.service.ops.ports import OpsTx
 from better_compute.service.placement import class_quotas, priority_classes, workloads
-from better_compute.service.tenancy import policies
+from better_compute.service.tenancy import policies, quotas
 
 REPLAYER = Principal(tenant_id=None, is_admin=True, credential_id="replay")
 """Who makes the replayed requests in the scratch store: an admin naming each request's tenant."""
@@ -345,6 +345,18 @@ def _lay_policy(sandbox: Sandbox, policy: PolicySet, now: datetime) -> None:
                 store, REPLAYER, pc.get("name"), pc.get("priority"), pc.get("preemptible", False), now
             )
     for i, q in enumerate(policy.quotas):
+        if "poolId" in q:  # a pool row: how much of an atom class the tenant may hold in the pool
+            with at(f"policy.quotas[{i}]"):
+                quotas.set_quota(
+                    store,
+                    REPLAYER,
+                    str(q.get("tenantId")),
+                    str(q.get("poolId")),
+                    str(q.get("class")),
+                    q.get("limit"),  # type: ignore[arg-type]
+                    now,
+                )
+            continue
         with at(f"policy.quotas[{i}]"):
             class_quotas.set_class_quota(
                 store,
