@@ -24,6 +24,7 @@ from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.ops.replay import Sandbox
 from better_compute.service.placement import workloads
 from better_compute.service.placement.placement_stock import Stock
+from better_compute.storage.kernel.db import make_engine
 from better_compute.storage.store import Store
 
 _template: dict[str, Path] = {}
@@ -77,7 +78,8 @@ def scratch(fleet: FleetSpec, now: datetime) -> Iterator[Sandbox]:
     try:
         path = folder / "replay.db"
         shutil.copyfile(_migrated_template(), path)
-        store = Store.open(f"sqlite:///{path}", migrate_schema=False)
+        # Nothing of it need survive a crash: commits wait for no fsync (WAL, synchronous NORMAL).
+        store = Store(make_engine(f"sqlite:///{path}", synchronous_full=False))
         try:
             load_fleet(store, fleet, now)
             yield workloads.Wiring(store, BookingIndex(), Stock(), CountingIds())
