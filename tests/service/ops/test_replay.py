@@ -4,6 +4,7 @@ for one tenant changes its waits and another tenant's preemptions as worked out 
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -258,3 +259,32 @@ def test_a_window_that_ends_before_it_begins_is_refused() -> None:
         "ends (2026-12-01T09:00:00+00:00) before it begins (2026-12-01T10:00:00+00:00)"
         in refused.value.message
     )
+
+
+def test_a_replay_repeats_in_whatever_process_runs_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the scratch store's stock took its tie-break among equally good devices from
+    the process id, as a server process does, so the same demand replayed in two processes chose
+    other atoms and ended with other preemptions and waits."""
+    from bench.policy_replay import demand, fleet
+
+    from better_compute.service.placement import placement_stock
+
+    spec = parse_fleet(fleet(4))
+    asked = parse_demand(demand(80, random.Random(41)))
+    classes = parse_policy_set(
+        {
+            "priorityClasses": [
+                {"name": "batch", "priority": 1, "preemptible": True},
+                {"name": "prod", "priority": 100},
+            ]
+        }
+    )
+    base = replay.Today(
+        pool_quotas=tuple(Quota(t, "p1", "gpu", 32, T0) for t in ("globex", "initech", "umbrella"))
+    )
+    window = check_window(datetime(2026, 11, 23, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    runs = []
+    for pid in (1234, 5678):
+        monkeypatch.setattr(placement_stock.os, "getpid", lambda pid=pid: pid)
+        runs.append(replay.run(scratch, spec, base, classes, asked, window).outcomes)
+    assert runs[0] == runs[1]
