@@ -4,6 +4,7 @@ for one tenant changes its waits and another tenant's preemptions as worked out 
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -267,8 +268,6 @@ def test_a_replay_repeats_in_whatever_process_runs_it(monkeypatch: pytest.Monkey
     other atoms and ended with other preemptions and waits."""
     from bench.policy_replay import demand, fleet
 
-    from better_compute.service.placement import placement_stock
-
     spec = parse_fleet(fleet(4))
     asked = parse_demand(demand(80, random.Random(41)))
     classes = parse_policy_set(
@@ -285,6 +284,6 @@ def test_a_replay_repeats_in_whatever_process_runs_it(monkeypatch: pytest.Monkey
     window = check_window(datetime(2026, 11, 23, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
     runs = []
     for pid in (1234, 5678):
-        monkeypatch.setattr(placement_stock.os, "getpid", lambda pid=pid: pid)
+        monkeypatch.setattr(os, "getpid", lambda pid=pid: pid)
         runs.append(replay.run(scratch, spec, base, classes, asked, window).outcomes)
     assert runs[0] == runs[1]
