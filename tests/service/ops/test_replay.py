@@ -56,7 +56,14 @@ def fleet_file() -> dict[str, Any]:
             }
         ],
         "pools": [
-            {"name": "p1", "cluster": "c1", "mode": "exclusive", "owner": "acme", "nodes": ["n-1", "n-2"]}
+            {
+                "name": "p1",
+                "cluster": "c1",
+                "mode": "exclusive",
+                "owner": "acme",
+                "nodes": ["n-1", "n-2"],
+                "meter": "gpu.h100.hours",
+            }
         ],
     }
 
@@ -198,11 +205,16 @@ def test_a_floor_for_one_tenant_ends_its_wait_and_costs_the_other_tenant_the_pre
     acme's unused floor at 9:00 (it is preemptible), and at 10:00 svc takes it back by evicting 4
     batch replicas (`why: floor`), whatever their priority: svc waits 0 s and holds 4 devices for
     5 h (20 GPU-h). globex suffers 4 preemptions; batch holds 8 devices for 1 h and 4 for 2 h
-    (16 GPU-h) and is short 4 for those 2 h (8 GPU-h refused, waiting for capacity)."""
+    (16 GPU-h) and is short 4 for those 2 h (8 GPU-h refused, waiting for capacity).
+
+    At 2.50 USD a GPU-hour: 30.00 and 60.00 without the floor, 50.00 and 40.00 with it."""
     window = check_window(T0, at(360))
     demand = parse_demand(what_if_demand())
     base = replay.Today(pool_quotas=(quotas_row("globex"),))
-    classes = {"priorityClasses": [{"name": "batch", "priority": 1, "preemptible": True}]}
+    classes = {
+        "priorityClasses": [{"name": "batch", "priority": 1, "preemptible": True}],
+        "prices": [{"meter": "gpu.h100.hours", "perHour": "2.50", "currency": "USD"}],
+    }
     floor = {
         **classes,
         "quotas": [
@@ -223,11 +235,13 @@ def test_a_floor_for_one_tenant_ends_its_wait_and_costs_the_other_tenant_the_pre
     acme, globex = without.tenants["acme"], without.tenants["globex"]
     assert (acme.wait_p50_s, acme.wait_p99_s, acme.gpu_hours_granted) == (7200.0, 7200.0, 12.0)
     assert (globex.preemptions, globex.gpu_hours_granted, globex.gpu_hours_refused) == (0, 24.0, {})
+    assert (acme.cost, globex.cost, without.overall.cost, acme.currency) == ("30.00", "60.00", "90.00", "USD")
 
     acme, globex = with_floor.tenants["acme"], with_floor.tenants["globex"]
     assert (acme.wait_p50_s, acme.wait_p99_s, acme.gpu_hours_granted) == (0.0, 0.0, 20.0)
     assert (globex.preemptions, globex.gpu_hours_granted) == (4, 16.0)
     assert globex.gpu_hours_refused == {"insufficient_capacity": 8.0}
+    assert (acme.cost, globex.cost) == ("50.00", "40.00")
 
 
 def quotas_row(tenant: str) -> Quota:
