@@ -875,7 +875,7 @@ def replay(
 def _fleet_file(raw: object) -> FleetSpec:
     if not isinstance(raw, Mapping):
         raise InvalidInput(
-            "fleet must be a fleet file as an object (docs/replay.md#fleets)", {"field": "fleet"}
+            "fleet must be a fleet file as an object (docs/replay.md#what-it-takes)", {"field": "fleet"}
         )
     try:
         return parse_fleet(raw)
