@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.admission import DeviceRequest
 from better_compute.domain.ledger.choose import (
     Chosen,
     NoFit,
@@ -20,6 +21,7 @@ from better_compute.domain.ledger.choose import (
     kinds_of,
     matching,
     never_fits,
+    shortlist,
 )
 from tests.builders import atom, device_request
 
@@ -466,3 +468,124 @@ def test_never_fits_counts_atoms_of_cordoned_nodes_apart() -> None:
     assert cordoned_note(0) == ""
     assert cordoned_note(1) == " (1 more matching atom is on cordoned nodes)"
     assert cordoned_note(3) == " (3 more matching atoms are on cordoned nodes)"
+
+
+def same_gpu_slots(count: int) -> DeviceRequest:
+    return DeviceRequest(cls="gpu.slot", count=count, same_gpu=True)
+
+
+def test_same_gpu_slots_are_refused_rather_than_split_over_gpus() -> None:
+    # Three slots free on each of two GPUs: four could be served split, but not on one GPU.
+    atoms = slots("g1", 3, first=1) + slots("g2", 3, first=1)
+    split = choose([device_request("gpu.slot", 4)], atoms, {"g1": 1, "g2": 1})
+    assert {a.split("/")[0] for a in chosen(split)[0]} == {"g1", "g2"}
+    refused = choose([same_gpu_slots(4)], atoms, {"g1": 1, "g2": 1})
+    assert isinstance(refused, NoFit)
+    assert refused.message == (
+        "devices[0]: 4 gpu.slot atoms wanted on one GPU, at most 3 free on any one GPU of the pool for that window"
+    )
+    assert (refused.wanted, refused.available, refused.never) == (4, 3, False)
+
+
+def test_same_gpu_slots_land_on_the_busiest_gpu_that_holds_them_all() -> None:
+    atoms = slots("g1", 1, first=3) + slots("g2", 2, first=2) + slots("g3", 4)
+    assert chosen(choose([same_gpu_slots(2)], atoms, {"g1": 3, "g2": 2})) == (("g2/slot:2", "g2/slot:3"),)
+
+
+def test_same_gpu_lines_of_one_reservation_each_stay_on_their_own_gpu() -> None:
+    # Two lines of three slots, two GPUs of four free slots: each line on one GPU, none split.
+    atoms = slots("g1", 4) + slots("g2", 4)
+    result = chosen(choose([same_gpu_slots(3), same_gpu_slots(3)], atoms, {}))
+    assert [{a.split("/")[0] for a in ids} for ids in result] == [{"g1"}, {"g2"}]
+
+
+def test_same_gpu_after_another_line_took_slots_says_so() -> None:
+    # The first line can only stay together on g1, leaving one there and two on g2: three free, but
+    # not on one GPU.
+    atoms = slots("g1", 4) + slots("g2", 2, first=2)
+    refused = choose([device_request("gpu.slot", 3), same_gpu_slots(3)], atoms, {"g2": 2})
+    assert isinstance(refused, NoFit)
+    assert refused.request_index == 1
+    assert refused.reason.endswith("besides those the reservation's other requests take")
+
+
+def test_a_same_gpu_line_more_than_any_gpu_of_the_pool_holds_never_fits() -> None:
+    kinds = kinds_of(slots("g1", 4) + slots("g2", 4))
+    never = never_fits([same_gpu_slots(5)], [8], kinds, "p", most_on_one_gpu=[4])
+    assert isinstance(never, NoFit) and never.never
+    assert (
+        never.message
+        == "devices[0]: 5 gpu.slot atoms wanted on one GPU, and no GPU of pool p has more than 4"
+    )
+    assert never_fits([same_gpu_slots(4)], [8], kinds, "p", most_on_one_gpu=[4]) is None
+    # Without the per-GPU counts only the pool's total is checked, as before.
+    assert never_fits([same_gpu_slots(5)], [8], kinds, "p") is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=5), st.integers(1, 4))
+def test_same_gpu_is_served_exactly_when_some_gpu_holds_the_count(free: list[int], count: int) -> None:
+    atoms = [a for i, n in enumerate(free) for a in slots(f"g{i}", n)]
+    result = choose([same_gpu_slots(count)], atoms, {})
+    if max(free) >= count:
+        ids = chosen(result)[0]
+        assert len(ids) == count and len({a.split("/")[0] for a in ids}) == 1
+    else:
+        assert isinstance(result, NoFit)
+
+
+def test_a_same_gpu_shortlist_passes_over_partly_used_gpus_that_cannot_hold_it() -> None:
+    # Twenty partly used GPUs with two free slots each would fill the shortlist (4 x 4 + 16 = 32 atoms)
+    # before the untouched g99 is reached; none of them can hold four slots on one GPU.
+    partly = {f"g{i:02}": slots(f"g{i:02}", 4) for i in range(20)}
+    by_gpu = {**partly, "g99": slots("g99", 4)}
+    busy = {f"{g}/slot:{i}" for g in partly for i in (0, 1)}
+    busy_by_gpu = dict.fromkeys(partly, 2)
+    listed = shortlist(same_gpu_slots(4), by_gpu, busy, busy_by_gpu, reserve=16)
+    assert {a.gpu_id for a in listed} == {"g99"}
+    assert chosen(choose([same_gpu_slots(4)], listed, busy_by_gpu)) == (
+        tuple(f"g99/slot:{i}" for i in range(4)),
+    )
+    # Without same_gpu the partly used GPUs come first, as before.
+    loose = shortlist(device_request("gpu.slot", 4), by_gpu, busy, busy_by_gpu, reserve=16)
+    assert "g99" not in {a.gpu_id for a in loose}
+
+
+def test_a_shortlist_looks_past_small_nodes_for_one_that_holds_the_reservation() -> None:
+    # Twenty one-GPU nodes of 4 slots come first in the pool's order, then one node of four GPUs.
+    # Eight slots fill the shortlist's 4 x 8 + 16 = 48 atoms from the small nodes alone, and no
+    # node of those holds eight: the shortlist goes on to the big node, so the request stays on it.
+    by_gpu = {f"a{i:02}": slots(f"a{i:02}", 4, node=f"small-{i:02}") for i in range(20)}
+    by_gpu |= {f"b{i}": slots(f"b{i}", 4, node="big") for i in range(4)}
+    request = device_request("gpu.slot", 8)
+    listed = shortlist(request, by_gpu, set(), {})
+    assert "big" in {a.node for a in listed}
+    picked = chosen(choose([request], listed, {}))[0]
+    assert {a.split("/")[0][0] for a in picked} == {"b"}
+
+
+def test_gpus_equal_by_rule_2_go_where_the_fragmentation_grows_least() -> None:
+    atoms = slots("g1", 4, node="n1") + slots("g2", 4, node="n2") + slots("g3", 4, node="n3")
+    seen: list[tuple[str, str, int, int]] = []
+
+    def growth(node: str, gpu: str, before: int, after: int) -> float:
+        seen.append((node, gpu, before, after))
+        return {"n1": 5.0, "n2": -1.0, "n3": 2.0}[node]
+
+    # Two of four slots: 1,000 free milli-GPUs become 500 on whichever GPU; n2 grows least.
+    picked = chosen(choose([same_gpu_slots(2)], atoms, {}, fragmentation=growth))
+    assert {a.split("/")[0] for a in picked[0]} == {"g2"}
+    assert sorted(seen) == [("n1", "g1", 1000, 500), ("n2", "g2", 1000, 500), ("n3", "g3", 1000, 500)]
+    # Without it, the smallest id (rule 3).
+    assert {a.split("/")[0] for a in chosen(choose([same_gpu_slots(2)], atoms, {}))[0]} == {"g1"}
+
+
+def test_the_fragmentation_gradient_never_overrides_busiest_first() -> None:
+    # g3 is partly used: rule 2 takes it whatever the gradient says, and asks the gradient nothing.
+    atoms = slots("g1", 4, node="n1") + slots("g3", 2, node="n3", first=2)
+
+    def growth(node: str, gpu: str, before: int, after: int) -> float:
+        raise AssertionError("no tie to break")
+
+    picked = chosen(choose([same_gpu_slots(2)], atoms, {"g3": 2}, fragmentation=growth))
+    assert picked == (("g3/slot:2", "g3/slot:3"),)

@@ -30,12 +30,18 @@ _REQUEST_FIELDS = frozenset({"class", "count", "sharing", "selector"})
 
 @dataclass(frozen=True)
 class DeviceRequest:
-    """`count` atoms of class `cls`, narrowed by `selector`; `sharing` None takes the pool's."""
+    """`count` atoms of class `cls`, narrowed by `selector`; `sharing` None takes the pool's.
+
+    `same_gpu`: all `count` atoms must come from one GPU ("N slots on one GPU", a share of one GPU
+    cut into time-slice slots). Without it, choosing only prefers one GPU and splits a count no free
+    GPU holds across GPUs; with it, such a request is refused instead (`choose.NoFit`).
+    """
 
     cls: AtomClass
     count: int
     sharing: SharingMode | None = None
     selector: Selector = EVERYTHING
+    same_gpu: bool = False
 
 
 MAX_DEVICE_REQUESTS = 16

@@ -10,11 +10,15 @@ Choice rules (docs/concepts.md#reservations, step 4):
    else from one NUMA node, else from one node; only a request that no node can hold spreads over
    nodes (fewest nodes first). Atoms on one GPU count as NV-connected to each other. Inside the
    group chosen, the finer levels still apply: in an NVLink domain that spans NUMA nodes, a request
-   one NUMA node can hold stays on one.
+   one NUMA node can hold stays on one. A request marked `same_gpu` stops at the first level: one
+   GPU or nothing (a share of one GPU as slots must not be split over two GPUs).
 2. **Few fragments.** Between groups that keep a request equally together, take the one whose GPUs
    are already the busiest (partly used GPUs fill up before untouched ones are broken into), then the
-   one that leaves the fewest free atoms behind (best fit). The selector decides the MIG profile;
-   this only decides which instance.
+   one that leaves the fewest free atoms behind (best fit). Between single GPUs still equal, when
+   the snapshot gives the pool's request distribution (`fragmentation`), the one whose node's
+   expected fragmentation grows least (the fragmentation gradient of Weng et al., ATC '23: a whole
+   GPU goes where it strands least, not to whichever untouched GPU comes first). The selector
+   decides the MIG profile; this only decides which instance.
 3. **Deterministic.** Remaining ties go to the smallest ids, so the same snapshot gives the same
    answer on every replica of the server.
 4. **All or nothing, and together.** A reservation of several requests is kept together by the
@@ -42,6 +46,7 @@ from collections.abc import Callable, Container, Hashable, Iterable, Mapping, Se
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import chain
+from operator import attrgetter
 from typing import Protocol
 
 from better_compute.domain.catalog import profile_name_key
@@ -50,6 +55,37 @@ from better_compute.domain.kernel.timewin import require_aware
 from better_compute.domain.ledger.admission import DeviceRequest
 
 _DIGITS = re.compile(r"(\d+)")
+_ID = attrgetter("id")
+
+
+FragmentationGrowth = Callable[[str, str, int, int], float]
+"""`(node, gpu, before, after)`: how much the node's expected fragmentation grows when the GPU's free
+capacity goes from `before` to `after` milli-GPUs, its other GPUs as the snapshot has them. The
+caller binds the pool's recorded request distribution and its view of every GPU of the node
+(`domain.placement.fragmentation.fragmentation_delta` over it: placement is above the ledger, and a
+shortlist holds only some of a node's GPUs)."""
+
+_WHOLE = 1000
+
+
+@dataclass(frozen=True)
+class _Gradient:
+    """The fragmentation tie-break of rule 2, over the candidates' GPUs."""
+
+    growth_of: FragmentationGrowth
+    node_of: Mapping[str, str]
+
+    @classmethod
+    def of(cls, growth_of: FragmentationGrowth, free: Sequence[Atom]) -> _Gradient:
+        return cls(growth_of, {atom.gpu_id: atom.node for atom in free})
+
+    def growth(self, gpu: str, count: int, busy: Counter[str], free_on_gpu: Counter[str]) -> float:
+        """How much `gpu`'s node's fragmentation grows when `count` of its free atoms are taken: its
+        capacity is its busy and free atoms, so a slot of 20 is 50 milli-GPUs."""
+        capacity = busy[gpu] + free_on_gpu[gpu]
+        before = _WHOLE * free_on_gpu[gpu] // capacity
+        after = _WHOLE * (free_on_gpu[gpu] - count) // capacity
+        return self.growth_of(self.node_of[gpu], gpu, before, after)
 
 
 @dataclass(frozen=True)
@@ -124,8 +160,12 @@ def never_fits(
     kinds: PoolKinds,
     pool_id: str,
     cordoned: Sequence[int] | None = None,
+    most_on_one_gpu: Sequence[int] | None = None,
 ) -> NoFit | None:
     """The first request the pool could not serve even were it empty, or None.
+
+    `most_on_one_gpu[i]`, when given, is the most atoms matching request i that any one GPU of the
+    pool has (on nodes that take new bookings): a `same_gpu` request for more can never be served.
 
     `in_pool[i]` is how many of the pool's atoms match request i at all, booked or not (its
     `matching` atoms), on nodes that take new bookings; `cordoned[i]` how many more are on cordoned
@@ -136,6 +176,14 @@ def never_fits(
     """
     for index, (request, count) in enumerate(zip(requests, in_pool, strict=True)):
         if count >= request.count:
+            if request.same_gpu and most_on_one_gpu is not None and most_on_one_gpu[index] < request.count:
+                most = most_on_one_gpu[index]
+                narrowed = " matching the selector" if request.selector.match_expressions else ""
+                reason = (
+                    f"{request.count} {request.cls} atoms{narrowed} wanted on one GPU, and no GPU of pool"
+                    f" {pool_id} has more than {most}"
+                )
+                return NoFit(index, reason, request.count, most, never=True)
             continue
         off = cordoned[index] if cordoned is not None else 0
         narrowed = " matching the selector" if request.selector.match_expressions else ""
@@ -193,23 +241,29 @@ def choose(
     requests: Sequence[DeviceRequest],
     candidates: Iterable[Atom],
     busy_by_gpu: Mapping[str, int],
+    *,
+    fragmentation: FragmentationGrowth | None = None,
 ) -> Chosen | NoFit:
     """Choose atoms for every request from `candidates` (atoms free for the whole window), or say
-    which request cannot be served. See the module docstring for the rules."""
+    which request cannot be served. See the module docstring for the rules; `fragmentation`, the
+    gradient of the pool's recorded request distribution, breaks rule 2's ties between GPUs."""
     free = [atom for atom in candidates if atom.bookable]
+    gradient = None if fragmentation is None else _Gradient.of(fragmentation, free)
+    # Only the candidates' GPUs' counts matter; a pool's map of busy GPUs can be thousands long.
+    busy_by_gpu = {g: n for g in {atom.gpu_id for atom in free} if (n := busy_by_gpu.get(g, 0)) > 0}
     given = list(range(len(requests)))
     if len(requests) < 2:
-        return _choose_in_order(requests, given, free, busy_by_gpu)
+        return _choose_in_order(requests, given, free, busy_by_gpu, gradient)
     breadth = [len(matching(request, free)) for request in requests]
     narrow_first = sorted(given, key=lambda i: (breadth[i], i))
     orders = [given] if narrow_first == given else [given, narrow_first]
-    together = _together(requests, orders, free, busy_by_gpu, _LEVELS)
+    together = _together(requests, orders, free, busy_by_gpu, _LEVELS, gradient)
     if together is not None:
         return together
-    first = _choose_in_order(requests, given, free, busy_by_gpu)
+    first = _choose_in_order(requests, given, free, busy_by_gpu, gradient)
     if isinstance(first, Chosen) or len(orders) == 1:
         return first
-    second = _choose_in_order(requests, narrow_first, free, busy_by_gpu)
+    second = _choose_in_order(requests, narrow_first, free, busy_by_gpu, gradient)
     return second if isinstance(second, Chosen) else first
 
 
@@ -219,6 +273,7 @@ def _together(
     free: Sequence[Atom],
     busy_by_gpu: Mapping[str, int],
     levels: Sequence[_Level],
+    gradient: _Gradient | None = None,
 ) -> Chosen | None:
     """The whole reservation inside one group, by the topology order one request follows (rule 1):
     the first level at which some group can serve every request, the best group there by rule 2,
@@ -248,7 +303,7 @@ def _together(
             served = next(
                 (
                     c
-                    for c in (_choose_in_order(requests, o, members, busy_by_gpu) for o in orders)
+                    for c in (_choose_in_order(requests, o, members, busy_by_gpu, gradient) for o in orders)
                     if isinstance(c, Chosen)
                 ),
                 None,
@@ -257,7 +312,7 @@ def _together(
                 continue
             spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
             if len(members) > total and depth + 1 < len(levels) and spans_gpus:
-                finer = _together(requests, orders, members, busy_by_gpu, levels[depth + 1 :])
+                finer = _together(requests, orders, members, busy_by_gpu, levels[depth + 1 :], gradient)
                 if finer is not None:
                     return finer
             return served
@@ -269,6 +324,7 @@ def _choose_in_order(
     order: Iterable[int],
     free: Sequence[Atom],
     busy_by_gpu: Mapping[str, int],
+    gradient: _Gradient | None = None,
 ) -> Chosen | NoFit:
     busy: Counter[str] = Counter({gpu: n for gpu, n in busy_by_gpu.items() if n > 0})
     free_on_gpu: Counter[str] = Counter(atom.gpu_id for atom in free)
@@ -280,7 +336,13 @@ def _choose_in_order(
         options = [atom for atom in candidates if atom.id not in taken]
         if len(options) < request.count:
             return _no_fit(index, request, len(options), shared=len(candidates) > len(options))
-        picked = _choose_one(options, request.count, busy, free_on_gpu)
+        if request.same_gpu:
+            most = max(Counter(atom.gpu_id for atom in options).values())
+            if most < request.count:
+                return _no_fit_on_one_gpu(index, request, most, shared=len(candidates) > len(options))
+            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS[:1], gradient)
+        else:
+            picked = _choose_one(options, request.count, busy, free_on_gpu, _LEVELS, gradient)
         for atom in picked:
             taken.add(atom.id)
             busy[atom.gpu_id] += 1
@@ -300,9 +362,26 @@ def _no_fit(index: int, request: DeviceRequest, available: int, shared: bool) ->
     return NoFit(index, reason, request.count, available)
 
 
+def _no_fit_on_one_gpu(index: int, request: DeviceRequest, most: int, shared: bool) -> NoFit:
+    narrowed = " matching the selector" if request.selector.match_expressions else ""
+    reason = (
+        f"{request.count} {request.cls} atoms{narrowed} wanted on one GPU, at most {most} free on any"
+        " one GPU of the pool for that window"
+    )
+    if shared:
+        reason += " besides those the reservation's other requests take"
+    return NoFit(index, reason, request.count, most)
+
+
 _Level = Callable[[Atom], Hashable | None]
+
+
+def _GPU_LEVEL(a: Atom) -> Hashable | None:
+    return a.gpu_id
+
+
 _LEVELS: tuple[_Level, ...] = (
-    lambda a: a.gpu_id,
+    _GPU_LEVEL,
     lambda a: None if a.nvlink_domain is None else (a.node, a.nvlink_domain),
     lambda a: None if a.numa_node is None else (a.node, a.numa_node),
     lambda a: a.node,
@@ -315,18 +394,20 @@ def _choose_one(
     busy: Counter[str],
     free_on_gpu: Counter[str],
     levels: Sequence[_Level] = _LEVELS,
+    gradient: _Gradient | None = None,
 ) -> list[Atom]:
     """`count` atoms of `options` (at least that many), as together and as tightly packed as can be.
 
     Inside the group chosen at one level, the next levels still apply: an NVLink domain that spans
-    NUMA nodes gives the request one NUMA node's atoms when one can hold it."""
+    NUMA nodes gives the request one NUMA node's atoms when one can hold it. At the GPU level, GPUs
+    equal by rule 2 go by the fragmentation gradient when there is one."""
     for depth, level in enumerate(levels):
         groups: dict[Hashable, list[Atom]] = defaultdict(list)
         for atom in options:
             key = level(atom)
             if key is not None:
                 groups[key].append(atom)
-        best: tuple[tuple[int, int, str], Hashable] | None = None
+        ranked: list[tuple[tuple[int, int, str], Hashable]] = []
         for key, members in groups.items():
             if len(members) < count:
                 continue
@@ -336,13 +417,20 @@ def _choose_one(
                 sum(free_on_gpu[gpu] for gpu in gpus) - count,
                 repr(key),
             )
-            if best is None or rank < best[0]:
-                best = (rank, key)
-        if best is not None:
-            members = groups[best[1]]
+            ranked.append((rank, key))
+        if ranked:
+            best = min(ranked)
+            chosen_key = best[1]
+            if gradient is not None and level is _GPU_LEVEL:
+                ties = [key for rank, key in ranked if rank[:2] == best[0][:2]]
+                if len(ties) > 1:
+                    chosen_key = min(
+                        ties, key=lambda k: (gradient.growth(str(k), count, busy, free_on_gpu), repr(k))
+                    )
+            members = groups[chosen_key]
             spans_gpus = any(atom.gpu_id != members[0].gpu_id for atom in members)
             if len(members) > count and depth + 1 < len(levels) and spans_gpus:
-                return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :])
+                return _choose_one(members, count, busy, free_on_gpu, levels[depth + 1 :], gradient)
             return _pack(members, count, busy, free_on_gpu)
     by_node: dict[str, list[Atom]] = defaultdict(list)
     for atom in options:
@@ -479,28 +567,59 @@ def shortlist(
     *,
     count: int | None = None,
     reserve: int = 16,
+    free_by_gpu: Mapping[str, int] | None = None,
 ) -> list[Atom]:
     """The free matching atoms `choose` needs to see for `request`, without looking at every atom.
 
     A pool can hold tens of thousands of atoms; the choice is made among the GPUs it prefers anyway:
     partly used GPUs first (busiest first, rule 2), then untouched ones in the pool's stable order.
     GPUs are taken whole, so a request that fits on one GPU still finds it, until the shortlist holds
-    four times the count plus `reserve` atoms. `matching_by_gpu` maps each GPU to its atoms that match
-    the request's class and selector, in a stable order.
+    four times the count plus `reserve` atoms and some node in it holds the count (rule 1: only a
+    reservation no node can hold spreads over nodes, so a pool whose first GPUs are on small nodes
+    is looked through until a node that can hold it turns up, or to its end). `matching_by_gpu` maps
+    each GPU to its atoms that match the request's class and selector, in a stable order.
 
     `count` is how many atoms the shortlist must serve: the request's own by default; for a
     reservation of several requests, all of theirs, since requests alike (or sharing atoms) draw on
-    the same shortlisted atoms.
+    the same shortlisted atoms. A `same_gpu` request takes only GPUs that can hold its count;
+    `free_by_gpu`, when the caller keeps it, says how many of each GPU's matching atoms are free,
+    which spares counting them (the answer is the same).
     """
-    wanted = 4 * (request.count if count is None else count) + reserve
-    partly = sorted(
-        (gpu for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu),
-        key=lambda g: (-busy_by_gpu[g], g),
-    )
-    seen = set(partly)
+    need = request.count if count is None else count
+    wanted = 4 * need + reserve
+
+    def holds(gpu: str) -> bool:
+        if not request.same_gpu:
+            return True
+        if free_by_gpu is not None:
+            return free_by_gpu.get(gpu, 0) >= request.count
+        return _holds(matching_by_gpu[gpu], request.count, busy_atoms, busy_by_gpu.get(gpu, 0))
+
+    busiest = [(-n, gpu) for gpu, n in busy_by_gpu.items() if n > 0 and gpu in matching_by_gpu]
+    seen = {gpu for _, gpu in busiest}
+    partly = [gpu for _, gpu in sorted(busiest) if holds(gpu)]
     out: list[Atom] = []
-    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen)):
-        out.extend(atom for atom in matching_by_gpu[gpu] if atom.id not in busy_atoms)
-        if len(out) >= wanted:
+    on_node: Counter[str] = Counter()
+    most = 0
+    for gpu in chain(partly, (g for g in matching_by_gpu if g not in seen and holds(g))):
+        atoms = matching_by_gpu[gpu]
+        free = [atom for atom in atoms if atom.id not in busy_atoms]
+        if not free:
+            continue
+        out.extend(free)
+        on_node[free[0].node] += len(free)
+        most = max(most, on_node[free[0].node])
+        if len(out) >= wanted and most >= need:
             break
     return out
+
+
+def _holds(atoms: Sequence[Atom], count: int, busy_atoms: Container[str], busy: int) -> bool:
+    """Whether `count` of one GPU's `atoms` are free: a `same_gpu` request skips a GPU that cannot
+    hold it, or the shortlist could fill with partly used GPUs none of which can serve it. `busy`
+    (the GPU's busy atoms of any class) bounds the count from both sides before atoms are looked at."""
+    if len(atoms) < count:
+        return False
+    if len(atoms) - busy >= count:
+        return True
+    return len(atoms) - sum(map(busy_atoms.__contains__, map(_ID, atoms))) >= count
