@@ -20,6 +20,7 @@ __all__ = ["live"]
 def files(tmp_path: Path) -> dict[str, str]:
     grant = {"tenantId": "globex", "poolId": "p1", "class": "gpu", "limit": 8}
     batch = {"name": "batch", "priority": 1, "preemptible": True}
+    price = {"meter": "gpu.h100.hours", "perHour": "2.50", "currency": "USD"}
     floor = {
         "tenantId": "acme",
         "deviceClass": "h100",
@@ -31,8 +32,8 @@ def files(tmp_path: Path) -> dict[str, str]:
     contents = {
         "demand": what_if_demand(),
         "fleet": fleet_file(),
-        "policy": {"priorityClasses": [batch], "quotas": [grant]},
-        "against": {"priorityClasses": [batch], "quotas": [grant, floor]},
+        "policy": {"priorityClasses": [batch], "quotas": [grant], "prices": [price]},
+        "against": {"priorityClasses": [batch], "quotas": [grant, floor], "prices": [price]},
     }
     paths = {}
     for name, content in contents.items():
@@ -68,15 +69,16 @@ def test_replay_prints_both_policy_sets_and_what_the_floor_changes(
     rows = [line.split() for line in lines]
     # the what-if of tests/service/ops/test_replay.py, whose docstring works it out by hand
     waiting = ["8.00", "(insufficient_capacity", "8.00)"]
-    assert ["policy", "acme", "1", "0", "12.00", *waiting, "2h", "2h", "0", "-"] in rows
-    assert ["policy", "globex", "1", "0", "24.00", "0.00", "0s", "0s", "0", "-"] in rows
-    assert ["against", "acme", "1", "0", "20.00", "0.00", "0s", "0s", "0", "-"] in rows
-    assert ["against", "globex", "1", "0", "16.00", *waiting, "0s", "0s", "4", "-"] in rows
+    assert ["policy", "acme", "1", "0", "12.00", *waiting, "2h", "2h", "0", "30.00", "USD"] in rows
+    assert ["policy", "globex", "1", "0", "24.00", "0.00", "0s", "0s", "0", "60.00", "USD"] in rows
+    assert ["against", "acme", "1", "0", "20.00", "0.00", "0s", "0s", "0", "50.00", "USD"] in rows
+    assert ["against", "globex", "1", "0", "16.00", *waiting, "0s", "0s", "4", "40.00", "USD"] in rows
+    assert "policy: fragmentation 0.0% of free GPU capacity;" in shown.stdout
     diff = lines.index("against less policy:")
     assert rows[diff + 2 :] == [
-        ["(all)", "0.00", "0.00", "0s", "-2h", "+4", "-"],
-        ["acme", "+8.00", "-8.00", "-2h", "-2h", "0", "-"],
-        ["globex", "-8.00", "+8.00", "0s", "0s", "+4", "-"],
+        ["(all)", "0.00", "0.00", "0s", "-2h", "+4", "0.00"],
+        ["acme", "+8.00", "-8.00", "-2h", "-2h", "0", "+20.00"],
+        ["globex", "-8.00", "+8.00", "0s", "0s", "+4", "-20.00"],
     ]
     as_json = json.loads(run(runner, live.admin, *args, "--json").stdout)
     assert as_json["differences"]["globex"]["preemptions"] == 4

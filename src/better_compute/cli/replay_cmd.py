@@ -173,7 +173,13 @@ def replay(
         rows.append(_row(run.name, "(all)", run.overall))
     print_fitted(console, _COLUMNS, rows, output)
     for run in answer.runs:
-        console.print(f"{run.name}: replayed in {run.elapsed_seconds:g} s", markup=False)
+        share = run.overall.fragmentation
+        stranded = "-" if share is None else f"{share:.1%}"
+        console.print(
+            f"{run.name}: fragmentation {stranded} of free GPU capacity;"
+            f" replayed in {run.elapsed_seconds:g} s",
+            markup=False,
+        )
     if answer.differences:
         console.print("against less policy:", markup=False)
         diff_rows = []

@@ -46,6 +46,9 @@ class ReplayFigures(WireAnswer):
     preemptions: int
     cost: str | None = None
     currency: str | None = None
+    fragmentation: float | None = None
+    """Overall figures only: the time-weighted mean share (0 to 1) of the fleet's free GPU capacity
+    that the demand's request sizes cannot use (docs/replay.md#what-it-reports)."""
 
 
 class ReplayOutcome(WireAnswer):

@@ -46,6 +46,7 @@ def _figures(f: Figures) -> ReplayFigures:
         preemptions=f.preemptions,
         cost=f.cost,
         currency=f.currency,
+        fragmentation=f.fragmentation,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.timewin import parse_instant
+from better_compute.domain.placement.fragmentation import WHOLE, TaskShape
 
 MAX_WINDOW = timedelta(days=31)
 """The longest window one replay covers: a month of history is what the question asks about, and
@@ -330,6 +331,42 @@ class Figures:
     preemptions: int = 0
     cost: str | None = None
     currency: str | None = None
+    fragmentation: float | None = None
+    """The fleet's fragmentation share over the window (time-weighted mean of the share of free GPU
+    capacity the demand's request sizes cannot use, `domain.placement.fragmentation`); overall
+    figures only: it is the fleet's, not a tenant's."""
+
+
+def request_shapes(
+    asks: Sequence[Ask], atom_class_of: Mapping[str, str], share_of: Mapping[str, float]
+) -> list[tuple[TaskShape, float]]:
+    """The demand's request sizes as the fragmentation measure takes them (`domain.placement.
+    fragmentation`), each request weighing 1: a replica (or a reservation's device line) of whole
+    GPUs is a task of that many GPUs; one of a fraction of a GPU (a MIG instance, a slot) a task of
+    that share, once per device. `atom_class_of` maps a device class to its atom class,
+    `share_of` an atom class to the share of a GPU one of its devices is."""
+    counts: dict[TaskShape, float] = {}
+
+    def add(cls: str, devices: int) -> None:
+        share = share_of.get(cls, 1.0)
+        if cls == "gpu" or share >= 1.0:
+            shape = TaskShape(gpus=max(1, devices))
+            counts[shape] = counts.get(shape, 0.0) + 1.0
+            return
+        milli = max(1, min(WHOLE - 1, round(share * WHOLE)))
+        shape = TaskShape(milli=milli)
+        counts[shape] = counts.get(shape, 0.0) + max(1, devices)
+
+    for ask in asks:
+        if isinstance(ask, WorkloadAsk):
+            cls = atom_class_of.get(str(ask.shape.get("deviceClass", "")), "gpu")
+            count = ask.shape.get("deviceCount", 1)
+            add(cls, count if isinstance(count, int) else 1)
+        else:
+            for line in ask.devices:
+                count = line.get("count", 1)
+                add(str(line.get("class", "gpu")), count if isinstance(count, int) else 1)
+    return sorted(counts.items(), key=lambda item: (item[0].gpus, item[0].milli))
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -383,6 +420,7 @@ def differences(policy: Figures, against: Figures) -> dict[str, float | None]:
         "waitP99Seconds": minus(against.wait_p99_s, policy.wait_p99_s),
         "preemptions": against.preemptions - policy.preemptions,
         "cost": minus(cost(against), cost(policy)) if same_currency else None,
+        "fragmentation": minus(against.fragmentation, policy.fragmentation),
     }
 
 
@@ -409,5 +447,6 @@ __all__ = [
     "parse_demand",
     "parse_policy_set",
     "percentile",
+    "request_shapes",
     "size_of",
 ]

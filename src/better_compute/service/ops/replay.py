@@ -58,6 +58,7 @@ from better_compute.domain.ops.replay import (
     figures,
     parse_demand,
     parse_policy_set,
+    request_shapes,
     size_of,
 )
 from better_compute.domain.placement.class_quotas import ClassQuota
@@ -71,6 +72,7 @@ from better_compute.domain.placement.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
+from better_compute.domain.placement.fragmentation import WHOLE, fragmentation_share
 from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy
@@ -291,10 +293,12 @@ def run(
     with scratch(fleet, window.since) as sandbox:
         _copy_today(sandbox, base, fleet)
         _lay_policy(sandbox, changes, window.since)
-        tracked = _drive(sandbox, demand, window)
+        gauge = _Fragmentation(sandbox.store, demand)
+        tracked = _drive(sandbox, demand, window, gauge)
         outcomes = measure(sandbox.store, [(t.ask, t.scratch_id, t.refused_reason) for t in tracked], window)
         costs = _costs(sandbox.store, {o.tenant for o in outcomes}, window)
-    return _run(name, outcomes, costs, began)
+    done = _run(name, outcomes, costs, began)
+    return replace(done, overall=replace(done.overall, fragmentation=gauge.mean()))
 
 
 def _run(
@@ -430,7 +434,7 @@ def _timeline(demand: Demand, window: Window) -> list[tuple[datetime, int, int, 
     return steps
 
 
-def _drive(sandbox: Sandbox, demand: Demand, window: Window) -> list[_Tracked]:
+def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentation) -> list[_Tracked]:
     tracked = [_Tracked(a) for a in demand.asks]
     clock = _Clock(window.since)
     retrier = Retrier(sandbox, clock)
@@ -443,9 +447,60 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window) -> list[_Tracked]:
             _act(sandbox, tracked[index], kind, step, clock.now)
             i += 1
         _pass(sandbox, retrier, clock.now)
+        gauge.sample(clock.now)
     clock.now = window.until
     _pass(sandbox, retrier, clock.now)
+    gauge.sample(clock.now)
     return tracked
+
+
+class _Fragmentation:
+    """The fleet's fragmentation share, sampled after each instant's passes and averaged over the
+    time until the next (`domain.placement.fragmentation.fragmentation_share`): each GPU's free
+    share (its bookable atoms not booked now, each an equal part of it; none when a whole-GPU
+    booking holds it) against the demand's request sizes."""
+
+    def __init__(self, store: StorePort[OpsTx], demand: Demand) -> None:
+        self.store = store
+        shares = _device_shares(store)
+        with store.read() as tx:
+            classes = {d.name: d.cls for d in tx.device_classes.all()}
+            nodes = [n.id for n in tx.nodes.page(None, None, None)]
+            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present and a.bookable]
+        self.shapes = request_shapes(demand.asks, classes, shares)
+        self.gpus: dict[str, list[str]] = defaultdict(list)
+        self.node_of: dict[str, str] = {}
+        for a in atoms:
+            self.gpus[a.gpu_id].append(a.id)
+            self.node_of[a.gpu_id] = a.node
+        self.atom_ids = [a.id for a in atoms]
+        self.samples: list[tuple[datetime, float]] = []
+
+    def sample(self, now: datetime) -> None:
+        if not self.shapes or not self.atom_ids:
+            return
+        with self.store.read() as tx:
+            live = tx.ledger.live_on(self.atom_ids, now)
+        booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
+        whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
+        per_node: dict[str, list[int]] = defaultdict(list)
+        for gpu, ids in sorted(self.gpus.items()):
+            free = 0 if gpu in whole else sum(1 for i in ids if i not in booked)
+            per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
+        self.samples.append((now, fragmentation_share(list(per_node.values()), self.shapes)))
+
+    def mean(self) -> float | None:
+        """The time-weighted mean of the samples (each holds until the next); None: none taken."""
+        if not self.samples:
+            return None
+        if len(self.samples) == 1:
+            return round(self.samples[0][1], 6)
+        total = span = 0.0
+        for (at, share), (after, _) in zip(self.samples, self.samples[1:], strict=False):
+            seconds = (after - at).total_seconds()
+            total += share * seconds
+            span += seconds
+        return round(total / span, 6) if span > 0 else round(self.samples[-1][1], 6)
 
 
 def _pass(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
