@@ -11,7 +11,7 @@ The last line is JSON with `requests`, `replay_s` (the first run, the throwaway 
 load included), `against_s`, `gpu_hours_granted`, `preemptions` and `requests_per_s`.
 
     python bench/policy_replay.py            # 1,000 requests, 32 nodes (256 GPUs)
-    python bench/policy_replay.py --quick    # 200 requests, 16 nodes, under a minute
+    python bench/policy_replay.py --quick    # 100 requests, 8 nodes, under a minute
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.nodes = 200, 16
+        args.requests, args.nodes = 100, 8
     rng = random.Random(args.seed)
     spec = parse_fleet(fleet(args.nodes))
     asked = parse_demand(demand(args.requests, rng))
