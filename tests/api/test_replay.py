@@ -114,6 +114,9 @@ def test_replay_refuses_bad_input_with_its_code(world: World) -> None:
     backwards = refused({"since": at(60).isoformat(), "until": T0.isoformat()})
     assert backwards["code"] == "INVALID_INPUT" and "before it begins" in backwards["message"]
 
+    naive = refused({"since": "2026-12-01T09:00:00", "until": at(60).isoformat()})
+    assert naive["message"] == "since must carry its UTC offset (such as Z)"
+
     too_long = refused({"since": T0.isoformat(), "until": (T0 + timedelta(days=32)).isoformat()})
     assert too_long["message"] == "a replay window is at most 31 days; this one is 32"
 

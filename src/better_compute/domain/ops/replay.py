@@ -77,6 +77,9 @@ class Window:
 
 def check_window(since: datetime, until: datetime) -> Window:
     """A replay's window: it ends after it begins, and covers at most MAX_WINDOW."""
+    for name, value in (("since", since), ("until", until)):
+        if value.tzinfo is None:
+            raise InvalidInput(f"{name} must carry its UTC offset (such as Z)", {"field": name})
     if until <= since:
         raise InvalidInput(
             f"the replay window ends ({until.isoformat()}) before it begins ({since.isoformat()})",
