@@ -35,6 +35,7 @@ from better_compute.api.routes import (
     prices,
     priority_classes,
     quotas,
+    replay,
     reservations,
     tenants,
     usage,
@@ -42,6 +43,7 @@ from better_compute.api.routes import (
 )
 from better_compute.domain.endpoints.invoke_routing import MAX_INVOKE_BODY_BYTES
 from better_compute.domain.kernel.errors import Unavailable
+from better_compute.domain.ops.replay import MAX_BODY_BYTES as MAX_REPLAY_BODY_BYTES
 from better_compute.service.services import Services
 from better_compute.service.warmup import warm as warm_caches
 
@@ -169,6 +171,7 @@ def create_app(
     app.include_router(prices.router)
     app.include_router(partitions.router)
     app.include_router(doctor.router)
+    app.include_router(replay.router)
     console.install(app)
     links.install(app)
     refusals.install(app)
@@ -177,7 +180,10 @@ def create_app(
         BodyLimits,
         max_bytes=max_body_bytes,
         timeout=request_timeout,
-        caps=((invocations.INVOKE_PATH, MAX_INVOKE_BODY_BYTES),),
+        caps=(
+            (invocations.INVOKE_PATH, MAX_INVOKE_BODY_BYTES),
+            (replay.REPLAY_PATH, MAX_REPLAY_BODY_BYTES),
+        ),
     )
     metrics.count_requests(app)  # outside the body limits: their 413 and 408 are counted too
     version.install(app)  # outermost of all: every answer, refusals included, names the API version

@@ -33,6 +33,12 @@ COMMANDS: dict[str, Lazy] = {
         "fractional quota, and the ledger's self-check. Exits with status 1 when anything is found.",
         "doctor_cmd",
     ),
+    "replay": Lazy(
+        "Replay demand under a fleet and a policy set with the server's own rules in virtual time\n"
+        "(admin): GPU-hours granted and refused (by reason), waits (p50, p99), preemptions and cost, per\n"
+        "tenant and overall; nothing is written to the deployment.",
+        "replay_cmd",
+    ),
     "events": Lazy(
         "Events the token may read, oldest first: the admin sees every event, a tenant those about itself.",
         "events_cmd",

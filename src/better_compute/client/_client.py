@@ -120,6 +120,7 @@ from better_compute.wire.priority_classes import (
     PriorityClassPublic,
 )
 from better_compute.wire.quotas import AtomClass, QuotaListQuery, QuotaPublic, QuotaSet
+from better_compute.wire.replay import ReplayReport, ReplayRun
 from better_compute.wire.reservations import (
     DeviceRequest,
     IdRequest,
@@ -231,6 +232,7 @@ class Compute:
         self.prices = Prices(self)
         self.partitions = Partitions(self)
         self.doctor = Doctor(self)
+        self.replay = Replay(self)
 
     @classmethod
     def from_env(
@@ -1568,6 +1570,31 @@ class Doctor(_Resource):
             _fields(silent_minutes=silent_minutes, mig_waiting_days=mig_waiting_days)
         )
         return self._compute._typed("doctor.run", query, DoctorReport)
+
+
+REPLAY_CLIENT_TIMEOUT_S = 600.0
+"""How long `replay.run` waits: a month of demand at the 5,000-request limit replays in minutes."""
+
+
+@_refusing_bad_arguments
+class Replay(_Resource):
+    def run(
+        self,
+        *,
+        since: datetime,
+        until: datetime,
+        demand: JsonObject | None = None,
+        fleet: JsonObject | None = None,
+        policy: JsonObject | None = None,
+        against: JsonObject | None = None,
+    ) -> ReplayReport:
+        """Replay `[since, until)` (admin only): `demand` (a demand file's object; None: the
+        deployment's own history) over `fleet` (a fleet file's object; None: today's) under today's
+        policy set with `policy`'s changes, and with `against`'s beside it (docs/replay.md)."""
+        request = ReplayRun.model_validate(
+            _fields(since=since, until=until, demand=demand, fleet=fleet, policy=policy, against=against)
+        )
+        return self._compute._typed("replay.run", request, ReplayReport, timeout=REPLAY_CLIENT_TIMEOUT_S)
 
 
 @_refusing_bad_arguments

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from better_compute.api.app import Warming, create_app
 from better_compute.entrypoints.ids import RandomIds
+from better_compute.entrypoints.replay import scratch as replay_scratch
 from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.ports import StorePort
@@ -60,6 +61,7 @@ def build_services(store: StorePort[Tx], *, clock: Clock = utc_now, ids: Ids | N
         index=BookingIndex(),
         tokens=TokenMemory(),
         admission=admission,
+        scratch=replay_scratch,
     )
 
 

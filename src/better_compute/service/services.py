@@ -20,6 +20,7 @@ from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.metering.slurm_job_ids import NoSlurmJobIds, SlurmJobIds
+from better_compute.service.ops.replay import Scratch, refuse_replay
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.service.tx import Tx
@@ -63,6 +64,9 @@ class Services:
     (service.endpoints.invocations)."""
     slurm_job_ids: SlurmJobIds = field(default_factory=NoSlurmJobIds)
     """Slurm's job id of each allocation that is a Slurm job (`usage.list`'s `slurmJobIds`)."""
+    scratch: Scratch = field(default=refuse_replay)
+    """Where a replay runs: a throwaway store with the replayed fleet (service.ops.replay); the
+    composition root's opens a fresh SQLite file. By default replays are refused."""
     ready: threading.Event = field(default_factory=_already_set)
     """Set once the process has loaded what its hot path needs (`service.warmup`): until then
     `/healthz` and `/readyz` answer `starting` (503). Set from the start where nothing warms it

@@ -113,6 +113,7 @@ from better_compute.wire.priority_classes import (
     PriorityClassPublic,
 )
 from better_compute.wire.quotas import QuotaListQuery, QuotaPublic, QuotaSet
+from better_compute.wire.replay import ReplayReport, ReplayRun
 from better_compute.wire.reservations import (
     IdRequest,
     ReservationCreate,
@@ -832,6 +833,17 @@ _TABLE: tuple[Method, ...] = (
         summary=(
             "What in the fleet needs an operator (admin): each finding's code, subject, detail and"
             " action; logs a doctor.run event."
+        ),
+    ),
+    Method(
+        "replay.run",
+        "POST",
+        "/v1/replay",
+        ReplayRun,
+        ReplayReport,
+        summary=(
+            "Replay recorded or given demand under a fleet and a policy set with the server's own"
+            " rules in virtual time (admin): GPU-hours granted and refused, waits, preemptions, cost."
         ),
     ),
 )

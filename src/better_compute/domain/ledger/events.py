@@ -101,6 +101,10 @@ class ReservationCreated(Event):
     tenant_id: str
     pool_id: str
     atoms: tuple[str, ...]
+    ends_at: datetime | None = None
+    """The end it was admitted with (a release or a preemption moves the record's end, not this),
+    so that a replay of the log asks for the same window; None: open-ended, or logged before it
+    was recorded."""
 
 
 @dataclass(frozen=True, slots=True)

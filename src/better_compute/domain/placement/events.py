@@ -41,6 +41,9 @@ class WorkloadCreated(Event):
     device_class: str
     device_count: int
     replicas: int
+    priority_class: str | None = None
+    """Its priority class, so that a replay of the log asks for the same (None in events logged
+    before it was recorded: `standard`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -374,7 +374,13 @@ def create(
         _check_refs(tx, wiring, spec)
         workload = Workload(workload_id, spec, 1, now)
         created = WorkloadCreated(
-            workload_id, tenant_id, spec.name, spec.device_class, spec.device_count, spec.replicas
+            workload_id,
+            tenant_id,
+            spec.name,
+            spec.device_class,
+            spec.device_count,
+            spec.replicas,
+            spec.priority_class,
         )
         # Names are unique per project (a unique key): under the project's lock, a refused insert
         # is a name taken, never a race.

@@ -456,7 +456,7 @@ def commit_reservation(
     are serialised: admission's own look-up, in this transaction, is the last word there)."""
     ids = list(atom_ids)
     span = Window(r.starts_at, r.ends_at)
-    created = json.dumps(ReservationCreated(r.id, r.tenant_id, r.pool_id, tuple(ids)).payload())
+    created = json.dumps(ReservationCreated(r.id, r.tenant_id, r.pool_id, tuple(ids), r.ends_at).payload())
     db = conn.connection.driver_connection
     assert db is not None
     if conn.dialect.name != "postgresql":

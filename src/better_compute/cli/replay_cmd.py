@@ -1,0 +1,198 @@
+"""`better-compute replay`: what recorded or given demand would have met under a fleet and a policy
+set, replayed by the server's own rules in virtual time (admin; docs/replay.md).
+
+One call of `replay.run`. The files it names (demand, fleet, policy, against) are read here, as JSON
+or YAML, and sent whole; the server replays them on a throwaway store. It prints a table of figures
+per tenant for each run (with a history: `recorded`, what happened, then `policy`), and with
+`--against` a table of what the second policy set changes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from better_compute.cli import config
+from better_compute.cli.app import app
+from better_compute.cli.calls import JsonFlag, call
+from better_compute.cli.output import print_json, stdout
+from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
+from better_compute.cli.times import parse_time, when
+from better_compute.wire.replay import ReplayFigures
+
+_COLUMNS = (
+    Column("run"),
+    Column("tenant"),
+    Column("requests", drop=3),
+    Column("refused", drop=2),
+    Column("gpu-h granted"),
+    Column("gpu-h refused"),
+    Column("wait p50"),
+    Column("wait p99"),
+    Column("preempted"),
+    Column("cost", drop=1),
+)
+_DIFF = (
+    Column("tenant"),
+    Column("gpu-h granted"),
+    Column("gpu-h refused"),
+    Column("wait p50"),
+    Column("wait p99"),
+    Column("preempted"),
+    Column("cost", drop=1),
+)
+
+
+def _read(path: Path | None, option: str) -> dict[str, Any] | None:
+    if path is None:
+        return None
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}", param_hint=option) from None
+    if not isinstance(raw, dict):
+        raise typer.BadParameter(f"{path} does not hold an object (JSON or YAML)", param_hint=option)
+    return raw
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 3600:
+        return f"{value / 3600:g}h"
+    if abs(value) >= 60:
+        return f"{value / 60:g}m"
+    return f"{value:g}s"
+
+
+def _hours(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _refused(f: ReplayFigures) -> str:
+    total = sum(f.gpu_hours_refused.values())
+    if not f.gpu_hours_refused:
+        return "0.00"
+    reasons = ", ".join(f"{reason} {hours:.2f}" for reason, hours in f.gpu_hours_refused.items())
+    return f"{total:.2f} ({reasons})"
+
+
+def _row(run: str, tenant: str, f: ReplayFigures) -> list[str]:
+    cost = "-" if f.cost is None else f"{f.cost} {f.currency or ''}".strip()
+    return [
+        run,
+        tenant,
+        str(f.requests),
+        str(f.refused_requests),
+        _hours(f.gpu_hours_granted),
+        _refused(f),
+        _seconds(f.wait_p50_seconds),
+        _seconds(f.wait_p99_seconds),
+        str(f.preemptions),
+        cost,
+    ]
+
+
+def _signed(value: float | None, shown: str) -> str:
+    if value is None:
+        return "-"
+    return ("+" if value > 0 else "") + shown
+
+
+@app.command("replay")
+def replay(
+    since: Annotated[str, typer.Option("--since", help="Start of the window (ISO 8601).")],
+    until: Annotated[
+        str, typer.Option("--until", help="End of the window (ISO 8601); at most 31 days after --since.")
+    ],
+    demand: Annotated[
+        Path | None,
+        typer.Option(
+            "--demand", help="A demand file (JSON or YAML); left out: this deployment's own history."
+        ),
+    ] = None,
+    fleet: Annotated[
+        Path | None, typer.Option("--fleet", help="A fleet file (JSON or YAML); left out: today's fleet.")
+    ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", help="Changes to today's policy set (JSON or YAML); left out: today's."),
+    ] = None,
+    against: Annotated[
+        Path | None,
+        typer.Option(
+            "--against", help="A second set of changes, replayed beside --policy, with the differences."
+        ),
+    ] = None,
+    output: OutputOption = Output.TABLE,
+    as_json: JsonFlag = False,
+    server: config.ServerOption = None,
+    token: config.TokenOption = None,
+) -> None:
+    """Replay demand under a fleet and a policy set with the server's own rules in virtual time
+    (admin): GPU-hours granted and refused (by reason), waits (p50, p99), preemptions and cost, per
+    tenant and overall; nothing is written to the deployment."""
+    as_json = json_wanted(as_json, output)
+    began, ended = parse_time(since, "--since"), parse_time(until, "--until")
+    assert began is not None and ended is not None
+    files = {
+        "demand": _read(demand, "--demand"),
+        "fleet": _read(fleet, "--fleet"),
+        "policy": _read(policy, "--policy"),
+        "against": _read(against, "--against"),
+    }
+    answer = call(
+        server,
+        token,
+        as_json,
+        lambda c: c.replay.run(since=began, until=ended, **files),
+        {
+            "since": "--since",
+            "until": "--until",
+            "demand": "--demand",
+            "fleet": "--fleet",
+            "policy": "--policy",
+            "against": "--against",
+        },
+    )
+    if as_json:
+        print_json(answer.model_dump(mode="json"))
+        return
+    console = stdout()
+    console.print(
+        f"replay of {answer.requests} request(s) from {answer.source},"
+        f" {when(answer.since)} to {when(answer.until)}",
+        markup=False,
+    )
+    rows: list[list[str]] = []
+    for run in answer.runs:
+        rows.extend(_row(run.name, tenant, f) for tenant, f in run.tenants.items())
+        rows.append(_row(run.name, "(all)", run.overall))
+    print_fitted(console, _COLUMNS, rows, output)
+    for run in answer.runs:
+        share = run.overall.fragmentation
+        stranded = "-" if share is None else f"{share:.1%}"
+        console.print(
+            f"{run.name}: fragmentation {stranded} of free GPU capacity;"
+            f" replayed in {run.elapsed_seconds:g} s",
+            markup=False,
+        )
+    if answer.differences:
+        console.print("against less policy:", markup=False)
+        diff_rows = []
+        for tenant, d in answer.differences.items():
+            diff_rows.append(
+                [
+                    "(all)" if tenant == "overall" else tenant,
+                    _signed(d.get("gpuHoursGranted"), _hours(d.get("gpuHoursGranted"))),
+                    _signed(d.get("gpuHoursRefused"), _hours(d.get("gpuHoursRefused"))),
+                    _signed(d.get("waitP50Seconds"), _seconds(d.get("waitP50Seconds"))),
+                    _signed(d.get("waitP99Seconds"), _seconds(d.get("waitP99Seconds"))),
+                    _signed(d.get("preemptions"), f"{d.get('preemptions') or 0:g}"),
+                    _signed(d.get("cost"), f"{d.get('cost') or 0:.2f}"),
+                ]
+            )
+        print_fitted(console, _DIFF, diff_rows, output)
