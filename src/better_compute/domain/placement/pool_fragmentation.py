@@ -64,6 +64,14 @@ class GpuParts:
 
     whole: str | None
     parts: tuple[tuple[str, float], ...] = ()
+    ids: tuple[str, ...] = field(init=False)
+    """The parts' atom ids."""
+    all_free: int = field(init=False)
+    """The GPU's free milli-GPUs when none of its parts is taken."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(atom_id for atom_id, _ in self.parts))
+        object.__setattr__(self, "all_free", milli_of(sum(part for _, part in self.parts)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,10 +140,13 @@ def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int
 
 
 def _free_milli(node: tuple[GpuParts, ...], taken: Container[str]) -> list[int]:
+    held = taken.__contains__
     return [
-        (0 if gpu.whole in taken else WHOLE)
+        (0 if held(gpu.whole) else WHOLE)
         if gpu.whole is not None
-        else milli_of(sum(part for atom_id, part in gpu.parts if atom_id not in taken))
+        else gpu.all_free
+        if not any(map(held, gpu.ids))  # most GPUs: none of its parts taken, no sum to make
+        else milli_of(sum(part for atom_id, part in gpu.parts if not held(atom_id)))
         for gpu in node
     ]
 
