@@ -348,3 +348,36 @@ def test_a_reservation_its_tenant_released_first_is_not_ended_again(world: World
     with world.store.begin() as tx:
         assert reservations.end_in(tx, made.id, world.now) is False
     assert len(stored_events(world.store, "reservation.released")) == 1
+
+
+def test_one_unreadable_job_record_stops_the_follower_no_more(world: World) -> None:
+    """A record Slurm printed that cannot be read is left out, logged, and the pass goes on; a cluster
+    whose whole pass fails does not keep the follower from the next cluster."""
+    from better_compute.domain.fleet.slurm import parse_jobs
+
+    bad = (
+        "JobId=902 JobName=x Account=mlacct JobState=PENDING Reason=None Partition=ours "
+        "StdIn=/dev/null StdOut=/tmp/o JobState=OWNED"
+    )
+    made = world.reserve()
+    clusters.create(
+        world.store,
+        ADMIN,
+        "s0",
+        "r1",
+        [],
+        "slurm",
+        {"controller": "c0", "partitions": ["p"], "account": ACCOUNT, "accounts": {}},
+        T0,
+    )
+    broken = FakeSlurm(nodes={}, default_account="mlacct")
+
+    def unreadable(partitions: object = None) -> list[object]:
+        return list(parse_jobs(bad))
+
+    broken.jobs = unreadable  # type: ignore[method-assign,assignment]
+    reports = SlurmFollower(
+        world.store, lambda: world.now, lambda c: broken if c.id == "s0" else world.slurm
+    ).tick()
+    assert [r.cluster_id for r in reports] == ["s1"]
+    assert [a for a, _ in reports[0].submitted] == [made.id]

@@ -30,6 +30,7 @@ from datetime import datetime
 
 from better_compute.domain.fleet.cluster_kinds import EXTERNAL_TENANT
 from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.fleet.slurm import SlurmOutputUnreadable
 from better_compute.domain.fleet.slurm_gres import GresSlot, gres_slots
 from better_compute.domain.fleet.slurm_holds import Held, HoldPlan, Mirror, hold_job_name, plan_holds
 from better_compute.domain.kernel.errors import DomainError, Unavailable
@@ -216,15 +217,21 @@ class SlurmFollower:
         self.control_for = control_for
 
     def tick(self) -> list[PassReport]:
-        """One pass over each Slurm cluster; one that does not answer is tried again next pass."""
+        """One pass over each Slurm cluster; one that does not answer, or whose pass fails, is tried
+        again next pass, and the others are followed all the same."""
         with self.store.read() as tx:
             found = [c for c in tx.clusters.all() if c.slurm is not None]
         reports = []
         for cluster in found:
             try:
                 report = follow(self.store, cluster, self.control_for(cluster), self.clock())
-            except (SlurmUnreachable, SlurmRefused) as exc:
+            except (SlurmUnreachable, SlurmRefused, SlurmOutputUnreadable) as exc:
                 _log.warning("Slurm cluster %s: %s", cluster.id, exc)
+                continue
+            except Unavailable:
+                raise
+            except Exception:  # a fault of ours on this cluster: logged; the others go on
+                _log.exception("Slurm follower pass over cluster %s failed", cluster.id)
                 continue
             for problem in report.problems:
                 _log.warning("Slurm cluster %s: %s", cluster.id, problem)
