@@ -381,3 +381,26 @@ def test_one_unreadable_job_record_stops_the_follower_no_more(world: World) -> N
     ).tick()
     assert [r.cluster_id for r in reports] == ["s1"]
     assert [a for a, _ in reports[0].submitted] == [made.id]
+
+
+def test_a_node_whose_gres_cannot_be_read_for_a_pass_keeps_its_holding_jobs(world: World) -> None:
+    """A pass that cannot compute a node's GRES lines (a GPU's MIG change waiting for a reset) leaves
+    that node's jobs alone: the holding job runs on and the reservation stays active."""
+    from unittest import mock
+
+    from better_compute.service.ledger import slurm_holds as follower
+
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+    refused = InvalidState("GPU 0 of node sn cannot be given to Slurm: its MIG mode change waits for a reset")
+    with mock.patch.object(follower, "gres_slots", side_effect=refused):
+        report = world.follow()
+    assert report.cancelled == [] and report.problems
+    world.tick()
+    report = world.follow()
+    assert (report.cancelled, report.ended) == ([], [])
+    assert world.slurm.job(job_id).state == "RUNNING"
+    assert world.view(made.id).status == ReservationStatus.ACTIVE

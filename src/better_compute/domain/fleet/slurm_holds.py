@@ -33,7 +33,7 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -172,7 +172,7 @@ def _atoms_of(job: SlurmJob, node: str, slots: Sequence[GresSlot]) -> tuple[str,
     return tuple(found)
 
 
-def _job_node(job: SlurmJob, nodes: Mapping[str, object]) -> str | None:
+def _job_node(job: SlurmJob, nodes: Collection[str]) -> str | None:
     for candidate in (job.required_nodes, job.nodes, *(g.node for g in job.gres)):
         if candidate in nodes:
             return candidate
@@ -189,8 +189,12 @@ def plan_holds(
     held: Sequence[Held],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    unread: Collection[str] = (),
 ) -> HoldPlan:
-    """What the follower does in one pass over one Slurm cluster (the module says why each)."""
+    """What the follower does in one pass over one Slurm cluster (the module says why each).
+
+    `unread` are the cluster's nodes whose GRES lines this pass could not compute: a job on one is
+    left as it is (never cancelled, its booking never ended) until a pass can read the node again."""
     type_of = {s.atom_id: s.type for node_slots in slots.values() for s in node_slots if s.atom_id}
     live = {(h.allocation_id, h.node): h for h in held if h.end is None or h.end > now}
     ours_live = {k: h for k, h in live.items() if holdable(h.allocation_id)}
@@ -208,6 +212,8 @@ def plan_holds(
     mine: dict[tuple[str, str], list[SlurmJob]] = defaultdict(list)
     direct: list[tuple[SlurmJob, str]] = []
     for job in sorted(jobs, key=lambda j: j.job_id):
+        if _job_node(job, unread) is not None:
+            continue
         node = _job_node(job, slots)
         allocation = allocation_of_job(job.name) if job.account == account else None
         if allocation is not None:

@@ -64,8 +64,9 @@ class PassReport:
 
 def _read(
     tx: SlurmHoldsTx, cluster: Cluster, now: datetime, problems: list[str]
-) -> tuple[dict[str, Sequence[GresSlot]], list[Held]]:
-    """The cluster's nodes' GRES slots, and the live bookings on their atoms by allocation and node."""
+) -> tuple[dict[str, Sequence[GresSlot]], list[Held], set[str]]:
+    """The cluster's nodes' GRES slots, the live bookings on their atoms by allocation and node, and
+    the nodes whose GRES lines cannot be computed now (their jobs are left alone this pass)."""
     nodes = [n.id for n in tx.nodes.page(cluster.id, None, None)]
     gpus = tx.gpus.of_nodes(nodes)
     atoms = tx.atoms.of_nodes(nodes)
@@ -88,7 +89,7 @@ def _read(
         Held(allocation, node, tuple(atom_ids), *windows[(allocation, node)])
         for (allocation, node), atom_ids in sorted(grouped.items())
     ]
-    return slots, held
+    return slots, held, set(nodes) - set(slots)
 
 
 def plan_for(
@@ -100,7 +101,7 @@ def plan_for(
     # to another partition that shares a node of ours holds its cards as well.
     jobs = slurm.jobs()
     with store.read() as tx:
-        slots, held = _read(tx, cluster, now, report.problems)
+        slots, held, unread = _read(tx, cluster, now, report.problems)
     return plan_holds(
         cluster_id=cluster.id,
         account=settings.account,
@@ -110,6 +111,7 @@ def plan_for(
         held=held,
         jobs=jobs,
         now=now,
+        unread=unread,
     )
 
 
