@@ -5,11 +5,13 @@ ledger fencing a move onto an atom taken meanwhile (ADR 0015, "Race windows").""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from unittest import mock
 
 import pytest
 
@@ -403,4 +405,74 @@ def test_a_node_whose_gres_cannot_be_read_for_a_pass_keeps_its_holding_jobs(worl
     report = world.follow()
     assert (report.cancelled, report.ended) == ([], [])
     assert world.slurm.job(job_id).state == "RUNNING"
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+
+
+@pytest.mark.postgres_only  # a race: SQLite serialises its writers
+def test_two_followers_at_once_follow_a_slurm_cluster_one_at_a_time(world: World) -> None:
+    """Reconcilers racing for a cluster's lease, first as an insert then, each time the lease has run
+    out, as an update: every time exactly one takes it, and the other follows nothing that pass."""
+    followers = [
+        SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner=name)
+        for name in ("a", "b")
+    ]
+    for _ in range(10):
+        start = threading.Barrier(2)
+        took: list[bool] = []
+        lock = threading.Lock()
+
+        def race(
+            follower: SlurmFollower, start: threading.Barrier, lock: threading.Lock, took: list[bool]
+        ) -> None:
+            start.wait()
+            leased = follower._leased("s1")
+            with lock:
+                took.append(leased)
+
+        threads = [threading.Thread(target=race, args=(f, start, lock, took)) for f in followers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(took) == [False, True]
+        world.now += followers[0].lease + timedelta(seconds=1)
+    made = world.reserve()
+    reports = [report for follower in followers for report in follower.tick()]
+    assert [[a for a, _ in r.submitted] for r in reports] == [[made.id]]  # one follower, one job
+
+
+def test_two_followers_at_once_each_cancel_the_same_copy_of_a_holding_job(world: World) -> None:
+    """Two followers (no lease between them) each submit a holding job for one reservation; whatever
+    state each reads the two jobs in, both keep the older and cancel the newer, and the reservation
+    the copy's cancel might have ended stays active on the job kept."""
+    made = world.reserve()
+    [(_, first)] = world.follow().submitted
+    cluster = clusters.get(world.store, "s1")
+    with world.store.begin() as tx:  # the second follower read no job before the first's sbatch
+        tx.slurm_jobs.put("s1", [], world.now)
+    second = world.slurm.submit_hold(
+        HoldRequest(
+            name=hold_job_name(made.id),
+            account=ACCOUNT,
+            partition="ours",
+            node="sn",
+            gres=(("3g.40gb", 1),),
+            begin_seconds=0,
+            time_limit_seconds=3600,
+        )
+    )
+    pending = world.slurm.jobs()  # what the first follower reads: both pending
+    world.tick()
+    running = {job.job_id: job for job in world.slurm.jobs()}
+    assert running[second].state == "RUNNING"
+    # What the second reads a moment later, had Slurm started the newer copy first.
+    newer_first = [dataclasses.replace(running[first], state="PENDING", nodes="", gres=()), running[second]]
+    with mock.patch.object(world.slurm, "jobs", return_value=pending):
+        one = follow(world.store, cluster, world.slurm, world.now)
+    with mock.patch.object(world.slurm, "jobs", return_value=newer_first):
+        other = follow(world.store, cluster, world.slurm, world.now)
+    assert set(one.cancelled) | set(other.cancelled) == {second}
+    world.tick()
+    report = world.follow()
+    assert report.ended == [] and world.slurm.job(first).state == "RUNNING"
     assert world.view(made.id).status == ReservationStatus.ACTIVE

@@ -16,7 +16,8 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 
 - **a job of ours** is one under the cluster's account whose name is `hold_job_name(allocation)`.
   One whose allocation is not live (released, cancelled, never committed) is cancelled; of two for
-  one allocation and node, the running one (else the older) is kept and the other cancelled;
+  one allocation and node, the oldest alive is kept and the others cancelled (every follower
+  chooses alike, and a copy we cancelled never ends the allocation);
 - **an allocation of ours without a job** gets one submitted (`--begin` its start, `--time` its
   length), unless it is over;
 - **a job of ours that ended** (Slurm ended it, a user cancelled it, its time ran out) ends its
@@ -230,8 +231,11 @@ def plan_holds(
     bound: dict[tuple[str, str], tuple[str, ...]] = {}
     kept: dict[tuple[str, str], SlurmJob] = {}
     for key, candidates in mine.items():
+        # The lowest id alive, else the lowest id: a choice every follower makes alike whatever state
+        # each read, so two at once cancel the same copies, and a copy cancelled as a second one is
+        # never the job whose end ends the allocation.
         alive = [j for j in candidates if not j.finished]
-        chosen = next((j for j in alive if j.state == "RUNNING"), alive[0] if alive else candidates[-1])
+        chosen = alive[0] if alive else candidates[0]
         kept[key] = chosen
         cancel.extend(
             (other.job_id, f"a second holding job for {key[0]} on {key[1]}")
