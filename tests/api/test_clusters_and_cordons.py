@@ -231,6 +231,9 @@ def test_every_tenant_can_read_each_slurm_clusters_settings_no_more(world: World
         ({"kind": "slurm", "slurm": {**SLURM, "account": "x=y"}}, "slurm.account", None),
         ({"kind": "slurm", "slurm": {**SLURM, "controller": "-bad"}}, "slurm.controller", None),
         ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"bc-holds": "acme"}}}, "slurm.accounts", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "account": "BC-Holds"}}, "slurm.account", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"ML": "acme"}}}, "slurm.accounts", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"ml": "nobody"}}}, "slurm.accounts.ml", None),
     ],
 )
 def test_a_bad_cluster_is_invalid_input_naming_the_field(

@@ -113,6 +113,7 @@ def world(store: Store) -> World:
         "account": ACCOUNT,
         "accounts": {"mlacct": "ml"},
     }
+    load_fleet(store, parse_fleet({"tenants": FLEET["tenants"]}), T0)  # the tenants accounts map to
     clusters.create(store, ADMIN, "s1", "r1", [], "slurm", slurm_settings, T0)
     load_fleet(store, parse_fleet(FLEET), T0)
     quotas.set_quota(store, ADMIN, "platform", "p1", "gpu.mig", 8, T0)
