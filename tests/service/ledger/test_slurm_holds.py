@@ -477,3 +477,14 @@ def test_two_followers_at_once_each_cancel_the_same_copy_of_a_holding_job(world:
     report = world.follow()
     assert report.ended == [] and world.slurm.job(first).state == "RUNNING"
     assert world.view(made.id).status == ReservationStatus.ACTIVE
+
+
+def test_a_followers_lease_is_renewed_by_its_holder_and_taken_over_once_it_runs_out(world: World) -> None:
+    a = SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner="a")
+    b = SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner="b")
+    assert a._leased("s1") and not b._leased("s1")
+    world.now += a.lease - timedelta(seconds=1)
+    assert a._leased("s1") and not b._leased("s1")  # renewed from now
+    world.now += a.lease
+    assert b._leased("s1") and not a._leased("s1")  # a died (or stalled): b follows
+    assert [r.cluster_id for r in b.tick()] == ["s1"] and a.tick() == []
