@@ -98,7 +98,8 @@ def test_a_job_of_ours_whose_allocation_is_gone_is_cancelled_and_a_second_one_to
         [held("rsv-1", "a0")],
         [job(5, "bc.rsv-gone", "PENDING"), job(6, "bc.rsv-1", "PENDING"), job(7, "bc.rsv-1", indices=(0,))],
     )
-    assert [c[0] for c in got.cancel] == [5, 6]  # the running one of rsv-1's two is kept
+    # The older of rsv-1's two is kept, running or not: every follower keeps the same one.
+    assert [c[0] for c in got.cancel] == [5, 7]
     assert got.submit == ()
 
 

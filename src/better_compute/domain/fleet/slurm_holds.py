@@ -16,7 +16,8 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 
 - **a job of ours** is one under the cluster's account whose name is `hold_job_name(allocation)`.
   One whose allocation is not live (released, cancelled, never committed) is cancelled; of two for
-  one allocation and node, the running one (else the older) is kept and the other cancelled;
+  one allocation and node, the oldest alive is kept and the others cancelled (every follower
+  chooses alike, and a copy we cancelled never ends the allocation);
 - **an allocation of ours without a job** gets one submitted (`--begin` its start, `--time` its
   length), unless it is over;
 - **a job of ours that ended** (Slurm ended it, a user cancelled it, its time ran out) ends its
@@ -33,7 +34,7 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -172,7 +173,7 @@ def _atoms_of(job: SlurmJob, node: str, slots: Sequence[GresSlot]) -> tuple[str,
     return tuple(found)
 
 
-def _job_node(job: SlurmJob, nodes: Mapping[str, object]) -> str | None:
+def _job_node(job: SlurmJob, nodes: Collection[str]) -> str | None:
     for candidate in (job.required_nodes, job.nodes, *(g.node for g in job.gres)):
         if candidate in nodes:
             return candidate
@@ -189,8 +190,12 @@ def plan_holds(
     held: Sequence[Held],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    unread: Collection[str] = (),
 ) -> HoldPlan:
-    """What the follower does in one pass over one Slurm cluster (the module says why each)."""
+    """What the follower does in one pass over one Slurm cluster (the module says why each).
+
+    `unread` are the cluster's nodes whose GRES lines this pass could not compute: a job on one is
+    left as it is (never cancelled, its booking never ended) until a pass can read the node again."""
     type_of = {s.atom_id: s.type for node_slots in slots.values() for s in node_slots if s.atom_id}
     live = {(h.allocation_id, h.node): h for h in held if h.end is None or h.end > now}
     ours_live = {k: h for k, h in live.items() if holdable(h.allocation_id)}
@@ -208,6 +213,8 @@ def plan_holds(
     mine: dict[tuple[str, str], list[SlurmJob]] = defaultdict(list)
     direct: list[tuple[SlurmJob, str]] = []
     for job in sorted(jobs, key=lambda j: j.job_id):
+        if _job_node(job, unread) is not None:
+            continue
         node = _job_node(job, slots)
         allocation = allocation_of_job(job.name) if job.account == account else None
         if allocation is not None:
@@ -224,8 +231,11 @@ def plan_holds(
     bound: dict[tuple[str, str], tuple[str, ...]] = {}
     kept: dict[tuple[str, str], SlurmJob] = {}
     for key, candidates in mine.items():
+        # The lowest id alive, else the lowest id: a choice every follower makes alike whatever state
+        # each read, so two at once cancel the same copies, and a copy cancelled as a second one is
+        # never the job whose end ends the allocation.
         alive = [j for j in candidates if not j.finished]
-        chosen = next((j for j in alive if j.state == "RUNNING"), alive[0] if alive else candidates[-1])
+        chosen = alive[0] if alive else candidates[0]
         kept[key] = chosen
         cancel.extend(
             (other.job_id, f"a second holding job for {key[0]} on {key[1]}")

@@ -279,6 +279,10 @@ class SlurmJobRepo(Protocol):
         """The jobs mirrored for each allocation (one per node), by allocation."""
         ...
 
+    def lease(self, cluster_id: str, owner: str, now: datetime, until: datetime) -> bool:
+        """Take or renew the lease to follow a Slurm cluster; False while another owner holds it."""
+        ...
+
 
 class LedgerTx(FleetTx, Protocol):
     """The slice of a transaction the ledger's use cases use: fleet's, and the ledger's own repositories."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, delete, select, tuple_
+from sqlalchemy import Connection, and_, delete, or_, select, tuple_, update
 
 from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.storage.kernel import rows
-from better_compute.storage.kernel.tables import slurm_jobs
+from better_compute.storage.kernel.tables import slurm_followers, slurm_jobs
 
 MAX_REASON = 200
 
@@ -57,3 +57,18 @@ class SqlSlurmJobs:
         for r in found:
             out[r[0]].append(Mirror(r[0], r[1], int(r[2]), r[3], r[4], bool(r[5])))
         return out
+
+    def lease(self, cluster_id: str, owner: str, now: datetime, until: datetime) -> bool:
+        """Take (or renew) the lease to follow `cluster_id` until `until`; False while another owner's
+        lease runs. On PostgreSQL two takers of one row queue on it and the second, re-reading the
+        row the first wrote, finds the lease taken; a first lease is an insert the second skips."""
+        f = slurm_followers.c
+        taken = self.conn.execute(
+            update(slurm_followers)
+            .where(f.cluster_id == cluster_id, or_(f.lease_until <= now, f.lease_owner == owner))
+            .values(lease_owner=owner[:64], lease_until=until)
+        )
+        if taken.rowcount == 1:
+            return True
+        row = {"cluster_id": cluster_id, "lease_owner": owner[:64], "lease_until": until}
+        return rows.insert_new(self.conn, slurm_followers, [row]) == 1

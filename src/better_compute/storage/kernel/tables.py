@@ -171,6 +171,16 @@ slurm_jobs = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+slurm_followers = Table(
+    "slurm_followers",
+    metadata,
+    # Which reconciler follows each Slurm cluster now (service.ledger.slurm_holds): one at a time, so
+    # two never cancel different copies of one holding job. A lease that runs out is taken over.
+    Column("cluster_id", String(64), ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True),
+    Column("lease_owner", String(64), nullable=False),
+    Column("lease_until", UtcDateTime, nullable=False),
+)
+
 gpus = Table(
     "gpus",
     metadata,
