@@ -21,6 +21,7 @@ from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.metering.slurm_job_ids import StoredSlurmJobIds
 from better_compute.service.services import Services
 from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.service.tx import Tx
@@ -60,6 +61,7 @@ def build_services(store: StorePort[Tx], *, clock: Clock = utc_now, ids: Ids | N
         index=BookingIndex(),
         tokens=TokenMemory(),
         admission=admission,
+        slurm_job_ids=StoredSlurmJobIds(store),
     )
 
 

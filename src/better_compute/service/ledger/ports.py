@@ -277,6 +277,11 @@ class SlurmJobRepo(Protocol):
         """The jobs mirrored for each allocation (one per node), by allocation."""
         ...
 
+    def job_ids(self, allocation_ids: Sequence[str]) -> dict[str, int]:
+        """The Slurm job id each of `allocation_ids` had, kept after its job is gone from the mirror;
+        those that never had one are left out."""
+        ...
+
 
 class LedgerTx(FleetTx, Protocol):
     """The slice of a transaction the ledger's use cases use: fleet's, and the ledger's own repositories."""

@@ -171,6 +171,17 @@ slurm_jobs = Table(
     Column("updated_at", UtcDateTime, nullable=False),
 )
 
+slurm_job_ids = Table(
+    "slurm_job_ids",
+    metadata,
+    # The Slurm job that held each allocation, kept after Slurm forgets the job and `slurm_jobs` drops
+    # it: what `usage export --slurm-job-ids` adds to a finished booking's row.
+    Column("allocation_id", String(160), primary_key=True),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
+)
+
 gpus = Table(
     "gpus",
     metadata,
