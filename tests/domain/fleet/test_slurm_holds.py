@@ -138,3 +138,21 @@ def test_with_no_free_atom_the_pending_booking_stays_and_the_direct_hold_waits()
     )
     assert got.rebind == () and got.book_external == ()
     assert any("no free 3g.40gb" in why for why in got.unplaced)
+
+
+def test_an_ended_job_of_an_allocation_to_rerun_is_followed_by_a_new_one_not_by_its_end() -> None:
+    replica = held("dep-1.r0", "a0", hours=None)
+    got = plan_holds(
+        cluster_id="s1",
+        account="bc",
+        tenant_of={},
+        external_tenant="external",
+        slots=SLOTS,
+        held=[replica],
+        jobs=[job(7, "bc.dep-1.r0", "FAILED", reason="NonZeroExitCode")],
+        now=NOW,
+        rerun=frozenset({"dep-1.r0"}),
+    )
+    assert got.end == ()
+    assert got.submit == (Submit("dep-1.r0", "n1", (("3g.40gb", 1),), 0, None),)
+    assert [(m.job_id, m.state) for m in got.mirror] == [(7, "FAILED")]

@@ -20,7 +20,9 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 - **an allocation of ours without a job** gets one submitted (`--begin` its start, `--time` its
   length), unless it is over;
 - **a job of ours that ended** (Slurm ended it, a user cancelled it, its time ran out) ends its
-  allocation now (`End`), unless the allocation was already over;
+  allocation now (`End`), unless the allocation was already over; but an allocation in `rerun` (a
+  workload replica that runs its container as its job, docs/slurm.md#replicas-as-jobs) gets a new
+  job instead, as a replica whose container exits is started again, and keeps its booking;
 - **a running job submitted directly** (not ours) is booked as an external hold of the tenant its
   Slurm account maps to (else `external`), on the atoms of its indices, for its time limit; it ends
   when the job ends or slurmctld forgets it;
@@ -33,7 +35,7 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -189,8 +191,10 @@ def plan_holds(
     held: Sequence[Held],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    rerun: Set[str] = frozenset(),
 ) -> HoldPlan:
-    """What the follower does in one pass over one Slurm cluster (the module says why each)."""
+    """What the follower does in one pass over one Slurm cluster (the module says why each);
+    `rerun`: the allocations whose ended job is followed by a new one rather than by their end."""
     type_of = {s.atom_id: s.type for node_slots in slots.values() for s in node_slots if s.atom_id}
     live = {(h.allocation_id, h.node): h for h in held if h.end is None or h.end > now}
     ours_live = {k: h for k, h in live.items() if holdable(h.allocation_id)}
@@ -324,7 +328,11 @@ def plan_holds(
     # Jobs for allocations that have none; ends for allocations whose job ended.
     for key, h in sorted(ours_live.items()):
         held_by = kept.get(key)
-        if held_by is None:
+        if held_by is not None:
+            mirror.append(
+                Mirror(key[0], key[1], held_by.job_id, held_by.state, held_by.reason, external=False)
+            )
+        if held_by is None or (held_by.finished and key[0] in rerun):
             kinds: dict[str, int] = {}
             for atom in h.atom_ids:
                 kind = type_of.get(moved[key].get(atom, atom), "")
@@ -337,7 +345,6 @@ def plan_holds(
                 limit = None if h.end is None else _seconds_up(h.end - begin)
                 submit.append(Submit(key[0], key[1], tuple(kinds.items()), _seconds_up(begin - now), limit))
             continue
-        mirror.append(Mirror(key[0], key[1], held_by.job_id, held_by.state, held_by.reason, external=False))
         if held_by.finished:
             end.append((key[0], f"its Slurm job {held_by.job_id} ended {held_by.state}"))
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from better_compute.domain.fleet.cluster_kinds import EXTERNAL_TENANT
 from better_compute.domain.fleet.records import Cluster
@@ -45,6 +46,22 @@ _log = logging.getLogger("better_compute.slurm")
 
 SlurmHoldsTx = LedgerTx
 """What a pass uses of a transaction: the ledger's slice (which holds `slurm_jobs`)."""
+
+
+class JobCommands(Protocol):
+    """What the job of an allocation runs in place of a holding job's wait: a workload replica's
+    container (service.placement.slurm_replicas.ReplicaCommands; docs/slurm.md#replicas-as-jobs)."""
+
+    def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
+        """The shell line each of `allocation_ids` runs as its job; those that only hold are left out."""
+        ...
+
+
+class NoCommands:
+    """Every allocation only holds (a follower wired without workloads)."""
+
+    def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
+        return {}
 
 
 @dataclass
@@ -91,7 +108,12 @@ def _read(
 
 
 def plan_for(
-    store: StorePort[SlurmHoldsTx], cluster: Cluster, slurm: SlurmControl, now: datetime, report: PassReport
+    store: StorePort[SlurmHoldsTx],
+    cluster: Cluster,
+    slurm: SlurmControl,
+    now: datetime,
+    report: PassReport,
+    rerun: frozenset[str] = frozenset(),
 ) -> HoldPlan:
     settings = cluster.slurm
     assert settings is not None
@@ -109,7 +131,12 @@ def plan_for(
         held=held,
         jobs=jobs,
         now=now,
+        rerun=rerun,
     )
+
+
+def _atoms_on(tx: SlurmHoldsTx, nodes: Sequence[str]) -> list[str]:
+    return sorted(a.id for a in tx.atoms.of_nodes(nodes))
 
 
 def _end_ours(tx: SlurmHoldsTx, allocation_id: str, now: datetime) -> bool:
@@ -121,14 +148,26 @@ def _end_ours(tx: SlurmHoldsTx, allocation_id: str, now: datetime) -> bool:
 
 
 def follow(
-    store: StorePort[SlurmHoldsTx], cluster: Cluster, slurm: SlurmControl, now: datetime
+    store: StorePort[SlurmHoldsTx],
+    cluster: Cluster,
+    slurm: SlurmControl,
+    now: datetime,
+    commands: JobCommands | None = None,
 ) -> PassReport:
-    """One pass over one Slurm cluster (the module says in what order, and why)."""
+    """One pass over one Slurm cluster (the module says in what order, and why). `commands`: what the
+    job of an allocation runs instead of waiting (a replica's container); such an allocation whose
+    job ended gets a new job rather than its end."""
     settings = cluster.slurm
     if settings is None:
         raise ValueError(f"cluster {cluster.id} is not a Slurm cluster")
     report = PassReport(cluster.id)
-    plan = plan_for(store, cluster, slurm, now, report)
+    runs: Mapping[str, str] = {}
+    if commands is not None:
+        with store.read() as tx:
+            nodes = [n.id for n in tx.nodes.page(cluster.id, None, None)]
+            allocations = sorted({b.allocation_id for b in tx.ledger.live_on(_atoms_on(tx, nodes), now)})
+        runs = commands.commands(allocations) if allocations else {}
+    plan = plan_for(store, cluster, slurm, now, report, frozenset(runs))
     report.problems.extend(plan.unplaced)
     for job_id, why in plan.cancel:
         try:
@@ -182,6 +221,7 @@ def follow(
             gres=submit.gres,
             begin_seconds=submit.begin_seconds,
             time_limit_seconds=submit.time_limit_seconds,
+            command=runs.get(submit.allocation_id, HoldRequest.command),
         )
         try:
             job_id = slurm.submit_hold(request)
@@ -190,6 +230,8 @@ def follow(
             continue
         report.submitted.append((submit.allocation_id, job_id))
         # Shown as Slurm shows a job no scheduling pass has looked at yet.
+        # It replaces the ended job a replica's new one follows.
+        mirrors = [m for m in mirrors if (m.allocation_id, m.node) != (submit.allocation_id, submit.node)]
         mirrors.append(Mirror(submit.allocation_id, submit.node, job_id, "PENDING", "None", external=False))
     with store.begin() as tx:
         tx.slurm_jobs.put(cluster.id, mirrors, now)
@@ -210,10 +252,12 @@ class SlurmFollower:
         store: StorePort[SlurmHoldsTx],
         clock: Callable[[], datetime],
         control_for: Callable[[Cluster], SlurmControl],
+        commands: JobCommands | None = None,
     ) -> None:
         self.store = store
         self.clock = clock
         self.control_for = control_for
+        self.commands = commands
 
     def tick(self) -> list[PassReport]:
         """One pass over each Slurm cluster; one that does not answer is tried again next pass."""
@@ -222,7 +266,7 @@ class SlurmFollower:
         reports = []
         for cluster in found:
             try:
-                report = follow(self.store, cluster, self.control_for(cluster), self.clock())
+                report = follow(self.store, cluster, self.control_for(cluster), self.clock(), self.commands)
             except (SlurmUnreachable, SlurmRefused) as exc:
                 _log.warning("Slurm cluster %s: %s", cluster.id, exc)
                 continue
@@ -242,4 +286,13 @@ class SlurmFollower:
             stopping.wait(interval)
 
 
-__all__ = ["INTERVAL", "PassReport", "SlurmFollower", "SlurmHoldsTx", "follow", "plan_for"]
+__all__ = [
+    "INTERVAL",
+    "JobCommands",
+    "NoCommands",
+    "PassReport",
+    "SlurmFollower",
+    "SlurmHoldsTx",
+    "follow",
+    "plan_for",
+]
