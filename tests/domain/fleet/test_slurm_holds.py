@@ -140,7 +140,19 @@ def test_with_no_free_atom_the_pending_booking_stays_and_the_direct_hold_waits()
     assert any("no free 3g.40gb" in why for why in got.unplaced)
 
 
-def test_an_ended_job_of_an_allocation_to_rerun_is_followed_by_a_new_one_not_by_its_end() -> None:
+def test_an_ended_job_of_a_replica_is_followed_by_a_new_one_not_by_its_end() -> None:
+    shown = plan_holds(
+        cluster_id="s1",
+        account="bc",
+        tenant_of={},
+        external_tenant="external",
+        slots=SLOTS,
+        held=[held("dep-1.r0", "a0", hours=None)],
+        jobs=[job(7, "bc.dep-1.r0", "FAILED", reason="NonZeroExitCode")],
+        now=NOW,
+        replicas=frozenset({"dep-1.r0"}),
+    )
+    assert (shown.end, shown.submit) == ((), ())  # shown ended for a while first
     replica = held("dep-1.r0", "a0", hours=None)
     got = plan_holds(
         cluster_id="s1",
@@ -151,6 +163,7 @@ def test_an_ended_job_of_an_allocation_to_rerun_is_followed_by_a_new_one_not_by_
         held=[replica],
         jobs=[job(7, "bc.dep-1.r0", "FAILED", reason="NonZeroExitCode")],
         now=NOW,
+        replicas=frozenset({"dep-1.r0"}),
         rerun=frozenset({"dep-1.r0"}),
     )
     assert got.end == ()

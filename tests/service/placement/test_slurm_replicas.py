@@ -19,8 +19,9 @@ from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
 from better_compute.service.fleet import clusters
+from better_compute.service.gate import node_spec
 from better_compute.service.ledger.booking_index import BookingIndex
-from better_compute.service.ledger.slurm_holds import PassReport, follow
+from better_compute.service.ledger.slurm_holds import RERUN_AFTER, PassReport, follow
 from better_compute.service.placement import workloads
 from better_compute.service.placement.placement_stock import Stock
 from better_compute.service.placement.slurm_replicas import ReplicaCommands
@@ -114,8 +115,12 @@ def test_a_replica_runs_its_container_as_its_slurm_job_on_the_card_slurm_picked(
     world.follow()
     card = world.slots()[world.slurm.job(job_id).gres[0].indices[0]]
     assert world.atoms_of(allocation) == [card]
-    # Running, its container not reported ready yet: placed.
-    assert _phase(world, made.id) == ("placed", f"Slurm job {job_id} RUNNING")
+    # Its job runs the container, which no node probes: running, and bcd is told no container to
+    # start (it would run twice), only the replica's devices.
+    assert _phase(world, made.id) == ("running", "")
+    spec = node_spec.read(world.store, "sn", world.now).spec
+    assert allocation in {a.allocation_id for a in spec.assignments}
+    assert all(a.container is None for a in spec.assignments)
     assert world.follow().submitted == []  # adopted, not submitted again
 
 
@@ -136,13 +141,19 @@ def test_an_ended_replica_job_is_followed_by_a_new_one_and_its_failure_shown(wor
     world.slurm.fail(job_id)
     world.tick()
     report = world.follow()
-    assert report.ended == []  # the replica keeps its booking
-    [(again_for, again)] = report.submitted
-    assert again_for == allocation and again != job_id
+    # The replica keeps its booking, and its failure is shown for a while before its next job.
+    assert (report.ended, report.submitted) == ([], [])
     assert world.atoms_of(allocation) != []
+    assert _phase(world, made.id) == ("admitted", f"Slurm job {job_id} FAILED")
+    world.tick(int(RERUN_AFTER.total_seconds()) - 2)
+    assert world.follow().submitted == []
+    world.tick(2)
+    [(again_for, again)] = world.follow().submitted
+    assert again_for == allocation and again != job_id
+    assert _phase(world, made.id) == ("admitted", f"Slurm job {again} PENDING")
     world.tick()
     world.follow()
-    assert _phase(world, made.id) == ("placed", f"Slurm job {again} RUNNING")
+    assert _phase(world, made.id) == ("running", "")
 
 
 def test_scaling_submits_and_cancels_jobs_and_delete_cancels_the_rest(world: World) -> None:
@@ -155,7 +166,7 @@ def test_scaling_submits_and_cancels_jobs_and_delete_cancels_the_rest(world: Wor
     world.tick()
     world.follow()
     assert {world.slurm.job(j).state for j in (first, second)} == {"RUNNING"}
-    assert _phase(world, made.id)[0] == "placed"
+    assert _phase(world, made.id)[0] == "running"
     workloads.scale(world.wiring, ADMIN, made.id, 1, world.now)
     cancelled = world.follow().cancelled
     assert len(cancelled) == 1 and cancelled[0] in (first, second)

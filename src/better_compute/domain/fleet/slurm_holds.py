@@ -20,9 +20,10 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 - **an allocation of ours without a job** gets one submitted (`--begin` its start, `--time` its
   length), unless it is over;
 - **a job of ours that ended** (Slurm ended it, a user cancelled it, its time ran out) ends its
-  allocation now (`End`), unless the allocation was already over; but an allocation in `rerun` (a
-  workload replica that runs its container as its job, docs/slurm.md#replicas-as-jobs) gets a new
-  job instead, as a replica whose container exits is started again, and keeps its booking;
+  allocation now (`End`), unless the allocation was already over; but one in `replicas` (a
+  workload replica that runs its container as its job, docs/slurm.md#replicas-as-jobs) keeps its
+  booking and gets a new job once it is in `rerun` (the follower waits a while, so the end and
+  Slurm's reason are shown), as a replica whose container exits is started again;
 - **a running job submitted directly** (not ours) is booked as an external hold of the tenant its
   Slurm account maps to (else `external`), on the atoms of its indices, for its time limit; it ends
   when the job ends or slurmctld forgets it;
@@ -134,6 +135,8 @@ class Mirror:
     state: str
     reason: str
     external: bool
+    since: datetime | None = None
+    """When the follower first read the job in this state with this reason (None: not stored yet)."""
 
 
 @dataclass(frozen=True)
@@ -191,10 +194,12 @@ def plan_holds(
     held: Sequence[Held],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    replicas: Set[str] = frozenset(),
     rerun: Set[str] = frozenset(),
 ) -> HoldPlan:
-    """What the follower does in one pass over one Slurm cluster (the module says why each);
-    `rerun`: the allocations whose ended job is followed by a new one rather than by their end."""
+    """What the follower does in one pass over one Slurm cluster (the module says why each).
+    `replicas`: the allocations whose job's end does not end them (a replica's job ended is followed
+    by a new one); `rerun`: those of them whose ended job is to be followed now."""
     type_of = {s.atom_id: s.type for node_slots in slots.values() for s in node_slots if s.atom_id}
     live = {(h.allocation_id, h.node): h for h in held if h.end is None or h.end > now}
     ours_live = {k: h for k, h in live.items() if holdable(h.allocation_id)}
@@ -332,6 +337,8 @@ def plan_holds(
             mirror.append(
                 Mirror(key[0], key[1], held_by.job_id, held_by.state, held_by.reason, external=False)
             )
+        if held_by is not None and held_by.finished and key[0] in replicas and key[0] not in rerun:
+            continue  # its end shown for a while before the next job (the follower's back-off)
         if held_by is None or (held_by.finished and key[0] in rerun):
             kinds: dict[str, int] = {}
             for atom in h.atom_ids:

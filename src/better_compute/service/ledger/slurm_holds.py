@@ -26,11 +26,12 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from better_compute.domain.fleet.cluster_kinds import EXTERNAL_TENANT
 from better_compute.domain.fleet.records import Cluster
+from better_compute.domain.fleet.slurm import FINISHED_STATES
 from better_compute.domain.fleet.slurm_gres import GresSlot, gres_slots
 from better_compute.domain.fleet.slurm_holds import Held, HoldPlan, Mirror, hold_job_name, plan_holds
 from better_compute.domain.kernel.errors import DomainError, Unavailable
@@ -62,6 +63,11 @@ class NoCommands:
 
     def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
         return {}
+
+
+RERUN_AFTER = timedelta(seconds=10)
+"""How long a replica's ended job is shown (its state and Slurm's reason) before the follower submits
+the replica's next one: a container that keeps failing is started again at most this often."""
 
 
 @dataclass
@@ -113,6 +119,7 @@ def plan_for(
     slurm: SlurmControl,
     now: datetime,
     report: PassReport,
+    replicas: frozenset[str] = frozenset(),
     rerun: frozenset[str] = frozenset(),
 ) -> HoldPlan:
     settings = cluster.slurm
@@ -131,6 +138,7 @@ def plan_for(
         held=held,
         jobs=jobs,
         now=now,
+        replicas=replicas,
         rerun=rerun,
     )
 
@@ -162,12 +170,23 @@ def follow(
         raise ValueError(f"cluster {cluster.id} is not a Slurm cluster")
     report = PassReport(cluster.id)
     runs: Mapping[str, str] = {}
+    rerun: frozenset[str] = frozenset()
     if commands is not None:
         with store.read() as tx:
             nodes = [n.id for n in tx.nodes.page(cluster.id, None, None)]
             allocations = sorted({b.allocation_id for b in tx.ledger.live_on(_atoms_on(tx, nodes), now)})
         runs = commands.commands(allocations) if allocations else {}
-    plan = plan_for(store, cluster, slurm, now, report, frozenset(runs))
+        if runs:
+            with store.read() as tx:
+                shown = tx.slurm_jobs.of_allocations(sorted(runs))
+            rerun = frozenset(
+                a
+                for a, mirrored in shown.items()
+                if any(
+                    m.state in FINISHED_STATES and m.since and now - m.since >= RERUN_AFTER for m in mirrored
+                )
+            )
+    plan = plan_for(store, cluster, slurm, now, report, frozenset(runs), rerun)
     report.problems.extend(plan.unplaced)
     for job_id, why in plan.cancel:
         try:

@@ -20,14 +20,24 @@ class SqlSlurmJobs:
         self.conn = conn
 
     def put(self, cluster_id: str, mirrors: Sequence[Mirror], now: datetime) -> None:
-        """The cluster's rows become `mirrors`: each written, any other row of the cluster dropped.
-        Each mirrored job's id is kept for its allocation as well (`job_ids`), and never dropped."""
+        """The cluster's rows become `mirrors`: each new or changed one written (its `updated_at`, read
+        back as `since`, is when it first read so), any other row of the cluster dropped. Each
+        mirrored job's id is kept for its allocation as well (`job_ids`), and never dropped."""
         self._keep_ids(cluster_id, mirrors, now)
         keep = [(m.allocation_id, m.node) for m in mirrors]
         gone = delete(slurm_jobs).where(slurm_jobs.c.cluster_id == cluster_id)
         if keep:
             gone = gone.where(tuple_(slurm_jobs.c.allocation_id, slurm_jobs.c.node_id).not_in(keep))
         self.conn.execute(gone)
+        c = slurm_jobs.c
+        stored = {
+            (r[0], r[1]): (int(r[2]), r[3], r[4], bool(r[5]))
+            for r in self.conn.execute(
+                select(c.allocation_id, c.node_id, c.job_id, c.state, c.reason, c.external).where(
+                    c.cluster_id == cluster_id
+                )
+            ).all()
+        }
         rows.upsert(
             self.conn,
             slurm_jobs,
@@ -43,6 +53,8 @@ class SqlSlurmJobs:
                     "updated_at": now,
                 }
                 for m in mirrors
+                if stored.get((m.allocation_id, m.node))
+                != (m.job_id, m.state[:24], m.reason[:MAX_REASON], m.external)
             ],
             ["allocation_id", "node_id"],
         )
@@ -53,12 +65,12 @@ class SqlSlurmJobs:
             return out
         c = slurm_jobs.c
         found = self.conn.execute(
-            select(c.allocation_id, c.node_id, c.job_id, c.state, c.reason, c.external)
+            select(c.allocation_id, c.node_id, c.job_id, c.state, c.reason, c.external, c.updated_at)
             .where(and_(c.allocation_id.in_(list(allocation_ids))))
             .order_by(c.allocation_id, c.node_id)
         ).all()
         for r in found:
-            out[r[0]].append(Mirror(r[0], r[1], int(r[2]), r[3], r[4], bool(r[5])))
+            out[r[0]].append(Mirror(r[0], r[1], int(r[2]), r[3], r[4], bool(r[5]), r[6]))
         return out
 
     def _keep_ids(self, cluster_id: str, mirrors: Sequence[Mirror], now: datetime) -> None:

@@ -160,7 +160,8 @@ slurm_jobs = Table(
     "slurm_jobs",
     metadata,
     # What the Slurm follower last read of each job it mirrors (domain.fleet.slurm_holds): a holding
-    # job of ours by its allocation, or a job submitted directly by the allocation booked for it.
+    # job of ours by its allocation, or a job submitted directly by the allocation booked for it;
+    # `updated_at`: when it was first read in this state with this reason.
     Column("allocation_id", String(160), primary_key=True),
     Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
     Column("job_id", BigInteger, nullable=False),
