@@ -283,8 +283,8 @@ def plan_holds(
             del holder[current]
         holder[target] = key[0]
 
-    # Bound bookings move onto the atoms Slurm gave (a swap with a pending booking of ours is a
-    # move of that one first: it goes to the atom the bound one leaves, or to a free one).
+    # Bound bookings move onto the atoms Slurm gave (a swap with another booking of ours is a move
+    # of that one first: it goes to the atom the bound one leaves, and on from there when bound).
     for key, atoms in sorted(bound.items()):
         h = ours_live[key]
         current = set(h.atom_ids)
@@ -300,10 +300,13 @@ def plan_holds(
             occupant = holder.get(target)
             if occupant is not None and occupant != key[0]:
                 other = next((k for k in ours_live if k[0] == occupant and k[1] == key[1]), None)
-                if other is None or other in bound:
+                if other is None:
                     unplaced.append(f"{target} is held by {occupant}, not by {key[0]} whose job runs on it")
                     continue
-                move(other, target, source)  # the pending one takes the atom the bound one leaves
+                # The other one takes the atom this one leaves: a pending booking stays there; one
+                # whose job runs elsewhere (two jobs started on each other's atoms at once) moves on
+                # to its own in its turn, all in the pass's one Rebind transaction.
+                move(other, target, source)
             move(key, source, target)
 
     # Pending bookings on atoms a running job holds move to a free atom of their type.

@@ -54,7 +54,8 @@ class JobCommands(Protocol):
     container (service.placement.slurm_replicas.ReplicaCommands; docs/slurm.md#replicas-as-jobs)."""
 
     def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
-        """The shell line each of `allocation_ids` runs as its job; those that only hold are left out."""
+        """The shell line each of `allocation_ids` that is a workload replica runs as its job (an
+        ended job of one is followed by a new one); other allocations (reservations) are left out."""
         ...
 
 

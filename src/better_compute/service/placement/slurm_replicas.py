@@ -35,10 +35,16 @@ def replica_job_request(
     )
 
 
+HOLD_COMMAND = "sleep infinity"
+"""What the job of a replica without a container runs: it holds the GRES for the holder, who starts
+its own work on the devices, as a reservation's holding job does."""
+
+
 class ReplicaCommands:
     """What each workload replica on a Slurm node runs as its job (the follower's `JobCommands`): its
-    container's `podman run` on the allocation's CDI device, once `bcd` has written it. A replica of
-    a workload without a container only holds (its holder starts its own), as a reservation does."""
+    container's `podman run` on the allocation's CDI device, once `bcd` has written it; a replica of
+    a workload without a container holds (`HOLD_COMMAND`). Every replica is named, so the follower
+    follows an ended job of any replica with a new one rather than ending the replica."""
 
     def __init__(self, store: StorePort[PlacementTx], *, cdi_root: str = "/var/run/cdi") -> None:
         self.store = store
@@ -50,4 +56,9 @@ class ReplicaCommands:
             return {}
         with self.store.read() as tx:
             containers = tx.workloads.containers_of(replicas)
-        return {a: container_command(a, c, cdi_root=self.cdi_root) for a, c in containers.items()}
+        return {
+            a: HOLD_COMMAND
+            if a not in containers
+            else container_command(a, containers[a], cdi_root=self.cdi_root)
+            for a in replicas
+        }
