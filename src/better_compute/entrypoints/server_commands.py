@@ -556,6 +556,7 @@ def reconcile(
     from better_compute.entrypoints.slurm import slurm_control_for
     from better_compute.service.gate.mig_gate import Reconciler
     from better_compute.service.ledger.slurm_holds import SlurmFollower
+    from better_compute.service.placement.slurm_replicas import ReplicaCommands
 
     stopping = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
@@ -569,7 +570,11 @@ def reconcile(
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
         # Slurm clusters' holding jobs and external holds (docs/slurm.md), beside the gate.
         follower = SlurmFollower(
-            services.store, services.clock, slurm_control_for(settings.slurm_conf_dir), owner=owner
+            services.store,
+            services.clock,
+            slurm_control_for(settings.slurm_conf_dir),
+            ReplicaCommands(services.store),
+            owner=owner,
         )
         following = threading.Thread(
             target=follower.run, args=(stopping,), name="slurm-follower", daemon=True

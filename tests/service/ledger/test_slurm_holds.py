@@ -25,6 +25,7 @@ from better_compute.domain.ledger.reservations import ReservationStatus
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.entrypoints.server import build_services
 from better_compute.service.fleet import clusters
 from better_compute.service.fleet.slurm import HoldRequest, JobRequest
 from better_compute.service.ledger import reservations
@@ -488,3 +489,28 @@ def test_a_followers_lease_is_renewed_by_its_holder_and_taken_over_once_it_runs_
     world.now += a.lease
     assert b._leased("s1") and not a._leased("s1")  # a died (or stalled): b follows
     assert [r.cluster_id for r in b.tick()] == ["s1"] and a.tick() == []
+
+
+def test_a_finished_holding_jobs_id_is_kept_for_usage_export_after_the_mirror_drops_it(world: World) -> None:
+    """Regression: `slurm_jobs` mirrors only the jobs Slurm still runs, so a released reservation's
+    usage row lost its job id; `usage export --slurm-job-ids` reads the id kept apart."""
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    direct = world.direct()
+    world.tick()
+    world.follow()
+    world.tick()
+    reservations.release(world.store, OWNER, made.id, world.now)
+    world.slurm.complete(direct)
+    world.tick()
+    report = world.follow()
+    assert report.cancelled == [job_id] and report.ended_external == [f"slurm:s1:{direct}"]
+    world.tick(3600)  # Slurm forgets both jobs
+    world.follow()
+    gone = [made.id, f"slurm:s1:{direct}"]
+    with world.store.read() as tx:
+        assert tx.slurm_jobs.of_allocations(gone) == {a: [] for a in gone}
+    ids = build_services(world.store).slurm_job_ids
+    assert ids.job_ids([*gone, "rsv-never"]) == {made.id: job_id, f"slurm:s1:{direct}": direct}

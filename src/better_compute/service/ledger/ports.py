@@ -281,6 +281,10 @@ class SlurmJobRepo(Protocol):
 
     def lease(self, cluster_id: str, owner: str, now: datetime, until: datetime) -> bool:
         """Take or renew the lease to follow a Slurm cluster; False while another owner holds it."""
+
+    def job_ids(self, allocation_ids: Sequence[str]) -> dict[str, int]:
+        """The Slurm job id each of `allocation_ids` had, kept after its job is gone from the mirror;
+        those that never had one are left out."""
         ...
 
 

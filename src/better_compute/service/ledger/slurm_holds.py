@@ -25,13 +25,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Protocol
 
 from better_compute.domain.fleet.cluster_kinds import EXTERNAL_TENANT
 from better_compute.domain.fleet.records import Cluster
-from better_compute.domain.fleet.slurm import SlurmOutputUnreadable
+from better_compute.domain.fleet.slurm import FINISHED_STATES, SlurmOutputUnreadable
 from better_compute.domain.fleet.slurm_gres import GresSlot, gres_slots
 from better_compute.domain.fleet.slurm_holds import Held, HoldPlan, Mirror, hold_job_name, plan_holds
 from better_compute.domain.kernel.errors import DomainError, Unavailable
@@ -47,6 +48,28 @@ _log = logging.getLogger("better_compute.slurm")
 
 SlurmHoldsTx = LedgerTx
 """What a pass uses of a transaction: the ledger's slice (which holds `slurm_jobs`)."""
+
+
+class JobCommands(Protocol):
+    """What the job of an allocation runs in place of a holding job's wait: a workload replica's
+    container (service.placement.slurm_replicas.ReplicaCommands; docs/slurm.md#replicas-as-jobs)."""
+
+    def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
+        """The shell line each of `allocation_ids` that is a workload replica runs as its job (an
+        ended job of one is followed by a new one); other allocations (reservations) are left out."""
+        ...
+
+
+class NoCommands:
+    """Every allocation only holds (a follower wired without workloads)."""
+
+    def commands(self, allocation_ids: Sequence[str]) -> Mapping[str, str]:
+        return {}
+
+
+RERUN_AFTER = timedelta(seconds=10)
+"""How long a replica's ended job is shown (its state and Slurm's reason) before the follower submits
+the replica's next one: a container that keeps failing is started again at most this often."""
 
 
 @dataclass
@@ -94,7 +117,13 @@ def _read(
 
 
 def plan_for(
-    store: StorePort[SlurmHoldsTx], cluster: Cluster, slurm: SlurmControl, now: datetime, report: PassReport
+    store: StorePort[SlurmHoldsTx],
+    cluster: Cluster,
+    slurm: SlurmControl,
+    now: datetime,
+    report: PassReport,
+    replicas: frozenset[str] = frozenset(),
+    rerun: frozenset[str] = frozenset(),
 ) -> HoldPlan:
     settings = cluster.slurm
     assert settings is not None
@@ -113,7 +142,13 @@ def plan_for(
         jobs=jobs,
         now=now,
         unread=unread,
+        replicas=replicas,
+        rerun=rerun,
     )
+
+
+def _atoms_on(tx: SlurmHoldsTx, nodes: Sequence[str]) -> list[str]:
+    return sorted(a.id for a in tx.atoms.of_nodes(nodes))
 
 
 def _end_ours(tx: SlurmHoldsTx, allocation_id: str, now: datetime) -> bool:
@@ -125,14 +160,37 @@ def _end_ours(tx: SlurmHoldsTx, allocation_id: str, now: datetime) -> bool:
 
 
 def follow(
-    store: StorePort[SlurmHoldsTx], cluster: Cluster, slurm: SlurmControl, now: datetime
+    store: StorePort[SlurmHoldsTx],
+    cluster: Cluster,
+    slurm: SlurmControl,
+    now: datetime,
+    commands: JobCommands | None = None,
 ) -> PassReport:
-    """One pass over one Slurm cluster (the module says in what order, and why)."""
+    """One pass over one Slurm cluster (the module says in what order, and why). `commands`: what the
+    job of an allocation runs instead of waiting (a replica's container); such an allocation whose
+    job ended gets a new job rather than its end."""
     settings = cluster.slurm
     if settings is None:
         raise ValueError(f"cluster {cluster.id} is not a Slurm cluster")
     report = PassReport(cluster.id)
-    plan = plan_for(store, cluster, slurm, now, report)
+    runs: Mapping[str, str] = {}
+    rerun: frozenset[str] = frozenset()
+    if commands is not None:
+        with store.read() as tx:
+            nodes = [n.id for n in tx.nodes.page(cluster.id, None, None)]
+            allocations = sorted({b.allocation_id for b in tx.ledger.live_on(_atoms_on(tx, nodes), now)})
+        runs = commands.commands(allocations) if allocations else {}
+        if runs:
+            with store.read() as tx:
+                shown = tx.slurm_jobs.of_allocations(sorted(runs))
+            rerun = frozenset(
+                a
+                for a, mirrored in shown.items()
+                if any(
+                    m.state in FINISHED_STATES and m.since and now - m.since >= RERUN_AFTER for m in mirrored
+                )
+            )
+    plan = plan_for(store, cluster, slurm, now, report, frozenset(runs), rerun)
     report.problems.extend(plan.unplaced)
     for job_id, why in plan.cancel:
         try:
@@ -186,6 +244,7 @@ def follow(
             gres=submit.gres,
             begin_seconds=submit.begin_seconds,
             time_limit_seconds=submit.time_limit_seconds,
+            command=runs.get(submit.allocation_id, HoldRequest.command),
         )
         try:
             job_id = slurm.submit_hold(request)
@@ -194,6 +253,8 @@ def follow(
             continue
         report.submitted.append((submit.allocation_id, job_id))
         # Shown as Slurm shows a job no scheduling pass has looked at yet.
+        # It replaces the ended job a replica's new one follows.
+        mirrors = [m for m in mirrors if (m.allocation_id, m.node) != (submit.allocation_id, submit.node)]
         mirrors.append(Mirror(submit.allocation_id, submit.node, job_id, "PENDING", "None", external=False))
     with store.begin() as tx:
         tx.slurm_jobs.put(cluster.id, mirrors, now)
@@ -222,12 +283,15 @@ class SlurmFollower:
         store: StorePort[SlurmHoldsTx],
         clock: Callable[[], datetime],
         control_for: Callable[[Cluster], SlurmControl],
+        commands: JobCommands | None = None,
+        *,
         owner: str | None = None,
         lease: timedelta = LEASE,
     ) -> None:
         self.store = store
         self.clock = clock
         self.control_for = control_for
+        self.commands = commands
         self.owner = owner
         self.lease = lease
 
@@ -248,7 +312,7 @@ class SlurmFollower:
             if not self._leased(cluster.id):
                 continue
             try:
-                report = follow(self.store, cluster, self.control_for(cluster), self.clock())
+                report = follow(self.store, cluster, self.control_for(cluster), self.clock(), self.commands)
             except (SlurmUnreachable, SlurmRefused, SlurmOutputUnreadable) as exc:
                 _log.warning("Slurm cluster %s: %s", cluster.id, exc)
                 continue
@@ -273,4 +337,14 @@ class SlurmFollower:
             stopping.wait(interval)
 
 
-__all__ = ["INTERVAL", "LEASE", "PassReport", "SlurmFollower", "SlurmHoldsTx", "follow", "plan_for"]
+__all__ = [
+    "INTERVAL",
+    "LEASE",
+    "JobCommands",
+    "NoCommands",
+    "PassReport",
+    "SlurmFollower",
+    "SlurmHoldsTx",
+    "follow",
+    "plan_for",
+]
