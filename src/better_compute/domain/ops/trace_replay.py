@@ -16,8 +16,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from better_compute.domain.kernel.selectors import document
-from better_compute.domain.tenancy.quota import MAX_LIMIT
 from better_compute.domain.ops.traces import DEFAULT_REPLICAS, TraceNode, TraceTask, slot_requests
+from better_compute.domain.tenancy.quota import MAX_LIMIT
 
 TENANT = "trace"
 CLUSTER = "trace"
@@ -80,9 +80,10 @@ def trace_demand(
     tasks: Sequence[TraceTask], since: datetime, until: datetime, replicas: int = DEFAULT_REPLICAS
 ) -> TraceDemand:
     """The demand file of a pod list's tasks, in the file's order. Times are seconds after the
-    earliest `creation_time` (of any task, one asking for no GPU too), placed from `since`; when the last creation or deletion falls after
-    `until`, every time is scaled by the same factor so that it falls within the window. A task with
-    no `creation_time` arrives at `since`; one with no `deletion_time` holds until `until`."""
+    earliest `creation_time` (of any task, one asking for no GPU too), placed from `since`; when the
+    last creation or deletion falls after `until`, every time is scaled by the same factor so that it
+    falls within the window. A task with no `creation_time` arrives at `since`; one with no
+    `deletion_time` holds until `until`."""
     asking = [t for t in tasks if t.shape is not None]
     times = [t.creation_time for t in tasks if t.creation_time is not None]
     origin = min(times, default=0)
