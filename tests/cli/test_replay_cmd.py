@@ -150,7 +150,7 @@ def test_replay_of_a_trace_past_the_request_limit_is_refused_naming_it_and_first
     big += ["--trace", str(tmp_path / "openb_pod_list_big.csv")]
     refused = run(runner, live.admin, *big)
     assert refused.exit_code == 2
-    assert "5001 tasks asking for GPUs" in refused.stderr and "at most 5,000 requests" in refused.stderr
+    assert "5,001 tasks asking for GPUs" in refused.stderr and "at most 5,000 requests" in refused.stderr
     assert "--first N" in refused.stderr
     part = run(runner, live.admin, *big, "--first", "30", "--json")
     assert part.exit_code == 0, part.output

@@ -87,7 +87,7 @@ def _trace_files(
         raise typer.BadParameter(str(exc), param_hint="--trace") from None
     if mapped.tasks > MAX_REQUESTS:
         raise typer.BadParameter(
-            f"{trace.name} holds {mapped.tasks} tasks asking for GPUs; a replay takes at most"
+            f"{trace.name} holds {mapped.tasks:,} tasks asking for GPUs; a replay takes at most"
             f" {MAX_REQUESTS:,} requests: replay the first N tasks with --first N",
             param_hint="--trace",
         )
@@ -193,7 +193,12 @@ def replay(
     ] = None,
     slot_replicas: Annotated[
         int,
-        typer.Option("--slot-replicas", min=1, max=1000, help="Time-slice slots a trace GPU is cut into."),
+        typer.Option(
+            "--slot-replicas",
+            min=1,
+            max=48,
+            help="Time-slice slots a trace GPU is cut into (a pool's replicas, 1 to 48): 20 is 50 milli a slot.",
+        ),
     ] = 20,
     first: Annotated[
         int | None, typer.Option("--first", min=1, help="Replay only the trace's first N tasks.")
