@@ -197,7 +197,7 @@ def replay(
             "--slot-replicas",
             min=1,
             max=48,
-            help="Time-slice slots a trace GPU is cut into (1 to 48, a pool's replicas): 20 is 50 milli a slot.",
+            help="Time-slice slots a trace GPU is cut into (1 to 48): 20 is 50 milli a slot.",
         ),
     ] = 20,
     first: Annotated[
