@@ -323,7 +323,7 @@ class FakeNode:
         """A node of `spec` (its GPUs, NUMA nodes, NVLink and layout)."""
         fake = cls.build(
             node.name,
-            spec.model(node.gpu_model),
+            spec.gpu_model_of(node.gpu_model),
             node.gpu_count,
             numa_nodes=node.numa_nodes,
             nvlink=node.nvlink,

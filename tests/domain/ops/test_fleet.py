@@ -222,10 +222,10 @@ GENERIC: dict[str, Any] = {
 def test_a_fleet_file_names_a_declared_generic_model_as_a_whole_gpu_without_mig() -> None:
     spec = parse_fleet(GENERIC)
     assert [(n.name, n.gpu_model, n.gpu_count) for n in spec.nodes] == [("a", "T4", 2), ("b", "G2", 8)]
-    t4 = spec.model("T4")
+    t4 = spec.gpu_model_of("T4")
     assert (t4.memory_gib, t4.mig_capable, t4.profiles) == (16.0, False, ())
-    assert spec.model("G2").memory_gib == 16.0  # undeclared memory: 16 GiB
-    assert spec.model("H100-80GB").mig_capable  # the catalog's, as before
+    assert spec.gpu_model_of("G2").memory_gib == 16.0  # undeclared memory: 16 GiB
+    assert spec.gpu_model_of("H100-80GB").mig_capable  # the catalog's, as before
 
 
 def test_a_fleet_file_still_refuses_a_model_neither_the_catalog_knows_nor_it_declares() -> None:

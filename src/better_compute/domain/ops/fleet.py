@@ -76,7 +76,7 @@ class FleetSpec:
     generic_models: tuple[catalog.GpuModel, ...] = ()
     """GPU models the catalog does not know, declared by the file (`gpuModels`) for its nodes to name."""
 
-    def model(self, model_id: str) -> catalog.GpuModel:
+    def gpu_model_of(self, model_id: str) -> catalog.GpuModel:
         """The catalog model, or the declared generic one, a node names."""
         for generic in self.generic_models:
             if generic.id == model_id:
