@@ -65,6 +65,8 @@ class _Job:
     started_at: float | None = None
     ended_at: float | None = None
     on_node: str = ""
+    command: str = ""
+    """What the job runs (`sbatch --wrap`'s command; slurmctld keeps it in the batch script)."""
 
 
 @dataclass
@@ -101,6 +103,7 @@ class FakeSlurm:
             begin_seconds=0,
             time_limit_seconds=None,
             reservation=request.reservation,
+            command=request.command,
         )
 
     def submit_hold(self, request: HoldRequest) -> int:
@@ -118,6 +121,7 @@ class FakeSlurm:
             begin_seconds=request.begin_seconds,
             time_limit_seconds=request.time_limit_seconds,
             reservation=None,
+            command=request.command,
         )
 
     def job(self, job_id: int) -> SlurmJob:
@@ -197,6 +201,15 @@ class FakeSlurm:
             job.on_node, job.indices = placed
             job.state, job.reason, job.started_at = "RUNNING", "None", self.now
 
+    def script(self, job_id: int) -> str:
+        """The command the job runs (`scontrol write batch_script <id> -` prints it, in the script
+        `sbatch --wrap` made of it)."""
+        return self._jobs[job_id].command
+
+    def fail(self, job_id: int) -> None:
+        """The job's command exited non-zero."""
+        self._end(self._jobs[job_id], "FAILED")
+
     def complete(self, job_id: int) -> None:
         """The job's command exited 0."""
         self._end(self._jobs[job_id], "COMPLETED")
@@ -217,6 +230,7 @@ class FakeSlurm:
         begin_seconds: int,
         time_limit_seconds: int | None,
         reservation: str | None,
+        command: str = "",
     ) -> int:
         if not gres or any(count < 1 for _, count in gres):
             raise SlurmRefused("sbatch: error: Invalid generic resource (gres) specification")
@@ -238,6 +252,7 @@ class FakeSlurm:
             time_limit_seconds=None if minutes is None else minutes * 60,
             reservation=reservation,
             reason="BeginTime" if begin_seconds > 0 else "None",
+            command=command,
         )
         return job_id
 

@@ -193,7 +193,7 @@ def test_a_slurm_cluster_is_created_with_its_settings_and_logged(world: World, s
     body = {"id": "s1", "region": "r1", "kind": "slurm", "slurm": {**SLURM, "accounts": {"ml": "acme"}}}
     made = world.http.post("/v1/clusters", json=body, headers=world.admin)
     assert made.status_code == 201, made.text
-    got = world.http.get("/v1/clusters/s1", headers=world.acme).json()
+    got = world.http.get("/v1/clusters/s1", headers=world.admin).json()
     assert got == made.json()
     assert (got["kind"], got["phase"], got["region"]) == ("slurm", "active", "r1")
     assert got["slurm"] == {**SLURM, "access": "commands", "accounts": {"ml": "acme"}}
@@ -204,6 +204,19 @@ def test_a_slurm_cluster_is_created_with_its_settings_and_logged(world: World, s
     assert again.status_code == 409 and error(again)["details"]["reason"] == "already_exists"
     local = world.http.post("/v1/clusters", json={"id": "l2", "region": "r2"}, headers=world.admin)
     assert local.status_code == 201 and (local.json()["kind"], local.json()["slurm"]) == ("local", None)
+
+
+def test_every_tenant_can_read_each_slurm_clusters_settings_no_more(world: World) -> None:
+    """A Slurm cluster's controller and its map of accounts to tenants are for admins: a tenant sees
+    the cluster and its kind, by id and in the list."""
+    body = {"id": "s1", "region": "r1", "kind": "slurm", "slurm": {**SLURM, "accounts": {"ml": "acme"}}}
+    assert world.http.post("/v1/clusters", json=body, headers=world.admin).status_code == 201
+    one = world.http.get("/v1/clusters/s1", headers=world.acme).json()
+    listed = {c["id"]: c for c in world.http.get("/v1/clusters", headers=world.acme).json()["items"]}
+    for seen in (one, listed["s1"]):
+        assert (seen["kind"], seen.get("slurm")) == ("slurm", None)
+    admin = {c["id"]: c for c in world.http.get("/v1/clusters", headers=world.admin).json()["items"]}
+    assert admin["s1"]["slurm"]["accounts"] == {"ml": "acme"}
 
 
 @pytest.mark.parametrize(
@@ -218,6 +231,9 @@ def test_a_slurm_cluster_is_created_with_its_settings_and_logged(world: World, s
         ({"kind": "slurm", "slurm": {**SLURM, "account": "x=y"}}, "slurm.account", None),
         ({"kind": "slurm", "slurm": {**SLURM, "controller": "-bad"}}, "slurm.controller", None),
         ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"bc-holds": "acme"}}}, "slurm.accounts", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "account": "BC-Holds"}}, "slurm.account", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"ML": "acme"}}}, "slurm.accounts", None),
+        ({"kind": "slurm", "slurm": {**SLURM, "accounts": {"ml": "nobody"}}}, "slurm.accounts.ml", None),
     ],
 )
 def test_a_bad_cluster_is_invalid_input_naming_the_field(

@@ -73,10 +73,17 @@ def test_a_pass_writes_the_lines_the_server_gives_and_a_held_change_waits(
     assert conf.read_text() == served.json()["gresConf"]
     assert " Name=gpu Type=" in conf.read_text() and slurm.state.gres.startswith("gpu:")
     assert gres_counts(slurm.state.gres) == gres_counts(served.json()["nodeLine"].partition(" Gres=")[2])
-    assert slurm.calls == ["drain", "reconfigure", "resume"]
+    # Drained, the reason saying a reconfigure is pending while it is, then the plain reason, resumed.
+    assert slurm.calls == ["drain", "drain", "reconfigure", "drain", "resume"]
     assert slurm.state.state == "IDLE"
     daemon.step(False)
-    assert slurm.calls == ["drain", "reconfigure", "resume"]  # nothing changed: nothing asked
+    assert slurm.calls == [
+        "drain",
+        "drain",
+        "reconfigure",
+        "drain",
+        "resume",
+    ]  # nothing changed: nothing asked
 
     # Another layout's lines while a job holds the first GPU: drained, not written.
     before = conf.read_text()
@@ -96,3 +103,49 @@ def test_a_pass_writes_the_lines_the_server_gives_and_a_held_change_waits(
     slurm.jobs = []
     daemon.step(False)
     assert conf.read_text() == before and slurm.state.state == "IDLE"
+
+
+def test_bcd_resumes_a_node_never_reconfigured_if_scontrol_reconfigure_fails_no_more(tmp_path: Path) -> None:
+    """`scontrol reconfigure` fails after gres.conf was written: the node stays drained, its reason
+    saying the reconfigure is pending, and the next pass reconfigures it before resuming it."""
+    from better_compute.bcd.slurm_gres_conf import SlurmNodeControl
+    from better_compute.domain.fleet.slurm_gres import SlurmGres
+    from better_compute.domain.fleet.slurm_reconfigure import RECONFIGURE_REASON
+
+    old = (
+        "AutoDetect=off\n"
+        "NodeName=n1 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap21\n"
+        "NodeName=n1 Name=gpu Type=3g.40gb MultipleFiles=/dev/nvidia0,/dev/nvidia-caps/nvidia-cap30\n"
+    )
+    new = old.replace("cap21", "cap39")  # same types and counts, one instance made again
+    conf = tmp_path / "gres.conf"
+    conf.write_text(old)
+
+    class Failing(Slurm):
+        failures = 1
+
+        def reconfigure(self) -> None:
+            if self.failures:
+                self.failures -= 1
+                self.calls.append("reconfigure failed")
+                raise RuntimeError("slurm_reconfigure error: Socket timed out on send/recv operation")
+            super().reconfigure()
+
+    slurm = Failing("n1", conf)
+    slurm.state = dataclasses.replace(slurm.state, gres="gpu:3g.40gb:2")  # slurmctld has the old file
+
+    class Log:
+        def info(self, *args: object, **fields: object) -> None: ...
+
+        def warning(self, *args: object, **fields: object) -> None: ...
+
+    control: SlurmNodeControl = slurm
+    keeper = SlurmGresConf(conf, "n1", control, Log())  # type: ignore[arg-type]
+    wanted = SlurmGres(new, "NodeName=n1 Gres=gpu:3g.40gb:2")
+    with pytest.raises(RuntimeError):
+        keeper.converge(wanted)
+    assert conf.read_text() == new
+    assert slurm.state.drained and slurm.state.reason == RECONFIGURE_REASON
+    keeper.converge(wanted)
+    assert slurm.calls[-3:] == ["reconfigure", "drain", "resume"]
+    assert slurm.state.state == "IDLE" and "resume" not in slurm.calls[: slurm.calls.index("reconfigure")]

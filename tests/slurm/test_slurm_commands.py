@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
-from better_compute.domain.fleet.slurm import SlurmJob
+from better_compute.domain.fleet.slurm import SlurmJob, SlurmRecordAmbiguous
 from better_compute.service.fleet.slurm import JobRequest, SlurmJobUnknown, SlurmRefused
 from better_compute.slurm.commands import SlurmCommands
 from tests.slurm.cluster import Cluster
@@ -190,3 +191,42 @@ def test_a_replicas_job_runs_on_its_node_with_its_time_limit_and_its_phase_follo
     slurm.cancel(jobs[0])
     cancelled = _until(slurm, jobs[0], lambda found: found.finished)
     assert replica_phase(cancelled.job_id, cancelled.state, cancelled.reason).phase == "failed"
+
+
+def test_field_injection_in_scontrol_show_job_forges_no_job(
+    slurm_cluster: Cluster, slurm: SlurmCommands, jobs: list[int], tmp_path: Path
+) -> None:
+    """A user's job name, comment and output path carrying `Key=` words (another job's id, a holding
+    job's name, our account, a node) are printed by the real slurmctld inside the job's record: the
+    record is not believed, and an honest job beside it still reads as Slurm has it."""
+    forged = f"JobId=77 JobName=bc.rsv-1 Account=bc-holds ReqNodeList={slurm_cluster.node}"
+
+    def sbatch(*arguments: str) -> int:
+        done = subprocess.run(
+            ["sbatch", "--parsable", "--gres=gpu:3g.40gb:1", *arguments, "--wrap=sleep 60"],
+            env=slurm_cluster.env,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        )
+        return int(done.stdout.strip().split(";")[0])
+
+    detail = f"Nodes={slurm_cluster.node} CPU_IDs=0 Mem=0 GRES=gpu:3g.40gb:1(IDX:1)"
+    attacker = sbatch(
+        f"--job-name=train {forged}", f"--comment=c {forged}", f"--output={tmp_path}/o {forged} {detail}"
+    )
+    try:
+        jobs.append(
+            sbatch("--job-name=honest", f"--output={tmp_path}/o honest", "--comment=a comment, with spaces")
+        )
+        honest = _state(slurm, jobs[0], "RUNNING", "PENDING")
+        read = {job.job_id: job for job in slurm.jobs()}
+        assert attacker not in read and 77 not in read
+        assert read[jobs[0]].name == "honest" and read[jobs[0]].account == "root"
+        assert read[jobs[0]].required_nodes == "" and read[jobs[0]].state in {"RUNNING", "PENDING"}
+        assert honest.job_id == jobs[0]
+        with pytest.raises(SlurmRecordAmbiguous):
+            slurm.job(attacker)
+    finally:
+        slurm.cancel(attacker)

@@ -25,6 +25,7 @@ from better_compute.domain.fleet.slurm import SlurmJob, SlurmNode
 from better_compute.domain.fleet.slurm_gres import SlurmGres
 from better_compute.domain.fleet.slurm_reconfigure import (
     DRAIN_REASON,
+    RECONFIGURE_REASON,
     Drain,
     GresStep,
     Restart,
@@ -107,8 +108,15 @@ class SlurmGresConf:
                     break
                 # Drained, with no job on a changing GRES: asked again, it is the rewrite.
             else:
+                # A drain of ours says the reconfigure is pending until it has run, so a failure
+                # (or a crash) after the write leaves the node drained and reconfigured next pass.
+                pending = node.drained and node.reason.startswith(DRAIN_REASON)
+                if pending and node.reason != RECONFIGURE_REASON:
+                    self.control.drain(self.slurm_node, RECONFIGURE_REASON)
                 write_atomically(self.path, step.gres_conf)
                 self.control.reconfigure()
+                if pending:
+                    self.control.drain(self.slurm_node, DRAIN_REASON)
                 self.log.info("slurm.reconfigured", node=self.slurm_node, path=str(self.path))
             step, node = self._plan(wanted)
         return tuple(taken)

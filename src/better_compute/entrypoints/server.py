@@ -22,6 +22,8 @@ from better_compute.service.kernel.clock import Clock
 from better_compute.service.kernel.ids import Ids
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex
+from better_compute.service.metering.slurm_job_ids import StoredSlurmJobIds
+from better_compute.service.placement.recorded_demand import RecordedDemand
 from better_compute.service.services import Services
 from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.service.tx import Tx
@@ -62,6 +64,8 @@ def build_services(store: StorePort[Tx], *, clock: Clock = utc_now, ids: Ids | N
         tokens=TokenMemory(),
         admission=admission,
         scratch=replay_scratch,
+        gradients=RecordedDemand(store),
+        slurm_job_ids=StoredSlurmJobIds(store),
     )
 
 

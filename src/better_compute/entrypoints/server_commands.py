@@ -547,7 +547,8 @@ def reconcile(
     """Run the MIG layout gate's reconciler until SIGTERM or Ctrl-C (serve runs one too).
 
     Any number may run against one PostgreSQL database: they share the gated nodes through leases,
-    each node worked on by one at a time. On SQLite, run one (serve's own) and no more.
+    each node worked on by one at a time, and each Slurm cluster is followed by one at a time. On
+    SQLite, run one (serve's own) and no more.
     """
     import signal
     from datetime import timedelta
@@ -555,6 +556,7 @@ def reconcile(
     from better_compute.entrypoints.slurm import slurm_control_for
     from better_compute.service.gate.mig_gate import Reconciler
     from better_compute.service.ledger.slurm_holds import SlurmFollower
+    from better_compute.service.placement.slurm_replicas import ReplicaCommands
 
     stopping = threading.Event()
     for s in (signal.SIGTERM, signal.SIGINT):
@@ -567,7 +569,13 @@ def reconcile(
         owner = reconciler_owner()
         typer.echo(f"reconciling MIG layout changes in {used} as {owner}")
         # Slurm clusters' holding jobs and external holds (docs/slurm.md), beside the gate.
-        follower = SlurmFollower(services.store, services.clock, slurm_control_for(settings.slurm_conf_dir))
+        follower = SlurmFollower(
+            services.store,
+            services.clock,
+            slurm_control_for(settings.slurm_conf_dir),
+            ReplicaCommands(services.store),
+            owner=owner,
+        )
         following = threading.Thread(
             target=follower.run, args=(stopping,), name="slurm-follower", daemon=True
         )

@@ -22,6 +22,7 @@ from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.metering.slurm_job_ids import NoSlurmJobIds, SlurmJobIds
 from better_compute.service.ops.replay import Scratch, refuse_replay
 from better_compute.service.placement.placement_stock import Stock
+from better_compute.service.placement.recorded_demand import RecordedDemand
 from better_compute.service.tenancy.credentials import TokenMemory
 from better_compute.service.tx import Tx
 
@@ -47,6 +48,9 @@ class Services:
     """Where reservations are admitted: a few threads that keep their database connections, so that
     a process goes on serving requests while one waits for the database; None: on the event loop
     (SQLite, whose one writer the threads would only queue for)."""
+    gradients: RecordedDemand | None = None
+    """Each pool's recorded request sizes, which admission's choice breaks ties between equally good
+    GPUs by (service.placement.recorded_demand); None: such ties go to the smallest ids."""
     stock: Stock = field(default_factory=Stock)
     """Each pool's free devices per device class, for placement (service.placement.placement_stock)."""
     placement_wakeup: threading.Event = field(default_factory=threading.Event)

@@ -8,6 +8,7 @@ pure parsers of `domain/fleet/slurm.py`.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -39,6 +40,8 @@ from better_compute.service.fleet.slurm import (
     SlurmRefused,
     SlurmUnreachable,
 )
+
+_log = logging.getLogger("better_compute.slurm")
 
 DEFAULT_TIMEOUT = 15.0
 """Seconds one Slurm command may take; slurmctld answers an RPC in well under a second when healthy."""
@@ -197,7 +200,12 @@ class SlurmCommands:
         return parse_submitted(self._run(arguments))
 
     def jobs(self, partitions: Sequence[str] | None = None) -> list[SlurmJob]:
-        found = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]))
+        """Every job record that can be read; one that cannot (a user's job whose free text reads as
+        keys) is left out and logged, so it neither stops the follower nor is believed."""
+        unreadable: list[str] = []
+        found = parse_jobs(self._run(["scontrol", "-o", "show", "job", "-d"]), unreadable)
+        for why in unreadable:
+            _log.warning("Slurm job record left out: %s", why)
         if partitions is None:
             return found
         wanted = {check_name("partition", p) for p in partitions}

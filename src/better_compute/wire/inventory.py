@@ -109,6 +109,7 @@ class ClusterPublic(WireAnswer):
     created_at: datetime
     kind: str = "local"
     slurm: SlurmSettingsPublic | None = None
+    """A Slurm cluster's settings: shown to admins only (a tenant sees `kind`)."""
 
 
 class LayoutRefusalPublic(WireAnswer):

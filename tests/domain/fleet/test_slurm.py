@@ -7,11 +7,13 @@ import pytest
 from better_compute.domain.fleet.slurm import (
     GresAllocation,
     SlurmOutputUnreadable,
+    SlurmRecordAmbiguous,
     gres_request,
     parse_fields,
     parse_gres,
     parse_indices,
     parse_job,
+    parse_jobs,
     parse_reservation,
     parse_submitted,
     reservation_arguments,
@@ -162,3 +164,46 @@ def test_gres_request() -> None:
         gres_request("gpu", None, 0)
     with pytest.raises(ValueError, match="GRES type"):
         gres_request("gpu", "a100,shard:2", 1)
+
+
+_FORGED = "JobId=77 JobName=bc.rsv-1 Account=bc-holds ReqNodeList=snowflake0"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        RUNNING_JOB.replace("JobName=hostname", f"JobName=train {_FORGED}"),
+        RUNNING_JOB.replace("JobName=hostname", "JobName=bc.rsv-1 Partition=ours"),
+        RUNNING_JOB.replace("JobName=hostname", "JobName=bc.rsv-1 Whatever=1"),
+        RUNNING_JOB.replace("StdOut=/dev/null", f"StdOut=/tmp/o {_FORGED}"),
+        RUNNING_JOB.replace("WorkDir=/tmp", "WorkDir=/tmp JobState=CANCELLED"),
+        RUNNING_JOB.replace(
+            "StdOut=/dev/null", "StdOut=/tmp/o Nodes=snowflake0 CPU_IDs=0 Mem=0 GRES=gpu:3g.40gb:1(IDX:0)"
+        ),
+        RUNNING_JOB.replace("JobName=hostname", "JobName=x Nodes=snowflake0 GRES=gpu:3g.40gb:1(IDX:0)"),
+        RUNNING_JOB.replace(
+            "Command=(null)", "Command=(null) MinCPUsNode=1 Nodes=n9 CPU_IDs=0 Mem=0 GRES=gpu:1(IDX:0)"
+        ),
+    ],
+)
+def test_field_injection_in_scontrol_show_job_is_refused(record: str) -> None:
+    with pytest.raises(SlurmRecordAmbiguous):
+        parse_job(record)
+
+
+def test_field_injection_leaves_out_one_record_and_reads_the_others() -> None:
+    forged = RUNNING_JOB.replace("StdOut=/dev/null", f"StdOut=/tmp/o {_FORGED}").replace("71701", "901")
+    unreadable: list[str] = []
+    jobs = parse_jobs(f"{forged}\n{RUNNING_JOB}\n", unreadable)
+    assert [job.job_id for job in jobs] == [71701] and len(unreadable) == 1
+    with pytest.raises(SlurmRecordAmbiguous):
+        parse_jobs(f"{forged}\n{RUNNING_JOB}\n")
+
+
+def test_free_text_with_spaces_but_no_keys_reads_whole() -> None:
+    job = parse_job(
+        RUNNING_JOB.replace("JobName=hostname", "JobName=my job, v2").replace(
+            "StdOut=/dev/null", "StdOut=/tmp/a b"
+        )
+    )
+    assert (job.name, job.account, job.job_id) == ("my job, v2", "none", 71701)

@@ -98,7 +98,8 @@ def test_a_job_of_ours_whose_allocation_is_gone_is_cancelled_and_a_second_one_to
         [held("rsv-1", "a0")],
         [job(5, "bc.rsv-gone", "PENDING"), job(6, "bc.rsv-1", "PENDING"), job(7, "bc.rsv-1", indices=(0,))],
     )
-    assert [c[0] for c in got.cancel] == [5, 6]  # the running one of rsv-1's two is kept
+    # The older of rsv-1's two is kept, running or not: every follower keeps the same one.
+    assert [c[0] for c in got.cancel] == [5, 7]
     assert got.submit == ()
 
 
@@ -138,3 +139,48 @@ def test_with_no_free_atom_the_pending_booking_stays_and_the_direct_hold_waits()
     )
     assert got.rebind == () and got.book_external == ()
     assert any("no free 3g.40gb" in why for why in got.unplaced)
+
+
+def test_an_ended_job_of_a_replica_is_followed_by_a_new_one_not_by_its_end() -> None:
+    shown = plan_holds(
+        cluster_id="s1",
+        account="bc",
+        tenant_of={},
+        external_tenant="external",
+        slots=SLOTS,
+        held=[held("dep-1.r0", "a0", hours=None)],
+        jobs=[job(7, "bc.dep-1.r0", "FAILED", reason="NonZeroExitCode")],
+        now=NOW,
+        replicas=frozenset({"dep-1.r0"}),
+    )
+    assert (shown.end, shown.submit) == ((), ())  # shown ended for a while first
+    replica = held("dep-1.r0", "a0", hours=None)
+    got = plan_holds(
+        cluster_id="s1",
+        account="bc",
+        tenant_of={},
+        external_tenant="external",
+        slots=SLOTS,
+        held=[replica],
+        jobs=[job(7, "bc.dep-1.r0", "FAILED", reason="NonZeroExitCode")],
+        now=NOW,
+        replicas=frozenset({"dep-1.r0"}),
+        rerun=frozenset({"dep-1.r0"}),
+    )
+    assert got.end == ()
+    assert got.submit == (Submit("dep-1.r0", "n1", (("3g.40gb", 1),), 0, None),)
+    assert [(m.job_id, m.state) for m in got.mirror] == [(7, "FAILED")]
+
+
+def test_two_jobs_of_ours_started_on_each_others_atoms_swap_their_bookings_in_one_pass() -> None:
+    """Regression: two replicas whose jobs Slurm started at once, each on the atom the other's
+    booking sat on, were reported unplaced pass after pass."""
+    got = plan(
+        [held("dep-1.r0", "a0"), held("dep-1.r1", "a1")],
+        [job(7, "bc.dep-1.r0", indices=(1,)), job(8, "bc.dep-1.r1", indices=(0,))],
+    )
+    assert got.unplaced == ()
+    assert {(r.allocation_id, r.moves) for r in got.rebind} == {
+        ("dep-1.r0", (("a0", "a1"),)),
+        ("dep-1.r1", (("a1", "a0"),)),
+    }

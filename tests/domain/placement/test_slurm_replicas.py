@@ -10,11 +10,15 @@ from better_compute.domain.fleet.slurm import FINISHED_STATES, JOB_STATES
 from better_compute.domain.kernel.containers import ContainerSpec
 from better_compute.domain.placement.slurm_replicas import (
     CDI_KIND,
+    REPLICA_PHASES,
+    SHOWN_AS,
     cdi_spec_file,
+    deployment_phase,
     podman_run,
     replica_job,
     replica_phase,
 )
+from better_compute.domain.placement.workloads import PHASES
 from better_compute.wire import cdi
 
 # Every state squeue(1) lists under JOB STATE CODES, and the phase its replica is in.
@@ -112,3 +116,18 @@ def test_a_replica_job_without_a_container_runs_its_command_and_names_match_bcds
         replica_job("dep-1.r1", gres_type=None, gres_count=1, command=["x"], time_limit_minutes=0)
     assert CDI_KIND == cdi.KIND
     assert cdi_spec_file("dep-1.r0") == cdi.spec_file_name("dep-1.r0")
+
+
+def test_every_replica_phase_counts_as_a_deployment_phase_and_the_deployment_reads_them() -> None:
+    assert set(SHOWN_AS) == set(REPLICA_PHASES) and set(SHOWN_AS.values()) <= set(PHASES)
+    waiting = replica_phase(41, "PENDING", "Resources")
+    running = replica_phase(42, "RUNNING", "None", ready=True)
+    starting = replica_phase(43, "RUNNING", "None", ready=False)
+    failed = replica_phase(44, "FAILED", "NonZeroExitCode")
+    held = replica_phase(45, "PENDING", "JobHeldAdmin")
+    assert deployment_phase(2, [waiting, running]) == ("running", "Slurm job 41 PENDING (Resources)")
+    assert deployment_phase(2, [starting, starting]) == ("placed", "Slurm job 43 RUNNING")
+    assert deployment_phase(3, [starting, starting]) == ("admitted", "Slurm job 43 RUNNING")
+    assert deployment_phase(1, [failed]) == ("admitted", "Slurm job 44 FAILED (NonZeroExitCode)")
+    assert deployment_phase(2, [held, None]) == ("pending", "Slurm job 45 PENDING (JobHeldAdmin)")
+    assert deployment_phase(1, [None]) == ("admitted", "")

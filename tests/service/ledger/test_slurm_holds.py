@@ -5,11 +5,13 @@ ledger fencing a move onto an atom taken meanwhile (ADR 0015, "Race windows").""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from unittest import mock
 
 import pytest
 
@@ -23,6 +25,7 @@ from better_compute.domain.ledger.reservations import ReservationStatus
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
+from better_compute.entrypoints.server import build_services
 from better_compute.service.fleet import clusters
 from better_compute.service.fleet.slurm import HoldRequest, JobRequest
 from better_compute.service.ledger import reservations
@@ -111,6 +114,7 @@ def world(store: Store) -> World:
         "account": ACCOUNT,
         "accounts": {"mlacct": "ml"},
     }
+    load_fleet(store, parse_fleet({"tenants": FLEET["tenants"]}), T0)  # the tenants accounts map to
     clusters.create(store, ADMIN, "s1", "r1", [], "slurm", slurm_settings, T0)
     load_fleet(store, parse_fleet(FLEET), T0)
     quotas.set_quota(store, ADMIN, "platform", "p1", "gpu.mig", 8, T0)
@@ -348,3 +352,165 @@ def test_a_reservation_its_tenant_released_first_is_not_ended_again(world: World
     with world.store.begin() as tx:
         assert reservations.end_in(tx, made.id, world.now) is False
     assert len(stored_events(world.store, "reservation.released")) == 1
+
+
+def test_one_unreadable_job_record_stops_the_follower_no_more(world: World) -> None:
+    """A record Slurm printed that cannot be read is left out, logged, and the pass goes on; a cluster
+    whose whole pass fails does not keep the follower from the next cluster."""
+    from better_compute.domain.fleet.slurm import parse_jobs
+
+    bad = (
+        "JobId=902 JobName=x Account=mlacct JobState=PENDING Reason=None Partition=ours "
+        "StdIn=/dev/null StdOut=/tmp/o JobState=OWNED"
+    )
+    made = world.reserve()
+    clusters.create(
+        world.store,
+        ADMIN,
+        "s0",
+        "r1",
+        [],
+        "slurm",
+        {"controller": "c0", "partitions": ["p"], "account": ACCOUNT, "accounts": {}},
+        T0,
+    )
+    broken = FakeSlurm(nodes={}, default_account="mlacct")
+
+    def unreadable(partitions: object = None) -> list[object]:
+        return list(parse_jobs(bad))
+
+    broken.jobs = unreadable  # type: ignore[method-assign,assignment]
+    reports = SlurmFollower(
+        world.store, lambda: world.now, lambda c: broken if c.id == "s0" else world.slurm
+    ).tick()
+    assert [r.cluster_id for r in reports] == ["s1"]
+    assert [a for a, _ in reports[0].submitted] == [made.id]
+
+
+def test_a_node_whose_gres_cannot_be_read_for_a_pass_keeps_its_holding_jobs(world: World) -> None:
+    """A pass that cannot compute a node's GRES lines (a GPU's MIG change waiting for a reset) leaves
+    that node's jobs alone: the holding job runs on and the reservation stays active."""
+    from unittest import mock
+
+    from better_compute.service.ledger import slurm_holds as follower
+
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+    refused = InvalidState("GPU 0 of node sn cannot be given to Slurm: its MIG mode change waits for a reset")
+    with mock.patch.object(follower, "gres_slots", side_effect=refused):
+        report = world.follow()
+    assert report.cancelled == [] and report.problems
+    world.tick()
+    report = world.follow()
+    assert (report.cancelled, report.ended) == ([], [])
+    assert world.slurm.job(job_id).state == "RUNNING"
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+
+
+@pytest.mark.postgres_only  # a race: SQLite serialises its writers
+def test_two_followers_at_once_follow_a_slurm_cluster_one_at_a_time(world: World) -> None:
+    """Reconcilers racing for a cluster's lease, first as an insert then, each time the lease has run
+    out, as an update: every time exactly one takes it, and the other follows nothing that pass."""
+    followers = [
+        SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner=name)
+        for name in ("a", "b")
+    ]
+    for _ in range(10):
+        start = threading.Barrier(2)
+        took: list[bool] = []
+        lock = threading.Lock()
+
+        def race(
+            follower: SlurmFollower, start: threading.Barrier, lock: threading.Lock, took: list[bool]
+        ) -> None:
+            start.wait()
+            leased = follower._leased("s1")
+            with lock:
+                took.append(leased)
+
+        threads = [threading.Thread(target=race, args=(f, start, lock, took)) for f in followers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(took) == [False, True]
+        world.now += followers[0].lease + timedelta(seconds=1)
+    made = world.reserve()
+    reports = [report for follower in followers for report in follower.tick()]
+    assert [[a for a, _ in r.submitted] for r in reports] == [[made.id]]  # one follower, one job
+
+
+def test_two_followers_at_once_each_cancel_the_same_copy_of_a_holding_job(world: World) -> None:
+    """Two followers (no lease between them) each submit a holding job for one reservation; whatever
+    state each reads the two jobs in, both keep the older and cancel the newer, and the reservation
+    the copy's cancel might have ended stays active on the job kept."""
+    made = world.reserve()
+    [(_, first)] = world.follow().submitted
+    cluster = clusters.get(world.store, "s1")
+    with world.store.begin() as tx:  # the second follower read no job before the first's sbatch
+        tx.slurm_jobs.put("s1", [], world.now)
+    second = world.slurm.submit_hold(
+        HoldRequest(
+            name=hold_job_name(made.id),
+            account=ACCOUNT,
+            partition="ours",
+            node="sn",
+            gres=(("3g.40gb", 1),),
+            begin_seconds=0,
+            time_limit_seconds=3600,
+        )
+    )
+    pending = world.slurm.jobs()  # what the first follower reads: both pending
+    world.tick()
+    running = {job.job_id: job for job in world.slurm.jobs()}
+    assert running[second].state == "RUNNING"
+    # What the second reads a moment later, had Slurm started the newer copy first.
+    newer_first = [dataclasses.replace(running[first], state="PENDING", nodes="", gres=()), running[second]]
+    with mock.patch.object(world.slurm, "jobs", return_value=pending):
+        one = follow(world.store, cluster, world.slurm, world.now)
+    with mock.patch.object(world.slurm, "jobs", return_value=newer_first):
+        other = follow(world.store, cluster, world.slurm, world.now)
+    assert set(one.cancelled) | set(other.cancelled) == {second}
+    world.tick()
+    report = world.follow()
+    assert report.ended == [] and world.slurm.job(first).state == "RUNNING"
+    assert world.view(made.id).status == ReservationStatus.ACTIVE
+
+
+def test_a_followers_lease_is_renewed_by_its_holder_and_taken_over_once_it_runs_out(world: World) -> None:
+    a = SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner="a")
+    b = SlurmFollower(world.store, lambda: world.now, lambda c: world.slurm, owner="b")
+    assert a._leased("s1") and not b._leased("s1")
+    world.now += a.lease - timedelta(seconds=1)
+    assert a._leased("s1") and not b._leased("s1")  # renewed from now
+    world.now += a.lease
+    assert b._leased("s1") and not a._leased("s1")  # a died (or stalled): b follows
+    assert [r.cluster_id for r in b.tick()] == ["s1"] and a.tick() == []
+
+
+def test_a_finished_holding_jobs_id_is_kept_for_usage_export_after_the_mirror_drops_it(world: World) -> None:
+    """Regression: `slurm_jobs` mirrors only the jobs Slurm still runs, so a released reservation's
+    usage row lost its job id; `usage export --slurm-job-ids` reads the id kept apart."""
+    made = world.reserve()
+    [(_, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    direct = world.direct()
+    world.tick()
+    world.follow()
+    world.tick()
+    reservations.release(world.store, OWNER, made.id, world.now)
+    world.slurm.complete(direct)
+    world.tick()
+    report = world.follow()
+    assert report.cancelled == [job_id] and report.ended_external == [f"slurm:s1:{direct}"]
+    world.tick(3600)  # Slurm forgets both jobs
+    world.follow()
+    gone = [made.id, f"slurm:s1:{direct}"]
+    with world.store.read() as tx:
+        assert tx.slurm_jobs.of_allocations(gone) == {a: [] for a in gone}
+    ids = build_services(world.store).slurm_job_ids
+    assert ids.job_ids([*gone, "rsv-never"]) == {made.id: job_id, f"slurm:s1:{direct}": direct}

@@ -83,7 +83,13 @@ def install(app: FastAPI) -> None:
         body = reservation_body(form, session[0])
         try:
             view = reservations.create(
-                services.store, services.index, session[0], body, services.clock(), services.ids.reservation
+                services.store,
+                services.index,
+                session[0],
+                body,
+                services.clock(),
+                services.ids.reservation,
+                gradients=services.gradients,
             )
         except DomainError as refused:
             status = 503 if isinstance(refused, Unavailable) else 422

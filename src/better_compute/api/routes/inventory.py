@@ -43,8 +43,13 @@ router = APIRouter(prefix="/v1", tags=["inventory"], dependencies=AUTHENTICATED,
 
 
 @router.get("/clusters", response_model=Page[ClusterPublic])
-def list_clusters(q: Annotated[ClusterListQuery, Query()], store: StoreDep) -> Page[ClusterPublic]:
-    return paged(inventory.list_clusters(store, limit=q.limit, after=q.cursor), cluster_public)
+def list_clusters(
+    q: Annotated[ClusterListQuery, Query()], principal: PrincipalDep, store: StoreDep
+) -> Page[ClusterPublic]:
+    return paged(
+        inventory.list_clusters(store, limit=q.limit, after=q.cursor),
+        lambda c: cluster_public(c, settings=principal.is_admin),
+    )
 
 
 @router.post("/clusters", response_model=ClusterPublic, status_code=201)
@@ -58,8 +63,8 @@ def create_cluster(
 
 
 @router.get("/clusters/{id}", response_model=ClusterPublic)
-def get_cluster(id: str, store: StoreDep) -> ClusterPublic:
-    return cluster_public(clusters.get(store, id))
+def get_cluster(id: str, principal: PrincipalDep, store: StoreDep) -> ClusterPublic:
+    return cluster_public(clusters.get(store, id), settings=principal.is_admin)
 
 
 @router.patch("/clusters/{id}", response_model=ClusterPublic)
@@ -124,7 +129,9 @@ def list_atoms(
     return paged(found, lambda a: atom_public(a, free.get(a.id), scrub_pending=a.id in pending))
 
 
-def cluster_public(c: Cluster) -> ClusterPublic:
+def cluster_public(c: Cluster, *, settings: bool = True) -> ClusterPublic:
+    """A cluster as the API shows it; a Slurm cluster's `slurm` settings (its controller, its accounts
+    and which tenant each is) only with `settings`, which is for admins: tenants see its `kind`."""
     return ClusterPublic(
         id=c.id,
         name=c.id,
@@ -134,7 +141,7 @@ def cluster_public(c: Cluster) -> ClusterPublic:
         created_at=c.created_at,
         kind=c.kind,
         slurm=None
-        if c.slurm is None
+        if c.slurm is None or not settings
         else SlurmSettingsPublic(
             controller=c.slurm.controller,
             partitions=list(c.slurm.partitions),

@@ -106,6 +106,7 @@ def _admit(body: ReservationCreate, caller: Caller, services: Services, telemetr
         services.clock(),
         services.ids.reservation,
         telemetry=telemetry,
+        gradients=services.gradients,
     )
     # The hot path answers with the model's JSON directly rather than having it validated again.
     return Response(

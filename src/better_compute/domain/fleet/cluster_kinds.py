@@ -69,6 +69,19 @@ def _slurm_name(value: object, field: str) -> str:
     return value
 
 
+def _slurm_account(value: object, field: str) -> str:
+    """An account name as Slurm keeps it: Slurm stores account names in lower case and prints a
+    job's `Account=` so, so a name with capitals would never match a job read back (every holding job
+    would read as submitted directly)."""
+    name = _slurm_name(value, field)
+    if name != name.lower():
+        raise InvalidInput(
+            f"{field} {name!r}: Slurm keeps account names in lower case; write {name.lower()!r}"[:200],
+            {"field": field},
+        )
+    return name
+
+
 def check_kind(value: object, field: str = "kind") -> str:
     if not isinstance(value, str) or value not in KINDS:
         raise InvalidInput(
@@ -109,7 +122,7 @@ def check_slurm(raw: Mapping[str, object], field: str = "slurm") -> SlurmSetting
     names = tuple(_slurm_name(p, f"{field}.partitions[{i}]") for i, p in enumerate(partitions))
     if len(set(names)) != len(names):
         raise InvalidInput(f"{field}.partitions names a partition twice", {"field": f"{field}.partitions"})
-    account = _slurm_name(raw.get("account"), f"{field}.account")
+    account = _slurm_account(raw.get("account"), f"{field}.account")
     accounts_raw = raw.get("accounts") or {}
     if not isinstance(accounts_raw, Mapping) or len(accounts_raw) > MAX_ACCOUNTS:
         raise InvalidInput(
@@ -118,7 +131,7 @@ def check_slurm(raw: Mapping[str, object], field: str = "slurm") -> SlurmSetting
         )
     accounts = []
     for slurm_account, tenant in sorted(accounts_raw.items(), key=lambda kv: str(kv[0])):
-        name = _slurm_name(slurm_account, f"{field}.accounts")
+        name = _slurm_account(slurm_account, f"{field}.accounts")
         if name == account:
             raise InvalidInput(
                 f"{field}.accounts maps {name}, the account our own holding jobs run under",

@@ -71,6 +71,64 @@ class SlurmOutputUnreadable(ValueError):
     """Slurm printed something that is not the documented format: the adapter must not guess."""
 
 
+class SlurmRecordAmbiguous(SlurmOutputUnreadable):
+    """A job record whose `Key=` words do not sit where Slurm prints them: a free-text field a user
+    sets (job name, comment, output paths, working directory) carries words that read as keys, so which
+    value is Slurm's cannot be told. Such a record is not trusted at all (docs/slurm.md#what-is-trusted)."""
+
+
+_ONCE = (
+    "JobId",
+    "JobName",
+    "UserId",
+    "Account",
+    "JobState",
+    "Reason",
+    "TimeLimit",
+    "Partition",
+    "ReqNodeList",
+    "NodeList",
+    "MinCPUsNode",
+)
+"""Keys Slurm prints once a job record: a second one is a forgery in a free-text field."""
+
+_DETAIL = ("Nodes", "CPU_IDs", "Mem", "GRES")
+"""The keys of one `-d` detail group, in Slurm's order; the groups sit together just before
+`MinCPUsNode` (slurm_sprint_job_info), after every field a user writes but the job name."""
+
+
+def _check_positions(keys: list[str], line: str) -> None:
+    """Refuse a record whose keys are not where Slurm prints them (SlurmRecordAmbiguous).
+
+    The only free text before the fields read is the job name, which Slurm follows with `UserId`;
+    every other free-text field (Comment, Command, WorkDir, StdOut, ...) comes after `MinCPUsNode`.
+    So a forged key shows up as a key printed twice, a job name not followed by `UserId`, or detail
+    words away from the one run of detail groups before `MinCPUsNode`."""
+    where = f"job record {line[:80]!r}..."
+    for key in _ONCE:
+        if keys.count(key) > 1:
+            raise SlurmRecordAmbiguous(f"{key}= appears {keys.count(key)} times in {where}")
+    if "JobName" in keys and "UserId" in keys and keys[keys.index("JobName") + 1] != "UserId":
+        raise SlurmRecordAmbiguous(f"the job name carries Key= words in {where}")
+    positions = [i for i, key in enumerate(keys) if key in _DETAIL]
+    if not positions:
+        return
+    first, last = positions[0], positions[-1]
+    if positions != list(range(first, last + 1)):
+        raise SlurmRecordAmbiguous(f"node detail words outside the node detail in {where}")
+    expected = 0
+    for key in keys[first : last + 1]:
+        order = _DETAIL.index(key)
+        if order == 0:
+            expected = 1
+        elif order < expected or expected == 0:
+            raise SlurmRecordAmbiguous(f"node detail words out of order in {where}")
+        else:
+            expected = order + 1
+    if "MinCPUsNode" in keys and keys.index("MinCPUsNode") != last + 1:
+        raise SlurmRecordAmbiguous(f"node detail words away from Slurm's node detail in {where}")
+
+
 @dataclass(frozen=True)
 class GresAllocation:
     """GRES one job holds on one node: `GRES=gpu:3g.40gb:1(IDX:0)` is ("gpu", "3g.40gb", 1, (0,))."""
@@ -173,8 +231,12 @@ def parse_gres(node: str, text: str) -> tuple[GresAllocation, ...]:
 
 
 def parse_job(line: str) -> SlurmJob:
-    """One record of `scontrol -o show job -d <id>`: its state and, per node, the GRES indices held."""
+    """One record of `scontrol -o show job -d <id>`: its state and, per node, the GRES indices held.
+
+    A user sets free text that Slurm prints inside the record (`--job-name`, `--comment`, `--output`):
+    the record is read only when every key is where Slurm prints it (`_check_positions`)."""
     fields = parse_fields(line)
+    _check_positions([key for key, _ in fields], line)
     values = dict(fields)
     try:
         job_id, state = int(values["JobId"]), values["JobState"]
@@ -207,12 +269,23 @@ NO_JOBS = "No jobs in the system"
 """What `scontrol show job` prints when slurmctld knows no job."""
 
 
-def parse_jobs(output: str) -> list[SlurmJob]:
-    """Every record of `scontrol -o show job -d`, one a line; none for "No jobs in the system"."""
+def parse_jobs(output: str, unreadable: list[str] | None = None) -> list[SlurmJob]:
+    """Every record of `scontrol -o show job -d`, one a line; none for "No jobs in the system".
+
+    With `unreadable`, a record that cannot be read is left out and why is appended there (one job a
+    user shaped must not blind the reader to every other job); without, it raises."""
     lines = [line for line in output.splitlines() if line.strip()]
     if len(lines) == 1 and lines[0].strip() == NO_JOBS:
         return []
-    return [parse_job(line) for line in lines]
+    jobs = []
+    for line in lines:
+        try:
+            jobs.append(parse_job(line))
+        except SlurmOutputUnreadable as exc:
+            if unreadable is None:
+                raise
+            unreadable.append(str(exc))
+    return jobs
 
 
 def parse_time_limit(text: str) -> int | None:

@@ -16,11 +16,15 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 
 - **a job of ours** is one under the cluster's account whose name is `hold_job_name(allocation)`.
   One whose allocation is not live (released, cancelled, never committed) is cancelled; of two for
-  one allocation and node, the running one (else the older) is kept and the other cancelled;
+  one allocation and node, the oldest alive is kept and the others cancelled (every follower
+  chooses alike, and a copy we cancelled never ends the allocation);
 - **an allocation of ours without a job** gets one submitted (`--begin` its start, `--time` its
   length), unless it is over;
 - **a job of ours that ended** (Slurm ended it, a user cancelled it, its time ran out) ends its
-  allocation now (`End`), unless the allocation was already over;
+  allocation now (`End`), unless the allocation was already over; but one in `replicas` (a
+  workload replica that runs its container as its job, docs/slurm.md#replicas-as-jobs) keeps its
+  booking and gets a new job once it is in `rerun` (the follower waits a while, so the end and
+  Slurm's reason are shown), as a replica whose container exits is started again;
 - **a running job submitted directly** (not ours) is booked as an external hold of the tenant its
   Slurm account maps to (else `external`), on the atoms of its indices, for its time limit; it ends
   when the job ends or slurmctld forgets it;
@@ -33,7 +37,7 @@ the order Slurm's state needs (`service.fleet.slurm_follower`). Who decides what
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -132,6 +136,8 @@ class Mirror:
     state: str
     reason: str
     external: bool
+    since: datetime | None = None
+    """When the follower first read the job in this state with this reason (None: not stored yet)."""
 
 
 @dataclass(frozen=True)
@@ -172,7 +178,7 @@ def _atoms_of(job: SlurmJob, node: str, slots: Sequence[GresSlot]) -> tuple[str,
     return tuple(found)
 
 
-def _job_node(job: SlurmJob, nodes: Mapping[str, object]) -> str | None:
+def _job_node(job: SlurmJob, nodes: Collection[str]) -> str | None:
     for candidate in (job.required_nodes, job.nodes, *(g.node for g in job.gres)):
         if candidate in nodes:
             return candidate
@@ -189,8 +195,16 @@ def plan_holds(
     held: Sequence[Held],
     jobs: Sequence[SlurmJob],
     now: datetime,
+    unread: Collection[str] = (),
+    replicas: Set[str] = frozenset(),
+    rerun: Set[str] = frozenset(),
 ) -> HoldPlan:
-    """What the follower does in one pass over one Slurm cluster (the module says why each)."""
+    """What the follower does in one pass over one Slurm cluster (the module says why each).
+
+    `unread` are the cluster's nodes whose GRES lines this pass could not compute: a job on one is
+    left as it is (never cancelled, its booking never ended) until a pass can read the node again.
+    `replicas`: the allocations whose job's end does not end them (a replica's job ended is followed
+    by a new one); `rerun`: those of them whose ended job is to be followed now."""
     type_of = {s.atom_id: s.type for node_slots in slots.values() for s in node_slots if s.atom_id}
     live = {(h.allocation_id, h.node): h for h in held if h.end is None or h.end > now}
     ours_live = {k: h for k, h in live.items() if holdable(h.allocation_id)}
@@ -208,6 +222,8 @@ def plan_holds(
     mine: dict[tuple[str, str], list[SlurmJob]] = defaultdict(list)
     direct: list[tuple[SlurmJob, str]] = []
     for job in sorted(jobs, key=lambda j: j.job_id):
+        if _job_node(job, unread) is not None:
+            continue
         node = _job_node(job, slots)
         allocation = allocation_of_job(job.name) if job.account == account else None
         if allocation is not None:
@@ -224,8 +240,11 @@ def plan_holds(
     bound: dict[tuple[str, str], tuple[str, ...]] = {}
     kept: dict[tuple[str, str], SlurmJob] = {}
     for key, candidates in mine.items():
+        # The lowest id alive, else the lowest id: a choice every follower makes alike whatever state
+        # each read, so two at once cancel the same copies, and a copy cancelled as a second one is
+        # never the job whose end ends the allocation.
         alive = [j for j in candidates if not j.finished]
-        chosen = next((j for j in alive if j.state == "RUNNING"), alive[0] if alive else candidates[-1])
+        chosen = alive[0] if alive else candidates[0]
         kept[key] = chosen
         cancel.extend(
             (other.job_id, f"a second holding job for {key[0]} on {key[1]}")
@@ -274,8 +293,8 @@ def plan_holds(
             del holder[current]
         holder[target] = key[0]
 
-    # Bound bookings move onto the atoms Slurm gave (a swap with a pending booking of ours is a
-    # move of that one first: it goes to the atom the bound one leaves, or to a free one).
+    # Bound bookings move onto the atoms Slurm gave (a swap with another booking of ours is a move
+    # of that one first: it goes to the atom the bound one leaves, and on from there when bound).
     for key, atoms in sorted(bound.items()):
         h = ours_live[key]
         current = set(h.atom_ids)
@@ -291,10 +310,13 @@ def plan_holds(
             occupant = holder.get(target)
             if occupant is not None and occupant != key[0]:
                 other = next((k for k in ours_live if k[0] == occupant and k[1] == key[1]), None)
-                if other is None or other in bound:
+                if other is None:
                     unplaced.append(f"{target} is held by {occupant}, not by {key[0]} whose job runs on it")
                     continue
-                move(other, target, source)  # the pending one takes the atom the bound one leaves
+                # The other one takes the atom this one leaves: a pending booking stays there; one
+                # whose job runs elsewhere (two jobs started on each other's atoms at once) moves on
+                # to its own in its turn, all in the pass's one Rebind transaction.
+                move(other, target, source)
             move(key, source, target)
 
     # Pending bookings on atoms a running job holds move to a free atom of their type.
@@ -324,7 +346,13 @@ def plan_holds(
     # Jobs for allocations that have none; ends for allocations whose job ended.
     for key, h in sorted(ours_live.items()):
         held_by = kept.get(key)
-        if held_by is None:
+        if held_by is not None:
+            mirror.append(
+                Mirror(key[0], key[1], held_by.job_id, held_by.state, held_by.reason, external=False)
+            )
+        if held_by is not None and held_by.finished and key[0] in replicas and key[0] not in rerun:
+            continue  # its end shown for a while before the next job (the follower's back-off)
+        if held_by is None or (held_by.finished and key[0] in rerun):
             kinds: dict[str, int] = {}
             for atom in h.atom_ids:
                 kind = type_of.get(moved[key].get(atom, atom), "")
@@ -337,7 +365,6 @@ def plan_holds(
                 limit = None if h.end is None else _seconds_up(h.end - begin)
                 submit.append(Submit(key[0], key[1], tuple(kinds.items()), _seconds_up(begin - now), limit))
             continue
-        mirror.append(Mirror(key[0], key[1], held_by.job_id, held_by.state, held_by.reason, external=False))
         if held_by.finished:
             end.append((key[0], f"its Slurm job {held_by.job_id} ended {held_by.state}"))
 

@@ -10,7 +10,8 @@ naming another device (Slurm numbers a node's GRES of one name in gres.conf orde
 answers one step (docs/slurm.md#layout-changes):
 
 - `Unchanged`: the lines are the same (a node we drained for a change already made is resumed:
-  `resume` True);
+  `resume` True), unless its drain reason says the reconfigure is pending (RECONFIGURE_REASON): then
+  `Rewrite` again;
 - `Drain`: the lines differ and the node is not drained yet, or a job still holds a GRES whose device
   changes: Slurm starts nothing more there while it waits (`scontrol update ... state=drain`);
 - `Rewrite`: the node is drained and no job holds a changing GRES: write the new lines, `scontrol
@@ -37,6 +38,11 @@ from better_compute.domain.fleet.slurm import SlurmJob, SlurmNode, in_hostlist
 
 DRAIN_REASON = "better-compute: GRES layout change"
 """How our drains start (`sinfo -R` shows it); the one reason we resume a node from."""
+
+RECONFIGURE_REASON = f"{DRAIN_REASON}, reconfigure pending"
+"""The drain reason while gres.conf is written and `scontrol reconfigure` has not yet succeeded: kept
+in Slurm (read back with the node), so a node whose reconfigure failed, or whose bcd died between
+the two, is reconfigured again, never resumed on lines slurmd has not read."""
 
 _NAME = re.compile(r"(?:^|\s)Name=(\S+)")
 _COUNT = re.compile(r"(?:^|\s)Count=(\d+)")
@@ -161,6 +167,8 @@ def plan(
     ours = slurm.reason.startswith(DRAIN_REASON)
     changed = changing(current, wanted, node)
     if not changed and current.strip() == wanted.strip():
+        if drained and slurm.reason.startswith(RECONFIGURE_REASON):
+            return Rewrite(node, wanted)  # written, but the reconfigure is not known to have run
         if gres_counts(slurm.gres) != gres_counts(wanted_gres):
             return Restart(node, f"{RESTART_REASON} {wanted_gres}", wanted_gres)
         return Unchanged(node, resume=drained and ours)

@@ -28,14 +28,19 @@ reads 0 unless its free capacity is of a size none of its own atoms are.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Container, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Container, Iterable, Mapping
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.shares import share
 from better_compute.domain.metering.metering import HeldShape
-from better_compute.domain.placement.fragmentation import WHOLE, TaskShape, fragmentation_share
+from better_compute.domain.placement.fragmentation import (
+    WHOLE,
+    TaskShape,
+    fragmentation_share,
+    node_fragmentation,
+)
 
 Demand = list[tuple[TaskShape, float]]
 """Task shapes with their weights (how often each was held)."""
@@ -59,6 +64,14 @@ class GpuParts:
 
     whole: str | None
     parts: tuple[tuple[str, float], ...] = ()
+    ids: tuple[str, ...] = field(init=False)
+    """The parts' atom ids."""
+    all_free: int = field(init=False)
+    """The GPU's free milli-GPUs when none of its parts is taken."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", tuple(atom_id for atom_id, _ in self.parts))
+        object.__setattr__(self, "all_free", milli_of(sum(part for _, part in self.parts)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,8 @@ class PoolShape:
 
     nodes: tuple[tuple[GpuParts, ...], ...]
     offered: tuple[tuple[TaskShape, float], ...]
+    gpu_at: Mapping[str, tuple[int, int]] = field(default_factory=dict)
+    """Where each GPU is in `nodes`: (node index, index among the node's GPUs), by GPU id."""
 
 
 def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
@@ -98,12 +113,16 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
         if is_usable(atom):
             parts.append((atom.id, float(part)))
     nodes: dict[str, list[GpuParts]] = defaultdict(list)
+    gpus: dict[str, list[str]] = defaultdict(list)
     for (node, gpu_id), (whole, parts) in sorted(per_gpu.items()):
+        gpus[node].append(gpu_id)
         if gpu_id in split:
             nodes[node].append(GpuParts(None, tuple(parts)))
         else:
             nodes[node].append(GpuParts(whole[0] if whole else None))
-    return PoolShape(tuple(tuple(nodes[n]) for n in sorted(nodes)), tuple(_ordered(Counter(offered))))
+    names = sorted(nodes)
+    gpu_at = {gpu: (i, j) for i, name in enumerate(names) for j, gpu in enumerate(gpus[name])}
+    return PoolShape(tuple(tuple(nodes[n]) for n in names), tuple(_ordered(Counter(offered))), gpu_at)
 
 
 def _kind_key(atom: Atom) -> tuple[str, str]:
@@ -117,15 +136,51 @@ def _kind_key(atom: Atom) -> tuple[str, str]:
 def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int]]:
     """Each node's GPUs as free milli-GPUs (0..1000). `taken`: the atom ids a booking takes now, a
     GPU's family included (`BookingIndex.taken`)."""
+    return [_free_milli(node, taken) for node in shape.nodes]
+
+
+def _free_milli(node: tuple[GpuParts, ...], taken: Container[str]) -> list[int]:
+    held = taken.__contains__
     return [
-        [
-            (0 if gpu.whole in taken else WHOLE)
-            if gpu.whole is not None
-            else milli_of(sum(part for atom_id, part in gpu.parts if atom_id not in taken))
-            for gpu in node
-        ]
-        for node in shape.nodes
+        (0 if held(gpu.whole) else WHOLE)
+        if gpu.whole is not None
+        else gpu.all_free
+        if not any(map(held, gpu.ids))  # most GPUs: none of its parts taken, no sum to make
+        else milli_of(sum(part for atom_id, part in gpu.parts if not held(atom_id)))
+        for gpu in node
     ]
+
+
+def growth_of(
+    shape: PoolShape, taken: Container[str], demand: Demand | None
+) -> Callable[[str, str, int, int], float]:
+    """The fragmentation gradient the admission's choice breaks rule 2's ties with
+    (`domain.ledger.choose.FragmentationGrowth`): `(node, gpu, before, after)` answers how much the
+    GPU's node's fragmentation against `demand` (None or empty: the sizes the pool's atoms come in,
+    as `pool_fragmentation` measures it) grows when the GPU's free capacity goes from `before` to
+    `after` milli-GPUs, its node's other GPUs free as `taken` leaves them.
+
+    Only the nodes of the GPUs asked about are read, each once per answer made (a choice asks about
+    its shortlist's GPUs, not the pool's). A GPU the shape does not know (its atoms came after the
+    shape was derived) grows nothing: the choice then falls back to its ids."""
+    asked = demand or list(shape.offered)
+    free: dict[int, list[int]] = {}
+
+    def growth(node: str, gpu: str, before: int, after: int) -> float:
+        where = shape.gpu_at.get(gpu)
+        if where is None:
+            return 0.0
+        i, j = where
+        found = free.get(i)
+        if found is None:
+            found = free[i] = _free_milli(shape.nodes[i], taken)
+        milli = list(found)
+        milli[j] = before
+        was = node_fragmentation(milli, asked)
+        milli[j] = after
+        return node_fragmentation(milli, asked) - was
+
+    return growth
 
 
 def task_shape(cls: str, part: Fraction, atoms: int) -> TaskShape:
@@ -171,6 +226,7 @@ __all__ = [
     "GpuParts",
     "PoolShape",
     "free_milli_by_node",
+    "growth_of",
     "held_demand",
     "is_usable",
     "milli_of",

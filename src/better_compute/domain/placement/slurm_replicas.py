@@ -34,6 +34,7 @@ from typing import Literal, get_args
 
 from better_compute.domain.fleet.slurm import JOB_STATES
 from better_compute.domain.kernel.containers import ContainerSpec
+from better_compute.domain.placement.workloads import Phase
 
 ReplicaPhase = Literal["pending", "admitted", "placed", "running", "stopping", "succeeded", "failed"]
 REPLICA_PHASES: tuple[ReplicaPhase, ...] = get_args(ReplicaPhase)
@@ -169,6 +170,23 @@ def podman_run(allocation_id: str, container: ContainerSpec, *, podman: str = "p
     return [*argv, container.image, *container.args]
 
 
+def container_command(
+    allocation_id: str,
+    container: ContainerSpec,
+    *,
+    cdi_root: str = "/var/run/cdi",
+    cdi_wait_seconds: int = 300,
+) -> str:
+    """The shell line a replica's job runs for its container: wait up to `cdi_wait_seconds` for the
+    allocation's CDI spec in `cdi_root` (bcd's `--cdi-root`; written once the job's GRES are bound
+    to atoms), then `podman run` it in the job's place (`exec`, so cancelling the job stops it)."""
+    spec = f"{cdi_root.rstrip('/')}/{cdi_spec_file(allocation_id)}"
+    return (
+        f"for _ in $(seq {cdi_wait_seconds}); do [ -e {shlex.quote(spec)} ] && break; sleep 1; done; "
+        f"exec {shlex.join(podman_run(allocation_id, container))}"
+    )
+
+
 def replica_job(
     allocation_id: str,
     *,
@@ -191,10 +209,8 @@ def replica_job(
     if time_limit_minutes is not None and not 1 <= time_limit_minutes <= MAX_TIME_LIMIT_MINUTES:
         raise ValueError(f"time limit {time_limit_minutes} minutes: 1 to {MAX_TIME_LIMIT_MINUTES}")
     if container is not None:
-        spec = f"{cdi_root.rstrip('/')}/{cdi_spec_file(allocation_id)}"
-        text = (
-            f"for _ in $(seq {cdi_wait_seconds}); do [ -e {shlex.quote(spec)} ] && break; sleep 1; done; "
-            f"exec {shlex.join(podman_run(allocation_id, container))}"
+        text = container_command(
+            allocation_id, container, cdi_root=cdi_root, cdi_wait_seconds=cdi_wait_seconds
         )
     else:
         text = shlex.join(command)
@@ -207,3 +223,37 @@ def replica_job(
         node=node,
         time_limit_minutes=time_limit_minutes,
     )
+
+
+# -- a deployment's phase from its replicas' jobs -------------------------------------------------
+
+SHOWN_AS: dict[ReplicaPhase, Phase] = {
+    "pending": "pending",
+    "admitted": "admitted",
+    "placed": "placed",
+    "running": "running",
+    "stopping": "placed",
+    "succeeded": "admitted",
+    "failed": "admitted",
+}
+"""The deployment phase (`domain.placement.workloads.Phase`) each replica phase counts as. A job
+`stopping` still holds its GRES and runs nothing of use: `placed`. A job that ended (`succeeded` or
+`failed`) is followed by a new one for the same replica (the follower submits it again, as a node
+starts an exited container again): the replica waits for Slurm to start it, `admitted`; the
+deployment's message keeps the ended job's state and Slurm's reason."""
+
+
+def deployment_phase(desired: int, replicas: Sequence[SlurmReplicaPhase | None]) -> tuple[Phase, str]:
+    """A Slurm deployment's phase and message from its booked replicas' jobs (None: no job submitted
+    yet, `admitted`): `running` once one replica runs, `placed` once every desired replica holds its
+    GRES, `pending` while one waits for a person or a limit, else `admitted`. The message is the
+    first replica's not running, in Slurm's words (`Slurm job 42 PENDING (Resources)`), else ''."""
+    shown = [SHOWN_AS[r.phase] if r is not None else "admitted" for r in replicas]
+    waiting = next((r.message for r in replicas if r is not None and r.phase != "running"), "")
+    if "running" in shown:
+        return "running", waiting
+    if shown and len(shown) >= desired and all(p == "placed" for p in shown):
+        return "placed", waiting
+    if "pending" in shown:
+        return "pending", waiting
+    return "admitted", waiting

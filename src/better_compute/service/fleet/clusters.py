@@ -74,6 +74,12 @@ def create(
         slurm=settings,
     )
     with store.begin() as tx:
+        for slurm_account, tenant in settings.accounts if settings is not None else ():
+            if tx.tenants.get(tenant) is None:
+                raise InvalidInput(
+                    f"slurm.accounts maps {slurm_account} to tenant {tenant}, which does not exist",
+                    {"field": f"slurm.accounts.{slurm_account}"},
+                )
         if not tx.clusters.add(cluster):
             raise AlreadyExists(f"cluster {new_id} already exists", {"id": new_id})
         tx.events.append(ClusterCreated(new_id, checked_kind, checked_region), now)

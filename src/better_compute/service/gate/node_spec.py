@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from better_compute.domain.fleet.records import Node
 from better_compute.domain.gate.mig_gate import GRANTED, told_already, told_frozen_again
-from better_compute.domain.gate.node_spec import LiveHold, NodeSpec, next_generation, plan_spec
+from better_compute.domain.gate.node_spec import LiveHold, NodeSpec, NodeWork, next_generation, plan_spec
 from better_compute.domain.gate.records import MigLayoutGate
 from better_compute.domain.kernel.errors import ConcurrentChange, NotFound
 from better_compute.domain.placement.workloads import is_replica
@@ -70,11 +70,22 @@ def _derive(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGat
         gate=gate,
         own_layout=node.mig_layout,
         bookings=booked,
-        work=tx.hooks.work_on(
-            [a.id for a in atoms], sorted({h.allocation_id for h in holds if h.tenant_id is not None})
-        ),
+        work=_work(tx, node, [a.id for a in atoms], holds),
     )
     return node, gate, spec
+
+
+def _work(tx: GateTx, node: Node, atom_ids: Sequence[str], holds: Sequence[LiveHold]) -> NodeWork:
+    """What the node runs for the contexts above. On a Slurm cluster's node a replica's container
+    is run by its Slurm job (docs/slurm.md#replicas-as-jobs), not by `bcd`: the node is told the
+    replica's devices (its CDI spec) and no container, so the container never runs twice."""
+    work = tx.hooks.work_on(atom_ids, sorted({h.allocation_id for h in holds if h.tenant_id is not None}))
+    if not work.containers:
+        return work
+    cluster = tx.clusters.get(node.cluster_id)
+    if cluster is None or cluster.slurm is None:
+        return work
+    return replace(work, containers={})
 
 
 def derive_in(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:

@@ -4,7 +4,7 @@ errors a booking write raises.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
@@ -14,6 +14,7 @@ from better_compute.domain.fleet.pools import SharingMode
 from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.domain.kernel.events import Event, LoggedEvent
 from better_compute.domain.kernel.timewin import Window
+from better_compute.domain.ledger.choose import FragmentationGrowth
 from better_compute.domain.ledger.ledger import Booking
 from better_compute.domain.ledger.records import LiveBooking, Reservation
 from better_compute.domain.metering.billing import Price
@@ -25,6 +26,7 @@ from better_compute.service.tenancy.ports import DeviceClassLookup
 
 if TYPE_CHECKING:
     from better_compute.service.kernel.event_tail import Cursor, LogSnapshot
+    from better_compute.service.ledger.booking_index import PoolAtoms
 
 
 class Overlap(Exception):
@@ -277,6 +279,14 @@ class SlurmJobRepo(Protocol):
         """The jobs mirrored for each allocation (one per node), by allocation."""
         ...
 
+    def lease(self, cluster_id: str, owner: str, now: datetime, until: datetime) -> bool:
+        """Take or renew the lease to follow a Slurm cluster; False while another owner holds it."""
+
+    def job_ids(self, allocation_ids: Sequence[str]) -> dict[str, int]:
+        """The Slurm job id each of `allocation_ids` had, kept after its job is gone from the mirror;
+        those that never had one are left out."""
+        ...
+
 
 class LedgerTx(FleetTx, Protocol):
     """The slice of a transaction the ledger's use cases use: fleet's, and the ledger's own repositories."""
@@ -295,3 +305,21 @@ class LedgerTx(FleetTx, Protocol):
 
     @property
     def slurm_jobs(self) -> SlurmJobRepo: ...
+
+
+class Gradients(Protocol):
+    """Where admission gets the fragmentation gradient its choice breaks rule 2's ties with
+    (`domain.ledger.choose`, docs/concepts.md#reservations): the pool's recorded request sizes over
+    its atoms. The ledger may not know the measure (it is placement's), so the composition root
+    hands one in (`service.placement.recorded_demand.RecordedDemand`).
+
+    What it answers may lag what the pool's bookings held by a bounded while: the gradient only
+    chooses between GPUs the choice rules find equally good, so a stale one never makes a choice
+    that breaks a rule, or a refusal, only a different one of equals."""
+
+    def of_pool(
+        self, pool_id: str, pool_atoms: PoolAtoms, now: datetime
+    ) -> Callable[[Container[str]], FragmentationGrowth]:
+        """For the pool (its atoms as the index has them now), what turns the atoms taken in a
+        window into the gradient over that window's free capacity."""
+        ...

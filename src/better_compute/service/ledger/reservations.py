@@ -12,7 +12,7 @@ decided again, a bounded number of times.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -75,7 +75,7 @@ from better_compute.service.kernel.paging import Listing
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.kernel.telemetry import SILENT, Telemetry
 from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
-from better_compute.service.ledger.ports import KeyTaken, LedgerTx, NotBookable, Overlap
+from better_compute.service.ledger.ports import Gradients, KeyTaken, LedgerTx, NotBookable, Overlap
 from better_compute.service.placement import capabilities
 from better_compute.service.tenancy.credentials import confirm_live
 from better_compute.service.tenancy.quotas import quota_lock
@@ -161,11 +161,20 @@ def _binding(
     return binding_of(reported, {a.node for a in atoms}), None
 
 
+Gradient = Callable[[Container[str]], choose.FragmentationGrowth]
+"""The pool's fragmentation gradient over the free capacity that the atoms taken leave
+(`Gradients.of_pool`)."""
+
+
 def _decide(
-    pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], busy_ids: set[str]
+    pool_atoms: PoolAtoms,
+    requests: list[admission.DeviceRequest],
+    busy_ids: set[str],
+    gradient: Gradient | None = None,
 ) -> tuple[choose.Chosen | choose.NoFit, dict[str, Atom]]:
     """Choose among the pool's atoms that are not in `busy_ids`; also returns the atoms that were
-    considered, by id."""
+    considered, by id. `gradient`, when given, breaks rule 2's ties between GPUs by the pool's
+    recorded request sizes (over the free capacity `busy_ids` leaves)."""
     busy_by_gpu: Counter[str] = Counter(pool_atoms.atoms[a].gpu_id for a in busy_ids if a in pool_atoms.atoms)
     total = sum(request.count for request in requests)
     shortlisted: dict[str, Atom] = {}
@@ -173,7 +182,8 @@ def _decide(
         matching = pool_atoms.matching_by_gpu(request)
         for atom in choose.shortlist(request, matching, busy_ids, busy_by_gpu, count=total):
             shortlisted[atom.id] = atom
-    return choose.choose(requests, list(shortlisted.values()), busy_by_gpu), shortlisted
+    growth = None if gradient is None else gradient(busy_ids)
+    return choose.choose(requests, list(shortlisted.values()), busy_by_gpu, fragmentation=growth), shortlisted
 
 
 def _refusal(
@@ -183,6 +193,7 @@ def _refusal(
     window: Window,
     pool_id: str,
     decision: choose.NoFit,
+    gradient: Gradient | None = None,
 ) -> InsufficientCapacity:
     """NOT_IN_POOL when some request could not be served even by an empty pool (choose.never_fits;
     atoms of cordoned nodes are not counted, and the message says how many there are), else
@@ -208,7 +219,7 @@ def _refusal(
                 "earliestStart": None,
             },
         )
-    earliest = _earliest(index, pool_atoms, requests, window)
+    earliest = _earliest(index, pool_atoms, requests, window, gradient)
     off = cordoned[decision.request_index]
     return AllBusy(
         decision.message
@@ -230,11 +241,15 @@ EARLIEST_TRIALS = 8
 
 
 def _earliest(
-    index: BookingIndex, pool_atoms: PoolAtoms, requests: list[admission.DeviceRequest], window: Window
+    index: BookingIndex,
+    pool_atoms: PoolAtoms,
+    requests: list[admission.DeviceRequest],
+    window: Window,
+    gradient: Gradient | None = None,
 ) -> str | None:
     """The earliest start at which the whole reservation could be served, when one is known: the
     first of `choose.starts_to_try` at which choosing for all of its requests succeeds (the first
-    one, for a reservation of one request)."""
+    one, for a reservation of one request), choosing as admission would then (with `gradient`)."""
     shapes = {(r.cls, r.selector, r.count): r for r in requests}  # requests alike are looked at once
     needs = [
         ([a.id for atoms in pool_atoms.matching_by_gpu(r).values() for a in atoms], r.count)
@@ -253,7 +268,7 @@ def _earliest(
             if single:
                 return start.isoformat()
             then = Window(start, None if window.duration is None else start + window.duration)
-            decision, _ = _decide(pool_atoms, requests, index.taken(index.busy(then), pool_atoms))
+            decision, _ = _decide(pool_atoms, requests, index.taken(index.busy(then), pool_atoms), gradient)
             if isinstance(decision, choose.Chosen):
                 return start.isoformat()
     except OverflowError:  # past the year 9999
@@ -288,6 +303,7 @@ class _Admitting:
     window: Window
     key: str | None
     fingerprint: str
+    gradients: Gradients | None = None
 
 
 def create(
@@ -299,6 +315,7 @@ def create(
     new_id: Callable[[], str],
     *,
     telemetry: Telemetry = SILENT,
+    gradients: Gradients | None = None,
 ) -> ReservationView:
     """Admit and book a reservation, or return the first one made with the same idempotency key.
 
@@ -306,7 +323,9 @@ def create(
     (`domain.ledger.commands.reserve_of`). `caller` may be a remembered token's `RecalledPrincipal`:
     admission's read confirms its credential is live, in the transaction that decides, at no cost of
     its own. Each booking the ledger refuses for an atom taken first is reported to `telemetry` before
-    it is decided again."""
+    it is decided again. `gradients`, the server's (`Services.gradients`), makes the choice between
+    GPUs equal by rule 2 fragmentation-aware (docs/concepts.md#reservations); without it such ties
+    go to the smallest ids."""
     asked = request if isinstance(request, Reserve) else reserve_of(request)
     tenant_id = _tenant_for(caller, asked.tenant_id)
     pool_id = check_ref(asked.pool_id, "poolId")
@@ -324,7 +343,9 @@ def create(
         if first is None:
             raise
         return first
-    admitting = _Admitting(asked, tenant_id, pool_id, requests, by_capability, window, key, fingerprint)
+    admitting = _Admitting(
+        asked, tenant_id, pool_id, requests, by_capability, window, key, fingerprint, gradients
+    )
     index.forget_ended(now)
     for attempt in range(MAX_ATTEMPTS):
         claims: list[str] = []
@@ -438,9 +459,13 @@ def _create_in(
     # Every live booking of a GPU's family counts, whole and parts, bookable now or not: an atom
     # is taken by a booking of its GPU's parent, or of a part of another kind, as by its own.
     taken = index.taken(busy, pool_atoms)
-    decision, shortlisted = _decide(pool_atoms, requests, taken | index.claimed() | owed)
+    # Only now that the pool is known to exist and be the tenant's to see: a pool id nobody has
+    # costs no read of a record, and keeps no room in it.
+    gradients = admitting.gradients
+    gradient = None if gradients is None else gradients.of_pool(pool_id, pool_atoms, now)
+    decision, shortlisted = _decide(pool_atoms, requests, taken | index.claimed() | owed, gradient)
     if isinstance(decision, choose.NoFit):
-        raise _refusal(index, pool_atoms, requests, window, pool_id, decision)
+        raise _refusal(index, pool_atoms, requests, window, pool_id, decision, gradient)
     claims.extend(decision.atom_ids)
     index.claim(decision.atom_ids)
     reservation = Reservation(

@@ -32,6 +32,7 @@ from better_compute.domain.placement.pool_fragmentation import (
 from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ledger.booking_index import BookingIndex, PoolAtoms
 from better_compute.service.ops.ports import OpsTx
+from better_compute.service.placement.recorded_demand import DEMAND_WINDOW
 
 MAX_UNPLACED_WORKLOADS = 10_000
 """Workloads with unplaced replicas read per scrape (oldest first): past it the gauge undercounts,
@@ -39,9 +40,6 @@ which a fleet that far behind notices otherwise."""
 
 _INSTANT = timedelta(microseconds=1)
 
-DEMAND_WINDOW = timedelta(days=30)
-"""How far back the request sizes a pool's fragmentation is measured against are read: what its
-reservations and replicas held in the last 30 days (docs/metrics.md#fragmentation)."""
 
 QuotaKey = tuple[str, str, str]
 """(tenant id, pool id, atom class)."""

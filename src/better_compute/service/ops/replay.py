@@ -84,6 +84,7 @@ from better_compute.service.metering import bills, prices
 from better_compute.service.ops.placement_retry import Retrier
 from better_compute.service.ops.ports import OpsTx
 from better_compute.service.placement import class_quotas, priority_classes, workloads
+from better_compute.service.placement.recorded_demand import RecordedDemand
 from better_compute.service.tenancy import policies, quotas
 
 REPLAYER = Principal(tenant_id=None, is_admin=True, credential_id="replay")
@@ -438,13 +439,14 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentati
     tracked = [_Tracked(a) for a in demand.asks]
     clock = _Clock(window.since)
     retrier = Retrier(sandbox, clock)
+    gradients = RecordedDemand(sandbox.store)  # the server's tie-break, over the replayed bookings
     steps = _timeline(demand, window)
     i = 0
     while i < len(steps):
         clock.now = steps[i][0]
         while i < len(steps) and steps[i][0] == clock.now:
             _, kind, index, step = steps[i]
-            _act(sandbox, tracked[index], kind, step, clock.now)
+            _act(sandbox, tracked[index], kind, step, clock.now, gradients)
             i += 1
         _pass(sandbox, retrier, clock.now)
         gauge.sample(clock.now)
@@ -521,7 +523,9 @@ def _pass(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
                 break
 
 
-def _act(sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime) -> None:
+def _act(
+    sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime, gradients: RecordedDemand
+) -> None:
     ask = t.ask
     try:
         if kind == _ASK and isinstance(ask, WorkloadAsk):
@@ -545,7 +549,13 @@ def _act(sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime) -> 
                 "preemptible": ask.preemptible,
             }
             view = reservations.create(
-                sandbox.store, sandbox.index, REPLAYER, asked, now, sandbox.ids.reservation
+                sandbox.store,
+                sandbox.index,
+                REPLAYER,
+                asked,
+                now,
+                sandbox.ids.reservation,
+                gradients=gradients,
             )
             t.scratch_id = view.id
         elif t.scratch_id is None:

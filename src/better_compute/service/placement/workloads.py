@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from better_compute.domain.fleet.bindings import BindingState, binding_of
-from better_compute.domain.fleet.replica_states import ReplicaState, live_nodes
+from better_compute.domain.fleet.replica_states import ReplicaState, is_ready, live_nodes
+from better_compute.domain.fleet.slurm_holds import Mirror
 from better_compute.domain.kernel.errors import (
     AlreadyExists,
     BookingConflict,
@@ -55,6 +56,7 @@ from better_compute.domain.placement.fairness import admission_order
 from better_compute.domain.placement.preemption import Victim
 from better_compute.domain.placement.priority_classes import STANDARD
 from better_compute.domain.placement.records import Operation
+from better_compute.domain.placement.slurm_replicas import SlurmReplicaPhase, deployment_phase, replica_phase
 from better_compute.domain.placement.topology import FreeDevice
 from better_compute.domain.placement.verdicts import Placement, Reason, Verdict
 from better_compute.domain.placement.workloads import (
@@ -72,6 +74,7 @@ from better_compute.domain.placement.workloads import (
     placement_policy_name,
     problems_of,
     replica_allocation_id,
+    replica_state,
     workload_not_found,
     workload_spec,
 )
@@ -211,14 +214,54 @@ def _views(tx: PlacementTx, workloads: list[Workload], now: datetime) -> dict[st
     states = tx.replica_states.of_allocations(runs) if runs else {}
     live = _live(tx, states, now)
     ending = _terminating(tx, [w.id for w in workloads])
+    slurm = {c.id for c in tx.clusters.all() if c.slurm is not None} if flat else set()
+    on_slurm = [a for d in flat if d.cluster_id in slurm for _, a in reps.get(d.id, [])]
+    jobs = tx.slurm_jobs.of_allocations(on_slurm) if on_slurm else {}
     out: dict[str, WorkloadView] = {}
     for w in workloads:
         views = []
         for d in deps.get(w.id, []):
             mine = [a for _, a in reps.get(d.id, [])]
-            views.append(_deployment_view(w, d, len(mine), mine, bindings, states, live, ending))
+            view = _deployment_view(w, d, len(mine), mine, bindings, states, live, ending)
+            if d.cluster_id in slurm:
+                view = _on_slurm(view, w, mine, jobs, states, live)
+            views.append(view)
         out[w.id] = WorkloadView(w, views, terminating=ending[w.id])
     return out
+
+
+def _on_slurm(
+    view: DeploymentView,
+    w: Workload,
+    replicas: Sequence[str],
+    jobs: Mapping[str, Sequence[Mirror]],
+    states: Mapping[str, Sequence[ReplicaState]],
+    live: Set[str],
+) -> DeploymentView:
+    """A deployment in a Slurm cluster, whose replicas run as Slurm jobs: its phase and message from
+    their jobs' states (`slurm_replicas.deployment_phase`; docs/slurm.md#replicas-as-jobs), a
+    replica's job running counting as running once its container is ready where its node reports
+    it, and at once where nothing does (no container, or one no node probes). A deployment
+    placement could not book keeps what placement said."""
+    if not replicas:
+        return view
+    phases: list[SlurmReplicaPhase | None] = []
+    for a in replicas:
+        job = jobs.get(a, [])
+        if not job:
+            phases.append(None)
+            continue
+        # Its container runs as the job's command, not under bcd: ready as its node reports it where
+        # it does, else (nothing probes it) its job running is its running.
+        said = replica_state(states.get(a, ())) if w.spec.container is not None else None
+        ready = None if said is None else is_ready(said, live)
+        try:
+            phases.append(replica_phase(job[0].job_id, job[0].state, job[0].reason, ready=ready))
+        except ValueError:  # a state this Slurm's squeue(1) does not list: nothing known of it
+            phases.append(None)
+    phase, message = deployment_phase(view.deployment.desired_replicas, phases)
+    shown = replace(view.deployment, message=message) if message else view.deployment
+    return replace(view, deployment=shown, phase=phase)
 
 
 def _deployment_view(

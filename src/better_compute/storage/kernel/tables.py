@@ -160,7 +160,8 @@ slurm_jobs = Table(
     "slurm_jobs",
     metadata,
     # What the Slurm follower last read of each job it mirrors (domain.fleet.slurm_holds): a holding
-    # job of ours by its allocation, or a job submitted directly by the allocation booked for it.
+    # job of ours by its allocation, or a job submitted directly by the allocation booked for it;
+    # `updated_at`: when it was first read in this state with this reason.
     Column("allocation_id", String(160), primary_key=True),
     Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
     Column("job_id", BigInteger, nullable=False),
@@ -169,6 +170,27 @@ slurm_jobs = Table(
     Column("reason", String(200), nullable=False, server_default=""),
     Column("external", Boolean, nullable=False, server_default="0"),
     Column("updated_at", UtcDateTime, nullable=False),
+)
+
+slurm_followers = Table(
+    "slurm_followers",
+    metadata,
+    # Which reconciler follows each Slurm cluster now (service.ledger.slurm_holds): one at a time, so
+    # two never cancel different copies of one holding job. A lease that runs out is taken over.
+    Column("cluster_id", String(64), ForeignKey("clusters.id", ondelete="CASCADE"), primary_key=True),
+    Column("lease_owner", String(64), nullable=False),
+    Column("lease_until", UtcDateTime, nullable=False),
+)
+
+slurm_job_ids = Table(
+    "slurm_job_ids",
+    metadata,
+    # The Slurm job that held each allocation, kept after Slurm forgets the job and `slurm_jobs` drops
+    # it: what `usage export --slurm-job-ids` adds to a finished booking's row.
+    Column("allocation_id", String(160), primary_key=True),
+    Column("cluster_id", String(64), ForeignKey("clusters.id"), nullable=False, index=True),
+    Column("job_id", BigInteger, nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
 )
 
 gpus = Table(
