@@ -147,3 +147,59 @@ def test_replay_refuses_bad_input_with_its_code(world: World) -> None:
 @pytest.fixture
 def world(store: Store) -> World:
     return World(store)
+
+
+def test_the_synthetic_trace_replays_through_the_api_with_the_gpu_hours_worked_out_by_hand(
+    world: World,
+) -> None:
+    """The small trace as `replay --trace` sends it (its demand and fleet files): the outcomes
+    `tests/cli/test_replay_cmd.py::test_replay_of_the_synthetic_trace_grants_and_refuses_the_gpu_hours_worked_out_by_hand`
+    works out by hand, and a share of one GPU comes back on one GPU of the model its `gpu_spec` names."""
+    from pathlib import Path
+
+    from better_compute.domain.ops.trace_replay import trace_demand, trace_fleet
+    from better_compute.domain.ops.traces import parse_nodes, parse_pods
+
+    traces = Path(__file__).parents[1] / "domain" / "ops" / "traces"
+    with (traces / "openb_pod_list_small.csv").open(newline="") as f:
+        tasks = parse_pods(f)
+    with (traces / "openb_node_list_gpu_node.csv").open(newline="") as f:
+        fleet = trace_fleet(parse_nodes(f))
+    mapped = trace_demand(tasks, T0, at(60))
+    assert (mapped.tasks, mapped.without_gpus, mapped.scale) == (6, 1, 1.0)
+    t4 = mapped.demand["requests"][4]
+    assert t4["devices"] == [
+        {
+            "class": "gpu.slot",
+            "count": 8,
+            "sameGpu": True,
+            "selector": {"matchExpressions": [{"key": "gpuModel", "op": "In", "values": ["T4"]}]},
+        }
+    ]
+    got = world.http.post(
+        "/v1/replay",
+        json={"since": T0.isoformat(), "until": at(60).isoformat(), "demand": mapped.demand, "fleet": fleet},
+        headers=world.admin,
+    )
+    assert got.status_code == 200, got.text
+    run = got.json()["runs"][0]
+    assert run["overall"]["gpuHoursGranted"] == pytest.approx(885 / 3600, abs=1e-6)
+    assert run["overall"]["gpuHoursRefused"] == {
+        "insufficient_capacity": pytest.approx(14240 / 3600, abs=1e-6)
+    }
+    assert [o["key"] for o in run["outcomes"] if o["refusedReason"]] == ["openb-pod-0004"]
+    assert run["tenants"]["trace"]["refusedRequests"] == 1
+
+
+def test_a_fleet_naming_a_model_it_does_not_declare_is_refused_by_the_api(world: World) -> None:
+    fleet = {
+        "tenants": [{"id": "acme"}],
+        "clusters": [
+            {"name": "c", "region": "r", "nodes": [{"name": "n", "gpus": {"model": "T4", "count": 1}}]}
+        ],
+    }
+    got = world.http.post(
+        "/v1/replay", json=window(fleet=fleet, demand={"requests": []}), headers=world.admin
+    )
+    assert got.status_code == 404, got.text
+    assert "unknown GPU model 'T4'" in got.json()["error"]["message"]

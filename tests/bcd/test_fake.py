@@ -17,9 +17,10 @@ from better_compute.bcd.gpu import (
     UnknownInstance,
 )
 from better_compute.bcd.inventory import node_report
-from better_compute.domain.kernel.errors import NotFound
+from better_compute.domain.kernel.errors import InvalidInput, NotFound
 from better_compute.entrypoints.fleet import simulated_nodes
-from tests.builders import fleet_spec
+from better_compute.storage.store import Store
+from tests.builders import T0, fleet_spec
 
 DEMO = "examples/demo-fleet.yaml"
 
@@ -246,3 +247,50 @@ def test_a_node_kept_where_no_file_is_starts_from_the_fleet_file_and_writes_it(t
     assert kept.list_gpus() == FakeNode.from_fleet(spec, "n").list_gpus()
     again = FakeNode.from_fleet(fleet_spec(nodes=1, layout="all-1g.10gb"), "n").keep(tmp_path / KEPT_STATE)
     assert again.list_gpus() == kept.list_gpus()
+
+
+def test_a_served_fleet_file_refuses_generic_models_which_replay_alone_simulates(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(
+        "tenants: [{id: t}]\n"
+        "gpuModels: [{name: T4, memoryGiB: 16}]\n"
+        "clusters: [{name: c, region: r, nodes: [{name: n, gpus: {model: T4, count: 2}}]}]\n"
+    )
+    with pytest.raises(InvalidInput, match=r"gpuModels \(T4\) are for replay fleets only"):
+        read_fleet(fleet)
+
+
+def test_a_replay_fleets_generic_gpus_report_their_name_and_keep_it_as_their_model(store: Store) -> None:
+    from better_compute.domain.ops.fleet import parse_fleet
+    from better_compute.entrypoints.fleet import load_fleet
+    from better_compute.service.fleet import inventory
+
+    spec = parse_fleet(
+        {
+            "tenants": [{"id": "t"}],
+            "gpuModels": [{"name": "V100M32", "memoryGiB": 32}],
+            "clusters": [
+                {
+                    "name": "c",
+                    "region": "r",
+                    "nodes": [{"name": "n", "gpus": {"model": "V100M32", "count": 2}}],
+                }
+            ],
+            "pools": [
+                {
+                    "name": "p",
+                    "cluster": "c",
+                    "mode": "timeslice",
+                    "owner": "t",
+                    "policy": {"replicas": 4},
+                    "nodes": ["n"],
+                }
+            ],
+        }
+    )
+    gpus = FakeNode.for_node(spec, spec.nodes[0]).report().gpus
+    assert [(g.product, g.memory_mib, g.mig_mode_current) for g in gpus] == [("V100M32", 32768, False)] * 2
+    load_fleet(store, spec, T0)
+    slots = list(inventory.list_atoms(store, pool="p", cls="gpu.slot").items)
+    assert len(slots) == 8
+    assert {(a.attributes["gpuModel"], a.attributes["vramGiB"]) for a in slots} == {("V100M32", 32)}

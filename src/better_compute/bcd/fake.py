@@ -286,7 +286,13 @@ class FakeNode:
 
     @classmethod
     def build(
-        cls, name: str, model_id: str, count: int, *, numa_nodes: int = 1, nvlink: bool = False
+        cls,
+        name: str,
+        model_id: str | catalog.GpuModel,
+        count: int,
+        *,
+        numa_nodes: int = 1,
+        nvlink: bool = False,
     ) -> FakeNode:
         model = catalog.get_model(model_id)
         ids = [gpu_uuid(name, i) for i in range(count)]
@@ -316,7 +322,11 @@ class FakeNode:
     def for_node(cls, spec: FleetSpec, node: NodeSpec) -> FakeNode:
         """A node of `spec` (its GPUs, NUMA nodes, NVLink and layout)."""
         fake = cls.build(
-            node.name, node.gpu_model, node.gpu_count, numa_nodes=node.numa_nodes, nvlink=node.nvlink
+            node.name,
+            spec.gpu_model_of(node.gpu_model),
+            node.gpu_count,
+            numa_nodes=node.numa_nodes,
+            nvlink=node.nvlink,
         )
         fake.apply_layout(spec.layout_of_node(node))
         return fake

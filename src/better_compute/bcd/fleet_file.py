@@ -21,4 +21,14 @@ def read_fleet(path: str | Path) -> FleetSpec:
         raw: Any = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise InvalidInput(f"cannot read fleet file {path}: {exc}") from exc
-    return parse_fleet(raw)
+    spec = parse_fleet(raw)
+    if spec.generic_models:
+        # A served fleet's nodes report through the API, which knows the catalog's models only: a
+        # generic model would lose its name at their first report. Replay alone simulates them.
+        names = ", ".join(m.id for m in spec.generic_models)
+        raise InvalidInput(
+            f"fleet file {path}: gpuModels ({names}) are for replay fleets only (docs/replay.md);"
+            f" a served fleet's GPUs are catalog models",
+            {"field": "gpuModels"},
+        )
+    return spec

@@ -9,6 +9,7 @@ per tenant for each run (with a history: `recorded`, what happened, then `policy
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -56,6 +57,55 @@ def _read(path: Path | None, option: str) -> dict[str, Any] | None:
     if not isinstance(raw, dict):
         raise typer.BadParameter(f"{path} does not hold an object (JSON or YAML)", param_hint=option)
     return raw
+
+
+def _trace_files(
+    trace: Path, nodes: Path | None, replicas: int, first: int | None, since: Any, until: Any
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """The demand and fleet of an openb pod list and its node list (docs/traces.md), in the shapes
+    `replay.run` takes, with a line saying what was read; refused here, before anything is sent,
+    when the demand would pass replay's request or body limit."""
+    from better_compute.domain.kernel.errors import DomainError
+    from better_compute.domain.ops.replay import MAX_BODY_BYTES, MAX_REQUESTS
+    from better_compute.domain.ops.trace_replay import trace_demand, trace_fleet
+    from better_compute.domain.ops.traces import parse_nodes, parse_pods
+
+    node_list = nodes if nodes is not None else trace.parent / "openb_node_list_gpu_node.csv"
+    try:
+        with trace.open(newline="") as f:
+            tasks = parse_pods(f, trace.name)
+        with node_list.open(newline="") as f:
+            fleet = trace_fleet(parse_nodes(f, node_list.name), replicas)
+        if first is not None:
+            tasks = tasks[:first]
+        mapped = trace_demand(tasks, since, until, replicas)
+    except OSError as exc:
+        raise typer.BadParameter(
+            f"cannot read {exc.filename}: {exc.strerror}", param_hint="--trace"
+        ) from None
+    except DomainError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--trace") from None
+    if mapped.tasks > MAX_REQUESTS:
+        raise typer.BadParameter(
+            f"{trace.name} holds {mapped.tasks:,} tasks asking for GPUs; a replay takes at most"
+            f" {MAX_REQUESTS:,} requests: replay the first N tasks with --first N",
+            param_hint="--trace",
+        )
+    size = len(json.dumps({"demand": mapped.demand, "fleet": fleet}))
+    if size > MAX_BODY_BYTES:
+        raise typer.BadParameter(
+            f"{trace.name} and {node_list.name} make a request of {size:,} bytes; a replay's body is at"
+            f" most {MAX_BODY_BYTES // (1024 * 1024)} MiB: replay fewer tasks with --first N",
+            param_hint="--trace",
+        )
+    gpu_nodes = len(fleet["clusters"][0]["nodes"])
+    note = (
+        f"trace {trace.name}: {mapped.tasks} task(s) asking for GPUs ({mapped.without_gpus} without"
+        f" GPUs left out) on {gpu_nodes} GPU node(s) of {node_list.name}, {replicas} slots a GPU"
+    )
+    if mapped.scale < 1:
+        note += f"; trace time compressed {1 / mapped.scale:.3g}x into the window"
+    return mapped.demand, fleet, note
 
 
 def _seconds(value: float | None) -> str:
@@ -127,6 +177,32 @@ def replay(
             "--against", help="A second set of changes, replayed beside --policy, with the differences."
         ),
     ] = None,
+    trace: Annotated[
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="An Alibaba openb pod list (openb_pod_list_*.csv) as the demand, its node list as the"
+            " fleet (docs/traces.md).",
+        ),
+    ] = None,
+    nodes: Annotated[
+        Path | None,
+        typer.Option(
+            "--nodes", help="The trace's node list (default: openb_node_list_gpu_node.csv beside --trace)."
+        ),
+    ] = None,
+    slot_replicas: Annotated[
+        int,
+        typer.Option(
+            "--slot-replicas",
+            min=1,
+            max=48,
+            help="Time-slice slots a trace GPU is cut into (1 to 48): 20 is 50 milli a slot.",
+        ),
+    ] = 20,
+    first: Annotated[
+        int | None, typer.Option("--first", min=1, help="Replay only the trace's first N tasks.")
+    ] = None,
     output: OutputOption = Output.TABLE,
     as_json: JsonFlag = False,
     server: config.ServerOption = None,
@@ -144,6 +220,16 @@ def replay(
         "policy": _read(policy, "--policy"),
         "against": _read(against, "--against"),
     }
+    note = None
+    if trace is not None:
+        if demand is not None or fleet is not None:
+            raise typer.BadParameter(
+                "--trace is the demand and its node list the fleet: leave out --demand and --fleet",
+                param_hint="--trace",
+            )
+        files["demand"], files["fleet"], note = _trace_files(trace, nodes, slot_replicas, first, began, ended)
+    elif nodes is not None or first is not None:
+        raise typer.BadParameter("--nodes and --first go with --trace", param_hint="--trace")
     answer = call(
         server,
         token,
@@ -162,6 +248,8 @@ def replay(
         print_json(answer.model_dump(mode="json"))
         return
     console = stdout()
+    if note is not None:
+        console.print(note, markup=False)
     console.print(
         f"replay of {answer.requests} request(s) from {answer.source},"
         f" {when(answer.since)} to {when(answer.until)}",

@@ -52,8 +52,13 @@ def load_fleet(
     fakes = simulated_nodes(spec)
     batches = [fakes[i : i + batch] for i in range(0, len(fakes), batch)]
 
+    generic = {m.id: m.id for m in spec.generic_models}
+
+    def model_of(product: str) -> str | None:
+        return generic.get(product) or inventory.model_id_of(product)
+
     def ingest(nodes: list[FakeNode]) -> int:
-        inventory.ingest(store, [f.report() for f in nodes], now)
+        inventory.ingest(store, [f.report() for f in nodes], now, model_of)
         return len(nodes)
 
     # PostgreSQL takes batches of distinct nodes side by side: one writer's Python runs while the

@@ -87,7 +87,7 @@ def test_the_example_fleet_parses() -> None:
         ),
         pytest.param(
             lambda f: f.update(pool=[]),
-            "the fleet file: unknown key 'pool' (a fleet takes clusters, deviceClasses, pools, tenants)",
+            "the fleet file: unknown key 'pool' (a fleet takes clusters, deviceClasses, gpuModels, pools, tenants)",
             "pool",
             id="a misspelt top-level key",
         ),
@@ -191,3 +191,70 @@ def test_a_mig_pool_without_nodes_refuses_a_layout_no_catalog_model_could_take(l
     # One that some model takes (an A30's) is kept for nodes yet to come.
     spec = parse_fleet(changed(lambda f: f["pools"][0].update(nodes=[], policy={"migLayout": "all-1g.6gb"})))
     assert spec.pools[0].settings.layout == "all-1g.6gb"
+
+
+GENERIC: dict[str, Any] = {
+    "tenants": [{"id": "t"}],
+    "gpuModels": [{"name": "T4", "memoryGiB": 16}, {"name": "G2"}],
+    "clusters": [
+        {
+            "name": "c1",
+            "region": "r1",
+            "nodes": [
+                {"name": "a", "gpus": {"model": "T4", "count": 2}},
+                {"name": "b", "gpus": {"model": "G2", "count": 8}},
+            ],
+        }
+    ],
+    "pools": [
+        {
+            "name": "p",
+            "cluster": "c1",
+            "mode": "timeslice",
+            "owner": "t",
+            "policy": {"replicas": 20},
+            "nodes": ["a", "b"],
+        }
+    ],
+}
+
+
+def test_a_fleet_file_names_a_declared_generic_model_as_a_whole_gpu_without_mig() -> None:
+    spec = parse_fleet(GENERIC)
+    assert [(n.name, n.gpu_model, n.gpu_count) for n in spec.nodes] == [("a", "T4", 2), ("b", "G2", 8)]
+    t4 = spec.gpu_model_of("T4")
+    assert (t4.memory_gib, t4.mig_capable, t4.profiles) == (16.0, False, ())
+    assert spec.gpu_model_of("G2").memory_gib == 16.0  # undeclared memory: 16 GiB
+    assert spec.gpu_model_of("H100-80GB").mig_capable  # the catalog's, as before
+
+
+def test_a_fleet_file_still_refuses_a_model_neither_the_catalog_knows_nor_it_declares() -> None:
+    undeclared = copy.deepcopy(GENERIC)
+    undeclared["gpuModels"] = [{"name": "T4"}]
+    with pytest.raises(DomainError, match="unknown GPU model 'G2'"):
+        parse_fleet(undeclared)
+    with pytest.raises(DomainError, match="unknown GPU model 'T4'"):
+        parse_fleet({k: v for k, v in GENERIC.items() if k != "gpuModels"})
+
+
+def test_a_generic_model_cannot_be_cut_into_mig_nor_shadow_a_catalog_model() -> None:
+    mig = copy.deepcopy(GENERIC)
+    mig["pools"][0] = {**mig["pools"][0], "mode": "mig", "policy": {"migLayout": "all-1g.10gb"}}
+    with pytest.raises(DomainError, match="T4 does not support MIG"):
+        parse_fleet(mig)
+    layout = copy.deepcopy(GENERIC)
+    layout["clusters"][0]["nodes"][0]["gpus"]["migLayout"] = "all-1g.10gb"
+    with pytest.raises(DomainError, match="T4 does not support MIG"):
+        parse_fleet(layout)
+    shadow = copy.deepcopy(GENERIC)
+    shadow["gpuModels"].append({"name": "h100-80gb", "memoryGiB": 1})
+    with pytest.raises(DomainError, match="gpuModels\\[2\\]: h100-80gb is a catalog model"):
+        parse_fleet(shadow)
+    twice = copy.deepcopy(GENERIC)
+    twice["gpuModels"].append({"name": "t4"})
+    with pytest.raises(DomainError, match="GPU model t4 is declared twice"):
+        parse_fleet(twice)
+    misspelt = copy.deepcopy(GENERIC)
+    misspelt["gpuModels"][0] = {"name": "T4", "memoryGib": 16}
+    with pytest.raises(DomainError, match="memoryGib"):
+        parse_fleet(misspelt)

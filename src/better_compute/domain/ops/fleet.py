@@ -73,6 +73,15 @@ class FleetSpec:
     nodes: tuple[NodeSpec, ...]
     pools: tuple[PoolSpec, ...]
     device_classes: tuple[DeviceClassSpec, ...] = ()
+    generic_models: tuple[catalog.GpuModel, ...] = ()
+    """GPU models the catalog does not know, declared by the file (`gpuModels`) for its nodes to name."""
+
+    def gpu_model_of(self, model_id: str) -> catalog.GpuModel:
+        """The catalog model, or the declared generic one, a node names."""
+        for generic in self.generic_models:
+            if generic.id == model_id:
+                return generic
+        return catalog.get_model(model_id)
 
     @cached_property
     def _pool_by_node(self) -> dict[str, PoolSpec]:
@@ -92,7 +101,8 @@ class FleetSpec:
 
 
 _KEYS: dict[str, frozenset[str]] = {
-    "fleet": frozenset({"tenants", "clusters", "pools", "deviceClasses"}),
+    "fleet": frozenset({"tenants", "clusters", "pools", "deviceClasses", "gpuModels"}),
+    "gpuModel": frozenset({"name", "memoryGiB"}),
     "deviceClass": frozenset({"name", "class", "selector"}),
     "tenant": frozenset({"id", "name"}),
     "cluster": frozenset({"name", "region", "residency", "nodes", "kind", "slurm"}),
@@ -185,6 +195,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     if not isinstance(raw, Mapping):
         raise InvalidInput("a fleet file is a mapping with clusters, pools and tenants")
     _mapping(raw, "fleet", "")
+    generic = _generic_models(raw.get("gpuModels"))
     tenants: list[TenantSpec] = []
     for i, t in enumerate(_list(raw.get("tenants"), "tenants")):
         where = f"tenants[{i}]"
@@ -212,7 +223,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         for j, n in enumerate(_list(cluster_raw.get("nodes"), f"{where}.nodes")):
             nwhere = f"{where}.nodes[{j}]"
             with _at(_name(n, "node"), nwhere):
-                nodes.extend(_node_specs(_mapping(n, "node", nwhere), name, nwhere))
+                nodes.extend(_node_specs(_mapping(n, "node", nwhere), name, nwhere, generic))
     seen_names: set[str] = set()
     for spec in nodes:
         if spec.name in seen_names:
@@ -227,14 +238,61 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     for i, p in enumerate(_list(raw.get("pools"), "pools")):
         where = f"pools[{i}]"
         with _at(_name(p, "pool"), where):
-            pools.append(_pool_spec(_mapping(p, "pool", where), where, by_name, seen_nodes))
+            pools.append(_pool_spec(_mapping(p, "pool", where), where, by_name, seen_nodes, generic))
     return FleetSpec(
         tenants=tuple(tenants),
         clusters=tuple(clusters),
         nodes=tuple(nodes),
         pools=tuple(pools),
         device_classes=_device_classes(raw.get("deviceClasses")),
+        generic_models=tuple(generic.values()),
     )
+
+
+MAX_GENERIC_MODELS = 64
+"""Generic models one fleet file may declare (Alibaba's openb trace names 8)."""
+MAX_GENERIC_MEMORY_GIB = 4096
+
+
+def _generic_models(raw: Any) -> dict[str, catalog.GpuModel]:
+    """`gpuModels`: GPU models the catalog does not know, each `{name, memoryGiB}`, which the file's
+    nodes may then name (`gpus.model`): a trace's `T4` or undisclosed `G2`. A generic model is a
+    whole GPU with no MIG: its atoms are whole GPUs, or a time-slice or MPS pool's slots; a MIG
+    layout or a `mig` pool on it is refused. A name the catalog knows is refused (the catalog's facts
+    win), so an ordinary fleet file's unknown model is still refused unless it is declared here."""
+    items = _list(raw, "gpuModels")
+    if len(items) > MAX_GENERIC_MODELS:
+        raise InvalidInput(
+            f"gpuModels declares at most {MAX_GENERIC_MODELS} models, not {len(items)}",
+            {"field": "gpuModels", "limit": MAX_GENERIC_MODELS},
+        )
+    found: dict[str, catalog.GpuModel] = {}
+    for i, g in enumerate(items):
+        where = f"gpuModels[{i}]"
+        item = _mapping(g, "gpuModel", where)
+        name = check_name(str(_req(item, "name", where)), f"{where}.name")
+        if catalog.find_model(name) is not None:
+            raise InvalidInput(
+                f"{where}: {name} is a catalog model (catalog.get_model); name it in a node without"
+                f" declaring it",
+                {"field": f"{where}.name"},
+            )
+        if name.lower() in {k.lower() for k in found}:
+            raise InvalidInput(f"{where}: GPU model {name} is declared twice", {"field": f"{where}.name"})
+        memory = _int(item, "memoryGiB", 16, where)
+        if memory > MAX_GENERIC_MEMORY_GIB:
+            raise InvalidInput(
+                f"{where}: memoryGiB is at most {MAX_GENERIC_MEMORY_GIB}", {"field": f"{where}.memoryGiB"}
+            )
+        found[name] = catalog.GpuModel(
+            id=name,
+            name=name,
+            memory_gib=float(memory),
+            usable_gib=float(memory),
+            mig_capable=False,
+            products=(name,),
+        )
+    return found
 
 
 def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
@@ -254,10 +312,13 @@ def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
     return tuple(found.values())
 
 
-def _node_specs(node: Mapping[str, Any], cluster: str, where: str) -> list[NodeSpec]:
+def _node_specs(
+    node: Mapping[str, Any], cluster: str, where: str, generic: Mapping[str, catalog.GpuModel]
+) -> list[NodeSpec]:
     base = _id(node, "name", where)
     gpus = _mapping(_req(node, "gpus", where), "gpus", f"{where}.gpus")
-    model = catalog.get_model(str(_req(gpus, "model", f"{where}.gpus")))
+    named = str(_req(gpus, "model", f"{where}.gpus"))
+    model = generic[named] if named in generic else catalog.get_model(named)
     count = _int(gpus, "count", 8, f"{where}.gpus")
     layout = gpus.get("migLayout")
     if layout is not None:
@@ -308,7 +369,11 @@ def _host(raw: Any, where: str) -> tuple[int | None, int | None]:
 
 
 def _pool_spec(
-    pool: Mapping[str, Any], where: str, by_name: Mapping[str, NodeSpec], seen_nodes: set[str]
+    pool: Mapping[str, Any],
+    where: str,
+    by_name: Mapping[str, NodeSpec],
+    seen_nodes: set[str],
+    generic: Mapping[str, catalog.GpuModel],
 ) -> PoolSpec:
     mode = check_mode(str(_req(pool, "mode", where)))
     members = tuple(str(n) for n in _list(pool.get("nodes"), f"{where}.nodes"))
@@ -332,7 +397,7 @@ def _pool_spec(
             key = (by_name[n].mig_layout or settings.layout, by_name[n].gpu_model)
             if key not in checked:
                 with _at(f"node {n} ({key[1]})", ""):
-                    layouts.validate(*key)
+                    layouts.validate(key[0], generic.get(key[1]) or key[1])
                 checked.add(key)
     first_model = by_name[members[0]].gpu_model if members else None
     return PoolSpec(

@@ -54,13 +54,18 @@ def model_id_of(product: str) -> str | None:
     return model.id if model else None
 
 
-def _gpu(gpu: GpuReport, node: str, now: datetime) -> Gpu:
+ModelOf = Callable[[str], str | None]
+"""The model id of a GPU's product name: the catalog's (`model_id_of`), or, for a replay's fleet that
+declares generic models, theirs too (`entrypoints.fleet.load_fleet`)."""
+
+
+def _gpu(gpu: GpuReport, node: str, now: datetime, model_of: ModelOf = model_id_of) -> Gpu:
     return Gpu(
         id=gpu.uuid,
         node_id=node,
         index=gpu.index,
         product=gpu.product,
-        model=model_id_of(gpu.product),
+        model=model_of(gpu.product),
         memory_mib=gpu.memory_mib,
         numa_node=gpu.numa_node,
         nvlink_peers=tuple(gpu.nvlink_peers),
@@ -116,7 +121,9 @@ def _kept_as_they_are(derived: Sequence[Atom], old: Sequence[Atom]) -> list[Atom
     return [replace(by_id.get(a.id, a), present=a.present, bookable=False) for a in old]
 
 
-def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+def ingest_in(
+    tx: FleetTx, reports: Sequence[NodeReport], now: datetime, model_of: ModelOf = model_id_of
+) -> IngestResult:
     """Ingest within an open transaction (used by the fleet loader and by `ingest`)."""
     node_ids = [r.node for r in reports]
     # Before reading which pool each node is in: a pool change that moves these nodes commits first,
@@ -147,10 +154,10 @@ def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> Inge
         node = known[report.node]
         # A GPU not at the layout its node is told takes no work until it is (domain.fleet.atoms).
         layout = node_layout(pool, gate, carries_pool_layout=node.carries_pool_layout, own=node.mig_layout)
-        derived = derive_node_atoms(report, _constant(sharing), model_id_of, layout)
+        derived = derive_node_atoms(report, _constant(sharing), model_of, layout)
         for gpu in report.gpus:
             seen_gpus.add(gpu.uuid)
-            row = _gpu(gpu, report.node, now)
+            row = _gpu(gpu, report.node, now, model_of)
             if not row.same_as(old_gpus.get(gpu.uuid)):
                 gpu_rows.append(row)
                 changed_nodes.add(report.node)
@@ -206,13 +213,15 @@ def ingest_in(tx: FleetTx, reports: Sequence[NodeReport], now: datetime) -> Inge
     return result
 
 
-def ingest(store: StorePort[FleetTx], reports: Sequence[NodeReport], now: datetime) -> IngestResult:
+def ingest(
+    store: StorePort[FleetTx], reports: Sequence[NodeReport], now: datetime, model_of: ModelOf = model_id_of
+) -> IngestResult:
     """Ingest one or many node reports in one transaction (a fleet file's load). Refused whole
     (GpuOwnedElsewhere, naming the nodes) when one names a GPU another node holds, or that another
     of them names first (service.fleet.gpu_owners)."""
     with store.begin() as tx:
         gpu_owners.check_in(tx, reports, now)
-        return ingest_in(tx, reports, now)
+        return ingest_in(tx, reports, now, model_of)
 
 
 def list_clusters(

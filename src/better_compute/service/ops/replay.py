@@ -476,13 +476,16 @@ class _Fragmentation:
             self.gpus[a.gpu_id].append(a.id)
             self.node_of[a.gpu_id] = a.node
         self.atom_ids = [a.id for a in atoms]
+        self.sampled = frozenset(self.atom_ids)
         self.samples: list[tuple[datetime, float]] = []
 
     def sample(self, now: datetime) -> None:
         if not self.shapes or not self.atom_ids:
             return
+        # Every live booking of the scratch store, kept to the sampled atoms here: naming a large
+        # fleet's atoms in the query (a trace's 130,000 slots) cost more than the rest of the replay.
         with self.store.read() as tx:
-            live = tx.ledger.live_on(self.atom_ids, now)
+            live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in self.sampled]
         booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
         whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
         per_node: dict[str, list[int]] = defaultdict(list)
