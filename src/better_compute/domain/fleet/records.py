@@ -112,6 +112,27 @@ class Gpu:
     mig_instances: tuple[MigInstance, ...]
     updated_at: datetime
 
+    @classmethod
+    def reported(cls, gpu: GpuReport, node: str, model: str | None, at: datetime) -> Gpu:
+        """The record of a GPU `node` reported (present), recognised as `model`, written `at`: the
+        one way a report becomes a record, for ingest and for what `bcd` derives on its node."""
+        return cls(
+            id=gpu.uuid,
+            node_id=node,
+            index=gpu.index,
+            product=gpu.product,
+            model=model,
+            memory_mib=gpu.memory_mib,
+            numa_node=gpu.numa_node,
+            nvlink_peers=tuple(gpu.nvlink_peers),
+            healthy=gpu.healthy,
+            present=True,
+            mig_mode_current=gpu.mig_mode_current,
+            mig_mode_pending=gpu.mig_mode_pending,
+            mig_instances=tuple(gpu.mig_instances),
+            updated_at=at,
+        )
+
     def report(self) -> GpuReport:
         """The report this record was made from: what re-deriving atoms replays."""
         return GpuReport(

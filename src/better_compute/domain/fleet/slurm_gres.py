@@ -205,25 +205,7 @@ def report_gres(
     atoms derived as the server derives them (`derive_node_atoms`, with the node's sharing), so the
     lines it writes are the ones `nodes gres` prints for it."""
     atoms = derive_node_atoms(report, lambda _gpu: sharing, model_of_product)
-    gpus = [
-        Gpu(
-            id=gpu.uuid,
-            node_id=report.node,
-            index=gpu.index,
-            product=gpu.product,
-            model=model_of_product(gpu.product),
-            memory_mib=gpu.memory_mib,
-            numa_node=gpu.numa_node,
-            nvlink_peers=tuple(gpu.nvlink_peers),
-            healthy=gpu.healthy,
-            present=True,
-            mig_mode_current=gpu.mig_mode_current,
-            mig_mode_pending=gpu.mig_mode_pending,
-            mig_instances=tuple(gpu.mig_instances),
-            updated_at=_REPORTED,
-        )
-        for gpu in report.gpus
-    ]
+    gpus = [Gpu.reported(gpu, report.node, model_of_product(gpu.product), _REPORTED) for gpu in report.gpus]
     return node_gres(report.node, gpus, [atom for found in atoms.values() for atom in found])
 
 

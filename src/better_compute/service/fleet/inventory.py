@@ -60,22 +60,7 @@ declares generic models, theirs too (`entrypoints.fleet.load_fleet`)."""
 
 
 def _gpu(gpu: GpuReport, node: str, now: datetime, model_of: ModelOf = model_id_of) -> Gpu:
-    return Gpu(
-        id=gpu.uuid,
-        node_id=node,
-        index=gpu.index,
-        product=gpu.product,
-        model=model_of(gpu.product),
-        memory_mib=gpu.memory_mib,
-        numa_node=gpu.numa_node,
-        nvlink_peers=tuple(gpu.nvlink_peers),
-        healthy=gpu.healthy,
-        present=True,
-        mig_mode_current=gpu.mig_mode_current,
-        mig_mode_pending=gpu.mig_mode_pending,
-        mig_instances=tuple(gpu.mig_instances),
-        updated_at=now,
-    )
+    return Gpu.reported(gpu, node, model_of(gpu.product), now)
 
 
 def _constant(sharing: PoolSharing | None) -> Callable[[str], PoolSharing | None]:
