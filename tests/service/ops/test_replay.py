@@ -407,3 +407,23 @@ def test_a_recorded_drain_is_replayed_at_its_instant_and_each_request_meets_the_
     )
     assert again.outcomes == happened.outcomes
     assert again.tenants == happened.tenants
+
+
+def test_a_demand_files_drain_steps_are_read_in_order_and_a_bad_force_is_refused_by_name() -> None:
+    item = {
+        "at": T0.isoformat(),
+        "tenant": "acme",
+        "name": "web",
+        "shape": shape(1),
+        "drain": [
+            {"at": at(120).isoformat(), "cluster": "c2", "force": True},
+            {"at": at(60).isoformat(), "cluster": "c1"},
+        ],
+    }
+    (asked,) = parse_demand({"requests": [item]}).asks
+    assert isinstance(asked, WorkloadAsk)
+    assert asked.drains == ((at(60), "c1", False), (at(120), "c2", True))
+    bad = {**item, "drain": [{"at": at(60).isoformat(), "cluster": "c1", "force": "yes"}]}
+    with pytest.raises(InvalidInput) as refused:
+        parse_demand({"requests": [bad]})
+    assert refused.value.details == {"field": "requests[0].drain[0].force"}
