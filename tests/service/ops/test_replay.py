@@ -15,7 +15,13 @@ import pytest
 
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.ops.fleet import parse_fleet
-from better_compute.domain.ops.replay import PolicySet, check_window, parse_demand, parse_policy_set
+from better_compute.domain.ops.replay import (
+    PolicySet,
+    WorkloadAsk,
+    check_window,
+    parse_demand,
+    parse_policy_set,
+)
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.domain.tenancy.records import Quota
 from better_compute.entrypoints.fleet import load_fleet
@@ -337,3 +343,87 @@ def test_the_fragmentation_share_is_the_time_weighted_share_of_free_gpus_the_req
     )
     assert done.overall.fragmentation == 0.116667
     assert done.tenants["acme"].fragmentation is None
+
+
+def two_cluster_fleet() -> dict[str, Any]:
+    """Two clusters of one node of 4 H100s each, a pool of acme's in each."""
+    return {
+        "tenants": [{"id": "acme"}],
+        "deviceClasses": fleet_file()["deviceClasses"],
+        "clusters": [
+            {
+                "name": c,
+                "region": "r1",
+                "nodes": [{"name": f"{c}-n", "gpus": {"model": "H100-80GB", "count": 4}}],
+            }
+            for c in ("c1", "c2")
+        ],
+        "pools": [
+            {
+                "name": f"p-{c}",
+                "cluster": c,
+                "mode": "exclusive",
+                "owner": "acme",
+                "nodes": [f"{c}-n"],
+                "meter": "gpu.h100.hours",
+            }
+            for c in ("c1", "c2")
+        ],
+    }
+
+
+def test_a_recorded_drain_is_replayed_at_its_instant_and_each_request_meets_the_same_fate(
+    store: Store,
+) -> None:
+    """acme's `web` (3 replicas of 1 H100) from 9:00; at 10:00 it is drained from whichever
+    cluster holds its replicas (they move to the other, which has room for all 3); at 12:00 it is
+    drained, forced, from the other too, so its 3 replicas have nowhere to go and wait unplaced
+    until the window ends at 15:00: 3 GPU-h an hour for 3 h granted (9), 3 for 3 h refused (9)."""
+    load_fleet(store, parse_fleet(two_cluster_fleet()), T0)
+    d = Deployment(store)
+    w = d.wiring
+    body = {"tenantId": "acme", "name": "web", "shape": shape(1), "replicas": 3}
+    web = d.at(T0, lambda now: workloads.create(w, ADMIN, body, now))
+    assert isinstance(web, workloads.WorkloadView)
+    with store.read() as tx:
+        deps = tx.workloads.deployments_of([web.workload.id])[web.workload.id]
+    held = sorted(dep.cluster_id for dep in deps)
+    assert len(held) == 1, held  # 3 replicas fit in one cluster's 4 GPUs
+    other = "c2" if held == ["c1"] else "c1"
+    d.at(at(60), lambda now: workloads.drain(w, ADMIN, web.workload.id, held[0], now))
+    d.at(at(180), lambda now: workloads.drain(w, ADMIN, web.workload.id, other, now, force=True))
+    d.at(at(360))
+
+    window = check_window(T0, at(360))
+    past = replay.history(store, window)
+    (asked,) = past.demand.asks
+    assert isinstance(asked, WorkloadAsk)
+    assert asked.drains == ((at(60), held[0], False), (at(180), other, True))
+    happened = replay.recorded(store, past, window)
+    (recorded_web,) = happened.outcomes
+    assert (recorded_web.granted_hours, recorded_web.refused_hours, recorded_web.wait_s) == (9.0, 9.0, 0.0)
+    again = replay.run(
+        scratch, replay.today_fleet(store), replay.today(store), PolicySet(), past.demand, window
+    )
+    assert again.outcomes == happened.outcomes
+    assert again.tenants == happened.tenants
+
+
+def test_a_demand_files_drain_steps_are_read_in_order_and_a_bad_force_is_refused_by_name() -> None:
+    item = {
+        "at": T0.isoformat(),
+        "tenant": "acme",
+        "name": "web",
+        "shape": shape(1),
+        "drain": [
+            {"at": at(120).isoformat(), "cluster": "c2", "force": True},
+            {"at": at(60).isoformat(), "cluster": "c1"},
+        ],
+    }
+    (asked,) = parse_demand({"requests": [item]}).asks
+    assert isinstance(asked, WorkloadAsk)
+    assert asked.drains == ((at(60), "c1", False), (at(120), "c2", True))
+    bad = {**item, "drain": [{"at": at(60).isoformat(), "cluster": "c1", "force": "yes"}]}
+    with pytest.raises(InvalidInput) as refused:
+        parse_demand({"requests": [bad]})
+    assert refused.value.details == {"field": "requests[0].drain[0].force"}

@@ -86,6 +86,7 @@ from better_compute.domain.placement.events import (
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
+    WorkloadDrained,
     WorkloadPreempted,
     WorkloadScaled,
 )
@@ -137,6 +138,7 @@ TENANT_AUDIENCE: Mapping[str, Audience] = {
     WorkloadPreempted.TYPE: NamedInPayload("tenantId"),
     ReservationPreempted.TYPE: NamedInPayload("tenantId"),
     WorkloadDecided.TYPE: NamedInPayload("tenantId"),
+    WorkloadDrained.TYPE: NamedInPayload("tenantId"),
     LedgerReleased.TYPE: SubjectIsReservation(),
     LedgerExtended.TYPE: SubjectIsReservation(),
     LedgerCancelled.TYPE: SubjectIsReservation(),

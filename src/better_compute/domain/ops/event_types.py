@@ -67,6 +67,7 @@ from better_compute.domain.placement.events import (
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
+    WorkloadDrained,
     WorkloadPreempted,
     WorkloadScaled,
 )
@@ -123,6 +124,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         WorkloadPreempted,
         ReservationPreempted,
         WorkloadDecided,
+        WorkloadDrained,
         PoolCreated,
         PoolUpdated,
         PoolDeleted,

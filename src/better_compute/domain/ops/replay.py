@@ -33,7 +33,7 @@ well within it (the API's other methods keep the server's default cap)."""
 MAX_CHANGES = 500
 """The most entries a policy set's changes (or a fleet's node changes) may hold."""
 MAX_SCALES = 100
-"""The most scale steps one workload request may carry."""
+"""The most scale steps (and, apart, the most drain steps) one workload request may carry."""
 
 
 def _instant(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> datetime | None:
@@ -95,8 +95,9 @@ def check_window(since: datetime, until: datetime) -> Window:
 
 @dataclass(frozen=True)
 class WorkloadAsk:
-    """A workload created at `at`, scaled at each `scales` step, deleted at `until` (None: it lives
-    past the window's end)."""
+    """A workload created at `at`, scaled at each `scales` step, drained from a cluster at each
+    `drains` step (instant, cluster, whether the drain was forced), deleted at `until` (None: it
+    lives past the window's end)."""
 
     key: str
     at: datetime
@@ -107,6 +108,7 @@ class WorkloadAsk:
     priority_class: str | None = None
     until: datetime | None = None
     scales: tuple[tuple[datetime, int], ...] = ()
+    drains: tuple[tuple[datetime, str, bool], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,15 +141,16 @@ class Demand:
 
 
 def size_of(asks: Sequence[Ask]) -> int:
-    """What counts against MAX_REQUESTS: each request, and each of its scale steps."""
-    return sum(1 + (len(a.scales) if isinstance(a, WorkloadAsk) else 0) for a in asks)
+    """What counts against MAX_REQUESTS: each request, and each of its scale and drain steps."""
+    return sum(1 + (len(a.scales) + len(a.drains) if isinstance(a, WorkloadAsk) else 0) for a in asks)
 
 
 def check_size(asks: Sequence[Ask]) -> None:
     size = size_of(asks)
     if size > MAX_REQUESTS:
         raise InvalidInput(
-            f"a replay takes at most {MAX_REQUESTS} requests (scale steps counted); this demand has {size}",
+            f"a replay takes at most {MAX_REQUESTS} requests (scale and drain steps counted); this demand"
+            f" has {size}",
             {"field": "demand", "limit": MAX_REQUESTS, "given": size},
         )
 
@@ -155,8 +158,9 @@ def check_size(asks: Sequence[Ask]) -> None:
 def parse_demand(raw: object) -> Demand:
     """A demand file (docs/replay.md#demand-files): `{requests: [...]}`, each a workload
     (`kind: workload`: `at`, `tenant`, `name`, `shape`, `replicas`, `priorityClass`, `until`,
-    `scale: [{at, replicas}]`) or a reservation (`kind: reservation`: `at`, `tenant`, `pool`,
-    `devices`, `start`, `end`, `preemptible`, `release`)."""
+    `scale: [{at, replicas}]`, `drain: [{at, cluster, force}]`) or a reservation
+    (`kind: reservation`: `at`, `tenant`, `pool`, `devices`, `start`, `end`, `preemptible`,
+    `release`)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("requests"), list):
         raise InvalidInput("a demand file is an object with a list `requests`", {"field": "demand"})
     items: list[Any] = raw["requests"]
@@ -195,6 +199,23 @@ def _ask(item: object, i: int) -> Ask:
             when = _instant(step, "at", f"{where}.scale[{j}]")
             assert when is not None
             scales.append((when, _count(step, "replicas", f"{where}.scale[{j}]")))
+        raw_drains = item.get("drain") or []
+        if not isinstance(raw_drains, list) or len(raw_drains) > MAX_SCALES:
+            raise InvalidInput(
+                f"{where}.drain is a list of at most {MAX_SCALES} steps", {"field": f"{where}.drain"}
+            )
+        drains = []
+        for j, step in enumerate(raw_drains):
+            if not isinstance(step, Mapping):
+                raise InvalidInput(f"{where}.drain[{j}] must be an object", {"field": f"{where}.drain[{j}]"})
+            when = _instant(step, "at", f"{where}.drain[{j}]")
+            assert when is not None
+            force = step.get("force", False)
+            if not isinstance(force, bool):
+                raise InvalidInput(
+                    f"{where}.drain[{j}].force must be true or false", {"field": f"{where}.drain[{j}].force"}
+                )
+            drains.append((when, _text(step, "cluster", f"{where}.drain[{j}]"), force))
         priority = item.get("priorityClass")
         if priority is not None and not isinstance(priority, str):
             raise InvalidInput(f"{where}.priorityClass must be a string", {"field": f"{where}.priorityClass"})
@@ -208,6 +229,7 @@ def _ask(item: object, i: int) -> Ask:
             priority,
             _instant(item, "until", where, required=False),
             tuple(sorted(scales)),
+            tuple(sorted(drains)),
         )
     if kind == "reservation":
         devices = item.get("devices")

@@ -91,6 +91,19 @@ class WorkloadDecided(Event):
     """How many replicas it preempted in all (`evicted` names at most `MAX_REFUSED`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class WorkloadDrained(Event):
+    """A workload was drained from a cluster (`subject`: its id; `workload.drain`): its deployment
+    there removed and placement leaving the cluster out from then on; `force` when the drain was
+    sent with `force: true` (it may have stranded replicas). Logged with the drain's own
+    `workload.decided`, so that a replay of the log drains the same cluster at the same instant."""
+
+    TYPE: ClassVar[str] = "workload.drained"
+    tenant_id: str
+    cluster_id: str
+    force: bool = False
+
+
 MAX_REFUSED = 20
 """Clusters a `workload.decided` names as refused, and evictions it names: enough to say why,
 bounded on a large fleet."""

@@ -73,6 +73,7 @@ from better_compute.domain.placement.events import (
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
+    WorkloadDrained,
     WorkloadPreempted,
     WorkloadScaled,
 )
@@ -143,6 +144,7 @@ _QUIET_EVENTS = (
     DeploymentUpdated,
     WorkloadPreempted,
     WorkloadDecided,
+    WorkloadDrained,
     ReservationPreempted,
     # An extension's new end arrives as `ledger.extended`; tenants, credentials and the named
     # classes touch no atom (a device class never changes once made).

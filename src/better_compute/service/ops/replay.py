@@ -7,7 +7,7 @@ nodes' first reports ingested), lays the policy set over it with the admin use c
 (`priority_classes.create`, `class_quotas.set_class_quota`, `policies.create`, `prices.set_price`),
 then walks the demand's instants in order. At each instant the virtual clock is set to it, the
 requests of that instant go through `reservations.create`/`release`/`cancel` and
-`workloads.create`/`scale`/`delete` exactly as the API calls them, and the placement retrier's pass
+`workloads.create`/`scale`/`drain`/`delete` exactly as the API calls them, and the placement retrier's pass
 (`placement_retry.Retrier.tick`, the one the server runs on a timer and on wake-ups) runs once, so
 what waits is placed again, preemptions included, when an end or a release frees devices. The real
 store is only read (the fleet, the policy set and the history); every write goes to the scratch
@@ -69,6 +69,7 @@ from better_compute.domain.placement.events import (
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
+    WorkloadDrained,
     WorkloadPreempted,
     WorkloadScaled,
 )
@@ -408,8 +409,9 @@ def _lay_policy(sandbox: Sandbox, policy: PolicySet, now: datetime) -> None:
             )
 
 
-# The order of what happens at one instant: what frees devices first, then what asks for them.
-_RELEASE, _DELETE, _SCALE, _ASK = range(4)
+# The order of what happens at one instant: what frees devices first, then what asks for them (a
+# drain does both: it frees one cluster's devices and asks for others).
+_RELEASE, _DELETE, _SCALE, _DRAIN, _ASK = range(5)
 
 
 def _timeline(demand: Demand, window: Window) -> list[tuple[datetime, int, int, int]]:
@@ -425,6 +427,9 @@ def _timeline(demand: Demand, window: Window) -> list[tuple[datetime, int, int, 
             for j, (at, _) in enumerate(ask.scales):
                 if ask.at <= at < window.until and (ask.until is None or at < ask.until):
                     steps.append((at, _SCALE, i, j))
+            for j, (at, _, _) in enumerate(ask.drains):
+                if ask.at <= at < window.until and (ask.until is None or at < ask.until):
+                    steps.append((at, _DRAIN, i, j))
         else:
             steps.extend(
                 (end, _RELEASE, i, 0)
@@ -562,6 +567,9 @@ def _act(
             return  # refused when asked: nothing to scale, delete or release
         elif kind == _SCALE and isinstance(ask, WorkloadAsk):
             workloads.scale(sandbox, REPLAYER, t.scratch_id, ask.scales[step][1], now)
+        elif kind == _DRAIN and isinstance(ask, WorkloadAsk):
+            _, cluster, force = ask.drains[step]
+            workloads.drain(sandbox, REPLAYER, t.scratch_id, cluster, now, force=force)
         elif kind == _DELETE:
             workloads.delete(sandbox, REPLAYER, t.scratch_id, now)
         elif kind == _RELEASE and isinstance(ask, ReservationAsk):
@@ -569,8 +577,9 @@ def _act(
     except DomainError as exc:
         if kind == _ASK:
             t.refused_reason = exc.code.lower()
-        # a later step of a request the replay already made (a scale refused, a reservation already
-        # ended by preemption) changes nothing: the request keeps what it had
+        # a later step of a request the replay already made (a scale refused, a drain refused for
+        # stranding replicas it was not forced to, a reservation already ended by preemption)
+        # changes nothing: the request keeps what it had
 
 
 def _end_reservation(sandbox: Sandbox, reservation_id: str, now: datetime) -> None:
@@ -598,18 +607,21 @@ class History:
 
 def history(store: StorePort[OpsTx], window: Window) -> History:
     """The requests made within `window`: each workload created (its device class, count, replicas
-    and priority class, its scale steps and its deletion) and each reservation admitted (its pool,
-    device lines, window and preemptibility, and its release or cancellation), in log order.
+    and priority class, its scale steps, its drains and its deletion) and each reservation admitted
+    (its pool, device lines, window and preemptibility, and its release or cancellation), in log
+    order.
 
     A reservation refused at admission left nothing in the log, so it is not in the history; nor
-    are endpoints and drains (docs/replay.md#what-a-replay-leaves-out)."""
+    are endpoints (docs/replay.md#what-a-replay-leaves-out)."""
     asks: dict[str, WorkloadAsk | ReservationAsk] = {}
     order: list[str] = []
     scales: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
+    drains: dict[str, list[tuple[datetime, str, bool]]] = defaultdict(list)
     ended: dict[str, datetime] = {}
     types = (
         WorkloadCreated,
         WorkloadScaled,
+        WorkloadDrained,
         WorkloadDeleted,
         ReservationCreated,
         ReservationReleased,
@@ -632,6 +644,8 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
             order.append(event.subject)
         elif isinstance(event, WorkloadScaled) and event.subject in asks:
             scales[event.subject].append((at, event.replicas))
+        elif isinstance(event, WorkloadDrained) and event.subject in asks:
+            drains[event.subject].append((at, event.cluster_id, event.force))
         elif isinstance(event, WorkloadDeleted | ReservationReleased | ReservationCancelled):
             ended.setdefault(event.subject, at)
         elif isinstance(event, ReservationCreated):
@@ -659,7 +673,7 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
         if ask is None:
             continue
         if isinstance(ask, WorkloadAsk):
-            ask = replace(ask, scales=tuple(scales[key]), until=ended.get(key))
+            ask = replace(ask, scales=tuple(scales[key]), drains=tuple(drains[key]), until=ended.get(key))
         else:
             ask = replace(ask, release=ended.get(key))
         demand.append(ask)

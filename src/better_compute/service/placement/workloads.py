@@ -49,6 +49,7 @@ from better_compute.domain.placement.events import (
     WorkloadCreated,
     WorkloadDecided,
     WorkloadDeleted,
+    WorkloadDrained,
     WorkloadPreempted,
     WorkloadScaled,
 )
@@ -1137,6 +1138,7 @@ def drain(
                 found.spec, drained_clusters=tuple(sorted({*found.spec.drained_clusters, cluster_id}))
             ),
         )
+        tx.events.append(WorkloadDrained(found.id, found.tenant_id, cluster_id, force), now)
         view = place_in(tx, wiring, drained, now, attempt=attempt, trigger=DRAIN)
         held_after = _held(tx, found.id)
         stranded = max(0, len(held_before) - len(held_after))
