@@ -21,8 +21,8 @@ Each pass lists the node's containers by its label and, against the spec:
   it `ready`, `failureThreshold` failures in a row `not-ready`. Without a probe a running container
   is ready.
 
-A container a Slurm job runs for a replica (the assignment's `jobContainer`; docs/slurm.md#replicas-
-as-jobs) is only watched (`_watch`): found by its `better-compute.slurm-allocation` label, never
+A container a Slurm job runs for a replica (the assignment's `jobContainer`;
+docs/slurm.md#replicas-as-jobs) is only watched (`_watch`): found by its `better-compute.slurm-allocation` label, never
 started, restarted, stopped or removed (Slurm starts and ends it), its readiness probed as above (an
 httpGet on the loopback port the job published) and reported the same way: `created` until its probe
 passes, `ready`, `not-ready`, `exited`; `removed` while none runs (the job has not started it yet,
