@@ -22,8 +22,8 @@ Each pass lists the node's containers by its label and, against the spec:
   is ready.
 
 A container a Slurm job runs for a replica (the assignment's `jobContainer`;
-docs/slurm.md#replicas-as-jobs) is only watched (`_watch`): found by its `better-compute.slurm-allocation` label, never
-started, restarted, stopped or removed (Slurm starts and ends it), its readiness probed as above (an
+docs/slurm.md#replicas-as-jobs) is only watched (`_watch`): found by its
+`better-compute.slurm-allocation` label, never started, restarted, stopped or removed (Slurm starts and ends it), its readiness probed as above (an
 httpGet on the loopback port the job published) and reported the same way: `created` until its probe
 passes, `ready`, `not-ready`, `exited`; `removed` while none runs (the job has not started it yet,
 or it ended and `--rm` removed it), so no word of `ready` outlives it.
