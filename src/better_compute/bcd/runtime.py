@@ -23,10 +23,11 @@ Each pass lists the node's containers by its label and, against the spec:
 
 A container a Slurm job runs for a replica (the assignment's `jobContainer`;
 docs/slurm.md#replicas-as-jobs) is only watched (`_watch`): found by its
-`better-compute.slurm-allocation` label, never started, restarted, stopped or removed (Slurm starts and ends it), its readiness probed as above (an
-httpGet on the loopback port the job published) and reported the same way: `created` until its probe
-passes, `ready`, `not-ready`, `exited`; `removed` while none runs (the job has not started it yet,
-or it ended and `--rm` removed it), so no word of `ready` outlives it.
+`better-compute.slurm-allocation` label, never started, restarted, stopped or removed (Slurm starts and
+ends it), its readiness probed as above (an httpGet on the loopback port the job published) and reported
+the same way: `created` until its probe passes, `ready`, `not-ready`, `exited`; `removed` while none
+runs (the job has not started it yet, or it ended and `--rm` removed it), so no word of `ready` outlives
+it.
 
 A `ReplicaState` report is queued only when what it would say changes (state, problem, restarts,
 address, exit code), or when the server may have forgotten it (`forget_reported`: a new spec
