@@ -21,6 +21,8 @@ import pytest
 from better_compute.bcd.containers import NODE_LABEL, NoContainer
 from better_compute.bcd.podman import PodmanRuntime
 from better_compute.bcd.runtime import RuntimeConverger
+from better_compute.domain.kernel.containers import parse_container
+from better_compute.domain.placement.slurm_replicas import podman_run
 from better_compute.wire.nodes import AssignmentPublic
 from tests.bcd.handover import assignment, node_spec, whole_atom, whole_node
 from tests.bcd.test_cdi_podman import Node, image, node  # noqa: F401 - the fixtures, used by name
@@ -162,3 +164,41 @@ def test_an_image_not_on_the_node_is_image_not_found(node: Node, image: str, run
     (report,) = RuntimeConverger(runtime, runtime.node).converge([a], {allocation})
     assert report["problem"] == "image-not-found" and "image not known" in report["detail"]
     assert runtime.list() == []
+
+
+def test_the_container_a_slurm_job_runs_is_watched_ready_on_its_probe_and_removed_when_it_ends(
+    node: Node, image: str, runtime: PodmanRuntime
+) -> None:
+    """The job's own `podman run` line (`slurm_replicas.podman_run`), detached as the job's shell
+    would hold it: `bcd` finds it by its label, probes the loopback port it published, reports it
+    ready, and `removed` once it ends (`--rm`), never making or removing a container itself."""
+    allocation, a = bound(node, image, {})
+    doc = {
+        "image": image,
+        "command": ["/bin/busybox", "sh", "-c"],
+        "args": [HTTPD],
+        "readinessProbe": {"httpGet": {"path": "/ping", "port": 8080}, "periodSeconds": 1},
+    }
+    watched = AssignmentPublic.model_validate(
+        {**a.model_dump(by_alias=True, exclude={"container"}), "jobContainer": doc}
+    )
+    line = podman_run(allocation, parse_container(doc))
+    started = subprocess.run(
+        [*PODMAN, "run", "-d", *ULIMITS, *line[2:]], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert started.returncode == 0, started.stderr
+    try:
+        rc = RuntimeConverger(runtime, runtime.node, stop_timeout=1)
+        reports = until(rc, watched, allocation, lambda r: r["state"] == "ready")
+        assert "address" not in reports[-1]
+        (found,) = [f for f in runtime.jobs() if f.allocation_id == allocation]
+        assert found.name == f"bc-slurm-{allocation}" and runtime.list() == []
+        stopped = subprocess.run(
+            [*PODMAN, "stop", "-t", "1", found.id], capture_output=True, text=True, timeout=60, check=False
+        )
+        assert stopped.returncode == 0, stopped.stderr
+        assert until(rc, watched, allocation, lambda r: r["state"] == "removed")[-1]["state"] == "removed"
+    finally:
+        subprocess.run(
+            [*PODMAN, "rm", "-f", "-t", "0", f"bc-slurm-{allocation}"], capture_output=True, check=False
+        )

@@ -27,6 +27,11 @@ NODE_LABEL = "better-compute.node"
 ALLOCATION_LABEL = "better-compute.allocation"
 SPEC_LABEL = "better-compute.spec"
 ATOMS_LABEL = "better-compute.atoms"
+JOB_LABEL = "better-compute.slurm-allocation"
+"""The label of a container a Slurm job runs for a replica, its value the allocation id
+(`domain.placement.slurm_replicas.podman_run`): `bcd` watches such a container and reports its
+readiness, never starting, stopping or removing it (it carries no `better-compute.node` label, so it
+is never one of `bcd`'s own, nor a stray of them)."""
 
 MAX_DETAIL = replica_states.MAX_DETAIL
 """The most characters of a runtime's error kept (the report's `detail` limit)."""

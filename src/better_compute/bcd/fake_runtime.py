@@ -6,6 +6,9 @@ tests, keeping podman's contract (`bcd.runtime.ContainerRuntime`) as podman docu
   node with `pull=never`, is refused as podman refuses it (`image not known`);
 - `start` runs it (a running one is left running); `stop` ends it, exit code 143 (SIGTERM), as an
   `exited` container; `remove` of a running one needs force (ours always forces, as `rm -f`);
+- `run_job` is what a Slurm job's `podman run --rm` of a replica does on the host (created and
+  started, labelled `better-compute.slurm-allocation`, the httpGet probe's port published on the
+  loopback), `end_job` its end (the container exits and `--rm` removes it); `jobs` lists those;
 - `list` shows the node's containers by label, `exec` fails on one that is not running (podman's
   125), `logs` of an allocation without a container raises `NoContainer`;
 - `run_in` (an operator's exec through the agent) answers as `podman exec` does, over a model of
@@ -21,6 +24,7 @@ crash is here), and `exec_status` is what an exec probe's command exits with.
 
 from __future__ import annotations
 
+import builtins
 import json
 import threading
 import uuid
@@ -124,6 +128,8 @@ class FakeRuntime:
         self.exec_status: dict[str, int] = {}
         """{allocation id: what an exec in its container exits with} (0 when not set)."""
         self._containers: dict[str, _Container] = {}
+        self._jobs: dict[str, _Container] = {}
+        """The containers Slurm jobs run, by allocation id (never this node's own)."""
         self._lock = threading.Lock()
 
     # -- test hooks ----------------------------------------------------------------------------
@@ -135,6 +141,42 @@ class FakeRuntime:
                 if c.allocation_id == allocation_id and c.state == "running":
                     self._halt(c, code)
 
+    def run_job(self, allocation_id: str, spec: ContainerSpec) -> str:
+        """A replica's Slurm job runs its container (`podman run --rm --name bc-slurm-<id> --label
+        better-compute.slurm-allocation=<id>`, its probe's port published on the loopback): running
+        at once, and none of this node's own; its id."""
+        with self._lock:
+            if allocation_id in self._jobs:
+                raise RuntimeFailure(f'the container name "bc-slurm-{allocation_id}" is already in use')
+            probe = spec.readiness
+            c = _Container(
+                id=uuid.uuid4().hex * 2,
+                name=f"bc-slurm-{allocation_id}",
+                allocation_id=allocation_id,
+                digest="",
+                spec=spec,
+                ports={},
+                probe_paths=(probe.http_path,) if probe is not None and probe.http_path else (),
+            )
+            if probe is not None and probe.http_port is not None:
+                server = _Server(("127.0.0.1", 0), _Handler)
+                server.owner = c
+                c.servers.append(server)
+                c.ports[probe.http_port] = server.server_address[1]
+            self._jobs[allocation_id] = c
+        self.start(c.id)
+        return c.id
+
+    def end_job(self, allocation_id: str, code: int = 0) -> None:
+        """The job's container exits with `code` and `--rm` removes it (the job ends with it)."""
+        with self._lock:
+            c = self._jobs.pop(allocation_id, None)
+            if c is not None:
+                if c.state == "running":
+                    self._halt(c, code)
+                for server in c.servers:
+                    server.server_close()
+
     def container_ids(self) -> list[str]:
         with self._lock:
             return sorted(self._containers)
@@ -142,7 +184,7 @@ class FakeRuntime:
     def close(self) -> None:
         """Stop every container and free its ports (the process is going)."""
         with self._lock:
-            for c in self._containers.values():
+            for c in [*self._containers.values(), *self._jobs.values()]:
                 if c.state == "running":
                     self._halt(c, 137)
                 for server in c.servers:
@@ -194,7 +236,9 @@ class FakeRuntime:
             return c.id
 
     def _get(self, container_id: str) -> _Container:
-        c = self._containers.get(container_id)
+        c = self._containers.get(container_id) or next(
+            (j for j in self._jobs.values() if j.id == container_id), None
+        )
         if c is None:
             raise RuntimeFailure(f'no container with name or ID "{container_id}" found: no such container')
         return c
@@ -252,6 +296,21 @@ class FakeRuntime:
                     atoms=c.atoms,
                 )
                 for c in self._containers.values()
+            ]
+
+    def jobs(self) -> builtins.list[Found]:
+        with self._lock:
+            return [
+                Found(
+                    id=c.id,
+                    name=c.name,
+                    allocation_id=c.allocation_id,
+                    spec_digest="",
+                    state=c.state,
+                    exit_code=c.exit_code if c.state == "exited" else None,
+                    ports=dict(c.ports),
+                )
+                for c in self._jobs.values()
             ]
 
     def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:

@@ -34,6 +34,7 @@ from better_compute.bcd import cdi
 from better_compute.bcd.containers import (
     ALLOCATION_LABEL,
     ATOMS_LABEL,
+    JOB_LABEL,
     MAX_LOG_BYTES,
     MAX_LOG_TAIL,
     NODE_LABEL,
@@ -254,7 +255,20 @@ class PodmanRuntime:
                 f"podman ps answered what bcd cannot read ({type(exc).__name__}: {exc}): {out[:200]!r}"
             ) from None
 
-    def _found(self, out: str) -> builtins.list[Found]:
+    def jobs(self) -> builtins.list[Found]:
+        """The containers Slurm jobs run for replicas on this host (by `JOB_LABEL`), read as `list`
+        reads this node's own."""
+        out = self._checked("ps", "--all", "--filter", f"label={JOB_LABEL}", "--format", "json")
+        try:
+            return self._found(out, JOB_LABEL)
+        except (ValueError, KeyError, TypeError, AttributeError, IndexError) as exc:
+            raise RuntimeFailure(
+                f"podman ps answered what bcd cannot read ({type(exc).__name__}: {exc}): {out[:200]!r}"
+            ) from None
+
+    def _found(self, out: str, by: str | None = None) -> builtins.list[Found]:
+        """The containers `podman ps` listed in `out`: this node's own (by its node label), or with
+        `by`, those carrying that label (its value their allocation)."""
         rows: Any = json.loads(out or "[]") or []
         if not isinstance(rows, list):
             raise TypeError("not a list of containers")
@@ -263,8 +277,12 @@ class PodmanRuntime:
         found: list[Found] = []
         for row in rows:
             labels = row.get("Labels") or {}
-            if labels.get(NODE_LABEL) != self.node or ALLOCATION_LABEL not in labels:
+            if by is not None:
+                if not labels.get(by):
+                    continue
+            elif labels.get(NODE_LABEL) != self.node or ALLOCATION_LABEL not in labels:
                 continue
+            allocation = str(labels[by or ALLOCATION_LABEL])
             state = _STATES.get(str(row.get("State")), "other")
             ports = {
                 int(p["container_port"]): int(p["host_port"])
@@ -276,7 +294,7 @@ class PodmanRuntime:
                 Found(
                     id=str(row["Id"]),
                     name=str(names[0]),
-                    allocation_id=str(labels[ALLOCATION_LABEL]),
+                    allocation_id=allocation,
                     spec_digest=str(labels.get(SPEC_LABEL, "")),
                     state=state,
                     exit_code=int(row["ExitCode"]) if state == "exited" else None,

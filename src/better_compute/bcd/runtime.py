@@ -21,6 +21,14 @@ Each pass lists the node's containers by its label and, against the spec:
   it `ready`, `failureThreshold` failures in a row `not-ready`. Without a probe a running container
   is ready.
 
+A container a Slurm job runs for a replica (the assignment's `jobContainer`;
+docs/slurm.md#replicas-as-jobs) is only watched (`_watch`): found by its
+`better-compute.slurm-allocation` label, never started, restarted, stopped or removed (Slurm starts and
+ends it), its readiness probed as above (an httpGet on the loopback port the job published) and reported
+the same way: `created` until its probe passes, `ready`, `not-ready`, `exited`; `removed` while none
+runs (the job has not started it yet, or it ended and `--rm` removed it), so no word of `ready` outlives
+it.
+
 A `ReplicaState` report is queued only when what it would say changes (state, problem, restarts,
 address, exit code), or when the server may have forgotten it (`forget_reported`: a new spec
 generation, a dropped report). The clock is injected and the converger never sleeps: what is due (a probe, a
@@ -30,6 +38,7 @@ daemon's loop, and tests, decide when passes come.
 
 from __future__ import annotations
 
+import builtins
 import socket
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -42,6 +51,7 @@ from better_compute.bcd.logs import Log
 from better_compute.domain.fleet.node_agents import ExecResult
 from better_compute.domain.kernel.containers import ContainerSpec, parse_container
 from better_compute.domain.kernel.errors import DomainError
+from better_compute.domain.placement.slurm_replicas import PROBE_ADDRESS
 from better_compute.wire.nodes import AssignmentPublic
 
 BACKOFF_BASE = 1.0
@@ -91,6 +101,11 @@ class ContainerRuntime(Protocol):
 
     def list(self) -> list[Found]:
         """This node's containers (by its label), whatever their state."""
+        ...
+
+    def jobs(self) -> builtins.list[Found]:
+        """The containers Slurm jobs run for replicas (by `bcd.containers.JOB_LABEL`, whose value is
+        the `allocation_id`), whatever their state: watched, never started, stopped or removed."""
         ...
 
     def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
@@ -208,6 +223,11 @@ class _Want:
     digest: str
 
 
+WATCH_EVERY = 5.0
+"""Seconds between passes while a watched container has nothing scheduled (none seen yet, or one
+without a probe): how soon a container a Slurm job starts or ends is seen."""
+
+
 def _want_of(a: AssignmentPublic) -> _Want:
     assert a.container is not None
     spec = parse_container(a.container.model_dump(mode="json", by_alias=True))
@@ -247,6 +267,9 @@ class RuntimeConverger:
         """{allocation: its containers' atoms} as the last listing found them: what is held while
         the runtime cannot be listed."""
         self._pool: ThreadPoolExecutor | None = None
+        self._watched: dict[str, _Replica] = {}
+        """What is known of each container a Slurm job runs here (`_watch`), by allocation."""
+        self._watched_specs: dict[str, ContainerSpec] = {}
         self._probed: list[tuple[str, ContainerSpec, _Replica, str | None]] = []
         """This pass's running containers with a probe under way: their state is queued once the
         pass has waited (at most `PROBE_WAIT`) for the probes."""
@@ -358,8 +381,65 @@ class RuntimeConverger:
                 self._one(allocation_id, want, by_allocation.get(allocation_id, []), now, reports)
             except RuntimeFailure as exc:
                 self._log("error", "container.failed", allocation=allocation_id, reason=exc.detail)
+        self._watch(assignments, bound, now, reports)
         self._read_probes(reports)
         return reports
+
+    def _watch(
+        self,
+        assignments: Sequence[AssignmentPublic],
+        bound: Collection[str],
+        now: float,
+        out: list[dict[str, Any]],
+    ) -> None:
+        """The containers Slurm jobs run for the spec's bound replicas (`jobContainer`): each
+        reported as the node's own are, its probe run the same way, and nothing done to it."""
+        specs: dict[str, ContainerSpec] = {}
+        for a in assignments:
+            if a.job_container is None or a.allocation_id not in bound:
+                continue
+            try:
+                specs[a.allocation_id] = parse_container(
+                    a.job_container.model_dump(mode="json", by_alias=True)
+                )
+            except DomainError as exc:
+                self._log("error", "job-container.unreadable", allocation=a.allocation_id, reason=str(exc))
+        for allocation_id in set(self._watched) - set(specs):
+            del self._watched[allocation_id]
+        self._watched_specs = specs
+        if not specs:
+            return
+        try:
+            found = self.runtime.jobs()
+        except RuntimeFailure as exc:
+            self._log("error", "runtime.unlisted", reason=exc.detail)
+            return
+        by_allocation: dict[str, list[Found]] = {}
+        for f in sorted(found, key=lambda c: (c.state != "running", c.id)):
+            by_allocation.setdefault(f.allocation_id, []).append(f)
+        for allocation_id, spec in sorted(specs.items()):
+            r = self._watched.setdefault(allocation_id, _Replica())
+            mine = by_allocation.get(allocation_id)
+            container = mine[0] if mine else None
+            if container is None or container.id != r.container_id:
+                r.container_id = container.id if container is not None else None
+                r.running_since, r.probing, r.ready, r.failures = None, None, False, 0
+            if container is None:
+                self._queue(allocation_id, r, "removed", None, out)
+            elif container.state == "running":
+                if r.running_since is None:
+                    r.started(now, spec)
+                self._probe(spec, container, r, now, host=PROBE_ADDRESS)
+                if r.probing is not None:
+                    self._probed.append((allocation_id, spec, r, None))
+                else:
+                    self._queue_running(allocation_id, spec, r, None, out)
+            elif container.state == "exited":
+                r.running_since, r.probing, r.ready = None, None, False
+                r.exit_code = container.exit_code
+                self._queue(allocation_id, r, "exited", None, out)
+            else:
+                self._queue(allocation_id, r, "created", None, out)
 
     def _remove(self, containers: Sequence[Found], why: str) -> bool:
         """Stop (gracefully) and remove `containers`; False when one could not be removed (the next
@@ -555,8 +635,11 @@ class RuntimeConverger:
     def _threshold(spec: ContainerSpec) -> int:
         return spec.readiness.failure_threshold if spec.readiness is not None else 1
 
-    def _probe(self, spec: ContainerSpec, container: Found, r: _Replica, now: float) -> None:
-        """Start the readiness probe in the pool when it is due (none while one is under way)."""
+    def _probe(
+        self, spec: ContainerSpec, container: Found, r: _Replica, now: float, *, host: str | None = None
+    ) -> None:
+        """Start the readiness probe in the pool when it is due (none while one is under way); an
+        httpGet calls `host` (None: where the runtime publishes ports)."""
         probe = spec.readiness
         if probe is None:
             r.ready = True
@@ -566,9 +649,9 @@ class RuntimeConverger:
         r.next_probe = now + probe.period_seconds
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=PROBE_WORKERS, thread_name_prefix="bcd-probe")
-        r.probing = self._pool.submit(self._check, spec, container)
+        r.probing = self._pool.submit(self._check, spec, container, host or self.runtime.publish_address)
 
-    def _check(self, spec: ContainerSpec, container: Found) -> bool:
+    def _check(self, spec: ContainerSpec, container: Found, host: str) -> bool:
         """One probe (in a pool thread), bounded by its timeout: an httpGet of the published host
         port (`http_get`: an overall deadline), or an exec in the container (podman exec under a
         subprocess timeout)."""
@@ -578,7 +661,7 @@ class RuntimeConverger:
             if probe.http_path is not None and probe.http_port is not None:
                 host_port = container.ports.get(probe.http_port)
                 return host_port is not None and self.probe_http(
-                    self.runtime.publish_address, host_port, probe.http_path, float(probe.timeout_seconds)
+                    host, host_port, probe.http_path, float(probe.timeout_seconds)
                 )
             return self.runtime.exec(container.id, probe.exec, float(probe.timeout_seconds)) == 0
         except RuntimeFailure as exc:
@@ -647,7 +730,7 @@ class RuntimeConverger:
         next pass sends its state again even though it did not change: the server may have
         forgotten it (a copy scaled down and added again, a component made again, a copy moved: a
         new spec generation) or never taken it (a dropped report)."""
-        for key, r in self._replicas.items():
+        for key, r in [*self._replicas.items(), *self._watched.items()]:
             if allocation_id is None or key == allocation_id:
                 r.reported = None
 
@@ -672,6 +755,17 @@ class RuntimeConverger:
             elif r.running_since is not None:
                 # Nothing scheduled, but a crash is only seen by a pass.
                 times.append(self.clock() + 5.0)
+        for allocation_id, r in self._watched.items():
+            spec = self._watched_specs.get(allocation_id)
+            if spec is None:
+                continue
+            if r.probing is not None:
+                times.append(self.clock() + 0.2)
+            elif r.running_since is not None and spec.readiness is not None:
+                times.append(r.next_probe)
+            else:
+                # Started and ended by Slurm: only a pass sees it come or go.
+                times.append(self.clock() + WATCH_EVERY)
         if not times:
             return None
         return max(0.0, min(times) - self.clock())

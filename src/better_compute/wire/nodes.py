@@ -264,6 +264,10 @@ class AssignmentPublic(WireAnswer):
     container: ContainerPublic | None = Field(default=None, exclude_if=lambda v: v is None)
     """What the node runs on the allocation's atoms (a workload replica, an endpoint copy): absent
     for a reservation, whose holder starts its own container."""
+    job_container: ContainerPublic | None = Field(default=None, exclude_if=lambda v: v is None)
+    """The container a Slurm job runs on the allocation's atoms (a workload replica on a Slurm node,
+    docs/slurm.md#replicas-as-jobs): the node finds it by its `better-compute.slurm-allocation`
+    label and reports its readiness, and never starts, stops or removes it. Absent otherwise."""
 
 
 class NodeSpecPublic(WireAnswer):

@@ -102,7 +102,8 @@ def test_a_replica_job_runs_its_container_on_its_cdi_device_once_bcd_wrote_it() 
     assert "/var/run/cdi/better-compute.io-gpu_dep-1.r0.json" in wait
     assert shlex.split(run) == podman_run("dep-1.r0", container)
     assert podman_run("dep-1.r0", container) == [
-        "podman", "run", "--rm", "--name", "bc-slurm-dep-1.r0", "--device", "better-compute.io/gpu=dep-1.r0",
+        "podman", "run", "--rm", "--name", "bc-slurm-dep-1.r0",
+        "--label", "better-compute.slurm-allocation=dep-1.r0", "--device", "better-compute.io/gpu=dep-1.r0",
         "--cpus", "2", "--env", "A=x y", "--entrypoint", '["python"]', "registry.example/llm:1", "-m", "serve",
     ]  # fmt: skip
 

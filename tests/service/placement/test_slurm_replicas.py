@@ -6,19 +6,25 @@ cancels jobs while scaling up submits them (docs/slurm.md#replicas-as-jobs)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import base64
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from better_compute.domain.fleet.events import ReplicaReadinessChanged
+from better_compute.domain.fleet.node_reports import ReplicaReported, SignedRequest, signed_bytes
+from better_compute.domain.fleet.replica_states import READY_LEASE, RuntimeState
 from better_compute.domain.fleet.slurm_gres import gres_slots
 from better_compute.domain.fleet.slurm_holds import hold_job_name
 from better_compute.domain.ops.fleet import parse_fleet
 from better_compute.domain.tenancy.credentials import Principal
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.ids import RandomIds
-from better_compute.service.fleet import clusters
+from better_compute.service.fleet import clusters, joining, node_reports
 from better_compute.service.gate import node_spec
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.service.ledger.slurm_holds import RERUN_AFTER, PassReport, follow
@@ -55,6 +61,8 @@ class World:
     slurm: FakeSlurm
     wiring: workloads.Wiring[Any]
     now: datetime
+    key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
+    sequence: int = 0
 
     def follow(self) -> PassReport:
         cluster = clusters.get(self.store, "s1")
@@ -70,6 +78,27 @@ class World:
             shape["container"] = SERVER
         body = {"tenantId": "acme", "name": "llm", "shape": shape, "replicas": replicas}
         return workloads.create(self.wiring, ADMIN, body, self.now)
+
+    def join(self) -> None:
+        """`bcd` on the Slurm node joins, to report on the containers the jobs run there."""
+        raw = self.key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        issued = joining.issue_in_process(self.store, "sn", self.now)
+        joining.join(self.store, "sn", issued.token, base64.b64encode(raw).decode(), self.now)
+
+    def report(self, allocation_id: str, state: RuntimeState) -> None:
+        """A signed `ReplicaState` report of the node's `bcd`, as the report route accepts it."""
+        self.sequence += 1
+        at = int(self.now.timestamp())
+        target, body = "/v1/nodes/sn/reports", b"{}"
+        signature = self.key.sign(signed_bytes("POST", target, "sn", at, self.sequence, body))
+        signed = SignedRequest("sn", at, self.sequence, signature, "POST", target, body)
+        said = ReplicaReported("sn", allocation_id, state)
+        node_reports.accept(self.store, signed, lambda _: said, self.now)
+
+    def readiness_changes(self) -> int:
+        with self.store.read() as tx:
+            counts, _ = tx.events.count_by_type(None)
+        return counts.get(ReplicaReadinessChanged.TYPE, 0)
 
     def view(self, workload_id: str) -> WorkloadView:
         return workloads.get(self.store, ADMIN, workload_id, self.now)
@@ -115,12 +144,13 @@ def test_a_replica_runs_its_container_as_its_slurm_job_on_the_card_slurm_picked(
     world.follow()
     card = world.slots()[world.slurm.job(job_id).gres[0].indices[0]]
     assert world.atoms_of(allocation) == [card]
-    # Its job runs the container, which no node probes: running, and bcd is told no container to
-    # start (it would run twice), only the replica's devices.
-    assert _phase(world, made.id) == ("running", "")
+    # Its job runs the container, which its node has not said is ready: placed; bcd is told no
+    # container to start (it would run twice), only the replica's devices and the container to watch.
+    assert _phase(world, made.id) == ("placed", f"Slurm job {job_id} RUNNING")
     spec = node_spec.read(world.store, "sn", world.now).spec
-    assert allocation in {a.allocation_id for a in spec.assignments}
-    assert all(a.container is None for a in spec.assignments)
+    [assigned] = [a for a in spec.assignments if a.allocation_id == allocation]
+    assert assigned.container is None and assigned.job_container is not None
+    assert assigned.job_container.image == "localhost/llm:1"
     assert world.follow().submitted == []  # adopted, not submitted again
 
 
@@ -153,7 +183,40 @@ def test_an_ended_replica_job_is_followed_by_a_new_one_and_its_failure_shown(wor
     assert _phase(world, made.id) == ("admitted", f"Slurm job {again} PENDING")
     world.tick()
     world.follow()
+    assert _phase(world, made.id) == ("placed", f"Slurm job {again} RUNNING")
+
+
+def test_a_slurm_replica_is_placed_until_its_node_says_its_container_is_ready_and_back_when_not(
+    world: World,
+) -> None:
+    """The same readiness rule and events as a replica `bcd` runs: the job RUNNING is `placed`
+    until the node's `bcd`, watching the container the job runs, reports it `ready` (one
+    `replica.readiness_changed`); `running` then, and `placed` again once it reports it not ready
+    (another), or it is gone (the job's `--rm`), or the node falls silent past the ready lease."""
+    world.join()
+    made = world.create(1)
+    [(allocation, job_id)] = world.follow().submitted
+    world.tick()
+    world.follow()
+    assert _phase(world, made.id) == ("placed", f"Slurm job {job_id} RUNNING")
+    before = world.readiness_changes()
+    world.report(allocation, "created")
+    assert _phase(world, made.id)[0] == "placed"
+    world.report(allocation, "ready")
     assert _phase(world, made.id) == ("running", "")
+    assert world.readiness_changes() == before + 1
+    world.report(allocation, "not-ready")
+    assert _phase(world, made.id) == ("placed", f"Slurm job {job_id} RUNNING")
+    assert world.readiness_changes() == before + 2
+    world.report(allocation, "ready")
+    assert _phase(world, made.id)[0] == "running"
+    world.report(allocation, "removed")
+    assert _phase(world, made.id)[0] == "placed"
+    assert world.readiness_changes() == before + 4
+    world.report(allocation, "ready")
+    world.tick(int(READY_LEASE.total_seconds()))  # the node silent since: it vouches no more
+    world.follow()
+    assert _phase(world, made.id)[0] == "placed"
 
 
 def test_scaling_submits_and_cancels_jobs_and_delete_cancels_the_rest(world: World) -> None:
@@ -166,7 +229,7 @@ def test_scaling_submits_and_cancels_jobs_and_delete_cancels_the_rest(world: Wor
     world.tick()
     world.follow()
     assert {world.slurm.job(j).state for j in (first, second)} == {"RUNNING"}
-    assert _phase(world, made.id)[0] == "running"
+    assert _phase(world, made.id)[0] == "placed"  # no node has said a container is ready
     workloads.scale(world.wiring, ADMIN, made.id, 1, world.now)
     cancelled = world.follow().cancelled
     assert len(cancelled) == 1 and cancelled[0] in (first, second)

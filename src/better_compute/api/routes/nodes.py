@@ -355,6 +355,9 @@ def spec_public(served: ServedSpec) -> NodeSpecPublic:
                 container=None
                 if a.container is None
                 else ContainerPublic.model_validate(a.container.document()),
+                job_container=None
+                if a.job_container is None
+                else ContainerPublic.model_validate(a.job_container.document()),
             )
             for a in spec.assignments
         ],

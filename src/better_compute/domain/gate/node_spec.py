@@ -65,6 +65,10 @@ class Assignment:
     container: ContainerSpec | None = None
     """What the node runs on the atoms (a workload replica, an endpoint copy); None for a
     reservation, whose holder starts its own container."""
+    job_container: ContainerSpec | None = None
+    """The container another scheduler's job runs on the atoms (a workload replica on a Slurm node:
+    docs/slurm.md#replicas-as-jobs): the node never starts, stops or removes it, only watches it
+    and reports its readiness as it does for its own."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +91,9 @@ class NodeWork:
 
     containers: Mapping[str, ContainerSpec] = field(default_factory=dict)
     copies: tuple[PlacedCopy, ...] = ()
+    job_containers: Mapping[str, ContainerSpec] = field(default_factory=dict)
+    """The container of each workload replica that its Slurm job runs, by allocation id: the node
+    watches it (`Assignment.job_container`) and runs nothing itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +138,7 @@ class NodeSpec:
                     "atoms": list(a.atoms),
                     "env": dict(sorted(a.env.items())),
                     **({"container": a.container.document()} if a.container is not None else {}),
+                    **({"jobContainer": a.job_container.document()} if a.job_container is not None else {}),
                 }
                 for a in self.assignments
             ],
@@ -201,6 +209,7 @@ def plan_spec(
             env={VISIBLE_DEVICES: ",".join(sorted({device_of(a) for a in mine}))},
             tenant_id=tenants[allocation],
             container=work.containers.get(allocation),
+            job_container=work.job_containers.get(allocation),
         )
         for allocation, mine in held.items()
     ]

@@ -146,19 +146,36 @@ class ReplicaJob:
     time_limit_minutes: int | None
 
 
+JOB_LABEL = "better-compute.slurm-allocation"
+"""The label a replica job's container carries, its value the allocation id: how `bcd` on the node
+finds the container the job runs, to report its readiness (bcd.containers.JOB_LABEL; a test holds
+them equal). Not `bcd`'s own node label, so `bcd` never takes it for one of its own to remove."""
+
+PROBE_ADDRESS = "127.0.0.1"
+"""Where a replica job's container publishes its httpGet probe's port (a random host port): the
+node's loopback, where `bcd` on the same host probes it; nothing else is published."""
+
+
 def podman_run(allocation_id: str, container: ContainerSpec, *, podman: str = "podman") -> list[str]:
     """The `podman run` line of a replica's container on its allocation's CDI device (`bcd` writes the
     allocation's CDI spec once Slurm's chosen GRES are bound to atoms). Removed when it exits, named
-    after the allocation, with its resources, environment and entrypoint as `bcd` gives them."""
+    after the allocation and labelled with it (`JOB_LABEL`, so `bcd` finds it and reports its
+    readiness), an httpGet probe's port published on the node's loopback for `bcd` to probe, with its
+    resources, environment and entrypoint as `bcd` gives them."""
     argv = [
         podman,
         "run",
         "--rm",
         "--name",
         f"bc-slurm-{allocation_id}",
+        "--label",
+        f"{JOB_LABEL}={allocation_id}",
         "--device",
         f"{CDI_KIND}={allocation_id}",
     ]
+    probe = container.readiness
+    if probe is not None and probe.http_port is not None:
+        argv += ["--publish", f"{PROBE_ADDRESS}::{probe.http_port}"]
     if container.cpu is not None:
         argv += ["--cpus", f"{container.cpu:g}"]
     if container.memory_mib is not None:

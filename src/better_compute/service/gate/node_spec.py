@@ -78,14 +78,16 @@ def _derive(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGat
 def _work(tx: GateTx, node: Node, atom_ids: Sequence[str], holds: Sequence[LiveHold]) -> NodeWork:
     """What the node runs for the contexts above. On a Slurm cluster's node a replica's container
     is run by its Slurm job (docs/slurm.md#replicas-as-jobs), not by `bcd`: the node is told the
-    replica's devices (its CDI spec) and no container, so the container never runs twice."""
+    replica's devices (its CDI spec) and no container to run, so the container never runs twice;
+    the container is its `jobContainer`, which the node watches and reports the readiness of (a
+    `bcd` that knows no `jobContainer` ignores it and runs nothing)."""
     work = tx.hooks.work_on(atom_ids, sorted({h.allocation_id for h in holds if h.tenant_id is not None}))
     if not work.containers:
         return work
     cluster = tx.clusters.get(node.cluster_id)
     if cluster is None or cluster.slurm is None:
         return work
-    return replace(work, containers={})
+    return replace(work, containers={}, job_containers=work.containers)
 
 
 def derive_in(tx: GateTx, node_id: str, now: datetime) -> tuple[Node, MigLayoutGate | None, NodeSpec]:

@@ -241,8 +241,8 @@ def _on_slurm(
 ) -> DeploymentView:
     """A deployment in a Slurm cluster, whose replicas run as Slurm jobs: its phase and message from
     their jobs' states (`slurm_replicas.deployment_phase`; docs/slurm.md#replicas-as-jobs), a
-    replica's job running counting as running once its container is ready where its node reports
-    it, and at once where nothing does (no container, or one no node probes). A deployment
+    replica's job running counting as running once its node reports its container ready (the
+    `bcd` watching the container the job runs), and at once for a workload without a container. A deployment
     placement could not book keeps what placement said."""
     if not replicas:
         return view
@@ -252,10 +252,10 @@ def _on_slurm(
         if not job:
             phases.append(None)
             continue
-        # Its container runs as the job's command, not under bcd: ready as its node reports it where
-        # it does, else (nothing probes it) its job running is its running.
-        said = replica_state(states.get(a, ())) if w.spec.container is not None else None
-        ready = None if said is None else is_ready(said, live)
+        # Its container runs as the job's command, not under bcd; bcd on the node watches it and
+        # reports its readiness, read by the one rule (`is_ready`): not ready until its live node
+        # says so. A replica without a container runs nothing to be ready: its job's running is its.
+        ready = None if w.spec.container is None else is_ready(replica_state(states.get(a, ())), live)
         try:
             phases.append(replica_phase(job[0].job_id, job[0].state, job[0].reason, ready=ready))
         except ValueError:  # a state this Slurm's squeue(1) does not list: nothing known of it
