@@ -266,3 +266,30 @@ def test_deleting_the_tenant_removes_its_device_class_rows_and_counts_them(world
     assert world.rows(tenantId="acme") == []
     [deleted] = stored_events(world.store, "tenant.deleted")
     assert deleted["payload"]["removedQuotas"] == 3  # type: ignore[index]
+
+
+@pytest.mark.both_stores
+def test_a_write_queued_behind_another_with_an_earlier_now_counts_that_ones_devices_against_the_quota(
+    world: World,
+) -> None:
+    """Regression: a write's `now` is read before it waits for the tenant's lock, so a write queued
+    behind another acme write placed at a later instant counted only what acme held at its own
+    earlier `now` and left the other's devices out: both were placed and acme held 4 devices of
+    a cluster row of 3. What the tenant holds is now every booking not ended by `now`, started or not."""
+    from datetime import timedelta
+
+    for pool in ("p-iad-1", "p-fra-1"):
+        offer = {"tenantId": "acme", "poolId": pool, "class": "gpu", "limit": 4}
+        assert world.put(offer).status_code == 200
+    assert world.put({**CLUSTER_ROW, "guaranteedDevices": 3}).status_code == 200
+    assert world.put({**CLUSTER_ROW, "clusterId": "fra-1", "guaranteedDevices": 0}).status_code == 200
+    body = {"tenantId": "acme", "shape": {"device_class": "h100-80gb", "device_count": 1}, "replicas": 2}
+    world.clock.now = T0 + timedelta(seconds=10)
+    first = world.http.post("/v1/workloads", json={**body, "name": "first"}, headers=world.admin)
+    assert first.status_code == 201, first.text
+    world.clock.now = T0  # the second write read its `now` before the first committed
+    second = world.http.post("/v1/workloads", json={**body, "name": "second"}, headers=world.admin)
+    assert second.status_code in (201, 409), second.text
+    world.clock.now = T0 + timedelta(seconds=20)
+    held = {r["clusterId"]: r["used"] for r in world.rows(tenantId="acme", scope="cluster")}
+    assert held.get("iad-1", 0) <= 3, held

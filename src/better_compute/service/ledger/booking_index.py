@@ -696,6 +696,19 @@ class BookingIndex:
                 if i.start <= at and (i.end is None or at < i.end)
             ]
 
+    def holding_from(self, tenant_id: str, at: datetime) -> list[tuple[str, str | None, str | None]]:
+        """(atom, pool, atom class) of each live booking of the tenant's not ended by `at`, whatever
+        its start: what an open-ended booking made at `at` adds to. A quota counted at a write's `now`
+        must count a booking another write of the tenant's made at a later `now` (its lock queued it
+        behind that write): `holding_at` would leave that booking out, and the quota be exceeded."""
+        with self._lock:
+            return [
+                (i.atom_id, i.owner[1], i.owner[2])
+                for allocation in self._by_tenant.get(tenant_id, ())
+                for i in self._by_allocation.get(allocation, ())
+                if i.end is None or at < i.end
+            ]
+
     def _taking(self, atom_id: str, member: OfGpu | None) -> Iterator[_Interval]:
         """The live bookings that take `atom_id`: its own, and those of its GPU's family that
         exclude it (`domain.ledger.ledger.family_excludes`; `member`: its GPU and class, None: its own

@@ -133,7 +133,10 @@ def snapshot_in(
 
     @cache
     def holding() -> list[tuple[str, str | None, str | None]]:
-        return index.holding_at(tenant_id, now)
+        # Every booking not ended by `now`, started or not: the replicas placed here are open-ended,
+        # so a booking of the tenant's from a later instant (a write its lock queued this one behind)
+        # is held beside them all the same.
+        return index.holding_from(tenant_id, now)
 
     @cache
     def held_by_pool() -> Counter[str | None]:
