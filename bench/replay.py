@@ -504,6 +504,22 @@ def main() -> None:
             file=sys.stderr,
         )
     by_name = {r.policy: r for r in runs}
+    details = {
+        "trace": "synthetic" if args.trace is None else pods.name,
+        "policies": {
+            r.policy: {
+                "first_refusal": _round(r.first_refusal),
+                **{f"at_{k}": _round(v) for k, v in r.marks.items()},
+                "refused": r.refused,
+                "placed": r.placed,
+                "fragmentation": round(r.fragmentation, 4),
+                "seconds": round(r.seconds, 2),
+                **r.extra,
+            }
+            for r in runs
+        },
+    }
+    print(json.dumps(details))  # each policy's marks, on the line before the summary
     print(
         json.dumps(
             {
@@ -512,19 +528,6 @@ def main() -> None:
                 "bestfit_allocation_ratio": _round(by_name["bestfit"].marks["100%"]),
                 "random_allocation_ratio": _round(by_name["random"].marks["100%"]),
                 "replay_s": round(replay_s, 2),
-                "trace": "synthetic" if args.trace is None else pods.name,
-                "policies": {
-                    r.policy: {
-                        "first_refusal": _round(r.first_refusal),
-                        **{f"at_{k}": _round(v) for k, v in r.marks.items()},
-                        "refused": r.refused,
-                        "placed": r.placed,
-                        "fragmentation": round(r.fragmentation, 4),
-                        "seconds": round(r.seconds, 2),
-                        **r.extra,
-                    }
-                    for r in runs
-                },
             }
         )
     )
