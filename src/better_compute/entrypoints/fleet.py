@@ -18,11 +18,22 @@ from better_compute.service.kernel.ports import StorePort
 from better_compute.service.ops import fleet
 from better_compute.service.tx import Tx
 
-__all__ = ["fleet_progress", "load_fleet", "read_fleet", "simulated_nodes"]
+__all__ = ["fleet_model_of", "fleet_progress", "load_fleet", "read_fleet", "simulated_nodes"]
 
 
 def simulated_nodes(spec: FleetSpec) -> list[FakeNode]:
     return [FakeNode.for_node(spec, node) for node in spec.nodes]
+
+
+def fleet_model_of(spec: FleetSpec) -> inventory.ModelOf:
+    """The catalog model of a product name a simulated node of `spec` reports: the fleet's generic
+    models by their own name, the catalog's by its products."""
+    generic = {m.id: m.id for m in spec.generic_models}
+
+    def model_of(product: str) -> str | None:
+        return generic.get(product) or inventory.model_id_of(product)
+
+    return model_of
 
 
 WRITERS = 2
@@ -52,10 +63,7 @@ def load_fleet(
     fakes = simulated_nodes(spec)
     batches = [fakes[i : i + batch] for i in range(0, len(fakes), batch)]
 
-    generic = {m.id: m.id for m in spec.generic_models}
-
-    def model_of(product: str) -> str | None:
-        return generic.get(product) or inventory.model_id_of(product)
+    model_of = fleet_model_of(spec)
 
     def ingest(nodes: list[FakeNode]) -> int:
         inventory.ingest(store, [f.report() for f in nodes], now, model_of)

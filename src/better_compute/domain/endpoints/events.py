@@ -6,22 +6,27 @@ every context's types, for reading the log back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from better_compute.domain.kernel.events import Event
 
 
 @dataclass(frozen=True, slots=True)
 class EndpointCreated(Event):
-    """An endpoint was created (`subject`: its name): `Creating` with the nodes its variants took,
-    whose GPUs are being cut to its layout, or `Failed` with the reason (nothing taken)."""
+    """An endpoint was created (`subject`: its name): `Creating` with the nodes its variants took
+    (`nodes`), whose GPUs are being cut to its layout, or `Failed` with the reason (nothing taken).
+    `spec` is its request as stored (`domain.endpoints.endpoints.endpoint_json`): what a replay of
+    the history creates again (docs/replay.md)."""
 
     TYPE: ClassVar[str] = "endpoint.created"
     tenant_id: str
     status: str
     instances: int
     reason: str = ""
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +34,7 @@ class EndpointUpdated(Event):
     """A live relayout's progress (`subject`: the endpoint): `Updating` when it starts and as each
     instance (`node`) starts being re-cut to `layout`; `InService` once every instance has its
     variant's layout; `reason` when a step waits (a component would drop below its minCopies).
-    `Creating` when a `Failed` endpoint, taken again as capacity freed, took its nodes."""
+    `Creating` when a `Failed` endpoint, taken again as capacity freed, took its nodes (`nodes`)."""
 
     TYPE: ClassVar[str] = "endpoint.updated"
     tenant_id: str
@@ -37,6 +42,7 @@ class EndpointUpdated(Event):
     node: str = ""
     layout: str = ""
     reason: str = ""
+    nodes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -127,7 +127,33 @@ class ReservationAsk:
     release: datetime | None = None
 
 
-Ask = WorkloadAsk | ReservationAsk
+@dataclass(frozen=True)
+class EndpointAsk:
+    """An endpoint created at `at` (`variants` as `endpoints.create` takes them: each a `poolId`,
+    an `instanceCount` and its `acceleratorPartitionLayouts`), deleted at `until` (None: it lives
+    past the window's end)."""
+
+    key: str
+    at: datetime
+    tenant: str
+    name: str
+    variants: tuple[Mapping[str, Any], ...]
+    until: datetime | None = None
+
+    def body(self) -> dict[str, Any]:
+        """The `endpoints.create` request it makes."""
+        return {"name": self.name, "tenantId": self.tenant, "variants": [dict(v) for v in self.variants]}
+
+    def pools(self) -> set[str]:
+        """The pools its variants take nodes of."""
+        return {str(v.get("poolId")) for v in self.variants if isinstance(v.get("poolId"), str)}
+
+    def instances(self) -> int:
+        """How many nodes it asks for in all."""
+        return sum(n for v in self.variants if isinstance(n := v.get("instanceCount"), int))
+
+
+Ask = WorkloadAsk | ReservationAsk | EndpointAsk
 
 
 @dataclass(frozen=True)
@@ -160,7 +186,7 @@ def parse_demand(raw: object) -> Demand:
     (`kind: workload`: `at`, `tenant`, `name`, `shape`, `replicas`, `priorityClass`, `until`,
     `scale: [{at, replicas}]`, `drain: [{at, cluster, force}]`) or a reservation
     (`kind: reservation`: `at`, `tenant`, `pool`, `devices`, `start`, `end`, `preemptible`,
-    `release`)."""
+    `release`) or an endpoint (`kind: endpoint`: `at`, `tenant`, `name`, `variants`, `until`)."""
     if not isinstance(raw, Mapping) or not isinstance(raw.get("requests"), list):
         raise InvalidInput("a demand file is an object with a list `requests`", {"field": "demand"})
     items: list[Any] = raw["requests"]
@@ -255,7 +281,26 @@ def _ask(item: object, i: int) -> Ask:
             preemptible,
             _instant(item, "release", where, required=False),
         )
-    raise InvalidInput(f"{where}.kind must be workload or reservation", {"field": f"{where}.kind"})
+    if kind == "endpoint":
+        variants = item.get("variants")
+        if (
+            not isinstance(variants, list)
+            or not variants
+            or not all(isinstance(v, Mapping) for v in variants)
+        ):
+            raise InvalidInput(
+                f"{where}.variants must be a non-empty list of variants, as endpoints.create takes them",
+                {"field": f"{where}.variants"},
+            )
+        return EndpointAsk(
+            key,
+            at,
+            tenant,
+            _text(item, "name", where, key),
+            tuple(dict(v) for v in variants),
+            _instant(item, "until", where, required=False),
+        )
+    raise InvalidInput(f"{where}.kind must be workload, reservation or endpoint", {"field": f"{where}.kind"})
 
 
 # -- The policy set -----------------------------------------------------------------------------
@@ -383,6 +428,8 @@ def request_shapes(
         counts[shape] = counts.get(shape, 0.0) + max(1, devices)
 
     for ask in asks:
+        if isinstance(ask, EndpointAsk):
+            continue  # it takes whole idle nodes, which no free piece of a GPU is ever short of
         if isinstance(ask, WorkloadAsk):
             cls = atom_class_of.get(str(ask.shape.get("deviceClass", "")), "gpu")
             count = ask.shape.get("deviceCount", 1)
@@ -458,6 +505,7 @@ __all__ = [
     "MAX_WINDOW",
     "Ask",
     "Demand",
+    "EndpointAsk",
     "Figures",
     "Outcome",
     "PolicySet",

@@ -39,8 +39,17 @@ from better_compute.service.fleet.rederive import rederive_told
 from better_compute.service.gate import node_spec, partition_holds
 
 
-def _announce(tx: EndpointsTx, record: EndpointRecord, status: str, now: datetime, **extra: str) -> None:
-    tx.events.append(EndpointUpdated(record.name, record.tenant_id, status, **extra), now)
+def _announce(
+    tx: EndpointsTx,
+    record: EndpointRecord,
+    status: str,
+    now: datetime,
+    *,
+    node: str = "",
+    layout: str = "",
+    reason: str = "",
+) -> None:
+    tx.events.append(EndpointUpdated(record.name, record.tenant_id, status, node, layout, reason), now)
 
 
 def next_cut_in(tx: EndpointsTx, name: str, now: datetime) -> str | None:

@@ -171,7 +171,13 @@ def create(
             count = 0
             if reason is None:
                 count = _cut(tx, spec, pools, picked, now)
-            tx.events.append(EndpointCreated(spec.name, spec.tenant_id, status, count, reason or ""), now)
+            taken = tuple(sorted(n for nodes in picked.values() for n in nodes)) if reason is None else ()
+            tx.events.append(
+                EndpointCreated(
+                    spec.name, spec.tenant_id, status, count, reason or "", dict(record.spec), taken
+                ),
+                now,
+            )
             return _view(tx, record, now)
     except (Overlap, NotBookable):
         raise ConcurrentChange(
@@ -268,7 +274,8 @@ def _retry_in(tx: EndpointsTx, name: str, now: datetime) -> bool:
         return _still_failed(tx, again, reason, now)
     tx.endpoints.set_status(name, "Creating", None, now)
     _cut(tx, spec, pools, picked, now)
-    tx.events.append(EndpointUpdated(name, again.tenant_id, "Creating"), now)
+    taken = tuple(sorted(n for nodes in picked.values() for n in nodes))
+    tx.events.append(EndpointUpdated(name, again.tenant_id, "Creating", nodes=taken), now)
     return True
 
 

@@ -22,14 +22,16 @@ same records the server would show.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Protocol
 
+from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
+from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.events import Event
@@ -45,7 +47,9 @@ from better_compute.domain.ops.fleet import (
     parse_fleet,
 )
 from better_compute.domain.ops.replay import (
+    Ask,
     Demand,
+    EndpointAsk,
     Figures,
     Outcome,
     PolicySet,
@@ -78,6 +82,7 @@ from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy
 from better_compute.domain.tenancy.records import Quota
+from better_compute.service.endpoints import endpoints
 from better_compute.service.gate import mig_gate
 from better_compute.service.kernel.ports import LogPosition, StorePort
 from better_compute.service.ledger import reservations
@@ -91,8 +96,28 @@ from better_compute.service.tenancy import policies, quotas
 REPLAYER = Principal(tenant_id=None, is_admin=True, credential_id="replay")
 """Who makes the replayed requests in the scratch store: an admin naming each request's tenant."""
 
-Sandbox = workloads.Wiring[OpsTx]
-"""A scratch store with its own booking index, stock and ids."""
+
+class ReplayedNodes(Protocol):
+    """The replayed fleet's nodes, each doing at once what its daemon does (the composition root's:
+    `entrypoints.replay.SimulatedNodes`): a layout change waits for its node's report, and a node
+    is picked for an endpoint only once it has joined."""
+
+    def join(self, node_ids: Sequence[str], now: datetime) -> None:
+        """Join the nodes (a join token spent for a key of their own), as `bcd join` does."""
+        ...
+
+    def converge(self, node_id: str, now: datetime) -> None:
+        """Read the node's spec as its daemon does, give its GPUs the layouts it tells, and report
+        the inventory with the spec's generation observed."""
+        ...
+
+
+@dataclass(frozen=True)
+class Sandbox(workloads.Wiring[OpsTx]):
+    """A scratch store with its own booking index, stock and ids, and its fleet's simulated nodes."""
+
+    nodes: ReplayedNodes
+
 
 Scratch = Callable[[FleetSpec, datetime], AbstractContextManager[Sandbox]]
 """Opens a throwaway store holding `fleet` as registered at the instant given (the composition
@@ -145,7 +170,7 @@ class _Tracked:
     """What the replay learnt of one request as it made it: the scratch id it got, or why it was
     refused outright."""
 
-    ask: WorkloadAsk | ReservationAsk
+    ask: Ask
     scratch_id: str | None = None
     refused_reason: str | None = None
 
@@ -295,12 +320,23 @@ def run(
     with scratch(fleet, window.since) as sandbox:
         _copy_today(sandbox, base, fleet)
         _lay_policy(sandbox, changes, window.since)
+        _join_endpoint_pools(sandbox, fleet, demand, window.since)
         gauge = _Fragmentation(sandbox.store, demand)
         tracked = _drive(sandbox, demand, window, gauge)
         outcomes = measure(sandbox.store, [(t.ask, t.scratch_id, t.refused_reason) for t in tracked], window)
         costs = _costs(sandbox.store, {o.tenant for o in outcomes}, window)
     done = _run(name, outcomes, costs, began)
     return replace(done, overall=replace(done.overall, fragmentation=gauge.mean()))
+
+
+def _join_endpoint_pools(sandbox: Sandbox, fleet: FleetSpec, demand: Demand, now: datetime) -> None:
+    """Join the nodes of the pools the demand's endpoints take nodes of: an endpoint takes only
+    nodes that run a daemon, which cuts them to its layout. The other nodes stay as the fleet
+    registered them, as a fleet file's simulated nodes are (`serve --fleet`)."""
+    pools = {p for a in demand.asks if isinstance(a, EndpointAsk) for p in a.pools()}
+    nodes = sorted({n for p in fleet.pools if p.name in pools for n in p.nodes})
+    if nodes:
+        sandbox.nodes.join(nodes, now)
 
 
 def _run(
@@ -421,7 +457,10 @@ def _timeline(demand: Demand, window: Window) -> list[tuple[datetime, int, int, 
         if not window.since <= ask.at < window.until:
             continue
         steps.append((ask.at, _ASK, i, 0))
-        if isinstance(ask, WorkloadAsk):
+        if isinstance(ask, EndpointAsk):
+            if ask.until is not None and ask.until < window.until:
+                steps.append((ask.until, _DELETE, i, 0))
+        elif isinstance(ask, WorkloadAsk):
             if ask.until is not None and ask.until < window.until:
                 steps.append((ask.until, _DELETE, i, 0))
             for j, (at, _) in enumerate(ask.scales):
@@ -453,10 +492,10 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentati
             _, kind, index, step = steps[i]
             _act(sandbox, tracked[index], kind, step, clock.now, gradients)
             i += 1
-        _pass(sandbox, retrier, clock.now)
+        reconcile_at(sandbox, retrier, clock.now)
         gauge.sample(clock.now)
     clock.now = window.until
-    _pass(sandbox, retrier, clock.now)
+    reconcile_at(sandbox, retrier, clock.now)
     gauge.sample(clock.now)
     return tracked
 
@@ -513,19 +552,51 @@ class _Fragmentation:
         return round(total / span, 6) if span > 0 else round(self.samples[-1][1], 6)
 
 
-def _pass(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
+def reconcile_at(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
     """The reconcilers' passes at one virtual instant, as the server runs them on timers and
-    wake-ups: the placement retrier (what waits is placed again, preempting as it may), then the
-    MIG layout gate, stepped for every node with a gate until each waits (a layout change waits
-    for its node's report, which no simulated node sends during a replay: docs/replay.md)."""
-    retrier.tick()
+    wake-ups: the MIG layout gate, the placement retrier (what waits is placed again, preempting as
+    it may; a `Failed` endpoint takes its nodes), and the gate again for what the retrier started,
+    until a pass ends no layout change (a node back from an endpoint frees its GPUs for the
+    retrier). Each node's daemon takes its layout at once (`settle`)."""
+    settle(sandbox, now)
+    for _ in range(PASSES):
+        retrier.tick()
+        if not settle(sandbox, now):
+            return
+
+
+PASSES = 4
+"""The most retrier passes at one instant: another only when the gate ended a layout change."""
+
+
+def settle(sandbox: Sandbox, now: datetime) -> bool:
+    """Step every node's layout gate at `now` until it waits; a node granted a new layout is then
+    converged by its simulated daemon and stepped again, so a change the bookings let through ends
+    at the instant it is granted (a daemon's minutes of reconfiguration are not simulated). Whether
+    some change ended."""
     with sandbox.store.read() as tx:
         nodes = sorted(g.node_id for g in tx.mig_layouts.all_rows())
+    ended = False
     for node in nodes:
+        reported = False
         for _ in range(GATE_STEPS):
             step = mig_gate.step(sandbox.store, node, now)
-            if step is None or isinstance(step, gate_rules.Wait):
+            if isinstance(step, gate_rules.Apply) or (isinstance(step, gate_rules.Grant) and step.release):
+                ended = True
+            if step is None:
                 break
+            if isinstance(step, gate_rules.Wait):
+                if reported or not _granted(sandbox, node):
+                    break
+                sandbox.nodes.converge(node, now)
+                reported = True
+    return ended
+
+
+def _granted(sandbox: Sandbox, node: str) -> bool:
+    with sandbox.store.read() as tx:
+        gate = tx.mig_layouts.of_nodes([node]).get(node)
+    return gate is not None and gate.state == gate_rules.GRANTED
 
 
 def _act(
@@ -563,6 +634,8 @@ def _act(
                 gradients=gradients,
             )
             t.scratch_id = view.id
+        elif kind == _ASK and isinstance(ask, EndpointAsk):
+            t.scratch_id = endpoints.create(sandbox.store, REPLAYER, ask.body(), now).record.name
         elif t.scratch_id is None:
             return  # refused when asked: nothing to scale, delete or release
         elif kind == _SCALE and isinstance(ask, WorkloadAsk):
@@ -570,6 +643,8 @@ def _act(
         elif kind == _DRAIN and isinstance(ask, WorkloadAsk):
             _, cluster, force = ask.drains[step]
             workloads.drain(sandbox, REPLAYER, t.scratch_id, cluster, now, force=force)
+        elif kind == _DELETE and isinstance(ask, EndpointAsk):
+            endpoints.delete(sandbox.store, REPLAYER, t.scratch_id, now)
         elif kind == _DELETE:
             workloads.delete(sandbox, REPLAYER, t.scratch_id, now)
         elif kind == _RELEASE and isinstance(ask, ReservationAsk):
@@ -607,17 +682,20 @@ class History:
 
 def history(store: StorePort[OpsTx], window: Window) -> History:
     """The requests made within `window`: each workload created (its device class, count, replicas
-    and priority class, its scale steps, its drains and its deletion) and each reservation admitted
-    (its pool, device lines, window and preemptibility, and its release or cancellation), in log
-    order.
+    and priority class, its scale steps, its drains and its deletion), each reservation admitted
+    (its pool, device lines, window and preemptibility, and its release or cancellation) and each
+    endpoint created (its variants, from `endpoint.created`, and its deletion), in log order.
 
-    A reservation refused at admission left nothing in the log, so it is not in the history; nor
-    are endpoints (docs/replay.md#what-a-replay-leaves-out)."""
-    asks: dict[str, WorkloadAsk | ReservationAsk] = {}
+    A reservation refused at admission left nothing in the log, so it is not in the history; an
+    endpoint logged before `endpoint.created` carried its request is not either
+    (docs/replay.md#what-a-replay-leaves-out)."""
+    asks: dict[str, Ask] = {}
     order: list[str] = []
+    ids: dict[str, str] = {}
     scales: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
     drains: dict[str, list[tuple[datetime, str, bool]]] = defaultdict(list)
     ended: dict[str, datetime] = {}
+    open_endpoints: dict[str, str] = {}  # an endpoint's name -> the key of its ask not yet deleted
     types = (
         WorkloadCreated,
         WorkloadScaled,
@@ -626,6 +704,8 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
         ReservationCreated,
         ReservationReleased,
         ReservationCancelled,
+        EndpointCreated,
+        EndpointDeleted,
     )
     reservation_ends: dict[str, datetime | None] = {}
     for at, event in events_of(store, types, window):
@@ -646,6 +726,19 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
             scales[event.subject].append((at, event.replicas))
         elif isinstance(event, WorkloadDrained) and event.subject in asks:
             drains[event.subject].append((at, event.cluster_id, event.force))
+        elif isinstance(event, EndpointCreated):
+            variants = event.spec.get("variants")
+            if not isinstance(variants, list) or not variants:
+                continue  # logged before the event carried the endpoint's request
+            key = event.subject if event.subject not in ids else f"{event.subject}#{len(order) + 1}"
+            asks[key] = EndpointAsk(key, at, event.tenant_id, event.subject, tuple(dict(v) for v in variants))
+            ids[key] = event.subject
+            open_endpoints[event.subject] = key
+            order.append(key)
+        elif isinstance(event, EndpointDeleted):
+            key = open_endpoints.pop(event.subject, "")
+            if key:
+                ended[key] = at
         elif isinstance(event, WorkloadDeleted | ReservationReleased | ReservationCancelled):
             ended.setdefault(event.subject, at)
         elif isinstance(event, ReservationCreated):
@@ -666,20 +759,22 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
                 r.starts_at,
                 r.preemptible,
             )
-    demand: list[WorkloadAsk | ReservationAsk] = []
-    ids: list[str] = []
+    demand: list[Ask] = []
+    made: list[str] = []
     for key in order:
         ask = asks.get(key)
         if ask is None:
             continue
         if isinstance(ask, WorkloadAsk):
             ask = replace(ask, scales=tuple(scales[key]), drains=tuple(drains[key]), until=ended.get(key))
+        elif isinstance(ask, EndpointAsk):
+            ask = replace(ask, until=ended.get(key))
         else:
             ask = replace(ask, release=ended.get(key))
         demand.append(ask)
-        ids.append(key)
+        made.append(ids.get(key, key))
     check_size(demand)
-    return History(Demand(tuple(demand)), tuple(ids))
+    return History(Demand(tuple(demand)), tuple(made))
 
 
 def recorded(store: StorePort[OpsTx], past: History, window: Window, *, name: str = "recorded") -> Run:
@@ -714,7 +809,7 @@ def events_of(
 
 def measure(
     store: StorePort[OpsTx],
-    asks: Sequence[tuple[WorkloadAsk | ReservationAsk, str | None, str | None]],
+    asks: Sequence[tuple[Ask, str | None, str | None]],
     window: Window,
 ) -> list[Outcome]:
     """Each request's outcome in `store`, from its log and ledger: `asks` pairs each request with
@@ -734,9 +829,16 @@ def measure(
         WorkloadDecided,
         WorkloadPreempted,
         ReservationPreempted,
+        EndpointCreated,
+        EndpointUpdated,
     )
+    endpoint_names = {sid for a, sid, _ in asks if isinstance(a, EndpointAsk) and sid is not None}
+    took: dict[str, list[tuple[datetime, tuple[str, ...]]]] = defaultdict(list)
     for at, event in events_of(store, types, window):
-        if isinstance(event, WorkloadCreated) and event.subject in workload_ids:
+        if isinstance(event, EndpointCreated | EndpointUpdated):
+            if event.subject in endpoint_names and event.nodes:
+                took[event.subject].append((at, event.nodes))
+        elif isinstance(event, WorkloadCreated) and event.subject in workload_ids:
             wanted[event.subject].append((at, event.replicas))
             classes[event.subject] = (event.device_class, event.device_count)
         elif isinstance(event, WorkloadScaled) and event.subject in workload_ids:
@@ -759,7 +861,16 @@ def measure(
             if isinstance(a, ReservationAsk) and sid is not None
         }
         atom_classes = {d.name: d.cls for d in tx.device_classes.all()}
+    per_node = _gpus_per_node(store, {p for a, _, _ in asks if isinstance(a, EndpointAsk) for p in a.pools()})
     for ask, sid, refused in asks:
+        if isinstance(ask, EndpointAsk):
+            share = _mean([per_node.get(p, 0.0) for p in sorted(ask.pools())]) or 1.0
+            outcomes.append(
+                _endpoint_outcome(store, ask, sid, took.get(sid or "", []), share, window)
+                if sid is not None
+                else _refused(ask, refused, share, window)
+            )
+            continue
         if isinstance(ask, WorkloadAsk):
             cls, count = classes.get(sid or "", (str(ask.shape.get("deviceClass", "")), 1))
             share = shares.get(atom_classes.get(cls, "gpu"), 1.0) * count
@@ -797,8 +908,11 @@ def measure(
     return outcomes
 
 
-def _refused(ask: WorkloadAsk | ReservationAsk, reason: str | None, share: float, window: Window) -> Outcome:
-    if isinstance(ask, WorkloadAsk):
+def _refused(ask: Ask, reason: str | None, share: float, window: Window) -> Outcome:
+    if isinstance(ask, EndpointAsk):
+        end = min(ask.until or window.until, window.until)
+        units = ask.instances()
+    elif isinstance(ask, WorkloadAsk):
         end = min(ask.until or window.until, window.until)
         units = ask.replicas
     else:
@@ -820,8 +934,72 @@ def _refused(ask: WorkloadAsk | ReservationAsk, reason: str | None, share: float
     )
 
 
+def _endpoint_outcome(
+    store: StorePort[OpsTx],
+    ask: EndpointAsk,
+    name: str,
+    took: Sequence[tuple[datetime, tuple[str, ...]]],
+    share: float,
+    window: Window,
+) -> Outcome:
+    """An endpoint's outcome, from its hold on each node it took (`endpoint:<name>:<node>` in the
+    ledger, from the moment the node was cut to its layout until it was deleted): it asked for its
+    variants' instances from its ask until its deletion, held the nodes it had cut meanwhile (each
+    node `share` GPUs, its pools' mean), and waited until it held them all."""
+    since = ask.at
+    until = ask.until
+    nodes = sorted({n for at, taken in took if at >= since and (until is None or at < until) for n in taken})
+    held: dict[str, list[tuple[datetime, int]]] = {}
+    with store.read() as tx:
+        for node in nodes:
+            spans = [
+                b.span
+                for b in tx.ledger.allocation_bookings(endpoint_allocation_id(name, node))
+                if b.span.start >= since and (until is None or b.span.start < until)
+            ]
+            points: list[tuple[datetime, int]] = []
+            for start, end in _union((w.start, w.end) for w in spans):
+                points.append((start, 1))
+                if end is not None:
+                    points.append((end, 0))
+            held[node] = points
+    wanted = [(ask.at, ask.instances())] + ([(until, 0)] if until is not None else [])
+    done = _workload_outcome(ask, name, None, wanted, held, share, window)
+    reason = "insufficient_capacity" if done.refused_hours > 0 else None
+    return replace(done, refused_reason=reason)
+
+
+def _union(spans: Iterable[tuple[datetime, datetime | None]]) -> list[tuple[datetime, datetime | None]]:
+    """Overlapping or touching spans merged (an end of None: open)."""
+    merged: list[tuple[datetime, datetime | None]] = []
+    for start, end in sorted(spans, key=lambda s: s[0]):
+        if merged:
+            last_start, last_end = merged[-1]
+            if last_end is None or start <= last_end:
+                later = None if last_end is None or end is None else max(last_end, end)
+                merged[-1] = (last_start, later)
+                continue
+        merged.append((start, end))
+    return merged
+
+
+def _gpus_per_node(store: StorePort[OpsTx], pools: set[str]) -> dict[str, float]:
+    """Each pool's mean GPUs per member node: what one endpoint instance of the pool holds."""
+    if not pools:
+        return {}
+    with store.read() as tx:
+        members = tx.pools.members(sorted(pools))
+        nodes = sorted({n for found in members.values() for n in found})
+        counts = Counter(g.node_id for g in tx.gpus.of_nodes(nodes) if g.present) if nodes else Counter()
+    return {p: _mean([float(counts[n]) for n in found]) or 0.0 for p, found in members.items()}
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def _workload_outcome(
-    ask: WorkloadAsk,
+    ask: WorkloadAsk | EndpointAsk,
     sid: str,
     refused: str | None,
     wanted: list[tuple[datetime, int]],
@@ -967,13 +1145,16 @@ def _fleet_file(raw: object) -> FleetSpec:
 
 __all__ = [
     "REPLAYER",
+    "ReplayedNodes",
     "Report",
     "Run",
     "Sandbox",
     "Scratch",
     "events_of",
     "measure",
+    "reconcile_at",
     "refuse_replay",
     "replay",
     "run",
+    "settle",
 ]
