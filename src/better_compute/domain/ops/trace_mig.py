@@ -1,4 +1,4 @@
-"""A trace replayed on MIG (`better-compute replay --trace --as-mig MODEL`; docs/traces.md#replaying-a-trace-on-mig).
+"""A trace replayed on MIG (`better-compute replay --trace POD_CSV --as-mig MODEL`; docs/traces.md).
 
 The trace's own GPU models (G1-G3, T4, P100, V100, A10) cannot be partitioned, so under this mapping
 every GPU of the node list stands in as a GPU of one MIG-capable catalog model, and each task asks for
@@ -13,7 +13,7 @@ weighed). Each node takes the model's maximal layout (`maximal_layouts`: none a 
 added to) that serves the most of what is still unserved, counted in compute slices:
 `sum over profiles of min(unserved instances, node GPUs x layout's instances) x compute slices`;
 ties go to the layout with more compute slices of profiles the demand asks for at all, then to the
-first in the catalog's order. What it serves is taken off the unserved; when nothing is left
+first in `maximal_layouts`' order. What it serves is taken off the unserved; when nothing is left
 unserved, the next node starts over on the whole demand, so a fleet larger than the demand repeats
 its mix.
 """
@@ -131,12 +131,12 @@ def default_layouts(tasks: Sequence[TraceTask], nodes: Sequence[TraceNode], mode
         if not any(unserved.values()):
             unserved = dict(mix)
 
-        def rank(counts: tuple[tuple[str, int], ...], gpus: int = node.gpus) -> tuple[int, int]:
-            served = sum(min(unserved.get(p, 0), gpus * n) * slices[p] for p, n in counts)
+        best, best_rank = candidates[0], (-1, -1)
+        for counts in candidates:  # the first of equals is kept: `maximal_layouts`' order
+            served = sum(min(unserved.get(p, 0), node.gpus * n) * slices[p] for p, n in counts)
             useful = sum(n * slices[p] for p, n in counts if p in mix)
-            return served, useful
-
-        best = max(candidates, key=rank)  # max keeps the first of equals: the catalog's order
+            if (served, useful) > best_rank:
+                best, best_rank = counts, (served, useful)
         for profile, count in best:
             if profile in unserved:
                 unserved[profile] = max(0, unserved[profile] - node.gpus * count)
