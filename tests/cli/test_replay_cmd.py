@@ -254,3 +254,11 @@ def test_replay_on_mig_refuses_what_it_cannot_replay_naming_the_flag(
     assert refused.exit_code == 2
     text = " ".join(refused.stderr.split())
     assert flag in text and says in text, refused.stderr
+
+
+def test_replay_refuses_the_trace_options_without_a_trace(runner: CliRunner, live: Live) -> None:
+    window = ["replay", "--since", T0.isoformat(), "--until", at(60).isoformat()]
+    for extra in (["--as-mig", "A100-80GB"], ["--slot-replicas", "10"]):
+        refused = run(runner, live.admin, *window, *extra)
+        assert refused.exit_code == 2
+        assert "go with --trace" in " ".join(refused.stderr.split())
