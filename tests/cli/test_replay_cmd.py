@@ -164,3 +164,101 @@ def test_replay_refuses_a_trace_with_a_demand_file(runner: CliRunner, live: Live
     refused = run(runner, live.admin, *trace_args("--demand", f["demand"]))
     assert refused.exit_code == 2
     assert "leave out --demand and --fleet" in refused.stderr
+
+
+def test_replay_of_the_synthetic_trace_on_mig_grants_and_refuses_what_is_worked_out_by_hand(
+    runner: CliRunner, live: Live
+) -> None:
+    """The small trace with every GPU an A100-80GB (6 GPUs). Its shares map to one instance each
+    (600 milli, above 4/7 of a GPU: 7g.80gb; 500: 4g.40gb; 400 and 300: 3g.40gb), its whole GPUs to
+    7g.80gb instances (tests/domain/ops/test_trace_mig.py works out the default layouts: all-7g.80gb on
+    both nodes). A replay counts a MIG device as 1/n of a GPU where the GPUs hold n instances each.
+
+    All-7g.80gb (one instance a GPU, each a whole GPU): pod-0001 (190 s) and pod-0002 (280 s) take
+    two GPUs and pod-0004 the other four (4 x 3,560 s): 14,710 GPU-seconds (4.09 GPU-hours); the
+    4g.40gb and 3g.40gb shares find no such instance and are refused: 370 + 450 + 540 = 1,360 (0.38).
+
+    --mig-layout mixed:4g.40gb+3g.40gb (two instances a GPU, each half a GPU): the shares are
+    granted, (370 + 450 + 540) / 2 = 680 GPU-seconds (0.19); every 7g.80gb ask is refused:
+    (190 + 280 + 4 x 3,560) / 2 = 7,355 (2.04).
+    """
+    head = (
+        "trace openb_pod_list_small.csv: 6 task(s) asking for GPUs (1 without GPUs left out) on 2 GPU"
+        " node(s) of openb_node_list_gpu_node.csv, each GPU an A100-80GB in MIG layout"
+    )
+    spec = "; gpu_spec left out of 1 task(s): no GPU is of a trace model"
+    cases = [
+        ([], " all-7g.80gb on 6 GPU(s) (chosen from the demand's profile mix)", 14710, 1360, {3, 5, 6}),
+        (
+            ["--mig-layout", "mixed:3g.40gb+4g.40gb"],
+            " mixed:4g.40gb+3g.40gb on 6 GPU(s) (--mig-layout)",
+            680,
+            7355,
+            {1, 2, 4},
+        ),
+    ]
+    for extra, layout, granted, refused, refused_pods in cases:
+        args = trace_args("--as-mig", "a100-80gb", *extra)
+        shown = run(runner, live.admin, *args, "-o", "wide")
+        assert shown.exit_code == 0, shown.output
+        assert shown.stdout.splitlines()[0] == head + layout + spec
+        answer = json.loads(run(runner, live.admin, *args, "--json").stdout)
+        overall = answer["runs"][0]["overall"]
+        assert overall["gpuHoursGranted"] == pytest.approx(granted / 3600, abs=1e-6)
+        assert overall["gpuHoursRefused"] == {
+            "insufficient_capacity": pytest.approx(refused / 3600, abs=1e-6)
+        }
+        fates = {o["key"]: o.get("refusedReason") for o in answer["runs"][0]["outcomes"]}
+        assert {int(k[-1]) for k, reason in fates.items() if reason} == refused_pods
+
+
+def test_replay_on_mig_gives_each_node_the_layout_chosen_for_it(
+    runner: CliRunner, live: Live, tmp_path: Path
+) -> None:
+    """Two whole GPUs (7g.80gb) and three 400-milli shares (3g.40gb) over three 1-GPU nodes: n1
+    takes all-7g.80gb (7 slices served against all-3g.40gb's 2 x 3 = 6), n2 the same (one 7g.80gb
+    still unserved), n3 all-3g.40gb (6 against 0). The pool names all-7g.80gb, n3 keeps its own: the
+    whole GPUs take n1's and n2's 7g.80gb, two shares n3's two 3g.40gb, and the third share finds no
+    3g.40gb left: refused."""
+    rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time"]
+    rows += ["w1,1,1,1,1000,,LS,Running,0,", "w2,1,1,1,1000,,LS,Running,1,"]
+    rows += [f"s{i},1,1,1,400,,LS,Running,{i + 1}," for i in (1, 2, 3)]
+    (tmp_path / "openb_pod_list_mix.csv").write_text("\n".join(rows) + "\n")
+    nodes = "sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,1,T4\nn2,1,1,1,G2\nn3,1,1,1,T4\n"
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(nodes)
+    args = ["replay", "--since", T0.isoformat(), "--until", at(60).isoformat()]
+    args += ["--trace", str(tmp_path / "openb_pod_list_mix.csv"), "--as-mig", "H100-80GB"]
+    shown = run(runner, live.admin, *args)
+    assert shown.exit_code == 0, shown.output
+    assert "MIG layout all-7g.80gb on 2 GPU(s), all-3g.40gb on 1 GPU(s) (chosen" in shown.stdout
+    answer = json.loads(run(runner, live.admin, *args, "--json").stdout)
+    fates = {o["key"]: o.get("refusedReason") for o in answer["runs"][0]["outcomes"]}
+    assert fates == {"w1": None, "w2": None, "s1": None, "s2": None, "s3": "insufficient_capacity"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "flag", "says"),
+    [
+        (["--as-mig", "L40S-48GB"], "--as-mig", "L40S-48GB does not support MIG"),
+        (["--as-mig", "T4"], "--as-mig", "unknown GPU model 'T4'"),
+        (["--as-mig", "A100-80GB", "--mig-layout", "mixed:2x4g.40gb"], "--mig-layout", "allows at most 1"),
+        (["--as-mig", "A100-80GB", "--mig-layout", "all-disabled"], "--mig-layout", "turns MIG off"),
+        (["--as-mig", "A100-80GB", "--slot-replicas", "10"], "--as-mig", "give one"),
+        (["--mig-layout", "all-7g.80gb"], "--mig-layout", "goes with --as-mig"),
+    ],
+)
+def test_replay_on_mig_refuses_what_it_cannot_replay_naming_the_flag(
+    runner: CliRunner, live: Live, extra: list[str], flag: str, says: str
+) -> None:
+    refused = run(runner, live.admin, *trace_args(*extra))
+    assert refused.exit_code == 2
+    text = " ".join(refused.stderr.split())
+    assert flag in text and says in text, refused.stderr
+
+
+def test_replay_refuses_the_trace_options_without_a_trace(runner: CliRunner, live: Live) -> None:
+    window = ["replay", "--since", T0.isoformat(), "--until", at(60).isoformat()]
+    for extra in (["--as-mig", "A100-80GB"], ["--slot-replicas", "10"]):
+        refused = run(runner, live.admin, *window, *extra)
+        assert refused.exit_code == 2
+        assert "go with --trace" in " ".join(refused.stderr.split())

@@ -59,26 +59,63 @@ def _read(path: Path | None, option: str) -> dict[str, Any] | None:
     return raw
 
 
+def _mig_choice(as_mig: str, mig_layout: str | None) -> tuple[Any, str | None]:
+    """The catalog model of `--as-mig` and the canonical `--mig-layout` on it, refused naming the
+    flag at fault before any file is read."""
+    from better_compute.domain.kernel.errors import DomainError
+    from better_compute.domain.ops.trace_mig import given_layout, mig_model
+
+    try:
+        model = mig_model(as_mig)
+    except DomainError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--as-mig") from None
+    if mig_layout is None:
+        return model, None
+    try:
+        return model, given_layout(mig_layout, model)
+    except DomainError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mig-layout") from None
+
+
 def _trace_files(
-    trace: Path, nodes: Path | None, replicas: int, first: int | None, since: Any, until: Any
+    trace: Path,
+    nodes: Path | None,
+    replicas: int,
+    first: int | None,
+    since: Any,
+    until: Any,
+    as_mig: str | None = None,
+    mig_layout: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     """The demand and fleet of an openb pod list and its node list (docs/traces.md), in the shapes
     `replay.run` takes, with a line saying what was read; refused here, before anything is sent,
-    when the demand would pass replay's request or body limit."""
+    when the demand would pass replay's request or body limit. With `as_mig`, every GPU is that MIG
+    model's, in `mig_layout` or the layouts chosen from the demand (docs/traces.md)."""
     from better_compute.domain.kernel.errors import DomainError
     from better_compute.domain.ops.replay import MAX_BODY_BYTES, MAX_REQUESTS
-    from better_compute.domain.ops.trace_replay import trace_demand, trace_fleet
+    from better_compute.domain.ops.trace_mig import MigLayouts, default_layouts
+    from better_compute.domain.ops.trace_replay import trace_demand, trace_fleet, trace_mig_fleet
     from better_compute.domain.ops.traces import parse_nodes, parse_pods
 
+    model, layout = _mig_choice(as_mig, mig_layout) if as_mig is not None else (None, None)
     node_list = nodes if nodes is not None else trace.parent / "openb_node_list_gpu_node.csv"
+    mig: MigLayouts | None = None
     try:
         with trace.open(newline="") as f:
             tasks = parse_pods(f, trace.name)
         with node_list.open(newline="") as f:
-            fleet = trace_fleet(parse_nodes(f, node_list.name), replicas)
+            trace_nodes = parse_nodes(f, node_list.name)
         if first is not None:
             tasks = tasks[:first]
-        mapped = trace_demand(tasks, since, until, replicas)
+        if model is None:
+            fleet = trace_fleet(trace_nodes, replicas)
+        else:
+            if layout is not None:
+                mig = MigLayouts.of({n.name: layout for n in trace_nodes if n.gpus}, trace_nodes)
+            else:
+                mig = default_layouts(tasks, trace_nodes, model)
+            fleet = trace_mig_fleet(trace_nodes, model, mig)
+        mapped = trace_demand(tasks, since, until, replicas, mig=model)
     except OSError as exc:
         raise typer.BadParameter(
             f"cannot read {exc.filename}: {exc.strerror}", param_hint="--trace"
@@ -101,8 +138,17 @@ def _trace_files(
     gpu_nodes = len(fleet["clusters"][0]["nodes"])
     note = (
         f"trace {trace.name}: {mapped.tasks} task(s) asking for GPUs ({mapped.without_gpus} without"
-        f" GPUs left out) on {gpu_nodes} GPU node(s) of {node_list.name}, {replicas} slots a GPU"
+        f" GPUs left out) on {gpu_nodes} GPU node(s) of {node_list.name}, "
     )
+    if model is None or mig is None:
+        note += f"{replicas} slots a GPU"
+    else:
+        mix = ", ".join(f"{name} on {n} GPU(s)" for name, n in mig.gpus_by_layout(trace_nodes).items())
+        chosen = "--mig-layout" if layout is not None else "chosen from the demand's profile mix"
+        note += f"each GPU an {model.id} in MIG layout {mix} ({chosen})"
+        with_spec = sum(1 for t in tasks if t.shape is not None and t.gpu_spec)
+        if with_spec:
+            note += f"; gpu_spec left out of {with_spec} task(s): no GPU is of a trace model"
     if mapped.scale < 1:
         note += f"; trace time compressed {1 / mapped.scale:.3g}x into the window"
     return mapped.demand, fleet, note
@@ -192,14 +238,30 @@ def replay(
         ),
     ] = None,
     slot_replicas: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--slot-replicas",
             min=1,
             max=48,
-            help="Time-slice slots a trace GPU is cut into (1 to 48): 20 is 50 milli a slot.",
+            help="Time-slice slots a trace GPU is cut into (1 to 48; default 20, 50 milli a slot).",
         ),
-    ] = 20,
+    ] = None,
+    as_mig: Annotated[
+        str | None,
+        typer.Option(
+            "--as-mig",
+            help="Replay the trace on MIG: every GPU a GPU of this MIG-capable catalog model"
+            " (A100-80GB, H100-80GB...), each share the cheapest instance that gives it.",
+        ),
+    ] = None,
+    mig_layout: Annotated[
+        str | None,
+        typer.Option(
+            "--mig-layout",
+            help="With --as-mig: every GPU's MIG layout (default: chosen per node from the demand's"
+            " profile mix).",
+        ),
+    ] = None,
     first: Annotated[
         int | None, typer.Option("--first", min=1, help="Replay only the trace's first N tasks.")
     ] = None,
@@ -227,9 +289,30 @@ def replay(
                 "--trace is the demand and its node list the fleet: leave out --demand and --fleet",
                 param_hint="--trace",
             )
-        files["demand"], files["fleet"], note = _trace_files(trace, nodes, slot_replicas, first, began, ended)
-    elif nodes is not None or first is not None:
-        raise typer.BadParameter("--nodes and --first go with --trace", param_hint="--trace")
+        from better_compute.domain.ops.traces import DEFAULT_REPLICAS
+
+        if as_mig is not None and slot_replicas is not None:
+            raise typer.BadParameter(
+                "--as-mig maps shares to MIG instances, --slot-replicas to time-slice slots: give one",
+                param_hint="--as-mig",
+            )
+        if mig_layout is not None and as_mig is None:
+            raise typer.BadParameter("--mig-layout goes with --as-mig", param_hint="--mig-layout")
+        files["demand"], files["fleet"], note = _trace_files(
+            trace,
+            nodes,
+            slot_replicas or DEFAULT_REPLICAS,
+            first,
+            began,
+            ended,
+            as_mig,
+            mig_layout,
+        )
+    elif any(o is not None for o in (nodes, first, slot_replicas, as_mig, mig_layout)):
+        raise typer.BadParameter(
+            "--nodes, --first, --slot-replicas, --as-mig and --mig-layout go with --trace",
+            param_hint="--trace",
+        )
     answer = call(
         server,
         token,

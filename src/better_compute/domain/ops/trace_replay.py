@@ -6,6 +6,10 @@ takes: a fleet file (one cluster, one `timeslice` pool of `replicas` slots a GPU
 owned by one tenant, `trace`, with the trace's models declared in `gpuModels`) and a demand file (each
 task asking for GPUs a reservation of its device lines, asked at its `creation_time` and ending at its
 `deletion_time`, both mapped onto the replay window; a task without a deletion holds to the window's end).
+
+On MIG (`--as-mig MODEL`): every GPU node's GPUs are `MODEL`s in one `mig` pool, each node in the
+layout `trace_mig` gives it, and each task's device lines are `mig_requests`' (the cheapest instance
+that gives its share, k whole-GPU instances for k GPUs; its `gpu_spec` left out).
 """
 
 from __future__ import annotations
@@ -15,8 +19,16 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from better_compute.domain.catalog import GpuModel
 from better_compute.domain.kernel.selectors import document
-from better_compute.domain.ops.traces import DEFAULT_REPLICAS, TraceNode, TraceTask, slot_requests
+from better_compute.domain.ops.trace_mig import MigLayouts
+from better_compute.domain.ops.traces import (
+    DEFAULT_REPLICAS,
+    TraceNode,
+    TraceTask,
+    mig_requests,
+    slot_requests,
+)
 from better_compute.domain.tenancy.quota import MAX_LIMIT
 
 TENANT = "trace"
@@ -76,14 +88,50 @@ def trace_fleet(nodes: Sequence[TraceNode], replicas: int = DEFAULT_REPLICAS) ->
     }
 
 
+def trace_mig_fleet(nodes: Sequence[TraceNode], model: GpuModel, mig: MigLayouts) -> dict[str, Any]:
+    """The fleet file of a node list on MIG: every GPU node's GPUs as `model`s, all in one `mig`
+    pool whose layout is `mig.pool_layout`; a node whose layout is another keeps its own
+    (`gpus.migLayout`, `carriesPoolLayout: false`, so the layout gate leaves it as it is)."""
+    gpu_nodes = [n for n in nodes if n.gpus]
+    listed: list[dict[str, Any]] = []
+    for n in gpu_nodes:
+        gpus: dict[str, Any] = {"model": model.id, "count": n.gpus}
+        node: dict[str, Any] = {"name": n.name, "gpus": gpus, "nvlink": False}
+        layout = mig.by_node.get(n.name, mig.pool_layout)
+        if layout != mig.pool_layout:
+            gpus["migLayout"] = layout
+            node["carriesPoolLayout"] = False
+        listed.append(node)
+    return {
+        "tenants": [{"id": TENANT}],
+        "clusters": [{"name": CLUSTER, "region": "trace", "nodes": listed}],
+        "pools": [
+            {
+                "name": POOL,
+                "cluster": CLUSTER,
+                "mode": "mig",
+                "owner": TENANT,
+                "policy": {"migLayout": mig.pool_layout},
+                "nodes": [n.name for n in gpu_nodes],
+                "ownerQuota": {"gpu.mig": MAX_LIMIT},
+            }
+        ],
+    }
+
+
 def trace_demand(
-    tasks: Sequence[TraceTask], since: datetime, until: datetime, replicas: int = DEFAULT_REPLICAS
+    tasks: Sequence[TraceTask],
+    since: datetime,
+    until: datetime,
+    replicas: int = DEFAULT_REPLICAS,
+    mig: GpuModel | None = None,
 ) -> TraceDemand:
     """The demand file of a pod list's tasks, in the file's order. Times are seconds after the
     earliest `creation_time` (of any task, one asking for no GPU too), placed from `since`; when the
     last creation or deletion falls after `until`, every time is scaled by the same factor so that it
     falls within the window. A task with no `creation_time` arrives at `since`; one with no
-    `deletion_time` holds until `until`."""
+    `deletion_time` holds until `until`. Each task's lines are `replicas` slots a GPU
+    (`slot_requests`), or with `mig` the instances of that model that give it (`mig_requests`)."""
     asking = [t for t in tasks if t.shape is not None]
     times = [t.creation_time for t in tasks if t.creation_time is not None]
     origin = min(times, default=0)
@@ -115,7 +163,7 @@ def trace_demand(
                 "pool": POOL,
                 "devices": [
                     _line(line.cls, line.count, line.same_gpu, document(line.selector))
-                    for line in slot_requests(task, replicas)
+                    for line in (slot_requests(task, replicas) if mig is None else mig_requests(task, mig))
                 ],
                 "end": end.isoformat(),
             }
@@ -126,10 +174,12 @@ def trace_demand(
 def _line(
     cls: str, count: int, same_gpu: bool, selector: dict[str, list[dict[str, object]]]
 ) -> dict[str, Any]:
-    line: dict[str, Any] = {"class": cls, "count": count, "sameGpu": same_gpu}
+    line: dict[str, Any] = {"class": cls, "count": count}
+    if same_gpu:  # a slot line's; a MIG instance is on one GPU by what it is
+        line["sameGpu"] = True
     if selector.get("matchExpressions"):
         line["selector"] = selector
     return line
 
 
-__all__ = ["TENANT", "TraceDemand", "trace_demand", "trace_fleet"]
+__all__ = ["TENANT", "TraceDemand", "trace_demand", "trace_fleet", "trace_mig_fleet"]

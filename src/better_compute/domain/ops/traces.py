@@ -23,7 +23,8 @@ The mapping (docs/traces.md):
   (`same_gpu`), or the cheapest MIG instance of a MIG-capable model that gives it (`mig_profile_for`);
 - `gpu_spec`: a selector `gpuModel In [models]`, what a device class selecting those models holds;
 - the trace's GPU models: generic models by name, the node's `gpuModel` attribute (none is a MIG
-  catalog model; the MIG mapping names the catalog model that stands in for every GPU).
+  catalog model; the MIG mapping names the catalog model that stands in for every GPU, and leaves
+  `gpu_spec` out, since no GPU is of a trace model any more).
 
 CPU and memory are read but not mapped: our atoms are GPU pieces; a host's CPU is not booked.
 """
@@ -226,16 +227,17 @@ def mig_profile_for(milli: int, model: GpuModel) -> MigProfile:
 
 def mig_requests(task: TraceTask, model: GpuModel) -> list[DeviceRequest]:
     """A task as device lines of a MIG pool of `model`: a share as the cheapest instance that gives
-    it, k whole GPUs as k instances of the whole-GPU profile."""
+    it, k whole GPUs as k instances of the whole-GPU profile, each line a selector `migProfile In
+    [profile]`. The task's `gpu_spec` is left out: it names the trace's models, and under this
+    mapping every GPU is a `model` (a `gpuModel In [T4]` line could never be served)."""
     shape = task.shape
     if shape is None:
         return []
     milli = WHOLE if shape.gpus else shape.milli
     profile = mig_profile_for(milli, model).name
-    expressions = [{"key": "migProfile", "op": "In", "values": [profile]}]
-    if task.gpu_spec:
-        expressions.append({"key": "gpuModel", "op": "In", "values": list(task.gpu_spec)})
-    selector = parse_selector({"matchExpressions": expressions}, "gpu_spec")
+    selector = parse_selector(
+        {"matchExpressions": [{"key": "migProfile", "op": "In", "values": [profile]}]}, "migProfile"
+    )
     return [DeviceRequest("gpu.mig", shape.gpus or 1, selector=selector)]
 
 
