@@ -172,15 +172,17 @@ def test_replay_of_the_synthetic_trace_on_mig_grants_and_refuses_what_is_worked_
     """The small trace with every GPU an A100-80GB (6 GPUs). Its shares map to one instance each
     (600 milli, above 4/7 of a GPU: 7g.80gb; 500: 4g.40gb; 400 and 300: 3g.40gb), its whole GPUs to
     7g.80gb instances (tests/domain/ops/test_trace_mig.py works out the default layouts: all-7g.80gb on
-    both nodes). A replay counts a MIG device as 1/n of a GPU where the GPUs hold n instances each.
+    both nodes). A replay counts a MIG instance as its profile's compute slices over its GPU's 7.
 
     All-7g.80gb (one instance a GPU, each a whole GPU): pod-0001 (190 s) and pod-0002 (280 s) take
     two GPUs and pod-0004 the other four (4 x 3,560 s): 14,710 GPU-seconds (4.09 GPU-hours); the
-    4g.40gb and 3g.40gb shares find no such instance and are refused: 370 + 450 + 540 = 1,360 (0.38).
+    4g.40gb and 3g.40gb shares find no such instance and are refused: 370 x 4/7 + (450 + 540) x 3/7
+    = 4,450/7 (0.18).
 
-    --mig-layout mixed:4g.40gb+3g.40gb (two instances a GPU, each half a GPU): the shares are
-    granted, (370 + 450 + 540) / 2 = 680 GPU-seconds (0.19); every 7g.80gb ask is refused:
-    (190 + 280 + 4 x 3,560) / 2 = 7,355 (2.04).
+    --mig-layout mixed:4g.40gb+3g.40gb (a 4g.40gb, 4/7 of a GPU, and a 3g.40gb, 3/7, on each GPU):
+    the shares are granted, 370 x 4/7 + (450 + 540) x 3/7 = 4,450/7 GPU-seconds (0.18); every
+    7g.80gb ask (a whole GPU, which no GPU of this layout has) is refused: 190 + 280 + 4 x 3,560 =
+    14,710 (4.09).
     """
     head = (
         "trace openb_pod_list_small.csv: 6 task(s) asking for GPUs (1 without GPUs left out) on 2 GPU"
@@ -188,12 +190,12 @@ def test_replay_of_the_synthetic_trace_on_mig_grants_and_refuses_what_is_worked_
     )
     spec = "; gpu_spec left out of 1 task(s): no GPU is of a trace model"
     cases = [
-        ([], " all-7g.80gb on 6 GPU(s) (chosen from the demand's profile mix)", 14710, 1360, {3, 5, 6}),
+        ([], " all-7g.80gb on 6 GPU(s) (chosen from the demand's profile mix)", 14710, 4450 / 7, {3, 5, 6}),
         (
             ["--mig-layout", "mixed:3g.40gb+4g.40gb"],
             " mixed:4g.40gb+3g.40gb on 6 GPU(s) (--mig-layout)",
-            680,
-            7355,
+            4450 / 7,
+            14710,
             {1, 2, 4},
         ),
     ]

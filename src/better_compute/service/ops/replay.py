@@ -30,11 +30,13 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol
 
+from better_compute.domain.catalog import find_model
 from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.events import Event
+from better_compute.domain.kernel.selectors import Selector, parse_selector
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.ops.audience import Reader
@@ -814,7 +816,7 @@ def measure(
 ) -> list[Outcome]:
     """Each request's outcome in `store`, from its log and ledger: `asks` pairs each request with
     the id it got there (None: refused outright, with the reason given)."""
-    shares = _device_shares(store)
+    shares = _Shares(store)
     workload_ids = {sid: a for a, sid, _ in asks if isinstance(a, WorkloadAsk) and sid is not None}
     booked: dict[str, dict[str, list[tuple[datetime, int]]]] = defaultdict(lambda: defaultdict(list))
     wanted: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
@@ -860,7 +862,7 @@ def measure(
             for a, sid, _ in asks
             if isinstance(a, ReservationAsk) and sid is not None
         }
-        atom_classes = {d.name: d.cls for d in tx.device_classes.all()}
+        device_classes = {d.name: d for d in tx.device_classes.all()}
     per_node = _gpus_per_node(store, {p for a, _, _ in asks if isinstance(a, EndpointAsk) for p in a.pools()})
     for ask, sid, refused in asks:
         if isinstance(ask, EndpointAsk):
@@ -873,7 +875,8 @@ def measure(
             continue
         if isinstance(ask, WorkloadAsk):
             cls, count = classes.get(sid or "", (str(ask.shape.get("deviceClass", "")), 1))
-            share = shares.get(atom_classes.get(cls, "gpu"), 1.0) * count
+            dc = device_classes.get(cls)
+            share = (shares.of(dc.cls, dc.selector) if dc is not None else 1.0) * count
             outcomes.append(
                 _workload_outcome(ask, sid, refused, wanted[sid or ""], booked[sid or ""], share, window)
                 if sid is not None
@@ -887,9 +890,7 @@ def measure(
                     and (reason.get(sid) or outcomes[-1].refused_reason),
                 )
         else:
-            devices = sum(int(d.get("count", 1)) for d in ask.devices)
-            line_cls = str(ask.devices[0].get("class", "gpu")) if ask.devices else "gpu"
-            share = shares.get(line_cls, 1.0) * devices
+            share = sum(shares.of_line(d) * _count_of(d) for d in ask.devices)
             r = recorded.get(sid or "")
             if r is None:
                 outcomes.append(_refused(ask, refused, share, window))
@@ -1046,20 +1047,89 @@ def _workload_outcome(
 
 
 def _device_shares(store: StorePort[OpsTx]) -> dict[str, float]:
-    """The share of a GPU one device of each atom class is, over the fleet (a whole GPU 1, a MIG
-    instance or a slot 1/n of its GPU's atoms of that class, averaged): what turns device-hours of
-    a request that never got its devices into GPU-hours."""
-    with store.read() as tx:
-        nodes = [n.id for n in tx.nodes.page(None, None, None)]
-        atoms = tx.atoms.of_nodes(nodes) if nodes else []
-    per_gpu: dict[tuple[str, str], int] = defaultdict(int)
-    for a in atoms:
-        if a.present:
+    """The share of a GPU one device of each atom class is, over the fleet, averaged
+    (`_Shares.by_class`): what the fragmentation measure reads a request's size as."""
+    return _Shares(store).by_class
+
+
+class _Shares:
+    """The share of a GPU each present atom of the fleet is: a whole GPU 1; a MIG instance its
+    profile's compute slices over its model's (a 3g.40gb of an A100 3/7; 1/n of its GPU's instances
+    when the catalog does not know them); a slot 1/n of its GPU's slots. `of` gives a device's
+    share as the mean over the atoms a class and selector match: what turns a request's
+    device-hours into GPU-hours."""
+
+    def __init__(self, store: StorePort[OpsTx]) -> None:
+        with store.read() as tx:
+            nodes = [n.id for n in tx.nodes.page(None, None, None)]
+            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+        per_gpu: dict[tuple[str, str], int] = defaultdict(int)
+        for a in atoms:
             per_gpu[(a.gpu_id, a.cls)] += 1
-    sums: dict[str, list[float]] = defaultdict(list)
-    for (_, cls), n in per_gpu.items():
-        sums[cls].append(1.0 if cls == "gpu" else 1.0 / n)
-    return {cls: sum(v) / len(v) for cls, v in sums.items()} | {"gpu": 1.0}
+        self.atoms: list[tuple[str, Mapping[str, Any], float]] = []
+        sums: dict[str, list[float]] = defaultdict(list)
+        for a in atoms:
+            share = 1.0 if a.cls == "gpu" else _mig_share(a.attributes) or 1.0 / per_gpu[(a.gpu_id, a.cls)]
+            self.atoms.append((a.cls, a.attributes, share))
+            sums[a.cls].append(share)
+        self.by_class = {cls: sum(v) / len(v) for cls, v in sums.items()} | {"gpu": 1.0}
+        self._of: dict[tuple[str, str], float] = {}
+
+    def of(self, cls: str, selector: Selector | None = None) -> float:
+        if selector is None or not selector.match_expressions:
+            return self.by_class.get(cls, 1.0)
+        key = (cls, repr(selector))
+        known = self._of.get(key)
+        if known is None:
+            matched = [share for c, attrs, share in self.atoms if c == cls and selector.matches(attrs)]
+            if matched:
+                known = sum(matched) / len(matched)
+            else:  # no such device in the fleet: a MIG profile's share on the fleet's models, if named
+                known = self._named_profile(selector) or self.by_class.get(cls, 1.0)
+            self._of[key] = known
+        return known
+
+    def _named_profile(self, selector: Selector) -> float | None:
+        """The share of the one MIG profile `selector` names (`migProfile In [p]`) on the fleet's
+        GPU models that have it, averaged; None when it names none, or no model has it."""
+        named = [
+            e.values[0]
+            for e in selector.match_expressions
+            if e.key == "migProfile" and e.op == "In" and len(e.values) == 1
+        ]
+        if len(named) != 1:
+            return None
+        models = sorted({str(attrs["gpuModel"]) for _, attrs, _ in self.atoms if "gpuModel" in attrs})
+        shares = [
+            share
+            for model in models
+            if (share := _mig_share({"migProfile": named[0], "gpuModel": model})) is not None
+        ]
+        return sum(shares) / len(shares) if shares else None
+
+    def of_line(self, line: Mapping[str, Any]) -> float:
+        """One device of a reservation's device line (its class and selector)."""
+        try:
+            selector = parse_selector(line.get("selector"))
+        except DomainError:
+            selector = None
+        return self.of(str(line.get("class", "gpu")), selector)
+
+
+def _count_of(line: Mapping[str, Any]) -> int:
+    """A device line's count as asked (1 when it is none: a line refused for it asked for one)."""
+    count = line.get("count", 1)
+    return count if isinstance(count, int) and not isinstance(count, bool) and count > 0 else 1
+
+
+def _mig_share(attributes: Mapping[str, Any]) -> float | None:
+    """A MIG instance's share of its GPU: its profile's compute slices over its model's."""
+    profile, model_id = attributes.get("migProfile"), attributes.get("gpuModel")
+    model = find_model(model_id) if isinstance(model_id, str) else None
+    if model is None or not isinstance(profile, str) or not model.compute_slices:
+        return None
+    found = next((p for p in model.profiles if p.name == profile), None)
+    return None if found is None else found.compute_slices / model.compute_slices
 
 
 def _costs(
