@@ -43,17 +43,25 @@ def test_a_node_removed_from_todays_fleet_leaves_one_replica_unplaced(world: Wor
 
 def test_a_fleet_change_the_fleet_cannot_take_is_a_400_naming_its_entry(world: World) -> None:
     changes = {"addNodes": [{"name": "n0", "cluster": "iad-1", "gpus": {"model": "H100-80GB", "count": 4}}]}
-    got = world.http.post("/v1/replay", json=window(demand=demand(), fleetChanges=changes), headers=world.admin)
+    got = world.http.post(
+        "/v1/replay", json=window(demand=demand(), fleetChanges=changes), headers=world.admin
+    )
     assert got.status_code == 400, got.text
     error = got.json()["error"]
     assert error["code"] == "INVALID_INPUT"
-    assert error["message"] == "fleetChanges.addNodes[0]: node n0 is already in the replayed fleet (node names are unique)"
+    assert (
+        error["message"]
+        == "fleetChanges.addNodes[0]: node n0 is already in the replayed fleet (node names are unique)"
+    )
     assert error["details"]["field"] == "fleetChanges.addNodes[0]"
 
     wrong = world.http.post(
         "/v1/replay", json=window(demand=demand(), fleetChanges={"removeNodes": "n1"}), headers=world.admin
     )
-    assert wrong.status_code == 400 and wrong.json()["error"]["message"] == "fleetChanges.removeNodes must be a list"
+    assert (
+        wrong.status_code == 400
+        and wrong.json()["error"]["message"] == "fleetChanges.removeNodes must be a list"
+    )
 
 
 @pytest.fixture

@@ -39,8 +39,36 @@ def test_replay_with_a_node_removed_halves_the_batch_and_keeps_svc_waiting(
     shown = run(runner, live.admin, *args(tmp_path, {"removeNodes": ["n-2"]}), "-o", "wide")
     assert shown.exit_code == 0, shown.output
     rows = [line.split() for line in shown.stdout.splitlines()]
-    assert ["policy", "acme", "1", "0", "12.00", "8.00", "(insufficient_capacity", "8.00)", "2h", "2h", "0", "30.00", "USD"] in rows
-    assert ["policy", "globex", "1", "0", "12.00", "12.00", "(insufficient_capacity", "12.00)", "6h", "6h", "0", "30.00", "USD"] in rows
+    assert [
+        "policy",
+        "acme",
+        "1",
+        "0",
+        "12.00",
+        "8.00",
+        "(insufficient_capacity",
+        "8.00)",
+        "2h",
+        "2h",
+        "0",
+        "30.00",
+        "USD",
+    ] in rows
+    assert [
+        "policy",
+        "globex",
+        "1",
+        "0",
+        "12.00",
+        "12.00",
+        "(insufficient_capacity",
+        "12.00)",
+        "6h",
+        "6h",
+        "0",
+        "30.00",
+        "USD",
+    ] in rows
 
 
 def test_replay_refuses_a_fleet_change_naming_a_node_the_fleet_lacks(

@@ -32,7 +32,13 @@ def fleet() -> FleetSpec:
                 }
             ],
             "pools": [
-                {"name": "p1", "cluster": "c1", "mode": "exclusive", "owner": "acme", "nodes": ["n-1", "n-2"]},
+                {
+                    "name": "p1",
+                    "cluster": "c1",
+                    "mode": "exclusive",
+                    "owner": "acme",
+                    "nodes": ["n-1", "n-2"],
+                },
                 {
                     "name": "m1",
                     "cluster": "c1",
@@ -81,7 +87,12 @@ def test_added_nodes_take_replicas_and_join_the_pool_they_name() -> None:
 def test_a_pools_layout_change_is_where_its_carrying_nodes_start_and_other_settings_stay() -> None:
     spec = changed({"pools": [{"name": "m1", "policy": {"migLayout": "all-3g.40gb"}}]})
     m1 = {p.name: p for p in spec.pools}["m1"]
-    assert (m1.settings.layout, m1.meter, m1.owner, m1.nodes) == ("all-3g.40gb", "gpu.h100.hours", "acme", ("n-3",))
+    assert (m1.settings.layout, m1.meter, m1.owner, m1.nodes) == (
+        "all-3g.40gb",
+        "gpu.h100.hours",
+        "acme",
+        ("n-3",),
+    )
     (n3,) = [n for n in spec.nodes if n.name == "n-3"]
     assert spec.layout_of_node(n3) == "all-3g.40gb"
 
@@ -104,7 +115,14 @@ def test_a_new_pool_takes_a_removed_pools_node_and_an_added_cluster_its_nodes() 
             "removeNodes": ["n-2"],
             "addNodes": [{"name": "n-2", "cluster": "c2", "gpus": H100, "pool": "p2"}],
             "pools": [
-                {"name": "p2", "cluster": "c2", "mode": "timeslice", "owner": "acme", "policy": {"replicas": 2}, "nodes": ["m"]}
+                {
+                    "name": "p2",
+                    "cluster": "c2",
+                    "mode": "timeslice",
+                    "owner": "acme",
+                    "policy": {"replicas": 2},
+                    "nodes": ["m"],
+                }
             ],
         }
     )
@@ -186,7 +204,9 @@ def test_a_new_pool_takes_a_removed_pools_node_and_an_added_cluster_its_nodes() 
         ([], "fleetChanges must be an object", "fleetChanges"),
     ],
 )
-def test_a_change_the_fleet_cannot_take_is_refused_naming_its_entry(raw: object, message: str, field: str) -> None:
+def test_a_change_the_fleet_cannot_take_is_refused_naming_its_entry(
+    raw: object, message: str, field: str
+) -> None:
     refused = refusal(raw)
     assert refused.message.startswith(message), refused.message
     assert refused.details["field"] == field
@@ -194,12 +214,21 @@ def test_a_change_the_fleet_cannot_take_is_refused_naming_its_entry(raw: object,
 
 def test_an_added_node_whose_gpus_cannot_take_its_pools_layout_is_refused() -> None:
     """An L40S has no MIG: it cannot join m1, cut into 1g.10gb instances."""
-    refused = refusal({"addNodes": [{"name": "l", "cluster": "c1", "gpus": {"model": "L40S-48GB", "count": 4}, "pool": "m1"}]})
+    refused = refusal(
+        {
+            "addNodes": [
+                {"name": "l", "cluster": "c1", "gpus": {"model": "L40S-48GB", "count": 4}, "pool": "m1"}
+            ]
+        }
+    )
     assert refused.message.startswith("fleetChanges.addNodes[0]: node l (L40S-48GB)"), refused.message
 
 
 def test_the_entries_and_the_nodes_a_change_adds_have_limits() -> None:
     many = refusal({"removeNodes": ["n-1"] * (MAX_CHANGES + 1)})
-    assert many.message == f"fleetChanges holds {MAX_CHANGES + 1} entries; a fleet's changes are at most {MAX_CHANGES}"
+    assert (
+        many.message
+        == f"fleetChanges holds {MAX_CHANGES + 1} entries; a fleet's changes are at most {MAX_CHANGES}"
+    )
     huge = refusal({"addNodes": [{"name": "x", "cluster": "c1", "gpus": H100, "replicas": 10**9}]})
     assert huge.message == f"fleetChanges adds {10**9} nodes; a replayed fleet has at most {MAX_FLEET_NODES}"

@@ -101,7 +101,12 @@ def test_cutting_a_pool_into_mig_instances_grants_a_request_for_them_that_was_re
     assert (today.refused_requests, today.gpu_hours_granted) == (1, 0.0)
     assert today.gpu_hours_refused == {"insufficient_capacity": 12.0}
 
-    mig_pool = {"name": "p1", "mode": "mig", "policy": {"migLayout": "all-3g.40gb"}, "ownerQuota": {"gpu.mig": 16}}
+    mig_pool = {
+        "name": "p1",
+        "mode": "mig",
+        "policy": {"migLayout": "all-3g.40gb"},
+        "ownerQuota": {"gpu.mig": 16},
+    }
     cut = {"pools": [mig_pool]}
     mig = replayed(store, demand, cut).tenants["acme"]
     assert (mig.refused_requests, mig.gpu_hours_granted, mig.gpu_hours_refused, mig.wait_p50_s) == (
@@ -112,7 +117,9 @@ def test_cutting_a_pool_into_mig_instances_grants_a_request_for_them_that_was_re
     )
 
 
-def test_a_change_naming_a_node_todays_fleet_lacks_is_refused_before_anything_is_replayed(store: Store) -> None:
+def test_a_change_naming_a_node_todays_fleet_lacks_is_refused_before_anything_is_replayed(
+    store: Store,
+) -> None:
     deployment(store)
     with pytest.raises(InvalidInput) as refused:
         replayed(store, asking("h100", 1, 1), {"removeNodes": ["n-1", "n-9"]})

@@ -114,7 +114,8 @@ def parse_fleet_changes(raw: object) -> FleetChanges:
         extra = sorted(str(k) for k in n if k not in ADDED_NODE_KEYS)
         if extra:
             raise InvalidInput(
-                f"{where}: unknown key {extra[0]!r} (an added node takes {', '.join(sorted(ADDED_NODE_KEYS))})",
+                f"{where}: unknown key {extra[0]!r}"
+                f" (an added node takes {', '.join(sorted(ADDED_NODE_KEYS))})",
                 {"field": f"{where}.{extra[0]}"},
             )
         added.append(n)
@@ -241,13 +242,13 @@ def apply_fleet_changes(spec: FleetSpec, changes: FleetChanges) -> FleetSpec:
     where_of: dict[str, str] = {}
     for i, change in enumerate(changes.pools):
         where = f"{FIELD}.pools[{i}]"
-        name = change.get("name")
-        if not isinstance(name, str) or not name:
+        named = change.get("name")
+        if not isinstance(named, str) or not named:
             raise InvalidInput(f"{where}: missing 'name'", {"field": f"{where}.name"})
-        if name in entries:
-            raise _refuse(where, f"pool {name} is changed twice (in {where_of[name]})")
-        entries[name] = _changed_entry(current.get(name), change, members.get(name, []))
-        where_of[name] = where
+        if named in entries:
+            raise _refuse(where, f"pool {named} is changed twice (in {where_of[named]})")
+        entries[named] = _changed_entry(current.get(named), change, members.get(named, []))
+        where_of[named] = where
     for pool, where, made in joins:
         if pool not in entries:
             if pool not in current:
@@ -261,8 +262,8 @@ def apply_fleet_changes(spec: FleetSpec, changes: FleetChanges) -> FleetSpec:
         if listed is None:
             listed = []
         if not isinstance(listed, list):
-            where = where_of[pool]
-            raise InvalidInput(f"{where}.nodes must be a list", {"field": f"{where}.nodes"})
+            at = where_of[pool]
+            raise InvalidInput(f"{at}.nodes must be a list", {"field": f"{at}.nodes"})
         entries[pool]["nodes"] = [*listed, *(n.name for n in made)]
 
     for name in entries:
@@ -284,7 +285,8 @@ def apply_fleet_changes(spec: FleetSpec, changes: FleetChanges) -> FleetSpec:
             made_pool = pool_spec(read_mapping(entry, "pool", where), where, nodes.by_name, seen, generic)
         if made_pool.cluster not in clusters:
             raise InvalidInput(
-                f"{where}: cluster {made_pool.cluster} is not in the replayed fleet", {"field": f"{where}.cluster"}
+                f"{where}: cluster {made_pool.cluster} is not in the replayed fleet",
+                {"field": f"{where}.cluster"},
             )
         if made_pool.owner not in tenants:
             raise InvalidInput(

@@ -36,7 +36,6 @@ from better_compute.domain.kernel.events import Event
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.ops.audience import Reader
-from better_compute.domain.ops.fleet_changes import apply_fleet_changes, parse_fleet_changes
 from better_compute.domain.ops.fleet import (
     ClusterSpec,
     FleetSpec,
@@ -45,6 +44,7 @@ from better_compute.domain.ops.fleet import (
     TenantSpec,
     parse_fleet,
 )
+from better_compute.domain.ops.fleet_changes import apply_fleet_changes, parse_fleet_changes
 from better_compute.domain.ops.replay import (
     Demand,
     Figures,
