@@ -10,6 +10,7 @@ import pytest
 
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.ops.fleet import parse_fleet
+from better_compute.domain.ops.replay import MAX_FLEET_NODES
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.entrypoints.replay import scratch
 from better_compute.service.ops import replay
@@ -124,3 +125,12 @@ def test_a_change_naming_a_node_todays_fleet_lacks_is_refused_before_anything_is
     with pytest.raises(InvalidInput) as refused:
         replayed(store, asking("h100", 1, 1), {"removeNodes": ["n-1", "n-9"]})
     assert refused.value.message == "fleetChanges.removeNodes[1]: node n-9 is not in the replayed fleet"
+
+
+def test_the_replayed_fleets_node_limit_holds_after_the_changes(store: Store) -> None:
+    """Today's 2 nodes and 1,999 added are 2,001: over the 2,000 a replayed fleet may have."""
+    deployment(store)
+    many = {"addNodes": [{"name": "x", "cluster": "c1", "replicas": MAX_FLEET_NODES - 1, "gpus": H100}]}
+    with pytest.raises(InvalidInput) as refused:
+        replayed(store, asking("h100", 1, 1), many)
+    assert refused.value.message == f"a replayed fleet has at most {MAX_FLEET_NODES} nodes; this one has 2001"
