@@ -213,6 +213,14 @@ def replay(
     fleet: Annotated[
         Path | None, typer.Option("--fleet", help="A fleet file (JSON or YAML); left out: today's fleet.")
     ] = None,
+    fleet_changes: Annotated[
+        Path | None,
+        typer.Option(
+            "--fleet-changes",
+            help="Nodes added or removed, pools changed or added (JSON or YAML), laid over the fleet"
+            " before every run (docs/replay.md#fleet-changes).",
+        ),
+    ] = None,
     policy: Annotated[
         Path | None,
         typer.Option("--policy", help="Changes to today's policy set (JSON or YAML); left out: today's."),
@@ -279,6 +287,7 @@ def replay(
     files = {
         "demand": _read(demand, "--demand"),
         "fleet": _read(fleet, "--fleet"),
+        "fleet_changes": _read(fleet_changes, "--fleet-changes"),
         "policy": _read(policy, "--policy"),
         "against": _read(against, "--against"),
     }
@@ -323,6 +332,7 @@ def replay(
             "until": "--until",
             "demand": "--demand",
             "fleet": "--fleet",
+            "fleetChanges": "--fleet-changes",
             "policy": "--policy",
             "against": "--against",
         },

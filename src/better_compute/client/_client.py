@@ -1587,12 +1587,22 @@ class Replay(_Resource):
         fleet: JsonObject | None = None,
         policy: JsonObject | None = None,
         against: JsonObject | None = None,
+        fleet_changes: JsonObject | None = None,
     ) -> ReplayReport:
         """Replay `[since, until)` (admin only): `demand` (a demand file's object; None: the
-        deployment's own history) over `fleet` (a fleet file's object; None: today's) under today's
-        policy set with `policy`'s changes, and with `against`'s beside it (docs/replay.md)."""
+        deployment's own history) over `fleet` (a fleet file's object; None: today's) with
+        `fleet_changes` laid over it, under today's policy set with `policy`'s changes, and with
+        `against`'s beside it (docs/replay.md)."""
         request = ReplayRun.model_validate(
-            _fields(since=since, until=until, demand=demand, fleet=fleet, policy=policy, against=against)
+            _fields(
+                since=since,
+                until=until,
+                demand=demand,
+                fleet=fleet,
+                fleet_changes=fleet_changes,
+                policy=policy,
+                against=against,
+            )
         )
         return self._compute._typed("replay.run", request, ReplayReport, timeout=REPLAY_CLIENT_TIMEOUT_S)
 

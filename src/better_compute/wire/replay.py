@@ -17,6 +17,10 @@ class ReplayRun(WireRequest):
     - `demand`: a demand file's object (`{"requests": [...]}`, at most 5,000 requests, scale steps
       counted); left out: this deployment's own history in the window, from its event log and ledger.
     - `fleet`: a fleet file's object (at most 2,000 nodes); left out: today's fleet.
+    - `fleetChanges`: changes laid over that fleet before every run, in the fleet file's own terms
+      (`addNodes`, each naming its `cluster` and optionally the `pool` it joins; `removeNodes`, node
+      names; `pools`, changing the pool of that name or adding one; `clusters`, added): at most 500
+      entries, and the fleet after them still at most 2,000 nodes (docs/replay.md#fleet-changes).
     - `policy`: changes laid over today's policy set (`priorityClasses`, `quotas`, `policies`,
       `prices`; at most 500 entries); left out: today's, unchanged.
     - `against`: a second set of changes, replayed beside `policy`, with the differences.
@@ -27,6 +31,7 @@ class ReplayRun(WireRequest):
     until: datetime
     demand: dict[str, Any] | None = None
     fleet: dict[str, Any] | None = None
+    fleet_changes: dict[str, Any] | None = None
     policy: dict[str, Any] | None = None
     against: dict[str, Any] | None = None
 

@@ -31,6 +31,7 @@ def run_replay(body: ReplayRun, principal: PrincipalDep, services: ServicesDep) 
         fleet=body.fleet,
         policy=body.policy,
         against=body.against,
+        fleet_changes=body.fleet_changes,
     )
     return replay_report(report)
 

@@ -114,9 +114,12 @@ _KEYS: dict[str, frozenset[str]] = {
 }
 """The keys each part of a fleet file may have: a misspelt key (`ownerquota`, `migLayot`) is refused
 rather than ignored, since ignoring it silently drops what the operator meant."""
+NODE_KEYS = _KEYS["node"]
+"""The keys a node entry may have (a replay's added node takes these, and where it goes)."""
 
 
-def _mapping(raw: Any, kind: str, where: str) -> Mapping[str, Any]:
+def read_mapping(raw: Any, kind: str, where: str) -> Mapping[str, Any]:
+    """`raw` as one part (`kind`) of a fleet file at `where`, its keys checked against `_KEYS`."""
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"{where} must be a mapping", {"field": where})
     unknown = sorted(str(k) for k in raw if k not in _KEYS[kind])
@@ -194,36 +197,20 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     """The fleet file as validated values; every refusal names the node or pool at fault."""
     if not isinstance(raw, Mapping):
         raise InvalidInput("a fleet file is a mapping with clusters, pools and tenants")
-    _mapping(raw, "fleet", "")
+    read_mapping(raw, "fleet", "")
     generic = _generic_models(raw.get("gpuModels"))
     tenants: list[TenantSpec] = []
     for i, t in enumerate(_list(raw.get("tenants"), "tenants")):
         where = f"tenants[{i}]"
-        tenant = _mapping(t, "tenant", where)
+        tenant = read_mapping(t, "tenant", where)
         tid = _id(tenant, "id", where)
         tenants.append(TenantSpec(id=tid, name=check_name(str(tenant.get("name", tid)), f"{where}.name")))
     clusters: list[ClusterSpec] = []
     nodes: list[NodeSpec] = []
     for i, c in enumerate(_list(raw.get("clusters"), "clusters")):
-        where = f"clusters[{i}]"
-        cluster_raw = _mapping(c, "cluster", where)
-        name = _id(cluster_raw, "name", where)
-        slurm_raw = cluster_raw.get("slurm")
-        slurm_spec = None if slurm_raw is None else _mapping(slurm_raw, "slurm", f"{where}.slurm")
-        kind, slurm = check_cluster_kind(cluster_raw.get("kind", LOCAL), slurm_spec, where)
-        clusters.append(
-            ClusterSpec(
-                name=name,
-                region=check_name(str(_req(cluster_raw, "region", where)), f"{where}.region"),
-                residency=tuple(str(r) for r in _list(cluster_raw.get("residency"), f"{where}.residency")),
-                kind=kind,
-                slurm=slurm,
-            )
-        )
-        for j, n in enumerate(_list(cluster_raw.get("nodes"), f"{where}.nodes")):
-            nwhere = f"{where}.nodes[{j}]"
-            with _at(_name(n, "node"), nwhere):
-                nodes.extend(_node_specs(_mapping(n, "node", nwhere), name, nwhere, generic))
+        cluster, its_nodes = cluster_spec(c, f"clusters[{i}]", generic)
+        clusters.append(cluster)
+        nodes.extend(its_nodes)
     seen_names: set[str] = set()
     for spec in nodes:
         if spec.name in seen_names:
@@ -238,7 +225,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     for i, p in enumerate(_list(raw.get("pools"), "pools")):
         where = f"pools[{i}]"
         with _at(_name(p, "pool"), where):
-            pools.append(_pool_spec(_mapping(p, "pool", where), where, by_name, seen_nodes, generic))
+            pools.append(pool_spec(read_mapping(p, "pool", where), where, by_name, seen_nodes, generic))
     return FleetSpec(
         tenants=tuple(tenants),
         clusters=tuple(clusters),
@@ -247,6 +234,31 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
         device_classes=_device_classes(raw.get("deviceClasses")),
         generic_models=tuple(generic.values()),
     )
+
+
+def cluster_spec(
+    raw: object, where: str, generic: Mapping[str, catalog.GpuModel]
+) -> tuple[ClusterSpec, list[NodeSpec]]:
+    """One entry of a fleet file's `clusters` (at `where`) and the nodes it lists, `replicas`
+    expanded; a replay's fleet changes add a cluster through it too (`fleet_changes`)."""
+    cluster_raw = read_mapping(raw, "cluster", where)
+    name = _id(cluster_raw, "name", where)
+    slurm_raw = cluster_raw.get("slurm")
+    slurm_spec = None if slurm_raw is None else read_mapping(slurm_raw, "slurm", f"{where}.slurm")
+    kind, slurm = check_cluster_kind(cluster_raw.get("kind", LOCAL), slurm_spec, where)
+    cluster = ClusterSpec(
+        name=name,
+        region=check_name(str(_req(cluster_raw, "region", where)), f"{where}.region"),
+        residency=tuple(str(r) for r in _list(cluster_raw.get("residency"), f"{where}.residency")),
+        kind=kind,
+        slurm=slurm,
+    )
+    nodes: list[NodeSpec] = []
+    for j, n in enumerate(_list(cluster_raw.get("nodes"), f"{where}.nodes")):
+        nwhere = f"{where}.nodes[{j}]"
+        with _at(_name(n, "node"), nwhere):
+            nodes.extend(node_specs(read_mapping(n, "node", nwhere), name, nwhere, generic))
+    return cluster, nodes
 
 
 MAX_GENERIC_MODELS = 64
@@ -269,7 +281,7 @@ def _generic_models(raw: Any) -> dict[str, catalog.GpuModel]:
     found: dict[str, catalog.GpuModel] = {}
     for i, g in enumerate(items):
         where = f"gpuModels[{i}]"
-        item = _mapping(g, "gpuModel", where)
+        item = read_mapping(g, "gpuModel", where)
         name = check_name(str(_req(item, "name", where)), f"{where}.name")
         if catalog.find_model(name) is not None:
             raise InvalidInput(
@@ -302,7 +314,7 @@ def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
     for i, d in enumerate(_list(raw, "deviceClasses")):
         where = f"deviceClasses[{i}]"
         with _at(_name(d, "device class"), where):
-            item = _mapping(d, "deviceClass", where)
+            item = read_mapping(d, "deviceClass", where)
             spec = parse_spec(item.get("name"), item.get("class"), item.get("selector"), where)
         if spec.name in found:
             raise InvalidInput(
@@ -312,11 +324,11 @@ def _device_classes(raw: Any) -> tuple[DeviceClassSpec, ...]:
     return tuple(found.values())
 
 
-def _node_specs(
+def node_specs(
     node: Mapping[str, Any], cluster: str, where: str, generic: Mapping[str, catalog.GpuModel]
 ) -> list[NodeSpec]:
     base = _id(node, "name", where)
-    gpus = _mapping(_req(node, "gpus", where), "gpus", f"{where}.gpus")
+    gpus = read_mapping(_req(node, "gpus", where), "gpus", f"{where}.gpus")
     named = str(_req(gpus, "model", f"{where}.gpus"))
     model = generic[named] if named in generic else catalog.get_model(named)
     count = _int(gpus, "count", 8, f"{where}.gpus")
@@ -354,7 +366,7 @@ def _host(raw: Any, where: str) -> tuple[int | None, int | None]:
     64 TiB; the memory is kept in MiB."""
     if raw is None:
         return None, None
-    host = _mapping(raw, "host", where)
+    host = read_mapping(raw, "host", where)
     cores = _int(host, "cpuCores", 1, where) if "cpuCores" in host else None
     memory = _int(host, "memoryGiB", 1, where) if "memoryGiB" in host else None
     if cores is not None and cores > MAX_HOST_CPU_CORES:
@@ -368,7 +380,7 @@ def _host(raw: Any, where: str) -> tuple[int | None, int | None]:
     return cores, None if memory is None else memory * 1024
 
 
-def _pool_spec(
+def pool_spec(
     pool: Mapping[str, Any],
     where: str,
     by_name: Mapping[str, NodeSpec],

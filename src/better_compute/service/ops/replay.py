@@ -48,6 +48,7 @@ from better_compute.domain.ops.fleet import (
     TenantSpec,
     parse_fleet,
 )
+from better_compute.domain.ops.fleet_changes import apply_fleet_changes, parse_fleet_changes
 from better_compute.domain.ops.replay import (
     Ask,
     Demand,
@@ -1178,13 +1179,16 @@ def replay(
     fleet: object = None,
     policy: object = None,
     against: object = None,
+    fleet_changes: object = None,
 ) -> Report:
     """`replay.run` (admin): replay `demand` (None: this deployment's own history in the window)
     over `fleet` (None: today's) under today's policy set with `policy`'s changes, and, when
-    `against` is given, again with its changes instead. The deployment's store is only read."""
+    `against` is given, again with its changes instead; `fleet_changes` (nodes, pools, clusters)
+    are laid over the fleet before both runs. The deployment's store is only read."""
     require_admin(principal, "replay.run")
     window = check_window(since, until)
     spec = today_fleet(store) if fleet is None else _fleet_file(fleet)
+    spec = apply_fleet_changes(spec, parse_fleet_changes(fleet_changes))
     check_fleet_size(len(spec.nodes))
     changes = parse_policy_set(policy, "policy")
     other = None if against is None else parse_policy_set(against, "against")
