@@ -90,17 +90,17 @@ def test_removing_a_node_makes_a_request_that_fitted_wait_and_adding_one_makes_i
 def test_cutting_a_pool_into_mig_instances_grants_a_request_for_them_that_was_refused(store: Store) -> None:
     """acme's `big` asks at 9:00 for 4 replicas of one 3g.40gb instance each. Today p1 is
     exclusive: there is no MIG instance anywhere, so no replica is ever placed and the request is
-    refused: 4 devices for 3 h short, each counted a whole GPU, since the fleet has no instance to
-    give its share (12 GPU-h). With p1 changed to a mig pool cut `all-3g.40gb` (two 3g.40gb
-    instances on each of its 8 H100s) and its owner's row for them (`ownerQuota`, as a fleet
-    file's mig pool has), all 4 are placed at 9:00: each instance is half its GPU, so 4 x 0.5 x 3 h = 6
-    GPU-h, with no wait."""
+    refused: 4 devices for 3 h short, each counted as the 3g.40gb profile's share of an H100 (3 of
+    its 7 compute slices), 4 x 3/7 x 3 h = 36/7 GPU-h. With p1 changed to a mig pool cut
+    `all-3g.40gb` (two 3g.40gb instances on each of its 8 H100s) and its owner's row for them
+    (`ownerQuota`, as a fleet file's mig pool has), all 4 are placed at 9:00: the same 36/7 GPU-h
+    granted, with no wait."""
     deployment(store)
     demand = asking("h100-3g", 1, 4)
 
     today = replayed(store, demand, None).tenants["acme"]
     assert (today.refused_requests, today.gpu_hours_granted) == (1, 0.0)
-    assert today.gpu_hours_refused == {"insufficient_capacity": 12.0}
+    assert today.gpu_hours_refused == {"insufficient_capacity": pytest.approx(36 / 7, abs=1e-6)}
 
     mig_pool = {
         "name": "p1",
@@ -110,12 +110,8 @@ def test_cutting_a_pool_into_mig_instances_grants_a_request_for_them_that_was_re
     }
     cut = {"pools": [mig_pool]}
     mig = replayed(store, demand, cut).tenants["acme"]
-    assert (mig.refused_requests, mig.gpu_hours_granted, mig.gpu_hours_refused, mig.wait_p50_s) == (
-        0,
-        6.0,
-        {},
-        0.0,
-    )
+    assert (mig.refused_requests, mig.gpu_hours_refused, mig.wait_p50_s) == (0, {}, 0.0)
+    assert mig.gpu_hours_granted == pytest.approx(36 / 7, abs=1e-6)
 
 
 def test_a_change_naming_a_node_todays_fleet_lacks_is_refused_before_anything_is_replayed(
