@@ -258,3 +258,41 @@ def test_a_generic_model_cannot_be_cut_into_mig_nor_shadow_a_catalog_model() -> 
     misspelt["gpuModels"][0] = {"name": "T4", "memoryGib": 16}
     with pytest.raises(DomainError, match="memoryGib"):
         parse_fleet(misspelt)
+
+
+@pytest.mark.parametrize(
+    ("key", "place", "value", "limit"),
+    [
+        ("replicas", "node", 1_000_000_000, "100,000"),
+        ("count", "gpus", 33, "32"),
+        ("numaNodes", "node", 65, "64"),
+    ],
+)
+def test_a_fleet_files_replicas_and_counts_are_refused_past_their_limit_before_any_node_is_made(
+    key: str, place: str, value: int, limit: str
+) -> None:
+    """A `replicas` of a billion (a replay's fleet file is sent by a client) is refused as read,
+    not after a billion nodes were made."""
+
+    def change(f: dict[str, Any]) -> None:
+        target = f["clusters"][0]["nodes"][0]
+        (target if place == "node" else target["gpus"])[key] = value
+
+    with pytest.raises(DomainError) as refused:
+        parse_fleet(changed(change))
+    assert refused.value.code == "INVALID_INPUT"
+    assert f"{key} must be at most {limit}, not {value:,}" in refused.value.message
+
+
+def test_a_fleet_file_describes_at_most_100000_nodes_counted_across_its_entries() -> None:
+    def many(f: dict[str, Any]) -> None:
+        entry = f["clusters"][0]["nodes"][0]
+        f["clusters"][0]["nodes"] = [
+            {**entry, "name": "a", "replicas": 60_000},
+            {**entry, "name": "b", "replicas": 40_001},
+        ]
+        f["pools"][0]["nodes"] = ["a-1"]
+
+    with pytest.raises(DomainError) as refused:
+        parse_fleet(changed(many))
+    assert refused.value.message.endswith("a fleet file describes at most 100,000 nodes (replicas counted)")

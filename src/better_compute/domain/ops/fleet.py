@@ -161,14 +161,39 @@ def _id(raw: Mapping[str, Any], key: str, where: str) -> str:
     return check_ref(str(_req(raw, key, where)), f"{where}.{key}")
 
 
-def _int(raw: Mapping[str, Any], key: str, default: int, where: str) -> int:
-    """A whole number of at least 1: `true` and `"3"` are refused, not read as 1 and 3."""
+def _int(raw: Mapping[str, Any], key: str, default: int, where: str, most: int | None = None) -> int:
+    """A whole number of at least 1 (and at most `most`): `true` and `"3"` are refused, not read
+    as 1 and 3."""
     value = raw.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise InvalidInput(
             f"{where}: {key} must be an integer of at least 1, not {value!r}", {"field": f"{where}.{key}"}
         )
+    if most is not None and value > most:
+        raise InvalidInput(
+            f"{where}: {key} must be at most {most:,}, not {value:,}",
+            {"field": f"{where}.{key}", "limit": most},
+        )
     return value
+
+
+MAX_FLEET_FILE_NODES = 100_000
+"""The most nodes a fleet file describes, `replicas` expanded: ten times the 10,000 nodes
+`bench/ingest.py` loads. Counted as the file is read, so a `replicas` of a billion is refused
+before a node is made."""
+MAX_NODE_GPUS = 32
+"""The most GPUs a fleet file's node has: what the driver numbers on one machine
+(`/dev/nvidia0` to `/dev/nvidia31`)."""
+MAX_NUMA_NODES = 64
+"""The most NUMA nodes a fleet file's node has."""
+
+
+def _check_room(made: int, where: str) -> None:
+    if made > MAX_FLEET_FILE_NODES:
+        raise InvalidInput(
+            f"{where}: a fleet file describes at most {MAX_FLEET_FILE_NODES:,} nodes (replicas counted)",
+            {"field": where, "limit": MAX_FLEET_FILE_NODES},
+        )
 
 
 def _bool(raw: Mapping[str, Any], key: str, default: bool, where: str) -> bool:
@@ -208,7 +233,7 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
     clusters: list[ClusterSpec] = []
     nodes: list[NodeSpec] = []
     for i, c in enumerate(_list(raw.get("clusters"), "clusters")):
-        cluster, its_nodes = cluster_spec(c, f"clusters[{i}]", generic)
+        cluster, its_nodes = cluster_spec(c, f"clusters[{i}]", generic, MAX_FLEET_FILE_NODES - len(nodes))
         clusters.append(cluster)
         nodes.extend(its_nodes)
     seen_names: set[str] = set()
@@ -237,10 +262,11 @@ def parse_fleet(raw: Mapping[str, Any]) -> FleetSpec:
 
 
 def cluster_spec(
-    raw: object, where: str, generic: Mapping[str, catalog.GpuModel]
+    raw: object, where: str, generic: Mapping[str, catalog.GpuModel], room: int = MAX_FLEET_FILE_NODES
 ) -> tuple[ClusterSpec, list[NodeSpec]]:
     """One entry of a fleet file's `clusters` (at `where`) and the nodes it lists, `replicas`
-    expanded; a replay's fleet changes add a cluster through it too (`fleet_changes`)."""
+    expanded, at most `room` of them; a replay's fleet changes add a cluster through it too
+    (`fleet_changes`)."""
     cluster_raw = read_mapping(raw, "cluster", where)
     name = _id(cluster_raw, "name", where)
     slurm_raw = cluster_raw.get("slurm")
@@ -258,6 +284,7 @@ def cluster_spec(
         nwhere = f"{where}.nodes[{j}]"
         with _at(_name(n, "node"), nwhere):
             nodes.extend(node_specs(read_mapping(n, "node", nwhere), name, nwhere, generic))
+        _check_room(len(nodes) + MAX_FLEET_FILE_NODES - room, nwhere)
     return cluster, nodes
 
 
@@ -331,12 +358,12 @@ def node_specs(
     gpus = read_mapping(_req(node, "gpus", where), "gpus", f"{where}.gpus")
     named = str(_req(gpus, "model", f"{where}.gpus"))
     model = generic[named] if named in generic else catalog.get_model(named)
-    count = _int(gpus, "count", 8, f"{where}.gpus")
+    count = _int(gpus, "count", 8, f"{where}.gpus", MAX_NODE_GPUS)
     layout = gpus.get("migLayout")
     if layout is not None:
         layouts.validate(str(layout), model)
-    replicas = _int(node, "replicas", 1, where)
-    numa_nodes = _int(node, "numaNodes", 2 if count >= 4 else 1, where)
+    replicas = _int(node, "replicas", 1, where, MAX_FLEET_FILE_NODES)
+    numa_nodes = _int(node, "numaNodes", 2 if count >= 4 else 1, where, MAX_NUMA_NODES)
     nvlink = _bool(node, "nvlink", count > 1, where)
     carries = _bool(node, "carriesPoolLayout", True, where)
     cores, memory = _host(node.get("host"), f"{where}.host")
