@@ -60,8 +60,20 @@ def test_slots_are_their_free_share_and_a_taken_parent_frees_nothing() -> None:
 
 def test_mig_instances_are_their_compute_slices_over_the_models() -> None:
     atoms = mig_gpu("m1", "n1", ["3g.40gb", "2g.20gb", "2g.20gb"])
-    # the 3g.40gb booked: two free 2g.20gb are 4/7 of an H100 = 571 milli
-    assert free_milli_by_node(pool_shape(atoms), {"m1/mig:3g.40gb@0"}) == [[571]]
+    # the 3g.40gb booked: two free 2g.20gb, each 2/7 of an H100 = 286 milli, each usable only whole
+    assert free_milli_by_node(pool_shape(atoms), {"m1/mig:3g.40gb@0"}) == [[(286, 286)]]
+    assert free_milli_by_node(pool_shape(atoms), set()) == [[(429, 286, 286)]]
+
+
+def test_two_free_small_mig_instances_are_fragments_for_a_task_of_their_sum() -> None:
+    """Regression: free MIG instances were summed into one free share, so two free 2g.20gb (572
+    milli) looked usable by a 3g.40gb task (429) that cannot be placed on them."""
+    shape = pool_shape(mig_gpu("m1", "n1", ["3g.40gb", "2g.20gb", "2g.20gb"]))
+    taken = {"m1/mig:3g.40gb@0"}
+    assert pool_fragmentation(shape, taken, [(TaskShape(milli=429), 1.0)]) == 1.0
+    assert pool_fragmentation(shape, taken, [(TaskShape(milli=286), 1.0)]) == 0.0
+    # Half 3g, half 2g tasks: the 572 free is stranded half the time.
+    assert pool_fragmentation(shape, taken, [(TaskShape(milli=429), 1.0), (TaskShape(milli=286), 1.0)]) == 0.5
 
 
 def test_held_shapes_become_task_shapes() -> None:

@@ -25,15 +25,46 @@ GPU), so they do not weigh in the expectation.
 
 Capacities are in milli-GPUs (thousandths of one GPU), the unit the paper and Alibaba's trace use:
 integers, so sums are exact. Pure: no I/O, nothing but the standard library.
+
+MIG, which the paper does not cover: a GPU split into MIG instances is not one free share but
+several, each usable only whole (two free 1g instances do not make the 2g a task asks for). Such a
+GPU's free capacity is given as its free instances' sizes (`Pieces`); a task can use an instance at
+least its share (a whole-GPU task: a free instance of the whole GPU), and every smaller free
+instance is a fragment for it. A GPU given as one number (not split, or split into slots, which a
+task takes as many of on one GPU as it needs) is one piece, as in the paper.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 WHOLE = 1000
 """Milli-GPUs in one GPU."""
+
+Pieces = tuple[int, ...]
+"""A MIG GPU's free capacity: the size (milli-GPUs) of each free instance, each usable only whole."""
+
+Free = int | Pieces
+"""One GPU's free capacity: milli-GPUs (one piece), or a MIG GPU's free instances."""
+
+
+def free_of(gpu: Free) -> int:
+    """All the free capacity of one GPU, in milli-GPUs."""
+    return gpu if isinstance(gpu, int) else sum(gpu)
+
+
+def _wholly_free(gpu: Free) -> bool:
+    return gpu >= WHOLE if isinstance(gpu, int) else any(p >= WHOLE for p in gpu)
+
+
+def _too_small(gpu: Free, milli: int) -> int:
+    """The free capacity of one GPU a share of `milli` cannot use: all of one piece smaller than it;
+    a MIG GPU's instances smaller than it."""
+    if isinstance(gpu, int):
+        return gpu if gpu < milli else 0
+    return sum(p for p in gpu if p < milli)
 
 
 @dataclass(frozen=True)
@@ -61,32 +92,45 @@ class TaskShape:
         return self.gpus * WHOLE if self.gpus else self.milli
 
 
-def task_fragmentation(free_milli: Sequence[int], task: TaskShape, model: str | None = None) -> int:
+def task_fragmentation(free_milli: Sequence[Free], task: TaskShape, model: str | None = None) -> int:
     """The free capacity (milli-GPUs) of a node with these free GPUs that `task` cannot use; a node
     of a `model` the task does not run on cannot run it at all."""
-    total = sum(free_milli)
+    if all(isinstance(free, int) for free in free_milli):  # the paper's case, and the hot path
+        plain = cast(Sequence[int], free_milli)
+        total = sum(plain)
+        if task.models and model is not None and model not in task.models:
+            return total
+        if task.gpus:
+            whole = sum(1 for free in plain if free >= WHOLE)
+            if whole < task.gpus:
+                return total
+            return sum(free for free in plain if free < WHOLE)
+        # A share: a GPU with less than the share free is a fragment; when every GPU is such, the
+        # node cannot run the task and everything is a fragment, which is the same sum.
+        return sum(free for free in plain if free < task.milli)
+    total = sum(free_of(free) for free in free_milli)
     if task.models and model is not None and model not in task.models:
         return total
     if task.gpus:
-        whole = sum(1 for free in free_milli if free >= WHOLE)
-        if whole < task.gpus:
+        if sum(1 for free in free_milli if _wholly_free(free)) < task.gpus:
             return total
-        return sum(free for free in free_milli if free < WHOLE)
-    # A share: a GPU with less than the share free is a fragment; when every GPU is such, the node
-    # cannot run the task and everything is a fragment, which is the same sum.
-    return sum(free for free in free_milli if free < task.milli)
+        return sum(free_of(free) for free in free_milli if not _wholly_free(free))
+    # A share: each piece smaller than it is a fragment (when every piece is, the node cannot run
+    # the task and everything is a fragment, which is the same sum).
+    return sum(_too_small(free, task.milli) for free in free_milli)
 
 
 def node_fragmentation(
-    free_milli: Sequence[int], demand: Sequence[tuple[TaskShape, float]], model: str | None = None
+    free_milli: Sequence[Free], demand: Sequence[tuple[TaskShape, float]], model: str | None = None
 ) -> float:
     """Expected free GPU capacity (milli-GPUs) of one node that a task drawn from `demand` cannot use.
 
-    `free_milli` holds each GPU's free capacity (0..1000); `demand` pairs task shapes with their
-    popularity (any non-negative weights; they are normalised). No demand, or no weight: 0.0.
-    `model`, the node's GPU model, matters only to shapes that name the models they run on: on a
-    node of another model, all its free capacity is a fragment for them (the paper's "the task
-    cannot run on the node"). None: every shape may run on the node.
+    `free_milli` holds each GPU's free capacity (0..1000, or a MIG GPU's free instances);
+    `demand` pairs task shapes with their popularity (any non-negative weights; they are
+    normalised). No demand, or no weight: 0.0. `model`, the node's GPU model, matters only to
+    shapes that name the models they run on: on a node of another model, all its free capacity is
+    a fragment for them (the paper's "the task cannot run on the node"). None: every shape may run
+    on the node.
     """
     weight = sum(w for _, w in demand if w > 0)
     if weight <= 0:
@@ -95,14 +139,14 @@ def node_fragmentation(
 
 
 def fragmentation_share(
-    nodes: Sequence[Sequence[int]],
+    nodes: Sequence[Sequence[Free]],
     demand: Sequence[tuple[TaskShape, float]],
     models: Sequence[str | None] | None = None,
 ) -> float:
     """Sum of node_fragmentation over nodes / total free milli; 0.0 when nothing is free.
 
     `models[i]`, when given, is node i's GPU model (see `node_fragmentation`)."""
-    free = sum(sum(gpus) for gpus in nodes)
+    free = sum(free_of(gpu) for gpus in nodes for gpu in gpus)
     if free <= 0:
         return 0.0
     named = models if models is not None else [None] * len(nodes)

@@ -8,11 +8,14 @@ says what share of a GPU an atom is (`domain.fleet.shares.share`, what every boo
 - a GPU not split, free: 1000; booked, changing or unhealthy: 0;
 - a GPU split into slots: 1000 x (free slots / slots), e.g. 3 of 4 time-slice slots free: 750 (an MPS
   slot is its `mpsUnits` / 100, as it is billed);
-- a GPU split into MIG instances: its free instances' compute slices over the model's (the
-  catalog's; 7 for a model it does not know), e.g. a free 3g.40gb and 1g.10gb on an H100: 571.
-  Compute not cut into an instance is not free: no booking can take it without a new layout.
+- a GPU split into MIG instances: each free instance apart, as its compute slices over the
+  model's (the catalog's; 7 for a model it does not know), e.g. a free 3g.40gb and 1g.10gb on an
+  H100: (429, 143), since a task takes one instance whole and two 1g instances are not a 2g
+  (`fragmentation.Pieces`). Compute not cut into an instance is not free: no booking can take it
+  without a new layout.
 
-A split GPU's free parts are summed, then rounded to a whole milli (at most 1000).
+A GPU's free slots are summed (a task takes as many slots of one GPU as its share needs), then
+rounded to a whole milli (at most 1000); each MIG instance is rounded on its own.
 
 A free atom is one that could be booked now: bookable, not waiting for a partition change, and not
 taken by a booking that holds it or another atom of its GPU that excludes it.
@@ -37,6 +40,7 @@ from better_compute.domain.fleet.shares import share
 from better_compute.domain.metering.metering import HeldShape
 from better_compute.domain.placement.fragmentation import (
     WHOLE,
+    Free,
     TaskShape,
     fragmentation_share,
     node_fragmentation,
@@ -64,6 +68,8 @@ class GpuParts:
 
     whole: str | None
     parts: tuple[tuple[str, float], ...] = ()
+    pieces: bool = False
+    """Whether the parts are MIG instances, each usable only whole (else slots, which add up)."""
     ids: tuple[str, ...] = field(init=False)
     """The parts' atom ids."""
     all_free: int = field(init=False)
@@ -72,6 +78,16 @@ class GpuParts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "ids", tuple(atom_id for atom_id, _ in self.parts))
         object.__setattr__(self, "all_free", milli_of(sum(part for _, part in self.parts)))
+
+    def free(self, held: Callable[[str | None], bool]) -> Free:
+        """The GPU's free capacity with the atoms `held` answers for taken."""
+        if self.whole is not None:
+            return 0 if held(self.whole) else WHOLE
+        if self.pieces:
+            return tuple(milli_of(part) for atom_id, part in self.parts if not held(atom_id))
+        if not any(map(held, self.ids)):  # most GPUs: none of its parts taken, no sum to make
+            return self.all_free
+        return milli_of(sum(part for atom_id, part in self.parts if not held(atom_id)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +107,7 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
     (`domain.fleet.shares.share`), read once per distinct kind of atom."""
     found = list(atoms)
     split = {a.gpu_id for a in found if a.cls != "gpu"}
+    mig = {a.gpu_id for a in found if a.cls == "gpu.mig"}
     shares: dict[tuple[str, tuple[str, str]], Fraction] = {}
     per_gpu: dict[tuple[str, str], tuple[list[str], list[tuple[str, float]]]] = {}
     offered: dict[TaskShape, float] = {}
@@ -117,7 +134,7 @@ def pool_shape(atoms: Iterable[Atom]) -> PoolShape:
     for (node, gpu_id), (whole, parts) in sorted(per_gpu.items()):
         gpus[node].append(gpu_id)
         if gpu_id in split:
-            nodes[node].append(GpuParts(None, tuple(parts)))
+            nodes[node].append(GpuParts(None, tuple(parts), gpu_id in mig))
         else:
             nodes[node].append(GpuParts(whole[0] if whole else None))
     names = sorted(nodes)
@@ -133,22 +150,15 @@ def _kind_key(atom: Atom) -> tuple[str, str]:
     return (atom.gpu_id, atom.key.partition("@")[0] if atom.cls == "gpu.mig" else "")
 
 
-def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[int]]:
-    """Each node's GPUs as free milli-GPUs (0..1000). `taken`: the atom ids a booking takes now, a
-    GPU's family included (`BookingIndex.taken`)."""
+def free_milli_by_node(shape: PoolShape, taken: Container[str]) -> list[list[Free]]:
+    """Each node's GPUs as free milli-GPUs (0..1000; a MIG GPU its free instances' sizes).
+    `taken`: the atom ids a booking takes now, a GPU's family included (`BookingIndex.taken`)."""
     return [_free_milli(node, taken) for node in shape.nodes]
 
 
-def _free_milli(node: tuple[GpuParts, ...], taken: Container[str]) -> list[int]:
+def _free_milli(node: tuple[GpuParts, ...], taken: Container[str]) -> list[Free]:
     held = taken.__contains__
-    return [
-        (0 if held(gpu.whole) else WHOLE)
-        if gpu.whole is not None
-        else gpu.all_free
-        if not any(map(held, gpu.ids))  # most GPUs: none of its parts taken, no sum to make
-        else milli_of(sum(part for atom_id, part in gpu.parts if not held(atom_id)))
-        for gpu in node
-    ]
+    return [gpu.free(held) for gpu in node]
 
 
 def growth_of(
@@ -164,7 +174,7 @@ def growth_of(
     its shortlist's GPUs, not the pool's). A GPU the shape does not know (its atoms came after the
     shape was derived) grows nothing: the choice then falls back to its ids."""
     asked = demand or list(shape.offered)
-    free: dict[int, list[int]] = {}
+    free: dict[int, list[Free]] = {}
 
     def growth(node: str, gpu: str, before: int, after: int) -> float:
         where = shape.gpu_at.get(gpu)
@@ -174,7 +184,7 @@ def growth_of(
         found = free.get(i)
         if found is None:
             found = free[i] = _free_milli(shape.nodes[i], taken)
-        milli = list(found)
+        milli: list[Free] = list(found)
         milli[j] = before
         was = node_fragmentation(milli, asked)
         milli[j] = after
