@@ -104,3 +104,17 @@ def test_a_node_of_a_model_the_task_does_not_run_on_is_all_fragment_for_it() -> 
     assert fragmentation_share([[1000, 300], [1000, 300]], [(t4_only, 1.0)], ["T4", "P100"]) == pytest.approx(
         1600 / 2600
     )
+
+
+def test_a_mig_gpus_free_instances_are_pieces_each_usable_only_whole() -> None:
+    """Seven free 1g instances of an H100 (143 each) are 1001 milli free, but no whole-GPU task and
+    no 2g task (286) can use any of them; a free 7g instance is a wholly free GPU."""
+    ones = tuple([143] * 7)
+    assert task_fragmentation([ones], TaskShape(gpus=1)) == 1001
+    assert task_fragmentation([ones], TaskShape(milli=286)) == 1001
+    assert task_fragmentation([ones], TaskShape(milli=143)) == 0
+    assert task_fragmentation([(1000,)], TaskShape(gpus=1)) == 0
+    # A 3g and a 1g free beside a plain GPU with 500 free: a 2g task can use the 3g and the 500, the
+    # 1g is a fragment for it.
+    assert task_fragmentation([(429, 143), 500], TaskShape(milli=286)) == 143
+    assert fragmentation_share([[(429, 143), 500]], [(TaskShape(milli=286), 1.0)]) == 143 / 1072
