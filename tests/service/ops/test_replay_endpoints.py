@@ -143,10 +143,21 @@ def test_an_endpoint_waits_for_idle_nodes_holds_them_once_cut_and_gives_them_bac
     assert done.tenants["platform"].wait_p50_s == 5400.0
 
 
+class SlowNodes(SimulatedNodes):
+    """Nodes whose daemons take their time: a node converges only once `ready` (a real node spends
+    minutes repartitioning), where a replay's converge at once."""
+
+    ready = False
+
+    def converge(self, node_id: str, now: datetime) -> None:
+        if self.ready:
+            super().converge(node_id, now)
+
+
 class Deployment:
     """A deployment as the server runs it, in miniature: the use cases the routes call, then the
     reconcilers' passes at that instant (the gate, the retrier), with the nodes' daemons simulated
-    as a replay simulates them."""
+    slower than a replay simulates them."""
 
     def __init__(self, store: Store, nodes: SimulatedNodes) -> None:
         self.now = T0
@@ -163,7 +174,7 @@ class Deployment:
 def test_replaying_a_recorded_history_with_an_endpoint_reproduces_each_requests_fate(store: Store) -> None:
     spec = parse_fleet(fleet_file())
     load_fleet(store, spec, T0)
-    nodes = SimulatedNodes(store, spec)
+    nodes = SlowNodes(store, spec)
     nodes.join(["m-1", "m-2"], T0)
     quotas.set_quota(store, ADMIN, "acme", "p1", "gpu.mig", 4, T0)
     d = Deployment(store, nodes)
@@ -177,8 +188,11 @@ def test_replaying_a_recorded_history_with_an_endpoint_reproduces_each_requests_
     d.at(at(0), reserve(at(0), at(120)))
     d.at(at(30), lambda now: endpoints.create(store, ADMIN, endpoint_body(), now))
     assert endpoints.get(store, ADMIN, "chat", at(30)).status == "Failed"
-    d.at(at(120))  # the slice ends: the retrier takes the endpoint again
-    assert endpoints.get(store, ADMIN, "chat", at(120)).status == "InService"
+    d.at(at(120))  # the slice ends: the retrier takes the endpoint again, and its nodes are cut
+    assert endpoints.get(store, ADMIN, "chat", at(120)).status == "Creating"
+    nodes.ready = True  # ten minutes later, their daemons have repartitioned them
+    d.at(at(130))
+    assert endpoints.get(store, ADMIN, "chat", at(130)).status == "InService"
     d.at(at(240), lambda now: endpoints.delete(store, ADMIN, "chat", now))
     d.at(at(270), reserve(at(270), at(300)))
 
@@ -189,6 +203,8 @@ def test_replaying_a_recorded_history_with_an_endpoint_reproduces_each_requests_
     assert isinstance(chat, EndpointAsk)
     assert (chat.at, chat.until, chat.instances(), chat.pools()) == (at(30), at(240), 2, {"p1"})
     happened = replay.recorded(store, past, window)
+    # The nodes are the endpoint's from the start of their cut (11:00), in the history as in a
+    # replay, whose nodes converge at once: the ten minutes of repartitioning are the endpoint's.
     again = replay.run(
         scratch, replay.today_fleet(store), replay.today(store), PolicySet(), past.demand, window
     )
@@ -199,7 +215,109 @@ def test_replaying_a_recorded_history_with_an_endpoint_reproduces_each_requests_
 
 def test_an_endpoint_request_without_variants_is_refused_by_name() -> None:
     bad = {"requests": [{"kind": "endpoint", "at": T0.isoformat(), "tenant": "platform", "name": "chat"}]}
-    with pytest.raises(InvalidInput, match=r"requests\[0\]\.variants must be a non-empty list"):
+    with pytest.raises(InvalidInput, match=r"requests\[0\]\.variants must list 1 to 10 variants"):
         parse_demand(bad)
     with pytest.raises(InvalidInput, match="must be workload, reservation or endpoint"):
         parse_demand({"requests": [{"kind": "notebook", "at": T0.isoformat(), "tenant": "platform"}]})
+
+
+def two_pool_fleet() -> dict[str, Any]:
+    """The fleet above, and a second mig pool of one node of 8 A100-80GBs."""
+    fleet = fleet_file()
+    fleet["clusters"][0]["nodes"].append({"name": "big", "gpus": {"model": "A100-80GB", "count": 8}})
+    fleet["pools"].append(
+        {
+            "name": "p2",
+            "cluster": "c1",
+            "mode": "mig",
+            "owner": "platform",
+            "policy": {"migLayout": "all-1g.10gb"},
+            "nodes": ["big"],
+            "ownerQuota": {"gpu": 8, "gpu.mig": 56},
+        }
+    )
+    return fleet
+
+
+def test_an_endpoints_gpu_hours_are_each_of_its_nodes_gpus() -> None:
+    """Two instances of 2 GPUs in p1 and one of 8 in p2, for an hour: 2 x 2 + 8 = 12 GPU-hours (not
+    three instances at their pools' mean)."""
+    variants = endpoint_body()["variants"] + [
+        {
+            "name": "Big",
+            "poolId": "p2",
+            "instanceCount": 1,
+            "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": LAYOUT}],
+        }
+    ]
+    asked = {"kind": "endpoint", "at": at(0), "tenant": "platform", "name": "chat", "variants": variants}
+    done = replay.run(
+        scratch,
+        parse_fleet(two_pool_fleet()),
+        replay.Today(),
+        PolicySet(),
+        parse_demand({"requests": [{**asked, "until": at(60)}]}),
+        check_window(T0, at(120)),
+    )
+    (chat,) = done.outcomes
+    assert (chat.granted_hours, chat.refused_hours, chat.wait_s) == (12.0, 0.0, 0.0)
+
+
+def test_an_endpoint_alive_at_the_windows_end_leaves_another_tenants_gpu_hours_as_they_were() -> None:
+    """acme's 1g slice holds 1/7 of a GPU for an hour whether or not an endpoint cut the pool's
+    other node to its own layout and still holds it when the window ends."""
+    fleet = parse_fleet(fleet_file())
+    window = check_window(T0, at(120))
+    slice_ = {
+        "kind": "reservation",
+        "id": "slice",
+        "at": at(0),
+        "tenant": "acme",
+        "pool": "p1",
+        "devices": [{"class": "gpu.mig", "count": 1}],
+        "end": at(60),
+    }
+    one = endpoint_body()["variants"][0] | {"instanceCount": 1}
+    chat = {"kind": "endpoint", "at": at(0), "tenant": "platform", "name": "chat", "variants": [one]}
+    policy = parse_policy_set(ACME_QUOTA)
+    alone = replay.run(scratch, fleet, replay.Today(), policy, parse_demand({"requests": [slice_]}), window)
+    beside = replay.run(
+        scratch, fleet, replay.Today(), policy, parse_demand({"requests": [slice_, chat]}), window
+    )
+    assert alone.outcomes[0].granted_hours == pytest.approx(ONE_SLICE, abs=1e-6)
+    assert beside.outcomes[0] == alone.outcomes[0]
+    assert beside.outcomes[1].granted_hours == 2 * 2.0  # its node's 2 GPUs for the 2 hours
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"until": at(30)}, r"requests\[0\]\.until \(.*\) must come after the request is made"),
+        ({"until": at(60)}, r"requests\[0\]\.until \(.*\) must come after the request is made"),
+        (
+            {"variants": [{"poolId": "p1", "instanceCount": 10**9}]},
+            r"requests\[0\]\.variants\[0\]\.instanceCount must be an integer from 1 to 64",
+        ),
+        (
+            {"variants": [{"poolId": "p1", "instanceCount": -5}]},
+            r"requests\[0\]\.variants\[0\]\.instanceCount must be an integer from 1 to 64",
+        ),
+        ({"variants": ["p1"]}, r"requests\[0\]\.variants\[0\] must be an object"),
+    ],
+)
+def test_an_endpoint_request_deleted_before_it_is_made_or_of_a_bad_count_is_refused_by_name(
+    change: dict[str, Any], message: str
+) -> None:
+    asked = {"kind": "endpoint", "at": at(60), "tenant": "platform", "name": "chat"}
+    asked |= {"variants": endpoint_body()["variants"]} | change
+    with pytest.raises(InvalidInput, match=message):
+        parse_demand({"requests": [asked]})
+
+
+def test_an_endpoints_instances_count_against_the_replays_request_limit() -> None:
+    """Each instance is a node cut and cut back through the gate: 64 instances weigh 64 requests."""
+    from better_compute.domain.ops.replay import size_of
+
+    many = endpoint_body()["variants"][0] | {"instanceCount": 64}
+    asked = {"kind": "endpoint", "at": at(0), "tenant": "platform", "name": "chat", "variants": [many]}
+    assert size_of(parse_demand({"requests": [asked]}).asks) == 64

@@ -36,6 +36,12 @@ def share(atom: Atom) -> Fraction:
     return _share(atom.cls, _hashable(atom.attributes))
 
 
+def share_of_kind(cls: str, attributes: Mapping[str, AttrValue]) -> Fraction:
+    """`share` of an atom of class `cls` with these attributes (what one of a kind of atom would
+    bill, such as an instance of a profile on a model, without the atom)."""
+    return _share(cls, _hashable(attributes))
+
+
 def _hashable(attributes: Mapping[str, AttrValue]) -> tuple[tuple[str, AttrValue], ...]:
     keys = ("sharing", "slots", "mpsUnits", "gpuModel", "migProfile")
     return tuple((k, attributes[k]) for k in keys if k in attributes)
@@ -72,4 +78,4 @@ def _mig_share(model_id: AttrValue | None, profile_name: AttrValue | None) -> Fr
     return min(Fraction(1), Fraction(int(match[1]), FALLBACK_COMPUTE_SLICES))
 
 
-__all__ = ["FALLBACK_COMPUTE_SLICES", "share"]
+__all__ = ["FALLBACK_COMPUTE_SLICES", "share", "share_of_kind"]

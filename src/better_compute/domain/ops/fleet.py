@@ -37,6 +37,10 @@ class NodeSpec:
     host_memory_mib: int | None = None
     """The host's CPU cores and memory (`host: {cpuCores, memoryGiB}`), which an endpoint's component
     copies ask for beside their partition (docs/endpoints.md#limits); None: not declared, not checked."""
+    joined: bool = True
+    """Whether the node runs a daemon (has joined): not a fleet file's key (`serve --fleet` joins
+    every node it simulates); a replay of today's fleet takes it from each node's record, since an
+    endpoint takes only joined nodes."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from better_compute.domain.endpoints.endpoints import MAX_INSTANCES, MAX_VARIANTS
 from better_compute.domain.kernel.errors import InvalidInput
 from better_compute.domain.kernel.timewin import parse_instant
 from better_compute.domain.placement.fragmentation import WHOLE, TaskShape
@@ -61,6 +62,17 @@ def _count(raw: Mapping[str, Any], key: str, where: str, default: int | None = N
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInput(f"{where}.{key} must be an integer of 0 or more", {"field": f"{where}.{key}"})
     return value
+
+
+def _after(at: datetime, then: datetime | None, field: str) -> datetime | None:
+    """`then` (None: not given), which must come after `at`: a request deleted or ended before it
+    is made would be made after its end, at the same instant or later."""
+    if then is not None and then <= at:
+        raise InvalidInput(
+            f"{field} ({then.isoformat()}) must come after the request is made ({at.isoformat()})",
+            {"field": field},
+        )
+    return then
 
 
 @dataclass(frozen=True)
@@ -149,8 +161,8 @@ class EndpointAsk:
         return {str(v.get("poolId")) for v in self.variants if isinstance(v.get("poolId"), str)}
 
     def instances(self) -> int:
-        """How many nodes it asks for in all."""
-        return sum(n for v in self.variants if isinstance(n := v.get("instanceCount"), int))
+        """How many nodes it asks for in all (each variant's count is checked when it is read)."""
+        return max(1, sum(n for v in self.variants if isinstance(n := v.get("instanceCount"), int)))
 
 
 Ask = WorkloadAsk | ReservationAsk | EndpointAsk
@@ -167,16 +179,25 @@ class Demand:
 
 
 def size_of(asks: Sequence[Ask]) -> int:
-    """What counts against MAX_REQUESTS: each request, and each of its scale and drain steps."""
-    return sum(1 + (len(a.scales) + len(a.drains) if isinstance(a, WorkloadAsk) else 0) for a in asks)
+    """What counts against MAX_REQUESTS: each request, each of a workload's scale and drain steps,
+    and each instance of an endpoint (each is a node cut twice, through the layout gate)."""
+    return sum(_size(a) for a in asks)
+
+
+def _size(ask: Ask) -> int:
+    if isinstance(ask, EndpointAsk):
+        return ask.instances()
+    if isinstance(ask, WorkloadAsk):
+        return 1 + len(ask.scales) + len(ask.drains)
+    return 1
 
 
 def check_size(asks: Sequence[Ask]) -> None:
     size = size_of(asks)
     if size > MAX_REQUESTS:
         raise InvalidInput(
-            f"a replay takes at most {MAX_REQUESTS} requests (scale and drain steps counted); this demand"
-            f" has {size}",
+            f"a replay takes at most {MAX_REQUESTS} requests (scale and drain steps, and endpoint"
+            f" instances, counted); this demand has {size}",
             {"field": "demand", "limit": MAX_REQUESTS, "given": size},
         )
 
@@ -253,7 +274,7 @@ def _ask(item: object, i: int) -> Ask:
             dict(shape),
             _count(item, "replicas", where, 1),
             priority,
-            _instant(item, "until", where, required=False),
+            _after(at, _instant(item, "until", where, required=False), f"{where}.until"),
             tuple(sorted(scales)),
             tuple(sorted(drains)),
         )
@@ -263,7 +284,8 @@ def _ask(item: object, i: int) -> Ask:
             raise InvalidInput(
                 f"{where}.devices must be a list of device lines", {"field": f"{where}.devices"}
             )
-        end = _instant(item, "end", where)
+        start = _instant(item, "start", where, required=False)
+        end = _after(start or at, _instant(item, "end", where), f"{where}.end")
         assert end is not None
         preemptible = item.get("preemptible", False)
         if not isinstance(preemptible, bool):
@@ -277,28 +299,35 @@ def _ask(item: object, i: int) -> Ask:
             _text(item, "pool", where),
             tuple(dict(d) for d in devices),
             end,
-            _instant(item, "start", where, required=False),
+            start,
             preemptible,
             _instant(item, "release", where, required=False),
         )
     if kind == "endpoint":
         variants = item.get("variants")
-        if (
-            not isinstance(variants, list)
-            or not variants
-            or not all(isinstance(v, Mapping) for v in variants)
-        ):
+        if not (isinstance(variants, list) and 1 <= len(variants) <= MAX_VARIANTS):
             raise InvalidInput(
-                f"{where}.variants must be a non-empty list of variants, as endpoints.create takes them",
+                f"{where}.variants must list 1 to {MAX_VARIANTS} variants, as endpoints.create takes them",
                 {"field": f"{where}.variants"},
             )
+        for j, v in enumerate(variants):
+            if not isinstance(v, Mapping):
+                raise InvalidInput(
+                    f"{where}.variants[{j}] must be an object", {"field": f"{where}.variants[{j}]"}
+                )
+            count = v.get("instanceCount")
+            if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_INSTANCES:
+                raise InvalidInput(
+                    f"{where}.variants[{j}].instanceCount must be an integer from 1 to {MAX_INSTANCES}",
+                    {"field": f"{where}.variants[{j}].instanceCount"},
+                )
         return EndpointAsk(
             key,
             at,
             tenant,
             _text(item, "name", where, key),
             tuple(dict(v) for v in variants),
-            _instant(item, "until", where, required=False),
+            _after(at, _instant(item, "until", where, required=False), f"{where}.until"),
         )
     raise InvalidInput(f"{where}.kind must be workload, reservation or endpoint", {"field": f"{where}.kind"})
 

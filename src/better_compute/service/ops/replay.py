@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -31,13 +31,15 @@ from decimal import Decimal
 from typing import Any, Protocol
 
 from better_compute.domain.catalog import find_model
-from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
+from better_compute.domain.fleet.shares import share as share_of
+from better_compute.domain.fleet.shares import share_of_kind
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.events import Event
 from better_compute.domain.kernel.selectors import Selector, parse_selector
 from better_compute.domain.ledger.events import ReservationCancelled, ReservationCreated, ReservationReleased
+from better_compute.domain.ledger.ledger import Booking
 from better_compute.domain.metering.billing import Price
 from better_compute.domain.ops.audience import Reader
 from better_compute.domain.ops.fleet import (
@@ -218,6 +220,7 @@ def today_fleet(store: StorePort[OpsTx]) -> FleetSpec:
                 carries_pool_layout=n.carries_pool_layout,
                 host_cpu_cores=n.host_cpu_cores,
                 host_memory_mib=n.host_memory_mib,
+                joined=n.public_key is not None,
             )
         )
     kept = {n.name for n in node_specs}
@@ -333,11 +336,13 @@ def run(
 
 
 def _join_endpoint_pools(sandbox: Sandbox, fleet: FleetSpec, demand: Demand, now: datetime) -> None:
-    """Join the nodes of the pools the demand's endpoints take nodes of: an endpoint takes only
-    nodes that run a daemon, which cuts them to its layout. The other nodes stay as the fleet
-    registered them, as a fleet file's simulated nodes are (`serve --fleet`)."""
+    """Join the nodes of the pools the demand's endpoints take nodes of that run a daemon (today's
+    nodes that have joined; a fleet file's, all: `serve --fleet` joins every node it simulates): an
+    endpoint takes only such nodes, which cut themselves to its layout. The other nodes stay as the
+    fleet registered them."""
     pools = {p for a in demand.asks if isinstance(a, EndpointAsk) for p in a.pools()}
-    nodes = sorted({n for p in fleet.pools if p.name in pools for n in p.nodes})
+    joined = {n.name for n in fleet.nodes if n.joined}
+    nodes = sorted({n for p in fleet.pools if p.name in pools for n in p.nodes if n in joined})
     if nodes:
         sandbox.nodes.join(nodes, now)
 
@@ -566,10 +571,16 @@ def reconcile_at(sandbox: Sandbox, retrier: Retrier, now: datetime) -> None:
         retrier.tick()
         if not settle(sandbox, now):
             return
+    raise InvalidState(
+        f"the replay did not settle at {now.isoformat()}: layout changes kept ending after"
+        f" {PASSES} passes of the retrier",
+        {"reason": "replay_unsettled", "at": now.isoformat()},
+    )
 
 
-PASSES = 4
-"""The most retrier passes at one instant: another only when the gate ended a layout change."""
+PASSES = 1000
+"""The most retrier passes at one instant (another runs only when the gate ended a layout change,
+which frees GPUs for it; each ends a node's change, so a fleet settles in far fewer)."""
 
 
 def settle(sandbox: Sandbox, now: datetime) -> bool:
@@ -733,8 +744,11 @@ def history(store: StorePort[OpsTx], window: Window) -> History:
             variants = event.spec.get("variants")
             if not isinstance(variants, list) or not variants:
                 continue  # logged before the event carried the endpoint's request
-            key = event.subject if event.subject not in ids else f"{event.subject}#{len(order) + 1}"
-            asks[key] = EndpointAsk(key, at, event.tenant_id, event.subject, tuple(dict(v) for v in variants))
+            key = f"endpoint:{event.subject}"
+            if key in asks:  # a name used again after its deletion
+                key = f"{key}#{len(order) + 1}"
+            kept = tuple(dict(v) for v in variants if isinstance(v, Mapping))
+            asks[key] = EndpointAsk(key, at, event.tenant_id, event.subject, kept)
             ids[key] = event.subject
             open_endpoints[event.subject] = key
             order.append(key)
@@ -864,12 +878,14 @@ def measure(
             if isinstance(a, ReservationAsk) and sid is not None
         }
         device_classes = {d.name: d for d in tx.device_classes.all()}
-    per_node = _gpus_per_node(store, {p for a, _, _ in asks if isinstance(a, EndpointAsk) for p in a.pools()})
+    gpus, per_pool = _gpus_of_nodes(
+        store, {p for a, _, _ in asks if isinstance(a, EndpointAsk) for p in a.pools()}
+    )
     for ask, sid, refused in asks:
         if isinstance(ask, EndpointAsk):
-            share = _mean([per_node.get(p, 0.0) for p in sorted(ask.pools())]) or 1.0
+            share = _per_instance(ask, per_pool)
             outcomes.append(
-                _endpoint_outcome(store, ask, sid, took.get(sid or "", []), share, window)
+                _endpoint_outcome(ask, took.get(sid or "", []), gpus, share, window)
                 if sid is not None
                 else _refused(ask, refused, share, window)
             )
@@ -898,11 +914,13 @@ def measure(
                 continue
             end = min(r.ends_at or window.until, window.until)
             hours = max(0.0, (end - max(r.starts_at, window.since)).total_seconds() / 3600)
+            with store.read() as tx:
+                held = shares.held(tx.ledger.allocation_bookings(r.id))
             outcomes.append(
                 Outcome(
                     ask.key,
                     ask.tenant,
-                    granted_hours=round(hours * share, 6),
+                    granted_hours=round(hours * (held or share), 6),
                     wait_s=0.0,
                     preempted=preempted.get(r.id, 0),
                 )
@@ -937,63 +955,72 @@ def _refused(ask: Ask, reason: str | None, share: float, window: Window) -> Outc
 
 
 def _endpoint_outcome(
-    store: StorePort[OpsTx],
     ask: EndpointAsk,
-    name: str,
     took: Sequence[tuple[datetime, tuple[str, ...]]],
-    share: float,
+    gpus: Mapping[str, int],
+    per_instance: float,
     window: Window,
 ) -> Outcome:
-    """An endpoint's outcome, from its hold on each node it took (`endpoint:<name>:<node>` in the
-    ledger, from the moment the node was cut to its layout until it was deleted): it asked for its
-    variants' instances from its ask until its deletion, held the nodes it had cut meanwhile (each
-    node `share` GPUs, its pools' mean), and waited until it held them all."""
-    since = ask.at
-    until = ask.until
-    nodes = sorted({n for at, taken in took if at >= since and (until is None or at < until) for n in taken})
-    held: dict[str, list[tuple[datetime, int]]] = {}
-    with store.read() as tx:
-        for node in nodes:
-            spans = [
-                b.span
-                for b in tx.ledger.allocation_bookings(endpoint_allocation_id(name, node))
-                if b.span.start >= since and (until is None or b.span.start < until)
-            ]
-            points: list[tuple[datetime, int]] = []
-            for start, end in _union((w.start, w.end) for w in spans):
-                points.append((start, 1))
-                if end is not None:
-                    points.append((end, 0))
-            held[node] = points
-    wanted = [(ask.at, ask.instances())] + ([(until, 0)] if until is not None else [])
-    done = _workload_outcome(ask, name, None, wanted, held, share, window)
-    reason = "insufficient_capacity" if done.refused_hours > 0 else None
-    return replace(done, refused_reason=reason)
+    """An endpoint's outcome: it asked for its variants' instances from its ask until its deletion,
+    and held each node it took (`endpoint.created` or `endpoint.updated` naming its `nodes`) from
+    that moment until its deletion: the node is the endpoint's from the start of its cut, whatever
+    minutes its daemon takes to repartition it, so a history and its replay count the same. Its
+    GPU-hours are each node's GPUs (`gpus`) while held; it waited until it held all its instances;
+    what it was short is refused as `insufficient_capacity`, each instance `per_instance` GPUs."""
+    end = min(ask.until or window.until, window.until)
+    first: dict[str, datetime] = {}
+    for at, nodes in took:
+        if ask.at <= at < end:
+            for node in nodes:
+                first.setdefault(node, at)
+    since = max(ask.at, window.since)
+    granted = sum(
+        gpus.get(node, 0) * max(0.0, (end - max(at, since)).total_seconds()) / 3600
+        for node, at in first.items()
+    )
+    wanted = ask.instances()
+    starts = sorted(first.values())
+    short = 0.0
+    last, held = since, 0
+    for at in [*starts, end]:
+        moment = min(max(at, since), end)
+        short += max(0, wanted - held) * (moment - last).total_seconds() / 3600
+        last, held = moment, held + 1
+    waited = (starts[wanted - 1] - ask.at).total_seconds() if len(starts) >= wanted else None
+    return Outcome(
+        ask.key,
+        ask.tenant,
+        granted_hours=round(granted, 6),
+        refused_hours=round(short * per_instance, 6),
+        refused_reason="insufficient_capacity" if short > 0 else None,
+        wait_s=(window.until - ask.at).total_seconds() if waited is None else waited,
+        refused=not starts,
+    )
 
 
-def _union(spans: Iterable[tuple[datetime, datetime | None]]) -> list[tuple[datetime, datetime | None]]:
-    """Overlapping or touching spans merged (an end of None: open)."""
-    merged: list[tuple[datetime, datetime | None]] = []
-    for start, end in sorted(spans, key=lambda s: s[0]):
-        if merged:
-            last_start, last_end = merged[-1]
-            if last_end is None or start <= last_end:
-                later = None if last_end is None or end is None else max(last_end, end)
-                merged[-1] = (last_start, later)
-                continue
-        merged.append((start, end))
-    return merged
-
-
-def _gpus_per_node(store: StorePort[OpsTx], pools: set[str]) -> dict[str, float]:
-    """Each pool's mean GPUs per member node: what one endpoint instance of the pool holds."""
+def _gpus_of_nodes(store: StorePort[OpsTx], pools: set[str]) -> tuple[dict[str, int], dict[str, float]]:
+    """The GPUs of each node of `pools` (what an endpoint's instance there holds), and each pool's
+    mean per node (what an instance never held would have)."""
     if not pools:
-        return {}
+        return {}, {}
     with store.read() as tx:
         members = tx.pools.members(sorted(pools))
         nodes = sorted({n for found in members.values() for n in found})
         counts = Counter(g.node_id for g in tx.gpus.of_nodes(nodes) if g.present) if nodes else Counter()
-    return {p: _mean([float(counts[n]) for n in found]) or 0.0 for p, found in members.items()}
+    means = {p: _mean([float(counts[n]) for n in found]) or 0.0 for p, found in members.items()}
+    return dict(counts), means
+
+
+def _per_instance(ask: EndpointAsk, per_pool: Mapping[str, float]) -> float:
+    """The GPUs one of the endpoint's instances has, on average over its variants' counts: its
+    pool's mean per node (1 when the pool has none)."""
+    weighted = [
+        (per_pool.get(str(v.get("poolId")), 0.0), n)
+        for v in ask.variants
+        if isinstance(n := v.get("instanceCount"), int) and n > 0
+    ]
+    total = sum(n for _, n in weighted)
+    return (sum(g * n for g, n in weighted) / total if total else 0.0) or 1.0
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -1054,25 +1081,34 @@ def _device_shares(store: StorePort[OpsTx]) -> dict[str, float]:
 
 
 class _Shares:
-    """The share of a GPU each present atom of the fleet is: a whole GPU 1; a MIG instance its
-    profile's compute slices over its model's (a 3g.40gb of an A100 3/7; 1/n of its GPU's instances
-    when the catalog does not know them); a slot 1/n of its GPU's slots. `of` gives a device's
-    share as the mean over the atoms a class and selector match: what turns a request's
-    device-hours into GPU-hours."""
+    """The share of a GPU each atom of the fleet is, by the rule every booking bills
+    (`domain.fleet.shares.share`: a whole GPU 1; a MIG instance its profile's compute slices over
+    its model's, a 3g.40gb of an A100 3/7; a time-slice slot 1/n of its GPU's slots; an MPS slot its
+    `mpsUnits` / 100). `of` gives a device's share as the mean over the present atoms a class and
+    selector match, leaving out the nodes an endpoint holds (their layout is the endpoint's, not
+    what a request of the pool finds): what turns a request's device-hours into GPU-hours."""
 
     def __init__(self, store: StorePort[OpsTx]) -> None:
         with store.read() as tx:
             nodes = [n.id for n in tx.nodes.page(None, None, None)]
+            serving = set(tx.endpoints.instances_of_nodes(nodes)) if nodes else set()
             atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
-        per_gpu: dict[tuple[str, str], int] = defaultdict(int)
-        for a in atoms:
-            per_gpu[(a.gpu_id, a.cls)] += 1
-        self.atoms: list[tuple[str, Mapping[str, Any], float]] = []
+        # Atoms alike (a GPU's slots, a pool's instances of one profile) are read once: a selector is
+        # matched against each kind of atom, not against each of a trace's 130,000 slots.
+        kinds: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
         sums: dict[str, list[float]] = defaultdict(list)
         for a in atoms:
-            share = 1.0 if a.cls == "gpu" else _mig_share(a.attributes) or 1.0 / per_gpu[(a.gpu_id, a.cls)]
-            self.atoms.append((a.cls, a.attributes, share))
+            if a.node in serving:
+                continue
+            share = float(share_of(a))
+            key = (a.cls, tuple(sorted((k, v) for k, v in a.attributes.items() if k not in _UNIQUE)))
+            found = kinds.setdefault(key, [share, 0.0])
+            found[1] += 1
             sums[a.cls].append(share)
+        self.kinds = [(cls, dict(attrs), share, n) for (cls, attrs), (share, n) in kinds.items()]
+        with store.read() as tx:  # every atom, gone ones included: what a booking held
+            every = tx.atoms.of_nodes(nodes) if nodes else []
+        self.atom = {a.id: (a.cls, float(share_of(a))) for a in every}
         self.by_class = {cls: sum(v) / len(v) for cls, v in sums.items()} | {"gpu": 1.0}
         self._of: dict[tuple[str, str], float] = {}
 
@@ -1082,9 +1118,12 @@ class _Shares:
         key = (cls, repr(selector))
         known = self._of.get(key)
         if known is None:
-            matched = [share for c, attrs, share in self.atoms if c == cls and selector.matches(attrs)]
-            if matched:
-                known = sum(matched) / len(matched)
+            matched = [
+                (share, n) for c, attrs, share, n in self.kinds if c == cls and selector.matches(attrs)
+            ]
+            count = sum(n for _, n in matched)
+            if count:
+                known = sum(share * n for share, n in matched) / count
             else:  # no such device in the fleet: a MIG profile's share on the fleet's models, if named
                 known = self._named_profile(selector) or self.by_class.get(cls, 1.0)
             self._of[key] = known
@@ -1100,13 +1139,29 @@ class _Shares:
         ]
         if len(named) != 1:
             return None
-        models = sorted({str(attrs["gpuModel"]) for _, attrs, _ in self.atoms if "gpuModel" in attrs})
+        models = sorted({str(attrs["gpuModel"]) for _, attrs, _, _ in self.kinds if "gpuModel" in attrs})
         shares = [
             share
             for model in models
             if (share := _mig_share({"migProfile": named[0], "gpuModel": model})) is not None
         ]
         return sum(shares) / len(shares) if shares else None
+
+    def held(self, bookings: Sequence[Booking]) -> float:
+        """The share of a GPU an allocation's bookings held: each GPU whole where its `gpu` atom is
+        booked, else the sum of its parts booked; 0.0 when none is known."""
+        parts: dict[str, float] = defaultdict(float)
+        whole: set[str] = set()
+        for atom_id, gpu in {b.atom_id: b.gpu_id for b in bookings}.items():
+            found = self.atom.get(atom_id)
+            if found is None:
+                continue
+            cls, share = found
+            if cls == "gpu":
+                whole.add(gpu)
+            else:
+                parts[gpu] += share
+        return len(whole) + sum(share for gpu, share in parts.items() if gpu not in whole)
 
     def of_line(self, line: Mapping[str, Any]) -> float:
         """One device of a reservation's device line (its class and selector)."""
@@ -1117,6 +1172,10 @@ class _Shares:
         return self.of(str(line.get("class", "gpu")), selector)
 
 
+_UNIQUE = frozenset({"migUuid", "uuid", "giId", "ciId", "slot", "slotIndex", "placementStart"})
+"""Attributes that name one atom alone: left out when atoms alike are grouped (`_Shares`)."""
+
+
 def _count_of(line: Mapping[str, Any]) -> int:
     """A device line's count as asked (1 when it is none: a line refused for it asked for one)."""
     count = line.get("count", 1)
@@ -1124,13 +1183,13 @@ def _count_of(line: Mapping[str, Any]) -> int:
 
 
 def _mig_share(attributes: Mapping[str, Any]) -> float | None:
-    """A MIG instance's share of its GPU: its profile's compute slices over its model's."""
+    """A MIG instance of `attributes` (`migProfile`, `gpuModel`) as a share of its GPU, by the
+    billing rule; None when the catalog does not know the model or the profile."""
     profile, model_id = attributes.get("migProfile"), attributes.get("gpuModel")
     model = find_model(model_id) if isinstance(model_id, str) else None
-    if model is None or not isinstance(profile, str) or not model.compute_slices:
+    if model is None or not isinstance(profile, str) or not any(p.name == profile for p in model.profiles):
         return None
-    found = next((p for p in model.profiles if p.name == profile), None)
-    return None if found is None else found.compute_slices / model.compute_slices
+    return float(share_of_kind("gpu.mig", {"migProfile": profile, "gpuModel": model.id}))
 
 
 def _costs(
