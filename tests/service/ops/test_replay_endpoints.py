@@ -321,3 +321,11 @@ def test_an_endpoints_instances_count_against_the_replays_request_limit() -> Non
     many = endpoint_body()["variants"][0] | {"instanceCount": 64}
     asked = {"kind": "endpoint", "at": at(0), "tenant": "platform", "name": "chat", "variants": [many]}
     assert size_of(parse_demand({"requests": [asked]}).asks) == 64
+
+
+def test_a_demand_files_request_made_outside_the_window_is_refused_by_name(store: Store) -> None:
+    load_fleet(store, parse_fleet(fleet_file()), T0)
+    early = {"kind": "endpoint", "at": at(-30), "tenant": "platform", "name": "chat"}
+    early["variants"] = endpoint_body()["variants"]
+    with pytest.raises(InvalidInput, match=r"requests\[0\] is made at .*, outside the replay window"):
+        replay.replay(store, scratch, ADMIN, since=T0, until=at(60), demand={"requests": [early]})

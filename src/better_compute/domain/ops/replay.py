@@ -202,6 +202,18 @@ def check_size(asks: Sequence[Ask]) -> None:
         )
 
 
+def check_within(demand: Demand, window: Window) -> None:
+    """Every request of a demand file is made within the window: one made before it or after it
+    would be measured as refused, though it was never made (a mistake in the file's times)."""
+    for i, ask in enumerate(demand.asks):
+        if not window.since <= ask.at < window.until:
+            raise InvalidInput(
+                f"requests[{i}] is made at {ask.at.isoformat()}, outside the replay window"
+                f" [{window.since.isoformat()}, {window.until.isoformat()})",
+                {"field": f"requests[{i}].at"},
+            )
+
+
 def parse_demand(raw: object) -> Demand:
     """A demand file (docs/replay.md#demand-files): `{requests: [...]}`, each a workload
     (`kind: workload`: `at`, `tenant`, `name`, `shape`, `replicas`, `priorityClass`, `until`,
@@ -544,6 +556,7 @@ __all__ = [
     "check_fleet_size",
     "check_size",
     "check_window",
+    "check_within",
     "differences",
     "figures",
     "parse_demand",

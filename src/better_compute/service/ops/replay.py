@@ -64,6 +64,7 @@ from better_compute.domain.ops.replay import (
     check_fleet_size,
     check_size,
     check_window,
+    check_within,
     figures,
     parse_demand,
     parse_policy_set,
@@ -1259,6 +1260,7 @@ def replay(
         runs.append(recorded(store, past, window))
     else:
         asked = parse_demand(demand)
+        check_within(asked, window)
     runs.append(run(scratch, spec, base, changes, asked, window, name="policy"))
     if other is not None:
         runs.append(run(scratch, spec, base, other, asked, window, name="against"))
