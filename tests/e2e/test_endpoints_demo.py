@@ -5,6 +5,7 @@ copies, and a live relayout completes while every component keeps at least its `
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -147,3 +148,34 @@ def test_an_endpoint_on_the_layout_its_nodes_already_have_goes_in_service(tmp_pa
             assert login.status_code == 303
             page = http.get("/console/fleet").text
         assert "changing to" not in page
+
+
+def test_replaying_make_runs_history_with_an_endpoint_meets_the_fate_it_met(tmp_path: Path) -> None:
+    """On `make run`'s fleet, over loopback: an endpoint created, cut by the nodes' simulated `bcd`
+    loops (seconds of real repartitioning), in service, then deleted. `replay.run` over that
+    history, with today's fleet and policy, gives the endpoint the outcome it had: held from its
+    cut to its deletion on its two nodes of 8 H100s, waiting for nothing."""
+    with start_server(tmp_path) as server, Compute(server.url, server.admin_token, timeout=30) as compute:
+        since = datetime.now(UTC) - timedelta(seconds=1)
+        variant = {
+            "name": "AllTraffic",
+            "poolId": "h100-mig",
+            "instanceCount": 2,
+            "acceleratorPartitionLayouts": [{"acceleratorPartitionTypes": LAYOUT}],
+        }
+        assert (
+            compute.endpoints.create(name="chat", tenant_id="platform", variants=[variant]).status
+            == "Creating"
+        )
+        eventually(lambda: compute.endpoints.get("chat").status == "InService", "the endpoint InService")
+        compute.endpoints.delete("chat")
+        until = datetime.now(UTC) + timedelta(seconds=1)
+        report = compute.replay.run(since=since, until=until)
+        assert (report.source, report.requests) == ("history", 2)  # its two instances
+        runs = {r.name: r for r in report.runs}
+        (recorded,) = runs["recorded"].outcomes
+        (replayed,) = runs["policy"].outcomes
+        assert (recorded.key, recorded.tenant, recorded.wait_seconds) == ("endpoint:chat", "platform", 0.0)
+        assert recorded.gpu_hours_granted > 0 and recorded.gpu_hours_refused == 0
+        assert replayed == recorded
+        assert runs["policy"].tenants["platform"] == runs["recorded"].tenants["platform"]
