@@ -203,3 +203,23 @@ def test_a_fleet_naming_a_model_it_does_not_declare_is_refused_by_the_api(world:
     )
     assert got.status_code == 404, got.text
     assert "unknown GPU model 'T4'" in got.json()["error"]["message"]
+
+
+def test_a_replay_beyond_the_ones_a_server_runs_at_once_is_refused_not_queued(world: World) -> None:
+    """Each replay holds a request thread for minutes: past MAX_RUNNING at once, one is refused
+    with 409 (the others' threads stay free for the API), and accepted again when one ends."""
+    from better_compute.service.ops import replay
+
+    held = [replay._running.acquire(blocking=False) for _ in range(replay.MAX_RUNNING)]
+    assert all(held)
+    try:
+        got = world.http.post("/v1/replay", json=window(), headers=world.admin)
+        assert got.status_code == 409, got.text
+        assert got.json()["error"]["code"] == "INVALID_STATE"
+        assert got.json()["error"]["message"] == (
+            "2 replays are running on this server already; send this one again when one ends"
+        )
+    finally:
+        for _ in held:
+            replay._running.release()
+    assert world.http.post("/v1/replay", json=window(), headers=world.admin).status_code == 200

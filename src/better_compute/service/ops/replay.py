@@ -21,6 +21,7 @@ same records the server would show.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -1228,6 +1229,13 @@ def _with_cost(f: Figures, cost: tuple[Decimal, str] | None) -> Figures:
     return f if cost is None else replace(f, cost=str(cost[0]), currency=cost[1])
 
 
+MAX_RUNNING = 2
+"""The most replays one server process runs at once: each holds a request thread (and a CPU) for up
+to minutes, and a third would make the API's other requests wait for threads."""
+
+_running = threading.BoundedSemaphore(MAX_RUNNING)
+
+
 def replay(
     store: StorePort[OpsTx],
     scratch: Scratch,
@@ -1244,8 +1252,42 @@ def replay(
     """`replay.run` (admin): replay `demand` (None: this deployment's own history in the window)
     over `fleet` (None: today's) under today's policy set with `policy`'s changes, and, when
     `against` is given, again with its changes instead; `fleet_changes` (nodes, pools, clusters)
-    are laid over the fleet before both runs. The deployment's store is only read."""
+    are laid over the fleet before both runs. The deployment's store is only read. At most
+    MAX_RUNNING replays run at once in a process; another is refused (INVALID_STATE), not queued."""
     require_admin(principal, "replay.run")
+    if not _running.acquire(blocking=False):
+        raise InvalidState(
+            f"{MAX_RUNNING} replays are running on this server already; send this one again when one ends",
+            {"reason": "replays_running", "limit": MAX_RUNNING},
+        )
+    try:
+        return _replay(
+            store,
+            scratch,
+            since=since,
+            until=until,
+            demand=demand,
+            fleet=fleet,
+            policy=policy,
+            against=against,
+            fleet_changes=fleet_changes,
+        )
+    finally:
+        _running.release()
+
+
+def _replay(
+    store: StorePort[OpsTx],
+    scratch: Scratch,
+    *,
+    since: datetime,
+    until: datetime,
+    demand: object = None,
+    fleet: object = None,
+    policy: object = None,
+    against: object = None,
+    fleet_changes: object = None,
+) -> Report:
     window = check_window(since, until)
     spec = today_fleet(store) if fleet is None else _fleet_file(fleet)
     spec = apply_fleet_changes(spec, parse_fleet_changes(fleet_changes))
@@ -1279,6 +1321,7 @@ def _fleet_file(raw: object) -> FleetSpec:
 
 
 __all__ = [
+    "MAX_RUNNING",
     "REPLAYER",
     "ReplayedNodes",
     "Report",
