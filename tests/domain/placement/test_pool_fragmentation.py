@@ -126,3 +126,10 @@ def test_whole_gpu_tasks_cannot_use_a_partly_used_gpu() -> None:
     atoms = slot_gpu("s1", "n1") + slot_gpu("s2", "n1")
     demand = [(TaskShape(gpus=1), 1.0), (TaskShape(milli=250), 1.0)]
     assert pool_fragmentation(pool_shape(atoms), {"s1/slot:0"}, demand) == pytest.approx(375 / 1750)
+
+
+def test_each_mig_instance_held_is_a_request_of_its_own() -> None:
+    """Seven 1g.10gb instances held on one GPU are seven requests of 1/7 each, not one of a whole GPU
+    (which no GPU cut all-1g.10gb could ever serve, so an idle pool would read as all fragments)."""
+    held = [HeldShape("m", "gpu.mig", Fraction(1, 7), 7, 1), HeldShape("m", "gpu.mig", Fraction(3, 7), 1, 2)]
+    assert held_demand(held) == {"m": [(TaskShape(milli=143), 7.0), (TaskShape(milli=429), 2.0)]}

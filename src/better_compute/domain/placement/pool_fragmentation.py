@@ -21,9 +21,10 @@ A free atom is one that could be booked now: bookable, not waiting for a partiti
 taken by a booking that holds it or another atom of its GPU that excludes it.
 
 Task shapes come from what the pool's reservations and replicas held (`HeldShape`, per GPU, or per
-node for whole GPUs): `n` whole GPUs on a node is `TaskShape(gpus=n)`; `n` slots or instances of one
-GPU is a share of `n x share x 1000` milli (1000 or more: one whole GPU). Each shape weighs by how
-often it was held. A pool with no recorded holding is measured against the sizes it offers: one atom
+node for whole GPUs): `n` whole GPUs on a node is `TaskShape(gpus=n)`; `n` slots of one GPU is a
+share of `n x share x 1000` milli (1000 or more: one whole GPU); each MIG instance is a share of its
+own, since a request takes each instance whole (`n` of them, `n` such shares). Each shape weighs by
+how often it was held. A pool with no recorded holding is measured against the sizes it offers: one atom
 of each share its atoms have, equally weighted (`offered_demand`), so that a pool nobody used yet
 reads 0 unless its free capacity is of a size none of its own atoms are.
 """
@@ -208,7 +209,10 @@ def held_demand(held: Iterable[HeldShape]) -> dict[str, Demand]:
     weights: dict[str, Counter[TaskShape]] = defaultdict(Counter)
     for h in held:
         if h.times > 0 and h.atoms > 0:
-            weights[h.pool_id][task_shape(h.cls, h.share, h.atoms)] += h.times
+            if h.cls == "gpu.mig":  # each instance is taken whole, apart from the others
+                weights[h.pool_id][task_shape(h.cls, h.share, 1)] += h.times * h.atoms
+            else:
+                weights[h.pool_id][task_shape(h.cls, h.share, h.atoms)] += h.times
     return {pool: _ordered(counts) for pool, counts in weights.items()}
 
 
