@@ -10,6 +10,7 @@ per tenant for each run (with a history: `recorded`, what happened, then `policy
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,7 +20,7 @@ import yaml
 from better_compute.cli import config
 from better_compute.cli.app import app
 from better_compute.cli.calls import JsonFlag, call
-from better_compute.cli.output import print_json, stdout
+from better_compute.cli.output import print_json, stderr, stdout
 from better_compute.cli.tables import Column, Output, OutputOption, json_wanted, print_fitted
 from better_compute.cli.times import parse_time, when
 from better_compute.wire.replay import ReplayFigures
@@ -322,21 +323,28 @@ def replay(
             "--nodes, --first, --slot-replicas, --as-mig and --mig-layout go with --trace",
             param_hint="--trace",
         )
-    answer = call(
-        server,
-        token,
-        as_json,
-        lambda c: c.replay.run(since=began, until=ended, **files),
-        {
-            "since": "--since",
-            "until": "--until",
-            "demand": "--demand",
-            "fleet": "--fleet",
-            "fleetChanges": "--fleet-changes",
-            "policy": "--policy",
-            "against": "--against",
-        },
+    waiting = stderr()
+    shown = (
+        waiting.status("replaying on the server (a month of demand takes minutes)...")
+        if waiting.is_terminal
+        else nullcontext()
     )
+    with shown:  # a terminal sees that the command waits on purpose; a pipe or a test sees nothing
+        answer = call(
+            server,
+            token,
+            as_json,
+            lambda c: c.replay.run(since=began, until=ended, **files),
+            {
+                "since": "--since",
+                "until": "--until",
+                "demand": "--demand",
+                "fleet": "--fleet",
+                "fleetChanges": "--fleet-changes",
+                "policy": "--policy",
+                "against": "--against",
+            },
+        )
     if as_json:
         print_json(answer.model_dump(mode="json"))
         return
