@@ -329,3 +329,39 @@ def test_a_demand_files_request_made_outside_the_window_is_refused_by_name(store
     early["variants"] = endpoint_body()["variants"]
     with pytest.raises(InvalidInput, match=r"requests\[0\] is made at .*, outside the replay window"):
         replay.replay(store, scratch, ADMIN, since=T0, until=at(60), demand={"requests": [early]})
+
+
+def test_the_fragmentation_a_replay_reports_follows_the_layout_an_endpoint_cut() -> None:
+    """An endpoint holds every atom of its node (each GPU's own atom with its instances), so the
+    node's instances, old or new, are never free capacity while it serves. Here the endpoint takes
+    m-1 at the window's start and holds it to the end; what is free is p2's node of 8 whole-GPU
+    instances, which the demand's one size (a whole-GPU instance) can use: nothing is stranded.
+    Counting m-1's 1g.10gb instances as free would read 2002 of 10002 free milli as stranded."""
+    fleet_raw = two_pool_fleet()
+    fleet_raw["clusters"][0]["nodes"][0]["replicas"] = 1
+    fleet_raw["clusters"][0]["nodes"][0]["name"] = "m-1"
+    fleet_raw["pools"][0]["nodes"] = ["m-1"]
+    fleet_raw["pools"][1]["policy"] = {"migLayout": "all-7g.80gb"}
+    one = endpoint_body()["variants"][0] | {"instanceCount": 1}
+    whole = {"matchExpressions": [{"key": "migProfile", "op": "In", "values": ["7g.80gb"]}]}
+    requests = [
+        {"kind": "endpoint", "at": at(0), "tenant": "platform", "name": "chat", "variants": [one]},
+        {
+            "kind": "reservation",
+            "at": at(0),
+            "tenant": "platform",
+            "pool": "p2",
+            "devices": [{"class": "gpu.mig", "count": 1, "selector": whole}],
+            "end": at(1),
+        },
+    ]
+    done = replay.run(
+        scratch,
+        parse_fleet(fleet_raw),
+        replay.Today(),
+        PolicySet(),
+        parse_demand({"requests": requests}),
+        check_window(T0, at(60)),
+    )
+    assert done.outcomes[0].granted_hours == 2.0  # m-1's 2 GPUs for the hour
+    assert done.overall.fragmentation == 0.0
