@@ -32,6 +32,7 @@ from typing import Any, Protocol
 
 from better_compute.domain.catalog import find_model
 from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
+from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
@@ -80,7 +81,7 @@ from better_compute.domain.placement.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.placement.fragmentation import WHOLE, fragmentation_share
+from better_compute.domain.placement.fragmentation import WHOLE, node_fragmentation, share_of
 from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy
@@ -91,6 +92,7 @@ from better_compute.service.kernel.ports import LogPosition, StorePort
 from better_compute.service.ledger import reservations
 from better_compute.service.metering import bills, prices
 from better_compute.service.ops.placement_retry import Retrier
+from better_compute.service.ops.replay_held import HeldAtoms
 from better_compute.service.ops.ports import OpsTx
 from better_compute.service.placement import class_quotas, priority_classes, workloads
 from better_compute.service.placement.recorded_demand import RecordedDemand
@@ -507,39 +509,72 @@ class _Fragmentation:
     """The fleet's fragmentation share, sampled after each instant's passes and averaged over the
     time until the next (`domain.placement.fragmentation.fragmentation_share`): each GPU's free
     share (its bookable atoms not booked now, each an equal part of it; none when a whole-GPU
-    booking holds it) against the demand's request sizes."""
+    booking holds it) against the demand's request sizes.
+
+    Each sample counts again only the GPUs whose bookings changed since the last one
+    (`replay_held.HeldAtoms`, from the scratch store's event log), and the fragmentation of only
+    their nodes: a trace's instant changes a few GPUs of thousands."""
 
     def __init__(self, store: StorePort[OpsTx], demand: Demand) -> None:
         self.store = store
-        shares = _device_shares(store)
         with store.read() as tx:
             classes = {d.name: d.cls for d in tx.device_classes.all()}
             nodes = [n.id for n in tx.nodes.page(None, None, None)]
-            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present and a.bookable]
-        self.shapes = request_shapes(demand.asks, classes, shares)
-        self.gpus: dict[str, list[str]] = defaultdict(list)
-        self.node_of: dict[str, str] = {}
+            present = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+        atoms = [a for a in present if a.bookable]
+        self.shapes = request_shapes(demand.asks, classes, _Shares(store, present).by_class)
+        gpus: dict[str, list[str]] = defaultdict(list)
+        node_of: dict[str, str] = {}
         for a in atoms:
-            self.gpus[a.gpu_id].append(a.id)
-            self.node_of[a.gpu_id] = a.node
-        self.atom_ids = [a.id for a in atoms]
-        self.sampled = frozenset(self.atom_ids)
+            gpus[a.gpu_id].append(a.id)
+            node_of[a.gpu_id] = a.node
+        self.size = {gpu: len(ids) for gpu, ids in gpus.items()}
+        self.node_of = node_of
+        self.node_gpus: dict[str, list[str]] = defaultdict(list)  # each node's GPUs, in GPU order
+        for gpu in sorted(gpus):
+            self.node_gpus[node_of[gpu]].append(gpu)
+        self.held = HeldAtoms({a: gpu for gpu, ids in gpus.items() for a in ids})
+        self.free: dict[str, int] = {}
+        self.fragments: dict[str, float] = {}
         self.samples: list[tuple[datetime, float]] = []
 
     def sample(self, now: datetime) -> None:
-        if not self.shapes or not self.atom_ids:
+        if not self.shapes or not self.size:
             return
-        # Every live booking of the scratch store, kept to the sampled atoms here: naming a large
-        # fleet's atoms in the query (a trace's 130,000 slots) cost more than the rest of the replay.
         with self.store.read() as tx:
-            live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in self.sampled]
-        booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
-        whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
-        per_node: dict[str, list[int]] = defaultdict(list)
-        for gpu, ids in sorted(self.gpus.items()):
-            free = 0 if gpu in whole else sum(1 for i in ids if i not in booked)
-            per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
-        self.samples.append((now, fragmentation_share(list(per_node.values()), self.shapes)))
+            self.held.sync(tx)
+        first = not self.free
+        changed = set(self.size) if first else self.held.changed(now) & self.size.keys()
+        if first:
+            self.held.changed(now)
+        nodes: set[str] = set()
+        for gpu in changed:
+            booked, whole = self.held.booked(gpu, now)
+            free = 0 if whole else WHOLE * (self.size[gpu] - booked) // self.size[gpu]
+            if self.free.get(gpu) != free:
+                self.free[gpu] = free
+                nodes.add(self.node_of[gpu])
+        for node in nodes:
+            self.fragments[node] = node_fragmentation([self.free[g] for g in self.node_gpus[node]], self.shapes)
+        free_total = sum(self.free.values())
+        self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], free_total)))
+        import os
+        if os.environ.get("BC_CHECK_GAUGE"):
+            from better_compute.domain.placement.fragmentation import fragmentation_share
+            sampled = set(self.held._gpu_of)
+            with self.store.read() as tx:
+                live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in sampled]
+            booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
+            whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
+            per_node: dict[str, list[int]] = defaultdict(list)
+            gpus: dict[str, list[str]] = defaultdict(list)
+            for a, g in self.held._gpu_of.items():
+                gpus[g].append(a)
+            for gpu, ids in sorted(gpus.items()):
+                free = 0 if gpu in whole else sum(1 for i in ids if i not in booked)
+                per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
+            want = fragmentation_share(list(per_node.values()), self.shapes)
+            assert want == self.samples[-1][1], (now, want, self.samples[-1][1])
 
     def mean(self) -> float | None:
         """The time-weighted mean of the samples (each holds until the next); None: none taken."""
@@ -1047,12 +1082,6 @@ def _workload_outcome(
     )
 
 
-def _device_shares(store: StorePort[OpsTx]) -> dict[str, float]:
-    """The share of a GPU one device of each atom class is, over the fleet, averaged
-    (`_Shares.by_class`): what the fragmentation measure reads a request's size as."""
-    return _Shares(store).by_class
-
-
 class _Shares:
     """The share of a GPU each present atom of the fleet is: a whole GPU 1; a MIG instance its
     profile's compute slices over its model's (a 3g.40gb of an A100 3/7; 1/n of its GPU's instances
@@ -1060,10 +1089,13 @@ class _Shares:
     share as the mean over the atoms a class and selector match: what turns a request's
     device-hours into GPU-hours."""
 
-    def __init__(self, store: StorePort[OpsTx]) -> None:
-        with store.read() as tx:
-            nodes = [n.id for n in tx.nodes.page(None, None, None)]
-            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+    def __init__(self, store: StorePort[OpsTx], present: Sequence[Atom] | None = None) -> None:
+        """`present`: the fleet's present atoms when the caller has just read them."""
+        if present is None:
+            with store.read() as tx:
+                nodes = [n.id for n in tx.nodes.page(None, None, None)]
+                present = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+        atoms = present
         per_gpu: dict[tuple[str, str], int] = defaultdict(int)
         for a in atoms:
             per_gpu[(a.gpu_id, a.cls)] += 1
