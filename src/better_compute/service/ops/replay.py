@@ -32,8 +32,8 @@ from typing import Any, Protocol
 
 from better_compute.domain.catalog import find_model
 from better_compute.domain.endpoints.endpoints import endpoint_allocation_id
-from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
+from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
 from better_compute.domain.kernel.events import Event
@@ -92,10 +92,10 @@ from better_compute.service.kernel.ports import LogPosition, StorePort
 from better_compute.service.ledger import reservations
 from better_compute.service.metering import bills, prices
 from better_compute.service.ops.placement_retry import Retrier
-from better_compute.service.ops.replay_held import HeldAtoms
 from better_compute.service.ops.ports import OpsTx
+from better_compute.service.ops.replay_demand import ReplayedDemand
+from better_compute.service.ops.replay_held import HeldAtoms
 from better_compute.service.placement import class_quotas, priority_classes, workloads
-from better_compute.service.placement.recorded_demand import RecordedDemand
 from better_compute.service.tenancy import policies, quotas
 
 REPLAYER = Principal(tenant_id=None, is_admin=True, credential_id="replay")
@@ -488,7 +488,7 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentati
     tracked = [_Tracked(a) for a in demand.asks]
     clock = _Clock(window.since)
     retrier = Retrier(sandbox, clock)
-    gradients = RecordedDemand(sandbox.store)  # the server's tie-break, over the replayed bookings
+    gradients = ReplayedDemand(sandbox.store)  # the server's tie-break, over the replayed bookings
     steps = _timeline(demand, window)
     i = 0
     while i < len(steps):
@@ -555,16 +555,22 @@ class _Fragmentation:
                 self.free[gpu] = free
                 nodes.add(self.node_of[gpu])
         for node in nodes:
-            self.fragments[node] = node_fragmentation([self.free[g] for g in self.node_gpus[node]], self.shapes)
+            self.fragments[node] = node_fragmentation(
+                [self.free[g] for g in self.node_gpus[node]], self.shapes
+            )
         free_total = sum(self.free.values())
         self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], free_total)))
         import os
+
         if os.environ.get("BC_CHECK_GAUGE"):
             from better_compute.domain.placement.fragmentation import fragmentation_share
+
             sampled = set(self.held._gpu_of)
             with self.store.read() as tx:
                 live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in sampled]
-            booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
+            booked = {
+                b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)
+            }
             whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
             per_node: dict[str, list[int]] = defaultdict(list)
             gpus: dict[str, list[str]] = defaultdict(list)
@@ -638,7 +644,7 @@ def _granted(sandbox: Sandbox, node: str) -> bool:
 
 
 def _act(
-    sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime, gradients: RecordedDemand
+    sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime, gradients: ReplayedDemand
 ) -> None:
     ask = t.ask
     try:
