@@ -21,7 +21,7 @@ from better_compute.domain.placement.fragmentation import WHOLE, TaskShape
 MAX_WINDOW = timedelta(days=31)
 """The longest window one replay covers: a month of history is what the question asks about, and
 virtual time costs only what happens in it, but a window is a client-controlled size."""
-MAX_REQUESTS = 5000
+MAX_REQUESTS = 10000
 """The most demand items one replay takes (a request's scale steps counted with it): a replay of
 1,000 requests takes seconds (docs/replay.md), and it holds a server thread that long."""
 MAX_FLEET_NODES = 2000
