@@ -328,7 +328,12 @@ def run(
         _join_endpoint_pools(sandbox, fleet, demand, window.since)
         gauge = _Fragmentation(sandbox.store, demand)
         tracked = _drive(sandbox, demand, window, gauge)
-        outcomes = measure(sandbox.store, [(t.ask, t.scratch_id, t.refused_reason) for t in tracked], window)
+        outcomes = measure(
+            sandbox.store,
+            [(t.ask, t.scratch_id, t.refused_reason) for t in tracked],
+            window,
+            shares=gauge.shares(),
+        )
         costs = _costs(sandbox.store, {o.tenant for o in outcomes}, window)
     done = _run(name, outcomes, costs, began)
     return replace(done, overall=replace(done.overall, fragmentation=gauge.mean()))
@@ -517,23 +522,25 @@ class _Fragmentation:
 
     def __init__(self, store: StorePort[OpsTx], demand: Demand) -> None:
         self.store = store
+        gpus: dict[str, list[str]] = defaultdict(list)
+        node_of: dict[str, str] = {}
         with store.read() as tx:
             classes = {d.name: d.cls for d in tx.device_classes.all()}
             nodes = [n.id for n in tx.nodes.page(None, None, None)]
             present = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
-        atoms = [a for a in present if a.bookable]
-        self.shapes = request_shapes(demand.asks, classes, _Shares(store, present).by_class)
-        gpus: dict[str, list[str]] = defaultdict(list)
-        node_of: dict[str, str] = {}
-        for a in atoms:
-            gpus[a.gpu_id].append(a.id)
-            node_of[a.gpu_id] = a.node
+            for a in present:
+                if a.bookable:
+                    gpus[a.gpu_id].append(a.id)
+                    node_of[a.gpu_id] = a.node
+            self.held = HeldAtoms({a: gpu for gpu, ids in gpus.items() for a in ids})
+            self.held.sync(tx)  # from these atoms on: whether they change is known at the end
+        self.fleet_shares = _Shares(store, present)
+        self.shapes = request_shapes(demand.asks, classes, self.fleet_shares.by_class)
         self.size = {gpu: len(ids) for gpu, ids in gpus.items()}
         self.node_of = node_of
         self.node_gpus: dict[str, list[str]] = defaultdict(list)  # each node's GPUs, in GPU order
         for gpu in sorted(gpus):
             self.node_gpus[node_of[gpu]].append(gpu)
-        self.held = HeldAtoms({a: gpu for gpu, ids in gpus.items() for a in ids})
         self.free: dict[str, int] = {}
         self.fragments: dict[str, float] = {}
         self.samples: list[tuple[datetime, float]] = []
@@ -581,6 +588,17 @@ class _Fragmentation:
                 per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
             want = fragmentation_share(list(per_node.values()), self.shapes)
             assert want == self.samples[-1][1], (now, want, self.samples[-1][1])
+
+    def shares(self) -> _Shares | None:
+        """The fleet's shares as read at the start, when no atom has changed since (read now):
+        what `measure` would read again."""
+        with self.store.read() as tx:
+            self.held.sync(tx)
+        import os
+        if os.environ.get("BC_CHECK_SHARES") and not self.held.atoms_changed:
+            fresh = _Shares(self.store)
+            assert fresh.by_class == self.fleet_shares.by_class and fresh.atoms == self.fleet_shares.atoms
+        return None if self.held.atoms_changed else self.fleet_shares
 
     def mean(self) -> float | None:
         """The time-weighted mean of the samples (each holds until the next); None: none taken."""
@@ -855,10 +873,13 @@ def measure(
     store: StorePort[OpsTx],
     asks: Sequence[tuple[Ask, str | None, str | None]],
     window: Window,
+    *,
+    shares: _Shares | None = None,
 ) -> list[Outcome]:
     """Each request's outcome in `store`, from its log and ledger: `asks` pairs each request with
-    the id it got there (None: refused outright, with the reason given)."""
-    shares = _Shares(store)
+    the id it got there (None: refused outright, with the reason given); `shares`, the fleet's
+    atoms' shares when the caller knows them as they are now."""
+    shares = shares if shares is not None else _Shares(store)
     workload_ids = {sid: a for a, sid, _ in asks if isinstance(a, WorkloadAsk) and sid is not None}
     booked: dict[str, dict[str, list[tuple[datetime, int]]]] = defaultdict(lambda: defaultdict(list))
     wanted: dict[str, list[tuple[datetime, int]]] = defaultdict(list)

@@ -31,6 +31,7 @@ from better_compute.domain.ledger.events import (
 )
 from better_compute.domain.ledger.ledger import released
 from better_compute.service.kernel.event_tail import Follower
+from better_compute.service.ledger.booking_index import BOOKINGS_AND_ATOMS_KEPT
 from better_compute.service.ops.ports import OpsTx
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,6 +65,9 @@ class HeldAtoms:
         self._edges: list[tuple[datetime, str]] = []
         """A heap of (a booking's start or end, a GPU it is filed under): when time alone changes it."""
         self._changed: set[str] = set()
+        self.atoms_changed = False
+        """Whether an event since the first load may have changed some atom (the booking index's
+        rule: any but a booking's and `BOOKINGS_AND_ATOMS_KEPT`)."""
 
     # -- kept up by the follower -----------------------------------------------------------------
     def sync(self, tx: OpsTx) -> None:
@@ -101,6 +105,8 @@ class HeldAtoms:
                 for b in self._drop(event.subject):
                     atom, gpu = targets.get(b.atom, (b.atom, b.gpu))
                     self._add(event.subject, [atom], b.start, b.end, b.cls, gpu)
+        elif not isinstance(event, BOOKINGS_AND_ATOMS_KEPT):
+            self.atoms_changed = True
 
     def _filed_under(self, b: _Booking) -> set[str]:
         gpus = set()
@@ -156,8 +162,17 @@ class HeldAtoms:
         with self._lock:
             held: set[str] = set()
             whole = False
-            for bookings in self._on_gpu.get(gpu, {}).values():
-                for b in bookings:
+            on_gpu = self._on_gpu.get(gpu, {})
+            for allocation, bookings in list(on_gpu.items()):
+                # Asked with instants that never go back: a booking over by now never holds again
+                # (an event that moves its end files it anew).
+                live = [b for b in bookings if b.end is None or now < b.end]
+                if len(live) < len(bookings):
+                    if live:
+                        on_gpu[allocation] = live
+                    else:
+                        del on_gpu[allocation]
+                for b in live:
                     if not b.holds(now):
                         continue
                     if self._gpu_of.get(b.atom) == gpu:
