@@ -567,37 +567,12 @@ class _Fragmentation:
             )
         free_total = sum(self.free.values())
         self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], free_total)))
-        import os
-
-        if os.environ.get("BC_CHECK_GAUGE"):
-            from better_compute.domain.placement.fragmentation import fragmentation_share
-
-            sampled = set(self.held._gpu_of)
-            with self.store.read() as tx:
-                live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in sampled]
-            booked = {
-                b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)
-            }
-            whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
-            per_node: dict[str, list[int]] = defaultdict(list)
-            gpus: dict[str, list[str]] = defaultdict(list)
-            for a, g in self.held._gpu_of.items():
-                gpus[g].append(a)
-            for gpu, ids in sorted(gpus.items()):
-                free = 0 if gpu in whole else sum(1 for i in ids if i not in booked)
-                per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
-            want = fragmentation_share(list(per_node.values()), self.shapes)
-            assert want == self.samples[-1][1], (now, want, self.samples[-1][1])
 
     def shares(self) -> _Shares | None:
         """The fleet's shares as read at the start, when no atom has changed since (read now):
         what `measure` would read again."""
         with self.store.read() as tx:
             self.held.sync(tx)
-        import os
-        if os.environ.get("BC_CHECK_SHARES") and not self.held.atoms_changed:
-            fresh = _Shares(self.store)
-            assert fresh.by_class == self.fleet_shares.by_class and fresh.atoms == self.fleet_shares.atoms
         return None if self.held.atoms_changed else self.fleet_shares
 
     def mean(self) -> float | None:
