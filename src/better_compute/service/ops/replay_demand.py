@@ -99,6 +99,8 @@ class ReplayedDemand(RecordedDemand):
         self._ends: list[datetime] = []
         """Ends of counted allocations' bookings still in the period (heap)."""
         self._read_lock = threading.Lock()
+        self.whole_reads = 0
+        """Reads that counted every booking again (the rest added the new allocations' holdings)."""
 
     def _read(self, pool_id: str, now: datetime) -> Demand | None:
         period = Window(now - DEMAND_WINDOW, now + _INSTANT)
@@ -107,6 +109,7 @@ class ReplayedDemand(RecordedDemand):
             booked = self._booked
             if self._whole_needed(period):
                 self._counts = {}
+                self.whole_reads += 1
                 self._add(tx.usage.held_shapes(period, now))
                 self._starts, self._ends = [], []
                 self._file(list(booked.spans), period)
