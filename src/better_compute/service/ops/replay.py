@@ -542,6 +542,7 @@ class _Fragmentation:
         for gpu in sorted(gpus):
             self.node_gpus[node_of[gpu]].append(gpu)
         self.free: dict[str, int] = {}
+        self.free_total = 0
         self.fragments: dict[str, float] = {}
         self.samples: list[tuple[datetime, float]] = []
 
@@ -558,15 +559,16 @@ class _Fragmentation:
         for gpu in changed:
             booked, whole = self.held.booked(gpu, now)
             free = 0 if whole else WHOLE * (self.size[gpu] - booked) // self.size[gpu]
-            if self.free.get(gpu) != free:
+            before = self.free.get(gpu)
+            if before != free:
                 self.free[gpu] = free
+                self.free_total += free - (before or 0)
                 nodes.add(self.node_of[gpu])
         for node in nodes:
             self.fragments[node] = node_fragmentation(
                 [self.free[g] for g in self.node_gpus[node]], self.shapes
             )
-        free_total = sum(self.free.values())
-        self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], free_total)))
+        self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], self.free_total)))
 
     def shares(self) -> _Shares | None:
         """The fleet's shares as read at the start, when no atom has changed since (read now):
