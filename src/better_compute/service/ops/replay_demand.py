@@ -93,7 +93,8 @@ class ReplayedDemand(RecordedDemand):
         self._booked = _Booked()
         self._follower: Follower[OpsTx] = Follower(self._booked, threading.Lock())
         self._counts: dict[_Key, int] = {}
-        self._period: Window | None = None
+        self._since: datetime | None = None
+        """The start of the period of the last read."""
         self._starts: list[datetime] = []
         """Starts of counted allocations' bookings not yet in the period (heap)."""
         self._ends: list[datetime] = []
@@ -103,38 +104,39 @@ class ReplayedDemand(RecordedDemand):
         """Reads that counted every booking again (the rest added the new allocations' holdings)."""
 
     def _read(self, pool_id: str, now: datetime) -> Demand | None:
-        period = Window(now - DEMAND_WINDOW, now + _INSTANT)
+        since, until = now - DEMAND_WINDOW, now + _INSTANT
+        period = Window(since, until)
         with self._read_lock, self._scratch.read() as tx:
             self._follower.sync(tx)
             booked = self._booked
-            if self._whole_needed(period):
+            if self._whole_needed(since, until):
                 self._counts = {}
                 self.whole_reads += 1
                 self._add(tx.usage.held_shapes(period, now))
                 self._starts, self._ends = [], []
-                self._file(list(booked.spans), period)
+                self._file(list(booked.spans), since, until)
             elif booked.fresh:
                 fresh = sorted(booked.fresh)
                 self._add(tx.usage.held_shapes(period, now, fresh))
-                self._file(fresh, period)
+                self._file(fresh, since, until)
             booked.fresh.clear()
             booked.changed = False
-            self._period = period
+            self._since = since
             held = [HeldShape(p, c, s, n, t) for (p, c, s, n), t in sorted(self._counts.items())]
         self.reads += 1
         return held_demand(h for h in held if h.pool_id == pool_id).get(pool_id)
 
-    def _whole_needed(self, period: Window) -> bool:
+    def _whole_needed(self, since: datetime, until: datetime) -> bool:
         """Whether the counts must be read whole: something besides new bookings changed, the clock
         went back, or a counted booking's start or end crossed the period since the last read."""
-        last = self._period
-        if self._booked.changed or last is None or period.start < last.start:
+        last = self._since
+        if self._booked.changed or last is None or since < last:
             return True
         crossed = False
-        while self._starts and self._starts[0] < period.end:
+        while self._starts and self._starts[0] < until:
             heapq.heappop(self._starts)
             crossed = True
-        while self._ends and self._ends[0] <= period.start:
+        while self._ends and self._ends[0] <= since:
             heapq.heappop(self._ends)
             crossed = True
         return crossed
@@ -144,14 +146,14 @@ class ReplayedDemand(RecordedDemand):
             key = (h.pool_id, h.cls, h.share, h.atoms)
             self._counts[key] = self._counts.get(key, 0) + h.times
 
-    def _file(self, allocations: list[str], period: Window) -> None:
+    def _file(self, allocations: list[str], since: datetime, until: datetime) -> None:
         """Keep the starts still to come and the ends still in the period of these allocations'
         bookings: when one crosses the period, the next read is whole."""
         for allocation in allocations:
             for start, end in self._booked.spans.get(allocation, ()):
-                if start >= period.end:
+                if start >= until:
                     heapq.heappush(self._starts, start)
-                if end is not None and end > period.start:
+                if end is not None and end > since:
                     heapq.heappush(self._ends, end)
 
 
