@@ -143,14 +143,14 @@ def test_replay_of_a_trace_past_the_request_limit_is_refused_naming_it_and_first
     runner: CliRunner, live: Live, tmp_path: Path
 ) -> None:
     rows = ["name,cpu_milli,memory_mib,num_gpu,gpu_milli"]
-    rows += [f"pod-{i},1000,1024,1,100" for i in range(5001)]
+    rows += [f"pod-{i},1000,1024,1,100" for i in range(10_001)]
     (tmp_path / "openb_pod_list_big.csv").write_text("\n".join(rows) + "\n")
     (tmp_path / "openb_node_list_gpu_node.csv").write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,1,1,1,T4\n")
     big = ["replay", "--since", T0.isoformat(), "--until", at(60).isoformat()]
     big += ["--trace", str(tmp_path / "openb_pod_list_big.csv")]
     refused = run(runner, live.admin, *big)
     assert refused.exit_code == 2
-    assert "5,001 tasks asking for GPUs" in refused.stderr and "at most 5,000 requests" in refused.stderr
+    assert "10,001 tasks asking for GPUs" in refused.stderr and "at most 10,000 requests" in refused.stderr
     assert "--first N" in refused.stderr
     part = run(runner, live.admin, *big, "--first", "30", "--json")
     assert part.exit_code == 0, part.output

@@ -1573,7 +1573,9 @@ class Doctor(_Resource):
 
 
 REPLAY_CLIENT_TIMEOUT_S = 600.0
-"""How long `replay.run` waits: a month of demand at the 5,000-request limit replays in minutes."""
+"""How long `replay.run` waits: the whole default openb trace (7,064 requests) replays in a few
+minutes (docs/traces.md); a contended demand of workloads replays at a few requests a second
+(docs/replay.md#how-long-it-takes)."""
 
 
 @_refusing_bad_arguments

@@ -14,7 +14,7 @@ from better_compute.wire.common import WireAnswer, WireRequest
 class ReplayRun(WireRequest):
     """What to replay, over `[since, until)` (at most 31 days).
 
-    - `demand`: a demand file's object (`{"requests": [...]}`, at most 5,000 requests, scale steps
+    - `demand`: a demand file's object (`{"requests": [...]}`, at most 10,000 requests, scale steps
       counted); left out: this deployment's own history in the window, from its event log and ledger.
     - `fleet`: a fleet file's object (at most 2,000 nodes); left out: today's fleet.
     - `fleetChanges`: changes laid over that fleet before every run, in the fleet file's own terms

@@ -48,3 +48,30 @@ def test_held_shapes_group_each_reservation_per_gpu_and_whole_gpus_per_node(stor
     assert HeldShape("a100", "gpu", Fraction(1), 2, 2) in later  # ended, still in the period
     # Past the period: a window after every booking ended holds none of them.
     assert shapes(store, timedelta(days=2), timedelta(days=3)) == []
+
+
+def test_held_shapes_of_some_allocations_count_only_theirs_and_add_up_to_all(store: Store) -> None:
+    """Each reservation's holdings are its own: the counts of a set of allocations are what they
+    add to the whole (replay's record of request sizes adds the new allocations' at each read)."""
+    world = World(store)
+    world.offer("l40s", "platform", gpu_slot=8)
+    made = [
+        world.reserve(world.platform, "a100", [{"class": "gpu", "count": 4}], duration="1h"),
+        world.reserve(world.platform, "l40s", [{"class": "gpu.slot", "count": 3}]),
+        world.reserve(world.platform, "l40s", [{"class": "gpu.slot", "count": 2, "sameGpu": True}]),
+    ]
+    assert all(r.status_code == 201 for r in made)
+    ids = [r.json()["id"] for r in made]
+    period = Window(T0 - timedelta(days=30), T0 + _INSTANT)
+    with store.read() as tx:
+        whole = tx.usage.held_shapes(period, T0)
+        first = tx.usage.held_shapes(period, T0, ids[:1])
+        rest = tx.usage.held_shapes(period, T0, ids[1:])
+        none = tx.usage.held_shapes(period, T0, ["rsv-none"])
+    assert first == [HeldShape("a100", "gpu", Fraction(1), 2, 2)]
+    assert rest == [
+        HeldShape("l40s", "gpu.slot", Fraction(1, 4), 2, 1),
+        HeldShape("l40s", "gpu.slot", Fraction(1, 4), 3, 1),
+    ]
+    assert sorted(first + rest, key=lambda h: (h.pool_id, h.cls, h.share, h.atoms)) == whole
+    assert none == []

@@ -22,15 +22,17 @@ from better_compute.domain.placement.fragmentation import WHOLE, TaskShape
 MAX_WINDOW = timedelta(days=31)
 """The longest window one replay covers: a month of history is what the question asks about, and
 virtual time costs only what happens in it, but a window is a client-controlled size."""
-MAX_REQUESTS = 5000
-"""The most demand items one replay takes (a request's scale steps counted with it): a replay of
-1,000 requests takes seconds (docs/replay.md), and it holds a server thread that long."""
+MAX_REQUESTS = 10000
+"""The most demand items one replay takes (a request's scale steps counted with it): the whole
+default openb trace (7,064 tasks asking for GPUs) is one replay, of a few minutes (docs/traces.md);
+a replay holds a server thread that long."""
 MAX_FLEET_NODES = 2000
 """The most nodes a replayed fleet (a fleet file's, `replicas` expanded) may have: each is
 simulated and its first report ingested into the throwaway store."""
 MAX_BODY_BYTES = 8 * 1024 * 1024
-"""The largest `replay.run` request body: 5,000 requests with a fleet file and two policy sets fit
-well within it (the API's other methods keep the server's default cap)."""
+"""The largest `replay.run` request body: 10,000 requests with a fleet file and two policy sets fit
+within it (the whole default openb trace, 7,064 requests with its 1,213 nodes, is 1.7 MB); the
+API's other methods keep the server's default cap."""
 MAX_CHANGES = 500
 """The most entries a policy set's changes (or a fleet's node changes) may hold."""
 MAX_SCALES = 100

@@ -150,7 +150,14 @@ def fragmentation_share(
     if free <= 0:
         return 0.0
     named = models if models is not None else [None] * len(nodes)
-    return sum(node_fragmentation(gpus, demand, m) for gpus, m in zip(nodes, named, strict=True)) / free
+    return share_of([node_fragmentation(gpus, demand, m) for gpus, m in zip(nodes, named, strict=True)], free)
+
+
+def share_of(fragments: Sequence[float], free: int) -> float:
+    """The fleet's share from its nodes' `node_fragmentation`s (in node order) and its free milli:
+    what a caller that keeps each node's fragmentation between changes (replay's gauge, which
+    counts again only the nodes that changed) sums, exactly as `fragmentation_share` does."""
+    return sum(fragments) / free if free > 0 else 0.0
 
 
 def fragmentation_delta(

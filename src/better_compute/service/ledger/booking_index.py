@@ -173,6 +173,11 @@ offers, policies, the prices a cost ceiling is checked against, the priority cla
 compares) and no pool's atoms: they move `catalog_version` only."""
 
 
+BOOKINGS_AND_ATOMS_KEPT = _QUIET_EVENTS + _CATALOG_EVENTS
+"""Events after which every booking and every atom is as it was (what a reader that keeps its own
+copy of them, as replay's record of request sizes does, need not read again)."""
+
+
 def _span(start: datetime, end: datetime, size: timedelta) -> range:
     """The buckets of `size` that the half-open window [start, end) touches."""
     return range((start - _EPOCH) // size, (end - _TICK - _EPOCH) // size + 1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -33,9 +34,13 @@ class UsageRepo(Protocol):
         """Bookings with time held in the period, in id order after the booking id `after`."""
         ...
 
-    def held_shapes(self, period: Window, now: datetime) -> list[HeldShape]:
+    def held_shapes(
+        self, period: Window, now: datetime, allocations: Sequence[str] | None = None
+    ) -> list[HeldShape]:
         """The sizes of what tenants' bookings held in the period, per pool, counted by the database:
-        each reservation's or replica's atoms grouped per GPU (whole GPUs: per node)."""
+        each reservation's or replica's atoms grouped per GPU (whole GPUs: per node); only those of
+        `allocations` when given (each allocation's holdings are its own: the counts of a set of
+        allocations add up to those of all)."""
         ...
 
     def copy_totals(self, period: Window, now: datetime, tenant_id: str) -> list[CopyTotal]:

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 
 from better_compute.domain.catalog import find_model
 from better_compute.domain.endpoints.events import EndpointCreated, EndpointDeleted, EndpointUpdated
-from better_compute.domain.fleet.shares import share as share_of
+from better_compute.domain.fleet.atoms import Atom
+from better_compute.domain.fleet.shares import share as atom_share
 from better_compute.domain.fleet.shares import share_of_kind
 from better_compute.domain.gate import mig_gate as gate_rules
 from better_compute.domain.kernel.errors import DomainError, InvalidInput, InvalidState, NotFound
@@ -84,7 +85,8 @@ from better_compute.domain.placement.events import (
     WorkloadPreempted,
     WorkloadScaled,
 )
-from better_compute.domain.placement.fragmentation import WHOLE, fragmentation_share
+from better_compute.domain.placement.fragmentation import WHOLE, Free, free_of, node_fragmentation, share_of
+from better_compute.domain.placement.pool_fragmentation import milli_of
 from better_compute.domain.placement.priority_classes import PriorityClass
 from better_compute.domain.tenancy.credentials import Principal, require_admin
 from better_compute.domain.tenancy.iam import Policy
@@ -96,8 +98,9 @@ from better_compute.service.ledger import reservations
 from better_compute.service.metering import bills, prices
 from better_compute.service.ops.placement_retry import Retrier
 from better_compute.service.ops.ports import OpsTx
+from better_compute.service.ops.replay_demand import ReplayedDemand
+from better_compute.service.ops.replay_held import HeldAtoms
 from better_compute.service.placement import class_quotas, priority_classes, workloads
-from better_compute.service.placement.recorded_demand import RecordedDemand
 from better_compute.service.tenancy import policies, quotas
 
 REPLAYER = Principal(tenant_id=None, is_admin=True, credential_id="replay")
@@ -331,7 +334,13 @@ def run(
         _join_endpoint_pools(sandbox, fleet, demand, window.since)
         gauge = _Fragmentation(sandbox.store, demand)
         tracked = _drive(sandbox, demand, window, gauge)
-        outcomes = measure(sandbox.store, [(t.ask, t.scratch_id, t.refused_reason) for t in tracked], window)
+        outcomes = measure(
+            sandbox.store,
+            [(t.ask, t.scratch_id, t.refused_reason) for t in tracked],
+            window,
+            # an endpoint may hold nodes whose atoms did not change (its layout the pool's): read again
+            shares=None if any(isinstance(a, EndpointAsk) for a in demand.asks) else gauge.shares(),
+        )
         costs = _costs(sandbox.store, {o.tenant for o in outcomes}, window)
     done = _run(name, outcomes, costs, began)
     return replace(done, overall=replace(done.overall, fragmentation=gauge.mean()))
@@ -493,7 +502,7 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentati
     tracked = [_Tracked(a) for a in demand.asks]
     clock = _Clock(window.since)
     retrier = Retrier(sandbox, clock)
-    gradients = RecordedDemand(sandbox.store)  # the server's tie-break, over the replayed bookings
+    gradients = ReplayedDemand(sandbox.store)  # the server's tie-break, over the replayed bookings
     steps = _timeline(demand, window)
     i = 0
     while i < len(steps):
@@ -513,40 +522,88 @@ def _drive(sandbox: Sandbox, demand: Demand, window: Window, gauge: _Fragmentati
 class _Fragmentation:
     """The fleet's fragmentation share, sampled after each instant's passes and averaged over the
     time until the next (`domain.placement.fragmentation.fragmentation_share`): each GPU's free
-    share (its bookable atoms not booked now, each an equal part of it; none when a whole-GPU
-    booking holds it) against the demand's request sizes."""
+    share (its bookable atoms not booked now: a GPU's slots each an equal part of it, a MIG GPU's
+    free instances apart, each its profile's share and usable only whole; none when a whole-GPU
+    booking holds it) against the demand's request sizes.
+
+    Each sample counts again only the GPUs whose bookings changed since the last one
+    (`replay_held.HeldAtoms`, from the scratch store's event log), and the fragmentation of only
+    their nodes: a trace's instant changes a few GPUs of thousands."""
 
     def __init__(self, store: StorePort[OpsTx], demand: Demand) -> None:
         self.store = store
-        shares = _device_shares(store)
+        self.milli: dict[str, int] = {}
+        """Each kept atom's share of its GPU, in milli-GPUs."""
+        self.mig: set[str] = set()
+        """The GPUs split into MIG instances: their free capacity is pieces (`fragmentation.Pieces`)."""
+        gpus: dict[str, list[str]] = defaultdict(list)
+        node_of: dict[str, str] = {}
         with store.read() as tx:
             classes = {d.name: d.cls for d in tx.device_classes.all()}
             nodes = [n.id for n in tx.nodes.page(None, None, None)]
-            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present and a.bookable]
-        self.shapes = request_shapes(demand.asks, classes, shares)
-        self.gpus: dict[str, list[str]] = defaultdict(list)
-        self.node_of: dict[str, str] = {}
-        for a in atoms:
-            self.gpus[a.gpu_id].append(a.id)
-            self.node_of[a.gpu_id] = a.node
-        self.atom_ids = [a.id for a in atoms]
-        self.sampled = frozenset(self.atom_ids)
+            present = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+            for a in present:
+                if a.bookable:
+                    gpus[a.gpu_id].append(a.id)
+                    node_of[a.gpu_id] = a.node
+                    self.milli[a.id] = milli_of(atom_share(a))
+                    if a.cls == "gpu.mig":
+                        self.mig.add(a.gpu_id)
+            self.held = HeldAtoms({a: gpu for gpu, ids in gpus.items() for a in ids})
+            self.held.sync(tx)  # from these atoms on: whether they change is known at the end
+        self.fleet_shares = _Shares(store, present)
+        self.shapes = request_shapes(demand.asks, classes, self.fleet_shares.by_class)
+        self.size = {gpu: len(ids) for gpu, ids in gpus.items()}
+        self.node_of = node_of
+        self.node_gpus: dict[str, list[str]] = defaultdict(list)  # each node's GPUs, in GPU order
+        for gpu in sorted(gpus):
+            self.node_gpus[node_of[gpu]].append(gpu)
+        self.gpus = gpus
+        self.free: dict[str, Free] = {}
+        self.free_total = 0
+        self.fragments: dict[str, float] = {}
         self.samples: list[tuple[datetime, float]] = []
 
     def sample(self, now: datetime) -> None:
-        if not self.shapes or not self.atom_ids:
+        if not self.shapes or not self.size:
             return
-        # Every live booking of the scratch store, kept to the sampled atoms here: naming a large
-        # fleet's atoms in the query (a trace's 130,000 slots) cost more than the rest of the replay.
         with self.store.read() as tx:
-            live = [b for b in tx.ledger.live_bookings(now) if b.atom_id in self.sampled]
-        booked = {b.atom_id for b in live if b.starts_at <= now and (b.ends_at is None or now < b.ends_at)}
-        whole = {b.gpu_id for b in live if b.cls == "gpu" and b.atom_id in booked}
-        per_node: dict[str, list[int]] = defaultdict(list)
-        for gpu, ids in sorted(self.gpus.items()):
-            free = 0 if gpu in whole else sum(1 for i in ids if i not in booked)
-            per_node[self.node_of[gpu]].append(WHOLE * free // len(ids))
-        self.samples.append((now, fragmentation_share(list(per_node.values()), self.shapes)))
+            self.held.sync(tx)
+        first = not self.free
+        changed = set(self.size) if first else self.held.changed(now) & self.size.keys()
+        if first:
+            self.held.changed(now)
+        nodes: set[str] = set()
+        for gpu in changed:
+            held, whole = self.held.held(gpu, now)
+            free = self._free(gpu, held, whole)
+            before = self.free.get(gpu)
+            if before != free:
+                self.free[gpu] = free
+                self.free_total += free_of(free) - (0 if before is None else free_of(before))
+                nodes.add(self.node_of[gpu])
+        for node in nodes:
+            self.fragments[node] = node_fragmentation(
+                [self.free[g] for g in self.node_gpus[node]], self.shapes
+            )
+        self.samples.append((now, share_of([self.fragments[n] for n in self.node_gpus], self.free_total)))
+
+    def _free(self, gpu: str, held: set[str], whole: bool) -> Free:
+        """The GPU's free capacity: none under a whole-GPU booking; a MIG GPU's free instances
+        apart, each its share; else its free atoms as equal parts of it (a GPU's slots)."""
+        if whole:
+            return () if gpu in self.mig else 0
+        ids = self.gpus[gpu]
+        if gpu in self.mig:
+            return tuple(sorted((self.milli[a] for a in ids if a not in held), reverse=True))
+        return WHOLE * (len(ids) - sum(1 for a in ids if a in held)) // len(ids)
+
+    def shares(self) -> _Shares | None:
+        """The fleet's shares as read at the start, when no atom has changed since (read now):
+        what `measure` would read again."""
+        with self.store.read() as tx:
+            self.held.sync(tx)
+        return None if self.held.atoms_changed else self.fleet_shares
 
     def mean(self) -> float | None:
         """The time-weighted mean of the samples (each holds until the next); None: none taken."""
@@ -616,7 +673,7 @@ def _granted(sandbox: Sandbox, node: str) -> bool:
 
 
 def _act(
-    sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime, gradients: RecordedDemand
+    sandbox: Sandbox, t: _Tracked, kind: int, step: int, now: datetime, gradients: ReplayedDemand
 ) -> None:
     ask = t.ask
     try:
@@ -830,10 +887,13 @@ def measure(
     store: StorePort[OpsTx],
     asks: Sequence[tuple[Ask, str | None, str | None]],
     window: Window,
+    *,
+    shares: _Shares | None = None,
 ) -> list[Outcome]:
     """Each request's outcome in `store`, from its log and ledger: `asks` pairs each request with
-    the id it got there (None: refused outright, with the reason given)."""
-    shares = _Shares(store)
+    the id it got there (None: refused outright, with the reason given); `shares`, the fleet's
+    atoms' shares when the caller knows them as they are now."""
+    shares = shares if shares is not None else _Shares(store)
     workload_ids = {sid: a for a, sid, _ in asks if isinstance(a, WorkloadAsk) and sid is not None}
     booked: dict[str, dict[str, list[tuple[datetime, int]]]] = defaultdict(lambda: defaultdict(list))
     wanted: dict[str, list[tuple[datetime, int]]] = defaultdict(list)
@@ -1076,12 +1136,6 @@ def _workload_outcome(
     )
 
 
-def _device_shares(store: StorePort[OpsTx]) -> dict[str, float]:
-    """The share of a GPU one device of each atom class is, over the fleet, averaged
-    (`_Shares.by_class`): what the fragmentation measure reads a request's size as."""
-    return _Shares(store).by_class
-
-
 class _Shares:
     """The share of a GPU each atom of the fleet is, by the rule every booking bills
     (`domain.fleet.shares.share`: a whole GPU 1; a MIG instance its profile's compute slices over
@@ -1090,11 +1144,18 @@ class _Shares:
     selector match, leaving out the nodes an endpoint holds (their layout is the endpoint's, not
     what a request of the pool finds): what turns a request's device-hours into GPU-hours."""
 
-    def __init__(self, store: StorePort[OpsTx]) -> None:
+    def __init__(self, store: StorePort[OpsTx], present: Sequence[Atom] | None = None) -> None:
+        """`present`: the fleet's atoms, all present, when the caller has just read them (at the
+        replay's start, before any layout changed)."""
         with store.read() as tx:
             nodes = [n.id for n in tx.nodes.page(None, None, None)]
             serving = set(tx.endpoints.instances_of_nodes(nodes)) if nodes else set()
-            atoms = [a for a in (tx.atoms.of_nodes(nodes) if nodes else []) if a.present]
+            if present is None:
+                every = tx.atoms.of_nodes(nodes) if nodes else []
+                present = [a for a in every if a.present]
+            else:
+                every = list(present)
+        atoms = present
         # Atoms alike (a GPU's slots, a pool's instances of one profile) are read once: a selector is
         # matched against each kind of atom, not against each of a trace's 130,000 slots.
         kinds: dict[tuple[str, tuple[tuple[str, Any], ...]], list[float]] = {}
@@ -1102,15 +1163,14 @@ class _Shares:
         for a in atoms:
             if a.node in serving:
                 continue
-            share = float(share_of(a))
+            share = float(atom_share(a))
             key = (a.cls, tuple(sorted((k, v) for k, v in a.attributes.items() if k not in _UNIQUE)))
             found = kinds.setdefault(key, [share, 0.0])
             found[1] += 1
             sums[a.cls].append(share)
         self.kinds = [(cls, dict(attrs), share, n) for (cls, attrs), (share, n) in kinds.items()]
-        with store.read() as tx:  # every atom, gone ones included: what a booking held
-            every = tx.atoms.of_nodes(nodes) if nodes else []
-        self.atom = {a.id: (a.cls, float(share_of(a))) for a in every}
+        # every atom, gone ones included: what a booking held
+        self.atom = {a.id: (a.cls, float(atom_share(a))) for a in every}
         self.by_class = {cls: sum(v) / len(v) for cls, v in sums.items()} | {"gpu": 1.0}
         self._of: dict[tuple[str, str], float] = {}
 

@@ -7,7 +7,7 @@ writes cannot interleave with another writer. PostgreSQL relies on its exclusion
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import DateTime, Engine, TypeDecorator, create_engine, event
 from sqlalchemy.engine import URL, Dialect
@@ -39,7 +39,12 @@ def is_sqlite(url: str) -> bool:
     return url.startswith("sqlite")
 
 
-def make_engine(url: str, *, pool_size: int = 10, synchronous_full: bool = True) -> Engine:
+def make_engine(
+    url: str, *, pool_size: int = 10, synchronous: Literal["FULL", "NORMAL", "OFF"] = "FULL"
+) -> Engine:
+    """An engine for `url`; on SQLite, `synchronous` is how commits wait for the disk (FULL: each
+    commit survives a power loss; NORMAL and OFF are for a throwaway store: NORMAL still syncs at
+    each WAL checkpoint, OFF never)."""
     url = normalise_url(url)
     if is_sqlite(url):
         engine = create_engine(
@@ -52,19 +57,19 @@ def make_engine(url: str, *, pool_size: int = 10, synchronous_full: bool = True)
             # pool's own rollback on check-in would only cost a call per transaction.
             pool_reset_on_return=None,
         )
-        _sqlite_pragmas(engine, synchronous_full)
+        _sqlite_pragmas(engine, synchronous)
         return engine
     # No pre-ping: it costs a round trip per transaction; stale connections are recycled instead.
     return create_engine(url, pool_size=pool_size, max_overflow=pool_size * 2, pool_recycle=1800)
 
 
-def _sqlite_pragmas(engine: Engine, synchronous_full: bool) -> None:
+def _sqlite_pragmas(engine: Engine, synchronous: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
-        cur.execute(f"PRAGMA synchronous={'FULL' if synchronous_full else 'NORMAL'}")
+        cur.execute(f"PRAGMA synchronous={synchronous}")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
         # A fleet's atoms run to hundreds of MB; the default 2,000-page cache would send every

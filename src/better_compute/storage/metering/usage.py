@@ -19,7 +19,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, literal, select, text
+from sqlalchemy import Connection, and_, bindparam, func, literal, select, text
 
 from better_compute.domain.fleet.atoms import Atom
 from better_compute.domain.fleet.shares import share
@@ -94,7 +94,7 @@ _HELD_SHAPES_SQL = (
     " CASE WHEN b.gpu_share IS NULL THEN MIN(b.atom_id) END AS atom, COUNT(*) AS n FROM bookings b"
     " LEFT JOIN atoms a ON a.id = b.atom_id"
     " WHERE " + _BILLED + " AND b.starts_at < :until AND (b.ends_at IS NULL OR b.ends_at > :since)"
-    " AND b.pool_id IS NOT NULL"
+    " AND b.pool_id IS NOT NULL{allocations}"
     " GROUP BY b.pool_id, b.allocation_id, b.class, b.gpu_share,"
     " CASE WHEN b.class = 'gpu' THEN COALESCE(a.node_id, b.gpu_id) ELSE b.gpu_id END) held"
     " GROUP BY pool_id, cls, gpu_share, atom, n"
@@ -132,9 +132,19 @@ class SqlUsage:
             summed[1] += int(count)
         return [HeldTotal(t, p, s, held, n) for (t, p, s), (held, n) in out.items()]
 
-    def held_shapes(self, period: Window, now: datetime) -> list[HeldShape]:
-        """What each pool's reservations and replicas held in the period, by size (`HeldShape`)."""
-        found = list(self.conn.execute(text(_HELD_SHAPES_SQL), self._times(period, now)))
+    def held_shapes(
+        self, period: Window, now: datetime, allocations: Sequence[str] | None = None
+    ) -> list[HeldShape]:
+        """What each pool's reservations and replicas held in the period, by size (`HeldShape`);
+        only those of `allocations` when given."""
+        if allocations is None:
+            stmt = text(_HELD_SHAPES_SQL.format(allocations=""))
+            params = self._times(period, now)
+        else:
+            stmt = text(_HELD_SHAPES_SQL.format(allocations=" AND b.allocation_id IN :allocations"))
+            stmt = stmt.bindparams(bindparam("allocations", expanding=True))
+            params = {**self._times(period, now), "allocations": list(allocations)}
+        found = list(self.conn.execute(stmt, params))
         unshared = self._atom_shares([r[3] for r in found if r[2] is None])
         out: dict[tuple[str, str, Fraction, int], int] = {}
         for pool, cls, shared, atom, n, times in found:
