@@ -8,12 +8,12 @@ from typing import Any
 import pytest
 
 from better_compute.api.links import LINKS, Link, add_links
-from better_compute.entrypoints import openapi
+from tests import openapi_document
 
 
 @pytest.fixture(scope="module")
 def document() -> dict[str, Any]:
-    return openapi.document()
+    return openapi_document.document()
 
 
 def operations(document: dict[str, Any]) -> dict[str, dict[str, Any]]:

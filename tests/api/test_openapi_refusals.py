@@ -7,11 +7,11 @@ from typing import Any
 
 import jsonschema_rs
 
-from better_compute.entrypoints import openapi
 from better_compute.storage.store import Store
+from tests import openapi_document
 from tests.builders import admin_token, api_client, tenant_token
 
-DOCUMENT = openapi.document()
+DOCUMENT = openapi_document.document()
 
 
 def _operations() -> list[tuple[str, str, dict[str, Any]]]:

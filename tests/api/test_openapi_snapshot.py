@@ -10,13 +10,14 @@ import pytest
 
 from better_compute.entrypoints import openapi
 from better_compute.wire.methods import METHODS
+from tests import openapi_document
 
 SNAPSHOT = Path(__file__).resolve().parents[2] / "openapi.json"
 
 
 @pytest.fixture(scope="module")
 def generated() -> dict[str, Any]:
-    return openapi.document()
+    return openapi_document.document()
 
 
 def test_committed_openapi_json_equals_the_generated_document(generated: dict[str, Any]) -> None:

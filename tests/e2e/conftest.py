@@ -1,6 +1,6 @@
 """End-to-end fixtures: a real `better-compute serve` on loopback, over a SQLite file of the test's own.
 
-`server` starts one for the session, as `make run` does (`--fleet examples/demo-fleet.yaml`), waits for
+`server` starts one for tests/e2e, as `make run` does (`--fleet examples/demo-fleet.yaml`), waits for
 `/healthz`, takes a fleet-admin token from `better-compute admin bootstrap`, and always stops the process
 at the end. Its simulated nodes run containers with the in-process fake runtime (`--runtime fake`)
 unless a test asks for podman; podman, where a test does, runs with this machine's settings
@@ -230,8 +230,11 @@ def start_server(
     raise AssertionError("unreachable")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One server for the e2e session, loaded with examples/demo-fleet.yaml as `make run` does."""
+    """One server for the e2e tests, loaded with examples/demo-fleet.yaml as `make run` does.
+
+    Stopped once tests/e2e is done, not at the end of the session: its simulated nodes keep working
+    while it runs (about a sixth of a CPU), which the rest of the suite would pay for until the end."""
     with start_server(tmp_path_factory.mktemp("e2e-server")) as running:
         yield running

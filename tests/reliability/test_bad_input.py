@@ -16,11 +16,11 @@ import pytest
 
 from better_compute.domain.kernel import selectors, timewin
 from better_compute.domain.ledger import admission
-from better_compute.entrypoints import openapi
 from better_compute.entrypoints.fleet import load_fleet
 from better_compute.storage.store import Store
 from better_compute.wire import reservations as wire
 from better_compute.wire.methods import METHODS
+from tests import openapi_document
 from tests.builders import T0, admin_token, api_client, bearer, fleet_spec, tenant_token
 
 GOOD: dict[str, Any] = {
@@ -280,7 +280,7 @@ def test_the_openapi_document_declares_the_domains_limits() -> None:
         selectors.MAX_VALUE_LENGTH,
     )
     assert wire.MAX_DURATION_TEXT == timewin.MAX_DURATION_TEXT
-    schemas = openapi.document()["components"]["schemas"]
+    schemas = openapi_document.document()["components"]["schemas"]
     create, device = schemas["ReservationCreate"]["properties"], schemas["DeviceRequest"]["properties"]
     values = schemas["MatchExpression"]["properties"]["values"]["anyOf"][0]
     assert create["devices"]["maxItems"] == 16 and create["duration"]["maxLength"] == 64

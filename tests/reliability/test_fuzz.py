@@ -38,12 +38,12 @@ from schemathesis.core import NotSet
 from schemathesis.core.transport import Response
 
 from better_compute.domain.tenancy.credentials import Principal
-from better_compute.entrypoints import openapi
 from better_compute.entrypoints.fleet import load_fleet, read_fleet
 from better_compute.service.fleet import pools
 from better_compute.service.ledger import reservations
 from better_compute.service.ledger.booking_index import BookingIndex
 from better_compute.storage.store import Store
+from tests import openapi_document
 from tests.builders import T0, admin_token, real_app, tenant_token
 
 REPO = Path(__file__).resolve().parents[2]
@@ -159,7 +159,7 @@ CONFIG = schemathesis.Config.from_dict(
         "warnings": False,
     }
 )
-SCHEMA = schemathesis.openapi.from_dict(openapi.document(), config=CONFIG)
+SCHEMA = schemathesis.openapi.from_dict(openapi_document.document(), config=CONFIG)
 
 SETTINGS = hypothesis.settings(
     max_examples=EXAMPLES,

@@ -33,15 +33,22 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A single-node Slurm with two fake `gpu:3g.40gb` devices, started for the module, stopped by pid."""
+    """A single-node Slurm with two fake `gpu:3g.40gb` devices, stopped by pid once tests/slurm is done.
+
+    One cluster for every module that takes it as it is (starting and stopping one takes about 7 s):
+    each test leaves it as it found it, its jobs cancelled and finished and its Slurm reservations
+    deleted, and names its jobs and reservation ids afresh where earlier ones (which slurmctld keeps
+    for MinJobAge) could be mistaken for its own. A module that changes the cluster's configuration,
+    or wants another shape, overrides `slurm_cluster` with a module-scoped one of its own
+    (`running_cluster`)."""
     yield from running_cluster(tmp_path_factory)
 
 
 def running_cluster(tmp_path_factory: pytest.TempPathFactory, *, shards: int = 0) -> Iterator[Cluster]:
     """Start a cluster (or skip, or fail under CI, saying what is missing), yield it, stop it by pid;
-    a module wanting another shape overrides `slurm_cluster` with this."""
+    a module wanting another shape, or changing the cluster, overrides `slurm_cluster` with this."""
     missing = missing_binaries()
     if missing:
         _unavailable(

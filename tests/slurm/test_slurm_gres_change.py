@@ -7,7 +7,7 @@ import io
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,17 @@ from better_compute.domain.fleet.slurm_reconfigure import DRAIN_REASON, Drain, R
 from better_compute.service.fleet.slurm import JobRequest
 from better_compute.slurm.commands import SlurmCommands
 from tests.slurm.cluster import NVIDIA_MAJOR, Cluster, restart_slurm
+from tests.slurm.conftest import running_cluster
 
 DEADLINE = 20.0
 POLL = 0.1
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A cluster of this module's own: its tests rewrite gres.conf and slurm.conf and restart the
+    daemons, which the package's shared cluster must not see."""
+    yield from running_cluster(tmp_path_factory)
 
 
 def _until(check: Callable[[], bool]) -> bool:
