@@ -1296,6 +1296,20 @@ to minutes, and a third would make the API's other requests wait for threads."""
 _running = threading.BoundedSemaphore(MAX_RUNNING)
 
 
+@contextmanager
+def _one_of_the_running() -> Iterator[None]:
+    """Hold one of the process's MAX_RUNNING replay places for the block, or refuse at once."""
+    if not _running.acquire(blocking=False):
+        raise InvalidState(
+            f"{MAX_RUNNING} replays are running on this server already; send this one again when one ends",
+            {"reason": "replays_running", "limit": MAX_RUNNING},
+        )
+    try:
+        yield
+    finally:
+        _running.release()
+
+
 def replay(
     store: StorePort[OpsTx],
     scratch: Scratch,
@@ -1315,58 +1329,26 @@ def replay(
     are laid over the fleet before both runs. The deployment's store is only read. At most
     MAX_RUNNING replays run at once in a process; another is refused (INVALID_STATE), not queued."""
     require_admin(principal, "replay.run")
-    if not _running.acquire(blocking=False):
-        raise InvalidState(
-            f"{MAX_RUNNING} replays are running on this server already; send this one again when one ends",
-            {"reason": "replays_running", "limit": MAX_RUNNING},
-        )
-    try:
-        return _replay(
-            store,
-            scratch,
-            since=since,
-            until=until,
-            demand=demand,
-            fleet=fleet,
-            policy=policy,
-            against=against,
-            fleet_changes=fleet_changes,
-        )
-    finally:
-        _running.release()
-
-
-def _replay(
-    store: StorePort[OpsTx],
-    scratch: Scratch,
-    *,
-    since: datetime,
-    until: datetime,
-    demand: object = None,
-    fleet: object = None,
-    policy: object = None,
-    against: object = None,
-    fleet_changes: object = None,
-) -> Report:
-    window = check_window(since, until)
-    spec = today_fleet(store) if fleet is None else _fleet_file(fleet)
-    spec = apply_fleet_changes(spec, parse_fleet_changes(fleet_changes))
-    check_fleet_size(len(spec.nodes))
-    changes = parse_policy_set(policy, "policy")
-    other = None if against is None else parse_policy_set(against, "against")
-    base = today(store)
-    runs: list[Run] = []
-    if demand is None:
-        past = history(store, window)
-        asked = past.demand
-        runs.append(recorded(store, past, window))
-    else:
-        asked = parse_demand(demand)
-        check_within(asked, window)
-    runs.append(run(scratch, spec, base, changes, asked, window, name="policy"))
-    if other is not None:
-        runs.append(run(scratch, spec, base, other, asked, window, name="against"))
-    return Report(window, size_of(asked.asks), tuple(runs), "history" if demand is None else "file")
+    with _one_of_the_running():
+        window = check_window(since, until)
+        spec = today_fleet(store) if fleet is None else _fleet_file(fleet)
+        spec = apply_fleet_changes(spec, parse_fleet_changes(fleet_changes))
+        check_fleet_size(len(spec.nodes))
+        changes = parse_policy_set(policy, "policy")
+        other = None if against is None else parse_policy_set(against, "against")
+        base = today(store)
+        runs: list[Run] = []
+        if demand is None:
+            past = history(store, window)
+            asked = past.demand
+            runs.append(recorded(store, past, window))
+        else:
+            asked = parse_demand(demand)
+            check_within(asked, window)
+        runs.append(run(scratch, spec, base, changes, asked, window, name="policy"))
+        if other is not None:
+            runs.append(run(scratch, spec, base, other, asked, window, name="against"))
+        return Report(window, size_of(asked.asks), tuple(runs), "history" if demand is None else "file")
 
 
 def _fleet_file(raw: object) -> FleetSpec:
