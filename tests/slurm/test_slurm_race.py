@@ -137,9 +137,25 @@ def test_placers_and_direct_submitters_never_hold_one_card_at_once(fleet: Fleet)
         thread.join(60)
     assert not errors, errors
 
-    # Settle: the follower passes until a pass changes nothing.
+    # The producers have stopped: so does Slurm's queue of direct jobs (one that started after the
+    # follower's last read would hold a card the follower has not seen yet, and the check below
+    # would read a state no pass was given the chance to follow).
+    subprocess.run(
+        ["scancel", "--state=PENDING", f"--partition={fleet.cluster.partition}", "--name=wrap"],
+        env=fleet.cluster.env,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+
+    def states() -> list[tuple[int, str]]:
+        return sorted((j.job_id, j.state) for j in fleet.slurm.jobs([fleet.cluster.partition]))
+
+    # Settle: the follower passes until a pass changes nothing and Slurm's jobs stood still across it
+    # (a direct job ending or starting meanwhile is followed by the next pass, as in production).
     deadline = time.monotonic() + SETTLE
     while True:
+        before = states()
         report = follow(fleet.store, clusters.get(fleet.store, "s1"), fleet.slurm, now_utc())
         quiet = not (
             report.submitted
@@ -149,7 +165,7 @@ def test_placers_and_direct_submitters_never_hold_one_card_at_once(fleet: Fleet)
             or report.booked_external
             or report.ended_external
         )
-        if quiet or time.monotonic() > deadline:
+        if (quiet and states() == before) or time.monotonic() > deadline:
             break
         time.sleep(0.3)
     jobs = fleet.slurm.jobs([fleet.cluster.partition])  # scontrol -o show job -d
