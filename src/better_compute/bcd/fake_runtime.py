@@ -29,7 +29,7 @@ import json
 import threading
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -105,6 +105,20 @@ class _Container:
     atoms: tuple[str, ...] = ()
     logs: list[str] = field(default_factory=list)
     servers: list[_Server] = field(default_factory=list)
+
+
+def _found(c: _Container) -> Found:
+    """What `podman ps` tells of a container: a job's as it is (no spec of ours, no atoms label);
+    `list` adds its own container's digest and atoms."""
+    return Found(
+        id=c.id,
+        name=c.name,
+        allocation_id=c.allocation_id,
+        spec_digest="",
+        state=c.state,
+        exit_code=c.exit_code if c.state == "exited" else None,
+        ports=dict(c.ports),
+    )
 
 
 class FakeRuntime:
@@ -285,33 +299,12 @@ class FakeRuntime:
     def list(self) -> list[Found]:
         with self._lock:
             return [
-                Found(
-                    id=c.id,
-                    name=c.name,
-                    allocation_id=c.allocation_id,
-                    spec_digest=c.digest,
-                    state=c.state,
-                    exit_code=c.exit_code if c.state == "exited" else None,
-                    ports=dict(c.ports),
-                    atoms=c.atoms,
-                )
-                for c in self._containers.values()
+                replace(_found(c), spec_digest=c.digest, atoms=c.atoms) for c in self._containers.values()
             ]
 
     def jobs(self) -> builtins.list[Found]:
         with self._lock:
-            return [
-                Found(
-                    id=c.id,
-                    name=c.name,
-                    allocation_id=c.allocation_id,
-                    spec_digest="",
-                    state=c.state,
-                    exit_code=c.exit_code if c.state == "exited" else None,
-                    ports=dict(c.ports),
-                )
-                for c in self._jobs.values()
-            ]
+            return [_found(c) for c in self._jobs.values()]
 
     def exec(self, container_id: str, argv: Sequence[str], timeout: float) -> int:
         with self._lock:

@@ -235,6 +235,25 @@ def parse_demand(raw: object) -> Demand:
     return Demand(tuple(asks))
 
 
+def _steps(item: Mapping[str, Any], key: str, where: str) -> list[tuple[datetime, Mapping[str, Any], str]]:
+    """A workload request's `scale` or `drain` steps: at most MAX_SCALES objects, each with its
+    instant, as (instant, step, where it is)."""
+    steps = item.get(key) or []
+    if not isinstance(steps, list) or len(steps) > MAX_SCALES:
+        raise InvalidInput(
+            f"{where}.{key} is a list of at most {MAX_SCALES} steps", {"field": f"{where}.{key}"}
+        )
+    found = []
+    for j, step in enumerate(steps):
+        at = f"{where}.{key}[{j}]"
+        if not isinstance(step, Mapping):
+            raise InvalidInput(f"{at} must be an object", {"field": at})
+        when = _instant(step, "at", at)
+        assert when is not None
+        found.append((when, step, at))
+    return found
+
+
 def _ask(item: object, i: int) -> Ask:
     where = f"requests[{i}]"
     if not isinstance(item, Mapping):
@@ -248,35 +267,13 @@ def _ask(item: object, i: int) -> Ask:
         shape = item.get("shape")
         if not isinstance(shape, Mapping):
             raise InvalidInput(f"{where}.shape must be an object", {"field": f"{where}.shape"})
-        steps = item.get("scale") or []
-        if not isinstance(steps, list) or len(steps) > MAX_SCALES:
-            raise InvalidInput(
-                f"{where}.scale is a list of at most {MAX_SCALES} steps", {"field": f"{where}.scale"}
-            )
-        scales = []
-        for j, step in enumerate(steps):
-            if not isinstance(step, Mapping):
-                raise InvalidInput(f"{where}.scale[{j}] must be an object", {"field": f"{where}.scale[{j}]"})
-            when = _instant(step, "at", f"{where}.scale[{j}]")
-            assert when is not None
-            scales.append((when, _count(step, "replicas", f"{where}.scale[{j}]")))
-        raw_drains = item.get("drain") or []
-        if not isinstance(raw_drains, list) or len(raw_drains) > MAX_SCALES:
-            raise InvalidInput(
-                f"{where}.drain is a list of at most {MAX_SCALES} steps", {"field": f"{where}.drain"}
-            )
+        scales = [(when, _count(step, "replicas", at_)) for when, step, at_ in _steps(item, "scale", where)]
         drains = []
-        for j, step in enumerate(raw_drains):
-            if not isinstance(step, Mapping):
-                raise InvalidInput(f"{where}.drain[{j}] must be an object", {"field": f"{where}.drain[{j}]"})
-            when = _instant(step, "at", f"{where}.drain[{j}]")
-            assert when is not None
+        for when, step, at_ in _steps(item, "drain", where):
             force = step.get("force", False)
             if not isinstance(force, bool):
-                raise InvalidInput(
-                    f"{where}.drain[{j}].force must be true or false", {"field": f"{where}.drain[{j}].force"}
-                )
-            drains.append((when, _text(step, "cluster", f"{where}.drain[{j}]"), force))
+                raise InvalidInput(f"{at_}.force must be true or false", {"field": f"{at_}.force"})
+            drains.append((when, _text(step, "cluster", at_), force))
         priority = item.get("priorityClass")
         if priority is not None and not isinstance(priority, str):
             raise InvalidInput(f"{where}.priorityClass must be a string", {"field": f"{where}.priorityClass"})
